@@ -1,0 +1,493 @@
+"""Validated xDS resources as frozen values (gRFC A27, A28, A31, A37, A52, A61).
+
+Every class here is a frozen dataclass with structural equality: decoding the
+same bytes twice gives equal (and, where practical, hashable) objects, so "the
+same resource twice" is a no-op all the way down (TRAPS.md, "configs and
+equality").  Sequences are tuples, maps are tuples of pairs or JSON strings.
+
+Compiled RE2 regexes ride along in fields excluded from comparison and
+hashing (``compare=False``), so matching never recompiles and equality is
+decided by the regex text alone.
+
+Shapes, one per resource type:
+
+* :class:`Listener` (LDS): the HttpConnectionManager of an ``api_listener``.
+* :class:`RouteConfiguration` (RDS or inline): virtual hosts, routes, actions.
+* :class:`Cluster` (CDS): EDS, LOGICAL_DNS or aggregate, plus the gRPC LB
+  config list (A52) as canonical JSON.
+* :class:`ClusterLoadAssignment` (EDS): priorities of localities of endpoints,
+  already normalised (weight-0 localities dropped, unhealthy endpoints
+  excluded, priorities contiguous from 0).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+__all__ = [
+    "HttpFilter",
+    "Listener",
+    "PrefixMatch",
+    "PathMatch",
+    "RegexMatch",
+    "PathSpecifier",
+    "FractionalPercent",
+    "HeaderMatcher",
+    "RouteMatch",
+    "ClusterWeight",
+    "HashPolicy",
+    "RetryPolicy",
+    "RouteAction",
+    "NonForwardingAction",
+    "Route",
+    "VirtualHost",
+    "ClusterSpecifierPlugin",
+    "RouteConfiguration",
+    "Cluster",
+    "LocalityName",
+    "EndpointAddress",
+    "Locality",
+    "DropOverload",
+    "ClusterLoadAssignment",
+    "DecodeResult",
+    "UINT32_MAX",
+]
+
+UINT32_MAX = 0xFFFFFFFF
+
+
+# --------------------------------------------------------------------------- LDS
+
+
+@dataclass(frozen=True, slots=True)
+class HttpFilter:
+    """One entry of HttpConnectionManager.http_filters, its config kept opaque.
+
+    ``type_url`` is the type of the filter config (for a TypedStruct, the
+    wrapped type); ``config`` is the serialized typed config bytes.
+    """
+
+    name: str
+    type_url: str
+    config: bytes = b""
+    is_optional: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """An LDS resource (A27 "Listener Proto").
+
+    Exactly one of ``route_config_name`` (RDS) and ``route_config`` (inline)
+    is set for an API listener.  ``api_listener`` is False for a listener
+    without an api_listener (a server/socket listener): it decodes, and the
+    resolver reports "not an API listener".
+    """
+
+    name: str
+    route_config_name: str | None = None
+    route_config: RouteConfiguration | None = None
+    http_filters: tuple[HttpFilter, ...] = ()
+    max_stream_duration: float | None = None
+    api_listener: bool = True
+
+
+# --------------------------------------------------------------------------- RDS
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixMatch:
+    """Path prefix match ("" matches every path)."""
+
+    prefix: str
+
+
+@dataclass(frozen=True, slots=True)
+class PathMatch:
+    """Exact path match."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class RegexMatch:
+    """Full-match of the path against an RE2 regex.
+
+    ``regex`` is the compiled ``re2`` pattern (excluded from equality).
+    """
+
+    regex_str: str
+    regex: Any = field(default=None, compare=False, hash=False, repr=False)
+
+
+PathSpecifier = Union[PrefixMatch, PathMatch, RegexMatch]
+
+
+@dataclass(frozen=True, slots=True)
+class FractionalPercent:
+    """A fraction ``numerator / denominator``; denominator is 100, 10_000 or 1_000_000."""
+
+    numerator: int
+    denominator: int = 100
+
+    @property
+    def per_million(self) -> int:
+        """The fraction in parts per million, clamped to 1_000_000."""
+        return min(self.numerator * (1_000_000 // self.denominator), 1_000_000)
+
+
+HeaderMatchKind = Literal["exact", "safe_regex", "range", "present", "prefix", "suffix", "contains"]
+
+
+@dataclass(frozen=True)
+class HeaderMatcher:
+    """A route's header matcher (A28 "Header matching").
+
+    ``kind`` is one of exact, safe_regex, range, present, prefix, suffix,
+    contains.  A ``string_match`` matcher is normalised to the kind of its
+    inner StringMatcher with ``ignore_case`` taken from it (so the matching
+    code needs one path per kind).  ``value`` is the string (or regex text)
+    for string kinds; ``range_start``/``range_end`` for range (start
+    inclusive, end exclusive); ``present_match`` for present.
+    ``invert_match`` inverts the result, but an absent header never matches
+    unless the matcher is ``present`` (Envoy semantics, grpc-go#4902): that
+    rule belongs to the matcher, see :meth:`matches`.
+    """
+
+    name: str
+    kind: str
+    value: str | None = None
+    invert_match: bool = False
+    present_match: bool = False
+    range_start: int = 0
+    range_end: int = 0
+    ignore_case: bool = False
+    regex: Any = field(default=None, compare=False, hash=False, repr=False)
+
+    def matches(self, header_value: str | None) -> bool:
+        """Evaluate against the (comma-joined) header value, None when absent."""
+        kind = self.kind
+        if kind == "present":
+            present = (header_value is not None) == self.present_match
+            return present != self.invert_match
+        if header_value is None:
+            return False
+        if kind == "exact":
+            if self.ignore_case:
+                r = header_value.lower() == self.value.lower()  # type: ignore[union-attr]
+            else:
+                r = header_value == self.value
+        elif kind == "safe_regex":
+            r = self.regex.fullmatch(header_value) is not None
+        elif kind == "range":
+            try:
+                n = int(header_value, 10)
+            except ValueError:
+                r = False
+            else:
+                r = self.range_start <= n < self.range_end
+        elif kind == "prefix":
+            if self.ignore_case:
+                r = header_value.lower().startswith(self.value.lower())  # type: ignore[union-attr]
+            else:
+                r = header_value.startswith(self.value)  # type: ignore[arg-type]
+        elif kind == "suffix":
+            if self.ignore_case:
+                r = header_value.lower().endswith(self.value.lower())  # type: ignore[union-attr]
+            else:
+                r = header_value.endswith(self.value)  # type: ignore[arg-type]
+        elif kind == "contains":
+            if self.ignore_case:
+                r = self.value.lower() in header_value.lower()  # type: ignore[union-attr]
+            else:
+                r = self.value in header_value  # type: ignore[operator]
+        else:
+            r = False
+        return r != self.invert_match
+
+
+@dataclass(frozen=True, slots=True)
+class RouteMatch:
+    """A route's match (A28 "Route matching").
+
+    ``case_sensitive`` applies to prefix and path (the regex is always case
+    sensitive).  ``runtime_fraction`` is the default value of the runtime
+    fraction, or None when absent.
+    """
+
+    path_specifier: PathSpecifier
+    case_sensitive: bool = True
+    headers: tuple[HeaderMatcher, ...] = ()
+    runtime_fraction: FractionalPercent | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterWeight:
+    """One weighted cluster of a route."""
+
+    name: str
+    weight: int
+
+
+@dataclass(frozen=True)
+class HashPolicy:
+    """A route hash policy for ring_hash (A42): ``header`` or ``channel_id``.
+
+    For ``header``, ``header_name`` and optional regex rewrite
+    (``regex_str``/``substitution``, compiled ``regex`` excluded from equality).
+    """
+
+    kind: str
+    terminal: bool = False
+    header_name: str = ""
+    regex_str: str | None = None
+    substitution: str = ""
+    regex: Any = field(default=None, compare=False, hash=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """A route retry policy (A44): retryable status codes and backoff."""
+
+    retry_on: tuple[str, ...] = ()
+    num_retries: int = 1
+    base_interval: float = 0.025
+    max_interval: float = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class RouteAction:
+    """A forwarding route action (A28, A31).
+
+    Exactly one of ``cluster``, ``weighted_clusters`` and
+    ``cluster_specifier_plugin`` is set.  ``max_stream_duration`` is A31's
+    effective per-route value: ``grpc_timeout_header_max`` if set, else
+    ``max_stream_duration``, else None (the listener's value applies).
+    ``timeout`` is the route timeout as sent (gRPC does not enforce it).
+    """
+
+    cluster: str | None = None
+    weighted_clusters: tuple[ClusterWeight, ...] | None = None
+    cluster_specifier_plugin: str | None = None
+    max_stream_duration: float | None = None
+    timeout: float | None = None
+    hash_policies: tuple[HashPolicy, ...] = ()
+    retry_policy: RetryPolicy | None = None
+
+    @property
+    def total_weight(self) -> int:
+        """Sum of the weighted clusters' weights (0 for a single cluster)."""
+        if self.weighted_clusters is None:
+            return 0
+        return sum(cw.weight for cw in self.weighted_clusters)
+
+
+@dataclass(frozen=True, slots=True)
+class NonForwardingAction:
+    """A route with a non_forwarding_action (servers only; clients fail the RPC)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One route: match plus action."""
+
+    match: RouteMatch
+    action: RouteAction | NonForwardingAction
+    name: str = ""
+
+    @property
+    def max_stream_duration(self) -> float | None:
+        """A31 effective per-route max stream duration (None: use the listener's)."""
+        a = self.action
+        return a.max_stream_duration if isinstance(a, RouteAction) else None
+
+    @property
+    def timeout(self) -> float | None:
+        """The route timeout as sent (None when unset)."""
+        a = self.action
+        return a.timeout if isinstance(a, RouteAction) else None
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualHost:
+    """A virtual host: domains (matched per A27) and ordered routes."""
+
+    name: str
+    domains: tuple[str, ...]
+    routes: tuple[Route, ...]
+    retry_policy: RetryPolicy | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpecifierPlugin:
+    """A cluster specifier plugin declared in a RouteConfiguration (opaque)."""
+
+    name: str
+    type_url: str
+    config: bytes = b""
+    is_optional: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RouteConfiguration:
+    """An RDS resource (or the route_config inlined in a Listener)."""
+
+    name: str
+    virtual_hosts: tuple[VirtualHost, ...]
+    cluster_specifier_plugins: tuple[ClusterSpecifierPlugin, ...] = ()
+
+
+# --------------------------------------------------------------------------- CDS
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """A CDS resource (A27, A37, A52).
+
+    ``kind`` is "EDS", "LOGICAL_DNS" or "AGGREGATE".  For EDS,
+    ``eds_service_name`` is the EDS resource name to watch (None: use the
+    cluster name, see :meth:`eds_resource_name`).  For LOGICAL_DNS,
+    ``dns_hostname``/``dns_port``.  For AGGREGATE, ``aggregate_children`` in
+    priority order.
+
+    ``lb_policy_config`` is the gRPC LB policy config list (A52) as canonical
+    JSON text, e.g. ``[{"xds_wrr_locality_experimental": {"childPolicy":
+    [{"round_robin": {}}]}}]``; :meth:`lb_policy_json` returns a fresh copy.
+    ``max_requests`` is the DEFAULT-priority circuit breaker (1024 unset).
+    ``lrs_server`` is True when ``lrs_server`` is ``self`` (load reporting to
+    the xDS server).  ``transport_socket`` is the serialized typed config of
+    the transport socket (kept opaque for later TLS), or None.
+    """
+
+    name: str
+    kind: str
+    eds_service_name: str | None = None
+    dns_hostname: str | None = None
+    dns_port: int | None = None
+    aggregate_children: tuple[str, ...] = ()
+    lb_policy_config: str = (
+        '[{"xds_wrr_locality_experimental": {"childPolicy": [{"round_robin": {}}]}}]'
+    )
+    max_requests: int = 1024
+    lrs_server: bool = False
+    transport_socket: bytes | None = None
+    transport_socket_type_url: str | None = None
+
+    def lb_policy_json(self) -> list[dict[str, Any]]:
+        """The LB config list as a fresh list of dicts (safe to mutate)."""
+        return json.loads(self.lb_policy_config)
+
+    @property
+    def eds_resource_name(self) -> str:
+        """The EDS resource to watch: ``eds_service_name`` or else the cluster name."""
+        return self.eds_service_name or self.name
+
+    @property
+    def dns_target(self) -> str | None:
+        """``host:port`` for LOGICAL_DNS (IPv6 literals bracketed), else None."""
+        if self.dns_hostname is None:
+            return None
+        host = self.dns_hostname
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"{host}:{self.dns_port}"
+
+
+# --------------------------------------------------------------------------- EDS
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LocalityName:
+    """A locality identity (region, zone, sub_zone); ordered and hashable."""
+
+    region: str = ""
+    zone: str = ""
+    sub_zone: str = ""
+
+    def __str__(self) -> str:
+        return f"{{region={self.region}, zone={self.zone}, sub_zone={self.sub_zone}}}"
+
+    def to_json(self) -> dict[str, str]:
+        """The locality as a JSON object (for hierarchical child names)."""
+        return {"region": self.region, "zone": self.zone, "subZone": self.sub_zone}
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointAddress:
+    """One endpoint: its addresses ("host:port", IPv6 bracketed; the first is
+    the primary, the rest A61 additional_addresses), LB weight (default 1) and
+    health status name (UNKNOWN or HEALTHY: others are excluded when decoding).
+    """
+
+    addresses: tuple[str, ...]
+    weight: int = 1
+    health_status: str = "UNKNOWN"
+    hostname: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Locality:
+    """One locality of one priority with its usable endpoints."""
+
+    name: LocalityName
+    weight: int
+    endpoints: tuple[EndpointAddress, ...]
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DropOverload:
+    """An EDS drop category with its rate in parts per million."""
+
+    category: str
+    parts_per_million: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterLoadAssignment:
+    """An EDS resource (A27 "ClusterLoadAssignment Proto").
+
+    ``priorities[i]`` are the localities of priority ``i`` (contiguous from
+    0).  ``excluded_endpoints`` counts endpoints dropped for their health
+    status, so "all endpoints unhealthy" can be said exactly.
+    """
+
+    cluster_name: str
+    priorities: tuple[tuple[Locality, ...], ...] = ()
+    drop_overloads: tuple[DropOverload, ...] = ()
+    excluded_endpoints: int = 0
+
+    @property
+    def endpoint_count(self) -> int:
+        """Number of usable endpoints over all priorities."""
+        return sum(len(loc.endpoints) for p in self.priorities for loc in p)
+
+    @property
+    def all_endpoints_unhealthy(self) -> bool:
+        """True when there are no usable endpoints but some were excluded for health."""
+        return self.excluded_endpoints > 0 and self.endpoint_count == 0
+
+
+# --------------------------------------------------------------------------- decode
+
+
+Resource = Union[Listener, RouteConfiguration, Cluster, ClusterLoadAssignment]
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeResult:
+    """Result of decoding one resource.
+
+    ``name`` is None only when the bytes could not be parsed at all;
+    otherwise exactly one of ``resource`` and ``error`` is set and ``error``
+    names the offending field.
+    """
+
+    name: str | None
+    resource: Any = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
