@@ -1,0 +1,1 @@
+"""pyxds.channel."""

@@ -1,0 +1,306 @@
+"""The LB policy API pinned by ARCHITECTURE.md ("The LB policy API").
+
+Every policy in :mod:`pyxds.lb` and every user policy speaks these types.  The
+shape follows gRPC's LB policy API as described in gRFC A56 ("Child policy
+handling") and A61: a policy receives :class:`ResolverUpdate` s, owns
+subchannels made through its :class:`Helper`, and publishes an immutable
+:class:`Picker` with its aggregate :class:`ConnectivityState`.
+
+Rules every implementation follows:
+
+* All methods of :class:`LoadBalancer` and every ``Helper`` callback run on the
+  channel's work serializer; no policy takes a lock.
+* Pickers are immutable and may be called from any thread at any time; a
+  pick never blocks and never raises.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Union
+
+import grpc
+
+if TYPE_CHECKING:
+    from pyxds.clock import Clock
+
+__all__ = [
+    "ConnectivityState",
+    "Status",
+    "OK_STATUS",
+    "Endpoint",
+    "ResolverUpdate",
+    "PickArgs",
+    "PickComplete",
+    "PickQueue",
+    "PickFail",
+    "PickDrop",
+    "PickResult",
+    "Picker",
+    "QueuePicker",
+    "FailPicker",
+    "Subchannel",
+    "Helper",
+    "LoadBalancer",
+    "PolicyFactory",
+    "EMPTY_ATTRIBUTES",
+]
+
+EMPTY_ATTRIBUTES: Mapping[str, Any] = MappingProxyType({})
+
+
+class ConnectivityState(enum.Enum):
+    """gRPC connectivity states (gRFC A56 uses them for child states)."""
+
+    IDLE = "IDLE"
+    CONNECTING = "CONNECTING"
+    READY = "READY"
+    TRANSIENT_FAILURE = "TRANSIENT_FAILURE"
+    SHUTDOWN = "SHUTDOWN"
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """A gRPC status: code plus human-readable details."""
+
+    code: grpc.StatusCode
+    details: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code is grpc.StatusCode.OK
+
+    def __str__(self) -> str:
+        name = self.code.name if hasattr(self.code, "name") else str(self.code)
+        return f"{name}: {self.details}" if self.details else name
+
+
+OK_STATUS = Status(grpc.StatusCode.OK)
+
+
+def _freeze_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if value is None:
+        return EMPTY_ATTRIBUTES
+    if isinstance(value, MappingProxyType):
+        return value
+    return MappingProxyType(dict(value))
+
+
+@dataclass(frozen=True, eq=True)
+class Endpoint:
+    """One backend.  Several addresses only for a dual-stack backend (A61).
+
+    ``attributes`` carries e.g. ``hierarchical_path`` (tuple of child names,
+    A56 "Hierarchical Addresses"), ``weight`` and ``locality``.  Equality is
+    structural so that an unchanged address list is a no-op.
+    """
+
+    addresses: tuple[str, ...]
+    attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.addresses, str):
+            object.__setattr__(self, "addresses", (self.addresses,))
+        elif not isinstance(self.addresses, tuple):
+            object.__setattr__(self, "addresses", tuple(self.addresses))
+        object.__setattr__(self, "attributes", _freeze_mapping(self.attributes))
+
+    def __hash__(self) -> int:
+        return hash(self.addresses)
+
+    def with_attributes(self, **changes: Any) -> Endpoint:
+        merged = dict(self.attributes)
+        merged.update(changes)
+        return Endpoint(self.addresses, merged)
+
+
+@dataclass(frozen=True)
+class ResolverUpdate:
+    """What a parent (or the resolver) hands a policy.
+
+    ``endpoints`` is a :class:`Status` when resolution failed.  ``config`` is
+    this policy's parsed config (the value its factory's ``parse_config``
+    returned).
+    """
+
+    endpoints: Sequence[Endpoint] | Status
+    config: Any = None
+    attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
+    resolution_note: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.endpoints, Status) and not isinstance(self.endpoints, tuple):
+            object.__setattr__(self, "endpoints", tuple(self.endpoints))
+        object.__setattr__(self, "attributes", _freeze_mapping(self.attributes))
+
+    def replace(self, **changes: Any) -> ResolverUpdate:
+        values = {
+            "endpoints": self.endpoints,
+            "config": self.config,
+            "attributes": self.attributes,
+            "resolution_note": self.resolution_note,
+        }
+        values.update(changes)
+        return ResolverUpdate(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class PickArgs:
+    """Per-RPC pick input.  ``call_attributes["cluster"]`` names the
+    xds_cluster_manager child chosen by the ConfigSelector (A31)."""
+
+    path: str
+    metadata: Sequence[tuple[str, str | bytes]] = ()
+    call_attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
+
+
+@dataclass(frozen=True, slots=True)
+class PickComplete:
+    """Send the RPC on ``subchannel``; call ``on_call_done(status)`` when it ends."""
+
+    subchannel: Subchannel
+    on_call_done: Callable[[Status], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PickQueue:
+    """Wait for the next picker."""
+
+
+@dataclass(frozen=True, slots=True)
+class PickFail:
+    """Fail the RPC with ``status`` (a wait_for_ready RPC waits instead)."""
+
+    status: Status
+
+
+@dataclass(frozen=True, slots=True)
+class PickDrop:
+    """Fail the RPC with ``status`` even when it is wait_for_ready."""
+
+    status: Status
+
+
+PickResult = Union[PickComplete, PickQueue, PickFail, PickDrop]
+
+_QUEUE = PickQueue()
+
+
+class Picker(ABC):
+    """Immutable; called on the RPC path from any thread."""
+
+    @abstractmethod
+    def pick(self, args: PickArgs) -> PickResult: ...
+
+
+class QueuePicker(Picker):
+    """Queues every pick; optionally asks the policy to exit idle on first pick
+    (the IDLE picker of A62: ``on_pick`` is scheduled, not run inline)."""
+
+    __slots__ = ("_on_pick", "_triggered")
+
+    def __init__(self, on_pick: Callable[[], None] | None = None) -> None:
+        self._on_pick = on_pick
+        self._triggered = False
+
+    def pick(self, args: PickArgs) -> PickResult:
+        if self._on_pick is not None and not self._triggered:
+            self._triggered = True
+            self._on_pick()
+        return _QUEUE
+
+    def __repr__(self) -> str:
+        return "QueuePicker(exit_idle)" if self._on_pick else "QueuePicker()"
+
+
+class FailPicker(Picker):
+    """Fails every pick with one status (TRANSIENT_FAILURE picker)."""
+
+    __slots__ = ("status", "_result")
+
+    def __init__(self, status: Status) -> None:
+        self.status = status
+        self._result = PickFail(status)
+
+    def pick(self, args: PickArgs) -> PickResult:
+        return self._result
+
+    def __repr__(self) -> str:
+        return f"FailPicker({self.status})"
+
+
+class Subchannel(ABC):
+    """A connection to one address.  Owns its reconnect backoff: after
+    TRANSIENT_FAILURE it reports IDLE once backoff ends; ``connect()`` on IDLE
+    retries.  ``watch_state`` calls ``fn`` with the current state at once,
+    then on every change (always on the serializer); it returns an unwatch."""
+
+    address: str
+
+    @abstractmethod
+    def connect(self) -> None: ...
+
+    @abstractmethod
+    def watch_state(
+        self, fn: Callable[[ConnectivityState, Status], None]
+    ) -> Callable[[], None]: ...
+
+    @abstractmethod
+    def shutdown(self) -> None: ...
+
+    def reset_backoff(self) -> None:  # noqa: B027 - optional hook
+        """Optional: end the current backoff early."""
+
+
+class Helper(ABC):
+    """What a parent gives its child (A56 "Child policy handling")."""
+
+    clock: Clock
+    random: random.Random
+
+    @abstractmethod
+    def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> Subchannel: ...
+
+    @abstractmethod
+    def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None: ...
+
+    @abstractmethod
+    def request_reresolution(self) -> None: ...
+
+
+class LoadBalancer(ABC):
+    """A load-balancing policy instance.  Every method runs on the serializer."""
+
+    @abstractmethod
+    def update(self, update: ResolverUpdate) -> Status | None:
+        """Apply an update; a non-None return means it was rejected."""
+
+    @abstractmethod
+    def resolver_error(self, status: Status) -> None: ...
+
+    @abstractmethod
+    def exit_idle(self) -> None: ...
+
+    @abstractmethod
+    def reset_backoff(self) -> None: ...
+
+    @abstractmethod
+    def shutdown(self) -> None: ...
+
+
+class PolicyFactory(ABC):
+    """Registered by name in :mod:`pyxds.lb.registry`."""
+
+    name: str
+
+    @abstractmethod
+    def parse_config(self, json_config: Any) -> Any:
+        """Return a frozen, comparable config; raise LBConfigError naming the field."""
+
+    @abstractmethod
+    def build(self, helper: Helper) -> LoadBalancer: ...

@@ -1,0 +1,215 @@
+"""Owning one child policy: :class:`ChildPolicyHandler` and :class:`DelegatingHelper`.
+
+Every parent policy (priority, weighted_target, the xDS policies) owns each
+child through a ChildPolicyHandler.  The handler is itself a
+:class:`LoadBalancer`: the parent calls ``update`` with
+``config=PolicySelection(name, config)`` and the handler builds the named
+policy from the registry and forwards the update with the child's own config.
+
+Graceful switch (what grpc-go's gracefulswitch balancer does, A56 "Child
+policy handling" leaves the mechanism to the implementation):
+
+* First update: build the policy; it is *current* at once.
+* An update naming the current policy goes to current (and discards a pending
+  policy if there is one).
+* An update naming a different policy builds a *pending* child (replacing
+  an older pending one) and sends the update to it.  The pending child's
+  state reports are held back.  Pending replaces current as soon as either
+  the pending child reports a state other than CONNECTING, or current is not
+  READY (on its next report, or at once if its last report was not READY).
+  The old child is then shut down and the pending child's last state is
+  published.
+* Reports from a child that was shut down or replaced are dropped.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pyxds.lb.api import (
+    OK_STATUS,
+    ConnectivityState,
+    Helper,
+    LoadBalancer,
+    Picker,
+    QueuePicker,
+    ResolverUpdate,
+    Status,
+    Subchannel,
+)
+from pyxds.lb.registry import PolicySelection
+
+
+class DelegatingHelper(Helper):
+    """A helper that forwards everything to ``parent``; subclasses override
+    ``update_state`` (and anything else they intercept)."""
+
+    def __init__(self, parent: Helper) -> None:
+        self.parent = parent
+
+    @property
+    def clock(self):  # type: ignore[override]
+        return self.parent.clock
+
+    @property
+    def random(self) -> random.Random:  # type: ignore[override]
+        return self.parent.random
+
+    def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> Subchannel:
+        return self.parent.create_subchannel(address, attributes)
+
+    def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
+        self.parent.update_state(state, status, picker)
+
+    def request_reresolution(self) -> None:
+        self.parent.request_reresolution()
+
+    def __getattr__(self, name: str) -> Any:
+        # Extra helper capabilities (e.g. a channel's call counters) pass through.
+        if name == "parent":
+            raise AttributeError(name)
+        return getattr(self.parent, name)
+
+
+class _ChildSlot(DelegatingHelper):
+    """The helper one child of the handler sees."""
+
+    def __init__(self, handler: ChildPolicyHandler, name: str) -> None:
+        super().__init__(handler.helper)
+        self.handler = handler
+        self.name = name
+        self.policy: LoadBalancer | None = None
+        self.state = ConnectivityState.CONNECTING
+        self.status = OK_STATUS
+        self.picker: Picker = QueuePicker()
+        self.reported = False
+        self.closed = False
+
+    def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
+        if self.closed:
+            return
+        self.state, self.status, self.picker = state, status, picker
+        self.reported = True
+        self.handler._child_reported(self)
+
+    def request_reresolution(self) -> None:
+        if not self.closed:
+            self.parent.request_reresolution()
+
+    def close(self) -> None:
+        self.closed = True
+        if self.policy is not None:
+            self.policy.shutdown()
+            self.policy = None
+
+
+class ChildPolicyHandler(LoadBalancer):
+    """Owns one child policy, switching gracefully when its name changes."""
+
+    def __init__(self, helper: Helper) -> None:
+        self.helper = helper
+        self._current: _ChildSlot | None = None
+        self._pending: _ChildSlot | None = None
+
+    # -- introspection -------------------------------------------------
+    @property
+    def policy_name(self) -> str | None:
+        slot = self._pending or self._current
+        return slot.name if slot else None
+
+    @property
+    def child(self) -> LoadBalancer | None:
+        """The current child policy (for tests and config dumps)."""
+        return self._current.policy if self._current else None
+
+    # -- LoadBalancer --------------------------------------------------
+    def update(self, update: ResolverUpdate) -> Status | None:
+        selection = update.config
+        if not isinstance(selection, PolicySelection):
+            raise TypeError("ChildPolicyHandler.update needs config=PolicySelection")
+        child_update = update.replace(config=selection.config)
+        target = self._slot_for(selection)
+        assert target.policy is not None
+        return target.policy.update(child_update)
+
+    def resolver_error(self, status: Status) -> None:
+        for slot in self._slots():
+            if slot.policy is not None:
+                slot.policy.resolver_error(status)
+
+    def exit_idle(self) -> None:
+        slot = self._pending or self._current
+        if slot is not None and slot.policy is not None:
+            slot.policy.exit_idle()
+
+    def reset_backoff(self) -> None:
+        for slot in self._slots():
+            if slot.policy is not None:
+                slot.policy.reset_backoff()
+
+    def shutdown(self) -> None:
+        for slot in self._slots():
+            slot.close()
+        self._current = self._pending = None
+
+    # -- internals -----------------------------------------------------
+    def _slots(self) -> list[_ChildSlot]:
+        return [s for s in (self._current, self._pending) if s is not None]
+
+    def _slot_for(self, selection: PolicySelection) -> _ChildSlot:
+        if self._current is None:
+            slot = self._current = _ChildSlot(self, selection.name)
+            slot.policy = selection.factory.build(slot)
+            return slot
+        if self._current.name == selection.name:
+            if self._pending is not None:
+                self._pending.close()
+                self._pending = None
+            return self._current
+        if self._pending is not None and self._pending.name == selection.name:
+            return self._pending
+        if self._pending is not None:
+            self._pending.close()
+        slot = self._pending = _ChildSlot(self, selection.name)
+        slot.policy = selection.factory.build(slot)
+        if self._current.state is not ConnectivityState.READY:
+            self._swap()
+        return slot
+
+    def _child_reported(self, slot: _ChildSlot) -> None:
+        if slot is self._current:
+            if self._pending is not None and slot.state is not ConnectivityState.READY:
+                self._swap()
+                return
+            self.helper.update_state(slot.state, slot.status, slot.picker)
+        elif slot is self._pending and (
+            slot.state is not ConnectivityState.CONNECTING
+            or self._current is None
+            or self._current.state is not ConnectivityState.READY
+        ):
+            self._swap()
+
+    def _swap(self) -> None:
+        pending = self._pending
+        if pending is None:
+            return
+        old = self._current
+        self._current, self._pending = pending, None
+        if old is not None:
+            old.close()
+        if pending.reported:
+            self.helper.update_state(pending.state, pending.status, pending.picker)
+
+
+def on_state_callback(
+    fn: Callable[[ConnectivityState, Status, Picker], None], parent: Helper
+) -> DelegatingHelper:
+    """A helper whose ``update_state`` calls ``fn`` instead of the parent's."""
+
+    class _Helper(DelegatingHelper):
+        def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
+            fn(state, status, picker)
+
+    return _Helper(parent)

@@ -1,0 +1,122 @@
+"""``LBConfigError``: a bad LB config, with the JSON path of the bad field.
+
+ARCHITECTURE.md "The LB policy API": the message names the JSON path, e.g.
+``priority_experimental.children["p0"].config[0].pick_first.shuffleAddressList:
+expected boolean, got "yes"``.  Parents re-raise a child's error with their own
+path prefix via :meth:`LBConfigError.under`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class LBConfigError(ValueError):
+    """Invalid load-balancing config.  ``path`` is the JSON path of the field."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}" if path else problem)
+
+    def under(self, prefix: str) -> LBConfigError:
+        """The same error seen from a parent whose field is ``prefix``."""
+        if not self.path:
+            path = prefix
+        elif self.path.startswith("[") or self.path.startswith("."):
+            path = prefix + self.path
+        else:
+            path = f"{prefix}.{self.path}"
+        return LBConfigError(path, self.problem)
+
+
+def describe(value: Any) -> str:
+    """Render a JSON value for an error message (``"yes"``, ``3``, ``null``)."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def json_type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def key_path(parent: str, key: str) -> str:
+    """``parent["key"]`` for map keys, ``parent.key`` for field names."""
+    return f"{parent}[{json.dumps(key)}]"
+
+
+def field_path(parent: str, name: str) -> str:
+    return f"{parent}.{name}" if parent else name
+
+
+def expect_object(value: Any, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise LBConfigError(path, f"expected object, got {describe(value)}")
+    return value
+
+
+def expect_bool(obj: dict[str, Any], name: str, path: str, default: bool | None = None) -> bool:
+    if name not in obj:
+        if default is None:
+            raise LBConfigError(field_path(path, name), "required field missing")
+        return default
+    value = obj[name]
+    if not isinstance(value, bool):
+        raise LBConfigError(field_path(path, name), f"expected boolean, got {describe(value)}")
+    return value
+
+
+def expect_string(obj: dict[str, Any], name: str, path: str, default: str | None = None) -> str:
+    if name not in obj:
+        if default is None:
+            raise LBConfigError(field_path(path, name), "required field missing")
+        return default
+    value = obj[name]
+    if not isinstance(value, str):
+        raise LBConfigError(field_path(path, name), f"expected string, got {describe(value)}")
+    return value
+
+
+def expect_list(obj: dict[str, Any], name: str, path: str, default: list | None = None) -> list:
+    if name not in obj:
+        if default is None:
+            raise LBConfigError(field_path(path, name), "required field missing")
+        return default
+    value = obj[name]
+    if not isinstance(value, list):
+        raise LBConfigError(field_path(path, name), f"expected array, got {describe(value)}")
+    return value
+
+
+def expect_uint32(
+    obj: dict[str, Any], name: str, path: str, default: int | None = None, minimum: int = 0
+) -> int:
+    if name not in obj:
+        if default is None:
+            raise LBConfigError(field_path(path, name), "required field missing")
+        return default
+    value = obj[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise LBConfigError(field_path(path, name), f"expected integer, got {describe(value)}")
+    value = int(value)
+    if value < minimum or value > 0xFFFFFFFF:
+        raise LBConfigError(
+            field_path(path, name),
+            f"expected integer in [{minimum}, 4294967295], got {value}",
+        )
+    return value
