@@ -1,0 +1,109 @@
+"""The resolver API between the channel and its resolver (ARCHITECTURE.md layers).
+
+A resolver watches its source of truth (xDS, or a static address list) and,
+on the channel's work serializer, hands the channel a :class:`ResolverResult`:
+the endpoints, the top-level LB policy (a ``PolicySelection``), attributes
+for the policies (``xds_config``, ``dependency_manager``) and a
+:class:`ConfigSelector`.  The channel applies the LB config and swaps the
+config selector together (A31: config selector and LB config are published
+atomically; the resolver makes sure every cluster a new selector can return
+is present in the LB config it delivers with it).
+
+Per RPC the channel calls ``config_selector.select(path, metadata)`` off the
+serializer (it must be thread-safe and non-blocking), then the current
+picker with ``call_attributes`` from the returned :class:`CallConfig`, and
+calls ``CallConfig.on_committed`` exactly once when the RPC ends (A31:
+releases the RPC's reference to its cluster).
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyxds.clock import Clock
+from pyxds.lb.api import EMPTY_ATTRIBUTES, Endpoint, Status
+from pyxds.lb.registry import PolicySelection
+from pyxds.serializer import WorkSerializer
+
+
+@dataclass(frozen=True, slots=True)
+class CallConfig:
+    """What the ConfigSelector decided for one RPC.
+
+    ``status`` set: fail the RPC with it (e.g. UNAVAILABLE "No matching route
+    found in xDS route config").  ``timeout``: seconds, the RPC's deadline is
+    capped at now + timeout (A31 max_stream_duration).  ``on_committed``: call
+    once when the RPC ends, whatever the outcome.
+    """
+
+    call_attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
+    timeout: float | None = None
+    on_committed: Callable[[], None] | None = None
+    status: Status | None = None
+
+
+class ConfigSelector(ABC):
+    """Per-RPC routing decision (A31).  Thread-safe, never blocks."""
+
+    @abstractmethod
+    def select(self, path: str, metadata: Sequence[tuple[str, str | bytes]]) -> CallConfig: ...
+
+
+class DefaultConfigSelector(ConfigSelector):
+    """No routing: every RPC gets the same (empty) call config."""
+
+    _CONFIG = CallConfig()
+
+    def select(self, path: str, metadata: Sequence[tuple[str, str | bytes]]) -> CallConfig:
+        return self._CONFIG
+
+
+@dataclass(frozen=True)
+class ResolverResult:
+    """One resolver update.  ``endpoints`` is a Status when resolution failed;
+    ``lb_policy`` None keeps the previous policy (or the channel default,
+    pick_first); ``service_config_error`` set means the resolver could not
+    produce a usable config (the channel keeps the last good one, or fails
+    RPCs with it if it never had one)."""
+
+    endpoints: Sequence[Endpoint] | Status
+    lb_policy: PolicySelection | None = None
+    attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
+    config_selector: ConfigSelector | None = None
+    resolution_note: str = ""
+    service_config_error: Status | None = None
+
+
+@dataclass
+class ResolverArgs:
+    """What the channel gives a resolver."""
+
+    target: str  # the full target, e.g. "xds:///greeter"
+    authority: str  # the data-plane authority, e.g. "greeter"
+    serializer: WorkSerializer
+    clock: Clock
+    random: random.Random
+    on_result: Callable[[ResolverResult], None]  # call on the serializer
+    bootstrap: Any = None  # path, dict, JSON text, or None (env vars)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Resolver(ABC):
+    """Produces ResolverResults for one channel."""
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+    @abstractmethod
+    def request_reresolution(self) -> None: ...
+
+    @abstractmethod
+    def shutdown(self) -> None: ...
+
+    def config_dump(self) -> dict[str, Any]:
+        """Resolver-side state for ``channel.config_dump()``."""
+        return {}

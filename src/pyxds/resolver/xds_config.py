@@ -1,0 +1,70 @@
+"""``XdsConfig``: the complete, consistent xDS configuration (gRFC A74 latest).
+
+The XdsDependencyManager delivers an XdsConfig only when every resource it
+needs has arrived or failed, so the resolver and the LB policies never see a
+half-applied change.  Cluster problems stay local: ``clusters[name]`` is a
+``Status`` when the cluster failed (does not exist, or an error before any
+data); endpoint problems become ``EndpointConfig.resolution_note`` with
+``endpoints`` None.  All values are frozen with structural equality, so an
+unchanged cluster compares equal and its subtree does nothing (TRAPS:
+"configs and equality").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Union
+
+from pyxds.lb.api import Status
+from pyxds.xds.resources.types import (
+    Cluster,
+    ClusterLoadAssignment,
+    Listener,
+    RouteConfiguration,
+    VirtualHost,
+)
+
+XDS_CONFIG_ATTRIBUTE = "xds_config"
+DEPENDENCY_MANAGER_ATTRIBUTE = "dependency_manager"
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointConfig:
+    """EDS or LOGICAL_DNS data of a leaf cluster.  ``endpoints`` None with a
+    ``resolution_note`` when EDS/DNS failed or has not produced data."""
+
+    endpoints: ClusterLoadAssignment | None
+    resolution_note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateConfig:
+    """The ordered, deduplicated leaf clusters of an aggregate cluster (A75);
+    children that do not exist are skipped (A74 latest)."""
+
+    leaf_clusters: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    cluster: Cluster
+    children: Union[EndpointConfig, AggregateConfig]
+
+
+@dataclass(frozen=True)
+class XdsConfig:
+    listener: Listener
+    route_config: RouteConfiguration
+    virtual_host: VirtualHost
+    clusters: Mapping[str, ClusterConfig | Status] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.clusters, MappingProxyType):
+            object.__setattr__(self, "clusters", MappingProxyType(dict(self.clusters)))
+
+    def __hash__(self) -> int:
+        return hash((self.listener.name, self.route_config.name, tuple(self.clusters)))
