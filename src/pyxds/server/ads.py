@@ -1,0 +1,179 @@
+"""One ADS stream (State of the World, v3) as seen by the management server.
+
+Rules (the xDS protocol's SotW variant, as gRPC clients speak it, A27):
+
+* Each request names one ``type_url`` and carries the client's *whole*
+  subscription for that type: its ``resource_names`` replace the previous ones.
+* Wildcard: the name ``"*"`` subscribes to every resource of the type. For LDS
+  and CDS an empty ``resource_names`` also means wildcard when it is the first
+  request of that type on the stream, and stays wildcard while the client keeps
+  sending empty lists (legacy wildcard); an empty list after explicit names
+  unsubscribes from everything.
+* A response holds every subscribed resource that exists (for every type, so
+  LDS/CDS responses are complete SotW sets); unknown names are not sent. Each
+  response has the type's current version and a fresh nonce.
+* A request with ``response_nonce`` answers that response: ACK without
+  ``error_detail``, NACK with it. Both are recorded.
+* The server sends a type again only when what it would send differs from what
+  it last sent on this stream: another snapshot generation of the type, or
+  another set of names (the subscription changed). An ACK or NACK of the
+  current version therefore gets no response.
+* Nothing is sent for a type until a snapshot applies to the node.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from envoy.service.discovery.v3 import discovery_pb2
+from google.protobuf import any_pb2
+
+from pyxds.server.records import AckRecord, NackRecord, RequestRecord
+from pyxds.server.snapshot import NodeState
+from pyxds.server.types import FIELD_OF_TYPE, WILDCARD, WILDCARD_TYPES
+
+_stream_ids = itertools.count(1)
+_MAX_REMEMBERED_NONCES = 64
+
+
+@dataclass
+class _Subscription:
+    """One type's subscription on one stream and what was last sent for it."""
+
+    wildcard: bool = False
+    legacy_wildcard: bool = False
+    names: frozenset[str] = frozenset()
+    sent_key: tuple[int, tuple[str, ...]] | None = None
+    last_nonce: str = ""
+
+
+class AdsStreamState:
+    """The server side of one ADS stream, without I/O.
+
+    ``lookup(node_id)`` returns the NodeState the node is served (or None),
+    ``next_nonce()`` a fresh nonce, ``record(r)`` takes Request/Ack/Nack records.
+    """
+
+    def __init__(
+        self,
+        lookup: Callable[[str | None], NodeState | None],
+        next_nonce: Callable[[], str],
+        record: Callable[[object], None],
+    ) -> None:
+        self.stream_id = next(_stream_ids)
+        self.node_id: str | None = None
+        self._lookup = lookup
+        self._next_nonce = next_nonce
+        self._record = record
+        self._subs: dict[str, _Subscription] = {}
+        self._nonces: OrderedDict[str, tuple[str, str]] = OrderedDict()
+
+    # -- events -------------------------------------------------------------
+
+    def on_request(self, request: discovery_pb2.DiscoveryRequest) -> list:
+        """Handle a client request; returns the responses to send (0 or 1)."""
+        has_node = request.HasField("node")
+        if self.node_id is None:
+            self.node_id = request.node.id if has_node else ""
+        type_url = request.type_url
+        names = tuple(request.resource_names)
+        error = request.error_detail.message if request.HasField("error_detail") else None
+        self._record(
+            RequestRecord(
+                node_id=self.node_id,
+                type_url=type_url,
+                version_info=request.version_info,
+                nonce=request.response_nonce,
+                resource_names=names,
+                error_message=error,
+                stream_id=self.stream_id,
+                has_node=has_node,
+            )
+        )
+        if request.response_nonce or error is not None:
+            self._record_answer(request, names, error)
+        if type_url not in FIELD_OF_TYPE:
+            return []  # not a type this server serves
+        sub = self._subs.get(type_url)
+        first = sub is None
+        if sub is None:
+            sub = self._subs[type_url] = _Subscription()
+        explicit = frozenset(n for n in names if n != WILDCARD)
+        if WILDCARD in names:
+            sub.wildcard, sub.legacy_wildcard = True, False
+        elif not names and type_url in WILDCARD_TYPES and (first or sub.legacy_wildcard):
+            sub.wildcard = sub.legacy_wildcard = True
+        else:
+            sub.wildcard = sub.legacy_wildcard = False
+        sub.names = explicit
+        response = self._maybe_response(type_url, sub)
+        return [response] if response is not None else []
+
+    def on_snapshot_change(self) -> list:
+        """The node's snapshot may have changed; returns the responses to send."""
+        out = []
+        for type_url, sub in self._subs.items():
+            response = self._maybe_response(type_url, sub)
+            if response is not None:
+                out.append(response)
+        return out
+
+    # -- internals ------------------------------------------------------------
+
+    def _record_answer(self, request, names: tuple[str, ...], error: str | None) -> None:
+        nonce = request.response_nonce
+        known = self._nonces.get(nonce)
+        type_url = request.type_url
+        if error is None:
+            self._record(
+                AckRecord(
+                    node_id=self.node_id or "",
+                    type_url=type_url,
+                    version_info=request.version_info,
+                    nonce=nonce,
+                    resource_names=names,
+                    stream_id=self.stream_id,
+                )
+            )
+        else:
+            self._record(
+                NackRecord(
+                    node_id=self.node_id or "",
+                    type_url=type_url,
+                    version_info=request.version_info,
+                    nonce=nonce,
+                    error_message=error,
+                    resource_names=names,
+                    rejected_version=None if known is None else known[1],
+                    stream_id=self.stream_id,
+                )
+            )
+
+    def _maybe_response(self, type_url: str, sub: _Subscription):
+        state = self._lookup(self.node_id)
+        if state is None:
+            return None
+        served = state.types[type_url]
+        if sub.wildcard:
+            send = tuple(served.resources)
+        else:
+            send = tuple(n for n in served.resources if n in sub.names)
+        key = (served.generation, send)
+        if key == sub.sent_key:
+            return None
+        nonce = self._next_nonce()
+        response = discovery_pb2.DiscoveryResponse(
+            version_info=served.version,
+            type_url=type_url,
+            nonce=nonce,
+            resources=[any_pb2.Any(type_url=type_url, value=served.resources[n]) for n in send],
+        )
+        sub.sent_key = key
+        sub.last_nonce = nonce
+        self._nonces[nonce] = (type_url, served.version)
+        while len(self._nonces) > _MAX_REMEMBERED_NONCES:
+            self._nonces.popitem(last=False)
+        return response

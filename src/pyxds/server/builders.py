@@ -1,0 +1,498 @@
+"""Compact builders of the Envoy v3 resources a gRPC client uses (A27, A28, A37).
+
+Every function returns an envoy proto. The shapes follow what gRPC clients
+require: a Listener is an HTTP API listener whose HttpConnectionManager gets
+its routes over ADS (or inline) and ends its filter chain with the router
+filter; an EDS Cluster takes its endpoints from ADS.
+
+Durations are seconds (float) or ``datetime.timedelta``. Addresses are
+``"host:port"`` (``"[::1]:port"`` for IPv6).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2
+from envoy.config.core.v3 import (
+    address_pb2,
+    base_pb2,
+    config_source_pb2,
+    health_check_pb2,
+    protocol_pb2,
+)
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.config.listener.v3 import api_listener_pb2, listener_pb2
+from envoy.config.route.v3 import route_components_pb2, route_pb2
+from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2
+from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from envoy.type.matcher.v3 import regex_pb2, string_pb2
+from envoy.type.v3 import percent_pb2, range_pb2
+from google.protobuf import any_pb2, duration_pb2, message, wrappers_pb2
+
+Seconds = float | int | datetime.timedelta
+
+__all__ = [
+    "ads_config_source",
+    "cluster",
+    "endpoint",
+    "endpoints",
+    "header_matcher",
+    "http_connection_manager",
+    "listener",
+    "locality",
+    "pack",
+    "route",
+    "route_config",
+    "router_filter",
+    "virtual_host",
+]
+
+
+def pack(msg: message.Message) -> any_pb2.Any:
+    """Wrap a message in an Any (type URL ``type.googleapis.com/<full name>``)."""
+    out = any_pb2.Any()
+    out.Pack(msg)
+    return out
+
+
+def _duration(value: Seconds, what: str) -> duration_pb2.Duration:
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{what}: expected a non-negative number of seconds, got {value!r}")
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(round(value * 1e9))
+    return d
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"address {address!r}: expected host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def ads_config_source() -> config_source_pb2.ConfigSource:
+    """A ConfigSource that says "use the ADS stream" (A27: RDS and EDS must use ADS)."""
+    return config_source_pb2.ConfigSource(
+        ads=config_source_pb2.AggregatedConfigSource(),
+        resource_api_version=config_source_pb2.V3,
+    )
+
+
+def router_filter() -> hcm_pb2.HttpFilter:
+    """The terminal router filter (must be last in ``http_filters``)."""
+    return hcm_pb2.HttpFilter(name="router", typed_config=pack(router_pb2.Router()))
+
+
+def http_connection_manager(
+    route_config_name: str | None = None,
+    route_config: route_pb2.RouteConfiguration | None = None,
+    max_stream_duration: Seconds | None = None,
+    http_filters: Sequence[hcm_pb2.HttpFilter] = (),
+) -> hcm_pb2.HttpConnectionManager:
+    """An HttpConnectionManager using RDS over ADS or an inline route config.
+
+    ``http_filters`` go before the router filter, which is always last.
+    """
+    if (route_config_name is None) == (route_config is None):
+        raise ValueError("give exactly one of route_config_name and route_config")
+    hcm = hcm_pb2.HttpConnectionManager(
+        http_filters=[*http_filters, router_filter()],
+    )
+    if route_config is not None:
+        hcm.route_config.CopyFrom(route_config)
+    else:
+        hcm.rds.CopyFrom(
+            hcm_pb2.Rds(config_source=ads_config_source(), route_config_name=route_config_name)
+        )
+    if max_stream_duration is not None:
+        hcm.common_http_protocol_options.CopyFrom(
+            protocol_pb2.HttpProtocolOptions(
+                max_stream_duration=_duration(max_stream_duration, "max_stream_duration")
+            )
+        )
+    return hcm
+
+
+def listener(
+    name: str,
+    route_config_name: str | None = None,
+    route_config: route_pb2.RouteConfiguration | None = None,
+    max_stream_duration: Seconds | None = None,
+    http_filters: Sequence[hcm_pb2.HttpFilter] = (),
+) -> listener_pb2.Listener:
+    """An HTTP API listener (A27 "Listener Proto").
+
+    Routes come from RDS (``route_config_name``, default ``name + "-route"``) or
+    inline (``route_config``).
+    """
+    if route_config is None and route_config_name is None:
+        route_config_name = f"{name}-route"
+    hcm = http_connection_manager(
+        route_config_name, route_config, max_stream_duration, http_filters=http_filters
+    )
+    return listener_pb2.Listener(
+        name=name, api_listener=api_listener_pb2.ApiListener(api_listener=pack(hcm))
+    )
+
+
+def route_config(
+    name: str, virtual_hosts: Iterable[route_components_pb2.VirtualHost]
+) -> route_pb2.RouteConfiguration:
+    """A RouteConfiguration (A28)."""
+    return route_pb2.RouteConfiguration(name=name, virtual_hosts=list(virtual_hosts))
+
+
+def virtual_host(
+    name: str,
+    domains: Iterable[str] = ("*",),
+    routes: Iterable[route_components_pb2.Route] = (),
+) -> route_components_pb2.VirtualHost:
+    """A VirtualHost matching ``domains`` (default: every domain)."""
+    if isinstance(domains, str):
+        domains = (domains,)
+    return route_components_pb2.VirtualHost(name=name, domains=list(domains), routes=list(routes))
+
+
+def _string_matcher(
+    exact: str | None,
+    prefix: str | None,
+    suffix: str | None,
+    contains: str | None,
+    safe_regex: str | None,
+    ignore_case: bool,
+) -> string_pb2.StringMatcher:
+    m = string_pb2.StringMatcher(ignore_case=ignore_case)
+    if exact is not None:
+        m.exact = exact
+    elif prefix is not None:
+        m.prefix = prefix
+    elif suffix is not None:
+        m.suffix = suffix
+    elif contains is not None:
+        m.contains = contains
+    elif safe_regex is not None:
+        m.safe_regex.CopyFrom(_regex(safe_regex))
+    return m
+
+
+def _regex(pattern: str) -> regex_pb2.RegexMatcher:
+    return regex_pb2.RegexMatcher(regex=pattern, google_re2=regex_pb2.RegexMatcher.GoogleRE2())
+
+
+def header_matcher(
+    name: str,
+    *,
+    exact: str | None = None,
+    prefix: str | None = None,
+    suffix: str | None = None,
+    contains: str | None = None,
+    safe_regex: str | None = None,
+    range: tuple[int, int] | None = None,
+    present: bool | None = None,
+    invert_match: bool = False,
+    ignore_case: bool = False,
+    legacy: bool = False,
+) -> route_components_pb2.HeaderMatcher:
+    """A HeaderMatcher (A28 "Header matching"); give exactly one way to match.
+
+    String matches use ``string_match`` unless ``legacy`` asks for the older
+    ``exact_match``/``prefix_match``/... fields. ``range`` is [start, end).
+    """
+    given = [
+        k
+        for k, v in {
+            "exact": exact,
+            "prefix": prefix,
+            "suffix": suffix,
+            "contains": contains,
+            "safe_regex": safe_regex,
+            "range": range,
+            "present": present,
+        }.items()
+        if v is not None
+    ]
+    if len(given) != 1:
+        raise ValueError(f"header_matcher({name!r}): give exactly one matcher, got {given}")
+    m = route_components_pb2.HeaderMatcher(name=name, invert_match=invert_match)
+    if range is not None:
+        m.range_match.CopyFrom(range_pb2.Int64Range(start=range[0], end=range[1]))
+    elif present is not None:
+        m.present_match = present
+    elif legacy:
+        if exact is not None:
+            m.exact_match = exact
+        elif prefix is not None:
+            m.prefix_match = prefix
+        elif suffix is not None:
+            m.suffix_match = suffix
+        elif contains is not None:
+            m.contains_match = contains
+        else:
+            m.safe_regex_match.CopyFrom(_regex(safe_regex or ""))
+    else:
+        m.string_match.CopyFrom(
+            _string_matcher(exact, prefix, suffix, contains, safe_regex, ignore_case)
+        )
+    return m
+
+
+def _fraction(value: Any) -> base_pb2.RuntimeFractionalPercent:
+    if isinstance(value, base_pb2.RuntimeFractionalPercent):
+        return value
+    if isinstance(value, percent_pb2.FractionalPercent):
+        return base_pb2.RuntimeFractionalPercent(default_value=value)
+    if isinstance(value, tuple) and len(value) == 2:
+        numerator, denominator = value
+        denominators = percent_pb2.FractionalPercent.DenominatorType
+        return base_pb2.RuntimeFractionalPercent(
+            default_value=percent_pb2.FractionalPercent(
+                numerator=numerator, denominator=denominators.Value(denominator)
+            )
+        )
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1:
+        return base_pb2.RuntimeFractionalPercent(
+            default_value=percent_pb2.FractionalPercent(
+                numerator=round(value * 1_000_000),
+                denominator=percent_pb2.FractionalPercent.MILLION,
+            )
+        )
+    raise ValueError(
+        "runtime_fraction: expected a fraction in [0, 1], (numerator, "
+        f"'HUNDRED'|'TEN_THOUSAND'|'MILLION') or a proto, got {value!r}"
+    )
+
+
+def route(
+    prefix: str | None = None,
+    path: str | None = None,
+    regex: str | None = None,
+    headers: Iterable[route_components_pb2.HeaderMatcher] = (),
+    cluster: str | None = None,
+    weighted_clusters: Mapping[str, int] | None = None,
+    case_sensitive: bool | None = None,
+    runtime_fraction: Any = None,
+    timeout: Seconds | None = None,
+    max_stream_duration: Seconds | None = None,
+    grpc_timeout_header_max: Seconds | None = None,
+) -> route_components_pb2.Route:
+    """A Route: one path matcher (default ``prefix=""``) and one action (A28).
+
+    ``weighted_clusters`` maps cluster name to weight. With neither ``cluster``
+    nor ``weighted_clusters`` the route is non-forwarding (``non_forwarding_action``).
+    """
+    matchers = [k for k, v in {"prefix": prefix, "path": path, "regex": regex}.items() if v]
+    if len(matchers) > 1:
+        raise ValueError(f"route: give at most one of prefix, path, regex; got {matchers}")
+    if cluster is not None and weighted_clusters is not None:
+        raise ValueError("route: give at most one of cluster and weighted_clusters")
+    match = route_components_pb2.RouteMatch(headers=list(headers))
+    if path is not None:
+        match.path = path
+    elif regex is not None:
+        match.safe_regex.CopyFrom(_regex(regex))
+    else:
+        match.prefix = prefix or ""
+    if case_sensitive is not None:
+        match.case_sensitive.CopyFrom(wrappers_pb2.BoolValue(value=case_sensitive))
+    if runtime_fraction is not None:
+        match.runtime_fraction.CopyFrom(_fraction(runtime_fraction))
+    out = route_components_pb2.Route(match=match)
+    if cluster is None and weighted_clusters is None:
+        out.non_forwarding_action.SetInParent()
+        return out
+    action = route_components_pb2.RouteAction()
+    if cluster is not None:
+        action.cluster = cluster
+    else:
+        assert weighted_clusters is not None
+        action.weighted_clusters.CopyFrom(
+            route_components_pb2.WeightedCluster(
+                clusters=[
+                    route_components_pb2.WeightedCluster.ClusterWeight(
+                        name=name, weight=wrappers_pb2.UInt32Value(value=weight)
+                    )
+                    for name, weight in weighted_clusters.items()
+                ]
+            )
+        )
+    if timeout is not None:
+        action.timeout.CopyFrom(_duration(timeout, "route timeout"))
+    if max_stream_duration is not None:
+        action.max_stream_duration.max_stream_duration.CopyFrom(
+            _duration(max_stream_duration, "route max_stream_duration")
+        )
+    if grpc_timeout_header_max is not None:
+        action.max_stream_duration.grpc_timeout_header_max.CopyFrom(
+            _duration(grpc_timeout_header_max, "route grpc_timeout_header_max")
+        )
+    out.route.CopyFrom(action)
+    return out
+
+
+_LB_POLICIES = {
+    name: cluster_pb2.Cluster.LbPolicy.Value(name)
+    for name in cluster_pb2.Cluster.LbPolicy.keys()  # noqa: SIM118 - enum wrapper
+}
+
+
+def _load_balancing_policy(value: Any) -> cluster_pb2.LoadBalancingPolicy:
+    if isinstance(value, cluster_pb2.LoadBalancingPolicy):
+        return value
+    if isinstance(value, message.Message):
+        value = [value]
+    policies = []
+    for i, item in enumerate(value):
+        if isinstance(item, tuple):
+            name, msg = item
+        else:
+            name, msg = item.DESCRIPTOR.full_name, item
+        if not isinstance(msg, message.Message):
+            raise ValueError(f"load_balancing_policy[{i}]: expected a protobuf message")
+        policies.append(
+            cluster_pb2.LoadBalancingPolicy.Policy(
+                typed_extension_config=_typed_extension(name, msg)
+            )
+        )
+    return cluster_pb2.LoadBalancingPolicy(policies=policies)
+
+
+def _typed_extension(name: str, msg: message.Message):
+    from envoy.config.core.v3 import extension_pb2
+
+    return extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(msg))
+
+
+def cluster(
+    name: str,
+    eds_service_name: str | None = None,
+    lb_policy: str = "ROUND_ROBIN",
+    kind: str = "EDS",
+    dns_host: str | None = None,
+    dns_port: int | None = None,
+    aggregate_children: Sequence[str] | None = None,
+    max_requests: int | None = None,
+    load_balancing_policy: Any = None,
+) -> cluster_pb2.Cluster:
+    """A Cluster of ``kind`` "EDS", "LOGICAL_DNS" or "AGGREGATE" (A27, A37).
+
+    EDS takes endpoints over ADS (``eds_service_name`` names the EDS resource;
+    default: the cluster name). LOGICAL_DNS needs ``dns_host`` and ``dns_port``.
+    AGGREGATE lists ``aggregate_children`` in priority order.
+    ``load_balancing_policy`` (A52): a LoadBalancingPolicy proto, a message, or a
+    list of messages or (name, message) pairs, first supported wins.
+    """
+    kind = kind.upper()
+    if aggregate_children is not None:
+        kind = "AGGREGATE"
+    if lb_policy not in _LB_POLICIES:
+        raise ValueError(f"cluster {name!r}: unknown lb_policy {lb_policy!r}")
+    c = cluster_pb2.Cluster(name=name, lb_policy=_LB_POLICIES[lb_policy])
+    if kind == "EDS":
+        c.type = cluster_pb2.Cluster.EDS
+        c.eds_cluster_config.eds_config.CopyFrom(ads_config_source())
+        if eds_service_name:
+            c.eds_cluster_config.service_name = eds_service_name
+    elif kind == "LOGICAL_DNS":
+        if not dns_host or dns_port is None:
+            raise ValueError(f"cluster {name!r}: LOGICAL_DNS needs dns_host and dns_port")
+        c.type = cluster_pb2.Cluster.LOGICAL_DNS
+        c.load_assignment.CopyFrom(
+            endpoints(name, [locality(endpoints=[endpoint(f"{dns_host}:{dns_port}")])])
+        )
+    elif kind == "AGGREGATE":
+        children = list(aggregate_children or ())
+        c.cluster_type.name = "envoy.clusters.aggregate"
+        c.cluster_type.typed_config.CopyFrom(pack(aggregate_pb2.ClusterConfig(clusters=children)))
+    else:
+        raise ValueError(f"cluster {name!r}: kind must be EDS, LOGICAL_DNS or AGGREGATE")
+    if max_requests is not None:
+        c.circuit_breakers.CopyFrom(
+            circuit_breaker_pb2.CircuitBreakers(
+                thresholds=[
+                    circuit_breaker_pb2.CircuitBreakers.Thresholds(
+                        max_requests=wrappers_pb2.UInt32Value(value=max_requests)
+                    )
+                ]
+            )
+        )
+    if load_balancing_policy is not None:
+        c.load_balancing_policy.CopyFrom(_load_balancing_policy(load_balancing_policy))
+    return c
+
+
+_HEALTH = {
+    name: health_check_pb2.HealthStatus.Value(name)
+    for name in health_check_pb2.HealthStatus.keys()  # noqa: SIM118 - enum wrapper
+}
+
+
+def endpoint(
+    address: str,
+    weight: int | None = None,
+    health_status: str | int = "UNKNOWN",
+    hostname: str = "",
+) -> endpoint_components_pb2.LbEndpoint:
+    """One LbEndpoint at ``"host:port"`` with an optional weight and a health status name."""
+    host, port = _split_address(address)
+    if isinstance(health_status, str):
+        if health_status not in _HEALTH:
+            raise ValueError(f"endpoint {address}: unknown health_status {health_status!r}")
+        health_status = _HEALTH[health_status]
+    lb = endpoint_components_pb2.LbEndpoint(
+        endpoint=endpoint_components_pb2.Endpoint(
+            address=address_pb2.Address(
+                socket_address=address_pb2.SocketAddress(address=host, port_value=port)
+            ),
+            hostname=hostname,
+        ),
+        health_status=health_status,
+    )
+    if weight is not None:
+        lb.load_balancing_weight.value = weight
+    return lb
+
+
+def locality(
+    region: str = "",
+    zone: str = "",
+    sub_zone: str = "",
+    weight: int | None = 1,
+    priority: int = 0,
+    endpoints: Iterable[str | endpoint_components_pb2.LbEndpoint] = (),
+) -> endpoint_components_pb2.LocalityLbEndpoints:
+    """A locality's endpoints (strings are ``"host:port"``); ``weight=None`` leaves it unset."""
+    out = endpoint_components_pb2.LocalityLbEndpoints(
+        locality=base_pb2.Locality(region=region, zone=zone, sub_zone=sub_zone),
+        lb_endpoints=[endpoint(e) if isinstance(e, str) else e for e in endpoints],
+        priority=priority,
+    )
+    if weight is not None:
+        out.load_balancing_weight.value = weight
+    return out
+
+
+def endpoints(
+    cluster_name: str,
+    localities: Iterable[endpoint_components_pb2.LocalityLbEndpoints] = (),
+    drop_overloads: Mapping[str, int] | None = None,
+) -> endpoint_pb2.ClusterLoadAssignment:
+    """A ClusterLoadAssignment; ``drop_overloads`` maps category to parts per million."""
+    cla = endpoint_pb2.ClusterLoadAssignment(cluster_name=cluster_name, endpoints=list(localities))
+    for category, ppm in (drop_overloads or {}).items():
+        cla.policy.drop_overloads.add(
+            category=category,
+            drop_percentage=percent_pb2.FractionalPercent(
+                numerator=ppm, denominator=percent_pb2.FractionalPercent.MILLION
+            ),
+        )
+    return cla

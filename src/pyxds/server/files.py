@@ -1,0 +1,148 @@
+"""Resource files: Envoy's JSON form of xDS resources, in YAML or JSON.
+
+A file is either a list of resources or a mapping with a ``resources`` list
+(and optionally a ``version``). Each resource is an object whose ``"@type"`` is
+the v3 type URL of a Listener, RouteConfiguration, Cluster or
+ClusterLoadAssignment; the rest is the message in protobuf's JSON mapping,
+parsed with ``google.protobuf.json_format`` (nested ``Any`` values, such as the
+HttpConnectionManager inside a Listener, carry their own ``"@type"``).
+
+Example (YAML)::
+
+    version: "1"
+    resources:
+    - "@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+      name: backend
+      type: EDS
+      edsClusterConfig: {edsConfig: {ads: {}, resourceApiVersion: V3}}
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from typing import Any
+
+from google.protobuf import json_format
+
+from pyxds.server.snapshot import Snapshot
+from pyxds.server.types import FIELD_OF_TYPE
+
+# Messages that appear inside Any fields of the resources gRPC understands; importing
+# them registers them in the default descriptor pool so json_format can resolve "@type".
+_ANY_MODULES = (
+    "envoy.config.listener.v3.listener_pb2",
+    "envoy.config.route.v3.route_pb2",
+    "envoy.config.cluster.v3.cluster_pb2",
+    "envoy.config.endpoint.v3.endpoint_pb2",
+    "envoy.extensions.filters.network.http_connection_manager.v3.http_connection_manager_pb2",
+    "envoy.extensions.filters.http.router.v3.router_pb2",
+    "envoy.extensions.filters.http.fault.v3.fault_pb2",
+    "envoy.extensions.filters.http.rbac.v3.rbac_pb2",
+    "envoy.extensions.filters.http.stateful_session.v3.stateful_session_pb2",
+    "envoy.extensions.filters.http.gcp_authn.v3.gcp_authn_pb2",
+    "envoy.extensions.clusters.aggregate.v3.cluster_pb2",
+    "envoy.extensions.load_balancing_policies.round_robin.v3.round_robin_pb2",
+    "envoy.extensions.load_balancing_policies.pick_first.v3.pick_first_pb2",
+    "envoy.extensions.load_balancing_policies.wrr_locality.v3.wrr_locality_pb2",
+    "envoy.extensions.load_balancing_policies.ring_hash.v3.ring_hash_pb2",
+    "envoy.extensions.load_balancing_policies.least_request.v3.least_request_pb2",
+    "envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3.client_side_weighted_round_robin_pb2",
+    "envoy.extensions.transport_sockets.tls.v3.tls_pb2",
+    "envoy.extensions.upstreams.http.v3.http_protocol_options_pb2",
+    "xds.type.v3.typed_struct_pb2",
+    "udpa.type.v1.typed_struct_pb2",
+)
+
+
+def register_any_types() -> None:
+    """Import the envoy modules whose messages may sit inside an Any (idempotent)."""
+    for name in _ANY_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an older xds-protos without this extension
+            pass
+
+
+class ResourceFileError(ValueError):
+    """A resource file could not be read; the message names the file and the entry."""
+
+
+def _parse_text(text: str, path: str) -> Any:
+    if path.endswith(".json"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ResourceFileError(f"{path}: invalid JSON: {e}") from None
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ResourceFileError(f"{path}: invalid YAML: {e}") from None
+
+
+def parse_resources(data: Any, source: str = "<resources>") -> Snapshot:
+    """Build a Snapshot from already-decoded JSON/YAML ``data`` (see module doc)."""
+    from google.protobuf import message_factory, symbol_database
+
+    register_any_types()
+    version = None
+    if isinstance(data, dict):
+        if "resources" not in data:
+            raise ResourceFileError(f"{source}: expected a list or a mapping with 'resources'")
+        version = data.get("version")
+        if version is not None and not isinstance(version, str | int):
+            raise ResourceFileError(f"{source}: version: expected a string, got {version!r}")
+        version = None if version is None else str(version)
+        data = data["resources"]
+    if not isinstance(data, list):
+        raise ResourceFileError(f"{source}: resources: expected a list, got {type(data).__name__}")
+    by_type: dict[str, list[Any]] = {field: [] for field in FIELD_OF_TYPE.values()}
+    pool = symbol_database.Default().pool
+    for i, entry in enumerate(data):
+        where = f"{source}: resources[{i}]"
+        if not isinstance(entry, dict):
+            raise ResourceFileError(f"{where}: expected an object, got {type(entry).__name__}")
+        type_url = entry.get("@type")
+        if type_url not in FIELD_OF_TYPE:
+            raise ResourceFileError(
+                f"{where}: @type: expected one of {', '.join(FIELD_OF_TYPE)}, got {type_url!r}"
+            )
+        descriptor = pool.FindMessageTypeByName(type_url.rsplit("/", 1)[1])
+        cls = message_factory.GetMessageClass(descriptor)
+        body = {k: v for k, v in entry.items() if k != "@type"}
+        try:
+            msg = json_format.ParseDict(body, cls())
+        except json_format.ParseError as e:
+            raise ResourceFileError(f"{where}: {e}") from None
+        by_type[FIELD_OF_TYPE[type_url]].append(msg)
+    try:
+        return Snapshot(version=version, **by_type)
+    except (TypeError, ValueError) as e:
+        raise ResourceFileError(f"{source}: {e}") from None
+
+
+def load_resources(path: str | os.PathLike[str]) -> Snapshot:
+    """Read a YAML (``.yaml``/``.yml``/other) or JSON (``.json``) resource file."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ResourceFileError(f"{path}: cannot read: {e.strerror}") from None
+    return parse_resources(_parse_text(text, path), path)
+
+
+def dump_resources(snapshot: Snapshot) -> dict:
+    """The inverse of parse_resources: a ``{"version", "resources"}`` dict in JSON form."""
+    resources = []
+    for type_url in FIELD_OF_TYPE:
+        for resource in snapshot.resources(type_url).values():
+            body = json_format.MessageToDict(resource)
+            resources.append({"@type": type_url, **body})
+    out: dict[str, Any] = {"resources": resources}
+    if snapshot.version is not None:
+        out["version"] = snapshot.version
+    return out

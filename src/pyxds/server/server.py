@@ -1,0 +1,426 @@
+"""The embedded xDS management server: ADS over grpcio, snapshots per node, records.
+
+Threads: grpcio runs each ADS stream's response generator on a worker of the
+server's pool; a small reader thread per stream drains the request iterator
+into the stream's event queue, so requests, snapshot changes and the end of the
+RPC are handled one at a time by the generator (see :mod:`pyxds.server.ads`
+for the protocol rules). Snapshot changes are pushed by waking every stream;
+each stream sends only the types whose served content changed for its node.
+
+``stop()`` cancels every stream; ``start()`` after ``stop()`` binds the same
+port again, so tests can kill and restart the control plane under a client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from typing import Any
+
+import grpc
+from envoy.service.discovery.v3 import ads_pb2_grpc
+
+from pyxds.server.ads import AdsStreamState
+from pyxds.server.records import AckRecord, NackRecord, RequestRecord
+from pyxds.server.snapshot import Snapshot, SnapshotStore
+from pyxds.server.types import FIELD_OF_TYPE, resolve_type_url
+
+_END = object()
+_CHANGED = object()
+
+#: Server channel options: let clients keep the ADS stream alive with pings
+#: (a client's keepalive must not earn a GOAWAY "too_many_pings").
+SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),
+    ("grpc.http2.max_ping_strikes", 0),
+)
+
+
+class _Close:
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self.code = code
+        self.details = details
+
+
+class _Stream:
+    """Queue-driven wrapper of one AdsStreamState bound to a grpcio RPC."""
+
+    def __init__(self, server: ManagementServer, context: grpc.ServicerContext) -> None:
+        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        self.context = context
+        self.server = server
+        self.state = AdsStreamState(server._store.get, server._next_nonce, server._record)
+
+    def notify(self, event: object) -> None:
+        self.events.put(event)
+
+    def _read(self, requests: Iterator) -> None:
+        try:
+            for request in requests:
+                self.events.put(request)
+        except Exception:  # the RPC ended (cancelled, reset): nothing to report
+            pass
+        finally:
+            self.events.put(_END)
+
+    def run(self, requests: Iterator) -> Iterator:
+        self.context.add_callback(lambda: self.events.put(_END))
+        threading.Thread(
+            target=self._read, args=(requests,), name="pyxds-ads-reader", daemon=True
+        ).start()
+        registered = False
+        try:
+            while True:
+                event = self.events.get()
+                if event is _END:
+                    return
+                if isinstance(event, _Close):
+                    self.context.set_code(event.code)
+                    self.context.set_details(event.details)
+                    return
+                if event is _CHANGED:
+                    responses = self.state.on_snapshot_change()
+                else:
+                    responses = self.state.on_request(event)
+                    if not registered:
+                        registered = True
+                        self.server._attach(self)
+                yield from responses
+        finally:
+            if registered:
+                self.server._detach(self)
+
+
+class _Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
+    def __init__(self, server: ManagementServer) -> None:
+        self._server = server
+
+    def StreamAggregatedResources(self, request_iterator, context):
+        return _Stream(self._server, context).run(request_iterator)
+
+
+class ManagementServer:
+    """An xDS v3 ADS management server on ``host:port`` (port 0: pick a free one).
+
+    >>> with ManagementServer() as server:
+    ...     server.set_snapshot(Snapshot(listeners=[...], ...))
+    ...     bootstrap = server.bootstrap(node_id="test-node")
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        max_workers: int = 64,
+        snapshot: Snapshot | None = None,
+    ) -> None:
+        self.host = host
+        self._port = port
+        self._max_workers = max_workers
+        self._grpc_server: grpc.Server | None = None
+        self._store = SnapshotStore()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._streams: list[_Stream] = []
+        self._records: list[Any] = []
+        self._nonces = itertools.count(1)
+        self._total_streams = 0
+        self.client_connected = threading.Event()
+        if snapshot is not None:
+            self._store.set(snapshot)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def start(self) -> ManagementServer:
+        """Start serving; after a stop() this binds the same port again."""
+        if self._grpc_server is not None:
+            raise RuntimeError("ManagementServer already started")
+        server = grpc.server(
+            futures.ThreadPoolExecutor(
+                max_workers=self._max_workers, thread_name_prefix="pyxds-xds-server"
+            ),
+            options=SERVER_OPTIONS,
+        )
+        ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(_Servicer(self), server)
+        bound = server.add_insecure_port(f"{self._host_for_uri()}:{self._port}")
+        if not bound:
+            raise RuntimeError(f"ManagementServer: cannot bind {self.host}:{self._port}")
+        self._port = bound
+        server.start()
+        self._grpc_server = server
+        return self
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop serving (streams are cancelled after ``grace`` seconds; None: at once)."""
+        server, self._grpc_server = self._grpc_server, None
+        if server is None:
+            return
+        server.stop(grace).wait(timeout=(grace or 0) + 10)
+        with self._lock:
+            streams = list(self._streams)
+        for stream in streams:
+            stream.notify(_END)
+
+    @property
+    def running(self) -> bool:
+        return self._grpc_server is not None
+
+    def __enter__(self) -> ManagementServer:
+        if self._grpc_server is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _host_for_uri(self) -> str:
+        return f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+
+    @property
+    def port(self) -> int:
+        """The bound port (0 before the first start() when constructed with port=0)."""
+        return self._port
+
+    @property
+    def address(self) -> str:
+        """``host:port`` as a gRPC target, e.g. ``"127.0.0.1:40123"``."""
+        return f"{self._host_for_uri()}:{self._port}"
+
+    def bootstrap(
+        self,
+        node_id: str = "test-node",
+        features: Sequence[str] = ("xds_v3",),
+        *,
+        cluster: str = "",
+        locality: dict[str, str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **extra: Any,
+    ) -> dict:
+        """A bootstrap dict pointing at this server (A27 "XdsClient and Bootstrap File").
+
+        Usable by grpcio's C-core (``GRPC_XDS_BOOTSTRAP_CONFIG=json.dumps(...)``) and
+        by pyxds. ``extra`` keys are added at the top level (e.g. ``authorities``).
+        """
+        if not self._port:
+            raise RuntimeError("ManagementServer.bootstrap: start the server first")
+        node: dict[str, Any] = {"id": node_id}
+        if cluster:
+            node["cluster"] = cluster
+        if locality:
+            node["locality"] = dict(locality)
+        if metadata:
+            node["metadata"] = dict(metadata)
+        config = {
+            "xds_servers": [
+                {
+                    "server_uri": self.address,
+                    "channel_creds": [{"type": "insecure"}],
+                    "server_features": list(features),
+                }
+            ],
+            "node": node,
+        }
+        config.update(extra)
+        return config
+
+    # -- snapshots -----------------------------------------------------------
+
+    def set_snapshot(self, snapshot: Snapshot, node_id: str | None = None) -> None:
+        """Serve ``snapshot`` to ``node_id`` (None: every node without its own); push now."""
+        self._store.set(snapshot, node_id)
+        self._push()
+
+    def clear_snapshot(self, node_id: str | None = None) -> None:
+        """Drop a node's own snapshot (it gets the default again); None drops the default."""
+        self._store.clear(node_id)
+        self._push()
+
+    def snapshot(self, node_id: str | None = None) -> Snapshot:
+        """The snapshot ``node_id`` is served (an empty Snapshot when none is set)."""
+        return self._store.snapshot(node_id) or Snapshot()
+
+    def update(self, node_id: str | None = None, version: str | None = None, **types: Any) -> None:
+        """Replace whole types, e.g. ``update(clusters=[...], endpoints=[...])``."""
+        self.set_snapshot(self._own_snapshot(node_id).replace(version=version, **types), node_id)
+
+    def remove(self, node_id: str | None = None, version: str | None = None, **names: Any) -> None:
+        """Remove resources by name, e.g. ``remove(clusters=["c1"])``."""
+        self.set_snapshot(self._own_snapshot(node_id).without(version=version, **names), node_id)
+
+    def _own_snapshot(self, node_id: str | None) -> Snapshot:
+        return self._store.snapshot(node_id) or Snapshot()
+
+    def _push(self) -> None:
+        with self._lock:
+            streams = list(self._streams)
+        for stream in streams:
+            stream.notify(_CHANGED)
+
+    def close_streams(
+        self,
+        node_id: str | None = None,
+        code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE,
+        details: str = "stream closed by the management server",
+    ) -> int:
+        """End open streams (of ``node_id``, or all) with ``code``; returns how many."""
+        with self._lock:
+            streams = [s for s in self._streams if node_id is None or s.state.node_id == node_id]
+        for stream in streams:
+            stream.notify(_Close(code, details))
+        return len(streams)
+
+    # -- streams and records ---------------------------------------------------
+
+    def _next_nonce(self) -> str:
+        return str(next(self._nonces))
+
+    def _record(self, record: Any) -> None:
+        with self._cond:
+            self._records.append(record)
+            self._cond.notify_all()
+
+    def _attach(self, stream: _Stream) -> None:
+        with self._cond:
+            self._streams.append(stream)
+            self._total_streams += 1
+            self._cond.notify_all()
+        self.client_connected.set()
+
+    def _detach(self, stream: _Stream) -> None:
+        with self._cond:
+            if stream in self._streams:
+                self._streams.remove(stream)
+            self._cond.notify_all()
+
+    @property
+    def stream_count(self) -> int:
+        """Number of open ADS streams (counted from their first request)."""
+        with self._lock:
+            return len(self._streams)
+
+    @property
+    def total_streams(self) -> int:
+        """Number of ADS streams opened since this object was created."""
+        with self._lock:
+            return self._total_streams
+
+    def connected_nodes(self) -> list[str]:
+        """Node ids of the open streams (sorted, without repeats)."""
+        with self._lock:
+            return sorted({s.state.node_id or "" for s in self._streams})
+
+    def _select(self, kind: type, type_url: str | None, node_id: str | None) -> list:
+        wanted = None if type_url is None else resolve_type_url(type_url)
+        return [
+            r
+            for r in self._records
+            if isinstance(r, kind)
+            and (wanted is None or r.type_url == wanted)
+            and (node_id is None or r.node_id == node_id)
+        ]
+
+    def requests(self, type_url: str | None = None, node_id: str | None = None) -> list:
+        """Every DiscoveryRequest received, as RequestRecord, oldest first."""
+        with self._lock:
+            return self._select(RequestRecord, type_url, node_id)
+
+    def acks(self, type_url: str | None = None, node_id: str | None = None) -> list[AckRecord]:
+        """ACKs received, oldest first (``type_url`` may be a short name like "CDS")."""
+        with self._lock:
+            return self._select(AckRecord, type_url, node_id)
+
+    def nacks(self, type_url: str | None = None, node_id: str | None = None) -> list[NackRecord]:
+        """NACKs received, oldest first, with the client's error message."""
+        with self._lock:
+            return self._select(NackRecord, type_url, node_id)
+
+    def clear_records(self) -> None:
+        with self._lock:
+            self._records.clear()
+
+    def _wait(self, what: str, find: Callable[[], Any], timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                found = find()
+                if found:
+                    return found
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+                self._cond.wait(remaining)
+
+    def wait_for_ack(
+        self,
+        type_url: str,
+        version: str | None = None,
+        timeout: float = 5.0,
+        node_id: str | None = None,
+    ) -> AckRecord:
+        """Block until a client ACKs ``version`` (any version if None) of ``type_url``."""
+        t = resolve_type_url(type_url)
+
+        def find() -> AckRecord | None:
+            for r in reversed(self._select(AckRecord, t, node_id)):
+                if version is None or r.version_info == version:
+                    return r
+            return None
+
+        try:
+            return self._wait(f"an ACK of {FIELD_OF_TYPE[t]} version {version!r}", find, timeout)
+        except TimeoutError as e:
+            seen = [(r.node_id, r.version_info) for r in self.acks(t)]
+            raise TimeoutError(f"{e}; ACKs seen (node, version): {seen}") from None
+
+    def wait_for_nack(
+        self,
+        type_url: str | None = None,
+        timeout: float = 5.0,
+        node_id: str | None = None,
+        after: int = 0,
+    ) -> NackRecord:
+        """Block until there are more than ``after`` NACKs (of a type/node); return the newest."""
+
+        def find() -> NackRecord | None:
+            nacks = self._select(NackRecord, type_url, node_id)
+            return nacks[-1] if len(nacks) > after else None
+
+        return self._wait(f"a NACK of {type_url or 'any type'}", find, timeout)
+
+    def wait_for_request(
+        self,
+        predicate: Callable[[RequestRecord], bool],
+        timeout: float = 5.0,
+        what: str = "a matching request",
+    ) -> RequestRecord:
+        """Block until a received request satisfies ``predicate``; return it."""
+
+        def find() -> RequestRecord | None:
+            for r in self._select(RequestRecord, None, None):
+                if predicate(r):
+                    return r
+            return None
+
+        return self._wait(what, find, timeout)
+
+    def wait_for_streams(self, count: int = 1, timeout: float = 5.0, total: bool = False) -> None:
+        """Block until ``count`` streams are open (``total``: were ever opened)."""
+
+        def find() -> bool:
+            return (self._total_streams if total else len(self._streams)) >= count
+
+        self._wait(f"{count} ADS stream(s)", find, timeout)
+
+    def serve_forever(self, stop: threading.Event | None = None) -> None:
+        """Block until ``stop`` is set (or forever), then stop()."""
+        stop = stop or threading.Event()
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+        self.stop()

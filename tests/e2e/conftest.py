@@ -1,0 +1,69 @@
+"""Shared end-to-end fixtures: a running pyxds management server and Echo backends.
+
+Everything binds 127.0.0.1 only; every wait in these helpers is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from backends import Blackhole, EchoBackend  # noqa: E402
+
+from pyxds.server import ManagementServer  # noqa: E402
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture
+def xds_server() -> Iterator[ManagementServer]:
+    """A started ManagementServer on 127.0.0.1 (random port), stopped after the test."""
+    server = ManagementServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def echo_backends() -> Iterator[Callable[..., list[EchoBackend]]]:
+    """Factory: ``echo_backends(2)`` or ``echo_backends(["a", "b"])`` starts Echo backends.
+
+    Backends named ``prefix + index`` unless names are given; all stopped after the test.
+    """
+    started: list[EchoBackend] = []
+
+    def start(n: int | Sequence[str], prefix: str = "backend-") -> list[EchoBackend]:
+        if isinstance(n, int):
+            names = [f"{prefix}{len(started) + i}" for i in range(n)]
+        else:
+            names = list(n)
+        new = [EchoBackend(name) for name in names]
+        started.extend(new)
+        return [b.start() for b in new]
+
+    try:
+        yield start
+    finally:
+        for backend in started:
+            backend.stop()
+
+
+@pytest.fixture
+def blackhole() -> Iterator[Blackhole]:
+    """A TCP listener that accepts and never answers."""
+    hole = Blackhole()
+    try:
+        yield hole
+    finally:
+        hole.close()

@@ -1,0 +1,1 @@
+"""Generated test protos (regenerate: see protos/README.md)."""
