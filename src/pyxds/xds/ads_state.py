@@ -1,0 +1,689 @@
+"""The sans-IO ADS protocol state machine of one xDS server (SotW, v3).
+
+gRFC A27 (ADS, node on the first request), A28 "Multiple watches for the
+same resource", A57 (stream failures, resource timer), A88 (watcher API,
+data errors, cache entry states).  No sockets, no threads: the transport
+feeds events in and sends what :meth:`AdsState.take_requests` returns; every
+method runs on the XdsClient's work serializer.
+
+Theory of operation
+-------------------
+
+Inputs (events)::
+
+    add_watcher / remove_watcher      subscriptions change
+    on_stream_started()               a new ADS stream exists (generation += 1)
+    on_stream_connected()             the channel under it is connected
+    on_response(DiscoveryResponse)    a response arrived on the current stream
+    on_stream_closed(status)          the current stream ended
+    timer expiry                      the resource timer of one cache entry
+
+Outputs: ``take_requests()`` (DiscoveryRequests to send, in order) and watcher
+calls, each handed to ``post(executor, fn)``; the XdsClient's ``post`` never
+runs them on the transport thread.
+
+Rules:
+
+* Per type URL the state keeps the subscribed names (in subscription order),
+  the last ACKed ``version_info`` and the last ``response_nonce``.  A change
+  of subscriptions or a response marks the type dirty; ``take_requests``
+  emits one request per dirty type.  The node goes on the first request of
+  each stream only.
+* A response is ACKed with its version; if any resource in it is invalid it
+  is NACKed with the previous version and an ``error_detail``
+  (INVALID_ARGUMENT) that lists every invalid resource and why.  The valid
+  resources of that same response are applied anyway.  Resources nobody
+  subscribed to are ignored.  A response for a type never requested on this
+  stream is ignored (answering it would be a wildcard subscription).
+* LDS and CDS responses are complete: a cached resource absent from the
+  response is deleted (a data error: ambient, keeping the resource, when
+  the server's ``ignore_resource_deletion`` is set, else the resource is
+  dropped).  RDS and EDS absences mean nothing.  A NACKed resource is
+  present, not absent.  Versions are never compared: a stale version after a
+  reconnect is just a version (TRAPS, grpc-java#12663).
+* An unchanged resource (structural equality) notifies nobody.
+* Data errors (NACK, deletion) on a cached resource are ambient, unless the
+  server has ``fail_on_data_errors``: then the resource is dropped and
+  watchers get ``on_resource_changed(error)`` (A88 "Handling Data Errors").
+* Resource timer (A57, A88): started for a name without a cached resource
+  when its request has been sent on the current stream *and* the stream is
+  connected; bound to the stream generation and cancelled when the stream
+  ends or the resource (valid or not) arrives.  Expiry: ``DOES_NOT_EXIST``
+  with NOT_FOUND, or with ``resource_timer_is_transient_error`` (30 s)
+  ``TIMEOUT`` with UNAVAILABLE.  Never restarted for a name that already
+  has a resource or an outcome.
+* A stream that closes after a response is routine: nobody is told.  One
+  that closes (or never connects) before any response is a connectivity
+  error: ``on_ambient_error`` for watchers of cached resources,
+  ``on_resource_changed(error)`` for the others (A88 "Handling Transient
+  Errors").  The next stream re-sends every subscription with the last
+  ACKed versions and no nonce.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.discovery.v3 import discovery_pb2
+from google.protobuf import any_pb2
+
+from pyxds.clock import Clock, Timer
+from pyxds.lb.api import OK_STATUS, Status
+
+_log = logging.getLogger(__name__)
+
+RESOURCE_TIMEOUT = 15.0
+"""Does-not-exist timer (A57; the xDS protocol's 15 s)."""
+TRANSIENT_RESOURCE_TIMEOUT = 30.0
+"""Resource timer with the ``resource_timer_is_transient_error`` feature (A88)."""
+
+RESOURCE_WRAPPER_TYPE_URL = "type.googleapis.com/envoy.service.discovery.v3.Resource"
+
+Executor = Callable[[Callable[[], None]], None]
+Post = Callable[[Executor, Callable[[], None]], None]
+
+
+class ResourceWatcher(Protocol):
+    """What a watcher implements (A88 "Changes to XdsClient Watcher APIs")."""
+
+    def on_resource_changed(self, resource_or_status: Any) -> None:
+        """A new resource value, or a :class:`Status` saying why there is none."""
+
+    def on_ambient_error(self, status: Status) -> None:
+        """An error that does not invalidate the resource already delivered
+        (OK status: the condition cleared)."""
+
+
+class ServerFeatures(Protocol):
+    """The parts of a bootstrap ``XdsServerConfig`` this module reads."""
+
+    server_uri: str
+
+    @property
+    def ignore_resource_deletion(self) -> bool: ...
+
+    @property
+    def fail_on_data_errors(self) -> bool: ...
+
+    @property
+    def resource_timer_is_transient_error(self) -> bool: ...
+
+
+class CacheState(enum.Enum):
+    """Cache entry states (A88 "Cache Entry States"), named as CSDS's
+    ``ClientResourceStatus``."""
+
+    REQUESTED = "REQUESTED"
+    DOES_NOT_EXIST = "DOES_NOT_EXIST"
+    ACKED = "ACKED"
+    NACKED = "NACKED"
+    RECEIVED_ERROR = "RECEIVED_ERROR"
+    TIMEOUT = "TIMEOUT"
+
+
+@dataclass(frozen=True)
+class NackInfo:
+    """The last rejected version of a resource (CSDS ``error_state``)."""
+
+    details: str
+    version_info: str
+    last_update_attempt: float  # wall-clock seconds
+
+
+@dataclass(frozen=True)
+class EntrySnapshot:
+    """One cache entry as CSDS shows it."""
+
+    type_url: str
+    name: str
+    state: CacheState
+    version_info: str
+    raw: any_pb2.Any | None
+    last_updated: float | None  # wall-clock seconds
+    error_state: NackInfo | None
+
+
+@dataclass(frozen=True)
+class WatchHandle:
+    """Returned by :meth:`AdsState.add_watcher`; pass to ``remove_watcher``."""
+
+    type_url: str
+    name: str
+    token: int
+
+
+def immediate(fn: Callable[[], None]) -> None:
+    """An executor that runs the callback at once (tests)."""
+    fn()
+
+
+def _post_now(executor: Executor, fn: Callable[[], None]) -> None:
+    executor(fn)
+
+
+class _Watch:
+    __slots__ = ("watcher", "executor", "active")
+
+    def __init__(self, watcher: ResourceWatcher, executor: Executor) -> None:
+        self.watcher = watcher
+        self.executor = executor
+        self.active = True  # cleared on cancel: queued calls are then dropped
+
+
+class _Entry:
+    """One cache entry: the resource, its state and its watchers."""
+
+    __slots__ = (
+        "type_url",
+        "name",
+        "watches",
+        "state",
+        "resource",
+        "raw",
+        "version",
+        "last_updated",
+        "error",
+        "ambient",
+        "nack",
+        "timer",
+        "sent_generation",
+    )
+
+    def __init__(self, type_url: str, name: str) -> None:
+        self.type_url = type_url
+        self.name = name
+        self.watches: dict[int, _Watch] = {}
+        self.state = CacheState.REQUESTED
+        self.resource: Any = None
+        self.raw: any_pb2.Any | None = None
+        self.version = ""
+        self.last_updated: float | None = None
+        # Status given by on_resource_changed while there is no resource.
+        self.error: Status | None = None
+        # Last ambient error given while there is a resource.
+        self.ambient: Status | None = None
+        self.nack: NackInfo | None = None
+        self.timer: Timer | None = None
+        self.sent_generation = -1
+
+    def cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+class _TypeState:
+    __slots__ = ("type_url", "entries", "version", "nonce", "nack_detail", "sent_generation")
+
+    def __init__(self, type_url: str) -> None:
+        self.type_url = type_url
+        self.entries: dict[str, _Entry] = {}
+        self.version = ""
+        self.nonce = ""
+        self.nack_detail: str | None = None
+        # Generation of the stream this type was last requested on.
+        self.sent_generation = -1
+
+
+def _short_name(resource_type: Any, type_url: str) -> str:
+    short = getattr(resource_type, "short_name", None)
+    return short or type_url.rsplit("/", 1)[-1]
+
+
+class AdsState:
+    """The ADS state of one xDS server; see the module docstring."""
+
+    def __init__(
+        self,
+        server: ServerFeatures,
+        node: base_pb2.Node | None,
+        *,
+        resource_types: Mapping[str, Any],
+        clock: Clock,
+        post: Post = _post_now,
+        default_executor: Executor = immediate,
+        wall_clock: Callable[[], float] = time.time,
+        resource_timeout: float = RESOURCE_TIMEOUT,
+        transient_resource_timeout: float = TRANSIENT_RESOURCE_TIMEOUT,
+    ) -> None:
+        self._server = server
+        self._node = node
+        self._types = resource_types
+        self._clock = clock
+        self._post = post
+        self._default_executor = default_executor
+        self._wall = wall_clock
+        if server.resource_timer_is_transient_error:
+            self._timeout = transient_resource_timeout
+        else:
+            self._timeout = resource_timeout
+        self._state: dict[str, _TypeState] = {}
+        self._dirty: dict[str, None] = {}
+        self._tokens = 0
+        self._generation = 0
+        self._stream_up = False
+        self._connected = False
+        self._had_response = False
+        self._send_node = False
+        self._shut_down = False
+
+    # ------------------------------------------------------------------ watches
+
+    def add_watcher(
+        self,
+        type_url: str,
+        name: str,
+        watcher: ResourceWatcher,
+        executor: Executor | None = None,
+    ) -> WatchHandle:
+        """Subscribe ``watcher`` to one resource (A28 "Start a new watch")."""
+        ts = self._type_state(type_url)
+        entry = ts.entries.get(name)
+        if entry is None:
+            entry = ts.entries[name] = _Entry(type_url, name)
+            self._dirty[type_url] = None
+        self._tokens += 1
+        watch = _Watch(watcher, executor or self._default_executor)
+        entry.watches[self._tokens] = watch
+        # A new watcher of a known resource is told at once: the resource,
+        # then the ambient error if any (A88 "New Watchers Started After
+        # Ambient Errors"), or the error that stands in for the resource.
+        if entry.resource is not None:
+            self._notify_one(watch, "changed", entry.resource)
+            if entry.ambient is not None:
+                self._notify_one(watch, "ambient", entry.ambient)
+        elif entry.error is not None:
+            self._notify_one(watch, "changed", entry.error)
+        return WatchHandle(type_url, name, self._tokens)
+
+    def remove_watcher(self, handle: WatchHandle) -> None:
+        """Cancel one watch; the last one unsubscribes and drops the cache
+        entry (A28 "Cancel a watch")."""
+        ts = self._state.get(handle.type_url)
+        entry = ts.entries.get(handle.name) if ts else None
+        watch = entry.watches.pop(handle.token, None) if entry is not None else None
+        if watch is None:
+            return
+        watch.active = False
+        if not entry.watches:
+            entry.cancel_timer()
+            del ts.entries[handle.name]
+            self._dirty[handle.type_url] = None
+
+    @property
+    def has_watchers(self) -> bool:
+        return any(ts.entries for ts in self._state.values())
+
+    # ------------------------------------------------------------------ stream events
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    @property
+    def had_response(self) -> bool:
+        return self._had_response
+
+    def on_stream_started(self) -> int:
+        """A new ADS stream: every subscription is re-sent (last ACKed
+        version, no nonce), the node with the first request."""
+        self._cancel_all_timers()
+        self._generation += 1
+        self._stream_up = True
+        self._connected = False
+        self._had_response = False
+        self._send_node = True
+        self._dirty.clear()
+        for type_url, ts in self._state.items():
+            ts.nonce = ""
+            ts.nack_detail = None
+            if ts.entries:
+                self._dirty[type_url] = None
+        return self._generation
+
+    def on_stream_connected(self) -> None:
+        """The channel under the stream is connected: requests already sent
+        start their resource timers (A57)."""
+        if not self._stream_up or self._connected:
+            return
+        self._connected = True
+        for ts in self._state.values():
+            for entry in ts.entries.values():
+                self._maybe_start_timer(entry)
+
+    def on_stream_closed(self, status: Status, had_response: bool | None = None) -> None:
+        """The current stream ended.  Before any response it is a
+        connectivity error for every watcher (A57, A88); after one, routine."""
+        if had_response is None:
+            had_response = self._had_response
+        self._stream_up = False
+        self._connected = False
+        self._cancel_all_timers()
+        self._dirty.clear()
+        if had_response:
+            _log.debug("xDS server %s closed the ADS stream: %s", self._server.server_uri, status)
+            return
+        error = Status(
+            grpc.StatusCode.UNAVAILABLE,
+            f"xDS channel for server {self._server.server_uri}: xDS call failed with no "
+            f"responses received; status: {status}",
+        )
+        _log.warning("%s", error.details)
+        for ts in self._state.values():
+            for entry in ts.entries.values():
+                self._transient_error(entry, error)
+
+    def take_requests(self) -> list[discovery_pb2.DiscoveryRequest]:
+        """The DiscoveryRequests to send now, in order (none while no stream
+        is up).  Sending them starts the resource timers of their names when
+        the stream is connected."""
+        if not self._stream_up or not self._dirty:
+            return []
+        requests = []
+        dirty, self._dirty = self._dirty, {}
+        for type_url in dirty:
+            ts = self._state[type_url]
+            if not ts.entries and ts.sent_generation != self._generation:
+                continue  # never requested on this stream: nothing to withdraw
+            request = discovery_pb2.DiscoveryRequest(
+                type_url=type_url,
+                version_info=ts.version,
+                response_nonce=ts.nonce,
+                resource_names=list(ts.entries),
+            )
+            if self._send_node and self._node is not None:
+                request.node.CopyFrom(self._node)
+            self._send_node = False
+            if ts.nack_detail is not None:
+                request.error_detail.code = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+                request.error_detail.message = ts.nack_detail
+                ts.nack_detail = None
+            ts.sent_generation = self._generation
+            requests.append(request)
+            for entry in ts.entries.values():
+                entry.sent_generation = self._generation
+                self._maybe_start_timer(entry)
+        return requests
+
+    def on_response(self, response: discovery_pb2.DiscoveryResponse) -> None:
+        """Apply one DiscoveryResponse: cache changes, watcher calls, and an
+        ACK or NACK queued for :meth:`take_requests`."""
+        if not self._stream_up:
+            return
+        self._had_response = True
+        self.on_stream_connected()
+        type_url = response.type_url
+        ts = self._state.get(type_url)
+        if ts is None or ts.sent_generation != self._generation:
+            _log.warning(
+                "xDS server %s sent a response for type %s that was not requested; ignoring",
+                self._server.server_uri,
+                type_url,
+            )
+            return
+        resource_type = self._types.get(type_url)
+        ts.nonce = response.nonce
+        self._dirty[type_url] = None
+        if resource_type is None:
+            ts.nack_detail = f"unknown resource type {type_url}"
+            return
+        short = _short_name(resource_type, type_url)
+        now = self._wall()
+        errors: list[str] = []
+        seen: set[str] = set()
+        for index, wrapped in enumerate(response.resources):
+            any_msg, name_hint = self._unwrap(wrapped)
+            if any_msg.type_url != type_url:
+                errors.append(
+                    f'resource index {index}: incorrect resource type "{any_msg.type_url}" '
+                    f'(should be "{type_url}")'
+                )
+                continue
+            try:
+                result = resource_type.decode(any_msg.value)
+            except Exception as exc:  # a decoder bug must not kill the stream
+                _log.exception("decoding %s resource failed", short)
+                result = _Failed(name_hint, f"internal error decoding resource: {exc!r}")
+            name = result.name if result.name is not None else name_hint
+            if name is None:
+                errors.append(f"resource index {index}: {result.error or 'cannot decode'}")
+                continue
+            if name in seen:
+                errors.append(f'resource index {index}: {name}: duplicate resource name "{name}"')
+                continue
+            seen.add(name)
+            if result.error is not None:
+                errors.append(f"resource index {index}: {name}: {result.error}")
+            entry = ts.entries.get(name)
+            if entry is None:
+                continue  # not subscribed: ignore
+            entry.cancel_timer()
+            if result.error is not None:
+                self._nacked(entry, short, result.error, response.version_info, now)
+            else:
+                self._accepted(entry, result.resource, any_msg, response.version_info, now)
+        if getattr(resource_type, "all_resources_required_in_sotw", False):
+            for entry in list(ts.entries.values()):
+                if entry.name not in seen and entry.resource is not None:
+                    self._deleted(entry, short, response.version_info, now)
+        if errors:
+            ts.nack_detail = "xDS response validation errors: [" + "; ".join(errors) + "]"
+            _log.warning(
+                "xDS server %s: NACKing %s version %r: %s",
+                self._server.server_uri,
+                short,
+                response.version_info,
+                ts.nack_detail,
+            )
+        else:
+            ts.version = response.version_info
+
+    def shutdown(self) -> None:
+        """Cancel every timer; no more watcher calls."""
+        self._shut_down = True
+        self._stream_up = False
+        self._cancel_all_timers()
+
+    # ------------------------------------------------------------------ CSDS
+
+    def snapshot(self) -> Iterator[EntrySnapshot]:
+        """Every cache entry as CSDS shows it (A40, A88)."""
+        for type_url, ts in self._state.items():
+            for entry in ts.entries.values():
+                yield EntrySnapshot(
+                    type_url=type_url,
+                    name=entry.name,
+                    state=entry.state,
+                    version_info=entry.version,
+                    raw=entry.raw,
+                    last_updated=entry.last_updated,
+                    error_state=entry.nack,
+                )
+
+    def subscribed_names(self, type_url: str) -> list[str]:
+        ts = self._state.get(type_url)
+        return list(ts.entries) if ts else []
+
+    def timer_pending(self, type_url: str, name: str) -> bool:
+        ts = self._state.get(type_url)
+        entry = ts.entries.get(name) if ts else None
+        return entry is not None and entry.timer is not None
+
+    # ------------------------------------------------------------------ internals
+
+    def _type_state(self, type_url: str) -> _TypeState:
+        ts = self._state.get(type_url)
+        if ts is None:
+            ts = self._state[type_url] = _TypeState(type_url)
+        return ts
+
+    @staticmethod
+    def _unwrap(wrapped: any_pb2.Any) -> tuple[any_pb2.Any, str | None]:
+        if wrapped.type_url != RESOURCE_WRAPPER_TYPE_URL:
+            return wrapped, None
+        inner = discovery_pb2.Resource()
+        try:
+            inner.ParseFromString(wrapped.value)
+        except Exception:
+            return wrapped, None
+        return inner.resource, (inner.name or None)
+
+    def _accepted(
+        self, entry: _Entry, resource: Any, raw: any_pb2.Any, version: str, now: float
+    ) -> None:
+        unchanged = entry.resource is not None and entry.resource == resource
+        entry.state = CacheState.ACKED
+        entry.version = version
+        entry.last_updated = now
+        entry.nack = None
+        entry.error = None
+        entry.raw = raw
+        if unchanged:
+            # Nothing new for watchers (TRAPS, grpc-go#6565), except that a
+            # standing ambient error is now cleared (A88).
+            if entry.ambient is not None:
+                entry.ambient = None
+                self._notify(entry, "ambient", OK_STATUS)
+            return
+        entry.resource = resource
+        entry.ambient = None
+        self._notify(entry, "changed", resource)
+
+    def _nacked(self, entry: _Entry, short: str, error: str, version: str, now: float) -> None:
+        entry.state = CacheState.NACKED
+        entry.nack = NackInfo(error, version, now)
+        status = Status(
+            grpc.StatusCode.UNAVAILABLE,
+            f"{short} resource {entry.name}: invalid resource: {error}",
+        )
+        self._data_error(entry, status)
+
+    def _deleted(self, entry: _Entry, short: str, version: str, now: float) -> None:
+        entry.state = CacheState.DOES_NOT_EXIST
+        status = Status(
+            grpc.StatusCode.NOT_FOUND,
+            f"{short} resource {entry.name} does not exist (deleted by the xDS server)",
+        )
+        if self._server.ignore_resource_deletion and not self._server.fail_on_data_errors:
+            _log.warning(
+                "xDS server %s deleted %s resource %s; ignored (ignore_resource_deletion)",
+                self._server.server_uri,
+                short,
+                entry.name,
+            )
+            self._set_ambient(entry, status)
+            return
+        entry.resource = None
+        entry.raw = None
+        entry.ambient = None
+        entry.error = status
+        self._notify(entry, "changed", status)
+
+    def _data_error(self, entry: _Entry, status: Status) -> None:
+        """A88 "Handling Data Errors"."""
+        if entry.resource is not None and self._server.fail_on_data_errors:
+            entry.resource = None
+            entry.raw = None
+            entry.ambient = None
+        if entry.resource is not None:
+            self._set_ambient(entry, status)
+        elif entry.error != status:
+            entry.error = status
+            self._notify(entry, "changed", status)
+
+    def _transient_error(self, entry: _Entry, status: Status) -> None:
+        """A88 "Handling Transient Errors": the cache state is unchanged."""
+        if entry.resource is not None:
+            self._set_ambient(entry, status)
+        elif entry.error != status:
+            entry.error = status
+            self._notify(entry, "changed", status)
+
+    def _set_ambient(self, entry: _Entry, status: Status) -> None:
+        if entry.ambient == status:
+            return
+        entry.ambient = status
+        self._notify(entry, "ambient", status)
+
+    def _maybe_start_timer(self, entry: _Entry) -> None:
+        if (
+            not self._connected
+            or entry.timer is not None
+            or entry.sent_generation != self._generation
+            or entry.state is not CacheState.REQUESTED
+            or entry.resource is not None
+        ):
+            return
+        generation = self._generation
+        entry.timer = self._clock.call_later(
+            self._timeout, lambda: self._on_timer(entry, generation)
+        )
+
+    def _on_timer(self, entry: _Entry, generation: int) -> None:
+        entry.timer = None
+        ts = self._state.get(entry.type_url)
+        if (
+            self._shut_down
+            or generation != self._generation
+            or not self._connected
+            or ts is None
+            or ts.entries.get(entry.name) is not entry
+            or entry.resource is not None
+            or entry.state is not CacheState.REQUESTED
+        ):
+            return  # a timer of an older stream or a satisfied entry
+        short = _short_name(self._types.get(entry.type_url), entry.type_url)
+        if self._server.resource_timer_is_transient_error:
+            entry.state = CacheState.TIMEOUT
+            status = Status(
+                grpc.StatusCode.UNAVAILABLE,
+                f"timeout obtaining {short} resource {entry.name} from xDS server",
+            )
+        else:
+            entry.state = CacheState.DOES_NOT_EXIST
+            status = Status(
+                grpc.StatusCode.NOT_FOUND, f"{short} resource {entry.name} does not exist"
+            )
+        _log.info("xDS server %s: %s", self._server.server_uri, status.details)
+        entry.error = status
+        self._notify(entry, "changed", status)
+
+    def _cancel_all_timers(self) -> None:
+        for ts in self._state.values():
+            for entry in ts.entries.values():
+                entry.cancel_timer()
+
+    def _notify(self, entry: _Entry, kind: str, value: Any) -> None:
+        for watch in list(entry.watches.values()):
+            self._notify_one(watch, kind, value)
+
+    def _notify_one(self, watch: _Watch, kind: str, value: Any) -> None:
+        if self._shut_down:
+            return
+        watcher = watch.watcher
+        if kind == "changed":
+
+            def call() -> None:
+                if watch.active:
+                    watcher.on_resource_changed(value)
+        else:
+
+            def call() -> None:
+                if watch.active:
+                    watcher.on_ambient_error(value)
+
+        self._post(watch.executor, call)
+
+
+@dataclass(frozen=True)
+class _Failed:
+    name: str | None
+    error: str
+    resource: Any = None
