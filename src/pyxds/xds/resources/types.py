@@ -358,6 +358,7 @@ class Cluster:
     ``lrs_server`` is True when ``lrs_server`` is ``self`` (load reporting to
     the xDS server).  ``transport_socket`` is the serialized typed config of
     the transport socket (kept opaque for later TLS), or None.
+    ``idle_timeout`` is A75's upstream idle timeout in seconds (1 hour unset).
     """
 
     name: str
@@ -373,6 +374,7 @@ class Cluster:
     lrs_server: bool = False
     transport_socket: bytes | None = None
     transport_socket_type_url: str | None = None
+    idle_timeout: float = 3600.0
 
     def lb_policy_json(self) -> list[dict[str, Any]]:
         """The LB config list as a fresh list of dicts (safe to mutate)."""

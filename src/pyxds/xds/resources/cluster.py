@@ -1,0 +1,250 @@
+"""Cluster validation (A27 "Cluster Proto", A37 "Validation", A52, A75).
+
+Rules:
+
+* Discovery: ``type`` EDS or LOGICAL_DNS, or ``cluster_type`` whose
+  ``typed_config`` is an aggregate ``ClusterConfig`` with at least one
+  cluster; anything else is an error.
+* EDS: ``eds_cluster_config.eds_config`` must be ``ads`` or ``self``;
+  ``service_name`` (if set) names the EDS resource; a cluster with an
+  ``xdstp:`` name must set it.
+* LOGICAL_DNS: ``load_assignment`` with exactly one locality with exactly one
+  lb_endpoint whose ``endpoint.address.socket_address`` has a non-empty
+  ``address``, a ``port_value`` and no ``resolver_name``.
+* LB policy: ``load_balancing_policy`` if present (A52), else the
+  ``lb_policy`` enum; the result must parse in the gRPC LB policy registry.
+* ``circuit_breakers``: the first DEFAULT-priority threshold's
+  ``max_requests`` (1024 when unset).
+* ``lrs_server`` if set must be ``self``.
+* ``transport_socket`` is kept opaque (type URL + bytes).
+* ``upstream_config`` (A75): if present it must be HttpProtocolOptions;
+  ``common_http_protocol_options.idle_timeout`` is validated and kept.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from envoy.config.cluster.v3 import cluster_pb2
+
+from pyxds.xds.resources._common import (
+    Errors,
+    config_source_is_ads_or_self,
+    duration,
+    type_name,
+    unpack,
+)
+from pyxds.xds.resources.lb_policy import convert_legacy_lb_policy, convert_load_balancing_policy
+from pyxds.xds.resources.types import Cluster
+
+__all__ = ["decode_cluster", "AGGREGATE_CLUSTER_TYPE", "DEFAULT_MAX_REQUESTS"]
+
+AGGREGATE_CLUSTER_TYPE = "envoy.extensions.clusters.aggregate.v3.ClusterConfig"
+HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+DEFAULT_MAX_REQUESTS = 1024
+DEFAULT_IDLE_TIMEOUT = 3600.0
+_EDS = cluster_pb2.Cluster.EDS
+_LOGICAL_DNS = cluster_pb2.Cluster.LOGICAL_DNS
+
+
+def decode_cluster(data: bytes) -> tuple[str | None, Any, str | None]:
+    """Parse and validate serialized Cluster bytes: (name, resource, error)."""
+    c = cluster_pb2.Cluster()
+    try:
+        c.ParseFromString(data)
+    except Exception as err:
+        return None, None, f"could not parse Cluster: {err}"
+    errs = Errors()
+    resource = parse_cluster(c, errs)
+    if errs:
+        return c.name, None, errs.text()
+    return c.name, resource, None
+
+
+def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
+    """Validate a ``envoy.config.cluster.v3.Cluster`` message."""
+    name = c.name
+    kind = None
+    eds_service_name = dns_host = dns_port = None
+    children: tuple[str, ...] = ()
+    which = c.WhichOneof("cluster_discovery_type")
+    if which == "type" and c.type == _EDS:
+        kind = "EDS"
+        ecc = c.eds_cluster_config
+        if not ecc.HasField("eds_config"):
+            errs.add("eds_cluster_config.eds_config", "field not present")
+        elif not config_source_is_ads_or_self(ecc.eds_config):
+            errs.add("eds_cluster_config.eds_config", "ConfigSource is not ads or self")
+        eds_service_name = ecc.service_name or None
+        if eds_service_name is None and name.startswith("xdstp:"):
+            errs.add(
+                "eds_cluster_config.service_name",
+                "must be set if Cluster resource has an xdstp name",
+            )
+    elif which == "type" and c.type == _LOGICAL_DNS:
+        kind = "LOGICAL_DNS"
+        dns_host, dns_port = _logical_dns(c, errs)
+    elif which == "cluster_type":
+        ct = c.cluster_type
+        tname = type_name(ct.typed_config.type_url)
+        if tname != AGGREGATE_CLUSTER_TYPE:
+            errs.add(
+                "cluster_type.typed_config",
+                f"unknown cluster_type {tname!r}" if tname else "field not present",
+            )
+        else:
+            from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2
+
+            cfg = unpack(
+                ct.typed_config, aggregate_pb2.ClusterConfig, "cluster_type.typed_config", errs
+            )
+            if cfg is not None:
+                kind = "AGGREGATE"
+                children = tuple(cfg.clusters)
+                if not children:
+                    errs.add("cluster_type.typed_config.value.clusters", "must be non-empty")
+                for i, child in enumerate(children):
+                    if not child:
+                        errs.add(
+                            f"cluster_type.typed_config.value.clusters[{i}]", "must be non-empty"
+                        )
+    elif which == "type":
+        errs.add("type", f"unknown discovery type {cluster_pb2.Cluster.DiscoveryType.Name(c.type)}")
+    else:
+        errs.add("type", "neither type nor cluster_type set")
+
+    if c.HasField("load_balancing_policy"):
+        lb = convert_load_balancing_policy(c.load_balancing_policy, errs)
+        lb_path = "load_balancing_policy"
+    else:
+        lb = convert_legacy_lb_policy(c, errs)
+        lb_path = "lb_policy"
+    lb_json = None
+    if lb is not None:
+        _validate_with_registry(lb, lb_path, errs)
+        lb_json = json.dumps(lb, sort_keys=True)
+
+    max_requests = DEFAULT_MAX_REQUESTS
+    if c.HasField("circuit_breakers"):
+        for t in c.circuit_breakers.thresholds:
+            if t.priority == 0:  # RoutingPriority.DEFAULT
+                if t.HasField("max_requests"):
+                    max_requests = t.max_requests.value
+                break
+
+    lrs = False
+    if c.HasField("lrs_server"):
+        if c.lrs_server.WhichOneof("config_source_specifier") != "self":
+            errs.add("lrs_server", "ConfigSource is not self")
+        lrs = True
+
+    ts_bytes = ts_type = None
+    if c.HasField("transport_socket"):
+        ts = c.transport_socket
+        ts_type = type_name(ts.typed_config.type_url) or None
+        ts_bytes = ts.typed_config.value
+
+    idle = DEFAULT_IDLE_TIMEOUT
+    if c.HasField("upstream_config"):
+        idle = _idle_timeout(c.upstream_config, errs)
+
+    if kind is None or lb_json is None or errs:
+        return None
+    return Cluster(
+        name=name,
+        kind=kind,
+        eds_service_name=eds_service_name,
+        dns_hostname=dns_host,
+        dns_port=dns_port,
+        aggregate_children=children,
+        lb_policy_config=lb_json,
+        max_requests=max_requests,
+        lrs_server=lrs,
+        transport_socket=ts_bytes,
+        transport_socket_type_url=ts_type,
+        idle_timeout=idle,
+    )
+
+
+def _logical_dns(c: Any, errs: Errors) -> tuple[str | None, int | None]:
+    if not c.HasField("load_assignment"):
+        errs.add("load_assignment", "field not present for LOGICAL_DNS cluster")
+        return None, None
+    eps = c.load_assignment.endpoints
+    if len(eps) != 1:
+        errs.add("load_assignment", "must contain exactly one locality for LOGICAL_DNS cluster")
+        return None, None
+    lbes = eps[0].lb_endpoints
+    if len(lbes) != 1:
+        errs.add(
+            "load_assignment.endpoints[0].lb_endpoints",
+            "must contain exactly one endpoint for LOGICAL_DNS cluster",
+        )
+        return None, None
+    lbe = lbes[0]
+    p = "load_assignment.endpoints[0].lb_endpoints[0].endpoint"
+    if not lbe.HasField("endpoint"):
+        errs.add(p, "field not present")
+        return None, None
+    if not lbe.endpoint.HasField("address"):
+        errs.add(f"{p}.address", "field not present")
+        return None, None
+    if not lbe.endpoint.address.HasField("socket_address"):
+        errs.add(f"{p}.address.socket_address", "field not present")
+        return None, None
+    sa = lbe.endpoint.address.socket_address
+    p = f"{p}.address.socket_address"
+    ok = True
+    if sa.resolver_name:
+        errs.add(
+            f"{p}.resolver_name", "LOGICAL_DNS clusters must NOT have a custom resolver name set"
+        )
+        ok = False
+    if not sa.address:
+        errs.add(f"{p}.address", "field not present")
+        ok = False
+    if sa.WhichOneof("port_specifier") != "port_value":
+        errs.add(f"{p}.port_value", "field not present")
+        ok = False
+    elif sa.port_value > 65535:
+        errs.add(f"{p}.port_value", "invalid port")
+        ok = False
+    return (sa.address, sa.port_value) if ok else (None, None)
+
+
+def _validate_with_registry(lb: list, path: str, errs: Errors) -> None:
+    """A52: a converted config the gRPC LB policy registry cannot parse is a NACK."""
+    from pyxds.lb import registry
+    from pyxds.lb.errors import LBConfigError
+
+    try:
+        registry.select(json.loads(json.dumps(lb)))
+    except LBConfigError as err:
+        errs.add(path, f"errors validating LB policy config: {err}")
+
+
+def _idle_timeout(any_msg: Any, errs: Errors) -> float:
+    tname = type_name(any_msg.typed_config.type_url)
+    if tname != HTTP_PROTOCOL_OPTIONS:
+        errs.add("upstream_config.typed_config", f"unsupported upstream config type {tname!r}")
+        return DEFAULT_IDLE_TIMEOUT
+    from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
+
+    opts = unpack(
+        any_msg.typed_config,
+        http_protocol_options_pb2.HttpProtocolOptions,
+        "upstream_config.typed_config",
+        errs,
+    )
+    if opts is None or not opts.HasField("common_http_protocol_options"):
+        return DEFAULT_IDLE_TIMEOUT
+    chpo = opts.common_http_protocol_options
+    if not chpo.HasField("idle_timeout"):
+        return DEFAULT_IDLE_TIMEOUT
+    v = duration(
+        chpo.idle_timeout,
+        "upstream_config.typed_config.value.common_http_protocol_options.idle_timeout",
+        errs,
+    )
+    return DEFAULT_IDLE_TIMEOUT if v is None else v

@@ -1,0 +1,235 @@
+"""ClusterLoadAssignment validation (A27 "ClusterLoadAssignment Proto", A61).
+
+Rules (the LB policies never see what is dropped here; TRAPS.md
+"weighted_target and EDS shaping"):
+
+* A locality whose ``load_balancing_weight`` is unset or 0 is dropped.
+* Priorities must be contiguous from 0 once dropped localities are gone; a
+  gap is an error.  The same locality twice in one priority is an error; the
+  sum of locality weights of one priority above uint32 max is an error.
+* An lb_endpoint whose ``health_status`` is not UNKNOWN or HEALTHY is
+  excluded (and counted in ``excluded_endpoints``).
+* Each endpoint needs ``endpoint.address.socket_address`` with an IPv4 or
+  IPv6 ``address`` and a ``port_value`` <= 65535; the same for every
+  ``additional_addresses`` entry (A61), which become extra addresses of the
+  endpoint.  An address used twice in the cluster is an error.
+* Endpoint ``load_balancing_weight``: unset means 1, an explicit 0 is an error.
+* ``policy.drop_overloads``: each category's ``drop_percentage`` converted to
+  parts per million (HUNDRED / TEN_THOUSAND / MILLION), clamped to 1,000,000.
+
+Hot loop note: the per-endpoint path reads each field once into a local,
+asks ``HasField`` only when a cheap read is ambiguous, and builds error
+paths only when there is an error.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from envoy.config.endpoint.v3 import endpoint_pb2
+
+from pyxds.xds.resources._common import Errors
+from pyxds.xds.resources.types import (
+    UINT32_MAX,
+    ClusterLoadAssignment,
+    DropOverload,
+    EndpointAddress,
+    Locality,
+    LocalityName,
+)
+
+__all__ = ["decode_cluster_load_assignment", "parse_cluster_load_assignment"]
+
+_PER_MILLION = (10_000, 100, 1)  # HUNDRED, TEN_THOUSAND, MILLION
+_HEALTH_NAMES = ("UNKNOWN", "HEALTHY")
+_inet_pton = socket.inet_pton
+_new = object.__new__
+# Frozen slotted dataclasses: build hot-loop instances through the slot
+# descriptors (same value as calling the class, half the cost).
+_set_addresses = EndpointAddress.addresses.__set__  # type: ignore[attr-defined]
+_set_weight = EndpointAddress.weight.__set__  # type: ignore[attr-defined]
+_set_health = EndpointAddress.health_status.__set__  # type: ignore[attr-defined]
+_set_hostname = EndpointAddress.hostname.__set__  # type: ignore[attr-defined]
+
+
+def _endpoint(addrs: tuple[str, ...], weight: int, health: str) -> EndpointAddress:
+    ep = _new(EndpointAddress)
+    _set_addresses(ep, addrs)
+    _set_weight(ep, weight)
+    _set_health(ep, health)
+    _set_hostname(ep, "")
+    return ep
+
+
+_AF_INET = socket.AF_INET
+_AF_INET6 = socket.AF_INET6
+
+
+def decode_cluster_load_assignment(data: bytes) -> tuple[str | None, Any, str | None]:
+    """Parse and validate serialized ClusterLoadAssignment bytes: (name, resource, error)."""
+    cla = endpoint_pb2.ClusterLoadAssignment()
+    try:
+        cla.ParseFromString(data)
+    except Exception as err:
+        return None, None, f"could not parse ClusterLoadAssignment: {err}"
+    errs = Errors()
+    resource = parse_cluster_load_assignment(cla, errs)
+    if errs:
+        return cla.cluster_name, None, errs.text()
+    return cla.cluster_name, resource, None
+
+
+def _address(sa: Any, path: str, errs: Errors) -> str | None:
+    """``host:port`` of a SocketAddress (IPv6 bracketed), or None with an error."""
+    host = sa.address
+    port = sa.port_value
+    try:
+        if ":" in host:
+            _inet_pton(_AF_INET6, host)
+            text = f"[{host}]:{port}"
+        else:
+            _inet_pton(_AF_INET, host)
+            text = f"{host}:{port}"
+    except (OSError, ValueError):
+        errs.add(
+            f"{path}.socket_address.address",
+            f"not an IPv4 or IPv6 address: {host!r}" if host else "field not present",
+        )
+        return None
+    if port == 0 and sa.WhichOneof("port_specifier") != "port_value":
+        errs.add(f"{path}.socket_address.port_value", "field not present")
+        return None
+    if port > 65535:
+        errs.add(f"{path}.socket_address.port_value", "invalid port")
+        return None
+    return text
+
+
+def parse_cluster_load_assignment(cla: Any, errs: Errors) -> ClusterLoadAssignment:
+    """Validate a ``envoy.config.endpoint.v3.ClusterLoadAssignment`` message."""
+    priorities: dict[int, list[Locality]] = {}
+    seen_localities: dict[int, set[LocalityName]] = {}
+    weight_sums: dict[int, int] = {}
+    seen_addresses: set[str] = set()
+    excluded = 0
+    address_of = _address
+    has_field = type(cla).HasField
+    new_endpoint = _endpoint
+    health_names = _HEALTH_NAMES
+    inet_pton = _inet_pton
+    af_inet, af_inet6 = _AF_INET, _AF_INET6
+    for li, lep in enumerate(cla.endpoints):
+        lweight = lep.load_balancing_weight.value
+        if not lweight:
+            continue  # unset or 0: the locality is dropped (A27)
+        loc = lep.locality
+        lname = LocalityName(loc.region, loc.zone, loc.sub_zone)
+        prio = lep.priority
+        seen = seen_localities.get(prio)
+        if seen is None:
+            seen = seen_localities[prio] = set()
+            priorities[prio] = []
+            weight_sums[prio] = 0
+        if lname in seen:
+            errs.add(
+                f"endpoints[{li}].locality",
+                f"duplicate locality {lname} found in priority {prio}",
+            )
+        seen.add(lname)
+        weight_sums[prio] += lweight
+        endpoints = []
+        append = endpoints.append
+        for ei, lbe in enumerate(lep.lb_endpoints):
+            ep = lbe.endpoint
+            sa = ep.address.socket_address
+            host = sa.address
+            port = sa.port_value
+            # Fast path: a plain IPv4 address and a port (the common case).
+            try:
+                if ":" in host:
+                    inet_pton(af_inet6, host)
+                    addr = f"[{host}]:{port}"
+                else:
+                    inet_pton(af_inet, host)
+                    addr = f"{host}:{port}"
+                if not 0 < port <= 65535:
+                    raise ValueError
+            except (OSError, ValueError):
+                addr = _slow_address(lbe, li, ei, errs)
+                if addr is None:
+                    continue
+            addrs = (addr,)
+            if len(ep.additional_addresses):
+                extra = []
+                for ai, aa in enumerate(ep.additional_addresses):
+                    p = f"{_lbe_path(li, ei)}.endpoint.additional_addresses[{ai}].address"
+                    if not aa.HasField("address"):
+                        errs.add(p, "field not present")
+                        continue
+                    a = address_of(aa.address.socket_address, p, errs)
+                    if a is not None:
+                        extra.append(a)
+                addrs = (addr, *extra)
+            for a in addrs:
+                if a in seen_addresses:
+                    errs.add(_lbe_path(li, ei), f"duplicate endpoint address {a}")
+                seen_addresses.add(a)
+            health = lbe.health_status
+            if health > 1:  # not UNKNOWN or HEALTHY
+                excluded += 1
+                continue
+            weight = 1
+            if has_field(lbe, "load_balancing_weight"):
+                weight = lbe.load_balancing_weight.value
+                if not weight:
+                    errs.add(f"{_lbe_path(li, ei)}.load_balancing_weight", "must be greater than 0")
+                    weight = 1
+            append(new_endpoint(addrs, weight, health_names[health]))
+        priorities[prio].append(Locality(lname, lweight, tuple(endpoints), prio))
+
+    for prio, total in weight_sums.items():
+        if total > UINT32_MAX:
+            errs.add(
+                "endpoints",
+                f"sum of locality weights for priority {prio} ({total}) exceeds uint32 max",
+            )
+    n = len(priorities)
+    for prio in range(n):
+        if prio not in priorities:
+            errs.add("endpoints", f"priority {prio} empty but higher priorities exist (sparse)")
+            break
+    ordered = tuple(tuple(priorities[p]) for p in range(n) if p in priorities)
+
+    drops = []
+    if cla.HasField("policy"):
+        for di, d in enumerate(cla.policy.drop_overloads):
+            dp = d.drop_percentage
+            den = dp.denominator
+            if not 0 <= den < 3:
+                errs.add(
+                    f"policy.drop_overloads[{di}].drop_percentage.denominator",
+                    f"unknown denominator type {den}",
+                )
+                continue
+            ppm = min(dp.numerator * _PER_MILLION[den], 1_000_000)
+            drops.append(DropOverload(d.category, ppm))
+    return ClusterLoadAssignment(cla.cluster_name, ordered, tuple(drops), excluded)
+
+
+def _lbe_path(li: int, ei: int) -> str:
+    return f"endpoints[{li}].lb_endpoints[{ei}]"
+
+
+def _slow_address(lbe: Any, li: int, ei: int, errs: Errors) -> str | None:
+    """The endpoint's address when the fast path failed, naming the absent or bad field."""
+    p = _lbe_path(li, ei)
+    if not lbe.HasField("endpoint"):
+        errs.add(f"{p}.endpoint", "field not present")
+    elif not lbe.endpoint.HasField("address"):
+        errs.add(f"{p}.endpoint.address", "field not present")
+    elif not lbe.endpoint.address.HasField("socket_address"):
+        errs.add(f"{p}.endpoint.address.socket_address", "field not present")
+    else:
+        return _address(lbe.endpoint.address.socket_address, f"{p}.endpoint.address", errs)
+    return None

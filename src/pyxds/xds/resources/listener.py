@@ -1,0 +1,162 @@
+"""Listener validation (A27 "Listener Proto", A31, A39 HTTP filters).
+
+Rules:
+
+* A Listener without ``api_listener`` (a server/socket listener) decodes to
+  ``Listener(name, api_listener=False)``; the resolver reports it.
+* ``api_listener.api_listener`` must hold an ``HttpConnectionManager``.
+* Exactly one of ``rds`` (its ``config_source`` must be ``ads`` or ``self``)
+  and ``route_config`` (validated as an RDS resource would be).
+* ``http_filters``: non-empty; each has a non-empty unique name and a
+  ``typed_config`` (a TypedStruct is unwrapped to the type it names); a type
+  this client does not know is an error unless ``is_optional`` (then it is
+  skipped); the last filter must be the terminal router, and only the last.
+* ``common_http_protocol_options.max_stream_duration`` becomes the listener-wide
+  ``max_stream_duration`` (A31).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envoy.config.listener.v3 import listener_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2,
+)
+
+from pyxds.xds.resources._common import (
+    TYPED_STRUCT_TYPES,
+    Errors,
+    config_source_is_ads_or_self,
+    duration,
+    type_name,
+    unpack,
+)
+from pyxds.xds.resources.route_config import parse_route_configuration
+from pyxds.xds.resources.types import HttpFilter, Listener
+
+__all__ = ["decode_listener", "HTTP_FILTER_TYPES", "register_http_filter", "HCM_TYPE"]
+
+HCM_TYPE = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+ROUTER_TYPE = "envoy.extensions.filters.http.router.v3.Router"
+
+# Client HTTP filter config types this client implements: type name -> is terminal.
+HTTP_FILTER_TYPES: dict[str, bool] = {ROUTER_TYPE: True}
+
+
+def register_http_filter(type_name_: str, terminal: bool = False) -> None:
+    """Declare an HTTP filter config type supported by the client (A39)."""
+    HTTP_FILTER_TYPES[type_name_] = terminal
+
+
+def decode_listener(data: bytes) -> tuple[str | None, Any, str | None]:
+    """Parse and validate serialized Listener bytes: (name, resource, error)."""
+    lis = listener_pb2.Listener()
+    try:
+        lis.ParseFromString(data)
+    except Exception as err:
+        return None, None, f"could not parse Listener: {err}"
+    name = lis.name
+    if not lis.HasField("api_listener"):
+        return name, Listener(name, api_listener=False), None
+    errs = Errors()
+    resource = _parse_api_listener(lis, errs)
+    if errs:
+        return name, None, errs.text()
+    return name, resource, None
+
+
+def _parse_api_listener(lis: Any, errs: Errors) -> Listener | None:
+    any_msg = lis.api_listener.api_listener
+    path = "api_listener.api_listener"
+    tname = type_name(any_msg.type_url)
+    if tname != HCM_TYPE:
+        errs.add(path, f"unsupported filter type {tname!r}" if tname else "field not present")
+        return None
+    hcm = unpack(any_msg, http_connection_manager_pb2.HttpConnectionManager, path, errs)
+    if hcm is None:
+        return None
+    return parse_http_connection_manager(hcm, lis.name, errs, path)
+
+
+def parse_http_connection_manager(hcm: Any, name: str, errs: Errors, path: str) -> Listener:
+    """Validate an HttpConnectionManager; ``path`` names it in errors."""
+    route_config_name = None
+    route_config = None
+    which = hcm.WhichOneof("route_specifier")
+    if which == "rds":
+        rds = hcm.rds
+        if not rds.HasField("config_source"):
+            errs.add(f"{path}.rds.config_source", "field not present")
+        elif not config_source_is_ads_or_self(rds.config_source):
+            errs.add(f"{path}.rds.config_source", "ConfigSource is not ads or self")
+        route_config_name = rds.route_config_name
+    elif which == "route_config":
+        route_config = parse_route_configuration(hcm.route_config, errs, f"{path}.route_config")
+    else:
+        errs.add(
+            path,
+            f"unsupported route_specifier {which!r}"
+            if which
+            else "neither rds nor route_config specified",
+        )
+    filters = _parse_http_filters(hcm, errs, path)
+    msd = None
+    if hcm.HasField("common_http_protocol_options"):
+        cho = hcm.common_http_protocol_options
+        if cho.HasField("max_stream_duration"):
+            msd = duration(
+                cho.max_stream_duration,
+                f"{path}.common_http_protocol_options.max_stream_duration",
+                errs,
+            )
+    return Listener(name, route_config_name, route_config, filters, msd)
+
+
+def _parse_http_filters(hcm: Any, errs: Errors, path: str) -> tuple[HttpFilter, ...]:
+    out: list[HttpFilter] = []
+    seen: set[str] = set()
+    n = len(hcm.http_filters)
+    if n == 0:
+        errs.add(f"{path}.http_filters", "expected at least one HTTP filter")
+        return ()
+    last_terminal = False
+    for i, f in enumerate(hcm.http_filters):
+        p = f"{path}.http_filters[{i}]"
+        name = f.name
+        if not name:
+            errs.add(f"{p}.name", "empty filter name")
+        elif name in seen:
+            errs.add(f"{p}.name", f"duplicate HTTP filter name: {name}")
+        seen.add(name)
+        which = f.WhichOneof("config_type")
+        if which != "typed_config":
+            if f.is_optional:
+                continue
+            errs.add(
+                f"{p}.{which}" if which else f"{p}.typed_config",
+                "unsupported filter config type" if which else "field not present",
+            )
+            continue
+        any_msg = f.typed_config
+        tname = type_name(any_msg.type_url)
+        if tname in TYPED_STRUCT_TYPES:
+            from xds.type.v3 import typed_struct_pb2
+
+            ts = unpack(any_msg, typed_struct_pb2.TypedStruct, f"{p}.typed_config", errs)
+            if ts is None:
+                continue
+            tname = type_name(ts.type_url)
+        terminal = HTTP_FILTER_TYPES.get(tname)
+        if terminal is None:
+            if f.is_optional:
+                continue
+            errs.add(f"{p}.typed_config", f"unsupported filter type {tname!r}")
+            continue
+        if terminal and i != n - 1:
+            errs.add(f"{p}", f"terminal filter {tname} must be the last filter in the chain")
+        last_terminal = terminal
+        out.append(HttpFilter(name, tname, any_msg.value, f.is_optional))
+    if not last_terminal:
+        errs.add(f"{path}.http_filters", "the last filter must be the terminal router filter")
+    return tuple(out)

@@ -1,0 +1,478 @@
+"""RouteConfiguration validation (A27 "RouteConfiguration Proto", A28 "Response
+validation" as in today's text, A31 timeouts, A42 hash policies, A44 retries).
+
+Rules, in the order they are applied to each route:
+
+* ``match.path_specifier`` must be ``prefix``, ``path`` or ``safe_regex``
+  (anything else, or none, is an error).  A non-empty prefix or a path not
+  starting with ``/`` (and an empty path) can never match a gRPC method: the
+  route is ignored, as C-core does.
+* ``match.query_parameters`` present: the route is ignored (A28).
+* ``safe_regex`` patterns (path, header, hash-policy rewrite) compile with RE2;
+  a pattern RE2 rejects is an error naming the field.
+* ``case_sensitive`` (default true) applies to prefix/path and the regex.
+* Header matchers: exact / safe_regex / range (start <= end) / present /
+  prefix / suffix / contains / string_match (normalised to its inner kind
+  with ``ignore_case``); none set, or a ``custom`` string matcher, is an error.
+* ``runtime_fraction``: only ``default_value`` is used.
+* Action ``route``: ``cluster`` (non-empty) / ``weighted_clusters`` (zero
+  weights dropped, names non-empty, sum > 0 and <= uint32 max,
+  ``total_weight`` if set equals the sum) / ``cluster_specifier_plugin``
+  (must name a declared plugin; a declared optional plugin we do not
+  support makes the route ignored).  Any other or unset cluster specifier
+  (``cluster_header``, unknown fields): the route is ignored (A28 latest).
+* Action ``non_forwarding_action`` or another action (redirect,
+  direct_response, ...): kept as :class:`NonForwardingAction`, so an RPC
+  that matches it fails (C-core: "Matching route has inappropriate action").
+* ``max_stream_duration`` (A31): ``grpc_timeout_header_max`` if set, else
+  ``max_stream_duration``.
+* ``virtual_hosts[i].domains`` must be non-empty, each a valid pattern
+  (``*`` only as the whole pattern, or first or last character).
+
+Hot loop note: this runs over every route of a large RouteConfiguration, so
+it binds attributes to locals, asks ``HasField`` only when a cheap read
+cannot answer, builds error paths only on error, and shares identical
+action / match values between routes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envoy.config.route.v3 import route_pb2
+
+from pyxds.xds.resources._common import Errors, compile_regex, duration, type_name
+from pyxds.xds.resources.types import UINT32_MAX as UINT32_MAX_
+from pyxds.xds.resources.types import (
+    ClusterSpecifierPlugin,
+    ClusterWeight,
+    FractionalPercent,
+    HashPolicy,
+    HeaderMatcher,
+    NonForwardingAction,
+    PathMatch,
+    PrefixMatch,
+    RegexMatch,
+    RetryPolicy,
+    Route,
+    RouteAction,
+    RouteConfiguration,
+    RouteMatch,
+    VirtualHost,
+)
+
+__all__ = ["parse_route_configuration", "SUPPORTED_CLUSTER_SPECIFIER_PLUGINS"]
+
+# Cluster specifier plugin config types this client implements (A77 RLS is
+# not implemented yet).  Types listed here are kept; an unsupported
+# non-optional plugin is an error, an unsupported optional one makes the
+# routes that use it ignored.
+SUPPORTED_CLUSTER_SPECIFIER_PLUGINS: set[str] = set()
+
+_DENOMINATORS = (100, 10_000, 1_000_000)  # FractionalPercent.DenominatorType
+_RETRYABLE_CODES = frozenset(
+    {"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"}
+)
+_NON_FORWARDING = NonForwardingAction()
+# Frozen slotted dataclasses built in the per-route loop go through their slot
+# descriptors (equal values, half the cost of calling the class).
+_new = object.__new__
+_set_path = PathMatch.path.__set__  # type: ignore[attr-defined]
+_set_spec = RouteMatch.path_specifier.__set__  # type: ignore[attr-defined]
+_set_case = RouteMatch.case_sensitive.__set__  # type: ignore[attr-defined]
+_set_headers = RouteMatch.headers.__set__  # type: ignore[attr-defined]
+_set_fraction = RouteMatch.runtime_fraction.__set__  # type: ignore[attr-defined]
+_set_match = Route.match.__set__  # type: ignore[attr-defined]
+_set_action = Route.action.__set__  # type: ignore[attr-defined]
+_set_name = Route.name.__set__  # type: ignore[attr-defined]
+_PREFIX_ALL = PrefixMatch("")
+
+
+def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteConfiguration:
+    """Validate a ``envoy.config.route.v3.RouteConfiguration`` message.
+
+    ``path`` is the field path of ``rc`` itself ("" for an RDS resource,
+    ``"...route_config"`` when inlined in a Listener); errors go to ``errs``.
+    """
+    pre = f"{path}." if path else ""
+    plugins, ignored_plugins = _parse_plugins(rc, errs, pre)
+    declared = {p.name for p in plugins} | ignored_plugins
+    vhosts = []
+    # Values shared between routes: identical clusters and matches become one object.
+    cache: dict[Any, Any] = {}
+    for vi, vh in enumerate(rc.virtual_hosts):
+        domains = tuple(vh.domains)
+        if not domains:
+            errs.add(f"{pre}virtual_hosts[{vi}].domains", "must be non-empty")
+        for di, d in enumerate(domains):
+            if not _valid_domain(d):
+                errs.add(f"{pre}virtual_hosts[{vi}].domains[{di}]", f"invalid domain pattern {d!r}")
+        routes = []
+        append = routes.append
+        for ri, r in enumerate(vh.routes):
+            route = _parse_route(r, errs, pre, vi, ri, cache, declared, ignored_plugins)
+            if route is not None:
+                append(route)
+        retry = None
+        if vh.HasField("retry_policy"):
+            retry = _parse_retry(vh.retry_policy, errs, f"{pre}virtual_hosts[{vi}].retry_policy")
+        vhosts.append(VirtualHost(vh.name, domains, tuple(routes), retry))
+    return RouteConfiguration(rc.name, tuple(vhosts), tuple(plugins))
+
+
+def _valid_domain(d: str) -> bool:
+    if not d:
+        return False
+    star = d.find("*")
+    if star < 0 or d == "*":
+        return True
+    return d.count("*") == 1 and (star == 0 or star == len(d) - 1)
+
+
+def _parse_plugins(rc: Any, errs: Errors, pre: str) -> tuple[list[ClusterSpecifierPlugin], set]:
+    plugins: list[ClusterSpecifierPlugin] = []
+    ignored: set[str] = set()
+    seen: set[str] = set()
+    for i, csp in enumerate(rc.cluster_specifier_plugins):
+        ext = csp.extension
+        p = f"{pre}cluster_specifier_plugins[{i}].extension"
+        name = ext.name
+        if not name:
+            errs.add(f"{p}.name", "must be non-empty")
+        elif name in seen:
+            errs.add(f"{p}.name", f"duplicate name {name!r}")
+        seen.add(name)
+        tname = type_name(ext.typed_config.type_url)
+        if tname in SUPPORTED_CLUSTER_SPECIFIER_PLUGINS:
+            plugins.append(
+                ClusterSpecifierPlugin(name, tname, ext.typed_config.value, csp.is_optional)
+            )
+        elif csp.is_optional:
+            ignored.add(name)
+        else:
+            errs.add(f"{p}.typed_config", f"unsupported ClusterSpecifierPlugin type {tname!r}")
+    return plugins, ignored
+
+
+def _route_path(pre: str, vi: int, ri: int) -> str:
+    return f"{pre}virtual_hosts[{vi}].routes[{ri}]"
+
+
+def _parse_route(
+    r: Any,
+    errs: Errors,
+    pre: str,
+    vi: int,
+    ri: int,
+    cache: dict,
+    declared: set,
+    ignored_plugins: set,
+) -> Route | None:
+    m = r.match
+    # One ListFields() call tells which match fields are set (cheaper than a
+    # HasField/WhichOneof per field); field numbers per route_components.proto.
+    spec_field = None
+    case_sensitive = True
+    headers: tuple[HeaderMatcher, ...] = ()
+    fraction = None
+    for fd, value in m.ListFields():
+        num = fd.number
+        if num == 1 or num == 2 or num == 10:  # prefix, path, safe_regex
+            spec_field = (num, value)
+        elif num == 4:  # case_sensitive (BoolValue)
+            case_sensitive = value.value
+        elif num == 6:  # headers
+            headers = tuple(
+                _parse_header(h, errs, f"{_route_path(pre, vi, ri)}.match.headers[{hi}]")
+                for hi, h in enumerate(value)
+            )
+        elif num == 7:  # query_parameters: A28, the route is ignored
+            return None
+        elif num == 9:  # runtime_fraction: only default_value is used
+            dv = value.default_value
+            den = dv.denominator
+            if 0 <= den < 3:
+                fraction = FractionalPercent(dv.numerator, _DENOMINATORS[den])
+            else:
+                errs.add(
+                    f"{_route_path(pre, vi, ri)}.match.runtime_fraction.default_value.denominator",
+                    f"unknown denominator type {den}",
+                )
+        elif num == 12 or num == 14 or num == 15:  # other path specifiers
+            spec_field = (num, fd.name)
+    if spec_field is None:
+        # An explicitly empty prefix is still "set" (a oneof member) but
+        # ListFields omits it: ask the oneof.
+        if m.WhichOneof("path_specifier") == "prefix":
+            spec_field = (1, "")
+        else:
+            errs.add(f"{_route_path(pre, vi, ri)}.match.path_specifier", "field not set")
+            return None
+    num, value = spec_field
+    if num == 1:
+        if not value:
+            spec = _PREFIX_ALL
+        elif value[0] != "/":
+            return None  # can never match a gRPC path: ignored
+        else:
+            key = ("p", value)
+            spec = cache.get(key)
+            if spec is None:
+                spec = cache[key] = PrefixMatch(value)
+    elif num == 2:
+        if not value or value[0] != "/":
+            return None
+        spec = _new(PathMatch)
+        _set_path(spec, value)
+    elif num == 10:
+        pattern = value.regex
+        rx = compile_regex(
+            pattern, f"{_route_path(pre, vi, ri)}.match.safe_regex.regex", errs, case_sensitive
+        )
+        if rx is None:
+            return None
+        spec = RegexMatch(pattern, rx)
+    else:
+        errs.add(
+            f"{_route_path(pre, vi, ri)}.match.path_specifier",
+            f"must be prefix, path or safe_regex, not {value}",
+        )
+        return None
+    if spec is _PREFIX_ALL and case_sensitive and not headers and fraction is None:
+        match = cache.get("match_all")
+        if match is None:
+            match = cache["match_all"] = RouteMatch(spec)
+    else:
+        match = _new(RouteMatch)
+        _set_spec(match, spec)
+        _set_case(match, case_sensitive)
+        _set_headers(match, headers)
+        _set_fraction(match, fraction)
+
+    action_kind = r.WhichOneof("action")
+    if action_kind == "route":
+        action = _parse_action(r.route, errs, pre, vi, ri, cache, declared, ignored_plugins)
+        if action is None:
+            return None
+    else:
+        action = _NON_FORWARDING
+    route = _new(Route)
+    _set_match(route, match)
+    _set_action(route, action)
+    _set_name(route, r.name)
+    return route
+
+
+def _parse_header(h: Any, errs: Errors, path: str) -> HeaderMatcher:
+    name = h.name
+    invert = h.invert_match
+    kind = h.WhichOneof("header_match_specifier")
+    if kind == "exact_match":
+        return HeaderMatcher(name, "exact", h.exact_match, invert)
+    if kind == "safe_regex_match":
+        pattern = h.safe_regex_match.regex
+        rx = compile_regex(pattern, f"{path}.safe_regex_match.regex", errs)
+        return HeaderMatcher(name, "safe_regex", pattern, invert, regex=rx)
+    if kind == "range_match":
+        start, end = h.range_match.start, h.range_match.end
+        if end < start:
+            errs.add(f"{path}.range_match", "end cannot be smaller than start")
+        return HeaderMatcher(name, "range", None, invert, range_start=start, range_end=end)
+    if kind == "present_match":
+        return HeaderMatcher(name, "present", None, invert, present_match=h.present_match)
+    if kind == "prefix_match":
+        return HeaderMatcher(name, "prefix", h.prefix_match, invert)
+    if kind == "suffix_match":
+        return HeaderMatcher(name, "suffix", h.suffix_match, invert)
+    if kind == "contains_match":
+        return HeaderMatcher(name, "contains", h.contains_match, invert)
+    if kind == "string_match":
+        sm = h.string_match
+        ic = sm.ignore_case
+        sk = sm.WhichOneof("match_pattern")
+        if sk == "exact":
+            return HeaderMatcher(name, "exact", sm.exact, invert, ignore_case=ic)
+        if sk == "prefix":
+            return HeaderMatcher(name, "prefix", sm.prefix, invert, ignore_case=ic)
+        if sk == "suffix":
+            return HeaderMatcher(name, "suffix", sm.suffix, invert, ignore_case=ic)
+        if sk == "contains":
+            return HeaderMatcher(name, "contains", sm.contains, invert, ignore_case=ic)
+        if sk == "safe_regex":
+            pattern = sm.safe_regex.regex
+            rx = compile_regex(pattern, f"{path}.string_match.safe_regex.regex", errs)
+            return HeaderMatcher(name, "safe_regex", pattern, invert, regex=rx)
+        errs.add(
+            f"{path}.string_match",
+            f"unsupported match pattern {sk!r}" if sk else "match_pattern not set",
+        )
+        return HeaderMatcher(name, "exact", "", invert)
+    errs.add(path, "invalid header matcher: no header_match_specifier set")
+    return HeaderMatcher(name, "exact", "", invert)
+
+
+def _parse_action(
+    ra: Any,
+    errs: Errors,
+    pre: str,
+    vi: int,
+    ri: int,
+    cache: dict,
+    declared: set,
+    ignored_plugins: set,
+) -> RouteAction | None:
+    spec = None
+    spec_value: Any = None
+    msd = timeout = retry = None
+    hashes: tuple[HashPolicy, ...] = ()
+    for fd, value in ra.ListFields():
+        num = fd.number
+        if num == 1 or num == 3 or num == 37:  # cluster, weighted_clusters, plugin
+            spec = num
+            spec_value = value
+        elif num == 36:  # max_stream_duration (A31)
+            p = f"{_route_path(pre, vi, ri)}.route.max_stream_duration"
+            if value.HasField("grpc_timeout_header_max"):
+                msd = duration(value.grpc_timeout_header_max, f"{p}.grpc_timeout_header_max", errs)
+            elif value.HasField("max_stream_duration"):
+                msd = duration(value.max_stream_duration, f"{p}.max_stream_duration", errs)
+        elif num == 8:
+            timeout = duration(value, f"{_route_path(pre, vi, ri)}.route.timeout", errs)
+        elif num == 15:
+            hashes = _parse_hash_policies(
+                value, errs, f"{_route_path(pre, vi, ri)}.route.hash_policy"
+            )
+        elif num == 9:
+            retry = _parse_retry(value, errs, f"{_route_path(pre, vi, ri)}.route.retry_policy")
+    plain = msd is None and timeout is None and not hashes and retry is None
+
+    if spec == 1:
+        name = spec_value
+        if plain:
+            action = cache.get(name)
+            if action is None:
+                action = cache[name] = RouteAction(cluster=name)
+            return action
+        return RouteAction(name, None, None, msd, timeout, hashes, retry)
+    if spec == 3:
+        wc = spec_value
+        weights = []
+        total = 0
+        for ci, cw in enumerate(wc.clusters):
+            w = cw.weight.value
+            name = cw.name
+            if not name:
+                errs.add(
+                    f"{_route_path(pre, vi, ri)}.route.weighted_clusters.clusters[{ci}].name",
+                    "must be non-empty",
+                )
+            if w:
+                total += w
+                weights.append(ClusterWeight(name, w))
+        if total == 0:
+            errs.add(f"{_route_path(pre, vi, ri)}.route.weighted_clusters", "sum of weights is 0")
+            return None
+        if total > UINT32_MAX_:
+            errs.add(
+                f"{_route_path(pre, vi, ri)}.route.weighted_clusters",
+                f"sum of weights {total} exceeds uint32 max",
+            )
+            return None
+        if wc.HasField("total_weight") and wc.total_weight.value != total:
+            errs.add(
+                f"{_route_path(pre, vi, ri)}.route.weighted_clusters.total_weight",
+                f"{wc.total_weight.value} does not equal the sum of weights {total}",
+            )
+            return None
+        return RouteAction(None, tuple(weights), None, msd, timeout, hashes, retry)
+    if spec == 37:
+        name = spec_value
+        if name in ignored_plugins:
+            return None
+        if name not in declared:
+            errs.add(
+                f"{_route_path(pre, vi, ri)}.route.cluster_specifier_plugin",
+                f"unknown cluster specifier plugin name {name!r}",
+            )
+            return None
+        return RouteAction(None, None, name, msd, timeout, hashes, retry)
+    if spec is None and ra.WhichOneof("cluster_specifier") in (
+        "cluster",
+        "cluster_specifier_plugin",
+    ):
+        # Present but empty (ListFields omits empty strings).
+        errs.add(
+            f"{_route_path(pre, vi, ri)}.route.{ra.WhichOneof('cluster_specifier')}",
+            "must be non-empty",
+        )
+        return None
+    # cluster_header, inline plugins, unknown or unset: the route is ignored (A28).
+    return None
+
+
+def _parse_hash_policies(policies: Any, errs: Errors, path: str) -> tuple[HashPolicy, ...]:
+    out = []
+    for i, hp in enumerate(policies):
+        kind = hp.WhichOneof("policy_specifier")
+        if kind == "header":
+            h = hp.header
+            if not h.header_name:
+                errs.add(f"{path}[{i}].header.header_name", "must be non-empty")
+                continue
+            rx = None
+            pattern = None
+            subst = ""
+            if h.HasField("regex_rewrite"):
+                pattern = h.regex_rewrite.pattern.regex
+                subst = h.regex_rewrite.substitution
+                rx = compile_regex(pattern, f"{path}[{i}].header.regex_rewrite.pattern.regex", errs)
+            out.append(HashPolicy("header", hp.terminal, h.header_name, pattern, subst, rx))
+        elif kind == "filter_state" and hp.filter_state.key == "io.grpc.channel_id":
+            out.append(HashPolicy("channel_id", hp.terminal))
+        # other policy types are ignored (A42)
+    return tuple(out)
+
+
+def _parse_retry(rp: Any, errs: Errors, path: str) -> RetryPolicy:
+    codes = tuple(c for c in (s.strip() for s in rp.retry_on.split(",")) if c in _RETRYABLE_CODES)
+    num = 1
+    if rp.HasField("num_retries"):
+        num = rp.num_retries.value
+        if num == 0:
+            errs.add(f"{path}.num_retries", "must be greater than 0")
+    base, cap = 0.025, 0.25
+    if rp.HasField("retry_back_off"):
+        bo = rp.retry_back_off
+        if not bo.HasField("base_interval"):
+            errs.add(f"{path}.retry_back_off.base_interval", "field not present")
+        else:
+            b = duration(bo.base_interval, f"{path}.retry_back_off.base_interval", errs)
+            if b is not None:
+                if b == 0:
+                    errs.add(f"{path}.retry_back_off.base_interval", "must be greater than 0")
+                base = b
+        cap = 10 * base
+        if bo.HasField("max_interval"):
+            c = duration(bo.max_interval, f"{path}.retry_back_off.max_interval", errs)
+            if c is not None:
+                if c < base:
+                    errs.add(
+                        f"{path}.retry_back_off.max_interval",
+                        "must be greater than or equal to base_interval",
+                    )
+                cap = c
+    return RetryPolicy(codes, num, base, cap)
+
+
+def decode_route_configuration(data: bytes) -> tuple[str | None, Any, str | None]:
+    """Parse and validate serialized RouteConfiguration bytes: (name, resource, error)."""
+    rc = route_pb2.RouteConfiguration()
+    try:
+        rc.ParseFromString(data)
+    except Exception as err:
+        return None, None, f"could not parse RouteConfiguration: {err}"
+    errs = Errors()
+    resource = parse_route_configuration(rc, errs)
+    if errs:
+        return rc.name, None, errs.text()
+    return rc.name, resource, None
