@@ -1,0 +1,477 @@
+"""The XdsClient: watches over xDS resources, one ADS stream per xDS server
+(gRFC A27 "XdsClient and Bootstrap File", A28 "Multiple watches for the same
+resource", A57, A88).
+
+    client = XdsClient(bootstrap)
+    cancel = client.watch(LISTENER_TYPE_URL, "greeter", watcher, executor=serializer.run)
+    ...
+    cancel()
+    client.dump()      # CSDS ClientConfig as a dict
+    client.close()
+
+Threads: the transport's threads (grpcio, one reader per stream) only hand
+events to the client's own :class:`WorkSerializer`; the protocol core
+(:class:`AdsState`) and all timers run there.  Watcher calls leave the
+serializer through a per-client notifier thread, which calls each watcher's
+``executor(fn)`` (default: run on the notifier thread itself), so no watcher
+ever runs on a transport thread or inside the client's serializer, and the
+calls of one watcher arrive in order.
+
+Streams: a server's stream starts with its first watch.  When it ends the
+next one starts after :class:`StreamBackoff`'s delay (exponential while no
+response arrives, reset by a response, and never a tight loop).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import random
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.discovery.v3 import discovery_pb2
+
+from pyxds.clock import Clock, RealClock, Timer
+from pyxds.lb.api import Status
+from pyxds.serializer import WorkSerializer
+from pyxds.xds import csds
+from pyxds.xds.ads_state import (
+    RESOURCE_TIMEOUT,
+    TRANSIENT_RESOURCE_TIMEOUT,
+    AdsState,
+    Executor,
+    ResourceWatcher,
+    immediate,
+)
+from pyxds.xds.backoff import ExponentialBackoff, StreamBackoff
+from pyxds.xds.transport import AdsTransport, channel_credentials
+
+_log = logging.getLogger(__name__)
+
+__all__ = ["RESOURCE_TIMEOUT", "TRANSIENT_RESOURCE_TIMEOUT", "XdsClient"]
+
+CLIENT_FEATURES = ("envoy.lb.does_not_support_overprovisioning", "xds.config.resource-in-sotw")
+"""Node.client_features gRPC clients send (A27)."""
+
+_CLOSE_WAIT = 5.0
+
+
+class _SerializedClock(Clock):
+    """The injected clock, with every timer callback run on the serializer."""
+
+    def __init__(self, clock: Clock, serializer: WorkSerializer) -> None:
+        self._clock = clock
+        self._serializer = serializer
+
+    def now(self) -> float:
+        return self._clock.now()
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> Timer:
+        return self._clock.call_later(delay, lambda: self._serializer.run(fn))
+
+
+class _Notifier:
+    """A serial executor on its own daemon thread (started on first use)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+        self._queue.put(fn)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        self._queue.put(None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(_CLOSE_WAIT)
+
+    def _run(self) -> None:
+        while True:
+            fn = self._queue.get()
+            if fn is None:
+                return
+            try:
+                fn()
+            except Exception:
+                _log.exception("pyxds: xDS watcher callback raised")
+
+
+def _server_key(server: Any) -> tuple:
+    config = getattr(server, "channel_creds_config", None)
+    return (
+        server.server_uri,
+        getattr(server, "channel_creds_type", "insecure"),
+        json.dumps(config, sort_keys=True, default=str),
+        tuple(getattr(server, "server_features", ()) or ()),
+    )
+
+
+def _node_proto(bootstrap: Any) -> base_pb2.Node | None:
+    node = getattr(bootstrap, "node", None)
+    if node is None:
+        return None
+    proto = node.to_proto() if hasattr(node, "to_proto") else node
+    proto = base_pb2.Node.FromString(proto.SerializeToString())
+    if not proto.user_agent_name:
+        from pyxds import __version__
+
+        proto.user_agent_name = "pyxds"
+        proto.user_agent_version = __version__
+    for feature in CLIENT_FEATURES:
+        if feature not in proto.client_features:
+            proto.client_features.append(feature)
+    return proto
+
+
+class _ServerChannel:
+    """One xDS server: its ADS state, transport and stream backoff.  Every
+    method runs on the client's serializer."""
+
+    def __init__(self, client: XdsClient, server: Any) -> None:
+        self._client = client
+        self.server = server
+        self.state = AdsState(
+            server,
+            client._node,
+            resource_types=client._resource_types,
+            clock=client._sclock,
+            post=client._post,
+            default_executor=immediate,
+            resource_timeout=client._resource_timeout,
+            transient_resource_timeout=client._transient_resource_timeout,
+        )
+        self._backoff = StreamBackoff(ExponentialBackoff(client._rng))
+        self._transport: AdsTransport | None = None
+        self._stream_id = 0
+        self._retry: Timer | None = None
+        self._closed = False
+
+    # -- driven by the client --------------------------------------------------
+
+    def ensure_stream(self) -> None:
+        if self._closed or self._stream_id or self._retry is not None:
+            return
+        self._start_stream()
+
+    def flush(self) -> None:
+        if not self._stream_id or self._transport is None:
+            return
+        for request in self.state.take_requests():
+            self._transport.send(self._stream_id, request)
+
+    def close(self) -> None:
+        self._closed = True
+        self.state.shutdown()
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        self._stream_id = 0
+        if self._transport is not None:
+            transport, self._transport = self._transport, None
+            transport.close()
+
+    # -- stream lifecycle --------------------------------------------------------
+
+    def _start_stream(self) -> None:
+        self._retry = None
+        if self._closed:
+            return
+        if self._transport is None:
+            try:
+                self._transport = self._client._transport_factory(self)
+            except Exception as exc:
+                _log.exception("cannot create the xDS channel to %s", self.server.server_uri)
+                self.state.on_stream_started()
+                self.state.on_stream_closed(Status(grpc.StatusCode.UNAVAILABLE, str(exc)))
+                self._schedule_retry()
+                return
+        self._backoff.on_stream_started(self._client._sclock.now())
+        self.state.on_stream_started()
+        # Transport events triggered meanwhile queue behind this callback.
+        self._stream_id = self._transport.start_stream()
+        self.flush()
+
+    def _schedule_retry(self) -> None:
+        delay = self._backoff.on_stream_closed(self._client._sclock.now())
+        _log.debug("xDS server %s: next ADS stream in %.2fs", self.server.server_uri, delay)
+        self._retry = self._client._sclock.call_later(delay, self._start_stream)
+
+    # -- transport events (already on the serializer) ------------------------------
+
+    def stream_connected(self, stream_id: int) -> None:
+        if stream_id == self._stream_id and not self._closed:
+            self.state.on_stream_connected()
+            self.flush()
+
+    def stream_response(self, stream_id: int, response: discovery_pb2.DiscoveryResponse) -> None:
+        if stream_id != self._stream_id or self._closed:
+            return
+        self._backoff.on_response()
+        self.state.on_response(response)
+        self.flush()
+
+    def stream_closed(self, stream_id: int, status: Status) -> None:
+        if stream_id != self._stream_id or self._closed:
+            return
+        self._stream_id = 0
+        self.state.on_stream_closed(status)
+        self._schedule_retry()
+
+
+class XdsClient:
+    """Watches on xDS resources served by the bootstrap's xDS servers.
+
+    ``bootstrap`` is a :class:`pyxds.xds.bootstrap.Bootstrap` or anything
+    ``load_bootstrap`` accepts (path, dict, JSON text, None for the
+    environment).  ``clock`` drives the resource timers and stream backoff
+    (tests pass :class:`pyxds.testing.FakeClock`); ``resource_timeout``
+    overrides the 15 s does-not-exist timer (30 s variant:
+    ``transient_resource_timeout``).
+    """
+
+    def __init__(
+        self,
+        bootstrap: Any = None,
+        clock: Clock | None = None,
+        *,
+        resource_types: Mapping[str, Any] | None = None,
+        resource_timeout: float = RESOURCE_TIMEOUT,
+        transient_resource_timeout: float = TRANSIENT_RESOURCE_TIMEOUT,
+        channel_options: Sequence[tuple[str, Any]] = (),
+        rng: random.Random | None = None,
+        transport_factory: Callable[[_ServerChannel], Any] | None = None,
+    ) -> None:
+        if bootstrap is None or not hasattr(bootstrap, "xds_servers"):
+            from pyxds.xds.bootstrap import load_bootstrap
+
+            bootstrap = load_bootstrap(bootstrap)
+        if resource_types is None:
+            from pyxds.xds.resources import RESOURCE_TYPES
+
+            resource_types = RESOURCE_TYPES
+        self._bootstrap = bootstrap
+        self._resource_types = resource_types
+        self._resource_timeout = resource_timeout
+        self._transient_resource_timeout = transient_resource_timeout
+        self._channel_options = tuple(channel_options)
+        self._rng = rng or random.Random()
+        self._serializer = WorkSerializer()
+        self._own_clock = clock is None
+        self._clock = clock or RealClock()
+        self._sclock = _SerializedClock(self._clock, self._serializer)
+        self._notifier = _Notifier("pyxds-xds-watchers")
+        self._node = _node_proto(bootstrap)
+        self._servers: dict[tuple, _ServerChannel] = {}
+        self._transport_factory = transport_factory or self._grpc_transport
+        self._closed = False
+
+    @property
+    def bootstrap(self) -> Any:
+        return self._bootstrap
+
+    # ------------------------------------------------------------------ watches
+
+    def watch(
+        self,
+        type_url: str,
+        name: str,
+        watcher: ResourceWatcher,
+        executor: Executor | None = None,
+    ) -> Callable[[], None]:
+        """Watch one resource; returns the cancel function (idempotent).
+
+        ``watcher.on_resource_changed(resource | Status)`` and
+        ``watcher.on_ambient_error(Status)`` are called through
+        ``executor(fn)`` (default: the client's notifier thread), never on a
+        transport thread.  A watcher of a resource already cached is told at
+        once (A28).
+        """
+        executor = executor or immediate
+        handle_box: list[Any] = []
+        cancelled = threading.Event()
+
+        def start() -> None:
+            if self._closed or cancelled.is_set():
+                return
+            try:
+                server = self._server_for(name)
+            except LookupError as exc:
+                status = Status(grpc.StatusCode.UNAVAILABLE, str(exc))
+                self._post(executor, lambda: watcher.on_resource_changed(status))
+                return
+            channel = self._channel_for(server)
+            handle_box.append(
+                (channel, channel.state.add_watcher(type_url, name, watcher, executor))
+            )
+            channel.ensure_stream()
+            channel.flush()
+
+        def stop() -> None:
+            if not handle_box:
+                return
+            channel, handle = handle_box.pop()
+            channel.state.remove_watcher(handle)
+            channel.flush()
+
+        def cancel() -> None:
+            if cancelled.is_set():
+                return
+            cancelled.set()
+            self._serializer.run(stop)
+
+        self._serializer.run(start)
+        return cancel
+
+    # ------------------------------------------------------------------ CSDS
+
+    def dump(self) -> dict[str, Any]:
+        """The client's cache as a CSDS ``ClientConfig`` dict (see :mod:`pyxds.xds.csds`)."""
+
+        def collect() -> dict[str, Any]:
+            entries = [e for ch in self._servers.values() for e in ch.state.snapshot()]
+            return csds.client_config(self._node, entries)
+
+        return self._run_and_wait(collect)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Stop every stream and timer; watchers hear nothing more."""
+
+        def shutdown() -> None:
+            self._closed = True
+            for channel in self._servers.values():
+                channel.close()
+
+        if not self._closed:
+            self._run_and_wait(shutdown)
+        self._notifier.close()
+        if self._own_clock and isinstance(self._clock, RealClock):
+            self._clock.close()
+
+    def __enter__(self) -> XdsClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    _shared_lock = threading.Lock()
+    _shared: dict[Any, list[Any]] = {}
+
+    @classmethod
+    def get_or_create(cls, bootstrap: Any = None) -> tuple[XdsClient, Callable[[], None]]:
+        """The process-wide client for this bootstrap content, refcounted.
+
+        Returns ``(client, release)``; the last ``release()`` closes the client.
+        """
+        if bootstrap is None or not hasattr(bootstrap, "xds_servers"):
+            from pyxds.xds.bootstrap import load_bootstrap
+
+            bootstrap = load_bootstrap(bootstrap)
+        try:
+            hash(bootstrap)
+            key: Any = ("bootstrap", bootstrap)
+        except TypeError:
+            key = ("repr", repr(bootstrap))
+        with cls._shared_lock:
+            slot = cls._shared.get(key)
+            if slot is None:
+                slot = cls._shared[key] = [cls(bootstrap), 0]
+            slot[1] += 1
+            client = slot[0]
+        released = threading.Event()
+
+        def release() -> None:
+            if released.is_set():
+                return
+            released.set()
+            with cls._shared_lock:
+                slot[1] -= 1
+                last = slot[1] == 0
+                if last and cls._shared.get(key) is slot:
+                    del cls._shared[key]
+            if last:
+                client.close()
+
+        return client, release
+
+    # ------------------------------------------------------------------ internals
+
+    def _post(self, executor: Executor, fn: Callable[[], None]) -> None:
+        self._notifier.submit(lambda: executor(fn))
+
+    def _run_and_wait(self, fn: Callable[[], Any]) -> Any:
+        if self._serializer.in_serializer:
+            return fn()
+        done = threading.Event()
+        box: list[Any] = []
+
+        def run() -> None:
+            try:
+                box.append((True, fn()))
+            except BaseException as exc:
+                box.append((False, exc))
+            finally:
+                done.set()
+
+        self._serializer.run(run)
+        if not done.wait(_CLOSE_WAIT * 6):
+            raise TimeoutError("xDS client serializer did not run the request")
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    def _server_for(self, name: str) -> Any:
+        servers = tuple(getattr(self._bootstrap, "xds_servers", ()) or ())
+        if name.startswith("xdstp:"):
+            authority_name = urlsplit(name).netloc
+            authorities = getattr(self._bootstrap, "authorities", None) or {}
+            authority = authorities.get(authority_name)
+            if authority is None:
+                raise LookupError(f'authority "{authority_name}" not present in bootstrap config')
+            servers = tuple(getattr(authority, "xds_servers", ()) or ()) or servers
+        if not servers:
+            raise LookupError("no xDS server in bootstrap config")
+        return servers[0]
+
+    def _channel_for(self, server: Any) -> _ServerChannel:
+        key = _server_key(server)
+        channel = self._servers.get(key)
+        if channel is None:
+            channel = self._servers[key] = _ServerChannel(self, server)
+        return channel
+
+    def _grpc_transport(self, channel: _ServerChannel) -> AdsTransport:
+        server = channel.server
+        creds = channel_credentials(
+            getattr(server, "channel_creds_type", "insecure"),
+            getattr(server, "channel_creds_config", None),
+        )
+        run = self._serializer.run
+        return AdsTransport(
+            server.server_uri,
+            creds,
+            on_connected=lambda sid: run(lambda: channel.stream_connected(sid)),
+            on_response=lambda sid, resp: run(lambda: channel.stream_response(sid, resp)),
+            on_closed=lambda sid, status: run(lambda: channel.stream_closed(sid, status)),
+            options=self._channel_options,
+        )

@@ -1,0 +1,84 @@
+"""CSDS data: the XdsClient's cache as an ``envoy.service.status.v3.ClientConfig``
+(gRFC A40, with A88's cache entry states).
+
+:func:`client_config` builds a JSON-able dict with the proto field names of
+``ClientConfig``::
+
+    {"node": {...},
+     "generic_xds_configs": [
+        {"type_url": ..., "name": ..., "version_info": ...,
+         "xds_config": {"@type": ..., ...},          # omitted without a resource
+         "last_updated": "2026-01-02T03:04:05.000Z", # omitted before any update
+         "client_status": "REQUESTED" | "DOES_NOT_EXIST" | "ACKED" | "NACKED"
+                          | "RECEIVED_ERROR" | "TIMEOUT",
+         "error_state": {"details": ..., "version_info": ...,
+                         "last_update_attempt": ...}},   # NACKs only
+        ...]}
+
+:func:`client_config_proto` turns that dict into the real proto (for a CSDS
+service or for checking the shape).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+from collections.abc import Iterable
+from typing import Any
+
+from envoy.config.core.v3 import base_pb2
+from google.protobuf import any_pb2, json_format
+
+from pyxds.xds.ads_state import EntrySnapshot
+
+
+def rfc3339(seconds: float) -> str:
+    """A wall-clock time as a protobuf Timestamp's JSON string (UTC, ms)."""
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def any_to_json(raw: any_pb2.Any) -> dict[str, Any]:
+    """The JSON form of a resource; opaque bytes when its type is unknown here."""
+    try:
+        return json_format.MessageToDict(raw, preserving_proto_field_name=True)
+    except (TypeError, KeyError, json_format.Error):
+        return {"@type": raw.type_url, "value": base64.b64encode(raw.value).decode("ascii")}
+
+
+def generic_xds_config(entry: EntrySnapshot) -> dict[str, Any]:
+    """One ``ClientConfig.GenericXdsConfig`` as a dict."""
+    out: dict[str, Any] = {
+        "type_url": entry.type_url,
+        "name": entry.name,
+        "version_info": entry.version_info,
+    }
+    if entry.raw is not None:
+        out["xds_config"] = any_to_json(entry.raw)
+    if entry.last_updated is not None:
+        out["last_updated"] = rfc3339(entry.last_updated)
+    out["client_status"] = entry.state.value
+    if entry.error_state is not None:
+        out["error_state"] = {
+            "details": entry.error_state.details,
+            "version_info": entry.error_state.version_info,
+            "last_update_attempt": rfc3339(entry.error_state.last_update_attempt),
+        }
+    return out
+
+
+def client_config(node: base_pb2.Node | None, entries: Iterable[EntrySnapshot]) -> dict[str, Any]:
+    """The whole ``ClientConfig`` dict, entries sorted by (type_url, name)."""
+    configs = [generic_xds_config(e) for e in sorted(entries, key=lambda e: (e.type_url, e.name))]
+    out: dict[str, Any] = {}
+    if node is not None:
+        out["node"] = json_format.MessageToDict(node, preserving_proto_field_name=True)
+    out["generic_xds_configs"] = configs
+    return out
+
+
+def client_config_proto(config: dict[str, Any]) -> Any:
+    """Parse a :func:`client_config` dict into ``envoy.service.status.v3.ClientConfig``."""
+    from envoy.service.status.v3 import csds_pb2
+
+    return json_format.ParseDict(config, csds_pb2.ClientConfig(), ignore_unknown_fields=False)

@@ -1,0 +1,321 @@
+"""XdsClient over a fake transport (no sockets): threading of watcher calls,
+stream restarts with backoff on the injected clock, shared clients, CSDS
+dump shape (A27, A40, A57, A88)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import grpc
+import pytest
+from envoy.config.core.v3 import base_pb2
+from test_xds_client_ads_state import CDS, EDS, INVALID, LDS, TYPES, FakeServer, res, response
+
+from pyxds.lb.api import OK_STATUS, Status
+from pyxds.testing.fake_clock import FakeClock
+from pyxds.xds import csds
+from pyxds.xds.ads_state import RESOURCE_TIMEOUT
+from pyxds.xds.client import CLIENT_FEATURES, XdsClient
+
+WAIT = 5.0
+
+
+class FakeTransport:
+    """Records streams and requests; the test fires the transport events."""
+
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+        self.streams: list[int] = []
+        self.sent: list[tuple[int, Any]] = []
+        self.closed = False
+
+    def start_stream(self) -> int:
+        stream_id = len(self.streams) + 1
+        self.streams.append(stream_id)
+        return stream_id
+
+    def send(self, stream_id: int, request: Any) -> bool:
+        self.sent.append((stream_id, request))
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+    # events, as the transport threads would deliver them
+    @property
+    def current(self) -> int:
+        return self.streams[-1]
+
+    def connected(self) -> None:
+        self.channel.stream_connected(self.current)
+
+    def respond(self, msg: Any) -> None:
+        self.channel.stream_response(self.current, msg)
+
+    def close_stream(self, status: Status = OK_STATUS) -> None:
+        self.channel.stream_closed(self.current, status)
+
+    def requests(self, stream_id: int | None = None) -> list[Any]:
+        return [r for s, r in self.sent if stream_id is None or s == stream_id]
+
+
+@dataclass
+class ThreadWatcher:
+    """Records calls and the thread they ran on."""
+
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+    threads: set[int] = field(default_factory=set)
+    event: threading.Event = field(default_factory=threading.Event)
+
+    def on_resource_changed(self, value: Any) -> None:
+        self.threads.add(threading.get_ident())
+        self.calls.append(("changed", value))
+        self.event.set()
+
+    def on_ambient_error(self, status: Status) -> None:
+        self.threads.add(threading.get_ident())
+        self.calls.append(("ambient", status))
+        self.event.set()
+
+    def wait(self, n: int = 1) -> list[tuple[str, Any]]:
+        for _ in range(int(WAIT / 0.01)):
+            if len(self.calls) >= n:
+                break
+            self.event.wait(0.01)
+            self.event.clear()
+        assert len(self.calls) >= n, self.calls
+        return self.calls
+
+
+class FakeNode:
+    def to_proto(self) -> base_pb2.Node:
+        return base_pb2.Node(id="n1")
+
+
+def make_bootstrap(**features: bool) -> Any:
+    return SimpleNamespace(xds_servers=(FakeServer(**features),), node=FakeNode(), authorities={})
+
+
+@pytest.fixture
+def env():
+    transports: list[FakeTransport] = []
+
+    def factory(channel: Any) -> FakeTransport:
+        transport = FakeTransport(channel)
+        transports.append(transport)
+        return transport
+
+    clock = FakeClock()
+    client = XdsClient(
+        make_bootstrap(), clock=clock, resource_types=TYPES, transport_factory=factory
+    )
+    yield SimpleNamespace(client=client, clock=clock, transports=transports)
+    client.close()
+
+
+def inline(fn):
+    fn()
+
+
+def test_watchers_never_run_on_the_transport_thread(env):
+    watcher = ThreadWatcher()
+    env.client.watch(LDS, "a", watcher)
+    transport = env.transports[0]
+    transport.connected()
+    transport.respond(response(LDS, "1", "n1", ("a", "v")))  # "transport thread" = this one
+    assert watcher.wait() == [("changed", res(LDS, "a", "v"))]
+    assert threading.get_ident() not in watcher.threads
+
+
+def test_watcher_executor_is_used_for_every_call(env):
+    seen: list[Any] = []
+
+    def executor(fn):
+        seen.append(fn)
+        fn()
+
+    watcher = ThreadWatcher()
+    env.client.watch(LDS, "a", watcher, executor=executor)
+    env.transports[0].respond(response(LDS, "1", "n1", ("a", "v")))
+    watcher.wait()
+    assert len(seen) == 1
+
+
+def test_first_watch_starts_stream_and_sends_node_with_client_features(env):
+    env.client.watch(CDS, "c", ThreadWatcher())
+    transport = env.transports[0]
+    assert transport.streams == [1]
+    (request,) = transport.requests()
+    assert request.node.id == "n1"
+    assert request.node.user_agent_name == "pyxds"
+    assert set(CLIENT_FEATURES) <= set(request.node.client_features)
+    assert list(request.resource_names) == ["c"]
+
+
+def test_cancel_sends_unsubscribe_request(env):
+    cancel = env.client.watch(CDS, "c", ThreadWatcher())
+    env.client.watch(CDS, "d", ThreadWatcher())
+    cancel()
+    cancel()  # idempotent
+    last = env.transports[0].requests()[-1]
+    assert list(last.resource_names) == ["d"]
+    assert len(env.transports[0].requests()) == 3
+
+
+def test_stream_restarts_after_backoff_and_resubscribes(env):
+    watcher = ThreadWatcher()
+    env.client.watch(EDS, "e", watcher)
+    transport = env.transports[0]
+    transport.connected()
+    transport.respond(response(EDS, "1", "n1", ("e", "v")))
+    watcher.wait()
+    transport.close_stream(Status(grpc.StatusCode.UNAVAILABLE, "server went away"))
+    assert transport.streams == [1]  # not at once: never a tight loop
+    env.clock.advance(1.21)
+    assert transport.streams == [1, 2]
+    (resend,) = transport.requests(2)
+    assert resend.version_info == "1" and resend.response_nonce == ""
+    assert list(resend.resource_names) == ["e"]
+    assert resend.node.id == "n1"
+    assert watcher.calls == [("changed", res(EDS, "e", "v"))]  # routine closure
+
+
+def test_failed_streams_back_off_exponentially(env):
+    env.client.watch(LDS, "a", ThreadWatcher())
+    transport = env.transports[0]
+    starts = []
+    for _ in range(5):
+        started_at = env.clock.now()
+        transport.close_stream(Status(grpc.StatusCode.UNAVAILABLE, "refused"))
+        count = len(transport.streams)
+        while len(transport.streams) == count:
+            env.clock.advance(0.01)
+        starts.append(env.clock.now() - started_at)
+    for got, base in zip(starts, [1.0, 1.6, 2.56, 4.096, 6.5536], strict=True):
+        assert base * 0.8 - 0.02 <= got <= base * 1.2 + 0.02
+
+
+def test_connectivity_error_before_first_response_reaches_watchers(env):
+    watcher = ThreadWatcher()
+    env.client.watch(LDS, "a", watcher)
+    env.transports[0].close_stream(Status(grpc.StatusCode.UNAVAILABLE, "connection refused"))
+    ((kind, status),) = watcher.wait()
+    assert kind == "changed" and status.code == grpc.StatusCode.UNAVAILABLE
+    assert "connection refused" in status.details
+
+
+def test_resource_timer_runs_on_injected_clock_once_connected(env):
+    watcher = ThreadWatcher()
+    env.client.watch(CDS, "c", watcher)
+    env.clock.advance(RESOURCE_TIMEOUT * 2)
+    assert watcher.calls == []
+    env.transports[0].connected()
+    env.clock.advance(RESOURCE_TIMEOUT)
+    ((kind, status),) = watcher.wait()
+    assert kind == "changed" and status.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_resource_timeout_is_injectable():
+    transports: list[FakeTransport] = []
+    clock = FakeClock()
+    client = XdsClient(
+        make_bootstrap(),
+        clock=clock,
+        resource_types=TYPES,
+        transport_factory=lambda ch: transports.append(FakeTransport(ch)) or transports[-1],
+        resource_timeout=0.5,
+    )
+    try:
+        watcher = ThreadWatcher()
+        client.watch(CDS, "c", watcher)
+        transports[0].connected()
+        clock.advance(0.5)
+        assert watcher.wait()[0][1].code == grpc.StatusCode.NOT_FOUND
+    finally:
+        client.close()
+
+
+def test_unknown_authority_is_an_error_for_the_watcher(env):
+    watcher = ThreadWatcher()
+    env.client.watch(LDS, "xdstp://nowhere/envoy.config.listener.v3.Listener/a", watcher)
+    ((kind, status),) = watcher.wait()
+    assert kind == "changed" and 'authority "nowhere"' in status.details
+    assert env.transports == []
+
+
+def test_close_stops_streams_timers_and_watchers(env):
+    watcher = ThreadWatcher()
+    env.client.watch(LDS, "a", watcher)
+    env.transports[0].connected()
+    env.client.close()
+    assert env.transports[0].closed
+    env.clock.advance(RESOURCE_TIMEOUT * 2)
+    assert watcher.calls == []
+    assert env.clock.pending == []
+
+
+def test_dump_is_a_csds_client_config(env):
+    env.client.watch(CDS, "good", ThreadWatcher())
+    env.client.watch(CDS, "bad", ThreadWatcher())
+    env.client.watch(LDS, "waiting", ThreadWatcher())
+    transport = env.transports[0]
+    transport.connected()
+    transport.respond(response(CDS, "1", "n1", ("good", "v"), ("bad", "v")))
+    transport.respond(response(CDS, "2", "n2", ("good", "v"), ("bad", INVALID)))
+    dump = env.client.dump()
+    assert dump["node"]["id"] == "n1"
+    by_name = {c["name"]: c for c in dump["generic_xds_configs"]}
+    assert by_name["good"]["client_status"] == "ACKED"
+    assert by_name["good"]["version_info"] == "2"
+    assert by_name["good"]["xds_config"]["@type"] == CDS
+    assert by_name["good"]["xds_config"]["name"] == "good"
+    assert by_name["good"]["last_updated"].endswith("Z")
+    assert by_name["bad"]["client_status"] == "NACKED"
+    assert by_name["bad"]["version_info"] == "1"
+    assert by_name["bad"]["error_state"]["version_info"] == "2"
+    assert "is not valid" in by_name["bad"]["error_state"]["details"]
+    assert by_name["waiting"]["client_status"] == "REQUESTED"
+    assert "xds_config" not in by_name["waiting"]
+    proto = csds.client_config_proto(dump)  # the shape parses as the real proto
+    assert len(proto.generic_xds_configs) == 3
+
+
+def test_dump_shows_timeout_state(env):
+    client = env.client
+    client.close()
+    transports: list[FakeTransport] = []
+    clock = FakeClock()
+    client = XdsClient(
+        make_bootstrap(resource_timer_is_transient_error=True),
+        clock=clock,
+        resource_types=TYPES,
+        transport_factory=lambda ch: transports.append(FakeTransport(ch)) or transports[-1],
+    )
+    try:
+        client.watch(EDS, "e", ThreadWatcher())
+        transports[0].connected()
+        clock.advance(30.0)
+        (entry,) = client.dump()["generic_xds_configs"]
+        assert entry["client_status"] == "TIMEOUT"
+    finally:
+        client.close()
+
+
+def test_shared_client_is_refcounted_per_bootstrap():
+    bootstrap = make_bootstrap()
+    bootstrap_key = SimpleNamespace(xds_servers=bootstrap.xds_servers, node=None)
+    a, release_a = XdsClient.get_or_create(bootstrap_key)
+    b, release_b = XdsClient.get_or_create(bootstrap_key)
+    assert a is b
+    release_a()
+    release_a()  # idempotent
+    c, release_c = XdsClient.get_or_create(bootstrap_key)
+    assert c is a
+    release_b()
+    release_c()
+    d, release_d = XdsClient.get_or_create(bootstrap_key)
+    assert d is not a
+    release_d()
