@@ -1,0 +1,577 @@
+"""The ``pick_first`` LB policy: gRFC A62 (sticky TRANSIENT_FAILURE, address
+shuffling), A61 (happy eyeballs, address interleaving) and A113 (weighted
+shuffling), with connection management as gRPC C-core does it.
+
+Config: ``{"shuffleAddressList": bool}`` (default false; unknown fields are
+ignored).
+
+Theory of operation
+===================
+
+The policy is an explicit state machine.  Its *phase* says what it is doing;
+every transition is made by one of the ``_on_*`` event handlers in the
+"Transitions" section of :class:`PickFirst`, and nothing else assigns
+``self._phase``.  What the parent sees (the reported state) follows from the
+phase, with one rule on top: **sticky TRANSIENT_FAILURE** -- once
+TRANSIENT_FAILURE was reported, nothing but READY (or IDLE after READY) is
+reported until a subchannel becomes READY (A62 "Use sticky-TF by default").
+
+Phases::
+
+    NO_ADDRESSES  no usable address list yet (before the first update, or the
+                  last update was empty).  Reported: nothing yet, or
+                  TRANSIENT_FAILURE "empty address list".
+    FIRST_PASS    the happy-eyeballs pass over the ordered address list
+                  (A61).  Reported: CONNECTING (queue picker), unless sticky.
+    RECONNECTING  the pass ended with every address failed once; every
+                  subchannel is asked to connect as soon as it reports IDLE
+                  (its own backoff ended), all in parallel.  Reported:
+                  TRANSIENT_FAILURE "failed to connect to all addresses; last
+                  error: ...", re-reported (with a fresh error and a new
+                  re-resolution request) after every N further failures, N =
+                  number of subchannels.
+    READY         one subchannel is selected; every other one is shut down.
+                  Reported: READY with a constant PickComplete picker.
+    IDLE          the selected connection dropped (or an update removed its
+                  address).  Reported: IDLE with a picker that queues and
+                  schedules ``exit_idle`` (never inline on the pick thread).
+    SHUTDOWN      terminal.
+
+Transition table (event -> what happens)::
+
+    phase          | event                      | next phase / action
+    ---------------+----------------------------+-------------------------------------
+    any            | update(empty)              | NO_ADDRESSES, report TF "empty address
+                   |                            | list", re-resolve, return the status
+    NO_ADDRESSES   | update(list)               | FIRST_PASS
+    FIRST_PASS     | update(new list)           | FIRST_PASS restarted on the new order
+    RECONNECTING   | update(new list)           | FIRST_PASS (still sticky TF)
+    READY          | update(list with selected) | READY, connection kept, nothing reported
+    READY          | update(list w/o selected)  | IDLE (drop connection, re-resolve)
+    IDLE           | update(list)               | IDLE (list stored, nothing connects)
+    any            | update(same ordered list)  | no-op
+    IDLE           | exit_idle / first pick     | FIRST_PASS
+    FIRST_PASS     | a subchannel READY         | READY (others shut down)
+    RECONNECTING   | a subchannel READY         | READY (others shut down)
+    READY          | selected leaves READY      | IDLE, re-resolve
+    FIRST_PASS     | frontier fails             | try next address at once (timer cancelled)
+    FIRST_PASS     | timer (250 ms) fires       | try next address too
+    FIRST_PASS     | every address failed once  | RECONNECTING, report TF, re-resolve,
+                   |                            | connect every IDLE subchannel
+    RECONNECTING   | subchannel IDLE            | connect() it at once
+    RECONNECTING   | N-th failure               | report TF again, re-resolve
+    any            | shutdown                   | SHUTDOWN, subchannels shut down
+
+The happy-eyeballs pass (A61 "Happy Eyeballs in the pick_first LB Policy"):
+the *frontier* is the address being tried.  Trying an address means: if its
+subchannel is IDLE call ``connect()``; if CONNECTING treat it as already
+trying; if it has failed in this pass (e.g. it is in backoff) move on at
+once.  Unless it is the last address, a CONNECTION_ATTEMPT_DELAY timer
+starts; when it fires, the next address is tried while the earlier attempt
+continues.  A failure of the frontier cancels the timer and moves on at
+once.  The pass is complete when the frontier ran off the end *and* every
+subchannel has failed at least once in this pass.  Any subchannel that
+reports READY at any time wins.  An attempted subchannel that falls back to
+IDLE without failing (the attempt ended) is asked to connect again, so the
+policy never stops trying (TRAPS.md, grpc#38714).
+
+Address order (A61 "Address List Handling in pick_first"): shuffle the
+endpoints when configured (once per update; reconnection reuses that
+order), flatten, drop duplicate addresses (first occurrence wins), then
+interleave address families as RFC 8305 section 4: families in order of
+first appearance, one address of each in turn.
+
+Subchannel reuse: subchannels of addresses present in both the old and the
+new list are kept (their state is known), as C-core gets from its
+subchannel pool.  Subchannels never report SHUTDOWN to their owner; such a
+report is ignored.
+
+Deviation from C-core, documented: an update with exactly the same ordered
+address list as the current one is a no-op (C-core restarts the pass and
+re-reports), so that "the same config twice is a no-op" (TRAPS.md).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from pyxds.clock import Timer
+from pyxds.lb import registry
+from pyxds.lb.api import (
+    OK_STATUS,
+    ConnectivityState,
+    Endpoint,
+    FailPicker,
+    Helper,
+    LoadBalancer,
+    PickArgs,
+    PickComplete,
+    Picker,
+    PickResult,
+    PolicyFactory,
+    QueuePicker,
+    ResolverUpdate,
+    Status,
+    Subchannel,
+)
+from pyxds.lb.errors import LBConfigError, describe, expect_bool
+from pyxds.lb.subchannel_list import SubchannelEntry, unique_addresses
+
+__all__ = [
+    "CONNECTION_ATTEMPT_DELAY",
+    "POLICY_NAME",
+    "PickFirst",
+    "PickFirstConfig",
+    "PickFirstFactory",
+    "Phase",
+    "address_family",
+    "interleave_families",
+    "order_addresses",
+    "shuffle_endpoints",
+]
+
+POLICY_NAME = "pick_first"
+CONNECTION_ATTEMPT_DELAY = 0.25  # A61: RFC 8305 section 5 default, 250 ms
+WEIGHT_KEY = "weight"
+
+_IDLE = ConnectivityState.IDLE
+_CONNECTING = ConnectivityState.CONNECTING
+_READY = ConnectivityState.READY
+_TF = ConnectivityState.TRANSIENT_FAILURE
+_SHUTDOWN = ConnectivityState.SHUTDOWN
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+
+
+# -- config ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PickFirstConfig:
+    """Parsed ``pick_first`` config (A62 "Enable random shuffling")."""
+
+    shuffle_address_list: bool = False
+
+
+class PickFirstFactory(PolicyFactory):
+    name = POLICY_NAME
+
+    def parse_config(self, json_config: Any) -> PickFirstConfig:
+        if json_config is None:
+            return PickFirstConfig()
+        if not isinstance(json_config, dict):
+            raise LBConfigError("", f"expected object, got {describe(json_config)}")
+        return PickFirstConfig(expect_bool(json_config, "shuffleAddressList", "", default=False))
+
+    def build(self, helper: Helper) -> PickFirst:
+        return PickFirst(helper)
+
+
+# -- address ordering (A61, A62, A113) -----------------------------------------
+
+
+def address_family(address: str) -> str:
+    """``"ipv6"`` for ``[v6]:port`` (or a bare v6 literal), ``"unix"`` for
+    ``unix:``/``unix-abstract:`` targets, else ``"ipv4"`` (names count as v4)."""
+    if address.startswith("["):
+        return "ipv6"
+    if address.startswith(("unix:", "unix-abstract:")):
+        return "unix"
+    if address.count(":") > 1:
+        return "ipv6"
+    return "ipv4"
+
+
+def interleave_families(addresses: Sequence[str]) -> list[str]:
+    """RFC 8305 section 4 interleaving over the whole flattened list: families
+    in order of first appearance, taking one address of each in turn."""
+    by_family: dict[str, list[str]] = {}
+    for address in addresses:
+        by_family.setdefault(address_family(address), []).append(address)
+    if len(by_family) < 2:
+        return list(addresses)
+    queues = list(by_family.values())
+    out: list[str] = []
+    position = 0
+    while len(out) < len(addresses):
+        for queue in queues:
+            if position < len(queue):
+                out.append(queue[position])
+        position += 1
+    return out
+
+
+def _endpoint_weight(endpoint: Endpoint) -> float:
+    weight = endpoint.attributes.get(WEIGHT_KEY, 1)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+        return 1.0
+    return float(weight)
+
+
+def shuffle_endpoints(endpoints: Sequence[Endpoint], rng: random.Random) -> list[Endpoint]:
+    """Shuffle endpoints (never the addresses inside one).
+
+    Without weights: a uniform shuffle.  When any endpoint carries
+    ``attributes["weight"]``: A113's weighted random sampling (Efraimidis and
+    Spirakis) -- key ``u ** (1 / weight)`` with ``u`` uniform, sort by key
+    descending; missing weight means 1.  The key is computed as
+    ``log(u) / weight``, the same order without underflow.
+    """
+    shuffled = list(endpoints)
+    if not any(WEIGHT_KEY in endpoint.attributes for endpoint in shuffled):
+        rng.shuffle(shuffled)
+        return shuffled
+    keyed = []
+    for endpoint in shuffled:
+        u = rng.random()
+        key = math.log(u) / _endpoint_weight(endpoint) if u > 0.0 else -math.inf
+        keyed.append((key, endpoint))
+    keyed.sort(key=lambda pair: pair[0], reverse=True)
+    return [endpoint for _, endpoint in keyed]
+
+
+def order_addresses(
+    endpoints: Sequence[Endpoint], shuffle: bool, rng: random.Random
+) -> tuple[tuple[str, ...], dict[str, Mapping[str, Any]]]:
+    """A61's steps: shuffle endpoints (optional), flatten, dedupe, interleave.
+    Returns the ordered addresses and each address's endpoint attributes."""
+    if shuffle:
+        endpoints = shuffle_endpoints(endpoints, rng)
+    pairs = unique_addresses(endpoints)
+    attributes = dict(pairs)
+    return tuple(interleave_families([address for address, _ in pairs])), attributes
+
+
+# -- pickers -------------------------------------------------------------------
+
+
+class _ReadyPicker(Picker):
+    """Every pick goes to the selected subchannel: one constant result."""
+
+    __slots__ = ("_result",)
+
+    def __init__(self, subchannel: Subchannel) -> None:
+        self._result = PickComplete(subchannel)
+
+    @property
+    def subchannel(self) -> Subchannel:
+        return self._result.subchannel
+
+    def pick(self, args: PickArgs) -> PickResult:
+        return self._result
+
+    def __repr__(self) -> str:
+        return f"PickFirstPicker({self._result.subchannel.address})"
+
+
+# -- the policy ----------------------------------------------------------------
+
+
+class Phase(enum.Enum):
+    """What pick_first is doing (see the module docstring)."""
+
+    NO_ADDRESSES = "NO_ADDRESSES"
+    FIRST_PASS = "FIRST_PASS"
+    RECONNECTING = "RECONNECTING"
+    READY = "READY"
+    IDLE = "IDLE"
+    SHUTDOWN = "SHUTDOWN"
+
+
+class _Entry(SubchannelEntry):
+    """A subchannel plus its bookkeeping for the current pass."""
+
+    __slots__ = ("attempted", "failed_in_pass")
+
+    def __init__(self, *args: Any) -> None:
+        self.attempted = False
+        self.failed_in_pass = False
+        super().__init__(*args)
+
+
+class PickFirst(LoadBalancer):
+    """The pick_first state machine (module docstring has the rules)."""
+
+    def __init__(self, helper: Helper) -> None:
+        self._helper = helper
+        self._phase = Phase.NO_ADDRESSES
+        self._order: tuple[str, ...] = ()
+        self._attributes: dict[str, Mapping[str, Any]] = {}
+        self._entries: dict[str, _Entry] = {}
+        self._selected: _Entry | None = None
+        self._frontier = 0  # index into _order of the address being tried
+        self._timer: Timer | None = None
+        self._timer_generation = 0
+        self._failures = 0  # failures seen in RECONNECTING since the last TF report
+        self._last_failure: Status = Status(_UNAVAILABLE, "no connection attempt yet")
+        self._reported: ConnectivityState | None = None
+
+    # -- introspection (tests, config dumps) ---------------------------------
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """The current address list in connection order."""
+        return self._order
+
+    @property
+    def selected(self) -> Subchannel | None:
+        return self._selected.subchannel if self._selected is not None else None
+
+    @property
+    def timer_pending(self) -> bool:
+        return self._timer is not None and not self._timer.cancelled
+
+    # -- LoadBalancer API: each call is one event ------------------------------
+    def update(self, update: ResolverUpdate) -> Status | None:
+        if self._phase is Phase.SHUTDOWN:
+            return None
+        if isinstance(update.endpoints, Status):
+            self.resolver_error(update.endpoints)
+            return update.endpoints
+        config = update.config if isinstance(update.config, PickFirstConfig) else PickFirstConfig()
+        order, attributes = order_addresses(
+            update.endpoints, config.shuffle_address_list, self._helper.random
+        )
+        if not order:
+            return self._on_empty_list(update.resolution_note)
+        self._attributes = attributes
+        if order == self._order and self._phase is not Phase.NO_ADDRESSES:
+            return None  # the same list again: nothing to do
+        self._order = order
+        self._on_new_list()
+        return None
+
+    def resolver_error(self, status: Status) -> None:
+        """A62/C-core: an error replaces nothing that works.  Reported only
+        when there is no address list, or while in TRANSIENT_FAILURE."""
+        if self._phase is Phase.SHUTDOWN:
+            return
+        if self._phase is Phase.NO_ADDRESSES or self._reported is _TF:
+            self._report(_TF, status, FailPicker(status))
+
+    def exit_idle(self) -> None:
+        if self._phase is Phase.IDLE:
+            self._on_exit_idle()
+
+    def reset_backoff(self) -> None:
+        for entry in self._entries.values():
+            entry.subchannel.reset_backoff()
+
+    def shutdown(self) -> None:
+        if self._phase is Phase.SHUTDOWN:
+            return
+        self._phase = Phase.SHUTDOWN
+        self._cancel_timer()
+        self._selected = None
+        self._drop_entries(keep=())
+
+    # -- Transitions: the only code that changes self._phase --------------------
+    def _on_empty_list(self, note: str) -> Status:
+        status = Status(
+            _UNAVAILABLE, f"empty address list: {note}" if note else "empty address list"
+        )
+        self._cancel_timer()
+        self._selected = None
+        self._drop_entries(keep=())
+        self._order = ()
+        self._phase = Phase.NO_ADDRESSES
+        self._helper.request_reresolution()
+        self._report(_TF, status, FailPicker(status))
+        return status
+
+    def _on_new_list(self) -> None:
+        if self._phase is Phase.READY:
+            assert self._selected is not None
+            if self._selected.address in self._order:
+                self._drop_entries(keep=(self._selected.address,))
+                return  # the connection is kept; the picker is unchanged
+            self._drop_entries(keep=self._order)
+            self._go_idle()
+            return
+        self._drop_entries(keep=self._order)
+        if self._phase is Phase.IDLE:
+            return  # the list is stored; connecting waits for exit_idle or a pick
+        self._start_pass()
+
+    def _on_exit_idle(self) -> None:
+        self._start_pass()
+
+    def _on_timer(self, generation: int) -> None:
+        if generation != self._timer_generation or self._phase is not Phase.FIRST_PASS:
+            return  # stale: cancelled, or a newer pass started
+        self._timer = None
+        self._frontier += 1
+        self._try_from_frontier()
+
+    def _on_subchannel_state(
+        self, entry: SubchannelEntry, prev: ConnectivityState, status: Status
+    ) -> None:
+        assert isinstance(entry, _Entry)
+        state = entry.state
+        if state is _TF:
+            self._last_failure = status
+        phase = self._phase
+        if state is _SHUTDOWN or phase in (Phase.SHUTDOWN, Phase.NO_ADDRESSES, Phase.IDLE):
+            return
+        if phase is Phase.READY:
+            if entry is self._selected and state is not _READY:
+                self._go_idle()
+            return
+        if state is _READY:
+            self._select(entry)
+            return
+        if phase is Phase.FIRST_PASS:
+            if state is _TF:
+                first_failure = not entry.failed_in_pass
+                entry.failed_in_pass = True
+                if self._is_frontier(entry):
+                    self._cancel_timer()
+                    self._frontier += 1
+                    self._try_from_frontier()
+                elif first_failure:
+                    self._maybe_finish_pass()
+            elif state is _IDLE and entry.attempted and not entry.failed_in_pass:
+                entry.subchannel.connect()  # the attempt ended without a failure: retry
+            return
+        # RECONNECTING
+        if state is _IDLE:
+            entry.subchannel.connect()
+        elif state is _TF:
+            self._failures += 1
+            if self._failures >= len(self._entries):
+                self._failures = 0
+                self._helper.request_reresolution()
+                self._report_all_failed()
+
+    # -- transition helpers (called only from the handlers above) --------------
+    def _start_pass(self) -> None:
+        """Begin a happy-eyeballs pass over ``self._order`` (phase FIRST_PASS)."""
+        self._cancel_timer()
+        self._selected = None
+        self._ensure_entries()
+        for address in self._order:
+            entry = self._entries[address]
+            entry.attempted = False
+            entry.failed_in_pass = entry.state is _TF
+            if entry.failed_in_pass:
+                self._last_failure = entry.status
+        for address in self._order:
+            entry = self._entries[address]
+            if entry.state is _READY:
+                self._select(entry)
+                return
+        self._phase = Phase.FIRST_PASS
+        self._frontier = 0
+        self._failures = 0
+        if self._reported is not _TF and self._reported is not _CONNECTING:
+            self._report(_CONNECTING, OK_STATUS, QueuePicker())
+        self._try_from_frontier()
+
+    def _try_from_frontier(self) -> None:
+        """Try the frontier address, skipping those that failed in this pass."""
+        order = self._order
+        while self._frontier < len(order):
+            entry = self._entries[order[self._frontier]]
+            if entry.failed_in_pass:
+                self._frontier += 1
+                continue
+            entry.attempted = True
+            if entry.state is _IDLE:
+                entry.subchannel.connect()
+            if self._frontier < len(order) - 1:
+                self._start_timer()
+            return
+        self._maybe_finish_pass()
+
+    def _maybe_finish_pass(self) -> None:
+        if self._frontier < len(self._order):
+            return
+        if not all(self._entries[a].failed_in_pass for a in self._order):
+            return
+        self._phase = Phase.RECONNECTING
+        self._failures = 0
+        self._helper.request_reresolution()
+        self._report_all_failed()
+        for address in self._order:
+            entry = self._entries.get(address)
+            if entry is not None and entry.live and entry.state is _IDLE:
+                entry.subchannel.connect()
+
+    def _select(self, entry: _Entry) -> None:
+        self._cancel_timer()
+        self._selected = entry
+        self._phase = Phase.READY
+        self._drop_entries(keep=(entry.address,))
+        self._report(_READY, OK_STATUS, _ReadyPicker(entry.subchannel))
+
+    def _go_idle(self) -> None:
+        """A62/C-core GoIdle: drop the selection, re-resolve, report IDLE with
+        a picker that schedules exit_idle."""
+        self._cancel_timer()
+        self._selected = None
+        self._phase = Phase.IDLE
+        self._helper.request_reresolution()
+        self._report(_IDLE, OK_STATUS, QueuePicker(on_pick=self._schedule_exit_idle))
+
+    def _report_all_failed(self) -> None:
+        status = Status(
+            _UNAVAILABLE, f"failed to connect to all addresses; last error: {self._last_failure}"
+        )
+        self._report(_TF, status, FailPicker(status))
+
+    # -- plumbing ---------------------------------------------------------------
+    def _schedule_exit_idle(self) -> None:
+        """Runs on the pick thread: hop to the clock (and so the serializer)."""
+        self._helper.clock.call_later(0, self.exit_idle)
+
+    def _start_timer(self) -> None:
+        self._timer_generation += 1
+        generation = self._timer_generation
+        self._timer = self._helper.clock.call_later(
+            CONNECTION_ATTEMPT_DELAY, lambda: self._on_timer(generation)
+        )
+
+    def _cancel_timer(self) -> None:
+        self._timer_generation += 1  # a callback already on its way is stale
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _is_frontier(self, entry: _Entry) -> bool:
+        return self._frontier < len(self._order) and self._order[self._frontier] == entry.address
+
+    def _ensure_entries(self) -> None:
+        created = []
+        for address in self._order:
+            if address not in self._entries:
+                entry = _Entry(
+                    self._helper,
+                    address,
+                    self._attributes.get(address, {}),
+                    self._on_subchannel_state,
+                )
+                self._entries[address] = entry
+                created.append(entry)
+        for entry in created:
+            entry.activate()
+
+    def _drop_entries(self, keep: Sequence[str]) -> None:
+        keep_set = set(keep)
+        for address in [a for a in self._entries if a not in keep_set]:
+            self._entries.pop(address).shutdown()
+
+    def _report(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
+        self._reported = state
+        self._helper.update_state(state, status, picker)
+
+
+registry.register(PickFirstFactory())
