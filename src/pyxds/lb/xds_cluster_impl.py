@@ -1,0 +1,335 @@
+"""``xds_cluster_impl_experimental``: EDS drops, circuit breaking, call counters.
+
+gRFC A37 ("xds_cluster_impl_experimental LB Policy") as reshaped by A74
+latest ("Changes in xds_cluster_impl"): the JSON config keeps only
+``{"clusterName", "childPolicy"}``; everything else comes from the
+``xds_config`` attribute (the XdsConfig of the channel):
+
+* ``drop_overloads`` of the cluster's EDS resource, per category in parts per
+  million (A27 "EDS drops");
+* ``max_requests``, the cluster's DEFAULT-priority circuit-breaking threshold
+  (A32), counted over every policy of the process for the same
+  (cluster, EDS service name) (A37 "Use Global Circuit Breaking Atomic",
+  :mod:`pyxds.lb.call_counters`).
+
+The policy owns one child (the cluster's priority policy) and publishes the
+child's picker wrapped in :class:`XdsClusterImplPicker`.  A pick, in order
+(C-core's order):
+
+1. for each drop category in EDS order, draw ``helper.random`` once; below
+   the category's rate, drop: ``PickDrop(UNAVAILABLE "EDS-configured drop: CATEGORY")``;
+2. if the cluster's in-flight calls are at ``max_requests`` or above, drop:
+   ``PickDrop(UNAVAILABLE "circuit breaker drop")`` (counted as an
+   uncategorized drop);
+3. otherwise delegate to the child; a completed pick counts a started call
+   (cluster in-flight and the picked endpoint's locality) and gets an
+   ``on_call_done`` that records success or failure, then calls the child's.
+
+Drops are counted per category for load reporting.  The locality of a
+subchannel is the ``locality`` attribute of the endpoint it was created for
+(the cds policy sets it), remembered when the child creates the subchannel.
+
+State: the child's state and status, unchanged.  Before the child reports,
+nothing is published, except when a category drops every call: then the
+policy is READY at once with a picker that drops (C-core does the same).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from pyxds.lb import registry
+from pyxds.lb.api import (
+    OK_STATUS,
+    ConnectivityState,
+    FailPicker,
+    Helper,
+    LoadBalancer,
+    PickArgs,
+    PickComplete,
+    PickDrop,
+    Picker,
+    PickResult,
+    PolicyFactory,
+    QueuePicker,
+    ResolverUpdate,
+    Status,
+    Subchannel,
+)
+from pyxds.lb.call_counters import ClusterCounters, LocalityCounters, cluster_counters
+from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
+from pyxds.lb.errors import LBConfigError, expect_object, expect_string
+from pyxds.lb.registry import PolicySelection
+from pyxds.resolver.xds_config import XDS_CONFIG_ATTRIBUTE, ClusterConfig, EndpointConfig
+
+NAME = "xds_cluster_impl_experimental"
+DEFAULT_MAX_REQUESTS = 1024
+PARTS_PER_MILLION = 1_000_000
+LOCALITY_ATTRIBUTE = "locality"
+
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+_CIRCUIT_BREAKER_DROP = PickDrop(Status(_UNAVAILABLE, "circuit breaker drop"))
+
+
+@dataclass(frozen=True)
+class XdsClusterImplConfig:
+    cluster_name: str
+    child_policy: PolicySelection
+
+
+def drop_result(category: str) -> PickDrop:
+    """The pick result of an EDS drop of ``category`` (C-core's words)."""
+    return PickDrop(Status(_UNAVAILABLE, f"EDS-configured drop: {category}"))
+
+
+class XdsClusterImplPicker(Picker):
+    """Drops, circuit breaking and call counting around the child's picker.
+    On the RPC path: no allocation beyond the result and its done callback."""
+
+    __slots__ = ("_child", "_drops", "_counters", "_max_requests", "_random", "_stats")
+
+    def __init__(
+        self,
+        child: Picker,
+        drops: tuple[tuple[str, float, PickDrop], ...],
+        counters: ClusterCounters,
+        max_requests: int,
+        random_source: Any,
+        stats: Mapping[Subchannel, LocalityCounters],
+    ) -> None:
+        self._child = child
+        self._drops = drops
+        self._counters = counters
+        self._max_requests = max_requests
+        self._random = random_source
+        self._stats = stats
+
+    def pick(self, args: PickArgs) -> PickResult:
+        counters = self._counters
+        if self._drops:
+            draw = self._random.random
+            for category, threshold, result in self._drops:
+                if draw() * PARTS_PER_MILLION < threshold:
+                    counters.call_dropped(category)
+                    return result
+        if counters.in_flight >= self._max_requests:
+            counters.call_dropped(None)
+            return _CIRCUIT_BREAKER_DROP
+        result = self._child.pick(args)
+        if type(result) is not PickComplete:
+            return result
+        subchannel = result.subchannel
+        locality = self._stats.get(subchannel)
+        counters.call_started(locality)
+        return PickComplete(subchannel, _call_done(counters, locality, result.on_call_done))
+
+    @property
+    def child(self) -> Picker:
+        return self._child
+
+    def __repr__(self) -> str:
+        drops = ", ".join(f"{c}={t:g}ppm" for c, t, _ in self._drops)
+        return f"XdsClusterImplPicker(drops=[{drops}], max_requests={self._max_requests})"
+
+
+def _call_done(
+    counters: ClusterCounters,
+    locality: LocalityCounters | None,
+    inner: Callable[[Status], None] | None,
+) -> Callable[[Status], None]:
+    def on_call_done(status: Status) -> None:
+        counters.call_finished(locality, status.code is grpc.StatusCode.OK)
+        if inner is not None:
+            inner(status)
+
+    return on_call_done
+
+
+class _ImplHelper(DelegatingHelper):
+    """The child's helper: notes each subchannel's locality, intercepts state."""
+
+    def __init__(self, policy: XdsClusterImplPolicy) -> None:
+        super().__init__(policy.helper)
+        self.policy = policy
+
+    def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> Subchannel:
+        subchannel = self.parent.create_subchannel(address, attributes)
+        locality = attributes.get(LOCALITY_ATTRIBUTE) if attributes else None
+        if locality is not None:
+            self.policy._track(subchannel, locality)
+        return subchannel
+
+    def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
+        self.policy._child_reported(state, status, picker)
+
+
+def _weak_map() -> Any:
+    return weakref.WeakKeyDictionary()
+
+
+class XdsClusterImplPolicy(LoadBalancer):
+    """See the module docstring."""
+
+    def __init__(self, helper: Helper) -> None:
+        self.helper = helper
+        self._child = ChildPolicyHandler(_ImplHelper(self))
+        self._config: XdsClusterImplConfig | None = None
+        self._counters: ClusterCounters | None = None
+        self._drops: tuple[tuple[str, float, PickDrop], ...] = ()
+        self._drop_all = False
+        self._max_requests = DEFAULT_MAX_REQUESTS
+        self._sub_locality: Any = _weak_map()  # Subchannel -> locality name
+        self._sub_stats: Any = _weak_map()  # Subchannel -> LocalityCounters
+        self._child_state: tuple[ConnectivityState, Status, Picker] | None = None
+        self._updating = False
+        self._dirty = False
+        self._shut_down = False
+
+    @property
+    def counters(self) -> ClusterCounters | None:
+        return self._counters
+
+    @property
+    def child(self) -> LoadBalancer | None:
+        return self._child.child
+
+    # -- LoadBalancer --------------------------------------------------
+    def update(self, update: ResolverUpdate) -> Status | None:
+        if self._shut_down:
+            return None
+        config: XdsClusterImplConfig = update.config
+        xds_config = update.attributes.get(XDS_CONFIG_ATTRIBUTE)
+        if xds_config is None:
+            return self._fail(
+                Status(
+                    grpc.StatusCode.INTERNAL, "xDS config not passed to xds_cluster_impl LB policy"
+                )
+            )
+        entry = xds_config.clusters.get(config.cluster_name)
+        if not isinstance(entry, ClusterConfig) or not isinstance(entry.children, EndpointConfig):
+            return self._fail(
+                Status(
+                    grpc.StatusCode.INTERNAL,
+                    f"xDS config has no entry for cluster {config.cluster_name}",
+                )
+            )
+        cluster = entry.cluster
+        eds_service_name = cluster.eds_service_name if cluster.kind == "EDS" else None
+        counters = cluster_counters(config.cluster_name, eds_service_name)
+        load = entry.children.endpoints
+        drops = tuple(
+            (d.category, float(d.parts_per_million), drop_result(d.category))
+            for d in (load.drop_overloads if load is not None else ())
+            if d.parts_per_million > 0
+        )
+        max_requests = cluster.max_requests
+        if (
+            counters is not self._counters
+            or [d[:2] for d in drops] != [d[:2] for d in self._drops]
+            or max_requests != self._max_requests
+        ):
+            self._dirty = True
+        if counters is not self._counters:
+            self._counters = counters
+            self._sub_stats = _weak_map()
+            for subchannel, locality in list(self._sub_locality.items()):
+                self._sub_stats[subchannel] = counters.locality(locality)
+        self._drops = drops
+        self._drop_all = any(t >= PARTS_PER_MILLION for _, t, _ in drops)
+        self._max_requests = max_requests
+        self._config = config
+        self._updating = True
+        try:
+            status = self._child.update(update.replace(config=config.child_policy))
+        finally:
+            self._updating = False
+        self._publish()
+        return status
+
+    def resolver_error(self, status: Status) -> None:
+        if self._config is None:
+            self.helper.update_state(
+                ConnectivityState.TRANSIENT_FAILURE, status, FailPicker(status)
+            )
+            return
+        self._child.resolver_error(status)
+
+    def exit_idle(self) -> None:
+        self._child.exit_idle()
+
+    def reset_backoff(self) -> None:
+        self._child.reset_backoff()
+
+    def shutdown(self) -> None:
+        self._shut_down = True
+        self._child.shutdown()
+
+    # -- internals -----------------------------------------------------
+    def _fail(self, status: Status) -> Status:
+        self.helper.update_state(ConnectivityState.TRANSIENT_FAILURE, status, FailPicker(status))
+        return status
+
+    def _track(self, subchannel: Subchannel, locality: Any) -> None:
+        try:
+            self._sub_locality[subchannel] = locality
+        except TypeError:  # a subchannel type without weakref support
+            self._sub_locality = dict(self._sub_locality)
+            self._sub_stats = dict(self._sub_stats)
+            self._sub_locality[subchannel] = locality
+        if self._counters is not None:
+            self._sub_stats[subchannel] = self._counters.locality(locality)
+
+    def _child_reported(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
+        if self._shut_down:
+            return
+        self._child_state = (state, status, picker)
+        self._dirty = True
+        if not self._updating:
+            self._publish()
+
+    def _publish(self) -> None:
+        if not self._dirty or self._counters is None:
+            return
+        if self._child_state is None:
+            if not self._drop_all:
+                return
+            state, status, child_picker = ConnectivityState.READY, OK_STATUS, QueuePicker()
+        else:
+            state, status, child_picker = self._child_state
+            if self._drop_all:
+                state, status = ConnectivityState.READY, OK_STATUS
+        self._dirty = False
+        picker = XdsClusterImplPicker(
+            child_picker,
+            self._drops,
+            self._counters,
+            self._max_requests,
+            self.helper.random,
+            self._sub_stats,
+        )
+        self.helper.update_state(state, status, picker)
+
+
+class XdsClusterImplFactory(PolicyFactory):
+    name = NAME
+
+    def parse_config(self, json_config: Any) -> XdsClusterImplConfig:
+        obj = expect_object(json_config, "")
+        cluster_name = expect_string(obj, "clusterName", "")
+        if "childPolicy" not in obj:
+            raise LBConfigError("childPolicy", "required field missing")
+        selection = registry.select_policy(obj["childPolicy"], "childPolicy")
+        # A74: every other field (edsServiceName, maxConcurrentRequests,
+        # dropCategories, lrsLoadReportingServer) is deprecated and ignored.
+        return XdsClusterImplConfig(cluster_name, selection)
+
+    def build(self, helper: Helper) -> XdsClusterImplPolicy:
+        return XdsClusterImplPolicy(helper)
+
+
+registry.register(XdsClusterImplFactory())
