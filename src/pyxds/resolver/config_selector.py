@@ -1,0 +1,254 @@
+"""The xds resolver's ConfigSelector (gRFC A31, A28 "Picking").
+
+Theory of operation
+-------------------
+
+Built once per virtual host (on the serializer), used per RPC from any
+thread.  Everything is precomputed: the :class:`RouteTable` index, one
+action object per route, and for every (cluster, timeout) pair the very
+:class:`CallConfig` object an RPC gets back, so ``select`` allocates
+nothing on the success path:
+
+1. Match the RPC against the routes, first match wins
+   (:mod:`pyxds.resolver.route_matching`).  No match: UNAVAILABLE "No
+   matching route found in xDS route config".  A non-forwarding route:
+   UNAVAILABLE "Matching route has inappropriate action".
+2. Pick the cluster: the route's cluster, or for ``weighted_clusters`` a
+   random draw over the cumulative weights (their sum, not
+   ``total_weight``), located with ``bisect``.
+3. Take a reference on the cluster (:class:`ClusterRef`), released by
+   ``CallConfig.on_committed`` when the RPC ends.  A cluster leaves the LB
+   config only when no RPC holds it and the current route configuration no
+   longer names it (A31's two steps).  If the reference cannot be taken
+   because the cluster was already retired (an RPC raced a route change on
+   a superseded selector), the RPC is routed again by the current selector.
+4. ``call_attributes["cluster"]`` is the xds_cluster_manager child name
+   ``cluster:NAME``; ``timeout`` is the route's max_stream_duration, else
+   the listener's (0 or unset: no limit).
+"""
+
+from __future__ import annotations
+
+import random as _random_module
+import threading
+from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import grpc
+
+from pyxds.lb.api import Status
+from pyxds.resolver.api import CallConfig, ConfigSelector
+from pyxds.resolver.route_matching import RouteTable
+from pyxds.xds.resources.types import RouteAction, VirtualHost
+
+__all__ = [
+    "CLUSTER_ATTRIBUTE",
+    "NO_ROUTE_MESSAGE",
+    "NON_FORWARDING_MESSAGE",
+    "cluster_child_name",
+    "ClusterRef",
+    "XdsConfigSelector",
+    "FailingConfigSelector",
+]
+
+CLUSTER_ATTRIBUTE = "cluster"
+NO_ROUTE_MESSAGE = "No matching route found in xDS route config"
+NON_FORWARDING_MESSAGE = "Matching route has inappropriate action"
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+
+
+def cluster_child_name(cluster: str) -> str:
+    """The xds_cluster_manager child name of a cluster (``cluster:NAME``)."""
+    return f"cluster:{cluster}"
+
+
+class ClusterRef:
+    """In-flight RPC references on one cluster (A31 cluster lifecycle).
+
+    ``acquire``/``release`` run on RPC threads; ``in_routes`` and
+    ``try_retire`` on the serializer.  ``on_idle`` is called (from the
+    releasing thread) when the last RPC lets go of a cluster that the
+    routes no longer name; it must only schedule work on the serializer.
+    """
+
+    __slots__ = ("name", "child_name", "attributes", "in_routes", "retired", "_count", "_lock",
+                 "_on_idle", "subscription")  # fmt: skip
+
+    def __init__(self, name: str, on_idle: Callable[[], None], subscription: Any = None) -> None:
+        self.name = name
+        self.child_name = cluster_child_name(name)
+        self.attributes: Mapping[str, Any] = MappingProxyType({CLUSTER_ATTRIBUTE: self.child_name})
+        self.in_routes = True
+        self.retired = False
+        self._count = 0
+        self._lock = threading.Lock()
+        self._on_idle = on_idle
+        self.subscription = subscription
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def acquire(self) -> bool:
+        with self._lock:
+            if self.retired:
+                return False
+            self._count += 1
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            self._count -= 1
+            idle = self._count == 0 and not self.in_routes
+        if idle:
+            self._on_idle()
+
+    def try_retire(self) -> bool:
+        """Retire when unreferenced and not routed to (serializer only)."""
+        with self._lock:
+            if self._count == 0 and not self.in_routes:
+                self.retired = True
+            return self.retired
+
+    def __repr__(self) -> str:
+        return f"ClusterRef({self.name!r}, rpcs={self._count}, in_routes={self.in_routes})"
+
+
+class _Choice:
+    """A cluster an action can choose, with its ready-made CallConfig."""
+
+    __slots__ = ("ref", "config")
+
+    def __init__(self, ref: ClusterRef, config: CallConfig) -> None:
+        self.ref = ref
+        self.config = config
+
+
+class _Action:
+    """What a route does, precomputed."""
+
+    __slots__ = ("fail", "single", "cumulative", "total", "choices", "route_name")
+
+    def __init__(self) -> None:
+        self.fail: CallConfig | None = None
+        self.single: _Choice | None = None
+        self.cumulative: list[int] = []
+        self.total = 0
+        self.choices: list[_Choice] = []
+        self.route_name = ""
+
+
+def _effective_timeout(route_value: float | None, listener_value: float | None) -> float | None:
+    value = route_value if route_value is not None else listener_value
+    if value is None or value <= 0:
+        return None
+    return value
+
+
+class XdsConfigSelector(ConfigSelector):
+    """Routes RPCs over one virtual host (module docstring)."""
+
+    def __init__(
+        self,
+        virtual_host: VirtualHost,
+        refs: Mapping[str, ClusterRef],
+        listener_max_stream_duration: float | None = None,
+        rng: _random_module.Random | None = None,
+        fallback: Callable[[], ConfigSelector] | None = None,
+    ) -> None:
+        self.virtual_host = virtual_host
+        self._fallback = fallback
+        rng = rng or _random_module.Random()
+        uniform = rng.random
+        self._draw: Callable[[int], int] = lambda n: int(uniform() * n)
+        self._no_route = CallConfig(status=Status(UNAVAILABLE, NO_ROUTE_MESSAGE))
+        self._lost_cluster = CallConfig(
+            status=Status(UNAVAILABLE, "xDS cluster for this RPC was removed from the config")
+        )
+        configs: dict[tuple[str, float | None], CallConfig] = {}
+
+        def choice(cluster: str, timeout: float | None) -> _Choice:
+            ref = refs[cluster]
+            key = (cluster, timeout)
+            config = configs.get(key)
+            if config is None:
+                config = configs[key] = CallConfig(
+                    call_attributes=ref.attributes, timeout=timeout, on_committed=ref.release
+                )
+            return _Choice(ref, config)
+
+        non_forwarding = CallConfig(status=Status(UNAVAILABLE, NON_FORWARDING_MESSAGE))
+        routes = []
+        for route in virtual_host.routes:
+            action = _Action()
+            action.route_name = route.name
+            ra = route.action
+            if not isinstance(ra, RouteAction):
+                action.fail = non_forwarding
+            else:
+                timeout = _effective_timeout(ra.max_stream_duration, listener_max_stream_duration)
+                if ra.cluster is not None:
+                    action.single = choice(ra.cluster, timeout)
+                elif ra.weighted_clusters:
+                    running = 0
+                    for cw in ra.weighted_clusters:
+                        if cw.weight <= 0:
+                            continue
+                        running += cw.weight
+                        action.cumulative.append(running)
+                        action.choices.append(choice(cw.name, timeout))
+                    action.total = running
+                    if running == 0:
+                        action.fail = CallConfig(
+                            status=Status(UNAVAILABLE, "weighted_clusters with total weight 0")
+                        )
+                    elif len(action.choices) == 1:
+                        action.single = action.choices[0]
+                elif ra.cluster_specifier_plugin is not None:
+                    action.fail = CallConfig(
+                        status=Status(
+                            UNAVAILABLE,
+                            f"cluster specifier plugin {ra.cluster_specifier_plugin} "
+                            "is not supported",
+                        )
+                    )
+                else:
+                    action.fail = non_forwarding
+            routes.append((route.match, action))
+        self._table: RouteTable[_Action] = RouteTable(routes)
+
+    @property
+    def route_count(self) -> int:
+        return self._table.size
+
+    def select(self, path: str, metadata: Sequence[tuple[str, str | bytes]]) -> CallConfig:
+        action = self._table.match(path, metadata, self._draw)
+        if action is None:
+            return self._no_route
+        choice = action.single
+        if choice is None:
+            if action.fail is not None:
+                return action.fail
+            index = bisect_right(action.cumulative, self._draw(action.total))
+            choice = action.choices[index]
+        if choice.ref.acquire():
+            return choice.config
+        # The cluster was retired after a newer selector replaced this one.
+        if self._fallback is not None:
+            current = self._fallback()
+            if current is not self:
+                return current.select(path, metadata)
+        return self._lost_cluster
+
+
+class FailingConfigSelector(ConfigSelector):
+    """Fails every RPC with one status (no usable xDS config)."""
+
+    def __init__(self, status: Status) -> None:
+        self.status = status
+        self._config = CallConfig(status=status)
+
+    def select(self, path: str, metadata: Sequence[tuple[str, str | bytes]]) -> CallConfig:
+        return self._config

@@ -1,0 +1,321 @@
+"""The ``xds`` resolver (gRFC A74 latest, A31, A28, A47 naming).
+
+Theory of operation
+-------------------
+
+``start`` loads the bootstrap, gets the shared XdsClient
+(``XdsClient.get_or_create``), names the listener from the target (A47
+template in the bootstrap) and creates the :class:`DependencyManager`.
+Everything else happens on the channel's serializer, driven by the
+manager's ``on_update``:
+
+* **XdsConfig**: compile an :class:`XdsConfigSelector` for the virtual host
+  (reused while the virtual host and the listener's max_stream_duration are
+  unchanged), and publish it together with the LB config in one
+  :class:`ResolverResult`.
+* **Cluster lifecycle (A31)**: every cluster in the LB config has a
+  :class:`ClusterRef` and holds a dependency-manager subscription, so the
+  XdsConfig always contains every cluster the LB config names.  A cluster
+  enters with the first route config naming it; it leaves when the routes
+  no longer name it *and* no RPC holds a reference; the last RPC's release
+  schedules a sweep on the serializer, which publishes the LB config
+  without it and releases the subscription.
+* **LB config**: ``xds_cluster_manager_experimental`` with a child
+  ``cluster:NAME`` -> ``cds_experimental {"cluster": NAME}`` per cluster,
+  with attributes ``xds_config`` and ``dependency_manager``.
+* **Errors**: before any good config, a ``Status`` becomes a
+  ``service_config_error`` and a selector failing RPCs with it (UNAVAILABLE,
+  naming the resource).  After a good config, a listener or route
+  configuration that does not exist drops the config (A74); other errors
+  keep the last good config (they are kept for ``config_dump``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import grpc
+
+from pyxds.lb import registry
+from pyxds.lb.api import Status
+from pyxds.lb.errors import LBConfigError
+from pyxds.lb.registry import PolicySelection
+from pyxds.resolver.api import ConfigSelector, Resolver, ResolverArgs, ResolverResult
+from pyxds.resolver.config_selector import (
+    ClusterRef,
+    FailingConfigSelector,
+    XdsConfigSelector,
+    cluster_child_name,
+)
+from pyxds.resolver.dependency_manager import DependencyManager, route_cluster_names
+from pyxds.resolver.dns import DnsResolver
+from pyxds.resolver.xds_config import DEPENDENCY_MANAGER_ATTRIBUTE, XDS_CONFIG_ATTRIBUTE, XdsConfig
+
+__all__ = ["XdsResolver", "cluster_manager_config", "parse_xds_target"]
+
+_log = logging.getLogger(__name__)
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+NOT_FOUND = grpc.StatusCode.NOT_FOUND
+CLUSTER_MANAGER_POLICY = "xds_cluster_manager_experimental"
+CDS_POLICY = "cds_experimental"
+
+
+def parse_xds_target(target: str) -> tuple[str | None, str]:
+    """``xds://[authority]/service`` -> (xDS authority or None, service name)."""
+    parts = urlsplit(target)
+    if parts.scheme != "xds":
+        raise ValueError(f"not an xds target: {target!r}")
+    service = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+    if not service:
+        raise ValueError(f"xds target {target!r} has no service name")
+    return (parts.netloc or None), service
+
+
+def cluster_manager_config(clusters: list[str]) -> dict[str, Any]:
+    """The ``xds_cluster_manager_experimental`` JSON config for ``clusters``."""
+    return {
+        CLUSTER_MANAGER_POLICY: {
+            "children": {
+                cluster_child_name(name): {"childPolicy": [{CDS_POLICY: {"cluster": name}}]}
+                for name in clusters
+            }
+        }
+    }
+
+
+class XdsResolver(Resolver):
+    """See the module docstring.  ``xds_client``/``listener_name`` (with
+    ``dns_resolver``) may be injected by tests; otherwise ``start`` builds
+    them from the bootstrap."""
+
+    def __init__(
+        self,
+        args: ResolverArgs,
+        *,
+        xds_client: Any = None,
+        listener_name: str | None = None,
+        dns_resolver: DnsResolver | None = None,
+    ) -> None:
+        self._args = args
+        self._client = xds_client
+        self._release_client: Callable[[], None] | None = None
+        self._listener_name = listener_name
+        self._dns_resolver = dns_resolver
+        self._manager: DependencyManager | None = None
+        self._refs: dict[str, ClusterRef] = {}
+        self._selector: ConfigSelector | None = None
+        self._selector_key: tuple[Any, Any] | None = None
+        self._xds_config: XdsConfig | None = None
+        self._had_good_config = False
+        self._last_error: Status | None = None
+        self._lb_cache: tuple[tuple[str, ...], PolicySelection] | None = None
+        self._sweep_scheduled = False
+        self._shutdown = False
+        self.results: int = 0  # how many ResolverResults were published
+
+    # -- Resolver ------------------------------------------------------------
+    def start(self) -> None:
+        self._args.serializer.run(self._start)
+
+    def request_reresolution(self) -> None:
+        self._args.serializer.run(self._reresolve)
+
+    def shutdown(self) -> None:
+        self._args.serializer.run(self._shutdown_now)
+
+    def config_dump(self) -> dict[str, Any]:
+        dump: dict[str, Any] = {
+            "target": self._args.target,
+            "clusters": {name: ref.count for name, ref in sorted(self._refs.items())},
+        }
+        if self._last_error is not None:
+            dump["last_error"] = str(self._last_error)
+        if self._manager is not None:
+            dump["dependency_manager"] = self._manager.config_dump()
+        return dump
+
+    @property
+    def dependency_manager(self) -> DependencyManager | None:
+        return self._manager
+
+    @property
+    def current_selector(self) -> ConfigSelector | None:
+        return self._selector
+
+    # -- serializer-side -----------------------------------------------------
+    def _start(self) -> None:
+        if self._shutdown or self._manager is not None:
+            return
+        try:
+            target_authority, service = parse_xds_target(self._args.target)
+            if self._client is None or self._listener_name is None:
+                self._connect(target_authority, service)
+        except Exception as err:  # bad target or bootstrap: report, never raise
+            self._fail_before_config(Status(UNAVAILABLE, f"xds resolver: {err}"))
+            return
+        assert self._listener_name is not None
+        self._manager = DependencyManager(
+            self._client,
+            self._listener_name,
+            self._args.authority or service,
+            self._args.serializer.run,
+            self._on_update,
+            dns_resolver=self._dns_resolver,
+            clock=self._args.clock,
+        )
+
+    def _connect(self, target_authority: str | None, service: str) -> None:
+        from pyxds.xds import bootstrap as bootstrap_module  # lands with the xDS client
+        from pyxds.xds.client import XdsClient
+
+        if self._args.bootstrap is None:
+            bootstrap = bootstrap_module.load_bootstrap()
+        else:
+            bootstrap = bootstrap_module.load_bootstrap(self._args.bootstrap)
+        if self._listener_name is None:
+            self._listener_name = bootstrap_module.listener_resource_name(
+                bootstrap, target_authority, service
+            )
+        if self._client is None:
+            self._client, self._release_client = XdsClient.get_or_create(bootstrap)
+
+    def _reresolve(self) -> None:
+        if self._manager is not None and not self._shutdown:
+            self._manager.request_reresolution()
+
+    def _shutdown_now(self) -> None:
+        if self._shutdown:
+            return
+        self._shutdown = True
+        if self._manager is not None:
+            self._manager.shutdown()
+        for ref in self._refs.values():
+            ref.in_routes = False
+        self._refs.clear()
+        if self._release_client is not None:
+            self._release_client()
+            self._release_client = None
+
+    def _on_update(self, value: XdsConfig | Status) -> None:
+        if self._shutdown:
+            return
+        if isinstance(value, XdsConfig):
+            self._apply(value)
+            return
+        self._last_error = value
+        status = Status(UNAVAILABLE, value.details)
+        if not self._had_good_config:
+            self._fail_before_config(status)
+        elif value.code is NOT_FOUND:
+            self._drop(status)
+        else:
+            _log.warning("xds resolver: keeping the last good config: %s", value.details)
+
+    def _apply(self, config: XdsConfig) -> None:
+        self._had_good_config = True
+        self._last_error = None
+        self._xds_config = config
+        names = route_cluster_names(config.virtual_host)
+        self._hold(names)
+        key = (config.virtual_host, config.listener.max_stream_duration)
+        if key != self._selector_key or not isinstance(self._selector, XdsConfigSelector):
+            self._selector = XdsConfigSelector(
+                config.virtual_host,
+                self._refs,
+                config.listener.max_stream_duration,
+                self._args.random,
+                fallback=lambda: self._selector,  # type: ignore[arg-type,return-value]
+            )
+            self._selector_key = key
+        self._retire_idle()
+        self._publish()
+
+    def _drop(self, status: Status) -> None:
+        """A74: the listener or route configuration is gone; fail RPCs."""
+        self._hold([])
+        self._selector = FailingConfigSelector(status)
+        self._selector_key = None
+        self._retire_idle()
+        self._publish(error=status)
+
+    def _fail_before_config(self, status: Status) -> None:
+        self._selector = FailingConfigSelector(status)
+        self._selector_key = None
+        self.results += 1
+        self._args.on_result(
+            ResolverResult(
+                endpoints=status,
+                config_selector=self._selector,
+                resolution_note=status.details,
+                service_config_error=status,
+            )
+        )
+
+    def _hold(self, names: list[str]) -> None:
+        """Mark route clusters; new ones get a ref and a subscription."""
+        wanted = set(names)
+        for name in names:
+            if name not in self._refs:
+                assert self._manager is not None
+                self._refs[name] = ClusterRef(
+                    name, self._schedule_sweep, self._manager.subscribe_cluster(name)
+                )
+        for name, ref in self._refs.items():
+            ref.in_routes = name in wanted
+
+    def _retire_idle(self) -> bool:
+        retired = [name for name, ref in self._refs.items() if ref.try_retire()]
+        for name in retired:
+            ref = self._refs.pop(name)
+            if ref.subscription is not None:
+                ref.subscription.release()
+        return bool(retired)
+
+    def _schedule_sweep(self) -> None:
+        """Called from an RPC thread when a cluster's last RPC ends."""
+        if self._sweep_scheduled:
+            return
+        self._sweep_scheduled = True
+        self._args.serializer.run(self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweep_scheduled = False
+        if self._shutdown:
+            return
+        if self._retire_idle():
+            error = (
+                self._selector.status if isinstance(self._selector, FailingConfigSelector) else None
+            )
+            self._publish(error=error)
+
+    def _lb_policy(self) -> PolicySelection:
+        names = tuple(sorted(self._refs))
+        if self._lb_cache is not None and self._lb_cache[0] == names:
+            return self._lb_cache[1]
+        selection = registry.select_policy([cluster_manager_config(list(names))])
+        self._lb_cache = (names, selection)
+        return selection
+
+    def _publish(self, error: Status | None = None) -> None:
+        try:
+            lb_policy = self._lb_policy()
+        except LBConfigError as err:
+            status = Status(UNAVAILABLE, f"xds resolver: invalid generated LB config: {err}")
+            self._fail_before_config(status)
+            return
+        attributes: dict[str, Any] = {DEPENDENCY_MANAGER_ATTRIBUTE: self._manager}
+        if self._xds_config is not None:
+            attributes[XDS_CONFIG_ATTRIBUTE] = self._xds_config
+        self.results += 1
+        self._args.on_result(
+            ResolverResult(
+                endpoints=error if error is not None else (),
+                lb_policy=lb_policy,
+                attributes=attributes,
+                config_selector=self._selector,
+                resolution_note=error.details if error is not None else "",
+            )
+        )
