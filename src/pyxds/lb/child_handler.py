@@ -181,7 +181,10 @@ class ChildPolicyHandler(LoadBalancer):
     def _child_reported(self, slot: _ChildSlot) -> None:
         if slot is self._current:
             if self._pending is not None and slot.state is not ConnectivityState.READY:
-                self._swap()
+                # Publish the pending child's state even if it has not reported
+                # yet (CONNECTING, queue): the current child's READY picker is
+                # about to die with it.
+                self._swap(publish_unreported=True)
                 return
             self.helper.update_state(slot.state, slot.status, slot.picker)
         elif slot is self._pending and (
@@ -191,7 +194,7 @@ class ChildPolicyHandler(LoadBalancer):
         ):
             self._swap()
 
-    def _swap(self) -> None:
+    def _swap(self, publish_unreported: bool = False) -> None:
         pending = self._pending
         if pending is None:
             return
@@ -199,7 +202,7 @@ class ChildPolicyHandler(LoadBalancer):
         self._current, self._pending = pending, None
         if old is not None:
             old.close()
-        if pending.reported:
+        if pending.reported or publish_unreported:
             self.helper.update_state(pending.state, pending.status, pending.picker)
 
 
