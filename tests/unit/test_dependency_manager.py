@@ -272,7 +272,9 @@ def test_cluster_that_does_not_exist_stays_local_to_that_cluster():
     config = h.last
     assert isinstance(config, XdsConfig)
     assert isinstance(config.clusters["a"], ClusterConfig)
-    assert config.clusters["b"] == Status(grpc.StatusCode.UNAVAILABLE, "CDS resource b does not exist")
+    assert config.clusters["b"] == Status(
+        grpc.StatusCode.UNAVAILABLE, "CDS resource b does not exist"
+    )
 
 
 def test_eds_with_only_unhealthy_endpoints_says_all_endpoints_unhealthy():
