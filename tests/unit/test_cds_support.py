@@ -4,7 +4,7 @@ built on a FakeHelper.  (No tests here.)"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -40,6 +40,7 @@ _LISTENER = Listener("listener", route_config_name="routes")
 _VHOST = VirtualHost("vh", ("*",), ())
 _ROUTES = RouteConfiguration("routes", (_VHOST,))
 
+OK = Status(grpc.StatusCode.OK)
 PICK_FIRST_POLICY = '[{"pick_first": {}}]'
 ROUND_ROBIN_POLICY = '[{"round_robin": {}}]'
 
@@ -176,10 +177,58 @@ def connect_all(helper: FakeHelper, state: ConnectivityState = READY) -> None:
             subchannel.set_state(state)
 
 
+def connect(helper: FakeHelper, address: str) -> None:
+    """Take the live subchannel of ``address`` through CONNECTING to READY."""
+    subchannel = helper.subchannel(address)
+    subchannel.set_state(CONNECTING)
+    subchannel.set_state(READY)
+
+
 def picked_addresses(helper: FakeHelper, n: int = 60, **call_attributes: Any) -> list[str]:
     out = []
     for _ in range(n):
         result = helper.pick(**call_attributes)
         assert isinstance(result, PickComplete), result
+        if result.on_call_done is not None:
+            result.on_call_done(OK)
         out.append(result.subchannel.address)
     return out
+
+
+_KIND = {
+    "CdsPolicy": "cds",
+    "XdsClusterImplPolicy": "xds_cluster_impl",
+    "PriorityLoadBalancer": "priority",
+    "XdsWrrLocalityPolicy": "xds_wrr_locality",
+    "WeightedTargetLoadBalancer": "weighted_target",
+    "RoundRobin": "round_robin",
+    "PickFirst": "pick_first",
+    "XdsClusterManagerPolicy": "xds_cluster_manager",
+}
+
+
+def _unwrap(obj: Any) -> Any:
+    # a ChildPolicyHandler, or a parent's per-child record with .policy
+    from pyxds.lb.child_handler import ChildPolicyHandler
+
+    if isinstance(obj, ChildPolicyHandler):
+        return obj.child
+    policy = getattr(obj, "policy", None)
+    if isinstance(policy, ChildPolicyHandler):
+        return policy.child
+    return policy
+
+
+def describe(lb: Any) -> Any:
+    """The policy tree below ``lb`` as nested tuples:
+    ``(kind, child)`` for single-child policies, ``(kind, {name: child})`` for
+    multi-child ones, ``kind`` for leaves."""
+    if lb is None:
+        return None
+    kind = _KIND.get(type(lb).__name__, type(lb).__name__)
+    children = getattr(lb, "children", None)
+    if isinstance(children, Mapping):
+        return (kind, {name: describe(_unwrap(c)) for name, c in children.items()})
+    if hasattr(lb, "child"):
+        return (kind, describe(lb.child))
+    return kind

@@ -1,0 +1,369 @@
+"""``cds_experimental``: one cluster's subtree, built from the XdsConfig.
+
+gRFC A74 latest ("Changes in cds LB policy"), A37 and A75.  Config:
+``{"cluster": NAME, "isDynamic": bool}``.  The cluster's data comes from the
+``xds_config`` attribute (:class:`pyxds.resolver.xds_config.XdsConfig`),
+never from a watch.
+
+Theory of operation, per update:
+
+1. Dynamic cluster (``isDynamic``): on the first update, subscribe through
+   the ``dependency_manager`` attribute (``subscribe_cluster(name)``); the
+   handle is released at shutdown.  An update whose XdsConfig has no entry
+   for the cluster yet is ignored (A74: the subscription has not produced
+   data).  A static cluster without an entry is a bug upstream: TRANSIENT_FAILURE
+   "xDS config has no entry for static cluster NAME".
+2. Cluster in error (a Status in ``xds_config.clusters``): the child tree is
+   destroyed and the policy reports TRANSIENT_FAILURE with that status.
+3. Leaf cluster (EDS or LOGICAL_DNS) whose ClusterConfig equals the last one
+   applied: nothing to do (TRAPS.md "configs and equality").
+4. Leaf cluster: child ``xds_cluster_impl_experimental {clusterName}`` over
+   ``priority_experimental`` with one child per EDS priority (exactly one for
+   LOGICAL_DNS, and exactly one without endpoints when the EDS resource
+   failed, is missing or has no endpoints, so that an aggregate parent fails
+   over: TRAPS.md, grpc-go#6462).  Each priority child runs the cluster's LB
+   policy (``Cluster.lb_policy_config``, A52; default xds_wrr_locality over
+   round_robin; ``pick_first`` per A62) with
+   ``ignore_reresolution_requests`` for EDS (A37).  Priority child names are
+   ``{cluster=NAME, child_number=N}``, kept stable by
+   :mod:`pyxds.lb.priority_names`.  Endpoints carry
+   ``hierarchical_path = (priority child name, str(locality))``,
+   ``weight = locality weight x endpoint weight``, ``locality`` and
+   ``locality_weight``.  A priority with no endpoints gets
+   ``resolution_note`` saying why: the dependency manager's note, else
+   "EDS resource X: all endpoints unhealthy" / "EDS resource X contains no
+   endpoints".
+5. Aggregate cluster: child ``priority_experimental`` with one
+   ``cds_experimental {cluster: LEAF}`` child per leaf cluster, in order,
+   named after the leaf (A75).  No leaves (every child missing, A74 latest):
+   TRANSIENT_FAILURE "aggregate cluster dependency graph for NAME has no leaf
+   clusters".  Aggregates always pass the update down (their leaves may have
+   changed even when the aggregate did not).
+6. The child gets the update's attributes unchanged, so nested cds policies
+   see the same XdsConfig.  A change of cluster type (EDS, LOGICAL_DNS,
+   AGGREGATE, either way) reuses nothing: name state starts over; between a
+   leaf and an aggregate the child's policy name changes and the
+   ChildPolicyHandler builds the new tree while the old one serves until the
+   new one leaves CONNECTING; between EDS and LOGICAL_DNS the old tree is
+   shut down first.  (grpcio 1.85.1 crashed here: TRAPS.md.)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from pyxds.lb import registry
+from pyxds.lb.api import (
+    ConnectivityState,
+    Endpoint,
+    FailPicker,
+    Helper,
+    LoadBalancer,
+    PolicyFactory,
+    ResolverUpdate,
+    Status,
+)
+from pyxds.lb.child_handler import ChildPolicyHandler
+from pyxds.lb.errors import LBConfigError, expect_bool, expect_object, expect_string
+from pyxds.lb.hierarchy import PATH_KEY
+from pyxds.lb.priority_names import PriorityNames, assign_child_numbers
+from pyxds.lb.registry import PolicySelection
+from pyxds.resolver.xds_config import (
+    DEPENDENCY_MANAGER_ATTRIBUTE,
+    XDS_CONFIG_ATTRIBUTE,
+    AggregateConfig,
+    ClusterConfig,
+    EndpointConfig,
+)
+from pyxds.xds.resources.types import ClusterLoadAssignment, Locality
+
+NAME = "cds_experimental"
+PRIORITY = "priority_experimental"
+CLUSTER_IMPL = "xds_cluster_impl_experimental"
+WEIGHT_ATTRIBUTE = "weight"
+LOCALITY_ATTRIBUTE = "locality"
+LOCALITY_WEIGHT_ATTRIBUTE = "locality_weight"
+
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+_INTERNAL = grpc.StatusCode.INTERNAL
+
+
+@dataclass(frozen=True)
+class CdsConfig:
+    cluster: str
+    is_dynamic: bool = False
+
+
+def empty_priority_note(cluster_name: str, endpoint_config: EndpointConfig) -> str:
+    """Why a leaf cluster has no endpoints (the text its empty priority fails with)."""
+    if endpoint_config.resolution_note:
+        return endpoint_config.resolution_note
+    load = endpoint_config.endpoints
+    if load is None:
+        return f"no endpoint data for cluster {cluster_name}"
+    if load.all_endpoints_unhealthy:
+        return f"EDS resource {load.cluster_name}: all endpoints unhealthy"
+    return f"EDS resource {load.cluster_name} contains no endpoints"
+
+
+class CdsPolicy(LoadBalancer):
+    """See the module docstring."""
+
+    def __init__(self, helper: Helper) -> None:
+        self.helper = helper
+        self._cluster: str | None = None
+        self._subscription: Any = None
+        self._child: ChildPolicyHandler | None = None
+        self._applied: ClusterConfig | None = None
+        self._names: PriorityNames | None = None
+        # (child name, Locality) -> endpoints built for it, reused while unchanged
+        self._endpoint_cache: dict[tuple[str, Locality], tuple[Endpoint, ...]] = {}
+        self._config_cache: dict[tuple[Any, ...], PolicySelection] = {}
+        self._shut_down = False
+
+    # -- introspection -------------------------------------------------
+    @property
+    def child(self) -> LoadBalancer | None:
+        return self._child.child if self._child is not None else None
+
+    @property
+    def child_policy_name(self) -> str | None:
+        return self._child.policy_name if self._child is not None else None
+
+    @property
+    def priority_names(self) -> list[str]:
+        """The current priority child names of a leaf cluster ([] otherwise)."""
+        if self._names is None or self._cluster is None:
+            return []
+        return self._names.names(self._cluster)
+
+    # -- LoadBalancer --------------------------------------------------
+    def update(self, update: ResolverUpdate) -> Status | None:
+        if self._shut_down:
+            return None
+        config: CdsConfig = update.config
+        if self._cluster is None:
+            self._cluster = config.cluster
+        name = self._cluster
+        if config.is_dynamic and self._subscription is None:
+            manager = update.attributes.get(DEPENDENCY_MANAGER_ATTRIBUTE)
+            if manager is None:
+                return self._fail(
+                    Status(_INTERNAL, "xDS dependency mgr not passed to CDS LB policy")
+                )
+            self._subscription = manager.subscribe_cluster(name)
+        xds_config = update.attributes.get(XDS_CONFIG_ATTRIBUTE)
+        if xds_config is None:
+            return self._fail(Status(_INTERNAL, "xDS config not passed to CDS LB policy"))
+        entry = xds_config.clusters.get(name)
+        if entry is None:
+            if config.is_dynamic:
+                return None  # subscribed; wait for an XdsConfig that has it
+            return self._fail(
+                Status(_UNAVAILABLE, f"xDS config has no entry for static cluster {name}")
+            )
+        if isinstance(entry, Status):
+            return self._fail(entry)
+        children = entry.children
+        applied = self._applied
+        if applied is not None and applied.cluster.kind != entry.cluster.kind:
+            self._type_changed(
+                leaf_to_leaf=isinstance(children, EndpointConfig)
+                and isinstance(applied.children, EndpointConfig)
+            )
+        if isinstance(children, EndpointConfig):
+            if entry == self._applied and self._child is not None:
+                return None
+            return self._update_leaf(update, entry, children)
+        return self._update_aggregate(update, entry, children)
+
+    def resolver_error(self, status: Status) -> None:
+        if self._child is not None:
+            self._child.resolver_error(status)
+        else:
+            self.helper.update_state(
+                ConnectivityState.TRANSIENT_FAILURE, status, FailPicker(status)
+            )
+
+    def exit_idle(self) -> None:
+        if self._child is not None:
+            self._child.exit_idle()
+
+    def reset_backoff(self) -> None:
+        if self._child is not None:
+            self._child.reset_backoff()
+
+    def shutdown(self) -> None:
+        self._shut_down = True
+        self._reset()
+        if self._subscription is not None:
+            self._subscription.release()
+            self._subscription = None
+
+    # -- leaf clusters -------------------------------------------------
+    def _update_leaf(
+        self, update: ResolverUpdate, entry: ClusterConfig, endpoint_config: EndpointConfig
+    ) -> Status | None:
+        name = self._cluster
+        assert name is not None
+        cluster = entry.cluster
+        is_dns = cluster.kind == "LOGICAL_DNS"
+        load: ClusterLoadAssignment | None = endpoint_config.endpoints
+        priorities: tuple[tuple[Locality, ...], ...] = ((),)
+        if load is not None and load.priorities:
+            priorities = load.priorities
+        previous = self._names if self._applied_is_leaf() else None
+        names_state = assign_child_numbers(previous, [[loc.name for loc in p] for p in priorities])
+        child_names = names_state.names(name)
+        endpoints: list[Endpoint] = []
+        cache: dict[tuple[str, Locality], tuple[Endpoint, ...]] = {}
+        old_cache = self._endpoint_cache
+        for child, localities in zip(child_names, priorities, strict=True):
+            for locality in localities:
+                key = (child, locality)
+                built = old_cache.get(key)
+                if built is None:
+                    built = _locality_endpoints(child, locality)
+                cache[key] = built
+                endpoints.extend(built)
+        note = endpoint_config.resolution_note
+        if not endpoints:
+            note = empty_priority_note(name, endpoint_config)
+        try:
+            selection = self._leaf_config(
+                name, tuple(child_names), cluster.lb_policy_config, is_dns
+            )
+        except LBConfigError as err:
+            return self._fail(
+                Status(_INTERNAL, f"{name}: error parsing child policy config: {err}")
+            )
+        self._names = names_state
+        self._endpoint_cache = cache
+        self._applied = entry
+        return self._child_update(
+            update.replace(endpoints=endpoints, config=selection, resolution_note=note)
+        )
+
+    def _leaf_config(
+        self, name: str, child_names: tuple[str, ...], lb_policy: str, is_dns: bool
+    ) -> PolicySelection:
+        key = ("leaf", child_names, lb_policy, is_dns)
+        cached = self._config_cache.get(key)
+        if cached is not None:
+            return cached
+        policy = json.loads(lb_policy)
+        children: dict[str, Any] = {}
+        for child in child_names:
+            child_config: dict[str, Any] = {"config": policy}
+            if not is_dns:
+                child_config["ignore_reresolution_requests"] = True
+            children[child] = child_config
+        priority = [{PRIORITY: {"children": children, "priorities": list(child_names)}}]
+        tree = [{CLUSTER_IMPL: {"clusterName": name, "childPolicy": priority}}]
+        selection = registry.select_policy(tree)
+        self._config_cache = {key: selection}
+        return selection
+
+    def _applied_is_leaf(self) -> bool:
+        return self._applied is not None and isinstance(self._applied.children, EndpointConfig)
+
+    # -- aggregate clusters --------------------------------------------
+    def _update_aggregate(
+        self, update: ResolverUpdate, entry: ClusterConfig, aggregate: AggregateConfig
+    ) -> Status | None:
+        name = self._cluster
+        leaves = aggregate.leaf_clusters
+        if not leaves:
+            return self._fail(
+                Status(
+                    _UNAVAILABLE,
+                    f"aggregate cluster dependency graph for {name} has no leaf clusters",
+                )
+            )
+        key = ("aggregate", leaves)
+        selection = self._config_cache.get(key)
+        if selection is None:
+            children = {leaf: {"config": [{NAME: {"cluster": leaf}}]} for leaf in leaves}
+            try:
+                selection = registry.select_policy(
+                    [{PRIORITY: {"children": children, "priorities": list(leaves)}}]
+                )
+            except LBConfigError as err:
+                return self._fail(
+                    Status(_INTERNAL, f"{name}: error parsing child policy config: {err}")
+                )
+            self._config_cache = {key: selection}
+        self._names = None
+        self._endpoint_cache = {}
+        self._applied = entry
+        return self._child_update(update.replace(endpoints=(), config=selection))
+
+    # -- common ----------------------------------------------------------
+    def _child_update(self, update: ResolverUpdate) -> Status | None:
+        if self._child is None:
+            self._child = ChildPolicyHandler(self.helper)
+        return self._child.update(update)
+
+    def _type_changed(self, leaf_to_leaf: bool) -> None:
+        """The cluster changed type: nothing of the old tree is reused.  Between
+        a leaf and an aggregate the child's policy name changes and the
+        handler switches gracefully; between EDS and LOGICAL_DNS (both
+        xds_cluster_impl) the old tree is shut down here."""
+        if leaf_to_leaf and self._child is not None:
+            self._child.shutdown()
+            self._child = None
+        self._applied = None
+        self._names = None
+        self._endpoint_cache = {}
+        self._config_cache = {}
+
+    def _reset(self) -> None:
+        if self._child is not None:
+            self._child.shutdown()
+            self._child = None
+        self._applied = None
+        self._names = None
+        self._endpoint_cache = {}
+        self._config_cache = {}
+
+    def _fail(self, status: Status) -> Status:
+        self._reset()
+        self.helper.update_state(ConnectivityState.TRANSIENT_FAILURE, status, FailPicker(status))
+        return status
+
+
+def _locality_endpoints(child: str, locality: Locality) -> tuple[Endpoint, ...]:
+    path = (child, str(locality.name))
+    weight = locality.weight
+    out = []
+    for address in locality.endpoints:
+        attributes: Mapping[str, Any] = {
+            PATH_KEY: path,
+            WEIGHT_ATTRIBUTE: weight * address.weight,
+            LOCALITY_ATTRIBUTE: locality.name,
+            LOCALITY_WEIGHT_ATTRIBUTE: weight,
+        }
+        out.append(Endpoint(address.addresses, attributes))
+    return tuple(out)
+
+
+class CdsFactory(PolicyFactory):
+    name = NAME
+
+    def parse_config(self, json_config: Any) -> CdsConfig:
+        obj = expect_object(json_config, "")
+        cluster = expect_string(obj, "cluster", "")
+        if not cluster:
+            raise LBConfigError("cluster", "must be non-empty")
+        return CdsConfig(cluster, expect_bool(obj, "isDynamic", "", default=False))
+
+    def build(self, helper: Helper) -> CdsPolicy:
+        return CdsPolicy(helper)
+
+
+registry.register(CdsFactory())
