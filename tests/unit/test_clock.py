@@ -1,0 +1,132 @@
+"""FakeClock (pyxds.testing) and RealClock (pyxds.clock)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pyxds.clock import RealClock
+from pyxds.testing import FakeClock
+
+
+def test_nothing_runs_until_advance():
+    clock = FakeClock()
+    ran = []
+    clock.call_later(0, lambda: ran.append(1))
+    assert ran == []
+    assert clock.advance(0) == 1
+    assert ran == [1]
+
+
+def test_due_timers_fire_in_deadline_order_ties_in_scheduling_order():
+    clock = FakeClock()
+    ran = []
+    clock.call_later(0.3, lambda: ran.append("c"))
+    clock.call_later(0.1, lambda: ran.append("a1"))
+    clock.call_later(0.1, lambda: ran.append("a2"))
+    clock.call_later(0.2, lambda: ran.append("b"))
+    clock.advance(1)
+    assert ran == ["a1", "a2", "b", "c"]
+
+
+def test_now_inside_a_callback_is_its_deadline():
+    clock = FakeClock(start=10)
+    seen = []
+    clock.call_later(0.25, lambda: seen.append(clock.now()))
+    clock.advance(1)
+    assert seen == [10.25] and clock.now() == 11
+
+
+def test_timers_scheduled_by_fired_callbacks_within_the_window_fire():
+    clock = FakeClock()
+    ran = []
+
+    def first():
+        ran.append(("first", clock.now()))
+        clock.call_later(0.25, lambda: ran.append(("second", clock.now())))
+        clock.call_later(0.5, lambda: ran.append(("late", clock.now())))
+
+    clock.call_later(0.5, first)
+    clock.advance(0.8)
+    assert ran == [("first", 0.5), ("second", 0.75)]
+    clock.advance(0.2)
+    assert ran[-1] == ("late", 1.0)
+
+
+def test_zero_delay_timer_scheduled_by_a_callback_fires_in_the_same_advance():
+    clock = FakeClock()
+    ran = []
+    clock.call_later(0.1, lambda: clock.call_later(0, lambda: ran.append(clock.now())))
+    clock.advance(0.1)
+    assert ran == [pytest.approx(0.1)]
+
+
+def test_boundary_is_inclusive_and_exact():
+    clock = FakeClock()
+    ran = []
+    clock.call_later(0.25, lambda: ran.append(1))
+    clock.advance(0.249)
+    assert ran == []
+    clock.advance(0.001)
+    assert ran == [1]
+
+
+def test_cancelled_timer_never_runs_and_pending_excludes_it():
+    clock = FakeClock()
+    ran = []
+    keep = clock.call_later(1, lambda: ran.append("keep"))
+    drop = clock.call_later(0.5, lambda: ran.append("drop"))
+    drop.cancel()
+    drop.cancel()  # idempotent
+    assert drop.cancelled and clock.pending == [keep]
+    assert clock.next_deadline() == 1
+    clock.advance(2)
+    assert ran == ["keep"] and clock.pending == [] and clock.next_deadline() is None
+
+
+def test_fake_clock_cannot_go_backwards():
+    with pytest.raises(ValueError):
+        FakeClock().advance(-1)
+
+
+def test_negative_delay_means_now():
+    clock = FakeClock()
+    ran = []
+    clock.call_later(-5, lambda: ran.append(1))
+    clock.run_pending()
+    assert ran == [1]
+
+
+# -- RealClock (one timer thread; bounded waits, no sleeps) -------------------
+
+
+def test_real_clock_runs_callbacks_in_deadline_order_via_dispatch():
+    dispatched = []
+    clock = RealClock(dispatch=lambda fn: (dispatched.append(fn), fn()))
+    done = threading.Event()
+    order = []
+    clock.call_later(0.05, lambda: (order.append("late"), done.set()))
+    clock.call_later(0.0, lambda: order.append("early"))
+    cancelled = clock.call_later(0.01, lambda: order.append("cancelled"))
+    cancelled.cancel()
+    assert done.wait(5)
+    assert order == ["early", "late"]
+    assert len(dispatched) == 2
+    clock.close()
+
+
+def test_real_clock_close_cancels_pending_and_later_timers():
+    clock = RealClock()
+    ran = threading.Event()
+    timer = clock.call_later(30, ran.set)
+    clock.close()
+    assert timer.cancelled
+    assert clock.call_later(0, ran.set).cancelled
+    assert not ran.wait(0.05)
+
+
+def test_real_clock_now_is_monotonic():
+    clock = RealClock()
+    a = clock.now()
+    assert clock.now() >= a

@@ -1,0 +1,148 @@
+"""registry.select: the service-config rule (A28 "the first known (registered)
+policy name in the list will be picked"), errors that name the field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from pyxds.lb import Helper, LBConfigError, PolicyFactory, PolicySelection, registry
+from pyxds.lb.errors import expect_bool, expect_object, expect_string, expect_uint32
+
+
+@dataclass(frozen=True)
+class StrictConfig:
+    level: int
+
+
+class StrictFactory(PolicyFactory):
+    """Accepts ``{"level": uint32}``; anything else is an error naming the field."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def parse_config(self, json_config):
+        obj = expect_object(json_config, "")
+        return StrictConfig(expect_uint32(obj, "level", ""))
+
+    def build(self, helper: Helper):
+        raise NotImplementedError
+
+
+NAMES = ("test_strict_a", "test_strict_b")
+
+
+@pytest.fixture(autouse=True)
+def strict_policies():
+    for name in NAMES:
+        registry.register(StrictFactory(name))
+    yield
+    for name in NAMES:
+        registry.unregister(name)
+
+
+def test_register_and_get():
+    factory = registry.get("test_strict_a")
+    assert factory is not None and factory.name == "test_strict_a"
+    assert registry.get("no_such_policy") is None
+    assert "test_strict_a" in registry.names()
+
+
+def test_unregister_removes_the_name():
+    registry.register(StrictFactory("test_temp"))
+    registry.unregister("test_temp")
+    assert registry.get("test_temp") is None
+
+
+def test_first_registered_policy_in_the_list_wins():
+    factory, config = registry.select(
+        [{"unknown_one": {}}, {"test_strict_b": {"level": 2}}, {"test_strict_a": {"level": 1}}]
+    )
+    assert factory.name == "test_strict_b" and config == StrictConfig(2)
+
+
+def test_invalid_first_known_policy_makes_the_whole_list_invalid():
+    with pytest.raises(LBConfigError) as err:
+        registry.select([{"test_strict_a": {"level": "high"}}, {"test_strict_b": {"level": 1}}])
+    assert str(err.value) == 'test_strict_a.level: expected integer, got "high"'
+
+
+def test_no_known_policy_is_an_error_listing_the_names_seen():
+    with pytest.raises(LBConfigError) as err:
+        registry.select([{"grpclb": {}}, {"foo_lb": {}}])
+    assert "grpclb" in str(err.value) and "foo_lb" in str(err.value)
+    assert str(err.value) == "no supported load balancing policy in list: grpclb, foo_lb"
+
+
+def test_empty_list_is_an_error():
+    with pytest.raises(LBConfigError, match="no supported load balancing policy"):
+        registry.select([])
+
+
+def test_list_must_be_an_array():
+    with pytest.raises(LBConfigError) as err:
+        registry.select({"test_strict_a": {}}, path="childPolicy")
+    assert err.value.path == "childPolicy"
+    assert "expected array" in str(err.value)
+
+
+def test_each_entry_must_have_exactly_one_key():
+    with pytest.raises(LBConfigError) as err:
+        registry.select([{"test_strict_a": {"level": 1}, "test_strict_b": {"level": 1}}])
+    assert err.value.path == "[0]"
+    with pytest.raises(LBConfigError) as err:
+        registry.select(["test_strict_a"], path="p")
+    assert err.value.path == "p[0]"
+
+
+def test_nested_path_names_index_and_policy():
+    with pytest.raises(LBConfigError) as err:
+        registry.select([{"nope": {}}, {"test_strict_a": {}}], path='children["p0"].config')
+    assert str(err.value) == 'children["p0"].config[1].test_strict_a.level: required field missing'
+
+
+def test_errors_nest_through_under():
+    error = LBConfigError("shuffleAddressList", 'expected boolean, got "yes"')
+    nested = error.under("pick_first").under('priority_experimental.children["p0"].config[0]')
+    assert str(nested) == (
+        'priority_experimental.children["p0"].config[0].pick_first.shuffleAddressList: '
+        'expected boolean, got "yes"'
+    )
+    assert str(LBConfigError("[2]", "bad").under("list")) == "list[2]: bad"
+    assert str(LBConfigError("", "bad").under("x")) == "x: bad"
+
+
+def test_null_config_is_an_empty_object():
+    with pytest.raises(LBConfigError, match=r"test_strict_a\.level: required field missing"):
+        registry.select([{"test_strict_a": None}])
+
+
+def test_select_policy_returns_comparable_selection():
+    one = registry.select_policy([{"test_strict_a": {"level": 3}}])
+    two = registry.select_policy([{"x": {}}, {"test_strict_a": {"level": 3}}])
+    assert one == two == PolicySelection("test_strict_a", StrictConfig(3))
+    assert hash(one) == hash(two)
+    assert one != registry.select_policy([{"test_strict_a": {"level": 4}}])
+    assert one.factory is registry.get("test_strict_a")
+
+
+def test_later_registration_replaces_the_factory():
+    replacement = StrictFactory("test_strict_a")
+    registry.register(replacement)
+    assert registry.get("test_strict_a") is replacement
+
+
+def test_builtin_leaf_policies_are_registered():
+    assert registry.get("pick_first") is not None
+    assert registry.get("round_robin") is not None
+
+
+def test_expect_helpers_name_the_field():
+    with pytest.raises(LBConfigError, match=r"^cfg\.flag: expected boolean, got 1$"):
+        expect_bool({"flag": 1}, "flag", "cfg")
+    assert expect_bool({}, "flag", "cfg", default=True) is True
+    with pytest.raises(LBConfigError, match=r"^name: expected string, got null$"):
+        expect_string({"name": None}, "name", "")
+    with pytest.raises(LBConfigError, match=r"^n: expected integer in \[1, 4294967295\], got 0$"):
+        expect_uint32({"n": 0}, "n", "", minimum=1)
