@@ -1,0 +1,121 @@
+"""Nanoseconds per pick, each beside the floor: ``next()`` on an
+``itertools.cycle`` measured in the same run (ARCHITECTURE.md "Pickers are
+immutable ... never allocate more than they must").  Goal: round_robin within
+10x the floor.
+
+Run:  python bench/pick.py            (about 10 s)
+
+Adding a case: write ``def bench_<name>() -> tuple[str, float]`` that builds
+a policy tree with :mod:`pyxds.testing` fakes, drives its subchannels READY
+and returns ``(label, time_picker(picker))``; then append it to ``CASES``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import timeit
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from pyxds.lb import (
+    ConnectivityState,
+    Endpoint,
+    PickArgs,
+    PickComplete,
+    Picker,
+    ResolverUpdate,
+)
+from pyxds.lb.pick_first import PickFirst, PickFirstConfig
+from pyxds.lb.round_robin import RoundRobin, RoundRobinConfig
+from pyxds.testing import FakeHelper
+
+ARGS = PickArgs("/helloworld.Greeter/SayHello", (), {"cluster": "cluster:foo"})
+NUMBER = 1_000_000  # calls per timing run
+REPEAT = 7  # timing runs; the minimum is reported
+
+
+def time_ns(stmt: Callable[[], object], number: int = NUMBER, repeat: int = REPEAT) -> float:
+    """Best-of-``repeat`` nanoseconds per call of ``stmt``."""
+    timer = timeit.Timer(stmt)
+    return min(timer.repeat(repeat=repeat, number=number)) / number * 1e9
+
+
+def time_picker(picker: Picker, args: PickArgs = ARGS) -> float:
+    """ns per ``picker.pick(args)``; checks the picker completes picks."""
+    result = picker.pick(args)
+    if not isinstance(result, PickComplete):
+        raise RuntimeError(f"benchmark picker did not complete a pick: {result!r}")
+    pick = picker.pick
+    timer = timeit.Timer("pick(args)", globals={"pick": pick, "args": args})
+    return min(timer.repeat(repeat=REPEAT, number=NUMBER)) / NUMBER * 1e9
+
+
+def floor_ns() -> float:
+    """The floor: ``next()`` on an ``itertools.cycle``."""
+    cycle = itertools.cycle(range(3))
+    timer = timeit.Timer("next(c)", globals={"c": cycle})
+    return min(timer.repeat(repeat=REPEAT, number=NUMBER)) / NUMBER * 1e9
+
+
+def endpoints(n: int) -> list[Endpoint]:
+    return [Endpoint((f"10.{i // 65536}.{i // 256 % 256}.{i % 256}:443",)) for i in range(n)]
+
+
+def ready_all(helper: FakeHelper) -> None:
+    for subchannel in helper.subchannels:
+        if not subchannel.shut_down:
+            subchannel.set_state(ConnectivityState.READY)
+
+
+def _round_robin(n: int) -> tuple[str, float]:
+    helper = FakeHelper()
+    policy = RoundRobin(helper)
+    policy.update(ResolverUpdate(endpoints(n), RoundRobinConfig()))
+    ready_all(helper)
+    assert helper.state is ConnectivityState.READY
+    return f"round_robin, {n} READY", time_picker(helper.last.picker)
+
+
+def bench_round_robin_3() -> tuple[str, float]:
+    return _round_robin(3)
+
+
+def bench_round_robin_100() -> tuple[str, float]:
+    return _round_robin(100)
+
+
+def bench_round_robin_1000() -> tuple[str, float]:
+    return _round_robin(1000)
+
+
+def bench_pick_first() -> tuple[str, float]:
+    helper = FakeHelper()
+    policy = PickFirst(helper)
+    policy.update(ResolverUpdate(endpoints(3), PickFirstConfig()))
+    helper.subchannels[0].set_state(ConnectivityState.READY)
+    assert helper.state is ConnectivityState.READY
+    return "pick_first, READY", time_picker(helper.last.picker)
+
+
+CASES: list[Callable[[], tuple[str, float]]] = [
+    bench_round_robin_3,
+    bench_round_robin_100,
+    bench_round_robin_1000,
+    bench_pick_first,
+]
+
+
+def main() -> int:
+    print(f"{'case':<44} {'ns/pick':>9} {'floor ns':>9} {'ratio':>7}")
+    for case in CASES:
+        floor = floor_ns()  # measured next to each case: same machine state
+        label, ns = case()
+        print(f"{label:<44} {ns:>9.1f} {floor:>9.1f} {ns / floor:>6.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
