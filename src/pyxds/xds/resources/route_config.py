@@ -348,6 +348,9 @@ def _parse_action(
 
     if spec == 1:
         name = spec_value
+        if not name:
+            errs.add(f"{_route_path(pre, vi, ri)}.route.cluster", "must be non-empty")
+            return None
         if plain:
             action = cache.get(name)
             if action is None:

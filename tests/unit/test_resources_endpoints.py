@@ -1,0 +1,285 @@
+"""EDS validation (A27 "ClusterLoadAssignment Proto", A61 additional addresses) and the
+normalisation that keeps weight-0 localities, gaps and unhealthy endpoints away from the
+LB policies (TRAPS.md "weighted_target and EDS shaping")."""
+
+from __future__ import annotations
+
+import pytest
+from envoy.config.core.v3 import health_check_pb2
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+
+from pyxds.xds.resources import (
+    ENDPOINTS,
+    ClusterLoadAssignment,
+    DropOverload,
+    EndpointAddress,
+    LocalityName,
+)
+
+HEALTHY = health_check_pb2.HEALTHY
+UNKNOWN = health_check_pb2.UNKNOWN
+UNHEALTHY = health_check_pb2.UNHEALTHY
+DRAINING = health_check_pb2.DRAINING
+
+
+def cla_with(*localities) -> endpoint_pb2.ClusterLoadAssignment:
+    cla = endpoint_pb2.ClusterLoadAssignment(cluster_name="eds")
+    for loc in localities:
+        cla.endpoints.append(loc)
+    return cla
+
+
+def locality(
+    zone="z1", weight=1, priority=0, addrs=(("10.0.0.1", 80),), health=None, region="r"
+) -> endpoint_components_pb2.LocalityLbEndpoints:
+    loc = endpoint_components_pb2.LocalityLbEndpoints(priority=priority)
+    loc.locality.region = region
+    loc.locality.zone = zone
+    if weight is not None:
+        loc.load_balancing_weight.value = weight
+    for i, (host, port) in enumerate(addrs):
+        lbe = loc.lb_endpoints.add()
+        sa = lbe.endpoint.address.socket_address
+        sa.address = host
+        if port is not None:
+            sa.port_value = port
+        if health is not None:
+            lbe.health_status = health[i] if isinstance(health, tuple) else health
+    return loc
+
+
+def decode_ok(cla) -> ClusterLoadAssignment:
+    result = ENDPOINTS.decode(cla.SerializeToString())
+    assert result.error is None, result.error
+    assert result.name == "eds"
+    return result.resource
+
+
+def decode_err(cla) -> str:
+    result = ENDPOINTS.decode(cla.SerializeToString())
+    assert result.resource is None and result.name == "eds"
+    return result.error
+
+
+def test_basic_assignment():
+    got = decode_ok(cla_with(locality(addrs=(("10.0.0.1", 80), ("10.0.0.2", 81)), weight=3)))
+    assert got.cluster_name == "eds"
+    (prio0,) = got.priorities
+    (loc,) = prio0
+    assert loc.name == LocalityName("r", "z1", "")
+    assert loc.weight == 3 and loc.priority == 0
+    assert [e.addresses for e in loc.endpoints] == [("10.0.0.1:80",), ("10.0.0.2:81",)]
+    assert all(e.weight == 1 and e.health_status == "UNKNOWN" for e in loc.endpoints)
+    assert got.excluded_endpoints == 0 and got.endpoint_count == 2
+
+
+def test_ipv6_addresses_are_bracketed():
+    got = decode_ok(cla_with(locality(addrs=(("2001:db8::1", 443),))))
+    assert got.priorities[0][0].endpoints[0].addresses == ("[2001:db8::1]:443",)
+
+
+def test_empty_assignment_is_valid_with_no_priorities():
+    got = decode_ok(cla_with())
+    assert got.priorities == () and got.endpoint_count == 0 and not got.all_endpoints_unhealthy
+
+
+# ---------------------------------------------------------------- locality weights and priorities
+
+
+def test_locality_without_weight_is_dropped():
+    got = decode_ok(cla_with(locality("a", weight=None), locality("b", weight=2)))
+    assert [loc.name.zone for loc in got.priorities[0]] == ["b"]
+
+
+def test_locality_with_weight_zero_is_dropped():
+    got = decode_ok(cla_with(locality("a", weight=0), locality("b", weight=2)))
+    assert [loc.name.zone for loc in got.priorities[0]] == ["b"]
+
+
+def test_priorities_grouped_and_ordered():
+    got = decode_ok(
+        cla_with(
+            locality("p1a", priority=1, addrs=(("10.0.0.1", 1),)),
+            locality("p0a", priority=0, addrs=(("10.0.0.2", 1),)),
+            locality("p1b", priority=1, addrs=(("10.0.0.3", 1),)),
+        )
+    )
+    assert [[loc.name.zone for loc in p] for p in got.priorities] == [["p0a"], ["p1a", "p1b"]]
+    assert [loc.priority for loc in got.priorities[1]] == [1, 1]
+
+
+def test_priority_gap_is_rejected():
+    err = decode_err(
+        cla_with(locality("a", priority=0), locality("b", priority=2, addrs=(("10.0.0.9", 1),)))
+    )
+    assert "endpoints: priority 1 empty but higher priorities exist" in err
+
+
+def test_priority_gap_from_dropped_locality_is_rejected():
+    err = decode_err(
+        cla_with(
+            locality("a", priority=0),
+            locality("b", priority=1, weight=0, addrs=(("10.0.0.8", 1),)),
+            locality("c", priority=2, addrs=(("10.0.0.9", 1),)),
+        )
+    )
+    assert "priority 1 empty" in err
+
+
+def test_same_locality_twice_in_one_priority_is_rejected():
+    err = decode_err(cla_with(locality("a"), locality("a", addrs=(("10.0.0.2", 1),))))
+    assert "endpoints[1].locality: duplicate locality" in err and "in priority 0" in err
+
+
+def test_same_locality_in_two_priorities_is_allowed():
+    got = decode_ok(cla_with(locality("a"), locality("a", priority=1, addrs=(("10.0.0.2", 1),))))
+    assert got.priorities[0][0].name == got.priorities[1][0].name
+
+
+def test_locality_weight_sum_over_uint32_is_rejected():
+    err = decode_err(
+        cla_with(
+            locality("a", weight=0xFFFFFFFF),
+            locality("b", weight=1, addrs=(("10.0.0.2", 1),)),
+        )
+    )
+    assert "sum of locality weights for priority 0" in err and "exceeds uint32 max" in err
+
+
+def test_locality_with_no_endpoints_is_kept():
+    got = decode_ok(cla_with(locality("a", addrs=()), locality("b", addrs=(("10.0.0.2", 1),))))
+    assert [len(loc.endpoints) for loc in got.priorities[0]] == [0, 1]
+
+
+# ---------------------------------------------------------------- endpoints
+
+
+@pytest.mark.parametrize("health", [UNHEALTHY, DRAINING, health_check_pb2.TIMEOUT, 5])
+def test_unhealthy_endpoints_are_excluded_and_counted(health):
+    got = decode_ok(
+        cla_with(locality(addrs=(("10.0.0.1", 1), ("10.0.0.2", 1)), health=(HEALTHY, health)))
+    )
+    eps = got.priorities[0][0].endpoints
+    assert [e.addresses for e in eps] == [("10.0.0.1:1",)]
+    assert eps[0].health_status == "HEALTHY"
+    assert got.excluded_endpoints == 1 and not got.all_endpoints_unhealthy
+
+
+def test_all_endpoints_unhealthy_is_valid_and_says_so():
+    got = decode_ok(cla_with(locality(addrs=(("10.0.0.1", 1), ("10.0.0.2", 1)), health=DRAINING)))
+    assert got.endpoint_count == 0 and got.excluded_endpoints == 2
+    assert got.all_endpoints_unhealthy
+
+
+def test_endpoint_weight_default_and_explicit():
+    loc = locality(addrs=(("10.0.0.1", 1), ("10.0.0.2", 1)))
+    loc.lb_endpoints[1].load_balancing_weight.value = 7
+    eps = decode_ok(cla_with(loc)).priorities[0][0].endpoints
+    assert [e.weight for e in eps] == [1, 7]
+
+
+def test_endpoint_weight_zero_is_rejected():
+    loc = locality()
+    loc.lb_endpoints[0].load_balancing_weight.value = 0
+    err = decode_err(cla_with(loc))
+    assert "endpoints[0].lb_endpoints[0].load_balancing_weight: must be greater than 0" in err
+
+
+@pytest.mark.parametrize("host", ["backend.example.com", "10.0.0", "1.2.3.4.5", "::g"])
+def test_non_ip_address_is_rejected(host):
+    err = decode_err(cla_with(locality(addrs=(("10.0.0.1", 1), (host, 80)))))
+    assert "endpoints[0].lb_endpoints[1].endpoint.address.socket_address.address" in err
+    assert "not an IPv4 or IPv6 address" in err
+
+
+def test_missing_port_is_rejected():
+    err = decode_err(cla_with(locality(addrs=(("10.0.0.1", None),))))
+    assert "endpoints[0].lb_endpoints[0].endpoint.address.socket_address.port_value" in err
+
+
+def test_port_out_of_range_is_rejected():
+    err = decode_err(cla_with(locality(addrs=(("10.0.0.1", 70000),))))
+    assert "socket_address.port_value: invalid port" in err
+
+
+def test_missing_endpoint_address_and_socket_address_are_rejected():
+    loc = locality(addrs=())
+    loc.lb_endpoints.add()  # no endpoint
+    loc.lb_endpoints.add().endpoint.SetInParent()  # no address
+    loc.lb_endpoints.add().endpoint.address.pipe.path = "/p"  # no socket_address
+    err = decode_err(cla_with(loc))
+    assert "endpoints[0].lb_endpoints[0].endpoint: field not present" in err
+    assert "endpoints[0].lb_endpoints[1].endpoint.address: field not present" in err
+    assert "endpoints[0].lb_endpoints[2].endpoint.address.socket_address: field not present" in err
+
+
+def test_duplicate_address_in_cluster_is_rejected():
+    err = decode_err(cla_with(locality("a"), locality("b", priority=1, addrs=(("10.0.0.1", 80),))))
+    assert "endpoints[1].lb_endpoints[0]: duplicate endpoint address 10.0.0.1:80" in err
+
+
+def test_additional_addresses_become_extra_addresses():
+    loc = locality(addrs=(("10.0.0.1", 80),))
+    extra = loc.lb_endpoints[0].endpoint.additional_addresses.add()
+    extra.address.socket_address.address = "2001:db8::1"
+    extra.address.socket_address.port_value = 80
+    ep = decode_ok(cla_with(loc)).priorities[0][0].endpoints[0]
+    assert ep.addresses == ("10.0.0.1:80", "[2001:db8::1]:80")
+
+
+def test_additional_address_invalid_is_rejected():
+    loc = locality()
+    loc.lb_endpoints[0].endpoint.additional_addresses.add()  # no address
+    bad = loc.lb_endpoints[0].endpoint.additional_addresses.add()
+    bad.address.socket_address.address = "not-an-ip"
+    bad.address.socket_address.port_value = 1
+    err = decode_err(cla_with(loc))
+    assert "endpoint.additional_addresses[0].address: field not present" in err
+    assert "endpoint.additional_addresses[1].address.socket_address.address" in err
+
+
+# ---------------------------------------------------------------- drops
+
+
+@pytest.mark.parametrize(
+    ("den", "num", "ppm"),
+    [(0, 5, 50_000), (1, 5, 500), (2, 5, 5), (0, 150, 1_000_000), (2, 2_000_000, 1_000_000)],
+)
+def test_drop_overloads_converted_to_parts_per_million(den, num, ppm):
+    cla = cla_with(locality())
+    d = cla.policy.drop_overloads.add(category="lb")
+    d.drop_percentage.numerator = num
+    d.drop_percentage.denominator = den
+    assert decode_ok(cla).drop_overloads == (DropOverload("lb", ppm),)
+
+
+def test_drop_overload_unknown_denominator_is_rejected():
+    cla = cla_with(locality())
+    d = cla.policy.drop_overloads.add(category="lb")
+    d.drop_percentage.denominator = 9
+    assert "policy.drop_overloads[0].drop_percentage.denominator" in decode_err(cla)
+
+
+# ---------------------------------------------------------------- values
+
+
+def test_same_bytes_decode_to_equal_hashable_values():
+    cla = cla_with(
+        locality("a", addrs=(("10.0.0.1", 1), ("10.0.0.2", 1)), health=(HEALTHY, DRAINING)),
+        locality("b", priority=1, addrs=(("::1", 2),)),
+    )
+    cla.policy.drop_overloads.add(category="x").drop_percentage.numerator = 1
+    data = cla.SerializeToString()
+    a, b = ENDPOINTS.decode(data).resource, ENDPOINTS.decode(data).resource
+    assert a == b and hash(a) == hash(b) and a is not b
+
+
+def test_endpoint_address_fast_construction_equals_normal_construction():
+    ep = decode_ok(cla_with(locality())).priorities[0][0].endpoints[0]
+    assert ep == EndpointAddress(("10.0.0.1:80",), 1, "UNKNOWN")
+    assert hash(ep) == hash(EndpointAddress(("10.0.0.1:80",), 1, "UNKNOWN"))
+
+
+def test_unparseable_bytes():
+    result = ENDPOINTS.decode(b"\x0a\x05ab")
+    assert result.name is None and "could not parse" in result.error
