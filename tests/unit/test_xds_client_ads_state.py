@@ -461,6 +461,61 @@ def test_resource_wrapper_is_unwrapped():
     assert watcher.take() == [("changed", res(LDS, "a", "wrapped"))]
 
 
+# --------------------------------------------------------------------------- xRFC TP3 errors
+
+
+def with_error(msg, name: str, code: grpc.StatusCode, message: str):
+    err = msg.resource_errors.add()
+    err.resource_name.name = name
+    err.error_detail.code = code.value[0]
+    err.error_detail.message = message
+    return msg
+
+
+def test_server_reported_not_found_for_uncached_resource_is_resource_error():
+    state, clock = make_state()
+    watcher = RecordingWatcher()
+    state.add_watcher(CDS, "c", watcher)
+    connected_stream(state)
+    state.on_response(with_error(response(CDS, "1", "n1"), "c", grpc.StatusCode.NOT_FOUND, "gone"))
+    ((kind, status),) = watcher.take()
+    assert kind == "changed" and status.code == grpc.StatusCode.NOT_FOUND
+    assert "gone" in status.details
+    (entry,) = state.snapshot()
+    assert entry.state is CacheState.RECEIVED_ERROR
+    assert entry.error_state is not None and entry.error_state.details == "gone"
+    clock.advance(RESOURCE_TIMEOUT * 2)
+    assert watcher.take() == []  # the timer was cancelled
+    (ack,) = state.take_requests()
+    assert ack.version_info == "1" and not ack.HasField("error_detail")
+
+
+@pytest.mark.parametrize(
+    "code, fail_on_data_errors, expected",
+    [
+        (grpc.StatusCode.NOT_FOUND, False, "ambient"),
+        (grpc.StatusCode.PERMISSION_DENIED, True, "changed"),
+        (grpc.StatusCode.NOT_FOUND, True, "changed"),
+        (grpc.StatusCode.UNAVAILABLE, True, "ambient"),
+    ],
+)
+def test_server_reported_error_for_cached_resource_follows_a88_table(
+    code, fail_on_data_errors, expected
+):
+    state, _ = make_state(fail_on_data_errors=fail_on_data_errors)
+    watcher = RecordingWatcher()
+    state.add_watcher(LDS, "a", watcher)
+    connected_stream(state)
+    state.on_response(response(LDS, "1", "n1", ("a", "v")))
+    watcher.take()
+    state.on_response(with_error(response(LDS, "2", "n2"), "a", code, "server says no"))
+    ((kind, status),) = watcher.take()
+    assert kind == expected and status.code == code
+    (entry,) = state.snapshot()
+    assert entry.state is CacheState.RECEIVED_ERROR
+    assert (entry.raw is None) == (expected == "changed")
+
+
 # --------------------------------------------------------------------------- deletion
 
 

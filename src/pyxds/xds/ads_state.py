@@ -41,6 +41,9 @@ Rules:
   dropped).  RDS and EDS absences mean nothing.  A NACKed resource is
   present, not absent.  Versions are never compared: a stale version after a
   reconnect is just a version (TRAPS, grpc-java#12663).
+* xRFC TP3 ``resource_errors`` (A88): the entry goes to ``RECEIVED_ERROR``;
+  NOT_FOUND and PERMISSION_DENIED are data errors, any other code is
+  transient.  The resource counts as present (not deleted).
 * An unchanged resource (structural equality) notifies nobody.
 * Data errors (NACK, deletion) on a cached resource are ambient, unless the
   server has ``fail_on_data_errors``: then the resource is dropped and
@@ -85,6 +88,8 @@ TRANSIENT_RESOURCE_TIMEOUT = 30.0
 """Resource timer with the ``resource_timer_is_transient_error`` feature (A88)."""
 
 RESOURCE_WRAPPER_TYPE_URL = "type.googleapis.com/envoy.service.discovery.v3.Resource"
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 Executor = Callable[[Callable[[], None]], None]
 Post = Callable[[Executor, Callable[[], None]], None]
@@ -469,6 +474,13 @@ class AdsState:
                 self._nacked(entry, short, result.error, response.version_info, now)
             else:
                 self._accepted(entry, result.resource, any_msg, response.version_info, now)
+        for resource_error in response.resource_errors:
+            name = resource_error.resource_name.name
+            seen.add(name)
+            entry = ts.entries.get(name)
+            if entry is not None:
+                entry.cancel_timer()
+                self._received_error(entry, short, resource_error.error_detail, response, now)
         if getattr(resource_type, "all_resources_required_in_sotw", False):
             for entry in list(ts.entries.values()):
                 if entry.name not in seen and entry.resource is not None:
@@ -564,6 +576,25 @@ class AdsState:
             f"{short} resource {entry.name}: invalid resource: {error}",
         )
         self._data_error(entry, status)
+
+    def _received_error(
+        self,
+        entry: _Entry,
+        short: str,
+        detail: Any,
+        response: discovery_pb2.DiscoveryResponse,
+        now: float,
+    ) -> None:
+        """A88 "Support for Errors Provided by the xDS server" (xRFC TP3)."""
+        code = _CODES.get(detail.code, grpc.StatusCode.UNKNOWN)
+        status = Status(code, f"{short} resource {entry.name}: {detail.message}")
+        entry.state = CacheState.RECEIVED_ERROR
+        entry.nack = NackInfo(detail.message, response.version_info, now)
+        data_error = code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED)
+        if data_error:
+            self._data_error(entry, status)
+        else:
+            self._transient_error(entry, status)
 
     def _deleted(self, entry: _Entry, short: str, version: str, now: float) -> None:
         entry.state = CacheState.DOES_NOT_EXIST

@@ -69,6 +69,9 @@ def channel_options(
         "grpc.use_local_subchannel_pool": 1,
     }
     options.update(dict(extra))
+    # grpcio's C-core waits for a ping ack for ``grpc.http2.ping_timeout_ms``
+    # (default 60 s), not ``keepalive_timeout_ms``: keep the two in step.
+    options.setdefault("grpc.http2.ping_timeout_ms", options["grpc.keepalive_timeout_ms"])
     return list(options.items())
 
 
