@@ -1,0 +1,41 @@
+"""``pyxds.insecure_channel`` / ``pyxds.secure_channel`` (ARCHITECTURE.md
+"The public API"): grpcio's channel constructors, plus ``bootstrap``.
+
+``bootstrap`` is a path, a dict, or JSON text; when None the xds resolver
+reads ``GRPC_XDS_BOOTSTRAP`` (a file) or ``GRPC_XDS_BOOTSTRAP_CONFIG``
+(inline JSON), as grpcio does.  Targets: ``xds:///name`` (and
+``xds://authority/name``), plus ``static:///a:1,b:2``, ``ipv4:``/``ipv6:``
+lists and ``dns:///host:port`` for use without a control plane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from pyxds.channel.channel import XdsChannel
+
+
+def insecure_channel(
+    target: str,
+    bootstrap: Any = None,
+    options: Sequence[tuple[str, Any]] | None = None,
+    compression: grpc.Compression | None = None,
+) -> XdsChannel:
+    """A plaintext grpc.Channel to ``target`` over the pyxds stack."""
+    return XdsChannel(target, None, bootstrap, options, compression)
+
+
+def secure_channel(
+    target: str,
+    credentials: grpc.ChannelCredentials,
+    bootstrap: Any = None,
+    options: Sequence[tuple[str, Any]] | None = None,
+    compression: grpc.Compression | None = None,
+) -> XdsChannel:
+    """A grpc.Channel to ``target`` whose subchannels use ``credentials``."""
+    if credentials is None:
+        raise ValueError("secure_channel needs credentials (use insecure_channel)")
+    return XdsChannel(target, credentials, bootstrap, options, compression)

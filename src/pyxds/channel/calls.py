@@ -1,0 +1,425 @@
+"""Call objects of the sync channel: what users' code holds.
+
+* :class:`ChannelRpcError`: an RPC the channel itself ended (no route, a
+  pick failure or drop, deadline while queued, channel closed).  A real
+  ``grpc.RpcError`` that is also a ``grpc.Call`` and a ``grpc.Future``, like
+  grpcio's own ``_InactiveRpcError``: ``code()``, ``details()``, empty
+  metadata.
+* :class:`DeferredCall`: a non-blocking RPC (``future()``, and the streaming
+  calls) whose pick may have to wait.  It returns at once; once picked it
+  delegates to the grpcio call object on the subchannel; before that, and
+  when the channel failed it, it answers from its own state.
+
+Every RPC reports its end to the LB policy's ``on_call_done`` and commits
+its CallConfig exactly once (:class:`pyxds.channel.core.Rpc`), streams
+included (grpcio's ``add_callback`` fires when a stream terminates).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc
+from pyxds.channel.subchannel import SubchannelCore, Transport
+from pyxds.lb.api import OK_STATUS, Status
+
+CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
+
+#: UNAVAILABLE texts that mean the RPC never left the client, so sending it
+#: again on a new pick is safe (C-core's transparent retry).
+_NOT_SENT_MARKERS = (
+    "failed to connect to all addresses",
+    "Cannot invoke RPC",
+    "REFUSED_STREAM",
+    "Stream refused",
+    "Channel closed!",
+)
+
+
+def not_sent(code: grpc.StatusCode | None, details: str | None) -> bool:
+    if code is not grpc.StatusCode.UNAVAILABLE and code is not grpc.StatusCode.CANCELLED:
+        return False
+    text = details or ""
+    if code is grpc.StatusCode.CANCELLED:
+        return False
+    return any(marker in text for marker in _NOT_SENT_MARKERS)
+
+
+def status_of(call: Any) -> Status:
+    try:
+        code = call.code()
+        details = call.details()
+    except Exception:
+        return Status(grpc.StatusCode.UNKNOWN, "call ended without status")
+    return Status(code if code is not None else grpc.StatusCode.UNKNOWN, details or "")
+
+
+class ChannelRpcError(grpc.RpcError, grpc.Call, grpc.Future):
+    """An RPC ended by the channel, before or instead of a subchannel call."""
+
+    def __init__(self, status: Status) -> None:
+        super().__init__()
+        self._status = status
+
+    # grpc.Call / grpc.RpcContext
+    def code(self) -> grpc.StatusCode:
+        return self._status.code
+
+    def details(self) -> str:
+        return self._status.details
+
+    def initial_metadata(self) -> tuple:
+        return ()
+
+    def trailing_metadata(self) -> tuple:
+        return ()
+
+    def debug_error_string(self) -> str:
+        return f"pyxds: {self._status}"
+
+    def is_active(self) -> bool:
+        return False
+
+    def time_remaining(self) -> float | None:
+        return None
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        return False
+
+    # grpc.Future
+    def cancel(self) -> bool:
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return False
+
+    def done(self) -> bool:
+        return True
+
+    def result(self, timeout: float | None = None) -> Any:
+        raise self
+
+    def exception(self, timeout: float | None = None) -> Exception:
+        return self
+
+    def traceback(self, timeout: float | None = None) -> Any:
+        return None
+
+    def add_done_callback(self, fn: Callable[[grpc.Future], None]) -> None:
+        fn(self)
+
+    # iterator protocol, for a failed streaming call
+    def __iter__(self) -> ChannelRpcError:
+        return self
+
+    def __next__(self) -> Any:
+        raise self
+
+    def __str__(self) -> str:
+        return (
+            "<_InactiveRpcError of RPC that terminated with:\n"
+            f'\tstatus = {self._status.code}\n\tdetails = "{self._status.details}"\n>'
+        )
+
+    __repr__ = __str__
+
+
+Starter = Callable[[Transport, float | None], Any]
+
+
+class DeferredCall(grpc.Future, grpc.Call):
+    """A non-blocking RPC whose subchannel call starts once the pick completes.
+
+    ``start(transport, timeout)`` starts the grpcio call (``future()`` for
+    unary responses, the call itself for streams) on the picked subchannel's
+    grpcio channel.  ``retry_not_sent``: a unary-request call whose
+    subchannel call failed before anything was sent is picked again once.
+    """
+
+    def __init__(self, core: ChannelCore, rpc: Rpc, start: Starter, retry_not_sent: bool) -> None:
+        self._core = core
+        self._rpc = rpc
+        self._start = start
+        self._retry = retry_not_sent
+        self._cond = threading.Condition()
+        self._inner: Any = None
+        self._transport: Transport | None = None
+        self._error: ChannelRpcError | None = None
+        self._terminated = False
+        self._cancel_requested = False
+        self._done_callbacks: list[Callable[[grpc.Future], None]] = []
+        self._callbacks: list[Callable[[], None]] = []
+        self._cancel_pick = core.pick_async(rpc, self._picked)
+
+    # -- progress ------------------------------------------------------
+    def _picked(self, outcome: SubchannelCore | Status) -> None:
+        if self._cancel_requested:
+            self._fail(CANCELLED)
+            return
+        if isinstance(outcome, Status):
+            self._fail(outcome)
+            return
+        transport = outcome.transport
+        if transport is None or not transport.call_started():
+            self._rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+            self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
+            return
+        remaining = self._rpc.remaining()
+        try:
+            inner = self._start(transport, remaining)
+        except ValueError:  # the grpcio channel closed under us: not sent
+            transport.call_finished()
+            self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
+            return
+        except Exception as err:
+            transport.call_finished()
+            self._fail(Status(grpc.StatusCode.INTERNAL, f"failed to start call: {err}"))
+            return
+        with self._cond:
+            self._inner = inner
+            self._transport = transport
+            self._cond.notify_all()
+        if self._cancel_requested:
+            inner.cancel()
+        if not inner.add_callback(lambda: self._inner_terminated(inner, transport)):
+            self._inner_terminated(inner, transport)  # already over
+
+    def _inner_terminated(self, inner: Any, transport: Transport) -> None:
+        transport.call_finished()
+        status = status_of(inner)
+        if self._retry and not self._cancel_requested and not_sent(status.code, status.details):
+            self._retry = False
+            self._rpc.attempt_done(status)
+            with self._cond:
+                self._inner = None
+            self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
+            return
+        self._rpc.finish(status)
+        self._terminate()
+
+    def _fail(self, status: Status) -> None:
+        with self._cond:
+            if self._terminated or self._error is not None:
+                return
+        self._rpc.finish(status)
+        with self._cond:
+            self._error = ChannelRpcError(status)
+            self._cond.notify_all()
+        self._terminate()
+
+    def _terminate(self) -> None:
+        with self._cond:
+            self._terminated = True
+            self._cond.notify_all()
+            done_callbacks, self._done_callbacks = self._done_callbacks, []
+            callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            try:
+                cb()
+            except Exception:
+                pass
+        for fn in done_callbacks:
+            try:
+                fn(self)
+            except Exception:
+                pass
+
+    def _wait_started(self, timeout: float | None = None) -> Any:
+        """Block until the subchannel call exists (returned) or the channel
+        failed the RPC (raises its error)."""
+        with self._cond:
+            if not self._cond.wait_for(
+                lambda: self._inner is not None or self._error is not None or self._terminated,
+                timeout,
+            ):
+                raise grpc.FutureTimeoutError()
+            if self._error is not None:
+                raise self._error
+            return self._inner
+
+    def _wait_terminated(self, timeout: float | None) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._terminated, timeout):
+                raise grpc.FutureTimeoutError()
+
+    # -- grpc.Future ---------------------------------------------------
+    def cancel(self) -> bool:
+        with self._cond:
+            if self._terminated:
+                return False
+            self._cancel_requested = True
+            inner = self._inner
+        if inner is not None:
+            return inner.cancel()
+        # still queued: stop picking and fail it now
+        self._cancel_pick()
+        self._fail(CANCELLED)
+        return True
+
+    def cancelled(self) -> bool:
+        with self._cond:
+            if self._error is not None:
+                return self._error.code() is grpc.StatusCode.CANCELLED and self._cancel_requested
+            inner = self._inner
+        return inner.cancelled() if inner is not None else False
+
+    def running(self) -> bool:
+        return not self._terminated
+
+    def done(self) -> bool:
+        return self._terminated
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._wait_terminated(timeout)
+        if self._error is not None:
+            raise self._error
+        return self._inner.result()
+
+    def exception(self, timeout: float | None = None) -> Any:
+        self._wait_terminated(timeout)
+        if self._error is not None:
+            return self._error
+        return self._inner.exception()
+
+    def traceback(self, timeout: float | None = None) -> Any:
+        self._wait_terminated(timeout)
+        if self._error is not None:
+            return None
+        return self._inner.traceback()
+
+    def add_done_callback(self, fn: Callable[[grpc.Future], None]) -> None:
+        with self._cond:
+            if not self._terminated:
+                self._done_callbacks.append(fn)
+                return
+        fn(self)
+
+    # -- grpc.Call -----------------------------------------------------
+    def is_active(self) -> bool:
+        return not self._terminated
+
+    def time_remaining(self) -> float | None:
+        return self._rpc.remaining()
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        with self._cond:
+            if self._terminated:
+                return False
+            self._callbacks.append(callback)
+            return True
+
+    def initial_metadata(self) -> Any:
+        try:
+            inner = self._wait_started()
+        except grpc.RpcError:
+            return ()
+        return inner.initial_metadata()
+
+    def trailing_metadata(self) -> Any:
+        self._wait_terminated(None)
+        if self._error is not None:
+            return ()
+        return self._inner.trailing_metadata()
+
+    def code(self) -> grpc.StatusCode:
+        self._wait_terminated(None)
+        if self._error is not None:
+            return self._error.code()
+        return self._inner.code()
+
+    def details(self) -> str:
+        self._wait_terminated(None)
+        if self._error is not None:
+            return self._error.details()
+        return self._inner.details()
+
+    def debug_error_string(self) -> str:
+        self._wait_terminated(None)
+        if self._error is not None:
+            return self._error.debug_error_string()
+        return self._inner.debug_error_string()
+
+
+class StreamingCall(DeferredCall):
+    """A response-streaming call (unary_stream, stream_stream): an iterator
+    of responses that is also a grpc.Call and grpc.Future."""
+
+    def __iter__(self) -> StreamingCall:
+        return self
+
+    def __next__(self) -> Any:
+        inner = self._wait_started()
+        return next(inner)
+
+    next = __next__
+
+    def __str__(self) -> str:
+        inner = self._inner
+        if inner is not None:
+            return str(inner)
+        if self._error is not None:
+            return str(self._error)
+        return "<pyxds StreamingCall (pick pending)>"
+
+
+class FutureCall(DeferredCall):
+    """``multicallable.future()``: resolves to the response."""
+
+    def __str__(self) -> str:
+        inner = self._inner
+        if inner is not None:
+            return str(inner)
+        if self._error is not None:
+            return str(self._error)
+        return "<pyxds FutureCall (pick pending)>"
+
+
+def blocking_unary(
+    core: ChannelCore,
+    rpc: Rpc,
+    invoke: Callable[[Transport, float | None], tuple[Any, Any]],
+    retry_not_sent: bool,
+) -> tuple[Any, Any]:
+    """Run a unary-response RPC on the calling thread: pick (waiting if need
+    be, bounded by the deadline), send, report.  Raises grpc.RpcError."""
+    while True:
+        outcome = core.pick_blocking(rpc)
+        if isinstance(outcome, Status):
+            rpc.finish(outcome)
+            raise ChannelRpcError(outcome)
+        transport = outcome.transport
+        if transport is None or not transport.call_started():
+            rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+            continue
+        remaining = rpc.remaining()
+        if remaining is not None and remaining <= 0:
+            transport.call_finished()
+            rpc.finish(DEADLINE_EXCEEDED)
+            raise ChannelRpcError(DEADLINE_EXCEEDED)
+        try:
+            result = invoke(transport, remaining)
+        except grpc.RpcError as err:
+            status = status_of(err)
+            if retry_not_sent and not_sent(status.code, status.details):
+                retry_not_sent = False
+                rpc.attempt_done(status)
+                continue
+            rpc.finish(status)
+            raise
+        except ValueError:  # "Cannot invoke RPC on closed channel!": not sent
+            rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+            continue
+        except BaseException as err:
+            rpc.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
+            raise
+        finally:
+            transport.call_finished()
+        rpc.finish(OK_STATUS)
+        return result

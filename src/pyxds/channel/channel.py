@@ -1,0 +1,191 @@
+"""``XdsChannel``: a real ``grpc.Channel`` whose RPCs go through the pyxds
+resolver and LB policy tree (ARCHITECTURE.md "The public API").
+
+Works wherever a grpcio channel does: generated stubs, ``grpc.intercept_channel``,
+``with`` blocks.  See :mod:`pyxds.channel.core` for the pick rules and idleness.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+from pyxds.channel.core import ChannelCore
+from pyxds.channel.multicallables import (
+    StreamStreamMultiCallable,
+    StreamUnaryMultiCallable,
+    UnaryStreamMultiCallable,
+    UnaryUnaryMultiCallable,
+)
+from pyxds.channel.subchannel import SyncTransport, subchannel_options
+from pyxds.lb.api import ConnectivityState
+
+
+class XdsChannel(grpc.Channel):
+    """A grpc.Channel over the pyxds stack.  Build it with
+    :func:`pyxds.insecure_channel` / :func:`pyxds.secure_channel`."""
+
+    def __init__(
+        self,
+        target: str,
+        credentials: grpc.ChannelCredentials | None = None,
+        bootstrap: Any = None,
+        options: Sequence[tuple[str, Any]] | None = None,
+        compression: grpc.Compression | None = None,
+    ) -> None:
+        sub_options = subchannel_options(options)
+
+        def make_transport(address: str, creds: Any, on_state: Callable) -> SyncTransport:
+            return SyncTransport(address, creds, sub_options, compression, on_state)
+
+        self._core = ChannelCore(target, make_transport, credentials, bootstrap, options)
+        self._subscriptions: dict[Callable, Callable] = {}
+        self._sub_lock = threading.Lock()
+
+    @property
+    def target(self) -> str:
+        return self._core.target
+
+    # -- multicallables --------------------------------------------------
+    def unary_unary(
+        self,
+        method: str,
+        request_serializer: Callable | None = None,
+        response_deserializer: Callable | None = None,
+        _registered_method: bool | None = False,
+    ) -> UnaryUnaryMultiCallable:
+        return UnaryUnaryMultiCallable(
+            self._core, method, request_serializer, response_deserializer
+        )
+
+    def unary_stream(
+        self,
+        method: str,
+        request_serializer: Callable | None = None,
+        response_deserializer: Callable | None = None,
+        _registered_method: bool | None = False,
+    ) -> UnaryStreamMultiCallable:
+        return UnaryStreamMultiCallable(
+            self._core, method, request_serializer, response_deserializer
+        )
+
+    def stream_unary(
+        self,
+        method: str,
+        request_serializer: Callable | None = None,
+        response_deserializer: Callable | None = None,
+        _registered_method: bool | None = False,
+    ) -> StreamUnaryMultiCallable:
+        return StreamUnaryMultiCallable(
+            self._core, method, request_serializer, response_deserializer
+        )
+
+    def stream_stream(
+        self,
+        method: str,
+        request_serializer: Callable | None = None,
+        response_deserializer: Callable | None = None,
+        _registered_method: bool | None = False,
+    ) -> StreamStreamMultiCallable:
+        return StreamStreamMultiCallable(
+            self._core, method, request_serializer, response_deserializer
+        )
+
+    # -- connectivity ----------------------------------------------------
+    def subscribe(
+        self,
+        callback: Callable[[grpc.ChannelConnectivity], None],
+        try_to_connect: bool = False,
+    ) -> None:
+        """Like grpcio: ``callback`` gets the current state at once and every
+        change after, on a pyxds thread (never the caller's)."""
+        delivery = _Delivery(callback)
+
+        def on_state(state: ConnectivityState) -> None:
+            delivery.push(self._core.grpc_state())
+
+        with self._sub_lock:
+            self._subscriptions[callback] = on_state
+        self._core.add_state_watcher(on_state)
+        delivery.push(self._core.grpc_state())
+        if try_to_connect:
+            self._core.exit_idle()
+
+    def unsubscribe(self, callback: Callable[[grpc.ChannelConnectivity], None]) -> None:
+        with self._sub_lock:
+            on_state = self._subscriptions.pop(callback, None)
+        if on_state is not None:
+            self._core.remove_state_watcher(on_state)
+
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        """The channel's connectivity now (as grpc.aio channels offer)."""
+        if try_to_connect:
+            self._core.exit_idle()
+        return self._core.grpc_state()
+
+    # -- lifecycle -------------------------------------------------------
+    def close(self) -> None:
+        """Cancel every RPC in flight, fail queued ones, release everything."""
+        with self._sub_lock:
+            subscriptions, self._subscriptions = list(self._subscriptions.values()), {}
+        self._core.close()
+        for on_state in subscriptions:
+            self._core.remove_state_watcher(on_state)
+
+    def __enter__(self) -> XdsChannel:
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        self.close()
+        return False
+
+    def __del__(self) -> None:
+        core = getattr(self, "_core", None)
+        if core is not None and not core.closed:
+            try:
+                core.close()
+            except Exception:
+                pass
+
+    # -- introspection ---------------------------------------------------
+    def config_dump(self) -> dict[str, Any]:
+        """CSDS-style dump: xDS resources plus the channel's LB state."""
+        return self._core.config_dump()
+
+
+class _Delivery:
+    """Delivers connectivity callbacks in order on a short-lived thread, so
+    a slow user callback never stalls the channel."""
+
+    def __init__(self, callback: Callable[[grpc.ChannelConnectivity], None]) -> None:
+        self._callback = callback
+        self._lock = threading.Lock()
+        self._pending: list[grpc.ChannelConnectivity] = []
+        self._running = False
+        self._last: grpc.ChannelConnectivity | None = None
+
+    def push(self, state: grpc.ChannelConnectivity) -> None:
+        with self._lock:
+            self._pending.append(state)
+            if self._running:
+                return
+            self._running = True
+        threading.Thread(target=self._run, name="pyxds-connectivity", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._pending:
+                    self._running = False
+                    return
+                state = self._pending.pop(0)
+            if state is self._last:
+                continue
+            self._last = state
+            try:
+                self._callback(state)
+            except Exception:
+                pass

@@ -1,0 +1,674 @@
+"""The channel's control side, shared by the sync and asyncio channels.
+
+Theory of operation
+-------------------
+
+One :class:`ChannelCore` per pyxds channel.  It owns the channel's
+:class:`~pyxds.serializer.WorkSerializer`, its clock (a ``RealClock`` whose
+timers run on the serializer), the resolver (chosen by the target's scheme),
+the top-level LB policy (a ``ChildPolicyHandler`` fed the resolver result's
+``lb_policy``, pick_first by default) and the subchannel pool.
+
+Published state, read lock-free by the RPC path (reference swaps, never
+mutated in place): the current ``ConfigSelector`` and ``Picker``, the status
+to fail RPCs with while there is no config at all, and a *generation*
+counter.  Every publication (a new picker, a new config selector, a resolver
+error, idle, close) bumps the generation and wakes every queued RPC, so a
+queued RPC re-picks on every new picker AND every new config (TRAPS.md: a
+wait_for_ready RPC queued while nothing was cached waited out its whole
+deadline in C-core).  Waiters register with the generation they saw; a
+registration that comes after a publication fires at once, so no wake-up is
+lost and nothing busy-waits.
+
+A31 ordering: on a resolver result the LB policy is updated first (it
+publishes a picker that knows every new cluster before ``update`` returns),
+then the config selector is swapped, then queued RPCs are woken.
+
+Per RPC (:meth:`ChannelCore.try_pick`): once a config selector exists, call
+it once (A31: "invoked once at the beginning of every RPC"; a status fails
+the RPC), cap the deadline at its timeout, then pick from the current
+picker on every attempt.  ``PickComplete`` -> send on the picked
+subchannel's grpcio channel; ``PickQueue`` -> wait for the next publication;
+``PickFail`` -> fail, unless wait_for_ready (then wait); ``PickDrop`` -> fail.
+
+Idle (A62 ``IDLE_TIMEOUT``, ``grpc.client_idle_timeout_ms``, default 30
+min): the channel starts IDLE (nothing resolved, nothing connected); the
+first RPC (or ``subscribe(try_to_connect=True)``) starts the resolver.  A
+timer checks for RPC activity; after a full timeout with no RPC in flight
+and none started, the LB policy and resolver are shut down (their
+subchannels close) and the channel is IDLE again until the next RPC.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import grpc
+
+from pyxds.channel.subchannel import ChannelSubchannel, SubchannelCore, TransportFactory, core_of
+from pyxds.channel.subchannel_pool import SubchannelPool
+from pyxds.clock import RealClock, Timer
+from pyxds.lb.api import (
+    OK_STATUS,
+    ConnectivityState,
+    FailPicker,
+    Helper,
+    PickArgs,
+    PickComplete,
+    PickDrop,
+    Picker,
+    PickFail,
+    QueuePicker,
+    ResolverUpdate,
+    Status,
+)
+from pyxds.lb.child_handler import ChildPolicyHandler
+from pyxds.lb.registry import select_policy
+from pyxds.resolver.api import (
+    CallConfig,
+    ConfigSelector,
+    DefaultConfigSelector,
+    Resolver,
+    ResolverArgs,
+    ResolverResult,
+)
+from pyxds.serializer import WorkSerializer
+
+_log = logging.getLogger(__name__)
+
+#: A62: "A default value of 30 minutes is recommended."
+DEFAULT_IDLE_TIMEOUT = 30 * 60.0
+DEADLINE_EXCEEDED = Status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+CHANNEL_CLOSED = Status(grpc.StatusCode.CANCELLED, "Channel closed!")
+
+_TO_GRPC = {
+    ConnectivityState.IDLE: grpc.ChannelConnectivity.IDLE,
+    ConnectivityState.CONNECTING: grpc.ChannelConnectivity.CONNECTING,
+    ConnectivityState.READY: grpc.ChannelConnectivity.READY,
+    ConnectivityState.TRANSIENT_FAILURE: grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+    ConnectivityState.SHUTDOWN: grpc.ChannelConnectivity.SHUTDOWN,
+}
+
+
+class Rpc:
+    """Per-RPC bookkeeping for the pick: the CallConfig (once chosen), the
+    deadline, and the exactly-once completion hooks."""
+
+    __slots__ = (
+        "path",
+        "metadata",
+        "wait_for_ready",
+        "deadline",
+        "call_config",
+        "on_call_done",
+        "_finished",
+        "_core",
+    )
+
+    def __init__(
+        self,
+        core: ChannelCore,
+        path: str,
+        metadata: Sequence[tuple[str, Any]] | None,
+        timeout: float | None,
+        wait_for_ready: bool | None,
+    ) -> None:
+        self._core = core
+        self.path = path
+        self.metadata = tuple(metadata) if metadata else ()
+        self.wait_for_ready = bool(wait_for_ready)
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.call_config: CallConfig | None = None
+        self.on_call_done: Callable[[Status], None] | None = None
+        self._finished = False
+
+    def remaining(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return self.deadline - time.monotonic()
+
+    def attempt_done(self, status: Status) -> None:
+        """The subchannel call of one pick ended (report to the LB policy)."""
+        done, self.on_call_done = self.on_call_done, None
+        if done is not None:
+            try:
+                done(status)
+            except Exception:
+                _log.exception("pyxds: on_call_done raised")
+
+    def finish(self, status: Status) -> None:
+        """The RPC ended: report the last attempt, commit the CallConfig once."""
+        if self._finished:
+            return
+        self._finished = True
+        self.attempt_done(status)
+        config = self.call_config
+        if config is not None and config.on_committed is not None:
+            try:
+                config.on_committed()
+            except Exception:
+                _log.exception("pyxds: on_committed raised")
+        self._core.call_ended()
+
+
+class ChannelHelper(Helper):
+    """The top-level LB policy's helper.  Stale after idle/close: a policy
+    that was shut down can no longer publish or create subchannels."""
+
+    def __init__(self, core: ChannelCore, generation: int) -> None:
+        self._core = core
+        self._generation = generation
+        self.clock = core.clock
+        self.random = core.random
+
+    def _live(self) -> bool:
+        return self._core._lb_generation == self._generation and not self._core.closed
+
+    def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> ChannelSubchannel:
+        return self._core.pool.create(address, attributes)
+
+    def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
+        if self._live():
+            self._core._on_lb_state(state, status, picker)
+
+    def request_reresolution(self) -> None:
+        if self._live() and self._core.resolver is not None:
+            self._core.resolver.request_reresolution()
+
+
+def parse_target(target: str) -> tuple[str, str]:
+    """(scheme, authority-for-data-plane).  A target without a scheme is dns."""
+    if "://" in target:
+        scheme = target.split("://", 1)[0].lower()
+        path = urlsplit(target).path.lstrip("/")
+        return scheme, path
+    head = target.split(":", 1)[0].lower()
+    if head in ("ipv4", "ipv6", "unix"):
+        return head, target.split(":", 1)[1]
+    return "dns", target
+
+
+def build_resolver(scheme: str, target: str, args: ResolverArgs) -> Resolver:
+    """The resolver registered for ``scheme`` (pyxds.resolver.registry, e.g.
+    ``xds``), else the built-in static/ipv4/ipv6/dns resolvers."""
+    try:
+        from pyxds.resolver import registry  # lands with the xds resolver
+    except ImportError:
+        registry = None  # type: ignore[assignment]
+    if registry is not None:
+        getter = getattr(registry, "get", None)
+        factory = getter(scheme) if getter is not None else None
+        if factory is not None:
+            build = getattr(factory, "build", None)
+            return build(args) if build is not None else factory(args)
+    from pyxds.channel.static_resolver import build_builtin
+
+    if scheme == "dns" and "://" not in target:
+        target = "dns:///" + target
+    resolver = build_builtin(scheme, target, args)
+    if resolver is None:
+        raise ValueError(f"pyxds: no resolver for target {target!r} (scheme {scheme!r})")
+    return resolver
+
+
+class ChannelCore:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        target: str,
+        make_transport: TransportFactory,
+        credentials: grpc.ChannelCredentials | None = None,
+        bootstrap: Any = None,
+        options: Sequence[tuple[str, Any]] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.target = target
+        self.scheme, self.authority = parse_target(target)
+        self.options = tuple(options or ())
+        self.bootstrap = bootstrap
+        self.serializer = WorkSerializer()
+        self.clock = RealClock(dispatch=self.serializer.run)
+        self.random = rng or random.Random()
+        self.pool = SubchannelPool(
+            make_transport, self.serializer, self.clock, self.random, credentials, self.options
+        )
+        opts = dict(self.options)
+        self.idle_timeout = float(
+            opts.get("grpc.client_idle_timeout_ms", DEFAULT_IDLE_TIMEOUT * 1000)
+        )
+        self.idle_timeout = self.idle_timeout / 1000 if self.idle_timeout > 0 else 0.0
+        # -- published, read lock-free by RPCs ---------------------------
+        self.selector: ConfigSelector | None = None
+        self.picker: Picker = QueuePicker()
+        self.no_config_status: Status | None = None
+        self.generation = 0
+        self.idle = True
+        self.closed = False
+        # -- serializer-owned --------------------------------------------
+        self.resolver: Resolver | None = None
+        self.lb: ChildPolicyHandler | None = None
+        self._lb_generation = 0
+        self._lb_selection: Any = None
+        self.state = ConnectivityState.IDLE
+        self.status = OK_STATUS
+        self.last_result: ResolverResult | None = None
+        self._idle_timer: Timer | None = None
+        # -- waiters and activity (lock) ---------------------------------
+        self._lock = threading.Lock()
+        self._waiters: list[Callable[[], None]] = []
+        self._active_calls = 0
+        self._calls_started = 0
+        self._idle_checked_started = 0
+        self._state_watchers: list[Callable[[ConnectivityState], None]] = []
+
+    # ------------------------------------------------------------------
+    # RPC side (any thread, never enters the serializer except to exit idle)
+    # ------------------------------------------------------------------
+    def call_started(self) -> None:
+        with self._lock:
+            self._active_calls += 1
+            self._calls_started += 1
+        if self.idle and not self.closed:
+            self.serializer.run(self._exit_idle)
+
+    def call_ended(self) -> None:
+        with self._lock:
+            self._active_calls -= 1
+
+    def new_rpc(self, path, metadata, timeout, wait_for_ready) -> Rpc:
+        rpc = Rpc(self, path, metadata, timeout, wait_for_ready)
+        self.call_started()
+        return rpc
+
+    def try_pick(self, rpc: Rpc) -> SubchannelCore | Status | None:
+        """One pick attempt: a core to send on, a Status to fail with, or
+        None to wait for the next publication."""
+        if self.closed:
+            return CHANNEL_CLOSED
+        config = rpc.call_config
+        if config is None:
+            selector = self.selector
+            if selector is None:
+                status = self.no_config_status
+                if status is not None and not rpc.wait_for_ready:
+                    return status
+                return None
+            try:
+                config = selector.select(rpc.path, rpc.metadata)
+            except Exception as err:  # a selector bug must not escape as a crash
+                _log.exception("pyxds: config selector raised")
+                return Status(grpc.StatusCode.INTERNAL, f"config selector failed: {err}")
+            rpc.call_config = config
+            if config.status is not None and not config.status.ok:
+                return config.status
+            if config.timeout is not None and config.timeout > 0:
+                cap = time.monotonic() + config.timeout
+                if rpc.deadline is None or cap < rpc.deadline:
+                    rpc.deadline = cap
+        try:
+            result = self.picker.pick(PickArgs(rpc.path, rpc.metadata, config.call_attributes))
+        except Exception as err:
+            _log.exception("pyxds: picker raised")
+            return Status(grpc.StatusCode.INTERNAL, f"picker failed: {err}")
+        if isinstance(result, PickComplete):
+            core = core_of(result.subchannel)
+            if core is None or core.transport is None or core.transport.closed:
+                # not one of ours, or lost its connection since the picker
+                # was built: the next picker will say more.
+                if result.on_call_done is not None:
+                    result.on_call_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel not ready"))
+                return None
+            rpc.on_call_done = result.on_call_done
+            return core
+        if isinstance(result, PickFail):
+            return None if rpc.wait_for_ready else result.status
+        if isinstance(result, PickDrop):
+            return result.status
+        return None
+
+    def add_waiter(self, generation: int, fn: Callable[[], None]) -> bool:
+        """Call ``fn`` at the next publication after ``generation``.  False
+        (and nothing registered) when one happened already: retry now."""
+        with self._lock:
+            if self.generation != generation:
+                return False
+            self._waiters.append(fn)
+            return True
+
+    def remove_waiter(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            try:
+                self._waiters.remove(fn)
+            except ValueError:
+                pass
+
+    def pick_blocking(self, rpc: Rpc) -> SubchannelCore | Status:
+        """Pick for a thread that may block: waits (bounded by the deadline)
+        on an Event per wait, woken by publications."""
+        while True:
+            generation = self.generation
+            outcome = self.try_pick(rpc)
+            if outcome is not None:
+                return outcome
+            remaining = rpc.remaining()
+            if remaining is not None and remaining <= 0:
+                return DEADLINE_EXCEEDED
+            event = threading.Event()
+            if not self.add_waiter(generation, event.set):
+                continue
+            if not event.wait(remaining):
+                self.remove_waiter(event.set)
+                return DEADLINE_EXCEEDED
+
+    def pick_async(
+        self,
+        rpc: Rpc,
+        on_done: Callable[[SubchannelCore | Status], None],
+    ) -> Callable[[], None]:
+        """Pick without blocking: ``on_done`` runs (on this thread, or on the
+        publishing thread later, or the timer thread at the deadline) at most
+        once with a core or a Status.  Returns a cancel function (after it,
+        ``on_done`` is not called)."""
+        state = {"done": False, "timer": None}
+        lock = threading.Lock()
+
+        def complete(outcome: SubchannelCore | Status) -> None:
+            with lock:
+                if state["done"]:
+                    return
+                state["done"] = True
+                timer = state["timer"]
+            if timer is not None:
+                timer.cancel()
+            on_done(outcome)
+
+        def attempt() -> None:
+            while True:
+                with lock:
+                    if state["done"]:
+                        return
+                generation = self.generation
+                outcome = self.try_pick(rpc)
+                if outcome is not None:
+                    complete(outcome)
+                    return
+                if self.add_waiter(generation, attempt):
+                    return
+
+        def expire() -> None:
+            self.remove_waiter(attempt)
+            complete(DEADLINE_EXCEEDED)
+
+        def cancel() -> None:
+            with lock:
+                state["done"] = True
+                timer = state["timer"]
+            if timer is not None:
+                timer.cancel()
+            self.remove_waiter(attempt)
+
+        remaining = rpc.remaining()
+        if remaining is not None:
+            if remaining <= 0:
+                complete(DEADLINE_EXCEEDED)
+                return cancel
+            state["timer"] = _DEADLINE_CLOCK.call_later(remaining, expire)
+        attempt()
+        return cancel
+
+    # ------------------------------------------------------------------
+    # Publication (serializer)
+    # ------------------------------------------------------------------
+    def _publish(self) -> None:
+        with self._lock:
+            self.generation += 1
+            waiters, self._waiters = self._waiters, []
+        for fn in waiters:
+            try:
+                fn()
+            except Exception:
+                _log.exception("pyxds: queued RPC wake-up raised")
+
+    def _set_state(self, state: ConnectivityState, status: Status) -> None:
+        changed = state is not self.state
+        self.state, self.status = state, status
+        if changed:
+            self._notify_state(state)
+
+    def _on_lb_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
+        self.picker = picker
+        self._set_state(state, status)
+        self._publish()
+
+    # ------------------------------------------------------------------
+    # Resolver results (serializer)
+    # ------------------------------------------------------------------
+    def _on_result(self, result: ResolverResult, resolver: Resolver) -> None:
+        if self.closed or resolver is not self.resolver:
+            return
+        self.last_result = result
+        if result.service_config_error is not None and self.selector is None:
+            # Never had a config: fail (non-wait_for_ready) RPCs with it.
+            self.no_config_status = result.service_config_error
+            if self.lb is None:
+                self.picker = FailPicker(result.service_config_error)
+                self._set_state(ConnectivityState.TRANSIENT_FAILURE, result.service_config_error)
+            self._publish()
+            return
+        if isinstance(result.endpoints, Status) and result.lb_policy is None and self.lb is None:
+            self.no_config_status = result.endpoints
+            if result.config_selector is not None:
+                self.selector = result.config_selector
+            self.picker = FailPicker(result.endpoints)
+            self._set_state(ConnectivityState.TRANSIENT_FAILURE, result.endpoints)
+            self._publish()
+            return
+        if result.service_config_error is None and result.lb_policy is not None:
+            self._lb_selection = result.lb_policy
+        if self._lb_selection is None:
+            self._lb_selection = self._default_selection()
+        if self.lb is None:
+            self._lb_generation += 1
+            self.lb = ChildPolicyHandler(ChannelHelper(self, self._lb_generation))
+        if isinstance(result.endpoints, Status) and result.lb_policy is None:
+            self.lb.resolver_error(result.endpoints)
+        else:
+            try:
+                rejected = self.lb.update(
+                    ResolverUpdate(
+                        result.endpoints,
+                        self._lb_selection,
+                        result.attributes,
+                        result.resolution_note,
+                    )
+                )
+            except Exception as err:
+                _log.exception("pyxds: LB policy update raised")
+                rejected = Status(grpc.StatusCode.UNAVAILABLE, f"LB policy update failed: {err}")
+            if rejected is not None:
+                _log.warning("pyxds: %s: LB policy rejected the update: %s", self.target, rejected)
+        if result.service_config_error is None and result.config_selector is not None:
+            self.selector = result.config_selector
+        elif self.selector is None:
+            self.selector = DefaultConfigSelector()
+        self.no_config_status = None
+        self._publish()
+
+    def _default_selection(self) -> Any:
+        """The channel's LB policy when the resolver names none: the
+        channel options' service config / ``grpc.lb_policy_name``, else
+        pick_first (gRPC's default service config rule)."""
+        from pyxds.channel.static_resolver import lb_selection_from_options
+
+        selection = lb_selection_from_options(self.options)
+        if isinstance(selection, Status):
+            _log.warning("pyxds: %s: %s; using pick_first", self.target, selection.details)
+            return select_policy([{"pick_first": {}}])
+        return selection
+
+    # ------------------------------------------------------------------
+    # Idle (serializer)
+    # ------------------------------------------------------------------
+    def exit_idle(self) -> None:
+        """Leave IDLE now (subscribe(try_to_connect=True))."""
+        if self.idle and not self.closed:
+            self.serializer.run(self._exit_idle)
+        elif self.lb is not None:
+            self.serializer.run(lambda: self.lb.exit_idle() if self.lb is not None else None)
+
+    def _exit_idle(self) -> None:
+        if not self.idle or self.closed:
+            return
+        self.idle = False
+        self._set_state(ConnectivityState.CONNECTING, OK_STATUS)
+        holder: list[Resolver] = []
+
+        def on_result(result: ResolverResult) -> None:
+            if holder:
+                self._on_result(result, holder[0])
+            else:  # delivered inside start(): defer until holder is set
+                self.serializer.run(lambda: self._on_result(result, holder[0]))
+
+        args = ResolverArgs(
+            target=self.target,
+            authority=self.authority,
+            serializer=self.serializer,
+            clock=self.clock,
+            random=self.random,
+            on_result=on_result,
+            bootstrap=self.bootstrap,
+            options=dict(self.options),
+        )
+        try:
+            resolver = build_resolver(self.scheme, self.target, args)
+        except Exception as err:
+            status = Status(grpc.StatusCode.UNAVAILABLE, f"cannot resolve {self.target}: {err}")
+            self.no_config_status = status
+            self.picker = FailPicker(status)
+            self._set_state(ConnectivityState.TRANSIENT_FAILURE, status)
+            self._publish()
+            return
+        holder.append(resolver)
+        self.resolver = resolver
+        try:
+            resolver.start()
+        except Exception as err:
+            _log.exception("pyxds: resolver start failed")
+            status = Status(grpc.StatusCode.UNAVAILABLE, f"resolver failed: {err}")
+            self.no_config_status = status
+            self._publish()
+        self._arm_idle_timer(self.idle_timeout)
+
+    def _arm_idle_timer(self, delay: float) -> None:
+        if self.idle_timeout <= 0:
+            return
+        with self._lock:
+            self._idle_checked_started = self._calls_started
+        self._idle_timer = self.clock.call_later(delay, self._check_idle)
+
+    def _check_idle(self) -> None:
+        self._idle_timer = None
+        if self.idle or self.closed:
+            return
+        with self._lock:
+            busy = self._active_calls > 0 or self._calls_started != self._idle_checked_started
+        if busy:
+            self._arm_idle_timer(self.idle_timeout)
+            return
+        self._enter_idle()
+
+    def _enter_idle(self) -> None:
+        self._teardown()
+        self.idle = True
+        self.selector = None
+        self.picker = QueuePicker()
+        self.no_config_status = None
+        self._set_state(ConnectivityState.IDLE, OK_STATUS)
+        self._publish()
+
+    def _teardown(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        self._lb_generation += 1
+        lb, self.lb = self.lb, None
+        resolver, self.resolver = self.resolver, None
+        if lb is not None:
+            try:
+                lb.shutdown()
+            except Exception:
+                _log.exception("pyxds: LB shutdown raised")
+        if resolver is not None:
+            try:
+                resolver.shutdown()
+            except Exception:
+                _log.exception("pyxds: resolver shutdown raised")
+
+    # ------------------------------------------------------------------
+    # Connectivity subscription, close, dump
+    # ------------------------------------------------------------------
+    def grpc_state(self) -> grpc.ChannelConnectivity:
+        return _TO_GRPC[self.state]
+
+    def add_state_watcher(self, fn: Callable[[ConnectivityState], None]) -> None:
+        with self._lock:
+            self._state_watchers.append(fn)
+
+    def remove_state_watcher(self, fn: Callable[[ConnectivityState], None]) -> None:
+        with self._lock:
+            if fn in self._state_watchers:
+                self._state_watchers.remove(fn)
+
+    def _notify_state(self, state: ConnectivityState) -> None:
+        with self._lock:
+            watchers = list(self._state_watchers)
+        for fn in watchers:
+            try:
+                fn(state)
+            except Exception:
+                _log.exception("pyxds: connectivity watcher raised")
+
+    def close(self) -> None:
+        if self.closed:
+            return
+
+        def go() -> None:
+            self._teardown()
+            self.pool.close()
+            self.picker = FailPicker(CHANNEL_CLOSED)
+            self._set_state(ConnectivityState.SHUTDOWN, CHANNEL_CLOSED)
+            self._publish()
+            self.clock.close()
+
+        self.closed = True
+        self.serializer.run(go)
+
+    def config_dump(self) -> dict[str, Any]:
+        from pyxds.channel.dump import channel_dump
+
+        if self.serializer.in_serializer:
+            return channel_dump(self)
+        box: list[dict[str, Any]] = []
+        done = threading.Event()
+
+        def go() -> None:
+            try:
+                box.append(channel_dump(self))
+            finally:
+                done.set()
+
+        self.serializer.run(go)
+        if not done.wait(5.0):  # the serializer is stuck: dump without it
+            return channel_dump(self)
+        return box[0]
+
+
+_DEADLINE_CLOCK = RealClock()
+"""Deadline timers of queued non-blocking RPCs (run on the timer thread)."""

@@ -1,0 +1,232 @@
+"""The sync channel's multicallables (what ``channel.unary_unary(...)`` and
+generated stubs return).
+
+Each RPC: the channel core picks (ConfigSelector, then picker; waiting if
+queued, bounded by the deadline), then the RPC is sent on the picked
+subchannel's grpcio channel through a grpcio multicallable cached on that
+subchannel's transport per (kind, method, serializers).  ``timeout`` is the
+remaining time to the deadline (the user's timeout capped by the route's
+max_stream_duration, A31).  The subchannel call itself never waits for
+ready: the channel did the waiting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from pyxds.channel.calls import FutureCall, StreamingCall, blocking_unary
+from pyxds.channel.core import ChannelCore
+from pyxds.channel.subchannel import Transport
+
+
+class _Base:
+    __slots__ = ("_core", "_method", "_ser", "_deser", "_key", "_kind")
+
+    _kind_name = ""
+
+    def __init__(
+        self,
+        core: ChannelCore,
+        method: str,
+        request_serializer: Callable | None,
+        response_deserializer: Callable | None,
+    ) -> None:
+        self._core = core
+        self._method = method
+        self._ser = request_serializer
+        self._deser = response_deserializer
+        self._key = (self._kind_name, method, request_serializer, response_deserializer)
+
+    def _inner(self, transport: Transport) -> Any:
+        mc = transport.callables.get(self._key)
+        if mc is None:
+            make = getattr(transport.channel, self._kind_name)
+            try:
+                mc = make(self._method, self._ser, self._deser, _registered_method=True)
+            except TypeError:  # older grpcio
+                mc = make(self._method, self._ser, self._deser)
+            transport.callables[self._key] = mc
+        return mc
+
+
+class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
+    _kind_name = "unary_unary"
+
+    def __call__(
+        self,
+        request: Any,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: grpc.CallCredentials | None = None,
+        wait_for_ready: bool | None = None,
+        compression: grpc.Compression | None = None,
+    ) -> Any:
+        return self.with_call(request, timeout, metadata, credentials, wait_for_ready, compression)[
+            0
+        ]
+
+    def with_call(
+        self,
+        request: Any,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: grpc.CallCredentials | None = None,
+        wait_for_ready: bool | None = None,
+        compression: grpc.Compression | None = None,
+    ) -> tuple[Any, grpc.Call]:
+        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
+
+        def invoke(transport: Transport, remaining: float | None) -> tuple[Any, Any]:
+            return self._inner(transport).with_call(
+                request,
+                timeout=remaining,
+                metadata=metadata,
+                credentials=credentials,
+                wait_for_ready=False,
+                compression=compression,
+            )
+
+        return blocking_unary(self._core, rpc, invoke, retry_not_sent=True)
+
+    def future(
+        self,
+        request: Any,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: grpc.CallCredentials | None = None,
+        wait_for_ready: bool | None = None,
+        compression: grpc.Compression | None = None,
+    ) -> FutureCall:
+        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
+
+        def start(transport: Transport, remaining: float | None) -> Any:
+            return self._inner(transport).future(
+                request,
+                timeout=remaining,
+                metadata=metadata,
+                credentials=credentials,
+                wait_for_ready=False,
+                compression=compression,
+            )
+
+        return FutureCall(self._core, rpc, start, retry_not_sent=True)
+
+
+class UnaryStreamMultiCallable(_Base, grpc.UnaryStreamMultiCallable):
+    _kind_name = "unary_stream"
+
+    def __call__(
+        self,
+        request: Any,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: grpc.CallCredentials | None = None,
+        wait_for_ready: bool | None = None,
+        compression: grpc.Compression | None = None,
+    ) -> StreamingCall:
+        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
+
+        def start(transport: Transport, remaining: float | None) -> Any:
+            return self._inner(transport)(
+                request,
+                timeout=remaining,
+                metadata=metadata,
+                credentials=credentials,
+                wait_for_ready=False,
+                compression=compression,
+            )
+
+        return StreamingCall(self._core, rpc, start, retry_not_sent=False)
+
+
+class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
+    _kind_name = "stream_unary"
+
+    def __call__(
+        self,
+        request_iterator: Any,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: grpc.CallCredentials | None = None,
+        wait_for_ready: bool | None = None,
+        compression: grpc.Compression | None = None,
+    ) -> Any:
+        return self.with_call(
+            request_iterator, timeout, metadata, credentials, wait_for_ready, compression
+        )[0]
+
+    def with_call(
+        self,
+        request_iterator: Any,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: grpc.CallCredentials | None = None,
+        wait_for_ready: bool | None = None,
+        compression: grpc.Compression | None = None,
+    ) -> tuple[Any, grpc.Call]:
+        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
+
+        def invoke(transport: Transport, remaining: float | None) -> tuple[Any, Any]:
+            return self._inner(transport).with_call(
+                request_iterator,
+                timeout=remaining,
+                metadata=metadata,
+                credentials=credentials,
+                wait_for_ready=False,
+                compression=compression,
+            )
+
+        return blocking_unary(self._core, rpc, invoke, retry_not_sent=False)
+
+    def future(
+        self,
+        request_iterator: Any,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: grpc.CallCredentials | None = None,
+        wait_for_ready: bool | None = None,
+        compression: grpc.Compression | None = None,
+    ) -> FutureCall:
+        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
+
+        def start(transport: Transport, remaining: float | None) -> Any:
+            return self._inner(transport).future(
+                request_iterator,
+                timeout=remaining,
+                metadata=metadata,
+                credentials=credentials,
+                wait_for_ready=False,
+                compression=compression,
+            )
+
+        return FutureCall(self._core, rpc, start, retry_not_sent=False)
+
+
+class StreamStreamMultiCallable(_Base, grpc.StreamStreamMultiCallable):
+    _kind_name = "stream_stream"
+
+    def __call__(
+        self,
+        request_iterator: Any,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: grpc.CallCredentials | None = None,
+        wait_for_ready: bool | None = None,
+        compression: grpc.Compression | None = None,
+    ) -> StreamingCall:
+        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
+
+        def start(transport: Transport, remaining: float | None) -> Any:
+            return self._inner(transport)(
+                request_iterator,
+                timeout=remaining,
+                metadata=metadata,
+                credentials=credentials,
+                wait_for_ready=False,
+                compression=compression,
+            )
+
+        return StreamingCall(self._core, rpc, start, retry_not_sent=False)

@@ -1,0 +1,162 @@
+"""Resolvers for non-xDS targets, so a pyxds channel also works without a
+control plane (gRPC's naming doc, doc/naming.md):
+
+* ``static:///host:port,host:port`` and ``ipv4:host:port,...`` /
+  ``ipv6:[addr]:port,...``: a fixed address list;
+* ``dns:///host:port`` or a bare ``host:port``: one ``getaddrinfo`` per
+  resolution (re-resolution on the LB policy's request).
+
+The LB policy is ``pick_first`` unless the channel option
+``grpc.lb_policy_name`` (or a ``grpc.service_config`` JSON with
+``loadBalancingConfig``) names another registered policy.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from typing import Any
+from urllib.parse import urlsplit
+
+import grpc
+
+from pyxds.lb.api import Endpoint, Status
+from pyxds.lb.errors import LBConfigError
+from pyxds.lb.registry import PolicySelection, select_policy
+from pyxds.resolver.api import DefaultConfigSelector, Resolver, ResolverArgs, ResolverResult
+
+
+def parse_addresses(text: str) -> list[str]:
+    """``"a:1,[::1]:2"`` -> ``["a:1", "[::1]:2"]`` (empty items dropped)."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def lb_selection_from_options(options: Any) -> PolicySelection | Status:
+    """The channel's LB policy from ``grpc.service_config`` / ``grpc.lb_policy_name``."""
+    opts = dict(options or {})
+    try:
+        raw = opts.get("grpc.service_config")
+        if raw:
+            config = json.loads(raw) if isinstance(raw, str | bytes) else raw
+            lb_list = config.get("loadBalancingConfig")
+            if lb_list:
+                return select_policy(lb_list, "loadBalancingConfig")
+            name = config.get("loadBalancingPolicy")
+            if name:
+                return select_policy([{str(name).lower(): {}}], "loadBalancingPolicy")
+        name = opts.get("grpc.lb_policy_name")
+        return select_policy([{name or "pick_first": {}}])
+    except (LBConfigError, ValueError, AttributeError) as err:
+        return Status(grpc.StatusCode.UNAVAILABLE, f"invalid service config: {err}")
+
+
+class StaticResolver(Resolver):
+    """A fixed address list, delivered once (and again on re-resolution)."""
+
+    def __init__(self, args: ResolverArgs, addresses: list[str]) -> None:
+        self._args = args
+        self._addresses = addresses
+        self._shutdown = False
+
+    def _result(self) -> ResolverResult:
+        selection = lb_selection_from_options(self._args.options)
+        if isinstance(selection, Status):
+            return ResolverResult(endpoints=selection, service_config_error=selection)
+        if not self._addresses:
+            return ResolverResult(
+                endpoints=Status(grpc.StatusCode.UNAVAILABLE, "no addresses in target"),
+                lb_policy=selection,
+            )
+        return ResolverResult(
+            endpoints=[Endpoint((a,)) for a in self._addresses],
+            lb_policy=selection,
+            config_selector=DefaultConfigSelector(),
+        )
+
+    def start(self) -> None:
+        self._deliver()
+
+    def _deliver(self) -> None:
+        result = self._result()
+        self._args.serializer.run(lambda: None if self._shutdown else self._args.on_result(result))
+
+    def request_reresolution(self) -> None:
+        pass  # nothing new to learn
+
+    def shutdown(self) -> None:
+        self._shutdown = True
+
+    def config_dump(self) -> dict[str, Any]:
+        return {"resolver": "static", "addresses": list(self._addresses)}
+
+
+class DnsResolver(StaticResolver):
+    """``getaddrinfo`` on a thread, each start and re-resolution."""
+
+    def __init__(self, args: ResolverArgs, host: str, port: int) -> None:
+        super().__init__(args, [])
+        self._host, self._port = host, port
+        self._busy = False
+
+    def start(self) -> None:
+        self._lookup()
+
+    def request_reresolution(self) -> None:
+        self._lookup()
+
+    def _lookup(self) -> None:
+        if self._busy or self._shutdown:
+            return
+        self._busy = True
+        threading.Thread(target=self._run, name="pyxds-dns", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            infos = socket.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM)
+            seen: list[str] = []
+            for family, _, _, _, sockaddr in infos:
+                host = sockaddr[0]
+                addr = (
+                    f"[{host}]:{sockaddr[1]}"
+                    if family == socket.AF_INET6
+                    else f"{host}:{sockaddr[1]}"
+                )
+                if addr not in seen:
+                    seen.append(addr)
+            self._addresses = seen
+            result = self._result()
+        except OSError as err:
+            status = Status(
+                grpc.StatusCode.UNAVAILABLE, f"DNS resolution failed for {self._host}: {err}"
+            )
+            result = ResolverResult(endpoints=status)
+        finally:
+            self._busy = False
+        self._args.serializer.run(lambda: None if self._shutdown else self._args.on_result(result))
+
+    def config_dump(self) -> dict[str, Any]:
+        return {"resolver": "dns", "host": self._host, "addresses": list(self._addresses)}
+
+
+def split_host_port(text: str, default_port: int = 443) -> tuple[str, int]:
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") else default_port
+    if text.count(":") == 1:
+        host, port = text.split(":")
+        return host, int(port)
+    return text, default_port
+
+
+def build_builtin(scheme: str, target: str, args: ResolverArgs) -> Resolver | None:
+    """A resolver for the non-xDS schemes, or None for an unknown scheme."""
+    if scheme == "static":
+        return StaticResolver(args, parse_addresses(urlsplit(target).path.lstrip("/")))
+    if scheme in ("ipv4", "ipv6"):
+        rest = target.split(":", 1)[1]
+        return StaticResolver(args, parse_addresses(rest.lstrip("/")))
+    if scheme == "dns":
+        host, port = split_host_port(urlsplit(target).path.lstrip("/"))
+        return DnsResolver(args, host, port)
+    return None

@@ -1,0 +1,492 @@
+"""Subchannels on grpcio: one grpcio channel per backend address.
+
+Theory of operation
+-------------------
+
+A :class:`SubchannelCore` is the channel's connection to one address (with
+one set of credentials).  It is shared by every LB policy of the channel that
+asks for that address (:mod:`pyxds.channel.subchannel_pool` refcounts it);
+each policy holds its own :class:`ChannelSubchannel` handle (the
+``pyxds.lb.Subchannel`` it was given), with its own watchers and its own
+``shutdown()``.
+
+The connection itself is a :class:`Transport`: a grpcio channel (sync or
+asyncio) to the single address, built so that grpcio neither balances nor
+retries on its own: ``grpc.lb_policy_name=pick_first`` over one address,
+``grpc.enable_retries=0``, no service config lookups, a local subchannel pool
+(``grpc.use_local_subchannel_pool``) so that two transports never share one
+C-core subchannel (and its backoff), and an effectively infinite client idle
+timeout (idleness is the pyxds channel's job, A62 ``IDLE_TIMEOUT``).
+
+State machine of a core (every transition runs on the channel's work
+serializer; grpcio's connectivity reports are marshalled onto it)::
+
+    IDLE --connect()--> (new transport if none) --grpcio--> CONNECTING
+    CONNECTING --grpcio READY--> READY               (backoff sequence resets)
+    CONNECTING --grpcio TRANSIENT_FAILURE--> TRANSIENT_FAILURE
+         the transport is retired (grpcio would retry by itself, staying in
+         TRANSIENT_FAILURE: C-core's sticky pick_first) and a backoff timer
+         starts; when it fires the core reports IDLE (the Subchannel contract
+         of ARCHITECTURE.md), and the next connect() builds a fresh transport.
+    READY --grpcio IDLE (GOAWAY, connection lost)--> IDLE   (not a failure;
+         connect() reconnects on the same transport at once)
+    any --last handle released / channel closed--> SHUTDOWN
+
+Backoff follows gRPC's connection-backoff rules (doc/connection-backoff.md):
+1 s initial, x1.6, +-20 % jitter, 120 s cap (``grpc.initial_reconnect_backoff_ms``
+and ``grpc.max_reconnect_backoff_ms`` override the first and the cap), and
+grpcio enforces the 20 s minimum connect timeout
+(``grpc.min_reconnect_backoff_ms``) on each attempt.
+
+A retired transport is closed once the RPCs running on it have finished, so a
+policy that lets go of a subchannel never cancels RPCs already sent on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from pyxds.clock import Clock, Timer
+from pyxds.lb.api import OK_STATUS, ConnectivityState, Status, Subchannel
+from pyxds.xds.backoff import ExponentialBackoff
+
+if TYPE_CHECKING:
+    from pyxds.serializer import WorkSerializer
+
+_log = logging.getLogger(__name__)
+
+#: gRPC connection backoff (doc/connection-backoff.md).
+INITIAL_BACKOFF = 1.0
+MAX_BACKOFF = 120.0
+MIN_CONNECT_TIMEOUT = 20.0
+_NEVER_IDLE_MS = 2**31 - 1
+
+#: Options a pyxds channel never passes on to a subchannel's grpcio channel.
+_OVERRIDDEN = frozenset(
+    {
+        "grpc.lb_policy_name",
+        "grpc.service_config",
+        "grpc.enable_retries",
+        "grpc.client_idle_timeout_ms",
+        "grpc.use_local_subchannel_pool",
+        "grpc.service_config_disable_resolution",
+    }
+)
+
+_FROM_GRPC = {
+    grpc.ChannelConnectivity.IDLE: ConnectivityState.IDLE,
+    grpc.ChannelConnectivity.CONNECTING: ConnectivityState.CONNECTING,
+    grpc.ChannelConnectivity.READY: ConnectivityState.READY,
+    grpc.ChannelConnectivity.TRANSIENT_FAILURE: ConnectivityState.TRANSIENT_FAILURE,
+    grpc.ChannelConnectivity.SHUTDOWN: ConnectivityState.SHUTDOWN,
+}
+
+
+def subchannel_options(options: Sequence[tuple[str, Any]] | None) -> tuple[tuple[str, Any], ...]:
+    """The grpcio channel options of a subchannel: the user's options (e.g.
+    keepalive, message sizes, user agent) minus those that would make grpcio
+    balance, retry, or go idle by itself, plus ours."""
+    out = [(k, v) for k, v in (options or ()) if k not in _OVERRIDDEN]
+    out += [
+        ("grpc.lb_policy_name", "pick_first"),
+        ("grpc.enable_retries", 0),
+        ("grpc.service_config_disable_resolution", 1),
+        ("grpc.use_local_subchannel_pool", 1),
+        ("grpc.client_idle_timeout_ms", _NEVER_IDLE_MS),
+    ]
+    keys = {k for k, _ in out}
+    if "grpc.min_reconnect_backoff_ms" not in keys:
+        out.append(("grpc.min_reconnect_backoff_ms", int(MIN_CONNECT_TIMEOUT * 1000)))
+    return tuple(out)
+
+
+def backoff_from_options(options: Sequence[tuple[str, Any]] | None, rng: Any) -> ExponentialBackoff:
+    """gRPC connection backoff, honouring grpcio's reconnect-backoff options."""
+    opts = dict(options or ())
+    initial = float(opts.get("grpc.initial_reconnect_backoff_ms", INITIAL_BACKOFF * 1000)) / 1000
+    maximum = float(opts.get("grpc.max_reconnect_backoff_ms", MAX_BACKOFF * 1000)) / 1000
+    initial = max(initial, 0.001)
+    return ExponentialBackoff(rng, initial=initial, maximum=max(maximum, initial))
+
+
+class Transport(ABC):
+    """One grpcio channel to one address.  ``on_state`` receives grpcio
+    connectivity states from any thread.  Counts the RPCs running on it so
+    that :meth:`retire` closes it only when they are done."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._retired = False
+        self.closed = False
+        self.active_seen = False
+        self.callables: dict[Any, Any] = {}
+
+    @property
+    @abstractmethod
+    def channel(self) -> Any:
+        """The grpcio channel RPCs are sent on (None until created)."""
+
+    @abstractmethod
+    def connect(self) -> None: ...
+
+    @abstractmethod
+    def _close_now(self) -> None: ...
+
+    def call_started(self) -> bool:
+        """Count an RPC; False when the transport is already closed."""
+        with self._lock:
+            if self.closed:
+                return False
+            self._active += 1
+            return True
+
+    def call_finished(self) -> None:
+        with self._lock:
+            self._active -= 1
+            close = self._retired and self._active == 0 and not self.closed
+            if close:
+                self.closed = True
+        if close:
+            self._close_now()
+
+    def retire(self, force: bool = False) -> None:
+        """Close now if idle (or ``force``), else when the last RPC ends."""
+        with self._lock:
+            self._retired = True
+            close = (force or self._active == 0) and not self.closed
+            if close:
+                self.closed = True
+        if close:
+            self._close_now()
+
+
+class SyncTransport(Transport):
+    """A ``grpc.Channel`` to one address, connectivity watched with
+    ``subscribe(try_to_connect=False)``."""
+
+    def __init__(
+        self,
+        address: str,
+        credentials: grpc.ChannelCredentials | None,
+        options: Sequence[tuple[str, Any]],
+        compression: grpc.Compression | None,
+        on_state: Callable[[grpc.ChannelConnectivity], None],
+    ) -> None:
+        super().__init__()
+        if credentials is None:
+            self._channel = grpc.insecure_channel(address, options, compression)
+        else:
+            self._channel = grpc.secure_channel(address, credentials, options, compression)
+        self._on_state = on_state
+        self._channel.subscribe(self._deliver, try_to_connect=False)
+
+    @property
+    def channel(self) -> grpc.Channel:
+        return self._channel
+
+    def _deliver(self, connectivity: grpc.ChannelConnectivity) -> None:
+        if not self.closed:
+            self._on_state(connectivity)
+
+    def connect(self) -> None:
+        if self.closed:
+            return
+        try:  # immediate: ask C-core to leave IDLE now
+            self._channel._channel.check_connectivity_state(True)
+        except Exception:  # private API moved: the public, polled, way
+            self._channel.subscribe(lambda _state: None, try_to_connect=True)
+
+    def _close_now(self) -> None:
+        try:
+            self._channel.unsubscribe(self._deliver)
+        except Exception:
+            pass
+        self._channel.close()
+
+
+class AioTransport(Transport):
+    """A ``grpc.aio.Channel`` to one address, bound to one event loop.
+    Created and watched on that loop (``wait_for_state_change``); calls from
+    other threads are marshalled with ``call_soon_threadsafe``."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        address: str,
+        credentials: grpc.ChannelCredentials | None,
+        options: Sequence[tuple[str, Any]],
+        compression: grpc.Compression | None,
+        on_state: Callable[[grpc.ChannelConnectivity], None],
+    ) -> None:
+        super().__init__()
+        self._loop = loop
+        self._args = (address, credentials, options, compression)
+        self._on_state = on_state
+        self._channel: Any = None
+        self._watcher: asyncio.Task | None = None
+        self._want_connect = False
+        self._on_loop(self._create)
+
+    @property
+    def channel(self) -> Any:
+        return self._channel
+
+    def _on_loop(self, fn: Callable[[], None]) -> None:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            fn()
+        elif not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(fn)
+
+    def _create(self) -> None:
+        if self.closed:
+            return
+        address, credentials, options, compression = self._args
+        if credentials is None:
+            self._channel = grpc.aio.insecure_channel(address, options, compression)
+        else:
+            self._channel = grpc.aio.secure_channel(address, credentials, options, compression)
+        self._watcher = self._loop.create_task(self._watch())
+        if self._want_connect:
+            self._channel.get_state(try_to_connect=True)
+
+    async def _watch(self) -> None:
+        channel = self._channel
+        try:
+            state = channel.get_state(try_to_connect=False)
+            while not self.closed:
+                self._on_state(state)
+                await channel.wait_for_state_change(state)
+                state = channel.get_state(try_to_connect=False)
+        except (asyncio.CancelledError, Exception):
+            return
+
+    def connect(self) -> None:
+        self._want_connect = True
+
+        def go() -> None:
+            if self._channel is not None and not self.closed:
+                self._channel.get_state(try_to_connect=True)
+
+        self._on_loop(go)
+
+    def _close_now(self) -> None:
+        def go() -> None:
+            if self._watcher is not None:
+                self._watcher.cancel()
+            if self._channel is not None:
+                self._loop.create_task(self._channel.close())
+
+        self._on_loop(go)
+
+
+TransportFactory = Callable[
+    [str, "grpc.ChannelCredentials | None", Callable[[grpc.ChannelConnectivity], None]],
+    Transport,
+]
+
+
+class SubchannelCore:
+    """The channel's shared connection to one address (see module doc)."""
+
+    def __init__(
+        self,
+        address: str,
+        key: Any,
+        make_transport: TransportFactory,
+        credentials: grpc.ChannelCredentials | None,
+        serializer: WorkSerializer,
+        clock: Clock,
+        backoff: ExponentialBackoff,
+    ) -> None:
+        self.address = address
+        self.key = key
+        self._make_transport = make_transport
+        self._credentials = credentials
+        self._serializer = serializer
+        self._clock = clock
+        self._backoff = backoff
+        self.state = ConnectivityState.IDLE
+        self.status = OK_STATUS
+        self.transport: Transport | None = None
+        self._backoff_timer: Timer | None = None
+        self._watchers: list[Callable[[ConnectivityState, Status], None]] = []
+        self.refs = 0
+
+    # -- serializer-side API -------------------------------------------
+    def watch(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
+        self._watchers.append(fn)
+        fn(self.state, self.status)
+
+        def unwatch() -> None:
+            try:
+                self._watchers.remove(fn)
+            except ValueError:
+                pass
+
+        return unwatch
+
+    def connect(self) -> None:
+        if self.state is not ConnectivityState.IDLE:
+            return
+        if self.transport is None or self.transport.closed:
+            box: list[Transport] = []
+
+            def on_state(connectivity: grpc.ChannelConnectivity) -> None:
+                # any thread; resolved on the serializer, where box is set
+                self._serializer.run(lambda: self._apply(box[0] if box else None, connectivity))
+
+            transport = self._make_transport(self.address, self._credentials, on_state)
+            box.append(transport)
+            self.transport = transport
+            self._set_state(ConnectivityState.CONNECTING, OK_STATUS)
+        self.transport.connect()
+
+    def reset_backoff(self) -> None:
+        self._backoff.reset()
+        if self._backoff_timer is not None:
+            self._backoff_timer.cancel()
+            self._backoff_timer = None
+            self._set_state(ConnectivityState.IDLE, OK_STATUS)
+
+    def shutdown(self, force: bool = False) -> None:
+        if self.state is ConnectivityState.SHUTDOWN:
+            return
+        if self._backoff_timer is not None:
+            self._backoff_timer.cancel()
+            self._backoff_timer = None
+        self.state = ConnectivityState.SHUTDOWN
+        self._watchers.clear()
+        if self.transport is not None:
+            self.transport.retire(force=force)
+
+    # -- grpcio reports (marshalled onto the serializer) ----------------
+    def _apply(self, transport: Transport | None, connectivity: grpc.ChannelConnectivity) -> None:
+        if transport is not self.transport or self.state is ConnectivityState.SHUTDOWN:
+            return  # a retired transport's late report
+        state = _FROM_GRPC.get(connectivity)
+        if state is None or state is ConnectivityState.SHUTDOWN:
+            return
+        if transport is not None and state is not ConnectivityState.IDLE:
+            transport.active_seen = True
+        if state is ConnectivityState.READY:
+            self._backoff.reset()
+            self._set_state(state, OK_STATUS)
+        elif state is ConnectivityState.CONNECTING:
+            self._set_state(state, OK_STATUS)
+        elif state is ConnectivityState.IDLE:
+            # grpcio's first report on a new transport is the IDLE it starts
+            # in, possibly after our connect(): only an IDLE that follows
+            # activity (a READY connection lost, a GOAWAY) is news.
+            if transport is not None and transport.active_seen:
+                self._set_state(state, OK_STATUS)
+            return
+        else:  # TRANSIENT_FAILURE: retire the transport, back off, then IDLE
+            self._fail()
+
+    def _fail(self) -> None:
+        transport, self.transport = self.transport, None
+        if transport is not None:
+            transport.retire()
+        delay = self._backoff.next_delay()
+        self._set_state(
+            ConnectivityState.TRANSIENT_FAILURE,
+            Status(grpc.StatusCode.UNAVAILABLE, f"failed to connect to {self.address}"),
+        )
+        self._backoff_timer = self._clock.call_later(delay, self._backoff_done)
+
+    def _backoff_done(self) -> None:
+        self._backoff_timer = None
+        if self.state is ConnectivityState.TRANSIENT_FAILURE:
+            self._set_state(ConnectivityState.IDLE, OK_STATUS)
+
+    def _set_state(self, state: ConnectivityState, status: Status) -> None:
+        if state is self.state and status == self.status:
+            return
+        self.state, self.status = state, status
+        for fn in list(self._watchers):
+            try:
+                fn(state, status)
+            except Exception:
+                _log.exception("pyxds: subchannel watcher raised")
+
+
+class ChannelSubchannel(Subchannel):
+    """What ``Helper.create_subchannel`` returns: one policy's handle on a
+    shared :class:`SubchannelCore`.  ``shutdown()`` drops this handle's
+    watchers and its reference; the core closes with the last reference."""
+
+    __slots__ = ("address", "attributes", "core", "_release", "_unwatchers", "_shut")
+
+    def __init__(
+        self,
+        core: SubchannelCore,
+        attributes: Mapping[str, Any],
+        release: Callable[[SubchannelCore], None],
+    ) -> None:
+        self.address = core.address
+        self.attributes = attributes
+        self.core = core
+        self._release = release
+        self._unwatchers: list[Callable[[], None]] = []
+        self._shut = False
+
+    @property
+    def state(self) -> ConnectivityState:
+        return ConnectivityState.SHUTDOWN if self._shut else self.core.state
+
+    def connect(self) -> None:
+        if not self._shut:
+            self.core.connect()
+
+    def watch_state(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
+        if self._shut:
+            return lambda: None
+        unwatch = self.core.watch(fn)
+        self._unwatchers.append(unwatch)
+        return unwatch
+
+    def reset_backoff(self) -> None:
+        if not self._shut:
+            self.core.reset_backoff()
+
+    def shutdown(self) -> None:
+        if self._shut:
+            return
+        self._shut = True
+        for unwatch in self._unwatchers:
+            unwatch()
+        self._unwatchers.clear()
+        self._release(self.core)
+
+    def __repr__(self) -> str:
+        return f"ChannelSubchannel({self.address!r}, {self.state.name})"
+
+
+def core_of(subchannel: Any) -> SubchannelCore | None:
+    """The core behind a picked subchannel, unwrapping policies' wrappers
+    (a wrapper exposes the wrapped subchannel as ``subchannel``,
+    ``delegate``, ``wrapped`` or ``inner``)."""
+    for _ in range(8):
+        core = getattr(subchannel, "core", None)
+        if isinstance(core, SubchannelCore):
+            return core
+        for name in ("subchannel", "delegate", "wrapped", "inner", "_subchannel", "_delegate"):
+            inner = getattr(subchannel, name, None)
+            if inner is not None and inner is not subchannel:
+                subchannel = inner
+                break
+        else:
+            return None
+    return None
