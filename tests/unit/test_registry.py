@@ -146,3 +146,20 @@ def test_expect_helpers_name_the_field():
         expect_string({"name": None}, "name", "")
     with pytest.raises(LBConfigError, match=r"^n: expected integer in \[1, 4294967295\], got 0$"):
         expect_uint32({"n": 0}, "n", "", minimum=1)
+
+
+def test_custom_policy_example_in_docs_runs():
+    """docs/lb-policies.md: the custom-policy example registers, selects and
+    passes its own pyxds.testing walkthrough."""
+    import pathlib
+    import re
+
+    doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "lb-policies.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+    assert len(blocks) == 3
+    namespace: dict = {}
+    try:
+        for block in blocks:
+            exec(compile(block, str(doc), "exec"), namespace)
+    finally:
+        registry.unregister("example_random")
