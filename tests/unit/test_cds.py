@@ -504,3 +504,36 @@ def test_picks_complete_on_a_ready_cluster():
     policy.update(cds_update(config, xds_config({"c1": two_priority_eds()})))
     connect_all(helper)
     assert isinstance(helper.pick(), PickComplete)
+
+
+# ----------------------------------------------------------------- TRAPS: EDS shaping
+
+
+def test_an_empty_locality_next_to_a_healthy_one_does_not_fail_the_cluster():
+    # grpc#22831: one empty locality made weighted_target report TRANSIENT_FAILURE.
+    helper, policy, config = cds("c1")
+    entry = eds_entry("c1", [locality(A, ["10.0.0.1:80"]), locality(B, [])])
+    policy.update(cds_update(config, xds_config({"c1": entry})))
+    connect_all(helper)
+    assert helper.state is READY
+    assert set(picked_addresses(helper, 10)) == {"10.0.0.1:80"}
+
+
+def test_same_locality_in_two_priorities_gets_separate_children():
+    # grpc-java#9683: children are keyed by (priority, locality), so the
+    # endpoints of locality a in priority 1 are not merged into priority 0.
+    helper, policy, config = cds("c1")
+    entry = eds_entry("c1", [locality(A, ["10.0.0.1:80"])], [locality(A, ["10.0.9.1:80"])])
+    policy.update(cds_update(config, xds_config({"c1": entry})))
+    assert [s.address for s in helper.subchannels] == ["10.0.0.1:80"]
+    helper.subchannel("10.0.0.1:80").set_state(TF)
+    connect(helper, "10.0.9.1:80")
+    assert set(picked_addresses(helper, 10)) == {"10.0.9.1:80"}
+
+
+def test_logical_dns_error_before_first_data_fails_with_the_resolution_note():
+    helper, policy, config = cds("d1")
+    note = "DNS resolution failed for dns.example:443: no such host"
+    policy.update(cds_update(config, xds_config({"d1": dns_entry("d1", [], note=note)})))
+    assert helper.state is TF
+    assert note in helper.last.status.details
