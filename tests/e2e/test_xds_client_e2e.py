@@ -7,7 +7,6 @@ import queue
 import socket
 import threading
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -17,6 +16,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from pyxds.lb.api import Status
 from pyxds.server import ManagementServer, Snapshot
 from pyxds.server import builders as b
+from pyxds.xds.bootstrap import load_bootstrap
 from pyxds.xds.client import XdsClient
 from pyxds.xds.resources import (
     CLUSTER_TYPE_URL,
@@ -36,34 +36,7 @@ FAST_RECONNECT = (
 
 
 def load(bootstrap: dict) -> Any:
-    try:
-        from pyxds.xds.bootstrap import load_bootstrap
-    except ImportError:  # the bootstrap module is optional for this test
-        return _FallbackBootstrap(bootstrap)
     return load_bootstrap(bootstrap)
-
-
-def _FallbackBootstrap(config: dict) -> Any:
-    from envoy.config.core.v3 import base_pb2
-
-    server = config["xds_servers"][0]
-    features = set(server.get("server_features", ()))
-    node = base_pb2.Node(id=config["node"]["id"])
-    return SimpleNamespace(
-        xds_servers=(
-            SimpleNamespace(
-                server_uri=server["server_uri"],
-                channel_creds_type="insecure",
-                channel_creds_config=None,
-                server_features=tuple(sorted(features)),
-                ignore_resource_deletion="ignore_resource_deletion" in features,
-                fail_on_data_errors="fail_on_data_errors" in features,
-                resource_timer_is_transient_error="resource_timer_is_transient_error" in features,
-            ),
-        ),
-        node=SimpleNamespace(to_proto=lambda: node),
-        authorities={},
-    )
 
 
 class QueueWatcher:

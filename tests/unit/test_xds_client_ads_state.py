@@ -571,6 +571,20 @@ def test_ignore_resource_deletion_keeps_resource_and_reports_ambient():
     assert watcher.take() == [("ambient", OK_STATUS)]
 
 
+def test_fail_on_data_errors_wins_over_ignore_resource_deletion():
+    state, _ = make_state(ignore_resource_deletion=True, fail_on_data_errors=True)
+    watcher = RecordingWatcher()
+    state.add_watcher(CDS, "a", watcher)
+    connected_stream(state)
+    state.on_response(response(CDS, "1", "n1", ("a", "v")))
+    watcher.take()
+    state.on_response(response(CDS, "2", "n2"))
+    ((kind, status),) = watcher.take()
+    assert kind == "changed" and status.code == grpc.StatusCode.NOT_FOUND
+    (entry,) = state.snapshot()
+    assert entry.state is CacheState.DOES_NOT_EXIST and entry.raw is None
+
+
 def test_nacked_resource_is_not_a_missing_one():
     state, _ = make_state()
     watcher = RecordingWatcher()

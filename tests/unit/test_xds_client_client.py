@@ -319,3 +319,76 @@ def test_shared_client_is_refcounted_per_bootstrap():
     d, release_d = XdsClient.get_or_create(bootstrap_key)
     assert d is not a
     release_d()
+
+
+def real_bootstrap(port: int = 1, features: tuple[str, ...] = ()) -> dict:
+    return {
+        "xds_servers": [
+            {
+                "server_uri": f"127.0.0.1:{port}",
+                "channel_creds": [{"type": "insecure"}],
+                "server_features": list(features),
+            }
+        ],
+        "node": {"id": "n"},
+    }
+
+
+def test_shared_client_per_equal_bootstrap_content():
+    a, release_a = XdsClient.get_or_create(real_bootstrap())
+    b, release_b = XdsClient.get_or_create(real_bootstrap())
+    c, release_c = XdsClient.get_or_create(real_bootstrap(port=2))
+    try:
+        assert a is b
+        assert c is not a
+    finally:
+        release_a()
+        release_b()
+        release_c()
+
+
+def test_real_bootstrap_server_features_reach_the_ads_state():
+    transports: list[FakeTransport] = []
+    clock = FakeClock()
+    client = XdsClient(
+        real_bootstrap(features=("resource_timer_is_transient_error",)),
+        clock=clock,
+        resource_types=TYPES,
+        transport_factory=lambda ch: transports.append(FakeTransport(ch)) or transports[-1],
+    )
+    try:
+        watcher = ThreadWatcher()
+        client.watch(CDS, "c", watcher)
+        transports[0].connected()
+        clock.advance(RESOURCE_TIMEOUT + 1)
+        assert watcher.calls == []
+        clock.advance(15)
+        assert watcher.wait()[0][1].code == grpc.StatusCode.UNAVAILABLE
+        (request,) = transports[0].requests()
+        assert request.node.id == "n"
+    finally:
+        client.close()
+
+
+def test_xdstp_name_uses_its_authority_servers():
+    config = real_bootstrap()
+    config["authorities"] = {
+        "other.example": {
+            "xds_servers": [{"server_uri": "127.0.0.1:9", "channel_creds": [{"type": "insecure"}]}]
+        }
+    }
+    transports: list[FakeTransport] = []
+    client = XdsClient(
+        config,
+        clock=FakeClock(),
+        resource_types=TYPES,
+        transport_factory=lambda ch: transports.append(FakeTransport(ch)) or transports[-1],
+    )
+    try:
+        client.watch(LDS, "plain", ThreadWatcher())
+        client.watch(
+            LDS, "xdstp://other.example/envoy.config.listener.v3.Listener/x", ThreadWatcher()
+        )
+        assert [t.channel.server.server_uri for t in transports] == ["127.0.0.1:1", "127.0.0.1:9"]
+    finally:
+        client.close()

@@ -114,14 +114,19 @@ class _Notifier:
                 _log.exception("pyxds: xDS watcher callback raised")
 
 
-def _server_key(server: Any) -> tuple:
-    config = getattr(server, "channel_creds_config", None)
-    return (
-        server.server_uri,
-        getattr(server, "channel_creds_type", "insecure"),
-        json.dumps(config, sort_keys=True, default=str),
-        tuple(getattr(server, "server_features", ()) or ()),
-    )
+def _server_key(server: Any) -> Any:
+    """Servers with equal configs share one channel and stream."""
+    try:
+        hash(server)
+        return server
+    except TypeError:
+        config = getattr(server, "channel_creds_config", None)
+        return (
+            server.server_uri,
+            getattr(server, "channel_creds_type", "insecure"),
+            json.dumps(config, sort_keys=True, default=str),
+            tuple(getattr(server, "server_features", ()) or ()),
+        )
 
 
 def _node_proto(bootstrap: Any) -> base_pb2.Node | None:
@@ -441,20 +446,25 @@ class XdsClient:
         return value
 
     def _server_for(self, name: str) -> Any:
-        servers = tuple(getattr(self._bootstrap, "xds_servers", ()) or ())
-        if name.startswith("xdstp:"):
-            authority_name = urlsplit(name).netloc
-            authorities = getattr(self._bootstrap, "authorities", None) or {}
-            authority = authorities.get(authority_name)
-            if authority is None:
-                raise LookupError(f'authority "{authority_name}" not present in bootstrap config')
-            servers = tuple(getattr(authority, "xds_servers", ()) or ()) or servers
+        """The xDS server of a resource name: its ``xdstp://`` authority's
+        servers (A47), else the top-level ones; the first one is used."""
+        authority = urlsplit(name).netloc if name.startswith("xdstp:") else None
+        servers_for = getattr(self._bootstrap, "servers_for", None)
+        if servers_for is not None:
+            servers = tuple(servers_for(authority))
+        else:
+            servers = tuple(getattr(self._bootstrap, "xds_servers", ()) or ())
+            if authority is not None:
+                entry = (getattr(self._bootstrap, "authorities", None) or {}).get(authority)
+                if entry is None:
+                    raise LookupError(f'authority "{authority}" not present in bootstrap config')
+                servers = tuple(getattr(entry, "xds_servers", ()) or ()) or servers
         if not servers:
             raise LookupError("no xDS server in bootstrap config")
         return servers[0]
 
     def _channel_for(self, server: Any) -> _ServerChannel:
-        key = _server_key(server)
+        key: Any = _server_key(server)
         channel = self._servers.get(key)
         if channel is None:
             channel = self._servers[key] = _ServerChannel(self, server)
