@@ -677,3 +677,59 @@ def test_pick_first_is_registered():
     factory = registry.get("pick_first")
     assert factory is not None
     assert isinstance(factory.build(FakeHelper()), PickFirst)
+
+
+def test_update_while_ready_reorders_and_reconnect_uses_the_new_order():
+    policy, helper = make(("a:1", "b:1", "c:1"))
+    helper.subchannel("b:1").set_state(READY)
+    policy.update(ResolverUpdate(eps("c:1", "b:1", "a:1"), PickFirstConfig()))
+    assert helper.state is READY
+    b = helper.subchannel("b:1")
+    b.set_state(IDLE)
+    before = b.connect_calls
+    policy.exit_idle()
+    assert helper.subchannel("c:1").connect_calls == 1
+    assert b.connect_calls == before  # not yet: c is first now
+    helper.clock.advance(0.25)
+    assert b.connect_calls == before + 1
+
+
+def test_subchannel_ready_while_idle_is_selected_on_exit_idle():
+    policy, helper = make(("a:1", "b:1"))
+    a = helper.subchannel("a:1")
+    a.set_state(READY)
+    a.set_state(IDLE)
+    a.set_state(READY)  # e.g. reconnected for another user of the subchannel
+    assert helper.state is IDLE  # reports in IDLE are only recorded
+    policy.exit_idle()
+    assert helper.state_sequence() == [CONNECTING, READY, IDLE, READY]
+    assert helper.pick().subchannel is a
+
+
+def test_resolver_error_before_first_update_makes_the_first_pass_sticky():
+    helper = FakeHelper()
+    policy = PickFirst(helper)
+    policy.resolver_error(Status(UNAVAILABLE, "dns down"))
+    policy.update(ResolverUpdate(eps("a:1"), PickFirstConfig()))
+    assert helper.state_sequence() == [TF]
+    assert helper.subchannel("a:1").connect_calls == 1
+    helper.subchannel("a:1").set_state(READY)
+    assert helper.state_sequence() == [TF, READY]
+
+
+def test_stale_timer_after_new_pass_does_not_advance():
+    policy, helper = make(("a:1", "b:1", "c:1"))
+    helper.clock.advance(0.2)
+    policy.update(ResolverUpdate(eps("c:1", "b:1", "a:1"), PickFirstConfig()))
+    helper.clock.advance(0.05)  # the first pass's timer would have fired here
+    assert helper.subchannel("b:1").connect_calls == 0
+    helper.clock.advance(0.2)
+    assert helper.subchannel("b:1").connect_calls == 1
+
+
+def test_subchannel_reports_after_shutdown_are_ignored():
+    policy, helper = make(("a:1",))
+    sc = helper.subchannel("a:1")
+    policy.shutdown()
+    sc.set_state(READY)  # FakeSubchannel forgets watchers on shutdown; nothing may reach us
+    assert helper.state_sequence() == [CONNECTING]

@@ -10,11 +10,14 @@ Theory of operation
 
 The policy is an explicit state machine.  Its *phase* says what it is doing;
 every transition is made by one of the ``_on_*`` event handlers in the
-"Transitions" section of :class:`PickFirst`, and nothing else assigns
-``self._phase``.  What the parent sees (the reported state) follows from the
-phase, with one rule on top: **sticky TRANSIENT_FAILURE** -- once
-TRANSIENT_FAILURE was reported, nothing but READY (or IDLE after READY) is
-reported until a subchannel becomes READY (A62 "Use sticky-TF by default").
+"Transitions" section of :class:`PickFirst` (and the helpers right below
+them); nothing else assigns ``self._phase``.  The public methods only
+filter events that do not apply to the current phase.  What the parent
+sees (the reported state) follows from the phase, with one rule on top:
+**sticky TRANSIENT_FAILURE** -- once TRANSIENT_FAILURE was reported,
+nothing but TRANSIENT_FAILURE is reported until a subchannel becomes READY
+(A62 "Use sticky-TF by default"; C-core also keeps it across an empty list
+or a resolver error).
 
 Phases::
 
@@ -367,14 +370,16 @@ class PickFirst(LoadBalancer):
             entry.subchannel.reset_backoff()
 
     def shutdown(self) -> None:
-        if self._phase is Phase.SHUTDOWN:
-            return
+        if self._phase is not Phase.SHUTDOWN:
+            self._on_shutdown()
+
+    # -- Transitions: the only code that changes self._phase --------------------
+    def _on_shutdown(self) -> None:
         self._phase = Phase.SHUTDOWN
         self._cancel_timer()
         self._selected = None
         self._drop_entries(keep=())
 
-    # -- Transitions: the only code that changes self._phase --------------------
     def _on_empty_list(self, note: str) -> Status:
         status = Status(
             _UNAVAILABLE, f"empty address list: {note}" if note else "empty address list"
