@@ -380,6 +380,17 @@ def test_nack_is_sent_once_then_later_requests_have_no_error_detail():
     assert later.version_info == ""
 
 
+def test_ack_after_an_unsent_nack_carries_no_error_detail():
+    state, _ = make_state()
+    state.add_watcher(LDS, "a", RecordingWatcher())
+    connected_stream(state)
+    state.on_response(response(LDS, "1", "n1", ("a", INVALID)))
+    state.on_response(response(LDS, "2", "n2", ("a", "ok")))
+    (ack,) = state.take_requests()
+    assert (ack.version_info, ack.response_nonce) == ("2", "n2")
+    assert not ack.HasField("error_detail")
+
+
 def test_nack_of_resource_never_cached_is_reported_as_resource_error():
     state, _ = make_state()
     watcher = RecordingWatcher()
@@ -854,6 +865,19 @@ def test_type_with_no_subscriptions_is_not_resent_on_new_stream():
     state.on_stream_closed(OK_STATUS)
     requests = connected_stream(state)
     assert [r.type_url for r in requests] == [LDS]
+
+
+def test_shutdown_drops_calls_already_queued():
+    state, _ = make_state()
+    queued: list[Any] = []
+    watcher = RecordingWatcher()
+    state.add_watcher(LDS, "a", watcher, executor=queued.append)
+    connected_stream(state)
+    state.on_response(response(LDS, "1", "n1", ("a", "v")))
+    state.shutdown()
+    for fn in queued:
+        fn()
+    assert watcher.calls == []
 
 
 def test_shutdown_cancels_timers_and_silences_watchers():

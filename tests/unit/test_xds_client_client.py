@@ -246,6 +246,14 @@ def test_unknown_authority_is_an_error_for_the_watcher(env):
     assert env.transports == []
 
 
+def test_unknown_resource_type_is_an_error_for_the_watcher(env):
+    watcher = ThreadWatcher()
+    env.client.watch("type.googleapis.com/some.Other", "x", watcher)
+    ((kind, status),) = watcher.wait()
+    assert kind == "changed" and "unknown xDS resource type" in status.details
+    assert env.transports == []
+
+
 def test_close_stops_streams_timers_and_watchers(env):
     watcher = ThreadWatcher()
     env.client.watch(LDS, "a", watcher)

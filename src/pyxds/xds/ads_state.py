@@ -278,6 +278,7 @@ class AdsState:
         self._had_response = False
         self._send_node = False
         self._shut_down = False
+        self._last_error: Status | None = None
 
     # ------------------------------------------------------------------ watches
 
@@ -380,7 +381,9 @@ class AdsState:
             f"xDS channel for server {self._server.server_uri}: xDS call failed with no "
             f"responses received; status: {status}",
         )
-        _log.warning("%s", error.details)
+        if error != self._last_error:
+            self._last_error = error
+            _log.warning("%s", error.details)
         for ts in self._state.values():
             for entry in ts.entries.values():
                 self._transient_error(entry, error)
@@ -423,6 +426,7 @@ class AdsState:
         if not self._stream_up:
             return
         self._had_response = True
+        self._last_error = None
         self.on_stream_connected()
         type_url = response.type_url
         ts = self._state.get(type_url)
@@ -435,6 +439,7 @@ class AdsState:
             return
         resource_type = self._types.get(type_url)
         ts.nonce = response.nonce
+        ts.nack_detail = None  # this response supersedes an unsent NACK
         self._dirty[type_url] = None
         if resource_type is None:
             ts.nack_detail = f"unknown resource type {type_url}"
@@ -502,6 +507,10 @@ class AdsState:
         self._shut_down = True
         self._stream_up = False
         self._cancel_all_timers()
+        for ts in self._state.values():
+            for entry in ts.entries.values():
+                for watch in entry.watches.values():
+                    watch.active = False  # calls already queued are dropped
 
     # ------------------------------------------------------------------ CSDS
 

@@ -317,6 +317,8 @@ class XdsClient:
             if self._closed or cancelled.is_set():
                 return
             try:
+                if type_url not in self._resource_types:
+                    raise LookupError(f"unknown xDS resource type {type_url}")
                 server = self._server_for(name)
             except LookupError as exc:
                 status = Status(grpc.StatusCode.UNAVAILABLE, str(exc))
