@@ -53,7 +53,7 @@ import grpc
 
 from pyxds.channel.subchannel import ChannelSubchannel, SubchannelCore, TransportFactory, core_of
 from pyxds.channel.subchannel_pool import SubchannelPool
-from pyxds.clock import RealClock, Timer
+from pyxds.clock import Clock, RealClock, Timer
 from pyxds.lb.api import (
     OK_STATUS,
     ConnectivityState,
@@ -228,14 +228,17 @@ class ChannelCore:
         bootstrap: Any = None,
         options: Sequence[tuple[str, Any]] | None = None,
         rng: random.Random | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.target = target
         self.scheme, self.authority = parse_target(target)
         self.options = tuple(options or ())
         self.bootstrap = bootstrap
         self.serializer = WorkSerializer()
-        self.clock = RealClock(dispatch=self.serializer.run)
+        self.clock = clock or RealClock(dispatch=self.serializer.run)
         self.random = rng or random.Random()
+        #: deadlines of queued non-blocking RPCs (not on the serializer)
+        self.deadline_clock: Clock = clock or _DEADLINE_CLOCK
         self.pool = SubchannelPool(
             make_transport, self.serializer, self.clock, self.random, credentials, self.options
         )
@@ -419,7 +422,7 @@ class ChannelCore:
             if remaining <= 0:
                 complete(DEADLINE_EXCEEDED)
                 return cancel
-            state["timer"] = _DEADLINE_CLOCK.call_later(remaining, expire)
+            state["timer"] = self.deadline_clock.call_later(remaining, expire)
         attempt()
         return cancel
 
@@ -645,7 +648,9 @@ class ChannelCore:
             self.picker = FailPicker(CHANNEL_CLOSED)
             self._set_state(ConnectivityState.SHUTDOWN, CHANNEL_CLOSED)
             self._publish()
-            self.clock.close()
+            close_clock = getattr(self.clock, "close", None)
+            if close_clock is not None:
+                close_clock()
 
         self.closed = True
         self.serializer.run(go)

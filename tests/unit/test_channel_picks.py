@@ -1,0 +1,427 @@
+"""The channel's per-RPC logic over fakes (no sockets): ConfigSelector, then
+the picker; queue / fail / drop / wait_for_ready; wake-ups on every new
+picker and config (TRAPS.md); deadlines; A31 ordering; completion hooks."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+import pytest
+from test_channel_support import FakeGrpcError, Harness
+
+from pyxds.channel.calls import ChannelRpcError, blocking_unary
+from pyxds.channel.core import DEADLINE_EXCEEDED
+from pyxds.channel.subchannel import SubchannelCore, core_of
+from pyxds.lb.api import (
+    ConnectivityState,
+    Endpoint,
+    FailPicker,
+    PickComplete,
+    PickDrop,
+    Picker,
+    PickFail,
+    PickQueue,
+    QueuePicker,
+    Status,
+)
+from pyxds.resolver.api import CallConfig, ConfigSelector
+
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+GC = grpc.ChannelConnectivity
+
+
+class CountingPicker(Picker):
+    def __init__(self, result):
+        self.result = result
+        self.calls = 0
+        self.args = []
+
+    def pick(self, args):
+        self.calls += 1
+        self.args.append(args)
+        return self.result
+
+
+class Selector(ConfigSelector):
+    def __init__(self, config: CallConfig | None = None):
+        self.config = config or CallConfig(call_attributes={"cluster": "c1"})
+        self.calls = 0
+
+    def select(self, path, metadata):
+        self.calls += 1
+        return self.config
+
+
+def ready_subchannel(h: Harness, address: str = "10.0.0.1:80"):
+    """A READY subchannel created the way a policy would."""
+    sub = h.policy.helper.create_subchannel(address, {})
+    h.core.serializer.run(sub.connect)
+    h.transports.last(address).report(GC.READY)
+    assert core_of(sub).state is ConnectivityState.READY
+    return sub
+
+
+@pytest.fixture
+def h():
+    harness = Harness()
+    harness.start()
+    harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
+    yield harness
+    harness.core.close()
+
+
+def run_in_thread(fn):
+    box = {}
+
+    def go():
+        try:
+            box["result"] = fn()
+        except BaseException as err:  # noqa: BLE001
+            box["error"] = err
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def test_channel_starts_idle_and_first_rpc_starts_the_resolver():
+    harness = Harness()
+    assert harness.core.idle
+    assert harness.core.state is ConnectivityState.IDLE
+    harness.start()
+    assert harness.resolver.started
+    assert not harness.core.idle
+
+
+def test_complete_pick_returns_the_subchannel_and_passes_call_attributes(h):
+    sub = ready_subchannel(h)
+    picker = CountingPicker(PickComplete(sub))
+    h.publish(picker)
+    rpc = h.core.new_rpc("/svc/M", [("k", "v")], 5.0, False)
+    outcome = h.core.try_pick(rpc)
+    assert isinstance(outcome, SubchannelCore)
+    assert picker.args[0].path == "/svc/M"
+    assert picker.args[0].metadata == (("k", "v"),)
+    assert picker.args[0].call_attributes["cluster"] == "c1"
+
+
+def test_queued_rpc_waits_without_busy_looping_and_completes_on_next_picker(h):
+    queue = CountingPicker(PickQueue())
+    h.publish(queue)
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    thread, box = run_in_thread(lambda: h.core.pick_blocking(rpc))
+    thread.join(0.2)
+    assert thread.is_alive()
+    assert queue.calls == 1  # waiting, not spinning
+    sub = ready_subchannel(h)
+    h.publish(CountingPicker(PickComplete(sub)))
+    thread.join(2)
+    assert isinstance(box["result"], SubchannelCore)
+
+
+def test_queued_rpc_repicks_on_every_new_picker(h):
+    h.publish(QueuePicker())
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    thread, box = run_in_thread(lambda: h.core.pick_blocking(rpc))
+    pickers = [CountingPicker(PickQueue()) for _ in range(3)]
+    for picker in pickers:
+        thread.join(0.05)
+        h.publish(picker)
+    thread.join(0.1)
+    assert [p.calls for p in pickers] == [1, 1, 1]
+    h.publish(FailPicker(Status(UNAVAILABLE, "all down")))
+    thread.join(2)
+    assert box["result"] == Status(UNAVAILABLE, "all down")
+
+
+def test_pick_fail_fails_rpc_with_the_pickers_status(h):
+    h.publish(FailPicker(Status(UNAVAILABLE, "no healthy upstream")))
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    assert h.core.pick_blocking(rpc) == Status(UNAVAILABLE, "no healthy upstream")
+
+
+def test_pick_fail_with_wait_for_ready_waits_for_a_usable_picker(h):
+    h.publish(FailPicker(Status(UNAVAILABLE, "down")), ConnectivityState.TRANSIENT_FAILURE)
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, True)
+    thread, box = run_in_thread(lambda: h.core.pick_blocking(rpc))
+    thread.join(0.1)
+    assert thread.is_alive()
+    sub = ready_subchannel(h)
+    h.publish(PickCompletePicker(sub))
+    thread.join(2)
+    assert isinstance(box["result"], SubchannelCore)
+
+
+class PickCompletePicker(Picker):
+    def __init__(self, sub):
+        self.sub = sub
+
+    def pick(self, args):
+        return PickComplete(self.sub)
+
+
+def test_pick_drop_fails_even_wait_for_ready_rpcs(h):
+    h.publish(CountingPicker(PickDrop(Status(UNAVAILABLE, "EDS-configured drop: lb"))))
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, True)
+    assert h.core.pick_blocking(rpc) == Status(UNAVAILABLE, "EDS-configured drop: lb")
+
+
+def test_queued_pick_is_bounded_by_the_deadline(h):
+    h.publish(QueuePicker())
+    rpc = h.core.new_rpc("/svc/M", None, 0.05, False)
+    assert h.core.pick_blocking(rpc) == DEADLINE_EXCEEDED
+
+
+def test_wait_for_ready_rpc_queued_before_any_config_completes_when_config_arrives():
+    # TRAPS: C-core's wait_for_ready RPC queued while nothing was cached
+    # waited out its whole deadline after a good config arrived.
+    harness = Harness()
+    harness.start()
+    error = Status(UNAVAILABLE, "xDS listener svc: NACKed: bad")
+    harness.resolver.push(
+        __import__("pyxds.resolver.api", fromlist=["ResolverResult"]).ResolverResult(
+            endpoints=error, service_config_error=error
+        )
+    )
+    rpc_fast = harness.core.new_rpc("/svc/M", None, 5.0, False)
+    assert harness.core.pick_blocking(rpc_fast) == error  # non-wfr fails with the reason
+    rpc = harness.core.new_rpc("/svc/M", None, 5.0, True)
+    thread, box = run_in_thread(lambda: harness.core.pick_blocking(rpc))
+    thread.join(0.1)
+    assert thread.is_alive()
+    harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
+    sub = ready_subchannel(harness)
+    harness.publish(PickCompletePicker(sub))
+    thread.join(2)
+    assert isinstance(box["result"], SubchannelCore)
+    harness.core.close()
+
+
+def test_new_config_selector_alone_wakes_queued_rpcs():
+    harness = Harness()
+    harness.start()
+    rpc = harness.core.new_rpc("/svc/M", None, 5.0, True)
+    thread, box = run_in_thread(lambda: harness.core.pick_blocking(rpc))
+    thread.join(0.05)
+    selector = Selector(CallConfig(status=Status(UNAVAILABLE, "No matching route")))
+    harness.resolve([Endpoint(("10.0.0.1:80",))], selector)
+    thread.join(2)
+    assert box["result"] == Status(UNAVAILABLE, "No matching route")
+    harness.core.close()
+
+
+def test_config_selector_status_fails_rpc_and_commits_once(h):
+    committed = []
+    selector = Selector(
+        CallConfig(
+            status=Status(UNAVAILABLE, "No matching route found in xDS route config"),
+            on_committed=lambda: committed.append(1),
+        )
+    )
+    h.resolve([Endpoint(("10.0.0.1:80",))], selector)
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, True)
+    outcome = h.core.pick_blocking(rpc)
+    assert outcome.details == "No matching route found in xDS route config"
+    rpc.finish(outcome)
+    rpc.finish(outcome)
+    assert committed == [1]
+
+
+def test_config_selector_is_called_once_per_rpc_even_when_queued(h):
+    selector = Selector()
+    h.resolve([Endpoint(("10.0.0.1:80",))], selector)
+    h.publish(QueuePicker())
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    thread, box = run_in_thread(lambda: h.core.pick_blocking(rpc))
+    thread.join(0.05)
+    h.publish(QueuePicker())
+    thread.join(0.05)
+    h.publish(PickCompletePicker(ready_subchannel(h)))
+    thread.join(2)
+    assert selector.calls == 1
+
+
+def test_route_timeout_caps_the_deadline(h):
+    h.resolve([Endpoint(("10.0.0.1:80",))], Selector(CallConfig(timeout=0.05)))
+    h.publish(QueuePicker())
+    rpc = h.core.new_rpc("/svc/M", None, 30.0, False)
+    assert h.core.pick_blocking(rpc) == DEADLINE_EXCEEDED
+    assert rpc.remaining() < 0.1
+
+
+def test_lb_policy_is_updated_before_the_config_selector_is_swapped(h):
+    # A31: the picker must know every new cluster before the selector that
+    # can return it is used.
+    old = h.core.selector
+    seen = []
+    h.policy.on_update = lambda update: seen.append(h.core.selector)
+    new = Selector()
+    h.resolve([Endpoint(("10.0.0.2:80",))], new)
+    assert seen == [old]
+    assert h.core.selector is new
+
+
+def test_on_call_done_gets_each_attempt_and_transparent_retry_happens_once(h):
+    sub = ready_subchannel(h)
+    done = []
+
+    class Tracking(Picker):
+        def pick(self, args):
+            return PickComplete(sub, lambda status: done.append(status.code))
+
+    h.publish(Tracking())
+    transport = h.transports.last("10.0.0.1:80")
+    not_sent = FakeGrpcError(UNAVAILABLE, "failed to connect to all addresses; last error: x")
+    transport.fail_with = [not_sent, not_sent]
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+
+    def invoke(t, remaining):
+        return t.channel.unary_unary("/svc/M").with_call(b"req")
+
+    with pytest.raises(grpc.RpcError) as info:
+        blocking_unary(h.core, rpc, invoke, retry_not_sent=True)
+    assert info.value.code() is UNAVAILABLE
+    assert len(transport.calls) == 2  # one transparent retry, not more
+    assert done == [UNAVAILABLE, UNAVAILABLE]
+
+
+def test_rpc_failure_after_send_is_not_retried(h):
+    sub = ready_subchannel(h)
+    h.publish(PickCompletePicker(sub))
+    transport = h.transports.last("10.0.0.1:80")
+    transport.fail_with = [FakeGrpcError(UNAVAILABLE, "Socket closed")]
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    with pytest.raises(grpc.RpcError):
+        blocking_unary(h.core, rpc, lambda t, r: t.channel.unary_unary("/m").with_call(b""), True)
+    assert len(transport.calls) == 1
+
+
+def test_channel_error_is_a_grpc_rpc_error_and_call(h):
+    h.publish(FailPicker(Status(UNAVAILABLE, "no healthy upstream")))
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    with pytest.raises(grpc.RpcError) as info:
+        blocking_unary(h.core, rpc, lambda t, r: None, True)
+    err = info.value
+    assert isinstance(err, grpc.Call) and isinstance(err, ChannelRpcError)
+    assert err.code() is UNAVAILABLE and err.details() == "no healthy upstream"
+    assert "no healthy upstream" in str(err)
+
+
+def test_pick_async_completes_once_on_a_later_picker_and_honours_deadline(h):
+    h.publish(QueuePicker())
+    results = []
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    h.core.pick_async(rpc, results.append)
+    assert results == []
+    sub = ready_subchannel(h)
+    h.publish(PickCompletePicker(sub))
+    h.publish(PickCompletePicker(sub))
+    assert len(results) == 1 and isinstance(results[0], SubchannelCore)
+    late = []
+    rpc2 = h.core.new_rpc("/svc/M", None, 1.0, False)
+    h.publish(QueuePicker())
+    h.core.pick_async(rpc2, late.append)
+    h.clock.advance(1.01)
+    assert late == [DEADLINE_EXCEEDED]
+
+
+def test_pick_async_cancel_stops_it(h):
+    h.publish(QueuePicker())
+    results = []
+    rpc = h.core.new_rpc("/svc/M", None, None, False)
+    cancel = h.core.pick_async(rpc, results.append)
+    cancel()
+    h.publish(PickCompletePicker(ready_subchannel(h)))
+    assert results == []
+
+
+def test_close_fails_queued_and_new_rpcs_with_cancelled(h):
+    h.publish(QueuePicker())
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, True)
+    thread, box = run_in_thread(lambda: h.core.pick_blocking(rpc))
+    thread.join(0.05)
+    h.core.close()
+    thread.join(2)
+    assert box["result"].code is grpc.StatusCode.CANCELLED
+    assert h.core.state is ConnectivityState.SHUTDOWN
+
+
+def test_idle_timeout_releases_lb_and_resolver_and_next_rpc_restarts_them():
+    harness = Harness(options=[("grpc.client_idle_timeout_ms", 1000)])
+    harness.start()
+    harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
+    first_policy, first_resolver = harness.policy, harness.resolver
+    harness.advance(0.5)
+    assert not harness.core.idle
+    harness.advance(0.6)
+    assert harness.core.idle
+    assert first_policy.shut_down and first_resolver.shut_down
+    assert harness.core.state is ConnectivityState.IDLE
+    harness.start()
+    assert harness.resolver is not first_resolver and harness.resolver.started
+    harness.core.close()
+
+
+def test_idle_timer_does_not_fire_while_rpcs_are_active_or_recent():
+    harness = Harness(options=[("grpc.client_idle_timeout_ms", 1000)])
+    harness.start()
+    harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
+    rpc = harness.core.new_rpc("/svc/M", None, None, False)
+    harness.advance(3.0)
+    assert not harness.core.idle  # an RPC in flight
+    rpc.finish(Status(grpc.StatusCode.OK))
+    harness.advance(0.9)
+    harness.core.new_rpc("/svc/M", None, None, False).finish(Status(grpc.StatusCode.OK))
+    harness.advance(1.0)
+    assert not harness.core.idle  # a recent RPC
+    harness.advance(2.1)
+    assert harness.core.idle
+    harness.core.close()
+
+
+def test_stale_policy_cannot_publish_after_idle():
+    harness = Harness(options=[("grpc.client_idle_timeout_ms", 1000)])
+    harness.start()
+    harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
+    old = harness.policy
+    harness.advance(2.1)
+    assert harness.core.idle
+    harness.core.serializer.run(
+        lambda: old.helper.update_state(
+            ConnectivityState.READY, Status(grpc.StatusCode.OK), QueuePicker()
+        )
+    )
+    assert harness.core.state is ConnectivityState.IDLE
+    harness.core.close()
+
+
+def test_resolver_error_without_policy_fails_fast_rpcs_with_its_reason():
+    harness = Harness()
+    harness.start()
+    error = Status(UNAVAILABLE, "xDS: listener svc does not exist")
+    from pyxds.resolver.api import ResolverResult
+
+    harness.resolver.push(ResolverResult(endpoints=error))
+    rpc = harness.core.new_rpc("/svc/M", None, 5.0, False)
+    assert harness.core.pick_blocking(rpc) == error
+    assert harness.core.state is ConnectivityState.TRANSIENT_FAILURE
+    harness.core.close()
+
+
+def test_channel_default_policy_comes_from_channel_options():
+    harness = Harness(options=[("grpc.lb_policy_name", "channel_test_driven")])
+    harness.start()
+    from pyxds.resolver.api import ResolverResult
+
+    harness.resolver.push(ResolverResult(endpoints=[Endpoint(("10.0.0.1:80",))]))
+    assert harness.core.lb.policy_name == "channel_test_driven"
+    harness.core.close()
+
+
+def test_config_dump_walks_lb_tree_and_lists_subchannels(h):
+    ready_subchannel(h)
+    dump = h.core.config_dump()
+    assert dump["lb_policy"]["policy"] == "channel_test_driven"
+    assert dump["subchannels"]["10.0.0.1:80"]["state"] == "READY"
+    assert dump["state"] in ("CONNECTING", "READY")

@@ -1,0 +1,238 @@
+"""SubchannelCore / pool over a fake transport (no sockets): the Subchannel
+contract of ARCHITECTURE.md mapped onto grpcio's connectivity."""
+
+from __future__ import annotations
+
+import random
+
+import grpc
+from test_channel_support import TransportFactory
+
+from pyxds.channel.subchannel import core_of, subchannel_options
+from pyxds.channel.subchannel_pool import SubchannelPool
+from pyxds.lb.api import ConnectivityState as CS
+from pyxds.serializer import WorkSerializer
+from pyxds.testing import FakeClock
+
+GC = grpc.ChannelConnectivity
+
+
+def make_pool(options=None):
+    clock = FakeClock()
+    transports = TransportFactory()
+    pool = SubchannelPool(transports, WorkSerializer(), clock, random.Random(1), options=options)
+    return pool, transports, clock
+
+
+def watch(subchannel):
+    seen = []
+    subchannel.watch_state(lambda state, status: seen.append((state, status)))
+    return seen
+
+
+def states(seen):
+    return [s for s, _ in seen]
+
+
+def test_new_subchannel_is_idle_and_connects_only_on_demand():
+    pool, transports, _ = make_pool()
+    sub = pool.create("10.0.0.1:80", {})
+    seen = watch(sub)
+    assert states(seen) == [CS.IDLE]
+    assert transports.made == []
+    sub.connect()
+    assert len(transports.made) == 1
+    assert transports.made[0].connects == 1
+    assert states(seen) == [CS.IDLE, CS.CONNECTING]
+
+
+def test_grpcio_initial_idle_report_after_connect_is_not_a_state_change():
+    pool, transports, _ = make_pool()
+    sub = pool.create("a:1", {})
+    seen = watch(sub)
+    sub.connect()
+    transports.made[0].report(GC.IDLE)  # grpcio's first poll, before CONNECTING
+    transports.made[0].report(GC.CONNECTING)
+    transports.made[0].report(GC.READY)
+    assert states(seen) == [CS.IDLE, CS.CONNECTING, CS.READY]
+
+
+def test_transient_failure_backs_off_then_reports_idle_and_reconnects_on_fresh_transport():
+    pool, transports, clock = make_pool()
+    sub = pool.create("a:1", {})
+    seen = watch(sub)
+    sub.connect()
+    first = transports.made[0]
+    first.report(GC.TRANSIENT_FAILURE)
+    assert states(seen)[-1] is CS.TRANSIENT_FAILURE
+    status = seen[-1][1]
+    assert status.code is grpc.StatusCode.UNAVAILABLE
+    assert status.details == "failed to connect to a:1"
+    assert first.closed_now  # grpcio must not retry on its own
+    sub.connect()  # during backoff: nothing happens
+    assert len(transports.made) == 1
+    clock.advance(0.79)
+    assert states(seen)[-1] is CS.TRANSIENT_FAILURE  # 1 s +-20 %: not before 0.8 s
+    clock.advance(0.42)
+    assert states(seen)[-1] is CS.IDLE
+    sub.connect()
+    assert len(transports.made) == 2
+    assert states(seen)[-1] is CS.CONNECTING
+
+
+def test_backoff_grows_by_1_6_and_resets_after_ready():
+    pool, transports, clock = make_pool()
+    sub = pool.create("a:1", {})
+    seen = watch(sub)
+    delays = []
+    for _ in range(3):
+        sub.connect()
+        transports.made[-1].report(GC.CONNECTING)
+        transports.made[-1].report(GC.TRANSIENT_FAILURE)
+        start = clock.now()
+        while states(seen)[-1] is not CS.IDLE:
+            clock.advance(0.01)
+        delays.append(clock.now() - start)
+    assert 0.8 <= delays[0] <= 1.21
+    assert 1.6 * 0.8 <= delays[1] <= 1.6 * 1.21
+    assert 2.56 * 0.8 <= delays[2] <= 2.56 * 1.21
+    sub.connect()
+    transports.made[-1].report(GC.READY)
+    transports.made[-1].report(GC.IDLE)  # connection lost
+    sub.connect()
+    transports.made[-1].report(GC.TRANSIENT_FAILURE)
+    start = clock.now()
+    while states(seen)[-1] is not CS.IDLE:
+        clock.advance(0.01)
+    assert clock.now() - start <= 1.21
+
+
+def test_backoff_honours_grpcio_reconnect_options():
+    pool, transports, clock = make_pool([("grpc.initial_reconnect_backoff_ms", 100)])
+    sub = pool.create("a:1", {})
+    seen = watch(sub)
+    sub.connect()
+    transports.made[-1].report(GC.TRANSIENT_FAILURE)
+    clock.advance(0.125)
+    assert states(seen)[-1] is CS.IDLE
+
+
+def test_ready_connection_lost_is_idle_not_failure_and_reconnects_same_transport():
+    pool, transports, _ = make_pool()
+    sub = pool.create("a:1", {})
+    seen = watch(sub)
+    sub.connect()
+    t = transports.made[0]
+    t.report(GC.CONNECTING)
+    t.report(GC.READY)
+    t.report(GC.IDLE)  # GOAWAY / max connection age
+    assert states(seen)[-2:] == [CS.READY, CS.IDLE]
+    assert seen[-1][1].ok
+    sub.connect()
+    assert len(transports.made) == 1 and t.connects == 2
+
+
+def test_reset_backoff_ends_backoff_at_once():
+    pool, transports, _ = make_pool()
+    sub = pool.create("a:1", {})
+    seen = watch(sub)
+    sub.connect()
+    transports.made[0].report(GC.TRANSIENT_FAILURE)
+    sub.reset_backoff()
+    assert states(seen)[-1] is CS.IDLE
+
+
+def test_retired_transport_reports_are_ignored():
+    pool, transports, clock = make_pool()
+    sub = pool.create("a:1", {})
+    seen = watch(sub)
+    sub.connect()
+    old = transports.made[0]
+    old.report(GC.TRANSIENT_FAILURE)
+    clock.advance(2)
+    sub.connect()
+    old.report(GC.READY)  # late report from the retired channel
+    assert states(seen)[-1] is CS.CONNECTING
+
+
+def test_same_address_is_shared_and_closed_with_the_last_handle():
+    pool, transports, _ = make_pool()
+    one = pool.create("a:1", {})
+    two = pool.create("a:1", {})
+    assert core_of(one) is core_of(two)
+    one.connect()
+    transports.made[0].report(GC.READY)
+    seen_two = watch(two)
+    assert states(seen_two) == [CS.READY]
+    one.shutdown()
+    assert not transports.made[0].closed_now
+    two.shutdown()
+    assert transports.made[0].closed_now
+    three = pool.create("a:1", {})
+    assert core_of(three) is not core_of(one)
+
+
+def test_shutdown_handle_stops_its_watchers_only():
+    pool, transports, _ = make_pool()
+    one = pool.create("a:1", {})
+    two = pool.create("a:1", {})
+    seen_one, seen_two = watch(one), watch(two)
+    one.shutdown()
+    two.connect()
+    transports.made[0].report(GC.READY)
+    assert states(seen_one) == [CS.IDLE]
+    assert states(seen_two)[-1] is CS.READY
+
+
+def test_released_subchannel_closes_only_after_its_rpcs_finish():
+    pool, transports, _ = make_pool()
+    sub = pool.create("a:1", {})
+    sub.connect()
+    t = transports.made[0]
+    t.report(GC.READY)
+    assert t.call_started()
+    sub.shutdown()
+    assert not t.closed_now  # an RPC still runs on it
+    t.call_finished()
+    assert t.closed_now
+    assert not t.call_started()
+
+
+def test_pool_close_cancels_everything_at_once():
+    pool, transports, _ = make_pool()
+    sub = pool.create("a:1", {})
+    sub.connect()
+    t = transports.made[0]
+    t.call_started()
+    pool.close()
+    assert t.closed_now
+
+
+def test_subchannel_options_disable_grpcio_balancing_retries_and_idleness():
+    opts = dict(
+        subchannel_options(
+            [
+                ("grpc.lb_policy_name", "round_robin"),
+                ("grpc.enable_retries", 1),
+                ("grpc.keepalive_time_ms", 10000),
+            ]
+        )
+    )
+    assert opts["grpc.lb_policy_name"] == "pick_first"
+    assert opts["grpc.enable_retries"] == 0
+    assert opts["grpc.use_local_subchannel_pool"] == 1
+    assert opts["grpc.client_idle_timeout_ms"] >= 2**31 - 1
+    assert opts["grpc.keepalive_time_ms"] == 10000  # user's keepalive passes through
+    assert opts["grpc.min_reconnect_backoff_ms"] == 20000
+
+
+def test_core_of_unwraps_policy_wrappers():
+    pool, _, _ = make_pool()
+    sub = pool.create("a:1", {})
+
+    class Wrapper:
+        def __init__(self, inner):
+            self.delegate = inner
+
+    assert core_of(Wrapper(Wrapper(sub))) is core_of(sub)
+    assert core_of(object()) is None
