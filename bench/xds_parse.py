@@ -5,9 +5,12 @@ localities and a RouteConfiguration of 10,000 routes, then times, on the same
 bytes in the same run:
 
 * floor: ``Message.ParseFromString`` alone (protobuf's upb parser);
-* pyxds: ``ResourceType.decode`` (parse + validate + build frozen values).
+* decode: ``ResourceType.decode(data, use_memo=False)`` (parse + validate +
+  build frozen values), the number the 3x goal is about;
+* memo hit: the same resource re-sent (a new but equal bytes object), which
+  EDS/RDS answer from the decode memo.
 
-Prints the best-of-N time of each and the ratio.  Run:
+Prints the best-of-N time of each and the ratio decode / floor.  Run:
 ``PYTHONPATH=src python bench/xds_parse.py [--repeat N]``.
 """
 
@@ -87,19 +90,32 @@ def main() -> None:
         ),
         ("RDS 10k routes", build_rds(), route_pb2.RouteConfiguration, ROUTE_CONFIG),
     ]
-    print(f"{'resource':40} {'bytes':>9} {'floor ms':>9} {'pyxds ms':>9} {'ratio':>6}")
+    print(
+        f"{'resource':36} {'bytes':>8} {'floor ms':>9} {'decode ms':>10} {'ratio':>7}"
+        f" {'memo hit ms':>12}"
+    )
     for label, data, cls, rtype in cases:
-        result = rtype.decode(data)
+        result = rtype.decode(data, use_memo=False)
         assert result.error is None, result.error
 
         def floor(b: bytes, cls=cls) -> None:
             cls().ParseFromString(b)
 
+        def cold(b: bytes, rtype=rtype) -> None:
+            rtype.decode(b, use_memo=False)
+
+        def warm(b: bytes, rtype=rtype) -> None:
+            # a re-sent resource arrives as a new bytes object: copy so the
+            # bytes hash is recomputed as it would be
+            rtype.decode(bytes(bytearray(b)))
+
         t_floor = best_of(floor, data, args.repeat)
-        t_decode = best_of(rtype.decode, data, args.repeat)
+        t_decode = best_of(cold, data, args.repeat)
+        rtype.decode(data)  # prime the memo
+        t_warm = best_of(warm, data, args.repeat)
         print(
-            f"{label:40} {len(data):9d} {t_floor * 1e3:9.2f} {t_decode * 1e3:9.2f}"
-            f" {t_decode / t_floor:6.1f}x"
+            f"{label:36} {len(data):8d} {t_floor * 1e3:9.2f} {t_decode * 1e3:10.2f}"
+            f" {t_decode / t_floor:6.1f}x {t_warm * 1e3:12.3f}"
         )
 
 

@@ -283,3 +283,50 @@ def test_endpoint_address_fast_construction_equals_normal_construction():
 def test_unparseable_bytes():
     result = ENDPOINTS.decode(b"\x0a\x05ab")
     assert result.name is None and "could not parse" in result.error
+
+
+def big_assignment() -> bytes:
+    cla = cla_with(
+        *(
+            locality(f"z{z}", addrs=tuple((f"10.1.{z}.{i}", 80) for i in range(200)))
+            for z in range(4)
+        )
+    )
+    return cla.SerializeToString()
+
+
+def test_big_resource_resent_is_answered_from_the_memo():
+    from pyxds.xds.resources import MEMO_MIN_BYTES
+
+    data = big_assignment()
+    assert len(data) >= MEMO_MIN_BYTES
+    ENDPOINTS.clear_memo()
+    first = ENDPOINTS.decode(data)
+    again = ENDPOINTS.decode(bytes(bytearray(data)))  # equal bytes, new object
+    assert again is first
+    fresh = ENDPOINTS.decode(data, use_memo=False)
+    assert fresh is not first and fresh == first
+
+
+def test_small_resources_are_not_memoised():
+    data = cla_with(locality()).SerializeToString()
+    assert ENDPOINTS.decode(data) is not ENDPOINTS.decode(data)
+
+
+def test_memo_is_bounded(monkeypatch):
+    from pyxds.xds import resources
+
+    monkeypatch.setattr(resources, "MEMO_MIN_BYTES", 1)
+    monkeypatch.setattr(resources, "MEMO_MAX_ENTRIES", 3)
+    ENDPOINTS.clear_memo()
+    cla = cla_with(locality())
+    results = []
+    for i in range(5):
+        cla.cluster_name = f"eds-{i}"
+        results.append(ENDPOINTS.decode(cla.SerializeToString()))
+    assert len(ENDPOINTS._memo) == 3
+    cla.cluster_name = "eds-4"
+    assert ENDPOINTS.decode(cla.SerializeToString()) is results[4]  # newest kept
+    cla.cluster_name = "eds-0"
+    assert ENDPOINTS.decode(cla.SerializeToString()) is not results[0]  # oldest evicted
+    ENDPOINTS.clear_memo()

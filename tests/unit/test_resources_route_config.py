@@ -569,3 +569,19 @@ def test_all_errors_are_reported():
     bad2 = weighted(("a", 0))
     err = decode_err(rc_with(bad1, bad2))
     assert "routes[0].route.cluster" in err and "routes[1].route.weighted_clusters" in err
+
+
+def test_cluster_names_do_not_collide_with_shared_values():
+    # identical actions/matches are shared inside one decode; a cluster whose
+    # name looks like an internal cache key must still get its own action
+    got = routes_of(rc_with(route("", "match_all"), route("", "p"), route("/x", "c")))
+    assert [r.action.cluster for r in got] == ["match_all", "p", "c"]
+    assert got[0].match.path_specifier == PrefixMatch("")
+
+
+def test_identical_actions_in_one_resource_are_shared():
+    got = routes_of(
+        rc_with(route("/a", "c"), route("/b", "c"), weighted(("x", 1)), weighted(("x", 1)))
+    )
+    assert got[0].action is got[1].action
+    assert got[2].action is got[3].action

@@ -13,6 +13,7 @@ DiscoveryResponse and ``decode_any`` for each of its ``resources`` entries
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,9 +34,20 @@ ENDPOINTS_TYPE_URL = _TP + "envoy.config.endpoint.v3.ClusterLoadAssignment"
 RESOURCE_WRAPPER_TYPE_URL = _TP + "envoy.service.discovery.v3.Resource"
 
 
+MEMO_MIN_BYTES = 16 * 1024
+MEMO_MAX_ENTRIES = 256
+
+
 @dataclass(frozen=True)
 class ResourceType:
-    """One xDS resource type: its type URL, short name and decoder."""
+    """One xDS resource type: its type URL, short name and decoder.
+
+    With ``memoize`` (EDS and RDS, whose validation depends only on their
+    bytes), results for serialized resources of at least
+    :data:`MEMO_MIN_BYTES` are remembered (the last :data:`MEMO_MAX_ENTRIES`),
+    so a server re-sending a big unchanged resource (every stream restart
+    does) costs a hash and a memcmp instead of a full validation.
+    """
 
     type_url: str
     short_name: str
@@ -43,14 +55,37 @@ class ResourceType:
     _decoder: Callable[[bytes], tuple[str | None, Any, str | None]] = field(
         repr=False, compare=False
     )
+    memoize: bool = False
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
+    _memo_lock: Any = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def decode(self, serialized: bytes) -> DecodeResult:
+    def decode(self, serialized: bytes, *, use_memo: bool = True) -> DecodeResult:
         """Parse and validate one serialized resource of this type."""
+        memo = self._memo if (use_memo and self.memoize) else None
+        if memo is not None and len(serialized) >= MEMO_MIN_BYTES:
+            key = bytes(serialized)
+            hit = memo.get(key)
+            if hit is not None:
+                return hit
+            result = self._decode(key)
+            with self._memo_lock:
+                if len(memo) >= MEMO_MAX_ENTRIES:
+                    memo.pop(next(iter(memo)), None)  # oldest first
+                memo[key] = result
+            return result
+        return self._decode(serialized)
+
+    def _decode(self, serialized: bytes) -> DecodeResult:
         try:
             name, resource, error = self._decoder(serialized)
         except Exception as err:  # bad input never crashes the client
             return DecodeResult(None, None, f"internal error decoding {self.short_name}: {err!r}")
         return DecodeResult(name, resource, error)
+
+    def clear_memo(self) -> None:
+        """Forget remembered results (tests; after changing supported extensions)."""
+        with self._memo_lock:
+            self._memo.clear()
 
     def decode_any(self, any_msg: Any) -> DecodeResult:
         """Decode a ``google.protobuf.Any`` (possibly wrapping a discovery ``Resource``)."""
@@ -78,9 +113,13 @@ class ResourceType:
 
 
 LISTENER = ResourceType(LISTENER_TYPE_URL, "LDS", True, decode_listener)
-ROUTE_CONFIG = ResourceType(ROUTE_CONFIG_TYPE_URL, "RDS", False, decode_route_configuration)
+ROUTE_CONFIG = ResourceType(
+    ROUTE_CONFIG_TYPE_URL, "RDS", False, decode_route_configuration, memoize=True
+)
 CLUSTER = ResourceType(CLUSTER_TYPE_URL, "CDS", True, decode_cluster)
-ENDPOINTS = ResourceType(ENDPOINTS_TYPE_URL, "EDS", False, decode_cluster_load_assignment)
+ENDPOINTS = ResourceType(
+    ENDPOINTS_TYPE_URL, "EDS", False, decode_cluster_load_assignment, memoize=True
+)
 
 RESOURCE_TYPES: dict[str, ResourceType] = {
     rt.type_url: rt for rt in (LISTENER, ROUTE_CONFIG, CLUSTER, ENDPOINTS)
@@ -119,4 +158,6 @@ __all__ = [
     "ENDPOINTS",
     "RESOURCE_TYPES",
     "decode_any",
+    "MEMO_MIN_BYTES",
+    "MEMO_MAX_ENTRIES",
 ]

@@ -53,15 +53,6 @@ _set_health = EndpointAddress.health_status.__set__  # type: ignore[attr-defined
 _set_hostname = EndpointAddress.hostname.__set__  # type: ignore[attr-defined]
 
 
-def _endpoint(addrs: tuple[str, ...], weight: int, health: str) -> EndpointAddress:
-    ep = _new(EndpointAddress)
-    _set_addresses(ep, addrs)
-    _set_weight(ep, weight)
-    _set_health(ep, health)
-    _set_hostname(ep, "")
-    return ep
-
-
 _AF_INET = socket.AF_INET
 _AF_INET6 = socket.AF_INET6
 
@@ -115,7 +106,10 @@ def parse_cluster_load_assignment(cla: Any, errs: Errors) -> ClusterLoadAssignme
     excluded = 0
     address_of = _address
     has_field = type(cla).HasField
-    new_endpoint = _endpoint
+    seen_add = seen_addresses.add
+    new = _new
+    set_addresses, set_weight, set_health = _set_addresses, _set_weight, _set_health
+    set_hostname = _set_hostname
     health_names = _HEALTH_NAMES
     inet_pton = _inet_pton
     af_inet, af_inet6 = _AF_INET, _AF_INET6
@@ -159,6 +153,9 @@ def parse_cluster_load_assignment(cla: Any, errs: Errors) -> ClusterLoadAssignme
                 addr = _slow_address(lbe, li, ei, errs)
                 if addr is None:
                     continue
+            if addr in seen_addresses:
+                errs.add(_lbe_path(li, ei), f"duplicate endpoint address {addr}")
+            seen_add(addr)
             addrs = (addr,)
             if len(ep.additional_addresses):
                 extra = []
@@ -170,11 +167,11 @@ def parse_cluster_load_assignment(cla: Any, errs: Errors) -> ClusterLoadAssignme
                     a = address_of(aa.address.socket_address, p, errs)
                     if a is not None:
                         extra.append(a)
+                for a in extra:
+                    if a in seen_addresses:
+                        errs.add(_lbe_path(li, ei), f"duplicate endpoint address {a}")
+                    seen_add(a)
                 addrs = (addr, *extra)
-            for a in addrs:
-                if a in seen_addresses:
-                    errs.add(_lbe_path(li, ei), f"duplicate endpoint address {a}")
-                seen_addresses.add(a)
             health = lbe.health_status
             if health > 1:  # not UNKNOWN or HEALTHY
                 excluded += 1
@@ -185,7 +182,13 @@ def parse_cluster_load_assignment(cla: Any, errs: Errors) -> ClusterLoadAssignme
                 if not weight:
                     errs.add(f"{_lbe_path(li, ei)}.load_balancing_weight", "must be greater than 0")
                     weight = 1
-            append(new_endpoint(addrs, weight, health_names[health]))
+            # EndpointAddress(addrs, weight, health) through its slot descriptors.
+            e = new(EndpointAddress)
+            set_addresses(e, addrs)
+            set_weight(e, weight)
+            set_health(e, health_names[health])
+            set_hostname(e, "")
+            append(e)
         priorities[prio].append(Locality(lname, lweight, tuple(endpoints), prio))
 
     for prio, total in weight_sums.items():

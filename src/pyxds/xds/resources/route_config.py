@@ -86,6 +86,9 @@ _set_match = Route.match.__set__  # type: ignore[attr-defined]
 _set_action = Route.action.__set__  # type: ignore[attr-defined]
 _set_name = Route.name.__set__  # type: ignore[attr-defined]
 _PREFIX_ALL = PrefixMatch("")
+# Keys of the per-decode sharing cache: cluster names are str, so every
+# other kind of key is a tuple and cannot collide with a cluster name.
+_MATCH_ALL_KEY = ("match_all",)
 
 
 def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteConfiguration:
@@ -239,9 +242,9 @@ def _parse_route(
         )
         return None
     if spec is _PREFIX_ALL and case_sensitive and not headers and fraction is None:
-        match = cache.get("match_all")
+        match = cache.get(_MATCH_ALL_KEY)
         if match is None:
-            match = cache["match_all"] = RouteMatch(spec)
+            match = cache[_MATCH_ALL_KEY] = RouteMatch(spec)
     else:
         match = _new(RouteMatch)
         _set_spec(match, spec)
@@ -359,7 +362,7 @@ def _parse_action(
         return RouteAction(name, None, None, msd, timeout, hashes, retry)
     if spec == 3:
         wc = spec_value
-        weights = []
+        pairs = []
         total = 0
         for ci, cw in enumerate(wc.clusters):
             w = cw.weight.value
@@ -371,7 +374,7 @@ def _parse_action(
                 )
             if w:
                 total += w
-                weights.append(ClusterWeight(name, w))
+                pairs.append((name, w))
         if total == 0:
             errs.add(f"{_route_path(pre, vi, ri)}.route.weighted_clusters", "sum of weights is 0")
             return None
@@ -387,7 +390,15 @@ def _parse_action(
                 f"{wc.total_weight.value} does not equal the sum of weights {total}",
             )
             return None
-        return RouteAction(None, tuple(weights), None, msd, timeout, hashes, retry)
+        key = tuple(pairs)
+        if plain:
+            action = cache.get(key)
+            if action is None:
+                weights = tuple(ClusterWeight(n, w) for n, w in pairs)
+                action = cache[key] = RouteAction(weighted_clusters=weights)
+            return action
+        weights = tuple(ClusterWeight(n, w) for n, w in pairs)
+        return RouteAction(None, weights, None, msd, timeout, hashes, retry)
     if spec == 37:
         name = spec_value
         if name in ignored_plugins:
