@@ -20,7 +20,6 @@ from pyxds.lb.api import (
     PickComplete,
     PickDrop,
     Picker,
-    PickFail,
     PickQueue,
     QueuePicker,
     Status,
@@ -77,7 +76,7 @@ def run_in_thread(fn):
     def go():
         try:
             box["result"] = fn()
-        except BaseException as err:  # noqa: BLE001
+        except BaseException as err:
             box["error"] = err
 
     thread = threading.Thread(target=go, daemon=True)
@@ -233,7 +232,7 @@ def test_config_selector_is_called_once_per_rpc_even_when_queued(h):
     h.resolve([Endpoint(("10.0.0.1:80",))], selector)
     h.publish(QueuePicker())
     rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
-    thread, box = run_in_thread(lambda: h.core.pick_blocking(rpc))
+    thread, _ = run_in_thread(lambda: h.core.pick_blocking(rpc))
     thread.join(0.05)
     h.publish(QueuePicker())
     thread.join(0.05)
