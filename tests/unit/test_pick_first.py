@@ -733,3 +733,45 @@ def test_subchannel_reports_after_shutdown_are_ignored():
     policy.shutdown()
     sc.set_state(READY)  # FakeSubchannel forgets watchers on shutdown; nothing may reach us
     assert helper.state_sequence() == [CONNECTING]
+
+
+class ReentrantHelper(FakeHelper):
+    """A parent that calls back into the policy from inside update_state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.policy: PickFirst | None = None
+        self.on_report = None
+
+    def update_state(self, state, status, picker) -> None:
+        super().update_state(state, status, picker)
+        if self.on_report is not None:
+            hook, self.on_report = self.on_report, None
+            hook(state)
+
+
+def test_parent_calling_exit_idle_inside_the_idle_report_starts_a_clean_pass():
+    helper = ReentrantHelper()
+    policy = PickFirst(helper)
+    policy.update(ResolverUpdate(eps("a:1", "b:1"), PickFirstConfig()))
+    a = helper.subchannel("a:1")
+    a.set_state(READY)
+    helper.on_report = lambda state: policy.exit_idle() if state is IDLE else None
+    a.set_state(IDLE)
+    assert helper.state_sequence() == [CONNECTING, READY, IDLE, CONNECTING]
+    assert policy.phase is Phase.FIRST_PASS
+    assert a.connect_calls == 2 and policy.timer_pending
+
+
+def test_parent_sending_an_update_inside_the_tf_report_is_applied_cleanly():
+    helper = ReentrantHelper()
+    policy = PickFirst(helper)
+    policy.update(ResolverUpdate(eps("a:1"), PickFirstConfig()))
+    helper.on_report = lambda state: policy.update(
+        ResolverUpdate(eps("b:1", "c:1"), PickFirstConfig())
+    )
+    fail(helper, "a:1")
+    assert helper.state is TF
+    assert policy.phase is Phase.FIRST_PASS
+    assert connect_order(helper) == ["a:1", "b:1"]
+    assert helper.subchannel("a:1", live=False).shut_down

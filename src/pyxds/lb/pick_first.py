@@ -458,6 +458,8 @@ class PickFirst(LoadBalancer):
                 self._report_all_failed()
 
     # -- transition helpers (called only from the handlers above) --------------
+    # Each reports to the parent as its last step: a parent may call back
+    # (exit_idle, update) from inside update_state.
     def _start_pass(self) -> None:
         """Begin a happy-eyeballs pass over ``self._order`` (phase FIRST_PASS)."""
         self._cancel_timer()
@@ -477,9 +479,10 @@ class PickFirst(LoadBalancer):
         self._phase = Phase.FIRST_PASS
         self._frontier = 0
         self._failures = 0
-        if self._reported is not _TF and self._reported is not _CONNECTING:
-            self._report(_CONNECTING, OK_STATUS, QueuePicker())
         self._try_from_frontier()
+        # Report last, so a parent reacting synchronously sees a settled policy.
+        if self._phase is Phase.FIRST_PASS and self._reported not in (_TF, _CONNECTING):
+            self._report(_CONNECTING, OK_STATUS, QueuePicker())
 
     def _try_from_frontier(self) -> None:
         """Try the frontier address, skipping those that failed in this pass."""
@@ -504,12 +507,12 @@ class PickFirst(LoadBalancer):
             return
         self._phase = Phase.RECONNECTING
         self._failures = 0
+        for address in self._order:
+            entry = self._entries[address]
+            if entry.state is _IDLE:
+                entry.subchannel.connect()
         self._helper.request_reresolution()
         self._report_all_failed()
-        for address in self._order:
-            entry = self._entries.get(address)
-            if entry is not None and entry.live and entry.state is _IDLE:
-                entry.subchannel.connect()
 
     def _select(self, entry: _Entry) -> None:
         self._cancel_timer()
