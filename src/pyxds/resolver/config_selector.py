@@ -30,8 +30,8 @@ nothing on the success path:
 from __future__ import annotations
 
 import random as _random_module
-import threading
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -71,9 +71,15 @@ class ClusterRef:
     ``try_retire`` on the serializer.  ``on_idle`` is called (from the
     releasing thread) when the last RPC lets go of a cluster that the
     routes no longer name; it must only schedule work on the serializer.
+
+    Lock-free: the references are tokens in a deque (``append``/``pop``
+    are atomic), and retiring is a two-sided handshake - the RPC adds its
+    token *then* checks ``retired``; the serializer sets ``retired`` *then*
+    counts tokens and backs out if there are any - so an RPC never keeps a
+    reference on a retired cluster (it backs out and is re-routed).
     """
 
-    __slots__ = ("name", "child_name", "attributes", "in_routes", "retired", "_count", "_lock",
+    __slots__ = ("name", "child_name", "attributes", "in_routes", "retired", "_tokens",
                  "_on_idle", "subscription")  # fmt: skip
 
     def __init__(self, name: str, on_idle: Callable[[], None], subscription: Any = None) -> None:
@@ -82,38 +88,40 @@ class ClusterRef:
         self.attributes: Mapping[str, Any] = MappingProxyType({CLUSTER_ATTRIBUTE: self.child_name})
         self.in_routes = True
         self.retired = False
-        self._count = 0
-        self._lock = threading.Lock()
+        self._tokens: deque[None] = deque()
         self._on_idle = on_idle
         self.subscription = subscription
 
     @property
     def count(self) -> int:
-        return self._count
+        return len(self._tokens)
 
     def acquire(self) -> bool:
-        with self._lock:
-            if self.retired:
-                return False
-            self._count += 1
-            return True
+        self._tokens.append(None)
+        if self.retired:
+            self._tokens.pop()
+            return False
+        return True
 
     def release(self) -> None:
-        with self._lock:
-            self._count -= 1
-            idle = self._count == 0 and not self.in_routes
-        if idle:
+        self._tokens.pop()
+        if not self._tokens and not self.in_routes:
             self._on_idle()
 
     def try_retire(self) -> bool:
         """Retire when unreferenced and not routed to (serializer only)."""
-        with self._lock:
-            if self._count == 0 and not self.in_routes:
-                self.retired = True
-            return self.retired
+        if self.retired:
+            return True
+        if self.in_routes or self._tokens:
+            return False
+        self.retired = True
+        if self._tokens:  # an RPC got in between: it keeps the cluster
+            self.retired = False
+            return False
+        return True
 
     def __repr__(self) -> str:
-        return f"ClusterRef({self.name!r}, rpcs={self._count}, in_routes={self.in_routes})"
+        return f"ClusterRef({self.name!r}, rpcs={self.count}, in_routes={self.in_routes})"
 
 
 class _Choice:
@@ -218,13 +226,19 @@ class XdsConfigSelector(ConfigSelector):
                     action.fail = non_forwarding
             routes.append((route.match, action))
         self._table: RouteTable[_Action] = RouteTable(routes)
+        self._plans = self._table.plans
 
     @property
     def route_count(self) -> int:
         return self._table.size
 
     def select(self, path: str, metadata: Sequence[tuple[str, str | bytes]]) -> CallConfig:
-        action = self._table.match(path, metadata, self._draw)
+        # Fast path: a memoised plan with nothing to check per RPC.
+        plan = self._plans.get(path)
+        if plan is not None and not plan.conditional and plan.terminal is not None:
+            action = plan.terminal.payload
+        else:
+            action = self._table.match(path, metadata, self._draw)
         if action is None:
             return self._no_route
         choice = action.single

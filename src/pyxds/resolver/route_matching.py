@@ -328,6 +328,11 @@ class RouteTable(Generic[T]):
         terminal = plan.terminal
         return terminal.payload if terminal is not None else None
 
+    @property
+    def plans(self) -> dict[str, _Plan[T]]:
+        """The per-path plan memo (read-only for callers; for fast paths)."""
+        return self._plans
+
     def payloads(self) -> list[T]:
         """Every route's payload in route order."""
         return [e.payload for e in self._entries]
