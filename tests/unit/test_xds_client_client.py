@@ -149,7 +149,7 @@ def test_first_watch_starts_stream_and_sends_node_with_client_features(env):
     transport = env.transports[0]
     assert transport.streams == [1]
     (request,) = transport.requests()
-    assert request.node.id == "n1"
+    assert request.node.id == "n1" == env.client.node_id
     assert request.node.user_agent_name == "pyxds"
     assert set(CLIENT_FEATURES) <= set(request.node.client_features)
     assert list(request.resource_names) == ["c"]

@@ -54,7 +54,7 @@ from pyxds.xds.transport import AdsTransport, channel_credentials
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["RESOURCE_TIMEOUT", "TRANSIENT_RESOURCE_TIMEOUT", "XdsClient"]
+__all__ = ["RESOURCE_TIMEOUT", "TRANSIENT_RESOURCE_TIMEOUT", "ResourceWatcher", "XdsClient"]
 
 CLIENT_FEATURES = ("envoy.lb.does_not_support_overprovisioning", "xds.config.resource-in-sotw")
 """Node.client_features gRPC clients send (A27)."""
@@ -291,6 +291,11 @@ class XdsClient:
     @property
     def bootstrap(self) -> Any:
         return self._bootstrap
+
+    @property
+    def node_id(self) -> str:
+        """The bootstrap node id (A88: the resolution note when nothing is wrong)."""
+        return self._node.id if self._node is not None else ""
 
     # ------------------------------------------------------------------ watches
 
