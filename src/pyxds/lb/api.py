@@ -200,7 +200,9 @@ class Picker(ABC):
 
 class QueuePicker(Picker):
     """Queues every pick; optionally asks the policy to exit idle on first pick
-    (the IDLE picker of A62: ``on_pick`` is scheduled, not run inline)."""
+    (the IDLE picker of A62).  ``on_pick`` runs on the picking thread, so it
+    must only schedule the work, e.g.
+    ``lambda: helper.clock.call_later(0, policy.exit_idle)``."""
 
     __slots__ = ("_on_pick", "_triggered")
 
