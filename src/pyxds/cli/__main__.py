@@ -1,0 +1,5 @@
+import sys
+
+from pyxds.cli.main import main
+
+sys.exit(main())
