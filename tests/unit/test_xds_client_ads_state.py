@@ -916,3 +916,45 @@ def test_cache_entry_states_for_csds():
     assert "is not valid" in nacked.error_state.details
     assert nacked.error_state.last_update_attempt == 1_700_000_005.0
     assert entries["gone"].state is CacheState.DOES_NOT_EXIST
+
+
+# --------------------------------------------------------------------------- real resource types
+
+
+def test_same_real_resources_twice_notify_nobody():
+    """TRAPS "configs and equality": decoded resources compare structurally, so
+    re-sent identical LDS/RDS/CDS/EDS resources are no-ops."""
+    from pyxds.server import builders as b
+    from pyxds.xds import resources
+
+    protos = {
+        resources.LISTENER_TYPE_URL: b.listener("l", route_config_name="r"),
+        resources.ROUTE_CONFIG_TYPE_URL: b.route_config(
+            "r", [b.virtual_host("vh", ["*"], [b.route(prefix="", cluster="c")])]
+        ),
+        resources.CLUSTER_TYPE_URL: b.cluster("c"),
+        resources.ENDPOINTS_TYPE_URL: b.endpoints(
+            "c", [b.locality(endpoints=["127.0.0.1:1", "127.0.0.1:2"])]
+        ),
+    }
+    clock = FakeClock()
+    state = AdsState(FakeServer(), NODE, resource_types=resources.RESOURCE_TYPES, clock=clock)
+    watchers = {}
+    for type_url, proto in protos.items():
+        name = getattr(proto, "name", "") or proto.cluster_name
+        watchers[type_url] = RecordingWatcher()
+        state.add_watcher(type_url, name, watchers[type_url])
+    connected_stream(state)
+    for round_ in ("1", "2"):
+        for type_url, proto in protos.items():
+            msg = discovery_pb2.DiscoveryResponse(
+                type_url=type_url, version_info=round_, nonce=f"{type_url}-{round_}"
+            )
+            msg.resources.add(type_url=type_url, value=proto.SerializeToString())
+            state.on_response(msg)
+        if round_ == "1":
+            for watcher in watchers.values():
+                ((kind, value),) = watcher.take()
+                assert kind == "changed" and not isinstance(value, Status)
+    assert all(w.take() == [] for w in watchers.values())
+    assert {e.state for e in state.snapshot()} == {CacheState.ACKED}
