@@ -415,3 +415,29 @@ def test_listener_failure_before_data_is_reported(kind):
         h.client.error(LISTENER_TYPE_URL, "lds", "connection refused")
     assert isinstance(h.last, Status)
     assert "LDS resource lds" in h.last.details
+
+
+def test_cluster_changing_type_between_eds_and_aggregate_rewires_its_watches():
+    h = Harness()
+    setup_basic(h, "a")
+    h.push(aggregate_cluster("a", "leaf"))
+    assert h.watched(ENDPOINTS_TYPE_URL) == set(), "EDS watch of the old EDS cluster kept"
+    h.push(eds_cluster("leaf"), make_cla("leaf", "10.0.0.8:80"))
+    assert h.last.clusters["a"].children == AggregateConfig(("leaf",))
+    h.push(eds_cluster("a"))
+    assert h.watched(CLUSTER_TYPE_URL) == {"a"}
+    h.push(make_cla("a", "10.0.0.1:80"))
+    assert isinstance(h.last.clusters["a"].children, EndpointConfig)
+    assert "leaf" not in h.last.clusters
+
+
+def test_logical_dns_target_change_restarts_resolution():
+    h = Harness()
+    h.push(make_listener("lds", rds="rds"), make_route_config("rds", routes_to("d")))
+    h.push(dns_cluster("d", "old.example", 1))
+    h.dns.complete("old.example", ["10.0.0.1:1"])
+    h.push(dns_cluster("d", "new.example", 2))
+    assert h.dns.requests[-1] == ("new.example", 2)
+    h.dns.complete("new.example", ["10.0.0.2:2"])
+    endpoint = h.last.clusters["d"].children.endpoints.priorities[0][0].endpoints[0]
+    assert endpoint.addresses == ("10.0.0.2:2",)

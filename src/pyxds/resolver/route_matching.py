@@ -154,7 +154,7 @@ class _Entry(Generic[T]):
     """A compiled route: its position, its extra conditions and its payload."""
 
     index: int
-    headers: tuple[HeaderMatcher, ...]
+    headers: tuple[tuple[str, HeaderMatcher], ...]  # (lower-case name, matcher)
     fraction: int | None  # per million; None = always
     payload: T
 
@@ -218,7 +218,8 @@ class RouteTable(Generic[T]):
             fraction = None
             if match.runtime_fraction is not None:
                 fraction = match.runtime_fraction.per_million
-            entry = _Entry(index, tuple(match.headers), fraction, payload)
+            headers = tuple((h.name.lower(), h) for h in match.headers)
+            entry = _Entry(index, headers, fraction, payload)
             self._entries.append(entry)
             spec = match.path_specifier
             if isinstance(spec, PathMatch):
@@ -309,8 +310,7 @@ class RouteTable(Generic[T]):
                     if headers is None:
                         headers = {}
                     ok = True
-                    for matcher in entry.headers:
-                        name = matcher.name.lower()
+                    for name, matcher in entry.headers:
                         if name in headers:
                             value = headers[name]
                         else:
