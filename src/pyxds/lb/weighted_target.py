@@ -1,0 +1,524 @@
+"""``weighted_target_experimental``: weighted random picking among children
+(gRFC A28 "Weighted target LB policy"; the locality level of A56's tree).
+
+Theory of operation:
+
+Config
+    ``targets`` maps a name to ``weight`` (uint32 >= 1) and ``childPolicy`` (a
+    ``loadBalancingConfig`` list).  Names let an update reach the existing
+    child instead of recreating it; the xDS layer makes names unique per
+    (priority, locality).
+
+Children
+    Every target gets a child at once (eagerly).  A weight-only change
+    rebuilds the picker and nothing else.  A target dropped from the config
+    is *deactivated*: it no longer counts for the aggregate state or picks,
+    and a ``CHILD_RETENTION`` (15 min) timer destroys it; re-adding the
+    name before then reactivates and reuses it.
+
+Updates
+    A parent update updates (or creates, or deactivates) every child first;
+    child reports arriving meanwhile are recorded but not aggregated.  The
+    state is aggregated exactly once afterwards, so a locality that is
+    momentarily empty mid-update never turns the whole policy
+    TRANSIENT_FAILURE (grpc#22831).
+
+Child states (as C-core)
+    A child that reported TRANSIENT_FAILURE keeps counting as
+    TRANSIENT_FAILURE (with its last failing picker and status) until it
+    reports READY; its CONNECTING or IDLE in between do not count.  A child
+    reporting IDLE is told to exit idle right away (scheduled with
+    ``clock.call_later(0, ...)``, never re-entrantly from its own report).
+
+Aggregate (over active children)
+    READY if any child is READY; else CONNECTING if any is CONNECTING; else
+    IDLE if any is IDLE; else TRANSIENT_FAILURE.  Pickers: READY picks among
+    the READY children only, weighted by config weight (cumulative weights
+    and a bisect: O(log n); a single READY child publishes its own picker);
+    CONNECTING and IDLE queue; TRANSIENT_FAILURE picks among the failing
+    children by weight, so an RPC fails with that child's own error.  No
+    active child at all: "no children in weighted_target policy: <note>".
+    The same aggregate twice (state, status, weights and child picker
+    objects) is not re-published: the same update twice is a no-op.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import grpc
+
+from pyxds.clock import Timer
+from pyxds.lb import hierarchy, registry
+from pyxds.lb.api import (
+    EMPTY_ATTRIBUTES,
+    OK_STATUS,
+    ConnectivityState,
+    Endpoint,
+    FailPicker,
+    Helper,
+    LoadBalancer,
+    PickArgs,
+    Picker,
+    PickResult,
+    PolicyFactory,
+    QueuePicker,
+    ResolverUpdate,
+    Status,
+)
+from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
+from pyxds.lb.errors import LBConfigError, expect_object, expect_uint32, key_path
+from pyxds.lb.registry import PolicySelection
+
+__all__ = [
+    "CHILD_RETENTION",
+    "POLICY_NAME",
+    "WeightedPicker",
+    "WeightedTarget",
+    "WeightedTargetConfig",
+    "WeightedTargetFactory",
+    "WeightedTargetLoadBalancer",
+]
+
+POLICY_NAME = "weighted_target_experimental"
+
+CHILD_RETENTION = 900.0
+"""A28: "When a child policy is removed, it will be cached for 15 minutes"."""
+
+_READY = ConnectivityState.READY
+_IDLE = ConnectivityState.IDLE
+_CONNECTING = ConnectivityState.CONNECTING
+_TF = ConnectivityState.TRANSIENT_FAILURE
+
+
+# --------------------------------------------------------------------------
+# Config
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WeightedTarget:
+    """One target: its weight (>= 1) and child policy."""
+
+    weight: int
+    child_policy: PolicySelection
+
+    def __post_init__(self) -> None:
+        if isinstance(self.weight, bool) or not isinstance(self.weight, int):
+            raise LBConfigError("weight", f"expected integer, got {self.weight!r}")
+        if not 1 <= self.weight <= 0xFFFFFFFF:
+            raise LBConfigError("weight", f"expected integer in [1, 4294967295], got {self.weight}")
+
+
+@dataclass(frozen=True)
+class WeightedTargetConfig:
+    """Parsed ``weighted_target_experimental`` config (frozen, structural equality)."""
+
+    targets: Mapping[str, WeightedTarget] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.targets, MappingProxyType):
+            object.__setattr__(self, "targets", MappingProxyType(dict(self.targets)))
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted((name, t.weight) for name, t in self.targets.items())))
+
+
+def parse_weighted_target_config(json_config: Any) -> WeightedTargetConfig:
+    """Validate the JSON config; errors name the field relative to this
+    policy's config object."""
+    obj = expect_object(json_config, "")
+    if "targets" not in obj:
+        raise LBConfigError("targets", "required field missing")
+    targets_json = expect_object(obj["targets"], "targets")
+    targets: dict[str, WeightedTarget] = {}
+    for name, target_json in targets_json.items():
+        path = key_path("targets", name)
+        target_obj = expect_object(target_json, path)
+        weight = expect_uint32(target_obj, "weight", path, minimum=1)
+        if "childPolicy" not in target_obj:
+            raise LBConfigError(f"{path}.childPolicy", "required field missing")
+        selection = registry.select_policy(target_obj["childPolicy"], f"{path}.childPolicy")
+        targets[name] = WeightedTarget(weight, selection)
+    return WeightedTargetConfig(targets)
+
+
+# --------------------------------------------------------------------------
+# Picker
+# --------------------------------------------------------------------------
+
+
+class WeightedPicker(Picker):
+    """Weighted random choice among child pickers: one uniform draw from the
+    helper's random source and a bisect over the cumulative weights,
+    normalised to [0, 1] (O(log n)); the pick is then the chosen child's own
+    pick.  Float boundaries keep the bisect's comparisons float-to-float,
+    and the children's ``pick`` methods are bound once, here."""
+
+    __slots__ = ("_bounds", "_picks", "_random", "weights")
+
+    def __init__(self, entries: Sequence[tuple[int, Picker]], rng: random.Random) -> None:
+        if not entries:
+            raise ValueError("WeightedPicker needs at least one child")
+        self.weights = [weight for weight, _ in entries]
+        total = sum(self.weights)
+        if total <= 0:
+            raise ValueError("WeightedPicker needs a positive total weight")
+        bounds: list[float] = []
+        running = 0
+        for weight in self.weights:
+            running += weight
+            bounds.append(running / total)
+        bounds[-1] = 1.0
+        picks = [picker.pick for _, picker in entries]
+        # A draw at the very top of the range lands on a repeat of the last.
+        picks.append(picks[-1])
+        self._bounds = bounds
+        self._picks = tuple(picks)
+        self._random = rng.random
+
+    def pick(self, args: PickArgs) -> PickResult:
+        return self._picks[bisect.bisect_right(self._bounds, self._random())](args)
+
+    def __repr__(self) -> str:
+        return f"WeightedPicker(weights={self.weights})"
+
+
+# --------------------------------------------------------------------------
+# Children
+# --------------------------------------------------------------------------
+
+
+class _TargetHelper(DelegatingHelper):
+    def __init__(self, parent: Helper, policy: WeightedTargetLoadBalancer, target: _Target):
+        super().__init__(parent)
+        self._policy = policy
+        self._target = target
+
+    def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
+        self._policy._on_child_state(self._target, state, status, picker)
+
+    def request_reresolution(self) -> None:
+        if not self._target.closed:
+            self.parent.request_reresolution()
+
+
+class _Target:
+    """One child: its policy, weight, last raw report and aggregation view."""
+
+    __slots__ = (
+        "name",
+        "handler",
+        "weight",
+        "raw_state",
+        "state",
+        "status",
+        "picker",
+        "retention_timer",
+        "retention_generation",
+        "exit_idle_scheduled",
+        "closed",
+    )
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.handler: ChildPolicyHandler | None = None
+        self.weight = 0
+        self.raw_state = _CONNECTING
+        # What counts for aggregation (sticky TRANSIENT_FAILURE).
+        self.state = _CONNECTING
+        self.status = OK_STATUS
+        self.picker: Picker = QueuePicker()
+        self.retention_timer: Timer | None = None
+        self.retention_generation = 0
+        self.exit_idle_scheduled = False
+        self.closed = False
+
+    @property
+    def active(self) -> bool:
+        return self.retention_timer is None and not self.closed
+
+    @property
+    def policy(self) -> LoadBalancer | None:
+        return self.handler.child if self.handler is not None else None
+
+    def __repr__(self) -> str:
+        extra = "" if self.active else ", deactivated"
+        return f"_Target({self.name!r}, w={self.weight}, {self.state.name}{extra})"
+
+
+# --------------------------------------------------------------------------
+# The policy
+# --------------------------------------------------------------------------
+
+
+class WeightedTargetLoadBalancer(LoadBalancer):
+    """``weighted_target_experimental`` (gRFC A28); see the module docstring."""
+
+    def __init__(self, helper: Helper, *, child_retention: float = CHILD_RETENTION) -> None:
+        self.helper = helper
+        self.child_retention = child_retention
+        self._config: WeightedTargetConfig | None = None
+        self._children: dict[str, _Target] = {}
+        self._active: list[_Target] = []
+        self._note = ""
+        self._updating = False
+        self._reports_while_updating = 0
+        self._last: tuple[ConnectivityState, Status, tuple[tuple[int, Picker], ...]] | None = None
+        self._shut_down = False
+
+    @property
+    def children(self) -> Mapping[str, _Target]:
+        return MappingProxyType(self._children)
+
+    # -- LoadBalancer -----------------------------------------------------
+    def update(self, update: ResolverUpdate) -> Status | None:
+        if self._shut_down:
+            return None
+        config = update.config
+        if not isinstance(config, WeightedTargetConfig):
+            return Status(
+                grpc.StatusCode.UNAVAILABLE,
+                f"{POLICY_NAME}: expected a WeightedTargetConfig, got {type(config).__name__}",
+            )
+        self._config = config
+        self._note = update.resolution_note
+        endpoints = update.endpoints
+        split: dict[str, list[Endpoint]] | Status = (
+            endpoints if isinstance(endpoints, Status) else hierarchy.split(endpoints)
+        )
+        errors: list[str] = []
+        self._updating = True
+        try:
+            for name, target in list(self._children.items()):
+                if name not in config.targets:
+                    self._deactivate(target)
+            for name, spec in config.targets.items():
+                target = self._children.get(name)
+                if target is None:
+                    target = self._create(name)
+                else:
+                    self._reactivate(target)
+                target.weight = spec.weight
+                child_endpoints = split if isinstance(split, Status) else split.get(name, ())
+                assert target.handler is not None
+                status = target.handler.update(
+                    ResolverUpdate(
+                        endpoints=child_endpoints,
+                        config=spec.child_policy,
+                        attributes=update.attributes,
+                        resolution_note=update.resolution_note,
+                    )
+                )
+                if status is not None:
+                    errors.append(f"child {name}: {status}")
+        finally:
+            self._updating = False
+        self._active = [self._children[name] for name in config.targets]
+        self._aggregate()
+        if errors:
+            return Status(
+                grpc.StatusCode.UNAVAILABLE, f"errors from children: [{'; '.join(errors)}]"
+            )
+        return None
+
+    def resolver_error(self, status: Status) -> None:
+        if self._shut_down:
+            return
+        if not self._children:
+            self.helper.update_state(_TF, status, FailPicker(status))
+            return
+        self._reports_while_updating = 0
+        self._updating = True
+        try:
+            for target in list(self._children.values()):
+                if target.handler is not None and not target.closed:
+                    target.handler.resolver_error(status)
+        finally:
+            self._updating = False
+        if self._reports_while_updating:
+            self._aggregate()
+
+    def exit_idle(self) -> None:
+        for target in list(self._active):
+            if target.handler is not None and not target.closed:
+                target.handler.exit_idle()
+
+    def reset_backoff(self) -> None:
+        for target in list(self._children.values()):
+            if target.handler is not None:
+                target.handler.reset_backoff()
+
+    def shutdown(self) -> None:
+        if self._shut_down:
+            return
+        self._shut_down = True
+        targets = list(self._children.values())
+        self._children.clear()
+        self._active = []
+        for target in targets:
+            self._close(target)
+
+    # -- child lifetime ---------------------------------------------------
+    def _create(self, name: str) -> _Target:
+        target = _Target(name)
+        target.handler = ChildPolicyHandler(_TargetHelper(self.helper, self, target))
+        self._children[name] = target
+        return target
+
+    def _deactivate(self, target: _Target) -> None:
+        if target.retention_timer is not None:
+            return
+        target.retention_generation += 1
+        generation = target.retention_generation
+        target.retention_timer = self.helper.clock.call_later(
+            self.child_retention, lambda: self._on_retention_timer(target, generation)
+        )
+
+    def _reactivate(self, target: _Target) -> None:
+        if target.retention_timer is not None:
+            target.retention_timer.cancel()
+            target.retention_timer = None
+            target.retention_generation += 1
+
+    def _on_retention_timer(self, target: _Target, generation: int) -> None:
+        if (
+            self._shut_down
+            or target.closed
+            or target.retention_generation != generation
+            or self._children.get(target.name) is not target
+        ):
+            return
+        target.retention_timer = None
+        del self._children[target.name]
+        self._close(target)
+
+    def _close(self, target: _Target) -> None:
+        target.closed = True
+        if target.retention_timer is not None:
+            target.retention_timer.cancel()
+            target.retention_timer = None
+        target.retention_generation += 1
+        if target.handler is not None:
+            target.handler.shutdown()
+
+    # -- child reports ----------------------------------------------------
+    def _on_child_state(
+        self, target: _Target, state: ConnectivityState, status: Status, picker: Picker
+    ) -> None:
+        if self._shut_down or target.closed:
+            return
+        target.raw_state = state
+        if state is _IDLE and not target.exit_idle_scheduled:
+            target.exit_idle_scheduled = True
+            self.helper.clock.call_later(0, lambda: self._exit_idle_child(target))
+        # Sticky TRANSIENT_FAILURE: only READY (or a fresh failure) replaces it.
+        if target.state is not _TF or state is _READY or state is _TF:
+            target.state, target.status, target.picker = state, status, picker
+        else:
+            return  # still counts as TRANSIENT_FAILURE: nothing to aggregate anew
+        if self._updating:
+            self._reports_while_updating += 1
+            return
+        if target.active:
+            self._aggregate()
+
+    def _exit_idle_child(self, target: _Target) -> None:
+        target.exit_idle_scheduled = False
+        if self._shut_down or target.closed or self._children.get(target.name) is not target:
+            return
+        if target.raw_state is _IDLE and target.handler is not None:
+            target.handler.exit_idle()
+
+    # -- aggregation ------------------------------------------------------
+    def _aggregate(self) -> None:
+        if self._shut_down or self._updating or self._config is None:
+            return
+        ready: list[tuple[int, Picker]] = []
+        failing: list[tuple[int, Picker]] = []
+        first_failure: Status | None = None
+        connecting = idle = 0
+        for target in self._active:
+            state = target.state
+            if state is _READY:
+                ready.append((target.weight, target.picker))
+            elif state is _CONNECTING:
+                connecting += 1
+            elif state is _IDLE:
+                idle += 1
+            elif state is _TF:
+                failing.append((target.weight, target.picker))
+                if first_failure is None:
+                    first_failure = target.status
+        if ready:
+            self._publish(_READY, OK_STATUS, ready)
+        elif connecting:
+            self._publish(_CONNECTING, OK_STATUS, ())
+        elif idle:
+            self._publish(_IDLE, OK_STATUS, ())
+        elif failing:
+            assert first_failure is not None
+            self._publish(_TF, first_failure, failing)
+        else:
+            status = Status(
+                grpc.StatusCode.UNAVAILABLE,
+                f"no children in weighted_target policy: {self._note}",
+            )
+            self._publish(_TF, status, ())
+
+    def _publish(
+        self, state: ConnectivityState, status: Status, entries: Sequence[tuple[int, Picker]]
+    ) -> None:
+        """Report unless the parent already has exactly this (same state,
+        status, weights and child picker objects): the same input twice
+        publishes nothing new."""
+        last = self._last
+        if (
+            last is not None
+            and last[0] is state
+            and last[1] == status
+            and len(last[2]) == len(entries)
+            and all(
+                w1 == w2 and p1 is p2 for (w1, p1), (w2, p2) in zip(last[2], entries, strict=True)
+            )
+        ):
+            return
+        self._last = (state, status, tuple(entries))
+        picker: Picker
+        if len(entries) == 1:
+            picker = entries[0][1]  # one child: its own picker, nothing wrapped
+        elif entries:
+            picker = WeightedPicker(entries, self.helper.random)
+        elif state is _TF:
+            picker = FailPicker(status)
+        else:
+            picker = QueuePicker()
+        self.helper.update_state(state, status, picker)
+
+
+# --------------------------------------------------------------------------
+# Factory
+# --------------------------------------------------------------------------
+
+
+class WeightedTargetFactory(PolicyFactory):
+    """Builds ``weighted_target_experimental`` policies."""
+
+    name = POLICY_NAME
+
+    def __init__(self, *, child_retention: float = CHILD_RETENTION) -> None:
+        self.child_retention = child_retention
+
+    def parse_config(self, json_config: Any) -> WeightedTargetConfig:
+        return parse_weighted_target_config(json_config)
+
+    def build(self, helper: Helper) -> WeightedTargetLoadBalancer:
+        return WeightedTargetLoadBalancer(helper, child_retention=self.child_retention)
+
+
+registry.register(WeightedTargetFactory())

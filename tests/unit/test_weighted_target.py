@@ -1,0 +1,528 @@
+"""weighted_target_experimental (gRFC A28 "Weighted target LB policy"): one
+test per rule of issue 3 and per TRAPS.md "weighted_target" item."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import grpc
+import pytest
+
+from pyxds.lb import (
+    ConnectivityState,
+    PickArgs,
+    PickComplete,
+    PickFail,
+    PickQueue,
+    ResolverUpdate,
+    Status,
+    registry,
+)
+from pyxds.lb.errors import LBConfigError
+from pyxds.lb.registry import PolicySelection
+from pyxds.lb.weighted_target import (
+    CHILD_RETENTION,
+    WeightedPicker,
+    WeightedTarget,
+    WeightedTargetConfig,
+    WeightedTargetFactory,
+    WeightedTargetLoadBalancer,
+)
+from pyxds.testing import FakeHelper
+
+try:
+    from test_priority_leaf_support import (
+        LEAF,
+        LeafConfig,
+        ep,
+        has_leaf,
+        leaf,
+        leaf_config,
+        leaves,
+        pick_subchannel,
+        reset_leaves,
+    )
+except ImportError:  # pragma: no cover - package-style test collection
+    from .test_priority_leaf_support import (  # type: ignore[no-redef]
+        LEAF,
+        LeafConfig,
+        ep,
+        has_leaf,
+        leaf,
+        leaf_config,
+        leaves,
+        pick_subchannel,
+        reset_leaves,
+    )
+
+CS = ConnectivityState
+READY, IDLE, CONNECTING, TF = CS.READY, CS.IDLE, CS.CONNECTING, CS.TRANSIENT_FAILURE
+ARGS = PickArgs("/svc/Method")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_leaves():
+    reset_leaves()
+    yield
+    reset_leaves()
+
+
+def wt_json(weights: dict[str, int], children=None) -> dict:
+    children = children or {}
+    return {
+        "targets": {
+            name: {"weight": weight, "childPolicy": children.get(name, leaf_config(name))}
+            for name, weight in weights.items()
+        }
+    }
+
+
+def parse(weights, children=None) -> WeightedTargetConfig:
+    factory, parsed = registry.select(
+        [{"weighted_target_experimental": wt_json(weights, children)}]
+    )
+    assert factory.name == "weighted_target_experimental"
+    return parsed
+
+
+class Harness:
+    def __init__(self, seed: int = 0) -> None:
+        self.helper = FakeHelper(seed=seed)
+        self.clock = self.helper.clock
+        self.lb: WeightedTargetLoadBalancer = WeightedTargetFactory().build(self.helper)
+
+    def update(self, weights, children=None, endpoints=None, note=""):
+        if endpoints is None:
+            endpoints = [ep(f"{name}-addr:80", name) for name in weights]
+        return self.lb.update(
+            ResolverUpdate(endpoints, parse(weights, children), resolution_note=note)
+        )
+
+    @property
+    def reports(self) -> int:
+        return len(self.helper.states)
+
+
+def picked_addresses(picker, n: int) -> Counter:
+    counts: Counter = Counter()
+    for _ in range(n):
+        result = picker.pick(ARGS)
+        counts[result.subchannel.address if isinstance(result, PickComplete) else result] += 1
+    return counts
+
+
+# ---------------------------------------------------------------------------
+# Rule 1: config
+# ---------------------------------------------------------------------------
+
+
+def test_config_parses_into_frozen_equal_values():
+    a = parse({"a": 1, "b": 3})
+    assert a == parse({"a": 1, "b": 3}) and hash(a) == hash(parse({"a": 1, "b": 3}))
+    assert a.targets["b"] == WeightedTarget(3, PolicySelection(LEAF, LeafConfig("b")))
+    assert a != parse({"a": 1, "b": 4})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.targets = {}  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        a.targets["c"] = a.targets["a"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("body", "path", "words"),
+    [
+        (
+            {"targets": {"a": {"weight": 0, "childPolicy": leaf_config("a")}}},
+            'targets["a"].weight',
+            "[1, 4294967295]",
+        ),
+        (
+            {"targets": {"a": {"weight": 2**32, "childPolicy": leaf_config("a")}}},
+            'targets["a"].weight',
+            "4294967296",
+        ),
+        (
+            {"targets": {"a": {"weight": "1", "childPolicy": leaf_config("a")}}},
+            'targets["a"].weight',
+            "expected integer",
+        ),
+        (
+            {"targets": {"a": {"weight": 1.5, "childPolicy": leaf_config("a")}}},
+            'targets["a"].weight',
+            "expected integer",
+        ),
+        ({"targets": {"a": {"childPolicy": leaf_config("a")}}}, 'targets["a"].weight', "missing"),
+        ({"targets": {"a": {"weight": 1}}}, 'targets["a"].childPolicy', "missing"),
+        (
+            {"targets": {"a": {"weight": 1, "childPolicy": [{"nope": {}}]}}},
+            'targets["a"].childPolicy',
+            "nope",
+        ),
+        (
+            {"targets": {"a": {"weight": 1, "childPolicy": [{LEAF: {"tag": 1}}]}}},
+            'targets["a"].childPolicy[0].test_leaf.tag',
+            "expected string",
+        ),
+        ({"targets": {"a": 5}}, 'targets["a"]', "expected object"),
+        ({"targets": []}, "targets", "expected object"),
+        ({}, "targets", "missing"),
+    ],
+)
+def test_config_errors_name_the_field(body, path, words):
+    with pytest.raises(LBConfigError) as err:
+        WeightedTargetFactory().parse_config(body)
+    assert err.value.path == path
+    assert words in str(err.value)
+
+
+def test_config_error_is_prefixed_by_the_policy_name_through_the_registry():
+    with pytest.raises(LBConfigError) as err:
+        registry.select(
+            [
+                {
+                    "weighted_target_experimental": {
+                        "targets": {"x": {"weight": 0, "childPolicy": leaf_config("x")}}
+                    }
+                }
+            ]
+        )
+    assert err.value.path == 'weighted_target_experimental.targets["x"].weight'
+
+
+def test_config_built_directly_rejects_weight_zero():
+    with pytest.raises(LBConfigError):
+        WeightedTarget(0, PolicySelection(LEAF, LeafConfig("a")))
+
+
+# ---------------------------------------------------------------------------
+# Rule 2: children
+# ---------------------------------------------------------------------------
+
+
+def test_a_child_is_built_for_every_target_at_once():
+    h = Harness()
+    h.update({"a": 1, "b": 2, "c": 3})
+    assert has_leaf("a") and has_leaf("b") and has_leaf("c")
+    assert [e.addresses for e in leaf("b").updates[-1].endpoints] == [("b-addr:80",)]
+    assert leaf("b").updates[-1].endpoints[0].attributes["hierarchical_path"] == ()
+
+
+def test_weight_only_change_updates_the_picker_and_recreates_nothing():
+    h = Harness()
+    h.update({"a": 1, "b": 1})
+    leaf("a").report(READY)
+    leaf("b").report(READY)
+    subchannels = list(h.helper.subchannels)
+    assert isinstance(h.helper.last.picker, WeightedPicker)
+    assert h.helper.last.picker.weights == [1, 1]
+    h.update({"a": 1, "b": 9})
+    assert len(leaves("a")) == len(leaves("b")) == 1
+    assert h.helper.subchannels == subchannels
+    assert h.helper.last.picker.weights == [1, 9]
+    counts = picked_addresses(h.helper.last.picker, 10_000)
+    assert counts["b-addr:80"] > 8 * counts["a-addr:80"]
+
+
+def test_removed_target_is_kept_15_minutes_out_of_picks_and_reused_if_readded():
+    h = Harness()
+    h.update({"a": 1, "b": 1})
+    a = leaf("a")
+    a.report(READY)
+    leaf("b").report(CONNECTING)
+    h.update({"b": 1})
+    # Deactivated: neither aggregated nor picked.
+    assert h.helper.state is CONNECTING and isinstance(h.helper.pick(), PickQueue)
+    assert not a.shut_down
+    h.clock.advance(CHILD_RETENTION - 1)
+    h.update({"a": 5, "b": 1})
+    assert leaf("a") is a and len(leaves("a")) == 1
+    assert h.helper.state is READY and pick_subchannel(h.helper) == "a-addr:80"
+    h.clock.advance(CHILD_RETENTION * 2)
+    assert not a.shut_down
+
+
+def test_removed_target_is_destroyed_after_15_minutes():
+    h = Harness()
+    h.update({"a": 1, "b": 1})
+    a = leaf("a")
+    h.update({"b": 1})
+    h.clock.advance(CHILD_RETENTION - 0.001)
+    assert not a.shut_down
+    h.clock.advance(0.001)
+    assert a.shut_down and "a" not in h.lb.children
+    h.update({"a": 1, "b": 1})
+    assert leaf("a") is not a
+
+
+def test_stale_retention_timer_after_readding_does_not_destroy_the_target():
+    h = Harness()
+    h.update({"a": 1, "b": 1})
+    a = leaf("a")
+    h.update({"b": 1})
+    stale = h.clock.pending[0]
+    h.update({"a": 1, "b": 1})
+    stale.fn()  # a late callback of the cancelled timer
+    assert not a.shut_down and "a" in h.lb.children
+
+
+def test_targets_are_keyed_by_name_even_with_identical_child_configs():
+    h = Harness()
+    same = leaf_config("same")
+    h.update({"p0-loc": 1, "p1-loc": 1}, children={"p0-loc": same, "p1-loc": same})
+    assert len(leaves("same")) == 2
+    assert set(h.lb.children) == {"p0-loc", "p1-loc"}
+
+
+# ---------------------------------------------------------------------------
+# Rule 3: picking
+# ---------------------------------------------------------------------------
+
+
+def test_picks_only_go_to_ready_children():
+    h = Harness()
+    h.update({"a": 1, "b": 100, "c": 100})
+    leaf("a").report(READY)
+    leaf("b").report(CONNECTING)
+    leaf("c").report(TF)
+    counts = picked_addresses(h.helper.last.picker, 2000)
+    assert counts == Counter({"a-addr:80": 2000})
+
+
+def test_single_ready_child_publishes_its_own_picker():
+    h = Harness()
+    h.update({"a": 1, "b": 1})
+    picker = leaf("a").report(READY)
+    assert h.helper.last.picker is picker
+
+
+def test_picks_follow_the_weights_within_one_percent_over_100k_seeded_picks():
+    h = Harness(seed=1234)
+    weights = {"a": 1, "b": 2, "c": 3, "d": 4, "e": 10}
+    h.update(weights)
+    for name in weights:
+        leaf(name).report(READY)
+    n = 100_000
+    counts = picked_addresses(h.helper.last.picker, n)
+    total = sum(weights.values())
+    for name, weight in weights.items():
+        assert abs(counts[f"{name}-addr:80"] / n - weight / total) < 0.01, (name, counts)
+
+
+def test_picker_bisect_covers_every_child_and_boundaries():
+    class Fixed:
+        def __init__(self, values):
+            self.values = list(values)
+
+        def random(self):
+            return self.values.pop(0)
+
+    class Tag:
+        def __init__(self, name):
+            self.name = name
+
+        def pick(self, args):
+            return self.name
+
+    picker = WeightedPicker(
+        [(1, Tag("a")), (2, Tag("b")), (1, Tag("c"))],
+        Fixed([0.0, 0.2499, 0.25, 0.7499, 0.75, 0.9999999999999999]),
+    )
+    assert [picker.pick(ARGS) for _ in range(6)] == ["a", "a", "b", "b", "c", "c"]
+
+
+def test_picker_never_indexes_past_the_last_child_at_the_top_of_the_range():
+    class Top:
+        def random(self):
+            return 1.0  # out of contract, but a float product can round up
+
+    class Tag:
+        def __init__(self, name):
+            self.name = name
+
+        def pick(self, args):
+            return self.name
+
+    picker = WeightedPicker([(1, Tag("a")), (2, Tag("b"))], Top())
+    assert picker.pick(ARGS) == "b"
+
+
+def test_picker_uses_the_helpers_random_source():
+    results = []
+    for _ in range(2):
+        h = Harness(seed=99)
+        h.update({"a": 1, "b": 1, "c": 1})
+        for name in "abc":
+            leaf(name).report(READY)
+        results.append([pick_subchannel(h.helper) for _ in range(50)])
+    assert results[0] == results[1]
+    assert len(set(results[0])) == 3
+
+
+# ---------------------------------------------------------------------------
+# Rule 4: aggregation
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("states", "expected"),
+    [
+        ((READY, TF, CONNECTING), READY),
+        ((TF, CONNECTING, IDLE), CONNECTING),
+        ((TF, IDLE, TF), IDLE),
+        ((TF, TF, TF), TF),
+        ((READY, READY, READY), READY),
+    ],
+)
+def test_aggregate_state_ready_then_connecting_then_idle_else_failure(states, expected):
+    h = Harness()
+    h.update({"a": 1, "b": 1, "c": 1})
+    for name, state in zip("abc", states, strict=True):
+        leaf(name).report(state)
+    assert h.helper.state is expected
+    if expected in (CONNECTING, IDLE):
+        assert isinstance(h.helper.pick(), PickQueue)
+
+
+def test_child_in_transient_failure_counts_as_failing_until_it_reports_ready():
+    h = Harness()
+    h.update({"a": 1, "b": 1})
+    leaf("a").report(TF, "a down")
+    leaf("b").report(TF, "b down")
+    assert h.helper.state is TF
+    before = h.reports
+    leaf("a").report(CONNECTING)
+    leaf("a").report(IDLE)
+    assert h.helper.state is TF and h.reports == before
+    # Still fails with its own last error, not a queue.
+    assert {type(r) for r in picked_addresses(h.helper.last.picker, 200)} == {PickFail}
+    leaf("a").report(READY)
+    assert h.helper.state is READY and pick_subchannel(h.helper) == "a-addr:80"
+
+
+def test_all_children_failing_fail_each_rpc_with_the_picked_childs_own_error():
+    h = Harness()
+    h.update({"a": 1, "b": 3})
+    leaf("a").report(TF, "a: connection refused")
+    leaf("b").report(TF, "b: no route to host")
+    assert h.helper.state is TF
+    assert h.helper.last.status.details in ("a: connection refused", "b: no route to host")
+    counts = picked_addresses(h.helper.last.picker, 4000)
+    a_fail = PickFail(Status(grpc.StatusCode.UNAVAILABLE, "a: connection refused"))
+    b_fail = PickFail(Status(grpc.StatusCode.UNAVAILABLE, "b: no route to host"))
+    assert set(counts) == {a_fail, b_fail}
+    assert 2.4 < counts[b_fail] / counts[a_fail] < 3.6
+
+
+def test_child_reporting_idle_is_told_to_exit_idle_soon_not_reentrantly():
+    h = Harness()
+    h.update({"a": 1, "b": 1})
+    leaf("b").report(READY)
+    leaf("a").report(IDLE)
+    assert leaf("a").exit_idle_calls == 0
+    h.clock.advance(0)
+    assert leaf("a").exit_idle_calls == 1
+    leaf("a").report(IDLE)
+    leaf("a").report(CONNECTING)
+    h.clock.advance(0)
+    assert leaf("a").exit_idle_calls == 1  # no longer IDLE when it ran
+
+
+def test_all_children_updated_before_aggregating_once():
+    h = Harness()
+    h.update({"a": 1, "b": 1})
+    leaf("a").report(READY)
+    leaf("b").report(READY)
+    before = h.reports
+    # "a" loses its endpoints and reports TRANSIENT_FAILURE mid-update; "b"
+    # reports CONNECTING then; the parent sees a single, final report.
+    h.update(
+        {"a": 1, "b": 1, "c": 1},
+        children={
+            "a": leaf_config("a", on_update="TRANSIENT_FAILURE"),
+            "b": leaf_config("b", on_update="READY"),
+            "c": leaf_config("c", on_update="CONNECTING"),
+        },
+        endpoints=[ep("b-addr:80", "b"), ep("c-addr:80", "c")],
+    )
+    assert h.reports == before + 1
+    assert h.helper.state is READY and pick_subchannel(h.helper) == "b-addr:80"
+
+
+def test_no_targets_reports_transient_failure_with_the_resolution_note():
+    h = Harness()
+    h.update({}, note="EDS resource foo: no localities")
+    assert h.helper.state is TF
+    expected = Status(
+        grpc.StatusCode.UNAVAILABLE,
+        "no children in weighted_target policy: EDS resource foo: no localities",
+    )
+    assert h.helper.last.status == expected
+    assert h.helper.pick() == PickFail(expected)
+
+
+def test_same_config_twice_is_a_no_op():
+    h = Harness()
+    h.update({"a": 1, "b": 2})
+    leaf("a").report(READY)
+    leaf("b").report(READY)
+    subchannels = list(h.helper.subchannels)
+    before, picker = h.reports, h.helper.last.picker
+    for _ in range(2):
+        assert h.update({"a": 1, "b": 2}) is None
+    assert len(leaves("a")) == len(leaves("b")) == 1
+    assert h.helper.subchannels == subchannels
+    assert h.reports == before and h.helper.last.picker is picker
+    assert h.helper.state is READY and picker.weights == [1, 2]
+
+
+def test_resolver_error_goes_to_children_and_fails_without_children():
+    h = Harness()
+    error = Status(grpc.StatusCode.UNAVAILABLE, "resolution failed")
+    h.lb.resolver_error(error)
+    assert h.helper.state is TF and h.helper.last.status == error
+    h.update({"a": 1})
+    leaf("a").report(READY)
+    before = h.reports
+    h.lb.resolver_error(error)
+    assert leaf("a").resolver_errors == [error]
+    assert h.reports == before  # no child changed: nothing re-published
+
+
+def test_exit_idle_and_reset_backoff_reach_the_children():
+    h = Harness()
+    h.update({"a": 1, "b": 1})
+    h.lb.exit_idle()
+    h.lb.reset_backoff()
+    assert leaf("a").exit_idle_calls == leaf("b").exit_idle_calls == 1
+    assert leaf("a").reset_backoff_calls == leaf("b").reset_backoff_calls == 1
+
+
+def test_child_rejections_are_returned_as_errors_from_children():
+    h = Harness()
+    status = h.update({"a": 1}, children={"a": leaf_config("a", reject=True)})
+    assert status is not None
+    assert status.details == "errors from children: [child a: UNAVAILABLE: a rejected its update]"
+
+
+def test_reresolution_requests_pass_through():
+    h = Harness()
+    h.update({"a": 1})
+    leaf("a").helper.request_reresolution()
+    assert h.helper.reresolution_requests == 1
+
+
+def test_shutdown_shuts_every_child_and_ignores_late_reports():
+    h = Harness()
+    h.update({"a": 1, "b": 1})
+    a = leaf("a")
+    h.update({"b": 1})
+    before = h.reports
+    h.lb.shutdown()
+    assert a.shut_down and leaf_is_down("b")
+    a.report(READY)
+    h.clock.advance(CHILD_RETENTION * 2)
+    assert h.reports == before
+
+
+def leaf_is_down(tag: str) -> bool:
+    return all(candidate.shut_down for candidate in leaves(tag))
