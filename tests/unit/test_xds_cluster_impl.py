@@ -142,6 +142,8 @@ def test_locality_counters_record_started_succeeded_failed_and_in_flight():
     name = unique("loads")
     helper, _, _, _ = start(name)
     picks = [helper.pick() for _ in range(6)]
+    # the channel gets its own subchannels back, never the policy's wrapper
+    assert all(any(p.subchannel is s for s in helper.subchannels) for p in picks)
     by_address: dict[str, list] = {}
     for p in picks:
         by_address.setdefault(p.subchannel.address, []).append(p)

@@ -18,14 +18,19 @@ Rules:
 
 * :func:`cluster_counters` returns the live object for a key or makes one; the
   registry holds it weakly, so counters live as long as some policy holds them.
-* Counts are changed from RPC threads (pickers, call completion) as well as
-  the serializer: one small lock per cluster guards them.  The circuit-breaker
-  check reads without the lock (a stale read may admit one call too many, as in
-  C-core, which checks in the picker and increments when the call starts).
+* Counts are changed from RPC threads (pickers, call completion) without a
+  lock: in-flight calls are the length of a deque (append/pop are atomic) and
+  counts are ``itertools.count`` objects (one ``next()`` is atomic).  Drops
+  (rarer) and snapshots take a small lock.  The circuit-breaker check and the
+  increment are separate steps, so racing picks may admit a call or two over
+  the limit, as in C-core (which checks in the picker and increments when the
+  call starts).
 """
 
 from __future__ import annotations
 
+import collections
+import itertools
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -68,17 +73,68 @@ class ClusterLoad:
         return self.uncategorized_drops + sum(self.dropped.values())
 
 
-class LocalityCounters:
-    """Calls of one locality of one cluster.  Changed under the cluster's lock."""
+def _count_value(counter: itertools.count) -> int:
+    """The next value ``counter`` would return, without taking it."""
+    return int(repr(counter)[6:-1])
 
-    __slots__ = ("locality", "started", "succeeded", "failed", "in_flight")
+
+class LocalityCounters:
+    """Calls of one locality of one cluster.
+
+    Lock-free on the RPC path: each count is an ``itertools.count`` (one
+    ``next()`` is atomic in CPython) and in-flight calls are the length of a
+    deque (``append``/``pop`` are atomic)."""
+
+    __slots__ = ("locality", "_started", "_succeeded", "_failed", "_calls")
 
     def __init__(self, locality: Any) -> None:
         self.locality = locality
-        self.started = 0
-        self.succeeded = 0
-        self.failed = 0
-        self.in_flight = 0
+        self._started = itertools.count()
+        self._succeeded = itertools.count()
+        self._failed = itertools.count()
+        self._calls: collections.deque[None] = collections.deque()
+
+    def call_started(self) -> None:
+        next(self._started)
+        self._calls.append(None)
+
+    def call_finished(self, ok: bool) -> None:
+        self._calls.pop()
+        next(self._succeeded if ok else self._failed)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._calls)
+
+    @property
+    def started(self) -> int:
+        return _count_value(self._started)
+
+    @property
+    def succeeded(self) -> int:
+        return _count_value(self._succeeded)
+
+    @property
+    def failed(self) -> int:
+        return _count_value(self._failed)
+
+    def _take(self, reset: bool) -> LocalityLoad:
+        if reset:
+            # Swap first, then read the old counters: a call counted into an
+            # old counter after the read is lost (a race as wide as one
+            # ``next()``; LRS counts are estimates).
+            started, self._started = self._started, itertools.count()
+            succeeded, self._succeeded = self._succeeded, itertools.count()
+            failed, self._failed = self._failed, itertools.count()
+        else:
+            started, succeeded, failed = self._started, self._succeeded, self._failed
+        return LocalityLoad(
+            self.locality,
+            _count_value(started),
+            _count_value(succeeded),
+            _count_value(failed),
+            len(self._calls),
+        )
 
 
 class ClusterCounters:
@@ -87,9 +143,9 @@ class ClusterCounters:
     __slots__ = (
         "cluster",
         "eds_service_name",
-        "in_flight",
         "dropped",
         "uncategorized_drops",
+        "calls",
         "_localities",
         "_lock",
         "__weakref__",
@@ -98,11 +154,18 @@ class ClusterCounters:
     def __init__(self, cluster: str, eds_service_name: str) -> None:
         self.cluster = cluster
         self.eds_service_name = eds_service_name
-        self.in_flight = 0
         self.dropped: dict[str, int] = {}
         self.uncategorized_drops = 0
+        self.calls: collections.deque[None] = collections.deque()
         self._localities: dict[Any, LocalityCounters] = {}
         self._lock = threading.Lock()
+
+    @property
+    def in_flight(self) -> int:
+        """Calls started and not yet finished, over every policy of the process
+        (the length of ``calls``: one item per call in flight; pickers append
+        and pop it directly)."""
+        return len(self.calls)
 
     # -- serializer side -------------------------------------------------
     def locality(self, name: Any) -> LocalityCounters:
@@ -115,21 +178,14 @@ class ClusterCounters:
 
     # -- RPC side ---------------------------------------------------------
     def call_started(self, locality: LocalityCounters | None) -> None:
-        with self._lock:
-            self.in_flight += 1
-            if locality is not None:
-                locality.started += 1
-                locality.in_flight += 1
+        self.calls.append(None)
+        if locality is not None:
+            locality.call_started()
 
     def call_finished(self, locality: LocalityCounters | None, ok: bool) -> None:
-        with self._lock:
-            self.in_flight -= 1
-            if locality is not None:
-                locality.in_flight -= 1
-                if ok:
-                    locality.succeeded += 1
-                else:
-                    locality.failed += 1
+        self.calls.pop()
+        if locality is not None:
+            locality.call_finished(ok)
 
     def call_dropped(self, category: str | None) -> None:
         """Count a drop: an EDS drop ``category``, or None for the circuit breaker."""
@@ -143,14 +199,11 @@ class ClusterCounters:
     def snapshot(self, reset: bool = False) -> ClusterLoad:
         """The counters now; ``reset`` zeroes the interval counts (not in-flight)."""
         with self._lock:
-            localities = tuple(
-                LocalityLoad(c.locality, c.started, c.succeeded, c.failed, c.in_flight)
-                for c in self._localities.values()
-            )
+            localities = tuple(c._take(reset) for c in list(self._localities.values()))
             load = ClusterLoad(
                 self.cluster,
                 self.eds_service_name,
-                self.in_flight,
+                len(self.calls),
                 dict(self.dropped),
                 self.uncategorized_drops,
                 localities,
@@ -158,8 +211,6 @@ class ClusterCounters:
             if reset:
                 self.dropped.clear()
                 self.uncategorized_drops = 0
-                for c in self._localities.values():
-                    c.started = c.succeeded = c.failed = 0
         return load
 
     def __repr__(self) -> str:

@@ -27,7 +27,10 @@ child's picker wrapped in :class:`XdsClusterImplPicker`.  A pick, in order
 
 Drops are counted per category for load reporting.  The locality of a
 subchannel is the ``locality`` attribute of the endpoint it was created for
-(the cds policy sets it), remembered when the child creates the subchannel.
+(the cds policy sets it): the child gets a :class:`CountedSubchannel`
+carrying that locality's counters, which the picker unwraps, so the count
+costs no lookup on the pick path and the channel only ever sees its own
+subchannels.
 
 State: the child's state and status, unchanged.  Before the child reports,
 nothing is published, except when a category drops every call: then the
@@ -36,7 +39,6 @@ policy is READY at once with a picker that drops (C-core does the same).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -73,6 +75,7 @@ PARTS_PER_MILLION = 1_000_000
 LOCALITY_ATTRIBUTE = "locality"
 
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+_OK = grpc.StatusCode.OK
 _CIRCUIT_BREAKER_DROP = PickDrop(Status(_UNAVAILABLE, "circuit breaker drop"))
 
 
@@ -91,7 +94,7 @@ class XdsClusterImplPicker(Picker):
     """Drops, circuit breaking and call counting around the child's picker.
     On the RPC path: no allocation beyond the result and its done callback."""
 
-    __slots__ = ("_child", "_drops", "_counters", "_max_requests", "_random", "_stats")
+    __slots__ = ("_child", "_drops", "_counters", "_calls", "_max_requests", "_random")
 
     def __init__(
         self,
@@ -100,33 +103,37 @@ class XdsClusterImplPicker(Picker):
         counters: ClusterCounters,
         max_requests: int,
         random_source: Any,
-        stats: Mapping[Subchannel, LocalityCounters],
     ) -> None:
         self._child = child
         self._drops = drops
         self._counters = counters
+        self._calls = counters.calls
         self._max_requests = max_requests
         self._random = random_source
-        self._stats = stats
 
     def pick(self, args: PickArgs) -> PickResult:
-        counters = self._counters
         if self._drops:
             draw = self._random.random
             for category, threshold, result in self._drops:
                 if draw() * PARTS_PER_MILLION < threshold:
-                    counters.call_dropped(category)
+                    self._counters.call_dropped(category)
                     return result
-        if counters.in_flight >= self._max_requests:
-            counters.call_dropped(None)
+        calls = self._calls
+        if len(calls) >= self._max_requests:
+            self._counters.call_dropped(None)
             return _CIRCUIT_BREAKER_DROP
         result = self._child.pick(args)
         if type(result) is not PickComplete:
             return result
         subchannel = result.subchannel
-        locality = self._stats.get(subchannel)
-        counters.call_started(locality)
-        return PickComplete(subchannel, _call_done(counters, locality, result.on_call_done))
+        locality = None
+        if type(subchannel) is CountedSubchannel:
+            locality = subchannel.stats
+            subchannel = subchannel.real
+            if locality is not None:
+                locality.call_started()
+        calls.append(None)
+        return PickComplete(subchannel, _call_done(calls, locality, result.on_call_done))
 
     @property
     def child(self) -> Picker:
@@ -138,38 +145,82 @@ class XdsClusterImplPicker(Picker):
 
 
 def _call_done(
-    counters: ClusterCounters,
+    calls: Any,
     locality: LocalityCounters | None,
     inner: Callable[[Status], None] | None,
 ) -> Callable[[Status], None]:
+    """The ``on_call_done`` of a counted call (``calls`` is the cluster's
+    in-flight deque, see :class:`ClusterCounters`)."""
+
     def on_call_done(status: Status) -> None:
-        counters.call_finished(locality, status.code is grpc.StatusCode.OK)
+        calls.pop()
+        if locality is not None:
+            locality.call_finished(status.code is _OK)
         if inner is not None:
             inner(status)
 
     return on_call_done
 
 
+class CountedSubchannel(Subchannel):
+    """What the child policy sees instead of the channel's subchannel: the
+    real one plus the call counters of its endpoint's locality.  The picker
+    hands ``real`` to the channel, so the channel never sees this wrapper
+    (C-core's StatsSubchannelWrapper does the same)."""
+
+    __slots__ = ("real", "address", "locality", "stats", "_owner")
+
+    def __init__(
+        self,
+        real: Subchannel,
+        locality: Any,
+        stats: LocalityCounters | None,
+        owner: XdsClusterImplPolicy,
+    ) -> None:
+        self.real = real
+        self.address = real.address
+        self.locality = locality
+        self.stats = stats
+        self._owner = owner
+
+    def connect(self) -> None:
+        self.real.connect()
+
+    def watch_state(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
+        return self.real.watch_state(fn)
+
+    def shutdown(self) -> None:
+        self._owner._untrack(self)
+        self.real.shutdown()
+
+    def reset_backoff(self) -> None:
+        self.real.reset_backoff()
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else the channel's subchannel offers passes through.
+        if name == "real":
+            raise AttributeError(name)
+        return getattr(self.real, name)
+
+    def __repr__(self) -> str:
+        return f"CountedSubchannel({self.real!r}, {self.locality})"
+
+
 class _ImplHelper(DelegatingHelper):
-    """The child's helper: notes each subchannel's locality, intercepts state."""
+    """The child's helper: wraps each subchannel with its locality's
+    counters, intercepts state."""
 
     def __init__(self, policy: XdsClusterImplPolicy) -> None:
         super().__init__(policy.helper)
         self.policy = policy
 
     def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> Subchannel:
-        subchannel = self.parent.create_subchannel(address, attributes)
+        real = self.parent.create_subchannel(address, attributes)
         locality = attributes.get(LOCALITY_ATTRIBUTE) if attributes else None
-        if locality is not None:
-            self.policy._track(subchannel, locality)
-        return subchannel
+        return self.policy._track(real, locality)
 
     def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
         self.policy._child_reported(state, status, picker)
-
-
-def _weak_map() -> Any:
-    return weakref.WeakKeyDictionary()
 
 
 class XdsClusterImplPolicy(LoadBalancer):
@@ -183,8 +234,7 @@ class XdsClusterImplPolicy(LoadBalancer):
         self._drops: tuple[tuple[str, float, PickDrop], ...] = ()
         self._drop_all = False
         self._max_requests = DEFAULT_MAX_REQUESTS
-        self._sub_locality: Any = _weak_map()  # Subchannel -> locality name
-        self._sub_stats: Any = _weak_map()  # Subchannel -> LocalityCounters
+        self._subchannels: set[CountedSubchannel] = set()
         self._child_state: tuple[ConnectivityState, Status, Picker] | None = None
         self._updating = False
         self._dirty = False
@@ -236,9 +286,9 @@ class XdsClusterImplPolicy(LoadBalancer):
             self._dirty = True
         if counters is not self._counters:
             self._counters = counters
-            self._sub_stats = _weak_map()
-            for subchannel, locality in list(self._sub_locality.items()):
-                self._sub_stats[subchannel] = counters.locality(locality)
+            for subchannel in self._subchannels:
+                if subchannel.locality is not None:
+                    subchannel.stats = counters.locality(subchannel.locality)
         self._drops = drops
         self._drop_all = any(t >= PARTS_PER_MILLION for _, t, _ in drops)
         self._max_requests = max_requests
@@ -274,15 +324,16 @@ class XdsClusterImplPolicy(LoadBalancer):
         self.helper.update_state(ConnectivityState.TRANSIENT_FAILURE, status, FailPicker(status))
         return status
 
-    def _track(self, subchannel: Subchannel, locality: Any) -> None:
-        try:
-            self._sub_locality[subchannel] = locality
-        except TypeError:  # a subchannel type without weakref support
-            self._sub_locality = dict(self._sub_locality)
-            self._sub_stats = dict(self._sub_stats)
-            self._sub_locality[subchannel] = locality
-        if self._counters is not None:
-            self._sub_stats[subchannel] = self._counters.locality(locality)
+    def _track(self, real: Subchannel, locality: Any) -> CountedSubchannel:
+        stats = None
+        if locality is not None and self._counters is not None:
+            stats = self._counters.locality(locality)
+        subchannel = CountedSubchannel(real, locality, stats, self)
+        self._subchannels.add(subchannel)
+        return subchannel
+
+    def _untrack(self, subchannel: CountedSubchannel) -> None:
+        self._subchannels.discard(subchannel)
 
     def _child_reported(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
         if self._shut_down:
@@ -310,7 +361,6 @@ class XdsClusterImplPolicy(LoadBalancer):
             self._counters,
             self._max_requests,
             self.helper.random,
-            self._sub_stats,
         )
         self.helper.update_state(state, status, picker)
 
