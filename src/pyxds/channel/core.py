@@ -656,22 +656,23 @@ class ChannelCore:
         self.serializer.run(go)
 
     def config_dump(self) -> dict[str, Any]:
-        from pyxds.channel.dump import channel_dump
+        from pyxds.channel.dump import channel_dump, xds_client_dump
 
+        xds = xds_client_dump(self.resolver)
         if self.serializer.in_serializer:
-            return channel_dump(self)
+            return channel_dump(self, xds)
         box: list[dict[str, Any]] = []
         done = threading.Event()
 
         def go() -> None:
             try:
-                box.append(channel_dump(self))
+                box.append(channel_dump(self, xds))
             finally:
                 done.set()
 
         self.serializer.run(go)
         if not done.wait(5.0):  # the serializer is stuck: dump without it
-            return channel_dump(self)
+            return channel_dump(self, xds)
         return box[0]
 
 

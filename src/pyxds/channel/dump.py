@@ -62,6 +62,8 @@ def dump_policy(policy: Any, depth: int = 0) -> dict[str, Any]:
                 out.update(extra)
                 if "children" in extra:
                     return out
+        _add_priority(policy, out)
+        _add_subchannels(policy, out)
         for attr in ("children", "_children"):
             children = getattr(policy, attr, None)
             if isinstance(children, Mapping) and children:
@@ -86,7 +88,106 @@ def dump_policy(policy: Any, depth: int = 0) -> dict[str, Any]:
         return {"policy": type(policy).__name__, "dump_error": str(err)}
 
 
-def channel_dump(core: ChannelCore) -> dict[str, Any]:
+def _add_priority(policy: Any, out: dict[str, Any]) -> None:
+    """priority: the child currently chosen (A56), when the policy shows it."""
+    if "current_priority" in out:
+        return
+    index = getattr(policy, "_current_index", None)
+    config = getattr(policy, "_config", None)
+    priorities = getattr(config, "priorities", None)
+    if isinstance(index, int) and priorities is not None:
+        out["priorities"] = list(priorities)
+        out["current_priority"] = priorities[index] if 0 <= index < len(priorities) else None
+
+
+def _add_subchannels(policy: Any, out: dict[str, Any]) -> None:
+    """Leaf policies: each subchannel with its state."""
+    subchannels = getattr(policy, "subchannels", None)
+    if callable(subchannels):
+        subchannels = subchannels()
+    if not isinstance(subchannels, list | tuple) or not subchannels:
+        return
+    listed = []
+    for sub in subchannels:
+        from pyxds.channel.subchannel import core_of
+
+        core = core_of(sub)
+        state = core.state if core is not None else getattr(sub, "state", None)
+        listed.append(
+            {
+                "address": getattr(sub, "address", "?"),
+                "state": getattr(state, "name", str(state)),
+            }
+        )
+    out["subchannels"] = listed
+
+
+def xds_client_dump(resolver: Any) -> Any:
+    """The CSDS ClientConfig of the resolver's XdsClient (outside any serializer)."""
+    client = getattr(resolver, "xds_client", None) or getattr(resolver, "_client", None)
+    dump = getattr(client, "dump", None)
+    if not callable(dump):
+        return None
+    try:
+        return dump()
+    except Exception as err:
+        return {"dump_error": str(err)}
+
+
+def _route_action(route: Any) -> Any:
+    action = getattr(route, "action", None)
+    cluster = getattr(action, "cluster", None)
+    if cluster:
+        return {"cluster": cluster}
+    weighted = getattr(action, "weighted_clusters", None)
+    if weighted:
+        return {
+            "weighted_clusters": {
+                getattr(w, "name", str(w)): getattr(w, "weight", None) for w in weighted
+            }
+        }
+    plugin = getattr(action, "cluster_specifier_plugin", None)
+    if plugin:
+        return {"cluster_specifier_plugin": plugin}
+    return {"non_forwarding": True}
+
+
+def xds_config_dump(core: ChannelCore) -> Any:
+    """The XdsConfig in use (A74): listener, route config, the chosen
+    virtual host with its routes, and each cluster's kind or error."""
+    result = core.last_result
+    if result is None:
+        return None
+    config = result.attributes.get("xds_config") if result.attributes else None
+    if config is None:
+        return None
+    try:
+        vhost = config.virtual_host
+        clusters: dict[str, Any] = {}
+        for name, value in config.clusters.items():
+            if hasattr(value, "code"):
+                clusters[name] = {"error": str(value)}
+            else:
+                children = getattr(value, "children", None)
+                clusters[name] = {"kind": type(children).__name__}
+        return {
+            "listener": getattr(config.listener, "name", None),
+            "route_config": getattr(config.route_config, "name", None),
+            "virtual_host": {
+                "name": vhost.name,
+                "domains": list(vhost.domains),
+                "routes": [
+                    {"match": repr(getattr(r, "match", None)), **_route_action(r)}
+                    for r in vhost.routes
+                ],
+            },
+            "clusters": clusters,
+        }
+    except Exception as err:
+        return {"dump_error": str(err)}
+
+
+def channel_dump(core: ChannelCore, xds: Any = None) -> dict[str, Any]:
     resolver = core.resolver
     try:
         resolver_dump = resolver.config_dump() if resolver is not None else {}
@@ -106,9 +207,8 @@ def channel_dump(core: ChannelCore) -> dict[str, Any]:
         "status": str(core.status) if not core.status.ok else "OK",
         "idle": core.idle,
         "resolver": resolver_dump,
-        "xds": resolver_dump.get("xds_client", resolver_dump.get("xds"))
-        if isinstance(resolver_dump, dict)
-        else None,
+        "xds_client": xds,
+        "xds_config": xds_config_dump(core),
         "config_selector": selector_dump,
         "lb_policy": dump_policy(core.lb),
         "subchannels": {
