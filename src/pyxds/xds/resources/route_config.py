@@ -37,6 +37,7 @@ action / match values between routes.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from envoy.config.route.v3 import route_pb2
@@ -109,27 +110,52 @@ def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteCon
             errs.add(f"{pre}virtual_hosts[{vi}].domains", "must be non-empty")
         for di, d in enumerate(domains):
             if not _valid_domain(d):
-                errs.add(f"{pre}virtual_hosts[{vi}].domains[{di}]", f"invalid domain pattern {d!r}")
+                errs.add(f"{pre}virtual_hosts[{vi}].domains[{di}]", f'invalid domain pattern "{d}"')
+        retry = None
+        if vh.HasField("retry_policy"):
+            retry = _parse_retry(vh.retry_policy, errs, f"{pre}virtual_hosts[{vi}].retry_policy")
         routes = []
         append = routes.append
         for ri, r in enumerate(vh.routes):
             route = _parse_route(r, errs, pre, vi, ri, cache, declared, ignored_plugins)
             if route is not None:
+                if retry is not None:
+                    route = _with_vhost_retry(route, retry)
                 append(route)
-        retry = None
-        if vh.HasField("retry_policy"):
-            retry = _parse_retry(vh.retry_policy, errs, f"{pre}virtual_hosts[{vi}].retry_policy")
         vhosts.append(VirtualHost(vh.name, domains, tuple(routes), retry))
     return RouteConfiguration(rc.name, tuple(vhosts), tuple(plugins))
 
 
+def _with_vhost_retry(route: Route, retry: RetryPolicy) -> Route:
+    """A route without its own retry policy takes its virtual host's (A44)."""
+    action = route.action
+    if isinstance(action, RouteAction) and action.retry_policy is None:
+        return Route(route.match, dataclasses.replace(action, retry_policy=retry), route.name)
+    return route
+
+
 def _valid_domain(d: str) -> bool:
+    """C-core's rule: exact (no ``*``), or ``*`` first (suffix) or last (prefix)."""
     if not d:
         return False
-    star = d.find("*")
-    if star < 0 or d == "*":
-        return True
-    return d.count("*") == 1 and (star == 0 or star == len(d) - 1)
+    return "*" not in d or d[0] == "*" or d[-1] == "*"
+
+
+def _prefix_can_match(prefix: str) -> bool:
+    """A non-empty prefix can match "/service/method" only if it starts with
+    "/", has at most one more "/", and does not start with "//"."""
+    if prefix[0] != "/":
+        return False
+    parts = prefix[1:].split("/", 2)
+    return len(parts) <= 2 and not (len(parts) == 2 and not parts[0])
+
+
+def _path_can_match(path: str) -> bool:
+    """A path can match only if it is exactly "/service/method", both non-empty."""
+    if not path or path[0] != "/":
+        return False
+    parts = path[1:].split("/", 2)
+    return len(parts) == 2 and bool(parts[0]) and bool(parts[1])
 
 
 def _parse_plugins(rc: Any, errs: Errors, pre: str) -> tuple[list[ClusterSpecifierPlugin], set]:
@@ -139,11 +165,12 @@ def _parse_plugins(rc: Any, errs: Errors, pre: str) -> tuple[list[ClusterSpecifi
     for i, csp in enumerate(rc.cluster_specifier_plugins):
         ext = csp.extension
         p = f"{pre}cluster_specifier_plugins[{i}].extension"
+        if not csp.HasField("extension"):
+            errs.add(p, "field not present")
+            continue
         name = ext.name
-        if not name:
-            errs.add(f"{p}.name", "must be non-empty")
-        elif name in seen:
-            errs.add(f"{p}.name", f"duplicate name {name!r}")
+        if name in seen:
+            errs.add(f"{p}.name", f'duplicate name "{name}"')
         seen.add(name)
         tname = type_name(ext.typed_config.type_url)
         if tname in SUPPORTED_CLUSTER_SPECIFIER_PLUGINS:
@@ -153,7 +180,7 @@ def _parse_plugins(rc: Any, errs: Errors, pre: str) -> tuple[list[ClusterSpecifi
         elif csp.is_optional:
             ignored.add(name)
         else:
-            errs.add(f"{p}.typed_config", f"unsupported ClusterSpecifierPlugin type {tname!r}")
+            errs.add(f"{p}.typed_config", f'unsupported ClusterSpecifierPlugin type "{tname}"')
     return plugins, ignored
 
 
@@ -177,37 +204,31 @@ def _parse_route(
     spec_field = None
     case_sensitive = True
     headers: tuple[HeaderMatcher, ...] = ()
+    header_msgs = None
     fraction = None
+    fraction_msg = None
     for fd, value in m.ListFields():
         num = fd.number
         if num == 1 or num == 2 or num == 10:  # prefix, path, safe_regex
             spec_field = (num, value)
         elif num == 4:  # case_sensitive (BoolValue)
             case_sensitive = value.value
-        elif num == 6:  # headers
-            headers = tuple(
-                _parse_header(h, errs, f"{_route_path(pre, vi, ri)}.match.headers[{hi}]")
-                for hi, h in enumerate(value)
-            )
+        elif num == 6:  # headers (parsed below, once the route is known to count)
+            header_msgs = value
         elif num == 7:  # query_parameters: A28, the route is ignored
             return None
-        elif num == 9:  # runtime_fraction: only default_value is used
-            dv = value.default_value
-            den = dv.denominator
-            if 0 <= den < 3:
-                fraction = FractionalPercent(dv.numerator, _DENOMINATORS[den])
-            else:
-                errs.add(
-                    f"{_route_path(pre, vi, ri)}.match.runtime_fraction.default_value.denominator",
-                    f"unknown denominator type {den}",
-                )
+        elif num == 9:  # runtime_fraction
+            fraction_msg = value
         elif num == 12 or num == 14 or num == 15:  # other path specifiers
             spec_field = (num, fd.name)
     if spec_field is None:
-        # An explicitly empty prefix is still "set" (a oneof member) but
+        # An explicitly empty prefix is still "set" (a oneof member), in case
         # ListFields omits it: ask the oneof.
         if m.WhichOneof("path_specifier") == "prefix":
             spec_field = (1, "")
+        elif not r.HasField("match"):
+            errs.add(f"{_route_path(pre, vi, ri)}.match", "field not present")
+            return None
         else:
             errs.add(f"{_route_path(pre, vi, ri)}.match.path_specifier", "field not set")
             return None
@@ -215,15 +236,15 @@ def _parse_route(
     if num == 1:
         if not value:
             spec = _PREFIX_ALL
-        elif value[0] != "/":
-            return None  # can never match a gRPC path: ignored
+        elif not _prefix_can_match(value):
+            return None  # can never match a gRPC path: ignored (as C-core)
         else:
             key = ("p", value)
             spec = cache.get(key)
             if spec is None:
                 spec = cache[key] = PrefixMatch(value)
     elif num == 2:
-        if not value or value[0] != "/":
+        if not _path_can_match(value):
             return None
         spec = _new(PathMatch)
         _set_path(spec, value)
@@ -241,6 +262,25 @@ def _parse_route(
             f"must be prefix, path or safe_regex, not {value}",
         )
         return None
+    if header_msgs is not None:
+        headers = tuple(
+            h
+            for h in (
+                _parse_header(h, errs, f"{_route_path(pre, vi, ri)}.match.headers[{hi}]")
+                for hi, h in enumerate(header_msgs)
+            )
+            if h is not None
+        )
+    if fraction_msg is not None:  # only default_value is used (A28)
+        dv = fraction_msg.default_value
+        den = dv.denominator
+        if 0 <= den < 3:
+            fraction = FractionalPercent(dv.numerator, _DENOMINATORS[den])
+        else:
+            errs.add(
+                f"{_route_path(pre, vi, ri)}.match.runtime_fraction.default_value.denominator",
+                f"unknown denominator type {den}",
+            )
     if spec is _PREFIX_ALL and case_sensitive and not headers and fraction is None:
         match = cache.get(_MATCH_ALL_KEY)
         if match is None:
@@ -266,7 +306,7 @@ def _parse_route(
     return route
 
 
-def _parse_header(h: Any, errs: Errors, path: str) -> HeaderMatcher:
+def _parse_header(h: Any, errs: Errors, path: str) -> HeaderMatcher | None:
     name = h.name
     invert = h.invert_match
     kind = h.WhichOneof("header_match_specifier")
@@ -305,13 +345,10 @@ def _parse_header(h: Any, errs: Errors, path: str) -> HeaderMatcher:
             pattern = sm.safe_regex.regex
             rx = compile_regex(pattern, f"{path}.string_match.safe_regex.regex", errs)
             return HeaderMatcher(name, "safe_regex", pattern, invert, regex=rx)
-        errs.add(
-            f"{path}.string_match",
-            f"unsupported match pattern {sk!r}" if sk else "match_pattern not set",
-        )
-        return HeaderMatcher(name, "exact", "", invert)
-    errs.add(path, "invalid header matcher: no header_match_specifier set")
-    return HeaderMatcher(name, "exact", "", invert)
+        errs.add(f"{path}.string_match", "invalid string matcher")
+        return None
+    errs.add(path, "invalid header matcher")
+    return None
 
 
 def _parse_action(
@@ -372,7 +409,12 @@ def _parse_action(
                     f"{_route_path(pre, vi, ri)}.route.weighted_clusters.clusters[{ci}].name",
                     "must be non-empty",
                 )
-            if w:
+            if not w and not cw.HasField("weight"):
+                errs.add(
+                    f"{_route_path(pre, vi, ri)}.route.weighted_clusters.clusters[{ci}].weight",
+                    "field not present",
+                )
+            elif w:
                 total += w
                 pairs.append((name, w))
         if total == 0:
@@ -401,12 +443,17 @@ def _parse_action(
         return RouteAction(None, weights, None, msd, timeout, hashes, retry)
     if spec == 37:
         name = spec_value
+        if not name:
+            errs.add(
+                f"{_route_path(pre, vi, ri)}.route.cluster_specifier_plugin", "must be non-empty"
+            )
+            return None
         if name in ignored_plugins:
             return None
         if name not in declared:
             errs.add(
                 f"{_route_path(pre, vi, ri)}.route.cluster_specifier_plugin",
-                f"unknown cluster specifier plugin name {name!r}",
+                f'unknown cluster specifier plugin name "{name}"',
             )
             return None
         return RouteAction(None, None, name, msd, timeout, hashes, retry)
@@ -439,7 +486,16 @@ def _parse_hash_policies(policies: Any, errs: Errors, path: str) -> tuple[HashPo
             if h.HasField("regex_rewrite"):
                 pattern = h.regex_rewrite.pattern.regex
                 subst = h.regex_rewrite.substitution
-                rx = compile_regex(pattern, f"{path}[{i}].header.regex_rewrite.pattern.regex", errs)
+                p = f"{path}[{i}].header.regex_rewrite.pattern"
+                if not h.regex_rewrite.HasField("pattern"):
+                    errs.add(p, "field not present")
+                    continue
+                if not pattern:
+                    errs.add(f"{p}.regex", "field not present")
+                    continue
+                rx = compile_regex(pattern, f"{p}.regex", errs)
+                if rx is None:
+                    continue
             out.append(HashPolicy("header", hp.terminal, h.header_name, pattern, subst, rx))
         elif kind == "filter_state" and hp.filter_state.key == "io.grpc.channel_id":
             out.append(HashPolicy("channel_id", hp.terminal))
