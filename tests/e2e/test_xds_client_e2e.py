@@ -360,3 +360,29 @@ def test_ads_channel_has_keepalive_by_default():
     assert options["grpc.keepalive_timeout_ms"] == int(KEEPALIVE_TIMEOUT * 1000)
     assert options["grpc.http2.ping_timeout_ms"] == int(KEEPALIVE_TIMEOUT * 1000)
     assert KEEPALIVE_TIME <= 300 and KEEPALIVE_TIMEOUT <= 30
+
+
+def test_resource_timer_does_not_run_while_connection_hangs():
+    """A57: a server that accepts TCP but never completes the HTTP/2 handshake
+    leaves the stream unconnected; no does-not-exist may be reported."""
+    from backends import Blackhole
+
+    hole = Blackhole()
+    config = {
+        "xds_servers": [{"server_uri": hole.address, "channel_creds": [{"type": "insecure"}]}],
+        "node": {"id": "blackhole"},
+    }
+    client = XdsClient(load(config), resource_timeout=0.2)
+    try:
+        watcher = QueueWatcher()
+        client.watch(CLUSTER_TYPE_URL, "backend", watcher)
+        events = watcher.quiet(1.5)
+        assert not any(
+            isinstance(v, Status) and v.code == grpc.StatusCode.NOT_FOUND for _, v in events
+        ), events
+        wait_until(lambda: hole.accepted >= 1, what="a connection attempt")
+        (entry,) = client.dump()["generic_xds_configs"]
+        assert entry["client_status"] == "REQUESTED"
+    finally:
+        client.close()
+        hole.close()
