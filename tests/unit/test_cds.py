@@ -537,3 +537,20 @@ def test_logical_dns_error_before_first_data_fails_with_the_resolution_note():
     policy.update(cds_update(config, xds_config({"d1": dns_entry("d1", [], note=note)})))
     assert helper.state is TF
     assert note in helper.last.status.details
+
+
+def test_a_new_cluster_name_starts_over_and_releases_the_old_subscription():
+    manager = FakeDependencyManager()
+    helper, policy, config = cds("one", dynamic=True)
+    xds = xds_config(
+        {
+            "one": eds_entry("one", [locality(A, ["10.0.0.1:80"])]),
+            "two": eds_entry("two", [locality(B, ["10.0.0.2:80"])]),
+        }
+    )
+    policy.update(cds_update(config, xds, manager))
+    _, other = registry.select([{"cds_experimental": {"cluster": "two", "isDynamic": True}}])
+    policy.update(cds_update(other, xds, manager))
+    assert manager.subscribed == ["one", "two"] and manager.released == ["one"]
+    assert [s.address for s in helper.live_subchannels()] == ["10.0.0.2:80"]
+    assert policy.priority_names == [child_name("two", 0)]

@@ -147,7 +147,12 @@ class CdsPolicy(LoadBalancer):
         if self._shut_down:
             return None
         config: CdsConfig = update.config
-        if self._cluster is None:
+        if self._cluster != config.cluster:
+            # Parents key cds children by cluster name, so this is a new
+            # cluster only if a parent reuses a child: start over.
+            if self._cluster is not None:
+                self._reset()
+                self._release()
             self._cluster = config.cluster
         name = self._cluster
         if config.is_dynamic and self._subscription is None:
@@ -201,6 +206,9 @@ class CdsPolicy(LoadBalancer):
     def shutdown(self) -> None:
         self._shut_down = True
         self._reset()
+        self._release()
+
+    def _release(self) -> None:
         if self._subscription is not None:
             self._subscription.release()
             self._subscription = None
