@@ -214,7 +214,7 @@ def test_aggregate_cluster_empty_list_rejected():
 
 def test_aggregate_cluster_wrong_type_rejected():
     err = decode_err(aggregate_cluster(["a"], type_url="type.googleapis.com/foo.Bar"))
-    assert "cluster_type.typed_config: unknown cluster_type 'foo.Bar'" in err
+    assert "cluster_type.typed_config.type_url: unknown cluster_type extension: foo.Bar" in err
 
 
 def test_neither_type_nor_cluster_type_rejected():
@@ -464,6 +464,14 @@ def test_transport_socket_kept_opaque():
     )
     assert tls_pb2.UpstreamTlsContext.FromString(got.transport_socket).sni == (
         "backend.example.com"
+    )
+
+
+def test_transport_socket_of_other_type_rejected():
+    c = eds_cluster()
+    c.transport_socket.typed_config.Pack(aggregate_pb2.ClusterConfig())
+    assert "transport_socket.typed_config.type_url: unsupported transport socket type" in (
+        decode_err(c)
     )
 
 

@@ -112,7 +112,7 @@ def test_priority_gap_is_rejected():
     err = decode_err(
         cla_with(locality("a", priority=0), locality("b", priority=2, addrs=(("10.0.0.9", 1),)))
     )
-    assert "endpoints: priority 1 empty but higher priorities exist" in err
+    assert "endpoints: priority 1 empty" in err
 
 
 def test_priority_gap_from_dropped_locality_is_rejected():
@@ -215,7 +215,7 @@ def test_missing_endpoint_address_and_socket_address_are_rejected():
 
 def test_duplicate_address_in_cluster_is_rejected():
     err = decode_err(cla_with(locality("a"), locality("b", priority=1, addrs=(("10.0.0.1", 80),))))
-    assert "endpoints[1].lb_endpoints[0]: duplicate endpoint address 10.0.0.1:80" in err
+    assert 'endpoints[1].lb_endpoints[0]: duplicate endpoint address "10.0.0.1:80"' in err
 
 
 def test_additional_addresses_become_extra_addresses():
@@ -253,9 +253,38 @@ def test_drop_overloads_converted_to_parts_per_million(den, num, ppm):
     assert decode_ok(cla).drop_overloads == (DropOverload("lb", ppm),)
 
 
+def test_drop_overload_empty_category_and_missing_percentage_are_rejected():
+    cla = cla_with(locality())
+    cla.policy.drop_overloads.add(category="")
+    err = decode_err(cla)
+    assert "policy.drop_overloads[0].category: empty drop category name" in err
+    assert "policy.drop_overloads[0].drop_percentage: field not present" in err
+
+
+def test_locality_field_missing_is_rejected():
+    loc = locality()
+    loc.ClearField("locality")
+    assert "endpoints[0].locality: field not present" in decode_err(cla_with(loc))
+
+
+def test_endpoint_hostname_is_kept():
+    loc = locality()
+    loc.lb_endpoints[0].endpoint.hostname = "backend-0.example.com"
+    ep = decode_ok(cla_with(loc)).priorities[0][0].endpoints[0]
+    assert ep.hostname == "backend-0.example.com"
+
+
+def test_every_priority_gap_is_reported():
+    err = decode_err(
+        cla_with(locality("a", priority=1), locality("b", priority=3, addrs=(("10.0.0.9", 1),)))
+    )
+    assert "priority 0 empty" in err and "priority 2 empty" in err
+
+
 def test_drop_overload_unknown_denominator_is_rejected():
     cla = cla_with(locality())
     d = cla.policy.drop_overloads.add(category="lb")
+    d.drop_percentage.numerator = 1
     d.drop_percentage.denominator = 9
     assert "policy.drop_overloads[0].drop_percentage.denominator" in decode_err(cla)
 

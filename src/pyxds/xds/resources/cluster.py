@@ -16,7 +16,8 @@ Rules:
 * ``circuit_breakers``: the first DEFAULT-priority threshold's
   ``max_requests`` (1024 when unset).
 * ``lrs_server`` if set must be ``self``.
-* ``transport_socket`` is kept opaque (type URL + bytes).
+* ``transport_socket`` must hold an ``UpstreamTlsContext``; it is kept opaque
+  (type URL + bytes) for the TLS layer to interpret.
 * ``upstream_config`` (A75): if present it must be HttpProtocolOptions;
   ``common_http_protocol_options.idle_timeout`` is validated and kept.
 """
@@ -42,6 +43,7 @@ __all__ = ["decode_cluster", "AGGREGATE_CLUSTER_TYPE", "DEFAULT_MAX_REQUESTS"]
 
 AGGREGATE_CLUSTER_TYPE = "envoy.extensions.clusters.aggregate.v3.ClusterConfig"
 HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+UPSTREAM_TLS_CONTEXT = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
 DEFAULT_MAX_REQUESTS = 1024
 DEFAULT_IDLE_TIMEOUT = 3600.0
 _EDS = cluster_pb2.Cluster.EDS
@@ -88,10 +90,11 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
     elif which == "cluster_type":
         ct = c.cluster_type
         tname = type_name(ct.typed_config.type_url)
-        if tname != AGGREGATE_CLUSTER_TYPE:
+        if not ct.HasField("typed_config"):
+            errs.add("cluster_type.typed_config", "field not present")
+        elif tname != AGGREGATE_CLUSTER_TYPE:
             errs.add(
-                "cluster_type.typed_config",
-                f"unknown cluster_type {tname!r}" if tname else "field not present",
+                "cluster_type.typed_config.type_url", f"unknown cluster_type extension: {tname}"
             )
         else:
             from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2
@@ -144,6 +147,8 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
         ts = c.transport_socket
         ts_type = type_name(ts.typed_config.type_url) or None
         ts_bytes = ts.typed_config.value
+        if ts_type != UPSTREAM_TLS_CONTEXT:
+            errs.add("transport_socket.typed_config.type_url", "unsupported transport socket type")
 
     idle = DEFAULT_IDLE_TIMEOUT
     if c.HasField("upstream_config"):

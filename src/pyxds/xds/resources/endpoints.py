@@ -117,6 +117,9 @@ def parse_cluster_load_assignment(cla: Any, errs: Errors) -> ClusterLoadAssignme
         lweight = lep.load_balancing_weight.value
         if not lweight:
             continue  # unset or 0: the locality is dropped (A27)
+        if not lep.HasField("locality"):
+            errs.add(f"endpoints[{li}].locality", "field not present")
+            continue
         loc = lep.locality
         lname = LocalityName(loc.region, loc.zone, loc.sub_zone)
         prio = lep.priority
@@ -154,7 +157,7 @@ def parse_cluster_load_assignment(cla: Any, errs: Errors) -> ClusterLoadAssignme
                 if addr is None:
                     continue
             if addr in seen_addresses:
-                errs.add(_lbe_path(li, ei), f"duplicate endpoint address {addr}")
+                errs.add(_lbe_path(li, ei), f'duplicate endpoint address "{addr}"')
             seen_add(addr)
             addrs = (addr,)
             if len(ep.additional_addresses):
@@ -169,7 +172,7 @@ def parse_cluster_load_assignment(cla: Any, errs: Errors) -> ClusterLoadAssignme
                         extra.append(a)
                 for a in extra:
                     if a in seen_addresses:
-                        errs.add(_lbe_path(li, ei), f"duplicate endpoint address {a}")
+                        errs.add(_lbe_path(li, ei), f'duplicate endpoint address "{a}"')
                     seen_add(a)
                 addrs = (addr, *extra)
             health = lbe.health_status
@@ -187,7 +190,7 @@ def parse_cluster_load_assignment(cla: Any, errs: Errors) -> ClusterLoadAssignme
             set_addresses(e, addrs)
             set_weight(e, weight)
             set_health(e, health_names[health])
-            set_hostname(e, "")
+            set_hostname(e, ep.hostname)
             append(e)
         priorities[prio].append(Locality(lname, lweight, tuple(endpoints), prio))
 
@@ -197,16 +200,20 @@ def parse_cluster_load_assignment(cla: Any, errs: Errors) -> ClusterLoadAssignme
                 "endpoints",
                 f"sum of locality weights for priority {prio} ({total}) exceeds uint32 max",
             )
-    n = len(priorities)
+    n = max(priorities) + 1 if priorities else 0
     for prio in range(n):
         if prio not in priorities:
-            errs.add("endpoints", f"priority {prio} empty but higher priorities exist (sparse)")
-            break
+            errs.add("endpoints", f"priority {prio} empty")
     ordered = tuple(tuple(priorities[p]) for p in range(n) if p in priorities)
 
     drops = []
     if cla.HasField("policy"):
         for di, d in enumerate(cla.policy.drop_overloads):
+            if not d.category:
+                errs.add(f"policy.drop_overloads[{di}].category", "empty drop category name")
+            if not d.HasField("drop_percentage"):
+                errs.add(f"policy.drop_overloads[{di}].drop_percentage", "field not present")
+                continue
             dp = d.drop_percentage
             den = dp.denominator
             if not 0 <= den < 3:

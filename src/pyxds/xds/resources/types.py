@@ -418,8 +418,9 @@ class LocalityName:
 @dataclass(frozen=True, slots=True)
 class EndpointAddress:
     """One endpoint: its addresses ("host:port", IPv6 bracketed; the first is
-    the primary, the rest A61 additional_addresses), LB weight (default 1) and
-    health status name (UNKNOWN or HEALTHY: others are excluded when decoding).
+    the primary, the rest A61 additional_addresses), LB weight (default 1),
+    health status name (UNKNOWN or HEALTHY: others are excluded when decoding)
+    and ``endpoint.hostname`` ("" when unset).
     """
 
     addresses: tuple[str, ...]
