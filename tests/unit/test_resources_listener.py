@@ -156,21 +156,45 @@ def test_empty_filter_list_is_rejected():
     assert "http_filters: expected at least one HTTP filter" in decode_err(listener(hcm))
 
 
-def test_last_filter_must_be_router():
+def test_terminal_filter_before_the_last_is_rejected():
     hcm = hcm_rds()
     hcm.http_filters.append(router_filter("router2"))
     err = decode_err(listener(hcm))
-    assert "http_filters[0]: terminal filter" in err and "must be the last filter" in err
+    assert (
+        "http_filters: terminal filter for config type "
+        "envoy.extensions.filters.http.router.v3.Router must be the last filter in the chain"
+    ) in err
 
 
-def test_router_not_last_and_no_terminal_is_rejected():
+def test_last_filter_not_terminal_is_rejected(monkeypatch):
+    from pyxds.xds.resources import listener as listener_module
+
+    monkeypatch.setitem(
+        listener_module.HTTP_FILTER_TYPES, "envoy.extensions.filters.http.fault.v3.HTTPFault", False
+    )
+    hcm = hcm_rds()
+    f = hcm.http_filters.add(name="fault")
+    f.typed_config.Pack(fault_pb2.HTTPFault())
+    err = decode_err(listener(hcm))
+    assert (
+        "non-terminal filter for config type envoy.extensions.filters.http.fault.v3.HTTPFault"
+        " is the last filter in the chain"
+    ) in err
+
+
+def test_skipped_optional_filter_after_router_does_not_count():
     hcm = hcm_rds()
     f = hcm.http_filters.add(name="fault", is_optional=True)
     f.typed_config.Pack(fault_pb2.HTTPFault())
-    # the optional unsupported fault filter is skipped, so router is still the last kept
-    # filter but not the last in the chain
-    err = decode_err(listener(hcm))
-    assert "must be the last filter in the chain" in err
+    assert [x.name for x in decode_ok(listener(hcm)).http_filters] == ["router"]
+
+
+def test_only_optional_unknown_filters_is_rejected():
+    hcm = hcm_rds()
+    del hcm.http_filters[:]
+    f = hcm.http_filters.add(name="fault", is_optional=True)
+    f.typed_config.Pack(fault_pb2.HTTPFault())
+    assert "http_filters: expected at least one HTTP filter" in decode_err(listener(hcm))
 
 
 def test_unknown_required_filter_is_rejected():

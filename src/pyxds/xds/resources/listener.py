@@ -10,7 +10,8 @@ Rules:
 * ``http_filters``: non-empty; each has a non-empty unique name and a
   ``typed_config`` (a TypedStruct is unwrapped to the type it names); a type
   this client does not know is an error unless ``is_optional`` (then it is
-  skipped); the last filter must be the terminal router, and only the last.
+  skipped); of the filters kept, the last must be terminal (the router) and
+  no other may be.
 * ``common_http_protocol_options.max_stream_duration`` becomes the listener-wide
   ``max_stream_duration`` (A31).
 """
@@ -116,11 +117,8 @@ def parse_http_connection_manager(hcm: Any, name: str, errs: Errors, path: str) 
 def _parse_http_filters(hcm: Any, errs: Errors, path: str) -> tuple[HttpFilter, ...]:
     out: list[HttpFilter] = []
     seen: set[str] = set()
-    n = len(hcm.http_filters)
-    if n == 0:
-        errs.add(f"{path}.http_filters", "expected at least one HTTP filter")
-        return ()
-    last_terminal = False
+    n_errors = len(errs)
+    terminal_of: list[bool] = []
     for i, f in enumerate(hcm.http_filters):
         p = f"{path}.http_filters[{i}]"
         name = f.name
@@ -153,10 +151,26 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str) -> tuple[HttpFilter, 
                 continue
             errs.add(f"{p}.typed_config", f"unsupported filter type {tname!r}")
             continue
-        if terminal and i != n - 1:
-            errs.add(f"{p}", f"terminal filter {tname} must be the last filter in the chain")
-        last_terminal = terminal
+        terminal_of.append(terminal)
         out.append(HttpFilter(name, tname, any_msg.value, f.is_optional))
-    if not last_terminal:
-        errs.add(f"{path}.http_filters", "the last filter must be the terminal router filter")
+    # Ordering is checked on the filters kept (skipped optional ones do not
+    # count), as C-core does: only the last may be, and it must be, terminal.
+    p = f"{path}.http_filters"
+    if not out:
+        if len(errs) == n_errors:
+            errs.add(p, "expected at least one HTTP filter")
+        return ()
+    for k, flt in enumerate(out):
+        if k != len(out) - 1 and terminal_of[k]:
+            errs.add(
+                p,
+                f"terminal filter for config type {flt.type_url}"
+                " must be the last filter in the chain",
+            )
+    if not terminal_of[-1]:
+        errs.add(
+            p,
+            f"non-terminal filter for config type {out[-1].type_url}"
+            " is the last filter in the chain",
+        )
     return tuple(out)
