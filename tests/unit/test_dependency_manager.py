@@ -205,7 +205,7 @@ def test_aggregate_whose_children_all_missing_is_an_error_naming_them():
     h.client.error(CLUSTER_TYPE_URL, "m2", "connection refused")
     entry = h.last.clusters["agg"]
     assert isinstance(entry, Status)
-    assert "aggregate cluster agg has no usable clusters" in entry.details
+    assert "aggregate cluster dependency graph for agg has no leaf clusters" in entry.details
     assert "CDS resource m1 does not exist" in entry.details
     assert "CDS resource m2: connection refused" in entry.details
 
@@ -231,7 +231,9 @@ def test_route_config_error_before_data_is_reported_but_after_data_is_ignored():
     h2 = Harness()
     setup_basic(h2, "a")
     h2.client.error(ROUTE_CONFIG_TYPE_URL, "rds", "NACK: bad route")
-    assert len(h2.updates) == 1 and isinstance(h2.last, XdsConfig)
+    assert all(isinstance(u, XdsConfig) for u in h2.updates), "ambient error reported as failure"
+    assert h2.last.route_config.name == "rds"
+    assert h2.last.clusters["a"].children.resolution_note == "RDS resource rds: NACK: bad route"
 
 
 def test_socket_listener_is_reported_as_not_an_api_listener():
@@ -246,7 +248,7 @@ def test_no_matching_virtual_host_names_the_authority_and_route_config():
     h.push(make_route_config("rds", routes_to("a"), domains=["svc"]))
     assert h.last == Status(
         grpc.StatusCode.UNAVAILABLE,
-        "could not find VirtualHost for other.example in RouteConfiguration rds",
+        "RDS resource rds: could not find VirtualHost for other.example in RouteConfiguration",
     )
 
 
@@ -441,3 +443,29 @@ def test_logical_dns_target_change_restarts_resolution():
     h.dns.complete("new.example", ["10.0.0.2:2"])
     endpoint = h.last.clusters["d"].children.endpoints.priorities[0][0].endpoints[0]
     assert endpoint.addresses == ("10.0.0.2:2",)
+
+
+def test_ambient_errors_keep_the_data_and_become_resolution_notes():
+    h = Harness()
+    setup_basic(h, "a")
+    h.client.error(CLUSTER_TYPE_URL, "a", "NACK: invalid lb_policy")
+    entry = h.last.clusters["a"]
+    assert isinstance(entry, ClusterConfig), "ambient error replaced the cluster"
+    assert entry.children.resolution_note == "CDS resource a: NACK: invalid lb_policy"
+    assert entry.children.endpoints is not None
+    h.push(eds_cluster("a"))  # the same resource again: the error cleared
+    assert h.last.clusters["a"].children.resolution_note == ""
+
+
+def test_eds_without_localities_or_with_empty_ones_says_so():
+    from pyxds.xds.resources.types import ClusterLoadAssignment, Locality, LocalityName
+
+    h = Harness()
+    h.push(make_listener("lds", rds="rds"), make_route_config("rds", routes_to("a")))
+    h.push(eds_cluster("a"), make_cla("a"))
+    assert h.last.clusters["a"].children.resolution_note == "EDS resource a: contains no localities"
+    empty = Locality(LocalityName("r", "z", "s"), 1, ())
+    h.push(ClusterLoadAssignment("a", ((empty,),)))
+    assert h.last.clusters["a"].children.resolution_note == (
+        "EDS resource a: contains empty localities: [{region=r, zone=z, sub_zone=s}]"
+    )

@@ -169,13 +169,21 @@ class _Watch:
         return self.resource is not None or self.status is not None
 
     def describe_failure(self) -> str:
-        """``CDS resource X does not exist`` / ``CDS resource X: <error>``."""
+        """``CDS resource X does not exist`` / ``CDS resource X: <error>``
+        (the client's text when it already names the resource)."""
         assert self.status is not None
-        details = self.status.details
-        if self.status.code is NOT_FOUND:
-            return f"{self.kind} resource {self.name} does not exist"
-        if self.name in details:
+        return self._describe(self.status)
+
+    def describe_ambient(self) -> str:
+        """The ambient error as a resolution note ("" when there is none)."""
+        return self._describe(self.ambient) if self.ambient is not None else ""
+
+    def _describe(self, status: Status) -> str:
+        details = status.details
+        if f"resource {self.name}" in details:
             return details
+        if status.code is NOT_FOUND and (not details or details == "resource does not exist"):
+            return f"{self.kind} resource {self.name} does not exist"
         return f"{self.kind} resource {self.name}: {details}"
 
 
@@ -354,8 +362,14 @@ class DependencyManager:
         if self._shutdown:
             return
         if ambient:
-            watch.ambient = value
+            # A88: keep the data; the error becomes a resolution note (as C-core).
             _log.debug("xds: ambient error on %s %s: %s", watch.kind, watch.name, value)
+            if watch.resource is None:
+                return
+            new_ambient = None if value.ok else value  # OK: the condition cleared
+            if new_ambient != watch.ambient:
+                watch.ambient = new_ambient
+                self._update()
             return
         if isinstance(value, Status):
             watch.resource = None
@@ -490,10 +504,11 @@ class DependencyManager:
         if error is None and route_config is not None:
             vhost = select_virtual_host(route_config.virtual_hosts, self.authority)
             if vhost is None:
+                kind, name = ("RDS", self._rds.name) if self._rds else ("LDS", self._lds.name)
                 error = Status(
                     UNAVAILABLE,
-                    f"could not find VirtualHost for {self.authority} in "
-                    f"RouteConfiguration {route_config.name}",
+                    f"{kind} resource {name}: could not find VirtualHost for "
+                    f"{self.authority} in RouteConfiguration",
                 )
         waiting_for_routes = error is None and vhost is None
         roots: dict[str, None] = {}
@@ -622,9 +637,10 @@ class DependencyManager:
         if pending:
             return self._remember(name, _Resolution("pending"))
         if not leaves:
-            why = "; ".join(reasons) if reasons else "it has no underlying clusters"
+            why = f" ({'; '.join(reasons)})" if reasons else ""
             self._entries[name] = Status(
-                UNAVAILABLE, f"aggregate cluster {name} has no usable clusters: {why}"
+                UNAVAILABLE,
+                f"aggregate cluster dependency graph for {name} has no leaf clusters{why}",
             )
         else:
             self._entries[name] = ClusterConfig(cluster, AggregateConfig(tuple(leaves)))
@@ -643,15 +659,28 @@ class DependencyManager:
             )
         if not watch.received:
             return None
+        cds_note = self._clusters[cluster.name].describe_ambient()
+        notes = [self._lds.describe_ambient(), self._rds.describe_ambient() if self._rds else ""]
+        notes.append(cds_note)
         if watch.status is not None:
-            return EndpointConfig(None, watch.describe_failure())
+            notes.append(watch.describe_failure())
+            return EndpointConfig(None, "; ".join(n for n in notes if n))
         cla: ClusterLoadAssignment = watch.resource
-        note = ""
-        if cla.all_endpoints_unhealthy:
-            note = f"EDS resource {eds_name}: all endpoints unhealthy"
-        elif cla.endpoint_count == 0:
-            note = f"EDS resource {eds_name} contains no endpoints"
-        return EndpointConfig(cla, note)
+        if watch.ambient is not None:
+            notes.append(watch.describe_ambient())
+        elif cla.all_endpoints_unhealthy:
+            notes.append(f"EDS resource {eds_name}: all endpoints unhealthy")
+        elif not cla.priorities:
+            notes.append(f"EDS resource {eds_name}: contains no localities")
+        else:
+            empty = sorted(
+                str(loc.name) for prio in cla.priorities for loc in prio if not loc.endpoints
+            )
+            if empty:
+                notes.append(
+                    f"EDS resource {eds_name}: contains empty localities: [{'; '.join(empty)}]"
+                )
+        return EndpointConfig(cla, "; ".join(n for n in notes if n))
 
     def _dns_endpoints(self, cluster: Cluster) -> EndpointConfig | None:
         name = cluster.name

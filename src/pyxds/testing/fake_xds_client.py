@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from pyxds.lb.api import Status
+from pyxds.lb.api import OK_STATUS, Status
 from pyxds.xds.resources.types import (
     Cluster,
     ClusterLoadAssignment,
@@ -85,6 +85,7 @@ class FakeXdsClient:
     def __init__(self) -> None:
         self._watchers: dict[tuple[str, str], list[Any]] = {}
         self._cache: dict[tuple[str, str], Any] = {}
+        self._ambient: dict[tuple[str, str], bool] = {}
         self.watch_log: list[tuple[str, str]] = []  # every watch started, in order
         self.cancel_log: list[tuple[str, str]] = []
 
@@ -127,7 +128,13 @@ class FakeXdsClient:
         for resource in resources:
             key = _type_and_name(resource)
             if self._cache.get(key) == resource:
-                continue  # identical resources propagate nowhere (grpc-go#6565)
+                # Identical resources propagate nowhere (grpc-go#6565), but a
+                # standing ambient error is cleared (A88: OK ambient status).
+                if self._ambient.pop(key, False):
+                    for watcher in list(self._watchers.get(key, [])):
+                        watcher.on_ambient_error(OK_STATUS)
+                continue
+            self._ambient.pop(key, None)
             self._cache[key] = resource
             for watcher in list(self._watchers.get(key, [])):
                 watcher.on_resource_changed(resource)
@@ -152,6 +159,8 @@ class FakeXdsClient:
         ambient = cached is not None and not isinstance(cached, Status)
         if not ambient:
             self._cache[key] = status
+        else:
+            self._ambient[key] = True
         for watcher in list(self._watchers.get(key, [])):
             if ambient:
                 watcher.on_ambient_error(status)
