@@ -401,3 +401,10 @@ def test_bootstrap_values_are_immutable():
         b.node = Node()  # type: ignore[misc]
     with pytest.raises(TypeError):
         b.node.metadata["a"] = 2  # type: ignore[index]
+
+
+def test_authority_empty_template_uses_default_with_encoded_authority():
+    b = load_bootstrap(minimal(authorities={"a b": {"client_listener_resource_name_template": ""}}))
+    assert listener_resource_name(b, "a b", "svc") == (
+        "xdstp://a%20b/envoy.config.listener.v3.Listener/svc"
+    )

@@ -398,8 +398,10 @@ def _parse_authorities(data: Mapping, errs: _Errs) -> FrozenJson:
             f"{p}.client_listener_resource_name_template",
             errs,
         )
-        if template is None:
-            template = XDSTP_LISTENER_TEMPLATE.format(authority=name)
+        if not template:  # absent or "": A47's default, authority percent-encoded
+            template = XDSTP_LISTENER_TEMPLATE.format(
+                authority=urllib.parse.quote(name, safe=_AUTHORITY_SAFE)
+            )
         elif not template.startswith(f"xdstp://{name}/"):
             errs.add(
                 f"{p}.client_listener_resource_name_template",
@@ -439,6 +441,8 @@ def _parse_certificate_providers(data: Mapping, errs: _Errs) -> FrozenJson:
 # Characters kept as-is when percent-encoding a service name into an xdstp
 # path (RFC 3986 pchar plus "/"), as gRPC's URI path encoding does.
 _PATH_SAFE = "/:@!$&'()*+,;=-._~"
+# ... and an authority (RFC 3986 reg-name plus ":" and "@" ... as userinfo/port).
+_AUTHORITY_SAFE = ":@!$&'()*+,;=-._~[]"
 
 
 def listener_resource_name(
