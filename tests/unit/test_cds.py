@@ -554,3 +554,35 @@ def test_a_new_cluster_name_starts_over_and_releases_the_old_subscription():
     assert manager.subscribed == ["one", "two"] and manager.released == ["one"]
     assert [s.address for s in helper.live_subchannels()] == ["10.0.0.2:80"]
     assert policy.priority_names == [child_name("two", 0)]
+
+
+def test_good_eds_replaced_by_all_unhealthy_fails_saying_so_and_drops_connections():
+    helper, policy, config = cds("c1")
+    policy.update(cds_update(config, xds_config({"c1": two_priority_eds()})))
+    connect_all(helper)
+    unhealthy = eds_entry("c1", [locality(A, []), locality(B, [])], excluded=3)
+    policy.update(cds_update(config, xds_config({"c1": unhealthy})))
+    assert helper.state is TF
+    assert "EDS resource c1: all endpoints unhealthy" in helper.last.status.details
+    result = helper.pick()
+    assert isinstance(result, PickFail)
+    assert "all endpoints unhealthy" in result.status.details
+
+
+def test_calls_are_counted_per_locality_through_the_whole_tree():
+    from pyxds.lb.call_counters import cluster_counters
+
+    helper, policy, config = cds("counted")
+    entry = eds_entry(
+        eds_cluster("counted", eds_service_name="counted-svc"),
+        [locality(A, ["10.0.0.1:80"]), locality(B, ["10.0.0.2:80"])],
+    )
+    policy.update(cds_update(config, xds_config({"counted": entry})))
+    connect_all(helper)
+    counters = cluster_counters("counted", "counted-svc")
+    before = {s.locality: s.started for s in counters.snapshot().localities}
+    picks = collections.Counter(picked_addresses(helper, 40))
+    after = {s.locality: s.started for s in counters.snapshot().localities}
+    assert after[A] - before.get(A, 0) == picks["10.0.0.1:80"]
+    assert after[B] - before.get(B, 0) == picks["10.0.0.2:80"]
+    assert counters.in_flight == 0

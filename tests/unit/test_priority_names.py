@@ -3,6 +3,11 @@ moved into cds by A74, checked against gRFC A115's example sequence."""
 
 from __future__ import annotations
 
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from pyxds.lb.priority_names import PriorityNames, assign_child_numbers, child_name
 from pyxds.xds.resources.types import LocalityName
 
@@ -73,3 +78,41 @@ def test_promoted_priority_keeps_its_name():
 def test_empty_priority_gets_a_fresh_number():
     assert run([[[]], [[]]]) == [[0], [1]]
     assert run([[[AA]], [[]], [[AA]]]) == [[0], [1], [2]]
+
+
+# ----------------------------------------------------------------- properties
+
+
+_LOCALITIES = [LocalityName("r", f"z{i}") for i in range(8)]
+
+
+@st.composite
+def _priorities(draw):
+    """Non-empty priorities with disjoint localities (the normal EDS shape)."""
+    chosen = draw(st.permutations(_LOCALITIES))[: draw(st.integers(1, len(_LOCALITIES)))]
+    cuts = (
+        sorted(draw(st.sets(st.integers(1, len(chosen) - 1), max_size=3)))
+        if len(chosen) > 1
+        else []
+    )
+    bounds = [0, *cuts, len(chosen)]
+    return [list(chosen[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_priorities(), min_size=1, max_size=8))
+def test_numbers_are_unique_never_come_back_and_repeat_for_equal_input(sequence):
+    state = None
+    retired: set[int] = set()
+    for priorities in sequence:
+        previous = state
+        state = assign_child_numbers(previous, priorities)
+        numbers = state.child_numbers
+        assert len(set(numbers)) == len(numbers)
+        assert not retired & set(numbers), "a dropped child name came back (A115)"
+        if previous is not None:
+            retired |= set(previous.child_numbers) - set(numbers)
+        # the same priorities again change nothing (empty priorities, and a
+        # locality listed in two priorities, are the exceptions: see the
+        # module docstring and test_empty_priority_gets_a_fresh_number)
+        assert assign_child_numbers(state, priorities).child_numbers == numbers
