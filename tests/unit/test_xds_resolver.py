@@ -307,3 +307,26 @@ def test_resolver_registry_maps_xds_and_static_schemes():
     assert resolver_registry.parse_static_addresses("static:///[::1]:5,h:6") == ["[::1]:5", "h:6"]
     with pytest.raises(ValueError):
         resolver_registry.parse_static_addresses("static:///nope")
+
+
+def test_runtime_fraction_and_header_routes_through_the_selector_with_seeded_random():
+    from pyxds.xds.resources.types import FractionalPercent, HeaderMatcher
+
+    h = Harness(seed=99)
+    h.push(make_listener("lds", rds="rds"))
+    routes = [
+        make_route("/s/", cluster="canary", headers=[HeaderMatcher("x-canary", "exact", "yes")]),
+        make_route("/s/", cluster="sampled", fraction=FractionalPercent(10, 100)),
+        make_route("", cluster="main"),
+    ]
+    h.push(make_route_config("rds", routes))
+    for c in ("canary", "sampled", "main"):
+        h.push(eds_cluster(c), make_cla(c, "10.0.0.1:80"))
+    assert h.select("/s/m", [("x-canary", "yes")]).call_attributes["cluster"] == "cluster:canary"
+    counts: Counter[str] = Counter()
+    for _ in range(20000):
+        call = h.select("/s/m", [("x-canary", "no")])
+        counts[call.call_attributes["cluster"]] += 1
+        call.on_committed()
+    assert counts["cluster:canary"] == 0
+    assert abs(counts["cluster:sampled"] / 20000 - 0.10) < 0.01, counts
