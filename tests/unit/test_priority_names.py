@@ -96,7 +96,7 @@ def _priorities(draw):
         else []
     )
     bounds = [0, *cuts, len(chosen)]
-    return [list(chosen[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [list(chosen[a:b]) for a, b in itertools.pairwise(bounds)]
 
 
 @settings(max_examples=300, deadline=None)
