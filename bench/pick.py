@@ -108,6 +108,45 @@ CASES: list[Callable[[], tuple[str, float]]] = [
 ]
 
 
+# -- priority -> weighted_target -> round_robin (issue 3; appended by the priority helper) --
+
+
+def bench_priority_weighted_target_round_robin() -> tuple[str, float]:
+    """The EDS-shaped tree: priority_experimental -> weighted_target_experimental
+    (100 localities) -> round_robin (10 endpoints each), beside a bare
+    round_robin over 10 endpoints timed in the same call.  Goal: <= 2x bare."""
+    from pyxds.lb import registry
+    from pyxds.lb.hierarchy import PATH_KEY
+
+    localities, per_locality = 100, 10
+    targets = {
+        f"locality{i}": {"weight": 1 + i % 7, "childPolicy": [{"round_robin": {}}]}
+        for i in range(localities)
+    }
+    priority_json = {
+        "children": {"p0": {"config": [{"weighted_target_experimental": {"targets": targets}}]}},
+        "priorities": ["p0"],
+    }
+    factory, config = registry.select([{"priority_experimental": priority_json}])
+    helper = FakeHelper()
+    policy = factory.build(helper)
+    tree_endpoints = [
+        Endpoint((f"10.{i}.0.{j}:443",), {PATH_KEY: ("p0", f"locality{i}")})
+        for i in range(localities)
+        for j in range(per_locality)
+    ]
+    policy.update(ResolverUpdate(tree_endpoints, config))
+    ready_all(helper)
+    assert helper.state is ConnectivityState.READY
+    _, bare = _round_robin(per_locality)
+    tree = time_picker(helper.last.picker)
+    label = f"priority>wt(100)>rr(10) [rr10 {bare:.0f} ns: {tree / bare:.1f}x]"
+    return label, tree
+
+
+CASES.append(bench_priority_weighted_target_round_robin)
+
+
 def main() -> int:
     print(f"{'case':<44} {'ns/pick':>9} {'floor ns':>9} {'ratio':>7}")
     for case in CASES:

@@ -308,42 +308,56 @@ def test_picks_follow_the_weights_within_one_percent_over_100k_seeded_picks():
         assert abs(counts[f"{name}-addr:80"] / n - weight / total) < 0.01, (name, counts)
 
 
-def test_picker_bisect_covers_every_child_and_boundaries():
-    class Fixed:
-        def __init__(self, values):
-            self.values = list(values)
+class _Scripted:
+    """A random source whose draws the test chooses."""
 
-        def random(self):
-            return self.values.pop(0)
+    def __init__(self, bucket: int, position: float) -> None:
+        self.bucket, self.position = bucket, position
 
-    class Tag:
-        def __init__(self, name):
-            self.name = name
+    def getrandbits(self, bits: int) -> int:
+        assert 0 <= self.bucket < (1 << bits)
+        return self.bucket
 
-        def pick(self, args):
-            return self.name
+    def random(self) -> float:
+        return self.position
 
-    picker = WeightedPicker(
-        [(1, Tag("a")), (2, Tag("b")), (1, Tag("c"))],
-        Fixed([0.0, 0.2499, 0.25, 0.7499, 0.75, 0.9999999999999999]),
-    )
-    assert [picker.pick(ARGS) for _ in range(6)] == ["a", "a", "b", "b", "c", "c"]
+
+class _Tag:
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def pick(self, args):
+        return self.index
+
+
+@pytest.mark.parametrize(
+    "weights", [(1, 2, 1), (1, 2), (1, 2, 3, 5, 7), (7,), (1, 10**6, 1), (3,) * 37]
+)
+def test_picker_maps_every_draw_to_the_child_whose_weight_slice_holds_it(weights):
+    total = sum(weights)
+    ends = [sum(weights[: i + 1]) / total for i in range(len(weights))]
+    entries = [(w, _Tag(i)) for i, w in enumerate(weights)]
+    buckets = WeightedPicker(entries, _Scripted(0, 0.0)).buckets
+    straddling = 0
+    for bucket in range(buckets):
+        for position in (0.0, 0.25, 0.5, 0.999):
+            u = (bucket + position) / buckets
+            expected = min(sum(1 for end in ends if end <= u), len(weights) - 1)
+            picker = WeightedPicker(entries, _Scripted(bucket, position))
+            assert picker.pick(ARGS) == expected, (bucket, position, u)
+        lo, hi = bucket / buckets, (bucket + 1) / buckets
+        straddling += any(lo < end < hi for end in ends)
+    # Most buckets need no bisect: at most one straddling bucket per boundary.
+    assert straddling <= len(weights) - 1
 
 
 def test_picker_never_indexes_past_the_last_child_at_the_top_of_the_range():
-    class Top:
-        def random(self):
-            return 1.0  # out of contract, but a float product can round up
-
-    class Tag:
-        def __init__(self, name):
-            self.name = name
-
-        def pick(self, args):
-            return self.name
-
-    picker = WeightedPicker([(1, Tag("a")), (2, Tag("b"))], Top())
-    assert picker.pick(ARGS) == "b"
+    # The boundary 0.999999 lies inside the last bucket, so that bucket bisects.
+    entries = [(10**6 - 1, _Tag(0)), (1, _Tag(1))]
+    buckets = WeightedPicker(entries, _Scripted(0, 0.0)).buckets
+    # Out of contract, but a float sum can round up to the very top.
+    assert WeightedPicker(entries, _Scripted(buckets - 1, 1.0)).pick(ARGS) == 1
+    assert WeightedPicker(entries, _Scripted(buckets - 1, 0.0)).pick(ARGS) == 0
 
 
 def test_picker_uses_the_helpers_random_source():

@@ -153,14 +153,36 @@ def parse_weighted_target_config(json_config: Any) -> WeightedTargetConfig:
 # --------------------------------------------------------------------------
 
 
-class WeightedPicker(Picker):
-    """Weighted random choice among child pickers: one uniform draw from the
-    helper's random source and a bisect over the cumulative weights,
-    normalised to [0, 1] (O(log n)); the pick is then the chosen child's own
-    pick.  Float boundaries keep the bisect's comparisons float-to-float,
-    and the children's ``pick`` methods are bound once, here."""
+_BUCKETS_PER_CHILD = 16
+_MAX_BUCKETS = 4096
 
-    __slots__ = ("_bounds", "_picks", "_random", "weights")
+
+class WeightedPicker(Picker):
+    """Weighted random choice among child pickers; the pick is then the
+    chosen child's own pick.
+
+    The draw ``u`` is uniform in [0, 1) and the child is the one whose slice
+    of the cumulative weights (normalised to [0, 1]) holds ``u``: a bisect,
+    O(log n).  To make the common case O(1), [0, 1) is cut into ``buckets``
+    (a power of two, about 16 per child): a bucket lying inside one child's
+    slice maps straight to that child, so a pick draws the bucket with
+    ``getrandbits`` and only for a bucket that straddles a slice boundary
+    draws the position inside it and bisects.  The result has exactly the
+    distribution of the plain bisect.  Randomness comes from the helper's
+    ``random.Random``, captured here.
+    """
+
+    __slots__ = (
+        "_bits",
+        "_table",
+        "_bounds",
+        "_picks",
+        "_scale",
+        "_random",
+        "_getrandbits",
+        "weights",
+        "buckets",
+    )
 
     def __init__(self, entries: Sequence[tuple[int, Picker]], rng: random.Random) -> None:
         if not entries:
@@ -175,15 +197,36 @@ class WeightedPicker(Picker):
             running += weight
             bounds.append(running / total)
         bounds[-1] = 1.0
+        n = len(bounds)
         picks = [picker.pick for _, picker in entries]
         # A draw at the very top of the range lands on a repeat of the last.
         picks.append(picks[-1])
+        bits = (min(_MAX_BUCKETS, _BUCKETS_PER_CHILD * n) - 1).bit_length()
+        buckets = 1 << bits
+        table: list[Any] = []
+        child = 0  # number of bounds <= the bucket's low end
+        for j in range(buckets):
+            low, high = j / buckets, (j + 1) / buckets
+            while child < n and bounds[child] <= low:
+                child += 1
+            pure = child >= n or bounds[child] >= high
+            table.append(picks[child] if pure else None)
+        self._bits = bits
+        self._table = tuple(table)
         self._bounds = bounds
         self._picks = tuple(picks)
+        self._scale = 1.0 / buckets
         self._random = rng.random
+        self._getrandbits = rng.getrandbits
+        self.buckets = buckets
 
     def pick(self, args: PickArgs) -> PickResult:
-        return self._picks[bisect.bisect_right(self._bounds, self._random())](args)
+        bucket = self._getrandbits(self._bits)
+        pick = self._table[bucket]
+        if pick is None:
+            position = (bucket + self._random()) * self._scale
+            pick = self._picks[bisect.bisect_right(self._bounds, position)]
+        return pick(args)
 
     def __repr__(self) -> str:
         return f"WeightedPicker(weights={self.weights})"
