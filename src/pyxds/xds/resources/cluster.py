@@ -113,7 +113,10 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
                             f"cluster_type.typed_config.value.clusters[{i}]", "must be non-empty"
                         )
     elif which == "type":
-        errs.add("type", f"unknown discovery type {cluster_pb2.Cluster.DiscoveryType.Name(c.type)}")
+        errs.add(
+            "type",
+            f"unknown discovery type {_enum_name(cluster_pb2.Cluster.DiscoveryType, c.type)}",
+        )
     else:
         errs.add("type", "neither type nor cluster_type set")
 
@@ -170,6 +173,13 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
         transport_socket_type_url=ts_type,
         idle_timeout=idle,
     )
+
+
+def _enum_name(enum: Any, value: int) -> str:
+    try:
+        return enum.Name(value)
+    except ValueError:
+        return str(value)
 
 
 def _logical_dns(c: Any, errs: Errors) -> tuple[str | None, int | None]:
