@@ -469,3 +469,42 @@ def test_eds_without_localities_or_with_empty_ones_says_so():
     assert h.last.clusters["a"].children.resolution_note == (
         "EDS resource a: contains empty localities: [{region=r, zone=z, sub_zone=s}]"
     )
+
+
+def test_lattice_shaped_aggregate_graph_with_a_cycle_resolves_in_linear_time():
+    h = Harness()
+    h.push(make_listener("lds", rds="rds"), make_route_config("rds", routes_to("l0a")))
+    levels = 14
+    for i in range(levels):
+        for side in "ab":
+            h.push(aggregate_cluster(f"l{i}{side}", f"l{i + 1}a", f"l{i + 1}b"))
+    h.push(aggregate_cluster(f"l{levels}a", "l0a"), aggregate_cluster(f"l{levels}b", "l0b"))
+    calls = 0
+    resolve = h.dm._resolve
+
+    def counting(*args):
+        nonlocal calls
+        calls += 1
+        return resolve(*args)
+
+    h.dm._resolve = counting
+    h.dm._update()
+    clusters = 2 * (levels + 1)
+    assert calls <= 4 * clusters, f"{calls} visits for {clusters} clusters: exponential walk"
+    entry = h.last.clusters["l0a"]
+    assert isinstance(entry, Status) and "cycle" in entry.details
+
+
+def test_depth_error_found_deep_does_not_taint_a_shallower_path():
+    h = Harness()
+    # r1 reaches "mid" at depth 14 (too deep for mid's 3 levels); r2 at depth 1.
+    chain = [f"c{i}" for i in range(14)]
+    h.push(make_listener("lds", rds="rds"), make_route_config("rds", routes_to("c0", "r2")))
+    for parent, child in zip(chain, [*chain[1:], "mid"], strict=True):
+        h.push(aggregate_cluster(parent, child))
+    h.push(aggregate_cluster("r2", "mid"), aggregate_cluster("mid", "sub"))
+    h.push(aggregate_cluster("sub", "leaf"), eds_cluster("leaf"), make_cla("leaf", "10.0.0.1:1"))
+    config = h.last
+    assert isinstance(config.clusters["c0"], Status)
+    assert "exceeds max depth" in config.clusters["c0"].details
+    assert config.clusters["r2"].children == AggregateConfig(("leaf",))

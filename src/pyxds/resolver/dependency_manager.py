@@ -234,6 +234,8 @@ class _Resolution:
     height: int = 1
     error: Status | None = None
     reasons: tuple[str, ...] = field(default_factory=tuple)
+    cycle: bool = False  # error: a cycle is reachable (true from any path)
+    depth: int = 0  # error: the depth it was found at (true from any deeper path)
 
 
 # ------------------------------------------------------------------ the manager
@@ -550,7 +552,9 @@ class DependencyManager:
         if name in path:
             cycle = " -> ".join([*path[path.index(name) :], name])
             return _Resolution(
-                "error", error=Status(UNAVAILABLE, f"aggregate cluster graph has a cycle: {cycle}")
+                "error",
+                error=Status(UNAVAILABLE, f"aggregate cluster graph has a cycle: {cycle}"),
+                cycle=True,
             )
         if depth >= MAX_AGGREGATE_DEPTH:
             return _Resolution(
@@ -561,6 +565,8 @@ class DependencyManager:
                 ),
             )
         memo = self._memo.get(name)
+        if memo is not None and memo.kind == "error" and not memo.cycle and depth < memo.depth:
+            memo = None  # a depth error found deeper may not hold from here
         if memo is not None:
             if memo.kind == "aggregate" and depth + memo.height > MAX_AGGREGATE_DEPTH:
                 return _Resolution(
@@ -607,12 +613,14 @@ class DependencyManager:
         reasons: list[str] = []
         height = 1
         error: Status | None = None
+        cycle = False
         pending = False
         try:
             for child in cluster.aggregate_children:
                 result = self._resolve(child, depth + 1, path)
                 if result.kind == "error":
                     error = error or result.error
+                    cycle = cycle or result.cycle
                 elif result.kind == "pending":
                     pending = True
                 elif result.kind == "missing":
@@ -625,15 +633,17 @@ class DependencyManager:
         finally:
             path.pop()
         if error is not None:
-            # Errors on the path make every aggregate on it fail; not memoised,
-            # as another path may reach this cluster without the problem.
+            # Errors on the path make every aggregate on it fail.  Memoised (so
+            # a lattice-shaped graph costs linear time): a reachable cycle is a
+            # fact about this cluster; a depth error holds from any path that
+            # reaches it at least this deep (checked on reuse).
             self._entries[name] = Status(
                 UNAVAILABLE,
                 error.details
                 if error.details.startswith("aggregate cluster")
                 else f"aggregate cluster {name}: {error.details}",
             )
-            return _Resolution("error", error=error)
+            return self._remember(name, _Resolution("error", error=error, cycle=cycle, depth=depth))
         if pending:
             return self._remember(name, _Resolution("pending"))
         if not leaves:
