@@ -156,3 +156,218 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) ->
             return True
         time.sleep(interval)
     return predicate()
+
+
+# -- xDS scenarios --------------------------------------------------------------
+
+LISTENER = "echo-service"
+TARGET = f"xds:///{LISTENER}"
+
+
+def snapshot(
+    routes: list[Any],
+    clusters: dict[str, list[list[str]]],
+    *,
+    drops: dict[str, dict[str, int]] | None = None,
+    max_requests: dict[str, int] | None = None,
+    listener: str = LISTENER,
+    version: str | None = None,
+) -> Any:
+    """A snapshot: ``listener`` -> RDS ``<listener>-route`` with one virtual
+    host of ``routes``; each cluster an EDS cluster whose priorities are the
+    given address lists (one locality per priority)."""
+    from pyxds.server import builders as b
+    from pyxds.server.snapshot import Snapshot
+
+    drops = drops or {}
+    max_requests = max_requests or {}
+    return Snapshot(
+        listeners=[b.listener(listener)],
+        routes=[b.route_config(f"{listener}-route", [b.virtual_host("vh", routes=routes)])],
+        clusters=[b.cluster(name, max_requests=max_requests.get(name)) for name in clusters],
+        endpoints=[
+            b.endpoints(
+                name,
+                [
+                    b.locality(zone=f"{name}-p{p}", priority=p, endpoints=addresses)
+                    for p, addresses in enumerate(priorities)
+                ],
+                drop_overloads=drops.get(name),
+            )
+            for name, priorities in clusters.items()
+        ],
+        version=version,
+    )
+
+
+def route(**kwargs: Any) -> Any:
+    from pyxds.server import builders as b
+
+    return b.route(**kwargs)
+
+
+def header(name: str, **kwargs: Any) -> Any:
+    from pyxds.server import builders as b
+
+    return b.header_matcher(name, **kwargs)
+
+
+_CORE = r"""
+import collections, json, sys, time
+import grpc
+
+channels = {}
+
+def channel(target):
+    if target not in channels:
+        channels[target] = grpc.insecure_channel(target)
+    return channels[target]
+
+def call(target, method, metadata, timeout, wfr):
+    try:
+        reply = channel(target).unary_unary(method)(
+            b"", timeout=timeout, metadata=metadata or None, wait_for_ready=wfr)
+        return reply.decode()
+    except grpc.RpcError as e:
+        return "error:" + e.code().name
+
+for line in sys.stdin:
+    cmd = json.loads(line)
+    counts = collections.Counter()
+    md = [tuple(x) for x in cmd.get("metadata", [])]
+    if cmd["op"] == "call":
+        for _ in range(cmd["n"]):
+            counts[call(cmd["target"], cmd["method"], md, cmd["timeout"], cmd["wfr"])] += 1
+    elif cmd["op"] == "until":
+        deadline = time.monotonic() + cmd["timeout"]
+        start = time.monotonic()
+        while time.monotonic() < deadline:
+            left = max(0.05, min(1.0, deadline - time.monotonic()))
+            got = call(cmd["target"], cmd["method"], md, left, False)
+            counts[got] += 1
+            if got == cmd["want"]:
+                counts["__elapsed__"] = int((time.monotonic() - start) * 1000)
+                break
+    print(json.dumps(counts), flush=True)
+"""
+
+
+class CoreXdsClient:
+    """grpcio's C-core xds:/// channel in a subprocess (C-core reads the
+    bootstrap once per process); RPCs on command, answers as Counters of the
+    backend names (``error:CODE`` for failures)."""
+
+    def __init__(self, bootstrap: dict) -> None:
+        import json
+        import os
+        import queue
+        import subprocess
+        import sys
+
+        env = dict(os.environ)
+        env.pop("GRPC_XDS_BOOTSTRAP", None)
+        env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
+        self._json = json
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _CORE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        self._lines: queue.Queue = queue.Queue()
+        self._queue_mod = queue
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _command(self, cmd: dict, timeout: float) -> collections.Counter:
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(self._json.dumps(cmd) + "\n")
+        self._proc.stdin.flush()
+        try:
+            line = self._lines.get(timeout=timeout)
+        except self._queue_mod.Empty:
+            self.close()
+            raise TimeoutError(f"C-core client: no answer to {cmd} in {timeout}s") from None
+        if line is None:
+            raise RuntimeError("C-core client exited")
+        return collections.Counter(self._json.loads(line))
+
+    def call(
+        self,
+        n: int,
+        method: str = f"/{SERVICE}/Who",
+        metadata: list[tuple[str, str]] | None = None,
+        target: str = TARGET,
+        timeout: float = 5.0,
+        wait_for_ready: bool = True,
+    ) -> collections.Counter:
+        cmd = {
+            "op": "call",
+            "n": n,
+            "method": method,
+            "metadata": metadata or [],
+            "target": target,
+            "timeout": timeout,
+            "wfr": wait_for_ready,
+        }
+        return self._command(cmd, timeout * n + 30)
+
+    def until(
+        self, want: str, timeout: float, method: str = f"/{SERVICE}/Who", target: str = TARGET
+    ) -> collections.Counter:
+        cmd = {"op": "until", "want": want, "timeout": timeout, "method": method, "target": target}
+        return self._command(cmd, timeout + 30)
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            try:
+                assert self._proc.stdin is not None
+                self._proc.stdin.close()
+                self._proc.wait(timeout=5)
+            except Exception:
+                self._proc.kill()
+                self._proc.wait(timeout=5)
+
+
+def pyxds_calls(
+    channel: Any,
+    n: int,
+    method: str = f"/{SERVICE}/Who",
+    metadata: list[tuple[str, str]] | None = None,
+    timeout: float = 5.0,
+    wait_for_ready: bool = True,
+) -> collections.Counter:
+    """The same as CoreXdsClient.call, on a pyxds (or any grpc) channel."""
+    counts: collections.Counter = collections.Counter()
+    mc = channel.unary_unary(method)
+    for _ in range(n):
+        try:
+            counts[
+                mc(b"", timeout=timeout, metadata=metadata, wait_for_ready=wait_for_ready).decode()
+            ] += 1
+        except grpc.RpcError as err:
+            counts["error:" + err.code().name] += 1
+    return counts
+
+
+def call_until(channel: Any, want: str, timeout: float, method: str = f"/{SERVICE}/Who") -> float:
+    """Call (fast-failing) until ``want`` answers; seconds it took (inf if never)."""
+    mc = channel.unary_unary(method)
+    start = time.monotonic()
+    deadline = start + timeout
+    while time.monotonic() < deadline:
+        try:
+            got = mc(b"", timeout=max(0.05, min(1.0, deadline - time.monotonic()))).decode()
+        except grpc.RpcError:
+            got = None
+        if got == want:
+            return time.monotonic() - start
+        time.sleep(0.01)
+    return float("inf")

@@ -643,6 +643,7 @@ class ChannelCore:
             return
 
         def go() -> None:
+            self.pool.close()  # first: cancels RPCs in flight on every connection
             self._teardown()
             self.pool.close()
             self.picker = FailPicker(CHANNEL_CLOSED)

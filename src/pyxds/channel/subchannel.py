@@ -360,8 +360,15 @@ class SubchannelCore:
             self._backoff_timer = None
             self._set_state(ConnectivityState.IDLE, OK_STATUS)
 
+    def drained(self) -> bool:
+        """Shut down with no transport left open."""
+        transport = self.transport
+        return transport is None or transport.closed
+
     def shutdown(self, force: bool = False) -> None:
         if self.state is ConnectivityState.SHUTDOWN:
+            if force and self.transport is not None:
+                self.transport.retire(force=True)
             return
         if self._backoff_timer is not None:
             self._backoff_timer.cancel()

@@ -42,6 +42,7 @@ class SubchannelPool:
         self._credentials = credentials
         self._options = options
         self._cores: dict[Any, SubchannelCore] = {}
+        self._released: list[SubchannelCore] = []  # may still carry RPCs
 
     def create(self, address: str, attributes: Mapping[str, Any]) -> ChannelSubchannel:
         """A new handle on the shared core for ``address``."""
@@ -69,6 +70,9 @@ class SubchannelPool:
         if core.refs <= 0 and self._cores.get(core.key) is core:
             del self._cores[core.key]
             core.shutdown()
+            self._released = [c for c in self._released if not c.drained()]
+            if not core.drained():
+                self._released.append(core)
 
     def cores(self) -> list[SubchannelCore]:
         return list(self._cores.values())
@@ -76,5 +80,7 @@ class SubchannelPool:
     def close(self) -> None:
         """Channel close: every connection goes now, RPCs on them are cancelled."""
         cores, self._cores = list(self._cores.values()), {}
+        cores += self._released
+        self._released = []
         for core in cores:
             core.shutdown(force=True)

@@ -1,0 +1,551 @@
+"""The asyncio channel: a real ``grpc.aio.Channel`` over the pyxds stack.
+
+Same control side as the sync channel (:class:`pyxds.channel.core.ChannelCore`:
+resolver, LB tree, pickers, idleness); the subchannels are ``grpc.aio``
+channels bound to the event loop the channel is first used on
+(:class:`pyxds.channel.subchannel.AioTransport`).
+
+Per RPC a task picks (awaiting the next publication when queued: an
+``asyncio.Event`` set thread-safely with ``loop.call_soon_threadsafe`` by the
+publishing thread, bounded by the deadline), then runs the grpcio aio call on
+the picked subchannel.  Failures the channel decides are
+``grpc.aio.AioRpcError`` with the picker's status, as async grpcio users
+expect.  Completion is reported to the LB policy's ``on_call_done`` and the
+CallConfig is committed once, streams included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from pyxds.channel.calls import not_sent
+from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc
+from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
+from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
+
+_CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
+
+
+def _error(status: Status) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(
+        status.code, grpc.aio.Metadata(), grpc.aio.Metadata(), status.details, f"pyxds: {status}"
+    )
+
+
+async def pick(core: ChannelCore, rpc: Rpc) -> SubchannelCore | Status:
+    """Pick, awaiting publications while queued, bounded by the deadline."""
+    loop = asyncio.get_running_loop()
+    while True:
+        generation = core.generation
+        outcome = core.try_pick(rpc)
+        if outcome is not None:
+            return outcome
+        remaining = rpc.remaining()
+        if remaining is not None and remaining <= 0:
+            return DEADLINE_EXCEEDED
+        event = asyncio.Event()
+
+        def wake(event: asyncio.Event = event) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(event.set)
+
+        if not core.add_waiter(generation, wake):
+            continue
+        try:
+            await asyncio.wait_for(event.wait(), remaining)
+        except TimeoutError:
+            core.remove_waiter(wake)
+            return DEADLINE_EXCEEDED
+        except asyncio.CancelledError:
+            core.remove_waiter(wake)
+            raise
+
+
+class _AioCall:
+    """Shared by the aio call objects: the pick, the inner grpcio aio call,
+    completion reporting."""
+
+    def __init__(self, core: ChannelCore, rpc: Rpc, start: Callable[[Transport, Any], Any]):
+        self._core = core
+        self._rpc = rpc
+        self._start = start
+        self._inner: Any = None
+        self._error: grpc.aio.AioRpcError | None = None
+        self._started = asyncio.Event()
+        self._done_callbacks: list[Callable[[Any], None]] = []
+        self._finished = False
+        self._cancelled = False
+
+    async def _open(self, retry_not_sent: bool) -> Any:
+        """Pick and start the inner call; returns it (or raises the channel's error)."""
+        while True:
+            try:
+                outcome = await pick(self._core, self._rpc)
+            except asyncio.CancelledError:
+                self._finish(_CANCELLED)
+                raise
+            if isinstance(outcome, Status):
+                self._fail(outcome)
+                raise self._error  # type: ignore[misc]
+            transport = outcome.transport
+            if transport is None or not transport.call_started():
+                self._rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+                continue
+            try:
+                inner = self._start(transport, self._rpc.remaining())
+            except Exception:
+                transport.call_finished()
+                self._rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+                continue
+            inner.add_done_callback(lambda call, t=transport: self._inner_done(call, t))
+            self._inner = inner
+            self._started.set()
+            return inner
+
+    def _inner_done(self, call: Any, transport: Transport) -> None:
+        transport.call_finished()
+
+    def _fail(self, status: Status) -> None:
+        self._error = _error(status)
+        self._started.set()
+        self._finish(status)
+
+    def _finish(self, status: Status) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self._rpc.finish(status)
+        callbacks, self._done_callbacks = self._done_callbacks, []
+        for cb in callbacks:
+            try:
+                cb(self)
+            except Exception:
+                pass
+
+    # -- grpc.aio.Call surface -------------------------------------------
+    def cancelled(self) -> bool:
+        if self._inner is not None:
+            return self._inner.cancelled()
+        return self._cancelled
+
+    def done(self) -> bool:
+        return self._finished
+
+    def time_remaining(self) -> float | None:
+        return self._rpc.remaining()
+
+    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+        if self._finished:
+            callback(self)
+        else:
+            self._done_callbacks.append(callback)
+
+    async def _wait_started(self) -> Any:
+        await self._started.wait()
+        if self._error is not None:
+            raise self._error
+        return self._inner
+
+    async def initial_metadata(self) -> Any:
+        try:
+            inner = await self._wait_started()
+        except grpc.aio.AioRpcError as err:
+            return err.initial_metadata()
+        return await inner.initial_metadata()
+
+    async def trailing_metadata(self) -> Any:
+        try:
+            inner = await self._wait_started()
+        except grpc.aio.AioRpcError as err:
+            return err.trailing_metadata()
+        return await inner.trailing_metadata()
+
+    async def code(self) -> grpc.StatusCode:
+        try:
+            inner = await self._wait_started()
+        except grpc.aio.AioRpcError as err:
+            return err.code()
+        return await inner.code()
+
+    async def details(self) -> str:
+        try:
+            inner = await self._wait_started()
+        except grpc.aio.AioRpcError as err:
+            return err.details() or ""
+        return await inner.details()
+
+    async def wait_for_connection(self) -> None:
+        inner = await self._wait_started()
+        await inner.wait_for_connection()
+
+
+class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUnaryCall):
+    """unary_unary / stream_unary: awaitable for the response."""
+
+    def __init__(self, core, rpc, start, retry_not_sent: bool) -> None:  # noqa: ANN001
+        super().__init__(core, rpc, start)
+        self._retry = retry_not_sent
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> Any:
+        retry = self._retry
+        while True:
+            inner = await self._open(retry)
+            try:
+                response = await inner
+            except grpc.aio.AioRpcError as err:
+                status = Status(err.code(), err.details() or "")
+                if retry and not_sent(status.code, status.details):
+                    retry = False
+                    self._rpc.attempt_done(status)
+                    self._started.clear()
+                    continue
+                self._finish(status)
+                raise
+            except asyncio.CancelledError:
+                self._finish(_CANCELLED)
+                raise
+            self._finish(OK_STATUS)
+            return response
+
+    def __await__(self) -> Any:
+        return self._task.__await__()
+
+    def cancel(self) -> bool:
+        if self._finished:
+            return False
+        self._cancelled = True
+        if self._inner is not None:
+            self._inner.cancel()
+        return self._task.cancel()
+
+    async def code(self) -> grpc.StatusCode:
+        await asyncio.wait([self._task])
+        return await super().code()
+
+    async def details(self) -> str:
+        await asyncio.wait([self._task])
+        return await super().details()
+
+    # stream_unary writes
+    async def write(self, request: Any) -> None:
+        inner = await self._wait_started()
+        await inner.write(request)
+
+    async def done_writing(self) -> None:
+        inner = await self._wait_started()
+        await inner.done_writing()
+
+
+class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamStreamCall):
+    """unary_stream / stream_stream: async iterator of responses."""
+
+    def __init__(self, core, rpc, start) -> None:  # noqa: ANN001
+        super().__init__(core, rpc, start)
+        self._task = asyncio.get_running_loop().create_task(self._open(False))
+        self._task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    def _inner_done(self, call: Any, transport: Transport) -> None:
+        transport.call_finished()
+        # grpc.aio call objects' code()/details() are coroutines: read the
+        # final status on the loop.
+        asyncio.get_running_loop().create_task(self._report(call))
+
+    async def _report(self, call: Any) -> None:
+        try:
+            status = Status(await call.code(), await call.details() or "")
+        except Exception:
+            status = Status(grpc.StatusCode.UNKNOWN, "")
+        self._finish(status)
+
+    async def _inner_call(self) -> Any:
+        try:
+            return await asyncio.shield(self._task)
+        except grpc.aio.AioRpcError:
+            raise
+
+    def __aiter__(self) -> Any:
+        return self._iterate()
+
+    async def _iterate(self) -> Any:
+        inner = await self._inner_call()
+        async for response in inner:
+            yield response
+
+    async def read(self) -> Any:
+        inner = await self._inner_call()
+        return await inner.read()
+
+    async def write(self, request: Any) -> None:
+        inner = await self._inner_call()
+        await inner.write(request)
+
+    async def done_writing(self) -> None:
+        inner = await self._inner_call()
+        await inner.done_writing()
+
+    def cancel(self) -> bool:
+        if self._finished:
+            return False
+        self._cancelled = True
+        if self._inner is not None:
+            return self._inner.cancel()
+        self._task.cancel()
+        self._fail(_CANCELLED)
+        return True
+
+    async def code(self) -> grpc.StatusCode:
+        try:
+            inner = await self._inner_call()
+        except grpc.aio.AioRpcError as err:
+            return err.code()
+        return await inner.code()
+
+
+class _AioMultiCallable:
+    _kind = ""
+
+    def __init__(self, channel: AioXdsChannel, method: str, ser: Any, deser: Any) -> None:
+        self._channel = channel
+        self._core = channel._core
+        self._method = method
+        self._ser = ser
+        self._deser = deser
+        self._key = ("aio", self._kind, method, ser, deser)
+
+    def _inner(self, transport: Transport) -> Any:
+        mc = transport.callables.get(self._key)
+        if mc is None:
+            make = getattr(transport.channel, self._kind)
+            try:
+                mc = make(self._method, self._ser, self._deser, _registered_method=True)
+            except TypeError:
+                mc = make(self._method, self._ser, self._deser)
+            transport.callables[self._key] = mc
+        return mc
+
+    def _rpc(self, metadata: Any, timeout: Any, wait_for_ready: Any) -> Rpc:
+        self._channel._bind_loop()
+        return self._core.new_rpc(self._method, _md_tuples(metadata), timeout, wait_for_ready)
+
+    def _starter(self, first: Any, metadata: Any, credentials: Any, compression: Any) -> Callable:
+        def start(transport: Transport, remaining: Any) -> Any:
+            kwargs: dict[str, Any] = {
+                "timeout": remaining,
+                "metadata": metadata,
+                "credentials": credentials,
+                "wait_for_ready": False,
+                "compression": compression,
+            }
+            if first is _NO_ARG:
+                return self._inner(transport)(**kwargs)
+            return self._inner(transport)(first, **kwargs)
+
+        return start
+
+
+_NO_ARG = object()
+
+
+def _md_tuples(metadata: Any) -> Any:
+    if metadata is None:
+        return None
+    return tuple(metadata)
+
+
+class AioUnaryUnary(_AioMultiCallable, grpc.aio.UnaryUnaryMultiCallable):
+    _kind = "unary_unary"
+
+    def __call__(
+        self,
+        request: Any,
+        *,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: Any = None,
+        wait_for_ready: bool | None = None,
+        compression: Any = None,
+    ) -> AioUnaryResponseCall:
+        rpc = self._rpc(metadata, timeout, wait_for_ready)
+        start = self._starter(request, metadata, credentials, compression)
+        return AioUnaryResponseCall(self._core, rpc, start, retry_not_sent=True)
+
+
+class AioStreamUnary(_AioMultiCallable, grpc.aio.StreamUnaryMultiCallable):
+    _kind = "stream_unary"
+
+    def __call__(
+        self,
+        request_iterator: Any = None,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: Any = None,
+        wait_for_ready: bool | None = None,
+        compression: Any = None,
+    ) -> AioUnaryResponseCall:
+        rpc = self._rpc(metadata, timeout, wait_for_ready)
+        first = _NO_ARG if request_iterator is None else request_iterator
+        start = self._starter(first, metadata, credentials, compression)
+        return AioUnaryResponseCall(self._core, rpc, start, retry_not_sent=False)
+
+
+class AioUnaryStream(_AioMultiCallable, grpc.aio.UnaryStreamMultiCallable):
+    _kind = "unary_stream"
+
+    def __call__(
+        self,
+        request: Any,
+        *,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: Any = None,
+        wait_for_ready: bool | None = None,
+        compression: Any = None,
+    ) -> AioStreamResponseCall:
+        rpc = self._rpc(metadata, timeout, wait_for_ready)
+        start = self._starter(request, metadata, credentials, compression)
+        return AioStreamResponseCall(self._core, rpc, start)
+
+
+class AioStreamStream(_AioMultiCallable, grpc.aio.StreamStreamMultiCallable):
+    _kind = "stream_stream"
+
+    def __call__(
+        self,
+        request_iterator: Any = None,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: Any = None,
+        wait_for_ready: bool | None = None,
+        compression: Any = None,
+    ) -> AioStreamResponseCall:
+        rpc = self._rpc(metadata, timeout, wait_for_ready)
+        first = _NO_ARG if request_iterator is None else request_iterator
+        start = self._starter(first, metadata, credentials, compression)
+        return AioStreamResponseCall(self._core, rpc, start)
+
+
+class AioXdsChannel(grpc.aio.Channel):
+    """A grpc.aio.Channel over the pyxds stack (:func:`pyxds.aio.insecure_channel`)."""
+
+    def __init__(
+        self,
+        target: str,
+        credentials: grpc.ChannelCredentials | None = None,
+        bootstrap: Any = None,
+        options: Sequence[tuple[str, Any]] | None = None,
+        compression: grpc.Compression | None = None,
+    ) -> None:
+        sub_options = subchannel_options(options)
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+
+        def make_transport(address: str, creds: Any, on_state: Callable) -> AioTransport:
+            loop = self._loop
+            assert loop is not None, "pyxds aio channel used before any event loop"
+            return AioTransport(loop, address, creds, sub_options, compression, on_state)
+
+        self._core = ChannelCore(target, make_transport, credentials, bootstrap, options)
+
+    def _bind_loop(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+
+    @property
+    def target(self) -> str:
+        return self._core.target
+
+    async def __aenter__(self) -> AioXdsChannel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self, grace: float | None = None) -> None:
+        if grace:
+            deadline = asyncio.get_running_loop().time() + grace
+            while self._core._active_calls > 0 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)
+        self._core.close()
+        for _ in range(3):  # let the subchannels' close tasks run
+            await asyncio.sleep(0)
+
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        if try_to_connect:
+            self._bind_loop()
+            self._core.exit_idle()
+        return self._core.grpc_state()
+
+    async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
+        loop = asyncio.get_running_loop()
+        event = asyncio.Event()
+
+        def on_state(_state: ConnectivityState) -> None:
+            loop.call_soon_threadsafe(event.set)
+
+        self._core.add_state_watcher(on_state)
+        try:
+            while self._core.grpc_state() is last_observed_state:
+                await event.wait()
+                event.clear()
+        finally:
+            self._core.remove_state_watcher(on_state)
+
+    async def channel_ready(self) -> None:
+        state = self.get_state(try_to_connect=True)
+        while state is not grpc.ChannelConnectivity.READY:
+            await self.wait_for_state_change(state)
+            state = self.get_state(try_to_connect=True)
+
+    def unary_unary(
+        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
+    ):  # noqa: ANN001, E501
+        return AioUnaryUnary(self, method, request_serializer, response_deserializer)
+
+    def unary_stream(
+        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
+    ):  # noqa: ANN001, E501
+        return AioUnaryStream(self, method, request_serializer, response_deserializer)
+
+    def stream_unary(
+        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
+    ):  # noqa: ANN001, E501
+        return AioStreamUnary(self, method, request_serializer, response_deserializer)
+
+    def stream_stream(
+        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
+    ):  # noqa: ANN001, E501
+        return AioStreamStream(self, method, request_serializer, response_deserializer)
+
+    def config_dump(self) -> dict[str, Any]:
+        return self._core.config_dump()
+
+
+def insecure_channel(
+    target: str,
+    bootstrap: Any = None,
+    options: Sequence[tuple[str, Any]] | None = None,
+    compression: grpc.Compression | None = None,
+) -> AioXdsChannel:
+    """A plaintext grpc.aio.Channel to ``target`` over the pyxds stack."""
+    return AioXdsChannel(target, None, bootstrap, options, compression)
+
+
+def secure_channel(
+    target: str,
+    credentials: grpc.ChannelCredentials,
+    bootstrap: Any = None,
+    options: Sequence[tuple[str, Any]] | None = None,
+    compression: grpc.Compression | None = None,
+) -> AioXdsChannel:
+    """A grpc.aio.Channel to ``target`` whose subchannels use ``credentials``."""
+    if credentials is None:
+        raise ValueError("secure_channel needs credentials (use insecure_channel)")
+    return AioXdsChannel(target, credentials, bootstrap, options, compression)
