@@ -160,9 +160,9 @@ def test_goaway_max_connection_age_fails_no_rpcs():
         futures.ThreadPoolExecutor(8),
         options=[("grpc.max_connection_age_ms", 200), ("grpc.max_connection_age_grace_ms", 100)],
     )
-    from channel_fixtures import _handlers
-
     import collections
+
+    from channel_fixtures import _handlers
 
     server.add_generic_rpc_handlers((_handlers("aged", collections.Counter()),))
     port = server.add_insecure_port("127.0.0.1:0")

@@ -187,7 +187,7 @@ class _AioCall:
 class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUnaryCall):
     """unary_unary / stream_unary: awaitable for the response."""
 
-    def __init__(self, core, rpc, start, retry_not_sent: bool) -> None:  # noqa: ANN001
+    def __init__(self, core, rpc, start, retry_not_sent: bool) -> None:
         super().__init__(core, rpc, start)
         self._retry = retry_not_sent
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -245,7 +245,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
 class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamStreamCall):
     """unary_stream / stream_stream: async iterator of responses."""
 
-    def __init__(self, core, rpc, start) -> None:  # noqa: ANN001
+    def __init__(self, core, rpc, start) -> None:
         super().__init__(core, rpc, start)
         self._task = asyncio.get_running_loop().create_task(self._open(False))
         self._task.add_done_callback(lambda t: t.cancelled() or t.exception())
@@ -506,22 +506,22 @@ class AioXdsChannel(grpc.aio.Channel):
 
     def unary_unary(
         self, method, request_serializer=None, response_deserializer=None, _registered_method=False
-    ):  # noqa: ANN001, E501
+    ):
         return AioUnaryUnary(self, method, request_serializer, response_deserializer)
 
     def unary_stream(
         self, method, request_serializer=None, response_deserializer=None, _registered_method=False
-    ):  # noqa: ANN001, E501
+    ):
         return AioUnaryStream(self, method, request_serializer, response_deserializer)
 
     def stream_unary(
         self, method, request_serializer=None, response_deserializer=None, _registered_method=False
-    ):  # noqa: ANN001, E501
+    ):
         return AioStreamUnary(self, method, request_serializer, response_deserializer)
 
     def stream_stream(
         self, method, request_serializer=None, response_deserializer=None, _registered_method=False
-    ):  # noqa: ANN001, E501
+    ):
         return AioStreamStream(self, method, request_serializer, response_deserializer)
 
     def config_dump(self) -> dict[str, Any]:
