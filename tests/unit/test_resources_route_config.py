@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from envoy.config.route.v3 import route_components_pb2 as rc_pb2
 from envoy.config.route.v3 import route_pb2
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pyxds.xds.resources import (
     ROUTE_CONFIG,
@@ -651,3 +653,23 @@ def test_identical_actions_in_one_resource_are_shared():
     )
     assert got[0].action is got[1].action
     assert got[2].action is got[3].action
+
+
+def _reference_prefix_ok(prefix: str) -> bool:
+    if prefix[0] != "/":
+        return False
+    parts = prefix[1:].split("/", 2)
+    return len(parts) <= 2 and not (len(parts) == 2 and not parts[0])
+
+
+def _reference_path_ok(path: str) -> bool:
+    if not path or path[0] != "/":
+        return False
+    parts = path[1:].split("/", 2)
+    return len(parts) == 2 and bool(parts[0]) and bool(parts[1])
+
+
+@given(st.text(alphabet="/ab", min_size=1, max_size=8))
+def test_prefix_and_path_shape_rules_match_their_definition(text):
+    assert route_config_module._prefix_can_match(text) == _reference_prefix_ok(text)
+    assert route_config_module._path_can_match(text) == _reference_path_ok(text)

@@ -146,16 +146,16 @@ def _prefix_can_match(prefix: str) -> bool:
     "/", has at most one more "/", and does not start with "//"."""
     if prefix[0] != "/":
         return False
-    parts = prefix[1:].split("/", 2)
-    return len(parts) <= 2 and not (len(parts) == 2 and not parts[0])
+    i = prefix.find("/", 1)
+    return i < 0 or (i > 1 and prefix.find("/", i + 1) < 0)
 
 
 def _path_can_match(path: str) -> bool:
     """A path can match only if it is exactly "/service/method", both non-empty."""
     if not path or path[0] != "/":
         return False
-    parts = path[1:].split("/", 2)
-    return len(parts) == 2 and bool(parts[0]) and bool(parts[1])
+    i = path.find("/", 1)
+    return 1 < i < len(path) - 1 and path.find("/", i + 1) < 0
 
 
 def _parse_plugins(rc: Any, errs: Errors, pre: str) -> tuple[list[ClusterSpecifierPlugin], set]:
