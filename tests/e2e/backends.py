@@ -5,6 +5,7 @@
   stopped and started again on the same port.
 * :class:`Blackhole` accepts TCP connections and never speaks HTTP/2, so a
   client's connection attempt hangs until its own timeout.
+* :class:`RawAdsClient` is a bare ADS stream for protocol tests of the server.
 * :class:`CoreClient` runs grpcio's C-core xDS client in a subprocess (C-core
   reads its bootstrap from the environment once per process) and makes RPCs on
   ``xds:///<target>`` on command, reporting which backend answered each.
@@ -24,6 +25,9 @@ from collections.abc import Iterable
 from concurrent import futures
 
 import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.rpc import status_pb2
 from protos import echo_pb2, echo_pb2_grpc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -142,6 +146,9 @@ class Blackhole:
 _CORE_CLIENT = r"""
 import collections, json, sys, time
 import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.rpc import status_pb2
 from protos import echo_pb2, echo_pb2_grpc
 
 target = sys.argv[1]
@@ -251,3 +258,109 @@ class CoreClient:
 def backend_names(counts: Iterable[str]) -> set[str]:
     """The names in a Counter that are backends (not ``error:...``)."""
     return {name for name in counts if not name.startswith("error:")}
+
+
+# -- a bare ADS stream, for protocol tests -------------------------------------------
+
+
+class RawAdsClient:
+    """One ADS stream to ``address``; the test sends DiscoveryRequests and reads responses.
+
+    Every read is bounded by a timeout. ``closed`` holds the stream's final
+    grpc.RpcError (or True for OK) once the server ends it.
+    """
+
+    def __init__(self, address: str, node_id: str = "test-node") -> None:
+        self.node_id = node_id
+        self._channel = grpc.insecure_channel(address)
+        self._requests: queue.Queue = queue.Queue()
+        self._responses: queue.Queue = queue.Queue()
+        self._sent_node = False
+        self.closed: object = None
+        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(self._channel)
+        self._call = stub.StreamAggregatedResources(iter(self._requests.get, None))
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            for response in self._call:
+                self._responses.put(response)
+            self.closed = True
+        except grpc.RpcError as e:
+            self.closed = e
+        self._responses.put(None)
+
+    def send(
+        self,
+        type_url: str,
+        names: Iterable[str] = (),
+        version: str = "",
+        nonce: str = "",
+        error: str | None = None,
+    ) -> None:
+        """Send a request; the node goes on the first request only (as gRPC clients do)."""
+        request = discovery_pb2.DiscoveryRequest(
+            type_url=type_url,
+            resource_names=list(names),
+            version_info=version,
+            response_nonce=nonce,
+        )
+        if not self._sent_node:
+            request.node.CopyFrom(base_pb2.Node(id=self.node_id))
+            self._sent_node = True
+        if error is not None:
+            request.error_detail.CopyFrom(status_pb2.Status(code=3, message=error))
+        self._requests.put(request)
+
+    def ack(self, response: discovery_pb2.DiscoveryResponse, names: Iterable[str]) -> None:
+        self.send(response.type_url, names, version=response.version_info, nonce=response.nonce)
+
+    def recv(self, timeout: float = 5.0) -> discovery_pb2.DiscoveryResponse:
+        """The next response; raises TimeoutError, or EOFError when the stream ended."""
+        try:
+            response = self._responses.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no DiscoveryResponse within {timeout}s") from None
+        if response is None:
+            self._responses.put(None)
+            raise EOFError(f"ADS stream ended: {self.closed}")
+        return response
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self._call.cancel()
+        self._channel.close()
+
+    def __enter__(self) -> RawAdsClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def resource_names_of(response: discovery_pb2.DiscoveryResponse) -> list[str]:
+    """Names of the resources in a response (Listener/Route/Cluster name, CLA cluster_name)."""
+    from envoy.config.cluster.v3 import cluster_pb2
+    from envoy.config.endpoint.v3 import endpoint_pb2
+    from envoy.config.listener.v3 import listener_pb2
+    from envoy.config.route.v3 import route_pb2
+
+    from pyxds.server.types import CLUSTER_LOAD_ASSIGNMENT, FIELD_OF_TYPE
+
+    classes = dict(
+        zip(
+            FIELD_OF_TYPE,
+            (
+                listener_pb2.Listener,
+                route_pb2.RouteConfiguration,
+                cluster_pb2.Cluster,
+                endpoint_pb2.ClusterLoadAssignment,
+            ),
+            strict=True,
+        )
+    )
+    out = []
+    for any_msg in response.resources:
+        msg = classes[any_msg.type_url].FromString(any_msg.value)
+        out.append(msg.cluster_name if any_msg.type_url == CLUSTER_LOAD_ASSIGNMENT else msg.name)
+    return out

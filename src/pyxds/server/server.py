@@ -126,7 +126,7 @@ class ManagementServer:
         self._max_workers = max_workers
         self._grpc_server: grpc.Server | None = None
         self._store = SnapshotStore()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._streams: list[_Stream] = []
         self._records: list[Any] = []
@@ -344,6 +344,13 @@ class ManagementServer:
     def clear_records(self) -> None:
         with self._lock:
             self._records.clear()
+
+    def wait_until(
+        self, predicate: Callable[[], Any], timeout: float = 5.0, what: str = "a condition"
+    ) -> Any:
+        """Block until ``predicate()`` is truthy (re-checked on every stream or record
+        event); return its value, or raise TimeoutError after ``timeout`` seconds."""
+        return self._wait(what, predicate, timeout)
 
     def _wait(self, what: str, find: Callable[[], Any], timeout: float) -> Any:
         deadline = time.monotonic() + timeout

@@ -1,0 +1,332 @@
+"""ADS protocol behaviour of pyxds.server, driven by a bare grpcio ADS stream.
+
+To assert that the server sent *nothing* in answer to a request without
+sleeping, a test follows that request with one that must be answered (a
+subscription to another type): the stream handles requests in order, so the
+next response being that answer proves no response came in between.
+"""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from backends import RawAdsClient, resource_names_of
+
+from pyxds.server import (
+    CLUSTER,
+    CLUSTER_LOAD_ASSIGNMENT,
+    LISTENER,
+    ROUTE_CONFIGURATION,
+    ManagementServer,
+    RawResource,
+    Snapshot,
+)
+from pyxds.server import builders as b
+
+
+def make_snapshot(version: str | None = None, cluster_lb: str = "ROUND_ROBIN") -> Snapshot:
+    return Snapshot(
+        listeners=[b.listener("l1", "r1"), b.listener("l2", "r2")],
+        routes=[
+            b.route_config("r1", [b.virtual_host("vh", ["*"], [b.route(cluster="c1")])]),
+            b.route_config("r2", [b.virtual_host("vh", ["*"], [b.route(cluster="c2")])]),
+        ],
+        clusters=[b.cluster("c1", lb_policy=cluster_lb), b.cluster("c2")],
+        endpoints=[
+            b.endpoints("c1", [b.locality(endpoints=["127.0.0.1:1001"])]),
+            b.endpoints("c2", [b.locality(endpoints=["127.0.0.1:1002"])]),
+        ],
+        version=version,
+    )
+
+
+@pytest.fixture
+def server(xds_server: ManagementServer) -> ManagementServer:
+    xds_server.set_snapshot(make_snapshot())
+    return xds_server
+
+
+@pytest.fixture
+def client(server: ManagementServer):
+    with RawAdsClient(server.address) as c:
+        yield c
+
+
+def assert_next_is_answer_to_probe(client: RawAdsClient) -> None:
+    """Subscribe to EDS c2 and require that the very next response is its answer."""
+    client.send(CLUSTER_LOAD_ASSIGNMENT, ["c2"])
+    response = client.recv()
+    assert (response.type_url, resource_names_of(response)) == (CLUSTER_LOAD_ASSIGNMENT, ["c2"])
+
+
+def test_response_holds_only_the_subscribed_resources(client):
+    client.send(ROUTE_CONFIGURATION, ["r2"])
+    response = client.recv()
+    assert response.type_url == ROUTE_CONFIGURATION
+    assert resource_names_of(response) == ["r2"]
+    assert all(r.type_url == ROUTE_CONFIGURATION for r in response.resources)
+
+
+def test_empty_first_lds_request_is_a_wildcard_subscription(client):
+    client.send(LISTENER, [])
+    assert sorted(resource_names_of(client.recv())) == ["l1", "l2"]
+
+
+def test_empty_first_eds_request_is_not_a_wildcard(client):
+    client.send(CLUSTER_LOAD_ASSIGNMENT, [])
+    response = client.recv()
+    assert resource_names_of(response) == []
+
+
+def test_explicit_wildcard_name_subscribes_to_every_cluster(client):
+    client.send(CLUSTER, ["*", "c1"])
+    assert sorted(resource_names_of(client.recv())) == ["c1", "c2"]
+
+
+def test_empty_names_after_explicit_names_unsubscribes_everything(client):
+    client.send(CLUSTER, ["c1"])
+    first = client.recv()
+    client.send(CLUSTER, [], version=first.version_info, nonce=first.nonce)
+    assert resource_names_of(client.recv()) == []
+
+
+def test_new_request_replaces_the_subscription(client):
+    client.send(CLUSTER, ["c1"])
+    first = client.recv()
+    client.send(CLUSTER, ["c2"], version=first.version_info, nonce=first.nonce)
+    assert resource_names_of(client.recv()) == ["c2"]
+
+
+def test_unknown_names_are_not_sent(client):
+    client.send(CLUSTER, ["c1", "no-such-cluster"])
+    assert resource_names_of(client.recv()) == ["c1"]
+
+
+def test_ack_of_current_version_gets_no_response(client):
+    client.send(CLUSTER, ["c1"])
+    client.ack(client.recv(), ["c1"])
+    assert_next_is_answer_to_probe(client)
+
+
+def test_nack_gets_no_resend_of_the_same_version(client):
+    client.send(CLUSTER, ["c1"])
+    first = client.recv()
+    client.send(CLUSTER, ["c1"], version="", nonce=first.nonce, error="bad cluster")
+    assert_next_is_answer_to_probe(client)
+
+
+def test_ack_is_recorded_with_node_version_and_nonce(server, client):
+    client.send(CLUSTER, ["c1"])
+    response = client.recv()
+    client.ack(response, ["c1"])
+    ack = server.wait_for_ack("CDS", response.version_info, timeout=5)
+    assert (ack.node_id, ack.type_url, ack.nonce, ack.resource_names) == (
+        "test-node",
+        CLUSTER,
+        response.nonce,
+        ("c1",),
+    )
+    assert server.nacks() == []
+
+
+def test_nack_is_recorded_with_the_client_reason_and_rejected_version(server, client):
+    client.send(CLUSTER, ["c1"])
+    good = client.recv()
+    client.ack(good, ["c1"])
+    server.update(clusters=[b.cluster("c1", lb_policy="RANDOM"), b.cluster("c2")])
+    bad = client.recv()
+    assert bad.version_info != good.version_info
+    client.send(CLUSTER, ["c1"], version=good.version_info, nonce=bad.nonce, error="c1: bad")
+    nack = server.wait_for_nack("CDS", timeout=5)
+    assert nack.node_id == "test-node"
+    assert nack.error_message == "c1: bad"
+    assert nack.version_info == good.version_info
+    assert nack.rejected_version == bad.version_info
+    assert nack.nonce == bad.nonce
+    assert server.nacks(node_id="other-node") == []
+    assert server.nacks(type_url=LISTENER) == []
+
+
+def test_acks_and_nacks_are_kept_per_node(server):
+    with RawAdsClient(server.address, "node-a") as a, RawAdsClient(server.address, "node-b") as b_:
+        a.send(CLUSTER, ["c1"])
+        a.ack(a.recv(), ["c1"])
+        b_.send(CLUSTER, ["c1"])
+        b_.send(CLUSTER, ["c1"], nonce=b_.recv().nonce, error="no")
+        server.wait_for_ack(CLUSTER, node_id="node-a")
+        server.wait_for_nack(CLUSTER, node_id="node-b")
+        assert [r.node_id for r in server.acks(CLUSTER)] == ["node-a"]
+        assert [r.node_id for r in server.nacks(CLUSTER)] == ["node-b"]
+
+
+def test_every_response_has_a_fresh_nonce(client):
+    client.send(LISTENER, ["l1"])
+    client.send(ROUTE_CONFIGURATION, ["r1"])
+    client.send(CLUSTER, ["c1"])
+    nonces = [client.recv().nonce for _ in range(3)]
+    assert len(set(nonces)) == 3 and all(nonces)
+
+
+def test_versions_are_per_type_and_only_changed_types_bump(server, client):
+    for type_url, names in ((LISTENER, ["l1"]), (CLUSTER, ["c1"])):
+        client.send(type_url, names)
+        client.ack(client.recv(), names)
+    server.update(clusters=[b.cluster("c1", lb_policy="RING_HASH"), b.cluster("c2")])
+    pushed = client.recv()
+    assert pushed.type_url == CLUSTER
+    assert pushed.version_info == "2"
+    # LDS did not change: nothing was pushed for it.
+    client.ack(pushed, ["c1"])
+    assert_next_is_answer_to_probe(client)
+    assert server.wait_for_ack(LISTENER, "1").version_info == "1"
+
+
+def test_snapshot_change_is_pushed_at_once_to_connected_streams(server, client):
+    client.send(CLUSTER_LOAD_ASSIGNMENT, ["c1"])
+    first = client.recv()
+    client.ack(first, ["c1"])
+    new = b.endpoints("c1", [b.locality(endpoints=["127.0.0.1:2001"])])
+    server.update(endpoints=[new, make_snapshot().resources(CLUSTER_LOAD_ASSIGNMENT)["c2"]])
+    pushed = client.recv()
+    assert pushed.version_info != first.version_info
+    assert pushed.resources[0].value == new.SerializeToString(deterministic=True)
+
+
+def test_identical_snapshot_pushes_nothing(server, client):
+    client.send(CLUSTER, ["c1"])
+    client.ack(client.recv(), ["c1"])
+    server.set_snapshot(make_snapshot())
+    assert_next_is_answer_to_probe(client)
+
+
+def test_sotw_cds_response_carries_every_subscribed_cluster(server, client):
+    client.send(CLUSTER, ["c1", "c2"])
+    client.ack(client.recv(), ["c1", "c2"])
+    server.update(clusters=[b.cluster("c1", lb_policy="RING_HASH"), b.cluster("c2")])
+    assert sorted(resource_names_of(client.recv())) == ["c1", "c2"]
+
+
+def test_removed_resource_is_absent_from_the_next_lds_response(server, client):
+    client.send(LISTENER, ["l1", "l2"])
+    client.ack(client.recv(), ["l1", "l2"])
+    server.remove(listeners=["l2"])
+    assert resource_names_of(client.recv()) == ["l1"]
+
+
+def test_new_name_in_subscription_is_answered_with_it(server, client):
+    client.send(CLUSTER, ["c1"])
+    first = client.recv()
+    client.ack(first, ["c1"])
+    client.send(CLUSTER, ["c1", "c2"], version=first.version_info, nonce=first.nonce)
+    second = client.recv()
+    assert second.version_info == first.version_info
+    assert second.nonce != first.nonce
+    assert sorted(resource_names_of(second)) == ["c1", "c2"]
+
+
+def test_nothing_is_sent_before_a_snapshot_exists_then_it_is_pushed(xds_server):
+    with RawAdsClient(xds_server.address) as client:
+        client.send(LISTENER, ["l1"])
+        xds_server.wait_for_streams(1, timeout=5)
+        with pytest.raises(TimeoutError):
+            client.recv(timeout=0.2)
+        xds_server.set_snapshot(make_snapshot())
+        assert resource_names_of(client.recv()) == ["l1"]
+
+
+def test_node_snapshot_overrides_the_default_for_that_node_only(server):
+    own = Snapshot(clusters=[b.cluster("c1", lb_policy="LEAST_REQUEST")])
+    server.set_snapshot(own, node_id="special")
+    with RawAdsClient(server.address, "special") as s, RawAdsClient(server.address, "plain") as p:
+        s.send(CLUSTER, ["c1", "c2"])
+        p.send(CLUSTER, ["c1", "c2"])
+        special, plain = s.recv(), p.recv()
+    assert resource_names_of(special) == ["c1"]
+    assert sorted(resource_names_of(plain)) == ["c1", "c2"]
+    assert special.resources[0].value == own.resources(CLUSTER)["c1"].SerializeToString()
+
+
+def test_explicit_snapshot_version_is_served(server, client):
+    server.set_snapshot(make_snapshot(version="v42", cluster_lb="RING_HASH"))
+    client.send(CLUSTER, ["c1"])
+    assert client.recv().version_info == "v42"
+
+
+def test_node_is_taken_from_the_first_request_only(server, client):
+    client.send(LISTENER, ["l1"])
+    client.ack(client.recv(), ["l1"])
+    ack = server.wait_for_ack(LISTENER)
+    assert ack.node_id == "test-node"
+    assert [r.has_node for r in server.requests()] == [True, False]
+
+
+def test_raw_resource_bytes_are_served_unchanged(server, client):
+    server.update(clusters={"c1": RawResource("c1", b"\xff\xffnot a cluster")})
+    client.send(CLUSTER, ["c1"])
+    assert client.recv().resources[0].value == b"\xff\xffnot a cluster"
+
+
+def test_connected_nodes_and_stream_count_follow_streams(server):
+    assert server.stream_count == 0
+    with RawAdsClient(server.address, "n1") as c1, RawAdsClient(server.address, "n2") as c2:
+        c1.send(LISTENER, ["l1"])
+        c2.send(LISTENER, ["l1"])
+        server.wait_for_streams(2, timeout=5)
+        assert server.connected_nodes() == ["n1", "n2"]
+        assert server.client_connected.is_set()
+    server.wait_until(lambda: server.stream_count == 0, timeout=5)
+    assert server.connected_nodes() == []
+    assert server.total_streams == 2
+
+
+def test_close_streams_ends_the_stream_with_unavailable(server, client):
+    client.send(LISTENER, ["l1"])
+    client.recv()
+    assert server.close_streams() == 1
+    with pytest.raises(EOFError):
+        client.recv()
+    assert isinstance(client.closed, grpc.RpcError)
+    assert client.closed.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_server_restarts_on_the_same_port_and_serves_again(server):
+    port = server.port
+    with RawAdsClient(server.address) as client:
+        client.send(LISTENER, ["l1"])
+        client.recv()
+        server.stop()
+        with pytest.raises(EOFError):
+            client.recv()
+    server.start()
+    assert server.port == port
+    with RawAdsClient(server.address) as client:
+        client.send(LISTENER, ["l1"])
+        assert resource_names_of(client.recv()) == ["l1"]
+
+
+def test_wait_for_ack_times_out_naming_what_it_saw(server):
+    with pytest.raises(TimeoutError, match="ACK of clusters version '9'"):
+        server.wait_for_ack(CLUSTER, "9", timeout=0.05)
+
+
+def test_bootstrap_points_at_the_server(server):
+    config = server.bootstrap(node_id="n", features=("xds_v3", "ignore_resource_deletion"))
+    assert config["xds_servers"] == [
+        {
+            "server_uri": f"127.0.0.1:{server.port}",
+            "channel_creds": [{"type": "insecure"}],
+            "server_features": ["xds_v3", "ignore_resource_deletion"],
+        }
+    ]
+    assert config["node"] == {"id": "n"}
+
+
+def test_start_twice_is_an_error(server):
+    with pytest.raises(RuntimeError, match="already started"):
+        server.start()
+
+
+def test_context_manager_starts_and_stops_the_server():
+    with ManagementServer() as first:
+        assert first.running and first.port > 0
+    assert not first.running
