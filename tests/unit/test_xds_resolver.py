@@ -330,3 +330,27 @@ def test_runtime_fraction_and_header_routes_through_the_selector_with_seeded_ran
         call.on_committed()
     assert counts["cluster:canary"] == 0
     assert abs(counts["cluster:sampled"] / 20000 - 0.10) < 0.01, counts
+
+
+def test_trivial_static_resolver_publishes_its_addresses_once():
+    results: list[ResolverResult] = []
+    args = ResolverArgs(
+        target="static:///10.0.0.1:1,[::1]:2",
+        authority="x",
+        serializer=WorkSerializer(),
+        clock=FakeClock(),
+        random=random.Random(0),
+        on_result=results.append,
+    )
+    resolver = resolver_registry.StaticResolver(args)
+    resolver.start()
+    resolver.request_reresolution()
+    assert len(results) == 1
+    assert [e.addresses for e in results[0].endpoints] == [("10.0.0.1:1",), ("[::1]:2",)]
+    bad = resolver_registry.StaticResolver(
+        ResolverArgs(
+            "static:///", "x", WorkSerializer(), FakeClock(), random.Random(0), results.append
+        )
+    )
+    bad.start()
+    assert results[-1].service_config_error is not None

@@ -3,8 +3,10 @@
 Built in:
 
 * ``xds`` -> :class:`pyxds.resolver.xds_resolver.XdsResolver`.
-* ``static`` and ``ipv4`` / ``ipv6`` -> :class:`StaticResolver`, a resolver
-  that publishes a fixed address list once (tests and demos), e.g.
+* ``static`` and ``ipv4`` / ``ipv6`` -> the channel's static resolver
+  (``pyxds.channel.static_resolver``, which honours LB policy options), or
+  else :class:`StaticResolver`, which publishes a fixed address list once
+  (tests and demos), e.g.
   ``static:///127.0.0.1:50051,127.0.0.1:50052`` or
   ``ipv4:127.0.0.1:1,127.0.0.1:2`` (gRPC's own target syntax).
 """
@@ -111,6 +113,17 @@ def _xds_factory(args: ResolverArgs) -> Resolver:
     return XdsResolver(args)
 
 
+def _static_factory(args: ResolverArgs) -> Resolver:
+    """The channel's static resolver when available (it honours the
+    channel's LB policy options), else :class:`StaticResolver`."""
+    try:
+        from pyxds.channel.static_resolver import build_builtin
+    except ImportError:
+        return StaticResolver(args)
+    resolver = build_builtin(scheme_of(args.target), args.target, args)
+    return resolver if resolver is not None else StaticResolver(args)
+
+
 _builtins_loaded = False
 
 
@@ -122,4 +135,4 @@ def _load_builtins() -> None:
     with _lock:
         _factories.setdefault("xds", _xds_factory)
         for scheme in ("static", "ipv4", "ipv6"):
-            _factories.setdefault(scheme, StaticResolver)
+            _factories.setdefault(scheme, _static_factory)
