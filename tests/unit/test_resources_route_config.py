@@ -291,6 +291,22 @@ def test_header_range():
     assert h.matches("10") and h.matches("19") and not h.matches("20") and not h.matches("x")
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("15", True),
+        (" 15 ", True),
+        ("+15", True),
+        ("-5", False),
+        ("1_5", False),
+        ("\u0661\u0665", False),
+    ],
+)
+def test_header_range_parses_values_like_c_core(value, expected):
+    assert header_of(range_match=(10, 20)).matches(value) is expected
+    assert header_of(range_match=(-10, 0)).matches("-5") is True
+
+
 def test_header_range_end_before_start_is_rejected():
     err = decode_err(rc_with(header_route(range_match=(20, 10))))
     assert "routes[0].match.headers[0].range_match: end cannot be smaller than start" in err

@@ -181,12 +181,14 @@ class HeaderMatcher:
         elif kind == "safe_regex":
             r = self.regex.fullmatch(header_value) is not None
         elif kind == "range":
-            try:
-                n = int(header_value, 10)
-            except ValueError:
-                r = False
+            # Like absl::SimpleAtoi: optional sign and surrounding spaces, ASCII
+            # digits only (Python's int() would also take "1_0" and non-ASCII digits).
+            text = header_value.strip()
+            digits = text[1:] if text[:1] in ("+", "-") else text
+            if digits.isascii() and digits.isdigit():
+                r = self.range_start <= int(text) < self.range_end
             else:
-                r = self.range_start <= n < self.range_end
+                r = False
         elif kind == "prefix":
             if self.ignore_case:
                 r = header_value.lower().startswith(self.value.lower())  # type: ignore[union-attr]
