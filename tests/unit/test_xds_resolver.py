@@ -161,7 +161,7 @@ def test_route_config_does_not_exist_after_a_good_config_drops_to_the_error():
     h.client.does_not_exist(ROUTE_CONFIG_TYPE_URL, "rds")
     result = h.last
     status = Status(UNAVAILABLE, "RDS resource rds does not exist")
-    assert result.endpoints == status
+    assert result.resolution_note == status.details
     assert result.config_selector.select("/a/m", ()).status == status
     assert h.clusters_in_lb_config() == set()
     # A good config afterwards restores routing (cluster a is fetched again).

@@ -310,9 +310,11 @@ class XdsResolver(Resolver):
         if self._xds_config is not None:
             attributes[XDS_CONFIG_ATTRIBUTE] = self._xds_config
         self.results += 1
+        # Even when dropping (A74), the LB tree gets a normal update: the
+        # clusters RPCs still hold stay usable; new RPCs fail in the selector.
         self._args.on_result(
             ResolverResult(
-                endpoints=error if error is not None else (),
+                endpoints=(),
                 lb_policy=lb_policy,
                 attributes=attributes,
                 config_selector=self._selector,
