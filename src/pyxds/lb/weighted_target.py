@@ -45,8 +45,9 @@ Aggregate (over active children)
 from __future__ import annotations
 
 import bisect
+import functools
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -167,22 +168,13 @@ class WeightedPicker(Picker):
     (a power of two, about 16 per child): a bucket lying inside one child's
     slice maps straight to that child, so a pick draws the bucket with
     ``getrandbits`` and only for a bucket that straddles a slice boundary
-    draws the position inside it and bisects.  The result has exactly the
-    distribution of the plain bisect.  Randomness comes from the helper's
-    ``random.Random``, captured here.
+    draws the position inside it and bisects (that bucket's table entry is
+    the bisecting function, so the common path has no branch).  The result
+    has exactly the distribution of the plain bisect.  Randomness comes from
+    the helper's ``random.Random``, captured here.
     """
 
-    __slots__ = (
-        "_bits",
-        "_table",
-        "_bounds",
-        "_picks",
-        "_scale",
-        "_random",
-        "_getrandbits",
-        "weights",
-        "buckets",
-    )
+    __slots__ = ("_bits", "_table", "_getrandbits", "weights", "buckets")
 
     def __init__(self, entries: Sequence[tuple[int, Picker]], rng: random.Random) -> None:
         if not entries:
@@ -203,6 +195,10 @@ class WeightedPicker(Picker):
         picks.append(picks[-1])
         bits = (min(_MAX_BUCKETS, _BUCKETS_PER_CHILD * n) - 1).bit_length()
         buckets = 1 << bits
+        scale = 1.0 / buckets
+        straddling = functools.partial(
+            functools.partial, _straddling_pick, rng.random, scale, bounds, tuple(picks)
+        )
         table: list[Any] = []
         child = 0  # number of bounds <= the bucket's low end
         for j in range(buckets):
@@ -210,26 +206,30 @@ class WeightedPicker(Picker):
             while child < n and bounds[child] <= low:
                 child += 1
             pure = child >= n or bounds[child] >= high
-            table.append(picks[child] if pure else None)
+            table.append(picks[child] if pure else straddling(j))
         self._bits = bits
         self._table = tuple(table)
-        self._bounds = bounds
-        self._picks = tuple(picks)
-        self._scale = 1.0 / buckets
-        self._random = rng.random
         self._getrandbits = rng.getrandbits
         self.buckets = buckets
 
     def pick(self, args: PickArgs) -> PickResult:
-        bucket = self._getrandbits(self._bits)
-        pick = self._table[bucket]
-        if pick is None:
-            position = (bucket + self._random()) * self._scale
-            pick = self._picks[bisect.bisect_right(self._bounds, position)]
-        return pick(args)
+        return self._table[self._getrandbits(self._bits)](args)
 
     def __repr__(self) -> str:
         return f"WeightedPicker(weights={self.weights})"
+
+
+def _straddling_pick(
+    rand: Callable[[], float],
+    scale: float,
+    bounds: list[float],
+    picks: tuple[Callable[[PickArgs], PickResult], ...],
+    bucket: int,
+    args: PickArgs,
+) -> PickResult:
+    """A bucket holding a slice boundary: draw the position inside it and
+    bisect.  (A plain function, so the picker's table holds no cycle.)"""
+    return picks[bisect.bisect_right(bounds, (bucket + rand()) * scale)](args)
 
 
 # --------------------------------------------------------------------------
