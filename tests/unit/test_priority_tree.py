@@ -180,3 +180,21 @@ def test_same_locality_name_in_two_priorities_gets_two_distinct_leaves():
     assert [s.address for s in p1_leaf.subchannels] == ["10.0.2.1:80"]
     helper.subchannel("10.0.2.1:80").set_state(CS.READY)
     assert picks(helper) == {"10.0.2.1:80"}
+
+
+def test_priority_without_endpoints_fails_over_at_once():
+    # cds gives a priority whose EDS data is missing an empty endpoint list
+    # (TRAPS.md, grpc-go#6462): its round_robin fails while being created,
+    # and the same choice moves on to the next priority.
+    helper = FakeHelper(seed=11)
+    lb = PriorityFactory().build(helper)
+    endpoints = [
+        Endpoint(("10.0.0.3:80",), {PATH_KEY: ("child1", "localityC")}),
+        Endpoint(("10.0.0.4:80",), {PATH_KEY: ("child1", "localityD")}),
+    ]
+    lb.update(ResolverUpdate(endpoints, tree_config()))
+    assert set(lb.children) == {"child0", "child1"}
+    assert lb.children["child0"].state is CS.TRANSIENT_FAILURE
+    assert lb.current_child == "child1" and helper.clock.now() == 0.0
+    helper.subchannel("10.0.0.3:80").set_state(CS.READY)
+    assert picks(helper) == {"10.0.0.3:80"}
