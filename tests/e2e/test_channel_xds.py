@@ -1,0 +1,293 @@
+"""The pyxds channel with pyxds.server as its control plane: what users see
+end to end (weighted split, routing, priority failover, drops, circuit
+breaking, config switches, outages, timeouts, config_dump)."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+import grpc
+import pytest
+from channel_fixtures import (
+    SERVICE,
+    TARGET,
+    Backend,
+    Blackhole,
+    call_until,
+    header,
+    pyxds_calls,
+    route,
+    snapshot,
+    wait_until,
+    who,
+)
+
+import pyxds._api as pyxds
+from pyxds.server import ManagementServer
+
+FAST_BACKOFF = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 300)]
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ManagementServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def backends():
+    started = {name: Backend(name).start() for name in ("a0", "a1", "b0", "c0", "d0")}
+    yield started
+    for b in started.values():
+        b.stop()
+
+
+@pytest.fixture
+def channel(server):
+    ch = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(), options=FAST_BACKOFF)
+    yield ch
+    ch.close()
+
+
+def test_weighted_clusters_split_75_25_within_2_percent_over_4000_rpcs(server, backends, channel):
+    server.set_snapshot(
+        snapshot(
+            [route(prefix="", weighted_clusters={"ca": 75, "cb": 25})],
+            {"ca": [[backends["a0"].address]], "cb": [[backends["b0"].address]]},
+        )
+    )
+    assert wait_until(lambda: set(pyxds_calls(channel, 50)) == {"a0", "b0"}, 10)
+    counts = pyxds_calls(channel, 4000)
+    assert set(counts) == {"a0", "b0"}
+    assert abs(counts["a0"] / 4000 - 0.75) < 0.02
+
+
+def test_path_and_header_routing_choose_the_routes_cluster(server, backends, channel):
+    server.set_snapshot(
+        snapshot(
+            [
+                route(path=f"/{SERVICE}/Sleep", cluster="cb"),
+                route(prefix="", headers=[header("x-env", exact="canary")], cluster="cc"),
+                route(prefix=f"/{SERVICE}/", cluster="ca"),
+            ],
+            {
+                "ca": [[backends["a0"].address]],
+                "cb": [[backends["b0"].address]],
+                "cc": [[backends["c0"].address]],
+            },
+        )
+    )
+    assert wait_until(lambda: pyxds_calls(channel, 1) == {"a0": 1}, 10)
+    assert pyxds_calls(channel, 20) == {"a0": 20}
+    assert pyxds_calls(channel, 20, metadata=[("x-env", "canary")]) == {"c0": 20}
+    assert pyxds_calls(channel, 20, metadata=[("x-env", "prod")]) == {"a0": 20}
+    assert pyxds_calls(channel, 5, method=f"/{SERVICE}/Sleep") == {"b0": 5}
+
+
+def test_rpc_without_matching_route_fails_with_c_core_words(server, backends, channel):
+    server.set_snapshot(
+        snapshot([route(path="/other.Service/M", cluster="ca")], {"ca": [[backends["a0"].address]]})
+    )
+    assert wait_until(
+        lambda: pyxds_calls(channel, 1, wait_for_ready=False) == {"error:UNAVAILABLE": 1}, 10
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        who(channel)
+    assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert "No matching route found in xDS route config" in info.value.details()
+
+
+def test_priority_fails_over_when_every_p0_backend_stops_and_back_when_one_returns(
+    server, backends, channel
+):
+    p0 = [Backend("p0-0").start(), Backend("p0-1").start()]
+    try:
+        server.set_snapshot(
+            snapshot(
+                [route(prefix="", cluster="cp")],
+                {"cp": [[b.address for b in p0], [backends["d0"].address]]},
+            )
+        )
+        assert wait_until(lambda: set(pyxds_calls(channel, 10)) <= {"p0-0", "p0-1"}, 10)
+        for b in p0:
+            b.stop()
+        assert call_until(channel, "d0", 10) < 10
+        assert set(pyxds_calls(channel, 10)) == {"d0"}
+        p0[0].start()
+        assert call_until(channel, "p0-0", 10) < 10
+        assert wait_until(lambda: set(pyxds_calls(channel, 10)) == {"p0-0"}, 5)
+    finally:
+        for b in p0:
+            b.stop()
+
+
+@pytest.mark.slow
+def test_failover_after_10s_when_p0_backend_is_a_blackhole_and_not_before(
+    server, backends, channel
+):
+    hole = Blackhole()
+    try:
+        server.set_snapshot(
+            snapshot(
+                [route(prefix="", cluster="ch")], {"ch": [[hole.address], [backends["d0"].address]]}
+            )
+        )
+        time.sleep(0.3)  # the config reaches the (shared) xDS client
+        start = time.monotonic()
+        first = who(channel, timeout=20, wait_for_ready=True)
+        elapsed = time.monotonic() - start
+        assert first == "d0"
+        assert 9.5 <= elapsed < 12.5, elapsed
+    finally:
+        hole.close()
+
+
+def test_eds_drops_fail_even_wait_for_ready_rpcs(server, backends, channel):
+    server.set_snapshot(
+        snapshot(
+            [route(prefix="", cluster="cdrop")],
+            {"cdrop": [[backends["a0"].address]]},
+            drops={"cdrop": {"lb": 1_000_000}},
+        )
+    )
+    assert wait_until(
+        lambda: pyxds_calls(channel, 1, wait_for_ready=False) == {"error:UNAVAILABLE": 1}, 10
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        who(channel, wait_for_ready=True)
+    assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert info.value.details() == "EDS-configured drop: lb"
+
+
+def test_circuit_breaker_fails_rpcs_over_max_requests(server, backends, channel):
+    server.set_snapshot(
+        snapshot(
+            [route(prefix="", cluster="ccb")],
+            {"ccb": [[backends["b0"].address]]},
+            max_requests={"ccb": 1},
+        )
+    )
+    assert wait_until(lambda: pyxds_calls(channel, 1) == {"b0": 1}, 10)
+    slow = channel.unary_unary(f"/{SERVICE}/Sleep").future(b"1", timeout=5)
+    time.sleep(0.2)
+    with pytest.raises(grpc.RpcError) as info:
+        who(channel)
+    assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert "circuit breaker" in info.value.details()
+    assert slow.result(5) == b"b0"
+    assert who(channel) == "b0"  # the slot is free again
+
+
+def test_route_switched_to_new_cluster_under_load_fails_no_rpc(server, backends, channel):
+    server.set_snapshot(
+        snapshot([route(prefix="", cluster="cold")], {"cold": [[backends["a1"].address]]})
+    )
+    assert wait_until(lambda: pyxds_calls(channel, 1) == {"a1": 1}, 10)
+    counts: collections.Counter = collections.Counter()
+    stop = threading.Event()
+
+    def load():
+        mc = channel.unary_unary(f"/{SERVICE}/Who")
+        while not stop.is_set():
+            try:
+                counts[mc(b"", timeout=5).decode()] += 1
+            except grpc.RpcError as err:
+                counts["error:" + err.code().name + ":" + (err.details() or "")] += 1
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.3)
+        # RDS, CDS and EDS of the new cluster pushed together.
+        server.set_snapshot(
+            snapshot([route(prefix="", cluster="cnew")], {"cnew": [[backends["d0"].address]]})
+        )
+        assert wait_until(lambda: counts["d0"] > 200, 10)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    errors = {k: v for k, v in counts.items() if k.startswith("error")}
+    assert errors == {}
+    assert counts["a1"] > 0 and counts["d0"] > 200
+
+
+def test_route_max_stream_duration_caps_the_rpc_deadline(server, backends, channel):
+    server.set_snapshot(
+        snapshot(
+            [route(prefix="", cluster="ca", max_stream_duration=0.3)],
+            {"ca": [[backends["a0"].address]]},
+        )
+    )
+    sleep = channel.unary_unary(f"/{SERVICE}/Sleep")
+
+    def capped():
+        try:
+            sleep(b"2", timeout=10)
+        except grpc.RpcError as err:
+            return err.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        return False
+
+    assert wait_until(capped, 10)
+    start = time.monotonic()
+    with pytest.raises(grpc.RpcError) as info:
+        channel.unary_unary(f"/{SERVICE}/Sleep")(b"2", timeout=10)
+    assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert time.monotonic() - start < 1.5
+
+
+def test_wait_for_ready_rpcs_queued_through_control_plane_outage_complete_when_it_returns(
+    backends,
+):
+    srv = ManagementServer().start()
+    bootstrap = srv.bootstrap(node_id="outage-node")
+    srv.stop()
+    channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+    results: list = []
+    try:
+
+        def call():
+            try:
+                results.append(who(channel, timeout=15, wait_for_ready=True))
+            except grpc.RpcError as err:
+                results.append("error:" + err.code().name)
+
+        threads = [threading.Thread(target=call) for _ in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        assert results == []
+        srv.set_snapshot(
+            snapshot([route(prefix="", cluster="ca")], {"ca": [[backends["c0"].address]]})
+        )
+        srv.start()
+        for t in threads:
+            t.join(15)
+        assert results == ["c0", "c0", "c0"]
+    finally:
+        channel.close()
+        srv.stop()
+
+
+def test_config_dump_shows_xds_resources_routes_priorities_and_subchannels(
+    server, backends, channel
+):
+    server.set_snapshot(
+        snapshot(
+            [route(prefix="", cluster="cdump")],
+            {"cdump": [[backends["a0"].address], [backends["b0"].address]]},
+        )
+    )
+    assert wait_until(lambda: pyxds_calls(channel, 1) == {"a0": 1}, 10)
+    dump = channel.config_dump()
+    assert dump["state"] == "READY"
+    assert dump["xds_config"]["virtual_host"]["name"] == "vh"
+    assert dump["xds_config"]["virtual_host"]["routes"][0]["cluster"] == "cdump"
+    assert {c["client_status"] for c in dump["xds_client"]["generic_xds_configs"]} == {"ACKED"}
+    text = repr(dump["lb_policy"])
+    assert "cluster:cdump" in text and "current_priority" in text
+    assert dump["subchannels"][backends["a0"].address]["state"] == "READY"
