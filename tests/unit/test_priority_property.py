@@ -39,7 +39,8 @@ class Reference:
     """A56 "Child Connectivity State Tracking" + "Algorithm for Choosing a
     Priority", written down as directly as possible."""
 
-    def __init__(self) -> None:
+    def __init__(self, destroy_removed: bool = False) -> None:
+        self.destroy_removed = destroy_removed
         self.now = 0.0
         self.children: dict[str, RefChild] = {}
         self.priorities: list[str] = []
@@ -47,9 +48,12 @@ class Reference:
 
     def update(self, priorities: list[str]) -> None:
         self.priorities = priorities
-        for name, child in self.children.items():
+        for name, child in list(self.children.items()):
             if name not in priorities:
-                self._deactivate(child)
+                if self.destroy_removed:  # gRFC A115's option
+                    del self.children[name]
+                else:
+                    self._deactivate(child)
         self.choose()
 
     def report(self, name: str, state: ConnectivityState) -> None:
@@ -132,12 +136,13 @@ operations = st.one_of(
 @given(
     first=st.lists(st.sampled_from(NAMES), unique=True, min_size=1, max_size=4),
     ops=st.lists(operations, max_size=40),
+    destroy_removed=st.booleans(),
 )
-def test_choice_always_matches_the_a56_reference(first, ops):
+def test_choice_always_matches_the_a56_reference(first, ops, destroy_removed):
     reset_leaves()
     helper = FakeHelper()
-    lb = PriorityFactory().build(helper)
-    ref = Reference()
+    lb = PriorityFactory(destroy_removed).build(helper)
+    ref = Reference(destroy_removed)
     endpoints = [ep(f"{name}:80", name) for name in NAMES]
 
     def apply_update(priorities):

@@ -136,6 +136,10 @@ at once instead of retaining them for ``CHILD_RETENTION``.  Read when a policy
 is built (unless its factory was given ``destroy_removed_children``).  The
 environment variable A115 names, set to ``false``, turns it on."""
 
+# A pass creates children only once; a second pass sees no new reports
+# unless a child reports about another child.  The bound is a safety net.
+_MAX_CHOICE_PASSES = 8
+
 _EMPTY_STATUS = Status(grpc.StatusCode.UNAVAILABLE, "priority policy has empty priority list")
 
 _READY = ConnectivityState.READY
@@ -570,7 +574,7 @@ class PriorityLoadBalancer(LoadBalancer):
             return
         self._choosing = True
         try:
-            while True:
+            for _ in range(_MAX_CHOICE_PASSES):
                 self._dirty = False
                 result = self._choose_once()
                 if not self._dirty or self._shut_down:
