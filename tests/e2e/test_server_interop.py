@@ -171,6 +171,8 @@ def test_core_client_uses_an_aggregate_cluster_and_drops_per_eds(xds_server, bac
                 b.endpoints("secondary", [b.locality(endpoints=[b_.address])]),
             ]
         )
-        dropped = client.call_until("never", timeout=1)
+        # Drops fail RPCs even with wait_for_ready: first drop, then every RPC.
+        assert client.call_until("error:UNAVAILABLE", timeout=10)["error:UNAVAILABLE"] == 1
+        dropped = client.call(20)
         assert backend_names(dropped) == set(), dropped
-        assert "error:UNAVAILABLE" in dropped, dropped
+        assert dropped == {"error:UNAVAILABLE": 20}, dropped

@@ -73,11 +73,16 @@ class AdsStreamState:
 
     # -- events -------------------------------------------------------------
 
+    def identify(self, request: discovery_pb2.DiscoveryRequest) -> str:
+        """Take the node id from the stream's first request (later ones may omit the node)."""
+        if self.node_id is None:
+            self.node_id = request.node.id if request.HasField("node") else ""
+        return self.node_id
+
     def on_request(self, request: discovery_pb2.DiscoveryRequest) -> list:
         """Handle a client request; returns the responses to send (0 or 1)."""
         has_node = request.HasField("node")
-        if self.node_id is None:
-            self.node_id = request.node.id if has_node else ""
+        self.identify(request)
         type_url = request.type_url
         names = tuple(request.resource_names)
         error = request.error_detail.message if request.HasField("error_detail") else None

@@ -87,10 +87,12 @@ class _Stream:
                 if event is _CHANGED:
                     responses = self.state.on_snapshot_change()
                 else:
-                    responses = self.state.on_request(event)
                     if not registered:
+                        # Attach before the first lookup so no snapshot push can be missed.
+                        self.state.identify(event)
                         registered = True
                         self.server._attach(self)
+                    responses = self.state.on_request(event)
                 yield from responses
         finally:
             if registered:
