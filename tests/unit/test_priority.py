@@ -840,3 +840,20 @@ def test_reports_and_timers_of_children_dropped_from_the_config_cause_no_parent_
     leaf("p1").report(READY)
     leaf("p1").report(TF)
     assert h.reports == before and h.current == "p0"
+
+
+def test_deactivating_a_connecting_child_keeps_its_failover_timer():
+    # grpc#29332: a priority deactivated while connecting and reactivated
+    # before it finished connecting still gets (only) its original window.
+    h = Harness()
+    h.update(["p0", "p1"])
+    leaf("p0").report(TF)  # p1 created at t=0, failover pending
+    h.clock.advance(4)
+    leaf("p0").report(READY)
+    assert h.child("p1").deactivated and h.child("p1").failover_pending
+    h.clock.advance(2)
+    leaf("p0").report(TF)  # t=6: back to p1, still inside its window
+    assert h.current == "p1" and h.child("p1").failover_pending
+    h.clock.advance(FAILOVER_TIMEOUT - 6)
+    assert not h.child("p1").failover_pending
+    assert h.current == "p1" and h.helper.state is CONNECTING
