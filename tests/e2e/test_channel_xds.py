@@ -153,9 +153,15 @@ def test_eds_drops_fail_even_wait_for_ready_rpcs(server, backends, channel):
             drops={"cdrop": {"lb": 1_000_000}},
         )
     )
-    assert wait_until(
-        lambda: pyxds_calls(channel, 1, wait_for_ready=False) == {"error:UNAVAILABLE": 1}, 10
-    )
+
+    def dropped():
+        try:
+            who(channel)
+        except grpc.RpcError as err:
+            return err.details() == "EDS-configured drop: lb"
+        return False
+
+    assert wait_until(dropped, 10)
     with pytest.raises(grpc.RpcError) as info:
         who(channel, wait_for_ready=True)
     assert info.value.code() is grpc.StatusCode.UNAVAILABLE
