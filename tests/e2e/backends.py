@@ -57,6 +57,7 @@ class EchoBackend:
         self.calls = 0
         self._lock = threading.Lock()
         self._server: grpc.Server | None = None
+        self._executor: futures.ThreadPoolExecutor | None = None
 
     def _count(self) -> None:
         with self._lock:
@@ -73,20 +74,22 @@ class EchoBackend:
     def start(self) -> EchoBackend:
         if self._server is not None:
             return self
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        executor = futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix=self.name)
+        server = grpc.server(executor)
         echo_pb2_grpc.add_EchoServicer_to_server(_EchoServicer(self), server)
         port = server.add_insecure_port(f"{self.host}:{self.port}")
         if not port:
             raise RuntimeError(f"backend {self.name}: cannot bind {self.host}:{self.port}")
         self.port = port
         server.start()
-        self._server = server
+        self._server, self._executor = server, executor
         return self
 
     def stop(self, grace: float | None = None) -> None:
         server, self._server = self._server, None
         if server is not None:
             server.stop(grace).wait(timeout=10)
+            self._executor.shutdown(wait=False)
 
     def restart(self) -> EchoBackend:
         self.stop()
@@ -152,6 +155,7 @@ from google.rpc import status_pb2
 from protos import echo_pb2, echo_pb2_grpc
 
 target = sys.argv[1]
+DETAILS = sys.argv[2] == "1"
 channel = grpc.insecure_channel(target)
 stub = echo_pb2_grpc.EchoStub(channel)
 
@@ -161,6 +165,8 @@ def call(timeout):
                           wait_for_ready=True)
         return reply.backend
     except grpc.RpcError as e:
+        if DETAILS:
+            return "error:" + e.code().name + ":" + (e.details() or "")
         return "error:" + e.code().name
 
 for line in sys.stdin:
@@ -187,17 +193,20 @@ class CoreClient:
     """grpcio's C-core as the xDS client of ``target``, in a subprocess.
 
     ``call(n)`` makes n unary Echo RPCs (wait_for_ready) and returns a Counter of
-    the backend names that answered (failures count as ``"error:<CODE>"``);
+    the backend names that answered (failures count as ``"error:<CODE>"``, or
+    ``"error:<CODE>:<details>"`` with ``details=True``);
     ``call_until(backend, timeout)`` calls until ``backend`` answers.
     """
 
-    def __init__(self, bootstrap: dict, target: str = "xds:///echo-service") -> None:
+    def __init__(
+        self, bootstrap: dict, target: str = "xds:///echo-service", details: bool = False
+    ) -> None:
         env = dict(os.environ)
         env.pop("GRPC_XDS_BOOTSTRAP", None)
         env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, env.get("PYTHONPATH")]))
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", _CORE_CLIENT, target],
+            [sys.executable, "-c", _CORE_CLIENT, target, "1" if details else "0"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

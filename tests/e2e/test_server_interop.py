@@ -154,7 +154,7 @@ def test_core_client_uses_an_aggregate_cluster_and_drops_per_eds(xds_server, bac
         ],
     )
     xds_server.set_snapshot(snapshot)
-    with CoreClient(xds_server.bootstrap(), f"xds:///{TARGET}") as client:
+    with CoreClient(xds_server.bootstrap(), f"xds:///{TARGET}", details=True) as client:
         assert client.call(5) == {"B": 5}
         xds_server.update(
             endpoints=[
@@ -172,7 +172,8 @@ def test_core_client_uses_an_aggregate_cluster_and_drops_per_eds(xds_server, bac
             ]
         )
         # Drops fail RPCs even with wait_for_ready: first drop, then every RPC.
-        assert client.call_until("error:UNAVAILABLE", timeout=10)["error:UNAVAILABLE"] == 1
+        drop = "error:UNAVAILABLE:EDS-configured drop: lb"
+        assert client.call_until(drop, timeout=10)[drop] == 1
         dropped = client.call(20)
         assert backend_names(dropped) == set(), dropped
-        assert dropped == {"error:UNAVAILABLE": 20}, dropped
+        assert dropped == {drop: 20}, dropped

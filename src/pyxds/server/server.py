@@ -127,6 +127,7 @@ class ManagementServer:
         self._port = port
         self._max_workers = max_workers
         self._grpc_server: grpc.Server | None = None
+        self._executor: futures.ThreadPoolExecutor | None = None
         self._store = SnapshotStore()
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -144,19 +145,19 @@ class ManagementServer:
         """Start serving; after a stop() this binds the same port again."""
         if self._grpc_server is not None:
             raise RuntimeError("ManagementServer already started")
-        server = grpc.server(
-            futures.ThreadPoolExecutor(
-                max_workers=self._max_workers, thread_name_prefix="pyxds-xds-server"
-            ),
-            options=SERVER_OPTIONS,
+        executor = futures.ThreadPoolExecutor(
+            max_workers=self._max_workers, thread_name_prefix="pyxds-xds-server"
         )
+        server = grpc.server(executor, options=SERVER_OPTIONS)
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(_Servicer(self), server)
         bound = server.add_insecure_port(f"{self._host_for_uri()}:{self._port}")
         if not bound:
+            executor.shutdown(wait=False)
             raise RuntimeError(f"ManagementServer: cannot bind {self.host}:{self._port}")
         self._port = bound
         server.start()
         self._grpc_server = server
+        self._executor = executor
         return self
 
     def stop(self, grace: float | None = None) -> None:
@@ -169,6 +170,9 @@ class ManagementServer:
             streams = list(self._streams)
         for stream in streams:
             stream.notify(_END)
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
 
     @property
     def running(self) -> bool:
