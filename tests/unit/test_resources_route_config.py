@@ -348,7 +348,13 @@ def test_header_string_match_ignore_case(kind, value, yes, no):
 
 def test_header_string_match_safe_regex():
     h = header_of(string_match=("safe_regex", "x.z", False))
-    assert h.kind == "safe_regex" and h.matches("xyz")
+    assert h.kind == "safe_regex" and h.matches("xyz") and not h.matches("XYZ")
+
+
+def test_header_string_match_safe_regex_ignore_case():
+    h = header_of(string_match=("safe_regex", "x.z", True))
+    assert h.ignore_case and h.matches("XyZ")
+    assert h != header_of(string_match=("safe_regex", "x.z", False))
 
 
 def test_header_string_match_without_pattern_is_rejected():
