@@ -13,9 +13,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from backends import Blackhole, EchoBackend  # noqa: E402
+from backends import Blackhole, EchoBackend
 
-from pyxds.server import ManagementServer  # noqa: E402
+from pyxds.server import ManagementServer
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -44,10 +44,7 @@ def echo_backends() -> Iterator[Callable[..., list[EchoBackend]]]:
     started: list[EchoBackend] = []
 
     def start(n: int | Sequence[str], prefix: str = "backend-") -> list[EchoBackend]:
-        if isinstance(n, int):
-            names = [f"{prefix}{len(started) + i}" for i in range(n)]
-        else:
-            names = list(n)
+        names = [f"{prefix}{len(started) + i}" for i in range(n)] if isinstance(n, int) else list(n)
         new = [EchoBackend(name) for name in names]
         started.extend(new)
         return [b.start() for b in new]

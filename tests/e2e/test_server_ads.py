@@ -330,3 +330,10 @@ def test_context_manager_starts_and_stops_the_server():
     with ManagementServer() as first:
         assert first.running and first.port > 0
     assert not first.running
+
+
+def test_server_ignoring_resource_names_sends_every_resource_of_the_type():
+    server = ManagementServer(ignore_resource_names=True, snapshot=make_snapshot())
+    with server, RawAdsClient(server.start().address) as client:
+        client.send(ROUTE_CONFIGURATION, ["r1"])
+        assert sorted(resource_names_of(client.recv())) == ["r1", "r2"]

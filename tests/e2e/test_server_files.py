@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -206,6 +207,34 @@ def test_module_entry_serves_a_file_until_terminated(tmp_path):
             response = client.recv(timeout=10)
         assert resource_names_of(response) == ["echo-service"]
         assert response.version_info == "7"
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+
+
+def test_module_entry_reloads_the_file_on_sighup(tmp_path):
+    path = write(tmp_path, "r.yaml", YAML.replace("PORT", "5000"))
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyxds.server", "--file", path],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        address = json.loads(proc.stdout.readline())["xds_servers"][0]["server_uri"]
+        with RawAdsClient(address) as client:
+            client.send(CLUSTER_LOAD_ASSIGNMENT, ["echo-cluster"])
+            first = client.recv(timeout=10)
+            client.ack(first, ["echo-cluster"])
+            write(tmp_path, "r.yaml", YAML.replace("PORT", "6000").replace('"7"', '"8"'))
+            proc.send_signal(signal.SIGHUP)
+            second = client.recv(timeout=10)
+        assert (first.version_info, second.version_info) == ("7", "8")
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0

@@ -55,6 +55,8 @@ class AdsStreamState:
 
     ``lookup(node_id)`` returns the NodeState the node is served (or None),
     ``next_nonce()`` a fresh nonce, ``record(r)`` takes Request/Ack/Nack records.
+    ``ignore_resource_names`` imitates servers that answer every subscription
+    with every resource of the type (A27: clients must ignore the extras).
     """
 
     def __init__(
@@ -62,12 +64,14 @@ class AdsStreamState:
         lookup: Callable[[str | None], NodeState | None],
         next_nonce: Callable[[], str],
         record: Callable[[object], None],
+        ignore_resource_names: bool = False,
     ) -> None:
         self.stream_id = next(_stream_ids)
         self.node_id: str | None = None
         self._lookup = lookup
         self._next_nonce = next_nonce
         self._record = record
+        self._send_everything = ignore_resource_names
         self._subs: dict[str, _Subscription] = {}
         self._nonces: OrderedDict[str, tuple[str, str]] = OrderedDict()
 
@@ -162,7 +166,7 @@ class AdsStreamState:
         if state is None:
             return None
         served = state.types[type_url]
-        if sub.wildcard:
+        if sub.wildcard or self._send_everything:
             send = tuple(served.resources)
         else:
             send = tuple(n for n in served.resources if n in sub.names)

@@ -55,7 +55,12 @@ class _Stream:
         self.events: queue.SimpleQueue = queue.SimpleQueue()
         self.context = context
         self.server = server
-        self.state = AdsStreamState(server._store.get, server._next_nonce, server._record)
+        self.state = AdsStreamState(
+            server._store.get,
+            server._next_nonce,
+            server._record,
+            ignore_resource_names=server.ignore_resource_names,
+        )
 
     def notify(self, event: object) -> None:
         self.events.put(event)
@@ -122,8 +127,12 @@ class ManagementServer:
         *,
         max_workers: int = 64,
         snapshot: Snapshot | None = None,
+        ignore_resource_names: bool = False,
     ) -> None:
         self.host = host
+        #: Answer every subscription with every resource of its type, as servers that
+        #: ignore resource names do (A27 "LDS": clients must pick theirs out).
+        self.ignore_resource_names = ignore_resource_names
         self._port = port
         self._max_workers = max_workers
         self._grpc_server: grpc.Server | None = None
