@@ -71,7 +71,10 @@ def test_rds_config_source_self_is_accepted():
 
 def test_rds_config_source_other_than_ads_or_self_is_rejected():
     err = decode_err(listener(hcm_rds(source="path")))
-    assert "api_listener.api_listener.rds.config_source: ConfigSource is not ads or self" in err
+    assert (
+        "api_listener.api_listener.rds.config_source: ConfigSource does not specify ADS or SELF"
+        in err
+    )
 
 
 def test_rds_config_source_missing_is_rejected():
@@ -110,14 +113,23 @@ def test_inline_route_config_error_names_the_nested_field():
 def test_neither_rds_nor_route_config_is_rejected():
     hcm = hcm_pb2.HttpConnectionManager()
     hcm.http_filters.append(router_filter())
-    assert "neither rds nor route_config specified" in decode_err(listener(hcm))
+    assert "neither route_config nor rds fields are present" in decode_err(listener(hcm))
 
 
 def test_scoped_routes_is_rejected():
     hcm = hcm_pb2.HttpConnectionManager()
     hcm.http_filters.append(router_filter())
     hcm.scoped_routes.name = "x"
-    assert "unsupported route_specifier 'scoped_routes'" in decode_err(listener(hcm))
+    assert "neither route_config nor rds fields are present" in decode_err(listener(hcm))
+
+
+def test_xff_trusted_hops_and_ip_detection_are_rejected():
+    hcm = hcm_rds()
+    hcm.xff_num_trusted_hops = 1
+    hcm.original_ip_detection_extensions.add(name="x")
+    err = decode_err(listener(hcm))
+    assert "api_listener.api_listener.xff_num_trusted_hops: must be zero" in err
+    assert "api_listener.api_listener.original_ip_detection_extensions: must be empty" in err
 
 
 def test_listener_without_api_listener_decodes_as_not_api_listener():
@@ -219,6 +231,12 @@ def test_unknown_optional_filter_is_skipped():
 def test_filter_without_typed_config_is_rejected():
     hcm = hcm_rds()
     hcm.http_filters.insert(0, hcm_pb2.HttpFilter(name="bare"))
+    assert "http_filters[0].typed_config: field not present" in decode_err(listener(hcm))
+
+
+def test_optional_filter_without_typed_config_is_still_rejected():
+    hcm = hcm_rds()
+    hcm.http_filters.insert(0, hcm_pb2.HttpFilter(name="bare", is_optional=True))
     assert "http_filters[0].typed_config: field not present" in decode_err(listener(hcm))
 
 

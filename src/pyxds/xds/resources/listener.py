@@ -90,17 +90,17 @@ def parse_http_connection_manager(hcm: Any, name: str, errs: Errors, path: str) 
         if not rds.HasField("config_source"):
             errs.add(f"{path}.rds.config_source", "field not present")
         elif not config_source_is_ads_or_self(rds.config_source):
-            errs.add(f"{path}.rds.config_source", "ConfigSource is not ads or self")
+            errs.add(f"{path}.rds.config_source", "ConfigSource does not specify ADS or SELF")
         route_config_name = rds.route_config_name
     elif which == "route_config":
         route_config = parse_route_configuration(hcm.route_config, errs, f"{path}.route_config")
-    else:
-        errs.add(
-            path,
-            f"unsupported route_specifier {which!r}"
-            if which
-            else "neither rds nor route_config specified",
-        )
+    else:  # unset or scoped_routes
+        errs.add(path, "neither route_config nor rds fields are present")
+    # A41: gRPC trusts no proxy hops and does no original-IP detection.
+    if hcm.xff_num_trusted_hops != 0:
+        errs.add(f"{path}.xff_num_trusted_hops", "must be zero")
+    if len(hcm.original_ip_detection_extensions):
+        errs.add(f"{path}.original_ip_detection_extensions", "must be empty")
     filters = _parse_http_filters(hcm, errs, path)
     msd = None
     if hcm.HasField("common_http_protocol_options"):
@@ -124,12 +124,16 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str) -> tuple[HttpFilter, 
         name = f.name
         if not name:
             errs.add(f"{p}.name", "empty filter name")
-        elif name in seen:
+            continue
+        if name in seen:
             errs.add(f"{p}.name", f"duplicate HTTP filter name: {name}")
+            continue
         seen.add(name)
         which = f.WhichOneof("config_type")
         if which != "typed_config":
-            if f.is_optional:
+            # config_discovery (ECDS) is not supported; no config at all is an
+            # error even for an optional filter (as C-core).
+            if which and f.is_optional:
                 continue
             errs.add(
                 f"{p}.{which}" if which else f"{p}.typed_config",
