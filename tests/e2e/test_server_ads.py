@@ -333,7 +333,9 @@ def test_context_manager_starts_and_stops_the_server():
 
 
 def test_server_ignoring_resource_names_sends_every_resource_of_the_type():
-    server = ManagementServer(ignore_resource_names=True, snapshot=make_snapshot())
-    with server, RawAdsClient(server.start().address) as client:
+    with (
+        ManagementServer(ignore_resource_names=True, snapshot=make_snapshot()) as server,
+        RawAdsClient(server.address) as client,
+    ):
         client.send(ROUTE_CONFIGURATION, ["r1"])
         assert sorted(resource_names_of(client.recv())) == ["r1", "r2"]
