@@ -242,7 +242,7 @@ def test_lb_policy_ring_hash_invalid_fields():
     c.ring_hash_lb_config.maximum_ring_size.value = 1000
     err = decode_err(c)
     assert "ring_hash_lb_config.hash_function: invalid hash function" in err
-    assert "minimum_ring_size cannot be greater than maximum_ring_size" in err
+    assert "ring_hash_lb_config.minimum_ring_size: cannot be greater than maximum_ring_size" in err
 
 
 def test_lb_policy_least_request_converted():
@@ -324,8 +324,34 @@ def test_load_balancing_policy_ring_hash_bad_hash_function_rejected():
     rh = ring_hash_pb2.RingHash(hash_function=ring_hash_pb2.RingHash.MURMUR_HASH_2)
     err = decode_err(with_policies(rh))
     assert (
-        "load_balancing_policy.policies[0].typed_extension_config.typed_config.hash_function" in err
-    )
+        "load_balancing_policy.policies[0].typed_extension_config.typed_config.hash_function:"
+        " unsupported value (must be XX_HASH)"
+    ) in err
+
+
+def test_load_balancing_policy_ring_hash_sizes_validated():
+    rh = ring_hash_pb2.RingHash()
+    rh.minimum_ring_size.value = 20
+    rh.maximum_ring_size.value = 10
+    err = decode_err(with_policies(rh))
+    assert "typed_config.minimum_ring_size: cannot be greater than maximum_ring_size" in err
+    rh.maximum_ring_size.value = 9_000_000
+    rh.minimum_ring_size.value = 0
+    err = decode_err(with_policies(rh))
+    assert "typed_config.maximum_ring_size: value must be in the range [1, 8388608]" in err
+    assert "typed_config.minimum_ring_size: value must be in the range [1, 8388608]" in err
+
+
+def test_wrr_locality_without_endpoint_picking_policy_rejected():
+    err = decode_err(with_policies(wrr_locality_pb2.WrrLocality()))
+    assert "typed_config.endpoint_picking_policy: field not present" in err
+
+
+def test_policy_entry_without_typed_extension_config_rejected():
+    c = eds_cluster()
+    c.load_balancing_policy.policies.add()
+    err = decode_err(c)
+    assert "load_balancing_policy.policies[0].typed_extension_config: field not present" in err
 
 
 def test_load_balancing_policy_client_side_wrr():

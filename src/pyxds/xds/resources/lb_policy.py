@@ -76,6 +76,9 @@ def convert_load_balancing_policy(
         errs.add(path, f"exceeded max recursion depth of {MAX_RECURSION_DEPTH}")
         return None
     for i, policy in enumerate(lbp.policies):
+        if not policy.HasField("typed_extension_config"):
+            errs.add(f"{path}.policies[{i}].typed_extension_config", "field not present")
+            return None
         p = f"{path}.policies[{i}].typed_extension_config.typed_config"
         any_msg = policy.typed_extension_config.typed_config
         n_before = len(errs)
@@ -113,6 +116,9 @@ def _convert_one(any_msg: Any, errs: Errors, p: str, depth: int) -> list[dict[st
         m = unpack(any_msg, wrr_locality_pb2.WrrLocality, p, errs)
         if m is None:
             return None
+        if not m.HasField("endpoint_picking_policy"):
+            errs.add(f"{p}.endpoint_picking_policy", "field not present")
+            return None
         child = convert_load_balancing_policy(
             m.endpoint_picking_policy, errs, f"{p}.endpoint_picking_policy", depth + 1
         )
@@ -148,7 +154,9 @@ def _convert_one(any_msg: Any, errs: Errors, p: str, depth: int) -> list[dict[st
         m = unpack(any_msg, cswrr_pb2.ClientSideWeightedRoundRobin, p, errs)
         if m is None:
             return None
-        cfg: dict[str, Any] = {"enableOobLoadReport": m.enable_oob_load_report.value}
+        cfg: dict[str, Any] = {}
+        if m.enable_oob_load_report.value:
+            cfg["enableOobLoadReport"] = True
         for field, key in (
             ("oob_reporting_period", "oobReportingPeriod"),
             ("blackout_period", "blackoutPeriod"),
@@ -182,15 +190,15 @@ def _convert_one(any_msg: Any, errs: Errors, p: str, depth: int) -> list[dict[st
 
 def _ring_hash(m: Any, errs: Errors, p: str) -> list[dict[str, Any]]:
     if m.hash_function != 0 and m.hash_function != 1:  # DEFAULT_HASH / XX_HASH
-        errs.add(f"{p}.hash_function", "invalid hash function")
+        errs.add(f"{p}.hash_function", "unsupported value (must be XX_HASH)")
     lo = m.minimum_ring_size.value if m.HasField("minimum_ring_size") else 1024
     hi = m.maximum_ring_size.value if m.HasField("maximum_ring_size") else MAX_RING_SIZE
-    if lo == 0 or lo > MAX_RING_SIZE:
-        errs.add(f"{p}.minimum_ring_size", f"must be in the range of 1 to {MAX_RING_SIZE}")
     if hi == 0 or hi > MAX_RING_SIZE:
-        errs.add(f"{p}.maximum_ring_size", f"must be in the range of 1 to {MAX_RING_SIZE}")
+        errs.add(f"{p}.maximum_ring_size", f"value must be in the range [1, {MAX_RING_SIZE}]")
+    if lo == 0 or lo > MAX_RING_SIZE:
+        errs.add(f"{p}.minimum_ring_size", f"value must be in the range [1, {MAX_RING_SIZE}]")
     if lo > hi:
-        errs.add(p, "minimum_ring_size cannot be greater than maximum_ring_size")
+        errs.add(f"{p}.minimum_ring_size", "cannot be greater than maximum_ring_size")
     return [{"ring_hash_experimental": {"minRingSize": lo, "maxRingSize": hi}}]
 
 
@@ -224,7 +232,7 @@ def convert_legacy_lb_policy(cluster: Any, errs: Errors) -> list[dict[str, Any]]
             )
         if lo > hi:
             errs.add(
-                "ring_hash_lb_config", "minimum_ring_size cannot be greater than maximum_ring_size"
+                "ring_hash_lb_config.minimum_ring_size", "cannot be greater than maximum_ring_size"
             )
         return [{"ring_hash_experimental": {"minRingSize": lo, "maxRingSize": hi}}]
     if lb == 1:  # LEAST_REQUEST
