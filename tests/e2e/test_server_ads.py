@@ -339,3 +339,25 @@ def test_server_ignoring_resource_names_sends_every_resource_of_the_type():
     ):
         client.send(ROUTE_CONFIGURATION, ["r1"])
         assert sorted(resource_names_of(client.recv())) == ["r1", "r2"]
+
+
+def test_clearing_a_node_snapshot_pushes_the_default_again(server):
+    server.set_snapshot(Snapshot(clusters=[b.cluster("c1", lb_policy="RING_HASH")]), "n")
+    with RawAdsClient(server.address, "n") as client:
+        client.send(CLUSTER, ["c1", "c2"])
+        own = client.recv()
+        client.ack(own, ["c1", "c2"])
+        assert resource_names_of(own) == ["c1"]
+        server.clear_snapshot("n")
+        assert sorted(resource_names_of(client.recv())) == ["c1", "c2"]
+
+
+def test_changed_content_under_the_same_explicit_version_is_still_pushed(server, client):
+    server.set_snapshot(make_snapshot(version="same"))
+    client.send(CLUSTER, ["c1"])
+    first = client.recv()
+    client.ack(first, ["c1"])
+    server.set_snapshot(make_snapshot(version="same", cluster_lb="RING_HASH"))
+    second = client.recv()
+    assert second.version_info == "same"
+    assert second.resources[0].value != first.resources[0].value

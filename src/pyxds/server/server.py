@@ -115,9 +115,12 @@ class _Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
 class ManagementServer:
     """An xDS v3 ADS management server on ``host:port`` (port 0: pick a free one).
 
-    >>> with ManagementServer() as server:
-    ...     server.set_snapshot(Snapshot(listeners=[...], ...))
-    ...     bootstrap = server.bootstrap(node_id="test-node")
+    Example::
+
+        with ManagementServer() as server:
+            server.set_snapshot(Snapshot(listeners=[...], routes=[...], ...))
+            bootstrap = server.bootstrap(node_id="test-node")
+            server.wait_for_ack("LDS", "1", timeout=5)
     """
 
     def __init__(
