@@ -371,3 +371,12 @@ def call_until(channel: Any, want: str, timeout: float, method: str = f"/{SERVIC
             return time.monotonic() - start
         time.sleep(0.01)
     return float("inf")
+
+
+def fails_with(channel: Any, text: str, method: str = f"/{SERVICE}/Who") -> bool:
+    """True when a fast-failing RPC fails with details containing ``text``."""
+    try:
+        channel.unary_unary(method)(b"", timeout=5)
+    except grpc.RpcError as err:
+        return text in (err.details() or "")
+    return False
