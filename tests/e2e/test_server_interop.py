@@ -7,6 +7,9 @@ fresh management server and real Echo backends, all on 127.0.0.1.
 
 from __future__ import annotations
 
+import time
+from concurrent import futures
+
 import pytest
 from backends import CoreClient, backend_names
 
@@ -20,6 +23,14 @@ from pyxds.server import (
 from pyxds.server import builders as b
 
 TARGET = "echo-service"
+
+
+def wait_for(predicate, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.005)
 
 
 def echo_snapshot(route, clusters: dict[str, list[str]]) -> Snapshot:
@@ -73,9 +84,14 @@ def test_core_client_follows_a_route_update_pushed_mid_run(xds_server, backends)
     xds_server.set_snapshot(echo_snapshot(b.route(prefix="", cluster="cluster-a"), clusters))
     with CoreClient(xds_server.bootstrap(), f"xds:///{TARGET}") as client:
         assert client.call(10) == {"A": 10}
-        xds_server.set_snapshot(echo_snapshot(b.route(prefix="", cluster="cluster-b"), clusters))
-        moved = client.call_until("B", timeout=10)
-        assert moved["B"] == 1, moved
+        with futures.ThreadPoolExecutor(1) as pool:
+            running = pool.submit(client.call_until, "B", 10)
+            wait_for(lambda: a.calls >= 20, "RPCs to keep reaching A")  # traffic is flowing
+            xds_server.set_snapshot(
+                echo_snapshot(b.route(prefix="", cluster="cluster-b"), clusters)
+            )
+            moved = running.result(timeout=20)
+        assert moved["B"] == 1 and moved["A"] >= 10, moved
         assert client.call(10) == {"B": 10}
     assert xds_server.acks(ROUTE_CONFIGURATION)[-1].version_info == "2"
 
