@@ -1,0 +1,185 @@
+"""pyxds.aio: the asyncio channel with generated async stubs, pyxds.server as
+control plane (split, failover, streaming, errors, close)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+
+import grpc
+import pytest
+from backends import EchoBackend
+from channel_fixtures import SERVICE, TARGET, Backend, route, snapshot
+from protos import echo_pb2, echo_pb2_grpc
+
+import pyxds.aio
+from pyxds.server import ManagementServer
+
+FAST_BACKOFF = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 300)]
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ManagementServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def echo():
+    started = [EchoBackend(f"e{i}").start() for i in range(3)]
+    yield started
+    for b in started:
+        b.stop()
+
+
+async def echo_counts(stub, n, **kwargs):
+    counts = collections.Counter()
+    for _ in range(n):
+        try:
+            reply = await stub.Echo(echo_pb2.EchoRequest(message="m"), timeout=5, **kwargs)
+            counts[reply.backend] += 1
+        except grpc.aio.AioRpcError as err:
+            counts["error:" + err.code().name] += 1
+    return counts
+
+
+async def until(predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+def test_aio_weighted_split_75_25_within_3_percent(server, echo):
+    server.set_snapshot(
+        snapshot(
+            [route(prefix="", weighted_clusters={"ca": 75, "cb": 25})],
+            {"ca": [[echo[0].address]], "cb": [[echo[1].address]]},
+        )
+    )
+
+    async def main():
+        async with pyxds.aio.insecure_channel(TARGET, bootstrap=server.bootstrap()) as channel:
+            assert isinstance(channel, grpc.aio.Channel)
+            stub = echo_pb2_grpc.EchoStub(channel)
+
+            async def both():
+                return set(await echo_counts(stub, 30, wait_for_ready=True)) == {"e0", "e1"}
+
+            assert await until(both, 10)
+            return await echo_counts(stub, 2000)
+
+    counts = asyncio.run(main())
+    assert set(counts) == {"e0", "e1"}
+    assert abs(counts["e0"] / 2000 - 0.75) < 0.03
+
+
+def test_aio_priority_failover_and_back(server, echo):
+    p0 = Backend("ap0").start()
+    try:
+        server.set_snapshot(
+            snapshot([route(prefix="", cluster="cap")], {"cap": [[p0.address], [echo[2].address]]})
+        )
+
+        async def main():
+            channel = pyxds.aio.insecure_channel(
+                TARGET, bootstrap=server.bootstrap(), options=FAST_BACKOFF
+            )
+            who = channel.unary_unary(f"/{SERVICE}/Who")
+
+            async def answer():
+                try:
+                    return (await who(b"", timeout=2)).decode()
+                except grpc.aio.AioRpcError:
+                    return None
+
+            async def is_(name):
+                return await answer() == name
+
+            stub = echo_pb2_grpc.EchoStub(channel)
+            assert await until(lambda: is_("ap0"), 10)
+            p0.stop()
+            assert await until(
+                lambda: _eq(echo_counts(stub, 1), collections.Counter({"e2": 1})), 10
+            )
+            p0.start()
+            assert await until(lambda: is_("ap0"), 10)
+            await channel.close()
+
+        asyncio.run(main())
+    finally:
+        p0.stop()
+
+
+async def _eq(coro, expected):
+    return await coro == expected
+
+
+def test_aio_streaming_and_channel_errors(server, echo):
+    server.set_snapshot(snapshot([route(path="/x.Y/Z", cluster="ca")], {"ca": [[echo[0].address]]}))
+
+    async def main():
+        channel = pyxds.aio.insecure_channel(TARGET, bootstrap=server.bootstrap())
+        stub = echo_pb2_grpc.EchoStub(channel)
+
+        async def no_route():
+            try:
+                await stub.Echo(echo_pb2.EchoRequest(message="m"), timeout=5)
+            except grpc.aio.AioRpcError as err:
+                return "No matching route" in (err.details() or "")
+            return False
+
+        assert await until(no_route, 10)
+        call = stub.Echo(echo_pb2.EchoRequest(message="m"), timeout=5)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call
+        assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert await call.code() is grpc.StatusCode.UNAVAILABLE
+        server.set_snapshot(snapshot([route(prefix="", cluster="ca")], {"ca": [[echo[0].address]]}))
+        replies = []
+
+        async def streamed():
+            replies.clear()
+            try:
+                async for reply in stub.EchoStream(
+                    echo_pb2.EchoRequest(message="s", count=4), timeout=5
+                ):
+                    replies.append(reply.backend)
+            except grpc.aio.AioRpcError:
+                return False
+            return replies == ["e0"] * 4
+
+        assert await until(streamed, 10)
+        await channel.close()
+
+    asyncio.run(main())
+
+
+def test_aio_queued_wait_for_ready_rpc_completes_when_config_arrives(echo):
+    srv = ManagementServer().start()
+    try:
+
+        async def main():
+            channel = pyxds.aio.insecure_channel(
+                TARGET, bootstrap=srv.bootstrap(node_id="aio-queued")
+            )
+            stub = echo_pb2_grpc.EchoStub(channel)
+            task = asyncio.ensure_future(
+                stub.Echo(echo_pb2.EchoRequest(message="q"), timeout=10, wait_for_ready=True)
+            )
+            await asyncio.sleep(0.5)
+            assert not task.done()
+            srv.set_snapshot(
+                snapshot([route(prefix="", cluster="ca")], {"ca": [[echo[1].address]]})
+            )
+            reply = await asyncio.wait_for(task, 10)
+            await channel.close()
+            return reply.backend
+
+        assert asyncio.run(main()) == "e1"
+    finally:
+        srv.stop()
