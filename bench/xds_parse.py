@@ -8,7 +8,12 @@ bytes in the same run:
 * decode: ``ResourceType.decode(data, use_memo=False)`` (parse + validate +
   build frozen values), the number the 3x goal is about;
 * memo hit: the same resource re-sent (a new but equal bytes object), which
-  EDS/RDS answer from the decode memo.
+  EDS/RDS answer from the decode memo;
+* EDS 1-locality update: the EDS resource with one endpoint of one locality
+  changed, after the previous version was decoded (the 99 unchanged
+  localities come from the locality memo);
+* EDS first decode with memo: a never-seen resource with the locality memo
+  on (the memo's bookkeeping cost on a miss).
 
 Prints the best-of-N time of each and the ratio decode / floor.  Run:
 ``PYTHONPATH=src python bench/xds_parse.py [--repeat N]``.
@@ -25,7 +30,9 @@ from envoy.config.route.v3 import route_pb2
 from pyxds.xds.resources import ENDPOINTS, ROUTE_CONFIG
 
 
-def build_eds(localities: int = 100, per_locality: int = 100) -> bytes:
+def build_eds(localities: int = 100, per_locality: int = 100, variant: int = 0) -> bytes:
+    """The bench EDS resource; ``variant`` > 0 changes one endpoint's port in
+    locality ``variant % localities``."""
     cla = endpoint_pb2.ClusterLoadAssignment(cluster_name="bench-cluster")
     n = 0
     for li in range(localities):
@@ -42,6 +49,9 @@ def build_eds(localities: int = 100, per_locality: int = 100) -> bytes:
             sa.port_value = 8080
             lbe.health_status = 1 if n % 3 else 0
             n += 1
+    if variant:
+        lbe = cla.endpoints[variant % localities].lb_endpoints[0]
+        lbe.endpoint.address.socket_address.port_value = 9000 + variant
     drop = cla.policy.drop_overloads.add()
     drop.category = "throttle"
     drop.drop_percentage.numerator = 5
@@ -117,6 +127,29 @@ def main() -> None:
             f"{label:36} {len(data):8d} {t_floor * 1e3:9.2f} {t_decode * 1e3:10.2f}"
             f" {t_decode / t_floor:6.1f}x {t_warm * 1e3:12.3f}"
         )
+    incremental_eds(args.repeat)
+
+
+def incremental_eds(repeat: int) -> None:
+    """EDS updates that change one locality, and a first decode with the memo on."""
+    variants = [build_eds(variant=v) for v in range(1, repeat + 1)]
+    ENDPOINTS.clear_memo()
+    first = float("inf")
+    for v in variants[: max(3, repeat // 4)]:
+        ENDPOINTS.clear_memo()
+        t0 = time.perf_counter()
+        ENDPOINTS.decode(v)
+        first = min(first, time.perf_counter() - t0)
+    ENDPOINTS.clear_memo()
+    ENDPOINTS.decode(build_eds())  # the version the updates follow
+    best = float("inf")
+    for v in variants:  # each differs from the last in one locality
+        t0 = time.perf_counter()
+        result = ENDPOINTS.decode(v)
+        best = min(best, time.perf_counter() - t0)
+        assert result.error is None, result.error
+    print(f"EDS first decode with locality memo on: {first * 1e3:.2f} ms")
+    print(f"EDS update, 1 of 100 localities changed: {best * 1e3:.2f} ms")
 
 
 if __name__ == "__main__":

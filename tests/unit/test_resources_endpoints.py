@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from envoy.config.core.v3 import health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pyxds.xds.resources import (
     ENDPOINTS,
@@ -358,4 +360,98 @@ def test_memo_is_bounded(monkeypatch):
     assert ENDPOINTS.decode(cla.SerializeToString()) is results[4]  # newest kept
     cla.cluster_name = "eds-0"
     assert ENDPOINTS.decode(cla.SerializeToString()) is not results[0]  # oldest evicted
+    ENDPOINTS.clear_memo()
+
+
+# ---------------------------------------------------------------- locality memo
+
+
+def big_locality(zone: str, base: int, n: int = 20, priority: int = 0, health=None):
+    return locality(
+        zone,
+        priority=priority,
+        addrs=tuple((f"10.{base}.0.{i}", 80) for i in range(n)),
+        health=health,
+    )
+
+
+def test_unchanged_locality_is_reused_across_updates():
+    from pyxds.xds.resources import endpoints as eds_module
+
+    ENDPOINTS.clear_memo()
+    first = decode_ok(cla_with(big_locality("a", 1), big_locality("b", 2)))
+    assert len(eds_module._locality_memo) == 2
+    second = decode_ok(cla_with(big_locality("a", 1), big_locality("b", 3)))
+    assert second.priorities[0][0] is first.priorities[0][0]  # reused
+    assert second.priorities[0][1] != first.priorities[0][1]  # changed one re-validated
+    ENDPOINTS.clear_memo()
+
+
+def test_reused_locality_colliding_with_another_is_still_an_error():
+    ENDPOINTS.clear_memo()
+    decode_ok(cla_with(big_locality("a", 1)))
+    # "b" reuses an address of the remembered "a": the error must name the endpoint
+    dup = big_locality("b", 2)
+    dup.lb_endpoints[5].endpoint.address.socket_address.address = "10.1.0.7"
+    err = decode_err(cla_with(dup, big_locality("a", 1)))
+    assert 'endpoints[1].lb_endpoints[7]: duplicate endpoint address "10.1.0.7:80"' in err
+    ENDPOINTS.clear_memo()
+
+
+def test_excluded_endpoints_of_a_reused_locality_still_count_for_duplicates():
+    ENDPOINTS.clear_memo()
+    health = tuple(DRAINING if i == 3 else HEALTHY for i in range(20))
+    a = big_locality("a", 1, health=health)
+    first = decode_ok(cla_with(a))
+    assert first.excluded_endpoints == 1
+    again = decode_ok(cla_with(a))
+    assert again.excluded_endpoints == 1
+    clash = locality("b", addrs=(("10.1.0.3", 80),))
+    err = decode_err(cla_with(a, clash))
+    assert 'duplicate endpoint address "10.1.0.3:80"' in err
+    ENDPOINTS.clear_memo()
+
+
+def test_locality_memo_is_bounded_by_bytes(monkeypatch):
+    from pyxds.xds.resources import endpoints as eds_module
+
+    ENDPOINTS.clear_memo()
+    monkeypatch.setattr(eds_module, "LOCALITY_MEMO_MAX_BYTES", 1500)
+    for i in range(10):
+        decode_ok(cla_with(big_locality("a", i)))
+    assert 0 < eds_module._locality_memo_size <= 1500
+    assert eds_module._locality_memo_size == sum(len(k) for k in eds_module._locality_memo)
+    ENDPOINTS.clear_memo()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.lists(
+            st.tuples(
+                st.integers(0, 3),  # zone
+                st.integers(0, 4),  # address block (collisions when equal)
+                st.integers(0, 1),  # priority
+                st.sampled_from([HEALTHY, UNKNOWN, DRAINING]),
+            ),
+            min_size=1,
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_memo_never_changes_the_result(steps):
+    ENDPOINTS.clear_memo()
+    for update in steps:
+        cla = cla_with(
+            *(
+                big_locality(f"z{zone}", block, n=16, priority=prio, health=health)
+                for zone, block, prio, health in update
+            )
+        )
+        data = cla.SerializeToString()
+        with_memo = ENDPOINTS.decode(data)
+        without = ENDPOINTS.decode(data, use_memo=False)
+        assert with_memo == without
     ENDPOINTS.clear_memo()

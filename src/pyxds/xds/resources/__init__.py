@@ -52,9 +52,7 @@ class ResourceType:
     type_url: str
     short_name: str
     all_resources_required_in_sotw: bool
-    _decoder: Callable[[bytes], tuple[str | None, Any, str | None]] = field(
-        repr=False, compare=False
-    )
+    _decoder: Callable[..., tuple[str | None, Any, str | None]] = field(repr=False, compare=False)
     memoize: bool = False
     _memo: dict = field(default_factory=dict, repr=False, compare=False)
     _memo_lock: Any = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -67,17 +65,20 @@ class ResourceType:
             hit = memo.get(key)
             if hit is not None:
                 return hit
-            result = self._decode(key)
+            result = self._decode(key, True)
             with self._memo_lock:
                 if len(memo) >= MEMO_MAX_ENTRIES:
                     memo.pop(next(iter(memo)), None)  # oldest first
                 memo[key] = result
             return result
-        return self._decode(serialized)
+        return self._decode(serialized, use_memo)
 
-    def _decode(self, serialized: bytes) -> DecodeResult:
+    def _decode(self, serialized: bytes, use_memo: bool) -> DecodeResult:
         try:
-            name, resource, error = self._decoder(serialized)
+            if self.memoize:
+                name, resource, error = self._decoder(serialized, use_memo)  # type: ignore[call-arg]
+            else:
+                name, resource, error = self._decoder(serialized)
         except Exception as err:  # bad input never crashes the client
             return DecodeResult(None, None, f"internal error decoding {self.short_name}: {err!r}")
         return DecodeResult(name, resource, error)
@@ -86,6 +87,10 @@ class ResourceType:
         """Forget remembered results (tests; after changing supported extensions)."""
         with self._memo_lock:
             self._memo.clear()
+        if self is ENDPOINTS:
+            from pyxds.xds.resources.endpoints import clear_locality_memo
+
+            clear_locality_memo()
 
     def decode_any(self, any_msg: Any) -> DecodeResult:
         """Decode a ``google.protobuf.Any`` (possibly wrapping a discovery ``Resource``)."""

@@ -20,11 +20,23 @@ Rules (the LB policies never see what is dropped here; TRAPS.md
 Hot loop note: the per-endpoint path reads each field once into a local,
 asks ``HasField`` only when a cheap read is ambiguous, and builds error
 paths only when there is an error.
+
+Locality memo: a locality with at least :data:`LOCALITY_MEMO_MIN_ENDPOINTS`
+endpoints that validated without error is remembered by its serialized
+bytes (which include its weight and priority).  When the next EDS update
+carries the same locality bytes, its :class:`Locality` is reused after one
+C-level check that its addresses do not collide with the rest of the
+cluster (on a collision the locality is parsed again, so the error names the
+endpoint).  A big EDS resource where one locality changed thus costs about a
+protobuf serialization of the unchanged localities instead of their
+validation.  Bounded by :data:`LOCALITY_MEMO_MAX_BYTES` of keys, oldest
+first.
 """
 
 from __future__ import annotations
 
 import socket
+import threading
 from typing import Any
 
 from envoy.config.endpoint.v3 import endpoint_pb2
@@ -40,6 +52,13 @@ from pyxds.xds.resources.types import (
 )
 
 __all__ = ["decode_cluster_load_assignment", "parse_cluster_load_assignment"]
+
+LOCALITY_MEMO_MIN_ENDPOINTS = 16
+LOCALITY_MEMO_MAX_BYTES = 32 * 1024 * 1024
+# serialized LocalityLbEndpoints -> (Locality, every address seen, excluded count)
+_locality_memo: dict[bytes, tuple[Locality, tuple[str, ...], int]] = {}
+_locality_memo_size = 0
+_locality_memo_lock = threading.Lock()
 
 _PER_MILLION = (10_000, 100, 1)  # HUNDRED, TEN_THOUSAND, MILLION
 _HEALTH_NAMES = ("UNKNOWN", "HEALTHY")
@@ -57,15 +76,20 @@ _AF_INET = socket.AF_INET
 _AF_INET6 = socket.AF_INET6
 
 
-def decode_cluster_load_assignment(data: bytes) -> tuple[str | None, Any, str | None]:
-    """Parse and validate serialized ClusterLoadAssignment bytes: (name, resource, error)."""
+def decode_cluster_load_assignment(
+    data: bytes, memo: bool = True
+) -> tuple[str | None, Any, str | None]:
+    """Parse and validate serialized ClusterLoadAssignment bytes: (name, resource, error).
+
+    ``memo=False`` validates every locality afresh (benchmarks, tests).
+    """
     cla = endpoint_pb2.ClusterLoadAssignment()
     try:
         cla.ParseFromString(data)
     except Exception as err:
         return None, None, f"could not parse ClusterLoadAssignment: {err}"
     errs = Errors()
-    resource = parse_cluster_load_assignment(cla, errs)
+    resource = parse_cluster_load_assignment(cla, errs, memo)
     if errs:
         return cla.cluster_name, None, errs.text()
     return cla.cluster_name, resource, None
@@ -97,7 +121,30 @@ def _address(sa: Any, path: str, errs: Errors) -> str | None:
     return text
 
 
-def parse_cluster_load_assignment(cla: Any, errs: Errors) -> ClusterLoadAssignment:
+def clear_locality_memo() -> None:
+    """Forget every remembered locality."""
+    global _locality_memo_size
+    with _locality_memo_lock:
+        _locality_memo.clear()
+        _locality_memo_size = 0
+
+
+def _remember(key: bytes, value: tuple[Locality, tuple[str, ...], int]) -> None:
+    global _locality_memo_size
+    with _locality_memo_lock:
+        if key in _locality_memo:
+            return
+        _locality_memo[key] = value
+        _locality_memo_size += len(key)
+        while _locality_memo_size > LOCALITY_MEMO_MAX_BYTES and _locality_memo:
+            old = next(iter(_locality_memo))
+            del _locality_memo[old]
+            _locality_memo_size -= len(old)
+
+
+def parse_cluster_load_assignment(
+    cla: Any, errs: Errors, memo: bool = True
+) -> ClusterLoadAssignment:
     """Validate a ``envoy.config.endpoint.v3.ClusterLoadAssignment`` message."""
     priorities: dict[int, list[Locality]] = {}
     seen_localities: dict[int, set[LocalityName]] = {}
@@ -113,6 +160,8 @@ def parse_cluster_load_assignment(cla: Any, errs: Errors) -> ClusterLoadAssignme
     health_names = _HEALTH_NAMES
     inet_pton = _inet_pton
     af_inet, af_inet6 = _AF_INET, _AF_INET6
+    memo_get = _locality_memo.get
+    memo_min = LOCALITY_MEMO_MIN_ENDPOINTS if memo else None
     for li, lep in enumerate(cla.endpoints):
         lweight = lep.load_balancing_weight.value
         if not lweight:
@@ -135,6 +184,22 @@ def parse_cluster_load_assignment(cla: Any, errs: Errors) -> ClusterLoadAssignme
             )
         seen.add(lname)
         weight_sums[prio] += lweight
+        key = None
+        if memo_min is not None and len(lep.lb_endpoints) >= memo_min:
+            key = lep.SerializeToString()
+            hit = memo_get(key)
+            if hit is not None:
+                locality, all_addrs, n_excluded = hit
+                if seen_addresses.isdisjoint(all_addrs):
+                    seen_addresses.update(all_addrs)
+                    excluded += n_excluded
+                    priorities[prio].append(locality)
+                    continue
+                # An address collides with another locality: parse it again
+                # below so the error names the endpoint.
+        n_errors = len(errs)
+        excluded_before = excluded
+        n_seen_before = len(seen_addresses)
         endpoints = []
         append = endpoints.append
         for ei, lbe in enumerate(lep.lb_endpoints):
@@ -192,7 +257,12 @@ def parse_cluster_load_assignment(cla: Any, errs: Errors) -> ClusterLoadAssignme
             set_health(e, health_names[health])
             set_hostname(e, ep.hostname)
             append(e)
-        priorities[prio].append(Locality(lname, lweight, tuple(endpoints), prio))
+        locality = Locality(lname, lweight, tuple(endpoints), prio)
+        priorities[prio].append(locality)
+        if key is not None and len(errs) == n_errors:
+            all_addrs = _addresses_of(lep, endpoints, excluded - excluded_before)
+            if len(all_addrs) == len(seen_addresses) - n_seen_before:
+                _remember(key, (locality, all_addrs, excluded - excluded_before))
 
     for prio, total in weight_sums.items():
         if total > UINT32_MAX:
@@ -225,6 +295,25 @@ def parse_cluster_load_assignment(cla: Any, errs: Errors) -> ClusterLoadAssignme
             ppm = min(dp.numerator * _PER_MILLION[den], 1_000_000)
             drops.append(DropOverload(d.category, ppm))
     return ClusterLoadAssignment(cla.cluster_name, ordered, tuple(drops), excluded)
+
+
+def _addresses_of(lep: Any, endpoints: list, n_excluded: int) -> tuple[str, ...]:
+    """Every address of a locality (excluded endpoints too, since they take
+    part in the cluster-wide duplicate check)."""
+    addrs = [a for e in endpoints for a in e.addresses]
+    if n_excluded:
+        errs = Errors()
+        for lbe in lep.lb_endpoints:
+            if lbe.health_status > 1:
+                ep = lbe.endpoint
+                a = _address(ep.address.socket_address, "", errs)
+                if a is not None:
+                    addrs.append(a)
+                for aa in ep.additional_addresses:
+                    a = _address(aa.address.socket_address, "", errs)
+                    if a is not None:
+                        addrs.append(a)
+    return tuple(addrs)
 
 
 def _lbe_path(li: int, ei: int) -> str:

@@ -536,7 +536,9 @@ def _parse_retry(rp: Any, errs: Errors, path: str) -> RetryPolicy:
     return RetryPolicy(codes, num, base, cap)
 
 
-def decode_route_configuration(data: bytes) -> tuple[str | None, Any, str | None]:
+def decode_route_configuration(
+    data: bytes, memo: bool = True
+) -> tuple[str | None, Any, str | None]:
     """Parse and validate serialized RouteConfiguration bytes: (name, resource, error)."""
     rc = route_pb2.RouteConfiguration()
     try:
