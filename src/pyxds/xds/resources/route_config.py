@@ -1,13 +1,16 @@
 """RouteConfiguration validation (A27 "RouteConfiguration Proto", A28 "Response
 validation" as in today's text, A31 timeouts, A42 hash policies, A44 retries).
 
-Rules, in the order they are applied to each route:
+Rules, in the order they are applied to each route (C-core's where the
+gRFCs leave room):
 
+* ``match`` must be present; ``match.query_parameters`` present: the route
+  is ignored (A28), before anything else is looked at.
 * ``match.path_specifier`` must be ``prefix``, ``path`` or ``safe_regex``
-  (anything else, or none, is an error).  A non-empty prefix or a path not
-  starting with ``/`` (and an empty path) can never match a gRPC method: the
-  route is ignored, as C-core does.
-* ``match.query_parameters`` present: the route is ignored (A28).
+  (anything else, or none, is an error).  A route that can never match a
+  ``/service/method`` path is ignored: a non-empty prefix not starting with
+  ``/``, with more than two ``/`` or starting with ``//``; a path that is not
+  exactly ``/service/method``.
 * ``safe_regex`` patterns (path, header, hash-policy rewrite) compile with RE2;
   a pattern RE2 rejects is an error naming the field.
 * ``case_sensitive`` (default true) applies to prefix/path and the regex.
@@ -15,19 +18,21 @@ Rules, in the order they are applied to each route:
   prefix / suffix / contains / string_match (normalised to its inner kind
   with ``ignore_case``); none set, or a ``custom`` string matcher, is an error.
 * ``runtime_fraction``: only ``default_value`` is used.
-* Action ``route``: ``cluster`` (non-empty) / ``weighted_clusters`` (zero
-  weights dropped, names non-empty, sum > 0 and <= uint32 max,
-  ``total_weight`` if set equals the sum) / ``cluster_specifier_plugin``
-  (must name a declared plugin; a declared optional plugin we do not
-  support makes the route ignored).  Any other or unset cluster specifier
-  (``cluster_header``, unknown fields): the route is ignored (A28 latest).
+* Action ``route``: ``cluster`` (non-empty) / ``weighted_clusters`` (each
+  weight present, zero weights dropped, names non-empty, sum > 0 and <=
+  uint32 max, ``total_weight`` if set equals the sum) /
+  ``cluster_specifier_plugin`` (non-empty, must name a declared plugin; a
+  declared optional plugin we do not support makes the route ignored).  Any
+  other or unset cluster specifier (``cluster_header``, unknown fields): the
+  route is ignored (A28 latest).
 * Action ``non_forwarding_action`` or another action (redirect,
   direct_response, ...): kept as :class:`NonForwardingAction`, so an RPC
   that matches it fails (C-core: "Matching route has inappropriate action").
 * ``max_stream_duration`` (A31): ``grpc_timeout_header_max`` if set, else
   ``max_stream_duration``.
-* ``virtual_hosts[i].domains`` must be non-empty, each a valid pattern
-  (``*`` only as the whole pattern, or first or last character).
+* Retry policy (A44): the route's, else its virtual host's.
+* ``virtual_hosts[i].domains`` must be non-empty, each non-empty and with a
+  ``*`` only as its first or last character.
 
 Hot loop note: this runs over every route of a large RouteConfiguration, so
 it binds attributes to locals, asks ``HasField`` only when a cheap read
