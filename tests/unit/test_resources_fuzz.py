@@ -3,6 +3,8 @@ decodes to the same value twice (ARCHITECTURE.md "Bad input is data")."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
@@ -50,6 +52,8 @@ def valid_seeds() -> dict:
 
 
 SEEDS = valid_seeds()
+# FUZZ_N=5000 for a longer local run; the default keeps the suite fast.
+FUZZ_EXAMPLES = int(os.environ.get("FUZZ_N", "200"))
 TYPES = list(RESOURCE_TYPES.values())
 
 
@@ -75,7 +79,7 @@ def test_random_bytes_never_raise(rtype, data):
     check(rtype, data)
 
 
-@settings(max_examples=int(__import__("os").environ.get("FUZZ_N", 200)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rtype=st.sampled_from(TYPES),
     flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
