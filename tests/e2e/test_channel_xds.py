@@ -296,3 +296,103 @@ def test_config_dump_shows_xds_resources_routes_priorities_and_subchannels(
     text = repr(dump["lb_policy"])
     assert "cluster:cdump" in text and "current_priority" in text
     assert dump["subchannels"][backends["a0"].address]["state"] == "READY"
+
+
+def test_wait_for_ready_rpc_queued_while_listener_nacked_completes_when_good_config_arrives(
+    backends,
+):
+    # TRAPS (seen in grpcio 1.85.1's C-core): the RPC waited out its deadline.
+    from envoy.extensions.filters.network.http_connection_manager.v3 import (
+        http_connection_manager_pb2 as hcm_pb2,
+    )
+
+    from pyxds.server import builders as b
+    from pyxds.server.snapshot import Snapshot
+
+    srv = ManagementServer().start()
+    bad = b.listener("echo-service")
+    hcm = hcm_pb2.HttpConnectionManager()
+    bad.api_listener.api_listener.Unpack(hcm)
+    del hcm.http_filters[:]  # no router filter: NACKed
+    bad.api_listener.api_listener.Pack(hcm)
+    srv.set_snapshot(Snapshot(listeners=[bad]))
+    channel = pyxds.insecure_channel(TARGET, bootstrap=srv.bootstrap(node_id="nack-node"))
+    try:
+        box: dict = {}
+        thread = threading.Thread(
+            target=lambda: box.setdefault("r", who(channel, timeout=20, wait_for_ready=True))
+        )
+        thread.start()
+        srv.wait_for_nack(timeout=5)
+        time.sleep(0.2)
+        assert thread.is_alive()
+        start = time.monotonic()
+        srv.set_snapshot(
+            snapshot([route(prefix="", cluster="ca")], {"ca": [[backends["b0"].address]]})
+        )
+        thread.join(10)
+        assert box.get("r") == "b0"
+        assert time.monotonic() - start < 5
+    finally:
+        channel.close()
+        srv.stop()
+
+
+def test_rpc_in_flight_on_a_removed_cluster_completes(server, backends, channel):
+    # TRAPS (grpc-java#12152): cluster refs of RPCs in flight hold the cluster.
+    server.set_snapshot(
+        snapshot([route(prefix="", cluster="cgone")], {"cgone": [[backends["c0"].address]]})
+    )
+    assert wait_until(lambda: pyxds_calls(channel, 1) == {"c0": 1}, 10)
+    slow = channel.unary_unary(f"/{SERVICE}/Sleep").future(b"1", timeout=5)
+    time.sleep(0.2)
+    server.set_snapshot(
+        snapshot([route(prefix="", cluster="cnext")], {"cnext": [[backends["d0"].address]]})
+    )
+    assert wait_until(lambda: pyxds_calls(channel, 1) == {"d0": 1}, 10)
+    assert slow.result(5) == b"c0"
+
+
+def test_removed_cluster_releases_its_subchannels_once_unused(server, backends, channel):
+    # TRAPS (grpc-go#6125): a removed cluster must not keep serving.
+    server.set_snapshot(
+        snapshot([route(prefix="", cluster="cr1")], {"cr1": [[backends["a1"].address]]})
+    )
+    assert wait_until(lambda: pyxds_calls(channel, 1) == {"a1": 1}, 10)
+    server.set_snapshot(
+        snapshot([route(prefix="", cluster="cr2")], {"cr2": [[backends["b0"].address]]})
+    )
+    assert wait_until(lambda: pyxds_calls(channel, 1) == {"b0": 1}, 10)
+    assert wait_until(
+        lambda: backends["a1"].address not in channel.config_dump()["subchannels"], 10
+    )
+    assert "cluster:cr1" not in repr(channel.config_dump()["lb_policy"])
+
+
+def test_stream_completion_is_reported_to_the_lb_policy(server, backends, channel):
+    # on_call_done for streams: a circuit breaker of 1 frees its slot when a
+    # stream ends, and counts it while open.
+    server.set_snapshot(
+        snapshot(
+            [route(prefix="", cluster="cstream")],
+            {"cstream": [[backends["a0"].address]]},
+            max_requests={"cstream": 1},
+        )
+    )
+    assert wait_until(lambda: pyxds_calls(channel, 1) == {"a0": 1}, 10)
+    stream = channel.unary_stream(f"/{SERVICE}/Stream")
+    for _ in range(5):
+        assert list(stream(b"2", timeout=5)) == [b"a0", b"a0"]
+    chat = channel.stream_stream(f"/{SERVICE}/Chat")
+    requests = threading.Event()
+
+    def gen():
+        yield b"x"
+        requests.wait(5)
+
+    open_stream = chat(gen(), timeout=5)
+    assert next(open_stream) == b"a0:x"
+    assert fails_with(channel, "circuit breaker")
+    requests.set()
+    assert list(open_stream) == []
+    assert wait_until(lambda: pyxds_calls(channel, 1) == {"a0": 1}, 5)

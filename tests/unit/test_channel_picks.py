@@ -20,6 +20,7 @@ from pyxds.lb.api import (
     PickComplete,
     PickDrop,
     Picker,
+    PickFail,
     PickQueue,
     QueuePicker,
     Status,
@@ -424,3 +425,76 @@ def test_config_dump_walks_lb_tree_and_lists_subchannels(h):
     assert dump["lb_policy"]["policy"] == "channel_test_driven"
     assert dump["subchannels"]["10.0.0.1:80"]["state"] == "READY"
     assert dump["state"] in ("CONNECTING", "READY")
+
+
+class ByCluster(Picker):
+    """Completes for cluster "new", fails for any other (a deleted cluster)."""
+
+    def __init__(self, sub):
+        self.sub = sub
+
+    def pick(self, args):
+        if args.call_attributes.get("cluster") == "new":
+            return PickComplete(self.sub)
+        return PickFail(Status(UNAVAILABLE, "CDS resource old does not exist"))
+
+
+def routed_to_old(h, committed):
+    h.resolve(
+        [Endpoint(("10.0.0.1:80",))],
+        Selector(
+            CallConfig(call_attributes={"cluster": "old"}, on_committed=lambda: committed.append(1))
+        ),
+    )
+    h.publish(QueuePicker())
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    assert h.core.try_pick(rpc) is None
+    assert rpc.call_config.call_attributes["cluster"] == "old"
+    return rpc
+
+
+def test_rpc_whose_cluster_fails_while_a_route_switch_is_applied_is_rerouted_not_failed(h):
+    committed = []
+    rpc = routed_to_old(h, committed)
+    sub = ready_subchannel(h)
+    mid_update = []
+
+    def on_update(update):
+        # the LB tree already fails the old cluster; the new selector is not
+        # published yet (A31 order): an RPC picking now must not fail
+        h.policy.helper.update_state(
+            ConnectivityState.READY, Status(grpc.StatusCode.OK), ByCluster(sub)
+        )
+        mid_update.append(h.core.try_pick(rpc))
+
+    h.policy.on_update = on_update
+    h.resolve(
+        [Endpoint(("10.0.0.1:80",))], Selector(CallConfig(call_attributes={"cluster": "new"}))
+    )
+    assert mid_update == [None]
+    assert isinstance(h.core.try_pick(rpc), SubchannelCore)
+    assert rpc.call_config.call_attributes["cluster"] == "new"
+    assert committed == [1]  # the old route's cluster reference is released once
+    rpc.finish(Status(grpc.StatusCode.OK))
+    assert committed == [1]
+
+
+def test_rpc_routed_by_a_replaced_selector_is_rerouted_when_its_pick_fails(h):
+    committed = []
+    rpc = routed_to_old(h, committed)
+    sub = ready_subchannel(h)
+    h.resolve(
+        [Endpoint(("10.0.0.1:80",))], Selector(CallConfig(call_attributes={"cluster": "new"}))
+    )
+    h.publish(ByCluster(sub))
+    assert isinstance(h.core.try_pick(rpc), SubchannelCore)
+    assert committed == [1]
+
+
+def test_failing_pick_under_the_current_selector_fails_without_rerouting(h):
+    committed = []
+    rpc = routed_to_old(h, committed)
+    h.publish(ByCluster(ready_subchannel(h)))
+    outcome = h.core.try_pick(rpc)
+    assert outcome == Status(UNAVAILABLE, "CDS resource old does not exist")
+    assert rpc.reselects == 0 and committed == []

@@ -84,6 +84,7 @@ _log = logging.getLogger(__name__)
 
 #: A62: "A default value of 30 minutes is recommended."
 DEFAULT_IDLE_TIMEOUT = 30 * 60.0
+_MAX_REROUTES = 2
 DEADLINE_EXCEEDED = Status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 CHANNEL_CLOSED = Status(grpc.StatusCode.CANCELLED, "Channel closed!")
 
@@ -106,6 +107,8 @@ class Rpc:
         "wait_for_ready",
         "deadline",
         "call_config",
+        "selector",
+        "reselects",
         "on_call_done",
         "_finished",
         "_core",
@@ -125,6 +128,8 @@ class Rpc:
         self.wait_for_ready = bool(wait_for_ready)
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.call_config: CallConfig | None = None
+        self.selector: ConfigSelector | None = None
+        self.reselects = 0
         self.on_call_done: Callable[[Status], None] | None = None
         self._finished = False
 
@@ -141,6 +146,16 @@ class Rpc:
                 done(status)
             except Exception:
                 _log.exception("pyxds: on_call_done raised")
+
+    def release_config(self) -> None:
+        """Forget the CallConfig (committing it) so the RPC is routed again."""
+        config, self.call_config = self.call_config, None
+        self.selector = None
+        if config is not None and config.on_committed is not None:
+            try:
+                config.on_committed()
+            except Exception:
+                _log.exception("pyxds: on_committed raised")
 
     def finish(self, status: Status) -> None:
         """The RPC ended: report the last attempt, commit the CallConfig once."""
@@ -252,6 +267,7 @@ class ChannelCore:
         self.picker: Picker = QueuePicker()
         self.no_config_status: Status | None = None
         self.generation = 0
+        self.applying = False  # a resolver result is being applied
         self.idle = True
         self.closed = False
         # -- serializer-owned --------------------------------------------
@@ -309,6 +325,7 @@ class ChannelCore:
                 _log.exception("pyxds: config selector raised")
                 return Status(grpc.StatusCode.INTERNAL, f"config selector failed: {err}")
             rpc.call_config = config
+            rpc.selector = selector
             if config.status is not None and not config.status.ok:
                 return config.status
             if config.timeout is not None and config.timeout > 0:
@@ -331,10 +348,29 @@ class ChannelCore:
             rpc.on_call_done = result.on_call_done
             return core
         if isinstance(result, PickFail):
-            return None if rpc.wait_for_ready else result.status
+            if rpc.wait_for_ready:
+                return None
+            return self._reroute(rpc, result.status)
         if isinstance(result, PickDrop):
-            return result.status
+            return self._reroute(rpc, result.status)
         return None
+
+    def _reroute(self, rpc: Rpc, status: Status) -> SubchannelCore | Status | None:
+        """A failed pick of an RPC routed by a config that is being replaced
+        (the LB tree already dropped the old route's cluster, the new config
+        selector is not published yet) is routed again by the new config
+        instead of failing: a route switch fails no RPC."""
+        if rpc.reselects >= _MAX_REROUTES:
+            return status
+        if self.applying:
+            rpc.reselects += 1
+            rpc.release_config()
+            return None  # the publication that ends the update wakes it
+        if rpc.selector is not None and rpc.selector is not self.selector:
+            rpc.reselects += 1
+            rpc.release_config()
+            return self.try_pick(rpc)
+        return status
 
     def add_waiter(self, generation: int, fn: Callable[[], None]) -> bool:
         """Call ``fn`` at the next publication after ``generation``.  False
@@ -430,6 +466,8 @@ class ChannelCore:
     # Publication (serializer)
     # ------------------------------------------------------------------
     def _publish(self) -> None:
+        if self.applying:
+            return  # _on_result publishes once at its end
         with self._lock:
             self.generation += 1
             waiters, self._waiters = self._waiters, []
@@ -456,6 +494,16 @@ class ChannelCore:
     def _on_result(self, result: ResolverResult, resolver: Resolver) -> None:
         if self.closed or resolver is not self.resolver:
             return
+        self.applying = True
+        try:
+            self._apply_result(result)
+        finally:
+            # one publication for the whole result: the LB policy's new
+            # picker and the new config selector wake queued RPCs together
+            self.applying = False
+            self._publish()
+
+    def _apply_result(self, result: ResolverResult) -> None:
         self.last_result = result
         if result.service_config_error is not None and self.selector is None:
             # Never had a config: fail (non-wait_for_ready) RPCs with it.
