@@ -183,3 +183,70 @@ def test_aio_queued_wait_for_ready_rpc_completes_when_config_arrives(echo):
         assert asyncio.run(main()) == "e1"
     finally:
         srv.stop()
+
+
+def test_aio_completion_reaches_the_lb_policy_for_every_call_kind(server, echo):
+    # A circuit breaker of 1 only lets sequential RPCs through if every end
+    # (awaited, fire-and-forget, streams, failures) releases its slot.
+    server.set_snapshot(
+        snapshot(
+            [route(prefix="", cluster="caio")],
+            {"caio": [[echo[0].address]]},
+            max_requests={"caio": 1},
+        )
+    )
+
+    async def main():
+        channel = pyxds.aio.insecure_channel(TARGET, bootstrap=server.bootstrap())
+        stub = echo_pb2_grpc.EchoStub(channel)
+
+        async def ok():
+            return set(await echo_counts(stub, 1, wait_for_ready=True)) == {"e0"}
+
+        assert await until(ok, 10)
+        for _ in range(20):
+            call = stub.Echo(echo_pb2.EchoRequest(message="m"), timeout=5)
+            assert (await call).backend == "e0"
+            assert await call.code() is grpc.StatusCode.OK
+        fire = stub.Echo(echo_pb2.EchoRequest(message="m"), timeout=5)
+        await asyncio.sleep(0.2)  # never awaited; it still ends
+        assert fire.done()
+        async for _ in stub.EchoStream(echo_pb2.EchoRequest(message="s", count=2), timeout=5):
+            pass
+        await asyncio.sleep(0.05)
+        assert (await stub.Echo(echo_pb2.EchoRequest(message="m"), timeout=5)).backend == "e0"
+        cancelled = stub.Echo(echo_pb2.EchoRequest(message="m"), timeout=5)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        await asyncio.sleep(0.05)
+        assert (await stub.Echo(echo_pb2.EchoRequest(message="m"), timeout=5)).backend == "e0"
+        await channel.close()
+
+    asyncio.run(main())
+
+
+def test_aio_static_target_errors_deadline_and_generic_calls():
+    backend = Backend("aio-gen").start()
+
+    async def main():
+        channel = pyxds.aio.insecure_channel(f"static:///{backend.address}")
+        who = channel.unary_unary(f"/{SERVICE}/Who")
+        assert await who(b"", timeout=5, wait_for_ready=True) == b"aio-gen"
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await channel.unary_unary(f"/{SERVICE}/Sleep")(b"1", timeout=0.2)
+        assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await channel.unary_unary(f"/{SERVICE}/Fail")(b"PERMISSION_DENIED", timeout=5)
+        assert info.value.code() is grpc.StatusCode.PERMISSION_DENIED
+        assert info.value.details() == "aio-gen says no"
+        collect = channel.stream_unary(f"/{SERVICE}/Collect")
+        assert await collect(iter([b"a", b"b"]), timeout=5) == b"aio-gen:2"
+        chat = channel.stream_stream(f"/{SERVICE}/Chat")
+        assert [r async for r in chat(iter([b"x"]), timeout=5)] == [b"aio-gen:x"]
+        await channel.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        backend.stop()

@@ -37,6 +37,21 @@ def _error(status: Status) -> grpc.aio.AioRpcError:
     )
 
 
+def _sync_status(call: Any) -> Status | None:
+    """The final status of a finished grpc.aio call, read without awaiting
+    (grpcio keeps it on the Cython call); None when not available."""
+    try:
+        raw = call._cython_call._status
+        if raw is None:
+            return None
+        from grpc import _common
+
+        code = _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE[raw.code()]
+        return Status(code, raw.details() or "")
+    except Exception:
+        return None
+
+
 async def pick(core: ChannelCore, rpc: Rpc) -> SubchannelCore | Status:
     """Pick, awaiting publications while queued, bounded by the deadline."""
     loop = asyncio.get_running_loop()
@@ -80,15 +95,19 @@ class _AioCall:
         self._done_callbacks: list[Callable[[Any], None]] = []
         self._finished = False
         self._cancelled = False
+        self._done_event = asyncio.Event()
+        self._status = OK_STATUS
 
-    async def _open(self, retry_not_sent: bool) -> Any:
-        """Pick and start the inner call; returns it (or raises the channel's error)."""
+    async def _open(self, retry_not_sent: bool, first: Any = None) -> Any:
+        """Pick (``first``: an outcome already known) and start the inner
+        call; returns it (or raises the channel's error)."""
         while True:
             try:
-                outcome = await pick(self._core, self._rpc)
+                outcome = first if first is not None else await pick(self._core, self._rpc)
             except asyncio.CancelledError:
                 self._finish(_CANCELLED)
                 raise
+            first = None
             if isinstance(outcome, Status):
                 self._fail(outcome)
                 raise self._error  # type: ignore[misc]
@@ -119,6 +138,8 @@ class _AioCall:
         if self._finished:
             return
         self._finished = True
+        self._status = status
+        self._done_event.set()
         self._rpc.finish(status)
         callbacks, self._done_callbacks = self._done_callbacks, []
         for cb in callbacks:
@@ -185,17 +206,80 @@ class _AioCall:
 
 
 class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUnaryCall):
-    """unary_unary / stream_unary: awaitable for the response."""
+    """unary_unary / stream_unary: awaitable for the response.
+
+    Fast path: when the pick completes at once (the common case) the grpcio
+    call starts right here and awaiting this object awaits it, with no task
+    of our own; completion is read in the grpcio call's done callback.  A
+    queued or failed pick, and the transparent retry, run in a task."""
 
     def __init__(self, core, rpc, start, retry_not_sent: bool) -> None:
         super().__init__(core, rpc, start)
         self._retry = retry_not_sent
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task: asyncio.Task | None = None
+        self._loop = asyncio.get_running_loop()
+        self._settled_inner: Any = None
+        first = core.try_pick(rpc)
+        if not (isinstance(first, SubchannelCore) and self._start_now(first)):
+            self._task = self._loop.create_task(self._run(first))
 
-    async def _run(self) -> Any:
+    def _start_now(self, picked: SubchannelCore) -> bool:
+        transport = picked.transport
+        if transport is None or not transport.call_started():
+            self._rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+            return False
+        try:
+            inner = self._start(transport, self._rpc.remaining())
+        except Exception:
+            transport.call_finished()
+            self._rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+            return False
+        self._inner = inner
+        self._started.set()
+        inner.add_done_callback(lambda call, t=transport: self._fast_done(call, t))
+        return True
+
+    def _fast_done(self, call: Any, transport: Transport) -> None:
+        transport.call_finished()
+        status = _sync_status(call)
+        if status is None:
+            self._loop.create_task(self._settle_later(call))
+        else:
+            self._settle(call, status)
+
+    async def _settle_later(self, call: Any) -> None:
+        try:
+            status = Status(await call.code(), await call.details() or "")
+        except asyncio.CancelledError:
+            status = _CANCELLED
+        except Exception:
+            status = Status(grpc.StatusCode.UNKNOWN, "")
+        self._settle(call, status)
+
+    def _settle(self, call: Any, status: Status) -> None:
+        """The end of the fast-path call (once, from whichever sees it first)."""
+        if self._settled_inner is call:
+            return
+        self._settled_inner = call
+        if (
+            not status.ok
+            and self._retry
+            and not self._cancelled
+            and not_sent(status.code, status.details)
+        ):
+            self._retry = False
+            self._rpc.attempt_done(status)
+            self._started.clear()
+            self._inner = None
+            self._task = self._loop.create_task(self._run(None))
+            return
+        self._finish(status)
+
+    async def _run(self, first: Any) -> Any:
         retry = self._retry
         while True:
-            inner = await self._open(retry)
+            inner = await self._open(retry, first)
+            first = None
             try:
                 response = await inner
             except grpc.aio.AioRpcError as err:
@@ -213,8 +297,25 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
             self._finish(OK_STATUS)
             return response
 
+    async def _await(self) -> Any:
+        while True:
+            if self._task is not None:
+                return await self._task
+            inner = self._inner
+            try:
+                return await inner
+            except grpc.aio.AioRpcError as err:
+                self._settle(inner, Status(err.code(), err.details() or ""))
+                if self._task is None:
+                    raise
+            except asyncio.CancelledError:
+                self._cancelled = True
+                inner.cancel()
+                self._settle(inner, _CANCELLED)
+                raise
+
     def __await__(self) -> Any:
-        return self._task.__await__()
+        return self._await().__await__()
 
     def cancel(self) -> bool:
         if self._finished:
@@ -222,15 +323,17 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
         self._cancelled = True
         if self._inner is not None:
             self._inner.cancel()
-        return self._task.cancel()
+        if self._task is not None:
+            return self._task.cancel()
+        return True
 
     async def code(self) -> grpc.StatusCode:
-        await asyncio.wait([self._task])
-        return await super().code()
+        await self._done_event.wait()
+        return self._status.code
 
     async def details(self) -> str:
-        await asyncio.wait([self._task])
-        return await super().details()
+        await self._done_event.wait()
+        return self._status.details
 
     # stream_unary writes
     async def write(self, request: Any) -> None:
