@@ -116,7 +116,8 @@ class Endpoint:
     def with_attributes(self, **changes: Any) -> Endpoint:
         merged = dict(self.attributes)
         merged.update(changes)
-        return Endpoint(self.addresses, merged)
+        # Build the frozen mapping once: __post_init__ keeps a MappingProxyType as is.
+        return Endpoint(self.addresses, MappingProxyType(merged))
 
 
 @dataclass(frozen=True)

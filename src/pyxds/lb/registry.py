@@ -87,6 +87,7 @@ def _load_builtins() -> None:
     _builtins_loaded = True
     import importlib
 
+    failures: list[BaseException] = []
     for module in (
         "pyxds.lb.pick_first",
         "pyxds.lb.round_robin",
@@ -102,7 +103,12 @@ def _load_builtins() -> None:
             importlib.import_module(module)
         except ModuleNotFoundError as err:
             if err.name != module:
-                raise
+                failures.append(err)
+        except Exception as err:  # import every module, then report the first failure
+            failures.append(err)
+    if failures:
+        _builtins_loaded = False  # a later call retries (and raises again)
+        raise failures[0]
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,26 @@
 """Test support for pyxds and for users' custom policies: a fake clock, a fake
-helper and fake subchannels (sans-IO; no sockets, no threads)."""
+helper and fake subchannels (sans-IO; no sockets, no threads), and a fake
+XdsClient that a test feeds resources through."""
+
+from typing import Any
 
 from pyxds.testing.fake_clock import FakeClock, FakeTimer
 from pyxds.testing.fakes import FakeHelper, FakeSubchannel, StateReport
 
-__all__ = ["FakeClock", "FakeTimer", "FakeHelper", "FakeSubchannel", "StateReport"]
+__all__ = [
+    "FakeClock",
+    "FakeHelper",
+    "FakeSubchannel",
+    "FakeTimer",
+    "FakeXdsClient",
+    "StateReport",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported lazily: it pulls in the xDS resource types.
+    if name == "FakeXdsClient":
+        from pyxds.testing.fake_xds_client import FakeXdsClient
+
+        return FakeXdsClient
+    raise AttributeError(name)
