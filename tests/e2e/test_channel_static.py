@@ -242,3 +242,26 @@ def test_pick_first_moves_to_second_address_when_first_is_down(generic):
 def test_dns_target_without_scheme_resolves(generic):
     with pyxds.insecure_channel(f"localhost:{generic[0].port}") as channel:
         assert who(channel, wait_for_ready=True) == "gen-0"
+
+
+def test_secure_channel_uses_its_credentials_on_every_subchannel():
+    import collections
+    from concurrent import futures
+
+    from channel_fixtures import _handlers
+
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    server.add_generic_rpc_handlers((_handlers("secure", collections.Counter()),))
+    creds = grpc.local_server_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+    port = server.add_secure_port("127.0.0.1:0", creds)
+    server.start()
+    try:
+        channel_creds = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+        with pyxds.secure_channel(f"static:///127.0.0.1:{port}", channel_creds) as channel:
+            assert who(channel, wait_for_ready=True) == "secure"
+            dump = channel.config_dump()
+            assert next(iter(dump["subchannels"].values()))["state"] == "READY"
+        with pytest.raises(ValueError):
+            pyxds.secure_channel(f"static:///127.0.0.1:{port}", None)
+    finally:
+        server.stop(None)
