@@ -81,6 +81,10 @@ async def pick(core: ChannelCore, rpc: Rpc) -> SubchannelCore | Status:
             raise
 
 
+#: grpcio multicallables cached per subchannel (per method and serializers).
+_MAX_CACHED = 1024
+
+
 class _AioCall:
     """Shared by the aio call objects: the pick, the inner grpcio aio call,
     completion reporting."""
@@ -429,6 +433,8 @@ class _AioMultiCallable:
                 mc = make(self._method, self._ser, self._deser, _registered_method=True)
             except TypeError:
                 mc = make(self._method, self._ser, self._deser)
+            if len(transport.callables) >= _MAX_CACHED:  # e.g. lambdas as serializers
+                transport.callables.clear()
             transport.callables[self._key] = mc
         return mc
 

@@ -21,6 +21,9 @@ from pyxds.channel.calls import FutureCall, StreamingCall, blocking_unary
 from pyxds.channel.core import ChannelCore
 from pyxds.channel.subchannel import Transport
 
+#: grpcio multicallables cached per subchannel (per method and serializers).
+_MAX_CACHED = 1024
+
 
 class _Base:
     __slots__ = ("_core", "_method", "_ser", "_deser", "_key", "_kind")
@@ -48,6 +51,8 @@ class _Base:
                 mc = make(self._method, self._ser, self._deser, _registered_method=True)
             except TypeError:  # older grpcio
                 mc = make(self._method, self._ser, self._deser)
+            if len(transport.callables) >= _MAX_CACHED:  # e.g. lambdas as serializers
+                transport.callables.clear()
             transport.callables[self._key] = mc
         return mc
 
