@@ -231,6 +231,9 @@ def test_aio_static_target_errors_deadline_and_generic_calls():
 
     async def main():
         channel = pyxds.aio.insecure_channel(f"static:///{backend.address}")
+        assert channel.get_state() is grpc.ChannelConnectivity.IDLE
+        await asyncio.wait_for(channel.channel_ready(), 5)
+        assert channel.get_state() is grpc.ChannelConnectivity.READY
         who = channel.unary_unary(f"/{SERVICE}/Who")
         assert await who(b"", timeout=5, wait_for_ready=True) == b"aio-gen"
         with pytest.raises(grpc.aio.AioRpcError) as info:
