@@ -1,0 +1,146 @@
+"""DeferredCall (``future()`` and streams) over fakes: a non-blocking RPC
+whose pick waits, then delegates to the subchannel's call; completion,
+deadlines, cancel and the one transparent retry."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from test_channel_picks import PickCompletePicker, Selector, ready_subchannel
+from test_channel_support import Harness
+
+from pyxds.channel.calls import FutureCall
+from pyxds.lb.api import Endpoint, PickComplete, Picker, QueuePicker, Status
+from pyxds.resolver.api import CallConfig
+
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+
+
+class FakeFuture:
+    """A grpcio future/call that the test finishes."""
+
+    def __init__(self) -> None:
+        self.callbacks = []
+        self._code = None
+        self._details = ""
+        self._result = None
+        self.cancelled_ = False
+
+    def finish(self, code=grpc.StatusCode.OK, details="", result=b"ok"):
+        self._code, self._details, self._result = code, details, result
+        for cb in self.callbacks:
+            cb()
+
+    def add_callback(self, cb):
+        if self._code is not None:
+            return False
+        self.callbacks.append(cb)
+        return True
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return self._details
+
+    def result(self, timeout=None):
+        if self._code is not grpc.StatusCode.OK:
+            raise grpc.RpcError()
+        return self._result
+
+    def cancel(self):
+        self.cancelled_ = True
+        self.finish(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
+        return True
+
+
+@pytest.fixture
+def h():
+    harness = Harness()
+    harness.start()
+    harness.committed = []
+    harness.resolve(
+        [Endpoint(("10.0.0.1:80",))],
+        Selector(CallConfig(on_committed=lambda: harness.committed.append(1))),
+    )
+    yield harness
+    harness.core.close()
+
+
+def start_future(h, timeout=5.0, wait_for_ready=False):
+    started = []
+
+    def start(transport, remaining):
+        future = FakeFuture()
+        started.append((future, remaining))
+        return future
+
+    rpc = h.core.new_rpc("/svc/M", None, timeout, wait_for_ready)
+    return FutureCall(h.core, rpc, start, retry_not_sent=True), started
+
+
+class Tracking(Picker):
+    def __init__(self, sub):
+        self.sub = sub
+        self.done = []
+
+    def pick(self, args):
+        return PickComplete(self.sub, self.done.append)
+
+
+def test_future_returns_at_once_and_starts_its_call_when_a_picker_arrives(h):
+    h.publish(QueuePicker())
+    call, started = start_future(h)
+    assert not call.done() and started == []
+    picker = Tracking(ready_subchannel(h))
+    h.publish(picker)
+    assert len(started) == 1 and 0 < started[0][1] <= 5.0
+    started[0][0].finish(result=b"resp")
+    assert call.result(1) == b"resp" and call.done()
+    assert picker.done == [Status(grpc.StatusCode.OK)]
+    assert h.committed == [1]
+
+
+def test_future_queued_past_its_deadline_fails_with_deadline_exceeded(h):
+    h.publish(QueuePicker())
+    call, started = start_future(h, timeout=1.0)
+    h.clock.advance(1.01)
+    with pytest.raises(grpc.RpcError) as info:
+        call.result(1)
+    assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    h.publish(PickCompletePicker(ready_subchannel(h)))
+    assert started == []
+    assert h.committed == [1]
+
+
+def test_cancel_while_queued_fails_it_and_nothing_starts_later(h):
+    h.publish(QueuePicker())
+    call, started = start_future(h)
+    assert call.cancel()
+    assert call.done() and call.code() is grpc.StatusCode.CANCELLED
+    h.publish(PickCompletePicker(ready_subchannel(h)))
+    assert started == []
+    assert h.committed == [1]
+
+
+def test_future_is_retried_once_on_a_new_pick_when_nothing_was_sent(h):
+    picker = Tracking(ready_subchannel(h))
+    h.publish(picker)
+    call, started = start_future(h)
+    started[0][0].finish(UNAVAILABLE, "failed to connect to all addresses; last error: x")
+    assert len(started) == 2 and not call.done()
+    started[1][0].finish(UNAVAILABLE, "failed to connect to all addresses; last error: y")
+    assert len(started) == 2 and call.done()
+    assert call.code() is UNAVAILABLE
+    assert [s.code for s in picker.done] == [UNAVAILABLE, UNAVAILABLE]
+    assert h.committed == [1]
+
+
+def test_done_callbacks_run_once_with_the_call(h):
+    h.publish(PickCompletePicker(ready_subchannel(h)))
+    call, started = start_future(h)
+    seen = []
+    call.add_done_callback(seen.append)
+    started[0][0].finish()
+    call.add_done_callback(seen.append)
+    assert seen == [call, call]
