@@ -253,3 +253,30 @@ def test_aio_static_target_errors_deadline_and_generic_calls():
         asyncio.run(main())
     finally:
         backend.stop()
+
+
+def test_aio_close_with_rpcs_in_flight_cancels_them():
+    backend = Backend("aio-close").start()
+
+    async def main():
+        channel = pyxds.aio.insecure_channel(f"static:///{backend.address}")
+        sleep = channel.unary_unary(f"/{SERVICE}/Sleep")
+        assert await sleep(b"0", timeout=5, wait_for_ready=True) == b"aio-close"
+        calls = [sleep(b"3", timeout=10) for _ in range(3)]
+        await asyncio.sleep(0.2)
+        start = time.monotonic()
+        await channel.close()
+        for call in calls:
+            with pytest.raises((grpc.aio.AioRpcError, asyncio.CancelledError)) as info:
+                await asyncio.wait_for(call, 5)
+            if isinstance(info.value, grpc.aio.AioRpcError):
+                assert info.value.code() is grpc.StatusCode.CANCELLED
+        assert time.monotonic() - start < 2
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await sleep(b"0", timeout=5)
+        assert info.value.code() is grpc.StatusCode.CANCELLED
+
+    try:
+        asyncio.run(main())
+    finally:
+        backend.stop()
