@@ -170,3 +170,19 @@ def test_route_switch_agrees_with_c_core_and_pyxds_fails_nothing(server, backend
     assert not [k for k in counts if k.startswith("error")]
     assert not [k for k in theirs if k.startswith("error")]
     both_settle(core, channel, {"c0"})
+
+
+def test_drops_and_missing_routes_fail_alike_in_c_core(server, backends, core, channel):
+    server.set_snapshot(
+        snapshot(
+            [route(path=f"/{SERVICE}/Sleep", cluster="cdrop")],
+            {"cdrop": [[backends["a0"].address]]},
+            drops={"cdrop": {"lb": 1_000_000}},
+        )
+    )
+    dropped = {"error:UNAVAILABLE": 5}
+    sleep = f"/{SERVICE}/Sleep"
+    assert wait_until(lambda: pyxds_calls(channel, 5, method=sleep) == dropped, 10)
+    assert wait_until(lambda: core.call(5, method=sleep) == dropped, 10)
+    # no route for Who: both fail it, wait_for_ready or not
+    assert pyxds_calls(channel, 5) == core.call(5) == {"error:UNAVAILABLE": 5}
