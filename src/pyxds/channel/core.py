@@ -544,7 +544,7 @@ class ChannelCore:
                 _log.exception("pyxds: LB policy update raised")
                 rejected = Status(grpc.StatusCode.UNAVAILABLE, f"LB policy update failed: {err}")
             if rejected is not None:
-                _log.warning("pyxds: %s: LB policy rejected the update: %s", self.target, rejected)
+                _log.info("pyxds: %s: LB policy rejected the update: %s", self.target, rejected)
         if result.service_config_error is None and result.config_selector is not None:
             self.selector = result.config_selector
         elif self.selector is None:
