@@ -106,7 +106,7 @@ def test_inline_route_config_error_names_the_nested_field():
     err = decode_err(listener(hcm))
     assert (
         "api_listener.api_listener.route_config.virtual_hosts[0].routes[0]"
-        ".route.weighted_clusters: sum of weights is 0" in err
+        ".route.weighted_clusters: no valid clusters specified" in err
     )
 
 

@@ -447,18 +447,20 @@ def test_weighted_cluster_without_weight_is_rejected():
 
 def test_weighted_clusters_sum_zero_is_rejected():
     err = decode_err(rc_with(route(), weighted(("a", 0), ("b", 0))))
-    assert "virtual_hosts[0].routes[1].route.weighted_clusters: sum of weights is 0" in err
+    assert "virtual_hosts[0].routes[1].route.weighted_clusters: no valid clusters specified" in err
 
 
-def test_weighted_clusters_total_weight_must_match_sum():
+def test_weighted_clusters_total_weight_is_ignored():
+    """total_weight is deprecated; C-core, grpc-go and grpc-java use the sum."""
     assert routes_of(rc_with(weighted(("a", 1), ("b", 2), total=3)))[0].action.total_weight == 3
-    err = decode_err(rc_with(weighted(("a", 1), ("b", 2), total=100)))
-    assert "routes[0].route.weighted_clusters.total_weight: 100 does not equal" in err
+    action = routes_of(rc_with(weighted(("a", 1), ("b", 2), total=100)))[0].action
+    assert action.weighted_clusters == (ClusterWeight("a", 1), ClusterWeight("b", 2))
+    assert action.total_weight == 3
 
 
 def test_weighted_clusters_sum_over_uint32_is_rejected():
     err = decode_err(rc_with(weighted(("a", 0xFFFFFFFF), ("b", 1))))
-    assert "route.weighted_clusters: sum of weights 4294967296 exceeds uint32 max" in err
+    assert "route.weighted_clusters: sum of cluster weights exceeds uint32 max" in err
 
 
 def test_weighted_cluster_empty_name_is_rejected():

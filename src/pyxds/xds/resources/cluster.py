@@ -18,6 +18,9 @@ Rules:
 * ``lrs_server`` if set must be ``self``.
 * ``transport_socket`` must hold an ``UpstreamTlsContext``; it is kept opaque
   (type URL + bytes) for the TLS layer to interpret.
+* ``outlier_detection``: durations valid, ``max_ejection_percent``,
+  ``enforcing_success_rate`` and ``enforcing_failure_percentage`` <= 100
+  (C-core's checks); the values are not used yet.
 * ``upstream_config`` (A75): if present it must be HttpProtocolOptions;
   ``common_http_protocol_options.idle_timeout`` is validated and kept.
 """
@@ -153,6 +156,9 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
         if ts_type != UPSTREAM_TLS_CONTEXT:
             errs.add("transport_socket.typed_config.type_url", "unsupported transport socket type")
 
+    if c.HasField("outlier_detection"):
+        _validate_outlier_detection(c.outlier_detection, errs)
+
     idle = DEFAULT_IDLE_TIMEOUT
     if c.HasField("upstream_config"):
         idle = _idle_timeout(c.upstream_config, errs)
@@ -226,6 +232,18 @@ def _logical_dns(c: Any, errs: Errors) -> tuple[str | None, int | None]:
         errs.add(f"{p}.port_value", "invalid port")
         ok = False
     return (sa.address, sa.port_value) if ok else (None, None)
+
+
+def _validate_outlier_detection(od: Any, errs: Errors) -> None:
+    """The checks C-core makes on ``outlier_detection`` (A50): valid
+    durations and percentages <= 100.  The values themselves are not used
+    (no outlier_detection policy yet)."""
+    for field in ("interval", "base_ejection_time", "max_ejection_time"):
+        if od.HasField(field):
+            duration(getattr(od, field), f"outlier_detection.{field}", errs)
+    for field in ("max_ejection_percent", "enforcing_success_rate", "enforcing_failure_percentage"):
+        if od.HasField(field) and getattr(od, field).value > 100:
+            errs.add(f"outlier_detection.{field}", "value must be <= 100")
 
 
 def _validate_with_registry(lb: list, path: str, errs: Errors) -> None:

@@ -8,11 +8,16 @@ Rules (the LB policies never see what is dropped here; TRAPS.md
   gap is an error.  The same locality twice in one priority is an error; the
   sum of locality weights of one priority above uint32 max is an error.
 * An lb_endpoint whose ``health_status`` is not UNKNOWN or HEALTHY is
-  excluded (and counted in ``excluded_endpoints``).
+  excluded (and counted in ``excluded_endpoints``).  As in C-core, one that
+  is not DRAINING either (UNHEALTHY, TIMEOUT, DEGRADED) is skipped before
+  anything else is looked at: its address is neither validated nor part of
+  the duplicate check; a DRAINING one is validated like a used one.
 * Each endpoint needs ``endpoint.address.socket_address`` with an IPv4 or
   IPv6 ``address`` and a ``port_value`` <= 65535; the same for every
   ``additional_addresses`` entry (A61), which become extra addresses of the
-  endpoint.  An address used twice in the cluster is an error.
+  endpoint.  IPv6 addresses are written in their canonical form, so the
+  same address spelled twice ways is caught.  An address used twice in the
+  cluster is an error.
 * Endpoint ``load_balancing_weight``: unset means 1, an explicit 0 is an error.
 * ``policy.drop_overloads``: each category's ``drop_percentage`` converted to
   parts per million (HUNDRED / TEN_THOUSAND / MILLION), clamped to 1,000,000.
@@ -63,6 +68,7 @@ _locality_memo_lock = threading.Lock()
 _PER_MILLION = (10_000, 100, 1)  # HUNDRED, TEN_THOUSAND, MILLION
 _HEALTH_NAMES = ("UNKNOWN", "HEALTHY")
 _inet_pton = socket.inet_pton
+_inet_ntop = socket.inet_ntop
 _new = object.__new__
 # Frozen slotted dataclasses: build hot-loop instances through the slot
 # descriptors (same value as calling the class, half the cost).
@@ -101,8 +107,7 @@ def _address(sa: Any, path: str, errs: Errors) -> str | None:
     port = sa.port_value
     try:
         if ":" in host:
-            _inet_pton(_AF_INET6, host)
-            text = f"[{host}]:{port}"
+            text = f"[{_inet_ntop(_AF_INET6, _inet_pton(_AF_INET6, host))}]:{port}"
         else:
             _inet_pton(_AF_INET, host)
             text = f"{host}:{port}"
@@ -159,6 +164,7 @@ def parse_cluster_load_assignment(
     set_hostname = _set_hostname
     health_names = _HEALTH_NAMES
     inet_pton = _inet_pton
+    inet_ntop = _inet_ntop
     af_inet, af_inet6 = _AF_INET, _AF_INET6
     memo_get = _locality_memo.get
     memo_min = LOCALITY_MEMO_MIN_ENDPOINTS if memo else None
@@ -203,6 +209,12 @@ def parse_cluster_load_assignment(
         endpoints = []
         append = endpoints.append
         for ei, lbe in enumerate(lep.lb_endpoints):
+            health = lbe.health_status
+            if health > 1 and health != 3:
+                # Neither UNKNOWN, HEALTHY nor DRAINING: skipped before any
+                # validation, and out of the duplicate check (as C-core).
+                excluded += 1
+                continue
             ep = lbe.endpoint
             sa = ep.address.socket_address
             host = sa.address
@@ -210,8 +222,7 @@ def parse_cluster_load_assignment(
             # Fast path: a plain IPv4 address and a port (the common case).
             try:
                 if ":" in host:
-                    inet_pton(af_inet6, host)
-                    addr = f"[{host}]:{port}"
+                    addr = f"[{inet_ntop(af_inet6, inet_pton(af_inet6, host))}]:{port}"
                 else:
                     inet_pton(af_inet, host)
                     addr = f"{host}:{port}"
@@ -240,8 +251,7 @@ def parse_cluster_load_assignment(
                         errs.add(_lbe_path(li, ei), f'duplicate endpoint address "{a}"')
                     seen_add(a)
                 addrs = (addr, *extra)
-            health = lbe.health_status
-            if health > 1:  # not UNKNOWN or HEALTHY
+            if health > 1:  # DRAINING: validated and deduplicated, then excluded
                 excluded += 1
                 continue
             weight = 1
@@ -304,7 +314,7 @@ def _addresses_of(lep: Any, endpoints: list, n_excluded: int) -> tuple[str, ...]
     if n_excluded:
         errs = Errors()
         for lbe in lep.lb_endpoints:
-            if lbe.health_status > 1:
+            if lbe.health_status == 3:  # DRAINING
                 ep = lbe.endpoint
                 a = _address(ep.address.socket_address, "", errs)
                 if a is not None:

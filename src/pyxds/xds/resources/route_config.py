@@ -17,10 +17,12 @@ gRFCs leave room):
 * Header matchers: exact / safe_regex / range (start <= end) / present /
   prefix / suffix / contains / string_match (normalised to its inner kind
   with ``ignore_case``); none set, or a ``custom`` string matcher, is an error.
-* ``runtime_fraction``: only ``default_value`` is used.
+* ``runtime_fraction``: only ``default_value`` is used; without one there is
+  no fraction matcher.
 * Action ``route``: ``cluster`` (non-empty) / ``weighted_clusters`` (each
   weight present, zero weights dropped, names non-empty, sum > 0 and <=
-  uint32 max, ``total_weight`` if set equals the sum) /
+  uint32 max; ``total_weight``, deprecated, is ignored as C-core, grpc-go
+  and grpc-java do, although A28's text asks that it equal the sum) /
   ``cluster_specifier_plugin`` (non-empty, must name a declared plugin; a
   declared optional plugin we do not support makes the route ignored).  Any
   other or unset cluster specifier (``cluster_header``, unknown fields): the
@@ -276,7 +278,9 @@ def _parse_route(
             )
             if h is not None
         )
-    if fraction_msg is not None:  # only default_value is used (A28)
+    if fraction_msg is not None and fraction_msg.HasField("default_value"):
+        # Only default_value is used (A28); without one the route has no
+        # fraction matcher at all (as C-core), not a 0% one.
         dv = fraction_msg.default_value
         den = dv.denominator
         if 0 <= den < 3:
@@ -424,19 +428,18 @@ def _parse_action(
             elif w:
                 total += w
                 pairs.append((name, w))
+        # ``total_weight`` (deprecated in Envoy's API) is ignored: the sum of
+        # the weights is the total, as C-core, grpc-go and grpc-java do.
         if total == 0:
-            errs.add(f"{_route_path(pre, vi, ri)}.route.weighted_clusters", "sum of weights is 0")
+            errs.add(
+                f"{_route_path(pre, vi, ri)}.route.weighted_clusters",
+                "no valid clusters specified",
+            )
             return None
         if total > UINT32_MAX_:
             errs.add(
                 f"{_route_path(pre, vi, ri)}.route.weighted_clusters",
-                f"sum of weights {total} exceeds uint32 max",
-            )
-            return None
-        if wc.HasField("total_weight") and wc.total_weight.value != total:
-            errs.add(
-                f"{_route_path(pre, vi, ri)}.route.weighted_clusters.total_weight",
-                f"{wc.total_weight.value} does not equal the sum of weights {total}",
+                "sum of cluster weights exceeds uint32 max",
             )
             return None
         key = tuple(pairs)

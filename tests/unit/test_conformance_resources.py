@@ -1,0 +1,611 @@
+"""What the resource validators accept and reject, compared with C-core.
+
+Scenarios from C-core's test/core/xds/xds_{route_config,endpoint,cluster,listener}
+_resource_type_test.cc and grpc-go's xdsresource unmarshal_{rds,eds,cds,lds}_test.go.
+A resource C-core accepts that pyxds NACKs (or the reverse) is a deviation the
+differential tests would see, so each test pins the accept/reject decision (and
+the field the error names).
+"""
+
+from __future__ import annotations
+
+import pytest
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import health_check_pb2
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.config.listener.v3 import listener_pb2
+from envoy.config.route.v3 import route_components_pb2 as rc_pb2
+from envoy.config.route.v3 import route_pb2
+from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2
+from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from envoy.type.v3 import percent_pb2
+
+from pyxds.xds.resources import (
+    CLUSTER,
+    ENDPOINTS,
+    LISTENER,
+    ROUTE_CONFIG,
+    ClusterWeight,
+    NonForwardingAction,
+)
+
+# ---------------------------------------------------------------- helpers
+
+
+def _decode(rt, msg):
+    result = rt.decode(msg.SerializeToString())
+    return result.resource, result.error
+
+
+def _ok(rt, msg):
+    resource, error = _decode(rt, msg)
+    assert error is None, error
+    return resource
+
+
+def _err(rt, msg) -> str:
+    resource, error = _decode(rt, msg)
+    assert resource is None and error, "expected a NACK"
+    return error
+
+
+def rc_with(*routes, domains=("*",)) -> route_pb2.RouteConfiguration:
+    rc = route_pb2.RouteConfiguration(name="rc")
+    vh = rc.virtual_hosts.add(name="vh", domains=list(domains))
+    for r in routes:
+        vh.routes.append(r)
+    return rc
+
+
+def route(prefix: str = "", cluster: str | None = "c1") -> rc_pb2.Route:
+    r = rc_pb2.Route()
+    r.match.prefix = prefix
+    if cluster is not None:
+        r.route.cluster = cluster
+    return r
+
+
+def weighted(*pairs, total=None) -> rc_pb2.Route:
+    r = route(cluster=None)
+    wc = r.route.weighted_clusters
+    for name, w in pairs:
+        wc.clusters.add(name=name).weight.value = w
+    if total is not None:
+        wc.total_weight.value = total
+    return r
+
+
+def routes_of(rc):
+    return _ok(ROUTE_CONFIG, rc).virtual_hosts[0].routes
+
+
+# ---------------------------------------------------------------- RDS
+
+
+def test_weighted_clusters_total_weight_not_matching_sum_is_accepted():
+    """C-core RouteConfig WeightedClusters (total_weight is not read); grpc-go
+    unmarshal_rds; total_weight is deprecated in Envoy's API."""
+    (r,) = routes_of(rc_with(weighted(("a", 30), ("b", 30), total=100)))
+    assert r.action.weighted_clusters == (ClusterWeight("a", 30), ClusterWeight("b", 30))
+    assert r.action.total_weight == 60
+
+
+def test_weighted_clusters_with_only_zero_weights_is_nacked():
+    """C-core: "no valid clusters specified"."""
+    err = _err(ROUTE_CONFIG, rc_with(weighted(("a", 0), ("b", 0))))
+    assert "routes[0].route.weighted_clusters: no valid clusters specified" in err
+
+
+def test_weighted_clusters_sum_above_uint32_is_nacked():
+    """C-core: "sum of cluster weights exceeds uint32 max"."""
+    err = _err(ROUTE_CONFIG, rc_with(weighted(("a", 0xFFFFFFFF), ("b", 1))))
+    assert "route.weighted_clusters: sum of cluster weights exceeds uint32 max" in err
+
+
+def test_runtime_fraction_without_default_value_is_no_fraction_matcher():
+    """C-core RouteRuntimeFractionParse: no default_value, no fraction (the
+    route matches every request, not 0% of them)."""
+    r = route("/")
+    r.match.runtime_fraction.runtime_key = "some.key"
+    (got,) = routes_of(rc_with(r))
+    assert got.match.runtime_fraction is None
+
+
+def test_runtime_fraction_default_value_is_used():
+    r = route("/")
+    r.match.runtime_fraction.default_value.numerator = 20
+    r.match.runtime_fraction.default_value.denominator = percent_pb2.FractionalPercent.HUNDRED
+    (got,) = routes_of(rc_with(r))
+    assert got.match.runtime_fraction is not None
+    assert got.match.runtime_fraction.numerator == 20
+
+
+def test_route_with_query_parameters_is_ignored_not_nacked():
+    """A28: a route with query_parameters is ignored."""
+    r = route("/")
+    r.match.query_parameters.add(name="q")
+    assert routes_of(rc_with(r, route("/", "c2")))[0].action.cluster == "c2"
+
+
+def test_route_without_match_is_nacked():
+    r = rc_pb2.Route()
+    r.route.cluster = "c1"
+    assert "routes[0].match: field not present" in _err(ROUTE_CONFIG, rc_with(r))
+
+
+def test_route_with_unsupported_path_specifier_is_nacked():
+    """C-core: "invalid path specifier" (A28: must have prefix, path or safe_regex)."""
+    r = rc_pb2.Route()
+    r.match.path_separated_prefix = "/a"
+    r.route.cluster = "c1"
+    assert "routes[0].match.path_specifier" in _err(ROUTE_CONFIG, rc_with(r))
+
+
+@pytest.mark.parametrize("prefix", ["a/", "/a/b/", "//a", "/a/b/c"])
+def test_prefix_that_cannot_match_a_grpc_path_is_ignored(prefix):
+    """C-core RoutePathMatchParse: ignored, not NACKed."""
+    assert [r.action.cluster for r in routes_of(rc_with(route(prefix), route("/", "c2")))] == ["c2"]
+
+
+@pytest.mark.parametrize("path", ["", "a/b", "/a", "/a/", "//b", "/a/b/c"])
+def test_path_not_of_the_form_service_method_is_ignored(path):
+    r = rc_pb2.Route()
+    r.match.path = path
+    r.route.cluster = "c1"
+    assert [x.action.cluster for x in routes_of(rc_with(r, route("/", "c2")))] == ["c2"]
+
+
+def test_virtual_host_without_domains_is_nacked():
+    """C-core: virtual_hosts[0].domains: must be non-empty."""
+    err = _err(ROUTE_CONFIG, rc_with(route(), domains=()))
+    assert "virtual_hosts[0].domains: must be non-empty" in err
+
+
+@pytest.mark.parametrize("domain", ["", "a*b", "a*b*c"])
+def test_invalid_domain_pattern_is_nacked(domain):
+    err = _err(ROUTE_CONFIG, rc_with(route(), domains=("ok", domain)))
+    assert f'virtual_hosts[0].domains[1]: invalid domain pattern "{domain}"' in err
+
+
+@pytest.mark.parametrize("domain", ["*", "*.foo.com", "foo.*", "*foo*", "*a*b", "foo.com"])
+def test_valid_domain_patterns_are_accepted(domain):
+    _ok(ROUTE_CONFIG, rc_with(route(), domains=(domain,)))
+
+
+def test_cluster_header_route_is_ignored():
+    """A28 latest: an unsupported cluster specifier makes the route ignored."""
+    r = route("/", None)
+    r.route.cluster_header = "x-cluster"
+    assert [x.action.cluster for x in routes_of(rc_with(r, route("/", "c2")))] == ["c2"]
+
+
+def test_route_action_without_cluster_specifier_is_ignored():
+    r = route("/", None)
+    r.route.timeout.seconds = 1
+    assert [x.action.cluster for x in routes_of(rc_with(r, route("/", "c2")))] == ["c2"]
+
+
+def test_non_forwarding_and_redirect_actions_are_kept_as_non_forwarding():
+    """C-core keeps them (RPCs matching them fail); no NACK."""
+    nf = rc_pb2.Route()
+    nf.match.prefix = "/a"
+    nf.non_forwarding_action.SetInParent()
+    rd = rc_pb2.Route()
+    rd.match.prefix = "/b"
+    rd.redirect.host_redirect = "x"
+    got = routes_of(rc_with(nf, rd, route("/")))
+    assert [type(r.action) for r in got[:2]] == [NonForwardingAction, NonForwardingAction]
+
+
+def test_invalid_path_regex_is_nacked():
+    r = rc_pb2.Route()
+    r.match.safe_regex.regex = "a("
+    r.route.cluster = "c1"
+    assert "routes[0].match.safe_regex.regex" in _err(ROUTE_CONFIG, rc_with(r))
+
+
+def test_header_range_with_end_before_start_is_nacked():
+    r = route("/")
+    h = r.match.headers.add(name="h")
+    h.range_match.start = 10
+    h.range_match.end = 5
+    assert "routes[0].match.headers[0].range_match" in _err(ROUTE_CONFIG, rc_with(r))
+
+
+def test_header_matcher_without_specifier_is_nacked():
+    r = route("/")
+    r.match.headers.add(name="h")
+    assert "invalid header matcher" in _err(ROUTE_CONFIG, rc_with(r))
+
+
+def test_case_insensitive_match_is_accepted():
+    """A28 latest: case_sensitive false is honoured, not NACKed."""
+    r = route("/Svc/")
+    r.match.case_sensitive.value = False
+    (got,) = routes_of(rc_with(r))
+    assert got.match.case_sensitive is False
+
+
+def test_retry_policy_with_zero_retries_is_nacked():
+    """C-core RetryPolicyParse: num_retries must be greater than 0."""
+    r = route("/")
+    r.route.retry_policy.num_retries.value = 0
+    assert "retry_policy.num_retries: must be greater than 0" in _err(ROUTE_CONFIG, rc_with(r))
+
+
+def test_unknown_cluster_specifier_plugin_name_is_nacked():
+    r = route("/", None)
+    r.route.cluster_specifier_plugin = "nope"
+    err = _err(ROUTE_CONFIG, rc_with(r))
+    assert 'unknown cluster specifier plugin name "nope"' in err
+
+
+RLS_PLUGIN = "type.googleapis.com/grpc.lookup.v1.RouteLookupClusterSpecifier"
+
+
+def test_route_using_unsupported_optional_plugin_is_ignored():
+    rc = rc_with()
+    p = rc.cluster_specifier_plugins.add(is_optional=True)
+    p.extension.name = "rls"
+    p.extension.typed_config.type_url = RLS_PLUGIN
+    r = route("/", None)
+    r.route.cluster_specifier_plugin = "rls"
+    rc.virtual_hosts[0].routes.append(r)
+    rc.virtual_hosts[0].routes.append(route("/", "c2"))
+    assert [x.action.cluster for x in routes_of(rc)] == ["c2"]
+
+
+def test_unsupported_required_plugin_is_nacked():
+    rc = rc_with(route())
+    p = rc.cluster_specifier_plugins.add()
+    p.extension.name = "rls"
+    p.extension.typed_config.type_url = RLS_PLUGIN
+    assert "unsupported ClusterSpecifierPlugin type" in _err(ROUTE_CONFIG, rc)
+
+
+# ---------------------------------------------------------------- EDS
+
+HEALTHY = health_check_pb2.HEALTHY
+UNHEALTHY = health_check_pb2.UNHEALTHY
+DRAINING = health_check_pb2.DRAINING
+DEGRADED = health_check_pb2.DEGRADED
+TIMEOUT = health_check_pb2.TIMEOUT
+
+
+def locality(zone="z", weight=1, priority=0, eps=(("10.0.0.1", 80),)):
+    loc = endpoint_components_pb2.LocalityLbEndpoints(priority=priority)
+    loc.locality.region = "r"
+    loc.locality.zone = zone
+    if weight is not None:
+        loc.load_balancing_weight.value = weight
+    for ep in eps:
+        host, port = ep[0], ep[1]
+        lbe = loc.lb_endpoints.add()
+        if len(ep) > 2:
+            lbe.health_status = ep[2]
+        sa = lbe.endpoint.address.socket_address
+        sa.address = host
+        sa.port_value = port
+    return loc
+
+
+def cla(*locs) -> endpoint_pb2.ClusterLoadAssignment:
+    c = endpoint_pb2.ClusterLoadAssignment(cluster_name="eds")
+    c.endpoints.extend(locs)
+    return c
+
+
+@pytest.mark.parametrize("weight", [None, 0])
+def test_locality_with_unset_or_zero_weight_is_dropped(weight):
+    """C-core LocalityParse; grpc-go TestEDSParseRespProto (zero-weight locality)."""
+    got = _ok(ENDPOINTS, cla(locality("a", weight), locality("b", 2, eps=(("10.0.0.2", 80),))))
+    assert [loc.name.zone for loc in got.priorities[0]] == ["b"]
+
+
+def test_priorities_with_a_gap_are_nacked():
+    """C-core: "priority 1 empty" (grpc-go: sparse priorities rejected)."""
+    err = _err(
+        ENDPOINTS,
+        cla(locality("a", priority=0), locality("b", priority=2, eps=(("10.0.0.2", 80),))),
+    )
+    assert "endpoints: priority 1 empty" in err
+
+
+def test_priority_emptied_by_zero_weight_localities_is_a_gap():
+    err = _err(
+        ENDPOINTS,
+        cla(locality("a", 0, priority=0), locality("b", priority=1, eps=(("10.0.0.2", 80),))),
+    )
+    assert "priority 0 empty" in err
+
+
+def test_priorities_out_of_order_are_accepted():
+    got = _ok(
+        ENDPOINTS,
+        cla(locality("b", priority=1, eps=(("10.0.0.2", 80),)), locality("a", priority=0)),
+    )
+    assert [p[0].name.zone for p in got.priorities] == ["a", "b"]
+
+
+def test_duplicate_locality_in_one_priority_is_nacked():
+    err = _err(ENDPOINTS, cla(locality("a"), locality("a", eps=(("10.0.0.2", 80),))))
+    assert "duplicate locality" in err and "found in priority 0" in err
+
+
+def test_same_locality_in_two_priorities_is_accepted():
+    got = _ok(ENDPOINTS, cla(locality("a"), locality("a", priority=1, eps=(("10.0.0.2", 80),))))
+    assert len(got.priorities) == 2
+
+
+def test_duplicate_endpoint_address_across_localities_is_nacked():
+    """C-core: duplicate endpoint address (checked across the whole resource)."""
+    err = _err(ENDPOINTS, cla(locality("a"), locality("b", priority=1)))
+    assert 'duplicate endpoint address "10.0.0.1:80"' in err
+
+
+def test_same_ipv6_address_spelled_two_ways_is_a_duplicate():
+    """C-core compares binary socket addresses."""
+    err = _err(ENDPOINTS, cla(locality("a", eps=(("2001:db8::1", 80), ("2001:DB8:0::1", 80)))))
+    assert 'duplicate endpoint address "[2001:db8::1]:80"' in err
+
+
+def test_ipv6_address_is_written_in_canonical_form():
+    got = _ok(ENDPOINTS, cla(locality("a", eps=(("2001:DB8:0:0::1", 443),))))
+    assert got.priorities[0][0].endpoints[0].addresses == ("[2001:db8::1]:443",)
+
+
+@pytest.mark.parametrize("health", [UNHEALTHY, TIMEOUT, DEGRADED])
+def test_unused_health_status_endpoint_is_skipped_before_validation(health):
+    """C-core EndpointAddressesParse returns before looking at the address
+    when the health status is not UNKNOWN, HEALTHY or DRAINING: a duplicate
+    or invalid address there is not an error."""
+    got = _ok(
+        ENDPOINTS,
+        cla(
+            locality(
+                "a", eps=(("10.0.0.1", 80), ("10.0.0.1", 80, health), ("not-an-ip", 80, health))
+            )
+        ),
+    )
+    assert got.excluded_endpoints == 2 and got.endpoint_count == 1
+
+
+def test_draining_endpoint_is_validated_and_deduplicated_then_excluded():
+    """C-core keeps DRAINING endpoints (for override host); its address counts."""
+    err = _err(ENDPOINTS, cla(locality("a", eps=(("10.0.0.1", 80), ("10.0.0.1", 80, DRAINING)))))
+    assert "duplicate endpoint address" in err
+    got = _ok(ENDPOINTS, cla(locality("a", eps=(("10.0.0.1", 80), ("10.0.0.2", 80, DRAINING)))))
+    assert got.excluded_endpoints == 1 and got.endpoint_count == 1
+
+
+def test_endpoint_weight_zero_is_nacked():
+    """C-core: load_balancing_weight: must be greater than 0."""
+    loc = locality("a")
+    loc.lb_endpoints[0].load_balancing_weight.value = 0
+    assert "lb_endpoints[0].load_balancing_weight: must be greater than 0" in _err(
+        ENDPOINTS, cla(loc)
+    )
+
+
+def test_sum_of_locality_weights_above_uint32_is_nacked():
+    err = _err(ENDPOINTS, cla(locality("a", 0xFFFFFFFF), locality("b", 1, eps=(("10.0.0.2", 80),))))
+    assert "sum of locality weights for priority 0" in err and "exceeds uint32 max" in err
+
+
+def test_locality_weight_sum_over_uint32_across_priorities_is_accepted():
+    _ok(
+        ENDPOINTS,
+        cla(locality("a", 0xFFFFFFFF), locality("b", 5, priority=1, eps=(("10.0.0.2", 80),))),
+    )
+
+
+def test_port_above_65535_is_nacked():
+    err = _err(ENDPOINTS, cla(locality("a", eps=(("10.0.0.1", 65536),))))
+    assert "port_value: invalid port" in err
+
+
+def test_locality_with_weight_but_no_locality_field_is_nacked():
+    loc = locality("a")
+    loc.ClearField("locality")
+    assert "endpoints[0].locality: field not present" in _err(ENDPOINTS, cla(loc))
+
+
+def test_empty_locality_is_accepted():
+    got = _ok(ENDPOINTS, cla(locality("a", eps=())))
+    assert got.endpoint_count == 0
+
+
+def test_additional_addresses_become_extra_addresses_and_are_deduplicated():
+    """A61; C-core xds_endpoint_resource_type_test additional addresses."""
+    loc = locality("a")
+    aa = loc.lb_endpoints[0].endpoint.additional_addresses.add()
+    aa.address.socket_address.address = "::1"
+    aa.address.socket_address.port_value = 81
+    got = _ok(ENDPOINTS, cla(loc))
+    assert got.priorities[0][0].endpoints[0].addresses == ("10.0.0.1:80", "[::1]:81")
+    aa2 = loc.lb_endpoints[0].endpoint.additional_addresses.add()
+    aa2.address.socket_address.address = "10.0.0.1"
+    aa2.address.socket_address.port_value = 80
+    assert 'duplicate endpoint address "10.0.0.1:80"' in _err(ENDPOINTS, cla(loc))
+
+
+@pytest.mark.parametrize(
+    "numerator,denominator,ppm",
+    [(5, 0, 50_000), (5, 1, 500), (5, 2, 5), (200, 0, 1_000_000)],
+)
+def test_drop_overload_is_normalised_to_per_million_and_capped(numerator, denominator, ppm):
+    c = cla(locality("a"))
+    d = c.policy.drop_overloads.add(category="lb")
+    d.drop_percentage.numerator = numerator
+    d.drop_percentage.denominator = denominator
+    (drop,) = _ok(ENDPOINTS, c).drop_overloads
+    assert (drop.category, drop.parts_per_million) == ("lb", ppm)
+
+
+def test_drop_overload_without_category_or_percentage_is_nacked():
+    c = cla(locality("a"))
+    c.policy.drop_overloads.add(category="")
+    err = _err(ENDPOINTS, c)
+    assert "drop_overloads[0].category: empty drop category name" in err
+    assert "drop_overloads[0].drop_percentage: field not present" in err
+
+
+# ---------------------------------------------------------------- CDS
+
+
+def eds_cluster(name="c1"):
+    c = cluster_pb2.Cluster(name=name, type=cluster_pb2.Cluster.EDS)
+    c.eds_cluster_config.eds_config.ads.SetInParent()
+    return c
+
+
+@pytest.mark.parametrize(
+    "field", ["max_ejection_percent", "enforcing_success_rate", "enforcing_failure_percentage"]
+)
+def test_outlier_detection_percentage_above_100_is_nacked(field):
+    """C-core CdsResourceParse outlier_detection: "value must be <= 100"."""
+    c = eds_cluster()
+    getattr(c.outlier_detection, field).value = 101
+    assert f"outlier_detection.{field}: value must be <= 100" in _err(CLUSTER, c)
+
+
+def test_outlier_detection_with_invalid_duration_is_nacked():
+    c = eds_cluster()
+    c.outlier_detection.interval.seconds = -1
+    assert "outlier_detection.interval.seconds" in _err(CLUSTER, c)
+
+
+def test_valid_outlier_detection_is_accepted():
+    c = eds_cluster()
+    c.outlier_detection.interval.seconds = 10
+    c.outlier_detection.max_ejection_percent.value = 100
+    c.outlier_detection.enforcing_success_rate.value = 0
+    _ok(CLUSTER, c)
+
+
+@pytest.mark.parametrize("kind", [cluster_pb2.Cluster.STATIC, cluster_pb2.Cluster.STRICT_DNS])
+def test_unsupported_discovery_type_is_nacked(kind):
+    c = cluster_pb2.Cluster(name="c1", type=kind)
+    assert "type: unknown discovery type" in _err(CLUSTER, c)
+
+
+def test_aggregate_cluster_with_empty_list_is_nacked():
+    c = cluster_pb2.Cluster(name="agg")
+    c.cluster_type.name = "envoy.clusters.aggregate"
+    c.cluster_type.typed_config.Pack(aggregate_pb2.ClusterConfig())
+    assert "must be non-empty" in _err(CLUSTER, c)
+
+
+def test_eds_config_not_ads_or_self_is_nacked():
+    c = cluster_pb2.Cluster(name="c1", type=cluster_pb2.Cluster.EDS)
+    c.eds_cluster_config.eds_config.path_config_source.path = "/x"
+    assert "eds_cluster_config.eds_config" in _err(CLUSTER, c)
+
+
+def test_xdstp_eds_cluster_without_service_name_is_nacked():
+    c = eds_cluster("xdstp://auth/envoy.config.cluster.v3.Cluster/c1")
+    assert "eds_cluster_config.service_name" in _err(CLUSTER, c)
+
+
+def test_lrs_server_not_self_is_nacked():
+    c = eds_cluster()
+    c.lrs_server.ads.SetInParent()
+    assert "lrs_server: ConfigSource is not self" in _err(CLUSTER, c)
+
+
+def test_circuit_breaker_uses_first_default_priority_threshold():
+    c = eds_cluster()
+    c.circuit_breakers.thresholds.add(priority=1).max_requests.value = 7
+    c.circuit_breakers.thresholds.add(priority=0).max_requests.value = 9
+    c.circuit_breakers.thresholds.add(priority=0).max_requests.value = 11
+    assert _ok(CLUSTER, c).max_requests == 9
+
+
+def logical_dns(n_localities=1, n_endpoints=1, resolver_name=""):
+    c = cluster_pb2.Cluster(name="dns", type=cluster_pb2.Cluster.LOGICAL_DNS)
+    for _ in range(n_localities):
+        loc = c.load_assignment.endpoints.add()
+        for _ in range(n_endpoints):
+            sa = loc.lb_endpoints.add().endpoint.address.socket_address
+            sa.address = "dns.example.com"
+            sa.port_value = 443
+            sa.resolver_name = resolver_name
+    return c
+
+
+def test_logical_dns_cluster_is_accepted():
+    got = _ok(CLUSTER, logical_dns())
+    assert (got.kind, got.dns_hostname, got.dns_port) == ("LOGICAL_DNS", "dns.example.com", 443)
+
+
+@pytest.mark.parametrize(
+    "kwargs,text",
+    [
+        ({"n_localities": 2}, "exactly one locality"),
+        ({"n_localities": 0}, "load_assignment: field not present"),
+        ({"n_endpoints": 2}, "exactly one endpoint"),
+        ({"resolver_name": "r"}, "must NOT have a custom resolver name"),
+    ],
+)
+def test_logical_dns_cluster_shape_errors_are_nacked(kwargs, text):
+    """A37 validation, C-core's words."""
+    assert text in _err(CLUSTER, logical_dns(**kwargs))
+
+
+# ---------------------------------------------------------------- LDS
+
+
+def api_listener(filters=("router",), rds="rc") -> listener_pb2.Listener:
+    hcm = hcm_pb2.HttpConnectionManager()
+    if rds is not None:
+        hcm.rds.route_config_name = rds
+        hcm.rds.config_source.ads.SetInParent()
+    for f in filters:
+        hf = hcm.http_filters.add(name=f)
+        if f == "router":
+            hf.typed_config.Pack(router_pb2.Router())
+        elif f == "unknown-optional":
+            hf.typed_config.type_url = "type.googleapis.com/some.Unknown"
+            hf.is_optional = True
+        elif f == "unknown":
+            hf.typed_config.type_url = "type.googleapis.com/some.Unknown"
+    lis = listener_pb2.Listener(name="lis")
+    lis.api_listener.api_listener.Pack(hcm)
+    return lis
+
+
+def test_listener_with_router_is_accepted():
+    got = _ok(LISTENER, api_listener())
+    assert got.route_config_name == "rc"
+
+
+def test_listener_without_http_filters_is_nacked():
+    assert "http_filters" in _err(LISTENER, api_listener(filters=()))
+
+
+def test_listener_with_router_not_last_is_nacked():
+    """C-core: terminal filter must be the last filter in the chain."""
+    lis = api_listener(filters=("router", "router2"))
+    err = _err(LISTENER, lis)
+    assert "http_filters" in err
+
+
+def test_unknown_optional_filter_is_skipped_unknown_required_is_nacked():
+    _ok(LISTENER, api_listener(filters=("unknown-optional", "router")))
+    assert "unsupported filter type" in _err(LISTENER, api_listener(filters=("unknown", "router")))
+
+
+def test_listener_without_rds_or_route_config_is_nacked():
+    assert "neither route_config nor rds" in _err(LISTENER, api_listener(rds=None))
+
+
+def test_rds_config_source_not_ads_is_nacked():
+    lis = api_listener()
+    hcm = hcm_pb2.HttpConnectionManager()
+    lis.api_listener.api_listener.Unpack(hcm)
+    hcm.rds.config_source.path_config_source.path = "/x"
+    lis.api_listener.api_listener.Pack(hcm)
+    assert "rds.config_source" in _err(LISTENER, lis)
