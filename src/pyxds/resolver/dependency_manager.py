@@ -21,10 +21,15 @@ recomputes the whole picture from scratch:
    resource (``eds_service_name`` or the cluster name), LOGICAL_DNS
    clusters run DNS (:mod:`pyxds.resolver.dns`, never on the serializer),
    aggregate clusters recurse into their children in order.  The aggregate
-   graph has a depth limit (:data:`MAX_AGGREGATE_DEPTH` levels); a cycle or
-   a deeper graph is an error for the clusters on that path; children that
-   do not exist (or failed before any data) are skipped; leaves are
-   deduplicated, first position wins (A37, A74 latest, A75).
+   graph has a depth limit (:data:`MAX_AGGREGATE_DEPTH` levels); a deeper
+   graph is an error for the clusters on that path.  A cluster is expanded
+   once per update: a child that is already being expanded (a cycle, e.g.
+   an aggregate listing itself) contributes no leaves and is no error, as
+   in C-core (xds_cluster_type_end2end_test DependencyLoopWithLeafClusters:
+   RPCs work; DependencyLoopWithNoLeafClusters: "aggregate cluster
+   dependency graph for X has no leaf clusters").  Children that do not
+   exist (or failed before any data) are skipped; leaves are deduplicated,
+   first position wins (A37, A74 latest, A75).
 4. Watches no longer needed are cancelled.  If anything needed has not yet
    arrived (or failed), nothing is delivered: the previous config stays in
    force and no half-applied change is ever seen (A74).  Otherwise the new
@@ -229,13 +234,15 @@ class ClusterSubscription:
 class _Resolution:
     """Result of resolving one cluster during an update."""
 
-    kind: str  # "leaf", "aggregate", "missing", "error", "pending"
+    kind: str  # "leaf", "aggregate", "missing", "error", "pending", "cycle"
     leaves: tuple[str, ...] = ()
     height: int = 1
     error: Status | None = None
     reasons: tuple[str, ...] = field(default_factory=tuple)
-    cycle: bool = False  # error: a cycle is reachable (true from any path)
     depth: int = 0  # error: the depth it was found at (true from any deeper path)
+
+
+_CYCLE = _Resolution("cycle", height=0)  # a child already being expanded
 
 
 # ------------------------------------------------------------------ the manager
@@ -550,12 +557,7 @@ class DependencyManager:
     def _resolve(self, name: str, depth: int, path: list[str]) -> _Resolution:
         """Resolve one cluster (module docstring, step 3)."""
         if name in path:
-            cycle = " -> ".join([*path[path.index(name) :], name])
-            return _Resolution(
-                "error",
-                error=Status(UNAVAILABLE, f"aggregate cluster graph has a cycle: {cycle}"),
-                cycle=True,
-            )
+            return _CYCLE
         if depth >= MAX_AGGREGATE_DEPTH:
             return _Resolution(
                 "error",
@@ -565,7 +567,7 @@ class DependencyManager:
                 ),
             )
         memo = self._memo.get(name)
-        if memo is not None and memo.kind == "error" and not memo.cycle and depth < memo.depth:
+        if memo is not None and memo.kind == "error" and depth < memo.depth:
             memo = None  # a depth error found deeper may not hold from here
         if memo is not None:
             if memo.kind == "aggregate" and depth + memo.height > MAX_AGGREGATE_DEPTH:
@@ -613,14 +615,14 @@ class DependencyManager:
         reasons: list[str] = []
         height = 1
         error: Status | None = None
-        cycle = False
         pending = False
         try:
             for child in cluster.aggregate_children:
                 result = self._resolve(child, depth + 1, path)
+                if result.kind == "cycle":
+                    continue  # already being expanded above: nothing to add
                 if result.kind == "error":
                     error = error or result.error
-                    cycle = cycle or result.cycle
                 elif result.kind == "pending":
                     pending = True
                 elif result.kind == "missing":
@@ -634,16 +636,15 @@ class DependencyManager:
             path.pop()
         if error is not None:
             # Errors on the path make every aggregate on it fail.  Memoised (so
-            # a lattice-shaped graph costs linear time): a reachable cycle is a
-            # fact about this cluster; a depth error holds from any path that
-            # reaches it at least this deep (checked on reuse).
+            # a lattice-shaped graph costs linear time): a depth error holds
+            # from any path that reaches it at least this deep (checked on reuse).
             self._entries[name] = Status(
                 UNAVAILABLE,
                 error.details
                 if error.details.startswith("aggregate cluster")
                 else f"aggregate cluster {name}: {error.details}",
             )
-            return self._remember(name, _Resolution("error", error=error, cycle=cycle, depth=depth))
+            return self._remember(name, _Resolution("error", error=error, depth=depth))
         if pending:
             return self._remember(name, _Resolution("pending"))
         if not leaves:

@@ -25,9 +25,11 @@ manager's ``on_update``:
   with attributes ``xds_config`` and ``dependency_manager``.
 * **Errors**: before any good config, a ``Status`` becomes a
   ``service_config_error`` and a selector failing RPCs with it (UNAVAILABLE,
-  naming the resource).  After a good config, a listener or route
-  configuration that does not exist drops the config (A74); other errors
-  keep the last good config (they are kept for ``config_dump``).
+  naming the resource).  After a good config, every Status the manager
+  reports drops the config (A74 latest: the listener or route configuration
+  does not exist or failed before any data, a socket listener, no matching
+  virtual host; C-core clears its config for each); ambient errors never
+  reach the resolver (they become resolution notes in the XdsConfig).
 """
 
 from __future__ import annotations
@@ -58,7 +60,6 @@ __all__ = ["XdsResolver", "cluster_manager_config", "parse_xds_target"]
 
 _log = logging.getLogger(__name__)
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
-NOT_FOUND = grpc.StatusCode.NOT_FOUND
 CLUSTER_MANAGER_POLICY = "xds_cluster_manager_experimental"
 CDS_POLICY = "cds_experimental"
 
@@ -209,10 +210,13 @@ class XdsResolver(Resolver):
         status = Status(UNAVAILABLE, value.details)
         if not self._had_good_config:
             self._fail_before_config(status)
-        elif value.code is NOT_FOUND:
-            self._drop(status)
         else:
-            _log.warning("xds resolver: keeping the last good config: %s", value.details)
+            # A74 latest: the manager reports a Status only when the config
+            # must stop being used (LDS/RDS does not exist or failed with no
+            # data, socket listener, no matching virtual host); ambient
+            # errors never get here.
+            _log.warning("xds resolver: dropping the config: %s", value.details)
+            self._drop(status)
 
     def _apply(self, config: XdsConfig) -> None:
         self._had_good_config = True
