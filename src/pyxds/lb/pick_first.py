@@ -68,8 +68,11 @@ Transition table (event -> what happens)::
 The happy-eyeballs pass (A61 "Happy Eyeballs in the pick_first LB Policy"):
 the *frontier* is the address being tried.  Trying an address means: if its
 subchannel is IDLE call ``connect()``; if CONNECTING treat it as already
-trying; if it has failed in this pass (e.g. it is in backoff) move on at
-once.  Unless it is the last address, a CONNECTION_ATTEMPT_DELAY timer
+trying; if it is in TRANSIENT_FAILURE (backoff) count that as this pass's
+failed attempt and move on at once.  A failure reported by an address the
+pass has not reached yet does not count: the pass judges it by its state
+when it gets there, so one whose backoff ended meanwhile is tried (C-core
+grpc#38714, grpc#40162).  Unless it is the last address, a CONNECTION_ATTEMPT_DELAY timer
 starts; when it fires, the next address is tried while the earlier attempt
 continues.  A failure of the frontier cancels the timer and moves on at
 once.  The pass is complete when the frontier ran off the end *and* every
@@ -180,11 +183,14 @@ class PickFirstFactory(PolicyFactory):
 
 
 def address_family(address: str) -> str:
-    """``"ipv6"`` for ``[v6]:port`` (or a bare v6 literal), ``"unix"`` for
-    ``unix:``/``unix-abstract:`` targets, else ``"ipv4"`` (names count as v4)."""
+    """``"ipv6"`` for ``[v6]:port`` (or a bare v6 literal), ``"unix"`` and
+    ``"unix-abstract"`` for those targets (two families, as C-core's URI
+    schemes), else ``"ipv4"`` (names count as v4)."""
     if address.startswith("["):
         return "ipv6"
-    if address.startswith(("unix:", "unix-abstract:")):
+    if address.startswith("unix-abstract:"):
+        return "unix-abstract"
+    if address.startswith("unix:"):
         return "unix"
     if address.count(":") > 1:
         return "ipv6"
@@ -266,6 +272,11 @@ class _ReadyPicker(Picker):
     def subchannel(self) -> Subchannel:
         return self._result.subchannel
 
+    @property
+    def result(self) -> PickComplete:
+        """The one result every pick returns (round_robin rotates these)."""
+        return self._result
+
     def pick(self, args: PickArgs) -> PickResult:
         return self._result
 
@@ -301,8 +312,13 @@ class _Entry(SubchannelEntry):
 class PickFirst(LoadBalancer):
     """The pick_first state machine (module docstring has the rules)."""
 
-    def __init__(self, helper: Helper) -> None:
+    def __init__(self, helper: Helper, *, omit_status_prefix: bool = False) -> None:
+        """``omit_status_prefix`` is for petiole parents (round_robin, A61
+        "Use pick_first as the Universal Leaf Policy"): the TRANSIENT_FAILURE
+        status is then the last subchannel error alone, which the parent
+        words itself, as C-core's internal channel arg does."""
         self._helper = helper
+        self._omit_status_prefix = omit_status_prefix
         self._phase = Phase.NO_ADDRESSES
         self._order: tuple[str, ...] = ()
         self._attributes: dict[str, Mapping[str, Any]] = {}
@@ -328,6 +344,11 @@ class PickFirst(LoadBalancer):
     @property
     def selected(self) -> Subchannel | None:
         return self._selected.subchannel if self._selected is not None else None
+
+    @property
+    def subchannels(self) -> list[Subchannel]:
+        """Every subchannel the policy holds, in connection order."""
+        return [self._entries[a].subchannel for a in self._order if a in self._entries]
 
     @property
     def timer_pending(self) -> bool:
@@ -436,6 +457,8 @@ class PickFirst(LoadBalancer):
             return
         if phase is Phase.FIRST_PASS:
             if state is _TF:
+                if not entry.attempted:
+                    return  # ahead of the pass: judged when the pass reaches it
                 first_failure = not entry.failed_in_pass
                 entry.failed_in_pass = True
                 if self._is_frontier(entry):
@@ -468,8 +491,11 @@ class PickFirst(LoadBalancer):
         for address in self._order:
             entry = self._entries[address]
             entry.attempted = False
-            entry.failed_in_pass = entry.state is _TF
-            if entry.failed_in_pass:
+            # A failure counts for this pass only once the pass has reached
+            # the address (C-core grpc#38714, grpc#40162): one that is in
+            # backoff now may be IDLE again by then, and is then tried.
+            entry.failed_in_pass = False
+            if entry.state is _TF:
                 self._last_failure = entry.status
         for address in self._order:
             entry = self._entries[address]
@@ -489,10 +515,12 @@ class PickFirst(LoadBalancer):
         order = self._order
         while self._frontier < len(order):
             entry = self._entries[order[self._frontier]]
-            if entry.failed_in_pass:
+            entry.attempted = True
+            if entry.state is _TF:
+                # In backoff: A61 treats it as an attempt that already failed.
+                entry.failed_in_pass = True
                 self._frontier += 1
                 continue
-            entry.attempted = True
             if entry.state is _IDLE:
                 entry.subchannel.connect()
             if self._frontier < len(order) - 1:
@@ -531,9 +559,10 @@ class PickFirst(LoadBalancer):
         self._report(_IDLE, OK_STATUS, QueuePicker(on_pick=self._schedule_exit_idle))
 
     def _report_all_failed(self) -> None:
-        status = Status(
-            _UNAVAILABLE, f"failed to connect to all addresses; last error: {self._last_failure}"
-        )
+        details = str(self._last_failure)
+        if not self._omit_status_prefix:
+            details = f"failed to connect to all addresses; last error: {details}"
+        status = Status(_UNAVAILABLE, details)
         self._report(_TF, status, FailPicker(status))
 
     # -- plumbing ---------------------------------------------------------------

@@ -1,46 +1,53 @@
 """The ``round_robin`` LB policy (gRPC's load-balancing doc, "round_robin";
-A61 for endpoint handling; A62 for sticky TRANSIENT_FAILURE).
+A61 "Use pick_first as the Universal Leaf Policy"; A62 sticky
+TRANSIENT_FAILURE), with C-core's aggregation rules and error text.
 
 Config: ``{}`` (unknown fields are ignored).
 
 Rules
 =====
 
-* One subchannel per address, every address of every endpoint, duplicates
-  once.  (C-core gives each *endpoint* a pick_first child; pyxds treats each
-  address of a multi-address endpoint as its own backend.  Resolvers in
-  pyxds hand round_robin single-address endpoints, except dual-stack EDS,
-  where this spreads load over both families of the backend.)
-* Every subchannel is kept connected: an IDLE subchannel (initially, after
-  its backoff ended, or after a READY connection dropped) is asked to
-  connect at once (TRAPS.md, grpc-node#2667).
-* A subchannel reporting TRANSIENT_FAILURE, or dropping from READY, requests
-  re-resolution.
-* Each subchannel is *failing* from its first TRANSIENT_FAILURE until it is
-  READY again (its reconnect attempts in between do not count as
-  CONNECTING), as C-core's pick_first children are sticky.
-* Aggregate state: READY if any subchannel is READY; else CONNECTING if any
-  subchannel is IDLE or CONNECTING and not failing; else TRANSIENT_FAILURE,
-  with UNAVAILABLE "connections to all backends failing; last error: <last
-  subchannel failure>".  Because a failing subchannel stays failing through
-  its reconnect attempts, once TRANSIENT_FAILURE is reported it stays until
-  a subchannel is READY (sticky, A62) -- only a subchannel that has not
-  failed yet (a new address in an update) can bring back CONNECTING, as in
-  C-core.
-* The READY picker rotates over the READY subchannels from a random start
-  (``helper.random``); it is a precomputed tuple of PickComplete results
-  behind ``itertools.cycle``, so a pick is one C call.
-* An update keeps the subchannels of unchanged addresses; the same list
-  twice changes nothing and reports nothing.  A state is reported only when
-  it (or its picker's READY set, or its error) changed.
-* An empty list is rejected: TRANSIENT_FAILURE "empty address list",
-  re-resolution requested, and the status returned from ``update``.
+* One child per *endpoint* (A61): a :class:`~pyxds.lb.pick_first.PickFirst`
+  given that endpoint alone, so a dual-stack endpoint is one backend that
+  holds one connection (happy eyeballs over its addresses), never one share
+  of the load per address.  An address that already appeared in an earlier
+  endpoint is dropped from later ones (an endpoint left without addresses
+  is dropped), so every address is connected once.
+* Children are kept across updates: an endpoint with the same set of
+  addresses keeps its child (and its connection); an endpoint whose set
+  changed keeps the child of an old endpoint it shares an address with, and
+  that child gets the new list (pick_first keeps a connection whose address
+  is still listed).  The same list twice changes nothing and reports nothing.
+* Every child is kept connected: a child reporting IDLE (its connection
+  dropped) is told to ``exit_idle`` at once (TRAPS.md, grpc-node#2667).
+  Re-resolution requests come from the children (pick_first asks when all
+  of an endpoint's addresses failed and when a connection drops).
+* Aggregate state (first rule that matches): READY if any child is READY;
+  CONNECTING if any child is CONNECTING or IDLE; else (all children in
+  TRANSIENT_FAILURE) TRANSIENT_FAILURE with UNAVAILABLE "connections to all
+  backends failing; last error: <the last child failure>", C-core's words.
+  Children are pick_first, whose TRANSIENT_FAILURE is sticky, so once
+  round_robin reports TRANSIENT_FAILURE it stays there until a child is
+  READY or a new endpoint arrives (A62).
+* The READY picker rotates over the READY children from a random start
+  (``helper.random``).  A pick_first child's READY picker returns one
+  constant result, so the round_robin picker is a precomputed tuple of
+  PickComplete results behind ``itertools.cycle``: a pick is one C call.
+* Children of removed endpoints are shut down at once.  (Deviation from
+  C-core, which keeps serving on its old endpoint list while a new list
+  with no READY endpoint connects; here such an update reports CONNECTING
+  and RPCs queue until a new endpoint is READY.)
+* An empty list is rejected: TRANSIENT_FAILURE "empty address list" and the
+  status returned from ``update`` (the caller re-resolves).  A resolver
+  error is reported only while there are no children.
+* A state is reported only when it (or its picker's READY set, or its
+  error) changed.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +57,7 @@ from pyxds.lb import registry
 from pyxds.lb.api import (
     OK_STATUS,
     ConnectivityState,
+    Endpoint,
     FailPicker,
     Helper,
     LoadBalancer,
@@ -62,10 +70,17 @@ from pyxds.lb.api import (
     ResolverUpdate,
     Status,
 )
+from pyxds.lb.child_handler import DelegatingHelper
 from pyxds.lb.errors import LBConfigError, describe
-from pyxds.lb.subchannel_list import SubchannelEntry, unique_addresses
+from pyxds.lb.pick_first import PickFirst, PickFirstConfig, _ReadyPicker
 
-__all__ = ["POLICY_NAME", "RoundRobin", "RoundRobinConfig", "RoundRobinFactory"]
+__all__ = [
+    "POLICY_NAME",
+    "RoundRobin",
+    "RoundRobinConfig",
+    "RoundRobinFactory",
+    "RoundRobinPicker",
+]
 
 POLICY_NAME = "round_robin"
 
@@ -74,6 +89,7 @@ _CONNECTING = ConnectivityState.CONNECTING
 _READY = ConnectivityState.READY
 _TF = ConnectivityState.TRANSIENT_FAILURE
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+_CHILD_CONFIG = PickFirstConfig()
 
 
 @dataclass(frozen=True)
@@ -111,29 +127,86 @@ class RoundRobinPicker(Picker):
         return f"RoundRobinPicker({[r.subchannel.address for r in self.results]})"
 
 
-class _Entry(SubchannelEntry):
-    __slots__ = ("failing", "result")
+class _DelegatingRoundRobinPicker(Picker):
+    """Rotates over child pickers (used only if a child's READY picker is not
+    pick_first's constant one, e.g. a custom leaf)."""
 
-    def __init__(self, *args: Any) -> None:
-        self.failing = False
-        super().__init__(*args)
-        self.result = PickComplete(self.subchannel)
+    __slots__ = ("_next", "pickers")
+
+    def __init__(self, pickers: Sequence[Picker], start: int) -> None:
+        self.pickers = tuple(pickers)
+        rotated = self.pickers[start:] + self.pickers[:start]
+        self._next = itertools.cycle(rotated).__next__
+
+    def pick(self, args: PickArgs) -> PickResult:
+        return self._next().pick(args)
+
+
+class _Child(DelegatingHelper):
+    """One endpoint: its pick_first policy and what that policy last reported.
+    It is also the helper that policy sees."""
+
+    def __init__(self, owner: RoundRobin, addresses: frozenset[str]) -> None:
+        super().__init__(owner.helper)
+        self.owner = owner
+        self.addresses = addresses
+        self.state = _CONNECTING  # until the child reports
+        self.status = OK_STATUS
+        self.picker: Picker = QueuePicker()
+        self.closed = False
+        self.policy = PickFirst(self, omit_status_prefix=True)
+
+    def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
+        if not self.closed:
+            self.owner._on_child_state(self, state, status, picker)
+
+    def request_reresolution(self) -> None:
+        if not self.closed:
+            self.parent.request_reresolution()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.policy.shutdown()
+
+    def __repr__(self) -> str:
+        return f"_Child({sorted(self.addresses)}, {self.state.name})"
+
+
+def _unique_endpoints(endpoints: Sequence[Endpoint]) -> list[Endpoint]:
+    """Each address once (first endpoint that lists it wins); endpoints left
+    without an address are dropped."""
+    seen: set[str] = set()
+    out: list[Endpoint] = []
+    for endpoint in endpoints:
+        kept = tuple(a for a in dict.fromkeys(endpoint.addresses) if a not in seen)
+        if not kept:
+            continue
+        seen.update(kept)
+        out.append(endpoint if kept == endpoint.addresses else Endpoint(kept, endpoint.attributes))
+    return out
 
 
 class RoundRobin(LoadBalancer):
-    """round_robin over one subchannel per address (module docstring)."""
+    """round_robin over one pick_first child per endpoint (module docstring)."""
 
     def __init__(self, helper: Helper) -> None:
-        self._helper = helper
-        self._entries: dict[str, _Entry] = {}
-        self._last_failure: Status = Status(_UNAVAILABLE, "no connection attempt yet")
+        self.helper = helper
+        self._children: dict[frozenset[str], _Child] = {}
+        self._last_failure = "no connection attempt yet"
         self._reported_key: tuple[Any, ...] | None = None
         self._shutdown = False
         self._updating = False
 
+    # -- introspection (tests, config dumps) -----------------------------------
     @property
     def subchannels(self) -> list[Any]:
-        return [entry.subchannel for entry in self._entries.values()]
+        """Every subchannel held by the current children, endpoint order."""
+        return [sc for child in self._children.values() for sc in child.policy.subchannels]
+
+    @property
+    def children(self) -> list[_Child]:
+        return list(self._children.values())
 
     # -- LoadBalancer ------------------------------------------------------
     def update(self, update: ResolverUpdate) -> Status | None:
@@ -142,111 +215,130 @@ class RoundRobin(LoadBalancer):
         if isinstance(update.endpoints, Status):
             self.resolver_error(update.endpoints)
             return update.endpoints
-        pairs = unique_addresses(update.endpoints)
-        if not pairs:
+        endpoints = _unique_endpoints(update.endpoints)
+        if not endpoints:
             note = update.resolution_note
             status = Status(
                 _UNAVAILABLE, f"empty address list: {note}" if note else "empty address list"
             )
-            self._drop(set())
-            self._helper.request_reresolution()
+            for child in self._children.values():
+                child.close()
+            self._children = {}
             self._report(_TF, status, FailPicker(status), key=(_TF, status))
             return status
-        wanted = {address for address, _ in pairs}
-        self._drop(wanted)
-        entries: dict[str, _Entry] = {}
-        created: list[_Entry] = []
-        for address, attributes in pairs:
-            entry = self._entries.get(address)
-            if entry is None:
-                entry = _Entry(self._helper, address, attributes, self._on_subchannel_state)
-                created.append(entry)
-            entries[address] = entry
-        self._entries = entries
+        old = self._children
+        children = self._match_children(endpoints, old)
+        kept = {id(child) for child in children.values()}
+        for child in old.values():
+            if id(child) not in kept:
+                child.close()
+        self._children = children
         self._updating = True
         try:
-            for entry in created:
-                entry.activate()
-                if entry.state is _TF:
-                    entry.failing = True
-                    self._last_failure = entry.status
-                elif entry.state is _IDLE:
-                    entry.subchannel.connect()
+            for endpoint, child in zip(endpoints, children.values(), strict=True):
+                child.policy.update(
+                    ResolverUpdate(
+                        (endpoint,),
+                        _CHILD_CONFIG,
+                        update.attributes,
+                        update.resolution_note,
+                    )
+                )
         finally:
             self._updating = False
         self._aggregate()
         return None
 
     def resolver_error(self, status: Status) -> None:
-        if not self._shutdown and not self._entries:
+        if not self._shutdown and not self._children:
             self._report(_TF, status, FailPicker(status), key=(_TF, status))
 
     def exit_idle(self) -> None:
-        for entry in self._entries.values():
-            if entry.state is _IDLE:
-                entry.subchannel.connect()
+        for child in list(self._children.values()):
+            if child.state is _IDLE:
+                child.policy.exit_idle()
 
     def reset_backoff(self) -> None:
-        for entry in self._entries.values():
-            entry.subchannel.reset_backoff()
+        for child in self._children.values():
+            child.policy.reset_backoff()
 
     def shutdown(self) -> None:
         self._shutdown = True
-        self._drop(set())
+        for child in self._children.values():
+            child.close()
+        self._children = {}
+
+    # -- updates -----------------------------------------------------------------
+    def _match_children(
+        self, endpoints: Sequence[Endpoint], old: Mapping[frozenset[str], _Child]
+    ) -> dict[frozenset[str], _Child]:
+        """New endpoint -> child: same address set first, then an unused old
+        child sharing an address, else a new child."""
+        keys = [frozenset(endpoint.addresses) for endpoint in endpoints]
+        unused = {key: child for key, child in old.items() if key not in set(keys)}
+        by_address = {address: key for key in unused for address in key}
+        children: dict[frozenset[str], _Child] = {}
+        for key in keys:
+            child = old.get(key)
+            if child is None:
+                for address in key:
+                    old_key = by_address.get(address)
+                    if old_key is not None and old_key in unused:
+                        child = unused.pop(old_key)
+                        child.addresses = key
+                        break
+            if child is None:
+                child = _Child(self, key)
+            children[key] = child
+        return children
 
     # -- events --------------------------------------------------------------
-    def _on_subchannel_state(
-        self, entry: SubchannelEntry, prev: ConnectivityState, status: Status
+    def _on_child_state(
+        self, child: _Child, state: ConnectivityState, status: Status, picker: Picker
     ) -> None:
-        assert isinstance(entry, _Entry)
-        state = entry.state
-        if state is _READY:
-            entry.failing = False
-        elif state is _TF:
-            entry.failing = True
-            self._last_failure = status
-            self._helper.request_reresolution()
-        elif state is _IDLE:
-            if prev is _READY:
-                self._helper.request_reresolution()
-            entry.subchannel.connect()
-        if not self._updating:
+        child.state, child.status, child.picker = state, status, picker
+        if state is _TF:
+            self._last_failure = status.details
+        if state is _IDLE:
+            child.policy.exit_idle()  # reconnect at once; may report again (nested)
+        if not self._updating and not self._shutdown:
             self._aggregate()
 
     def _aggregate(self) -> None:
-        entries = self._entries.values()
-        ready = [entry for entry in entries if entry.state is _READY]
+        children = self._children.values()
+        ready = [child for child in children if child.state is _READY]
         if ready:
-            key = (_READY, *(entry.subchannel for entry in ready))
-            if key != self._reported_key:
-                start = self._helper.random.randrange(len(ready))
-                picker = RoundRobinPicker([entry.result for entry in ready], start)
-                self._report(_READY, OK_STATUS, picker, key)
+            self._report_ready(ready)
             return
-        connecting = any(
-            entry.state in (_IDLE, _CONNECTING) and not entry.failing for entry in entries
-        )
-        if connecting:
+        if any(child.state in (_CONNECTING, _IDLE) for child in children):
             self._report(_CONNECTING, OK_STATUS, QueuePicker(), key=(_CONNECTING,))
             return
         status = Status(
-            _UNAVAILABLE,
-            f"connections to all backends failing; last error: {self._last_failure}",
+            _UNAVAILABLE, f"connections to all backends failing; last error: {self._last_failure}"
         )
         self._report(_TF, status, FailPicker(status), key=(_TF, status))
 
-    # -- plumbing -------------------------------------------------------------
-    def _drop(self, keep: set[str]) -> None:
-        for address in [a for a in self._entries if a not in keep]:
-            self._entries.pop(address).shutdown()
+    def _report_ready(self, ready: list[_Child]) -> None:
+        pickers = [child.picker for child in ready]
+        key = (_READY, *pickers)
+        if key == self._reported_key:
+            return
+        start = self.helper.random.randrange(len(pickers))
+        picker: Picker
+        if all(type(p) is _ReadyPicker for p in pickers):
+            picker = RoundRobinPicker([p.result for p in pickers], start)  # type: ignore[attr-defined]
+        else:
+            picker = _DelegatingRoundRobinPicker(pickers, start)
+        self._report(_READY, OK_STATUS, picker, key)
 
+    # -- plumbing -------------------------------------------------------------
     def _report(
         self, state: ConnectivityState, status: Status, picker: Picker, key: tuple[Any, ...]
     ) -> None:
         if key == self._reported_key:
             return
         self._reported_key = key
-        self._helper.update_state(state, status, picker)
+        self.helper.update_state(state, status, picker)
 
 
 registry.register(RoundRobinFactory())
