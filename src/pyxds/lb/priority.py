@@ -381,16 +381,20 @@ class PriorityLoadBalancer(LoadBalancer):
         return None
 
     def resolver_error(self, status: Status) -> None:
-        """Pass the error to every child; with no child yet, fail with it."""
+        """Pass the error to every child the config lists (a child dropped
+        from the config gets nothing more, as C-core updates only the
+        children of its config); with no config yet, fail with it."""
         if self._shut_down:
             return
-        if not self._children:
+        if self._config is None:
             self.helper.update_state(_TF, status, FailPicker(status))
             return
         self._reports_while_updating = 0
         self._updating = True
         try:
             for child in list(self._children.values()):
+                if child.name not in self._index:
+                    continue
                 if child.handler is not None and not child.closed:
                     child.handler.resolver_error(status)
         finally:

@@ -371,15 +371,18 @@ class WeightedTargetLoadBalancer(LoadBalancer):
         return None
 
     def resolver_error(self, status: Status) -> None:
+        """Pass the error to every target of the config (a removed target
+        gets nothing more, as C-core updates only the targets of its
+        config); with no config yet, fail with it."""
         if self._shut_down:
             return
-        if not self._children:
+        if self._config is None:
             self.helper.update_state(_TF, status, FailPicker(status))
             return
         self._reports_while_updating = 0
         self._updating = True
         try:
-            for target in list(self._children.values()):
+            for target in list(self._active):
                 if target.handler is not None and not target.closed:
                     target.handler.resolver_error(status)
         finally:
