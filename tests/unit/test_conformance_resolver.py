@@ -447,3 +447,31 @@ def test_identical_config_twice_publishes_nothing_new():
     r.push(make_route_config("rds", routes_to("a"), domains=["*"]))
     r.push(make_cla("a", "10.0.0.1:80"))
     assert len(r.results) == count
+
+
+def test_logical_dns_failure_before_data_says_dns_resolution_failed_for_host_port():
+    """C-core XdsDependencyManager::PopulateDnsUpdate words, as seen in
+    AggregateClusterTest.ReconfigEdsWhileLogicalDnsChildFails."""
+    h = DM()
+    with_routes(h, "d")
+    h.push(dns_cluster("d", "server.example.com", 443))
+    h.dns.complete("server.example.com", "injected error")
+    children = h.last.clusters["d"].children
+    assert children.endpoints is None
+    assert (
+        children.resolution_note
+        == "DNS resolution failed for server.example.com:443: injected error"
+    )
+
+
+def test_logical_dns_cluster_in_aggregate_waits_for_the_first_dns_answer():
+    """A74: an aggregate including a LOGICAL_DNS cluster is delivered only
+    once DNS answered (C-core AggregateClusterTest.EdsToLogicalDns)."""
+    h = DM()
+    with_routes(h, "agg")
+    h.push(aggregate_cluster("agg", "eds", "dns"))
+    leaf(h, "eds")
+    h.push(dns_cluster("dns", "server.example.com", 443))
+    assert h.updates == []
+    h.dns.complete("server.example.com", ["10.0.0.9:443"])
+    assert h.last.clusters["agg"].children == AggregateConfig(("eds", "dns"))

@@ -707,7 +707,11 @@ class DependencyManager:
         if dns.result is None:
             return None
         if isinstance(dns.result, Status):
-            return EndpointConfig(None, f"cluster {name}: {dns.result.details}")
+            # C-core's words: "DNS resolution failed for HOST:PORT: <error>".
+            details = dns.result.details
+            if not details.startswith("DNS resolution failed"):
+                details = f"DNS resolution failed for {dns.target}: {details}"
+            return EndpointConfig(None, details)
         endpoint = EndpointAddress(addresses=dns.result)
         cla = ClusterLoadAssignment(
             cluster_name=name,
