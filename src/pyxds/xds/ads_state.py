@@ -36,14 +36,22 @@ Rules:
   subscribed to are ignored.  A response for a type never requested on this
   stream is ignored (answering it would be a wildcard subscription).
 * LDS and CDS responses are complete: a cached resource absent from the
-  response is deleted (a data error: ambient, keeping the resource, when
-  the server's ``ignore_resource_deletion`` is set, else the resource is
-  dropped).  RDS and EDS absences mean nothing.  A NACKed resource is
-  present, not absent.  Versions are never compared: a stale version after a
+  response is deleted.  With ``fail_on_data_errors`` the resource is
+  dropped (A88).  Otherwise, as grpcio 1.85's C-core does by default, it is
+  dropped unless the server has ``ignore_resource_deletion`` (A53: then it
+  is kept and the deletion is an ambient error); with
+  ``GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING=true`` (C-core's switch for
+  A88) it is always kept, the deletion an ambient error (A88's table).
+  RDS and EDS absences mean nothing.  A NACKed resource is present, not
+  absent.  Versions are never compared: a stale version after a
   reconnect is just a version (TRAPS, grpc-java#12663).
 * xRFC TP3 ``resource_errors`` (A88): the entry goes to ``RECEIVED_ERROR``;
   NOT_FOUND and PERMISSION_DENIED are data errors, any other code is
-  transient.  The resource counts as present (not deleted).
+  transient.  The resource counts as present (not deleted).  An entry
+  without a resource name or with an OK ``error_detail`` is malformed: the
+  response is NACKed (as C-core).
+* A resource inside a discovery ``Resource`` wrapper is named by the
+  wrapper's ``name`` when set (as C-core), else by its own name.
 * An unchanged resource (structural equality) notifies nobody.
 * Data errors (NACK, deletion) on a cached resource are ambient, unless the
   server has ``fail_on_data_errors``: then the resource is dropped and
@@ -67,6 +75,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -164,6 +173,16 @@ class WatchHandle:
     token: int
 
 
+DATA_ERROR_HANDLING_ENV = "GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING"
+
+
+def data_error_handling_enabled() -> bool:
+    """Whether A88's default for LDS/CDS deletions is on: C-core's
+    ``GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING`` (off unless set true)."""
+    value = os.environ.get(DATA_ERROR_HANDLING_ENV, "").strip().lower()
+    return value in ("1", "true", "yes")
+
+
 def immediate(fn: Callable[[], None]) -> None:
     """An executor that runs the callback at once (tests)."""
     fn()
@@ -257,8 +276,12 @@ class AdsState:
         wall_clock: Callable[[], float] = time.time,
         resource_timeout: float = RESOURCE_TIMEOUT,
         transient_resource_timeout: float = TRANSIENT_RESOURCE_TIMEOUT,
+        data_error_handling: bool | None = None,
     ) -> None:
         self._server = server
+        if data_error_handling is None:
+            data_error_handling = data_error_handling_enabled()
+        self._a88_deletion = data_error_handling
         self._node = node
         self._types = resource_types
         self._clock = clock
@@ -461,7 +484,9 @@ class AdsState:
             except Exception as exc:  # a decoder bug must not kill the stream
                 _log.exception("decoding %s resource failed", short)
                 result = _Failed(name_hint, f"internal error decoding resource: {exc!r}")
-            name = result.name if result.name is not None else name_hint
+            # The Resource wrapper's name, when there is one, names the
+            # resource (as C-core); else the decoded resource's own name.
+            name = name_hint if name_hint is not None else result.name
             if name is None:
                 errors.append(f"resource index {index}: {result.error or 'cannot decode'}")
                 continue
@@ -479,8 +504,14 @@ class AdsState:
                 self._nacked(entry, short, result.error, response.version_info, now)
             else:
                 self._accepted(entry, result.resource, any_msg, response.version_info, now)
-        for resource_error in response.resource_errors:
+        for index, resource_error in enumerate(response.resource_errors):
             name = resource_error.resource_name.name
+            if not name:
+                errors.append(f"resource_errors index {index}: resource_name unset")
+                continue
+            if not resource_error.error_detail.code:
+                errors.append(f"resource_errors index {index}: {name}: error_detail must be non-OK")
+                continue
             seen.add(name)
             entry = ts.entries.get(name)
             if entry is not None:
@@ -611,9 +642,15 @@ class AdsState:
             grpc.StatusCode.NOT_FOUND,
             f"{short} resource {entry.name} does not exist (deleted by the xDS server)",
         )
-        if self._server.ignore_resource_deletion and not self._server.fail_on_data_errors:
+        if self._server.fail_on_data_errors:
+            keep = False
+        elif self._a88_deletion:
+            keep = True  # A88: a deletion is a data error, ambient by default
+        else:
+            keep = self._server.ignore_resource_deletion  # A53, C-core's default
+        if keep:
             _log.warning(
-                "xDS server %s deleted %s resource %s; ignored (ignore_resource_deletion)",
+                "xDS server %s deleted %s resource %s; the cached resource stays in use",
                 self._server.server_uri,
                 short,
                 entry.name,
