@@ -802,3 +802,69 @@ def test_fail_over_then_back_repeatedly_never_leaks_children(seed):
         assert t.picks() == {"p0-addr:80"}
         t.clock.advance(CHILD_RETENTION / 2)
     assert t.created() == ["p0-addr:80", "p1-addr:80"]
+
+
+def test_unreachable_priorities_recover_when_an_update_brings_new_backends():
+    """C-core FailoverTest.UpdateInitialUnavailable: RPCs fail while every
+    priority fails; the update with reachable backends is used (p0 first),
+    and no failover timer is started for a child that just failed."""
+    t = Tree()
+    t.update(["p0", "p1"], {"p0": ["bad0:80"], "p1": ["bad1:80"]})
+    t.fail("bad0:80")
+    t.fail("bad1:80")
+    assert t.state is TF and isinstance(t.helper.pick(), PickFail)
+    t.update(["p0", "p1"], {"p0": ["b0:80"], "p1": ["b1:80"]})
+    assert not isinstance(t.helper.pick(), PickComplete)
+    t.ready("b1:80")
+    assert t.picks() == {"b1:80"}
+    t.ready("b0:80")
+    assert t.picks() == {"b0:80"}
+
+
+def test_reordered_priorities_choose_the_new_highest_once_it_is_ready():
+    """C-core FailoverTest.UpdatePriority: the old p0 (now lowest) keeps
+    serving nothing; picks wait for the new p0 and then go only there."""
+    t = Tree()
+    t.update(["c3", "c0", "c1", "c2"])
+    t.ready("c3-addr:80")
+    assert t.picks() == {"c3-addr:80"}
+    t.update(["c1", "c2", "c0", "c3"])
+    assert t.current == "c1" and t.queues()
+    t.ready("c1-addr:80")
+    assert t.picks(50) == {"c1-addr:80"}
+    assert "c0-addr:80" not in t.created() and "c2-addr:80" not in t.created()
+    assert t.lb.children["c3"].deactivated
+
+
+def test_new_child_name_at_a_priority_is_waited_for_before_lower_ones():
+    """C-core FailoverTest.PriorityChildNameChurn: a new child taking over
+    priority 1 holds the choice during its failover timer; priority 2 gets
+    no traffic (is not even built) meanwhile."""
+    t = Tree()
+    t.update(["c0", "c1", "c2"], {"c0": ["bad:80"], "c1": ["b0:80"], "c2": ["b1:80"]})
+    t.fail("bad:80")
+    t.ready("b0:80")
+    assert t.picks() == {"b0:80"}
+    t.update(["c0", "c2", "c3"], {"c0": ["bad:80"], "c2": ["b1:80"], "c3": ["b2:80"]})
+    t.ready("b1:80")
+    assert t.picks() == {"b1:80"}
+    t.update(["c0", "c4", "c3"], {"c0": ["bad:80"], "c4": ["b3:80"], "c3": ["b2:80"]})
+    assert t.current == "c4" and t.queues()
+    t.ready("b3:80")
+    assert t.picks() == {"b3:80"}
+    assert "b2:80" not in t.created()
+
+
+def test_reordering_while_the_top_fails_and_the_next_connects_waits_for_it():
+    """TRAPS grpc-java#7039 with real leaves: [A, B, C] -> [B, A, C] while A
+    has failed and B is still within its failover window must not jump to
+    C (C is never even built)."""
+    t = Tree()
+    t.update(["A", "B", "C"])
+    t.fail("A-addr:80")
+    assert t.current == "B" and t.lb.children["B"].failover_pending
+    t.update(["B", "A", "C"])
+    assert t.current == "B" and t.queues()
+    assert "C" not in t.lb.children and "C-addr:80" not in t.created()
+    t.ready("B-addr:80")
+    assert t.picks() == {"B-addr:80"}

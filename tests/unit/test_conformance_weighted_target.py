@@ -364,3 +364,70 @@ def test_readding_a_removed_target_reuses_its_connections():
     assert set(w.counts(200)) == {"a:1", "b:2"}
     w.clock.advance(CHILD_RETENTION)
     assert w.shut_down() == []
+
+
+def test_replacing_every_locality_queues_rpcs_instead_of_failing_them():
+    """C-core EdsTest.ReplaceAllLocalitiesInPriority: no RPC fails while the
+    only locality is replaced by a new one."""
+    w = WT()
+    w.update({"locality0": 1}, {"locality0": ["b0:80"]})
+    w.ready("b0:80")
+    w.update({"locality1": 1}, {"locality1": ["b1:80"]})
+    assert not any(isinstance(w.helper.pick(), PickFail) for _ in range(20))
+    assert TF not in w.helper.state_sequence()
+    w.ready("b1:80")
+    assert set(w.counts(20)) == {"b1:80"}
+
+
+def test_removed_then_readded_locality_gets_the_new_endpoints():
+    """C-core EdsTest.ConsistentWeightedTargetUpdates."""
+    w = WT()
+    w.update({"l0": 1, "l1": 1}, {"l0": ["b1:80"], "l1": ["b2:80"]})
+    w.ready("b1:80", "b2:80")
+    w.update({"l0": 1}, {"l0": ["b0:80", "b1:80"]})
+    w.ready("b0:80")
+    assert set(w.counts(50)) == {"b0:80", "b1:80"}
+    l1 = w.lb.children["l1"].policy
+    w.update({"l0": 1, "l1": 1}, {"l0": ["b0:80", "b1:80"], "l1": ["b2:80", "b3:80"]})
+    assert w.lb.children["l1"].policy is l1
+    w.ready("b3:80")
+    assert set(w.counts(400)) == {"b0:80", "b1:80", "b2:80", "b3:80"}
+
+
+def test_children_reporting_inside_each_update_give_one_parent_report_per_update():
+    """grpc-java WeightedTargetLoadBalancerTest noDuplicateOverallBalancingStateUpdate:
+    children that report TRANSIENT_FAILURE inside their update produce one
+    aggregated report per parent update, not one per child."""
+    reset_leaves()
+    try:
+        helper = FakeHelper()
+        lb = WeightedTargetFactory().build(helper)
+
+        def update(names):
+            targets = {
+                n: {"weight": 1, "childPolicy": leaf_config(n, on_update="TRANSIENT_FAILURE")}
+                for n in names
+            }
+            config = registry.select([{"weighted_target_experimental": {"targets": targets}}])[1]
+            lb.update(ResolverUpdate([ep(f"{n}:1", n) for n in names], config, {}))
+
+        update(["t0"])
+        assert helper.state_sequence() == [TF]
+        update(["t0", "t1"])
+        assert helper.state_sequence() == [TF, TF]
+    finally:
+        reset_leaves()
+
+
+def test_child_reports_after_shutdown_are_ignored():
+    """grpc-java WeightedTargetLoadBalancerTest
+    raceBetweenShutdownAndChildLbBalancingStateUpdate."""
+    w = WT()
+    w.update({"c1": 1, "c2": 1}, {"c1": ["a:1"], "c2": ["b:2"]})
+    sub = w.sub("a:1")
+    w.lb.shutdown()
+    reports = len(w.helper.states)
+    sub.set_state(READY)
+    w.clock.advance(CHILD_RETENTION)
+    assert len(w.helper.states) == reports
+    assert all(s.shut_down for s in w.helper.subchannels)
