@@ -475,3 +475,12 @@ def test_logical_dns_cluster_in_aggregate_waits_for_the_first_dns_answer():
     assert h.updates == []
     h.dns.complete("server.example.com", ["10.0.0.9:443"])
     assert h.last.clusters["agg"].children == AggregateConfig(("eds", "dns"))
+
+
+@pytest.mark.parametrize("target", ["xds:///", "xds://auth/", "xds:///svc/", "xds://auth"])
+def test_target_without_a_service_name_or_ending_in_slash_is_rejected(target):
+    """C-core XdsResolverFactory::IsValidUri: empty path or trailing "/" is invalid."""
+    from pyxds.resolver.xds_resolver import parse_xds_target
+
+    with pytest.raises(ValueError):
+        parse_xds_target(target)

@@ -329,3 +329,39 @@ def test_weighted_cluster_pick_takes_a_reference_on_the_chosen_cluster():
     assert (refs[name].count, refs[other].count) == (1, 0)
     call.on_committed()
     assert refs[name].count == 0
+
+
+# ----------------------------------------------------------------- A31 timeouts
+
+
+def timeout_of(route_msd, listener_msd):
+    refs = {"a": ClusterRef("a", lambda: None)}
+    route = make_route("", cluster="a", max_stream_duration=route_msd)
+    selector = XdsConfigSelector(VirtualHost("vh", ("*",), (route,)), refs, listener_msd)
+    call = selector.select("/s/m", ())
+    call.on_committed()
+    return call.timeout
+
+
+def test_route_max_stream_duration_overrides_the_listener_one():
+    """A31: the route's max_stream_duration, else the HCM's."""
+    assert timeout_of(2.5, 10.0) == 2.5
+    assert timeout_of(None, 10.0) == 10.0
+    assert timeout_of(None, None) is None
+
+
+def test_zero_max_stream_duration_means_no_limit_even_with_a_listener_value():
+    """A31 / C-core: an explicit 0 on the route disables the timeout."""
+    assert timeout_of(0.0, 10.0) is None
+    assert timeout_of(None, 0.0) is None
+
+
+def test_non_forwarding_route_fails_with_c_core_text():
+    """C-core XdsConfigSelector: "Matching route has inappropriate action"."""
+    vh = VirtualHost("vh", ("*",), (make_route("", non_forwarding=True),))
+    call = XdsConfigSelector(vh, {}).select("/s/m", ())
+    assert call.status is not None
+    assert (call.status.code.name, call.status.details) == (
+        "UNAVAILABLE",
+        "Matching route has inappropriate action",
+    )

@@ -69,9 +69,11 @@ def parse_xds_target(target: str) -> tuple[str | None, str]:
     parts = urlsplit(target)
     if parts.scheme != "xds":
         raise ValueError(f"not an xds target: {target!r}")
-    service = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
-    if not service:
+    if not parts.path or parts.path.endswith("/"):
+        # C-core's XdsResolverFactory::IsValidUri: an empty path or one
+        # ending in "/" has no valid data plane authority.
         raise ValueError(f"xds target {target!r} has no service name")
+    service = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
     return (parts.netloc or None), service
 
 
