@@ -357,6 +357,9 @@ def _parse_servers(
             if creds_type is None:
                 errs.add(f"{p}.channel_creds", "no known creds type found")
         features = _get(s, "server_features", list, f"{p}.server_features", errs) or []
+        for fi, f in enumerate(features):
+            if not isinstance(f, str):  # C-core loads a set of strings
+                errs.add(f"{p}.server_features[{fi}]", f"is not a string (got {_type(f)})")
         feats = tuple(f for f in features if isinstance(f, str))
         if uri and creds_type:
             out.append(XdsServerConfig(uri, creds_type, FrozenJson(creds_config), feats))
