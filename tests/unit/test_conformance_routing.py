@@ -365,3 +365,11 @@ def test_non_forwarding_route_fails_with_c_core_text():
         "UNAVAILABLE",
         "Matching route has inappropriate action",
     )
+
+
+def test_domain_pattern_classification_follows_c_core():
+    """C-core DomainPatternMatchType: a leading "*" makes a suffix match even
+    when the pattern also ends in "*" (the parser accepts "*foo*")."""
+    assert chosen(vhosts(["*foo*"]), "afoo*") == "vh0"
+    assert chosen(vhosts(["*foo*"]), "afoob") is None
+    assert chosen(vhosts(["a*b"]), "axb") is None

@@ -8,7 +8,8 @@ Theory of operation
 most specifically matches the data-plane authority, case-insensitively:
 an exact domain beats the longest ``*suffix``, which beats the longest
 ``prefix*``, which beats ``*``.  A wildcard stands for at least one
-character; a pattern with ``*`` anywhere else matches nothing.
+character; a pattern with ``*`` only in the middle matches nothing (C-core's
+classification, :func:`_domain_kind`).
 
 *Routes*: :class:`RouteTable` is compiled once per route configuration from
 ``(RouteMatch, payload)`` pairs and answers "first route that matches this
@@ -75,15 +76,19 @@ _EXACT, _SUFFIX, _PREFIX, _UNIVERSE = 0, 1, 2, 3
 
 
 def _domain_kind(pattern: str) -> int | None:
-    """Classify a domain pattern; None for an invalid one (``*`` elsewhere)."""
+    """Classify a domain pattern as C-core's DomainPatternMatchType does: no
+    ``*`` is exact, ``*`` alone is the universe, a leading ``*`` a suffix
+    match (any other ``*`` in it is literal), else a trailing ``*`` a prefix
+    match; None (never matches) otherwise."""
+    if not pattern:
+        return None
+    if "*" not in pattern:
+        return _EXACT
     if pattern == "*":
         return _UNIVERSE
-    stars = pattern.count("*")
-    if stars == 0:
-        return _EXACT
-    if stars == 1 and pattern.startswith("*"):
+    if pattern[0] == "*":
         return _SUFFIX
-    if stars == 1 and pattern.endswith("*"):
+    if pattern[-1] == "*":
         return _PREFIX
     return None
 
