@@ -18,6 +18,9 @@ Rules
   changed keeps the child of an old endpoint it shares an address with, and
   that child gets the new list (pick_first keeps a connection whose address
   is still listed).  The same list twice changes nothing and reports nothing.
+* Children are updated (and so start connecting) from a random endpoint
+  onwards, as C-core does, so clients sharing a list spread their first
+  connections.
 * Every child is kept connected: a child reporting IDLE (its connection
   dropped) is told to ``exit_idle`` at once (TRAPS.md, grpc-node#2667).
   Re-resolution requests come from the children (pick_first asks when all
@@ -233,9 +236,13 @@ class RoundRobin(LoadBalancer):
             if id(child) not in kept:
                 child.close()
         self._children = children
+        pairs = list(zip(endpoints, children.values(), strict=True))
+        # C-core EndpointList: start connecting from a random endpoint, so
+        # that clients given the same list do not all hit the first one.
+        start = self.helper.random.randrange(len(pairs))
         self._updating = True
         try:
-            for endpoint, child in zip(endpoints, children.values(), strict=True):
+            for endpoint, child in pairs[start:] + pairs[:start]:
                 child.policy.update(
                     ResolverUpdate(
                         (endpoint,),
