@@ -558,17 +558,32 @@ def test_idle_to_connecting_does_not_fail_over_but_restarts_the_timer():
 
 
 def test_repeated_connecting_does_not_restart_the_failover_timer():
-    """grpc-java failoverTimerNotRestartedOnDupConnecting (grpc-go#8516)."""
-    t = Tree()
-    t.update(["p0", "p1"], policies={"p0": "pick_first"})
-    t.ready("p0-addr:80")
-    t.sub("p0-addr:80").set_state(IDLE)
-    t.lb.exit_idle()
-    assert t.state is CONNECTING
-    t.clock.advance(5)
-    t.sub("p0-addr:80").set_state(CONNECTING)  # pick_first re-reports nothing new
-    t.clock.advance(5)
-    assert set(t.lb.children) == {"p0", "p1"}
+    """grpc-java failoverTimerNotRestartedOnDupConnecting (grpc-go#8516).  The
+    real leaves never repeat a state, but a parent re-wrapping its picker
+    (e.g. a new drop config) does: the test leaf plays that parent."""
+    reset_leaves()
+    try:
+        helper = FakeHelper()
+        lb = PriorityFactory().build(helper)
+        children = {n: {"config": leaf_config(n)} for n in ("p0", "p1")}
+        config = registry.select(
+            [{"priority_experimental": {"children": children, "priorities": ["p0", "p1"]}}]
+        )[1]
+        lb.update(ResolverUpdate([ep("a:80", "p0"), ep("b:80", "p1")], config, {}))
+        leaf("p0").report(IDLE)
+        leaf("p0").report(CONNECTING)  # a transition: the timer starts (t=0)
+        helper.clock.advance(5)
+        leaf("p0").report(CONNECTING)  # a duplicate: ignored
+        helper.clock.advance(FAILOVER_TIMEOUT - 5 - EPS)
+        assert "p1" not in lb.children
+        helper.clock.advance(EPS)
+        assert "p1" in lb.children and lb.current_child == "p1"
+        # After expiry a duplicate CONNECTING must not hold up failover again.
+        leaf("p0").report(CONNECTING)
+        assert not lb.children["p0"].failover_pending
+        assert lb.current_child == "p1"
+    finally:
+        reset_leaves()
 
 
 def test_ready_to_idle_publishes_the_idle_picker_without_failover():
@@ -868,3 +883,38 @@ def test_reordering_while_the_top_fails_and_the_next_connects_waits_for_it():
     assert "C" not in t.lb.children and "C-addr:80" not in t.created()
     t.ready("B-addr:80")
     assert t.picks() == {"B-addr:80"}
+
+
+def test_stale_retention_timer_does_not_destroy_a_redeactivated_child():
+    """TRAPS grpc#30045 with real leaves: p1 deactivated at t=0, reactivated
+    and deactivated again later; the first deadline must not destroy it."""
+    t = Tree()
+    t.update(["p0", "p1"])
+    t.fail("p0-addr:80")
+    t.ready("p1-addr:80")
+    t.sub("p0-addr:80").set_state(READY)  # t=0: p1 deactivated
+    t.clock.advance(CHILD_RETENTION / 2)
+    t.fail("p0-addr:80")  # p1 reactivated and used
+    assert t.picks() == {"p1-addr:80"}
+    t.clock.advance(60)
+    t.sub("p0-addr:80").set_state(READY)  # p1 deactivated again
+    t.clock.advance(CHILD_RETENTION / 2)  # the first deadline passes
+    assert "p1" in t.lb.children and not t.sub("p1-addr:80").shut_down
+    t.clock.advance(CHILD_RETENTION / 2 + 60)
+    assert "p1" not in t.lb.children and "p1-addr:80" in t.shut_down()
+
+
+def test_failover_expiry_never_invents_a_failure_for_a_connecting_child():
+    """A56 latest / TRAPS grpc-java#12240 (C-core 1.85 still reports a
+    made-up "failover timer fired" failure here): p0 keeps trying after its
+    timer expired and p1 failed, so RPCs wait on p0 instead of failing."""
+    t = Tree()
+    t.update(["p0", "p1"])
+    t.clock.advance(FAILOVER_TIMEOUT)
+    t.fail("p1-addr:80", "p1 down")
+    assert t.current == "p0" and t.state is CONNECTING and t.queues()
+    assert all("failover" not in r.status.details for r in t.helper.states)
+    t.fail("p0-addr:80", "p0 down")
+    assert t.current == "p1" and t.state is TF
+    result = t.helper.pick()
+    assert isinstance(result, PickFail) and "p1 down" in result.status.details

@@ -431,3 +431,36 @@ def test_child_reports_after_shutdown_are_ignored():
     w.clock.advance(CHILD_RETENTION)
     assert len(w.helper.states) == reports
     assert all(s.shut_down for s in w.helper.subchannels)
+
+
+def test_failing_child_counts_as_failing_until_ready_even_if_it_reports_connecting():
+    """grpc-go TestBalancerGroup_SubBalancerTurnsConnectingFromTransientFailure
+    with a child that is not sticky itself (C-core WeightedChild keeps
+    TRANSIENT_FAILURE for aggregation until READY)."""
+    reset_leaves()
+    try:
+        helper = FakeHelper()
+        lb = WeightedTargetFactory().build(helper)
+        lb.update(_leaf_wt(["a", "b"]))
+        leaf("a").report(TF, "a down")
+        leaf("b").report(TF, "b down")
+        assert helper.state is TF
+        reports = len(helper.states)
+        leaf("a").report(CONNECTING)
+        assert len(helper.states) == reports and helper.state is TF
+        assert all(isinstance(helper.pick(), PickFail) for _ in range(10))
+        leaf("a").report(READY)
+        assert helper.state is READY
+    finally:
+        reset_leaves()
+
+
+def test_connecting_target_outranks_an_idle_one():
+    """A28 / C-core aggregation order: READY, then CONNECTING, then IDLE."""
+    w = WT()
+    w.update({"idle": (1, "pick_first"), "conn": 1}, {"idle": ["a:1"], "conn": ["b:2"]})
+    w.ready("a:1")
+    w.sub("b:2").set_state(CONNECTING)
+    assert w.state is READY
+    w.sub("a:1").set_state(IDLE)  # pick_first goes IDLE; round_robin still connecting
+    assert w.state is CONNECTING and isinstance(w.helper.pick(), PickQueue)
