@@ -484,3 +484,20 @@ def test_target_without_a_service_name_or_ending_in_slash_is_rejected(target):
 
     with pytest.raises(ValueError):
         parse_xds_target(target)
+
+
+def test_endpoint_updates_keep_flowing_while_a_new_rds_name_is_pending():
+    """C-core XdsDependencyManager keeps its current route config while the
+    new RDS resource is outstanding; EDS changes are still delivered."""
+    h = DM()
+    with_routes(h, "a")
+    leaf(h, "a")
+    h.push(make_listener("lds", rds="rds2"))
+    h.push(make_cla("a", "10.0.0.7:80"))
+    config = h.last
+    assert config.route_config.name == "rds"
+    endpoints = config.clusters["a"].children.endpoints
+    assert endpoints.priorities[0][0].endpoints[0].addresses == ("10.0.0.7:80",)
+    h.push(make_route_config("rds2", routes_to("a")))
+    assert h.last.route_config.name == "rds2"
+    assert h.last.listener.route_config_name == "rds2"

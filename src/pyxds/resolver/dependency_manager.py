@@ -13,7 +13,9 @@ recomputes the whole picture from scratch:
    before any data) -> report the error.  A listener without an
    ``api_listener`` -> "not an API listener".  Route config inline, or else
    watch RDS ``route_config_name`` (switching the watch when the name
-   changes): not arrived -> wait; failed -> report the error.
+   changes): not arrived -> wait, or, when a config was delivered before,
+   keep its listener and route configuration (cluster and endpoint updates
+   keep flowing, as in C-core); failed -> report the error.
 2. *Virtual host*: A28's most specific domain match for the data-plane
    authority (:func:`select_virtual_host`); none -> report the error.
 3. *Clusters*: the clusters the routes name, then dynamic subscriptions.
@@ -497,6 +499,13 @@ class DependencyManager:
             code = NOT_FOUND if rds.status.code is NOT_FOUND else UNAVAILABLE
             return listener, None, Status(code, rds.describe_failure())
         if rds.resource is None:
+            last = self._last
+            if isinstance(last, XdsConfig):
+                # A new route configuration name is pending: the listener and
+                # route configuration in force stay, and cluster and endpoint
+                # updates keep flowing under them (C-core keeps its current
+                # route config until the new RDS resource arrives).
+                return last.listener, last.route_config, None
             return listener, None, None
         return listener, rds.resource, None
 
