@@ -17,6 +17,7 @@ from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2
+from envoy.extensions.filters.http.fault.v3 import fault_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
@@ -609,3 +610,100 @@ def test_rds_config_source_not_ads_is_nacked():
     hcm.rds.config_source.path_config_source.path = "/x"
     lis.api_listener.api_listener.Pack(hcm)
     assert "rds.config_source" in _err(LISTENER, lis)
+
+
+# ---------------------------------------------------------------- HTTP filters (A39)
+
+
+def test_listener_with_fault_filter_before_router_is_accepted():
+    """C-core supports the fault filter on clients; Istio's proxyless config
+    puts one on every client listener (xdsfilters.Fault, xdsfilters.Router)."""
+    lis = api_listener(filters=())
+    hcm = hcm_pb2.HttpConnectionManager()
+    lis.api_listener.api_listener.Unpack(hcm)
+    hcm.http_filters.add(name="envoy.filters.http.fault").typed_config.Pack(fault_pb2.HTTPFault())
+    hcm.http_filters.add(name="router").typed_config.Pack(router_pb2.Router())
+    lis.api_listener.api_listener.Pack(hcm)
+    got = _ok(LISTENER, lis)
+    assert [f.name for f in got.http_filters] == ["envoy.filters.http.fault", "router"]
+
+
+def test_fault_filter_with_unknown_denominator_is_nacked():
+    lis = api_listener(filters=())
+    hcm = hcm_pb2.HttpConnectionManager()
+    lis.api_listener.api_listener.Unpack(hcm)
+    fault = fault_pb2.HTTPFault()
+    fault.abort.http_status = 503
+    fault.abort.percentage.numerator = 1
+    fault.abort.percentage.denominator = 7
+    hcm.http_filters.add(name="fault").typed_config.Pack(fault)
+    hcm.http_filters.add(name="router").typed_config.Pack(router_pb2.Router())
+    lis.api_listener.api_listener.Pack(hcm)
+    assert "abort.percentage.denominator: Unknown denominator type" in _err(LISTENER, lis)
+
+
+def _override(target, key: str, type_url: str, optional: bool | None = None) -> None:
+    any_msg = target.typed_per_filter_config[key]
+    if optional is None:
+        any_msg.type_url = type_url
+        return
+    fc = rc_pb2.FilterConfig(is_optional=optional)
+    fc.config.type_url = type_url
+    any_msg.Pack(fc)
+
+
+UNKNOWN_FILTER = "type.googleapis.com/some.unknown.Filter"
+FAULT_URL = "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault"
+
+
+def test_unknown_filter_override_is_nacked_on_vhost_route_and_weighted_cluster():
+    """C-core ParseTypedPerFilterConfig: "unsupported filter type"."""
+    r = weighted(("a", 1))
+    _override(r, "f1", UNKNOWN_FILTER)
+    _override(r.route.weighted_clusters.clusters[0], "f2", UNKNOWN_FILTER)
+    rc = rc_with(r)
+    _override(rc.virtual_hosts[0], "f0", UNKNOWN_FILTER)
+    err = _err(ROUTE_CONFIG, rc)
+    assert "virtual_hosts[0].typed_per_filter_config[f0]: unsupported filter type" in err
+    assert "routes[0].typed_per_filter_config[f1]: unsupported filter type" in err
+    assert (
+        "routes[0].route.weighted_clusters.clusters[0].typed_per_filter_config[f2]: "
+        "unsupported filter type"
+    ) in err
+
+
+def test_optional_unknown_filter_override_is_accepted():
+    r = route("/")
+    _override(r, "f", UNKNOWN_FILTER, optional=True)
+    _ok(ROUTE_CONFIG, rc_with(r))
+
+
+def test_filter_config_wrapper_without_optional_still_requires_a_known_type():
+    r = route("/")
+    _override(r, "f", UNKNOWN_FILTER, optional=False)
+    assert "typed_per_filter_config[f].config: unsupported filter type" in _err(
+        ROUTE_CONFIG, rc_with(r)
+    )
+
+
+def test_fault_filter_override_is_accepted():
+    r = route("/")
+    r.typed_per_filter_config["envoy.filters.http.fault"].Pack(fault_pb2.HTTPFault())
+    _ok(ROUTE_CONFIG, rc_with(r))
+    r2 = route("/")
+    _override(r2, "fault", FAULT_URL, optional=False)
+    _ok(ROUTE_CONFIG, rc_with(r2))
+
+
+def test_empty_filter_override_key_is_nacked():
+    r = route("/")
+    r.typed_per_filter_config[""].Pack(fault_pb2.HTTPFault())
+    assert "typed_per_filter_config[]: filter name must be non-empty" in _err(
+        ROUTE_CONFIG, rc_with(r)
+    )
+
+
+def test_router_filter_override_is_nacked():
+    r = route("/")
+    r.typed_per_filter_config["router"].Pack(router_pb2.Router())
+    assert "router filter does not support config override" in _err(ROUTE_CONFIG, rc_with(r))

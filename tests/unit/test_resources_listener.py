@@ -6,6 +6,7 @@ import pytest
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.http.fault.v3 import fault_pb2
+from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
@@ -197,7 +198,7 @@ def test_last_filter_not_terminal_is_rejected(monkeypatch):
 def test_skipped_optional_filter_after_router_does_not_count():
     hcm = hcm_rds()
     f = hcm.http_filters.add(name="fault", is_optional=True)
-    f.typed_config.Pack(fault_pb2.HTTPFault())
+    f.typed_config.Pack(rbac_pb2.RBAC())
     assert [x.name for x in decode_ok(listener(hcm)).http_filters] == ["router"]
 
 
@@ -205,24 +206,24 @@ def test_only_optional_unknown_filters_is_rejected():
     hcm = hcm_rds()
     del hcm.http_filters[:]
     f = hcm.http_filters.add(name="fault", is_optional=True)
-    f.typed_config.Pack(fault_pb2.HTTPFault())
+    f.typed_config.Pack(rbac_pb2.RBAC())
     assert "http_filters: expected at least one HTTP filter" in decode_err(listener(hcm))
 
 
 def test_unknown_required_filter_is_rejected():
     hcm = hcm_rds()
     f = hcm_pb2.HttpFilter(name="fault")
-    f.typed_config.Pack(fault_pb2.HTTPFault())
+    f.typed_config.Pack(rbac_pb2.RBAC())
     hcm.http_filters.insert(0, f)
     err = decode_err(listener(hcm))
     assert "http_filters[0].typed_config: unsupported filter type" in err
-    assert "envoy.extensions.filters.http.fault.v3.HTTPFault" in err
+    assert "envoy.extensions.filters.http.rbac.v3.RBAC" in err
 
 
 def test_unknown_optional_filter_is_skipped():
     hcm = hcm_rds()
     f = hcm_pb2.HttpFilter(name="fault", is_optional=True)
-    f.typed_config.Pack(fault_pb2.HTTPFault())
+    f.typed_config.Pack(rbac_pb2.RBAC())
     hcm.http_filters.insert(0, f)
     lis = decode_ok(listener(hcm))
     assert [f.name for f in lis.http_filters] == ["router"]
@@ -247,7 +248,7 @@ def test_duplicate_and_empty_filter_names_are_rejected():
     assert "http_filters[0].name: empty filter name" in err
     hcm = hcm_rds()
     f = hcm_pb2.HttpFilter(name="router", is_optional=True)
-    f.typed_config.Pack(fault_pb2.HTTPFault())
+    f.typed_config.Pack(rbac_pb2.RBAC())
     hcm.http_filters.insert(0, f)
     assert "http_filters[1].name: duplicate HTTP filter name: router" in decode_err(listener(hcm))
 

@@ -15,6 +15,13 @@ import re2
 TYPE_PREFIX = "type.googleapis.com/"
 TYPED_STRUCT_TYPES = frozenset({"xds.type.v3.TypedStruct", "udpa.type.v1.TypedStruct"})
 MAX_DURATION_SECONDS = 315_576_000_000
+ROUTER_FILTER_TYPE = "envoy.extensions.filters.http.router.v3.Router"
+FAULT_FILTER_TYPE = "envoy.extensions.filters.http.fault.v3.HTTPFault"
+FILTER_CONFIG_TYPE = "envoy.config.route.v3.FilterConfig"
+
+# Client HTTP filter config types this client accepts (A39): type name -> is
+# terminal.  Shared by LDS (http_filters) and RDS (typed_per_filter_config).
+HTTP_FILTER_TYPES: dict[str, bool] = {ROUTER_FILTER_TYPE: True, FAULT_FILTER_TYPE: False}
 
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
@@ -78,3 +85,70 @@ def unpack(any_msg: Any, message_cls: type, path: str, errs: Errors) -> Any:
         errs.add(path, f"could not parse {message_cls.DESCRIPTOR.full_name}: {err}")
         return None
     return msg
+
+
+def valid_fault_config(any_msg: Any, path: str, errs: Errors) -> bool:
+    """An HTTPFault config (A33) must parse, use known percentage denominators
+    and valid durations (C-core's checks).  A TypedStruct form is not looked
+    into."""
+    if type_name(any_msg.type_url) != FAULT_FILTER_TYPE:
+        return True
+    from envoy.extensions.filters.http.fault.v3 import fault_pb2
+
+    fault = unpack(any_msg, fault_pb2.HTTPFault, path, errs)
+    if fault is None:
+        return False
+    ok = True
+    for part in ("abort", "delay"):
+        if fault.HasField(part) and getattr(fault, part).HasField("percentage"):
+            den = getattr(fault, part).percentage.denominator
+            if not 0 <= den < 3:
+                errs.add(f"{path}.{part}.percentage.denominator", "Unknown denominator type")
+                ok = False
+    delay = fault.delay
+    if (
+        fault.HasField("delay")
+        and delay.HasField("fixed_delay")
+        and duration(delay.fixed_delay, f"{path}.delay.fixed_delay", errs) is None
+    ):
+        ok = False
+    return ok
+
+
+def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
+    """Validate a ``typed_per_filter_config`` map as C-core does (A39): a
+    non-empty key; the config (possibly in a ``FilterConfig`` wrapper, whose
+    ``is_optional`` applies, or a TypedStruct) of a filter type this client
+    knows, else an error unless optional; the router takes no override."""
+    for key, any_msg in overrides.items():
+        p = f"{path}[{key}]"
+        if not key:
+            errs.add(p, "filter name must be non-empty")
+        tname = type_name(any_msg.type_url)
+        optional = False
+        if tname == FILTER_CONFIG_TYPE:
+            from envoy.config.route.v3 import route_components_pb2
+
+            fc = unpack(any_msg, route_components_pb2.FilterConfig, p, errs)
+            if fc is None:
+                continue
+            optional = fc.is_optional
+            any_msg = fc.config
+            p = f"{p}.config"
+            tname = type_name(any_msg.type_url)
+        if tname in TYPED_STRUCT_TYPES:
+            from xds.type.v3 import typed_struct_pb2
+
+            ts = unpack(any_msg, typed_struct_pb2.TypedStruct, p, errs)
+            if ts is None:
+                continue
+            tname = type_name(ts.type_url)
+        if not tname:
+            errs.add(p, "field not present")
+        elif tname not in HTTP_FILTER_TYPES:
+            if not optional:
+                errs.add(p, "unsupported filter type")
+        elif tname == ROUTER_FILTER_TYPE:
+            errs.add(p, "router filter does not support config override")
+        else:
+            valid_fault_config(any_msg, p, errs)

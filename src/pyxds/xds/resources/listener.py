@@ -11,7 +11,8 @@ Rules:
   ``typed_config`` (a TypedStruct is unwrapped to the type it names); a type
   this client does not know is an error unless ``is_optional`` (then it is
   skipped); of the filters kept, the last must be terminal (the router) and
-  no other may be.
+  no other may be.  Known: the router and the fault filter (A33; validated
+  and kept, as C-core accepts it: Istio sends it on every client listener).
 * ``common_http_protocol_options.max_stream_duration`` becomes the listener-wide
   ``max_stream_duration`` (A31).
 """
@@ -26,12 +27,16 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 )
 
 from pyxds.xds.resources._common import (
+    FAULT_FILTER_TYPE,
+    HTTP_FILTER_TYPES,
+    ROUTER_FILTER_TYPE,
     TYPED_STRUCT_TYPES,
     Errors,
     config_source_is_ads_or_self,
     duration,
     type_name,
     unpack,
+    valid_fault_config,
 )
 from pyxds.xds.resources.route_config import parse_route_configuration
 from pyxds.xds.resources.types import HttpFilter, Listener
@@ -39,10 +44,7 @@ from pyxds.xds.resources.types import HttpFilter, Listener
 __all__ = ["decode_listener", "HTTP_FILTER_TYPES", "register_http_filter", "HCM_TYPE"]
 
 HCM_TYPE = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
-ROUTER_TYPE = "envoy.extensions.filters.http.router.v3.Router"
-
-# Client HTTP filter config types this client implements: type name -> is terminal.
-HTTP_FILTER_TYPES: dict[str, bool] = {ROUTER_TYPE: True}
+ROUTER_TYPE = ROUTER_FILTER_TYPE
 
 
 def register_http_filter(type_name_: str, terminal: bool = False) -> None:
@@ -154,6 +156,10 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str) -> tuple[HttpFilter, 
             if f.is_optional:
                 continue
             errs.add(f"{p}.typed_config", f"unsupported filter type {tname!r}")
+            continue
+        if tname == FAULT_FILTER_TYPE and not valid_fault_config(
+            any_msg, f"{p}.typed_config", errs
+        ):
             continue
         terminal_of.append(terminal)
         out.append(HttpFilter(name, tname, any_msg.value, f.is_optional))

@@ -33,6 +33,10 @@ gRFCs leave room):
 * ``max_stream_duration`` (A31): ``grpc_timeout_header_max`` if set, else
   ``max_stream_duration``.
 * Retry policy (A44): the route's, else its virtual host's.
+* ``typed_per_filter_config`` of virtual hosts, routes and weighted
+  clusters (A39, as C-core): non-empty keys, configs of a filter type this
+  client knows (the fault filter) unless marked optional by a
+  ``FilterConfig`` wrapper; the router takes no override.  Not kept.
 * ``virtual_hosts[i].domains`` must be non-empty, each non-empty and with a
   ``*`` only as its first or last character.
 
@@ -49,7 +53,13 @@ from typing import Any
 
 from envoy.config.route.v3 import route_pb2
 
-from pyxds.xds.resources._common import Errors, compile_regex, duration, type_name
+from pyxds.xds.resources._common import (
+    Errors,
+    check_filter_overrides,
+    compile_regex,
+    duration,
+    type_name,
+)
 from pyxds.xds.resources.types import UINT32_MAX as UINT32_MAX_
 from pyxds.xds.resources.types import (
     ClusterSpecifierPlugin,
@@ -118,6 +128,9 @@ def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteCon
         for di, d in enumerate(domains):
             if not _valid_domain(d):
                 errs.add(f"{pre}virtual_hosts[{vi}].domains[{di}]", f'invalid domain pattern "{d}"')
+        if vh.typed_per_filter_config:
+            p = f"{pre}virtual_hosts[{vi}].typed_per_filter_config"
+            check_filter_overrides(vh.typed_per_filter_config, p, errs)
         retry = None
         if vh.HasField("retry_policy"):
             retry = _parse_retry(vh.retry_policy, errs, f"{pre}virtual_hosts[{vi}].retry_policy")
@@ -308,6 +321,10 @@ def _parse_route(
             return None
     else:
         action = _NON_FORWARDING
+    if r.typed_per_filter_config:
+        check_filter_overrides(
+            r.typed_per_filter_config, f"{_route_path(pre, vi, ri)}.typed_per_filter_config", errs
+        )
     route = _new(Route)
     _set_match(route, match)
     _set_action(route, action)
@@ -413,6 +430,13 @@ def _parse_action(
         pairs = []
         total = 0
         for ci, cw in enumerate(wc.clusters):
+            if cw.typed_per_filter_config:
+                check_filter_overrides(
+                    cw.typed_per_filter_config,
+                    f"{_route_path(pre, vi, ri)}.route.weighted_clusters.clusters[{ci}]"
+                    ".typed_per_filter_config",
+                    errs,
+                )
             w = cw.weight.value
             name = cw.name
             if not name:
