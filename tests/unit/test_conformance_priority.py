@@ -918,3 +918,17 @@ def test_failover_expiry_never_invents_a_failure_for_a_connecting_child():
     assert t.current == "p1" and t.state is TF
     result = t.helper.pick()
     assert isinstance(result, PickFail) and "p1 down" in result.status.details
+
+
+def test_resolver_error_with_only_delisted_children_fails_with_that_error():
+    """grpc-java handleNameResolutionError: when no listed child received the
+    error, the policy reports TRANSIENT_FAILURE with it."""
+    t = Tree()
+    t.update(["p0"])
+    t.ready("p0-addr:80")
+    t.lb.update(ResolverUpdate([], priority_config([]), {}, ""))
+    error = Status(grpc.StatusCode.UNAVAILABLE, "dns down")
+    t.lb.resolver_error(error)
+    assert t.state is TF and t.helper.last.status == error
+    assert t.helper.pick() == PickFail(error)
+    assert not t.sub("p0-addr:80").shut_down

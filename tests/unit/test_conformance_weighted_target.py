@@ -464,3 +464,18 @@ def test_connecting_target_outranks_an_idle_one():
     assert w.state is READY
     w.sub("a:1").set_state(IDLE)  # pick_first goes IDLE; round_robin still connecting
     assert w.state is CONNECTING and isinstance(w.helper.pick(), PickQueue)
+
+
+def test_resolver_error_without_targets_fails_with_it_until_the_next_update():
+    """A resolver error with no target yet fails RPCs with that error; the
+    next update reports its own state again (C-core's "no children")."""
+    w = WT()
+    error = Status(grpc.StatusCode.UNAVAILABLE, "dns down")
+    w.lb.resolver_error(error)
+    assert w.state is TF and w.helper.pick() == PickFail(error)
+    w.update({}, {}, note="n")
+    assert w.helper.last.status.details == "no children in weighted_target policy: n"
+    w.lb.resolver_error(error)
+    assert w.helper.last.status == error
+    w.update({}, {}, note="n")
+    assert w.helper.last.status.details == "no children in weighted_target policy: n"

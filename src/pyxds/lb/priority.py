@@ -383,18 +383,22 @@ class PriorityLoadBalancer(LoadBalancer):
     def resolver_error(self, status: Status) -> None:
         """Pass the error to every child the config lists (a child dropped
         from the config gets nothing more, as C-core updates only the
-        children of its config); with no config yet, fail with it."""
+        children of its config and grpc-java skips delisted ones); with no
+        listed child yet, fail with the error."""
         if self._shut_down:
             return
-        if self._config is None:
+        listed = [
+            child
+            for child in self._children.values()
+            if child.name in self._index and child.handler is not None and not child.closed
+        ]
+        if not listed:
             self.helper.update_state(_TF, status, FailPicker(status))
             return
         self._reports_while_updating = 0
         self._updating = True
         try:
-            for child in list(self._children.values()):
-                if child.name not in self._index:
-                    continue
+            for child in listed:
                 if child.handler is not None and not child.closed:
                     child.handler.resolver_error(status)
         finally:

@@ -373,10 +373,11 @@ class WeightedTargetLoadBalancer(LoadBalancer):
     def resolver_error(self, status: Status) -> None:
         """Pass the error to every target of the config (a removed target
         gets nothing more, as C-core updates only the targets of its
-        config); with no config yet, fail with it."""
+        config); with no target yet, fail with the error."""
         if self._shut_down:
             return
-        if self._config is None:
+        if not self._active:
+            self._last = None
             self.helper.update_state(_TF, status, FailPicker(status))
             return
         self._reports_while_updating = 0
