@@ -393,7 +393,7 @@ def test_endpoint_weight_zero_is_nacked():
 
 def test_sum_of_locality_weights_above_uint32_is_nacked():
     err = _err(ENDPOINTS, cla(locality("a", 0xFFFFFFFF), locality("b", 1, eps=(("10.0.0.2", 80),))))
-    assert "sum of locality weights for priority 0" in err and "exceeds uint32 max" in err
+    assert "endpoints: sum of locality weights for priority 0 exceeds uint32 max" in err
 
 
 def test_locality_weight_sum_over_uint32_across_priorities_is_accepted():

@@ -278,7 +278,7 @@ def parse_cluster_load_assignment(
         if total > UINT32_MAX:
             errs.add(
                 "endpoints",
-                f"sum of locality weights for priority {prio} ({total}) exceeds uint32 max",
+                f"sum of locality weights for priority {prio} exceeds uint32 max",
             )
     n = max(priorities) + 1 if priorities else 0
     for prio in range(n):
