@@ -932,3 +932,16 @@ def test_resolver_error_with_only_delisted_children_fails_with_that_error():
     assert t.state is TF and t.helper.last.status == error
     assert t.helper.pick() == PickFail(error)
     assert not t.sub("p0-addr:80").shut_down
+
+
+def test_reset_backoff_reaches_every_child_including_retained_ones():
+    """C-core PriorityLb::ResetBackoffLocked (every child, deactivated too)."""
+    t = Tree()
+    t.update(["p0", "p1"])
+    t.fail("p0-addr:80")
+    t.fail("p1-addr:80")
+    t.update(["p0"])
+    assert t.lb.children["p1"].deactivated
+    t.lb.reset_backoff()
+    assert t.sub("p0-addr:80").reset_backoff_calls >= 1
+    assert t.sub("p1-addr:80").reset_backoff_calls >= 1

@@ -479,3 +479,14 @@ def test_resolver_error_without_targets_fails_with_it_until_the_next_update():
     assert w.helper.last.status == error
     w.update({}, {}, note="n")
     assert w.helper.last.status.details == "no children in weighted_target policy: n"
+
+
+def test_reset_backoff_reaches_the_subchannels_of_every_target():
+    """grpc-go TestWeightedTarget_TwoSubBalancers_ResetBackoff."""
+    w = WT()
+    w.update({"c1": 1, "c2": 1}, {"c1": ["a:1"], "c2": ["b:2"]})
+    w.sub("a:1").set_state(TF)
+    w.sub("b:2").set_state(TF)
+    w.lb.reset_backoff()
+    assert w.sub("a:1").reset_backoff_calls >= 1
+    assert w.sub("b:2").reset_backoff_calls >= 1
