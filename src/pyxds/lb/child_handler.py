@@ -20,6 +20,10 @@ policy handling" leaves the mechanism to the implementation):
   The old child is then shut down and the pending child's last state is
   published.
 * Reports from a child that was shut down or replaced are dropped.
+* Resolver errors, ``exit_idle`` and re-resolution requests concern only the
+  *latest* child (pending if there is one, else current): it is the one the
+  next resolver result will reach (C-core ChildPolicyHandler, grpc-go
+  gracefulswitch).  ``reset_backoff`` reaches both.
 """
 
 from __future__ import annotations
@@ -95,7 +99,7 @@ class _ChildSlot(DelegatingHelper):
         self.handler._child_reported(self)
 
     def request_reresolution(self) -> None:
-        if not self.closed:
+        if not self.closed and self.handler._latest() is self:
             self.parent.request_reresolution()
 
     def close(self) -> None:
@@ -135,12 +139,12 @@ class ChildPolicyHandler(LoadBalancer):
         return target.policy.update(child_update)
 
     def resolver_error(self, status: Status) -> None:
-        for slot in self._slots():
-            if slot.policy is not None:
-                slot.policy.resolver_error(status)
+        slot = self._latest()
+        if slot is not None and slot.policy is not None:
+            slot.policy.resolver_error(status)
 
     def exit_idle(self) -> None:
-        slot = self._pending or self._current
+        slot = self._latest()
         if slot is not None and slot.policy is not None:
             slot.policy.exit_idle()
 
@@ -155,6 +159,9 @@ class ChildPolicyHandler(LoadBalancer):
         self._current = self._pending = None
 
     # -- internals -----------------------------------------------------
+    def _latest(self) -> _ChildSlot | None:
+        return self._pending or self._current
+
     def _slots(self) -> list[_ChildSlot]:
         return [s for s in (self._current, self._pending) if s is not None]
 
