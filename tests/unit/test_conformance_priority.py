@@ -945,3 +945,31 @@ def test_reset_backoff_reaches_every_child_including_retained_ones():
     t.lb.reset_backoff()
     assert t.sub("p0-addr:80").reset_backoff_calls >= 1
     assert t.sub("p1-addr:80").reset_backoff_calls >= 1
+
+
+def test_children_created_later_get_the_last_updates_endpoints_attributes_and_note():
+    """grpc-java acceptResolvedAddresses: a child created by the failover
+    timer gets its share of the endpoints, the attributes and the
+    resolution note of the latest parent update (path stripped)."""
+    reset_leaves()
+    try:
+        helper = FakeHelper()
+        lb = PriorityFactory().build(helper)
+        children = {n: {"config": leaf_config(n)} for n in ("p0", "p1")}
+        config = registry.select(
+            [{"priority_experimental": {"children": children, "priorities": ["p0", "p1"]}}]
+        )[1]
+        eps = [ep("a:80", "p0"), ep("b:80", "p1", "loc")]
+        lb.update(ResolverUpdate(eps, config, {"fakeKey": "fakeValue"}, "note-1"))
+        assert leaf("p0").updates[-1].attributes == {"fakeKey": "fakeValue"}
+        helper.clock.advance(FAILOVER_TIMEOUT)
+        update = leaf("p1").updates[-1]
+        assert [e.addresses for e in update.endpoints] == [("b:80",)]
+        assert update.endpoints[0].attributes[PATH_KEY] == ("loc",)
+        assert update.attributes == {"fakeKey": "fakeValue"}
+        assert update.resolution_note == "note-1"
+        lb.update(ResolverUpdate([ep("c:81", "p1")], config, {}, ""))
+        assert leaf("p1").updates[-1].attributes == {}
+        assert [e.addresses for e in leaf("p1").updates[-1].endpoints] == [("c:81",)]
+    finally:
+        reset_leaves()
