@@ -707,3 +707,11 @@ def test_router_filter_override_is_nacked():
     r = route("/")
     r.typed_per_filter_config["router"].Pack(router_pb2.Router())
     assert "router filter does not support config override" in _err(ROUTE_CONFIG, rc_with(r))
+
+
+def test_endpoint_without_port_is_accepted_as_port_zero():
+    """C-core ParseXdsAddress (port_value read as 0), grpc-go parseAddress."""
+    loc = locality("a")
+    loc.lb_endpoints[0].endpoint.address.socket_address.ClearField("port_value")
+    got = _ok(ENDPOINTS, cla(loc))
+    assert got.priorities[0][0].endpoints[0].addresses == ("10.0.0.1:0",)

@@ -194,9 +194,10 @@ def test_non_ip_address_is_rejected(host):
     assert "not an IPv4 or IPv6 address" in err
 
 
-def test_missing_port_is_rejected():
-    err = decode_err(cla_with(locality(addrs=(("10.0.0.1", None),))))
-    assert "endpoints[0].lb_endpoints[0].endpoint.address.socket_address.port_value" in err
+def test_missing_port_is_port_zero_as_in_c_core():
+    """C-core ParseXdsAddress reads an unset port_value as 0 (no error)."""
+    got = decode_ok(cla_with(locality(addrs=(("10.0.0.1", None),))))
+    assert got.priorities[0][0].endpoints[0].addresses == ("10.0.0.1:0",)
 
 
 def test_port_out_of_range_is_rejected():

@@ -13,10 +13,11 @@ Rules (the LB policies never see what is dropped here; TRAPS.md
   anything else is looked at: its address is neither validated nor part of
   the duplicate check; a DRAINING one is validated like a used one.
 * Each endpoint needs ``endpoint.address.socket_address`` with an IPv4 or
-  IPv6 ``address`` and a ``port_value`` <= 65535; the same for every
+  IPv6 ``address`` and a ``port_value`` <= 65535 (unset is 0, accepted as
+  C-core, grpc-go and grpc-java do); the same for every
   ``additional_addresses`` entry (A61), which become extra addresses of the
   endpoint.  IPv6 addresses are written in their canonical form, so the
-  same address spelled twice ways is caught.  An address used twice in the
+  same address spelled two ways is caught.  An address used twice in the
   cluster is an error.
 * Endpoint ``load_balancing_weight``: unset means 1, an explicit 0 is an error.
 * ``policy.drop_overloads``: each category's ``drop_percentage`` converted to
@@ -117,9 +118,8 @@ def _address(sa: Any, path: str, errs: Errors) -> str | None:
             f"not an IPv4 or IPv6 address: {host!r}" if host else "field not present",
         )
         return None
-    if port == 0 and sa.WhichOneof("port_specifier") != "port_value":
-        errs.add(f"{path}.socket_address.port_value", "field not present")
-        return None
+    # An unset port (or a named_port) is port 0, as in C-core, grpc-go and
+    # grpc-java: accepted, and connecting to it fails.
     if port > 65535:
         errs.add(f"{path}.socket_address.port_value", "invalid port")
         return None
@@ -226,7 +226,7 @@ def parse_cluster_load_assignment(
                 else:
                     inet_pton(af_inet, host)
                     addr = f"{host}:{port}"
-                if not 0 < port <= 65535:
+                if port > 65535:
                     raise ValueError
             except (OSError, ValueError):
                 addr = _slow_address(lbe, li, ei, errs)
