@@ -583,3 +583,19 @@ def test_shuffle_off_keeps_resolver_order():
     addresses = [f"10.0.0.{i}:1" for i in range(10)]
     update(policy, eps(*addresses), shuffle=False)
     assert list(policy.addresses) == addresses
+
+
+def test_update_while_ready_to_a_list_with_an_already_ready_subchannel_switches_to_it():
+    """C-core: the new list's subchannels report their current state at once;
+    one that is READY (shared through the subchannel pool) is selected, no
+    IDLE in between."""
+    helper = PooledHelper()
+    policy, _ = make(A, B, helper=helper)
+    sc(helper, A).set_state(READY)
+    helper.preset(D, READY)
+    update(policy, eps(C, D))
+    assert helper.state_sequence() == [CONNECTING, READY, READY]
+    assert picked(helper) == D
+    assert helper.reresolution_requests == 0
+    assert helper.subchannel(A, live=False).shut_down
+    assert helper.subchannel(C, live=False).shut_down

@@ -50,7 +50,9 @@ Transition table (event -> what happens)::
     FIRST_PASS     | update(new list)           | FIRST_PASS restarted on the new order
     RECONNECTING   | update(new list)           | FIRST_PASS (still sticky TF)
     READY          | update(list with selected) | READY, connection kept, nothing reported
-    READY          | update(list w/o selected)  | IDLE (drop connection, re-resolve)
+    READY          | update(list w/o selected)  | READY on a listed subchannel that is
+                   |                            | already READY (pool), else IDLE (drop
+                   |                            | connection, re-resolve)
     IDLE           | update(list)               | IDLE (list stored, nothing connects)
     any            | update(same ordered list)  | no-op
     IDLE           | exit_idle / first pick     | FIRST_PASS
@@ -420,7 +422,17 @@ class PickFirst(LoadBalancer):
             if self._selected.address in self._order:
                 self._drop_entries(keep=(self._selected.address,))
                 return  # the connection is kept; the picker is unchanged
+            # C-core: a subchannel of the new list that is already READY
+            # (shared through the subchannel pool) is taken at once;
+            # otherwise the connection is dropped and the policy goes IDLE.
             self._drop_entries(keep=self._order)
+            self._ensure_entries()
+            for address in self._order:
+                entry = self._entries[address]
+                if entry.state is _READY:
+                    self._select(entry)
+                    return
+            self._drop_entries(keep=())
             self._go_idle()
             return
         self._drop_entries(keep=self._order)
