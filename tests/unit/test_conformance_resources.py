@@ -715,3 +715,38 @@ def test_endpoint_without_port_is_accepted_as_port_zero():
     loc.lb_endpoints[0].endpoint.address.socket_address.ClearField("port_value")
     got = _ok(ENDPOINTS, cla(loc))
     assert got.priorities[0][0].endpoints[0].addresses == ("10.0.0.1:0",)
+
+
+def test_invalid_endpoint_address_error_in_c_core_words():
+    """C-core XdsEndpointTest.InvalidAddress."""
+    err = _err(ENDPOINTS, cla(locality("a", eps=(("not_an_ip_address", 443),))))
+    assert (
+        "endpoints[0].lb_endpoints[0].endpoint.address.socket_address: "
+        "Failed to parse address:not_an_ip_address:443"
+    ) in err
+
+
+@pytest.mark.parametrize(
+    "strip,field",
+    [
+        ("endpoint", "endpoints[0].lb_endpoints[0].endpoint: field not present"),
+        ("address", "endpoints[0].lb_endpoints[0].endpoint.address: field not present"),
+        (
+            "socket_address",
+            "endpoints[0].lb_endpoints[0].endpoint.address.socket_address: field not present",
+        ),
+    ],
+)
+def test_missing_endpoint_parts_are_named(strip, field):
+    """C-core XdsEndpointTest.MissingEndpoint / MissingAddress / MissingSocketAddress."""
+    loc = locality("a")
+    lbe = loc.lb_endpoints[0]
+    if strip == "endpoint":
+        lbe.ClearField("endpoint")
+    elif strip == "address":
+        lbe.endpoint.ClearField("address")
+        lbe.endpoint.SetInParent()
+    else:
+        lbe.endpoint.address.ClearField("socket_address")
+        lbe.endpoint.address.SetInParent()
+    assert field in _err(ENDPOINTS, cla(loc))

@@ -113,10 +113,8 @@ def _address(sa: Any, path: str, errs: Errors) -> str | None:
             _inet_pton(_AF_INET, host)
             text = f"{host}:{port}"
     except (OSError, ValueError):
-        errs.add(
-            f"{path}.socket_address.address",
-            f"not an IPv4 or IPv6 address: {host!r}" if host else "field not present",
-        )
+        # C-core's words (the address is not an IPv4 or IPv6 literal).
+        errs.add(f"{path}.socket_address", f"Failed to parse address:{host}:{port}")
         return None
     # An unset port (or a named_port) is port 0, as in C-core, grpc-go and
     # grpc-java: accepted, and connecting to it fails.
