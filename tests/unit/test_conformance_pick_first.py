@@ -599,3 +599,100 @@ def test_update_while_ready_to_a_list_with_an_already_ready_subchannel_switches_
     assert helper.reresolution_requests == 0
     assert helper.subchannel(A, live=False).shut_down
     assert helper.subchannel(C, live=False).shut_down
+
+
+def test_last_address_failing_while_an_earlier_attempt_is_pending_waits_for_it():
+    """C-core PickFirstTest.HappyEyeballsLastSubchannelFailsWhileAnotherIsStillPending."""
+    _policy, helper = make(A, B)
+    a, b = sc(helper, A), sc(helper, B)
+    a.set_state(CONNECTING)
+    helper.clock.advance(CONNECTION_ATTEMPT_DELAY)
+    b.set_state(CONNECTING)
+    fail(helper, B)
+    assert helper.state_sequence() == [CONNECTING]  # a still connecting
+    b.set_state(IDLE)
+    assert b.connect_calls == 1
+    fail(helper, A)
+    assert helper.reresolution_requests == 1
+    assert helper.state is TF and helper.last.status == Status(UNAVAILABLE, ALL_FAILED)
+    assert (a.connect_calls, b.connect_calls) == (1, 2)  # b was IDLE: asked at once
+    b.set_state(CONNECTING)
+    b.set_state(READY)
+    assert picked(helper) == B
+
+
+def _timer_connect_order(addresses: list[str]) -> list[str]:
+    _policy, helper = make(*addresses)
+    order: list[str] = []
+    for _ in addresses:
+        for s in helper.subchannels:
+            if s.connect_calls and s.address not in order:
+                order.append(s.address)
+                s.set_state(CONNECTING)
+        helper.clock.advance(CONNECTION_ATTEMPT_DELAY)
+    return order
+
+
+def test_happy_eyeballs_interleaves_families_over_the_timer():
+    """C-core PickFirstTest.HappyEyeballsAddressInterleaving."""
+    v4 = ["127.0.0.1:443", "127.0.0.1:444", "127.0.0.1:445", "127.0.0.1:446"]
+    v6 = ["[::1]:444", "[::1]:445"]
+    assert _timer_connect_order(v4 + v6) == [v4[0], v6[0], v4[1], v6[1], v4[2], v4[3]]
+
+
+def test_happy_eyeballs_interleaving_when_the_second_family_has_more_addresses():
+    """C-core PickFirstTest.HappyEyeballsAddressInterleavingSecondFamilyHasMoreAddresses."""
+    v6 = ["[::1]:444", "[::1]:445"]
+    v4 = ["127.0.0.1:443", "127.0.0.1:444", "127.0.0.1:445", "127.0.0.1:446"]
+    assert _timer_connect_order(v6 + v4) == [v6[0], v4[0], v6[1], v4[1], v4[2], v4[3]]
+
+
+def test_first_address_going_idle_before_the_second_fails_is_retried_after_the_pass():
+    """C-core PickFirstTest.FirstAddressGoesIdleBeforeSecondOneFails."""
+    _policy, helper = make(A, B)
+    a, b = sc(helper, A), sc(helper, B)
+    a.set_state(CONNECTING)
+    fail(helper, A)
+    b.set_state(CONNECTING)
+    a.set_state(IDLE)
+    assert a.connect_calls == 1  # not during the pass
+    fail(helper, B)
+    assert helper.reresolution_requests == 1 and helper.state is TF
+    assert a.connect_calls == 2  # at once after the pass
+    a.set_state(CONNECTING)
+    a.set_state(READY)
+    assert helper.state is READY and picked(helper) == A
+
+
+def test_goes_idle_when_the_connection_fails_then_reconnects_on_a_pick():
+    """C-core PickFirstTest.GoesIdleWhenConnectionFailsThenCanReconnect."""
+    _policy, helper = make(A, B)
+    a = sc(helper, A)
+    a.set_state(CONNECTING)
+    a.set_state(READY)
+    a.set_state(IDLE)
+    assert helper.reresolution_requests == 1
+    assert helper.state is IDLE and isinstance(helper.pick(), PickQueue)
+    helper.clock.advance(0)
+    assert sc(helper, A).connect_calls == 2
+    sc(helper, A).set_state(CONNECTING)
+    sc(helper, A).set_state(READY)
+    assert helper.state is READY and picked(helper) == A
+
+
+def test_shuffled_order_is_stable_across_reconnects_without_an_update():
+    """C-core PickFirstTest.WithShuffle: "Address order should be stable
+    between updates"."""
+    helper = FakeHelper(seed=3)
+    policy = PickFirst(helper)
+    addresses = [f"127.0.0.1:{443 + i}" for i in range(6)]
+    update(policy, eps(*addresses), shuffle=True)
+    order = policy.addresses
+    assert list(order) != addresses
+    for _ in range(3):
+        first = sc(helper, order[0])
+        assert first.connect_calls >= 1
+        first.set_state(READY)
+        first.set_state(IDLE)
+        policy.exit_idle()
+        assert policy.addresses == order
