@@ -750,3 +750,31 @@ def test_missing_endpoint_parts_are_named(strip, field):
         lbe.endpoint.address.ClearField("socket_address")
         lbe.endpoint.address.SetInParent()
     assert field in _err(ENDPOINTS, cla(loc))
+
+
+def test_duplicate_locality_error_in_c_core_words():
+    """C-core XdsEndpointTest.DuplicateLocalityName."""
+    err = _err(ENDPOINTS, cla(locality("z"), locality("z", eps=(("10.0.0.2", 80),))))
+    assert (
+        'endpoints[1]: duplicate locality {region="r", zone="z", sub_zone=""} found in priority 0'
+    ) in err
+
+
+def test_sparse_priority_list_names_every_gap():
+    """C-core XdsEndpointTest.SparsePriorityList."""
+    err = _err(
+        ENDPOINTS,
+        cla(locality("a", priority=1), locality("b", priority=3, eps=(("10.0.0.2", 80),))),
+    )
+    assert "priority 0 empty" in err and "priority 2 empty" in err
+
+
+def test_drop_percentage_invalid_denominator_in_c_core_words():
+    """C-core XdsEndpointTest.DropPercentageInvalidDenominator."""
+    c = cla(locality("a"))
+    d = c.policy.drop_overloads.add(category="lb_drop")
+    d.drop_percentage.numerator = 750000
+    d.drop_percentage.denominator = 100
+    assert "policy.drop_overloads[0].drop_percentage.denominator: unknown denominator type" in (
+        _err(ENDPOINTS, c)
+    )

@@ -130,7 +130,7 @@ def test_priority_gap_from_dropped_locality_is_rejected():
 
 def test_same_locality_twice_in_one_priority_is_rejected():
     err = decode_err(cla_with(locality("a"), locality("a", addrs=(("10.0.0.2", 1),))))
-    assert "endpoints[1].locality: duplicate locality" in err and "in priority 0" in err
+    assert "endpoints[1]: duplicate locality" in err and "in priority 0" in err
 
 
 def test_same_locality_in_two_priorities_is_allowed():

@@ -182,9 +182,10 @@ def parse_cluster_load_assignment(
             priorities[prio] = []
             weight_sums[prio] = 0
         if lname in seen:
-            errs.add(
-                f"endpoints[{li}].locality",
-                f"duplicate locality {lname} found in priority {prio}",
+            errs.add(  # C-core's words and field
+                f"endpoints[{li}]",
+                f'duplicate locality {{region="{lname.region}", zone="{lname.zone}", '
+                f'sub_zone="{lname.sub_zone}"}} found in priority {prio}',
             )
         seen.add(lname)
         weight_sums[prio] += lweight
@@ -297,7 +298,7 @@ def parse_cluster_load_assignment(
             if not 0 <= den < 3:
                 errs.add(
                     f"policy.drop_overloads[{di}].drop_percentage.denominator",
-                    f"unknown denominator type {den}",
+                    "unknown denominator type",
                 )
                 continue
             ppm = min(dp.numerator * _PER_MILLION[den], 1_000_000)

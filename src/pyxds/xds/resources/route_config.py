@@ -301,7 +301,7 @@ def _parse_route(
         else:
             errs.add(
                 f"{_route_path(pre, vi, ri)}.match.runtime_fraction.default_value.denominator",
-                f"unknown denominator type {den}",
+                "unknown denominator type",
             )
     if spec is _PREFIX_ALL and case_sensitive and not headers and fraction is None:
         match = cache.get(_MATCH_ALL_KEY)
