@@ -82,7 +82,7 @@ from typing import Any
 
 import grpc
 
-from pyxds.clock import Timer
+from pyxds.clock import Clock
 from pyxds.lb import hierarchy, registry
 from pyxds.lb.api import (
     EMPTY_ATTRIBUTES,
@@ -108,6 +108,7 @@ from pyxds.lb.errors import (
     key_path,
 )
 from pyxds.lb.registry import PolicySelection
+from pyxds.lb.timer_slot import TimerSlot
 
 __all__ = [
     "CHILD_RETENTION",
@@ -253,34 +254,30 @@ class _Child:
         "picker",
         "seen_ready_or_idle_since_failure",
         "failover_timer",
-        "failover_generation",
         "retention_timer",
-        "retention_generation",
         "ignore_reresolution_requests",
         "closed",
     )
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, clock: Clock) -> None:
         self.name = name
         self.handler: ChildPolicyHandler | None = None
         self.state = _CONNECTING
         self.status = OK_STATUS
         self.picker: Picker = QueuePicker()
         self.seen_ready_or_idle_since_failure = True
-        self.failover_timer: Timer | None = None
-        self.failover_generation = 0
-        self.retention_timer: Timer | None = None
-        self.retention_generation = 0
+        self.failover_timer = TimerSlot(clock)
+        self.retention_timer = TimerSlot(clock)
         self.ignore_reresolution_requests = False
         self.closed = False
 
     @property
     def failover_pending(self) -> bool:
-        return self.failover_timer is not None
+        return self.failover_timer.pending
 
     @property
     def deactivated(self) -> bool:
-        return self.retention_timer is not None
+        return self.retention_timer.pending
 
     @property
     def policy(self) -> LoadBalancer | None:
@@ -447,7 +444,7 @@ class PriorityLoadBalancer(LoadBalancer):
         return child.handler.update(self._child_update(child))
 
     def _create_child(self, name: str) -> _Child:
-        child = _Child(name)
+        child = _Child(name, self.helper.clock)
         child.handler = ChildPolicyHandler(_ChildHelper(self.helper, self, child))
         self._children[name] = child
         self._start_failover_timer(child)
@@ -459,31 +456,20 @@ class PriorityLoadBalancer(LoadBalancer):
         return child
 
     def _deactivate(self, child: _Child) -> None:
-        if child.retention_timer is not None:
-            return
-        child.retention_generation += 1
-        generation = child.retention_generation
-        child.retention_timer = self.helper.clock.call_later(
-            self.child_retention, lambda: self._on_retention_timer(child, generation)
-        )
+        if not child.retention_timer.pending:
+            child.retention_timer.start(
+                self.child_retention, lambda: self._on_retention_timer(child)
+            )
 
     def _reactivate(self, child: _Child) -> None:
-        if child.retention_timer is not None:
+        if child.retention_timer.pending:
             child.retention_timer.cancel()
-            child.retention_timer = None
-            child.retention_generation += 1
 
-    def _on_retention_timer(self, child: _Child, generation: int) -> None:
-        # A timer that fires after its child was reactivated, replaced or
-        # destroyed must not touch whatever now lives under that name.
-        if (
-            self._shut_down
-            or child.closed
-            or child.retention_generation != generation
-            or self._children.get(child.name) is not child
-        ):
+    def _on_retention_timer(self, child: _Child) -> None:
+        # The slot drops callbacks of cancelled or restarted timers; a child
+        # replaced under the same name is a different slot.
+        if self._shut_down or child.closed or self._children.get(child.name) is not child:
             return
-        child.retention_timer = None
         self._destroy(child)
 
     def _destroy(self, child: _Child) -> None:
@@ -496,38 +482,21 @@ class PriorityLoadBalancer(LoadBalancer):
 
     def _close(self, child: _Child) -> None:
         child.closed = True
-        for timer in (child.failover_timer, child.retention_timer):
-            if timer is not None:
-                timer.cancel()
-        child.failover_timer = child.retention_timer = None
-        child.failover_generation += 1
-        child.retention_generation += 1
+        child.failover_timer.cancel()
+        child.retention_timer.cancel()
         if child.handler is not None:
             child.handler.shutdown()
 
     # -- failover timer ---------------------------------------------------
     def _start_failover_timer(self, child: _Child) -> None:
-        child.failover_generation += 1
-        generation = child.failover_generation
-        child.failover_timer = self.helper.clock.call_later(
-            self.failover_timeout, lambda: self._on_failover_timer(child, generation)
-        )
+        child.failover_timer.start(self.failover_timeout, lambda: self._on_failover_timer(child))
 
     def _cancel_failover_timer(self, child: _Child) -> None:
-        if child.failover_timer is not None:
-            child.failover_timer.cancel()
-            child.failover_timer = None
-            child.failover_generation += 1
+        child.failover_timer.cancel()
 
-    def _on_failover_timer(self, child: _Child, generation: int) -> None:
-        if (
-            self._shut_down
-            or child.closed
-            or child.failover_generation != generation
-            or self._children.get(child.name) is not child
-        ):
+    def _on_failover_timer(self, child: _Child) -> None:
+        if self._shut_down or child.closed or self._children.get(child.name) is not child:
             return
-        child.failover_timer = None
         # A56 latest: expiry only re-runs the choice; the child's own state,
         # status and picker stay what it reported.
         if not self._updating and not self._choice_unaffected_by(child):
@@ -545,7 +514,7 @@ class PriorityLoadBalancer(LoadBalancer):
             if (
                 previous is not _CONNECTING
                 and child.seen_ready_or_idle_since_failure
-                and child.failover_timer is None
+                and not child.failover_timer.pending
             ):
                 self._start_failover_timer(child)
         elif state is _READY or state is _IDLE:
@@ -612,7 +581,7 @@ class PriorityLoadBalancer(LoadBalancer):
                 self._reactivate(child)
             if child.state is _READY or child.state is _IDLE:
                 return self._set_current(index, child, deactivate_lower=True, settled=True)
-            if child.failover_timer is not None:
+            if child.failover_timer.pending:
                 return self._set_current(index, child, deactivate_lower=False, settled=True)
         for index, name in enumerate(priorities):
             child = children[name]

@@ -54,7 +54,7 @@ from typing import Any
 
 import grpc
 
-from pyxds.clock import Timer
+from pyxds.clock import Clock
 from pyxds.lb import hierarchy, registry
 from pyxds.lb.api import (
     EMPTY_ATTRIBUTES,
@@ -75,6 +75,7 @@ from pyxds.lb.api import (
 from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
 from pyxds.lb.errors import LBConfigError, expect_object, expect_uint32, key_path
 from pyxds.lb.registry import PolicySelection
+from pyxds.lb.timer_slot import TimerSlot
 
 __all__ = [
     "CHILD_RETENTION",
@@ -263,12 +264,11 @@ class _Target:
         "status",
         "picker",
         "retention_timer",
-        "retention_generation",
         "exit_idle_scheduled",
         "closed",
     )
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, clock: Clock) -> None:
         self.name = name
         self.handler: ChildPolicyHandler | None = None
         self.weight = 0
@@ -277,14 +277,13 @@ class _Target:
         self.state = _CONNECTING
         self.status = OK_STATUS
         self.picker: Picker = QueuePicker()
-        self.retention_timer: Timer | None = None
-        self.retention_generation = 0
+        self.retention_timer = TimerSlot(clock)
         self.exit_idle_scheduled = False
         self.closed = False
 
     @property
     def active(self) -> bool:
-        return self.retention_timer is None and not self.closed
+        return not self.retention_timer.pending and not self.closed
 
     @property
     def policy(self) -> LoadBalancer | None:
@@ -413,44 +412,29 @@ class WeightedTargetLoadBalancer(LoadBalancer):
 
     # -- child lifetime ---------------------------------------------------
     def _create(self, name: str) -> _Target:
-        target = _Target(name)
+        target = _Target(name, self.helper.clock)
         target.handler = ChildPolicyHandler(_TargetHelper(self.helper, self, target))
         self._children[name] = target
         return target
 
     def _deactivate(self, target: _Target) -> None:
-        if target.retention_timer is not None:
-            return
-        target.retention_generation += 1
-        generation = target.retention_generation
-        target.retention_timer = self.helper.clock.call_later(
-            self.child_retention, lambda: self._on_retention_timer(target, generation)
-        )
+        if not target.retention_timer.pending:
+            target.retention_timer.start(
+                self.child_retention, lambda: self._on_retention_timer(target)
+            )
 
     def _reactivate(self, target: _Target) -> None:
-        if target.retention_timer is not None:
-            target.retention_timer.cancel()
-            target.retention_timer = None
-            target.retention_generation += 1
+        target.retention_timer.cancel()
 
-    def _on_retention_timer(self, target: _Target, generation: int) -> None:
-        if (
-            self._shut_down
-            or target.closed
-            or target.retention_generation != generation
-            or self._children.get(target.name) is not target
-        ):
+    def _on_retention_timer(self, target: _Target) -> None:
+        if self._shut_down or target.closed or self._children.get(target.name) is not target:
             return
-        target.retention_timer = None
         del self._children[target.name]
         self._close(target)
 
     def _close(self, target: _Target) -> None:
         target.closed = True
-        if target.retention_timer is not None:
-            target.retention_timer.cancel()
-            target.retention_timer = None
-        target.retention_generation += 1
+        target.retention_timer.cancel()
         if target.handler is not None:
             target.handler.shutdown()
 
