@@ -139,6 +139,84 @@ class Blackhole:
             conn.close()
 
 
+class RefusingServer:
+    """An HTTP/2 server that refuses every stream: SETTINGS exchange, PING
+    answered, every HEADERS frame answered with RST_STREAM(REFUSED_STREAM).
+    The connection is READY; no RPC ever reaches an application (what a
+    server at its stream limit or going away does)."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self.port = self._sock.getsockname()[1]
+        self.refused = 0
+        self._conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            self._conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        buf = bytearray()
+
+        def read(n: int) -> bytes:
+            while len(buf) < n:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    raise EOFError
+                buf.extend(chunk)
+            out = bytes(buf[:n])
+            del buf[:n]
+            return out
+
+        def frame(ftype: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+            return (
+                len(payload).to_bytes(3, "big")
+                + bytes([ftype, flags])
+                + stream.to_bytes(4, "big")
+                + payload
+            )
+
+        try:
+            read(24)  # client preface
+            conn.sendall(frame(4, 0, 0))  # SETTINGS
+            while True:
+                head = read(9)
+                length, ftype, flags = int.from_bytes(head[:3], "big"), head[3], head[4]
+                stream = int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+                payload = read(length)
+                if ftype == 4 and not flags & 1:  # SETTINGS -> ACK
+                    conn.sendall(frame(4, 1, 0))
+                elif ftype == 6 and not flags & 1:  # PING -> PING ACK
+                    conn.sendall(frame(6, 1, 0, payload))
+                elif ftype == 1:  # HEADERS -> RST_STREAM REFUSED_STREAM (0x7)
+                    self.refused += 1
+                    conn.sendall(frame(3, 0, stream, (7).to_bytes(4, "big")))
+        except (EOFError, OSError):
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self._sock.close()
+        for conn in self._conns:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

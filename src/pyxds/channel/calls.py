@@ -17,8 +17,9 @@ included (grpcio's ``add_callback`` fires when a stream terminates).
 
 from __future__ import annotations
 
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import grpc
@@ -35,6 +36,8 @@ _NOT_SENT_MARKERS = (
     "failed to connect to all addresses",
     "Cannot invoke RPC",
     "REFUSED_STREAM",
+    # C-core's text for RST_STREAM(REFUSED_STREAM): the server never saw it
+    "Received RST_STREAM with error code 7)",
     "Stream refused",
     "Channel closed!",
     # a stream above the GOAWAY's last-stream-id: the server never saw it
@@ -49,6 +52,110 @@ def not_sent(code: grpc.StatusCode | None, details: str | None) -> bool:
     if code is grpc.StatusCode.CANCELLED:
         return False
     return any(marker in text for marker in _NOT_SENT_MARKERS)
+
+
+#: C-core's default ``grpc.per_rpc_retry_buffer_size``: once the requests
+#: sent on an attempt add up to more than this, the RPC is committed (no
+#: transparent retry) and its requests are no longer kept.
+RETRY_BUFFER_SIZE = 256 * 1024
+
+
+def _size_of(message: Any) -> int:
+    byte_size = getattr(message, "ByteSize", None)
+    if byte_size is not None:
+        try:
+            return int(byte_size())
+        except Exception:
+            pass
+    if isinstance(message, (bytes, bytearray, str)):
+        return len(message)
+    return sys.getsizeof(message)
+
+
+class RequestReplay:
+    """The requests of a client-streaming RPC, kept until it commits so that a
+    transparent retry can send them again (C-core's retry filter caches the
+    send ops of an uncommitted call the same way).
+
+    Rules:
+
+    * Every attempt gets its own iterator (:meth:`attempt`); it first replays
+      the requests already taken from the user's iterator, in order, then
+      takes new ones.  Requests are taken from the user's iterator once, in
+      order, one at a time (the pull lock), never twice.
+    * Starting an attempt retires the previous attempt's iterator: it ends
+      (StopIteration) without taking another request.  A request that a
+      retired iterator was already taking when it was retired is kept for the
+      next attempt, so grpcio's request-consumer thread of a failed call
+      never loses one.
+    * The RPC commits (no retry from then on, nothing more is kept) once it
+      has received a response (:meth:`commit`) or once the kept requests add
+      up to more than ``limit`` bytes.
+    """
+
+    def __init__(self, requests: Iterable[Any], limit: int = RETRY_BUFFER_SIZE) -> None:
+        self._requests = requests
+        self._source: Iterator[Any] | None = None  # iter() at the first pull, as grpcio
+        self._limit = limit
+        self._lock = threading.Lock()  # the log, the epoch
+        self._pull_lock = threading.Lock()  # one pull from the source at a time
+        self._log: list[Any] = []
+        self._size = 0
+        self._recording = True
+        self._epoch = 0
+
+    def can_retry(self) -> bool:
+        return self._recording
+
+    def commit(self) -> None:
+        self._recording = False
+
+    def attempt(self) -> Iterator[Any]:
+        """The request iterator of a new attempt (retires the previous one)."""
+        with self._lock:
+            self._epoch += 1
+            return _AttemptRequests(self, self._epoch)
+
+    def _next(self, view: _AttemptRequests) -> Any:
+        with self._pull_lock:
+            with self._lock:
+                if view.epoch != self._epoch:
+                    raise StopIteration
+                if view.index < len(self._log):
+                    view.index += 1
+                    return self._log[view.index - 1]
+                if not self._recording and self._log:
+                    # replayed in full after the commit: nothing more to keep
+                    self._log = []
+                    view.index = 0
+            if self._source is None:
+                self._source = iter(self._requests)
+            item = next(self._source)  # StopIteration: the requests ended
+            with self._lock:
+                retired = view.epoch != self._epoch
+                if self._recording or retired:
+                    self._log.append(item)
+                    if not retired:
+                        view.index += 1
+                    self._size += _size_of(item)
+                    if self._size > self._limit:
+                        self._recording = False
+            return item
+
+
+class _AttemptRequests:
+    __slots__ = ("_replay", "epoch", "index")
+
+    def __init__(self, replay: RequestReplay, epoch: int) -> None:
+        self._replay = replay
+        self.epoch = epoch
+        self.index = 0
+
+    def __iter__(self) -> _AttemptRequests:
+        return self
+
+    def __next__(self) -> Any:
+        return self._replay._next(self)
 
 
 def status_of(call: Any) -> Status:
@@ -141,15 +248,29 @@ class DeferredCall(grpc.Future, grpc.Call):
 
     ``start(transport, timeout)`` starts the grpcio call (``future()`` for
     unary responses, the call itself for streams) on the picked subchannel's
-    grpcio channel.  ``retry_not_sent``: a unary-request call whose
-    subchannel call failed before anything was sent is picked again once.
+    grpcio channel.  ``retry_not_sent``: a call whose subchannel call failed
+    before anything reached the server is picked again, once (C-core's
+    transparent retry), as long as it has not committed: a client-streaming
+    call's ``replay`` (the one its starter takes requests from) keeps its
+    requests until then; a response-streaming call commits at its first
+    response.
     """
 
-    def __init__(self, core: ChannelCore, rpc: Rpc, start: Starter, retry_not_sent: bool) -> None:
+    def __init__(
+        self,
+        core: ChannelCore,
+        rpc: Rpc,
+        start: Starter,
+        retry_not_sent: bool,
+        replay: RequestReplay | None = None,
+    ) -> None:
         self._core = core
         self._rpc = rpc
         self._start = start
         self._retry = retry_not_sent
+        self._replay = replay
+        #: (subchannel call, retried?) for each failed subchannel call
+        self._decisions: list[tuple[Any, bool]] = []
         self._cond = threading.Condition()
         self._inner: Any = None
         self._transport: Transport | None = None
@@ -193,11 +314,35 @@ class DeferredCall(grpc.Future, grpc.Call):
         if not inner.add_callback(lambda: self._inner_terminated(inner, transport)):
             self._inner_terminated(inner, transport)  # already over
 
+    def _retry_decision(self, inner: Any, status: Status) -> bool:
+        """Whether the failed subchannel call ``inner`` is sent again: decided
+        once per call, by whichever of its terminal callback and a reader of
+        its responses sees the failure first."""
+        with self._cond:
+            for decided, retried in self._decisions:
+                if decided is inner:
+                    return retried
+            retry = (
+                self._retry
+                and not self._cancel_requested
+                and not_sent(status.code, status.details)
+                and (self._replay is None or self._replay.can_retry())
+            )
+            if retry:
+                self._retry = False
+            self._decisions.append((inner, retry))
+            return retry
+
+    def _committed(self) -> None:
+        """A response arrived: the RPC reached the server; never retried."""
+        self._retry = False
+        if self._replay is not None:
+            self._replay.commit()
+
     def _inner_terminated(self, inner: Any, transport: Transport) -> None:
         transport.call_finished()
         status = status_of(inner)
-        if self._retry and not self._cancel_requested and not_sent(status.code, status.details):
-            self._retry = False
+        if self._retry_decision(inner, status):
             self._rpc.attempt_done(status)
             with self._cond:
                 self._inner = None
@@ -233,12 +378,17 @@ class DeferredCall(grpc.Future, grpc.Call):
             except Exception:
                 pass
 
-    def _wait_started(self, timeout: float | None = None) -> Any:
-        """Block until the subchannel call exists (returned) or the channel
-        failed the RPC (raises its error)."""
+    def _wait_started(self, timeout: float | None = None, after: Any = None) -> Any:
+        """Block until the subchannel call exists (returned; ``after``: one
+        other than that retried one) or the channel failed the RPC (raises
+        its error)."""
         with self._cond:
             if not self._cond.wait_for(
-                lambda: self._inner is not None or self._error is not None or self._terminated,
+                lambda: (
+                    (self._inner is not None and self._inner is not after)
+                    or self._error is not None
+                    or self._terminated
+                ),
                 timeout,
             ):
                 raise grpc.FutureTimeoutError()
@@ -358,7 +508,18 @@ class StreamingCall(DeferredCall):
 
     def __next__(self) -> Any:
         inner = self._wait_started()
-        return next(inner)
+        while True:
+            try:
+                response = next(inner)
+            except grpc.RpcError as err:
+                if not self._retry_decision(inner, status_of(err)):
+                    raise
+                # not sent: the transparent retry's call takes over
+                inner = self._wait_started(after=inner)
+                continue
+            if self._retry:
+                self._committed()
+            return response
 
     next = __next__
 
@@ -388,9 +549,13 @@ def blocking_unary(
     rpc: Rpc,
     invoke: Callable[[Transport, float | None], tuple[Any, Any]],
     retry_not_sent: bool,
+    replay: RequestReplay | None = None,
 ) -> tuple[Any, Any]:
     """Run a unary-response RPC on the calling thread: pick (waiting if need
-    be, bounded by the deadline), send, report.  Raises grpc.RpcError."""
+    be, bounded by the deadline), send, report.  Raises grpc.RpcError.
+    ``retry_not_sent``: sent again, once, when nothing reached the server
+    (a client stream: while ``replay``, which ``invoke`` takes its requests
+    from, can still replay them)."""
     while True:
         outcome = core.pick_blocking(rpc)
         if isinstance(outcome, Status):
@@ -409,7 +574,11 @@ def blocking_unary(
             result = invoke(transport, remaining)
         except grpc.RpcError as err:
             status = status_of(err)
-            if retry_not_sent and not_sent(status.code, status.details):
+            if (
+                retry_not_sent
+                and not_sent(status.code, status.details)
+                and (replay is None or replay.can_retry())
+            ):
                 retry_not_sent = False
                 rpc.attempt_done(status)
                 continue

@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from pyxds.channel.calls import FutureCall, StreamingCall, blocking_unary
+from pyxds.channel.calls import FutureCall, RequestReplay, StreamingCall, blocking_unary
 from pyxds.channel.core import ChannelCore
 from pyxds.channel.subchannel import Transport
 
@@ -144,7 +144,7 @@ class UnaryStreamMultiCallable(_Base, grpc.UnaryStreamMultiCallable):
                 compression=compression,
             )
 
-        return StreamingCall(self._core, rpc, start, retry_not_sent=False)
+        return StreamingCall(self._core, rpc, start, retry_not_sent=True)
 
 
 class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
@@ -173,10 +173,11 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
         compression: grpc.Compression | None = None,
     ) -> tuple[Any, grpc.Call]:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
+        replay = RequestReplay(request_iterator)
 
         def invoke(transport: Transport, remaining: float | None) -> tuple[Any, Any]:
             return self._inner(transport).with_call(
-                request_iterator,
+                replay.attempt(),
                 timeout=remaining,
                 metadata=metadata,
                 credentials=credentials,
@@ -184,7 +185,7 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
                 compression=compression,
             )
 
-        return blocking_unary(self._core, rpc, invoke, retry_not_sent=False)
+        return blocking_unary(self._core, rpc, invoke, retry_not_sent=True, replay=replay)
 
     def future(
         self,
@@ -196,10 +197,11 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
         compression: grpc.Compression | None = None,
     ) -> FutureCall:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
+        replay = RequestReplay(request_iterator)
 
         def start(transport: Transport, remaining: float | None) -> Any:
             return self._inner(transport).future(
-                request_iterator,
+                replay.attempt(),
                 timeout=remaining,
                 metadata=metadata,
                 credentials=credentials,
@@ -207,7 +209,7 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
                 compression=compression,
             )
 
-        return FutureCall(self._core, rpc, start, retry_not_sent=False)
+        return FutureCall(self._core, rpc, start, retry_not_sent=True, replay=replay)
 
 
 class StreamStreamMultiCallable(_Base, grpc.StreamStreamMultiCallable):
@@ -223,10 +225,11 @@ class StreamStreamMultiCallable(_Base, grpc.StreamStreamMultiCallable):
         compression: grpc.Compression | None = None,
     ) -> StreamingCall:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
+        replay = RequestReplay(request_iterator)
 
         def start(transport: Transport, remaining: float | None) -> Any:
             return self._inner(transport)(
-                request_iterator,
+                replay.attempt(),
                 timeout=remaining,
                 metadata=metadata,
                 credentials=credentials,
@@ -234,4 +237,4 @@ class StreamStreamMultiCallable(_Base, grpc.StreamStreamMultiCallable):
                 compression=compression,
             )
 
-        return StreamingCall(self._core, rpc, start, retry_not_sent=False)
+        return StreamingCall(self._core, rpc, start, retry_not_sent=True, replay=replay)
