@@ -157,6 +157,7 @@ class _Child(DelegatingHelper):
         self.status = OK_STATUS
         self.picker: Picker = QueuePicker()
         self.closed = False
+        self.last_update: ResolverUpdate | None = None  # to skip unchanged ones
         self.policy = PickFirst(self, omit_status_prefix=True)
 
     def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
@@ -243,14 +244,18 @@ class RoundRobin(LoadBalancer):
         self._updating = True
         try:
             for endpoint, child in pairs[start:] + pairs[:start]:
-                child.policy.update(
-                    ResolverUpdate(
-                        (endpoint,),
-                        _CHILD_CONFIG,
-                        update.attributes,
-                        update.resolution_note,
-                    )
+                last = child.last_update
+                if (
+                    last is not None
+                    and last.endpoints[0] == endpoint
+                    and last.attributes == update.attributes
+                    and last.resolution_note == update.resolution_note
+                ):
+                    continue  # unchanged endpoint: nothing for its child to do
+                child.last_update = ResolverUpdate(
+                    (endpoint,), _CHILD_CONFIG, update.attributes, update.resolution_note
                 )
+                child.policy.update(child.last_update)
         finally:
             self._updating = False
         self._aggregate()
@@ -282,7 +287,8 @@ class RoundRobin(LoadBalancer):
         """New endpoint -> child: same address set first, then an unused old
         child sharing an address, else a new child."""
         keys = [frozenset(endpoint.addresses) for endpoint in endpoints]
-        unused = {key: child for key, child in old.items() if key not in set(keys)}
+        wanted = set(keys)
+        unused = {key: child for key, child in old.items() if key not in wanted}
         by_address = {address: key for key in unused for address in key}
         children: dict[frozenset[str], _Child] = {}
         for key in keys:
