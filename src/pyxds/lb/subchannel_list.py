@@ -1,4 +1,5 @@
-"""Pieces shared by the leaf policies (pick_first, round_robin).
+"""Subchannel bookkeeping for leaf policies (pick_first; round_robin and
+other petiole policies delegate to pick_first per endpoint, A61).
 
 * :func:`unique_addresses` flattens an endpoint list into ``(address,
   attributes)`` pairs, first occurrence wins (A61 "Address List Handling in
