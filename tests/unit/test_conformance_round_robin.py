@@ -347,3 +347,30 @@ def test_shutdown_shuts_every_subchannel_down_and_ignores_late_reports():
     for s in subchannels:
         s.set_state(READY)
     assert len(helper.states) == n
+
+
+def test_goaway_on_the_only_endpoint_queues_rpcs_instead_of_failing_them():
+    """TRAPS grpc#29428: a GOAWAY / max-connection-age (READY -> IDLE) is
+    not a failure: round_robin reconnects and reports CONNECTING, so queued
+    RPCs wait rather than fail."""
+    _policy, helper = make(eps(A))
+    sc(helper, A).set_state(READY)
+    sc(helper, A).set_state(IDLE)
+    assert helper.state is CONNECTING and isinstance(helper.pick(), PickQueue)
+    assert TF not in helper.state_sequence()
+    assert sc(helper, A).connect_calls == 2
+    sc(helper, A).set_state(CONNECTING)
+    sc(helper, A).set_state(READY)
+    assert set(picks(helper, 2)) == {A}
+
+
+def test_update_changing_an_endpoint_address_set_keeps_the_shared_connection_serving():
+    """A61: an endpoint {a, b} becoming {b, c} keeps the child (and its
+    connection to b) when b was the selected address."""
+    policy, helper = make([Endpoint((A, B))])
+    sc(helper, A).set_state(TF, "a down")
+    sc(helper, B).set_state(READY)
+    update(policy, [Endpoint((B, C))])
+    b = sc(helper, B)
+    assert not b.shut_down and set(picks(helper, 3)) == {B}
+    assert helper.state is READY
