@@ -22,6 +22,7 @@ from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.type.v3 import percent_pb2
 
 from pyxds.xds.resources import (
@@ -778,3 +779,115 @@ def test_drop_percentage_invalid_denominator_in_c_core_words():
     assert "policy.drop_overloads[0].drop_percentage.denominator: unknown denominator type" in (
         _err(ENDPOINTS, c)
     )
+
+
+# ---------------------------------------------------------------- CDS, C-core's words
+
+
+def test_eds_cluster_without_eds_cluster_config_names_it():
+    """C-core ClusterTypeTest.EdsClusterConfigMissing."""
+    c = cluster_pb2.Cluster(name="foo", type=cluster_pb2.Cluster.EDS)
+    assert "eds_cluster_config: field not present" in _err(CLUSTER, c)
+
+
+def test_discovery_type_not_present():
+    """C-core ClusterTypeTest.DiscoveryTypeNotPresent."""
+    assert "type: unknown discovery type" in _err(CLUSTER, cluster_pb2.Cluster(name="foo"))
+
+
+@pytest.mark.parametrize("n", [0, 2])
+def test_logical_dns_locality_count_in_c_core_words(n):
+    """C-core ClusterTypeTest.LogicalDnsMissingLocalities / TooManyLocalities."""
+    c = cluster_pb2.Cluster(name="foo", type=cluster_pb2.Cluster.LOGICAL_DNS)
+    c.load_assignment.SetInParent()
+    for _ in range(n):
+        c.load_assignment.endpoints.add()
+    assert (
+        "load_assignment.endpoints: must contain exactly one locality for LOGICAL_DNS cluster, "
+        f"found {n}"
+    ) in _err(CLUSTER, c)
+
+
+def test_logical_dns_endpoint_count_in_c_core_words():
+    c = cluster_pb2.Cluster(name="foo", type=cluster_pb2.Cluster.LOGICAL_DNS)
+    c.load_assignment.endpoints.add()
+    assert (
+        "load_assignment.endpoints[0].lb_endpoints: must contain exactly one endpoint for "
+        "LOGICAL_DNS cluster, found 0"
+    ) in _err(CLUSTER, c)
+
+
+def test_logical_dns_reports_every_socket_address_problem():
+    """C-core ClusterTypeTest.LogicalDnsSocketAddressInvalid."""
+    c = logical_dns(resolver_name="dns")
+    sa = c.load_assignment.endpoints[0].lb_endpoints[0].endpoint.address.socket_address
+    sa.ClearField("address")
+    sa.ClearField("port_value")
+    err = _err(CLUSTER, c)
+    p = "load_assignment.endpoints[0].lb_endpoints[0].endpoint.address.socket_address"
+    assert f"{p}.address: field not present" in err
+    assert f"{p}.port_value: field not present" in err
+    assert f"{p}.resolver_name: LOGICAL_DNS clusters must NOT have a custom resolver name" in err
+
+
+def test_unparseable_aggregate_config_is_nacked():
+    """C-core ClusterTypeTest.AggregateClusterUnparseableProto."""
+    c = cluster_pb2.Cluster(name="foo")
+    c.cluster_type.name = "envoy.clusters.aggregate"
+    c.cluster_type.typed_config.type_url = (
+        "type.googleapis.com/envoy.extensions.clusters.aggregate.v3.ClusterConfig"
+    )
+    c.cluster_type.typed_config.value = b"\0"
+    assert "can't parse aggregate cluster config" in _err(CLUSTER, c)
+
+
+def test_unsupported_lb_policy_enum_in_c_core_words():
+    """C-core LbPolicyTest.EnumUnsupportedPolicy."""
+    c = eds_cluster()
+    c.lb_policy = cluster_pb2.Cluster.MAGLEV
+    assert "lb_policy: LB policy is not supported" in _err(CLUSTER, c)
+
+
+def _tls_cluster(ctx) -> cluster_pb2.Cluster:
+    c = eds_cluster()
+    c.transport_socket.name = "envoy.transport_sockets.tls"
+    c.transport_socket.typed_config.Pack(ctx)
+    return c
+
+
+def test_upstream_tls_context_without_ca_is_nacked():
+    """C-core TlsConfigTest.CaCertProviderUnset."""
+    err = _err(CLUSTER, _tls_cluster(tls_pb2.UpstreamTlsContext()))
+    assert "common_tls_context: no CA certificate provider instance configured" in err
+
+
+@pytest.mark.parametrize("how", ["provider", "system_root", "combined"])
+def test_upstream_tls_context_with_a_ca_is_accepted(how):
+    """C-core TlsConfigTest.MinimumValidConfig (and A82 system root certs)."""
+    ctx = tls_pb2.UpstreamTlsContext()
+    common = ctx.common_tls_context
+    if how == "provider":
+        common.validation_context.ca_certificate_provider_instance.instance_name = "p"
+    elif how == "system_root":
+        common.validation_context.system_root_certs.SetInParent()
+    else:
+        vc = common.combined_validation_context.default_validation_context
+        vc.ca_certificate_provider_instance.instance_name = "p"
+    _ok(CLUSTER, _tls_cluster(ctx))
+
+
+def test_unparseable_upstream_tls_context_is_nacked():
+    """C-core TlsConfigTest.UnparseableUpstreamTlsContext."""
+    c = _tls_cluster(tls_pb2.UpstreamTlsContext())
+    c.transport_socket.typed_config.value = b"\0"
+    assert "can't decode UpstreamTlsContext" in _err(CLUSTER, c)
+
+
+def test_unknown_transport_socket_type_in_c_core_words():
+    """C-core TlsConfigTest.UnknownTransportSocketType."""
+    c = eds_cluster()
+    c.transport_socket.typed_config.Pack(cluster_pb2.Cluster())
+    assert (
+        "transport_socket.typed_config.value[envoy.config.cluster.v3.Cluster].type_url: "
+        "unsupported transport socket type"
+    ) in _err(CLUSTER, c)

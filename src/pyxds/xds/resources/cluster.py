@@ -77,12 +77,18 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
     if which == "type" and c.type == _EDS:
         kind = "EDS"
         ecc = c.eds_cluster_config
-        if not ecc.HasField("eds_config"):
+        if not c.HasField("eds_cluster_config"):
+            errs.add("eds_cluster_config", "field not present")
+        elif not ecc.HasField("eds_config"):
             errs.add("eds_cluster_config.eds_config", "field not present")
         elif not config_source_is_ads_or_self(ecc.eds_config):
             errs.add("eds_cluster_config.eds_config", "ConfigSource is not ads or self")
         eds_service_name = ecc.service_name or None
-        if eds_service_name is None and name.startswith("xdstp:"):
+        if (
+            eds_service_name is None
+            and name.startswith("xdstp:")
+            and c.HasField("eds_cluster_config")
+        ):
             errs.add(
                 "eds_cluster_config.service_name",
                 "must be set if Cluster resource has an xdstp name",
@@ -102,26 +108,23 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
         else:
             from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2
 
-            cfg = unpack(
-                ct.typed_config, aggregate_pb2.ClusterConfig, "cluster_type.typed_config", errs
-            )
+            ap = f"cluster_type.typed_config.value[{AGGREGATE_CLUSTER_TYPE}]"
+            cfg = aggregate_pb2.ClusterConfig()
+            try:
+                cfg.ParseFromString(ct.typed_config.value)
+            except Exception:
+                errs.add(ap, "can't parse aggregate cluster config")
+                cfg = None
             if cfg is not None:
                 kind = "AGGREGATE"
                 children = tuple(cfg.clusters)
                 if not children:
-                    errs.add("cluster_type.typed_config.value.clusters", "must be non-empty")
+                    errs.add(f"{ap}.clusters", "must be non-empty")
                 for i, child in enumerate(children):
                     if not child:
-                        errs.add(
-                            f"cluster_type.typed_config.value.clusters[{i}]", "must be non-empty"
-                        )
-    elif which == "type":
-        errs.add(
-            "type",
-            f"unknown discovery type {_enum_name(cluster_pb2.Cluster.DiscoveryType, c.type)}",
-        )
-    else:
-        errs.add("type", "neither type nor cluster_type set")
+                        errs.add(f"{ap}.clusters[{i}]", "must be non-empty")
+    else:  # another type, or neither type nor cluster_type (C-core's words)
+        errs.add("type", "unknown discovery type")
 
     if c.HasField("load_balancing_policy"):
         lb = convert_load_balancing_policy(c.load_balancing_policy, errs)
@@ -154,7 +157,12 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
         ts_type = type_name(ts.typed_config.type_url) or None
         ts_bytes = ts.typed_config.value
         if ts_type != UPSTREAM_TLS_CONTEXT:
-            errs.add("transport_socket.typed_config.type_url", "unsupported transport socket type")
+            errs.add(
+                f"transport_socket.typed_config.value[{ts_type}].type_url",
+                "unsupported transport socket type",
+            )
+        else:
+            _check_upstream_tls_context(ts_bytes, errs)
 
     if c.HasField("outlier_detection"):
         _validate_outlier_detection(c.outlier_detection, errs)
@@ -181,26 +189,22 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
     )
 
 
-def _enum_name(enum: Any, value: int) -> str:
-    try:
-        return enum.Name(value)
-    except ValueError:
-        return str(value)
-
-
 def _logical_dns(c: Any, errs: Errors) -> tuple[str | None, int | None]:
     if not c.HasField("load_assignment"):
         errs.add("load_assignment", "field not present for LOGICAL_DNS cluster")
         return None, None
     eps = c.load_assignment.endpoints
     if len(eps) != 1:
-        errs.add("load_assignment", "must contain exactly one locality for LOGICAL_DNS cluster")
+        errs.add(
+            "load_assignment.endpoints",
+            f"must contain exactly one locality for LOGICAL_DNS cluster, found {len(eps)}",
+        )
         return None, None
     lbes = eps[0].lb_endpoints
     if len(lbes) != 1:
         errs.add(
             "load_assignment.endpoints[0].lb_endpoints",
-            "must contain exactly one endpoint for LOGICAL_DNS cluster",
+            f"must contain exactly one endpoint for LOGICAL_DNS cluster, found {len(lbes)}",
         )
         return None, None
     lbe = lbes[0]
@@ -228,10 +232,36 @@ def _logical_dns(c: Any, errs: Errors) -> tuple[str | None, int | None]:
     if sa.WhichOneof("port_specifier") != "port_value":
         errs.add(f"{p}.port_value", "field not present")
         ok = False
-    elif sa.port_value > 65535:
-        errs.add(f"{p}.port_value", "invalid port")
-        ok = False
     return (sa.address, sa.port_value) if ok else (None, None)
+
+
+def _check_upstream_tls_context(value: bytes, errs: Errors) -> None:
+    """C-core's context-free checks of an UpstreamTlsContext (A29): it must
+    parse and name a CA (a certificate provider instance or the system root
+    certs).  Whether the provider instance names exist in the bootstrap is
+    not checked here (the decoder has no bootstrap)."""
+    from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
+
+    p = f"transport_socket.typed_config.value[{UPSTREAM_TLS_CONTEXT}]"
+    ctx = tls_pb2.UpstreamTlsContext()
+    try:
+        ctx.ParseFromString(value)
+    except Exception:
+        errs.add(p, "can't decode UpstreamTlsContext")
+        return
+    common = ctx.common_tls_context
+    candidates = [common.validation_context]
+    if common.HasField("combined_validation_context"):
+        combined = common.combined_validation_context
+        candidates.append(combined.default_validation_context)
+        if combined.HasField("validation_context_certificate_provider_instance"):
+            return
+    if common.HasField("validation_context_certificate_provider_instance"):
+        return
+    for vc in candidates:
+        if vc.HasField("ca_certificate_provider_instance") or vc.HasField("system_root_certs"):
+            return
+    errs.add(f"{p}.common_tls_context", "no CA certificate provider instance configured")
 
 
 def _validate_outlier_detection(od: Any, errs: Errors) -> None:

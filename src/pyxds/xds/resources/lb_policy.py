@@ -244,14 +244,5 @@ def convert_legacy_lb_policy(cluster: Any, errs: Errors) -> list[dict[str, Any]]
                 }
             }
         ]
-    errs.add("lb_policy", f"LB policy {_lb_name(lb)} is not supported")
+    errs.add("lb_policy", "LB policy is not supported")  # C-core's words
     return None
-
-
-def _lb_name(value: int) -> str:
-    from envoy.config.cluster.v3 import cluster_pb2
-
-    try:
-        return cluster_pb2.Cluster.LbPolicy.Name(value)
-    except ValueError:
-        return str(value)
