@@ -374,3 +374,13 @@ def test_update_changing_an_endpoint_address_set_keeps_the_shared_connection_ser
     b = sc(helper, B)
     assert not b.shut_down and set(picks(helper, 3)) == {B}
     assert helper.state is READY
+
+
+def test_resolver_error_after_an_empty_list_keeps_the_empty_list_error():
+    """C-core RoundRobin::UpdateLocked: once any list was applied (the empty
+    one included), a resolver error keeps the existing list and its state."""
+    policy, helper = make(eps(A))
+    status = update(policy, [])
+    n = len(helper.states)
+    policy.resolver_error(Status(UNAVAILABLE, "resolver down"))
+    assert len(helper.states) == n and helper.last.status == status

@@ -42,7 +42,8 @@ Rules
   and RPCs queue until a new endpoint is READY.)
 * An empty list is rejected: TRANSIENT_FAILURE "empty address list" and the
   status returned from ``update`` (the caller re-resolves).  A resolver
-  error is reported only while there are no children.
+  error is reported only before the first address list (an empty one
+  included): after that the last list stays in use (C-core).
 * A state is reported only when it (or its picker's READY set, or its
   error) changed.
 """
@@ -201,6 +202,7 @@ class RoundRobin(LoadBalancer):
         self._reported_key: tuple[Any, ...] | None = None
         self._shutdown = False
         self._updating = False
+        self._has_list = False  # an address list (even empty) was applied
 
     # -- introspection (tests, config dumps) -----------------------------------
     @property
@@ -220,6 +222,7 @@ class RoundRobin(LoadBalancer):
             self.resolver_error(update.endpoints)
             return update.endpoints
         endpoints = _unique_endpoints(update.endpoints)
+        self._has_list = True
         if not endpoints:
             note = update.resolution_note
             status = Status(
@@ -262,7 +265,7 @@ class RoundRobin(LoadBalancer):
         return None
 
     def resolver_error(self, status: Status) -> None:
-        if not self._shutdown and not self._children:
+        if not self._shutdown and not self._has_list:
             self._report(_TF, status, FailPicker(status), key=(_TF, status))
 
     def exit_idle(self) -> None:
