@@ -36,6 +36,12 @@ def hcm_rds(name: str = "route-1", source: str = "ads") -> hcm_pb2.HttpConnectio
     return hcm
 
 
+HCM_PATH = (
+    "api_listener.api_listener.value["
+    "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager]"
+)
+
+
 def listener(hcm: hcm_pb2.HttpConnectionManager | None, name: str = "lis") -> bytes:
     lis = listener_pb2.Listener(name=name)
     if hcm is not None:
@@ -72,10 +78,7 @@ def test_rds_config_source_self_is_accepted():
 
 def test_rds_config_source_other_than_ads_or_self_is_rejected():
     err = decode_err(listener(hcm_rds(source="path")))
-    assert (
-        "api_listener.api_listener.rds.config_source: ConfigSource does not specify ADS or SELF"
-        in err
-    )
+    assert f"{HCM_PATH}.rds.config_source: ConfigSource does not specify ADS or SELF" in err
 
 
 def test_rds_config_source_missing_is_rejected():
@@ -106,7 +109,7 @@ def test_inline_route_config_error_names_the_nested_field():
     r.route.weighted_clusters.clusters.add(name="a").weight.value = 0
     err = decode_err(listener(hcm))
     assert (
-        "api_listener.api_listener.route_config.virtual_hosts[0].routes[0]"
+        f"{HCM_PATH}.route_config.virtual_hosts[0].routes[0]"
         ".route.weighted_clusters: no valid clusters specified" in err
     )
 
@@ -129,13 +132,21 @@ def test_xff_trusted_hops_and_ip_detection_are_rejected():
     hcm.xff_num_trusted_hops = 1
     hcm.original_ip_detection_extensions.add(name="x")
     err = decode_err(listener(hcm))
-    assert "api_listener.api_listener.xff_num_trusted_hops: must be zero" in err
-    assert "api_listener.api_listener.original_ip_detection_extensions: must be empty" in err
+    assert f"{HCM_PATH}.xff_num_trusted_hops: must be zero" in err
+    assert f"{HCM_PATH}.original_ip_detection_extensions: must be empty" in err
 
 
 def test_listener_without_api_listener_decodes_as_not_api_listener():
-    lis = decode_ok(listener(None))
+    tcp = listener_pb2.Listener(name="lis")
+    tcp.address.socket_address.address = "0.0.0.0"
+    tcp.address.socket_address.port_value = 8080
+    lis = decode_ok(tcp.SerializeToString())
     assert lis == Listener("lis", api_listener=False)
+
+
+def test_listener_with_neither_address_nor_api_listener_is_rejected():
+    """C-core XdsListenerTest.NeitherAddressNotApiListener."""
+    assert decode_err(listener(None)) == "Listener has neither address nor ApiListener"
 
 
 def test_api_listener_of_other_type_is_rejected():

@@ -2,8 +2,9 @@
 
 Rules:
 
-* A Listener without ``api_listener`` (a server/socket listener) decodes to
-  ``Listener(name, api_listener=False)``; the resolver reports it.
+* A Listener without ``api_listener`` but with an ``address`` (a server
+  listener) decodes to ``Listener(name, api_listener=False)``; the resolver
+  reports it.  With neither, it is an error (as C-core).
 * ``api_listener.api_listener`` must hold an ``HttpConnectionManager``.
 * Exactly one of ``rds`` (its ``config_source`` must be ``ads`` or ``self``)
   and ``route_config`` (validated as an RDS resource would be).
@@ -61,6 +62,8 @@ def decode_listener(data: bytes) -> tuple[str | None, Any, str | None]:
         return None, None, f"could not parse Listener: {err}"
     name = lis.name
     if not lis.HasField("api_listener"):
+        if not lis.HasField("address"):  # C-core's words
+            return name, None, "Listener has neither address nor ApiListener"
         return name, Listener(name, api_listener=False), None
     errs = Errors()
     resource = _parse_api_listener(lis, errs)
@@ -79,7 +82,8 @@ def _parse_api_listener(lis: Any, errs: Errors) -> Listener | None:
     hcm = unpack(any_msg, http_connection_manager_pb2.HttpConnectionManager, path, errs)
     if hcm is None:
         return None
-    return parse_http_connection_manager(hcm, lis.name, errs, path)
+    # Fields inside the HCM are named as C-core names them.
+    return parse_http_connection_manager(hcm, lis.name, errs, f"{path}.value[{HCM_TYPE}]")
 
 
 def parse_http_connection_manager(hcm: Any, name: str, errs: Errors, path: str) -> Listener:
