@@ -151,14 +151,14 @@ def test_nack_keeps_last_good_resource_and_server_sees_reason(server):
         good = watcher.next_resource()
         server.set_snapshot(snapshot(bad_cluster=True))
         kind, status = watcher.next()
-        assert kind == "ambient" and "STATIC" in status.details
+        assert kind == "ambient" and "unknown discovery type" in status.details
         wait_until(lambda: server.nacks("CDS"), what="a NACK")
         nack = server.nacks("CDS")[0]
-        assert "backend" in nack.error_message and "STATIC" in nack.error_message
+        assert "backend" in nack.error_message and "unknown discovery type" in nack.error_message
         (entry,) = client.dump()["generic_xds_configs"]
         assert entry["client_status"] == "NACKED"
         assert entry["xds_config"]["name"] == good.name
-        assert "STATIC" in entry["error_state"]["details"]
+        assert "unknown discovery type" in entry["error_state"]["details"]
 
 
 def test_server_restart_on_same_port_client_reconnects_and_keeps_cache(server):
