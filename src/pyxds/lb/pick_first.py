@@ -74,14 +74,15 @@ trying; if it is in TRANSIENT_FAILURE (backoff) count that as this pass's
 failed attempt and move on at once.  A failure reported by an address the
 pass has not reached yet does not count: the pass judges it by its state
 when it gets there, so one whose backoff ended meanwhile is tried (C-core
-grpc#38714, grpc#40162).  Unless it is the last address, a CONNECTION_ATTEMPT_DELAY timer
-starts; when it fires, the next address is tried while the earlier attempt
-continues.  A failure of the frontier cancels the timer and moves on at
-once.  The pass is complete when the frontier ran off the end *and* every
-subchannel has failed at least once in this pass.  Any subchannel that
-reports READY at any time wins.  An attempted subchannel that falls back to
-IDLE without failing (the attempt ended) is asked to connect again, so the
-policy never stops trying (TRAPS.md, grpc#38714).
+grpc#38714, grpc#40162).  Unless it is the last address, a
+CONNECTION_ATTEMPT_DELAY timer starts; when it fires, the next address is
+tried while the earlier attempt continues.  A failure of the frontier
+cancels the timer and moves on at once.  The pass is complete when the
+frontier ran off the end *and* every subchannel has failed at least once in
+this pass.  Any subchannel that reports READY at any time wins.  An
+attempted subchannel that falls back to IDLE without failing (the attempt
+ended) is asked to connect again, so the policy never stops trying
+(TRAPS.md, grpc#38714).
 
 Address order (A61 "Address List Handling in pick_first"): shuffle the
 endpoints when configured (once per update; reconnection reuses that
@@ -94,9 +95,18 @@ new list are kept (their state is known), as C-core gets from its
 subchannel pool.  Subchannels never report SHUTDOWN to their owner; such a
 report is ignored.
 
-Deviation from C-core, documented: an update with exactly the same ordered
-address list as the current one is a no-op (C-core restarts the pass and
-re-reports), so that "the same config twice is a no-op" (TRAPS.md).
+Under a petiole policy (round_robin, A61) the TRANSIENT_FAILURE status is
+the last subchannel error alone (``omit_status_prefix``); the parent adds
+its own words, as C-core's internal channel arg does.
+
+Deviations from C-core, documented:
+
+* an update with exactly the same ordered address list as the current one
+  is a no-op (C-core restarts the pass and re-reports), so that "the same
+  config twice is a no-op" (TRAPS.md);
+* a resolver error while in TRANSIENT_FAILURE replaces the failing picker's
+  status with the resolver's (grpc-go); C-core keeps using the last list
+  and its connection-failure text.
 """
 
 from __future__ import annotations
@@ -377,8 +387,9 @@ class PickFirst(LoadBalancer):
         return None
 
     def resolver_error(self, status: Status) -> None:
-        """A62/C-core: an error replaces nothing that works.  Reported only
-        when there is no address list, or while in TRANSIENT_FAILURE."""
+        """An error replaces nothing that works: reported only when there is
+        no address list (as C-core), or while in TRANSIENT_FAILURE (as
+        grpc-go; see the module docstring's deviations)."""
         if self._phase is Phase.SHUTDOWN:
             return
         if self._phase is Phase.NO_ADDRESSES or self._reported is _TF:
