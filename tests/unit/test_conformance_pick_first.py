@@ -696,3 +696,31 @@ def test_shuffled_order_is_stable_across_reconnects_without_an_update():
         first.set_state(IDLE)
         policy.exit_idle()
         assert policy.addresses == order
+
+
+def test_failure_before_the_timer_restarts_the_delay_for_the_next_address():
+    """grpc-go TestPickFirstLeaf_HappyEyeballs_TF_ThenTimerFires; A61: the
+    timer is cancelled on failure and a new one starts with the next attempt."""
+    policy, helper = make(A, B, C)
+    sc(helper, A).set_state(CONNECTING)
+    helper.clock.advance(0.1)
+    fail(helper, A)
+    assert sc(helper, B).connect_calls == 1
+    helper.clock.advance(CONNECTION_ATTEMPT_DELAY - 0.1)  # t = 0.25: old deadline
+    assert sc(helper, C).connect_calls == 0
+    helper.clock.advance(0.1)  # t = 0.35 = 0.1 + 0.25
+    assert sc(helper, C).connect_calls == 1
+    assert not policy.timer_pending
+
+
+def test_timer_is_not_started_when_the_frontier_reaches_the_last_address_by_failure():
+    """grpc-go TestPickFirstLeaf_HappyEyeballs_TF_AfterEndOfList: failures
+    move to the last address without a timer; TF only after every failure."""
+    policy, helper = make(A, B)
+    fail(helper, A)
+    assert sc(helper, B).connect_calls == 1 and not policy.timer_pending
+    sc(helper, B).set_state(CONNECTING)
+    helper.clock.advance(5)
+    assert helper.state is CONNECTING
+    fail(helper, B)
+    assert helper.state is TF
