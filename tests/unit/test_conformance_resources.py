@@ -18,6 +18,7 @@ from envoy.config.route.v3 import route_components_pb2 as rc_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2
 from envoy.extensions.filters.http.fault.v3 import fault_pb2
+from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
@@ -891,3 +892,89 @@ def test_unknown_transport_socket_type_in_c_core_words():
         "transport_socket.typed_config.value[envoy.config.cluster.v3.Cluster].type_url: "
         "unsupported transport socket type"
     ) in _err(CLUSTER, c)
+
+
+# ---------------------------------------------------------------- LDS, C-core's words
+
+HCM_VALUE = (
+    "api_listener.api_listener.value["
+    "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager]"
+)
+
+
+def test_listener_with_neither_address_nor_api_listener_is_nacked():
+    """C-core XdsListenerTest.NeitherAddressNotApiListener."""
+    err = _err(LISTENER, listener_pb2.Listener(name="foo"))
+    assert err == "Listener has neither address nor ApiListener"
+
+
+def _hcm_listener(*filters) -> listener_pb2.Listener:
+    hcm = hcm_pb2.HttpConnectionManager()
+    hcm.rds.route_config_name = "rds_name"
+    hcm.rds.config_source.self.SetInParent()
+    for name, msg, optional in filters:
+        f = hcm.http_filters.add(name=name, is_optional=optional)
+        f.typed_config.Pack(msg)
+    lis = listener_pb2.Listener(name="foo")
+    lis.api_listener.api_listener.Pack(hcm)
+    return lis
+
+
+def test_http_filter_type_not_supported_in_c_core_words():
+    """C-core HttpConnectionManagerTest.HttpFilterTypeNotSupported."""
+    err = _err(LISTENER, _hcm_listener(("router", listener_pb2.Listener(), False)))
+    assert (
+        f"{HCM_VALUE}.http_filters[0].typed_config.value[envoy.config.listener.v3.Listener]: "
+        "unsupported filter type"
+    ) in err
+
+
+def test_server_only_filter_on_client_in_c_core_words():
+    """C-core HttpConnectionManagerClientOrServerOnlyTest.HttpFilterNotSupportedOnClient
+    (and ...ButOptional: skipped)."""
+    err = _err(
+        LISTENER,
+        _hcm_listener(("rbac", rbac_pb2.RBAC(), False), ("router", router_pb2.Router(), False)),
+    )
+    assert (
+        f"{HCM_VALUE}.http_filters[0].typed_config.value[envoy.extensions.filters.http.rbac.v3"
+        ".RBAC]: filter is not supported on clients"
+    ) in err
+    got = _ok(
+        LISTENER,
+        _hcm_listener(("rbac", rbac_pb2.RBAC(), True), ("router", router_pb2.Router(), False)),
+    )
+    assert [f.name for f in got.http_filters] == ["router"]
+
+
+def test_terminal_filter_not_last_reports_both_problems():
+    """C-core HttpConnectionManagerTest.TerminalFilterNotLast (client)."""
+    err = _err(
+        LISTENER,
+        _hcm_listener(
+            ("router", router_pb2.Router(), False), ("fault", fault_pb2.HTTPFault(), False)
+        ),
+    )
+    assert (
+        "terminal filter for config type envoy.extensions.filters.http.router.v3.Router must be "
+        "the last filter in the chain"
+    ) in err
+    assert (
+        "non-terminal filter for config type envoy.extensions.filters.http.fault.v3.HTTPFault "
+        "is the last filter in the chain"
+    ) in err
+
+
+def test_rds_config_source_errors_name_the_hcm_field():
+    """C-core HttpConnectionManagerTest.RdsConfigSourceNotAdsOrSelf / NotSet."""
+    lis = _hcm_listener(("router", router_pb2.Router(), False))
+    hcm = hcm_pb2.HttpConnectionManager()
+    lis.api_listener.api_listener.Unpack(hcm)
+    hcm.rds.config_source.path_config_source.path = "/foo/bar"
+    lis.api_listener.api_listener.Pack(hcm)
+    assert f"{HCM_VALUE}.rds.config_source: ConfigSource does not specify ADS or SELF" in _err(
+        LISTENER, lis
+    )
+    hcm.rds.ClearField("config_source")
+    lis.api_listener.api_listener.Pack(hcm)
+    assert f"{HCM_VALUE}.rds.config_source: field not present" in _err(LISTENER, lis)

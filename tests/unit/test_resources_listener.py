@@ -227,7 +227,8 @@ def test_unknown_required_filter_is_rejected():
     f.typed_config.Pack(rbac_pb2.RBAC())
     hcm.http_filters.insert(0, f)
     err = decode_err(listener(hcm))
-    assert "http_filters[0].typed_config: unsupported filter type" in err
+    assert "http_filters[0].typed_config.value[" in err
+    assert "filter is not supported on clients" in err
     assert "envoy.extensions.filters.http.rbac.v3.RBAC" in err
 
 

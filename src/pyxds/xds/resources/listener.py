@@ -46,6 +46,9 @@ __all__ = ["decode_listener", "HTTP_FILTER_TYPES", "register_http_filter", "HCM_
 
 HCM_TYPE = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 ROUTER_TYPE = ROUTER_FILTER_TYPE
+# Filters gRPC implements for servers only (C-core: "filter is not supported
+# on clients").
+SERVER_ONLY_FILTER_TYPES = frozenset({"envoy.extensions.filters.http.rbac.v3.RBAC"})
 
 
 def register_http_filter(type_name_: str, terminal: bool = False) -> None:
@@ -159,7 +162,12 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str) -> tuple[HttpFilter, 
         if terminal is None:
             if f.is_optional:
                 continue
-            errs.add(f"{p}.typed_config", f"unsupported filter type {tname!r}")
+            errs.add(
+                f"{p}.typed_config.value[{tname}]",
+                "filter is not supported on clients"
+                if tname in SERVER_ONLY_FILTER_TYPES
+                else "unsupported filter type",
+            )
             continue
         if tname == FAULT_FILTER_TYPE and not valid_fault_config(
             any_msg, f"{p}.typed_config", errs
