@@ -301,12 +301,14 @@ def channel(target):
         channels[target] = grpc.insecure_channel(target)
     return channels[target]
 
-def call(target, method, metadata, timeout, wfr):
+def call(target, method, metadata, timeout, wfr, details=False):
     try:
         reply = channel(target).unary_unary(method)(
             b"", timeout=timeout, metadata=metadata or None, wait_for_ready=wfr)
         return reply.decode()
     except grpc.RpcError as e:
+        if details:
+            return "error:" + e.code().name + ": " + (e.details() or "")
         return "error:" + e.code().name
 
 for line in sys.stdin:
@@ -315,7 +317,9 @@ for line in sys.stdin:
     md = [tuple(x) for x in cmd.get("metadata", [])]
     if cmd["op"] == "call":
         for _ in range(cmd["n"]):
-            counts[call(cmd["target"], cmd["method"], md, cmd["timeout"], cmd["wfr"])] += 1
+            got = call(cmd["target"], cmd["method"], md, cmd["timeout"], cmd["wfr"],
+                       cmd.get("details", False))
+            counts[got] += 1
     elif cmd["op"] == "until":
         deadline = time.monotonic() + cmd["timeout"]
         start = time.monotonic()
@@ -385,8 +389,11 @@ class CoreXdsClient:
         target: str = TARGET,
         timeout: float = 5.0,
         wait_for_ready: bool = True,
+        details: bool = False,
     ) -> collections.Counter:
+        """``details``: failures as ``error:CODE: details``."""
         cmd = {
+            "details": details,
             "op": "call",
             "n": n,
             "method": method,
@@ -421,6 +428,7 @@ def pyxds_calls(
     metadata: list[tuple[str, str]] | None = None,
     timeout: float = 5.0,
     wait_for_ready: bool = True,
+    details: bool = False,
 ) -> collections.Counter:
     """The same as CoreXdsClient.call, on a pyxds (or any grpc) channel."""
     counts: collections.Counter = collections.Counter()
@@ -431,7 +439,10 @@ def pyxds_calls(
                 mc(b"", timeout=timeout, metadata=metadata, wait_for_ready=wait_for_ready).decode()
             ] += 1
         except grpc.RpcError as err:
-            counts["error:" + err.code().name] += 1
+            text = "error:" + err.code().name
+            if details:
+                text += ": " + (err.details() or "")
+            counts[text] += 1
     return counts
 
 
