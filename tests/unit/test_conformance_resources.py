@@ -978,3 +978,20 @@ def test_rds_config_source_errors_name_the_hcm_field():
     hcm.rds.ClearField("config_source")
     lis.api_listener.api_listener.Pack(hcm)
     assert f"{HCM_VALUE}.rds.config_source: field not present" in _err(LISTENER, lis)
+
+
+def test_registering_a_filter_type_makes_its_overrides_valid_even_for_remembered_rds():
+    """RDS results are memoized by bytes; a newly supported filter type must
+    not leave a remembered NACK behind."""
+    from pyxds.xds.resources import MEMO_MIN_BYTES, listener
+
+    rc = rc_with(*[route(f"/svc{i}/", f"c{i}") for i in range(MEMO_MIN_BYTES // 20)])
+    _override(rc.virtual_hosts[0].routes[0], "x", "type.googleapis.com/some.new.Filter")
+    assert len(rc.SerializeToString()) >= MEMO_MIN_BYTES
+    assert "unsupported filter type" in _err(ROUTE_CONFIG, rc)
+    try:
+        listener.register_http_filter("some.new.Filter")
+        _ok(ROUTE_CONFIG, rc)
+    finally:
+        listener.HTTP_FILTER_TYPES.pop("some.new.Filter", None)
+        ROUTE_CONFIG.clear_memo()

@@ -54,6 +54,11 @@ SERVER_ONLY_FILTER_TYPES = frozenset({"envoy.extensions.filters.http.rbac.v3.RBA
 def register_http_filter(type_name_: str, terminal: bool = False) -> None:
     """Declare an HTTP filter config type supported by the client (A39)."""
     HTTP_FILTER_TYPES[type_name_] = terminal
+    # RDS results are memoized by their bytes, and typed_per_filter_config
+    # validity depends on the supported types: forget them.
+    from pyxds.xds.resources import ROUTE_CONFIG
+
+    ROUTE_CONFIG.clear_memo()
 
 
 def decode_listener(data: bytes) -> tuple[str | None, Any, str | None]:
