@@ -430,15 +430,16 @@ def test_undecodable_and_wrongly_typed_resources_are_nacked():
     assert f'resource index 2: incorrect resource type "{CDS}"' in nack.error_detail.message
 
 
-def test_duplicate_resource_name_in_response_is_nacked():
+def test_duplicate_resource_name_in_response_is_applied_in_order_not_nacked():
+    """C-core ParseResource has no duplicate check: each copy is applied."""
     state, _ = make_state()
     watcher = RecordingWatcher()
     state.add_watcher(EDS, "e", watcher)
     connected_stream(state)
     state.on_response(response(EDS, "1", "n1", ("e", "v1"), ("e", "v2")))
-    (nack,) = state.take_requests()
-    assert 'duplicate resource name "e"' in nack.error_detail.message
-    assert watcher.take() == [("changed", res(EDS, "e", "v1"))]
+    (ack,) = state.take_requests()
+    assert not ack.HasField("error_detail") and ack.version_info == "1"
+    assert watcher.take() == [("changed", res(EDS, "e", "v1")), ("changed", res(EDS, "e", "v2"))]
 
 
 def test_resources_nobody_subscribed_are_ignored():

@@ -490,9 +490,8 @@ class AdsState:
             if name is None:
                 errors.append(f"resource index {index}: {result.error or 'cannot decode'}")
                 continue
-            if name in seen:
-                errors.append(f'resource index {index}: {name}: duplicate resource name "{name}"')
-                continue
+            # A name sent twice is applied twice, in order (as C-core does):
+            # no NACK for the repetition itself.
             seen.add(name)
             if result.error is not None:
                 errors.append(f"resource index {index}: {name}: {result.error}")
