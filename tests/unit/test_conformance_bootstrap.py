@@ -221,3 +221,16 @@ def test_invalid_json_is_an_error_naming_the_source(tmp_path):
     f = tmp_path / "b.json"
     f.write_text("{not json")
     assert str(f) in error_of(str(f))
+
+
+def test_unknown_certificate_provider_plugin_is_an_error():
+    """C-core CertificateProviderStore: "Unrecognized plugin name"."""
+    cfg = {
+        "xds_servers": [SERVER],
+        "certificate_providers": {"p": {"plugin_name": "fancy", "config": {}}},
+    }
+    assert 'certificate_providers["p"].plugin_name: Unrecognized plugin name: fancy' in (
+        error_of(cfg)
+    )
+    cfg["certificate_providers"]["p"]["plugin_name"] = "file_watcher"
+    assert load_bootstrap(cfg).certificate_providers["p"]["plugin_name"] == "file_watcher"

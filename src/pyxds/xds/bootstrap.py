@@ -53,6 +53,8 @@ __all__ = [
 ENV_BOOTSTRAP_FILE = "GRPC_XDS_BOOTSTRAP"
 ENV_BOOTSTRAP_CONFIG = "GRPC_XDS_BOOTSTRAP_CONFIG"
 SUPPORTED_CHANNEL_CREDS = ("insecure", "tls")
+CERTIFICATE_PROVIDER_PLUGINS = frozenset({"file_watcher"})
+"""Certificate provider plugins gRPC knows (C-core rejects a bootstrap naming another)."""
 CLIENT_FEATURES = ("envoy.lb.does_not_support_overprovisioning", "xds.config.resource-in-sotw")
 XDSTP_LISTENER_TEMPLATE = "xdstp://{authority}/envoy.config.listener.v3.Listener/%s"
 
@@ -434,7 +436,9 @@ def _parse_certificate_providers(data: Mapping, errs: _Errs) -> FrozenJson:
         if not isinstance(prov, Mapping):
             errs.add(p, f"is not an object (got {_type(prov)})")
             continue
-        _get(prov, "plugin_name", str, f"{p}.plugin_name", errs, required=True)
+        plugin = _get(prov, "plugin_name", str, f"{p}.plugin_name", errs, required=True)
+        if plugin is not None and plugin not in CERTIFICATE_PROVIDER_PLUGINS:
+            errs.add(f"{p}.plugin_name", f"Unrecognized plugin name: {plugin}")  # C-core
         _get(prov, "config", dict, f"{p}.config", errs)
     return FrozenJson(raw)
 
