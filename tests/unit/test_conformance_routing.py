@@ -206,8 +206,12 @@ def test_range_matcher_start_inclusive_end_exclusive_and_integer_only():
     assert not matches(m, [("n", "")])
 
 
-def test_header_names_are_matched_case_insensitively_against_lower_case_metadata():
-    assert matches(exact("X-Custom", "v"), [("x-custom", "v")])
+def test_header_matcher_name_is_used_as_given_like_c_core():
+    """Differential with grpcio 1.85.1 C-core (and grpc-go's map lookup): a
+    matcher named "X-Custom" does not see the (lower-case) "x-custom" key."""
+    assert not matches(exact("X-Custom", "v"), [("x-custom", "v")])
+    assert matches(HeaderMatcher("X-Custom", "present", present_match=False), [("x-custom", "v")])
+    assert matches(exact("x-custom", "v"), [("x-custom", "v")])
 
 
 def test_all_header_matchers_of_a_route_must_match():

@@ -32,7 +32,9 @@ of the number of routes; header-matched routes cost one check each, only
 for the routes whose path part matched.
 
 Header rules (A28 latest): only custom metadata is visible; keys ending in
-``-bin`` are invisible; ``content-type`` reads as ``application/grpc``;
+``-bin`` are invisible; ``content-type`` reads as ``application/grpc``; the
+matcher's name is used as given (metadata keys are lower case, so a name with
+upper-case letters finds nothing, as in C-core and grpc-go);
 several values of one key are joined with ``","``.  An absent header fails
 every matcher but ``present_match: false``; ``invert_match`` never turns an
 absent header into a match (TRAPS: grpc-go#4902).  ``runtime_fraction``
@@ -223,7 +225,9 @@ class RouteTable(Generic[T]):
             fraction = None
             if match.runtime_fraction is not None:
                 fraction = match.runtime_fraction.per_million
-            headers = tuple((h.name.lower(), h) for h in match.headers)
+            # Names are looked up as given, like C-core and grpc-go: metadata
+            # keys are lower case, so a matcher naming "X-Env" sees no header.
+            headers = tuple((h.name, h) for h in match.headers)
             entry = _Entry(index, headers, fraction, payload)
             self._entries.append(entry)
             spec = match.path_specifier
