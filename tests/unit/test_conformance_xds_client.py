@@ -384,3 +384,63 @@ def test_does_not_exist_then_resource_arrives_then_absence_deletes():
     state.on_response(response(CDS, "1", "n1", ("c", "v")))
     assert watcher.take() == [("changed", res(CDS, "c", "v"))]
     assert entry(state, "c").state is CacheState.ACKED
+
+
+def test_nacked_uncached_resource_gets_a_timer_again_on_the_next_stream():
+    """A57: on a restarted stream the timeout applies again to every resource
+    not already cached (C-core ResourceTimer: not cached, not DOES_NOT_EXIST)."""
+    state, clock = make_state()
+    watcher = RecordingWatcher()
+    state.add_watcher(CDS, "c", watcher)
+    connected_stream(state)
+    state.on_response(response(CDS, "1", "n1", ("c", INVALID)))
+    state.take_requests()  # the NACK: no new timer on this stream
+    assert not state.timer_pending(CDS, "c")
+    assert [k for k, _ in watcher.take()] == ["changed"]
+    state.on_stream_closed(Status(grpc.StatusCode.UNAVAILABLE, "x"))
+    connected_stream(state)
+    assert state.timer_pending(CDS, "c")
+    clock.advance(RESOURCE_TIMEOUT)
+    ((kind, status),) = watcher.take()
+    assert kind == "changed" and status.code == grpc.StatusCode.NOT_FOUND
+    assert entry(state, "c").state is CacheState.DOES_NOT_EXIST
+
+
+def test_nacked_resource_resent_on_the_next_stream_cancels_its_timer():
+    state, clock = make_state()
+    watcher = RecordingWatcher()
+    state.add_watcher(CDS, "c", watcher)
+    connected_stream(state)
+    state.on_response(response(CDS, "1", "n1", ("c", INVALID)))
+    state.on_stream_closed(Status(grpc.StatusCode.UNAVAILABLE, "x"))
+    connected_stream(state)
+    watcher.take()
+    state.on_response(response(CDS, "1", "n1", ("c", INVALID)))
+    assert not state.timer_pending(CDS, "c")
+    clock.advance(RESOURCE_TIMEOUT * 2)
+    assert watcher.take() == []  # the same NACK again: nothing new
+
+
+def test_does_not_exist_resource_gets_no_new_timer_on_the_next_stream():
+    state, clock = make_state()
+    state.add_watcher(EDS, "e", RecordingWatcher())
+    connected_stream(state)
+    clock.advance(RESOURCE_TIMEOUT)
+    state.on_stream_closed(Status(grpc.StatusCode.UNAVAILABLE, "x"), had_response=True)
+    connected_stream(state)
+    assert not state.timer_pending(EDS, "e")
+
+
+def test_transient_timeout_repeated_on_a_later_stream_is_not_reported_twice():
+    state, clock = make_state(resource_timer_is_transient_error=True)
+    watcher = RecordingWatcher()
+    state.add_watcher(LDS, "a", watcher)
+    connected_stream(state)
+    clock.advance(30)
+    assert [k for k, _ in watcher.take()] == ["changed"]
+    state.on_stream_closed(Status(grpc.StatusCode.UNAVAILABLE, "x"), had_response=True)
+    connected_stream(state)
+    assert state.timer_pending(LDS, "a")  # TIMEOUT is not DOES_NOT_EXIST: try again
+    clock.advance(30)
+    assert watcher.take() == []
+    assert entry(state, "a").state is CacheState.TIMEOUT

@@ -61,8 +61,10 @@ Rules:
   connected; bound to the stream generation and cancelled when the stream
   ends or the resource (valid or not) arrives.  Expiry: ``DOES_NOT_EXIST``
   with NOT_FOUND, or with ``resource_timer_is_transient_error`` (30 s)
-  ``TIMEOUT`` with UNAVAILABLE.  Never restarted for a name that already
-  has a resource or an outcome.
+  ``TIMEOUT`` with UNAVAILABLE.  Not started for a name that has a cached
+  resource, is ``DOES_NOT_EXIST``, or was named by a response of the current
+  stream; a NACKed name without a resource gets a timer again on the next
+  stream (A57: "only if the resource is not already cached"; C-core).
 * A stream that closes after a response is routine: nobody is told.  One
   that closes (or never connects) before any response is a connectivity
   error: ``on_ambient_error`` for watchers of cached resources,
@@ -218,6 +220,7 @@ class _Entry:
         "nack",
         "timer",
         "sent_generation",
+        "seen_generation",
     )
 
     def __init__(self, type_url: str, name: str) -> None:
@@ -236,6 +239,8 @@ class _Entry:
         self.nack: NackInfo | None = None
         self.timer: Timer | None = None
         self.sent_generation = -1
+        # Generation of the stream whose response last named this entry.
+        self.seen_generation = -1
 
     def cancel_timer(self) -> None:
         if self.timer is not None:
@@ -499,6 +504,7 @@ class AdsState:
             if entry is None:
                 continue  # not subscribed: ignore
             entry.cancel_timer()
+            entry.seen_generation = self._generation
             if result.error is not None:
                 self._nacked(entry, short, result.error, response.version_info, now)
             else:
@@ -515,6 +521,7 @@ class AdsState:
             entry = ts.entries.get(name)
             if entry is not None:
                 entry.cancel_timer()
+                entry.seen_generation = self._generation
                 self._received_error(entry, short, resource_error.error_detail, response, now)
         if getattr(resource_type, "all_resources_required_in_sotw", False):
             for entry in list(ts.entries.values()):
@@ -693,7 +700,8 @@ class AdsState:
             not self._connected
             or entry.timer is not None
             or entry.sent_generation != self._generation
-            or entry.state is not CacheState.REQUESTED
+            or entry.seen_generation == self._generation
+            or entry.state is CacheState.DOES_NOT_EXIST
             or entry.resource is not None
         ):
             return
@@ -712,7 +720,8 @@ class AdsState:
             or ts is None
             or ts.entries.get(entry.name) is not entry
             or entry.resource is not None
-            or entry.state is not CacheState.REQUESTED
+            or entry.seen_generation == generation
+            or entry.state is CacheState.DOES_NOT_EXIST
         ):
             return  # a timer of an older stream or a satisfied entry
         short = _short_name(self._types.get(entry.type_url), entry.type_url)
@@ -728,6 +737,8 @@ class AdsState:
                 grpc.StatusCode.NOT_FOUND, f"{short} resource {entry.name} does not exist"
             )
         _log.info("xDS server %s: %s", self._server.server_uri, status.details)
+        if entry.error == status:
+            return  # the same outcome again (a later stream's timer)
         entry.error = status
         self._notify(entry, "changed", status)
 
