@@ -214,9 +214,9 @@ def test_close_cancels_rpcs_in_flight_and_fails_new_ones(generic):
             future.result(5)
         assert info.value.code() is grpc.StatusCode.CANCELLED
     assert time.monotonic() - start < 2
-    with pytest.raises(grpc.RpcError) as info:
+    # an RPC invoked after close raises ValueError, as on grpcio's channels
+    with pytest.raises(ValueError, match="Cannot invoke RPC on closed channel!"):
         who(channel)
-    assert info.value.code() is grpc.StatusCode.CANCELLED
 
 
 def test_idle_timeout_releases_subchannels_and_next_rpc_reconnects(generic):

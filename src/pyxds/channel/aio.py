@@ -439,6 +439,8 @@ class _AioMultiCallable:
         return mc
 
     def _rpc(self, metadata: Any, timeout: Any, wait_for_ready: Any) -> Rpc:
+        if self._core.closed:  # grpc.aio's words for a call on a closed channel
+            raise grpc.aio.UsageError("Channel is closed.")
         self._channel._bind_loop()
         return self._core.new_rpc(self._method, _md_tuples(metadata), timeout, wait_for_ready)
 

@@ -128,12 +128,14 @@ class XdsChannel(grpc.Channel):
 
     # -- lifecycle -------------------------------------------------------
     def close(self) -> None:
-        """Cancel every RPC in flight, fail queued ones, release everything."""
+        """Cancel every RPC in flight, fail queued ones, release everything.
+        Like grpcio, subscriptions end here: no callback sees SHUTDOWN; an RPC
+        invoked after close raises ValueError."""
         with self._sub_lock:
             subscriptions, self._subscriptions = list(self._subscriptions.values()), {}
-        self._core.close()
         for on_state in subscriptions:
             self._core.remove_state_watcher(on_state)
+        self._core.close()
 
     def __enter__(self) -> XdsChannel:
         return self

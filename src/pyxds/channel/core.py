@@ -87,6 +87,9 @@ DEFAULT_IDLE_TIMEOUT = 30 * 60.0
 _MAX_REROUTES = 2
 DEADLINE_EXCEEDED = Status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 CHANNEL_CLOSED = Status(grpc.StatusCode.CANCELLED, "Channel closed!")
+#: grpcio's ValueError text for an RPC invoked on a closed sync channel
+CLOSED_CHANNEL_MESSAGE = "Cannot invoke RPC on closed channel!"
+CLOSED_CHANNEL_MESSAGE_ASYNC = "Cannot invoke RPC: Channel closed!"
 
 _TO_GRPC = {
     ConnectivityState.IDLE: grpc.ChannelConnectivity.IDLE,
@@ -301,7 +304,12 @@ class ChannelCore:
         with self._lock:
             self._active_calls -= 1
 
-    def new_rpc(self, path, metadata, timeout, wait_for_ready) -> Rpc:
+    def new_rpc(self, path, metadata, timeout, wait_for_ready, blocking: bool = True) -> Rpc:
+        """A new RPC's bookkeeping.  On a closed channel raises ValueError
+        with grpcio's words (its sync channels raise it at invocation; its
+        non-blocking calls, future() and streams, say it differently)."""
+        if self.closed:
+            raise ValueError(CLOSED_CHANNEL_MESSAGE if blocking else CLOSED_CHANNEL_MESSAGE_ASYNC)
         rpc = Rpc(self, path, metadata, timeout, wait_for_ready)
         self.call_started()
         return rpc

@@ -105,7 +105,7 @@ class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
     ) -> FutureCall:
-        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
+        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
 
         def start(transport: Transport, remaining: float | None) -> Any:
             return self._inner(transport).future(
@@ -132,7 +132,7 @@ class UnaryStreamMultiCallable(_Base, grpc.UnaryStreamMultiCallable):
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
     ) -> StreamingCall:
-        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
+        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
 
         def start(transport: Transport, remaining: float | None) -> Any:
             return self._inner(transport)(
@@ -196,7 +196,7 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
     ) -> FutureCall:
-        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
+        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
         replay = RequestReplay(request_iterator)
 
         def start(transport: Transport, remaining: float | None) -> Any:
@@ -224,7 +224,7 @@ class StreamStreamMultiCallable(_Base, grpc.StreamStreamMultiCallable):
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
     ) -> StreamingCall:
-        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
+        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
         replay = RequestReplay(request_iterator)
 
         def start(transport: Transport, remaining: float | None) -> Any:

@@ -209,7 +209,10 @@ class SyncTransport(Transport):
             self._channel.unsubscribe(self._deliver)
         except Exception:
             pass
-        self._channel.close()
+        # grpcio's close() joins its connectivity poller (100-200 ms): never
+        # on the serializer, where it stalled every state change and pick
+        # update of the channel (a failing subchannel reported TF 200 ms late).
+        threading.Thread(target=self._channel.close, name="pyxds-close", daemon=True).start()
 
 
 class AioTransport(Transport):

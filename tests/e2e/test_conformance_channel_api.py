@@ -1,0 +1,232 @@
+"""The channel's API behaves as grpcio's own channels do (grpcio 1.85.1 is
+the reference, run side by side here): close() semantics, connectivity
+reported to subscribe(), the Call objects of with_call / future, and
+errors raised before any RPC exists."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import grpc
+import pytest
+from channel_fixtures import SERVICE, Backend, free_port, wait_until
+
+import pyxds._api as pyxds
+import pyxds.aio as pyxds_aio
+
+FAST = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 200)]
+
+
+@pytest.fixture(scope="module")
+def backend():
+    b = Backend("api").start()
+    yield b
+    b.stop()
+
+
+def channels(address: str):
+    """(name, make) for grpcio's channel and pyxds's, to the same address."""
+    return [
+        ("grpcio", lambda: grpc.insecure_channel(address, options=FAST)),
+        ("pyxds", lambda: pyxds.insecure_channel(f"static:///{address}", options=FAST)),
+    ]
+
+
+def _outcome(fn):
+    try:
+        fn()
+    except grpc.RpcError as err:
+        return ("RpcError", err.code(), err.details())
+    except Exception as err:
+        return (type(err).__name__, str(err))
+    return ("ok",)
+
+
+def test_rpc_invoked_after_close_raises_like_grpcio(backend):
+    """grpcio: ValueError('Cannot invoke RPC on closed channel!') for every call kind."""
+    seen = {}
+    for name, make in channels(backend.address):
+        ch = make()
+        assert ch.unary_unary(f"/{SERVICE}/Who")(b"", timeout=5) == b"api"
+        ch.close()
+        seen[name] = [
+            _outcome(lambda ch=ch: ch.unary_unary(f"/{SERVICE}/Who")(b"", timeout=5)),
+            _outcome(lambda ch=ch: ch.unary_unary(f"/{SERVICE}/Who").future(b"", timeout=5)),
+            _outcome(lambda ch=ch: ch.unary_stream(f"/{SERVICE}/Stream")(b"1", timeout=5)),
+            _outcome(lambda ch=ch: ch.stream_unary(f"/{SERVICE}/Collect")(iter([b""]), timeout=5)),
+        ]
+    assert seen["pyxds"] == seen["grpcio"]
+    assert seen["grpcio"][0] == ("ValueError", "Cannot invoke RPC on closed channel!")
+
+
+def test_rpc_in_flight_at_close_is_cancelled_like_grpcio(backend):
+    codes = {}
+    for name, make in channels(backend.address):
+        ch = make()
+        assert ch.unary_unary(f"/{SERVICE}/Who")(b"", timeout=5)
+        future = ch.unary_unary(f"/{SERVICE}/Sleep").future(b"2", timeout=5)
+        time.sleep(0.2)
+        ch.close()
+        with pytest.raises(grpc.RpcError) as info:
+            future.result(3)
+        codes[name] = info.value.code()
+        assert "Channel closed!" in info.value.details()
+    assert codes["pyxds"] is codes["grpcio"] is grpc.StatusCode.CANCELLED
+
+
+def _states(make, seconds: float) -> list[str]:
+    ch = make()
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def on_state(state):
+        with lock:
+            seen.append(state.name)
+
+    ch.subscribe(on_state, try_to_connect=True)
+    time.sleep(seconds)
+    ch.close()
+    time.sleep(0.2)
+    with lock:
+        return list(seen)
+
+
+def test_subscribe_reports_the_same_states_as_grpcio_and_nothing_after_close(backend):
+    """Ready backend: IDLE, CONNECTING, READY; no SHUTDOWN callback after close
+    (grpcio ends subscriptions at close)."""
+    for name, make in channels(backend.address):
+        assert _states(make, 0.5) == ["IDLE", "CONNECTING", "READY"], name
+
+
+def test_subscribe_reports_transient_failure_for_a_dead_address_as_soon_as_grpcio():
+    """grpcio reports TRANSIENT_FAILURE within milliseconds of a refused
+    connection; pyxds too (closing the failed grpcio channel, which joins
+    grpcio's connectivity poller, no longer stalls the serializer 200 ms)."""
+    dead = f"127.0.0.1:{free_port()}"
+    got = {name: _states(make, 0.15) for name, make in channels(dead)}
+    assert got["pyxds"][:3] == got["grpcio"][:3] == ["IDLE", "CONNECTING", "TRANSIENT_FAILURE"]
+
+
+def test_many_dead_backends_report_transient_failure_without_serial_delays():
+    dead = ",".join(f"127.0.0.1:{free_port()}" for _ in range(6))
+    ch = pyxds.insecure_channel(
+        f"static:///{dead}", options=[("grpc.lb_policy_name", "round_robin")]
+    )
+    try:
+        failed = threading.Event()
+        ch.subscribe(
+            lambda s: failed.set() if s is grpc.ChannelConnectivity.TRANSIENT_FAILURE else None,
+            try_to_connect=True,
+        )
+        start = time.monotonic()
+        assert failed.wait(3)
+        assert time.monotonic() - start < 0.5  # was 6 x 200 ms on the serializer
+    finally:
+        ch.close()
+
+
+def test_with_call_and_future_call_objects_answer_like_grpcio(backend):
+    results = {}
+    md = (("x-test", "1"),)
+    for name, make in channels(backend.address):
+        with make() as ch:
+            response, call = ch.unary_unary(f"/{SERVICE}/Who").with_call(
+                b"", timeout=5, metadata=md
+            )
+            future = ch.unary_unary(f"/{SERVICE}/Who").future(b"", timeout=5)
+            future.result(5)
+            failed = ch.unary_unary(f"/{SERVICE}/Fail").future(b"NOT_FOUND", timeout=5)
+            err = failed.exception(5)
+            results[name] = (
+                response,
+                call.code(),
+                call.details(),
+                type(call.initial_metadata()).__name__,
+                future.code(),
+                future.done(),
+                future.running(),
+                future.cancelled(),
+                future.cancel(),  # done: False
+                err.code(),
+                err.details(),
+                failed.code(),
+            )
+    assert results["pyxds"] == results["grpcio"]
+
+
+def test_unknown_method_and_bad_request_types_fail_like_grpcio(backend):
+    results = {}
+    for name, make in channels(backend.address):
+        with make() as ch:
+            results[name] = [
+                _outcome(lambda ch=ch: ch.unary_unary(f"/{SERVICE}/Nope")(b"", timeout=5)),
+                _outcome(lambda ch=ch: ch.unary_unary(f"/{SERVICE}/Who")("not bytes", timeout=5)),
+            ]
+    assert [r[:2] for r in results["pyxds"]] == [r[:2] for r in results["grpcio"]]
+
+
+def test_aio_call_on_a_closed_channel_raises_usage_error_like_grpcio(backend):
+    async def run(make):
+        ch = make()
+        assert await ch.unary_unary(f"/{SERVICE}/Who")(b"", timeout=5) == b"api"
+        await ch.close()
+        state = ch.get_state()
+        try:
+            await ch.unary_unary(f"/{SERVICE}/Who")(b"", timeout=5)
+        except Exception as err:
+            return type(err).__name__, str(err), state
+        return ("ok",)
+
+    ours = asyncio.run(run(lambda: pyxds_aio.insecure_channel(f"static:///{backend.address}")))
+    theirs = asyncio.run(run(lambda: grpc.aio.insecure_channel(backend.address)))
+    assert ours == theirs == ("UsageError", "Channel is closed.", grpc.ChannelConnectivity.SHUTDOWN)
+
+
+def test_wait_for_ready_rpc_waits_for_a_backend_that_starts_later_like_grpcio():
+    port = free_port()
+    late = Backend("late", port=port)
+    outcomes = {}
+    threads = []
+    chans = []
+    for name, make in channels(f"127.0.0.1:{port}"):
+        ch = make()
+        chans.append(ch)
+
+        def go(name=name, ch=ch):
+            outcomes[name] = _outcome(
+                lambda: ch.unary_unary(f"/{SERVICE}/Who")(b"", timeout=5, wait_for_ready=True)
+            )
+
+        threads.append(threading.Thread(target=go))
+        threads[-1].start()
+    try:
+        time.sleep(0.4)
+        assert outcomes == {}  # both still waiting, not failed
+        late.start()
+        for t in threads:
+            t.join(6)
+        assert wait_until(lambda: len(outcomes) == 2, 1)
+        assert outcomes["pyxds"] == outcomes["grpcio"] == ("ok",)
+    finally:
+        late.stop()
+        for ch in chans:
+            ch.close()
+
+
+def test_deadline_of_a_fail_fast_rpc_to_a_dead_address_is_unavailable_like_grpcio():
+    dead = f"127.0.0.1:{free_port()}"
+    codes = {}
+    for name, make in channels(dead):
+        with make() as ch:
+            codes[name] = _outcome(lambda ch=ch: ch.unary_unary(f"/{SERVICE}/Who")(b"", timeout=2))[
+                1
+            ]
+            wfr = _outcome(
+                lambda ch=ch: ch.unary_unary(f"/{SERVICE}/Who")(
+                    b"", timeout=0.3, wait_for_ready=True
+                )
+            )
+            assert wfr[:2] == ("RpcError", grpc.StatusCode.DEADLINE_EXCEEDED), name
+    assert codes["pyxds"] is codes["grpcio"] is grpc.StatusCode.UNAVAILABLE
