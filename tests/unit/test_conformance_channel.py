@@ -11,11 +11,14 @@ sent messages exceed grpc.per_rpc_retry_buffer_size is committed).
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 from test_channel_picks import ready_subchannel
 from test_channel_support import FakeGrpcError, Harness
 
+from pyxds.channel.aio import AsyncRequestReplay
 from pyxds.channel.calls import RequestReplay, StreamingCall, blocking_unary
 from pyxds.lb.api import Endpoint, PickComplete, Picker
 from pyxds.resolver.api import CallConfig, ConfigSelector
@@ -268,3 +271,38 @@ def test_cancelled_streaming_call_is_not_retried(h):
     assert call.cancel()
     assert len(started) == 1 and call.code() is grpc.StatusCode.CANCELLED
     assert h.picker.done == [grpc.StatusCode.CANCELLED]
+
+
+def _collect(view):
+    async def go():
+        return [item async for item in view]
+
+    return asyncio.run(go())
+
+
+def test_aio_replay_replays_taken_requests_and_reads_the_source_once():
+    """The asyncio twin of the replay rules (async or sync sources)."""
+    pulled = []
+
+    async def source():
+        for i in range(4):
+            pulled.append(i)
+            yield i
+
+    async def scenario():
+        replay = AsyncRequestReplay(source())
+        first = replay.attempt()
+        assert [await first.__anext__(), await first.__anext__()] == [0, 1]
+        second = replay.attempt()
+        with pytest.raises(StopAsyncIteration):
+            await first.__anext__()  # retired: takes nothing more
+        return [item async for item in second]
+
+    assert asyncio.run(scenario()) == [0, 1, 2, 3]
+    assert pulled == [0, 1, 2, 3]
+
+
+def test_aio_replay_of_a_sync_iterable_and_commit_past_the_limit():
+    replay = AsyncRequestReplay([b"x" * 10, b"y" * 10], limit=15)
+    assert _collect(replay.attempt()) == [b"x" * 10, b"y" * 10]
+    assert not replay.can_retry()

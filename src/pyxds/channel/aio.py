@@ -23,12 +23,16 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from pyxds.channel.calls import not_sent
+from pyxds.channel.calls import RETRY_BUFFER_SIZE, _size_of, not_sent
 from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc
 from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
 
 _CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
+#: what a grpc.aio client-streaming call's own status may say when grpcio's
+#: request writer hit a stream that had already ended (e.g. refused): the
+#: real reason is the status the call's receive side raises.
+_WRITE_FAILED = Status(grpc.StatusCode.INTERNAL, "Internal error from Core")
 
 
 def _error(status: Status) -> grpc.aio.AioRpcError:
@@ -50,6 +54,21 @@ def _sync_status(call: Any) -> Status | None:
         return Status(code, raw.details() or "")
     except Exception:
         return None
+
+
+async def _final_status(call: Any, err: grpc.aio.AioRpcError) -> Status:
+    """The status a failed grpc.aio call ended with.  Not always the error
+    an await raised: when a request could not be sent (the stream was
+    refused) grpcio raises INTERNAL "Internal error from Core" from the write
+    while the call's own status says why (e.g. RST_STREAM REFUSED_STREAM)."""
+    try:
+        code = await call.code()
+        details = await call.details()
+    except Exception:
+        code = None
+    if code is None or code is grpc.StatusCode.OK:
+        return Status(err.code(), err.details() or "")
+    return Status(code, details or "")
 
 
 async def pick(core: ChannelCore, rpc: Rpc) -> SubchannelCore | Status:
@@ -79,6 +98,78 @@ async def pick(core: ChannelCore, rpc: Rpc) -> SubchannelCore | Status:
         except asyncio.CancelledError:
             core.remove_waiter(wake)
             raise
+
+
+class AsyncRequestReplay:
+    """The requests of a client-streaming aio RPC (a sync or async iterable),
+    kept until it commits so a transparent retry can send them again: the
+    asyncio twin of :class:`pyxds.channel.calls.RequestReplay`, same rules
+    (each attempt replays what was taken, then takes new requests, one pull
+    at a time; a retired attempt takes no more, and a request it was taking
+    when retired goes to the next attempt; committed at the first response
+    or past ``limit`` bytes)."""
+
+    def __init__(self, requests: Any, limit: int = RETRY_BUFFER_SIZE) -> None:
+        self._requests = requests
+        self._source: Any = None
+        self._limit = limit
+        self._lock: asyncio.Lock | None = None
+        self._log: list[Any] = []
+        self._size = 0
+        self._recording = True
+        self._epoch = 0
+
+    def can_retry(self) -> bool:
+        return self._recording
+
+    def commit(self) -> None:
+        self._recording = False
+
+    def attempt(self) -> Any:
+        self._epoch += 1
+        return self._view(self._epoch)
+
+    async def _pull(self) -> Any:
+        if self._source is None:
+            requests = self._requests
+            self._source = (
+                requests.__aiter__() if hasattr(requests, "__aiter__") else iter(requests)
+            )
+        if hasattr(self._source, "__anext__"):
+            return await self._source.__anext__()
+        try:
+            return next(self._source)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    async def _view(self, epoch: int) -> Any:
+        index = 0
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        while epoch == self._epoch:
+            if index < len(self._log):
+                index += 1
+                yield self._log[index - 1]
+                continue
+            if not self._recording and self._log:
+                self._log, index = [], 0  # replayed in full after the commit
+            async with self._lock:
+                if epoch != self._epoch or index < len(self._log):
+                    continue
+                try:
+                    item = await self._pull()
+                except StopAsyncIteration:
+                    return
+                retired = epoch != self._epoch
+                if self._recording or retired:
+                    self._log.append(item)
+                    index += 0 if retired else 1
+                    self._size += _size_of(item)
+                    if self._size > self._limit:
+                        self._recording = False
+            if retired:
+                return  # the dead call would drop it: the next attempt sends it
+            yield item
 
 
 #: grpcio multicallables cached per subchannel (per method and serializers).
@@ -217,9 +308,10 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
     of our own; completion is read in the grpcio call's done callback.  A
     queued or failed pick, and the transparent retry, run in a task."""
 
-    def __init__(self, core, rpc, start, retry_not_sent: bool) -> None:
+    def __init__(self, core, rpc, start, retry_not_sent: bool, replay: Any = None) -> None:
         super().__init__(core, rpc, start)
         self._retry = retry_not_sent
+        self._replay = replay
         self._task: asyncio.Task | None = None
         self._loop = asyncio.get_running_loop()
         self._settled_inner: Any = None
@@ -246,7 +338,9 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
     def _fast_done(self, call: Any, transport: Transport) -> None:
         transport.call_finished()
         status = _sync_status(call)
-        if status is None:
+        if status is None or not status.ok:
+            # a failure is read the awaited way: the Cython call's status can
+            # be the INTERNAL of a failed write where code() says why
             self._loop.create_task(self._settle_later(call))
         else:
             self._settle(call, status)
@@ -254,6 +348,11 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
     async def _settle_later(self, call: Any) -> None:
         try:
             status = Status(await call.code(), await call.details() or "")
+            if status == _WRITE_FAILED:
+                try:  # the receive-status side knows why the write failed
+                    await call
+                except grpc.aio.AioRpcError as err:
+                    status = Status(err.code(), err.details() or "")
         except asyncio.CancelledError:
             status = _CANCELLED
         except Exception:
@@ -265,12 +364,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
         if self._settled_inner is call:
             return
         self._settled_inner = call
-        if (
-            not status.ok
-            and self._retry
-            and not self._cancelled
-            and not_sent(status.code, status.details)
-        ):
+        if not status.ok and self._may_retry(status):
             self._retry = False
             self._rpc.attempt_done(status)
             self._started.clear()
@@ -279,17 +373,25 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
             return
         self._finish(status)
 
+    def _may_retry(self, status: Status) -> bool:
+        """Not sent, not retried yet, not cancelled, not committed."""
+        return (
+            self._retry
+            and not self._cancelled
+            and not_sent(status.code, status.details)
+            and (self._replay is None or self._replay.can_retry())
+        )
+
     async def _run(self, first: Any) -> Any:
-        retry = self._retry
         while True:
-            inner = await self._open(retry, first)
+            inner = await self._open(self._retry, first)
             first = None
             try:
                 response = await inner
             except grpc.aio.AioRpcError as err:
-                status = Status(err.code(), err.details() or "")
-                if retry and not_sent(status.code, status.details):
-                    retry = False
+                status = await _final_status(inner, err)
+                if self._may_retry(status):
+                    self._retry = False
                     self._rpc.attempt_done(status)
                     self._started.clear()
                     continue
@@ -309,7 +411,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
             try:
                 return await inner
             except grpc.aio.AioRpcError as err:
-                self._settle(inner, Status(err.code(), err.details() or ""))
+                self._settle(inner, await _final_status(inner, err))
                 if self._task is None:
                     raise
             except asyncio.CancelledError:
@@ -339,9 +441,10 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
         await self._done_event.wait()
         return self._status.details
 
-    # stream_unary writes
+    # stream_unary writes (a written request is not kept: no retry after one)
     async def write(self, request: Any) -> None:
         inner = await self._wait_started()
+        self._retry = False
         await inner.write(request)
 
     async def done_writing(self) -> None:
@@ -350,46 +453,97 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
 
 
 class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamStreamCall):
-    """unary_stream / stream_stream: async iterator of responses."""
+    """unary_stream / stream_stream: async iterator of responses.
 
-    def __init__(self, core, rpc, start) -> None:
+    Transparent retry (C-core's retry filter): a call whose subchannel call
+    failed before anything reached the server is picked and started again,
+    once, unless it has committed (a response arrived, a request was
+    written with ``write()``, or ``replay`` kept more than its limit).
+    Whoever sees the failure first (a reader, or the call's done callback)
+    decides, once per subchannel call."""
+
+    def __init__(self, core, rpc, start, replay: AsyncRequestReplay | None = None) -> None:
         super().__init__(core, rpc, start)
-        self._task = asyncio.get_running_loop().create_task(self._open(False))
-        self._task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        self._retry = True
+        self._replay = replay
+        self._decisions: list[tuple[Any, bool]] = []
+        self._loop = asyncio.get_running_loop()
+        self._task = self._open_task()
+
+    def _open_task(self) -> asyncio.Task:
+        task = self._loop.create_task(self._open(False))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
+    def _retry_decision(self, call: Any, status: Status) -> bool:
+        for decided, retried in self._decisions:
+            if decided is call:
+                return retried
+        retry = (
+            self._retry
+            and not self._cancelled
+            and not_sent(status.code, status.details)
+            and (self._replay is None or self._replay.can_retry())
+        )
+        self._decisions.append((call, retry))
+        if retry:
+            self._retry = False
+            self._rpc.attempt_done(status)
+            self._started.clear()
+            self._inner = None
+            self._task = self._open_task()
+        return retry
+
+    def _committed(self) -> None:
+        self._retry = False
+        if self._replay is not None:
+            self._replay.commit()
 
     def _inner_done(self, call: Any, transport: Transport) -> None:
         transport.call_finished()
         # grpc.aio call objects' code()/details() are coroutines: read the
         # final status on the loop.
-        asyncio.get_running_loop().create_task(self._report(call))
+        self._loop.create_task(self._report(call))
 
     async def _report(self, call: Any) -> None:
         try:
             status = Status(await call.code(), await call.details() or "")
         except Exception:
             status = Status(grpc.StatusCode.UNKNOWN, "")
+        if not status.ok and self._retry_decision(call, status):
+            return
         self._finish(status)
 
     async def _inner_call(self) -> Any:
-        try:
-            return await asyncio.shield(self._task)
-        except grpc.aio.AioRpcError:
-            raise
+        return await asyncio.shield(self._task)
 
     def __aiter__(self) -> Any:
         return self._iterate()
 
     async def _iterate(self) -> Any:
-        inner = await self._inner_call()
-        async for response in inner:
+        while True:
+            response = await self.read()
+            if response is grpc.aio.EOF:
+                return
             yield response
 
     async def read(self) -> Any:
         inner = await self._inner_call()
-        return await inner.read()
+        while True:
+            try:
+                response = await inner.read()
+            except grpc.aio.AioRpcError as err:
+                if self._retry_decision(inner, await _final_status(inner, err)):
+                    inner = await self._inner_call()
+                    continue
+                raise
+            if self._retry and response is not grpc.aio.EOF:
+                self._committed()
+            return response
 
     async def write(self, request: Any) -> None:
         inner = await self._inner_call()
+        self._committed()  # a written request is not kept
         await inner.write(request)
 
     async def done_writing(self) -> None:
@@ -407,11 +561,12 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
         return True
 
     async def code(self) -> grpc.StatusCode:
-        try:
-            inner = await self._inner_call()
-        except grpc.aio.AioRpcError as err:
-            return err.code()
-        return await inner.code()
+        await self._done_event.wait()
+        return self._status.code
+
+    async def details(self) -> str:
+        await self._done_event.wait()
+        return self._status.details
 
 
 class _AioMultiCallable:
@@ -455,6 +610,8 @@ class _AioMultiCallable:
             }
             if first is _NO_ARG:
                 return self._inner(transport)(**kwargs)
+            if isinstance(first, AsyncRequestReplay):
+                return self._inner(transport)(first.attempt(), **kwargs)
             return self._inner(transport)(first, **kwargs)
 
         return start
@@ -500,9 +657,10 @@ class AioStreamUnary(_AioMultiCallable, grpc.aio.StreamUnaryMultiCallable):
         compression: Any = None,
     ) -> AioUnaryResponseCall:
         rpc = self._rpc(metadata, timeout, wait_for_ready)
-        first = _NO_ARG if request_iterator is None else request_iterator
+        replay = None if request_iterator is None else AsyncRequestReplay(request_iterator)
+        first = _NO_ARG if replay is None else replay
         start = self._starter(first, metadata, credentials, compression)
-        return AioUnaryResponseCall(self._core, rpc, start, retry_not_sent=False)
+        return AioUnaryResponseCall(self._core, rpc, start, retry_not_sent=True, replay=replay)
 
 
 class AioUnaryStream(_AioMultiCallable, grpc.aio.UnaryStreamMultiCallable):
@@ -536,9 +694,10 @@ class AioStreamStream(_AioMultiCallable, grpc.aio.StreamStreamMultiCallable):
         compression: Any = None,
     ) -> AioStreamResponseCall:
         rpc = self._rpc(metadata, timeout, wait_for_ready)
-        first = _NO_ARG if request_iterator is None else request_iterator
+        replay = None if request_iterator is None else AsyncRequestReplay(request_iterator)
+        first = _NO_ARG if replay is None else replay
         start = self._starter(first, metadata, credentials, compression)
-        return AioStreamResponseCall(self._core, rpc, start)
+        return AioStreamResponseCall(self._core, rpc, start, replay)
 
 
 class AioXdsChannel(grpc.aio.Channel):
