@@ -301,10 +301,10 @@ def channel(target):
         channels[target] = grpc.insecure_channel(target)
     return channels[target]
 
-def call(target, method, metadata, timeout, wfr, details=False):
+def call(target, method, metadata, timeout, wfr, details=False, request=""):
     try:
         reply = channel(target).unary_unary(method)(
-            b"", timeout=timeout, metadata=metadata or None, wait_for_ready=wfr)
+            request.encode(), timeout=timeout, metadata=metadata or None, wait_for_ready=wfr)
         return reply.decode()
     except grpc.RpcError as e:
         if details:
@@ -318,7 +318,7 @@ for line in sys.stdin:
     if cmd["op"] == "call":
         for _ in range(cmd["n"]):
             got = call(cmd["target"], cmd["method"], md, cmd["timeout"], cmd["wfr"],
-                       cmd.get("details", False))
+                       cmd.get("details", False), cmd.get("request", ""))
             counts[got] += 1
     elif cmd["op"] == "until":
         deadline = time.monotonic() + cmd["timeout"]
@@ -390,10 +390,13 @@ class CoreXdsClient:
         timeout: float = 5.0,
         wait_for_ready: bool = True,
         details: bool = False,
+        request: str = "",
     ) -> collections.Counter:
-        """``details``: failures as ``error:CODE: details``."""
+        """``details``: failures as ``error:CODE: details``; ``request``: the
+        request bytes (text)."""
         cmd = {
             "details": details,
+            "request": request,
             "op": "call",
             "n": n,
             "method": method,
@@ -429,14 +432,16 @@ def pyxds_calls(
     timeout: float = 5.0,
     wait_for_ready: bool = True,
     details: bool = False,
+    request: str = "",
 ) -> collections.Counter:
     """The same as CoreXdsClient.call, on a pyxds (or any grpc) channel."""
     counts: collections.Counter = collections.Counter()
     mc = channel.unary_unary(method)
+    body = request.encode()
     for _ in range(n):
         try:
             counts[
-                mc(b"", timeout=timeout, metadata=metadata, wait_for_ready=wait_for_ready).decode()
+                mc(body, timeout=timeout, metadata=metadata, wait_for_ready=wait_for_ready).decode()
             ] += 1
         except grpc.RpcError as err:
             text = "error:" + err.code().name

@@ -19,6 +19,7 @@ from channel_fixtures import (
     Backend,
     CoreXdsClient,
     free_port,
+    header,
     pyxds_calls,
     route,
     snapshot,
@@ -242,3 +243,59 @@ def test_listener_that_does_not_exist_waits_out_the_deadline_alike(server, core,
     finally:
         ch.close()
     assert ours == theirs == {"error:DEADLINE_EXCEEDED: Deadline Exceeded": 1}
+
+
+def test_a31_max_stream_duration_and_grpc_timeout_header_max_agree_with_c_core(
+    server, backends, core, channel
+):
+    """A31's effective-timeout table, end to end: an RPC taking 0.6 s with a
+    5 s application deadline, on routes chosen by a header."""
+    from pyxds.server import builders as b
+
+    routes = [
+        route(headers=[header("case", exact="msd")], cluster="ct", max_stream_duration=0.2),
+        route(
+            headers=[header("case", exact="hdrmax")],
+            cluster="ct",
+            max_stream_duration=0.2,
+            grpc_timeout_header_max=3,
+        ),
+        route(
+            headers=[header("case", exact="hdrmax0")],
+            cluster="ct",
+            max_stream_duration=0.2,
+            grpc_timeout_header_max=0,
+        ),
+        route(headers=[header("case", exact="msd0")], cluster="ct", max_stream_duration=0),
+        route(prefix="", cluster="ct"),  # listener default applies
+    ]
+    base = snapshot(routes, {"ct": [[backends["a0"].address]]})
+    _listener_t, route_t, cluster_t, eds_t = list(base._by_type)
+    server.set_snapshot(
+        Snapshot(
+            listeners=[b.listener("echo-service", max_stream_duration=0.2)],
+            routes=list(base.resources(route_t).values()),
+            clusters=list(base.resources(cluster_t).values()),
+            endpoints=list(base.resources(eds_t).values()),
+        )
+    )
+    sleep = f"/{SERVICE}/Sleep"
+    expired = "error:DEADLINE_EXCEEDED"
+
+    def outcome(calls, case):
+        got = calls(1, method=sleep, metadata=[("case", case)], request="0.6")
+        (key,) = got
+        return "ok" if key == "a0" else key.split(":")[0] + ":" + key.split(":")[1]
+
+    def ours(n, **kw):
+        return pyxds_calls(channel, n, timeout=5, **kw)
+
+    def theirs(n, **kw):
+        return core.call(n, timeout=5, **kw)
+
+    assert wait_until(lambda: outcome(ours, "default") == expired, 10)
+    assert wait_until(lambda: outcome(theirs, "default") == expired, 10)
+    expected = {"msd": expired, "hdrmax": "ok", "hdrmax0": "ok", "msd0": "ok", "default": expired}
+    got_ours = {case: outcome(ours, case) for case in expected}
+    got_theirs = {case: outcome(theirs, case) for case in expected}
+    assert got_ours == got_theirs == expected
