@@ -368,11 +368,13 @@ def _parse_header(h: Any, errs: Errors, path: str) -> HeaderMatcher | None:
         if sk == "contains":
             return HeaderMatcher(name, "contains", sm.contains, invert, ignore_case=ic)
         if sk == "safe_regex":
+            if ic:
+                # C-core: "string_match.ignore_case error:not supported for regex matcher".
+                errs.add(f"{path}.string_match.ignore_case", "not supported for regex matcher")
+                return None
             pattern = sm.safe_regex.regex
-            rx = compile_regex(
-                pattern, f"{path}.string_match.safe_regex.regex", errs, case_sensitive=not ic
-            )
-            return HeaderMatcher(name, "safe_regex", pattern, invert, ignore_case=ic, regex=rx)
+            rx = compile_regex(pattern, f"{path}.string_match.safe_regex.regex", errs)
+            return HeaderMatcher(name, "safe_regex", pattern, invert, regex=rx)
         errs.add(f"{path}.string_match", "invalid string matcher")
         return None
     errs.add(path, "invalid header matcher")
