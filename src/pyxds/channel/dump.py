@@ -28,10 +28,20 @@ if TYPE_CHECKING:
 _MAX_DEPTH = 24
 
 
+def _own(value: Any, name: str) -> Any:
+    """``value.name`` without ``__getattr__`` fallbacks: a DelegatingHelper
+    forwards unknown attributes to its parent helper, which would lead the
+    walk back up the tree."""
+    try:
+        return object.__getattribute__(value, name)
+    except AttributeError:
+        return None
+
+
 def _child_of(value: Any) -> Any:
     """A child policy or handler behind a container value, or None."""
     for name in ("handler", "policy", "balancer", "lb", "child"):
-        inner = getattr(value, name, None)
+        inner = _own(value, name)
         if inner is not None and hasattr(inner, "update") and hasattr(inner, "shutdown"):
             return inner
     if hasattr(value, "update") and hasattr(value, "shutdown"):
@@ -65,13 +75,13 @@ def dump_policy(policy: Any, depth: int = 0) -> dict[str, Any]:
         _add_priority(policy, out)
         _add_subchannels(policy, out)
         for attr in ("children", "_children"):
-            children = getattr(policy, attr, None)
+            children = _own(policy, attr)
             if isinstance(children, Mapping) and children:
                 dumped = {}
                 for name, value in list(children.items()):
                     child = _child_of(value)
                     entry = dump_policy(child, depth + 1) if child is not None else {}
-                    cstate = getattr(value, "state", None)
+                    cstate = _own(value, "state")
                     if cstate is not None and hasattr(cstate, "name"):
                         entry.setdefault("state", cstate.name)
                     dumped[str(name)] = entry
@@ -79,7 +89,7 @@ def dump_policy(policy: Any, depth: int = 0) -> dict[str, Any]:
                 break
         else:
             for attr in ("child", "_child", "_handler"):
-                child = getattr(policy, attr, None)
+                child = _own(policy, attr)
                 if child is not None and child is not policy and hasattr(child, "update"):
                     out["child"] = dump_policy(child, depth + 1)
                     break
