@@ -70,11 +70,6 @@ class DelegatingHelper(Helper):
     def request_reresolution(self) -> None:
         self.parent.request_reresolution()
 
-    def __getattr__(self, name: str) -> Any:
-        # Extra helper capabilities (e.g. a channel's call counters) pass through.
-        if name == "parent":
-            raise AttributeError(name)
-        return getattr(self.parent, name)
 
 
 class _ChildSlot(DelegatingHelper):
