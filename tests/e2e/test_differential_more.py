@@ -299,3 +299,27 @@ def test_a31_max_stream_duration_and_grpc_timeout_header_max_agree_with_c_core(
     got_ours = {case: outcome(ours, case) for case in expected}
     got_theirs = {case: outcome(theirs, case) for case in expected}
     assert got_ours == got_theirs == expected
+
+
+def test_all_endpoints_unhealthy_fails_alike_and_pyxds_says_why(server, backends, core, channel):
+    """TRAPS.md (C-core 1.85.1): valid-but-unusable EDS fails every RPC, as the
+    spec says; C-core says "no children in weighted_target policy (EDS resource
+    cu: contains empty localities: ...)", pyxds says exactly why."""
+    base = snapshot([route(prefix="", cluster="cu")], {"cu": [[backends["a0"].address]]})
+    listener_t, route_t, cluster_t, _eds_t = list(base._by_type)
+    unhealthy = b.endpoint(backends["a0"].address, health_status="UNHEALTHY")
+    server.set_snapshot(
+        Snapshot(
+            listeners=list(base.resources(listener_t).values()),
+            routes=list(base.resources(route_t).values()),
+            clusters=list(base.resources(cluster_t).values()),
+            endpoints=[
+                b.endpoints("cu", [b.locality(zone="z", priority=0, endpoints=[unhealthy])])
+            ],
+        )
+    )
+    settle(core, channel, WHO, lambda k: k.startswith("error:UNAVAILABLE"))
+    ours, theirs = both(core, channel, n=1)
+    assert ours == {"error:UNAVAILABLE: EDS resource cu: all endpoints unhealthy": 1}
+    ((theirs_text, _),) = theirs.items()
+    assert theirs_text.startswith("error:UNAVAILABLE: ") and "EDS resource cu" in theirs_text
