@@ -110,7 +110,9 @@ def test_subscribe_reports_transient_failure_for_a_dead_address_as_soon_as_grpci
     grpcio's connectivity poller, no longer stalls the serializer 200 ms)."""
     dead = f"127.0.0.1:{free_port()}"
     got = {name: _states(make, 0.15) for name, make in channels(dead)}
-    assert got["pyxds"][:3] == got["grpcio"][:3] == ["IDLE", "CONNECTING", "TRANSIENT_FAILURE"]
+    assert got["pyxds"][:3] == ["IDLE", "CONNECTING", "TRANSIENT_FAILURE"]
+    # grpcio's subscribe polls: it may skip the short CONNECTING
+    assert got["grpcio"][0] == "IDLE" and "TRANSIENT_FAILURE" in got["grpcio"][1:3]
 
 
 def test_many_dead_backends_report_transient_failure_without_serial_delays():
