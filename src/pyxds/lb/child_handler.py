@@ -71,7 +71,6 @@ class DelegatingHelper(Helper):
         self.parent.request_reresolution()
 
 
-
 class _ChildSlot(DelegatingHelper):
     """The helper one child of the handler sees."""
 
