@@ -4,7 +4,11 @@ test per rule of issue 3 and per TRAPS.md "weighted_target" item."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
+import random
 from collections import Counter
+from typing import Any
 
 import grpc
 import pytest
@@ -323,6 +327,8 @@ class _Scripted:
 
 
 class _Tag:
+    """A child picker whose every pick is its index (no result stream)."""
+
     def __init__(self, index: int) -> None:
         self.index = index
 
@@ -330,13 +336,22 @@ class _Tag:
         return self.index
 
 
+class _StreamTag(_Tag):
+    """The same, offering its picks as a result stream (as round_robin's)."""
+
+    def result_stream(self):
+        return itertools.repeat(self.index)
+
+
+@pytest.mark.parametrize("tag", [_Tag, _StreamTag], ids=["calls", "streams"])
 @pytest.mark.parametrize(
     "weights", [(1, 2, 1), (1, 2), (1, 2, 3, 5, 7), (7,), (1, 10**6, 1), (3,) * 37]
 )
-def test_picker_maps_every_draw_to_the_child_whose_weight_slice_holds_it(weights):
+def test_picker_maps_every_draw_to_the_child_whose_weight_slice_holds_it(weights, tag):
     total = sum(weights)
     ends = [sum(weights[: i + 1]) / total for i in range(len(weights))]
-    entries = [(w, _Tag(i)) for i, w in enumerate(weights)]
+    entries = [(w, tag(i)) for i, w in enumerate(weights)]
+    assert WeightedPicker(entries, _Scripted(0, 0.0)).fast is (tag is _StreamTag)
     buckets = WeightedPicker(entries, _Scripted(0, 0.0)).buckets
     straddling = 0
     for bucket in range(buckets):
@@ -351,9 +366,10 @@ def test_picker_maps_every_draw_to_the_child_whose_weight_slice_holds_it(weights
     assert straddling <= len(weights) - 1
 
 
-def test_picker_never_indexes_past_the_last_child_at_the_top_of_the_range():
+@pytest.mark.parametrize("tag", [_Tag, _StreamTag], ids=["calls", "streams"])
+def test_picker_never_indexes_past_the_last_child_at_the_top_of_the_range(tag):
     # The boundary 0.999999 lies inside the last bucket, so that bucket bisects.
-    entries = [(10**6 - 1, _Tag(0)), (1, _Tag(1))]
+    entries = [(10**6 - 1, tag(0)), (1, tag(1))]
     buckets = WeightedPicker(entries, _Scripted(0, 0.0)).buckets
     # Out of contract, but a float sum can round up to the very top.
     assert WeightedPicker(entries, _Scripted(buckets - 1, 1.0)).pick(ARGS) == 1
@@ -540,3 +556,57 @@ def test_shutdown_shuts_every_child_and_ignores_late_reports():
 
 def leaf_is_down(tag: str) -> bool:
     return all(candidate.shut_down for candidate in leaves(tag))
+
+
+def _round_robin_picker(tag: str, n: int) -> Any:
+    from pyxds.lb.round_robin import RoundRobinPicker
+
+    return RoundRobinPicker([PickComplete(f"{tag}{i}") for i in range(n)], 0)
+
+
+def test_picker_over_round_robin_children_composes_their_streams_into_a_c_level_pick():
+    entries = [(w, _round_robin_picker(name, 2)) for name, w in (("a", 1), ("b", 3))]
+    picker = WeightedPicker(entries, random.Random(5))
+    assert picker.fast
+    assert isinstance(picker.pick, functools.partial)  # no Python frame per pick
+    assert picker.result_stream() is not None  # offered to a parent in turn
+
+
+def test_stream_picks_follow_the_weights_within_one_percent_over_100k_seeded_picks():
+    weights = {"a": 1, "b": 2, "c": 3, "d": 4, "e": 10}
+    entries = [(w, _round_robin_picker(name, 3)) for name, w in weights.items()]
+    picker = WeightedPicker(entries, random.Random(1234))
+    n = 100_000
+    counts = Counter(picker.pick(ARGS).subchannel[0] for _ in range(n))
+    total = sum(weights.values())
+    for name, weight in weights.items():
+        assert abs(counts[name] / n - weight / total) < 0.01, (name, counts)
+
+
+def test_stream_picks_advance_each_childs_own_round_robin_rotation():
+    child = _round_robin_picker("a", 3)
+    picker = WeightedPicker([(1, child), (1, _round_robin_picker("b", 1))], random.Random(7))
+    seen = [r.subchannel for r in (picker.pick(ARGS) for _ in range(200)) if r.subchannel[0] == "a"]
+    assert seen[:6] == ["a0", "a1", "a2", "a0", "a1", "a2"]
+    assert child.pick(ARGS).subchannel == ["a0", "a1", "a2"][len(seen) % 3]
+
+
+def test_nested_weighted_pickers_compose_streams_and_multiply_the_weights():
+    inner = WeightedPicker(
+        [(1, _round_robin_picker("x", 1)), (3, _round_robin_picker("y", 1))], random.Random(3)
+    )
+    outer = WeightedPicker([(1, inner), (1, _round_robin_picker("z", 1))], random.Random(4))
+    assert inner.fast and outer.fast
+    n = 80_000
+    counts = Counter(outer.pick(ARGS).subchannel for _ in range(n))
+    for name, share in (("x0", 1 / 8), ("y0", 3 / 8), ("z0", 1 / 2)):
+        assert abs(counts[name] / n - share) < 0.01, counts
+
+
+def test_one_child_without_a_stream_makes_the_picker_call_every_childs_pick():
+    entries = [(1, _round_robin_picker("a", 1)), (1, _Tag(7))]
+    picker = WeightedPicker(entries, random.Random(2))
+    assert not picker.fast
+    assert picker.result_stream() is None
+    results = {getattr(picker.pick(ARGS), "subchannel", None) for _ in range(200)}
+    assert results == {"a0", None}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Union
@@ -197,6 +197,15 @@ class Picker(ABC):
 
     @abstractmethod
     def pick(self, args: PickArgs) -> PickResult: ...
+
+    def result_stream(self) -> Iterator[PickResult] | None:
+        """An endless iterator whose every ``next()`` is a pick, offered by a
+        picker whose result never depends on the ``PickArgs`` (round_robin and
+        pick_first over READY subchannels); ``None`` (the default) otherwise.
+        A parent may compose such streams with C-level ``map``/``itertools``
+        so that a pick through it runs no Python frame (weighted_target does).
+        Advancing the stream is a pick: it shares the picker's own rotation."""
+        return None
 
 
 class QueuePicker(Picker):

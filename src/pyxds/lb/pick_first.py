@@ -112,9 +112,10 @@ Deviations from C-core, documented:
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -288,6 +289,9 @@ class _ReadyPicker(Picker):
     def result(self) -> PickComplete:
         """The one result every pick returns (round_robin rotates these)."""
         return self._result
+
+    def result_stream(self) -> Iterator[PickResult]:
+        return itertools.repeat(self._result)
 
     def pick(self, args: PickArgs) -> PickResult:
         return self._result

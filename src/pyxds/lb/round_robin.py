@@ -51,7 +51,7 @@ Rules
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,15 +117,19 @@ class RoundRobinPicker(Picker):
     """Rotates over precomputed results.  ``itertools.cycle.__next__`` is a
     single C call, atomic under the GIL, so concurrent picks stay fair."""
 
-    __slots__ = ("_next", "results")
+    __slots__ = ("_cycle", "_next", "results")
 
     def __init__(self, results: Sequence[PickComplete], start: int) -> None:
         self.results = tuple(results)
         rotated = self.results[start:] + self.results[:start]
-        self._next = itertools.cycle(rotated).__next__
+        self._cycle = itertools.cycle(rotated)
+        self._next = self._cycle.__next__
 
     def pick(self, args: PickArgs) -> PickResult:
         return self._next()
+
+    def result_stream(self) -> Iterator[PickResult]:
+        return self._cycle
 
     def __repr__(self) -> str:
         return f"RoundRobinPicker({[r.subchannel.address for r in self.results]})"

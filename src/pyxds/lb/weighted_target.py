@@ -46,8 +46,11 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
+import math
+import operator
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -155,8 +158,8 @@ def parse_weighted_target_config(json_config: Any) -> WeightedTargetConfig:
 # --------------------------------------------------------------------------
 
 
-_BUCKETS_PER_CHILD = 16
-_MAX_BUCKETS = 4096
+_BUCKETS_PER_CHILD = 64
+_MAX_BUCKETS = 8192
 
 
 class WeightedPicker(Picker):
@@ -166,16 +169,28 @@ class WeightedPicker(Picker):
     The draw ``u`` is uniform in [0, 1) and the child is the one whose slice
     of the cumulative weights (normalised to [0, 1]) holds ``u``: a bisect,
     O(log n).  To make the common case O(1), [0, 1) is cut into ``buckets``
-    (a power of two, about 16 per child): a bucket lying inside one child's
+    (a power of two, about 64 per child, at most 8192): a bucket lying inside one child's
     slice maps straight to that child, so a pick draws the bucket with
     ``getrandbits`` and only for a bucket that straddles a slice boundary
-    draws the position inside it and bisects (that bucket's table entry is
-    the bisecting function, so the common path has no branch).  The result
-    has exactly the distribution of the plain bisect.  Randomness comes from
-    the helper's ``random.Random``, captured here.
+    draws the position inside it and bisects.  The result has exactly the
+    distribution of the plain bisect.  Randomness comes from the helper's
+    ``random.Random``, captured here.
+
+    Two ways to run that table, chosen once per picker:
+
+    * **streams** (``fast`` is true): when every child offers a
+      :meth:`Picker.result_stream` (its picks do not depend on the RPC, as
+      round_robin's and pick_first's READY pickers), the whole draw is
+      composed from C-level iterators (``map`` over ``getrandbits``, the
+      bucket table's ``__getitem__`` and the children's streams) and
+      ``pick`` is ``functools.partial(next, stream)``: no Python frame runs
+      per pick, and this picker offers that stream to its own parent.
+    * **calls**: otherwise ``pick`` is the table of the children's ``pick``
+      methods indexed by the bucket draw, a straddling bucket's entry being
+      the bisecting function.
     """
 
-    __slots__ = ("_bits", "_table", "_getrandbits", "weights", "buckets")
+    __slots__ = ("pick", "_stream", "weights", "buckets")
 
     def __init__(self, entries: Sequence[tuple[int, Picker]], rng: random.Random) -> None:
         if not entries:
@@ -190,34 +205,80 @@ class WeightedPicker(Picker):
             running += weight
             bounds.append(running / total)
         bounds[-1] = 1.0
-        n = len(bounds)
-        picks = [picker.pick for _, picker in entries]
-        # A draw at the very top of the range lands on a repeat of the last.
-        picks.append(picks[-1])
-        bits = (min(_MAX_BUCKETS, _BUCKETS_PER_CHILD * n) - 1).bit_length()
-        buckets = 1 << bits
-        scale = 1.0 / buckets
-        straddling = functools.partial(
-            functools.partial, _straddling_pick, rng.random, scale, bounds, tuple(picks)
-        )
-        table: list[Any] = []
-        child = 0  # number of bounds <= the bucket's low end
-        for j in range(buckets):
-            low, high = j / buckets, (j + 1) / buckets
-            while child < n and bounds[child] <= low:
-                child += 1
-            pure = child >= n or bounds[child] >= high
-            table.append(picks[child] if pure else straddling(j))
-        self._bits = bits
-        self._table = tuple(table)
-        self._getrandbits = rng.getrandbits
-        self.buckets = buckets
+        bits = (min(_MAX_BUCKETS, _BUCKETS_PER_CHILD * len(bounds)) - 1).bit_length()
+        self.buckets = 1 << bits
+        streams = [getattr(picker, "result_stream", _no_stream)() for _, picker in entries]
+        if all(stream is not None for stream in streams):
+            self._stream: Iterator[PickResult] | None = _composed_stream(bounds, streams, bits, rng)
+            self.pick = functools.partial(next, self._stream)
+        else:
+            self._stream = None
+            picks = [picker.pick for _, picker in entries]
+            # A draw at the very top of the range bisects to a repeat of the last.
+            straddling = functools.partial(
+                functools.partial,
+                _straddling_pick,
+                rng.random,
+                1.0 / self.buckets,
+                bounds,
+                (*picks, picks[-1]),
+            )
+            table = _bucket_table(bounds, bits, picks, straddling)
+            self.pick = functools.partial(_table_pick, table, rng.getrandbits, bits)
 
-    def pick(self, args: PickArgs) -> PickResult:
-        return self._table[self._getrandbits(self._bits)](args)
+    @property
+    def fast(self) -> bool:
+        """Whether picks run as composed C iterators (see the class doc)."""
+        return self._stream is not None
+
+    def result_stream(self) -> Iterator[PickResult] | None:
+        return self._stream
 
     def __repr__(self) -> str:
         return f"WeightedPicker(weights={self.weights})"
+
+
+def _no_stream() -> None:
+    return None
+
+
+def _bucket_table(
+    bounds: list[float],
+    bits: int,
+    children: Sequence[Any],
+    straddling: Callable[[int], Any],
+) -> tuple[Any, ...]:
+    """Entry ``j`` serves bucket [j/B, (j+1)/B): the child whose slice holds
+    the whole bucket, else ``straddling(j)``.
+
+    Built a child at a time (list repetition, O(n) Python steps for B
+    entries).  With B a power of two, ``j/B`` and ``bound*B`` are exact, so
+    child ``c`` holds the buckets from ``ceil(bounds[c-1]*B)`` up to
+    ``ceil(bounds[c]*B)``, the last of them straddling when ``bounds[c]*B``
+    is not a whole number; several boundaries inside one bucket share its
+    one straddling entry."""
+    buckets = 1 << bits
+    table: list[Any] = []
+    last = len(bounds) - 1
+    for index, bound in enumerate(bounds):
+        edge = buckets if index == last else bound * buckets
+        end = math.ceil(edge)
+        straddles = end != edge
+        pure_end = end - 1 if straddles else end
+        if pure_end > len(table):
+            table.extend([children[index]] * (pure_end - len(table)))
+        if straddles and len(table) == end - 1:
+            table.append(straddling(end - 1))
+    return tuple(table)
+
+
+def _table_pick(
+    table: tuple[Callable[[PickArgs], PickResult], ...],
+    getrandbits: Callable[[int], int],
+    bits: int,
+    args: PickArgs,
+) -> PickResult:
+    return table[getrandbits(bits)](args)
 
 
 def _straddling_pick(
@@ -231,6 +292,35 @@ def _straddling_pick(
     """A bucket holding a slice boundary: draw the position inside it and
     bisect.  (A plain function, so the picker's table holds no cycle.)"""
     return picks[bisect.bisect_right(bounds, (bucket + rand()) * scale)](args)
+
+
+def _composed_stream(
+    bounds: list[float],
+    streams: list[Iterator[PickResult]],
+    bits: int,
+    rng: random.Random,
+) -> Iterator[PickResult]:
+    """The streams variant of the table: every ``next()`` draws a bucket,
+    takes that entry's stream and advances it, all inside C iterators.  A
+    straddling bucket's entry is itself a stream that draws the position
+    inside the bucket (``(j + random()) / B``) and bisects, so the
+    distribution is the calls variant's exactly."""
+    scale = 1.0 / (1 << bits)
+    # A draw at the very top of the range bisects to a repeat of the last.
+    child_at = (*streams, streams[-1]).__getitem__
+
+    def straddling(bucket: int) -> Iterator[PickResult]:
+        positions = map(
+            operator.mul,
+            map(operator.add, itertools.repeat(bucket), iter(rng.random, None)),
+            itertools.repeat(scale),
+        )
+        indices = map(functools.partial(bisect.bisect_right, bounds), positions)
+        return map(next, map(child_at, indices))
+
+    table = _bucket_table(bounds, bits, streams, straddling)
+    draws = map(rng.getrandbits, itertools.repeat(bits))
+    return map(next, map(table.__getitem__, draws))
 
 
 # --------------------------------------------------------------------------
