@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -e .
+# C-core logs a backend's GOAWAY at INFO; keep the timeline readable.
+export GRPC_VERBOSITY="${GRPC_VERBOSITY:-ERROR}"
 python3 -m pyxds.cli demo "$@"
