@@ -323,3 +323,59 @@ def test_all_endpoints_unhealthy_fails_alike_and_pyxds_says_why(server, backends
     assert ours == {"error:UNAVAILABLE: EDS resource cu: all endpoints unhealthy": 1}
     ((theirs_text, _),) = theirs.items()
     assert theirs_text.startswith("error:UNAVAILABLE: ") and "EDS resource cu" in theirs_text
+
+
+def _with_clusters(base: Snapshot, clusters: list) -> Snapshot:
+    listener_t, route_t, _cluster_t, eds_t = list(base._by_type)
+    return Snapshot(
+        listeners=list(base.resources(listener_t).values()),
+        routes=list(base.resources(route_t).values()),
+        clusters=clusters,
+        endpoints=list(base.resources(eds_t).values()),
+    )
+
+
+def test_logical_dns_cluster_reaches_its_backend_by_hostname_alike(server, backends, core, channel):
+    # A37: a LOGICAL_DNS cluster resolves "localhost:PORT" (loopback only) and
+    # pick_first-s over the resolved addresses; both clients reach the backend.
+    port = int(backends["a0"].address.rsplit(":", 1)[1])
+    base = snapshot([route(prefix="", cluster="dns")], {})
+    dns = b.cluster("dns", kind="LOGICAL_DNS", dns_host="localhost", dns_port=port)
+    server.set_snapshot(_with_clusters(base, [dns]))
+    assert wait_until(lambda: pyxds_calls(channel, 5) == {"a0": 5}, 10)
+    assert wait_until(lambda: core.call(5) == {"a0": 5}, 10)
+
+
+def test_aggregate_of_dead_eds_and_logical_dns_falls_back_to_dns_alike(
+    server, backends, core, channel
+):
+    # A37/A75: aggregate [EDS whose only backend is down, LOGICAL_DNS]: the
+    # EDS priority fails, so traffic goes to the DNS cluster's backend.
+    down = f"127.0.0.1:{free_port()}"
+    port = int(backends["b0"].address.rsplit(":", 1)[1])
+    base = snapshot([route(prefix="", cluster="agg-dns")], {"eds-dead": [[down]]})
+    _listener_t, _route_t, cluster_t, _eds_t = list(base._by_type)
+    clusters = [
+        *base.resources(cluster_t).values(),
+        b.cluster("dns-backup", kind="LOGICAL_DNS", dns_host="localhost", dns_port=port),
+        b.cluster("agg-dns", aggregate_children=["eds-dead", "dns-backup"]),
+    ]
+    server.set_snapshot(_with_clusters(base, clusters))
+    assert wait_until(lambda: pyxds_calls(channel, 5) == {"b0": 5}, 10)
+    assert wait_until(lambda: core.call(5) == {"b0": 5}, 10)
+
+
+def test_logical_dns_name_that_does_not_resolve_fails_unavailable_alike(server, core, channel):
+    # A hostname in the reserved .invalid TLD (RFC 2606) never resolves, so
+    # no query leaves the machine: both fail the RPC UNAVAILABLE.
+    base = snapshot([route(prefix="", cluster="dns-bad")], {})
+    bad = b.cluster("dns-bad", kind="LOGICAL_DNS", dns_host="no-such-host.invalid", dns_port=443)
+    server.set_snapshot(_with_clusters(base, [bad]))
+
+    def unavailable(result: dict) -> bool:
+        return all(key.startswith("error:UNAVAILABLE") for key in result)
+
+    assert wait_until(
+        lambda: unavailable(pyxds_calls(channel, 2, details=True, wait_for_ready=False)), 15
+    )
+    assert wait_until(lambda: unavailable(core.call(2, details=True, wait_for_ready=False)), 15)
