@@ -334,6 +334,32 @@ def test_eds_error_before_first_data_lets_the_next_aggregate_priority_take_over(
     assert set(picked_addresses(helper, 10)) == {"10.1.0.1:80"}
 
 
+def test_logical_dns_error_before_first_data_lets_the_next_aggregate_priority_take_over():
+    # TRAPS grpc-go#6462, the DNS half: a LOGICAL_DNS leaf whose first
+    # resolution failed is an empty failing priority, so the next leaf of the
+    # aggregate serves at once (no failover timer), and the DNS leaf is used
+    # again once it resolves.
+    def config(dns):
+        return xds_config(
+            {
+                "agg": aggregate_entry("agg", ["d1", "e1"]),
+                "d1": dns,
+                "e1": eds_entry("e1", [locality(A, ["10.0.0.1:80"])]),
+            }
+        )
+
+    helper, policy, cfg = cds("agg")
+    note = "DNS resolution failed for dns.example:443: no such host"
+    policy.update(cds_update(cfg, config(dns_entry("d1", [], note=note))))
+    connect_all(helper)
+    assert helper.clock.now() == 0.0
+    assert helper.state is READY
+    assert set(picked_addresses(helper, 10)) == {"10.0.0.1:80"}
+    policy.update(cds_update(cfg, config(dns_entry("d1", ["10.1.0.1:80"]))))
+    connect(helper, "10.1.0.1:80")
+    assert set(picked_addresses(helper, 10)) == {"10.1.0.1:80"}
+
+
 def test_aggregate_skips_a_leaf_in_error():
     helper, policy, config = cds("agg")
     xds = xds_config(

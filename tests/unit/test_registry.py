@@ -163,3 +163,49 @@ def test_custom_policy_example_in_docs_runs():
             exec(compile(block, str(doc), "exec"), namespace)
     finally:
         registry.unregister("example_random")
+
+
+# One valid config per built-in policy (TRAPS.md "configs and equality").
+_RR = [{"round_robin": {}}]
+BUILTIN_SAMPLES = {
+    "round_robin": {},
+    "pick_first": {"shuffleAddressList": True},
+    "cds_experimental": {"cluster": "c1", "isDynamic": True},
+    "priority_experimental": {
+        "children": {"p0": {"config": _RR}, "p1": {"config": _RR}},
+        "priorities": ["p0", "p1"],
+    },
+    "weighted_target_experimental": {
+        "targets": {"a": {"weight": 1, "childPolicy": _RR}, "b": {"weight": 2, "childPolicy": _RR}}
+    },
+    "xds_cluster_impl_experimental": {"clusterName": "c1", "childPolicy": _RR},
+    "xds_cluster_manager_experimental": {"children": {"cluster:c1": {"childPolicy": _RR}}},
+    "xds_routing_experimental": {
+        "route": [{"prefix": "/", "action": "c1"}],
+        "action": {"c1": {"childPolicy": [{"cds_experimental": {"cluster": "c1"}}]}},
+    },
+    "xds_wrr_locality_experimental": {"childPolicy": _RR},
+}
+
+
+def test_every_builtin_policy_parses_the_same_json_twice_into_equal_frozen_values():
+    """TRAPS grpc-java#12213/#12216: a config class without structural
+    equality makes every update look new and restarts children.  A policy
+    added to pyxds without a sample here fails this test."""
+    import copy
+    import dataclasses
+
+    builtin = {
+        name
+        for name in registry.names()
+        if type(registry.get(name)).__module__.startswith("pyxds.")
+    }
+    assert builtin == set(BUILTIN_SAMPLES)
+    for name, sample in BUILTIN_SAMPLES.items():
+        first = registry.select([{name: sample}])[1]
+        second = registry.select([{name: copy.deepcopy(sample)}])[1]
+        assert first is not second, name
+        assert first == second and hash(first) == hash(second), name
+        assert dataclasses.is_dataclass(first), name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            first.changed = True

@@ -400,3 +400,83 @@ def test_xdstp_name_uses_its_authority_servers():
         assert [t.channel.server.server_uri for t in transports] == ["127.0.0.1:1", "127.0.0.1:9"]
     finally:
         client.close()
+
+
+class _FakeAdsCall:
+    """An ADS call that yields nothing until cancelled (bounded wait)."""
+
+    def __init__(self) -> None:
+        self._cancelled = threading.Event()
+
+    def __iter__(self):
+        self._cancelled.wait(WAIT)
+        return iter(())
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.CANCELLED
+
+    def details(self) -> str:
+        return "cancelled"
+
+
+class _FakeGrpcChannel:
+    """Stands in for the grpcio channel the default transport creates."""
+
+    def __init__(self) -> None:
+        self.calls: list[_FakeAdsCall] = []
+        self.closed = False
+
+    def subscribe(self, callback: Any, try_to_connect: bool = False) -> None:
+        pass
+
+    def unsubscribe(self, callback: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        def invoke(requests: Any, *a: Any, **kw: Any) -> _FakeAdsCall:
+            call = _FakeAdsCall()
+            self.calls.append(call)
+            return call
+
+        return invoke
+
+
+@pytest.mark.parametrize("extra_options", [(), (("grpc.primary_user_agent", "app"),)])
+def test_default_transport_opens_the_ads_channel_with_keepalive(monkeypatch, extra_options):
+    """TRAPS grpc-rust#2744: the channel the XdsClient really creates to the
+    control plane has keepalive (and a matching ping timeout), also when the
+    application passes channel options of its own."""
+    from pyxds.xds import transport as transport_module
+
+    created: list[tuple[str, dict[str, Any], _FakeGrpcChannel]] = []
+
+    def insecure_channel(target: str, options: Any = None, *args: Any, **kwargs: Any):
+        channel = _FakeGrpcChannel()
+        created.append((target, dict(options or ()), channel))
+        return channel
+
+    monkeypatch.setattr(transport_module.grpc, "insecure_channel", insecure_channel)
+    client = XdsClient(
+        real_bootstrap(), clock=FakeClock(), resource_types=TYPES, channel_options=extra_options
+    )
+    try:
+        client.watch(LDS, "a", ThreadWatcher())
+        ((target, options, channel),) = created
+        assert target == "127.0.0.1:1"
+        assert len(channel.calls) == 1  # the ADS stream runs on this channel
+        keepalive_ms = int(transport_module.KEEPALIVE_TIME * 1000)
+        timeout_ms = int(transport_module.KEEPALIVE_TIMEOUT * 1000)
+        assert options["grpc.keepalive_time_ms"] == keepalive_ms
+        assert options["grpc.keepalive_timeout_ms"] == timeout_ms
+        assert options["grpc.http2.ping_timeout_ms"] == timeout_ms
+        for key, value in extra_options:
+            assert options[key] == value
+    finally:
+        client.close()
+    assert channel.closed
