@@ -23,6 +23,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from pyxds.channel.aio_interceptors import INTERCEPTED, sort_interceptors
 from pyxds.channel.calls import RETRY_BUFFER_SIZE, _size_of, not_sent
 from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc
 from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
@@ -710,7 +711,9 @@ class AioXdsChannel(grpc.aio.Channel):
         bootstrap: Any = None,
         options: Sequence[tuple[str, Any]] | None = None,
         compression: grpc.Compression | None = None,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
     ) -> None:
+        self._interceptors = sort_interceptors(interceptors)  # first: may raise ValueError
         sub_options = subchannel_options(options)
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -774,25 +777,41 @@ class AioXdsChannel(grpc.aio.Channel):
             await self.wait_for_state_change(state)
             state = self.get_state(try_to_connect=True)
 
+    def _multicallable(self, kind: str, cls: type, method: str, ser: Any, deser: Any) -> Any:
+        """The pyxds multicallable; behind the interceptors of its kind if any."""
+        plain = cls(self, method, ser, deser)
+        chain = self._interceptors and getattr(self._interceptors, kind)
+        if not chain:
+            return plain
+        return INTERCEPTED[kind](plain, method, lambda m: cls(self, m, ser, deser), chain)
+
     def unary_unary(
         self, method, request_serializer=None, response_deserializer=None, _registered_method=False
     ):
-        return AioUnaryUnary(self, method, request_serializer, response_deserializer)
+        return self._multicallable(
+            "unary_unary", AioUnaryUnary, method, request_serializer, response_deserializer
+        )
 
     def unary_stream(
         self, method, request_serializer=None, response_deserializer=None, _registered_method=False
     ):
-        return AioUnaryStream(self, method, request_serializer, response_deserializer)
+        return self._multicallable(
+            "unary_stream", AioUnaryStream, method, request_serializer, response_deserializer
+        )
 
     def stream_unary(
         self, method, request_serializer=None, response_deserializer=None, _registered_method=False
     ):
-        return AioStreamUnary(self, method, request_serializer, response_deserializer)
+        return self._multicallable(
+            "stream_unary", AioStreamUnary, method, request_serializer, response_deserializer
+        )
 
     def stream_stream(
         self, method, request_serializer=None, response_deserializer=None, _registered_method=False
     ):
-        return AioStreamStream(self, method, request_serializer, response_deserializer)
+        return self._multicallable(
+            "stream_stream", AioStreamStream, method, request_serializer, response_deserializer
+        )
 
     def config_dump(self) -> dict[str, Any]:
         return self._core.config_dump()
@@ -803,9 +822,12 @@ def insecure_channel(
     bootstrap: Any = None,
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
+    interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
 ) -> AioXdsChannel:
-    """A plaintext grpc.aio.Channel to ``target`` over the pyxds stack."""
-    return AioXdsChannel(target, None, bootstrap, options, compression)
+    """A plaintext grpc.aio.Channel to ``target`` over the pyxds stack;
+    ``interceptors``: grpc.aio client interceptors, as grpc.aio's
+    (:mod:`pyxds.channel.aio_interceptors`)."""
+    return AioXdsChannel(target, None, bootstrap, options, compression, interceptors)
 
 
 def secure_channel(
@@ -814,8 +836,10 @@ def secure_channel(
     bootstrap: Any = None,
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
+    interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
 ) -> AioXdsChannel:
-    """A grpc.aio.Channel to ``target`` whose subchannels use ``credentials``."""
+    """A grpc.aio.Channel to ``target`` whose subchannels use ``credentials``;
+    ``interceptors`` as for :func:`insecure_channel`."""
     if credentials is None:
         raise ValueError("secure_channel needs credentials (use insecure_channel)")
-    return AioXdsChannel(target, credentials, bootstrap, options, compression)
+    return AioXdsChannel(target, credentials, bootstrap, options, compression, interceptors)
