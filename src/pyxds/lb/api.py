@@ -150,10 +150,18 @@ class ResolverUpdate:
         return ResolverUpdate(**values)
 
 
+REQUEST_HASH_KEY = "request_hash"
+"""``PickArgs.call_attributes[REQUEST_HASH_KEY]``: the RPC's 64-bit request
+hash (an ``int`` in [0, 2**64)), computed by the xDS ConfigSelector from the
+route's hash policies (gRFC A42 "Hash computation") and read by
+``ring_hash_experimental``; absent when the route has no hash policy."""
+
+
 @dataclass(frozen=True, slots=True)
 class PickArgs:
     """Per-RPC pick input.  ``call_attributes["cluster"]`` names the
-    xds_cluster_manager child chosen by the ConfigSelector (A31)."""
+    xds_cluster_manager child chosen by the ConfigSelector (A31);
+    ``call_attributes[REQUEST_HASH_KEY]`` carries the request hash (A42)."""
 
     path: str
     metadata: Sequence[tuple[str, str | bytes]] = ()
