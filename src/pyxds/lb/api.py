@@ -33,6 +33,7 @@ __all__ = [
     "ConnectivityState",
     "Status",
     "OK_STATUS",
+    "REQUEST_HASH_KEY",
     "Endpoint",
     "ResolverUpdate",
     "PickArgs",
