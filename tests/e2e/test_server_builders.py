@@ -170,3 +170,27 @@ def test_endpoints_localities_weights_health_and_drops():
 def test_endpoint_rejects_an_address_without_port():
     with pytest.raises(ValueError, match=r"address '127\.0\.0\.1': expected host:port"):
         b.endpoint("127.0.0.1")
+
+
+def test_route_carries_header_and_channel_id_hash_policies_in_order():
+    r = b.route(
+        prefix="",
+        cluster="c",
+        hash_policies=[
+            b.hash_policy(header="user", regex="^u-", substitution=""),
+            b.hash_policy(channel_id=True, terminal=True),
+        ],
+    )
+    first, second = r.route.hash_policy
+    assert first.header.header_name == "user"
+    assert first.header.regex_rewrite.pattern.regex == "^u-"
+    assert not first.terminal
+    assert second.filter_state.key == "io.grpc.channel_id"
+    assert second.terminal
+
+
+def test_hash_policy_needs_exactly_one_of_header_and_channel_id():
+    with pytest.raises(ValueError, match="exactly one of header and channel_id"):
+        b.hash_policy()
+    with pytest.raises(ValueError, match="exactly one of header and channel_id"):
+        b.hash_policy(header="user", channel_id=True)

@@ -42,6 +42,7 @@ __all__ = [
     "cluster",
     "endpoint",
     "endpoints",
+    "hash_policy",
     "header_matcher",
     "http_connection_manager",
     "listener",
@@ -284,11 +285,13 @@ def route(
     timeout: Seconds | None = None,
     max_stream_duration: Seconds | None = None,
     grpc_timeout_header_max: Seconds | None = None,
+    hash_policies: Iterable[route_components_pb2.RouteAction.HashPolicy] = (),
 ) -> route_components_pb2.Route:
     """A Route: one path matcher (default ``prefix=""``) and one action (A28).
 
     ``weighted_clusters`` maps cluster name to weight. With neither ``cluster``
     nor ``weighted_clusters`` the route is non-forwarding (``non_forwarding_action``).
+    ``hash_policies`` (see :func:`hash_policy`) feed ring_hash clusters (A42).
     """
     matchers = [k for k, v in {"prefix": prefix, "path": path, "regex": regex}.items() if v]
     if len(matchers) > 1:
@@ -335,7 +338,31 @@ def route(
         action.max_stream_duration.grpc_timeout_header_max.CopyFrom(
             _duration(grpc_timeout_header_max, "route grpc_timeout_header_max")
         )
+    action.hash_policy.extend(hash_policies)
     out.route.CopyFrom(action)
+    return out
+
+
+def hash_policy(
+    header: str | None = None,
+    channel_id: bool = False,
+    terminal: bool = False,
+    regex: str | None = None,
+    substitution: str = "",
+) -> route_components_pb2.RouteAction.HashPolicy:
+    """A route hash policy (A42): hash the ``header``'s value (optionally
+    rewritten by ``regex`` -> ``substitution``), or, with ``channel_id``,
+    the channel's id (filter_state ``io.grpc.channel_id``)."""
+    if (header is None) == (not channel_id):
+        raise ValueError("hash_policy: give exactly one of header and channel_id=True")
+    out = route_components_pb2.RouteAction.HashPolicy(terminal=terminal)
+    if channel_id:
+        out.filter_state.key = "io.grpc.channel_id"
+        return out
+    out.header.header_name = header
+    if regex is not None:
+        out.header.regex_rewrite.pattern.CopyFrom(_regex(regex))
+        out.header.regex_rewrite.substitution = substitution
     return out
 
 
