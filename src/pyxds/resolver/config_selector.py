@@ -25,6 +25,12 @@ nothing on the success path:
 4. ``call_attributes["cluster"]`` is the xds_cluster_manager child name
    ``cluster:NAME``; ``timeout`` is the route's max_stream_duration, else
    the listener's (0 or unset: no limit).
+5. A route with hash policies also gets ``call_attributes[REQUEST_HASH_KEY]``,
+   the A42 request hash (:mod:`pyxds.resolver.request_hash`), in a small
+   mapping built per RPC; without a hash (no policy produced a value) it
+   gets the precomputed CallConfig.  Routes without hash policies never
+   reach this code: their actions keep ``single`` set and return the
+   precomputed CallConfig as before, so they pay nothing for it.
 """
 
 from __future__ import annotations
@@ -38,8 +44,9 @@ from typing import Any
 
 import grpc
 
-from pyxds.lb.api import Status
+from pyxds.lb.api import REQUEST_HASH_KEY, Status
 from pyxds.resolver.api import CallConfig, ConfigSelector
+from pyxds.resolver.request_hash import RequestHasher
 from pyxds.resolver.route_matching import RouteTable
 from pyxds.xds.resources.types import RouteAction, VirtualHost
 
@@ -135,9 +142,15 @@ class _Choice:
 
 
 class _Action:
-    """What a route does, precomputed."""
+    """What a route does, precomputed.
 
-    __slots__ = ("fail", "single", "cumulative", "total", "choices", "route_name")
+    ``single`` set: always that cluster, nothing computed per RPC.  A route
+    with hash policies keeps ``single`` None and sets ``hasher`` (its
+    cluster, if only one, is ``choices[0]``), so the common case above
+    never tests for hashing.
+    """
+
+    __slots__ = ("fail", "single", "cumulative", "total", "choices", "route_name", "hasher")
 
     def __init__(self) -> None:
         self.fail: CallConfig | None = None
@@ -146,6 +159,7 @@ class _Action:
         self.total = 0
         self.choices: list[_Choice] = []
         self.route_name = ""
+        self.hasher: RequestHasher | None = None
 
 
 def _effective_timeout(route_value: float | None, listener_value: float | None) -> float | None:
@@ -165,9 +179,16 @@ class XdsConfigSelector(ConfigSelector):
         listener_max_stream_duration: float | None = None,
         rng: _random_module.Random | None = None,
         fallback: Callable[[], ConfigSelector] | None = None,
+        channel_id: int | None = None,
     ) -> None:
         self.virtual_host = virtual_host
         self._fallback = fallback
+        # A42 channel_id hash policy: the resolver passes its own; a
+        # standalone selector draws one (not from ``rng``, whose sequence
+        # the weighted-cluster draws own).
+        if channel_id is None:
+            channel_id = _random_module.getrandbits(64)
+        self.channel_id = channel_id
         rng = rng or _random_module.Random()
         uniform = rng.random
         self._draw: Callable[[int], int] = lambda n: int(uniform() * n)
@@ -224,6 +245,13 @@ class XdsConfigSelector(ConfigSelector):
                     )
                 else:
                     action.fail = non_forwarding
+                if action.fail is None and ra.hash_policies:
+                    hasher = RequestHasher(ra.hash_policies, channel_id)
+                    if hasher:
+                        action.hasher = hasher
+                        if action.single is not None:
+                            action.choices = [action.single]
+                            action.single = None
             routes.append((route.match, action))
         self._table: RouteTable[_Action] = RouteTable(routes)
         self._plans = self._table.plans
@@ -245,10 +273,42 @@ class XdsConfigSelector(ConfigSelector):
         if choice is None:
             if action.fail is not None:
                 return action.fail
+            hasher = action.hasher
+            if hasher is not None:
+                return self._select_hashed(action, hasher, path, metadata)
             index = bisect_right(action.cumulative, self._draw(action.total))
             choice = action.choices[index]
         if choice.ref.acquire():
             return choice.config
+        return self._reroute(path, metadata)
+
+    def _select_hashed(
+        self,
+        action: _Action,
+        hasher: RequestHasher,
+        path: str,
+        metadata: Sequence[tuple[str, str | bytes]],
+    ) -> CallConfig:
+        """``select`` for a route with hash policies (A42)."""
+        choices = action.choices
+        if len(choices) == 1:
+            choice = choices[0]
+        else:
+            choice = choices[bisect_right(action.cumulative, self._draw(action.total))]
+        request_hash = hasher(metadata)
+        ref = choice.ref
+        if not ref.acquire():
+            return self._reroute(path, metadata)
+        config = choice.config
+        if request_hash is None:
+            return config
+        return CallConfig(
+            call_attributes={CLUSTER_ATTRIBUTE: ref.child_name, REQUEST_HASH_KEY: request_hash},
+            timeout=config.timeout,
+            on_committed=config.on_committed,
+        )
+
+    def _reroute(self, path: str, metadata: Sequence[tuple[str, str | bytes]]) -> CallConfig:
         # The cluster was retired after a newer selector replaced this one.
         if self._fallback is not None:
             current = self._fallback()

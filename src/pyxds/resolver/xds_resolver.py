@@ -35,6 +35,7 @@ manager's ``on_update``:
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -118,6 +119,11 @@ class XdsResolver(Resolver):
         self._sweep_scheduled = False
         self._shutdown = False
         self.results: int = 0  # how many ResolverResults were published
+        #: A42 ``channel_id`` hash policy value: one random 64-bit id per
+        #: resolver, i.e. per channel (C-core draws it in its resolver too).
+        #: Not from ``args.random``: that would shift every seeded sequence
+        #: the channel's other users draw.
+        self.channel_id: int = random.getrandbits(64)
 
     # -- Resolver ------------------------------------------------------------
     def start(self) -> None:
@@ -234,6 +240,7 @@ class XdsResolver(Resolver):
                 config.listener.max_stream_duration,
                 self._args.random,
                 fallback=lambda: self._selector,  # type: ignore[arg-type,return-value]
+                channel_id=self.channel_id,
             )
             self._selector_key = key
         self._retire_idle()
