@@ -849,6 +849,30 @@ def test_unsupported_lb_policy_enum_in_c_core_words():
     assert "lb_policy: LB policy is not supported" in _err(CLUSTER, c)
 
 
+def test_ring_hash_lb_policy_enum_is_accepted():
+    """C-core accepts RING_HASH (e.g. Istio consistentHash): with its
+    ring_hash_lb_config it becomes ring_hash_experimental (A42), which is
+    registered, so the cluster is ACKed."""
+    c = eds_cluster()
+    c.lb_policy = cluster_pb2.Cluster.RING_HASH
+    assert _ok(CLUSTER, c).lb_policy_json() == [
+        {"ring_hash_experimental": {"minRingSize": 1024, "maxRingSize": 8388608}}
+    ]
+    c.ring_hash_lb_config.minimum_ring_size.value = 20
+    c.ring_hash_lb_config.maximum_ring_size.value = 2000
+    assert _ok(CLUSTER, c).lb_policy_json() == [
+        {"ring_hash_experimental": {"minRingSize": 20, "maxRingSize": 2000}}
+    ]
+
+
+def test_least_request_lb_policy_enum_is_still_nacked():
+    """C-core 1.85 NACKs LEAST_REQUEST ("LB policy is not supported"); pyxds has
+    no least_request policy, so the cluster is NACKed on the lb_policy field."""
+    c = eds_cluster()
+    c.lb_policy = cluster_pb2.Cluster.LEAST_REQUEST
+    assert _err(CLUSTER, c).startswith("lb_policy: ")
+
+
 def _tls_cluster(ctx) -> cluster_pb2.Cluster:
     c = eds_cluster()
     c.transport_socket.name = "envoy.transport_sockets.tls"

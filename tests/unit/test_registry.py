@@ -185,6 +185,7 @@ BUILTIN_SAMPLES = {
         "action": {"c1": {"childPolicy": [{"cds_experimental": {"cluster": "c1"}}]}},
     },
     "xds_wrr_locality_experimental": {"childPolicy": _RR},
+    "ring_hash_experimental": {"minRingSize": 16, "maxRingSize": 1024},
 }
 
 

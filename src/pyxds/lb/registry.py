@@ -91,6 +91,7 @@ def _load_builtins() -> None:
     for module in (
         "pyxds.lb.pick_first",
         "pyxds.lb.round_robin",
+        "pyxds.lb.ring_hash",
         "pyxds.lb.priority",
         "pyxds.lb.weighted_target",
         "pyxds.lb.xds_wrr_locality",

@@ -1,0 +1,671 @@
+"""The ``ring_hash_experimental`` LB policy: gRFC A42 "xDS Ring Hash LB
+Policy", with A61's change that every endpoint is a pick_first child, and
+C-core's ring construction, picker, aggregation and error text (so the same
+request hash reaches the same backend as grpcio does).
+
+Config: ``{"minRingSize": uint64, "maxRingSize": uint64}``, defaults 1024
+and 4096, both in [1, 8388608] and ``minRingSize <= maxRingSize`` (A42
+"LB Policy Config"; the 4096 default for ``maxRingSize`` is C-core's and
+grpc-go's, A42's text says 8M; the xDS path always sets both fields).  A
+bad value raises :class:`LBConfigError` naming the field.  A76's
+``requestHashHeader`` is ignored, as C-core ignores it unless
+``GRPC_EXPERIMENTAL_RING_HASH_SET_REQUEST_HASH_KEY`` is set: the request
+hash always comes from the xDS ConfigSelector.  A76's endpoint hash keys
+are not supported either (the ring hashes the first address).
+
+Rules
+=====
+
+Endpoints (C-core ``RingHash::UpdateLocked``)
+    Endpoints are identified by their *set* of addresses.  Duplicates are
+    merged into the first occurrence, weights added (a missing weight counts
+    as 1).  An endpoint's weight is ``attributes["weight"]`` (the cds policy
+    puts locality weight x endpoint weight there); a missing or non-positive
+    weight is 1.  Addresses are not de-duplicated *across* endpoints (unlike
+    round_robin), as C-core.
+
+Ring (A42 "Ring Construction"; C-core ``RingHash::Ring``)
+    The effective sizes are capped: ``min_ring = min(minRingSize, cap)``,
+    ``max_ring = min(maxRingSize, cap)``, ``cap`` = :data:`RING_SIZE_CAP`
+    (4096, C-core's ``grpc.lb.ring_hash.ring_size_cap`` default; a factory
+    can be built with another cap).  With ``norm_i = w_i / sum(w)`` and
+    ``scale = min(ceil(min(norm) * min_ring) / min(norm), max_ring)``, the
+    endpoints are walked in order keeping two float running sums: ``target
+    += scale * norm_i``, and while ``current < target`` the entry
+    ``(XXH64(f"{address}_{n}", seed=0), i)`` is appended (``n`` counts from
+    0 per endpoint) and ``current += 1``.  ``address`` is the endpoint's
+    first address as pyxds writes it (``ip:port``, ``[ipv6]:port``; EDS
+    canonicalises IPv6 with inet_ntop, as C-core's sockaddr_to_string).
+    The entries are then sorted by hash.  Python floats are IEEE doubles, so
+    every intermediate value is the one C-core computes.  A ring is rebuilt
+    only when the endpoint keys, weights or sizes change.
+
+Children (A61 "ring_hash"; C-core ``RingHashEndpoint``)
+    One :class:`~pyxds.lb.pick_first.PickFirst` per endpoint, created
+    lazily: an endpoint starts IDLE with no child and no subchannel; its
+    child is created (and so starts connecting) only when a pick lands on it
+    or by the recovery rule below.  Later connection requests call the
+    child's ``exit_idle``.  An endpoint whose address set is unchanged keeps
+    its child (and connection) across updates; a removed endpoint's child is
+    shut down at once.  Children are pick_first, so an endpoint in
+    TRANSIENT_FAILURE keeps retrying with backoff by itself (sticky TF), and
+    re-resolution requests come from the children (all addresses failed,
+    connection dropped).  A child that goes IDLE (its connection dropped)
+    stays IDLE until a pick needs it: ring_hash is lazy.
+
+Picker (A42 "Picker Behavior" as amended by A61; C-core ``Picker::Pick``)
+    ``h = call_attributes[REQUEST_HASH_KEY]``; when absent (no route hash
+    policy produced a hash), a random 64-bit value from ``helper.random``,
+    which is what C-core's ConfigSelector puts there in that case.  The
+    start is the first ring entry with ``hash >= h``, wrapping to 0 (the
+    ketama binary search C-core uses finds exactly that entry; here it is
+    ``bisect_left``).  From there the ring is walked: READY -> the child's
+    picker decides; IDLE -> schedule that endpoint's connection request on
+    the serializer (``helper.clock.call_later(0, ...)``, never on the pick
+    thread) and queue; CONNECTING -> queue; TRANSIENT_FAILURE -> next entry.
+    If every endpoint is in TRANSIENT_FAILURE the pick fails UNAVAILABLE
+    "ring hash cannot find a connected endpoint; first failure: <message
+    of the start entry's endpoint>" (plus `` (<resolution note>)`` when
+    there is one), C-core's words.  The picker is immutable; for each ring
+    position it precomputes the first position whose endpoint is not in
+    TRANSIENT_FAILURE, so a pick is one ``bisect`` plus O(1).  ring_hash
+    reports this picker in every state (IDLE, CONNECTING and
+    TRANSIENT_FAILURE included), as C-core does.
+
+Aggregate state (C-core ``UpdateAggregatedConnectivityStateLocked``)
+    First rule that matches: READY if any endpoint is READY; TRANSIENT_FAILURE
+    if two or more are; CONNECTING if any is; CONNECTING if exactly one is in
+    TRANSIENT_FAILURE and there is more than one endpoint; IDLE if any is;
+    else TRANSIENT_FAILURE.  The TRANSIENT_FAILURE status is UNAVAILABLE "no
+    reachable endpoints; last error: <the last endpoint failure>".
+
+Recovery (A42 "Aggregated Connectivity State" and C-core's comment there)
+    A parent such as priority stops sending picks to a child that reports
+    TRANSIENT_FAILURE (and, behind its failover timer, CONNECTING).  So
+    whenever the aggregate is CONNECTING or TRANSIENT_FAILURE, no endpoint
+    is CONNECTING and one is IDLE, ring_hash asks one IDLE endpoint to
+    connect: the first IDLE endpoint in C-core's endpoint-map order (address
+    sets ordered as C-core orders socket addresses: IPv4 before IPv6, then
+    port, then address bytes).  Each failure thus moves the attempt to
+    another endpoint until one connects.
+
+Updates and errors
+    An empty endpoint list: children shut down, TRANSIENT_FAILURE "empty
+    address list", re-resolution requested, and ``update`` returns the
+    status.  A resolver error (or an update carrying one) is ignored while
+    there are endpoints (C-core keeps using them); otherwise it is reported
+    as TRANSIENT_FAILURE.  ``exit_idle`` does nothing (C-core's ring_hash
+    has no ExitIdle: connections follow picks).  ``reset_backoff`` reaches
+    every child.  A state is reported only when it, its status, the ring or
+    some endpoint's state/picker changed, so the same update twice reports
+    nothing (C-core re-reports; TRAPS.md "the same config twice is a no-op").
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import xxhash
+
+from pyxds.lb import registry
+from pyxds.lb.api import (
+    OK_STATUS,
+    REQUEST_HASH_KEY,
+    ConnectivityState,
+    Endpoint,
+    FailPicker,
+    Helper,
+    LoadBalancer,
+    PickArgs,
+    Picker,
+    PickFail,
+    PickQueue,
+    PickResult,
+    PolicyFactory,
+    ResolverUpdate,
+    Status,
+    Subchannel,
+)
+from pyxds.lb.child_handler import DelegatingHelper
+from pyxds.lb.errors import LBConfigError, describe
+from pyxds.lb.pick_first import PickFirst, PickFirstConfig
+
+__all__ = [
+    "DEFAULT_MAX_RING_SIZE",
+    "DEFAULT_MIN_RING_SIZE",
+    "MAX_RING_SIZE",
+    "POLICY_NAME",
+    "RING_SIZE_CAP",
+    "Ring",
+    "RingHash",
+    "RingHashConfig",
+    "RingHashFactory",
+    "RingHashPicker",
+    "aggregate_state",
+    "build_ring",
+]
+
+POLICY_NAME = "ring_hash_experimental"
+MAX_RING_SIZE = 8_388_608  # A42: upper bound of both config fields
+DEFAULT_MIN_RING_SIZE = 1024
+DEFAULT_MAX_RING_SIZE = 4096  # C-core's (and grpc-go's) default
+RING_SIZE_CAP = 4096  # C-core GRPC_ARG_RING_HASH_LB_RING_SIZE_CAP default
+WEIGHT_KEY = "weight"
+
+_IDLE = ConnectivityState.IDLE
+_CONNECTING = ConnectivityState.CONNECTING
+_READY = ConnectivityState.READY
+_TF = ConnectivityState.TRANSIENT_FAILURE
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+_CHILD_CONFIG = PickFirstConfig()
+_QUEUE = PickQueue()
+_CODE_PREFIXES = tuple(f"{code.name}: " for code in grpc.StatusCode)
+_NO_CONNECTED_ENDPOINT = "ring hash cannot find a connected endpoint; first failure: "
+
+
+# -- config --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RingHashConfig:
+    """Parsed ``ring_hash_experimental`` config (A42)."""
+
+    min_ring_size: int = DEFAULT_MIN_RING_SIZE
+    max_ring_size: int = DEFAULT_MAX_RING_SIZE
+
+
+def _ring_size(obj: dict[str, Any], name: str, default: int) -> int:
+    if name not in obj:
+        return default
+    value = obj[name]
+    # A JSON number, or a decimal string (proto3 JSON writes uint64 so).
+    integral = (
+        isinstance(value, int)
+        or (isinstance(value, float) and value.is_integer())
+        or (isinstance(value, str) and value.isdigit())
+    )
+    if isinstance(value, bool) or not integral:
+        raise LBConfigError(name, f"expected integer, got {describe(value)}")
+    number = int(value)
+    if not 1 <= number <= MAX_RING_SIZE:
+        raise LBConfigError(name, f"must be in the range [1, {MAX_RING_SIZE}], got {number}")
+    return number
+
+
+class RingHashFactory(PolicyFactory):
+    """``ring_size_cap`` plays C-core's ``grpc.lb.ring_hash.ring_size_cap``."""
+
+    name = POLICY_NAME
+
+    def __init__(self, ring_size_cap: int = RING_SIZE_CAP) -> None:
+        self.ring_size_cap = ring_size_cap
+
+    def parse_config(self, json_config: Any) -> RingHashConfig:
+        if json_config is None:
+            return RingHashConfig()
+        if not isinstance(json_config, dict):
+            raise LBConfigError("", f"expected object, got {describe(json_config)}")
+        low = _ring_size(json_config, "minRingSize", DEFAULT_MIN_RING_SIZE)
+        high = _ring_size(json_config, "maxRingSize", DEFAULT_MAX_RING_SIZE)
+        if low > high:
+            raise LBConfigError("maxRingSize", "cannot be smaller than minRingSize")
+        return RingHashConfig(low, high)
+
+    def build(self, helper: Helper) -> RingHash:
+        return RingHash(helper, ring_size_cap=self.ring_size_cap)
+
+
+# -- the ring ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Ring:
+    """Sorted ring: ``hashes[k]`` belongs to endpoint ``endpoints[k]``."""
+
+    hashes: tuple[int, ...]
+    endpoints: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    def start(self, request_hash: int) -> int:
+        """Index of the first entry with ``hash >= request_hash``, else 0."""
+        index = bisect_left(self.hashes, request_hash)
+        return 0 if index == len(self.hashes) else index
+
+
+def build_ring(
+    hash_keys: Sequence[str], weights: Sequence[int], min_ring_size: int, max_ring_size: int
+) -> Ring:
+    """A42's ring over endpoints given by their hash key (first address) and
+    weight, with already capped sizes (module docstring, "Ring")."""
+    total = sum(weights)
+    normalized = [weight / total for weight in weights]
+    min_normalized = min([1.0, *normalized])
+    scale = min(math.ceil(min_normalized * min_ring_size) / min_normalized, float(max_ring_size))
+    entries: list[tuple[int, int]] = []
+    digest = xxhash.xxh64_intdigest
+    current = 0.0
+    target = 0.0
+    for index, (key, share) in enumerate(zip(hash_keys, normalized, strict=True)):
+        prefix = f"{key}_"
+        target += scale * share
+        count = 0
+        while current < target:
+            entries.append((digest(f"{prefix}{count}".encode(), 0), index))
+            count += 1
+            current += 1.0
+    entries.sort(key=lambda entry: entry[0])
+    return Ring(tuple(h for h, _ in entries), tuple(i for _, i in entries))
+
+
+# -- helpers -------------------------------------------------------------------
+
+
+def _message(status: Status) -> str:
+    """The status message alone (C-core's ``status.message()``).  A
+    pick_first child under a petiole reports ``str(last failure)``, i.e.
+    ``"UNAVAILABLE: <message>"``; the code is dropped here."""
+    details = status.details
+    for prefix in _CODE_PREFIXES:
+        if details.startswith(prefix):
+            return details[len(prefix) :]
+    return details
+
+
+def _raw_weight(endpoint: Endpoint) -> int:
+    weight = endpoint.attributes.get(WEIGHT_KEY)
+    if isinstance(weight, bool) or not isinstance(weight, int):
+        return 1
+    return weight
+
+
+def _address_order_key(address: str) -> tuple[Any, ...]:
+    """Where C-core's socket-address comparison (length, then memcmp of the
+    sockaddr: family, port in network order, address bytes) puts ``address``:
+    IPv4 before IPv6, then port, then address.  Other targets come last."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        return (2, address)
+    if host.startswith("[") and host.endswith("]"):
+        family, host = socket.AF_INET6, host[1:-1]
+    else:
+        family = socket.AF_INET
+    try:
+        packed = socket.inet_pton(family, host.split("%", 1)[0])
+    except OSError:
+        return (2, address)
+    return (0 if family == socket.AF_INET else 1, int(port), packed)
+
+
+def aggregate_state(states: Sequence[ConnectivityState]) -> ConnectivityState:
+    """C-core's six aggregation rules, first match wins (module docstring,
+    "Aggregate state")."""
+    if _READY in states:
+        return _READY
+    failing = states.count(_TF)
+    if failing >= 2:
+        return _TF
+    if _CONNECTING in states or (failing == 1 and len(states) > 1):
+        return _CONNECTING
+    if _IDLE in states:
+        return _IDLE
+    return _TF
+
+
+# -- children ------------------------------------------------------------------
+
+
+class _Endpoint(DelegatingHelper):
+    """One endpoint: its (lazily created) pick_first child and what that child
+    last reported.  It is also the helper the child sees."""
+
+    def __init__(self, owner: RingHash, key: frozenset[str], endpoint: Endpoint) -> None:
+        super().__init__(owner.helper)
+        self.owner = owner
+        self.key = key
+        self.endpoint = endpoint
+        self.order_key = tuple(sorted(_address_order_key(a) for a in key))
+        self.state = _IDLE
+        self.status = OK_STATUS
+        self.picker: Picker | None = None
+        self.policy: PickFirst | None = None
+        self.closed = False
+        self.last_update: ResolverUpdate | None = None
+
+    # -- Helper (what the child calls) -----------------------------------------
+    def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
+        if self.closed or self.policy is None:
+            return
+        self.state, self.status, self.picker = state, status, picker
+        self.owner._on_child_state(self)
+
+    def request_reresolution(self) -> None:
+        if not self.closed:
+            self.parent.request_reresolution()
+
+    # -- what ring_hash calls ------------------------------------------------------
+    def request_connection(self) -> None:
+        """C-core ``RequestConnectionLocked``: create the child (which starts
+        connecting) or ask it to exit IDLE."""
+        if self.closed:
+            return
+        if self.policy is None:
+            self.policy = PickFirst(self, omit_status_prefix=True)
+            if self.update_child() is not None:
+                self.parent.request_reresolution()
+        else:
+            self.policy.exit_idle()
+
+    def update_child(self) -> Status | None:
+        """Give the child the current endpoint (if the child exists and the
+        endpoint or the update's attributes changed)."""
+        if self.policy is None:
+            return None
+        update = ResolverUpdate(
+            (self.endpoint,), _CHILD_CONFIG, self.owner._attributes, self.owner._note
+        )
+        if update == self.last_update:
+            return None
+        self.last_update = update
+        return self.policy.update(update)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.policy is not None:
+                self.policy.shutdown()
+
+    def __repr__(self) -> str:
+        return f"_Endpoint({sorted(self.key)}, {self.state.name})"
+
+
+# -- the picker ------------------------------------------------------------------
+
+
+class RingHashPicker(Picker):
+    """The immutable ring_hash picker (module docstring, "Picker")."""
+
+    __slots__ = ("_actions", "_fails", "_next_usable", "_random_bits", "_ring", "states")
+
+    def __init__(
+        self,
+        ring: Ring,
+        endpoints: Sequence[_Endpoint],
+        schedule: Callable[[_Endpoint], None],
+        random_bits: Callable[[int], int],
+        note: str,
+    ) -> None:
+        self._ring = ring
+        self._random_bits = random_bits
+        self.states = tuple(endpoint.state for endpoint in endpoints)
+        actions: list[Callable[[PickArgs], PickResult]] = []
+        fails: list[PickResult] = []
+        for endpoint in endpoints:
+            actions.append(self._action(endpoint, schedule))
+            text = _NO_CONNECTED_ENDPOINT + _message(endpoint.status)
+            if note:
+                text = f"{text} ({note})"
+            fails.append(PickFail(Status(_UNAVAILABLE, text)))
+        self._actions = tuple(actions)
+        self._fails = tuple(fails)
+        self._next_usable = self._usable_positions()
+
+    @staticmethod
+    def _action(
+        endpoint: _Endpoint, schedule: Callable[[_Endpoint], None]
+    ) -> Callable[[PickArgs], PickResult]:
+        state = endpoint.state
+        if state is _READY and endpoint.picker is not None:
+            return endpoint.picker.pick
+        if state is _IDLE:
+
+            def connect_and_queue(args: PickArgs) -> PickResult:
+                schedule(endpoint)
+                return _QUEUE
+
+            return connect_and_queue
+        return lambda args: _QUEUE  # CONNECTING (TRANSIENT_FAILURE is skipped)
+
+    def _usable_positions(self) -> tuple[int, ...] | None:
+        """For each ring position, the first position from it (cyclic) whose
+        endpoint is not in TRANSIENT_FAILURE; -1 everywhere when there is
+        none; None when every position is usable (the common case)."""
+        failing = [state is _TF for state in self.states]
+        if not any(failing):
+            return None
+        size = len(self._ring)
+        if all(failing):
+            return (-1,) * size
+        bad = [failing[e] for e in self._ring.endpoints]
+        nxt = [0] * size
+        # Two backward passes make the search wrap around.
+        following = -1
+        for _ in range(2):
+            for position in range(size - 1, -1, -1):
+                if not bad[position]:
+                    following = position
+                nxt[position] = following
+        return tuple(nxt)
+
+    def pick(self, args: PickArgs) -> PickResult:
+        request_hash = args.call_attributes.get(REQUEST_HASH_KEY)
+        if request_hash is None:
+            request_hash = self._random_bits(64)
+        ring = self._ring
+        position = ring.start(request_hash)
+        if self._next_usable is not None:
+            usable = self._next_usable[position]
+            if usable < 0:
+                return self._fails[ring.endpoints[position]]
+            position = usable
+        return self._actions[ring.endpoints[position]](args)
+
+    def __repr__(self) -> str:
+        return f"RingHashPicker({len(self._ring)} entries, {[s.name for s in self.states]})"
+
+
+# -- the policy ------------------------------------------------------------------
+
+
+class RingHash(LoadBalancer):
+    """ring_hash over lazily created pick_first children (module docstring)."""
+
+    def __init__(self, helper: Helper, *, ring_size_cap: int = RING_SIZE_CAP) -> None:
+        self.helper = helper
+        self._cap = ring_size_cap
+        self._endpoints: list[_Endpoint] = []  # ring order of endpoint indices
+        self._by_key: dict[frozenset[str], _Endpoint] = {}
+        self._ring: Ring | None = None
+        self._ring_key: tuple[Any, ...] | None = None
+        self._attributes: Any = {}
+        self._note = ""
+        self._last_failure = Status(
+            _UNAVAILABLE, "no reachable endpoints; last error: no connection attempt yet"
+        )
+        self._reported_key: tuple[Any, ...] | None = None
+        self._updating = False
+        self._shutdown = False
+
+    # -- introspection (tests, config dumps) ---------------------------------------
+    @property
+    def ring(self) -> Ring | None:
+        return self._ring
+
+    @property
+    def endpoints(self) -> list[_Endpoint]:
+        """The endpoints, in the order that indexes the ring."""
+        return list(self._endpoints)
+
+    @property
+    def subchannels(self) -> list[Subchannel]:
+        return [sc for e in self._endpoints if e.policy is not None for sc in e.policy.subchannels]
+
+    # -- LoadBalancer ------------------------------------------------------------
+    def update(self, update: ResolverUpdate) -> Status | None:
+        if self._shutdown:
+            return None
+        if isinstance(update.endpoints, Status):
+            self.resolver_error(update.endpoints)
+            return update.endpoints
+        config = update.config if isinstance(update.config, RingHashConfig) else RingHashConfig()
+        merged = self._merge(update.endpoints)
+        self._attributes = update.attributes
+        self._note = update.resolution_note
+        if not merged:
+            return self._on_empty_list()
+        old = self._by_key
+        endpoints: list[_Endpoint] = []
+        by_key: dict[frozenset[str], _Endpoint] = {}
+        for key, endpoint in merged.items():
+            child = old.get(key)
+            if child is None:
+                child = _Endpoint(self, key, endpoint)
+            else:
+                child.endpoint = endpoint
+            endpoints.append(child)
+            by_key[key] = child
+        for key, child in old.items():
+            if key not in by_key:
+                child.close()
+        self._endpoints, self._by_key = endpoints, by_key
+        self._ring_for(config)
+        self._updating = True
+        try:
+            for child in endpoints:
+                child.update_child()
+        finally:
+            self._updating = False
+        self._aggregate(None)
+        return None
+
+    def resolver_error(self, status: Status) -> None:
+        if self._shutdown or self._endpoints:
+            return  # keep using the endpoints we have (C-core)
+        self._report(_TF, status, FailPicker(status), key=(_TF, status))
+
+    def exit_idle(self) -> None:
+        """Nothing: connections follow picks (C-core's ring_hash has no ExitIdle)."""
+
+    def reset_backoff(self) -> None:
+        for child in self._endpoints:
+            if child.policy is not None:
+                child.policy.reset_backoff()
+
+    def shutdown(self) -> None:
+        self._shutdown = True
+        for child in self._endpoints:
+            child.close()
+        self._endpoints, self._by_key = [], {}
+
+    # -- updates -----------------------------------------------------------------
+    @staticmethod
+    def _merge(endpoints: Sequence[Endpoint]) -> dict[frozenset[str], Endpoint]:
+        """Endpoints by address set, duplicates merged into the first with
+        their weights added (C-core)."""
+        merged: dict[frozenset[str], Endpoint] = {}
+        for endpoint in endpoints:
+            if not endpoint.addresses:
+                continue
+            key = frozenset(endpoint.addresses)
+            first = merged.get(key)
+            if first is None:
+                merged[key] = endpoint
+                continue
+            attributes = dict(first.attributes)
+            attributes[WEIGHT_KEY] = _raw_weight(first) + _raw_weight(endpoint)
+            merged[key] = Endpoint(first.addresses, attributes)
+        return merged
+
+    def _ring_for(self, config: RingHashConfig) -> None:
+        keys = tuple(child.endpoint.addresses[0] for child in self._endpoints)
+        weights = []
+        for child in self._endpoints:
+            weight = _raw_weight(child.endpoint)
+            weights.append(weight if weight > 0 else 1)
+        low = min(config.min_ring_size, self._cap)
+        high = min(config.max_ring_size, self._cap)
+        ring_key = (keys, tuple(weights), low, high)
+        if ring_key != self._ring_key or self._ring is None:
+            self._ring = build_ring(keys, weights, low, high)
+            self._ring_key = ring_key
+
+    def _on_empty_list(self) -> Status:
+        for child in self._endpoints:
+            child.close()
+        self._endpoints, self._by_key = [], {}
+        self._ring, self._ring_key = None, None
+        note = self._note
+        status = Status(
+            _UNAVAILABLE, f"empty address list: {note}" if note else "empty address list"
+        )
+        self.helper.request_reresolution()
+        self._report(_TF, status, FailPicker(status), key=(_TF, status))
+        return status
+
+    # -- events --------------------------------------------------------------------
+    def _on_child_state(self, child: _Endpoint) -> None:
+        if self._shutdown or self._updating:
+            return
+        self._aggregate(child.status if child.state is _TF else None)
+
+    def _schedule_connection(self, child: _Endpoint) -> None:
+        """Runs on the pick thread: hop to the clock (and so the serializer)."""
+        self.helper.clock.call_later(0, lambda: self._connect_from_pick(child))
+
+    def _connect_from_pick(self, child: _Endpoint) -> None:
+        if not self._shutdown:
+            child.request_connection()
+
+    def _aggregate(self, failure: Status | None) -> None:
+        states = [child.state for child in self._endpoints]
+        state = aggregate_state(states)
+        idle: _Endpoint | None = None
+        for child in self._endpoints:
+            if child.state is _IDLE and (idle is None or child.order_key < idle.order_key):
+                idle = child
+        status = OK_STATUS
+        if state is _TF:
+            if failure is not None:
+                self._last_failure = Status(
+                    _UNAVAILABLE, f"no reachable endpoints; last error: {_message(failure)}"
+                )
+            status = self._last_failure
+        assert self._ring is not None
+        key = (
+            state,
+            status,
+            self._ring,
+            self._note,
+            tuple((c.state, c.status, c.picker) for c in self._endpoints),
+        )
+        if key != self._reported_key:
+            picker = RingHashPicker(
+                self._ring,
+                self._endpoints,
+                self._schedule_connection,
+                self.helper.random.getrandbits,
+                self._note,
+            )
+            self._report(state, status, picker, key)
+        # Recovery: see the module docstring.
+        if state in (_CONNECTING, _TF) and _CONNECTING not in states and idle is not None:
+            idle.request_connection()
+
+    # -- plumbing ------------------------------------------------------------------
+    def _report(
+        self, state: ConnectivityState, status: Status, picker: Picker, key: tuple[Any, ...]
+    ) -> None:
+        if key == self._reported_key:
+            return
+        self._reported_key = key
+        self.helper.update_state(state, status, picker)
+
+
+registry.register(RingHashFactory())
