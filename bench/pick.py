@@ -147,6 +147,34 @@ def bench_priority_weighted_target_round_robin() -> tuple[str, float]:
 CASES.append(bench_priority_weighted_target_round_robin)
 
 
+# -- ring_hash (A42): a pick is one bisect over the ring plus the READY child's pick --
+
+
+def bench_ring_hash() -> tuple[str, float]:
+    """ring_hash_experimental over 100 READY endpoints (ring of 4096), a
+    request hash in the call attributes as the xDS ConfigSelector sets it,
+    beside a bare round_robin over 10 endpoints timed in the same call."""
+    from pyxds.lb import registry
+    from pyxds.lb.api import REQUEST_HASH_KEY
+
+    factory, config = registry.select([{"ring_hash_experimental": {}}])
+    helper = FakeHelper()
+    policy = factory.build(helper)
+    policy.update(ResolverUpdate(endpoints(100), config))
+    args = PickArgs(ARGS.path, (), {"cluster": "cluster:foo", REQUEST_HASH_KEY: 0x9E3779B97F4A7C15})
+    for _ in range(3):  # ring_hash connects lazily: each pick wakes the endpoint it lands on
+        helper.last.picker.pick(args)
+        helper.clock.advance(0)
+        ready_all(helper)
+    assert helper.state is ConnectivityState.READY
+    _, bare = _round_robin(10)
+    ns = time_picker(helper.last.picker, args)
+    return f"ring_hash(100) [rr10 {bare:.0f} ns: {ns / bare:.1f}x]", ns
+
+
+CASES.append(bench_ring_hash)
+
+
 def main() -> int:
     print(f"{'case':<44} {'ns/pick':>9} {'floor ns':>9} {'ratio':>7}")
     for case in CASES:
