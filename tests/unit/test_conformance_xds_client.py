@@ -444,3 +444,122 @@ def test_transient_timeout_repeated_on_a_later_stream_is_not_reported_twice():
     clock.advance(30)
     assert watcher.take() == []
     assert entry(state, "a").state is CacheState.TIMEOUT
+
+
+# ---------------------------------------------------------------- channel failure and new watches
+
+
+def test_new_watch_of_uncached_name_during_channel_failure_gets_the_error_at_once():
+    """C-core XdsClientTest.ConnectionFails and WatchResource ("returning
+    cached channel error"): the channel keeps its failure until a response,
+    and a watch started meanwhile hears it at once, also for a name that was
+    never subscribed before; no does-not-exist while the stream is down."""
+    state, clock = make_state()
+    first = RecordingWatcher()
+    state.add_watcher(CDS, "a", first)
+    connected_stream(state)
+    state.on_stream_closed(Status(grpc.StatusCode.UNAVAILABLE, "connection refused"))
+    ((kind, error),) = first.take()
+    assert kind == "changed" and error.code == grpc.StatusCode.UNAVAILABLE
+    late = RecordingWatcher()
+    state.add_watcher(CDS, "b", late)
+    assert late.take() == [("changed", error)]
+    clock.advance(RESOURCE_TIMEOUT * 2)  # no stream: no resource timer
+    assert first.take() == [] and late.take() == []
+    # The next stream fails the same way: nobody hears it twice.
+    state.on_stream_started()
+    state.on_stream_closed(Status(grpc.StatusCode.UNAVAILABLE, "connection refused"))
+    assert first.take() == [] and late.take() == []
+    # Reconnected: the resource arrives for both names.
+    connected_stream(state)
+    state.on_response(response(CDS, "1", "n1", ("a", "x"), ("b", "y")))
+    assert first.take() == [("changed", res(CDS, "a", "x"))]
+    assert late.take() == [("changed", res(CDS, "b", "y"))]
+
+
+def test_new_watch_during_channel_failure_still_times_out_once_reconnected():
+    """The channel error stands in for the resource until the next stream is
+    connected; then the resource timer runs and reports does-not-exist."""
+    state, clock = make_state()
+    state.add_watcher(EDS, "a", RecordingWatcher())
+    connected_stream(state)
+    state.on_stream_closed(Status(grpc.StatusCode.UNAVAILABLE, "down"))
+    late = RecordingWatcher()
+    state.add_watcher(EDS, "b", late)
+    assert [s.code for _, s in late.take()] == [grpc.StatusCode.UNAVAILABLE]
+    state.on_stream_started()
+    state.take_requests()
+    state.on_stream_connected()
+    clock.advance(RESOURCE_TIMEOUT)
+    ((kind, status),) = late.take()
+    assert kind == "changed" and status.code == grpc.StatusCode.NOT_FOUND
+    assert entry(state, "b").state is CacheState.DOES_NOT_EXIST
+
+
+def test_new_watch_after_channel_recovered_hears_no_stale_error():
+    """A response clears the channel failure (C-core SetHealthyLocked): later
+    watches of new names start clean."""
+    state, _ = make_state()
+    state.add_watcher(CDS, "a", RecordingWatcher())
+    connected_stream(state)
+    state.on_stream_closed(Status(grpc.StatusCode.UNAVAILABLE, "down"))
+    connected_stream(state)
+    state.on_response(response(CDS, "1", "n1", ("a", "x")))
+    late = RecordingWatcher()
+    state.add_watcher(CDS, "b", late)
+    assert late.take() == []
+
+
+def test_new_watch_of_cached_name_during_channel_failure_gets_resource_then_ambient_error():
+    """A88 "New Watchers Started After Ambient Errors" with the channel error."""
+    state, _ = make_state()
+    first = RecordingWatcher()
+    state.add_watcher(LDS, "a", first)
+    connected_stream(state)
+    state.on_response(response(LDS, "1", "n1", ("a", "x")))
+    state.on_stream_closed(Status(grpc.StatusCode.UNAVAILABLE, "down"), had_response=False)
+    first.take()
+    late = RecordingWatcher()
+    state.add_watcher(LDS, "a", late)
+    ((k1, value), (k2, error)) = late.take()
+    assert (k1, value) == ("changed", res(LDS, "a", "x"))
+    assert k2 == "ambient" and error.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_resubscribe_before_response_then_resource_arrives_gets_no_does_not_exist():
+    """C-core ResourceDoesNotExistUnsubscribeAndResubscribeWhileSendMessagePending
+    (grpc#29583): the timer of the resubscribed name is cancelled by the
+    resource that answers it."""
+    state, clock = make_state()
+    watcher = RecordingWatcher()
+    handle = state.add_watcher(CDS, "a", watcher)
+    connected_stream(state)
+    state.on_response(response(CDS, "1", "A", ("a", "x")))
+    state.take_requests()
+    state.remove_watcher(handle)
+    state.add_watcher(CDS, "a", watcher)
+    (req,) = state.take_requests()
+    assert list(req.resource_names) == ["a"] and state.timer_pending(CDS, "a")
+    watcher.take()
+    state.on_response(response(CDS, "1", "B", ("a", "x")))
+    assert watcher.take() == [("changed", res(CDS, "a", "x"))]
+    clock.advance(RESOURCE_TIMEOUT * 2)
+    assert watcher.take() == []
+    assert entry(state, "a").state is CacheState.ACKED
+
+
+def test_nack_with_a_valid_resource_keeps_the_previous_version():
+    """Issue 4 / the xDS protocol: a NACK carries the previous version even
+    when some resources of the response were valid and applied.  (C-core
+    alone sends the new version then; grpc-go and grpc-java do not.)"""
+    state, _ = make_state()
+    state.add_watcher(CDS, "a", RecordingWatcher())
+    state.add_watcher(CDS, "b", RecordingWatcher())
+    connected_stream(state)
+    state.on_response(response(CDS, "1", "A", ("a", "x"), ("b", "y")))
+    state.take_requests()
+    state.on_response(response(CDS, "2", "B", ("a", INVALID), ("b", "z")))
+    (nack,) = state.take_requests()
+    assert (nack.version_info, nack.response_nonce) == ("1", "B")
+    assert "resource index 0: a:" in nack.error_detail.message
+    assert entry(state, "b").version_info == "2"

@@ -69,8 +69,9 @@ Rules:
   that closes (or never connects) before any response is a connectivity
   error: ``on_ambient_error`` for watchers of cached resources,
   ``on_resource_changed(error)`` for the others (A88 "Handling Transient
-  Errors").  The next stream re-sends every subscription with the last
-  ACKed versions and no nonce.
+  Errors").  Until a response arrives, a watch of a name not yet in the
+  cache is told that error at once (as C-core).  The next stream re-sends
+  every subscription with the last ACKed versions and no nonce.
 """
 
 from __future__ import annotations
@@ -323,6 +324,11 @@ class AdsState:
         if entry is None:
             entry = ts.entries[name] = _Entry(type_url, name)
             self._dirty[type_url] = None
+            # A new name while the channel is failing (the last stream ended
+            # before any response): its watchers hear that error now, not at
+            # the next failure (C-core keeps the channel status for new
+            # watches; A88 "Handling Transient Errors").
+            entry.error = self._last_error
         self._tokens += 1
         watch = _Watch(watcher, executor or self._default_executor)
         entry.watches[self._tokens] = watch
