@@ -563,3 +563,19 @@ def test_nack_with_a_valid_resource_keeps_the_previous_version():
     assert (nack.version_info, nack.response_nonce) == ("1", "B")
     assert "resource index 0: a:" in nack.error_detail.message
     assert entry(state, "b").version_info == "2"
+
+
+def test_undecodable_resource_wrapper_is_nacked_and_the_rest_applied():
+    """C-core XdsClientTest.ResourceValidationFailureMultipleResources: an
+    invalid Resource wrapper is listed in the NACK; the valid resource of the
+    same response is applied."""
+    state, _ = make_state()
+    watcher = RecordingWatcher()
+    state.add_watcher(CDS, "a", watcher)
+    connected_stream(state)
+    msg = response(CDS, "1", "A", ("a", "x"))
+    msg.resources.add(type_url=RESOURCE_WRAPPER_TYPE_URL, value=b"\xff\xff")
+    state.on_response(msg)
+    (nack,) = state.take_requests()
+    assert "resource index 1: Can't decode Resource proto wrapper" in nack.error_detail.message
+    assert watcher.take() == [("changed", res(CDS, "a", "x"))]

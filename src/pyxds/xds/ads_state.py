@@ -484,6 +484,9 @@ class AdsState:
         seen: set[str] = set()
         for index, wrapped in enumerate(response.resources):
             any_msg, name_hint = self._unwrap(wrapped)
+            if any_msg is None:
+                errors.append(f"resource index {index}: Can't decode Resource proto wrapper")
+                continue
             if any_msg.type_url != type_url:
                 errors.append(
                     f'resource index {index}: incorrect resource type "{any_msg.type_url}" '
@@ -589,14 +592,16 @@ class AdsState:
         return ts
 
     @staticmethod
-    def _unwrap(wrapped: any_pb2.Any) -> tuple[any_pb2.Any, str | None]:
+    def _unwrap(wrapped: any_pb2.Any) -> tuple[any_pb2.Any | None, str | None]:
+        """The resource and the wrapper's name; (None, None) for a wrapper
+        that does not parse (NACKed, as C-core)."""
         if wrapped.type_url != RESOURCE_WRAPPER_TYPE_URL:
             return wrapped, None
         inner = discovery_pb2.Resource()
         try:
             inner.ParseFromString(wrapped.value)
         except Exception:
-            return wrapped, None
+            return None, None
         return inner.resource, (inner.name or None)
 
     def _accepted(
