@@ -213,9 +213,13 @@ def test_eds_update_changing_one_locality_keeps_the_other_subchannels():
     assert policy.priority_names == [child_name("c1", 0), child_name("c1", 1)]
     for address in ("10.0.0.1:80", "10.0.0.2:80"):
         assert helper.subchannel(address) is before[address]
-    assert before["10.0.0.3:80"].shut_down
     created = [s.address for s in helper.subchannels[len(before) :]]
     assert created == ["10.0.0.4:80"]
+    # round_robin (as C-core) keeps b's old READY endpoint serving until the
+    # new one is READY, then shuts it down.
+    assert not before["10.0.0.3:80"].shut_down
+    helper.subchannel("10.0.0.4:80").set_state(READY)
+    assert before["10.0.0.3:80"].shut_down
 
 
 def test_priority_child_names_follow_the_a115_sequence():

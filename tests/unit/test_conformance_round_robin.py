@@ -384,3 +384,61 @@ def test_resolver_error_after_an_empty_list_keeps_the_empty_list_error():
     n = len(helper.states)
     policy.resolver_error(Status(UNAVAILABLE, "resolver down"))
     assert len(helper.states) == n and helper.last.status == status
+
+
+def test_update_without_a_ready_endpoint_keeps_serving_on_the_old_ones_until_a_new_is_ready():
+    """C-core RoundRobin::MaybeUpdateRoundRobinConnectivityStateLocked: the
+    pending endpoint list replaces the serving one only once it has a READY
+    endpoint (or all its endpoints failed, or the old list has no READY one
+    left); until then picks keep going to the old READY endpoints."""
+    policy, helper = make(eps(A))
+    sc(helper, A).set_state(READY)
+    update(policy, eps(B, C))
+    assert helper.state is READY and set(picks(helper, 4)) == {A}
+    assert not sc(helper, A).shut_down
+    assert sc(helper, B).connect_calls == 1 and sc(helper, C).connect_calls == 1
+    sc(helper, B).set_state(CONNECTING)
+    assert set(picks(helper, 4)) == {A}
+    sc(helper, B).set_state(READY)
+    assert helper.state is READY and set(picks(helper, 4)) == {B}
+    assert helper.subchannel(A, live=False).shut_down
+    assert A not in {s.address for s in policy.subchannels}
+
+
+def test_old_endpoints_are_dropped_when_every_new_endpoint_fails():
+    """C-core: a pending list whose endpoints are all in TRANSIENT_FAILURE
+    replaces the serving one ("we're doing what the control plane told us
+    to do"), so the policy reports TRANSIENT_FAILURE."""
+    policy, helper = make(eps(A))
+    sc(helper, A).set_state(READY)
+    update(policy, eps(B, C))
+    sc(helper, B).set_state(TF, "b down")
+    assert set(picks(helper, 2)) == {A}
+    sc(helper, C).set_state(TF, "c down")
+    assert helper.state is TF
+    assert helper.last.status.details.startswith("connections to all backends failing")
+    assert helper.subchannel(A, live=False).shut_down
+
+
+def test_old_endpoint_leaving_ready_while_the_new_list_connects_is_dropped():
+    """C-core: once the serving list has no READY endpoint the pending list
+    takes over at once; the old endpoint is not reconnected."""
+    policy, helper = make(eps(A))
+    sc(helper, A).set_state(READY)
+    update(policy, eps(B))
+    a = sc(helper, A)
+    a.set_state(IDLE)
+    assert a.shut_down and a.connect_calls == 1
+    assert helper.state is CONNECTING and isinstance(helper.pick(), PickQueue)
+    sc(helper, B).set_state(READY)
+    assert set(picks(helper, 2)) == {B}
+
+
+def test_old_endpoints_are_shut_down_with_the_policy_and_ignore_exit_idle():
+    policy, helper = make(eps(A))
+    sc(helper, A).set_state(READY)
+    update(policy, eps(B))
+    policy.exit_idle()
+    assert sc(helper, A).connect_calls == 1
+    policy.shutdown()
+    assert all(s.shut_down for s in helper.subchannels)

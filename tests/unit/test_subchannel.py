@@ -107,6 +107,31 @@ def test_backoff_grows_by_1_6_and_resets_after_ready():
     assert clock.now() - start <= 1.21
 
 
+def test_backoff_is_measured_from_the_start_of_the_failed_attempt():
+    """C-core Subchannel (and doc/connection-backoff.md's ConnectWithBackoff):
+    the next attempt is due one backoff delay after the previous attempt
+    *started*, so time spent connecting counts against the backoff."""
+    pool, transports, clock = make_pool()
+    sub = pool.create("a:1", {})
+    seen = watch(sub)
+    sub.connect()
+    transports.made[0].report(GC.CONNECTING)
+    clock.advance(0.7)  # the attempt takes 0.7 s, then fails
+    transports.made[0].report(GC.TRANSIENT_FAILURE)
+    assert states(seen)[-1] is CS.TRANSIENT_FAILURE
+    clock.advance(0.51)  # 1.21 s after the attempt started: the 1 s +-20 % delay is over
+    assert states(seen)[-1] is CS.IDLE
+    # An attempt that outlasts its backoff delay is followed at once (after
+    # reporting TRANSIENT_FAILURE) by IDLE, ready to reconnect.
+    sub.connect()
+    transports.made[-1].report(GC.CONNECTING)
+    clock.advance(5.0)
+    transports.made[-1].report(GC.TRANSIENT_FAILURE)
+    assert states(seen)[-1] is CS.TRANSIENT_FAILURE
+    clock.advance(0)
+    assert states(seen)[-2:] == [CS.TRANSIENT_FAILURE, CS.IDLE]
+
+
 def test_backoff_honours_grpcio_reconnect_options():
     pool, transports, clock = make_pool([("grpc.initial_reconnect_backoff_ms", 100)])
     sub = pool.create("a:1", {})

@@ -26,7 +26,9 @@ serializer; grpcio's connectivity reports are marshalled onto it)::
     CONNECTING --grpcio TRANSIENT_FAILURE--> TRANSIENT_FAILURE
          the transport is retired (grpcio would retry by itself, staying in
          TRANSIENT_FAILURE: C-core's sticky pick_first) and a backoff timer
-         starts; when it fires the core reports IDLE (the Subchannel contract
+         starts, due one backoff delay after the failed attempt *started*
+         (as C-core: time spent connecting counts); when it fires the core
+         reports IDLE (the Subchannel contract
          of ARCHITECTURE.md), and the next connect() builds a fresh transport.
     READY --grpcio IDLE (GOAWAY, connection lost)--> IDLE   (not a failure;
          connect() reconnects on the same transport at once)
@@ -324,6 +326,7 @@ class SubchannelCore:
         self.status = OK_STATUS
         self.transport: Transport | None = None
         self._backoff_timer: Timer | None = None
+        self._attempt_started = 0.0
         self._watchers: list[Callable[[ConnectivityState, Status], None]] = []
         self.refs = 0
 
@@ -343,6 +346,7 @@ class SubchannelCore:
     def connect(self) -> None:
         if self.state is not ConnectivityState.IDLE:
             return
+        self._attempt_started = self._clock.now()
         if self.transport is None or self.transport.closed:
             box: list[Transport] = []
 
@@ -409,7 +413,10 @@ class SubchannelCore:
         transport, self.transport = self.transport, None
         if transport is not None:
             transport.retire()
-        delay = self._backoff.next_delay()
+        # The next attempt is due one backoff delay after this one *started*
+        # (connection-backoff.md ConnectWithBackoff; C-core Subchannel).
+        elapsed = self._clock.now() - self._attempt_started
+        delay = max(0.0, self._backoff.next_delay() - elapsed)
         self._set_state(
             ConnectivityState.TRANSIENT_FAILURE,
             Status(grpc.StatusCode.UNAVAILABLE, f"failed to connect to {self.address}"),

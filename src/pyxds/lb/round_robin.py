@@ -36,10 +36,11 @@ Rules
   (``helper.random``).  A pick_first child's READY picker returns one
   constant result, so the round_robin picker is a precomputed tuple of
   PickComplete results behind ``itertools.cycle``: a pick is one C call.
-* Children of removed endpoints are shut down at once.  (Deviation from
-  C-core, which keeps serving on its old endpoint list while a new list
-  with no READY endpoint connects; here such an update reports CONNECTING
-  and RPCs queue until a new endpoint is READY.)
+* Children of removed endpoints are shut down at once, except while the
+  new list has no READY endpoint: then (as C-core's pending endpoint list)
+  the removed READY children keep serving until a new endpoint is READY,
+  every new endpoint is in TRANSIENT_FAILURE, or no old one is READY any
+  more; they are then shut down.  They are never reconnected.
 * An empty list is rejected: TRANSIENT_FAILURE "empty address list" and the
   status returned from ``update`` (the caller re-resolves).  A resolver
   error is reported only before the first address list (an empty one
@@ -202,6 +203,8 @@ class RoundRobin(LoadBalancer):
     def __init__(self, helper: Helper) -> None:
         self.helper = helper
         self._children: dict[frozenset[str], _Child] = {}
+        # Removed children still serving while the new list connects.
+        self._draining: list[_Child] = []
         self._last_failure = "no connection attempt yet"
         self._reported_key: tuple[Any, ...] | None = None
         self._shutdown = False
@@ -211,12 +214,14 @@ class RoundRobin(LoadBalancer):
     # -- introspection (tests, config dumps) -----------------------------------
     @property
     def subchannels(self) -> list[Any]:
-        """Every subchannel held by the current children, endpoint order."""
-        return [sc for child in self._children.values() for sc in child.policy.subchannels]
+        """Every subchannel held by the current children, endpoint order
+        (then those of removed endpoints still serving)."""
+        return [sc for child in self.children for sc in child.policy.subchannels]
 
     @property
     def children(self) -> list[_Child]:
-        return list(self._children.values())
+        """The current children, then removed ones still serving."""
+        return [*self._children.values(), *self._draining]
 
     # -- LoadBalancer ------------------------------------------------------
     def update(self, update: ResolverUpdate) -> Status | None:
@@ -232,16 +237,25 @@ class RoundRobin(LoadBalancer):
             status = Status(
                 _UNAVAILABLE, f"empty address list: {note}" if note else "empty address list"
             )
-            for child in self._children.values():
+            for child in [*self._children.values(), *self._draining]:
                 child.close()
             self._children = {}
+            self._draining = []
             self._report(_TF, status, FailPicker(status), key=(_TF, status))
             return status
-        old = self._children
+        # Removed children still serving may be listed again: they are old
+        # children like the others.
+        old = dict(self._children)
+        for child in self._draining:
+            old.setdefault(child.addresses, child)
+        self._draining = []
         children = self._match_children(endpoints, old)
         kept = {id(child) for child in children.values()}
-        for child in old.values():
-            if id(child) not in kept:
+        removed = [child for child in old.values() if id(child) not in kept]
+        # Removed READY children may keep serving (see _settle_draining).
+        self._draining += [child for child in removed if child.state is _READY]
+        for child in removed:
+            if child.state is not _READY:
                 child.close()
         self._children = children
         pairs = list(zip(endpoints, children.values(), strict=True))
@@ -278,14 +292,15 @@ class RoundRobin(LoadBalancer):
                 child.policy.exit_idle()
 
     def reset_backoff(self) -> None:
-        for child in self._children.values():
+        for child in [*self._children.values(), *self._draining]:
             child.policy.reset_backoff()
 
     def shutdown(self) -> None:
         self._shutdown = True
-        for child in self._children.values():
+        for child in [*self._children.values(), *self._draining]:
             child.close()
         self._children = {}
+        self._draining = []
 
     # -- updates -----------------------------------------------------------------
     def _match_children(
@@ -317,6 +332,13 @@ class RoundRobin(LoadBalancer):
         self, child: _Child, state: ConnectivityState, status: Status, picker: Picker
     ) -> None:
         child.state, child.status, child.picker = state, status, picker
+        if child in self._draining:
+            if state is not _READY:  # an old endpoint is never reconnected
+                self._draining.remove(child)
+                child.close()
+            if not self._updating and not self._shutdown:
+                self._aggregate()
+            return
         if state is _TF:
             self._last_failure = status.details
         if state is _IDLE:
@@ -324,7 +346,27 @@ class RoundRobin(LoadBalancer):
         if not self._updating and not self._shutdown:
             self._aggregate()
 
+    def _settle_draining(self) -> list[_Child]:
+        """C-core's rule for swapping in the pending endpoint list: the old
+        READY children keep serving until a new child is READY, every new
+        child is in TRANSIENT_FAILURE, or none of them is READY any more.
+        Returns the old children still serving."""
+        if not self._draining:
+            return []
+        children = self._children.values()
+        if any(child.state is _READY for child in children) or all(
+            child.state is _TF for child in children
+        ):
+            for child in self._draining:
+                child.close()
+            self._draining = []
+        return [child for child in self._draining if child.state is _READY]
+
     def _aggregate(self) -> None:
+        serving = self._settle_draining()
+        if serving:
+            self._report_ready(serving)
+            return
         children = self._children.values()
         ready = [child for child in children if child.state is _READY]
         if ready:
