@@ -222,14 +222,16 @@ def test_failing_targets_stay_failing_through_reconnect_attempts():
 
 
 def test_idle_target_makes_the_aggregate_idle_and_is_told_to_exit_idle():
-    """grpc-go TestInitialIdle; C-core WeightedChild (IDLE -> ExitIdle)."""
+    """grpc-go TestInitialIdle; C-core WeightedChild (IDLE -> ExitIdle at
+    once, inside the report).  The IDLE is published, then pick_first's
+    CONNECTING from its reconnect."""
     w = WT()
     w.update({"c1": (1, "pick_first")}, {"c1": ["a:1"]})
     w.ready("a:1")
     connects = w.sub("a:1").connect_calls
+    published = len(w.helper.states)
     w.sub("a:1").set_state(IDLE)
-    assert w.state is IDLE
-    w.clock.advance(0)
+    assert [report.state for report in w.helper.states[published:]] == [IDLE, CONNECTING]
     assert w.sub("a:1").connect_calls == connects + 1
     assert w.state is CONNECTING
 

@@ -443,18 +443,67 @@ def test_all_children_failing_fail_each_rpc_with_the_picked_childs_own_error():
     assert 2.4 < counts[b_fail] / counts[a_fail] < 3.6
 
 
-def test_child_reporting_idle_is_told_to_exit_idle_soon_not_reentrantly():
+def test_child_reporting_idle_is_told_to_exit_idle_at_once():
+    """C-core WeightedChild: IDLE -> ExitIdleLocked() inside the report; no
+    clock tick needed (issue 3: "told to exit idle at once")."""
     h = Harness()
     h.update({"a": 1, "b": 1})
     leaf("b").report(READY)
     leaf("a").report(IDLE)
-    assert leaf("a").exit_idle_calls == 0
-    h.clock.advance(0)
     assert leaf("a").exit_idle_calls == 1
-    leaf("a").report(IDLE)
     leaf("a").report(CONNECTING)
+    leaf("a").report(IDLE)
+    assert leaf("a").exit_idle_calls == 2
     h.clock.advance(0)
-    assert leaf("a").exit_idle_calls == 1  # no longer IDLE when it ran
+    assert leaf("a").exit_idle_calls == 2  # nothing deferred
+
+
+def test_idle_is_aggregated_before_exit_idle_so_a_nested_report_wins():
+    """The IDLE is published first; a CONNECTING the child reports from
+    inside exit_idle is the newest state and is published last."""
+    h = Harness()
+    h.update({"a": 1})
+    a = leaf("a")
+    original = a.exit_idle
+
+    def exit_idle_reporting_connecting():
+        original()
+        a.report(CONNECTING)
+
+    a.exit_idle = exit_idle_reporting_connecting
+    a.report(IDLE)
+    assert [report.state for report in h.helper.states[-2:]] == [IDLE, CONNECTING]
+    assert h.helper.state is CONNECTING
+    assert a.exit_idle_calls == 1
+
+
+def test_idle_reported_from_inside_exit_idle_is_not_answered_again():
+    h = Harness()
+    h.update({"a": 1})
+    a = leaf("a")
+    original = a.exit_idle
+
+    def exit_idle_reporting_idle():
+        original()
+        a.report(IDLE)
+
+    a.exit_idle = exit_idle_reporting_idle
+    a.report(IDLE)  # no unbounded recursion
+    assert a.exit_idle_calls == 1
+    assert h.helper.state is IDLE
+
+
+def test_failing_child_reporting_idle_is_still_told_to_exit_idle():
+    """Sticky TRANSIENT_FAILURE keeps the aggregate, but the IDLE child is
+    still asked to reconnect (C-core calls ExitIdle before the TF check)."""
+    h = Harness()
+    h.update({"a": 1})
+    leaf("a").report(TF, "down")
+    reports = h.reports
+    leaf("a").report(IDLE)
+    assert leaf("a").exit_idle_calls == 1
+    assert h.reports == reports
+    assert h.helper.state is TF
 
 
 def test_all_children_updated_before_aggregating_once():

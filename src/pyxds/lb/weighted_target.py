@@ -27,8 +27,10 @@ Child states (as C-core)
     A child that reported TRANSIENT_FAILURE keeps counting as
     TRANSIENT_FAILURE (with its last failing picker and status) until it
     reports READY; its CONNECTING or IDLE in between do not count.  A child
-    reporting IDLE is told to exit idle right away (scheduled with
-    ``clock.call_later(0, ...)``, never re-entrantly from its own report).
+    reporting IDLE is told to exit idle at once, from inside its report (as
+    C-core does), right after its IDLE was aggregated: a report the child
+    makes from inside ``exit_idle`` (say CONNECTING) is then the newest one
+    and is aggregated last.
 
 Aggregate (over active children)
     READY if any child is READY; else CONNECTING if any is CONNECTING; else
@@ -354,7 +356,7 @@ class _Target:
         "status",
         "picker",
         "retention_timer",
-        "exit_idle_scheduled",
+        "exiting_idle",
         "closed",
     )
 
@@ -368,7 +370,7 @@ class _Target:
         self.status = OK_STATUS
         self.picker: Picker = QueuePicker()
         self.retention_timer = TimerSlot(clock)
-        self.exit_idle_scheduled = False
+        self.exiting_idle = False
         self.closed = False
 
     @property
@@ -535,26 +537,28 @@ class WeightedTargetLoadBalancer(LoadBalancer):
         if self._shut_down or target.closed:
             return
         target.raw_state = state
-        if state is _IDLE and not target.exit_idle_scheduled:
-            target.exit_idle_scheduled = True
-            self.helper.clock.call_later(0, lambda: self._exit_idle_child(target))
-        # Sticky TRANSIENT_FAILURE: only READY (or a fresh failure) replaces it.
+        # Sticky TRANSIENT_FAILURE: only READY (or a fresh failure) replaces it;
+        # otherwise the child still counts as failing: nothing to aggregate anew.
         if target.state is not _TF or state is _READY or state is _TF:
             target.state, target.status, target.picker = state, status, picker
-        else:
-            return  # still counts as TRANSIENT_FAILURE: nothing to aggregate anew
-        if self._updating:
-            self._reports_while_updating += 1
-            return
-        if target.active:
-            self._aggregate()
+            if self._updating:
+                self._reports_while_updating += 1
+            elif target.active:
+                self._aggregate()
+        if state is _IDLE:
+            self._exit_idle_child(target)
 
     def _exit_idle_child(self, target: _Target) -> None:
-        target.exit_idle_scheduled = False
-        if self._shut_down or target.closed or self._children.get(target.name) is not target:
+        """Tell a child that just reported IDLE to exit idle, at once (C-core
+        WeightedChild).  An IDLE the child reports from inside that call is
+        not answered again (no unbounded recursion)."""
+        if self._shut_down or target.closed or target.exiting_idle or target.handler is None:
             return
-        if target.raw_state is _IDLE and target.handler is not None:
+        target.exiting_idle = True
+        try:
             target.handler.exit_idle()
+        finally:
+            target.exiting_idle = False
 
     # -- aggregation ------------------------------------------------------
     def _aggregate(self) -> None:
