@@ -509,3 +509,68 @@ def test_depth_error_found_deep_does_not_taint_a_shallower_path():
     assert isinstance(config.clusters["c0"], Status)
     assert "exceeds max depth" in config.clusters["c0"].details
     assert config.clusters["r2"].children == AggregateConfig(("leaf",))
+
+
+def test_listener_update_with_the_same_rds_name_delivers_the_new_listener():
+    """C-core re-reports on every listener update (e.g. a new
+    max_stream_duration) without restarting the RDS watch."""
+    h = Harness()
+    setup_basic(h, "a")
+    watches = len(h.client.watch_log)
+    h.push(make_listener("lds", rds="rds", max_stream_duration=5.0))
+    assert h.last.listener.max_stream_duration == 5.0
+    assert h.last.route_config.name == "rds"
+    assert len(h.client.watch_log) == watches, "re-watched something"
+
+
+def test_clusters_sharing_one_eds_resource_share_one_watch():
+    h = Harness()
+    h.push(make_listener("lds", rds="rds"))
+    h.push(make_route_config("rds", routes_to("a", "b")))
+    h.push(eds_cluster("a", "shared"), eds_cluster("b", "shared"))
+    assert h.watched(ENDPOINTS_TYPE_URL) == {"shared"}
+    h.push(make_cla("shared", "10.0.0.1:80"))
+    assert set(h.last.clusters) == {"a", "b"}
+    h.push(make_route_config("rds", routes_to("a")))
+    assert set(h.last.clusters) == {"a"}
+    assert h.watched(ENDPOINTS_TYPE_URL) == {"shared"}
+
+
+@pytest.mark.parametrize("failure", ["listener_deleted", "socket_listener", "rds_deleted"])
+def test_listener_or_route_failure_keeps_every_watch_so_recovery_is_immediate(failure):
+    """C-core keeps the RDS, CDS and EDS watches while the listener or route
+    configuration is missing (it only stops reporting), so the same resources
+    coming back deliver a config at once, with nothing fetched again."""
+    h = Harness()
+    setup_basic(h, "a")
+    if failure == "listener_deleted":
+        h.client.does_not_exist(LISTENER_TYPE_URL, "lds")
+    elif failure == "socket_listener":
+        h.push(make_listener("lds", rds="rds", api_listener=False))
+    else:
+        h.client.does_not_exist(ROUTE_CONFIG_TYPE_URL, "rds")
+    assert isinstance(h.last, Status)
+    assert h.watched(CLUSTER_TYPE_URL) == {"a"}
+    assert h.watched(ENDPOINTS_TYPE_URL) == {"a"}
+    if failure == "rds_deleted":
+        h.push(make_route_config("rds", routes_to("a")))
+    else:
+        assert h.watched(ROUTE_CONFIG_TYPE_URL) == {"rds"}
+        h.push(make_listener("lds", rds="rds"))
+    assert isinstance(h.last, XdsConfig)
+    assert set(h.last.clusters) == {"a"}
+
+
+def test_failed_dns_re_resolution_keeps_the_last_addresses_with_no_note():
+    """Deliberate: a failed re-resolution does not empty a LOGICAL_DNS
+    cluster that has addresses (grpc-go and grpc-java keep them; C-core's
+    dependency manager empties it)."""
+    h = Harness()
+    h.push(make_listener("lds", rds="rds"))
+    h.push(make_route_config("rds", routes_to("d")))
+    h.push(dns_cluster("d", "host", 443))
+    h.dns.complete("host", ["1.2.3.4:443"])
+    h.dm.request_reresolution()
+    h.dns.complete("host", "lookup failed")
+    children = h.last.clusters["d"].children
+    assert children.endpoints.endpoint_count == 1

@@ -32,10 +32,14 @@ recomputes the whole picture from scratch:
    dependency graph for X has no leaf clusters").  Children that do not
    exist (or failed before any data) are skipped; leaves are deduplicated,
    first position wins (A37, A74 latest, A75).
-4. Watches no longer needed are cancelled.  If anything needed has not yet
-   arrived (or failed), nothing is delivered: the previous config stays in
-   force and no half-applied change is ever seen (A74).  Otherwise the new
-   XdsConfig is delivered if it differs from the last one.
+4. Watches no longer needed are cancelled; while the listener or route
+   configuration is failed or in flight, no virtual host names clusters, so
+   every cluster watch (and the RDS watch) stays, as in C-core, and the same
+   resources coming back deliver a config with nothing fetched again.  If
+   anything needed has not yet arrived (or failed), nothing is delivered:
+   the previous config stays in force and no half-applied change is ever
+   seen (A74).  Otherwise the new XdsConfig is delivered if it differs from
+   the last one.
 
 Errors: only listener and route-config problems reach ``on_update`` as a
 :class:`Status` (A74 latest); cluster and endpoint problems stay local to
@@ -471,14 +475,14 @@ class DependencyManager:
         """(listener, route config, error); all None while waiting."""
         lds = self._lds
         if lds.status is not None:
-            self._drop_rds()
+            # The RDS watch stays (as in C-core): a listener that comes back
+            # naming the same route configuration is served from it at once.
             code = NOT_FOUND if lds.status.code is NOT_FOUND else UNAVAILABLE
             return None, None, Status(code, lds.describe_failure())
         listener: Listener | None = lds.resource
         if listener is None:
             return None, None, None
         if not listener.api_listener:
-            self._drop_rds()
             return None, None, Status(UNAVAILABLE, f"LDS resource {lds.name}: not an API listener")
         if listener.route_config is not None:
             self._drop_rds()
@@ -532,8 +536,10 @@ class DependencyManager:
         roots: dict[str, None] = {}
         if vhost is not None:
             roots.update(dict.fromkeys(route_cluster_names(vhost)))
-        elif waiting_for_routes:
-            # Keep every cluster watch while the listener/route config is in flight.
+        else:
+            # Keep every cluster watch while the listener/route config is in
+            # flight or failed (C-core keeps its watches until a virtual host
+            # names other clusters), so a recovery needs no re-fetch.
             roots.update(dict.fromkeys(self._clusters))
         roots.update(dict.fromkeys(self._subscriptions))
 
