@@ -857,3 +857,97 @@ def test_deactivating_a_connecting_child_keeps_its_failover_timer():
     h.clock.advance(FAILOVER_TIMEOUT - 6)
     assert not h.child("p1").failover_pending
     assert h.current == "p1" and h.helper.state is CONNECTING
+
+
+# ---------------------------------------------------------------------------
+# Scenarios of grpc-java PriorityLoadBalancerTest replayed on test leaves
+# ---------------------------------------------------------------------------
+
+
+def test_idle_children_fail_over_and_back_like_ready_ones():
+    """grpc-java typicalPriorityFailOverFlowWithIdleUpdate: IDLE counts as
+    usable exactly like READY (A56 step 2), in a four-priority flow."""
+    h = Harness()
+    h.update(["p0", "p1", "p2", "p3"])
+    p0_idle = leaf("p0").report(IDLE)
+    assert h.current == "p0" and h.helper.last.picker is p0_idle
+    leaf("p0").report(TF)
+    assert h.current == "p1" and h.helper.state is CONNECTING
+    h.clock.advance(FAILOVER_TIMEOUT)
+    assert h.current == "p2" and h.helper.state is CONNECTING
+    p2_idle = leaf("p2").report(IDLE)
+    assert h.current == "p2" and h.helper.last.picker is p2_idle
+    p0_idle = leaf("p0").report(IDLE)
+    assert h.current == "p0" and h.helper.last.picker is p0_idle
+    leaf("p2").report(TF)
+    assert h.current == "p0" and h.helper.last.picker is p0_idle
+    # p1's timer expired and p2 failed: p3 is created at once.
+    leaf("p0").report(TF)
+    assert h.current == "p3" and h.helper.state is CONNECTING
+    h.clock.advance(FAILOVER_TIMEOUT)
+    assert h.current == "p1" and h.helper.state is CONNECTING  # pass 2
+    leaf("p3").report(TF, "p3 foo")
+    assert h.current == "p1" and isinstance(h.helper.pick(), PickQueue)
+    leaf("p1").report(TF, "p1 bar")
+    assert h.current == "p3" and h.helper.state is TF
+    assert h.helper.last.status.details == "p3 foo"
+    p2_idle = leaf("p2").report(IDLE)
+    assert h.current == "p2" and h.helper.last.picker is p2_idle
+    p0_idle = leaf("p0").report(IDLE)
+    assert h.current == "p0"
+    leaf("p0").report(TF)
+    assert h.current == "p2" and h.helper.last.picker is p2_idle
+    p3 = leaf("p3")
+    h.clock.advance(CHILD_RETENTION)
+    assert p3.shut_down
+    assert not any(leaf(name).shut_down for name in ("p0", "p1", "p2"))
+
+
+def test_duplicate_connecting_from_a_timed_out_child_publishes_nothing_new():
+    """grpc-java failoverTimerNotRestartedOnDupConnecting (tail): p0 timed
+    out and p1 is IDLE; p0 repeating CONNECTING neither restarts p0's timer
+    nor moves the choice off p1."""
+    h = Harness()
+    h.update(["p0", "p1"])
+    leaf("p0").report(IDLE)
+    leaf("p0").report(CONNECTING)  # IDLE -> CONNECTING: timer restarts
+    h.clock.advance(FAILOVER_TIMEOUT / 2)
+    leaf("p0").report(CONNECTING)  # duplicate: no restart
+    h.clock.advance(FAILOVER_TIMEOUT / 2)
+    assert h.current == "p1"
+    leaf("p1").report(IDLE)
+    assert h.current == "p1" and h.helper.state is IDLE
+    leaf("p0").report(CONNECTING)
+    h.clock.advance(FAILOVER_TIMEOUT)
+    assert h.current == "p1" and h.helper.state is IDLE
+    assert CONNECTING not in h.helper.state_sequence()[-2:]
+    assert not h.child("p0").failover_pending
+
+
+def test_update_dropping_children_updates_the_kept_one_and_retains_the_others():
+    """grpc-java acceptResolvedAddresses: p0 -> p1 -> p2 by failover timers;
+    an update keeping only p1 (new config, new address, no attributes) gives
+    p1 exactly that, and p0 and p2 are shut down 15 minutes later."""
+    h = Harness()
+    config = parse(["p0", "p1", "p2"])
+    attributes = {"fakeKey": "fakeValue"}
+    h.lb.update(ResolverUpdate([ep("10.0.0.1:8080", "p1")], config, attributes))
+    assert leaf("p0").updates[-1].endpoints == ()
+    assert dict(leaf("p0").updates[-1].attributes) == attributes
+    assert not has_leaf("p1")
+    h.clock.advance(FAILOVER_TIMEOUT)
+    assert [e.addresses for e in leaf("p1").updates[-1].endpoints] == [("10.0.0.1:8080",)]
+    assert dict(leaf("p1").updates[-1].attributes) == attributes
+    h.clock.advance(FAILOVER_TIMEOUT)
+    assert leaf("p2").updates[-1].endpoints == ()
+    new_config = parse(["p1"], {"p1": leaf_config("p1", version=2)})
+    assert h.lb.update(ResolverUpdate([ep("10.0.0.1:8081", "p1")], new_config)) is None
+    p1_update = leaf("p1").updates[-1]
+    assert [e.addresses for e in p1_update.endpoints] == [("10.0.0.1:8081",)]
+    assert dict(p1_update.attributes) == {}
+    assert p1_update.config == new_config.children["p1"].config.config
+    assert len(leaves("p1")) == 1
+    p0, p2 = leaf("p0"), leaf("p2")
+    assert not p0.shut_down and not p2.shut_down
+    h.clock.advance(CHILD_RETENTION)
+    assert p0.shut_down and p2.shut_down and not leaf("p1").shut_down
