@@ -379,3 +379,38 @@ def test_logical_dns_name_that_does_not_resolve_fails_unavailable_alike(server, 
         lambda: unavailable(pyxds_calls(channel, 2, details=True, wait_for_ready=False)), 15
     )
     assert wait_until(lambda: unavailable(core.call(2, details=True, wait_for_ready=False)), 15)
+
+
+def test_listener_deleted_after_a_good_config_fails_fast_but_wait_for_ready_waits_alike(
+    server, backends, core, channel
+):
+    """A74: once a good listener is deleted, both clients fail plain RPCs at
+    once naming the LDS resource, while wait_for_ready RPCs wait (C-core's
+    channel is left with no addresses) and complete when it returns."""
+    good = snapshot([route(prefix="", cluster="cgone")], {"cgone": [[backends["a0"].address]]})
+    server.set_snapshot(good)
+    assert wait_until(lambda: pyxds_calls(channel, 2) == {"a0": 2}, 10)
+    assert wait_until(lambda: core.call(2) == {"a0": 2}, 10)
+    server.set_snapshot(Snapshot(listeners=[], routes=[], clusters=[], endpoints=[]))
+
+    def gone(result) -> bool:
+        return all("does not exist" in key for key in result)
+
+    assert wait_until(lambda: gone(pyxds_calls(channel, 1, details=True, wait_for_ready=False)), 10)
+    assert wait_until(lambda: gone(core.call(1, details=True, wait_for_ready=False)), 10)
+    ours, theirs = both(core, channel, n=1)
+    for text in (*ours, *theirs):
+        assert text.startswith("error:UNAVAILABLE: ") and "LDS resource" in text, text
+    ours = pyxds_calls(channel, 1, details=True, wait_for_ready=True, timeout=0.5)
+    theirs = core.call(1, details=True, wait_for_ready=True, timeout=0.5)
+    assert ours == theirs == {"error:DEADLINE_EXCEEDED: Deadline Exceeded": 1}
+
+    # A wait_for_ready RPC started during the outage completes once it ends.
+    # (C-core 1.85.1's queued RPC here waits out its deadline although its
+    # fresh RPCs succeed: TRAPS "every queued RPC re-picks on every new
+    # config"; pyxds does better, so only C-core's fresh RPC is compared.)
+    ours_future = channel.unary_unary(WHO).future(b"", timeout=10, wait_for_ready=True)
+    assert not wait_until(ours_future.done, 0.3)  # still waiting
+    server.set_snapshot(good)
+    assert ours_future.result(timeout=10) == b"a0"
+    assert wait_until(lambda: core.call(1, wait_for_ready=True, timeout=5) == {"a0": 1}, 10)

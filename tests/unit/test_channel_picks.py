@@ -228,6 +228,31 @@ def test_config_selector_status_fails_rpc_and_commits_once(h):
     assert committed == [1]
 
 
+def test_no_config_selector_fails_plain_rpcs_but_wait_for_ready_ones_wait_for_a_config(h):
+    # A74: the listener was deleted after a good config.  C-core is left with
+    # no addresses: plain RPCs fail at once, wait_for_ready ones wait.
+    gone = Status(UNAVAILABLE, "LDS resource L does not exist (deleted by the xDS server)")
+    h.resolve([Endpoint(("10.0.0.1:80",))], Selector(CallConfig(status=gone, no_config=True)))
+    plain = h.core.new_rpc("/svc/M", None, 5.0, False)
+    assert h.core.pick_blocking(plain) == gone
+    waiting = h.core.new_rpc("/svc/M", None, 5.0, True)
+    thread, box = run_in_thread(lambda: h.core.pick_blocking(waiting))
+    thread.join(0.1)
+    assert thread.is_alive()  # queued, not failed
+    h.resolve([Endpoint(("10.0.0.1:80",))], Selector())
+    h.publish(PickCompletePicker(ready_subchannel(h)))
+    thread.join(2)
+    assert isinstance(box["result"], SubchannelCore)
+
+
+def test_route_level_selector_status_fails_even_wait_for_ready_rpcs(h):
+    # "No matching route" is this RPC's answer, not a missing config.
+    no_route = Status(UNAVAILABLE, "No matching route found in xDS route config")
+    h.resolve([Endpoint(("10.0.0.1:80",))], Selector(CallConfig(status=no_route)))
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, True)
+    assert h.core.pick_blocking(rpc) == no_route
+
+
 def test_config_selector_is_called_once_per_rpc_even_when_queued(h):
     selector = Selector()
     h.resolve([Endpoint(("10.0.0.1:80",))], selector)

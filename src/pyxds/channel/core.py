@@ -332,10 +332,14 @@ class ChannelCore:
             except Exception as err:  # a selector bug must not escape as a crash
                 _log.exception("pyxds: config selector raised")
                 return Status(grpc.StatusCode.INTERNAL, f"config selector failed: {err}")
+            if config.status is not None and not config.status.ok:
+                if config.no_config and rpc.wait_for_ready:
+                    return None  # no usable config: wait for the next one
+                rpc.call_config = config
+                rpc.selector = selector
+                return config.status
             rpc.call_config = config
             rpc.selector = selector
-            if config.status is not None and not config.status.ok:
-                return config.status
             if config.timeout is not None and config.timeout > 0:
                 cap = time.monotonic() + config.timeout
                 if rpc.deadline is None or cap < rpc.deadline:

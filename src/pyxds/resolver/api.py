@@ -37,13 +37,18 @@ class CallConfig:
     ``status`` set: fail the RPC with it (e.g. UNAVAILABLE "No matching route
     found in xDS route config").  ``timeout``: seconds, the RPC's deadline is
     capped at now + timeout (A31 max_stream_duration).  ``on_committed``: call
-    once when the RPC ends, whatever the outcome.
+    once when the RPC ends, whatever the outcome.  ``no_config``: the status
+    says the channel has no usable config at all (the listener or route
+    configuration is gone), not that this RPC's route fails it: a
+    wait_for_ready RPC then waits for the next config instead of failing, as
+    in C-core, where the channel is left with no addresses.
     """
 
     call_attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
     timeout: float | None = None
     on_committed: Callable[[], None] | None = None
     status: Status | None = None
+    no_config: bool = False
 
 
 class ConfigSelector(ABC):

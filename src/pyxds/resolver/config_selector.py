@@ -318,11 +318,12 @@ class XdsConfigSelector(ConfigSelector):
 
 
 class FailingConfigSelector(ConfigSelector):
-    """Fails every RPC with one status (no usable xDS config)."""
+    """Fails every RPC with one status (no usable xDS config); wait_for_ready
+    RPCs wait for the next config instead (``CallConfig.no_config``)."""
 
     def __init__(self, status: Status) -> None:
         self.status = status
-        self._config = CallConfig(status=status)
+        self._config = CallConfig(status=status, no_config=True)
 
     def select(self, path: str, metadata: Sequence[tuple[str, str | bytes]]) -> CallConfig:
         return self._config
