@@ -155,6 +155,16 @@ def test_config_parses_into_frozen_equal_values():
             'targets["a"].weight',
             "expected integer",
         ),
+        (
+            {"targets": {"a": {"weight": float("inf"), "childPolicy": leaf_config("a")}}},
+            'targets["a"].weight',
+            "expected integer",
+        ),
+        (
+            {"targets": {"a": {"weight": float("nan"), "childPolicy": leaf_config("a")}}},
+            'targets["a"].weight',
+            "expected integer",
+        ),
         ({"targets": {"a": {"childPolicy": leaf_config("a")}}}, 'targets["a"].weight', "missing"),
         ({"targets": {"a": {"weight": 1}}}, 'targets["a"].childPolicy', "missing"),
         (

@@ -111,7 +111,8 @@ def expect_uint32(
             raise LBConfigError(field_path(path, name), "required field missing")
         return default
     value = obj[name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not integral:  # is_integer(): also rejects inf and nan
         raise LBConfigError(field_path(path, name), f"expected integer, got {describe(value)}")
     value = int(value)
     if value < minimum or value > 0xFFFFFFFF:
