@@ -4,8 +4,11 @@ policy name in the list will be picked"), errors that name the field."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pyxds.lb import Helper, LBConfigError, PolicyFactory, PolicySelection, registry
 from pyxds.lb.errors import expect_bool, expect_object, expect_string, expect_uint32
@@ -210,3 +213,62 @@ def test_every_builtin_policy_parses_the_same_json_twice_into_equal_frozen_value
         assert dataclasses.is_dataclass(first), name
         with pytest.raises(dataclasses.FrozenInstanceError):
             first.changed = True
+
+
+_JSON_LEAVES = st.one_of(
+    st.sampled_from([float("inf"), float("-inf"), float("nan"), -1, 0, 2**32, 2**64, 1.5, "1"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=6),
+)
+_JSON = st.recursive(
+    _JSON_LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every position in a JSON sample, the root included."""
+    out = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out += _paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            out += _paths(value, (*prefix, i))
+    return out
+
+
+def _replaced(node: Any, path: tuple, value: Any) -> Any:
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if isinstance(node, dict):
+        return {**node, head: _replaced(node[head], rest, value)}
+    return [*node[:head], _replaced(node[head], rest, value), *node[head + 1 :]]
+
+
+_EDGES = st.sampled_from(
+    [float("inf"), float("-inf"), float("nan"), -1, 0, 2**32, 2**64, 1.5, "1", "", [], {}, None]
+)
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_SAMPLES))
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_any_malformed_builtin_config_is_an_lb_config_error_never_a_crash(name, data):
+    """Bad input: whatever JSON sits anywhere in a built-in policy's config,
+    parsing either succeeds or raises LBConfigError naming the policy's
+    field, never anything else (a crash would take the channel down)."""
+    sample = BUILTIN_SAMPLES[name]
+    path = data.draw(st.sampled_from(_paths(sample)))
+    config = _replaced(sample, path, data.draw(st.one_of(_EDGES, _JSON)))
+    try:
+        registry.select([{name: config}])
+    except LBConfigError as err:
+        assert str(err).startswith(name), str(err)
