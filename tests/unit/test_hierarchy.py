@@ -3,6 +3,8 @@ own example as the test."""
 
 from __future__ import annotations
 
+import pytest
+
 from pyxds.lb import Endpoint
 from pyxds.lb.hierarchy import PATH_KEY, path_of, split, with_path
 
@@ -76,3 +78,17 @@ def test_with_path_replaces_the_path():
 def test_multi_address_endpoint_stays_whole():
     endpoint = Endpoint(("[::1]:1", "1.1.1.1:1"), {PATH_KEY: ("x",)})
     assert split([endpoint])["x"][0].addresses == ("[::1]:1", "1.1.1.1:1")
+
+
+def test_a_path_given_as_a_list_is_split_like_a_tuple_and_stored_as_one():
+    endpoints = [
+        Endpoint(("10.0.0.1:80",), {PATH_KEY: ["p0", "l0"], "weight": 3}),
+        Endpoint(("10.0.0.2:80",), {PATH_KEY: ("p0", "l0")}),
+    ]
+    groups = split(endpoints)
+    assert [path_of(e) for e in groups["p0"]] == [("l0",), ("l0",)]
+    assert all(isinstance(e.attributes[PATH_KEY], tuple) for e in groups["p0"])
+    assert groups["p0"][0] == Endpoint(("10.0.0.1:80",), {PATH_KEY: ("l0",), "weight": 3})
+    # The stripped endpoints are ordinary, frozen values.
+    with pytest.raises(TypeError):
+        groups["p0"][0].attributes["weight"] = 4  # type: ignore[index]

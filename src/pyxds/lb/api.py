@@ -114,6 +114,16 @@ class Endpoint:
     def __hash__(self) -> int:
         return hash(self.addresses)
 
+    @classmethod
+    def trusted(cls, addresses: tuple[str, ...], attributes: MappingProxyType) -> Endpoint:
+        """An Endpoint from values already in canonical form (a tuple of
+        addresses, a read-only mapping), without the checks of ``__init__``:
+        for code that rebuilds thousands of endpoints per update."""
+        endpoint = object.__new__(cls)
+        object.__setattr__(endpoint, "addresses", addresses)
+        object.__setattr__(endpoint, "attributes", attributes)
+        return endpoint
+
     def with_attributes(self, **changes: Any) -> Endpoint:
         merged = dict(self.attributes)
         merged.update(changes)

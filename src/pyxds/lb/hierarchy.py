@@ -10,6 +10,7 @@ empty or missing path belong to no child and are left out.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from types import MappingProxyType
 
 from pyxds.lb.api import Endpoint
 
@@ -26,11 +27,29 @@ def with_path(endpoint: Endpoint, path: Iterable[str]) -> Endpoint:
 
 
 def split(endpoints: Iterable[Endpoint]) -> dict[str, list[Endpoint]]:
-    """Group endpoints by the first path element, stripping it (order kept)."""
+    """Group endpoints by the first path element, stripping it (order kept).
+
+    Runs once per tree level for every endpoint of an EDS update (10k
+    endpoints: twice per update), so it builds the stripped endpoints
+    directly: one attribute dict copy each, the rest of each distinct path
+    computed once."""
     groups: dict[str, list[Endpoint]] = {}
+    rests: dict[tuple[str, ...], tuple[str, ...]] = {}
+    make = Endpoint.trusted
     for endpoint in endpoints:
-        path = path_of(endpoint)
+        attributes = endpoint.attributes
+        path = attributes.get(PATH_KEY)
         if not path:
             continue
-        groups.setdefault(path[0], []).append(with_path(endpoint, path[1:]))
+        rest = rests.get(path) if isinstance(path, tuple) else None
+        if rest is None:
+            rest = tuple(path)[1:]
+            if isinstance(path, tuple):
+                rests[path] = rest
+        merged = dict(attributes)
+        merged[PATH_KEY] = rest
+        group = groups.get(path[0])
+        if group is None:
+            group = groups[path[0]] = []
+        group.append(make(endpoint.addresses, MappingProxyType(merged)))
     return groups

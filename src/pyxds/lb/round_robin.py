@@ -269,10 +269,12 @@ class RoundRobin(LoadBalancer):
                 if (
                     last is not None
                     and last.endpoints[0] == endpoint
-                    and last.attributes == update.attributes
                     and last.resolution_note == update.resolution_note
                 ):
-                    continue  # unchanged endpoint: nothing for its child to do
+                    # Unchanged endpoint: nothing for its pick_first child to
+                    # do (pick_first reads no update attributes, so a new
+                    # xds_config attribute alone does not reach 10k children).
+                    continue
                 child.last_update = ResolverUpdate(
                     (endpoint,), _CHILD_CONFIG, update.attributes, update.resolution_note
                 )
