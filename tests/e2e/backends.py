@@ -321,6 +321,11 @@ class RawAdsClient:
             request.error_detail.CopyFrom(status_pb2.Status(code=3, message=error))
         self._requests.put(request)
 
+    def send_request(self, request: discovery_pb2.DiscoveryRequest) -> None:
+        """Send ``request`` exactly as given (no node added): for malformed-request tests."""
+        self._sent_node = True
+        self._requests.put(request)
+
     def ack(self, response: discovery_pb2.DiscoveryResponse, names: Iterable[str]) -> None:
         self.send(response.type_url, names, version=response.version_info, nonce=response.nonce)
 

@@ -73,9 +73,10 @@ def test_empty_first_lds_request_is_a_wildcard_subscription(client):
 
 
 def test_empty_first_eds_request_is_not_a_wildcard(client):
+    # Not a wildcard: nothing is subscribed, so nothing is sent (not even an empty
+    # response); the next response answers the probe's subscription to c2 alone.
     client.send(CLUSTER_LOAD_ASSIGNMENT, [])
-    response = client.recv()
-    assert resource_names_of(response) == []
+    assert_next_is_answer_to_probe(client)
 
 
 def test_explicit_wildcard_name_subscribes_to_every_cluster(client):
@@ -361,3 +362,210 @@ def test_changed_content_under_the_same_explicit_version_is_still_pushed(server,
     second = client.recv()
     assert second.version_info == "same"
     assert second.resources[0].value != first.resources[0].value
+
+
+# -- xDS transport protocol details a real client relies on ------------------------
+
+
+def assert_next_answers(client: RawAdsClient, type_url: str, names: list[str]) -> None:
+    """Subscribe to ``names`` of another type; the very next response must answer it."""
+    client.send(type_url, names)
+    response = client.recv()
+    assert (response.type_url, sorted(resource_names_of(response))) == (type_url, sorted(names))
+
+
+def test_request_with_a_stale_nonce_is_ignored(server, client):
+    client.send(CLUSTER, ["c1"])
+    first = client.recv()
+    client.ack(first, ["c1"])
+    server.update(clusters=[b.cluster("c1", lb_policy="RING_HASH"), b.cluster("c2")])
+    second = client.recv()
+    # The client had not seen `second` yet: its change of subscription under the old
+    # nonce (and one without any nonce) is ignored, as go-control-plane does.
+    client.send(CLUSTER, ["c1", "c2"], version=first.version_info, nonce=first.nonce)
+    client.send(CLUSTER, ["c2"], version=first.version_info)
+    assert_next_is_answer_to_probe(client)
+    # The answer to the latest response carries the subscription again and is served.
+    client.send(CLUSTER, ["c1", "c2"], version=second.version_info, nonce=second.nonce)
+    third = client.recv()
+    assert sorted(resource_names_of(third)) == ["c1", "c2"]
+    assert third.version_info == second.version_info and third.nonce != second.nonce
+    # Both answers were still recorded as what the client sent.
+    assert [a.nonce for a in server.acks(CLUSTER)] == [first.nonce, first.nonce, second.nonce]
+
+
+def test_nack_with_a_stale_nonce_is_recorded_but_not_answered(server, client):
+    client.send(CLUSTER, ["c1"])
+    first = client.recv()
+    server.update(clusters=[b.cluster("c1", lb_policy="RING_HASH"), b.cluster("c2")])
+    second = client.recv()
+    client.send(CLUSTER, ["c1", "c2"], nonce=first.nonce, error="old one was bad")
+    assert_next_is_answer_to_probe(client)
+    nack = server.wait_for_nack(CLUSTER)
+    assert (nack.nonce, nack.rejected_version) == (first.nonce, first.version_info)
+    assert second.nonce != first.nonce
+
+
+def test_nonces_are_tracked_per_type(server, client):
+    client.send(LISTENER, ["l1"])
+    lds = client.recv()
+    client.send(CLUSTER, ["c1"])
+    cds = client.recv()
+    # An LDS request carrying the CDS nonce is stale for LDS: ignored.
+    client.send(LISTENER, ["l1", "l2"], version=lds.version_info, nonce=cds.nonce)
+    assert_next_is_answer_to_probe(client)
+    client.send(LISTENER, ["l1", "l2"], version=lds.version_info, nonce=lds.nonce)
+    assert sorted(resource_names_of(client.recv())) == ["l1", "l2"]
+
+
+def test_error_detail_makes_a_nack_even_with_an_empty_message(server, client):
+    client.send(CLUSTER, ["c1"])
+    response = client.recv()
+    client.send(CLUSTER, ["c1"], nonce=response.nonce, error="")
+    nack = server.wait_for_nack(CLUSTER)
+    assert (nack.error_message, nack.rejected_version) == ("", response.version_info)
+    assert server.acks() == []
+
+
+def test_unsubscribed_names_are_withdrawn_and_resubscribing_sends_them_again(server, client):
+    client.send(ROUTE_CONFIGURATION, ["r1", "r2"])
+    first = client.recv()
+    client.ack(first, ["r1", "r2"])
+    client.send(ROUTE_CONFIGURATION, ["r2"], version=first.version_info, nonce=first.nonce)
+    second = client.recv()
+    assert resource_names_of(second) == ["r2"]
+    client.ack(second, ["r2"])
+    client.send(ROUTE_CONFIGURATION, ["r1", "r2"], version=second.version_info, nonce=second.nonce)
+    third = client.recv()
+    assert sorted(resource_names_of(third)) == ["r1", "r2"]
+    assert third.version_info == first.version_info
+
+
+def test_names_the_snapshot_lacks_get_no_response_until_they_exist(server, client):
+    client.send(CLUSTER_LOAD_ASSIGNMENT, ["c9"])
+    assert_next_answers(client, LISTENER, ["l1"])
+    c9 = b.endpoints("c9", [b.locality(endpoints=["127.0.0.1:1009"])])
+    server.update(endpoints=[*make_snapshot().endpoints, c9])
+    pushed = client.recv()
+    assert (pushed.type_url, resource_names_of(pushed)) == (CLUSTER_LOAD_ASSIGNMENT, ["c9"])
+
+
+def test_cds_response_still_carries_every_existing_name_when_one_is_missing(server, client):
+    client.send(CLUSTER, ["c1", "c9"])
+    first = client.recv()
+    assert resource_names_of(first) == ["c1"]
+    client.ack(first, ["c1", "c9"])
+    server.update(clusters=[*make_snapshot().clusters, b.cluster("c9")])
+    # SotW: absence from an LDS/CDS response means deletion, so c1 must come along.
+    assert sorted(resource_names_of(client.recv())) == ["c1", "c9"]
+
+
+def test_change_to_an_unsubscribed_resource_pushes_nothing(server, client):
+    client.send(CLUSTER_LOAD_ASSIGNMENT, ["c1"])
+    client.ack(client.recv(), ["c1"])
+    c2 = b.endpoints("c2", [b.locality(endpoints=["127.0.0.1:2002"])])
+    server.update(endpoints=[make_snapshot().resources(CLUSTER_LOAD_ASSIGNMENT)["c1"], c2])
+    assert_next_answers(client, LISTENER, ["l1"])
+
+
+def test_legacy_wildcard_lds_stays_wildcard_on_acks_and_gets_new_listeners(server, client):
+    client.send(LISTENER, [])
+    first = client.recv()
+    client.ack(first, [])
+    server.update(listeners=[*make_snapshot().listeners, b.listener("l3", "r1")])
+    second = client.recv()
+    assert sorted(resource_names_of(second)) == ["l1", "l2", "l3"]
+    client.send(LISTENER, ["l1"], version=second.version_info, nonce=second.nonce)
+    assert resource_names_of(client.recv()) == ["l1"]
+
+
+def test_many_streams_of_many_nodes_all_get_each_push(server):
+    clients = [RawAdsClient(server.address, f"node-{i % 5}") for i in range(20)]
+    try:
+        for c in clients:
+            c.send(CLUSTER, ["c1"])
+        firsts = [c.recv() for c in clients]
+        for c, r in zip(clients, firsts, strict=True):
+            c.ack(r, ["c1"])
+        server.wait_until(lambda: len(server.acks(CLUSTER)) == 20, timeout=10)
+        assert server.connected_nodes() == [f"node-{i}" for i in range(5)]
+        server.update(clusters=[b.cluster("c1", lb_policy="RING_HASH"), b.cluster("c2")])
+        pushed = [c.recv() for c in clients]
+        assert {r.version_info for r in pushed} == {"2"}
+        assert len({r.nonce for r in pushed + firsts}) == 40
+    finally:
+        for c in clients:
+            c.close()
+    server.wait_until(lambda: server.stream_count == 0, timeout=10)
+
+
+def test_stream_closed_by_the_client_mid_push_does_not_disturb_others(server):
+    big = [b.locality(endpoints=[f"127.0.0.1:{p}" for p in range(10000, 12000)])]
+    with RawAdsClient(server.address, "stays") as stays:
+        stays.send(CLUSTER, ["c1"])
+        stays.ack(stays.recv(), ["c1"])
+        leaver = RawAdsClient(server.address, "leaves")
+        leaver.send(CLUSTER_LOAD_ASSIGNMENT, ["c1"])
+        leaver.recv()
+        for i in range(20):
+            server.update(endpoints=[b.endpoints("c1", big, {"d": i + 1})])
+            if i == 5:
+                leaver.close()
+        server.wait_until(lambda: server.connected_nodes() == ["stays"], timeout=10)
+        server.update(clusters=[b.cluster("c1", lb_policy="RING_HASH")])
+        assert resource_names_of(stays.recv()) == ["c1"]
+
+
+def test_first_request_without_node_ends_the_stream_with_invalid_argument(server):
+    from envoy.service.discovery.v3 import discovery_pb2
+
+    with RawAdsClient(server.address) as client:
+        request = discovery_pb2.DiscoveryRequest(type_url=LISTENER, resource_names=["l1"])
+        client.send_request(request)
+        with pytest.raises(EOFError):
+            client.recv()
+        assert client.closed.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "must carry the node" in client.closed.details()
+    assert server.stream_count == 0
+    with RawAdsClient(server.address) as client:  # the server is fine
+        client.send(LISTENER, ["l1"])
+        assert resource_names_of(client.recv()) == ["l1"]
+
+
+def test_request_without_type_url_ends_the_stream_with_invalid_argument(server, client):
+    client.send(LISTENER, ["l1"])
+    client.recv()
+    client.send("", ["l1"])
+    with pytest.raises(EOFError):
+        client.recv()
+    assert client.closed.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "type_url is required" in client.closed.details()
+    server.wait_until(lambda: server.stream_count == 0, timeout=5)
+
+
+def test_unknown_type_url_is_recorded_and_ignored(server, client):
+    secret = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+    client.send(secret, ["s1"])
+    assert_next_is_answer_to_probe(client)
+    assert [r.type_url for r in server.requests()][:1] == [secret]
+
+
+def test_stop_with_open_streams_ends_them_all_and_restarts(server):
+    clients = [RawAdsClient(server.address, f"n{i}") for i in range(8)]
+    try:
+        for c in clients:
+            c.send(LISTENER, ["l1"])
+            c.recv()
+        server.stop()
+        for c in clients:
+            with pytest.raises(EOFError):
+                c.recv()
+        server.wait_until(lambda: server.stream_count == 0, timeout=5)
+        server.set_snapshot(make_snapshot(cluster_lb="RING_HASH"))  # no streams: no error
+    finally:
+        for c in clients:
+            c.close()
+    server.start()
+    with RawAdsClient(server.address) as client:
+        client.send(CLUSTER, ["c1"])
+        assert resource_names_of(client.recv()) == ["c1"]

@@ -156,8 +156,20 @@ def test_dumped_snapshot_parses_back_to_the_same_resources():
         ),
         (
             f'[{{"@type": "{CLUSTER}", "name": "c"}}, {{"@type": "{CLUSTER}", "name": "c"}}]',
-            r"clusters\[1\]: duplicate resource name 'c'",
+            r"resources\[1\]: name: duplicate resource name 'c' \(also resources\[0\]\)",
         ),
+        (f'[{{"@type": "{CLUSTER}"}}]', r"resources\[0\]: name: missing"),
+        (
+            f'[{{"@type": "{CLUSTER}", "name": "c"}}, {{"@type": "{CLUSTER_LOAD_ASSIGNMENT}"}}]',
+            r"resources\[1\]: clusterName: missing",
+        ),
+        (
+            f"[{{'@type': '{CLUSTER}', name: c, edsClusterConfig: {{edsConfig: {{adss: {{}}}}}}}}]",
+            r"resources\[0\]: .*edsConfig.*no field named \"adss\"",
+        ),
+        ("{resources: [], verison: 2}", "unknown key 'verison'"),
+        ("{resources: [], version: true}", "version: expected a string, got True"),
+        ("", "empty file"),
         ("{foo: 1}", "expected a list or a mapping with 'resources'"),
         ("[unclosed", "invalid YAML"),
     ],
@@ -167,6 +179,14 @@ def test_bad_resource_file_names_the_file_and_the_entry(tmp_path, text, error):
     with pytest.raises(ResourceFileError, match=error) as info:
         load_resources(path)
     assert str(info.value).startswith(path)
+
+
+def test_non_utf8_file_is_a_resource_file_error_naming_the_file(tmp_path):
+    path = tmp_path / "bin.yaml"
+    path.write_bytes(b"\xff\xfe\x00resources: []")
+    with pytest.raises(ResourceFileError, match="not UTF-8 text") as info:
+        load_resources(path)
+    assert str(info.value).startswith(str(path))
 
 
 def test_missing_file_is_a_resource_file_error(tmp_path):
@@ -253,3 +273,48 @@ def test_module_entry_reports_a_bad_file_and_exits_2(tmp_path):
     )
     assert done.returncode == 2
     assert "resources: expected a list" in done.stderr
+
+
+def test_module_entry_reports_a_binary_file_and_exits_2(tmp_path):
+    path = tmp_path / "bin.yaml"
+    path.write_bytes(b"\xff\xfe\x00")
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run(
+        [sys.executable, "-m", "pyxds.server", "--file", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"error: {path}: not UTF-8 text" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_module_entry_keeps_serving_when_a_reload_finds_a_bad_file(tmp_path):
+    path = write(tmp_path, "r.yaml", YAML.replace("PORT", "5000"))
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyxds.server", "--file", path],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.readline()
+        address = json.loads(proc.stdout.readline())["xds_servers"][0]["server_uri"]
+        with open(path, "wb") as f:
+            f.write(b"\xff\xfe\x00")
+        proc.send_signal(signal.SIGHUP)
+        assert "reload failed" in proc.stderr.readline()
+        assert proc.poll() is None
+        with RawAdsClient(address) as client:
+            client.send(LISTENER, ["echo-service"])
+            assert client.recv(timeout=10).version_info == "7"
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             server.set_snapshot(load_resources(args.file))
             print(f"reloaded {args.file}", file=sys.stderr, flush=True)
-        except ResourceFileError as e:
+        except Exception as e:  # never let a bad file kill the server from a signal handler
             print(f"reload failed, keeping the previous resources: {e}", file=sys.stderr)
 
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

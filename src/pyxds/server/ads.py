@@ -11,14 +11,25 @@ Rules (the xDS protocol's SotW variant, as gRPC clients speak it, A27):
   unsubscribes from everything.
 * A response holds every subscribed resource that exists (for every type, so
   LDS/CDS responses are complete SotW sets); unknown names are not sent. Each
-  response has the type's current version and a fresh nonce.
+  response has the type's current version and a fresh nonce. A non-wildcard
+  subscription none of whose names exists gets no response until one exists
+  (an empty response is sent only to withdraw resources sent before).
 * A request with ``response_nonce`` answers that response: ACK without
   ``error_detail``, NACK with it. Both are recorded.
+* Stale nonce: once a response of a type was sent on the stream, a request of
+  that type whose ``response_nonce`` is not the latest such response's nonce is
+  ignored (recorded, never answered, subscription unchanged), as
+  go-control-plane does: the client has not seen the newest response yet, and
+  its answer to that one carries its whole subscription again.
 * The server sends a type again only when what it would send differs from what
-  it last sent on this stream: another snapshot generation of the type, or
-  another set of names (the subscription changed). An ACK or NACK of the
-  current version therefore gets no response.
+  it last sent on this stream: other names, other bytes for one of them, or
+  (for a snapshot with an explicit version) another version. A change to a
+  resource the stream did not subscribe to sends nothing, and an ACK or NACK of
+  the current version gets no response.
 * Nothing is sent for a type until a snapshot applies to the node.
+* Malformed streams: a first request without ``node`` or a request without
+  ``type_url`` ends the stream with INVALID_ARGUMENT (see :meth:`check`); a
+  ``type_url`` the server does not serve is recorded and ignored.
 """
 
 from __future__ import annotations
@@ -46,7 +57,8 @@ class _Subscription:
     wildcard: bool = False
     legacy_wildcard: bool = False
     names: frozenset[str] = frozenset()
-    sent_key: tuple[int, tuple[str, ...]] | None = None
+    #: (explicit version or None, ((name, bytes), ...)) of the last response sent.
+    sent_key: tuple[str | None, tuple[tuple[str, bytes], ...]] | None = None
     last_nonce: str = ""
 
 
@@ -83,6 +95,14 @@ class AdsStreamState:
             self.node_id = request.node.id if request.HasField("node") else ""
         return self.node_id
 
+    def check(self, request: discovery_pb2.DiscoveryRequest) -> str | None:
+        """Why ``request`` is malformed (the stream ends with INVALID_ARGUMENT), or None."""
+        if self.node_id is None and not request.HasField("node"):
+            return "the first DiscoveryRequest of an ADS stream must carry the node"
+        if not request.type_url:
+            return "DiscoveryRequest.type_url is required on an ADS stream"
+        return None
+
     def on_request(self, request: discovery_pb2.DiscoveryRequest) -> list:
         """Handle a client request; returns the responses to send (0 or 1)."""
         has_node = request.HasField("node")
@@ -107,6 +127,8 @@ class AdsStreamState:
         if type_url not in FIELD_OF_TYPE:
             return []  # not a type this server serves
         sub = self._subs.get(type_url)
+        if sub is not None and sub.last_nonce and request.response_nonce != sub.last_nonce:
+            return []  # stale nonce: ignored (module doc)
         first = sub is None
         if sub is None:
             sub = self._subs[type_url] = _Subscription()
@@ -166,11 +188,15 @@ class AdsStreamState:
         if state is None:
             return None
         served = state.types[type_url]
-        if sub.wildcard or self._send_everything:
+        wildcard = sub.wildcard or self._send_everything
+        if wildcard:
             send = tuple(served.resources)
         else:
             send = tuple(n for n in served.resources if n in sub.names)
-        key = (served.generation, send)
+        if not send and not wildcard and (sub.sent_key is None or not sub.sent_key[1]):
+            return None  # nothing subscribed exists and nothing is to be withdrawn
+        items = tuple((n, served.resources[n]) for n in send)
+        key = (served.version if served.explicit else None, items)
         if key == sub.sent_key:
             return None
         nonce = self._next_nonce()

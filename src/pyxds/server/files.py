@@ -27,7 +27,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from pyxds.server.snapshot import Snapshot
-from pyxds.server.types import FIELD_OF_TYPE
+from pyxds.server.types import CLUSTER_LOAD_ASSIGNMENT, FIELD_OF_TYPE, resource_name
 
 # Messages that appear inside Any fields of the resources gRPC understands; importing
 # them registers them in the default descriptor pool so json_format can resolve "@type".
@@ -89,17 +89,27 @@ def parse_resources(data: Any, source: str = "<resources>") -> Snapshot:
 
     register_any_types()
     version = None
+    if data is None:
+        raise ResourceFileError(f"{source}: empty file: expected a list of resources")
     if isinstance(data, dict):
         if "resources" not in data:
             raise ResourceFileError(f"{source}: expected a list or a mapping with 'resources'")
+        unknown = sorted(str(k) for k in data if k not in ("resources", "version"))
+        if unknown:
+            raise ResourceFileError(
+                f"{source}: unknown key {unknown[0]!r}: expected 'resources' and 'version'"
+            )
         version = data.get("version")
-        if version is not None and not isinstance(version, str | int):
+        if version is not None and (
+            isinstance(version, bool) or not isinstance(version, str | int)
+        ):
             raise ResourceFileError(f"{source}: version: expected a string, got {version!r}")
         version = None if version is None else str(version)
         data = data["resources"]
     if not isinstance(data, list):
         raise ResourceFileError(f"{source}: resources: expected a list, got {type(data).__name__}")
     by_type: dict[str, list[Any]] = {field: [] for field in FIELD_OF_TYPE.values()}
+    seen: dict[tuple[str, str], int] = {}
     pool = symbol_database.Default().pool
     for i, entry in enumerate(data):
         where = f"{source}: resources[{i}]"
@@ -117,6 +127,17 @@ def parse_resources(data: Any, source: str = "<resources>") -> Snapshot:
             msg = json_format.ParseDict(body, cls())
         except json_format.ParseError as e:
             raise ResourceFileError(f"{where}: {e}") from None
+        # Clients subscribe by name: a nameless resource could never be asked for.
+        name = resource_name(type_url, msg)
+        name_field = "clusterName" if type_url == CLUSTER_LOAD_ASSIGNMENT else "name"
+        if not name:
+            raise ResourceFileError(f"{where}: {name_field}: missing (resources are named)")
+        if (type_url, name) in seen:
+            raise ResourceFileError(
+                f"{where}: {name_field}: duplicate resource name {name!r} "
+                f"(also resources[{seen[type_url, name]}])"
+            )
+        seen[type_url, name] = i
         by_type[FIELD_OF_TYPE[type_url]].append(msg)
     try:
         return Snapshot(version=version, **by_type)
@@ -132,6 +153,8 @@ def load_resources(path: str | os.PathLike[str]) -> Snapshot:
             text = f.read()
     except OSError as e:
         raise ResourceFileError(f"{path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ResourceFileError(f"{path}: not UTF-8 text: byte {e.start}: {e.reason}") from None
     return parse_resources(_parse_text(text, path), path)
 
 

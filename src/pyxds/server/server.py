@@ -92,6 +92,11 @@ class _Stream:
                 if event is _CHANGED:
                     responses = self.state.on_snapshot_change()
                 else:
+                    problem = self.state.check(event)
+                    if problem is not None:
+                        self.context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
+                        self.context.set_details(problem)
+                        return
                     if not registered:
                         # Attach before the first lookup so no snapshot push can be missed.
                         self.state.identify(event)

@@ -161,11 +161,16 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class TypeState:
-    """What a node is served for one type: version, generation, resources as bytes by name."""
+    """What a node is served for one type: version, generation, resources as bytes by name.
+
+    ``explicit``: the version came from the snapshot (not the server's counter),
+    so a new version is sent even when the bytes are the same.
+    """
 
     version: str
     generation: int
     resources: Mapping[str, bytes] = field(default_factory=dict)
+    explicit: bool = False
 
 
 @dataclass(frozen=True)
@@ -220,7 +225,9 @@ class SnapshotStore:
                 else:
                     self._counters[type_url] += 1
                     version = str(self._counters[type_url])
-                types[type_url] = TypeState(version, next(self._generations), data)
+                types[type_url] = TypeState(
+                    version, next(self._generations), data, snapshot.version is not None
+                )
             state = NodeState(snapshot, types)
             if node_id is None:
                 self._default = state
