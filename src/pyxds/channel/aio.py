@@ -34,6 +34,11 @@ _CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application
 #: request writer hit a stream that had already ended (e.g. refused): the
 #: real reason is the status the call's receive side raises.
 _WRITE_FAILED = Status(grpc.StatusCode.INTERNAL, "Internal error from Core")
+#: a unary-response call's deadline as C-core words it without its retry
+#: filter (off on subchannels); grpcio's own channel says "Deadline Exceeded"
+_STREAM_DEADLINE = Status(grpc.StatusCode.DEADLINE_EXCEEDED, "Stream removed (Deadline Exceeded)")
+#: grpc.aio's words for mixing ``async for`` with read() on one call
+_API_STYLE_ERROR = "The iterator and read/write APIs may not be mixed on a single RPC."
 
 
 def _error(status: Status) -> grpc.aio.AioRpcError:
@@ -55,6 +60,23 @@ def _sync_status(call: Any) -> Status | None:
         return Status(code, raw.details() or "")
     except Exception:
         return None
+
+
+def _unary_status(status: Status) -> Status:
+    return DEADLINE_EXCEEDED if status == _STREAM_DEADLINE else status
+
+
+def _unary_error(err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
+    """``err`` as grpcio's own channel words it for a unary-response call."""
+    if Status(err.code(), err.details() or "") != _STREAM_DEADLINE:
+        return err
+    return grpc.aio.AioRpcError(
+        DEADLINE_EXCEEDED.code,
+        err.initial_metadata(),
+        err.trailing_metadata(),
+        DEADLINE_EXCEEDED.details,
+        err.debug_error_string(),
+    )
 
 
 async def _final_status(call: Any, err: grpc.aio.AioRpcError) -> Status:
@@ -254,7 +276,8 @@ class _AioCall:
         return self._finished
 
     def time_remaining(self) -> float | None:
-        return self._rpc.remaining()
+        remaining = self._rpc.remaining()
+        return None if remaining is None else max(remaining, 0)  # as grpcio
 
     def add_done_callback(self, callback: Callable[[Any], None]) -> None:
         if self._finished:
@@ -336,6 +359,9 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
         inner.add_done_callback(lambda call, t=transport: self._fast_done(call, t))
         return True
 
+    def _finish(self, status: Status) -> None:
+        super()._finish(_unary_status(status))
+
     def _fast_done(self, call: Any, transport: Transport) -> None:
         transport.call_finished()
         status = _sync_status(call)
@@ -397,6 +423,9 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
                     self._started.clear()
                     continue
                 self._finish(status)
+                mapped = _unary_error(err)
+                if mapped is not err:
+                    raise mapped from None
                 raise
             except asyncio.CancelledError:
                 self._finish(_CANCELLED)
@@ -414,6 +443,9 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
             except grpc.aio.AioRpcError as err:
                 self._settle(inner, await _final_status(inner, err))
                 if self._task is None:
+                    mapped = _unary_error(err)
+                    if mapped is not err:
+                        raise mapped from None
                     raise
             except asyncio.CancelledError:
                 self._cancelled = True
@@ -431,7 +463,12 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
         if self._inner is not None:
             self._inner.cancel()
         if self._task is not None:
-            return self._task.cancel()
+            cancelled = self._task.cancel()
+            if self._inner is None:
+                # still picking (the task may never run again): over now, as
+                # grpc.aio's call is (code() CANCELLED, empty metadata)
+                self._fail(_CANCELLED)
+            return cancelled
         return True
 
     async def code(self) -> grpc.StatusCode:
@@ -469,6 +506,8 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
         self._replay = replay
         self._decisions: list[tuple[Any, bool]] = []
         self._loop = asyncio.get_running_loop()
+        self._response_style: str | None = None
+        self._aiter: Any = None
         self._task = self._open_task()
 
     def _open_task(self) -> asyncio.Task:
@@ -518,17 +557,32 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
     async def _inner_call(self) -> Any:
         return await asyncio.shield(self._task)
 
+    def _response_api(self, style: str) -> None:
+        """As grpc.aio: a call is read with ``async for`` or with read(), not both."""
+        if self._response_style is None:
+            self._response_style = style
+        elif self._response_style != style:
+            raise grpc.aio.UsageError(_API_STYLE_ERROR)
+
     def __aiter__(self) -> Any:
-        return self._iterate()
+        self._response_api("iterator")
+        if self._aiter is None:
+            self._aiter = self._iterate()
+        return self._aiter
 
     async def _iterate(self) -> Any:
         while True:
-            response = await self.read()
+            response = await self._read()
             if response is grpc.aio.EOF:
                 return
             yield response
 
     async def read(self) -> Any:
+        if not self.done():
+            self._response_api("reader")
+        return await self._read()
+
+    async def _read(self) -> Any:
         inner = await self._inner_call()
         while True:
             try:
@@ -757,6 +811,8 @@ class AioXdsChannel(grpc.aio.Channel):
         return self._core.grpc_state()
 
     async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
+        if self._core.closed:  # grpc.aio's words (channel_ready() too)
+            raise grpc.aio.UsageError("Channel is closed.")
         loop = asyncio.get_running_loop()
         event = asyncio.Event()
 

@@ -29,6 +29,10 @@ from pyxds.channel.subchannel import SubchannelCore, Transport
 from pyxds.lb.api import OK_STATUS, Status
 
 CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
+#: a blocking unary call's deadline as C-core words it without the retry filter
+_STREAM_DEADLINE = Status(grpc.StatusCode.DEADLINE_EXCEEDED, "Stream removed (Deadline Exceeded)")
+#: grpcio's status for a request its serializer could not serialize
+SERIALIZE_FAILED = Status(grpc.StatusCode.INTERNAL, "Exception serializing request!")
 
 #: UNAVAILABLE texts that mean the RPC never left the client, so sending it
 #: again on a new pick is safe (C-core's transparent retry).
@@ -167,12 +171,24 @@ def status_of(call: Any) -> Status:
     return Status(code if code is not None else grpc.StatusCode.UNKNOWN, details or "")
 
 
+def _traceback_of(error: grpc.RpcError) -> Any:
+    """The traceback of raising ``error``, as grpcio's failed calls give."""
+    try:
+        raise error
+    except grpc.RpcError:
+        return sys.exc_info()[2]
+
+
 class ChannelRpcError(grpc.RpcError, grpc.Call, grpc.Future):
     """An RPC ended by the channel, before or instead of a subchannel call."""
 
-    def __init__(self, status: Status) -> None:
+    def __init__(
+        self, status: Status, initial_metadata: Any = (), trailing_metadata: Any = ()
+    ) -> None:
         super().__init__()
         self._status = status
+        self._initial_metadata = initial_metadata
+        self._trailing_metadata = trailing_metadata
 
     # grpc.Call / grpc.RpcContext
     def code(self) -> grpc.StatusCode:
@@ -181,11 +197,11 @@ class ChannelRpcError(grpc.RpcError, grpc.Call, grpc.Future):
     def details(self) -> str:
         return self._status.details
 
-    def initial_metadata(self) -> tuple:
-        return ()
+    def initial_metadata(self) -> Any:
+        return self._initial_metadata
 
-    def trailing_metadata(self) -> tuple:
-        return ()
+    def trailing_metadata(self) -> Any:
+        return self._trailing_metadata
 
     def debug_error_string(self) -> str:
         return f"pyxds: {self._status}"
@@ -219,7 +235,7 @@ class ChannelRpcError(grpc.RpcError, grpc.Call, grpc.Future):
         return self
 
     def traceback(self, timeout: float | None = None) -> Any:
-        return None
+        return _traceback_of(self)
 
     def add_done_callback(self, fn: Callable[[grpc.Future], None]) -> None:
         fn(self)
@@ -243,8 +259,10 @@ class ChannelRpcError(grpc.RpcError, grpc.Call, grpc.Future):
 Starter = Callable[[Transport, float | None], Any]
 
 
-class DeferredCall(grpc.Future, grpc.Call):
+class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
     """A non-blocking RPC whose subchannel call starts once the pick completes.
+
+    ``_unary_response``: the call has one response (``future()``).
 
     ``start(transport, timeout)`` starts the grpcio call (``future()`` for
     unary responses, the call itself for streams) on the picked subchannel's
@@ -255,6 +273,8 @@ class DeferredCall(grpc.Future, grpc.Call):
     requests until then; a response-streaming call commits at its first
     response.
     """
+
+    _unary_response = False
 
     def __init__(
         self,
@@ -277,6 +297,7 @@ class DeferredCall(grpc.Future, grpc.Call):
         self._error: ChannelRpcError | None = None
         self._terminated = False
         self._cancel_requested = False
+        self._cancelled_inner = False
         self._done_callbacks: list[Callable[[grpc.Future], None]] = []
         self._callbacks: list[Callable[[], None]] = []
         self._cancel_pick = core.pick_async(rpc, self._picked)
@@ -300,6 +321,10 @@ class DeferredCall(grpc.Future, grpc.Call):
         except ValueError:  # the grpcio channel closed under us: not sent
             transport.call_finished()
             self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
+            return
+        except grpc.RpcError as err:  # e.g. grpcio's "Exception serializing request!"
+            transport.call_finished()
+            self._fail(status_of(err))
             return
         except Exception as err:
             transport.call_finished()
@@ -349,6 +374,13 @@ class DeferredCall(grpc.Future, grpc.Call):
             self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
             return
         self._rpc.finish(status)
+        if self._unary_response and status == _STREAM_DEADLINE:
+            # C-core without its retry filter (off on subchannels) may word a
+            # unary call's deadline so; grpcio's channel says "Deadline Exceeded"
+            with self._cond:
+                self._error = ChannelRpcError(
+                    DEADLINE_EXCEEDED, inner.initial_metadata(), inner.trailing_metadata()
+                )
         self._terminate()
 
     def _fail(self, status: Status) -> None:
@@ -404,12 +436,15 @@ class DeferredCall(grpc.Future, grpc.Call):
     # -- grpc.Future ---------------------------------------------------
     def cancel(self) -> bool:
         with self._cond:
-            if self._terminated:
+            if self._terminated or self._cancelled_inner:
                 return False
             self._cancel_requested = True
             inner = self._inner
         if inner is not None:
-            return inner.cancel()
+            # grpcio's call is over at cancel() (done() says so at once; its
+            # callbacks run when the call's end arrives, as here)
+            self._cancelled_inner = inner.cancel()
+            return self._cancelled_inner
         # still queued: stop picking and fail it now
         self._cancel_pick()
         self._fail(CANCELLED)
@@ -423,42 +458,51 @@ class DeferredCall(grpc.Future, grpc.Call):
         return inner.cancelled() if inner is not None else False
 
     def running(self) -> bool:
-        return not self._terminated
+        return not self.done()
 
     def done(self) -> bool:
-        return self._terminated
+        return self._terminated or self._cancelled_inner
+
+    def _raise_if_cancelled(self) -> None:
+        """grpcio: a future cancelled by the application has no outcome."""
+        if self._error is not None and self.cancelled():
+            raise grpc.FutureCancelledError()
 
     def result(self, timeout: float | None = None) -> Any:
         self._wait_terminated(timeout)
+        self._raise_if_cancelled()
         if self._error is not None:
             raise self._error
         return self._inner.result()
 
     def exception(self, timeout: float | None = None) -> Any:
         self._wait_terminated(timeout)
+        self._raise_if_cancelled()
         if self._error is not None:
             return self._error
         return self._inner.exception()
 
     def traceback(self, timeout: float | None = None) -> Any:
         self._wait_terminated(timeout)
+        self._raise_if_cancelled()
         if self._error is not None:
-            return None
+            return _traceback_of(self._error)
         return self._inner.traceback()
 
     def add_done_callback(self, fn: Callable[[grpc.Future], None]) -> None:
         with self._cond:
-            if not self._terminated:
+            if not self.done():
                 self._done_callbacks.append(fn)
                 return
         fn(self)
 
     # -- grpc.Call -----------------------------------------------------
     def is_active(self) -> bool:
-        return not self._terminated
+        return not self.done()
 
     def time_remaining(self) -> float | None:
-        return self._rpc.remaining()
+        remaining = self._rpc.remaining()
+        return None if remaining is None else max(remaining, 0)  # as grpcio
 
     def add_callback(self, callback: Callable[[], None]) -> bool:
         with self._cond:
@@ -470,14 +514,14 @@ class DeferredCall(grpc.Future, grpc.Call):
     def initial_metadata(self) -> Any:
         try:
             inner = self._wait_started()
-        except grpc.RpcError:
-            return ()
+        except ChannelRpcError as err:
+            return err.initial_metadata()
         return inner.initial_metadata()
 
     def trailing_metadata(self) -> Any:
         self._wait_terminated(None)
         if self._error is not None:
-            return ()
+            return self._error.trailing_metadata()
         return self._inner.trailing_metadata()
 
     def code(self) -> grpc.StatusCode:
@@ -535,6 +579,8 @@ class StreamingCall(DeferredCall):
 class FutureCall(DeferredCall):
     """``multicallable.future()``: resolves to the response."""
 
+    _unary_response = True
+
     def __str__(self) -> str:
         inner = self._inner
         if inner is not None:
@@ -583,6 +629,12 @@ def blocking_unary(
                 rpc.attempt_done(status)
                 continue
             rpc.finish(status)
+            if status == _STREAM_DEADLINE:
+                # C-core without its retry filter (off on subchannels) words the
+                # deadline of a blocking call so; grpcio's channel: "Deadline Exceeded"
+                raise ChannelRpcError(
+                    DEADLINE_EXCEEDED, err.initial_metadata(), err.trailing_metadata()
+                ) from None
             raise
         except ValueError:  # "Cannot invoke RPC on closed channel!": not sent
             rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))

@@ -42,7 +42,9 @@ class XdsChannel(grpc.Channel):
             return SyncTransport(address, creds, sub_options, compression, on_state)
 
         self._core = ChannelCore(target, make_transport, credentials, bootstrap, options)
-        self._subscriptions: dict[Callable, Callable] = {}
+        #: (callback, watcher) per subscribe(); as grpcio, one callback may be
+        #: subscribed more than once, and each unsubscribe() ends one of them
+        self._subscriptions: list[tuple[Callable, Callable]] = []
         self._sub_lock = threading.Lock()
 
     @property
@@ -108,15 +110,20 @@ class XdsChannel(grpc.Channel):
             delivery.push(self._core.grpc_state())
 
         with self._sub_lock:
-            self._subscriptions[callback] = on_state
+            self._subscriptions.append((callback, on_state))
         self._core.add_state_watcher(on_state)
         delivery.push(self._core.grpc_state())
         if try_to_connect:
             self._core.exit_idle()
 
     def unsubscribe(self, callback: Callable[[grpc.ChannelConnectivity], None]) -> None:
+        on_state = None
         with self._sub_lock:
-            on_state = self._subscriptions.pop(callback, None)
+            for index, (subscribed, watcher) in enumerate(self._subscriptions):
+                if subscribed == callback:
+                    on_state = watcher
+                    del self._subscriptions[index]
+                    break
         if on_state is not None:
             self._core.remove_state_watcher(on_state)
 
@@ -132,8 +139,8 @@ class XdsChannel(grpc.Channel):
         Like grpcio, subscriptions end here: no callback sees SHUTDOWN; an RPC
         invoked after close raises ValueError."""
         with self._sub_lock:
-            subscriptions, self._subscriptions = list(self._subscriptions.values()), {}
-        for on_state in subscriptions:
+            subscriptions, self._subscriptions = self._subscriptions, []
+        for _, on_state in subscriptions:
             self._core.remove_state_watcher(on_state)
         self._core.close()
 

@@ -12,17 +12,27 @@ ready: the channel did the waiting.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 
-from pyxds.channel.calls import FutureCall, RequestReplay, StreamingCall, blocking_unary
+from pyxds.channel.calls import (
+    SERIALIZE_FAILED,
+    ChannelRpcError,
+    FutureCall,
+    RequestReplay,
+    StreamingCall,
+    blocking_unary,
+)
 from pyxds.channel.core import ChannelCore
 from pyxds.channel.subchannel import Transport
 
 #: grpcio multicallables cached per subchannel (per method and serializers).
 _MAX_CACHED = 1024
+
+_log = logging.getLogger(__name__)
 
 
 class _Base:
@@ -43,18 +53,33 @@ class _Base:
         self._deser = response_deserializer
         self._key = (self._kind_name, method, request_serializer, response_deserializer)
 
-    def _inner(self, transport: Transport) -> Any:
-        mc = transport.callables.get(self._key)
+    def _inner(self, transport: Transport, serialized: bool = False) -> Any:
+        key = (*self._key, "serialized") if serialized else self._key
+        mc = transport.callables.get(key)
         if mc is None:
             make = getattr(transport.channel, self._kind_name)
+            ser = None if serialized else self._ser
             try:
-                mc = make(self._method, self._ser, self._deser, _registered_method=True)
+                mc = make(self._method, ser, self._deser, _registered_method=True)
             except TypeError:  # older grpcio
-                mc = make(self._method, self._ser, self._deser)
+                mc = make(self._method, ser, self._deser)
             if len(transport.callables) >= _MAX_CACHED:  # e.g. lambdas as serializers
                 transport.callables.clear()
-            transport.callables[self._key] = mc
+            transport.callables[key] = mc
         return mc
+
+    def _serialize(self, request: Any) -> tuple[Any, bool]:
+        """(request, serialized?): a request serialized now, as grpcio's
+        ``future()`` and unary-stream call do, so that one it cannot
+        serialize is raised here (INTERNAL "Exception serializing request!")
+        rather than from a call object."""
+        if self._ser is None:
+            return request, False
+        try:
+            return self._ser(request), True
+        except Exception:
+            _log.exception("Exception serializing message!")
+            raise ChannelRpcError(SERIALIZE_FAILED) from None
 
 
 class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
@@ -105,10 +130,11 @@ class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
     ) -> FutureCall:
+        request, serialized = self._serialize(request)
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
 
         def start(transport: Transport, remaining: float | None) -> Any:
-            return self._inner(transport).future(
+            return self._inner(transport, serialized).future(
                 request,
                 timeout=remaining,
                 metadata=metadata,
@@ -132,10 +158,11 @@ class UnaryStreamMultiCallable(_Base, grpc.UnaryStreamMultiCallable):
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
     ) -> StreamingCall:
+        request, serialized = self._serialize(request)
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
 
         def start(transport: Transport, remaining: float | None) -> Any:
-            return self._inner(transport)(
+            return self._inner(transport, serialized)(
                 request,
                 timeout=remaining,
                 metadata=metadata,
