@@ -8,11 +8,13 @@ same run, same control plane (pyxds.server):
                                                          GRPC_XDS_BOOTSTRAP_CONFIG)
   (c) pyxds.insecure_channel("xds:///bench")             pyxds
   (d) pyxds.aio.insecure_channel / grpc.aio plain         asyncio, 1 task and 4 tasks
+      / grpc.aio C-core xds:/// (subprocess)
 
 Each is measured on 1 thread and on 4 threads for ``--seconds`` (default 3).
 The backend and the control plane run in their own process, C-core's client
 in another (each has its own GIL, as (a) and (c) have theirs).
-Prints RPCs/s and the ratios b/a and c/b.  Usage: python bench/e2e.py
+Prints RPCs/s and the ratios b/a and c/b, and for asyncio pyxds / C-core
+xds (the goal's comparison) and pyxds / plain.  Usage: python bench/e2e.py
 """
 
 from __future__ import annotations
@@ -95,14 +97,28 @@ seconds = float(sys.argv[3])
 print(json.dumps({str(t): rate(channel, t, seconds) for t in (1, 4)}), flush=True)
 """
 
+_CORE_AIO = r"""
+import asyncio, json, sys
+import grpc
+sys.path.insert(0, sys.argv[2])
+from e2e import aio_rate
+async def main():
+    channel = grpc.aio.insecure_channel(sys.argv[1])
+    seconds = float(sys.argv[3])
+    out = {str(t): await aio_rate(channel, t, seconds) for t in (1, 4)}
+    await channel.close()
+    return out
+print(json.dumps(asyncio.run(main())), flush=True)
+"""
 
-def core_rates(bootstrap: dict, seconds: float) -> dict[str, float]:
+
+def core_rates(bootstrap: dict, seconds: float, script: str = _CORE) -> dict[str, float]:
     env = dict(os.environ)
     env.pop("GRPC_XDS_BOOTSTRAP", None)
     env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
     here = os.path.dirname(os.path.abspath(__file__))
     out = subprocess.run(
-        [sys.executable, "-c", _CORE, "xds:///bench", here, str(seconds)],
+        [sys.executable, "-c", script, "xds:///bench", here, str(seconds)],
         env=env,
         capture_output=True,
         text=True,
@@ -183,6 +199,7 @@ def main() -> None:
         await ours_aio.close()
 
     asyncio.run(aio_all())
+    results["aio C-core xds"] = core_rates(bootstrap, args.seconds, _CORE_AIO)
     server.stdin.close()
     server.wait(10)
 
@@ -193,7 +210,8 @@ def main() -> None:
     for t in ("1", "4"):
         print(
             f"threads={t}: b/a = {b_[t] / a[t]:.2f}   c/b = {c[t] / b_[t]:.2f}   "
-            f"aio pyxds/plain = {results['aio pyxds'][t] / results['aio plain grpcio'][t]:.2f}"
+            f"aio pyxds/plain = {results['aio pyxds'][t] / results['aio plain grpcio'][t]:.2f}   "
+            f"aio pyxds/C-core xds = {results['aio pyxds'][t] / results['aio C-core xds'][t]:.2f}"
         )
 
 
