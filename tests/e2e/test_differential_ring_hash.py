@@ -1,25 +1,40 @@
-"""Differential: a RING_HASH cluster (gRFC A42) with a header hash policy,
+"""Differential: RING_HASH clusters (gRFC A42, A61 pick_first children)
 through pyxds and through grpcio's C-core ``xds:///`` channel against the
 same pyxds.server and backends.  Both build the ring from XXH64 of
-"address_N" and hash the header's value with XXH64, so C-core is the
-reference for *which* backend each key lands on, not only for stickiness
-(C-core xds_ring_hash_end2end_test: HeaderHashing, ReattemptWhenAllEndpoints
-Unreachable-style walk to the next endpoint when one is down)."""
+"address_N" and hash the request with XXH64, so C-core is the reference for
+*which* backend each key lands on, not only for stickiness.
+
+Scenarios follow C-core's xds_ring_hash_end2end_test: HeaderHashing,
+ChannelIdHashing (sticky per channel; the ids differ, so not compared),
+HeaderHashingWithRegexRewrite, ContinuesPastTerminalPolicyThatDoesNot
+ProduceResult, FixedHashingTerminalPolicy, combined policies, the
+RandomHashingDistributionAccordingTo*Weight tests made exact (per-key
+agreement means the same ring), ring sizes from the A52 RingHash
+extension, TransientFailureCheckNextOne (an endpoint unreachable from the
+start), ReattemptWhenAllEndpointsUnreachable / TransientFailureSkipTo
+AvailableReady, SwitchToLowerPrioirtyAndThenBack.  Every scenario agreed
+with C-core 1.85.1; none needed a pyxds-only assertion.
+"""
 
 from __future__ import annotations
 
 import pytest
+import xxhash
 from channel_fixtures import (
     TARGET,
     Backend,
     CoreXdsClient,
+    free_port,
     pyxds_calls,
     route,
     snapshot,
     wait_until,
 )
+from envoy.extensions.load_balancing_policies.ring_hash.v3 import ring_hash_pb2
+from google.protobuf import wrappers_pb2
 
 import pyxds._api as pyxds
+from pyxds.lb.ring_hash import DEFAULT_MIN_RING_SIZE, RING_SIZE_CAP, build_ring
 from pyxds.server import ManagementServer
 from pyxds.server import builders as b
 from pyxds.server.snapshot import Snapshot
@@ -60,14 +75,26 @@ def channel(server):
     ch.close()
 
 
-def ring_hash_snapshot(addresses: list[str], hash_policies: list) -> Snapshot:
+def ring_hash_snapshot(
+    addresses: list[str],
+    hash_policies: list,
+    *,
+    localities: list | None = None,
+    load_balancing_policy=None,
+) -> Snapshot:
+    """One route (``hash_policies``) to the RING_HASH cluster "rh", whose
+    endpoints are ``addresses`` in one locality unless ``localities`` is given."""
     base = snapshot([route(prefix="", cluster="rh", hash_policies=hash_policies)], {"rh": []})
     listener_t, route_t, _cluster_t, _eds_t = list(base._by_type)
+    if localities is None:
+        localities = [b.locality(zone="rh-z", endpoints=addresses)]
     return Snapshot(
         listeners=list(base.resources(listener_t).values()),
         routes=list(base.resources(route_t).values()),
-        clusters=[b.cluster("rh", lb_policy="RING_HASH")],
-        endpoints=[b.endpoints("rh", [b.locality(zone="rh-z", endpoints=addresses)])],
+        clusters=[
+            b.cluster("rh", lb_policy="RING_HASH", load_balancing_policy=load_balancing_policy)
+        ],
+        endpoints=[b.endpoints("rh", localities)],
     )
 
 
@@ -128,3 +155,269 @@ def test_without_a_hash_policy_both_spread_rpcs_over_the_ring(server, backends, 
 
     assert wait_until(lambda: spread(channel) >= 3, 15)
     assert wait_until(lambda: spread(core) >= 3, 15)
+
+
+# -- more scenarios from C-core's xds_ring_hash_end2end_test ----------------------
+
+
+def lands(client, metadata: list[tuple[str, str]], n: int = 3, timeout: float = 10.0) -> dict:
+    """Where ``n`` wait_for_ready RPCs carrying ``metadata`` land."""
+    if isinstance(client, CoreXdsClient):
+        return dict(client.call(n, metadata=metadata, timeout=timeout, wait_for_ready=True))
+    return dict(pyxds_calls(client, n, metadata=metadata, timeout=timeout, wait_for_ready=True))
+
+
+def same_landings(channel, core, requests: dict, timeout: float = 10.0) -> dict:
+    """Wait (bounded) until, for every request (name -> metadata), pyxds and
+    C-core each send all RPCs to one backend and it is the same backend;
+    asserts on the last disagreement.  Returns name -> backend.  Retrying
+    only absorbs connections still coming up after an earlier scenario's
+    restarts; a real disagreement persists and fails."""
+    last: dict = {}
+
+    def agree() -> bool:
+        last.clear()
+        for name, metadata in requests.items():
+            mine, theirs = lands(channel, metadata), lands(core, metadata)
+            if len(mine) != 1 or mine != theirs:
+                last[name] = (mine, theirs)
+                return False
+            last[name] = next(iter(mine))
+        return True
+
+    assert wait_until(agree, timeout, interval=0.1), {
+        k: v for k, v in last.items() if isinstance(v, tuple)
+    }
+    return dict(last)
+
+
+def user_requests(header: str = "user", users: list[str] = USERS) -> dict:
+    return {user: [(header, user)] for user in users}
+
+
+def hashes_to(address: str) -> str:
+    """A header value whose XXH64 is the hash of ``address``'s first ring
+    entry ("<address>_0"), so its RPCs start the ring walk there."""
+    return f"{address}_0"
+
+
+def test_channel_id_hashing_keeps_every_rpc_of_a_channel_on_one_backend(
+    server, backends, core, channel
+):
+    # C-core ChannelIdHashing.  The channel ids are random per channel, so
+    # the two clients may pick different backends; each must be sticky.
+    server.set_snapshot(
+        ring_hash_snapshot([x.address for x in backends], [b.hash_policy(channel_id=True)])
+    )
+    assert wait_until(lambda: len(lands(channel, [], 30)) == 1, 10)
+    assert wait_until(lambda: len(lands(core, [], 30)) == 1, 10)
+    # A header the route does not hash on changes nothing.
+    mine = {next(iter(lands(channel, [("user", u)], 2))) for u in USERS[:8]}
+    theirs = {next(iter(lands(core, [("user", u)], 2))) for u in USERS[:8]}
+    assert len(mine) == 1 and len(theirs) == 1, (mine, theirs)
+
+
+def test_header_hash_with_regex_rewrite_matches_c_core(server, backends, core, channel):
+    # C-core HeaderHashingWithRegexRewrite: "[0-9]+" -> "foo" folds every
+    # key onto one value, hence one backend.
+    addresses = [x.address for x in backends]
+    server.set_snapshot(
+        ring_hash_snapshot(
+            addresses, [b.hash_policy(header="user", regex="[0-9]+", substitution="foo")]
+        )
+    )
+    # hashes_to() values differ only in digits: without the rewrite they
+    # would spread over all four backends.
+    folded = same_landings(channel, core, {a: [("user", hashes_to(a))] for a in addresses})
+    assert len(set(folded.values())) == 1, folded
+    # A rewrite with a group: keys collapse by their last digit, so the
+    # per-key agreement checks RE2 GlobalReplace semantics in both stacks.
+    server.set_snapshot(
+        ring_hash_snapshot(
+            addresses,
+            [b.hash_policy(header="user", regex=r"^user-\d*?(\d)$", substitution=r"k\1")],
+        )
+    )
+    got = same_landings(channel, core, user_requests())
+    for user in USERS:
+        twin = f"user-{user[-1]}"
+        assert got[user] == got[twin], (user, twin, got)
+    assert len(set(got.values())) >= 2, got
+
+
+def test_multiple_hash_policies_and_terminal_match_c_core(server, backends, core, channel):
+    addresses = [x.address for x in backends]
+    target = backends[2]
+
+    # C-core ContinuesPastTerminalPolicyThatDoesNotProduceResult: a terminal
+    # policy on an absent header does not stop the walk.
+    server.set_snapshot(
+        ring_hash_snapshot(
+            addresses,
+            [b.hash_policy(header="absent", terminal=True), b.hash_policy(header="user")],
+        )
+    )
+    got = same_landings(channel, core, {"t": [("user", hashes_to(target.address))]})
+    assert got["t"] == target.name, got
+
+    # C-core FixedHashingTerminalPolicy: once "user" produced a hash, the
+    # later "noise" policy is ignored, whatever its value.
+    server.set_snapshot(
+        ring_hash_snapshot(
+            addresses,
+            [b.hash_policy(header="user", terminal=True), b.hash_policy(header="noise")],
+        )
+    )
+    requests = {f"{i}": [("user", hashes_to(target.address)), ("noise", f"n{i}")] for i in range(8)}
+    got = same_landings(channel, core, requests)
+    assert set(got.values()) == {target.name}, got
+
+    # Without terminal both headers feed the hash (rotl64(h, 1) ^ v): the
+    # per-key agreement proves the same combination; a repeated header is
+    # hashed as its values joined with ",".
+    server.set_snapshot(
+        ring_hash_snapshot(addresses, [b.hash_policy(header="user"), b.hash_policy(header="team")])
+    )
+    requests = {u: [("user", u), ("team", f"team-{i % 3}")] for i, u in enumerate(USERS)}
+    requests["repeated"] = [("user", "a"), ("user", "b"), ("team", "x")]
+    requests["joined"] = [("user", "a,b"), ("team", "x")]
+    got = same_landings(channel, core, requests)
+    assert got["repeated"] == got["joined"], got
+    assert len(set(got.values())) >= 3, got
+
+
+KEYS = [f"key-{i}" for i in range(48)]
+
+
+def test_endpoint_and_locality_weights_build_the_same_ring_as_c_core(
+    server, backends, core, channel
+):
+    # C-core RandomHashingDistributionAccordingTo{Endpoint,LocalityAndEndpoint}
+    # Weight, made exact: instead of sampling the distribution, every key
+    # must land where C-core sends it, which holds only for the same ring
+    # (same weights, locality x endpoint, same scale).
+    r0, r1, r2, r3 = (x.address for x in backends)
+    localities = [
+        b.locality(zone="w-a", weight=1, endpoints=[b.endpoint(r0, weight=1), b.endpoint(r1, 5)]),
+        b.locality(zone="w-b", weight=3, endpoints=[b.endpoint(r2, weight=2), r3]),
+    ]
+    server.set_snapshot(
+        ring_hash_snapshot([], [b.hash_policy(header="key")], localities=localities)
+    )
+    got = same_landings(channel, core, user_requests("key", KEYS))
+    assert len(set(got.values())) >= 3, got
+
+
+def test_ring_size_from_the_a52_ring_hash_extension_matches_c_core(server, backends, core, channel):
+    # min/max ring size through load_balancing_policy (A52) RingHash.  A
+    # ring of 6 entries places keys very differently from the default
+    # 1024..4096 one, so the expected backend below (computed from A42's
+    # construction with the configured sizes) shows both clients used them.
+    small = ring_hash_pb2.RingHash(
+        minimum_ring_size=wrappers_pb2.UInt64Value(value=6),
+        maximum_ring_size=wrappers_pb2.UInt64Value(value=6),
+    )
+    addresses = [x.address for x in backends]
+    weights = [1, 2, 1, 3]
+    localities = [
+        b.locality(
+            zone="small",
+            endpoints=[b.endpoint(a, weight=w) for a, w in zip(addresses, weights, strict=True)],
+        )
+    ]
+    server.set_snapshot(
+        ring_hash_snapshot(
+            [], [b.hash_policy(header="key")], localities=localities, load_balancing_policy=small
+        )
+    )
+    # min(norm) = 1/7 asks for 7 entries; maximum_ring_size caps the ring at 6.
+    ring = build_ring(addresses, weights, 6, 6)
+    assert len(ring) == 6 and set(ring.endpoints) == {0, 1, 2, 3}, ring
+    expected = {
+        key: backends[ring.endpoints[ring.start(xxhash.xxh64_intdigest(key.encode()))]].name
+        for key in KEYS
+    }
+    got = same_landings(channel, core, user_requests("key", KEYS))
+    assert got == expected, {k: (got[k], expected[k]) for k in KEYS if got[k] != expected[k]}
+
+
+def fast(client, metadata: list[tuple[str, str]], n: int = 1) -> dict:
+    """``n`` RPCs that do not wait for ready (1 s deadline)."""
+    if isinstance(client, CoreXdsClient):
+        return dict(client.call(n, metadata=metadata, timeout=1.0, wait_for_ready=False))
+    return dict(pyxds_calls(client, n, metadata=metadata, timeout=1.0, wait_for_ready=False))
+
+
+def test_a_key_on_an_endpoint_unreachable_from_the_start_walks_on_like_c_core(
+    server, backends, core, channel
+):
+    # C-core TransientFailureCheckNextOne: the key starts the walk on an
+    # endpoint nothing listens on; it fails to connect (TRANSIENT_FAILURE)
+    # and the walk moves on to the next ring entry of another endpoint.
+    dead = f"127.0.0.1:{free_port()}"
+    addresses = [dead, *(x.address for x in backends)]
+    server.set_snapshot(ring_hash_snapshot(addresses, [b.hash_policy(header="user")]))
+    ring = build_ring(addresses, [1] * len(addresses), DEFAULT_MIN_RING_SIZE, RING_SIZE_CAP)
+    position = ring.start(xxhash.xxh64_intdigest(hashes_to(dead).encode()))
+    assert ring.endpoints[position] == 0  # the walk starts on the dead endpoint
+    while ring.endpoints[position] == 0:
+        position = (position + 1) % len(ring)
+    expected = backends[ring.endpoints[position] - 1].name
+    got = same_landings(channel, core, {"dead": [("user", hashes_to(dead))]})
+    assert got["dead"] == expected, (got, expected)
+    # The other keys still land where C-core sends them.
+    same_landings(channel, core, user_requests(users=USERS[:8]))
+
+
+def test_all_endpoints_down_then_one_back_both_recover(server, backends, core, channel):
+    # C-core ReattemptWhenAllEndpointsUnreachable / TransientFailureSkipTo
+    # AvailableReady: with every endpoint down RPCs fail; once one backend
+    # is back, queued wait_for_ready RPCs complete on it, for every key.
+    server.set_snapshot(
+        ring_hash_snapshot([x.address for x in backends], [b.hash_policy(header="user")])
+    )
+    same_landings(channel, core, user_requests(users=USERS[:4]))
+    survivor = backends[1]
+    for backend in backends:
+        backend.stop()
+    try:
+        md = [("user", USERS[0])]
+        for client in (channel, core):
+            assert wait_until(
+                lambda c=client: all(k.startswith("error:") for k in fast(c, md)), 10
+            ), client
+        survivor.start()
+        # Queued until the survivor is connected, then served by it.
+        assert lands(channel, md, 1) == {survivor.name: 1}
+        assert lands(core, md, 1) == {survivor.name: 1}
+        got = same_landings(channel, core, user_requests(users=USERS[:12]))
+        assert set(got.values()) == {survivor.name}, got
+    finally:
+        for backend in backends:
+            if not backend.running:
+                backend.start()
+
+
+def test_priority_failover_and_back_with_ring_hash_matches_c_core(server, backends, core, channel):
+    # C-core SwitchToLowerPrioirtyAndThenBack: a key hashed to the only
+    # endpoint of priority 0 moves to priority 1 while it is down, and
+    # back once it returns.
+    first, second = backends[0], backends[3]
+    localities = [
+        b.locality(zone="p0", priority=0, endpoints=[first.address]),
+        b.locality(zone="p1", priority=1, endpoints=[second.address]),
+    ]
+    server.set_snapshot(
+        ring_hash_snapshot([], [b.hash_policy(header="user")], localities=localities)
+    )
+    md = [("user", hashes_to(first.address))]
+    assert same_landings(channel, core, {"k": md}) == {"k": first.name}
+    first.stop()
+    try:
+        for client in (channel, core):
+            assert wait_until(lambda c=client: fast(c, md) == {second.name: 1}, 10), client
+    finally:
+        first.start()
+    for client in (channel, core):
+        assert wait_until(lambda c=client: fast(c, md) == {first.name: 1}, 10), client
+    assert same_landings(channel, core, {"k": md}) == {"k": first.name}
