@@ -25,7 +25,7 @@ import grpc.aio
 
 from pyxds.channel.aio_interceptors import INTERCEPTED, sort_interceptors
 from pyxds.channel.calls import RETRY_BUFFER_SIZE, _size_of, not_sent
-from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc
+from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadline_status
 from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
 
@@ -34,9 +34,6 @@ _CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application
 #: request writer hit a stream that had already ended (e.g. refused): the
 #: real reason is the status the call's receive side raises.
 _WRITE_FAILED = Status(grpc.StatusCode.INTERNAL, "Internal error from Core")
-#: a unary-response call's deadline as C-core words it without its retry
-#: filter (off on subchannels); grpcio's own channel says "Deadline Exceeded"
-_STREAM_DEADLINE = Status(grpc.StatusCode.DEADLINE_EXCEEDED, "Stream removed (Deadline Exceeded)")
 #: grpc.aio's words for mixing ``async for`` with read() on one call
 _API_STYLE_ERROR = "The iterator and read/write APIs may not be mixed on a single RPC."
 
@@ -62,19 +59,17 @@ def _sync_status(call: Any) -> Status | None:
         return None
 
 
-def _unary_status(status: Status) -> Status:
-    return DEADLINE_EXCEEDED if status == _STREAM_DEADLINE else status
-
-
 def _unary_error(err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
     """``err`` as grpcio's own channel words it for a unary-response call."""
-    if Status(err.code(), err.details() or "") != _STREAM_DEADLINE:
+    status = Status(err.code(), err.details() or "")
+    worded = unary_deadline_status(status)
+    if worded is status:
         return err
     return grpc.aio.AioRpcError(
-        DEADLINE_EXCEEDED.code,
+        worded.code,
         err.initial_metadata(),
         err.trailing_metadata(),
-        DEADLINE_EXCEEDED.details,
+        worded.details,
         err.debug_error_string(),
     )
 
@@ -360,7 +355,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
         return True
 
     def _finish(self, status: Status) -> None:
-        super()._finish(_unary_status(status))
+        super()._finish(unary_deadline_status(status))
 
     def _fast_done(self, call: Any, transport: Transport) -> None:
         transport.call_finished()

@@ -24,13 +24,11 @@ from typing import Any
 
 import grpc
 
-from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc
+from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadline_status
 from pyxds.channel.subchannel import SubchannelCore, Transport
 from pyxds.lb.api import OK_STATUS, Status
 
 CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
-#: a blocking unary call's deadline as C-core words it without the retry filter
-_STREAM_DEADLINE = Status(grpc.StatusCode.DEADLINE_EXCEEDED, "Stream removed (Deadline Exceeded)")
 #: grpcio's status for a request its serializer could not serialize
 SERIALIZE_FAILED = Status(grpc.StatusCode.INTERNAL, "Exception serializing request!")
 
@@ -374,13 +372,13 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
             self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
             return
         self._rpc.finish(status)
-        if self._unary_response and status == _STREAM_DEADLINE:
-            # C-core without its retry filter (off on subchannels) may word a
-            # unary call's deadline so; grpcio's channel says "Deadline Exceeded"
-            with self._cond:
-                self._error = ChannelRpcError(
-                    DEADLINE_EXCEEDED, inner.initial_metadata(), inner.trailing_metadata()
-                )
+        if self._unary_response:
+            worded = unary_deadline_status(status)
+            if worded is not status:
+                with self._cond:
+                    self._error = ChannelRpcError(
+                        worded, inner.initial_metadata(), inner.trailing_metadata()
+                    )
         self._terminate()
 
     def _fail(self, status: Status) -> None:
@@ -629,11 +627,10 @@ def blocking_unary(
                 rpc.attempt_done(status)
                 continue
             rpc.finish(status)
-            if status == _STREAM_DEADLINE:
-                # C-core without its retry filter (off on subchannels) words the
-                # deadline of a blocking call so; grpcio's channel: "Deadline Exceeded"
+            worded = unary_deadline_status(status)
+            if worded is not status:
                 raise ChannelRpcError(
-                    DEADLINE_EXCEEDED, err.initial_metadata(), err.trailing_metadata()
+                    worded, err.initial_metadata(), err.trailing_metadata()
                 ) from None
             raise
         except ValueError:  # "Cannot invoke RPC on closed channel!": not sent

@@ -86,6 +86,20 @@ _log = logging.getLogger(__name__)
 DEFAULT_IDLE_TIMEOUT = 30 * 60.0
 _MAX_REROUTES = 2
 DEADLINE_EXCEEDED = Status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+#: a unary call's deadline as C-core words it on a channel without its retry
+#: filter (the subchannels' grpcio channels have retries off)
+_STREAM_REMOVED_DEADLINE = Status(
+    grpc.StatusCode.DEADLINE_EXCEEDED, "Stream removed (Deadline Exceeded)"
+)
+
+
+def unary_deadline_status(status: Status) -> Status:
+    """``status`` of a unary-response call as grpcio's own channel words it:
+    its deadline is DEADLINE_EXCEEDED "Deadline Exceeded" (sync, future and
+    aio calls share this one rule; streams keep C-core's words, as grpcio)."""
+    return DEADLINE_EXCEEDED if status == _STREAM_REMOVED_DEADLINE else status
+
+
 CHANNEL_CLOSED = Status(grpc.StatusCode.CANCELLED, "Channel closed!")
 #: grpcio's ValueError text for an RPC invoked on a closed sync channel
 CLOSED_CHANNEL_MESSAGE = "Cannot invoke RPC on closed channel!"
