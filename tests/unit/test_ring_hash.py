@@ -22,6 +22,7 @@ from pyxds.lb import (
     registry,
 )
 from pyxds.lb.api import REQUEST_HASH_KEY
+from pyxds.lb.pick_first import PickFirst
 from pyxds.lb.ring_hash import (
     RingHash,
     RingHashConfig,
@@ -241,7 +242,7 @@ def test_duplicate_endpoints_are_merged_and_weights_added():
 def _ketama_index(hashes, request_hash):
     """C-core's (ketama's) binary search, written out independently."""
     low, high = 0, len(hashes)
-    while True:
+    for _ in range(2 * len(hashes).bit_length() + 2):  # a binary search: bounded
         mid = (low + high) // 2
         if mid == len(hashes):
             return 0
@@ -255,6 +256,7 @@ def _ketama_index(hashes, request_hash):
             high = mid - 1
         if low > high:
             return 0
+    raise AssertionError("the binary search did not end")
 
 
 def test_start_entry_matches_c_core_binary_search():
@@ -528,6 +530,22 @@ def test_same_update_twice_is_a_no_op():
     assert policy.update(ResolverUpdate(eps(80, 81, 82), RingHashConfig())) is None
     assert policy.ring is ring
     assert len(helper.states) == reports
+
+
+def test_new_update_attributes_alone_reach_no_endpoint_child(monkeypatch):
+    # Each EDS update carries a new xds_config attribute; pick_first reads
+    # none, so unchanged endpoints' children are not updated at all.
+    policy, helper = make()
+    ready(policy, helper, 80)
+    calls: list[ResolverUpdate] = []
+    real_update = PickFirst.update
+    monkeypatch.setattr(
+        PickFirst, "update", lambda self, update: calls.append(update) or real_update(self, update)
+    )
+    policy.update(ResolverUpdate(eps(80, 81, 82), RingHashConfig(), {"xds_config": object()}))
+    assert calls == []
+    policy.update(ResolverUpdate(eps(80, 81, 82), RingHashConfig(), {}, "a new note"))
+    assert [u.resolution_note for u in calls] == ["a new note"]
 
 
 def test_unchanged_endpoints_keep_their_subchannels():

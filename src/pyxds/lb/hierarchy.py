@@ -41,11 +41,11 @@ def split(endpoints: Iterable[Endpoint]) -> dict[str, list[Endpoint]]:
         path = attributes.get(PATH_KEY)
         if not path:
             continue
-        rest = rests.get(path) if isinstance(path, tuple) else None
+        if not isinstance(path, tuple):
+            path = tuple(path)
+        rest = rests.get(path)
         if rest is None:
-            rest = tuple(path)[1:]
-            if isinstance(path, tuple):
-                rests[path] = rest
+            rest = rests[path] = path[1:]
         merged = dict(attributes)
         merged[PATH_KEY] = rest
         group = groups.get(path[0])

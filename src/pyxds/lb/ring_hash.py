@@ -365,13 +365,18 @@ class _Endpoint(DelegatingHelper):
 
     def update_child(self) -> Status | None:
         """Give the child the current endpoint (if the child exists and the
-        endpoint or the update's attributes changed)."""
+        endpoint or the resolution note changed: pick_first reads no update
+        attributes, so a new xds_config attribute alone reaches no child)."""
         if self.policy is None:
             return None
         update = ResolverUpdate(
             (self.endpoint,), _CHILD_CONFIG, self.owner._attributes, self.owner._note
         )
-        if update == self.last_update:
+        last = self.last_update
+        if last is not None and (last.endpoints, last.resolution_note) == (
+            update.endpoints,
+            update.resolution_note,
+        ):
             return None
         self.last_update = update
         return self.policy.update(update)
