@@ -152,7 +152,7 @@ def test_dumped_snapshot_parses_back_to_the_same_resources():
         ('[{"@type": "type.googleapis.com/foo.Bar"}]', r"resources\[0\]: @type: expected one of"),
         (
             f'[{{"@type": "{CLUSTER}", "name": "c", "type": "NOPE"}}]',
-            r"resources\[0\]: .*NOPE",
+            r"resources\[0\]\.type: Invalid enum value NOPE",
         ),
         (
             f'[{{"@type": "{CLUSTER}", "name": "c"}}, {{"@type": "{CLUSTER}", "name": "c"}}]',
@@ -165,7 +165,7 @@ def test_dumped_snapshot_parses_back_to_the_same_resources():
         ),
         (
             f"[{{'@type': '{CLUSTER}', name: c, edsClusterConfig: {{edsConfig: {{adss: {{}}}}}}}}]",
-            r"resources\[0\]: .*edsConfig.*no field named \"adss\"",
+            r"resources\[0\]\.edsClusterConfig\.edsConfig\.adss: .*no field named \"adss\"",
         ),
         ("{resources: [], verison: 2}", "unknown key 'verison'"),
         ("{resources: [], version: true}", "version: expected a string, got True"),

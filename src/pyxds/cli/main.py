@@ -1,27 +1,61 @@
-"""The ``pyxds`` command: ``pyxds demo`` and ``pyxds server --file F``."""
+"""The pyxds command: serve xDS resources from files, inspect a target, run the demo."""
 
 from __future__ import annotations
 
-import argparse
 import sys
+
+from pyxds.cli.errors import USAGE, CliError, Parser, fail
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pyxds")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def build_parser() -> Parser:
+    """The whole command line (every subcommand registers its options here)."""
+    from pyxds.cli import demo, inspect, serve
+
+    parser = Parser(
+        prog="pyxds",
+        description="gRPC's client-side xDS in pure Python: a file-driven xDS control "
+        "plane, a resolved-config inspector and a live demo.",
+        epilog="Run 'pyxds COMMAND --help' for the options of a command.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"pyxds {_version()}", help="print the version"
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    commands.required = True
+    for module, names in ((serve, ("serve", "server")), (inspect, ("inspect",)), (demo, ("demo",))):
+        sub = commands.add_parser(
+            names[0],
+            aliases=list(names[1:]),
+            help=module.HELP,
+            description=module.DESCRIPTION,
+        )
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pyxds", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help="run the whole stack on loopback with a printed timeline")
-    serve = commands.add_parser("server", help="serve xDS resources from a YAML/JSON file")
-    serve.add_argument("--file", required=True)
-    serve.add_argument("--port", type=int, default=0)
+    parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        from pyxds.cli.demo import run
-
-        return run()
-    from pyxds.server.__main__ import main as serve_main
-
-    return serve_main(["--file", args.file, "--port", str(args.port)]) or 0
+    try:
+        return args.run(args) or 0
+    except CliError as e:
+        fail(str(e))
+        return e.code
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":
     sys.exit(main())
+
+__all__ = ["USAGE", "build_parser", "main"]

@@ -26,6 +26,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from pyxds.server.file_lines import field_path, locate
 from pyxds.server.snapshot import Snapshot
 from pyxds.server.types import CLUSTER_LOAD_ASSIGNMENT, FIELD_OF_TYPE, resource_name
 
@@ -66,7 +67,16 @@ def register_any_types() -> None:
 
 
 class ResourceFileError(ValueError):
-    """A resource file could not be read; the message names the file and the entry."""
+    """A resource file could not be read; the message names the file and the entry.
+
+    ``index`` is the failing entry of ``resources`` and ``field`` the field path
+    inside it (when known); :func:`load_resources` adds the line number.
+    """
+
+    def __init__(self, message: str, index: int | None = None, field: list[str] | None = None):
+        super().__init__(message)
+        self.index = index
+        self.field = field
 
 
 def _parse_text(text: str, path: str) -> Any:
@@ -74,17 +84,27 @@ def _parse_text(text: str, path: str) -> Any:
         try:
             return json.loads(text)
         except json.JSONDecodeError as e:
-            raise ResourceFileError(f"{path}: invalid JSON: {e}") from None
+            raise ResourceFileError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
     import yaml
 
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ResourceFileError(f"{path}: invalid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else path
+        problem = getattr(e, "problem", None) or str(e).split("\n", 1)[0]
+        context = getattr(e, "context", None)
+        detail = f"{context}: {problem}" if context else problem
+        raise ResourceFileError(f"{where}: invalid YAML: {detail}") from None
 
 
-def parse_resources(data: Any, source: str = "<resources>") -> Snapshot:
-    """Build a Snapshot from already-decoded JSON/YAML ``data`` (see module doc)."""
+def parse_resources(data: Any, source: str = "<resources>", validate: bool = False) -> Snapshot:
+    """Build a Snapshot from already-decoded JSON/YAML ``data`` (see module doc).
+
+    With ``validate`` every resource must also pass the checks a gRPC client
+    applies (pyxds's own resource validation, gRFC A27/A28/...), so a file a
+    client would NACK is refused before it is served.
+    """
     from google.protobuf import message_factory, symbol_database
 
     register_any_types()
@@ -114,11 +134,15 @@ def parse_resources(data: Any, source: str = "<resources>") -> Snapshot:
     for i, entry in enumerate(data):
         where = f"{source}: resources[{i}]"
         if not isinstance(entry, dict):
-            raise ResourceFileError(f"{where}: expected an object, got {type(entry).__name__}")
+            raise ResourceFileError(
+                f"{where}: expected an object, got {type(entry).__name__}", index=i
+            )
         type_url = entry.get("@type")
         if type_url not in FIELD_OF_TYPE:
             raise ResourceFileError(
-                f"{where}: @type: expected one of {', '.join(FIELD_OF_TYPE)}, got {type_url!r}"
+                f"{where}: @type: expected one of {', '.join(FIELD_OF_TYPE)}, got {type_url!r}",
+                index=i,
+                field=["@type"],
             )
         descriptor = pool.FindMessageTypeByName(type_url.rsplit("/", 1)[1])
         cls = message_factory.GetMessageClass(descriptor)
@@ -126,17 +150,29 @@ def parse_resources(data: Any, source: str = "<resources>") -> Snapshot:
         try:
             msg = json_format.ParseDict(body, cls())
         except json_format.ParseError as e:
-            raise ResourceFileError(f"{where}: {e}") from None
+            path, reason = field_path(str(e))
+            dotted = "".join("." + p for p in path)
+            raise ResourceFileError(f"{where}{dotted}: {reason}", index=i, field=path) from None
         # Clients subscribe by name: a nameless resource could never be asked for.
         name = resource_name(type_url, msg)
         name_field = "clusterName" if type_url == CLUSTER_LOAD_ASSIGNMENT else "name"
         if not name:
-            raise ResourceFileError(f"{where}: {name_field}: missing (resources are named)")
+            raise ResourceFileError(
+                f"{where}: {name_field}: missing (resources are named)", index=i
+            )
         if (type_url, name) in seen:
             raise ResourceFileError(
                 f"{where}: {name_field}: duplicate resource name {name!r} "
-                f"(also resources[{seen[type_url, name]}])"
+                f"(also resources[{seen[type_url, name]}])",
+                index=i,
+                field=[name_field],
             )
+        if validate:
+            problem = validation_error(type_url, msg)
+            if problem is not None:
+                raise ResourceFileError(
+                    f"{where} ({name}): {problem} (a gRPC client would NACK it)", index=i
+                )
         seen[type_url, name] = i
         by_type[FIELD_OF_TYPE[type_url]].append(msg)
     try:
@@ -145,8 +181,21 @@ def parse_resources(data: Any, source: str = "<resources>") -> Snapshot:
         raise ResourceFileError(f"{source}: {e}") from None
 
 
-def load_resources(path: str | os.PathLike[str]) -> Snapshot:
-    """Read a YAML (``.yaml``/``.yml``/other) or JSON (``.json``) resource file."""
+def validation_error(type_url: str, resource: Any) -> str | None:
+    """Why a gRPC client would reject ``resource`` (pyxds's validation), or None."""
+    from pyxds.xds.resources import RESOURCE_TYPES
+
+    kind = RESOURCE_TYPES.get(type_url)
+    if kind is None:
+        return None
+    return kind.decode(resource.SerializeToString(), use_memo=False).error
+
+
+def load_resources(path: str | os.PathLike[str], validate: bool = False) -> Snapshot:
+    """Read a YAML (``.yaml``/``.yml``/other) or JSON (``.json``) resource file.
+
+    Errors name the file, the line and the field: ``r.yaml:14: resources[2].type: ...``.
+    """
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as f:
@@ -155,7 +204,40 @@ def load_resources(path: str | os.PathLike[str]) -> Snapshot:
         raise ResourceFileError(f"{path}: cannot read: {e.strerror}") from None
     except UnicodeDecodeError as e:
         raise ResourceFileError(f"{path}: not UTF-8 text: byte {e.start}: {e.reason}") from None
-    return parse_resources(_parse_text(text, path), path)
+    try:
+        return parse_resources(_parse_text(text, path), path, validate=validate)
+    except ResourceFileError as e:
+        line = locate(text, e.index, e.field) if e.index is not None else None
+        if line is None:
+            raise
+        message = str(e).replace(f"{path}: ", f"{path}:{line}: ", 1)
+        raise ResourceFileError(message, e.index, e.field) from None
+
+
+def merge_snapshots(snapshots: list[tuple[str, Snapshot]]) -> Snapshot:
+    """One Snapshot of several files' resources; a name defined twice is an error.
+
+    The version is the files' explicit versions joined with ``+`` (None when
+    no file has one, so the server numbers versions itself).
+    """
+    if len(snapshots) == 1:
+        return snapshots[0][1]
+    merged: dict[str, dict[str, Any]] = {field: {} for field in FIELD_OF_TYPE.values()}
+    owner: dict[tuple[str, str], str] = {}
+    versions = []
+    for source, snapshot in snapshots:
+        if snapshot.version is not None:
+            versions.append(snapshot.version)
+        for type_url, field in FIELD_OF_TYPE.items():
+            for name, resource in snapshot.resources(type_url).items():
+                if (type_url, name) in owner:
+                    raise ResourceFileError(
+                        f"{source}: resource {name!r} ({type_url.rsplit('.', 1)[1]}) "
+                        f"is also defined in {owner[type_url, name]}"
+                    )
+                owner[type_url, name] = source
+                merged[field][name] = resource
+    return Snapshot(version="+".join(versions) if versions else None, **merged)
 
 
 def dump_resources(snapshot: Snapshot) -> dict:
