@@ -80,7 +80,9 @@ class PyxdsProcess:
         try:
             line = self.stdout.get(timeout=timeout)
         except queue.Empty:
-            raise TimeoutError(f"no stdout line in {timeout}s; stderr: {self.stderr_lines}")
+            raise TimeoutError(
+                f"no stdout line in {timeout}s; stderr: {self.stderr_lines}"
+            ) from None
         if line is None:
             self.proc.wait(5)
             raise RuntimeError(

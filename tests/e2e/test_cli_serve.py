@@ -21,7 +21,7 @@ resources:
   name: echo-service
   apiListener:
     apiListener:
-      "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+      "@type": {hcm}
       rds:
         routeConfigName: echo-route
         configSource: {{ads: {{}}, resourceApiVersion: V3}}
@@ -62,8 +62,14 @@ def write(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+HCM = (
+    "type.googleapis.com/envoy.extensions.filters.network"
+    ".http_connection_manager.v3.HttpConnectionManager"
+)
+
+
 def resources_for(backend) -> str:
-    return TEMPLATE.format(port=backend.address.rsplit(":", 1)[1])
+    return TEMPLATE.format(port=backend.address.rsplit(":", 1)[1], hcm=HCM)
 
 
 def call_until(stub, name: str, timeout: float = 15.0) -> None:
@@ -90,7 +96,7 @@ def served(tmp_path, echo_backends):
 
 
 def test_edited_file_is_pushed_to_a_pyxds_channel_and_to_c_core(served):
-    proc, path, bootstrap, a, b = served
+    proc, path, bootstrap, _a, b = served
     with (
         pyxds.insecure_channel("xds:///echo-service", bootstrap=bootstrap) as channel,
         CoreClient(bootstrap) as core,
@@ -112,7 +118,7 @@ def test_edited_file_is_pushed_to_a_pyxds_channel_and_to_c_core(served):
 
 
 def test_broken_file_keeps_the_last_good_version_and_names_file_line_and_field(served):
-    proc, path, bootstrap, a, b = served
+    proc, path, bootstrap, _a, b = served
     with pyxds.insecure_channel("xds:///echo-service", bootstrap=bootstrap) as channel:
         stub = echo_pb2_grpc.EchoStub(channel)
         call_until(stub, "backend-a")

@@ -56,7 +56,7 @@ def test_yaml_and_json_syntax_errors_give_the_line(tmp_path):
 def test_merging_files_refuses_a_resource_defined_twice(tmp_path):
     one = load(tmp_path, CLUSTER.format(name="a", kind="EDS"), "one.yaml")
     two = load(tmp_path, CLUSTER.format(name="a", kind="EDS"), "two.yaml")
-    with pytest.raises(ResourceFileError, match="two.yaml: resource 'a' .* also defined in one"):
+    with pytest.raises(ResourceFileError, match=r"two\.yaml: resource 'a' .* also defined in one"):
         merge_snapshots([("one.yaml", one), ("two.yaml", two)])
     three = load(tmp_path, CLUSTER.format(name="b", kind="EDS"), "three.yaml")
     merged = merge_snapshots([("one.yaml", one), ("three.yaml", three)])
