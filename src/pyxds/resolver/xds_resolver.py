@@ -189,7 +189,9 @@ class XdsResolver(Resolver):
                 bootstrap, target_authority, service
             )
         if self._client is None:
-            self._client, self._release_client = XdsClient.get_or_create(bootstrap)
+            self._client, self._release_client = XdsClient.get_or_create(
+                bootstrap, scope=self._args.target
+            )
 
     def _reresolve(self) -> None:
         if self._manager is not None and not self._shutdown:

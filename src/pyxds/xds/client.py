@@ -29,6 +29,7 @@ import logging
 import queue
 import random
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -287,6 +288,10 @@ class XdsClient:
         self._servers: dict[tuple, _ServerChannel] = {}
         self._transport_factory = transport_factory or self._grpc_transport
         self._closed = False
+        #: Channel targets using this client (A71 CSDS ``client_scope``), refcounted.
+        self._scopes: dict[str, int] = {}
+        with XdsClient._live_lock:
+            XdsClient._live.add(self)
 
     @property
     def bootstrap(self) -> Any:
@@ -375,6 +380,8 @@ class XdsClient:
 
         if not self._closed:
             self._run_and_wait(shutdown)
+        with XdsClient._live_lock:
+            XdsClient._live.discard(self)
         self._notifier.close()
         if self._own_clock and isinstance(self._clock, RealClock):
             self._clock.close()
@@ -387,12 +394,26 @@ class XdsClient:
 
     _shared_lock = threading.Lock()
     _shared: dict[Any, list[Any]] = {}
+    _live: weakref.WeakSet[XdsClient] = weakref.WeakSet()
+    _live_lock = threading.Lock()  # never held with _shared_lock taken inside it
 
     @classmethod
-    def get_or_create(cls, bootstrap: Any = None) -> tuple[XdsClient, Callable[[], None]]:
+    def instances(cls) -> list[tuple[XdsClient, tuple[str, ...]]]:
+        """Every open client of the process with the channel targets using it
+        (for CSDS, A40/A71: ``pyxds.admin``)."""
+        with cls._live_lock:
+            clients = [c for c in list(cls._live) if not c._closed]
+        with cls._shared_lock:
+            return [(c, tuple(sorted(c._scopes))) for c in clients]
+
+    @classmethod
+    def get_or_create(
+        cls, bootstrap: Any = None, scope: str | None = None
+    ) -> tuple[XdsClient, Callable[[], None]]:
         """The process-wide client for this bootstrap content, refcounted.
 
         Returns ``(client, release)``; the last ``release()`` closes the client.
+        ``scope`` (the channel target) is listed by :meth:`instances` until released.
         """
         if bootstrap is None or not hasattr(bootstrap, "xds_servers"):
             from pyxds.xds.bootstrap import load_bootstrap
@@ -409,6 +430,8 @@ class XdsClient:
                 slot = cls._shared[key] = [cls(bootstrap), 0]
             slot[1] += 1
             client = slot[0]
+            if scope is not None:
+                client._scopes[scope] = client._scopes.get(scope, 0) + 1
         released = threading.Event()
 
         def release() -> None:
@@ -418,6 +441,12 @@ class XdsClient:
             with cls._shared_lock:
                 slot[1] -= 1
                 last = slot[1] == 0
+                if scope is not None:
+                    left = client._scopes.get(scope, 1) - 1
+                    if left:
+                        client._scopes[scope] = left
+                    else:
+                        client._scopes.pop(scope, None)
                 if last and cls._shared.get(key) is slot:
                     del cls._shared[key]
             if last:
