@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from pyxds.cli.errors import USAGE, CliError, Parser, fail
@@ -44,6 +45,9 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # pyxds logs warnings (a failed ADS stream, ...) that the commands report
+    # themselves in one line; without this Python would print them too.
+    logging.getLogger("pyxds").addHandler(logging.NullHandler())
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

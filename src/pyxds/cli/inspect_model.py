@@ -1,0 +1,236 @@
+"""The resolved tree ``pyxds inspect`` shows, built from ``channel.config_dump()``.
+
+:func:`build` turns a dump (the channel's state, its XdsClient's CSDS dump
+with the raw resources, the subchannels' states) into plain data: the
+listener, the route table of its virtual hosts, and every cluster with its
+type, LB policy, priorities, localities (weights) and endpoints (EDS health
+and the subchannel's connectivity state); plus NACK reasons and fields gRPC
+does not read. No I/O: the view renders it, tests read it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyxds.cli.ignored import unread_fields
+
+_SHORT = {
+    "envoy.config.listener.v3.Listener": "Listener",
+    "envoy.config.route.v3.RouteConfiguration": "RouteConfiguration",
+    "envoy.config.cluster.v3.Cluster": "Cluster",
+    "envoy.config.endpoint.v3.ClusterLoadAssignment": "ClusterLoadAssignment",
+}
+
+
+def short_type(type_url: str) -> str:
+    return _SHORT.get(type_url.rsplit("/", 1)[-1], type_url.rsplit(".", 1)[-1])
+
+
+def resources(dump: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """``(short type, name) -> CSDS GenericXdsConfig dict`` of the channel's XdsClient."""
+    client = dump.get("xds_client") or {}
+    return {
+        (short_type(e.get("type_url", "")), e.get("name", "")): e
+        for e in client.get("generic_xds_configs", [])
+    }
+
+
+def _status(entry: dict[str, Any] | None) -> dict[str, Any]:
+    if entry is None:
+        return {"status": "NOT_REQUESTED", "version": ""}
+    out = {"status": entry.get("client_status", ""), "version": entry.get("version_info", "")}
+    if "error_state" in entry:
+        out["nack"] = entry["error_state"].get("details", "")
+    return out
+
+
+def _match(match: dict[str, Any]) -> str:
+    if "path" in match:
+        text = f"path {match['path']}"
+    elif "safe_regex" in match:
+        text = f"regex {match['safe_regex'].get('regex', '')}"
+    elif "path_separated_prefix" in match:
+        text = f"prefix {match['path_separated_prefix']}/"
+    else:
+        text = f'prefix "{match.get("prefix", "")}"'
+    for header in match.get("headers") or []:
+        text += f" header {header.get('name', '')}"
+    if match.get("case_sensitive") is False:
+        text += " (ignore case)"
+    return text
+
+
+def _action(route: dict[str, Any]) -> str:
+    action = route.get("route")
+    if action is None:
+        return "non-forwarding" if "non_forwarding_action" in route else "no action"
+    if "cluster" in action:
+        return f"cluster {action['cluster']}"
+    if "weighted_clusters" in action:
+        parts = action["weighted_clusters"].get("clusters") or []
+        total = sum(int(p.get("weight", 0)) for p in parts) or 1
+        return "split " + ", ".join(
+            f"{p.get('name')} {100 * int(p.get('weight', 0)) / total:.0f}%" for p in parts
+        )
+    if "cluster_specifier_plugin" in action:
+        return f"plugin {action['cluster_specifier_plugin']}"
+    if "cluster_header" in action:
+        return f"cluster from header {action['cluster_header']}"
+    return "no cluster"
+
+
+def _locality(locality: dict[str, Any]) -> str:
+    parts = [f"{k}={locality[k]}" for k in ("region", "zone", "sub_zone") if locality.get(k)]
+    return ", ".join(parts) or "(no locality)"
+
+
+def _address(endpoint: dict[str, Any]) -> str:
+    socket = ((endpoint.get("endpoint") or {}).get("address") or {}).get("socket_address") or {}
+    host = socket.get("address", "?")
+    port = socket.get("port_value", 0)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _lb_policy(cluster: dict[str, Any]) -> str:
+    policies = (cluster.get("load_balancing_policy") or {}).get("policies") or []
+    for policy in policies:
+        config = policy.get("typed_extension_config") or {}
+        type_url = (config.get("typed_config") or {}).get("@type", "")
+        if type_url.endswith("TypedStruct"):
+            type_url = (config.get("typed_config") or {}).get("type_url", type_url)
+        return type_url.rsplit(".", 1)[-1] or config.get("name", "?")
+    return str(cluster.get("lb_policy", "ROUND_ROBIN"))
+
+
+def _cluster_type(cluster: dict[str, Any]) -> str:
+    if "cluster_type" in cluster:
+        return "AGGREGATE"
+    return str(cluster.get("type", "STATIC"))
+
+
+def _priorities(cla: dict[str, Any], states: dict[str, str]) -> list[dict[str, Any]]:
+    groups: dict[int, list[dict[str, Any]]] = {}
+    for group in cla.get("endpoints") or []:
+        endpoints = [
+            {
+                "address": _address(e),
+                "health": e.get("health_status", "UNKNOWN"),
+                "weight": e.get("load_balancing_weight"),
+                "state": states.get(_address(e), "IDLE"),
+            }
+            for e in group.get("lb_endpoints") or []
+        ]
+        groups.setdefault(int(group.get("priority", 0)), []).append(
+            {
+                "locality": _locality(group.get("locality") or {}),
+                "weight": group.get("load_balancing_weight"),
+                "endpoints": endpoints,
+            }
+        )
+    return [{"priority": p, "localities": groups[p]} for p in sorted(groups)]
+
+
+def _cluster(
+    name: str,
+    found: dict[tuple[str, str], dict[str, Any]],
+    dump: dict[str, Any],
+    states: dict[str, str],
+) -> dict[str, Any]:
+    entry = found.get(("Cluster", name))
+    out: dict[str, Any] = {"name": name, **_status(entry)}
+    raw = (entry or {}).get("xds_config")
+    if not raw:
+        return out
+    out["type"] = _cluster_type(raw)
+    out["lb_policy"] = _lb_policy(raw)
+    if out["type"] == "AGGREGATE":
+        typed = (raw.get("cluster_type") or {}).get("typed_config") or {}
+        out["children"] = list(typed.get("clusters") or [])
+    elif out["type"] == "EDS":
+        eds_name = (raw.get("eds_cluster_config") or {}).get("service_name") or name
+        cla_entry = found.get(("ClusterLoadAssignment", eds_name))
+        out["eds"] = {"name": eds_name, **_status(cla_entry)}
+        cla = (cla_entry or {}).get("xds_config") or {}
+        out["priorities"] = _priorities(cla, states)
+        drops = (cla.get("policy") or {}).get("drop_overloads") or []
+        if drops:
+            out["drops"] = [d.get("category", "") for d in drops]
+    elif out["type"] == "LOGICAL_DNS":
+        dns = ((dump.get("resolver") or {}).get("dependency_manager") or {}).get("dns") or {}
+        addresses = dns.get(name) or []
+        out["priorities"] = [
+            {
+                "priority": 0,
+                "localities": [
+                    {
+                        "locality": "(DNS)",
+                        "weight": None,
+                        "endpoints": [
+                            {
+                                "address": a,
+                                "health": "UNKNOWN",
+                                "weight": None,
+                                "state": states.get(a, "IDLE"),
+                            }
+                            for a in addresses
+                        ],
+                    }
+                ],
+            }
+        ]
+    return out
+
+
+def build(dump: dict[str, Any]) -> dict[str, Any]:
+    """The inspect model of one channel dump (see module doc)."""
+    found = resources(dump)
+    states = {a: s.get("state", "") for a, s in (dump.get("subchannels") or {}).items()}
+    manager = (dump.get("resolver") or {}).get("dependency_manager") or {}
+    listener_name = manager.get("listener") or ""
+    model: dict[str, Any] = {
+        "target": dump.get("target"),
+        "state": dump.get("state"),
+        "status": dump.get("status"),
+    }
+    lds = found.get(("Listener", listener_name))
+    listener: dict[str, Any] = {"name": listener_name, **_status(lds)}
+    hcm = (((lds or {}).get("xds_config") or {}).get("api_listener") or {}).get("api_listener")
+    route_config = None
+    if hcm:
+        if "rds" in hcm:
+            listener["rds"] = hcm["rds"].get("route_config_name", "")
+            rds = found.get(("RouteConfiguration", listener["rds"]))
+            route_config = {"name": listener["rds"], **_status(rds)}
+            raw_rc = (rds or {}).get("xds_config")
+        else:
+            route_config = {"name": "(inline)", "status": listener["status"], "version": ""}
+            raw_rc = hcm.get("route_config")
+        if raw_rc:
+            route_config["virtual_hosts"] = [
+                {
+                    "name": v.get("name", ""),
+                    "domains": list(v.get("domains") or []),
+                    "routes": [
+                        {"match": _match(r.get("match") or {}), "action": _action(r)}
+                        for r in v.get("routes") or []
+                    ],
+                }
+                for v in raw_rc.get("virtual_hosts") or []
+            ]
+        filters = [f.get("name", "") for f in hcm.get("http_filters") or []]
+        listener["http_filters"] = filters
+    model["listener"] = listener
+    model["route_config"] = route_config
+    cluster_names = [name for (kind, name) in found if kind == "Cluster"]
+    model["clusters"] = [_cluster(n, found, dump, states) for n in sorted(cluster_names)]
+    model["nacks"] = [
+        {"type": kind, "name": name, "details": e["error_state"].get("details", "")}
+        for (kind, name), e in sorted(found.items())
+        if "error_state" in e
+    ]
+    model["ignored_fields"] = [
+        {"type": kind, "name": name, "fields": fields}
+        for (kind, name), e in sorted(found.items())
+        if (fields := unread_fields(kind, e.get("xds_config") or {}))
+    ]
+    return model

@@ -1,0 +1,87 @@
+"""Rendering of ``pyxds inspect``'s model as a rich tree (one screen per dump)."""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.markup import escape
+from rich.tree import Tree
+
+from pyxds.cli.inspect_model import build
+
+_STATUS_STYLE = {"ACKED": "green", "NACKED": "red", "DOES_NOT_EXIST": "red", "REQUESTED": "yellow"}
+_STATE_STYLE = {"READY": "green", "TRANSIENT_FAILURE": "red", "CONNECTING": "yellow"}
+
+
+def _status(node: dict[str, Any]) -> str:
+    status = node.get("status", "")
+    style = _STATUS_STYLE.get(status, "white")
+    version = f" v{escape(node['version'])}" if node.get("version") else ""
+    return f"[{style}]{escape(status)}{version}[/]"
+
+
+def _cluster(tree: Tree, cluster: dict[str, Any]) -> None:
+    head = f"[bold]Cluster[/] {escape(cluster['name'])} {_status(cluster)}"
+    if "type" in cluster:
+        head += f"  type {cluster['type']}, lb {escape(cluster['lb_policy'])}"
+    branch = tree.add(head)
+    if cluster.get("nack"):
+        branch.add(f"[red]NACK: {escape(cluster['nack'])}[/]")
+    for child in cluster.get("children", []):
+        branch.add(f"child cluster {escape(child)}")
+    if "eds" in cluster:
+        branch.add(f"EDS {escape(cluster['eds']['name'])} {_status(cluster['eds'])}")
+    for drop in cluster.get("drops", []):
+        branch.add(f"drops category {escape(drop)}")
+    for priority in cluster.get("priorities", []):
+        p = branch.add(f"priority {priority['priority']}")
+        for locality in priority["localities"]:
+            weight = locality["weight"]
+            shown = f"weight {weight}" if weight is not None else "no weight"
+            loc = p.add(f"locality {escape(locality['locality'])} ({shown})")
+            for endpoint in locality["endpoints"]:
+                state = endpoint["state"]
+                style = _STATE_STYLE.get(state, "white")
+                extra = f" weight {endpoint['weight']}" if endpoint.get("weight") else ""
+                loc.add(
+                    f"{escape(endpoint['address'])}  health {endpoint['health']}{extra}"
+                    f"  [{style}]{state}[/]"
+                )
+
+
+def tree_of(model: dict[str, Any]) -> Tree:
+    state = model.get("state") or ""
+    tree = Tree(
+        f"[bold]{escape(str(model.get('target')))}[/] "
+        f"[{_STATE_STYLE.get(state, 'white')}]{state}[/]"
+        + ("" if model.get("status") in (None, "OK") else f"  {escape(str(model['status']))}")
+    )
+    listener = model.get("listener") or {}
+    lis = tree.add(f"[bold]Listener[/] {escape(listener.get('name', ''))} {_status(listener)}")
+    if listener.get("http_filters"):
+        lis.add("filters " + escape(", ".join(listener["http_filters"])))
+    rc = model.get("route_config")
+    if rc:
+        rcb = lis.add(f"[bold]RouteConfiguration[/] {escape(rc['name'])} {_status(rc)}")
+        for vhost in rc.get("virtual_hosts", []):
+            domains = escape(", ".join(vhost["domains"]))
+            vh = rcb.add(f"virtual host {escape(vhost['name'])} [dim]({domains})[/]")
+            for route in vhost["routes"]:
+                vh.add(f"{escape(route['match'])} -> {escape(route['action'])}")
+    for cluster in model.get("clusters", []):
+        _cluster(tree, cluster)
+    if model.get("nacks"):
+        nacks = tree.add("[red bold]NACKs[/]")
+        for nack in model["nacks"]:
+            nacks.add(f"{nack['type']} {escape(nack['name'])}: {escape(nack['details'])}")
+    if model.get("ignored_fields"):
+        ignored = tree.add("[yellow]fields gRPC does not read (no effect)[/]")
+        for item in model["ignored_fields"]:
+            fields = escape(", ".join(item["fields"]))
+            ignored.add(f"{item['type']} {escape(item['name'])}: {fields}")
+    return tree
+
+
+def render(dump: dict[str, Any], out: TextIO) -> None:
+    Console(file=out, highlight=False, soft_wrap=False).print(tree_of(build(dump)))
