@@ -74,13 +74,17 @@ class _Clock:
         return f"[{time.monotonic() - self.start:7.3f}s]"
 
 
-def _count(call: Callable[[], bytes], n: int) -> collections.Counter[str]:
+def _count(
+    call: Callable[[], bytes], n: int, progress: Progress | None = None
+) -> collections.Counter[str]:
     seen: collections.Counter[str] = collections.Counter()
-    for _ in range(n):
+    for i in range(n):
         try:
             seen[call().decode()] += 1
         except grpc.RpcError as err:
             seen[f"error {err.code().name}"] += 1
+        if progress is not None and (i % 50 == 49 or i == n - 1):
+            progress.traffic(seen)
     return seen
 
 
@@ -127,6 +131,7 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
     """Run the demo; returns a process exit code (0 when every step behaved)."""
     import pyxds
 
+    progress = progress or Progress()
     clock = _Clock()
     main = [NamedBackend("main-p0-a").start(), NamedBackend("main-p0-b").start()]
     fallback = NamedBackend("main-p1").start()
@@ -144,12 +149,14 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
             return who(b"", timeout=5, wait_for_ready=True)
 
         say(f"{clock.stamp()} 1. RDS splits {SERVICE} 75/25 between clusters main and canary")
-        seen = _count(call, 2000)
+        progress.step(1, "75/25 split between clusters main and canary")
+        seen = _count(call, 2000, progress)
         canary_share = seen["canary"] / 2000
         say(f"           2000 RPCs: {dict(sorted(seen.items()))}  canary share {canary_share:.1%}")
         ok &= abs(canary_share - 0.25) < 0.04
 
         say(f"{clock.stamp()} 2. stop every priority-0 backend of cluster main")
+        progress.step(2, "priority failover: every priority-0 backend stopped")
         for backend in main:
             backend.stop()
         took = _wait_until(call, {"main-p1"}, 15)
@@ -159,11 +166,12 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
             else "           FAILED: priority 1 never took traffic"
         )
         ok &= took is not None
-        seen = _count(call, 200)
+        seen = _count(call, 200, progress)
         say(f"           200 RPCs: {dict(sorted(seen.items()))}")
         ok &= not any(k.startswith("error") for k in seen)
 
         say(f"{clock.stamp()} 3. restart the priority-0 backends on their ports")
+        progress.step(3, "fail-back: priority-0 backends restarted")
         for backend in main:
             backend.start()
         took = _wait_until(call, {"main-p0-a", "main-p0-b"}, 30)
@@ -175,6 +183,7 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
         ok &= took is not None
 
         say(f"{clock.stamp()} 4. switch the route to canary only, under continuous load")
+        progress.step(4, "route switched to canary under load")
         failures = 0
         sent = 0
         stop = threading.Event()
@@ -198,7 +207,7 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
         stop.set()
         for thread in threads:
             thread.join(10)
-        seen = _count(call, 100)
+        seen = _count(call, 100, progress)
         say(
             f"           switched after {_secs(took)}; {sent} RPCs during the switch,"
             f" {failures} failed; then {dict(seen)}"
@@ -206,12 +215,14 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
         ok &= took is not None and failures == 0 and seen.get("canary") == 100
 
         say(f"{clock.stamp()} 5. channel.config_dump() (abridged):")
+        progress.step(5, "channel.config_dump()")
         dump = channel.config_dump()
         for line in _summarize(dump):
             say(f"           {line}")
         channel.close()
     for backend in [*main, fallback, canary]:
         backend.stop()
+    progress.step(STEPS + 1, "done")
     say(f"{clock.stamp()} demo {'passed' if ok else 'FAILED'}")
     return 0 if ok else 1
 

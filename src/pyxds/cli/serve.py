@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 
@@ -86,6 +87,22 @@ def _node_files(specs: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """Fail in one line on a taken port (before grpc would log its own error, or,
+    with SO_REUSEPORT, share the port with another server)."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            raise CliError(
+                f"cannot listen on {host}:{port}: {e.strerror} "
+                "(port taken? pick another with --port, or --port 0 for a free one)"
+            ) from None
+
+
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -104,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"{path}: no such file (check the path)", USAGE)
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port {args.port}: expected 0..65535", USAGE)
+    _check_port_free(args.host, args.port)
     server = ManagementServer(args.host, args.port)
     served = ServedFiles(server, files, node_files, validate=not args.no_validate, log=_log)
     try:
