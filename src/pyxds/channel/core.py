@@ -51,6 +51,7 @@ from urllib.parse import urlsplit
 
 import grpc
 
+from pyxds import metrics as _metrics
 from pyxds.channel.subchannel import ChannelSubchannel, SubchannelCore, TransportFactory, core_of
 from pyxds.channel.subchannel_pool import SubchannelPool
 from pyxds.clock import Clock, RealClock, Timer
@@ -114,6 +115,32 @@ _TO_GRPC = {
 }
 
 
+def _attempt_started(core: ChannelCore, path: str) -> float:
+    """A66 ``grpc.client.attempt.started``; returns the attempt's start time."""
+    _metrics.add(
+        "grpc.client.attempt.started",
+        1,
+        {"grpc.method": path.lstrip("/"), "grpc.target": core.target},
+    )
+    return time.perf_counter()
+
+
+def _attempt_ended(rpc: Rpc, status: Status) -> float | None:
+    """A66 ``grpc.client.attempt.duration``; the next attempt's start unless the RPC ended."""
+    labels = {
+        "grpc.method": rpc.path.lstrip("/"),
+        "grpc.target": rpc._core.target,
+        "grpc.status": status.code.name,
+    }
+    assert rpc._attempt_start is not None
+    _metrics.record(
+        "grpc.client.attempt.duration", time.perf_counter() - rpc._attempt_start, labels
+    )
+    if rpc._finished or _metrics.RECORDER is None:
+        return None
+    return _attempt_started(rpc._core, rpc.path)
+
+
 class Rpc:
     """Per-RPC bookkeeping for the pick: the CallConfig (once chosen), the
     deadline, and the exactly-once completion hooks."""
@@ -129,6 +156,7 @@ class Rpc:
         "on_call_done",
         "_finished",
         "_core",
+        "_attempt_start",
     )
 
     def __init__(
@@ -149,6 +177,8 @@ class Rpc:
         self.reselects = 0
         self.on_call_done: Callable[[Status], None] | None = None
         self._finished = False
+        # A66 per-attempt metrics: the attempt's start, None while metrics are off.
+        self._attempt_start = None if _metrics.RECORDER is None else _attempt_started(core, path)
 
     def remaining(self) -> float | None:
         if self.deadline is None:
@@ -158,6 +188,8 @@ class Rpc:
     def attempt_done(self, status: Status) -> None:
         """The subchannel call of one pick ended (report to the LB policy)."""
         done, self.on_call_done = self.on_call_done, None
+        if self._attempt_start is not None:
+            self._attempt_start = _attempt_ended(self, status)
         if done is not None:
             try:
                 done(status)
@@ -198,6 +230,7 @@ class ChannelHelper(Helper):
         self._generation = generation
         self.clock = core.clock
         self.random = core.random
+        self.channel_target = core.target
 
     def _live(self) -> bool:
         return self._core._lb_generation == self._generation and not self._core.closed

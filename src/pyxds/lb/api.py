@@ -293,6 +293,8 @@ class Helper(ABC):
 
     clock: Clock
     random: random.Random
+    #: The channel's target (A66/A78 ``grpc.target`` label); "" outside a channel.
+    channel_target: str = ""
 
     @abstractmethod
     def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> Subchannel: ...

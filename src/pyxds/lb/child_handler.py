@@ -61,6 +61,10 @@ class DelegatingHelper(Helper):
     def random(self) -> random.Random:  # type: ignore[override]
         return self.parent.random
 
+    @property
+    def channel_target(self) -> str:  # type: ignore[override]
+        return getattr(self.parent, "channel_target", "")
+
     def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> Subchannel:
         return self.parent.create_subchannel(address, attributes)
 

@@ -121,6 +121,7 @@ from typing import Any
 
 import grpc
 
+from pyxds import metrics as _metrics
 from pyxds.clock import Timer
 from pyxds.lb import registry
 from pyxds.lb.api import (
@@ -477,11 +478,17 @@ class PickFirst(LoadBalancer):
             return
         if phase is Phase.READY:
             if entry is self._selected and state is not _READY:
+                if _metrics.RECORDER is not None:
+                    self._count("grpc.lb.pick_first.disconnections")
                 self._go_idle()
             return
         if state is _READY:
+            if _metrics.RECORDER is not None:
+                self._count("grpc.lb.pick_first.connection_attempts_succeeded")
             self._select(entry)
             return
+        if state is _TF and prev is _CONNECTING and _metrics.RECORDER is not None:
+            self._count("grpc.lb.pick_first.connection_attempts_failed")
         if phase is Phase.FIRST_PASS:
             if state is _TF:
                 if not entry.attempted:
@@ -593,6 +600,10 @@ class PickFirst(LoadBalancer):
         self._report(_TF, status, FailPicker(status))
 
     # -- plumbing ---------------------------------------------------------------
+    def _count(self, name: str) -> None:
+        """A78 pick_first counter (callers check ``_metrics.RECORDER`` first)."""
+        _metrics.add(name, 1, {"grpc.target": getattr(self._helper, "channel_target", "")})
+
     def _schedule_exit_idle(self) -> None:
         """Runs on the pick thread: hop to the clock (and so the serializer)."""
         self._helper.clock.call_later(0, self.exit_idle)

@@ -308,6 +308,8 @@ class AdsState:
         self._send_node = False
         self._shut_down = False
         self._last_error: Status | None = None
+        #: Optional ``(type_url, valid, invalid)`` per response (A78 metrics hook).
+        self.on_resource_counts: Callable[[str, int, int], None] | None = None
 
     # ------------------------------------------------------------------ watches
 
@@ -518,6 +520,9 @@ class AdsState:
                 self._nacked(entry, short, result.error, response.version_info, now)
             else:
                 self._accepted(entry, result.resource, any_msg, response.version_info, now)
+        if self.on_resource_counts is not None:  # A78 resource_updates_valid/invalid
+            invalid = len(errors)
+            self.on_resource_counts(type_url, len(response.resources) - invalid, invalid)
         for index, resource_error in enumerate(response.resource_errors):
             name = resource_error.resource_name.name
             if not name:

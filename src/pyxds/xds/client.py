@@ -41,7 +41,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from pyxds.clock import Clock, RealClock, Timer
 from pyxds.lb.api import Status
 from pyxds.serializer import WorkSerializer
-from pyxds.xds import csds
+from pyxds.xds import client_metrics, csds
 from pyxds.xds.ads_state import (
     RESOURCE_TIMEOUT,
     TRANSIENT_RESOURCE_TIMEOUT,
@@ -169,6 +169,13 @@ class _ServerChannel:
         self._stream_id = 0
         self._retry: Timer | None = None
         self._closed = False
+        #: A78 grpc.xds_client.connected: 1 from the first stream on, 0 after a
+        #: stream failed without a response, 1 again at the next response.
+        self.connected = False
+        self._streams_started = 0
+        self.state.on_resource_counts = lambda t, v, i: client_metrics.resource_counts(
+            self, t, v, i
+        )
 
     # -- driven by the client --------------------------------------------------
 
@@ -210,6 +217,9 @@ class _ServerChannel:
                 self._schedule_retry()
                 return
         self._backoff.on_stream_started(self._client._sclock.now())
+        self._streams_started += 1
+        if self._streams_started == 1:
+            self.connected = True
         self.state.on_stream_started()
         # Transport events triggered meanwhile queue behind this callback.
         self._stream_id = self._transport.start_stream()
@@ -231,6 +241,7 @@ class _ServerChannel:
         if stream_id != self._stream_id or self._closed:
             return
         self._backoff.on_response()
+        self.connected = True
         self.state.on_response(response)
         self.flush()
 
@@ -238,6 +249,10 @@ class _ServerChannel:
         if stream_id != self._stream_id or self._closed:
             return
         self._stream_id = 0
+        if not self.state.had_response:
+            if self.connected:
+                client_metrics.server_failure(self)
+            self.connected = False
         self.state.on_stream_closed(status)
         self._schedule_retry()
 

@@ -1,0 +1,289 @@
+"""gRPC metrics (gRFC A66, A78) through the OpenTelemetry API, off by default.
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    import pyxds.metrics
+
+    pyxds.metrics.enable(MeterProvider(metric_readers=[reader]))   # or the global provider
+    ...
+    pyxds.metrics.disable()
+
+``pip install pyxds[otel]`` brings the OpenTelemetry API; nothing imports it
+until :func:`enable`. While disabled, every recording site costs one module
+attribute check (``metrics.RECORDER is None``).
+
+Instruments (names, units and labels as A66/A78; :data:`INSTRUMENTS`):
+
+* per call attempt (A66): ``grpc.client.attempt.started`` and
+  ``grpc.client.attempt.duration`` for pyxds channels;
+* pick_first (A78): ``grpc.lb.pick_first.disconnections``,
+  ``connection_attempts_succeeded``, ``connection_attempts_failed``;
+* XdsClient (A78): ``grpc.xds_client.connected``, ``server_failure``,
+  ``resource_updates_valid``, ``resource_updates_invalid``, ``resources``;
+* weighted_round_robin (A78, declared for that policy to record):
+  ``grpc.lb.wrr.rr_fallback``, ``endpoint_weight_not_yet_usable``,
+  ``endpoint_weight_stale``, ``endpoint_weights``.
+
+A policy or component records with :func:`add` (counters) and :func:`record`
+(histograms) under a name of :data:`INSTRUMENTS`, or registers a gauge's
+observer with :func:`observe`::
+
+    if metrics.RECORDER is not None:
+        metrics.add("grpc.lb.wrr.rr_fallback", 1,
+                    {"grpc.target": target, "grpc.lb.locality": locality})
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Labels = Mapping[str, str]
+Observation = tuple[float, Labels]
+
+
+@dataclass(frozen=True)
+class Instrument:
+    """One metric: its OpenTelemetry kind, unit, labels (A66/A78 tables)."""
+
+    name: str
+    kind: str  # "counter" | "histogram" | "gauge"
+    unit: str
+    description: str
+    labels: tuple[str, ...]
+    optional_labels: tuple[str, ...] = ()
+
+
+_T = "grpc.target"
+_M = "grpc.method"
+_S = "grpc.status"
+_LOC = "grpc.lb.locality"
+_SERVER = "grpc.xds.server"
+_RTYPE = "grpc.xds.resource_type"
+
+INSTRUMENTS: dict[str, Instrument] = {
+    i.name: i
+    for i in (
+        Instrument(
+            "grpc.client.attempt.started",
+            "counter",
+            "{attempt}",
+            "Number of client call attempts started.",
+            (_M, _T),
+        ),
+        Instrument(
+            "grpc.client.attempt.duration",
+            "histogram",
+            "s",
+            "End-to-end time taken to complete a client call attempt, pick included.",
+            (_M, _T, _S),
+            (_LOC,),
+        ),
+        Instrument(
+            "grpc.lb.pick_first.disconnections",
+            "counter",
+            "{disconnection}",
+            "Number of times the selected subchannel becomes disconnected.",
+            (_T,),
+        ),
+        Instrument(
+            "grpc.lb.pick_first.connection_attempts_succeeded",
+            "counter",
+            "{attempt}",
+            "Number of successful connection attempts.",
+            (_T,),
+        ),
+        Instrument(
+            "grpc.lb.pick_first.connection_attempts_failed",
+            "counter",
+            "{attempt}",
+            "Number of failed connection attempts.",
+            (_T,),
+        ),
+        Instrument(
+            "grpc.lb.wrr.rr_fallback",
+            "counter",
+            "{update}",
+            "Number of scheduler updates in which there were not enough endpoints with "
+            "valid weight, which caused the WRR policy to fall back to RR behavior.",
+            (_T,),
+            (_LOC,),
+        ),
+        Instrument(
+            "grpc.lb.wrr.endpoint_weight_not_yet_usable",
+            "counter",
+            "{endpoint}",
+            "Number of endpoints from each scheduler update that don't yet have usable "
+            "weight information.",
+            (_T,),
+            (_LOC,),
+        ),
+        Instrument(
+            "grpc.lb.wrr.endpoint_weight_stale",
+            "counter",
+            "{endpoint}",
+            "Number of endpoints from each scheduler update whose latest weight is older "
+            "than the expiration period.",
+            (_T,),
+            (_LOC,),
+        ),
+        Instrument(
+            "grpc.lb.wrr.endpoint_weights",
+            "histogram",
+            "{weight}",
+            "Weight of each endpoint, recorded on every scheduler update.",
+            (_T,),
+            (_LOC,),
+        ),
+        Instrument(
+            "grpc.xds_client.connected",
+            "gauge",
+            "{bool}",
+            "Whether or not the xDS client currently has a working ADS stream to the xDS server.",
+            (_T, _SERVER),
+        ),
+        Instrument(
+            "grpc.xds_client.server_failure",
+            "counter",
+            "{failure}",
+            "A counter of xDS servers going from healthy to unhealthy.",
+            (_T, _SERVER),
+        ),
+        Instrument(
+            "grpc.xds_client.resource_updates_valid",
+            "counter",
+            "{resource}",
+            "A counter of resources received that were considered valid.",
+            (_T, _SERVER, _RTYPE),
+        ),
+        Instrument(
+            "grpc.xds_client.resource_updates_invalid",
+            "counter",
+            "{resource}",
+            "A counter of resources received that were considered invalid.",
+            (_T, _SERVER, _RTYPE),
+        ),
+        Instrument(
+            "grpc.xds_client.resources",
+            "gauge",
+            "{resource}",
+            "Number of xDS resources.",
+            (_T, "grpc.xds.authority", "grpc.xds.cache_state", _RTYPE),
+        ),
+    )
+}
+
+#: A66 latency buckets (seconds) for ``grpc.client.attempt.duration``.
+LATENCY_BUCKETS = (
+    0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0.002, 0.003, 0.004, 0.005,
+    0.006, 0.008, 0.01, 0.013, 0.016, 0.02, 0.025, 0.03, 0.04, 0.05, 0.065, 0.08, 0.1, 0.13,
+    0.16, 0.2, 0.25, 0.3, 0.4, 0.5, 0.65, 0.8, 1, 2, 5, 10, 20, 50, 100,
+)  # fmt: skip
+
+_observers: dict[str, list[Callable[[], Iterable[Observation]]]] = {}
+_lock = threading.Lock()
+
+
+class _OtelRecorder:
+    """The instruments of one OpenTelemetry meter."""
+
+    def __init__(self, meter_provider: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            pyxds_version = version("pyxds")
+        except PackageNotFoundError:
+            pyxds_version = None
+        meter = meter_provider.get_meter("grpc-python-pyxds", pyxds_version)
+        self.counters: dict[str, Any] = {}
+        self.histograms: dict[str, Any] = {}
+        for inst in INSTRUMENTS.values():
+            if inst.kind == "counter":
+                self.counters[inst.name] = meter.create_counter(
+                    inst.name, unit=inst.unit, description=inst.description
+                )
+            elif inst.kind == "histogram":
+                kwargs: dict[str, Any] = {}
+                if inst.unit == "s":
+                    kwargs["explicit_bucket_boundaries_advisory"] = list(LATENCY_BUCKETS)
+                try:
+                    self.histograms[inst.name] = meter.create_histogram(
+                        inst.name, unit=inst.unit, description=inst.description, **kwargs
+                    )
+                except TypeError:  # an API without bucket advice
+                    self.histograms[inst.name] = meter.create_histogram(
+                        inst.name, unit=inst.unit, description=inst.description
+                    )
+            else:
+                meter.create_observable_gauge(
+                    inst.name,
+                    callbacks=[_gauge_callback(inst.name)],
+                    unit=inst.unit,
+                    description=inst.description,
+                )
+
+
+def _gauge_callback(name: str) -> Callable[[Any], Iterable[Any]]:
+    def callback(_options: Any) -> Iterable[Any]:
+        from opentelemetry.metrics import Observation as OtelObservation
+
+        if RECORDER is None:
+            return []
+        with _lock:
+            observers = list(_observers.get(name, ()))
+        out = []
+        for observer in observers:
+            try:
+                out.extend(OtelObservation(value, dict(labels)) for value, labels in observer())
+            except Exception:  # an observer must never break the collection
+                continue
+        return out
+
+    return callback
+
+
+#: The active recorder, or None while metrics are off (the one check on hot paths).
+RECORDER: _OtelRecorder | None = None
+
+
+def enable(meter_provider: Any = None) -> None:
+    """Record pyxds metrics with ``meter_provider`` (default: OpenTelemetry's global one)."""
+    global RECORDER
+    if meter_provider is None:
+        from opentelemetry import metrics as otel_metrics
+
+        meter_provider = otel_metrics.get_meter_provider()
+    RECORDER = _OtelRecorder(meter_provider)
+
+
+def disable() -> None:
+    """Stop recording (gauges stop reporting at the next collection)."""
+    global RECORDER
+    RECORDER = None
+
+
+def add(name: str, value: int, labels: Labels) -> None:
+    """Add ``value`` to the counter ``name`` (no-op while disabled)."""
+    recorder = RECORDER
+    if recorder is not None:
+        recorder.counters[name].add(value, dict(labels))
+
+
+def record(name: str, value: float, labels: Labels) -> None:
+    """Record ``value`` in the histogram ``name`` (no-op while disabled)."""
+    recorder = RECORDER
+    if recorder is not None:
+        recorder.histograms[name].record(value, dict(labels))
+
+
+def observe(name: str, observer: Callable[[], Iterable[Observation]]) -> None:
+    """Register a gauge observer: ``observer()`` yields ``(value, labels)`` at collection."""
+    if INSTRUMENTS[name].kind != "gauge":
+        raise ValueError(f"{name} is not a gauge")
+    with _lock:
+        _observers.setdefault(name, []).append(observer)
+
+
+def is_enabled() -> bool:
+    return RECORDER is not None
