@@ -12,6 +12,7 @@ from test_channel_support import FakeGrpcError, Harness
 
 from pyxds.channel.calls import ChannelRpcError, blocking_unary
 from pyxds.channel.core import DEADLINE_EXCEEDED
+from pyxds.channel.dump import config_dump
 from pyxds.channel.subchannel import SubchannelCore, core_of
 from pyxds.lb.api import (
     ConnectivityState,
@@ -446,7 +447,7 @@ def test_channel_default_policy_comes_from_channel_options():
 
 def test_config_dump_walks_lb_tree_and_lists_subchannels(h):
     ready_subchannel(h)
-    dump = h.core.config_dump()
+    dump = config_dump(h.core)
     assert dump["lb_policy"]["policy"] == "channel_test_driven"
     assert dump["subchannels"]["10.0.0.1:80"]["state"] == "READY"
     assert dump["state"] in ("CONNECTING", "READY")

@@ -26,6 +26,7 @@ import grpc.aio
 from pyxds.channel.aio_interceptors import INTERCEPTED, sort_interceptors
 from pyxds.channel.calls import RETRY_BUFFER_SIZE, _size_of, not_sent
 from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadline_status
+from pyxds.channel.dump import config_dump as channel_config_dump
 from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
 
@@ -865,7 +866,7 @@ class AioXdsChannel(grpc.aio.Channel):
         )
 
     def config_dump(self) -> dict[str, Any]:
-        return self._core.config_dump()
+        return channel_config_dump(self._core)
 
 
 def insecure_channel(

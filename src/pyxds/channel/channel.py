@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 
 from pyxds.channel.core import ChannelCore
+from pyxds.channel.dump import config_dump as channel_config_dump
 from pyxds.channel.multicallables import (
     StreamStreamMultiCallable,
     StreamUnaryMultiCallable,
@@ -162,7 +163,7 @@ class XdsChannel(grpc.Channel):
     # -- introspection ---------------------------------------------------
     def config_dump(self) -> dict[str, Any]:
         """CSDS-style dump: xDS resources plus the channel's LB state."""
-        return self._core.config_dump()
+        return channel_config_dump(self._core)
 
 
 class _Delivery:

@@ -41,6 +41,7 @@ subchannels close) and the channel is IDLE again until the next RPC.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -70,6 +71,7 @@ from pyxds.lb.api import (
 )
 from pyxds.lb.child_handler import ChildPolicyHandler
 from pyxds.lb.registry import select_policy
+from pyxds.resolver import registry as resolver_registry
 from pyxds.resolver.api import (
     CallConfig,
     ConfigSelector,
@@ -78,6 +80,7 @@ from pyxds.resolver.api import (
     ResolverArgs,
     ResolverResult,
 )
+from pyxds.resolver.static_resolver import lb_selection_from_options
 from pyxds.serializer import WorkSerializer
 
 _log = logging.getLogger(__name__)
@@ -227,26 +230,16 @@ def parse_target(target: str) -> tuple[str, str]:
 
 
 def build_resolver(scheme: str, target: str, args: ResolverArgs) -> Resolver:
-    """The resolver registered for ``scheme`` (pyxds.resolver.registry, e.g.
-    ``xds``), else the built-in static/ipv4/ipv6/dns resolvers."""
-    try:
-        from pyxds.resolver import registry  # lands with the xds resolver
-    except ImportError:
-        registry = None  # type: ignore[assignment]
-    if registry is not None:
-        getter = getattr(registry, "get", None)
-        factory = getter(scheme) if getter is not None else None
-        if factory is not None:
-            build = getattr(factory, "build", None)
-            return build(args) if build is not None else factory(args)
-    from pyxds.channel.static_resolver import build_builtin
-
+    """The resolver registered for ``scheme`` in :mod:`pyxds.resolver.registry`
+    (``xds`` and the built-in static/ipv4/ipv6/dns ones, or a user's).  A bare
+    ``host:port`` target is ``dns:///host:port``."""
     if scheme == "dns" and "://" not in target:
-        target = "dns:///" + target
-    resolver = build_builtin(scheme, target, args)
-    if resolver is None:
+        args = dataclasses.replace(args, target="dns:///" + target)
+    factory = resolver_registry.get(scheme)
+    if factory is None:
         raise ValueError(f"pyxds: no resolver for target {target!r} (scheme {scheme!r})")
-    return resolver
+    build = getattr(factory, "build", None)
+    return build(args) if build is not None else factory(args)
 
 
 class ChannelCore:
@@ -582,8 +575,6 @@ class ChannelCore:
         """The channel's LB policy when the resolver names none: the
         channel options' service config / ``grpc.lb_policy_name``, else
         pick_first (gRPC's default service config rule)."""
-        from pyxds.channel.static_resolver import lb_selection_from_options
-
         selection = lb_selection_from_options(self.options)
         if isinstance(selection, Status):
             _log.warning("pyxds: %s: %s; using pick_first", self.target, selection.details)
@@ -729,26 +720,6 @@ class ChannelCore:
 
         self.closed = True
         self.serializer.run(go)
-
-    def config_dump(self) -> dict[str, Any]:
-        from pyxds.channel.dump import channel_dump, xds_client_dump
-
-        xds = xds_client_dump(self.resolver)
-        if self.serializer.in_serializer:
-            return channel_dump(self, xds)
-        box: list[dict[str, Any]] = []
-        done = threading.Event()
-
-        def go() -> None:
-            try:
-                box.append(channel_dump(self, xds))
-            finally:
-                done.set()
-
-        self.serializer.run(go)
-        if not done.wait(5.0):  # the serializer is stuck: dump without it
-            return channel_dump(self, xds)
-        return box[0]
 
 
 _DEADLINE_CLOCK = RealClock()

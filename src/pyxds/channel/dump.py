@@ -17,9 +17,11 @@ The result also lists every subchannel of the channel with its state.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, Set
 from typing import TYPE_CHECKING, Any
 
+from pyxds.channel.subchannel import core_of
 from pyxds.lb.child_handler import ChildPolicyHandler
 
 if TYPE_CHECKING:
@@ -84,7 +86,7 @@ def dump_policy(policy: Any, depth: int = 0) -> dict[str, Any]:
                     cstate = _own(value, "state")
                     if cstate is not None and hasattr(cstate, "name"):
                         entry.setdefault("state", cstate.name)
-                    dumped[str(name)] = entry
+                    dumped[_child_name(name)] = entry
                 out["children"] = dumped
                 break
         else:
@@ -119,8 +121,6 @@ def _add_subchannels(policy: Any, out: dict[str, Any]) -> None:
         return
     listed = []
     for sub in subchannels:
-        from pyxds.channel.subchannel import core_of
-
         core = core_of(sub)
         state = core.state if core is not None else getattr(sub, "state", None)
         listed.append(
@@ -130,6 +130,14 @@ def _add_subchannels(policy: Any, out: dict[str, Any]) -> None:
             }
         )
     out["subchannels"] = listed
+
+
+def _child_name(name: Any) -> str:
+    """A child's key as text: an endpoint child keyed by its address set
+    (round_robin, ring_hash) reads ``127.0.0.1:443``, several joined by ", "."""
+    if isinstance(name, Set | tuple | list):
+        return ", ".join(sorted(str(part) for part in name))
+    return str(name)
 
 
 def xds_client_dump(resolver: Any) -> Any:
@@ -229,3 +237,25 @@ def channel_dump(core: ChannelCore, xds: Any = None) -> dict[str, Any]:
             for sub in core.pool.cores()
         },
     }
+
+
+def config_dump(core: ChannelCore) -> dict[str, Any]:
+    """``channel.config_dump()``: taken on the channel's serializer, so the LB
+    tree is seen between two updates (without it after 5 s if the serializer
+    is stuck)."""
+    xds = xds_client_dump(core.resolver)
+    if core.serializer.in_serializer:
+        return channel_dump(core, xds)
+    box: list[dict[str, Any]] = []
+    done = threading.Event()
+
+    def go() -> None:
+        try:
+            box.append(channel_dump(core, xds))
+        finally:
+            done.set()
+
+    core.serializer.run(go)
+    if not done.wait(5.0):
+        return channel_dump(core, xds)
+    return box[0]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Union
 
-import grpc
+from pyxds.status import OK_STATUS, Status
 
 if TYPE_CHECKING:
     from pyxds.clock import Clock
@@ -63,25 +63,6 @@ class ConnectivityState(enum.Enum):
     READY = "READY"
     TRANSIENT_FAILURE = "TRANSIENT_FAILURE"
     SHUTDOWN = "SHUTDOWN"
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    """A gRPC status: code plus human-readable details."""
-
-    code: grpc.StatusCode
-    details: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.code is grpc.StatusCode.OK
-
-    def __str__(self) -> str:
-        name = self.code.name if hasattr(self.code, "name") else str(self.code)
-        return f"{name}: {self.details}" if self.details else name
-
-
-OK_STATUS = Status(grpc.StatusCode.OK)
 
 
 def _freeze_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Union
 
-from pyxds.lb.api import Status
+from pyxds.status import Status
 from pyxds.xds.resources.types import (
     Cluster,
     ClusterLoadAssignment,

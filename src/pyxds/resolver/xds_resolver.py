@@ -43,7 +43,6 @@ from urllib.parse import unquote, urlsplit
 import grpc
 
 from pyxds.lb import registry
-from pyxds.lb.api import Status
 from pyxds.lb.errors import LBConfigError
 from pyxds.lb.registry import PolicySelection
 from pyxds.resolver.api import ConfigSelector, Resolver, ResolverArgs, ResolverResult
@@ -56,6 +55,7 @@ from pyxds.resolver.config_selector import (
 from pyxds.resolver.dependency_manager import DependencyManager, route_cluster_names
 from pyxds.resolver.dns import DnsResolver
 from pyxds.resolver.xds_config import DEPENDENCY_MANAGER_ATTRIBUTE, XDS_CONFIG_ATTRIBUTE, XdsConfig
+from pyxds.status import Status
 
 __all__ = ["XdsResolver", "cluster_manager_config", "parse_xds_target"]
 

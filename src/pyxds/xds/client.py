@@ -38,8 +38,8 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
 from pyxds.clock import Clock, RealClock, Timer
-from pyxds.lb.api import Status
 from pyxds.serializer import WorkSerializer
+from pyxds.status import Status
 from pyxds.xds import csds
 from pyxds.xds.ads_state import (
     RESOURCE_TIMEOUT,
