@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 
+from pyxds.channel import lifecycle
 from pyxds.channel.core import ChannelCore
 from pyxds.channel.dump import config_dump as channel_config_dump
 from pyxds.channel.multicallables import (
@@ -154,11 +155,8 @@ class XdsChannel(grpc.Channel):
 
     def __del__(self) -> None:
         core = getattr(self, "_core", None)
-        if core is not None and not core.closed:
-            try:
-                core.close()
-            except Exception:
-                pass
+        if core is not None:
+            lifecycle.release(core)  # never closes here: see channel/lifecycle.py
 
     # -- introspection ---------------------------------------------------
     def config_dump(self) -> dict[str, Any]:

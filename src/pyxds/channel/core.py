@@ -52,6 +52,7 @@ from urllib.parse import urlsplit
 
 import grpc
 
+from pyxds.channel import lifecycle
 from pyxds.channel.subchannel import ChannelSubchannel, SubchannelCore, TransportFactory, core_of
 from pyxds.channel.subchannel_pool import SubchannelPool
 from pyxds.clock import Clock, RealClock, Timer
@@ -296,6 +297,7 @@ class ChannelCore:
         self._calls_started = 0
         self._idle_checked_started = 0
         self._state_watchers: list[Callable[[ConnectivityState], None]] = []
+        lifecycle.track(self)  # closed at interpreter exit if never closed
 
     # ------------------------------------------------------------------
     # RPC side (any thread, never enters the serializer except to exit idle)
