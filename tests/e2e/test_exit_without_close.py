@@ -199,3 +199,43 @@ with pyxds.insecure_channel(TARGET) as managed:
     delay, _, stderr = run_script(body, f"ipv4:{world['backend']}", world)
     assert stderr.strip() == "", stderr
     assert delay < EXIT_LIMIT
+
+
+QUIET_CLOSE = """
+import sys
+sys.path.insert(0, E2E)
+import pyxds
+from channel_fixtures import Backend, route, snapshot
+from pyxds.server import ManagementServer
+
+backend = Backend("quiet").start()
+server = ManagementServer().start()
+server.set_snapshot(snapshot([route(prefix="", cluster="c")], {"c": [[backend.address]]}))
+for _ in range(3):
+    channel = pyxds.insecure_channel("xds:///" + LISTENER, bootstrap=server.bootstrap())
+    assert channel.unary_unary(WHO)(b"", timeout=5) == b"quiet"
+    lost = pyxds.insecure_channel("xds:///nobody-serves-this", bootstrap=server.bootstrap())
+    pending = lost.unary_unary(WHO).future(b"", timeout=30, wait_for_ready=True)
+    channel.close()
+    lost.close()
+    assert pending.exception() is not None
+backend.stop()
+server.stop()
+"""
+
+
+def test_closing_channels_then_stopping_the_servers_prints_nothing(world):
+    """Our own shutdown order (channels closed, then the control plane and
+    the backend stopped) logs nothing: no GOAWAY from a connection close()
+    left open, no "xDS call failed" for a stream we cancelled ourselves."""
+    from channel_fixtures import LISTENER
+
+    header = f"E2E = {str(pathlib.Path(__file__).parent)!r}\nLISTENER = {LISTENER!r}\n"
+    verbosity = os.environ.pop("GRPC_VERBOSITY", None)  # C-core's default: INFO lines show
+    try:
+        delay, _, stderr = run_script(header + textwrap.dedent(QUIET_CLOSE), TARGET, world)
+    finally:
+        if verbosity is not None:
+            os.environ["GRPC_VERBOSITY"] = verbosity
+    assert stderr.strip() == "", stderr
+    assert delay < EXIT_LIMIT

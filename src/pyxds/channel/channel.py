@@ -25,6 +25,9 @@ from pyxds.channel.multicallables import (
 from pyxds.channel.subchannel import SyncTransport, subchannel_options
 from pyxds.lb.api import ConnectivityState
 
+CLOSE_WAIT = 1.0
+"""At most this long, ``close()`` waits for the channel's connections to close."""
+
 
 class XdsChannel(grpc.Channel):
     """A grpc.Channel over the pyxds stack.  Build it with
@@ -144,7 +147,7 @@ class XdsChannel(grpc.Channel):
             subscriptions, self._subscriptions = self._subscriptions, []
         for _, on_state in subscriptions:
             self._core.remove_state_watcher(on_state)
-        self._core.close()
+        self._core.close(wait=CLOSE_WAIT)
 
     def __enter__(self) -> XdsChannel:
         return self

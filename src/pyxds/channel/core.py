@@ -53,7 +53,13 @@ from urllib.parse import urlsplit
 import grpc
 
 from pyxds.channel import lifecycle
-from pyxds.channel.subchannel import ChannelSubchannel, SubchannelCore, TransportFactory, core_of
+from pyxds.channel.subchannel import (
+    ChannelSubchannel,
+    SubchannelCore,
+    Transport,
+    TransportFactory,
+    core_of,
+)
 from pyxds.channel.subchannel_pool import SubchannelPool
 from pyxds.clock import Clock, RealClock, Timer
 from pyxds.lb.api import (
@@ -705,23 +711,37 @@ class ChannelCore:
             except Exception:
                 _log.exception("pyxds: connectivity watcher raised")
 
-    def close(self) -> None:
+    def close(self, wait: float = 0.0) -> None:
+        """Close the channel.  ``wait`` > 0 (a user's ``close()``): return once
+        every connection is closed, as grpcio's own ``close()`` does, so a
+        server stopped right after sees no live client (no GOAWAY noise);
+        at most ``wait`` seconds, and never from inside the serializer."""
         if self.closed:
             return
+        closing: list[Transport] = []
+        closed = threading.Event()
 
         def go() -> None:
-            self.pool.close()  # first: cancels RPCs in flight on every connection
+            closing.extend(self.pool.close())  # first: cancels RPCs in flight
             self._teardown()
-            self.pool.close()
+            closing.extend(self.pool.close())
             self.picker = FailPicker(CHANNEL_CLOSED)
             self._set_state(ConnectivityState.SHUTDOWN, CHANNEL_CLOSED)
             self._publish()
             close_clock = getattr(self.clock, "close", None)
             if close_clock is not None:
                 close_clock()
+            closed.set()
 
         self.closed = True
         self.serializer.run(go)
+        if wait <= 0 or self.serializer.in_serializer:
+            return
+        deadline = time.monotonic() + wait
+        if closed.wait(wait):
+            for transport in closing:
+                if not transport.close_done.wait(max(0.0, deadline - time.monotonic())):
+                    break
 
 
 _DEADLINE_CLOCK = RealClock()

@@ -130,6 +130,8 @@ class Transport(ABC):
         self.closed = False
         self.active_seen = False
         self.callables: dict[Any, Any] = {}
+        #: set once the grpcio channel is closed (its connections gone)
+        self.close_done = threading.Event()
 
     @property
     @abstractmethod
@@ -214,7 +216,13 @@ class SyncTransport(Transport):
         # grpcio's close() joins its connectivity poller (100-200 ms): never
         # on the serializer, where it stalled every state change and pick
         # update of the channel (a failing subchannel reported TF 200 ms late).
-        threading.Thread(target=self._channel.close, name="pyxds-close", daemon=True).start()
+        threading.Thread(target=self._close_channel, name="pyxds-close", daemon=True).start()
+
+    def _close_channel(self) -> None:
+        try:
+            self._channel.close()
+        finally:
+            self.close_done.set()
 
 
 class AioTransport(Transport):
@@ -294,6 +302,7 @@ class AioTransport(Transport):
                 self._loop.create_task(self._channel.close())
 
         self._on_loop(go)
+        self.close_done.set()  # closes on its event loop; nothing to wait for here
 
 
 TransportFactory = Callable[
