@@ -20,7 +20,7 @@ YAML/JSON resource file, and see what each client ACKed and NACKed.
 from pyxds.server import builders
 from pyxds.server.files import ResourceFileError, dump_resources, load_resources, parse_resources
 from pyxds.server.records import AckRecord, NackRecord, RequestRecord
-from pyxds.server.server import ManagementServer
+from pyxds.server.server import ManagementServer, PortInUseError
 from pyxds.server.snapshot import RawResource, Snapshot
 from pyxds.server.types import (
     CLUSTER,
@@ -39,6 +39,7 @@ __all__ = [
     "AckRecord",
     "ManagementServer",
     "NackRecord",
+    "PortInUseError",
     "RawResource",
     "RequestRecord",
     "ResourceFileError",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -39,7 +40,35 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),
     ("grpc.http2.max_ping_strikes", 0),
+    # grpcio turns SO_REUSEPORT on by default, so a second server on a taken
+    # port would bind and silently share it: a taken port is an error here.
+    ("grpc.so_reuseport", 0),
 )
+
+
+class PortInUseError(RuntimeError):
+    """The server's address cannot be bound (most often: the port is taken)."""
+
+
+def _unbindable(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on, or None.  Checked before
+    grpcio tries, so a taken port is one clear error rather than C-core's
+    log line plus an exception (a port taken between the two is still
+    caught from grpcio)."""
+    if port == 0:
+        return None
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        return f"cannot resolve {host}: {err.strerror or err}"
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as err:
+                return err.strerror or str(err)
+    return None
 
 
 class _Close:
@@ -167,10 +196,20 @@ class ManagementServer:
         )
         server = grpc.server(executor, options=SERVER_OPTIONS)
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(_Servicer(self), server)
-        bound = server.add_insecure_port(f"{self._host_for_uri()}:{self._port}")
+        address = f"{self._host_for_uri()}:{self._port}"
+        problem = _unbindable(self.host, self._port)
+        bound = 0
+        if problem is None:
+            try:
+                bound = server.add_insecure_port(address)
+            except RuntimeError:  # grpcio >= 1.6x raises where older ones returned 0
+                problem = "the address is in use or not available"
         if not bound:
             executor.shutdown(wait=False)
-            raise RuntimeError(f"ManagementServer: cannot bind {self.host}:{self._port}")
+            raise PortInUseError(
+                f"cannot listen on {self.host}:{self._port}: {problem or 'cannot bind'} "
+                "(choose another --port, or 0 for a free one)"
+            )
         self._port = bound
         server.start()
         self._grpc_server = server
