@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pyxds import __version__
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pyxds", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"pyxds {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="run the whole stack on loopback with a printed timeline")
     serve = commands.add_parser("server", help="serve xDS resources from a YAML/JSON file")
