@@ -24,7 +24,7 @@ import grpc
 import grpc.aio
 
 from pyxds.channel.aio_interceptors import INTERCEPTED, sort_interceptors
-from pyxds.channel.calls import RETRY_BUFFER_SIZE, _size_of, not_sent
+from pyxds.channel.calls import RETRY_BUFFER_SIZE, _size_of
 from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadline_status
 from pyxds.channel.dump import config_dump as channel_config_dump
 from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
@@ -388,7 +388,6 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
             return
         self._settled_inner = call
         if not status.ok and self._may_retry(status):
-            self._retry = False
             self._rpc.attempt_done(status)
             self._started.clear()
             self._inner = None
@@ -397,12 +396,12 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
         self._finish(status)
 
     def _may_retry(self, status: Status) -> bool:
-        """Not sent, not retried yet, not cancelled, not committed."""
+        """Not cancelled, not committed, and A6 allows a transparent retry."""
         return (
             self._retry
             and not self._cancelled
-            and not_sent(status.code, status.details)
             and (self._replay is None or self._replay.can_retry())
+            and self._rpc.retry_transparently(status)
         )
 
     async def _run(self, first: Any) -> Any:
@@ -414,7 +413,6 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
             except grpc.aio.AioRpcError as err:
                 status = await _final_status(inner, err)
                 if self._may_retry(status):
-                    self._retry = False
                     self._rpc.attempt_done(status)
                     self._started.clear()
                     continue
@@ -518,12 +516,11 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
         retry = (
             self._retry
             and not self._cancelled
-            and not_sent(status.code, status.details)
             and (self._replay is None or self._replay.can_retry())
+            and self._rpc.retry_transparently(status)
         )
         self._decisions.append((call, retry))
         if retry:
-            self._retry = False
             self._rpc.attempt_done(status)
             self._started.clear()
             self._inner = None

@@ -32,30 +32,6 @@ CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!
 #: grpcio's status for a request its serializer could not serialize
 SERIALIZE_FAILED = Status(grpc.StatusCode.INTERNAL, "Exception serializing request!")
 
-#: UNAVAILABLE texts that mean the RPC never left the client, so sending it
-#: again on a new pick is safe (C-core's transparent retry).
-_NOT_SENT_MARKERS = (
-    "failed to connect to all addresses",
-    "Cannot invoke RPC",
-    "REFUSED_STREAM",
-    # C-core's text for RST_STREAM(REFUSED_STREAM): the server never saw it
-    "Received RST_STREAM with error code 7)",
-    "Stream refused",
-    "Channel closed!",
-    # a stream above the GOAWAY's last-stream-id: the server never saw it
-    "GOAWAY received",
-)
-
-
-def not_sent(code: grpc.StatusCode | None, details: str | None) -> bool:
-    if code is not grpc.StatusCode.UNAVAILABLE and code is not grpc.StatusCode.CANCELLED:
-        return False
-    text = details or ""
-    if code is grpc.StatusCode.CANCELLED:
-        return False
-    return any(marker in text for marker in _NOT_SENT_MARKERS)
-
-
 #: C-core's default ``grpc.per_rpc_retry_buffer_size``: once the requests
 #: sent on an attempt add up to more than this, the RPC is committed (no
 #: transparent retry) and its requests are no longer kept.
@@ -265,8 +241,8 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
     ``start(transport, timeout)`` starts the grpcio call (``future()`` for
     unary responses, the call itself for streams) on the picked subchannel's
     grpcio channel.  ``retry_not_sent``: a call whose subchannel call failed
-    before anything reached the server is picked again, once (C-core's
-    transparent retry), as long as it has not committed: a client-streaming
+    before anything reached the server is picked again as A6 says
+    (:meth:`Rpc.retry_transparently`), as long as it has not committed: a client-streaming
     call's ``replay`` (the one its starter takes requests from) keeps its
     requests until then; a response-streaming call commits at its first
     response.
@@ -348,11 +324,9 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
             retry = (
                 self._retry
                 and not self._cancel_requested
-                and not_sent(status.code, status.details)
                 and (self._replay is None or self._replay.can_retry())
+                and self._rpc.retry_transparently(status)
             )
-            if retry:
-                self._retry = False
             self._decisions.append((inner, retry))
             return retry
 
@@ -597,9 +571,9 @@ def blocking_unary(
 ) -> tuple[Any, Any]:
     """Run a unary-response RPC on the calling thread: pick (waiting if need
     be, bounded by the deadline), send, report.  Raises grpc.RpcError.
-    ``retry_not_sent``: sent again, once, when nothing reached the server
-    (a client stream: while ``replay``, which ``invoke`` takes its requests
-    from, can still replay them)."""
+    ``retry_not_sent``: sent again when nothing reached the server (A6,
+    :meth:`Rpc.retry_transparently`; a client stream only while ``replay``,
+    which ``invoke`` takes its requests from, can still replay them)."""
     while True:
         outcome = core.pick_blocking(rpc)
         if isinstance(outcome, Status):
@@ -620,10 +594,9 @@ def blocking_unary(
             status = status_of(err)
             if (
                 retry_not_sent
-                and not_sent(status.code, status.details)
                 and (replay is None or replay.can_retry())
+                and rpc.retry_transparently(status)
             ):
-                retry_not_sent = False
                 rpc.attempt_done(status)
                 continue
             rpc.finish(status)

@@ -124,6 +124,26 @@ _TO_GRPC = {
 }
 
 
+#: UNAVAILABLE texts of an attempt that never left the client (A6
+#: "Transparent Retries", case 2): the subchannel's grpcio channel had no
+#: connection, or was closed, when the attempt was handed to it.
+NEVER_LEFT_CLIENT = (
+    "failed to connect to all addresses",
+    "Cannot invoke RPC",
+    "Channel closed!",
+)
+#: UNAVAILABLE texts of an attempt the server refused before its application
+#: saw it (A6 case 3): retried once.
+REFUSED_UNSEEN = (
+    "REFUSED_STREAM",
+    # C-core's text for RST_STREAM(REFUSED_STREAM)
+    "Received RST_STREAM with error code 7)",
+    "Stream refused",
+    # a stream above the GOAWAY's last-stream-id
+    "GOAWAY received",
+)
+
+
 class Rpc:
     """Per-RPC bookkeeping for the pick: the CallConfig (once chosen), the
     deadline, and the exactly-once completion hooks."""
@@ -137,6 +157,9 @@ class Rpc:
         "selector",
         "reselects",
         "on_call_done",
+        "picked_by",
+        "stale_picker",
+        "refusals_left",
         "_finished",
         "_core",
     )
@@ -158,6 +181,9 @@ class Rpc:
         self.selector: ConfigSelector | None = None
         self.reselects = 0
         self.on_call_done: Callable[[Status], None] | None = None
+        self.picked_by: Picker | None = None  # the picker of the last completed pick
+        self.stale_picker: Picker | None = None  # never pick with it again
+        self.refusals_left = 1
         self._finished = False
 
     def remaining(self) -> float | None:
@@ -173,6 +199,26 @@ class Rpc:
                 done(status)
             except Exception:
                 _log.exception("pyxds: on_call_done raised")
+
+    def retry_transparently(self, status: Status) -> bool:
+        """Whether an attempt that failed with ``status`` is sent again
+        (gRFC A6 "Transparent Retries"; the caller has checked the RPC is
+        not committed).  An attempt that never left the client (its
+        subchannel's connection was gone) is sent again until the deadline,
+        each time by a picker newer than the one that chose that subchannel:
+        that picker was built before the loss was known, and picking with it
+        again would fail the same way.  An attempt the server refused unseen
+        (REFUSED_STREAM, a stream above GOAWAY's last id) is sent again once."""
+        details = status.details or ""
+        if status.code is not grpc.StatusCode.UNAVAILABLE:
+            return False
+        if any(marker in details for marker in NEVER_LEFT_CLIENT):
+            self.stale_picker = self.picked_by
+            return True
+        if self.refusals_left > 0 and any(marker in details for marker in REFUSED_UNSEEN):
+            self.refusals_left -= 1
+            return True
+        return False
 
     def release_config(self) -> None:
         """Forget the CallConfig (committing it) so the RPC is routed again."""
@@ -359,8 +405,11 @@ class ChannelCore:
                 cap = time.monotonic() + config.timeout
                 if rpc.deadline is None or cap < rpc.deadline:
                     rpc.deadline = cap
+        picker = self.picker
+        if picker is rpc.stale_picker:
+            return None  # it chose a lost connection for this RPC: wait for the next
         try:
-            result = self.picker.pick(PickArgs(rpc.path, rpc.metadata, config.call_attributes))
+            result = picker.pick(PickArgs(rpc.path, rpc.metadata, config.call_attributes))
         except Exception as err:
             _log.exception("pyxds: picker raised")
             return Status(grpc.StatusCode.INTERNAL, f"picker failed: {err}")
@@ -373,6 +422,7 @@ class ChannelCore:
                     result.on_call_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel not ready"))
                 return None
             rpc.on_call_done = result.on_call_done
+            rpc.picked_by = picker
             return core
         if isinstance(result, PickFail):
             if rpc.wait_for_ready:
