@@ -4,9 +4,12 @@
   binary ``xds.data.orca.v3.OrcaLoadReport`` in the ``endpoint-load-metrics-bin``
   trailer.  A policy asks for the trailers of the calls it picks with
   ``PickComplete.on_call_trailers`` and reads the report with
-  :func:`report_from_trailers`.  The last parsed value is remembered by
-  identity, so several policies reading the same call's trailers deserialize
-  it once (A51 "The Client API").  A malformed value is no report (None): it
+  :func:`report_from_trailers`.  grpcio's C-core keeps that trailer to
+  itself (Python never sees it), so the report is read from
+  ``x-endpoint-load-metrics-bin`` when the standard key is absent:
+  :mod:`pyxds.orca` backends send both.  With other backends, use OOB.
+  The last parsed value is remembered by identity, so several policies
+  reading the same call's trailers deserialize it once (A51 "The Client API").  A malformed value is no report (None): it
   never fails the RPC.
 * Out-of-band reports (A51 "Out of Band Metrics Reporting"): a policy
   subscribes on a subchannel with :func:`watch_oob`, giving the reporting
@@ -27,6 +30,7 @@ from typing import Any
 
 __all__ = [
     "ORCA_TRAILER",
+    "ORCA_TRAILER_MIRROR",
     "OrcaLoadReport",
     "report_from_trailers",
     "parse_report",
@@ -39,6 +43,10 @@ __all__ = [
 from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
 
 ORCA_TRAILER = "endpoint-load-metrics-bin"
+#: grpcio's C-core consumes ``endpoint-load-metrics-bin`` itself and never
+#: shows it to Python: :mod:`pyxds.orca` backends send the same report under
+#: this key too, which the channel does see.
+ORCA_TRAILER_MIRROR = "x-endpoint-load-metrics-bin"
 
 #: A114: the report fields a metric name may name directly ...
 SUPPORTED_ROOT_METRICS = frozenset(
@@ -72,10 +80,13 @@ def parse_report(raw: Any) -> OrcaLoadReport | None:
 def report_from_trailers(trailers: Sequence[tuple[str, Any]]) -> OrcaLoadReport | None:
     """The ORCA report of a call's trailing metadata, or None (absent or
     malformed)."""
+    mirror = None
     for key, value in trailers:
         if key == ORCA_TRAILER:
             return parse_report(value)
-    return None
+        if key == ORCA_TRAILER_MIRROR:
+            mirror = value
+    return None if mirror is None else parse_report(mirror)
 
 
 def _usable(value: float) -> bool:

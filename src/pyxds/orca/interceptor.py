@@ -8,8 +8,10 @@ reachable through :func:`~pyxds.orca.recorder.call_metric_recorder`; when
 the handler ends (returns, raises or aborts; for a response stream, when
 the stream ends) the recorded metrics, over the optional per-server
 recorder's, are sent as a binary ``OrcaLoadReport`` in the
-``endpoint-load-metrics-bin`` trailer, after any trailing metadata the
-handler set itself.  A call that recorded nothing (and no per-server data)
+``endpoint-load-metrics-bin`` trailer (read by C-core, grpc-java, grpc-go
+clients), and again as ``x-endpoint-load-metrics-bin`` (read by pyxds
+clients: grpcio hides the first from Python), after any trailing metadata
+the handler set itself.  A call that recorded nothing (and no per-server data)
 sends no trailer.
 """
 
@@ -25,9 +27,19 @@ import grpc.aio
 
 from pyxds.orca.recorder import CallMetricRecorder, ServerMetricRecorder, _current
 
-__all__ = ["ORCA_TRAILER", "OrcaServerInterceptor", "OrcaAioServerInterceptor"]
+__all__ = [
+    "ORCA_TRAILER",
+    "ORCA_TRAILER_MIRROR",
+    "OrcaServerInterceptor",
+    "OrcaAioServerInterceptor",
+]
 
 ORCA_TRAILER = "endpoint-load-metrics-bin"
+#: The same report again under a key grpcio passes through: grpcio's C-core
+#: parses ``endpoint-load-metrics-bin`` for its own LB policies and never
+#: shows it to Python code, so a pyxds client reads this copy.
+ORCA_TRAILER_MIRROR = "x-endpoint-load-metrics-bin"
+_OURS = (ORCA_TRAILER, ORCA_TRAILER_MIRROR)
 _KINDS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
 
 
@@ -40,8 +52,8 @@ def _attach(context: Any, recorder: CallMetricRecorder, server: ServerMetricReco
         existing = tuple(context.trailing_metadata() or ())
     except Exception:
         existing = ()
-    kept = tuple((k, v) for k, v in existing if k != ORCA_TRAILER)
-    context.set_trailing_metadata((*kept, (ORCA_TRAILER, payload)))
+    kept = tuple((k, v) for k, v in existing if k not in _OURS)
+    context.set_trailing_metadata((*kept, (ORCA_TRAILER, payload), (ORCA_TRAILER_MIRROR, payload)))
 
 
 def _rebuild(handler: Any, wrap: Callable[[Callable[..., Any], bool], Callable[..., Any]]) -> Any:
