@@ -9,8 +9,8 @@
   ``x-endpoint-load-metrics-bin`` when the standard key is absent:
   :mod:`pyxds.orca` backends send both.  With other backends, use OOB.
   The last parsed value is remembered by identity, so several policies
-  reading the same call's trailers deserialize it once (A51 "The Client API").  A malformed value is no report (None): it
-  never fails the RPC.
+  reading the same call's trailers deserialize it once (A51 "The Client
+  API").  A malformed value is no report (None): it never fails the RPC.
 * Out-of-band reports (A51 "Out of Band Metrics Reporting"): a policy
   subscribes on a subchannel with :func:`watch_oob`, giving the reporting
   period it wants; the channel keeps one ``OpenRcaService/StreamCoreMetrics``
