@@ -12,9 +12,7 @@ C-core's WRR obeys pyxds.orca's reports.
 from __future__ import annotations
 
 import collections
-from concurrent import futures
 
-import grpc
 import pytest
 from channel_fixtures import TARGET, CoreXdsClient, pyxds_calls, route, snapshot
 from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (
@@ -22,70 +20,16 @@ from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v
 )
 from envoy.extensions.load_balancing_policies.wrr_locality.v3 import wrr_locality_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
+from orca_backends import HEAVY, LIGHT, OrcaBackend
 
 import pyxds._api as pyxds
-from pyxds.orca import (
-    OrcaServerInterceptor,
-    ServerMetricRecorder,
-    add_orca_service,
-    call_metric_recorder,
-)
 from pyxds.server import ManagementServer
 from pyxds.server import builders as b
 from pyxds.server.snapshot import Snapshot
 
 NODE = "differential-wrr"
-SERVICE = "pyxds.test.Echo"
 N = 2000
-#: per-endpoint reports: qps 100 at cpu 0.1 vs 0.9: weights 1000 : 111 = 90 % : 10 %
-HEAVY, LIGHT = 0.1, 0.9
 TOLERANCE = 0.04
-
-
-class OrcaBackend:
-    """A grpcio server on 127.0.0.1 answering /pyxds.test.Echo/Who with its
-    name, reporting ``cpu`` and qps 100 per call (pyxds.orca interceptor) and
-    out of band (pyxds.orca OpenRcaService at up to 10 reports/s)."""
-
-    def __init__(self, name: str, cpu: float) -> None:
-        self.name = name
-        self.cpu = cpu
-        self.served: collections.Counter = collections.Counter()
-        self.recorder = ServerMetricRecorder()
-        self.set_load(cpu)
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=16), interceptors=[OrcaServerInterceptor()]
-        )
-
-        def who(request: bytes, context: grpc.ServicerContext) -> bytes:
-            self.served[name] += 1
-            recorder = call_metric_recorder()
-            assert recorder is not None
-            recorder.record_cpu_utilization(self.cpu).record_qps(100.0)
-            return name.encode()
-
-        self._server.add_generic_rpc_handlers(
-            (
-                grpc.method_handlers_generic_handler(
-                    SERVICE, {"Who": grpc.unary_unary_rpc_method_handler(who)}
-                ),
-            )
-        )
-        add_orca_service(self._server, self.recorder, min_report_interval=0.1)
-        self.port = self._server.add_insecure_port("127.0.0.1:0")
-        self._server.start()
-
-    def set_load(self, cpu: float) -> None:
-        self.cpu = cpu
-        self.recorder.set_cpu_utilization(cpu)
-        self.recorder.set_qps(100.0)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self._server.stop(None).wait(5)
 
 
 def wrr_policy(oob: bool) -> wrr_locality_pb2.WrrLocality:

@@ -402,3 +402,81 @@ def test_oob_watch_per_ready_endpoint_at_the_configured_period():
     assert h.shares()[ADDRS[0]] == pytest.approx(10 / 12, abs=0.01)
     h.update({"blackoutPeriod": "0s"})  # OOB off: every watch stopped
     assert sorted(cancelled) == sorted(ADDRS)
+
+
+# -- xDS conversion (A52, A58, A114) --------------------------------------------------
+
+
+def _cluster_with(cswrr) -> bytes:
+    from envoy.config.cluster.v3 import cluster_pb2
+
+    c = cluster_pb2.Cluster(name="c1", type=cluster_pb2.Cluster.EDS)
+    c.eds_cluster_config.eds_config.ads.SetInParent()
+    c.load_balancing_policy.policies.add().typed_extension_config.typed_config.Pack(cswrr)
+    return c.SerializeToString()
+
+
+def test_xds_extension_converts_every_field_to_its_own_config_field():
+    # grpc-go#8915: one proto field was read for two config fields; give each a
+    # distinct value so such a mix-up cannot pass.
+    from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (
+        client_side_weighted_round_robin_pb2 as cswrr_pb2,
+    )
+
+    from pyxds.xds.resources import CLUSTER
+
+    m = cswrr_pb2.ClientSideWeightedRoundRobin()
+    m.enable_oob_load_report.value = True
+    m.oob_reporting_period.seconds = 2
+    m.blackout_period.seconds = 3
+    m.weight_expiration_period.seconds = 4
+    m.weight_update_period.seconds = 5
+    m.error_utilization_penalty.value = 0.5
+    m.metric_names_for_computing_utilization.extend(["named_metrics.a", "cpu_utilization"])
+    result = CLUSTER.decode(_cluster_with(m))
+    assert result.error is None, result.error
+    _, config = registry.select(result.resource.lb_policy_json())
+    assert config == WeightedRoundRobinConfig(
+        enable_oob_load_report=True,
+        oob_reporting_period=2.0,
+        blackout_period=3.0,
+        weight_expiration_period=4.0,
+        weight_update_period=5.0,
+        error_utilization_penalty=0.5,
+        metric_names_for_computing_utilization=("named_metrics.a", "cpu_utilization"),
+    )
+
+
+def test_xds_extension_with_bad_values_is_nacked_naming_the_field():
+    from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (
+        client_side_weighted_round_robin_pb2 as cswrr_pb2,
+    )
+
+    from pyxds.xds.resources import CLUSTER
+
+    m = cswrr_pb2.ClientSideWeightedRoundRobin()
+    m.error_utilization_penalty.value = -1.0
+    error = CLUSTER.decode(_cluster_with(m)).error
+    assert error is not None and "error_utilization_penalty" in error
+    m = cswrr_pb2.ClientSideWeightedRoundRobin()
+    m.blackout_period.seconds = -5
+    error = CLUSTER.decode(_cluster_with(m)).error
+    assert error is not None and "blackout_period" in error
+
+
+def test_zero_blackout_period_uses_a_weight_from_the_first_report():
+    h = Harness({"blackoutPeriod": "0s"})
+    h.feed({ADDRS[0]: report(100, 0.1), ADDRS[1]: report(100, 1.0), ADDRS[2]: report(100, 1.0)})
+    h.advance(1.0)
+    assert h.picker.scaled_weights is not None
+
+
+def test_per_call_reports_on_a_stale_picker_still_update_the_endpoint_weight():
+    # A call picked from an older picker reports to the endpoint, not the picker.
+    h = Harness({"blackoutPeriod": "0s"})
+    old_hook = h.result_for(ADDRS[0]).on_call_trailers
+    h.update({"blackoutPeriod": "0s", "weightUpdatePeriod": "2s"})
+    old_hook(trailers(report(100, 0.1)))
+    h.feed({ADDRS[1]: report(100, 1.0), ADDRS[2]: report(100, 1.0)})
+    h.advance(2.0)
+    assert h.shares()[ADDRS[0]] == pytest.approx(10 / 12, abs=0.01)
