@@ -81,7 +81,7 @@ def test_streaming_calls_report_their_trailers(backends):
         counts: collections.Counter = collections.Counter()
         for _ in range(300):  # only streams: the weights come from their trailers
             names = list(stream(b"2", timeout=5, wait_for_ready=True))
-        for _ in range(N):
+        for _ in range(N // 2):
             names = list(stream(b"1", timeout=5, wait_for_ready=True))
             counts[names[0].decode()] += 1
     finally:
@@ -96,6 +96,26 @@ def test_aio_channel_reads_per_call_reports(backends):
             mc = channel.unary_unary(f"/{SERVICE}/Who")
             for _ in range(300):
                 await mc(b"", timeout=5, wait_for_ready=True)
+            counts = collections.Counter()
+            for _ in range(N):
+                counts[(await mc(b"", timeout=5, wait_for_ready=True)).decode()] += 1
+            return heavy_share(counts)
+        finally:
+            await channel.close()
+
+    assert asyncio.run(run()) == pytest.approx(0.9, abs=TOLERANCE)
+
+
+def test_aio_channel_with_oob_reports_splits_by_load(backends):
+    config = dict(WRR, enableOobLoadReport=True, oobReportingPeriod="0.1s")
+
+    async def run() -> float:
+        channel = pyxds.aio.insecure_channel(target(backends), options=options(config))
+        try:
+            mc = channel.unary_unary(f"/{SERVICE}/Who")
+            for _ in range(300):
+                await mc(b"", timeout=5, wait_for_ready=True)
+            await asyncio.sleep(0.3)  # bounded: OOB reports arrive every 0.1 s
             counts = collections.Counter()
             for _ in range(N):
                 counts[(await mc(b"", timeout=5, wait_for_ready=True)).decode()] += 1

@@ -113,6 +113,15 @@ class OobStream:
         if unwatch is not None:
             unwatch()
 
+    def close(self) -> None:
+        """The subchannel shut down: cancel the call, forget every subscriber
+        (A51: no need to wait for the call's status)."""
+        self._watchers.clear()
+        self._stop()
+        unwatch, self._unwatch_core = self._unwatch_core, None
+        if unwatch is not None:
+            unwatch()
+
     @property
     def period(self) -> float | None:
         """The period of the running call (None: no call)."""

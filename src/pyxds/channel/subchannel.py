@@ -382,6 +382,9 @@ class SubchannelCore:
             self._backoff_timer = None
         self.state = ConnectivityState.SHUTDOWN
         self._watchers.clear()
+        oob = getattr(self, "orca_oob", None)  # pyxds.channel.orca_oob, if used
+        if oob is not None:
+            oob.close()
         if self.transport is not None:
             self.transport.retire(force=force)
 
