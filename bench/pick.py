@@ -175,6 +175,36 @@ def bench_ring_hash() -> tuple[str, float]:
 CASES.append(bench_ring_hash)
 
 
+# -- weighted_round_robin (A58): a pick is one C call on the materialized stride period --
+
+
+def bench_weighted_round_robin() -> tuple[str, float]:
+    """weighted_round_robin over 100 READY endpoints with distinct reported
+    weights (per-call hook on every result), beside a bare round_robin over
+    100 endpoints timed in the same call.  Goal: <= 2x bare."""
+    from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
+
+    from pyxds.lb import registry
+
+    factory, config = registry.select([{"weighted_round_robin": {"blackoutPeriod": "0s"}}])
+    helper = FakeHelper()
+    policy = factory.build(helper)
+    policy.update(ResolverUpdate(endpoints(100), config))
+    ready_all(helper)
+    picker = helper.last.picker
+    for i, result in enumerate(picker.results):  # type: ignore[attr-defined]
+        load = OrcaLoadReport(rps_fractional=100.0, cpu_utilization=0.1 + i / 100)
+        result.on_call_trailers((("endpoint-load-metrics-bin", load.SerializeToString()),))
+    helper.clock.advance(1.0)  # the weight update timer rebuilds the scheduler
+    assert picker.scaled_weights is not None  # type: ignore[attr-defined]
+    _, bare = _round_robin(100)
+    ns = time_picker(picker)
+    return f"weighted_round_robin(100) [rr100 {bare:.0f} ns: {ns / bare:.1f}x]", ns
+
+
+CASES.append(bench_weighted_round_robin)
+
+
 def main() -> int:
     print(f"{'case':<44} {'ns/pick':>9} {'floor ns':>9} {'ratio':>7}")
     for case in CASES:

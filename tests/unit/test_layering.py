@@ -27,10 +27,21 @@ FORBIDDEN = [
 ]
 
 
+def _runtime_nodes(tree: ast.AST):
+    """Every node, but those under ``if TYPE_CHECKING:`` (never run)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            yield from (n for child in node.orelse for n in [child, *_runtime_nodes(child)])
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
 def _imports(path: pathlib.Path) -> set[str]:
-    """Every module ``path`` imports, at module level or inside functions."""
+    """Every module ``path`` imports when it runs, at module level or inside
+    functions (imports for type checkers only do not count)."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

@@ -248,13 +248,13 @@ class _AioCall:
         self._started.set()
         self._finish(status)
 
-    def _finish(self, status: Status) -> None:
+    def _finish(self, status: Status, call: Any = None) -> None:
         if self._finished:
             return
         self._finished = True
         self._status = status
         self._done_event.set()
-        self._rpc.finish(status)
+        self._rpc.finish(status, call)
         callbacks, self._done_callbacks = self._done_callbacks, []
         for cb in callbacks:
             try:
@@ -355,8 +355,8 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
         inner.add_done_callback(lambda call, t=transport: self._fast_done(call, t))
         return True
 
-    def _finish(self, status: Status) -> None:
-        super()._finish(unary_deadline_status(status))
+    def _finish(self, status: Status, call: Any = None) -> None:
+        super()._finish(unary_deadline_status(status), call)
 
     def _fast_done(self, call: Any, transport: Transport) -> None:
         transport.call_finished()
@@ -393,7 +393,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
             self._inner = None
             self._task = self._loop.create_task(self._run(None))
             return
-        self._finish(status)
+        self._finish(status, call)
 
     def _may_retry(self, status: Status) -> bool:
         """Not cancelled, not committed, and A6 allows a transparent retry."""
@@ -416,7 +416,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
                     self._rpc.attempt_done(status)
                     self._started.clear()
                     continue
-                self._finish(status)
+                self._finish(status, inner)
                 mapped = _unary_error(err)
                 if mapped is not err:
                     raise mapped from None
@@ -424,7 +424,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
             except asyncio.CancelledError:
                 self._finish(_CANCELLED)
                 raise
-            self._finish(OK_STATUS)
+            self._finish(OK_STATUS, inner)
             return response
 
     async def _await(self) -> Any:
@@ -545,7 +545,7 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
             status = Status(grpc.StatusCode.UNKNOWN, "")
         if not status.ok and self._retry_decision(call, status):
             return
-        self._finish(status)
+        self._finish(status, call)
 
     async def _inner_call(self) -> Any:
         return await asyncio.shield(self._task)

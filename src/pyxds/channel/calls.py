@@ -345,7 +345,7 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
                 self._inner = None
             self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
             return
-        self._rpc.finish(status)
+        self._rpc.finish(status, inner)
         if self._unary_response:
             worded = unary_deadline_status(status)
             if worded is not status:
@@ -599,7 +599,7 @@ def blocking_unary(
             ):
                 rpc.attempt_done(status)
                 continue
-            rpc.finish(status)
+            rpc.finish(status, err)
             worded = unary_deadline_status(status)
             if worded is not status:
                 raise ChannelRpcError(
@@ -614,5 +614,5 @@ def blocking_unary(
             raise
         finally:
             transport.call_finished()
-        rpc.finish(OK_STATUS)
+        rpc.finish(OK_STATUS, result[1])
         return result

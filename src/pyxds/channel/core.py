@@ -160,6 +160,7 @@ class Rpc:
         "picked_by",
         "stale_picker",
         "refusals_left",
+        "on_call_trailers",
         "_finished",
         "_core",
     )
@@ -184,6 +185,7 @@ class Rpc:
         self.picked_by: Picker | None = None  # the picker of the last completed pick
         self.stale_picker: Picker | None = None  # never pick with it again
         self.refusals_left = 1
+        self.on_call_trailers: Callable[[Sequence[tuple[str, Any]]], None] | None = None
         self._finished = False
 
     def remaining(self) -> float | None:
@@ -191,8 +193,23 @@ class Rpc:
             return None
         return self.deadline - time.monotonic()
 
-    def attempt_done(self, status: Status) -> None:
-        """The subchannel call of one pick ended (report to the LB policy)."""
+    def attempt_done(self, status: Status, call: Any = None) -> None:
+        """The subchannel call of one pick ended (report to the LB policy).
+
+        ``call``: the finished grpcio call (sync or aio call object, or the
+        ``grpc.RpcError`` it raised) when the attempt reached the
+        subchannel.  The pick's ``on_call_trailers`` gets its trailing
+        metadata first (A51 per-call ORCA), then ``on_call_done`` the
+        status.  This is the one place the channel hands trailers to the LB
+        policy; the trailers are read only when a policy asked for them."""
+        trailers_hook, self.on_call_trailers = self.on_call_trailers, None
+        if trailers_hook is not None and call is not None:
+            try:
+                trailers = trailing_metadata_of(call)
+                if trailers:
+                    trailers_hook(trailers)
+            except Exception:
+                _log.exception("pyxds: on_call_trailers raised")
         done, self.on_call_done = self.on_call_done, None
         if done is not None:
             try:
@@ -230,12 +247,13 @@ class Rpc:
             except Exception:
                 _log.exception("pyxds: on_committed raised")
 
-    def finish(self, status: Status) -> None:
-        """The RPC ended: report the last attempt, commit the CallConfig once."""
+    def finish(self, status: Status, call: Any = None) -> None:
+        """The RPC ended: report the last attempt (``call``: its finished
+        grpcio call, see :meth:`attempt_done`), commit the CallConfig once."""
         if self._finished:
             return
         self._finished = True
-        self.attempt_done(status)
+        self.attempt_done(status, call)
         config = self.call_config
         if config is not None and config.on_committed is not None:
             try:
@@ -243,6 +261,27 @@ class Rpc:
             except Exception:
                 _log.exception("pyxds: on_committed raised")
         self._core.call_ended()
+
+
+def trailing_metadata_of(call: Any) -> tuple[tuple[str, Any], ...]:
+    """The trailing metadata of a finished grpcio call as ``(key, value)``
+    pairs, read without blocking: a sync call or ``grpc.RpcError`` answers
+    ``trailing_metadata()`` at once; a ``grpc.aio`` call keeps its final
+    status on the Cython call (its ``trailing_metadata()`` is a coroutine).
+    Empty when nothing can be read."""
+    cython_call = getattr(call, "_cython_call", None)
+    if cython_call is not None:
+        raw = getattr(cython_call, "_status", None)
+        metadata = raw.trailing_metadata() if raw is not None else None
+    else:
+        reader = getattr(call, "trailing_metadata", None)
+        metadata = reader() if reader is not None else None
+        if hasattr(metadata, "close") and hasattr(metadata, "send"):  # a coroutine
+            metadata.close()
+            metadata = None
+    if not metadata:
+        return ()
+    return tuple((item[0], item[1]) for item in metadata)
 
 
 class ChannelHelper(Helper):
@@ -423,6 +462,7 @@ class ChannelCore:
                 return None
             rpc.on_call_done = result.on_call_done
             rpc.picked_by = picker
+            rpc.on_call_trailers = result.on_call_trailers
             return core
         if isinstance(result, PickFail):
             if rpc.wait_for_ready:

@@ -38,6 +38,7 @@ __all__ = [
     "ResolverUpdate",
     "PickArgs",
     "PickComplete",
+    "TrailingMetadata",
     "PickQueue",
     "PickFail",
     "PickDrop",
@@ -160,12 +161,24 @@ class PickArgs:
     call_attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
 
 
+TrailingMetadata = Sequence[tuple[str, Union[str, bytes]]]
+
+
 @dataclass(frozen=True, slots=True)
 class PickComplete:
-    """Send the RPC on ``subchannel``; call ``on_call_done(status)`` when it ends."""
+    """Send the RPC on ``subchannel``; call ``on_call_done(status)`` when it ends.
+
+    ``on_call_trailers`` (optional): called with the attempt's trailing
+    metadata, as ``(key, value)`` pairs, just before ``on_call_done``, when
+    the subchannel call ended with trailers (gRFC A51 "Per-Request Metrics
+    Reporting": how a policy such as ``weighted_round_robin`` reads the
+    ``endpoint-load-metrics-bin`` ORCA report of the call it picked).  Not
+    called for an RPC that never reached the subchannel.  A policy that
+    wraps a child's ``PickComplete`` passes it through."""
 
     subchannel: Subchannel
     on_call_done: Callable[[Status], None] | None = None
+    on_call_trailers: Callable[[TrailingMetadata], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -133,7 +133,11 @@ class XdsClusterImplPicker(Picker):
             if locality is not None:
                 locality.call_started()
         calls.append(None)
-        return PickComplete(subchannel, _call_done(calls, locality, result.on_call_done))
+        # Positional rebuild (not dataclasses.replace: 10x slower on the
+        # pick path); every PickComplete field is passed on.
+        return PickComplete(
+            subchannel, _call_done(calls, locality, result.on_call_done), result.on_call_trailers
+        )
 
     @property
     def child(self) -> Picker:
