@@ -385,8 +385,8 @@ class XdsClient:
         return self._server_for(cluster_name)
 
     def load_reports(self) -> list[ClusterLoadReport]:
-        """The last load report sent per (cluster, EDS service name)."""
-        return self._run_and_wait(self._lrs.last_reports)
+        """The last load report sent per (cluster, EDS service name) (any thread)."""
+        return self._lrs.last_reports()
 
     # ------------------------------------------------------------------ CSDS
 

@@ -164,8 +164,11 @@ class LrsChannel:
         if request is not None:
             self._transport.send(self._stream_id, request)
             self.reports_sent += 1
+            # Copy on write: config dumps read it from any thread.
+            last = dict(self.last_reports)
             for report in reports:
-                self.last_reports[(report.cluster, report.eds_service_name)] = report
+                last[(report.cluster, report.eds_service_name)] = report
+            self.last_reports = last
         if not self._store.has_stats(self.server):
             # Nothing reports to this server any more (the last counts were
             # just flushed): end the stream until a cluster reports again.
@@ -243,7 +246,7 @@ class LrsManager:
         key = self._key_of(server)
         channel = self._channels.get(key)
         if channel is None:
-            channel = self._channels[key] = LrsChannel(
+            channel = LrsChannel(
                 server,
                 self.store,
                 self._node,
@@ -252,6 +255,8 @@ class LrsManager:
                 self._transport_factory,
                 self._min_interval,
             )
+            # Copy on write: read from any thread by last_reports().
+            self._channels = {**self._channels, key: channel}
         return channel
 
     def channels(self) -> list[LrsChannel]:
@@ -259,7 +264,7 @@ class LrsManager:
 
     def last_reports(self) -> list[ClusterLoadReport]:
         """The last report sent per (cluster, EDS service name), every server
-        (serializer only)."""
+        (any thread)."""
         return [r for ch in self._channels.values() for r in ch.last_reports.values()]
 
     def close(self) -> None:
