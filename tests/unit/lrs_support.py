@@ -27,6 +27,7 @@ class FakeLrsTransport:
         self.sent: dict[int, list[lrs_pb2.LoadStatsRequest]] = {}
         self.current = 0
         self.cancelled: list[int] = []
+        self.finished: list[int] = []
         self.closed = False
 
     def start_stream(self) -> int:
@@ -39,6 +40,11 @@ class FakeLrsTransport:
             return False
         self.sent[stream_id].append(request)
         return True
+
+    def finish_stream(self) -> None:
+        if self.current:
+            self.finished.append(self.current)
+        self.current = 0
 
     def cancel_stream(self) -> None:
         if self.current:

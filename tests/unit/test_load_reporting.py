@@ -321,7 +321,7 @@ def test_stream_stops_after_flushing_a_cluster_that_stopped_reporting():
     clock.advance(1.0)
     (report,) = transport.reports()
     assert report.cluster_stats[0].upstream_locality_stats[0].total_successful_requests == 1
-    assert transport.cancelled == [1] and not channel.active
+    assert transport.finished == [1] and not channel.active
     clock.advance(60)
     assert len(transport.sent) == 1  # no new stream while nothing reports
     store.locality_stats(SERVER, "c", "", loc("a"))
@@ -484,7 +484,7 @@ def test_policy_shutdown_flushes_its_counts_once_more_then_the_stream_ends():
             s.total_successful_requests for s in report.cluster_stats[0].upstream_locality_stats
         )
         assert total_ok == 1
-        assert transports[0].cancelled == [1]
+        assert transports[0].finished == [1]
         assert client.load_store.servers() == []
     finally:
         client.close()

@@ -222,10 +222,10 @@ class LrsService(lrs_pb2_grpc.LoadReportingServiceServicer):
 
     # -- reading ---------------------------------------------------------------
 
-    @property
-    def stream_count(self) -> int:
+    def stream_count(self, node_id: str | None = None) -> int:
+        """Open LRS streams (of ``node_id``, or all)."""
         with self._lock:
-            return len(self._streams)
+            return sum(1 for s in self._streams if node_id is None or s.node_id == node_id)
 
     @property
     def total_streams(self) -> int:

@@ -1,0 +1,211 @@
+"""Load reporting end to end (gRFC A27 "Load Reporting"): pyxds channels to
+real backends, the XdsClient on a real ADS stream and a real LRS stream to
+pyxds.server; the reports the server records add up to what the RPCs did."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+import grpc
+import pytest
+from channel_fixtures import TARGET, Backend, pyxds_calls, wait_until
+from lrs_fixtures import DROP, FAIL, MAIN, MAIN_EDS, PLAIN, WHO, Observed, lrs_snapshot
+
+import pyxds._api as pyxds
+import pyxds.aio
+from pyxds.server import ManagementServer
+from pyxds.xds.lrs_state import LRS_CLIENT_FEATURE
+
+_nodes = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def backends():
+    started = {name: Backend(name).start() for name in ("a0", "b0")}
+    yield started
+    for backend in started.values():
+        backend.stop()
+
+
+@pytest.fixture(scope="module")
+def server(backends):
+    srv = ManagementServer(lrs_interval=1.0).start()
+    srv.set_snapshot(lrs_snapshot(backends))
+    yield srv
+    srv.stop()
+
+
+def node() -> str:
+    """Every test reports as its own node (its own XdsClient, its own totals)."""
+    return f"lrs-e2e-{next(_nodes)}"
+
+
+def run_traffic(channel, who: int, fail: int, drop: int = 0, plain: int = 0) -> dict[str, Observed]:
+    """The traffic; what each cluster's calls did."""
+    observed = {MAIN: Observed(), DROP: Observed(), PLAIN: Observed()}
+    for cluster, method, n, md in (
+        (MAIN, WHO, who, None),
+        (MAIN, FAIL, fail, None),
+        (DROP, WHO, drop, [("x-cluster", "drop")]),
+        (PLAIN, WHO, plain, [("x-cluster", "plain")]),
+    ):
+        if not n:
+            continue
+        counts = pyxds_calls(
+            channel, n, method=method, metadata=md, details=True, request="INTERNAL"
+        )
+        for outcome, count in counts.items():
+            observed[cluster].add(outcome, count)
+    return observed
+
+
+def reported(server, cluster: str, node_id: str) -> dict:
+    return server.lrs.totals(cluster, node_id).counts()
+
+
+def settle(server, node_id: str, expected: dict[str, dict], timeout: float = 15.0) -> None:
+    """Wait until every cluster's reported totals are the expected ones, then
+    one more interval: they must not change (nothing counted twice)."""
+    for cluster, want in expected.items():
+        ok = wait_until(lambda c=cluster, w=want: reported(server, c, node_id) == w, timeout)
+        assert ok, (cluster, reported(server, cluster, node_id), want)
+    time.sleep(1.3)
+    for cluster, want in expected.items():
+        assert reported(server, cluster, node_id) == want
+
+
+def test_reports_add_up_to_what_the_rpcs_did(server, backends):
+    node_id = node()
+    channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=node_id))
+    try:
+        observed = run_traffic(channel, who=200, fail=60, drop=30, plain=20)
+        assert not any(o.other for o in observed.values())
+        assert observed[MAIN].dropped["lb"] > 0  # 20 %
+        assert observed[DROP].dropped == {"throttle": 30}
+        settle(server, node_id, {MAIN: observed[MAIN].expected(), DROP: observed[DROP].expected()})
+        assert server.lrs.reports(PLAIN, node_id) == []  # no lrs_server: no report
+        last = server.lrs.last_report(MAIN, node_id)
+        assert last.eds_service_name == MAIN_EDS
+        assert all(s.total_requests_in_progress == 0 for s in last.stats.upstream_locality_stats)
+        interval = last.stats.load_report_interval
+        assert 0.9 <= interval.seconds + interval.nanos / 1e9 <= 3.0
+        (first,) = [r for r in server.lrs.initial_requests() if r.node.id == node_id]
+        assert LRS_CLIENT_FEATURE in first.node.client_features
+        dumped = {r["cluster_name"] for r in channel.config_dump()["load_reports"]}
+        assert {MAIN, DROP} <= dumped
+    finally:
+        channel.close()
+
+
+def test_every_call_is_reported_exactly_once_per_locality(server, backends):
+    server.set_snapshot(lrs_snapshot(backends, main_drop_ppm=0), node_id="exact-node")
+    node_id = "exact-node"
+    channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=node_id))
+    try:
+        observed = run_traffic(channel, who=150, fail=50)[MAIN]
+        assert not observed.other and not observed.dropped
+        settle(server, node_id, {MAIN: observed.expected()})
+        # both localities served and both are reported
+        assert set(observed.succeeded) == {"za", "zb"}
+    finally:
+        channel.close()
+        server.clear_snapshot(node_id)
+
+
+def test_nothing_is_lost_or_counted_twice_across_an_lrs_reconnect(server, backends):
+    server.set_snapshot(lrs_snapshot(backends, main_drop_ppm=0), node_id="reconnect-node")
+    node_id = "reconnect-node"
+    channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=node_id))
+    try:
+        observed = run_traffic(channel, who=80, fail=20)[MAIN]
+        assert wait_until(lambda: server.lrs.reports(MAIN, node_id), 10)
+        streams = server.lrs.total_streams
+        assert server.lrs.close_streams() >= 1
+        more = run_traffic(channel, who=70, fail=10)[MAIN]
+        for name in ("succeeded", "errors"):
+            getattr(observed, name).update(getattr(more, name))
+        settle(server, node_id, {MAIN: observed.expected()})
+        assert server.lrs.total_streams > streams
+    finally:
+        channel.close()
+        server.clear_snapshot(node_id)
+
+
+def test_channels_of_one_bootstrap_share_one_lrs_stream(server, backends):
+    node_id = node()
+    bootstrap = server.bootstrap(node_id=node_id)
+    first = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+    second = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+    try:
+        server.set_snapshot(lrs_snapshot(backends, main_drop_ppm=0), node_id=node_id)
+        a = pyxds_calls(first, 20)
+        b = pyxds_calls(second, 30)
+        assert sum(a.values()) == 20 and sum(b.values()) == 30
+        ok = wait_until(
+            lambda: sum(reported(server, MAIN, node_id)["succeeded"].values()) == 50, 15
+        )
+        assert ok, reported(server, MAIN, node_id)
+        initial = [r for r in server.lrs.initial_requests() if r.node.id == node_id]
+        assert len(initial) == 1
+    finally:
+        first.close()
+        second.close()
+        server.clear_snapshot(node_id)
+
+
+def test_lrs_stream_runs_only_while_a_cluster_reports_and_flushes_the_last_counts(server, backends):
+    node_id = node()
+    server.set_snapshot(lrs_snapshot(backends, main_drop_ppm=0), node_id=node_id)
+    channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=node_id))
+    try:
+        counts = pyxds_calls(channel, 40)
+        assert counts and not any(k.startswith("error") for k in counts)
+        assert wait_until(lambda: server.lrs.stream_count(node_id) == 1, 10)
+        # the cluster stops reporting: its last counts are flushed, then the
+        # stream ends while the channel stays up
+        server.set_snapshot(lrs_snapshot(backends, main_drop_ppm=0, lrs=False), node_id=node_id)
+        assert wait_until(lambda: server.lrs.stream_count(node_id) == 0, 15)
+        assert sum(reported(server, MAIN, node_id)["succeeded"].values()) == 40
+        reports = len(server.lrs.reports(MAIN, node_id))
+        more = pyxds_calls(channel, 10)
+        assert sum(more.values()) == 10
+        time.sleep(1.3)
+        assert len(server.lrs.reports(MAIN, node_id)) == reports
+        assert server.lrs.stream_count(node_id) == 0
+        # reporting again: a new stream
+        server.set_snapshot(lrs_snapshot(backends, main_drop_ppm=0), node_id=node_id)
+        assert wait_until(lambda: server.lrs.stream_count(node_id) == 1, 10)
+    finally:
+        channel.close()
+        server.clear_snapshot(node_id)
+
+
+def test_aio_channel_reports_what_its_rpcs_did(server, backends):
+    node_id = node()
+    server.set_snapshot(lrs_snapshot(backends, main_drop_ppm=0), node_id=node_id)
+
+    async def main() -> Observed:
+        observed = Observed()
+        async with pyxds.aio.insecure_channel(
+            TARGET, bootstrap=server.bootstrap(node_id=node_id)
+        ) as channel:
+            for method, n in ((WHO, 60), (FAIL, 20)):
+                call = channel.unary_unary(method)
+                for _ in range(n):
+                    try:
+                        reply = await call(b"INTERNAL", timeout=5)
+                        observed.add(reply.decode())
+                    except grpc.aio.AioRpcError as err:
+                        observed.add(f"error:{err.code().name}: {err.details()}")
+            assert not observed.other
+            # the channel (and its XdsClient) stays open until reported
+            await asyncio.to_thread(settle, server, node_id, {MAIN: observed.expected()})
+        return observed
+
+    try:
+        observed = asyncio.run(main())
+        assert sum(observed.succeeded.values()) == 60
+    finally:
+        server.clear_snapshot(node_id)
