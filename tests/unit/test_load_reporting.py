@@ -161,7 +161,8 @@ def test_counting_while_reports_are_taken_loses_and_double_counts_nothing():
 def test_first_request_carries_the_node_with_the_send_all_clusters_feature():
     from envoy.config.core.v3 import base_pb2
 
-    state = LrsStreamState(base_pb2.Node(id="n", client_features=["x"]))
+    node = base_pb2.Node(id="n", client_features=["x", "xds.config.resource-in-sotw"])
+    state = LrsStreamState(node)
     request = state.initial_request()
     assert request.node.id == "n"
     assert list(request.node.client_features) == ["x", LRS_CLIENT_FEATURE]

@@ -9,7 +9,8 @@
 Rules (C-core's LrsClient, which pyxds follows):
 
 * The first request carries only the node, with the client feature
-  ``envoy.lrs.supports_send_all_clusters``.
+  ``envoy.lrs.supports_send_all_clusters`` and without the ADS-only
+  ``xds.config.resource-in-sotw`` (C-core's LRS node has the same features).
 * A response sets which clusters to report (``send_all_clusters`` or the
   ``clusters`` list) and the interval, raised to at least
   :data:`MIN_LOAD_REPORTING_INTERVAL` (1 s).  A response identical to the
@@ -45,6 +46,7 @@ LRS_METHOD = "/envoy.service.load_stats.v3.LoadReportingService/StreamLoadStats"
 LRS_CLIENT_FEATURE = "envoy.lrs.supports_send_all_clusters"
 MIN_LOAD_REPORTING_INTERVAL = 1.0
 """Seconds; shorter intervals asked by the server are raised to this (C-core's minimum)."""
+_ADS_ONLY_FEATURES = frozenset({"xds.config.resource-in-sotw"})
 
 
 def _set_locality(proto: base_pb2.Locality, locality: object) -> None:
@@ -95,6 +97,9 @@ class LrsStreamState:
         request = lrs_pb2.LoadStatsRequest()
         if self._node is not None:
             request.node.CopyFrom(self._node)
+            features = [f for f in request.node.client_features if f not in _ADS_ONLY_FEATURES]
+            del request.node.client_features[:]
+            request.node.client_features.extend(features)
         if LRS_CLIENT_FEATURE not in request.node.client_features:
             request.node.client_features.append(LRS_CLIENT_FEATURE)
         return request
