@@ -98,6 +98,12 @@ LOCALITY_ATTRIBUTE = "locality"
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 _OK = grpc.StatusCode.OK
 _CIRCUIT_BREAKER_DROP = PickDrop(Status(_UNAVAILABLE, "circuit breaker drop"))
+# PickComplete with no fields beyond these two is rebuilt directly (fast);
+# with more (other policies' additions) by dataclasses.replace, keeping them.
+_PICK_COMPLETE_IS_PLAIN = tuple(f.name for f in dataclasses.fields(PickComplete)) == (
+    "subchannel",
+    "on_call_done",
+)
 
 
 @dataclass(frozen=True)
@@ -171,11 +177,10 @@ class XdsClusterImplPicker(Picker):
             if lrs is not None:
                 lrs.call_started()
         calls.append(None)
-        return dataclasses.replace(
-            result,
-            subchannel=subchannel,
-            on_call_done=_call_done(calls, locality, lrs, result.on_call_done),
-        )
+        done = _call_done(calls, locality, lrs, result.on_call_done)
+        if _PICK_COMPLETE_IS_PLAIN:
+            return PickComplete(subchannel, done)
+        return dataclasses.replace(result, subchannel=subchannel, on_call_done=done)
 
     @property
     def child(self) -> Picker:
