@@ -209,3 +209,99 @@ def test_aio_channel_reports_what_its_rpcs_did(server, backends):
         assert sum(observed.succeeded.values()) == 60
     finally:
         server.clear_snapshot(node_id)
+
+
+# --------------------------------------------------------------------------- the LRS service
+
+
+def lrs_stub(address: str):
+    from envoy.service.load_stats.v3 import lrs_pb2_grpc
+
+    channel = grpc.insecure_channel(address)
+    return channel, lrs_pb2_grpc.LoadReportingServiceStub(channel)
+
+
+def test_lrs_service_asks_for_its_settings_and_records_each_cluster_stats():
+    import queue
+
+    from envoy.config.endpoint.v3 import load_report_pb2
+    from envoy.service.load_stats.v3 import lrs_pb2
+
+    with ManagementServer(lrs_interval=2.5, lrs_clusters=["c1"]) as srv:
+        channel, stub = lrs_stub(srv.address)
+        requests: queue.SimpleQueue = queue.SimpleQueue()
+        first = lrs_pb2.LoadStatsRequest()
+        first.node.id = "raw-node"
+        requests.put(first)
+        call = stub.StreamLoadStats(iter(requests.get, None), timeout=10)
+        try:
+            response = next(call)
+            assert list(response.clusters) == ["c1"] and not response.send_all_clusters
+            assert response.load_reporting_interval.seconds == 2
+            assert response.load_reporting_interval.nanos == 500_000_000
+            srv.lrs.configure(interval=1.0, clusters=None)  # pushed to the open stream
+            response = next(call)
+            assert response.send_all_clusters and response.load_reporting_interval.seconds == 1
+            report = lrs_pb2.LoadStatsRequest()
+            report.cluster_stats.append(
+                load_report_pb2.ClusterStats(cluster_name="c1", total_dropped_requests=3)
+            )
+            requests.put(report)
+            srv.lrs.wait_until(lambda: srv.lrs.reports("c1"), 5)
+            (record,) = srv.lrs.reports("c1", "raw-node")
+            assert record.stats.total_dropped_requests == 3
+            assert record.to_json()["cluster_stats"]["total_dropped_requests"] == "3"
+        finally:
+            requests.put(None)
+            call.cancel()
+            channel.close()
+
+
+def test_module_entry_prints_load_reports_as_json_lines(tmp_path):
+    import json
+    import os
+    import queue
+    import subprocess
+    import sys
+
+    from envoy.config.endpoint.v3 import load_report_pb2
+    from envoy.service.load_stats.v3 import lrs_pb2
+
+    path = tmp_path / "empty.yaml"
+    path.write_text("resources: []\n")
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyxds.server", "--file", str(path), "--print-load-reports"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()
+        assert "serving" in banner, proc.stderr.read() if proc.poll() is not None else banner
+        address = json.loads(proc.stdout.readline())["xds_servers"][0]["server_uri"]
+        channel, stub = lrs_stub(address)
+        requests: queue.SimpleQueue = queue.SimpleQueue()
+        first = lrs_pb2.LoadStatsRequest()
+        first.node.id = "cli-node"
+        requests.put(first)
+        call = stub.StreamLoadStats(iter(requests.get, None), timeout=10)
+        response = next(call)
+        assert response.load_reporting_interval.seconds == 10  # the CLI's default
+        report = lrs_pb2.LoadStatsRequest()
+        report.cluster_stats.append(
+            load_report_pb2.ClusterStats(cluster_name="from-cli", total_dropped_requests=1)
+        )
+        requests.put(report)
+        line = json.loads(proc.stdout.readline())
+        assert line["node_id"] == "cli-node"
+        assert line["cluster_stats"]["cluster_name"] == "from-cli"
+        requests.put(None)
+        call.cancel()
+        channel.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0

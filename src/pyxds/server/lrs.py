@@ -12,6 +12,7 @@ users can read what each client reported (:meth:`LrsService.reports`,
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -21,9 +22,11 @@ from typing import Any
 
 from envoy.config.endpoint.v3 import load_report_pb2
 from envoy.service.load_stats.v3 import lrs_pb2, lrs_pb2_grpc
+from google.protobuf import json_format
 
 __all__ = ["LoadReportRecord", "LoadTotals", "LrsService"]
 
+_log = logging.getLogger(__name__)
 _END = object()
 _CHANGED = object()
 
@@ -43,6 +46,15 @@ class LoadReportRecord:
     @property
     def cluster(self) -> str:
         return self.stats.cluster_name
+
+    def to_json(self) -> dict[str, Any]:
+        """The node id and the ClusterStats in proto JSON (field names as in the proto)."""
+        return {
+            "node_id": self.node_id,
+            "cluster_stats": json_format.MessageToDict(
+                self.stats, preserving_proto_field_name=True
+            ),
+        }
 
     @property
     def eds_service_name(self) -> str:
@@ -148,6 +160,9 @@ class LrsService(lrs_pb2_grpc.LoadReportingServiceServicer):
         self._records: list[LoadReportRecord] = []
         self._initial: list[lrs_pb2.LoadStatsRequest] = []
         self._total_streams = 0
+        #: Called with each LoadReportRecord as it arrives (on the stream's
+        #: thread; e.g. ``pyxds serve --print-load-reports``).
+        self.on_report: Callable[[LoadReportRecord], None] | None = None
 
     # -- settings ------------------------------------------------------------
 
@@ -211,14 +226,20 @@ class LrsService(lrs_pb2_grpc.LoadReportingServiceServicer):
 
     def _record(self, stream: _LrsStream, request: lrs_pb2.LoadStatsRequest) -> None:
         now = time.monotonic()
+        records = [
+            LoadReportRecord(stream.node_id, stream.number, now, stats, stream.client_features)
+            for stats in request.cluster_stats
+        ]
         with self._cond:
-            for stats in request.cluster_stats:
-                self._records.append(
-                    LoadReportRecord(
-                        stream.node_id, stream.number, now, stats, stream.client_features
-                    )
-                )
+            self._records.extend(records)
             self._cond.notify_all()
+        callback = self.on_report
+        if callback is not None:
+            for record in records:
+                try:
+                    callback(record)
+                except Exception:  # a reader's bug must not end the client's stream
+                    _log.exception("LRS on_report callback failed")
 
     # -- reading ---------------------------------------------------------------
 
