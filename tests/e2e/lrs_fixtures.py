@@ -31,9 +31,13 @@ ZONE_OF = {"a0": "za", "b0": "zb"}
 
 
 def lrs_snapshot(
-    backends: dict[str, Any], main_drop_ppm: int = 200_000, lrs: bool = True
+    backends: dict[str, Any],
+    main_drop_ppm: int = 200_000,
+    lrs: bool = True,
+    main_max_requests: int | None = None,
 ) -> Snapshot:
-    """The scenario; ``lrs`` False: no cluster reports."""
+    """The scenario; ``lrs`` False: no cluster reports; ``main_max_requests``:
+    the main cluster's circuit breaker."""
 
     def header(value: str) -> Any:
         return b.header_matcher("x-cluster", exact=value)
@@ -56,7 +60,9 @@ def lrs_snapshot(
             )
         ],
         clusters=[
-            b.cluster(MAIN, eds_service_name=MAIN_EDS, lrs_server=lrs),
+            b.cluster(
+                MAIN, eds_service_name=MAIN_EDS, lrs_server=lrs, max_requests=main_max_requests
+            ),
             b.cluster(DROP, lrs_server=lrs),
             b.cluster(PLAIN),
         ],
@@ -89,6 +95,7 @@ class Observed:
     succeeded: collections.Counter = field(default_factory=collections.Counter)
     errors: collections.Counter = field(default_factory=collections.Counter)
     dropped: collections.Counter = field(default_factory=collections.Counter)
+    circuit_breaker: int = 0
     other: collections.Counter = field(default_factory=collections.Counter)
 
     def add(self, outcome: str, count: int = 1) -> None:
@@ -101,6 +108,9 @@ class Observed:
             if outcome.startswith("error:INTERNAL") and f"{name} says no" in outcome:
                 self.errors[zone] += count
                 return
+        if outcome.endswith(": circuit breaker drop"):
+            self.circuit_breaker += count
+            return
         if "EDS-configured drop: " in outcome:
             self.dropped[outcome.rsplit("EDS-configured drop: ", 1)[1]] += count
             return
@@ -118,7 +128,7 @@ class Observed:
             "succeeded": {("r", z, ""): n for z, n in self.succeeded.items() if n},
             "errors": {("r", z, ""): n for z, n in self.errors.items() if n},
             "dropped": {c: n for c, n in self.dropped.items() if n},
-            "total_dropped": sum(self.dropped.values()),
+            "total_dropped": sum(self.dropped.values()) + self.circuit_breaker,
         }
 
 

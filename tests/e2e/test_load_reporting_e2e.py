@@ -11,7 +11,17 @@ import time
 import grpc
 import pytest
 from channel_fixtures import TARGET, Backend, pyxds_calls, wait_until
-from lrs_fixtures import DROP, FAIL, MAIN, MAIN_EDS, PLAIN, WHO, Observed, lrs_snapshot
+from lrs_fixtures import (
+    DROP,
+    FAIL,
+    MAIN,
+    MAIN_EDS,
+    PLAIN,
+    WHO,
+    ZONE_OF,
+    Observed,
+    lrs_snapshot,
+)
 
 import pyxds._api as pyxds
 import pyxds.aio
@@ -109,6 +119,37 @@ def test_every_call_is_reported_exactly_once_per_locality(server, backends):
         settle(server, node_id, {MAIN: observed.expected()})
         # both localities served and both are reported
         assert set(observed.succeeded) == {"za", "zb"}
+    finally:
+        channel.close()
+        server.clear_snapshot(node_id)
+
+
+def test_circuit_breaker_drops_are_reported_in_the_total_without_a_category(server, backends):
+    from channel_fixtures import SERVICE
+
+    node_id = node()
+    server.set_snapshot(
+        lrs_snapshot(backends, main_drop_ppm=0, main_max_requests=1), node_id=node_id
+    )
+    channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=node_id))
+    try:
+        observed = run_traffic(channel, who=5, fail=0)[MAIN]  # config in place
+
+        def served() -> int:
+            return sum(sum(b.served.values()) for b in backends.values())
+
+        before = served()
+        sleeping = channel.unary_unary(f"/{SERVICE}/Sleep").future(b"1.5", timeout=10)
+        # the Sleep call reached its backend: one call in flight = max_requests
+        assert wait_until(lambda: served() > before, 5)
+        more = run_traffic(channel, who=6, fail=0)[MAIN]
+        assert more.circuit_breaker == 6, more
+        name = sleeping.result(timeout=10).decode()
+        observed.succeeded[ZONE_OF[name]] += 1
+        observed.circuit_breaker += more.circuit_breaker
+        want = observed.expected()
+        assert want["total_dropped"] == 6 and want["dropped"] == {}
+        settle(server, node_id, {MAIN: want})
     finally:
         channel.close()
         server.clear_snapshot(node_id)
