@@ -508,3 +508,24 @@ def test_two_channels_share_the_store_and_the_stream():
         assert sum(s.total_successful_requests for s in stats.upstream_locality_stats) == 2
     finally:
         client.close()
+
+
+def test_attempt_the_channel_could_not_start_is_not_counted():
+    from pyxds.lb.api import ATTEMPT_NOT_STARTED
+
+    clock = FakeClock()
+    client, transports = lrs_client(clock)
+    try:
+        helper, _ = start_impl(client, unique("notstarted"))
+        helper.pick().on_call_done(ATTEMPT_NOT_STARTED)
+        helper.pick().on_call_done(OK)
+        transports[0].respond()
+        clock.advance(1.0)
+        (stats,) = transports[0].reports()[0].cluster_stats
+        locs = stats.upstream_locality_stats
+        assert sum(s.total_issued_requests for s in locs) == 1
+        assert sum(s.total_successful_requests for s in locs) == 1
+        assert sum(s.total_error_requests for s in locs) == 0
+        assert sum(s.total_requests_in_progress for s in locs) == 0
+    finally:
+        client.close()

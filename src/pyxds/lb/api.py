@@ -33,6 +33,7 @@ __all__ = [
     "ConnectivityState",
     "Status",
     "OK_STATUS",
+    "ATTEMPT_NOT_STARTED",
     "REQUEST_HASH_KEY",
     "Endpoint",
     "ResolverUpdate",
@@ -185,6 +186,14 @@ class PickComplete:
 
     subchannel: Subchannel
     on_call_done: Callable[[Status], None] | None = None
+
+
+ATTEMPT_NOT_STARTED = Status(grpc.StatusCode.UNAVAILABLE, "subchannel not ready")
+"""What a channel passes to ``PickComplete.on_call_done`` (this very object)
+when it could not start the attempt on the picked subchannel (its connection
+went away since the picker was built): the attempt never reached a backend,
+so load reporting does not count it (A27; C-core starts its call tracker only
+when the call starts)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,7 @@ import grpc
 
 from pyxds.lb import registry
 from pyxds.lb.api import (
+    ATTEMPT_NOT_STARTED,
     OK_STATUS,
     ConnectivityState,
     FailPicker,
@@ -207,7 +208,10 @@ def _call_done(
         if locality is not None:
             locality.call_finished(ok)
         if lrs is not None:
-            lrs.call_finished(ok)
+            if status is ATTEMPT_NOT_STARTED:
+                lrs.call_not_started()
+            else:
+                lrs.call_finished(ok)
         if inner is not None:
             inner(status)
 

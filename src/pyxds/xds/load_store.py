@@ -170,7 +170,8 @@ class DropStats:
 class LocalityStats:
     """Calls of one (server, cluster, EDS service name, locality), counted per
     RPC attempt: ``call_started()`` when a pick completes on this locality,
-    ``call_finished(ok)`` when that attempt ends."""
+    ``call_finished(ok)`` when that attempt ends, or ``call_not_started()``
+    when the channel could not start it (then it is not counted at all)."""
 
     __slots__ = (
         "key",
@@ -178,6 +179,7 @@ class LocalityStats:
         "_issued",
         "_succeeded",
         "_failed",
+        "_not_started",
         "_seen",
         "refs",
     )
@@ -188,6 +190,7 @@ class LocalityStats:
         self._issued = itertools.count()
         self._succeeded = itertools.count()
         self._failed = itertools.count()
+        self._not_started = itertools.count()
         self._seen = (0, 0, 0)
         self.refs = 0
 
@@ -197,17 +200,22 @@ class LocalityStats:
     def call_finished(self, ok: bool) -> None:
         next(self._succeeded if ok else self._failed)
 
+    def call_not_started(self) -> None:
+        """A picked attempt the channel could not start: uncount it."""
+        next(self._not_started)
+
     @property
     def in_progress(self) -> int:
         finished = _value(self._succeeded) + _value(self._failed)
-        return _value(self._issued) - finished
+        return _value(self._issued) - _value(self._not_started) - finished
 
     def _take(self) -> LocalityLoadReport:
         # Finished counts first: a call that finishes between the reads is
         # then still in progress in this report, never negative.
         succeeded = _value(self._succeeded)
         failed = _value(self._failed)
-        issued = _value(self._issued)
+        not_started = _value(self._not_started)
+        issued = _value(self._issued) - not_started
         seen_issued, seen_succeeded, seen_failed = self._seen
         self._seen = (issued, succeeded, failed)
         return LocalityLoadReport(
