@@ -12,6 +12,8 @@ its own calls did.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from channel_fixtures import TARGET, Backend, CoreXdsClient, pyxds_calls, wait_until
 from lrs_fixtures import DROP, FAIL, MAIN, MAIN_EDS, PLAIN, WHO, Observed, lrs_snapshot
@@ -134,6 +136,25 @@ def test_load_reports_agree_with_c_core(server, backends, main_drop_ppm):
             assert not first[node_id].cluster_stats
         features = [list(first[n].node.client_features) for n in (py_node, core_node)]
         assert features[0] == features[1]
+        # 5. quiet: one all-zero report, then none while nothing is counted
+        before = {n: len(server.lrs.reports(MAIN, n)) for n in (py_node, core_node)}
+        time.sleep(3.5)
+        after = {n: len(server.lrs.reports(MAIN, n)) for n in (py_node, core_node)}
+        quiet = {n: [r.stats for r in server.lrs.reports(MAIN, n)[before[n] :]] for n in after}
+        for n, stats in quiet.items():
+            assert len(stats) <= 1, (n, stats)
+            assert all(
+                not any(
+                    (
+                        s.total_issued_requests,
+                        s.total_successful_requests,
+                        s.total_error_requests,
+                        s.total_requests_in_progress,
+                    )
+                )
+                for c in stats
+                for s in c.upstream_locality_stats
+            )
     finally:
         channel.close()
         core.close()
