@@ -529,3 +529,34 @@ def test_attempt_the_channel_could_not_start_is_not_counted():
         assert sum(s.total_requests_in_progress for s in locs) == 0
     finally:
         client.close()
+
+
+def test_report_refused_by_a_stream_that_just_ended_goes_into_the_next_one():
+    clock = FakeClock()
+    store = LoadStore(clock)
+    channel, transports = make_channel(clock, store)
+    stats = store.locality_stats(SERVER, "c", "", loc("a"))
+    drops = store.drop_stats(SERVER, "c", "")
+    channel.ensure()
+    (transport,) = transports
+    transport.respond(interval=1.0)
+    stats.call_started()
+    stats.call_finished(False)
+    drops.add("lb")
+    store.release(stats)
+    store.release(drops)  # the last stats: this report is the final flush
+    transport.current = 0  # the stream ended; its close event is still on its way
+    clock.advance(1.0)
+    assert transport.reports() == []
+    transport.channel.stream_closed(1, FAILED)
+    clock.advance(1.5)  # backoff
+    assert transport.current == 2
+    transport.respond(interval=1.0)
+    clock.advance(1.0)
+    (report,) = transport.reports()
+    (cluster,) = report.cluster_stats
+    assert cluster.upstream_locality_stats[0].total_error_requests == 1
+    assert cluster.upstream_locality_stats[0].total_issued_requests == 1
+    assert [(d.category, d.dropped_count) for d in cluster.dropped_requests] == [("lb", 1)]
+    assert cluster.load_report_interval.seconds == 1  # the refused one's second
+    assert not channel.active

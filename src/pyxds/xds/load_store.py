@@ -44,6 +44,7 @@ from typing import Any
 from pyxds.clock import Clock
 
 __all__ = [
+    "merge_reports",
     "ClusterLoadReport",
     "DropStats",
     "LoadStore",
@@ -122,6 +123,46 @@ class ClusterLoadReport:
             "dropped_requests": dict(self.dropped_requests),
             "total_dropped_requests": self.total_dropped_requests,
         }
+
+
+def merge_reports(
+    older: list[ClusterLoadReport], newer: list[ClusterLoadReport]
+) -> list[ClusterLoadReport]:
+    """``newer`` with the counts of ``older`` (a report that could not be
+    sent) added: counts and intervals add up, in-progress gauges are the
+    newer ones.  Clusters only in ``older`` are kept as they are."""
+    by_key = {(r.cluster, r.eds_service_name): r for r in older}
+    out = []
+    for report in newer:
+        old = by_key.pop((report.cluster, report.eds_service_name), None)
+        if old is None:
+            out.append(report)
+            continue
+        localities = {loc.locality: loc for loc in report.localities}
+        for prev in old.localities:
+            cur = localities.get(prev.locality)
+            localities[prev.locality] = LocalityLoadReport(
+                prev.locality,
+                prev.total_successful_requests + (cur.total_successful_requests if cur else 0),
+                cur.total_requests_in_progress if cur else prev.total_requests_in_progress,
+                prev.total_error_requests + (cur.total_error_requests if cur else 0),
+                prev.total_issued_requests + (cur.total_issued_requests if cur else 0),
+            )
+        dropped = dict(old.dropped_requests)
+        for category, count in report.dropped_requests.items():
+            dropped[category] = dropped.get(category, 0) + count
+        out.append(
+            ClusterLoadReport(
+                report.cluster,
+                report.eds_service_name,
+                old.load_report_interval + report.load_report_interval,
+                tuple(localities.values()),
+                dropped,
+                old.uncategorized_drops + report.uncategorized_drops,
+            )
+        )
+    out.extend(by_key.values())
+    return out
 
 
 class DropStats:

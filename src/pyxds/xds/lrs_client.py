@@ -12,7 +12,8 @@ timers on the client's (injected) clock:
   report is built from the store at send time, so counts made while no
   stream is up (reconnect, backoff) go into the first report of the next
   stream, measured over the whole time since the previous report: nothing is
-  lost or counted twice across a reconnect.
+  lost or counted twice across a reconnect.  A report the transport refuses
+  (its stream ended a moment before) is added to the next one.
 * A stream that ends is started again after :class:`StreamBackoff`'s delay
   (reset by a response, never a tight loop), as the ADS stream is, while the
   server still has stats.
@@ -38,7 +39,7 @@ from envoy.service.load_stats.v3 import lrs_pb2
 from pyxds.clock import Clock, Timer
 from pyxds.lb.api import Status
 from pyxds.xds.backoff import StreamBackoff
-from pyxds.xds.load_store import ClusterLoadReport, LoadStore
+from pyxds.xds.load_store import ClusterLoadReport, LoadStore, merge_reports
 from pyxds.xds.lrs_state import LRS_METHOD, MIN_LOAD_REPORTING_INTERVAL, LrsStreamState
 from pyxds.xds.transport import channel_credentials, channel_options
 
@@ -212,6 +213,9 @@ class LrsChannel:
         self._timer: Timer | None = None
         self._retry: Timer | None = None
         self._closed = False
+        # A report the transport refused (its stream had just ended): added
+        # to the next one, so its counts are not lost.
+        self._unsent: list[ClusterLoadReport] = []
         self.streams_started = 0
         self.reports_sent = 0
         #: The last report sent per (cluster, EDS service name) (config dumps).
@@ -226,9 +230,13 @@ class LrsChannel:
 
     def ensure(self) -> None:
         """Start the stream if the server has stats and none is running."""
-        if self._closed or self.active or not self._store.has_stats(self.server):
+        if self._closed or self.active or not self._needed():
             return
         self._start_stream()
+
+    def _needed(self) -> bool:
+        """Something to report: stats in the store or a report not yet sent."""
+        return bool(self._unsent) or self._store.has_stats(self.server)
 
     def close(self) -> None:
         self._closed = True
@@ -241,7 +249,7 @@ class LrsChannel:
 
     def _start_stream(self) -> None:
         self._retry = None
-        if self._closed or not self._store.has_stats(self.server):
+        if self._closed or not self._needed():
             return
         if self._transport is None:
             try:
@@ -289,16 +297,24 @@ class LrsChannel:
         if self._closed or state is None or not self._stream_id:
             return
         reports = self._store.take_report(self.server, state.send_all_clusters, state.clusters)
+        if self._unsent:
+            wanted = [
+                r for r in self._unsent if state.send_all_clusters or r.cluster in state.clusters
+            ]
+            reports = merge_reports(wanted, reports)
+            self._unsent = []
         request = state.report_request(reports)
         if request is not None:
-            self._transport.send(self._stream_id, request)
+            if not self._transport.send(self._stream_id, request):
+                self._unsent = reports
+                return
             self.reports_sent += 1
             # Copy on write: config dumps read it from any thread.
             last = dict(self.last_reports)
             for report in reports:
                 last[(report.cluster, report.eds_service_name)] = report
             self.last_reports = last
-        if not self._store.has_stats(self.server):
+        if not self._needed():
             # Nothing reports to this server any more (the last counts were
             # just flushed): end the stream until a cluster reports again.
             self._stop_stream(graceful=True)
@@ -323,7 +339,7 @@ class LrsChannel:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._store.has_stats(self.server):
+        if self._needed():
             self._schedule_retry()
 
     def _uri(self) -> str:
