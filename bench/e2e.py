@@ -240,16 +240,18 @@ def main() -> None:
         )
 
 
-def lrs_pair(bootstrap: dict, seconds: float, rounds: int = 2) -> None:
-    """(c) and (e) interleaved ``rounds`` times (both channels open all along,
-    sharing one XdsClient), so drift of a shared machine hits both alike."""
+def lrs_pair(bootstrap: dict, seconds: float, rounds: int = 4) -> None:
+    """(c) and (e) interleaved ``rounds`` times, the order swapped every round
+    (both channels open all along, sharing one XdsClient), so drift of a
+    shared machine hits both alike; rates are the means over the rounds."""
     import pyxds._api as pyxds
 
     off = pyxds.insecure_channel("xds:///bench", bootstrap=bootstrap)
     on = pyxds.insecure_channel("xds:///bench-lrs", bootstrap=bootstrap)
     totals = {"off": {"1": 0.0, "4": 0.0}, "on": {"1": 0.0, "4": 0.0}}
-    for _ in range(rounds):
-        for name, channel in (("off", off), ("on", on)):
+    for i in range(rounds):
+        pair = (("off", off), ("on", on))
+        for name, channel in pair if i % 2 == 0 else pair[::-1]:
             for t in ("1", "4"):
                 totals[name][t] += rate(channel, int(t), seconds) / rounds
     off.close()
