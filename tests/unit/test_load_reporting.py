@@ -560,3 +560,26 @@ def test_report_refused_by_a_stream_that_just_ended_goes_into_the_next_one():
     assert [(d.category, d.dropped_count) for d in cluster.dropped_requests] == [("lb", 1)]
     assert cluster.load_report_interval.seconds == 1  # the refused one's second
     assert not channel.active
+
+
+def test_negative_or_zero_interval_from_the_server_becomes_the_minimum():
+    state = LrsStreamState(None)
+    response = lrs_pb2.LoadStatsResponse(send_all_clusters=True)
+    response.load_reporting_interval.seconds = -5
+    assert state.on_response(response) is True
+    assert state.interval == 1.0 and state.send_all_clusters
+
+
+def test_cluster_whose_lrs_server_cannot_be_found_is_served_without_reporting(caplog):
+    class NoServer:
+        load_store = LoadStore(FakeClock())
+
+        def lrs_server_for(self, cluster_name: str) -> str:
+            raise LookupError('authority "nowhere" not present in bootstrap config')
+
+    helper, _ = start_impl(NoServer(), unique("noserver"))
+    result = helper.pick()
+    assert isinstance(result, PickComplete)
+    result.on_call_done(OK)
+    assert NoServer.load_store.servers() == []
+    assert "no LRS server" in caplog.text and "nowhere" in caplog.text
