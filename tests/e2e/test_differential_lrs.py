@@ -158,3 +158,96 @@ def test_load_reports_agree_with_c_core(server, backends, main_drop_ppm):
     finally:
         channel.close()
         core.close()
+
+
+# The circuit-breaker scenario, run the same way by both clients: a warm-up
+# call, one long call holding the cluster's only slot (max_requests 1), calls
+# until the first circuit-breaker drop (bounded), then AFTER more calls, all
+# of which must drop; then the long call's answer.
+AFTER = 7
+_BREAKER = r"""
+import json, sys, time
+import grpc
+
+def run(channel, service, after):
+    who = channel.unary_unary("/" + service + "/Who")
+    sleep = channel.unary_unary("/" + service + "/Sleep")
+
+    def call():
+        try:
+            return who(b"", timeout=5).decode()
+        except grpc.RpcError as e:
+            return "error:" + e.code().name + ": " + (e.details() or "")
+
+    outcomes = [who(b"", timeout=10, wait_for_ready=True).decode()]
+    held = sleep.future(b"3", timeout=20)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        outcomes.append(call())
+        if outcomes[-1].endswith("circuit breaker drop"):
+            break
+        time.sleep(0.01)
+    outcomes.extend(call() for _ in range(after))
+    outcomes.append(held.result().decode())
+    return outcomes
+
+if __name__ == "__main__":
+    channel = grpc.insecure_channel(sys.argv[1])
+    print(json.dumps(run(channel, sys.argv[2], int(sys.argv[3]))), flush=True)
+    sys.stdin.read()  # stay up (and reporting) until the test is done
+"""
+
+
+def test_circuit_breaker_drops_are_reported_as_c_core_reports_them(server, backends, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from channel_fixtures import SERVICE
+
+    server.set_snapshot(lrs_snapshot(backends, main_drop_ppm=0, main_max_requests=1))
+    py_node, core_node = PYXDS_NODE + "-cb", CORE_NODE + "-cb"
+    script = tmp_path / "breaker.py"
+    script.write_text(_BREAKER)
+    env = dict(os.environ)
+    env.pop("GRPC_XDS_BOOTSTRAP", None)
+    env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(server.bootstrap(node_id=core_node))
+    core = subprocess.Popen(
+        [sys.executable, str(script), TARGET, SERVICE, str(AFTER)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    namespace: dict = {}
+    exec(compile(_BREAKER, "breaker", "exec"), namespace)
+    channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=py_node))
+    try:
+        ours_list = namespace["run"](channel, SERVICE, AFTER)
+        assert core.stdout is not None
+        theirs_list = json.loads(core.stdout.readline())
+        observed = {}
+        for node_id, outcomes in ((py_node, ours_list), (core_node, theirs_list)):
+            seen = Observed()
+            for outcome in outcomes:
+                seen.add(outcome)
+            assert not seen.other, (node_id, seen.other)
+            assert seen.circuit_breaker == AFTER + 1, (node_id, outcomes)
+            observed[node_id] = seen
+        for node_id, seen in observed.items():
+            want = seen.expected()
+            ok = wait_until(lambda n=node_id, w=want: totals(server, MAIN, n) == w, 20)
+            assert ok, (node_id, totals(server, MAIN, node_id), want)
+        ours, theirs = totals(server, MAIN, py_node), totals(server, MAIN, core_node)
+        # uncategorized: in the total, under no category, in both
+        assert ours["total_dropped"] == theirs["total_dropped"] == AFTER + 1
+        assert ours["dropped"] == theirs["dropped"] == {}
+    finally:
+        channel.close()
+        try:
+            core.communicate(timeout=10)  # closes its stdin: it exits
+        except subprocess.TimeoutExpired:
+            core.kill()
+            core.wait(10)
