@@ -18,167 +18,30 @@ timers on the client's (injected) clock:
   (reset by a response, never a tight loop), as the ADS stream is, while the
   server still has stats.
 
-:class:`LrsTransport` is the grpcio side: its own channel to the server
-(options and credentials as the ADS channel's), one stream at a time, a
-reader thread per stream.  When nothing reports any more the stream is
-half-closed after the last report, so that report still goes out.
+:class:`~pyxds.xds.lrs_transport.LrsTransport` is the grpcio side.  When
+nothing reports any more the stream is half-closed after the last report, so
+that report still goes out.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-import queue
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import grpc
 from envoy.service.load_stats.v3 import lrs_pb2
 
 from pyxds.clock import Clock, Timer
 from pyxds.lb.api import Status
 from pyxds.xds.backoff import StreamBackoff
 from pyxds.xds.load_store import ClusterLoadReport, LoadStore, merge_reports
-from pyxds.xds.lrs_state import LRS_METHOD, MIN_LOAD_REPORTING_INTERVAL, LrsStreamState
-from pyxds.xds.transport import channel_credentials, channel_options
+from pyxds.xds.lrs_state import MIN_LOAD_REPORTING_INTERVAL, LrsStreamState
+from pyxds.xds.lrs_transport import LrsTransport
+from pyxds.xds.transport import channel_credentials
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["LrsChannel", "LrsTransport"]
-
-
-class LrsTransport:
-    """One grpcio channel to one LRS server and its current
-    ``StreamLoadStats`` stream.  Events ``on_response(stream_id, response)``
-    and ``on_closed(stream_id, Status)`` come from a reader thread; a stream
-    that was replaced, finished or cancelled is silent."""
-
-    def __init__(
-        self,
-        target: str,
-        credentials: grpc.ChannelCredentials | None,
-        *,
-        on_response: Callable[[int, lrs_pb2.LoadStatsResponse], None],
-        on_closed: Callable[[int, Status], None],
-        options: Sequence[tuple[str, Any]] = (),
-    ) -> None:
-        self._target = target
-        self._on_response = on_response
-        self._on_closed = on_closed
-        opts = channel_options(options)
-        if credentials is None:
-            self._channel = grpc.insecure_channel(target, options=opts)
-        else:
-            self._channel = grpc.secure_channel(target, credentials, options=opts)
-        self._method = self._channel.stream_stream(
-            LRS_METHOD,
-            request_serializer=lrs_pb2.LoadStatsRequest.SerializeToString,
-            response_deserializer=lrs_pb2.LoadStatsResponse.FromString,
-        )
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-        self._stream_id = 0
-        self._requests: queue.SimpleQueue | None = None
-        self._calls: dict[int, Any] = {}
-        self._closed = False
-
-    def start_stream(self) -> int:
-        """Open a new stream (cancelling the current one); returns its id (0: closed)."""
-        self.cancel_stream()
-        requests: queue.SimpleQueue = queue.SimpleQueue()
-        with self._lock:
-            if self._closed:
-                return 0
-            stream_id = next(self._ids)
-            self._stream_id = stream_id
-            self._requests = requests
-        call = self._method(_drain(requests))
-        with self._lock:
-            self._calls[stream_id] = call
-        threading.Thread(
-            target=self._read,
-            args=(stream_id, call),
-            name=f"pyxds-lrs-{self._target}",
-            daemon=True,
-        ).start()
-        return stream_id
-
-    def send(self, stream_id: int, request: lrs_pb2.LoadStatsRequest) -> bool:
-        with self._lock:
-            if stream_id != self._stream_id or self._requests is None:
-                return False
-            self._requests.put(request)
-            return True
-
-    def finish_stream(self) -> None:
-        """Half-close the current stream: what was sent still goes out (the
-        last report), then the server ends the RPC.  No more events."""
-        with self._lock:
-            requests, self._requests = self._requests, None
-            self._stream_id = 0
-        if requests is not None:
-            requests.put(_END)
-
-    def cancel_stream(self) -> None:
-        """Cancel the current stream; no more events from it."""
-        with self._lock:
-            requests, self._requests = self._requests, None
-            call = self._calls.pop(self._stream_id, None)
-            self._stream_id = 0
-        if requests is not None:
-            requests.put(_END)
-        if call is not None:
-            call.cancel()
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            calls = list(self._calls.values())
-            self._calls.clear()
-        self.cancel_stream()
-        for call in calls:
-            call.cancel()
-        self._channel.close()
-
-    def _read(self, stream_id: int, call: Any) -> None:
-        try:
-            for response in call:
-                if not self._current(stream_id):
-                    break
-                self._on_response(stream_id, response)
-            status = Status(call.code(), call.details() or "")
-        except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
-            status = Status(code or grpc.StatusCode.UNKNOWN, getattr(exc, "details", str)() or "")
-        except Exception as exc:  # never let the reader die silently
-            _log.exception("LRS stream to %s failed", self._target)
-            status = Status(grpc.StatusCode.INTERNAL, f"LRS stream reader failed: {exc!r}")
-        with self._lock:
-            self._calls.pop(stream_id, None)
-            current = stream_id == self._stream_id and not self._closed
-            if current:
-                self._stream_id = 0
-                requests, self._requests = self._requests, None
-        if current:
-            if requests is not None:
-                requests.put(_END)
-            self._on_closed(stream_id, status)
-
-    def _current(self, stream_id: int) -> bool:
-        with self._lock:
-            return not self._closed and stream_id == self._stream_id
-
-
-_END = object()
-
-
-def _drain(requests: queue.SimpleQueue) -> Iterator[lrs_pb2.LoadStatsRequest]:
-    while True:
-        item = requests.get()
-        if item is _END:
-            return
-        yield item
+__all__ = ["LrsChannel", "LrsManager"]
 
 
 class LrsChannel:
