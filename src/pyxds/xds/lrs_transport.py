@@ -65,8 +65,14 @@ class LrsTransport:
         self._closed = False
 
     def start_stream(self) -> int:
-        """Open a new stream (cancelling the current one); returns its id (0: closed)."""
+        """Open a new stream (cancelling the current one, and any half-closed
+        one the server has not ended yet); returns its id (0: closed)."""
         self.cancel_stream()
+        with self._lock:
+            lingering = list(self._calls.values())
+            self._calls.clear()
+        for call in lingering:
+            call.cancel()
         requests: queue.SimpleQueue = queue.SimpleQueue()
         with self._lock:
             if self._closed:
