@@ -123,3 +123,15 @@ def test_cluster_impl_passes_the_trailers_hook_through(with_hook):
     result = picker.pick(None)
     assert isinstance(result, PickComplete) and result.on_call_trailers is hook
     result.on_call_done(OK_STATUS)
+
+
+def test_cluster_impl_rebuilds_every_field_pick_complete_has():
+    # xds_cluster_impl rebuilds PickComplete positionally (for speed): this
+    # fails when PickComplete gains a field that rebuild would drop.
+    import dataclasses
+
+    assert [f.name for f in dataclasses.fields(PickComplete)] == [
+        "subchannel",
+        "on_call_done",
+        "on_call_trailers",
+    ]

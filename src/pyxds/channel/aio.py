@@ -28,7 +28,7 @@ from pyxds.channel.calls import RETRY_BUFFER_SIZE, _size_of
 from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadline_status
 from pyxds.channel.dump import config_dump as channel_config_dump
 from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
-from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
+from pyxds.lb.api import ATTEMPT_NOT_STARTED, OK_STATUS, ConnectivityState, Status
 
 _CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
 #: what a grpc.aio client-streaming call's own status may say when grpcio's
@@ -227,13 +227,13 @@ class _AioCall:
                 raise self._error  # type: ignore[misc]
             transport = outcome.transport
             if transport is None or not transport.call_started():
-                self._rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+                self._rpc.attempt_done(ATTEMPT_NOT_STARTED)
                 continue
             try:
                 inner = self._start(transport, self._rpc.remaining())
             except Exception:
                 transport.call_finished()
-                self._rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+                self._rpc.attempt_done(ATTEMPT_NOT_STARTED)
                 continue
             inner.add_done_callback(lambda call, t=transport: self._inner_done(call, t))
             self._inner = inner
@@ -342,13 +342,13 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
     def _start_now(self, picked: SubchannelCore) -> bool:
         transport = picked.transport
         if transport is None or not transport.call_started():
-            self._rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+            self._rpc.attempt_done(ATTEMPT_NOT_STARTED)
             return False
         try:
             inner = self._start(transport, self._rpc.remaining())
         except Exception:
             transport.call_finished()
-            self._rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+            self._rpc.attempt_done(ATTEMPT_NOT_STARTED)
             return False
         self._inner = inner
         self._started.set()

@@ -26,7 +26,7 @@ import grpc
 
 from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadline_status
 from pyxds.channel.subchannel import SubchannelCore, Transport
-from pyxds.lb.api import OK_STATUS, Status
+from pyxds.lb.api import ATTEMPT_NOT_STARTED, OK_STATUS, Status
 
 CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
 #: grpcio's status for a request its serializer could not serialize
@@ -286,7 +286,7 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
             return
         transport = outcome.transport
         if transport is None or not transport.call_started():
-            self._rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+            self._rpc.attempt_done(ATTEMPT_NOT_STARTED)
             self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
             return
         remaining = self._rpc.remaining()
@@ -581,7 +581,7 @@ def blocking_unary(
             raise ChannelRpcError(outcome)
         transport = outcome.transport
         if transport is None or not transport.call_started():
-            rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+            rpc.attempt_done(ATTEMPT_NOT_STARTED)
             continue
         remaining = rpc.remaining()
         if remaining is not None and remaining <= 0:
@@ -607,7 +607,7 @@ def blocking_unary(
                 ) from None
             raise
         except ValueError:  # "Cannot invoke RPC on closed channel!": not sent
-            rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+            rpc.attempt_done(ATTEMPT_NOT_STARTED)
             continue
         except BaseException as err:
             rpc.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))

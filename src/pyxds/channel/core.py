@@ -63,6 +63,7 @@ from pyxds.channel.subchannel import (
 from pyxds.channel.subchannel_pool import SubchannelPool
 from pyxds.clock import Clock, RealClock, Timer
 from pyxds.lb.api import (
+    ATTEMPT_NOT_STARTED,
     OK_STATUS,
     ConnectivityState,
     FailPicker,
@@ -458,7 +459,7 @@ class ChannelCore:
                 # not one of ours, or lost its connection since the picker
                 # was built: the next picker will say more.
                 if result.on_call_done is not None:
-                    result.on_call_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel not ready"))
+                    result.on_call_done(ATTEMPT_NOT_STARTED)
                 return None
             rpc.on_call_done = result.on_call_done
             rpc.picked_by = picker

@@ -12,7 +12,8 @@ dump).  The channel part walks the LB policy tree:
   (``children``/``_children`` mappings, ``child`` attributes) and for
   subchannels, defensively (``getattr``, never raising).
 
-The result also lists every subchannel of the channel with its state.
+The result also lists every subchannel of the channel with its state, and
+(``load_reports``) the last load report the XdsClient sent per cluster (A27).
 """
 
 from __future__ import annotations
@@ -152,6 +153,19 @@ def xds_client_dump(resolver: Any) -> Any:
         return {"dump_error": str(err)}
 
 
+def load_reports_dump(resolver: Any) -> Any:
+    """The last load report sent per cluster by the resolver's XdsClient
+    (A27 LRS), as ``ClusterStats``-shaped dicts; None without an XdsClient."""
+    client = getattr(resolver, "xds_client", None) or getattr(resolver, "_client", None)
+    reports = getattr(client, "load_reports", None)
+    if not callable(reports):
+        return None
+    try:
+        return [r.to_json() for r in reports()]
+    except Exception as err:
+        return {"dump_error": str(err)}
+
+
 def _route_action(route: Any) -> Any:
     action = getattr(route, "action", None)
     cluster = getattr(action, "cluster", None)
@@ -227,6 +241,7 @@ def channel_dump(core: ChannelCore, xds: Any = None) -> dict[str, Any]:
         "resolver": resolver_dump,
         "xds_client": xds,
         "xds_config": xds_config_dump(core),
+        "load_reports": load_reports_dump(resolver),
         "config_selector": selector_dump,
         "lb_policy": dump_policy(core.lb),
         "subchannels": {

@@ -16,6 +16,8 @@ def main(argv: list[str] | None = None) -> int:
     serve = commands.add_parser("server", help="serve xDS resources from a YAML/JSON file")
     serve.add_argument("--file", required=True)
     serve.add_argument("--port", type=int, default=0)
+    serve.add_argument("--lrs-interval", type=float, default=10.0)
+    serve.add_argument("--print-load-reports", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "demo":
         from pyxds.cli.demo import run
@@ -23,7 +25,10 @@ def main(argv: list[str] | None = None) -> int:
         return run()
     from pyxds.server.__main__ import main as serve_main
 
-    return serve_main(["--file", args.file, "--port", str(args.port)]) or 0
+    argv = ["--file", args.file, "--port", str(args.port), "--lrs-interval", str(args.lrs_interval)]
+    if args.print_load_reports:
+        argv.append("--print-load-reports")
+    return serve_main(argv) or 0
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Union
 
+import grpc
+
 from pyxds.status import OK_STATUS, Status
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ __all__ = [
     "ConnectivityState",
     "Status",
     "OK_STATUS",
+    "ATTEMPT_NOT_STARTED",
     "REQUEST_HASH_KEY",
     "Endpoint",
     "ResolverUpdate",
@@ -179,6 +182,14 @@ class PickComplete:
     subchannel: Subchannel
     on_call_done: Callable[[Status], None] | None = None
     on_call_trailers: Callable[[TrailingMetadata], None] | None = None
+
+
+ATTEMPT_NOT_STARTED = Status(grpc.StatusCode.UNAVAILABLE, "subchannel not ready")
+"""What a channel passes to ``PickComplete.on_call_done`` (this very object)
+when it could not start the attempt on the picked subchannel (its connection
+went away since the picker was built): the attempt never reached a backend,
+so load reporting does not count it (A27; C-core starts its call tracker only
+when the call starts)."""
 
 
 @dataclass(frozen=True, slots=True)

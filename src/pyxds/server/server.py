@@ -9,6 +9,10 @@ each stream sends only the types whose served content changed for its node.
 
 ``stop()`` cancels every stream; ``start()`` after ``stop()`` binds the same
 port again, so tests can kill and restart the control plane under a client.
+
+The same port serves LRS (A27 "Load Reporting"): ``server.lrs`` is the
+:class:`pyxds.server.lrs.LrsService` recording the load reports clients send
+(``lrs_interval`` / ``lrs_clusters`` set what it asks for).
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from typing import Any
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc
+from envoy.service.load_stats.v3 import lrs_pb2_grpc
 
 from pyxds.server.ads import AdsStreamState
+from pyxds.server.lrs import LrsService
 from pyxds.server.records import AckRecord, NackRecord, RequestRecord
 from pyxds.server.snapshot import Snapshot, SnapshotStore
 from pyxds.server.types import FIELD_OF_TYPE, resolve_type_url
@@ -165,8 +171,13 @@ class ManagementServer:
         max_workers: int = 64,
         snapshot: Snapshot | None = None,
         ignore_resource_names: bool = False,
+        lrs_interval: float = 1.0,
+        lrs_clusters: Sequence[str] | None = None,
     ) -> None:
         self.host = host
+        #: The LRS service: load reports received (``reports()``, ``totals()``);
+        #: ``configure(interval, clusters)`` changes what clients are asked for.
+        self.lrs = LrsService(lrs_interval, lrs_clusters)
         #: Answer every subscription with every resource of its type, as servers that
         #: ignore resource names do (A27 "LDS": clients must pick theirs out).
         self.ignore_resource_names = ignore_resource_names
@@ -196,6 +207,7 @@ class ManagementServer:
         )
         server = grpc.server(executor, options=SERVER_OPTIONS)
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(_Servicer(self), server)
+        lrs_pb2_grpc.add_LoadReportingServiceServicer_to_server(self.lrs, server)
         address = f"{self._host_for_uri()}:{self._port}"
         problem = _unbindable(self.host, self._port)
         bound = 0
@@ -226,6 +238,7 @@ class ManagementServer:
             streams = list(self._streams)
         for stream in streams:
             stream.notify(_END)
+        self.lrs.close_streams()
         executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=False)
