@@ -10,6 +10,11 @@ same run, same control plane (pyxds.server):
   (d) pyxds.aio.insecure_channel / grpc.aio plain         asyncio, 1 task and 4 tasks
       / grpc.aio C-core xds:/// (subprocess)
 
+  (e) pyxds with load reporting: ``xds:///bench-lrs``, the same backend
+      through a cluster with ``lrs_server: self`` (A27; the XdsClient reports
+      every second), measured beside (c) in the same run; goal: at most 5 %
+      slower.  ``--lrs-only`` measures just (c) and (e), interleaved.
+
 Each is measured on 1 thread and on 4 threads for ``--seconds`` (default 3).
 The backend and the control plane run in their own process, C-core's client
 in another (each has its own GIL, as (a) and (c) have theirs).
@@ -140,14 +145,21 @@ def serve() -> None:
     control = ManagementServer().start()
     control.set_snapshot(
         Snapshot(
-            listeners=[b.listener("bench")],
+            listeners=[b.listener("bench"), b.listener("bench-lrs")],
             routes=[
                 b.route_config(
                     "bench-route", [b.virtual_host("vh", routes=[b.route(prefix="", cluster="c")])]
-                )
+                ),
+                b.route_config(
+                    "bench-lrs-route",
+                    [b.virtual_host("vh", routes=[b.route(prefix="", cluster="c-lrs")])],
+                ),
             ],
-            clusters=[b.cluster("c")],
-            endpoints=[b.endpoints("c", [b.locality(zone="z", endpoints=[address])])],
+            clusters=[b.cluster("c"), b.cluster("c-lrs", lrs_server=True)],
+            endpoints=[
+                b.endpoints(name, [b.locality(zone="z", endpoints=[address])])
+                for name in ("c", "c-lrs")
+            ],
         )
     )
     print(json.dumps({"address": address, "bootstrap": control.bootstrap(node_id="bench")}))
@@ -161,6 +173,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--lrs-only", action="store_true", help="only pyxds without/with load reporting"
+    )
     args = parser.parse_args()
     if args.serve:
         serve()
@@ -180,6 +195,12 @@ def main() -> None:
     address, bootstrap = info["address"], info["bootstrap"]
     results: dict[str, dict[str, float]] = {}
 
+    if args.lrs_only:
+        lrs_pair(bootstrap, args.seconds)
+        server.stdin.close()
+        server.wait(10)
+        return
+
     plain = grpc.insecure_channel(address)
     results["a plain grpcio"] = {str(t): rate(plain, t, args.seconds) for t in (1, 4)}
     plain.close()
@@ -187,6 +208,9 @@ def main() -> None:
     ours = pyxds.insecure_channel("xds:///bench", bootstrap=bootstrap)
     results["c pyxds"] = {str(t): rate(ours, t, args.seconds) for t in (1, 4)}
     ours.close()
+    ours_lrs = pyxds.insecure_channel("xds:///bench-lrs", bootstrap=bootstrap)
+    results["e pyxds + LRS"] = {str(t): rate(ours_lrs, t, args.seconds) for t in (1, 4)}
+    ours_lrs.close()
 
     async def aio_all() -> None:
         plain_aio = grpc.aio.insecure_channel(address)
@@ -212,7 +236,31 @@ def main() -> None:
             f"threads={t}: b/a = {b_[t] / a[t]:.2f}   c/b = {c[t] / b_[t]:.2f}   "
             f"aio pyxds/plain = {results['aio pyxds'][t] / results['aio plain grpcio'][t]:.2f}   "
             f"aio pyxds/C-core xds = {results['aio pyxds'][t] / results['aio C-core xds'][t]:.2f}"
+            f"   e/c (LRS on/off) = {results['e pyxds + LRS'][t] / c[t]:.2f}"
         )
+
+
+def lrs_pair(bootstrap: dict, seconds: float, rounds: int = 4) -> None:
+    """(c) and (e) interleaved ``rounds`` times, the order swapped every round
+    (both channels open all along, sharing one XdsClient), so drift of a
+    shared machine hits both alike; rates are the means over the rounds."""
+    import pyxds._api as pyxds
+
+    off = pyxds.insecure_channel("xds:///bench", bootstrap=bootstrap)
+    on = pyxds.insecure_channel("xds:///bench-lrs", bootstrap=bootstrap)
+    totals = {"off": {"1": 0.0, "4": 0.0}, "on": {"1": 0.0, "4": 0.0}}
+    for i in range(rounds):
+        pair = (("off", off), ("on", on))
+        for name, channel in pair if i % 2 == 0 else pair[::-1]:
+            for t in ("1", "4"):
+                totals[name][t] += rate(channel, int(t), seconds) / rounds
+    off.close()
+    on.close()
+    print(f"{'channel':<20} {'1 thread':>10} {'4 threads':>10}   (unary RPCs/s)")
+    print(f"{'c pyxds':<20} {totals['off']['1']:>10.0f} {totals['off']['4']:>10.0f}")
+    print(f"{'e pyxds + LRS':<20} {totals['on']['1']:>10.0f} {totals['on']['4']:>10.0f}")
+    for t in ("1", "4"):
+        print(f"threads={t}: e/c (LRS on/off) = {totals['on'][t] / totals['off'][t]:.3f}")
 
 
 if __name__ == "__main__":

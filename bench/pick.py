@@ -4,6 +4,7 @@ immutable ... never allocate more than they must").  Goal: round_robin within
 10x the floor.
 
 Run:  python bench/pick.py            (about 10 s)
+      python bench/pick.py cluster_impl   (only the cases whose name has a word)
 
 Adding a case: write ``def bench_<name>() -> tuple[str, float]`` that builds
 a policy tree with :mod:`pyxds.testing` fakes, drives its subchannels READY
@@ -175,9 +176,140 @@ def bench_ring_hash() -> tuple[str, float]:
 CASES.append(bench_ring_hash)
 
 
+# -- weighted_round_robin (A58): a pick is one C call on the materialized stride period --
+
+
+def bench_weighted_round_robin() -> tuple[str, float]:
+    """weighted_round_robin over 100 READY endpoints with distinct reported
+    weights (per-call hook on every result), beside a bare round_robin over
+    100 endpoints timed in the same call.  Goal: <= 2x bare."""
+    from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
+
+    from pyxds.lb import registry
+
+    factory, config = registry.select([{"weighted_round_robin": {"blackoutPeriod": "0s"}}])
+    helper = FakeHelper()
+    policy = factory.build(helper)
+    policy.update(ResolverUpdate(endpoints(100), config))
+    ready_all(helper)
+    picker = helper.last.picker
+    for i, result in enumerate(picker.results):  # type: ignore[attr-defined]
+        load = OrcaLoadReport(rps_fractional=100.0, cpu_utilization=0.1 + i / 100)
+        result.on_call_trailers((("endpoint-load-metrics-bin", load.SerializeToString()),))
+    helper.clock.advance(1.0)  # the weight update timer rebuilds the scheduler
+    assert picker.scaled_weights is not None  # type: ignore[attr-defined]
+    _, bare = _round_robin(100)
+    ns = time_picker(picker)
+    return f"weighted_round_robin(100) [rr100 {bare:.0f} ns: {ns / bare:.1f}x]", ns
+
+
+CASES.append(bench_weighted_round_robin)
+
+
+# -- xds_cluster_impl (A37/A27): drops, circuit breaking, per-locality load counters --
+
+
+class _LoadReportingClient:
+    """What xds_cluster_impl needs of the XdsClient for load reporting: a load
+    store and the LRS server of a cluster (no stream is opened)."""
+
+    def __init__(self) -> None:
+        from pyxds.testing import FakeClock
+        from pyxds.xds.load_store import LoadStore
+
+        self.load_store = LoadStore(FakeClock())
+
+    def lrs_server_for(self, cluster_name: str) -> str:
+        return "lrs.example:443"
+
+
+def _cluster_impl_picker(lrs: bool) -> Picker:
+    from pyxds.lb import registry
+    from pyxds.resolver.xds_config import (
+        XDS_CLIENT_ATTRIBUTE,
+        XDS_CONFIG_ATTRIBUTE,
+        ClusterConfig,
+        EndpointConfig,
+        XdsConfig,
+    )
+    from pyxds.xds.resources.types import (
+        Cluster,
+        ClusterLoadAssignment,
+        DropOverload,
+        EndpointAddress,
+        Locality,
+        LocalityName,
+    )
+
+    name = f"bench-{'lrs' if lrs else 'plain'}"
+    localities = tuple(
+        Locality(LocalityName("r", f"z{i}"), 1, (EndpointAddress((f"10.0.0.{i}:443",)),))
+        for i in range(3)
+    )
+    load = ClusterLoadAssignment(name, (localities,), (DropOverload("lb", 0),), 0)
+    # never circuit-break: the timed picks never finish their calls
+    cluster = Cluster(name, "EDS", lrs_server=lrs, max_requests=2**62)
+    xds = XdsConfig(None, None, None, {name: ClusterConfig(cluster, EndpointConfig(load, ""))})
+    attrs = {XDS_CONFIG_ATTRIBUTE: xds, XDS_CLIENT_ATTRIBUTE: _LoadReportingClient()}
+    factory, config = registry.select(
+        [
+            {
+                "xds_cluster_impl_experimental": {
+                    "clusterName": name,
+                    "childPolicy": [{"round_robin": {}}],
+                }
+            }
+        ]
+    )
+    helper = FakeHelper()
+    policy = factory.build(helper)
+    eps = [
+        Endpoint(a.addresses, {"locality": lo.name, "locality_weight": 1})
+        for lo in localities
+        for a in lo.endpoints
+    ]
+    assert policy.update(ResolverUpdate(eps, config, attrs)) is None
+    ready_all(helper)
+    assert helper.state is ConnectivityState.READY
+    return helper.last.picker
+
+
+def bench_cluster_impl() -> tuple[str, float]:
+    """xds_cluster_impl over round_robin(3): a pick with load-report counters
+    on (``lrs_server: self``) beside the same pick with them off, and a whole
+    counted call (pick + ``on_call_done``) both ways."""
+    from pyxds.lb import Status
+
+    on, off = _cluster_impl_picker(True), _cluster_impl_picker(False)
+    ns_on, ns_off = time_picker(on), time_picker(off)
+    ok = Status(__import__("grpc").StatusCode.OK)
+
+    def call(picker: Picker) -> Callable[[], None]:
+        pick = picker.pick
+
+        def run() -> None:
+            pick(ARGS).on_call_done(ok)
+
+        return run
+
+    call_on = time_ns(call(on), number=NUMBER // 4)
+    call_off = time_ns(call(off), number=NUMBER // 4)
+    label = (
+        f"cluster_impl>rr(3) LRS on [off {ns_off:.0f} ns: {ns_on / ns_off:.2f}x; "
+        f"call {call_on:.0f}/{call_off:.0f} ns: {call_on / call_off:.2f}x]"
+    )
+    return label, ns_on
+
+
+CASES.append(bench_cluster_impl)
+
+
 def main() -> int:
     print(f"{'case':<44} {'ns/pick':>9} {'floor ns':>9} {'ratio':>7}")
+    only = sys.argv[1:]
     for case in CASES:
+        if only and not any(word in case.__name__ for word in only):
+            continue
         floor = floor_ns()  # measured next to each case: same machine state
         label, ns = case()
         print(f"{label:<44} {ns:>9.1f} {floor:>9.1f} {ns / floor:>6.1f}x")

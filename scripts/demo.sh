@@ -2,7 +2,8 @@
 # The README's demo command: install pyxds, run the demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install --quiet --disable-pip-version-check -e .
+. scripts/_python.sh
+"$PY" -m pip install --quiet --disable-pip-version-check -e .
 # C-core logs a backend's GOAWAY at INFO; keep the timeline readable.
 export GRPC_VERBOSITY="${GRPC_VERBOSITY:-ERROR}"
-python3 -m pyxds.cli demo "$@"
+"$PY" -m pyxds.cli demo "$@"

@@ -2,7 +2,8 @@
 # The README's test command: install pyxds with its test extras, lint, test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install --quiet --disable-pip-version-check -e ".[test]"
-python3 -m ruff check src tests bench
-python3 -m ruff format --check src tests bench
-python3 -m pytest "$@"
+. scripts/_python.sh
+"$PY" -m pip install --quiet --disable-pip-version-check -e ".[test]"
+"$PY" -m ruff check src tests bench
+"$PY" -m ruff format --check src tests bench
+"$PY" -m pytest "$@"

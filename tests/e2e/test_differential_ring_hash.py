@@ -103,7 +103,9 @@ def landing(client, user: str, n: int = 3) -> dict:
     metadata = [("user", user)]
     if isinstance(client, CoreXdsClient):
         return dict(client.call(n, metadata=metadata, timeout=10.0, wait_for_ready=True))
-    return dict(pyxds_calls(client, n, metadata=metadata, timeout=10.0, wait_for_ready=True))
+    return dict(
+        pyxds_calls(client, n, metadata=metadata, timeout=10.0, wait_for_ready=True, details=True)
+    )
 
 
 def test_header_hash_sends_each_key_to_the_same_backend_as_c_core(server, backends, core, channel):
@@ -167,12 +169,17 @@ def lands(client, metadata: list[tuple[str, str]], n: int = 3, timeout: float = 
     return dict(pyxds_calls(client, n, metadata=metadata, timeout=timeout, wait_for_ready=True))
 
 
-def same_landings(channel, core, requests: dict, timeout: float = 10.0) -> dict:
+def same_landings(channel, core, requests: dict, until=None, timeout: float = 10.0) -> dict:
     """Wait (bounded) until, for every request (name -> metadata), pyxds and
-    C-core each send all RPCs to one backend and it is the same backend;
-    asserts on the last disagreement.  Returns name -> backend.  Retrying
-    only absorbs connections still coming up after an earlier scenario's
-    restarts; a real disagreement persists and fails."""
+    C-core each send all RPCs to one backend and it is the same backend, and
+    the landings satisfy ``until`` (the scenario's expectation); asserts on
+    the last disagreement.  Returns name -> backend.
+
+    A snapshot just pushed reaches the two clients at different moments,
+    and until it has reached both they may well agree on the *previous*
+    ring: ``until`` makes the wait last until the new configuration is what
+    both apply.  Waiting also absorbs connections still coming up after an
+    earlier scenario's restarts; a real disagreement persists and fails."""
     last: dict = {}
 
     def agree() -> bool:
@@ -183,12 +190,25 @@ def same_landings(channel, core, requests: dict, timeout: float = 10.0) -> dict:
                 last[name] = (mine, theirs)
                 return False
             last[name] = next(iter(mine))
-        return True
+        return until is None or bool(until(last))
 
     assert wait_until(agree, timeout, interval=0.1), {
         k: v for k, v in last.items() if isinstance(v, tuple)
-    }
+    } or ("expectation not met", dict(last))
     return dict(last)
+
+
+def expected_landings(
+    backends, addresses: list[str], weights: list[int], keys, low=None, high=None
+) -> dict:
+    """key -> the backend A42's ring over ``addresses`` sends it to (the ring
+    both clients must build: C-core's construction, capped sizes)."""
+    ring = build_ring(addresses, weights, low or DEFAULT_MIN_RING_SIZE, high or RING_SIZE_CAP)
+    name = {x.address: x.name for x in backends}
+    return {
+        key: name[addresses[ring.endpoints[ring.start(xxhash.xxh64_intdigest(key.encode()))]]]
+        for key in keys
+    }
 
 
 def user_requests(header: str = "user", users: list[str] = USERS) -> dict:
@@ -211,10 +231,15 @@ def test_channel_id_hashing_keeps_every_rpc_of_a_channel_on_one_backend(
     )
     assert wait_until(lambda: len(lands(channel, [], 30)) == 1, 10)
     assert wait_until(lambda: len(lands(core, [], 30)) == 1, 10)
-    # A header the route does not hash on changes nothing.
-    mine = {next(iter(lands(channel, [("user", u)], 2))) for u in USERS[:8]}
-    theirs = {next(iter(lands(core, [("user", u)], 2))) for u in USERS[:8]}
-    assert len(mine) == 1 and len(theirs) == 1, (mine, theirs)
+
+    # A header the route does not hash on changes nothing.  (Waited for: a
+    # backend an earlier scenario restarted may come back in between, and
+    # every RPC of the channel then moves to it together.)
+    def one_backend(client) -> set:
+        return {b for u in USERS[:8] for b in lands(client, [("user", u)], 2)}
+
+    assert wait_until(lambda: len(one_backend(channel)) == 1, 10), one_backend(channel)
+    assert wait_until(lambda: len(one_backend(core)) == 1, 10), one_backend(core)
 
 
 def test_header_hash_with_regex_rewrite_matches_c_core(server, backends, core, channel):
@@ -228,7 +253,12 @@ def test_header_hash_with_regex_rewrite_matches_c_core(server, backends, core, c
     )
     # hashes_to() values differ only in digits: without the rewrite they
     # would spread over all four backends.
-    folded = same_landings(channel, core, {a: [("user", hashes_to(a))] for a in addresses})
+    folded = same_landings(
+        channel,
+        core,
+        {a: [("user", hashes_to(a))] for a in addresses},
+        until=lambda got: len(set(got.values())) == 1,
+    )
     assert len(set(folded.values())) == 1, folded
     # A rewrite with a group: keys collapse by their last digit, so the
     # per-key agreement checks RE2 GlobalReplace semantics in both stacks.
@@ -238,7 +268,12 @@ def test_header_hash_with_regex_rewrite_matches_c_core(server, backends, core, c
             [b.hash_policy(header="user", regex=r"^user-\d*?(\d)$", substitution=r"k\1")],
         )
     )
-    got = same_landings(channel, core, user_requests())
+    got = same_landings(
+        channel,
+        core,
+        user_requests(),
+        until=lambda got: all(got[u] == got[f"user-{u[-1]}"] for u in USERS),
+    )
     for user in USERS:
         twin = f"user-{user[-1]}"
         assert got[user] == got[twin], (user, twin, got)
@@ -257,7 +292,12 @@ def test_multiple_hash_policies_and_terminal_match_c_core(server, backends, core
             [b.hash_policy(header="absent", terminal=True), b.hash_policy(header="user")],
         )
     )
-    got = same_landings(channel, core, {"t": [("user", hashes_to(target.address))]})
+    got = same_landings(
+        channel,
+        core,
+        {"t": [("user", hashes_to(target.address))]},
+        until=lambda got: got["t"] == target.name,
+    )
     assert got["t"] == target.name, got
 
     # C-core FixedHashingTerminalPolicy: once "user" produced a hash, the
@@ -269,7 +309,9 @@ def test_multiple_hash_policies_and_terminal_match_c_core(server, backends, core
         )
     )
     requests = {f"{i}": [("user", hashes_to(target.address)), ("noise", f"n{i}")] for i in range(8)}
-    got = same_landings(channel, core, requests)
+    got = same_landings(
+        channel, core, requests, until=lambda got: set(got.values()) == {target.name}
+    )
     assert set(got.values()) == {target.name}, got
 
     # Without terminal both headers feed the hash (rotl64(h, 1) ^ v): the
@@ -281,7 +323,7 @@ def test_multiple_hash_policies_and_terminal_match_c_core(server, backends, core
     requests = {u: [("user", u), ("team", f"team-{i % 3}")] for i, u in enumerate(USERS)}
     requests["repeated"] = [("user", "a"), ("user", "b"), ("team", "x")]
     requests["joined"] = [("user", "a,b"), ("team", "x")]
-    got = same_landings(channel, core, requests)
+    got = same_landings(channel, core, requests, until=lambda got: len(set(got.values())) >= 3)
     assert got["repeated"] == got["joined"], got
     assert len(set(got.values())) >= 3, got
 
@@ -304,7 +346,10 @@ def test_endpoint_and_locality_weights_build_the_same_ring_as_c_core(
     server.set_snapshot(
         ring_hash_snapshot([], [b.hash_policy(header="key")], localities=localities)
     )
-    got = same_landings(channel, core, user_requests("key", KEYS))
+    # cds gives each endpoint locality weight x endpoint weight (A42).
+    expected = expected_landings(backends, [r0, r1, r2, r3], [1, 5, 6, 3], KEYS)
+    got = same_landings(channel, core, user_requests("key", KEYS), until=expected.__eq__)
+    assert got == expected
     assert len(set(got.values())) >= 3, got
 
 
@@ -337,7 +382,7 @@ def test_ring_size_from_the_a52_ring_hash_extension_matches_c_core(server, backe
         key: backends[ring.endpoints[ring.start(xxhash.xxh64_intdigest(key.encode()))]].name
         for key in KEYS
     }
-    got = same_landings(channel, core, user_requests("key", KEYS))
+    got = same_landings(channel, core, user_requests("key", KEYS), until=expected.__eq__)
     assert got == expected, {k: (got[k], expected[k]) for k in KEYS if got[k] != expected[k]}
 
 
@@ -363,7 +408,12 @@ def test_a_key_on_an_endpoint_unreachable_from_the_start_walks_on_like_c_core(
     while ring.endpoints[position] == 0:
         position = (position + 1) % len(ring)
     expected = backends[ring.endpoints[position] - 1].name
-    got = same_landings(channel, core, {"dead": [("user", hashes_to(dead))]})
+    got = same_landings(
+        channel,
+        core,
+        {"dead": [("user", hashes_to(dead))]},
+        until=lambda got: got["dead"] == expected,
+    )
     assert got["dead"] == expected, (got, expected)
     # The other keys still land where C-core sends them.
     same_landings(channel, core, user_requests(users=USERS[:8]))
@@ -376,7 +426,9 @@ def test_all_endpoints_down_then_one_back_both_recover(server, backends, core, c
     server.set_snapshot(
         ring_hash_snapshot([x.address for x in backends], [b.hash_policy(header="user")])
     )
-    same_landings(channel, core, user_requests(users=USERS[:4]))
+    addresses = [x.address for x in backends]
+    home = expected_landings(backends, addresses, [1] * 4, USERS[:4])
+    same_landings(channel, core, user_requests(users=USERS[:4]), until=home.__eq__)
     survivor = backends[1]
     for backend in backends:
         backend.stop()
@@ -411,7 +463,8 @@ def test_priority_failover_and_back_with_ring_hash_matches_c_core(server, backen
         ring_hash_snapshot([], [b.hash_policy(header="user")], localities=localities)
     )
     md = [("user", hashes_to(first.address))]
-    assert same_landings(channel, core, {"k": md}) == {"k": first.name}
+    home = {"k": first.name}
+    assert same_landings(channel, core, {"k": md}, until=home.__eq__) == home
     first.stop()
     try:
         for client in (channel, core):

@@ -123,17 +123,36 @@ def test_cancel_while_queued_fails_it_and_nothing_starts_later(h):
     assert h.committed == [1]
 
 
-def test_future_is_retried_once_on_a_new_pick_when_nothing_was_sent(h):
+def test_future_refused_unseen_is_retried_once_on_a_new_pick(h):
     picker = Tracking(ready_subchannel(h))
     h.publish(picker)
     call, started = start_future(h)
-    started[0][0].finish(UNAVAILABLE, "failed to connect to all addresses; last error: x")
+    started[0][0].finish(UNAVAILABLE, "GOAWAY received; Error code: 0")
     assert len(started) == 2 and not call.done()
-    started[1][0].finish(UNAVAILABLE, "failed to connect to all addresses; last error: y")
+    started[1][0].finish(UNAVAILABLE, "Received RST_STREAM with error code 7)")
     assert len(started) == 2 and call.done()
     assert call.code() is UNAVAILABLE
     assert [s.code for s in picker.done] == [UNAVAILABLE, UNAVAILABLE]
     assert h.committed == [1]
+
+
+def test_future_that_never_left_the_client_goes_again_with_each_newer_picker(h):
+    # A6 case 2: no limit but the deadline; never twice with the same picker.
+    sub = ready_subchannel(h)
+    pickers = [Tracking(sub)]
+    h.publish(pickers[0])
+    call, started = start_future(h)
+    for attempt in range(3):
+        started[attempt][0].finish(UNAVAILABLE, "failed to connect to all addresses; last error: x")
+        assert len(started) == attempt + 1 and not call.done()  # the stale picker is not used
+        pickers.append(Tracking(sub))
+        h.publish(pickers[-1])
+        assert len(started) == attempt + 2
+    started[3][0].finish()
+    assert call.done() and call.code() is grpc.StatusCode.OK
+    assert [[s.code for s in p.done] for p in pickers] == [[UNAVAILABLE]] * 3 + [
+        [grpc.StatusCode.OK]
+    ]
 
 
 def test_done_callbacks_run_once_with_the_call(h):

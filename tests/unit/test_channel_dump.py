@@ -36,3 +36,16 @@ def test_tree_walk_does_not_climb_back_up_through_delegating_helpers():
     assert leaf["policy"] == "round_robin"
     (endpoint_dump,) = leaf["children"].values()
     assert endpoint_dump["state"] == "READY" and "children" not in endpoint_dump
+
+
+def test_endpoint_children_are_named_by_their_addresses_not_a_frozenset_repr():
+    helper = FakeHelper()
+    handler = ChildPolicyHandler(helper)
+    config = registry.select_policy([{"round_robin": {}}])
+    endpoints = [Endpoint(("10.0.0.1:443",)), Endpoint(("[::1]:443", "10.0.0.2:443"))]
+    handler.update(ResolverUpdate(endpoints, config))
+
+    dump = dump_policy(handler)
+
+    assert sorted(dump["children"]) == ["10.0.0.1:443", "10.0.0.2:443, [::1]:443"]
+    assert "frozenset" not in json.dumps(dump, default=str)

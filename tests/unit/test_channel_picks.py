@@ -12,6 +12,7 @@ from test_channel_support import FakeGrpcError, Harness
 
 from pyxds.channel.calls import ChannelRpcError, blocking_unary
 from pyxds.channel.core import DEADLINE_EXCEEDED
+from pyxds.channel.dump import config_dump
 from pyxds.channel.subchannel import SubchannelCore, core_of
 from pyxds.lb.api import (
     ConnectivityState,
@@ -287,7 +288,9 @@ def test_lb_policy_is_updated_before_the_config_selector_is_swapped(h):
     assert h.core.selector is new
 
 
-def test_on_call_done_gets_each_attempt_and_transparent_retry_happens_once(h):
+def test_an_attempt_the_server_refused_unseen_is_retried_once_and_each_attempt_reported(h):
+    # A6 "Transparent Retries", case 3: reached the server, refused before
+    # its application saw it: sent again once, then the failure stands.
     sub = ready_subchannel(h)
     done = []
 
@@ -297,8 +300,8 @@ def test_on_call_done_gets_each_attempt_and_transparent_retry_happens_once(h):
 
     h.publish(Tracking())
     transport = h.transports.last("10.0.0.1:80")
-    not_sent = FakeGrpcError(UNAVAILABLE, "failed to connect to all addresses; last error: x")
-    transport.fail_with = [not_sent, not_sent]
+    refused = FakeGrpcError(UNAVAILABLE, "Received RST_STREAM with error code 7)")
+    transport.fail_with = [refused, refused]
     rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
 
     def invoke(t, remaining):
@@ -309,6 +312,58 @@ def test_on_call_done_gets_each_attempt_and_transparent_retry_happens_once(h):
     assert info.value.code() is UNAVAILABLE
     assert len(transport.calls) == 2  # one transparent retry, not more
     assert done == [UNAVAILABLE, UNAVAILABLE]
+
+
+def test_an_attempt_that_never_left_the_client_waits_for_a_newer_picker_and_succeeds(h):
+    # A6 case 2, and the order of events behind the ring_hash failover flake:
+    # the backend's connection dies; before the subchannel's state change
+    # reaches the LB policy, an RPC is picked by the READY picker onto that
+    # subchannel and its grpcio channel fails it at once ("failed to connect
+    # to all addresses").  The RPC must neither fail nor be re-picked by the
+    # same (stale) picker: it waits for the next picker and goes where that
+    # one says, however many stale attempts it takes (bounded by its deadline).
+    dead = ready_subchannel(h, "10.0.0.1:80")
+    live = ready_subchannel(h, "10.0.0.2:80")
+    stale = CountingPicker(PickComplete(dead))
+    h.publish(stale)
+    lost = FakeGrpcError(UNAVAILABLE, "failed to connect to all addresses; last error: x")
+    h.transports.last("10.0.0.1:80").fail_with = [lost]
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, True)
+
+    def invoke(t, remaining):
+        return t.channel.unary_unary("/svc/M").with_call(b"req")
+
+    thread, box = run_in_thread(lambda: blocking_unary(h.core, rpc, invoke, retry_not_sent=True))
+    thread.join(0.3)
+    assert thread.is_alive(), box  # waiting: neither failed nor spinning on the stale picker
+    assert stale.calls == 1
+    h.publish(CountingPicker(PickComplete(live)))  # the loss is known: the next picker
+    thread.join(2)
+    assert not thread.is_alive()
+    assert box.get("result") == (("10.0.0.2:80", b"req"), None), box
+    assert len(h.transports.last("10.0.0.1:80").calls) == 1
+
+
+def test_an_attempt_that_never_left_the_client_is_retried_until_the_deadline_not_once(h):
+    sub = ready_subchannel(h)
+    transport = h.transports.last("10.0.0.1:80")
+    lost = FakeGrpcError(UNAVAILABLE, "failed to connect to all addresses; last error: x")
+    transport.fail_with = [lost, lost, lost]
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+
+    def invoke(t, remaining):
+        try:
+            return t.channel.unary_unary("/svc/M").with_call(b"req")
+        except grpc.RpcError:
+            # the subchannel's state change arrives: a new picker (to the
+            # same subchannel, which recovers on the fourth attempt)
+            h.publish(PickCompletePicker(sub))
+            raise
+
+    h.publish(PickCompletePicker(sub))
+    result = blocking_unary(h.core, rpc, invoke, retry_not_sent=True)
+    assert result == (("10.0.0.1:80", b"req"), None)
+    assert len(transport.calls) == 4
 
 
 def test_rpc_failure_after_send_is_not_retried(h):
@@ -446,7 +501,7 @@ def test_channel_default_policy_comes_from_channel_options():
 
 def test_config_dump_walks_lb_tree_and_lists_subchannels(h):
     ready_subchannel(h)
-    dump = h.core.config_dump()
+    dump = config_dump(h.core)
     assert dump["lb_policy"]["policy"] == "channel_test_driven"
     assert dump["subchannels"]["10.0.0.1:80"]["state"] == "READY"
     assert dump["state"] in ("CONNECTING", "READY")

@@ -106,17 +106,23 @@ def start_stream(h, replay=None):
     return call, started
 
 
-def test_server_streaming_call_not_sent_is_retried_once_on_a_new_pick(h):
-    """C-core retry_transparent_not_sent_on_wire: a refused stream is sent again."""
+def test_server_streaming_call_not_sent_is_sent_again_by_the_next_picker(h):
+    """C-core retry_transparent_not_sent_on_wire: a stream that never left
+    the client is sent again (A6 case 2), by a picker newer than the one
+    that chose the lost connection."""
     call, started = start_stream(h)
+    first_picker = h.picker
     started[0].finish(UNAVAILABLE, NOT_SENT)
+    assert len(started) == 1 and not call.done()  # waits for the next picker
+    h.picker = Tracking(first_picker.sub)
+    h.publish(h.picker)
     assert len(started) == 2 and not call.done()
     started[1].responses = [b"r1"]
     assert next(call) == b"r1"
     started[1].finish()
     assert list(call) == []
     assert call.code() is grpc.StatusCode.OK
-    assert h.picker.done == [UNAVAILABLE, grpc.StatusCode.OK]
+    assert first_picker.done == [UNAVAILABLE] and h.picker.done == [grpc.StatusCode.OK]
 
 
 def test_reader_that_sees_the_refusal_first_reads_the_retried_calls_responses(h):
@@ -141,10 +147,10 @@ def test_reader_that_sees_the_refusal_first_reads_the_retried_calls_responses(h)
     assert retried and len(started) == 2
 
 
-def test_streaming_call_is_retried_only_once(h):
+def test_streaming_call_refused_unseen_is_retried_only_once(h):
     call, started = start_stream(h)
-    started[0].finish(UNAVAILABLE, NOT_SENT)
-    started[1].finish(UNAVAILABLE, NOT_SENT)
+    started[0].finish(UNAVAILABLE, REFUSED)
+    started[1].finish(UNAVAILABLE, REFUSED)
     assert len(started) == 2 and call.done()
     with pytest.raises(grpc.RpcError) as info:
         next(call)
@@ -182,7 +188,7 @@ def test_client_stream_is_retried_with_its_requests_replayed_in_order(h):
     replay = RequestReplay(requests())
     _call, started = start_stream(h, replay)
     assert [next(started[0].requests), next(started[0].requests)] == [0, 1]
-    started[0].finish(UNAVAILABLE, NOT_SENT)
+    started[0].finish(UNAVAILABLE, REFUSED)
     assert len(started) == 2
     assert list(started[1].requests) == [0, 1, 2, 3]
     assert pulled == [0, 1, 2, 3]  # each request taken from the user once
@@ -217,7 +223,7 @@ def test_client_stream_past_the_retry_buffer_is_committed_and_not_retried(h):
     assert replay.can_retry()
     assert next(started[0].requests) == b"y" * 10
     assert not replay.can_retry()
-    started[0].finish(UNAVAILABLE, NOT_SENT)
+    started[0].finish(UNAVAILABLE, REFUSED)
     assert len(started) == 1 and call.code() is UNAVAILABLE
 
 
@@ -241,7 +247,7 @@ def test_blocking_client_stream_is_retried_with_its_requests(h):
         requests = list(replay.attempt()) if not sent else [next(replay.attempt())]
         sent.append(requests)
         if len(sent) == 1:
-            raise FakeGrpcError(UNAVAILABLE, NOT_SENT)
+            raise FakeGrpcError(UNAVAILABLE, REFUSED)
         return b"resp", None
 
     del transport
@@ -258,7 +264,7 @@ def test_blocking_client_stream_past_the_buffer_is_not_retried(h):
 
     def invoke(t, remaining):
         calls.append(list(replay.attempt()))
-        raise FakeGrpcError(UNAVAILABLE, NOT_SENT)
+        raise FakeGrpcError(UNAVAILABLE, REFUSED)
 
     rpc = h.core.new_rpc("/svc/Up", None, 5.0, False)
     with pytest.raises(grpc.RpcError):

@@ -189,6 +189,11 @@ BUILTIN_SAMPLES = {
     },
     "xds_wrr_locality_experimental": {"childPolicy": _RR},
     "ring_hash_experimental": {"minRingSize": 16, "maxRingSize": 1024},
+    "weighted_round_robin": {
+        "enableOobLoadReport": True,
+        "blackoutPeriod": "1s",
+        "metricNamesForComputingUtilization": ["named_metrics.q"],
+    },
 }
 
 

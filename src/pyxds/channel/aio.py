@@ -24,10 +24,11 @@ import grpc
 import grpc.aio
 
 from pyxds.channel.aio_interceptors import INTERCEPTED, sort_interceptors
-from pyxds.channel.calls import RETRY_BUFFER_SIZE, _size_of, not_sent
+from pyxds.channel.calls import RETRY_BUFFER_SIZE, _size_of
 from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadline_status
+from pyxds.channel.dump import config_dump as channel_config_dump
 from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
-from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
+from pyxds.lb.api import ATTEMPT_NOT_STARTED, OK_STATUS, ConnectivityState, Status
 
 _CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
 #: what a grpc.aio client-streaming call's own status may say when grpcio's
@@ -226,13 +227,13 @@ class _AioCall:
                 raise self._error  # type: ignore[misc]
             transport = outcome.transport
             if transport is None or not transport.call_started():
-                self._rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+                self._rpc.attempt_done(ATTEMPT_NOT_STARTED)
                 continue
             try:
                 inner = self._start(transport, self._rpc.remaining())
             except Exception:
                 transport.call_finished()
-                self._rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+                self._rpc.attempt_done(ATTEMPT_NOT_STARTED)
                 continue
             inner.add_done_callback(lambda call, t=transport: self._inner_done(call, t))
             self._inner = inner
@@ -247,13 +248,13 @@ class _AioCall:
         self._started.set()
         self._finish(status)
 
-    def _finish(self, status: Status) -> None:
+    def _finish(self, status: Status, call: Any = None) -> None:
         if self._finished:
             return
         self._finished = True
         self._status = status
         self._done_event.set()
-        self._rpc.finish(status)
+        self._rpc.finish(status, call)
         callbacks, self._done_callbacks = self._done_callbacks, []
         for cb in callbacks:
             try:
@@ -341,21 +342,21 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
     def _start_now(self, picked: SubchannelCore) -> bool:
         transport = picked.transport
         if transport is None or not transport.call_started():
-            self._rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+            self._rpc.attempt_done(ATTEMPT_NOT_STARTED)
             return False
         try:
             inner = self._start(transport, self._rpc.remaining())
         except Exception:
             transport.call_finished()
-            self._rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+            self._rpc.attempt_done(ATTEMPT_NOT_STARTED)
             return False
         self._inner = inner
         self._started.set()
         inner.add_done_callback(lambda call, t=transport: self._fast_done(call, t))
         return True
 
-    def _finish(self, status: Status) -> None:
-        super()._finish(unary_deadline_status(status))
+    def _finish(self, status: Status, call: Any = None) -> None:
+        super()._finish(unary_deadline_status(status), call)
 
     def _fast_done(self, call: Any, transport: Transport) -> None:
         transport.call_finished()
@@ -387,21 +388,20 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
             return
         self._settled_inner = call
         if not status.ok and self._may_retry(status):
-            self._retry = False
             self._rpc.attempt_done(status)
             self._started.clear()
             self._inner = None
             self._task = self._loop.create_task(self._run(None))
             return
-        self._finish(status)
+        self._finish(status, call)
 
     def _may_retry(self, status: Status) -> bool:
-        """Not sent, not retried yet, not cancelled, not committed."""
+        """Not cancelled, not committed, and A6 allows a transparent retry."""
         return (
             self._retry
             and not self._cancelled
-            and not_sent(status.code, status.details)
             and (self._replay is None or self._replay.can_retry())
+            and self._rpc.retry_transparently(status)
         )
 
     async def _run(self, first: Any) -> Any:
@@ -413,11 +413,10 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
             except grpc.aio.AioRpcError as err:
                 status = await _final_status(inner, err)
                 if self._may_retry(status):
-                    self._retry = False
                     self._rpc.attempt_done(status)
                     self._started.clear()
                     continue
-                self._finish(status)
+                self._finish(status, inner)
                 mapped = _unary_error(err)
                 if mapped is not err:
                     raise mapped from None
@@ -425,7 +424,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
             except asyncio.CancelledError:
                 self._finish(_CANCELLED)
                 raise
-            self._finish(OK_STATUS)
+            self._finish(OK_STATUS, inner)
             return response
 
     async def _await(self) -> Any:
@@ -517,12 +516,11 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
         retry = (
             self._retry
             and not self._cancelled
-            and not_sent(status.code, status.details)
             and (self._replay is None or self._replay.can_retry())
+            and self._rpc.retry_transparently(status)
         )
         self._decisions.append((call, retry))
         if retry:
-            self._retry = False
             self._rpc.attempt_done(status)
             self._started.clear()
             self._inner = None
@@ -547,7 +545,7 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
             status = Status(grpc.StatusCode.UNKNOWN, "")
         if not status.ok and self._retry_decision(call, status):
             return
-        self._finish(status)
+        self._finish(status, call)
 
     async def _inner_call(self) -> Any:
         return await asyncio.shield(self._task)
@@ -865,7 +863,7 @@ class AioXdsChannel(grpc.aio.Channel):
         )
 
     def config_dump(self) -> dict[str, Any]:
-        return self._core.config_dump()
+        return channel_config_dump(self._core)
 
 
 def insecure_channel(

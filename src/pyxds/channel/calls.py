@@ -26,35 +26,11 @@ import grpc
 
 from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadline_status
 from pyxds.channel.subchannel import SubchannelCore, Transport
-from pyxds.lb.api import OK_STATUS, Status
+from pyxds.lb.api import ATTEMPT_NOT_STARTED, OK_STATUS, Status
 
 CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
 #: grpcio's status for a request its serializer could not serialize
 SERIALIZE_FAILED = Status(grpc.StatusCode.INTERNAL, "Exception serializing request!")
-
-#: UNAVAILABLE texts that mean the RPC never left the client, so sending it
-#: again on a new pick is safe (C-core's transparent retry).
-_NOT_SENT_MARKERS = (
-    "failed to connect to all addresses",
-    "Cannot invoke RPC",
-    "REFUSED_STREAM",
-    # C-core's text for RST_STREAM(REFUSED_STREAM): the server never saw it
-    "Received RST_STREAM with error code 7)",
-    "Stream refused",
-    "Channel closed!",
-    # a stream above the GOAWAY's last-stream-id: the server never saw it
-    "GOAWAY received",
-)
-
-
-def not_sent(code: grpc.StatusCode | None, details: str | None) -> bool:
-    if code is not grpc.StatusCode.UNAVAILABLE and code is not grpc.StatusCode.CANCELLED:
-        return False
-    text = details or ""
-    if code is grpc.StatusCode.CANCELLED:
-        return False
-    return any(marker in text for marker in _NOT_SENT_MARKERS)
-
 
 #: C-core's default ``grpc.per_rpc_retry_buffer_size``: once the requests
 #: sent on an attempt add up to more than this, the RPC is committed (no
@@ -265,8 +241,8 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
     ``start(transport, timeout)`` starts the grpcio call (``future()`` for
     unary responses, the call itself for streams) on the picked subchannel's
     grpcio channel.  ``retry_not_sent``: a call whose subchannel call failed
-    before anything reached the server is picked again, once (C-core's
-    transparent retry), as long as it has not committed: a client-streaming
+    before anything reached the server is picked again as A6 says
+    (:meth:`Rpc.retry_transparently`), as long as it has not committed: a client-streaming
     call's ``replay`` (the one its starter takes requests from) keeps its
     requests until then; a response-streaming call commits at its first
     response.
@@ -310,7 +286,7 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
             return
         transport = outcome.transport
         if transport is None or not transport.call_started():
-            self._rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+            self._rpc.attempt_done(ATTEMPT_NOT_STARTED)
             self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
             return
         remaining = self._rpc.remaining()
@@ -348,11 +324,9 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
             retry = (
                 self._retry
                 and not self._cancel_requested
-                and not_sent(status.code, status.details)
                 and (self._replay is None or self._replay.can_retry())
+                and self._rpc.retry_transparently(status)
             )
-            if retry:
-                self._retry = False
             self._decisions.append((inner, retry))
             return retry
 
@@ -371,7 +345,7 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
                 self._inner = None
             self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
             return
-        self._rpc.finish(status)
+        self._rpc.finish(status, inner)
         if self._unary_response:
             worded = unary_deadline_status(status)
             if worded is not status:
@@ -597,9 +571,9 @@ def blocking_unary(
 ) -> tuple[Any, Any]:
     """Run a unary-response RPC on the calling thread: pick (waiting if need
     be, bounded by the deadline), send, report.  Raises grpc.RpcError.
-    ``retry_not_sent``: sent again, once, when nothing reached the server
-    (a client stream: while ``replay``, which ``invoke`` takes its requests
-    from, can still replay them)."""
+    ``retry_not_sent``: sent again when nothing reached the server (A6,
+    :meth:`Rpc.retry_transparently`; a client stream only while ``replay``,
+    which ``invoke`` takes its requests from, can still replay them)."""
     while True:
         outcome = core.pick_blocking(rpc)
         if isinstance(outcome, Status):
@@ -607,7 +581,7 @@ def blocking_unary(
             raise ChannelRpcError(outcome)
         transport = outcome.transport
         if transport is None or not transport.call_started():
-            rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+            rpc.attempt_done(ATTEMPT_NOT_STARTED)
             continue
         remaining = rpc.remaining()
         if remaining is not None and remaining <= 0:
@@ -620,13 +594,12 @@ def blocking_unary(
             status = status_of(err)
             if (
                 retry_not_sent
-                and not_sent(status.code, status.details)
                 and (replay is None or replay.can_retry())
+                and rpc.retry_transparently(status)
             ):
-                retry_not_sent = False
                 rpc.attempt_done(status)
                 continue
-            rpc.finish(status)
+            rpc.finish(status, err)
             worded = unary_deadline_status(status)
             if worded is not status:
                 raise ChannelRpcError(
@@ -634,12 +607,12 @@ def blocking_unary(
                 ) from None
             raise
         except ValueError:  # "Cannot invoke RPC on closed channel!": not sent
-            rpc.attempt_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel closed"))
+            rpc.attempt_done(ATTEMPT_NOT_STARTED)
             continue
         except BaseException as err:
             rpc.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
             raise
         finally:
             transport.call_finished()
-        rpc.finish(OK_STATUS)
+        rpc.finish(OK_STATUS, result[1])
         return result

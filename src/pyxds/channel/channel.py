@@ -13,7 +13,9 @@ from typing import Any
 
 import grpc
 
+from pyxds.channel import lifecycle
 from pyxds.channel.core import ChannelCore
+from pyxds.channel.dump import config_dump as channel_config_dump
 from pyxds.channel.multicallables import (
     StreamStreamMultiCallable,
     StreamUnaryMultiCallable,
@@ -22,6 +24,9 @@ from pyxds.channel.multicallables import (
 )
 from pyxds.channel.subchannel import SyncTransport, subchannel_options
 from pyxds.lb.api import ConnectivityState
+
+CLOSE_WAIT = 1.0
+"""At most this long, ``close()`` waits for the channel's connections to close."""
 
 
 class XdsChannel(grpc.Channel):
@@ -142,7 +147,7 @@ class XdsChannel(grpc.Channel):
             subscriptions, self._subscriptions = self._subscriptions, []
         for _, on_state in subscriptions:
             self._core.remove_state_watcher(on_state)
-        self._core.close()
+        self._core.close(wait=CLOSE_WAIT)
 
     def __enter__(self) -> XdsChannel:
         return self
@@ -153,16 +158,13 @@ class XdsChannel(grpc.Channel):
 
     def __del__(self) -> None:
         core = getattr(self, "_core", None)
-        if core is not None and not core.closed:
-            try:
-                core.close()
-            except Exception:
-                pass
+        if core is not None:
+            lifecycle.release(core)  # never closes here: see channel/lifecycle.py
 
     # -- introspection ---------------------------------------------------
     def config_dump(self) -> dict[str, Any]:
         """CSDS-style dump: xDS resources plus the channel's LB state."""
-        return self._core.config_dump()
+        return channel_config_dump(self._core)
 
 
 class _Delivery:

@@ -41,6 +41,7 @@ subchannels close) and the channel is IDLE again until the next RPC.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -52,10 +53,18 @@ from urllib.parse import urlsplit
 import grpc
 
 from pyxds import metrics as _metrics
-from pyxds.channel.subchannel import ChannelSubchannel, SubchannelCore, TransportFactory, core_of
+from pyxds.channel import lifecycle
+from pyxds.channel.subchannel import (
+    ChannelSubchannel,
+    SubchannelCore,
+    Transport,
+    TransportFactory,
+    core_of,
+)
 from pyxds.channel.subchannel_pool import SubchannelPool
 from pyxds.clock import Clock, RealClock, Timer
 from pyxds.lb.api import (
+    ATTEMPT_NOT_STARTED,
     OK_STATUS,
     ConnectivityState,
     FailPicker,
@@ -71,6 +80,7 @@ from pyxds.lb.api import (
 )
 from pyxds.lb.child_handler import ChildPolicyHandler
 from pyxds.lb.registry import select_policy
+from pyxds.resolver import registry as resolver_registry
 from pyxds.resolver.api import (
     CallConfig,
     ConfigSelector,
@@ -79,6 +89,7 @@ from pyxds.resolver.api import (
     ResolverArgs,
     ResolverResult,
 )
+from pyxds.resolver.static_resolver import lb_selection_from_options
 from pyxds.serializer import WorkSerializer
 
 _log = logging.getLogger(__name__)
@@ -141,6 +152,26 @@ def _attempt_ended(rpc: Rpc, status: Status) -> float | None:
     return _attempt_started(rpc._core, rpc.path)
 
 
+#: UNAVAILABLE texts of an attempt that never left the client (A6
+#: "Transparent Retries", case 2): the subchannel's grpcio channel had no
+#: connection, or was closed, when the attempt was handed to it.
+NEVER_LEFT_CLIENT = (
+    "failed to connect to all addresses",
+    "Cannot invoke RPC",
+    "Channel closed!",
+)
+#: UNAVAILABLE texts of an attempt the server refused before its application
+#: saw it (A6 case 3): retried once.
+REFUSED_UNSEEN = (
+    "REFUSED_STREAM",
+    # C-core's text for RST_STREAM(REFUSED_STREAM)
+    "Received RST_STREAM with error code 7)",
+    "Stream refused",
+    # a stream above the GOAWAY's last-stream-id
+    "GOAWAY received",
+)
+
+
 class Rpc:
     """Per-RPC bookkeeping for the pick: the CallConfig (once chosen), the
     deadline, and the exactly-once completion hooks."""
@@ -154,6 +185,10 @@ class Rpc:
         "selector",
         "reselects",
         "on_call_done",
+        "picked_by",
+        "stale_picker",
+        "refusals_left",
+        "on_call_trailers",
         "_finished",
         "_core",
         "_attempt_start",
@@ -176,6 +211,10 @@ class Rpc:
         self.selector: ConfigSelector | None = None
         self.reselects = 0
         self.on_call_done: Callable[[Status], None] | None = None
+        self.picked_by: Picker | None = None  # the picker of the last completed pick
+        self.stale_picker: Picker | None = None  # never pick with it again
+        self.refusals_left = 1
+        self.on_call_trailers: Callable[[Sequence[tuple[str, Any]]], None] | None = None
         self._finished = False
         # A66 per-attempt metrics: the attempt's start, None while metrics are off.
         self._attempt_start = None if _metrics.RECORDER is None else _attempt_started(core, path)
@@ -185,8 +224,23 @@ class Rpc:
             return None
         return self.deadline - time.monotonic()
 
-    def attempt_done(self, status: Status) -> None:
-        """The subchannel call of one pick ended (report to the LB policy)."""
+    def attempt_done(self, status: Status, call: Any = None) -> None:
+        """The subchannel call of one pick ended (report to the LB policy).
+
+        ``call``: the finished grpcio call (sync or aio call object, or the
+        ``grpc.RpcError`` it raised) when the attempt reached the
+        subchannel.  The pick's ``on_call_trailers`` gets its trailing
+        metadata first (A51 per-call ORCA), then ``on_call_done`` the
+        status.  This is the one place the channel hands trailers to the LB
+        policy; the trailers are read only when a policy asked for them."""
+        trailers_hook, self.on_call_trailers = self.on_call_trailers, None
+        if trailers_hook is not None and call is not None:
+            try:
+                trailers = trailing_metadata_of(call)
+                if trailers:
+                    trailers_hook(trailers)
+            except Exception:
+                _log.exception("pyxds: on_call_trailers raised")
         done, self.on_call_done = self.on_call_done, None
         if self._attempt_start is not None:
             self._attempt_start = _attempt_ended(self, status)
@@ -195,6 +249,26 @@ class Rpc:
                 done(status)
             except Exception:
                 _log.exception("pyxds: on_call_done raised")
+
+    def retry_transparently(self, status: Status) -> bool:
+        """Whether an attempt that failed with ``status`` is sent again
+        (gRFC A6 "Transparent Retries"; the caller has checked the RPC is
+        not committed).  An attempt that never left the client (its
+        subchannel's connection was gone) is sent again until the deadline,
+        each time by a picker newer than the one that chose that subchannel:
+        that picker was built before the loss was known, and picking with it
+        again would fail the same way.  An attempt the server refused unseen
+        (REFUSED_STREAM, a stream above GOAWAY's last id) is sent again once."""
+        details = status.details or ""
+        if status.code is not grpc.StatusCode.UNAVAILABLE:
+            return False
+        if any(marker in details for marker in NEVER_LEFT_CLIENT):
+            self.stale_picker = self.picked_by
+            return True
+        if self.refusals_left > 0 and any(marker in details for marker in REFUSED_UNSEEN):
+            self.refusals_left -= 1
+            return True
+        return False
 
     def release_config(self) -> None:
         """Forget the CallConfig (committing it) so the RPC is routed again."""
@@ -206,12 +280,13 @@ class Rpc:
             except Exception:
                 _log.exception("pyxds: on_committed raised")
 
-    def finish(self, status: Status) -> None:
-        """The RPC ended: report the last attempt, commit the CallConfig once."""
+    def finish(self, status: Status, call: Any = None) -> None:
+        """The RPC ended: report the last attempt (``call``: its finished
+        grpcio call, see :meth:`attempt_done`), commit the CallConfig once."""
         if self._finished:
             return
         self._finished = True
-        self.attempt_done(status)
+        self.attempt_done(status, call)
         config = self.call_config
         if config is not None and config.on_committed is not None:
             try:
@@ -219,6 +294,27 @@ class Rpc:
             except Exception:
                 _log.exception("pyxds: on_committed raised")
         self._core.call_ended()
+
+
+def trailing_metadata_of(call: Any) -> tuple[tuple[str, Any], ...]:
+    """The trailing metadata of a finished grpcio call as ``(key, value)``
+    pairs, read without blocking: a sync call or ``grpc.RpcError`` answers
+    ``trailing_metadata()`` at once; a ``grpc.aio`` call keeps its final
+    status on the Cython call (its ``trailing_metadata()`` is a coroutine).
+    Empty when nothing can be read."""
+    cython_call = getattr(call, "_cython_call", None)
+    if cython_call is not None:
+        raw = getattr(cython_call, "_status", None)
+        metadata = raw.trailing_metadata() if raw is not None else None
+    else:
+        reader = getattr(call, "trailing_metadata", None)
+        metadata = reader() if reader is not None else None
+        if hasattr(metadata, "close") and hasattr(metadata, "send"):  # a coroutine
+            metadata.close()
+            metadata = None
+    if not metadata:
+        return ()
+    return tuple((item[0], item[1]) for item in metadata)
 
 
 class ChannelHelper(Helper):
@@ -260,26 +356,16 @@ def parse_target(target: str) -> tuple[str, str]:
 
 
 def build_resolver(scheme: str, target: str, args: ResolverArgs) -> Resolver:
-    """The resolver registered for ``scheme`` (pyxds.resolver.registry, e.g.
-    ``xds``), else the built-in static/ipv4/ipv6/dns resolvers."""
-    try:
-        from pyxds.resolver import registry  # lands with the xds resolver
-    except ImportError:
-        registry = None  # type: ignore[assignment]
-    if registry is not None:
-        getter = getattr(registry, "get", None)
-        factory = getter(scheme) if getter is not None else None
-        if factory is not None:
-            build = getattr(factory, "build", None)
-            return build(args) if build is not None else factory(args)
-    from pyxds.channel.static_resolver import build_builtin
-
+    """The resolver registered for ``scheme`` in :mod:`pyxds.resolver.registry`
+    (``xds`` and the built-in static/ipv4/ipv6/dns ones, or a user's).  A bare
+    ``host:port`` target is ``dns:///host:port``."""
     if scheme == "dns" and "://" not in target:
-        target = "dns:///" + target
-    resolver = build_builtin(scheme, target, args)
-    if resolver is None:
+        args = dataclasses.replace(args, target="dns:///" + target)
+    factory = resolver_registry.get(scheme)
+    if factory is None:
         raise ValueError(f"pyxds: no resolver for target {target!r} (scheme {scheme!r})")
-    return resolver
+    build = getattr(factory, "build", None)
+    return build(args) if build is not None else factory(args)
 
 
 class ChannelCore:
@@ -336,6 +422,7 @@ class ChannelCore:
         self._calls_started = 0
         self._idle_checked_started = 0
         self._state_watchers: list[Callable[[ConnectivityState], None]] = []
+        lifecycle.track(self)  # closed at interpreter exit if never closed
 
     # ------------------------------------------------------------------
     # RPC side (any thread, never enters the serializer except to exit idle)
@@ -391,8 +478,11 @@ class ChannelCore:
                 cap = time.monotonic() + config.timeout
                 if rpc.deadline is None or cap < rpc.deadline:
                     rpc.deadline = cap
+        picker = self.picker
+        if picker is rpc.stale_picker:
+            return None  # it chose a lost connection for this RPC: wait for the next
         try:
-            result = self.picker.pick(PickArgs(rpc.path, rpc.metadata, config.call_attributes))
+            result = picker.pick(PickArgs(rpc.path, rpc.metadata, config.call_attributes))
         except Exception as err:
             _log.exception("pyxds: picker raised")
             return Status(grpc.StatusCode.INTERNAL, f"picker failed: {err}")
@@ -402,9 +492,11 @@ class ChannelCore:
                 # not one of ours, or lost its connection since the picker
                 # was built: the next picker will say more.
                 if result.on_call_done is not None:
-                    result.on_call_done(Status(grpc.StatusCode.UNAVAILABLE, "subchannel not ready"))
+                    result.on_call_done(ATTEMPT_NOT_STARTED)
                 return None
             rpc.on_call_done = result.on_call_done
+            rpc.picked_by = picker
+            rpc.on_call_trailers = result.on_call_trailers
             return core
         if isinstance(result, PickFail):
             if rpc.wait_for_ready:
@@ -615,8 +707,6 @@ class ChannelCore:
         """The channel's LB policy when the resolver names none: the
         channel options' service config / ``grpc.lb_policy_name``, else
         pick_first (gRPC's default service config rule)."""
-        from pyxds.channel.static_resolver import lb_selection_from_options
-
         selection = lb_selection_from_options(self.options)
         if isinstance(selection, Status):
             _log.warning("pyxds: %s: %s; using pick_first", self.target, selection.details)
@@ -745,43 +835,37 @@ class ChannelCore:
             except Exception:
                 _log.exception("pyxds: connectivity watcher raised")
 
-    def close(self) -> None:
+    def close(self, wait: float = 0.0) -> None:
+        """Close the channel.  ``wait`` > 0 (a user's ``close()``): return once
+        every connection is closed, as grpcio's own ``close()`` does, so a
+        server stopped right after sees no live client (no GOAWAY noise);
+        at most ``wait`` seconds, and never from inside the serializer."""
         if self.closed:
             return
+        closing: list[Transport] = []
+        closed = threading.Event()
 
         def go() -> None:
-            self.pool.close()  # first: cancels RPCs in flight on every connection
+            closing.extend(self.pool.close())  # first: cancels RPCs in flight
             self._teardown()
-            self.pool.close()
+            closing.extend(self.pool.close())
             self.picker = FailPicker(CHANNEL_CLOSED)
             self._set_state(ConnectivityState.SHUTDOWN, CHANNEL_CLOSED)
             self._publish()
             close_clock = getattr(self.clock, "close", None)
             if close_clock is not None:
                 close_clock()
+            closed.set()
 
         self.closed = True
         self.serializer.run(go)
-
-    def config_dump(self) -> dict[str, Any]:
-        from pyxds.channel.dump import channel_dump, xds_client_dump
-
-        xds = xds_client_dump(self.resolver)
-        if self.serializer.in_serializer:
-            return channel_dump(self, xds)
-        box: list[dict[str, Any]] = []
-        done = threading.Event()
-
-        def go() -> None:
-            try:
-                box.append(channel_dump(self, xds))
-            finally:
-                done.set()
-
-        self.serializer.run(go)
-        if not done.wait(5.0):  # the serializer is stuck: dump without it
-            return channel_dump(self, xds)
-        return box[0]
+        if wait <= 0 or self.serializer.in_serializer:
+            return
+        deadline = time.monotonic() + wait
+        if closed.wait(wait):
+            for transport in closing:
+                if not transport.close_done.wait(max(0.0, deadline - time.monotonic())):
+                    break
 
 
 _DEADLINE_CLOCK = RealClock()

@@ -12,14 +12,17 @@ dump).  The channel part walks the LB policy tree:
   (``children``/``_children`` mappings, ``child`` attributes) and for
   subchannels, defensively (``getattr``, never raising).
 
-The result also lists every subchannel of the channel with its state.
+The result also lists every subchannel of the channel with its state, and
+(``load_reports``) the last load report the XdsClient sent per cluster (A27).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, Set
 from typing import TYPE_CHECKING, Any
 
+from pyxds.channel.subchannel import core_of
 from pyxds.lb.child_handler import ChildPolicyHandler
 
 if TYPE_CHECKING:
@@ -84,7 +87,7 @@ def dump_policy(policy: Any, depth: int = 0) -> dict[str, Any]:
                     cstate = _own(value, "state")
                     if cstate is not None and hasattr(cstate, "name"):
                         entry.setdefault("state", cstate.name)
-                    dumped[str(name)] = entry
+                    dumped[_child_name(name)] = entry
                 out["children"] = dumped
                 break
         else:
@@ -119,8 +122,6 @@ def _add_subchannels(policy: Any, out: dict[str, Any]) -> None:
         return
     listed = []
     for sub in subchannels:
-        from pyxds.channel.subchannel import core_of
-
         core = core_of(sub)
         state = core.state if core is not None else getattr(sub, "state", None)
         listed.append(
@@ -132,6 +133,14 @@ def _add_subchannels(policy: Any, out: dict[str, Any]) -> None:
     out["subchannels"] = listed
 
 
+def _child_name(name: Any) -> str:
+    """A child's key as text: an endpoint child keyed by its address set
+    (round_robin, ring_hash) reads ``127.0.0.1:443``, several joined by ", "."""
+    if isinstance(name, Set | tuple | list):
+        return ", ".join(sorted(str(part) for part in name))
+    return str(name)
+
+
 def xds_client_dump(resolver: Any) -> Any:
     """The CSDS ClientConfig of the resolver's XdsClient (outside any serializer)."""
     client = getattr(resolver, "xds_client", None) or getattr(resolver, "_client", None)
@@ -140,6 +149,19 @@ def xds_client_dump(resolver: Any) -> Any:
         return None
     try:
         return dump()
+    except Exception as err:
+        return {"dump_error": str(err)}
+
+
+def load_reports_dump(resolver: Any) -> Any:
+    """The last load report sent per cluster by the resolver's XdsClient
+    (A27 LRS), as ``ClusterStats``-shaped dicts; None without an XdsClient."""
+    client = getattr(resolver, "xds_client", None) or getattr(resolver, "_client", None)
+    reports = getattr(client, "load_reports", None)
+    if not callable(reports):
+        return None
+    try:
+        return [r.to_json() for r in reports()]
     except Exception as err:
         return {"dump_error": str(err)}
 
@@ -219,6 +241,7 @@ def channel_dump(core: ChannelCore, xds: Any = None) -> dict[str, Any]:
         "resolver": resolver_dump,
         "xds_client": xds,
         "xds_config": xds_config_dump(core),
+        "load_reports": load_reports_dump(resolver),
         "config_selector": selector_dump,
         "lb_policy": dump_policy(core.lb),
         "subchannels": {
@@ -229,3 +252,25 @@ def channel_dump(core: ChannelCore, xds: Any = None) -> dict[str, Any]:
             for sub in core.pool.cores()
         },
     }
+
+
+def config_dump(core: ChannelCore) -> dict[str, Any]:
+    """``channel.config_dump()``: taken on the channel's serializer, so the LB
+    tree is seen between two updates (without it after 5 s if the serializer
+    is stuck)."""
+    xds = xds_client_dump(core.resolver)
+    if core.serializer.in_serializer:
+        return channel_dump(core, xds)
+    box: list[dict[str, Any]] = []
+    done = threading.Event()
+
+    def go() -> None:
+        try:
+            box.append(channel_dump(core, xds))
+        finally:
+            done.set()
+
+    core.serializer.run(go)
+    if not done.wait(5.0):
+        return channel_dump(core, xds)
+    return box[0]

@@ -123,6 +123,9 @@ class Transport(ABC):
     connectivity states from any thread.  Counts the RPCs running on it so
     that :meth:`retire` closes it only when they are done."""
 
+    #: True for a grpc.aio channel (calls run as tasks on its event loop)
+    runs_on_event_loop = False
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._active = 0
@@ -130,6 +133,8 @@ class Transport(ABC):
         self.closed = False
         self.active_seen = False
         self.callables: dict[Any, Any] = {}
+        #: set once the grpcio channel is closed (its connections gone)
+        self.close_done = threading.Event()
 
     @property
     @abstractmethod
@@ -214,13 +219,21 @@ class SyncTransport(Transport):
         # grpcio's close() joins its connectivity poller (100-200 ms): never
         # on the serializer, where it stalled every state change and pick
         # update of the channel (a failing subchannel reported TF 200 ms late).
-        threading.Thread(target=self._channel.close, name="pyxds-close", daemon=True).start()
+        threading.Thread(target=self._close_channel, name="pyxds-close", daemon=True).start()
+
+    def _close_channel(self) -> None:
+        try:
+            self._channel.close()
+        finally:
+            self.close_done.set()
 
 
 class AioTransport(Transport):
     """A ``grpc.aio.Channel`` to one address, bound to one event loop.
     Created and watched on that loop (``wait_for_state_change``); calls from
     other threads are marshalled with ``call_soon_threadsafe``."""
+
+    runs_on_event_loop = True
 
     def __init__(
         self,
@@ -294,6 +307,7 @@ class AioTransport(Transport):
                 self._loop.create_task(self._channel.close())
 
         self._on_loop(go)
+        self.close_done.set()  # closes on its event loop; nothing to wait for here
 
 
 TransportFactory = Callable[
@@ -382,6 +396,9 @@ class SubchannelCore:
             self._backoff_timer = None
         self.state = ConnectivityState.SHUTDOWN
         self._watchers.clear()
+        oob = getattr(self, "orca_oob", None)  # pyxds.channel.orca_oob, if used
+        if oob is not None:
+            oob.close()
         if self.transport is not None:
             self.transport.retire(force=force)
 
@@ -477,6 +494,19 @@ class ChannelSubchannel(Subchannel):
     def reset_backoff(self) -> None:
         if not self._shut:
             self.core.reset_backoff()
+
+    def watch_orca_oob(self, period: float, fn: Callable[[Any], None]) -> Callable[[], None]:
+        """Subscribe ``fn`` to this subchannel's out-of-band ORCA reports,
+        asking for one every ``period`` seconds (gRFC A51; one stream per
+        connection shared by every subscriber, :mod:`pyxds.channel.orca_oob`).
+        Returns the unsubscribe; this handle's ``shutdown()`` unsubscribes too."""
+        if self._shut:
+            return lambda: None
+        from pyxds.channel.orca_oob import oob_stream_of
+
+        cancel = oob_stream_of(self.core).add(period, fn)
+        self._unwatchers.append(cancel)
+        return cancel
 
     def shutdown(self) -> None:
         if self._shut:

@@ -18,6 +18,7 @@ import grpc
 from pyxds.channel.subchannel import (
     ChannelSubchannel,
     SubchannelCore,
+    Transport,
     TransportFactory,
     backoff_from_options,
 )
@@ -77,10 +78,15 @@ class SubchannelPool:
     def cores(self) -> list[SubchannelCore]:
         return list(self._cores.values())
 
-    def close(self) -> None:
-        """Channel close: every connection goes now, RPCs on them are cancelled."""
+    def close(self) -> list[Transport]:
+        """Channel close: every connection goes now, RPCs on them are
+        cancelled.  Returns the transports being closed (``close_done``)."""
         cores, self._cores = list(self._cores.values()), {}
         cores += self._released
         self._released = []
+        closing = []
         for core in cores:
+            if core.transport is not None:
+                closing.append(core.transport)
             core.shutdown(force=True)
+        return closing

@@ -9,12 +9,9 @@ from pyxds.cli.errors import USAGE, CliError, Parser, fail
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from pyxds import __version__
 
-    try:
-        return version("pyxds")
-    except PackageNotFoundError:
-        return "unknown"
+    return __version__
 
 
 def build_parser() -> Parser:

@@ -72,6 +72,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-watch", action="store_true", help="reload only on SIGHUP, not on file changes"
     )
+    parser.add_argument(
+        "--lrs-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="load reporting (LRS) interval asked of clients (default: 10)",
+    )
+    parser.add_argument(
+        "--print-load-reports",
+        action="store_true",
+        help="print each load report received as a JSON line on stdout",
+    )
 
 
 def _node_files(specs: list[str]) -> dict[str, list[str]]:
@@ -122,7 +134,11 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port {args.port}: expected 0..65535", USAGE)
     _check_port_free(args.host, args.port)
-    server = ManagementServer(args.host, args.port)
+    if args.lrs_interval <= 0:
+        raise CliError(f"--lrs-interval {args.lrs_interval}: expected seconds > 0", USAGE)
+    server = ManagementServer(args.host, args.port, lrs_interval=args.lrs_interval)
+    if args.print_load_reports:
+        server.lrs.on_report = lambda record: print(json.dumps(record.to_json()), flush=True)
     served = ServedFiles(server, files, node_files, validate=not args.no_validate, log=_log)
     try:
         served.load_initial()

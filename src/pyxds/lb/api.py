@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Union
 
 import grpc
 
+from pyxds.status import OK_STATUS, Status
+
 if TYPE_CHECKING:
     from pyxds.clock import Clock
 
@@ -33,11 +35,13 @@ __all__ = [
     "ConnectivityState",
     "Status",
     "OK_STATUS",
+    "ATTEMPT_NOT_STARTED",
     "REQUEST_HASH_KEY",
     "Endpoint",
     "ResolverUpdate",
     "PickArgs",
     "PickComplete",
+    "TrailingMetadata",
     "PickQueue",
     "PickFail",
     "PickDrop",
@@ -63,25 +67,6 @@ class ConnectivityState(enum.Enum):
     READY = "READY"
     TRANSIENT_FAILURE = "TRANSIENT_FAILURE"
     SHUTDOWN = "SHUTDOWN"
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    """A gRPC status: code plus human-readable details."""
-
-    code: grpc.StatusCode
-    details: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.code is grpc.StatusCode.OK
-
-    def __str__(self) -> str:
-        name = self.code.name if hasattr(self.code, "name") else str(self.code)
-        return f"{name}: {self.details}" if self.details else name
-
-
-OK_STATUS = Status(grpc.StatusCode.OK)
 
 
 def _freeze_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -179,12 +164,32 @@ class PickArgs:
     call_attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
 
 
+TrailingMetadata = Sequence[tuple[str, Union[str, bytes]]]
+
+
 @dataclass(frozen=True, slots=True)
 class PickComplete:
-    """Send the RPC on ``subchannel``; call ``on_call_done(status)`` when it ends."""
+    """Send the RPC on ``subchannel``; call ``on_call_done(status)`` when it ends.
+
+    ``on_call_trailers`` (optional): called with the attempt's trailing
+    metadata, as ``(key, value)`` pairs, just before ``on_call_done``, when
+    the subchannel call ended with trailers (gRFC A51 "Per-Request Metrics
+    Reporting": how a policy such as ``weighted_round_robin`` reads the
+    ``endpoint-load-metrics-bin`` ORCA report of the call it picked).  Not
+    called for an RPC that never reached the subchannel.  A policy that
+    wraps a child's ``PickComplete`` passes it through."""
 
     subchannel: Subchannel
     on_call_done: Callable[[Status], None] | None = None
+    on_call_trailers: Callable[[TrailingMetadata], None] | None = None
+
+
+ATTEMPT_NOT_STARTED = Status(grpc.StatusCode.UNAVAILABLE, "subchannel not ready")
+"""What a channel passes to ``PickComplete.on_call_done`` (this very object)
+when it could not start the attempt on the picked subchannel (its connection
+went away since the picker was built): the attempt never reached a backend,
+so load reporting does not count it (A27; C-core starts its call tracker only
+when the call starts)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,6 +92,7 @@ def _load_builtins() -> None:
         "pyxds.lb.pick_first",
         "pyxds.lb.round_robin",
         "pyxds.lb.ring_hash",
+        "pyxds.lb.weighted_round_robin",
         "pyxds.lb.priority",
         "pyxds.lb.weighted_target",
         "pyxds.lb.xds_wrr_locality",

@@ -25,12 +25,25 @@ child's picker wrapped in :class:`XdsClusterImplPicker`.  A pick, in order
    (cluster in-flight and the picked endpoint's locality) and gets an
    ``on_call_done`` that records success or failure, then calls the child's.
 
-Drops are counted per category for load reporting.  The locality of a
-subchannel is the ``locality`` attribute of the endpoint it was created for
-(the cds policy sets it): the child gets a :class:`CountedSubchannel`
-carrying that locality's counters, which the picker unwraps, so the count
-costs no lookup on the pick path and the channel only ever sees its own
-subchannels.
+Load reporting (A27 "Load Reporting"): when the cluster has
+``lrs_server: self``, the policy takes the cluster's drop stats and each
+locality's stats from the XdsClient's load store (the ``xds_client``
+attribute; key: the LRS server, the cluster, its EDS service name, the
+locality), as C-core does: EDS drops count under their category, circuit
+breaker drops as uncategorized, and every completed pick (one RPC attempt)
+counts issued at the pick and succeeded/failed in its ``on_call_done``
+(in progress in between).  Without ``lrs_server`` nothing is reported.  The
+stats are given back when the cluster stops reporting, when the key changes
+(the next report flushes them) and at shutdown.
+
+The locality of a subchannel is the ``locality`` attribute of the endpoint it
+was created for (the cds policy sets it): the child gets a
+:class:`CountedSubchannel` carrying that locality's counters, which the
+picker unwraps, so the count costs no lookup on the pick path and the channel
+only ever sees its own subchannels.  The picker rebuilds the child's
+:class:`PickComplete` passing every one of its fields on (positionally: a
+``dataclasses.replace`` costs 10x on the pick path), so what a child policy
+asks of the channel (``on_call_trailers`` for ORCA) survives.
 
 State: the child's state and status, unchanged.  Before the child reports,
 nothing is published, except when a category drops every call: then the
@@ -39,6 +52,7 @@ policy is READY at once with a picker that drops (C-core does the same).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +61,7 @@ import grpc
 
 from pyxds.lb import registry
 from pyxds.lb.api import (
+    ATTEMPT_NOT_STARTED,
     OK_STATUS,
     ConnectivityState,
     FailPicker,
@@ -67,7 +82,14 @@ from pyxds.lb.call_counters import ClusterCounters, LocalityCounters, cluster_co
 from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
 from pyxds.lb.errors import LBConfigError, expect_object, expect_string
 from pyxds.lb.registry import PolicySelection
-from pyxds.resolver.xds_config import XDS_CONFIG_ATTRIBUTE, ClusterConfig, EndpointConfig
+from pyxds.resolver.xds_config import (
+    XDS_CLIENT_ATTRIBUTE,
+    XDS_CONFIG_ATTRIBUTE,
+    ClusterConfig,
+    EndpointConfig,
+)
+
+_log = logging.getLogger(__name__)
 
 NAME = "xds_cluster_impl_experimental"
 DEFAULT_MAX_REQUESTS = 1024
@@ -94,7 +116,15 @@ class XdsClusterImplPicker(Picker):
     """Drops, circuit breaking and call counting around the child's picker.
     On the RPC path: no allocation beyond the result and its done callback."""
 
-    __slots__ = ("_child", "_drops", "_counters", "_calls", "_max_requests", "_random")
+    __slots__ = (
+        "_child",
+        "_drops",
+        "_counters",
+        "_calls",
+        "_max_requests",
+        "_random",
+        "_drop_stats",
+    )
 
     def __init__(
         self,
@@ -103,6 +133,7 @@ class XdsClusterImplPicker(Picker):
         counters: ClusterCounters,
         max_requests: int,
         random_source: Any,
+        drop_stats: Any = None,
     ) -> None:
         self._child = child
         self._drops = drops
@@ -110,6 +141,7 @@ class XdsClusterImplPicker(Picker):
         self._calls = counters.calls
         self._max_requests = max_requests
         self._random = random_source
+        self._drop_stats = drop_stats
 
     def pick(self, args: PickArgs) -> PickResult:
         if self._drops:
@@ -117,23 +149,34 @@ class XdsClusterImplPicker(Picker):
             for category, threshold, result in self._drops:
                 if draw() * PARTS_PER_MILLION < threshold:
                     self._counters.call_dropped(category)
+                    if self._drop_stats is not None:
+                        self._drop_stats.add(category)
                     return result
         calls = self._calls
         if len(calls) >= self._max_requests:
             self._counters.call_dropped(None)
+            if self._drop_stats is not None:
+                self._drop_stats.add(None)
             return _CIRCUIT_BREAKER_DROP
         result = self._child.pick(args)
         if type(result) is not PickComplete:
             return result
         subchannel = result.subchannel
-        locality = None
+        locality = lrs = None
         if type(subchannel) is CountedSubchannel:
             locality = subchannel.stats
+            lrs = subchannel.lrs
             subchannel = subchannel.real
             if locality is not None:
                 locality.call_started()
+            if lrs is not None:
+                lrs.call_started()
         calls.append(None)
-        return PickComplete(subchannel, _call_done(calls, locality, result.on_call_done))
+        # Positional rebuild (dataclasses.replace is 10x slower on the pick
+        # path); every PickComplete field is passed on (a unit test fails
+        # when PickComplete gains one this line does not name).
+        done = _call_done(calls, locality, lrs, result.on_call_done)
+        return PickComplete(subchannel, done, result.on_call_trailers)
 
     @property
     def child(self) -> Picker:
@@ -147,15 +190,23 @@ class XdsClusterImplPicker(Picker):
 def _call_done(
     calls: Any,
     locality: LocalityCounters | None,
+    lrs: Any,
     inner: Callable[[Status], None] | None,
 ) -> Callable[[Status], None]:
     """The ``on_call_done`` of a counted call (``calls`` is the cluster's
-    in-flight deque, see :class:`ClusterCounters`)."""
+    in-flight deque, see :class:`ClusterCounters`; ``lrs`` the locality's
+    load-report stats or None)."""
 
     def on_call_done(status: Status) -> None:
         calls.pop()
+        ok = status.code is _OK
         if locality is not None:
-            locality.call_finished(status.code is _OK)
+            locality.call_finished(ok)
+        if lrs is not None:
+            if status is ATTEMPT_NOT_STARTED:
+                lrs.call_not_started()
+            else:
+                lrs.call_finished(ok)
         if inner is not None:
             inner(status)
 
@@ -168,7 +219,7 @@ class CountedSubchannel(Subchannel):
     hands ``real`` to the channel, so the channel never sees this wrapper
     (C-core's StatsSubchannelWrapper does the same)."""
 
-    __slots__ = ("real", "address", "locality", "stats", "_owner")
+    __slots__ = ("real", "address", "locality", "stats", "lrs", "_owner")
 
     def __init__(
         self,
@@ -176,11 +227,13 @@ class CountedSubchannel(Subchannel):
         locality: Any,
         stats: LocalityCounters | None,
         owner: XdsClusterImplPolicy,
+        lrs: Any = None,
     ) -> None:
         self.real = real
         self.address = real.address
         self.locality = locality
         self.stats = stats
+        self.lrs = lrs
         self._owner = owner
 
     def connect(self) -> None:
@@ -239,6 +292,10 @@ class XdsClusterImplPolicy(LoadBalancer):
         self._updating = False
         self._dirty = False
         self._shut_down = False
+        # Load reporting: (store, server, cluster, EDS service name) or None,
+        # and the drop stats taken for it.
+        self._lrs_key: tuple[Any, Any, str, str] | None = None
+        self._drop_stats: Any = None
 
     @property
     def counters(self) -> ClusterCounters | None:
@@ -289,6 +346,10 @@ class XdsClusterImplPolicy(LoadBalancer):
             for subchannel in self._subchannels:
                 if subchannel.locality is not None:
                     subchannel.stats = counters.locality(subchannel.locality)
+        lrs_key = self._load_report_key(update, cluster, config.cluster_name, eds_service_name)
+        if lrs_key != self._lrs_key:
+            self._set_load_reporting(lrs_key)
+            self._dirty = True
         self._drops = drops
         self._drop_all = any(t >= PARTS_PER_MILLION for _, t, _ in drops)
         self._max_requests = max_requests
@@ -318,6 +379,53 @@ class XdsClusterImplPolicy(LoadBalancer):
     def shutdown(self) -> None:
         self._shut_down = True
         self._child.shutdown()
+        self._set_load_reporting(None)
+
+    # -- load reporting ------------------------------------------------
+    @staticmethod
+    def _load_report_key(
+        update: ResolverUpdate, cluster: Any, cluster_name: str, eds_service_name: str | None
+    ) -> tuple[Any, Any, str, str] | None:
+        """Where this cluster's load goes, or None when it does not report."""
+        if not getattr(cluster, "lrs_server", False):
+            return None
+        client = update.attributes.get(XDS_CLIENT_ATTRIBUTE)
+        store = getattr(client, "load_store", None)
+        if store is None:
+            return None
+        try:
+            server = client.lrs_server_for(cluster_name)
+        except LookupError as err:
+            _log.warning("cluster %s: no LRS server: %s", cluster_name, err)
+            return None
+        return (store, server, cluster_name, eds_service_name or "")
+
+    def _set_load_reporting(self, key: tuple[Any, Any, str, str] | None) -> None:
+        """Give back the stats of the old key and take those of ``key``."""
+        old = self._lrs_key
+        if old is not None:
+            store = old[0]
+            if self._drop_stats is not None:
+                store.release(self._drop_stats)
+            for subchannel in self._subchannels:
+                if subchannel.lrs is not None:
+                    store.release(subchannel.lrs)
+                    subchannel.lrs = None
+        self._lrs_key = key
+        self._drop_stats = None
+        if key is None:
+            return
+        store, server, cluster_name, eds = key
+        self._drop_stats = store.drop_stats(server, cluster_name, eds)
+        for subchannel in self._subchannels:
+            subchannel.lrs = self._locality_lrs(subchannel.locality)
+
+    def _locality_lrs(self, locality: Any) -> Any:
+        key = self._lrs_key
+        if key is None or locality is None:
+            return None
+        store, server, cluster_name, eds = key
+        return store.locality_stats(server, cluster_name, eds, locality)
 
     # -- internals -----------------------------------------------------
     def _fail(self, status: Status) -> Status:
@@ -328,12 +436,16 @@ class XdsClusterImplPolicy(LoadBalancer):
         stats = None
         if locality is not None and self._counters is not None:
             stats = self._counters.locality(locality)
-        subchannel = CountedSubchannel(real, locality, stats, self)
+        subchannel = CountedSubchannel(real, locality, stats, self, self._locality_lrs(locality))
         self._subchannels.add(subchannel)
         return subchannel
 
     def _untrack(self, subchannel: CountedSubchannel) -> None:
-        self._subchannels.discard(subchannel)
+        if subchannel in self._subchannels:
+            self._subchannels.discard(subchannel)
+            if subchannel.lrs is not None and self._lrs_key is not None:
+                self._lrs_key[0].release(subchannel.lrs)
+                subchannel.lrs = None
 
     def _child_reported(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
         if self._shut_down:
@@ -361,6 +473,7 @@ class XdsClusterImplPolicy(LoadBalancer):
             self._counters,
             self._max_requests,
             self.helper.random,
+            self._drop_stats,
         )
         self.helper.update_state(state, status, picker)
 

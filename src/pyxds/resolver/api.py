@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyxds.clock import Clock
-from pyxds.lb.api import EMPTY_ATTRIBUTES, Endpoint, Status
+from pyxds.lb.api import EMPTY_ATTRIBUTES, Endpoint
 from pyxds.lb.registry import PolicySelection
 from pyxds.serializer import WorkSerializer
+from pyxds.status import Status
 
 
 @dataclass(frozen=True, slots=True)

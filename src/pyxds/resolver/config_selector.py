@@ -44,10 +44,11 @@ from typing import Any
 
 import grpc
 
-from pyxds.lb.api import REQUEST_HASH_KEY, Status
+from pyxds.lb.api import REQUEST_HASH_KEY
 from pyxds.resolver.api import CallConfig, ConfigSelector
 from pyxds.resolver.request_hash import RequestHasher
 from pyxds.resolver.route_matching import RouteTable
+from pyxds.status import Status
 from pyxds.xds.resources.types import RouteAction, VirtualHost
 
 __all__ = [

@@ -63,10 +63,16 @@ from typing import Any
 import grpc
 
 from pyxds.clock import Clock, Timer
-from pyxds.lb.api import Status
 from pyxds.resolver.dns import DnsResolver, default_dns_resolver
 from pyxds.resolver.route_matching import select_virtual_host
 from pyxds.resolver.xds_config import AggregateConfig, ClusterConfig, EndpointConfig, XdsConfig
+from pyxds.status import Status
+from pyxds.xds.resources import (
+    CLUSTER_TYPE_URL,
+    ENDPOINTS_TYPE_URL,
+    LISTENER_TYPE_URL,
+    ROUTE_CONFIG_TYPE_URL,
+)
 from pyxds.xds.resources.types import (
     Cluster,
     ClusterLoadAssignment,
@@ -78,21 +84,6 @@ from pyxds.xds.resources.types import (
     RouteConfiguration,
     VirtualHost,
 )
-
-try:
-    from pyxds.xds.resources import (  # type: ignore[attr-defined]
-        CLUSTER_TYPE_URL,
-        ENDPOINTS_TYPE_URL,
-        LISTENER_TYPE_URL,
-        ROUTE_CONFIG_TYPE_URL,
-    )
-except ImportError:  # pragma: no cover - until pyxds.xds.resources exports them
-    from pyxds.testing.fake_xds_client import (
-        CLUSTER_TYPE_URL,
-        ENDPOINTS_TYPE_URL,
-        LISTENER_TYPE_URL,
-        ROUTE_CONFIG_TYPE_URL,
-    )
 
 __all__ = [
     "MAX_AGGREGATE_DEPTH",

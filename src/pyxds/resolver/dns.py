@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from pyxds.lb.api import Status
+from pyxds.status import Status
 
 __all__ = [
     "DnsResult",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Union
 
-from pyxds.lb.api import Status
+from pyxds.status import Status
 from pyxds.xds.resources.types import (
     Cluster,
     ClusterLoadAssignment,
@@ -28,6 +28,9 @@ from pyxds.xds.resources.types import (
 
 XDS_CONFIG_ATTRIBUTE = "xds_config"
 DEPENDENCY_MANAGER_ATTRIBUTE = "dependency_manager"
+XDS_CLIENT_ATTRIBUTE = "xds_client"
+"""The channel's XdsClient, for xds_cluster_impl's load reporting (A74 keeps
+the XdsClient reachable from the LB tree; A27 LRS)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,8 @@ manager's ``on_update``:
   without it and releases the subscription.
 * **LB config**: ``xds_cluster_manager_experimental`` with a child
   ``cluster:NAME`` -> ``cds_experimental {"cluster": NAME}`` per cluster,
-  with attributes ``xds_config`` and ``dependency_manager``.
+  with attributes ``xds_config``, ``dependency_manager`` and ``xds_client``
+  (xds_cluster_impl's load reporting, A27).
 * **Errors**: before any good config, a ``Status`` becomes a
   ``service_config_error`` and a selector failing RPCs with it (UNAVAILABLE,
   naming the resource).  After a good config, every Status the manager
@@ -43,7 +44,6 @@ from urllib.parse import unquote, urlsplit
 import grpc
 
 from pyxds.lb import registry
-from pyxds.lb.api import Status
 from pyxds.lb.errors import LBConfigError
 from pyxds.lb.registry import PolicySelection
 from pyxds.resolver.api import ConfigSelector, Resolver, ResolverArgs, ResolverResult
@@ -55,7 +55,13 @@ from pyxds.resolver.config_selector import (
 )
 from pyxds.resolver.dependency_manager import DependencyManager, route_cluster_names
 from pyxds.resolver.dns import DnsResolver
-from pyxds.resolver.xds_config import DEPENDENCY_MANAGER_ATTRIBUTE, XDS_CONFIG_ATTRIBUTE, XdsConfig
+from pyxds.resolver.xds_config import (
+    DEPENDENCY_MANAGER_ATTRIBUTE,
+    XDS_CLIENT_ATTRIBUTE,
+    XDS_CONFIG_ATTRIBUTE,
+    XdsConfig,
+)
+from pyxds.status import Status
 
 __all__ = ["XdsResolver", "cluster_manager_config", "parse_xds_target"]
 
@@ -322,6 +328,8 @@ class XdsResolver(Resolver):
             self._fail_before_config(status)
             return
         attributes: dict[str, Any] = {DEPENDENCY_MANAGER_ATTRIBUTE: self._manager}
+        if self._client is not None:
+            attributes[XDS_CLIENT_ATTRIBUTE] = self._client
         if self._xds_config is not None:
             attributes[XDS_CONFIG_ATTRIBUTE] = self._xds_config
         self.results += 1

@@ -15,12 +15,16 @@ YAML/JSON resource file, and see what each client ACKed and NACKed.
             endpoints=[b.endpoints("backend", [b.locality(endpoints=["127.0.0.1:50051"])])],
         ))
         bootstrap = server.bootstrap(node_id="my-node")
+
+Load reports (LRS) from clusters built with ``lrs_server=True`` are recorded
+in ``server.lrs`` (:class:`LrsService`: ``reports()``, ``totals()``).
 """
 
 from pyxds.server import builders
 from pyxds.server.files import ResourceFileError, dump_resources, load_resources, parse_resources
+from pyxds.server.lrs import LoadReportRecord, LoadTotals, LrsService
 from pyxds.server.records import AckRecord, NackRecord, RequestRecord
-from pyxds.server.server import ManagementServer
+from pyxds.server.server import ManagementServer, PortInUseError
 from pyxds.server.snapshot import RawResource, Snapshot
 from pyxds.server.types import (
     CLUSTER,
@@ -37,8 +41,12 @@ __all__ = [
     "ROUTE_CONFIGURATION",
     "TYPE_URLS",
     "AckRecord",
+    "LoadReportRecord",
+    "LoadTotals",
+    "LrsService",
     "ManagementServer",
     "NackRecord",
+    "PortInUseError",
     "RawResource",
     "RequestRecord",
     "ResourceFileError",

@@ -3,6 +3,11 @@
 Prints the server address and a bootstrap for clients, then serves until
 SIGINT/SIGTERM. SIGHUP reloads the file (a bad file is reported and the
 previous resources stay served).
+
+The server also takes load reports (LRS, A27) from clusters with
+``lrs_server: {self: {}}``, asking for every cluster each
+``--lrs-interval`` seconds; ``--print-load-reports`` prints each one as a
+JSON line on stdout.
 """
 
 from __future__ import annotations
@@ -23,13 +28,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--node-id", default="test-node", help="node id in the printed bootstrap")
+    parser.add_argument(
+        "--lrs-interval", type=float, default=10.0, help="load reporting interval asked (s)"
+    )
+    parser.add_argument(
+        "--print-load-reports", action="store_true", help="print load reports as JSON lines"
+    )
     args = parser.parse_args(argv)
     try:
         snapshot = load_resources(args.file)
     except ResourceFileError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    server = ManagementServer(args.host, args.port, snapshot=snapshot)
+    server = ManagementServer(
+        args.host, args.port, snapshot=snapshot, lrs_interval=args.lrs_interval
+    )
+    if args.print_load_reports:
+        server.lrs.on_report = lambda record: print(json.dumps(record.to_json()), flush=True)
     try:
         server.start()
     except RuntimeError as e:

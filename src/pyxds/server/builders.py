@@ -409,8 +409,12 @@ def cluster(
     aggregate_children: Sequence[str] | None = None,
     max_requests: int | None = None,
     load_balancing_policy: Any = None,
+    lrs_server: bool = False,
 ) -> cluster_pb2.Cluster:
     """A Cluster of ``kind`` "EDS", "LOGICAL_DNS" or "AGGREGATE" (A27, A37).
+
+    ``lrs_server``: set ``lrs_server: {self: {}}`` (A27: report load to the
+    xDS server on LRS).
 
     EDS takes endpoints over ADS (``eds_service_name`` names the EDS resource;
     default: the cluster name). LOGICAL_DNS needs ``dns_host`` and ``dns_port``.
@@ -454,6 +458,8 @@ def cluster(
         )
     if load_balancing_policy is not None:
         c.load_balancing_policy.CopyFrom(_load_balancing_policy(load_balancing_policy))
+    if lrs_server:
+        c.lrs_server.self.SetInParent()
     return c
 
 

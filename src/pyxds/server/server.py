@@ -9,6 +9,10 @@ each stream sends only the types whose served content changed for its node.
 
 ``stop()`` cancels every stream; ``start()`` after ``stop()`` binds the same
 port again, so tests can kill and restart the control plane under a client.
+
+The same port serves LRS (A27 "Load Reporting"): ``server.lrs`` is the
+:class:`pyxds.server.lrs.LrsService` recording the load reports clients send
+(``lrs_interval`` / ``lrs_clusters`` set what it asks for).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -24,8 +29,10 @@ from typing import Any
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc
+from envoy.service.load_stats.v3 import lrs_pb2_grpc
 
 from pyxds.server.ads import AdsStreamState
+from pyxds.server.lrs import LrsService
 from pyxds.server.records import AckRecord, NackRecord, RequestRecord
 from pyxds.server.snapshot import Snapshot, SnapshotStore
 from pyxds.server.types import FIELD_OF_TYPE, resolve_type_url
@@ -39,7 +46,35 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),
     ("grpc.http2.max_ping_strikes", 0),
+    # grpcio turns SO_REUSEPORT on by default, so a second server on a taken
+    # port would bind and silently share it: a taken port is an error here.
+    ("grpc.so_reuseport", 0),
 )
+
+
+class PortInUseError(RuntimeError):
+    """The server's address cannot be bound (most often: the port is taken)."""
+
+
+def _unbindable(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on, or None.  Checked before
+    grpcio tries, so a taken port is one clear error rather than C-core's
+    log line plus an exception (a port taken between the two is still
+    caught from grpcio)."""
+    if port == 0:
+        return None
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        return f"cannot resolve {host}: {err.strerror or err}"
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as err:
+                return err.strerror or str(err)
+    return None
 
 
 class _Close:
@@ -136,8 +171,13 @@ class ManagementServer:
         max_workers: int = 64,
         snapshot: Snapshot | None = None,
         ignore_resource_names: bool = False,
+        lrs_interval: float = 1.0,
+        lrs_clusters: Sequence[str] | None = None,
     ) -> None:
         self.host = host
+        #: The LRS service: load reports received (``reports()``, ``totals()``);
+        #: ``configure(interval, clusters)`` changes what clients are asked for.
+        self.lrs = LrsService(lrs_interval, lrs_clusters)
         #: Answer every subscription with every resource of its type, as servers that
         #: ignore resource names do (A27 "LDS": clients must pick theirs out).
         self.ignore_resource_names = ignore_resource_names
@@ -167,10 +207,21 @@ class ManagementServer:
         )
         server = grpc.server(executor, options=SERVER_OPTIONS)
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(_Servicer(self), server)
-        bound = server.add_insecure_port(f"{self._host_for_uri()}:{self._port}")
+        lrs_pb2_grpc.add_LoadReportingServiceServicer_to_server(self.lrs, server)
+        address = f"{self._host_for_uri()}:{self._port}"
+        problem = _unbindable(self.host, self._port)
+        bound = 0
+        if problem is None:
+            try:
+                bound = server.add_insecure_port(address)
+            except RuntimeError:  # grpcio >= 1.6x raises where older ones returned 0
+                problem = "the address is in use or not available"
         if not bound:
             executor.shutdown(wait=False)
-            raise RuntimeError(f"ManagementServer: cannot bind {self.host}:{self._port}")
+            raise PortInUseError(
+                f"cannot listen on {self.host}:{self._port}: {problem or 'cannot bind'} "
+                "(choose another --port, or 0 for a free one)"
+            )
         self._port = bound
         server.start()
         self._grpc_server = server
@@ -187,6 +238,7 @@ class ManagementServer:
             streams = list(self._streams)
         for stream in streams:
             stream.notify(_END)
+        self.lrs.close_streams()
         executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=False)

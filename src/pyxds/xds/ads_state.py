@@ -90,7 +90,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import any_pb2
 
 from pyxds.clock import Clock, Timer
-from pyxds.lb.api import OK_STATUS, Status
+from pyxds.status import OK_STATUS, Status
 
 _log = logging.getLogger(__name__)
 

@@ -39,8 +39,8 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
 from pyxds.clock import Clock, RealClock, Timer
-from pyxds.lb.api import Status
 from pyxds.serializer import WorkSerializer
+from pyxds.status import Status
 from pyxds.xds import client_metrics, csds
 from pyxds.xds.ads_state import (
     RESOURCE_TIMEOUT,
@@ -51,6 +51,8 @@ from pyxds.xds.ads_state import (
     immediate,
 )
 from pyxds.xds.backoff import ExponentialBackoff, StreamBackoff
+from pyxds.xds.load_store import ClusterLoadReport, LoadStore
+from pyxds.xds.lrs_client import LrsManager
 from pyxds.xds.transport import AdsTransport, channel_credentials
 
 _log = logging.getLogger(__name__)
@@ -279,6 +281,8 @@ class XdsClient:
         channel_options: Sequence[tuple[str, Any]] = (),
         rng: random.Random | None = None,
         transport_factory: Callable[[_ServerChannel], Any] | None = None,
+        lrs_transport_factory: Callable[[Any], Any] | None = None,
+        min_load_reporting_interval: float | None = None,
     ) -> None:
         if bootstrap is None or not hasattr(bootstrap, "xds_servers"):
             from pyxds.xds.bootstrap import load_bootstrap
@@ -307,6 +311,20 @@ class XdsClient:
         self._scopes: dict[str, int] = {}
         with XdsClient._live_lock:
             XdsClient._live.add(self)
+        # Load reporting (A27): one LRS stream per server while a cluster reports.
+        lrs_options: dict[str, Any] = {}
+        if min_load_reporting_interval is not None:
+            lrs_options["min_interval"] = min_load_reporting_interval
+        self._lrs = LrsManager(
+            node=self._node,
+            clock=self._sclock,
+            run=self._serializer.run,
+            new_backoff=lambda: StreamBackoff(ExponentialBackoff(self._rng)),
+            key_of=_server_key,
+            channel_options=self._channel_options,
+            transport_factory=lrs_transport_factory,
+            **lrs_options,
+        )
 
     @property
     def bootstrap(self) -> Any:
@@ -372,6 +390,24 @@ class XdsClient:
         self._serializer.run(start)
         return cancel
 
+    # ------------------------------------------------------------------ LRS
+
+    @property
+    def load_store(self) -> LoadStore:
+        """Where xds_cluster_impl counts the load of clusters that report
+        (see :mod:`pyxds.xds.load_store`); shared by every channel using this
+        client."""
+        return self._lrs.store
+
+    def lrs_server_for(self, cluster_name: str) -> Any:
+        """The server a cluster with ``lrs_server: self`` reports to: the
+        xDS server its CDS resource comes from (A27)."""
+        return self._server_for(cluster_name)
+
+    def load_reports(self) -> list[ClusterLoadReport]:
+        """The last load report sent per (cluster, EDS service name) (any thread)."""
+        return self._lrs.last_reports()
+
     # ------------------------------------------------------------------ CSDS
 
     def dump(self) -> dict[str, Any]:
@@ -392,6 +428,7 @@ class XdsClient:
             self._closed = True
             for channel in self._servers.values():
                 channel.close()
+            self._lrs.close()
 
         if not self._closed:
             self._run_and_wait(shutdown)

@@ -39,7 +39,7 @@ from typing import Any
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
-from pyxds.lb.api import Status
+from pyxds.status import Status
 
 _log = logging.getLogger(__name__)
 

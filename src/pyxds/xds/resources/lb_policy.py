@@ -169,9 +169,13 @@ def _convert_one(any_msg: Any, errs: Errors, p: str, depth: int) -> list[dict[st
                     cfg[key] = v
         if m.HasField("error_utilization_penalty"):
             penalty = m.error_utilization_penalty.value
-            if penalty < 0:
+            if not penalty >= 0:  # negative or NaN
                 errs.add(f"{p}.error_utilization_penalty", "value must be non-negative")
             cfg["errorUtilizationPenalty"] = penalty
+        if m.metric_names_for_computing_utilization:  # A114: copied over as is
+            cfg["metricNamesForComputingUtilization"] = list(
+                m.metric_names_for_computing_utilization
+            )
         return [{"weighted_round_robin": cfg}]
     if tname in TYPED_STRUCT_TYPES:
         if tname == "xds.type.v3.TypedStruct":

@@ -17,19 +17,45 @@ import json
 import socket
 import threading
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import grpc
 
-from pyxds.lb.api import Endpoint, Status
+from pyxds.lb.api import Endpoint
 from pyxds.lb.errors import LBConfigError
 from pyxds.lb.registry import PolicySelection, select_policy
 from pyxds.resolver.api import DefaultConfigSelector, Resolver, ResolverArgs, ResolverResult
+from pyxds.status import Status
 
 
 def parse_addresses(text: str) -> list[str]:
     """``"a:1,[::1]:2"`` -> ``["a:1", "[::1]:2"]`` (empty items dropped)."""
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def scheme_of(target: str) -> str:
+    """The URI scheme of a target ("" when it has none)."""
+    head, sep, _ = target.partition(":")
+    if not sep or not head or not head.replace("+", "").replace("-", "").isalnum():
+        return ""
+    return head.lower()
+
+
+def parse_static_addresses(target: str) -> list[str]:
+    """``static:///a:1,b:2``, ``ipv4:a:1,b:2`` or ``ipv6:[::1]:1`` -> addresses;
+    ValueError naming the target when it names none or an item is not host:port."""
+    scheme = scheme_of(target)
+    rest = target[len(scheme) + 1 :]
+    if rest.startswith("//"):
+        rest = urlsplit(target).path.lstrip("/")
+    addresses = parse_addresses(unquote(rest))
+    if not addresses:
+        raise ValueError(f"target {target!r} names no addresses")
+    for address in addresses:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"target {target!r}: {address!r} is not host:port")
+    return addresses
 
 
 def lb_selection_from_options(options: Any) -> PolicySelection | Status:
@@ -54,12 +80,24 @@ def lb_selection_from_options(options: Any) -> PolicySelection | Status:
 class StaticResolver(Resolver):
     """A fixed address list, delivered once (and again on re-resolution)."""
 
-    def __init__(self, args: ResolverArgs, addresses: list[str]) -> None:
+    def __init__(self, args: ResolverArgs, addresses: list[str] | None = None) -> None:
+        """``addresses`` None: the ones ``args.target`` names (a target that
+        names none, or not as host:port, fails the channel with the reason)."""
         self._args = args
+        self._target_error: Status | None = None
+        if addresses is None:
+            try:
+                addresses = parse_static_addresses(args.target)
+            except ValueError as err:
+                self._target_error = Status(grpc.StatusCode.UNAVAILABLE, str(err))
+                addresses = []
         self._addresses = addresses
         self._shutdown = False
 
     def _result(self) -> ResolverResult:
+        if self._target_error is not None:
+            error = self._target_error
+            return ResolverResult(endpoints=error, service_config_error=error)
         selection = lb_selection_from_options(self._args.options)
         if isinstance(selection, Status):
             return ResolverResult(endpoints=selection, service_config_error=selection)

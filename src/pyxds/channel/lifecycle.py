@@ -1,0 +1,100 @@
+"""Channels a program never closes: how they end without holding up exit.
+
+grpcio's channels let a script end without ``close()``; pyxds channels must
+too.  The rules, and why:
+
+1. **Interpreter exit closes every live channel from an ``atexit`` hook.**
+   atexit hooks run after the main thread's last line and before the
+   interpreter starts finalizing, while pyxds's daemon threads (timers, the
+   xDS client's executor, subchannel closers) still run, so a close can
+   take the locks those threads hold and hand work to them.
+2. **``__del__`` never closes anything itself.**  It may run on any thread,
+   at any allocation, even inside a callback holding the serializer's or the
+   clock's lock; and once the interpreter is finalizing, daemon threads are
+   frozen wherever they stood (a lock they held is held forever) and a new
+   thread never starts (``Thread.start`` waits for it forever).  So
+   ``__del__`` only puts the core on a queue (``SimpleQueue.put`` is safe
+   there); the reaper thread closes it.  While finalizing it does nothing:
+   rule 1 already closed the channel.
+3. **Nothing here joins a thread.**  Each close runs the channel's own
+   ``close()``, which never waits for a connection to end.
+
+Channels closed explicitly or by ``with`` are closed once; a closed core is
+skipped by both the hook and the reaper.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import queue
+import sys
+import threading
+import weakref
+from typing import Protocol
+
+__all__ = ["track", "release", "close_all"]
+
+_log = logging.getLogger(__name__)
+
+
+class _Closable(Protocol):
+    closed: bool
+
+    def close(self) -> None: ...
+
+
+_live: weakref.WeakSet[_Closable] = weakref.WeakSet()
+_reap: queue.SimpleQueue[_Closable] = queue.SimpleQueue()
+_reaper_lock = threading.Lock()
+_reaper: threading.Thread | None = None
+_exiting = False
+
+
+def track(core: _Closable) -> None:
+    """Register a new channel core: closed at exit unless closed before."""
+    global _reaper
+    _live.add(core)
+    if _reaper is None:
+        with _reaper_lock:
+            if _reaper is None:
+                _reaper = threading.Thread(target=_reap_forever, name="pyxds-reaper", daemon=True)
+                _reaper.start()
+
+
+def release(core: _Closable) -> None:
+    """From ``__del__``: have the reaper close ``core`` (never blocks)."""
+    if _exiting or sys.is_finalizing() or core.closed:
+        return
+    _reap.put(core)
+
+
+def _close(core: _Closable) -> None:
+    if core.closed:
+        return
+    try:
+        core.close()
+    except Exception:  # a channel that fails to close must not stop the others
+        _log.debug("pyxds: closing an abandoned channel raised", exc_info=True)
+
+
+def _reap_forever() -> None:
+    while True:
+        core = _reap.get()
+        if _exiting:
+            continue
+        _close(core)
+        del core
+
+
+def close_all() -> None:
+    """Close every live channel (the atexit hook; callable by tests)."""
+    for core in list(_live):
+        _close(core)
+
+
+@atexit.register
+def _at_exit() -> None:
+    global _exiting
+    _exiting = True
+    close_all()

@@ -1,0 +1,310 @@
+"""Out-of-band ORCA streams on the channel's subchannels (gRFC A51 "Out of
+Band Metrics Reporting", "The LB Policy API").
+
+One :class:`OobStream` per :class:`~pyxds.channel.subchannel.SubchannelCore`
+(created on the first subscription, :func:`oob_stream_of`), shared by every
+LB policy that subscribed through ``ChannelSubchannel.watch_orca_oob``
+(reached by :func:`pyxds.lb.orca.watch_oob`).
+
+Rules:
+
+* While there is at least one subscriber and the subchannel is READY, one
+  ``xds.service.orca.v3.OpenRcaService/StreamCoreMetrics`` call runs on the
+  subchannel's own grpcio channel, asking for the smallest period any
+  subscriber wants.  A subscription that changes that minimum restarts the
+  call with the new period (the period is fixed when the call starts).
+* Every report is delivered to every subscriber, on the channel's work
+  serializer, as an ``OrcaLoadReport`` (parsed once).
+* The call is cancelled when the subchannel leaves READY (connection lost,
+  GOAWAY, shutdown) or the last subscriber leaves.
+* A call that ends UNIMPLEMENTED is not retried on that connection (logged
+  at ERROR); any other end is retried, after an exponential backoff that is
+  reset whenever a report arrives (the next attempt after a call that got a
+  report starts at once).
+* A sync subchannel's stream is read on a daemon thread; an asyncio
+  subchannel's in a task on its event loop.  The stream is not counted as an
+  RPC of the transport: it never keeps a retired connection open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf import duration_pb2
+from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
+from xds.service.orca.v3.orca_pb2 import OrcaLoadReportRequest
+
+if TYPE_CHECKING:  # subchannel.py imports this module: no runtime import back
+    from pyxds.channel.subchannel import AioTransport, SubchannelCore
+
+from pyxds.lb.api import ConnectivityState, Status
+from pyxds.xds.backoff import ExponentialBackoff
+
+__all__ = ["METHOD", "OobStream", "oob_stream_of"]
+
+_log = logging.getLogger(__name__)
+
+METHOD = "/xds.service.orca.v3.OpenRcaService/StreamCoreMetrics"
+_READY = ConnectivityState.READY
+Watcher = Callable[[OrcaLoadReport], None]
+
+
+def oob_stream_of(core: SubchannelCore) -> OobStream:
+    """The OOB stream manager of ``core`` (created on first use)."""
+    stream = getattr(core, "orca_oob", None)
+    if stream is None:
+        stream = OobStream(core)
+        core.orca_oob = stream  # type: ignore[attr-defined]
+    return stream
+
+
+def _request(period: float) -> OrcaLoadReportRequest:
+    seconds = int(period)
+    nanos = round((period - seconds) * 1e9)
+    return OrcaLoadReportRequest(
+        report_interval=duration_pb2.Duration(seconds=seconds, nanos=min(nanos, 999_999_999))
+    )
+
+
+class OobStream:
+    """The subscribers of one subchannel and the call serving them (module
+    docstring).  Every method runs on the channel's serializer."""
+
+    def __init__(self, core: SubchannelCore) -> None:
+        self._core = core
+        self._serializer = core._serializer
+        self._clock = core._clock
+        self._backoff = ExponentialBackoff(getattr(core._backoff, "_rng", None))
+        self._watchers: dict[object, tuple[float, Watcher]] = {}
+        self._unwatch_core: Callable[[], None] | None = None
+        self._generation = 0
+        self._cancel_call: Callable[[], None] | None = None
+        self._period: float | None = None
+        self._retry_timer: Any = None
+        self._unimplemented = False
+        self._got_report = False
+        self.calls_started = 0  # introspection (tests)
+
+    # -- subscribers --------------------------------------------------------
+    def add(self, period: float, fn: Watcher) -> Callable[[], None]:
+        token = object()
+        self._watchers[token] = (max(0.0, float(period)), fn)
+        if self._unwatch_core is None:
+            self._unwatch_core = self._core.watch(self._on_state)  # reports the state now
+        else:
+            self._refresh()
+
+        def remove() -> None:
+            self._serializer.run(lambda: self._remove(token))
+
+        return remove
+
+    def _remove(self, token: object) -> None:
+        if self._watchers.pop(token, None) is None:
+            return
+        if self._watchers:
+            self._refresh()
+            return
+        self._stop()
+        unwatch, self._unwatch_core = self._unwatch_core, None
+        if unwatch is not None:
+            unwatch()
+
+    def close(self) -> None:
+        """The subchannel shut down: cancel the call, forget every subscriber
+        (A51: no need to wait for the call's status)."""
+        self._watchers.clear()
+        self._stop()
+        unwatch, self._unwatch_core = self._unwatch_core, None
+        if unwatch is not None:
+            unwatch()
+
+    @property
+    def period(self) -> float | None:
+        """The period of the running call (None: no call)."""
+        return self._period if self._cancel_call is not None else None
+
+    def _wanted_period(self) -> float:
+        return min(period for period, _ in self._watchers.values())
+
+    # -- subchannel state -----------------------------------------------------
+    def _on_state(self, state: ConnectivityState, status: Status) -> None:
+        if state is _READY:
+            self._refresh()
+        else:
+            self._unimplemented = False  # a new connection may serve it
+            self._stop()
+
+    def _refresh(self) -> None:
+        """Start, restart (new period) or keep the call as things stand."""
+        if not self._watchers or self._core.state is not _READY or self._unimplemented:
+            self._stop()
+            return
+        period = self._wanted_period()
+        if self._cancel_call is not None and self._period == period:
+            return
+        if self._retry_timer is not None and self._period == period:
+            return  # backing off: the timer starts it
+        self._stop()
+        self._start(period)
+
+    def _stop(self) -> None:
+        self._generation += 1
+        cancel, self._cancel_call = self._cancel_call, None
+        if cancel is not None:
+            cancel()
+        timer, self._retry_timer = self._retry_timer, None
+        if timer is not None:
+            timer.cancel()
+
+    # -- the call ---------------------------------------------------------------
+    def _start(self, period: float) -> None:
+        transport = self._core.transport
+        channel = transport.channel if transport is not None else None
+        if channel is None:
+            return
+        self._generation += 1
+        generation = self._generation
+        self._period = period
+        self._got_report = False
+        self.calls_started += 1
+        request = _request(period)
+
+        def on_report(report: OrcaLoadReport) -> None:  # any thread
+            self._serializer.run(lambda: self._deliver(generation, report))
+
+        def on_end(code: grpc.StatusCode | None, details: str) -> None:  # any thread
+            self._serializer.run(lambda: self._ended(generation, code, details))
+
+        if getattr(transport, "runs_on_event_loop", False):
+            self._cancel_call = _run_aio(transport, request, on_report, on_end)
+        else:
+            self._cancel_call = _run_sync(channel, request, on_report, on_end)
+
+    def _deliver(self, generation: int, report: OrcaLoadReport) -> None:
+        if generation != self._generation:
+            return
+        self._got_report = True
+        self._backoff.reset()
+        for _period, fn in list(self._watchers.values()):
+            try:
+                fn(report)
+            except Exception:
+                _log.exception("pyxds: ORCA OOB watcher raised")
+
+    def _ended(self, generation: int, code: grpc.StatusCode | None, details: str) -> None:
+        if generation != self._generation:
+            return  # cancelled or replaced by us
+        self._cancel_call = None
+        if code is grpc.StatusCode.UNIMPLEMENTED:
+            self._unimplemented = True
+            _log.error(
+                "pyxds: %s does not implement OpenRcaService (%s); no out-of-band "
+                "load reports on this connection",
+                self._core.address,
+                details,
+            )
+            return
+        if not self._watchers or self._core.state is not _READY:
+            return
+        delay = 0.0 if self._got_report else self._backoff.next_delay()
+        period = self._period
+        self._retry_timer = self._clock.call_later(delay, lambda: self._retry(generation, period))
+
+    def _retry(self, generation: int, period: float | None) -> None:
+        if generation != self._generation:
+            return
+        self._retry_timer = None
+        if self._watchers and self._core.state is _READY and not self._unimplemented:
+            self._start(self._wanted_period())
+
+
+def _run_sync(
+    channel: grpc.Channel,
+    request: OrcaLoadReportRequest,
+    on_report: Watcher,
+    on_end: Callable[[grpc.StatusCode | None, str], None],
+) -> Callable[[], None]:
+    """Run the call on a daemon thread; returns its cancel."""
+    stream = channel.unary_stream(
+        METHOD,
+        request_serializer=OrcaLoadReportRequest.SerializeToString,
+        response_deserializer=OrcaLoadReport.FromString,
+    )
+    try:
+        call = stream(request)
+    except Exception as err:  # the grpcio channel closed under us
+        on_end(grpc.StatusCode.UNAVAILABLE, str(err))
+        return lambda: None
+
+    def read() -> None:
+        code: grpc.StatusCode | None = grpc.StatusCode.OK
+        details = ""
+        try:
+            for report in call:
+                on_report(report)
+        except grpc.RpcError as err:
+            code, details = err.code(), err.details() or ""
+        except Exception as err:
+            code, details = grpc.StatusCode.UNKNOWN, str(err)
+        on_end(code, details)
+
+    threading.Thread(target=read, name="pyxds-orca-oob", daemon=True).start()
+    return call.cancel
+
+
+def _run_aio(
+    transport: AioTransport,
+    request: OrcaLoadReportRequest,
+    on_report: Watcher,
+    on_end: Callable[[grpc.StatusCode | None, str], None],
+) -> Callable[[], None]:
+    """Run the call in a task on the transport's loop; returns its cancel."""
+    loop = transport._loop
+    box: dict[str, Any] = {"cancelled": False, "call": None}
+
+    async def read() -> None:
+        code: grpc.StatusCode | None = grpc.StatusCode.OK
+        details = ""
+        try:
+            call = transport.channel.unary_stream(
+                METHOD,
+                request_serializer=OrcaLoadReportRequest.SerializeToString,
+                response_deserializer=OrcaLoadReport.FromString,
+            )(request)
+            box["call"] = call
+            if box["cancelled"]:
+                call.cancel()
+            async for report in call:
+                on_report(report)
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+        except grpc.RpcError as err:
+            code, details = err.code(), err.details() or ""
+        except Exception as err:
+            code, details = grpc.StatusCode.UNKNOWN, str(err)
+        on_end(code, details)
+
+    def start() -> None:
+        if not box["cancelled"]:
+            loop.create_task(read())
+
+    def cancel() -> None:
+        box["cancelled"] = True
+
+        def go() -> None:
+            call = box["call"]
+            if call is not None:
+                call.cancel()
+
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(go)
+
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(start)
+    return cancel

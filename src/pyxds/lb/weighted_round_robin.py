@@ -1,0 +1,461 @@
+"""The ``weighted_round_robin`` LB policy (gRFC A58, with A51 backend
+metrics and A114 custom utilization metrics).
+
+round_robin whose rotation is weighted by the load each endpoint reports.
+Everything round_robin does (A61 pick_first child per endpoint, children
+kept across updates, aggregate state and its error text, reconnect on IDLE,
+removed endpoints serving until the new list connects) is inherited from
+:class:`pyxds.lb.round_robin.RoundRobin`; this module adds the weights.
+
+Config (service config ``{"weighted_round_robin": {...}}``, A58 "LB Policy
+Config and Parameters"; durations as JSON strings such as ``"10s"``):
+
+=================================== ======= ==========================================
+field                               default rule
+=================================== ======= ==========================================
+enableOobLoadReport                 false   out-of-band reports instead of per-call
+oobReportingPeriod                  10s     OOB period asked of the backend
+blackoutPeriod                      10s     reports needed for this long before use
+weightExpirationPeriod              3m      a weight older than this is unused
+weightUpdatePeriod                  1s      scheduler rebuild period, at least 100ms
+errorUtilizationPenalty             1.0     must be >= 0
+metricNamesForComputingUtilization  []      A114 (see :func:`pyxds.lb.orca.utilization`)
+=================================== ======= ==========================================
+
+Weights (A58 "Subchannel Weights")
+----------------------------------
+Each endpoint (each round_robin child, so a weight survives updates that
+keep the endpoint) has an :class:`EndpointWeight`.  A report with
+utilization ``u > 0`` and ``qps > 0`` sets the weight to
+``qps / (u + eps / qps * errorUtilizationPenalty)``; other reports are
+ignored.  ``non_empty_since`` is the time of the first report that set a
+weight since the endpoint last became READY (or since its weight expired);
+``last_updated`` the time of the latest.  At scheduler build time a weight
+is used only when it is younger than ``weightExpirationPeriod`` and (with a
+non-zero ``blackoutPeriod``) the endpoint has been reporting for at least
+``blackoutPeriod``; otherwise it counts as unknown (0).
+
+Reports arrive per call (the default): each completed pick carries
+``PickComplete.on_call_trailers``, which reads the call's
+``endpoint-load-metrics-bin`` trailer (a missing or malformed trailer is no
+report, never an RPC failure).  With ``enableOobLoadReport`` per-call
+trailers are not read; instead every READY endpoint's subchannel has an OOB
+watch (:func:`pyxds.lb.orca.watch_oob`) at ``oobReportingPeriod``, restarted
+when that period changes, stopped when the option is turned off.
+
+Picker and scheduler (A58 "EDF Scheduler")
+------------------------------------------
+The READY picker holds the READY endpoints' results and weights.  Its
+scheduler is the static stride scheduler (:mod:`pyxds.lb.wrr_scheduler`),
+materialized as one full period of picks and cycled from a random start; a
+pick is one C call, as in round_robin.  Fewer than two known weights, or
+all equal: plain round robin (A58).  The policy's timer rebuilds the
+current picker's scheduler every ``weightUpdatePeriod`` (``helper.clock``)
+by swapping the cycle it reads: picks in flight finish on the old one.  A
+new picker is published when the READY set or the config changes; the same
+config and list twice publish nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyxds.clock import Clock, Timer
+from pyxds.lb import orca, registry
+from pyxds.lb.api import (
+    OK_STATUS,
+    ConnectivityState,
+    Helper,
+    PickArgs,
+    PickComplete,
+    Picker,
+    PickResult,
+    PolicyFactory,
+    ResolverUpdate,
+    Status,
+)
+from pyxds.lb.errors import LBConfigError, describe
+from pyxds.lb.pick_first import _ReadyPicker
+from pyxds.lb.round_robin import RoundRobin, _Child
+from pyxds.lb.wrr_scheduler import materialize, max_weight_for, scale_weights
+
+__all__ = [
+    "POLICY_NAME",
+    "WeightedRoundRobinConfig",
+    "WeightedRoundRobinFactory",
+    "WeightedRoundRobin",
+    "WeightedRoundRobinPicker",
+    "EndpointWeight",
+    "MIN_WEIGHT_UPDATE_PERIOD",
+]
+
+POLICY_NAME = "weighted_round_robin"
+MIN_WEIGHT_UPDATE_PERIOD = 0.1
+DEFAULT_OOB_REPORTING_PERIOD = 10.0
+DEFAULT_BLACKOUT_PERIOD = 10.0
+DEFAULT_WEIGHT_EXPIRATION_PERIOD = 180.0
+DEFAULT_WEIGHT_UPDATE_PERIOD = 1.0
+DEFAULT_ERROR_UTILIZATION_PENALTY = 1.0
+#: google.protobuf.Duration's range, as C-core checks JSON durations
+_MAX_DURATION_SECONDS = 315_576_000_000
+
+_READY = ConnectivityState.READY
+
+
+@dataclass(frozen=True)
+class WeightedRoundRobinConfig:
+    """Parsed ``weighted_round_robin`` config (durations in seconds)."""
+
+    enable_oob_load_report: bool = False
+    oob_reporting_period: float = DEFAULT_OOB_REPORTING_PERIOD
+    blackout_period: float = DEFAULT_BLACKOUT_PERIOD
+    weight_expiration_period: float = DEFAULT_WEIGHT_EXPIRATION_PERIOD
+    weight_update_period: float = DEFAULT_WEIGHT_UPDATE_PERIOD
+    error_utilization_penalty: float = DEFAULT_ERROR_UTILIZATION_PENALTY
+    metric_names_for_computing_utilization: tuple[str, ...] = ()
+
+
+_DURATION = re.compile(r"^(-?)(\d+)(?:\.(\d{1,9}))?s$")
+
+
+def parse_duration(value: Any, path: str) -> float:
+    """A proto3-JSON duration string (``"1.5s"``) in seconds; negative and
+    out-of-range values are errors naming ``path``."""
+    if not isinstance(value, str):
+        raise LBConfigError(path, f"expected duration string, got {describe(value)}")
+    match = _DURATION.match(value)
+    if match is None:
+        raise LBConfigError(path, f'not a duration (expected e.g. "1.5s"), got {describe(value)}')
+    negative, seconds, fraction = match.groups()
+    if negative:
+        raise LBConfigError(path, f"duration must not be negative, got {describe(value)}")
+    if int(seconds) > _MAX_DURATION_SECONDS:
+        raise LBConfigError(
+            path, f"seconds must be in the range [0, {_MAX_DURATION_SECONDS}], got {seconds}"
+        )
+    return int(seconds) + (int(fraction.ljust(9, "0")) / 1e9 if fraction else 0.0)
+
+
+def _duration_field(obj: dict[str, Any], name: str, default: float) -> float:
+    if name not in obj:
+        return default
+    return parse_duration(obj[name], name)
+
+
+class WeightedRoundRobinFactory(PolicyFactory):
+    name = POLICY_NAME
+
+    def parse_config(self, json_config: Any) -> WeightedRoundRobinConfig:
+        if json_config is None:
+            return WeightedRoundRobinConfig()
+        if not isinstance(json_config, dict):
+            raise LBConfigError("", f"expected object, got {describe(json_config)}")
+        oob = json_config.get("enableOobLoadReport", False)
+        if not isinstance(oob, bool):
+            raise LBConfigError("enableOobLoadReport", f"expected boolean, got {describe(oob)}")
+        penalty = json_config.get("errorUtilizationPenalty", DEFAULT_ERROR_UTILIZATION_PENALTY)
+        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)):
+            raise LBConfigError(
+                "errorUtilizationPenalty", f"expected number, got {describe(penalty)}"
+            )
+        if not penalty >= 0 or math.isinf(penalty):  # also NaN
+            raise LBConfigError("errorUtilizationPenalty", "must be non-negative")
+        names = json_config.get("metricNamesForComputingUtilization", [])
+        if not isinstance(names, list):
+            raise LBConfigError(
+                "metricNamesForComputingUtilization", f"expected array, got {describe(names)}"
+            )
+        for index, name in enumerate(names):
+            if not isinstance(name, str):
+                raise LBConfigError(
+                    f"metricNamesForComputingUtilization[{index}]",
+                    f"expected string, got {describe(name)}",
+                )
+        update_period = _duration_field(
+            json_config, "weightUpdatePeriod", DEFAULT_WEIGHT_UPDATE_PERIOD
+        )
+        return WeightedRoundRobinConfig(
+            enable_oob_load_report=oob,
+            oob_reporting_period=_duration_field(
+                json_config, "oobReportingPeriod", DEFAULT_OOB_REPORTING_PERIOD
+            ),
+            blackout_period=_duration_field(json_config, "blackoutPeriod", DEFAULT_BLACKOUT_PERIOD),
+            weight_expiration_period=_duration_field(
+                json_config, "weightExpirationPeriod", DEFAULT_WEIGHT_EXPIRATION_PERIOD
+            ),
+            # A58: "Values less than 100ms are capped at 100ms."
+            weight_update_period=max(update_period, MIN_WEIGHT_UPDATE_PERIOD),
+            error_utilization_penalty=float(penalty),
+            metric_names_for_computing_utilization=tuple(names),
+        )
+
+    def build(self, helper: Helper) -> WeightedRoundRobin:
+        return WeightedRoundRobin(helper)
+
+
+# -- weights -------------------------------------------------------------------
+
+
+class EndpointWeight:
+    """One endpoint's weight and its two timestamps (A58 "Subchannel
+    Weights").  Reports arrive from RPC threads (per call) or the serializer
+    (OOB); the scheduler reads on the serializer: a lock keeps the three
+    values consistent."""
+
+    __slots__ = ("_clock", "config", "weight", "non_empty_since", "last_updated", "_lock")
+
+    def __init__(self, clock: Clock, config: WeightedRoundRobinConfig) -> None:
+        self._clock = clock
+        self.config = config
+        self.weight = 0.0
+        self.non_empty_since: float | None = None  # None: never / reset
+        self.last_updated = -math.inf
+        self._lock = threading.Lock()
+
+    def on_report(self, report: orca.OrcaLoadReport) -> None:
+        """Take one ORCA report into account (ignored unless it gives a weight)."""
+        config = self.config
+        qps = report.rps_fractional
+        eps = report.eps
+        utilization = orca.utilization(report, config.metric_names_for_computing_utilization)
+        if not (utilization > 0 and qps > 0):
+            return
+        utilization += eps / qps * config.error_utilization_penalty
+        weight = qps / utilization
+        if not (weight > 0) or math.isinf(weight):
+            return
+        now = self._clock.now()
+        with self._lock:
+            if self.non_empty_since is None:
+                self.non_empty_since = now
+            self.last_updated = now
+            self.weight = weight
+
+    def on_call_trailers(self, trailers: Sequence[tuple[str, Any]]) -> None:
+        """``PickComplete.on_call_trailers``: the call's ORCA trailer, if any."""
+        report = orca.report_from_trailers(trailers)
+        if report is not None:
+            self.on_report(report)
+
+    def became_ready(self) -> None:
+        """The endpoint (re)connected: the blackout period starts over."""
+        with self._lock:
+            self.non_empty_since = None
+
+    def value(self, now: float) -> float:
+        """The weight to schedule with now, 0 when unusable."""
+        config = self.config
+        with self._lock:
+            if now - self.last_updated >= config.weight_expiration_period:
+                self.non_empty_since = None
+                return 0.0
+            blackout = config.blackout_period
+            if blackout > 0 and (
+                self.non_empty_since is None or now - self.non_empty_since < blackout
+            ):
+                return 0.0
+            return self.weight
+
+    def __repr__(self) -> str:
+        return f"EndpointWeight({self.weight:g}, since={self.non_empty_since})"
+
+
+# -- picker --------------------------------------------------------------------
+
+
+class WeightedRoundRobinPicker(Picker):
+    """Cycles over one materialized period of the stride scheduler.
+    :meth:`rebuild` (the policy's timer, on the serializer) swaps the cycle;
+    a pick reads whichever cycle is current (one attribute load, atomic)."""
+
+    __slots__ = ("results", "weights", "_clock", "_random", "_scaled", "_next")
+
+    def __init__(
+        self,
+        results: Sequence[PickComplete],
+        weights: Sequence[EndpointWeight],
+        clock: Clock,
+        rng: Any,
+    ) -> None:
+        self.results = tuple(results)
+        self.weights = tuple(weights)
+        self._clock = clock
+        self._random = rng
+        self._scaled: tuple[int, ...] | bool | None = False  # False: never built
+        self._next: Callable[[], PickResult] = itertools.cycle(self.results).__next__
+        self.rebuild()
+
+    def pick(self, args: PickArgs) -> PickResult:
+        return self._next()
+
+    @property
+    def scaled_weights(self) -> tuple[int, ...] | None:
+        """The integer weights in use (None: round robin)."""
+        return self._scaled if self._scaled is not False else None  # type: ignore[return-value]
+
+    def rebuild(self) -> None:
+        """Read every endpoint's weight now and rebuild the scheduler (a no-op
+        when the integer weights did not change)."""
+        now = self._clock.now()
+        n = len(self.results)
+        top = max_weight_for(n)
+        scaled = scale_weights([weight.value(now) for weight in self.weights], top)
+        if scaled == self._scaled:
+            return
+        self._scaled = scaled
+        order = range(n) if scaled is None else materialize(scaled, top)
+        table = [self.results[i] for i in order]
+        start = self._random.randrange(len(table))
+        self._next = itertools.cycle(table[start:] + table[:start]).__next__
+
+    def __repr__(self) -> str:
+        addresses = [r.subchannel.address for r in self.results]
+        return f"WeightedRoundRobinPicker({addresses}, weights={self.scaled_weights})"
+
+
+# -- policy --------------------------------------------------------------------
+
+
+class WeightedRoundRobin(RoundRobin):
+    """round_robin plus endpoint weights (module docstring)."""
+
+    def __init__(self, helper: Helper) -> None:
+        self._config = WeightedRoundRobinConfig()
+        self._timer: Timer | None = None
+        self._picker: WeightedRoundRobinPicker | None = None
+        #: child -> (subchannel watched, period, unsubscribe)
+        self._oob: dict[_Child, tuple[Any, float, Callable[[], None] | None]] = {}
+        super().__init__(helper)
+
+    # -- LoadBalancer ----------------------------------------------------------
+    def update(self, update: ResolverUpdate) -> Status | None:
+        if isinstance(update.config, WeightedRoundRobinConfig):
+            self._config = update.config
+            for child in self.children:
+                weight = getattr(child, "wrr_weight", None)
+                if weight is not None:
+                    weight.config = self._config
+        return super().update(update)
+
+    def shutdown(self) -> None:
+        self._cancel_timer()
+        self._picker = None
+        for _subchannel, _period, cancel in self._oob.values():
+            if cancel is not None:
+                cancel()
+        self._oob.clear()
+        super().shutdown()
+
+    # -- weights ---------------------------------------------------------------
+    def weight_of(self, child: _Child) -> EndpointWeight:
+        weight = getattr(child, "wrr_weight", None)
+        if weight is None:
+            weight = EndpointWeight(self.helper.clock, self._config)
+            child.wrr_weight = weight  # type: ignore[attr-defined]
+        return weight
+
+    # -- round_robin hooks -----------------------------------------------------
+    def _on_child_state(
+        self, child: _Child, state: ConnectivityState, status: Status, picker: Picker
+    ) -> None:
+        if state is _READY and child.state is not _READY:
+            self.weight_of(child).became_ready()
+        super()._on_child_state(child, state, status, picker)
+
+    def _aggregate(self) -> None:
+        super()._aggregate()
+        self._sync_oob()
+
+    def _report_ready(self, ready: list[_Child]) -> None:
+        pickers = [child.picker for child in ready]
+        if not all(type(p) is _ReadyPicker for p in pickers):
+            super()._report_ready(ready)  # not pick_first children: unweighted
+            return
+        config = self._config
+        key = (_READY, config, *pickers)
+        if key == self._reported_key:
+            return
+        weights = [self.weight_of(child) for child in ready]
+        results = []
+        for picker, weight in zip(pickers, weights, strict=True):
+            result = picker.result  # type: ignore[attr-defined]
+            hook = None if config.enable_oob_load_report else weight.on_call_trailers
+            results.append(PickComplete(result.subchannel, result.on_call_done, hook))
+        wrr = WeightedRoundRobinPicker(results, weights, self.helper.clock, self.helper.random)
+        self._report(_READY, OK_STATUS, wrr, key)
+
+    def _report(
+        self, state: ConnectivityState, status: Status, picker: Picker, key: tuple[Any, ...]
+    ) -> None:
+        if key == self._reported_key:
+            return
+        if isinstance(picker, WeightedRoundRobinPicker):
+            self._picker = picker
+            if self._timer is None:
+                self._timer = self.helper.clock.call_later(
+                    self._config.weight_update_period, self._on_timer
+                )
+        else:
+            self._picker = None
+            self._cancel_timer()
+        super()._report(state, status, picker, key)
+
+    # -- weight update timer ------------------------------------------------------
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._shutdown or self._picker is None:
+            return
+        self._picker.rebuild()
+        self._timer = self.helper.clock.call_later(
+            self._config.weight_update_period, self._on_timer
+        )
+
+    def _cancel_timer(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+
+    # -- out-of-band reports -------------------------------------------------------
+    def _sync_oob(self) -> None:
+        """One OOB watch per READY endpoint while enableOobLoadReport, at the
+        configured period; none otherwise."""
+        if self._shutdown or (not self._config.enable_oob_load_report and not self._oob):
+            return
+        live = set(self.children)
+        for child in list(self._oob):
+            if child not in live:
+                self._stop_oob(child)
+        for child in live:
+            self._sync_oob_child(child)
+
+    def _sync_oob_child(self, child: _Child) -> None:
+        config = self._config
+        want: tuple[Any, float] | None = None
+        if (
+            config.enable_oob_load_report
+            and not child.closed
+            and child.state is _READY
+            and type(child.picker) is _ReadyPicker
+        ):
+            want = (child.picker.subchannel, config.oob_reporting_period)
+        have = self._oob.get(child)
+        if have is not None and (want is None or have[0] is not want[0] or have[1] != want[1]):
+            self._stop_oob(child)
+            have = None
+        if want is not None and have is None:
+            cancel = orca.watch_oob(want[0], want[1], self.weight_of(child).on_report)
+            self._oob[child] = (want[0], want[1], cancel)
+
+    def _stop_oob(self, child: _Child) -> None:
+        _subchannel, _period, cancel = self._oob.pop(child)
+        if cancel is not None:
+            cancel()
+
+
+registry.register(WeightedRoundRobinFactory())

@@ -1,0 +1,97 @@
+"""Backends for the WRR / ORCA e2e tests: grpcio servers on 127.0.0.1
+whose load reports come from :mod:`pyxds.orca`.
+
+Methods (bytes in, bytes out):
+  /pyxds.test.Echo/Who      unary: returns the backend's name
+  /pyxds.test.Echo/Stream   unary-stream: the name int(request) times
+Every call records ``cpu`` and qps 100 (per-call trailer), and the same
+values are kept in a ServerMetricRecorder served by OpenRcaService (OOB)
+with a 0.1 s minimum interval.  ``garbage=True``: the handler sets a
+malformed ORCA trailer instead of recording.
+"""
+
+from __future__ import annotations
+
+import collections
+from concurrent import futures
+
+import grpc
+
+from pyxds.lb.orca import ORCA_TRAILER, ORCA_TRAILER_MIRROR
+from pyxds.orca import (
+    OrcaServerInterceptor,
+    ServerMetricRecorder,
+    add_orca_service,
+    call_metric_recorder,
+)
+
+SERVICE = "pyxds.test.Echo"
+#: per-endpoint reports: qps 100 at cpu 0.1 vs 0.9: weights 1000 : 111 = 90 % : 10 %
+HEAVY, LIGHT = 0.1, 0.9
+
+
+class OrcaBackend:
+    """A grpcio server on 127.0.0.1 answering /pyxds.test.Echo/Who with its
+    name, reporting ``cpu`` and qps 100 per call (pyxds.orca interceptor) and
+    out of band (pyxds.orca OpenRcaService at up to 10 reports/s)."""
+
+    def __init__(
+        self, name: str, cpu: float, garbage: bool = False, oob_service: bool = True
+    ) -> None:
+        self.name = name
+        self.garbage = garbage
+        self.cpu = cpu
+        self.served: collections.Counter = collections.Counter()
+        self.recorder = ServerMetricRecorder()
+        self.set_load(cpu)
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=16), interceptors=[OrcaServerInterceptor()]
+        )
+
+        def record() -> None:
+            self.served[name] += 1
+            if self.garbage:
+                return
+            recorder = call_metric_recorder()
+            assert recorder is not None
+            recorder.record_cpu_utilization(self.cpu).record_qps(100.0)
+
+        def who(request: bytes, context: grpc.ServicerContext) -> bytes:
+            record()
+            if self.garbage:
+                bad = b"\xff\xff\xff\xff"
+                context.set_trailing_metadata(((ORCA_TRAILER, bad), (ORCA_TRAILER_MIRROR, bad)))
+            return name.encode()
+
+        def stream(request: bytes, context: grpc.ServicerContext):
+            record()
+            for _ in range(int(request or b"1")):
+                yield name.encode()
+
+        self._server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    SERVICE,
+                    {
+                        "Who": grpc.unary_unary_rpc_method_handler(who),
+                        "Stream": grpc.unary_stream_rpc_method_handler(stream),
+                    },
+                ),
+            )
+        )
+        if oob_service:
+            add_orca_service(self._server, self.recorder, min_report_interval=0.1)
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        self._server.start()
+
+    def set_load(self, cpu: float) -> None:
+        self.cpu = cpu
+        self.recorder.set_cpu_utilization(cpu)
+        self.recorder.set_qps(100.0)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self._server.stop(None).wait(5)

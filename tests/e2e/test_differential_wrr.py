@@ -1,0 +1,126 @@
+"""Differential: ``client_side_weighted_round_robin`` clusters (gRFC A58 via
+A52's WrrLocality) through pyxds and through grpcio's C-core ``xds:///``
+channel, against the same pyxds.server and the same backends, whose load
+reports come from :mod:`pyxds.orca` (per-call trailers with the server
+interceptor, or the OOB ``OpenRcaService``).
+
+Both clients must split the traffic by the reported load (90/10 here) and
+agree with each other within a few percent: this is also the test that
+C-core's WRR obeys pyxds.orca's reports.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from channel_fixtures import TARGET, CoreXdsClient, pyxds_calls, route, snapshot
+from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (
+    client_side_weighted_round_robin_pb2 as cswrr_pb2,
+)
+from envoy.extensions.load_balancing_policies.wrr_locality.v3 import wrr_locality_pb2
+from google.protobuf import duration_pb2, wrappers_pb2
+from orca_backends import HEAVY, LIGHT, OrcaBackend
+
+import pyxds._api as pyxds
+from pyxds.server import ManagementServer
+from pyxds.server import builders as b
+from pyxds.server.snapshot import Snapshot
+
+NODE = "differential-wrr"
+N = 2000
+TOLERANCE = 0.04
+
+
+def wrr_policy(oob: bool) -> wrr_locality_pb2.WrrLocality:
+    cswrr = cswrr_pb2.ClientSideWeightedRoundRobin(
+        blackout_period=duration_pb2.Duration(seconds=0),
+        weight_update_period=duration_pb2.Duration(nanos=100_000_000),
+    )
+    if oob:
+        cswrr.enable_oob_load_report.CopyFrom(wrappers_pb2.BoolValue(value=True))
+        cswrr.oob_reporting_period.CopyFrom(duration_pb2.Duration(nanos=100_000_000))
+    inner = b._load_balancing_policy([("wrr", cswrr)])
+    return wrr_locality_pb2.WrrLocality(endpoint_picking_policy=inner)
+
+
+def wrr_snapshot(addresses: list[str], oob: bool, version: str) -> Snapshot:
+    base = snapshot([route(prefix="", cluster="wrr")], {"wrr": []})
+    listener_t, route_t, _cluster_t, _eds_t = list(base._by_type)
+    return Snapshot(
+        listeners=list(base.resources(listener_t).values()),
+        routes=list(base.resources(route_t).values()),
+        clusters=[b.cluster("wrr", load_balancing_policy=[("wrr_locality", wrr_policy(oob))])],
+        endpoints=[b.endpoints("wrr", [b.locality(zone="wrr-z", endpoints=addresses)])],
+        version=version,
+    )
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ManagementServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def backends():
+    started = [OrcaBackend("heavy", HEAVY), OrcaBackend("light", LIGHT)]
+    yield started
+    for backend in started:
+        backend.stop()
+
+
+def share(counts: collections.Counter, name: str) -> float:
+    total = sum(counts.values())
+    assert not [k for k in counts if k.startswith("error:")], counts
+    return counts[name] / total
+
+
+def splits(server, backends, oob: bool, version: str) -> tuple[float, float]:
+    """(pyxds share, C-core share) of the heavy-weight backend, each over N
+    RPCs after a warm-up that lets reports arrive and weights apply."""
+    server.set_snapshot(wrr_snapshot([x.address for x in backends], oob, version))
+    bootstrap = server.bootstrap(node_id=NODE)
+    core = CoreXdsClient(bootstrap)
+    channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+    try:
+        for client in (lambda n: pyxds_calls(channel, n), lambda n: core.call(n)):
+            client(300)  # connect, first reports, a few 100 ms weight updates
+        ours = share(pyxds_calls(channel, N), "heavy")
+        theirs = share(core.call(N), "heavy")
+    finally:
+        channel.close()
+        core.close()
+    return ours, theirs
+
+
+def test_per_call_orca_splits_like_c_core(server, backends):
+    ours, theirs = splits(server, backends, oob=False, version="per-call")
+    assert theirs == pytest.approx(0.9, abs=TOLERANCE), "C-core does not obey pyxds.orca trailers"
+    assert ours == pytest.approx(0.9, abs=TOLERANCE)
+    assert abs(ours - theirs) <= TOLERANCE
+
+
+def test_oob_orca_splits_like_c_core(server, backends):
+    ours, theirs = splits(server, backends, oob=True, version="oob")
+    assert theirs == pytest.approx(0.9, abs=TOLERANCE), "C-core does not obey pyxds.orca OOB"
+    assert ours == pytest.approx(0.9, abs=TOLERANCE)
+    assert abs(ours - theirs) <= TOLERANCE
+
+
+def test_shares_follow_a_change_of_reported_load(server, backends):
+    heavy, light = backends
+    server.set_snapshot(wrr_snapshot([x.address for x in backends], False, "shift"))
+    channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=NODE + "-shift"))
+    try:
+        pyxds_calls(channel, 300)
+        assert share(pyxds_calls(channel, N), "heavy") == pytest.approx(0.9, abs=TOLERANCE)
+        heavy.set_load(LIGHT)
+        light.set_load(HEAVY)
+        pyxds_calls(channel, 600)  # new reports, then a weight update
+        assert share(pyxds_calls(channel, N), "light") == pytest.approx(0.9, abs=TOLERANCE)
+    finally:
+        heavy.set_load(HEAVY)
+        light.set_load(LIGHT)
+        channel.close()

@@ -1,0 +1,244 @@
+"""weighted_round_robin from a service config, on real channels and real
+pyxds.orca backends: the per-call ORCA hook (``PickComplete.on_call_trailers``)
+on the sync unary, sync streaming and asyncio paths; a malformed ORCA trailer
+never fails an RPC; the out-of-band stream (A51) is one per subchannel,
+shared, at the smallest period, and never retried after UNIMPLEMENTED.
+Differential: grpcio's C-core channel with the same service config splits
+the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+from channel_fixtures import wait_until
+from orca_backends import HEAVY, LIGHT, SERVICE, OrcaBackend
+
+import pyxds._api as pyxds
+import pyxds.aio
+from pyxds.orca import OrcaService, ServerMetricRecorder
+
+N = 2000
+TOLERANCE = 0.04
+WRR = {"blackoutPeriod": "0s", "weightUpdatePeriod": "0.1s"}
+
+
+def options(config: dict) -> list[tuple[str, str]]:
+    return [
+        (
+            "grpc.service_config",
+            json.dumps({"loadBalancingConfig": [{"weighted_round_robin": config}]}),
+        )
+    ]
+
+
+def target(backends: list[OrcaBackend]) -> str:
+    return "ipv4:" + ",".join(b.address for b in backends)
+
+
+@pytest.fixture(scope="module")
+def backends():
+    started = [OrcaBackend("heavy", HEAVY), OrcaBackend("light", LIGHT)]
+    yield started
+    for backend in started:
+        backend.stop()
+
+
+def who_shares(channel, n: int) -> collections.Counter:
+    mc = channel.unary_unary(f"/{SERVICE}/Who")
+    return collections.Counter(mc(b"", timeout=5, wait_for_ready=True).decode() for _ in range(n))
+
+
+def heavy_share(counts: collections.Counter) -> float:
+    return counts["heavy"] / sum(counts.values())
+
+
+def test_service_config_wrr_splits_by_per_call_load_like_c_core(backends):
+    ours_channel = pyxds.insecure_channel(target(backends), options=options(WRR))
+    theirs_channel = grpc.insecure_channel(target(backends), options=options(WRR))
+    try:
+        for channel in (ours_channel, theirs_channel):
+            who_shares(channel, 300)
+        ours = heavy_share(who_shares(ours_channel, N))
+        theirs = heavy_share(who_shares(theirs_channel, N))
+    finally:
+        ours_channel.close()
+        theirs_channel.close()
+    assert theirs == pytest.approx(0.9, abs=TOLERANCE)
+    assert ours == pytest.approx(0.9, abs=TOLERANCE)
+
+
+def test_streaming_calls_report_their_trailers(backends):
+    channel = pyxds.insecure_channel(target(backends), options=options(WRR))
+    try:
+        stream = channel.unary_stream(f"/{SERVICE}/Stream")
+        counts: collections.Counter = collections.Counter()
+        for _ in range(300):  # only streams: the weights come from their trailers
+            names = list(stream(b"2", timeout=5, wait_for_ready=True))
+        for _ in range(N // 2):
+            names = list(stream(b"1", timeout=5, wait_for_ready=True))
+            counts[names[0].decode()] += 1
+    finally:
+        channel.close()
+    assert heavy_share(counts) == pytest.approx(0.9, abs=TOLERANCE)
+
+
+def test_aio_channel_reads_per_call_reports(backends):
+    async def run() -> float:
+        channel = pyxds.aio.insecure_channel(target(backends), options=options(WRR))
+        try:
+            mc = channel.unary_unary(f"/{SERVICE}/Who")
+            for _ in range(300):
+                await mc(b"", timeout=5, wait_for_ready=True)
+            counts = collections.Counter()
+            for _ in range(N):
+                counts[(await mc(b"", timeout=5, wait_for_ready=True)).decode()] += 1
+            return heavy_share(counts)
+        finally:
+            await channel.close()
+
+    assert asyncio.run(run()) == pytest.approx(0.9, abs=TOLERANCE)
+
+
+def test_aio_channel_with_oob_reports_splits_by_load(backends):
+    config = dict(WRR, enableOobLoadReport=True, oobReportingPeriod="0.1s")
+
+    async def run() -> float:
+        channel = pyxds.aio.insecure_channel(target(backends), options=options(config))
+        try:
+            mc = channel.unary_unary(f"/{SERVICE}/Who")
+            for _ in range(300):
+                await mc(b"", timeout=5, wait_for_ready=True)
+            await asyncio.sleep(0.3)  # bounded: OOB reports arrive every 0.1 s
+            counts = collections.Counter()
+            for _ in range(N):
+                counts[(await mc(b"", timeout=5, wait_for_ready=True)).decode()] += 1
+            return heavy_share(counts)
+        finally:
+            await channel.close()
+
+    assert asyncio.run(run()) == pytest.approx(0.9, abs=TOLERANCE)
+
+
+def test_malformed_orca_trailer_never_fails_an_rpc_and_is_ignored():
+    started = [OrcaBackend("heavy", HEAVY, garbage=True), OrcaBackend("light", LIGHT)]
+    channel = pyxds.insecure_channel(target(started), options=options(WRR))
+    try:
+        who_shares(channel, 300)
+        counts = who_shares(channel, 1000)  # raises on any failed RPC
+    finally:
+        channel.close()
+        for backend in started:
+            backend.stop()
+    # one endpoint has a weight, the other none: both get the mean (round robin)
+    assert heavy_share(counts) == pytest.approx(0.5, abs=0.02)
+
+
+# -- out-of-band stream (channel/orca_oob.py) -----------------------------------------
+
+
+class CountingOrca(OrcaService):
+    """OpenRcaService that records each stream's requested interval and
+    how many streams are open."""
+
+    def __init__(self) -> None:
+        recorder = ServerMetricRecorder()
+        recorder.set_cpu_utilization(0.5)
+        recorder.set_qps(10.0)
+        super().__init__(recorder, min_report_interval=0.05)
+        self.intervals: list[float] = []
+        self.open = 0
+        self._lock = threading.Lock()
+
+    def stream_core_metrics(self, request, context):
+        asked = request.report_interval.seconds + request.report_interval.nanos / 1e9
+        with self._lock:
+            self.intervals.append(round(asked, 3))
+            self.open += 1
+        try:
+            yield from super().stream_core_metrics(request, context)
+        finally:
+            with self._lock:
+                self.open -= 1
+
+
+def serve(service: OrcaService | None) -> tuple[grpc.Server, str]:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    if service is not None:
+        server.add_generic_rpc_handlers((service.generic_handler(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+def on_serializer(channel, fn):
+    """Run ``fn`` on the channel's work serializer; its result."""
+    box: list = []
+    done = threading.Event()
+
+    def go() -> None:
+        try:
+            box.append(fn())
+        finally:
+            done.set()
+
+    channel._core.serializer.run(go)
+    assert done.wait(5)
+    return box[0]
+
+
+def subchannel_of(channel, address: str):
+    handle = on_serializer(channel, lambda: channel._core.pool.create(address, {}))
+    on_serializer(channel, handle.connect)
+    assert wait_until(lambda: handle.state.name == "READY", 10)
+    return handle
+
+
+def test_oob_stream_is_shared_at_the_smallest_period_and_stops_with_its_last_watcher():
+    service = CountingOrca()
+    server, address = serve(service)
+    channel = pyxds.insecure_channel(address)
+    reports: collections.Counter = collections.Counter()
+    try:
+        first = subchannel_of(channel, address)
+        second = subchannel_of(channel, address)  # same connection, another handle
+        cancel_slow = on_serializer(
+            channel, lambda: first.watch_orca_oob(0.5, lambda r: reports.update(["slow"]))
+        )
+        cancel_fast = on_serializer(
+            channel, lambda: second.watch_orca_oob(0.2, lambda r: reports.update(["fast"]))
+        )
+        assert wait_until(lambda: reports["slow"] >= 2 and reports["fast"] >= 2, 10)
+        assert service.open == 1
+        assert service.intervals[-1] == 0.2  # restarted at the smaller period
+        cancel_fast()
+        assert wait_until(lambda: service.intervals[-1] == 0.5 and service.open == 1, 10)
+        cancel_slow()
+        assert wait_until(lambda: service.open == 0, 10)
+        opened = len(service.intervals)
+        before = sum(reports.values())
+        time.sleep(0.3)  # bounded: no stream, no report, nothing reopened
+        assert len(service.intervals) == opened and sum(reports.values()) == before
+    finally:
+        channel.close()
+        server.stop(None)
+
+
+def test_oob_stream_is_not_retried_after_unimplemented():
+    server, address = serve(None)  # no OpenRcaService
+    channel = pyxds.insecure_channel(address)
+    try:
+        handle = subchannel_of(channel, address)
+        on_serializer(channel, lambda: handle.watch_orca_oob(0.1, lambda r: None))
+        stream = handle.core.orca_oob
+        assert wait_until(lambda: stream._unimplemented, 10)
+        assert stream.calls_started == 1 and stream._retry_timer is None
+    finally:
+        channel.close()
+        server.stop(None)
