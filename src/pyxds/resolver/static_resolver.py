@@ -3,8 +3,9 @@ control plane (gRPC's naming doc, doc/naming.md):
 
 * ``static:///host:port,host:port`` and ``ipv4:host:port,...`` /
   ``ipv6:[addr]:port,...``: a fixed address list;
-* ``dns:///host:port`` or a bare ``host:port``: one ``getaddrinfo`` per
-  resolution (re-resolution on the LB policy's request).
+* ``dns:///host:port`` or a bare ``host:port``:
+  :class:`pyxds.resolver.dns_target.DnsTargetResolver` (lookups off the
+  serializer, rate-limited re-resolution, optional periodic refresh).
 
 The LB policy is ``pick_first`` unless the channel option
 ``grpc.lb_policy_name`` (or a ``grpc.service_config`` JSON with
@@ -14,8 +15,6 @@ The LB policy is ``pick_first`` unless the channel option
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -129,54 +128,6 @@ class StaticResolver(Resolver):
         return {"resolver": "static", "addresses": list(self._addresses)}
 
 
-class DnsResolver(StaticResolver):
-    """``getaddrinfo`` on a thread, each start and re-resolution."""
-
-    def __init__(self, args: ResolverArgs, host: str, port: int) -> None:
-        super().__init__(args, [])
-        self._host, self._port = host, port
-        self._busy = False
-
-    def start(self) -> None:
-        self._lookup()
-
-    def request_reresolution(self) -> None:
-        self._lookup()
-
-    def _lookup(self) -> None:
-        if self._busy or self._shutdown:
-            return
-        self._busy = True
-        threading.Thread(target=self._run, name="pyxds-dns", daemon=True).start()
-
-    def _run(self) -> None:
-        try:
-            infos = socket.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM)
-            seen: list[str] = []
-            for family, _, _, _, sockaddr in infos:
-                host = sockaddr[0]
-                addr = (
-                    f"[{host}]:{sockaddr[1]}"
-                    if family == socket.AF_INET6
-                    else f"{host}:{sockaddr[1]}"
-                )
-                if addr not in seen:
-                    seen.append(addr)
-            self._addresses = seen
-            result = self._result()
-        except OSError as err:
-            status = Status(
-                grpc.StatusCode.UNAVAILABLE, f"DNS resolution failed for {self._host}: {err}"
-            )
-            result = ResolverResult(endpoints=status)
-        finally:
-            self._busy = False
-        self._args.serializer.run(lambda: None if self._shutdown else self._args.on_result(result))
-
-    def config_dump(self) -> dict[str, Any]:
-        return {"resolver": "dns", "host": self._host, "addresses": list(self._addresses)}
-
-
 def split_host_port(text: str, default_port: int = 443) -> tuple[str, int]:
     if text.startswith("["):
         host, _, rest = text[1:].partition("]")
@@ -195,6 +146,8 @@ def build_builtin(scheme: str, target: str, args: ResolverArgs) -> Resolver | No
         rest = target.split(":", 1)[1]
         return StaticResolver(args, parse_addresses(rest.lstrip("/")))
     if scheme == "dns":
+        from pyxds.resolver.dns_target import DnsTargetResolver
+
         host, port = split_host_port(urlsplit(target).path.lstrip("/"))
-        return DnsResolver(args, host, port)
+        return DnsTargetResolver(args, host, port)
     return None
