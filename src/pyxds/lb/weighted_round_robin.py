@@ -62,10 +62,11 @@ import itertools
 import math
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyxds import metrics as _metrics
 from pyxds.clock import Clock, Timer
 from pyxds.lb import orca, registry
 from pyxds.lb.api import (
@@ -266,6 +267,43 @@ class EndpointWeight:
         return f"EndpointWeight({self.weight:g}, since={self.non_empty_since})"
 
 
+def _record_scheduler_update(
+    weights: Sequence[EndpointWeight], now: float, labels: Mapping[str, str]
+) -> None:
+    """A78's per-update WRR metrics: weights, not-yet-usable and stale counts."""
+    not_yet_usable = stale = 0
+    for weight in weights:
+        config = weight.config
+        with weight._lock:
+            last, since, value = weight.last_updated, weight.non_empty_since, weight.weight
+        if last == -math.inf:
+            not_yet_usable += 1
+            value = 0.0
+        elif now - last >= config.weight_expiration_period:
+            stale += 1
+            value = 0.0
+        elif config.blackout_period > 0 and (since is None or now - since < config.blackout_period):
+            not_yet_usable += 1
+            value = 0.0
+        _metrics.record("grpc.lb.wrr.endpoint_weights", value, labels)
+    if not_yet_usable:
+        _metrics.add("grpc.lb.wrr.endpoint_weight_not_yet_usable", not_yet_usable, labels)
+    if stale:
+        _metrics.add("grpc.lb.wrr.endpoint_weight_stale", stale, labels)
+
+
+def locality_label(endpoints: Sequence[Any]) -> str:
+    """A78's ``grpc.lb.locality``: ``{region="r", zone="z", sub_zone="s"}`` or ""."""
+    for endpoint in endpoints:
+        locality = getattr(endpoint, "attributes", {}).get("locality")
+        if locality is not None:
+            return (
+                f'{{region="{locality.region}", zone="{locality.zone}", '
+                f'sub_zone="{locality.sub_zone}"}}'
+            )
+    return ""
+
+
 # -- picker --------------------------------------------------------------------
 
 
@@ -274,7 +312,7 @@ class WeightedRoundRobinPicker(Picker):
     :meth:`rebuild` (the policy's timer, on the serializer) swaps the cycle;
     a pick reads whichever cycle is current (one attribute load, atomic)."""
 
-    __slots__ = ("results", "weights", "_clock", "_random", "_scaled", "_next")
+    __slots__ = ("results", "weights", "_clock", "_random", "_scaled", "_next", "_labels")
 
     def __init__(
         self,
@@ -282,7 +320,9 @@ class WeightedRoundRobinPicker(Picker):
         weights: Sequence[EndpointWeight],
         clock: Clock,
         rng: Any,
+        metric_labels: Mapping[str, str] | None = None,
     ) -> None:
+        self._labels = metric_labels  # A78 grpc.target / grpc.lb.locality
         self.results = tuple(results)
         self.weights = tuple(weights)
         self._clock = clock
@@ -305,7 +345,11 @@ class WeightedRoundRobinPicker(Picker):
         now = self._clock.now()
         n = len(self.results)
         top = max_weight_for(n)
+        if _metrics.RECORDER is not None and self._labels is not None:
+            _record_scheduler_update(self.weights, now, self._labels)
         scaled = scale_weights([weight.value(now) for weight in self.weights], top)
+        if _metrics.RECORDER is not None and self._labels is not None and scaled is None:
+            _metrics.add("grpc.lb.wrr.rr_fallback", 1, self._labels)
         if scaled == self._scaled:
             return
         self._scaled = scaled
@@ -331,10 +375,13 @@ class WeightedRoundRobin(RoundRobin):
         self._picker: WeightedRoundRobinPicker | None = None
         #: child -> (subchannel watched, period, unsubscribe)
         self._oob: dict[_Child, tuple[Any, float, Callable[[], None] | None]] = {}
+        self._locality = ""
         super().__init__(helper)
 
     # -- LoadBalancer ----------------------------------------------------------
     def update(self, update: ResolverUpdate) -> Status | None:
+        if not isinstance(update.endpoints, Status):
+            self._locality = locality_label(update.endpoints)
         if isinstance(update.config, WeightedRoundRobinConfig):
             self._config = update.config
             for child in self.children:
@@ -387,7 +434,15 @@ class WeightedRoundRobin(RoundRobin):
             result = picker.result  # type: ignore[attr-defined]
             hook = None if config.enable_oob_load_report else weight.on_call_trailers
             results.append(PickComplete(result.subchannel, result.on_call_done, hook))
-        wrr = WeightedRoundRobinPicker(results, weights, self.helper.clock, self.helper.random)
+        labels = None
+        if _metrics.RECORDER is not None:
+            labels = {
+                "grpc.target": getattr(self.helper, "channel_target", ""),
+                "grpc.lb.locality": self._locality,
+            }
+        wrr = WeightedRoundRobinPicker(
+            results, weights, self.helper.clock, self.helper.random, labels
+        )
         self._report(_READY, OK_STATUS, wrr, key)
 
     def _report(
