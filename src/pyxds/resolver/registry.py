@@ -39,7 +39,14 @@ _lock = threading.Lock()
 
 
 def register(scheme: str, factory: ResolverFactory) -> None:
-    """Register (or replace) the factory for ``scheme``."""
+    """Register (or replace) the factory for ``scheme``.
+
+    ``factory(args: ResolverArgs) -> Resolver`` is called for each channel
+    whose target has that scheme; the resolver publishes
+    ``ResolverResult`` s with ``args.on_result`` on ``args.serializer``.
+    Worked example (an address list that changes at runtime):
+    docs/custom-resolver.md and docs/examples/address_book_resolver.py.
+    """
     with _lock:
         _factories[scheme.lower()] = factory
 
