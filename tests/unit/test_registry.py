@@ -189,6 +189,14 @@ BUILTIN_SAMPLES = {
     },
     "xds_wrr_locality_experimental": {"childPolicy": _RR},
     "ring_hash_experimental": {"minRingSize": 16, "maxRingSize": 1024},
+    "least_request_experimental": {"choiceCount": 3},
+    "outlier_detection_experimental": {
+        "interval": "1.5s",
+        "maxEjectionPercent": 50,
+        "successRateEjection": {"stdevFactor": 1000},
+        "failurePercentageEjection": {"threshold": 50},
+        "childPolicy": _RR,
+    },
 }
 
 

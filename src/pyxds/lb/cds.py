@@ -23,7 +23,8 @@ Theory of operation, per update:
    failed, is missing or has no endpoints, so that an aggregate parent fails
    over: TRAPS.md, grpc-go#6462).  Each priority child runs the cluster's LB
    policy (``Cluster.lb_policy_config``, A52; default xds_wrr_locality over
-   round_robin; ``pick_first`` per A62) with
+   round_robin; ``pick_first`` per A62) under ``outlier_detection_experimental``
+   (A50; the cluster's ``outlier_detection``, else a no-op config) with
    ``ignore_reresolution_requests`` for EDS (A37).  Priority child names are
    ``{cluster=NAME, child_number=N}``, kept stable by
    :mod:`pyxds.lb.priority_names`.  Endpoints carry
@@ -85,6 +86,7 @@ from pyxds.xds.resources.types import ClusterLoadAssignment, Locality
 NAME = "cds_experimental"
 PRIORITY = "priority_experimental"
 CLUSTER_IMPL = "xds_cluster_impl_experimental"
+OUTLIER_DETECTION = "outlier_detection_experimental"
 WEIGHT_ATTRIBUTE = "weight"
 LOCALITY_ATTRIBUTE = "locality"
 LOCALITY_WEIGHT_ATTRIBUTE = "locality_weight"
@@ -244,7 +246,11 @@ class CdsPolicy(LoadBalancer):
             note = empty_priority_note(name, endpoint_config)
         try:
             selection = self._leaf_config(
-                name, tuple(child_names), cluster.lb_policy_config, is_dns
+                name,
+                tuple(child_names),
+                cluster.lb_policy_config,
+                is_dns,
+                cluster.outlier_detection,
             )
         except LBConfigError as err:
             return self._fail(
@@ -258,13 +264,23 @@ class CdsPolicy(LoadBalancer):
         )
 
     def _leaf_config(
-        self, name: str, child_names: tuple[str, ...], lb_policy: str, is_dns: bool
+        self,
+        name: str,
+        child_names: tuple[str, ...],
+        lb_policy: str,
+        is_dns: bool,
+        outlier_detection: str | None = None,
     ) -> PolicySelection:
-        key = ("leaf", child_names, lb_policy, is_dns)
+        key = ("leaf", child_names, lb_policy, is_dns, outlier_detection)
         cached = self._config_cache.get(key)
         if cached is not None:
             return cached
-        policy = json.loads(lb_policy)
+        # A50 "xDS Integration": each priority child runs outlier_detection
+        # over the cluster's policy (a no-op one, no algorithm, when the
+        # cluster sets none), as C-core does.
+        od = json.loads(outlier_detection) if outlier_detection else {}
+        od["childPolicy"] = json.loads(lb_policy)
+        policy = [{OUTLIER_DETECTION: od}]
         children: dict[str, Any] = {}
         for child in child_names:
             child_config: dict[str, Any] = {"config": policy}

@@ -92,6 +92,8 @@ def _load_builtins() -> None:
         "pyxds.lb.pick_first",
         "pyxds.lb.round_robin",
         "pyxds.lb.ring_hash",
+        "pyxds.lb.outlier_detection",
+        "pyxds.lb.least_request",
         "pyxds.lb.priority",
         "pyxds.lb.weighted_target",
         "pyxds.lb.xds_wrr_locality",

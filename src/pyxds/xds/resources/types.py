@@ -361,6 +361,9 @@ class Cluster:
     the xDS server).  ``transport_socket`` is the serialized typed config of
     the transport socket (kept opaque for later TLS), or None.
     ``idle_timeout`` is A75's upstream idle timeout in seconds (1 hour unset).
+    ``outlier_detection`` is the ``outlier_detection_experimental`` config
+    (A50, canonical JSON without ``childPolicy``) when the cluster sets
+    ``outlier_detection``, else None (the cds policy then uses a no-op one).
     """
 
     name: str
@@ -377,6 +380,7 @@ class Cluster:
     transport_socket: bytes | None = None
     transport_socket_type_url: str | None = None
     idle_timeout: float = 3600.0
+    outlier_detection: str | None = None
 
     def lb_policy_json(self) -> list[dict[str, Any]]:
         """The LB config list as a fresh list of dicts (safe to mutate)."""
