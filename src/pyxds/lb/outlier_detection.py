@@ -144,7 +144,9 @@ class OutlierDetectionConfig:
     @property
     def counting(self) -> bool:
         """A50: without an algorithm the picker does not count calls."""
-        return self.success_rate_ejection is not None or self.failure_percentage_ejection is not None
+        return (
+            self.success_rate_ejection is not None or self.failure_percentage_ejection is not None
+        )
 
 
 def parse_duration(value: Any, path: str) -> float:
@@ -383,7 +385,10 @@ class OutlierDetectionSubchannel(Subchannel):
 # -- picker ----------------------------------------------------------------------------
 
 
-def _chain(first: Callable[[Status], None], then: Callable[[Status], None]) -> Callable[[Status], None]:
+_Done = Callable[[Status], None]
+
+
+def _chain(first: _Done, then: _Done) -> _Done:
     def on_call_done(status: Status) -> None:
         first(status)
         then(status)
@@ -573,7 +578,9 @@ class OutlierDetectionPolicy(LoadBalancer):
         return config is not None and config.child_policy.name != "pick_first"
 
     # -- timer ------------------------------------------------------------------------
-    def _apply_timer(self, config: OutlierDetectionConfig, old: OutlierDetectionConfig | None) -> None:
+    def _apply_timer(
+        self, config: OutlierDetectionConfig, old: OutlierDetectionConfig | None
+    ) -> None:
         clock = self.helper.clock
         if not config.counting:
             self._timer.cancel()
