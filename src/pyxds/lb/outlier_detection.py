@@ -473,6 +473,7 @@ class OutlierDetectionPolicy(LoadBalancer):
         self._timer_started_at: float | None = None
         self._child_state: tuple[ConnectivityState, Status, Picker] | None = None
         self._updating = False
+        self._dirty = False  # endpoints changed: memoised picks are stale
         self._shut_down = False
 
     # -- introspection ---------------------------------------------------------
@@ -529,8 +530,6 @@ class OutlierDetectionPolicy(LoadBalancer):
         self._child.shutdown()
 
     # -- endpoints ------------------------------------------------------------------
-    _dirty = False
-
     def _apply_endpoints(self, endpoints: Sequence[Endpoint]) -> None:
         wanted: dict[frozenset[str], EndpointState] = {}
         for endpoint in endpoints:
