@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from concurrent import futures
 from pathlib import Path
 
