@@ -578,3 +578,15 @@ def test_usable_from_a_service_config():
     )
     assert factory.name == "outlier_detection_experimental"
     assert config.child_policy.name == "round_robin"
+
+
+def test_picker_over_round_robin_keeps_an_even_rotation():
+    """The streaming picker (round_robin child) rotates over every READY
+    endpoint once per cycle, from where the child's rotation stood."""
+    helper, _policy, _ = setup(fp_config(), n=4)
+    counts: dict[str, int] = {}
+    for _ in range(100):
+        address = helper.pick().subchannel.address
+        counts[address] = counts.get(address, 0) + 1
+    assert counts == {a: 25 for a in addresses(4)}
+    assert helper.last.picker.result_stream() is not None

@@ -137,12 +137,17 @@ class LeastRequestPicker(Picker):
     def pick(self, args: PickArgs) -> PickResult:
         entries, n, draw = self._entries, self._n, self._random
         best = entries[int(draw() * n)]
-        best_count = len(best[1])
-        for _ in range(self._choice_count - 1):
+        if self._choice_count == 2:  # the default, unrolled
             sampled = entries[int(draw() * n)]
-            count = len(sampled[1])
-            if count < best_count:
-                best, best_count = sampled, count
+            if len(sampled[1]) < len(best[1]):
+                best = sampled
+        else:
+            best_count = len(best[1])
+            for _ in range(self._choice_count - 1):
+                sampled = entries[int(draw() * n)]
+                count = len(sampled[1])
+                if count < best_count:
+                    best, best_count = sampled, count
         result, counter = best
         if result.subchannel is None:  # a non-constant child picker (custom leaf)
             return self._delegate(entries.index(best), counter, args)

@@ -401,7 +401,7 @@ class OutlierDetectionPicker(Picker):
     counting ``on_call_done``.  A child result without its own
     ``on_call_done`` (pick_first's constant READY result) maps to one
     precomputed result, memoised by identity, so such a pick allocates
-    nothing."""
+    nothing.  Build with :func:`make_picker`."""
 
     __slots__ = ("_child", "_pick", "_counting", "_memo")
 
@@ -424,7 +424,7 @@ class OutlierDetectionPicker(Picker):
             return memo[1]
         return self._map(result)
 
-    def _map(self, result: PickComplete) -> PickResult:
+    def _map(self, result: PickComplete, remember: bool = True) -> PickResult:
         subchannel = result.subchannel
         if subchannel.__class__ is not OutlierDetectionSubchannel:
             return result
@@ -435,12 +435,52 @@ class OutlierDetectionPicker(Picker):
         if endpoint is not None:
             done = endpoint.record if inner is None else _chain(endpoint.record, inner)
         mapped = replace(result, subchannel=subchannel.real, on_call_done=done)
-        if inner is None and len(self._memo) < _MEMO_LIMIT:
+        if remember and inner is None and len(self._memo) < _MEMO_LIMIT:
             self._memo[id(result)] = (result, mapped)
         return mapped
 
     def __repr__(self) -> str:
         return f"OutlierDetectionPicker({self._child!r}, counting={self._counting})"
+
+
+class _StreamPicker(OutlierDetectionPicker):
+    """Over a child whose picks rotate over a fixed tuple of constant
+    results (round_robin's READY picker): every result is mapped once, up
+    front, and the picker rotates over the mapped results from where the
+    child's rotation stands (one result is taken from the child's stream to
+    find it), so a pick is one ``next()`` on an ``itertools.cycle``, as
+    round_robin's; offered to parents as this picker's own stream."""
+
+    __slots__ = ("_stream", "_next")
+
+    def __init__(
+        self, child: Picker, counting: bool, stream: Any, results: tuple[PickComplete, ...]
+    ) -> None:
+        super().__init__(child, counting)
+        mapped = [self._map(result, remember=False) for result in results]
+        current = next(stream)
+        start = next((i for i, r in enumerate(results) if r is current), 0)
+        self._stream = itertools.cycle(mapped[start:] + mapped[:start])
+        self._next = self._stream.__next__
+
+    def pick(self, args: PickArgs) -> PickResult:
+        return self._next()
+
+    def result_stream(self) -> Any:
+        return self._stream
+
+
+def make_picker(child: Picker, counting: bool) -> OutlierDetectionPicker:
+    """The outlier_detection picker over ``child`` (the streaming form when
+    the child's READY picker allows it)."""
+    results = getattr(child, "results", None)
+    if isinstance(results, tuple) and results and all(
+        type(result) is PickComplete for result in results
+    ):
+        stream = child.result_stream()
+        if stream is not None:
+            return _StreamPicker(child, counting, stream, results)
+    return OutlierDetectionPicker(child, counting)
 
 
 # -- policy ----------------------------------------------------------------------------
@@ -703,9 +743,7 @@ class OutlierDetectionPolicy(LoadBalancer):
             return
         self._dirty = False
         state, status, picker = self._child_state
-        self.helper.update_state(
-            state, status, OutlierDetectionPicker(picker, self._config.counting)
-        )
+        self.helper.update_state(state, status, make_picker(picker, self._config.counting))
 
 
 registry.register(OutlierDetectionFactory())
