@@ -72,7 +72,7 @@ def test_malformed_choice_count_is_rejected(value):
 
 def test_same_config_twice_is_equal_and_a_no_op():
     assert parse({"choiceCount": 3}) == parse({"choiceCount": 3})
-    helper, policy, config = setup()
+    helper, policy, _config = setup()
     reports = len(helper.states)
     policy.update(ResolverUpdate([Endpoint((a,)) for a in addresses(3)], parse({})))
     assert len(helper.states) == reports
