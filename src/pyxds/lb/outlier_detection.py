@@ -474,8 +474,10 @@ def make_picker(child: Picker, counting: bool) -> OutlierDetectionPicker:
     """The outlier_detection picker over ``child`` (the streaming form when
     the child's READY picker allows it)."""
     results = getattr(child, "results", None)
-    if isinstance(results, tuple) and results and all(
-        type(result) is PickComplete for result in results
+    if (
+        isinstance(results, tuple)
+        and results
+        and all(type(result) is PickComplete for result in results)
     ):
         stream = child.result_stream()
         if stream is not None:
