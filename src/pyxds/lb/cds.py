@@ -29,9 +29,9 @@ Theory of operation, per update:
    ``{cluster=NAME, child_number=N}``, kept stable by
    :mod:`pyxds.lb.priority_names`.  Endpoints carry
    ``hierarchical_path = (priority child name, str(locality))``,
-   ``weight = locality weight x endpoint weight``, ``locality`` and
-   ``locality_weight``.  A priority with no endpoints gets
-   ``resolution_note`` saying why: the dependency manager's note, else
+   ``weight = locality weight x endpoint weight``, ``locality``,
+   ``locality_weight`` and, when EDS metadata sets one, ``hash_key`` (A76).
+   A priority with no endpoints gets ``resolution_note`` saying why: the dependency manager's note, else
    "EDS resource X: all endpoints unhealthy" / "EDS resource X contains no
    endpoints".
 5. Aggregate cluster: child ``priority_experimental`` with one
@@ -90,6 +90,7 @@ OUTLIER_DETECTION = "outlier_detection_experimental"
 WEIGHT_ATTRIBUTE = "weight"
 LOCALITY_ATTRIBUTE = "locality"
 LOCALITY_WEIGHT_ATTRIBUTE = "locality_weight"
+HASH_KEY_ATTRIBUTE = "hash_key"
 
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 _INTERNAL = grpc.StatusCode.INTERNAL
@@ -366,12 +367,14 @@ def _locality_endpoints(child: str, locality: Locality) -> tuple[Endpoint, ...]:
     weight = locality.weight
     out = []
     for address in locality.endpoints:
-        attributes: Mapping[str, Any] = {
+        attributes: dict[str, Any] = {
             PATH_KEY: path,
             WEIGHT_ATTRIBUTE: weight * address.weight,
             LOCALITY_ATTRIBUTE: locality.name,
             LOCALITY_WEIGHT_ATTRIBUTE: weight,
         }
+        if address.hash_key:  # A76: the endpoint's ring_hash key from EDS metadata
+            attributes[HASH_KEY_ATTRIBUTE] = address.hash_key
         out.append(Endpoint(address.addresses, attributes))
     return tuple(out)
 

@@ -425,14 +425,17 @@ class LocalityName:
 class EndpointAddress:
     """One endpoint: its addresses ("host:port", IPv6 bracketed; the first is
     the primary, the rest A61 additional_addresses), LB weight (default 1),
-    health status name (UNKNOWN or HEALTHY: others are excluded when decoding)
-    and ``endpoint.hostname`` ("" when unset).
+    health status name (UNKNOWN or HEALTHY: others are excluded when decoding),
+    ``endpoint.hostname`` ("" when unset) and ``hash_key``, the string
+    ``metadata.filter_metadata["envoy.lb"]["hash_key"]`` (gRFC A76; "" when
+    unset or not a string).
     """
 
     addresses: tuple[str, ...]
     weight: int = 1
     health_status: str = "UNKNOWN"
     hostname: str = ""
+    hash_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
