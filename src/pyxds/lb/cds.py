@@ -31,9 +31,9 @@ Theory of operation, per update:
    ``hierarchical_path = (priority child name, str(locality))``,
    ``weight = locality weight x endpoint weight``, ``locality``,
    ``locality_weight`` and, when EDS metadata sets one, ``hash_key`` (A76).
-   A priority with no endpoints gets ``resolution_note`` saying why: the dependency manager's note, else
-   "EDS resource X: all endpoints unhealthy" / "EDS resource X contains no
-   endpoints".
+   A priority with no endpoints gets ``resolution_note`` saying why: the
+   dependency manager's note, else "EDS resource X: all endpoints unhealthy"
+   / "EDS resource X contains no endpoints".
 5. Aggregate cluster: child ``priority_experimental`` with one
    ``cds_experimental {cluster: LEAF}`` child per leaf cluster, in order,
    named after the leaf (A75).  No leaves (every child missing, A74 latest):
@@ -52,7 +52,6 @@ Theory of operation, per update:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
