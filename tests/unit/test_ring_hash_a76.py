@@ -249,7 +249,7 @@ def test_eds_reads_hash_key_from_envoy_lb_metadata(value, want):
     assert endpoint.hash_key == want
 
 
-def test_cds_hands_the_hash_key_to_the_endpoint_attributes():
+def _keyed_cds():
     helper, policy, config = build([{"cds_experimental": {"cluster": "c1"}}])
     entry = eds_entry(
         eds_cluster("c1"),
@@ -262,6 +262,21 @@ def test_cds_hands_the_hash_key_to_the_endpoint_attributes():
         ],
     )
     policy.update(cds_update(config, xds_config({"c1": entry})))
-    attributes = {s.address: s.attributes for s in helper.subchannels}
+    return {s.address: s.attributes for s in helper.subchannels}
+
+
+def test_cds_hands_the_hash_key_to_the_endpoint_attributes_when_compat_is_off(monkeypatch):
+    monkeypatch.setenv("GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT", "false")
+    attributes = _keyed_cds()
     assert attributes[addr(80)]["hash_key"] == "pod-0"
     assert "hash_key" not in attributes[addr(81)]
+
+
+@pytest.mark.parametrize("value", [None, "true", "TRUE"])
+def test_cds_ignores_hash_keys_by_default_as_grpcio_1_85(monkeypatch, value):
+    """A76's backward-compatibility switch: unset means true (keys ignored)."""
+    if value is None:
+        monkeypatch.delenv("GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT", raising=False)
+    else:
+        monkeypatch.setenv("GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT", value)
+    assert all("hash_key" not in a for a in _keyed_cds().values())

@@ -30,7 +30,8 @@ Theory of operation, per update:
    :mod:`pyxds.lb.priority_names`.  Endpoints carry
    ``hierarchical_path = (priority child name, str(locality))``,
    ``weight = locality weight x endpoint weight``, ``locality``,
-   ``locality_weight`` and, when EDS metadata sets one, ``hash_key`` (A76).
+   ``locality_weight`` and, when EDS metadata sets one and
+   GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT is ``false``, ``hash_key`` (A76).
    A priority with no endpoints gets ``resolution_note`` saying why: the
    dependency manager's note, else "EDS resource X: all endpoints unhealthy"
    / "EDS resource X contains no endpoints".
@@ -52,6 +53,7 @@ Theory of operation, per update:
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +92,15 @@ WEIGHT_ATTRIBUTE = "weight"
 LOCALITY_ATTRIBUTE = "locality"
 LOCALITY_WEIGHT_ATTRIBUTE = "locality_weight"
 HASH_KEY_ATTRIBUTE = "hash_key"
+HASH_KEY_BACKWARD_COMPAT_ENV = "GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT"
+
+
+def endpoint_hash_keys_enabled() -> bool:
+    """A76 "Temporary environment variable protection": EDS ``hash_key``
+    metadata is used only when GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT is
+    ``false``; unset means ``true`` (ignore it), as in grpcio 1.85's C-core."""
+    return os.environ.get(HASH_KEY_BACKWARD_COMPAT_ENV, "").strip().lower() == "false"
+
 
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 _INTERNAL = grpc.StatusCode.INTERNAL
@@ -372,8 +383,8 @@ def _locality_endpoints(child: str, locality: Locality) -> tuple[Endpoint, ...]:
             LOCALITY_ATTRIBUTE: locality.name,
             LOCALITY_WEIGHT_ATTRIBUTE: weight,
         }
-        if address.hash_key:  # A76: the endpoint's ring_hash key from EDS metadata
-            attributes[HASH_KEY_ATTRIBUTE] = address.hash_key
+        if address.hash_key and endpoint_hash_keys_enabled():
+            attributes[HASH_KEY_ATTRIBUTE] = address.hash_key  # A76: the ring_hash key
         out.append(Endpoint(address.addresses, attributes))
     return tuple(out)
 
