@@ -171,3 +171,49 @@ def test_failing_endpoint_is_ejected_and_rpcs_stop_failing_as_fast_as_c_core(ser
         assert result["tail_failures"] == 0
     # As fast as C-core: the sweep phases differ by at most one interval.
     assert ours["last_failure"] <= theirs["last_failure"] + INTERVAL + 0.5
+
+
+def test_aio_channel_counts_calls_and_ejects_too(server, backends):
+    """The asyncio channel reports each attempt's status to the picker's
+    on_call_done as the sync one does: the failing endpoint is ejected
+    within about one interval and the tail fails nothing."""
+    import asyncio
+
+    import pyxds.aio
+
+    server.set_snapshot(od_snapshot(backends))
+
+    async def main() -> dict:
+        async with pyxds.aio.insecure_channel(
+            TARGET, bootstrap=server.bootstrap(node_id=NODE + "-aio")
+        ) as channel:
+            call = channel.unary_unary(WHO)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while loop.time() < deadline:  # connected and configured: one success
+                try:
+                    await call(b"", timeout=2, wait_for_ready=True)
+                    break
+                except grpc.aio.AioRpcError:
+                    pass
+            start = loop.time()
+            failures, last_failure = 0, None
+            while loop.time() - start < RUN_SECONDS:
+                try:
+                    await call(b"", timeout=2)
+                except grpc.aio.AioRpcError:
+                    failures += 1
+                    last_failure = loop.time() - start
+            tail_failures = 0
+            for _ in range(TAIL):
+                try:
+                    await call(b"", timeout=2)
+                except grpc.aio.AioRpcError:
+                    tail_failures += 1
+            return {"failures": failures, "last_failure": last_failure, "tail": tail_failures}
+
+    result = asyncio.run(main())
+    print(f"\nA50 aio: {result}")
+    assert result["failures"] > 0 and result["last_failure"] is not None
+    assert result["last_failure"] < 2 * INTERVAL + 0.5
+    assert result["tail"] == 0

@@ -17,8 +17,9 @@ header, else :class:`LBConfigError` naming ``requestHashHeader``.
 
 A76 endpoint hash keys: an endpoint whose ``hash_key`` attribute is a
 non-empty string is placed on the ring by that key instead of its first
-address (the cds policy sets it from EDS ``envoy.lb`` / ``hash_key``
-metadata).
+address (a custom resolver may set it; the cds policy sets it from EDS
+``envoy.lb`` / ``hash_key`` metadata when
+GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT is ``false``).
 
 Rules
 =====
