@@ -590,3 +590,31 @@ def test_picker_over_round_robin_keeps_an_even_rotation():
         counts[address] = counts.get(address, 0) + 1
     assert counts == {a: 25 for a in addresses(4)}
     assert helper.last.picker.result_stream() is not None
+
+
+def test_each_sweep_sees_only_its_own_interval():
+    """A50 "Call Counter" (grpc-java#9447 review): the inactive bucket is
+    zeroed at each swap, so calls of earlier intervals never add up to the
+    request volume."""
+    body = fp_config(failurePercentageEjection={"minimumHosts": 2, "requestVolume": 15})
+    helper, policy, _ = setup(body)
+    for _ in range(3):
+        drive(helper, {addresses(2)[0]: FAIL}, 20)  # 10 calls each per interval
+        helper.clock.advance(10)
+        assert policy.ejected == []
+
+
+def test_frequent_config_updates_do_not_postpone_the_sweep():
+    """A50 (grpc/proposal#297): a new config restarts the timer for what is
+    left of the interval, so updates more frequent than the interval (an
+    EDS churn) cannot starve ejection."""
+    helper, policy, _ = setup(fp_config())
+    bad = addresses(2)[0]
+    drive(helper, {bad: FAIL}, 40)
+    for percent in (90, 80, 70):
+        helper.clock.advance(3)
+        update = parse(fp_config(maxEjectionPercent=percent))
+        policy.update(ResolverUpdate([Endpoint((a,)) for a in addresses(2)], update))
+    assert policy.ejected == []  # t=9
+    helper.clock.advance(1)  # t=10: the sweep started at t=0 fires on time
+    assert policy.ejected == [frozenset({bad})]
