@@ -40,7 +40,7 @@ policy is READY at once with a picker that drops (C-core does the same).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import grpc
@@ -77,6 +77,10 @@ LOCALITY_ATTRIBUTE = "locality"
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 _OK = grpc.StatusCode.OK
 _CIRCUIT_BREAKER_DROP = PickDrop(Status(_UNAVAILABLE, "circuit breaker drop"))
+# PickComplete fields other than the two this picker sets (none today).
+_EXTRA_PICK_FIELDS = tuple(
+    f.name for f in fields(PickComplete) if f.name not in ("subchannel", "on_call_done")
+)
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,10 @@ class XdsClusterImplPicker(Picker):
             if locality is not None:
                 locality.call_started()
         calls.append(None)
-        return PickComplete(subchannel, _call_done(calls, locality, result.on_call_done))
+        done = _call_done(calls, locality, result.on_call_done)
+        if _EXTRA_PICK_FIELDS:  # fields added to PickComplete later pass through
+            return replace(result, subchannel=subchannel, on_call_done=done)
+        return PickComplete(subchannel, done)
 
     @property
     def child(self) -> Picker:
