@@ -249,3 +249,24 @@ def test_legacy_enum_without_config_defaults_to_two():
     assert result.error is None, result.error
     child = result.resource.lb_policy_json()[0]["xds_wrr_locality_experimental"]["childPolicy"]
     assert child == [{"least_request_experimental": {"choiceCount": 2}}]
+
+
+def test_a_non_constant_child_picker_is_asked_and_its_pick_counted():
+    """An endpoint whose READY picker is not pick_first's constant one: the
+    picker asks it and chains the counter decrement before its done."""
+    import random
+
+    from pyxds.lb.api import PickArgs, Picker
+
+    done: list[Status] = []
+
+    class Child(Picker):
+        def pick(self, args):
+            return PickComplete(object(), done.append)
+
+    counter: collections.deque = collections.deque()
+    picker = LeastRequestPicker([None], [counter], 2, random.Random(0), [Child()])
+    result = picker.pick(PickArgs("/s/m"))
+    assert picker.counters == [1]
+    result.on_call_done(OK)
+    assert picker.counters == [0] and done == [OK]

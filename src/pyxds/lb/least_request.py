@@ -108,19 +108,24 @@ def _counting_done(
 
 
 class LeastRequestPicker(Picker):
-    """A48's picker over the READY endpoints (module docstring)."""
+    """A48's picker over the READY endpoints (module docstring).
+    ``results[i]`` is endpoint i's precomputed result (None: ask
+    ``children[i]``, a non-constant child picker); ``counters[i]`` its
+    outstanding-request counter."""
 
-    __slots__ = ("_entries", "_n", "_choice_count", "_random", "_children")
+    __slots__ = ("_results", "_counters", "_n", "_choice_count", "_random", "_children")
 
     def __init__(
         self,
-        entries: Sequence[tuple[PickComplete, collections.deque]],
+        results: Sequence[PickComplete | None],
+        counters: Sequence[collections.deque],
         choice_count: int,
         random_source: Any,
         children: Sequence[Picker] = (),
     ) -> None:
-        self._entries = tuple(entries)
-        self._n = len(self._entries)
+        self._results = tuple(results)
+        self._counters = tuple(counters)
+        self._n = len(self._results)
         self._choice_count = choice_count
         self._random = random_source.random
         self._children = tuple(children)
@@ -128,36 +133,37 @@ class LeastRequestPicker(Picker):
     @property
     def counters(self) -> list[int]:
         """Outstanding requests per READY endpoint (tests)."""
-        return [len(counter) for _, counter in self._entries]
+        return [len(counter) for counter in self._counters]
 
     @property
-    def results(self) -> tuple[PickComplete, ...]:
-        return tuple(result for result, _ in self._entries)
+    def results(self) -> tuple[PickComplete | None, ...]:
+        return self._results
 
     def pick(self, args: PickArgs) -> PickResult:
-        entries, n, draw = self._entries, self._n, self._random
-        best = entries[int(draw() * n)]
+        counters, n, draw = self._counters, self._n, self._random
+        best = int(draw() * n)
         if self._choice_count == 2:  # the default, unrolled
-            sampled = entries[int(draw() * n)]
-            if len(sampled[1]) < len(best[1]):
+            sampled = int(draw() * n)
+            if len(counters[sampled]) < len(counters[best]):
                 best = sampled
         else:
-            best_count = len(best[1])
+            best_count = len(counters[best])
             for _ in range(self._choice_count - 1):
-                sampled = entries[int(draw() * n)]
-                count = len(sampled[1])
+                sampled = int(draw() * n)
+                count = len(counters[sampled])
                 if count < best_count:
                     best, best_count = sampled, count
-        result, counter = best
-        if result.subchannel is None:  # a non-constant child picker (custom leaf)
-            return self._delegate(entries.index(best), counter, args)
-        counter.append(None)
+        result = self._results[best]
+        if result is None:  # a non-constant child picker (custom leaf)
+            return self._delegate(best, args)
+        counters[best].append(None)
         return result
 
-    def _delegate(self, index: int, counter: collections.deque, args: PickArgs) -> PickResult:
+    def _delegate(self, index: int, args: PickArgs) -> PickResult:
         result = self._children[index].pick(args)
         if type(result) is not PickComplete:
             return result
+        counter = self._counters[index]
         counter.append(None)
         return replace(result, on_call_done=_counting_done(counter, result.on_call_done))
 
@@ -184,24 +190,21 @@ class LeastRequest(RoundRobin):
         key = (_READY, self._choice_count, *pickers)
         if key == self._reported_key:
             return
-        entries = []
+        results: list[PickComplete | None] = []
+        counters = []
         for child in ready:
             counter = _counter(child)
             constant = getattr(child.picker, "result", None)
             if type(constant) is PickComplete:
                 done = _counting_done(counter, constant.on_call_done)
-                entries.append((replace(constant, on_call_done=done), counter))
+                results.append(replace(constant, on_call_done=done))
             else:
-                entries.append((_DELEGATE, counter))
-        picker = LeastRequestPicker(entries, self._choice_count, self.helper.random, pickers)
+                results.append(None)
+            counters.append(counter)
+        picker = LeastRequestPicker(
+            results, counters, self._choice_count, self.helper.random, pickers
+        )
         self._report(_READY, OK_STATUS, picker, key)
-
-
-class _DelegateMarker:
-    subchannel = None
-
-
-_DELEGATE: Any = _DelegateMarker()
 
 
 def _counter(child: _Child) -> collections.deque:
