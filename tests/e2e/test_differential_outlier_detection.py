@@ -93,7 +93,8 @@ def measure(channel, method, run_seconds, tail):
 
 if __name__ == "__main__":
     cfg = json.loads(sys.argv[1])
-    ch = grpc.insecure_channel(cfg["target"])
+    options = [("grpc.service_config", cfg["sc"])] if cfg.get("sc") else None
+    ch = grpc.insecure_channel(cfg["target"], options=options)
     print(json.dumps(measure(ch, cfg["method"], cfg["run_seconds"], cfg["tail"])), flush=True)
 """
 _namespace: dict = {}
@@ -136,11 +137,12 @@ def od_snapshot(backends) -> Snapshot:
     )
 
 
-def run_core(bootstrap: dict) -> dict:
+def run_core(bootstrap: dict | None, target: str = TARGET, sc: str | None = None) -> dict:
     env = dict(os.environ)
     env.pop("GRPC_XDS_BOOTSTRAP", None)
-    env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
-    cfg = {"target": TARGET, "method": WHO, "run_seconds": RUN_SECONDS, "tail": TAIL}
+    if bootstrap is not None:
+        env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
+    cfg = {"target": target, "method": WHO, "run_seconds": RUN_SECONDS, "tail": TAIL, "sc": sc}
     out = subprocess.run(
         [sys.executable, "-c", _MEASURE, json.dumps(cfg)],
         env=env,
@@ -217,3 +219,28 @@ def test_aio_channel_counts_calls_and_ejects_too(server, backends):
     assert result["failures"] > 0 and result["last_failure"] is not None
     assert result["last_failure"] < 2 * INTERVAL + 0.5
     assert result["tail"] == 0
+
+
+def test_service_config_outlier_detection_ejects_as_c_core_does(backends):
+    """No xDS: ``outlier_detection_experimental`` over round_robin from a
+    service config, on a static target of both backends, in both clients."""
+    od = {
+        "interval": f"{INTERVAL}s",
+        "baseEjectionTime": "30s",
+        "maxEjectionPercent": 50,
+        "failurePercentageEjection": {"minimumHosts": 2, "requestVolume": 10},
+        "childPolicy": [{"round_robin": {}}],
+    }
+    sc = json.dumps({"loadBalancingConfig": [{"outlier_detection_experimental": od}]})
+    target = "ipv4:" + ",".join(b.address for b in backends)
+    channel = pyxds.insecure_channel(target, options=[("grpc.service_config", sc)])
+    try:
+        ours = measure(channel, WHO, RUN_SECONDS, TAIL)
+    finally:
+        channel.close()
+    theirs = run_core(None, target=target, sc=sc)
+    print(f"\nA50 service config: pyxds {ours}\n                    C-core {theirs}")
+    for result in (ours, theirs):
+        assert result["failures"] > 0 and result["last_failure"] is not None
+        assert result["tail_failures"] == 0
+    assert ours["last_failure"] <= theirs["last_failure"] + INTERVAL + 0.5
