@@ -25,8 +25,8 @@ from pyxds.server.snapshot import Snapshot
 NODE = "differential-outlier-detection"
 WHO = f"/{SERVICE}/Who"
 INTERVAL = 1  # seconds: the ejection sweep period
-RUN_SECONDS = 4.0  # the measuring loop
-TAIL = 200  # RPCs after the loop: all must succeed
+RUN_SECONDS = 3.0  # the measuring loop
+TAIL = 150  # RPCs after the loop: all must succeed
 
 
 class _Backend:
