@@ -244,3 +244,25 @@ def test_service_config_outlier_detection_ejects_as_c_core_does(backends):
         assert result["failures"] > 0 and result["last_failure"] is not None
         assert result["tail_failures"] == 0
     assert ours["last_failure"] <= theirs["last_failure"] + INTERVAL + 0.5
+
+
+def test_no_op_outlier_detection_from_a_service_config_serves_both_backends(backends):
+    """Without an algorithm the child's picks (wrapper subchannels) go to
+    the channel unchanged: RPCs reach both backends and nothing is ejected."""
+    sc = json.dumps(
+        {
+            "loadBalancingConfig": [
+                {"outlier_detection_experimental": {"childPolicy": [{"round_robin": {}}]}}
+            ]
+        }
+    )
+    target = "ipv4:" + ",".join(b.address for b in backends)
+    with pyxds.insecure_channel(target, options=[("grpc.service_config", sc)]) as channel:
+        call = channel.unary_unary(WHO)
+        outcomes = set()
+        for _ in range(40):
+            try:
+                outcomes.add(call(b"", timeout=5, wait_for_ready=True).decode())
+            except grpc.RpcError as err:
+                outcomes.add(err.code().name)
+        assert outcomes == {"good", "INTERNAL"}

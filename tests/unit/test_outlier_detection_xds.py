@@ -198,3 +198,22 @@ def test_cds_without_outlier_detection_uses_a_no_op_config():
     connect_all(helper)
     assert helper.clock.pending == []  # no algorithm: no timer
     assert helper.state is READY
+
+
+@pytest.mark.parametrize("od", [None, json.dumps({"failurePercentageEjection": {}})])
+def test_cluster_picks_reach_the_real_subchannel_and_the_locality_counters(od):
+    """With or without an algorithm, the outlier_detection wrapper never
+    reaches the channel through xds_cluster_impl, and the cluster's locality
+    counters (load reporting) still count every call."""
+    name = "c1-lrs" if od else "c1-lrs-noop"  # counters are per cluster, process-wide
+    helper, policy, config = build([{"cds_experimental": {"cluster": name}}])
+    cluster = eds_cluster(name, outlier_detection=od)
+    entry = eds_entry(cluster, [locality(loc("a"), ["10.0.0.1:80", "10.0.0.2:80"])])
+    policy.update(cds_update(config, xds_config({name: entry})))
+    connect_all(helper)
+    for _ in range(10):
+        result = helper.pick()
+        assert result.subchannel in helper.subchannels  # the FakeSubchannel itself
+        result.on_call_done(OK)
+    load = policy.child.counters.snapshot()
+    assert sum(loc_load.succeeded for loc_load in load.localities) == 10

@@ -28,10 +28,15 @@ Behaviour:
   endpoint is ejected the wrapper reports TRANSIENT_FAILURE to the child
   and holds back the real subchannel's reports; on un-ejection it reports the
   latest real state.  A wrapper created for an ejected endpoint starts ejected.
-* The picker delegates to the child's picker; a completed pick hands the
-  channel the real subchannel and, when an ejection algorithm is configured,
-  an ``on_call_done`` that counts the attempt's result in its endpoint's
-  active bucket (OK = success, anything else = failure).  The channel calls
+* With an ejection algorithm configured, the picker delegates to the
+  child's picker; a completed pick hands the channel the real subchannel
+  and an ``on_call_done`` that counts the attempt's result in its
+  endpoint's active bucket (OK = success, anything else = failure).
+  Without one (the no-op config cds uses for clusters without outlier
+  detection) the child's picker is published unchanged: its results name
+  wrapper subchannels, which ``xds_cluster_impl`` unwraps (so its locality
+  counters still see the real subchannel) and the channel unwraps too
+  (``core`` passes through the wrapper).  The channel calls
   ``on_call_done`` once per attempt, so retries count per attempt.  Fields of
   the child's :class:`PickComplete` this policy does not use pass through
   (``dataclasses.replace``).
@@ -745,7 +750,12 @@ class OutlierDetectionPolicy(LoadBalancer):
             return
         self._dirty = False
         state, status, picker = self._child_state
-        self.helper.update_state(state, status, make_picker(picker, self._config.counting))
+        if self._config.counting:
+            picker = make_picker(picker, True)
+        # Without an algorithm nothing is counted: the child's picker is
+        # published as is (no cost per pick).  Its results carry wrapper
+        # subchannels, which xds_cluster_impl and the channel unwrap.
+        self.helper.update_state(state, status, picker)
 
 
 registry.register(OutlierDetectionFactory())
