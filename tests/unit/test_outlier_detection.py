@@ -618,3 +618,20 @@ def test_frequent_config_updates_do_not_postpone_the_sweep():
     assert policy.ejected == []  # t=9
     helper.clock.advance(1)  # t=10: the sweep started at t=0 fires on time
     assert policy.ejected == [frozenset({bad})]
+
+
+def test_over_least_request_both_counters_see_each_call():
+    """outlier_detection over least_request: the child's done (outstanding
+    count) and the ejection counter both run, once per call."""
+    helper, policy, _ = setup(fp_config(childPolicy=[{"least_request_experimental": {}}]))
+    result = helper.pick()
+    lr_picker = helper.last.picker.child
+    assert sum(lr_picker.counters) == 1
+    result.on_call_done(FAIL)
+    assert sum(lr_picker.counters) == 0
+    assert policy.endpoint_state(result.subchannel.address).active.values() == (0, 1)
+    again = [helper.pick() for _ in range(20)]
+    assert len({id(r) for r in again}) == 2  # one precomputed result per endpoint
+    for r in again:
+        r.on_call_done(OK)
+    assert sum(lr_picker.counters) == 0

@@ -403,10 +403,11 @@ def _chain(first: _Done, then: _Done) -> _Done:
 
 class OutlierDetectionPicker(Picker):
     """Delegates to the child's picker; unwraps the subchannel and adds the
-    counting ``on_call_done``.  A child result without its own
-    ``on_call_done`` (pick_first's constant READY result) maps to one
-    precomputed result, memoised by identity, so such a pick allocates
-    nothing.  Build with :func:`make_picker`."""
+    counting ``on_call_done`` (chained before the child's own).  Child
+    results are mostly constant objects (pick_first's READY result,
+    least_request's per-endpoint results): each maps to one precomputed
+    result, memoised by identity (at most 4096 of them), so such a pick
+    allocates nothing.  Build with :func:`make_picker`."""
 
     __slots__ = ("_child", "_pick", "_counting", "_memo")
 
@@ -440,7 +441,7 @@ class OutlierDetectionPicker(Picker):
         if endpoint is not None:
             done = endpoint.record if inner is None else _chain(endpoint.record, inner)
         mapped = replace(result, subchannel=subchannel.real, on_call_done=done)
-        if remember and inner is None and len(self._memo) < _MEMO_LIMIT:
+        if remember and len(self._memo) < _MEMO_LIMIT:
             self._memo[id(result)] = (result, mapped)
         return mapped
 
