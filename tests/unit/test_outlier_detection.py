@@ -635,3 +635,17 @@ def test_over_least_request_both_counters_see_each_call():
     for r in again:
         r.on_call_done(OK)
     assert sum(lr_picker.counters) == 0
+
+
+def test_ejection_keeps_the_connection_for_the_return():
+    """A50 "Ejection Reporting": ejecting through the wrapper keeps the
+    subchannel (and its connection); un-ejection uses the same one at once."""
+    helper, policy, _ = setup(fp_config())
+    bad = addresses(2)[0]
+    real = helper.subchannel(bad)
+    eject_bad(helper, policy)
+    assert not real.shut_down
+    helper.clock.advance(30)
+    assert policy.ejected == []
+    assert helper.subchannel(bad) is real and not real.shut_down
+    assert bad in {helper.pick().subchannel.address for _ in range(4)}
