@@ -81,6 +81,7 @@ from pyxds.lb.api import (
 from pyxds.lb.call_counters import ClusterCounters, LocalityCounters, cluster_counters
 from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
 from pyxds.lb.errors import LBConfigError, expect_object, expect_string
+from pyxds.lb.outlier_detection import OutlierDetectionSubchannel
 from pyxds.lb.registry import PolicySelection
 from pyxds.resolver.xds_config import (
     XDS_CLIENT_ATTRIBUTE,
@@ -162,6 +163,8 @@ class XdsClusterImplPicker(Picker):
         if type(result) is not PickComplete:
             return result
         subchannel = result.subchannel
+        if type(subchannel) is OutlierDetectionSubchannel:  # a no-op outlier_detection
+            subchannel = subchannel.real
         locality = lrs = None
         if type(subchannel) is CountedSubchannel:
             locality = subchannel.stats

@@ -18,9 +18,11 @@ Rules:
 * ``lrs_server`` if set must be ``self``.
 * ``transport_socket`` must hold an ``UpstreamTlsContext``; it is kept opaque
   (type URL + bytes) for the TLS layer to interpret.
-* ``outlier_detection``: durations valid, ``max_ejection_percent``,
-  ``enforcing_success_rate`` and ``enforcing_failure_percentage`` <= 100
-  (C-core's checks); the values are not used yet.
+* ``outlier_detection`` (A50 "xDS Integration"): durations valid,
+  ``max_ejection_percent``, ``enforcing_success_rate``,
+  ``failure_percentage_threshold`` and ``enforcing_failure_percentage`` <= 100
+  (else NACK naming the field); mapped to the ``outlier_detection_experimental``
+  config (``Cluster.outlier_detection``, canonical JSON without childPolicy).
 * ``upstream_config`` (A75): if present it must be HttpProtocolOptions;
   ``common_http_protocol_options.idle_timeout`` is validated and kept.
 """
@@ -164,8 +166,9 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
         else:
             _check_upstream_tls_context(ts_bytes, errs)
 
+    outlier_detection = None
     if c.HasField("outlier_detection"):
-        _validate_outlier_detection(c.outlier_detection, errs)
+        outlier_detection = _outlier_detection(c.outlier_detection, errs)
 
     idle = DEFAULT_IDLE_TIMEOUT
     if c.HasField("upstream_config"):
@@ -186,6 +189,7 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
         transport_socket=ts_bytes,
         transport_socket_type_url=ts_type,
         idle_timeout=idle,
+        outlier_detection=outlier_detection,
     )
 
 
@@ -264,16 +268,64 @@ def _check_upstream_tls_context(value: bytes, errs: Errors) -> None:
     errs.add(f"{p}.common_tls_context", "no CA certificate provider instance configured")
 
 
-def _validate_outlier_detection(od: Any, errs: Errors) -> None:
-    """The checks C-core makes on ``outlier_detection`` (A50): valid
-    durations and percentages <= 100.  The values themselves are not used
-    (no outlier_detection policy yet)."""
-    for field in ("interval", "base_ejection_time", "max_ejection_time"):
+def _outlier_detection(od: Any, errs: Errors) -> str | None:
+    """Validate ``outlier_detection`` as C-core does (A50 "xDS Validation")
+    and map it to the ``outlier_detection_experimental`` JSON config (A50
+    "xDS Integration"): ``enforcing_success_rate`` 0 disables success rate
+    (unset means 100, enabled); ``enforcing_failure_percentage`` 0 or unset
+    disables failure percentage.  Canonical JSON text (sorted keys), so
+    equal messages give equal clusters."""
+    config: dict[str, Any] = {}
+    for field, key in (
+        ("interval", "interval"),
+        ("base_ejection_time", "baseEjectionTime"),
+        ("max_ejection_time", "maxEjectionTime"),
+    ):
         if od.HasField(field):
-            duration(getattr(od, field), f"outlier_detection.{field}", errs)
-    for field in ("max_ejection_percent", "enforcing_success_rate", "enforcing_failure_percentage"):
+            d = getattr(od, field)
+            if duration(d, f"outlier_detection.{field}", errs) is not None:
+                config[key] = f"{d.seconds}.{d.nanos:09d}s" if d.nanos else f"{d.seconds}s"
+    for field in (
+        "max_ejection_percent",
+        "enforcing_success_rate",
+        "failure_percentage_threshold",
+        "enforcing_failure_percentage",
+    ):
         if od.HasField(field) and getattr(od, field).value > 100:
             errs.add(f"outlier_detection.{field}", "value must be <= 100")
+    if od.HasField("max_ejection_percent"):
+        config["maxEjectionPercent"] = min(od.max_ejection_percent.value, 100)
+
+    def value(field: str) -> int | None:
+        return getattr(od, field).value if od.HasField(field) else None
+
+    enforcing_sr = value("enforcing_success_rate")
+    if enforcing_sr != 0:
+        sr: dict[str, Any] = {}
+        for field, key in (
+            ("success_rate_stdev_factor", "stdevFactor"),
+            ("enforcing_success_rate", "enforcementPercentage"),
+            ("success_rate_minimum_hosts", "minimumHosts"),
+            ("success_rate_request_volume", "requestVolume"),
+        ):
+            v = value(field)
+            if v is not None:
+                sr[key] = min(v, 100) if key == "enforcementPercentage" else v
+        config["successRateEjection"] = sr
+    enforcing_fp = value("enforcing_failure_percentage")
+    if enforcing_fp:
+        fp: dict[str, Any] = {}
+        for field, key in (
+            ("failure_percentage_threshold", "threshold"),
+            ("enforcing_failure_percentage", "enforcementPercentage"),
+            ("failure_percentage_minimum_hosts", "minimumHosts"),
+            ("failure_percentage_request_volume", "requestVolume"),
+        ):
+            v = value(field)
+            if v is not None:
+                fp[key] = min(v, 100) if key in ("threshold", "enforcementPercentage") else v
+        config["failurePercentageEjection"] = fp
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
 def _validate_with_registry(lb: list, path: str, errs: Errors) -> None:
