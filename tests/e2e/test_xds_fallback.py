@@ -1,0 +1,107 @@
+"""xDS server fallback (gRFC A71) end to end: two real pyxds.server
+control planes, real backends, pyxds channels, and grpcio's C-core
+``xds:///`` channel on the same bootstrap (differential)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from channel_fixtures import TARGET, Backend, CoreXdsClient, call_until, route, snapshot, who
+
+import pyxds._api as pyxds
+from pyxds.server import ManagementServer
+
+FAST_BACKOFF = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 300)]
+
+
+def two_server_bootstrap(primary: ManagementServer, secondary: ManagementServer, node: str) -> dict:
+    config = secondary.bootstrap(node_id=node)
+    config["xds_servers"] = [
+        {"server_uri": primary.address, "channel_creds": [{"type": "insecure"}]},
+        {"server_uri": secondary.address, "channel_creds": [{"type": "insecure"}]},
+    ]
+    return config
+
+
+def serving(backend: Backend):
+    return snapshot([route(prefix="", cluster="c")], {"c": [[backend.address]]})
+
+
+@pytest.fixture
+def planes():
+    """A primary (not started) and a running secondary; each routes to its own backend."""
+    from channel_fixtures import free_port
+
+    primary = ManagementServer(port=free_port())
+    secondary = ManagementServer().start()
+    backends = {name: Backend(name).start() for name in ("primary", "secondary")}
+    primary.set_snapshot(serving(backends["primary"]))
+    secondary.set_snapshot(serving(backends["secondary"]))
+    yield primary, secondary
+    for b in backends.values():
+        b.stop()
+    primary.stop()
+    secondary.stop()
+
+
+def test_primary_down_at_start_serves_from_secondary_then_returns_to_primary(planes):
+    primary, secondary = planes
+    channel = pyxds.insecure_channel(
+        TARGET, bootstrap=two_server_bootstrap(primary, secondary, "fb-1"), options=FAST_BACKOFF
+    )
+    try:
+        assert call_until(channel, "secondary", 10.0) < 10.0
+        streams_before = secondary.stream_count
+        assert streams_before >= 1
+        primary.start()
+        assert call_until(channel, "primary", 15.0) < 15.0
+        dump = channel.config_dump()
+        servers = {c["xds_server"] for c in dump["xds_client"]["generic_xds_configs"]}
+        assert servers == {primary.address}
+        # The fallback server's stream is closed once the primary took over.
+        assert secondary.wait_until(lambda: secondary.stream_count == 0, timeout=5.0)
+    finally:
+        channel.close()
+
+
+def test_primary_dying_after_serving_keeps_cached_resources_without_fallback(planes):
+    primary, secondary = planes
+    primary.start()
+    channel = pyxds.insecure_channel(
+        TARGET, bootstrap=two_server_bootstrap(primary, secondary, "fb-2"), options=FAST_BACKOFF
+    )
+    try:
+        assert call_until(channel, "primary", 10.0) < 10.0
+        primary.stop()
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            assert who(channel) == "primary"
+        assert secondary.total_streams == 0
+    finally:
+        channel.close()
+
+
+def test_fallback_and_return_agree_with_c_core(planes):
+    primary, secondary = planes
+    bootstrap = two_server_bootstrap(primary, secondary, "fb-core")
+    core = CoreXdsClient(bootstrap)
+    channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap, options=FAST_BACKOFF)
+    try:
+        theirs = core.until("secondary", 10.0)
+        assert theirs["__elapsed__"] < 10_000, theirs
+        assert call_until(channel, "secondary", 10.0) < 10.0
+        primary.start()
+        theirs = core.until("primary", 15.0)
+        assert "__elapsed__" in theirs, theirs
+        assert call_until(channel, "primary", 15.0) < 15.0
+        assert core.call(5) == pyxds_counter(channel, 5)
+    finally:
+        channel.close()
+        core.close()
+
+
+def pyxds_counter(channel, n):
+    from channel_fixtures import pyxds_calls
+
+    return pyxds_calls(channel, n)
