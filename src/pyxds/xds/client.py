@@ -142,6 +142,23 @@ def _server_key(server: Any) -> Any:
         )
 
 
+def _bound_resource_types(bootstrap: Any) -> Mapping[str, Any]:
+    """The resource types, CDS checking provider instance names against the
+    bootstrap's ``certificate_providers`` (A29: an unknown name is a NACK)."""
+    import functools
+
+    from pyxds.xds.resources import CLUSTER, RESOURCE_TYPES
+    from pyxds.xds.resources.cluster import decode_cluster
+
+    providers = getattr(bootstrap, "certificate_providers", None)
+    if providers is None:
+        return RESOURCE_TYPES
+    cds = dataclasses.replace(
+        CLUSTER, _decoder=functools.partial(decode_cluster, providers=providers)
+    )
+    return {**RESOURCE_TYPES, cds.type_url: cds}
+
+
 def _node_proto(bootstrap: Any) -> base_pb2.Node | None:
     node = getattr(bootstrap, "node", None)
     if node is None:
@@ -358,9 +375,7 @@ class XdsClient:
 
             bootstrap = load_bootstrap(bootstrap)
         if resource_types is None:
-            from pyxds.xds.resources import RESOURCE_TYPES
-
-            resource_types = RESOURCE_TYPES
+            resource_types = _bound_resource_types(bootstrap)
         self._bootstrap = bootstrap
         self._resource_types = resource_types
         self._resource_timeout = resource_timeout
