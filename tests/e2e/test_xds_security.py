@@ -117,6 +117,10 @@ def test_mtls_with_grpcio_xds_credentials_serves_every_rpc(server, pki, backends
     try:
         assert pyxds_calls(channel, 50) == {"secure": 50}
         assert backend.served["secure"] == 50
+        # The SANs checked are those of the connection that carried the RPCs.
+        (sub,) = channel.config_dump()["subchannels"].values()
+        assert f"uri:{SPIFFE_SERVER}" in sub["security"]["peer_sans"]
+        assert sub["security"]["san_matchers"] == [f"exact:{SPIFFE_SERVER}"]
     finally:
         channel.close()
 
@@ -340,6 +344,7 @@ def test_aio_secure_channel_takes_grpcio_xds_credentials(server, pki, backends):
         ("success", {"exact": SPIFFE_SERVER}, "server"),
         ("san_mismatch", {"exact": "spiffe://elsewhere"}, "server"),
         ("wrong_ca", {"exact": SPIFFE_SERVER}, "foreign"),
+        ("expired", {}, "expired"),
     ],
 )
 def test_security_outcome_agrees_with_c_core(server, pki, backends, case, matcher, leaf):
@@ -349,7 +354,8 @@ def test_security_outcome_agrees_with_c_core(server, pki, backends, case, matche
     )
     backend = Backend("secure", credentials=creds).start()
     backends.append(backend)
-    server.set_snapshot(secure_snapshot({"c": (backend.address, tls(matcher))}))
+    matchers = [matcher] if matcher else []
+    server.set_snapshot(secure_snapshot({"c": (backend.address, tls(*matchers))}))
     config = bootstrap(server, f"sec-core-{case}", pki["client_config"])
     core = CoreXdsClient(config, xds_credentials=True)
     channel = pyxds.secure_channel(TARGET, xds_creds(), bootstrap=config)

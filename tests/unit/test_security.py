@@ -316,6 +316,9 @@ class FakeRelay:
     def close(self):
         self.closed = True
 
+    def info(self):
+        return {}
+
 
 def make_pool(monkeypatch, credentials):
     import random

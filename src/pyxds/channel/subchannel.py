@@ -331,6 +331,8 @@ class SubchannelCore:
         self.refs = 0
         #: Why the last attempt failed, when the transport knows (the A29 TLS relay).
         self.failure_detail: Callable[[], str | None] | None = None
+        #: The TLS relay's view for config_dump (A29), when there is one.
+        self.security_info: Callable[[], dict[str, Any]] | None = None
 
     # -- serializer-side API -------------------------------------------
     def watch(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:

@@ -107,6 +107,7 @@ class SubchannelPool:
                 backoff_from_options(self._options, self._rng),
             )
             core.failure_detail = lambda: relay.last_error
+            core.security_info = relay.info
             self._cores[key] = core
             self._relays[key] = relay
         core.refs += 1

@@ -156,7 +156,7 @@ class TlsRelay:
         self.backend = backend
         self.tls = tls
         self.last_error: str | None = None
-        self.verified_peers: list[dict] = []  # leaf certs of relayed connections (tests)
+        self.peer_sans: list[tuple[str, str]] | None = None  # of the last verified peer
         self._contexts = _ContextCache(tls)
         self._host, self._port = split_host_port(backend)
         self._dir = tempfile.mkdtemp(prefix="pyxds-tls-")
@@ -173,6 +173,19 @@ class TlsRelay:
     def address(self) -> str:
         """The grpcio target of this relay."""
         return f"unix:{self._path}"
+
+    def info(self) -> dict[str, Any]:
+        """For config_dump: what the last connection verified, or why it failed."""
+        out: dict[str, Any] = {
+            "ca_provider": self.tls.ca.instance_name if self.tls.ca else None,
+            "identity_provider": self.tls.identity.instance_name if self.tls.identity else None,
+            "san_matchers": [f"{m.kind}:{m.value}" for m in self.tls.san_matchers],
+        }
+        if self.peer_sans is not None:
+            out["peer_sans"] = [f"{kind}:{value}" for kind, value in self.peer_sans]
+        if self.last_error is not None:
+            out["last_error"] = self.last_error
+        return out
 
     def close(self) -> None:
         """Stop accepting; connections already relayed run until they end."""
@@ -218,8 +231,7 @@ class TlsRelay:
                 self._fail(SAN_MISMATCH)
                 return
             self.last_error = None
-            if len(self.verified_peers) < 64:
-                self.verified_peers.append(peer or {})
+            self.peer_sans = san.sans_of(peer or {})
             await asyncio.gather(
                 _pipe(reader, up_writer), _pipe(up_reader, writer), return_exceptions=True
             )
