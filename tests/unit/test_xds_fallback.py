@@ -162,3 +162,37 @@ def test_cancelled_watch_unsubscribes_on_every_server_of_the_chain(env):
     secondary = env.server(2)[0]
     cancel()
     assert list(secondary.requests()[-1].resource_names) == []
+
+
+def test_fallback_is_per_authority():
+    """A47 + A71: an authority's failure moves only that authority's watches."""
+    config = two_servers()
+    config["authorities"] = {
+        "other.example": {
+            "xds_servers": [
+                {"server_uri": "127.0.0.1:7", "channel_creds": [{"type": "insecure"}]},
+                {"server_uri": "127.0.0.1:8", "channel_creds": [{"type": "insecure"}]},
+            ]
+        }
+    }
+    transports: list[FakeTransport] = []
+    client = XdsClient(
+        config,
+        clock=FakeClock(),
+        resource_types=TYPES,
+        transport_factory=lambda ch: transports.append(FakeTransport(ch)) or transports[-1],
+    )
+    try:
+        plain, other = ThreadWatcher(), ThreadWatcher()
+        client.watch(LDS, "plain", plain)
+        name = "xdstp://other.example/envoy.config.listener.v3.Listener/x"
+        client.watch(LDS, name, other)
+        by_uri = {t.channel.server.server_uri: t for t in transports}
+        assert set(by_uri) == {"127.0.0.1:1", "127.0.0.1:7"}
+        by_uri["127.0.0.1:7"].close_stream(DOWN)
+        uris = [t.channel.server.server_uri for t in transports]
+        assert uris == ["127.0.0.1:1", "127.0.0.1:7", "127.0.0.1:8"]
+        (request,) = transports[-1].requests()
+        assert list(request.resource_names) == [name]
+    finally:
+        client.close()
