@@ -21,6 +21,8 @@ from channel_fixtures import (
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
+from pyxds.server import builders as b
+from pyxds.server.snapshot import Snapshot
 
 FAST_BACKOFF = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 300)]
 
@@ -49,8 +51,8 @@ def planes():
     primary.set_snapshot(serving(backends["primary"]))
     secondary.set_snapshot(serving(backends["secondary"]))
     yield primary, secondary
-    for b in backends.values():
-        b.stop()
+    for backend in backends.values():
+        backend.stop()
     primary.stop()
     secondary.stop()
 
@@ -90,6 +92,44 @@ def test_primary_dying_after_serving_keeps_cached_resources_without_fallback(pla
         assert secondary.total_streams == 0
     finally:
         channel.close()
+
+
+def test_fallback_of_one_target_leaves_other_targets_on_the_primary(planes):
+    """A71: XdsClients are per data-plane target, so a new channel whose
+    resources are not cached falls back alone; a channel with everything
+    cached keeps the primary's config."""
+    primary, secondary = planes
+    for plane in (primary, secondary):
+        one = plane.snapshot()
+        plane.set_snapshot(
+            Snapshot(
+                listeners=[*one.listeners, b.listener("echo-other", "echo-service-route")],
+                routes=one.routes,
+                clusters=one.clusters,
+                endpoints=one.endpoints,
+            )
+        )
+    primary.start()
+    bootstrap = two_server_bootstrap(primary, secondary, "fb-scope")
+    first = pyxds.insecure_channel(TARGET, bootstrap=bootstrap, options=FAST_BACKOFF)
+    second = None
+    try:
+        assert call_until(first, "primary", 10.0) < 10.0
+        primary.stop()
+        # Another target needs resources nobody cached: only its client falls back.
+        second = pyxds.insecure_channel(
+            "xds:///echo-other", bootstrap=bootstrap, options=FAST_BACKOFF
+        )
+        assert call_until(second, "secondary", 10.0) < 10.0
+        assert secondary.stream_count == 1
+        assert who(first) == "primary"
+        scopes = {first.config_dump()["xds_client"]["client_scope"]}
+        scopes.add(second.config_dump()["xds_client"]["client_scope"])
+        assert len(scopes) == 2
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
 
 
 def test_fallback_and_return_agree_with_c_core(planes):

@@ -393,6 +393,8 @@ class XdsClient:
         self._watch_ids = 0
         self._transport_factory = transport_factory or self._grpc_transport
         self._closed = False
+        #: A71/A40: the data-plane target this client serves (CSDS ``client_scope``).
+        self.scope: str | None = None
 
     @property
     def bootstrap(self) -> Any:
@@ -477,7 +479,10 @@ class XdsClient:
                 for ch in self._servers.values()
                 for e in ch.state.snapshot()
             ]
-            return csds.client_config(self._node, entries)
+            config = csds.client_config(self._node, entries)
+            if self.scope is not None:
+                config["client_scope"] = self.scope
+            return config
 
         return self._run_and_wait(collect)
 
@@ -507,8 +512,12 @@ class XdsClient:
     _shared: dict[Any, list[Any]] = {}
 
     @classmethod
-    def get_or_create(cls, bootstrap: Any = None) -> tuple[XdsClient, Callable[[], None]]:
-        """The process-wide client for this bootstrap content, refcounted.
+    def get_or_create(
+        cls, bootstrap: Any = None, scope: str | None = None
+    ) -> tuple[XdsClient, Callable[[], None]]:
+        """The process-wide client for this bootstrap content and ``scope``
+        (A71: one client per data-plane target, so one target's fallback
+        never moves another target's channels), refcounted.
 
         Returns ``(client, release)``; the last ``release()`` closes the client.
         """
@@ -518,13 +527,15 @@ class XdsClient:
             bootstrap = load_bootstrap(bootstrap)
         try:
             hash(bootstrap)
-            key: Any = ("bootstrap", bootstrap)
+            key: Any = ("bootstrap", bootstrap, scope)
         except TypeError:
-            key = ("repr", repr(bootstrap))
+            key = ("repr", repr(bootstrap), scope)
         with cls._shared_lock:
             slot = cls._shared.get(key)
             if slot is None:
-                slot = cls._shared[key] = [cls(bootstrap), 0]
+                client = cls(bootstrap)
+                client.scope = scope
+                slot = cls._shared[key] = [client, 0]
             slot[1] += 1
             client = slot[0]
         released = threading.Event()
