@@ -125,6 +125,35 @@ def test_mtls_with_grpcio_xds_credentials_serves_every_rpc(server, pki, backends
         channel.close()
 
 
+def test_streams_of_large_messages_cross_the_tls_relay_intact(server, pki, backends):
+    backend = mtls_backend("secure", pki)
+    backends.append(backend)
+    server.set_snapshot(secure_snapshot({"c": (backend.address, tls({"exact": SPIFFE_SERVER}))}))
+    channel = pyxds.secure_channel(
+        TARGET,
+        xds_creds(),
+        bootstrap=bootstrap(server, "sec-big", pki["client_config"]),
+        options=[("grpc.max_receive_message_length", 8 << 20)],
+    )
+    try:
+        chat = channel.stream_stream(f"/{SERVICE}/Chat")
+        payloads = [bytes([i]) * (1 << 20) for i in range(1, 6)]
+        replies = list(chat(iter(payloads), timeout=20, wait_for_ready=True))
+        assert replies == [b"secure:" + p for p in payloads]
+    finally:
+        channel.close()
+
+
+def test_xds_credentials_on_a_target_without_xds_use_the_fallback(backends):
+    plain = Backend("plain").start()
+    backends.append(plain)
+    channel = pyxds.secure_channel(f"ipv4:{plain.address}", xds_creds())
+    try:
+        assert pyxds_calls(channel, 3) == {"plain": 3}
+    finally:
+        channel.close()
+
+
 def test_pyxds_spelling_of_xds_credentials_is_the_same(server, pki, backends):
     backend = mtls_backend("secure", pki)
     backends.append(backend)

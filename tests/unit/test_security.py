@@ -239,6 +239,16 @@ def test_file_watcher_read_error_names_the_file_and_reason(tmp_path):
     assert certs.identity_error.startswith(f"certificate_file {missing}:")
 
 
+def test_provider_instances_are_shared_per_plugin_and_config():
+    from pyxds.security.providers import CertificateError, get_provider
+
+    a = get_provider("file_watcher", '{"ca_certificate_file": "/shared-a"}')
+    assert get_provider("file_watcher", '{"ca_certificate_file": "/shared-a"}') is a
+    assert get_provider("file_watcher", '{"ca_certificate_file": "/shared-b"}') is not a
+    with pytest.raises(CertificateError, match="unknown certificate provider plugin"):
+        get_provider("fancy", "{}")
+
+
 def test_file_watcher_default_interval_is_c_cores_ten_minutes():
     assert FileWatcherProvider({"ca_certificate_file": "/x"}).refresh_interval == 600.0
 
