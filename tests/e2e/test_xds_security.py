@@ -303,6 +303,29 @@ def test_rotated_provider_files_are_used_by_new_connections(server, pki, backend
         channel.close()
 
 
+def test_rotated_identity_certificate_is_presented_by_new_connections(
+    server, pki, backends, tmp_path
+):
+    backend = mtls_backend("secure", pki)
+    backends.append(backend)
+    folder = str(tmp_path)
+    # A client certificate the backend does not trust: the backend refuses it.
+    config = write_files(folder, pki["ca"].pem, pki["other_ca"].issue("client"))
+    server.set_snapshot(secure_snapshot({"c": (backend.address, tls())}))
+    channel = pyxds.secure_channel(
+        TARGET, xds_creds(), bootstrap=bootstrap(server, "sec-id", config), options=FAST_BACKOFF
+    )
+    try:
+        assert wait_until(
+            lambda: any("client certificate was refused" in d for d in details_of(channel)), 10.0
+        ), details_of(channel)
+        assert backend.served["secure"] == 0
+        write_files(folder, pki["ca"].pem, pki["ca"].issue("client"))  # rotation
+        assert wait_until(lambda: details_of(channel) == {"secure"}, 10.0)
+    finally:
+        channel.close()
+
+
 def test_unreadable_certificate_file_fails_the_cluster_naming_the_file(
     server, pki, backends, tmp_path
 ):

@@ -20,7 +20,10 @@ connection grpcio opens there, the relay
 4. only then relays bytes both ways: grpcio's HTTP/2 frames travel inside
    the very TLS session that was verified.  Any failure closes grpcio's
    side before a byte is relayed, so the subchannel goes TRANSIENT_FAILURE
-   and :attr:`TlsRelay.last_error` says why (the subchannel's status).
+   and :attr:`TlsRelay.last_error` says why (the subchannel's status).  A
+   server that refuses the client certificate does so after the client's
+   handshake ends (TLS 1.3): a connection that fails or closes before the
+   backend's first byte counts as a failed attempt too.
 
 What is enforced is exactly: chain to the provider's CA, validity period,
 the SAN matchers of the cluster (exact/prefix/suffix/contains/safe_regex,
@@ -230,16 +233,48 @@ class TlsRelay:
             if not san.check(self.tls.san_matchers, peer):
                 self._fail(SAN_MISMATCH)
                 return
-            self.last_error = None
             self.peer_sans = san.sans_of(peer or {})
             await asyncio.gather(
-                _pipe(reader, up_writer), _pipe(up_reader, writer), return_exceptions=True
+                _pipe(reader, up_writer),
+                self._downstream(up_reader, writer),
+                return_exceptions=True,
             )
         finally:
             for w in (writer, up_writer):
                 if w is not None:
                     with contextlib.suppress(Exception):
                         w.close()
+
+    async def _downstream(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        """Backend -> grpcio.  A TLS connection that fails or closes before
+        its first byte was refused by the server after the handshake (TLS
+        1.3 reports a rejected client certificate only then): that is a
+        failed connection attempt, with its reason."""
+        first = True
+        try:
+            while True:
+                try:
+                    data = await src.read(_CHUNK)
+                except (ssl.SSLError, OSError) as err:
+                    if first:
+                        reason = getattr(err, "reason", None) or repr(err)
+                        self._fail(f"TLS connection with {self.backend} failed: {reason}")
+                    return
+                if not data:
+                    if first:
+                        self._fail(
+                            f"TLS connection with {self.backend} closed by the server right "
+                            "after the handshake (e.g. the client certificate was refused)"
+                        )
+                    return
+                if first:
+                    first = False
+                    self.last_error = None
+                dst.write(data)
+                await dst.drain()
+        finally:
+            with contextlib.suppress(Exception):
+                dst.close()
 
 
 async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
