@@ -158,3 +158,21 @@ def test_fallback_and_return_agree_with_c_core(planes):
     finally:
         channel.close()
         core.close()
+
+
+def test_primary_dying_after_serving_agrees_with_c_core(planes):
+    """Everything cached: neither C-core nor pyxds contacts the fallback."""
+    primary, secondary = planes
+    primary.start()
+    bootstrap = two_server_bootstrap(primary, secondary, "fb-core-2")
+    core = CoreXdsClient(bootstrap)
+    channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap, options=FAST_BACKOFF)
+    try:
+        assert core.call(3) == pyxds_calls(channel, 3) == {"primary": 3}
+        primary.stop()
+        time.sleep(1.5)  # real C-core in a subprocess: its ADS retry runs on wall time
+        assert core.call(10) == pyxds_calls(channel, 10) == {"primary": 10}
+        assert secondary.total_streams == 0
+    finally:
+        channel.close()
+        core.close()
