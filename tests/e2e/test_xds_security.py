@@ -154,6 +154,23 @@ def test_xds_credentials_on_a_target_without_xds_use_the_fallback(backends):
         channel.close()
 
 
+def test_tls_without_identity_serves_a_backend_not_asking_for_client_certs(server, pki, backends):
+    leaf = pki["server"]
+    creds = grpc.ssl_server_credentials([(leaf.key, leaf.cert)])
+    backend = Backend("tls-only", credentials=creds).start()
+    backends.append(backend)
+    server.set_snapshot(
+        secure_snapshot({"c": (backend.address, tls({"exact": SPIFFE_SERVER}, identity=None))})
+    )
+    channel = pyxds.secure_channel(
+        TARGET, xds_creds(), bootstrap=bootstrap(server, "sec-tls", pki["client_config"])
+    )
+    try:
+        assert pyxds_calls(channel, 5) == {"tls-only": 5}
+    finally:
+        channel.close()
+
+
 def test_pyxds_spelling_of_xds_credentials_is_the_same(server, pki, backends):
     backend = mtls_backend("secure", pki)
     backends.append(backend)
