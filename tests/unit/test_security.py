@@ -394,3 +394,27 @@ def test_security_config_is_ignored_without_xds_credentials(monkeypatch):
     sub.connect()
     assert FakeRelay.made == []
     assert transports.made[0].credentials is fallback
+
+
+def test_file_watcher_interval_is_whole_seconds_at_least_one_as_c_core():
+    def interval(text):
+        return FileWatcherProvider(
+            {"ca_certificate_file": "/x", "refresh_interval": text}
+        ).refresh_interval
+
+    assert interval("0.2s") == 1.0
+    assert interval("2.7s") == 2.0
+    assert interval("60s") == 60.0
+
+
+def test_identity_read_while_files_change_is_retried(tmp_path, monkeypatch):
+    from pyxds.security import providers
+
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    cert.write_bytes(b"CERT")
+    key.write_bytes(b"KEY")
+    stamps = iter([(1, 1), (2, 1), (2, 1), (2, 1)])  # changed during the first read
+    monkeypatch.setattr(providers, "_mtimes", lambda *paths: next(stamps))
+    provider = FileWatcherProvider({"certificate_file": str(cert), "private_key_file": str(key)})
+    certs = provider.certificates()
+    assert (certs.cert_pem, certs.key_pem, certs.identity_error) == (b"CERT", b"KEY", None)

@@ -3,17 +3,21 @@
 
 A provider instance is shared by every channel of the process that uses the
 same plugin and config (:func:`get_provider`).  ``file_watcher`` re-reads its
-files when ``refresh_interval`` (default 600 s, as C-core) has passed since
-the last read, checked each time a connection asks for certificates, so a
+files when ``refresh_interval`` (default 600 s; whole seconds, at least 1, as
+C-core) has passed since the last read, checked each time a connection asks for certificates, so a
 connection made after a rotation uses the new files and no thread polls the
 disk in between.  A file that cannot be read is an error for every
 connection that needs it ("<field> <path>: <reason>"), as C-core clears the
 certificate when a read fails; the next read after the interval may recover.
+The key and certificate count as one read only if neither file's mtime
+changed while reading (a rotation caught half-way is read again, up to 3
+times, as C-core).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_REFRESH_INTERVAL = 600.0
+MIN_REFRESH_INTERVAL = 1.0
+_IDENTITY_READ_ATTEMPTS = 3
 
 
 class CertificateError(Exception):
@@ -60,12 +66,12 @@ def validate_file_watcher_config(config: Any, path: str) -> list[str]:
     for name in ("certificate_file", "private_key_file", "ca_certificate_file"):
         if name in config and not isinstance(config[name], str):
             errs.append(f"{path}.{name}: is not a string")
-    if bool(config.get("certificate_file")) != bool(config.get("private_key_file")):
+    if ("certificate_file" in config) != ("private_key_file" in config):
         errs.append(
             f'{path}: fields "certificate_file" and "private_key_file" must be both set or '
             "both unset"
         )
-    if not config.get("certificate_file") and not config.get("ca_certificate_file"):
+    if "certificate_file" not in config and "ca_certificate_file" not in config:
         errs.append(
             f'{path}: at least one of "certificate_file" and "ca_certificate_file" must be '
             "specified"
@@ -96,9 +102,10 @@ class FileWatcherProvider:
         self.certificate_file = config.get("certificate_file") or None
         self.private_key_file = config.get("private_key_file") or None
         self.ca_certificate_file = config.get("ca_certificate_file") or None
-        self.refresh_interval = parse_duration(
+        interval = parse_duration(
             config.get("refresh_interval", f"{DEFAULT_REFRESH_INTERVAL:g}s"), "refresh_interval"
         )
+        self.refresh_interval = max(MIN_REFRESH_INTERVAL, float(int(interval)))
         self._clock = clock
         self._lock = threading.Lock()
         self._current: Certificates | None = None
@@ -122,11 +129,7 @@ class FileWatcherProvider:
         else:
             ca_err = "no ca_certificate_file configured"
         if self.certificate_file and self.private_key_file:
-            cert, id_err = _read("certificate_file", self.certificate_file)
-            if id_err is None:
-                key, id_err = _read("private_key_file", self.private_key_file)
-            if id_err is not None:
-                cert = key = None
+            cert, key, id_err = self._read_identity()
         else:
             id_err = "no certificate_file configured"
         content = (ca, cert, key, ca_err, id_err)
@@ -140,6 +143,31 @@ class FileWatcherProvider:
             return previous
         self._version += 1
         return Certificates(ca, cert, key, ca_err, id_err, self._version)
+
+    def _read_identity(self) -> tuple[bytes | None, bytes | None, str | None]:
+        assert self.certificate_file and self.private_key_file
+        error = None
+        for _ in range(_IDENTITY_READ_ATTEMPTS):
+            before = _mtimes(self.private_key_file, self.certificate_file)
+            cert, error = _read("certificate_file", self.certificate_file)
+            if error is not None:
+                continue
+            key, error = _read("private_key_file", self.private_key_file)
+            if error is not None:
+                continue
+            if before is not None and before == _mtimes(
+                self.private_key_file, self.certificate_file
+            ):
+                return cert, key, None
+            error = "certificate_file and private_key_file changed while being read"
+        return None, None, error
+
+
+def _mtimes(*paths: str) -> tuple[int, ...] | None:
+    try:
+        return tuple(os.stat(p).st_mtime_ns for p in paths)
+    except OSError:
+        return None
 
 
 _registry_lock = threading.Lock()
