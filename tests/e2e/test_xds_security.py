@@ -440,3 +440,124 @@ def test_security_outcome_agrees_with_c_core(server, pki, backends, case, matche
     finally:
         channel.close()
         core.close()
+
+
+def _core_nack_errors(message: str) -> dict[str, set[tuple[str, str]]]:
+    """C-core's NACK text: per resource, its (field, error) pairs."""
+    out: dict[str, set[tuple[str, str]]] = {}
+    body = message[message.index("[") + 1 : message.rindex("]")]
+    for part in body.split("resource index ")[1:]:
+        _, name, rest = part.rstrip("; ").split(": ", 2)
+        inner = rest[rest.index("[") + 1 : rest.rindex("]")]
+        pairs = set()
+        for item in inner.split("; field:"):
+            field, _, error = item.removeprefix("field:").partition(" error:")
+            pairs.add((field, error))
+        out[name] = pairs
+    return out
+
+
+def _pyxds_nack_errors(message: str) -> dict[str, set[tuple[str, str]]]:
+    out: dict[str, set[tuple[str, str]]] = {}
+    body = message[message.index("[") + 1 : message.rindex("]")]
+    for part in body.split("resource index ")[1:]:
+        _, name, rest = part.rstrip("; ").split(": ", 2)
+        out[name] = {tuple(item.split(": ", 1)) for item in rest.split("; ")}
+    return out
+
+
+def _bad_contexts() -> dict[str, object]:
+    from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
+
+    def base():
+        return b.upstream_tls_context(MESH, MESH)
+
+    cases: dict[str, object] = {}
+    c = base()
+    c.common_tls_context.tls_params.SetInParent()
+    cases["tls-params"] = c
+    c = base()
+    c.common_tls_context.custom_handshaker.SetInParent()
+    cases["custom-handshaker"] = c
+    c = b.upstream_tls_context(MESH)
+    c.common_tls_context.tls_certificates.add()
+    cases["tls-certificates"] = c
+    c = b.upstream_tls_context(MESH)
+    c.common_tls_context.tls_certificate_sds_secret_configs.add()
+    cases["identity-sds"] = c
+    c = tls_pb2.UpstreamTlsContext()
+    c.common_tls_context.validation_context_sds_secret_config.SetInParent()
+    cases["validation-sds"] = c
+    c = tls_pb2.UpstreamTlsContext()
+    combined = c.common_tls_context.combined_validation_context
+    combined.validation_context_sds_secret_config.SetInParent()
+    combined.default_validation_context.ca_certificate_provider_instance.instance_name = MESH
+    cases["combined-sds-accepted"] = c
+    cases["unknown-identity"] = b.upstream_tls_context(MESH, "nowhere")
+    cases["unknown-ca"] = b.upstream_tls_context("nowhere")
+    cases["no-ca"] = b.upstream_tls_context(None, MESH)
+    cases["regex-ignore-case"] = b.upstream_tls_context(
+        MESH, None, [{"safe_regex": "a.*", "ignore_case": True}]
+    )
+    cases["bad-regex"] = b.upstream_tls_context(MESH, None, [{"safe_regex": "a("}])
+    c = base()
+    c.common_tls_context.validation_context.match_subject_alt_names.add()
+    cases["empty-matcher"] = c
+    c = base()
+    c.common_tls_context.validation_context.verify_certificate_spki.append("x")
+    cases["spki"] = c
+    c = base()
+    c.common_tls_context.validation_context.verify_certificate_hash.append("x")
+    cases["hash"] = c
+    c = base()
+    c.common_tls_context.validation_context.require_signed_certificate_timestamp.value = True
+    cases["sct"] = c
+    c = base()
+    c.common_tls_context.validation_context.require_signed_certificate_timestamp.SetInParent()
+    cases["sct-false-accepted"] = c
+    c = base()
+    c.common_tls_context.validation_context.crl.filename = "/crl"
+    cases["crl"] = c
+    c = base()
+    c.common_tls_context.validation_context.custom_validator_config.SetInParent()
+    cases["custom-validator"] = c
+    c = tls_pb2.UpstreamTlsContext()
+    c.common_tls_context.validation_context.system_root_certs.SetInParent()
+    cases["system-roots-accepted"] = c
+    return cases
+
+
+def test_upstream_tls_context_nacks_agree_with_c_core(server, pki):
+    """Every UpstreamTlsContext case: the same resources NACKed, each with the
+    same (field, error) pairs as grpcio 1.85's C-core."""
+    cases = _bad_contexts()
+    names = list(cases)
+    weighted = {name: 1 for name in names}
+    server.set_snapshot(
+        Snapshot(
+            listeners=[b.listener("echo-service")],
+            routes=[
+                b.route_config(
+                    "echo-service-route",
+                    [b.virtual_host("vh", routes=[b.route(prefix="", weighted_clusters=weighted)])],
+                )
+            ],
+            clusters=[b.cluster(name, upstream_tls=cases[name]) for name in names],
+        )
+    )
+    core = CoreXdsClient(bootstrap(server, "nack-core", pki["client_config"]), xds_credentials=True)
+    channel = pyxds.secure_channel(
+        TARGET, xds_creds(), bootstrap=bootstrap(server, "nack-pyxds", pki["client_config"])
+    )
+    try:
+        core.call(1, wait_for_ready=False, timeout=3.0)
+        pyxds_calls(channel, 1, wait_for_ready=False, timeout=3.0)
+        theirs = server.wait_for_nack("CDS", node_id="nack-core", timeout=10.0)
+        ours = server.wait_for_nack("CDS", node_id="nack-pyxds", timeout=10.0)
+        core_errors = _core_nack_errors(theirs.error_message)
+        our_errors = _pyxds_nack_errors(ours.error_message)
+        assert set(core_errors) == {n for n in names if not n.endswith("-accepted")}
+        assert our_errors == core_errors
+    finally:
+        channel.close()
+        core.close()

@@ -70,8 +70,10 @@ def test_valid_context_resolves_the_provider_instances_from_the_bootstrap():
             "validation_context.verify_certificate_hash",
         ),
         (
-            lambda c: (
-                c.common_tls_context.validation_context.require_signed_certificate_timestamp.SetInParent()
+            lambda c: setattr(
+                c.common_tls_context.validation_context.require_signed_certificate_timestamp,
+                "value",
+                True,
             ),
             "validation_context.require_signed_certificate_timestamp",
         ),
@@ -90,30 +92,42 @@ def test_fields_whose_absence_would_weaken_security_are_nacked(mutate, field):
     mutate(ctx)
     config, error = parse(ctx)
     assert config is None
-    assert f"{field}: unsupported" in error
+    assert f"{field}: feature unsupported" in error
 
 
 def test_identity_other_than_a_provider_instance_is_nacked():
     ctx = b.upstream_tls_context("mesh")
     ctx.common_tls_context.tls_certificates.add()
-    assert "common_tls_context.tls_certificates: unsupported" in parse(ctx)[1]
+    assert "common_tls_context.tls_certificates: feature unsupported" in parse(ctx)[1]
     ctx = b.upstream_tls_context("mesh")
     ctx.common_tls_context.tls_certificate_sds_secret_configs.add()
-    assert "tls_certificate_sds_secret_configs: unsupported" in parse(ctx)[1]
+    assert "tls_certificate_sds_secret_configs: feature unsupported" in parse(ctx)[1]
 
 
 def test_missing_ca_is_nacked():
     config, error = parse(b.upstream_tls_context(None, "mesh"))
     assert config is None
-    assert "common_tls_context: no CA certificate provider instance configured" in error
+    assert "common_tls_context: no CA certs configured" in error
+    ctx = tls_pb2.UpstreamTlsContext()
+    ctx.common_tls_context.validation_context_sds_secret_config.SetInParent()
+    error = parse(ctx)[1]
+    assert "common_tls_context: no CA certs configured" in error  # beside other errors
+    assert "common_tls_context.validation_context_sds_secret_config: feature unsupported" in error
+
+
+def test_false_signed_certificate_timestamp_requirement_is_accepted():
+    """C-core NACKs require_signed_certificate_timestamp only when true."""
+    ctx = ctx_with()
+    ctx.common_tls_context.validation_context.require_signed_certificate_timestamp.SetInParent()
+    assert parse(ctx)[1] == ""
 
 
 def test_unknown_instance_name_is_nacked_naming_the_field():
     config, error = parse(b.upstream_tls_context("mesh", "nowhere"))
     assert config is None
     assert (
-        "common_tls_context.tls_certificate_provider_instance: unrecognized certificate provider "
-        'instance name: "nowhere"' in error
+        "common_tls_context.tls_certificate_provider_instance.instance_name: unrecognized "
+        "certificate provider instance name: nowhere" in error
     )
     assert "ca_certificate_provider_instance" in parse(b.upstream_tls_context("x"))[1]
 
@@ -123,7 +137,13 @@ def test_regex_with_ignore_case_and_bad_regex_are_nacked():
         "ignore_case: not supported for regex matcher"
         in (parse(ctx_with(safe_regex="a.*", ignore_case=True))[1])
     )
-    assert "safe_regex.regex: invalid regex" in parse(ctx_with(safe_regex="a("))[1]
+    assert (
+        "match_subject_alt_names[0]: Invalid regex string specified in matcher: missing ): a("
+        in parse(ctx_with(safe_regex="a("))[1]
+    )
+    ctx = ctx_with()
+    ctx.common_tls_context.validation_context.match_subject_alt_names.add()
+    assert "match_subject_alt_names[0]: invalid string matcher" in parse(ctx)[1]
 
 
 def test_ignored_fields_do_not_change_the_config():
@@ -142,7 +162,7 @@ def test_combined_validation_context_is_read():
     config, error = parse(ctx)
     assert error == "" and config.ca.instance_name == "mesh" and config.identity is None
     combined.validation_context_sds_secret_config.SetInParent()
-    assert "validation_context_sds_secret_config: unsupported" in parse(ctx)[1]
+    assert parse(ctx) == (config, "")  # ignored there, as C-core
 
 
 def test_cds_carries_the_security_config_and_nacks_unknown_instances():
@@ -151,7 +171,7 @@ def test_cds_carries_the_security_config_and_nacks_unknown_instances():
     _, cluster, error = decode_cluster(data, PROVIDERS)
     assert error is None and cluster.security.san_matchers == (SanMatcher("exact", "x"),)
     _, cluster, error = decode_cluster(data, {})
-    assert cluster is None and 'unrecognized certificate provider instance name: "mesh"' in error
+    assert cluster is None and "unrecognized certificate provider instance name: mesh" in error
     plain = cluster_pb2.Cluster.FromString(b.cluster("p").SerializeToString())
     assert decode_cluster(plain.SerializeToString(), {})[1].security is None
 

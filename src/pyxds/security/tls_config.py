@@ -2,23 +2,29 @@
 C-core validates it (gRFC A29 "CDS for Client Side Security",
 "CommonTlsContext Processing").
 
-Rules (each violation NACKs the Cluster, the field named):
+Rules (each violation NACKs the Cluster, the field named, in grpcio 1.85
+C-core's words, checked against it case by case):
 
-* ``common_tls_context.tls_params`` and ``custom_handshaker``: unsupported.
+* ``common_tls_context.tls_params`` and ``custom_handshaker``: "feature
+  unsupported".
 * Identity: ``tls_certificate_provider_instance`` (or the deprecated
   ``tls_certificate_certificate_provider_instance``); ``tls_certificates``
-  or ``tls_certificate_sds_secret_configs`` without it: unsupported.
+  or ``tls_certificate_sds_secret_configs`` without it: "feature
+  unsupported".
 * Validation context: ``validation_context`` or
   ``combined_validation_context.default_validation_context`` (the deprecated
   ``validation_context_certificate_provider_instance`` forms name the CA
-  provider too); ``validation_context_sds_secret_config``: unsupported.
-  Inside it ``verify_certificate_spki``, ``verify_certificate_hash``,
-  ``require_signed_certificate_timestamp``, ``crl``,
-  ``custom_validator_config``: unsupported.  ``match_subject_alt_names``:
-  StringMatchers (safe_regex through RE2; ``ignore_case`` with a regex is an
-  error, as C-core).
+  provider too); ``validation_context_sds_secret_config``: "feature
+  unsupported" (inside ``combined_validation_context`` it is ignored, as
+  C-core).  Inside the context ``verify_certificate_spki``,
+  ``verify_certificate_hash``, ``require_signed_certificate_timestamp``
+  (when true), ``crl``, ``custom_validator_config``: "feature unsupported".
+  ``match_subject_alt_names``: StringMatchers ("invalid string matcher"
+  without a pattern; safe_regex through RE2, "Invalid regex string specified
+  in matcher"; ``ignore_case`` with a regex "not supported for regex
+  matcher").
 * The CA: ``ca_certificate_provider_instance`` (or ``system_root_certs``,
-  A82); none is "no CA certificate provider instance configured".
+  A82); none is "no CA certs configured" (reported with any other error).
 * Every provider instance name must exist in the bootstrap's
   ``certificate_providers`` (when the decoder knows the bootstrap).
 * Ignored: ``sni``, ``allow_renegotiation``, ``max_session_keys``,
@@ -42,6 +48,8 @@ from pyxds.xds.resources._common import Errors, compile_regex
 SECURITY_ATTRIBUTE = "xds_security"
 """Subchannel attribute carrying a cluster's :class:`UpstreamTlsConfig`
 (set by xds_cluster_impl, read by the channel's subchannel pool)."""
+
+_UNSUPPORTED = "feature unsupported"  # C-core's words
 
 UPSTREAM_TLS_CONTEXT = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
 
@@ -109,9 +117,9 @@ def parse_upstream_tls_context(
     common = ctx.common_tls_context
     before = len(errs)
     if common.HasField("tls_params"):
-        errs.add(f"{p}.tls_params", "unsupported")
+        errs.add(f"{p}.tls_params", _UNSUPPORTED)
     if common.HasField("custom_handshaker"):
-        errs.add(f"{p}.custom_handshaker", "unsupported")
+        errs.add(f"{p}.custom_handshaker", _UNSUPPORTED)
 
     identity = None
     if common.HasField("tls_certificate_provider_instance"):
@@ -134,11 +142,12 @@ def parse_upstream_tls_context(
         )
     else:
         if len(common.tls_certificates):
-            errs.add(f"{p}.tls_certificates", "unsupported")
+            errs.add(f"{p}.tls_certificates", _UNSUPPORTED)
         if len(common.tls_certificate_sds_secret_configs):
-            errs.add(f"{p}.tls_certificate_sds_secret_configs", "unsupported")
+            errs.add(f"{p}.tls_certificate_sds_secret_configs", _UNSUPPORTED)
 
     ca = None
+    ca_named = False  # a CA provider instance is named, known or not
     system_roots = False
     matchers: tuple[SanMatcher, ...] = ()
     vc = None
@@ -149,9 +158,8 @@ def parse_upstream_tls_context(
     elif which == "combined_validation_context":
         combined = common.combined_validation_context
         cp = f"{p}.combined_validation_context"
-        if combined.HasField("validation_context_sds_secret_config"):
-            errs.add(f"{cp}.validation_context_sds_secret_config", "unsupported")
         if combined.HasField("validation_context_certificate_provider_instance"):
+            ca_named = True
             inst = combined.validation_context_certificate_provider_instance
             ca = _ref(
                 inst.instance_name,
@@ -163,8 +171,9 @@ def parse_upstream_tls_context(
         if combined.HasField("default_validation_context"):
             vc, vpath = combined.default_validation_context, f"{cp}.default_validation_context"
     elif which == "validation_context_sds_secret_config":
-        errs.add(f"{p}.validation_context_sds_secret_config", "unsupported")
+        errs.add(f"{p}.validation_context_sds_secret_config", _UNSUPPORTED)
     elif which == "validation_context_certificate_provider_instance":
+        ca_named = True
         inst = common.validation_context_certificate_provider_instance
         ca = _ref(
             inst.instance_name,
@@ -176,10 +185,16 @@ def parse_upstream_tls_context(
 
     if vc is not None:
         for name in _UNSUPPORTED_VALIDATION:
-            present = len(getattr(vc, name)) if name.startswith("verify") else vc.HasField(name)
+            if name.startswith("verify"):
+                present = len(getattr(vc, name)) > 0
+            elif name == "require_signed_certificate_timestamp":
+                present = vc.require_signed_certificate_timestamp.value  # a BoolValue
+            else:
+                present = vc.HasField(name)
             if present:
-                errs.add(f"{vpath}.{name}", "unsupported")
+                errs.add(f"{vpath}.{name}", _UNSUPPORTED)
         if vc.HasField("ca_certificate_provider_instance"):
+            ca_named = True
             inst = vc.ca_certificate_provider_instance
             ca = _ref(
                 inst.instance_name,
@@ -195,8 +210,8 @@ def parse_upstream_tls_context(
             for i, sm in enumerate(vc.match_subject_alt_names)
             if (m := _matcher(sm, f"{vpath}.match_subject_alt_names[{i}]", errs)) is not None
         )
-    if ca is None and not system_roots and len(errs) == before:
-        errs.add(p, "no CA certificate provider instance configured")
+    if not ca_named and not system_roots:
+        errs.add(p, "no CA certs configured")
     if len(errs) != before:
         return None
     return UpstreamTlsConfig(
@@ -215,7 +230,9 @@ def _ref(
         return ProviderRef(instance, cert_name)
     entry = providers.get(instance)
     if entry is None:
-        errs.add(path, f'unrecognized certificate provider instance name: "{instance}"')
+        errs.add(
+            f"{path}.instance_name", f"unrecognized certificate provider instance name: {instance}"
+        )
         return None
     config = entry.get("config") or {}
     if hasattr(config, "to_json"):
@@ -238,7 +255,12 @@ def _matcher(sm: Any, path: str, errs: Errors) -> SanMatcher | None:
             errs.add(f"{path}.ignore_case", "not supported for regex matcher")
             return None
         pattern = sm.safe_regex.regex
-        rx = compile_regex(pattern, f"{path}.safe_regex.regex", errs)
-        return None if rx is None else SanMatcher("safe_regex", pattern, regex=rx)
-    errs.add(path, "invalid StringMatcher specified")
+        problems = Errors()
+        rx = compile_regex(pattern, "", problems)
+        if rx is None:
+            detail = problems[0].split(": ", 1)[-1] if problems else pattern
+            errs.add(path, f"Invalid regex string specified in matcher: {detail}")
+            return None
+        return SanMatcher("safe_regex", pattern, regex=rx)
+    errs.add(path, "invalid string matcher")
     return None
