@@ -383,7 +383,7 @@ def test_tls_context_naming_a_missing_instance_is_nacked_and_the_rest_serves(ser
         assert pyxds_calls(channel, 3) == {"plain": 3}
         nack = server.wait_for_nack("CDS", timeout=10.0)
         assert "ca_certificate_provider_instance" in str(nack)
-        assert 'unrecognized certificate provider instance name: "nowhere"' in str(nack)
+        assert "unrecognized certificate provider instance name: nowhere" in str(nack)
     finally:
         channel.close()
 
