@@ -561,3 +561,29 @@ def test_upstream_tls_context_nacks_agree_with_c_core(server, pki):
     finally:
         channel.close()
         core.close()
+
+
+def test_rotation_is_picked_up_like_c_core(server, pki, backends, tmp_path):
+    """Both start with a CA that cannot verify the backend; after the files
+    rotate, both serve without a new channel."""
+    backend = mtls_backend("secure", pki)
+    backends.append(backend)
+    folder = str(tmp_path)
+    config = write_files(folder, pki["other_ca"].pem, pki["ca"].issue("client"))
+    server.set_snapshot(secure_snapshot({"c": (backend.address, tls({"exact": SPIFFE_SERVER}))}))
+    core = CoreXdsClient(bootstrap(server, "rot-core", config), xds_credentials=True)
+    channel = pyxds.secure_channel(
+        TARGET, xds_creds(), bootstrap=bootstrap(server, "rot-pyxds", config), options=FAST_BACKOFF
+    )
+    try:
+        assert core.call(2, wait_for_ready=False, timeout=3.0) == {"error:UNAVAILABLE": 2}
+        assert pyxds_calls(channel, 2, wait_for_ready=False, timeout=3.0) == {
+            "error:UNAVAILABLE": 2
+        }
+        write_files(folder, pki["ca"].pem, pki["ca"].issue("client"))
+        theirs = core.until("secure", 20.0)
+        assert "__elapsed__" in theirs, theirs
+        assert wait_until(lambda: details_of(channel) == {"secure"}, 20.0)
+    finally:
+        channel.close()
+        core.close()
