@@ -16,8 +16,10 @@ Rules:
 * ``circuit_breakers``: the first DEFAULT-priority threshold's
   ``max_requests`` (1024 when unset).
 * ``lrs_server`` if set must be ``self``.
-* ``transport_socket`` must hold an ``UpstreamTlsContext``; it is kept opaque
-  (type URL + bytes) for the TLS layer to interpret.
+* ``transport_socket`` must hold an ``UpstreamTlsContext``, validated as
+  C-core does (A29, :mod:`pyxds.security.tls_config`); with the bootstrap's
+  ``certificate_providers`` (``decode_cluster(data, providers)``) every
+  provider instance name must exist there.
 * ``outlier_detection`` (A50 "xDS Integration"): durations valid,
   ``max_ejection_percent``, ``enforcing_success_rate``,
   ``failure_percentage_threshold`` and ``enforcing_failure_percentage`` <= 100
@@ -30,10 +32,12 @@ Rules:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from envoy.config.cluster.v3 import cluster_pb2
 
+from pyxds.security.tls_config import parse_upstream_tls_context
 from pyxds.xds.resources._common import (
     Errors,
     config_source_is_ads_or_self,
@@ -55,21 +59,27 @@ _EDS = cluster_pb2.Cluster.EDS
 _LOGICAL_DNS = cluster_pb2.Cluster.LOGICAL_DNS
 
 
-def decode_cluster(data: bytes) -> tuple[str | None, Any, str | None]:
-    """Parse and validate serialized Cluster bytes: (name, resource, error)."""
+def decode_cluster(
+    data: bytes, providers: Mapping[str, Any] | None = None
+) -> tuple[str | None, Any, str | None]:
+    """Parse and validate serialized Cluster bytes: (name, resource, error).
+    ``providers``: the bootstrap's ``certificate_providers`` (None: instance
+    names are not checked)."""
     c = cluster_pb2.Cluster()
     try:
         c.ParseFromString(data)
     except Exception as err:
         return None, None, f"could not parse Cluster: {err}"
     errs = Errors()
-    resource = parse_cluster(c, errs)
+    resource = parse_cluster(c, errs, providers)
     if errs:
         return c.name, None, errs.text()
     return c.name, resource, None
 
 
-def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
+def parse_cluster(
+    c: Any, errs: Errors, providers: Mapping[str, Any] | None = None
+) -> Cluster | None:
     """Validate a ``envoy.config.cluster.v3.Cluster`` message."""
     name = c.name
     kind = None
@@ -153,7 +163,7 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
             errs.add("lrs_server", "ConfigSource is not self")
         lrs = True
 
-    ts_bytes = ts_type = None
+    ts_bytes = ts_type = security = None
     if c.HasField("transport_socket"):
         ts = c.transport_socket
         ts_type = type_name(ts.typed_config.type_url) or None
@@ -164,7 +174,7 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
                 "unsupported transport socket type",
             )
         else:
-            _check_upstream_tls_context(ts_bytes, errs)
+            security = parse_upstream_tls_context(ts_bytes, errs, providers)
 
     outlier_detection = None
     if c.HasField("outlier_detection"):
@@ -190,6 +200,7 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
         transport_socket_type_url=ts_type,
         idle_timeout=idle,
         outlier_detection=outlier_detection,
+        security=security,
     )
 
 
@@ -237,35 +248,6 @@ def _logical_dns(c: Any, errs: Errors) -> tuple[str | None, int | None]:
         errs.add(f"{p}.port_value", "field not present")
         ok = False
     return (sa.address, sa.port_value) if ok else (None, None)
-
-
-def _check_upstream_tls_context(value: bytes, errs: Errors) -> None:
-    """C-core's context-free checks of an UpstreamTlsContext (A29): it must
-    parse and name a CA (a certificate provider instance or the system root
-    certs).  Whether the provider instance names exist in the bootstrap is
-    not checked here (the decoder has no bootstrap)."""
-    from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
-
-    p = f"transport_socket.typed_config.value[{UPSTREAM_TLS_CONTEXT}]"
-    ctx = tls_pb2.UpstreamTlsContext()
-    try:
-        ctx.ParseFromString(value)
-    except Exception:
-        errs.add(p, "can't decode UpstreamTlsContext")
-        return
-    common = ctx.common_tls_context
-    candidates = [common.validation_context]
-    if common.HasField("combined_validation_context"):
-        combined = common.combined_validation_context
-        candidates.append(combined.default_validation_context)
-        if combined.HasField("validation_context_certificate_provider_instance"):
-            return
-    if common.HasField("validation_context_certificate_provider_instance"):
-        return
-    for vc in candidates:
-        if vc.HasField("ca_certificate_provider_instance") or vc.HasField("system_root_certs"):
-            return
-    errs.add(f"{p}.common_tls_context", "no CA certificate provider instance configured")
 
 
 def _outlier_detection(od: Any, errs: Errors) -> str | None:

@@ -359,7 +359,8 @@ class Cluster:
     ``max_requests`` is the DEFAULT-priority circuit breaker (1024 unset).
     ``lrs_server`` is True when ``lrs_server`` is ``self`` (load reporting to
     the xDS server).  ``transport_socket`` is the serialized typed config of
-    the transport socket (kept opaque for later TLS), or None.
+    the transport socket, or None; ``security`` its validated
+    UpstreamTlsContext (A29).
     ``idle_timeout`` is A75's upstream idle timeout in seconds (1 hour unset).
     ``outlier_detection`` is the ``outlier_detection_experimental`` config
     (A50, canonical JSON without ``childPolicy``) when the cluster sets
@@ -381,6 +382,9 @@ class Cluster:
     transport_socket_type_url: str | None = None
     idle_timeout: float = 3600.0
     outlier_detection: str | None = None
+    #: A29: the validated UpstreamTlsContext
+    #: (:class:`pyxds.security.tls_config.UpstreamTlsConfig`), None without TLS.
+    security: Any = None
 
     def lb_policy_json(self) -> list[dict[str, Any]]:
         """The LB config list as a fresh list of dicts (safe to mutate)."""
