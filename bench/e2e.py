@@ -9,6 +9,11 @@ same run, same control plane (pyxds.server):
   (c) pyxds.insecure_channel("xds:///bench")             pyxds
   (d) pyxds.aio.insecure_channel / grpc.aio plain         asyncio, 1 task and 4 tasks
       / grpc.aio C-core xds:/// (subprocess)
+  (e) mTLS (A29) to a backend requiring client certificates:
+      grpc.secure_channel(addr, grpc.ssl_channel_credentials(...))    grpcio's own TLS
+      grpc.secure_channel("xds:///bench-tls", xds_channel_credentials) C-core (subprocess)
+      pyxds.secure_channel("xds:///bench-tls", xds_channel_credentials) pyxds (TLS relay,
+      SANs checked); certificates made with ``cryptography``, file_watcher provider
 
   (e) pyxds with load reporting: ``xds:///bench-lrs``, the same backend
       through a cluster with ``lrs_server: self`` (A27; the XdsClient reports
@@ -19,7 +24,8 @@ Each is measured on 1 thread and on 4 threads for ``--seconds`` (default 3).
 The backend and the control plane run in their own process, C-core's client
 in another (each has its own GIL, as (a) and (c) have theirs).
 Prints RPCs/s and the ratios b/a and c/b, and for asyncio pyxds / C-core
-xds (the goal's comparison) and pyxds / plain.  Usage: python bench/e2e.py
+xds (the goal's comparison) and pyxds / plain, and for mTLS pyxds / grpcio
+TLS and pyxds / C-core xds mTLS.  Usage: python bench/e2e.py [--tls-only]
 """
 
 from __future__ import annotations
@@ -95,9 +101,14 @@ async def aio_rate(channel, tasks: int, seconds: float) -> float:
 _CORE = r"""
 import json, sys, time, threading
 import grpc
+import grpc.experimental
 sys.path.insert(0, sys.argv[2])
 from e2e import rate
-channel = grpc.insecure_channel(sys.argv[1])
+if sys.argv[1].endswith("-tls"):
+    creds = grpc.xds_channel_credentials(grpc.experimental.insecure_channel_credentials())
+    channel = grpc.secure_channel(sys.argv[1], creds)
+else:
+    channel = grpc.insecure_channel(sys.argv[1])
 seconds = float(sys.argv[3])
 print(json.dumps({str(t): rate(channel, t, seconds) for t in (1, 4)}), flush=True)
 """
@@ -117,13 +128,15 @@ print(json.dumps(asyncio.run(main())), flush=True)
 """
 
 
-def core_rates(bootstrap: dict, seconds: float, script: str = _CORE) -> dict[str, float]:
+def core_rates(
+    bootstrap: dict, seconds: float, script: str = _CORE, target: str = "xds:///bench"
+) -> dict[str, float]:
     env = dict(os.environ)
     env.pop("GRPC_XDS_BOOTSTRAP", None)
     env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
     here = os.path.dirname(os.path.abspath(__file__))
     out = subprocess.run(
-        [sys.executable, "-c", script, "xds:///bench", here, str(seconds)],
+        [sys.executable, "-c", script, target, here, str(seconds)],
         env=env,
         capture_output=True,
         text=True,
@@ -133,40 +146,101 @@ def core_rates(bootstrap: dict, seconds: float, script: str = _CORE) -> dict[str
     return {k: float(v) for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
 
 
+def start_tls_backend(folder: str) -> tuple[grpc.Server, int, dict]:
+    """An mTLS backend (client certificates required) and the client's files."""
+    from pyxds.testing.certs import CertAuthority, write_files
+
+    ca = CertAuthority("bench CA")
+    leaf = ca.issue("backend", ips=("127.0.0.1",), uris=("spiffe://bench/backend",))
+    client = write_files(folder, ca.pem, ca.issue("client", uris=("spiffe://bench/client",)))
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Bench", {"Ping": grpc.unary_unary_rpc_method_handler(lambda req, ctx: req)}
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    server.add_generic_rpc_handlers((handler,))
+    creds = grpc.ssl_server_credentials(
+        [(leaf.key, leaf.cert)], root_certificates=ca.pem, require_client_auth=True
+    )
+    port = server.add_secure_port("127.0.0.1:0", creds)
+    server.start()
+    return server, port, client
+
+
 def serve() -> None:
-    """``--serve``: backend + control plane; prints the address and bootstrap,
-    runs until stdin closes."""
+    """``--serve``: backends + control plane; prints the addresses and
+    bootstrap, runs until stdin closes."""
+    import tempfile
+
     from pyxds.server import ManagementServer
     from pyxds.server import builders as b
     from pyxds.server.snapshot import Snapshot
 
     backend, port = start_backend()
     address = f"127.0.0.1:{port}"
+    folder = tempfile.mkdtemp(prefix="pyxds-bench-")
+    tls_backend, tls_port, client_files = start_tls_backend(folder)
+    tls_address = f"127.0.0.1:{tls_port}"
+    tls = b.upstream_tls_context("mesh", "mesh", [{"exact": "spiffe://bench/backend"}])
+
+    def route(name: str, cluster: str):
+        return b.route_config(
+            f"{name}-route", [b.virtual_host("vh", routes=[b.route(prefix="", cluster=cluster)])]
+        )
+
     control = ManagementServer().start()
     control.set_snapshot(
         Snapshot(
-            listeners=[b.listener("bench"), b.listener("bench-lrs")],
-            routes=[
-                b.route_config(
-                    "bench-route", [b.virtual_host("vh", routes=[b.route(prefix="", cluster="c")])]
-                ),
-                b.route_config(
-                    "bench-lrs-route",
-                    [b.virtual_host("vh", routes=[b.route(prefix="", cluster="c-lrs")])],
-                ),
+            listeners=[b.listener("bench"), b.listener("bench-lrs"), b.listener("bench-tls")],
+            routes=[route("bench", "c"), route("bench-lrs", "c-lrs"), route("bench-tls", "ctls")],
+            clusters=[
+                b.cluster("c"),
+                b.cluster("c-lrs", lrs_server=True),
+                b.cluster("ctls", upstream_tls=tls),
             ],
-            clusters=[b.cluster("c"), b.cluster("c-lrs", lrs_server=True)],
             endpoints=[
-                b.endpoints(name, [b.locality(zone="z", endpoints=[address])])
-                for name in ("c", "c-lrs")
+                b.endpoints("c", [b.locality(zone="z", endpoints=[address])]),
+                b.endpoints("c-lrs", [b.locality(zone="z", endpoints=[address])]),
+                b.endpoints("ctls", [b.locality(zone="z", endpoints=[tls_address])]),
             ],
         )
     )
-    print(json.dumps({"address": address, "bootstrap": control.bootstrap(node_id="bench")}))
+    providers = {"mesh": {"plugin_name": "file_watcher", "config": client_files}}
+    bootstrap = control.bootstrap(node_id="bench", certificate_providers=providers)
+    info = {
+        "address": address,
+        "tls_address": tls_address,
+        "client_files": client_files,
+        "bootstrap": bootstrap,
+    }
+    print(json.dumps(info))
     sys.stdout.flush()
     sys.stdin.read()
     control.stop()
     backend.stop(None)
+    tls_backend.stop(None)
+
+
+def tls_rows(info: dict, seconds: float, results: dict) -> None:
+    import pyxds._api as pyxds
+    from pyxds.security.credentials import xds_channel_credentials
+
+    files = info["client_files"]
+
+    def read(key: str) -> bytes:
+        with open(files[key], "rb") as f:
+            return f.read()
+
+    own = grpc.ssl_channel_credentials(
+        read("ca_certificate_file"), read("private_key_file"), read("certificate_file")
+    )
+    plain_tls = grpc.secure_channel(info["tls_address"], own)
+    results["e grpcio mTLS"] = {str(t): rate(plain_tls, t, seconds) for t in (1, 4)}
+    plain_tls.close()
+    results["e C-core xds mTLS"] = core_rates(info["bootstrap"], seconds, target="xds:///bench-tls")
+    creds = xds_channel_credentials(grpc.experimental.insecure_channel_credentials())
+    ours = pyxds.secure_channel("xds:///bench-tls", creds, bootstrap=info["bootstrap"])
+    results["e pyxds mTLS"] = {str(t): rate(ours, t, seconds) for t in (1, 4)}
+    ours.close()
 
 
 def main() -> None:
@@ -176,10 +250,13 @@ def main() -> None:
     parser.add_argument(
         "--lrs-only", action="store_true", help="only pyxds without/with load reporting"
     )
+    parser.add_argument("--tls-only", action="store_true", help="only the mTLS rows (e)")
     args = parser.parse_args()
     if args.serve:
         serve()
         return
+
+    import grpc.experimental
 
     import pyxds._api as pyxds
     import pyxds.aio
@@ -194,6 +271,12 @@ def main() -> None:
     info = json.loads(server.stdout.readline())
     address, bootstrap = info["address"], info["bootstrap"]
     results: dict[str, dict[str, float]] = {}
+    if args.tls_only:
+        tls_rows(info, args.seconds, results)
+        server.stdin.close()
+        server.wait(10)
+        print_tls(results)
+        return
 
     if args.lrs_only:
         lrs_pair(bootstrap, args.seconds)
@@ -224,6 +307,7 @@ def main() -> None:
 
     asyncio.run(aio_all())
     results["aio C-core xds"] = core_rates(bootstrap, args.seconds, _CORE_AIO)
+    tls_rows(info, args.seconds, results)
     server.stdin.close()
     server.wait(10)
 
@@ -238,6 +322,23 @@ def main() -> None:
             f"aio pyxds/C-core xds = {results['aio pyxds'][t] / results['aio C-core xds'][t]:.2f}"
             f"   e/c (LRS on/off) = {results['e pyxds + LRS'][t] / c[t]:.2f}"
         )
+    print_tls(results, results["c pyxds"])
+
+
+def print_tls(results: dict, plaintext: dict | None = None) -> None:
+    if plaintext is None:
+        print(f"{'channel':<20} {'1 thread':>10} {'4 threads':>10}   (unary RPCs/s)")
+        for name, by in results.items():
+            print(f"{name:<20} {by['1']:>10.0f} {by['4']:>10.0f}")
+    g, k, p = results["e grpcio mTLS"], results["e C-core xds mTLS"], results["e pyxds mTLS"]
+    for t in ("1", "4"):
+        line = (
+            f"threads={t}: pyxds mTLS/grpcio mTLS = {p[t] / g[t]:.2f}   "
+            f"pyxds mTLS/C-core xds mTLS = {p[t] / k[t]:.2f}"
+        )
+        if plaintext is not None:
+            line += f"   pyxds mTLS/pyxds plaintext = {p[t] / plaintext[t]:.2f}"
+        print(line)
 
 
 def lrs_pair(bootstrap: dict, seconds: float, rounds: int = 4) -> None:

@@ -304,6 +304,58 @@ def bench_cluster_impl() -> tuple[str, float]:
 CASES.append(bench_cluster_impl)
 
 
+# -- least_request (A48) and outlier_detection (A50) over round_robin (issue 11) --
+
+
+def _tree_picker(policy_json: list, n: int) -> Picker:
+    from pyxds.lb import registry
+
+    factory, config = registry.select(policy_json)
+    helper = FakeHelper()
+    policy = factory.build(helper)
+    policy.update(ResolverUpdate(endpoints(n), config))
+    ready_all(helper)
+    assert helper.state is ConnectivityState.READY
+    return helper.last.picker
+
+
+def _time_completed(picker: Picker) -> float:
+    """ns per pick *and* its ``on_call_done``: a counting picker's cost is
+    both halves (round_robin's done callback is None)."""
+    from pyxds.lb.api import OK_STATUS
+
+    def pick_and_finish(pick=picker.pick, args=ARGS, ok=OK_STATUS) -> None:
+        done = pick(args).on_call_done
+        if done is not None:
+            done(ok)
+
+    pick_and_finish()
+    return time_ns(pick_and_finish, number=NUMBER // 4)
+
+
+def bench_least_request_100() -> tuple[str, float]:
+    """least_request_experimental (choiceCount 2) over 100 READY endpoints,
+    pick + on_call_done, beside bare round_robin over 100 in the same call.
+    Goal: <= 2x."""
+    bare = _time_completed(_tree_picker([{"round_robin": {}}], 100))
+    ns = _time_completed(_tree_picker([{"least_request_experimental": {}}], 100))
+    return f"least_request(100) [rr100 {bare:.0f} ns: {ns / bare:.1f}x]", ns
+
+
+def bench_outlier_detection_round_robin_100() -> tuple[str, float]:
+    """outlier_detection_experimental (failure percentage on: every call is
+    counted) over round_robin over 100 READY endpoints, pick + on_call_done,
+    beside bare round_robin over 100 in the same call.  Goal: <= 2x."""
+    bare = _time_completed(_tree_picker([{"round_robin": {}}], 100))
+    od = {"failurePercentageEjection": {}, "childPolicy": [{"round_robin": {}}]}
+    ns = _time_completed(_tree_picker([{"outlier_detection_experimental": od}], 100))
+    return f"outlier_detection>rr(100) [rr100 {bare:.0f} ns: {ns / bare:.1f}x]", ns
+
+
+CASES.append(bench_least_request_100)
+CASES.append(bench_outlier_detection_round_robin_100)
+
+
 def main() -> int:
     print(f"{'case':<44} {'ns/pick':>9} {'floor ns':>9} {'ratio':>7}")
     only = sys.argv[1:]

@@ -3,11 +3,14 @@
 ``pyxds.insecure_channel("xds:///name")`` and ``pyxds.secure_channel`` return
 a real ``grpc.Channel``; ``pyxds.aio`` has the asyncio variants;
 ``pyxds.lb.registry.register`` adds custom LB policies.
+``pyxds.secure_channel(target, grpc.xds_channel_credentials(fallback))`` (or
+``pyxds.xds_channel_credentials``) uses the control plane's TLS config (A29).
 """
 
 from pyxds import aio
 from pyxds._api import insecure_channel, secure_channel
 from pyxds.channel.channel import XdsChannel
+from pyxds.security.credentials import xds_channel_credentials
 
 __version__ = "0.1.0"
-__all__ = ["XdsChannel", "aio", "insecure_channel", "secure_channel"]
+__all__ = ["XdsChannel", "aio", "insecure_channel", "secure_channel", "xds_channel_credentials"]

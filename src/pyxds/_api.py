@@ -35,7 +35,14 @@ def secure_channel(
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
 ) -> XdsChannel:
-    """A grpc.Channel to ``target`` whose subchannels use ``credentials``."""
+    """A grpc.Channel to ``target`` whose subchannels use ``credentials``.
+
+    ``grpc.xds_channel_credentials(fallback)`` (grpcio's own object) or
+    :func:`pyxds.xds_channel_credentials` opt in to the control plane's
+    security config (gRFC A29): clusters with an ``UpstreamTlsContext`` use
+    TLS/mTLS from the bootstrap's certificate providers, with the server's
+    SANs checked; every other connection uses ``fallback``.
+    """
     if credentials is None:
         raise ValueError("secure_channel needs credentials (use insecure_channel)")
     return XdsChannel(target, credentials, bootstrap, options, compression)

@@ -79,9 +79,12 @@ class Backend:
     """A grpcio server on 127.0.0.1 that can be stopped and restarted on
     the same port."""
 
-    def __init__(self, name: str, port: int = 0) -> None:
+    def __init__(
+        self, name: str, port: int = 0, credentials: grpc.ServerCredentials | None = None
+    ) -> None:
         self.name = name
         self.port = port
+        self.credentials = credentials
         self.served: collections.Counter = collections.Counter()
         self._server: grpc.Server | None = None
 
@@ -92,7 +95,10 @@ class Backend:
     def start(self) -> Backend:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
         server.add_generic_rpc_handlers((_handlers(self.name, self.served),))
-        self.port = server.add_insecure_port(f"127.0.0.1:{self.port}")
+        if self.credentials is None:
+            self.port = server.add_insecure_port(f"127.0.0.1:{self.port}")
+        else:
+            self.port = server.add_secure_port(f"127.0.0.1:{self.port}", self.credentials)
         server.start()
         self._server = server
         return self
@@ -291,14 +297,20 @@ def header(name: str, **kwargs: Any) -> Any:
 
 
 _CORE = r"""
-import collections, json, sys, time
+import collections, json, os, sys, time
 import grpc
+import grpc.experimental
 
 channels = {}
+XDS_CREDS = os.environ.get("PYXDS_TEST_CORE_XDS_CREDS") == "1"
 
 def channel(target):
     if target not in channels:
-        channels[target] = grpc.insecure_channel(target)
+        if XDS_CREDS:
+            creds = grpc.xds_channel_credentials(grpc.experimental.insecure_channel_credentials())
+            channels[target] = grpc.secure_channel(target, creds)
+        else:
+            channels[target] = grpc.insecure_channel(target)
     return channels[target]
 
 def call(target, method, metadata, timeout, wfr, details=False, request=""):
@@ -339,7 +351,9 @@ class CoreXdsClient:
     bootstrap once per process); RPCs on command, answers as Counters of the
     backend names (``error:CODE`` for failures)."""
 
-    def __init__(self, bootstrap: dict) -> None:
+    def __init__(self, bootstrap: dict, xds_credentials: bool = False) -> None:
+        """``xds_credentials``: the channel is
+        ``grpc.secure_channel(target, grpc.xds_channel_credentials(insecure))`` (A29)."""
         import json
         import os
         import queue
@@ -349,6 +363,8 @@ class CoreXdsClient:
         env = dict(os.environ)
         env.pop("GRPC_XDS_BOOTSTRAP", None)
         env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
+        if xds_credentials:
+            env["PYXDS_TEST_CORE_XDS_CREDS"] = "1"
         self._json = json
         self._proc = subprocess.Popen(
             [sys.executable, "-c", _CORE],

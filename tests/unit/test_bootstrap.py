@@ -368,10 +368,35 @@ def test_server_listener_template_kept():
 
 
 def test_certificate_providers_kept():
-    providers = {"default": {"plugin_name": "file_watcher", "config": {"certificate_file": "/c"}}}
+    config = {"certificate_file": "/c", "private_key_file": "/k", "refresh_interval": "5s"}
+    providers = {"default": {"plugin_name": "file_watcher", "config": config}}
     b = load_bootstrap(minimal(certificate_providers=providers))
     assert b.certificate_providers == providers
     assert b.certificate_providers["default"]["config"]["certificate_file"] == "/c"
+
+
+@pytest.mark.parametrize(
+    ("config", "error"),
+    [
+        ({}, 'at least one of "certificate_file" and "ca_certificate_file" must be specified'),
+        (
+            {"certificate_file": "/c", "ca_certificate_file": "/ca"},
+            '"certificate_file" and "private_key_file" must be both set or both unset',
+        ),
+        (
+            {"ca_certificate_file": "/ca", "refresh_interval": "10"},
+            "refresh_interval: not a Duration",
+        ),
+        ({"ca_certificate_file": 7}, "ca_certificate_file: is not a string"),
+    ],
+)
+def test_file_watcher_config_errors_name_the_field(config, error):
+    """A29 file_watcher config, checked as C-core's factory does: the bootstrap fails."""
+    msg = error_of(
+        minimal(certificate_providers={"p": {"plugin_name": "file_watcher", "config": config}})
+    )
+    assert 'certificate_providers["p"].config' in msg
+    assert error in msg
 
 
 def test_certificate_providers_malformed():
@@ -387,7 +412,9 @@ def test_same_bootstrap_twice_is_equal_and_hashable():
     cfg = minimal(
         node={"id": "n", "metadata": {"a": [1, {"b": 2}]}},
         authorities={"x": {}},
-        certificate_providers={"p": {"plugin_name": "file_watcher", "config": {}}},
+        certificate_providers={
+            "p": {"plugin_name": "file_watcher", "config": {"ca_certificate_file": "/ca"}}
+        },
     )
     a, b = load_bootstrap(cfg), load_bootstrap(json.dumps(cfg))
     assert a == b and hash(a) == hash(b)

@@ -73,7 +73,7 @@ def two_priority_eds(name="c1", **kwargs):
 # ----------------------------------------------------------------- EDS leaf
 
 
-def test_eds_cluster_tree_is_cluster_impl_priority_wrr_locality_weighted_target_round_robin():
+def test_eds_cluster_tree_is_cluster_impl_priority_outlier_detection_wrr_locality_round_robin():
     _helper, policy, config = cds("c1")
     assert policy.update(cds_update(config, xds_config({"c1": two_priority_eds()}))) is None
     tree = describe(policy)
@@ -84,8 +84,8 @@ def test_eds_cluster_tree_is_cluster_impl_priority_wrr_locality_weighted_target_
     assert priority[0] == "priority"
     assert set(priority[1]) <= {child_name("c1", 0), child_name("c1", 1)}
     assert priority[1][child_name("c1", 0)] == (
-        "xds_wrr_locality",
-        ("weighted_target", {str(A): "round_robin", str(B): "round_robin"}),
+        "outlier_detection",
+        ("xds_wrr_locality", ("weighted_target", {str(A): "round_robin", str(B): "round_robin"})),
     )
     assert policy.priority_names == [child_name("c1", 0), child_name("c1", 1)]
 
@@ -283,8 +283,8 @@ def test_logical_dns_cluster_has_one_priority_with_one_endpoint():
     assert policy.priority_names == [child_name("d1", 0)]
     tree = describe(policy)
     assert tree[1][1][1][child_name("d1", 0)] == (
-        "xds_wrr_locality",
-        ("weighted_target", {str(loc("", "")): "round_robin"}),
+        "outlier_detection",
+        ("xds_wrr_locality", ("weighted_target", {str(loc("", "")): "round_robin"})),
     )
     connect_all(helper)
     assert helper.state is READY
@@ -509,7 +509,7 @@ def test_pick_first_via_xds_runs_pick_first_under_each_priority():
     entry = eds_entry(cluster, [locality(A, ["10.0.0.1:80", "10.0.0.2:80"])])
     policy.update(cds_update(config, xds_config({"pf": entry})))
     tree = describe(policy)
-    assert tree[1][1][1][child_name("pf", 0)] == "pick_first"
+    assert tree[1][1][1][child_name("pf", 0)] == ("outlier_detection", "pick_first")
     connect_all(helper)
     picks = picked_addresses(helper, 20)
     assert len(set(picks)) == 1

@@ -199,6 +199,7 @@ _KIND = {
     "CdsPolicy": "cds",
     "XdsClusterImplPolicy": "xds_cluster_impl",
     "PriorityLoadBalancer": "priority",
+    "OutlierDetectionPolicy": "outlier_detection",
     "XdsWrrLocalityPolicy": "xds_wrr_locality",
     "WeightedTargetLoadBalancer": "weighted_target",
     "RoundRobin": "round_robin",

@@ -59,6 +59,7 @@ class FakeTransport(Transport):
     def __init__(self, address: str, credentials: Any, on_state: Any) -> None:
         super().__init__()
         self.address = address
+        self.credentials = credentials
         self.on_state = on_state
         self.connects = 0
         self.closed_now = False

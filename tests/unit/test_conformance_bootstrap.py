@@ -233,4 +233,5 @@ def test_unknown_certificate_provider_plugin_is_an_error():
         error_of(cfg)
     )
     cfg["certificate_providers"]["p"]["plugin_name"] = "file_watcher"
+    cfg["certificate_providers"]["p"]["config"] = {"ca_certificate_file": "/ca.pem"}
     assert load_bootstrap(cfg).certificate_providers["p"]["plugin_name"] == "file_watcher"

@@ -865,12 +865,28 @@ def test_ring_hash_lb_policy_enum_is_accepted():
     ]
 
 
-def test_least_request_lb_policy_enum_is_still_nacked():
-    """C-core 1.85 NACKs LEAST_REQUEST ("LB policy is not supported"); pyxds has
-    no least_request policy, so the cluster is NACKed on the lb_policy field."""
+def test_least_request_lb_policy_enum_converts_to_wrr_locality_over_least_request():
+    """A48: the legacy LEAST_REQUEST enum (with least_request_lb_config) maps to
+    xds_wrr_locality over least_request_experimental.  C-core 1.85 NACKs it
+    (no least_request there); grpc-go and grpc-java accept it, as pyxds does."""
     c = eds_cluster()
     c.lb_policy = cluster_pb2.Cluster.LEAST_REQUEST
-    assert _err(CLUSTER, c).startswith("lb_policy: ")
+    c.least_request_lb_config.choice_count.value = 4
+    resource = _ok(CLUSTER, c)
+    assert resource.lb_policy_json() == [
+        {
+            "xds_wrr_locality_experimental": {
+                "childPolicy": [{"least_request_experimental": {"choiceCount": 4}}]
+            }
+        }
+    ]
+
+
+def test_least_request_lb_policy_enum_with_choice_count_below_two_is_nacked():
+    c = eds_cluster()
+    c.lb_policy = cluster_pb2.Cluster.LEAST_REQUEST
+    c.least_request_lb_config.choice_count.value = 1
+    assert "least_request_lb_config.choice_count" in _err(CLUSTER, c)
 
 
 def _tls_cluster(ctx) -> cluster_pb2.Cluster:
@@ -881,9 +897,9 @@ def _tls_cluster(ctx) -> cluster_pb2.Cluster:
 
 
 def test_upstream_tls_context_without_ca_is_nacked():
-    """C-core TlsConfigTest.CaCertProviderUnset."""
+    """C-core TlsConfigTest.CaCertProviderUnset; grpcio 1.85.3's words (checked live)."""
     err = _err(CLUSTER, _tls_cluster(tls_pb2.UpstreamTlsContext()))
-    assert "common_tls_context: no CA certificate provider instance configured" in err
+    assert "common_tls_context: no CA certs configured" in err
 
 
 @pytest.mark.parametrize("how", ["provider", "system_root", "combined"])

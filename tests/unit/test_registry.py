@@ -194,6 +194,14 @@ BUILTIN_SAMPLES = {
         "blackoutPeriod": "1s",
         "metricNamesForComputingUtilization": ["named_metrics.q"],
     },
+    "least_request_experimental": {"choiceCount": 3},
+    "outlier_detection_experimental": {
+        "interval": "1.5s",
+        "maxEjectionPercent": 50,
+        "successRateEjection": {"stdevFactor": 1000},
+        "failurePercentageEjection": {"threshold": 50},
+        "childPolicy": _RR,
+    },
 }
 
 

@@ -68,8 +68,8 @@ def hash_on(policy: RingHash, port: int) -> int:
 
 
 def pick(helper: FakeHelper, request_hash: int | None):
-    if request_hash is None:
-        return helper.pick()
+    if request_hash is None:  # an xDS call whose route has no hash policy
+        return helper.pick(cluster="cluster:c1")
     return helper.pick(**{REQUEST_HASH_KEY: request_hash})
 
 
@@ -410,7 +410,7 @@ def test_failure_message_carries_the_resolution_note():
     )
 
 
-def test_missing_hash_uses_helper_random():
+def test_missing_hash_on_an_xds_call_uses_helper_random():
     policy, helper = make(seed=3)
     for port in (80, 81, 82):
         ready(policy, helper, port)

@@ -480,3 +480,19 @@ def test_default_transport_opens_the_ads_channel_with_keepalive(monkeypatch, ext
     finally:
         client.close()
     assert channel.closed
+
+
+def test_shared_clients_are_per_target_scope_and_dump_names_it():
+    """A71: one XdsClient per data-plane target; CSDS ``client_scope`` (A40 as A71 amends)."""
+    a, release_a = XdsClient.get_or_create(real_bootstrap(), "xds:///one")
+    b, release_b = XdsClient.get_or_create(real_bootstrap(), "xds:///two")
+    c, release_c = XdsClient.get_or_create(real_bootstrap(), "xds:///one")
+    try:
+        assert a is c and a is not b
+        dump = a.dump()
+        assert dump["client_scope"] == "xds:///one"
+        assert csds.client_config_proto(dump).client_scope == "xds:///one"
+    finally:
+        release_a()
+        release_b()
+        release_c()

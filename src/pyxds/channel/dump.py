@@ -14,6 +14,8 @@ dump).  The channel part walks the LB policy tree:
 
 The result also lists every subchannel of the channel with its state, and
 (``load_reports``) the last load report the XdsClient sent per cluster (A27).
+A subchannel of a TLS cluster (A29) is listed as ``"address (tls)"`` with a
+``security`` entry: the SANs of the last verified peer, the last error.
 """
 
 from __future__ import annotations
@@ -244,14 +246,26 @@ def channel_dump(core: ChannelCore, xds: Any = None) -> dict[str, Any]:
         "load_reports": load_reports_dump(resolver),
         "config_selector": selector_dump,
         "lb_policy": dump_policy(core.lb),
-        "subchannels": {
-            sub.address: {
-                "state": sub.state.name,
-                "status": str(sub.status) if not sub.status.ok else "OK",
-            }
-            for sub in core.pool.cores()
-        },
+        "subchannels": {_subchannel_name(sub): _subchannel_dump(sub) for sub in core.pool.cores()},
     }
+
+
+def _subchannel_name(sub: Any) -> str:
+    return f"{sub.address} (tls)" if getattr(sub, "security_info", None) else sub.address
+
+
+def _subchannel_dump(sub: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "state": sub.state.name,
+        "status": str(sub.status) if not sub.status.ok else "OK",
+    }
+    info = getattr(sub, "security_info", None)
+    if info is not None:
+        try:
+            out["security"] = info()
+        except Exception as err:  # a dump never breaks the channel
+            out["security"] = {"dump_error": str(err)}
+    return out
 
 
 def config_dump(core: ChannelCore) -> dict[str, Any]:

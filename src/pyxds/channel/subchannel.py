@@ -343,6 +343,10 @@ class SubchannelCore:
         self._attempt_started = 0.0
         self._watchers: list[Callable[[ConnectivityState, Status], None]] = []
         self.refs = 0
+        #: Why the last attempt failed, when the transport knows (the A29 TLS relay).
+        self.failure_detail: Callable[[], str | None] | None = None
+        #: The TLS relay's view for config_dump (A29), when there is one.
+        self.security_info: Callable[[], dict[str, Any]] | None = None
 
     # -- serializer-side API -------------------------------------------
     def watch(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
@@ -434,9 +438,12 @@ class SubchannelCore:
         # (connection-backoff.md ConnectWithBackoff; C-core Subchannel).
         elapsed = self._clock.now() - self._attempt_started
         delay = max(0.0, self._backoff.next_delay() - elapsed)
+        text = f"failed to connect to {self.address}"
+        detail = self.failure_detail() if self.failure_detail is not None else None
+        if detail:
+            text = f"{text}: {detail}"
         self._set_state(
-            ConnectivityState.TRANSIENT_FAILURE,
-            Status(grpc.StatusCode.UNAVAILABLE, f"failed to connect to {self.address}"),
+            ConnectivityState.TRANSIENT_FAILURE, Status(grpc.StatusCode.UNAVAILABLE, text)
         )
         self._backoff_timer = self._clock.call_later(delay, self._backoff_done)
 

@@ -2,6 +2,16 @@
 credentials), shared by every policy of the channel and refcounted by the
 :class:`ChannelSubchannel` handles given out (ARCHITECTURE.md "pyxds.channel").
 
+xDS credentials (gRFC A29): when the channel was built with
+``grpc.xds_channel_credentials(fallback)`` (or pyxds's spelling), a
+subchannel whose attributes carry a cluster's
+:data:`SECURITY_ATTRIBUTE` (the cds policy's ``UpstreamTlsConfig``) is
+keyed by (address, that config) and its grpcio channel goes to a
+:class:`pyxds.security.relay.TlsRelay` that does the TLS handshake, CA and
+SAN checks; every other subchannel uses the fallback credentials.  Without
+xDS credentials the security config is ignored (A29: opting in is the
+application's choice).
+
 Runs on the channel's work serializer only.  A core whose last handle is
 shut down leaves the pool and closes its grpcio channel once the RPCs on it
 have finished; asking for the address again builds a new core.
@@ -23,6 +33,8 @@ from pyxds.channel.subchannel import (
     backoff_from_options,
 )
 from pyxds.clock import Clock
+from pyxds.security.credentials import xds_info
+from pyxds.security.tls_config import SECURITY_ATTRIBUTE
 from pyxds.serializer import WorkSerializer
 
 
@@ -40,13 +52,18 @@ class SubchannelPool:
         self._serializer = serializer
         self._clock = clock
         self._rng = rng
-        self._credentials = credentials
+        self._xds = xds_info(credentials)
+        self._credentials = self._xds.fallback if self._xds is not None else credentials
         self._options = options
         self._cores: dict[Any, SubchannelCore] = {}
+        self._relays: dict[Any, Any] = {}
         self._released: list[SubchannelCore] = []  # may still carry RPCs
 
     def create(self, address: str, attributes: Mapping[str, Any]) -> ChannelSubchannel:
         """A new handle on the shared core for ``address``."""
+        security = attributes.get(SECURITY_ATTRIBUTE) if attributes else None
+        if security is not None and self._xds is not None:
+            return self._create_tls(address, attributes, security)
         credentials = attributes.get("credentials", self._credentials) if attributes else None
         if credentials is None:
             credentials = self._credentials
@@ -66,10 +83,44 @@ class SubchannelPool:
         core.refs += 1
         return ChannelSubchannel(core, attributes, self._release)
 
+    def _create_tls(
+        self, address: str, attributes: Mapping[str, Any], security: Any
+    ) -> ChannelSubchannel:
+        """A subchannel whose connections go through a TLS relay (A29)."""
+        from pyxds.security.relay import TlsRelay
+
+        key = (address, "xds-tls", security)
+        core = self._cores.get(key)
+        if core is None:
+            relay = TlsRelay(address, security)
+            make = self._make_transport
+
+            def make_transport(_address: str, _creds: Any, on_state: Any) -> Any:
+                return make(relay.address, None, on_state)
+
+            core = SubchannelCore(
+                address,
+                key,
+                make_transport,
+                None,
+                self._serializer,
+                self._clock,
+                backoff_from_options(self._options, self._rng),
+            )
+            core.failure_detail = lambda: relay.last_error
+            core.security_info = relay.info
+            self._cores[key] = core
+            self._relays[key] = relay
+        core.refs += 1
+        return ChannelSubchannel(core, attributes, self._release)
+
     def _release(self, core: SubchannelCore) -> None:
         core.refs -= 1
         if core.refs <= 0 and self._cores.get(core.key) is core:
             del self._cores[core.key]
+            relay = self._relays.pop(core.key, None)
+            if relay is not None:
+                relay.close()  # connections already relayed finish their RPCs
             core.shutdown()
             self._released = [c for c in self._released if not c.drained()]
             if not core.drained():
@@ -84,6 +135,9 @@ class SubchannelPool:
         cores, self._cores = list(self._cores.values()), {}
         cores += self._released
         self._released = []
+        relays, self._relays = list(self._relays.values()), {}
+        for relay in relays:
+            relay.close()
         closing = []
         for core in cores:
             if core.transport is not None:

@@ -23,16 +23,18 @@ Theory of operation, per update:
    failed, is missing or has no endpoints, so that an aggregate parent fails
    over: TRAPS.md, grpc-go#6462).  Each priority child runs the cluster's LB
    policy (``Cluster.lb_policy_config``, A52; default xds_wrr_locality over
-   round_robin; ``pick_first`` per A62) with
+   round_robin; ``pick_first`` per A62) under ``outlier_detection_experimental``
+   (A50; the cluster's ``outlier_detection``, else a no-op config) with
    ``ignore_reresolution_requests`` for EDS (A37).  Priority child names are
    ``{cluster=NAME, child_number=N}``, kept stable by
    :mod:`pyxds.lb.priority_names`.  Endpoints carry
    ``hierarchical_path = (priority child name, str(locality))``,
-   ``weight = locality weight x endpoint weight``, ``locality`` and
-   ``locality_weight``.  A priority with no endpoints gets
-   ``resolution_note`` saying why: the dependency manager's note, else
-   "EDS resource X: all endpoints unhealthy" / "EDS resource X contains no
-   endpoints".
+   ``weight = locality weight x endpoint weight``, ``locality``,
+   ``locality_weight`` and, when EDS metadata sets one and
+   GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT is ``false``, ``hash_key`` (A76).
+   A priority with no endpoints gets ``resolution_note`` saying why: the
+   dependency manager's note, else "EDS resource X: all endpoints unhealthy"
+   / "EDS resource X contains no endpoints".
 5. Aggregate cluster: child ``priority_experimental`` with one
    ``cds_experimental {cluster: LEAF}`` child per leaf cluster, in order,
    named after the leaf (A75).  No leaves (every child missing, A74 latest):
@@ -51,7 +53,7 @@ Theory of operation, per update:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,9 +87,20 @@ from pyxds.xds.resources.types import ClusterLoadAssignment, Locality
 NAME = "cds_experimental"
 PRIORITY = "priority_experimental"
 CLUSTER_IMPL = "xds_cluster_impl_experimental"
+OUTLIER_DETECTION = "outlier_detection_experimental"
 WEIGHT_ATTRIBUTE = "weight"
 LOCALITY_ATTRIBUTE = "locality"
 LOCALITY_WEIGHT_ATTRIBUTE = "locality_weight"
+HASH_KEY_ATTRIBUTE = "hash_key"
+HASH_KEY_BACKWARD_COMPAT_ENV = "GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT"
+
+
+def endpoint_hash_keys_enabled() -> bool:
+    """A76 "Temporary environment variable protection": EDS ``hash_key``
+    metadata is used only when GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT is
+    ``false``; unset means ``true`` (ignore it), as in grpcio 1.85's C-core."""
+    return os.environ.get(HASH_KEY_BACKWARD_COMPAT_ENV, "").strip().lower() == "false"
+
 
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 _INTERNAL = grpc.StatusCode.INTERNAL
@@ -244,7 +257,11 @@ class CdsPolicy(LoadBalancer):
             note = empty_priority_note(name, endpoint_config)
         try:
             selection = self._leaf_config(
-                name, tuple(child_names), cluster.lb_policy_config, is_dns
+                name,
+                tuple(child_names),
+                cluster.lb_policy_config,
+                is_dns,
+                cluster.outlier_detection,
             )
         except LBConfigError as err:
             return self._fail(
@@ -258,13 +275,23 @@ class CdsPolicy(LoadBalancer):
         )
 
     def _leaf_config(
-        self, name: str, child_names: tuple[str, ...], lb_policy: str, is_dns: bool
+        self,
+        name: str,
+        child_names: tuple[str, ...],
+        lb_policy: str,
+        is_dns: bool,
+        outlier_detection: str | None = None,
     ) -> PolicySelection:
-        key = ("leaf", child_names, lb_policy, is_dns)
+        key = ("leaf", child_names, lb_policy, is_dns, outlier_detection)
         cached = self._config_cache.get(key)
         if cached is not None:
             return cached
-        policy = json.loads(lb_policy)
+        # A50 "xDS Integration": each priority child runs outlier_detection
+        # over the cluster's policy (a no-op one, no algorithm, when the
+        # cluster sets none), as C-core does.
+        od = json.loads(outlier_detection) if outlier_detection else {}
+        od["childPolicy"] = json.loads(lb_policy)
+        policy = [{OUTLIER_DETECTION: od}]
         children: dict[str, Any] = {}
         for child in child_names:
             child_config: dict[str, Any] = {"config": policy}
@@ -350,12 +377,14 @@ def _locality_endpoints(child: str, locality: Locality) -> tuple[Endpoint, ...]:
     weight = locality.weight
     out = []
     for address in locality.endpoints:
-        attributes: Mapping[str, Any] = {
+        attributes: dict[str, Any] = {
             PATH_KEY: path,
             WEIGHT_ATTRIBUTE: weight * address.weight,
             LOCALITY_ATTRIBUTE: locality.name,
             LOCALITY_WEIGHT_ATTRIBUTE: weight,
         }
+        if address.hash_key and endpoint_hash_keys_enabled():
+            attributes[HASH_KEY_ATTRIBUTE] = address.hash_key  # A76: the ring_hash key
         out.append(Endpoint(address.addresses, attributes))
     return tuple(out)
 

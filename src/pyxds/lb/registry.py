@@ -93,6 +93,8 @@ def _load_builtins() -> None:
         "pyxds.lb.round_robin",
         "pyxds.lb.ring_hash",
         "pyxds.lb.weighted_round_robin",
+        "pyxds.lb.outlier_detection",
+        "pyxds.lb.least_request",
         "pyxds.lb.priority",
         "pyxds.lb.weighted_target",
         "pyxds.lb.xds_wrr_locality",

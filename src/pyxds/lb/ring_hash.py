@@ -7,11 +7,19 @@ Config: ``{"minRingSize": uint64, "maxRingSize": uint64}``, defaults 1024
 and 4096, both in [1, 8388608] and ``minRingSize <= maxRingSize`` (A42
 "LB Policy Config"; the 4096 default for ``maxRingSize`` is C-core's and
 grpc-go's, A42's text says 8M; the xDS path always sets both fields).  A
-bad value raises :class:`LBConfigError` naming the field.  A76's
-``requestHashHeader`` is ignored, as C-core ignores it unless
-``GRPC_EXPERIMENTAL_RING_HASH_SET_REQUEST_HASH_KEY`` is set: the request
-hash always comes from the xDS ConfigSelector.  A76's endpoint hash keys
-are not supported either (the ring hashes the first address).
+bad value raises :class:`LBConfigError` naming the field.
+
+A76 ``requestHashHeader`` (a string): honoured, as by C-core and grpc-go,
+only when ``GRPC_EXPERIMENTAL_RING_HASH_SET_REQUEST_HASH_KEY`` is ``true``
+(read when the config is parsed); otherwise ignored.  When honoured it must
+be a valid lower-case header name (upper case is folded) and not a ``-bin``
+header, else :class:`LBConfigError` naming ``requestHashHeader``.
+
+A76 endpoint hash keys: an endpoint whose ``hash_key`` attribute is a
+non-empty string is placed on the ring by that key instead of its first
+address (a custom resolver may set it; the cds policy sets it from EDS
+``envoy.lb`` / ``hash_key`` metadata when
+GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT is ``false``).
 
 Rules
 =====
@@ -53,10 +61,19 @@ Children (A61 "ring_hash"; C-core ``RingHashEndpoint``)
     connection dropped).  A child that goes IDLE (its connection dropped)
     stays IDLE until a pick needs it: ring_hash is lazy.
 
-Picker (A42 "Picker Behavior" as amended by A61; C-core ``Picker::Pick``)
-    ``h = call_attributes[REQUEST_HASH_KEY]``; when absent (no route hash
-    policy produced a hash), a random 64-bit value from ``helper.random``,
-    which is what C-core's ConfigSelector puts there in that case.  The
+Picker (A42 "Picker Behavior" as amended by A61 and A76; C-core ``Picker::Pick``)
+    Without ``requestHashHeader``: ``h = call_attributes[REQUEST_HASH_KEY]``;
+    when absent on an xDS call (``call_attributes["cluster"]`` set: no route
+    hash policy produced a hash), a random 64-bit value from
+    ``helper.random``, which is what C-core's ConfigSelector puts there in
+    that case; when absent on a non-xDS call the pick fails INTERNAL "hash
+    attribute not present" (A76 pseudo code, C-core's words).  With
+    ``requestHashHeader``: ``h`` is XXH64 (seed 0) of the header's values
+    joined with ``","``; when the request lacks the header, ``h`` is random
+    and the ring is walked from it for the first READY endpoint, asking at
+    most one IDLE endpoint on the way to connect (none if some endpoint is
+    CONNECTING), queueing if a connection was asked for, else failing as
+    below (A76 "Explicitly setting the request hash key").  The
     start is the first ring entry with ``hash >= h``, wrapping to 0 (the
     ketama binary search C-core uses finds exactly that entry; here it is
     ``bisect_left``).  From there the ring is walked: READY -> the child's
@@ -104,6 +121,8 @@ Updates and errors
 from __future__ import annotations
 
 import math
+import os
+import re
 import socket
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
@@ -167,6 +186,16 @@ _CHILD_CONFIG = PickFirstConfig()
 _QUEUE = PickQueue()
 _CODE_PREFIXES = tuple(f"{code.name}: " for code in grpc.StatusCode)
 _NO_CONNECTED_ENDPOINT = "ring hash cannot find a connected endpoint; first failure: "
+_NO_HASH = PickFail(Status(grpc.StatusCode.INTERNAL, "hash attribute not present"))
+HASH_KEY_ATTRIBUTE = "hash_key"  # A76 endpoint hash key (cds sets it from EDS metadata)
+CLUSTER_ATTRIBUTE = "cluster"  # set on every call routed by the xDS ConfigSelector
+REQUEST_HASH_HEADER_ENV = "GRPC_EXPERIMENTAL_RING_HASH_SET_REQUEST_HASH_KEY"
+_HEADER_NAME = re.compile(r"^[0-9a-z_.-]+$")
+
+
+def request_hash_header_enabled() -> bool:
+    """A76's temporary gate, as C-core and grpc-go read it."""
+    return os.environ.get(REQUEST_HASH_HEADER_ENV, "").strip().lower() == "true"
 
 
 # -- config --------------------------------------------------------------------
@@ -178,6 +207,7 @@ class RingHashConfig:
 
     min_ring_size: int = DEFAULT_MIN_RING_SIZE
     max_ring_size: int = DEFAULT_MAX_RING_SIZE
+    request_hash_header: str = ""  # A76; "" = the hash comes from the xDS ConfigSelector
 
 
 def _ring_size(obj: dict[str, Any], name: str, default: int) -> int:
@@ -198,6 +228,32 @@ def _ring_size(obj: dict[str, Any], name: str, default: int) -> int:
     return number
 
 
+def _request_hash_header(value: Any) -> str:
+    if not isinstance(value, str):
+        raise LBConfigError("requestHashHeader", f"expected string, got {describe(value)}")
+    name = value.lower()
+    if not name:
+        return ""
+    if not _HEADER_NAME.match(name):
+        raise LBConfigError("requestHashHeader", f"invalid header name {value!r}")
+    if name.endswith("-bin"):
+        raise LBConfigError("requestHashHeader", f"binary header {value!r} not allowed")
+    return name
+
+
+def _header_value(metadata: Sequence[tuple[str, Any]], name: str) -> str | None:
+    """The request's values of header ``name`` joined with "," (A76), or None."""
+    values = []
+    for key, value in metadata:
+        if key.lower() == name:
+            if isinstance(value, bytes):
+                value = value.decode("ascii", "replace")
+            values.append(value)
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else ",".join(values)
+
+
 class RingHashFactory(PolicyFactory):
     """``ring_size_cap`` plays C-core's ``grpc.lb.ring_hash.ring_size_cap``."""
 
@@ -215,7 +271,10 @@ class RingHashFactory(PolicyFactory):
         high = _ring_size(json_config, "maxRingSize", DEFAULT_MAX_RING_SIZE)
         if low > high:
             raise LBConfigError("maxRingSize", "cannot be smaller than minRingSize")
-        return RingHashConfig(low, high)
+        header = ""
+        if request_hash_header_enabled() and "requestHashHeader" in json_config:
+            header = _request_hash_header(json_config["requestHashHeader"])
+        return RingHashConfig(low, high, header)
 
     def build(self, helper: Helper) -> RingHash:
         return RingHash(helper, ring_size_cap=self.ring_size_cap)
@@ -277,6 +336,15 @@ def _message(status: Status) -> str:
         if details.startswith(prefix):
             return details[len(prefix) :]
     return details
+
+
+def _ring_key(endpoint: Endpoint) -> str:
+    """A76: the ``hash_key`` attribute when it is a non-empty string, else
+    the first address."""
+    key = endpoint.attributes.get(HASH_KEY_ATTRIBUTE)
+    if isinstance(key, str) and key:
+        return key
+    return endpoint.addresses[0]
 
 
 def _raw_weight(endpoint: Endpoint) -> int:
@@ -397,7 +465,17 @@ class _Endpoint(DelegatingHelper):
 class RingHashPicker(Picker):
     """The immutable ring_hash picker (module docstring, "Picker")."""
 
-    __slots__ = ("_actions", "_fails", "_next_usable", "_random_bits", "_ring", "states")
+    __slots__ = (
+        "_actions",
+        "_connects",
+        "_fails",
+        "_has_connecting",
+        "_header",
+        "_next_usable",
+        "_random_bits",
+        "_ring",
+        "states",
+    )
 
     def __init__(
         self,
@@ -406,10 +484,14 @@ class RingHashPicker(Picker):
         schedule: Callable[[_Endpoint], None],
         random_bits: Callable[[int], int],
         note: str,
+        request_hash_header: str = "",
     ) -> None:
         self._ring = ring
         self._random_bits = random_bits
+        self._header = request_hash_header
         self.states = tuple(endpoint.state for endpoint in endpoints)
+        self._has_connecting = _CONNECTING in self.states
+        self._connects = tuple((lambda e=endpoint: schedule(e)) for endpoint in endpoints)
         actions: list[Callable[[PickArgs], PickResult]] = []
         fails: list[PickResult] = []
         for endpoint in endpoints:
@@ -460,9 +542,17 @@ class RingHashPicker(Picker):
         return tuple(nxt)
 
     def pick(self, args: PickArgs) -> PickResult:
-        request_hash = args.call_attributes.get(REQUEST_HASH_KEY)
-        if request_hash is None:
-            request_hash = self._random_bits(64)
+        if self._header:
+            value = _header_value(args.metadata, self._header)
+            if value is None:
+                return self._pick_random(args)
+            request_hash = xxhash.xxh64_intdigest(value.encode(), seed=0)
+        else:
+            request_hash = args.call_attributes.get(REQUEST_HASH_KEY)
+            if request_hash is None:
+                if CLUSTER_ATTRIBUTE not in args.call_attributes:
+                    return _NO_HASH  # not an xDS call: nothing set the hash
+                request_hash = self._random_bits(64)
         ring = self._ring
         position = ring.start(request_hash)
         if self._next_usable is not None:
@@ -471,6 +561,26 @@ class RingHashPicker(Picker):
                 return self._fails[ring.endpoints[position]]
             position = usable
         return self._actions[ring.endpoints[position]](args)
+
+    def _pick_random(self, args: PickArgs) -> PickResult:
+        """A76: a request without the hash header: the first READY endpoint
+        from a random position, asking at most one IDLE endpoint to connect
+        on the way (none while one is CONNECTING)."""
+        ring = self._ring
+        start = ring.start(self._random_bits(64))
+        requested = self._has_connecting
+        states, owners, size = self.states, ring.endpoints, len(ring)
+        for offset in range(size):
+            index = owners[(start + offset) % size]
+            state = states[index]
+            if state is _READY:
+                return self._actions[index](args)
+            if not requested and state is _IDLE:
+                self._connects[index]()
+                requested = True
+        if requested:
+            return _QUEUE
+        return self._fails[owners[start]]
 
     def __repr__(self) -> str:
         return f"RingHashPicker({len(self._ring)} entries, {[s.name for s in self.states]})"
@@ -491,6 +601,7 @@ class RingHash(LoadBalancer):
         self._ring_key: tuple[Any, ...] | None = None
         self._attributes: Any = {}
         self._note = ""
+        self._header = ""
         self._last_failure = Status(
             _UNAVAILABLE, "no reachable endpoints; last error: no connection attempt yet"
         )
@@ -523,6 +634,7 @@ class RingHash(LoadBalancer):
         merged = self._merge(update.endpoints)
         self._attributes = update.attributes
         self._note = update.resolution_note
+        self._header = config.request_hash_header
         if not merged:
             return self._on_empty_list()
         old = self._by_key
@@ -589,7 +701,7 @@ class RingHash(LoadBalancer):
         return merged
 
     def _ring_for(self, config: RingHashConfig) -> None:
-        keys = tuple(child.endpoint.addresses[0] for child in self._endpoints)
+        keys = tuple(_ring_key(child.endpoint) for child in self._endpoints)
         weights = []
         for child in self._endpoints:
             weight = _raw_weight(child.endpoint)
@@ -648,6 +760,7 @@ class RingHash(LoadBalancer):
             status,
             self._ring,
             self._note,
+            self._header,
             tuple((c.state, c.status, c.picker) for c in self._endpoints),
         )
         if key != self._reported_key:
@@ -657,6 +770,7 @@ class RingHash(LoadBalancer):
                 self._schedule_connection,
                 self.helper.random.getrandbits,
                 self._note,
+                self._header,
             )
             self._report(state, status, picker, key)
         # Recovery: see the module docstring.

@@ -7,6 +7,11 @@ latest ("Changes in xds_cluster_impl"): the JSON config keeps only
 
 * ``drop_overloads`` of the cluster's EDS resource, per category in parts per
   million (A27 "EDS drops");
+* ``security``, the cluster's validated UpstreamTlsContext (A29): put on
+  every subchannel the child creates (``xds_security`` attribute), so the
+  channel's pool connects with TLS/mTLS when the channel has xDS
+  credentials; a change of it starts the child over on new subchannels in
+  the same update (A74: no RPC of the new cluster on the old TLS config);
 * ``max_requests``, the cluster's DEFAULT-priority circuit-breaking threshold
   (A32), counted over every policy of the process for the same
   (cluster, EDS service name) (A37 "Use Global Circuit Breaking Atomic",
@@ -81,6 +86,7 @@ from pyxds.lb.api import (
 from pyxds.lb.call_counters import ClusterCounters, LocalityCounters, cluster_counters
 from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
 from pyxds.lb.errors import LBConfigError, expect_object, expect_string
+from pyxds.lb.outlier_detection import OutlierDetectionSubchannel
 from pyxds.lb.registry import PolicySelection
 from pyxds.resolver.xds_config import (
     XDS_CLIENT_ATTRIBUTE,
@@ -88,6 +94,7 @@ from pyxds.resolver.xds_config import (
     ClusterConfig,
     EndpointConfig,
 )
+from pyxds.security.tls_config import SECURITY_ATTRIBUTE
 
 _log = logging.getLogger(__name__)
 
@@ -162,6 +169,8 @@ class XdsClusterImplPicker(Picker):
         if type(result) is not PickComplete:
             return result
         subchannel = result.subchannel
+        if type(subchannel) is OutlierDetectionSubchannel:  # a no-op outlier_detection
+            subchannel = subchannel.real
         locality = lrs = None
         if type(subchannel) is CountedSubchannel:
             locality = subchannel.stats
@@ -268,6 +277,9 @@ class _ImplHelper(DelegatingHelper):
         self.policy = policy
 
     def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> Subchannel:
+        security = self.policy._security
+        if security is not None:
+            attributes = {**(attributes or {}), SECURITY_ATTRIBUTE: security}
         real = self.parent.create_subchannel(address, attributes)
         locality = attributes.get(LOCALITY_ATTRIBUTE) if attributes else None
         return self.policy._track(real, locality)
@@ -296,6 +308,7 @@ class XdsClusterImplPolicy(LoadBalancer):
         # and the drop stats taken for it.
         self._lrs_key: tuple[Any, Any, str, str] | None = None
         self._drop_stats: Any = None
+        self._security: Any = None
 
     @property
     def counters(self) -> ClusterCounters | None:
@@ -335,6 +348,14 @@ class XdsClusterImplPolicy(LoadBalancer):
             if d.parts_per_million > 0
         )
         max_requests = cluster.max_requests
+        security = getattr(cluster, "security", None)
+        if security != self._security and self._config is not None:
+            # A29/A74: the cluster's TLS config changed: subchannels are keyed
+            # by it, so the child starts over on new ones in this same update.
+            self._child.shutdown()
+            self._child = ChildPolicyHandler(_ImplHelper(self))
+            self._child_state = None
+        self._security = security
         if (
             counters is not self._counters
             or [d[:2] for d in drops] != [d[:2] for d in self._drops]

@@ -195,9 +195,9 @@ class XdsResolver(Resolver):
                 bootstrap, target_authority, service
             )
         if self._client is None:
-            self._client, self._release_client = XdsClient.get_or_create(
-                bootstrap, scope=self._args.target
-            )
+            # A71: one XdsClient per data-plane target (fallback stays per target).
+            scope = f"xds://{target_authority or ''}/{service}"
+            self._client, self._release_client = XdsClient.get_or_create(bootstrap, scope)
 
     def _reresolve(self) -> None:
         if self._manager is not None and not self._shutdown:

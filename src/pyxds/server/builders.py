@@ -410,6 +410,7 @@ def cluster(
     max_requests: int | None = None,
     load_balancing_policy: Any = None,
     lrs_server: bool = False,
+    upstream_tls: Any = None,
 ) -> cluster_pb2.Cluster:
     """A Cluster of ``kind`` "EDS", "LOGICAL_DNS" or "AGGREGATE" (A27, A37).
 
@@ -421,6 +422,8 @@ def cluster(
     AGGREGATE lists ``aggregate_children`` in priority order.
     ``load_balancing_policy`` (A52): a LoadBalancingPolicy proto, a message, or a
     list of messages or (name, message) pairs, first supported wins.
+    ``upstream_tls``: an UpstreamTlsContext (see :func:`upstream_tls_context`)
+    set as the ``transport_socket`` (A29).
     """
     kind = kind.upper()
     if aggregate_children is not None:
@@ -460,7 +463,43 @@ def cluster(
         c.load_balancing_policy.CopyFrom(_load_balancing_policy(load_balancing_policy))
     if lrs_server:
         c.lrs_server.self.SetInParent()
+    if upstream_tls is not None:
+        c.transport_socket.name = "envoy.transport_sockets.tls"
+        c.transport_socket.typed_config.CopyFrom(pack(upstream_tls))
     return c
+
+
+def upstream_tls_context(
+    ca_instance: str | None,
+    identity_instance: str | None = None,
+    san_matchers: Sequence[Mapping[str, Any]] = (),
+) -> Any:
+    """An UpstreamTlsContext (A29): the CA from certificate provider instance
+    ``ca_instance``, the client identity from ``identity_instance`` (mTLS),
+    ``san_matchers`` as StringMatcher kwargs (``{"exact": "x"}``,
+    ``{"prefix": "spiffe://", "ignore_case": True}``, ``{"safe_regex": ".*"}``)."""
+    from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
+
+    common = tls_pb2.CommonTlsContext()
+    if identity_instance is not None:
+        common.tls_certificate_provider_instance.instance_name = identity_instance
+    vc = common.validation_context
+    if ca_instance is not None:
+        vc.ca_certificate_provider_instance.instance_name = ca_instance
+    for m in san_matchers:
+        vc.match_subject_alt_names.append(
+            _string_matcher(
+                m.get("exact"),
+                m.get("prefix"),
+                m.get("suffix"),
+                m.get("contains"),
+                m.get("safe_regex"),
+                bool(m.get("ignore_case", False)),
+            )
+        )
+    if not vc.ByteSize():
+        common.ClearField("validation_context")
+    return tls_pb2.UpstreamTlsContext(common_tls_context=common)
 
 
 _HEALTH = {

@@ -165,6 +165,7 @@ class EntrySnapshot:
     raw: any_pb2.Any | None
     last_updated: float | None  # wall-clock seconds
     error_state: NackInfo | None
+    server: str | None = None  # the xDS server it came from (A71), set by the client
 
 
 @dataclass(frozen=True)
@@ -582,6 +583,14 @@ class AdsState:
     def subscribed_names(self, type_url: str) -> list[str]:
         ts = self._state.get(type_url)
         return list(ts.entries) if ts else []
+
+    def is_cached(self, type_url: str, name: str) -> bool:
+        """A71's "cached": a resource, or known not to exist."""
+        ts = self._state.get(type_url)
+        entry = ts.entries.get(name) if ts else None
+        return entry is not None and (
+            entry.resource is not None or entry.state is CacheState.DOES_NOT_EXIST
+        )
 
     def timer_pending(self, type_url: str, name: str) -> bool:
         ts = self._state.get(type_url)

@@ -439,7 +439,13 @@ def _parse_certificate_providers(data: Mapping, errs: _Errs) -> FrozenJson:
         plugin = _get(prov, "plugin_name", str, f"{p}.plugin_name", errs, required=True)
         if plugin is not None and plugin not in CERTIFICATE_PROVIDER_PLUGINS:
             errs.add(f"{p}.plugin_name", f"Unrecognized plugin name: {plugin}")  # C-core
-        _get(prov, "config", dict, f"{p}.config", errs)
+        config = _get(prov, "config", dict, f"{p}.config", errs)
+        if plugin == "file_watcher":
+            from pyxds.security.providers import validate_file_watcher_config
+
+            for problem in validate_file_watcher_config(config or {}, f"{p}.config"):
+                path, _, text = problem.partition(": ")
+                errs.add(path, text)
     return FrozenJson(raw)
 
 

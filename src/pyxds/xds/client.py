@@ -17,6 +17,18 @@ serializer through a per-client notifier thread, which calls each watcher's
 ever runs on a transport thread or inside the client's serializer, and the
 calls of one watcher arrive in order.
 
+Fallback (gRFC A71): each authority (A47) has its bootstrap servers in
+priority order and a chain of the ones in use, the first server alone at
+start.  When the last server of the chain fails before any response and a
+watched resource of that authority is not cached (neither a resource nor
+does-not-exist) on any server of the chain, the next server is appended and
+every watch of the authority subscribed on it too.  Watchers only hear
+errors of the last server of the chain (all servers tried).  Servers higher
+in the chain keep retrying; the first response from one of them closes every
+lower one (its cached resources keep serving until the higher one replaces
+them, as C-core's per-authority cache).  :meth:`XdsClient.dump` names the
+server each entry came from (``xds_server``).
+
 Streams: a server's stream starts with its first watch.  When it ends the
 next one starts after :class:`StreamBackoff`'s delay (exponential while no
 response arrives, reset by a response, and never a tight loop).
@@ -24,6 +36,7 @@ response arrives, reset by a response, and never a tight loop).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import queue
@@ -53,6 +66,7 @@ from pyxds.xds.ads_state import (
 from pyxds.xds.backoff import ExponentialBackoff, StreamBackoff
 from pyxds.xds.load_store import ClusterLoadReport, LoadStore
 from pyxds.xds.lrs_client import LrsManager
+from pyxds.xds.resources import CLUSTER_TYPE_URL
 from pyxds.xds.transport import AdsTransport, channel_credentials
 
 _log = logging.getLogger(__name__)
@@ -130,6 +144,23 @@ def _server_key(server: Any) -> Any:
             json.dumps(config, sort_keys=True, default=str),
             tuple(getattr(server, "server_features", ()) or ()),
         )
+
+
+def _bound_resource_types(bootstrap: Any) -> Mapping[str, Any]:
+    """The resource types, CDS checking provider instance names against the
+    bootstrap's ``certificate_providers`` (A29: an unknown name is a NACK)."""
+    import functools
+
+    from pyxds.xds.resources import CLUSTER, RESOURCE_TYPES
+    from pyxds.xds.resources.cluster import decode_cluster
+
+    providers = getattr(bootstrap, "certificate_providers", None)
+    if providers is None:
+        return RESOURCE_TYPES
+    cds = dataclasses.replace(
+        CLUSTER, _decoder=functools.partial(decode_cluster, providers=providers)
+    )
+    return {**RESOURCE_TYPES, cds.type_url: cds}
 
 
 def _node_proto(bootstrap: Any) -> base_pb2.Node | None:
@@ -215,6 +246,7 @@ class _ServerChannel:
             except Exception as exc:
                 _log.exception("cannot create the xDS channel to %s", self.server.server_uri)
                 self.state.on_stream_started()
+                self._client._on_channel_failed(self)
                 self.state.on_stream_closed(Status(grpc.StatusCode.UNAVAILABLE, str(exc)))
                 self._schedule_retry()
                 return
@@ -242,10 +274,13 @@ class _ServerChannel:
     def stream_response(self, stream_id: int, response: discovery_pb2.DiscoveryResponse) -> None:
         if stream_id != self._stream_id or self._closed:
             return
+        first = not self.state.had_response
         self._backoff.on_response()
         self.connected = True
         self.state.on_response(response)
         self.flush()
+        if first:
+            self._client._on_channel_healthy(self)
 
     def stream_closed(self, stream_id: int, status: Status) -> None:
         if stream_id != self._stream_id or self._closed:
@@ -255,8 +290,79 @@ class _ServerChannel:
             if self.connected:
                 client_metrics.server_failure(self)
             self.connected = False
+            self._client._on_channel_failed(self)
         self.state.on_stream_closed(status)
         self._schedule_retry()
+
+
+class _AuthorityWatch:
+    """One watch of an authority: subscribed on every server of its chain."""
+
+    __slots__ = ("type_url", "name", "watcher", "executor", "handles")
+
+    def __init__(
+        self, type_url: str, name: str, watcher: ResourceWatcher, executor: Executor
+    ) -> None:
+        self.type_url = type_url
+        self.name = name
+        self.watcher = watcher
+        self.executor = executor
+        self.handles: dict[_ServerChannel, Any] = {}
+
+
+class _Forward:
+    """The watcher registered on one server of the chain: forwards what that
+    server says to the real watcher; errors only from the last server of the
+    chain (A71: watchers hear connectivity failures once every server has
+    been tried).  Runs on the notifier thread."""
+
+    __slots__ = ("_authority", "_channel", "_watch")
+
+    def __init__(
+        self, authority: _Authority, channel: _ServerChannel, watch: _AuthorityWatch
+    ) -> None:
+        self._authority = authority
+        self._channel = channel
+        self._watch = watch
+
+    def _speaks(self, is_error: bool) -> bool:
+        chain = self._authority.chain
+        if self._channel not in chain:
+            return False
+        return not is_error or chain[-1] is self._channel
+
+    def on_resource_changed(self, value: Any) -> None:
+        if self._speaks(isinstance(value, Status)):
+            watcher = self._watch.watcher
+            self._watch.executor(lambda: watcher.on_resource_changed(value))
+
+    def on_ambient_error(self, status: Status) -> None:
+        if self._speaks(True):
+            watcher = self._watch.watcher
+            self._watch.executor(lambda: watcher.on_ambient_error(status))
+
+
+class _Authority:
+    """The fallback chain of one authority (A71).  Serializer only, except
+    ``chain`` which the notifier thread reads (replaced, never mutated)."""
+
+    def __init__(self, name: str | None, servers: tuple[Any, ...]) -> None:
+        self.name = name
+        self.servers = servers
+        self.chain: tuple[_ServerChannel, ...] = ()
+        self.watches: dict[int, _AuthorityWatch] = {}
+
+    def subscribe(self, channel: _ServerChannel, watch: _AuthorityWatch) -> None:
+        watch.handles[channel] = channel.state.add_watcher(
+            watch.type_url, watch.name, _Forward(self, channel, watch), immediate
+        )
+
+    def uncached(self) -> bool:
+        """Whether some watched resource is cached on no server of the chain."""
+        return any(
+            not any(ch.state.is_cached(w.type_url, w.name) for ch in self.chain)
+            for w in self.watches.values()
+        )
 
 
 class XdsClient:
@@ -289,9 +395,7 @@ class XdsClient:
 
             bootstrap = load_bootstrap(bootstrap)
         if resource_types is None:
-            from pyxds.xds.resources import RESOURCE_TYPES
-
-            resource_types = RESOURCE_TYPES
+            resource_types = _bound_resource_types(bootstrap)
         self._bootstrap = bootstrap
         self._resource_types = resource_types
         self._resource_timeout = resource_timeout
@@ -305,10 +409,10 @@ class XdsClient:
         self._notifier = _Notifier("pyxds-xds-watchers")
         self._node = _node_proto(bootstrap)
         self._servers: dict[tuple, _ServerChannel] = {}
+        self._authorities: dict[str | None, _Authority] = {}
+        self._watch_ids = 0
         self._transport_factory = transport_factory or self._grpc_transport
         self._closed = False
-        #: Channel targets using this client (A71 CSDS ``client_scope``), refcounted.
-        self._scopes: dict[str, int] = {}
         with XdsClient._live_lock:
             XdsClient._live.add(self)
         # Load reporting (A27): one LRS stream per server while a cluster reports.
@@ -325,6 +429,8 @@ class XdsClient:
             transport_factory=lrs_transport_factory,
             **lrs_options,
         )
+        #: A71/A40: the data-plane target this client serves (CSDS ``client_scope``).
+        self.scope: str | None = None
 
     @property
     def bootstrap(self) -> Any:
@@ -362,24 +468,32 @@ class XdsClient:
             try:
                 if type_url not in self._resource_types:
                     raise LookupError(f"unknown xDS resource type {type_url}")
-                server = self._server_for(name)
+                authority = self._authority_for(name)
             except LookupError as exc:
                 status = Status(grpc.StatusCode.UNAVAILABLE, str(exc))
                 self._post(executor, lambda: watcher.on_resource_changed(status))
                 return
-            channel = self._channel_for(server)
-            handle_box.append(
-                (channel, channel.state.add_watcher(type_url, name, watcher, executor))
-            )
-            channel.ensure_stream()
-            channel.flush()
+            if not authority.chain:
+                authority.chain = (self._channel_for(authority.servers[0]),)
+            self._watch_ids += 1
+            watch = _AuthorityWatch(type_url, name, watcher, executor)
+            authority.watches[self._watch_ids] = watch
+            handle_box.append((authority, self._watch_ids))
+            for channel in authority.chain:
+                authority.subscribe(channel, watch)
+                channel.ensure_stream()
+                channel.flush()
 
         def stop() -> None:
             if not handle_box:
                 return
-            channel, handle = handle_box.pop()
-            channel.state.remove_watcher(handle)
-            channel.flush()
+            authority, watch_id = handle_box.pop()
+            watch = authority.watches.pop(watch_id, None)
+            if watch is None:
+                return
+            for channel, handle in watch.handles.items():
+                channel.state.remove_watcher(handle)
+                channel.flush()
 
         def cancel() -> None:
             if cancelled.is_set():
@@ -401,8 +515,16 @@ class XdsClient:
 
     def lrs_server_for(self, cluster_name: str) -> Any:
         """The server a cluster with ``lrs_server: self`` reports to: the
-        xDS server its CDS resource comes from (A27)."""
-        return self._server_for(cluster_name)
+        xDS server its CDS resource comes from (A27) - with A71 fallback,
+        the first server of the authority's chain that has it cached - else
+        the authority's first server.  Any thread (the chain is replaced,
+        never mutated)."""
+        authority = urlsplit(cluster_name).netloc if cluster_name.startswith("xdstp:") else None
+        state = self._authorities.get(authority)
+        for channel in state.chain if state is not None else ():
+            if channel.state.is_cached(CLUSTER_TYPE_URL, cluster_name):
+                return channel.server
+        return self._servers_for(authority)[0]
 
     def load_reports(self) -> list[ClusterLoadReport]:
         """The last load report sent per (cluster, EDS service name) (any thread)."""
@@ -414,8 +536,15 @@ class XdsClient:
         """The client's cache as a CSDS ``ClientConfig`` dict (see :mod:`pyxds.xds.csds`)."""
 
         def collect() -> dict[str, Any]:
-            entries = [e for ch in self._servers.values() for e in ch.state.snapshot()]
-            return csds.client_config(self._node, entries)
+            entries = [
+                dataclasses.replace(e, server=ch.server.server_uri)
+                for ch in self._servers.values()
+                for e in ch.state.snapshot()
+            ]
+            config = csds.client_config(self._node, entries)
+            if self.scope is not None:
+                config["client_scope"] = self.scope
+            return config
 
         return self._run_and_wait(collect)
 
@@ -451,21 +580,21 @@ class XdsClient:
 
     @classmethod
     def instances(cls) -> list[tuple[XdsClient, tuple[str, ...]]]:
-        """Every open client of the process with the channel targets using it
-        (for CSDS, A40/A71: ``pyxds.admin``)."""
+        """Every open client of the process with the channel target it serves
+        (A71 scope; empty for a client made directly), for CSDS (A40) and metrics."""
         with cls._live_lock:
             clients = [c for c in list(cls._live) if not c._closed]
-        with cls._shared_lock:
-            return [(c, tuple(sorted(c._scopes))) for c in clients]
+        return [(c, (c.scope,) if getattr(c, "scope", None) else ()) for c in clients]
 
     @classmethod
     def get_or_create(
         cls, bootstrap: Any = None, scope: str | None = None
     ) -> tuple[XdsClient, Callable[[], None]]:
-        """The process-wide client for this bootstrap content, refcounted.
+        """The process-wide client for this bootstrap content and ``scope``
+        (A71: one client per data-plane target, so one target's fallback
+        never moves another target's channels), refcounted.
 
         Returns ``(client, release)``; the last ``release()`` closes the client.
-        ``scope`` (the channel target) is listed by :meth:`instances` until released.
         """
         if bootstrap is None or not hasattr(bootstrap, "xds_servers"):
             from pyxds.xds.bootstrap import load_bootstrap
@@ -473,17 +602,17 @@ class XdsClient:
             bootstrap = load_bootstrap(bootstrap)
         try:
             hash(bootstrap)
-            key: Any = ("bootstrap", bootstrap)
+            key: Any = ("bootstrap", bootstrap, scope)
         except TypeError:
-            key = ("repr", repr(bootstrap))
+            key = ("repr", repr(bootstrap), scope)
         with cls._shared_lock:
             slot = cls._shared.get(key)
             if slot is None:
-                slot = cls._shared[key] = [cls(bootstrap), 0]
+                client = cls(bootstrap)
+                client.scope = scope
+                slot = cls._shared[key] = [client, 0]
             slot[1] += 1
             client = slot[0]
-            if scope is not None:
-                client._scopes[scope] = client._scopes.get(scope, 0) + 1
         released = threading.Event()
 
         def release() -> None:
@@ -493,12 +622,6 @@ class XdsClient:
             with cls._shared_lock:
                 slot[1] -= 1
                 last = slot[1] == 0
-                if scope is not None:
-                    left = client._scopes.get(scope, 1) - 1
-                    if left:
-                        client._scopes[scope] = left
-                    else:
-                        client._scopes.pop(scope, None)
                 if last and cls._shared.get(key) is slot:
                     del cls._shared[key]
             if last:
@@ -533,10 +656,9 @@ class XdsClient:
             raise value
         return value
 
-    def _server_for(self, name: str) -> Any:
-        """The xDS server of a resource name: its ``xdstp://`` authority's
-        servers (A47), else the top-level ones; the first one is used."""
-        authority = urlsplit(name).netloc if name.startswith("xdstp:") else None
+    def _servers_for(self, authority: str | None) -> tuple[Any, ...]:
+        """An authority's servers in priority order (A47, A71); the
+        top-level ones for old-style names."""
         servers_for = getattr(self._bootstrap, "servers_for", None)
         if servers_for is not None:
             servers = tuple(servers_for(authority))
@@ -549,7 +671,72 @@ class XdsClient:
                 servers = tuple(getattr(entry, "xds_servers", ()) or ()) or servers
         if not servers:
             raise LookupError("no xDS server in bootstrap config")
-        return servers[0]
+        return servers
+
+    def _authority_for(self, name: str) -> _Authority:
+        """The fallback chain of a resource name's authority (A47, A71)."""
+        authority = urlsplit(name).netloc if name.startswith("xdstp:") else None
+        state = self._authorities.get(authority)
+        if state is None:
+            state = self._authorities[authority] = _Authority(
+                authority, self._servers_for(authority)
+            )
+        return state
+
+    def _on_channel_failed(self, channel: _ServerChannel) -> None:
+        """A71: ``channel`` failed before any response; every authority whose
+        chain ends with it and misses a resource falls back to its next
+        server."""
+        for authority in list(self._authorities.values()):
+            chain = authority.chain
+            if not chain or chain[-1] is not channel or len(chain) >= len(authority.servers):
+                continue
+            if not authority.uncached():
+                continue
+            server = authority.servers[len(chain)]
+            nxt = self._channel_for(server)
+            if nxt in chain:
+                continue
+            _log.warning(
+                "xDS server %s unreachable with resources missing: falling back to %s",
+                channel.server.server_uri,
+                server.server_uri,
+            )
+            authority.chain = (*chain, nxt)
+            for watch in authority.watches.values():
+                authority.subscribe(nxt, watch)
+            nxt.ensure_stream()
+            nxt.flush()
+
+    def _on_channel_healthy(self, channel: _ServerChannel) -> None:
+        """A71: the first response of ``channel``: the servers after it in
+        each chain are no longer needed; their subscriptions go and a server
+        no chain uses any more is closed."""
+        changed = False
+        for authority in self._authorities.values():
+            chain = authority.chain
+            if channel not in chain or chain[-1] is channel:
+                continue
+            keep = chain.index(channel) + 1
+            authority.chain, dropped = chain[:keep], chain[keep:]
+            changed = True
+            for lower in dropped:
+                _log.info(
+                    "xDS server %s is back: leaving %s",
+                    channel.server.server_uri,
+                    lower.server.server_uri,
+                )
+                for watch in authority.watches.values():
+                    handle = watch.handles.pop(lower, None)
+                    if handle is not None:
+                        lower.state.remove_watcher(handle)
+        if not changed:
+            return
+        used = {ch for a in self._authorities.values() for ch in a.chain}
+        for key, ch in list(self._servers.items()):
+            if ch not in used:
+                del self._servers[key]
+                ch.close()
 
     def _channel_for(self, server: Any) -> _ServerChannel:
         key: Any = _server_key(server)

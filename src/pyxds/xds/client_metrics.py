@@ -1,8 +1,8 @@
 """The XdsClient's A78 metrics (``grpc.xds_client.*``), recorded through
 :mod:`pyxds.metrics` and nothing when metrics are off.
 
-Labels: ``grpc.target`` is each channel target using the client (A71 scope;
-"" for a client no channel target owns), ``grpc.xds.server`` the server URI,
+Labels: ``grpc.target`` is the channel target the client serves (A71 scope;
+"" for a client made directly), ``grpc.xds.server`` the server URI,
 ``grpc.xds.resource_type`` the type without ``type.googleapis.com/``,
 ``grpc.xds.authority`` the ``xdstp://`` authority or ``"#old"``, and
 ``grpc.xds.cache_state`` one of requested, does_not_exist, acked, nacked,
@@ -22,7 +22,8 @@ _TYPE_PREFIX = "type.googleapis.com/"
 
 
 def _scopes(client: Any) -> tuple[str, ...]:
-    return tuple(getattr(client, "_scopes", None) or ()) or ("",)
+    scope = getattr(client, "scope", None)
+    return (scope,) if scope else ("",)
 
 
 def _server_uri(channel: Any) -> str:

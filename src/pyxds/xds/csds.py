@@ -12,7 +12,8 @@
          "client_status": "REQUESTED" | "DOES_NOT_EXIST" | "ACKED" | "NACKED"
                           | "RECEIVED_ERROR" | "TIMEOUT",
          "error_state": {"details": ..., "version_info": ...,
-                         "last_update_attempt": ...}},   # NACKs only
+                         "last_update_attempt": ...},    # NACKs only
+         "xds_server": "host:port"},   # A71: the server it came from (not in the proto)
         ...]}
 
 :func:`client_config_proto` turns that dict into the real proto (for a CSDS
@@ -64,6 +65,8 @@ def generic_xds_config(entry: EntrySnapshot) -> dict[str, Any]:
             "version_info": entry.error_state.version_info,
             "last_update_attempt": rfc3339(entry.error_state.last_update_attempt),
         }
+    if entry.server is not None:
+        out["xds_server"] = entry.server
     return out
 
 
@@ -81,4 +84,9 @@ def client_config_proto(config: dict[str, Any]) -> Any:
     """Parse a :func:`client_config` dict into ``envoy.service.status.v3.ClientConfig``."""
     from envoy.service.status.v3 import csds_pb2
 
+    config = dict(config)
+    config["generic_xds_configs"] = [
+        {k: v for k, v in c.items() if k != "xds_server"}
+        for c in config.get("generic_xds_configs", [])
+    ]
     return json_format.ParseDict(config, csds_pb2.ClientConfig(), ignore_unknown_fields=False)

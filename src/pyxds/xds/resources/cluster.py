@@ -16,11 +16,15 @@ Rules:
 * ``circuit_breakers``: the first DEFAULT-priority threshold's
   ``max_requests`` (1024 when unset).
 * ``lrs_server`` if set must be ``self``.
-* ``transport_socket`` must hold an ``UpstreamTlsContext``; it is kept opaque
-  (type URL + bytes) for the TLS layer to interpret.
-* ``outlier_detection``: durations valid, ``max_ejection_percent``,
-  ``enforcing_success_rate`` and ``enforcing_failure_percentage`` <= 100
-  (C-core's checks); the values are not used yet.
+* ``transport_socket`` must hold an ``UpstreamTlsContext``, validated as
+  C-core does (A29, :mod:`pyxds.security.tls_config`); with the bootstrap's
+  ``certificate_providers`` (``decode_cluster(data, providers)``) every
+  provider instance name must exist there.
+* ``outlier_detection`` (A50 "xDS Integration"): durations valid,
+  ``max_ejection_percent``, ``enforcing_success_rate``,
+  ``failure_percentage_threshold`` and ``enforcing_failure_percentage`` <= 100
+  (else NACK naming the field); mapped to the ``outlier_detection_experimental``
+  config (``Cluster.outlier_detection``, canonical JSON without childPolicy).
 * ``upstream_config`` (A75): if present it must be HttpProtocolOptions;
   ``common_http_protocol_options.idle_timeout`` is validated and kept.
 """
@@ -28,10 +32,12 @@ Rules:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from envoy.config.cluster.v3 import cluster_pb2
 
+from pyxds.security.tls_config import parse_upstream_tls_context
 from pyxds.xds.resources._common import (
     Errors,
     config_source_is_ads_or_self,
@@ -53,21 +59,27 @@ _EDS = cluster_pb2.Cluster.EDS
 _LOGICAL_DNS = cluster_pb2.Cluster.LOGICAL_DNS
 
 
-def decode_cluster(data: bytes) -> tuple[str | None, Any, str | None]:
-    """Parse and validate serialized Cluster bytes: (name, resource, error)."""
+def decode_cluster(
+    data: bytes, providers: Mapping[str, Any] | None = None
+) -> tuple[str | None, Any, str | None]:
+    """Parse and validate serialized Cluster bytes: (name, resource, error).
+    ``providers``: the bootstrap's ``certificate_providers`` (None: instance
+    names are not checked)."""
     c = cluster_pb2.Cluster()
     try:
         c.ParseFromString(data)
     except Exception as err:
         return None, None, f"could not parse Cluster: {err}"
     errs = Errors()
-    resource = parse_cluster(c, errs)
+    resource = parse_cluster(c, errs, providers)
     if errs:
         return c.name, None, errs.text()
     return c.name, resource, None
 
 
-def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
+def parse_cluster(
+    c: Any, errs: Errors, providers: Mapping[str, Any] | None = None
+) -> Cluster | None:
     """Validate a ``envoy.config.cluster.v3.Cluster`` message."""
     name = c.name
     kind = None
@@ -151,7 +163,7 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
             errs.add("lrs_server", "ConfigSource is not self")
         lrs = True
 
-    ts_bytes = ts_type = None
+    ts_bytes = ts_type = security = None
     if c.HasField("transport_socket"):
         ts = c.transport_socket
         ts_type = type_name(ts.typed_config.type_url) or None
@@ -162,10 +174,11 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
                 "unsupported transport socket type",
             )
         else:
-            _check_upstream_tls_context(ts_bytes, errs)
+            security = parse_upstream_tls_context(ts_bytes, errs, providers)
 
+    outlier_detection = None
     if c.HasField("outlier_detection"):
-        _validate_outlier_detection(c.outlier_detection, errs)
+        outlier_detection = _outlier_detection(c.outlier_detection, errs)
 
     idle = DEFAULT_IDLE_TIMEOUT
     if c.HasField("upstream_config"):
@@ -186,6 +199,8 @@ def parse_cluster(c: Any, errs: Errors) -> Cluster | None:
         transport_socket=ts_bytes,
         transport_socket_type_url=ts_type,
         idle_timeout=idle,
+        outlier_detection=outlier_detection,
+        security=security,
     )
 
 
@@ -235,45 +250,64 @@ def _logical_dns(c: Any, errs: Errors) -> tuple[str | None, int | None]:
     return (sa.address, sa.port_value) if ok else (None, None)
 
 
-def _check_upstream_tls_context(value: bytes, errs: Errors) -> None:
-    """C-core's context-free checks of an UpstreamTlsContext (A29): it must
-    parse and name a CA (a certificate provider instance or the system root
-    certs).  Whether the provider instance names exist in the bootstrap is
-    not checked here (the decoder has no bootstrap)."""
-    from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
-
-    p = f"transport_socket.typed_config.value[{UPSTREAM_TLS_CONTEXT}]"
-    ctx = tls_pb2.UpstreamTlsContext()
-    try:
-        ctx.ParseFromString(value)
-    except Exception:
-        errs.add(p, "can't decode UpstreamTlsContext")
-        return
-    common = ctx.common_tls_context
-    candidates = [common.validation_context]
-    if common.HasField("combined_validation_context"):
-        combined = common.combined_validation_context
-        candidates.append(combined.default_validation_context)
-        if combined.HasField("validation_context_certificate_provider_instance"):
-            return
-    if common.HasField("validation_context_certificate_provider_instance"):
-        return
-    for vc in candidates:
-        if vc.HasField("ca_certificate_provider_instance") or vc.HasField("system_root_certs"):
-            return
-    errs.add(f"{p}.common_tls_context", "no CA certificate provider instance configured")
-
-
-def _validate_outlier_detection(od: Any, errs: Errors) -> None:
-    """The checks C-core makes on ``outlier_detection`` (A50): valid
-    durations and percentages <= 100.  The values themselves are not used
-    (no outlier_detection policy yet)."""
-    for field in ("interval", "base_ejection_time", "max_ejection_time"):
+def _outlier_detection(od: Any, errs: Errors) -> str | None:
+    """Validate ``outlier_detection`` as C-core does (A50 "xDS Validation")
+    and map it to the ``outlier_detection_experimental`` JSON config (A50
+    "xDS Integration"): ``enforcing_success_rate`` 0 disables success rate
+    (unset means 100, enabled); ``enforcing_failure_percentage`` 0 or unset
+    disables failure percentage.  Canonical JSON text (sorted keys), so
+    equal messages give equal clusters."""
+    config: dict[str, Any] = {}
+    for field, key in (
+        ("interval", "interval"),
+        ("base_ejection_time", "baseEjectionTime"),
+        ("max_ejection_time", "maxEjectionTime"),
+    ):
         if od.HasField(field):
-            duration(getattr(od, field), f"outlier_detection.{field}", errs)
-    for field in ("max_ejection_percent", "enforcing_success_rate", "enforcing_failure_percentage"):
+            d = getattr(od, field)
+            if duration(d, f"outlier_detection.{field}", errs) is not None:
+                config[key] = f"{d.seconds}.{d.nanos:09d}s" if d.nanos else f"{d.seconds}s"
+    for field in (
+        "max_ejection_percent",
+        "enforcing_success_rate",
+        "failure_percentage_threshold",
+        "enforcing_failure_percentage",
+    ):
         if od.HasField(field) and getattr(od, field).value > 100:
             errs.add(f"outlier_detection.{field}", "value must be <= 100")
+    if od.HasField("max_ejection_percent"):
+        config["maxEjectionPercent"] = min(od.max_ejection_percent.value, 100)
+
+    def value(field: str) -> int | None:
+        return getattr(od, field).value if od.HasField(field) else None
+
+    enforcing_sr = value("enforcing_success_rate")
+    if enforcing_sr != 0:
+        sr: dict[str, Any] = {}
+        for field, key in (
+            ("success_rate_stdev_factor", "stdevFactor"),
+            ("enforcing_success_rate", "enforcementPercentage"),
+            ("success_rate_minimum_hosts", "minimumHosts"),
+            ("success_rate_request_volume", "requestVolume"),
+        ):
+            v = value(field)
+            if v is not None:
+                sr[key] = min(v, 100) if key == "enforcementPercentage" else v
+        config["successRateEjection"] = sr
+    enforcing_fp = value("enforcing_failure_percentage")
+    if enforcing_fp:
+        fp: dict[str, Any] = {}
+        for field, key in (
+            ("failure_percentage_threshold", "threshold"),
+            ("enforcing_failure_percentage", "enforcementPercentage"),
+            ("failure_percentage_minimum_hosts", "minimumHosts"),
+            ("failure_percentage_request_volume", "requestVolume"),
+        ):
+            v = value(field)
+            if v is not None:
+                fp[key] = min(v, 100) if key in ("threshold", "enforcementPercentage") else v
+        config["failurePercentageEjection"] = fp
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
 def _validate_with_registry(lb: list, path: str, errs: Errors) -> None:

@@ -77,10 +77,23 @@ _set_addresses = EndpointAddress.addresses.__set__  # type: ignore[attr-defined]
 _set_weight = EndpointAddress.weight.__set__  # type: ignore[attr-defined]
 _set_health = EndpointAddress.health_status.__set__  # type: ignore[attr-defined]
 _set_hostname = EndpointAddress.hostname.__set__  # type: ignore[attr-defined]
+_set_hash_key = EndpointAddress.hash_key.__set__  # type: ignore[attr-defined]
 
 
 _AF_INET = socket.AF_INET
 _AF_INET6 = socket.AF_INET6
+
+
+def _hash_key(lbe: Any) -> str:
+    """A76: ``metadata.filter_metadata["envoy.lb"].fields["hash_key"]`` when
+    it is a string, else ""."""
+    lb = lbe.metadata.filter_metadata.get("envoy.lb")
+    if lb is None:
+        return ""
+    value = lb.fields.get("hash_key")
+    if value is None or value.WhichOneof("kind") != "string_value":
+        return ""
+    return value.string_value
 
 
 def decode_cluster_load_assignment(
@@ -160,6 +173,7 @@ def parse_cluster_load_assignment(
     new = _new
     set_addresses, set_weight, set_health = _set_addresses, _set_weight, _set_health
     set_hostname = _set_hostname
+    set_hash_key = _set_hash_key
     health_names = _HEALTH_NAMES
     inet_pton = _inet_pton
     inet_ntop = _inet_ntop
@@ -265,6 +279,7 @@ def parse_cluster_load_assignment(
             set_weight(e, weight)
             set_health(e, health_names[health])
             set_hostname(e, ep.hostname)
+            set_hash_key(e, _hash_key(lbe) if has_field(lbe, "metadata") else "")
             append(e)
         locality = Locality(lname, lweight, tuple(endpoints), prio)
         priorities[prio].append(locality)

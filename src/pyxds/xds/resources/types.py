@@ -359,8 +359,12 @@ class Cluster:
     ``max_requests`` is the DEFAULT-priority circuit breaker (1024 unset).
     ``lrs_server`` is True when ``lrs_server`` is ``self`` (load reporting to
     the xDS server).  ``transport_socket`` is the serialized typed config of
-    the transport socket (kept opaque for later TLS), or None.
+    the transport socket, or None; ``security`` its validated
+    UpstreamTlsContext (A29).
     ``idle_timeout`` is A75's upstream idle timeout in seconds (1 hour unset).
+    ``outlier_detection`` is the ``outlier_detection_experimental`` config
+    (A50, canonical JSON without ``childPolicy``) when the cluster sets
+    ``outlier_detection``, else None (the cds policy then uses a no-op one).
     """
 
     name: str
@@ -377,6 +381,10 @@ class Cluster:
     transport_socket: bytes | None = None
     transport_socket_type_url: str | None = None
     idle_timeout: float = 3600.0
+    outlier_detection: str | None = None
+    #: A29: the validated UpstreamTlsContext
+    #: (:class:`pyxds.security.tls_config.UpstreamTlsConfig`), None without TLS.
+    security: Any = None
 
     def lb_policy_json(self) -> list[dict[str, Any]]:
         """The LB config list as a fresh list of dicts (safe to mutate)."""
@@ -421,14 +429,17 @@ class LocalityName:
 class EndpointAddress:
     """One endpoint: its addresses ("host:port", IPv6 bracketed; the first is
     the primary, the rest A61 additional_addresses), LB weight (default 1),
-    health status name (UNKNOWN or HEALTHY: others are excluded when decoding)
-    and ``endpoint.hostname`` ("" when unset).
+    health status name (UNKNOWN or HEALTHY: others are excluded when decoding),
+    ``endpoint.hostname`` ("" when unset) and ``hash_key``, the string
+    ``metadata.filter_metadata["envoy.lb"]["hash_key"]`` (gRFC A76; "" when
+    unset or not a string).
     """
 
     addresses: tuple[str, ...]
     weight: int = 1
     health_status: str = "UNKNOWN"
     hostname: str = ""
+    hash_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,762 @@
+"""``outlier_detection_experimental``: passive health checking (gRFC A50).
+
+Config (JSON, A50 "LB Policy Config"; durations as protobuf JSON strings
+such as ``"10s"`` or ``"0.5s"``)::
+
+    {"interval": "10s", "baseEjectionTime": "30s", "maxEjectionTime": "300s",
+     "maxEjectionPercent": 10,
+     "successRateEjection": {"stdevFactor": 1900, "enforcementPercentage": 100,
+                             "minimumHosts": 5, "requestVolume": 100},
+     "failurePercentageEjection": {"threshold": 85, "enforcementPercentage": 100,
+                                   "minimumHosts": 5, "requestVolume": 50},
+     "childPolicy": [...]}
+
+Validation (A50 "Validation"): durations non-negative; ``maxEjectionPercent``,
+both ``enforcementPercentage`` and ``threshold`` <= 100; a violation is an
+:class:`LBConfigError` naming the field.  ``childPolicy`` is required.
+
+Behaviour:
+
+* State is kept per *endpoint* (A61 turned A50's per-address map into a
+  per-endpoint one, as C-core does): call counter (two buckets, A50 "Call
+  Counter"), ejection timestamp, ejection multiplier.  An update creates an
+  entry for each new endpoint and drops entries of endpoints no longer
+  listed; a surviving endpoint keeps its counters and ejection state even
+  when its subchannels are re-created.
+* Every subchannel the child creates is wrapped
+  (:class:`OutlierDetectionSubchannel`, A50 "Subchannel Wrapper").  While its
+  endpoint is ejected the wrapper reports TRANSIENT_FAILURE to the child
+  and holds back the real subchannel's reports; on un-ejection it reports the
+  latest real state.  A wrapper created for an ejected endpoint starts ejected.
+* With an ejection algorithm configured, the picker delegates to the
+  child's picker; a completed pick hands the channel the real subchannel
+  and an ``on_call_done`` that counts the attempt's result in its
+  endpoint's active bucket (OK = success, anything else = failure).
+  Without one (the no-op config cds uses for clusters without outlier
+  detection) the child's picker is published unchanged: its results name
+  wrapper subchannels, which ``xds_cluster_impl`` unwraps (so its locality
+  counters still see the real subchannel) and the channel unwraps too
+  (``core`` passes through the wrapper).  The channel calls
+  ``on_call_done`` once per attempt, so retries count per attempt.  Fields of
+  the child's :class:`PickComplete` this policy does not use pass through
+  (``dataclasses.replace``).
+* The ejection timer (``helper.clock``) runs every ``interval`` while an
+  algorithm is configured (A50 "Outlier Detection Behavior"): swap buckets,
+  run success rate, then failure percentage, then decay multipliers and
+  un-eject endpoints whose ejection time
+  ``min(base * multiplier, max(base, max_ejection_time))`` has passed.  A new
+  config restarts the timer for the rest of the current interval; a config
+  with no algorithm cancels it, un-ejects everything and zeroes multipliers.
+* Randomness (enforcement percentage) comes from ``helper.random``.
+* ``max_ejection_percent`` is checked before each ejection ("stop when the
+  ejected share is >= max"), so at least one endpoint can be ejected
+  whatever the value (grpc-java#9489/#9492).
+* A child that is ``pick_first`` itself is never ejected (counted only):
+  C-core applies ejection through the endpoint health signal, which a
+  top-level pick_first ignores (grpc#32967, A61).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import grpc
+
+from pyxds.lb import registry
+from pyxds.lb.api import (
+    OK_STATUS,
+    ConnectivityState,
+    Endpoint,
+    FailPicker,
+    Helper,
+    LoadBalancer,
+    PickArgs,
+    PickComplete,
+    Picker,
+    PickResult,
+    PolicyFactory,
+    ResolverUpdate,
+    Status,
+    Subchannel,
+)
+from pyxds.lb.call_counters import _count_value
+from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
+from pyxds.lb.errors import LBConfigError, describe, expect_object, expect_uint32, field_path
+from pyxds.lb.registry import PolicySelection
+from pyxds.lb.timer_slot import TimerSlot
+
+__all__ = [
+    "NAME",
+    "SuccessRateEjection",
+    "FailurePercentageEjection",
+    "OutlierDetectionConfig",
+    "OutlierDetectionFactory",
+    "OutlierDetectionPolicy",
+    "OutlierDetectionPicker",
+    "OutlierDetectionSubchannel",
+    "EJECTED_STATUS",
+]
+
+NAME = "outlier_detection_experimental"
+_OK = grpc.StatusCode.OK
+_TF = ConnectivityState.TRANSIENT_FAILURE
+EJECTED_STATUS = Status(grpc.StatusCode.UNAVAILABLE, "subchannel ejected by outlier detection")
+_MAX_DURATION_SECONDS = 315_576_000_000
+_DURATION_RE = re.compile(r"^(-?)(\d+)(?:\.(\d{1,9}))?s$")
+_MEMO_LIMIT = 4096
+
+
+# -- config ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SuccessRateEjection:
+    """A50 ``SuccessRateEjection`` with its defaults."""
+
+    stdev_factor: int = 1900
+    enforcement_percentage: int = 100
+    minimum_hosts: int = 5
+    request_volume: int = 100
+
+
+@dataclass(frozen=True)
+class FailurePercentageEjection:
+    """A50 ``FailurePercentageEjection`` with its defaults."""
+
+    threshold: int = 85
+    enforcement_percentage: int = 100
+    minimum_hosts: int = 5
+    request_volume: int = 50
+
+
+@dataclass(frozen=True)
+class OutlierDetectionConfig:
+    """A50 ``OutlierDetectionLoadBalancingConfig``; durations in seconds."""
+
+    child_policy: PolicySelection
+    interval: float = 10.0
+    base_ejection_time: float = 30.0
+    max_ejection_time: float = 300.0
+    max_ejection_percent: int = 10
+    success_rate_ejection: SuccessRateEjection | None = None
+    failure_percentage_ejection: FailurePercentageEjection | None = None
+
+    @property
+    def counting(self) -> bool:
+        """A50: without an algorithm the picker does not count calls."""
+        return (
+            self.success_rate_ejection is not None or self.failure_percentage_ejection is not None
+        )
+
+
+def parse_duration(value: Any, path: str) -> float:
+    """A protobuf JSON Duration string (``"1.5s"``), non-negative (A50)."""
+    if not isinstance(value, str):
+        raise LBConfigError(path, f"expected duration string, got {describe(value)}")
+    match = _DURATION_RE.match(value)
+    if match is None:
+        raise LBConfigError(path, f"invalid duration {value!r}")
+    if match.group(1):
+        raise LBConfigError(path, f"duration must be non-negative, got {value!r}")
+    seconds = int(match.group(2))
+    if seconds > _MAX_DURATION_SECONDS:
+        raise LBConfigError(path, f"duration out of range: {value!r}")
+    nanos = int((match.group(3) or "").ljust(9, "0") or 0)
+    return seconds + nanos / 1e9
+
+
+def _percent(obj: dict[str, Any], name: str, path: str, default: int) -> int:
+    value = expect_uint32(obj, name, path, default)
+    if value > 100:
+        raise LBConfigError(field_path(path, name), f"value must be <= 100, got {value}")
+    return value
+
+
+def _duration_field(obj: dict[str, Any], name: str, default: float) -> float:
+    if name not in obj:
+        return default
+    return parse_duration(obj[name], name)
+
+
+class OutlierDetectionFactory(PolicyFactory):
+    name = NAME
+
+    def parse_config(self, json_config: Any) -> OutlierDetectionConfig:
+        obj = expect_object(json_config, "")
+        interval = _duration_field(obj, "interval", 10.0)
+        base = _duration_field(obj, "baseEjectionTime", 30.0)
+        max_time = _duration_field(obj, "maxEjectionTime", 300.0)
+        max_percent = _percent(obj, "maxEjectionPercent", "", 10)
+        success_rate = None
+        if obj.get("successRateEjection") is not None:
+            sr = expect_object(obj["successRateEjection"], "successRateEjection")
+            p = "successRateEjection"
+            success_rate = SuccessRateEjection(
+                stdev_factor=expect_uint32(sr, "stdevFactor", p, 1900),
+                enforcement_percentage=_percent(sr, "enforcementPercentage", p, 100),
+                minimum_hosts=expect_uint32(sr, "minimumHosts", p, 5),
+                request_volume=expect_uint32(sr, "requestVolume", p, 100),
+            )
+        failure_percentage = None
+        if obj.get("failurePercentageEjection") is not None:
+            fp = expect_object(obj["failurePercentageEjection"], "failurePercentageEjection")
+            p = "failurePercentageEjection"
+            failure_percentage = FailurePercentageEjection(
+                threshold=_percent(fp, "threshold", p, 85),
+                enforcement_percentage=_percent(fp, "enforcementPercentage", p, 100),
+                minimum_hosts=expect_uint32(fp, "minimumHosts", p, 5),
+                request_volume=expect_uint32(fp, "requestVolume", p, 50),
+            )
+        if "childPolicy" not in obj:
+            raise LBConfigError("childPolicy", "required field missing")
+        child = registry.select_policy(obj["childPolicy"], "childPolicy")
+        return OutlierDetectionConfig(
+            child_policy=child,
+            interval=interval,
+            base_ejection_time=base,
+            max_ejection_time=max_time,
+            max_ejection_percent=max_percent,
+            success_rate_ejection=success_rate,
+            failure_percentage_ejection=failure_percentage,
+        )
+
+    def build(self, helper: Helper) -> OutlierDetectionPolicy:
+        return OutlierDetectionPolicy(helper)
+
+
+# -- per-endpoint state --------------------------------------------------------------
+
+
+class _Bucket:
+    """One call-counter bucket: ``itertools.count`` objects, so that RPC
+    threads count without a lock (one ``next()`` is atomic)."""
+
+    __slots__ = ("successes", "failures")
+
+    def __init__(self) -> None:
+        self.successes = itertools.count()
+        self.failures = itertools.count()
+
+    def values(self) -> tuple[int, int]:
+        return _count_value(self.successes), _count_value(self.failures)
+
+
+class EndpointState:
+    """A50's map entry, per endpoint: counter, ejection time, multiplier and
+    the wrappers of the endpoint's subchannels."""
+
+    __slots__ = (
+        "addresses",
+        "active",
+        "successes",
+        "failures",
+        "ejected_at",
+        "multiplier",
+        "wrappers",
+    )
+
+    def __init__(self, addresses: frozenset[str]) -> None:
+        self.addresses = addresses
+        self.active = _Bucket()
+        self.successes = 0  # the inactive bucket, read at the last sweep
+        self.failures = 0
+        self.ejected_at: float | None = None
+        self.multiplier = 0
+        self.wrappers: set[OutlierDetectionSubchannel] = set()
+
+    @property
+    def ejected(self) -> bool:
+        return self.ejected_at is not None
+
+    @property
+    def volume(self) -> int:
+        return self.successes + self.failures
+
+    def record(self, status: Status) -> None:
+        """``on_call_done`` of a counted attempt (any thread)."""
+        bucket = self.active
+        next(bucket.successes if status.code is _OK else bucket.failures)
+
+    def swap(self) -> None:
+        """A50: zero the inactive bucket and swap it with the active one."""
+        bucket, self.active = self.active, _Bucket()
+        self.successes, self.failures = bucket.values()
+
+    def reset(self) -> None:
+        self.active = _Bucket()
+        self.successes = self.failures = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"EndpointState({sorted(self.addresses)}, ejected={self.ejected}, "
+            f"multiplier={self.multiplier})"
+        )
+
+
+class OutlierDetectionSubchannel(Subchannel):
+    """What the child sees instead of its parent's subchannel (A50 "Subchannel
+    Wrapper").  The picker hands ``real`` to the channel."""
+
+    __slots__ = (
+        "real",
+        "address",
+        "endpoint",
+        "ejected",
+        "_policy",
+        "_watchers",
+        "_state",
+        "_status",
+        "_unwatch",
+    )
+
+    def __init__(self, real: Subchannel, policy: OutlierDetectionPolicy) -> None:
+        self.real = real
+        self.address = real.address
+        self.endpoint: EndpointState | None = None
+        self.ejected = False
+        self._policy = policy
+        self._watchers: list[Callable[[ConnectivityState, Status], None]] = []
+        self._state = ConnectivityState.IDLE
+        self._status = OK_STATUS
+        self._unwatch: Callable[[], None] | None = None
+
+    # -- Subchannel ------------------------------------------------------------
+    def connect(self) -> None:
+        self.real.connect()
+
+    def watch_state(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
+        if self._unwatch is None:
+            self._unwatch = self.real.watch_state(self._on_real)
+        self._watchers.append(fn)
+        if self.ejected:
+            fn(_TF, EJECTED_STATUS)
+        else:
+            fn(self._state, self._status)
+
+        def unwatch() -> None:
+            if fn in self._watchers:
+                self._watchers.remove(fn)
+
+        return unwatch
+
+    def shutdown(self) -> None:
+        self._policy._untrack(self)
+        self._watchers.clear()
+        unwatch, self._unwatch = self._unwatch, None
+        if unwatch is not None:
+            unwatch()
+        self.real.shutdown()
+
+    def reset_backoff(self) -> None:
+        self.real.reset_backoff()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "real":
+            raise AttributeError(name)
+        return getattr(self.real, name)
+
+    # -- ejection ----------------------------------------------------------------
+    def _on_real(self, state: ConnectivityState, status: Status) -> None:
+        self._state, self._status = state, status
+        if not self.ejected:
+            for fn in list(self._watchers):
+                fn(state, status)
+
+    def eject(self) -> None:
+        """Report TRANSIENT_FAILURE and hold back the real reports."""
+        if self.ejected:
+            return
+        self.ejected = True
+        for fn in list(self._watchers):
+            fn(_TF, EJECTED_STATUS)
+
+    def uneject(self) -> None:
+        """Report the real subchannel's latest state and pass reports again."""
+        if not self.ejected:
+            return
+        self.ejected = False
+        for fn in list(self._watchers):
+            fn(self._state, self._status)
+
+    def __repr__(self) -> str:
+        return f"OutlierDetectionSubchannel({self.real!r}, ejected={self.ejected})"
+
+
+# -- picker ----------------------------------------------------------------------------
+
+
+_Done = Callable[[Status], None]
+
+
+def _chain(first: _Done, then: _Done) -> _Done:
+    def on_call_done(status: Status) -> None:
+        first(status)
+        then(status)
+
+    return on_call_done
+
+
+class OutlierDetectionPicker(Picker):
+    """Delegates to the child's picker; unwraps the subchannel and adds the
+    counting ``on_call_done`` (chained before the child's own).  Child
+    results are mostly constant objects (pick_first's READY result,
+    least_request's per-endpoint results): each maps to one precomputed
+    result, memoised by identity (at most 4096 of them), so such a pick
+    allocates nothing.  Build with :func:`make_picker`."""
+
+    __slots__ = ("_child", "_pick", "_counting", "_memo")
+
+    def __init__(self, child: Picker, counting: bool) -> None:
+        self._child = child
+        self._pick = child.pick
+        self._counting = counting
+        self._memo: dict[int, tuple[PickComplete, PickComplete]] = {}
+
+    @property
+    def child(self) -> Picker:
+        return self._child
+
+    def pick(self, args: PickArgs) -> PickResult:
+        result = self._pick(args)
+        if result.__class__ is not PickComplete:
+            return result
+        memo = self._memo.get(id(result))
+        if memo is not None and memo[0] is result:
+            return memo[1]
+        return self._map(result)
+
+    def _map(self, result: PickComplete, remember: bool = True) -> PickResult:
+        subchannel = result.subchannel
+        if subchannel.__class__ is not OutlierDetectionSubchannel:
+            return result
+        assert isinstance(subchannel, OutlierDetectionSubchannel)
+        inner = result.on_call_done
+        endpoint = subchannel.endpoint if self._counting else None
+        done = inner
+        if endpoint is not None:
+            done = endpoint.record if inner is None else _chain(endpoint.record, inner)
+        mapped = replace(result, subchannel=subchannel.real, on_call_done=done)
+        if remember and len(self._memo) < _MEMO_LIMIT:
+            self._memo[id(result)] = (result, mapped)
+        return mapped
+
+    def __repr__(self) -> str:
+        return f"OutlierDetectionPicker({self._child!r}, counting={self._counting})"
+
+
+class _StreamPicker(OutlierDetectionPicker):
+    """Over a child whose picks rotate over a fixed tuple of constant
+    results (round_robin's READY picker): every result is mapped once, up
+    front, and the picker rotates over the mapped results from where the
+    child's rotation stands (one result is taken from the child's stream to
+    find it), so a pick is one ``next()`` on an ``itertools.cycle``, as
+    round_robin's; offered to parents as this picker's own stream."""
+
+    __slots__ = ("_stream", "_next")
+
+    def __init__(
+        self, child: Picker, counting: bool, stream: Any, results: tuple[PickComplete, ...]
+    ) -> None:
+        super().__init__(child, counting)
+        mapped = [self._map(result, remember=False) for result in results]
+        current = next(stream)
+        start = next((i for i, r in enumerate(results) if r is current), 0)
+        self._stream = itertools.cycle(mapped[start:] + mapped[:start])
+        self._next = self._stream.__next__
+
+    def pick(self, args: PickArgs) -> PickResult:
+        return self._next()
+
+    def result_stream(self) -> Any:
+        return self._stream
+
+
+def make_picker(child: Picker, counting: bool) -> OutlierDetectionPicker:
+    """The outlier_detection picker over ``child`` (the streaming form when
+    the child's READY picker allows it)."""
+    results = getattr(child, "results", None)
+    if (
+        isinstance(results, tuple)
+        and results
+        and all(type(result) is PickComplete for result in results)
+    ):
+        stream = child.result_stream()
+        if stream is not None:
+            return _StreamPicker(child, counting, stream, results)
+    return OutlierDetectionPicker(child, counting)
+
+
+# -- policy ----------------------------------------------------------------------------
+
+
+class _ODHelper(DelegatingHelper):
+    def __init__(self, policy: OutlierDetectionPolicy) -> None:
+        super().__init__(policy.helper)
+        self.policy = policy
+
+    def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> Subchannel:
+        real = self.parent.create_subchannel(address, attributes)
+        return self.policy._track(OutlierDetectionSubchannel(real, self.policy))
+
+    def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
+        self.policy._child_reported(state, status, picker)
+
+
+class OutlierDetectionPolicy(LoadBalancer):
+    """See the module docstring."""
+
+    def __init__(self, helper: Helper) -> None:
+        self.helper = helper
+        self._child = ChildPolicyHandler(_ODHelper(self))
+        self._config: OutlierDetectionConfig | None = None
+        self._endpoints: dict[frozenset[str], EndpointState] = {}
+        self._by_address: dict[str, EndpointState] = {}
+        self._wrappers: set[OutlierDetectionSubchannel] = set()
+        self._timer = TimerSlot(helper.clock)
+        self._timer_started_at: float | None = None
+        self._child_state: tuple[ConnectivityState, Status, Picker] | None = None
+        self._updating = False
+        self._dirty = False  # endpoints changed: memoised picks are stale
+        self._shut_down = False
+
+    # -- introspection ---------------------------------------------------------
+    @property
+    def child(self) -> LoadBalancer | None:
+        return self._child.child
+
+    @property
+    def config(self) -> OutlierDetectionConfig | None:
+        return self._config
+
+    def endpoint_state(self, address: str) -> EndpointState | None:
+        """The state of the endpoint holding ``address`` (tests, dumps)."""
+        return self._by_address.get(address)
+
+    @property
+    def ejected(self) -> list[frozenset[str]]:
+        return [key for key, entry in self._endpoints.items() if entry.ejected]
+
+    # -- LoadBalancer ------------------------------------------------------------
+    def update(self, update: ResolverUpdate) -> Status | None:
+        if self._shut_down:
+            return None
+        config: OutlierDetectionConfig = update.config
+        old = self._config
+        self._config = config
+        if not isinstance(update.endpoints, Status):
+            self._apply_endpoints(update.endpoints)
+        self._apply_timer(config, old)
+        self._updating = True
+        try:
+            status = self._child.update(update.replace(config=config.child_policy))
+        finally:
+            self._updating = False
+        if old is None or old.counting != config.counting or self._dirty:
+            self._publish()
+        return status
+
+    def resolver_error(self, status: Status) -> None:
+        if self._config is None:
+            self.helper.update_state(_TF, status, FailPicker(status))
+            return
+        self._child.resolver_error(status)
+
+    def exit_idle(self) -> None:
+        self._child.exit_idle()
+
+    def reset_backoff(self) -> None:
+        self._child.reset_backoff()
+
+    def shutdown(self) -> None:
+        self._shut_down = True
+        self._timer.cancel()
+        self._child.shutdown()
+
+    # -- endpoints ------------------------------------------------------------------
+    def _apply_endpoints(self, endpoints: Sequence[Endpoint]) -> None:
+        wanted: dict[frozenset[str], EndpointState] = {}
+        for endpoint in endpoints:
+            key = frozenset(endpoint.addresses)
+            if key in wanted:
+                continue
+            entry = self._endpoints.get(key)
+            wanted[key] = entry if entry is not None else EndpointState(key)
+        if wanted.keys() == self._endpoints.keys():
+            return
+        self._endpoints = wanted
+        self._by_address = {
+            address: entry for entry in wanted.values() for address in entry.addresses
+        }
+        for wrapper in self._wrappers:
+            self._attach(wrapper)
+        self._dirty = True  # memoised picks point at the old entries
+
+    def _attach(self, wrapper: OutlierDetectionSubchannel) -> None:
+        """Point ``wrapper`` at its endpoint's entry and align its ejection."""
+        entry = self._by_address.get(wrapper.address)
+        if wrapper.endpoint is not entry:
+            if wrapper.endpoint is not None:
+                wrapper.endpoint.wrappers.discard(wrapper)
+            wrapper.endpoint = entry
+            if entry is not None:
+                entry.wrappers.add(wrapper)
+        if entry is not None and entry.ejected and self._may_eject():
+            wrapper.eject()
+        else:
+            wrapper.uneject()
+
+    def _track(self, wrapper: OutlierDetectionSubchannel) -> OutlierDetectionSubchannel:
+        self._wrappers.add(wrapper)
+        self._attach(wrapper)
+        return wrapper
+
+    def _untrack(self, wrapper: OutlierDetectionSubchannel) -> None:
+        self._wrappers.discard(wrapper)
+        if wrapper.endpoint is not None:
+            wrapper.endpoint.wrappers.discard(wrapper)
+
+    def _may_eject(self) -> bool:
+        config = self._config
+        return config is not None and config.child_policy.name != "pick_first"
+
+    # -- timer ------------------------------------------------------------------------
+    def _apply_timer(
+        self, config: OutlierDetectionConfig, old: OutlierDetectionConfig | None
+    ) -> None:
+        clock = self.helper.clock
+        if not config.counting:
+            self._timer.cancel()
+            self._timer_started_at = None
+            for entry in self._endpoints.values():
+                if entry.ejected:
+                    self._uneject(entry)
+                entry.multiplier = 0
+            return
+        if old == config and self._timer.pending:
+            return  # the same config twice: nothing to restart
+        now = clock.now()
+        if self._timer_started_at is None:
+            self._timer_started_at = now
+            for entry in self._endpoints.values():
+                entry.reset()
+            delay = config.interval
+        else:
+            delay = max(0.0, config.interval - (now - self._timer_started_at))
+        self._timer.start(delay, self._sweep)
+
+    def _sweep(self) -> None:
+        """A50 timer: swap counters, run the algorithms, decay and un-eject."""
+        config = self._config
+        if self._shut_down or config is None or not config.counting:
+            return
+        now = self.helper.clock.now()
+        self._timer_started_at = now
+        entries = list(self._endpoints.values())
+        for entry in entries:
+            entry.swap()
+        if config.success_rate_ejection is not None:
+            self._success_rate(config, config.success_rate_ejection, entries, now)
+        if config.failure_percentage_ejection is not None:
+            self._failure_percentage(config, config.failure_percentage_ejection, entries, now)
+        base = config.base_ejection_time
+        cap = max(base, config.max_ejection_time)
+        for entry in entries:
+            if entry.ejected_at is None:
+                if entry.multiplier > 0:
+                    entry.multiplier -= 1
+            elif now >= entry.ejected_at + min(base * entry.multiplier, cap):
+                self._uneject(entry)
+        # max(interval, 1 ms): an interval of 0 must not spin the serializer.
+        self._timer.start(max(config.interval, 0.001), self._sweep)
+
+    def _ejected_percent(self) -> float:
+        if not self._endpoints:
+            return 100.0
+        ejected = sum(1 for entry in self._endpoints.values() if entry.ejected)
+        return 100.0 * ejected / len(self._endpoints)
+
+    def _success_rate(
+        self,
+        config: OutlierDetectionConfig,
+        sr: SuccessRateEjection,
+        entries: list[EndpointState],
+        now: float,
+    ) -> None:
+        candidates = [e for e in entries if e.volume >= sr.request_volume and e.volume > 0]
+        if len(candidates) < sr.minimum_hosts or not candidates:
+            return
+        rates = [e.successes / e.volume for e in candidates]
+        mean = math.fsum(rates) / len(rates)
+        variance = math.fsum((r - mean) ** 2 for r in rates) / len(rates)
+        threshold = mean - math.sqrt(variance) * (sr.stdev_factor / 1000.0)
+        for entry, rate in zip(candidates, rates, strict=True):
+            if self._ejected_percent() >= config.max_ejection_percent:
+                return
+            if entry.ejected:
+                continue
+            if rate < threshold and self._enforce(sr.enforcement_percentage):
+                self._eject(entry, now)
+
+    def _failure_percentage(
+        self,
+        config: OutlierDetectionConfig,
+        fp: FailurePercentageEjection,
+        entries: list[EndpointState],
+        now: float,
+    ) -> None:
+        candidates = [e for e in entries if e.volume >= fp.request_volume and e.volume > 0]
+        if len(candidates) < fp.minimum_hosts or not candidates:
+            return
+        for entry in candidates:
+            if self._ejected_percent() >= config.max_ejection_percent:
+                return
+            if entry.ejected:
+                continue
+            if 100.0 * entry.failures / entry.volume > fp.threshold and self._enforce(
+                fp.enforcement_percentage
+            ):
+                self._eject(entry, now)
+
+    def _enforce(self, percentage: int) -> bool:
+        return self.helper.random.randrange(100) < percentage
+
+    def _eject(self, entry: EndpointState, now: float) -> None:
+        entry.ejected_at = now
+        entry.multiplier += 1
+        if self._may_eject():
+            for wrapper in list(entry.wrappers):
+                wrapper.eject()
+
+    def _uneject(self, entry: EndpointState) -> None:
+        entry.ejected_at = None
+        for wrapper in list(entry.wrappers):
+            wrapper.uneject()
+
+    # -- child state ---------------------------------------------------------------------
+    def _child_reported(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
+        if self._shut_down:
+            return
+        self._child_state = (state, status, picker)
+        self._dirty = True
+        if not self._updating:
+            self._publish()
+
+    def _publish(self) -> None:
+        if self._child_state is None or self._config is None:
+            return
+        self._dirty = False
+        state, status, picker = self._child_state
+        if self._config.counting:
+            picker = make_picker(picker, True)
+        # Without an algorithm nothing is counted: the child's picker is
+        # published as is (no cost per pick).  Its results carry wrapper
+        # subchannels, which xds_cluster_impl and the channel unwrap.
+        self.helper.update_state(state, status, picker)
+
+
+registry.register(OutlierDetectionFactory())

@@ -1,0 +1,268 @@
+"""Differential, gRFC A50: a cluster with failure-percentage outlier
+detection over two real backends, one failing every RPC.  pyxds's channel
+and grpcio's C-core ``xds:///`` channel (a subprocess, its own bootstrap)
+run the same loop against the same pyxds.server: after the failing endpoint
+is ejected both fail 0 % of RPCs, and pyxds stops failing about as fast as
+C-core (within one ejection interval plus slack)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import pytest
+from channel_fixtures import SERVICE, TARGET, route, snapshot
+
+import pyxds._api as pyxds
+from pyxds.server import ManagementServer
+from pyxds.server.snapshot import Snapshot
+
+NODE = "differential-outlier-detection"
+WHO = f"/{SERVICE}/Who"
+INTERVAL = 1  # seconds: the ejection sweep period
+RUN_SECONDS = 3.0  # the measuring loop
+TAIL = 150  # RPCs after the loop: all must succeed
+
+
+class _Backend:
+    """A 127.0.0.1 server whose Who answers its name, or fails INTERNAL."""
+
+    def __init__(self, name: str, failing: bool) -> None:
+        self.name = name
+        self.failing = failing
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+
+        def who(request: bytes, context: grpc.ServicerContext) -> bytes:
+            if self.failing:
+                context.abort(grpc.StatusCode.INTERNAL, f"{name} is broken")
+            return name.encode()
+
+        self.server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    SERVICE, {"Who": grpc.unary_unary_rpc_method_handler(who)}
+                ),
+            )
+        )
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+# The measuring loop, run in-process for pyxds and in a subprocess for
+# C-core (C-core reads its bootstrap once per process).
+_MEASURE = r"""
+import json, sys, time
+import grpc
+
+def measure(channel, method, run_seconds, tail):
+    call = channel.unary_unary(method)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # connected and configured: one success
+        try:
+            call(b"", timeout=2, wait_for_ready=True)
+            break
+        except grpc.RpcError:
+            pass
+    start = time.monotonic()
+    last_failure = None
+    calls = failures = 0
+    while time.monotonic() - start < run_seconds:
+        calls += 1
+        try:
+            call(b"", timeout=2)
+        except grpc.RpcError:
+            failures += 1
+            last_failure = time.monotonic() - start
+    tail_failures = 0
+    for _ in range(tail):
+        try:
+            call(b"", timeout=2)
+        except grpc.RpcError:
+            tail_failures += 1
+    return {"calls": calls, "failures": failures, "last_failure": last_failure,
+            "tail_failures": tail_failures}
+
+if __name__ == "__main__":
+    cfg = json.loads(sys.argv[1])
+    options = [("grpc.service_config", cfg["sc"])] if cfg.get("sc") else None
+    ch = grpc.insecure_channel(cfg["target"], options=options)
+    print(json.dumps(measure(ch, cfg["method"], cfg["run_seconds"], cfg["tail"])), flush=True)
+"""
+_namespace: dict = {}
+exec(compile(_MEASURE, "measure", "exec"), _namespace)
+measure = _namespace["measure"]
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ManagementServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def backends():
+    started = [_Backend("bad", failing=True), _Backend("good", failing=False)]
+    yield started
+    for backend in started:
+        backend.server.stop(None).wait(5)
+
+
+def od_snapshot(backends) -> Snapshot:
+    base = snapshot([route(prefix="", cluster="cod")], {"cod": [[b.address for b in backends]]})
+    listener_t, route_t, cluster_t, eds_t = list(base._by_type)
+    (cluster,) = base.resources(cluster_t).values()
+    od = cluster.outlier_detection
+    od.interval.FromSeconds(INTERVAL)
+    od.base_ejection_time.FromSeconds(30)
+    od.max_ejection_percent.value = 50
+    od.enforcing_success_rate.value = 0  # failure percentage only
+    od.enforcing_failure_percentage.value = 100
+    od.failure_percentage_minimum_hosts.value = 2
+    od.failure_percentage_request_volume.value = 10
+    return Snapshot(
+        listeners=list(base.resources(listener_t).values()),
+        routes=list(base.resources(route_t).values()),
+        clusters=[cluster],
+        endpoints=list(base.resources(eds_t).values()),
+    )
+
+
+def run_core(bootstrap: dict | None, target: str = TARGET, sc: str | None = None) -> dict:
+    env = dict(os.environ)
+    env.pop("GRPC_XDS_BOOTSTRAP", None)
+    if bootstrap is not None:
+        env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
+    cfg = {"target": target, "method": WHO, "run_seconds": RUN_SECONDS, "tail": TAIL, "sc": sc}
+    out = subprocess.run(
+        [sys.executable, "-c", _MEASURE, json.dumps(cfg)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(Path(__file__).resolve().parent),
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_failing_endpoint_is_ejected_and_rpcs_stop_failing_as_fast_as_c_core(server, backends):
+    server.set_snapshot(od_snapshot(backends))
+    bootstrap = server.bootstrap(node_id=NODE)
+    channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+    try:
+        ours = measure(channel, WHO, RUN_SECONDS, TAIL)
+    finally:
+        channel.close()
+    theirs = run_core(bootstrap)
+    print(f"\nA50 differential: pyxds {ours}\n                  C-core {theirs}")
+    # Before ejection both clients fail about half the RPCs; both eject.
+    for result in (ours, theirs):
+        assert result["failures"] > 0
+        assert result["last_failure"] is not None
+        assert result["last_failure"] < RUN_SECONDS - 0.5
+        assert result["tail_failures"] == 0
+    # As fast as C-core: the sweep phases differ by at most one interval.
+    assert ours["last_failure"] <= theirs["last_failure"] + INTERVAL + 0.5
+
+
+def test_aio_channel_counts_calls_and_ejects_too(server, backends):
+    """The asyncio channel reports each attempt's status to the picker's
+    on_call_done as the sync one does: the failing endpoint is ejected
+    within about one interval and the tail fails nothing."""
+    import asyncio
+
+    import pyxds.aio
+
+    server.set_snapshot(od_snapshot(backends))
+
+    async def main() -> dict:
+        async with pyxds.aio.insecure_channel(
+            TARGET, bootstrap=server.bootstrap(node_id=NODE + "-aio")
+        ) as channel:
+            call = channel.unary_unary(WHO)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while loop.time() < deadline:  # connected and configured: one success
+                try:
+                    await call(b"", timeout=2, wait_for_ready=True)
+                    break
+                except grpc.aio.AioRpcError:
+                    pass
+            start = loop.time()
+            failures, last_failure = 0, None
+            while loop.time() - start < RUN_SECONDS:
+                try:
+                    await call(b"", timeout=2)
+                except grpc.aio.AioRpcError:
+                    failures += 1
+                    last_failure = loop.time() - start
+            tail_failures = 0
+            for _ in range(TAIL):
+                try:
+                    await call(b"", timeout=2)
+                except grpc.aio.AioRpcError:
+                    tail_failures += 1
+            return {"failures": failures, "last_failure": last_failure, "tail": tail_failures}
+
+    result = asyncio.run(main())
+    print(f"\nA50 aio: {result}")
+    assert result["failures"] > 0 and result["last_failure"] is not None
+    assert result["last_failure"] < 2 * INTERVAL + 0.5
+    assert result["tail"] == 0
+
+
+def test_service_config_outlier_detection_ejects_as_c_core_does(backends):
+    """No xDS: ``outlier_detection_experimental`` over round_robin from a
+    service config, on a static target of both backends, in both clients."""
+    od = {
+        "interval": f"{INTERVAL}s",
+        "baseEjectionTime": "30s",
+        "maxEjectionPercent": 50,
+        "failurePercentageEjection": {"minimumHosts": 2, "requestVolume": 10},
+        "childPolicy": [{"round_robin": {}}],
+    }
+    sc = json.dumps({"loadBalancingConfig": [{"outlier_detection_experimental": od}]})
+    target = "ipv4:" + ",".join(b.address for b in backends)
+    channel = pyxds.insecure_channel(target, options=[("grpc.service_config", sc)])
+    try:
+        ours = measure(channel, WHO, RUN_SECONDS, TAIL)
+    finally:
+        channel.close()
+    theirs = run_core(None, target=target, sc=sc)
+    print(f"\nA50 service config: pyxds {ours}\n                    C-core {theirs}")
+    for result in (ours, theirs):
+        assert result["failures"] > 0 and result["last_failure"] is not None
+        assert result["tail_failures"] == 0
+    assert ours["last_failure"] <= theirs["last_failure"] + INTERVAL + 0.5
+
+
+def test_no_op_outlier_detection_from_a_service_config_serves_both_backends(backends):
+    """Without an algorithm the child's picks (wrapper subchannels) go to
+    the channel unchanged: RPCs reach both backends and nothing is ejected."""
+    sc = json.dumps(
+        {
+            "loadBalancingConfig": [
+                {"outlier_detection_experimental": {"childPolicy": [{"round_robin": {}}]}}
+            ]
+        }
+    )
+    target = "ipv4:" + ",".join(b.address for b in backends)
+    with pyxds.insecure_channel(target, options=[("grpc.service_config", sc)]) as channel:
+        call = channel.unary_unary(WHO)
+        outcomes = set()
+        for _ in range(40):
+            try:
+                outcomes.add(call(b"", timeout=5, wait_for_ready=True).decode())
+            except grpc.RpcError as err:
+                outcomes.add(err.code().name)
+        assert outcomes == {"good", "INTERNAL"}
