@@ -13,9 +13,10 @@ DEMO_METHOD = "/pyxds.demo.Echo/Who"
 class NamedBackend:
     """A grpcio server on 127.0.0.1 whose replies carry its name."""
 
-    def __init__(self, name: str, port: int = 0) -> None:
+    def __init__(self, name: str, port: int = 0, fail: bool = False) -> None:
         self.name = name
         self.port = port
+        self.fail = fail  # answer every RPC with UNAVAILABLE (a broken backend)
         self._server: grpc.Server | None = None
 
     @property
@@ -26,6 +27,8 @@ class NamedBackend:
         reply = self.name.encode()
 
         def who(request: bytes, context: grpc.ServicerContext) -> bytes:
+            if self.fail:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"{self.name} is broken")
             return reply
 
         handler = grpc.method_handlers_generic_handler(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import datetime
 import sys
 import threading
 import time
@@ -24,7 +25,7 @@ from pyxds.server import ManagementServer, Snapshot
 from pyxds.server import builders as b
 
 SERVICE = "greeter"
-STEPS = 5
+STEPS = 6
 
 
 class Progress:
@@ -88,6 +89,56 @@ def _count(
     return seen
 
 
+def _outlier_snapshot(
+    main: list[NamedBackend],
+    fallback: NamedBackend,
+    canary: NamedBackend,
+    pool: list[NamedBackend],
+    broken: NamedBackend,
+) -> Snapshot:
+    """Route everything to cluster ``pool`` (two good backends, one broken) with
+    A50 failure-percentage ejection checked every second."""
+    base = _snapshot(main, fallback, canary, {"pool": 1})
+    cluster = b.cluster("pool")
+    detection = cluster.outlier_detection
+    detection.interval.FromTimedelta(datetime.timedelta(seconds=1))
+    detection.base_ejection_time.FromTimedelta(datetime.timedelta(seconds=30))
+    detection.max_ejection_percent.value = 50
+    detection.failure_percentage_threshold.value = 50
+    detection.enforcing_failure_percentage.value = 100
+    detection.failure_percentage_minimum_hosts.value = 3
+    detection.failure_percentage_request_volume.value = 10
+    detection.enforcing_consecutive_5xx.value = 0
+    detection.enforcing_success_rate.value = 0
+    addresses = [x.address for x in [*pool, broken]]
+    return base.replace(
+        clusters=[*base.clusters, cluster],
+        endpoints=[*base.endpoints, b.endpoints("pool", [b.locality(endpoints=addresses)])],
+    )
+
+
+def _until_clean(
+    call: Callable[[], bytes], run: int, timeout: float, progress: Progress
+) -> tuple[float | None, int]:
+    """(seconds until ``run`` RPCs in a row succeed or None on timeout, failures seen)."""
+    start = time.monotonic()
+    streak = 0
+    seen: collections.Counter[str] = collections.Counter()
+    while time.monotonic() - start < timeout:
+        try:
+            seen[call().decode()] += 1
+            streak += 1
+        except grpc.RpcError as err:
+            seen[f"error {err.code().name}"] += 1
+            streak = 0
+        if sum(seen.values()) % 50 == 0:
+            progress.traffic(seen)
+        failed = sum(n for k, n in seen.items() if k.startswith("error"))
+        if streak >= run:
+            return time.monotonic() - start, failed
+    return None, sum(n for k, n in seen.items() if k.startswith("error"))
+
+
 def _wait_until(call: Callable[[], bytes], wanted: set[str], timeout: float) -> float | None:
     """Seconds until an RPC lands on one of ``wanted``; None on timeout."""
     start = time.monotonic()
@@ -136,6 +187,8 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
     main = [NamedBackend("main-p0-a").start(), NamedBackend("main-p0-b").start()]
     fallback = NamedBackend("main-p1").start()
     canary = NamedBackend("canary").start()
+    pool = [NamedBackend("pool-a").start(), NamedBackend("pool-b").start()]
+    broken = NamedBackend("broken", fail=True).start()
     ok = True
     with ManagementServer() as server:
         server.set_snapshot(_snapshot(main, fallback, canary, {"main": 75, "canary": 25}))
@@ -214,13 +267,26 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
         )
         ok &= took is not None and failures == 0 and seen.get("canary") == 100
 
-        say(f"{clock.stamp()} 5. channel.config_dump() (abridged):")
-        progress.step(5, "channel.config_dump()")
+        say(f"{clock.stamp()} 5. outlier detection (A50) ejects a backend that fails its RPCs")
+        progress.step(5, "outlier detection ejects a failing backend")
+        server.set_snapshot(_outlier_snapshot(main, fallback, canary, pool, broken))
+        took = _wait_until(call, {"pool-a"}, 10)
+        took, errors = _until_clean(call, 100, 15, progress)
+        seen = _count(call, 200, progress)
+        say(
+            f"           {errors} RPCs failed on the broken backend, then it was ejected:"
+            f" 100 RPCs in a row succeeded after {_secs(took)};"
+            f" then 200 RPCs: {dict(sorted(seen.items()))}"
+        )
+        ok &= took is not None and not any(k.startswith("error") for k in seen)
+
+        say(f"{clock.stamp()} 6. channel.config_dump() (abridged):")
+        progress.step(6, "channel.config_dump()")
         dump = channel.config_dump()
         for line in _summarize(dump):
             say(f"           {line}")
         channel.close()
-    for backend in [*main, fallback, canary]:
+    for backend in [*main, fallback, canary, *pool, broken]:
         backend.stop()
     progress.step(STEPS + 1, "done")
     say(f"{clock.stamp()} demo {'passed' if ok else 'FAILED'}")

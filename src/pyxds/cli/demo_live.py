@@ -4,6 +4,9 @@ table that updates as RPCs complete, and the timeline's last lines."""
 from __future__ import annotations
 
 import collections
+import os
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -37,7 +40,7 @@ class LiveView(Progress):
     def step(self, number: int, title: str) -> None:
         with self._lock:
             self._bar.update(self._task, completed=number - 1, description=title)
-            if number <= STEPS:  # the last step's table stays on screen at the end
+            if number < STEPS:  # the traffic table stays on screen for the final dump step
                 self._counts = collections.Counter()
         time.sleep(self.PAUSE)
 
@@ -68,7 +71,23 @@ class LiveView(Progress):
 
 
 def run_live(run_demo: Callable[..., int]) -> int:
-    """Run ``run_demo(say, progress)`` under a rich Live display."""
+    """Run ``run_demo(say, progress)`` under a rich Live display.
+
+    C-core writes its own log lines (a backend's GOAWAY at INFO) straight to
+    file descriptor 2, which would tear the live display: while it runs, fd 2
+    goes to a temporary file, shown afterwards only if the demo failed.
+    """
     view = LiveView()
-    with Live(view, refresh_per_second=8, transient=False):
-        return run_demo(view.say, view)
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            with Live(view, refresh_per_second=8, transient=False):
+                code = run_demo(view.say, view)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        if code != 0:
+            captured.seek(0)
+            sys.stderr.write(captured.read().decode(errors="replace"))
+    return code
