@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from pyxds.clock import Clock, Timer
+from pyxds.grpc_channels import close_watched_channel
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status, Subchannel
 from pyxds.xds.backoff import ExponentialBackoff
 
@@ -212,20 +213,16 @@ class SyncTransport(Transport):
             self._channel.subscribe(lambda _state: None, try_to_connect=True)
 
     def _close_now(self) -> None:
-        try:
-            self._channel.unsubscribe(self._deliver)
-        except Exception:
-            pass
-        # grpcio's close() joins its connectivity poller (100-200 ms): never
-        # on the serializer, where it stalled every state change and pick
-        # update of the channel (a failing subchannel reported TF 200 ms late).
-        threading.Thread(target=self._close_channel, name="pyxds-close", daemon=True).start()
-
-    def _close_channel(self) -> None:
-        try:
-            self._channel.close()
-        finally:
-            self.close_done.set()
+        # Never on the serializer: grpcio's close() waits for its
+        # connectivity poller (100-200 ms), which stalled every state change
+        # and pick update of the channel (a failing subchannel reported TF
+        # 200 ms late); and the poller must stop before the close, or grpcio
+        # prints an error from its thread (pyxds.grpc_channels).
+        close_watched_channel(
+            self._channel,
+            lambda: self._channel.unsubscribe(self._deliver),
+            on_closed=self.close_done.set,
+        )
 
 
 class AioTransport(Transport):

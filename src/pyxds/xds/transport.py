@@ -192,6 +192,10 @@ class AdsTransport:
         with self._lock:
             self._closed = True
         self.cancel_stream()
+        # Closed at once, not after grpcio's poller stops (as subchannels
+        # are, pyxds.grpc_channels): the user's close() and interpreter exit
+        # would wait up to a poll period for it, and a server stopped right
+        # after close() would see this connection still open.
         try:
             self._channel.unsubscribe(self._on_connectivity)
         except Exception:
