@@ -305,7 +305,7 @@ def test_on_call_done_gets_each_attempt_and_transparent_retry_happens_once(h):
         return t.channel.unary_unary("/svc/M").with_call(b"req")
 
     with pytest.raises(grpc.RpcError) as info:
-        blocking_unary(h.core, rpc, invoke, retry_not_sent=True)
+        blocking_unary(h.core, rpc, invoke)
     assert info.value.code() is UNAVAILABLE
     assert len(transport.calls) == 2  # one transparent retry, not more
     assert done == [UNAVAILABLE, UNAVAILABLE]
@@ -318,7 +318,7 @@ def test_rpc_failure_after_send_is_not_retried(h):
     transport.fail_with = [FakeGrpcError(UNAVAILABLE, "Socket closed")]
     rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
     with pytest.raises(grpc.RpcError):
-        blocking_unary(h.core, rpc, lambda t, r: t.channel.unary_unary("/m").with_call(b""), True)
+        blocking_unary(h.core, rpc, lambda t, r: t.channel.unary_unary("/m").with_call(b""))
     assert len(transport.calls) == 1
 
 
@@ -326,7 +326,7 @@ def test_channel_error_is_a_grpc_rpc_error_and_call(h):
     h.publish(FailPicker(Status(UNAVAILABLE, "no healthy upstream")))
     rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
     with pytest.raises(grpc.RpcError) as info:
-        blocking_unary(h.core, rpc, lambda t, r: None, True)
+        blocking_unary(h.core, rpc, lambda t, r: None)
     err = info.value
     assert isinstance(err, grpc.Call) and isinstance(err, ChannelRpcError)
     assert err.code() is UNAVAILABLE and err.details() == "no healthy upstream"

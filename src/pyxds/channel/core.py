@@ -51,6 +51,7 @@ from urllib.parse import urlsplit
 
 import grpc
 
+from pyxds.channel.retry import PREVIOUS_ATTEMPTS_KEY, RetryState
 from pyxds.channel.subchannel import ChannelSubchannel, SubchannelCore, TransportFactory, core_of
 from pyxds.channel.subchannel_pool import SubchannelPool
 from pyxds.clock import Clock, RealClock, Timer
@@ -78,6 +79,7 @@ from pyxds.resolver.api import (
     ResolverArgs,
     ResolverResult,
 )
+from pyxds.resolver.retry_policy import RetryThrottle
 from pyxds.serializer import WorkSerializer
 
 _log = logging.getLogger(__name__)
@@ -100,6 +102,7 @@ def unary_deadline_status(status: Status) -> Status:
     return DEADLINE_EXCEEDED if status == _STREAM_REMOVED_DEADLINE else status
 
 
+_OK = grpc.StatusCode.OK
 CHANNEL_CLOSED = Status(grpc.StatusCode.CANCELLED, "Channel closed!")
 #: grpcio's ValueError text for an RPC invoked on a closed sync channel
 CLOSED_CHANNEL_MESSAGE = "Cannot invoke RPC on closed channel!"
@@ -127,6 +130,8 @@ class Rpc:
         "selector",
         "reselects",
         "on_call_done",
+        "send_metadata",
+        "retry",
         "_finished",
         "_core",
     )
@@ -142,6 +147,11 @@ class Rpc:
         self._core = core
         self.path = path
         self.metadata = tuple(metadata) if metadata else ()
+        #: the metadata the next attempt sends (the user's, plus
+        #: ``grpc-previous-rpc-attempts`` on a retry)
+        self.send_metadata = metadata
+        #: the retry decision, made on the first failed attempt
+        self.retry: RetryState | None = None
         self.wait_for_ready = bool(wait_for_ready)
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.call_config: CallConfig | None = None
@@ -164,6 +174,33 @@ class Rpc:
             except Exception:
                 _log.exception("pyxds: on_call_done raised")
 
+    def retry_after(
+        self,
+        status: Status,
+        trailing_metadata: Sequence[tuple[str, Any]] | None = None,
+        committed: bool = False,
+    ) -> float | None:
+        """One attempt ended with ``status`` (already reported through
+        :meth:`attempt_done`): seconds to wait before the next attempt (a
+        fresh pick), or None to end the RPC with ``status``.  The policy is
+        the one of this RPC's CallConfig, chosen once (A31), and the wait
+        never goes past the deadline (the next attempt then fails with
+        DEADLINE_EXCEEDED)."""
+        state = self.retry
+        if state is None:
+            config = self.call_config
+            policy = config.retry_policy if config is not None else None
+            state = self.retry = RetryState(policy, self._core.retry_throttle, self._core.random)
+        delay = state.on_attempt_end(status, trailing_metadata, committed)
+        if delay is None:
+            return None
+        previous = state.previous_attempts
+        if previous:
+            self.send_metadata = (*self.metadata, (PREVIOUS_ATTEMPTS_KEY, str(previous)))
+        if self.deadline is not None:
+            delay = max(0.0, min(delay, self.deadline - time.monotonic()))
+        return delay
+
     def release_config(self) -> None:
         """Forget the CallConfig (committing it) so the RPC is routed again."""
         config, self.call_config = self.call_config, None
@@ -180,6 +217,8 @@ class Rpc:
             return
         self._finished = True
         self.attempt_done(status)
+        if status.code is _OK and self._core.retry_throttle is not None:
+            self._core.retry_throttle.record_success()
         config = self.call_config
         if config is not None and config.on_committed is not None:
             try:
@@ -269,6 +308,8 @@ class ChannelCore:
         self.serializer = WorkSerializer()
         self.clock = clock or RealClock(dispatch=self.serializer.run)
         self.random = rng or random.Random()
+        #: A6 retry throttling of this channel (service config), or None
+        self.retry_throttle: RetryThrottle | None = None
         #: deadlines of queued non-blocking RPCs (not on the serializer)
         self.deadline_clock: Clock = clock or _DEADLINE_CLOCK
         self.pool = SubchannelPool(
@@ -333,6 +374,9 @@ class ChannelCore:
         None to wait for the next publication."""
         if self.closed:
             return CHANNEL_CLOSED
+        if rpc.retry is not None and rpc.deadline is not None and rpc.remaining() <= 0:
+            # a retry whose backoff ran into the deadline: no pick for it
+            return DEADLINE_EXCEEDED
         config = rpc.call_config
         if config is None:
             selector = self.selector

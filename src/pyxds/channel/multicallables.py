@@ -113,13 +113,13 @@ class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
             return self._inner(transport).with_call(
                 request,
                 timeout=remaining,
-                metadata=metadata,
+                metadata=rpc.send_metadata,
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,
             )
 
-        return blocking_unary(self._core, rpc, invoke, retry_not_sent=True)
+        return blocking_unary(self._core, rpc, invoke)
 
     def future(
         self,
@@ -137,13 +137,13 @@ class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
             return self._inner(transport, serialized).future(
                 request,
                 timeout=remaining,
-                metadata=metadata,
+                metadata=rpc.send_metadata,
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,
             )
 
-        return FutureCall(self._core, rpc, start, retry_not_sent=True)
+        return FutureCall(self._core, rpc, start)
 
 
 class UnaryStreamMultiCallable(_Base, grpc.UnaryStreamMultiCallable):
@@ -165,13 +165,13 @@ class UnaryStreamMultiCallable(_Base, grpc.UnaryStreamMultiCallable):
             return self._inner(transport, serialized)(
                 request,
                 timeout=remaining,
-                metadata=metadata,
+                metadata=rpc.send_metadata,
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,
             )
 
-        return StreamingCall(self._core, rpc, start, retry_not_sent=True)
+        return StreamingCall(self._core, rpc, start)
 
 
 class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
@@ -206,13 +206,13 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
             return self._inner(transport).with_call(
                 replay.attempt(),
                 timeout=remaining,
-                metadata=metadata,
+                metadata=rpc.send_metadata,
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,
             )
 
-        return blocking_unary(self._core, rpc, invoke, retry_not_sent=True, replay=replay)
+        return blocking_unary(self._core, rpc, invoke, replay=replay)
 
     def future(
         self,
@@ -230,13 +230,13 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
             return self._inner(transport).future(
                 replay.attempt(),
                 timeout=remaining,
-                metadata=metadata,
+                metadata=rpc.send_metadata,
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,
             )
 
-        return FutureCall(self._core, rpc, start, retry_not_sent=True, replay=replay)
+        return FutureCall(self._core, rpc, start, replay=replay)
 
 
 class StreamStreamMultiCallable(_Base, grpc.StreamStreamMultiCallable):
@@ -258,10 +258,10 @@ class StreamStreamMultiCallable(_Base, grpc.StreamStreamMultiCallable):
             return self._inner(transport)(
                 replay.attempt(),
                 timeout=remaining,
-                metadata=metadata,
+                metadata=rpc.send_metadata,
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,
             )
 
-        return StreamingCall(self._core, rpc, start, retry_not_sent=True, replay=replay)
+        return StreamingCall(self._core, rpc, start, replay=replay)

@@ -27,6 +27,7 @@ from typing import Any
 from pyxds.clock import Clock
 from pyxds.lb.api import EMPTY_ATTRIBUTES, Endpoint, Status
 from pyxds.lb.registry import PolicySelection
+from pyxds.resolver.retry_policy import RetryPolicy
 from pyxds.serializer import WorkSerializer
 
 
@@ -42,6 +43,8 @@ class CallConfig:
     configuration is gone), not that this RPC's route fails it: a
     wait_for_ready RPC then waits for the next config instead of failing, as
     in C-core, where the channel is left with no addresses.
+    ``retry_policy``: the RPC's retry policy (A44 route/virtual host, A6
+    methodConfig); it stays the RPC's for all its attempts (A31).
     """
 
     call_attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
@@ -49,6 +52,7 @@ class CallConfig:
     on_committed: Callable[[], None] | None = None
     status: Status | None = None
     no_config: bool = False
+    retry_policy: RetryPolicy | None = None
 
 
 class ConfigSelector(ABC):

@@ -157,11 +157,37 @@ def virtual_host(
     name: str,
     domains: Iterable[str] = ("*",),
     routes: Iterable[route_components_pb2.Route] = (),
+    retry_policy: route_components_pb2.RetryPolicy | None = None,
 ) -> route_components_pb2.VirtualHost:
-    """A VirtualHost matching ``domains`` (default: every domain)."""
+    """A VirtualHost matching ``domains`` (default: every domain);
+    ``retry_policy``: the one of its routes that have none (A44)."""
     if isinstance(domains, str):
         domains = (domains,)
-    return route_components_pb2.VirtualHost(name=name, domains=list(domains), routes=list(routes))
+    vh = route_components_pb2.VirtualHost(name=name, domains=list(domains), routes=list(routes))
+    if retry_policy is not None:
+        vh.retry_policy.CopyFrom(retry_policy)
+    return vh
+
+
+def retry_policy(
+    retry_on: str = "unavailable",
+    num_retries: int | None = None,
+    base_interval: Seconds | None = None,
+    max_interval: Seconds | None = None,
+) -> route_components_pb2.RetryPolicy:
+    """An RDS RetryPolicy (A44): ``retry_on`` comma-separated gRPC code names
+    ("cancelled", "deadline-exceeded", "internal", "resource-exhausted",
+    "unavailable"), ``num_retries`` (unset: 1), ``retry_back_off``
+    base/max intervals (unset: 25 ms and 10x base)."""
+    rp = route_components_pb2.RetryPolicy(retry_on=retry_on)
+    if num_retries is not None:
+        rp.num_retries.CopyFrom(wrappers_pb2.UInt32Value(value=num_retries))
+    if base_interval is not None or max_interval is not None:
+        if base_interval is not None:
+            rp.retry_back_off.base_interval.CopyFrom(_duration(base_interval, "base_interval"))
+        if max_interval is not None:
+            rp.retry_back_off.max_interval.CopyFrom(_duration(max_interval, "max_interval"))
+    return rp
 
 
 def _string_matcher(
@@ -286,12 +312,14 @@ def route(
     max_stream_duration: Seconds | None = None,
     grpc_timeout_header_max: Seconds | None = None,
     hash_policies: Iterable[route_components_pb2.RouteAction.HashPolicy] = (),
+    retry_policy: route_components_pb2.RetryPolicy | None = None,
 ) -> route_components_pb2.Route:
     """A Route: one path matcher (default ``prefix=""``) and one action (A28).
 
     ``weighted_clusters`` maps cluster name to weight. With neither ``cluster``
     nor ``weighted_clusters`` the route is non-forwarding (``non_forwarding_action``).
     ``hash_policies`` (see :func:`hash_policy`) feed ring_hash clusters (A42).
+    ``retry_policy`` (see :func:`retry_policy`): the route's A44 retry policy.
     """
     matchers = [k for k, v in {"prefix": prefix, "path": path, "regex": regex}.items() if v]
     if len(matchers) > 1:
@@ -339,6 +367,8 @@ def route(
             _duration(grpc_timeout_header_max, "route grpc_timeout_header_max")
         )
     action.hash_policy.extend(hash_policies)
+    if retry_policy is not None:
+        action.retry_policy.CopyFrom(retry_policy)
     out.route.CopyFrom(action)
     return out
 
