@@ -188,7 +188,9 @@ def test_retries_carry_previous_rpc_attempts_like_c_core(server, good, bad, core
     assert ours == theirs == {"": N, "1": N}
 
 
-def test_policy_not_covering_the_code_loses_about_half_like_c_core(server, good, bad, core, channel):
+def test_policy_not_covering_the_code_loses_about_half_like_c_core(
+    server, good, bad, core, channel
+):
     configure(server, good, bad, b.retry_policy("internal,cancelled", num_retries=3), "miss")
     settled(channel, good, bad)
     settled(core, good, bad)

@@ -92,7 +92,8 @@ def test_backoff_upper_bounds_over_many_seeds():
     policy = xds_policy(num_retries=4, base=0.025, cap=0.25)
     maxima = [0.0] * 4
     for seed in range(300):
-        for i, delay in enumerate(failures_until_stop(RetryState(policy, None, random.Random(seed)))):
+        state = RetryState(policy, None, random.Random(seed))
+        for i, delay in enumerate(failures_until_stop(state)):
             maxima[i] = max(maxima[i], delay)
     # caps 25, 50, 100, 200 ms: each bound respected and nearly reached
     for got, cap in zip(maxima, [0.025, 0.05, 0.1, 0.2], strict=True):
