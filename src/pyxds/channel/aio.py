@@ -108,9 +108,16 @@ async def pick(core: ChannelCore, rpc: Rpc) -> SubchannelCore | Status:
     while True:
         generation = core.generation
         outcome = core.try_pick(rpc)
-        if outcome is not None:
-            return outcome
         remaining = rpc.remaining()
+        if outcome is not None:
+            if outcome.__class__ is not float:
+                return outcome  # type: ignore[return-value]
+            # an A33 fault delay, bounded by the deadline
+            if remaining is not None and remaining <= outcome:  # type: ignore[operator]
+                await asyncio.sleep(max(remaining, 0))
+                return DEADLINE_EXCEEDED
+            await asyncio.sleep(outcome)  # type: ignore[arg-type]
+            continue
         if remaining is not None and remaining <= 0:
             return DEADLINE_EXCEEDED
         event = asyncio.Event()
@@ -229,6 +236,8 @@ class _AioCall:
         call; returns it (or raises the channel's error)."""
         while True:
             try:
+                if first is not None and first.__class__ is float:
+                    first = None  # a fault delay: pick() waits it out
                 outcome = first if first is not None else await pick(self._core, self._rpc)
             except asyncio.CancelledError:
                 self._finish(_CANCELLED)

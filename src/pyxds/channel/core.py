@@ -79,6 +79,7 @@ from pyxds.resolver.api import (
     ResolverArgs,
     ResolverResult,
 )
+from pyxds.resolver.http_filters import FilterVerdict, run_chain
 from pyxds.resolver.retry_policy import RetryThrottle
 from pyxds.serializer import WorkSerializer
 
@@ -132,6 +133,8 @@ class Rpc:
         "on_call_done",
         "send_metadata",
         "retry",
+        "fault",
+        "hold_until",
         "_finished",
         "_core",
     )
@@ -152,6 +155,9 @@ class Rpc:
         self.send_metadata = metadata
         #: the retry decision, made on the first failed attempt
         self.retry: RetryState | None = None
+        #: the A39 filters' verdict (A33 fault) still to carry out
+        self.fault: FilterVerdict | None = None
+        self.hold_until: float | None = None
         self.wait_for_ready = bool(wait_for_ready)
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.call_config: CallConfig | None = None
@@ -216,6 +222,9 @@ class Rpc:
         if self._finished:
             return
         self._finished = True
+        fault = self.fault
+        if fault is not None and fault.done is not None:
+            fault.done()  # e.g. the deadline came during a fault delay
         self.attempt_done(status)
         if status.code is _OK and self._core.retry_throttle is not None:
             self._core.retry_throttle.record_success()
@@ -369,9 +378,10 @@ class ChannelCore:
         self.call_started()
         return rpc
 
-    def try_pick(self, rpc: Rpc) -> SubchannelCore | Status | None:
-        """One pick attempt: a core to send on, a Status to fail with, or
-        None to wait for the next publication."""
+    def try_pick(self, rpc: Rpc) -> SubchannelCore | Status | float | None:
+        """One pick attempt: a core to send on, a Status to fail with, None
+        to wait for the next publication, or a float: seconds to wait (an
+        A33 fault delay) before trying again."""
         if self.closed:
             return CHANNEL_CLOSED
         if rpc.retry is not None and rpc.deadline is not None and rpc.remaining() <= 0:
@@ -402,6 +412,12 @@ class ChannelCore:
                 cap = time.monotonic() + config.timeout
                 if rpc.deadline is None or cap < rpc.deadline:
                     rpc.deadline = cap
+            if config.filters:
+                rpc.fault = run_chain(config.filters, rpc.metadata, self.random)
+        if rpc.fault is not None:
+            held = self._carry_out_fault(rpc, rpc.fault)
+            if held is not None:
+                return held
         try:
             result = self.picker.pick(PickArgs(rpc.path, rpc.metadata, config.call_attributes))
         except Exception as err:
@@ -424,6 +440,23 @@ class ChannelCore:
         if isinstance(result, PickDrop):
             return self._reroute(rpc, result.status)
         return None
+
+    @staticmethod
+    def _carry_out_fault(rpc: Rpc, fault: FilterVerdict) -> Status | float | None:
+        """The filters' verdict before the pick (A33: delay, then abort, both
+        before anything is sent): seconds still to wait, the abort status,
+        or None to go on to the pick."""
+        if fault.delay > 0:
+            now = time.monotonic()
+            if rpc.hold_until is None:
+                rpc.hold_until = now + fault.delay
+            left = rpc.hold_until - now
+            if left > 0:
+                return left
+        rpc.fault = None
+        if fault.done is not None:
+            fault.done()
+        return fault.abort
 
     def _reroute(self, rpc: Rpc, status: Status) -> SubchannelCore | Status | None:
         """A failed pick of an RPC routed by a config that is being replaced
@@ -464,9 +497,15 @@ class ChannelCore:
         while True:
             generation = self.generation
             outcome = self.try_pick(rpc)
-            if outcome is not None:
-                return outcome
             remaining = rpc.remaining()
+            if outcome is not None:
+                if outcome.__class__ is not float:
+                    return outcome  # type: ignore[return-value]
+                if remaining is not None and remaining <= outcome:  # type: ignore[operator]
+                    time.sleep(max(remaining, 0))
+                    return DEADLINE_EXCEEDED
+                time.sleep(outcome)  # type: ignore[arg-type]
+                continue
             if remaining is not None and remaining <= 0:
                 return DEADLINE_EXCEEDED
             event = threading.Event()
@@ -485,7 +524,7 @@ class ChannelCore:
         publishing thread later, or the timer thread at the deadline) at most
         once with a core or a Status.  Returns a cancel function (after it,
         ``on_done`` is not called)."""
-        state = {"done": False, "timer": None}
+        state: dict[str, Any] = {"done": False, "timer": None, "hold": None}
         lock = threading.Lock()
 
         def complete(outcome: SubchannelCore | Status) -> None:
@@ -506,7 +545,10 @@ class ChannelCore:
                 generation = self.generation
                 outcome = self.try_pick(rpc)
                 if outcome is not None:
-                    complete(outcome)
+                    if outcome.__class__ is float:  # a fault delay: try again after it
+                        state["hold"] = self.deadline_clock.call_later(outcome, attempt)
+                        return
+                    complete(outcome)  # type: ignore[arg-type]
                     return
                 if self.add_waiter(generation, attempt):
                     return
@@ -519,8 +561,11 @@ class ChannelCore:
             with lock:
                 state["done"] = True
                 timer = state["timer"]
+                hold = state["hold"]
             if timer is not None:
                 timer.cancel()
+            if hold is not None:
+                hold.cancel()
             self.remove_waiter(attempt)
 
         remaining = rpc.remaining()

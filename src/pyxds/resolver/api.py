@@ -45,6 +45,9 @@ class CallConfig:
     in C-core, where the channel is left with no addresses.
     ``retry_policy``: the RPC's retry policy (A44 route/virtual host, A6
     methodConfig); it stays the RPC's for all its attempts (A31).
+    ``filters``: the route's A39 HTTP filter chain
+    (:class:`pyxds.resolver.http_filters.CallFilter`), run once per RPC
+    before its first pick.
     """
 
     call_attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
@@ -53,6 +56,7 @@ class CallConfig:
     status: Status | None = None
     no_config: bool = False
     retry_policy: RetryPolicy | None = None
+    filters: tuple[Any, ...] = ()
 
 
 class ConfigSelector(ABC):

@@ -47,6 +47,7 @@ import grpc
 
 from pyxds.lb.api import REQUEST_HASH_KEY, Status
 from pyxds.resolver.api import CallConfig, ConfigSelector
+from pyxds.resolver.http_filters import build_chain
 from pyxds.resolver.request_hash import RequestHasher
 from pyxds.resolver.retry_policy import RetryPolicy
 from pyxds.resolver.route_matching import RouteTable
@@ -191,6 +192,7 @@ class XdsConfigSelector(ConfigSelector):
         rng: _random_module.Random | None = None,
         fallback: Callable[[], ConfigSelector] | None = None,
         channel_id: int | None = None,
+        http_filters: Sequence[Any] = (),
     ) -> None:
         self.virtual_host = virtual_host
         self._fallback = fallback
@@ -207,11 +209,26 @@ class XdsConfigSelector(ConfigSelector):
         self._lost_cluster = CallConfig(
             status=Status(UNAVAILABLE, "xDS cluster for this RPC was removed from the config")
         )
-        configs: dict[tuple[str, float | None, RetryPolicy | None], CallConfig] = {}
+        configs: dict[tuple[Any, ...], CallConfig] = {}
+        vh_overrides = virtual_host.filter_overrides
+        chains: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
-        def choice(cluster: str, timeout: float | None, retry: RetryPolicy | None) -> _Choice:
+        def chain(*levels: tuple[tuple[str, str, bytes], ...]) -> tuple[Any, ...]:
+            if not http_filters:
+                return ()
+            got = chains.get(levels)
+            if got is None:
+                got = chains[levels] = build_chain(http_filters, vh_overrides, *levels)
+            return got
+
+        def choice(
+            cluster: str,
+            timeout: float | None,
+            retry: RetryPolicy | None,
+            filters: tuple[Any, ...],
+        ) -> _Choice:
             ref = refs[cluster]
-            key = (cluster, timeout, retry)
+            key = (cluster, timeout, retry, filters)
             config = configs.get(key)
             if config is None:
                 config = configs[key] = CallConfig(
@@ -219,6 +236,7 @@ class XdsConfigSelector(ConfigSelector):
                     timeout=timeout,
                     on_committed=ref.release,
                     retry_policy=retry,
+                    filters=filters,
                 )
             return _Choice(ref, config)
 
@@ -233,8 +251,9 @@ class XdsConfigSelector(ConfigSelector):
             else:
                 timeout = _effective_timeout(ra.max_stream_duration, listener_max_stream_duration)
                 retry = _retry_policy(ra)
+                route_overrides = route.filter_overrides
                 if ra.cluster is not None:
-                    action.single = choice(ra.cluster, timeout, retry)
+                    action.single = choice(ra.cluster, timeout, retry, chain(route_overrides))
                 elif ra.weighted_clusters:
                     running = 0
                     for cw in ra.weighted_clusters:
@@ -242,7 +261,14 @@ class XdsConfigSelector(ConfigSelector):
                             continue
                         running += cw.weight
                         action.cumulative.append(running)
-                        action.choices.append(choice(cw.name, timeout, retry))
+                        action.choices.append(
+                            choice(
+                                cw.name,
+                                timeout,
+                                retry,
+                                chain(route_overrides, cw.filter_overrides),
+                            )
+                        )
                     action.total = running
                     if running == 0:
                         action.fail = CallConfig(
@@ -322,6 +348,7 @@ class XdsConfigSelector(ConfigSelector):
             timeout=config.timeout,
             on_committed=config.on_committed,
             retry_policy=config.retry_policy,
+            filters=config.filters,
         )
 
     def _reroute(self, path: str, metadata: Sequence[tuple[str, str | bytes]]) -> CallConfig:
