@@ -23,9 +23,13 @@ def insecure_channel(
     bootstrap: Any = None,
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
+    service_config: Any = None,
 ) -> XdsChannel:
-    """A plaintext grpc.Channel to ``target`` over the pyxds stack."""
-    return XdsChannel(target, None, bootstrap, options, compression)
+    """A plaintext grpc.Channel to ``target`` over the pyxds stack.
+    ``service_config``: a gRPC service config (dict or JSON text:
+    loadBalancingConfig, methodConfig, retryThrottling), ValueError naming
+    the JSON path when invalid; for ``xds:`` targets the xDS config wins."""
+    return XdsChannel(target, None, bootstrap, options, compression, service_config)
 
 
 def secure_channel(
@@ -34,8 +38,10 @@ def secure_channel(
     bootstrap: Any = None,
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
+    service_config: Any = None,
 ) -> XdsChannel:
-    """A grpc.Channel to ``target`` whose subchannels use ``credentials``."""
+    """A grpc.Channel to ``target`` whose subchannels use ``credentials``;
+    ``service_config`` as for :func:`insecure_channel`."""
     if credentials is None:
         raise ValueError("secure_channel needs credentials (use insecure_channel)")
-    return XdsChannel(target, credentials, bootstrap, options, compression)
+    return XdsChannel(target, credentials, bootstrap, options, compression, service_config)

@@ -291,3 +291,84 @@ def test_policy_not_covering_the_code_fails_aio_calls_too(server, good, bad):
 
     # the first RPCs may all go to one backend while the other connects
     assert 0.2 * N <= asyncio.run(main()) <= 0.7 * N
+
+
+def service_config(codes: list[str]) -> dict:
+    return {
+        "loadBalancingConfig": [{"round_robin": {}}],
+        "methodConfig": [
+            {
+                "name": [{"service": SERVICE}],
+                "retryPolicy": {
+                    "maxAttempts": 4,
+                    "initialBackoff": "0.01s",
+                    "maxBackoff": "0.1s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": codes,
+                },
+            }
+        ],
+    }
+
+
+def settle_static(channel: grpc.Channel, good, bad) -> None:
+    """Both backends connected (round_robin picks each)."""
+
+    def both_seen() -> bool:
+        before = sum(bad.previous.values()), sum(good.previous.values())
+        pyxds_calls(channel, 6, request="x")
+        return sum(bad.previous.values()) > before[0] and sum(good.previous.values()) > before[1]
+
+    assert wait_until(both_seen, 15.0, interval=0.05)
+
+
+@pytest.mark.parametrize(
+    ("codes", "all_pass"), [(["UNAVAILABLE"], True), (["INTERNAL", "CANCELLED"], False)]
+)
+def test_ipv4_target_service_config_retries_as_grpcio_does(good, bad, codes, all_pass):
+    """service_config= on a non-xDS target: the same retryPolicy as grpcio's
+    own channel given it as its grpc.service_config."""
+    import json
+
+    target = f"ipv4:{good.address},{bad.address}"
+    sc = service_config(codes)
+    options = [("grpc.service_config", json.dumps(sc))]
+    theirs_channel = grpc.insecure_channel(target, options=options)
+    ours_channel = pyxds.insecure_channel(target, service_config=sc)
+    try:
+        settle_static(theirs_channel, good, bad)
+        settle_static(ours_channel, good, bad)
+        good.previous.clear()
+        bad.previous.clear()
+        ours = pyxds_calls(ours_channel, N)
+        seen_ours = good.previous + bad.previous
+        good.previous.clear()
+        bad.previous.clear()
+        theirs = pyxds_calls(theirs_channel, N)
+        seen_theirs = good.previous + bad.previous
+    finally:
+        ours_channel.close()
+        theirs_channel.close()
+    if all_pass:
+        assert ours == theirs == {"good": N}
+        assert seen_ours == seen_theirs == {"": N, "1": N}
+    else:
+        assert 0.3 * N <= failures(theirs) <= 0.7 * N
+        assert 0.3 * N <= failures(ours) <= 0.7 * N
+
+
+def test_aio_ipv4_target_service_config_retries(good, bad):
+    target = f"ipv4:{good.address},{bad.address}"
+
+    async def main() -> list[bytes]:
+        async with pyxds.aio.insecure_channel(
+            target, service_config=service_config(["UNAVAILABLE"])
+        ) as ch:
+            who = ch.unary_unary(f"/{SERVICE}/Who")
+            deadline = time.monotonic() + 15
+            bad_before = sum(bad.previous.values())
+            while sum(bad.previous.values()) < bad_before + 2 and time.monotonic() < deadline:
+                await who(b"", timeout=5, wait_for_ready=True)
+            return [await who(b"", timeout=5) for _ in range(20)]
+
+    assert asyncio.run(main()) == [b"good"] * 20

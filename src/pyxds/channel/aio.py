@@ -28,6 +28,7 @@ from pyxds.channel.calls import RETRY_BUFFER_SIZE, _size_of
 from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadline_status
 from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
+from pyxds.resolver.service_config import from_channel_args
 
 _CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
 #: what a grpc.aio client-streaming call's own status may say when grpcio's
@@ -811,9 +812,11 @@ class AioXdsChannel(grpc.aio.Channel):
         options: Sequence[tuple[str, Any]] | None = None,
         compression: grpc.Compression | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
+        service_config: Any = None,
     ) -> None:
         self._interceptors = sort_interceptors(interceptors)  # first: may raise ValueError
-        sub_options = subchannel_options(options)
+        options, parsed, sub_extra = from_channel_args(options, service_config)
+        sub_options = subchannel_options(options) + sub_extra
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -824,7 +827,9 @@ class AioXdsChannel(grpc.aio.Channel):
             assert loop is not None, "pyxds aio channel used before any event loop"
             return AioTransport(loop, address, creds, sub_options, compression, on_state)
 
-        self._core = ChannelCore(target, make_transport, credentials, bootstrap, options)
+        self._core = ChannelCore(
+            target, make_transport, credentials, bootstrap, options, service_config=parsed
+        )
 
     def _bind_loop(self) -> None:
         if self._loop is None:
@@ -924,11 +929,15 @@ def insecure_channel(
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
     interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
+    service_config: Any = None,
 ) -> AioXdsChannel:
     """A plaintext grpc.aio.Channel to ``target`` over the pyxds stack;
     ``interceptors``: grpc.aio client interceptors, as grpc.aio's
-    (:mod:`pyxds.channel.aio_interceptors`)."""
-    return AioXdsChannel(target, None, bootstrap, options, compression, interceptors)
+    (:mod:`pyxds.channel.aio_interceptors`); ``service_config``: a gRPC
+    service config (dict or JSON text; ValueError when invalid)."""
+    return AioXdsChannel(
+        target, None, bootstrap, options, compression, interceptors, service_config
+    )
 
 
 def secure_channel(
@@ -938,9 +947,12 @@ def secure_channel(
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
     interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
+    service_config: Any = None,
 ) -> AioXdsChannel:
     """A grpc.aio.Channel to ``target`` whose subchannels use ``credentials``;
-    ``interceptors`` as for :func:`insecure_channel`."""
+    ``interceptors`` and ``service_config`` as for :func:`insecure_channel`."""
     if credentials is None:
         raise ValueError("secure_channel needs credentials (use insecure_channel)")
-    return AioXdsChannel(target, credentials, bootstrap, options, compression, interceptors)
+    return AioXdsChannel(
+        target, credentials, bootstrap, options, compression, interceptors, service_config
+    )

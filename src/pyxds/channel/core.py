@@ -81,6 +81,7 @@ from pyxds.resolver.api import (
 )
 from pyxds.resolver.http_filters import FilterVerdict, run_chain
 from pyxds.resolver.retry_policy import RetryThrottle
+from pyxds.resolver.service_config import MethodConfigSelector, ServiceConfig
 from pyxds.serializer import WorkSerializer
 
 _log = logging.getLogger(__name__)
@@ -135,6 +136,7 @@ class Rpc:
         "retry",
         "fault",
         "hold_until",
+        "wfr_explicit",
         "_finished",
         "_core",
     )
@@ -159,6 +161,7 @@ class Rpc:
         self.fault: FilterVerdict | None = None
         self.hold_until: float | None = None
         self.wait_for_ready = bool(wait_for_ready)
+        self.wfr_explicit = wait_for_ready is not None
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.call_config: CallConfig | None = None
         self.selector: ConfigSelector | None = None
@@ -309,6 +312,7 @@ class ChannelCore:
         options: Sequence[tuple[str, Any]] | None = None,
         rng: random.Random | None = None,
         clock: Clock | None = None,
+        service_config: ServiceConfig | None = None,
     ) -> None:
         self.target = target
         self.scheme, self.authority = parse_target(target)
@@ -317,8 +321,13 @@ class ChannelCore:
         self.serializer = WorkSerializer()
         self.clock = clock or RealClock(dispatch=self.serializer.run)
         self.random = rng or random.Random()
+        #: the channel's own service config (``service_config=`` or the
+        #: ``grpc.service_config`` option); for xds: targets the xDS config wins
+        self.service_config = service_config if self.scheme != "xds" else None
         #: A6 retry throttling of this channel (service config), or None
-        self.retry_throttle: RetryThrottle | None = None
+        self.retry_throttle: RetryThrottle | None = (
+            self.service_config.retry_throttle if self.service_config is not None else None
+        )
         #: deadlines of queued non-blocking RPCs (not on the serializer)
         self.deadline_clock: Clock = clock or _DEADLINE_CLOCK
         self.pool = SubchannelPool(
@@ -408,6 +417,8 @@ class ChannelCore:
                 return config.status
             rpc.call_config = config
             rpc.selector = selector
+            if config.wait_for_ready is not None and not rpc.wfr_explicit:
+                rpc.wait_for_ready = config.wait_for_ready
             if config.timeout is not None and config.timeout > 0:
                 cap = time.monotonic() + config.timeout
                 if rpc.deadline is None or cap < rpc.deadline:
@@ -661,11 +672,19 @@ class ChannelCore:
             if rejected is not None:
                 _log.info("pyxds: %s: LB policy rejected the update: %s", self.target, rejected)
         if result.service_config_error is None and result.config_selector is not None:
-            self.selector = result.config_selector
+            self.selector = self._with_method_config(result.config_selector)
         elif self.selector is None:
-            self.selector = DefaultConfigSelector()
+            self.selector = self._with_method_config(DefaultConfigSelector())
         self.no_config_status = None
         self._publish()
+
+    def _with_method_config(self, selector: ConfigSelector) -> ConfigSelector:
+        """The resolver's selector, plus the channel's methodConfig (a
+        non-xDS target with a service config that has one)."""
+        config = self.service_config
+        if config is None or not config.methods:
+            return selector
+        return MethodConfigSelector(config, selector)
 
     def _default_selection(self) -> Any:
         """The channel's LB policy when the resolver names none: the

@@ -47,7 +47,8 @@ class CallConfig:
     methodConfig); it stays the RPC's for all its attempts (A31).
     ``filters``: the route's A39 HTTP filter chain
     (:class:`pyxds.resolver.http_filters.CallFilter`), run once per RPC
-    before its first pick.
+    before its first pick.  ``wait_for_ready``: the methodConfig's, used
+    when the application did not say.
     """
 
     call_attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
@@ -57,6 +58,7 @@ class CallConfig:
     no_config: bool = False
     retry_policy: RetryPolicy | None = None
     filters: tuple[Any, ...] = ()
+    wait_for_ready: bool | None = None
 
 
 class ConfigSelector(ABC):
