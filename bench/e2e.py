@@ -10,6 +10,11 @@ same run, same control plane (pyxds.server):
   (d) pyxds.aio.insecure_channel / grpc.aio plain         asyncio, 1 task and 4 tasks
       / grpc.aio C-core xds:/// (subprocess)
 
+Policy rows (issue 10): the same for listeners whose route carries a retry
+policy (``retry_on: unavailable``, 3 retries; it never fires, the backend
+always answers) and whose HCM has a fault filter at 0 % (abort and delay),
+pyxds and C-core each on the same listener, sync and asyncio.
+
 Each is measured on 1 thread and on 4 threads for ``--seconds`` (default 3).
 The backend and the control plane run in their own process, C-core's client
 in another (each has its own GIL, as (a) and (c) have theirs).
@@ -112,13 +117,15 @@ print(json.dumps(asyncio.run(main())), flush=True)
 """
 
 
-def core_rates(bootstrap: dict, seconds: float, script: str = _CORE) -> dict[str, float]:
+def core_rates(
+    bootstrap: dict, seconds: float, script: str = _CORE, target: str = "xds:///bench"
+) -> dict[str, float]:
     env = dict(os.environ)
     env.pop("GRPC_XDS_BOOTSTRAP", None)
     env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
     here = os.path.dirname(os.path.abspath(__file__))
     out = subprocess.run(
-        [sys.executable, "-c", script, "xds:///bench", here, str(seconds)],
+        [sys.executable, "-c", script, target, here, str(seconds)],
         env=env,
         capture_output=True,
         text=True,
@@ -138,13 +145,33 @@ def serve() -> None:
     backend, port = start_backend()
     address = f"127.0.0.1:{port}"
     control = ManagementServer().start()
+    retry = b.retry_policy("unavailable", num_retries=3)
+    fault = b.fault_filter(
+        abort_grpc_status=14, abort_percent=(0, 100), delay=0.1, delay_percent=(0, 100)
+    )
     control.set_snapshot(
         Snapshot(
-            listeners=[b.listener("bench")],
+            listeners=[
+                b.listener("bench"),
+                b.listener("bench-retry"),
+                b.listener("bench-fault", http_filters=[fault]),
+            ],
             routes=[
                 b.route_config(
                     "bench-route", [b.virtual_host("vh", routes=[b.route(prefix="", cluster="c")])]
-                )
+                ),
+                b.route_config(
+                    "bench-retry-route",
+                    [
+                        b.virtual_host(
+                            "vh", routes=[b.route(prefix="", cluster="c", retry_policy=retry)]
+                        )
+                    ],
+                ),
+                b.route_config(
+                    "bench-fault-route",
+                    [b.virtual_host("vh", routes=[b.route(prefix="", cluster="c")])],
+                ),
             ],
             clusters=[b.cluster("c")],
             endpoints=[b.endpoints("c", [b.locality(zone="z", endpoints=[address])])],
@@ -161,6 +188,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--no-policies", action="store_true", help="skip the retry-policy / 0%% fault rows"
+    )
     args = parser.parse_args()
     if args.serve:
         serve()
@@ -197,7 +227,21 @@ def main() -> None:
         ours_aio = pyxds.aio.insecure_channel("xds:///bench", bootstrap=bootstrap)
         results["aio pyxds"] = {str(t): await aio_rate(ours_aio, t, args.seconds) for t in (1, 4)}
         await ours_aio.close()
+        for kind in policies:  # one event loop for every grpc.aio channel
+            ch = pyxds.aio.insecure_channel(f"xds:///bench-{kind}", bootstrap=bootstrap)
+            results[f"aio pyxds {kind}"] = {
+                str(t): await aio_rate(ch, t, args.seconds) for t in (1, 4)
+            }
+            await ch.close()
 
+    policies = () if args.no_policies else ("retry", "fault")
+    for kind in policies:
+        target = f"xds:///bench-{kind}"
+        results[f"C-core {kind}"] = core_rates(bootstrap, args.seconds, target=target)
+        ours = pyxds.insecure_channel(target, bootstrap=bootstrap)
+        results[f"pyxds {kind}"] = {str(t): rate(ours, t, args.seconds) for t in (1, 4)}
+        ours.close()
+        results[f"aio C-core {kind}"] = core_rates(bootstrap, args.seconds, _CORE_AIO, target)
     asyncio.run(aio_all())
     results["aio C-core xds"] = core_rates(bootstrap, args.seconds, _CORE_AIO)
     server.stdin.close()
@@ -213,6 +257,18 @@ def main() -> None:
             f"aio pyxds/plain = {results['aio pyxds'][t] / results['aio plain grpcio'][t]:.2f}   "
             f"aio pyxds/C-core xds = {results['aio pyxds'][t] / results['aio C-core xds'][t]:.2f}"
         )
+    for kind in policies:
+        for t in ("1", "4"):
+            sync = results[f"pyxds {kind}"][t]
+            aio = results[f"aio pyxds {kind}"][t]
+            print(
+                f"{kind} threads={t}: pyxds/C-core same config = "
+                f"{sync / results[f'C-core {kind}'][t]:.2f}   "
+                f"pyxds/C-core plain xds = {sync / b_[t]:.2f}   "
+                f"aio pyxds/aio C-core same config = "
+                f"{aio / results[f'aio C-core {kind}'][t]:.2f}   "
+                f"aio pyxds/aio C-core plain xds = {aio / results['aio C-core xds'][t]:.2f}"
+            )
 
 
 if __name__ == "__main__":
