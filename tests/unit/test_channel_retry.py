@@ -13,7 +13,7 @@ from test_channel_picks import CountingPicker, Selector, ready_subchannel
 from test_channel_support import FakeGrpcError, Harness
 
 from pyxds.channel.calls import blocking_unary
-from pyxds.lb.api import Endpoint, PickComplete, Picker
+from pyxds.lb.api import Endpoint, PickComplete, PickDrop, Picker, PickFail, Status
 from pyxds.resolver.api import CallConfig
 from pyxds.resolver.fault_filter import FaultConfig, FaultInjector, _ActiveFaults
 from pyxds.resolver.retry_policy import RetryPolicy
@@ -149,3 +149,40 @@ def test_fault_delay_past_the_deadline_is_deadline_exceeded(h):
     with pytest.raises(grpc.RpcError) as info:
         blocking_unary(h.core, rpc, invoke_for(rpc))
     assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_failed_pick_is_retried_by_the_policy_and_a_drop_is_not(h):
+    """A6 "Transparent Retries": a pick failure is handled by the retry
+    policy; a DROP fails at once."""
+    failing = CountingPicker(PickFail(Status(UNAVAILABLE, "all endpoints down")))
+    h.publish(failing)
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    with pytest.raises(grpc.RpcError) as info:
+        blocking_unary(h.core, rpc, invoke_for(rpc))
+    assert info.value.details() == "all endpoints down"
+    assert failing.calls == 4  # 1 + 3 retries
+    dropping = CountingPicker(PickDrop(Status(UNAVAILABLE, "EDS-configured drop: lb")))
+    h.publish(dropping)
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    with pytest.raises(grpc.RpcError):
+        blocking_unary(h.core, rpc, invoke_for(rpc))
+    assert dropping.calls == 1
+
+
+def test_failed_pick_without_a_policy_fails_at_once():
+    harness = Harness()
+    harness.start()
+    try:
+        harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
+        from pyxds.lb.api import PickFail, Status
+
+        failing = CountingPicker(
+            PickFail(Status(UNAVAILABLE, "failed to connect to all addresses"))
+        )
+        harness.publish(failing)
+        rpc = harness.core.new_rpc("/svc/M", None, 5.0, False)
+        with pytest.raises(grpc.RpcError):
+            blocking_unary(harness.core, rpc, invoke_for(rpc))
+        assert failing.calls == 1
+    finally:
+        harness.core.close()

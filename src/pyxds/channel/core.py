@@ -188,10 +188,12 @@ class Rpc:
         status: Status,
         trailing_metadata: Sequence[tuple[str, Any]] | None = None,
         committed: bool = False,
+        pick_failed: bool = False,
     ) -> float | None:
         """One attempt ended with ``status`` (already reported through
-        :meth:`attempt_done`): seconds to wait before the next attempt (a
-        fresh pick), or None to end the RPC with ``status``.  The policy is
+        :meth:`attempt_done`; ``pick_failed``: its pick failed, nothing was
+        sent): seconds to wait before the next attempt (a fresh pick), or
+        None to end the RPC with ``status``.  The policy is
         the one of this RPC's CallConfig, chosen once (A31), and the wait
         never goes past the deadline (the next attempt then fails with
         DEADLINE_EXCEEDED)."""
@@ -200,7 +202,7 @@ class Rpc:
             config = self.call_config
             policy = config.retry_policy if config is not None else None
             state = self.retry = RetryState(policy, self._core.retry_throttle, self._core.random)
-        delay = state.on_attempt_end(status, trailing_metadata, committed)
+        delay = state.on_attempt_end(status, trailing_metadata, committed, pick_failed)
         if delay is None:
             return None
         previous = state.previous_attempts
@@ -447,7 +449,13 @@ class ChannelCore:
         if isinstance(result, PickFail):
             if rpc.wait_for_ready:
                 return None
-            return self._reroute(rpc, result.status)
+            outcome = self._reroute(rpc, result.status)
+            if outcome.__class__ is Status and config.retry_policy is not None:
+                # A6: a pick that fails (not a drop) is handled by the policy
+                delay = rpc.retry_after(outcome, pick_failed=True)  # type: ignore[arg-type]
+                if delay is not None:
+                    return delay
+            return outcome
         if isinstance(result, PickDrop):
             return self._reroute(rpc, result.status)
         return None

@@ -15,7 +15,8 @@ Retries", "When Retries are Valid", "Pushback"):
 2. The attempt never reached the server application (:func:`not_sent`)
    and the RPC has not committed: sent again at once, without counting as
    an attempt nor as a throttle failure (transparent retry; once, as C-core
-   retries a refused stream once).
+   retries a refused stream once).  A failed pick is not a transparent
+   retry: A6 hands it to the policy (a drop is never retried).
 3. Committed (response headers received, or the request buffer overflowed):
    never retried.
 4. No policy, or a code the policy does not list: not retried.
@@ -132,15 +133,22 @@ class RetryState:
         status: Status,
         trailing_metadata: Sequence[tuple[str, Any]] | None = None,
         committed: bool = False,
+        pick_failed: bool = False,
     ) -> float | None:
         """Seconds to wait before the next attempt, or None: the RPC ends
-        with ``status``."""
+        with ``status``.  ``pick_failed``: the attempt's pick failed (A6:
+        handled by the policy, never a transparent retry)."""
         code = status.code
         if code is grpc.StatusCode.OK:
             if self.throttle is not None:
                 self.throttle.record_success()
             return None
-        if not committed and self.transparent_left > 0 and not_sent(code, status.details):
+        if (
+            not committed
+            and not pick_failed
+            and self.transparent_left > 0
+            and not_sent(code, status.details)
+        ):
             self.transparent_left -= 1
             return 0.0
         policy = self.policy
