@@ -163,3 +163,23 @@ def test_insecure_channel_rejects_a_bad_service_config_at_creation():
         pyxds.insecure_channel(
             "ipv4:127.0.0.1:1", service_config={"methodConfig": [{"name": [{}], "timeout": 1}]}
         )
+
+
+def test_xds_targets_keep_the_xds_config():
+    """For xds: targets the xDS config wins (no methodConfig, no throttle)."""
+    import pyxds
+
+    sc = {**config(), "retryThrottling": {"maxTokens": 10, "tokenRatio": 1}}
+    xds = pyxds.insecure_channel("xds:///svc", bootstrap={"xds_servers": []}, service_config=sc)
+    static = pyxds.insecure_channel("ipv4:127.0.0.1:1", service_config=sc)
+    try:
+        assert xds._core.service_config is None and xds._core.retry_throttle is None
+        assert static._core.service_config is not None
+        assert static._core.retry_throttle == sc_throttle(sc)
+    finally:
+        xds.close()
+        static.close()
+
+
+def sc_throttle(sc):
+    return parse_service_config(sc).retry_throttle
