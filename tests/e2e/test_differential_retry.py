@@ -65,6 +65,8 @@ class RetryBackend:
         if not self.failing:
             return
         text = request.decode()
+        if text == "headers":  # response headers first: the RPC commits
+            context.send_initial_metadata((("x-sent", "headers"),))
         if text.startswith("pushback:"):
             context.set_trailing_metadata((("grpc-retry-pushback-ms", text.split(":", 1)[1]),))
         context.abort(grpc.StatusCode.UNAVAILABLE, f"{self.name} is failing")
@@ -81,11 +83,18 @@ class RetryBackend:
             yield self.name.encode()
             yield self.name.encode()
 
+        def collect(requests, context: grpc.ServicerContext) -> bytes:
+            self._seen(context)
+            got = [r.decode() for r in requests]
+            self._maybe_fail(b"", context)
+            return f"{self.name}:{','.join(got)}".encode()
+
         return grpc.method_handlers_generic_handler(
             SERVICE,
             {
                 "Who": grpc.unary_unary_rpc_method_handler(who),
                 "Stream": grpc.unary_stream_rpc_method_handler(stream),
+                "Collect": grpc.stream_unary_rpc_method_handler(collect),
             },
         )
 
@@ -214,6 +223,18 @@ def test_pushback_do_not_retry_loses_about_half_like_c_core(server, good, bad, c
     assert time.monotonic() - start >= 0.2  # the retries waited 200 ms
 
 
+def test_response_headers_commit_the_rpc_like_c_core(server, good, bad, core, channel):
+    """A6 "When Retries are Valid": once response headers arrived the RPC is
+    committed; the failure that follows is not retried."""
+    configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "commit")
+    settled(channel, good, bad)
+    settled(core, good, bad)
+    ours = failures(pyxds_calls(channel, N, request="headers"))
+    theirs = failures(core.call(N, request="headers"))
+    assert 0.3 * N <= theirs <= 0.7 * N
+    assert 0.3 * N <= ours <= 0.7 * N
+
+
 def test_backoff_past_the_deadline_ends_at_the_deadline_like_c_core(
     server, good, bad, core, channel
 ):
@@ -247,6 +268,24 @@ def test_future_and_streams_are_retried(server, good, bad, channel):
         assert list(stream(b"", timeout=5)) == [b"good", b"good"]
 
 
+def test_client_streams_are_retried_with_their_requests_replayed(server, good, bad, channel):
+    configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "cover")
+    settled(channel, good, bad)
+    collect = channel.stream_unary(f"/{SERVICE}/Collect")
+    pulled = []
+
+    def requests():
+        for i in range(3):
+            pulled.append(i)
+            yield str(i).encode()
+
+    for _ in range(6):
+        pulled.clear()
+        assert collect(requests(), timeout=5) == b"good:0,1,2"
+        assert pulled == [0, 1, 2]  # the user's iterator is read once
+    assert collect.future(iter([b"a", b"b"]), timeout=5).result() == b"good:a,b"
+
+
 def test_aio_unary_and_stream_are_retried(server, good, bad):
     configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "cover")
 
@@ -265,6 +304,9 @@ def test_aio_unary_and_stream_are_retried(server, good, bad):
             streams = []
             for _ in range(6):
                 streams.append([r async for r in stream(b"", timeout=5)])
+            collect = ch.stream_unary(f"/{SERVICE}/Collect")
+            for _ in range(4):
+                assert await collect(iter([b"x", b"y"]), timeout=5) == b"good:x,y"
             return unary, streams
 
     unary, streams = asyncio.run(main())
