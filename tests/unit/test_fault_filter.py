@@ -204,3 +204,52 @@ def test_chain_runs_in_listener_order_and_first_abort_ends_it():
 
 def test_fault_filter_is_registered_by_type_url():
     assert isinstance(registered(FAULT), FaultFilter)
+
+
+def test_a_new_filter_is_one_class_and_one_register_call():
+    """A39 registry: registering a filter type makes LDS accept it and puts it
+    in route chains; before that, a required filter of that type is NACKed."""
+    from envoy.extensions.filters.network.http_connection_manager.v3 import (
+        http_connection_manager_pb2 as hcm_pb2,
+    )
+    from google.protobuf import any_pb2, struct_pb2
+
+    from pyxds.lb.api import Status
+    from pyxds.resolver import http_filters
+    from pyxds.resolver.http_filters import CallFilter, FilterVerdict, HttpFilter, register
+    from pyxds.xds.resources import ROUTE_CONFIG
+    from pyxds.xds.resources._common import HTTP_FILTER_TYPES
+    from pyxds.xds.resources.listener import decode_listener
+
+    type_url = "google.protobuf.Struct"  # any message type serves as a config
+
+    def listener_bytes() -> bytes:
+        config = any_pb2.Any()
+        config.Pack(struct_pb2.Struct())
+        lis = b.listener("l", http_filters=[hcm_pb2.HttpFilter(name="deny", typed_config=config)])
+        return lis.SerializeToString()
+
+    class Deny(CallFilter):
+        def on_call(self, metadata, rng):
+            return FilterVerdict(abort=Status(grpc.StatusCode.PERMISSION_DENIED, "denied"))
+
+    class DenyFilter(HttpFilter):
+        type_urls = (type_url,)
+
+        def call_filter(self, config):
+            return Deny()
+
+    _, _, error = decode_listener(listener_bytes())
+    assert error is not None and "unsupported filter type" in error
+    register(DenyFilter())
+    try:
+        _, listener, error = decode_listener(listener_bytes())
+        assert error is None
+        chain = build_chain(listener.http_filters)
+        assert [type(f) for f in chain] == [Deny]
+        verdict = run_chain(chain, (), random.Random(1))
+        assert verdict.abort.details == "denied"
+    finally:
+        http_filters._REGISTRY.pop(type_url, None)
+        HTTP_FILTER_TYPES.pop(type_url, None)
+        ROUTE_CONFIG.clear_memo()
