@@ -365,18 +365,24 @@ def settle_static(channel: grpc.Channel, good, bad) -> None:
 
 
 @pytest.mark.parametrize(
-    ("codes", "all_pass"), [(["UNAVAILABLE"], True), (["INTERNAL", "CANCELLED"], False)]
+    ("codes", "enable", "all_pass"),
+    [
+        (["UNAVAILABLE"], 1, True),
+        (["INTERNAL", "CANCELLED"], 1, False),
+        (["UNAVAILABLE"], 0, False),  # grpc.enable_retries=0: no retries at all
+    ],
 )
-def test_ipv4_target_service_config_retries_as_grpcio_does(good, bad, codes, all_pass):
+def test_ipv4_target_service_config_retries_as_grpcio_does(good, bad, codes, enable, all_pass):
     """service_config= on a non-xDS target: the same retryPolicy as grpcio's
     own channel given it as its grpc.service_config."""
     import json
 
     target = f"ipv4:{good.address},{bad.address}"
     sc = service_config(codes)
-    options = [("grpc.service_config", json.dumps(sc))]
+    flag = [("grpc.enable_retries", enable)]
+    options = [("grpc.service_config", json.dumps(sc)), *flag]
     theirs_channel = grpc.insecure_channel(target, options=options)
-    ours_channel = pyxds.insecure_channel(target, service_config=sc)
+    ours_channel = pyxds.insecure_channel(target, service_config=sc, options=flag)
     try:
         settle_static(theirs_channel, good, bad)
         settle_static(ours_channel, good, bad)

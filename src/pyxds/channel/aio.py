@@ -758,7 +758,9 @@ class AioStreamUnary(_AioMultiCallable, grpc.aio.StreamUnaryMultiCallable):
         compression: Any = None,
     ) -> AioUnaryResponseCall:
         rpc = self._rpc(metadata, timeout, wait_for_ready)
-        replay = None if request_iterator is None else AsyncRequestReplay(request_iterator)
+        replay = None
+        if request_iterator is not None:
+            replay = AsyncRequestReplay(request_iterator, self._core.retry_buffer_size)
         first = _NO_ARG if replay is None else replay
         start = self._starter(rpc, first, metadata, credentials, compression)
         return AioUnaryResponseCall(self._core, rpc, start, replay=replay)
@@ -795,7 +797,9 @@ class AioStreamStream(_AioMultiCallable, grpc.aio.StreamStreamMultiCallable):
         compression: Any = None,
     ) -> AioStreamResponseCall:
         rpc = self._rpc(metadata, timeout, wait_for_ready)
-        replay = None if request_iterator is None else AsyncRequestReplay(request_iterator)
+        replay = None
+        if request_iterator is not None:
+            replay = AsyncRequestReplay(request_iterator, self._core.retry_buffer_size)
         first = _NO_ARG if replay is None else replay
         start = self._starter(rpc, first, metadata, credentials, compression)
         return AioStreamResponseCall(self._core, rpc, start, replay)

@@ -199,6 +199,8 @@ class Rpc:
         DEADLINE_EXCEEDED)."""
         state = self.retry
         if state is None:
+            if not self._core.retries_enabled:
+                return None
             config = self.call_config
             policy = config.retry_policy if config is not None else None
             state = self.retry = RetryState(policy, self._core.retry_throttle, self._core.random)
@@ -340,6 +342,11 @@ class ChannelCore:
             opts.get("grpc.client_idle_timeout_ms", DEFAULT_IDLE_TIMEOUT * 1000)
         )
         self.idle_timeout = self.idle_timeout / 1000 if self.idle_timeout > 0 else 0.0
+        #: C-core's channel args: ``grpc.enable_retries`` (0: no retries at
+        #: all, transparent ones included, A6 "Disabling Retries") and
+        #: ``grpc.per_rpc_retry_buffer_size`` (bytes of requests kept for a retry)
+        self.retries_enabled = bool(int(opts.get("grpc.enable_retries", 1)))
+        self.retry_buffer_size = int(opts.get("grpc.per_rpc_retry_buffer_size", 256 * 1024))
         # -- published, read lock-free by RPCs ---------------------------
         self.selector: ConfigSelector | None = None
         self.picker: Picker = QueuePicker()

@@ -200,7 +200,7 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
         compression: grpc.Compression | None = None,
     ) -> tuple[Any, grpc.Call]:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
-        replay = RequestReplay(request_iterator)
+        replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
 
         def invoke(transport: Transport, remaining: float | None) -> tuple[Any, Any]:
             return self._inner(transport).with_call(
@@ -224,7 +224,7 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
         compression: grpc.Compression | None = None,
     ) -> FutureCall:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
-        replay = RequestReplay(request_iterator)
+        replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
 
         def start(transport: Transport, remaining: float | None) -> Any:
             return self._inner(transport).future(
@@ -252,7 +252,7 @@ class StreamStreamMultiCallable(_Base, grpc.StreamStreamMultiCallable):
         compression: grpc.Compression | None = None,
     ) -> StreamingCall:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
-        replay = RequestReplay(request_iterator)
+        replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
 
         def start(transport: Transport, remaining: float | None) -> Any:
             return self._inner(transport)(
