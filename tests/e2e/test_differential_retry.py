@@ -39,8 +39,9 @@ N = 60
 class RetryBackend:
     """A backend on 127.0.0.1: ``Who`` answers its name (or, when
     ``failing``, aborts UNAVAILABLE; request "pushback:V" adds trailing
-    ``grpc-retry-pushback-ms: V``); ``Stream`` streams its name twice (or
-    aborts before any response).  Counts the ``grpc-previous-rpc-attempts``
+    ``grpc-retry-pushback-ms: V``, "headers" sends response headers first);
+    ``Stream`` streams its name twice and ``Collect`` joins the requests (or
+    they abort); ``Ok`` always answers.  Counts the ``grpc-previous-rpc-attempts``
     value of every RPC it sees ("" when absent)."""
 
     def __init__(self, name: str, failing: bool) -> None:
@@ -83,6 +84,10 @@ class RetryBackend:
             yield self.name.encode()
             yield self.name.encode()
 
+        def ok(request: bytes, context: grpc.ServicerContext) -> bytes:
+            self._seen(context)
+            return self.name.encode()
+
         def collect(requests, context: grpc.ServicerContext) -> bytes:
             self._seen(context)
             got = [r.decode() for r in requests]
@@ -95,6 +100,7 @@ class RetryBackend:
                 "Who": grpc.unary_unary_rpc_method_handler(who),
                 "Stream": grpc.unary_stream_rpc_method_handler(stream),
                 "Collect": grpc.stream_unary_rpc_method_handler(collect),
+                "Ok": grpc.unary_unary_rpc_method_handler(ok),
             },
         )
 
@@ -420,3 +426,54 @@ def test_aio_ipv4_target_service_config_retries(good, bad):
             return [await who(b"", timeout=5) for _ in range(20)]
 
     assert asyncio.run(main()) == [b"good"] * 20
+
+
+def test_retry_throttling_matches_grpcio(good, bad):
+    """A6 retryThrottling: the same token bucket decisions as grpcio's own
+    channel, RPC by RPC.  round_robin alternates per pick: while retries are
+    allowed every RPC fails on the bad backend then succeeds on the good one;
+    once the bucket is at or below half, RPCs alternate failing and
+    succeeding.  (Warm-up RPCs succeed on both backends: a full bucket
+    stays full.)"""
+    import json
+
+    target = f"ipv4:{good.address},{bad.address}"
+    throttling = {"retryThrottling": {"maxTokens": 4, "tokenRatio": 0.5}}
+    sc = {**service_config(["UNAVAILABLE"]), **throttling}
+    theirs_channel = grpc.insecure_channel(
+        target, options=[("grpc.service_config", json.dumps(sc))]
+    )
+    ours_channel = pyxds.insecure_channel(target, service_config=sc)
+
+    def sequence(channel) -> list[str]:
+        ok = channel.unary_unary(f"/{SERVICE}/Ok")
+        seen_before = sum(bad.previous.values()), sum(good.previous.values())
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:  # both backends in the picker
+            ok(b"", timeout=5, wait_for_ready=True)
+            seen = sum(bad.previous.values()), sum(good.previous.values())
+            if seen[0] > seen_before[0] + 1 and seen[1] > seen_before[1] + 1:
+                break
+        for _ in range(3):  # end on the good backend: the next pick is the bad one
+            before = sum(good.previous.values())
+            ok(b"", timeout=5)
+            if sum(good.previous.values()) > before:
+                break
+        mc = channel.unary_unary(f"/{SERVICE}/Who")
+        out = []
+        for _ in range(30):
+            try:
+                out.append(mc(b"", timeout=5).decode())
+            except grpc.RpcError as err:
+                out.append(err.code().name)
+        return out
+
+    try:
+        ours = sequence(ours_channel)
+        theirs = sequence(theirs_channel)
+    finally:
+        ours_channel.close()
+        theirs_channel.close()
+    assert ours == theirs
+    # retried while the bucket allowed it, then alternating
+    assert ours[:2] == ["good", "good"] and "UNAVAILABLE" in ours
