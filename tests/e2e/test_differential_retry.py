@@ -19,6 +19,7 @@ from concurrent import futures
 import grpc
 import pytest
 from channel_fixtures import (
+    LISTENER,
     SERVICE,
     TARGET,
     CoreXdsClient,
@@ -183,6 +184,42 @@ def test_policy_covering_the_code_loses_no_rpc_like_c_core(server, good, bad, co
     assert failures(ours) == 0, ours
     assert ours == collections.Counter({"good": N})
     assert bad_during > N // 4  # the failing backend was really picked and retried away
+
+
+def test_virtual_host_policy_applies_to_routes_without_one_like_c_core(
+    server, good, bad, core, channel
+):
+    """A44: a route without a retry_policy takes its virtual host's; a
+    route's own policy replaces it."""
+    from pyxds.server.snapshot import Snapshot
+
+    def with_vhost_policy(route_policy, version: str) -> None:
+        base = snapshot([], {"c": [[good.address, bad.address]]}, version=version)
+        vh = b.virtual_host(
+            "vh",
+            routes=[b.route(prefix="", cluster="c", retry_policy=route_policy)],
+            retry_policy=b.retry_policy("unavailable", num_retries=3),
+        )
+        server.set_snapshot(
+            Snapshot(
+                listeners=base.listeners,
+                routes=[b.route_config(f"{LISTENER}-route", [vh])],
+                clusters=base.clusters,
+                endpoints=base.endpoints,
+                version=version,
+            )
+        )
+
+    with_vhost_policy(None, "vh-policy")
+    settled(channel, good, bad)
+    settled(core, good, bad)
+    assert failures(pyxds_calls(channel, N)) == failures(core.call(N)) == 0
+    with_vhost_policy(b.retry_policy("internal", num_retries=3), "route-policy")
+    settled(channel, good, bad)
+    settled(core, good, bad)
+    ours, theirs = failures(pyxds_calls(channel, N)), failures(core.call(N))
+    assert 0.3 * N <= ours <= 0.7 * N
+    assert 0.3 * N <= theirs <= 0.7 * N
 
 
 def test_retries_carry_previous_rpc_attempts_like_c_core(server, good, bad, core, channel):

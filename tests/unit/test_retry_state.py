@@ -190,3 +190,10 @@ def test_throttle_caps_tokens_and_truncates_ratio_to_three_decimals():
     throttle.record_success()
     assert throttle.tokens == 10
     assert RetryThrottle(10, 0.5) == RetryThrottle(10, 0.5)
+
+
+def test_xds_intervals_under_one_millisecond_are_one_millisecond():
+    """A44: "Values of base_interval or max_interval less than 1ms will be
+    treated as 1ms"."""
+    policy = RetryPolicy.from_xds(("unavailable",), 1, 0.0001, 0.0005)
+    assert (policy.initial_backoff, policy.max_backoff) == (0.001, 0.001)

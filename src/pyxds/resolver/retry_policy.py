@@ -63,14 +63,15 @@ class RetryPolicy:
         max_interval: float,
     ) -> RetryPolicy | None:
         """A44's mapping of an RDS ``RetryPolicy``; None when no listed
-        code is one gRPC supports (nothing would ever be retried)."""
+        code is one gRPC supports (nothing would ever be retried).  A44:
+        intervals under 1 ms are treated as 1 ms."""
         codes = frozenset(XDS_RETRY_CODES[c] for c in retry_on if c in XDS_RETRY_CODES)
         if not codes:
             return None
         return cls(
             max_attempts=min(num_retries + 1, MAX_ATTEMPTS_CAP),
-            initial_backoff=base_interval,
-            max_backoff=max_interval,
+            initial_backoff=max(base_interval, 0.001),
+            max_backoff=max(max_interval, 0.001),
             backoff_multiplier=2.0,
             retryable_codes=codes,
         )
