@@ -186,3 +186,32 @@ def test_failed_pick_without_a_policy_fails_at_once():
         assert failing.calls == 1
     finally:
         harness.core.close()
+
+
+def test_aio_failed_pick_retries_wait_their_backoff(h):
+    """The aio fast path's first pick may answer a backoff: it is waited,
+    not skipped (attempts stay spaced by the policy's backoff)."""
+    import asyncio
+    import time
+
+    from pyxds.channel.aio import AioUnaryResponseCall
+
+    slow = RetryPolicy.from_xds(("unavailable",), 2, 0.05, 0.05)
+    h.core.selector = Selector(CallConfig(retry_policy=slow))
+    h.core.random = random.Random(3)
+    failing = CountingPicker(PickFail(Status(UNAVAILABLE, "all endpoints down")))
+    h.publish(failing)
+
+    async def main() -> float:
+        rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+        start = time.monotonic()
+        call = AioUnaryResponseCall(h.core, rpc, lambda t, r: None)
+        with pytest.raises(grpc.aio.AioRpcError):
+            await call
+        return time.monotonic() - start
+
+    draws = random.Random(3)
+    expected = draws.uniform(0, 0.05) + draws.uniform(0, 0.05)
+    took = asyncio.run(main())
+    assert failing.calls == 3
+    assert took >= expected * 0.9

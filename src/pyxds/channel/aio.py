@@ -238,7 +238,10 @@ class _AioCall:
         while True:
             try:
                 if first is not None and first.__class__ is float:
-                    first = None  # a fault delay: pick() waits it out
+                    # a fault delay or a failed pick's retry backoff (already
+                    # bounded by the deadline): wait it, then pick
+                    await asyncio.sleep(first)
+                    first = None
                 outcome = first if first is not None else await pick(self._core, self._rpc)
             except asyncio.CancelledError:
                 self._finish(_CANCELLED)
