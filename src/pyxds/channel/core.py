@@ -399,7 +399,8 @@ class ChannelCore:
     def try_pick(self, rpc: Rpc) -> SubchannelCore | Status | float | None:
         """One pick attempt: a core to send on, a Status to fail with, None
         to wait for the next publication, or a float: seconds to wait (an
-        A33 fault delay) before trying again."""
+        A33 fault delay, or the retry backoff after a failed pick) before
+        trying again."""
         if self.closed:
             return CHANNEL_CLOSED
         if rpc.retry is not None and rpc.deadline is not None and rpc.remaining() <= 0:
@@ -523,10 +524,10 @@ class ChannelCore:
         while True:
             generation = self.generation
             outcome = self.try_pick(rpc)
+            if outcome is not None and outcome.__class__ is not float:
+                return outcome  # type: ignore[return-value]
             remaining = rpc.remaining()
             if outcome is not None:
-                if outcome.__class__ is not float:
-                    return outcome  # type: ignore[return-value]
                 if remaining is not None and remaining <= outcome:  # type: ignore[operator]
                     time.sleep(max(remaining, 0))
                     return DEADLINE_EXCEEDED
