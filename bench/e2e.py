@@ -20,6 +20,11 @@ same run, same control plane (pyxds.server):
       every second), measured beside (c) in the same run; goal: at most 5 %
       slower.  ``--lrs-only`` measures just (c) and (e), interleaved.
 
+Policy rows (issue 10): the same for listeners whose route carries a retry
+policy (``retry_on: unavailable``, 3 retries; it never fires, the backend
+always answers) and whose HCM has a fault filter at 0 % (abort and delay),
+pyxds and C-core each on the same listener, sync and asyncio.
+
 Each is measured on 1 thread and on 4 threads for ``--seconds`` (default 3).
 The backend and the control plane run in their own process, C-core's client
 in another (each has its own GIL, as (a) and (c) have theirs).
@@ -182,16 +187,34 @@ def serve() -> None:
     tls_address = f"127.0.0.1:{tls_port}"
     tls = b.upstream_tls_context("mesh", "mesh", [{"exact": "spiffe://bench/backend"}])
 
-    def route(name: str, cluster: str):
+    retry = b.retry_policy("unavailable", num_retries=3)
+    fault = b.fault_filter(
+        abort_grpc_status=14, abort_percent=(0, 100), delay=0.1, delay_percent=(0, 100)
+    )
+
+    def route(name: str, cluster: str, **route_args):
         return b.route_config(
-            f"{name}-route", [b.virtual_host("vh", routes=[b.route(prefix="", cluster=cluster)])]
+            f"{name}-route",
+            [b.virtual_host("vh", routes=[b.route(prefix="", cluster=cluster, **route_args)])],
         )
 
     control = ManagementServer().start()
     control.set_snapshot(
         Snapshot(
-            listeners=[b.listener("bench"), b.listener("bench-lrs"), b.listener("bench-tls")],
-            routes=[route("bench", "c"), route("bench-lrs", "c-lrs"), route("bench-tls", "ctls")],
+            listeners=[
+                b.listener("bench"),
+                b.listener("bench-lrs"),
+                b.listener("bench-tls"),
+                b.listener("bench-retry"),
+                b.listener("bench-fault", http_filters=[fault]),
+            ],
+            routes=[
+                route("bench", "c"),
+                route("bench-lrs", "c-lrs"),
+                route("bench-tls", "ctls"),
+                route("bench-retry", "c", retry_policy=retry),
+                route("bench-fault", "c"),
+            ],
             clusters=[
                 b.cluster("c"),
                 b.cluster("c-lrs", lrs_server=True),
@@ -251,6 +274,9 @@ def main() -> None:
         "--lrs-only", action="store_true", help="only pyxds without/with load reporting"
     )
     parser.add_argument("--tls-only", action="store_true", help="only the mTLS rows (e)")
+    parser.add_argument(
+        "--no-policies", action="store_true", help="skip the retry-policy / 0%% fault rows"
+    )
     args = parser.parse_args()
     if args.serve:
         serve()
@@ -304,7 +330,21 @@ def main() -> None:
         ours_aio = pyxds.aio.insecure_channel("xds:///bench", bootstrap=bootstrap)
         results["aio pyxds"] = {str(t): await aio_rate(ours_aio, t, args.seconds) for t in (1, 4)}
         await ours_aio.close()
+        for kind in policies:  # one event loop for every grpc.aio channel
+            ch = pyxds.aio.insecure_channel(f"xds:///bench-{kind}", bootstrap=bootstrap)
+            results[f"aio pyxds {kind}"] = {
+                str(t): await aio_rate(ch, t, args.seconds) for t in (1, 4)
+            }
+            await ch.close()
 
+    policies = () if args.no_policies else ("retry", "fault")
+    for kind in policies:
+        target = f"xds:///bench-{kind}"
+        results[f"C-core {kind}"] = core_rates(bootstrap, args.seconds, target=target)
+        ours = pyxds.insecure_channel(target, bootstrap=bootstrap)
+        results[f"pyxds {kind}"] = {str(t): rate(ours, t, args.seconds) for t in (1, 4)}
+        ours.close()
+        results[f"aio C-core {kind}"] = core_rates(bootstrap, args.seconds, _CORE_AIO, target)
     asyncio.run(aio_all())
     results["aio C-core xds"] = core_rates(bootstrap, args.seconds, _CORE_AIO)
     tls_rows(info, args.seconds, results)
@@ -322,6 +362,18 @@ def main() -> None:
             f"aio pyxds/C-core xds = {results['aio pyxds'][t] / results['aio C-core xds'][t]:.2f}"
             f"   e/c (LRS on/off) = {results['e pyxds + LRS'][t] / c[t]:.2f}"
         )
+    for kind in policies:
+        for t in ("1", "4"):
+            sync = results[f"pyxds {kind}"][t]
+            aio = results[f"aio pyxds {kind}"][t]
+            print(
+                f"{kind} threads={t}: pyxds/C-core same config = "
+                f"{sync / results[f'C-core {kind}'][t]:.2f}   "
+                f"pyxds/C-core plain xds = {sync / b_[t]:.2f}   "
+                f"aio pyxds/aio C-core same config = "
+                f"{aio / results[f'aio C-core {kind}'][t]:.2f}   "
+                f"aio pyxds/aio C-core plain xds = {aio / results['aio C-core xds'][t]:.2f}"
+            )
     print_tls(results, results["c pyxds"])
 
 

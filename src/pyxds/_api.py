@@ -23,9 +23,13 @@ def insecure_channel(
     bootstrap: Any = None,
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
+    service_config: Any = None,
 ) -> XdsChannel:
-    """A plaintext grpc.Channel to ``target`` over the pyxds stack."""
-    return XdsChannel(target, None, bootstrap, options, compression)
+    """A plaintext grpc.Channel to ``target`` over the pyxds stack.
+    ``service_config``: a gRPC service config (dict or JSON text:
+    loadBalancingConfig, methodConfig, retryThrottling), ValueError naming
+    the JSON path when invalid; for ``xds:`` targets the xDS config wins."""
+    return XdsChannel(target, None, bootstrap, options, compression, service_config)
 
 
 def secure_channel(
@@ -34,6 +38,7 @@ def secure_channel(
     bootstrap: Any = None,
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
+    service_config: Any = None,
 ) -> XdsChannel:
     """A grpc.Channel to ``target`` whose subchannels use ``credentials``.
 
@@ -42,7 +47,9 @@ def secure_channel(
     security config (gRFC A29): clusters with an ``UpstreamTlsContext`` use
     TLS/mTLS from the bootstrap's certificate providers, with the server's
     SANs checked; every other connection uses ``fallback``.
+
+    ``service_config`` as for :func:`insecure_channel`.
     """
     if credentials is None:
         raise ValueError("secure_channel needs credentials (use insecure_channel)")
-    return XdsChannel(target, credentials, bootstrap, options, compression)
+    return XdsChannel(target, credentials, bootstrap, options, compression, service_config)

@@ -76,7 +76,7 @@ def start_future(h, timeout=5.0, wait_for_ready=False):
         return future
 
     rpc = h.core.new_rpc("/svc/M", None, timeout, wait_for_ready)
-    return FutureCall(h.core, rpc, start, retry_not_sent=True), started
+    return FutureCall(h.core, rpc, start), started
 
 
 class Tracking(Picker):

@@ -308,7 +308,7 @@ def test_an_attempt_the_server_refused_unseen_is_retried_once_and_each_attempt_r
         return t.channel.unary_unary("/svc/M").with_call(b"req")
 
     with pytest.raises(grpc.RpcError) as info:
-        blocking_unary(h.core, rpc, invoke, retry_not_sent=True)
+        blocking_unary(h.core, rpc, invoke)
     assert info.value.code() is UNAVAILABLE
     assert len(transport.calls) == 2  # one transparent retry, not more
     assert done == [UNAVAILABLE, UNAVAILABLE]
@@ -333,7 +333,7 @@ def test_an_attempt_that_never_left_the_client_waits_for_a_newer_picker_and_succ
     def invoke(t, remaining):
         return t.channel.unary_unary("/svc/M").with_call(b"req")
 
-    thread, box = run_in_thread(lambda: blocking_unary(h.core, rpc, invoke, retry_not_sent=True))
+    thread, box = run_in_thread(lambda: blocking_unary(h.core, rpc, invoke))
     thread.join(0.3)
     assert thread.is_alive(), box  # waiting: neither failed nor spinning on the stale picker
     assert stale.calls == 1
@@ -361,7 +361,7 @@ def test_an_attempt_that_never_left_the_client_is_retried_until_the_deadline_not
             raise
 
     h.publish(PickCompletePicker(sub))
-    result = blocking_unary(h.core, rpc, invoke, retry_not_sent=True)
+    result = blocking_unary(h.core, rpc, invoke)
     assert result == (("10.0.0.1:80", b"req"), None)
     assert len(transport.calls) == 4
 
@@ -373,7 +373,7 @@ def test_rpc_failure_after_send_is_not_retried(h):
     transport.fail_with = [FakeGrpcError(UNAVAILABLE, "Socket closed")]
     rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
     with pytest.raises(grpc.RpcError):
-        blocking_unary(h.core, rpc, lambda t, r: t.channel.unary_unary("/m").with_call(b""), True)
+        blocking_unary(h.core, rpc, lambda t, r: t.channel.unary_unary("/m").with_call(b""))
     assert len(transport.calls) == 1
 
 
@@ -381,7 +381,7 @@ def test_channel_error_is_a_grpc_rpc_error_and_call(h):
     h.publish(FailPicker(Status(UNAVAILABLE, "no healthy upstream")))
     rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
     with pytest.raises(grpc.RpcError) as info:
-        blocking_unary(h.core, rpc, lambda t, r: None, True)
+        blocking_unary(h.core, rpc, lambda t, r: None)
     err = info.value
     assert isinstance(err, grpc.Call) and isinstance(err, ChannelRpcError)
     assert err.code() is UNAVAILABLE and err.details() == "no healthy upstream"

@@ -102,7 +102,7 @@ def start_stream(h, replay=None):
         return stream
 
     rpc = h.core.new_rpc("/svc/Stream", None, 5.0, False)
-    call = StreamingCall(h.core, rpc, start, retry_not_sent=True, replay=replay)
+    call = StreamingCall(h.core, rpc, start, replay=replay)
     return call, started
 
 
@@ -253,7 +253,7 @@ def test_blocking_client_stream_is_retried_with_its_requests(h):
     del transport
     rpc = h.core.new_rpc("/svc/Up", None, 5.0, False)
     # second attempt reads only its first request: the replay still has both
-    assert blocking_unary(h.core, rpc, invoke, True, replay) == (b"resp", None)
+    assert blocking_unary(h.core, rpc, invoke, replay) == (b"resp", None)
     assert sent == [[b"a", b"b"], [b"a"]]
     assert h.picker.done == [UNAVAILABLE, grpc.StatusCode.OK]
 
@@ -268,7 +268,7 @@ def test_blocking_client_stream_past_the_buffer_is_not_retried(h):
 
     rpc = h.core.new_rpc("/svc/Up", None, 5.0, False)
     with pytest.raises(grpc.RpcError):
-        blocking_unary(h.core, rpc, invoke, True, replay)
+        blocking_unary(h.core, rpc, invoke, replay)
     assert calls == [[b"a" * 20]]
 
 

@@ -29,6 +29,7 @@ from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadli
 from pyxds.channel.dump import config_dump as channel_config_dump
 from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
 from pyxds.lb.api import ATTEMPT_NOT_STARTED, OK_STATUS, ConnectivityState, Status
+from pyxds.resolver.service_config import from_channel_args
 
 _CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
 #: what a grpc.aio client-streaming call's own status may say when grpcio's
@@ -58,6 +59,19 @@ def _sync_status(call: Any) -> Status | None:
         return Status(code, raw.details() or "")
     except Exception:
         return None
+
+
+def _sync_metadata(call: Any) -> tuple[Any, Any]:
+    """(initial, trailing) metadata of a finished grpc.aio call, read without
+    awaiting from the Cython call (None when not available)."""
+    cython_call = getattr(call, "_cython_call", None)
+    initial = getattr(cython_call, "_initial_metadata", None)
+    try:
+        raw = cython_call._status
+        trailing = raw.trailing_metadata() if raw is not None else None
+    except Exception:
+        trailing = None
+    return initial, trailing
 
 
 def _unary_error(err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
@@ -96,9 +110,16 @@ async def pick(core: ChannelCore, rpc: Rpc) -> SubchannelCore | Status:
     while True:
         generation = core.generation
         outcome = core.try_pick(rpc)
-        if outcome is not None:
-            return outcome
         remaining = rpc.remaining()
+        if outcome is not None:
+            if outcome.__class__ is not float:
+                return outcome  # type: ignore[return-value]
+            # an A33 fault delay, bounded by the deadline
+            if remaining is not None and remaining <= outcome:  # type: ignore[operator]
+                await asyncio.sleep(max(remaining, 0))
+                return DEADLINE_EXCEEDED
+            await asyncio.sleep(outcome)  # type: ignore[arg-type]
+            continue
         if remaining is not None and remaining <= 0:
             return DEADLINE_EXCEEDED
         event = asyncio.Event()
@@ -217,6 +238,11 @@ class _AioCall:
         call; returns it (or raises the channel's error)."""
         while True:
             try:
+                if first is not None and first.__class__ is float:
+                    # a fault delay or a failed pick's retry backoff (already
+                    # bounded by the deadline): wait it, then pick
+                    await asyncio.sleep(first)
+                    first = None
                 outcome = first if first is not None else await pick(self._core, self._rpc)
             except asyncio.CancelledError:
                 self._finish(_CANCELLED)
@@ -224,6 +250,10 @@ class _AioCall:
             first = None
             if isinstance(outcome, Status):
                 self._fail(outcome)
+                raise self._error  # type: ignore[misc]
+            remaining = self._rpc.remaining()
+            if remaining is not None and remaining <= 0:  # e.g. after a backoff
+                self._fail(DEADLINE_EXCEEDED)
                 raise self._error  # type: ignore[misc]
             transport = outcome.transport
             if transport is None or not transport.call_started():
@@ -328,9 +358,10 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
     of our own; completion is read in the grpcio call's done callback.  A
     queued or failed pick, and the transparent retry, run in a task."""
 
-    def __init__(self, core, rpc, start, retry_not_sent: bool, replay: Any = None) -> None:
+    def __init__(self, core, rpc, start, replay: Any = None) -> None:
         super().__init__(core, rpc, start)
-        self._retry = retry_not_sent
+        #: not committed yet (a write() commits)
+        self._retry = True
         self._replay = replay
         self._task: asyncio.Task | None = None
         self._loop = asyncio.get_running_loop()
@@ -387,33 +418,45 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
         if self._settled_inner is call:
             return
         self._settled_inner = call
-        if not status.ok and self._may_retry(status):
-            self._rpc.attempt_done(status)
-            self._started.clear()
-            self._inner = None
-            self._task = self._loop.create_task(self._run(None))
-            return
+        if not status.ok:
+            delay = self._retry_delay(call, status)
+            if delay is not None:
+                self._started.clear()
+                self._inner = None
+                self._task = self._loop.create_task(self._run(None, delay))
+                return
         self._finish(status, call)
 
-    def _may_retry(self, status: Status) -> bool:
-        """Not cancelled, not committed, and A6 allows a transparent retry."""
-        return (
-            self._retry
-            and not self._cancelled
-            and (self._replay is None or self._replay.can_retry())
-            and self._rpc.retry_transparently(status)
+    def _retry_delay(self, call: Any, status: Status) -> float | None:
+        """Report the failed attempt to the LB policy; the wait before the
+        next attempt, or None (the RPC ends with ``status``)."""
+        self._rpc.attempt_done(status, call)
+        if self._cancelled:
+            return None
+        initial, trailing = _sync_metadata(call)
+        committed = (
+            not self._retry
+            or bool(initial)
+            or (self._replay is not None and not self._replay.can_retry())
         )
+        return self._rpc.retry_after(status, trailing, committed)
 
-    async def _run(self, first: Any) -> Any:
+    async def _run(self, first: Any, delay: float = 0.0) -> Any:
         while True:
+            if delay > 0:
+                try:
+                    await asyncio.sleep(delay)
+                except asyncio.CancelledError:
+                    self._finish(_CANCELLED)
+                    raise
             inner = await self._open(self._retry, first)
             first = None
             try:
                 response = await inner
             except grpc.aio.AioRpcError as err:
                 status = await _final_status(inner, err)
-                if self._may_retry(status):
-                    self._rpc.attempt_done(status)
+                delay = self._retry_delay(inner, status)
+                if delay is not None:
                     self._started.clear()
                     continue
                 self._finish(status, inner)
@@ -487,12 +530,12 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
 class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamStreamCall):
     """unary_stream / stream_stream: async iterator of responses.
 
-    Transparent retry (C-core's retry filter): a call whose subchannel call
-    failed before anything reached the server is picked and started again,
-    once, unless it has committed (a response arrived, a request was
-    written with ``write()``, or ``replay`` kept more than its limit).
-    Whoever sees the failure first (a reader, or the call's done callback)
-    decides, once per subchannel call."""
+    A failed attempt is retried as the RPC's retry state says (transparent
+    retry; the A44/A6 policy), after its backoff, with a fresh pick, unless
+    the RPC has committed (response headers or a response arrived, a
+    request was written with ``write()``, or ``replay`` kept more than its
+    limit).  Whoever sees the failure first (a reader, or the call's done
+    callback) decides, once per subchannel call."""
 
     def __init__(self, core, rpc, start, replay: AsyncRequestReplay | None = None) -> None:
         super().__init__(core, rpc, start)
@@ -504,27 +547,38 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
         self._aiter: Any = None
         self._task = self._open_task()
 
-    def _open_task(self) -> asyncio.Task:
-        task = self._loop.create_task(self._open(False))
+    def _open_task(self, delay: float = 0.0) -> asyncio.Task:
+        task = self._loop.create_task(self._open_after(delay))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         return task
 
+    async def _open_after(self, delay: float) -> Any:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return await self._open(False)
+
     def _retry_decision(self, call: Any, status: Status) -> bool:
+        """Whether the failed attempt ``call`` is followed by another (then
+        started here, after its backoff); decided once per attempt."""
         for decided, retried in self._decisions:
             if decided is call:
                 return retried
-        retry = (
-            self._retry
-            and not self._cancelled
-            and (self._replay is None or self._replay.can_retry())
-            and self._rpc.retry_transparently(status)
-        )
+        delay = None
+        if not status.ok and not self._cancelled:
+            initial, trailing = _sync_metadata(call)
+            committed = (
+                not self._retry
+                or bool(initial)
+                or (self._replay is not None and not self._replay.can_retry())
+            )
+            delay = self._rpc.retry_after(status, trailing, committed)
+        retry = delay is not None
         self._decisions.append((call, retry))
         if retry:
-            self._rpc.attempt_done(status)
+            self._rpc.attempt_done(status, call)
             self._started.clear()
             self._inner = None
-            self._task = self._open_task()
+            self._task = self._open_task(delay)
         return retry
 
     def _committed(self) -> None:
@@ -647,11 +701,14 @@ class _AioMultiCallable:
         self._channel._bind_loop()
         return self._core.new_rpc(self._method, _md_tuples(metadata), timeout, wait_for_ready)
 
-    def _starter(self, first: Any, metadata: Any, credentials: Any, compression: Any) -> Callable:
+    def _starter(
+        self, rpc: Rpc, first: Any, metadata: Any, credentials: Any, compression: Any
+    ) -> Callable:
         def start(transport: Transport, remaining: Any) -> Any:
             kwargs: dict[str, Any] = {
                 "timeout": remaining,
-                "metadata": metadata,
+                # after a failed attempt: with grpc-previous-rpc-attempts
+                "metadata": metadata if rpc.retry is None else rpc.send_metadata,
                 "credentials": credentials,
                 "wait_for_ready": False,
                 "compression": compression,
@@ -688,8 +745,8 @@ class AioUnaryUnary(_AioMultiCallable, grpc.aio.UnaryUnaryMultiCallable):
         compression: Any = None,
     ) -> AioUnaryResponseCall:
         rpc = self._rpc(metadata, timeout, wait_for_ready)
-        start = self._starter(request, metadata, credentials, compression)
-        return AioUnaryResponseCall(self._core, rpc, start, retry_not_sent=True)
+        start = self._starter(rpc, request, metadata, credentials, compression)
+        return AioUnaryResponseCall(self._core, rpc, start)
 
 
 class AioStreamUnary(_AioMultiCallable, grpc.aio.StreamUnaryMultiCallable):
@@ -705,10 +762,12 @@ class AioStreamUnary(_AioMultiCallable, grpc.aio.StreamUnaryMultiCallable):
         compression: Any = None,
     ) -> AioUnaryResponseCall:
         rpc = self._rpc(metadata, timeout, wait_for_ready)
-        replay = None if request_iterator is None else AsyncRequestReplay(request_iterator)
+        replay = None
+        if request_iterator is not None:
+            replay = AsyncRequestReplay(request_iterator, self._core.retry_buffer_size)
         first = _NO_ARG if replay is None else replay
-        start = self._starter(first, metadata, credentials, compression)
-        return AioUnaryResponseCall(self._core, rpc, start, retry_not_sent=True, replay=replay)
+        start = self._starter(rpc, first, metadata, credentials, compression)
+        return AioUnaryResponseCall(self._core, rpc, start, replay=replay)
 
 
 class AioUnaryStream(_AioMultiCallable, grpc.aio.UnaryStreamMultiCallable):
@@ -725,7 +784,7 @@ class AioUnaryStream(_AioMultiCallable, grpc.aio.UnaryStreamMultiCallable):
         compression: Any = None,
     ) -> AioStreamResponseCall:
         rpc = self._rpc(metadata, timeout, wait_for_ready)
-        start = self._starter(request, metadata, credentials, compression)
+        start = self._starter(rpc, request, metadata, credentials, compression)
         return AioStreamResponseCall(self._core, rpc, start)
 
 
@@ -742,9 +801,11 @@ class AioStreamStream(_AioMultiCallable, grpc.aio.StreamStreamMultiCallable):
         compression: Any = None,
     ) -> AioStreamResponseCall:
         rpc = self._rpc(metadata, timeout, wait_for_ready)
-        replay = None if request_iterator is None else AsyncRequestReplay(request_iterator)
+        replay = None
+        if request_iterator is not None:
+            replay = AsyncRequestReplay(request_iterator, self._core.retry_buffer_size)
         first = _NO_ARG if replay is None else replay
-        start = self._starter(first, metadata, credentials, compression)
+        start = self._starter(rpc, first, metadata, credentials, compression)
         return AioStreamResponseCall(self._core, rpc, start, replay)
 
 
@@ -759,9 +820,11 @@ class AioXdsChannel(grpc.aio.Channel):
         options: Sequence[tuple[str, Any]] | None = None,
         compression: grpc.Compression | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
+        service_config: Any = None,
     ) -> None:
         self._interceptors = sort_interceptors(interceptors)  # first: may raise ValueError
-        sub_options = subchannel_options(options)
+        options, parsed, sub_extra = from_channel_args(options, service_config)
+        sub_options = subchannel_options(options) + sub_extra
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -772,7 +835,9 @@ class AioXdsChannel(grpc.aio.Channel):
             assert loop is not None, "pyxds aio channel used before any event loop"
             return AioTransport(loop, address, creds, sub_options, compression, on_state)
 
-        self._core = ChannelCore(target, make_transport, credentials, bootstrap, options)
+        self._core = ChannelCore(
+            target, make_transport, credentials, bootstrap, options, service_config=parsed
+        )
 
     def _bind_loop(self) -> None:
         if self._loop is None:
@@ -872,11 +937,15 @@ def insecure_channel(
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
     interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
+    service_config: Any = None,
 ) -> AioXdsChannel:
     """A plaintext grpc.aio.Channel to ``target`` over the pyxds stack;
     ``interceptors``: grpc.aio client interceptors, as grpc.aio's
-    (:mod:`pyxds.channel.aio_interceptors`)."""
-    return AioXdsChannel(target, None, bootstrap, options, compression, interceptors)
+    (:mod:`pyxds.channel.aio_interceptors`); ``service_config``: a gRPC
+    service config (dict or JSON text; ValueError when invalid)."""
+    return AioXdsChannel(
+        target, None, bootstrap, options, compression, interceptors, service_config
+    )
 
 
 def secure_channel(
@@ -886,9 +955,12 @@ def secure_channel(
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
     interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
+    service_config: Any = None,
 ) -> AioXdsChannel:
     """A grpc.aio.Channel to ``target`` whose subchannels use ``credentials``;
-    ``interceptors`` as for :func:`insecure_channel`."""
+    ``interceptors`` and ``service_config`` as for :func:`insecure_channel`."""
     if credentials is None:
         raise ValueError("secure_channel needs credentials (use insecure_channel)")
-    return AioXdsChannel(target, credentials, bootstrap, options, compression, interceptors)
+    return AioXdsChannel(
+        target, credentials, bootstrap, options, compression, interceptors, service_config
+    )

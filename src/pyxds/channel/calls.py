@@ -13,18 +13,28 @@
 Every RPC reports its end to the LB policy's ``on_call_done`` and commits
 its CallConfig exactly once (:class:`pyxds.channel.core.Rpc`), streams
 included (grpcio's ``add_callback`` fires when a stream terminates).
+
+Retries (transparent, and the RPC's A44/A6 retry policy) are decided by
+the RPC's sans-IO :class:`pyxds.channel.retry.RetryState` through
+``Rpc.retry_after``; the adapters here only wait (a blocking thread
+sleeps; a non-blocking call arms a timer) and start the next attempt with
+a fresh pick.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import grpc
 
 from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadline_status
+from pyxds.channel.retry import not_sent as not_sent  # re-exported
+
+__all__ = ["not_sent"]
 from pyxds.channel.subchannel import SubchannelCore, Transport
 from pyxds.lb.api import ATTEMPT_NOT_STARTED, OK_STATUS, Status
 
@@ -240,12 +250,12 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
 
     ``start(transport, timeout)`` starts the grpcio call (``future()`` for
     unary responses, the call itself for streams) on the picked subchannel's
-    grpcio channel.  ``retry_not_sent``: a call whose subchannel call failed
-    before anything reached the server is picked again as A6 says
-    (:meth:`Rpc.retry_transparently`), as long as it has not committed: a client-streaming
+    grpcio channel.  A failed attempt is retried as the RPC's retry state
+    says (transparent retry; the A44/A6 policy), after its backoff, with a
+    fresh pick, as long as the RPC has not committed: a client-streaming
     call's ``replay`` (the one its starter takes requests from) keeps its
     requests until then; a response-streaming call commits at its first
-    response.
+    response, any call when response headers arrived.
     """
 
     _unary_response = False
@@ -255,16 +265,17 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
         core: ChannelCore,
         rpc: Rpc,
         start: Starter,
-        retry_not_sent: bool,
         replay: RequestReplay | None = None,
     ) -> None:
         self._core = core
         self._rpc = rpc
         self._start = start
-        self._retry = retry_not_sent
+        #: not committed yet (no response, replay still complete)
+        self._retry = True
         self._replay = replay
-        #: (subchannel call, retried?) for each failed subchannel call
-        self._decisions: list[tuple[Any, bool]] = []
+        #: (subchannel call, wait before the next attempt or None) for each
+        #: failed subchannel call
+        self._decisions: list[tuple[Any, float | None]] = []
         self._cond = threading.Condition()
         self._inner: Any = None
         self._transport: Transport | None = None
@@ -313,22 +324,46 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
         if not inner.add_callback(lambda: self._inner_terminated(inner, transport)):
             self._inner_terminated(inner, transport)  # already over
 
-    def _retry_decision(self, inner: Any, status: Status) -> bool:
-        """Whether the failed subchannel call ``inner`` is sent again: decided
-        once per call, by whichever of its terminal callback and a reader of
-        its responses sees the failure first."""
+    def _retry_delay(self, inner: Any, status: Status) -> float | None:
+        """The wait before the next attempt after the subchannel call
+        ``inner`` ended with ``status``, or None (the RPC ends with it):
+        decided once per call, by whichever of its terminal callback and a
+        reader of its responses sees the failure first."""
         with self._cond:
-            for decided, retried in self._decisions:
+            for decided, delay in self._decisions:
                 if decided is inner:
-                    return retried
-            retry = (
-                self._retry
-                and not self._cancel_requested
-                and (self._replay is None or self._replay.can_retry())
-                and self._rpc.retry_transparently(status)
-            )
-            self._decisions.append((inner, retry))
-            return retry
+                    return delay
+            delay = None
+            if not status.ok and not self._cancel_requested:
+                committed = not self._retry or (
+                    self._replay is not None and not self._replay.can_retry()
+                )
+                initial, trailing = _metadata_of(inner)
+                delay = self._rpc.retry_after(status, trailing, committed or bool(initial))
+            self._decisions.append((inner, delay))
+            return delay
+
+    def _retry_decision(self, inner: Any, status: Status) -> bool:
+        return self._retry_delay(inner, status) is not None
+
+    def _next_attempt(self, delay: float) -> None:
+        """Pick again for the next attempt, after ``delay`` seconds."""
+        if delay <= 0:
+            self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
+            return
+        cancelled = threading.Event()
+
+        def fire() -> None:
+            if not cancelled.is_set():
+                self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
+
+        timer = self._core.deadline_clock.call_later(delay, fire)
+
+        def cancel() -> None:
+            cancelled.set()
+            timer.cancel()
+
+        self._cancel_pick = cancel
 
     def _committed(self) -> None:
         """A response arrived: the RPC reached the server; never retried."""
@@ -339,11 +374,12 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
     def _inner_terminated(self, inner: Any, transport: Transport) -> None:
         transport.call_finished()
         status = status_of(inner)
-        if self._retry_decision(inner, status):
-            self._rpc.attempt_done(status)
+        delay = self._retry_delay(inner, status)
+        if delay is not None:
+            self._rpc.attempt_done(status, inner)
             with self._cond:
                 self._inner = None
-            self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
+            self._next_attempt(delay)
             return
         self._rpc.finish(status, inner)
         if self._unary_response:
@@ -562,18 +598,38 @@ class FutureCall(DeferredCall):
         return "<pyxds FutureCall (pick pending)>"
 
 
+def _metadata_of(call: Any) -> tuple[Any, Any]:
+    """(initial, trailing) metadata of a finished grpcio call or error,
+    without blocking: a grpcio rendezvous' ``initial_metadata()`` waits for
+    its receive-initial-metadata batch, which can complete after the status
+    (on the very thread running the terminal callback), so its state is read
+    directly (None when no initial metadata arrived)."""
+    state = getattr(call, "_state", None)
+    if state is not None and hasattr(state, "initial_metadata"):
+        return state.initial_metadata, getattr(state, "trailing_metadata", None)
+    try:
+        initial = call.initial_metadata()
+    except Exception:
+        initial = None
+    try:
+        trailing = call.trailing_metadata()
+    except Exception:
+        trailing = None
+    return initial, trailing
+
+
 def blocking_unary(
     core: ChannelCore,
     rpc: Rpc,
     invoke: Callable[[Transport, float | None], tuple[Any, Any]],
-    retry_not_sent: bool,
     replay: RequestReplay | None = None,
 ) -> tuple[Any, Any]:
     """Run a unary-response RPC on the calling thread: pick (waiting if need
-    be, bounded by the deadline), send, report.  Raises grpc.RpcError.
-    ``retry_not_sent``: sent again when nothing reached the server (A6,
-    :meth:`Rpc.retry_transparently`; a client stream only while ``replay``,
-    which ``invoke`` takes its requests from, can still replay them)."""
+    be, bounded by the deadline), send, report; a failed attempt is retried
+    as the RPC's retry state says (sleeping out the backoff, never past the
+    deadline) with a fresh pick.  Raises grpc.RpcError.  ``invoke`` sends
+    ``rpc.send_metadata``; a client stream takes its requests from
+    ``replay``, which commits the RPC when it can no longer replay them."""
     while True:
         outcome = core.pick_blocking(rpc)
         if isinstance(outcome, Status):
@@ -591,28 +647,29 @@ def blocking_unary(
         try:
             result = invoke(transport, remaining)
         except grpc.RpcError as err:
+            transport.call_finished()
             status = status_of(err)
-            if (
-                retry_not_sent
-                and (replay is None or replay.can_retry())
-                and rpc.retry_transparently(status)
-            ):
-                rpc.attempt_done(status)
+            initial, trailing = _metadata_of(err)
+            committed = bool(initial) or (replay is not None and not replay.can_retry())
+            rpc.attempt_done(status, err)
+            delay = rpc.retry_after(status, trailing, committed)
+            if delay is not None:
+                if delay > 0:
+                    time.sleep(delay)
                 continue
             rpc.finish(status, err)
             worded = unary_deadline_status(status)
             if worded is not status:
-                raise ChannelRpcError(
-                    worded, err.initial_metadata(), err.trailing_metadata()
-                ) from None
+                raise ChannelRpcError(worded, initial, trailing) from None
             raise
         except ValueError:  # "Cannot invoke RPC on closed channel!": not sent
+            transport.call_finished()
             rpc.attempt_done(ATTEMPT_NOT_STARTED)
             continue
         except BaseException as err:
+            transport.call_finished()
             rpc.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
             raise
-        finally:
-            transport.call_finished()
+        transport.call_finished()
         rpc.finish(OK_STATUS, result[1])
         return result

@@ -24,6 +24,7 @@ from pyxds.channel.multicallables import (
 )
 from pyxds.channel.subchannel import SyncTransport, subchannel_options
 from pyxds.lb.api import ConnectivityState
+from pyxds.resolver.service_config import from_channel_args
 
 CLOSE_WAIT = 1.0
 """At most this long, ``close()`` waits for the channel's connections to close."""
@@ -40,13 +41,17 @@ class XdsChannel(grpc.Channel):
         bootstrap: Any = None,
         options: Sequence[tuple[str, Any]] | None = None,
         compression: grpc.Compression | None = None,
+        service_config: Any = None,
     ) -> None:
-        sub_options = subchannel_options(options)
+        options, parsed, sub_extra = from_channel_args(options, service_config)
+        sub_options = subchannel_options(options) + sub_extra
 
         def make_transport(address: str, creds: Any, on_state: Callable) -> SyncTransport:
             return SyncTransport(address, creds, sub_options, compression, on_state)
 
-        self._core = ChannelCore(target, make_transport, credentials, bootstrap, options)
+        self._core = ChannelCore(
+            target, make_transport, credentials, bootstrap, options, service_config=parsed
+        )
         #: (callback, watcher) per subscribe(); as grpcio, one callback may be
         #: subscribed more than once, and each unsubscribe() ends one of them
         self._subscriptions: list[tuple[Callable, Callable]] = []

@@ -54,6 +54,7 @@ import grpc
 
 from pyxds import metrics as _metrics
 from pyxds.channel import lifecycle
+from pyxds.channel.retry import PREVIOUS_ATTEMPTS_KEY, RetryState
 from pyxds.channel.subchannel import (
     ChannelSubchannel,
     SubchannelCore,
@@ -89,6 +90,9 @@ from pyxds.resolver.api import (
     ResolverArgs,
     ResolverResult,
 )
+from pyxds.resolver.http_filters import FilterVerdict, run_chain
+from pyxds.resolver.retry_policy import RetryThrottle
+from pyxds.resolver.service_config import MethodConfigSelector, ServiceConfig
 from pyxds.resolver.static_resolver import lb_selection_from_options
 from pyxds.serializer import WorkSerializer
 
@@ -112,6 +116,7 @@ def unary_deadline_status(status: Status) -> Status:
     return DEADLINE_EXCEEDED if status == _STREAM_REMOVED_DEADLINE else status
 
 
+_OK = grpc.StatusCode.OK
 CHANNEL_CLOSED = Status(grpc.StatusCode.CANCELLED, "Channel closed!")
 #: grpcio's ValueError text for an RPC invoked on a closed sync channel
 CLOSED_CHANNEL_MESSAGE = "Cannot invoke RPC on closed channel!"
@@ -152,26 +157,6 @@ def _attempt_ended(rpc: Rpc, status: Status) -> float | None:
     return _attempt_started(rpc._core, rpc.path)
 
 
-#: UNAVAILABLE texts of an attempt that never left the client (A6
-#: "Transparent Retries", case 2): the subchannel's grpcio channel had no
-#: connection, or was closed, when the attempt was handed to it.
-NEVER_LEFT_CLIENT = (
-    "failed to connect to all addresses",
-    "Cannot invoke RPC",
-    "Channel closed!",
-)
-#: UNAVAILABLE texts of an attempt the server refused before its application
-#: saw it (A6 case 3): retried once.
-REFUSED_UNSEEN = (
-    "REFUSED_STREAM",
-    # C-core's text for RST_STREAM(REFUSED_STREAM)
-    "Received RST_STREAM with error code 7)",
-    "Stream refused",
-    # a stream above the GOAWAY's last-stream-id
-    "GOAWAY received",
-)
-
-
 class Rpc:
     """Per-RPC bookkeeping for the pick: the CallConfig (once chosen), the
     deadline, and the exactly-once completion hooks."""
@@ -187,8 +172,12 @@ class Rpc:
         "on_call_done",
         "picked_by",
         "stale_picker",
-        "refusals_left",
         "on_call_trailers",
+        "send_metadata",
+        "retry",
+        "fault",
+        "hold_until",
+        "wfr_explicit",
         "_finished",
         "_core",
         "_attempt_start",
@@ -205,7 +194,16 @@ class Rpc:
         self._core = core
         self.path = path
         self.metadata = tuple(metadata) if metadata else ()
+        #: the metadata the next attempt sends (the user's, plus
+        #: ``grpc-previous-rpc-attempts`` on a retry)
+        self.send_metadata = metadata
+        #: the retry decision, made on the first failed attempt
+        self.retry: RetryState | None = None
+        #: the A39 filters' verdict (A33 fault) still to carry out
+        self.fault: FilterVerdict | None = None
+        self.hold_until: float | None = None
         self.wait_for_ready = bool(wait_for_ready)
+        self.wfr_explicit = wait_for_ready is not None
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.call_config: CallConfig | None = None
         self.selector: ConfigSelector | None = None
@@ -213,7 +211,6 @@ class Rpc:
         self.on_call_done: Callable[[Status], None] | None = None
         self.picked_by: Picker | None = None  # the picker of the last completed pick
         self.stale_picker: Picker | None = None  # never pick with it again
-        self.refusals_left = 1
         self.on_call_trailers: Callable[[Sequence[tuple[str, Any]]], None] | None = None
         self._finished = False
         # A66 per-attempt metrics: the attempt's start, None while metrics are off.
@@ -250,25 +247,40 @@ class Rpc:
             except Exception:
                 _log.exception("pyxds: on_call_done raised")
 
-    def retry_transparently(self, status: Status) -> bool:
-        """Whether an attempt that failed with ``status`` is sent again
-        (gRFC A6 "Transparent Retries"; the caller has checked the RPC is
-        not committed).  An attempt that never left the client (its
-        subchannel's connection was gone) is sent again until the deadline,
-        each time by a picker newer than the one that chose that subchannel:
-        that picker was built before the loss was known, and picking with it
-        again would fail the same way.  An attempt the server refused unseen
-        (REFUSED_STREAM, a stream above GOAWAY's last id) is sent again once."""
-        details = status.details or ""
-        if status.code is not grpc.StatusCode.UNAVAILABLE:
-            return False
-        if any(marker in details for marker in NEVER_LEFT_CLIENT):
+    def retry_after(
+        self,
+        status: Status,
+        trailing_metadata: Sequence[tuple[str, Any]] | None = None,
+        committed: bool = False,
+        pick_failed: bool = False,
+    ) -> float | None:
+        """One attempt ended with ``status`` (already reported through
+        :meth:`attempt_done`; ``pick_failed``: its pick failed, nothing was
+        sent): seconds to wait before the next attempt (a fresh pick), or
+        None to end the RPC with ``status``.  The policy is
+        the one of this RPC's CallConfig, chosen once (A31), and the wait
+        never goes past the deadline (the next attempt then fails with
+        DEADLINE_EXCEEDED)."""
+        state = self.retry
+        if state is None:
+            if not self._core.retries_enabled:
+                return None
+            config = self.call_config
+            policy = config.retry_policy if config is not None else None
+            state = self.retry = RetryState(policy, self._core.retry_throttle, self._core.random)
+        delay = state.on_attempt_end(status, trailing_metadata, committed, pick_failed)
+        if delay is None:
+            return None
+        if state.wait_for_new_picker:
+            # A6 transparent retry of an attempt that never left the client:
+            # the picker that chose its lost connection is not used again
             self.stale_picker = self.picked_by
-            return True
-        if self.refusals_left > 0 and any(marker in details for marker in REFUSED_UNSEEN):
-            self.refusals_left -= 1
-            return True
-        return False
+        previous = state.previous_attempts
+        if previous:
+            self.send_metadata = (*self.metadata, (PREVIOUS_ATTEMPTS_KEY, str(previous)))
+        if self.deadline is not None:
+            delay = max(0.0, min(delay, self.deadline - time.monotonic()))
+        return delay
 
     def release_config(self) -> None:
         """Forget the CallConfig (committing it) so the RPC is routed again."""
@@ -286,7 +298,12 @@ class Rpc:
         if self._finished:
             return
         self._finished = True
+        fault = self.fault
+        if fault is not None and fault.done is not None:
+            fault.done()  # e.g. the deadline came during a fault delay
         self.attempt_done(status, call)
+        if status.code is _OK and self._core.retry_throttle is not None:
+            self._core.retry_throttle.record_success()
         config = self.call_config
         if config is not None and config.on_committed is not None:
             try:
@@ -380,6 +397,7 @@ class ChannelCore:
         options: Sequence[tuple[str, Any]] | None = None,
         rng: random.Random | None = None,
         clock: Clock | None = None,
+        service_config: ServiceConfig | None = None,
     ) -> None:
         self.target = target
         self.scheme, self.authority = parse_target(target)
@@ -388,6 +406,13 @@ class ChannelCore:
         self.serializer = WorkSerializer()
         self.clock = clock or RealClock(dispatch=self.serializer.run)
         self.random = rng or random.Random()
+        #: the channel's own service config (``service_config=`` or the
+        #: ``grpc.service_config`` option); for xds: targets the xDS config wins
+        self.service_config = service_config if self.scheme != "xds" else None
+        #: A6 retry throttling of this channel (service config), or None
+        self.retry_throttle: RetryThrottle | None = (
+            self.service_config.retry_throttle if self.service_config is not None else None
+        )
         #: deadlines of queued non-blocking RPCs (not on the serializer)
         self.deadline_clock: Clock = clock or _DEADLINE_CLOCK
         self.pool = SubchannelPool(
@@ -398,6 +423,11 @@ class ChannelCore:
             opts.get("grpc.client_idle_timeout_ms", DEFAULT_IDLE_TIMEOUT * 1000)
         )
         self.idle_timeout = self.idle_timeout / 1000 if self.idle_timeout > 0 else 0.0
+        #: C-core's channel args: ``grpc.enable_retries`` (0: no retries at
+        #: all, transparent ones included, A6 "Disabling Retries") and
+        #: ``grpc.per_rpc_retry_buffer_size`` (bytes of requests kept for a retry)
+        self.retries_enabled = bool(int(opts.get("grpc.enable_retries", 1)))
+        self.retry_buffer_size = int(opts.get("grpc.per_rpc_retry_buffer_size", 256 * 1024))
         # -- published, read lock-free by RPCs ---------------------------
         self.selector: ConfigSelector | None = None
         self.picker: Picker = QueuePicker()
@@ -448,11 +478,16 @@ class ChannelCore:
         self.call_started()
         return rpc
 
-    def try_pick(self, rpc: Rpc) -> SubchannelCore | Status | None:
-        """One pick attempt: a core to send on, a Status to fail with, or
-        None to wait for the next publication."""
+    def try_pick(self, rpc: Rpc) -> SubchannelCore | Status | float | None:
+        """One pick attempt: a core to send on, a Status to fail with, None
+        to wait for the next publication, or a float: seconds to wait (an
+        A33 fault delay, or the retry backoff after a failed pick) before
+        trying again."""
         if self.closed:
             return CHANNEL_CLOSED
+        if rpc.retry is not None and rpc.deadline is not None and rpc.remaining() <= 0:
+            # a retry whose backoff ran into the deadline: no pick for it
+            return DEADLINE_EXCEEDED
         config = rpc.call_config
         if config is None:
             selector = self.selector
@@ -474,10 +509,18 @@ class ChannelCore:
                 return config.status
             rpc.call_config = config
             rpc.selector = selector
+            if config.wait_for_ready is not None and not rpc.wfr_explicit:
+                rpc.wait_for_ready = config.wait_for_ready
             if config.timeout is not None and config.timeout > 0:
                 cap = time.monotonic() + config.timeout
                 if rpc.deadline is None or cap < rpc.deadline:
                     rpc.deadline = cap
+            if config.filters:
+                rpc.fault = run_chain(config.filters, rpc.metadata, self.random)
+        if rpc.fault is not None:
+            held = self._carry_out_fault(rpc, rpc.fault)
+            if held is not None:
+                return held
         picker = self.picker
         if picker is rpc.stale_picker:
             return None  # it chose a lost connection for this RPC: wait for the next
@@ -501,10 +544,33 @@ class ChannelCore:
         if isinstance(result, PickFail):
             if rpc.wait_for_ready:
                 return None
-            return self._reroute(rpc, result.status)
+            outcome = self._reroute(rpc, result.status)
+            if outcome.__class__ is Status and config.retry_policy is not None:
+                # A6: a pick that fails (not a drop) is handled by the policy
+                delay = rpc.retry_after(outcome, pick_failed=True)  # type: ignore[arg-type]
+                if delay is not None:
+                    return delay
+            return outcome
         if isinstance(result, PickDrop):
             return self._reroute(rpc, result.status)
         return None
+
+    @staticmethod
+    def _carry_out_fault(rpc: Rpc, fault: FilterVerdict) -> Status | float | None:
+        """The filters' verdict before the pick (A33: delay, then abort, both
+        before anything is sent): seconds still to wait, the abort status,
+        or None to go on to the pick."""
+        if fault.delay > 0:
+            now = time.monotonic()
+            if rpc.hold_until is None:
+                rpc.hold_until = now + fault.delay
+            left = rpc.hold_until - now
+            if left > 0:
+                return left
+        rpc.fault = None
+        if fault.done is not None:
+            fault.done()
+        return fault.abort
 
     def _reroute(self, rpc: Rpc, status: Status) -> SubchannelCore | Status | None:
         """A failed pick of an RPC routed by a config that is being replaced
@@ -545,9 +611,15 @@ class ChannelCore:
         while True:
             generation = self.generation
             outcome = self.try_pick(rpc)
-            if outcome is not None:
-                return outcome
+            if outcome is not None and outcome.__class__ is not float:
+                return outcome  # type: ignore[return-value]
             remaining = rpc.remaining()
+            if outcome is not None:
+                if remaining is not None and remaining <= outcome:  # type: ignore[operator]
+                    time.sleep(max(remaining, 0))
+                    return DEADLINE_EXCEEDED
+                time.sleep(outcome)  # type: ignore[arg-type]
+                continue
             if remaining is not None and remaining <= 0:
                 return DEADLINE_EXCEEDED
             event = threading.Event()
@@ -566,7 +638,7 @@ class ChannelCore:
         publishing thread later, or the timer thread at the deadline) at most
         once with a core or a Status.  Returns a cancel function (after it,
         ``on_done`` is not called)."""
-        state = {"done": False, "timer": None}
+        state: dict[str, Any] = {"done": False, "timer": None, "hold": None}
         lock = threading.Lock()
 
         def complete(outcome: SubchannelCore | Status) -> None:
@@ -587,7 +659,10 @@ class ChannelCore:
                 generation = self.generation
                 outcome = self.try_pick(rpc)
                 if outcome is not None:
-                    complete(outcome)
+                    if outcome.__class__ is float:  # a fault delay: try again after it
+                        state["hold"] = self.deadline_clock.call_later(outcome, attempt)
+                        return
+                    complete(outcome)  # type: ignore[arg-type]
                     return
                 if self.add_waiter(generation, attempt):
                     return
@@ -600,8 +675,11 @@ class ChannelCore:
             with lock:
                 state["done"] = True
                 timer = state["timer"]
+                hold = state["hold"]
             if timer is not None:
                 timer.cancel()
+            if hold is not None:
+                hold.cancel()
             self.remove_waiter(attempt)
 
         remaining = rpc.remaining()
@@ -697,11 +775,19 @@ class ChannelCore:
             if rejected is not None:
                 _log.info("pyxds: %s: LB policy rejected the update: %s", self.target, rejected)
         if result.service_config_error is None and result.config_selector is not None:
-            self.selector = result.config_selector
+            self.selector = self._with_method_config(result.config_selector)
         elif self.selector is None:
-            self.selector = DefaultConfigSelector()
+            self.selector = self._with_method_config(DefaultConfigSelector())
         self.no_config_status = None
         self._publish()
+
+    def _with_method_config(self, selector: ConfigSelector) -> ConfigSelector:
+        """The resolver's selector, plus the channel's methodConfig (a
+        non-xDS target with a service config that has one)."""
+        config = self.service_config
+        if config is None or not config.methods:
+            return selector
+        return MethodConfigSelector(config, selector)
 
     def _default_selection(self) -> Any:
         """The channel's LB policy when the resolver names none: the

@@ -113,13 +113,13 @@ class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
             return self._inner(transport).with_call(
                 request,
                 timeout=remaining,
-                metadata=metadata,
+                metadata=rpc.send_metadata,
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,
             )
 
-        return blocking_unary(self._core, rpc, invoke, retry_not_sent=True)
+        return blocking_unary(self._core, rpc, invoke)
 
     def future(
         self,
@@ -137,13 +137,13 @@ class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
             return self._inner(transport, serialized).future(
                 request,
                 timeout=remaining,
-                metadata=metadata,
+                metadata=rpc.send_metadata,
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,
             )
 
-        return FutureCall(self._core, rpc, start, retry_not_sent=True)
+        return FutureCall(self._core, rpc, start)
 
 
 class UnaryStreamMultiCallable(_Base, grpc.UnaryStreamMultiCallable):
@@ -165,13 +165,13 @@ class UnaryStreamMultiCallable(_Base, grpc.UnaryStreamMultiCallable):
             return self._inner(transport, serialized)(
                 request,
                 timeout=remaining,
-                metadata=metadata,
+                metadata=rpc.send_metadata,
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,
             )
 
-        return StreamingCall(self._core, rpc, start, retry_not_sent=True)
+        return StreamingCall(self._core, rpc, start)
 
 
 class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
@@ -200,19 +200,19 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
         compression: grpc.Compression | None = None,
     ) -> tuple[Any, grpc.Call]:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
-        replay = RequestReplay(request_iterator)
+        replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
 
         def invoke(transport: Transport, remaining: float | None) -> tuple[Any, Any]:
             return self._inner(transport).with_call(
                 replay.attempt(),
                 timeout=remaining,
-                metadata=metadata,
+                metadata=rpc.send_metadata,
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,
             )
 
-        return blocking_unary(self._core, rpc, invoke, retry_not_sent=True, replay=replay)
+        return blocking_unary(self._core, rpc, invoke, replay=replay)
 
     def future(
         self,
@@ -224,19 +224,19 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
         compression: grpc.Compression | None = None,
     ) -> FutureCall:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
-        replay = RequestReplay(request_iterator)
+        replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
 
         def start(transport: Transport, remaining: float | None) -> Any:
             return self._inner(transport).future(
                 replay.attempt(),
                 timeout=remaining,
-                metadata=metadata,
+                metadata=rpc.send_metadata,
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,
             )
 
-        return FutureCall(self._core, rpc, start, retry_not_sent=True, replay=replay)
+        return FutureCall(self._core, rpc, start, replay=replay)
 
 
 class StreamStreamMultiCallable(_Base, grpc.StreamStreamMultiCallable):
@@ -252,16 +252,16 @@ class StreamStreamMultiCallable(_Base, grpc.StreamStreamMultiCallable):
         compression: grpc.Compression | None = None,
     ) -> StreamingCall:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
-        replay = RequestReplay(request_iterator)
+        replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
 
         def start(transport: Transport, remaining: float | None) -> Any:
             return self._inner(transport)(
                 replay.attempt(),
                 timeout=remaining,
-                metadata=metadata,
+                metadata=rpc.send_metadata,
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,
             )
 
-        return StreamingCall(self._core, rpc, start, retry_not_sent=True, replay=replay)
+        return StreamingCall(self._core, rpc, start, replay=replay)

@@ -27,6 +27,7 @@ from typing import Any
 from pyxds.clock import Clock
 from pyxds.lb.api import EMPTY_ATTRIBUTES, Endpoint
 from pyxds.lb.registry import PolicySelection
+from pyxds.resolver.retry_policy import RetryPolicy
 from pyxds.serializer import WorkSerializer
 from pyxds.status import Status
 
@@ -43,6 +44,12 @@ class CallConfig:
     configuration is gone), not that this RPC's route fails it: a
     wait_for_ready RPC then waits for the next config instead of failing, as
     in C-core, where the channel is left with no addresses.
+    ``retry_policy``: the RPC's retry policy (A44 route/virtual host, A6
+    methodConfig); it stays the RPC's for all its attempts (A31).
+    ``filters``: the route's A39 HTTP filter chain
+    (:class:`pyxds.resolver.http_filters.CallFilter`), run once per RPC
+    before its first pick.  ``wait_for_ready``: the methodConfig's, used
+    when the application did not say.
     """
 
     call_attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
@@ -50,6 +57,9 @@ class CallConfig:
     on_committed: Callable[[], None] | None = None
     status: Status | None = None
     no_config: bool = False
+    retry_policy: RetryPolicy | None = None
+    filters: tuple[Any, ...] = ()
+    wait_for_ready: bool | None = None
 
 
 class ConfigSelector(ABC):

@@ -24,7 +24,8 @@ nothing on the success path:
    a superseded selector), the RPC is routed again by the current selector.
 4. ``call_attributes["cluster"]`` is the xds_cluster_manager child name
    ``cluster:NAME``; ``timeout`` is the route's max_stream_duration, else
-   the listener's (0 or unset: no limit).
+   the listener's (0 or unset: no limit); ``retry_policy`` is the route's
+   (else its virtual host's) A44 retry policy, the RPC's for all attempts.
 5. A route with hash policies also gets ``call_attributes[REQUEST_HASH_KEY]``,
    the A42 request hash (:mod:`pyxds.resolver.request_hash`), in a small
    mapping built per RPC; without a hash (no policy produced a value) it
@@ -46,7 +47,9 @@ import grpc
 
 from pyxds.lb.api import REQUEST_HASH_KEY
 from pyxds.resolver.api import CallConfig, ConfigSelector
+from pyxds.resolver.http_filters import build_chain
 from pyxds.resolver.request_hash import RequestHasher
+from pyxds.resolver.retry_policy import RetryPolicy
 from pyxds.resolver.route_matching import RouteTable
 from pyxds.status import Status
 from pyxds.xds.resources.types import RouteAction, VirtualHost
@@ -170,6 +173,15 @@ def _effective_timeout(route_value: float | None, listener_value: float | None) 
     return value
 
 
+def _retry_policy(action: RouteAction) -> RetryPolicy | None:
+    """The route's A44 retry policy (the virtual host's when the route has
+    none: the RDS parser already folded it in) as the channel applies it."""
+    rp = action.retry_policy
+    if rp is None:
+        return None
+    return RetryPolicy.from_xds(rp.retry_on, rp.num_retries, rp.base_interval, rp.max_interval)
+
+
 class XdsConfigSelector(ConfigSelector):
     """Routes RPCs over one virtual host (module docstring)."""
 
@@ -181,6 +193,7 @@ class XdsConfigSelector(ConfigSelector):
         rng: _random_module.Random | None = None,
         fallback: Callable[[], ConfigSelector] | None = None,
         channel_id: int | None = None,
+        http_filters: Sequence[Any] = (),
     ) -> None:
         self.virtual_host = virtual_host
         self._fallback = fallback
@@ -197,15 +210,34 @@ class XdsConfigSelector(ConfigSelector):
         self._lost_cluster = CallConfig(
             status=Status(UNAVAILABLE, "xDS cluster for this RPC was removed from the config")
         )
-        configs: dict[tuple[str, float | None], CallConfig] = {}
+        configs: dict[tuple[Any, ...], CallConfig] = {}
+        vh_overrides = virtual_host.filter_overrides
+        chains: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
-        def choice(cluster: str, timeout: float | None) -> _Choice:
+        def chain(*levels: tuple[tuple[str, str, bytes], ...]) -> tuple[Any, ...]:
+            if not http_filters:
+                return ()
+            got = chains.get(levels)
+            if got is None:
+                got = chains[levels] = build_chain(http_filters, vh_overrides, *levels)
+            return got
+
+        def choice(
+            cluster: str,
+            timeout: float | None,
+            retry: RetryPolicy | None,
+            filters: tuple[Any, ...],
+        ) -> _Choice:
             ref = refs[cluster]
-            key = (cluster, timeout)
+            key = (cluster, timeout, retry, filters)
             config = configs.get(key)
             if config is None:
                 config = configs[key] = CallConfig(
-                    call_attributes=ref.attributes, timeout=timeout, on_committed=ref.release
+                    call_attributes=ref.attributes,
+                    timeout=timeout,
+                    on_committed=ref.release,
+                    retry_policy=retry,
+                    filters=filters,
                 )
             return _Choice(ref, config)
 
@@ -219,8 +251,10 @@ class XdsConfigSelector(ConfigSelector):
                 action.fail = non_forwarding
             else:
                 timeout = _effective_timeout(ra.max_stream_duration, listener_max_stream_duration)
+                retry = _retry_policy(ra)
+                route_overrides = route.filter_overrides
                 if ra.cluster is not None:
-                    action.single = choice(ra.cluster, timeout)
+                    action.single = choice(ra.cluster, timeout, retry, chain(route_overrides))
                 elif ra.weighted_clusters:
                     running = 0
                     for cw in ra.weighted_clusters:
@@ -228,7 +262,14 @@ class XdsConfigSelector(ConfigSelector):
                             continue
                         running += cw.weight
                         action.cumulative.append(running)
-                        action.choices.append(choice(cw.name, timeout))
+                        action.choices.append(
+                            choice(
+                                cw.name,
+                                timeout,
+                                retry,
+                                chain(route_overrides, cw.filter_overrides),
+                            )
+                        )
                     action.total = running
                     if running == 0:
                         action.fail = CallConfig(
@@ -307,6 +348,8 @@ class XdsConfigSelector(ConfigSelector):
             call_attributes={CLUSTER_ATTRIBUTE: ref.child_name, REQUEST_HASH_KEY: request_hash},
             timeout=config.timeout,
             on_committed=config.on_committed,
+            retry_policy=config.retry_policy,
+            filters=config.filters,
         )
 
     def _reroute(self, path: str, metadata: Sequence[tuple[str, str | bytes]]) -> CallConfig:

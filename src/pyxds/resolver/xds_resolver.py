@@ -240,7 +240,11 @@ class XdsResolver(Resolver):
         self._xds_config = config
         names = route_cluster_names(config.virtual_host)
         self._hold(names)
-        key = (config.virtual_host, config.listener.max_stream_duration)
+        key = (
+            config.virtual_host,
+            config.listener.max_stream_duration,
+            config.listener.http_filters,
+        )
         if key != self._selector_key or not isinstance(self._selector, XdsConfigSelector):
             self._selector = XdsConfigSelector(
                 config.virtual_host,
@@ -249,6 +253,7 @@ class XdsResolver(Resolver):
                 self._args.random,
                 fallback=lambda: self._selector,  # type: ignore[arg-type,return-value]
                 channel_id=self.channel_id,
+                http_filters=config.listener.http_filters,
             )
             self._selector_key = key
         self._retire_idle()

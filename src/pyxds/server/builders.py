@@ -94,6 +94,70 @@ def router_filter() -> hcm_pb2.HttpFilter:
     return hcm_pb2.HttpFilter(name="router", typed_config=pack(router_pb2.Router()))
 
 
+_DENOMINATORS = {100: 0, 10_000: 1, 1_000_000: 2}
+
+
+def _percent(value: float | tuple[int, int]) -> percent_pb2.FractionalPercent:
+    """A FractionalPercent from a percentage (50 -> 50/HUNDRED) or an
+    explicit (numerator, denominator) with denominator 100, 10000 or 1000000."""
+    if isinstance(value, tuple):
+        numerator, denominator = value
+    else:
+        numerator, denominator = round(value * 10_000), 1_000_000
+    return percent_pb2.FractionalPercent(
+        numerator=numerator, denominator=_DENOMINATORS[denominator]
+    )
+
+
+def fault_config(
+    abort_grpc_status: int | None = None,
+    abort_http_status: int | None = None,
+    header_abort: bool = False,
+    abort_percent: float | tuple[int, int] | None = None,
+    delay: Seconds | None = None,
+    header_delay: bool = False,
+    delay_percent: float | tuple[int, int] | None = None,
+    max_active_faults: int | None = None,
+) -> Any:
+    """An HTTPFault (A33) for an HCM filter or a ``typed_per_filter_config``
+    override.  Percentages: a number of percent, or (numerator, denominator)."""
+    from envoy.extensions.filters.common.fault.v3 import fault_pb2 as common_fault_pb2
+    from envoy.extensions.filters.http.fault.v3 import fault_pb2
+
+    fault = fault_pb2.HTTPFault()
+    if abort_grpc_status is not None or abort_http_status is not None or header_abort:
+        abort = fault_pb2.FaultAbort()
+        if abort_grpc_status is not None:
+            abort.grpc_status = abort_grpc_status
+        elif abort_http_status is not None:
+            abort.http_status = abort_http_status
+        else:
+            abort.header_abort.SetInParent()
+        if abort_percent is not None:
+            abort.percentage.CopyFrom(_percent(abort_percent))
+        fault.abort.CopyFrom(abort)
+    if delay is not None or header_delay:
+        fault_delay = common_fault_pb2.FaultDelay()
+        if delay is not None:
+            fault_delay.fixed_delay.CopyFrom(_duration(delay, "fault delay"))
+        else:
+            fault_delay.header_delay.SetInParent()
+        if delay_percent is not None:
+            fault_delay.percentage.CopyFrom(_percent(delay_percent))
+        fault.delay.CopyFrom(fault_delay)
+    if max_active_faults is not None:
+        fault.max_active_faults.CopyFrom(wrappers_pb2.UInt32Value(value=max_active_faults))
+    return fault
+
+
+def fault_filter(name: str = "fault", config: Any = None, **kwargs: Any) -> hcm_pb2.HttpFilter:
+    """An HCM fault injection filter (A33): ``config`` an HTTPFault, else
+    :func:`fault_config` of ``kwargs``."""
+    if config is None:
+        config = fault_config(**kwargs)
+    return hcm_pb2.HttpFilter(name=name, typed_config=pack(config))
+
+
 def http_connection_manager(
     route_config_name: str | None = None,
     route_config: route_pb2.RouteConfiguration | None = None,
@@ -157,11 +221,41 @@ def virtual_host(
     name: str,
     domains: Iterable[str] = ("*",),
     routes: Iterable[route_components_pb2.Route] = (),
+    retry_policy: route_components_pb2.RetryPolicy | None = None,
+    typed_per_filter_config: Mapping[str, message.Message] | None = None,
 ) -> route_components_pb2.VirtualHost:
-    """A VirtualHost matching ``domains`` (default: every domain)."""
+    """A VirtualHost matching ``domains`` (default: every domain);
+    ``retry_policy``: the one of its routes that have none (A44);
+    ``typed_per_filter_config``: filter name -> config override (A39)."""
     if isinstance(domains, str):
         domains = (domains,)
-    return route_components_pb2.VirtualHost(name=name, domains=list(domains), routes=list(routes))
+    vh = route_components_pb2.VirtualHost(name=name, domains=list(domains), routes=list(routes))
+    if retry_policy is not None:
+        vh.retry_policy.CopyFrom(retry_policy)
+    for filter_name, override in (typed_per_filter_config or {}).items():
+        vh.typed_per_filter_config[filter_name].CopyFrom(pack(override))
+    return vh
+
+
+def retry_policy(
+    retry_on: str = "unavailable",
+    num_retries: int | None = None,
+    base_interval: Seconds | None = None,
+    max_interval: Seconds | None = None,
+) -> route_components_pb2.RetryPolicy:
+    """An RDS RetryPolicy (A44): ``retry_on`` comma-separated gRPC code names
+    ("cancelled", "deadline-exceeded", "internal", "resource-exhausted",
+    "unavailable"), ``num_retries`` (unset: 1), ``retry_back_off``
+    base/max intervals (unset: 25 ms and 10x base)."""
+    rp = route_components_pb2.RetryPolicy(retry_on=retry_on)
+    if num_retries is not None:
+        rp.num_retries.CopyFrom(wrappers_pb2.UInt32Value(value=num_retries))
+    if base_interval is not None or max_interval is not None:
+        if base_interval is not None:
+            rp.retry_back_off.base_interval.CopyFrom(_duration(base_interval, "base_interval"))
+        if max_interval is not None:
+            rp.retry_back_off.max_interval.CopyFrom(_duration(max_interval, "max_interval"))
+    return rp
 
 
 def _string_matcher(
@@ -286,12 +380,16 @@ def route(
     max_stream_duration: Seconds | None = None,
     grpc_timeout_header_max: Seconds | None = None,
     hash_policies: Iterable[route_components_pb2.RouteAction.HashPolicy] = (),
+    retry_policy: route_components_pb2.RetryPolicy | None = None,
+    typed_per_filter_config: Mapping[str, message.Message] | None = None,
 ) -> route_components_pb2.Route:
     """A Route: one path matcher (default ``prefix=""``) and one action (A28).
 
     ``weighted_clusters`` maps cluster name to weight. With neither ``cluster``
     nor ``weighted_clusters`` the route is non-forwarding (``non_forwarding_action``).
     ``hash_policies`` (see :func:`hash_policy`) feed ring_hash clusters (A42).
+    ``retry_policy`` (see :func:`retry_policy`): the route's A44 retry policy.
+    ``typed_per_filter_config``: filter name -> config override (A39).
     """
     matchers = [k for k, v in {"prefix": prefix, "path": path, "regex": regex}.items() if v]
     if len(matchers) > 1:
@@ -310,6 +408,8 @@ def route(
     if runtime_fraction is not None:
         match.runtime_fraction.CopyFrom(_fraction(runtime_fraction))
     out = route_components_pb2.Route(match=match)
+    for filter_name, override in (typed_per_filter_config or {}).items():
+        out.typed_per_filter_config[filter_name].CopyFrom(pack(override))
     if cluster is None and weighted_clusters is None:
         out.non_forwarding_action.SetInParent()
         return out
@@ -339,6 +439,8 @@ def route(
             _duration(grpc_timeout_header_max, "route grpc_timeout_header_max")
         )
     action.hash_policy.extend(hash_policies)
+    if retry_policy is not None:
+        action.retry_policy.CopyFrom(retry_policy)
     out.route.CopyFrom(action)
     return out
 

@@ -115,6 +115,34 @@ def valid_fault_config(any_msg: Any, path: str, errs: Errors) -> bool:
     return ok
 
 
+def filter_overrides(overrides: Any) -> tuple[tuple[str, str, bytes], ...]:
+    """A validated ``typed_per_filter_config`` map as (filter name, config
+    type, config bytes), sorted by name: a ``FilterConfig`` wrapper and a
+    TypedStruct are unwrapped (a TypedStruct's bytes are not the typed
+    config: kept as empty, the filter's default config); types this client
+    does not know (optional ones) are left out."""
+    out = []
+    for key, any_msg in overrides.items():
+        tname = type_name(any_msg.type_url)
+        if tname == FILTER_CONFIG_TYPE:
+            from envoy.config.route.v3 import route_components_pb2
+
+            fc = route_components_pb2.FilterConfig()
+            fc.ParseFromString(any_msg.value)
+            any_msg = fc.config
+            tname = type_name(any_msg.type_url)
+        value = any_msg.value
+        if tname in TYPED_STRUCT_TYPES:
+            from xds.type.v3 import typed_struct_pb2
+
+            ts = typed_struct_pb2.TypedStruct()
+            ts.ParseFromString(value)
+            tname, value = type_name(ts.type_url), b""
+        if tname in HTTP_FILTER_TYPES and tname != ROUTER_FILTER_TYPE:
+            out.append((key, tname, bytes(value)))
+    return tuple(sorted(out))
+
+
 def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
     """Validate a ``typed_per_filter_config`` map as C-core does (A39): a
     non-empty key; the config (possibly in a ``FilterConfig`` wrapper, whose

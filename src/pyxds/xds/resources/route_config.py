@@ -58,6 +58,7 @@ from pyxds.xds.resources._common import (
     check_filter_overrides,
     compile_regex,
     duration,
+    filter_overrides,
     type_name,
 )
 from pyxds.xds.resources.types import UINT32_MAX as UINT32_MAX_
@@ -103,6 +104,7 @@ _set_fraction = RouteMatch.runtime_fraction.__set__  # type: ignore[attr-defined
 _set_match = Route.match.__set__  # type: ignore[attr-defined]
 _set_action = Route.action.__set__  # type: ignore[attr-defined]
 _set_name = Route.name.__set__  # type: ignore[attr-defined]
+_set_overrides = Route.filter_overrides.__set__  # type: ignore[attr-defined]
 _PREFIX_ALL = PrefixMatch("")
 # Keys of the per-decode sharing cache: cluster names are str, so every
 # other kind of key is a tuple and cannot collide with a cluster name.
@@ -128,9 +130,13 @@ def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteCon
         for di, d in enumerate(domains):
             if not _valid_domain(d):
                 errs.add(f"{pre}virtual_hosts[{vi}].domains[{di}]", f'invalid domain pattern "{d}"')
+        vh_overrides: tuple[tuple[str, str, bytes], ...] = ()
         if vh.typed_per_filter_config:
             p = f"{pre}virtual_hosts[{vi}].typed_per_filter_config"
+            n_errors = len(errs)
             check_filter_overrides(vh.typed_per_filter_config, p, errs)
+            if len(errs) == n_errors:
+                vh_overrides = filter_overrides(vh.typed_per_filter_config)
         retry = None
         if vh.HasField("retry_policy"):
             retry = _parse_retry(vh.retry_policy, errs, f"{pre}virtual_hosts[{vi}].retry_policy")
@@ -142,7 +148,7 @@ def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteCon
                 if retry is not None:
                     route = _with_vhost_retry(route, retry)
                 append(route)
-        vhosts.append(VirtualHost(vh.name, domains, tuple(routes), retry))
+        vhosts.append(VirtualHost(vh.name, domains, tuple(routes), retry, vh_overrides))
     return RouteConfiguration(rc.name, tuple(vhosts), tuple(plugins))
 
 
@@ -150,7 +156,12 @@ def _with_vhost_retry(route: Route, retry: RetryPolicy) -> Route:
     """A route without its own retry policy takes its virtual host's (A44)."""
     action = route.action
     if isinstance(action, RouteAction) and action.retry_policy is None:
-        return Route(route.match, dataclasses.replace(action, retry_policy=retry), route.name)
+        return Route(
+            route.match,
+            dataclasses.replace(action, retry_policy=retry),
+            route.name,
+            route.filter_overrides,
+        )
     return route
 
 
@@ -321,14 +332,19 @@ def _parse_route(
             return None
     else:
         action = _NON_FORWARDING
+    overrides: tuple[tuple[str, str, bytes], ...] = ()
     if r.typed_per_filter_config:
+        n_errors = len(errs)
         check_filter_overrides(
             r.typed_per_filter_config, f"{_route_path(pre, vi, ri)}.typed_per_filter_config", errs
         )
+        if len(errs) == n_errors:
+            overrides = filter_overrides(r.typed_per_filter_config)
     route = _new(Route)
     _set_match(route, match)
     _set_action(route, action)
     _set_name(route, r.name)
+    _set_overrides(route, overrides)
     return route
 
 
@@ -432,13 +448,18 @@ def _parse_action(
         pairs = []
         total = 0
         for ci, cw in enumerate(wc.clusters):
+            cw_overrides: tuple[tuple[str, str, bytes], ...] = ()
             if cw.typed_per_filter_config:
+                n_errors = len(errs)
                 check_filter_overrides(
                     cw.typed_per_filter_config,
                     f"{_route_path(pre, vi, ri)}.route.weighted_clusters.clusters[{ci}]"
                     ".typed_per_filter_config",
                     errs,
                 )
+                if len(errs) == n_errors:
+                    cw_overrides = filter_overrides(cw.typed_per_filter_config)
+                    plain = False
             w = cw.weight.value
             name = cw.name
             if not name:
@@ -453,7 +474,7 @@ def _parse_action(
                 )
             elif w:
                 total += w
-                pairs.append((name, w))
+                pairs.append((name, w, cw_overrides))
         # ``total_weight`` (deprecated in Envoy's API) is ignored: the sum of
         # the weights is the total, as C-core, grpc-go and grpc-java do.
         if total == 0:
@@ -472,10 +493,10 @@ def _parse_action(
         if plain:
             action = cache.get(key)
             if action is None:
-                weights = tuple(ClusterWeight(n, w) for n, w in pairs)
+                weights = tuple(ClusterWeight(n, w) for n, w, _ in pairs)
                 action = cache[key] = RouteAction(weighted_clusters=weights)
             return action
-        weights = tuple(ClusterWeight(n, w) for n, w in pairs)
+        weights = tuple(ClusterWeight(n, w, o) for n, w, o in pairs)
         return RouteAction(None, weights, None, msd, timeout, hashes, retry)
     if spec == 37:
         name = spec_value

@@ -230,6 +230,8 @@ class ClusterWeight:
 
     name: str
     weight: int
+    #: A39 ``typed_per_filter_config``: (filter name, config type, config bytes)
+    filter_overrides: tuple[tuple[str, str, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,8 @@ class Route:
     match: RouteMatch
     action: RouteAction | NonForwardingAction
     name: str = ""
+    #: A39 ``typed_per_filter_config``: (filter name, config type, config bytes)
+    filter_overrides: tuple[tuple[str, str, bytes], ...] = ()
 
     @property
     def max_stream_duration(self) -> float | None:
@@ -319,6 +323,8 @@ class VirtualHost:
     domains: tuple[str, ...]
     routes: tuple[Route, ...]
     retry_policy: RetryPolicy | None = None
+    #: A39 ``typed_per_filter_config``: (filter name, config type, config bytes)
+    filter_overrides: tuple[tuple[str, str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

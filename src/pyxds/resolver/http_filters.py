@@ -1,0 +1,162 @@
+"""xDS HTTP filters on the client call path (gRFC A39).
+
+Theory of operation
+-------------------
+
+A filter type is an :class:`HttpFilter` object registered by the config
+type URL(s) it accepts (:func:`register`).  Registering also declares the
+type to the LDS/RDS validators, so a listener naming it is accepted and its
+``typed_per_filter_config`` overrides are validated; a type nobody
+registered is still skipped when optional and NACKed when required.
+
+The xds ConfigSelector builds, once per route (and per weighted cluster),
+the chain of :class:`CallFilter` objects for the listener's filters in
+listener order (:func:`build_chain`).  Each filter's config is the most
+specific one present (A39 "Filter Config Overrides"): the weighted
+cluster's ``typed_per_filter_config`` entry for the filter's name, else the
+route's, else the virtual host's, else the listener's ``typed_config``.
+The chain travels in the RPC's ``CallConfig.filters``.
+
+Per RPC the channel calls every filter's :meth:`CallFilter.on_call` once,
+before the first pick (as C-core runs them above its retry logic): each
+may answer a :class:`FilterVerdict` (wait, then maybe fail the RPC).  A
+filter that has nothing to do on the call path (the router; a fault filter
+with no fault) contributes no CallFilter at all, so such a route costs
+nothing per RPC.
+
+Adding a filter (e.g. A55 stateful session, A83 gcp_authn) is one
+subclass of :class:`HttpFilter` and one :func:`register` call.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyxds.status import Status
+
+__all__ = [
+    "CallFilter",
+    "FilterVerdict",
+    "HttpFilter",
+    "build_chain",
+    "register",
+    "registered",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class FilterVerdict:
+    """What a filter does to one RPC before its pick: wait ``delay``
+    seconds, then fail it with ``abort`` (None: go on).  ``done`` is called
+    once when the verdict has been carried out (or the RPC ended first)."""
+
+    delay: float = 0.0
+    abort: Status | None = None
+    done: Callable[[], None] | None = None
+
+
+class CallFilter(ABC):
+    """One filter with its effective config, for the RPCs of one route."""
+
+    @abstractmethod
+    def on_call(
+        self, metadata: Sequence[tuple[str, Any]], rng: random.Random
+    ) -> FilterVerdict | None: ...
+
+
+class HttpFilter(ABC):
+    """A filter type (A39 "Filter registry"): turns a config (the
+    serialized typed config of one of ``type_urls``) into a CallFilter, or
+    None when the filter does nothing on the call path."""
+
+    type_urls: tuple[str, ...] = ()
+    terminal = False
+
+    @abstractmethod
+    def call_filter(self, config: bytes) -> CallFilter | None: ...
+
+
+_REGISTRY: dict[str, HttpFilter] = {}
+
+
+def register(http_filter: HttpFilter) -> None:
+    """Register a filter type for its config type URLs (and declare them
+    to the LDS/RDS validators)."""
+    from pyxds.xds.resources.listener import register_http_filter
+
+    for type_url in http_filter.type_urls:
+        _REGISTRY[type_url] = http_filter
+        register_http_filter(type_url, http_filter.terminal)
+
+
+def registered(type_url: str) -> HttpFilter | None:
+    return _REGISTRY.get(type_url)
+
+
+def build_chain(
+    listener_filters: Sequence[Any],
+    *override_levels: Sequence[tuple[str, str, bytes]],
+) -> tuple[CallFilter, ...]:
+    """The CallFilters of one route, in listener order.  ``listener_filters``
+    are the listener's ``HttpFilter`` resources (name, type_url, config);
+    ``override_levels`` the ``filter_overrides`` from least to most specific
+    (virtual host, route, weighted cluster): the most specific entry for a
+    filter's name replaces its config (A39)."""
+    merged: dict[str, tuple[str, bytes]] = {}
+    for level in override_levels:
+        for name, type_url, config in level:
+            merged[name] = (type_url, config)
+    chain: list[CallFilter] = []
+    for flt in listener_filters:
+        type_url, config = merged.get(flt.name, (flt.type_url, flt.config))
+        impl = _REGISTRY.get(type_url)
+        if impl is None or impl.terminal:
+            continue
+        call_filter = impl.call_filter(config)
+        if call_filter is not None:
+            chain.append(call_filter)
+    return tuple(chain)
+
+
+def run_chain(
+    chain: Sequence[CallFilter], metadata: Sequence[tuple[str, Any]], rng: random.Random
+) -> FilterVerdict | None:
+    """Run a route's filters for one RPC: their delays add up; the first
+    abort ends the chain (later filters do not see the RPC)."""
+    delay = 0.0
+    dones: list[Callable[[], None]] = []
+    abort = None
+    for call_filter in chain:
+        verdict = call_filter.on_call(metadata, rng)
+        if verdict is None:
+            continue
+        delay += verdict.delay
+        if verdict.done is not None:
+            dones.append(verdict.done)
+        if verdict.abort is not None:
+            abort = verdict.abort
+            break
+    if not delay and abort is None and not dones:
+        return None
+    if len(dones) <= 1:
+        done = dones[0] if dones else None
+    else:
+
+        def done() -> None:
+            for fn in dones:
+                fn()
+
+    return FilterVerdict(delay, abort, done)
+
+
+def _register_builtin() -> None:
+    from pyxds.resolver.fault_filter import FaultFilter
+
+    register(FaultFilter())
+
+
+_register_builtin()

@@ -1,0 +1,321 @@
+"""Differential: xDS fault injection (gRFC A33) through the A39 filter chain,
+pyxds (sync and asyncio) against grpcio's C-core ``xds:///`` channel, same
+pyxds.server and backend: abort percentages, fixed delays, header-driven
+faults, HTTP status mapping, per-route overrides (A39 precedence), a delay
+that outlasts the deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import pytest
+from channel_fixtures import (
+    SERVICE,
+    Backend,
+    CoreXdsClient,
+    pyxds_calls,
+    wait_until,
+)
+
+import pyxds._api as pyxds
+import pyxds.aio
+from pyxds.server import ManagementServer
+from pyxds.server import builders as b
+from pyxds.server.snapshot import Snapshot
+
+N = 200
+WHO = f"/{SERVICE}/Who"
+META = f"/{SERVICE}/Meta"
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ManagementServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def backend():
+    started = Backend("a0").start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def core(server):
+    client = CoreXdsClient(server.bootstrap(node_id="fault-differential"))
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def channels(server):
+    opened: dict[str, grpc.Channel] = {}
+
+    def channel(target: str) -> grpc.Channel:
+        if target not in opened:
+            opened[target] = pyxds.insecure_channel(
+                target, bootstrap=server.bootstrap(node_id="fault-differential")
+            )
+        return opened[target]
+
+    yield channel
+    for ch in opened.values():
+        ch.close()
+
+
+def configure(server, backend, fault, name, routes=(), vh_overrides=None) -> str:
+    """A listener ``name`` with ``fault`` (an HTTPFault) before the router,
+    ``routes`` then a catch-all route to cluster c; returns its target.
+
+    Every configuration is a new listener (and target, so new channels on
+    both sides): C-core (grpcio 1.85) keeps the filter configs of a
+    channel's first listener when only the listener's filter changes, so a
+    changed fault on one listener would compare pyxds with a stale C-core.
+    """
+    routes = [*routes, b.route(prefix="", cluster="c")]
+    server.set_snapshot(
+        Snapshot(
+            listeners=[b.listener(name, http_filters=[b.fault_filter(config=fault)])],
+            routes=[
+                b.route_config(
+                    f"{name}-route",
+                    [b.virtual_host("vh", routes=routes, typed_per_filter_config=vh_overrides)],
+                )
+            ],
+            clusters=[b.cluster("c")],
+            endpoints=[
+                b.endpoints("c", [b.locality(zone="z", priority=0, endpoints=[backend.address])])
+            ],
+            version=name,
+        )
+    )
+    return f"xds:///{name}"
+
+
+def run(client, target: str, n: int, **kwargs):
+    """n RPCs on the C-core client or a pyxds channel, as Counters."""
+    if isinstance(client, CoreXdsClient):
+        return client.call(n, target=target, **kwargs)
+    return pyxds_calls(client(target), n, **kwargs)
+
+
+def applied(client, target, predicate, **kwargs) -> None:
+    """Wait until ``predicate(counts of 10 RPCs)`` holds on that client."""
+    assert wait_until(lambda: predicate(run(client, target, 10, details=True, **kwargs)), 15.0)
+
+
+def fault_details(counts) -> set[str]:
+    return {k for k in counts if k.startswith("error:")}
+
+
+def test_abort_half_fails_about_half_like_c_core(server, backend, core, channels):
+    t = configure(server, backend, b.fault_config(abort_grpc_status=14, abort_percent=50), "half")
+    applied(channels, t, lambda c: sum(c.values()) == 10)
+    applied(core, t, lambda c: sum(c.values()) == 10)
+    ours = run(channels, t, N, details=True)
+    theirs = run(core, t, N, details=True)
+    assert fault_details(ours) == fault_details(theirs) == {"error:UNAVAILABLE: Fault injected"}
+    for counts in (ours, theirs):
+        failed = counts["error:UNAVAILABLE: Fault injected"]
+        assert 0.35 * N <= failed <= 0.65 * N, counts
+
+
+@pytest.mark.parametrize(
+    ("percent", "expect_all"),
+    [((1, 100), False), ((10_000, 10_000), True), ((1_000_000, 1_000_000), True)],
+)
+def test_every_denominator_like_c_core(server, backend, core, channels, percent, expect_all):
+    t = configure(
+        server,
+        backend,
+        b.fault_config(abort_grpc_status=7, abort_percent=percent),
+        f"den-{percent[1]}-{percent[0]}",
+    )
+    if expect_all:
+        want = "error:PERMISSION_DENIED: Fault injected"
+        applied(channels, t, lambda c: c[want] == 10)
+        applied(core, t, lambda c: c[want] == 10)
+        return
+    applied(channels, t, lambda c: c["a0"] >= 9)
+    applied(core, t, lambda c: c["a0"] >= 9)
+    assert run(channels, t, N)["a0"] >= 0.95 * N
+    assert run(core, t, N)["a0"] >= 0.95 * N
+
+
+@pytest.mark.parametrize(
+    ("http", "want"),
+    [
+        (404, "error:UNIMPLEMENTED: Fault injected"),
+        (503, "error:UNAVAILABLE: Fault injected"),
+        (200, "a0"),  # C-core: 200 maps to OK, and an OK abort injects nothing
+    ],
+)
+def test_http_status_maps_to_grpc_like_c_core(server, backend, core, channels, http, want):
+    fault = b.fault_config(abort_http_status=http, abort_percent=100)
+    t = configure(server, backend, fault, f"http-{http}")
+    applied(channels, t, lambda c: c[want] == 10)
+    applied(core, t, lambda c: c[want] == 10)
+
+
+def test_grpc_status_ok_injects_nothing_like_c_core(server, backend, core, channels):
+    t = configure(server, backend, b.fault_config(abort_grpc_status=0, abort_percent=100), "ok")
+    applied(channels, t, lambda c: c["a0"] == 10)
+    applied(core, t, lambda c: c["a0"] == 10)
+
+
+def test_fixed_delay_shows_in_latency_like_c_core(server, backend, core, channels):
+    t = configure(server, backend, b.fault_config(delay=0.2, delay_percent=100), "delay")
+
+    def per_rpc(client) -> float:
+        start = time.monotonic()
+        assert run(client, t, 5) == {"a0": 5}
+        return (time.monotonic() - start) / 5
+
+    applied(channels, t, lambda c: c["a0"] == 10)
+    applied(core, t, lambda c: c["a0"] == 10)
+    assert 0.2 <= per_rpc(channels) < 0.4
+    assert 0.2 <= per_rpc(core) < 0.4
+
+
+def test_delay_past_the_deadline_is_deadline_exceeded_like_c_core(server, backend, core, channels):
+    t = configure(server, backend, b.fault_config(delay=2, delay_percent=100), "long-delay")
+    applied(channels, t, lambda c: sum(c.values()) == 10)  # connected
+    applied(core, t, lambda c: sum(c.values()) == 10)
+    want = "error:DEADLINE_EXCEEDED: Deadline Exceeded"
+    start = time.monotonic()
+    assert run(channels, t, 5, timeout=0.1, details=True) == {want: 5}
+    assert time.monotonic() - start < 5 * 0.1 + 0.5
+    assert run(core, t, 5, timeout=0.1, details=True) == {want: 5}
+
+
+def test_header_driven_abort_and_delay_like_c_core(server, backend, core, channels):
+    t = configure(
+        server,
+        backend,
+        b.fault_config(header_abort=True, abort_percent=100, header_delay=True, delay_percent=100),
+        "headers",
+    )
+    md = [("x-envoy-fault-abort-grpc-request", "5")]
+    want = "error:NOT_FOUND: Fault injected"
+    applied(channels, t, lambda c: c[want] == 10, metadata=md)
+    applied(core, t, lambda c: c[want] == 10, metadata=md)
+    # without the headers: no fault
+    assert run(channels, t, 10) == run(core, t, 10) == {"a0": 10}
+    # C-core ignores the HTTP-status abort header (A33 lists it)
+    mdh = [("x-envoy-fault-abort-request", "503")]
+    assert run(channels, t, 10, metadata=mdh) == run(core, t, 10, metadata=mdh) == {"a0": 10}
+    # the percentage headers set the numerator (over the config's
+    # denominator); C-core's names, A33's abort one is ignored
+    for extra, want in [
+        (("x-envoy-fault-abort-percentage", "0"), {"a0": 10}),
+        (("x-envoy-fault-abort-percentage", "1000000"), {"error:NOT_FOUND": 10}),
+        (("x-envoy-fault-abort-request-percentage", "0"), {"error:NOT_FOUND": 10}),
+        (("x-envoy-fault-abort-percentage", "junk"), {"error:NOT_FOUND": 10}),
+    ]:
+        mdp = [*md, extra]
+        assert run(channels, t, 10, metadata=mdp) == run(core, t, 10, metadata=mdp) == want
+    # delay from the header, and its percentage header
+    for extra, slow in [
+        ((), True),
+        (("x-envoy-fault-delay-request-percentage", "0"), False),
+        (("x-envoy-fault-delay-percentage", "0"), True),
+    ]:
+        mdd = [("x-envoy-fault-delay-request", "150"), *([extra] if extra else [])]
+        for client in (channels, core):
+            start = time.monotonic()
+            assert run(client, t, 4, metadata=mdd) == {"a0": 4}
+            took = (time.monotonic() - start) / 4
+            assert took >= 0.15 if slow else took < 0.1, (extra, client, took)
+
+
+def test_route_override_wins_over_virtual_host_and_listener_like_c_core(
+    server, backend, core, channels
+):
+    """A39: the route's typed_per_filter_config replaces the virtual host's,
+    which replaces the listener's config."""
+    routes = [
+        b.route(path=META, cluster="c", typed_per_filter_config={"fault": b.fault_config()}),
+    ]
+    t = configure(
+        server,
+        backend,
+        b.fault_config(abort_grpc_status=7, abort_percent=100),
+        "override",
+        routes=routes,
+        vh_overrides={"fault": b.fault_config(abort_grpc_status=8, abort_percent=100)},
+    )
+    want = "error:RESOURCE_EXHAUSTED: Fault injected"  # the virtual host's
+    applied(channels, t, lambda c: c[want] == 10)
+    applied(core, t, lambda c: c[want] == 10)
+    ours = run(channels, t, 10, method=META, details=True)
+    theirs = run(core, t, 10, method=META, details=True)
+    assert fault_details(ours) == fault_details(theirs) == set()
+
+
+def test_weighted_cluster_override_like_c_core(server, backend, core, channels):
+    """A39: a weighted cluster's override replaces the route's and the
+    listener's config for RPCs sent to that cluster."""
+    r = b.route(
+        prefix="",
+        weighted_clusters={"c": 1},
+        typed_per_filter_config={"fault": b.fault_config()},
+    )
+    r.route.weighted_clusters.clusters[0].typed_per_filter_config["fault"].CopyFrom(
+        b.pack(b.fault_config(abort_grpc_status=9, abort_percent=100))
+    )
+    t = configure(
+        server,
+        backend,
+        b.fault_config(abort_grpc_status=7, abort_percent=100),
+        "wc",
+        routes=[r],
+    )
+    want = "error:FAILED_PRECONDITION: Fault injected"
+    applied(channels, t, lambda c: c[want] == 10)
+    applied(core, t, lambda c: c[want] == 10)
+
+
+def test_aio_calls_get_faults(server, backend):
+    fault = b.fault_config(abort_grpc_status=14, abort_percent=100, delay=0.1, delay_percent=100)
+    t = configure(server, backend, fault, "aio")
+
+    async def main() -> tuple[str, float]:
+        async with pyxds.aio.insecure_channel(
+            t, bootstrap=server.bootstrap(node_id="fault-aio")
+        ) as ch:
+            who = ch.unary_unary(WHO)
+            stream = ch.unary_stream(f"/{SERVICE}/Stream")
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                start = time.monotonic()
+                try:
+                    await who(b"", timeout=5, wait_for_ready=True)
+                except grpc.aio.AioRpcError as err:
+                    took = time.monotonic() - start
+                    try:
+                        async for _ in stream(b"", timeout=5):
+                            pass
+                    except grpc.aio.AioRpcError as serr:
+                        assert serr.details() == "Fault injected"
+                    return f"{err.code().name}: {err.details()}", took
+            return "never", 0.0
+
+    text, took = asyncio.run(main())
+    assert text == "UNAVAILABLE: Fault injected"
+    assert took >= 0.1
+
+
+def test_streams_and_futures_get_faults(server, backend, channels):
+    t = configure(server, backend, b.fault_config(abort_grpc_status=14, abort_percent=100), "st")
+    applied(channels, t, lambda c: c["error:UNAVAILABLE: Fault injected"] == 10)
+    channel = channels(t)
+    with pytest.raises(grpc.RpcError) as info:
+        list(channel.unary_stream(f"/{SERVICE}/Stream")(b"2", timeout=5))
+    assert info.value.details() == "Fault injected"
+    with pytest.raises(grpc.RpcError) as info:
+        channel.unary_unary(WHO).future(b"", timeout=5).result()
+    assert info.value.code() is grpc.StatusCode.UNAVAILABLE

@@ -1,0 +1,516 @@
+"""Differential: an xDS route retry policy (gRFC A44 over A6) through pyxds
+(sync and asyncio, unary and streaming) and through grpcio's C-core
+``xds:///`` channel, same pyxds.server, same backends.
+
+Two round_robin backends behind one cluster; one of them fails every RPC
+with UNAVAILABLE.  A policy covering UNAVAILABLE loses no RPC (a retry is a
+fresh pick, so it lands on the healthy backend); a policy that does not
+cover it loses about half; server pushback "do not retry" loses about half;
+retries carry ``grpc-previous-rpc-attempts``; a backoff longer than the
+deadline ends the RPC at its deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+from channel_fixtures import (
+    LISTENER,
+    SERVICE,
+    TARGET,
+    CoreXdsClient,
+    pyxds_calls,
+    route,
+    snapshot,
+    wait_until,
+)
+
+import pyxds._api as pyxds
+import pyxds.aio
+from pyxds.server import ManagementServer
+from pyxds.server import builders as b
+
+N = 60
+
+
+class RetryBackend:
+    """A backend on 127.0.0.1: ``Who`` answers its name (or, when
+    ``failing``, aborts UNAVAILABLE; request "pushback:V" adds trailing
+    ``grpc-retry-pushback-ms: V``, "headers" sends response headers first);
+    ``Stream`` streams its name twice and ``Collect`` joins the requests (or
+    they abort); ``Ok`` always answers.  Counts the ``grpc-previous-rpc-attempts``
+    value of every RPC it sees ("" when absent)."""
+
+    def __init__(self, name: str, failing: bool) -> None:
+        self.name = name
+        self.failing = failing
+        self.previous: collections.Counter = collections.Counter()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        server.add_generic_rpc_handlers((self._handlers(),))
+        self.port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self._server = server
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _seen(self, context: grpc.ServicerContext) -> None:
+        md = dict(context.invocation_metadata())
+        self.previous[md.get("grpc-previous-rpc-attempts", "")] += 1
+
+    def _maybe_fail(self, request: bytes, context: grpc.ServicerContext) -> None:
+        if not self.failing:
+            return
+        text = request.decode()
+        if text == "headers":  # response headers first: the RPC commits
+            context.send_initial_metadata((("x-sent", "headers"),))
+        if text.startswith("pushback:"):
+            context.set_trailing_metadata((("grpc-retry-pushback-ms", text.split(":", 1)[1]),))
+        context.abort(grpc.StatusCode.UNAVAILABLE, f"{self.name} is failing")
+
+    def _handlers(self) -> grpc.GenericRpcHandler:
+        def who(request: bytes, context: grpc.ServicerContext) -> bytes:
+            self._seen(context)
+            self._maybe_fail(request, context)
+            return self.name.encode()
+
+        def stream(request: bytes, context: grpc.ServicerContext):
+            self._seen(context)
+            self._maybe_fail(request, context)
+            yield self.name.encode()
+            yield self.name.encode()
+
+        def ok(request: bytes, context: grpc.ServicerContext) -> bytes:
+            self._seen(context)
+            return self.name.encode()
+
+        def collect(requests, context: grpc.ServicerContext) -> bytes:
+            self._seen(context)
+            got = [r.decode() for r in requests]
+            self._maybe_fail(b"", context)
+            return f"{self.name}:{','.join(got)}".encode()
+
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                "Who": grpc.unary_unary_rpc_method_handler(who),
+                "Stream": grpc.unary_stream_rpc_method_handler(stream),
+                "Collect": grpc.stream_unary_rpc_method_handler(collect),
+                "Ok": grpc.unary_unary_rpc_method_handler(ok),
+            },
+        )
+
+    def stop(self) -> None:
+        self._server.stop(None).wait(5)
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ManagementServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def good():
+    backend = RetryBackend("good", failing=False)
+    yield backend
+    backend.stop()
+
+
+@pytest.fixture(scope="module")
+def bad():
+    backend = RetryBackend("bad", failing=True)
+    yield backend
+    backend.stop()
+
+
+@pytest.fixture(scope="module")
+def core(server):
+    client = CoreXdsClient(server.bootstrap(node_id="retry-differential"))
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def channel(server):
+    ch = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id="retry-differential"))
+    yield ch
+    ch.close()
+
+
+def configure(server, good, bad, policy, version: str) -> None:
+    server.set_snapshot(
+        snapshot(
+            [route(prefix="", cluster="c", retry_policy=policy)],
+            {"c": [[good.address, bad.address]]},
+            version=version,
+        )
+    )
+
+
+def settled(channel_or_core, good, bad) -> None:
+    """Both backends are in use (round_robin over both)."""
+
+    def both_seen() -> bool:
+        before = sum(bad.previous.values()), sum(good.previous.values())
+        if isinstance(channel_or_core, CoreXdsClient):
+            channel_or_core.call(6, request="x")
+        else:
+            pyxds_calls(channel_or_core, 6, request="x")
+        return sum(bad.previous.values()) > before[0] and sum(good.previous.values()) > before[1]
+
+    assert wait_until(both_seen, 15.0, interval=0.05)
+
+
+def failures(counts: collections.Counter) -> int:
+    return sum(v for k, v in counts.items() if k.startswith("error:"))
+
+
+def test_policy_covering_the_code_loses_no_rpc_like_c_core(server, good, bad, core, channel):
+    configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "cover")
+    settled(channel, good, bad)
+    settled(core, good, bad)
+    bad_before = sum(bad.previous.values())
+    ours = pyxds_calls(channel, N)
+    bad_during = sum(bad.previous.values()) - bad_before
+    theirs = core.call(N)
+    assert failures(theirs) == 0
+    assert failures(ours) == 0, ours
+    assert ours == collections.Counter({"good": N})
+    assert bad_during > N // 4  # the failing backend was really picked and retried away
+
+
+def test_virtual_host_policy_applies_to_routes_without_one_like_c_core(
+    server, good, bad, core, channel
+):
+    """A44: a route without a retry_policy takes its virtual host's; a
+    route's own policy replaces it."""
+    from pyxds.server.snapshot import Snapshot
+
+    def with_vhost_policy(route_policy, version: str) -> None:
+        base = snapshot([], {"c": [[good.address, bad.address]]}, version=version)
+        vh = b.virtual_host(
+            "vh",
+            routes=[b.route(prefix="", cluster="c", retry_policy=route_policy)],
+            retry_policy=b.retry_policy("unavailable", num_retries=3),
+        )
+        server.set_snapshot(
+            Snapshot(
+                listeners=base.listeners,
+                routes=[b.route_config(f"{LISTENER}-route", [vh])],
+                clusters=base.clusters,
+                endpoints=base.endpoints,
+                version=version,
+            )
+        )
+
+    with_vhost_policy(None, "vh-policy")
+    settled(channel, good, bad)
+    settled(core, good, bad)
+    assert failures(pyxds_calls(channel, N)) == failures(core.call(N)) == 0
+    with_vhost_policy(b.retry_policy("internal", num_retries=3), "route-policy")
+    settled(channel, good, bad)
+    settled(core, good, bad)
+    ours, theirs = failures(pyxds_calls(channel, N)), failures(core.call(N))
+    assert 0.3 * N <= ours <= 0.7 * N
+    assert 0.3 * N <= theirs <= 0.7 * N
+
+
+def test_retries_carry_previous_rpc_attempts_like_c_core(server, good, bad, core, channel):
+    configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "cover")
+    settled(channel, good, bad)
+    good.previous.clear()
+    bad.previous.clear()
+    pyxds_calls(channel, N)
+    ours = good.previous + bad.previous
+    settled(core, good, bad)
+    good.previous.clear()
+    bad.previous.clear()
+    core.call(N)
+    theirs = good.previous + bad.previous
+    # first attempts carry no header; retries say "1" (round_robin alternates
+    # per pick: every first attempt fails on the bad backend, every retry
+    # succeeds on the good one)
+    assert ours == theirs == {"": N, "1": N}
+
+
+def test_policy_not_covering_the_code_loses_about_half_like_c_core(
+    server, good, bad, core, channel
+):
+    configure(server, good, bad, b.retry_policy("internal,cancelled", num_retries=3), "miss")
+    settled(channel, good, bad)
+    settled(core, good, bad)
+    ours = failures(pyxds_calls(channel, N))
+    theirs = failures(core.call(N))
+    assert 0.3 * N <= theirs <= 0.7 * N
+    assert 0.3 * N <= ours <= 0.7 * N
+
+
+def test_pushback_do_not_retry_loses_about_half_like_c_core(server, good, bad, core, channel):
+    configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "pushback")
+    settled(channel, good, bad)
+    settled(core, good, bad)
+    ours = failures(pyxds_calls(channel, N, request="pushback:-1"))
+    theirs = failures(core.call(N, request="pushback:-1"))
+    assert 0.3 * N <= theirs <= 0.7 * N
+    assert 0.3 * N <= ours <= 0.7 * N
+    # a pushback delay is honoured and the RPC then succeeds elsewhere
+    start = time.monotonic()
+    assert failures(pyxds_calls(channel, 4, request="pushback:200")) == 0
+    assert time.monotonic() - start >= 0.2  # the retries waited 200 ms
+
+
+def test_response_headers_commit_the_rpc_like_c_core(server, good, bad, core, channel):
+    """A6 "When Retries are Valid": once response headers arrived the RPC is
+    committed; the failure that follows is not retried."""
+    configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "commit")
+    settled(channel, good, bad)
+    settled(core, good, bad)
+    ours = failures(pyxds_calls(channel, N, request="headers"))
+    theirs = failures(core.call(N, request="headers"))
+    assert 0.3 * N <= theirs <= 0.7 * N
+    assert 0.3 * N <= ours <= 0.7 * N
+
+
+def test_backoff_past_the_deadline_ends_at_the_deadline_like_c_core(
+    server, good, bad, core, channel
+):
+    configure(
+        server,
+        good,
+        bad,
+        b.retry_policy("unavailable", num_retries=4, base_interval=5, max_interval=5),
+        "slow",
+    )
+    settled(channel, good, bad)
+    settled(core, good, bad)
+    # pushback 3 s on every failure: any retry waits past a 0.5 s deadline;
+    # the RPC ends at its deadline without another pick, so round_robin
+    # alternates: half succeed, half end with DEADLINE_EXCEEDED.
+    start = time.monotonic()
+    ours = pyxds_calls(channel, 4, timeout=0.5, request="pushback:3000", details=True)
+    took = time.monotonic() - start
+    theirs = core.call(4, timeout=0.5, request="pushback:3000", details=True)
+    assert ours == theirs == {"error:DEADLINE_EXCEEDED: Deadline Exceeded": 2, "good": 2}
+    assert took < 4 * 0.5 + 1.0  # never past the deadline
+
+
+def test_future_and_streams_are_retried(server, good, bad, channel):
+    configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "cover")
+    settled(channel, good, bad)
+    who = channel.unary_unary(f"/{SERVICE}/Who")
+    assert [who.future(b"", timeout=5).result() for _ in range(8)] == [b"good"] * 8
+    stream = channel.unary_stream(f"/{SERVICE}/Stream")
+    for _ in range(8):
+        assert list(stream(b"", timeout=5)) == [b"good", b"good"]
+
+
+def test_client_streams_are_retried_with_their_requests_replayed(server, good, bad, channel):
+    configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "cover")
+    settled(channel, good, bad)
+    collect = channel.stream_unary(f"/{SERVICE}/Collect")
+    pulled = []
+
+    def requests():
+        for i in range(3):
+            pulled.append(i)
+            yield str(i).encode()
+
+    for _ in range(6):
+        pulled.clear()
+        assert collect(requests(), timeout=5) == b"good:0,1,2"
+        assert pulled == [0, 1, 2]  # the user's iterator is read once
+    assert collect.future(iter([b"a", b"b"]), timeout=5).result() == b"good:a,b"
+
+
+def test_aio_unary_and_stream_are_retried(server, good, bad):
+    configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "cover")
+
+    async def main() -> tuple[list[bytes], list[list[bytes]]]:
+        async with pyxds.aio.insecure_channel(
+            TARGET, bootstrap=server.bootstrap(node_id="retry-differential-aio")
+        ) as ch:
+            who = ch.unary_unary(f"/{SERVICE}/Who")
+            # settle: both backends in the picker (the bad one gets picks)
+            deadline = time.monotonic() + 15
+            bad_before = sum(bad.previous.values())
+            while sum(bad.previous.values()) < bad_before + 2 and time.monotonic() < deadline:
+                await who(b"", timeout=5, wait_for_ready=True)
+            unary = [await who(b"", timeout=5) for _ in range(20)]
+            stream = ch.unary_stream(f"/{SERVICE}/Stream")
+            streams = []
+            for _ in range(6):
+                streams.append([r async for r in stream(b"", timeout=5)])
+            collect = ch.stream_unary(f"/{SERVICE}/Collect")
+            for _ in range(4):
+                assert await collect(iter([b"x", b"y"]), timeout=5) == b"good:x,y"
+            return unary, streams
+
+    unary, streams = asyncio.run(main())
+    assert unary == [b"good"] * 20
+    assert streams == [[b"good", b"good"]] * 6
+
+
+def test_policy_not_covering_the_code_fails_aio_calls_too(server, good, bad):
+    configure(server, good, bad, b.retry_policy("internal", num_retries=3), "miss")
+
+    async def main() -> int:
+        async with pyxds.aio.insecure_channel(
+            TARGET, bootstrap=server.bootstrap(node_id="retry-differential-aio2")
+        ) as ch:
+            who = ch.unary_unary(f"/{SERVICE}/Who")
+            failed = 0
+            for _ in range(N):
+                try:
+                    await who(b"", timeout=5, wait_for_ready=True)
+                except grpc.aio.AioRpcError as err:
+                    assert err.code() is grpc.StatusCode.UNAVAILABLE
+                    failed += 1
+            return failed
+
+    # the first RPCs may all go to one backend while the other connects
+    assert 0.2 * N <= asyncio.run(main()) <= 0.7 * N
+
+
+def service_config(codes: list[str]) -> dict:
+    return {
+        "loadBalancingConfig": [{"round_robin": {}}],
+        "methodConfig": [
+            {
+                "name": [{"service": SERVICE}],
+                "retryPolicy": {
+                    "maxAttempts": 4,
+                    "initialBackoff": "0.01s",
+                    "maxBackoff": "0.1s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": codes,
+                },
+            }
+        ],
+    }
+
+
+def settle_static(channel: grpc.Channel, good, bad) -> None:
+    """Both backends connected (round_robin picks each)."""
+
+    def both_seen() -> bool:
+        before = sum(bad.previous.values()), sum(good.previous.values())
+        pyxds_calls(channel, 6, request="x")
+        return sum(bad.previous.values()) > before[0] and sum(good.previous.values()) > before[1]
+
+    assert wait_until(both_seen, 15.0, interval=0.05)
+
+
+@pytest.mark.parametrize(
+    ("codes", "enable", "all_pass"),
+    [
+        (["UNAVAILABLE"], 1, True),
+        (["INTERNAL", "CANCELLED"], 1, False),
+        (["UNAVAILABLE"], 0, False),  # grpc.enable_retries=0: no retries at all
+    ],
+)
+def test_ipv4_target_service_config_retries_as_grpcio_does(good, bad, codes, enable, all_pass):
+    """service_config= on a non-xDS target: the same retryPolicy as grpcio's
+    own channel given it as its grpc.service_config."""
+    import json
+
+    target = f"ipv4:{good.address},{bad.address}"
+    sc = service_config(codes)
+    flag = [("grpc.enable_retries", enable)]
+    options = [("grpc.service_config", json.dumps(sc)), *flag]
+    theirs_channel = grpc.insecure_channel(target, options=options)
+    ours_channel = pyxds.insecure_channel(target, service_config=sc, options=flag)
+    try:
+        settle_static(theirs_channel, good, bad)
+        settle_static(ours_channel, good, bad)
+        good.previous.clear()
+        bad.previous.clear()
+        ours = pyxds_calls(ours_channel, N)
+        seen_ours = good.previous + bad.previous
+        good.previous.clear()
+        bad.previous.clear()
+        theirs = pyxds_calls(theirs_channel, N)
+        seen_theirs = good.previous + bad.previous
+    finally:
+        ours_channel.close()
+        theirs_channel.close()
+    if all_pass:
+        assert ours == theirs == {"good": N}
+        assert seen_ours == seen_theirs == {"": N, "1": N}
+    else:
+        assert 0.3 * N <= failures(theirs) <= 0.7 * N
+        assert 0.3 * N <= failures(ours) <= 0.7 * N
+
+
+def test_aio_ipv4_target_service_config_retries(good, bad):
+    target = f"ipv4:{good.address},{bad.address}"
+
+    async def main() -> list[bytes]:
+        async with pyxds.aio.insecure_channel(
+            target, service_config=service_config(["UNAVAILABLE"])
+        ) as ch:
+            who = ch.unary_unary(f"/{SERVICE}/Who")
+            deadline = time.monotonic() + 15
+            bad_before = sum(bad.previous.values())
+            while sum(bad.previous.values()) < bad_before + 2 and time.monotonic() < deadline:
+                await who(b"", timeout=5, wait_for_ready=True)
+            return [await who(b"", timeout=5) for _ in range(20)]
+
+    assert asyncio.run(main()) == [b"good"] * 20
+
+
+def test_retry_throttling_matches_grpcio(good, bad):
+    """A6 retryThrottling: the same token bucket decisions as grpcio's own
+    channel, RPC by RPC.  round_robin alternates per pick: while retries are
+    allowed every RPC fails on the bad backend then succeeds on the good one;
+    once the bucket is at or below half, RPCs alternate failing and
+    succeeding.  (Warm-up RPCs succeed on both backends: a full bucket
+    stays full.)"""
+    import json
+
+    target = f"ipv4:{good.address},{bad.address}"
+    throttling = {"retryThrottling": {"maxTokens": 4, "tokenRatio": 0.5}}
+    sc = {**service_config(["UNAVAILABLE"]), **throttling}
+    theirs_channel = grpc.insecure_channel(
+        target, options=[("grpc.service_config", json.dumps(sc))]
+    )
+    ours_channel = pyxds.insecure_channel(target, service_config=sc)
+
+    def sequence(channel) -> list[str]:
+        ok = channel.unary_unary(f"/{SERVICE}/Ok")
+        seen_before = sum(bad.previous.values()), sum(good.previous.values())
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:  # both backends in the picker
+            ok(b"", timeout=5, wait_for_ready=True)
+            seen = sum(bad.previous.values()), sum(good.previous.values())
+            if seen[0] > seen_before[0] + 1 and seen[1] > seen_before[1] + 1:
+                break
+        for _ in range(3):  # end on the good backend: the next pick is the bad one
+            before = sum(good.previous.values())
+            ok(b"", timeout=5)
+            if sum(good.previous.values()) > before:
+                break
+        mc = channel.unary_unary(f"/{SERVICE}/Who")
+        out = []
+        for _ in range(30):
+            try:
+                out.append(mc(b"", timeout=5).decode())
+            except grpc.RpcError as err:
+                out.append(err.code().name)
+        return out
+
+    try:
+        ours = sequence(ours_channel)
+        theirs = sequence(theirs_channel)
+    finally:
+        ours_channel.close()
+        theirs_channel.close()
+    assert ours == theirs
+    # retried while the bucket allowed it, then alternating
+    assert ours[:2] == ["good", "good"] and "UNAVAILABLE" in ours

@@ -1,0 +1,217 @@
+"""The channel's call path with an RPC's retry policy and filter verdicts,
+over fakes (no sockets): attempts re-pick and report to the LB policy once
+each, retries carry grpc-previous-rpc-attempts, the policy is the RPC's own
+across a config change (A31), fault verdicts run before the pick (A33)."""
+
+from __future__ import annotations
+
+import random
+
+import grpc
+import pytest
+from test_channel_picks import CountingPicker, Selector, ready_subchannel
+from test_channel_support import FakeGrpcError, Harness
+
+from pyxds.channel.calls import blocking_unary
+from pyxds.lb.api import Endpoint, PickComplete, PickDrop, Picker, PickFail, Status
+from pyxds.resolver.api import CallConfig
+from pyxds.resolver.fault_filter import FaultConfig, FaultInjector, _ActiveFaults
+from pyxds.resolver.retry_policy import RetryPolicy
+from pyxds.server import builders as b
+
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+POLICY = RetryPolicy.from_xds(("unavailable",), 3, 0.001, 0.002)
+
+
+@pytest.fixture
+def h():
+    harness = Harness()
+    harness.start()
+    harness.resolve(
+        [Endpoint(("10.0.0.1:80",))],
+        Selector(CallConfig(call_attributes={"cluster": "c1"}, retry_policy=POLICY)),
+    )
+    yield harness
+    harness.core.close()
+
+
+def tracking(h, done):
+    sub = ready_subchannel(h)
+
+    class Tracking(Picker):
+        calls = 0
+
+        def pick(self, args):
+            Tracking.calls += 1
+            return PickComplete(sub, lambda status: done.append(status.code))
+
+    picker = Tracking()
+    h.publish(picker)
+    return picker, h.transports.last("10.0.0.1:80")
+
+
+def invoke_for(rpc):
+    def invoke(t, remaining):
+        return t.channel.unary_unary("/svc/M").with_call(b"req", metadata=rpc.send_metadata)
+
+    return invoke
+
+
+def test_each_attempt_is_a_fresh_pick_reported_once_with_previous_attempts(h):
+    done = []
+    picker, transport = tracking(h, done)
+    transport.fail_with = [FakeGrpcError(UNAVAILABLE, "down"), FakeGrpcError(UNAVAILABLE, "down")]
+    rpc = h.core.new_rpc("/svc/M", [("k", "v")], 5.0, False)
+    blocking_unary(h.core, rpc, invoke_for(rpc))
+    assert picker.calls == 3
+    assert done == [UNAVAILABLE, UNAVAILABLE, grpc.StatusCode.OK]
+    sent = [kwargs["metadata"] for _, _, kwargs in transport.calls]
+    assert sent == [
+        [("k", "v")],
+        (("k", "v"), ("grpc-previous-rpc-attempts", "1")),
+        (("k", "v"), ("grpc-previous-rpc-attempts", "2")),
+    ]
+
+
+def test_attempts_stop_at_max_attempts(h):
+    done = []
+    _, transport = tracking(h, done)
+    transport.fail_with = [FakeGrpcError(UNAVAILABLE, "down") for _ in range(10)]
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    with pytest.raises(grpc.RpcError):
+        blocking_unary(h.core, rpc, invoke_for(rpc))
+    assert len(transport.calls) == 4  # num_retries 3 -> 4 attempts
+    assert done == [UNAVAILABLE] * 4
+
+
+def test_code_outside_the_policy_is_not_retried(h):
+    _, transport = tracking(h, [])
+    transport.fail_with = [FakeGrpcError(grpc.StatusCode.INTERNAL, "bug")]
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    with pytest.raises(grpc.RpcError):
+        blocking_unary(h.core, rpc, invoke_for(rpc))
+    assert len(transport.calls) == 1
+
+
+def test_the_policy_stays_the_rpcs_across_a_config_change(h):
+    """A31: the ConfigSelector result belongs to the call."""
+    _, transport = tracking(h, [])
+    no_retry = Selector(CallConfig(call_attributes={"cluster": "c1"}))
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    inner = invoke_for(rpc)
+
+    def invoke(t, remaining):
+        h.core.selector = no_retry  # a new config while the RPC runs
+        return inner(t, remaining)
+
+    transport.fail_with = [FakeGrpcError(UNAVAILABLE, "down")]
+    blocking_unary(h.core, rpc, invoke)
+    assert len(transport.calls) == 2
+    assert no_retry.calls == 0
+
+
+def fault(**kwargs) -> tuple[FaultInjector, ...]:
+    cfg = FaultConfig.parse(b.fault_config(**kwargs).SerializeToString())
+    return (FaultInjector(cfg, _ActiveFaults()),)
+
+
+def test_fault_abort_fails_before_the_pick(h):
+    picker = CountingPicker(None)
+    h.publish(picker)
+    h.core.selector = Selector(CallConfig(filters=fault(abort_grpc_status=14, abort_percent=100)))
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    with pytest.raises(grpc.RpcError) as info:
+        blocking_unary(h.core, rpc, invoke_for(rpc))
+    assert (info.value.code(), info.value.details()) == (UNAVAILABLE, "Fault injected")
+    assert picker.calls == 0
+
+
+def test_fault_delay_holds_the_pick_then_goes_on(h):
+    done = []
+    picker, _ = tracking(h, done)
+    h.core.random = random.Random(1)
+    filters = fault(delay=0.5, delay_percent=100)
+    h.core.selector = Selector(CallConfig(filters=filters))
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    held = h.core.try_pick(rpc)
+    assert isinstance(held, float) and 0.4 < held <= 0.5
+    assert picker.calls == 0
+    assert filters[0]._active.count == 1
+    rpc.hold_until -= 1.0  # the delay is over
+    assert h.core.try_pick(rpc) is not None and picker.calls == 1
+    assert filters[0]._active.count == 0
+
+
+def test_fault_delay_past_the_deadline_is_deadline_exceeded(h):
+    tracking(h, [])
+    h.core.selector = Selector(CallConfig(filters=fault(delay=5, delay_percent=100)))
+    rpc = h.core.new_rpc("/svc/M", None, 0.05, False)
+    with pytest.raises(grpc.RpcError) as info:
+        blocking_unary(h.core, rpc, invoke_for(rpc))
+    assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_failed_pick_is_retried_by_the_policy_and_a_drop_is_not(h):
+    """A6 "Transparent Retries": a pick failure is handled by the retry
+    policy; a DROP fails at once."""
+    failing = CountingPicker(PickFail(Status(UNAVAILABLE, "all endpoints down")))
+    h.publish(failing)
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    with pytest.raises(grpc.RpcError) as info:
+        blocking_unary(h.core, rpc, invoke_for(rpc))
+    assert info.value.details() == "all endpoints down"
+    assert failing.calls == 4  # 1 + 3 retries
+    dropping = CountingPicker(PickDrop(Status(UNAVAILABLE, "EDS-configured drop: lb")))
+    h.publish(dropping)
+    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    with pytest.raises(grpc.RpcError):
+        blocking_unary(h.core, rpc, invoke_for(rpc))
+    assert dropping.calls == 1
+
+
+def test_failed_pick_without_a_policy_fails_at_once():
+    harness = Harness()
+    harness.start()
+    try:
+        harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
+        from pyxds.lb.api import PickFail, Status
+
+        failing = CountingPicker(
+            PickFail(Status(UNAVAILABLE, "failed to connect to all addresses"))
+        )
+        harness.publish(failing)
+        rpc = harness.core.new_rpc("/svc/M", None, 5.0, False)
+        with pytest.raises(grpc.RpcError):
+            blocking_unary(harness.core, rpc, invoke_for(rpc))
+        assert failing.calls == 1
+    finally:
+        harness.core.close()
+
+
+def test_aio_failed_pick_retries_wait_their_backoff(h):
+    """The aio fast path's first pick may answer a backoff: it is waited,
+    not skipped (attempts stay spaced by the policy's backoff)."""
+    import asyncio
+    import time
+
+    from pyxds.channel.aio import AioUnaryResponseCall
+
+    slow = RetryPolicy.from_xds(("unavailable",), 2, 0.05, 0.05)
+    h.core.selector = Selector(CallConfig(retry_policy=slow))
+    h.core.random = random.Random(3)
+    failing = CountingPicker(PickFail(Status(UNAVAILABLE, "all endpoints down")))
+    h.publish(failing)
+
+    async def main() -> float:
+        rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+        start = time.monotonic()
+        call = AioUnaryResponseCall(h.core, rpc, lambda t, r: None)
+        with pytest.raises(grpc.aio.AioRpcError):
+            await call
+        return time.monotonic() - start
+
+    draws = random.Random(3)
+    expected = draws.uniform(0, 0.05) + draws.uniform(0, 0.05)
+    took = asyncio.run(main())
+    assert failing.calls == 3
+    assert took >= expected * 0.9
