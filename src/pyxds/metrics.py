@@ -13,8 +13,9 @@ attribute check (``metrics.RECORDER is None``).
 
 Instruments (names, units and labels as A66/A78; :data:`INSTRUMENTS`):
 
-* per call attempt (A66): ``grpc.client.attempt.started`` and
-  ``grpc.client.attempt.duration`` for pyxds channels;
+* per call and call attempt (A66): ``grpc.client.call.duration``,
+  ``grpc.client.attempt.started`` and ``grpc.client.attempt.duration`` for
+  pyxds channels (not yet the attempt message-size histograms);
 * pick_first (A78): ``grpc.lb.pick_first.disconnections``,
   ``connection_attempts_succeeded``, ``connection_attempts_failed``;
 * XdsClient (A78): ``grpc.xds_client.connected``, ``server_failure``,
@@ -71,6 +72,14 @@ INSTRUMENTS: dict[str, Instrument] = {
             "{attempt}",
             "Number of client call attempts started.",
             (_M, _T),
+        ),
+        Instrument(
+            "grpc.client.call.duration",
+            "histogram",
+            "s",
+            "End-to-end time the gRPC library takes to complete a client call, from the"
+            " application's perspective.",
+            (_M, _T, _S),
         ),
         Instrument(
             "grpc.client.attempt.duration",
@@ -174,7 +183,7 @@ INSTRUMENTS: dict[str, Instrument] = {
     )
 }
 
-#: A66 latency buckets (seconds) for ``grpc.client.attempt.duration``.
+#: A66 latency buckets (seconds) for the duration histograms.
 LATENCY_BUCKETS = (
     0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0.002, 0.003, 0.004, 0.005,
     0.006, 0.008, 0.01, 0.013, 0.016, 0.02, 0.025, 0.03, 0.04, 0.05, 0.065, 0.08, 0.1, 0.13,

@@ -107,6 +107,10 @@ def test_attempt_pick_first_and_xds_client_metrics_have_a78_names_units_labels(
             points(reader, "grpc.client.attempt.duration"), **method, grpc_status="OK"
         )
         assert duration.count == 5 and 0 < duration.sum < 50
+        (call,) = with_labels(
+            points(reader, "grpc.client.call.duration"), **method, grpc_status="OK"
+        )
+        assert call.count == 5 and call.sum >= duration.sum  # a call spans its attempts
         (succeeded,) = with_labels(
             points(reader, "grpc.lb.pick_first.connection_attempts_succeeded"), grpc_target=TARGET
         )
@@ -178,6 +182,14 @@ def test_failed_attempts_are_recorded_with_their_status(reader, xds_server):
         ["DEADLINE_EXCEEDED"],
         ["UNAVAILABLE"],
     )
+    calls = with_labels(
+        points(reader, "grpc.client.call.duration"),
+        grpc_method="x.Y/Z",
+        grpc_target="xds:///missing",
+    )
+    assert [(p.count, p.attributes["grpc.status"]) for p in calls] == [
+        (1, found[0].attributes["grpc.status"])
+    ]
 
 
 def test_metrics_off_import_no_opentelemetry_and_record_nothing():

@@ -157,6 +157,20 @@ def _attempt_ended(rpc: Rpc, status: Status) -> float | None:
     return _attempt_started(rpc._core, rpc.path)
 
 
+def _call_ended(rpc: Rpc, status: Status) -> None:
+    """A66 ``grpc.client.call.duration``: from the call's start to its end."""
+    assert rpc._call_start is not None
+    _metrics.record(
+        "grpc.client.call.duration",
+        time.perf_counter() - rpc._call_start,
+        {
+            "grpc.method": rpc.path.lstrip("/"),
+            "grpc.target": rpc._core.target,
+            "grpc.status": status.code.name,
+        },
+    )
+
+
 class Rpc:
     """Per-RPC bookkeeping for the pick: the CallConfig (once chosen), the
     deadline, and the exactly-once completion hooks."""
@@ -181,6 +195,7 @@ class Rpc:
         "_finished",
         "_core",
         "_attempt_start",
+        "_call_start",
     )
 
     def __init__(
@@ -215,6 +230,7 @@ class Rpc:
         self._finished = False
         # A66 per-attempt metrics: the attempt's start, None while metrics are off.
         self._attempt_start = None if _metrics.RECORDER is None else _attempt_started(core, path)
+        self._call_start = self._attempt_start  # the first attempt starts with the call
 
     def remaining(self) -> float | None:
         if self.deadline is None:
@@ -304,6 +320,8 @@ class Rpc:
         self.attempt_done(status, call)
         if status.code is _OK and self._core.retry_throttle is not None:
             self._core.retry_throttle.record_success()
+        if self._call_start is not None:
+            _call_ended(self, status)
         config = self.call_config
         if config is not None and config.on_committed is not None:
             try:
