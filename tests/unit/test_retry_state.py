@@ -199,7 +199,9 @@ def test_xds_intervals_under_one_millisecond_are_one_millisecond():
     assert (policy.initial_backoff, policy.max_backoff) == (0.001, 0.001)
 
 
-NEVER_LEFT = Status(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; last error: x")
+NEVER_LEFT = Status(
+    grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; last error: x"
+)
 
 
 def test_an_attempt_that_never_left_the_client_is_retried_each_time_on_a_newer_picker():

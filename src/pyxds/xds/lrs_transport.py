@@ -22,7 +22,7 @@ from envoy.service.load_stats.v3 import lrs_pb2
 
 from pyxds.status import Status
 from pyxds.xds.lrs_state import LRS_METHOD
-from pyxds.xds.transport import channel_options
+from pyxds.xds.transport import xds_server_channel
 
 _log = logging.getLogger(__name__)
 
@@ -47,11 +47,7 @@ class LrsTransport:
         self._target = target
         self._on_response = on_response
         self._on_closed = on_closed
-        opts = channel_options(options)
-        if credentials is None:
-            self._channel = grpc.insecure_channel(target, options=opts)
-        else:
-            self._channel = grpc.secure_channel(target, credentials, options=opts)
+        self._channel = xds_server_channel(target, credentials, options)
         self._method = self._channel.stream_stream(
             LRS_METHOD,
             request_serializer=lrs_pb2.LoadStatsRequest.SerializeToString,

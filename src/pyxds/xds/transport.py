@@ -75,6 +75,19 @@ def channel_options(
     return list(options.items())
 
 
+def xds_server_channel(
+    target: str,
+    credentials: grpc.ChannelCredentials | None,
+    options: Sequence[tuple[str, Any]] = (),
+) -> grpc.Channel:
+    """A grpcio channel to an xDS server (ADS and LRS alike), with
+    :func:`channel_options`; insecure when ``credentials`` is None."""
+    opts = channel_options(options)
+    if credentials is None:
+        return grpc.insecure_channel(target, options=opts)
+    return grpc.secure_channel(target, credentials, options=opts)
+
+
 def _read_file(path: str | None) -> bytes | None:
     if not path:
         return None
@@ -119,11 +132,7 @@ class AdsTransport:
         self._on_connected = on_connected
         self._on_response = on_response
         self._on_closed = on_closed
-        opts = channel_options(options)
-        if credentials is None:
-            self._channel = grpc.insecure_channel(target, options=opts)
-        else:
-            self._channel = grpc.secure_channel(target, credentials, options=opts)
+        self._channel = xds_server_channel(target, credentials, options)
         stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(self._channel)
         self._call_factory = stub.StreamAggregatedResources
         self._lock = threading.Lock()
