@@ -233,7 +233,7 @@ class _AioCall:
         self._done_event = asyncio.Event()
         self._status = OK_STATUS
 
-    async def _open(self, retry_not_sent: bool, first: Any = None) -> Any:
+    async def _open(self, first: Any = None) -> Any:
         """Pick (``first``: an outcome already known) and start the inner
         call; returns it (or raises the channel's error)."""
         while True:
@@ -449,7 +449,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
                 except asyncio.CancelledError:
                     self._finish(_CANCELLED)
                     raise
-            inner = await self._open(self._retry, first)
+            inner = await self._open(first)
             first = None
             try:
                 response = await inner
@@ -555,7 +555,7 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
     async def _open_after(self, delay: float) -> Any:
         if delay > 0:
             await asyncio.sleep(delay)
-        return await self._open(False)
+        return await self._open()
 
     def _retry_decision(self, call: Any, status: Status) -> bool:
         """Whether the failed attempt ``call`` is followed by another (then

@@ -32,9 +32,6 @@ from typing import Any
 import grpc
 
 from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadline_status
-from pyxds.channel.retry import not_sent as not_sent  # re-exported
-
-__all__ = ["not_sent"]
 from pyxds.channel.subchannel import SubchannelCore, Transport
 from pyxds.lb.api import ATTEMPT_NOT_STARTED, OK_STATUS, Status
 
