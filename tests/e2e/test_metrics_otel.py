@@ -24,6 +24,7 @@ otel_sdk = pytest.importorskip("opentelemetry.sdk.metrics")
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 
 TARGET = "xds:///echo-service"
+SCOPE = "xds:/echo-service"  # the XdsClient's key (A71), C-core's form of TARGET
 
 
 def snapshot(backend, bad_cluster: bool = False) -> Snapshot:
@@ -117,7 +118,8 @@ def test_attempt_pick_first_and_xds_client_metrics_have_a78_names_units_labels(
             points(reader, "grpc.lb.pick_first.connection_attempts_succeeded"), grpc_target=TARGET
         )
         assert succeeded.value >= 1
-        server = {"grpc_target": TARGET, "grpc_xds_server": xds_server.address}
+        # the XdsClient's metrics carry its key, the target as C-core writes it
+        server = {"grpc_target": SCOPE, "grpc_xds_server": xds_server.address}
         valid = with_labels(points(reader, "grpc.xds_client.resource_updates_valid"), **server)
         assert {p.attributes["grpc.xds.resource_type"] for p in valid} == {
             "envoy.config.listener.v3.Listener",
@@ -129,7 +131,7 @@ def test_attempt_pick_first_and_xds_client_metrics_have_a78_names_units_labels(
         assert connected.value == 1
         acked = with_labels(
             points(reader, "grpc.xds_client.resources"),
-            grpc_target=TARGET,
+            grpc_target=SCOPE,
             grpc_xds_authority="#old",
             grpc_xds_cache_state="acked",
         )
@@ -148,7 +150,7 @@ def test_attempt_pick_first_and_xds_client_metrics_have_a78_names_units_labels(
         assert invalid.value == 1
         assert with_labels(
             points(reader, "grpc.xds_client.resources"),
-            grpc_target=TARGET,
+            grpc_target=SCOPE,
             grpc_xds_cache_state="nacked_but_cached",
             grpc_xds_resource_type="envoy.config.cluster.v3.Cluster",
         )

@@ -395,6 +395,11 @@ def parse_target(target: str) -> tuple[str, str]:
     head = target.split(":", 1)[0].lower()
     if head in ("ipv4", "ipv6", "unix"):
         return head, target.split(":", 1)[1]
+    if head not in ("", "dns") and ":" in target and resolver_registry.get(head) is not None:
+        # C-core: a target that parses as a URI of a registered scheme is
+        # that scheme's even without "//" (``xds:service``); anything else
+        # (``host:port``) is dns
+        return head, target.split(":", 1)[1]
     return "dns", target
 
 
