@@ -183,7 +183,7 @@ def _wait_until(call: Callable[[], bytes], wanted: set[str], timeout: float) -> 
     return None
 
 
-HELP = "run the whole stack on loopback: traffic split, failover, a live route switch"
+HELP = "run the whole stack on loopback: split, failover, route switch, ejection, retries"
 DESCRIPTION = (
     "Start a control plane and real gRPC backends on 127.0.0.1, open a pyxds channel to "
     "xds:///greeter and walk through a 75/25 traffic split, priority failover and "
