@@ -257,6 +257,30 @@ def test_attempt_duration_carries_the_locality_of_the_endpoint_each_attempt_went
     assert by_locality == {LOCALITY_A: served[a.name], LOCALITY_B: served[b_.name]}
 
 
+def test_aio_attempt_duration_carries_the_locality_too(locality_reader, xds_server, echo_backends):
+    import asyncio
+
+    import pyxds.aio
+
+    a, b_ = echo_backends(2)
+    xds_server.set_snapshot(two_locality_snapshot(a, b_))
+    target = "xds:///two-service"
+
+    async def main() -> collections.Counter:
+        async with pyxds.aio.insecure_channel(target, bootstrap=xds_server.bootstrap()) as ch:
+            stub = echo_pb2_grpc.EchoStub(ch)
+            served = collections.Counter()
+            for _ in range(10):
+                reply = await stub.Echo(echo_pb2.EchoRequest(), timeout=10, wait_for_ready=True)
+                served[reply.backend] += 1
+            return served
+
+    served = asyncio.run(main())
+    found = with_labels(points(locality_reader, "grpc.client.attempt.duration"), grpc_target=target)
+    by_locality = {p.attributes["grpc.lb.locality"]: p.count for p in found}
+    assert by_locality == {LOCALITY_A: served[a.name], LOCALITY_B: served[b_.name]}
+
+
 def test_wrr_metrics_carry_the_locality_of_their_weighted_target_child(
     locality_reader, xds_server, echo_backends
 ):
