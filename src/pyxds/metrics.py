@@ -7,6 +7,18 @@
     ...
     pyxds.metrics.disable()
 
+Optional labels (A78, as C-core's ``AddOptionalLabel`` and grpc-go's
+``MetricsOptions.OptionalLabels``) are emitted only when enabled::
+
+    pyxds.metrics.enable(provider, optional_labels=["grpc.lb.locality"])
+
+An enabled optional label is then on every point of the instruments that
+declare it, with the value the LB policy set, or "" when none did (A78: "If
+no locality information is available, the label will be set to the empty
+string").  ``grpc.lb.locality`` is set on ``grpc.client.attempt.duration`` by
+``xds_cluster_impl`` for the endpoint the attempt was sent to, and on the
+``grpc.lb.wrr.*`` metrics by ``weighted_round_robin`` for its locality.
+
 ``pip install pyxds[otel]`` brings the OpenTelemetry API; nothing imports it
 until :func:`enable`. While disabled, every recording site costs one module
 attribute check (``metrics.RECORDER is None``).
@@ -193,11 +205,32 @@ LATENCY_BUCKETS = (
 _observers: dict[str, list[Callable[[], Iterable[Observation]]]] = {}
 _lock = threading.Lock()
 
+#: every optional label some instrument declares (what ``enable`` accepts)
+OPTIONAL_LABELS = frozenset(label for i in INSTRUMENTS.values() for label in i.optional_labels)
+
+
+def locality_label(locality: Any) -> str:
+    """A78's ``grpc.lb.locality`` value of a locality (an object with
+    ``region``, ``zone``, ``sub_zone``): ``{region="r", zone="z", sub_zone="s"}``,
+    the form C-core's locality names print as; "" for None."""
+    if locality is None:
+        return ""
+    return f'{{region="{locality.region}", zone="{locality.zone}", sub_zone="{locality.sub_zone}"}}'
+
 
 class _OtelRecorder:
-    """The instruments of one OpenTelemetry meter."""
+    """The instruments of one OpenTelemetry meter and the optional labels enabled."""
 
-    def __init__(self, meter_provider: Any) -> None:
+    def __init__(self, meter_provider: Any, optional_labels: frozenset[str] = frozenset()) -> None:
+        self.optional_labels = optional_labels
+        #: per instrument: (optional labels to drop, enabled optional labels)
+        self.shape: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
+            inst.name: (
+                frozenset(inst.optional_labels) - optional_labels,
+                tuple(label for label in inst.optional_labels if label in optional_labels),
+            )
+            for inst in INSTRUMENTS.values()
+        }
         from importlib.metadata import PackageNotFoundError, version
 
         try:
@@ -232,19 +265,34 @@ class _OtelRecorder:
                     description=inst.description,
                 )
 
+    def labels(self, name: str, labels: Labels) -> dict[str, str]:
+        """``labels`` as emitted for ``name``: optional labels not enabled are
+        left out, enabled ones the caller did not set are ""."""
+        drop, fill = self.shape[name]
+        if not drop and not fill:
+            return dict(labels)
+        out = {key: value for key, value in labels.items() if key not in drop}
+        for key in fill:
+            out.setdefault(key, "")
+        return out
+
 
 def _gauge_callback(name: str) -> Callable[[Any], Iterable[Any]]:
     def callback(_options: Any) -> Iterable[Any]:
         from opentelemetry.metrics import Observation as OtelObservation
 
-        if RECORDER is None:
+        recorder = RECORDER
+        if recorder is None:
             return []
         with _lock:
             observers = list(_observers.get(name, ()))
         out = []
         for observer in observers:
             try:
-                out.extend(OtelObservation(value, dict(labels)) for value, labels in observer())
+                out.extend(
+                    OtelObservation(value, recorder.labels(name, labels))
+                    for value, labels in observer()
+                )
             except Exception:  # an observer must never break the collection
                 continue
         return out
@@ -256,14 +304,26 @@ def _gauge_callback(name: str) -> Callable[[Any], Iterable[Any]]:
 RECORDER: _OtelRecorder | None = None
 
 
-def enable(meter_provider: Any = None) -> None:
-    """Record pyxds metrics with ``meter_provider`` (default: OpenTelemetry's global one)."""
+def enable(meter_provider: Any = None, optional_labels: Iterable[str] = ()) -> None:
+    """Record pyxds metrics with ``meter_provider`` (default: OpenTelemetry's
+    global one).  ``optional_labels``: the optional labels to emit (A78;
+    e.g. ``["grpc.lb.locality"]``), none by default.  A name no instrument
+    declares raises ValueError (before anything changes)."""
     global RECORDER
+    if isinstance(optional_labels, str):
+        optional_labels = (optional_labels,)
+    wanted = frozenset(optional_labels)
+    unknown = sorted(wanted - OPTIONAL_LABELS)
+    if unknown:
+        raise ValueError(
+            f"optional_labels: unknown label {unknown[0]!r}; pyxds records these optional"
+            f" labels: {', '.join(sorted(OPTIONAL_LABELS))}"
+        )
     if meter_provider is None:
         from opentelemetry import metrics as otel_metrics
 
         meter_provider = otel_metrics.get_meter_provider()
-    RECORDER = _OtelRecorder(meter_provider)
+    RECORDER = _OtelRecorder(meter_provider, wanted)
 
 
 def disable() -> None:
@@ -276,14 +336,14 @@ def add(name: str, value: int, labels: Labels) -> None:
     """Add ``value`` to the counter ``name`` (no-op while disabled)."""
     recorder = RECORDER
     if recorder is not None:
-        recorder.counters[name].add(value, dict(labels))
+        recorder.counters[name].add(value, recorder.labels(name, labels))
 
 
 def record(name: str, value: float, labels: Labels) -> None:
     """Record ``value`` in the histogram ``name`` (no-op while disabled)."""
     recorder = RECORDER
     if recorder is not None:
-        recorder.histograms[name].record(value, dict(labels))
+        recorder.histograms[name].record(value, recorder.labels(name, labels))
 
 
 def observe(name: str, observer: Callable[[], Iterable[Observation]]) -> None:

@@ -25,6 +25,8 @@ from pyxds.server import Snapshot
 from pyxds.server import builders as b
 
 TARGET = "xds:///echo-service"
+#: the target's CSDS client_scope, as C-core writes it (its URI re-serialized)
+SCOPE = "xds:/echo-service"
 STATUS = csds_pb2.ClientConfig.GenericXdsConfig.DESCRIPTOR.fields_by_name["client_status"].enum_type
 
 
@@ -112,7 +114,7 @@ def test_csds_reports_acked_and_nacked_resources_with_scope_versions_and_error(
             return configs if configs and "NACKED" in str(status_table(configs[0])) else None
 
         (config,) = wait_for(nacked)
-        assert config.client_scope == TARGET
+        assert config.client_scope == SCOPE
         assert status_table(config) == {
             ("Listener", "echo-service"): ("ACKED", "1", None),
             ("RouteConfiguration", "echo-route"): ("ACKED", "1", None),
@@ -142,7 +144,7 @@ def test_csds_lists_requested_and_does_not_exist_names(xds_server, admin):
         with pytest.raises(grpc.RpcError):
             channel.unary_unary("/x.Y/Z")(b"", timeout=0.5)
         (config,) = wait_for(lambda: configs_of(fetch(admin), "csds-missing"))
-        assert config.client_scope == "xds:///nowhere"
+        assert config.client_scope == "xds:/nowhere"
         assert status_table(config)[("Listener", "nowhere")][0] in ("REQUESTED", "DOES_NOT_EXIST")
 
 
@@ -179,6 +181,87 @@ def test_stream_client_status_answers_each_request_and_aio_servers_work(xds_serv
     for response in responses:
         (config,) = configs_of(response, "csds-aio")
         assert {s for s, _, _ in status_table(config).values()} == {"ACKED"}
+
+
+_CORE_SCOPES = r"""
+import sys
+from concurrent import futures
+import grpc, grpc_csds
+from envoy.service.status.v3 import csds_pb2, csds_pb2_grpc
+from protos import echo_pb2, echo_pb2_grpc
+
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+grpc_csds.add_csds_servicer(server)
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+channels = [grpc.insecure_channel(target) for target in sys.argv[1:]]
+for channel in channels:
+    echo_pb2_grpc.EchoStub(channel).Echo(echo_pb2.EchoRequest(), timeout=20, wait_for_ready=True)
+with grpc.insecure_channel(f"127.0.0.1:{port}") as admin:
+    stub = csds_pb2_grpc.ClientStatusDiscoveryServiceStub(admin)
+    response = stub.FetchClientStatus(csds_pb2.ClientStatusRequest(), timeout=10)
+print("\n".join(sorted(config.client_scope for config in response.config)))
+"""
+
+#: target forms whose client_scope C-core writes differently from the target
+SCOPE_TARGETS = (
+    "xds:///echo-service",
+    "xds:echo-service",
+    "xds:///echo%20service",
+    "xds:///a:b@c",
+    "xds:///echo-service?q=1",
+)
+
+
+def test_client_scope_is_the_target_written_as_c_core_writes_it(xds_server, echo_backends, admin):
+    # A71/A40: client_scope is the key channels look their XdsClient up by;
+    # the same targets through C-core (grpcio-csds) and pyxds give the same keys.
+    (backend,) = echo_backends(1)
+    names = ("echo-service", "echo service", "a:b@c")
+    xds_server.set_snapshot(
+        Snapshot(
+            listeners=[b.listener(name, route_config_name="echo-route") for name in names],
+            routes=[
+                b.route_config(
+                    "echo-route", [b.virtual_host("v", ["*"], [b.route(cluster="echo-cluster")])]
+                )
+            ],
+            clusters=[b.cluster("echo-cluster")],
+            endpoints=[b.endpoints("echo-cluster", [b.locality(endpoints=[backend.address])])],
+        )
+    )
+    env = dict(os.environ)
+    env.pop("GRPC_XDS_BOOTSTRAP", None)
+    env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(xds_server.bootstrap(node_id="scope-core"))
+    env["PYTHONPATH"] = HERE
+    core = subprocess.run(
+        [sys.executable, "-c", _CORE_SCOPES, *SCOPE_TARGETS],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=90,
+    )
+    assert core.returncode == 0, core.stderr[-2000:]
+    theirs = core.stdout.split()
+    bootstrap = xds_server.bootstrap(node_id="scope-pyxds")
+    channels = [pyxds.insecure_channel(target, bootstrap=bootstrap) for target in SCOPE_TARGETS]
+    try:
+        for channel in channels:
+            echo_pb2_grpc.EchoStub(channel).Echo(
+                echo_pb2.EchoRequest(), timeout=10, wait_for_ready=True
+            )
+        mine = sorted(c.client_scope for c in configs_of(fetch(admin), "scope-pyxds"))
+    finally:
+        for channel in channels:
+            channel.close()
+    assert theirs == [
+        "xds:/a:b@c",
+        "xds:/echo%20service",
+        "xds:/echo-service",
+        "xds:/echo-service?q=1",
+        "xds:echo-service",
+    ]
+    assert mine == theirs
 
 
 _CORE_CSDS = r"""
@@ -231,10 +314,9 @@ def test_csds_has_the_shape_of_grpcio_csds_over_c_core(xds_server, echo_backends
                 return None
 
             mine, theirs = wait_for(both, timeout=15)
-        # C-core re-serializes the parsed URI, dropping the empty authority:
-        # "xds:/echo-service"; pyxds reports the target as the channel got it.
-        assert mine.client_scope == TARGET
-        assert theirs.client_scope == TARGET.replace(":///", ":/")
+        # A71: the key of the target's XdsClient; C-core writes the parsed
+        # URI again (the empty authority left out), and so does pyxds.
+        assert mine.client_scope == theirs.client_scope == SCOPE
         assert status_table(mine) == status_table(theirs)
         assert set(mine.ListFields()[i][0].name for i in range(len(mine.ListFields()))) == set(
             theirs.ListFields()[i][0].name for i in range(len(theirs.ListFields()))

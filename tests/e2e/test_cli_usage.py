@@ -7,10 +7,17 @@ errors and 1 for runtime ones, and never a traceback.
 from __future__ import annotations
 
 import json
+import os
+import pty
+import re
+import select
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
-from cli_process import run_pyxds
+from cli_process import cli_env, run_pyxds
 
 COMMANDS = ("serve", "server", "inspect", "demo")
 
@@ -109,3 +116,52 @@ def test_demo_no_live_passes_in_under_a_minute():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "demo passed" in done.stdout
     assert "\x1b[" not in done.stdout  # plain text for logs
+    # step 6 (A44): failures without a retry policy, none once it is pushed
+    assert "6. a route retry policy (A44) hides a failing backend" in done.stdout
+    before = re.search(r"no retry policy.*?: 300 RPCs, (\d+) failed", done.stdout)
+    after = re.search(r"pushed retry_policy.*then 300 RPCs, (\d+) failed", done.stdout)
+    retried = re.search(r"(\d+) attempts failed on broken and were retried", done.stdout)
+    assert before and after and retried, done.stdout
+    assert int(before.group(1)) > 0
+    assert int(after.group(1)) == 0
+    assert int(retried.group(1)) > 0
+
+
+def test_demo_live_view_walks_every_step_including_the_retry_policy():
+    # the rich live view needs a terminal: run the command on a pseudo-terminal
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyxds.cli", "demo"],
+        stdin=subprocess.DEVNULL,
+        stdout=secondary,
+        stderr=secondary,
+        env=cli_env({"COLUMNS": "200", "LINES": "60", "TERM": "xterm"}),
+    )
+    os.close(secondary)
+    chunks = []
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([primary], [], [], 1.0)
+            if not ready:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                data = os.read(primary, 65536)
+            except OSError:  # the other end closed (Linux: EIO)
+                break
+            if not data:
+                break
+            chunks.append(data)
+        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        os.close(primary)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))
+    assert code == 0, text[-3000:]
+    assert "a retry policy hides a failing backend" in text  # the progress line
+    assert "pushed retry_policy" in text  # the timeline panel
+    assert "demo passed" in text

@@ -4,6 +4,7 @@ a real ADS stream."""
 
 from __future__ import annotations
 
+import collections
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ otel_sdk = pytest.importorskip("opentelemetry.sdk.metrics")
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 
 TARGET = "xds:///echo-service"
+SCOPE = "xds:/echo-service"  # the XdsClient's key (A71), C-core's form of TARGET
 
 
 def snapshot(backend, bad_cluster: bool = False) -> Snapshot:
@@ -73,6 +75,7 @@ _LABEL = {
     "grpc_xds_authority": "grpc.xds.authority",
     "grpc_xds_cache_state": "grpc.xds.cache_state",
     "grpc_xds_resource_type": "grpc.xds.resource_type",
+    "grpc_lb_locality": "grpc.lb.locality",
 }
 
 
@@ -115,7 +118,8 @@ def test_attempt_pick_first_and_xds_client_metrics_have_a78_names_units_labels(
             points(reader, "grpc.lb.pick_first.connection_attempts_succeeded"), grpc_target=TARGET
         )
         assert succeeded.value >= 1
-        server = {"grpc_target": TARGET, "grpc_xds_server": xds_server.address}
+        # the XdsClient's metrics carry its key, the target as C-core writes it
+        server = {"grpc_target": SCOPE, "grpc_xds_server": xds_server.address}
         valid = with_labels(points(reader, "grpc.xds_client.resource_updates_valid"), **server)
         assert {p.attributes["grpc.xds.resource_type"] for p in valid} == {
             "envoy.config.listener.v3.Listener",
@@ -127,7 +131,7 @@ def test_attempt_pick_first_and_xds_client_metrics_have_a78_names_units_labels(
         assert connected.value == 1
         acked = with_labels(
             points(reader, "grpc.xds_client.resources"),
-            grpc_target=TARGET,
+            grpc_target=SCOPE,
             grpc_xds_authority="#old",
             grpc_xds_cache_state="acked",
         )
@@ -146,7 +150,7 @@ def test_attempt_pick_first_and_xds_client_metrics_have_a78_names_units_labels(
         assert invalid.value == 1
         assert with_labels(
             points(reader, "grpc.xds_client.resources"),
-            grpc_target=TARGET,
+            grpc_target=SCOPE,
             grpc_xds_cache_state="nacked_but_cached",
             grpc_xds_resource_type="envoy.config.cluster.v3.Cluster",
         )
@@ -190,6 +194,133 @@ def test_failed_attempts_are_recorded_with_their_status(reader, xds_server):
     assert [(p.count, p.attributes["grpc.status"]) for p in calls] == [
         (1, found[0].attributes["grpc.status"])
     ]
+
+
+LOCALITY_A = '{region="us-east", zone="us-east-1a", sub_zone="rack-1"}'
+LOCALITY_B = '{region="eu-west", zone="eu-west-1b", sub_zone=""}'
+
+
+def two_locality_snapshot(a, b_, load_balancing_policy=None) -> Snapshot:
+    """Cluster "two" over two localities of one backend each (LB policy: round
+    robin across localities by equal weight, or ``load_balancing_policy``)."""
+    route = b.route_config("two-route", [b.virtual_host("v", ["*"], [b.route(cluster="two")])])
+    return Snapshot(
+        listeners=[b.listener("two-service", route_config_name="two-route")],
+        routes=[route],
+        clusters=[b.cluster("two", load_balancing_policy=load_balancing_policy)],
+        endpoints=[
+            b.endpoints(
+                "two",
+                [
+                    b.locality("us-east", "us-east-1a", "rack-1", endpoints=[a.address]),
+                    b.locality("eu-west", "eu-west-1b", "", endpoints=[b_.address]),
+                ],
+            )
+        ],
+    )
+
+
+@pytest.fixture
+def locality_reader():
+    reader = InMemoryMetricReader()
+    pyxds.metrics.enable(
+        otel_sdk.MeterProvider(metric_readers=[reader]), optional_labels=["grpc.lb.locality"]
+    )
+    try:
+        yield reader
+    finally:
+        pyxds.metrics.disable()
+
+
+def test_attempt_duration_carries_the_locality_of_the_endpoint_each_attempt_went_to(
+    locality_reader, xds_server, echo_backends
+):
+    # A78 "Per-Call Metrics": xds_cluster_impl's picker sets grpc.lb.locality
+    # (the A78 form) for the endpoint it picked; enabled as an optional label.
+    a, b_ = echo_backends(2)
+    xds_server.set_snapshot(two_locality_snapshot(a, b_))
+    target = "xds:///two-service"
+    with pyxds.insecure_channel(target, bootstrap=xds_server.bootstrap()) as channel:
+        stub = echo_pb2_grpc.EchoStub(channel)
+        served = collections.Counter(
+            stub.Echo(echo_pb2.EchoRequest(), timeout=10, wait_for_ready=True).backend
+            for _ in range(20)
+        )
+    assert set(served) == {a.name, b_.name}
+    found = with_labels(
+        points(locality_reader, "grpc.client.attempt.duration"),
+        grpc_method="pyxds.test.Echo/Echo",
+        grpc_target=target,
+        grpc_status="OK",
+    )
+    by_locality = {p.attributes["grpc.lb.locality"]: p.count for p in found}
+    assert by_locality == {LOCALITY_A: served[a.name], LOCALITY_B: served[b_.name]}
+
+
+def test_aio_attempt_duration_carries_the_locality_too(locality_reader, xds_server, echo_backends):
+    import asyncio
+
+    import pyxds.aio
+
+    a, b_ = echo_backends(2)
+    xds_server.set_snapshot(two_locality_snapshot(a, b_))
+    target = "xds:///two-service"
+
+    async def main() -> collections.Counter:
+        async with pyxds.aio.insecure_channel(target, bootstrap=xds_server.bootstrap()) as ch:
+            stub = echo_pb2_grpc.EchoStub(ch)
+            served = collections.Counter()
+            for _ in range(10):
+                reply = await stub.Echo(echo_pb2.EchoRequest(), timeout=10, wait_for_ready=True)
+                served[reply.backend] += 1
+            return served
+
+    served = asyncio.run(main())
+    found = with_labels(points(locality_reader, "grpc.client.attempt.duration"), grpc_target=target)
+    by_locality = {p.attributes["grpc.lb.locality"]: p.count for p in found}
+    assert by_locality == {LOCALITY_A: served[a.name], LOCALITY_B: served[b_.name]}
+
+
+def test_wrr_metrics_carry_the_locality_of_their_weighted_target_child(
+    locality_reader, xds_server, echo_backends
+):
+    # A78 "Weighted Target LB Policy": each locality's WRR instance records
+    # its scheduler updates under its locality.
+    from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (
+        client_side_weighted_round_robin_pb2 as cswrr_pb2,
+    )
+    from envoy.extensions.load_balancing_policies.wrr_locality.v3 import wrr_locality_pb2
+    from google.protobuf import duration_pb2
+
+    cswrr = cswrr_pb2.ClientSideWeightedRoundRobin(
+        blackout_period=duration_pb2.Duration(seconds=0),
+        weight_update_period=duration_pb2.Duration(nanos=100_000_000),
+    )
+    policy = wrr_locality_pb2.WrrLocality(
+        endpoint_picking_policy=b._load_balancing_policy([("wrr", cswrr)])
+    )
+    a, b_ = echo_backends(2)
+    xds_server.set_snapshot(two_locality_snapshot(a, b_, [("wrr_locality", policy)]))
+    target = "xds:///two-service"
+    with pyxds.insecure_channel(target, bootstrap=xds_server.bootstrap()) as channel:
+        stub = echo_pb2_grpc.EchoStub(channel)
+        for _ in range(10):
+            stub.Echo(echo_pb2.EchoRequest(), timeout=10, wait_for_ready=True)
+
+        def both_localities():
+            found = with_labels(
+                points(locality_reader, "grpc.lb.wrr.rr_fallback"), grpc_target=target
+            )
+            localities = {p.attributes["grpc.lb.locality"] for p in found}
+            return localities if localities == {LOCALITY_A, LOCALITY_B} else None
+
+        wait_for(both_localities)
+        weights = with_labels(
+            points(locality_reader, "grpc.lb.wrr.endpoint_weights"), grpc_target=target
+        )
+        # no ORCA reports from these backends: every weight recorded is 0
+        assert {p.attributes["grpc.lb.locality"] for p in weights} == {LOCALITY_A, LOCALITY_B}
+        assert all(p.sum == 0 and p.count >= 1 for p in weights)
 
 
 def test_metrics_off_import_no_opentelemetry_and_record_nothing():

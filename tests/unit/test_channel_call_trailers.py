@@ -134,4 +134,5 @@ def test_cluster_impl_rebuilds_every_field_pick_complete_has():
         "subchannel",
         "on_call_done",
         "on_call_trailers",
+        "attempt_labels",
     ]

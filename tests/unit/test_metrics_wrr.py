@@ -31,12 +31,12 @@ class _Sub:
 @pytest.fixture
 def reader():
     reader = InMemoryMetricReader()
-    metrics.enable(sdk.MeterProvider(metric_readers=[reader]))
+    metrics.enable(sdk.MeterProvider(metric_readers=[reader]), optional_labels=["grpc.lb.locality"])
     yield reader
     metrics.disable()
 
 
-def values(reader) -> dict:
+def values(reader, expected_labels=LABELS) -> dict:
     out = {}
     data = reader.get_metrics_data()
     for rm in data.resource_metrics:
@@ -44,7 +44,7 @@ def values(reader) -> dict:
             for m in sm.metrics:
                 assert m.unit == metrics.INSTRUMENTS[m.name].unit
                 for p in m.data.data_points:
-                    assert dict(p.attributes) == LABELS
+                    assert dict(p.attributes) == expected_labels
                     out[m.name] = getattr(p, "value", None) or (p.count, p.sum)
     return out
 
@@ -78,3 +78,18 @@ def test_locality_label_has_a78s_form():
     endpoint = Endpoint(("1.2.3.4:5",), {"locality": LocalityName("r", "z", "")})
     assert locality_label([endpoint]) == '{region="r", zone="z", sub_zone=""}'
     assert locality_label([Endpoint(("1.2.3.4:5",))]) == ""
+
+
+def test_locality_label_is_left_out_unless_enabled():
+    # A78: grpc.lb.locality is an optional label: only grpc.target by default
+    reader = InMemoryMetricReader()
+    metrics.enable(sdk.MeterProvider(metric_readers=[reader]))
+    try:
+        clock = FakeClock(start=100.0)
+        weights = [EndpointWeight(clock, WeightedRoundRobinConfig()) for _ in range(2)]
+        results = [PickComplete(_Sub(f"10.0.0.{i}:1")) for i in range(2)]
+        WeightedRoundRobinPicker(results, weights, clock, random.Random(1), LABELS)
+        got = values(reader, {"grpc.target": "xds:///svc"})
+        assert got["grpc.lb.wrr.rr_fallback"] == 1
+    finally:
+        metrics.disable()

@@ -148,6 +148,10 @@ def _attempt_ended(rpc: Rpc, status: Status) -> float | None:
         "grpc.target": rpc._core.target,
         "grpc.status": status.code.name,
     }
+    if rpc.attempt_labels is not None:
+        # A78: the optional labels the picker set (grpc.lb.locality); the
+        # recorder emits those the user enabled
+        labels.update(rpc.attempt_labels)
     assert rpc._attempt_start is not None
     _metrics.record(
         "grpc.client.attempt.duration", time.perf_counter() - rpc._attempt_start, labels
@@ -187,6 +191,7 @@ class Rpc:
         "picked_by",
         "stale_picker",
         "on_call_trailers",
+        "attempt_labels",
         "send_metadata",
         "retry",
         "fault",
@@ -227,6 +232,8 @@ class Rpc:
         self.picked_by: Picker | None = None  # the picker of the last completed pick
         self.stale_picker: Picker | None = None  # never pick with it again
         self.on_call_trailers: Callable[[Sequence[tuple[str, Any]]], None] | None = None
+        #: the last pick's ``PickComplete.attempt_labels`` (A78), for its attempt's metrics
+        self.attempt_labels: Mapping[str, str] | None = None
         self._finished = False
         # A66 per-attempt metrics: the attempt's start, None while metrics are off.
         self._attempt_start = None if _metrics.RECORDER is None else _attempt_started(core, path)
@@ -257,6 +264,7 @@ class Rpc:
         done, self.on_call_done = self.on_call_done, None
         if self._attempt_start is not None:
             self._attempt_start = _attempt_ended(self, status)
+        self.attempt_labels = None
         if done is not None:
             try:
                 done(status)
@@ -386,6 +394,11 @@ def parse_target(target: str) -> tuple[str, str]:
         return scheme, path
     head = target.split(":", 1)[0].lower()
     if head in ("ipv4", "ipv6", "unix"):
+        return head, target.split(":", 1)[1]
+    if head not in ("", "dns") and ":" in target and resolver_registry.get(head) is not None:
+        # C-core: a target that parses as a URI of a registered scheme is
+        # that scheme's even without "//" (``xds:service``); anything else
+        # (``host:port``) is dns
         return head, target.split(":", 1)[1]
     return "dns", target
 
@@ -558,6 +571,7 @@ class ChannelCore:
             rpc.on_call_done = result.on_call_done
             rpc.picked_by = picker
             rpc.on_call_trailers = result.on_call_trailers
+            rpc.attempt_labels = result.attempt_labels
             return core
         if isinstance(result, PickFail):
             if rpc.wait_for_ready:

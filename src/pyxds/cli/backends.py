@@ -3,6 +3,7 @@ backend's name (raw bytes, no generated code), restartable on the same port."""
 
 from __future__ import annotations
 
+import threading
 from concurrent import futures
 
 import grpc
@@ -17,6 +18,8 @@ class NamedBackend:
         self.name = name
         self.port = port
         self.fail = fail  # answer every RPC with UNAVAILABLE (a broken backend)
+        self.calls = 0  # RPCs this backend received (answered or failed)
+        self._lock = threading.Lock()
         self._server: grpc.Server | None = None
 
     @property
@@ -27,6 +30,8 @@ class NamedBackend:
         reply = self.name.encode()
 
         def who(request: bytes, context: grpc.ServicerContext) -> bytes:
+            with self._lock:
+                self.calls += 1
             if self.fail:
                 context.abort(grpc.StatusCode.UNAVAILABLE, f"{self.name} is broken")
             return reply

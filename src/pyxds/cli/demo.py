@@ -3,9 +3,11 @@
 It starts a pyxds.server control plane and real grpcio backends, opens
 ``pyxds.insecure_channel("xds:///greeter")`` and walks through what pyxds
 does: a 75/25 traffic split from RDS (A28), priority failover when every
-priority-0 backend dies and fail-back when they return (A56), and a route
-switched to another cluster under continuous load with no failed RPC (A74).
-Every number printed is measured in this run.
+priority-0 backend dies and fail-back when they return (A56), a route
+switched to another cluster under continuous load with no failed RPC (A74),
+outlier detection ejecting a failing backend (A50), and a route retry policy
+hiding a failing backend (A44: failures before the control plane pushes it,
+none after).  Every number printed is measured in this run.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pyxds.server import ManagementServer, Snapshot
 from pyxds.server import builders as b
 
 SERVICE = "greeter"
-STEPS = 6
+STEPS = 7
 
 
 class Progress:
@@ -117,6 +119,35 @@ def _outlier_snapshot(
     )
 
 
+def _retry_snapshot(
+    main: list[NamedBackend],
+    fallback: NamedBackend,
+    canary: NamedBackend,
+    pool: list[NamedBackend],
+    broken: NamedBackend,
+    retry: bool,
+) -> Snapshot:
+    """Route everything to cluster ``flaky`` (round robin over two good backends
+    and one that fails every RPC with UNAVAILABLE, no outlier detection); with
+    ``retry`` the route carries an A44 retry policy: retry_on unavailable, two
+    retries, 10-50 ms backoff."""
+    base = _snapshot(main, fallback, canary, {"flaky": 1})
+    policy = (
+        b.retry_policy("unavailable", num_retries=2, base_interval=0.01, max_interval=0.05)
+        if retry
+        else None
+    )
+    route = b.route(prefix="", cluster="flaky", retry_policy=policy)
+    addresses = [x.address for x in [*pool, broken]]
+    return base.replace(
+        routes=[
+            b.route_config(f"{SERVICE}-route", [b.virtual_host("greeter", [SERVICE], [route])])
+        ],
+        clusters=[*base.clusters, b.cluster("flaky")],
+        endpoints=[*base.endpoints, b.endpoints("flaky", [b.locality(endpoints=addresses)])],
+    )
+
+
 def _until_clean(
     call: Callable[[], bytes], run: int, timeout: float, progress: Progress
 ) -> tuple[float | None, int]:
@@ -152,11 +183,12 @@ def _wait_until(call: Callable[[], bytes], wanted: set[str], timeout: float) -> 
     return None
 
 
-HELP = "run the whole stack on loopback: traffic split, failover, a live route switch"
+HELP = "run the whole stack on loopback: split, failover, route switch, ejection, retries"
 DESCRIPTION = (
     "Start a control plane and real gRPC backends on 127.0.0.1, open a pyxds channel to "
     "xds:///greeter and walk through a 75/25 traffic split, priority failover and "
-    "fail-back, and a route switched under load. Every number shown is measured. "
+    "fail-back, a route switched under load, outlier ejection of a failing backend and a "
+    "retry policy hiding one. Every number shown is measured. "
     "Takes about 20 seconds; exits 0 when every step behaved."
 )
 
@@ -280,8 +312,12 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
         )
         ok &= took is not None and not any(k.startswith("error") for k in seen)
 
-        say(f"{clock.stamp()} 6. channel.config_dump() (abridged):")
-        progress.step(6, "channel.config_dump()")
+        say(f"{clock.stamp()} 6. a route retry policy (A44) hides a failing backend")
+        progress.step(6, "a retry policy hides a failing backend")
+        ok &= _retry_step(server, call, say, progress, main, fallback, canary, pool, broken)
+
+        say(f"{clock.stamp()} 7. channel.config_dump() (abridged):")
+        progress.step(7, "channel.config_dump()")
         dump = channel.config_dump()
         for line in _summarize(dump):
             say(f"           {line}")
@@ -291,6 +327,44 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
     progress.step(STEPS + 1, "done")
     say(f"{clock.stamp()} demo {'passed' if ok else 'FAILED'}")
     return 0 if ok else 1
+
+
+def _retry_step(
+    server: ManagementServer,
+    call: Callable[[], bytes],
+    say: Callable[[str], None],
+    progress: Progress,
+    main: list[NamedBackend],
+    fallback: NamedBackend,
+    canary: NamedBackend,
+    pool: list[NamedBackend],
+    broken: NamedBackend,
+) -> bool:
+    """Step 6: without a retry policy a share of RPCs fails on the broken
+    backend; once the control plane pushes one, none does.  True when both held."""
+    server.set_snapshot(_retry_snapshot(main, fallback, canary, pool, broken, retry=False))
+    reached = _wait_until(call, {"pool-a", "pool-b"}, 10)
+    seen = _count(call, 300, progress)
+    failed = sum(n for k, n in seen.items() if k.startswith("error"))
+    say(
+        f"           no retry policy, round robin over pool-a, pool-b and broken:"
+        f" 300 RPCs, {failed} failed: {dict(sorted(seen.items()))}"
+    )
+    server.set_snapshot(_retry_snapshot(main, fallback, canary, pool, broken, retry=True))
+    # round robin puts the broken backend every third pick: 30 successes in a
+    # row only happen once the channel retries
+    took, during = _until_clean(call, 30, 10, progress)
+    before = broken.calls
+    seen = _count(call, 300, progress)
+    retried = broken.calls - before
+    after = sum(n for k, n in seen.items() if k.startswith("error"))
+    say(
+        f"           control plane pushed retry_policy {{retry_on: unavailable, num_retries: 2}}:"
+        f" in effect after {_secs(took)} ({during} failed meanwhile);"
+        f" then 300 RPCs, {after} failed: {dict(sorted(seen.items()))};"
+        f" {retried} attempts failed on broken and were retried"
+    )
+    return reached is not None and failed > 0 and took is not None and after == 0 and retried > 0
 
 
 def _secs(value: float | None) -> str:

@@ -177,11 +177,19 @@ class PickComplete:
     Reporting": how a policy such as ``weighted_round_robin`` reads the
     ``endpoint-load-metrics-bin`` ORCA report of the call it picked).  Not
     called for an RPC that never reached the subchannel.  A policy that
-    wraps a child's ``PickComplete`` passes it through."""
+    wraps a child's ``PickComplete`` passes it through.
+
+    ``attempt_labels`` (optional): optional labels for the attempt's A66
+    per-attempt metrics (gRFC A78 "Per-Call Metrics": the mechanism by which
+    a picker adds a label to the call attempt), e.g. ``grpc.lb.locality``
+    set by ``xds_cluster_impl``.  The metrics recorder emits a label only
+    when the user enabled it (``pyxds.metrics.enable(optional_labels=...)``).
+    A constant mapping shared by the picks of one endpoint, never mutated."""
 
     subchannel: Subchannel
     on_call_done: Callable[[Status], None] | None = None
     on_call_trailers: Callable[[TrailingMetadata], None] | None = None
+    attempt_labels: Mapping[str, str] | None = None
 
 
 ATTEMPT_NOT_STARTED = Status(grpc.StatusCode.UNAVAILABLE, "subchannel not ready")

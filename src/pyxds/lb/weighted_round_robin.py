@@ -297,10 +297,7 @@ def locality_label(endpoints: Sequence[Any]) -> str:
     for endpoint in endpoints:
         locality = getattr(endpoint, "attributes", {}).get("locality")
         if locality is not None:
-            return (
-                f'{{region="{locality.region}", zone="{locality.zone}", '
-                f'sub_zone="{locality.sub_zone}"}}'
-            )
+            return _metrics.locality_label(locality)
     return ""
 
 
@@ -433,7 +430,9 @@ class WeightedRoundRobin(RoundRobin):
         for picker, weight in zip(pickers, weights, strict=True):
             result = picker.result  # type: ignore[attr-defined]
             hook = None if config.enable_oob_load_report else weight.on_call_trailers
-            results.append(PickComplete(result.subchannel, result.on_call_done, hook))
+            results.append(
+                PickComplete(result.subchannel, result.on_call_done, hook, result.attempt_labels)
+            )
         labels = None
         if _metrics.RECORDER is not None:
             labels = {

@@ -28,7 +28,10 @@ child's picker wrapped in :class:`XdsClusterImplPicker`.  A pick, in order
    uncategorized drop);
 3. otherwise delegate to the child; a completed pick counts a started call
    (cluster in-flight and the picked endpoint's locality) and gets an
-   ``on_call_done`` that records success or failure, then calls the child's.
+   ``on_call_done`` that records success or failure, then calls the child's,
+   and the ``attempt_labels`` ``{"grpc.lb.locality": ...}`` of the picked
+   endpoint's locality (A78 "Per-Call Metrics": taken from the wrapped
+   subchannel made for load reporting, as C-core; "" without a locality).
 
 Load reporting (A27 "Load Reporting"): when the cluster has
 ``lrs_server: self``, the policy takes the cluster's drop stats and each
@@ -60,6 +63,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import grpc
@@ -88,6 +92,7 @@ from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
 from pyxds.lb.errors import LBConfigError, expect_object, expect_string
 from pyxds.lb.outlier_detection import OutlierDetectionSubchannel
 from pyxds.lb.registry import PolicySelection
+from pyxds.metrics import locality_label
 from pyxds.resolver.xds_config import (
     XDS_CLIENT_ATTRIBUTE,
     XDS_CONFIG_ATTRIBUTE,
@@ -102,6 +107,8 @@ NAME = "xds_cluster_impl_experimental"
 DEFAULT_MAX_REQUESTS = 1024
 PARTS_PER_MILLION = 1_000_000
 LOCALITY_ATTRIBUTE = "locality"
+#: A78's optional per-attempt label this policy sets
+LOCALITY_LABEL = "grpc.lb.locality"
 
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 _OK = grpc.StatusCode.OK
@@ -172,9 +179,14 @@ class XdsClusterImplPicker(Picker):
         if type(subchannel) is OutlierDetectionSubchannel:  # a no-op outlier_detection
             subchannel = subchannel.real
         locality = lrs = None
+        labels = result.attempt_labels
         if type(subchannel) is CountedSubchannel:
             locality = subchannel.stats
             lrs = subchannel.lrs
+            if labels is None:
+                labels = subchannel.attempt_labels
+            else:  # a child's own labels too (rare: not on the common path)
+                labels = {**labels, **subchannel.attempt_labels}
             subchannel = subchannel.real
             if locality is not None:
                 locality.call_started()
@@ -185,7 +197,7 @@ class XdsClusterImplPicker(Picker):
         # path); every PickComplete field is passed on (a unit test fails
         # when PickComplete gains one this line does not name).
         done = _call_done(calls, locality, lrs, result.on_call_done)
-        return PickComplete(subchannel, done, result.on_call_trailers)
+        return PickComplete(subchannel, done, result.on_call_trailers, labels)
 
     @property
     def child(self) -> Picker:
@@ -228,7 +240,7 @@ class CountedSubchannel(Subchannel):
     hands ``real`` to the channel, so the channel never sees this wrapper
     (C-core's StatsSubchannelWrapper does the same)."""
 
-    __slots__ = ("real", "address", "locality", "stats", "lrs", "_owner")
+    __slots__ = ("real", "address", "locality", "stats", "lrs", "attempt_labels", "_owner")
 
     def __init__(
         self,
@@ -243,6 +255,11 @@ class CountedSubchannel(Subchannel):
         self.locality = locality
         self.stats = stats
         self.lrs = lrs
+        #: A78 per-attempt optional labels of every call sent to this endpoint
+        #: (computed once: a pick only passes the mapping on)
+        self.attempt_labels: Mapping[str, str] = MappingProxyType(
+            {LOCALITY_LABEL: locality_label(locality)}
+        )
         self._owner = owner
 
     def connect(self) -> None:

@@ -39,7 +39,7 @@ import logging
 import random
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import grpc
 
@@ -82,6 +82,33 @@ def parse_xds_target(target: str) -> tuple[str | None, str]:
         raise ValueError(f"xds target {target!r} has no service name")
     service = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
     return (parts.netloc or None), service
+
+
+#: characters C-core's URI writer leaves as they are, beyond the unreserved
+#: ones (RFC 3986 pchar, authority and query/fragment characters)
+_PATH_SAFE = "!$&'()*+,;=:@/"
+_AUTHORITY_SAFE = "!$&'()*+,;=:@[]"
+_QUERY_SAFE = "!$&'()*+,;=:@/?"
+
+
+def xds_client_scope(target: str) -> str:
+    """The key of a target's XdsClient and its CSDS ``client_scope`` (A71:
+    "the key channels use to lookup their XdsClient instance, such as
+    dataplane target"), written as C-core writes it: the parsed target URI
+    serialized again, so an empty authority is left out
+    (``xds:///svc`` -> ``xds:/svc``), ``xds:svc`` stays ``xds:svc``, the path
+    is percent-encoded again and a query or fragment is kept.  Checked
+    against grpcio-csds over C-core (tests/e2e/test_admin_csds.py)."""
+    parts = urlsplit(target)
+    out = f"{parts.scheme}:"
+    if parts.netloc:
+        out += "//" + quote(unquote(parts.netloc), safe=_AUTHORITY_SAFE)
+    out += quote(unquote(parts.path), safe=_PATH_SAFE)
+    if parts.query:
+        out += "?" + quote(unquote(parts.query), safe=_QUERY_SAFE)
+    if parts.fragment:
+        out += "#" + quote(unquote(parts.fragment), safe=_QUERY_SAFE)
+    return out
 
 
 def cluster_manager_config(clusters: list[str]) -> dict[str, Any]:
@@ -196,7 +223,7 @@ class XdsResolver(Resolver):
             )
         if self._client is None:
             # A71: one XdsClient per data-plane target (fallback stays per target).
-            scope = f"xds://{target_authority or ''}/{service}"
+            scope = xds_client_scope(self._args.target)
             self._client, self._release_client = XdsClient.get_or_create(bootstrap, scope)
 
     def _reresolve(self) -> None:
