@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -211,14 +211,14 @@ class LeastRequestPicker(Picker):
             for c, o in zip(self._constants, self._counters, strict=True)
         )
         self._overflow_results: list[PickComplete | None] = [None] * len(self._constants)
-        self._samples: Callable[[], tuple[int, ...]] = iter(()).__next__
+        self._samples: Iterator[tuple[int, ...]] = iter(())
         fast = choice_count == 2 and None not in self._results
         self.pick: Callable[[PickArgs], PickResult] = (
             self._make_pick_two() if fast else self._pick_exact
         )
 
     # -- sampling -----------------------------------------------------------
-    def _refill(self) -> Callable[[], tuple[int, ...]]:
+    def _refill(self) -> Iterator[tuple[int, ...]]:
         """The next block of samples: ``choice_count`` indices per pick.
         Threads that find the block used up at once each draw one; the
         last one stored wins (unused draws are dropped, which biases
@@ -226,14 +226,13 @@ class LeastRequestPicker(Picker):
         block = self._block
         self._block = min(block * 2, MAX_BLOCK)
         indices = iter(uniform_indices(self._random, len(self._constants), block))
-        samples = zip(*itertools.repeat(indices, self._choice_count), strict=False)
-        self._samples = samples.__next__
+        self._samples = zip(*itertools.repeat(indices, self._choice_count), strict=False)
         return self._samples
 
     def _draw(self) -> tuple[int, ...]:
         while True:
             try:
-                return self._samples()
+                return next(self._samples)
             except StopIteration:
                 self._refill()
 
@@ -255,14 +254,12 @@ class LeastRequestPicker(Picker):
             results: tuple = results,
             pops: list = pops,
             spill: list = spill,
-            counted: Callable = counted,
-            len: Callable = len,
         ) -> PickResult:
             nonlocal samples
             if spill:
                 return exact(args)
             try:
-                i, j = samples()
+                i, j = next(samples)
             except StopIteration:
                 samples = refill()
                 return pick(args)
