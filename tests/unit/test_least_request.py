@@ -228,6 +228,31 @@ def test_picks_are_complete_and_carry_the_channels_subchannel():
     assert result.subchannel in helper.subchannels
 
 
+def test_the_first_config_sets_the_choice_count():
+    """grpc-go#7969 review: the count comes from the config of the first
+    update, not from a built-in default."""
+    helper, _policy, _ = setup(n=2, choice_count=7)
+    assert "choice_count=7" in repr(helper.last.picker)
+
+
+def test_a_removed_endpoint_comes_back_with_a_fresh_counter():
+    """A48: a counter shares its endpoint's lifecycle.  A call held on an
+    endpoint that is removed and then listed again ends on the old counter:
+    the new one starts (and stays) at zero."""
+    helper, policy, config = setup(n=3)
+    held = helper.pick()
+    gone = held.subchannel.address
+    kept = [a for a in addresses(3) if a != gone]
+    policy.update(ResolverUpdate([Endpoint((a,)) for a in kept], config))
+    policy.update(ResolverUpdate([Endpoint((a,)) for a in addresses(3)], config))
+    helper.subchannel(gone).set_state(READY)
+    picker = helper.last.picker
+    assert len(picker.counters) == 3
+    assert picker.counters == [0, 0, 0]
+    held.on_call_done(OK)
+    assert helper.last.picker.counters == [0, 0, 0]
+
+
 # ---------------------------------------------------------------- sampling (A48 "Picker Behavior")
 
 
