@@ -10,28 +10,46 @@ management", "Aggregated Connectivity State"): this policy *is* a
 A61; same sticky-TF aggregation, same child reuse across updates), with a
 different READY picker.
 
-Outstanding-request counters (A48 "Outstanding request counters"): one per
-endpoint child, living as long as that child (so across picker rebuilds and
-address-list updates that keep the endpoint).  A counter is a
-``collections.deque`` whose length is the count: ``append`` on a completed
-pick and ``pop`` in ``on_call_done`` are each atomic, so RPC threads count
-without a lock.  The channel calls ``on_call_done`` exactly once per
-attempt (``Rpc.attempt_done`` clears it before calling), whatever ends the
-attempt (status, cancellation, deadline, aio task cancellation), so retries
-count per attempt and nothing leaks.
+Outstanding-request counters (A48 "Outstanding request counters"): one
+:class:`Outstanding` per endpoint child, living as long as that child (so
+across picker rebuilds and address-list updates that keep the endpoint).
+It counts with operations that are each atomic (``deque``/``list``
+``append`` and ``pop``), so RPC threads count without a lock:
+
+* ``tokens``: a deque of at most :data:`TOKENS` free slots, full when the
+  endpoint has no call in flight.  A pick takes one (``pop``); the call's
+  ``on_call_done`` *is* ``tokens.append``, so ending a call runs no Python
+  frame.  A done beyond the calls taken finds the deque full and is
+  dropped (``maxlen``): the count never goes below zero.
+* ``overflow``: calls picked while ``tokens`` was empty (more than
+  ``TOKENS`` in flight on the endpoint), each ended by a Python
+  ``on_call_done`` that never goes below zero.  While any endpoint of the
+  policy has such calls (the policy-wide ``spill`` list is not empty),
+  every pick compares the exact counts (slow path), so the choice is A48's
+  at any load.
+
+The count is ``TOKENS - len(tokens) + len(overflow)``.  The channel calls
+``on_call_done`` exactly once per attempt (``Rpc.attempt_done`` clears it
+before calling), whatever ends the attempt (status, cancellation,
+deadline, aio task cancellation), so retries count per attempt and nothing
+leaks.
 
 Picker (A48 "Picker Behavior"): draw ``choiceCount`` READY endpoints
-uniformly at random (with replacement, ``helper.random``); the first drawn
-is the candidate, a later one replaces it only with strictly fewer
-outstanding requests.  Each endpoint's result is precomputed (its
-pick_first child's constant result plus the counting ``on_call_done``), so
-a pick allocates nothing.
+uniformly at random with replacement (``helper.random``, drawn in blocks by
+:func:`pyxds.lb.sampling.uniform_indices` and consumed through a C
+iterator); the first drawn is the candidate, a later one replaces it only
+with strictly fewer outstanding requests.  Each endpoint's result is
+precomputed (its pick_first child's constant result with the counting
+``on_call_done``), so a pick allocates nothing.  ``choiceCount`` 2 (the
+default) has its own pick function: two indices, one comparison of free
+slots (exact while no endpoint overflows), one ``pop``.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -49,18 +67,31 @@ from pyxds.lb.api import (
 )
 from pyxds.lb.errors import LBConfigError, expect_object, expect_uint32
 from pyxds.lb.round_robin import RoundRobin, _Child
+from pyxds.lb.sampling import uniform_indices
 
 __all__ = [
     "POLICY_NAME",
     "MAX_CHOICE_COUNT",
+    "TOKENS",
+    "FIRST_BLOCK",
+    "MAX_BLOCK",
     "LeastRequestConfig",
     "LeastRequestFactory",
     "LeastRequest",
     "LeastRequestPicker",
+    "Outstanding",
 ]
 
 POLICY_NAME = "least_request_experimental"
 MAX_CHOICE_COUNT = 10
+TOKENS = 256
+"""Calls in flight on one endpoint counted by the C-level fast path; more
+are counted exactly by the slow path (module docstring)."""
+FIRST_BLOCK = 64
+"""Raw draws in a picker's first block of random indices; each later block
+doubles, up to :data:`MAX_BLOCK` (a picker replaced after a few picks draws
+little)."""
+MAX_BLOCK = 16384
 _READY = ConnectivityState.READY
 
 
@@ -83,89 +114,207 @@ class LeastRequestFactory(PolicyFactory):
         return LeastRequest(helper)
 
 
-def _counting_done(
-    counter: collections.deque, inner: Callable[[Status], None] | None
-) -> Callable[[Status], None]:
-    pop = counter.pop
-    if inner is None:
+class Outstanding:
+    """One endpoint's outstanding-request counter (module docstring).
+    ``spill`` is the policy-wide list with one entry per overflow call."""
 
-        def on_call_done(status: Status) -> None:
-            try:
-                pop()
-            except IndexError:  # never below zero, whatever a caller does
-                pass
+    __slots__ = ("tokens", "overflow", "spill")
 
-        return on_call_done
+    def __init__(self, spill: list[None]) -> None:
+        self.tokens: collections.deque[Any] = collections.deque(
+            itertools.repeat(None, TOKENS), maxlen=TOKENS
+        )
+        self.overflow: list[None] = []
+        self.spill = spill
 
-    def on_call_done_chained(status: Status) -> None:
+    @property
+    def count(self) -> int:
+        return TOKENS - len(self.tokens) + len(self.overflow)
+
+    def take(self) -> bool:
+        """Count one call: True if it took a token (ended by
+        ``tokens.append``), False if it overflowed (ended by
+        :meth:`end_overflow`)."""
         try:
-            pop()
+            self.tokens.pop()
+            return True
+        except IndexError:
+            self.overflow.append(None)
+            self.spill.append(None)
+            return False
+
+    def end_overflow(self, status: Status) -> None:
+        try:
+            self.overflow.pop()
+        except IndexError:  # a done beyond the calls taken: never below zero
+            return
+        try:
+            self.spill.pop()
         except IndexError:
             pass
+
+    def __repr__(self) -> str:
+        return f"Outstanding({self.count})"
+
+
+def _then(
+    first: Callable[[Status], None], inner: Callable[[Status], None] | None
+) -> Callable[[Status], None]:
+    """``first``, then the child's own ``on_call_done`` if it has one."""
+    if inner is None:
+        return first
+
+    def on_call_done(status: Status) -> None:
+        first(status)
         inner(status)
 
-    return on_call_done_chained
+    return on_call_done
 
 
 class LeastRequestPicker(Picker):
     """A48's picker over the READY endpoints (module docstring).
-    ``results[i]`` is endpoint i's precomputed result (None: ask
-    ``children[i]``, a non-constant child picker); ``counters[i]`` its
-    outstanding-request counter."""
 
-    __slots__ = ("_results", "_counters", "_n", "_choice_count", "_random", "_children")
+    ``constants[i]`` is endpoint i's pick_first constant result (None: ask
+    ``children[i]``, a non-constant child picker); ``counters[i]`` its
+    :class:`Outstanding`.  ``pick`` is a per-instance function (a slot), so
+    a pick runs one Python frame."""
+
+    __slots__ = (
+        "pick",
+        "_constants",
+        "_results",
+        "_overflow_results",
+        "_counters",
+        "_children",
+        "_choice_count",
+        "_random",
+        "_block",
+        "_samples",
+    )
 
     def __init__(
         self,
-        results: Sequence[PickComplete | None],
-        counters: Sequence[collections.deque],
+        constants: Sequence[PickComplete | None],
+        counters: Sequence[Outstanding],
         choice_count: int,
         random_source: Any,
         children: Sequence[Picker] = (),
     ) -> None:
-        self._results = tuple(results)
+        self._constants = tuple(constants)
         self._counters = tuple(counters)
-        self._n = len(self._results)
-        self._choice_count = choice_count
-        self._random = random_source.random
         self._children = tuple(children)
+        self._choice_count = choice_count
+        self._random = random_source
+        self._block = FIRST_BLOCK
+        self._results = tuple(
+            None if c is None else replace(c, on_call_done=_then(o.tokens.append, c.on_call_done))
+            for c, o in zip(self._constants, self._counters, strict=True)
+        )
+        self._overflow_results: list[PickComplete | None] = [None] * len(self._constants)
+        self._samples: Iterator[tuple[int, ...]] = iter(())
+        fast = choice_count == 2 and None not in self._results
+        self.pick: Callable[[PickArgs], PickResult] = (
+            self._make_pick_two() if fast else self._pick_exact
+        )
 
+    # -- sampling -----------------------------------------------------------
+    def _refill(self) -> Iterator[tuple[int, ...]]:
+        """The next block of samples: ``choice_count`` indices per pick.
+        Threads that find the block used up at once each draw one; the
+        last one stored wins (unused draws are dropped, which biases
+        nothing: every index is independent of the others)."""
+        block = self._block
+        self._block = min(block * 2, MAX_BLOCK)
+        indices = iter(uniform_indices(self._random, len(self._constants), block))
+        self._samples = zip(*itertools.repeat(indices, self._choice_count), strict=False)
+        return self._samples
+
+    def _draw(self) -> tuple[int, ...]:
+        while True:
+            try:
+                return next(self._samples)
+            except StopIteration:
+                self._refill()
+
+    # -- picks --------------------------------------------------------------
+    def _make_pick_two(self) -> Callable[[PickArgs], PickResult]:
+        """choiceCount 2 over constant results, while no endpoint of the
+        policy overflows: the sample with more free tokens has fewer
+        outstanding calls (module docstring); else :meth:`_pick_exact`."""
+        pops = [counter.tokens.pop for counter in self._counters]
+        tokens = [counter.tokens for counter in self._counters]
+        results = self._results
+        spill = self._counters[0].spill if self._counters else []
+        refill, exact, counted = self._refill, self._pick_exact, self._counted
+        samples = self._samples
+
+        def pick(
+            args: PickArgs,
+            tokens: list = tokens,
+            results: tuple = results,
+            pops: list = pops,
+            spill: list = spill,
+        ) -> PickResult:
+            nonlocal samples
+            if spill:
+                return exact(args)
+            try:
+                i, j = next(samples)
+            except StopIteration:
+                samples = refill()
+                return pick(args)
+            if len(tokens[j]) > len(tokens[i]):
+                i = j
+            try:
+                pops[i]()
+            except IndexError:  # every sample is at TOKENS calls: count exactly
+                return counted(i, args)
+            return results[i]
+
+        return pick
+
+    def _pick_exact(self, args: PickArgs) -> PickResult:
+        """Any choiceCount, exact counts (A48 pseudo-code)."""
+        counters = self._counters
+        sample = self._draw()
+        best = sample[0]
+        best_count = counters[best].count
+        for index in sample[1:]:
+            count = counters[index].count
+            if count < best_count:
+                best, best_count = index, count
+        return self._counted(best, args)
+
+    def _counted(self, index: int, args: PickArgs) -> PickResult:
+        """Endpoint ``index``'s result, counting the call on it."""
+        counter = self._counters[index]
+        constant = self._constants[index]
+        if constant is None:  # a non-constant child picker (custom leaf)
+            result = self._children[index].pick(args)
+            if type(result) is not PickComplete:
+                return result
+            first = counter.tokens.append if counter.take() else counter.end_overflow
+            return replace(result, on_call_done=_then(first, result.on_call_done))
+        if counter.take():
+            return self._results[index]  # type: ignore[return-value]
+        overflow = self._overflow_results[index]
+        if overflow is None:
+            overflow = replace(
+                constant, on_call_done=_then(counter.end_overflow, constant.on_call_done)
+            )
+            self._overflow_results[index] = overflow
+        return overflow
+
+    # -- introspection --------------------------------------------------------
     @property
     def counters(self) -> list[int]:
         """Outstanding requests per READY endpoint (tests)."""
-        return [len(counter) for counter in self._counters]
+        return [counter.count for counter in self._counters]
 
     @property
     def results(self) -> tuple[PickComplete | None, ...]:
+        """Each endpoint's precomputed result (None: a non-constant child)."""
         return self._results
-
-    def pick(self, args: PickArgs) -> PickResult:
-        counters, n, draw = self._counters, self._n, self._random
-        best = int(draw() * n)
-        if self._choice_count == 2:  # the default, unrolled
-            sampled = int(draw() * n)
-            if len(counters[sampled]) < len(counters[best]):
-                best = sampled
-        else:
-            best_count = len(counters[best])
-            for _ in range(self._choice_count - 1):
-                sampled = int(draw() * n)
-                count = len(counters[sampled])
-                if count < best_count:
-                    best, best_count = sampled, count
-        result = self._results[best]
-        if result is None:  # a non-constant child picker (custom leaf)
-            return self._delegate(best, args)
-        counters[best].append(None)
-        return result
-
-    def _delegate(self, index: int, args: PickArgs) -> PickResult:
-        result = self._children[index].pick(args)
-        if type(result) is not PickComplete:
-            return result
-        counter = self._counters[index]
-        counter.append(None)
-        return replace(result, on_call_done=_counting_done(counter, result.on_call_done))
 
     def __repr__(self) -> str:
         return f"LeastRequestPicker(choice_count={self._choice_count}, counters={self.counters})"
@@ -177,6 +326,7 @@ class LeastRequest(RoundRobin):
     def __init__(self, helper: Helper) -> None:
         super().__init__(helper)
         self._choice_count = 2
+        self._spill: list[None] = []  # one entry per overflow call in flight
 
     def update(self, update: Any) -> Status | None:
         config = update.config
@@ -190,31 +340,23 @@ class LeastRequest(RoundRobin):
         key = (_READY, self._choice_count, *pickers)
         if key == self._reported_key:
             return
-        results: list[PickComplete | None] = []
-        counters = []
+        constants: list[PickComplete | None] = []
         for child in ready:
-            counter = _counter(child)
             constant = getattr(child.picker, "result", None)
-            if type(constant) is PickComplete:
-                done = _counting_done(counter, constant.on_call_done)
-                results.append(replace(constant, on_call_done=done))
-            else:
-                results.append(None)
-            counters.append(counter)
+            constants.append(constant if type(constant) is PickComplete else None)
+        counters = [self._counter(child) for child in ready]
         picker = LeastRequestPicker(
-            results, counters, self._choice_count, self.helper.random, pickers
+            constants, counters, self._choice_count, self.helper.random, pickers
         )
         self._report(_READY, OK_STATUS, picker, key)
 
-
-def _counter(child: _Child) -> collections.deque:
-    """The child's outstanding-request counter (made on first use; lives as
-    long as the child)."""
-    counter = getattr(child, "outstanding", None)
-    if counter is None:
-        counter = collections.deque()
-        child.outstanding = counter  # type: ignore[attr-defined]
-    return counter
+    def _counter(self, child: _Child) -> Outstanding:
+        """The child's counter (made on first use; lives as long as the child)."""
+        counter = getattr(child, "outstanding", None)
+        if counter is None:
+            counter = Outstanding(self._spill)
+            child.outstanding = counter  # type: ignore[attr-defined]
+        return counter
 
 
 registry.register(LeastRequestFactory())
