@@ -31,9 +31,11 @@ from pyxds.channel.attempts import (
     Attempts,
     BufferView,
     RequestBuffer,
+    counting,
 )
 from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadline_status
 from pyxds.channel.dump import config_dump as channel_config_dump
+from pyxds.channel.multicallables import grpc_multicallable
 from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
 from pyxds.resolver.service_config import from_channel_args
@@ -635,14 +637,16 @@ class _AioMultiCallable:
         self._deser = deser
         self._key = ("aio", self._kind, method, ser, deser)
 
-    def _inner(self, transport: Transport) -> Any:
+    def _inner(self, transport: Transport, rpc: Rpc) -> Any:
+        """The grpc.aio multicallable of ``rpc``'s attempt on ``transport``:
+        cached per transport; while A66 metrics are on, the attempt's own,
+        counting its message bytes."""
+        if rpc.sizes is not None:
+            ser, deser = counting(rpc.sizes, self._ser, self._deser)
+            return grpc_multicallable(transport, self._kind, self._method, ser, deser)
         mc = transport.callables.get(self._key)
         if mc is None:
-            make = getattr(transport.channel, self._kind)
-            try:
-                mc = make(self._method, self._ser, self._deser, _registered_method=True)
-            except TypeError:
-                mc = make(self._method, self._ser, self._deser)
+            mc = grpc_multicallable(transport, self._kind, self._method, self._ser, self._deser)
             if len(transport.callables) >= _MAX_CACHED:  # e.g. lambdas as serializers
                 transport.callables.clear()
             transport.callables[self._key] = mc
@@ -666,11 +670,12 @@ class _AioMultiCallable:
                 "wait_for_ready": False,
                 "compression": compression,
             }
+            inner = self._inner(transport, rpc)
             if first is _NO_ARG:
-                return self._inner(transport)(**kwargs)
+                return inner(**kwargs)
             if isinstance(first, AsyncRequestReplay):
-                return self._inner(transport)(first.attempt(), **kwargs)
-            return self._inner(transport)(first, **kwargs)
+                return inner(first.attempt(), **kwargs)
+            return inner(first, **kwargs)
 
         return start
 

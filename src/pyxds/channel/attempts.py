@@ -308,3 +308,24 @@ class RequestBuffer:
             if self.size > self.limit:
                 self.recording = False
         return not retired
+
+
+def counting(
+    sizes: list[int], serializer: Callable | None, deserializer: Callable | None
+) -> tuple[Callable[[Any], bytes], Callable[[bytes], Any]]:
+    """A66 ``grpc.client.attempt.{sent,rcvd}_total_compressed_message_size``:
+    the (serializer, deserializer) of one attempt's grpcio call that add the
+    serialized size of each request to ``sizes[0]`` and of each response to
+    ``sizes[1]`` (``Rpc.sizes``, recorded at the attempt's end).  Used only
+    while metrics are on: the attempt then gets its own grpcio multicallable."""
+
+    def serialize(message: Any) -> bytes:
+        data = message if serializer is None else serializer(message)
+        sizes[0] += len(data)
+        return data
+
+    def deserialize(data: bytes) -> Any:
+        sizes[1] += len(data)
+        return data if deserializer is None else deserializer(data)
+
+    return serialize, deserialize

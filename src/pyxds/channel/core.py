@@ -142,7 +142,8 @@ def _attempt_started(core: ChannelCore, path: str) -> float:
 
 
 def _attempt_ended(rpc: Rpc, status: Status) -> float | None:
-    """A66 ``grpc.client.attempt.duration``; the next attempt's start unless the RPC ended."""
+    """A66 ``grpc.client.attempt.duration`` and the attempt's message sizes;
+    the next attempt's start unless the RPC ended."""
     labels = {
         "grpc.method": rpc.path.lstrip("/"),
         "grpc.target": rpc._core.target,
@@ -152,8 +153,14 @@ def _attempt_ended(rpc: Rpc, status: Status) -> float | None:
     _metrics.record(
         "grpc.client.attempt.duration", time.perf_counter() - rpc._attempt_start, labels
     )
+    sizes = rpc.sizes
+    if sizes is not None:
+        _metrics.record("grpc.client.attempt.sent_total_compressed_message_size", sizes[0], labels)
+        _metrics.record("grpc.client.attempt.rcvd_total_compressed_message_size", sizes[1], labels)
     if rpc._finished or _metrics.RECORDER is None:
+        rpc.sizes = None
         return None
+    rpc.sizes = [0, 0]
     return _attempt_started(rpc._core, rpc.path)
 
 
@@ -192,6 +199,7 @@ class Rpc:
         "fault",
         "hold_until",
         "wfr_explicit",
+        "sizes",
         "_finished",
         "_core",
         "_attempt_start",
@@ -231,6 +239,9 @@ class Rpc:
         # A66 per-attempt metrics: the attempt's start, None while metrics are off.
         self._attempt_start = None if _metrics.RECORDER is None else _attempt_started(core, path)
         self._call_start = self._attempt_start  # the first attempt starts with the call
+        #: A66 message sizes of the current attempt, [sent, received] bytes
+        #: (None while metrics are off): :func:`counting` fills it
+        self.sizes: list[int] | None = None if self._attempt_start is None else [0, 0]
 
     def remaining(self) -> float | None:
         if self.deadline is None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from pyxds.channel.attempts import counting
 from pyxds.channel.calls import (
     SERIALIZE_FAILED,
     ChannelRpcError,
@@ -26,13 +27,22 @@ from pyxds.channel.calls import (
     StreamingCall,
     blocking_unary,
 )
-from pyxds.channel.core import ChannelCore
+from pyxds.channel.core import ChannelCore, Rpc
 from pyxds.channel.subchannel import Transport
 
 #: grpcio multicallables cached per subchannel (per method and serializers).
 _MAX_CACHED = 1024
 
 _log = logging.getLogger(__name__)
+
+
+def grpc_multicallable(transport: Transport, kind: str, method: str, ser: Any, deser: Any) -> Any:
+    """A grpcio (or grpc.aio) multicallable of ``kind`` on the transport's channel."""
+    make = getattr(transport.channel, kind)
+    try:
+        return make(method, ser, deser, _registered_method=True)
+    except TypeError:  # older grpcio
+        return make(method, ser, deser)
 
 
 class _Base:
@@ -53,16 +63,18 @@ class _Base:
         self._deser = response_deserializer
         self._key = (self._kind_name, method, request_serializer, response_deserializer)
 
-    def _inner(self, transport: Transport, serialized: bool = False) -> Any:
+    def _inner(self, transport: Transport, rpc: Rpc, serialized: bool = False) -> Any:
+        """The grpcio multicallable of ``rpc``'s attempt on ``transport``:
+        cached per transport; while A66 metrics are on, the attempt's own,
+        counting its message bytes (``serialized``: the request is bytes)."""
+        if rpc.sizes is not None:
+            ser, deser = counting(rpc.sizes, None if serialized else self._ser, self._deser)
+            return grpc_multicallable(transport, self._kind_name, self._method, ser, deser)
         key = (*self._key, "serialized") if serialized else self._key
         mc = transport.callables.get(key)
         if mc is None:
-            make = getattr(transport.channel, self._kind_name)
             ser = None if serialized else self._ser
-            try:
-                mc = make(self._method, ser, self._deser, _registered_method=True)
-            except TypeError:  # older grpcio
-                mc = make(self._method, ser, self._deser)
+            mc = grpc_multicallable(transport, self._kind_name, self._method, ser, self._deser)
             if len(transport.callables) >= _MAX_CACHED:  # e.g. lambdas as serializers
                 transport.callables.clear()
             transport.callables[key] = mc
@@ -110,7 +122,7 @@ class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
 
         def invoke(transport: Transport, remaining: float | None) -> tuple[Any, Any]:
-            return self._inner(transport).with_call(
+            return self._inner(transport, rpc).with_call(
                 request,
                 timeout=remaining,
                 metadata=rpc.send_metadata,
@@ -134,7 +146,7 @@ class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
 
         def start(transport: Transport, remaining: float | None) -> Any:
-            return self._inner(transport, serialized).future(
+            return self._inner(transport, rpc, serialized).future(
                 request,
                 timeout=remaining,
                 metadata=rpc.send_metadata,
@@ -162,7 +174,7 @@ class UnaryStreamMultiCallable(_Base, grpc.UnaryStreamMultiCallable):
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
 
         def start(transport: Transport, remaining: float | None) -> Any:
-            return self._inner(transport, serialized)(
+            return self._inner(transport, rpc, serialized)(
                 request,
                 timeout=remaining,
                 metadata=rpc.send_metadata,
@@ -203,7 +215,7 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
         replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
 
         def invoke(transport: Transport, remaining: float | None) -> tuple[Any, Any]:
-            return self._inner(transport).with_call(
+            return self._inner(transport, rpc).with_call(
                 replay.attempt(),
                 timeout=remaining,
                 metadata=rpc.send_metadata,
@@ -227,7 +239,7 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
         replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
 
         def start(transport: Transport, remaining: float | None) -> Any:
-            return self._inner(transport).future(
+            return self._inner(transport, rpc).future(
                 replay.attempt(),
                 timeout=remaining,
                 metadata=rpc.send_metadata,
@@ -255,7 +267,7 @@ class StreamStreamMultiCallable(_Base, grpc.StreamStreamMultiCallable):
         replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
 
         def start(transport: Transport, remaining: float | None) -> Any:
-            return self._inner(transport)(
+            return self._inner(transport, rpc)(
                 replay.attempt(),
                 timeout=remaining,
                 metadata=rpc.send_metadata,
