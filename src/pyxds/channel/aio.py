@@ -33,7 +33,13 @@ from pyxds.channel.attempts import (
     RequestBuffer,
     counting,
 )
-from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadline_status
+from pyxds.channel.core import (
+    DEADLINE_EXCEEDED,
+    ChannelCore,
+    Rpc,
+    call_metadata,
+    unary_deadline_status,
+)
 from pyxds.channel.dump import config_dump as channel_config_dump
 from pyxds.channel.multicallables import grpc_multicallable
 from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
@@ -68,19 +74,6 @@ def _sync_status(call: Any) -> Status | None:
         return Status(code, raw.details() or "")
     except Exception:
         return None
-
-
-def _sync_metadata(call: Any) -> tuple[Any, Any]:
-    """(initial, trailing) metadata of a finished grpc.aio call, read without
-    awaiting from the Cython call (None when not available)."""
-    cython_call = getattr(call, "_cython_call", None)
-    initial = getattr(cython_call, "_initial_metadata", None)
-    try:
-        raw = cython_call._status
-        trailing = raw.trailing_metadata() if raw is not None else None
-    except Exception:
-        trailing = None
-    return initial, trailing
 
 
 def _unary_error(err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
@@ -119,16 +112,12 @@ async def pick(core: ChannelCore, rpc: Rpc) -> SubchannelCore | Status:
     while True:
         generation = core.generation
         outcome = core.try_pick(rpc)
-        remaining = rpc.remaining()
         if outcome is not None:
             if outcome.__class__ is not float:
                 return outcome  # type: ignore[return-value]
-            # an A33 fault delay, bounded by the deadline
-            if remaining is not None and remaining <= outcome:  # type: ignore[operator]
-                await asyncio.sleep(max(remaining, 0))
-                return DEADLINE_EXCEEDED
             await asyncio.sleep(outcome)  # type: ignore[arg-type]
             continue
+        remaining = rpc.remaining()
         if remaining is not None and remaining <= 0:
             return DEADLINE_EXCEEDED
         event = asyncio.Event()
@@ -286,7 +275,7 @@ class _AioCall:
         """The engine's answer to the failed attempt ``call``: the wait
         before the next attempt (the adapter starts it), or None (the RPC
         ends with ``status``)."""
-        delay = self._attempts.ended(call, status, _sync_metadata)
+        delay = self._attempts.ended(call, status, call_metadata)
         if delay is not None:
             self._started.clear()
             self._inner = None

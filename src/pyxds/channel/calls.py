@@ -40,7 +40,7 @@ from pyxds.channel.attempts import (
     BufferView,
     RequestBuffer,
 )
-from pyxds.channel.core import ChannelCore, Rpc, unary_deadline_status
+from pyxds.channel.core import ChannelCore, Rpc, call_metadata, unary_deadline_status
 from pyxds.channel.subchannel import SubchannelCore, Transport
 from pyxds.lb.api import OK_STATUS, Status
 
@@ -278,7 +278,7 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
         (whichever of its terminal callback and a reader of its responses
         sees it first decides)."""
         with self._cond:
-            return self._attempts.ended(inner, status, _metadata_of)
+            return self._attempts.ended(inner, status, call_metadata)
 
     def _next_attempt(self, delay: float) -> None:
         """Pick again for the next attempt, after ``delay`` seconds."""
@@ -524,26 +524,6 @@ class FutureCall(DeferredCall):
         return "<pyxds FutureCall (pick pending)>"
 
 
-def _metadata_of(call: Any) -> tuple[Any, Any]:
-    """(initial, trailing) metadata of a finished grpcio call or error,
-    without blocking: a grpcio rendezvous' ``initial_metadata()`` waits for
-    its receive-initial-metadata batch, which can complete after the status
-    (on the very thread running the terminal callback), so its state is read
-    directly (None when no initial metadata arrived)."""
-    state = getattr(call, "_state", None)
-    if state is not None and hasattr(state, "initial_metadata"):
-        return state.initial_metadata, getattr(state, "trailing_metadata", None)
-    try:
-        initial = call.initial_metadata()
-    except Exception:
-        initial = None
-    try:
-        trailing = call.trailing_metadata()
-    except Exception:
-        trailing = None
-    return initial, trailing
-
-
 def blocking_unary(
     core: ChannelCore,
     rpc: Rpc,
@@ -568,14 +548,14 @@ def blocking_unary(
         except grpc.RpcError as err:
             transport.call_finished()
             status = status_of(err)
-            delay = attempts.ended(err, status, _metadata_of)
+            delay = attempts.ended(err, status, call_metadata)
             if delay is not None:
                 if delay > 0:
                     time.sleep(delay)
                 continue
             worded = unary_deadline_status(status)
             if worded is not status:
-                raise ChannelRpcError(worded, *_metadata_of(err)) from None
+                raise ChannelRpcError(worded, *call_metadata(err)) from None
             raise
         except ValueError:  # "Cannot invoke RPC on closed channel!": not sent
             attempts.not_sent(transport)

@@ -342,22 +342,44 @@ class Rpc:
         self._core.call_ended()
 
 
-def trailing_metadata_of(call: Any) -> tuple[tuple[str, Any], ...]:
-    """The trailing metadata of a finished grpcio call as ``(key, value)``
-    pairs, read without blocking: a sync call or ``grpc.RpcError`` answers
-    ``trailing_metadata()`` at once; a ``grpc.aio`` call keeps its final
-    status on the Cython call (its ``trailing_metadata()`` is a coroutine).
-    Empty when nothing can be read."""
+def call_metadata(call: Any) -> tuple[Any, Any]:
+    """(initial, trailing) metadata of a finished grpcio call (a sync call
+    object or the ``grpc.RpcError`` it raised, or a ``grpc.aio`` call), read
+    without blocking or awaiting; None for what cannot be read.  A sync
+    rendezvous' ``initial_metadata()`` waits for its receive-initial-metadata
+    batch, which can complete after the status (on the very thread running
+    the terminal callback), and a grpc.aio call's readers are coroutines: both
+    keep what arrived on their state (the rendezvous' ``_state``, the aio
+    call's Cython call), which is read directly."""
     cython_call = getattr(call, "_cython_call", None)
     if cython_call is not None:
         raw = getattr(cython_call, "_status", None)
-        metadata = raw.trailing_metadata() if raw is not None else None
-    else:
-        reader = getattr(call, "trailing_metadata", None)
-        metadata = reader() if reader is not None else None
-        if hasattr(metadata, "close") and hasattr(metadata, "send"):  # a coroutine
-            metadata.close()
-            metadata = None
+        trailing = raw.trailing_metadata() if raw is not None else None
+        return getattr(cython_call, "_initial_metadata", None), trailing
+    state = getattr(call, "_state", None)
+    if state is not None and hasattr(state, "initial_metadata"):
+        return state.initial_metadata, getattr(state, "trailing_metadata", None)
+    return _read(call, "initial_metadata"), _read(call, "trailing_metadata")
+
+
+def _read(call: Any, name: str) -> Any:
+    reader = getattr(call, name, None)
+    if reader is None:
+        return None
+    try:
+        value = reader()
+    except Exception:
+        return None
+    if hasattr(value, "close") and hasattr(value, "send"):  # a coroutine
+        value.close()
+        return None
+    return value
+
+
+def trailing_metadata_of(call: Any) -> tuple[tuple[str, Any], ...]:
+    """The trailing metadata of a finished grpcio call as ``(key, value)``
+    pairs (:func:`call_metadata`); empty when nothing can be read."""
+    metadata = call_metadata(call)[1]
     if not metadata:
         return ()
     return tuple((item[0], item[1]) for item in metadata)
@@ -510,8 +532,8 @@ class ChannelCore:
     def try_pick(self, rpc: Rpc) -> SubchannelCore | Status | float | None:
         """One pick attempt: a core to send on, a Status to fail with, None
         to wait for the next publication, or a float: seconds to wait (an
-        A33 fault delay, or the retry backoff after a failed pick) before
-        trying again."""
+        A33 fault delay, or the retry backoff after a failed pick; never
+        past the deadline) before trying again."""
         if self.closed:
             return CHANNEL_CLOSED
         if rpc.retry is not None and rpc.deadline is not None and rpc.remaining() <= 0:
@@ -587,15 +609,23 @@ class ChannelCore:
     @staticmethod
     def _carry_out_fault(rpc: Rpc, fault: FilterVerdict) -> Status | float | None:
         """The filters' verdict before the pick (A33: delay, then abort, both
-        before anything is sent): seconds still to wait, the abort status,
-        or None to go on to the pick."""
+        before anything is sent): seconds still to wait (never past the
+        deadline), the abort status (DEADLINE_EXCEEDED when the delay ran
+        into the deadline), or None to go on to the pick."""
         if fault.delay > 0:
             now = time.monotonic()
             if rpc.hold_until is None:
                 rpc.hold_until = now + fault.delay
             left = rpc.hold_until - now
             if left > 0:
-                return left
+                if rpc.deadline is None or rpc.deadline - now > left:
+                    return left
+                if rpc.deadline > now:
+                    return rpc.deadline - now  # then DEADLINE_EXCEEDED
+                rpc.fault = None
+                if fault.done is not None:
+                    fault.done()
+                return DEADLINE_EXCEEDED
         rpc.fault = None
         if fault.done is not None:
             fault.done()
@@ -640,15 +670,12 @@ class ChannelCore:
         while True:
             generation = self.generation
             outcome = self.try_pick(rpc)
-            if outcome is not None and outcome.__class__ is not float:
-                return outcome  # type: ignore[return-value]
-            remaining = rpc.remaining()
             if outcome is not None:
-                if remaining is not None and remaining <= outcome:  # type: ignore[operator]
-                    time.sleep(max(remaining, 0))
-                    return DEADLINE_EXCEEDED
+                if outcome.__class__ is not float:
+                    return outcome  # type: ignore[return-value]
                 time.sleep(outcome)  # type: ignore[arg-type]
                 continue
+            remaining = rpc.remaining()
             if remaining is not None and remaining <= 0:
                 return DEADLINE_EXCEEDED
             event = threading.Event()
