@@ -93,6 +93,36 @@ class _Base:
             _log.exception("Exception serializing message!")
             raise ChannelRpcError(SERIALIZE_FAILED) from None
 
+    def _starter(
+        self,
+        rpc: Rpc,
+        verb: str | None,
+        request: Any,
+        credentials: Any,
+        compression: Any,
+        serialized: bool = False,
+    ) -> Callable[[Transport, float | None], Any]:
+        """What starts one attempt of ``rpc`` on a picked transport: the
+        grpcio multicallable's ``verb`` (``with_call``, ``future``, None: the
+        call itself) with ``rpc.send_metadata``, the remaining time, never
+        waiting for ready (the channel did); ``request`` is the request, or
+        the :class:`RequestReplay` that gives each attempt its requests."""
+
+        def start(transport: Transport, remaining: float | None) -> Any:
+            inner = self._inner(transport, rpc, serialized)
+            if verb is not None:
+                inner = getattr(inner, verb)
+            return inner(
+                request.attempt() if request.__class__ is RequestReplay else request,
+                timeout=remaining,
+                metadata=rpc.send_metadata,
+                credentials=credentials,
+                wait_for_ready=False,
+                compression=compression,
+            )
+
+        return start
+
 
 class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
     _kind_name = "unary_unary"
@@ -120,18 +150,8 @@ class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
         compression: grpc.Compression | None = None,
     ) -> tuple[Any, grpc.Call]:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
-
-        def invoke(transport: Transport, remaining: float | None) -> tuple[Any, Any]:
-            return self._inner(transport, rpc).with_call(
-                request,
-                timeout=remaining,
-                metadata=rpc.send_metadata,
-                credentials=credentials,
-                wait_for_ready=False,
-                compression=compression,
-            )
-
-        return blocking_unary(self._core, rpc, invoke)
+        start = self._starter(rpc, "with_call", request, credentials, compression)
+        return blocking_unary(self._core, rpc, start)
 
     def future(
         self,
@@ -144,17 +164,7 @@ class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
     ) -> FutureCall:
         request, serialized = self._serialize(request)
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
-
-        def start(transport: Transport, remaining: float | None) -> Any:
-            return self._inner(transport, rpc, serialized).future(
-                request,
-                timeout=remaining,
-                metadata=rpc.send_metadata,
-                credentials=credentials,
-                wait_for_ready=False,
-                compression=compression,
-            )
-
+        start = self._starter(rpc, "future", request, credentials, compression, serialized)
         return FutureCall(self._core, rpc, start)
 
 
@@ -172,17 +182,7 @@ class UnaryStreamMultiCallable(_Base, grpc.UnaryStreamMultiCallable):
     ) -> StreamingCall:
         request, serialized = self._serialize(request)
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
-
-        def start(transport: Transport, remaining: float | None) -> Any:
-            return self._inner(transport, rpc, serialized)(
-                request,
-                timeout=remaining,
-                metadata=rpc.send_metadata,
-                credentials=credentials,
-                wait_for_ready=False,
-                compression=compression,
-            )
-
+        start = self._starter(rpc, None, request, credentials, compression, serialized)
         return StreamingCall(self._core, rpc, start)
 
 
@@ -213,18 +213,8 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
     ) -> tuple[Any, grpc.Call]:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
         replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
-
-        def invoke(transport: Transport, remaining: float | None) -> tuple[Any, Any]:
-            return self._inner(transport, rpc).with_call(
-                replay.attempt(),
-                timeout=remaining,
-                metadata=rpc.send_metadata,
-                credentials=credentials,
-                wait_for_ready=False,
-                compression=compression,
-            )
-
-        return blocking_unary(self._core, rpc, invoke, replay=replay)
+        start = self._starter(rpc, "with_call", replay, credentials, compression)
+        return blocking_unary(self._core, rpc, start, replay=replay)
 
     def future(
         self,
@@ -237,17 +227,7 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
     ) -> FutureCall:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
         replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
-
-        def start(transport: Transport, remaining: float | None) -> Any:
-            return self._inner(transport, rpc).future(
-                replay.attempt(),
-                timeout=remaining,
-                metadata=rpc.send_metadata,
-                credentials=credentials,
-                wait_for_ready=False,
-                compression=compression,
-            )
-
+        start = self._starter(rpc, "future", replay, credentials, compression)
         return FutureCall(self._core, rpc, start, replay=replay)
 
 
@@ -265,15 +245,5 @@ class StreamStreamMultiCallable(_Base, grpc.StreamStreamMultiCallable):
     ) -> StreamingCall:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
         replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
-
-        def start(transport: Transport, remaining: float | None) -> Any:
-            return self._inner(transport, rpc)(
-                replay.attempt(),
-                timeout=remaining,
-                metadata=rpc.send_metadata,
-                credentials=credentials,
-                wait_for_ready=False,
-                compression=compression,
-            )
-
+        start = self._starter(rpc, None, replay, credentials, compression)
         return StreamingCall(self._core, rpc, start, replay=replay)
