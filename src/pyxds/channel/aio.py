@@ -10,8 +10,11 @@ Per RPC a task picks (awaiting the next publication when queued: an
 publishing thread, bounded by the deadline), then runs the grpcio aio call on
 the picked subchannel.  Failures the channel decides are
 ``grpc.aio.AioRpcError`` with the picker's status, as async grpcio users
-expect.  Completion is reported to the LB policy's ``on_call_done`` and the
-CallConfig is committed once, streams included.
+expect.  The call objects are asyncio adapters of the sans-IO call engine
+the sync calls share (:class:`pyxds.channel.attempts.Attempts`: attempts,
+commit, retries and their backoff, the request buffer, each attempt
+reported to the LB policy once and the CallConfig committed once, streams
+included).
 """
 
 from __future__ import annotations
@@ -237,7 +240,7 @@ class _AioCall:
             self._fail(transport)  # type: ignore[arg-type]
             return transport
         try:
-            inner = self._start(transport, self._rpc.remaining())
+            inner = self._start(transport, self._attempts.remaining)
         except Exception:
             self._attempts.not_sent(transport)  # type: ignore[arg-type]
             return None

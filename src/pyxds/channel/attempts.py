@@ -102,7 +102,7 @@ RETRY_BUFFER_SIZE = 256 * 1024
 class Attempts:
     """See the module docstring."""
 
-    __slots__ = ("rpc", "buffer", "phase", "committed", "cancelled", "_retried")
+    __slots__ = ("rpc", "buffer", "phase", "committed", "cancelled", "remaining", "_retried")
 
     def __init__(self, rpc: Rpc, buffer: RequestBuffer | None = None) -> None:
         self.rpc = rpc
@@ -113,6 +113,9 @@ class Attempts:
         #: response headers are read at the attempt's end)
         self.committed = False
         self.cancelled = False
+        #: seconds left to the deadline when the running attempt started
+        #: (None: no deadline): the adapter's timeout for its grpcio call
+        self.remaining: float | None = None
         #: (call, delay) of each attempt followed by another (made at the
         #: first retry: an RPC that is not retried never builds it)
         self._retried: list[tuple[Any, float]] | None = None
@@ -126,9 +129,11 @@ class Attempts:
         if outcome.__class__ is Status:
             self.finish(outcome)
             return outcome
-        if rpc.deadline is not None and rpc.remaining() <= 0:  # e.g. after a backoff
-            self.finish(DEADLINE_EXCEEDED)
-            return DEADLINE_EXCEEDED
+        if rpc.deadline is not None:
+            remaining = self.remaining = rpc.remaining()
+            if remaining <= 0:  # e.g. after a backoff
+                self.finish(DEADLINE_EXCEEDED)
+                return DEADLINE_EXCEEDED
         transport = outcome.transport
         if transport is None or not transport.call_started():
             rpc.attempt_done(ATTEMPT_NOT_STARTED)

@@ -10,15 +10,18 @@
   delegates to the grpcio call object on the subchannel; before that, and
   when the channel failed it, it answers from its own state.
 
-Every RPC reports its end to the LB policy's ``on_call_done`` and commits
-its CallConfig exactly once (:class:`pyxds.channel.core.Rpc`), streams
-included (grpcio's ``add_callback`` fires when a stream terminates).
+* :func:`blocking_unary`: ``__call__`` / ``with_call`` of the unary-response
+  kinds, on the caller's thread.
+* :class:`RequestReplay`: the thread face of a client stream's request buffer.
 
-Retries (transparent, and the RPC's A44/A6 retry policy) are decided by
-the RPC's sans-IO :class:`pyxds.channel.retry.RetryState` through
-``Rpc.retry_after``; the adapters here only wait (a blocking thread
-sleeps; a non-blocking call arms a timer) and start the next attempt with
-a fresh pick.
+These are I/O adapters of the sans-IO call engine
+(:class:`pyxds.channel.attempts.Attempts`), which the asyncio calls share:
+the engine decides every attempt, commit, retry (transparent, and the RPC's
+A44/A6 retry policy) and its backoff, and reports each attempt to the LB
+policy and the RPC's end exactly once, streams included (grpcio's
+``add_callback`` fires when a stream terminates).  The adapters wait their
+way (a blocking thread sleeps; a non-blocking call arms a timer), start the
+grpcio calls and tell the engine what happened.
 """
 
 from __future__ import annotations
@@ -250,19 +253,18 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
         if transport.__class__ is Status:
             self._fail(transport)  # type: ignore[arg-type]
             return
-        assert isinstance(transport, Transport)
         try:
-            inner = self._start(transport, self._rpc.remaining())
+            inner = self._start(transport, self._attempts.remaining)  # type: ignore[arg-type]
         except ValueError:  # the grpcio channel closed under us: not sent
-            self._attempts.not_sent(transport)
+            self._attempts.not_sent(transport)  # type: ignore[arg-type]
             self._pick()
             return
         except grpc.RpcError as err:  # e.g. grpcio's "Exception serializing request!"
-            transport.call_finished()
+            transport.call_finished()  # type: ignore[union-attr]
             self._fail(status_of(err))
             return
         except Exception as err:
-            transport.call_finished()
+            transport.call_finished()  # type: ignore[union-attr]
             self._fail(Status(grpc.StatusCode.INTERNAL, f"failed to start call: {err}"))
             return
         with self._cond:
@@ -270,8 +272,8 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
             self._cond.notify_all()
         if self._attempts.cancelled:
             inner.cancel()
-        if not inner.add_callback(lambda: self._inner_terminated(inner, transport)):
-            self._inner_terminated(inner, transport)  # already over
+        if not inner.add_callback(lambda: self._inner_terminated(inner, transport)):  # type: ignore[arg-type]
+            self._inner_terminated(inner, transport)  # type: ignore[arg-type]  # already over
 
     def _ended(self, inner: Any, status: Status) -> float | None:
         """The engine's answer to the end of the subchannel call ``inner``
@@ -542,11 +544,10 @@ def blocking_unary(
             continue
         if transport.__class__ is Status:
             raise ChannelRpcError(transport)  # type: ignore[arg-type]
-        assert isinstance(transport, Transport)
         try:
-            result = invoke(transport, rpc.remaining())
+            result = invoke(transport, attempts.remaining)  # type: ignore[arg-type]
         except grpc.RpcError as err:
-            transport.call_finished()
+            transport.call_finished()  # type: ignore[union-attr]
             status = status_of(err)
             delay = attempts.ended(err, status, call_metadata)
             if delay is not None:
@@ -558,12 +559,12 @@ def blocking_unary(
                 raise ChannelRpcError(worded, *call_metadata(err)) from None
             raise
         except ValueError:  # "Cannot invoke RPC on closed channel!": not sent
-            attempts.not_sent(transport)
+            attempts.not_sent(transport)  # type: ignore[arg-type]
             continue
         except BaseException as err:
-            transport.call_finished()
+            transport.call_finished()  # type: ignore[union-attr]
             attempts.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
             raise
-        transport.call_finished()
+        transport.call_finished()  # type: ignore[union-attr]
         attempts.finish(OK_STATUS, result[1])
         return result
