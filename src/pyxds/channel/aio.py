@@ -284,8 +284,52 @@ class _AioCall:
             self._inner = None
         return delay
 
+    def _awaited(self) -> bool:
+        """Whether a task of the call awaits its attempts (reads their end)."""
+        return False
+
+    def _retry(self, delay: float) -> None:
+        """Start the next attempt after ``delay`` seconds (a task of the call)."""
+        raise NotImplementedError
+
     def _inner_done(self, call: Any, transport: Transport) -> None:
         transport.call_finished()
+        if self._awaited():
+            return
+        status = _sync_status(call)
+        if status is None or not status.ok:
+            # a failure is read the awaited way: the Cython call's status can
+            # be the INTERNAL of a failed write where code() says why
+            self._loop.create_task(self._settle_later(call))
+        else:
+            self._settle(call, status)
+
+    async def _settle_later(self, call: Any) -> None:
+        try:
+            status = Status(await call.code(), await call.details() or "")
+            if status == _WRITE_FAILED and hasattr(call, "__await__"):
+                try:  # the receive-status side knows why the write failed
+                    await call
+                except grpc.aio.AioRpcError as err:
+                    status = Status(err.code(), err.details() or "")
+        except asyncio.CancelledError:
+            status = _CANCELLED
+        except Exception:
+            status = Status(grpc.StatusCode.UNKNOWN, "")
+        self._settle(call, status)
+
+    def _settle(self, call: Any, status: Status) -> None:
+        """The end of the attempt ``call`` that no task of the call awaits,
+        from whichever sees it first (its done callback, a reader): the
+        next attempt starts, or the call is over (``done()``)."""
+        if self._attempts.reported(call) or self._finished:
+            return
+        if not status.ok:
+            delay = self._ended(call, status)
+            if delay is not None:
+                self._retry(delay)
+                return
+        self._finish(status, call)
 
     def _fail(self, status: Status) -> None:
         self._error = _error(status)
@@ -382,45 +426,14 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
             first = None
         self._task = self._loop.create_task(self._run(first))
 
-    def _inner_done(self, call: Any, transport: Transport) -> None:
-        transport.call_finished()
-        if self._task is not None:
-            return  # the task awaits it
-        status = _sync_status(call)
-        if status is None or not status.ok:
-            # a failure is read the awaited way: the Cython call's status can
-            # be the INTERNAL of a failed write where code() says why
-            self._loop.create_task(self._settle_later(call))
-        else:
-            self._settle(call, status)
+    def _awaited(self) -> bool:
+        return self._task is not None
+
+    def _retry(self, delay: float) -> None:
+        self._task = self._loop.create_task(self._run(None, delay))
 
     def _finish(self, status: Status, call: Any = None) -> None:
         super()._finish(unary_deadline_status(status), call)
-
-    async def _settle_later(self, call: Any) -> None:
-        try:
-            status = Status(await call.code(), await call.details() or "")
-            if status == _WRITE_FAILED:
-                try:  # the receive-status side knows why the write failed
-                    await call
-                except grpc.aio.AioRpcError as err:
-                    status = Status(err.code(), err.details() or "")
-        except asyncio.CancelledError:
-            status = _CANCELLED
-        except Exception:
-            status = Status(grpc.StatusCode.UNKNOWN, "")
-        self._settle(call, status)
-
-    def _settle(self, call: Any, status: Status) -> None:
-        """The end of the fast-path call (once, from whichever sees it first)."""
-        if self._attempts.reported(call) or self._finished:
-            return
-        if not status.ok:
-            delay = self._ended(call, status)
-            if delay is not None:
-                self._task = self._loop.create_task(self._run(None, delay))
-                return
-        self._finish(status, call)
 
     async def _run(self, first: Any, delay: float = 0.0) -> Any:
         while True:
@@ -522,31 +535,8 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         return task
 
-    def _retried(self, call: Any, status: Status) -> bool:
-        """Whether the failed attempt ``call`` is followed by another (then
-        started here, after its backoff)."""
-        if self._attempts.reported(call):
-            return not self._attempts.done
-        delay = self._ended(call, status)
-        if delay is None:
-            return False
+    def _retry(self, delay: float) -> None:
         self._task = self._open_task(delay)
-        return True
-
-    def _inner_done(self, call: Any, transport: Transport) -> None:
-        transport.call_finished()
-        # grpc.aio call objects' code()/details() are coroutines: read the
-        # final status on the loop.
-        self._loop.create_task(self._report(call))
-
-    async def _report(self, call: Any) -> None:
-        try:
-            status = Status(await call.code(), await call.details() or "")
-        except Exception:
-            status = Status(grpc.StatusCode.UNKNOWN, "")
-        if not status.ok and self._retried(call, status):
-            return
-        self._finish(status, call)
 
     async def _inner_call(self) -> Any:
         return await asyncio.shield(self._task)
@@ -582,7 +572,8 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
             try:
                 response = await inner.read()
             except grpc.aio.AioRpcError as err:
-                if self._retried(inner, await _final_status(inner, err)):
+                self._settle(inner, await _final_status(inner, err))
+                if not self._finished:  # retried: the next attempt's call takes over
                     inner = await self._inner_call()
                     continue
                 raise
