@@ -612,24 +612,23 @@ class ChannelCore:
         before anything is sent): seconds still to wait (never past the
         deadline), the abort status (DEADLINE_EXCEEDED when the delay ran
         into the deadline), or None to go on to the pick."""
+        outcome = fault.abort
         if fault.delay > 0:
             now = time.monotonic()
             if rpc.hold_until is None:
                 rpc.hold_until = now + fault.delay
             left = rpc.hold_until - now
             if left > 0:
-                if rpc.deadline is None or rpc.deadline - now > left:
+                to_deadline = None if rpc.deadline is None else rpc.deadline - now
+                if to_deadline is None or to_deadline > left:
                     return left
-                if rpc.deadline > now:
-                    return rpc.deadline - now  # then DEADLINE_EXCEEDED
-                rpc.fault = None
-                if fault.done is not None:
-                    fault.done()
-                return DEADLINE_EXCEEDED
+                if to_deadline > 0:
+                    return to_deadline  # then DEADLINE_EXCEEDED
+                outcome = DEADLINE_EXCEEDED
         rpc.fault = None
         if fault.done is not None:
             fault.done()
-        return fault.abort
+        return outcome
 
     def _reroute(self, rpc: Rpc, status: Status) -> SubchannelCore | Status | None:
         """A failed pick of an RPC routed by a config that is being replaced
