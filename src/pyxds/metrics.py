@@ -26,8 +26,11 @@ attribute check (``metrics.RECORDER is None``).
 Instruments (names, units and labels as A66/A78; :data:`INSTRUMENTS`):
 
 * per call and call attempt (A66): ``grpc.client.call.duration``,
-  ``grpc.client.attempt.started`` and ``grpc.client.attempt.duration`` for
-  pyxds channels (not yet the attempt message-size histograms);
+  ``grpc.client.attempt.started``, ``grpc.client.attempt.duration`` and
+  ``grpc.client.attempt.sent_total_compressed_message_size`` /
+  ``rcvd_total_compressed_message_size`` for pyxds channels (the serialized
+  message bytes of each attempt: the size before grpcio compresses, when
+  compression is on);
 * pick_first (A78): ``grpc.lb.pick_first.disconnections``,
   ``connection_attempts_succeeded``, ``connection_attempts_failed``;
 * XdsClient (A78): ``grpc.xds_client.connected``, ``server_failure``,
@@ -100,6 +103,24 @@ INSTRUMENTS: dict[str, Instrument] = {
             "End-to-end time taken to complete a client call attempt, pick included.",
             (_M, _T, _S),
             (_LOC,),
+        ),
+        Instrument(
+            "grpc.client.attempt.sent_total_compressed_message_size",
+            "histogram",
+            "By",
+            "Total bytes (compressed but not encrypted) sent across all request messages"
+            " (metadata excluded) per RPC attempt; does not include grpc or transport"
+            " framing bytes.",
+            (_M, _T, _S),
+        ),
+        Instrument(
+            "grpc.client.attempt.rcvd_total_compressed_message_size",
+            "histogram",
+            "By",
+            "Total bytes (compressed but not encrypted) received across all response"
+            " messages (metadata excluded) per RPC attempt; does not include grpc or"
+            " transport framing bytes.",
+            (_M, _T, _S),
         ),
         Instrument(
             "grpc.lb.pick_first.disconnections",
@@ -202,6 +223,12 @@ LATENCY_BUCKETS = (
     0.16, 0.2, 0.25, 0.3, 0.4, 0.5, 0.65, 0.8, 1, 2, 5, 10, 20, 50, 100,
 )  # fmt: skip
 
+#: A66 size buckets (bytes) for the message-size histograms.
+SIZE_BUCKETS = (
+    0, 1024, 2048, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+    268435456, 1073741824, 4294967296,
+)  # fmt: skip
+
 _observers: dict[str, list[Callable[[], Iterable[Observation]]]] = {}
 _lock = threading.Lock()
 
@@ -249,6 +276,8 @@ class _OtelRecorder:
                 kwargs: dict[str, Any] = {}
                 if inst.unit == "s":
                     kwargs["explicit_bucket_boundaries_advisory"] = list(LATENCY_BUCKETS)
+                elif inst.unit == "By":
+                    kwargs["explicit_bucket_boundaries_advisory"] = list(SIZE_BUCKETS)
                 try:
                     self.histograms[inst.name] = meter.create_histogram(
                         inst.name, unit=inst.unit, description=inst.description, **kwargs

@@ -4,6 +4,7 @@ a real ADS stream."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from protos import echo_pb2, echo_pb2_grpc
 
 import pyxds._api as pyxds
+import pyxds.aio
 import pyxds.metrics
 from pyxds.server import Snapshot
 from pyxds.server import builders as b
@@ -168,6 +170,45 @@ def test_attempt_pick_first_and_xds_client_metrics_have_a78_names_units_labels(
         wait_for(lambda: with_labels(points(reader, "grpc.xds_client.server_failure"), **server))
         (connected,) = with_labels(points(reader, "grpc.xds_client.connected"), **server)
         assert connected.value == 0
+
+
+SENT = "grpc.client.attempt.sent_total_compressed_message_size"
+RCVD = "grpc.client.attempt.rcvd_total_compressed_message_size"
+
+
+def test_attempt_message_sizes_are_the_serialized_bytes_of_each_attempt(
+    reader, xds_server, echo_backends
+):
+    """A66 per-attempt sent/received message bytes (no compression: the
+    serialized size), for the sync calls (call, future, stream) and aio."""
+    (backend,) = echo_backends(1)
+    xds_server.set_snapshot(snapshot(backend))
+    request = echo_pb2.EchoRequest(message="hello")
+    streamed = echo_pb2.EchoRequest(message="hello", count=3)
+    reply = echo_pb2.EchoReply(message="hello", backend=backend.name)
+    with pyxds.insecure_channel(TARGET, bootstrap=xds_server.bootstrap()) as channel:
+        stub = echo_pb2_grpc.EchoStub(channel)
+        stub.Echo(request, timeout=10, wait_for_ready=True)
+        stub.Echo.future(request, timeout=10).result()
+        assert len(list(stub.EchoStream(streamed, timeout=10))) == 3
+
+    async def aio() -> None:
+        async with pyxds.aio.insecure_channel(TARGET, bootstrap=xds_server.bootstrap()) as ch:
+            stub = echo_pb2_grpc.EchoStub(ch)
+            await stub.Echo(request, timeout=10, wait_for_ready=True)
+            assert len([r async for r in stub.EchoStream(streamed, timeout=10)]) == 3
+
+    asyncio.run(aio())
+    unary = {"grpc_method": "pyxds.test.Echo/Echo", "grpc_target": TARGET, "grpc_status": "OK"}
+    stream = {**unary, "grpc_method": "pyxds.test.Echo/EchoStream"}
+    (sent,) = with_labels(points(reader, SENT), **unary)
+    (rcvd,) = with_labels(points(reader, RCVD), **unary)
+    assert (sent.count, sent.sum) == (3, 3 * request.ByteSize())
+    assert (rcvd.count, rcvd.sum) == (3, 3 * reply.ByteSize())
+    (sent,) = with_labels(points(reader, SENT), **stream)
+    (rcvd,) = with_labels(points(reader, RCVD), **stream)
+    assert (sent.count, sent.sum) == (2, 2 * streamed.ByteSize())
+    assert (rcvd.count, rcvd.sum) == (2, 6 * reply.ByteSize())
 
 
 def test_failed_attempts_are_recorded_with_their_status(reader, xds_server):

@@ -163,3 +163,45 @@ def test_done_callbacks_run_once_with_the_call(h):
     started[0][0].finish()
     call.add_done_callback(seen.append)
     assert seen == [call, call]
+
+
+def policy_selector(h):
+    from pyxds.resolver.retry_policy import RetryPolicy
+
+    policy = RetryPolicy.from_xds(("unavailable",), 3, 1.0, 1.0)
+    return Selector(CallConfig(retry_policy=policy, on_committed=lambda: h.committed.append(1)))
+
+
+def test_future_retried_by_its_policy_starts_the_next_attempt_after_the_backoff(h):
+    import random
+
+    h.core.selector = policy_selector(h)
+    h.core.random = random.Random(1)
+    wait = random.Random(1).uniform(0, 1.0)
+    picker = Tracking(ready_subchannel(h))
+    h.publish(picker)
+    call, started = start_future(h)
+    started[0][0].finish(UNAVAILABLE, "backend down")
+    assert len(started) == 1 and not call.done()
+    h.clock.advance(wait * 0.9)
+    assert len(started) == 1
+    h.clock.advance(wait * 0.2)
+    assert len(started) == 2
+    started[1][0].finish(result=b"resp")
+    assert call.result(1) == b"resp"
+    assert [s.code for s in picker.done] == [UNAVAILABLE, grpc.StatusCode.OK]
+    assert h.committed == [1]
+
+
+def test_future_cancelled_during_its_backoff_ends_cancelled_and_starts_nothing(h):
+    h.core.selector = policy_selector(h)
+    picker = Tracking(ready_subchannel(h))
+    h.publish(picker)
+    call, started = start_future(h)
+    started[0][0].finish(UNAVAILABLE, "backend down")
+    assert call.cancel()
+    assert call.done() and call.code() is grpc.StatusCode.CANCELLED
+    h.clock.advance(2.0)
+    assert len(started) == 1
+    assert [s.code for s in picker.done] == [UNAVAILABLE]  # the one attempt, once
+    assert h.committed == [1]

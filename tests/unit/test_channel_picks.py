@@ -300,8 +300,9 @@ def test_an_attempt_the_server_refused_unseen_is_retried_once_and_each_attempt_r
 
     h.publish(Tracking())
     transport = h.transports.last("10.0.0.1:80")
-    refused = FakeGrpcError(UNAVAILABLE, "Received RST_STREAM with error code 7)")
-    transport.fail_with = [refused, refused]
+    refused = "Received RST_STREAM with error code 7)"
+    # one error object per attempt, as grpcio raises
+    transport.fail_with = [FakeGrpcError(UNAVAILABLE, refused), FakeGrpcError(UNAVAILABLE, refused)]
     rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
 
     def invoke(t, remaining):
@@ -347,8 +348,8 @@ def test_an_attempt_that_never_left_the_client_waits_for_a_newer_picker_and_succ
 def test_an_attempt_that_never_left_the_client_is_retried_until_the_deadline_not_once(h):
     sub = ready_subchannel(h)
     transport = h.transports.last("10.0.0.1:80")
-    lost = FakeGrpcError(UNAVAILABLE, "failed to connect to all addresses; last error: x")
-    transport.fail_with = [lost, lost, lost]
+    lost = "failed to connect to all addresses; last error: x"
+    transport.fail_with = [FakeGrpcError(UNAVAILABLE, lost) for _ in range(3)]
     rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
 
     def invoke(t, remaining):

@@ -234,7 +234,7 @@ def test_committed_stream_keeps_nothing_once_replayed():
     second = replay.attempt()
     replay.commit()
     assert list(second) == [0, 1, 2, 3, 4]
-    assert replay._log == []
+    assert replay.buffer.log == []
 
 
 def test_blocking_client_stream_is_retried_with_its_requests(h):

@@ -10,8 +10,11 @@ Per RPC a task picks (awaiting the next publication when queued: an
 publishing thread, bounded by the deadline), then runs the grpcio aio call on
 the picked subchannel.  Failures the channel decides are
 ``grpc.aio.AioRpcError`` with the picker's status, as async grpcio users
-expect.  Completion is reported to the LB policy's ``on_call_done`` and the
-CallConfig is committed once, streams included.
+expect.  The call objects are asyncio adapters of the sans-IO call engine
+the sync calls share (:class:`pyxds.channel.attempts.Attempts`: attempts,
+commit, retries and their backoff, the request buffer, each attempt
+reported to the LB policy once and the CallConfig committed once, streams
+included).
 """
 
 from __future__ import annotations
@@ -24,11 +27,26 @@ import grpc
 import grpc.aio
 
 from pyxds.channel.aio_interceptors import INTERCEPTED, sort_interceptors
-from pyxds.channel.calls import RETRY_BUFFER_SIZE, _size_of
-from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadline_status
+from pyxds.channel.attempts import (
+    PULL,
+    RETIRED,
+    RETRY_BUFFER_SIZE,
+    Attempts,
+    BufferView,
+    RequestBuffer,
+    counting,
+)
+from pyxds.channel.core import (
+    DEADLINE_EXCEEDED,
+    ChannelCore,
+    Rpc,
+    call_metadata,
+    unary_deadline_status,
+)
 from pyxds.channel.dump import config_dump as channel_config_dump
+from pyxds.channel.multicallables import grpc_multicallable
 from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
-from pyxds.lb.api import ATTEMPT_NOT_STARTED, OK_STATUS, ConnectivityState, Status
+from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
 from pyxds.resolver.service_config import from_channel_args
 
 _CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
@@ -59,19 +77,6 @@ def _sync_status(call: Any) -> Status | None:
         return Status(code, raw.details() or "")
     except Exception:
         return None
-
-
-def _sync_metadata(call: Any) -> tuple[Any, Any]:
-    """(initial, trailing) metadata of a finished grpc.aio call, read without
-    awaiting from the Cython call (None when not available)."""
-    cython_call = getattr(call, "_cython_call", None)
-    initial = getattr(cython_call, "_initial_metadata", None)
-    try:
-        raw = cython_call._status
-        trailing = raw.trailing_metadata() if raw is not None else None
-    except Exception:
-        trailing = None
-    return initial, trailing
 
 
 def _unary_error(err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
@@ -110,16 +115,12 @@ async def pick(core: ChannelCore, rpc: Rpc) -> SubchannelCore | Status:
     while True:
         generation = core.generation
         outcome = core.try_pick(rpc)
-        remaining = rpc.remaining()
         if outcome is not None:
             if outcome.__class__ is not float:
                 return outcome  # type: ignore[return-value]
-            # an A33 fault delay, bounded by the deadline
-            if remaining is not None and remaining <= outcome:  # type: ignore[operator]
-                await asyncio.sleep(max(remaining, 0))
-                return DEADLINE_EXCEEDED
             await asyncio.sleep(outcome)  # type: ignore[arg-type]
             continue
+        remaining = rpc.remaining()
         if remaining is not None and remaining <= 0:
             return DEADLINE_EXCEEDED
         event = asyncio.Event()
@@ -141,33 +142,25 @@ async def pick(core: ChannelCore, rpc: Rpc) -> SubchannelCore | Status:
 
 
 class AsyncRequestReplay:
-    """The requests of a client-streaming aio RPC (a sync or async iterable),
-    kept until it commits so a transparent retry can send them again: the
-    asyncio twin of :class:`pyxds.channel.calls.RequestReplay`, same rules
-    (each attempt replays what was taken, then takes new requests, one pull
-    at a time; a retired attempt takes no more, and a request it was taking
-    when retired goes to the next attempt; committed at the first response
-    or past ``limit`` bytes)."""
+    """The asyncio face of a client-streaming aio RPC's
+    :class:`~pyxds.channel.attempts.RequestBuffer` (its rules; the requests
+    are a sync or async iterable): each attempt iterates :meth:`attempt`;
+    one pull from the source at a time."""
 
     def __init__(self, requests: Any, limit: int = RETRY_BUFFER_SIZE) -> None:
         self._requests = requests
         self._source: Any = None
-        self._limit = limit
+        self.buffer = RequestBuffer(limit)
         self._lock: asyncio.Lock | None = None
-        self._log: list[Any] = []
-        self._size = 0
-        self._recording = True
-        self._epoch = 0
 
     def can_retry(self) -> bool:
-        return self._recording
+        return self.buffer.recording
 
     def commit(self) -> None:
-        self._recording = False
+        self.buffer.commit()
 
     def attempt(self) -> Any:
-        self._epoch += 1
-        return self._view(self._epoch)
+        return self._view(self.buffer.view())
 
     async def _pull(self) -> Any:
         if self._source is None:
@@ -182,32 +175,26 @@ class AsyncRequestReplay:
         except StopIteration:
             raise StopAsyncIteration from None
 
-    async def _view(self, epoch: int) -> Any:
-        index = 0
+    async def _view(self, view: BufferView) -> Any:
+        buffer = self.buffer
         if self._lock is None:
             self._lock = asyncio.Lock()
-        while epoch == self._epoch:
-            if index < len(self._log):
-                index += 1
-                yield self._log[index - 1]
+        while True:
+            item = buffer.next_kept(view)
+            if item is RETIRED:
+                return
+            if item is not PULL:
+                yield item
                 continue
-            if not self._recording and self._log:
-                self._log, index = [], 0  # replayed in full after the commit
             async with self._lock:
-                if epoch != self._epoch or index < len(self._log):
-                    continue
+                if buffer.behind(view):
+                    continue  # another attempt pulled meanwhile: replay it first
                 try:
                     item = await self._pull()
                 except StopAsyncIteration:
                     return
-                retired = epoch != self._epoch
-                if self._recording or retired:
-                    self._log.append(item)
-                    index += 0 if retired else 1
-                    self._size += _size_of(item)
-                    if self._size > self._limit:
-                        self._recording = False
-            if retired:
+                delivered = buffer.taken(view, item)
+            if not delivered:
                 return  # the dead call would drop it: the next attempt sends it
             yield item
 
@@ -217,28 +204,61 @@ _MAX_CACHED = 1024
 
 
 class _AioCall:
-    """Shared by the aio call objects: the pick, the inner grpcio aio call,
-    completion reporting."""
+    """Shared by the aio call objects: the asyncio adapter of the RPC's
+    :class:`~pyxds.channel.attempts.Attempts` (picks and backoffs are
+    awaited in a task of the call; the inner grpcio aio call's end is read
+    on the loop) and the grpc.aio.Call surface."""
 
-    def __init__(self, core: ChannelCore, rpc: Rpc, start: Callable[[Transport, Any], Any]):
+    def __init__(
+        self,
+        core: ChannelCore,
+        rpc: Rpc,
+        start: Callable[[Transport, Any], Any],
+        replay: AsyncRequestReplay | None = None,
+    ) -> None:
         self._core = core
         self._rpc = rpc
         self._start = start
+        self._attempts = Attempts(rpc, replay.buffer if replay is not None else None)
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task | None = None
         self._inner: Any = None
         self._error: grpc.aio.AioRpcError | None = None
         self._started = asyncio.Event()
         self._done_callbacks: list[Callable[[Any], None]] = []
         self._finished = False
-        self._cancelled = False
         self._done_event = asyncio.Event()
         self._status = OK_STATUS
 
-    async def _open(self, first: Any = None) -> Any:
-        """Pick (``first``: an outcome already known) and start the inner
-        call; returns it (or raises the channel's error)."""
+    def _try_start(self, outcome: Any) -> Any:
+        """Execute the engine's answer to a pick: the started inner call,
+        None (nothing started: pick again) or the Status the RPC failed with."""
+        transport = self._attempts.picked(outcome)
+        if transport is None:
+            return None
+        if transport.__class__ is Status:
+            self._fail(transport)  # type: ignore[arg-type]
+            return transport
+        try:
+            inner = self._start(transport, self._attempts.remaining)
+        except Exception:
+            self._attempts.not_sent(transport)  # type: ignore[arg-type]
+            return None
+        self._inner = inner
+        self._started.set()
+        inner.add_done_callback(lambda call, t=transport: self._inner_done(call, t))
+        return inner
+
+    async def _open(self, delay: float = 0.0, first: Any = None) -> Any:
+        """After ``delay`` (a backoff): pick (``first``: an outcome already
+        known) and start the inner call; returns it (or raises the
+        channel's error)."""
         while True:
             try:
-                if first is not None and first.__class__ is float:
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                delay = 0.0
+                if first.__class__ is float:
                     # a fault delay or a failed pick's retry backoff (already
                     # bounded by the deadline): wait it, then pick
                     await asyncio.sleep(first)
@@ -248,30 +268,68 @@ class _AioCall:
                 self._finish(_CANCELLED)
                 raise
             first = None
-            if isinstance(outcome, Status):
-                self._fail(outcome)
+            started = self._try_start(outcome)
+            if started.__class__ is Status:
                 raise self._error  # type: ignore[misc]
-            remaining = self._rpc.remaining()
-            if remaining is not None and remaining <= 0:  # e.g. after a backoff
-                self._fail(DEADLINE_EXCEEDED)
-                raise self._error  # type: ignore[misc]
-            transport = outcome.transport
-            if transport is None or not transport.call_started():
-                self._rpc.attempt_done(ATTEMPT_NOT_STARTED)
-                continue
-            try:
-                inner = self._start(transport, self._rpc.remaining())
-            except Exception:
-                transport.call_finished()
-                self._rpc.attempt_done(ATTEMPT_NOT_STARTED)
-                continue
-            inner.add_done_callback(lambda call, t=transport: self._inner_done(call, t))
-            self._inner = inner
-            self._started.set()
-            return inner
+            if started is not None:
+                return started
+
+    def _ended(self, call: Any, status: Status) -> float | None:
+        """The engine's answer to the failed attempt ``call``: the wait
+        before the next attempt (the adapter starts it), or None (the RPC
+        ends with ``status``)."""
+        delay = self._attempts.ended(call, status, call_metadata)
+        if delay is not None:
+            self._started.clear()
+            self._inner = None
+        return delay
+
+    def _awaited(self) -> bool:
+        """Whether a task of the call awaits its attempts (reads their end)."""
+        return False
+
+    def _retry(self, delay: float) -> None:
+        """Start the next attempt after ``delay`` seconds (a task of the call)."""
+        raise NotImplementedError
 
     def _inner_done(self, call: Any, transport: Transport) -> None:
         transport.call_finished()
+        if self._awaited():
+            return
+        status = _sync_status(call)
+        if status is None or not status.ok:
+            # a failure is read the awaited way: the Cython call's status can
+            # be the INTERNAL of a failed write where code() says why
+            self._loop.create_task(self._settle_later(call))
+        else:
+            self._settle(call, status)
+
+    async def _settle_later(self, call: Any) -> None:
+        try:
+            status = Status(await call.code(), await call.details() or "")
+            if status == _WRITE_FAILED and hasattr(call, "__await__"):
+                try:  # the receive-status side knows why the write failed
+                    await call
+                except grpc.aio.AioRpcError as err:
+                    status = Status(err.code(), err.details() or "")
+        except asyncio.CancelledError:
+            status = _CANCELLED
+        except Exception:
+            status = Status(grpc.StatusCode.UNKNOWN, "")
+        self._settle(call, status)
+
+    def _settle(self, call: Any, status: Status) -> None:
+        """The end of the attempt ``call`` that no task of the call awaits,
+        from whichever sees it first (its done callback, a reader): the
+        next attempt starts, or the call is over (``done()``)."""
+        if self._attempts.reported(call) or self._finished:
+            return
+        if not status.ok:
+            delay = self._ended(call, status)
+            if delay is not None:
+                self._retry(delay)
+                return
+        self._finish(status, call)
 
     def _fail(self, status: Status) -> None:
         self._error = _error(status)
@@ -284,7 +342,7 @@ class _AioCall:
         self._finished = True
         self._status = status
         self._done_event.set()
-        self._rpc.finish(status, call)
+        self._attempts.finish(status, call)
         callbacks, self._done_callbacks = self._done_callbacks, []
         for cb in callbacks:
             try:
@@ -296,7 +354,7 @@ class _AioCall:
     def cancelled(self) -> bool:
         if self._inner is not None:
             return self._inner.cancelled()
-        return self._cancelled
+        return self._attempts.cancelled
 
     def done(self) -> bool:
         return self._finished
@@ -355,109 +413,38 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
 
     Fast path: when the pick completes at once (the common case) the grpcio
     call starts right here and awaiting this object awaits it, with no task
-    of our own; completion is read in the grpcio call's done callback.  A
-    queued or failed pick, and the transparent retry, run in a task."""
+    of our own; its end is read in the grpcio call's done callback (or by
+    the awaiter, whichever comes first).  A queued or failed pick, and every
+    next attempt, run in a task."""
 
     def __init__(self, core, rpc, start, replay: Any = None) -> None:
-        super().__init__(core, rpc, start)
-        #: not committed yet (a write() commits)
-        self._retry = True
-        self._replay = replay
-        self._task: asyncio.Task | None = None
-        self._loop = asyncio.get_running_loop()
-        self._settled_inner: Any = None
+        super().__init__(core, rpc, start, replay)
         first = core.try_pick(rpc)
-        if not (isinstance(first, SubchannelCore) and self._start_now(first)):
-            self._task = self._loop.create_task(self._run(first))
+        if isinstance(first, SubchannelCore):
+            if self._try_start(first) is not None:
+                return  # started, or failed (the deadline)
+            first = None
+        self._task = self._loop.create_task(self._run(first))
 
-    def _start_now(self, picked: SubchannelCore) -> bool:
-        transport = picked.transport
-        if transport is None or not transport.call_started():
-            self._rpc.attempt_done(ATTEMPT_NOT_STARTED)
-            return False
-        try:
-            inner = self._start(transport, self._rpc.remaining())
-        except Exception:
-            transport.call_finished()
-            self._rpc.attempt_done(ATTEMPT_NOT_STARTED)
-            return False
-        self._inner = inner
-        self._started.set()
-        inner.add_done_callback(lambda call, t=transport: self._fast_done(call, t))
-        return True
+    def _awaited(self) -> bool:
+        return self._task is not None
+
+    def _retry(self, delay: float) -> None:
+        self._task = self._loop.create_task(self._run(None, delay))
 
     def _finish(self, status: Status, call: Any = None) -> None:
         super()._finish(unary_deadline_status(status), call)
 
-    def _fast_done(self, call: Any, transport: Transport) -> None:
-        transport.call_finished()
-        status = _sync_status(call)
-        if status is None or not status.ok:
-            # a failure is read the awaited way: the Cython call's status can
-            # be the INTERNAL of a failed write where code() says why
-            self._loop.create_task(self._settle_later(call))
-        else:
-            self._settle(call, status)
-
-    async def _settle_later(self, call: Any) -> None:
-        try:
-            status = Status(await call.code(), await call.details() or "")
-            if status == _WRITE_FAILED:
-                try:  # the receive-status side knows why the write failed
-                    await call
-                except grpc.aio.AioRpcError as err:
-                    status = Status(err.code(), err.details() or "")
-        except asyncio.CancelledError:
-            status = _CANCELLED
-        except Exception:
-            status = Status(grpc.StatusCode.UNKNOWN, "")
-        self._settle(call, status)
-
-    def _settle(self, call: Any, status: Status) -> None:
-        """The end of the fast-path call (once, from whichever sees it first)."""
-        if self._settled_inner is call:
-            return
-        self._settled_inner = call
-        if not status.ok:
-            delay = self._retry_delay(call, status)
-            if delay is not None:
-                self._started.clear()
-                self._inner = None
-                self._task = self._loop.create_task(self._run(None, delay))
-                return
-        self._finish(status, call)
-
-    def _retry_delay(self, call: Any, status: Status) -> float | None:
-        """Report the failed attempt to the LB policy; the wait before the
-        next attempt, or None (the RPC ends with ``status``)."""
-        self._rpc.attempt_done(status, call)
-        if self._cancelled:
-            return None
-        initial, trailing = _sync_metadata(call)
-        committed = (
-            not self._retry
-            or bool(initial)
-            or (self._replay is not None and not self._replay.can_retry())
-        )
-        return self._rpc.retry_after(status, trailing, committed)
-
     async def _run(self, first: Any, delay: float = 0.0) -> Any:
         while True:
-            if delay > 0:
-                try:
-                    await asyncio.sleep(delay)
-                except asyncio.CancelledError:
-                    self._finish(_CANCELLED)
-                    raise
-            inner = await self._open(first)
+            inner = await self._open(delay, first)
             first = None
             try:
                 response = await inner
             except grpc.aio.AioRpcError as err:
                 status = await _final_status(inner, err)
-                delay = self._retry_delay(inner, status)
+                delay = self._ended(inner, status)
                 if delay is not None:
-                    self._started.clear()
                     continue
                 self._finish(status, inner)
                 mapped = _unary_error(err)
@@ -475,6 +462,8 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
             if self._task is not None:
                 return await self._task
             inner = self._inner
+            if inner is None:  # the channel failed it before any attempt
+                raise self._error  # type: ignore[misc]
             try:
                 return await inner
             except grpc.aio.AioRpcError as err:
@@ -485,7 +474,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
                         raise mapped from None
                     raise
             except asyncio.CancelledError:
-                self._cancelled = True
+                self._attempts.cancel()
                 inner.cancel()
                 self._settle(inner, _CANCELLED)
                 raise
@@ -496,7 +485,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
     def cancel(self) -> bool:
         if self._finished:
             return False
-        self._cancelled = True
+        self._attempts.cancel()
         if self._inner is not None:
             self._inner.cancel()
         if self._task is not None:
@@ -519,7 +508,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
     # stream_unary writes (a written request is not kept: no retry after one)
     async def write(self, request: Any) -> None:
         inner = await self._wait_started()
-        self._retry = False
+        self._attempts.commit()
         await inner.write(request)
 
     async def done_writing(self) -> None:
@@ -530,76 +519,24 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
 class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamStreamCall):
     """unary_stream / stream_stream: async iterator of responses.
 
-    A failed attempt is retried as the RPC's retry state says (transparent
-    retry; the A44/A6 policy), after its backoff, with a fresh pick, unless
-    the RPC has committed (response headers or a response arrived, a
-    request was written with ``write()``, or ``replay`` kept more than its
-    limit).  Whoever sees the failure first (a reader, or the call's done
-    callback) decides, once per subchannel call."""
+    Attempts start in a task of the call; whoever sees an attempt's failure
+    first (a reader, or the call's done callback) hands it to the engine,
+    and a retry starts (after its backoff) in a new task that readers await.
+    A response, and a request written with ``write()`` (not kept), commit."""
 
     def __init__(self, core, rpc, start, replay: AsyncRequestReplay | None = None) -> None:
-        super().__init__(core, rpc, start)
-        self._retry = True
-        self._replay = replay
-        self._decisions: list[tuple[Any, bool]] = []
-        self._loop = asyncio.get_running_loop()
+        super().__init__(core, rpc, start, replay)
         self._response_style: str | None = None
         self._aiter: Any = None
         self._task = self._open_task()
 
     def _open_task(self, delay: float = 0.0) -> asyncio.Task:
-        task = self._loop.create_task(self._open_after(delay))
+        task = self._loop.create_task(self._open(delay))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         return task
 
-    async def _open_after(self, delay: float) -> Any:
-        if delay > 0:
-            await asyncio.sleep(delay)
-        return await self._open()
-
-    def _retry_decision(self, call: Any, status: Status) -> bool:
-        """Whether the failed attempt ``call`` is followed by another (then
-        started here, after its backoff); decided once per attempt."""
-        for decided, retried in self._decisions:
-            if decided is call:
-                return retried
-        delay = None
-        if not status.ok and not self._cancelled:
-            initial, trailing = _sync_metadata(call)
-            committed = (
-                not self._retry
-                or bool(initial)
-                or (self._replay is not None and not self._replay.can_retry())
-            )
-            delay = self._rpc.retry_after(status, trailing, committed)
-        retry = delay is not None
-        self._decisions.append((call, retry))
-        if retry:
-            self._rpc.attempt_done(status, call)
-            self._started.clear()
-            self._inner = None
-            self._task = self._open_task(delay)
-        return retry
-
-    def _committed(self) -> None:
-        self._retry = False
-        if self._replay is not None:
-            self._replay.commit()
-
-    def _inner_done(self, call: Any, transport: Transport) -> None:
-        transport.call_finished()
-        # grpc.aio call objects' code()/details() are coroutines: read the
-        # final status on the loop.
-        self._loop.create_task(self._report(call))
-
-    async def _report(self, call: Any) -> None:
-        try:
-            status = Status(await call.code(), await call.details() or "")
-        except Exception:
-            status = Status(grpc.StatusCode.UNKNOWN, "")
-        if not status.ok and self._retry_decision(call, status):
-            return
-        self._finish(status, call)
+    def _retry(self, delay: float) -> None:
+        self._task = self._open_task(delay)
 
     async def _inner_call(self) -> Any:
         return await asyncio.shield(self._task)
@@ -635,17 +572,18 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
             try:
                 response = await inner.read()
             except grpc.aio.AioRpcError as err:
-                if self._retry_decision(inner, await _final_status(inner, err)):
+                self._settle(inner, await _final_status(inner, err))
+                if not self._finished:  # retried: the next attempt's call takes over
                     inner = await self._inner_call()
                     continue
                 raise
-            if self._retry and response is not grpc.aio.EOF:
-                self._committed()
+            if response is not grpc.aio.EOF and not self._attempts.committed:
+                self._attempts.commit()
             return response
 
     async def write(self, request: Any) -> None:
         inner = await self._inner_call()
-        self._committed()  # a written request is not kept
+        self._attempts.commit()  # a written request is not kept
         await inner.write(request)
 
     async def done_writing(self) -> None:
@@ -655,7 +593,7 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
     def cancel(self) -> bool:
         if self._finished:
             return False
-        self._cancelled = True
+        self._attempts.cancel()
         if self._inner is not None:
             return self._inner.cancel()
         self._task.cancel()
@@ -682,14 +620,16 @@ class _AioMultiCallable:
         self._deser = deser
         self._key = ("aio", self._kind, method, ser, deser)
 
-    def _inner(self, transport: Transport) -> Any:
+    def _inner(self, transport: Transport, rpc: Rpc) -> Any:
+        """The grpc.aio multicallable of ``rpc``'s attempt on ``transport``:
+        cached per transport; while A66 metrics are on, the attempt's own,
+        counting its message bytes."""
+        if rpc.sizes is not None:
+            ser, deser = counting(rpc.sizes, self._ser, self._deser)
+            return grpc_multicallable(transport, self._kind, self._method, ser, deser)
         mc = transport.callables.get(self._key)
         if mc is None:
-            make = getattr(transport.channel, self._kind)
-            try:
-                mc = make(self._method, self._ser, self._deser, _registered_method=True)
-            except TypeError:
-                mc = make(self._method, self._ser, self._deser)
+            mc = grpc_multicallable(transport, self._kind, self._method, self._ser, self._deser)
             if len(transport.callables) >= _MAX_CACHED:  # e.g. lambdas as serializers
                 transport.callables.clear()
             transport.callables[self._key] = mc
@@ -713,11 +653,12 @@ class _AioMultiCallable:
                 "wait_for_ready": False,
                 "compression": compression,
             }
+            inner = self._inner(transport, rpc)
             if first is _NO_ARG:
-                return self._inner(transport)(**kwargs)
+                return inner(**kwargs)
             if isinstance(first, AsyncRequestReplay):
-                return self._inner(transport)(first.attempt(), **kwargs)
-            return self._inner(transport)(first, **kwargs)
+                return inner(first.attempt(), **kwargs)
+            return inner(first, **kwargs)
 
         return start
 

@@ -10,15 +10,18 @@
   delegates to the grpcio call object on the subchannel; before that, and
   when the channel failed it, it answers from its own state.
 
-Every RPC reports its end to the LB policy's ``on_call_done`` and commits
-its CallConfig exactly once (:class:`pyxds.channel.core.Rpc`), streams
-included (grpcio's ``add_callback`` fires when a stream terminates).
+* :func:`blocking_unary`: ``__call__`` / ``with_call`` of the unary-response
+  kinds, on the caller's thread.
+* :class:`RequestReplay`: the thread face of a client stream's request buffer.
 
-Retries (transparent, and the RPC's A44/A6 retry policy) are decided by
-the RPC's sans-IO :class:`pyxds.channel.retry.RetryState` through
-``Rpc.retry_after``; the adapters here only wait (a blocking thread
-sleeps; a non-blocking call arms a timer) and start the next attempt with
-a fresh pick.
+These are I/O adapters of the sans-IO call engine
+(:class:`pyxds.channel.attempts.Attempts`), which the asyncio calls share:
+the engine decides every attempt, commit, retry (transparent, and the RPC's
+A44/A6 retry policy) and its backoff, and reports each attempt to the LB
+policy and the RPC's end exactly once, streams included (grpcio's
+``add_callback`` fires when a stream terminates).  The adapters wait their
+way (a blocking thread sleeps; a non-blocking call arms a timer), start the
+grpcio calls and tell the engine what happened.
 """
 
 from __future__ import annotations
@@ -31,116 +34,76 @@ from typing import Any
 
 import grpc
 
-from pyxds.channel.core import DEADLINE_EXCEEDED, ChannelCore, Rpc, unary_deadline_status
+from pyxds.channel.attempts import (
+    CANCELLED,
+    PULL,
+    RETIRED,
+    RETRY_BUFFER_SIZE,
+    Attempts,
+    BufferView,
+    RequestBuffer,
+)
+from pyxds.channel.core import ChannelCore, Rpc, call_metadata, unary_deadline_status
 from pyxds.channel.subchannel import SubchannelCore, Transport
-from pyxds.lb.api import ATTEMPT_NOT_STARTED, OK_STATUS, Status
+from pyxds.lb.api import OK_STATUS, Status
 
-CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
 #: grpcio's status for a request its serializer could not serialize
 SERIALIZE_FAILED = Status(grpc.StatusCode.INTERNAL, "Exception serializing request!")
 
-#: C-core's default ``grpc.per_rpc_retry_buffer_size``: once the requests
-#: sent on an attempt add up to more than this, the RPC is committed (no
-#: transparent retry) and its requests are no longer kept.
-RETRY_BUFFER_SIZE = 256 * 1024
-
-
-def _size_of(message: Any) -> int:
-    byte_size = getattr(message, "ByteSize", None)
-    if byte_size is not None:
-        try:
-            return int(byte_size())
-        except Exception:
-            pass
-    if isinstance(message, (bytes, bytearray, str)):
-        return len(message)
-    return sys.getsizeof(message)
-
 
 class RequestReplay:
-    """The requests of a client-streaming RPC, kept until it commits so that a
-    transparent retry can send them again (C-core's retry filter caches the
-    send ops of an uncommitted call the same way).
-
-    Rules:
-
-    * Every attempt gets its own iterator (:meth:`attempt`); it first replays
-      the requests already taken from the user's iterator, in order, then
-      takes new ones.  Requests are taken from the user's iterator once, in
-      order, one at a time (the pull lock), never twice.
-    * Starting an attempt retires the previous attempt's iterator: it ends
-      (StopIteration) without taking another request.  A request that a
-      retired iterator was already taking when it was retired is kept for the
-      next attempt, so grpcio's request-consumer thread of a failed call
-      never loses one.
-    * The RPC commits (no retry from then on, nothing more is kept) once it
-      has received a response (:meth:`commit`) or once the kept requests add
-      up to more than ``limit`` bytes.
-    """
+    """The thread face of a client-streaming RPC's
+    :class:`~pyxds.channel.attempts.RequestBuffer` (its rules): each attempt
+    iterates :meth:`attempt`; requests are taken from the user's iterator
+    (``iter()`` at the first pull, as grpcio) one pull at a time."""
 
     def __init__(self, requests: Iterable[Any], limit: int = RETRY_BUFFER_SIZE) -> None:
         self._requests = requests
-        self._source: Iterator[Any] | None = None  # iter() at the first pull, as grpcio
-        self._limit = limit
-        self._lock = threading.Lock()  # the log, the epoch
+        self._source: Iterator[Any] | None = None
+        self.buffer = RequestBuffer(limit)
+        self._lock = threading.Lock()  # the buffer
         self._pull_lock = threading.Lock()  # one pull from the source at a time
-        self._log: list[Any] = []
-        self._size = 0
-        self._recording = True
-        self._epoch = 0
 
     def can_retry(self) -> bool:
-        return self._recording
+        return self.buffer.recording
 
     def commit(self) -> None:
-        self._recording = False
+        self.buffer.commit()
 
     def attempt(self) -> Iterator[Any]:
         """The request iterator of a new attempt (retires the previous one)."""
         with self._lock:
-            self._epoch += 1
-            return _AttemptRequests(self, self._epoch)
+            return _AttemptRequests(self, self.buffer.view())
 
-    def _next(self, view: _AttemptRequests) -> Any:
+    def _next(self, view: BufferView) -> Any:
         with self._pull_lock:
             with self._lock:
-                if view.epoch != self._epoch:
-                    raise StopIteration
-                if view.index < len(self._log):
-                    view.index += 1
-                    return self._log[view.index - 1]
-                if not self._recording and self._log:
-                    # replayed in full after the commit: nothing more to keep
-                    self._log = []
-                    view.index = 0
+                item = self.buffer.next_kept(view)
+            if item is RETIRED:
+                raise StopIteration
+            if item is not PULL:
+                return item
             if self._source is None:
                 self._source = iter(self._requests)
             item = next(self._source)  # StopIteration: the requests ended
             with self._lock:
-                retired = view.epoch != self._epoch
-                if self._recording or retired:
-                    self._log.append(item)
-                    if not retired:
-                        view.index += 1
-                    self._size += _size_of(item)
-                    if self._size > self._limit:
-                        self._recording = False
+                # a retired view hands it to its dead call; the buffer keeps it
+                self.buffer.taken(view, item)
             return item
 
 
 class _AttemptRequests:
-    __slots__ = ("_replay", "epoch", "index")
+    __slots__ = ("_replay", "_view")
 
-    def __init__(self, replay: RequestReplay, epoch: int) -> None:
+    def __init__(self, replay: RequestReplay, view: BufferView) -> None:
         self._replay = replay
-        self.epoch = epoch
-        self.index = 0
+        self._view = view
 
     def __iter__(self) -> _AttemptRequests:
         return self
 
     def __next__(self) -> Any:
-        return self._replay._next(self)
+        return self._replay._next(self._view)
 
 
 def status_of(call: Any) -> Status:
@@ -241,18 +204,18 @@ Starter = Callable[[Transport, float | None], Any]
 
 
 class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
-    """A non-blocking RPC whose subchannel call starts once the pick completes.
+    """A non-blocking RPC: a thread-and-timer adapter of the RPC's
+    :class:`~pyxds.channel.attempts.Attempts`.
 
     ``_unary_response``: the call has one response (``future()``).
 
     ``start(transport, timeout)`` starts the grpcio call (``future()`` for
     unary responses, the call itself for streams) on the picked subchannel's
-    grpcio channel.  A failed attempt is retried as the RPC's retry state
-    says (transparent retry; the A44/A6 policy), after its backoff, with a
-    fresh pick, as long as the RPC has not committed: a client-streaming
-    call's ``replay`` (the one its starter takes requests from) keeps its
-    requests until then; a response-streaming call commits at its first
-    response, any call when response headers arrived.
+    grpcio channel.  Picks complete on whichever thread publishes (or the
+    caller's); a backoff is a timer on the deadline clock; the grpcio call's
+    terminal callback reports each attempt's end.  Until a subchannel call
+    exists, and when the channel failed the RPC, it answers from its own
+    state; then it delegates to the grpcio call.
     """
 
     _unary_response = False
@@ -267,92 +230,68 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
         self._core = core
         self._rpc = rpc
         self._start = start
-        #: not committed yet (no response, replay still complete)
-        self._retry = True
-        self._replay = replay
-        #: (subchannel call, wait before the next attempt or None) for each
-        #: failed subchannel call
-        self._decisions: list[tuple[Any, float | None]] = []
+        self._attempts = Attempts(rpc, replay.buffer if replay is not None else None)
         self._cond = threading.Condition()
         self._inner: Any = None
-        self._transport: Transport | None = None
         self._error: ChannelRpcError | None = None
         self._terminated = False
-        self._cancel_requested = False
         self._cancelled_inner = False
         self._done_callbacks: list[Callable[[grpc.Future], None]] = []
         self._callbacks: list[Callable[[], None]] = []
         self._cancel_pick = core.pick_async(rpc, self._picked)
 
-    # -- progress ------------------------------------------------------
+    # -- executing the engine's actions ----------------------------------
+    def _pick(self) -> None:
+        self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
+
     def _picked(self, outcome: SubchannelCore | Status) -> None:
-        if self._cancel_requested:
-            self._fail(CANCELLED)
+        with self._cond:
+            transport = self._attempts.picked(outcome)
+        if transport is None:
+            self._pick()
             return
-        if isinstance(outcome, Status):
-            self._fail(outcome)
+        if transport.__class__ is Status:
+            self._fail(transport)  # type: ignore[arg-type]
             return
-        transport = outcome.transport
-        if transport is None or not transport.call_started():
-            self._rpc.attempt_done(ATTEMPT_NOT_STARTED)
-            self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
-            return
-        remaining = self._rpc.remaining()
         try:
-            inner = self._start(transport, remaining)
+            inner = self._start(transport, self._attempts.remaining)  # type: ignore[arg-type]
         except ValueError:  # the grpcio channel closed under us: not sent
-            transport.call_finished()
-            self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
+            self._attempts.not_sent(transport)  # type: ignore[arg-type]
+            self._pick()
             return
         except grpc.RpcError as err:  # e.g. grpcio's "Exception serializing request!"
-            transport.call_finished()
+            transport.call_finished()  # type: ignore[union-attr]
             self._fail(status_of(err))
             return
         except Exception as err:
-            transport.call_finished()
+            transport.call_finished()  # type: ignore[union-attr]
             self._fail(Status(grpc.StatusCode.INTERNAL, f"failed to start call: {err}"))
             return
         with self._cond:
             self._inner = inner
-            self._transport = transport
             self._cond.notify_all()
-        if self._cancel_requested:
+        if self._attempts.cancelled:
             inner.cancel()
-        if not inner.add_callback(lambda: self._inner_terminated(inner, transport)):
-            self._inner_terminated(inner, transport)  # already over
+        if not inner.add_callback(lambda: self._inner_terminated(inner, transport)):  # type: ignore[arg-type]
+            self._inner_terminated(inner, transport)  # type: ignore[arg-type]  # already over
 
-    def _retry_delay(self, inner: Any, status: Status) -> float | None:
-        """The wait before the next attempt after the subchannel call
-        ``inner`` ended with ``status``, or None (the RPC ends with it):
-        decided once per call, by whichever of its terminal callback and a
-        reader of its responses sees the failure first."""
+    def _ended(self, inner: Any, status: Status) -> float | None:
+        """The engine's answer to the end of the subchannel call ``inner``
+        (whichever of its terminal callback and a reader of its responses
+        sees it first decides)."""
         with self._cond:
-            for decided, delay in self._decisions:
-                if decided is inner:
-                    return delay
-            delay = None
-            if not status.ok and not self._cancel_requested:
-                committed = not self._retry or (
-                    self._replay is not None and not self._replay.can_retry()
-                )
-                initial, trailing = _metadata_of(inner)
-                delay = self._rpc.retry_after(status, trailing, committed or bool(initial))
-            self._decisions.append((inner, delay))
-            return delay
-
-    def _retry_decision(self, inner: Any, status: Status) -> bool:
-        return self._retry_delay(inner, status) is not None
+            return self._attempts.ended(inner, status, call_metadata)
 
     def _next_attempt(self, delay: float) -> None:
         """Pick again for the next attempt, after ``delay`` seconds."""
         if delay <= 0:
-            self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
+            self._pick()
             return
         cancelled = threading.Event()
 
         def fire() -> None:
             if not cancelled.is_set():
-                self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
+                self._pick()
 
         timer = self._core.deadline_clock.call_later(delay, fire)
 
@@ -362,23 +301,15 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
 
         self._cancel_pick = cancel
 
-    def _committed(self) -> None:
-        """A response arrived: the RPC reached the server; never retried."""
-        self._retry = False
-        if self._replay is not None:
-            self._replay.commit()
-
     def _inner_terminated(self, inner: Any, transport: Transport) -> None:
         transport.call_finished()
         status = status_of(inner)
-        delay = self._retry_delay(inner, status)
+        delay = self._ended(inner, status)
         if delay is not None:
-            self._rpc.attempt_done(status, inner)
             with self._cond:
                 self._inner = None
             self._next_attempt(delay)
             return
-        self._rpc.finish(status, inner)
         if self._unary_response:
             worded = unary_deadline_status(status)
             if worded is not status:
@@ -392,9 +323,9 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
         with self._cond:
             if self._terminated or self._error is not None:
                 return
-        self._rpc.finish(status)
-        with self._cond:
             self._error = ChannelRpcError(status)
+        self._attempts.finish(status)
+        with self._cond:
             self._cond.notify_all()
         self._terminate()
 
@@ -443,7 +374,7 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
         with self._cond:
             if self._terminated or self._cancelled_inner:
                 return False
-            self._cancel_requested = True
+            self._attempts.cancel()
             inner = self._inner
         if inner is not None:
             # grpcio's call is over at cancel() (done() says so at once; its
@@ -458,7 +389,7 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
     def cancelled(self) -> bool:
         with self._cond:
             if self._error is not None:
-                return self._error.code() is grpc.StatusCode.CANCELLED and self._cancel_requested
+                return self._error.code() is grpc.StatusCode.CANCELLED and self._attempts.cancelled
             inner = self._inner
         return inner.cancelled() if inner is not None else False
 
@@ -561,13 +492,13 @@ class StreamingCall(DeferredCall):
             try:
                 response = next(inner)
             except grpc.RpcError as err:
-                if not self._retry_decision(inner, status_of(err)):
+                if self._ended(inner, status_of(err)) is None:
                     raise
-                # not sent: the transparent retry's call takes over
+                # retried: the next attempt's call takes over
                 inner = self._wait_started(after=inner)
                 continue
-            if self._retry:
-                self._committed()
+            if not self._attempts.committed:
+                self._attempts.commit()  # a response: never retried from now on
             return response
 
     next = __next__
@@ -595,78 +526,45 @@ class FutureCall(DeferredCall):
         return "<pyxds FutureCall (pick pending)>"
 
 
-def _metadata_of(call: Any) -> tuple[Any, Any]:
-    """(initial, trailing) metadata of a finished grpcio call or error,
-    without blocking: a grpcio rendezvous' ``initial_metadata()`` waits for
-    its receive-initial-metadata batch, which can complete after the status
-    (on the very thread running the terminal callback), so its state is read
-    directly (None when no initial metadata arrived)."""
-    state = getattr(call, "_state", None)
-    if state is not None and hasattr(state, "initial_metadata"):
-        return state.initial_metadata, getattr(state, "trailing_metadata", None)
-    try:
-        initial = call.initial_metadata()
-    except Exception:
-        initial = None
-    try:
-        trailing = call.trailing_metadata()
-    except Exception:
-        trailing = None
-    return initial, trailing
-
-
 def blocking_unary(
     core: ChannelCore,
     rpc: Rpc,
     invoke: Callable[[Transport, float | None], tuple[Any, Any]],
     replay: RequestReplay | None = None,
 ) -> tuple[Any, Any]:
-    """Run a unary-response RPC on the calling thread: pick (waiting if need
-    be, bounded by the deadline), send, report; a failed attempt is retried
-    as the RPC's retry state says (sleeping out the backoff, never past the
-    deadline) with a fresh pick.  Raises grpc.RpcError.  ``invoke`` sends
-    ``rpc.send_metadata``; a client stream takes its requests from
-    ``replay``, which commits the RPC when it can no longer replay them."""
+    """Run a unary-response RPC on the calling thread: the blocking adapter
+    of the RPC's :class:`~pyxds.channel.attempts.Attempts` (picks wait on
+    this thread, bounded by the deadline; a backoff is a sleep).  Raises
+    grpc.RpcError.  ``invoke`` sends ``rpc.send_metadata``; a client stream
+    takes its requests from ``replay``."""
+    attempts = Attempts(rpc, replay.buffer if replay is not None else None)
     while True:
-        outcome = core.pick_blocking(rpc)
-        if isinstance(outcome, Status):
-            rpc.finish(outcome)
-            raise ChannelRpcError(outcome)
-        transport = outcome.transport
-        if transport is None or not transport.call_started():
-            rpc.attempt_done(ATTEMPT_NOT_STARTED)
+        transport = attempts.picked(core.pick_blocking(rpc))
+        if transport is None:
             continue
-        remaining = rpc.remaining()
-        if remaining is not None and remaining <= 0:
-            transport.call_finished()
-            rpc.finish(DEADLINE_EXCEEDED)
-            raise ChannelRpcError(DEADLINE_EXCEEDED)
+        if transport.__class__ is Status:
+            raise ChannelRpcError(transport)  # type: ignore[arg-type]
         try:
-            result = invoke(transport, remaining)
+            result = invoke(transport, attempts.remaining)  # type: ignore[arg-type]
         except grpc.RpcError as err:
-            transport.call_finished()
+            transport.call_finished()  # type: ignore[union-attr]
             status = status_of(err)
-            initial, trailing = _metadata_of(err)
-            committed = bool(initial) or (replay is not None and not replay.can_retry())
-            rpc.attempt_done(status, err)
-            delay = rpc.retry_after(status, trailing, committed)
+            delay = attempts.ended(err, status, call_metadata)
             if delay is not None:
                 if delay > 0:
                     time.sleep(delay)
                 continue
-            rpc.finish(status, err)
             worded = unary_deadline_status(status)
             if worded is not status:
-                raise ChannelRpcError(worded, initial, trailing) from None
+                raise ChannelRpcError(worded, *call_metadata(err)) from None
             raise
         except ValueError:  # "Cannot invoke RPC on closed channel!": not sent
-            transport.call_finished()
-            rpc.attempt_done(ATTEMPT_NOT_STARTED)
+            attempts.not_sent(transport)  # type: ignore[arg-type]
             continue
         except BaseException as err:
-            transport.call_finished()
-            rpc.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
+            transport.call_finished()  # type: ignore[union-attr]
+            attempts.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
             raise
-        transport.call_finished()
-        rpc.finish(OK_STATUS, result[1])
+        transport.call_finished()  # type: ignore[union-attr]
+        attempts.finish(OK_STATUS, result[1])
         return result

@@ -142,7 +142,8 @@ def _attempt_started(core: ChannelCore, path: str) -> float:
 
 
 def _attempt_ended(rpc: Rpc, status: Status) -> float | None:
-    """A66 ``grpc.client.attempt.duration``; the next attempt's start unless the RPC ended."""
+    """A66 ``grpc.client.attempt.duration`` and the attempt's message sizes;
+    the next attempt's start unless the RPC ended."""
     labels = {
         "grpc.method": rpc.path.lstrip("/"),
         "grpc.target": rpc._core.target,
@@ -156,8 +157,14 @@ def _attempt_ended(rpc: Rpc, status: Status) -> float | None:
     _metrics.record(
         "grpc.client.attempt.duration", time.perf_counter() - rpc._attempt_start, labels
     )
+    sizes = rpc.sizes
+    if sizes is not None:
+        _metrics.record("grpc.client.attempt.sent_total_compressed_message_size", sizes[0], labels)
+        _metrics.record("grpc.client.attempt.rcvd_total_compressed_message_size", sizes[1], labels)
     if rpc._finished or _metrics.RECORDER is None:
+        rpc.sizes = None
         return None
+    rpc.sizes = [0, 0]
     return _attempt_started(rpc._core, rpc.path)
 
 
@@ -197,6 +204,7 @@ class Rpc:
         "fault",
         "hold_until",
         "wfr_explicit",
+        "sizes",
         "_finished",
         "_core",
         "_attempt_start",
@@ -238,6 +246,9 @@ class Rpc:
         # A66 per-attempt metrics: the attempt's start, None while metrics are off.
         self._attempt_start = None if _metrics.RECORDER is None else _attempt_started(core, path)
         self._call_start = self._attempt_start  # the first attempt starts with the call
+        #: A66 message sizes of the current attempt, [sent, received] bytes
+        #: (None while metrics are off): :func:`counting` fills it
+        self.sizes: list[int] | None = None if self._attempt_start is None else [0, 0]
 
     def remaining(self) -> float | None:
         if self.deadline is None:
@@ -339,22 +350,44 @@ class Rpc:
         self._core.call_ended()
 
 
-def trailing_metadata_of(call: Any) -> tuple[tuple[str, Any], ...]:
-    """The trailing metadata of a finished grpcio call as ``(key, value)``
-    pairs, read without blocking: a sync call or ``grpc.RpcError`` answers
-    ``trailing_metadata()`` at once; a ``grpc.aio`` call keeps its final
-    status on the Cython call (its ``trailing_metadata()`` is a coroutine).
-    Empty when nothing can be read."""
+def call_metadata(call: Any) -> tuple[Any, Any]:
+    """(initial, trailing) metadata of a finished grpcio call (a sync call
+    object or the ``grpc.RpcError`` it raised, or a ``grpc.aio`` call), read
+    without blocking or awaiting; None for what cannot be read.  A sync
+    rendezvous' ``initial_metadata()`` waits for its receive-initial-metadata
+    batch, which can complete after the status (on the very thread running
+    the terminal callback), and a grpc.aio call's readers are coroutines: both
+    keep what arrived on their state (the rendezvous' ``_state``, the aio
+    call's Cython call), which is read directly."""
     cython_call = getattr(call, "_cython_call", None)
     if cython_call is not None:
         raw = getattr(cython_call, "_status", None)
-        metadata = raw.trailing_metadata() if raw is not None else None
-    else:
-        reader = getattr(call, "trailing_metadata", None)
-        metadata = reader() if reader is not None else None
-        if hasattr(metadata, "close") and hasattr(metadata, "send"):  # a coroutine
-            metadata.close()
-            metadata = None
+        trailing = raw.trailing_metadata() if raw is not None else None
+        return getattr(cython_call, "_initial_metadata", None), trailing
+    state = getattr(call, "_state", None)
+    if state is not None and hasattr(state, "initial_metadata"):
+        return state.initial_metadata, getattr(state, "trailing_metadata", None)
+    return _read(call, "initial_metadata"), _read(call, "trailing_metadata")
+
+
+def _read(call: Any, name: str) -> Any:
+    reader = getattr(call, name, None)
+    if reader is None:
+        return None
+    try:
+        value = reader()
+    except Exception:
+        return None
+    if hasattr(value, "close") and hasattr(value, "send"):  # a coroutine
+        value.close()
+        return None
+    return value
+
+
+def trailing_metadata_of(call: Any) -> tuple[tuple[str, Any], ...]:
+    """The trailing metadata of a finished grpcio call as ``(key, value)``
+    pairs (:func:`call_metadata`); empty when nothing can be read."""
+    metadata = call_metadata(call)[1]
     if not metadata:
         return ()
     return tuple((item[0], item[1]) for item in metadata)
@@ -512,8 +545,8 @@ class ChannelCore:
     def try_pick(self, rpc: Rpc) -> SubchannelCore | Status | float | None:
         """One pick attempt: a core to send on, a Status to fail with, None
         to wait for the next publication, or a float: seconds to wait (an
-        A33 fault delay, or the retry backoff after a failed pick) before
-        trying again."""
+        A33 fault delay, or the retry backoff after a failed pick; never
+        past the deadline) before trying again."""
         if self.closed:
             return CHANNEL_CLOSED
         if rpc.retry is not None and rpc.deadline is not None and rpc.remaining() <= 0:
@@ -590,19 +623,26 @@ class ChannelCore:
     @staticmethod
     def _carry_out_fault(rpc: Rpc, fault: FilterVerdict) -> Status | float | None:
         """The filters' verdict before the pick (A33: delay, then abort, both
-        before anything is sent): seconds still to wait, the abort status,
-        or None to go on to the pick."""
+        before anything is sent): seconds still to wait (never past the
+        deadline), the abort status (DEADLINE_EXCEEDED when the delay ran
+        into the deadline), or None to go on to the pick."""
+        outcome = fault.abort
         if fault.delay > 0:
             now = time.monotonic()
             if rpc.hold_until is None:
                 rpc.hold_until = now + fault.delay
             left = rpc.hold_until - now
             if left > 0:
-                return left
+                to_deadline = None if rpc.deadline is None else rpc.deadline - now
+                if to_deadline is None or to_deadline > left:
+                    return left
+                if to_deadline > 0:
+                    return to_deadline  # then DEADLINE_EXCEEDED
+                outcome = DEADLINE_EXCEEDED
         rpc.fault = None
         if fault.done is not None:
             fault.done()
-        return fault.abort
+        return outcome
 
     def _reroute(self, rpc: Rpc, status: Status) -> SubchannelCore | Status | None:
         """A failed pick of an RPC routed by a config that is being replaced
@@ -643,15 +683,12 @@ class ChannelCore:
         while True:
             generation = self.generation
             outcome = self.try_pick(rpc)
-            if outcome is not None and outcome.__class__ is not float:
-                return outcome  # type: ignore[return-value]
-            remaining = rpc.remaining()
             if outcome is not None:
-                if remaining is not None and remaining <= outcome:  # type: ignore[operator]
-                    time.sleep(max(remaining, 0))
-                    return DEADLINE_EXCEEDED
+                if outcome.__class__ is not float:
+                    return outcome  # type: ignore[return-value]
                 time.sleep(outcome)  # type: ignore[arg-type]
                 continue
+            remaining = rpc.remaining()
             if remaining is not None and remaining <= 0:
                 return DEADLINE_EXCEEDED
             event = threading.Event()

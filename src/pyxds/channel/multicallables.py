@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from pyxds.channel.attempts import counting
 from pyxds.channel.calls import (
     SERIALIZE_FAILED,
     ChannelRpcError,
@@ -26,13 +27,22 @@ from pyxds.channel.calls import (
     StreamingCall,
     blocking_unary,
 )
-from pyxds.channel.core import ChannelCore
+from pyxds.channel.core import ChannelCore, Rpc
 from pyxds.channel.subchannel import Transport
 
 #: grpcio multicallables cached per subchannel (per method and serializers).
 _MAX_CACHED = 1024
 
 _log = logging.getLogger(__name__)
+
+
+def grpc_multicallable(transport: Transport, kind: str, method: str, ser: Any, deser: Any) -> Any:
+    """A grpcio (or grpc.aio) multicallable of ``kind`` on the transport's channel."""
+    make = getattr(transport.channel, kind)
+    try:
+        return make(method, ser, deser, _registered_method=True)
+    except TypeError:  # older grpcio
+        return make(method, ser, deser)
 
 
 class _Base:
@@ -53,16 +63,18 @@ class _Base:
         self._deser = response_deserializer
         self._key = (self._kind_name, method, request_serializer, response_deserializer)
 
-    def _inner(self, transport: Transport, serialized: bool = False) -> Any:
+    def _inner(self, transport: Transport, rpc: Rpc, serialized: bool = False) -> Any:
+        """The grpcio multicallable of ``rpc``'s attempt on ``transport``:
+        cached per transport; while A66 metrics are on, the attempt's own,
+        counting its message bytes (``serialized``: the request is bytes)."""
+        if rpc.sizes is not None:
+            ser, deser = counting(rpc.sizes, None if serialized else self._ser, self._deser)
+            return grpc_multicallable(transport, self._kind_name, self._method, ser, deser)
         key = (*self._key, "serialized") if serialized else self._key
         mc = transport.callables.get(key)
         if mc is None:
-            make = getattr(transport.channel, self._kind_name)
             ser = None if serialized else self._ser
-            try:
-                mc = make(self._method, ser, self._deser, _registered_method=True)
-            except TypeError:  # older grpcio
-                mc = make(self._method, ser, self._deser)
+            mc = grpc_multicallable(transport, self._kind_name, self._method, ser, self._deser)
             if len(transport.callables) >= _MAX_CACHED:  # e.g. lambdas as serializers
                 transport.callables.clear()
             transport.callables[key] = mc
@@ -80,6 +92,36 @@ class _Base:
         except Exception:
             _log.exception("Exception serializing message!")
             raise ChannelRpcError(SERIALIZE_FAILED) from None
+
+    def _starter(
+        self,
+        rpc: Rpc,
+        verb: str | None,
+        request: Any,
+        credentials: Any,
+        compression: Any,
+        serialized: bool = False,
+    ) -> Callable[[Transport, float | None], Any]:
+        """What starts one attempt of ``rpc`` on a picked transport: the
+        grpcio multicallable's ``verb`` (``with_call``, ``future``, None: the
+        call itself) with ``rpc.send_metadata``, the remaining time, never
+        waiting for ready (the channel did); ``request`` is the request, or
+        the :class:`RequestReplay` that gives each attempt its requests."""
+
+        def start(transport: Transport, remaining: float | None) -> Any:
+            inner = self._inner(transport, rpc, serialized)
+            if verb is not None:
+                inner = getattr(inner, verb)
+            return inner(
+                request.attempt() if request.__class__ is RequestReplay else request,
+                timeout=remaining,
+                metadata=rpc.send_metadata,
+                credentials=credentials,
+                wait_for_ready=False,
+                compression=compression,
+            )
+
+        return start
 
 
 class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
@@ -108,18 +150,8 @@ class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
         compression: grpc.Compression | None = None,
     ) -> tuple[Any, grpc.Call]:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
-
-        def invoke(transport: Transport, remaining: float | None) -> tuple[Any, Any]:
-            return self._inner(transport).with_call(
-                request,
-                timeout=remaining,
-                metadata=rpc.send_metadata,
-                credentials=credentials,
-                wait_for_ready=False,
-                compression=compression,
-            )
-
-        return blocking_unary(self._core, rpc, invoke)
+        start = self._starter(rpc, "with_call", request, credentials, compression)
+        return blocking_unary(self._core, rpc, start)
 
     def future(
         self,
@@ -132,17 +164,7 @@ class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
     ) -> FutureCall:
         request, serialized = self._serialize(request)
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
-
-        def start(transport: Transport, remaining: float | None) -> Any:
-            return self._inner(transport, serialized).future(
-                request,
-                timeout=remaining,
-                metadata=rpc.send_metadata,
-                credentials=credentials,
-                wait_for_ready=False,
-                compression=compression,
-            )
-
+        start = self._starter(rpc, "future", request, credentials, compression, serialized)
         return FutureCall(self._core, rpc, start)
 
 
@@ -160,17 +182,7 @@ class UnaryStreamMultiCallable(_Base, grpc.UnaryStreamMultiCallable):
     ) -> StreamingCall:
         request, serialized = self._serialize(request)
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
-
-        def start(transport: Transport, remaining: float | None) -> Any:
-            return self._inner(transport, serialized)(
-                request,
-                timeout=remaining,
-                metadata=rpc.send_metadata,
-                credentials=credentials,
-                wait_for_ready=False,
-                compression=compression,
-            )
-
+        start = self._starter(rpc, None, request, credentials, compression, serialized)
         return StreamingCall(self._core, rpc, start)
 
 
@@ -201,18 +213,8 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
     ) -> tuple[Any, grpc.Call]:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
         replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
-
-        def invoke(transport: Transport, remaining: float | None) -> tuple[Any, Any]:
-            return self._inner(transport).with_call(
-                replay.attempt(),
-                timeout=remaining,
-                metadata=rpc.send_metadata,
-                credentials=credentials,
-                wait_for_ready=False,
-                compression=compression,
-            )
-
-        return blocking_unary(self._core, rpc, invoke, replay=replay)
+        start = self._starter(rpc, "with_call", replay, credentials, compression)
+        return blocking_unary(self._core, rpc, start, replay=replay)
 
     def future(
         self,
@@ -225,17 +227,7 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
     ) -> FutureCall:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
         replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
-
-        def start(transport: Transport, remaining: float | None) -> Any:
-            return self._inner(transport).future(
-                replay.attempt(),
-                timeout=remaining,
-                metadata=rpc.send_metadata,
-                credentials=credentials,
-                wait_for_ready=False,
-                compression=compression,
-            )
-
+        start = self._starter(rpc, "future", replay, credentials, compression)
         return FutureCall(self._core, rpc, start, replay=replay)
 
 
@@ -253,15 +245,5 @@ class StreamStreamMultiCallable(_Base, grpc.StreamStreamMultiCallable):
     ) -> StreamingCall:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
         replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
-
-        def start(transport: Transport, remaining: float | None) -> Any:
-            return self._inner(transport)(
-                replay.attempt(),
-                timeout=remaining,
-                metadata=rpc.send_metadata,
-                credentials=credentials,
-                wait_for_ready=False,
-                compression=compression,
-            )
-
+        start = self._starter(rpc, None, replay, credentials, compression)
         return StreamingCall(self._core, rpc, start, replay=replay)
