@@ -121,7 +121,7 @@ def pushback_of(trailing_metadata: Sequence[tuple[str, Any]] | None) -> float:
             except UnicodeDecodeError:
                 return _STOP
         text = str(value)
-        if not text or not (text.isdigit() or (text[0] == "-" and text[1:].isdigit())):
+        if not text.isascii() or not (text.isdigit() or (text[:1] == "-" and text[1:].isdigit())):
             return _STOP
         ms = int(text)
         if ms < 0 or ms > 2**31 - 1:

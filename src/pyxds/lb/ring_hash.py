@@ -218,7 +218,7 @@ def _ring_size(obj: dict[str, Any], name: str, default: int) -> int:
     integral = (
         isinstance(value, int)
         or (isinstance(value, float) and value.is_integer())
-        or (isinstance(value, str) and value.isdigit())
+        or (isinstance(value, str) and value.isascii() and value.isdigit())
     )
     if isinstance(value, bool) or not integral:
         raise LBConfigError(name, f"expected integer, got {describe(value)}")
@@ -359,7 +359,7 @@ def _address_order_key(address: str) -> tuple[Any, ...]:
     sockaddr: family, port in network order, address bytes) puts ``address``:
     IPv4 before IPv6, then port, then address.  Other targets come last."""
     host, _, port = address.rpartition(":")
-    if not port.isdigit():
+    if not (port.isascii() and port.isdigit()):
         return (2, address)
     if host.startswith("[") and host.endswith("]"):
         family, host = socket.AF_INET6, host[1:-1]

@@ -139,7 +139,7 @@ def _parse_header(value: Any, path: str) -> HeaderMatcher:
         bounds = []
         for bound in ("start", "end"):
             b = raw.get(bound, 0)
-            if isinstance(b, str) and b.lstrip("-").isdigit():
+            if isinstance(b, str) and b.isascii() and b.lstrip("-").isdigit():
                 b = int(b)  # int64 in proto JSON may be a string
             if isinstance(b, bool) or not isinstance(b, int):
                 raise LBConfigError(f"{spec_path}.{bound}", f"expected integer, got {describe(b)}")

@@ -166,7 +166,7 @@ def _uint(text: str | None) -> int | None:
     if text is None:
         return None
     text = text.strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 class FaultInjector(CallFilter):

@@ -98,7 +98,7 @@ def _duration(value: Any, path: str) -> float:
 def _int(value: Any, path: str) -> int:
     if isinstance(value, bool):
         raise _fail(path, "must be an integer")
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isascii() and value.isdigit():
         return int(value)
     if isinstance(value, int):
         return value

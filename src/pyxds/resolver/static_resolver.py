@@ -52,7 +52,7 @@ def parse_static_addresses(target: str) -> list[str]:
         raise ValueError(f"target {target!r} names no addresses")
     for address in addresses:
         host, sep, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit():
+        if not sep or not host or not (port.isascii() and port.isdigit()):
             raise ValueError(f"target {target!r}: {address!r} is not host:port")
     return addresses
 

@@ -74,7 +74,7 @@ def _duration(value: Seconds, what: str) -> duration_pb2.Duration:
 
 def _split_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not (port.isascii() and port.isdigit()):
         raise ValueError(f"address {address!r}: expected host:port")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]

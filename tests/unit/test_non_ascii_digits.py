@@ -1,0 +1,52 @@
+"""Bad input: strings such as "¹" or "²³" pass ``str.isdigit()`` but not
+``int()``.  Every place that reads a number from text (LB config JSON, a
+service config, a server's pushback trailer, fault headers, targets) treats
+them as malformed, with its own error, never a ValueError from ``int()``."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyxds.channel.retry import pushback_of
+from pyxds.lb.errors import LBConfigError
+from pyxds.lb.registry import select
+from pyxds.resolver.fault_filter import _uint
+from pyxds.resolver.service_config import parse_service_config
+from pyxds.resolver.static_resolver import parse_static_addresses
+
+SUPERSCRIPT = "\u00b9"  # isdigit() is True, int() raises
+
+
+def test_pushback_of_a_non_ascii_digit_stops_retries_like_any_malformed_value():
+    stop = pushback_of([("grpc-retry-pushback-ms", "x")])
+    assert pushback_of([("grpc-retry-pushback-ms", SUPERSCRIPT)]) == stop
+    assert pushback_of([("grpc-retry-pushback-ms", "-" + SUPERSCRIPT)]) == stop
+    assert pushback_of([("grpc-retry-pushback-ms", "250")]) == 0.25
+
+
+def test_fault_header_with_a_non_ascii_digit_is_not_a_number():
+    assert _uint(SUPERSCRIPT) is None
+    assert _uint(" 12 ") == 12
+
+
+def test_ring_hash_min_ring_size_non_ascii_digit_is_an_lb_config_error():
+    with pytest.raises(LBConfigError, match="minRingSize"):
+        select([{"ring_hash_experimental": {"minRingSize": SUPERSCRIPT}}])
+
+
+def test_service_config_integer_field_non_ascii_digit_names_the_path():
+    raw = {
+        "methodConfig": [
+            {
+                "name": [{"service": "s"}],
+                "maxRequestMessageBytes": SUPERSCRIPT,
+            }
+        ]
+    }
+    with pytest.raises(ValueError, match=r"methodConfig\[0\]\.maxRequestMessageBytes"):
+        parse_service_config(raw)
+
+
+def test_static_target_with_a_non_ascii_digit_port_is_not_host_port():
+    with pytest.raises(ValueError, match="is not host:port"):
+        parse_static_addresses(f"ipv4:127.0.0.1:{SUPERSCRIPT}")
