@@ -626,7 +626,9 @@ class _AioMultiCallable:
         counting its message bytes."""
         if rpc.sizes is not None:
             ser, deser = counting(rpc.sizes, self._ser, self._deser)
-            return grpc_multicallable(transport, self._kind, self._method, ser, deser)
+            return grpc_multicallable(
+                transport, self._kind, self._method, ser, deser, registered=False
+            )
         mc = transport.callables.get(self._key)
         if mc is None:
             mc = grpc_multicallable(transport, self._kind, self._method, self._ser, self._deser)
