@@ -30,7 +30,9 @@ The backend and the control plane run in their own process, C-core's client
 in another (each has its own GIL, as (a) and (c) have theirs).
 Prints RPCs/s and the ratios b/a and c/b, and for asyncio pyxds / C-core
 xds (the goal's comparison) and pyxds / plain, and for mTLS pyxds / grpcio
-TLS and pyxds / C-core xds mTLS.  Usage: python bench/e2e.py [--tls-only]
+TLS and pyxds / C-core xds mTLS.  ``--vs-core N`` measures only pyxds against
+C-core's xds:/// channel, interleaved N times (the issue-10 goal, with less
+noise than one pass).  Usage: python bench/e2e.py [--tls-only]
 """
 
 from __future__ import annotations
@@ -277,6 +279,12 @@ def main() -> None:
     parser.add_argument(
         "--no-policies", action="store_true", help="skip the retry-policy / 0%% fault rows"
     )
+    parser.add_argument(
+        "--vs-core",
+        type=int,
+        metavar="ROUNDS",
+        help="only pyxds vs C-core xds (sync and aio), interleaved ROUNDS times",
+    )
     args = parser.parse_args()
     if args.serve:
         serve()
@@ -302,6 +310,12 @@ def main() -> None:
         server.stdin.close()
         server.wait(10)
         print_tls(results)
+        return
+
+    if args.vs_core:
+        core_pairs(bootstrap, args.seconds, args.vs_core)
+        server.stdin.close()
+        server.wait(10)
         return
 
     if args.lrs_only:
@@ -414,6 +428,55 @@ def lrs_pair(bootstrap: dict, seconds: float, rounds: int = 4) -> None:
     print(f"{'e pyxds + LRS':<20} {totals['on']['1']:>10.0f} {totals['on']['4']:>10.0f}")
     for t in ("1", "4"):
         print(f"threads={t}: e/c (LRS on/off) = {totals['on'][t] / totals['off'][t]:.3f}")
+
+
+def core_pairs(bootstrap: dict, seconds: float, rounds: int) -> None:
+    """pyxds and C-core's xds:/// channel on the same listener, sync and
+    asyncio, interleaved ``rounds`` times with the order swapped every round,
+    so that drift of a shared machine hits both alike.  Prints each round's
+    pyxds/C-core ratio and their median (the issue's goal is >= 1.0)."""
+    import statistics
+
+    import pyxds._api as pyxds
+    import pyxds.aio
+
+    def ours_sync() -> dict[str, float]:
+        channel = pyxds.insecure_channel("xds:///bench", bootstrap=bootstrap)
+        try:
+            return {str(t): rate(channel, t, seconds) for t in (1, 4)}
+        finally:
+            channel.close()
+
+    async def ours_aio_rates() -> dict[str, float]:
+        channel = pyxds.aio.insecure_channel("xds:///bench", bootstrap=bootstrap)
+        try:
+            return {str(t): await aio_rate(channel, t, seconds) for t in (1, 4)}
+        finally:
+            await channel.close()
+
+    loop = asyncio.new_event_loop()  # grpc.aio keeps to one loop per process
+    sides = {
+        "sync": (ours_sync, lambda: core_rates(bootstrap, seconds)),
+        "aio": (
+            lambda: loop.run_until_complete(ours_aio_rates()),
+            lambda: core_rates(bootstrap, seconds, _CORE_AIO),
+        ),
+    }
+    ratios: dict[str, list[float]] = {f"{k} {t}": [] for k in sides for t in ("1", "4")}
+    for i in range(rounds):
+        for kind, (ours, core) in sides.items():
+            if i % 2 == 0:
+                mine, theirs = ours(), core()
+            else:
+                theirs, mine = core(), ours()
+            for t in ("1", "4"):
+                ratios[f"{kind} {t}"].append(mine[t] / theirs[t])
+    loop.close()
+    print("pyxds / C-core xds:///, unary RPCs/s, per round and median")
+    for name, values in ratios.items():
+        kind, t = name.split()
+        rounds_text = " ".join(f"{v:.2f}" for v in values)
+        print(f"{kind:<5} threads={t}: {rounds_text}   median {statistics.median(values):.2f}")
 
 
 if __name__ == "__main__":
