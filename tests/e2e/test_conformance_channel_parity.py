@@ -271,3 +271,91 @@ def test_aio_channel_ready_on_a_closed_channel_raises_usage_error_like_grpcio(ba
     got = _run_aio(backend.address, scenario)
     assert got["pyxds"] == got["grpcio"]
     assert got["grpcio"][1] == ("UsageError", "Channel is closed.")
+
+
+BAD_ARGUMENTS = [
+    {"metadata": ["not-a-pair"]},  # ValueError from grpcio
+    {"metadata": [("k", 5)]},  # TypeError from grpcio
+    {"timeout": "soon"},  # TypeError from grpcio
+]
+
+
+def _bounded(fn, seconds: float = 5.0):
+    """``_raises(fn)`` on a daemon thread; "hang" if it has not returned
+    within ``seconds`` (a start that raised used to be re-picked forever)."""
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(_raises(fn)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return out[0] if out else ("hang",)
+
+
+@pytest.mark.parametrize(
+    "kwargs", BAD_ARGUMENTS, ids=["metadata-not-pairs", "metadata-int", "timeout-str"]
+)
+def test_blocking_call_with_malformed_arguments_raises_what_grpcio_raises(backend, kwargs):
+    got = {}
+    for name, make in both(backend.address):
+        with make() as ch:
+            mc = ch.unary_unary(f"/{SERVICE}/Who")
+            mc(b"", timeout=5, wait_for_ready=True)  # connected: the pick completes at once
+            got[name] = [
+                _bounded(lambda mc=mc: mc(b"", **kwargs)),
+                _bounded(lambda mc=mc: mc.with_call(b"", **kwargs)),
+            ]
+            assert mc(b"", timeout=5) == b"parity"  # the channel still serves
+    assert got["pyxds"] == got["grpcio"]
+    assert got["grpcio"][0][0] in ("ValueError", "TypeError")
+
+
+@pytest.mark.parametrize(
+    "kwargs", BAD_ARGUMENTS, ids=["metadata-not-pairs", "metadata-int", "timeout-str"]
+)
+def test_future_and_stream_with_malformed_arguments_end_with_an_error_never_hang(backend, kwargs):
+    with pyxds.insecure_channel(f"static:///{backend.address}") as ch:
+        unary = ch.unary_unary(f"/{SERVICE}/Who")
+        unary(b"", timeout=5, wait_for_ready=True)
+        future = _bounded(lambda: unary.future(b"", **kwargs).result(5))
+        stream = _bounded(lambda: list(ch.unary_stream(f"/{SERVICE}/Stream")(b"1", **kwargs)))
+        assert unary(b"", timeout=5) == b"parity"
+    for outcome in (future, stream):
+        assert outcome[0] != "hang" and outcome[0] != "ok"
+        if outcome[0] == "RpcError":  # pyxds picks these asynchronously
+            assert outcome[1] is grpc.StatusCode.INTERNAL
+            assert "failed to start call" in outcome[2]
+
+
+@pytest.mark.parametrize(
+    "kwargs", BAD_ARGUMENTS, ids=["metadata-not-pairs", "metadata-int", "timeout-str"]
+)
+def test_aio_call_with_malformed_arguments_raises_what_grpc_aio_raises(backend, kwargs):
+    async def outcome(ch):
+        mc = ch.unary_unary(f"/{SERVICE}/Who")
+        await mc(b"", timeout=5, wait_for_ready=True)
+        try:
+            await asyncio.wait_for(mc(b"", **kwargs), 5)
+        except TimeoutError:
+            result = ("hang",)
+        except grpc.RpcError as err:
+            result = ("RpcError", err.code())
+        except Exception as err:
+            result = (type(err).__name__,)
+        else:
+            result = ("ok",)
+        assert await mc(b"", timeout=5) == b"parity"  # the loop and channel still serve
+        await ch.close()
+        return result
+
+    async def run():
+        return {name: await outcome(make()) for name, make in both_aio(backend.address)}
+
+    # on a thread: a start re-picked forever blocks the event loop itself,
+    # where no asyncio timeout can fire
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(asyncio.run(run())), daemon=True)
+    thread.start()
+    thread.join(20)
+    assert out, "the aio call never ended (the event loop was blocked)"
+    got = out[0]
+    assert got["pyxds"] == got["grpcio"]
+    assert got["grpcio"][0] in ("ValueError", "TypeError")

@@ -131,6 +131,39 @@ def test_a_start_that_sent_nothing_is_reported_not_started_and_picked_again(h):
     assert attempts.phase == PICKING
 
 
+def test_a_start_that_raised_on_a_closed_transport_is_not_sent_and_picked_again(h):
+    """grpcio's "Cannot invoke RPC on closed channel!": the subchannel's
+    channel closed between the pick and the start; nothing left the client."""
+    rpc = new_rpc(h)
+    done = []
+    pick(rpc, done)
+    attempts = Attempts(rpc)
+    outcome, transport = picked_core()
+    attempts.picked(outcome)
+    transport.retire(force=True)
+    assert attempts.start_failed(transport) is True
+    assert done == [ATTEMPT_NOT_STARTED.code]
+    assert attempts.phase == PICKING
+
+
+def test_a_start_that_raised_on_an_open_transport_ends_the_rpc_without_picking_again(h):
+    """Malformed metadata or timeout: grpcio raises the same on every
+    subchannel, so picking again would spin forever (it did, on aio and on
+    blocking calls); the count is given back and the adapter ends the RPC."""
+    rpc = new_rpc(h)
+    done = []
+    pick(rpc, done)
+    attempts = Attempts(rpc)
+    outcome, transport = picked_core()
+    attempts.picked(outcome)
+    assert attempts.start_failed(transport) is False
+    assert transport._active == 0 and not transport.closed
+    assert done == []  # the adapter's finish reports the pick, once
+    attempts.finish(Status(grpc.StatusCode.UNKNOWN, "ValueError: bad metadata"))
+    assert done == [grpc.StatusCode.UNKNOWN]
+    assert attempts.done
+
+
 def test_a_retryable_failure_waits_the_jittered_backoff_then_picks_again(h):
     rpc = new_rpc(h)
     done = []

@@ -241,9 +241,13 @@ class _AioCall:
             return transport
         try:
             inner = self._start(transport, self._attempts.remaining)
-        except Exception:
-            self._attempts.not_sent(transport)  # type: ignore[arg-type]
-            return None
+        except Exception as err:
+            if self._attempts.start_failed(transport):  # type: ignore[arg-type]
+                return None  # the grpcio channel closed under us: not sent
+            # the call's own arguments: raised to the application, as
+            # grpc.aio raises it (from the call, or from awaiting it)
+            self._finish(Status(grpc.StatusCode.INTERNAL, f"failed to start call: {err}"))
+            raise
         self._inner = inner
         self._started.set()
         inner.add_done_callback(lambda call, t=transport: self._inner_done(call, t))

@@ -29,6 +29,9 @@ Events and the actions they answer:
   deadline, a cancel that came while picking).
 * :meth:`Attempts.not_sent`: starting the grpcio call failed before
   anything was sent (its channel closed under us): pick again now.
+  :meth:`Attempts.start_failed` tells that case from a start that raised
+  because of the call's own arguments, which ends the RPC (picking again
+  would raise again, forever).
 * :meth:`Attempts.commit`: the RPC committed (A6 "Retry Policy": a
   response, a ``write()`` the engine cannot keep, or the request buffer
   past its limit); no retry from then on.  Response headers commit too:
@@ -147,6 +150,23 @@ class Attempts:
         transport.call_finished()
         self.rpc.attempt_done(ATTEMPT_NOT_STARTED)
         self.phase = PICKING
+
+    def start_failed(self, transport: Transport) -> bool:
+        """Starting the attempt's grpcio call on ``transport`` raised.
+
+        True: the transport had closed under us (grpcio's "Cannot invoke RPC
+        on closed channel!"), so nothing was sent: as :meth:`not_sent`, pick
+        again now.  False: the call's own arguments are wrong (malformed
+        metadata, a timeout that is not a number: grpcio raises the same on
+        its own channel, and would again on any subchannel); the count on
+        the transport is given back and the adapter ends the RPC with the
+        error, never picking again for it.
+        """
+        if transport.closed:
+            self.not_sent(transport)
+            return True
+        transport.call_finished()
+        return False
 
     def commit(self) -> None:
         """The RPC committed: no retry from now on, no request kept."""

@@ -255,16 +255,14 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
             return
         try:
             inner = self._start(transport, self._attempts.remaining)  # type: ignore[arg-type]
-        except ValueError:  # the grpcio channel closed under us: not sent
-            self._attempts.not_sent(transport)  # type: ignore[arg-type]
-            self._pick()
-            return
         except grpc.RpcError as err:  # e.g. grpcio's "Exception serializing request!"
             transport.call_finished()  # type: ignore[union-attr]
             self._fail(status_of(err))
             return
         except Exception as err:
-            transport.call_finished()  # type: ignore[union-attr]
+            if self._attempts.start_failed(transport):  # type: ignore[arg-type]
+                self._pick()  # the grpcio channel closed under us: not sent
+                return
             self._fail(Status(grpc.StatusCode.INTERNAL, f"failed to start call: {err}"))
             return
         with self._cond:
@@ -558,9 +556,12 @@ def blocking_unary(
             if worded is not status:
                 raise ChannelRpcError(worded, *call_metadata(err)) from None
             raise
-        except ValueError:  # "Cannot invoke RPC on closed channel!": not sent
-            attempts.not_sent(transport)  # type: ignore[arg-type]
-            continue
+        except Exception as err:
+            if attempts.start_failed(transport):  # type: ignore[arg-type]
+                continue  # "Cannot invoke RPC on closed channel!": not sent
+            # the call's own arguments (grpcio raises the same error)
+            attempts.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
+            raise
         except BaseException as err:
             transport.call_finished()  # type: ignore[union-attr]
             attempts.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
