@@ -359,3 +359,33 @@ def test_aio_call_with_malformed_arguments_raises_what_grpc_aio_raises(backend, 
     got = out[0]
     assert got["pyxds"] == got["grpcio"]
     assert got["grpcio"][0] in ("ValueError", "TypeError")
+
+
+INVALID_LITERAL_TARGETS = [
+    "ipv4:127.0.0.1",  # no port
+    "ipv4:1.2.3.4:99999",  # port out of range
+    "ipv4:localhost:80",  # not an IPv4 literal
+    "ipv6:[zz]:80",  # not an IPv6 literal
+    "ipv6:::1",  # not bracketed
+]
+
+
+@pytest.mark.parametrize("target", INVALID_LITERAL_TARGETS)
+def test_invalid_ip_literal_target_fails_rpcs_as_grpcio_does(target):
+    got = {}
+    for name, make in (("grpcio", grpc.insecure_channel), ("pyxds", pyxds.insecure_channel)):
+        with make(target) as ch:
+            got[name] = _raises(lambda ch=ch: ch.unary_unary(f"/{SERVICE}/Who")(b"", timeout=2))
+    assert got["pyxds"] == got["grpcio"]
+    assert got["grpcio"][1] is grpc.StatusCode.UNKNOWN
+
+
+@pytest.mark.parametrize("port", ["abc", "8O"])
+def test_dns_target_with_a_bad_port_fails_rpcs_naming_it_as_grpcio_does(port):
+    got = {}
+    for name, make in (("grpcio", grpc.insecure_channel), ("pyxds", pyxds.insecure_channel)):
+        with make(f"dns:///localhost:{port}") as ch:
+            got[name] = _raises(lambda ch=ch: ch.unary_unary(f"/{SERVICE}/Who")(b"", timeout=2))
+    assert got["pyxds"][1] is got["grpcio"][1] is grpc.StatusCode.UNAVAILABLE
+    for outcome in got.values():
+        assert f"Failed to parse port in name: localhost:{port}" in outcome[2]

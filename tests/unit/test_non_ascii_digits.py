@@ -12,7 +12,7 @@ from pyxds.lb.errors import LBConfigError
 from pyxds.lb.registry import select
 from pyxds.resolver.fault_filter import _uint
 from pyxds.resolver.service_config import parse_service_config
-from pyxds.resolver.static_resolver import parse_static_addresses
+from pyxds.resolver.static_resolver import parse_static_addresses, split_host_port
 
 SUPERSCRIPT = "\u00b9"  # isdigit() is True, int() raises
 
@@ -49,4 +49,11 @@ def test_service_config_integer_field_non_ascii_digit_names_the_path():
 
 def test_static_target_with_a_non_ascii_digit_port_is_not_host_port():
     with pytest.raises(ValueError, match="is not host:port"):
+        parse_static_addresses(f"static:///127.0.0.1:{SUPERSCRIPT}")
+    with pytest.raises(ValueError, match="the target uri is not valid"):
         parse_static_addresses(f"ipv4:127.0.0.1:{SUPERSCRIPT}")
+
+
+def test_dns_target_with_a_non_ascii_digit_port_fails_to_parse_in_c_cores_words():
+    with pytest.raises(ValueError, match="Failed to parse port in name: localhost:"):
+        split_host_port(f"localhost:{SUPERSCRIPT}")

@@ -14,6 +14,7 @@ The LB policy is ``pick_first`` unless the channel option
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -48,13 +49,48 @@ def parse_static_addresses(target: str) -> list[str]:
     if rest.startswith("//"):
         rest = urlsplit(target).path.lstrip("/")
     addresses = parse_addresses(unquote(rest))
+    literal = scheme in ("ipv4", "ipv6")
     if not addresses:
+        if literal:  # C-core's words for an ipv4:/ipv6: target listing nothing
+            raise ValueError("empty address list")
         raise ValueError(f"target {target!r} names no addresses")
     for address in addresses:
         host, sep, port = address.rpartition(":")
         if not sep or not host or not (port.isascii() and port.isdigit()):
+            if literal:
+                raise TargetUriError(target)
             raise ValueError(f"target {target!r}: {address!r} is not host:port")
+        if literal and not _is_ip_literal(scheme, host, port):
+            raise TargetUriError(target)
     return addresses
+
+
+class TargetUriError(ValueError):
+    """An ``ipv4:``/``ipv6:`` target whose addresses are not IP literals
+    with a port: C-core refuses the target itself (its channel fails every
+    RPC with UNKNOWN and these words)."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__(
+            f"Failed to create channel to '{target}':the target uri is not valid: {target}"
+        )
+
+
+def _is_ip_literal(scheme: str, host: str, port: str) -> bool:
+    """C-core's ipv4/ipv6 resolvers: an IPv4 literal, or a bracketed IPv6
+    literal (with an optional %zone), and a port of at most 65535."""
+    if int(port) > 65535:
+        return False
+    try:
+        if scheme == "ipv4":
+            ipaddress.IPv4Address(host)
+        else:
+            if not (host.startswith("[") and host.endswith("]")):
+                return False
+            ipaddress.IPv6Address(host[1:-1].partition("%")[0])
+    except ValueError:
+        return False
+    return True
 
 
 def lb_selection_from_options(options: Any) -> PolicySelection | Status:
@@ -87,6 +123,9 @@ class StaticResolver(Resolver):
         if addresses is None:
             try:
                 addresses = parse_static_addresses(args.target)
+            except TargetUriError as err:
+                self._target_error = Status(grpc.StatusCode.UNKNOWN, str(err))
+                addresses = []
             except ValueError as err:
                 self._target_error = Status(grpc.StatusCode.UNAVAILABLE, str(err))
                 addresses = []
@@ -129,13 +168,20 @@ class StaticResolver(Resolver):
 
 
 def split_host_port(text: str, default_port: int = 443) -> tuple[str, int]:
+    """``host:port``, ``[v6]:port`` or a bare host (``default_port``);
+    ValueError in C-core's words when the port is not a number."""
     if text.startswith("["):
         host, _, rest = text[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") else default_port
-    if text.count(":") == 1:
+        port = rest[1:] if rest.startswith(":") else None
+    elif text.count(":") == 1:
         host, port = text.split(":")
-        return host, int(port)
-    return text, default_port
+    else:
+        host, port = text, None
+    if port is None:
+        return host, default_port
+    if not (port.isascii() and port.isdigit()):  # a port over 65535: C-core takes it too
+        raise ValueError(f"Failed to parse port in name: {text}")
+    return host, int(port)
 
 
 def build_builtin(scheme: str, target: str, args: ResolverArgs) -> Resolver | None:
@@ -143,8 +189,7 @@ def build_builtin(scheme: str, target: str, args: ResolverArgs) -> Resolver | No
     if scheme == "static":
         return StaticResolver(args, parse_addresses(urlsplit(target).path.lstrip("/")))
     if scheme in ("ipv4", "ipv6"):
-        rest = target.split(":", 1)[1]
-        return StaticResolver(args, parse_addresses(rest.lstrip("/")))
+        return StaticResolver(args)  # validated as C-core does (IP literals, ports)
     if scheme == "dns":
         from pyxds.resolver.dns_target import DnsTargetResolver
 
