@@ -32,7 +32,10 @@ Prints RPCs/s and the ratios b/a and c/b, and for asyncio pyxds / C-core
 xds (the goal's comparison) and pyxds / plain, and for mTLS pyxds / grpcio
 TLS and pyxds / C-core xds mTLS.  ``--vs-core N`` measures only pyxds against
 C-core's xds:/// channel, interleaved N times (the issue-10 goal, with less
-noise than one pass).  Usage: python bench/e2e.py [--tls-only]
+noise than one pass).  ``--cpu N``: client CPU per sequential RPC (every thread
+of the client process, each client in a fresh process of its own) of plain
+grpcio, C-core xds and pyxds, sync and aio, N rounds, medians and ratios.
+Usage: python bench/e2e.py [--tls-only | --vs-core N | --cpu N]
 """
 
 from __future__ import annotations
@@ -133,6 +136,114 @@ async def main():
     return out
 print(json.dumps(asyncio.run(main())), flush=True)
 """
+
+
+_CPU = r"""
+import asyncio, json, resource, sys, time
+sys.path.insert(0, sys.argv[2])
+kind, target, count = sys.argv[1], sys.argv[3], int(sys.argv[4])
+bootstrap = json.loads(sys.argv[5])
+METHOD = "/bench.Bench/Ping"
+
+def cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of the process
+    return usage.ru_utime + usage.ru_stime
+
+def sync_channel():
+    import grpc
+    if kind.startswith("pyxds"):
+        import pyxds
+        return pyxds.insecure_channel(target, bootstrap=bootstrap)
+    return grpc.insecure_channel(target)
+
+def run_sync() -> float:
+    channel = sync_channel()
+    mc = channel.unary_unary(METHOD)
+    for _ in range(300):
+        mc(b"x", timeout=10, wait_for_ready=True)
+    start = cpu()
+    for _ in range(count):
+        mc(b"x", timeout=10)
+    used = cpu() - start
+    channel.close()
+    return used
+
+async def run_aio() -> float:
+    import grpc.aio
+    if kind.startswith("pyxds"):
+        import pyxds.aio
+        channel = pyxds.aio.insecure_channel(target, bootstrap=bootstrap)
+    else:
+        channel = grpc.aio.insecure_channel(target)
+    mc = channel.unary_unary(METHOD)
+    for _ in range(300):
+        await mc(b"x", timeout=10, wait_for_ready=True)
+    start = cpu()
+    for _ in range(count):
+        await mc(b"x", timeout=10)
+    used = cpu() - start
+    await channel.close()
+    return used
+
+used = asyncio.run(run_aio()) if kind.endswith("aio") else run_sync()
+print(json.dumps(used / count * 1e6), flush=True)
+"""
+
+
+def cpu_per_rpc(
+    kind: str, target: str, bootstrap: dict, count: int, env_bootstrap: bool = False
+) -> float:
+    """Client CPU (user + system, every thread of the client's own process)
+    per sequential unary RPC, in microseconds."""
+    env = dict(os.environ)
+    env.pop("GRPC_XDS_BOOTSTRAP", None)
+    if env_bootstrap:
+        env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run(
+        [sys.executable, "-c", _CPU, kind, here, target, str(count), json.dumps(bootstrap)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def cpu_rounds(address: str, bootstrap: dict, rounds: int, count: int) -> None:
+    """``--cpu ROUNDS``: plain grpcio, C-core's xds:/// and pyxds, each in a
+    fresh process of its own, ``count`` sequential RPCs, in an order rotated
+    every round; prints each one's median CPU per RPC and the ratios (the
+    issue's goal: pyxds within 3 % of plain grpcio)."""
+    import statistics
+
+    clients = {
+        "plain": ("plain", address, False),
+        "C-core xds": ("core", "xds:///bench", True),
+        "pyxds": ("pyxds", "xds:///bench", False),
+        "plain aio": ("plain-aio", address, False),
+        "C-core xds aio": ("core-aio", "xds:///bench", True),
+        "pyxds aio": ("pyxds-aio", "xds:///bench", False),
+    }
+    names = list(clients)
+    seen: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(rounds):
+        order = names[i % 3 :] + names[: i % 3] if i % 2 == 0 else list(reversed(names))
+        for name in order:
+            kind, target, env_bootstrap = clients[name]
+            seen[name].append(cpu_per_rpc(kind, target, bootstrap, count, env_bootstrap))
+    print(f"client CPU per sequential unary RPC (us), median of {rounds} rounds, {count} RPCs")
+    medians = {name: statistics.median(values) for name, values in seen.items()}
+    for name in names:
+        rounds_text = " ".join(f"{v:.0f}" for v in seen[name])
+        print(f"{name:<16} {medians[name]:7.1f}   rounds: {rounds_text}")
+    for suffix in ("", " aio"):
+        plain, core, ours = (medians[f"{n}{suffix}"] for n in ("plain", "C-core xds", "pyxds"))
+        print(
+            f"{suffix.strip() or 'sync'}: C-core/plain = {core / plain:.3f}   "
+            f"pyxds/plain = {ours / plain:.3f}   pyxds/C-core = {ours / core:.3f}"
+        )
 
 
 def core_rates(
@@ -285,6 +396,14 @@ def main() -> None:
         metavar="ROUNDS",
         help="only pyxds vs C-core xds (sync and aio), interleaved ROUNDS times",
     )
+    parser.add_argument(
+        "--cpu",
+        type=int,
+        metavar="ROUNDS",
+        help="only client CPU per RPC: plain grpcio, C-core xds, pyxds, each in its own"
+        " process, ROUNDS rounds",
+    )
+    parser.add_argument("--count", type=int, default=3000, help="RPCs per --cpu client")
     args = parser.parse_args()
     if args.serve:
         serve()
@@ -310,6 +429,12 @@ def main() -> None:
         server.stdin.close()
         server.wait(10)
         print_tls(results)
+        return
+
+    if args.cpu:
+        cpu_rounds(address, bootstrap, args.cpu, args.count)
+        server.stdin.close()
+        server.wait(10)
         return
 
     if args.vs_core:

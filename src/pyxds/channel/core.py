@@ -47,7 +47,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import grpc
@@ -90,7 +90,9 @@ from pyxds.resolver.api import (
     ResolverArgs,
     ResolverResult,
 )
-from pyxds.resolver.http_filters import FilterVerdict, run_chain
+
+if TYPE_CHECKING:
+    from pyxds.resolver.http_filters import FilterVerdict
 from pyxds.resolver.retry_policy import RetryThrottle
 from pyxds.resolver.service_config import MethodConfigSelector, ServiceConfig
 from pyxds.resolver.static_resolver import lb_selection_from_options
@@ -580,6 +582,8 @@ class ChannelCore:
                 if rpc.deadline is None or cap < rpc.deadline:
                     rpc.deadline = cap
             if config.filters:
+                from pyxds.resolver.http_filters import run_chain
+
                 rpc.fault = run_chain(config.filters, rpc.metadata, self.random)
         if rpc.fault is not None:
             held = self._carry_out_fault(rpc, rpc.fault)

@@ -39,7 +39,7 @@ from typing import Any
 
 import grpc
 
-from pyxds.resolver.http_filters import CallFilter, FilterVerdict, HttpFilter
+from pyxds.resolver.http_filters import CallFilter, FilterVerdict, HttpFilter, register
 from pyxds.status import Status
 
 __all__ = ["FAULT_TYPE", "FaultConfig", "FaultFilter", "FaultInjector", "http_to_grpc"]
@@ -236,3 +236,6 @@ class FaultFilter(HttpFilter):
         if not parsed.injects:
             return None
         return FaultInjector(parsed)
+
+
+register(FaultFilter())

@@ -153,10 +153,7 @@ def run_chain(
     return FilterVerdict(delay, abort, done)
 
 
-def _register_builtin() -> None:
-    from pyxds.resolver.fault_filter import FaultFilter
-
-    register(FaultFilter())
-
-
-_register_builtin()
+# the built-in filter (A33 fault injection) registers itself when it loads;
+# loaded here so that every user of the registry sees it (whichever of the
+# two modules is imported first)
+import pyxds.resolver.fault_filter  # noqa: E402, F401

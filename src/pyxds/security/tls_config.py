@@ -41,9 +41,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyxds.xds.resources._common import Errors, compile_regex
+if TYPE_CHECKING:  # the validators load with the xDS client, not with the channel
+    from pyxds.xds.resources._common import Errors
 
 SECURITY_ATTRIBUTE = "xds_security"
 """Subchannel attribute carrying a cluster's :class:`UpstreamTlsConfig`
@@ -254,6 +255,8 @@ def _matcher(sm: Any, path: str, errs: Errors) -> SanMatcher | None:
         if ic:
             errs.add(f"{path}.ignore_case", "not supported for regex matcher")
             return None
+        from pyxds.xds.resources._common import Errors, compile_regex
+
         pattern = sm.safe_regex.regex
         problems = Errors()
         rx = compile_regex(pattern, "", problems)

@@ -164,7 +164,7 @@ class Node:
         """The ``envoy.config.core.v3.Node`` sent on the first ADS request."""
         from envoy.config.core.v3 import base_pb2
 
-        from pyxds import __version__
+        from pyxds._version import __version__
 
         node = base_pb2.Node(
             id=self.id,

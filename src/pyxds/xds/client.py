@@ -170,7 +170,7 @@ def _node_proto(bootstrap: Any) -> base_pb2.Node | None:
     proto = node.to_proto() if hasattr(node, "to_proto") else node
     proto = base_pb2.Node.FromString(proto.SerializeToString())
     if not proto.user_agent_name:
-        from pyxds import __version__
+        from pyxds._version import __version__
 
         proto.user_agent_name = "pyxds"
         proto.user_agent_version = __version__

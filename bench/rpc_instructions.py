@@ -1,0 +1,176 @@
+"""Instructions per unary RPC under callgrind: a repeatable measure of the
+client's cost per RPC on a shared, noisy machine (CPU time moves with the
+load; instruction counts do not).
+
+Each client (plain grpcio, C-core's ``xds:///`` channel, pyxds; sync and
+asyncio) runs in its own process under ``valgrind --tool=callgrind``; the
+backend and control plane (``e2e.py --serve``) run outside valgrind.  After
+a warm-up the counters are zeroed (``callgrind_control -z``), the client
+makes ``--count`` sequential RPCs, and the counters are dumped
+(``callgrind_control -d``): the instructions of every thread of the client
+process (grpcio's pollers and pyxds's threads included) over exactly those
+RPCs, divided by their number.  Background threads that wake on a timer
+count for the wall time of the run, which valgrind stretches: compare
+clients with each other, not with a native run.
+
+Usage: python bench/rpc_instructions.py [--count 300] [--kinds plain,core,pyxds]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+_CLIENT = r"""
+import asyncio, json, sys
+kind, target, count, bootstrap = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+METHOD = "/bench.Bench/Ping"
+import grpc
+
+def sync_main():
+    if kind.startswith("pyxds"):
+        import pyxds
+        channel = pyxds.insecure_channel(target, bootstrap=bootstrap)
+    else:
+        channel = grpc.insecure_channel(target)
+    mc = channel.unary_unary(METHOD)
+    for _ in range(50):
+        mc(b"x", timeout=60, wait_for_ready=True)
+    print("READY", flush=True)
+    sys.stdin.readline()
+    for _ in range(count):
+        mc(b"x", timeout=60)
+    print("DONE", flush=True)
+    sys.stdin.readline()
+    channel.close()
+
+async def aio_main():
+    import grpc.aio
+    if kind.startswith("pyxds"):
+        import pyxds.aio
+        channel = pyxds.aio.insecure_channel(target, bootstrap=bootstrap)
+    else:
+        channel = grpc.aio.insecure_channel(target)
+    mc = channel.unary_unary(METHOD)
+    for _ in range(50):
+        await mc(b"x", timeout=60, wait_for_ready=True)
+    print("READY", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    for _ in range(count):
+        await mc(b"x", timeout=60)
+    print("DONE", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    await channel.close()
+
+asyncio.run(aio_main()) if kind.endswith("aio") else sync_main()
+"""
+
+
+def control(args: list[str]) -> None:
+    subprocess.run(["callgrind_control", *args], check=True, capture_output=True)
+
+
+def instructions(kind: str, target: str, bootstrap: dict, count: int) -> float:
+    """Instructions per RPC of one client."""
+    env = dict(os.environ)
+    env.pop("GRPC_XDS_BOOTSTRAP", None)
+    if kind.startswith("core"):
+        env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
+    env["PYTHONMALLOC"] = "malloc"
+    folder = tempfile.mkdtemp(prefix="pyxds-cg-")
+    out_file = os.path.join(folder, "cg.out")
+    client = subprocess.Popen(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out_file}",
+            "--dump-instr=no",
+            "--compress-strings=no",
+            sys.executable,
+            "-c",
+            _CLIENT,
+            kind,
+            target,
+            str(count),
+            json.dumps(bootstrap),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        text=True,
+    )
+    assert client.stdin is not None and client.stdout is not None
+    try:
+        if client.stdout.readline().strip() != "READY":
+            raise RuntimeError(f"{kind}: client did not start")
+        control(["-z", str(client.pid)])
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        if client.stdout.readline().strip() != "DONE":
+            raise RuntimeError(f"{kind}: client failed")
+        control(["-d", str(client.pid)])
+        client.stdin.write("end\n")
+        client.stdin.flush()
+        client.wait(300)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    # the dump callgrind_control -d asked for is "<out>.1" (the counters
+    # zeroed at READY); "<out>" itself holds what ran after it
+    total = 0
+    with open(out_file + ".1") as f:
+        for line in f:
+            if line.startswith("summary:"):
+                total = int(line.split()[1])
+    shutil.rmtree(folder, ignore_errors=True)
+    return total / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=300)
+    parser.add_argument("--kinds", default="plain,core,pyxds,plain-aio,core-aio,pyxds-aio")
+    args = parser.parse_args()
+    server = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "e2e.py"), "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None and server.stdin is not None
+    try:
+        info = json.loads(server.stdout.readline())
+        address, bootstrap = info["address"], info["bootstrap"]
+        results = {}
+        for kind in args.kinds.split(","):
+            target = address if kind.startswith("plain") else "xds:///bench"
+            start = time.monotonic()
+            results[kind] = instructions(kind, target, bootstrap, args.count)
+            print(
+                f"{kind:<10} {results[kind]:12.0f} instructions/RPC"
+                f"   ({time.monotonic() - start:.0f} s)",
+                flush=True,
+            )
+    finally:
+        server.stdin.close()
+        server.wait(10)
+    for suffix in ("", "-aio"):
+        plain, core, ours = (results.get(k + suffix) for k in ("plain", "core", "pyxds"))
+        if plain and ours:
+            line = f"{suffix.strip('-') or 'sync'}: pyxds/plain = {ours / plain:.3f}"
+            if core:
+                line += f"   C-core/plain = {core / plain:.3f}   pyxds/C-core = {ours / core:.3f}"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Start-up: what a short-lived program (a CLI, a batch job, a test) pays
+every run, pyxds next to grpcio, each figure from fresh interpreters.
+
+* import: ``import grpc`` against ``import pyxds``, the sync channel
+  (``pyxds.insecure_channel`` named: it loads on first use, with grpc) and
+  ``pyxds.aio``, timed inside the new interpreter around the import
+  statement alone; the goal (issue 18) is pyxds at most 0.15 s over grpc.
+* first RPC: from creating the channel to the end of its first
+  ``wait_for_ready`` unary RPC, the library already imported: plain
+  grpcio to the backend's address, C-core's ``xds:///`` channel
+  (``GRPC_XDS_BOOTSTRAP_CONFIG``) and pyxds's, sync and asyncio, the same
+  backend and control plane (``e2e.py --serve``, in a process of its own);
+  the goal is pyxds within 1.5x C-core's.
+
+The kinds run in an order rotated every round; prints each round and the
+medians (5 rounds unless ``--rounds``).  Usage: python bench/startup.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+METHOD = "/bench.Bench/Ping"
+
+_IMPORT = r"""
+import sys, time
+start = time.perf_counter()
+{code}
+print(time.perf_counter() - start)
+"""
+
+#: what each import row runs (``import pyxds`` alone loads no channel: the
+#: channel loads when ``insecure_channel`` is first named, so that row is the
+#: one to hold against ``import grpc``)
+IMPORTS = {
+    "import grpc": "import grpc",
+    "import pyxds": "import pyxds",
+    "pyxds.insecure_channel": "import pyxds; pyxds.insecure_channel",
+    "pyxds.aio": "import pyxds.aio",
+}
+
+_FIRST_RPC = r"""
+import json, sys, time
+kind, target, bootstrap = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+import grpc
+if kind.startswith("pyxds"):
+    import pyxds
+    pyxds.insecure_channel, pyxds.aio.insecure_channel  # loaded before the clock starts
+if kind.endswith("aio"):
+    import asyncio, grpc.aio
+
+    async def first() -> float:
+        start = time.perf_counter()
+        if kind.startswith("pyxds"):
+            channel = pyxds.aio.insecure_channel(target, bootstrap=bootstrap)
+        else:
+            channel = grpc.aio.insecure_channel(target)
+        await channel.unary_unary(METHOD)(b"x", timeout=10, wait_for_ready=True)
+        took = time.perf_counter() - start
+        await channel.close()
+        return took
+
+    print(asyncio.run(first()))
+else:
+    start = time.perf_counter()
+    if kind.startswith("pyxds"):
+        channel = pyxds.insecure_channel(target, bootstrap=bootstrap)
+    else:
+        channel = grpc.insecure_channel(target)
+    channel.unary_unary(METHOD)(b"x", timeout=10, wait_for_ready=True)
+    print(time.perf_counter() - start)
+    channel.close()
+""".replace("METHOD", repr(METHOD))
+
+
+def _run(args: list[str], env: dict[str, str] | None = None) -> float:
+    out = subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def import_time(code: str) -> float:
+    return _run(["-c", _IMPORT.format(code=code)])
+
+
+def first_rpc(kind: str, target: str, bootstrap: dict) -> float:
+    env = dict(os.environ)
+    env.pop("GRPC_XDS_BOOTSTRAP", None)
+    if kind.startswith("core"):
+        env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
+    return _run(["-c", _FIRST_RPC, kind, target, json.dumps(bootstrap)], env)
+
+
+def _rounds(jobs: dict, rounds: int) -> dict[str, list[float]]:
+    names = list(jobs)
+    seen: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(rounds):
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            seen[name].append(jobs[name]())
+    return seen
+
+
+def _print(seen: dict[str, list[float]]) -> dict[str, float]:
+    medians = {}
+    for name, values in seen.items():
+        medians[name] = statistics.median(values)
+        rounds_text = " ".join(f"{v * 1000:.0f}" for v in values)
+        print(f"  {name:<22} median {medians[name] * 1000:7.1f} ms   rounds: {rounds_text}")
+    return medians
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+
+    print("import (fresh interpreter, the import statement alone):")
+    imports = _print(
+        _rounds({n: (lambda c=c: import_time(c)) for n, c in IMPORTS.items()}, args.rounds)
+    )
+    for name in ("import pyxds", "pyxds.insecure_channel", "pyxds.aio"):
+        extra = (imports[name] - imports["import grpc"]) * 1000
+        print(f"  {name} - import grpc = {extra:.0f} ms")
+
+    server = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "e2e.py"), "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None and server.stdin is not None
+    try:
+        info = json.loads(server.stdout.readline())
+        address, bootstrap = info["address"], info["bootstrap"]
+        kinds = {
+            "plain grpcio": ("plain", address),
+            "C-core xds:///": ("core", "xds:///bench"),
+            "pyxds xds:///": ("pyxds", "xds:///bench"),
+            "plain grpc.aio": ("plain-aio", address),
+            "C-core aio xds:///": ("core-aio", "xds:///bench"),
+            "pyxds aio xds:///": ("pyxds-aio", "xds:///bench"),
+        }
+        jobs = {
+            name: (lambda kind=kind, target=target: first_rpc(kind, target, bootstrap))
+            for name, (kind, target) in kinds.items()
+        }
+        print("channel creation to the end of the first wait_for_ready RPC:")
+        firsts = _print(_rounds(jobs, args.rounds))
+    finally:
+        server.stdin.close()
+        server.wait(10)
+    for suffix in ("", " aio"):
+        core = firsts[f"C-core{suffix} xds:///"]
+        ours = firsts[f"pyxds{suffix} xds:///"]
+        print(f"  pyxds{suffix} / C-core{suffix} first RPC = {ours / core:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""``import pyxds`` loads what every channel needs and nothing a target may
+not need (issue 18: a short-lived program pays the import every run).
+
+A fresh interpreter imports pyxds; the xDS client, its protos and
+validators, the management server, the CLI, re2, yaml, rich and
+OpenTelemetry must not be loaded yet.  They load when a target needs them:
+the xDS resolver with the first ``xds:`` channel, ``pyxds.aio`` at first
+use (a count of modules, never a time)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+NOT_AT_IMPORT = (
+    "pyxds.xds.client",
+    "pyxds.xds.resources",
+    "pyxds.resolver.xds_resolver",
+    "pyxds.resolver.http_filters",
+    "pyxds.server",
+    "pyxds.cli",
+    "pyxds.aio",
+    "envoy",
+    "udpa",
+    "google.protobuf",
+    "re2",
+    "yaml",
+    "rich",
+    "opentelemetry",
+    "cryptography",
+)
+
+
+def _loaded_after(code: str) -> set[str]:
+    script = f"import json, sys\n{code}\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _families(loaded: set[str], names: tuple[str, ...]) -> list[str]:
+    return [n for n in names if any(m == n or m.startswith(n + ".") for m in loaded)]
+
+
+def test_import_pyxds_loads_no_xds_client_protos_server_cli_or_optional_packages() -> None:
+    assert _families(_loaded_after("import pyxds"), NOT_AT_IMPORT) == []
+
+
+def test_the_package_face_still_offers_every_public_name() -> None:
+    loaded = _loaded_after(
+        "import pyxds\n"
+        "assert pyxds.__version__\n"
+        "assert callable(pyxds.insecure_channel) and callable(pyxds.secure_channel)\n"
+        "assert pyxds.XdsChannel.__name__ == 'XdsChannel'\n"
+        "assert callable(pyxds.xds_channel_credentials)\n"
+        "assert callable(pyxds.aio.insecure_channel)\n"
+    )
+    assert "pyxds.aio" in loaded
+
+
+def test_a_non_xds_channel_never_loads_the_xds_client() -> None:
+    loaded = _loaded_after(
+        "import pyxds\nch = pyxds.insecure_channel('static:///127.0.0.1:1')\nch.close()\n"
+    )
+    assert _families(loaded, ("pyxds.xds.client", "envoy", "pyxds.server", "pyxds.cli")) == []
+
+
+def test_the_xds_package_loads_its_client_on_first_use() -> None:
+    loaded = _loaded_after("import pyxds.xds\nassert pyxds.xds.XdsClient.__name__ == 'XdsClient'")
+    assert "pyxds.xds.client" in loaded
+
+
+def test_the_bootstrap_does_not_load_the_channel() -> None:
+    """The xDS client is below the channel (docs/architecture.md): loading
+    and reading a bootstrap must not pull the package face in."""
+    loaded = _loaded_after(
+        "from pyxds.xds.bootstrap import parse_bootstrap\n"
+        "b = parse_bootstrap({'xds_servers': [{'server_uri': 'localhost:1',"
+        " 'channel_creds': [{'type': 'insecure'}]}], 'node': {'id': 'n'}})\n"
+        "assert b.node.to_proto().user_agent_version\n"
+    )
+    assert _families(loaded, ("pyxds.channel", "pyxds._api")) == []
