@@ -10,7 +10,17 @@ every run, pyxds next to grpcio, each figure from fresh interpreters.
   grpcio to the backend's address, C-core's ``xds:///`` channel
   (``GRPC_XDS_BOOTSTRAP_CONFIG``) and pyxds's, sync and asyncio, the same
   backend and control plane (``e2e.py --serve``, in a process of its own);
-  the goal is pyxds within 1.5x C-core's.
+  the goal is pyxds within 1.5x C-core's.  pyxds loads the xDS client,
+  its protos and the LB policies a config names on first use (not at
+  ``import pyxds``): the rows "modules in" load them before the clock, to
+  show the channel's own time apart from that loading.
+
+Bytecode: an installed package has its ``.pyc`` files; a source tree run
+with ``PYTHONDONTWRITEBYTECODE=1`` (as on the team's machines) compiles
+every module of pyxds on every start, which costs more than the imports
+themselves.  So the children run with bytecode cached under a temporary
+``PYTHONPYCACHEPREFIX`` (one warm-up round, not counted), as installed;
+``--compile`` measures the other way (no bytecode cache at all).
 
 The kinds run in an order rotated every round; prints each round and the
 medians (5 rounds unless ``--rounds``).  Usage: python bench/startup.py
@@ -24,6 +34,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 METHOD = "/bench.Bench/Ping"
@@ -52,6 +63,10 @@ import grpc
 if kind.startswith("pyxds"):
     import pyxds
     pyxds.insecure_channel, pyxds.aio.insecure_channel  # loaded before the clock starts
+if "+modules" in kind:  # what an xds: target loads on first use, loaded too
+    import pyxds.resolver.xds_resolver, pyxds.xds.client, pyxds.lb.registry
+    pyxds.lb.registry.names()
+    kind = kind.replace("+modules", "")
 if kind.endswith("aio"):
     import asyncio, grpc.aio
 
@@ -79,9 +94,29 @@ else:
 """.replace("METHOD", repr(METHOD))
 
 
+#: the children's bytecode cache (None: ``--compile``, none at all)
+PYCACHE: str | None = None
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("GRPC_XDS_BOOTSTRAP", None)
+    if PYCACHE is None:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = PYCACHE
+    return env
+
+
 def _run(args: list[str], env: dict[str, str] | None = None) -> float:
     out = subprocess.run(
-        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, *args],
+        env=env or _env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     return float(out.stdout.strip().splitlines()[-1])
 
@@ -91,8 +126,7 @@ def import_time(code: str) -> float:
 
 
 def first_rpc(kind: str, target: str, bootstrap: dict) -> float:
-    env = dict(os.environ)
-    env.pop("GRPC_XDS_BOOTSTRAP", None)
+    env = _env()
     if kind.startswith("core"):
         env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
     return _run(["-c", _FIRST_RPC, kind, target, json.dumps(bootstrap)], env)
@@ -101,6 +135,9 @@ def first_rpc(kind: str, target: str, bootstrap: dict) -> float:
 def _rounds(jobs: dict, rounds: int) -> dict[str, list[float]]:
     names = list(jobs)
     seen: dict[str, list[float]] = {name: [] for name in names}
+    if PYCACHE is not None:
+        for name in names:
+            jobs[name]()  # warm-up: writes the bytecode cache
     for i in range(rounds):
         shift = i % len(names)
         for name in names[shift:] + names[:shift]:
@@ -120,7 +157,14 @@ def _print(seen: dict[str, list[float]]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--compile", action="store_true", help="no bytecode cache: every start compiles"
+    )
     args = parser.parse_args()
+    global PYCACHE
+    if not args.compile:
+        PYCACHE = tempfile.mkdtemp(prefix="pyxds-pycache-")
+    print("bytecode:", "none (every start compiles)" if args.compile else "cached, as installed")
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
 
     print("import (fresh interpreter, the import statement alone):")
@@ -145,9 +189,11 @@ def main() -> None:
             "plain grpcio": ("plain", address),
             "C-core xds:///": ("core", "xds:///bench"),
             "pyxds xds:///": ("pyxds", "xds:///bench"),
+            "pyxds, xds modules in": ("pyxds+modules", "xds:///bench"),
             "plain grpc.aio": ("plain-aio", address),
             "C-core aio xds:///": ("core-aio", "xds:///bench"),
             "pyxds aio xds:///": ("pyxds-aio", "xds:///bench"),
+            "pyxds aio, modules in": ("pyxds+modules-aio", "xds:///bench"),
         }
         jobs = {
             name: (lambda kind=kind, target=target: first_rpc(kind, target, bootstrap))
@@ -158,10 +204,13 @@ def main() -> None:
     finally:
         server.stdin.close()
         server.wait(10)
-    for suffix in ("", " aio"):
+    for suffix, loaded in (("", "pyxds, xds modules in"), (" aio", "pyxds aio, modules in")):
         core = firsts[f"C-core{suffix} xds:///"]
         ours = firsts[f"pyxds{suffix} xds:///"]
-        print(f"  pyxds{suffix} / C-core{suffix} first RPC = {ours / core:.2f}")
+        print(
+            f"  pyxds{suffix} / C-core{suffix} first RPC = {ours / core:.2f}"
+            f"   (modules already loaded: {firsts[loaded] / core:.2f})"
+        )
 
 
 if __name__ == "__main__":

@@ -8,9 +8,9 @@ from __future__ import annotations
 import grpc
 import pytest
 from test_channel_picks import h, ready_subchannel  # noqa: F401 - fixture
-from test_channel_support import FakeGrpcError
+from test_channel_support import FakeGrpcError, new_rpc
 
-from pyxds.channel.core import trailing_metadata_of
+from pyxds.channel.grpc_calls import trailing_metadata_of
 from pyxds.lb.api import OK_STATUS, PickComplete, Picker, Status
 from pyxds.lb.xds_cluster_impl import XdsClusterImplPicker
 
@@ -40,8 +40,8 @@ def picked(h, events, raising: bool = False):  # noqa: F811 - fixture name
             return PickComplete(sub, lambda s: events.append(("done", s.code)), trailers)
 
     h.publish(P())
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
-    assert h.core.try_pick(rpc) is not None
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
+    assert rpc.pick() is not None
     return rpc
 
 
@@ -64,7 +64,7 @@ def test_failed_call_trailers_are_read_from_the_error(h):  # noqa: F811
 def test_an_attempt_that_never_reached_a_subchannel_has_no_trailers(h):  # noqa: F811
     events: list = []
     rpc = picked(h, events)
-    rpc.attempt_done(Status(UNAVAILABLE, "subchannel closed"))
+    rpc.finish(Status(UNAVAILABLE, "subchannel closed"))  # no grpcio call: nothing to read
     assert events == [("done", UNAVAILABLE)]
 
 
@@ -80,7 +80,7 @@ def test_trailers_hook_runs_once_per_attempt(h):  # noqa: F811
     rpc = picked(h, events)
     rpc.finish(OK_STATUS, FinishedCall((("k", "v"),)))
     rpc.finish(OK_STATUS, FinishedCall((("k", "v"),)))
-    rpc.attempt_done(OK_STATUS, FinishedCall((("k", "v"),)))
+    rpc.ended(FinishedCall((("k", "v"),)), OK_STATUS)
     assert [e[0] for e in events] == ["trailers", "done"]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import grpc
 import pytest
 from test_channel_picks import PickCompletePicker, Selector, ready_subchannel
-from test_channel_support import Harness
+from test_channel_support import FnMethod, Harness, new_rpc
 
 from pyxds.channel.calls import FutureCall
 from pyxds.lb.api import Endpoint, PickComplete, Picker, QueuePicker, Status
@@ -75,8 +75,8 @@ def start_future(h, timeout=5.0, wait_for_ready=False):
         started.append((future, remaining))
         return future
 
-    rpc = h.core.new_rpc("/svc/M", None, timeout, wait_for_ready)
-    return FutureCall(h.core, rpc, start), started
+    rpc = new_rpc(h.core, "/svc/M", None, timeout, wait_for_ready)
+    return FutureCall(rpc, FnMethod(start), None, None, None), started
 
 
 class Tracking(Picker):

@@ -8,12 +8,19 @@ import threading
 
 import grpc
 import pytest
-from test_channel_support import FakeGrpcError, Harness
+from test_channel_support import (
+    FakeGrpcError,
+    FnMethod,
+    Harness,
+    new_rpc,
+    pick_blocking,
+    run_blocking,
+)
 
-from pyxds.channel.calls import ChannelRpcError, blocking_unary
-from pyxds.channel.core import DEADLINE_EXCEEDED
+from pyxds.channel.calls import ChannelRpcError, FutureCall
 from pyxds.channel.dump import config_dump
-from pyxds.channel.subchannel import SubchannelCore, core_of
+from pyxds.channel.rpc import DEADLINE_EXCEEDED
+from pyxds.channel.subchannel import Transport, core_of
 from pyxds.lb.api import (
     ConnectivityState,
     Endpoint,
@@ -99,9 +106,9 @@ def test_complete_pick_returns_the_subchannel_and_passes_call_attributes(h):
     sub = ready_subchannel(h)
     picker = CountingPicker(PickComplete(sub))
     h.publish(picker)
-    rpc = h.core.new_rpc("/svc/M", [("k", "v")], 5.0, False)
-    outcome = h.core.try_pick(rpc)
-    assert isinstance(outcome, SubchannelCore)
+    rpc = new_rpc(h.core, "/svc/M", [("k", "v")], 5.0, False)
+    outcome = rpc.pick()
+    assert isinstance(outcome, Transport)
     assert picker.args[0].path == "/svc/M"
     assert picker.args[0].metadata == (("k", "v"),)
     assert picker.args[0].call_attributes["cluster"] == "c1"
@@ -110,21 +117,21 @@ def test_complete_pick_returns_the_subchannel_and_passes_call_attributes(h):
 def test_queued_rpc_waits_without_busy_looping_and_completes_on_next_picker(h):
     queue = CountingPicker(PickQueue())
     h.publish(queue)
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
-    thread, box = run_in_thread(lambda: h.core.pick_blocking(rpc))
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
+    thread, box = run_in_thread(lambda: pick_blocking(rpc))
     thread.join(0.2)
     assert thread.is_alive()
     assert queue.calls == 1  # waiting, not spinning
     sub = ready_subchannel(h)
     h.publish(CountingPicker(PickComplete(sub)))
     thread.join(2)
-    assert isinstance(box["result"], SubchannelCore)
+    assert isinstance(box["result"], Transport)
 
 
 def test_queued_rpc_repicks_on_every_new_picker(h):
     h.publish(QueuePicker())
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
-    thread, box = run_in_thread(lambda: h.core.pick_blocking(rpc))
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
+    thread, box = run_in_thread(lambda: pick_blocking(rpc))
     pickers = [CountingPicker(PickQueue()) for _ in range(3)]
     for picker in pickers:
         thread.join(0.05)
@@ -138,20 +145,20 @@ def test_queued_rpc_repicks_on_every_new_picker(h):
 
 def test_pick_fail_fails_rpc_with_the_pickers_status(h):
     h.publish(FailPicker(Status(UNAVAILABLE, "no healthy upstream")))
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
-    assert h.core.pick_blocking(rpc) == Status(UNAVAILABLE, "no healthy upstream")
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
+    assert pick_blocking(rpc) == Status(UNAVAILABLE, "no healthy upstream")
 
 
 def test_pick_fail_with_wait_for_ready_waits_for_a_usable_picker(h):
     h.publish(FailPicker(Status(UNAVAILABLE, "down")), ConnectivityState.TRANSIENT_FAILURE)
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, True)
-    thread, box = run_in_thread(lambda: h.core.pick_blocking(rpc))
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, True)
+    thread, box = run_in_thread(lambda: pick_blocking(rpc))
     thread.join(0.1)
     assert thread.is_alive()
     sub = ready_subchannel(h)
     h.publish(PickCompletePicker(sub))
     thread.join(2)
-    assert isinstance(box["result"], SubchannelCore)
+    assert isinstance(box["result"], Transport)
 
 
 class PickCompletePicker(Picker):
@@ -164,14 +171,14 @@ class PickCompletePicker(Picker):
 
 def test_pick_drop_fails_even_wait_for_ready_rpcs(h):
     h.publish(CountingPicker(PickDrop(Status(UNAVAILABLE, "EDS-configured drop: lb"))))
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, True)
-    assert h.core.pick_blocking(rpc) == Status(UNAVAILABLE, "EDS-configured drop: lb")
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, True)
+    assert pick_blocking(rpc) == Status(UNAVAILABLE, "EDS-configured drop: lb")
 
 
 def test_queued_pick_is_bounded_by_the_deadline(h):
     h.publish(QueuePicker())
-    rpc = h.core.new_rpc("/svc/M", None, 0.05, False)
-    assert h.core.pick_blocking(rpc) == DEADLINE_EXCEEDED
+    rpc = new_rpc(h.core, "/svc/M", None, 0.05, False)
+    assert pick_blocking(rpc) == DEADLINE_EXCEEDED
 
 
 def test_wait_for_ready_rpc_queued_before_any_config_completes_when_config_arrives():
@@ -185,25 +192,25 @@ def test_wait_for_ready_rpc_queued_before_any_config_completes_when_config_arriv
             endpoints=error, service_config_error=error
         )
     )
-    rpc_fast = harness.core.new_rpc("/svc/M", None, 5.0, False)
-    assert harness.core.pick_blocking(rpc_fast) == error  # non-wfr fails with the reason
-    rpc = harness.core.new_rpc("/svc/M", None, 5.0, True)
-    thread, box = run_in_thread(lambda: harness.core.pick_blocking(rpc))
+    rpc_fast = new_rpc(harness.core, "/svc/M", None, 5.0, False)
+    assert pick_blocking(rpc_fast) == error  # non-wfr fails with the reason
+    rpc = new_rpc(harness.core, "/svc/M", None, 5.0, True)
+    thread, box = run_in_thread(lambda: pick_blocking(rpc))
     thread.join(0.1)
     assert thread.is_alive()
     harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
     sub = ready_subchannel(harness)
     harness.publish(PickCompletePicker(sub))
     thread.join(2)
-    assert isinstance(box["result"], SubchannelCore)
+    assert isinstance(box["result"], Transport)
     harness.core.close()
 
 
 def test_new_config_selector_alone_wakes_queued_rpcs():
     harness = Harness()
     harness.start()
-    rpc = harness.core.new_rpc("/svc/M", None, 5.0, True)
-    thread, box = run_in_thread(lambda: harness.core.pick_blocking(rpc))
+    rpc = new_rpc(harness.core, "/svc/M", None, 5.0, True)
+    thread, box = run_in_thread(lambda: pick_blocking(rpc))
     thread.join(0.05)
     selector = Selector(CallConfig(status=Status(UNAVAILABLE, "No matching route")))
     harness.resolve([Endpoint(("10.0.0.1:80",))], selector)
@@ -221,8 +228,8 @@ def test_config_selector_status_fails_rpc_and_commits_once(h):
         )
     )
     h.resolve([Endpoint(("10.0.0.1:80",))], selector)
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, True)
-    outcome = h.core.pick_blocking(rpc)
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, True)
+    outcome = pick_blocking(rpc)
     assert outcome.details == "No matching route found in xDS route config"
     rpc.finish(outcome)
     rpc.finish(outcome)
@@ -234,32 +241,32 @@ def test_no_config_selector_fails_plain_rpcs_but_wait_for_ready_ones_wait_for_a_
     # no addresses: plain RPCs fail at once, wait_for_ready ones wait.
     gone = Status(UNAVAILABLE, "LDS resource L does not exist (deleted by the xDS server)")
     h.resolve([Endpoint(("10.0.0.1:80",))], Selector(CallConfig(status=gone, no_config=True)))
-    plain = h.core.new_rpc("/svc/M", None, 5.0, False)
-    assert h.core.pick_blocking(plain) == gone
-    waiting = h.core.new_rpc("/svc/M", None, 5.0, True)
-    thread, box = run_in_thread(lambda: h.core.pick_blocking(waiting))
+    plain = new_rpc(h.core, "/svc/M", None, 5.0, False)
+    assert pick_blocking(plain) == gone
+    waiting = new_rpc(h.core, "/svc/M", None, 5.0, True)
+    thread, box = run_in_thread(lambda: pick_blocking(waiting))
     thread.join(0.1)
     assert thread.is_alive()  # queued, not failed
     h.resolve([Endpoint(("10.0.0.1:80",))], Selector())
     h.publish(PickCompletePicker(ready_subchannel(h)))
     thread.join(2)
-    assert isinstance(box["result"], SubchannelCore)
+    assert isinstance(box["result"], Transport)
 
 
 def test_route_level_selector_status_fails_even_wait_for_ready_rpcs(h):
     # "No matching route" is this RPC's answer, not a missing config.
     no_route = Status(UNAVAILABLE, "No matching route found in xDS route config")
     h.resolve([Endpoint(("10.0.0.1:80",))], Selector(CallConfig(status=no_route)))
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, True)
-    assert h.core.pick_blocking(rpc) == no_route
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, True)
+    assert pick_blocking(rpc) == no_route
 
 
 def test_config_selector_is_called_once_per_rpc_even_when_queued(h):
     selector = Selector()
     h.resolve([Endpoint(("10.0.0.1:80",))], selector)
     h.publish(QueuePicker())
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
-    thread, _ = run_in_thread(lambda: h.core.pick_blocking(rpc))
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
+    thread, _ = run_in_thread(lambda: pick_blocking(rpc))
     thread.join(0.05)
     h.publish(QueuePicker())
     thread.join(0.05)
@@ -271,8 +278,8 @@ def test_config_selector_is_called_once_per_rpc_even_when_queued(h):
 def test_route_timeout_caps_the_deadline(h):
     h.resolve([Endpoint(("10.0.0.1:80",))], Selector(CallConfig(timeout=0.05)))
     h.publish(QueuePicker())
-    rpc = h.core.new_rpc("/svc/M", None, 30.0, False)
-    assert h.core.pick_blocking(rpc) == DEADLINE_EXCEEDED
+    rpc = new_rpc(h.core, "/svc/M", None, 30.0, False)
+    assert pick_blocking(rpc) == DEADLINE_EXCEEDED
     assert rpc.remaining() < 0.1
 
 
@@ -303,13 +310,13 @@ def test_an_attempt_the_server_refused_unseen_is_retried_once_and_each_attempt_r
     refused = "Received RST_STREAM with error code 7)"
     # one error object per attempt, as grpcio raises
     transport.fail_with = [FakeGrpcError(UNAVAILABLE, refused), FakeGrpcError(UNAVAILABLE, refused)]
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
 
     def invoke(t, remaining):
         return t.channel.unary_unary("/svc/M").with_call(b"req")
 
     with pytest.raises(grpc.RpcError) as info:
-        blocking_unary(h.core, rpc, invoke)
+        run_blocking(rpc, invoke)
     assert info.value.code() is UNAVAILABLE
     assert len(transport.calls) == 2  # one transparent retry, not more
     assert done == [UNAVAILABLE, UNAVAILABLE]
@@ -329,12 +336,12 @@ def test_an_attempt_that_never_left_the_client_waits_for_a_newer_picker_and_succ
     h.publish(stale)
     lost = FakeGrpcError(UNAVAILABLE, "failed to connect to all addresses; last error: x")
     h.transports.last("10.0.0.1:80").fail_with = [lost]
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, True)
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, True)
 
     def invoke(t, remaining):
         return t.channel.unary_unary("/svc/M").with_call(b"req")
 
-    thread, box = run_in_thread(lambda: blocking_unary(h.core, rpc, invoke))
+    thread, box = run_in_thread(lambda: run_blocking(rpc, invoke))
     thread.join(0.3)
     assert thread.is_alive(), box  # waiting: neither failed nor spinning on the stale picker
     assert stale.calls == 1
@@ -350,7 +357,7 @@ def test_an_attempt_that_never_left_the_client_is_retried_until_the_deadline_not
     transport = h.transports.last("10.0.0.1:80")
     lost = "failed to connect to all addresses; last error: x"
     transport.fail_with = [FakeGrpcError(UNAVAILABLE, lost) for _ in range(3)]
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
 
     def invoke(t, remaining):
         try:
@@ -362,7 +369,7 @@ def test_an_attempt_that_never_left_the_client_is_retried_until_the_deadline_not
             raise
 
     h.publish(PickCompletePicker(sub))
-    result = blocking_unary(h.core, rpc, invoke)
+    result = run_blocking(rpc, invoke)
     assert result == (("10.0.0.1:80", b"req"), None)
     assert len(transport.calls) == 4
 
@@ -372,55 +379,66 @@ def test_rpc_failure_after_send_is_not_retried(h):
     h.publish(PickCompletePicker(sub))
     transport = h.transports.last("10.0.0.1:80")
     transport.fail_with = [FakeGrpcError(UNAVAILABLE, "Socket closed")]
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
     with pytest.raises(grpc.RpcError):
-        blocking_unary(h.core, rpc, lambda t, r: t.channel.unary_unary("/m").with_call(b""))
+        run_blocking(rpc, lambda t, r: t.channel.unary_unary("/m").with_call(b""))
     assert len(transport.calls) == 1
 
 
 def test_channel_error_is_a_grpc_rpc_error_and_call(h):
     h.publish(FailPicker(Status(UNAVAILABLE, "no healthy upstream")))
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
     with pytest.raises(grpc.RpcError) as info:
-        blocking_unary(h.core, rpc, lambda t, r: None)
+        run_blocking(rpc, lambda t, r: None)
     err = info.value
     assert isinstance(err, grpc.Call) and isinstance(err, ChannelRpcError)
     assert err.code() is UNAVAILABLE and err.details() == "no healthy upstream"
     assert "no healthy upstream" in str(err)
 
 
-def test_pick_async_completes_once_on_a_later_picker_and_honours_deadline(h):
+class _Running:
+    """A grpcio call that never ends (the test only watches it start)."""
+
+    def add_callback(self, callback):
+        return True
+
+    def cancel(self):
+        return True
+
+
+def test_a_queued_future_starts_once_on_a_later_picker_and_honours_deadline(h):
     h.publish(QueuePicker())
-    results = []
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
-    h.core.pick_async(rpc, results.append)
-    assert results == []
+    started = []
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False, blocking=False)
+    call = FutureCall(rpc, FnMethod(lambda t, r: started.append(t) or _Running()), 1, 0, 0)
+    assert started == [] and not call.done()
     sub = ready_subchannel(h)
     h.publish(PickCompletePicker(sub))
     h.publish(PickCompletePicker(sub))
-    assert len(results) == 1 and isinstance(results[0], SubchannelCore)
+    assert len(started) == 1 and isinstance(started[0], Transport)
     late = []
-    rpc2 = h.core.new_rpc("/svc/M", None, 1.0, False)
+    rpc2 = new_rpc(h.core, "/svc/M", None, 1.0, False, blocking=False)
     h.publish(QueuePicker())
-    h.core.pick_async(rpc2, late.append)
+    call2 = FutureCall(rpc2, FnMethod(lambda t, r: late.append(t)), 1, 0, 0)
     h.clock.advance(1.01)
-    assert late == [DEADLINE_EXCEEDED]
+    assert late == [] and call2.done()
+    assert call2.exception().code() is DEADLINE_EXCEEDED.code
 
 
-def test_pick_async_cancel_stops_it(h):
+def test_a_cancelled_queued_future_never_starts(h):
     h.publish(QueuePicker())
-    results = []
-    rpc = h.core.new_rpc("/svc/M", None, None, False)
-    cancel = h.core.pick_async(rpc, results.append)
-    cancel()
+    started = []
+    rpc = new_rpc(h.core, "/svc/M", None, None, False, blocking=False)
+    call = FutureCall(rpc, FnMethod(lambda t, r: started.append(t)), 1, 0, 0)
+    assert call.cancel()
     h.publish(PickCompletePicker(ready_subchannel(h)))
-    assert results == []
+    assert started == [] and call.cancelled()
 
 
 def test_close_fails_queued_and_new_rpcs_with_cancelled(h):
     h.publish(QueuePicker())
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, True)
-    thread, box = run_in_thread(lambda: h.core.pick_blocking(rpc))
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, True)
+    thread, box = run_in_thread(lambda: pick_blocking(rpc))
     thread.join(0.05)
     h.core.close()
     thread.join(2)
@@ -448,12 +466,12 @@ def test_idle_timer_does_not_fire_while_rpcs_are_active_or_recent():
     harness = Harness(options=[("grpc.client_idle_timeout_ms", 1000)])
     harness.start()
     harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
-    rpc = harness.core.new_rpc("/svc/M", None, None, False)
+    rpc = new_rpc(harness.core, "/svc/M", None, None, False)
     harness.advance(3.0)
     assert not harness.core.idle  # an RPC in flight
     rpc.finish(Status(grpc.StatusCode.OK))
     harness.advance(0.9)
-    harness.core.new_rpc("/svc/M", None, None, False).finish(Status(grpc.StatusCode.OK))
+    new_rpc(harness.core, "/svc/M", None, None, False).finish(Status(grpc.StatusCode.OK))
     harness.advance(1.0)
     assert not harness.core.idle  # a recent RPC
     harness.advance(2.1)
@@ -484,8 +502,8 @@ def test_resolver_error_without_policy_fails_fast_rpcs_with_its_reason():
     from pyxds.resolver.api import ResolverResult
 
     harness.resolver.push(ResolverResult(endpoints=error))
-    rpc = harness.core.new_rpc("/svc/M", None, 5.0, False)
-    assert harness.core.pick_blocking(rpc) == error
+    rpc = new_rpc(harness.core, "/svc/M", None, 5.0, False)
+    assert pick_blocking(rpc) == error
     assert harness.core.state is ConnectivityState.TRANSIENT_FAILURE
     harness.core.close()
 
@@ -528,8 +546,8 @@ def routed_to_old(h, committed):
         ),
     )
     h.publish(QueuePicker())
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
-    assert h.core.try_pick(rpc) is None
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
+    assert rpc.pick() is None
     assert rpc.call_config.call_attributes["cluster"] == "old"
     return rpc
 
@@ -546,14 +564,14 @@ def test_rpc_whose_cluster_fails_while_a_route_switch_is_applied_is_rerouted_not
         h.policy.helper.update_state(
             ConnectivityState.READY, Status(grpc.StatusCode.OK), ByCluster(sub)
         )
-        mid_update.append(h.core.try_pick(rpc))
+        mid_update.append(rpc.pick())
 
     h.policy.on_update = on_update
     h.resolve(
         [Endpoint(("10.0.0.1:80",))], Selector(CallConfig(call_attributes={"cluster": "new"}))
     )
     assert mid_update == [None]
-    assert isinstance(h.core.try_pick(rpc), SubchannelCore)
+    assert isinstance(rpc.pick(), Transport)
     assert rpc.call_config.call_attributes["cluster"] == "new"
     assert committed == [1]  # the old route's cluster reference is released once
     rpc.finish(Status(grpc.StatusCode.OK))
@@ -568,7 +586,7 @@ def test_rpc_routed_by_a_replaced_selector_is_rerouted_when_its_pick_fails(h):
         [Endpoint(("10.0.0.1:80",))], Selector(CallConfig(call_attributes={"cluster": "new"}))
     )
     h.publish(ByCluster(sub))
-    assert isinstance(h.core.try_pick(rpc), SubchannelCore)
+    assert isinstance(rpc.pick(), Transport)
     assert committed == [1]
 
 
@@ -576,6 +594,7 @@ def test_failing_pick_under_the_current_selector_fails_without_rerouting(h):
     committed = []
     rpc = routed_to_old(h, committed)
     h.publish(ByCluster(ready_subchannel(h)))
-    outcome = h.core.try_pick(rpc)
+    outcome = rpc.pick()
     assert outcome == Status(UNAVAILABLE, "CDS resource old does not exist")
-    assert rpc.reselects == 0 and committed == []
+    # not released for a reroute: committed once, as the RPC ends with it
+    assert rpc._reselects == 0 and rpc.done and committed == [1]

@@ -10,9 +10,8 @@ import random
 import grpc
 import pytest
 from test_channel_picks import CountingPicker, Selector, ready_subchannel
-from test_channel_support import FakeGrpcError, Harness
+from test_channel_support import FakeGrpcError, FnMethod, Harness, new_rpc, run_blocking
 
-from pyxds.channel.calls import blocking_unary
 from pyxds.lb.api import Endpoint, PickComplete, PickDrop, Picker, PickFail, Status
 from pyxds.resolver.api import CallConfig
 from pyxds.resolver.fault_filter import FaultConfig, FaultInjector, _ActiveFaults
@@ -61,8 +60,8 @@ def test_each_attempt_is_a_fresh_pick_reported_once_with_previous_attempts(h):
     done = []
     picker, transport = tracking(h, done)
     transport.fail_with = [FakeGrpcError(UNAVAILABLE, "down"), FakeGrpcError(UNAVAILABLE, "down")]
-    rpc = h.core.new_rpc("/svc/M", [("k", "v")], 5.0, False)
-    blocking_unary(h.core, rpc, invoke_for(rpc))
+    rpc = new_rpc(h.core, "/svc/M", [("k", "v")], 5.0, False)
+    run_blocking(rpc, invoke_for(rpc))
     assert picker.calls == 3
     assert done == [UNAVAILABLE, UNAVAILABLE, grpc.StatusCode.OK]
     sent = [kwargs["metadata"] for _, _, kwargs in transport.calls]
@@ -77,9 +76,9 @@ def test_attempts_stop_at_max_attempts(h):
     done = []
     _, transport = tracking(h, done)
     transport.fail_with = [FakeGrpcError(UNAVAILABLE, "down") for _ in range(10)]
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
     with pytest.raises(grpc.RpcError):
-        blocking_unary(h.core, rpc, invoke_for(rpc))
+        run_blocking(rpc, invoke_for(rpc))
     assert len(transport.calls) == 4  # num_retries 3 -> 4 attempts
     assert done == [UNAVAILABLE] * 4
 
@@ -87,9 +86,9 @@ def test_attempts_stop_at_max_attempts(h):
 def test_code_outside_the_policy_is_not_retried(h):
     _, transport = tracking(h, [])
     transport.fail_with = [FakeGrpcError(grpc.StatusCode.INTERNAL, "bug")]
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
     with pytest.raises(grpc.RpcError):
-        blocking_unary(h.core, rpc, invoke_for(rpc))
+        run_blocking(rpc, invoke_for(rpc))
     assert len(transport.calls) == 1
 
 
@@ -97,7 +96,7 @@ def test_the_policy_stays_the_rpcs_across_a_config_change(h):
     """A31: the ConfigSelector result belongs to the call."""
     _, transport = tracking(h, [])
     no_retry = Selector(CallConfig(call_attributes={"cluster": "c1"}))
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
     inner = invoke_for(rpc)
 
     def invoke(t, remaining):
@@ -105,7 +104,7 @@ def test_the_policy_stays_the_rpcs_across_a_config_change(h):
         return inner(t, remaining)
 
     transport.fail_with = [FakeGrpcError(UNAVAILABLE, "down")]
-    blocking_unary(h.core, rpc, invoke)
+    run_blocking(rpc, invoke)
     assert len(transport.calls) == 2
     assert no_retry.calls == 0
 
@@ -119,9 +118,9 @@ def test_fault_abort_fails_before_the_pick(h):
     picker = CountingPicker(None)
     h.publish(picker)
     h.core.selector = Selector(CallConfig(filters=fault(abort_grpc_status=14, abort_percent=100)))
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
     with pytest.raises(grpc.RpcError) as info:
-        blocking_unary(h.core, rpc, invoke_for(rpc))
+        run_blocking(rpc, invoke_for(rpc))
     assert (info.value.code(), info.value.details()) == (UNAVAILABLE, "Fault injected")
     assert picker.calls == 0
 
@@ -132,22 +131,22 @@ def test_fault_delay_holds_the_pick_then_goes_on(h):
     h.core.random = random.Random(1)
     filters = fault(delay=0.5, delay_percent=100)
     h.core.selector = Selector(CallConfig(filters=filters))
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
-    held = h.core.try_pick(rpc)
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
+    held = rpc.pick()
     assert isinstance(held, float) and 0.4 < held <= 0.5
     assert picker.calls == 0
     assert filters[0]._active.count == 1
-    rpc.hold_until -= 1.0  # the delay is over
-    assert h.core.try_pick(rpc) is not None and picker.calls == 1
+    rpc._hold_until -= 1.0  # the delay is over
+    assert rpc.pick() is not None and picker.calls == 1
     assert filters[0]._active.count == 0
 
 
 def test_fault_delay_past_the_deadline_is_deadline_exceeded(h):
     tracking(h, [])
     h.core.selector = Selector(CallConfig(filters=fault(delay=5, delay_percent=100)))
-    rpc = h.core.new_rpc("/svc/M", None, 0.05, False)
+    rpc = new_rpc(h.core, "/svc/M", None, 0.05, False)
     with pytest.raises(grpc.RpcError) as info:
-        blocking_unary(h.core, rpc, invoke_for(rpc))
+        run_blocking(rpc, invoke_for(rpc))
     assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
 
 
@@ -156,16 +155,16 @@ def test_failed_pick_is_retried_by_the_policy_and_a_drop_is_not(h):
     policy; a DROP fails at once."""
     failing = CountingPicker(PickFail(Status(UNAVAILABLE, "all endpoints down")))
     h.publish(failing)
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
     with pytest.raises(grpc.RpcError) as info:
-        blocking_unary(h.core, rpc, invoke_for(rpc))
+        run_blocking(rpc, invoke_for(rpc))
     assert info.value.details() == "all endpoints down"
     assert failing.calls == 4  # 1 + 3 retries
     dropping = CountingPicker(PickDrop(Status(UNAVAILABLE, "EDS-configured drop: lb")))
     h.publish(dropping)
-    rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
     with pytest.raises(grpc.RpcError):
-        blocking_unary(h.core, rpc, invoke_for(rpc))
+        run_blocking(rpc, invoke_for(rpc))
     assert dropping.calls == 1
 
 
@@ -180,9 +179,9 @@ def test_failed_pick_without_a_policy_fails_at_once():
             PickFail(Status(UNAVAILABLE, "failed to connect to all addresses"))
         )
         harness.publish(failing)
-        rpc = harness.core.new_rpc("/svc/M", None, 5.0, False)
+        rpc = new_rpc(harness.core, "/svc/M", None, 5.0, False)
         with pytest.raises(grpc.RpcError):
-            blocking_unary(harness.core, rpc, invoke_for(rpc))
+            run_blocking(rpc, invoke_for(rpc))
         assert failing.calls == 1
     finally:
         harness.core.close()
@@ -203,9 +202,9 @@ def test_aio_failed_pick_retries_wait_their_backoff(h):
     h.publish(failing)
 
     async def main() -> float:
-        rpc = h.core.new_rpc("/svc/M", None, 5.0, False)
+        rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
         start = time.monotonic()
-        call = AioUnaryResponseCall(h.core, rpc, lambda t, r: None)
+        call = AioUnaryResponseCall(rpc, FnMethod(lambda t, r: None), None, None, None)
         with pytest.raises(grpc.aio.AioRpcError):
             await call
         return time.monotonic() - start

@@ -3,11 +3,14 @@ resolver the test drives, and an LB policy whose pickers the test sets."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import grpc
 
+from pyxds.channel.calls import StreamingCall, blocking_unary
 from pyxds.channel.core import ChannelCore
+from pyxds.channel.rpc import DEADLINE_EXCEEDED, Rpc
 from pyxds.channel.subchannel import Transport
 from pyxds.lb import registry as lb_registry
 from pyxds.lb.api import (
@@ -39,6 +42,9 @@ class FakeMultiCallable:
     def __init__(self, transport: FakeTransport, method: str) -> None:
         self.transport = transport
         self.method = method
+
+    def __call__(self, request: Any, **kwargs: Any) -> Any:
+        return self.with_call(request, **kwargs)[0]
 
     def with_call(self, request: Any, **kwargs: Any) -> tuple[Any, Any]:
         self.transport.calls.append((self.method, request, kwargs))
@@ -196,3 +202,65 @@ class Harness:
 
     def advance(self, seconds: float) -> None:
         self.core.serializer.run(lambda: self.clock.advance(seconds))
+
+
+class FnMethod:
+    """A :class:`pyxds.channel.grpc_calls.GrpcMethod` double: each attempt
+    runs ``start(transport, remaining)`` (remaining: the attempt's timeout)."""
+
+    def __init__(self, start: Any) -> None:
+        self._start = start
+
+    def start(
+        self,
+        transport: Any,
+        rpc: Rpc,
+        request: Any,
+        credentials: Any,
+        compression: Any,
+        verb: Any = None,
+        serialized: bool = False,
+    ) -> Any:
+        return self._start(transport, rpc.timeout)
+
+
+def new_rpc(
+    core: ChannelCore,
+    path: str,
+    metadata: Any = None,
+    timeout: float | None = None,
+    wait_for_ready: bool | None = None,
+    blocking: bool = True,
+) -> Rpc:
+    return Rpc(core, path, metadata, timeout, wait_for_ready, None, blocking)
+
+
+def pick_blocking(rpc: Rpc) -> Any:
+    """What the blocking adapter does until a pick completes or the RPC is
+    over: the transport to start on, or the Status."""
+    core = rpc.core
+    while True:
+        generation = core.generation
+        step = rpc.pick()
+        if step is None:
+            if not core.wait_for_publication(generation, rpc.remaining()):
+                return rpc.finish(DEADLINE_EXCEEDED)
+            continue
+        if step.__class__ is float:
+            time.sleep(step)
+            continue
+        return step
+
+
+def run_blocking(rpc: Rpc, invoke: Any, replay: Any = None) -> Any:
+    """``blocking_unary`` (with_call) with ``invoke(transport, remaining)``
+    as each attempt's grpcio call; ``replay``: a client stream's requests."""
+    if replay is not None:
+        rpc.buffer = replay.buffer
+    return blocking_unary(rpc, FnMethod(invoke), replay, None, None, True)  # type: ignore[arg-type]
+
+
+def streaming(rpc: Rpc, start: Any, replay: Any = None) -> StreamingCall:
+    if replay is not None:
+        rpc.buffer = replay.buffer
+    return StreamingCall(rpc, FnMethod(start), replay, None, None)  # type: ignore[arg-type]

@@ -16,10 +16,10 @@ import asyncio
 import grpc
 import pytest
 from test_channel_picks import ready_subchannel
-from test_channel_support import FakeGrpcError, Harness
+from test_channel_support import FakeGrpcError, Harness, new_rpc, run_blocking, streaming
 
 from pyxds.channel.aio import AsyncRequestReplay
-from pyxds.channel.calls import RequestReplay, StreamingCall, blocking_unary
+from pyxds.channel.calls import RequestReplay
 from pyxds.lb.api import Endpoint, PickComplete, Picker
 from pyxds.resolver.api import CallConfig, ConfigSelector
 
@@ -101,8 +101,8 @@ def start_stream(h, replay=None):
         started.append(stream)
         return stream
 
-    rpc = h.core.new_rpc("/svc/Stream", None, 5.0, False)
-    call = StreamingCall(h.core, rpc, start, replay=replay)
+    rpc = new_rpc(h.core, "/svc/Stream", None, 5.0, False)
+    call = streaming(rpc, start, replay)
     return call, started
 
 
@@ -251,9 +251,9 @@ def test_blocking_client_stream_is_retried_with_its_requests(h):
         return b"resp", None
 
     del transport
-    rpc = h.core.new_rpc("/svc/Up", None, 5.0, False)
+    rpc = new_rpc(h.core, "/svc/Up", None, 5.0, False)
     # second attempt reads only its first request: the replay still has both
-    assert blocking_unary(h.core, rpc, invoke, replay) == (b"resp", None)
+    assert run_blocking(rpc, invoke, replay) == (b"resp", None)
     assert sent == [[b"a", b"b"], [b"a"]]
     assert h.picker.done == [UNAVAILABLE, grpc.StatusCode.OK]
 
@@ -266,9 +266,9 @@ def test_blocking_client_stream_past_the_buffer_is_not_retried(h):
         calls.append(list(replay.attempt()))
         raise FakeGrpcError(UNAVAILABLE, REFUSED)
 
-    rpc = h.core.new_rpc("/svc/Up", None, 5.0, False)
+    rpc = new_rpc(h.core, "/svc/Up", None, 5.0, False)
     with pytest.raises(grpc.RpcError):
-        blocking_unary(h.core, rpc, invoke, replay)
+        run_blocking(rpc, invoke, replay)
     assert calls == [[b"a" * 20]]
 
 

@@ -10,11 +10,12 @@ Per RPC a task picks (awaiting the next publication when queued: an
 publishing thread, bounded by the deadline), then runs the grpcio aio call on
 the picked subchannel.  Failures the channel decides are
 ``grpc.aio.AioRpcError`` with the picker's status, as async grpcio users
-expect.  The call objects are asyncio adapters of the sans-IO call engine
-the sync calls share (:class:`pyxds.channel.attempts.Attempts`: attempts,
-commit, retries and their backoff, the request buffer, each attempt
-reported to the LB policy once and the CallConfig committed once, streams
-included).
+expect.  The call objects are the asyncio adapters of the RPC
+(:class:`pyxds.channel.rpc.Rpc`, which the sync calls share: its route,
+picks, attempts, commit, retries and their backoff, each attempt reported
+to the LB policy once and the CallConfig committed once, streams
+included); each attempt starts the one way of its call kind
+(:class:`pyxds.channel.grpc_calls.GrpcMethod`).
 """
 
 from __future__ import annotations
@@ -27,29 +28,28 @@ import grpc
 import grpc.aio
 
 from pyxds.channel.aio_interceptors import INTERCEPTED, sort_interceptors
-from pyxds.channel.attempts import (
-    PULL,
-    RETIRED,
-    RETRY_BUFFER_SIZE,
-    Attempts,
-    BufferView,
-    RequestBuffer,
-    counting,
-)
-from pyxds.channel.core import (
-    DEADLINE_EXCEEDED,
-    ChannelCore,
-    Rpc,
+from pyxds.channel.core import ChannelCore
+from pyxds.channel.dump import config_dump as channel_config_dump
+from pyxds.channel.grpc_calls import (
+    NO_REQUEST,
+    GrpcMethod,
     call_metadata,
     unary_deadline_status,
 )
-from pyxds.channel.dump import config_dump as channel_config_dump
-from pyxds.channel.multicallables import grpc_multicallable
-from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
+from pyxds.channel.request_buffer import (
+    PULL,
+    RETIRED,
+    RETRY_BUFFER_SIZE,
+    BufferView,
+    Replay,
+    RequestBuffer,
+)
+from pyxds.channel.rpc import CANCELLED, DEADLINE_EXCEEDED, Rpc
+from pyxds.channel.subchannel import AioTransport, Transport, subchannel_options
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
 from pyxds.resolver.service_config import from_channel_args
 
-_CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
+_CANCELLED = CANCELLED
 #: what a grpc.aio client-streaming call's own status may say when grpcio's
 #: request writer hit a stream that had already ended (e.g. refused): the
 #: real reason is the status the call's receive side raises.
@@ -109,41 +109,48 @@ async def _final_status(call: Any, err: grpc.aio.AioRpcError) -> Status:
     return Status(code, details or "")
 
 
-async def pick(core: ChannelCore, rpc: Rpc) -> SubchannelCore | Status:
-    """Pick, awaiting publications while queued, bounded by the deadline."""
+async def pick(rpc: Rpc, first: Any = None) -> Transport | Status:
+    """The RPC's next pick (``first``: a step it answered already): a queued
+    pick awaits the channel's next publication, bounded by the deadline (a
+    wake-up set thread-safely by the publishing thread), a wait is slept."""
+    core = rpc.core
     loop = asyncio.get_running_loop()
+    step = first
     while True:
-        generation = core.generation
-        outcome = core.try_pick(rpc)
-        if outcome is not None:
-            if outcome.__class__ is not float:
-                return outcome  # type: ignore[return-value]
-            await asyncio.sleep(outcome)  # type: ignore[arg-type]
+        if step is None:
+            generation = core.generation
+            step = rpc.pick()
+            if step is None:
+                remaining = rpc.remaining()
+                if remaining is not None and remaining <= 0:
+                    return rpc.finish(DEADLINE_EXCEEDED)
+                event = asyncio.Event()
+
+                def wake(event: asyncio.Event = event) -> None:
+                    if not loop.is_closed():
+                        loop.call_soon_threadsafe(event.set)
+
+                if not core.add_waiter(generation, wake):
+                    continue
+                try:
+                    await asyncio.wait_for(event.wait(), remaining)
+                except TimeoutError:
+                    core.remove_waiter(wake)
+                    return rpc.finish(DEADLINE_EXCEEDED)
+                except asyncio.CancelledError:
+                    core.remove_waiter(wake)
+                    raise
+                continue
+        if step.__class__ is float:
+            await asyncio.sleep(step)
+            step = None
             continue
-        remaining = rpc.remaining()
-        if remaining is not None and remaining <= 0:
-            return DEADLINE_EXCEEDED
-        event = asyncio.Event()
-
-        def wake(event: asyncio.Event = event) -> None:
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(event.set)
-
-        if not core.add_waiter(generation, wake):
-            continue
-        try:
-            await asyncio.wait_for(event.wait(), remaining)
-        except TimeoutError:
-            core.remove_waiter(wake)
-            return DEADLINE_EXCEEDED
-        except asyncio.CancelledError:
-            core.remove_waiter(wake)
-            raise
+        return step  # type: ignore[no-any-return]
 
 
-class AsyncRequestReplay:
+class AsyncRequestReplay(Replay):
     """The asyncio face of a client-streaming aio RPC's
-    :class:`~pyxds.channel.attempts.RequestBuffer` (its rules; the requests
+    :class:`~pyxds.channel.request_buffer.RequestBuffer` (its rules; the requests
     are a sync or async iterable): each attempt iterates :meth:`attempt`;
     one pull from the source at a time."""
 
@@ -199,27 +206,20 @@ class AsyncRequestReplay:
             yield item
 
 
-#: grpcio multicallables cached per subchannel (per method and serializers).
-_MAX_CACHED = 1024
-
-
 class _AioCall:
-    """Shared by the aio call objects: the asyncio adapter of the RPC's
-    :class:`~pyxds.channel.attempts.Attempts` (picks and backoffs are
-    awaited in a task of the call; the inner grpcio aio call's end is read
-    on the loop) and the grpc.aio.Call surface."""
+    """Shared by the aio call objects: the asyncio adapter of its
+    :class:`~pyxds.channel.rpc.Rpc` (picks and backoffs are awaited in a
+    task of the call; the inner grpcio aio call's end is read on the loop)
+    and the grpc.aio.Call surface."""
 
     def __init__(
-        self,
-        core: ChannelCore,
-        rpc: Rpc,
-        start: Callable[[Transport, Any], Any],
-        replay: AsyncRequestReplay | None = None,
+        self, rpc: Rpc, method: GrpcMethod, request: Any, credentials: Any, compression: Any
     ) -> None:
-        self._core = core
         self._rpc = rpc
-        self._start = start
-        self._attempts = Attempts(rpc, replay.buffer if replay is not None else None)
+        self._method = method
+        self._request = request
+        self._credentials = credentials
+        self._compression = compression
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task | None = None
         self._inner: Any = None
@@ -230,19 +230,20 @@ class _AioCall:
         self._done_event = asyncio.Event()
         self._status = OK_STATUS
 
-    def _try_start(self, outcome: Any) -> Any:
-        """Execute the engine's answer to a pick: the started inner call,
-        None (nothing started: pick again) or the Status the RPC failed with."""
-        transport = self._attempts.picked(outcome)
-        if transport is None:
-            return None
-        if transport.__class__ is Status:
-            self._fail(transport)  # type: ignore[arg-type]
-            return transport
+    def _try_start(self, step: Transport | Status) -> Any:
+        """Carry out the RPC's pick: the started inner call, None (nothing
+        started: pick again) or the Status the RPC failed with."""
+        if step.__class__ is Status:
+            self._fail(step)  # type: ignore[arg-type]
+            return step
+        transport: Transport = step  # type: ignore[assignment]
+        rpc = self._rpc
         try:
-            inner = self._start(transport, self._attempts.remaining)
+            inner = self._method.start(
+                transport, rpc, self._request, self._credentials, self._compression
+            )
         except Exception as err:
-            if self._attempts.start_failed(transport):  # type: ignore[arg-type]
+            if rpc.start_failed(transport):
                 return None  # the grpcio channel closed under us: not sent
             # the call's own arguments: raised to the application, as
             # grpc.aio raises it (from the call, or from awaiting it)
@@ -254,25 +255,20 @@ class _AioCall:
         return inner
 
     async def _open(self, delay: float = 0.0, first: Any = None) -> Any:
-        """After ``delay`` (a backoff): pick (``first``: an outcome already
-        known) and start the inner call; returns it (or raises the
+        """After ``delay`` (a backoff): pick (``first``: the RPC's answer
+        already known) and start the inner call; returns it (or raises the
         channel's error)."""
         while True:
             try:
                 if delay > 0:
                     await asyncio.sleep(delay)
                 delay = 0.0
-                if first.__class__ is float:
-                    # a fault delay or a failed pick's retry backoff (already
-                    # bounded by the deadline): wait it, then pick
-                    await asyncio.sleep(first)
-                    first = None
-                outcome = first if first is not None else await pick(self._core, self._rpc)
+                step = await pick(self._rpc, first)
             except asyncio.CancelledError:
                 self._finish(_CANCELLED)
                 raise
             first = None
-            started = self._try_start(outcome)
+            started = self._try_start(step)
             if started.__class__ is Status:
                 raise self._error  # type: ignore[misc]
             if started is not None:
@@ -282,7 +278,7 @@ class _AioCall:
         """The engine's answer to the failed attempt ``call``: the wait
         before the next attempt (the adapter starts it), or None (the RPC
         ends with ``status``)."""
-        delay = self._attempts.ended(call, status, call_metadata)
+        delay = self._rpc.ended(call, status, call_metadata)
         if delay is not None:
             self._started.clear()
             self._inner = None
@@ -326,7 +322,7 @@ class _AioCall:
         """The end of the attempt ``call`` that no task of the call awaits,
         from whichever sees it first (its done callback, a reader): the
         next attempt starts, or the call is over (``done()``)."""
-        if self._attempts.reported(call) or self._finished:
+        if self._rpc.reported(call) or self._finished:
             return
         if not status.ok:
             delay = self._ended(call, status)
@@ -346,7 +342,7 @@ class _AioCall:
         self._finished = True
         self._status = status
         self._done_event.set()
-        self._attempts.finish(status, call)
+        self._rpc.finish(status, call)
         callbacks, self._done_callbacks = self._done_callbacks, []
         for cb in callbacks:
             try:
@@ -358,7 +354,7 @@ class _AioCall:
     def cancelled(self) -> bool:
         if self._inner is not None:
             return self._inner.cancelled()
-        return self._attempts.cancelled
+        return self._rpc.cancelled
 
     def done(self) -> bool:
         return self._finished
@@ -421,12 +417,14 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
     the awaiter, whichever comes first).  A queued or failed pick, and every
     next attempt, run in a task."""
 
-    def __init__(self, core, rpc, start, replay: Any = None) -> None:
-        super().__init__(core, rpc, start, replay)
-        first = core.try_pick(rpc)
-        if isinstance(first, SubchannelCore):
-            if self._try_start(first) is not None:
-                return  # started, or failed (the deadline)
+    def __init__(
+        self, rpc: Rpc, method: GrpcMethod, request: Any, credentials: Any, compression: Any
+    ) -> None:
+        super().__init__(rpc, method, request, credentials, compression)
+        first = rpc.pick()
+        if first is not None and first.__class__ is not float:
+            if self._try_start(first) is not None:  # type: ignore[arg-type]
+                return  # started, or failed
             first = None
         self._task = self._loop.create_task(self._run(first))
 
@@ -440,6 +438,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
         super()._finish(unary_deadline_status(status), call)
 
     async def _run(self, first: Any, delay: float = 0.0) -> Any:
+        """The attempts of a call whose first pick did not start one at once."""
         while True:
             inner = await self._open(delay, first)
             first = None
@@ -478,7 +477,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
                         raise mapped from None
                     raise
             except asyncio.CancelledError:
-                self._attempts.cancel()
+                self._rpc.cancel()
                 inner.cancel()
                 self._settle(inner, _CANCELLED)
                 raise
@@ -489,7 +488,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
     def cancel(self) -> bool:
         if self._finished:
             return False
-        self._attempts.cancel()
+        self._rpc.cancel()
         if self._inner is not None:
             self._inner.cancel()
         if self._task is not None:
@@ -512,7 +511,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
     # stream_unary writes (a written request is not kept: no retry after one)
     async def write(self, request: Any) -> None:
         inner = await self._wait_started()
-        self._attempts.commit()
+        self._rpc.commit()
         await inner.write(request)
 
     async def done_writing(self) -> None:
@@ -528,8 +527,10 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
     and a retry starts (after its backoff) in a new task that readers await.
     A response, and a request written with ``write()`` (not kept), commit."""
 
-    def __init__(self, core, rpc, start, replay: AsyncRequestReplay | None = None) -> None:
-        super().__init__(core, rpc, start, replay)
+    def __init__(
+        self, rpc: Rpc, method: GrpcMethod, request: Any, credentials: Any, compression: Any
+    ) -> None:
+        super().__init__(rpc, method, request, credentials, compression)
         self._response_style: str | None = None
         self._aiter: Any = None
         self._task = self._open_task()
@@ -581,13 +582,13 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
                     inner = await self._inner_call()
                     continue
                 raise
-            if response is not grpc.aio.EOF and not self._attempts.committed:
-                self._attempts.commit()
+            if response is not grpc.aio.EOF and not self._rpc.committed:
+                self._rpc.commit()
             return response
 
     async def write(self, request: Any) -> None:
         inner = await self._inner_call()
-        self._attempts.commit()  # a written request is not kept
+        self._rpc.commit()  # a written request is not kept
         await inner.write(request)
 
     async def done_writing(self) -> None:
@@ -597,7 +598,7 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
     def cancel(self) -> bool:
         if self._finished:
             return False
-        self._attempts.cancel()
+        self._rpc.cancel()
         if self._inner is not None:
             return self._inner.cancel()
         self._task.cancel()
@@ -614,72 +615,47 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
 
 
 class _AioMultiCallable:
+    """What every aio kind shares: each call makes one
+    :class:`~pyxds.channel.rpc.Rpc` and hands it to its call object
+    (``_call_class``); a client stream's requests go through an
+    :class:`AsyncRequestReplay` (none: the application writes them)."""
+
     _kind = ""
+    _client_streaming = False
+    _call_class: type[_AioCall] = _AioCall
 
     def __init__(self, channel: AioXdsChannel, method: str, ser: Any, deser: Any) -> None:
         self._channel = channel
         self._core = channel._core
-        self._method = method
-        self._ser = ser
-        self._deser = deser
-        self._key = ("aio", self._kind, method, ser, deser)
+        self._method = GrpcMethod(self._kind, method, ser, deser)
 
-    def _inner(self, transport: Transport, rpc: Rpc) -> Any:
-        """The grpc.aio multicallable of ``rpc``'s attempt on ``transport``:
-        cached per transport; while A66 metrics are on, the attempt's own,
-        counting its message bytes."""
-        if rpc.sizes is not None:
-            ser, deser = counting(rpc.sizes, self._ser, self._deser)
-            return grpc_multicallable(
-                transport, self._kind, self._method, ser, deser, registered=False
-            )
-        mc = transport.callables.get(self._key)
-        if mc is None:
-            mc = grpc_multicallable(transport, self._kind, self._method, self._ser, self._deser)
-            if len(transport.callables) >= _MAX_CACHED:  # e.g. lambdas as serializers
-                transport.callables.clear()
-            transport.callables[self._key] = mc
-        return mc
-
-    def _rpc(self, metadata: Any, timeout: Any, wait_for_ready: Any) -> Rpc:
-        if self._core.closed:  # grpc.aio's words for a call on a closed channel
+    def _call(
+        self,
+        request: Any,
+        timeout: float | None,
+        metadata: Any,
+        credentials: Any,
+        wait_for_ready: bool | None,
+        compression: Any,
+    ) -> Any:
+        core = self._core
+        if core.closed:  # grpc.aio's words for a call on a closed channel
             raise grpc.aio.UsageError("Channel is closed.")
         self._channel._bind_loop()
-        return self._core.new_rpc(self._method, _md_tuples(metadata), timeout, wait_for_ready)
-
-    def _starter(
-        self, rpc: Rpc, first: Any, metadata: Any, credentials: Any, compression: Any
-    ) -> Callable:
-        def start(transport: Transport, remaining: Any) -> Any:
-            kwargs: dict[str, Any] = {
-                "timeout": remaining,
-                # after a failed attempt: with grpc-previous-rpc-attempts
-                "metadata": metadata if rpc.retry is None else rpc.send_metadata,
-                "credentials": credentials,
-                "wait_for_ready": False,
-                "compression": compression,
-            }
-            inner = self._inner(transport, rpc)
-            if first is _NO_ARG:
-                return inner(**kwargs)
-            if isinstance(first, AsyncRequestReplay):
-                return inner(first.attempt(), **kwargs)
-            return inner(first, **kwargs)
-
-        return start
-
-
-_NO_ARG = object()
-
-
-def _md_tuples(metadata: Any) -> Any:
-    if metadata is None:
-        return None
-    return tuple(metadata)
+        buffer = None
+        if self._client_streaming:
+            if request is None:
+                request = NO_REQUEST
+            else:
+                request = AsyncRequestReplay(request, core.retry_buffer_size)
+                buffer = request.buffer
+        rpc = Rpc(core, self._method.method, metadata, timeout, wait_for_ready, buffer)
+        return self._call_class(rpc, self._method, request, credentials, compression)
 
 
 class AioUnaryUnary(_AioMultiCallable, grpc.aio.UnaryUnaryMultiCallable):
     _kind = "unary_unary"
+    _call_class = AioUnaryResponseCall
 
     def __call__(
         self,
@@ -691,13 +667,13 @@ class AioUnaryUnary(_AioMultiCallable, grpc.aio.UnaryUnaryMultiCallable):
         wait_for_ready: bool | None = None,
         compression: Any = None,
     ) -> AioUnaryResponseCall:
-        rpc = self._rpc(metadata, timeout, wait_for_ready)
-        start = self._starter(rpc, request, metadata, credentials, compression)
-        return AioUnaryResponseCall(self._core, rpc, start)
+        return self._call(request, timeout, metadata, credentials, wait_for_ready, compression)  # type: ignore[no-any-return]
 
 
 class AioStreamUnary(_AioMultiCallable, grpc.aio.StreamUnaryMultiCallable):
     _kind = "stream_unary"
+    _client_streaming = True
+    _call_class = AioUnaryResponseCall
 
     def __call__(
         self,
@@ -708,17 +684,14 @@ class AioStreamUnary(_AioMultiCallable, grpc.aio.StreamUnaryMultiCallable):
         wait_for_ready: bool | None = None,
         compression: Any = None,
     ) -> AioUnaryResponseCall:
-        rpc = self._rpc(metadata, timeout, wait_for_ready)
-        replay = None
-        if request_iterator is not None:
-            replay = AsyncRequestReplay(request_iterator, self._core.retry_buffer_size)
-        first = _NO_ARG if replay is None else replay
-        start = self._starter(rpc, first, metadata, credentials, compression)
-        return AioUnaryResponseCall(self._core, rpc, start, replay=replay)
+        return self._call(  # type: ignore[no-any-return]
+            request_iterator, timeout, metadata, credentials, wait_for_ready, compression
+        )
 
 
 class AioUnaryStream(_AioMultiCallable, grpc.aio.UnaryStreamMultiCallable):
     _kind = "unary_stream"
+    _call_class = AioStreamResponseCall
 
     def __call__(
         self,
@@ -730,13 +703,13 @@ class AioUnaryStream(_AioMultiCallable, grpc.aio.UnaryStreamMultiCallable):
         wait_for_ready: bool | None = None,
         compression: Any = None,
     ) -> AioStreamResponseCall:
-        rpc = self._rpc(metadata, timeout, wait_for_ready)
-        start = self._starter(rpc, request, metadata, credentials, compression)
-        return AioStreamResponseCall(self._core, rpc, start)
+        return self._call(request, timeout, metadata, credentials, wait_for_ready, compression)  # type: ignore[no-any-return]
 
 
 class AioStreamStream(_AioMultiCallable, grpc.aio.StreamStreamMultiCallable):
     _kind = "stream_stream"
+    _client_streaming = True
+    _call_class = AioStreamResponseCall
 
     def __call__(
         self,
@@ -747,13 +720,9 @@ class AioStreamStream(_AioMultiCallable, grpc.aio.StreamStreamMultiCallable):
         wait_for_ready: bool | None = None,
         compression: Any = None,
     ) -> AioStreamResponseCall:
-        rpc = self._rpc(metadata, timeout, wait_for_ready)
-        replay = None
-        if request_iterator is not None:
-            replay = AsyncRequestReplay(request_iterator, self._core.retry_buffer_size)
-        first = _NO_ARG if replay is None else replay
-        start = self._starter(rpc, first, metadata, credentials, compression)
-        return AioStreamResponseCall(self._core, rpc, start, replay)
+        return self._call(  # type: ignore[no-any-return]
+            request_iterator, timeout, metadata, credentials, wait_for_ready, compression
+        )
 
 
 class AioXdsChannel(grpc.aio.Channel):

@@ -1,27 +1,25 @@
 """Call objects of the sync channel: what users' code holds.
 
+* :func:`blocking_unary`: ``__call__`` / ``with_call`` of the unary-response
+  kinds, on the caller's thread.
+* :class:`DeferredCall`: a non-blocking RPC (``future()``, and the streaming
+  calls) whose pick may have to wait.  It returns at once; once picked it
+  delegates to the grpcio call object on the subchannel; before that, and
+  when the channel failed it, it answers from its own state.
 * :class:`ChannelRpcError`: an RPC the channel itself ended (no route, a
   pick failure or drop, deadline while queued, channel closed).  A real
   ``grpc.RpcError`` that is also a ``grpc.Call`` and a ``grpc.Future``, like
   grpcio's own ``_InactiveRpcError``: ``code()``, ``details()``, empty
   metadata.
-* :class:`DeferredCall`: a non-blocking RPC (``future()``, and the streaming
-  calls) whose pick may have to wait.  It returns at once; once picked it
-  delegates to the grpcio call object on the subchannel; before that, and
-  when the channel failed it, it answers from its own state.
-
-* :func:`blocking_unary`: ``__call__`` / ``with_call`` of the unary-response
-  kinds, on the caller's thread.
 * :class:`RequestReplay`: the thread face of a client stream's request buffer.
 
-These are I/O adapters of the sans-IO call engine
-(:class:`pyxds.channel.attempts.Attempts`), which the asyncio calls share:
-the engine decides every attempt, commit, retry (transparent, and the RPC's
-A44/A6 retry policy) and its backoff, and reports each attempt to the LB
-policy and the RPC's end exactly once, streams included (grpcio's
-``add_callback`` fires when a stream terminates).  The adapters wait their
-way (a blocking thread sleeps; a non-blocking call arms a timer), start the
-grpcio calls and tell the engine what happened.
+These are the thread adapters of :class:`pyxds.channel.rpc.Rpc` (the
+asyncio calls are its other adapters): the RPC decides every step (pick,
+attempt, retry and its backoff, the end); an adapter waits its way (a
+blocking thread waits for the channel's next publication and sleeps its
+backoffs; a non-blocking call registers a wake-up and arms timers), starts
+the grpcio call the RPC names (:meth:`GrpcMethod.start`) and tells the RPC
+how it ended.
 """
 
 from __future__ import annotations
@@ -34,26 +32,38 @@ from typing import Any
 
 import grpc
 
-from pyxds.channel.attempts import (
-    CANCELLED,
+from pyxds.channel.grpc_calls import (
+    SERIALIZE_FAILED,
+    GrpcMethod,
+    call_metadata,
+    unary_deadline_status,
+)
+from pyxds.channel.request_buffer import (
     PULL,
     RETIRED,
     RETRY_BUFFER_SIZE,
-    Attempts,
     BufferView,
+    Replay,
     RequestBuffer,
 )
-from pyxds.channel.core import ChannelCore, Rpc, call_metadata, unary_deadline_status
-from pyxds.channel.subchannel import SubchannelCore, Transport
+from pyxds.channel.rpc import CANCELLED, DEADLINE_EXCEEDED, Rpc
+from pyxds.channel.subchannel import Transport
 from pyxds.lb.api import OK_STATUS, Status
 
-#: grpcio's status for a request its serializer could not serialize
-SERIALIZE_FAILED = Status(grpc.StatusCode.INTERNAL, "Exception serializing request!")
+__all__ = [
+    "SERIALIZE_FAILED",
+    "ChannelRpcError",
+    "DeferredCall",
+    "FutureCall",
+    "RequestReplay",
+    "StreamingCall",
+    "blocking_unary",
+]
 
 
-class RequestReplay:
+class RequestReplay(Replay):
     """The thread face of a client-streaming RPC's
-    :class:`~pyxds.channel.attempts.RequestBuffer` (its rules): each attempt
+    :class:`~pyxds.channel.request_buffer.RequestBuffer` (its rules): each attempt
     iterates :meth:`attempt`; requests are taken from the user's iterator
     (``iter()`` at the first pull, as grpcio) one pull at a time."""
 
@@ -200,37 +210,42 @@ class ChannelRpcError(grpc.RpcError, grpc.Call, grpc.Future):
     __repr__ = __str__
 
 
-Starter = Callable[[Transport, float | None], Any]
-
-
 class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
-    """A non-blocking RPC: a thread-and-timer adapter of the RPC's
-    :class:`~pyxds.channel.attempts.Attempts`.
+    """A non-blocking RPC: the thread-and-timer adapter of its
+    :class:`~pyxds.channel.rpc.Rpc`.
 
     ``_unary_response``: the call has one response (``future()``).
 
-    ``start(transport, timeout)`` starts the grpcio call (``future()`` for
-    unary responses, the call itself for streams) on the picked subchannel's
-    grpcio channel.  Picks complete on whichever thread publishes (or the
-    caller's); a backoff is a timer on the deadline clock; the grpcio call's
-    terminal callback reports each attempt's end.  Until a subchannel call
-    exists, and when the channel failed the RPC, it answers from its own
-    state; then it delegates to the grpcio call.
+    Each attempt starts with ``method.start(transport, rpc, request, ...,
+    verb)`` (``future()`` for unary responses, the call itself for
+    streams) on the picked subchannel's grpcio channel.  Picks run on
+    whichever thread publishes (or the caller's), under the call's lock; a
+    queued pick registers a wake-up with the channel and a timer at the
+    deadline; a wait (a fault delay, a backoff) is a timer on the deadline
+    clock; the grpcio call's terminal callback reports each attempt's end.
+    Until a subchannel call exists, and when the channel failed the RPC, it
+    answers from its own state; then it delegates to the grpcio call.
     """
 
     _unary_response = False
 
     def __init__(
         self,
-        core: ChannelCore,
         rpc: Rpc,
-        start: Starter,
-        replay: RequestReplay | None = None,
+        method: GrpcMethod,
+        request: Any,
+        credentials: Any,
+        compression: Any,
+        verb: str | None = None,
+        serialized: bool = False,
     ) -> None:
-        self._core = core
         self._rpc = rpc
-        self._start = start
-        self._attempts = Attempts(rpc, replay.buffer if replay is not None else None)
+        self._method = method
+        self._request = request
+        self._credentials = credentials
+        self._compression = compression
+        self._verb = verb
+        self._serialized = serialized
         self._cond = threading.Condition()
         self._inner: Any = None
         self._error: ChannelRpcError | None = None
@@ -238,66 +253,133 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
         self._cancelled_inner = False
         self._done_callbacks: list[Callable[[grpc.Future], None]] = []
         self._callbacks: list[Callable[[], None]] = []
-        self._cancel_pick = core.pick_async(rpc, self._picked)
+        # the pending pick: its wake-up (registered with the channel) and timers
+        self._waker: Callable[[], None] | None = None
+        self._timer: Any = None  # at the deadline, while queued
+        self._hold: Any = None  # a wait before the next pick
+        self._pick()
 
-    # -- executing the engine's actions ----------------------------------
+    # -- picking ---------------------------------------------------------
     def _pick(self) -> None:
-        self._cancel_pick = self._core.pick_async(self._rpc, self._picked)
+        """Pick for the next attempt; a queued pick waits for the channel's
+        next publication (then this runs again), bounded by the deadline."""
+        waker = self._waker = self._wake_once()
+        self._repick(waker)
 
-    def _picked(self, outcome: SubchannelCore | Status) -> None:
+    def _wake_once(self) -> Callable[[], None]:
+        def waker() -> None:
+            self._repick(waker)
+
+        return waker
+
+    def _repick(self, waker: Callable[[], None]) -> None:
+        rpc = self._rpc
+        core = rpc.core
         with self._cond:
-            transport = self._attempts.picked(outcome)
-        if transport is None:
-            self._pick()
-            return
-        if transport.__class__ is Status:
-            self._fail(transport)  # type: ignore[arg-type]
-            return
+            while True:
+                if waker is not self._waker or rpc.done:
+                    return  # a stale wake-up, or over
+                generation = core.generation
+                step = rpc.pick()
+                if step is None:
+                    remaining = rpc.remaining()
+                    if remaining is not None and remaining <= 0:
+                        step = rpc.finish(DEADLINE_EXCEEDED)
+                        break
+                    if not core.add_waiter(generation, waker):
+                        continue  # published meanwhile: pick again now
+                    if remaining is not None and self._timer is None:
+                        self._timer = core.deadline_clock.call_later(remaining, self._expire)
+                    return
+                if step.__class__ is float:
+                    self._hold = core.deadline_clock.call_later(step, waker)  # type: ignore[arg-type]
+                    return
+                break
+            self._waker = None
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        if step.__class__ is Status:
+            self._fail(step)  # type: ignore[arg-type]
+        else:
+            self._start(step)  # type: ignore[arg-type]
+
+    def _expire(self) -> None:
+        """The deadline came while the pick was queued."""
+        with self._cond:
+            waker, self._waker = self._waker, None
+            self._timer = None
+            if waker is None or self._rpc.done:
+                return
+            status = self._rpc.finish(DEADLINE_EXCEEDED)
+        self._rpc.core.remove_waiter(waker)
+        self._fail(status)
+
+    def _stop_picking(self) -> None:
+        with self._cond:
+            waker, self._waker = self._waker, None
+            timer, self._timer = self._timer, None
+            hold, self._hold = self._hold, None
+        for pending in (timer, hold):
+            if pending is not None:
+                pending.cancel()
+        if waker is not None:
+            self._rpc.core.remove_waiter(waker)
+
+    # -- attempts --------------------------------------------------------
+    def _start(self, transport: Transport) -> None:
+        """Start the attempt the RPC picked ``transport`` for."""
+        rpc = self._rpc
         try:
-            inner = self._start(transport, self._attempts.remaining)  # type: ignore[arg-type]
+            inner = self._method.start(
+                transport,
+                rpc,
+                self._request,
+                self._credentials,
+                self._compression,
+                self._verb,
+                self._serialized,
+            )
         except grpc.RpcError as err:  # e.g. grpcio's "Exception serializing request!"
-            transport.call_finished()  # type: ignore[union-attr]
-            self._fail(status_of(err))
+            transport.call_finished()
+            with self._cond:
+                status = rpc.finish(status_of(err))
+            self._fail(status)
             return
         except Exception as err:
-            if self._attempts.start_failed(transport):  # type: ignore[arg-type]
+            with self._cond:
+                not_sent = rpc.start_failed(transport)
+                if not not_sent:
+                    status = rpc.finish(
+                        Status(grpc.StatusCode.INTERNAL, f"failed to start call: {err}")
+                    )
+            if not_sent:
                 self._pick()  # the grpcio channel closed under us: not sent
-                return
-            self._fail(Status(grpc.StatusCode.INTERNAL, f"failed to start call: {err}"))
+            else:
+                self._fail(status)
             return
         with self._cond:
             self._inner = inner
             self._cond.notify_all()
-        if self._attempts.cancelled:
+        if rpc.cancelled:
             inner.cancel()
-        if not inner.add_callback(lambda: self._inner_terminated(inner, transport)):  # type: ignore[arg-type]
-            self._inner_terminated(inner, transport)  # type: ignore[arg-type]  # already over
+        if not inner.add_callback(lambda: self._inner_terminated(inner, transport)):
+            self._inner_terminated(inner, transport)  # already over
 
     def _ended(self, inner: Any, status: Status) -> float | None:
-        """The engine's answer to the end of the subchannel call ``inner``
+        """The RPC's answer to the end of the subchannel call ``inner``
         (whichever of its terminal callback and a reader of its responses
         sees it first decides)."""
         with self._cond:
-            return self._attempts.ended(inner, status, call_metadata)
+            return self._rpc.ended(inner, status, call_metadata)
 
     def _next_attempt(self, delay: float) -> None:
         """Pick again for the next attempt, after ``delay`` seconds."""
         if delay <= 0:
             self._pick()
             return
-        cancelled = threading.Event()
-
-        def fire() -> None:
-            if not cancelled.is_set():
-                self._pick()
-
-        timer = self._core.deadline_clock.call_later(delay, fire)
-
-        def cancel() -> None:
-            cancelled.set()
-            timer.cancel()
-
-        self._cancel_pick = cancel
+        waker = self._waker = self._wake_once()
+        self._hold = self._rpc.core.deadline_clock.call_later(delay, waker)
 
     def _inner_terminated(self, inner: Any, transport: Transport) -> None:
         transport.call_finished()
@@ -318,12 +400,12 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
         self._terminate()
 
     def _fail(self, status: Status) -> None:
+        """The RPC is over with ``status`` (already finished) before or
+        instead of a subchannel call."""
         with self._cond:
             if self._terminated or self._error is not None:
                 return
             self._error = ChannelRpcError(status)
-        self._attempts.finish(status)
-        with self._cond:
             self._cond.notify_all()
         self._terminate()
 
@@ -372,7 +454,7 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
         with self._cond:
             if self._terminated or self._cancelled_inner:
                 return False
-            self._attempts.cancel()
+            self._rpc.cancel()
             inner = self._inner
         if inner is not None:
             # grpcio's call is over at cancel() (done() says so at once; its
@@ -380,14 +462,16 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
             self._cancelled_inner = inner.cancel()
             return self._cancelled_inner
         # still queued: stop picking and fail it now
-        self._cancel_pick()
-        self._fail(CANCELLED)
+        self._stop_picking()
+        with self._cond:
+            status = self._rpc.finish(CANCELLED)
+        self._fail(status)
         return True
 
     def cancelled(self) -> bool:
         with self._cond:
             if self._error is not None:
-                return self._error.code() is grpc.StatusCode.CANCELLED and self._attempts.cancelled
+                return self._error.code() is grpc.StatusCode.CANCELLED and self._rpc.cancelled
             inner = self._inner
         return inner.cancelled() if inner is not None else False
 
@@ -495,8 +579,8 @@ class StreamingCall(DeferredCall):
                 # retried: the next attempt's call takes over
                 inner = self._wait_started(after=inner)
                 continue
-            if not self._attempts.committed:
-                self._attempts.commit()  # a response: never retried from now on
+            if not self._rpc.committed:
+                self._rpc.commit()  # a response: never retried from now on
             return response
 
     next = __next__
@@ -525,29 +609,42 @@ class FutureCall(DeferredCall):
 
 
 def blocking_unary(
-    core: ChannelCore,
     rpc: Rpc,
-    invoke: Callable[[Transport, float | None], tuple[Any, Any]],
-    replay: RequestReplay | None = None,
+    method: GrpcMethod,
+    request: Any,
+    credentials: Any,
+    compression: Any,
+    with_call: bool,
 ) -> tuple[Any, Any]:
     """Run a unary-response RPC on the calling thread: the blocking adapter
-    of the RPC's :class:`~pyxds.channel.attempts.Attempts` (picks wait on
-    this thread, bounded by the deadline; a backoff is a sleep).  Raises
-    grpc.RpcError.  ``invoke`` sends ``rpc.send_metadata``; a client stream
-    takes its requests from ``replay``."""
-    attempts = Attempts(rpc, replay.buffer if replay is not None else None)
+    of its :class:`~pyxds.channel.rpc.Rpc` (a queued pick waits on this
+    thread for the channel's next publication, bounded by the deadline; a
+    wait is a sleep).  Returns (response, grpcio call); the call is None
+    when neither the application (``with_call``) nor the LB policy (the
+    attempt's trailers) wants it, so grpcio builds none.  Raises
+    grpc.RpcError.  A client stream's ``request`` is its
+    :class:`RequestReplay`."""
+    core = rpc.core
     while True:
-        transport = attempts.picked(core.pick_blocking(rpc))
-        if transport is None:
+        generation = core.generation
+        step = rpc.pick()
+        if step is None:
+            if not core.wait_for_publication(generation, rpc.remaining()):
+                raise ChannelRpcError(rpc.finish(DEADLINE_EXCEEDED))
             continue
-        if transport.__class__ is Status:
-            raise ChannelRpcError(transport)  # type: ignore[arg-type]
+        if step.__class__ is Status:
+            raise ChannelRpcError(step)  # type: ignore[arg-type]
+        if step.__class__ is float:
+            time.sleep(step)  # type: ignore[arg-type]
+            continue
+        transport: Transport = step  # type: ignore[assignment]
+        verb = "with_call" if with_call or rpc.wants_call else None
         try:
-            result = invoke(transport, attempts.remaining)  # type: ignore[arg-type]
+            result = method.start(transport, rpc, request, credentials, compression, verb)
         except grpc.RpcError as err:
-            transport.call_finished()  # type: ignore[union-attr]
+            transport.call_finished()
             status = status_of(err)
-            delay = attempts.ended(err, status, call_metadata)
+            delay = rpc.ended(err, status, call_metadata)
             if delay is not None:
                 if delay > 0:
                     time.sleep(delay)
@@ -557,15 +654,18 @@ def blocking_unary(
                 raise ChannelRpcError(worded, *call_metadata(err)) from None
             raise
         except Exception as err:
-            if attempts.start_failed(transport):  # type: ignore[arg-type]
+            if rpc.start_failed(transport):
                 continue  # "Cannot invoke RPC on closed channel!": not sent
             # the call's own arguments (grpcio raises the same error)
-            attempts.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
+            rpc.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
             raise
         except BaseException as err:
-            transport.call_finished()  # type: ignore[union-attr]
-            attempts.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
+            transport.call_finished()
+            rpc.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
             raise
-        transport.call_finished()  # type: ignore[union-attr]
-        attempts.finish(OK_STATUS, result[1])
+        transport.call_finished()
+        if verb is None:
+            rpc.finish(OK_STATUS)
+            return result, None
+        rpc.finish(OK_STATUS, result[1])
         return result

@@ -24,12 +24,12 @@ A31 ordering: on a resolver result the LB policy is updated first (it
 publishes a picker that knows every new cluster before ``update`` returns),
 then the config selector is swapped, then queued RPCs are woken.
 
-Per RPC (:meth:`ChannelCore.try_pick`): once a config selector exists, call
-it once (A31: "invoked once at the beginning of every RPC"; a status fails
-the RPC), cap the deadline at its timeout, then pick from the current
-picker on every attempt.  ``PickComplete`` -> send on the picked
-subchannel's grpcio channel; ``PickQueue`` -> wait for the next publication;
-``PickFail`` -> fail, unless wait_for_ready (then wait); ``PickDrop`` -> fail.
+Per RPC: :class:`pyxds.channel.rpc.Rpc` reads the published selector and
+picker (its module docstring tells one RPC's story); it counts itself in
+and out here (:meth:`ChannelCore.call_started`, :meth:`ChannelCore.call_ended`:
+the idle timer's activity), and its adapters wait for publications here
+(:meth:`ChannelCore.add_waiter`, :meth:`ChannelCore.wait_for_publication`).
+The core never calls into an RPC.
 
 Idle (A62 ``IDLE_TIMEOUT``, ``grpc.client_idle_timeout_ms``, default 30
 min): the channel starts IDLE (nothing resolved, nothing connected); the
@@ -47,34 +47,25 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import grpc
 
-from pyxds import metrics as _metrics
 from pyxds.channel import lifecycle
-from pyxds.channel.retry import PREVIOUS_ATTEMPTS_KEY, RetryState
 from pyxds.channel.subchannel import (
     ChannelSubchannel,
-    SubchannelCore,
     Transport,
     TransportFactory,
-    core_of,
 )
 from pyxds.channel.subchannel_pool import SubchannelPool
 from pyxds.clock import Clock, RealClock, Timer
 from pyxds.lb.api import (
-    ATTEMPT_NOT_STARTED,
     OK_STATUS,
     ConnectivityState,
     FailPicker,
     Helper,
-    PickArgs,
-    PickComplete,
-    PickDrop,
     Picker,
-    PickFail,
     QueuePicker,
     ResolverUpdate,
     Status,
@@ -83,16 +74,12 @@ from pyxds.lb.child_handler import ChildPolicyHandler
 from pyxds.lb.registry import select_policy
 from pyxds.resolver import registry as resolver_registry
 from pyxds.resolver.api import (
-    CallConfig,
     ConfigSelector,
     DefaultConfigSelector,
     Resolver,
     ResolverArgs,
     ResolverResult,
 )
-
-if TYPE_CHECKING:
-    from pyxds.resolver.http_filters import FilterVerdict
 from pyxds.resolver.retry_policy import RetryThrottle
 from pyxds.resolver.service_config import MethodConfigSelector, ServiceConfig
 from pyxds.resolver.static_resolver import lb_selection_from_options
@@ -102,27 +89,8 @@ _log = logging.getLogger(__name__)
 
 #: A62: "A default value of 30 minutes is recommended."
 DEFAULT_IDLE_TIMEOUT = 30 * 60.0
-_MAX_REROUTES = 2
-DEADLINE_EXCEEDED = Status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
-#: a unary call's deadline as C-core words it on a channel without its retry
-#: filter (the subchannels' grpcio channels have retries off)
-_STREAM_REMOVED_DEADLINE = Status(
-    grpc.StatusCode.DEADLINE_EXCEEDED, "Stream removed (Deadline Exceeded)"
-)
 
-
-def unary_deadline_status(status: Status) -> Status:
-    """``status`` of a unary-response call as grpcio's own channel words it:
-    its deadline is DEADLINE_EXCEEDED "Deadline Exceeded" (sync, future and
-    aio calls share this one rule; streams keep C-core's words, as grpcio)."""
-    return DEADLINE_EXCEEDED if status == _STREAM_REMOVED_DEADLINE else status
-
-
-_OK = grpc.StatusCode.OK
-CHANNEL_CLOSED = Status(grpc.StatusCode.CANCELLED, "Channel closed!")
-#: grpcio's ValueError text for an RPC invoked on a closed sync channel
-CLOSED_CHANNEL_MESSAGE = "Cannot invoke RPC on closed channel!"
-CLOSED_CHANNEL_MESSAGE_ASYNC = "Cannot invoke RPC: Channel closed!"
+_CLOSED = Status(grpc.StatusCode.CANCELLED, "Channel closed!")
 
 _TO_GRPC = {
     ConnectivityState.IDLE: grpc.ChannelConnectivity.IDLE,
@@ -131,268 +99,6 @@ _TO_GRPC = {
     ConnectivityState.TRANSIENT_FAILURE: grpc.ChannelConnectivity.TRANSIENT_FAILURE,
     ConnectivityState.SHUTDOWN: grpc.ChannelConnectivity.SHUTDOWN,
 }
-
-
-def _attempt_started(core: ChannelCore, path: str) -> float:
-    """A66 ``grpc.client.attempt.started``; returns the attempt's start time."""
-    _metrics.add(
-        "grpc.client.attempt.started",
-        1,
-        {"grpc.method": path.lstrip("/"), "grpc.target": core.target},
-    )
-    return time.perf_counter()
-
-
-def _attempt_ended(rpc: Rpc, status: Status) -> float | None:
-    """A66 ``grpc.client.attempt.duration`` and the attempt's message sizes;
-    the next attempt's start unless the RPC ended."""
-    labels = {
-        "grpc.method": rpc.path.lstrip("/"),
-        "grpc.target": rpc._core.target,
-        "grpc.status": status.code.name,
-    }
-    if rpc.attempt_labels is not None:
-        # A78: the optional labels the picker set (grpc.lb.locality); the
-        # recorder emits those the user enabled
-        labels.update(rpc.attempt_labels)
-    assert rpc._attempt_start is not None
-    _metrics.record(
-        "grpc.client.attempt.duration", time.perf_counter() - rpc._attempt_start, labels
-    )
-    sizes = rpc.sizes
-    if sizes is not None:
-        _metrics.record("grpc.client.attempt.sent_total_compressed_message_size", sizes[0], labels)
-        _metrics.record("grpc.client.attempt.rcvd_total_compressed_message_size", sizes[1], labels)
-    if rpc._finished or _metrics.RECORDER is None:
-        rpc.sizes = None
-        return None
-    rpc.sizes = [0, 0]
-    return _attempt_started(rpc._core, rpc.path)
-
-
-def _call_ended(rpc: Rpc, status: Status) -> None:
-    """A66 ``grpc.client.call.duration``: from the call's start to its end."""
-    assert rpc._call_start is not None
-    _metrics.record(
-        "grpc.client.call.duration",
-        time.perf_counter() - rpc._call_start,
-        {
-            "grpc.method": rpc.path.lstrip("/"),
-            "grpc.target": rpc._core.target,
-            "grpc.status": status.code.name,
-        },
-    )
-
-
-class Rpc:
-    """Per-RPC bookkeeping for the pick: the CallConfig (once chosen), the
-    deadline, and the exactly-once completion hooks."""
-
-    __slots__ = (
-        "path",
-        "metadata",
-        "wait_for_ready",
-        "deadline",
-        "call_config",
-        "selector",
-        "reselects",
-        "on_call_done",
-        "picked_by",
-        "stale_picker",
-        "on_call_trailers",
-        "attempt_labels",
-        "send_metadata",
-        "retry",
-        "fault",
-        "hold_until",
-        "wfr_explicit",
-        "sizes",
-        "_finished",
-        "_core",
-        "_attempt_start",
-        "_call_start",
-    )
-
-    def __init__(
-        self,
-        core: ChannelCore,
-        path: str,
-        metadata: Sequence[tuple[str, Any]] | None,
-        timeout: float | None,
-        wait_for_ready: bool | None,
-    ) -> None:
-        self._core = core
-        self.path = path
-        self.metadata = tuple(metadata) if metadata else ()
-        #: the metadata the next attempt sends (the user's, plus
-        #: ``grpc-previous-rpc-attempts`` on a retry)
-        self.send_metadata = metadata
-        #: the retry decision, made on the first failed attempt
-        self.retry: RetryState | None = None
-        #: the A39 filters' verdict (A33 fault) still to carry out
-        self.fault: FilterVerdict | None = None
-        self.hold_until: float | None = None
-        self.wait_for_ready = bool(wait_for_ready)
-        self.wfr_explicit = wait_for_ready is not None
-        self.deadline = None if timeout is None else time.monotonic() + timeout
-        self.call_config: CallConfig | None = None
-        self.selector: ConfigSelector | None = None
-        self.reselects = 0
-        self.on_call_done: Callable[[Status], None] | None = None
-        self.picked_by: Picker | None = None  # the picker of the last completed pick
-        self.stale_picker: Picker | None = None  # never pick with it again
-        self.on_call_trailers: Callable[[Sequence[tuple[str, Any]]], None] | None = None
-        #: the last pick's ``PickComplete.attempt_labels`` (A78), for its attempt's metrics
-        self.attempt_labels: Mapping[str, str] | None = None
-        self._finished = False
-        # A66 per-attempt metrics: the attempt's start, None while metrics are off.
-        self._attempt_start = None if _metrics.RECORDER is None else _attempt_started(core, path)
-        self._call_start = self._attempt_start  # the first attempt starts with the call
-        #: A66 message sizes of the current attempt, [sent, received] bytes
-        #: (None while metrics are off): :func:`counting` fills it
-        self.sizes: list[int] | None = None if self._attempt_start is None else [0, 0]
-
-    def remaining(self) -> float | None:
-        if self.deadline is None:
-            return None
-        return self.deadline - time.monotonic()
-
-    def attempt_done(self, status: Status, call: Any = None) -> None:
-        """The subchannel call of one pick ended (report to the LB policy).
-
-        ``call``: the finished grpcio call (sync or aio call object, or the
-        ``grpc.RpcError`` it raised) when the attempt reached the
-        subchannel.  The pick's ``on_call_trailers`` gets its trailing
-        metadata first (A51 per-call ORCA), then ``on_call_done`` the
-        status.  This is the one place the channel hands trailers to the LB
-        policy; the trailers are read only when a policy asked for them."""
-        trailers_hook, self.on_call_trailers = self.on_call_trailers, None
-        if trailers_hook is not None and call is not None:
-            try:
-                trailers = trailing_metadata_of(call)
-                if trailers:
-                    trailers_hook(trailers)
-            except Exception:
-                _log.exception("pyxds: on_call_trailers raised")
-        done, self.on_call_done = self.on_call_done, None
-        if self._attempt_start is not None:
-            self._attempt_start = _attempt_ended(self, status)
-        self.attempt_labels = None
-        if done is not None:
-            try:
-                done(status)
-            except Exception:
-                _log.exception("pyxds: on_call_done raised")
-
-    def retry_after(
-        self,
-        status: Status,
-        trailing_metadata: Sequence[tuple[str, Any]] | None = None,
-        committed: bool = False,
-        pick_failed: bool = False,
-    ) -> float | None:
-        """One attempt ended with ``status`` (already reported through
-        :meth:`attempt_done`; ``pick_failed``: its pick failed, nothing was
-        sent): seconds to wait before the next attempt (a fresh pick), or
-        None to end the RPC with ``status``.  The policy is
-        the one of this RPC's CallConfig, chosen once (A31), and the wait
-        never goes past the deadline (the next attempt then fails with
-        DEADLINE_EXCEEDED)."""
-        state = self.retry
-        if state is None:
-            if not self._core.retries_enabled:
-                return None
-            config = self.call_config
-            policy = config.retry_policy if config is not None else None
-            state = self.retry = RetryState(policy, self._core.retry_throttle, self._core.random)
-        delay = state.on_attempt_end(status, trailing_metadata, committed, pick_failed)
-        if delay is None:
-            return None
-        if state.wait_for_new_picker:
-            # A6 transparent retry of an attempt that never left the client:
-            # the picker that chose its lost connection is not used again
-            self.stale_picker = self.picked_by
-        previous = state.previous_attempts
-        if previous:
-            self.send_metadata = (*self.metadata, (PREVIOUS_ATTEMPTS_KEY, str(previous)))
-        if self.deadline is not None:
-            delay = max(0.0, min(delay, self.deadline - time.monotonic()))
-        return delay
-
-    def release_config(self) -> None:
-        """Forget the CallConfig (committing it) so the RPC is routed again."""
-        config, self.call_config = self.call_config, None
-        self.selector = None
-        if config is not None and config.on_committed is not None:
-            try:
-                config.on_committed()
-            except Exception:
-                _log.exception("pyxds: on_committed raised")
-
-    def finish(self, status: Status, call: Any = None) -> None:
-        """The RPC ended: report the last attempt (``call``: its finished
-        grpcio call, see :meth:`attempt_done`), commit the CallConfig once."""
-        if self._finished:
-            return
-        self._finished = True
-        fault = self.fault
-        if fault is not None and fault.done is not None:
-            fault.done()  # e.g. the deadline came during a fault delay
-        self.attempt_done(status, call)
-        if status.code is _OK and self._core.retry_throttle is not None:
-            self._core.retry_throttle.record_success()
-        if self._call_start is not None:
-            _call_ended(self, status)
-        config = self.call_config
-        if config is not None and config.on_committed is not None:
-            try:
-                config.on_committed()
-            except Exception:
-                _log.exception("pyxds: on_committed raised")
-        self._core.call_ended()
-
-
-def call_metadata(call: Any) -> tuple[Any, Any]:
-    """(initial, trailing) metadata of a finished grpcio call (a sync call
-    object or the ``grpc.RpcError`` it raised, or a ``grpc.aio`` call), read
-    without blocking or awaiting; None for what cannot be read.  A sync
-    rendezvous' ``initial_metadata()`` waits for its receive-initial-metadata
-    batch, which can complete after the status (on the very thread running
-    the terminal callback), and a grpc.aio call's readers are coroutines: both
-    keep what arrived on their state (the rendezvous' ``_state``, the aio
-    call's Cython call), which is read directly."""
-    cython_call = getattr(call, "_cython_call", None)
-    if cython_call is not None:
-        raw = getattr(cython_call, "_status", None)
-        trailing = raw.trailing_metadata() if raw is not None else None
-        return getattr(cython_call, "_initial_metadata", None), trailing
-    state = getattr(call, "_state", None)
-    if state is not None and hasattr(state, "initial_metadata"):
-        return state.initial_metadata, getattr(state, "trailing_metadata", None)
-    return _read(call, "initial_metadata"), _read(call, "trailing_metadata")
-
-
-def _read(call: Any, name: str) -> Any:
-    reader = getattr(call, name, None)
-    if reader is None:
-        return None
-    try:
-        value = reader()
-    except Exception:
-        return None
-    if hasattr(value, "close") and hasattr(value, "send"):  # a coroutine
-        value.close()
-        return None
-    return value
-
-
-def trailing_metadata_of(call: Any) -> tuple[tuple[str, Any], ...]:
-    """The trailing metadata of a finished grpcio call as ``(key, value)``
-    pairs (:func:`call_metadata`); empty when nothing can be read."""
-    metadata = call_metadata(call)[1]
-    if not metadata:
-        return ()
-    return tuple((item[0], item[1]) for item in metadata)
 
 
 class ChannelHelper(Helper):
@@ -534,137 +240,6 @@ class ChannelCore:
         with self._lock:
             self._active_calls -= 1
 
-    def new_rpc(self, path, metadata, timeout, wait_for_ready, blocking: bool = True) -> Rpc:
-        """A new RPC's bookkeeping.  On a closed channel raises ValueError
-        with grpcio's words (its sync channels raise it at invocation; its
-        non-blocking calls, future() and streams, say it differently)."""
-        if self.closed:
-            raise ValueError(CLOSED_CHANNEL_MESSAGE if blocking else CLOSED_CHANNEL_MESSAGE_ASYNC)
-        rpc = Rpc(self, path, metadata, timeout, wait_for_ready)
-        self.call_started()
-        return rpc
-
-    def try_pick(self, rpc: Rpc) -> SubchannelCore | Status | float | None:
-        """One pick attempt: a core to send on, a Status to fail with, None
-        to wait for the next publication, or a float: seconds to wait (an
-        A33 fault delay, or the retry backoff after a failed pick; never
-        past the deadline) before trying again."""
-        if self.closed:
-            return CHANNEL_CLOSED
-        if rpc.retry is not None and rpc.deadline is not None and rpc.remaining() <= 0:
-            # a retry whose backoff ran into the deadline: no pick for it
-            return DEADLINE_EXCEEDED
-        config = rpc.call_config
-        if config is None:
-            selector = self.selector
-            if selector is None:
-                status = self.no_config_status
-                if status is not None and not rpc.wait_for_ready:
-                    return status
-                return None
-            try:
-                config = selector.select(rpc.path, rpc.metadata)
-            except Exception as err:  # a selector bug must not escape as a crash
-                _log.exception("pyxds: config selector raised")
-                return Status(grpc.StatusCode.INTERNAL, f"config selector failed: {err}")
-            if config.status is not None and not config.status.ok:
-                if config.no_config and rpc.wait_for_ready:
-                    return None  # no usable config: wait for the next one
-                rpc.call_config = config
-                rpc.selector = selector
-                return config.status
-            rpc.call_config = config
-            rpc.selector = selector
-            if config.wait_for_ready is not None and not rpc.wfr_explicit:
-                rpc.wait_for_ready = config.wait_for_ready
-            if config.timeout is not None and config.timeout > 0:
-                cap = time.monotonic() + config.timeout
-                if rpc.deadline is None or cap < rpc.deadline:
-                    rpc.deadline = cap
-            if config.filters:
-                from pyxds.resolver.http_filters import run_chain
-
-                rpc.fault = run_chain(config.filters, rpc.metadata, self.random)
-        if rpc.fault is not None:
-            held = self._carry_out_fault(rpc, rpc.fault)
-            if held is not None:
-                return held
-        picker = self.picker
-        if picker is rpc.stale_picker:
-            return None  # it chose a lost connection for this RPC: wait for the next
-        try:
-            result = picker.pick(PickArgs(rpc.path, rpc.metadata, config.call_attributes))
-        except Exception as err:
-            _log.exception("pyxds: picker raised")
-            return Status(grpc.StatusCode.INTERNAL, f"picker failed: {err}")
-        if isinstance(result, PickComplete):
-            core = core_of(result.subchannel)
-            if core is None or core.transport is None or core.transport.closed:
-                # not one of ours, or lost its connection since the picker
-                # was built: the next picker will say more.
-                if result.on_call_done is not None:
-                    result.on_call_done(ATTEMPT_NOT_STARTED)
-                return None
-            rpc.on_call_done = result.on_call_done
-            rpc.picked_by = picker
-            rpc.on_call_trailers = result.on_call_trailers
-            rpc.attempt_labels = result.attempt_labels
-            return core
-        if isinstance(result, PickFail):
-            if rpc.wait_for_ready:
-                return None
-            outcome = self._reroute(rpc, result.status)
-            if outcome.__class__ is Status and config.retry_policy is not None:
-                # A6: a pick that fails (not a drop) is handled by the policy
-                delay = rpc.retry_after(outcome, pick_failed=True)  # type: ignore[arg-type]
-                if delay is not None:
-                    return delay
-            return outcome
-        if isinstance(result, PickDrop):
-            return self._reroute(rpc, result.status)
-        return None
-
-    @staticmethod
-    def _carry_out_fault(rpc: Rpc, fault: FilterVerdict) -> Status | float | None:
-        """The filters' verdict before the pick (A33: delay, then abort, both
-        before anything is sent): seconds still to wait (never past the
-        deadline), the abort status (DEADLINE_EXCEEDED when the delay ran
-        into the deadline), or None to go on to the pick."""
-        outcome = fault.abort
-        if fault.delay > 0:
-            now = time.monotonic()
-            if rpc.hold_until is None:
-                rpc.hold_until = now + fault.delay
-            left = rpc.hold_until - now
-            if left > 0:
-                to_deadline = None if rpc.deadline is None else rpc.deadline - now
-                if to_deadline is None or to_deadline > left:
-                    return left
-                if to_deadline > 0:
-                    return to_deadline  # then DEADLINE_EXCEEDED
-                outcome = DEADLINE_EXCEEDED
-        rpc.fault = None
-        if fault.done is not None:
-            fault.done()
-        return outcome
-
-    def _reroute(self, rpc: Rpc, status: Status) -> SubchannelCore | Status | None:
-        """A failed pick of an RPC routed by a config that is being replaced
-        (the LB tree already dropped the old route's cluster, the new config
-        selector is not published yet) is routed again by the new config
-        instead of failing: a route switch fails no RPC."""
-        if rpc.reselects >= _MAX_REROUTES:
-            return status
-        if self.applying:
-            rpc.reselects += 1
-            rpc.release_config()
-            return None  # the publication that ends the update wakes it
-        if rpc.selector is not None and rpc.selector is not self.selector:
-            rpc.reselects += 1
-            rpc.release_config()
-            return self.try_pick(rpc)
-        return status
-
     def add_waiter(self, generation: int, fn: Callable[[], None]) -> bool:
         """Call ``fn`` at the next publication after ``generation``.  False
         (and nothing registered) when one happened already: retry now."""
@@ -681,88 +256,17 @@ class ChannelCore:
             except ValueError:
                 pass
 
-    def pick_blocking(self, rpc: Rpc) -> SubchannelCore | Status:
-        """Pick for a thread that may block: waits (bounded by the deadline)
-        on an Event per wait, woken by publications."""
-        while True:
-            generation = self.generation
-            outcome = self.try_pick(rpc)
-            if outcome is not None:
-                if outcome.__class__ is not float:
-                    return outcome  # type: ignore[return-value]
-                time.sleep(outcome)  # type: ignore[arg-type]
-                continue
-            remaining = rpc.remaining()
-            if remaining is not None and remaining <= 0:
-                return DEADLINE_EXCEEDED
-            event = threading.Event()
-            if not self.add_waiter(generation, event.set):
-                continue
-            if not event.wait(remaining):
-                self.remove_waiter(event.set)
-                return DEADLINE_EXCEEDED
-
-    def pick_async(
-        self,
-        rpc: Rpc,
-        on_done: Callable[[SubchannelCore | Status], None],
-    ) -> Callable[[], None]:
-        """Pick without blocking: ``on_done`` runs (on this thread, or on the
-        publishing thread later, or the timer thread at the deadline) at most
-        once with a core or a Status.  Returns a cancel function (after it,
-        ``on_done`` is not called)."""
-        state: dict[str, Any] = {"done": False, "timer": None, "hold": None}
-        lock = threading.Lock()
-
-        def complete(outcome: SubchannelCore | Status) -> None:
-            with lock:
-                if state["done"]:
-                    return
-                state["done"] = True
-                timer = state["timer"]
-            if timer is not None:
-                timer.cancel()
-            on_done(outcome)
-
-        def attempt() -> None:
-            while True:
-                with lock:
-                    if state["done"]:
-                        return
-                generation = self.generation
-                outcome = self.try_pick(rpc)
-                if outcome is not None:
-                    if outcome.__class__ is float:  # a fault delay: try again after it
-                        state["hold"] = self.deadline_clock.call_later(outcome, attempt)
-                        return
-                    complete(outcome)  # type: ignore[arg-type]
-                    return
-                if self.add_waiter(generation, attempt):
-                    return
-
-        def expire() -> None:
-            self.remove_waiter(attempt)
-            complete(DEADLINE_EXCEEDED)
-
-        def cancel() -> None:
-            with lock:
-                state["done"] = True
-                timer = state["timer"]
-                hold = state["hold"]
-            if timer is not None:
-                timer.cancel()
-            if hold is not None:
-                hold.cancel()
-            self.remove_waiter(attempt)
-
-        remaining = rpc.remaining()
-        if remaining is not None:
-            if remaining <= 0:
-                complete(DEADLINE_EXCEEDED)
-                return cancel
-            state["timer"] = self.deadline_clock.call_later(remaining, expire)
-        attempt()
-        return cancel
+    def wait_for_publication(self, generation: int, timeout: float | None) -> bool:
+        """Block the calling thread until the next publication after
+        ``generation`` (at once when there was one already); False when
+        ``timeout`` seconds passed first."""
+        event = threading.Event()
+        if not self.add_waiter(generation, event.set):
+            return True
+        if event.wait(timeout):
+            return True
+        self.remove_waiter(event.set)
+        return False
 
     # ------------------------------------------------------------------
     # Publication (serializer)
@@ -1008,8 +512,8 @@ class ChannelCore:
             closing.extend(self.pool.close())  # first: cancels RPCs in flight
             self._teardown()
             closing.extend(self.pool.close())
-            self.picker = FailPicker(CHANNEL_CLOSED)
-            self._set_state(ConnectivityState.SHUTDOWN, CHANNEL_CLOSED)
+            self.picker = FailPicker(_CLOSED)
+            self._set_state(ConnectivityState.SHUTDOWN, _CLOSED)
             self._publish()
             close_clock = getattr(self.clock, "close", None)
             if close_clock is not None:
@@ -1028,4 +532,4 @@ class ChannelCore:
 
 
 _DEADLINE_CLOCK = RealClock()
-"""Deadline timers of queued non-blocking RPCs (run on the timer thread)."""
+"""Deadline and backoff timers of non-blocking RPCs (run on the timer thread)."""

@@ -1,13 +1,16 @@
 """The sync channel's multicallables (what ``channel.unary_unary(...)`` and
 generated stubs return).
 
-Each RPC: the channel core picks (ConfigSelector, then picker; waiting if
-queued, bounded by the deadline), then the RPC is sent on the picked
-subchannel's grpcio channel through a grpcio multicallable cached on that
-subchannel's transport per (kind, method, serializers).  ``timeout`` is the
-remaining time to the deadline (the user's timeout capped by the route's
-max_stream_duration, A31).  The subchannel call itself never waits for
-ready: the channel did the waiting.
+Each invocation makes one :class:`~pyxds.channel.rpc.Rpc` (the story of
+that RPC: route, picks, attempts, retries, end) and hands it to its thread
+adapter: :func:`~pyxds.channel.calls.blocking_unary` for ``__call__`` and
+``with_call``, :class:`~pyxds.channel.calls.FutureCall` for ``future()``,
+:class:`~pyxds.channel.calls.StreamingCall` for response streams.  Every
+attempt starts the one way of its call kind (:class:`GrpcMethod`), on the
+picked subchannel's grpcio channel.  A client stream's requests go through
+a :class:`~pyxds.channel.calls.RequestReplay` (kept for a retry); a
+``future()`` or response-streaming call serializes its request up front, as
+grpcio does, so that one it cannot serialize fails at once.
 """
 
 from __future__ import annotations
@@ -18,126 +21,66 @@ from typing import Any
 
 import grpc
 
-from pyxds.channel.attempts import counting
 from pyxds.channel.calls import (
-    SERIALIZE_FAILED,
     ChannelRpcError,
     FutureCall,
     RequestReplay,
     StreamingCall,
     blocking_unary,
 )
-from pyxds.channel.core import ChannelCore, Rpc
-from pyxds.channel.subchannel import Transport
-
-#: grpcio multicallables cached per subchannel (per method and serializers).
-_MAX_CACHED = 1024
+from pyxds.channel.core import ChannelCore
+from pyxds.channel.grpc_calls import SERIALIZE_FAILED, GrpcMethod
+from pyxds.channel.rpc import Rpc
 
 _log = logging.getLogger(__name__)
 
 
-def grpc_multicallable(
-    transport: Transport, kind: str, method: str, ser: Any, deser: Any, registered: bool = True
-) -> Any:
-    """A grpcio (or grpc.aio) multicallable of ``kind`` on the transport's channel.
+class _MultiCallable:
+    """What every kind shares: the channel, the method, how one call begins."""
 
-    ``registered``: registered with C-core (a cheaper call each time, for the
-    multicallables cached per transport); one made for a single attempt is
-    not, since registering costs more than it saves on one call (measured:
-    a fresh registered multicallable adds ~18 us to an RPC, a plain one ~5 us).
-    """
-    make = getattr(transport.channel, kind)
-    if not registered:
-        return make(method, ser, deser)
-    try:
-        return make(method, ser, deser, _registered_method=True)
-    except TypeError:  # older grpcio
-        return make(method, ser, deser)
+    __slots__ = ("_core", "_method")
 
-
-class _Base:
-    __slots__ = ("_core", "_method", "_ser", "_deser", "_key", "_kind")
-
-    _kind_name = ""
+    _kind = ""
+    #: the requests are an iterator (stream_unary, stream_stream)
+    _client_streaming = False
 
     def __init__(
         self,
         core: ChannelCore,
         method: str,
-        request_serializer: Callable | None,
-        response_deserializer: Callable | None,
+        request_serializer: Callable[[Any], bytes] | None,
+        response_deserializer: Callable[[bytes], Any] | None,
     ) -> None:
         self._core = core
-        self._method = method
-        self._ser = request_serializer
-        self._deser = response_deserializer
-        self._key = (self._kind_name, method, request_serializer, response_deserializer)
+        self._method = GrpcMethod(self._kind, method, request_serializer, response_deserializer)
 
-    def _inner(self, transport: Transport, rpc: Rpc, serialized: bool = False) -> Any:
-        """The grpcio multicallable of ``rpc``'s attempt on ``transport``:
-        cached per transport; while A66 metrics are on, the attempt's own,
-        counting its message bytes (``serialized``: the request is bytes)."""
-        if rpc.sizes is not None:
-            ser, deser = counting(rpc.sizes, None if serialized else self._ser, self._deser)
-            return grpc_multicallable(
-                transport, self._kind_name, self._method, ser, deser, registered=False
-            )
-        key = (*self._key, "serialized") if serialized else self._key
-        mc = transport.callables.get(key)
-        if mc is None:
-            ser = None if serialized else self._ser
-            mc = grpc_multicallable(transport, self._kind_name, self._method, ser, self._deser)
-            if len(transport.callables) >= _MAX_CACHED:  # e.g. lambdas as serializers
-                transport.callables.clear()
-            transport.callables[key] = mc
-        return mc
-
-    def _serialize(self, request: Any) -> tuple[Any, bool]:
-        """(request, serialized?): a request serialized now, as grpcio's
-        ``future()`` and unary-stream call do, so that one it cannot
-        serialize is raised here (INTERNAL "Exception serializing request!")
-        rather than from a call object."""
-        if self._ser is None:
-            return request, False
-        try:
-            return self._ser(request), True
-        except Exception:
-            _log.exception("Exception serializing message!")
-            raise ChannelRpcError(SERIALIZE_FAILED) from None
-
-    def _starter(
-        self,
-        rpc: Rpc,
-        verb: str | None,
-        request: Any,
-        credentials: Any,
-        compression: Any,
-        serialized: bool = False,
-    ) -> Callable[[Transport, float | None], Any]:
-        """What starts one attempt of ``rpc`` on a picked transport: the
-        grpcio multicallable's ``verb`` (``with_call``, ``future``, None: the
-        call itself) with ``rpc.send_metadata``, the remaining time, never
-        waiting for ready (the channel did); ``request`` is the request, or
-        the :class:`RequestReplay` that gives each attempt its requests."""
-
-        def start(transport: Transport, remaining: float | None) -> Any:
-            inner = self._inner(transport, rpc, serialized)
-            if verb is not None:
-                inner = getattr(inner, verb)
-            return inner(
-                request.attempt() if request.__class__ is RequestReplay else request,
-                timeout=remaining,
-                metadata=rpc.send_metadata,
-                credentials=credentials,
-                wait_for_ready=False,
-                compression=compression,
-            )
-
-        return start
+    def _begin(
+        self, request: Any, timeout: Any, metadata: Any, wait_for_ready: Any, blocking: bool
+    ) -> tuple[Rpc, Any, bool]:
+        """One call's Rpc, the request its attempts send (a client stream's
+        replay) and whether it is serialized already (non-blocking calls)."""
+        serialized = False
+        buffer = None
+        if self._client_streaming:
+            request = RequestReplay(request, self._core.retry_buffer_size)
+            buffer = request.buffer
+        elif not blocking and self._method.serializer is not None:
+            try:
+                request = self._method.serializer(request)
+            except Exception:
+                _log.exception("Exception serializing message!")
+                raise ChannelRpcError(SERIALIZE_FAILED) from None
+            serialized = True
+        rpc = Rpc(
+            self._core, self._method.method, metadata, timeout, wait_for_ready, buffer, blocking
+        )
+        return rpc, request, serialized
 
 
-class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
-    _kind_name = "unary_unary"
+class _UnaryResponse(_MultiCallable):
+    """unary_unary and stream_unary: ``__call__``, ``with_call``, ``future``."""
+
+    __slots__ = ()
 
     def __call__(
         self,
@@ -148,9 +91,8 @@ class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
     ) -> Any:
-        return self.with_call(request, timeout, metadata, credentials, wait_for_ready, compression)[
-            0
-        ]
+        rpc, request, _ = self._begin(request, timeout, metadata, wait_for_ready, True)
+        return blocking_unary(rpc, self._method, request, credentials, compression, False)[0]
 
     def with_call(
         self,
@@ -161,9 +103,8 @@ class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
     ) -> tuple[Any, grpc.Call]:
-        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
-        start = self._starter(rpc, "with_call", request, credentials, compression)
-        return blocking_unary(self._core, rpc, start)
+        rpc, request, _ = self._begin(request, timeout, metadata, wait_for_ready, True)
+        return blocking_unary(rpc, self._method, request, credentials, compression, True)
 
     def future(
         self,
@@ -174,14 +115,16 @@ class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
     ) -> FutureCall:
-        request, serialized = self._serialize(request)
-        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
-        start = self._starter(rpc, "future", request, credentials, compression, serialized)
-        return FutureCall(self._core, rpc, start)
+        rpc, request, serialized = self._begin(request, timeout, metadata, wait_for_ready, False)
+        return FutureCall(
+            rpc, self._method, request, credentials, compression, "future", serialized
+        )
 
 
-class UnaryStreamMultiCallable(_Base, grpc.UnaryStreamMultiCallable):
-    _kind_name = "unary_stream"
+class _StreamResponse(_MultiCallable):
+    """unary_stream and stream_stream: the call is the response iterator."""
+
+    __slots__ = ()
 
     def __call__(
         self,
@@ -192,70 +135,27 @@ class UnaryStreamMultiCallable(_Base, grpc.UnaryStreamMultiCallable):
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
     ) -> StreamingCall:
-        request, serialized = self._serialize(request)
-        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
-        start = self._starter(rpc, None, request, credentials, compression, serialized)
-        return StreamingCall(self._core, rpc, start)
+        rpc, request, serialized = self._begin(request, timeout, metadata, wait_for_ready, False)
+        return StreamingCall(rpc, self._method, request, credentials, compression, None, serialized)
 
 
-class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
-    _kind_name = "stream_unary"
-
-    def __call__(
-        self,
-        request_iterator: Any,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: grpc.CallCredentials | None = None,
-        wait_for_ready: bool | None = None,
-        compression: grpc.Compression | None = None,
-    ) -> Any:
-        return self.with_call(
-            request_iterator, timeout, metadata, credentials, wait_for_ready, compression
-        )[0]
-
-    def with_call(
-        self,
-        request_iterator: Any,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: grpc.CallCredentials | None = None,
-        wait_for_ready: bool | None = None,
-        compression: grpc.Compression | None = None,
-    ) -> tuple[Any, grpc.Call]:
-        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
-        replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
-        start = self._starter(rpc, "with_call", replay, credentials, compression)
-        return blocking_unary(self._core, rpc, start, replay=replay)
-
-    def future(
-        self,
-        request_iterator: Any,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: grpc.CallCredentials | None = None,
-        wait_for_ready: bool | None = None,
-        compression: grpc.Compression | None = None,
-    ) -> FutureCall:
-        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
-        replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
-        start = self._starter(rpc, "future", replay, credentials, compression)
-        return FutureCall(self._core, rpc, start, replay=replay)
+class UnaryUnaryMultiCallable(_UnaryResponse, grpc.UnaryUnaryMultiCallable):
+    __slots__ = ()
+    _kind = "unary_unary"
 
 
-class StreamStreamMultiCallable(_Base, grpc.StreamStreamMultiCallable):
-    _kind_name = "stream_stream"
+class StreamUnaryMultiCallable(_UnaryResponse, grpc.StreamUnaryMultiCallable):
+    __slots__ = ()
+    _kind = "stream_unary"
+    _client_streaming = True
 
-    def __call__(
-        self,
-        request_iterator: Any,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: grpc.CallCredentials | None = None,
-        wait_for_ready: bool | None = None,
-        compression: grpc.Compression | None = None,
-    ) -> StreamingCall:
-        rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
-        replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
-        start = self._starter(rpc, None, replay, credentials, compression)
-        return StreamingCall(self._core, rpc, start, replay=replay)
+
+class UnaryStreamMultiCallable(_StreamResponse, grpc.UnaryStreamMultiCallable):
+    __slots__ = ()
+    _kind = "unary_stream"
+
+
+class StreamStreamMultiCallable(_StreamResponse, grpc.StreamStreamMultiCallable):
+    __slots__ = ()
+    _kind = "stream_stream"
+    _client_streaming = True

@@ -18,11 +18,32 @@ from pyxds.lb.errors import LBConfigError, describe
 
 _factories: dict[str, PolicyFactory] = {}
 _lock = threading.Lock()
-_builtins_loaded = False
+
+#: The built-in policies by registered name, each loaded (it registers
+#: itself) the first time its name is asked for: a channel loads the policies
+#: its config names, not all of them (start-up, issue 18).
+BUILTINS: dict[str, str] = {
+    "pick_first": "pyxds.lb.pick_first",
+    "round_robin": "pyxds.lb.round_robin",
+    "ring_hash_experimental": "pyxds.lb.ring_hash",
+    "weighted_round_robin": "pyxds.lb.weighted_round_robin",
+    "outlier_detection_experimental": "pyxds.lb.outlier_detection",
+    "least_request_experimental": "pyxds.lb.least_request",
+    "priority_experimental": "pyxds.lb.priority",
+    "weighted_target_experimental": "pyxds.lb.weighted_target",
+    "xds_wrr_locality_experimental": "pyxds.lb.xds_wrr_locality",
+    "xds_cluster_manager_experimental": "pyxds.lb.xds_cluster_manager",
+    "cds_experimental": "pyxds.lb.cds",
+    "xds_cluster_impl_experimental": "pyxds.lb.xds_cluster_impl",
+    "xds_routing_experimental": "pyxds.lb.xds_routing",
+}
+_loaded: set[str] = set()
 
 
 def register(factory: PolicyFactory) -> None:
-    """Register (or replace) a policy factory under ``factory.name``."""
+    """Register (or replace) a policy factory under ``factory.name``.  A
+    user's registration stands even when the built-in of that name loads
+    later."""
     with _lock:
         _factories[factory.name] = factory
 
@@ -34,8 +55,11 @@ def unregister(name: str) -> None:
 
 def get(name: str) -> PolicyFactory | None:
     """The factory registered under ``name``, or None."""
-    _load_builtins()
-    return _factories.get(name)
+    factory = _factories.get(name)
+    if factory is None and name in BUILTINS:
+        _load_builtin(BUILTINS[name])
+        factory = _factories.get(name)
+    return factory
 
 
 def names() -> list[str]:
@@ -51,7 +75,6 @@ def select(load_balancing_config_list: Any, path: str = "") -> tuple[PolicyFacto
     naming the JSON path when the list is malformed, when the chosen entry's
     config is invalid, or when no entry names a registered policy.
     """
-    _load_builtins()
     if not isinstance(load_balancing_config_list, list):
         raise LBConfigError(path, f"expected array, got {describe(load_balancing_config_list)}")
     seen: list[str] = []
@@ -62,7 +85,7 @@ def select(load_balancing_config_list: Any, path: str = "") -> tuple[PolicyFacto
                 entry_path, f"expected an object with exactly one key, got {describe(entry)}"
             )
         ((name, config),) = entry.items()
-        factory = _factories.get(name)
+        factory = get(name)
         if factory is None:
             seen.append(name)
             continue
@@ -79,39 +102,34 @@ def select(load_balancing_config_list: Any, path: str = "") -> tuple[PolicyFacto
     raise LBConfigError(path, f"no supported load balancing policy in list: {listed}")
 
 
-def _load_builtins() -> None:
-    """Import the built-in policies once so they register themselves."""
-    global _builtins_loaded
-    if _builtins_loaded:
+def _load_builtin(module: str) -> None:
+    """Import one built-in policy module (it registers its policies); a
+    name registered before (a user's policy) keeps its registration."""
+    if module in _loaded:
         return
-    _builtins_loaded = True
     import importlib
 
+    with _lock:
+        before = dict(_factories)
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if err.name != module:
+            raise
+    with _lock:
+        _factories.update(before)
+        _loaded.add(module)
+
+
+def _load_builtins() -> None:
+    """Import every built-in policy (what :func:`names` lists)."""
     failures: list[BaseException] = []
-    for module in (
-        "pyxds.lb.pick_first",
-        "pyxds.lb.round_robin",
-        "pyxds.lb.ring_hash",
-        "pyxds.lb.weighted_round_robin",
-        "pyxds.lb.outlier_detection",
-        "pyxds.lb.least_request",
-        "pyxds.lb.priority",
-        "pyxds.lb.weighted_target",
-        "pyxds.lb.xds_wrr_locality",
-        "pyxds.lb.xds_cluster_manager",
-        "pyxds.lb.cds",
-        "pyxds.lb.xds_cluster_impl",
-        "pyxds.lb.xds_routing",
-    ):
+    for module in BUILTINS.values():
         try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if err.name != module:
-                failures.append(err)
+            _load_builtin(module)
         except Exception as err:  # import every module, then report the first failure
             failures.append(err)
     if failures:
-        _builtins_loaded = False  # a later call retries (and raises again)
         raise failures[0]
 
 

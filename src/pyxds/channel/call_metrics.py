@@ -1,0 +1,113 @@
+"""A66 per-call and per-attempt metrics of one RPC (gRFC A66, A78).
+
+One :class:`CallMetrics` per RPC, made only while metrics are on
+(``pyxds.metrics.RECORDER`` set when the RPC starts): an RPC made while
+they are off carries None and costs nothing more.  The RPC
+(:class:`pyxds.channel.rpc.Rpc`) tells it each attempt's end and the call's
+end; it records:
+
+* ``grpc.client.attempt.started`` when an attempt starts (the first with
+  the call, each next one when the previous ended and the RPC goes on);
+* ``grpc.client.attempt.duration`` (pick included) and the attempt's
+  ``sent``/``rcvd_total_compressed_message_size`` at each attempt's end,
+  with the A78 optional labels its pick set (``PickComplete.attempt_labels``);
+* ``grpc.client.call.duration`` at the call's end.
+
+Message sizes are counted by the attempt's own grpcio serializers
+(:func:`counting`), into :attr:`CallMetrics.sizes` ([sent, received]).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pyxds import metrics as _metrics
+from pyxds.status import Status
+
+__all__ = ["CallMetrics", "counting"]
+
+
+class CallMetrics:
+    """See the module docstring."""
+
+    __slots__ = ("method", "target", "sizes", "_attempt_start", "_call_start")
+
+    def __init__(self, path: str, target: str) -> None:
+        self.method = path.lstrip("/")
+        self.target = target
+        #: the current attempt's message bytes, [sent, received]
+        self.sizes: list[int] = [0, 0]
+        self._attempt_start = self._call_start = self._started()
+
+    def _started(self) -> float:
+        _metrics.add(
+            "grpc.client.attempt.started",
+            1,
+            {"grpc.method": self.method, "grpc.target": self.target},
+        )
+        return time.perf_counter()
+
+    def attempt_ended(
+        self, status: Status, attempt_labels: Mapping[str, str] | None, last: bool
+    ) -> bool:
+        """An attempt ended with ``status``; ``last``: the RPC ends with it
+        (otherwise the next attempt starts now).  False: metrics were turned
+        off meanwhile, the RPC's next attempts are not recorded."""
+        labels = {
+            "grpc.method": self.method,
+            "grpc.target": self.target,
+            "grpc.status": status.code.name,
+        }
+        if attempt_labels is not None:
+            # A78: the optional labels the picker set (grpc.lb.locality); the
+            # recorder emits those the user enabled
+            labels.update(attempt_labels)
+        _metrics.record(
+            "grpc.client.attempt.duration", time.perf_counter() - self._attempt_start, labels
+        )
+        sizes = self.sizes
+        _metrics.record("grpc.client.attempt.sent_total_compressed_message_size", sizes[0], labels)
+        _metrics.record("grpc.client.attempt.rcvd_total_compressed_message_size", sizes[1], labels)
+        if last or _metrics.RECORDER is None:
+            return False
+        self.sizes = [0, 0]
+        self._attempt_start = self._started()
+        return True
+
+    def call_ended(self, status: Status) -> None:
+        """``grpc.client.call.duration``: from the call's start to its end."""
+        _metrics.record(
+            "grpc.client.call.duration",
+            time.perf_counter() - self._call_start,
+            {
+                "grpc.method": self.method,
+                "grpc.target": self.target,
+                "grpc.status": status.code.name,
+            },
+        )
+
+
+def counting(
+    sizes: list[int],
+    serializer: Callable[[Any], bytes] | None,
+    deserializer: Callable[[bytes], Any] | None,
+) -> tuple[Callable[[Any], bytes], Callable[[bytes], Any]]:
+    """A66 ``grpc.client.attempt.{sent,rcvd}_total_compressed_message_size``:
+    the (serializer, deserializer) of one attempt's grpcio call that add the
+    serialized size of each request to ``sizes[0]`` and of each response to
+    ``sizes[1]`` (:attr:`CallMetrics.sizes`, recorded at the attempt's end).
+    Used only while metrics are on: the attempt then gets its own grpcio
+    multicallable."""
+
+    def serialize(message: Any) -> bytes:
+        data = message if serializer is None else serializer(message)
+        sizes[0] += len(data)
+        return data
+
+    def deserialize(data: bytes) -> Any:
+        sizes[1] += len(data)
+        return data if deserializer is None else deserializer(data)
+
+    return serialize, deserialize

@@ -1,0 +1,586 @@
+"""One RPC, top to bottom: its route, its picks, its attempts, its end
+(gRFC A31 for the route, A39/A33 for the filters, A6 and A44 for retries,
+A66 for the metrics).
+
+Theory of operation
+-------------------
+
+An :class:`Rpc` is the whole story of one RPC on a pyxds channel, sync or
+asyncio, unary or streaming.  It performs no I/O: it never blocks, sleeps,
+starts a thread, a timer or an asyncio task, and never starts a grpcio
+call.  The call objects (``calls.py`` for the sync channel, ``aio.py`` for
+``grpc.aio``) are its adapters: they ask it what to do next, wait their
+own way (a blocked thread, a timer, an awaited sleep), start the grpcio
+call on the transport it names, and tell it how that call ended.  Every
+decision is taken here, the same way for all of them; everything below it
+is called, nothing calls back into it:
+
+1. **Start** (``Rpc(core, ...)``): the deadline from the timeout, the A66
+   call metrics when metrics are on, the channel counts the call (it
+   leaves idle).  A closed channel raises ValueError with grpcio's words.
+2. **Pick** (:meth:`Rpc.pick`, once per attempt):
+
+   a. *Route*, once per RPC (A31: the ConfigSelector is "invoked once at
+      the beginning of every RPC"): the channel's current ConfigSelector
+      gives the CallConfig: a status fails the RPC; the deadline is capped
+      at the route's timeout; the route's A39 filters run once
+      (:func:`pyxds.resolver.http_filters.run_chain`), giving the RPC's
+      filter state (None when they have nothing to do).
+   b. *Filters before the pick*: an A33 delay (never past the deadline),
+      then an abort; the filters' ``pick_attributes`` hook.
+   c. *The picker*: the channel's current one.  ``PickComplete`` -> the
+      subchannel's transport, counted (the filters' ``picked`` hook hears
+      the address); ``PickQueue`` -> wait for the channel's next
+      publication; ``PickFail`` -> fail (A6: the RPC's retry policy may
+      retry it), or wait when wait_for_ready; ``PickDrop`` -> fail.  A pick
+      that fails while the route it was routed by is being replaced is
+      routed again (a route switch fails no RPC).
+
+   The answer: a :class:`Transport` (start the attempt on it, with
+   :attr:`Rpc.send_metadata` and :attr:`Rpc.timeout`), None (nothing
+   started: pick again at the channel's next publication, see
+   ``ChannelCore.add_waiter``), a float (wait that long, then pick again:
+   a fault delay or a failed pick's retry backoff) or a Status (the RPC is
+   over with it: it has been finished).
+3. **An attempt ends** (:meth:`Rpc.ended`): the retry decision
+   (:class:`pyxds.channel.retry.RetryState`, made on the first failed
+   attempt: transparent retries first, then the RPC's own A6/A44 policy,
+   never past the deadline, never once committed or cancelled): the
+   seconds to wait before the next attempt (a fresh pick), or None (the
+   RPC is over, finished).  Decided once per attempt, whichever of the
+   adapter's readers and its call-ended callback sees the end first; a
+   later report of the same attempt (its grpcio call object identifies it)
+   gets the same answer.
+4. **The end** (:meth:`Rpc.finish`, once): the last attempt reaches the
+   LB policy, the throttle hears of a success, the call metrics end, the
+   CallConfig is committed, the channel counts the call done.
+
+Each attempt reaches the LB policy exactly once: its pick's
+``on_call_trailers`` (A51 per-call ORCA) then ``on_call_done``, and the A66
+attempt metrics (:meth:`Rpc._report`).  A pick that chose a subchannel on
+which nothing was started is reported as ``ATTEMPT_NOT_STARTED``.
+
+Phases (:attr:`Rpc.phase`)::
+
+    PICKING --pick(): transport--> RUNNING --ended(): retry--> BACKOFF/PICKING
+       |  \\--pick(): None/float, start_failed()--> PICKING
+       \\--pick(): Status--> DONE            RUNNING --ended(): final--> DONE
+
+Commit (A6): a response, a ``write()`` the RPC cannot keep, the request
+buffer past its limit, or response headers on a failed attempt: no retry
+from then on.  Cancel: the application cancelled; no retry either.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from pyxds import metrics as _metrics
+from pyxds.channel.call_metrics import CallMetrics
+from pyxds.channel.grpc_calls import trailing_metadata_of
+from pyxds.channel.retry import PREVIOUS_ATTEMPTS_KEY, RetryState
+from pyxds.channel.subchannel import Transport, core_of
+from pyxds.lb.api import ATTEMPT_NOT_STARTED, PickArgs, PickComplete, PickDrop, PickFail
+from pyxds.status import Status
+
+if TYPE_CHECKING:
+    from pyxds.channel.core import ChannelCore
+    from pyxds.channel.request_buffer import RequestBuffer
+    from pyxds.lb.api import Picker
+    from pyxds.resolver.api import CallConfig, ConfigSelector
+    from pyxds.resolver.http_filters import FilterVerdict
+
+__all__ = [
+    "BACKOFF",
+    "CANCELLED",
+    "CHANNEL_CLOSED",
+    "DEADLINE_EXCEEDED",
+    "DONE",
+    "PICKING",
+    "RUNNING",
+    "Rpc",
+]
+
+_log = logging.getLogger(__name__)
+
+PICKING = "picking"
+RUNNING = "running"
+BACKOFF = "backoff"
+DONE = "done"
+
+DEADLINE_EXCEEDED = Status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
+CHANNEL_CLOSED = Status(grpc.StatusCode.CANCELLED, "Channel closed!")
+#: grpcio's ValueError text for an RPC invoked on a closed sync channel
+CLOSED_CHANNEL_MESSAGE = "Cannot invoke RPC on closed channel!"
+CLOSED_CHANNEL_MESSAGE_ASYNC = "Cannot invoke RPC: Channel closed!"
+
+_OK = grpc.StatusCode.OK
+#: times a failed pick is routed again while the channel's config changes
+_MAX_REROUTES = 2
+
+
+class Rpc:
+    """See the module docstring."""
+
+    __slots__ = (
+        "core",
+        "path",
+        "metadata",
+        "send_metadata",
+        "deadline",
+        "timeout",
+        "wait_for_ready",
+        "_wfr_explicit",
+        "buffer",
+        "phase",
+        "committed",
+        "cancelled",
+        "metrics",
+        "call_config",
+        "filters",
+        "retry",
+        "_selector",
+        "_reselects",
+        "_hold_until",
+        "_picked_by",
+        "_stale_picker",
+        "_on_call_done",
+        "_on_call_trailers",
+        "_attempt_labels",
+        "_retried",
+    )
+
+    # ------------------------------------------------------------------
+    # 1. Start
+    # ------------------------------------------------------------------
+    def __init__(
+        self,
+        core: ChannelCore,
+        path: str,
+        metadata: Any,
+        timeout: float | None,
+        wait_for_ready: bool | None,
+        buffer: RequestBuffer | None = None,
+        blocking: bool = True,
+    ) -> None:
+        if core.closed:  # grpcio's words: its blocking calls and the others differ
+            raise ValueError(CLOSED_CHANNEL_MESSAGE if blocking else CLOSED_CHANNEL_MESSAGE_ASYNC)
+        self.core = core
+        self.path = path
+        #: the application's metadata, as (key, value) pairs (what routing reads)
+        self.metadata: Sequence[tuple[str, Any]] = tuple(metadata) if metadata else ()
+        #: the metadata the next attempt sends (the application's, plus
+        #: ``grpc-previous-rpc-attempts`` on a retry)
+        self.send_metadata = metadata
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        #: seconds left to the deadline when the running attempt started
+        #: (None: no deadline): the timeout of its grpcio call
+        self.timeout: float | None = None
+        self.wait_for_ready = bool(wait_for_ready)
+        self._wfr_explicit = wait_for_ready is not None
+        #: the requests kept for a retry (client-streaming RPCs)
+        self.buffer = buffer
+        self.phase = PICKING
+        self.committed = False
+        self.cancelled = False
+        #: A66 per-call metrics, None while metrics are off
+        self.metrics = None if _metrics.RECORDER is None else CallMetrics(path, core.target)
+        self.call_config: CallConfig | None = None
+        #: what the route's filters do to this RPC (None: nothing)
+        self.filters: FilterVerdict | None = None
+        #: the retry decision, made on the first failed attempt
+        self.retry: RetryState | None = None
+        self._selector: ConfigSelector | None = None
+        self._reselects = 0
+        self._hold_until: float | None = None
+        self._picked_by: Picker | None = None  # the picker of the last completed pick
+        self._stale_picker: Picker | None = None  # never pick with it again
+        self._on_call_done: Callable[[Status], None] | None = None
+        self._on_call_trailers: Callable[[Sequence[tuple[str, Any]]], None] | None = None
+        #: the last pick's ``PickComplete.attempt_labels`` (A78), for its attempt's metrics
+        self._attempt_labels: Mapping[str, str] | None = None
+        #: (call, delay) of each attempt followed by another (made at the
+        #: first retry: an RPC that is not retried never builds it)
+        self._retried: list[tuple[Any, float]] | None = None
+        core.call_started()
+
+    def remaining(self) -> float | None:
+        """Seconds to the deadline (None: no deadline)."""
+        if self.deadline is None:
+            return None
+        return self.deadline - time.monotonic()
+
+    @property
+    def done(self) -> bool:
+        return self.phase is DONE
+
+    @property
+    def wants_call(self) -> bool:
+        """Whether the attempt's grpcio call object is needed at its end
+        (its trailers go to the LB policy: A51 per-call ORCA)."""
+        return self._on_call_trailers is not None
+
+    # ------------------------------------------------------------------
+    # 2. Pick
+    # ------------------------------------------------------------------
+    def pick(self) -> Transport | Status | float | None:
+        """The next step of the RPC (see the module docstring)."""
+        core = self.core
+        if self.cancelled:
+            return self.finish(CANCELLED)
+        if core.closed:
+            return self.finish(CHANNEL_CLOSED)
+        deadline = self.deadline
+        if self.retry is not None and deadline is not None and deadline <= time.monotonic():
+            return self.finish(DEADLINE_EXCEEDED)  # a retry's backoff ran into it
+        while True:
+            config = self.call_config
+            if config is None:
+                routed = self._route()
+                if routed is not True:
+                    return None if routed is False else self.finish(routed)  # type: ignore[arg-type]
+                config = self.call_config
+                assert config is not None
+            attributes = config.call_attributes
+            filters = self.filters
+            if filters is not None:
+                if filters.before_pick and self._hold_until != -1.0:
+                    held = self._before_pick(filters)
+                    if held is not None:
+                        return held if held.__class__ is float else self.finish(held)  # type: ignore[arg-type]
+                if filters.pick_attributes is not None:
+                    attributes = filters.pick_attributes(attributes)
+            picker = core.picker
+            if picker is self._stale_picker:
+                return None  # it chose a lost connection for this RPC: wait for the next
+            try:
+                result = picker.pick(PickArgs(self.path, self.metadata, attributes))
+            except Exception as err:
+                _log.exception("pyxds: picker raised")
+                return self.finish(Status(grpc.StatusCode.INTERNAL, f"picker failed: {err}"))
+            if isinstance(result, PickComplete):
+                return self._picked(result, picker)
+            if isinstance(result, PickFail):
+                if self.wait_for_ready:
+                    return None
+                again = self._reroute()
+                if again is not False:
+                    if again is None:
+                        return None  # the publication that ends the update wakes it
+                    continue
+                if config.retry_policy is not None:
+                    # A6: a pick that fails (not a drop) is handled by the policy
+                    delay = self._retry_delay(result.status, pick_failed=True)
+                    if delay is not None:
+                        return delay
+                return self.finish(result.status)
+            if isinstance(result, PickDrop):
+                again = self._reroute()
+                if again is not False:
+                    if again is None:
+                        return None
+                    continue
+                return self.finish(result.status)
+            return None  # PickQueue
+
+    def _route(self) -> Status | bool:
+        """Choose the RPC's CallConfig (once, A31) and run its filters:
+        True (routed), False (no config yet: wait for the next one) or the
+        Status that fails the RPC."""
+        core = self.core
+        selector = core.selector
+        if selector is None:
+            status = core.no_config_status
+            if status is not None and not self.wait_for_ready:
+                return status
+            return False
+        try:
+            config = selector.select(self.path, self.metadata)
+        except Exception as err:  # a selector bug must not escape as a crash
+            _log.exception("pyxds: config selector raised")
+            return Status(grpc.StatusCode.INTERNAL, f"config selector failed: {err}")
+        if config.status is not None and not config.status.ok:
+            if config.no_config and self.wait_for_ready:
+                return False  # no usable config: wait for the next one
+            self.call_config = config
+            self._selector = selector
+            return config.status
+        self.call_config = config
+        self._selector = selector
+        if config.wait_for_ready is not None and not self._wfr_explicit:
+            self.wait_for_ready = config.wait_for_ready
+        if config.timeout is not None and config.timeout > 0:
+            cap = time.monotonic() + config.timeout
+            if self.deadline is None or cap < self.deadline:
+                self.deadline = cap
+        if config.filters:
+            from pyxds.resolver.http_filters import run_chain
+
+            self.filters = run_chain(config.filters, self.metadata, core.random)
+        return True
+
+    def _before_pick(self, filters: FilterVerdict) -> Status | float | None:
+        """The filters' verdict before the pick (A33: delay, then abort, both
+        before anything is sent): seconds still to wait (never past the
+        deadline), the abort status (DEADLINE_EXCEEDED when the delay ran
+        into the deadline), or None to go on to the pick."""
+        outcome = filters.abort
+        if filters.delay > 0:
+            now = time.monotonic()
+            if self._hold_until is None:
+                self._hold_until = now + filters.delay
+            left = self._hold_until - now
+            if left > 0:
+                to_deadline = None if self.deadline is None else self.deadline - now
+                if to_deadline is None or to_deadline > left:
+                    return left
+                if to_deadline > 0:
+                    return to_deadline  # then DEADLINE_EXCEEDED
+                outcome = DEADLINE_EXCEEDED
+        self._hold_until = -1.0  # carried out: never again for this RPC
+        if filters.done is not None:
+            filters.done()
+        return outcome
+
+    def _picked(self, result: PickComplete, picker: Picker) -> Transport | Status | None:
+        """A completed pick: the transport to start the attempt on, counted."""
+        subchannel = core_of(result.subchannel)
+        transport = subchannel.transport if subchannel is not None else None
+        if transport is None or transport.closed:
+            # not one of ours, or lost its connection since the picker was
+            # built: the next picker will say more
+            if result.on_call_done is not None:
+                result.on_call_done(ATTEMPT_NOT_STARTED)
+            return None
+        self._on_call_done = result.on_call_done
+        self._on_call_trailers = result.on_call_trailers
+        self._attempt_labels = result.attempt_labels
+        self._picked_by = picker
+        if self.deadline is not None:
+            remaining = self.timeout = self.deadline - time.monotonic()
+            if remaining <= 0:  # e.g. after a backoff
+                return self.finish(DEADLINE_EXCEEDED)
+        if not transport.call_started():
+            self._report(ATTEMPT_NOT_STARTED)
+            return None
+        filters = self.filters
+        if filters is not None and filters.picked is not None:
+            filters.picked(subchannel.address)  # type: ignore[union-attr]
+        self.phase = RUNNING
+        return transport
+
+    def _reroute(self) -> bool | None:
+        """A failed pick of an RPC routed by a config that is being replaced
+        (the LB tree already dropped the old route's cluster, the new config
+        selector is not published yet) is routed again by the new config
+        instead of failing: a route switch fails no RPC.  True: routed
+        again, pick now; None: wait for the publication that ends the
+        update; False: the failure stands."""
+        if self._reselects >= _MAX_REROUTES:
+            return False
+        core = self.core
+        if core.applying:
+            self._reselects += 1
+            self._release_config()
+            return None
+        if self._selector is not None and self._selector is not core.selector:
+            self._reselects += 1
+            self._release_config()
+            return True
+        return False
+
+    def _release_config(self) -> None:
+        """Forget the CallConfig (committing it) so the RPC is routed again."""
+        config, self.call_config = self.call_config, None
+        self._selector = None
+        if config is not None and config.on_committed is not None:
+            try:
+                config.on_committed()
+            except Exception:
+                _log.exception("pyxds: on_committed raised")
+
+    def start_failed(self, transport: Transport) -> bool:
+        """Starting the attempt's grpcio call on ``transport`` raised.
+
+        True: the transport had closed under us (grpcio's "Cannot invoke RPC
+        on closed channel!"), so nothing was sent: the pick is reported as
+        not started; pick again.  False: the call's own arguments are wrong
+        (malformed metadata, a timeout that is not a number: grpcio raises
+        the same on its own channel, and would again on any subchannel);
+        the count on the transport is given back and the adapter ends the
+        RPC with the error, never picking again for it.
+        """
+        transport.call_finished()
+        if transport.closed:
+            self._report(ATTEMPT_NOT_STARTED)
+            self.phase = PICKING
+            return True
+        return False
+
+    # ------------------------------------------------------------------
+    # 3. An attempt ends
+    # ------------------------------------------------------------------
+    def ended(
+        self,
+        call: Any,
+        status: Status,
+        read_metadata: Callable[[Any], tuple[Any, Any]] | None = None,
+    ) -> float | None:
+        """The attempt ``call`` ended with ``status``: seconds to wait before
+        the next attempt, or None (the RPC is over, finished here).
+        ``read_metadata(call)`` gives the attempt's (initial, trailing)
+        metadata, read only for a failed attempt (non-empty initial metadata
+        = response headers = committed; trailers: the server's pushback)."""
+        delay = self._delay_of(call)
+        if delay is not None or self.phase is DONE:
+            return delay  # decided already
+        if not status.ok and not self.cancelled:
+            initial, trailing = read_metadata(call) if read_metadata is not None else (None, None)
+            buffer = self.buffer
+            committed = (
+                self.committed or bool(initial) or (buffer is not None and not buffer.recording)
+            )
+            delay = self._retry_delay(status, trailing, committed)
+        if delay is None:
+            self.finish(status, call)
+        else:
+            if self._retried is None:
+                self._retried = []
+            self._retried.append((call, delay))
+            self._report(status, call)
+            self.phase = BACKOFF if delay > 0 else PICKING
+        return delay
+
+    def reported(self, call: Any) -> bool:
+        """Whether the end of the attempt ``call`` was decided already (or
+        the RPC is over)."""
+        return self._delay_of(call) is not None or self.phase is DONE
+
+    def _delay_of(self, call: Any) -> float | None:
+        retried = self._retried
+        if retried is not None:
+            for decided, delay in retried:
+                if decided is call:
+                    return delay
+        return None
+
+    def _retry_delay(
+        self,
+        status: Status,
+        trailing_metadata: Sequence[tuple[str, Any]] | None = None,
+        committed: bool = False,
+        pick_failed: bool = False,
+    ) -> float | None:
+        """The RPC's retry decision for an attempt that ended with
+        ``status`` (``pick_failed``: its pick failed, nothing was sent):
+        seconds to wait before the next attempt, or None.  The policy is
+        the one of this RPC's CallConfig, chosen once (A31), and the wait
+        never goes past the deadline (the next pick then fails with
+        DEADLINE_EXCEEDED)."""
+        state = self.retry
+        core = self.core
+        if state is None:
+            if not core.retries_enabled:
+                return None
+            config = self.call_config
+            policy = config.retry_policy if config is not None else None
+            state = self.retry = RetryState(policy, core.retry_throttle, core.random)
+        delay = state.on_attempt_end(status, trailing_metadata, committed, pick_failed)
+        if delay is None:
+            return None
+        if state.wait_for_new_picker:
+            # A6 transparent retry of an attempt that never left the client:
+            # the picker that chose its lost connection is not used again
+            self._stale_picker = self._picked_by
+        previous = state.previous_attempts
+        if previous:
+            self.send_metadata = (*self.metadata, (PREVIOUS_ATTEMPTS_KEY, str(previous)))
+        if self.deadline is not None:
+            delay = max(0.0, min(delay, self.deadline - time.monotonic()))
+        return delay
+
+    def commit(self) -> None:
+        """The RPC committed: no retry from now on, no request kept."""
+        self.committed = True
+        if self.buffer is not None:
+            self.buffer.commit()
+
+    def cancel(self) -> bool:
+        """The application cancels; False when the RPC was already over."""
+        if self.phase is DONE:
+            return False
+        self.cancelled = True
+        return True
+
+    def response_headers(self, metadata: Any) -> Any:
+        """The response's initial metadata as the application sees it (the
+        route's filters may add to it: A55 ``set-cookie``)."""
+        filters = self.filters
+        if filters is None or filters.response_headers is None:
+            return metadata
+        return filters.response_headers(metadata)
+
+    # ------------------------------------------------------------------
+    # 4. The end
+    # ------------------------------------------------------------------
+    def finish(self, status: Status, call: Any = None) -> Status:
+        """The RPC is over with ``status`` (``call``: its last attempt's
+        grpcio call, when it reached a subchannel); returns ``status``.
+        Once: a later finish changes nothing."""
+        if self.phase is DONE:
+            return status
+        self.phase = DONE
+        core = self.core
+        filters = self.filters
+        if filters is not None and filters.done is not None and self._hold_until != -1.0:
+            self._hold_until = -1.0
+            filters.done()  # e.g. the deadline came during a fault delay
+        self._report(status, call, last=True)
+        if status.code is _OK and core.retry_throttle is not None:
+            core.retry_throttle.record_success()
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.call_ended(status)
+        config = self.call_config
+        if config is not None and config.on_committed is not None:
+            try:
+                config.on_committed()
+            except Exception:
+                _log.exception("pyxds: on_committed raised")
+        core.call_ended()
+        return status
+
+    def _report(self, status: Status, call: Any = None, last: bool = False) -> None:
+        """One attempt (its pick, and the grpcio ``call`` when it reached the
+        subchannel) reaches the LB policy, and its A66 metrics: its
+        trailers to the pick's ``on_call_trailers`` first (A51 per-call
+        ORCA; read only when a policy asked), then ``on_call_done``."""
+        trailers_hook = self._on_call_trailers
+        if trailers_hook is not None:
+            self._on_call_trailers = None
+            if call is not None:
+                try:
+                    trailers = trailing_metadata_of(call)
+                    if trailers:
+                        trailers_hook(trailers)
+                except Exception:
+                    _log.exception("pyxds: on_call_trailers raised")
+        metrics = self.metrics
+        if metrics is not None:
+            going_on = metrics.attempt_ended(status, self._attempt_labels, last)
+            if not going_on and not last:
+                self.metrics = None  # turned off meanwhile
+        self._attempt_labels = None
+        done = self._on_call_done
+        if done is not None:
+            self._on_call_done = None
+            try:
+                done(status)
+            except Exception:
+                _log.exception("pyxds: on_call_done raised")
