@@ -19,6 +19,7 @@ Usage: python bench/rpc_instructions.py [--count 300] [--kinds plain,core,pyxds]
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -27,6 +28,8 @@ import sys
 import tempfile
 import time
 
+EXTRA: list[str] = []
+KEEP = False
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 _CLIENT = r"""
@@ -94,6 +97,7 @@ def instructions(kind: str, target: str, bootstrap: dict, count: int) -> float:
             f"--callgrind-out-file={out_file}",
             "--dump-instr=no",
             "--compress-strings=no",
+            *EXTRA,
             sys.executable,
             "-c",
             _CLIENT,
@@ -127,11 +131,15 @@ def instructions(kind: str, target: str, bootstrap: dict, count: int) -> float:
     # the dump callgrind_control -d asked for is "<out>.1" (the counters
     # zeroed at READY); "<out>" itself holds what ran after it
     total = 0
-    with open(out_file + ".1") as f:
-        for line in f:
-            if line.startswith("summary:"):
-                total = int(line.split()[1])
-    shutil.rmtree(folder, ignore_errors=True)
+    for path in glob.glob(out_file + ".1*"):  # one file per thread with --keep
+        with open(path) as f:
+            for line in f:
+                if line.startswith("summary:"):
+                    total += int(line.split()[1])
+    if KEEP:
+        print(f"  callgrind output kept in {folder}")
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
     return total / count
 
 
@@ -139,7 +147,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=300)
     parser.add_argument("--kinds", default="plain,core,pyxds,plain-aio,core-aio,pyxds-aio")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep callgrind's files (per thread) to annotate"
+    )
     args = parser.parse_args()
+    if args.keep:
+        global KEEP
+        KEEP = True
+        EXTRA.append("--separate-threads=yes")
     server = subprocess.Popen(
         [sys.executable, os.path.join(HERE, "e2e.py"), "--serve"],
         stdin=subprocess.PIPE,

@@ -249,13 +249,13 @@ def test_a_report_after_the_rpc_ended_changes_nothing(h):
 
 
 def test_the_channel_counts_the_rpc_in_and_out_once(h):
-    before = h.core._active_calls
+    before = h.core.active_calls
     rpc = rpc_of(h)
-    assert h.core._active_calls == before + 1
+    assert h.core.active_calls == before + 1
     rpc.pick()
     rpc.finish(OK_STATUS)
     rpc.finish(UNAVAILABLE)
-    assert h.core._active_calls == before
+    assert h.core.active_calls == before
 
 
 def test_buffer_views_replay_what_was_taken_and_a_new_view_retires_the_old():

@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 import grpc.aio
+from grpc import _common
 
 from pyxds.channel.aio_interceptors import INTERCEPTED, sort_interceptors
 from pyxds.channel.core import ChannelCore
@@ -64,6 +65,38 @@ def _error(status: Status) -> grpc.aio.AioRpcError:
     )
 
 
+class _Flag:
+    """An ``asyncio.Event`` made only when something waits on it: most
+    calls are never waited on this way (the response is awaited), and an
+    Event per call costs more than the flag."""
+
+    __slots__ = ("_set", "_event")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: asyncio.Event | None = None
+
+    def set(self) -> None:
+        self._set = True
+        if self._event is not None:
+            self._event.set()
+
+    def clear(self) -> None:
+        self._set = False
+        if self._event is not None:
+            self._event.clear()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> None:
+        if self._set:
+            return
+        if self._event is None:
+            self._event = asyncio.Event()
+        await self._event.wait()
+
+
 def _sync_status(call: Any) -> Status | None:
     """The final status of a finished grpc.aio call, read without awaiting
     (grpcio keeps it on the Cython call); None when not available."""
@@ -71,8 +104,6 @@ def _sync_status(call: Any) -> Status | None:
         raw = call._cython_call._status
         if raw is None:
             return None
-        from grpc import _common
-
         code = _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE[raw.code()]
         return Status(code, raw.details() or "")
     except Exception:
@@ -224,10 +255,10 @@ class _AioCall:
         self._task: asyncio.Task | None = None
         self._inner: Any = None
         self._error: grpc.aio.AioRpcError | None = None
-        self._started = asyncio.Event()
+        self._started = _Flag()
         self._done_callbacks: list[Callable[[Any], None]] = []
         self._finished = False
-        self._done_event = asyncio.Event()
+        self._done_event = _Flag()
         self._status = OK_STATUS
 
     def _try_start(self, step: Transport | Status) -> Any:
@@ -772,7 +803,7 @@ class AioXdsChannel(grpc.aio.Channel):
     async def close(self, grace: float | None = None) -> None:
         if grace:
             deadline = asyncio.get_running_loop().time() + grace
-            while self._core._active_calls > 0 and asyncio.get_running_loop().time() < deadline:
+            while self._core.active_calls > 0 and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.01)
         self._core.close()
         for _ in range(3):  # let the subchannels' close tasks run

@@ -42,6 +42,7 @@ subchannels close) and the channel is IDLE again until the next RPC.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import random
 import threading
@@ -220,8 +221,13 @@ class ChannelCore:
         # -- waiters and activity (lock) ---------------------------------
         self._lock = threading.Lock()
         self._waiters: list[Callable[[], None]] = []
-        self._active_calls = 0
-        self._calls_started = 0
+        #: RPCs started and ended, counted without a lock (``next()`` of an
+        #: ``itertools.count`` is one C call, atomic under the GIL): every RPC
+        #: pays two such calls, the idle timer reads them now and then
+        self._started = itertools.count(1)
+        self._ended = itertools.count(1)
+        self.count_started: Callable[[], int] = self._started.__next__
+        self.count_ended: Callable[[], int] = self._ended.__next__
         self._idle_checked_started = 0
         self._state_watchers: list[Callable[[ConnectivityState], None]] = []
         lifecycle.track(self)  # closed at interpreter exit if never closed
@@ -230,15 +236,29 @@ class ChannelCore:
     # RPC side (any thread, never enters the serializer except to exit idle)
     # ------------------------------------------------------------------
     def call_started(self) -> None:
-        with self._lock:
-            self._active_calls += 1
-            self._calls_started += 1
+        """An RPC (or ``subscribe(try_to_connect=True)``-like use) starts:
+        counted, and the channel leaves idle.  An :class:`Rpc` counts itself
+        with :attr:`count_started` and calls :meth:`exit_idle_for_rpc` only
+        while idle."""
+        self.count_started()
         if self.idle and not self.closed:
             self.serializer.run(self._exit_idle)
 
     def call_ended(self) -> None:
-        with self._lock:
-            self._active_calls -= 1
+        self.count_ended()
+
+    def exit_idle_for_rpc(self) -> None:
+        if self.idle and not self.closed:
+            self.serializer.run(self._exit_idle)
+
+    @property
+    def calls_started(self) -> int:
+        return _count_of(self._started)
+
+    @property
+    def active_calls(self) -> int:
+        """RPCs started and not ended yet."""
+        return _count_of(self._started) - _count_of(self._ended)
 
     def add_waiter(self, generation: int, fn: Callable[[], None]) -> bool:
         """Call ``fn`` at the next publication after ``generation``.  False
@@ -433,7 +453,7 @@ class ChannelCore:
         if self.idle_timeout <= 0:
             return
         with self._lock:
-            self._idle_checked_started = self._calls_started
+            self._idle_checked_started = self.calls_started
         self._idle_timer = self.clock.call_later(delay, self._check_idle)
 
     def _check_idle(self) -> None:
@@ -441,7 +461,7 @@ class ChannelCore:
         if self.idle or self.closed:
             return
         with self._lock:
-            busy = self._active_calls > 0 or self._calls_started != self._idle_checked_started
+            busy = self.active_calls > 0 or self.calls_started != self._idle_checked_started
         if busy:
             self._arm_idle_timer(self.idle_timeout)
             return
@@ -529,6 +549,11 @@ class ChannelCore:
             for transport in closing:
                 if not transport.close_done.wait(max(0.0, deadline - time.monotonic())):
                     break
+
+
+def _count_of(counter: itertools.count[int]) -> int:
+    """How many times ``next(counter)`` was called (counters start at 1)."""
+    return int(counter.__reduce__()[1][0]) - 1  # type: ignore[index]
 
 
 _DEADLINE_CLOCK = RealClock()

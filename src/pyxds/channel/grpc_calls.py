@@ -54,6 +54,7 @@ SERIALIZE_FAILED = Status(grpc.StatusCode.INTERNAL, "Exception serializing reque
 #: (the application writes its requests with ``write()``)
 NO_REQUEST: Any = object()
 
+_DEADLINE_CODE = grpc.StatusCode.DEADLINE_EXCEEDED
 DEADLINE_EXCEEDED = Status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 #: a unary call's deadline as C-core words it on a channel without its retry
 #: filter (the subchannels' grpcio channels have retries off)
@@ -66,7 +67,9 @@ def unary_deadline_status(status: Status) -> Status:
     """``status`` of a unary-response call as grpcio's own channel words it:
     its deadline is DEADLINE_EXCEEDED "Deadline Exceeded" (sync, future and
     aio calls share this one rule; streams keep C-core's words, as grpcio)."""
-    return DEADLINE_EXCEEDED if status == _STREAM_REMOVED_DEADLINE else status
+    if status.code is _DEADLINE_CODE and status.details == _STREAM_REMOVED_DEADLINE.details:
+        return DEADLINE_EXCEEDED
+    return status
 
 
 def _make(
@@ -141,7 +144,11 @@ class GrpcMethod:
         ``verb`` (``with_call``, ``future``; None: the call itself) with the
         request (``request.attempt()`` for a client stream's replay; none at
         all for :data:`NO_REQUEST`)."""
-        mc = self.multicallable(transport, rpc, serialized)
+        mc = None
+        if rpc.metrics is None:  # the common case: the transport's cached one
+            mc = transport.callables.get(self._key_serialized if serialized else self._key)
+        if mc is None:
+            mc = self.multicallable(transport, rpc, serialized)
         if verb is not None:
             mc = getattr(mc, verb)
         if isinstance(request, Replay):

@@ -91,7 +91,10 @@ class _UnaryResponse(_MultiCallable):
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
     ) -> Any:
-        rpc, request, _ = self._begin(request, timeout, metadata, wait_for_ready, True)
+        if self._client_streaming:
+            rpc, request, _ = self._begin(request, timeout, metadata, wait_for_ready, True)
+        else:
+            rpc = Rpc(self._core, self._method.method, metadata, timeout, wait_for_ready)
         return blocking_unary(rpc, self._method, request, credentials, compression, False)[0]
 
     def with_call(

@@ -84,7 +84,7 @@ from pyxds import metrics as _metrics
 from pyxds.channel.call_metrics import CallMetrics
 from pyxds.channel.grpc_calls import trailing_metadata_of
 from pyxds.channel.retry import PREVIOUS_ATTEMPTS_KEY, RetryState
-from pyxds.channel.subchannel import Transport, core_of
+from pyxds.channel.subchannel import SubchannelCore, Transport, core_of
 from pyxds.lb.api import ATTEMPT_NOT_STARTED, PickArgs, PickComplete, PickDrop, PickFail
 from pyxds.status import Status
 
@@ -208,7 +208,9 @@ class Rpc:
         #: (call, delay) of each attempt followed by another (made at the
         #: first retry: an RPC that is not retried never builds it)
         self._retried: list[tuple[Any, float]] | None = None
-        core.call_started()
+        core.count_started()
+        if core.idle:
+            core.exit_idle_for_rpc()
 
     def remaining(self) -> float | None:
         """Seconds to the deadline (None: no deadline)."""
@@ -264,8 +266,8 @@ class Rpc:
             except Exception as err:
                 _log.exception("pyxds: picker raised")
                 return self.finish(Status(grpc.StatusCode.INTERNAL, f"picker failed: {err}"))
-            if isinstance(result, PickComplete):
-                return self._picked(result, picker)
+            if result.__class__ is PickComplete or isinstance(result, PickComplete):
+                return self._picked(result, picker)  # type: ignore[arg-type]
             if isinstance(result, PickFail):
                 if self.wait_for_ready:
                     return None
@@ -350,7 +352,9 @@ class Rpc:
 
     def _picked(self, result: PickComplete, picker: Picker) -> Transport | Status | None:
         """A completed pick: the transport to start the attempt on, counted."""
-        subchannel = core_of(result.subchannel)
+        subchannel = getattr(result.subchannel, "core", None)  # a ChannelSubchannel's
+        if subchannel.__class__ is not SubchannelCore:
+            subchannel = core_of(result.subchannel)  # wrapped by a policy
         transport = subchannel.transport if subchannel is not None else None
         if transport is None or transport.closed:
             # not one of ours, or lost its connection since the picker was
@@ -553,7 +557,7 @@ class Rpc:
                 config.on_committed()
             except Exception:
                 _log.exception("pyxds: on_committed raised")
-        core.call_ended()
+        core.count_ended()
         return status
 
     def _report(self, status: Status, call: Any = None, last: bool = False) -> None:
@@ -561,6 +565,15 @@ class Rpc:
         subchannel) reaches the LB policy, and its A66 metrics: its
         trailers to the pick's ``on_call_trailers`` first (A51 per-call
         ORCA; read only when a policy asked), then ``on_call_done``."""
+        if self._on_call_trailers is None and self.metrics is None:  # the common case
+            done = self._on_call_done
+            if done is not None:
+                self._on_call_done = None
+                try:
+                    done(status)
+                except Exception:
+                    _log.exception("pyxds: on_call_done raised")
+            return
         trailers_hook = self._on_call_trailers
         if trailers_hook is not None:
             self._on_call_trailers = None
