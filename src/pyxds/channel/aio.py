@@ -684,76 +684,60 @@ class _AioMultiCallable:
         return self._call_class(rpc, self._method, request, credentials, compression)
 
 
-class AioUnaryUnary(_AioMultiCallable, grpc.aio.UnaryUnaryMultiCallable):
+class _OneRequest(_AioMultiCallable):
+    """unary_unary and unary_stream: one request, grpc.aio's keyword-only options."""
+
+    def __call__(
+        self,
+        request: Any,
+        *,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: Any = None,
+        wait_for_ready: bool | None = None,
+        compression: Any = None,
+    ) -> Any:
+        return self._call(request, timeout, metadata, credentials, wait_for_ready, compression)
+
+
+class _RequestStream(_AioMultiCallable):
+    """stream_unary and stream_stream: a request iterator, or none at all
+    (the application writes its requests)."""
+
+    _client_streaming = True
+
+    def __call__(
+        self,
+        request_iterator: Any = None,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: Any = None,
+        wait_for_ready: bool | None = None,
+        compression: Any = None,
+    ) -> Any:
+        return self._call(
+            request_iterator, timeout, metadata, credentials, wait_for_ready, compression
+        )
+
+
+class AioUnaryUnary(_OneRequest, grpc.aio.UnaryUnaryMultiCallable):
     _kind = "unary_unary"
     _call_class = AioUnaryResponseCall
 
-    def __call__(
-        self,
-        request: Any,
-        *,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
-        wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> AioUnaryResponseCall:
-        return self._call(request, timeout, metadata, credentials, wait_for_ready, compression)  # type: ignore[no-any-return]
 
-
-class AioStreamUnary(_AioMultiCallable, grpc.aio.StreamUnaryMultiCallable):
+class AioStreamUnary(_RequestStream, grpc.aio.StreamUnaryMultiCallable):
     _kind = "stream_unary"
-    _client_streaming = True
     _call_class = AioUnaryResponseCall
 
-    def __call__(
-        self,
-        request_iterator: Any = None,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
-        wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> AioUnaryResponseCall:
-        return self._call(  # type: ignore[no-any-return]
-            request_iterator, timeout, metadata, credentials, wait_for_ready, compression
-        )
 
-
-class AioUnaryStream(_AioMultiCallable, grpc.aio.UnaryStreamMultiCallable):
+class AioUnaryStream(_OneRequest, grpc.aio.UnaryStreamMultiCallable):
     _kind = "unary_stream"
     _call_class = AioStreamResponseCall
 
-    def __call__(
-        self,
-        request: Any,
-        *,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
-        wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> AioStreamResponseCall:
-        return self._call(request, timeout, metadata, credentials, wait_for_ready, compression)  # type: ignore[no-any-return]
 
-
-class AioStreamStream(_AioMultiCallable, grpc.aio.StreamStreamMultiCallable):
+class AioStreamStream(_RequestStream, grpc.aio.StreamStreamMultiCallable):
     _kind = "stream_stream"
-    _client_streaming = True
     _call_class = AioStreamResponseCall
-
-    def __call__(
-        self,
-        request_iterator: Any = None,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
-        wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> AioStreamResponseCall:
-        return self._call(  # type: ignore[no-any-return]
-            request_iterator, timeout, metadata, credentials, wait_for_ready, compression
-        )
 
 
 class AioXdsChannel(grpc.aio.Channel):

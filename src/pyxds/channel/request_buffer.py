@@ -12,7 +12,6 @@ both :class:`Replay`: each attempt of the RPC sends the requests of
 from __future__ import annotations
 
 import sys
-from abc import ABC, abstractmethod
 from typing import Any
 
 __all__ = [
@@ -127,12 +126,14 @@ class RequestBuffer:
         return not retired
 
 
-class Replay(ABC):
+class Replay:
     """A face of a :class:`RequestBuffer`: what a client-streaming RPC's
-    attempts take their requests from."""
+    attempts take their requests from.  (A plain base class, not an ABC:
+    every attempt asks ``isinstance(request, Replay)``, which an ABC makes
+    dearer.)"""
 
     buffer: RequestBuffer
 
-    @abstractmethod
     def attempt(self) -> Any:
         """The request iterator of a new attempt (retires the previous one)."""
+        raise NotImplementedError

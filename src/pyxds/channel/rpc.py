@@ -565,15 +565,6 @@ class Rpc:
         subchannel) reaches the LB policy, and its A66 metrics: its
         trailers to the pick's ``on_call_trailers`` first (A51 per-call
         ORCA; read only when a policy asked), then ``on_call_done``."""
-        if self._on_call_trailers is None and self.metrics is None:  # the common case
-            done = self._on_call_done
-            if done is not None:
-                self._on_call_done = None
-                try:
-                    done(status)
-                except Exception:
-                    _log.exception("pyxds: on_call_done raised")
-            return
         trailers_hook = self._on_call_trailers
         if trailers_hook is not None:
             self._on_call_trailers = None
@@ -587,9 +578,9 @@ class Rpc:
         metrics = self.metrics
         if metrics is not None:
             going_on = metrics.attempt_ended(status, self._attempt_labels, last)
+            self._attempt_labels = None  # the next attempt's pick sets its own
             if not going_on and not last:
                 self.metrics = None  # turned off meanwhile
-        self._attempt_labels = None
         done = self._on_call_done
         if done is not None:
             self._on_call_done = None
