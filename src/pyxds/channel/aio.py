@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
@@ -645,6 +645,18 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
         return self._status.details
 
 
+if TYPE_CHECKING:  # the stubs' generics; grpc.aio's classes are not generic at run time
+    _UnaryUnary = grpc.aio.UnaryUnaryMultiCallable[Any, Any]
+    _StreamUnary = grpc.aio.StreamUnaryMultiCallable[Any, Any]
+    _UnaryStream = grpc.aio.UnaryStreamMultiCallable[Any, Any]
+    _StreamStream = grpc.aio.StreamStreamMultiCallable[Any, Any]
+else:
+    _UnaryUnary = grpc.aio.UnaryUnaryMultiCallable
+    _StreamUnary = grpc.aio.StreamUnaryMultiCallable
+    _UnaryStream = grpc.aio.UnaryStreamMultiCallable
+    _StreamStream = grpc.aio.StreamStreamMultiCallable
+
+
 class _AioMultiCallable:
     """What every aio kind shares: each call makes one
     :class:`~pyxds.channel.rpc.Rpc` and hands it to its call object
@@ -720,22 +732,22 @@ class _RequestStream(_AioMultiCallable):
         )
 
 
-class AioUnaryUnary(_OneRequest, grpc.aio.UnaryUnaryMultiCallable):
+class AioUnaryUnary(_OneRequest, _UnaryUnary):
     _kind = "unary_unary"
     _call_class = AioUnaryResponseCall
 
 
-class AioStreamUnary(_RequestStream, grpc.aio.StreamUnaryMultiCallable):
+class AioStreamUnary(_RequestStream, _StreamUnary):
     _kind = "stream_unary"
     _call_class = AioUnaryResponseCall
 
 
-class AioUnaryStream(_OneRequest, grpc.aio.UnaryStreamMultiCallable):
+class AioUnaryStream(_OneRequest, _UnaryStream):
     _kind = "unary_stream"
     _call_class = AioStreamResponseCall
 
 
-class AioStreamStream(_RequestStream, grpc.aio.StreamStreamMultiCallable):
+class AioStreamStream(_RequestStream, _StreamStream):
     _kind = "stream_stream"
     _call_class = AioStreamResponseCall
 

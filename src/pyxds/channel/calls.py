@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -49,6 +49,11 @@ from pyxds.channel.request_buffer import (
 from pyxds.channel.rpc import CANCELLED, DEADLINE_EXCEEDED, Rpc
 from pyxds.channel.subchannel import Transport
 from pyxds.lb.api import OK_STATUS, Status
+
+if TYPE_CHECKING:
+    _Future = grpc.Future[Any]
+else:  # grpcio's Future is not generic at run time
+    _Future = grpc.Future
 
 __all__ = [
     "SERIALIZE_FAILED",
@@ -133,7 +138,7 @@ def _traceback_of(error: grpc.RpcError) -> Any:
         return sys.exc_info()[2]
 
 
-class ChannelRpcError(grpc.RpcError, grpc.Call, grpc.Future):
+class ChannelRpcError(grpc.RpcError, grpc.Call, _Future):
     """An RPC ended by the channel, before or instead of a subchannel call."""
 
     def __init__(
@@ -163,7 +168,7 @@ class ChannelRpcError(grpc.RpcError, grpc.Call, grpc.Future):
     def is_active(self) -> bool:
         return False
 
-    def time_remaining(self) -> float | None:
+    def time_remaining(self) -> float | None:  # type: ignore[override]  # None: no deadline, as grpcio
         return None
 
     def add_callback(self, callback: Callable[[], None]) -> bool:
@@ -191,7 +196,7 @@ class ChannelRpcError(grpc.RpcError, grpc.Call, grpc.Future):
     def traceback(self, timeout: float | None = None) -> Any:
         return _traceback_of(self)
 
-    def add_done_callback(self, fn: Callable[[grpc.Future], None]) -> None:
+    def add_done_callback(self, fn: Callable[[_Future], None]) -> None:
         fn(self)
 
     # iterator protocol, for a failed streaming call
@@ -210,7 +215,7 @@ class ChannelRpcError(grpc.RpcError, grpc.Call, grpc.Future):
     __repr__ = __str__
 
 
-class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
+class DeferredCall(grpc.RpcError, _Future, grpc.Call):
     """A non-blocking RPC: the thread-and-timer adapter of its
     :class:`~pyxds.channel.rpc.Rpc`.
 
@@ -251,7 +256,7 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
         self._error: ChannelRpcError | None = None
         self._terminated = False
         self._cancelled_inner = False
-        self._done_callbacks: list[Callable[[grpc.Future], None]] = []
+        self._done_callbacks: list[Callable[[_Future], None]] = []
         self._callbacks: list[Callable[[], None]] = []
         # the pending pick: its wake-up (registered with the channel) and timers
         self._waker: Callable[[], None] | None = None
@@ -507,7 +512,7 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
             return _traceback_of(self._error)
         return self._inner.traceback()
 
-    def add_done_callback(self, fn: Callable[[grpc.Future], None]) -> None:
+    def add_done_callback(self, fn: Callable[[_Future], None]) -> None:
         with self._cond:
             if not self.done():
                 self._done_callbacks.append(fn)
@@ -518,7 +523,7 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
     def is_active(self) -> bool:
         return not self.done()
 
-    def time_remaining(self) -> float | None:
+    def time_remaining(self) -> float | None:  # type: ignore[override]  # None: no deadline, as grpcio
         remaining = self._rpc.remaining()
         return None if remaining is None else max(remaining, 0)  # as grpcio
 
@@ -546,19 +551,20 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
         self._wait_terminated(None)
         if self._error is not None:
             return self._error.code()
-        return self._inner.code()
+        code: grpc.StatusCode = self._inner.code()
+        return code
 
     def details(self) -> str:
         self._wait_terminated(None)
         if self._error is not None:
             return self._error.details()
-        return self._inner.details()
+        return str(self._inner.details())
 
     def debug_error_string(self) -> str:
         self._wait_terminated(None)
         if self._error is not None:
             return self._error.debug_error_string()
-        return self._inner.debug_error_string()
+        return str(self._inner.debug_error_string())
 
 
 class StreamingCall(DeferredCall):
@@ -668,4 +674,4 @@ def blocking_unary(
             rpc.finish(OK_STATUS)
             return result, None
         rpc.finish(OK_STATUS, result[1])
-        return result
+        return result[0], result[1]

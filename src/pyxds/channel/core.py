@@ -553,7 +553,7 @@ class ChannelCore:
 
 def _count_of(counter: itertools.count[int]) -> int:
     """How many times ``next(counter)`` was called (counters start at 1)."""
-    return int(counter.__reduce__()[1][0]) - 1  # type: ignore[index]
+    return int(counter.__reduce__()[1][0]) - 1
 
 
 _DEADLINE_CLOCK = RealClock()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -33,6 +33,17 @@ from pyxds.channel.grpc_calls import SERIALIZE_FAILED, GrpcMethod
 from pyxds.channel.rpc import Rpc
 
 _log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:  # the stubs' generics; grpcio's classes are not generic at run time
+    _UnaryUnary = grpc.UnaryUnaryMultiCallable[Any, Any]
+    _StreamUnary = grpc.StreamUnaryMultiCallable[Any, Any]
+    _UnaryStream = grpc.UnaryStreamMultiCallable[Any, Any]
+    _StreamStream = grpc.StreamStreamMultiCallable[Any, Any]
+else:
+    _UnaryUnary = grpc.UnaryUnaryMultiCallable
+    _StreamUnary = grpc.StreamUnaryMultiCallable
+    _UnaryStream = grpc.UnaryStreamMultiCallable
+    _StreamStream = grpc.StreamStreamMultiCallable
 
 
 class _MultiCallable:
@@ -142,23 +153,23 @@ class _StreamResponse(_MultiCallable):
         return StreamingCall(rpc, self._method, request, credentials, compression, None, serialized)
 
 
-class UnaryUnaryMultiCallable(_UnaryResponse, grpc.UnaryUnaryMultiCallable):
+class UnaryUnaryMultiCallable(_UnaryResponse, _UnaryUnary):  # type: ignore[misc]  # our call objects, not the stubs' private _Call* types
     __slots__ = ()
     _kind = "unary_unary"
 
 
-class StreamUnaryMultiCallable(_UnaryResponse, grpc.StreamUnaryMultiCallable):
+class StreamUnaryMultiCallable(_UnaryResponse, _StreamUnary):  # type: ignore[misc]  # our call objects, not the stubs' private _Call* types
     __slots__ = ()
     _kind = "stream_unary"
     _client_streaming = True
 
 
-class UnaryStreamMultiCallable(_StreamResponse, grpc.UnaryStreamMultiCallable):
+class UnaryStreamMultiCallable(_StreamResponse, _UnaryStream):  # type: ignore[misc]  # our call objects, not the stubs' private _Call* types
     __slots__ = ()
     _kind = "unary_stream"
 
 
-class StreamStreamMultiCallable(_StreamResponse, grpc.StreamStreamMultiCallable):
+class StreamStreamMultiCallable(_StreamResponse, _StreamStream):  # type: ignore[misc]  # our call objects, not the stubs' private _Call* types
     __slots__ = ()
     _kind = "stream_stream"
     _client_streaming = True

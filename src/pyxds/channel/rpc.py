@@ -177,7 +177,7 @@ class Rpc:
         self.metadata: Sequence[tuple[str, Any]] = tuple(metadata) if metadata else ()
         #: the metadata the next attempt sends (the application's, plus
         #: ``grpc-previous-rpc-attempts`` on a retry)
-        self.send_metadata = metadata
+        self.send_metadata: Any = metadata
         self.deadline = None if timeout is None else time.monotonic() + timeout
         #: seconds left to the deadline when the running attempt started
         #: (None: no deadline): the timeout of its grpcio call
@@ -190,7 +190,9 @@ class Rpc:
         self.committed = False
         self.cancelled = False
         #: A66 per-call metrics, None while metrics are off
-        self.metrics = None if _metrics.RECORDER is None else CallMetrics(path, core.target)
+        self.metrics: CallMetrics | None = (
+            None if _metrics.RECORDER is None else CallMetrics(path, core.target)
+        )
         self.call_config: CallConfig | None = None
         #: what the route's filters do to this RPC (None: nothing)
         self.filters: FilterVerdict | None = None
@@ -246,7 +248,7 @@ class Rpc:
             if config is None:
                 routed = self._route()
                 if routed is not True:
-                    return None if routed is False else self.finish(routed)  # type: ignore[arg-type]
+                    return None if routed is False else self.finish(routed)
                 config = self.call_config
                 assert config is not None
             attributes = config.call_attributes
@@ -352,8 +354,8 @@ class Rpc:
 
     def _picked(self, result: PickComplete, picker: Picker) -> Transport | Status | None:
         """A completed pick: the transport to start the attempt on, counted."""
-        subchannel = getattr(result.subchannel, "core", None)  # a ChannelSubchannel's
-        if subchannel.__class__ is not SubchannelCore:
+        subchannel: SubchannelCore | None = getattr(result.subchannel, "core", None)
+        if subchannel.__class__ is not SubchannelCore:  # not a ChannelSubchannel:
             subchannel = core_of(result.subchannel)  # wrapped by a policy
         transport = subchannel.transport if subchannel is not None else None
         if transport is None or transport.closed:
@@ -375,7 +377,7 @@ class Rpc:
             return None
         filters = self.filters
         if filters is not None and filters.picked is not None:
-            filters.picked(subchannel.address)  # type: ignore[union-attr]
+            filters.picked(transport_address(subchannel))
         self.phase = RUNNING
         return transport
 
@@ -588,3 +590,8 @@ class Rpc:
                 done(status)
             except Exception:
                 _log.exception("pyxds: on_call_done raised")
+
+
+def transport_address(subchannel: SubchannelCore | None) -> str:
+    """The address a completed pick's attempt goes to."""
+    return subchannel.address if subchannel is not None else ""
