@@ -64,7 +64,8 @@ if kind.startswith("pyxds"):
     import pyxds
     pyxds.insecure_channel, pyxds.aio.insecure_channel  # loaded before the clock starts
 if "+modules" in kind:  # what an xds: target loads on first use, loaded too
-    import pyxds.resolver.xds_resolver, pyxds.xds.client, pyxds.lb.registry
+    import pyxds.resolver.xds_resolver, pyxds.xds.client, pyxds.security.providers
+    import pyxds.lb.registry
     pyxds.lb.registry.names()
     kind = kind.replace("+modules", "")
 if kind.endswith("aio"):
