@@ -13,7 +13,8 @@ every run, pyxds next to grpcio, each figure from fresh interpreters.
   the goal is pyxds within 1.5x C-core's.  pyxds loads the xDS client,
   its protos and the LB policies a config names on first use (not at
   ``import pyxds``): the rows "modules in" load them before the clock, to
-  show the channel's own time apart from that loading.
+  show the channel's own time apart from that loading.  Then ``close()``
+  is timed too (a short-lived program pays it at its end).
 
 Bytecode: an installed package has its ``.pyc`` files; a source tree run
 with ``PYTHONDONTWRITEBYTECODE=1`` (as on the team's machines) compiles
@@ -79,10 +80,11 @@ if kind.endswith("aio"):
             channel = grpc.aio.insecure_channel(target)
         await channel.unary_unary(METHOD)(b"x", timeout=10, wait_for_ready=True)
         took = time.perf_counter() - start
+        start = time.perf_counter()
         await channel.close()
-        return took
+        return took, time.perf_counter() - start
 
-    print(asyncio.run(first()))
+    print(*asyncio.run(first()))
 else:
     start = time.perf_counter()
     if kind.startswith("pyxds"):
@@ -90,8 +92,10 @@ else:
     else:
         channel = grpc.insecure_channel(target)
     channel.unary_unary(METHOD)(b"x", timeout=10, wait_for_ready=True)
-    print(time.perf_counter() - start)
+    took = time.perf_counter() - start
+    start = time.perf_counter()
     channel.close()
+    print(took, time.perf_counter() - start)
 """.replace("METHOD", repr(METHOD))
 
 
@@ -110,7 +114,7 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(args: list[str], env: dict[str, str] | None = None) -> float:
+def _run_all(args: list[str], env: dict[str, str] | None = None) -> list[float]:
     out = subprocess.run(
         [sys.executable, *args],
         env=env or _env(),
@@ -119,18 +123,28 @@ def _run(args: list[str], env: dict[str, str] | None = None) -> float:
         timeout=60,
         check=True,
     )
-    return float(out.stdout.strip().splitlines()[-1])
+    return [float(v) for v in out.stdout.strip().splitlines()[-1].split()]
+
+
+def _run(args: list[str], env: dict[str, str] | None = None) -> float:
+    return _run_all(args, env)[0]
 
 
 def import_time(code: str) -> float:
     return _run(["-c", _IMPORT.format(code=code)])
 
 
+#: close() times of the first-RPC runs, by kind
+CLOSES: dict[str, list[float]] = {}
+
+
 def first_rpc(kind: str, target: str, bootstrap: dict) -> float:
     env = _env()
     if kind.startswith("core"):
         env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
-    return _run(["-c", _FIRST_RPC, kind, target, json.dumps(bootstrap)], env)
+    took, closing = _run_all(["-c", _FIRST_RPC, kind, target, json.dumps(bootstrap)], env)
+    CLOSES.setdefault(kind, []).append(closing)
+    return took
 
 
 def _rounds(jobs: dict, rounds: int) -> dict[str, list[float]]:
@@ -202,6 +216,9 @@ def main() -> None:
         }
         print("channel creation to the end of the first wait_for_ready RPC:")
         firsts = _print(_rounds(jobs, args.rounds))
+        print("then close() (median, ms):")
+        for name, (kind, _) in kinds.items():
+            print(f"  {name:<22} {statistics.median(CLOSES[kind]) * 1000:7.1f}")
     finally:
         server.stdin.close()
         server.wait(10)
