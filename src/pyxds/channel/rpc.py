@@ -128,33 +128,33 @@ _MAX_REROUTES = 2
 class Rpc:
     """See the module docstring."""
 
-    __slots__ = (
-        "core",
-        "path",
-        "metadata",
-        "send_metadata",
-        "deadline",
-        "timeout",
-        "wait_for_ready",
-        "_wfr_explicit",
-        "buffer",
-        "phase",
-        "committed",
-        "cancelled",
-        "metrics",
-        "call_config",
-        "filters",
-        "retry",
-        "_selector",
-        "_reselects",
-        "_hold_until",
-        "_picked_by",
-        "_stale_picker",
-        "_on_call_done",
-        "_on_call_trailers",
-        "_attempt_labels",
-        "_retried",
-    )
+    # What most RPCs never change is a class attribute: an RPC stores only
+    # what it sets (no __slots__: ten stores per RPC instead of twenty-five).
+    #: seconds left to the deadline when the running attempt started (None:
+    #: no deadline): the timeout of its grpcio call
+    timeout: float | None = None
+    #: the requests kept for a retry (client-streaming RPCs)
+    buffer: RequestBuffer | None = None
+    phase = PICKING
+    committed = False
+    cancelled = False
+    call_config: CallConfig | None = None
+    #: what the route's filters do to this RPC (None: nothing)
+    filters: FilterVerdict | None = None
+    #: the retry decision, made on the first failed attempt
+    retry: RetryState | None = None
+    _selector: ConfigSelector | None = None
+    _reselects = 0
+    _hold_until: float | None = None
+    _picked_by: Picker | None = None  # the picker of the last completed pick
+    _stale_picker: Picker | None = None  # never pick with it again
+    _on_call_done: Callable[[Status], None] | None = None
+    _on_call_trailers: Callable[[Sequence[tuple[str, Any]]], None] | None = None
+    #: the last pick's ``PickComplete.attempt_labels`` (A78), for its attempt's metrics
+    _attempt_labels: Mapping[str, str] | None = None
+    #: (call, delay) of each attempt followed by another (made at the first
+    #: retry: an RPC that is not retried never builds it)
+    _retried: list[tuple[Any, float]] | None = None
 
     # ------------------------------------------------------------------
     # 1. Start
@@ -179,37 +179,14 @@ class Rpc:
         #: ``grpc-previous-rpc-attempts`` on a retry)
         self.send_metadata: Any = metadata
         self.deadline = None if timeout is None else time.monotonic() + timeout
-        #: seconds left to the deadline when the running attempt started
-        #: (None: no deadline): the timeout of its grpcio call
-        self.timeout: float | None = None
         self.wait_for_ready = bool(wait_for_ready)
         self._wfr_explicit = wait_for_ready is not None
-        #: the requests kept for a retry (client-streaming RPCs)
-        self.buffer = buffer
-        self.phase = PICKING
-        self.committed = False
-        self.cancelled = False
+        if buffer is not None:
+            self.buffer = buffer
         #: A66 per-call metrics, None while metrics are off
         self.metrics: CallMetrics | None = (
             None if _metrics.RECORDER is None else CallMetrics(path, core.target)
         )
-        self.call_config: CallConfig | None = None
-        #: what the route's filters do to this RPC (None: nothing)
-        self.filters: FilterVerdict | None = None
-        #: the retry decision, made on the first failed attempt
-        self.retry: RetryState | None = None
-        self._selector: ConfigSelector | None = None
-        self._reselects = 0
-        self._hold_until: float | None = None
-        self._picked_by: Picker | None = None  # the picker of the last completed pick
-        self._stale_picker: Picker | None = None  # never pick with it again
-        self._on_call_done: Callable[[Status], None] | None = None
-        self._on_call_trailers: Callable[[Sequence[tuple[str, Any]]], None] | None = None
-        #: the last pick's ``PickComplete.attempt_labels`` (A78), for its attempt's metrics
-        self._attempt_labels: Mapping[str, str] | None = None
-        #: (call, delay) of each attempt followed by another (made at the
-        #: first retry: an RPC that is not retried never builds it)
-        self._retried: list[tuple[Any, float]] | None = None
         core.count_started()
         if core.idle:
             core.exit_idle_for_rpc()
