@@ -9,9 +9,11 @@ a warm-up the counters are zeroed (``callgrind_control -z``), the client
 makes ``--count`` sequential RPCs, and the counters are dumped
 (``callgrind_control -d``): the instructions of every thread of the client
 process (grpcio's pollers and pyxds's threads included) over exactly those
-RPCs, divided by their number.  Background threads that wake on a timer
-count for the wall time of the run, which valgrind stretches: compare
-clients with each other, not with a native run.
+RPCs, divided by their number, and those of the calling thread alone.
+Background threads that wake on a timer count for the wall time of the
+run, which valgrind stretches (and the load of the machine with it): the
+calling thread's figure is the steadiest; compare clients with each other,
+not with a native run.
 
 Usage: python bench/rpc_instructions.py [--count 300] [--kinds plain,core,pyxds]
 """
@@ -28,7 +30,6 @@ import sys
 import tempfile
 import time
 
-EXTRA: list[str] = []
 KEEP = False
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -81,8 +82,8 @@ def control(args: list[str]) -> None:
     subprocess.run(["callgrind_control", *args], check=True, capture_output=True)
 
 
-def instructions(kind: str, target: str, bootstrap: dict, count: int) -> float:
-    """Instructions per RPC of one client."""
+def instructions(kind: str, target: str, bootstrap: dict, count: int) -> tuple[float, float]:
+    """Instructions per RPC of one client: (every thread, the calling thread)."""
     env = dict(os.environ)
     env.pop("GRPC_XDS_BOOTSTRAP", None)
     if kind.startswith("core"):
@@ -97,7 +98,7 @@ def instructions(kind: str, target: str, bootstrap: dict, count: int) -> float:
             f"--callgrind-out-file={out_file}",
             "--dump-instr=no",
             "--compress-strings=no",
-            *EXTRA,
+            "--separate-threads=yes",
             sys.executable,
             "-c",
             _CLIENT,
@@ -130,17 +131,19 @@ def instructions(kind: str, target: str, bootstrap: dict, count: int) -> float:
             client.kill()
     # the dump callgrind_control -d asked for is "<out>.1" (the counters
     # zeroed at READY); "<out>" itself holds what ran after it
-    total = 0
-    for path in glob.glob(out_file + ".1*"):  # one file per thread with --keep
+    total = calling = 0
+    for path in glob.glob(out_file + ".1-*"):  # one file per thread; -01 is the main one
         with open(path) as f:
             for line in f:
                 if line.startswith("summary:"):
                     total += int(line.split()[1])
+                    if path.endswith("-01"):
+                        calling = int(line.split()[1])
     if KEEP:
         print(f"  callgrind output kept in {folder}")
     else:
         shutil.rmtree(folder, ignore_errors=True)
-    return total / count
+    return total / count, calling / count
 
 
 def main() -> None:
@@ -148,13 +151,12 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=300)
     parser.add_argument("--kinds", default="plain,core,pyxds,plain-aio,core-aio,pyxds-aio")
     parser.add_argument(
-        "--keep", action="store_true", help="keep callgrind's files (per thread) to annotate"
+        "--keep", action="store_true", help="keep callgrind's files (one per thread) to annotate"
     )
     args = parser.parse_args()
     if args.keep:
         global KEEP
         KEEP = True
-        EXTRA.append("--separate-threads=yes")
     server = subprocess.Popen(
         [sys.executable, os.path.join(HERE, "e2e.py"), "--serve"],
         stdin=subprocess.PIPE,
@@ -165,26 +167,31 @@ def main() -> None:
     try:
         info = json.loads(server.stdout.readline())
         address, bootstrap = info["address"], info["bootstrap"]
-        results = {}
+        results: dict[str, float] = {}
+        calling: dict[str, float] = {}
+        print("instructions per RPC: every thread of the client / its calling thread")
         for kind in args.kinds.split(","):
             target = address if kind.startswith("plain") else "xds:///bench"
             start = time.monotonic()
-            results[kind] = instructions(kind, target, bootstrap, args.count)
+            results[kind], calling[kind] = instructions(kind, target, bootstrap, args.count)
             print(
-                f"{kind:<10} {results[kind]:12.0f} instructions/RPC"
+                f"{kind:<10} {results[kind]:10.0f} {calling[kind]:10.0f}"
                 f"   ({time.monotonic() - start:.0f} s)",
                 flush=True,
             )
     finally:
         server.stdin.close()
         server.wait(10)
-    for suffix in ("", "-aio"):
-        plain, core, ours = (results.get(k + suffix) for k in ("plain", "core", "pyxds"))
-        if plain and ours:
-            line = f"{suffix.strip('-') or 'sync'}: pyxds/plain = {ours / plain:.3f}"
-            if core:
-                line += f"   C-core/plain = {core / plain:.3f}   pyxds/C-core = {ours / core:.3f}"
-            print(line)
+    for by, label in ((results, "every thread"), (calling, "calling thread")):
+        for suffix in ("", "-aio"):
+            plain, core, ours = (by.get(k + suffix) for k in ("plain", "core", "pyxds"))
+            if plain and ours:
+                line = f"{label}, {suffix.strip('-') or 'sync'}: pyxds/plain = {ours / plain:.3f}"
+                if core:
+                    line += (
+                        f"   C-core/plain = {core / plain:.3f}   pyxds/C-core = {ours / core:.3f}"
+                    )
+                print(line)
 
 
 if __name__ == "__main__":
