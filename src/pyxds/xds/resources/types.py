@@ -394,7 +394,8 @@ class Cluster:
 
     def lb_policy_json(self) -> list[dict[str, Any]]:
         """The LB config list as a fresh list of dicts (safe to mutate)."""
-        return json.loads(self.lb_policy_config)
+        config: list[dict[str, Any]] = json.loads(self.lb_policy_config)
+        return config
 
     @property
     def eds_resource_name(self) -> str:
