@@ -268,7 +268,7 @@ class RoundRobin(LoadBalancer):
                 last = child.last_update
                 if (
                     last is not None
-                    and last.endpoints[0] == endpoint
+                    and last.endpoints == (endpoint,)
                     and last.resolution_note == update.resolution_note
                 ):
                     # Unchanged endpoint: nothing for its pick_first child to

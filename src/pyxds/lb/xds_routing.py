@@ -301,10 +301,10 @@ class XdsRoutingLB(LoadBalancer):
                 child.closed = True
                 child.handler.shutdown()
             for name, selection in config.actions:
-                child = self._children.get(name)
-                if child is None:
-                    child = self._children[name] = _Child(self, name)
-                child.handler.update(update.replace(config=selection))
+                existing = self._children.get(name)
+                if existing is None:
+                    existing = self._children[name] = _Child(self, name)
+                existing.handler.update(update.replace(config=selection))
         finally:
             self._updating = False
         self._publish()
