@@ -29,7 +29,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 
@@ -255,7 +255,7 @@ class MethodConfigSelector(ConfigSelector):
 
     def select(self, path: str, metadata: Sequence[tuple[str, str | bytes]]) -> CallConfig:
         base = self.base.select(path, metadata)
-        cached = self._cache.get(path, False)
+        cached: CallConfig | Literal[False] | None = self._cache.get(path, False)
         if cached is False:
             mc = self._lookup(path)
             cached = None
