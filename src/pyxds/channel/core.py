@@ -532,7 +532,14 @@ class ChannelCore:
         with self._lock:
             self._active_calls -= 1
 
-    def new_rpc(self, path, metadata, timeout, wait_for_ready, blocking: bool = True) -> Rpc:
+    def new_rpc(
+        self,
+        path: str,
+        metadata: Sequence[tuple[str, Any]] | None,
+        timeout: float | None,
+        wait_for_ready: bool | None,
+        blocking: bool = True,
+    ) -> Rpc:
         """A new RPC's bookkeeping.  On a closed channel raises ValueError
         with grpcio's words (its sync channels raise it at invocation; its
         non-blocking calls, future() and streams, say it differently)."""
@@ -549,7 +556,8 @@ class ChannelCore:
         past the deadline) before trying again."""
         if self.closed:
             return CHANNEL_CLOSED
-        if rpc.retry is not None and rpc.deadline is not None and rpc.remaining() <= 0:
+        remaining = rpc.remaining() if rpc.retry is not None else None
+        if remaining is not None and remaining <= 0:
             # a retry whose backoff ran into the deadline: no pick for it
             return DEADLINE_EXCEEDED
         config = rpc.call_config
@@ -644,7 +652,7 @@ class ChannelCore:
             fault.done()
         return outcome
 
-    def _reroute(self, rpc: Rpc, status: Status) -> SubchannelCore | Status | None:
+    def _reroute(self, rpc: Rpc, status: Status) -> SubchannelCore | Status | float | None:
         """A failed pick of an RPC routed by a config that is being replaced
         (the LB tree already dropped the old route's cluster, the new config
         selector is not published yet) is routed again by the new config
@@ -684,9 +692,9 @@ class ChannelCore:
             generation = self.generation
             outcome = self.try_pick(rpc)
             if outcome is not None:
-                if outcome.__class__ is not float:
-                    return outcome  # type: ignore[return-value]
-                time.sleep(outcome)  # type: ignore[arg-type]
+                if not isinstance(outcome, float):
+                    return outcome
+                time.sleep(outcome)
                 continue
             remaining = rpc.remaining()
             if remaining is not None and remaining <= 0:
@@ -728,10 +736,10 @@ class ChannelCore:
                 generation = self.generation
                 outcome = self.try_pick(rpc)
                 if outcome is not None:
-                    if outcome.__class__ is float:  # a fault delay: try again after it
+                    if isinstance(outcome, float):  # a fault delay: try again after it
                         state["hold"] = self.deadline_clock.call_later(outcome, attempt)
                         return
-                    complete(outcome)  # type: ignore[arg-type]
+                    complete(outcome)
                     return
                 if self.add_waiter(generation, attempt):
                     return

@@ -208,7 +208,8 @@ class SyncTransport(Transport):
         if self.closed:
             return
         try:  # immediate: ask C-core to leave IDLE now
-            self._channel._channel.check_connectivity_state(True)
+            # grpcio's cygrpc channel: private, so absent from the stubs
+            self._channel._channel.check_connectivity_state(True)  # type: ignore[attr-defined]
         except Exception:  # private API moved: the public, polled, way
             self._channel.subscribe(lambda _state: None, try_to_connect=True)
 
@@ -246,7 +247,7 @@ class AioTransport(Transport):
         self._args = (address, credentials, options, compression)
         self._on_state = on_state
         self._channel: Any = None
-        self._watcher: asyncio.Task | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self._want_connect = False
         self._on_loop(self._create)
 
