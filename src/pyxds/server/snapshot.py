@@ -41,10 +41,12 @@ class RawResource:
 
 
 def _encode(resource: Any) -> bytes:
+    data: bytes
     try:
-        return resource.SerializeToString(deterministic=True)
+        data = resource.SerializeToString(deterministic=True)
     except TypeError:
-        return resource.SerializeToString()
+        data = resource.SerializeToString()
+    return data
 
 
 def _index(type_url: str, resources: Iterable[Any] | Mapping[str, Any]) -> dict[str, Any]:
