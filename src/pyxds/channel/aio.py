@@ -47,7 +47,8 @@ from pyxds.channel.dump import config_dump as channel_config_dump
 from pyxds.channel.multicallables import grpc_multicallable
 from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
-from pyxds.resolver.service_config import from_channel_args
+from pyxds.resolver.service_config import ServiceConfigSource, from_channel_args
+from pyxds.xds.bootstrap import BootstrapSource
 
 _CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
 #: what a grpc.aio client-streaming call's own status may say when grpcio's
@@ -830,11 +831,11 @@ class AioXdsChannel(grpc.aio.Channel):
         self,
         target: str,
         credentials: grpc.ChannelCredentials | None = None,
-        bootstrap: Any = None,
+        bootstrap: BootstrapSource = None,
         options: Sequence[tuple[str, Any]] | None = None,
         compression: grpc.Compression | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
-        service_config: Any = None,
+        service_config: ServiceConfigSource = None,
     ) -> None:
         self._interceptors = sort_interceptors(interceptors)  # first: may raise ValueError
         options, parsed, sub_extra = from_channel_args(options, service_config)
@@ -976,11 +977,11 @@ class AioXdsChannel(grpc.aio.Channel):
 
 def insecure_channel(
     target: str,
-    bootstrap: Any = None,
+    bootstrap: BootstrapSource = None,
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
     interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
-    service_config: Any = None,
+    service_config: ServiceConfigSource = None,
 ) -> AioXdsChannel:
     """A plaintext grpc.aio.Channel to ``target`` over the pyxds stack;
     ``interceptors``: grpc.aio client interceptors, as grpc.aio's
@@ -994,11 +995,11 @@ def insecure_channel(
 def secure_channel(
     target: str,
     credentials: grpc.ChannelCredentials,
-    bootstrap: Any = None,
+    bootstrap: BootstrapSource = None,
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
     interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
-    service_config: Any = None,
+    service_config: ServiceConfigSource = None,
 ) -> AioXdsChannel:
     """A grpc.aio.Channel to ``target`` whose subchannels use ``credentials``;
     ``interceptors`` and ``service_config`` as for :func:`insecure_channel`."""

@@ -24,7 +24,8 @@ from pyxds.channel.multicallables import (
 )
 from pyxds.channel.subchannel import SyncTransport, subchannel_options
 from pyxds.lb.api import ConnectivityState
-from pyxds.resolver.service_config import from_channel_args
+from pyxds.resolver.service_config import ServiceConfigSource, from_channel_args
+from pyxds.xds.bootstrap import BootstrapSource
 
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
@@ -41,10 +42,10 @@ class XdsChannel(grpc.Channel):
         self,
         target: str,
         credentials: grpc.ChannelCredentials | None = None,
-        bootstrap: Any = None,
+        bootstrap: BootstrapSource = None,
         options: Sequence[tuple[str, Any]] | None = None,
         compression: grpc.Compression | None = None,
-        service_config: Any = None,
+        service_config: ServiceConfigSource = None,
     ) -> None:
         options, parsed, sub_extra = from_channel_args(options, service_config)
         sub_options = subchannel_options(options) + sub_extra

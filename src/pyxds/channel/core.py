@@ -95,6 +95,7 @@ from pyxds.resolver.retry_policy import RetryThrottle
 from pyxds.resolver.service_config import MethodConfigSelector, ServiceConfig
 from pyxds.resolver.static_resolver import lb_selection_from_options
 from pyxds.serializer import WorkSerializer
+from pyxds.xds.bootstrap import BootstrapSource
 
 _log = logging.getLogger(__name__)
 
@@ -457,7 +458,7 @@ class ChannelCore:
         target: str,
         make_transport: TransportFactory,
         credentials: grpc.ChannelCredentials | None = None,
-        bootstrap: Any = None,
+        bootstrap: BootstrapSource = None,
         options: Sequence[tuple[str, Any]] | None = None,
         rng: random.Random | None = None,
         clock: Clock | None = None,

@@ -31,7 +31,7 @@ import os
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, Union, overload
 
 from pyxds.xds.resources.types import LocalityName
 
@@ -214,10 +214,16 @@ class Bootstrap:
         return entry.xds_servers or self.xds_servers
 
 
+#: What a channel's ``bootstrap`` argument may be: a file path, JSON text, a
+#: dict, or None (the environment: ``GRPC_XDS_BOOTSTRAP`` /
+#: ``GRPC_XDS_BOOTSTRAP_CONFIG``, as grpcio); see :func:`load_bootstrap`.
+BootstrapSource = Union[str, "os.PathLike[str]", Mapping[str, Any], None]
+
+
 # --------------------------------------------------------------------------- loading
 
 
-def load_bootstrap(source: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> Bootstrap:
+def load_bootstrap(source: BootstrapSource = None) -> Bootstrap:
     """Load and validate a bootstrap from ``source`` or the environment."""
     if isinstance(source, Mapping):
         return parse_bootstrap(source, "bootstrap config")
