@@ -254,17 +254,17 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
         if transport is None:
             self._pick()
             return
-        if transport.__class__ is Status:
-            self._fail(transport)  # type: ignore[arg-type]
+        if isinstance(transport, Status):
+            self._fail(transport)
             return
         try:
-            inner = self._start(transport, self._attempts.remaining)  # type: ignore[arg-type]
+            inner = self._start(transport, self._attempts.remaining)
         except grpc.RpcError as err:  # e.g. grpcio's "Exception serializing request!"
-            transport.call_finished()  # type: ignore[union-attr]
+            transport.call_finished()
             self._fail(status_of(err))
             return
         except Exception as err:
-            if self._attempts.start_failed(transport):  # type: ignore[arg-type]
+            if self._attempts.start_failed(transport):
                 self._pick()  # the grpcio channel closed under us: not sent
                 return
             self._fail(Status(grpc.StatusCode.INTERNAL, f"failed to start call: {err}"))
@@ -274,8 +274,8 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
             self._cond.notify_all()
         if self._attempts.cancelled:
             inner.cancel()
-        if not inner.add_callback(lambda: self._inner_terminated(inner, transport)):  # type: ignore[arg-type]
-            self._inner_terminated(inner, transport)  # type: ignore[arg-type]  # already over
+        if not inner.add_callback(lambda: self._inner_terminated(inner, transport)):
+            self._inner_terminated(inner, transport)  # already over
 
     def _ended(self, inner: Any, status: Status) -> float | None:
         """The engine's answer to the end of the subchannel call ``inner``
@@ -549,12 +549,12 @@ def blocking_unary(
         transport = attempts.picked(core.pick_blocking(rpc))
         if transport is None:
             continue
-        if transport.__class__ is Status:
-            raise ChannelRpcError(transport)  # type: ignore[arg-type]
+        if isinstance(transport, Status):
+            raise ChannelRpcError(transport)
         try:
-            result = invoke(transport, attempts.remaining)  # type: ignore[arg-type]
+            result = invoke(transport, attempts.remaining)
         except grpc.RpcError as err:
-            transport.call_finished()  # type: ignore[union-attr]
+            transport.call_finished()
             status = status_of(err)
             delay = attempts.ended(err, status, call_metadata)
             if delay is not None:
@@ -566,15 +566,15 @@ def blocking_unary(
                 raise ChannelRpcError(worded, *call_metadata(err)) from None
             raise
         except Exception as err:
-            if attempts.start_failed(transport):  # type: ignore[arg-type]
+            if attempts.start_failed(transport):
                 continue  # "Cannot invoke RPC on closed channel!": not sent
             # the call's own arguments (grpcio raises the same error)
             attempts.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
             raise
         except BaseException as err:
-            transport.call_finished()  # type: ignore[union-attr]
+            transport.call_finished()
             attempts.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
             raise
-        transport.call_finished()  # type: ignore[union-attr]
+        transport.call_finished()
         attempts.finish(OK_STATUS, result[1])
         return result

@@ -619,9 +619,9 @@ class ChannelCore:
             if rpc.wait_for_ready:
                 return None
             outcome = self._reroute(rpc, result.status)
-            if outcome.__class__ is Status and config.retry_policy is not None:
+            if isinstance(outcome, Status) and config.retry_policy is not None:
                 # A6: a pick that fails (not a drop) is handled by the policy
-                delay = rpc.retry_after(outcome, pick_failed=True)  # type: ignore[arg-type]
+                delay = rpc.retry_after(outcome, pick_failed=True)
                 if delay is not None:
                     return delay
             return outcome

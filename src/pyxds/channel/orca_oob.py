@@ -59,7 +59,7 @@ def oob_stream_of(core: SubchannelCore) -> OobStream:
     stream = getattr(core, "orca_oob", None)
     if stream is None:
         stream = OobStream(core)
-        core.orca_oob = stream  # type: ignore[attr-defined]
+        core.orca_oob = stream
     return stream
 
 

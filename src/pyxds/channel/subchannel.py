@@ -61,6 +61,7 @@ from pyxds.lb.api import OK_STATUS, ConnectivityState, Status, Subchannel
 from pyxds.xds.backoff import ExponentialBackoff
 
 if TYPE_CHECKING:
+    from pyxds.channel.orca_oob import OobStream
     from pyxds.serializer import WorkSerializer
 
 _log = logging.getLogger(__name__)
@@ -343,6 +344,9 @@ class SubchannelCore:
         self.refs = 0
         #: Why the last attempt failed, when the transport knows (the A29 TLS relay).
         self.failure_detail: Callable[[], str | None] | None = None
+        #: The ORCA out-of-band stream manager, made on first use by
+        #: :func:`pyxds.channel.orca_oob.oob_stream_of`.
+        self.orca_oob: OobStream | None = None
         #: The TLS relay's view for config_dump (A29), when there is one.
         self.security_info: Callable[[], dict[str, Any]] | None = None
 

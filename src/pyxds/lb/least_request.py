@@ -298,7 +298,8 @@ class LeastRequestPicker(Picker):
             first = counter.tokens.append if counter.take() else counter.end_overflow
             return replace(result, on_call_done=_then(first, result.on_call_done))
         if counter.take():
-            return self._results[index]  # type: ignore[return-value]
+            # not None: the constant is not None (a cast would cost a call per pick)
+            return self._results[index]  # type: ignore[return-value]  # None only without constant
         overflow = self._overflow_results[index]
         if overflow is None:
             overflow = replace(
@@ -357,7 +358,8 @@ class LeastRequest(RoundRobin):
         counter = getattr(child, "outstanding", None)
         if counter is None:
             counter = Outstanding(self._spill)
-            child.outstanding = counter  # type: ignore[attr-defined]
+            # round_robin's child carries this policy's state for it (no slot declared there)
+            child.outstanding = counter  # type: ignore[attr-defined]  # per-policy state on the child
         return counter
 
 

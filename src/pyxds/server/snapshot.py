@@ -152,7 +152,8 @@ class Snapshot:
             for t in TYPE_URLS
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    # mutable, compared by content: unhashable (mypy wants __hash__ a method)
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as a dict
 
     def __repr__(self) -> str:
         counts = ", ".join(

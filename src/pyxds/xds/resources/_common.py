@@ -62,7 +62,9 @@ def duration(d: Any, path: str, errs: Errors) -> float | None:
     return seconds + nanos / 1e9 if ok else None
 
 
-def compile_regex(pattern: str, path: str, errs: Errors, case_sensitive: bool = True) -> Any:
+def compile_regex(
+    pattern: str, path: str, errs: Errors, case_sensitive: bool = True
+) -> re2._Regexp | None:
     """Compile with RE2 (never Python's ``re``); an error names ``path``."""
     try:
         return re2.compile(pattern, _RE2_OPTIONS if case_sensitive else _RE2_OPTIONS_NOCASE)
