@@ -210,7 +210,7 @@ class SyncTransport(Transport):
             return
         try:  # immediate: ask C-core to leave IDLE now
             # grpcio's cygrpc channel: private, so absent from the stubs
-            self._channel._channel.check_connectivity_state(True)  # type: ignore[attr-defined]
+            self._channel._channel.check_connectivity_state(True)  # type: ignore[attr-defined]  # private
         except Exception:  # private API moved: the public, polled, way
             self._channel.subscribe(lambda _state: None, try_to_connect=True)
 
