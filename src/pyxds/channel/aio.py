@@ -21,8 +21,8 @@ included); each attempt starts the one way of its call kind
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, cast
 
 import grpc
 import grpc.aio
@@ -48,7 +48,10 @@ from pyxds.channel.request_buffer import (
 from pyxds.channel.rpc import CANCELLED, DEADLINE_EXCEEDED, Rpc
 from pyxds.channel.subchannel import AioTransport, Transport, subchannel_options
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
-from pyxds.resolver.service_config import from_channel_args
+from pyxds.resolver.service_config import ServiceConfigSource, from_channel_args
+
+if TYPE_CHECKING:  # the bootstrap loads the xDS resource types: only an xds: target needs them
+    from pyxds.xds.bootstrap import BootstrapSource
 
 _CANCELLED = CANCELLED
 #: what a grpc.aio client-streaming call's own status may say when grpcio's
@@ -57,6 +60,15 @@ _CANCELLED = CANCELLED
 _WRITE_FAILED = Status(grpc.StatusCode.INTERNAL, "Internal error from Core")
 #: grpc.aio's words for mixing ``async for`` with read() on one call
 _API_STYLE_ERROR = "The iterator and read/write APIs may not be mixed on a single RPC."
+
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
+#: call metadata as grpc.aio takes it
+Metadata = Union[grpc.aio.Metadata, Sequence[tuple[str, str | bytes]]]
+#: requests of a client-streaming call: sync or async
+RequestIterator = Union[AsyncIterator[_Request], Iterator[_Request]]
+#: what read() returns: a response, or grpc.aio.EOF (typed ``object`` in grpcio's stubs)
+ReadResult = object
 
 
 def _error(status: Status) -> grpc.aio.AioRpcError:
@@ -146,7 +158,7 @@ async def pick(rpc: Rpc, first: Any = None) -> Transport | Status:
     wake-up set thread-safely by the publishing thread), a wait is slept."""
     core = rpc.core
     loop = asyncio.get_running_loop()
-    step = first
+    step: Transport | Status | float | None = first
     while True:
         if step is None:
             generation = core.generation
@@ -172,11 +184,11 @@ async def pick(rpc: Rpc, first: Any = None) -> Transport | Status:
                     core.remove_waiter(wake)
                     raise
                 continue
-        if step.__class__ is float:
+        if isinstance(step, float):
             await asyncio.sleep(step)
             step = None
             continue
-        return step  # type: ignore[no-any-return]
+        return step
 
 
 class AsyncRequestReplay(Replay):
@@ -237,7 +249,7 @@ class AsyncRequestReplay(Replay):
             yield item
 
 
-class _AioCall:
+class _AioCall(Generic[_Response]):
     """Shared by the aio call objects: the asyncio adapter of its
     :class:`~pyxds.channel.rpc.Rpc` (picks and backoffs are awaited in a
     task of the call; the inner grpcio aio call's end is read on the loop)
@@ -252,8 +264,8 @@ class _AioCall:
         self._credentials = credentials
         self._compression = compression
         self._loop = asyncio.get_running_loop()
-        self._task: asyncio.Task | None = None
-        self._inner: Any = None
+        self._task: asyncio.Task[Any] | None = None
+        self._inner: Any = None  # the running attempt's grpc.aio call
         self._error: grpc.aio.AioRpcError | None = None
         self._started = _Flag()
         self._done_callbacks: list[Callable[[Any], None]] = []
@@ -264,10 +276,10 @@ class _AioCall:
     def _try_start(self, step: Transport | Status) -> Any:
         """Carry out the RPC's pick: the started inner call, None (nothing
         started: pick again) or the Status the RPC failed with."""
-        if step.__class__ is Status:
-            self._fail(step)  # type: ignore[arg-type]
+        if isinstance(step, Status):
+            self._fail(step)
             return step
-        transport: Transport = step  # type: ignore[assignment]
+        transport = step
         rpc = self._rpc
         try:
             inner = self._method.start(
@@ -301,7 +313,8 @@ class _AioCall:
             first = None
             started = self._try_start(step)
             if started.__class__ is Status:
-                raise self._error  # type: ignore[misc]
+                assert self._error is not None  # _try_start failed the call
+                raise self._error
             if started is not None:
                 return started
 
@@ -384,7 +397,8 @@ class _AioCall:
     # -- grpc.aio.Call surface -------------------------------------------
     def cancelled(self) -> bool:
         if self._inner is not None:
-            return self._inner.cancelled()
+            cancelled: bool = self._inner.cancelled()
+            return cancelled
         return self._rpc.cancelled
 
     def done(self) -> bool:
@@ -425,21 +439,28 @@ class _AioCall:
             inner = await self._wait_started()
         except grpc.aio.AioRpcError as err:
             return err.code()
-        return await inner.code()
+        code: grpc.StatusCode = await inner.code()
+        return code
 
     async def details(self) -> str:
         try:
             inner = await self._wait_started()
         except grpc.aio.AioRpcError as err:
             return err.details() or ""
-        return await inner.details()
+        details: str = await inner.details()
+        return details
 
     async def wait_for_connection(self) -> None:
         inner = await self._wait_started()
         await inner.wait_for_connection()
 
 
-class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUnaryCall):
+class AioUnaryResponseCall(
+    _AioCall[_Response],
+    grpc.aio.UnaryUnaryCall[_Request, _Response],
+    grpc.aio.StreamUnaryCall[_Request, _Response],
+    Generic[_Request, _Response],
+):
     """unary_unary / stream_unary: awaitable for the response.
 
     Fast path: when the pick completes at once (the common case) the grpcio
@@ -453,8 +474,8 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
     ) -> None:
         super().__init__(rpc, method, request, credentials, compression)
         first = rpc.pick()
-        if first is not None and first.__class__ is not float:
-            if self._try_start(first) is not None:  # type: ignore[arg-type]
+        if first is not None and not isinstance(first, float):
+            if self._try_start(first) is not None:
                 return  # started, or failed
             first = None
         self._task = self._loop.create_task(self._run(first))
@@ -468,17 +489,18 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
     def _finish(self, status: Status, call: Any = None) -> None:
         super()._finish(unary_deadline_status(status), call)
 
-    async def _run(self, first: Any, delay: float = 0.0) -> Any:
+    async def _run(self, first: Any, delay: float = 0.0) -> _Response:
         """The attempts of a call whose first pick did not start one at once."""
         while True:
             inner = await self._open(delay, first)
             first = None
             try:
-                response = await inner
+                response: _Response = await inner
             except grpc.aio.AioRpcError as err:
                 status = await _final_status(inner, err)
-                delay = self._ended(inner, status)
-                if delay is not None:
+                retry_in = self._ended(inner, status)
+                if retry_in is not None:
+                    delay = retry_in
                     continue
                 self._finish(status, inner)
                 mapped = _unary_error(err)
@@ -491,15 +513,18 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
             self._finish(OK_STATUS, inner)
             return response
 
-    async def _await(self) -> Any:
+    async def _await(self) -> _Response:
         while True:
             if self._task is not None:
-                return await self._task
+                result: _Response = await self._task
+                return result
             inner = self._inner
             if inner is None:  # the channel failed it before any attempt
-                raise self._error  # type: ignore[misc]
+                assert self._error is not None
+                raise self._error
             try:
-                return await inner
+                response: _Response = await inner
+                return response
             except grpc.aio.AioRpcError as err:
                 self._settle(inner, await _final_status(inner, err))
                 if self._task is None:
@@ -513,7 +538,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
                 self._settle(inner, _CANCELLED)
                 raise
 
-    def __await__(self) -> Any:
+    def __await__(self) -> Generator[Any, None, _Response]:
         return self._await().__await__()
 
     def cancel(self) -> bool:
@@ -540,7 +565,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
         return self._status.details
 
     # stream_unary writes (a written request is not kept: no retry after one)
-    async def write(self, request: Any) -> None:
+    async def write(self, request: _Request) -> None:
         inner = await self._wait_started()
         self._rpc.commit()
         await inner.write(request)
@@ -550,7 +575,12 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
         await inner.done_writing()
 
 
-class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamStreamCall):
+class AioStreamResponseCall(
+    _AioCall[_Response],
+    grpc.aio.UnaryStreamCall[_Request, _Response],
+    grpc.aio.StreamStreamCall[_Request, _Response],
+    Generic[_Request, _Response],
+):
     """unary_stream / stream_stream: async iterator of responses.
 
     Attempts start in a task of the call; whoever sees an attempt's failure
@@ -563,10 +593,10 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
     ) -> None:
         super().__init__(rpc, method, request, credentials, compression)
         self._response_style: str | None = None
-        self._aiter: Any = None
+        self._aiter: AsyncIterator[_Response] | None = None
         self._task = self._open_task()
 
-    def _open_task(self, delay: float = 0.0) -> asyncio.Task:
+    def _open_task(self, delay: float = 0.0) -> asyncio.Task[Any]:
         task = self._loop.create_task(self._open(delay))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         return task
@@ -575,6 +605,7 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
         self._task = self._open_task(delay)
 
     async def _inner_call(self) -> Any:
+        assert self._task is not None  # made in __init__
         return await asyncio.shield(self._task)
 
     def _response_api(self, style: str) -> None:
@@ -584,25 +615,25 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
         elif self._response_style != style:
             raise grpc.aio.UsageError(_API_STYLE_ERROR)
 
-    def __aiter__(self) -> Any:
+    def __aiter__(self) -> AsyncIterator[_Response]:
         self._response_api("iterator")
         if self._aiter is None:
             self._aiter = self._iterate()
         return self._aiter
 
-    async def _iterate(self) -> Any:
+    async def _iterate(self) -> AsyncIterator[_Response]:
         while True:
             response = await self._read()
             if response is grpc.aio.EOF:
                 return
-            yield response
+            yield cast(_Response, response)  # not EOF: a response
 
-    async def read(self) -> Any:
+    async def read(self) -> ReadResult:
         if not self.done():
             self._response_api("reader")
         return await self._read()
 
-    async def _read(self) -> Any:
+    async def _read(self) -> ReadResult:
         inner = await self._inner_call()
         while True:
             try:
@@ -615,9 +646,10 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
                 raise
             if response is not grpc.aio.EOF and not self._rpc.committed:
                 self._rpc.commit()
-            return response
+            result: ReadResult = response
+            return result
 
-    async def write(self, request: Any) -> None:
+    async def write(self, request: _Request) -> None:
         inner = await self._inner_call()
         self._rpc.commit()  # a written request is not kept
         await inner.write(request)
@@ -631,8 +663,10 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
             return False
         self._rpc.cancel()
         if self._inner is not None:
-            return self._inner.cancel()
-        self._task.cancel()
+            cancelled: bool = self._inner.cancel()
+            return cancelled
+        if self._task is not None:
+            self._task.cancel()
         self._fail(_CANCELLED)
         return True
 
@@ -645,42 +679,39 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
         return self._status.details
 
 
-if TYPE_CHECKING:  # the stubs' generics; grpc.aio's classes are not generic at run time
-    _UnaryUnary = grpc.aio.UnaryUnaryMultiCallable[Any, Any]
-    _StreamUnary = grpc.aio.StreamUnaryMultiCallable[Any, Any]
-    _UnaryStream = grpc.aio.UnaryStreamMultiCallable[Any, Any]
-    _StreamStream = grpc.aio.StreamStreamMultiCallable[Any, Any]
-else:
-    _UnaryUnary = grpc.aio.UnaryUnaryMultiCallable
-    _StreamUnary = grpc.aio.StreamUnaryMultiCallable
-    _UnaryStream = grpc.aio.UnaryStreamMultiCallable
-    _StreamStream = grpc.aio.StreamStreamMultiCallable
+_Call = TypeVar("_Call", bound=_AioCall[Any])
 
 
-class _AioMultiCallable:
+class _AioMultiCallable(Generic[_Request, _Response, _Call]):
     """What every aio kind shares: each call makes one
     :class:`~pyxds.channel.rpc.Rpc` and hands it to its call object
-    (``_call_class``); a client stream's requests go through an
+    (``_call_class``, a ``_Call``); a client stream's requests go through an
     :class:`AsyncRequestReplay` (none: the application writes them)."""
 
     _kind = ""
     _client_streaming = False
-    _call_class: type[_AioCall] = _AioCall
+    _call_class: type[_Call]
 
-    def __init__(self, channel: AioXdsChannel, method: str, ser: Any, deser: Any) -> None:
+    def __init__(
+        self,
+        channel: AioXdsChannel,
+        method: str,
+        ser: Callable[[_Request], bytes] | None,
+        deser: Callable[[bytes], _Response] | None,
+    ) -> None:
         self._channel = channel
         self._core = channel._core
         self._method = GrpcMethod(self._kind, method, ser, deser)
 
     def _call(
         self,
-        request: Any,
+        request: object,
         timeout: float | None,
-        metadata: Any,
-        credentials: Any,
+        metadata: Metadata | None,
+        credentials: grpc.CallCredentials | None,
         wait_for_ready: bool | None,
-        compression: Any,
-    ) -> Any:
+        compression: grpc.Compression | None,
+    ) -> _Call:
         core = self._core
         if core.closed:  # grpc.aio's words for a call on a closed channel
             raise grpc.aio.UsageError("Channel is closed.")
@@ -690,29 +721,29 @@ class _AioMultiCallable:
             if request is None:
                 request = NO_REQUEST
             else:
-                request = AsyncRequestReplay(request, core.retry_buffer_size)
-                buffer = request.buffer
+                replay = AsyncRequestReplay(request, core.retry_buffer_size)
+                request, buffer = replay, replay.buffer
         rpc = Rpc(core, self._method.method, metadata, timeout, wait_for_ready, buffer)
         return self._call_class(rpc, self._method, request, credentials, compression)
 
 
-class _OneRequest(_AioMultiCallable):
+class _OneRequest(_AioMultiCallable[_Request, _Response, _Call]):
     """unary_unary and unary_stream: one request, grpc.aio's keyword-only options."""
 
     def __call__(
         self,
-        request: Any,
+        request: _Request,
         *,
         timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
+        metadata: Metadata | None = None,
+        credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> Any:
+        compression: grpc.Compression | None = None,
+    ) -> _Call:
         return self._call(request, timeout, metadata, credentials, wait_for_ready, compression)
 
 
-class _RequestStream(_AioMultiCallable):
+class _RequestStream(_AioMultiCallable[_Request, _Response, _Call]):
     """stream_unary and stream_stream: a request iterator, or none at all
     (the application writes its requests)."""
 
@@ -720,36 +751,48 @@ class _RequestStream(_AioMultiCallable):
 
     def __call__(
         self,
-        request_iterator: Any = None,
+        request_iterator: RequestIterator[_Request] | None = None,
         timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
+        metadata: Metadata | None = None,
+        credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> Any:
+        compression: grpc.Compression | None = None,
+    ) -> _Call:
         return self._call(
             request_iterator, timeout, metadata, credentials, wait_for_ready, compression
         )
 
 
-class AioUnaryUnary(_OneRequest, _UnaryUnary):
+class AioUnaryUnary(
+    _OneRequest[_Request, _Response, AioUnaryResponseCall[_Request, _Response]],
+    grpc.aio.UnaryUnaryMultiCallable[_Request, _Response],
+):
     _kind = "unary_unary"
-    _call_class = AioUnaryResponseCall
+    _call_class = AioUnaryResponseCall  # type: ignore[assignment]  # the class's own type variables
 
 
-class AioStreamUnary(_RequestStream, _StreamUnary):
+class AioStreamUnary(
+    _RequestStream[_Request, _Response, AioUnaryResponseCall[_Request, _Response]],
+    grpc.aio.StreamUnaryMultiCallable[_Request, _Response],
+):
     _kind = "stream_unary"
-    _call_class = AioUnaryResponseCall
+    _call_class = AioUnaryResponseCall  # type: ignore[assignment]  # the class's own type variables
 
 
-class AioUnaryStream(_OneRequest, _UnaryStream):
+class AioUnaryStream(
+    _OneRequest[_Request, _Response, AioStreamResponseCall[_Request, _Response]],
+    grpc.aio.UnaryStreamMultiCallable[_Request, _Response],
+):
     _kind = "unary_stream"
-    _call_class = AioStreamResponseCall
+    _call_class = AioStreamResponseCall  # type: ignore[assignment]  # the class's own type variables
 
 
-class AioStreamStream(_RequestStream, _StreamStream):
+class AioStreamStream(
+    _RequestStream[_Request, _Response, AioStreamResponseCall[_Request, _Response]],
+    grpc.aio.StreamStreamMultiCallable[_Request, _Response],
+):
     _kind = "stream_stream"
-    _call_class = AioStreamResponseCall
+    _call_class = AioStreamResponseCall  # type: ignore[assignment]  # the class's own type variables
 
 
 class AioXdsChannel(grpc.aio.Channel):
@@ -759,11 +802,11 @@ class AioXdsChannel(grpc.aio.Channel):
         self,
         target: str,
         credentials: grpc.ChannelCredentials | None = None,
-        bootstrap: Any = None,
+        bootstrap: BootstrapSource = None,
         options: Sequence[tuple[str, Any]] | None = None,
         compression: grpc.Compression | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
-        service_config: Any = None,
+        service_config: ServiceConfigSource = None,
     ) -> None:
         self._interceptors = sort_interceptors(interceptors)  # first: may raise ValueError
         options, parsed, sub_extra = from_channel_args(options, service_config)
@@ -773,7 +816,9 @@ class AioXdsChannel(grpc.aio.Channel):
         except RuntimeError:
             self._loop = None
 
-        def make_transport(address: str, creds: Any, on_state: Callable) -> AioTransport:
+        def make_transport(
+            address: str, creds: Any, on_state: Callable[[grpc.ChannelConnectivity], None]
+        ) -> AioTransport:
             loop = self._loop
             assert loop is not None, "pyxds aio channel used before any event loop"
             return AioTransport(loop, address, creds, sub_options, compression, on_state)
@@ -834,7 +879,14 @@ class AioXdsChannel(grpc.aio.Channel):
             await self.wait_for_state_change(state)
             state = self.get_state(try_to_connect=True)
 
-    def _multicallable(self, kind: str, cls: type, method: str, ser: Any, deser: Any) -> Any:
+    def _multicallable(
+        self,
+        kind: str,
+        cls: type[_AioMultiCallable[Any, Any, Any]],
+        method: str,
+        ser: Callable[[Any], bytes] | None,
+        deser: Callable[[bytes], Any] | None,
+    ) -> Any:
         """The pyxds multicallable; behind the interceptors of its kind if any."""
         plain = cls(self, method, ser, deser)
         chain = self._interceptors and getattr(self._interceptors, kind)
@@ -843,32 +895,52 @@ class AioXdsChannel(grpc.aio.Channel):
         return INTERCEPTED[kind](plain, method, lambda m: cls(self, m, ser, deser), chain)
 
     def unary_unary(
-        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
-    ):
-        return self._multicallable(
+        self,
+        method: str,
+        request_serializer: Callable[[_Request], bytes] | None = None,
+        response_deserializer: Callable[[bytes], _Response] | None = None,
+        _registered_method: bool | None = False,
+    ) -> grpc.aio.UnaryUnaryMultiCallable[_Request, _Response]:
+        mc: grpc.aio.UnaryUnaryMultiCallable[_Request, _Response] = self._multicallable(
             "unary_unary", AioUnaryUnary, method, request_serializer, response_deserializer
         )
+        return mc
 
     def unary_stream(
-        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
-    ):
-        return self._multicallable(
+        self,
+        method: str,
+        request_serializer: Callable[[_Request], bytes] | None = None,
+        response_deserializer: Callable[[bytes], _Response] | None = None,
+        _registered_method: bool | None = False,
+    ) -> grpc.aio.UnaryStreamMultiCallable[_Request, _Response]:
+        mc: grpc.aio.UnaryStreamMultiCallable[_Request, _Response] = self._multicallable(
             "unary_stream", AioUnaryStream, method, request_serializer, response_deserializer
         )
+        return mc
 
     def stream_unary(
-        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
-    ):
-        return self._multicallable(
+        self,
+        method: str,
+        request_serializer: Callable[[_Request], bytes] | None = None,
+        response_deserializer: Callable[[bytes], _Response] | None = None,
+        _registered_method: bool | None = False,
+    ) -> grpc.aio.StreamUnaryMultiCallable[_Request, _Response]:
+        mc: grpc.aio.StreamUnaryMultiCallable[_Request, _Response] = self._multicallable(
             "stream_unary", AioStreamUnary, method, request_serializer, response_deserializer
         )
+        return mc
 
     def stream_stream(
-        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
-    ):
-        return self._multicallable(
+        self,
+        method: str,
+        request_serializer: Callable[[_Request], bytes] | None = None,
+        response_deserializer: Callable[[bytes], _Response] | None = None,
+        _registered_method: bool | None = False,
+    ) -> grpc.aio.StreamStreamMultiCallable[_Request, _Response]:
+        mc: grpc.aio.StreamStreamMultiCallable[_Request, _Response] = self._multicallable(
             "stream_stream", AioStreamStream, method, request_serializer, response_deserializer
         )
+        return mc
 
     def config_dump(self) -> dict[str, Any]:
         return channel_config_dump(self._core)
@@ -876,11 +948,11 @@ class AioXdsChannel(grpc.aio.Channel):
 
 def insecure_channel(
     target: str,
-    bootstrap: Any = None,
+    bootstrap: BootstrapSource = None,
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
     interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
-    service_config: Any = None,
+    service_config: ServiceConfigSource = None,
 ) -> AioXdsChannel:
     """A plaintext grpc.aio.Channel to ``target`` over the pyxds stack;
     ``interceptors``: grpc.aio client interceptors, as grpc.aio's
@@ -894,11 +966,11 @@ def insecure_channel(
 def secure_channel(
     target: str,
     credentials: grpc.ChannelCredentials,
-    bootstrap: Any = None,
+    bootstrap: BootstrapSource = None,
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
     interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
-    service_config: Any = None,
+    service_config: ServiceConfigSource = None,
 ) -> AioXdsChannel:
     """A grpc.aio.Channel to ``target`` whose subchannels use ``credentials``;
     ``interceptors`` and ``service_config`` as for :func:`insecure_channel`."""

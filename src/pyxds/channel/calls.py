@@ -28,10 +28,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
+from pyxds.channel import grpc_generic
 from pyxds.channel.grpc_calls import (
     SERIALIZE_FAILED,
     GrpcMethod,
@@ -50,10 +51,7 @@ from pyxds.channel.rpc import CANCELLED, DEADLINE_EXCEEDED, Rpc
 from pyxds.channel.subchannel import Transport
 from pyxds.lb.api import OK_STATUS, Status
 
-if TYPE_CHECKING:
-    _Future = grpc.Future[Any]
-else:  # grpcio's Future is not generic at run time
-    _Future = grpc.Future
+_Response = TypeVar("_Response")
 
 __all__ = [
     "SERIALIZE_FAILED",
@@ -138,7 +136,7 @@ def _traceback_of(error: grpc.RpcError) -> Any:
         return sys.exc_info()[2]
 
 
-class ChannelRpcError(grpc.RpcError, grpc.Call, _Future):
+class ChannelRpcError(grpc.RpcError, grpc_generic.CallFuture[NoReturn]):
     """An RPC ended by the channel, before or instead of a subchannel call."""
 
     def __init__(
@@ -187,7 +185,7 @@ class ChannelRpcError(grpc.RpcError, grpc.Call, _Future):
     def done(self) -> bool:
         return True
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> NoReturn:
         raise self
 
     def exception(self, timeout: float | None = None) -> Exception:
@@ -196,14 +194,14 @@ class ChannelRpcError(grpc.RpcError, grpc.Call, _Future):
     def traceback(self, timeout: float | None = None) -> Any:
         return _traceback_of(self)
 
-    def add_done_callback(self, fn: Callable[[_Future], None]) -> None:
+    def add_done_callback(self, fn: Callable[[grpc.Future[NoReturn]], None]) -> None:
         fn(self)
 
     # iterator protocol, for a failed streaming call
     def __iter__(self) -> ChannelRpcError:
         return self
 
-    def __next__(self) -> Any:
+    def __next__(self) -> NoReturn:
         raise self
 
     def __str__(self) -> str:
@@ -215,7 +213,7 @@ class ChannelRpcError(grpc.RpcError, grpc.Call, _Future):
     __repr__ = __str__
 
 
-class DeferredCall(grpc.RpcError, _Future, grpc.Call):
+class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
     """A non-blocking RPC: the thread-and-timer adapter of its
     :class:`~pyxds.channel.rpc.Rpc`.
 
@@ -256,7 +254,7 @@ class DeferredCall(grpc.RpcError, _Future, grpc.Call):
         self._error: ChannelRpcError | None = None
         self._terminated = False
         self._cancelled_inner = False
-        self._done_callbacks: list[Callable[[_Future], None]] = []
+        self._done_callbacks: list[Callable[[grpc.Future[_Response]], None]] = []
         self._callbacks: list[Callable[[], None]] = []
         # the pending pick: its wake-up (registered with the channel) and timers
         self._waker: Callable[[], None] | None = None
@@ -491,12 +489,13 @@ class DeferredCall(grpc.RpcError, _Future, grpc.Call):
         if self._error is not None and self.cancelled():
             raise grpc.FutureCancelledError()
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> _Response:
         self._wait_terminated(timeout)
         self._raise_if_cancelled()
         if self._error is not None:
             raise self._error
-        return self._inner.result()
+        response: _Response = self._inner.result()
+        return response
 
     def exception(self, timeout: float | None = None) -> Any:
         self._wait_terminated(timeout)
@@ -512,7 +511,7 @@ class DeferredCall(grpc.RpcError, _Future, grpc.Call):
             return _traceback_of(self._error)
         return self._inner.traceback()
 
-    def add_done_callback(self, fn: Callable[[_Future], None]) -> None:
+    def add_done_callback(self, fn: Callable[[grpc.Future[_Response]], None]) -> None:
         with self._cond:
             if not self.done():
                 self._done_callbacks.append(fn)
@@ -567,14 +566,14 @@ class DeferredCall(grpc.RpcError, _Future, grpc.Call):
         return str(self._inner.debug_error_string())
 
 
-class StreamingCall(DeferredCall):
+class StreamingCall(DeferredCall[_Response], grpc_generic.CallIterator[_Response]):
     """A response-streaming call (unary_stream, stream_stream): an iterator
     of responses that is also a grpc.Call and grpc.Future."""
 
-    def __iter__(self) -> StreamingCall:
+    def __iter__(self) -> StreamingCall[_Response]:
         return self
 
-    def __next__(self) -> Any:
+    def __next__(self) -> _Response:
         inner = self._wait_started()
         while True:
             try:
@@ -587,7 +586,8 @@ class StreamingCall(DeferredCall):
                 continue
             if not self._rpc.committed:
                 self._rpc.commit()  # a response: never retried from now on
-            return response
+            typed: _Response = response
+            return typed
 
     next = __next__
 
@@ -600,7 +600,7 @@ class StreamingCall(DeferredCall):
         return "<pyxds StreamingCall (pick pending)>"
 
 
-class FutureCall(DeferredCall):
+class FutureCall(DeferredCall[_Response]):
     """``multicallable.future()``: resolves to the response."""
 
     _unary_response = True

@@ -16,11 +16,12 @@ grpcio does, so that one it cannot serialize fails at once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Generic, TypeAlias, TypeVar, Union
 
 import grpc
 
+from pyxds.channel import grpc_generic
 from pyxds.channel.calls import (
     ChannelRpcError,
     FutureCall,
@@ -34,19 +35,16 @@ from pyxds.channel.rpc import Rpc
 
 _log = logging.getLogger(__name__)
 
-if TYPE_CHECKING:  # the stubs' generics; grpcio's classes are not generic at run time
-    _UnaryUnary = grpc.UnaryUnaryMultiCallable[Any, Any]
-    _StreamUnary = grpc.StreamUnaryMultiCallable[Any, Any]
-    _UnaryStream = grpc.UnaryStreamMultiCallable[Any, Any]
-    _StreamStream = grpc.StreamStreamMultiCallable[Any, Any]
-else:
-    _UnaryUnary = grpc.UnaryUnaryMultiCallable
-    _StreamUnary = grpc.StreamUnaryMultiCallable
-    _UnaryStream = grpc.UnaryStreamMultiCallable
-    _StreamStream = grpc.StreamStreamMultiCallable
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
+#: call metadata as callers pass it (grpcio's stubs say a tuple of pairs)
+Metadata = Sequence[tuple[str, str | bytes]]
+#: what a call of either request shape takes: one request, or an iterator of
+#: them (client streaming); each kind's grpcio twin names the shape it takes
+Requests: TypeAlias = Union[_Request, Iterator[_Request]]
 
 
-class _MultiCallable:
+class _MultiCallable(Generic[_Request, _Response]):
     """What every kind shares: the channel, the method, how one call begins."""
 
     __slots__ = ("_core", "_method")
@@ -59,22 +57,27 @@ class _MultiCallable:
         self,
         core: ChannelCore,
         method: str,
-        request_serializer: Callable[[Any], bytes] | None,
-        response_deserializer: Callable[[bytes], Any] | None,
+        request_serializer: Callable[[_Request], bytes] | None,
+        response_deserializer: Callable[[bytes], _Response] | None,
     ) -> None:
         self._core = core
         self._method = GrpcMethod(self._kind, method, request_serializer, response_deserializer)
 
     def _begin(
-        self, request: Any, timeout: Any, metadata: Any, wait_for_ready: Any, blocking: bool
-    ) -> tuple[Rpc, Any, bool]:
+        self,
+        request: object,
+        timeout: float | None,
+        metadata: Metadata | None,
+        wait_for_ready: bool | None,
+        blocking: bool,
+    ) -> tuple[Rpc, object, bool]:
         """One call's Rpc, the request its attempts send (a client stream's
         replay) and whether it is serialized already (non-blocking calls)."""
         serialized = False
         buffer = None
         if self._client_streaming:
-            request = RequestReplay(request, self._core.retry_buffer_size)
-            buffer = request.buffer
+            replay = RequestReplay(request, self._core.retry_buffer_size)  # type: ignore[arg-type]  # these kinds take an iterator
+            request, buffer = replay, replay.buffer
         elif not blocking and self._method.serializer is not None:
             try:
                 request = self._method.serializer(request)
@@ -88,88 +91,102 @@ class _MultiCallable:
         return rpc, request, serialized
 
 
-class _UnaryResponse(_MultiCallable):
+class _UnaryResponse(_MultiCallable[_Request, _Response]):
     """unary_unary and stream_unary: ``__call__``, ``with_call``, ``future``."""
 
     __slots__ = ()
 
     def __call__(
         self,
-        request: Any,
+        request: Requests[_Request],
         timeout: float | None = None,
-        metadata: Any = None,
+        metadata: Metadata | None = None,
         credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
-    ) -> Any:
+    ) -> _Response:
+        payload: object = request
         if self._client_streaming:
-            rpc, request, _ = self._begin(request, timeout, metadata, wait_for_ready, True)
+            rpc, payload, _ = self._begin(request, timeout, metadata, wait_for_ready, True)
         else:
             rpc = Rpc(self._core, self._method.method, metadata, timeout, wait_for_ready)
-        return blocking_unary(rpc, self._method, request, credentials, compression, False)[0]
+        response: _Response = blocking_unary(
+            rpc, self._method, payload, credentials, compression, False
+        )[0]
+        return response
 
     def with_call(
         self,
-        request: Any,
+        request: Requests[_Request],
         timeout: float | None = None,
-        metadata: Any = None,
+        metadata: Metadata | None = None,
         credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
-    ) -> tuple[Any, grpc.Call]:
-        rpc, request, _ = self._begin(request, timeout, metadata, wait_for_ready, True)
-        return blocking_unary(rpc, self._method, request, credentials, compression, True)
+    ) -> tuple[_Response, grpc.Call]:
+        rpc, payload, _ = self._begin(request, timeout, metadata, wait_for_ready, True)
+        response, call = blocking_unary(rpc, self._method, payload, credentials, compression, True)
+        return response, call
 
     def future(
         self,
-        request: Any,
+        request: Requests[_Request],
         timeout: float | None = None,
-        metadata: Any = None,
+        metadata: Metadata | None = None,
         credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
-    ) -> FutureCall:
-        rpc, request, serialized = self._begin(request, timeout, metadata, wait_for_ready, False)
+    ) -> FutureCall[_Response]:
+        rpc, payload, serialized = self._begin(request, timeout, metadata, wait_for_ready, False)
         return FutureCall(
-            rpc, self._method, request, credentials, compression, "future", serialized
+            rpc, self._method, payload, credentials, compression, "future", serialized
         )
 
 
-class _StreamResponse(_MultiCallable):
+class _StreamResponse(_MultiCallable[_Request, _Response]):
     """unary_stream and stream_stream: the call is the response iterator."""
 
     __slots__ = ()
 
     def __call__(
         self,
-        request: Any,
+        request: Requests[_Request],
         timeout: float | None = None,
-        metadata: Any = None,
+        metadata: Metadata | None = None,
         credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
-    ) -> StreamingCall:
-        rpc, request, serialized = self._begin(request, timeout, metadata, wait_for_ready, False)
-        return StreamingCall(rpc, self._method, request, credentials, compression, None, serialized)
+    ) -> StreamingCall[_Response]:
+        rpc, payload, serialized = self._begin(request, timeout, metadata, wait_for_ready, False)
+        return StreamingCall(rpc, self._method, payload, credentials, compression, None, serialized)
 
 
-class UnaryUnaryMultiCallable(_UnaryResponse, _UnaryUnary):  # type: ignore[misc]  # our call objects, not the stubs' private _Call* types
+class UnaryUnaryMultiCallable(
+    _UnaryResponse[_Request, _Response], grpc_generic.UnaryUnaryMultiCallable[_Request, _Response]
+):
     __slots__ = ()
     _kind = "unary_unary"
 
 
-class StreamUnaryMultiCallable(_UnaryResponse, _StreamUnary):  # type: ignore[misc]  # our call objects, not the stubs' private _Call* types
+class StreamUnaryMultiCallable(
+    _UnaryResponse[_Request, _Response], grpc_generic.StreamUnaryMultiCallable[_Request, _Response]
+):
     __slots__ = ()
     _kind = "stream_unary"
     _client_streaming = True
 
 
-class UnaryStreamMultiCallable(_StreamResponse, _UnaryStream):  # type: ignore[misc]  # our call objects, not the stubs' private _Call* types
+class UnaryStreamMultiCallable(
+    _StreamResponse[_Request, _Response], grpc_generic.UnaryStreamMultiCallable[_Request, _Response]
+):
     __slots__ = ()
     _kind = "unary_stream"
 
 
-class StreamStreamMultiCallable(_StreamResponse, _StreamStream):  # type: ignore[misc]  # our call objects, not the stubs' private _Call* types
+class StreamStreamMultiCallable(
+    _StreamResponse[_Request, _Response],
+    grpc_generic.StreamStreamMultiCallable[_Request, _Response],
+):
     __slots__ = ()
     _kind = "stream_stream"
     _client_streaming = True

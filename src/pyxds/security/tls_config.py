@@ -46,6 +46,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the validators load with the xDS client, not with the channel
     from pyxds.xds.resources._common import Errors
 
+if TYPE_CHECKING:
+    from re2 import _Regexp  # google-re2's compiled pattern (typings/re2.pyi)
+
 SECURITY_ATTRIBUTE = "xds_security"
 """Subchannel attribute carrying a cluster's :class:`UpstreamTlsConfig`
 (set by xds_cluster_impl, read by the channel's subchannel pool)."""
@@ -76,7 +79,7 @@ class SanMatcher:
     kind: str
     value: str
     ignore_case: bool = False
-    regex: Any = field(default=None, compare=False, hash=False, repr=False)
+    regex: _Regexp | None = field(default=None, compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)
