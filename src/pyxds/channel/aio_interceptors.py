@@ -14,7 +14,7 @@ that runs the chain::
       -> await continuation_1(details', request')
          interceptor[1].intercept_*(continuation_2, details', request')
            -> await continuation_2(details'', request'')
-              the pyxds call (new_rpc: ConfigSelector, then the pick)
+              the pyxds call (its Rpc: ConfigSelector, then the pick)
 
 The first interceptor given is the outermost.  ``details`` is a
 ``grpc.aio.ClientCallDetails`` with the method as bytes, the timeout as

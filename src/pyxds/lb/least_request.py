@@ -29,7 +29,7 @@ It counts with operations that are each atomic (``deque``/``list``
   at any load.
 
 The count is ``TOKENS - len(tokens) + len(overflow)``.  The channel calls
-``on_call_done`` exactly once per attempt (``Rpc.attempt_done`` clears it
+``on_call_done`` exactly once per attempt (``Rpc._report`` clears it
 before calling), whatever ends the attempt (status, cancellation,
 deadline, aio task cancellation), so retries count per attempt and nothing
 leaks.
