@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 
+from bench_world import world
+
 KEEP = False
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -157,15 +159,7 @@ def main() -> None:
     if args.keep:
         global KEEP
         KEEP = True
-    server = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "e2e.py"), "--serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert server.stdout is not None and server.stdin is not None
-    try:
-        info = json.loads(server.stdout.readline())
+    with world() as info:
         address, bootstrap = info["address"], info["bootstrap"]
         results: dict[str, float] = {}
         calling: dict[str, float] = {}
@@ -179,9 +173,6 @@ def main() -> None:
                 f"   ({time.monotonic() - start:.0f} s)",
                 flush=True,
             )
-    finally:
-        server.stdin.close()
-        server.wait(10)
     for by, label in ((results, "every thread"), (calling, "calling thread")):
         for suffix in ("", "-aio"):
             plain, core, ours = (by.get(k + suffix) for k in ("plain", "core", "pyxds"))

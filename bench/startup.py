@@ -37,6 +37,8 @@ import subprocess
 import sys
 import tempfile
 
+from bench_world import world
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 METHOD = "/bench.Bench/Ping"
 
@@ -190,15 +192,7 @@ def main() -> None:
         extra = (imports[name] - imports["import grpc"]) * 1000
         print(f"  {name} - import grpc = {extra:.0f} ms")
 
-    server = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "e2e.py"), "--serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert server.stdout is not None and server.stdin is not None
-    try:
-        info = json.loads(server.stdout.readline())
+    with world() as info:
         address, bootstrap = info["address"], info["bootstrap"]
         kinds = {
             "plain grpcio": ("plain", address),
@@ -219,9 +213,6 @@ def main() -> None:
         print("then close() (median, ms):")
         for name, (kind, _) in kinds.items():
             print(f"  {name:<22} {statistics.median(CLOSES[kind]) * 1000:7.1f}")
-    finally:
-        server.stdin.close()
-        server.wait(10)
     for suffix, loaded in (("", "pyxds, xds modules in"), (" aio", "pyxds aio, modules in")):
         core = firsts[f"C-core{suffix} xds:///"]
         ours = firsts[f"pyxds{suffix} xds:///"]
