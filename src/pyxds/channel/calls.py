@@ -260,6 +260,7 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
         self._waker: Callable[[], None] | None = None
         self._timer: Any = None  # at the deadline, while queued
         self._hold: Any = None  # a wait before the next pick
+        self._picking = False  # rpc.pick() running (under the lock)
         self._pick()
 
     # -- picking ---------------------------------------------------------
@@ -279,11 +280,20 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
         rpc = self._rpc
         core = rpc.core
         with self._cond:
+            if self._picking:
+                # a publication made inside our own pick (this thread holds
+                # the lock): the pick in progress sees the new generation
+                # when it registers, and picks again then
+                return
             while True:
                 if waker is not self._waker or rpc.done:
                     return  # a stale wake-up, or over
                 generation = core.generation
-                step = rpc.pick()
+                self._picking = True
+                try:
+                    step = rpc.pick()
+                finally:
+                    self._picking = False
                 if step is None:
                     remaining = rpc.remaining()
                     if remaining is not None and remaining <= 0:
