@@ -214,3 +214,27 @@ def test_aio_failed_pick_retries_wait_their_backoff(h):
     took = asyncio.run(main())
     assert failing.calls == 3
     assert took >= expected * 0.9
+
+
+def test_a_rerouted_rpc_carries_out_its_new_routes_fault_verdict_too(h):
+    """A route switch routes a failed pick again (A31); the new route's
+    filters run for the RPC and their verdict is carried out (its active
+    fault counted and given back), without waiting a delay twice."""
+    sub = ready_subchannel(h)
+    filters = fault(delay=0.01, delay_percent=100)
+
+    class ByCluster(Picker):
+        def pick(self, args):
+            if args.call_attributes.get("cluster") == "new":
+                return PickComplete(sub)
+            return PickFail(Status(UNAVAILABLE, "CDS resource old does not exist"))
+
+    h.core.selector = Selector(CallConfig(call_attributes={"cluster": "old"}, filters=filters))
+    h.publish(ByCluster())
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
+    held = rpc.pick()
+    assert isinstance(held, float) and filters[0]._active.count == 1
+    rpc._hold_until -= 1.0  # the delay is over
+    h.core.selector = Selector(CallConfig(call_attributes={"cluster": "new"}, filters=filters))
+    assert rpc.pick() is h.transports.last("10.0.0.1:80")  # rerouted, no second delay
+    assert filters[0]._active.count == 0

@@ -145,7 +145,8 @@ class Rpc:
     retry: RetryState | None = None
     _selector: ConfigSelector | None = None
     _reselects = 0
-    _hold_until: float | None = None
+    _hold_until: float | None = None  # the end of the filters' delay, once started
+    _filters_done = False  # the filters' verdict before the pick was carried out
     _picked_by: Picker | None = None  # the picker of the last completed pick
     _stale_picker: Picker | None = None  # never pick with it again
     _on_call_done: Callable[[Status], None] | None = None
@@ -231,7 +232,7 @@ class Rpc:
             attributes = config.call_attributes
             filters = self.filters
             if filters is not None:
-                if filters.before_pick and self._hold_until != -1.0:
+                if filters.before_pick and not self._filters_done:
                     held = self._before_pick(filters)
                     if held is not None:
                         return held if held.__class__ is float else self.finish(held)  # type: ignore[arg-type]
@@ -303,7 +304,10 @@ class Rpc:
         if config.filters:
             from pyxds.resolver.http_filters import run_chain
 
+            # routed again (a route switch): the new verdict is carried out
+            # too, a delay already waited is not waited again (_hold_until)
             self.filters = run_chain(config.filters, self.metadata, core.random)
+            self._filters_done = False
         return True
 
     def _before_pick(self, filters: FilterVerdict) -> Status | float | None:
@@ -324,7 +328,7 @@ class Rpc:
                 if to_deadline > 0:
                     return to_deadline  # then DEADLINE_EXCEEDED
                 outcome = DEADLINE_EXCEEDED
-        self._hold_until = -1.0  # carried out: never again for this RPC
+        self._filters_done = True
         if filters.done is not None:
             filters.done()
         return outcome
@@ -521,8 +525,8 @@ class Rpc:
         self.phase = DONE
         core = self.core
         filters = self.filters
-        if filters is not None and filters.done is not None and self._hold_until != -1.0:
-            self._hold_until = -1.0
+        if filters is not None and filters.done is not None and not self._filters_done:
+            self._filters_done = True
             filters.done()  # e.g. the deadline came during a fault delay
         self._report(status, call, last=True)
         if status.code is _OK and core.retry_throttle is not None:
