@@ -6,9 +6,9 @@ Starting (one way per call kind): a pyxds multicallable holds one
 attempt starts on the picked subchannel's transport with
 :meth:`GrpcMethod.start`: the grpcio (or grpc.aio) multicallable of that
 transport's channel, cached on the transport per (kind, method,
-serializers) and, on a sync channel, registered with C-core, called with
-the attempt's metadata (``Rpc.send_metadata``), the time left to the
-deadline, never waiting for ready (the pyxds channel did the waiting).  While A66 metrics
+serializers), called with the attempt's metadata (``Rpc.send_metadata``),
+the time left to the deadline, never waiting for ready (the pyxds channel
+did the waiting).  While A66 metrics
 are on, an attempt gets a multicallable of its own whose serializers count
 its message bytes (:func:`pyxds.channel.call_metrics.counting`).
 
@@ -72,23 +72,16 @@ def unary_deadline_status(status: Status) -> Status:
     return status
 
 
-def _make(
-    transport: Transport, kind: str, method: str, ser: Any, deser: Any, registered: bool
-) -> Any:
+def _make(transport: Transport, kind: str, method: str, ser: Any, deser: Any) -> Any:
     """A grpcio (or grpc.aio) multicallable of ``kind`` on the transport's channel.
 
-    ``registered``: registered with C-core (a cheaper call each time, for the
-    multicallables cached per transport); one made for a single attempt is
-    not, since registering costs more than it saves on one call (measured:
-    a fresh registered multicallable adds ~18 us to an RPC, a plain one ~5 us).
+    Never registered with C-core (``_registered_method``): a registered
+    grpcio call enters grpcio's observability context twice per call, and
+    registering costs more than it saves (callgrind, per unary RPC on the
+    calling thread: sync 258k instructions registered, 245.5k not; aio 321k
+    and 308k; a fresh registered multicallable for one attempt adds ~18 us).
     """
-    make = getattr(transport.channel, kind)
-    if not registered:
-        return make(method, ser, deser)
-    try:
-        return make(method, ser, deser, _registered_method=True)
-    except TypeError:  # older grpcio
-        return make(method, ser, deser)
+    return getattr(transport.channel, kind)(method, ser, deser)
 
 
 class GrpcMethod:
@@ -119,16 +112,12 @@ class GrpcMethod:
         sizes = rpc.metrics.sizes if rpc.metrics is not None else None
         if sizes is not None:  # A66: the attempt's own, counting its bytes
             counted_ser, counted_deser = counting(sizes, ser, self.deserializer)
-            return _make(transport, self.kind, self.method, counted_ser, counted_deser, False)
+            return _make(transport, self.kind, self.method, counted_ser, counted_deser)
         key = self._key_serialized if serialized else self._key
         callables = transport.callables
         mc = callables.get(key)
         if mc is None:
-            # registered with C-core on a sync channel only: grpc.aio's registered
-            # calls enter its observability context twice per call (measured:
-            # ~13k more instructions per aio RPC than unregistered ones)
-            registered = not transport.runs_on_event_loop
-            mc = _make(transport, self.kind, self.method, ser, self.deserializer, registered)
+            mc = _make(transport, self.kind, self.method, ser, self.deserializer)
             if len(callables) >= _MAX_CACHED:  # e.g. lambdas as serializers
                 callables.clear()
             callables[key] = mc
