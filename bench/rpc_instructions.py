@@ -80,6 +80,12 @@ asyncio.run(aio_main()) if kind.endswith("aio") else sync_main()
 """
 
 
+def _tail(folder: str) -> str:
+    """The end of the client's stderr (valgrind's and Python's)."""
+    with open(os.path.join(folder, "stderr")) as f:
+        return f.read()[-2000:]
+
+
 def control(args: list[str]) -> None:
     subprocess.run(["callgrind_control", *args], check=True, capture_output=True)
 
@@ -111,19 +117,19 @@ def instructions(kind: str, target: str, bootstrap: dict, count: int) -> tuple[f
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=open(os.path.join(folder, "stderr"), "w"),  # noqa: SIM115 - the child's
         env=env,
         text=True,
     )
     assert client.stdin is not None and client.stdout is not None
     try:
         if client.stdout.readline().strip() != "READY":
-            raise RuntimeError(f"{kind}: client did not start")
+            raise RuntimeError(f"{kind}: client did not start: {_tail(folder)}")
         control(["-z", str(client.pid)])
         client.stdin.write("go\n")
         client.stdin.flush()
         if client.stdout.readline().strip() != "DONE":
-            raise RuntimeError(f"{kind}: client failed")
+            raise RuntimeError(f"{kind}: client failed: {_tail(folder)}")
         control(["-d", str(client.pid)])
         client.stdin.write("end\n")
         client.stdin.flush()
