@@ -25,7 +25,8 @@ may answer a :class:`FilterVerdict`, the filter's state for that one RPC:
   (A33), ``done`` once carried out;
 * ``pick_attributes(attributes)``: before every pick, the call attributes
   the LB picker reads (A55: the override host from the request's cookie;
-  A60: the cluster a weighted split is pinned to);
+  never the ``cluster`` attribute: the ConfigSelector chose that cluster,
+  and holds its reference, before the filters ran; A60's pin is its choice);
 * ``picked(address)``: after every completed pick, the endpoint chosen;
 * ``response_headers(metadata)``: the response's initial metadata as the
   application sees it (A55: a ``set-cookie`` entry).
