@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import pathlib
 import re
-import subprocess
 import sys
 import tempfile
 
