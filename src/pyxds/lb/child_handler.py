@@ -65,6 +65,17 @@ class DelegatingHelper(Helper):
     def channel_target(self) -> str:  # type: ignore[override]
         return getattr(self.parent, "channel_target", "")
 
+    @property
+    def channel_authority(self) -> str:  # type: ignore[override]
+        return getattr(self.parent, "channel_authority", "")
+
+    def __getattr__(self, name: str) -> Any:
+        # Optional helper capabilities (``create_route_lookup_channel``)
+        # reach the channel through every level of the tree.
+        if name == "create_route_lookup_channel":
+            return getattr(self.parent, name)
+        raise AttributeError(name)
+
     def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> Subchannel:
         return self.parent.create_subchannel(address, attributes)
 

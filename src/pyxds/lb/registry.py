@@ -102,6 +102,7 @@ def _load_builtins() -> None:
         "pyxds.lb.cds",
         "pyxds.lb.xds_cluster_impl",
         "pyxds.lb.xds_routing",
+        "pyxds.lb.rls",
     ):
         try:
             importlib.import_module(module)

@@ -10,6 +10,8 @@ from pyxds.testing.fakes import FakeHelper, FakeSubchannel, StateReport
 __all__ = [
     "FakeClock",
     "FakeHelper",
+    "FakeLookup",
+    "FakeRouteLookupChannel",
     "FakeSubchannel",
     "FakeTimer",
     "FakeXdsClient",
@@ -19,6 +21,10 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # Imported lazily: it pulls in the xDS resource types.
+    if name in ("FakeRouteLookupChannel", "FakeLookup"):
+        from pyxds.testing import fake_rls
+
+        return getattr(fake_rls, name)
     if name == "FakeXdsClient":
         from pyxds.testing.fake_xds_client import FakeXdsClient
 
