@@ -534,17 +534,6 @@ def test_route_naming_an_undeclared_plugin_is_rejected():
     assert "routes[0].route.cluster_specifier_plugin: unknown cluster specifier plugin" in err
 
 
-def test_supported_plugin_is_kept(monkeypatch):
-    monkeypatch.setattr(
-        route_config_module,
-        "SUPPORTED_CLUSTER_SPECIFIER_PLUGINS",
-        {"envoy.extensions.filters.http.router.v3.Router"},
-    )
-    got = decode_ok(with_plugin(False, rc_with(plugin_route())))
-    assert got.cluster_specifier_plugins[0].name == "rls"
-    assert got.virtual_hosts[0].routes[0].action.cluster_specifier_plugin == "rls"
-
-
 # ---------------------------------------------------------------- A31 timeouts
 
 

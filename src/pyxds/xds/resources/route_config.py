@@ -59,7 +59,11 @@ from pyxds.xds.resources._common import (
     compile_regex,
     duration,
     filter_overrides,
-    type_name,
+)
+from pyxds.xds.resources.cluster_specifier import (
+    RLS_PLUGIN_TYPE,
+    parse_cluster_specifier_plugins,
+    rls_enabled,
 )
 from pyxds.xds.resources.types import UINT32_MAX as UINT32_MAX_
 from pyxds.xds.resources.types import (
@@ -82,11 +86,8 @@ from pyxds.xds.resources.types import (
 
 __all__ = ["parse_route_configuration", "SUPPORTED_CLUSTER_SPECIFIER_PLUGINS"]
 
-# Cluster specifier plugin config types this client implements (A77 RLS is
-# not implemented yet).  Types listed here are kept; an unsupported
-# non-optional plugin is an error, an unsupported optional one makes the
-# routes that use it ignored.
-SUPPORTED_CLUSTER_SPECIFIER_PLUGINS: set[str] = set()
+#: Cluster specifier plugin config types this client implements (RLS).
+SUPPORTED_CLUSTER_SPECIFIER_PLUGINS: frozenset[str] = frozenset({RLS_PLUGIN_TYPE})
 
 _DENOMINATORS = (100, 10_000, 1_000_000)  # FractionalPercent.DenominatorType
 _RETRYABLE_CODES = frozenset(
@@ -118,8 +119,15 @@ def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteCon
     ``"...route_config"`` when inlined in a Listener); errors go to ``errs``.
     """
     pre = f"{path}." if path else ""
-    plugins, ignored_plugins = _parse_plugins(rc, errs, pre)
-    declared = {p.name for p in plugins} | ignored_plugins
+    rls = rls_enabled()
+    if rls and rc.cluster_specifier_plugins:
+        parsed = parse_cluster_specifier_plugins(rc, errs, pre)
+        declared: set[str] | None = parsed.declared
+        ignored_plugins = parsed.optional_unsupported
+    else:
+        parsed = None
+        declared = set() if rls else None  # None: plugin routes are ignored
+        ignored_plugins = set()
     vhosts = []
     # Values shared between routes: identical clusters and matches become one object.
     cache: dict[Any, Any] = {}
@@ -149,7 +157,16 @@ def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteCon
                     route = _with_vhost_retry(route, retry)
                 append(route)
         vhosts.append(VirtualHost(vh.name, domains, tuple(routes), retry, vh_overrides))
-    return RouteConfiguration(rc.name, tuple(vhosts), tuple(plugins))
+    plugins: tuple[ClusterSpecifierPlugin, ...] = ()
+    if parsed is not None and parsed.supported:
+        used = {
+            r.action.cluster_specifier_plugin
+            for v in vhosts
+            for r in v.routes
+            if isinstance(r.action, RouteAction)
+        }
+        plugins = tuple(p for name, p in parsed.supported.items() if name in used)
+    return RouteConfiguration(rc.name, tuple(vhosts), plugins)
 
 
 def _with_vhost_retry(route: Route, retry: RetryPolicy) -> Route:
@@ -189,32 +206,6 @@ def _path_can_match(path: str) -> bool:
     return 1 < i < len(path) - 1 and path.find("/", i + 1) < 0
 
 
-def _parse_plugins(rc: Any, errs: Errors, pre: str) -> tuple[list[ClusterSpecifierPlugin], set]:
-    plugins: list[ClusterSpecifierPlugin] = []
-    ignored: set[str] = set()
-    seen: set[str] = set()
-    for i, csp in enumerate(rc.cluster_specifier_plugins):
-        ext = csp.extension
-        p = f"{pre}cluster_specifier_plugins[{i}].extension"
-        if not csp.HasField("extension"):
-            errs.add(p, "field not present")
-            continue
-        name = ext.name
-        if name in seen:
-            errs.add(f"{p}.name", f'duplicate name "{name}"')
-        seen.add(name)
-        tname = type_name(ext.typed_config.type_url)
-        if tname in SUPPORTED_CLUSTER_SPECIFIER_PLUGINS:
-            plugins.append(
-                ClusterSpecifierPlugin(name, tname, ext.typed_config.value, csp.is_optional)
-            )
-        elif csp.is_optional:
-            ignored.add(name)
-        else:
-            errs.add(f"{p}.typed_config", f'unsupported ClusterSpecifierPlugin type "{tname}"')
-    return plugins, ignored
-
-
 def _route_path(pre: str, vi: int, ri: int) -> str:
     return f"{pre}virtual_hosts[{vi}].routes[{ri}]"
 
@@ -226,8 +217,8 @@ def _parse_route(
     vi: int,
     ri: int,
     cache: dict,
-    declared: set,
-    ignored_plugins: set,
+    declared: set[str] | None,
+    ignored_plugins: set[str],
 ) -> Route | None:
     m = r.match
     # One ListFields() call tells which match fields are set (cheaper than a
@@ -404,8 +395,8 @@ def _parse_action(
     vi: int,
     ri: int,
     cache: dict,
-    declared: set,
-    ignored_plugins: set,
+    declared: set[str] | None,
+    ignored_plugins: set[str],
 ) -> RouteAction | None:
     spec = None
     spec_value: Any = None
@@ -499,6 +490,8 @@ def _parse_action(
         weights = tuple(ClusterWeight(n, w, o) for n, w, o in pairs)
         return RouteAction(None, weights, None, msd, timeout, hashes, retry)
     if spec == 37:
+        if declared is None:
+            return None  # GRPC_EXPERIMENTAL_XDS_RLS_LB off: not a supported specifier
         name = spec_value
         if not name:
             errs.add(
@@ -516,7 +509,7 @@ def _parse_action(
         return RouteAction(None, None, name, msd, timeout, hashes, retry)
     if spec is None and ra.WhichOneof("cluster_specifier") in (
         "cluster",
-        "cluster_specifier_plugin",
+        "cluster_specifier_plugin" if declared is not None else "cluster",
     ):
         # Present but empty (ListFields omits empty strings).
         errs.add(

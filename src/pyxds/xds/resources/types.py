@@ -329,12 +329,16 @@ class VirtualHost:
 
 @dataclass(frozen=True, slots=True)
 class ClusterSpecifierPlugin:
-    """A cluster specifier plugin declared in a RouteConfiguration (opaque)."""
+    """A cluster specifier plugin of a RouteConfiguration that some route
+    names: its config type and bytes, and ``lb_config``, the LB policy
+    config (JSON text of a ``loadBalancingConfig`` list) of the
+    cluster_manager child its routes go to (RLS: ``rls_experimental``)."""
 
     name: str
     type_url: str
     config: bytes = b""
     is_optional: bool = False
+    lb_config: str = ""
 
 
 @dataclass(frozen=True, slots=True)
