@@ -13,9 +13,10 @@ coexist with an application's own generated copy of them).
 
 protoc names the modules after the proto files (``grpc/lookup/v1/rls_pb2.py``),
 which would shadow grpcio's ``grpc`` package; the script moves them to
-``pyxds.protos`` and drops the gencode/runtime version check (pyxds supports
-older protobuf runtimes than this protoc's gencode version; the generated
-descriptor-building code works on all of them).
+``pyxds.protos`` (with protoc's ``.pyi`` type stubs) and drops the
+gencode/runtime version check (pyxds supports older protobuf runtimes
+than this protoc's gencode version; the generated descriptor-building code
+works on all of them).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def generate() -> dict[str, str]:
     include = pathlib.Path(grpc_tools.__file__).parent / "_proto"
     out: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        args = ["protoc", f"-I{PROTO_ROOT}", f"-I{include}", f"--python_out={tmp}", *FILES]
+        args = ["protoc", f"-I{PROTO_ROOT}", f"-I{include}", f"--python_out={tmp}"]
+        args += [f"--pyi_out={tmp}", *FILES]
         if protoc.main(args) != 0:
             raise SystemExit("protoc failed")
         for name in FILES:
@@ -57,6 +59,8 @@ def generate() -> dict[str, str]:
                 f"proto/{name}.\n# Regenerate, never edit.  # ruff: noqa\n"
             )
             out[stem + ".py"] = header + text
+            stub = (pathlib.Path(tmp) / name).with_name(stem + ".pyi").read_text()
+            out[stem + ".pyi"] = header + stub
     return out
 
 

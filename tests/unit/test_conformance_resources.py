@@ -246,16 +246,18 @@ def test_unknown_cluster_specifier_plugin_name_is_nacked():
     assert 'unknown cluster specifier plugin name "nope"' in err
 
 
-RLS_PLUGIN = "type.googleapis.com/grpc.lookup.v1.RouteLookupClusterSpecifier"
+# A plugin type gRPC does not implement (RLS is implemented:
+# tests/unit/test_resources_rls_plugin.py).
+UNKNOWN_PLUGIN = "type.googleapis.com/example.UnknownClusterSpecifier"
 
 
 def test_route_using_unsupported_optional_plugin_is_ignored():
     rc = rc_with()
     p = rc.cluster_specifier_plugins.add(is_optional=True)
-    p.extension.name = "rls"
-    p.extension.typed_config.type_url = RLS_PLUGIN
+    p.extension.name = "other"
+    p.extension.typed_config.type_url = UNKNOWN_PLUGIN
     r = route("/", None)
-    r.route.cluster_specifier_plugin = "rls"
+    r.route.cluster_specifier_plugin = "other"
     rc.virtual_hosts[0].routes.append(r)
     rc.virtual_hosts[0].routes.append(route("/", "c2"))
     assert [x.action.cluster for x in routes_of(rc)] == ["c2"]
@@ -265,7 +267,7 @@ def test_unsupported_required_plugin_is_nacked():
     rc = rc_with(route())
     p = rc.cluster_specifier_plugins.add()
     p.extension.name = "rls"
-    p.extension.typed_config.type_url = RLS_PLUGIN
+    p.extension.typed_config.type_url = UNKNOWN_PLUGIN
     assert "unsupported ClusterSpecifierPlugin type" in _err(ROUTE_CONFIG, rc)
 
 

@@ -127,7 +127,7 @@ class _Base:
             return inner(
                 request.attempt() if request.__class__ is RequestReplay else request,
                 timeout=remaining,
-                metadata=rpc.send_metadata,
+                metadata=rpc.send_metadata if rpc.pick_metadata is None else rpc.attempt_metadata(),
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,
