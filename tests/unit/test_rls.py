@@ -37,6 +37,7 @@ from pyxds.lb.rls import (
     RlsPolicy,
     entry_size,
 )
+from pyxds.lb.rls_config import make_key
 from pyxds.testing import FakeClock, FakeHelper
 from pyxds.testing.fake_rls import FakeRouteLookupChannel
 
@@ -439,7 +440,7 @@ def backoff_delays(h: Harness, failures: int) -> list[float]:
         lookup = lookup_for(h) if i == 0 else h.rls.last()
         start = h.clock.now()
         lookup.fail("RLS server down")
-        entry = h.policy.cache[(("user", "alice"),)]
+        entry = h.policy.cache[key("alice")]
         delays.append(entry.data.backoff_time - start)
         # the backoff timer publishes a picker; the next pick looks up again
         published = len(h.helper.states)
@@ -476,7 +477,7 @@ def test_a_success_restarts_the_backoff_sequence():
     h.pick()
     h.run()
     h.rls.last().fail("down")
-    entry = h.policy.cache[(("user", "alice"),)]
+    entry = h.policy.cache[key("alice")]
     assert 0.8 <= entry.data.backoff_time - h.clock.now() <= 1.2
 
 
@@ -584,8 +585,8 @@ def test_lookup_outcomes_feed_the_throttler():
 # -- the cache: size, LRU, cleanup -------------------------------------------------------------
 
 
-def key(user: str) -> tuple:
-    return (("user", user),)
+def key(user: str) -> str:
+    return make_key([("user", user)])
 
 
 def test_entry_sizes_are_counted_as_c_core_counts_them():
@@ -606,7 +607,7 @@ def test_the_least_recently_used_entry_is_evicted_when_the_cache_is_full():
     h.run(10)  # every entry is old enough to evict
     h.pick("user1")  # user2 is now the least recently used
     lookup_for(h, "user4").respond(["cluster-a"])
-    assert sorted(u for ((_, u),) in h.policy.cache) == ["user1", "user3", "user4"]
+    assert sorted(h.policy.cache) == sorted(key(u) for u in ("user1", "user3", "user4"))
     assert h.policy.cache_bytes <= 3 * size
 
 
@@ -737,3 +738,40 @@ def test_config_dump_shows_the_cache():
     assert dump["entries"][0]["valid"] is True
     assert dump["children"] == {"cluster-a": "IDLE"}
     assert OK_STATUS.ok
+
+
+# -- the picker's key memo -------------------------------------------------------------
+
+
+def tuple_pick(h: Harness, user: str) -> PickResult:
+    return h.helper.last.picker.pick(PickArgs(PATH, (("x-user", user),), {}))
+
+
+def test_repeated_metadata_reuses_the_key_and_the_memo_stays_bounded():
+    from pyxds.lb.rls import KEY_MEMO_SIZE
+
+    h = Harness()
+    lookup_for(h).respond(["cluster-a"])
+    h.ready("cluster-a")
+    assert address_of(tuple_pick(h, "alice")) == "cluster-a"
+    (memo,) = h.policy.key_memo.values()
+    assert list(memo.values()) == [key("alice")]
+    assert tuple_pick(h, "alice") == tuple_pick(h, "alice")
+    for i in range(KEY_MEMO_SIZE + 5):
+        tuple_pick(h, f"user{i}")
+    assert len(memo) <= KEY_MEMO_SIZE
+
+
+def test_new_key_builders_forget_the_memo():
+    h = Harness()
+    tuple_pick(h, "alice")
+    h.run()
+    assert h.rls.last().key_map == {"user": "alice"}
+    h.update(
+        grpcKeybuilders=[
+            {"names": [{"service": "pkg.Svc"}], "headers": [{"key": "who", "names": ["x-user"]}]}
+        ]
+    )
+    tuple_pick(h, "alice")
+    h.run()
+    assert h.rls.last().key_map == {"who": "alice"}

@@ -14,6 +14,8 @@ from pyxds.lb.rls_config import (
     MAX_CACHE_SIZE_BYTES,
     MAX_MAX_AGE,
     is_valid_target,
+    key_map,
+    make_key,
     parse_rls_config,
 )
 
@@ -173,7 +175,7 @@ def test_key_builders_are_required_but_may_be_empty():
         rls_json(grpcKeybuilders=None)
     )
     config = parse_rls_config(with_builders())
-    assert config.route_lookup.key_builders.build("/a/b", [("x", "y")], "host") == ()
+    assert config.route_lookup.key_builders.build("/a/b", [("x", "y")], "host") == make_key(())
 
 
 @pytest.mark.parametrize(
@@ -255,7 +257,7 @@ def test_a_path_may_have_one_key_builder_only():
 
 def build_key(builders: list[dict], path: str, metadata=(), host: str = "svc.example") -> dict:
     config = parse_rls_config(with_builders(*builders))
-    return dict(config.route_lookup.key_builders.build(path, list(metadata), host))
+    return key_map(config.route_lookup.key_builders.build(path, list(metadata), host))
 
 
 FULL = {
@@ -312,6 +314,15 @@ def test_key_builder_table(path, metadata, expected):
 def test_binary_headers_never_make_keys():
     builder = {"names": [{"service": "s"}], "headers": [{"key": "k", "names": ["x-id-bin", "x"]}]}
     assert build_key([builder], "/s/m", [("x-id-bin", b"\x00"), ("x", "v")]) == {"k": "v"}
+
+
+def test_keys_round_trip_and_differ_when_key_maps_differ():
+    pairs = [("b", "2"), ("a", "1,x"), ("c", '"=,{}')]
+    key = make_key(pairs)
+    assert key_map(key) == dict(pairs)
+    assert make_key(reversed(pairs)) == key
+    assert make_key([("a", "1"), ("b", "2")]) != make_key([("a", "12")])
+    assert make_key([("a,b", "")]) != make_key([("a", ""), ("b", "")])
 
 
 def test_a_key_is_the_same_whatever_the_metadata_order():

@@ -69,12 +69,13 @@ class DelegatingHelper(Helper):
     def channel_authority(self) -> str:  # type: ignore[override]
         return getattr(self.parent, "channel_authority", "")
 
-    def __getattr__(self, name: str) -> Any:
-        # Optional helper capabilities (``create_route_lookup_channel``)
-        # reach the channel through every level of the tree.
-        if name == "create_route_lookup_channel":
-            return getattr(self.parent, name)
-        raise AttributeError(name)
+    def create_route_lookup_channel(self, target: str, service_config: str | None) -> Any:
+        """The optional capability of ``rls_experimental`` (api.Helper),
+        from the channel through every level of the tree."""
+        create = getattr(self.parent, "create_route_lookup_channel", None)
+        if create is None:
+            raise NotImplementedError("this channel offers no Route Lookup Service channel")
+        return create(target, service_config)
 
     def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> Subchannel:
         return self.parent.create_subchannel(address, attributes)

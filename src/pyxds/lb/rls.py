@@ -68,7 +68,7 @@ child), else TRANSIENT_FAILURE "no children available".
 
 **Threads.**  Everything but the pick runs on the serializer.  The picker
 reads the cache (entries publish immutable :class:`_Data` snapshots),
-marks entries used (a counter, never a lock), registers a pending lookup
+marks entries used (the time of use, an attribute store), registers a pending lookup
 in a dict and asks the serializer to start it; the throttler's counts take
 a small lock of their own (only on cache misses).  The picker object
 changes with every publication, as the channel's queued picks need.
@@ -76,7 +76,6 @@ changes with every publication, as the channel's queued picks need.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 from abc import ABC, abstractmethod
@@ -110,7 +109,7 @@ from pyxds.lb.api import (
 from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
 from pyxds.lb.errors import LBConfigError
 from pyxds.lb.registry import PolicySelection
-from pyxds.lb.rls_config import Key, RlsConfig, parse_rls_config
+from pyxds.lb.rls_config import Key, RlsConfig, key_map, parse_rls_config
 from pyxds.xds.backoff import ExponentialBackoff
 
 __all__ = [
@@ -160,13 +159,13 @@ _THROTTLED = Status(_UNAVAILABLE, "RLS request throttled")
 _NO_TARGETS = Status(grpc.StatusCode.INVALID_ARGUMENT, "RLS response has no target entry")
 
 
-def _used(entry: _Entry) -> int:
+def _used(entry: _Entry) -> float:
     return entry.used
 
 
 def entry_size(key: Key) -> int:
     """A cache entry's size in bytes, as C-core counts it."""
-    strings = sum(len(k.encode()) + len(v.encode()) for k, v in key)
+    strings = sum(len(k.encode()) + len(v.encode()) for k, v in key_map(key).items())
     return 2 * (KEY_OVERHEAD + strings) + ENTRY_OVERHEAD
 
 
@@ -386,19 +385,24 @@ class _Data:
     backoff_expiration: float = _NEVER
     #: the RLS data header for complete picks (None: no header_data)
     metadata: tuple[tuple[str, str], ...] | None = None
+    #: the child of a one-target answer (the common case's fast path)
+    single: _Child | None = None
 
 
 _NO_DATA = _Data()
+#: Bounds of the picker's key memo (per path, and paths).
+KEY_MEMO_SIZE = 1024
+KEY_MEMO_PATHS = 256
 
 
 class _Entry:
     __slots__ = ("key", "size", "created", "used", "data", "backoff", "timer")
 
-    def __init__(self, key: Key, now: float, used: int) -> None:
+    def __init__(self, key: Key, now: float, used: float) -> None:
         self.key = key
         self.size = entry_size(key)
         self.created = now
-        self.used = used  # LRU order: the tick of the last use
+        self.used = used  # LRU order: when it was last used
         self.data = _NO_DATA
         self.backoff: ExponentialBackoff | None = None
         self.timer: Timer | None = None
@@ -460,9 +464,13 @@ class _LookupChannel:
 
 class RlsPicker(Picker):
     """Picks through the policy's cache (module docstring, "Pick").  A new
-    object per publication; the state it reads is the policy's."""
+    object per publication; the state it reads is the policy's.
 
-    __slots__ = ("_policy", "_build", "_host", "_cache", "_pending", "_now", "_tick", "_default")
+    The hit path is short: the request key comes from a memo of the RPC's
+    (path, metadata) when the metadata repeats (built, and remembered,
+    otherwise), and a fresh entry's one target picks at once."""
+
+    __slots__ = ("_policy", "_build", "_host", "_cache", "_pending", "_now", "_memo", "_default")
 
     def __init__(self, policy: RlsPolicy) -> None:
         config = policy.config
@@ -473,17 +481,35 @@ class RlsPicker(Picker):
         self._cache = policy.cache
         self._pending = policy.pending
         self._now = policy.helper.clock.now
-        self._tick = policy.tick
+        self._memo = policy.key_memo
         self._default = policy.default_child
 
     def pick(self, args: PickArgs) -> PickResult:
-        key = self._build(args.path, args.metadata, self._host)
+        metadata = args.metadata
+        by_metadata = self._memo.get(args.path)
+        key = None
+        if by_metadata is not None:
+            try:
+                key = by_metadata.get(metadata)  # type: ignore[call-overload]
+            except TypeError:  # a list, not a tuple: no memo
+                pass
+        if key is None:
+            key = self._key(args.path, metadata)
         now = self._now()
         entry = self._cache.get(key)
-        data = _NO_DATA
         if entry is not None:
-            entry.used = next(self._tick)
             data = entry.data
+            entry.used = now
+            if data.stale_time >= now:  # fresh (then valid too): no lookup
+                single = data.single
+                if single is None:
+                    return _pick_target(data, args)
+                result = single.picker.pick(args)
+                if data.metadata is None:
+                    return result
+                return _with_header(result, data.metadata)
+        else:
+            data = _NO_DATA
         if (
             entry is None or (data.stale_time < now and data.backoff_time < now)
         ) and key not in self._pending:
@@ -499,6 +525,23 @@ class RlsPicker(Picker):
                     args, Status(_UNAVAILABLE, f"RLS request failed: {status_text(data.status)}")
                 )
         return _QUEUE
+
+    def _key(self, path: str, metadata: Any) -> Key:
+        """Build the key, and remember it for this (path, metadata)."""
+        key = self._build(path, metadata, self._host)
+        memo = self._memo
+        by_metadata = memo.get(path)
+        if by_metadata is None:
+            if len(memo) >= KEY_MEMO_PATHS:
+                memo.clear()
+            by_metadata = memo.setdefault(path, {})
+        if len(by_metadata) >= KEY_MEMO_SIZE:
+            by_metadata.clear()
+        try:
+            by_metadata[metadata] = key
+        except TypeError:  # unhashable metadata (a list): not remembered
+            pass
+        return key
 
     def _default_or_fail(self, args: PickArgs, status: Status) -> PickResult:
         default = self._default
@@ -520,8 +563,14 @@ def _pick_target(data: _Data, args: PickArgs) -> PickResult:
             child = candidate
             break
     result = child.picker.pick(args)
-    metadata = data.metadata
-    if metadata is not None and isinstance(result, PickComplete):
+    if data.metadata is None:
+        return result
+    return _with_header(result, data.metadata)
+
+
+def _with_header(result: PickResult, metadata: tuple[tuple[str, str], ...]) -> PickResult:
+    """A complete pick carries the RLS data header (C-core: only those)."""
+    if isinstance(result, PickComplete):
         return PickComplete(
             result.subchannel,
             result.on_call_done,
@@ -552,7 +601,8 @@ class RlsPolicy(LoadBalancer):
         #: read by pickers on RPC threads (module docstring, "Threads")
         self.cache: dict[Key, _Entry] = {}
         self.pending: dict[Key, object] = {}  # a _Request, or a pick's claim
-        self.tick = itertools.count()
+        #: path -> metadata -> key, for the pickers (RlsPicker); new per config
+        self.key_memo: dict[str, dict[Any, Key]] = {}
         self.throttler = AdaptiveThrottler(helper.clock, helper.random.random)
         self.default_child: _Child | None = None
         self.authority: str = getattr(helper, "channel_authority", "") or ""
@@ -575,6 +625,8 @@ class RlsPolicy(LoadBalancer):
         if isinstance(update.endpoints, Status) and self._update is not None:
             update = update.replace(endpoints=self._update.endpoints)  # keep the last good
         self.config = config
+        if old is None or old.route_lookup.key_builders != config.route_lookup.key_builders:
+            self.key_memo = {}
         self._update = update
         self._updating = True
         errors: list[str] = []
@@ -666,7 +718,7 @@ class RlsPolicy(LoadBalancer):
             data = entry.data
             entries.append(
                 {
-                    "key": dict(entry.key),
+                    "key": key_map(entry.key),
                     "targets": [c.target for c in data.children],
                     "header_data": data.header_data,
                     "valid": data.data_expiration >= now,
@@ -681,7 +733,7 @@ class RlsPolicy(LoadBalancer):
             "cache_bytes": self.cache_bytes,
             "cache_size_limit": self._size_limit,
             "entries": entries,
-            "pending": [dict(k) for k in list(self.pending)],
+            "pending": [key_map(k) for k in list(self.pending)],
             "children": {t: c.state.name for t, c in self.children.items()},
             "default_target": self.default_child.target if self.default_child else "",
         }
@@ -759,7 +811,7 @@ class RlsPolicy(LoadBalancer):
         channel.in_flight += 1
         try:
             request.cancel = channel.channel.lookup(
-                dict(key),
+                key_map(key),
                 reason,
                 stale_header,
                 config.route_lookup.lookup_service_timeout,
@@ -794,6 +846,7 @@ class RlsPolicy(LoadBalancer):
                 now + delay,
                 now + 2 * delay,
                 old.metadata,
+                old.single,
             )
             if entry.timer is not None:
                 entry.timer.cancel()
@@ -824,6 +877,7 @@ class RlsPolicy(LoadBalancer):
             now + stale_age,
             OK_STATUS,
             metadata=((RLS_DATA_HEADER, header),) if header else None,
+            single=children[0] if len(children) == 1 else None,
         )
         if children is not old_children:
             for child in old_children:
@@ -860,6 +914,7 @@ class RlsPolicy(LoadBalancer):
                     _NEVER,
                     data.backoff_expiration,
                     data.metadata,
+                    data.single,
                 )
         self._publish()
 
@@ -881,11 +936,12 @@ class RlsPolicy(LoadBalancer):
 
     # -- the cache -------------------------------------------------------------
     def _find_or_insert(self, key: Key) -> _Entry:
+        now = self.helper.clock.now()
         entry = self.cache.get(key)
         if entry is not None:
-            entry.used = next(self.tick)
+            entry.used = now
             return entry
-        entry = _Entry(key, self.helper.clock.now(), next(self.tick))
+        entry = _Entry(key, now, now)
         self._shrink(self._size_limit - min(self._size_limit, entry.size))
         self.cache[key] = entry
         self.cache_bytes += entry.size

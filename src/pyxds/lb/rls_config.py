@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +67,8 @@ __all__ = [
     "parse_rls_config",
     "is_valid_target",
     "child_policy_json",
+    "make_key",
+    "key_map",
 ]
 
 DEFAULT_LOOKUP_SERVICE_TIMEOUT = 10.0
@@ -82,8 +84,19 @@ _CORE_SCHEMES = frozenset(
     {"dns", "ipv4", "ipv6", "unix", "unix-abstract", "vsock", "xds", "google-c2p"}
 )
 
-Key = tuple[tuple[str, str], ...]
-"""A request key: the key map as (key, value) pairs sorted by key."""
+Key = str
+"""A request key: the key map as text (:func:`make_key`), one object per
+distinct key map so that pickers hash it once (str hashes are cached)."""
+
+
+def make_key(pairs: Iterable[tuple[str, str]]) -> Key:
+    """The request key of a key map (JSON of its pairs sorted by key)."""
+    return json.dumps(sorted(pairs), separators=(",", ":"))
+
+
+def key_map(key: Key) -> dict[str, str]:
+    """The key map of a request key."""
+    return {k: v for k, v in json.loads(key)}
 
 
 # -- key builders -----------------------------------------------------------------
@@ -117,10 +130,10 @@ class KeyBuilderMap:
         slash = path.rfind("/")
         if builder is None:
             if slash < 0:
-                return ()
+                return _EMPTY_KEY
             builder = builders.get(path[: slash + 1])
             if builder is None:
-                return ()
+                return _EMPTY_KEY
         out: dict[str, str] = {}
         if builder.header_keys and metadata:
             for key, names in builder.header_keys:
@@ -137,7 +150,10 @@ class KeyBuilderMap:
             out[builder.service_key] = path[1:slash] if slash > 0 else ""
         if builder.method_key:
             out[builder.method_key] = path[slash + 1 :]
-        return tuple(sorted(out.items()))
+        return make_key(out.items())
+
+
+_EMPTY_KEY = make_key(())
 
 
 def _header_value(metadata: Sequence[tuple[str, str | bytes]], name: str) -> str | None:
@@ -466,12 +482,3 @@ def _key_builder(obj: dict[str, Any], path: str) -> tuple[KeyBuilder, list[tuple
         method_key=extra["method"],
     )
     return builder, names
-
-
-def key_to_string(key: Key) -> str:
-    """``{k1=v1,k2=v2}`` (C-core's RequestKey::ToString), for logs and dumps."""
-    return "{" + ",".join(f"{k}={v}" for k, v in key) + "}"
-
-
-def key_map(key: Key) -> Mapping[str, str]:
-    return dict(key)
