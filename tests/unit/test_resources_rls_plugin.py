@@ -220,3 +220,23 @@ def test_rls_is_on_when_the_variable_says_true(monkeypatch, value):
     monkeypatch.setenv(RLS_ENV, value)
     got = decode_ok(rc_with_plugin(b.rls_plugin("rls", lookup_config())))
     assert [p.name for p in got.cluster_specifier_plugins] == ["rls"]
+
+
+def test_the_yaml_of_docs_rls_md_loads_and_decodes():
+    import pathlib
+    import re
+
+    import yaml
+
+    from pyxds.server import parse_resources
+
+    doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "rls.md"
+    (text,) = re.findall(r"```yaml\n(.*?)```", doc.read_text(), flags=re.S)
+    snapshot = parse_resources([yaml.safe_load(text)], validate=True)
+    (rc,) = snapshot.routes
+    got = decode_ok(rc)
+    (plugin,) = got.cluster_specifier_plugins
+    rlc = json.loads(plugin.lb_config)[0]["rls_experimental"]["routeLookupConfig"]
+    assert rlc["lookupService"] == "rls.example.com:443"
+    assert rlc["defaultTarget"] == "greeter-default"
+    assert rlc["staleAge"] == "240s"
