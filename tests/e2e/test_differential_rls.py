@@ -210,6 +210,45 @@ def test_an_rls_server_that_is_down_fails_rpcs_or_uses_the_default_like_c_core(
     )
 
 
+def test_an_rls_server_that_comes_back_serves_waiting_rpcs_like_c_core(
+    server, backends, core, channels
+):
+    """wait_for_ready RPCs sent while the RLS server is down complete once it
+    is up (backoff ends, or the RLS channel's recovery resets it), in both."""
+    import threading
+
+    port = free_port()
+    late = RouteLookupServer(port=port)
+    late.set({"user": "alice", "t": "late"}, ["cluster-a"])
+    config = b.route_lookup_config(f"127.0.0.1:{port}", [key_builder(constant_keys={"t": "late"})])
+    target = configure(server, backends, "rls-comeback", config)
+    got: dict[str, object] = {}
+    calls = {
+        "core": lambda: core.call(1, target=target, metadata=user("alice"), timeout=20),
+        "pyxds": lambda: pyxds_calls(channels(target), 1, metadata=user("alice"), timeout=20),
+    }
+    threads = [
+        threading.Thread(target=lambda n=n, f=f: got.__setitem__(n, (f(), time.monotonic())))
+        for n, f in calls.items()
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.5)  # both have failed a lookup (nothing listens) and back off
+    assert not got
+    late.start()
+    up = time.monotonic()
+    try:
+        for thread in threads:
+            thread.join(25)
+        assert set(got) == {"core", "pyxds"}
+        for name, (counts, done) in got.items():  # type: ignore[misc]
+            assert counts == {"cluster-a": 1}, name
+            print(f"{name}: served {done - up:.2f} s after the RLS server came up")
+            assert done - up < 8, (name, done - up)
+    finally:
+        late.stop()
+
+
 def test_a_slow_rls_server_times_out_like_c_core(server, backends, rls, core, channels):
     config = b.route_lookup_config(
         rls.target, [key_builder(constant_keys={"t": "slow"})], lookup_service_timeout=0.5

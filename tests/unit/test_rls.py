@@ -736,7 +736,7 @@ def test_config_dump_shows_the_cache():
     assert dump["entries"][0]["key"] == {"user": "alice"}
     assert dump["entries"][0]["targets"] == ["cluster-a"]
     assert dump["entries"][0]["valid"] is True
-    assert dump["children"] == {"cluster-a": "IDLE"}
+    assert dump["targets"] == {"cluster-a": "IDLE"}
     assert OK_STATUS.ok
 
 

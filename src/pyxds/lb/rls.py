@@ -319,7 +319,7 @@ class _Child(DelegatingHelper):
 
     def __init__(self, policy: RlsPolicy, target: str) -> None:
         super().__init__(policy.helper)
-        self.policy = policy
+        self._rls = policy  # (not "policy": config dumps walk that name down the tree)
         self.target = target
         self.refs = 0
         self.state = _CONNECTING
@@ -356,7 +356,7 @@ class _Child(DelegatingHelper):
             return  # sticky TRANSIENT_FAILURE (C-core, picker included)
         self.state = state
         self.picker = picker
-        self.policy._child_changed()
+        self._rls._child_changed()
 
     def request_reresolution(self) -> None:
         if not self.closed:
@@ -595,6 +595,8 @@ def _with_metadata(
 class RlsPolicy(LoadBalancer):
     """See the module docstring."""
 
+    name = NAME
+
     def __init__(self, helper: Helper) -> None:
         self.helper = helper
         self.config: RlsConfig | None = None
@@ -711,7 +713,8 @@ class RlsPolicy(LoadBalancer):
 
     # -- introspection ---------------------------------------------------------
     def config_dump(self) -> dict[str, Any]:
-        """The cache, pending lookups and children (for dumps and tests)."""
+        """The cache, pending lookups and targets' states (``channel.config_dump()``
+        adds the targets' child policies, from ``children``)."""
         now = self.helper.clock.now()
         entries = []
         for entry in list(self.cache.values()):
@@ -734,7 +737,7 @@ class RlsPolicy(LoadBalancer):
             "cache_size_limit": self._size_limit,
             "entries": entries,
             "pending": [key_map(k) for k in list(self.pending)],
-            "children": {t: c.state.name for t, c in self.children.items()},
+            "targets": {t: c.state.name for t, c in self.children.items()},
             "default_target": self.default_child.target if self.default_child else "",
         }
 
