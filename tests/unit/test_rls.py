@@ -775,3 +775,62 @@ def test_new_key_builders_forget_the_memo():
     tuple_pick(h, "alice")
     h.run()
     assert h.rls.last().key_map == {"who": "alice"}
+
+
+# -- threads ---------------------------------------------------------------------------
+
+
+def test_concurrent_misses_of_one_key_send_one_lookup():
+    import threading
+
+    h = Harness()
+    picker = h.helper.last.picker
+    args = PickArgs(PATH, (("x-user", "alice"),), {})
+    start = threading.Barrier(8)
+    results: list[PickResult] = []
+
+    def picks() -> None:
+        start.wait(5)
+        for _ in range(200):
+            results.append(picker.pick(args))
+
+    threads = [threading.Thread(target=picks) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(results) == 1600 and all(isinstance(r, PickQueue) for r in results)
+    h.run()
+    assert len(h.rls.lookups) == 1
+
+
+# -- the channel's side: credentials and authority of the RLS channel -----------------
+
+
+def test_the_rls_channel_gets_the_channels_credentials_and_authority():
+    import grpc as grpc_module
+
+    from pyxds.channel.core import ChannelCore, ChannelHelper
+    from pyxds.security.credentials import xds_channel_credentials
+
+    fallback = grpc_module.local_channel_credentials()
+    plain = grpc_module.local_channel_credentials()
+
+    def core(credentials: Any, **kwargs: Any) -> ChannelCore:
+        return ChannelCore("xds:///echo-service", lambda *a: None, credentials, **kwargs)
+
+    cores = [
+        core(xds_channel_credentials(fallback)),
+        core(plain),
+        core(None),
+        core(None, options=[("grpc.default_authority", "other.example")]),
+    ]
+    try:
+        assert cores[0].lookup_credentials is fallback  # as C-core's xDS creds
+        assert cores[1].lookup_credentials is plain
+        assert cores[2].lookup_credentials is None
+        assert [c.default_authority for c in cores] == ["echo-service"] * 3 + ["other.example"]
+        assert ChannelHelper(cores[3], 0).channel_authority == "other.example"
+    finally:
+        for c in cores:
+            c.close()
