@@ -369,6 +369,24 @@ class _Subscriptions:
         pass
 
 
+def _rls_config(child_policy: list, target_field: str) -> dict:
+    """An rls_experimental config: key from the x-user header, the cache big."""
+    return {
+        "routeLookupConfig": {
+            "grpcKeybuilders": [
+                {
+                    "names": [{"service": "helloworld.Greeter"}],
+                    "headers": [{"key": "user", "names": ["x-user"]}],
+                }
+            ],
+            "lookupService": "localhost:1",
+            "cacheSizeBytes": "1000000",
+        },
+        "childPolicy": child_policy,
+        "childPolicyConfigTargetFieldName": target_field,
+    }
+
+
 def _rls_tree() -> tuple[Picker, PickArgs, PickArgs]:
     """xds_cluster_manager with child ``cluster:foo`` (cds foo) and child
     ``cluster_specifier_plugin:rls`` (rls_experimental, key from one header,
@@ -397,20 +415,7 @@ def _rls_tree() -> tuple[Picker, PickArgs, PickArgs]:
     load = ClusterLoadAssignment("foo", ((locality,),), (), 0)
     cluster = Cluster("foo", "EDS", max_requests=2**62)  # never circuit-break
     xds = XdsConfig(None, None, None, {"foo": ClusterConfig(cluster, EndpointConfig(load, ""))})
-    rls = {
-        "routeLookupConfig": {
-            "grpcKeybuilders": [
-                {
-                    "names": [{"service": "helloworld.Greeter"}],
-                    "headers": [{"key": "user", "names": ["x-user"]}],
-                }
-            ],
-            "lookupService": "localhost:1",
-            "cacheSizeBytes": "1000000",
-        },
-        "childPolicy": [{"cds_experimental": {"isDynamic": True}}],
-        "childPolicyConfigTargetFieldName": "cluster",
-    }
+    rls = _rls_config([{"cds_experimental": {"isDynamic": True}}], "cluster")
     children = {
         "cluster:foo": {"childPolicy": [{"cds_experimental": {"cluster": "foo"}}]},
         "cluster_specifier_plugin:rls": {"childPolicy": [{"rls_experimental": rls}]},
@@ -469,20 +474,7 @@ def bench_rls_cache_hit_bare() -> tuple[str, float]:
     RLS hit path with the least under it; the row above is the real one)."""
     from pyxds.lb import registry
 
-    rls = {
-        "routeLookupConfig": {
-            "grpcKeybuilders": [
-                {
-                    "names": [{"service": "helloworld.Greeter"}],
-                    "headers": [{"key": "user", "names": ["x-user"]}],
-                }
-            ],
-            "lookupService": "localhost:1",
-            "cacheSizeBytes": "1000000",
-        },
-        "childPolicy": [{"round_robin": {}}],  # round_robin ignores the target field
-        "childPolicyConfigTargetFieldName": "target",
-    }
+    rls = _rls_config([{"round_robin": {}}], "target")  # round_robin ignores the field
     children = {
         "cluster:foo": {"childPolicy": [{"round_robin": {}}]},
         "cluster_specifier_plugin:rls": {"childPolicy": [{"rls_experimental": rls}]},
