@@ -490,7 +490,7 @@ class RlsPicker(Picker):
         key = None
         if by_metadata is not None:
             try:
-                key = by_metadata.get(metadata)  # type: ignore[call-overload]
+                key = by_metadata.get(metadata)
             except TypeError:  # a list, not a tuple: no memo
                 pass
         if key is None:
