@@ -210,41 +210,37 @@ def test_an_rls_server_that_is_down_fails_rpcs_or_uses_the_default_like_c_core(
     )
 
 
-def test_an_rls_server_that_comes_back_serves_waiting_rpcs_like_c_core(
+def test_an_rls_server_that_comes_back_serves_rpcs_again_like_c_core(
     server, backends, core, channels
 ):
-    """wait_for_ready RPCs sent while the RLS server is down complete once it
-    is up (backoff ends, or the RLS channel's recovery resets it), in both."""
-    import threading
-
+    """While the RLS server is down RPCs fail; once it is up they are served
+    again, in both clients (the key's backoff ends, or the RLS channel's
+    recovery resets it).  Fast-failing RPCs, polled: a throttled
+    wait_for_ready RPC waits for the next picker in both clients (C-core's
+    behaviour), which may not come while nothing changes."""
     port = free_port()
     late = RouteLookupServer(port=port)
     late.set({"user": "alice", "t": "late"}, ["cluster-a"])
     config = b.route_lookup_config(f"127.0.0.1:{port}", [key_builder(constant_keys={"t": "late"})])
     target = configure(server, backends, "rls-comeback", config)
-    got: dict[str, object] = {}
-    calls = {
-        "core": lambda: core.call(1, target=target, metadata=user("alice"), timeout=20),
-        "pyxds": lambda: pyxds_calls(channels(target), 1, metadata=user("alice"), timeout=20),
-    }
-    threads = [
-        threading.Thread(target=lambda n=n, f=f: got.__setitem__(n, (f(), time.monotonic())))
-        for n, f in calls.items()
-    ]
-    for thread in threads:
-        thread.start()
-    time.sleep(1.5)  # both have failed a lookup (nothing listens) and back off
-    assert not got
+    down = both(core, channels, target, metadata=user("alice"), wait_for_ready=False, details=True)
+    for got in down:
+        ((text, _),) = got.items()
+        assert text.startswith("error:UNAVAILABLE: RLS request failed: UNAVAILABLE"), got
     late.start()
     up = time.monotonic()
     try:
-        for thread in threads:
-            thread.join(25)
-        assert set(got) == {"core", "pyxds"}
-        for name, (counts, done) in got.items():  # type: ignore[misc]
-            assert counts == {"cluster-a": 1}, name
-            print(f"{name}: served {done - up:.2f} s after the RLS server came up")
-            assert done - up < 8, (name, done - up)
+        calls = {
+            "core": lambda: core.call(
+                1, target=target, metadata=user("alice"), timeout=1, wait_for_ready=False
+            ),
+            "pyxds": lambda: pyxds_calls(
+                channels(target), 1, metadata=user("alice"), timeout=1, wait_for_ready=False
+            ),
+        }
+        for name, call in calls.items():
+            assert wait_until(lambda c=call: c() == {"cluster-a": 1}, 25, 0.25), name
+            print(f"{name}: served {time.monotonic() - up:.2f} s after the RLS server came up")
     finally:
         late.stop()
 
@@ -269,7 +265,7 @@ def test_a_slow_rls_server_times_out_like_c_core(server, backends, rls, core, ch
         assert got == {
             "error:UNAVAILABLE: RLS request failed: DEADLINE_EXCEEDED: Deadline Exceeded": 1
         }, client
-        assert 0.4 <= took < 2.5, (client, took)
+        assert 0.4 <= took < 2.9, (client, took)  # the lookup timeout, not the 3 s answer
 
 
 @pytest.mark.parametrize(
