@@ -472,13 +472,16 @@ class ClusterLoadAssignment:
 
     ``priorities[i]`` are the localities of priority ``i`` (contiguous from
     0).  ``excluded_endpoints`` counts endpoints dropped for their health
-    status, so "all endpoints unhealthy" can be said exactly.
+    status, so "all endpoints unhealthy" can be said exactly;
+    ``ignored_localities`` names the localities dropped because their
+    ``load_balancing_weight`` is unset or 0 (A27), in resource order.
     """
 
     cluster_name: str
     priorities: tuple[tuple[Locality, ...], ...] = ()
     drop_overloads: tuple[DropOverload, ...] = ()
     excluded_endpoints: int = 0
+    ignored_localities: tuple[LocalityName, ...] = ()
 
     @property
     def endpoint_count(self) -> int:
@@ -489,6 +492,31 @@ class ClusterLoadAssignment:
     def all_endpoints_unhealthy(self) -> bool:
         """True when there are no usable endpoints but some were excluded for health."""
         return self.excluded_endpoints > 0 and self.endpoint_count == 0
+
+    @property
+    def no_endpoints_reason(self) -> str:
+        """Why no endpoint is usable, in the words ``pyxds serve``, ``pyxds
+        inspect`` and RPC errors share ("locality without weight ignored");
+        meaningful when :attr:`endpoint_count` is 0."""
+        parts = []
+        ignored = len(self.ignored_localities)
+        if ignored:
+            parts.append(
+                "locality without weight ignored"
+                if ignored == 1
+                else f"{ignored} localities without weight ignored"
+            )
+        if self.excluded_endpoints:
+            parts.append("all endpoints unhealthy")
+        else:
+            empty = sum(1 for p in self.priorities for loc in p if not loc.endpoints)
+            if empty:
+                parts.append(
+                    "locality without endpoints"
+                    if empty == 1
+                    else f"{empty} localities without endpoints"
+                )
+        return "; ".join(parts) or "no localities"
 
 
 # --------------------------------------------------------------------------- decode
