@@ -18,6 +18,7 @@ from channel_fixtures import (
     TARGET,
     Backend,
     CoreXdsClient,
+    core_note,
     free_port,
     header,
     pyxds_calls,
@@ -299,13 +300,6 @@ def test_a31_max_stream_duration_and_grpc_timeout_header_max_agree_with_c_core(
     got_ours = {case: outcome(ours, case) for case in expected}
     got_theirs = {case: outcome(theirs, case) for case in expected}
     assert got_ours == got_theirs == expected
-
-
-def core_note(text: str) -> str:
-    """C-core's resolution note inside "no children in weighted_target policy (NOTE)"."""
-    head = "error:UNAVAILABLE: no children in weighted_target policy ("
-    assert text.startswith(head) and text.endswith(")"), text
-    return text[len(head) : -1]
 
 
 def test_all_endpoints_unhealthy_fails_alike_and_pyxds_says_why(server, backends, core, channel):

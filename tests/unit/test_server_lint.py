@@ -181,7 +181,8 @@ CASES = {
         listener() + routes(ONE) + no_eds("main"),
         [
             "Cluster main: edsClusterConfig: ClusterLoadAssignment main is not defined in any "
-            "file served with it: cluster main: no endpoints: EDS resource main does not exist"
+            "file served with it: clients wait 15 s for it (the does-not-exist timer), then "
+            "cluster main: no endpoints: EDS resource main does not exist"
         ],
     ),
     "a route to a cluster no file defines": (
@@ -191,7 +192,8 @@ CASES = {
         + load("main", locality(1)),
         [
             "RouteConfiguration echo-route: virtualHosts[0].routes[0].route.cluster: cluster "
-            "nowhere is not defined in any file served with it: the RPCs this route matches fail"
+            "nowhere is not defined in any file served with it: clients wait 15 s for it (the "
+            "does-not-exist timer), then the RPCs this route matches fail"
         ],
     ),
     "a listener naming a route configuration no file defines": (
@@ -200,16 +202,17 @@ CASES = {
         + load("main", locality(1)),
         [
             "Listener echo-service: apiListener.apiListener.rds.routeConfigName: "
-            "RouteConfiguration nowhere is not defined in any file served with it: every RPC "
-            "to this listener fails"
+            "RouteConfiguration nowhere is not defined in any file served with it: clients "
+            "wait 15 s for it (the does-not-exist timer), then every RPC to this listener fails"
         ],
     ),
     "an aggregate cluster whose children are all missing": (
         listener() + routes("        cluster: agg\n") + aggregate("agg", "gone1", "gone2"),
         [
             "Cluster agg: clusterType.typedConfig.clusters: none of its clusters (gone1, gone2) "
-            "leads to a cluster defined in any file served with it: the aggregate has no leaf "
-            "cluster and its RPCs fail (A74, A75)"
+            "leads to a leaf cluster defined in any file served with it: clients wait 15 s for "
+            "the missing ones (the does-not-exist timer), then its RPCs fail (no leaf cluster, "
+            "A74, A75)"
         ],
     ),
     "a weighted cluster entry of weight 0 beside others": (

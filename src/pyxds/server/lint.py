@@ -16,10 +16,12 @@ node's files), by the client's rules:
 * A ClusterLoadAssignment with no usable endpoint at all (no localities, or
   only empty ones) gives its cluster none either.
 * An EDS cluster whose ClusterLoadAssignment no file defines has no
-  endpoints (the client waits for it, then treats it as not existing, A27).
-* A route to a cluster no file defines fails the RPCs it matches (A28: the
-  CDS resource does not exist).
-* A listener naming a RouteConfiguration no file defines fails every RPC.
+  endpoints.  A route to a cluster no file defines fails the RPCs it matches;
+  a listener naming a RouteConfiguration no file defines fails every RPC.
+  Worse, a client waits for a resource it subscribes to until its
+  does-not-exist timer fires (15 s, A27; a SotW response without it is no
+  proof, as it may answer an older request), and it applies no config that
+  needs the resource before that (A74): a new client serves nothing for 15 s.
 * An aggregate cluster none of whose children (transitively) is a defined
   leaf cluster has no leaf: its RPCs fail (A75; A74 skips missing children).
 * A weighted cluster entry of weight 0 beside others is dropped by the
@@ -64,6 +66,10 @@ _HCM = (
     "HttpConnectionManager"
 )
 _USED_HEALTH = (0, 1)  # UNKNOWN, HEALTHY
+# A client waits for a resource it subscribes to until its does-not-exist
+# timer (15 s, A27), and (A74) applies no config that needs it before then.
+_WAIT = "clients wait 15 s for it (the does-not-exist timer)"
+_UNDEFINED = f"is not defined in any file served with it: {_WAIT}"
 
 
 @dataclass(frozen=True)
@@ -257,15 +263,18 @@ def _lint_cluster(cluster: Cluster, group: _Group, names: dict[str, set[str]], a
         eds = cluster.eds_resource_name
         add(
             ("edsClusterConfig",),
-            f"ClusterLoadAssignment {eds} is not defined in any file served with it: "
-            f"cluster {cluster.name}: no endpoints: EDS resource {eds} does not exist",
+            f"ClusterLoadAssignment {eds} {_UNDEFINED}, then cluster {cluster.name}: "
+            f"no endpoints: EDS resource {eds} does not exist",
         )
     elif cluster.kind == "AGGREGATE" and not _has_leaf(cluster.name, group, set()):
         children = ", ".join(cluster.aggregate_children)
+        missing = any(c not in group.clusters for c in cluster.aggregate_children)
+        wait = "clients wait 15 s for the missing ones (the does-not-exist timer), then "
+        wait = wait if missing else ""
         add(
             ("clusterType", "typedConfig", "clusters"),
-            f"none of its clusters ({children}) leads to a cluster defined in any file served "
-            f"with it: the aggregate has no leaf cluster and its RPCs fail (A74, A75)",
+            f"none of its clusters ({children}) leads to a leaf cluster defined in any file "
+            f"served with it: {wait}its RPCs fail (no leaf cluster, A74, A75)",
         )
 
 
@@ -292,8 +301,8 @@ def _lint_listener(message: Any, listener: Listener, group: _Group, add: Add) ->
         if listener.route_config_name not in group.route_configs:
             add(
                 (*base, "rds", "routeConfigName"),
-                f"RouteConfiguration {listener.route_config_name} is not defined in any file "
-                "served with it: every RPC to this listener fails",
+                f"RouteConfiguration {listener.route_config_name} {_UNDEFINED}, "
+                "then every RPC to this listener fails",
             )
     elif hcm is not None:
         _lint_routes(hcm.route_config, (*base, "routeConfig"), group.defined_clusters, add)
@@ -322,8 +331,7 @@ def _lint_routes(route_config: Any, base: Path, defined: set[str], add: Add) -> 
             if which == "cluster" and action.cluster not in defined:
                 add(
                     (*at, "cluster"),
-                    f"cluster {action.cluster} is not defined in any file served with it: "
-                    "the RPCs this route matches fail",
+                    f"cluster {action.cluster} {_UNDEFINED}, then the RPCs this route matches fail",
                 )
             elif which == "weighted_clusters":
                 _lint_weighted(action.weighted_clusters, (*at, "weightedClusters"), defined, add)
@@ -343,6 +351,5 @@ def _lint_weighted(weighted: Any, at: Path, defined: set[str], add: Add) -> None
         elif c.name not in defined:
             add(
                 (*at, "clusters", k, "name"),
-                f"cluster {c.name} is not defined in any file served with it: "
-                "the RPCs this route sends it fail",
+                f"cluster {c.name} {_UNDEFINED}, then the RPCs this route sends it fail",
             )
