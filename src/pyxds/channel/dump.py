@@ -235,7 +235,12 @@ def _endpoints_dump(children: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"endpoints": cla.endpoint_count}
     if cla.ignored_localities:
         out["ignored_localities"] = [
-            {"locality": str(name), "why": "no load_balancing_weight (A27)"}
+            {
+                "region": name.region,
+                "zone": name.zone,
+                "sub_zone": name.sub_zone,
+                "why": "no load_balancing_weight (A27)",
+            }
             for name in cla.ignored_localities
         ]
     return out
