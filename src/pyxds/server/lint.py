@@ -111,7 +111,7 @@ class Finding:
 def _locality(message: Any) -> str:
     loc = message.locality
     parts = [f"{k}={getattr(loc, k)}" for k in ("region", "zone", "sub_zone") if getattr(loc, k)]
-    return "{" + ", ".join(parts) + "}" if parts else "(no locality)"
+    return "{" + ", ".join(parts) + "}" if parts else "(unnamed)"
 
 
 @dataclass
