@@ -149,6 +149,8 @@ resources:
       route: {{cluster: sick}}
     - match: {{prefix: "", headers: [{{name: to, exactMatch: agg}}]}}
       route: {{cluster: agg}}
+    - match: {{prefix: "", headers: [{{name: to, exactMatch: noeds}}]}}
+      route: {{cluster: noeds}}
     - match: {{prefix: ""}}
       route:
         weightedClusters:
@@ -259,6 +261,17 @@ def test_every_kind_at_once_warns_in_file_order_serves_and_names_empty_clusters_
                 assert raised.value.details().endswith(
                     "(cluster sick: no endpoints: all endpoints unhealthy)"
                 )
+                # No EDS resource (after the 15 s timer): the resource, then the cluster.
+                with pytest.raises(grpc.RpcError) as raised:
+                    who(b"", timeout=5, metadata=[("to", "noeds")])
+                theirs = core.call(
+                    1, metadata=[("to", "noeds")], details=True, wait_for_ready=False
+                )
+                ((theirs_text, _),) = theirs.items()
+                assert core_note(theirs_text).startswith("EDS resource noeds: does not exist")
+                assert raised.value.details() == (
+                    "EDS resource noeds does not exist (cluster noeds: no endpoints)"
+                )
                 # The same words in config_dump(), for every cluster that cannot serve.
                 assert channel.config_dump()["cannot_serve"] == [
                     "cluster agg: aggregate cluster dependency graph for agg has no leaf clusters "
@@ -267,6 +280,7 @@ def test_every_kind_at_once_warns_in_file_order_serves_and_names_empty_clusters_
                     "cluster ghost: CDS resource ghost does not exist",
                     "cluster gone1: CDS resource gone1 does not exist",
                     "cluster gone2: CDS resource gone2 does not exist",
+                    "cluster noeds: no endpoints: EDS resource noeds does not exist",
                     "cluster sick: no endpoints: all endpoints unhealthy",
                 ]
                 # A reload that fails keeps the last good version served.

@@ -55,7 +55,11 @@ def test_every_kind_of_unusable_cluster_is_listed_by_name():
                     "a", ((Locality(LocalityName(), 1, ()),),), excluded_endpoints=2
                 ),
             ),
-            c_no_eds=leaf("c_no_eds", None, "EDS resource c_no_eds: does not exist"),
+            c_no_eds=leaf(
+                "c_no_eds",
+                None,
+                "EDS resource c_no_eds: does not exist (cluster c_no_eds: no endpoints)",
+            ),
             d_agg=ClusterConfig(Cluster("d_agg", "AGGREGATE"), AggregateConfig(("a_unhealthy",))),
             e_fine=leaf("e_fine", ClusterLoadAssignment("e", ((USED,),))),
         )

@@ -295,7 +295,9 @@ def test_eds_error_before_data_gives_no_endpoints_and_a_note_naming_the_resource
     h.push(make_listener("lds", rds="rds"), make_route_config("rds", routes_to("a")))
     h.push(eds_cluster("a"))
     h.client.error(ENDPOINTS_TYPE_URL, "a", "timeout")
-    assert h.last.clusters["a"].children == EndpointConfig(None, "EDS resource a: timeout")
+    assert h.last.clusters["a"].children == EndpointConfig(
+        None, "EDS resource a: timeout (cluster a: no endpoints)"
+    )
 
 
 def test_subscriptions_are_refcounted_and_the_last_release_stops_the_watch():

@@ -51,6 +51,7 @@ def cluster_problems(config: XdsConfig) -> list[str]:
         endpoints = value.children
         if endpoints.endpoints is None:
             note = endpoints.resolution_note or "no endpoint data"
+            note = note.replace(f" (cluster {name}: no endpoints)", "")
             out.append(f"cluster {name}: no endpoints: {note}")
         elif endpoints.endpoints.endpoint_count == 0:
             out.append(no_endpoints_words(name, endpoints.endpoints))

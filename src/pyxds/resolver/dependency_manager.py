@@ -681,7 +681,7 @@ class DependencyManager:
         notes = [self._lds.describe_ambient(), self._rds.describe_ambient() if self._rds else ""]
         notes.append(cds_note)
         if watch.status is not None:
-            notes.append(watch.describe_failure())
+            notes.append(f"{watch.describe_failure()} (cluster {cluster.name}: no endpoints)")
             return EndpointConfig(None, "; ".join(n for n in notes if n))
         cla: ClusterLoadAssignment = watch.resource
         if watch.ambient is not None:
