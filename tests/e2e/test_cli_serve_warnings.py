@@ -292,3 +292,17 @@ def test_every_kind_at_once_warns_in_file_order_serves_and_names_empty_clusters_
             core.close()
             a.stop()
         assert proc.proc.poll() is None
+
+
+def test_per_node_files_are_linted_as_the_group_that_node_gets(tmp_path, echo_backends):
+    (a,) = echo_backends(["backend-a"])
+    shared, canary = str(tmp_path / "shared.yaml"), str(tmp_path / "canary.yaml")
+    write(shared, resources_for(a))
+    bad = resources_for(a).replace(NO_WEIGHT, "")
+    write(canary, bad)
+    with PyxdsProcess("serve", shared, "--node-file", f"canary={canary}") as proc:
+        proc.stdout_line()
+        proc.wait_stderr(r"^clients: ")
+        (line,) = warnings(proc)
+        assert line.startswith(f"warning: {canary}:{line_of(bad, '- locality:')}: ")
+        assert line.endswith("(files of node 'canary')")
