@@ -22,12 +22,14 @@ no ``loadBalancingWeight``: a quarter of the RPCs failed) fails here.
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import json
 import math
 import os
 import re
 import sys
+from collections.abc import Iterator
 from concurrent import futures
 from functools import partial
 from typing import Any
@@ -324,16 +326,19 @@ def server():
     srv.stop()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def docs_policies():
-    """The custom policy docs/custom-policy.md registers (docs/examples/)."""
+@contextlib.contextmanager
+def docs_policies() -> Iterator[None]:
+    """The custom policy docs/custom-policy.md registers (docs/examples/), for
+    the pyxds client; ``pyxds serve`` runs without it."""
     sys.path.insert(0, EXAMPLES)
     try:
         from least_recent_policy import LeastRecentFactory
 
         lb_registry.register(LeastRecentFactory())
-        yield
-        lb_registry.unregister("least_recent")
+        try:
+            yield
+        finally:
+            lb_registry.unregister("least_recent")
     finally:
         sys.path.remove(EXAMPLES)
 
@@ -352,14 +357,20 @@ def _pyxds_counts(channel: Any, method: str, metadata: list, n: int) -> collecti
 @pytest.mark.parametrize("key", sorted(EXAMPLES_FOUND))
 def test_docs_example_lints_clean_and_every_routed_cluster_gets_rpcs_alike(key, server):
     text = EXAMPLES_FOUND[key]
-    # 1. As `pyxds serve` loads it: valid for a client, and (a complete example)
-    # no warning.
+    # 1. As `pyxds serve` loads it (without the docs' custom policies): valid
+    # for a client, and (a complete example) no warning.
+    assert lb_registry.get("least_recent") is None
     entries: list[Entry] = []
     page = "docs/" + key.split(":")[0]
     parse_resources(yaml.safe_load(text), page, True, entries)
     if any(e.type_url == LISTENER for e in entries):
         assert report(entries, {page: text}) == [], f"{key}: pyxds serve warns about it"
     # 2. Served, completed if a fragment, every endpoint its own backend.
+    with docs_policies():
+        _serve_and_call(key, text, server)
+
+
+def _serve_and_call(key: str, text: str, server: ManagementServer) -> None:
     resources = _complete(_resources(text))
     backends = Backends()
     owners = _rewrite_endpoints(resources, backends)
