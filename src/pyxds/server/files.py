@@ -113,7 +113,7 @@ def parse_resources(
     client would NACK is refused before it is served.  ``entries`` (if given)
     receives each resource with its place in the file, for the lint.
     """
-    from google.protobuf import message_factory, symbol_database
+    from google.protobuf import descriptor_pool, message_factory
 
     register_any_types()
     version = None
@@ -138,7 +138,7 @@ def parse_resources(
         raise ResourceFileError(f"{source}: resources: expected a list, got {type(data).__name__}")
     by_type: dict[str, list[Any]] = {field: [] for field in FIELD_OF_TYPE.values()}
     seen: dict[tuple[str, str], int] = {}
-    pool = symbol_database.Default().pool
+    pool = descriptor_pool.Default()  # the pool of symbol_database.Default()
     for i, entry in enumerate(data):
         where = f"{source}: resources[{i}]"
         if not isinstance(entry, dict):
@@ -267,7 +267,7 @@ def merge_snapshots(snapshots: list[tuple[str, Snapshot]]) -> Snapshot:
     return Snapshot(version="+".join(versions) if versions else None, **merged)
 
 
-def dump_resources(snapshot: Snapshot) -> dict:
+def dump_resources(snapshot: Snapshot) -> dict[str, Any]:
     """The inverse of parse_resources: a ``{"version", "resources"}`` dict in JSON form."""
     resources = []
     for type_url in FIELD_OF_TYPE:
