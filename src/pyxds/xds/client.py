@@ -147,12 +147,14 @@ def _server_key(server: Any) -> Any:
 
 
 def _bound_resource_types(bootstrap: Any) -> Mapping[str, Any]:
-    """The resource types, CDS checking provider instance names against the
-    bootstrap's ``certificate_providers`` (A29: an unknown name is a NACK)."""
+    """The resource types, CDS and LDS (a server listener's TLS) checking
+    provider instance names against the bootstrap's ``certificate_providers``
+    (A29: an unknown name is a NACK)."""
     import functools
 
-    from pyxds.xds.resources import CLUSTER, RESOURCE_TYPES
+    from pyxds.xds.resources import CLUSTER, LISTENER, RESOURCE_TYPES
     from pyxds.xds.resources.cluster import decode_cluster
+    from pyxds.xds.resources.listener import decode_listener
 
     providers = getattr(bootstrap, "certificate_providers", None)
     if providers is None:
@@ -160,7 +162,10 @@ def _bound_resource_types(bootstrap: Any) -> Mapping[str, Any]:
     cds = dataclasses.replace(
         CLUSTER, _decoder=functools.partial(decode_cluster, providers=providers)
     )
-    return {**RESOURCE_TYPES, cds.type_url: cds}
+    lds = dataclasses.replace(
+        LISTENER, _decoder=functools.partial(decode_listener, providers=providers)
+    )
+    return {**RESOURCE_TYPES, cds.type_url: cds, lds.type_url: lds}
 
 
 def _node_proto(bootstrap: Any) -> base_pb2.Node | None:
