@@ -131,7 +131,7 @@ def test_deletion_stops_serving_and_a_new_listener_serves_again():
     h.client.push(lis(ib.filter_chain()))
     h.client.does_not_exist(LISTENER_TYPE_URL, NAME)
     assert h.last.code is grpc.StatusCode.NOT_FOUND
-    assert h.last.details == f"LDS resource: LDS resource {NAME} does not exist"
+    assert h.last.details == f"LDS resource {NAME} does not exist"
     assert h.watch.current is None
     h.client.push(lis(ib.filter_chain(name="back")))
     assert isinstance(h.last, ServingConfig)

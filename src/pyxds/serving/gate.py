@@ -101,10 +101,15 @@ class Gate:
         listening_port: int,
         local_ip: IpAddress | None,
         local_lookup: Callable[[str], IpAddress | None] | None = None,
+        identity_unknown: bool = False,
     ) -> None:
         self.listening_port = listening_port
         self.local_ip = local_ip
         self._lookup = local_lookup
+        #: True when the port's TLS verifies client certificates it does not
+        #: ask for (grpcio cannot ask without requiring): who the peer is
+        #: stays unknown to RBAC, which fails closed on it.
+        self.identity_unknown = identity_unknown
         # (config, per-peer cache, chain depends on the local IP, rules use
         # the local IP, rules use the TLS peer)
         self._state: tuple[ServingConfig, dict[str, _Conn], bool, bool, bool] | None = None
@@ -163,6 +168,7 @@ class Gate:
             props = auth_context()
             if props.get("transport_security_type", (b"",))[0] in _SECURE:
                 info.secure = True
+                info.identity_unknown = self.identity_unknown
                 info.uri_sans = _texts(props.get("peer_uri", ()))
                 info.dns_sans = _texts(props.get("peer_dns", ()))
                 info.subject = next(iter(_texts(props.get("x509_subject", ()))), "")

@@ -9,7 +9,7 @@ serializer, one at a time).  As C-core's ``XdsServerConfigFetcher``:
   listening address, ends serving ("LDS resource is not a TCP listener",
   "Address in LDS update does not match listening address",
   FAILED_PRECONDITION); so does a Listener that does not exist or failed
-  before any good version ("LDS resource: <why>", with the XdsClient's code).
+  before any good version (the XdsClient's status, as C-core 1.85 reports it).
 * A new Listener is *pending* until every RDS resource its chains name has
   been attempted (a resource, or an error: RPCs routed to it then fail
   UNAVAILABLE); then it replaces the current one.  A Listener equal to the
@@ -158,7 +158,7 @@ class ListenerWatch:
         if self._stopped:
             return
         if isinstance(value, Status):
-            self._fatal(Status(value.code, f"LDS resource: {value.details}"))
+            self._fatal(value)
             return
         assert isinstance(value, Listener)
         tcp = value.tcp_listener

@@ -22,7 +22,9 @@ Rules, as A41 maps RBAC onto gRPC and C-core (``matchers.cc``,
 * ``authenticated``: only on TLS connections; without a name it matches any
   of them; a name is tried on the peer certificate's URI SANs, then DNS SANs,
   then the subject (RFC 2253 text), as C-core does (A41's text stops at the
-  first kind present; C-core tries them all).
+  first kind present; C-core tries them all).  On a port that verifies
+  client certificates without requiring them grpcio does not ask for one,
+  so the name is unknown there.
 
 Unknown inputs.  grpcio does not show ``:authority`` to ``grpc.aio``
 servicers (grpc/grpc#38906), and a connection's local address can be
@@ -69,6 +71,7 @@ class RequestInfo:
     uri_sans: tuple[str, ...] = ()
     dns_sans: tuple[str, ...] = ()
     subject: str = ""
+    identity_unknown: bool = False
     _headers: dict[str, str | None] | None = field(default=None, repr=False)
 
     def header(self, name: str) -> str | bool | None:
@@ -207,6 +210,8 @@ def _compile(rule: Rule) -> Matcher:
         def authenticated(info: RequestInfo) -> Tri:
             if not info.secure:
                 return False
+            if info.identity_unknown:
+                return None
             for uri in info.uri_sans:
                 if name_matches(uri):
                     return True

@@ -71,7 +71,13 @@ from pyxds.xds.transport import AdsTransport, channel_credentials
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["RESOURCE_TIMEOUT", "TRANSIENT_RESOURCE_TIMEOUT", "ResourceWatcher", "XdsClient"]
+__all__ = [
+    "RESOURCE_TIMEOUT",
+    "SERVER_SCOPE",
+    "TRANSIENT_RESOURCE_TIMEOUT",
+    "ResourceWatcher",
+    "XdsClient",
+]
 
 CLIENT_FEATURES = ("envoy.lb.does_not_support_overprovisioning", "xds.config.resource-in-sotw")
 """Node.client_features gRPC clients send (A27)."""
@@ -183,6 +189,21 @@ def _node_proto(bootstrap: Any) -> base_pb2.Node | None:
         if feature not in proto.client_features:
             proto.client_features.append(feature)
     return proto
+
+
+SERVER_SCOPE = "#server"
+"""The scope of xDS-enabled servers' XdsClient (C-core's ``#server`` key)."""
+
+
+class _SharedSlot:
+    """A shared client with the references each scope holds on it."""
+
+    __slots__ = ("client", "base", "refs")
+
+    def __init__(self, client: XdsClient, base: Any) -> None:
+        self.client = client
+        self.base = base
+        self.refs: dict[str | None, int] = {}
 
 
 class _ServerChannel:
@@ -436,6 +457,7 @@ class XdsClient:
         )
         #: A71/A40: the data-plane target this client serves (CSDS ``client_scope``).
         self.scope: str | None = None
+        self._slot: _SharedSlot | None = None
 
     @property
     def bootstrap(self) -> Any:
@@ -579,27 +601,46 @@ class XdsClient:
         self.close()
 
     _shared_lock = threading.Lock()
-    _shared: dict[Any, list[Any]] = {}
+    _shared: dict[Any, _SharedSlot] = {}
     _live: weakref.WeakSet[XdsClient] = weakref.WeakSet()
     _live_lock = threading.Lock()  # never held with _shared_lock taken inside it
 
+    @property
+    def scopes(self) -> tuple[str, ...]:
+        """Every scope this client serves: channel targets and, for
+        xDS-enabled servers, :data:`SERVER_SCOPE` (CSDS ``client_scope``)."""
+        slot = self._slot
+        if slot is not None:
+            return tuple(s for s in slot.refs if s)
+        return (self.scope,) if self.scope else ()
+
     @classmethod
     def instances(cls) -> list[tuple[XdsClient, tuple[str, ...]]]:
-        """Every open client of the process with the channel target it serves
-        (A71 scope; empty for a client made directly), for CSDS (A40) and metrics."""
+        """Every open client of the process with the scopes it serves
+        (A71 channel targets, :data:`SERVER_SCOPE`; empty for a client made
+        directly), for CSDS (A40) and metrics."""
         with cls._live_lock:
             clients = [c for c in list(cls._live) if not c._closed]
-        return [(c, (c.scope,) if getattr(c, "scope", None) else ()) for c in clients]
+        with cls._shared_lock:
+            return [(c, c.scopes) for c in clients]
 
     @classmethod
     def get_or_create(
         cls, bootstrap: Any = None, scope: str | None = None
     ) -> tuple[XdsClient, Callable[[], None]]:
-        """The process-wide client for this bootstrap content and ``scope``
-        (A71: one client per data-plane target, so one target's fallback
-        never moves another target's channels), refcounted.
+        """The process-wide client for this bootstrap content and ``scope``,
+        refcounted.  Returns ``(client, release)``; the last ``release()``
+        closes the client.
 
-        Returns ``(client, release)``; the last ``release()`` closes the client.
+        Channels (``scope``: their target) get one client per data-plane
+        target (A71: one target's fallback never moves another target's
+        channels).  xDS-enabled servers (``scope``: :data:`SERVER_SCOPE`)
+        share the process's ADS stream instead of opening their own (a
+        second stream is what istio-agent drops, istio/istio#53532): a
+        server joins the oldest open client with the same bootstrap, and a
+        client serving only servers is taken over by the next channel target
+        that needs one.  So one target and any number of servers share one
+        client; further targets get their own, as A71 asks.
         """
         if bootstrap is None or not hasattr(bootstrap, "xds_servers"):
             from pyxds.xds.bootstrap import load_bootstrap
@@ -607,17 +648,24 @@ class XdsClient:
             bootstrap = load_bootstrap(bootstrap)
         try:
             hash(bootstrap)
-            key: Any = ("bootstrap", bootstrap, scope)
+            base: Any = ("bootstrap", bootstrap)
         except TypeError:
-            key = ("repr", repr(bootstrap), scope)
+            base = ("repr", repr(bootstrap))
+        key = (*base, scope)
         with cls._shared_lock:
             slot = cls._shared.get(key)
             if slot is None:
-                client = cls(bootstrap)
-                client.scope = scope
-                slot = cls._shared[key] = [client, 0]
-            slot[1] += 1
-            client = slot[0]
+                slot = cls._adoptable(base, scope)
+                if slot is None:
+                    client = cls(bootstrap)
+                    client.scope = scope
+                    slot = _SharedSlot(client, base)
+                    client._slot = slot
+                cls._shared[key] = slot
+            slot.refs[scope] = slot.refs.get(scope, 0) + 1
+            if slot.client.scope is None or slot.client.scope == SERVER_SCOPE:
+                slot.client.scope = next((s for s in slot.refs if s != SERVER_SCOPE), scope)
+            client = slot.client
         released = threading.Event()
 
         def release() -> None:
@@ -625,14 +673,31 @@ class XdsClient:
                 return
             released.set()
             with cls._shared_lock:
-                slot[1] -= 1
-                last = slot[1] == 0
-                if last and cls._shared.get(key) is slot:
-                    del cls._shared[key]
+                slot.refs[scope] -= 1
+                if slot.refs[scope] == 0:
+                    del slot.refs[scope]
+                    if cls._shared.get(key) is slot:
+                        del cls._shared[key]
+                last = not slot.refs
+                if last:
+                    for k in [k for k, s in cls._shared.items() if s is slot]:
+                        del cls._shared[k]
             if last:
                 client.close()
 
         return client, release
+
+    @classmethod
+    def _adoptable(cls, base: Any, scope: str | None) -> _SharedSlot | None:
+        """A live shared client ``scope`` may join (see :meth:`get_or_create`)."""
+        if scope is None:
+            return None
+        for slot in cls._shared.values():
+            if slot.base != base or not slot.refs:
+                continue
+            if scope == SERVER_SCOPE or set(slot.refs) == {SERVER_SCOPE}:
+                return slot
+        return None
 
     # ------------------------------------------------------------------ internals
 
