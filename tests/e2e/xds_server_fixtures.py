@@ -242,10 +242,12 @@ class Echo(echo_pb2_grpc.EchoServicer):
 
 server = grpc.server(futures.ThreadPoolExecutor(8), xds=True)
 echo_pb2_grpc.add_EchoServicer_to_server(Echo(), server)
-if sys.argv[2] == "xds":
-    server.add_secure_port(sys.argv[1], grpc.xds_server_credentials(grpc.insecure_server_credentials()))
-else:
-    server.add_insecure_port(sys.argv[1])
+for address in sys.argv[1].split(","):
+    if sys.argv[2] == "xds":
+        creds = grpc.xds_server_credentials(grpc.insecure_server_credentials())
+        server.add_secure_port(address, creds)
+    else:
+        server.add_insecure_port(address)
 server.start()
 print("started", flush=True)
 sys.stdin.read()
@@ -254,20 +256,31 @@ server.stop(None)
 
 
 class CoreXdsServer:
-    """grpcio's ``grpc.server(xds=True)`` in a subprocess on a fixed port."""
+    """grpcio's ``grpc.server(xds=True)`` in a subprocess on a fixed port
+    (``extra_ports``: more ports of the same server, each its own Listener)."""
 
     kind = "core"
 
-    def __init__(self, bootstrap: dict, port: int = 0, secure: bool = True) -> None:
+    def __init__(
+        self, bootstrap: dict, port: int = 0, secure: bool = True, extra_ports: int = 0
+    ) -> None:
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.ports = [self.port] + [free_port() for _ in range(extra_ports)]
+        self.addresses = [f"127.0.0.1:{p}" for p in self.ports]
         env = dict(os.environ)
         env.pop("GRPC_XDS_BOOTSTRAP", None)
         env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
         env["GRPC_VERBOSITY"] = "INFO"
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, env.get("PYTHONPATH")]))
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", _CORE_SERVER, self.address, "xds" if secure else "insecure"],
+            [
+                sys.executable,
+                "-c",
+                _CORE_SERVER,
+                ",".join(self.addresses),
+                "xds" if secure else "insecure",
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -344,6 +357,11 @@ class Client:
         """``"OK:<backend>"`` or ``"<CODE>:<details>"``."""
         request = echo_pb2.EchoRequest(message="hi", count=1)
         try:
+            if method not in (ECHO, ECHO_STREAM):  # any path, raw bytes
+                self.channel.unary_unary(method)(
+                    request.SerializeToString(), timeout=timeout, metadata=list(metadata)
+                )
+                return "OK:"
             if method == ECHO_STREAM:
                 replies = list(
                     self.stub.EchoStream(
@@ -380,7 +398,9 @@ def served_by(address: str, credentials: grpc.ChannelCredentials | None = None) 
         return client.call(timeout=2.0)
 
 
-def wait_served(address: str, credentials: grpc.ChannelCredentials | None = None, timeout: float = 20.0) -> str:
+def wait_served(
+    address: str, credentials: grpc.ChannelCredentials | None = None, timeout: float = 20.0
+) -> str:
     """Retry fresh RPCs until one is served (or ``timeout``); the last outcome."""
     outcome = ""
 

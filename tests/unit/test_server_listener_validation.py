@@ -319,7 +319,20 @@ def test_rbac_rules_grpc_does_not_know_are_invalid():
 def test_rbac_bad_regex_is_nacked_naming_the_field():
     rule = ib.header_rule(b.header_matcher("x-a", safe_regex="a("))
     err = nack(listener(rbac_chain(ib.rbac_policy(permissions=[rule]))))
-    assert "permissions[0].header.string_match.safe_regex.regex: invalid regex" in err
+    assert (
+        "permissions[0].header.string_match: Invalid regex string specified in matcher: "
+        "missing ): a(" in err
+    )
+
+
+def test_rbac_cidr_that_is_not_an_ip_is_accepted_and_never_matches():
+    """As C-core: the rule compares against an empty address."""
+    from envoy.config.rbac.v3 import rbac_pb2 as r
+
+    principal = r.Principal(source_ip=ib.cidr("nope/8"))
+    tcp = ok(listener(rbac_chain(ib.rbac_policy(principals=[principal]))))
+    (rule,) = tcp.filter_chains[0].hcm.http_filters[0].rbac.policies[0].principals
+    assert rule.kind == "source_ip" and rule.cidr is None
 
 
 def test_rbac_log_action_is_as_if_there_were_no_rbac():

@@ -84,8 +84,8 @@ def test_an_rds_error_still_serves_and_fails_rpcs_unavailable():
     gate.set_config(config)
     status = gate.check("ipv4:127.0.0.1:5000", "a", "/s/m", (), dict)
     assert status.code is grpc.StatusCode.UNAVAILABLE
-    assert status.details == "RDS resource routes: RDS resource routes does not exist"
-    assert config.config_errors() == [status.details]
+    assert status.details == "UNAVAILABLE:RDS resource routes: RDS resource routes does not exist"
+    assert config.config_errors() == [status.details.removeprefix("UNAVAILABLE:")]
 
 
 def test_rds_updates_apply_in_place_without_a_new_listener():
@@ -202,9 +202,10 @@ def test_unsupported_action_and_no_route_fail_unavailable_in_c_core_words():
     routes = [b.route(prefix="/a.S/", cluster="c"), b.route(path="/b.S/M")]
     gate = gate_for(ib.filter_chain(ib.inbound_hcm(ib.inbound_route_config("rc", routes))))
     assert check(gate, path="/a.S/M") == Status(
-        grpc.StatusCode.UNAVAILABLE, "matching route has unsupported action"
+        grpc.StatusCode.UNAVAILABLE, "UNAVAILABLE:matching route has unsupported action"
     )
-    assert check(gate, path="/c.S/M") == Status(grpc.StatusCode.UNAVAILABLE, "no route matched")
+    no_route = Status(grpc.StatusCode.UNAVAILABLE, "UNAVAILABLE:no route matched")
+    assert check(gate, path="/c.S/M") == no_route
     assert check(gate, path="/b.S/M") is None
 
 
@@ -217,7 +218,7 @@ def test_virtual_host_by_authority_and_unknown_authority_uses_the_star_host():
         ],
     )
     gate = gate_for(ib.filter_chain(ib.inbound_hcm(rc)))
-    assert check(gate, authority="svc").details == "matching route has unsupported action"
+    assert check(gate, authority="svc").details.endswith("matching route has unsupported action")
     assert check(gate, authority="other") is None
     assert check(gate, authority=None) is None
     only = b.route_config("rc", [b.virtual_host("exact", ["svc"], [b.route(prefix="/")])])

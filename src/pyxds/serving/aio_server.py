@@ -160,7 +160,7 @@ class AioXdsServer(grpc.aio.Server):  # type: ignore[misc]  # grpc is untyped
             self._terminated = asyncio.Event()
         try:
             await asyncio.wait_for(self._terminated.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return True
         return False
 

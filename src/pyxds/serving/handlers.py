@@ -160,6 +160,18 @@ def _wrap_aio(behavior: Callable[..., Any], check: Callable[[Any], Any], stream:
     return _wrap_sync(behavior, check, stream and inspect.isgeneratorfunction(behavior))
 
 
+def _method_not_found(request_iterator: Any, context: Any) -> Any:
+    context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+
+
+async def _method_not_found_aio(request_iterator: Any, context: Any) -> None:
+    await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+
+
+_UNKNOWN = _Handler(True, True, None, None, None, None, None, _method_not_found)
+_UNKNOWN_AIO = _Handler(True, True, None, None, None, None, None, _method_not_found_aio)
+
+
 class GatedHandler(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc is untyped
     """The one generic handler of a grpcio server pyxds runs for a port."""
 
@@ -171,7 +183,10 @@ class GatedHandler(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc is unt
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
         handler = self._registry.lookup(handler_call_details)
         if handler is None:
-            return None
+            # Routing and RBAC come before the method lookup (as C-core's
+            # filters run before its handler lookup): an unknown method is
+            # UNIMPLEMENTED only for an RPC the gate lets through.
+            handler = _UNKNOWN_AIO if self._aio else _UNKNOWN
         gate = self._gate
         path = handler_call_details.method
         metadata = handler_call_details.invocation_metadata or ()

@@ -145,6 +145,10 @@ def _always(info: RequestInfo) -> Tri:
     return True
 
 
+def _never(info: RequestInfo) -> Tri:
+    return False
+
+
 def _compile(rule: Rule) -> Matcher:
     kind = rule.kind
     if kind == "and":
@@ -175,7 +179,8 @@ def _compile(rule: Rule) -> Matcher:
         return lambda info: bool(info.path) and path_matches(info.path)
     if kind == "destination_ip":
         cidr = rule.cidr
-        assert cidr is not None
+        if cidr is None:
+            return _never
 
         def destination_ip(info: RequestInfo) -> Tri:
             ip = info.local_ip
@@ -187,7 +192,8 @@ def _compile(rule: Rule) -> Matcher:
         return lambda info: info.local_port == port
     if kind in ("source_ip", "direct_remote_ip", "remote_ip"):
         peer_cidr = rule.cidr
-        assert peer_cidr is not None
+        if peer_cidr is None:
+            return _never
 
         def peer_ip(info: RequestInfo) -> Tri:
             ip = info.peer_ip

@@ -9,7 +9,9 @@ RBAC filter of the chain applies (A39 overrides: the route's
 Failures, all UNAVAILABLE in C-core's words: the RDS resource is missing,
 NACKed without a good version or does not exist ("RDS resource NAME:
 ..."), "could not find VirtualHost for AUTHORITY in RouteConfiguration",
-"no route matched", "matching route has unsupported action".
+"no route matched", "matching route has unsupported action".  C-core 1.85
+puts the status's text in the RPC's details, so they read
+``UNAVAILABLE:no route matched``; pyxds writes the same.
 
 Unknown authority (``grpc.aio`` servicers cannot see ``:authority``,
 grpc/grpc#38906): the virtual host for every domain (``*``) is used; a route
@@ -68,10 +70,8 @@ class ChainRouter:
         self._warning: str | None = None
         if isinstance(route_config, Status):
             name = hcm.route_config_name or ""
-            self._fixed = RouteOutcome(
-                Status(UNAVAILABLE, f"RDS resource {name}: {route_config.details}")
-            )
-            self._warning = self._fixed.failure.details  # type: ignore[union-attr]
+            self._fixed = RouteOutcome(_unavailable(f"RDS resource {name}: {route_config.details}"))
+            self._warning = f"RDS resource {name}: {route_config.details}"
             return
         unsupported = [
             r
@@ -115,17 +115,13 @@ class ChainRouter:
         if vhost is None:
             if authority is None:
                 return RouteOutcome(
-                    Status(
-                        UNAVAILABLE,
+                    _unavailable(
                         'no virtual host for every domain ("*") in RouteConfiguration, and '
-                        ":authority is not visible to grpc.aio servers (grpc/grpc#38906)",
+                        ":authority is not visible to grpc.aio servers (grpc/grpc#38906)"
                     )
                 )
             return RouteOutcome(
-                Status(
-                    UNAVAILABLE,
-                    f"could not find VirtualHost for {authority} in RouteConfiguration",
-                )
+                _unavailable(f"could not find VirtualHost for {authority} in RouteConfiguration")
             )
         key = id(vhost)
         entry = self._vhosts.get(key)
@@ -149,7 +145,7 @@ class ChainRouter:
                 parsed = rbac_override_of(override)
                 if parsed is None:  # validated when the RDS resource was accepted
                     return RouteOutcome(
-                        Status(UNAVAILABLE, f"invalid RBAC override for filter {flt.name}")
+                        _unavailable(f"invalid RBAC override for filter {flt.name}")
                     )
                 config = parsed
             engine = RbacEngine(config)
@@ -158,5 +154,10 @@ class ChainRouter:
         return RouteOutcome(None, tuple(engines))
 
 
-_NO_ROUTE = RouteOutcome(Status(UNAVAILABLE, "no route matched"))
-_UNSUPPORTED = RouteOutcome(Status(UNAVAILABLE, "matching route has unsupported action"))
+def _unavailable(message: str) -> Status:
+    """An UNAVAILABLE routing failure, details as C-core 1.85 sends them."""
+    return Status(UNAVAILABLE, f"UNAVAILABLE:{message}")
+
+
+_NO_ROUTE = RouteOutcome(_unavailable("no route matched"))
+_UNSUPPORTED = RouteOutcome(_unavailable("matching route has unsupported action"))

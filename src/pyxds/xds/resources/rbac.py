@@ -22,8 +22,9 @@ Rules (each violation NACKs the Listener, or the RouteConfiguration for a
   pattern"); regexes compile with RE2; a range needs ``start <= end``.
 * ``url_path`` needs ``path`` ("field not present"); string matchers need a
   pattern; ``ignore_case`` with a regex is refused.
-* CIDR ranges must be IP literals ("Failed to parse address:..."), the
-  prefix length is clamped to 32 / 128 and the address masked.
+* CIDR ranges: the prefix length is clamped to 32 / 128 and the address
+  masked; one whose address is not an IP literal is accepted and never
+  matches (as C-core: its matcher compares against an empty address).
 
 The result is frozen values (:class:`RbacConfig` and the rule tree) with
 structural equality; :mod:`pyxds.serving.rbac` evaluates them per RPC.
@@ -113,7 +114,8 @@ class Rule:
     (``cidr``), ``destination_port`` (``port``), ``metadata`` (``invert``),
     ``requested_server_name`` (``string``), ``authenticated`` (``string``,
     None: any authenticated peer), ``source_ip`` / ``direct_remote_ip`` /
-    ``remote_ip`` (``cidr``, all the peer address in gRPC, A41).
+    ``remote_ip`` (``cidr``, all the peer address in gRPC, A41).  An IP rule
+    whose ``cidr`` is None never matches (its address was not an IP).
     """
 
     kind: str
@@ -230,10 +232,7 @@ def _rule(msg: Any, path: str, errs: Errors, permission: bool) -> Rule:
         if which == "not_rule":
             return Rule("not", (_rule(msg.not_rule, f"{path}.not_rule", errs, True),))
         if which == "destination_ip":
-            return Rule(
-                "destination_ip",
-                cidr=parse_cidr(msg.destination_ip, f"{path}.destination_ip", errs),
-            )
+            return Rule("destination_ip", cidr=_rule_cidr(msg.destination_ip))
         if which == "destination_port":
             return Rule("destination_port", port=msg.destination_port)
         if which == "requested_server_name":
@@ -261,7 +260,7 @@ def _rule(msg: Any, path: str, errs: Errors, permission: bool) -> Rule:
                 )
             return Rule("authenticated", string=string)
         if which in ("source_ip", "direct_remote_ip", "remote_ip"):
-            return Rule(which, cidr=parse_cidr(getattr(msg, which), f"{path}.{which}", errs))
+            return Rule(which, cidr=_rule_cidr(getattr(msg, which)))
     if which == "any":
         return _ANY
     if which == "header":
@@ -279,15 +278,26 @@ def _rule(msg: Any, path: str, errs: Errors, permission: bool) -> Rule:
     return _INVALID
 
 
+def _regex(pattern: str, path: str, errs: Errors, prefix: str = "") -> Any:
+    """RE2 for a matcher, with C-core's words for a bad pattern."""
+    problems = Errors()
+    rx = compile_regex(pattern, "", problems)
+    if rx is None:
+        detail = problems[0].split(": ", 1)[-1] if problems else pattern
+        errs.add(path, f"{prefix}Invalid regex string specified in matcher: {detail}")
+    return rx
+
+
 def parse_string_matcher(sm: Any, path: str, errs: Errors) -> StringMatch | None:
-    """A StringMatcher, C-core's checks."""
+    """A StringMatcher, C-core 1.85's checks (its RBAC filter checks the
+    pattern twice, so an unset one has two errors)."""
     kind = sm.WhichOneof("match_pattern")
     ic = sm.ignore_case
     if kind in ("exact", "prefix", "suffix", "contains"):
         return StringMatch(kind, getattr(sm, kind), ic)
     if kind == "safe_regex":
         pattern = sm.safe_regex.regex
-        rx = compile_regex(pattern, f"{path}.safe_regex.regex", errs)
+        rx = _regex(pattern, path, errs)
         if ic:
             errs.add(f"{path}.ignore_case", "not supported for regex matcher")
             return None
@@ -295,6 +305,7 @@ def parse_string_matcher(sm: Any, path: str, errs: Errors) -> StringMatch | None
             return None
         return StringMatch("safe_regex", pattern, regex=rx)
     errs.add(path, "invalid match pattern")
+    errs.add(path, "invalid string matcher")
     return None
 
 
@@ -318,12 +329,16 @@ def _header(h: Any, path: str, errs: Errors) -> HeaderMatcher | None:
         return HeaderMatcher(name, "present", None, invert, present_match=h.present_match)
     if kind == "safe_regex_match":
         pattern = h.safe_regex_match.regex
-        rx = compile_regex(pattern, f"{path}.safe_regex_match.regex", errs)
+        rx = _regex(pattern, path, errs, "cannot create header matcher: ")
         return HeaderMatcher(name, "safe_regex", pattern, invert, regex=rx)
     if kind == "range_match":
         start, end = h.range_match.start, h.range_match.end
         if end < start:
-            errs.add(f"{path}.range_match", "end cannot be smaller than start")
+            errs.add(
+                path,
+                "cannot create header matcher: Invalid range specifier specified: "
+                "end cannot be smaller than start.",
+            )
         return HeaderMatcher(name, "range", None, invert, range_start=start, range_end=end)
     if kind == "string_match":
         sm = parse_string_matcher(h.string_match, f"{path}.string_match", errs)
@@ -332,8 +347,14 @@ def _header(h: Any, path: str, errs: Errors) -> HeaderMatcher | None:
         return HeaderMatcher(
             name, sm.kind, sm.value, invert, ignore_case=sm.ignore_case, regex=sm.regex
         )
+    errs.add(path, "invalid header matcher")
     errs.add(path, "invalid route header matcher specified")
     return None
+
+
+def _rule_cidr(msg: Any) -> CidrRange | None:
+    """An RBAC rule's CidrRange; None (never matches) when not an IP."""
+    return parse_cidr(msg, "", Errors())
 
 
 def parse_cidr(msg: Any, path: str, errs: Errors) -> CidrRange | None:
