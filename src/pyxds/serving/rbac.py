@@ -87,6 +87,10 @@ class RequestInfo:
             return GRPC_CONTENT_TYPE
         if name == "te":
             return None
+        return self.metadata_value(name)
+
+    def metadata_value(self, name: str) -> str | None:
+        """A custom header's value as RBAC sees it (None: absent)."""
         headers = self._headers
         if headers is None:
             headers = self._headers = _join(self.metadata)
@@ -106,6 +110,9 @@ Matcher = Callable[[RequestInfo], Tri]
 
 
 def _and(matchers: Sequence[Matcher]) -> Matcher:
+    if len(matchers) == 1:
+        return matchers[0]
+
     def match(info: RequestInfo) -> Tri:
         unknown = False
         for m in matchers:
@@ -120,6 +127,11 @@ def _and(matchers: Sequence[Matcher]) -> Matcher:
 
 
 def _or(matchers: Sequence[Matcher]) -> Matcher:
+    if len(matchers) == 1:
+        return matchers[0]
+    if not matchers:
+        return _never
+
     def match(info: RequestInfo) -> Tri:
         unknown = False
         for m in matchers:
@@ -149,6 +161,27 @@ def _never(info: RequestInfo) -> Tri:
     return False
 
 
+_FIXED_HEADERS = {":path", ":method", "content-type", "te"}
+
+
+def _header(name: str, matches: Callable[[str | None], bool]) -> Matcher:
+    """A header rule, its lookup chosen once (A41's special names)."""
+    if name == ":authority" or name == "host":
+
+        def authority(info: RequestInfo) -> Tri:
+            value = info.authority
+            return None if value is None else bool(matches(value))
+
+        return authority
+    if name in _FIXED_HEADERS:
+        return lambda info: bool(matches(info.header(name)))  # type: ignore[arg-type]
+
+    def header(info: RequestInfo) -> Tri:
+        return bool(matches(info.metadata_value(name)))
+
+    return header
+
+
 def _compile(rule: Rule) -> Matcher:
     kind = rule.kind
     if kind == "and":
@@ -162,16 +195,7 @@ def _compile(rule: Rule) -> Matcher:
     if kind == "header":
         matcher = rule.header
         assert matcher is not None
-        name = matcher.name
-        matches = matcher.matches
-
-        def header(info: RequestInfo) -> Tri:
-            value = info.header(name)
-            if value is False:
-                return None
-            return bool(matches(value))  # type: ignore[arg-type]
-
-        return header
+        return _header(matcher.name, matcher.matches)
     if kind == "url_path":
         string = rule.string
         assert string is not None
@@ -212,6 +236,17 @@ def _compile(rule: Rule) -> Matcher:
         if principal is None:
             return lambda info: info.secure
         name_matches = principal.matches
+        if principal.kind == "exact" and not principal.ignore_case:
+            wanted = principal.value
+
+            def authenticated_exact(info: RequestInfo) -> Tri:
+                if not info.secure:
+                    return False
+                if info.identity_unknown:
+                    return None
+                return wanted in info.uri_sans or wanted in info.dns_sans or wanted == info.subject
+
+            return authenticated_exact
 
         def authenticated(info: RequestInfo) -> Tri:
             if not info.secure:
@@ -233,7 +268,7 @@ def _compile(rule: Rule) -> Matcher:
 class RbacEngine:
     """One RBAC filter config, compiled: :meth:`allows` per RPC."""
 
-    __slots__ = ("config", "_deny", "_policies", "_noop")
+    __slots__ = ("config", "_deny", "_policies", "_checks", "_noop")
 
     def __init__(self, config: RbacConfig) -> None:
         self.config = config
@@ -247,6 +282,18 @@ class RbacEngine:
             )
             for policy in config.policies
         ]
+        # Policies whose permissions are all ``any`` need only their principals.
+        self._checks = [
+            (
+                None
+                if all(p.kind == "any" for p in policy.permissions) and policy.permissions
+                else permissions,
+                principals,
+            )
+            for policy, (_, permissions, principals) in zip(
+                config.policies, self._policies, strict=True
+            )
+        ]
 
     @property
     def noop(self) -> bool:
@@ -258,8 +305,8 @@ class RbacEngine:
         if self._noop:
             return True
         matched: Tri = False
-        for _, permissions, principals in self._policies:
-            r = permissions(info)
+        for permissions, principals in self._checks:
+            r = True if permissions is None else permissions(info)
             if r is False:
                 continue
             p = principals(info)

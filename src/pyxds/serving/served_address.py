@@ -30,6 +30,7 @@ Theory of operation (docs/xds-server.md):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -42,6 +43,7 @@ from pyxds.serving.gate import Gate
 from pyxds.serving.listener_watch import ListenerWatch, ServingConfig, listener_resource_name
 from pyxds.serving.ports import ListeningAddress, PortReservation
 from pyxds.status import Status
+from pyxds.xds.resources import LISTENER_TYPE_URL
 
 __all__ = ["Backend", "BindError", "ServedAddress", "BIND_RETRY"]
 
@@ -124,6 +126,7 @@ class ServedAddress:
 
     def stop(self, grace: float | None) -> None:
         self._closed = True
+        self._note(None)
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
@@ -215,12 +218,27 @@ class ServedAddress:
         self.reason = reason
         self._report()
 
+    def _note(self, note: dict[str, Any] | None) -> None:
+        """Tell the XdsClient (CSDS) what this address does with its Listener."""
+        watch = self.watch
+        setter = getattr(watch.client, "set_serving_note", None) if watch is not None else None
+        if setter is not None and watch is not None:
+            setter(LISTENER_TYPE_URL, watch.resource_name, note)
+
     def _report(self) -> None:
         state = (self.serving, self.reason)
         if state == self._reported:
             return
         resumed = self._reported is not None
         self._reported = state
+        self._note(
+            {
+                "address": self.text,
+                "serving": self.serving,
+                "error": self.reason,
+                "since": time.time(),
+            }
+        )
         self._notify(self.text, self.serving, self.reason)
         if self.serving:
             log = _log.warning if resumed else _log.info

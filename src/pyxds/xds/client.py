@@ -458,6 +458,8 @@ class XdsClient:
         #: A71/A40: the data-plane target this client serves (CSDS ``client_scope``).
         self.scope: str | None = None
         self._slot: _SharedSlot | None = None
+        self._notes: dict[tuple[str, str], dict[str, Any]] = {}
+        self._notes_lock = threading.Lock()
 
     @property
     def bootstrap(self) -> Any:
@@ -571,9 +573,23 @@ class XdsClient:
             config = csds.client_config(self._node, entries)
             if self.scope is not None:
                 config["client_scope"] = self.scope
+            with self._notes_lock:
+                notes = dict(self._notes)
+            if notes:
+                csds.add_serving_notes(config, notes)
             return config
 
         return self._run_and_wait(collect)
+
+    def set_serving_note(self, type_url: str, name: str, note: Mapping[str, Any] | None) -> None:
+        """What an xDS-enabled server does with a resource it watches (A36):
+        ``{"address", "serving", "error"}``, shown in :meth:`dump` (None:
+        forget it).  Any thread."""
+        with self._notes_lock:
+            if note is None:
+                self._notes.pop((type_url, name), None)
+            else:
+                self._notes[type_url, name] = dict(note)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -682,6 +698,10 @@ class XdsClient:
                 if last:
                     for k in [k for k, s in cls._shared.items() if s is slot]:
                         del cls._shared[k]
+                else:
+                    slot.client.scope = next(
+                        (s for s in slot.refs if s != SERVER_SCOPE), next(iter(slot.refs))
+                    )
             if last:
                 client.close()
 
