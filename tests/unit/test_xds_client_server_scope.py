@@ -68,7 +68,7 @@ def test_two_servers_share_one_client_and_release_it_once_each():
 
 
 def test_a_released_target_no_longer_names_the_shared_client():
-    channel, release_channel = XdsClient.get_or_create(other_boot("t5"), "xds:/a")
+    _channel, release_channel = XdsClient.get_or_create(other_boot("t5"), "xds:/a")
     server, release_server = XdsClient.get_or_create(other_boot("t5"), SERVER_SCOPE)
     release_channel()
     try:
