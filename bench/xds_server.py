@@ -65,8 +65,9 @@ if kind == "core":
 elif kind == "aio-plain":
     files = json.loads(sys.argv[4])
     read = lambda p: open(p, "rb").read()
-    tls = grpc.ssl_server_credentials([(read(files["private_key_file"]), read(files["certificate_file"]))],
-                                      root_certificates=read(files["ca_certificate_file"]), require_client_auth=True)
+    pair = (read(files["private_key_file"]), read(files["certificate_file"]))
+    ca = read(files["ca_certificate_file"])
+    tls = grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=True)
     async def ping(req, ctx):
         return req
     aio_handler = grpc.method_handlers_generic_handler(
@@ -105,7 +106,8 @@ else:
 
 _CLIENT = r"""
 import json, sys, threading, time, grpc
-address, seconds, threads, files = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+address, seconds, threads = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+files = json.loads(sys.argv[4])
 read = lambda p: open(p, "rb").read()
 creds = grpc.ssl_channel_credentials(read(files["ca"]), read(files["key"]), read(files["cert"]))
 opts = [("grpc.ssl_target_name_override", "echo.mesh.example")]
@@ -303,12 +305,11 @@ class Bench:
         from pyxds.server import inbound as ib
 
         proc, address = self.start_server(kind)
-        read = lambda p: open(p, "rb").read()  # noqa: E731
-        creds = grpc.ssl_channel_credentials(
-            read(self.client_files["ca"]),
-            read(self.client_files["key"]),
-            read(self.client_files["cert"]),
-        )
+        pem = {}
+        for what in ("ca", "key", "cert"):
+            with open(self.client_files[what], "rb") as f:
+                pem[what] = f.read()
+        creds = grpc.ssl_channel_credentials(pem["ca"], pem["key"], pem["cert"])
         outcomes: collections.Counter = collections.Counter()
         try:
             deadline = time.monotonic() + 30
