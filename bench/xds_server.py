@@ -8,6 +8,10 @@ whose principal never matches the client (SPIFFE IDs of other namespaces,
 paths, headers) and, last by name, the one that allows it, so every RPC
 walks the whole policy.  Handlers echo bytes (generic handlers).
 
+Two measures per round: the RPC rate, and the server process's CPU time
+per RPC (from /proc), inverted so that higher is better (the rate a server
+reaches with the CPU it gets); on a loaded machine the second is steadier.
+
 A reference row, ``aio-plain``, is a plain ``grpc.aio.server`` with the same
 mTLS (grpcio's ``ssl_server_credentials``) and no xDS, no RBAC: grpcio has
 no xDS aio server, so ``pyxds-aio/aio-plain`` shows what pyxds adds to
@@ -137,8 +141,15 @@ start = time.monotonic()
 [t.start() for t in ts]
 [t.join() for t in ts]
 elapsed = time.monotonic() - start
-print(json.dumps({"rate": sum(counts) / elapsed, "errors": sum(errors)}))
+print(json.dumps({"rate": sum(counts) / elapsed, "count": sum(counts), "errors": sum(errors)}))
 """
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _free_port() -> int:
@@ -273,9 +284,11 @@ class Bench:
             proc.kill()
             proc.wait(timeout=5)
 
-    def rate(self, kind: str, seconds: float, threads: int) -> float:
+    def rate(self, kind: str, seconds: float, threads: int) -> tuple[float, float]:
+        """(RPCs/s, server CPU seconds per RPC)."""
         proc, address = self.start_server(kind)
         try:
+            cpu_before = _cpu_seconds(proc.pid)
             out = subprocess.run(
                 [
                     sys.executable,
@@ -290,10 +303,11 @@ class Bench:
                 text=True,
                 timeout=seconds + 60,
             )
+            cpu = _cpu_seconds(proc.pid) - cpu_before
             result = json.loads(out.stdout.strip().splitlines()[-1])
             if "error" in result or result.get("errors"):
                 raise RuntimeError(f"{kind}: {result}")
-            return float(result["rate"])
+            return float(result["rate"]), cpu / max(1, int(result["count"]))
         finally:
             self.stop_server(proc)
 
@@ -370,28 +384,37 @@ def main() -> None:
                     f"({sum(got.values()) / n:.2f} per update)"
                 )
             return
-        ratios: dict[str, list[float]] = {
-            "pyxds/core": [],
-            "pyxds-aio/core": [],
-            "pyxds-aio/aio-plain": [],
-        }
+        names = ("pyxds/core", "pyxds-aio/core", "pyxds-aio/aio-plain")
+        ratios: dict[str, list[float]] = {n: [] for n in names}
+        cpu_ratios: dict[str, list[float]] = {n: [] for n in names}
         for r in range(args.rounds):
             order = ["core", "pyxds", "pyxds-aio", "aio-plain"]
             if r % 2:
                 order.reverse()
-            rates = {kind: bench.rate(kind, args.seconds, args.threads) for kind in order}
-            for name in ratios:
+            got = {kind: bench.rate(kind, args.seconds, args.threads) for kind in order}
+            for name in names:
                 a, b = name.split("/")
-                ratios[name].append(rates[a] / rates[b])
+                ratios[name].append(got[a][0] / got[b][0])
+                # The rate a server reaches with the CPU it has is the inverse
+                # of its CPU per RPC: b's CPU per RPC over a's.
+                cpu_ratios[name].append(got[b][1] / got[a][1])
             print(
                 f"round {r + 1}: "
-                + ", ".join(f"{k} {v:.0f}/s" for k, v in rates.items())
-                + " | "
+                + ", ".join(f"{k} {v[0]:.0f}/s {v[1] * 1e6:.0f} us CPU/RPC" for k, v in got.items())
+            )
+            print(
+                "  rate ratios: "
                 + ", ".join(f"{k} {v[-1]:.2f}" for k, v in ratios.items())
+                + "; CPU ratios: "
+                + ", ".join(f"{k} {v[-1]:.2f}" for k, v in cpu_ratios.items())
             )
         print(
-            "median: "
+            "median rate ratios: "
             + ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in ratios.items())
+        )
+        print(
+            "median CPU ratios (server CPU per RPC, inverted): "
+            + ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in cpu_ratios.items())
             + f" (goal >= 0.90 vs core); load {os.getloadavg()}"
         )
     finally:
