@@ -20,7 +20,6 @@ from xds_server_fixtures import (
     SPIFFE_B,
     TEMPLATE,
     Client,
-    Pki,
     PyxdsAioServer,
     PyxdsServer,
     listener_name,
@@ -36,18 +35,6 @@ from pyxds.server import inbound as ib
 from pyxds.testing.certs import write_files
 
 SERVERS = {"sync": PyxdsServer, "aio": PyxdsAioServer}
-
-
-@pytest.fixture
-def control():
-    server = ManagementServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    return Pki(str(tmp_path_factory.mktemp("xds-server-pki")))
 
 
 @pytest.fixture(params=sorted(SERVERS))

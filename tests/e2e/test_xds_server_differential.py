@@ -20,7 +20,6 @@ from xds_server_fixtures import (
     TEMPLATE,
     Client,
     CoreXdsServer,
-    Pki,
     PyxdsAioServer,
     PyxdsServer,
     listener_name,
@@ -29,23 +28,11 @@ from xds_server_fixtures import (
 )
 
 import pyxds
-from pyxds.server import ManagementServer, Snapshot
+from pyxds.server import Snapshot
 from pyxds.server import builders as b
 from pyxds.server import inbound as ib
 
 OURS = {"sync": PyxdsServer, "aio": PyxdsAioServer}
-
-
-@pytest.fixture
-def control():
-    server = ManagementServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    return Pki(str(tmp_path_factory.mktemp("xds-server-diff-pki")))
 
 
 @pytest.fixture(params=sorted(OURS))

@@ -37,8 +37,8 @@ from envoy.type.matcher.v3 import path_pb2, string_pb2
 from google.protobuf import wrappers_pb2
 
 from pyxds.server.builders import (
-    _regex,
     _split_address,
+    _string_matcher,
     http_connection_manager,
     pack,
     route,
@@ -245,19 +245,8 @@ def string_matcher(
     safe_regex: str | None = None,
     ignore_case: bool = False,
 ) -> string_pb2.StringMatcher:
-    """A StringMatcher; give exactly one pattern."""
-    m = string_pb2.StringMatcher(ignore_case=ignore_case)
-    if exact is not None:
-        m.exact = exact
-    elif prefix is not None:
-        m.prefix = prefix
-    elif suffix is not None:
-        m.suffix = suffix
-    elif contains is not None:
-        m.contains = contains
-    elif safe_regex is not None:
-        m.safe_regex.CopyFrom(_regex(safe_regex))
-    return m
+    """A StringMatcher; give exactly one pattern (none: an invalid one, for tests)."""
+    return _string_matcher(exact, prefix, suffix, contains, safe_regex, ignore_case)
 
 
 def any_rule(principal: bool = False) -> Any:

@@ -32,7 +32,7 @@ from pyxds.serving.core import ServingCallback, XdsServerCore
 from pyxds.serving.gate import Gate
 from pyxds.serving.handlers import GatedHandler, HandlerRegistry
 from pyxds.serving.served_address import BindError
-from pyxds.serving.server import _server_options
+from pyxds.serving.server import _server_options, bind
 
 __all__ = ["AioXdsServer", "xds_server"]
 
@@ -68,15 +68,7 @@ class _AioBackend:
             maximum_concurrent_rpcs=self._max,
             compression=self._compression,
         )
-        try:
-            if credentials is None:
-                bound = server.add_insecure_port(address)
-            else:
-                bound = server.add_secure_port(address, credentials)
-        except RuntimeError as err:
-            raise BindError(f"cannot listen on {address}: {err}") from None
-        if not bound:
-            raise BindError(f"cannot listen on {address}")
+        bind(server, address, credentials)
         await server.start()
         return server
 

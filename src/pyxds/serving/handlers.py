@@ -221,7 +221,7 @@ class GatedHandler(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc is unt
         method = getattr(details, "method", None)
         if not method:  # grpcio changed: no path to route on, refuse
             return _NO_PATH
-        host = details.host
+        host = getattr(details, "host", None)
         return self._gate.check(
             context.peer(),
             host.decode("utf-8", "replace") if host else None,

@@ -47,6 +47,19 @@ def _server_options(options: Sequence[tuple[str, Any]] | None) -> list[tuple[str
     return out
 
 
+def bind(server: Any, address: str, credentials: grpc.ServerCredentials | None) -> None:
+    """Add ``address`` to a grpcio server (sync or aio); BindError if it cannot listen."""
+    try:
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, credentials)
+    except RuntimeError as err:
+        raise BindError(f"cannot listen on {address}: {err}") from None
+    if not bound:
+        raise BindError(f"cannot listen on {address}")
+
+
 class _SyncBackend:
     """Starts and stops grpcio (thread) servers for the core."""
 
@@ -76,15 +89,7 @@ class _SyncBackend:
             maximum_concurrent_rpcs=self._max,
             compression=self._compression,
         )
-        try:
-            if credentials is None:
-                bound = server.add_insecure_port(address)
-            else:
-                bound = server.add_secure_port(address, credentials)
-        except RuntimeError as err:
-            raise BindError(f"cannot listen on {address}: {err}") from None
-        if not bound:
-            raise BindError(f"cannot listen on {address}")
+        bind(server, address, credentials)
         server.start()
         return server
 
