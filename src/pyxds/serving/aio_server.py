@@ -32,7 +32,7 @@ from pyxds.serving.core import ServingCallback, XdsServerCore
 from pyxds.serving.gate import Gate
 from pyxds.serving.handlers import GatedHandler, HandlerRegistry
 from pyxds.serving.served_address import BindError
-from pyxds.serving.server import _server_options, bind
+from pyxds.serving.server import PortsAndHandlers, _server_options, bind
 
 __all__ = ["AioXdsServer", "xds_server"]
 
@@ -92,7 +92,7 @@ class _AioBackend:
         self.stopping.append(asyncio.run_coroutine_threadsafe(handle.stop(grace), loop))
 
 
-class AioXdsServer(grpc.aio.Server):  # type: ignore[misc]  # grpc is untyped
+class AioXdsServer(PortsAndHandlers, grpc.aio.Server):  # type: ignore[misc]  # grpc is untyped
     """An xDS-enabled ``grpc.aio.Server`` (module docstring)."""
 
     def __init__(
@@ -114,23 +114,6 @@ class AioXdsServer(grpc.aio.Server):  # type: ignore[misc]  # grpc is untyped
         )
         self._core = XdsServerCore(self._backend, bootstrap, options, on_serving_changed)
         self._terminated: asyncio.Event | None = None
-
-    def add_generic_rpc_handlers(self, generic_rpc_handlers: Sequence[Any]) -> None:
-        self._registry.add_generic_rpc_handlers(generic_rpc_handlers)
-
-    def add_registered_method_handlers(self, service_name: str, method_handlers: Any) -> None:
-        self._registry.add_registered_method_handlers(service_name, method_handlers)
-
-    def add_insecure_port(self, address: str) -> int:
-        """Listen on ``address``; plaintext unless the Listener says TLS."""
-        return self._core.add_port(address, None)
-
-    def add_secure_port(self, address: str, server_credentials: grpc.ServerCredentials) -> int:
-        """Listen on ``address``; the Listener's TLS wins, ``server_credentials``
-        serve Listeners without TLS."""
-        if server_credentials is None:
-            raise ValueError("add_secure_port needs credentials (use add_insecure_port)")
-        return self._core.add_port(address, server_credentials)
 
     async def start(self) -> None:
         self._backend.loop = asyncio.get_running_loop()
@@ -155,14 +138,6 @@ class AioXdsServer(grpc.aio.Server):  # type: ignore[misc]  # grpc is untyped
         except TimeoutError:
             return True
         return False
-
-    def config_dump(self) -> dict[str, Any]:
-        """As :meth:`pyxds.XdsServer.config_dump` (blocks briefly: call it
-        from a thread, or accept a short stall of the loop)."""
-        return self._core.config_dump()
-
-    def serving_state(self) -> list[dict[str, Any]]:
-        return self._core.serving_state()
 
 
 def xds_server(

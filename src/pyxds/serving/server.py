@@ -100,7 +100,40 @@ class _SyncBackend:
             self.stopping.append(event)
 
 
-class XdsServer(grpc.Server):  # type: ignore[misc]  # grpc is untyped
+class PortsAndHandlers:
+    """What the sync and the aio xDS servers do alike: handlers, ports and
+    the dumps (``_registry`` and ``_core`` are set by the subclass)."""
+
+    _registry: HandlerRegistry
+    _core: XdsServerCore
+
+    def add_generic_rpc_handlers(self, generic_rpc_handlers: Sequence[Any]) -> None:
+        self._registry.add_generic_rpc_handlers(generic_rpc_handlers)
+
+    def add_registered_method_handlers(self, service_name: str, method_handlers: Any) -> None:
+        self._registry.add_registered_method_handlers(service_name, method_handlers)
+
+    def add_insecure_port(self, address: str) -> int:
+        """Listen on ``address``; plaintext unless the Listener says TLS."""
+        return self._core.add_port(address, None)
+
+    def add_secure_port(self, address: str, server_credentials: grpc.ServerCredentials) -> int:
+        """Listen on ``address``; the Listener's TLS wins, ``server_credentials``
+        serve Listeners without TLS (docs/xds-server.md, "Credentials")."""
+        if server_credentials is None:
+            raise ValueError("add_secure_port needs credentials (use add_insecure_port)")
+        return self._core.add_port(address, server_credentials)
+
+    def config_dump(self) -> dict[str, Any]:
+        """The XdsClient's CSDS dump plus ``xds_server``: per listening
+        address its Listener, serving state and the reason when not serving."""
+        return self._core.config_dump()
+
+    def serving_state(self) -> list[dict[str, Any]]:
+        return self._core.serving_state()
+
+
+class XdsServer(PortsAndHandlers, grpc.Server):  # type: ignore[misc]  # grpc is untyped
     """An xDS-enabled ``grpc.Server`` (module docstring)."""
 
     def __init__(
@@ -124,23 +157,6 @@ class XdsServer(grpc.Server):  # type: ignore[misc]  # grpc is untyped
         self._terminated = threading.Event()
 
     # -- grpc.Server --------------------------------------------------------------
-    def add_generic_rpc_handlers(self, generic_rpc_handlers: Sequence[Any]) -> None:
-        self._registry.add_generic_rpc_handlers(generic_rpc_handlers)
-
-    def add_registered_method_handlers(self, service_name: str, method_handlers: Any) -> None:
-        self._registry.add_registered_method_handlers(service_name, method_handlers)
-
-    def add_insecure_port(self, address: str) -> int:
-        """Listen on ``address``; plaintext unless the Listener says TLS."""
-        return self._core.add_port(address, None)
-
-    def add_secure_port(self, address: str, server_credentials: grpc.ServerCredentials) -> int:
-        """Listen on ``address``; the Listener's TLS wins, ``server_credentials``
-        serve Listeners without TLS (module docstring)."""
-        if server_credentials is None:
-            raise ValueError("add_secure_port needs credentials (use add_insecure_port)")
-        return self._core.add_port(address, server_credentials)
-
     def start(self) -> None:
         self._core.start()
 
@@ -163,15 +179,6 @@ class XdsServer(grpc.Server):  # type: ignore[misc]  # grpc is untyped
     def wait_for_termination(self, timeout: float | None = None) -> bool:
         """Block until the server stopped; True if ``timeout`` passed first."""
         return not self._terminated.wait(timeout)
-
-    # -- pyxds -------------------------------------------------------------------
-    def config_dump(self) -> dict[str, Any]:
-        """The XdsClient's CSDS dump plus ``xds_server``: per listening
-        address its Listener, serving state and the reason when not serving."""
-        return self._core.config_dump()
-
-    def serving_state(self) -> list[dict[str, Any]]:
-        return self._core.serving_state()
 
     def __enter__(self) -> XdsServer:
         return self
