@@ -521,3 +521,15 @@ def test_rbac_with_a_principal_matcher_denies_other_identities(control, pki, mak
     assert wait_until(
         lambda: served_by(srv.address, pki.client_credentials("bob")).startswith("PERMISSION"), 10
     )
+
+
+def test_an_insecure_port_serves_the_tls_its_listener_demands(control, pki, make_server):
+    """``add_insecure_port``: plaintext unless the Listener says TLS; never
+    plaintext when it does (C-core would serve plaintext on such a port)."""
+    srv = make_server(bootstrap(control, pki), secure=False).start()
+    publish(control, istio_strict(srv.address))
+    assert wait_served(srv.address, pki.client_credentials("alice")).startswith("OK:")
+    assert served_by(srv.address).startswith("UNAVAILABLE:")
+    publish(control, plain_listener(srv.address))
+    assert wait_until(lambda: served_by(srv.address).startswith("OK:"), 15)
+    assert served_by(srv.address, pki.client_credentials("alice")).startswith("UNAVAILABLE:")
