@@ -53,7 +53,12 @@ def test_the_docs_example_runs(tmp_path):
     )
     try:
         assert server.stdout is not None
-        assert server.stdout.readline().strip() == f"127.0.0.1:{port}: serving"
+        first = server.stdout.readline().strip()
+        if not first:  # the server exited: say why
+            server.wait(10)
+            assert server.stderr is not None
+            raise AssertionError(f"server.py exited: {server.stderr.read()[-2000:]}")
+        assert first == f"127.0.0.1:{port}: serving"
         client = _python("client.py", env=env)
         assert client.returncode == 0, client.stderr
         assert client.stdout.splitlines() == [
