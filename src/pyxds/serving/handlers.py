@@ -36,7 +36,6 @@ from typing import Any, NamedTuple
 import grpc
 
 from pyxds.serving.gate import Gate
-from pyxds.status import Status
 
 __all__ = ["GatedHandler", "HandlerRegistry"]
 
@@ -171,7 +170,6 @@ async def _method_not_found_aio(request_iterator: Any, context: Any) -> None:
 
 _UNKNOWN = _Handler(True, True, None, None, None, None, None, _method_not_found)
 _CACHE_SIZE = 1024
-_NO_PATH = Status(grpc.StatusCode.INTERNAL, "pyxds: the RPC's method is not visible to the server")
 _UNKNOWN_AIO = _Handler(True, True, None, None, None, None, None, _method_not_found_aio)
 
 
@@ -182,12 +180,12 @@ class GatedHandler(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc is unt
         self._registry = registry
         self._gate = gate
         self._aio = aio
-        # Sync servers without application interceptors: the wrapped handler
-        # of each application handler is made once (grpcio's polling thread
-        # runs service() for every RPC; the gate reads the RPC's path and
-        # metadata from its context instead).
-        self._cached: dict[int, tuple[Any, Any]] = {}
-        self._cacheable = not aio and not registry.interceptors
+        # Without application interceptors the gated handler of each
+        # (application handler, method) is made once: grpcio calls service()
+        # for every RPC (on the sync server's one polling thread, on the aio
+        # event loop); the gate reads the metadata from the RPC's context.
+        self._cached: dict[tuple[int, str], tuple[Any, Any]] = {}
+        self._cacheable = not registry.interceptors
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
         handler = self._registry.lookup(handler_call_details)
@@ -196,39 +194,31 @@ class GatedHandler(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc is unt
             # filters run before its handler lookup): an unknown method is
             # UNIMPLEMENTED only for an RPC the gate lets through.
             handler = _UNKNOWN_AIO if self._aio else _UNKNOWN
+        path = handler_call_details.method
         if self._cacheable:
-            hit = self._cached.get(id(handler))
+            key = (id(handler), path)
+            hit = self._cached.get(key)
             if hit is not None and hit[0] is handler:
                 return hit[1]
-            gated = self._wrap(handler, self._context_check)
+            gated = self._wrap(handler, self._checker(path, None))
             if len(self._cached) < _CACHE_SIZE:
-                self._cached[id(handler)] = (handler, gated)
+                self._cached[key] = (handler, gated)
             return gated
-        gate = self._gate
-        path = handler_call_details.method
         metadata = handler_call_details.invocation_metadata or ()
+        return self._wrap(handler, self._checker(path, metadata))
+
+    def _checker(self, path: str, metadata: Sequence[Any] | None) -> Callable[[Any], Any]:
+        """The gate for RPCs of ``path`` (``metadata`` None: read it from the
+        RPC's context)."""
+        gate = self._gate
         aio = self._aio
 
         def check(context: Any) -> Any:
             authority = None if aio else _sync_authority(context)
-            return gate.check(context.peer(), authority, path, metadata, context.auth_context)
+            md = context.invocation_metadata() or () if metadata is None else metadata
+            return gate.check(context.peer(), authority, path, md, context.auth_context)
 
-        return self._wrap(handler, check)
-
-    def _context_check(self, context: Any) -> Any:
-        """The gate for a sync RPC, everything read from its context."""
-        details = getattr(getattr(context, "_rpc_event", None), "call_details", None)
-        method = getattr(details, "method", None)
-        if not method:  # grpcio changed: no path to route on, refuse
-            return _NO_PATH
-        host = getattr(details, "host", None)
-        return self._gate.check(
-            context.peer(),
-            host.decode("utf-8", "replace") if host else None,
-            method.decode("utf-8", "replace"),
-            context.invocation_metadata() or (),
-            context.auth_context,
-        )
+        return check
 
     def _wrap(self, handler: Any, check: Callable[[Any], Any]) -> Any:
         wrap = _wrap_aio if self._aio else _wrap_sync
