@@ -53,7 +53,7 @@ def make_server(request):
 
 
 def bootstrap(control, pki=None, node="xds-server", **extra):
-    kwargs = dict(server_listener_resource_name_template=TEMPLATE, **extra)
+    kwargs = {"server_listener_resource_name_template": TEMPLATE, **extra}
     if pki is not None:
         kwargs.setdefault("certificate_providers", pki.providers())
     return control.bootstrap(node, **kwargs)
@@ -533,3 +533,16 @@ def test_an_insecure_port_serves_the_tls_its_listener_demands(control, pki, make
     publish(control, plain_listener(srv.address))
     assert wait_until(lambda: served_by(srv.address).startswith("OK:"), 15)
     assert served_by(srv.address, pki.client_credentials("alice")).startswith("UNAVAILABLE:")
+
+
+def test_istiods_own_template_and_listener_name(control, pki, make_server):
+    """Bootstrap template ``xds.istio.io/grpc/lds/inbound/%s`` and the
+    Listener exactly as istiod names and shapes it (nothing renamed)."""
+    istio_template = ib.ISTIO_INBOUND_PREFIX + "%s"
+    boot = bootstrap(control, pki, server_listener_resource_name_template=istio_template)
+    srv = make_server(boot).start()
+    allow = {"ns-a": ib.rbac_policy(principals=[ib.principal_name(exact=SPIFFE_A)])}
+    publish(control, ib.istio_inbound_listener(srv.address, strict=True, allow=allow))
+    assert wait_served(srv.address, pki.client_credentials("alice")).startswith("OK:")
+    assert served_by(srv.address, pki.client_credentials("bob")).startswith("PERMISSION_DENIED")
+    assert srv.server.serving_state()[0]["listener"] == f"{ib.ISTIO_INBOUND_PREFIX}{srv.address}"
