@@ -546,3 +546,25 @@ def test_istiods_own_template_and_listener_name(control, pki, make_server):
     assert wait_served(srv.address, pki.client_credentials("alice")).startswith("OK:")
     assert served_by(srv.address, pki.client_credentials("bob")).startswith("PERMISSION_DENIED")
     assert srv.server.serving_state()[0]["listener"] == f"{ib.ISTIO_INBOUND_PREFIX}{srv.address}"
+
+
+def test_wildcard_port_picks_the_chain_of_the_connections_local_address(control):
+    """On 0.0.0.0 the local IP of a connection comes from grpcio's channelz:
+    the chain for 127.0.0.1/32 (RBAC denies) beats the catch-all (serves)."""
+    srv = PyxdsServer(bootstrap(control), host="0.0.0.0")
+    srv.start()
+    try:
+        deny_all = ib.rbac_filter("deny", "DENY", {"all": ib.rbac_policy()})
+        chains = [
+            ib.filter_chain(
+                name="loopback", prefix_ranges=["127.0.0.1/32"], http_filters=[deny_all]
+            ),
+            ib.filter_chain(name="other"),
+        ]
+        publish(control, ib.server_listener(listener_name(srv.address), srv.address, chains))
+        assert wait_until(lambda: srv.serving(), 10)
+        loopback = f"127.0.0.1:{srv.port}"
+        assert served_by(loopback) == "PERMISSION_DENIED:Unauthorized RPC rejected"
+        assert served_by(f"127.0.0.2:{srv.port}").startswith("OK:")
+    finally:
+        srv.stop()
