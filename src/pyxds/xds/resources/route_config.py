@@ -27,9 +27,11 @@ gRFCs leave room):
   declared optional plugin we do not support makes the route ignored).  Any
   other or unset cluster specifier (``cluster_header``, unknown fields): the
   route is ignored (A28 latest).
-* Action ``non_forwarding_action`` or another action (redirect,
-  direct_response, ...): kept as :class:`NonForwardingAction`, so an RPC
-  that matches it fails (C-core: "Matching route has inappropriate action").
+* Action ``non_forwarding_action``: :class:`NonForwardingAction` (what
+  servers expect, A36); another action (redirect, direct_response,
+  filter_action, none): :class:`UnsupportedAction`.  A client fails an RPC
+  matching either (C-core: "Matching route has inappropriate action"); a
+  server fails one matching the latter with UNAVAILABLE.
 * ``max_stream_duration`` (A31): ``grpc_timeout_header_max`` if set, else
   ``max_stream_duration``.
 * Retry policy (A44): the route's, else its virtual host's.
@@ -79,6 +81,7 @@ from pyxds.xds.resources.types import (
     RouteAction,
     RouteConfiguration,
     RouteMatch,
+    UnsupportedAction,
     VirtualHost,
 )
 
@@ -108,9 +111,9 @@ _set_fraction: Callable[[RouteMatch, FractionalPercent | None], None] = vars(Rou
     "runtime_fraction"
 ].__set__
 _set_match: Callable[[Route, RouteMatch], None] = vars(Route)["match"].__set__
-_set_action: Callable[[Route, RouteAction | NonForwardingAction], None] = vars(Route)[
-    "action"
-].__set__
+_set_action: Callable[[Route, RouteAction | NonForwardingAction | UnsupportedAction], None] = vars(
+    Route
+)["action"].__set__
 _set_name: Callable[[Route, str], None] = vars(Route)["name"].__set__
 _set_overrides: Callable[[Route, tuple[tuple[str, str, bytes], ...]], None] = vars(Route)[
     "filter_overrides"
@@ -346,13 +349,17 @@ def _parse_route(
         _set_fraction(match, fraction)
 
     action_kind = r.WhichOneof("action")
-    action: RouteAction | NonForwardingAction | None
+    action: RouteAction | NonForwardingAction | UnsupportedAction | None
     if action_kind == "route":
         action = _parse_action(r.route, errs, pre, vi, ri, cache, declared, ignored_plugins)
         if action is None:
             return None
-    else:
+    elif action_kind == "non_forwarding_action":
         action = _NON_FORWARDING
+    else:
+        action = cache.get(("other", action_kind))
+        if action is None:
+            action = cache[("other", action_kind)] = UnsupportedAction(action_kind or "")
     overrides: tuple[tuple[str, str, bytes], ...] = ()
     if r.typed_per_filter_config:
         n_errors = len(errs)

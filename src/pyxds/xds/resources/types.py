@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 if TYPE_CHECKING:
     from re2 import _Regexp  # google-re2's compiled pattern (typings/re2.pyi)
 
+    from pyxds.xds.resources.server_types import TcpListener
+
 __all__ = [
     "HttpFilter",
     "Listener",
@@ -44,6 +46,7 @@ __all__ = [
     "RetryPolicy",
     "RouteAction",
     "NonForwardingAction",
+    "UnsupportedAction",
     "Route",
     "VirtualHost",
     "ClusterSpecifierPlugin",
@@ -94,6 +97,8 @@ class Listener:
     http_filters: tuple[HttpFilter, ...] = ()
     max_stream_duration: float | None = None
     api_listener: bool = True
+    #: A server listener (no ``api_listener``): the validated TCP listener (A36).
+    tcp_listener: TcpListener | None = None
 
 
 # --------------------------------------------------------------------------- RDS
@@ -303,11 +308,20 @@ class NonForwardingAction:
 
 
 @dataclass(frozen=True, slots=True)
+class UnsupportedAction:
+    """A route whose action is neither ``route`` nor ``non_forwarding_action``
+    (redirect, direct_response, filter_action, none): clients and servers
+    both fail RPCs that match it with UNAVAILABLE (A28, A36)."""
+
+    kind: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Route:
     """One route: match plus action."""
 
     match: RouteMatch
-    action: RouteAction | NonForwardingAction
+    action: RouteAction | NonForwardingAction | UnsupportedAction
     name: str = ""
     #: A39 ``typed_per_filter_config``: (filter name, config type, config bytes)
     filter_overrides: tuple[tuple[str, str, bytes], ...] = ()
