@@ -33,6 +33,7 @@ from pyxds.xds.resources import (
     ROUTE_CONFIG,
     ClusterWeight,
     NonForwardingAction,
+    UnsupportedAction,
 )
 
 # ---------------------------------------------------------------- helpers
@@ -191,8 +192,9 @@ def test_route_action_without_cluster_specifier_is_ignored():
     assert [x.action.cluster for x in routes_of(rc_with(r, route("/", "c2")))] == ["c2"]
 
 
-def test_non_forwarding_and_redirect_actions_are_kept_as_non_forwarding():
-    """C-core keeps them (RPCs matching them fail); no NACK."""
+def test_non_forwarding_and_redirect_actions_are_kept_not_nacked():
+    """C-core keeps them (client RPCs matching either fail, server RPCs
+    matching the redirect fail); no NACK."""
     nf = rc_pb2.Route()
     nf.match.prefix = "/a"
     nf.non_forwarding_action.SetInParent()
@@ -200,7 +202,7 @@ def test_non_forwarding_and_redirect_actions_are_kept_as_non_forwarding():
     rd.match.prefix = "/b"
     rd.redirect.host_redirect = "x"
     got = routes_of(rc_with(nf, rd, route("/")))
-    assert [type(r.action) for r in got[:2]] == [NonForwardingAction, NonForwardingAction]
+    assert [type(r.action) for r in got[:2]] == [NonForwardingAction, UnsupportedAction]
 
 
 def test_invalid_path_regex_is_nacked():

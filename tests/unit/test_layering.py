@@ -1,6 +1,7 @@
 """The layers of docs/architecture.md, checked on the imports of the source.
 
-Config flows down: xds -> resolver -> lb -> channel.  The xDS client knows
+Config flows down: xds -> resolver -> lb -> channel; xDS-enabled servers
+(``pyxds.serving``) sit beside the channel on the xDS client.  The xDS client knows
 nothing above it (the exceptions: CDS validation asks the LB registry
 whether a policy config is valid, gRFC A52, and RDS validation whether a
 cluster specifier plugin's generated config is, as C-core's parser does);
@@ -33,6 +34,14 @@ FORBIDDEN = [
     ("xds", "pyxds.channel", set()),
     ("resolver", "pyxds.channel", set()),
     ("lb", "pyxds.channel", set()),
+    # xDS-enabled servers sit beside the channel: nothing below imports
+    # them, and they use neither the channel nor the LB policies.
+    ("xds", "pyxds.serving", set()),
+    ("resolver", "pyxds.serving", set()),
+    ("lb", "pyxds.serving", set()),
+    ("channel", "pyxds.serving", set()),
+    ("serving", "pyxds.channel", set()),
+    ("serving", "pyxds.lb", set()),
 ]
 
 

@@ -122,7 +122,7 @@ class GrpcRouteLookupChannel(RouteLookupChannel):
 
     def reset_backoff(self) -> None:
         try:  # grpcio has no public reset: ask C-core to connect now
-            self._channel._channel.check_connectivity_state(True)
+            self._channel._channel.check_connectivity_state(True)  # type: ignore[attr-defined]  # private: not in the stubs
         except Exception:
             pass
 

@@ -72,6 +72,7 @@ from pyxds.resolver.xds_config import (
     XdsConfig,
 )
 from pyxds.status import Status
+from pyxds.xds.resources.types import HttpFilter, VirtualHost
 
 __all__ = ["XdsResolver", "cluster_manager_config", "parse_xds_target"]
 
@@ -174,7 +175,7 @@ class XdsResolver(Resolver):
         #: cluster specifier plugins (RLS) the LB config has, by plugin name
         self._plugin_refs: dict[str, ClusterRef] = {}
         self._selector: ConfigSelector | None = None
-        self._selector_key: tuple[Any, Any] | None = None
+        self._selector_key: tuple[VirtualHost, float | None, tuple[HttpFilter, ...]] | None = None
         self._xds_config: XdsConfig | None = None
         self._had_good_config = False
         self._last_error: Status | None = None
@@ -313,7 +314,7 @@ class XdsResolver(Resolver):
                 self._refs,
                 config.listener.max_stream_duration,
                 self._args.random,
-                fallback=lambda: self._selector,  # type: ignore[arg-type,return-value]
+                fallback=lambda: self._selector,
                 channel_id=self.channel_id,
                 http_filters=config.listener.http_filters,
                 plugin_refs=self._plugin_refs,
@@ -356,11 +357,11 @@ class XdsResolver(Resolver):
         for name, ref in self._refs.items():
             ref.in_routes = name in wanted
         for name, config in plugins.items():
-            ref = self._plugin_refs.get(name)
-            if ref is None:
+            plugin_ref = self._plugin_refs.get(name)
+            if plugin_ref is None:
                 self._plugin_refs[name] = ClusterRef(name, self._schedule_sweep, None, config)
             else:
-                ref.child_policy = config
+                plugin_ref.child_policy = config
         for name, ref in self._plugin_refs.items():
             ref.in_routes = name in plugins
 

@@ -41,9 +41,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyxds.xds.resources._common import Errors, compile_regex
+
+if TYPE_CHECKING:
+    from re2 import _Regexp  # google-re2's compiled pattern (typings/re2.pyi)
 
 SECURITY_ATTRIBUTE = "xds_security"
 """Subchannel attribute carrying a cluster's :class:`UpstreamTlsConfig`
@@ -75,7 +78,7 @@ class SanMatcher:
     kind: str
     value: str
     ignore_case: bool = False
-    regex: Any = field(default=None, compare=False, hash=False, repr=False)
+    regex: _Regexp | None = field(default=None, compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,38 @@ def parse_upstream_tls_context(
         errs.add(path, "can't decode UpstreamTlsContext")
         return None
     p = f"{path}.common_tls_context"
-    common = ctx.common_tls_context
     before = len(errs)
+    common = parse_common_tls_context(ctx.common_tls_context, p, providers, errs)
+    if not common.ca_named and not common.system_root_certs:
+        errs.add(p, "no CA certs configured")
+    if len(errs) != before:
+        return None
+    return UpstreamTlsConfig(
+        ca=common.ca,
+        identity=common.identity,
+        san_matchers=common.san_matchers,
+        system_root_certs=common.system_root_certs,
+    )
+
+
+@dataclass(frozen=True)
+class CommonTls:
+    """What a ``CommonTlsContext`` says, validated (shared by the client's
+    UpstreamTlsContext and the server's DownstreamTlsContext, as C-core's
+    CommonTlsContextParse): ``ca_named`` is True when a CA provider instance
+    is named, known to the bootstrap or not."""
+
+    identity: ProviderRef | None
+    ca: ProviderRef | None
+    ca_named: bool
+    system_root_certs: bool
+    san_matchers: tuple[SanMatcher, ...]
+
+
+def parse_common_tls_context(
+    common: Any, p: str, providers: Mapping[str, Any] | None, errs: Errors
+) -> CommonTls:
+    """Validate a ``CommonTlsContext`` message at field path ``p``."""
     if common.HasField("tls_params"):
         errs.add(f"{p}.tls_params", _UNSUPPORTED)
     if common.HasField("custom_handshaker"):
@@ -210,13 +243,7 @@ def parse_upstream_tls_context(
             for i, sm in enumerate(vc.match_subject_alt_names)
             if (m := _matcher(sm, f"{vpath}.match_subject_alt_names[{i}]", errs)) is not None
         )
-    if not ca_named and not system_roots:
-        errs.add(p, "no CA certs configured")
-    if len(errs) != before:
-        return None
-    return UpstreamTlsConfig(
-        ca=ca, identity=identity, san_matchers=matchers, system_root_certs=system_roots
-    )
+    return CommonTls(identity, ca, ca_named, system_roots, matchers)
 
 
 def _ref(
