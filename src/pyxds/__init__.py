@@ -5,6 +5,8 @@ a real ``grpc.Channel``; ``pyxds.aio`` has the asyncio variants;
 ``pyxds.lb.registry.register`` adds custom LB policies.
 ``pyxds.secure_channel(target, grpc.xds_channel_credentials(fallback))`` (or
 ``pyxds.xds_channel_credentials``) uses the control plane's TLS config (A29).
+``pyxds.xds_server(executor)`` is an xDS-enabled ``grpc.Server`` (A36, A29,
+A41); ``pyxds.aio.xds_server()`` its asyncio twin.
 
 Start-up: ``import pyxds`` (and so the import of any ``pyxds.*`` module,
 e.g. the xDS client's bootstrap) loads nothing but the version; every name
@@ -24,14 +26,17 @@ if TYPE_CHECKING:
     from pyxds._api import insecure_channel, secure_channel
     from pyxds.channel.channel import XdsChannel
     from pyxds.security.credentials import xds_channel_credentials
+    from pyxds.serving.server import XdsServer, xds_server
 
 __all__ = [
     "XdsChannel",
+    "XdsServer",
     "__version__",
     "aio",
     "insecure_channel",
     "secure_channel",
     "xds_channel_credentials",
+    "xds_server",
 ]
 
 
@@ -44,6 +49,8 @@ def __getattr__(name: str) -> Any:
         value = importlib.import_module("pyxds.aio")
     elif name == "XdsChannel":
         value = importlib.import_module("pyxds.channel.channel").XdsChannel
+    elif name in ("XdsServer", "xds_server"):
+        value = getattr(importlib.import_module("pyxds.serving.server"), name)
     elif name == "xds_channel_credentials":
         value = importlib.import_module("pyxds.security.credentials").xds_channel_credentials
     else:

@@ -84,6 +84,7 @@ from pyxds.resolver.api import (
 from pyxds.resolver.retry_policy import RetryThrottle
 from pyxds.resolver.service_config import MethodConfigSelector, ServiceConfig
 from pyxds.resolver.static_resolver import lb_selection_from_options
+from pyxds.security.credentials import xds_info
 from pyxds.serializer import WorkSerializer
 
 _log = logging.getLogger(__name__)
@@ -112,6 +113,21 @@ class ChannelHelper(Helper):
         self.clock = core.clock
         self.random = core.random
         self.channel_target = core.target
+        self.channel_authority = core.default_authority
+
+    def create_route_lookup_channel(self, target: str, service_config: str | None) -> Any:
+        """A channel to a Route Lookup Service (``rls_experimental``):
+        :class:`pyxds.channel.rls_channel.GrpcRouteLookupChannel`."""
+        from pyxds.channel.rls_channel import GrpcRouteLookupChannel
+
+        core = self._core
+        return GrpcRouteLookupChannel(
+            target,
+            core.lookup_credentials,
+            core.default_authority,
+            service_config,
+            core.serializer.run,
+        )
 
     def _live(self) -> bool:
         return self._core._lb_generation == self._generation and not self._core.closed
@@ -192,6 +208,12 @@ class ChannelCore:
             make_transport, self.serializer, self.clock, self.random, credentials, self.options
         )
         opts = dict(self.options)
+        #: the channel's authority (``grpc.default_authority`` when set)
+        self.default_authority = str(opts.get("grpc.default_authority") or self.authority)
+        #: credentials of channels the LB policies make (RLS): the channel's
+        #: own, the fallback ones of xDS credentials
+        xds = xds_info(credentials)
+        self.lookup_credentials = xds.fallback if xds is not None else credentials
         self.idle_timeout = float(
             opts.get("grpc.client_idle_timeout_ms", DEFAULT_IDLE_TIMEOUT * 1000)
         )

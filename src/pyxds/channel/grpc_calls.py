@@ -146,10 +146,11 @@ class GrpcMethod:
             mc = getattr(mc, verb)
         if isinstance(request, Replay):
             request = request.attempt()
-        elif request is NO_REQUEST:
+        metadata = rpc.send_metadata if rpc.pick_metadata is None else rpc.attempt_metadata()
+        if request is NO_REQUEST:
             return mc(
                 timeout=rpc.timeout,
-                metadata=rpc.send_metadata,
+                metadata=metadata,
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,
@@ -157,7 +158,7 @@ class GrpcMethod:
         return mc(
             request,
             timeout=rpc.timeout,
-            metadata=rpc.send_metadata,
+            metadata=metadata,
             credentials=credentials,
             wait_for_ready=False,
             compression=compression,

@@ -153,6 +153,9 @@ class Rpc:
     _on_call_trailers: Callable[[Sequence[tuple[str, Any]]], None] | None = None
     #: the last pick's ``PickComplete.attempt_labels`` (A78), for its attempt's metrics
     _attempt_labels: Mapping[str, str] | None = None
+    #: the last pick's ``PickComplete.metadata``: headers its attempt adds
+    #: (``rls_experimental``'s ``x-google-rls-data``), replacing the RPC's own
+    pick_metadata: tuple[tuple[str, str], ...] | None = None
     #: (call, delay) of each attempt followed by another (made at the first
     #: retry: an RPC that is not retried never builds it)
     _retried: list[tuple[Any, float]] | None = None
@@ -197,6 +200,17 @@ class Rpc:
         if self.deadline is None:
             return None
         return self.deadline - time.monotonic()
+
+    def attempt_metadata(self) -> Any:
+        """The metadata the attempt sends: ``send_metadata`` plus the pick's
+        headers (``PickComplete.metadata``), which replace the RPC's values
+        of their keys."""
+        extra = self.pick_metadata
+        base = self.send_metadata
+        if extra is None:
+            return base
+        keys = {k for k, _ in extra}
+        return (*(kv for kv in (base or ()) if kv[0] not in keys), *extra)
 
     @property
     def done(self) -> bool:
@@ -348,6 +362,7 @@ class Rpc:
         self._on_call_done = result.on_call_done
         self._on_call_trailers = result.on_call_trailers
         self._attempt_labels = result.attempt_labels
+        self.pick_metadata = result.metadata
         self._picked_by = picker
         if self.deadline is not None:
             remaining = self.timeout = self.deadline - time.monotonic()

@@ -5,7 +5,12 @@ with the raw resources, the subchannels' states) into plain data: the
 listener, the route table of its virtual hosts, and every cluster with its
 type, LB policy, priorities, localities (weights) and endpoints (EDS health
 and the subchannel's connectivity state); plus NACK reasons and fields gRPC
-does not read. No I/O: the view renders it, tests read it.
+does not read. It shows what the client really uses: a locality without
+``load_balancing_weight`` is marked ``ignored`` (A27) and its endpoints and
+those whose health is neither UNKNOWN nor HEALTHY are ``not used`` with the
+reason; the clusters that cannot serve (``config_dump()["cannot_serve"]``)
+are named on the state line and under each cluster. No I/O: the view renders
+it, tests read it.
 """
 
 from __future__ import annotations
@@ -108,25 +113,40 @@ def _cluster_type(cluster: dict[str, Any]) -> str:
     return str(cluster.get("type", "STATIC"))
 
 
+_USED_HEALTH = ("UNKNOWN", "HEALTHY")
+IGNORED_LOCALITY = "no load_balancing_weight: gRPC ignores the locality (A27)"
+
+
+def _endpoint(e: dict[str, Any], states: dict[str, str], ignored: bool) -> dict[str, Any]:
+    """One lb_endpoint as the client uses it: ``state`` is the subchannel's,
+    or ``not used`` (with ``why``) when the client never connects to it."""
+    health = e.get("health_status", "UNKNOWN")
+    out = {
+        "address": _address(e),
+        "health": health,
+        "weight": e.get("load_balancing_weight"),
+        "state": states.get(_address(e), "IDLE"),
+    }
+    if ignored:
+        out.update(state="not used", why="its locality is ignored")
+    elif health not in _USED_HEALTH:
+        out.update(state="not used", why=f"health {health} (only UNKNOWN and HEALTHY are used)")
+    return out
+
+
 def _priorities(cla: dict[str, Any], states: dict[str, str]) -> list[dict[str, Any]]:
     groups: dict[int, list[dict[str, Any]]] = {}
     for group in cla.get("endpoints") or []:
-        endpoints = [
-            {
-                "address": _address(e),
-                "health": e.get("health_status", "UNKNOWN"),
-                "weight": e.get("load_balancing_weight"),
-                "state": states.get(_address(e), "IDLE"),
-            }
-            for e in group.get("lb_endpoints") or []
-        ]
-        groups.setdefault(int(group.get("priority", 0)), []).append(
-            {
-                "locality": _locality(group.get("locality") or {}),
-                "weight": group.get("load_balancing_weight"),
-                "endpoints": endpoints,
-            }
-        )
+        weight = group.get("load_balancing_weight")
+        ignored = not weight  # unset or 0: dropped by the client (A27)
+        locality: dict[str, Any] = {
+            "locality": _locality(group.get("locality") or {}),
+            "weight": weight,
+            "endpoints": [_endpoint(e, states, ignored) for e in group.get("lb_endpoints") or []],
+        }
+        if ignored:
+            locality["ignored"] = IGNORED_LOCALITY
+        groups.setdefault(int(group.get("priority", 0)), []).append(locality)
     return [{"priority": p, "localities": groups[p]} for p in sorted(groups)]
 
 
@@ -138,6 +158,10 @@ def _cluster(
 ) -> dict[str, Any]:
     entry = found.get(("Cluster", name))
     out: dict[str, Any] = {"name": name, **_status(entry)}
+    prefix = f"cluster {name}: "
+    problems = [p[len(prefix) :] for p in dump.get("cannot_serve") or () if p.startswith(prefix)]
+    if problems:
+        out["cannot_serve"] = problems[0]
     raw = (entry or {}).get("xds_config")
     if not raw:
         return out
@@ -191,6 +215,7 @@ def build(dump: dict[str, Any]) -> dict[str, Any]:
         "target": dump.get("target"),
         "state": dump.get("state"),
         "status": dump.get("status"),
+        "cannot_serve": list(dump.get("cannot_serve") or ()),
     }
     lds = found.get(("Listener", listener_name))
     listener: dict[str, Any] = {"name": listener_name, **_status(lds)}

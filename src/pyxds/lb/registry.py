@@ -36,6 +36,7 @@ BUILTINS: dict[str, str] = {
     "cds_experimental": "pyxds.lb.cds",
     "xds_cluster_impl_experimental": "pyxds.lb.xds_cluster_impl",
     "xds_routing_experimental": "pyxds.lb.xds_routing",
+    "rls_experimental": "pyxds.lb.rls",
 }
 _loaded: set[str] = set()
 

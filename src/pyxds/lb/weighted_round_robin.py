@@ -432,7 +432,13 @@ class WeightedRoundRobin(RoundRobin):
             result = picker.result
             hook = None if config.enable_oob_load_report else weight.on_call_trailers
             results.append(
-                PickComplete(result.subchannel, result.on_call_done, hook, result.attempt_labels)
+                PickComplete(
+                    result.subchannel,
+                    result.on_call_done,
+                    hook,
+                    result.attempt_labels,
+                    result.metadata,
+                )
             )
         labels = None
         if _metrics.RECORDER is not None:

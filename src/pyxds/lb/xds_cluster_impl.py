@@ -198,7 +198,7 @@ class XdsClusterImplPicker(Picker):
         # path); every PickComplete field is passed on (a unit test fails
         # when PickComplete gains one this line does not name).
         done = _call_done(calls, locality, lrs, result.on_call_done)
-        return PickComplete(subchannel, done, result.on_call_trailers, labels)
+        return PickComplete(subchannel, done, result.on_call_trailers, labels, result.metadata)
 
     @property
     def child(self) -> Picker:

@@ -3,7 +3,9 @@
 Rules (the LB policies never see what is dropped here; TRAPS.md
 "weighted_target and EDS shaping"):
 
-* A locality whose ``load_balancing_weight`` is unset or 0 is dropped.
+* A locality whose ``load_balancing_weight`` is unset or 0 is dropped (its
+  name is kept in ``ignored_localities``, so tools can say why a cluster has
+  no endpoints).
 * Priorities must be contiguous from 0 once dropped localities are gone; a
   gap is an error.  The same locality twice in one priority is an error; the
   sum of locality weights of one priority above uint32 max is an error.
@@ -171,6 +173,7 @@ def parse_cluster_load_assignment(
     weight_sums: dict[int, int] = {}
     seen_addresses: set[str] = set()
     excluded = 0
+    ignored: list[LocalityName] = []
     address_of = _address
     has_field = type(cla).HasField
     seen_add = seen_addresses.add
@@ -186,8 +189,10 @@ def parse_cluster_load_assignment(
     memo_min = LOCALITY_MEMO_MIN_ENDPOINTS if memo else None
     for li, lep in enumerate(cla.endpoints):
         lweight = lep.load_balancing_weight.value
-        if not lweight:
-            continue  # unset or 0: the locality is dropped (A27)
+        if not lweight:  # unset or 0: the locality is dropped (A27)
+            loc = lep.locality
+            ignored.append(LocalityName(loc.region, loc.zone, loc.sub_zone))
+            continue
         if not lep.HasField("locality"):
             errs.add(f"endpoints[{li}].locality", "field not present")
             continue
@@ -323,7 +328,7 @@ def parse_cluster_load_assignment(
                 continue
             ppm = min(dp.numerator * _PER_MILLION[den], 1_000_000)
             drops.append(DropOverload(d.category, ppm))
-    return ClusterLoadAssignment(cla.cluster_name, ordered, tuple(drops), excluded)
+    return ClusterLoadAssignment(cla.cluster_name, ordered, tuple(drops), excluded, tuple(ignored))
 
 
 def _addresses_of(lep: Any, endpoints: list[EndpointAddress], n_excluded: int) -> tuple[str, ...]:
