@@ -422,18 +422,20 @@ class _FakeAdsCall:
         return "cancelled"
 
 
+class _FakeCygrpcChannel:
+    """The private cygrpc channel pyxds.connectivity polls: always IDLE."""
+
+    def check_connectivity_state(self, try_to_connect: bool) -> int:
+        return 0
+
+
 class _FakeGrpcChannel:
     """Stands in for the grpcio channel the default transport creates."""
 
     def __init__(self) -> None:
         self.calls: list[_FakeAdsCall] = []
         self.closed = False
-
-    def subscribe(self, callback: Any, try_to_connect: bool = False) -> None:
-        pass
-
-    def unsubscribe(self, callback: Any) -> None:
-        pass
+        self._channel = _FakeCygrpcChannel()
 
     def close(self) -> None:
         self.closed = True

@@ -94,6 +94,7 @@ RUNNING = "running"
 BACKOFF = "backoff"
 DONE = "done"
 
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
 
 #: C-core's default ``grpc.per_rpc_retry_buffer_size``: once the requests
@@ -105,7 +106,16 @@ RETRY_BUFFER_SIZE = 256 * 1024
 class Attempts:
     """See the module docstring."""
 
-    __slots__ = ("rpc", "buffer", "phase", "committed", "cancelled", "remaining", "_retried")
+    __slots__ = (
+        "rpc",
+        "buffer",
+        "phase",
+        "committed",
+        "cancelled",
+        "remaining",
+        "transport",
+        "_retried",
+    )
 
     def __init__(self, rpc: Rpc, buffer: RequestBuffer | None = None) -> None:
         self.rpc = rpc
@@ -119,6 +129,8 @@ class Attempts:
         #: seconds left to the deadline when the running attempt started
         #: (None: no deadline): the adapter's timeout for its grpcio call
         self.remaining: float | None = None
+        #: the transport of the running (or last) attempt
+        self.transport: Transport | None = None
         #: (call, delay) of each attempt followed by another (made at the
         #: first retry: an RPC that is not retried never builds it)
         self._retried: list[tuple[Any, float]] | None = None
@@ -142,6 +154,7 @@ class Attempts:
             rpc.attempt_done(ATTEMPT_NOT_STARTED)
             return None
         self.phase = RUNNING
+        self.transport = transport
         return transport
 
     def not_sent(self, transport: Transport) -> None:
@@ -209,6 +222,8 @@ class Attempts:
         if delay is not None or self.phase is DONE:
             return delay  # decided already
         if not status.ok and not self.cancelled:
+            if status.code is _UNAVAILABLE and self.transport is not None:
+                self.transport.suspect()  # its connection may be gone: look now
             initial, trailing = read_metadata(call) if read_metadata is not None else (None, None)
             buffer = self.buffer
             committed = (

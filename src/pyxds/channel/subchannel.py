@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from pyxds import connectivity
 from pyxds.clock import Clock, Timer
-from pyxds.grpc_channels import close_watched_channel
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status, Subchannel
 from pyxds.xds.backoff import ExponentialBackoff
 
@@ -145,6 +145,11 @@ class Transport(ABC):
     @abstractmethod
     def connect(self) -> None: ...
 
+    def suspect(self) -> None:  # noqa: B027 - a no-op unless the transport polls
+        """An RPC failed UNAVAILABLE on this transport: its connection may be
+        gone.  A polled transport checks at once (an event-driven one
+        already knows)."""
+
     @abstractmethod
     def _close_now(self) -> None: ...
 
@@ -177,8 +182,10 @@ class Transport(ABC):
 
 
 class SyncTransport(Transport):
-    """A ``grpc.Channel`` to one address, connectivity watched with
-    ``subscribe(try_to_connect=False)``."""
+    """A ``grpc.Channel`` to one address, its connectivity polled by the
+    process's :func:`pyxds.connectivity.monitor` (no thread of its own; see
+    that module for when it is checked), and closed on the monitor's timer
+    thread (never on the serializer, never on a thread of its own)."""
 
     def __init__(
         self,
@@ -194,35 +201,34 @@ class SyncTransport(Transport):
         else:
             self._channel = grpc.secure_channel(address, credentials, options, compression)
         self._on_state = on_state
-        self._channel.subscribe(self._deliver, try_to_connect=False)
+        self._watch = connectivity.watch_channel(self._channel, self._deliver)
 
     @property
     def channel(self) -> grpc.Channel:
         return self._channel
 
-    def _deliver(self, connectivity: grpc.ChannelConnectivity) -> None:
+    def _deliver(self, state: grpc.ChannelConnectivity) -> None:
         if not self.closed:
-            self._on_state(connectivity)
+            self._on_state(state)
 
     def connect(self) -> None:
         if self.closed:
             return
-        try:  # immediate: ask C-core to leave IDLE now
-            self._channel._channel.check_connectivity_state(True)
-        except Exception:  # private API moved: the public, polled, way
-            self._channel.subscribe(lambda _state: None, try_to_connect=True)
+        connectivity.request_connection(self._channel)
+        self._watch.expect_change()
+
+    def suspect(self) -> None:
+        self._watch.check_now()
 
     def _close_now(self) -> None:
-        # Never on the serializer: grpcio's close() waits for its
-        # connectivity poller (100-200 ms), which stalled every state change
-        # and pick update of the channel (a failing subchannel reported TF
-        # 200 ms late); and the poller must stop before the close, or grpcio
-        # prints an error from its thread (pyxds.grpc_channels).
-        close_watched_channel(
-            self._channel,
-            lambda: self._channel.unsubscribe(self._deliver),
-            on_closed=self.close_done.set,
-        )
+        self._watch.cancel()
+        connectivity.monitor().close_soon(self._close_channel)
+
+    def _close_channel(self) -> None:
+        try:
+            self._channel.close()
+        finally:
+            self.close_done.set()
 
 
 class AioTransport(Transport):

@@ -39,6 +39,7 @@ from typing import Any
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
+from pyxds import connectivity
 from pyxds.status import Status
 
 _log = logging.getLogger(__name__)
@@ -142,7 +143,9 @@ class AdsTransport:
         self._call: Any = None
         self._ready = False
         self._closed = False
-        self._channel.subscribe(self._on_connectivity, try_to_connect=False)
+        # Polled by the process's monitor: no thread of our own, and close()
+        # never waits for a poller (pyxds.connectivity).
+        self._watch = connectivity.watch_channel(self._channel, self._on_connectivity)
 
     @property
     def target(self) -> str:
@@ -163,6 +166,7 @@ class AdsTransport:
         # connect fails, which is how its status reaches the watchers (A57
         # "Connectivity Status Information via ADS Stream Failure").
         call = self._call_factory(_drain(requests))
+        self._watch.expect_change()  # the stream connects the channel if it was idle
         with self._lock:
             if self._stream_id == stream_id:
                 self._call = call
@@ -201,14 +205,9 @@ class AdsTransport:
         with self._lock:
             self._closed = True
         self.cancel_stream()
-        # Closed at once, not after grpcio's poller stops (as subchannels
-        # are, pyxds.grpc_channels): the user's close() and interpreter exit
-        # would wait up to a poll period for it, and a server stopped right
-        # after close() would see this connection still open.
-        try:
-            self._channel.unsubscribe(self._on_connectivity)
-        except Exception:
-            pass
+        # Closed at once, here: a server stopped right after close() must
+        # not see this connection still open.
+        self._watch.cancel()
         self._channel.close()
 
     # -- grpcio threads ------------------------------------------------------
@@ -241,6 +240,8 @@ class AdsTransport:
             status = Status(grpc.StatusCode.INTERNAL, f"ADS stream reader failed: {exc!r}")
         finally:
             requests.put(_END)
+        if status.code is grpc.StatusCode.UNAVAILABLE:
+            self._watch.check_now()  # the connection may be gone: look now
         if self._current(stream_id):
             with self._lock:
                 if self._stream_id == stream_id:
