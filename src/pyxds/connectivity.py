@@ -321,18 +321,20 @@ def _cygrpc_channel(channel: grpc.Channel) -> Any:
 
 
 def watch_channel(
-    channel: grpc.Channel, deliver: Callable[[grpc.ChannelConnectivity], None]
+    channel: grpc.Channel,
+    deliver: Callable[[grpc.ChannelConnectivity], None],
+    on: ConnectivityMonitor[int] | None = None,
 ) -> Watch[int]:
-    """Watch a sync grpcio channel on the process's monitor: ``deliver``
-    hears each change of C-core's state (read without asking it to connect,
-    without blocking), from the timer thread."""
+    """Watch a sync grpcio channel on monitor ``on`` (the process's by
+    default): ``deliver`` hears each change of C-core's state (read without
+    asking it to connect, without blocking), from the monitor's timer."""
     probe = functools.partial(_cygrpc_channel(channel).check_connectivity_state, False)
     by_code = _BY_CODE
 
     def on_change(code: int) -> None:
         deliver(by_code[code])
 
-    return monitor().watch(probe, on_change)
+    return (on or monitor()).watch(probe, on_change)
 
 
 def request_connection(channel: grpc.Channel) -> None:

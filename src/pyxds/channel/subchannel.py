@@ -181,27 +181,23 @@ class Transport(ABC):
             self._close_now()
 
 
-class SyncTransport(Transport):
-    """A ``grpc.Channel`` to one address, its connectivity polled by the
-    process's :func:`pyxds.connectivity.monitor` (no thread of its own; see
-    that module for when it is checked), and closed on the monitor's timer
-    thread (never on the serializer, never on a thread of its own)."""
+class PolledTransport(Transport):
+    """A sync grpcio channel whose connectivity a
+    :class:`~pyxds.connectivity.ConnectivityMonitor` polls (no thread of its
+    own; see that module for when it is checked), closed on the monitor's
+    timer thread (never on the serializer, never on a thread of its own)."""
 
     def __init__(
         self,
-        address: str,
-        credentials: grpc.ChannelCredentials | None,
-        options: Sequence[tuple[str, Any]],
-        compression: grpc.Compression | None,
+        channel: grpc.Channel,
         on_state: Callable[[grpc.ChannelConnectivity], None],
+        monitor: connectivity.ConnectivityMonitor[int],
     ) -> None:
         super().__init__()
-        if credentials is None:
-            self._channel = grpc.insecure_channel(address, options, compression)
-        else:
-            self._channel = grpc.secure_channel(address, credentials, options, compression)
+        self._channel = channel
         self._on_state = on_state
-        self._watch = connectivity.watch_channel(self._channel, self._deliver)
+        self._monitor = monitor
+        self._watch = connectivity.watch_channel(channel, self._deliver, monitor)
 
     @property
     def channel(self) -> grpc.Channel:
@@ -222,13 +218,31 @@ class SyncTransport(Transport):
 
     def _close_now(self) -> None:
         self._watch.cancel()
-        connectivity.monitor().close_soon(self._close_channel)
+        self._monitor.close_soon(self._close_channel)
 
     def _close_channel(self) -> None:
         try:
             self._channel.close()
         finally:
             self.close_done.set()
+
+
+class SyncTransport(PolledTransport):
+    """A ``grpc.Channel`` to one address, on the process's monitor."""
+
+    def __init__(
+        self,
+        address: str,
+        credentials: grpc.ChannelCredentials | None,
+        options: Sequence[tuple[str, Any]],
+        compression: grpc.Compression | None,
+        on_state: Callable[[grpc.ChannelConnectivity], None],
+    ) -> None:
+        if credentials is None:
+            channel = grpc.insecure_channel(address, options, compression)
+        else:
+            channel = grpc.secure_channel(address, credentials, options, compression)
+        super().__init__(channel, on_state, connectivity.monitor())
 
 
 class AioTransport(Transport):
