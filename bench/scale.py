@@ -70,7 +70,8 @@ def _port_handler(port_box: list[bytes]) -> grpc.GenericRpcHandler:
 async def _start_backends(n: int) -> tuple[list[int], list[object]]:
     servers, ports = [], []
     for _ in range(n):
-        server = grpc.aio.server()
+        # no SO_REUSEPORT: port 0 must be a port nobody else listens on
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         port_box: list[bytes] = []
         server.add_generic_rpc_handlers((_port_handler(port_box),))
         port = server.add_insecure_port("127.0.0.1:0")

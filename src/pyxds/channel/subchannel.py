@@ -107,6 +107,11 @@ def subchannel_options(options: Sequence[tuple[str, Any]] | None) -> tuple[tuple
     keys = {k for k, _ in out}
     if "grpc.min_reconnect_backoff_ms" not in keys:
         out.append(("grpc.min_reconnect_backoff_ms", int(MIN_CONNECT_TIMEOUT * 1000)))
+    if "grpc.enable_channelz" not in keys:
+        # A subchannel's grpcio channel is no channel of the application's:
+        # grpcio's channelz would list every one of them as a top-level
+        # channel, at ~3.5 KB each (issue 18, memory per endpoint).
+        out.append(("grpc.enable_channelz", 0))
     return tuple(out)
 
 
@@ -127,6 +132,18 @@ class Transport(ABC):
     #: True for a grpc.aio channel (calls run as tasks on its event loop)
     runs_on_event_loop = False
 
+    # slots: a process may hold thousands (issue 18, memory per endpoint)
+    __slots__ = (
+        "_lock",
+        "_active",
+        "_retired",
+        "closed",
+        "active_seen",
+        "callables",
+        "_close_done",
+        "_gone",
+    )
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._active = 0
@@ -134,8 +151,26 @@ class Transport(ABC):
         self.closed = False
         self.active_seen = False
         self.callables: dict[Any, Any] = {}
-        #: set once the grpcio channel is closed (its connections gone)
-        self.close_done = threading.Event()
+        self._close_done: threading.Event | None = None  # made when someone waits
+        self._gone = False
+
+    @property
+    def close_done(self) -> threading.Event:
+        """Set once the grpcio channel is closed (its connections gone)."""
+        with self._lock:
+            if self._close_done is None:
+                self._close_done = threading.Event()
+                if self._gone:
+                    self._close_done.set()
+            return self._close_done
+
+    def _closed_done(self) -> None:
+        """The grpcio channel is closed."""
+        with self._lock:
+            self._gone = True
+            event = self._close_done
+        if event is not None:
+            event.set()
 
     @property
     @abstractmethod
@@ -187,6 +222,8 @@ class PolledTransport(Transport):
     own; see that module for when it is checked), closed on the monitor's
     timer thread (never on the serializer, never on a thread of its own)."""
 
+    __slots__ = ("_channel", "_on_state", "_monitor", "_watch")
+
     def __init__(
         self,
         channel: grpc.Channel,
@@ -224,11 +261,13 @@ class PolledTransport(Transport):
         try:
             self._channel.close()
         finally:
-            self.close_done.set()
+            self._closed_done()
 
 
 class SyncTransport(PolledTransport):
     """A ``grpc.Channel`` to one address, on the process's monitor."""
+
+    __slots__ = ()
 
     def __init__(
         self,
@@ -251,6 +290,8 @@ class AioTransport(Transport):
     other threads are marshalled with ``call_soon_threadsafe``."""
 
     runs_on_event_loop = True
+
+    __slots__ = ("_loop", "_args", "_on_state", "_channel", "_watcher", "_want_connect")
 
     def __init__(
         self,
@@ -324,7 +365,7 @@ class AioTransport(Transport):
                 self._loop.create_task(self._channel.close())
 
         self._on_loop(go)
-        self.close_done.set()  # closes on its event loop; nothing to wait for here
+        self._closed_done()  # closes on its event loop; nothing to wait for here
 
 
 TransportFactory = Callable[
@@ -335,6 +376,26 @@ TransportFactory = Callable[
 
 class SubchannelCore:
     """The channel's shared connection to one address (see module doc)."""
+
+    __slots__ = (
+        "address",
+        "key",
+        "_make_transport",
+        "_credentials",
+        "_serializer",
+        "_clock",
+        "_backoff",
+        "state",
+        "status",
+        "transport",
+        "_backoff_timer",
+        "_attempt_started",
+        "_watchers",
+        "refs",
+        "failure_detail",
+        "security_info",
+        "orca_oob",
+    )
 
     def __init__(
         self,
@@ -364,6 +425,8 @@ class SubchannelCore:
         self.failure_detail: Callable[[], str | None] | None = None
         #: The TLS relay's view for config_dump (A29), when there is one.
         self.security_info: Callable[[], dict[str, Any]] | None = None
+        #: The out-of-band ORCA stream (pyxds.channel.orca_oob), once used.
+        self.orca_oob: Any = None
 
     # -- serializer-side API -------------------------------------------
     def watch(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
