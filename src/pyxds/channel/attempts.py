@@ -38,7 +38,9 @@ Events and the actions they answer:
   :meth:`ended` is told the attempt's initial metadata.
 * :meth:`Attempts.ended` (an attempt's grpcio call ended with a status):
   the seconds to wait before the next attempt (a fresh pick), or ``None``:
-  the RPC is over with that status.  Decided once per attempt, whichever of
+  the RPC is over with that status.  An UNAVAILABLE attempt also tells its
+  transport its connection may be gone (``Transport.suspect()``: a polled
+  transport looks at once, issue 18).  Decided once per attempt, whichever of
   the adapter's readers and its call-ended callback sees the end first; a
   later report of the same attempt (its grpcio call object identifies it)
   gets the same answer, and any report once the RPC is over gets None.

@@ -15,8 +15,17 @@ asyncio) to the single address, built so that grpcio neither balances nor
 retries on its own: ``grpc.lb_policy_name=pick_first`` over one address,
 ``grpc.enable_retries=0``, no service config lookups, a local subchannel pool
 (``grpc.use_local_subchannel_pool``) so that two transports never share one
-C-core subchannel (and its backoff), and an effectively infinite client idle
-timeout (idleness is the pyxds channel's job, A62 ``IDLE_TIMEOUT``).
+C-core subchannel (and its backoff), an effectively infinite client idle
+timeout (idleness is the pyxds channel's job, A62 ``IDLE_TIMEOUT``), and
+channelz off (unless the application turns it on).
+
+How a transport hears its grpcio channel's connectivity costs no thread of
+its own (issue 18): a sync one (:class:`PolledTransport`) is polled by the
+process's :mod:`pyxds.connectivity` monitor on the one timer thread (warm
+while in transition, cold otherwise; an RPC that failed UNAVAILABLE on it
+makes it look at once, :meth:`Transport.suspect`), and closed there too; an
+asyncio one (:class:`AioTransport`) awaits ``wait_for_state_change`` on its
+event loop.
 
 State machine of a core (every transition runs on the channel's work
 serializer; grpcio's connectivity reports are marshalled onto it)::
