@@ -45,6 +45,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent import futures
 
 import grpc
 
@@ -67,7 +68,9 @@ def _port_handler(port_box: list[bytes]) -> grpc.GenericRpcHandler:
     )
 
 
-async def _start_backends(n: int) -> tuple[list[int], list[object]]:
+async def _start_backends(n: int, aliases: int = 1) -> tuple[list[int], list[object]]:
+    """``n`` servers; each also listens on 127.0.0.2 .. 127.0.0.<aliases>
+    (same port: more endpoint addresses than servers, loopback only)."""
     servers, ports = [], []
     for _ in range(n):
         # no SO_REUSEPORT: port 0 must be a port nobody else listens on
@@ -75,6 +78,8 @@ async def _start_backends(n: int) -> tuple[list[int], list[object]]:
         port_box: list[bytes] = []
         server.add_generic_rpc_handlers((_port_handler(port_box),))
         port = server.add_insecure_port("127.0.0.1:0")
+        for k in range(2, aliases + 1):
+            server.add_insecure_port(f"127.0.0.{k}:{port}")
         port_box.append(str(port).encode())
         await server.start()
         servers.append(server)
@@ -82,9 +87,34 @@ async def _start_backends(n: int) -> tuple[list[int], list[object]]:
     return ports, servers
 
 
-def serve(max_n: int, sizes: list[int]) -> None:
+#: loopback aliases the servers also listen on for ``--shape eds`` (1-11);
+#: 127.0.0.12-20 listen on nothing (refused: the bad-input variant)
+EDS_ALIASES = 11
+
+
+def eds_variant(name: str, ports: list[int]) -> list[list[str]]:
+    """The "big" cluster's localities (100 of them) in each variant:
+    v1 1000 endpoints; v2 10,000; v3 v2 with locality 0's 100 replaced;
+    bad: 1000 good and 9000 that refuse connections."""
+    if name == "v1":
+        return [[f"127.0.0.1:{p}" for p in ports[i * 10 : i * 10 + 10]] for i in range(100)]
+    out = []
+    for i in range(100):
+        alias = i // 10 + 1  # 127.0.0.1-10, each over the 1000 ports
+        if name == "bad":
+            alias = 1 if i < 10 else 11 + i // 10  # 127.0.0.12-20: refused
+        chunk = ports[(i % 10) * 100 : (i % 10) * 100 + 100]
+        out.append([f"127.0.0.{alias}:{p}" for p in chunk])
+    if name == "v3":
+        out[0] = [f"127.0.0.11:{p}" for p in ports[:100]]
+    return out
+
+
+def serve(max_n: int, sizes: list[int], aliases: int = 1) -> None:
     """Backends on ``max_n`` ports and a control plane with one listener per
-    shape; prints the bootstrap as one JSON line, runs until stdin closes."""
+    shape; prints the bootstrap as one JSON line, runs until stdin closes.
+    ``/bench.Control/Set`` (on the control port) switches the "big"
+    cluster's endpoints to the variant named in the request."""
     from envoy.extensions.load_balancing_policies.pick_first.v3 import pick_first_pb2
 
     from pyxds.server import ManagementServer
@@ -92,7 +122,26 @@ def serve(max_n: int, sizes: list[int]) -> None:
     from pyxds.server.snapshot import Snapshot
 
     loop = asyncio.new_event_loop()
-    ports, _servers = loop.run_until_complete(_start_backends(max_n))
+    helper = None
+    if aliases > 1:
+        # 10,000 listeners and 10,000 connections: more descriptors than one
+        # process may open here; half the backends live in a helper process
+        helper = subprocess.Popen(
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                *("--backends", str(max_n // 2), "--aliases", str(aliases)),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert helper.stdout is not None
+        helper_ports = json.loads(helper.stdout.readline())
+        ports, _servers = loop.run_until_complete(_start_backends(max_n - max_n // 2, aliases))
+        ports = ports + helper_ports
+    else:
+        ports, _servers = loop.run_until_complete(_start_backends(max_n, aliases))
     threading.Thread(target=loop.run_forever, daemon=True).start()
     addresses = [f"127.0.0.1:{p}" for p in ports]
 
@@ -123,13 +172,55 @@ def serve(max_n: int, sizes: list[int]) -> None:
         route_args={"hash_policies": [b.hash_policy(header="user")]},
     )
     add("pf", big, load_balancing_policy=pick_first_pb2.PickFirst())
+    add("big", 0)
     control = ManagementServer().start()
-    control.set_snapshot(
-        Snapshot(listeners=listeners, routes=routes, clusters=clusters, endpoints=endpoints)
+
+    def big(variant: str) -> None:
+        localities = [
+            b.locality(zone=f"z{i}", endpoints=chunk)
+            for i, chunk in enumerate(eds_variant(variant, ports) if len(ports) >= 1000 else [])
+        ]
+        endpoints[-1] = b.endpoints("big", localities)
+        control.set_snapshot(
+            Snapshot(listeners=listeners, routes=routes, clusters=clusters, endpoints=endpoints)
+        )
+
+    big("v1")
+
+    def set_variant(request: bytes, context: object) -> bytes:
+        big(request.decode())
+        return b"ok"
+
+    switch = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=1), options=[("grpc.so_reuseport", 0)]
     )
-    print(json.dumps({"bootstrap": control.bootstrap(node_id="scale")}), flush=True)
+    switch.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "bench.Control", {"Set": grpc.unary_unary_rpc_method_handler(set_variant)}
+            ),
+        )
+    )
+    switch_port = switch.add_insecure_port("127.0.0.1:0")
+    switch.start()
+    info = {"bootstrap": control.bootstrap(node_id="scale"), "control": switch_port}
+    print(json.dumps(info), flush=True)
     sys.stdin.read()
+    switch.stop(None)
     control.stop()
+    if helper is not None:
+        assert helper.stdin is not None
+        helper.stdin.close()
+        helper.wait(60)
+
+
+def backends_only(n: int, aliases: int) -> None:
+    """``--backends N``: only backends; prints their ports, runs until stdin closes."""
+    loop = asyncio.new_event_loop()
+    ports, _servers = loop.run_until_complete(_start_backends(n, aliases))
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    print(json.dumps(ports), flush=True)
+    sys.stdin.read()
 
 
 # -- one client (``--client KIND N``) -------------------------------------------
@@ -158,13 +249,18 @@ def _rss_mib() -> float:
     return 0.0
 
 
-def _settle_after_close(base: dict[str, float]) -> dict[str, float]:
-    """Threads and sockets after close, given up to 3 s to go back."""
-    deadline = time.monotonic() + 3.0
+def _fds() -> int:
+    """Open descriptors (cheap: no readlink, a connection is one each)."""
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _settle_after_close(base: dict[str, float], limit: float = 3.0) -> dict[str, float]:
+    """Threads and sockets after close, given up to ``limit`` s to go back."""
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        if _threads() <= base["threads"] and _sockets() <= base["sockets"]:
+        if _threads() <= base["threads"] and _fds() <= base["fds"]:
             break
-        time.sleep(0.05)
+        time.sleep(0.2)
     return {"closed_threads": _threads(), "closed_sockets": _sockets()}
 
 
@@ -187,7 +283,7 @@ def client_sync(kind: str, n: int, target: str, rpcs: int, idle: float, channels
         make = pyxds.insecure_channel
     else:
         make = grpc.insecure_channel
-    base = {"threads": _threads(), "sockets": _sockets(), "rss": _rss_mib()}
+    base = {"threads": _threads(), "sockets": _sockets(), "fds": _fds(), "rss": _rss_mib()}
     targets = [target] if channels == 1 else [f"{target}-{i}" for i in range(channels)]
     start = time.monotonic()
     chans = [make(t) for t in targets]
@@ -237,7 +333,7 @@ async def client_aio(kind: str, n: int, target: str, rpcs: int, idle: float, cha
     else:
         make = grpc.aio.insecure_channel
     await asyncio.sleep(0)
-    base = {"threads": _threads(), "sockets": _sockets(), "rss": _rss_mib()}
+    base = {"threads": _threads(), "sockets": _sockets(), "fds": _fds(), "rss": _rss_mib()}
     targets = [target] if channels == 1 else [f"{target}-{i}" for i in range(channels)]
     start = time.monotonic()
     chans = [make(t) for t in targets]
@@ -276,6 +372,119 @@ async def client_aio(kind: str, n: int, target: str, rpcs: int, idle: float, cha
         await c.close()
     await asyncio.sleep(0.1)
     out.update(_settle_after_close(base))
+    out["base"] = base
+    return out
+
+
+class RpcLoad:
+    """Sequential RPCs on a thread (sync) while the test changes the cluster:
+    count, failures and the slowest RPC of each window."""
+
+    def __init__(self, call: object) -> None:
+        self.call = call
+        self.stop = threading.Event()
+        self.count = 0
+        self.failed = 0
+        self.slowest = 0.0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def window(self) -> dict[str, float]:
+        out = {"rpcs": self.count, "failed": self.failed, "slowest_ms": self.slowest * 1000}
+        self.count = self.failed = 0
+        self.slowest = 0.0
+        return out
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            start = time.monotonic()
+            try:
+                self.call(b"", timeout=30, wait_for_ready=True)  # type: ignore[operator]
+            except grpc.RpcError:
+                self.failed += 1
+            self.slowest = max(self.slowest, time.monotonic() - start)
+            self.count += 1
+
+
+_CONTROL: dict[int, grpc.Channel] = {}
+
+
+def _switch(control_port: int, variant: str) -> None:
+    """Switch the "big" cluster (one connection kept open: the backend
+    process is busy with 10,000 connections)."""
+    channel = _CONTROL.get(control_port)
+    if channel is None:
+        channel = _CONTROL[control_port] = grpc.insecure_channel(f"127.0.0.1:{control_port}")
+    channel.unary_unary("/bench.Control/Set")(variant.encode(), timeout=120, wait_for_ready=True)
+
+
+def _until_fds(at_least: int, limit: float) -> float:
+    """Seconds until the process has ``at_least`` descriptors open (looked
+    at 4 times a second: a scan of 10,000 holds the GIL ~50 ms)."""
+    start = time.monotonic()
+    while _fds() < at_least and time.monotonic() - start < limit:
+        time.sleep(0.25)
+    return time.monotonic() - start
+
+
+def client_eds(kind: str, control_port: int, idle: float) -> dict:
+    """``--shape eds``: 1000 endpoints serving; then, while RPCs run, the EDS
+    grows to 10,000 (seconds until 10,000 connections are open), one
+    locality of 100 is replaced, and 9000 of them turn into refused ones."""
+    if kind == "pyxds":
+        import pyxds
+
+        make = pyxds.insecure_channel
+    elif kind == "core":
+        make = grpc.insecure_channel
+    else:
+        raise SystemExit("--shape eds measures the sync clients (core, pyxds)")
+    _switch(control_port, "v1")  # and the control connection is open before counting
+    base = {"threads": _threads(), "sockets": _sockets(), "fds": _fds(), "rss": _rss_mib()}
+    channel = make("xds:///big")
+    call = channel.unary_unary(METHOD)
+    seen: set[bytes] = set()
+    start = time.monotonic()
+    while len(seen) < 1000 and time.monotonic() - start < SERVE_LIMIT:
+        seen.add(call(b"", timeout=60, wait_for_ready=True))
+    out: dict = {"serve_s": time.monotonic() - start, "reached": len(seen)}
+    load = RpcLoad(call)
+    load.thread.start()
+    time.sleep(1.0)
+    load.window()
+
+    def phase(name: str, variant: str, settle: float, more: int = 0) -> None:
+        fds = _fds()
+        cpu = time.process_time()
+        began = time.monotonic()
+        _switch(control_port, variant)
+        if more:
+            out[f"{name}_connect_s"] = _until_fds(fds + more, 120.0)
+        time.sleep(settle)
+        out[f"{name}_cpu_pct"] = (time.process_time() - cpu) / (time.monotonic() - began) * 100
+        out[f"{name}_threads"] = _threads()
+        out[name] = load.window()
+
+    phase("grow", "v2", 2.0, more=9_000)
+    out["rss_10k"] = _rss_mib()
+    phase("one_locality", "v3", 3.0)
+    load.stop.set()
+    load.thread.join(60)
+    time.sleep(1.0)
+    cpu = time.process_time()
+    time.sleep(idle)
+    out["idle_10k_pct"] = (time.process_time() - cpu) / idle * 100
+    load = RpcLoad(call)
+    load.thread.start()
+    phase("bad", "bad", 10.0)
+    load.stop.set()
+    load.thread.join(60)
+    cpu = time.process_time()
+    time.sleep(idle)
+    out["idle_bad_pct"] = (time.process_time() - cpu) / idle * 100
+    out["threads"] = _threads()
+    out["rss"] = _rss_mib()
+    channel.close()
+    out.update(_settle_after_close(base, limit=20.0))
     out["base"] = base
     return out
 
@@ -339,6 +548,73 @@ def summarize(runs: list[dict]) -> dict[str, float]:
     return out
 
 
+def eds_main(args: argparse.Namespace) -> None:
+    kinds = [k for k in args.kinds.split(",") if not k.endswith("aio")]
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--serve",
+            "1000",
+            "--sizes",
+            "1",
+            "--aliases",
+            str(EDS_ALIASES),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None and server.stdin is not None
+    info = json.loads(server.stdout.readline())
+    results: dict[str, list[dict]] = {}
+    try:
+        for rnd in range(args.rounds):
+            for kind in kinds if rnd % 2 == 0 else list(reversed(kinds)):
+                env = dict(os.environ)
+                env.pop("GRPC_XDS_BOOTSTRAP", None)
+                env.pop("PYTHONDONTWRITEBYTECODE", None)
+                env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(info["bootstrap"])
+                cmd = [sys.executable, os.path.abspath(__file__), "--client", kind, "0", "x"]
+                cmd += ["--control", str(info["control"]), "--idle", str(args.idle)]
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{kind} eds failed:\n{proc.stderr[-3000:]}")
+                r = json.loads(proc.stdout.strip().splitlines()[-1])
+                results.setdefault(kind, []).append(r)
+                print(f"  round {rnd + 1} {kind}: {json.dumps(r)}", flush=True)
+                _switch(info["control"], "v1")
+    finally:
+        server.stdin.close()
+        server.wait(60)
+    print()
+    print(f"load average: {os.getloadavg()}")
+    rows = [
+        ("1000 serve s", lambda r: r["serve_s"]),
+        ("grow 1k->10k: connect s", lambda r: r["grow_connect_s"]),
+        ("  CPU % during", lambda r: r["grow_cpu_pct"]),
+        ("  slowest RPC ms", lambda r: r["grow"]["slowest_ms"]),
+        ("  failed RPCs", lambda r: r["grow"]["failed"]),
+        ("  threads", lambda r: r["grow_threads"]),
+        ("RSS MiB at 10k", lambda r: r["rss_10k"]),
+        ("1 locality of 100 replaced: slowest RPC ms", lambda r: r["one_locality"]["slowest_ms"]),
+        ("  CPU % during", lambda r: r["one_locality_cpu_pct"]),
+        ("  failed RPCs", lambda r: r["one_locality"]["failed"]),
+        ("idle % with 10k connected", lambda r: r["idle_10k_pct"]),
+        ("9000 of 10k refuse: failed RPCs", lambda r: r["bad"]["failed"]),
+        ("  RPCs served in 10 s", lambda r: r["bad"]["rpcs"]),
+        ("  CPU % (RPCs running)", lambda r: r["bad_cpu_pct"]),
+        ("  idle % after", lambda r: r["idle_bad_pct"]),
+        ("  threads", lambda r: r["threads"]),
+        ("closed: threads over before", lambda r: r["closed_threads"] - r["base"]["threads"]),
+        ("closed: sockets over before", lambda r: r["closed_sockets"] - r["base"]["sockets"]),
+    ]
+    print(f"{'eds shape (median of rounds)':<44} " + " ".join(f"{k:>10}" for k in kinds))
+    for label, get in rows:
+        cells = " ".join(f"{_median([get(r) for r in results[k]]):>10.2f}" for k in kinds)
+        print(f"{label:<44} {cells}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,100,1000")
@@ -346,20 +622,32 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--rpcs", type=int, default=2000)
     parser.add_argument("--idle", type=float, default=5.0)
-    parser.add_argument("--shape", choices=("channels", "ring_hash", "pick_first"))
+    parser.add_argument("--shape", choices=("channels", "ring_hash", "pick_first", "eds"))
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument(
         "--client", nargs=3, metavar=("KIND", "N", "TARGET"), help=argparse.SUPPRESS
     )
     parser.add_argument("--channels", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--aliases", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--control", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--backends", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.serve:
-        serve(args.serve, sizes)
+        serve(args.serve, sizes, args.aliases)
+        return
+    if args.backends:
+        backends_only(args.backends, args.aliases)
         return
     if args.client:
         kind, n, target = args.client
+        if args.control:
+            print(json.dumps(client_eds(kind, args.control, args.idle)), flush=True)
+            return
         client(kind, int(n), target, args.rpcs, args.idle, args.channels)
+        return
+    if args.shape == "eds":
+        eds_main(args)
         return
 
     kinds = args.kinds.split(",")

@@ -45,7 +45,9 @@ what is likely to happen to it next:
 
 Rules:
 
-1. One sweep at a time (the timer thread, or FakeClock in tests); every
+1. One sweep at a time (the timer thread, or FakeClock in tests); the
+   channels are asked outside the monitor's lock (watching, cancelling,
+   ``expect_change`` and ``check_now`` never wait for a sweep); every
    change seen in a sweep is delivered after the sweep, outside the lock,
    in the order the channels were checked; a channel's changes reach its
    ``deliver`` once each, in the order they were seen.  States skipped
@@ -140,6 +142,21 @@ class Watch(Generic[S]):
         self._monitor._cancel(self)
 
 
+def _probe(watches: list[Watch[S]]) -> list[tuple[Watch[S], S | None]]:
+    """Each of ``watches`` whose state is not the last one seen, with its
+    state (None: the probe raised).  Kept tight: ~1 us a channel."""
+    seen: list[tuple[Watch[S], S | None]] = []
+    for watch in watches:
+        try:
+            state = watch.probe()
+        except Exception:
+            seen.append((watch, None))
+            continue
+        if state != watch.state:
+            seen.append((watch, state))
+    return seen
+
+
 class ConnectivityMonitor(Generic[S]):
     """Polls watched channels for connectivity changes on ``clock``'s timers.
 
@@ -220,49 +237,52 @@ class ConnectivityMonitor(Generic[S]):
         self._timer = self._clock.call_later(max(0.0, due - now), self._sweep)
 
     def _sweep(self) -> None:
-        changed: list[tuple[Watch[S], S]] = []
+        # Which channels: under the lock.  Asking them: outside it (a sweep
+        # of 10,000 takes ~10-20 ms; expect_change / check_now / watch from
+        # the channels' serializers never wait for it).  What was seen:
+        # under the lock again, against what happened meanwhile.
         with self._lock:
             self._timer = None
             self.sweeps += 1
             now = self._clock.now()
-            started = time.thread_time()
             due = [w for w in self._warm if w.due <= now]
-            self._check(due, now, changed)
-            warm_cost = time.thread_time() - started
-            if now >= self._cold_due and self._cold:
-                started = time.thread_time()
-                cold = list(self._cold)
-                self._check(cold, now, changed)
-                cost = time.thread_time() - started
-                self._cold_period = max(COLD_PERIOD, cost / COLD_BUDGET)
-                self._cold_due = now + self._cold_period
-            elif now >= self._cold_due:
+            cold = list(self._cold) if now >= self._cold_due else []
+        started = time.thread_time()
+        seen_warm = _probe(due)
+        warm_cost = time.thread_time() - started
+        started = time.thread_time()
+        seen_cold = _probe(cold)
+        cold_cost = time.thread_time() - started
+        changed: list[tuple[Watch[S], S]] = []
+        with self._lock:
+            self.checks += len(due) + len(cold)
+            if now >= self._cold_due:
+                if cold:
+                    self._cold_period = max(COLD_PERIOD, cold_cost / COLD_BUDGET)
                 self._cold_due = now + self._cold_period
             self._warm_gap = max(HOT_PERIOD, warm_cost / WARM_BUDGET)
+            self._settle(due, seen_warm, now, changed)
+            self._settle(cold, seen_cold, now, changed)
             self._reschedule(now)
         for watch, state in changed:
             if not watch.cancelled:
                 watch.deliver(state)
 
-    def _check(
-        self, watches: list[Watch[S]], now: float, changed: list[tuple[Watch[S], S]]
+    def _settle(
+        self,
+        watches: list[Watch[S]],
+        seen: list[tuple[Watch[S], S | None]],
+        now: float,
+        changed: list[tuple[Watch[S], S]],
     ) -> None:
-        """Ask each of ``watches`` its state; warm or cool it (lock held).
-        The loop is kept tight: a cold sweep of 1000 channels is ~1 ms."""
-        seen: list[tuple[Watch[S], S]] = []
-        for watch in watches:
-            try:
-                state = watch.probe()
-            except Exception:  # its grpcio channel is closed: nothing more to see
-                if not watch.cancelled:
-                    self._cancel_locked(watch)
-                continue
-            if state != watch.state:
-                seen.append((watch, state))
-        self.checks += len(watches)
+        """Record what a sweep saw of ``watches`` (``seen``: the changed
+        ones, None for a probe that raised) and warm or cool each (lock held)."""
         ready = self._ready
         for watch, state in seen:
             if watch.cancelled:
+                continue
+            if state is None:  # its grpcio channel is closed: nothing more to see
+                self._cancel_locked(watch)
                 continue
             watch.state = state
             changed.append((watch, state))
@@ -273,7 +293,7 @@ class ConnectivityMonitor(Generic[S]):
         for watch in watches:
             if watch.cancelled:
                 continue
-            age = now - watch.since
+            age = now - watch.since  # since: also moved by expect_change/check_now meanwhile
             if age >= span:
                 if watch.warm:
                     self._move(watch, warm=False)

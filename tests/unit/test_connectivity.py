@@ -439,3 +439,23 @@ def test_warm_checks_thin_out_at_the_warm_ratio():
     before = channel._channel.checks
     clock.advance(0.5)  # at ~1 s of age: one check per ~0.1 s
     assert channel._channel.checks - before <= 0.5 / (1.0 * WARM_RATIO) + 1
+
+
+def test_the_channels_are_asked_outside_the_monitor_lock():
+    """A probe runs while the sweep holds no lock: watching, expect_change
+    and check_now from any thread never wait for a sweep (here: from inside
+    a probe, which would deadlock if the sweep held the lock)."""
+    monitor, clock = make_monitor()
+    _, seen_other, other_watch = watched(monitor)
+    calls = []
+
+    def probe() -> int:
+        other_watch.check_now()
+        calls.append(monitor.watch(lambda: IDLE, lambda code: None))
+        return READY
+
+    seen: list[int] = []
+    monitor.watch(probe, seen.append)
+    clock.advance(0)
+    assert seen == [READY]
+    assert calls and seen_other == [IDLE]
