@@ -184,7 +184,7 @@ def test_a_channel_among_dead_silent_and_flapping_endpoints_serves_from_the_good
     def flap() -> None:
         while not stop.is_set():
             for backend in flapping:
-                backend.stop(grace=0.2)  # GOAWAY, in-flight RPCs finish
+                backend.stop(grace=2.0)  # GOAWAY; RPCs in flight finish (not cancelled)
                 if stop.wait(0.05):
                     return
                 backend.start()
