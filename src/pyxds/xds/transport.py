@@ -84,19 +84,6 @@ def channel_options(
     return list(options.items())
 
 
-def xds_server_channel(
-    target: str,
-    credentials: grpc.ChannelCredentials | None,
-    options: Sequence[tuple[str, Any]] = (),
-) -> grpc.Channel:
-    """A grpcio channel to an xDS server (ADS and LRS alike), with
-    :func:`channel_options`; insecure when ``credentials`` is None."""
-    opts = channel_options(options)
-    if credentials is None:
-        return grpc.insecure_channel(target, options=opts)
-    return grpc.secure_channel(target, credentials, options=opts)
-
-
 def _read_file(path: str | None) -> bytes | None:
     if not path:
         return None
