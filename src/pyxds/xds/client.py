@@ -9,13 +9,15 @@ resource", A57, A88).
     client.dump()      # CSDS ClientConfig as a dict
     client.close()
 
-Threads: the transport's threads (grpcio, one reader per stream) only hand
-events to the client's own :class:`WorkSerializer`; the protocol core
-(:class:`AdsState`) and all timers run there.  Watcher calls leave the
-serializer through a per-client notifier thread, which calls each watcher's
-``executor(fn)`` (default: run on the notifier thread itself), so no watcher
-ever runs on a transport thread or inside the client's serializer, and the
-calls of one watcher arrive in order.
+Threads: the transport (a ``grpc.aio`` stream on the process's xDS stream
+loop, :mod:`pyxds.xds.stream_loop`) only hands events to the client's own
+:class:`WorkSerializer`; the protocol core (:class:`AdsState`) and all
+timers run there.  Watcher calls leave the serializer through the notifier
+(one thread for every client of the process, each client's calls in
+order), which calls each watcher's ``executor(fn)`` (default: run on the
+notifier thread itself), so no watcher ever runs on the transport's loop or
+inside the client's serializer, and the calls of one watcher arrive in
+order.
 
 Fallback (gRFC A71): each authority (A47) has its bootstrap servers in
 priority order and a chain of the ones in use, the first server alone at
