@@ -20,13 +20,12 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
-import grpc.aio
 from envoy.service.load_stats.v3 import lrs_pb2
 
 from pyxds.status import Status
 from pyxds.xds import stream_loop
 from pyxds.xds.lrs_state import LRS_METHOD
-from pyxds.xds.transport import CLOSE_WAIT, channel_options
+from pyxds.xds.transport import xds_server_aio_channel
 
 _log = logging.getLogger(__name__)
 
@@ -58,27 +57,17 @@ class LrsTransport:
         self._ids = itertools.count(1)
         self._stream_id = 0
         self._closed = False
-        self._released = False
-        # the loop's: the channel, and each stream's call and request queue
-        # (a finished stream lingers, half-closed, until the server ends it)
-        self._channel: Any = None
+        # the loop's: each stream's call and request queue (a finished
+        # stream lingers, half-closed, until the server ends it)
         self._calls: dict[int, Any] = {}
         self._queues: dict[int, asyncio.Queue[Any]] = {}
-        self._loop = stream_loop.acquire()
-        opts = channel_options(options)
-
-        def create() -> None:
-            if self._closed:
-                return
-            if credentials is None:
-                self._channel = grpc.aio.insecure_channel(target, options=opts)
-            else:
-                self._channel = grpc.aio.secure_channel(target, credentials, options=opts)
-
-        self._post(create)
+        self._loop_channel = stream_loop.LoopChannel(
+            lambda: xds_server_aio_channel(target, credentials, options)
+        )
+        self._loop = self._loop_channel.loop
 
     def _post(self, fn: Callable[[], None]) -> bool:
-        return stream_loop.post(self._loop, fn)
+        return self._loop_channel.post(fn)
 
     def start_stream(self) -> int:
         """Open a new stream (cancelling the current one, and any half-closed
@@ -129,25 +118,12 @@ class LrsTransport:
                 return
             self._closed = True
             self._stream_id = 0
-        done = threading.Event()
 
-        def close_channel() -> None:
+        def end_streams() -> None:
             for stream_id in list(self._calls):
                 self._end(stream_id)
-            channel = self._channel
-            if channel is None:
-                done.set()
-                return
-            task = self._loop.create_task(channel.close())
-            task.add_done_callback(lambda _task: done.set())
 
-        if not self._post(close_channel):
-            done.set()
-        if not stream_loop.in_loop(self._loop):
-            done.wait(CLOSE_WAIT)
-        if not self._released:
-            self._released = True
-            stream_loop.release()
+        self._loop_channel.close(before=end_streams)
 
     # -- the loop -----------------------------------------------------------------
 
@@ -162,10 +138,11 @@ class LrsTransport:
     def _open(self, stream_id: int) -> None:
         for lingering in [i for i in self._calls if i != stream_id]:
             self._end(lingering)
-        if not self._current(stream_id) or self._channel is None:
+        channel = self._loop_channel.channel
+        if not self._current(stream_id) or channel is None:
             return
         requests: asyncio.Queue[Any] = asyncio.Queue()
-        call = self._channel.stream_stream(
+        call = channel.stream_stream(
             LRS_METHOD,
             request_serializer=lrs_pb2.LoadStatsRequest.SerializeToString,
             response_deserializer=lrs_pb2.LoadStatsResponse.FromString,

@@ -27,15 +27,18 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import grpc.aio
 
-__all__ = ["LINGER", "acquire", "in_loop", "post", "release"]
+__all__ = ["CLOSE_WAIT", "LINGER", "LoopChannel", "acquire", "in_loop", "post", "release"]
 
 _log = logging.getLogger(__name__)
 
 #: Seconds the loop's thread stays without users before it stops.
 LINGER = 1.0
+#: At most this long, :meth:`LoopChannel.close` waits for the connection to close.
+CLOSE_WAIT = 1.0
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -126,3 +129,58 @@ def post(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> bool:
         return True
     except RuntimeError:
         return False
+
+
+class LoopChannel:
+    """A ``grpc.aio`` channel that lives on the stream loop: ``make()`` runs
+    there (``on_made(channel)`` after it), and :meth:`close` closes it there,
+    waiting (at most ``CLOSE_WAIT``, never on the loop itself) until its
+    connection is gone: a server stopped right after must not see it open.
+    One user of the loop from construction to close."""
+
+    def __init__(
+        self, make: Callable[[], Any], on_made: Callable[[Any], None] | None = None
+    ) -> None:
+        self.loop = acquire()
+        #: the channel (the loop's; None until made, or when closed first)
+        self.channel: Any = None
+        self.closed = False
+        self._released = False
+
+        def create() -> None:
+            if self.closed:
+                return
+            self.channel = make()
+            if on_made is not None:
+                on_made(self.channel)
+
+        post(self.loop, create)
+
+    def post(self, fn: Callable[[], None]) -> bool:
+        """Run ``fn`` on the loop (see :func:`post`)."""
+        return post(self.loop, fn)
+
+    def close(self, before: Callable[[], None] | None = None) -> None:
+        """Run ``before`` on the loop, then close the channel; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        done = threading.Event()
+
+        def close_channel() -> None:
+            if before is not None:
+                before()
+            channel = self.channel
+            if channel is None:
+                done.set()
+                return
+            task = self.loop.create_task(channel.close())
+            task.add_done_callback(lambda _task: done.set())
+
+        if not post(self.loop, close_channel):
+            done.set()
+        if not in_loop(self.loop):
+            done.wait(CLOSE_WAIT)
+        if not self._released:
+            self._released = True
+            release()

@@ -56,8 +56,6 @@ KEEPALIVE_TIMEOUT = 20.0
 """Seconds to wait for a ping ack before the connection is declared dead."""
 
 ADS_METHOD = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
-#: At most this long, ``close()`` waits for the channel's connection to close.
-CLOSE_WAIT = 1.0
 
 _END = object()
 
@@ -82,6 +80,20 @@ def channel_options(
     # (default 60 s), not ``keepalive_timeout_ms``: keep the two in step.
     options.setdefault("grpc.http2.ping_timeout_ms", options["grpc.keepalive_timeout_ms"])
     return list(options.items())
+
+
+def xds_server_aio_channel(
+    target: str,
+    credentials: grpc.ChannelCredentials | None,
+    options: Sequence[tuple[str, Any]] = (),
+) -> grpc.aio.Channel:
+    """A ``grpc.aio`` channel to an xDS server (ADS and LRS alike), with
+    :func:`channel_options`; insecure when ``credentials`` is None.  Made
+    on the xDS stream loop."""
+    opts = channel_options(options)
+    if credentials is None:
+        return grpc.aio.insecure_channel(target, options=opts)
+    return grpc.aio.secure_channel(target, credentials, options=opts)
 
 
 def _read_file(path: str | None) -> bytes | None:
@@ -139,29 +151,22 @@ class AdsTransport:
         self._call: Any = None  # the loop's
         self._ready = False
         self._closed = False
-        self._channel: Any = None  # made on the loop
         self._watcher: asyncio.Task[None] | None = None
-        self._loop = stream_loop.acquire()
-        self._released = False
-        opts = channel_options(options)
 
-        def create() -> None:
-            if self._closed:
-                return
-            if credentials is None:
-                self._channel = grpc.aio.insecure_channel(target, options=opts)
-            else:
-                self._channel = grpc.aio.secure_channel(target, credentials, options=opts)
-            self._watcher = self._loop.create_task(self._watch(self._channel))
+        def watch(channel: Any) -> None:  # on the loop (maybe before __init__ returns)
+            self._watcher = asyncio.get_running_loop().create_task(self._watch(channel))
 
-        self._post(create)
+        self._loop_channel = stream_loop.LoopChannel(
+            lambda: xds_server_aio_channel(target, credentials, options), watch
+        )
+        self._loop = self._loop_channel.loop
 
     @property
     def target(self) -> str:
         return self._target
 
     def _post(self, fn: Callable[[], None]) -> None:
-        stream_loop.post(self._loop, fn)
+        self._loop_channel.post(fn)
 
     def start_stream(self) -> int:
         """Open a new ADS stream (cancelling the current one); returns its id."""
@@ -205,25 +210,12 @@ class AdsTransport:
                 return
             self._closed = True
         self.cancel_stream()
-        done = threading.Event()
 
-        def close_channel() -> None:
+        def stop_watching() -> None:
             if self._watcher is not None:
                 self._watcher.cancel()
-            channel = self._channel
-            if channel is None:
-                done.set()
-                return
-            task = self._loop.create_task(channel.close())
-            task.add_done_callback(lambda _task: done.set())
 
-        if not stream_loop.post(self._loop, close_channel):
-            done.set()
-        if not stream_loop.in_loop(self._loop):
-            done.wait(CLOSE_WAIT)
-        if not self._released:
-            self._released = True
-            stream_loop.release()
+        self._loop_channel.close(before=stop_watching)
 
     # -- the loop ---------------------------------------------------------------
 
@@ -240,7 +232,8 @@ class AdsTransport:
             call.cancel()
 
     def _open(self, stream_id: int) -> None:
-        if not self._current(stream_id) or self._channel is None:
+        channel = self._loop_channel.channel
+        if not self._current(stream_id) or channel is None:
             return
         self._cancel_call()
         requests: asyncio.Queue[Any] = asyncio.Queue()
@@ -248,7 +241,7 @@ class AdsTransport:
         # Deliberately not wait_for_ready: a stream on a channel that cannot
         # connect fails, which is how its status reaches the watchers (A57
         # "Connectivity Status Information via ADS Stream Failure").
-        call = self._channel.stream_stream(
+        call = channel.stream_stream(
             ADS_METHOD,
             request_serializer=discovery_pb2.DiscoveryRequest.SerializeToString,
             response_deserializer=discovery_pb2.DiscoveryResponse.FromString,
