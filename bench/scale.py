@@ -16,6 +16,8 @@ Per client and N:
 
 * ``serve s``: seconds from channel creation until every endpoint answered
   and at least 2N sequential RPCs (wait_for_ready) succeeded;
+* ``connect s``: seconds from channel creation until the process holds N
+  more connections (descriptors), whatever RPCs do meanwhile;
 * ``threads``: threads of the client process once all N serve (``/proc``:
   C-core's and Python's alike), and ``+threads``: those beyond the count
   before the channel was made;
@@ -264,6 +266,26 @@ def _settle_after_close(base: dict[str, float], limit: float = 3.0) -> dict[str,
     return {"closed_threads": _threads(), "closed_sockets": _sockets()}
 
 
+class ConnectWatch:
+    """Seconds from channel creation until the process holds ``n`` more
+    descriptors (one per connection): every endpoint connected, however the
+    client notices it (looked at every 20 ms; at N=1000 ~1 ms a look)."""
+
+    def __init__(self, n: int) -> None:
+        self.target = _fds() + n
+        self.start = time.monotonic()
+        self.seconds: float | None = None
+        self.stop = False
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.stop and time.monotonic() - self.start < SERVE_LIMIT:
+            if _fds() >= self.target:
+                self.seconds = time.monotonic() - self.start
+                return
+            time.sleep(0.02)
+
+
 def _more(seen: set[bytes], ok: int, want: int, target: str) -> bool:
     """Until every endpoint answered and 2N RPCs succeeded; ring_hash
     (lazy: one new hash key per RPC) just 2N RPCs."""
@@ -285,6 +307,7 @@ def client_sync(kind: str, n: int, target: str, rpcs: int, idle: float, channels
         make = grpc.insecure_channel
     base = {"threads": _threads(), "sockets": _sockets(), "fds": _fds(), "rss": _rss_mib()}
     targets = [target] if channels == 1 else [f"{target}-{i}" for i in range(channels)]
+    connect = ConnectWatch(n * channels) if not target.endswith(("ring", "pf")) else None
     start = time.monotonic()
     chans = [make(t) for t in targets]
     callables = [c.unary_unary(METHOD) for c in chans]
@@ -301,6 +324,7 @@ def client_sync(kind: str, n: int, target: str, rpcs: int, idle: float, channels
     serve_s = time.monotonic() - start
     out = {
         "serve_s": serve_s,
+        "connect_s": connect.seconds if connect is not None and connect.seconds else 0.0,
         "reached": len(seen),
         "threads": _threads(),
         "rss": _rss_mib(),
@@ -335,6 +359,7 @@ async def client_aio(kind: str, n: int, target: str, rpcs: int, idle: float, cha
     await asyncio.sleep(0)
     base = {"threads": _threads(), "sockets": _sockets(), "fds": _fds(), "rss": _rss_mib()}
     targets = [target] if channels == 1 else [f"{target}-{i}" for i in range(channels)]
+    connect = ConnectWatch(n * channels) if not target.endswith(("ring", "pf")) else None
     start = time.monotonic()
     chans = [make(t) for t in targets]
     callables = [c.unary_unary(METHOD) for c in chans]
@@ -351,6 +376,7 @@ async def client_aio(kind: str, n: int, target: str, rpcs: int, idle: float, cha
     serve_s = time.monotonic() - start
     out = {
         "serve_s": serve_s,
+        "connect_s": connect.seconds if connect is not None and connect.seconds else 0.0,
         "reached": len(seen),
         "threads": _threads(),
         "rss": _rss_mib(),
@@ -525,6 +551,7 @@ def _median(values: list[float]) -> float:
 
 COLUMNS = (
     ("serve s", "serve_s", "{:.2f}"),
+    ("connect s", "connect_s", "{:.2f}"),
     ("threads", "threads", "{:.0f}"),
     ("+threads", "plus_threads", "{:.0f}"),
     ("CPU/RPC us", "cpu_us", "{:.0f}"),
@@ -700,8 +727,10 @@ def main() -> None:
             if a is None or c is None:
                 continue
             extra = a["threads"] - c["threads"]
+            conn = a["connect_s"] / c["connect_s"] if c["connect_s"] else 0.0
             print(
                 f"{label:<16} {ours:<10} serve {a['serve_s'] / c['serve_s']:.2f}x  "
+                f"connect {conn:.2f}x  "
                 f"CPU/RPC {a['cpu_us'] / c['cpu_us']:.2f}x  threads {extra:+.0f} vs C-core  "
                 f"idle {a['idle_pct']:.2f}% vs {c['idle_pct']:.2f}%  "
                 f"RSS {a['rss'] / c['rss']:.2f}x"
