@@ -316,7 +316,7 @@ class AioTransport(Transport):
         self._args = (address, credentials, options, compression)
         self._on_state = on_state
         self._channel: Any = None
-        self._watcher: asyncio.Task | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self._want_connect = False
         self._on_loop(self._create)
 
