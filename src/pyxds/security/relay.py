@@ -17,13 +17,13 @@ connection grpcio opens there, the relay
    (A29: SAN matching replaces it), ALPN ``h2``;
 3. checks ``match_subject_alt_names`` against the leaf certificate of *this*
    TLS connection (:mod:`pyxds.security.san`);
-4. only then relays bytes both ways: grpcio's HTTP/2 frames travel inside
-   the very TLS session that was verified.  Any failure closes grpcio's
-   side before a byte is relayed, so the subchannel goes TRANSIENT_FAILURE
-   and :attr:`TlsRelay.last_error` says why (the subchannel's status).  A
-   server that refuses the client certificate does so after the client's
-   handshake ends (TLS 1.3): a connection that fails or closes before the
-   backend's first byte counts as a failed attempt too.
+4. only then reads grpcio's bytes and relays both ways: grpcio's HTTP/2
+   frames travel inside the very TLS session that was verified.  Any
+   failure closes grpcio's side before a byte is relayed, so the subchannel
+   goes TRANSIENT_FAILURE and :attr:`TlsRelay.last_error` says why (the
+   subchannel's status).  A server that refuses the client certificate does
+   so after the client's handshake ends (TLS 1.3): a connection that fails
+   or closes before the backend's first byte counts as a failed attempt too.
 
 What is enforced is exactly: chain to the provider's CA, validity period,
 the SAN matchers of the cluster (exact/prefix/suffix/contains/safe_regex,
@@ -31,16 +31,22 @@ ignore_case; DNS wildcard rules for exact on DNS SANs), the client
 certificate sent when configured.  The plaintext leg is a Unix socket in a
 private (0700) directory, never a network port.
 
-All relays share one event loop on one daemon thread.
+Speed: the bytes move on a few epoll threads shared by every relay of the
+process (:mod:`pyxds.security.relay_loop`, at most
+:data:`~pyxds.security.relay_loop.LOOP_THREADS`), over non-blocking
+``ssl.SSLSocket`` objects whose ``SSL_read``/``SSL_write`` and socket calls
+run in C with the GIL released; each wake-up moves everything that is
+there (up to 256 KiB) with one read and one write per direction
+(:mod:`pyxds.security.relay_conn`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import functools
 import logging
 import os
 import shutil
+import socket
 import ssl
 import tempfile
 import threading
@@ -48,32 +54,15 @@ from typing import Any
 
 from pyxds.security import san
 from pyxds.security.providers import CertificateError, Certificates, get_provider
+from pyxds.security.relay_conn import HANDSHAKE_TIMEOUT, RelayConnection
+from pyxds.security.relay_loop import IN, RelayLoop, least_loaded
 from pyxds.security.tls_config import UpstreamTlsConfig
 
 _log = logging.getLogger(__name__)
 
-HANDSHAKE_TIMEOUT = 20.0
-_CHUNK = 256 * 1024
+__all__ = ["HANDSHAKE_TIMEOUT", "SAN_MISMATCH", "TlsRelay", "split_host_port"]
 
 SAN_MISMATCH = "SANs from certificate did not match SANs from xDS control plane"
-
-
-class _Loop:
-    """The relays' event loop thread (started on first use)."""
-
-    _lock = threading.Lock()
-    _loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    def get(cls) -> asyncio.AbstractEventLoop:
-        with cls._lock:
-            if cls._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(
-                    target=loop.run_forever, name="pyxds-tls-relay", daemon=True
-                ).start()
-                cls._loop = loop
-            return cls._loop
 
 
 def split_host_port(address: str) -> tuple[str, int]:
@@ -90,11 +79,17 @@ class _ContextCache:
         self._tls = tls
         self._key: Any = None
         self._ctx: ssl.SSLContext | None = None
+        self._lock = threading.Lock()
 
     def context(self) -> ssl.SSLContext:
+        with self._lock:
+            return self._context()
+
+    def _context(self) -> ssl.SSLContext:
         tls = self._tls
-        ca = _snapshot(tls.ca) if tls.ca is not None else None
-        ident = _snapshot(tls.identity) if tls.identity is not None else None
+        ca_ref, id_ref = tls.ca, tls.identity
+        ca = _snapshot(ca_ref) if ca_ref is not None else None
+        ident = _snapshot(id_ref) if id_ref is not None else None
         key = (ca.version if ca else None, ident.version if ident else None)
         if key == self._key and self._ctx is not None:
             return self._ctx
@@ -105,24 +100,24 @@ class _ContextCache:
         ctx.set_alpn_protocols(["h2"])
         if tls.system_root_certs:
             ctx.load_default_certs()
-        elif ca is not None:
+        elif ca is not None and ca_ref is not None:
             if ca.ca_pem is None:
                 raise CertificateError(
-                    f"certificate provider {tls.ca.instance_name!r}: {ca.ca_error}"
+                    f"certificate provider {ca_ref.instance_name!r}: {ca.ca_error}"
                 )
             try:
                 ctx.load_verify_locations(cadata=ca.ca_pem.decode("ascii", "replace"))
             except (ssl.SSLError, ValueError) as err:
                 raise CertificateError(
-                    f"certificate provider {tls.ca.instance_name!r}: ca_certificate_file "
+                    f"certificate provider {ca_ref.instance_name!r}: ca_certificate_file "
                     f"holds no usable PEM certificate: {err}"
                 ) from None
-        if ident is not None:
+        if ident is not None and id_ref is not None:
             if ident.cert_pem is None or ident.key_pem is None:
                 raise CertificateError(
-                    f"certificate provider {tls.identity.instance_name!r}: {ident.identity_error}"
+                    f"certificate provider {id_ref.instance_name!r}: {ident.identity_error}"
                 )
-            _load_identity(ctx, ident.cert_pem, ident.key_pem, tls.identity.instance_name)
+            _load_identity(ctx, ident.cert_pem, ident.key_pem, id_ref.instance_name)
         self._key, self._ctx = key, ctx
         return ctx
 
@@ -161,16 +156,22 @@ class TlsRelay:
         self.last_error: str | None = None
         self.peer_sans: list[tuple[str, str]] | None = None  # of the last verified peer
         self._contexts = _ContextCache(tls)
-        self._host, self._port = split_host_port(backend)
+        self.host, self.port = split_host_port(backend)
         self._dir = tempfile.mkdtemp(prefix="pyxds-tls-")
         self._path = os.path.join(self._dir, "s")
-        self._loop = _Loop.get()
-        self._server: asyncio.AbstractServer | None = None
         self._closed = False
-        future = asyncio.run_coroutine_threadsafe(
-            asyncio.start_unix_server(self._handle, path=self._path), self._loop
-        )
-        self._server = future.result(10)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(self._path)
+            listener.listen(64)
+            listener.setblocking(False)
+        except OSError:
+            listener.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+        self._listener = listener
+        self._loop: RelayLoop = least_loaded()
+        self._loop.call_soon(lambda: self._loop.register(listener.fileno(), IN, self._accept))
 
     @property
     def address(self) -> str:
@@ -195,96 +196,57 @@ class TlsRelay:
         if self._closed:
             return
         self._closed = True
-        server = self._server
-        if server is not None:
-            self._loop.call_soon_threadsafe(server.close)
+        listener, loop = self._listener, self._loop
+
+        def stop() -> None:
+            loop.unregister(listener.fileno())
+            listener.close()
+
+        loop.call_soon(stop)
         shutil.rmtree(self._dir, ignore_errors=True)
 
-    # -- the loop thread ------------------------------------------------
+    # -- the loop threads -------------------------------------------------
 
-    def _fail(self, message: str) -> None:
-        if message != self.last_error:
-            _log.warning("pyxds TLS to %s: %s", self.backend, message)
-        self.last_error = message
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_writer = None
-        try:
-            try:
-                ctx = self._contexts.context()
-            except CertificateError as err:
-                self._fail(str(err))
-                return
-            try:
-                up_reader, up_writer = await asyncio.wait_for(
-                    asyncio.open_connection(
-                        self._host, self._port, ssl=ctx, server_hostname=self._host
-                    ),
-                    HANDSHAKE_TIMEOUT,
-                )
-            except ssl.SSLCertVerificationError as err:
-                self._fail(f"certificate verification failed: {err.verify_message}")
-                return
-            except (TimeoutError, ssl.SSLError, OSError) as err:
-                self._fail(f"TLS handshake with {self.backend} failed: {err!r}")
-                return
-            ssl_object = up_writer.get_extra_info("ssl_object")
-            peer = ssl_object.getpeercert() if ssl_object is not None else None
-            if not san.check(self.tls.san_matchers, peer):
-                self._fail(SAN_MISMATCH)
-                return
-            self.peer_sans = san.sans_of(peer or {})
-            await asyncio.gather(
-                _pipe(reader, up_writer),
-                self._downstream(up_reader, writer),
-                return_exceptions=True,
-            )
-        finally:
-            for w in (writer, up_writer):
-                if w is not None:
-                    with contextlib.suppress(Exception):
-                        w.close()
-
-    async def _downstream(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        """Backend -> grpcio.  A TLS connection that fails or closes before
-        its first byte was refused by the server after the handshake (TLS
-        1.3 reports a rejected client certificate only then): that is a
-        failed connection attempt, with its reason."""
-        first = True
-        try:
-            while True:
-                try:
-                    data = await src.read(_CHUNK)
-                except (ssl.SSLError, OSError) as err:
-                    if first:
-                        reason = getattr(err, "reason", None) or repr(err)
-                        self._fail(f"TLS connection with {self.backend} failed: {reason}")
-                    return
-                if not data:
-                    if first:
-                        self._fail(
-                            f"TLS connection with {self.backend} closed by the server right "
-                            "after the handshake (e.g. the client certificate was refused)"
-                        )
-                    return
-                if first:
-                    first = False
-                    self.last_error = None
-                dst.write(data)
-                await dst.drain()
-        finally:
-            with contextlib.suppress(Exception):
-                dst.close()
-
-
-async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-    try:
+    def _accept(self, mask: int) -> None:
         while True:
-            data = await src.read(_CHUNK)
-            if not data:
-                break
-            dst.write(data)
-            await dst.drain()
-    finally:
-        with contextlib.suppress(Exception):
-            dst.close()
+            try:
+                plain, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as err:
+                _log.warning("pyxds TLS relay for %s: accept failed: %s", self.backend, err)
+                return
+            loop = least_loaded()
+            loop.connections += 1
+            loop.call_soon(functools.partial(self._start, loop, plain))
+
+    def _start(self, loop: RelayLoop, plain: socket.socket) -> None:
+        conn = RelayConnection(loop, self, plain)
+        try:
+            ctx = self._contexts.context()
+        except CertificateError as err:
+            conn.fail(str(err))
+            return
+        conn.start(ctx)
+
+    # RelayConnection's owner interface (called on a loop thread).
+
+    def server_hostname(self) -> str | None:
+        return self.host
+
+    def check(self, tls: ssl.SSLSocket, attempt: int) -> str | None:
+        peer = tls.getpeercert()
+        if not san.check(self.tls.san_matchers, peer):
+            return SAN_MISMATCH
+        return None
+
+    def verified(self, tls: ssl.SSLSocket) -> None:
+        self.peer_sans = san.sans_of(tls.getpeercert() or {})
+
+    def first_byte(self) -> None:
+        self.last_error = None
+
+    def failed(self, reason: str) -> None:
+        if reason != self.last_error:
+            _log.warning("pyxds TLS to %s: %s", self.backend, reason)
+        self.last_error = reason
