@@ -67,8 +67,8 @@ class Owner(Protocol):
     port: int
 
     def server_hostname(self) -> str | None: ...
-    def check(self, tls: ssl.SSLSocket, attempt: int) -> str | None: ...
-    def verified(self, tls: ssl.SSLSocket) -> None: ...
+    def check(self, conn: RelayConnection, tls: ssl.SSLSocket) -> str | None: ...
+    def verified(self, conn: RelayConnection, tls: ssl.SSLSocket) -> None: ...
     def first_byte(self) -> None: ...
     def failed(self, reason: str) -> None: ...
 
@@ -83,6 +83,7 @@ class RelayConnection:
         "tcp",
         "tls",
         "context",
+        "trust",
         "attempt",
         "timer",
         "up_pending",
@@ -105,6 +106,7 @@ class RelayConnection:
         self.tcp: socket.socket | None = None
         self.tls: ssl.SSLSocket | None = None
         self.context: ssl.SSLContext | None = None
+        self.trust: Any = None  # the owner's per-connection data
         self.attempt = 0
         self.timer: Timer | None = None
         self.up_pending: bytes | None = None  # read from grpcio, not yet taken by TLS
@@ -199,7 +201,7 @@ class RelayConnection:
             self.fail(f"TLS handshake with {self.owner.backend} failed: {err.strerror or err}")
             return
         try:
-            problem = self.owner.check(tls, self.attempt)
+            problem = self.owner.check(self, tls)
         except Retry as again:
             fd = tls.fileno()
             self.loop.unregister(fd)
@@ -213,7 +215,7 @@ class RelayConnection:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        self.owner.verified(tls)
+        self.owner.verified(self, tls)
         self._relay()
 
     def _timed_out(self) -> None:
