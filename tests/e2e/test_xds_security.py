@@ -524,6 +524,11 @@ def _bad_contexts() -> dict[str, object]:
     c = tls_pb2.UpstreamTlsContext()
     c.common_tls_context.validation_context.system_root_certs.SetInParent()
     cases["system-roots-accepted"] = c
+    cases["sni-too-long"] = b.upstream_tls_context(MESH, MESH, sni="s" * 256)  # A101
+    cases["sni-255-accepted"] = b.upstream_tls_context(MESH, MESH, sni="s" * 255)
+    c = b.upstream_tls_context(MESH, MESH, sni="s" * 300)
+    c.common_tls_context.tls_params.SetInParent()
+    cases["sni-too-long-and-more"] = c
     return cases
 
 

@@ -31,7 +31,9 @@ Theory of operation, per update:
    ``hierarchical_path = (priority child name, str(locality))``,
    ``weight = locality weight x endpoint weight``, ``locality``,
    ``locality_weight`` and, when EDS metadata sets one and
-   GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT is ``false``, ``hash_key`` (A76).
+   GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT is ``false``, ``hash_key`` (A76),
+   and ``address_name``, the endpoint's host name (EDS ``hostname``, or
+   ``host:port`` of a LOGICAL_DNS cluster) when there is one (A101).
    A priority with no endpoints gets ``resolution_note`` saying why: the
    dependency manager's note, else "EDS resource X: all endpoints unhealthy"
    / "EDS resource X contains no endpoints".
@@ -82,6 +84,7 @@ from pyxds.resolver.xds_config import (
     ClusterConfig,
     EndpointConfig,
 )
+from pyxds.security.tls_config import ADDRESS_NAME_ATTRIBUTE
 from pyxds.xds.resources.types import ClusterLoadAssignment, Locality
 
 NAME = "cds_experimental"
@@ -385,6 +388,8 @@ def _locality_endpoints(child: str, locality: Locality) -> tuple[Endpoint, ...]:
         }
         if address.hash_key and endpoint_hash_keys_enabled():
             attributes[HASH_KEY_ATTRIBUTE] = address.hash_key  # A76: the ring_hash key
+        if address.hostname:
+            attributes[ADDRESS_NAME_ATTRIBUTE] = address.hostname  # A101 auto_host_sni
         out.append(Endpoint(address.addresses, attributes))
     return tuple(out)
 

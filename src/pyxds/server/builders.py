@@ -575,11 +575,15 @@ def upstream_tls_context(
     ca_instance: str | None,
     identity_instance: str | None = None,
     san_matchers: Sequence[Mapping[str, Any]] = (),
+    sni: str = "",
+    auto_host_sni: bool = False,
+    auto_sni_san_validation: bool = False,
 ) -> Any:
     """An UpstreamTlsContext (A29): the CA from certificate provider instance
     ``ca_instance``, the client identity from ``identity_instance`` (mTLS),
     ``san_matchers`` as StringMatcher kwargs (``{"exact": "x"}``,
-    ``{"prefix": "spiffe://", "ignore_case": True}``, ``{"safe_regex": ".*"}``)."""
+    ``{"prefix": "spiffe://", "ignore_case": True}``, ``{"safe_regex": ".*"}``);
+    ``sni``, ``auto_host_sni``, ``auto_sni_san_validation`` as A101."""
     from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 
     common = tls_pb2.CommonTlsContext()
@@ -601,7 +605,12 @@ def upstream_tls_context(
         )
     if not vc.ByteSize():
         common.ClearField("validation_context")
-    return tls_pb2.UpstreamTlsContext(common_tls_context=common)
+    return tls_pb2.UpstreamTlsContext(
+        common_tls_context=common,
+        sni=sni,
+        auto_host_sni=auto_host_sni,
+        auto_sni_san_validation=auto_sni_san_validation,
+    )
 
 
 _HEALTH = {
