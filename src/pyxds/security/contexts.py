@@ -79,8 +79,8 @@ class Trust:
                     f"certificate provider {tls.ca.instance_name!r}: {ca.ca_error}"
                 )
             try:
-                ctx.load_verify_locations(cadata=ca.ca_pem.decode("ascii", "replace"))
-            except (ssl.SSLError, ValueError) as err:
+                ctx.load_verify_locations(cadata=ca.ca_pem.decode("ascii"))
+            except (ssl.SSLError, ValueError, TypeError) as err:  # UnicodeDecodeError too
                 raise CertificateError(
                     f"certificate provider {tls.ca.instance_name!r}: ca_certificate_file "
                     f"holds no usable PEM certificate: {getattr(err, 'reason', None) or err}"

@@ -174,6 +174,10 @@ class TlsRelay:
         except CertificateError as err:
             conn.fail(str(err))
             return
+        except Exception as err:  # never leave grpcio's socket open and unanswered
+            _log.exception("pyxds TLS relay for %s: cannot build the TLS context", self.backend)
+            conn.fail(f"cannot build the TLS context: {err!r}")
+            return
         conn.trust = trust
         conn.start(trust.first)
 

@@ -5,6 +5,8 @@ the relay's design is in :mod:`pyxds.security.relay`).
 States, each entered on the connection's loop thread only:
 
 1. *connecting*: a non-blocking TCP connect to the backend (``TCP_NODELAY``).
+   Until step 4 grpcio's socket is watched only for grpcio closing it (its
+   own connect deadline passed): the attempt is then abandoned at once.
 2. *handshaking*: ``ssl`` drives the handshake over the non-blocking socket
    (``SSL_do_handshake``); the chain is verified by OpenSSL against the
    context's roots while it runs.
@@ -38,7 +40,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pyxds.security.relay_loop import ERR, IN, OUT, RelayLoop, Timer
+from pyxds.security.relay_loop import ERR, IN, OUT, RDHUP, RelayLoop, Timer
 
 HANDSHAKE_TIMEOUT = 20.0
 """Seconds from the start of the TCP connect to a verified TLS session."""
@@ -130,7 +132,14 @@ class RelayConnection:
         except OSError:
             pass
         self.timer = self.loop.call_at(time.monotonic() + HANDSHAKE_TIMEOUT, self._timed_out)
+        # Until verified, grpcio's side is watched only for grpcio giving up
+        # (its connect deadline): then the handshake is abandoned at once.
+        self.plain_events = RDHUP
+        self.loop.register(self.plain.fileno(), RDHUP, self._on_plain_closed)
         self._connect(context)
+
+    def _on_plain_closed(self, mask: int) -> None:
+        self.close()
 
     def _connect(self, context: ssl.SSLContext) -> None:
         self.context = context
@@ -238,6 +247,7 @@ class RelayConnection:
         self.tls_events = IN
         self.loop.register(tls.fileno(), IN, self._on_tls)
         self.plain_events = IN
+        self.loop.unregister(self.plain.fileno())
         self.loop.register(self.plain.fileno(), IN, self._on_plain)
         # The handshake may have brought application data with it.
         if tls.pending():

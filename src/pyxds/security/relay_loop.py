@@ -42,6 +42,7 @@ BUFFER_SIZE = 256 * 1024
 IN = select.EPOLLIN
 OUT = select.EPOLLOUT
 ERR = select.EPOLLERR | select.EPOLLHUP
+RDHUP = select.EPOLLRDHUP
 
 Handler = Callable[[int], None]
 
