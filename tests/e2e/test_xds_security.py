@@ -592,3 +592,39 @@ def test_rotation_is_picked_up_like_c_core(server, pki, backends, tmp_path):
     finally:
         channel.close()
         core.close()
+
+
+@pytest.mark.parametrize(
+    ("matcher", "core_serves", "pyxds_serves"),
+    [
+        # C-core applies DNS rules (any case) to URI SANs for exact; A29 does not.
+        ({"exact": SPIFFE_SERVER.upper()}, True, False),
+        # A29 matches email SANs; C-core looks at DNS, URI and IP SANs only.
+        ({"exact": "backend@test.example"}, False, True),
+        # Where A29 and C-core agree, so do the clients.
+        ({"exact": SPIFFE_SERVER}, True, True),
+    ],
+)
+def test_san_matching_differences_from_c_core_are_a29s(
+    server, pki, backends, matcher, core_serves, pyxds_serves
+):
+    """The documented differences (docs/differences-from-c-core.md), shown
+    side by side so that a change on either side is noticed."""
+    leaf = pki["ca"].issue("backend", uris=(SPIFFE_SERVER,), emails=("backend@test.example",))
+    creds = grpc.ssl_server_credentials(
+        [(leaf.key, leaf.cert)], root_certificates=pki["ca"].pem, require_client_auth=True
+    )
+    backend = Backend("secure", credentials=creds).start()
+    backends.append(backend)
+    server.set_snapshot(secure_snapshot({"c": (backend.address, tls(matcher))}))
+    config = bootstrap(server, f"san-diff-{len(str(matcher))}", pki["client_config"])
+    core = CoreXdsClient(config, xds_credentials=True)
+    channel = pyxds.secure_channel(TARGET, xds_creds(), bootstrap=config)
+    try:
+        theirs = core.call(2, wait_for_ready=False, timeout=5.0)
+        ours = pyxds_calls(channel, 2, wait_for_ready=False, timeout=5.0)
+        assert theirs == ({"secure": 2} if core_serves else {"error:UNAVAILABLE": 2})
+        assert ours == ({"secure": 2} if pyxds_serves else {"error:UNAVAILABLE": 2})
+    finally:
+        channel.close()
+        core.close()

@@ -8,6 +8,7 @@ the endpoints that work; nothing leaks (sockets, threads)."""
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
@@ -306,3 +307,34 @@ def test_bad_file_after_a_good_read_does_as_c_core_for_new_connections(
             lambda: "certificate provider 'mesh'" in str(channel.config_dump()["subchannels"]),
             5.0,
         ), detail
+
+
+def test_relay_threads_stay_bounded_as_endpoints_grow(server, pki, tmp_path):
+    """30 secured endpoints, 30 relayed connections: the relay's threads are
+    its bounded loops, however many endpoints there are."""
+    from concurrent import futures
+
+    from channel_fixtures import _handlers
+
+    leaf = pki["server"]
+    backend = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    backend.add_generic_rpc_handlers((_handlers("many", collections.Counter()),))
+    creds = grpc.ssl_server_credentials(
+        [(leaf.key, leaf.cert)], root_certificates=pki["ca"].pem, require_client_auth=True
+    )
+    ports = [backend.add_secure_port("127.0.0.1:0", creds) for _ in range(30)]
+    backend.start()
+    config = write_files(str(tmp_path), pki["ca"].pem, pki["client"])
+    server.set_snapshot(snapshot(*(f"127.0.0.1:{p}" for p in ports)))
+    channel = pyxds.secure_channel(
+        "xds:///echo-service", xds_creds(), bootstrap=bootstrap_for(server, "many", config)
+    )
+    try:
+        assert pyxds_calls(channel, 90) == {"many": 90}
+        subchannels = channel.config_dump()["subchannels"].values()
+        assert sum(1 for s in subchannels if "peer_sans" in s.get("security", {})) == 30
+        relay_threads = [t for t in threading.enumerate() if t.name.startswith("pyxds-tls-relay")]
+        assert 1 <= len(relay_threads) <= relay_loop.LOOP_THREADS
+    finally:
+        channel.close()
+        backend.stop(None)
