@@ -83,6 +83,20 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def other_threads() -> int:
+    """Threads of the client other than the relay's loops (a bounded pool,
+    started lazily); the test's own TLS backends are not the client."""
+    return len(client_threads())
+
+
+def client_threads() -> list[str]:
+    """Names of the threads that are the client's: not the relay's bounded
+    loops (started lazily), not the test's own backends (grpcio servers'
+    executors, TLS fronts)."""
+    skip = ("pyxds-tls-relay", "tls-front", "ThreadPoolExecutor")
+    return sorted(t.name for t in threading.enumerate() if not t.name.startswith(skip))
+
+
 # ------------------------------------------------------------------ bad backends
 
 
@@ -194,7 +208,9 @@ def test_failing_connections_leak_no_sockets_or_threads(server, pki, cleanup, tm
     assert pyxds_calls(warm, 3) == {"good": 3}  # the process's own threads started
     warm.close()
     time.sleep(0.5)
-    fds, threads = open_fds(), threading.active_count()
+    started_loops = len(relay_loop.loops())
+    fds, threads = open_fds(), other_threads()
+    names = client_threads()
     options = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 100)]
     for _ in range(3):
         channel = pyxds.secure_channel(
@@ -204,9 +220,10 @@ def test_failing_connections_leak_no_sockets_or_threads(server, pki, cleanup, tm
         time.sleep(1.0)  # the bad endpoint keeps failing and reconnecting
         channel.close()
     assert len(relay_loop.loops()) <= relay_loop.LOOP_THREADS
-    assert wait_until(lambda: open_fds() <= fds and threading.active_count() <= threads, 15.0), (
-        (open_fds(), fds),
-        (threading.active_count(), threads),
+    loop_fds = 2 * (len(relay_loop.loops()) - started_loops)  # a new loop's epoll and pipe
+    assert wait_until(lambda: open_fds() <= fds + loop_fds and other_threads() <= threads, 15.0), (
+        (open_fds(), fds, loop_fds),
+        sorted((collections.Counter(client_threads()) - collections.Counter(names)).elements()),
     )
 
 
@@ -338,3 +355,31 @@ def test_relay_threads_stay_bounded_as_endpoints_grow(server, pki, tmp_path):
     finally:
         channel.close()
         backend.stop(None)
+
+
+def test_relay_works_on_poll_where_there_is_no_epoll(pki, tmp_path, monkeypatch):
+    """macOS and other systems without epoll: the same loop on poll(2)."""
+    import json
+
+    from pyxds.security import relay
+    from pyxds.security.tls_config import ProviderRef, UpstreamTlsConfig
+
+    monkeypatch.setattr(relay_loop, "_EPOLL", False)
+    loop = relay_loop.RelayLoop("test-poll-loop")
+    monkeypatch.setattr(relay, "least_loaded", lambda: loop)
+    backend = good_backend(pki)
+    config = write_files(str(tmp_path), pki["ca"].pem, pki["client"])
+    ref = ProviderRef(MESH, "", "file_watcher", json.dumps(config, sort_keys=True))
+    tls_relay = relay.TlsRelay(backend.address, UpstreamTlsConfig(ca=ref, identity=ref))
+    channel = grpc.insecure_channel(tls_relay.address)
+    try:
+        assert not hasattr(loop._epoll, "close")  # the poll(2) flavour
+        assert pyxds_calls(channel, 5) == {"good": 5}
+        chat = channel.stream_stream("/pyxds.test.Echo/Chat")
+        big = [bytes([i]) * (1 << 20) for i in range(1, 4)]
+        assert list(chat(iter(big), timeout=20)) == [b"good:" + m for m in big]
+    finally:
+        channel.close()
+        tls_relay.close()
+        backend.stop()
+        loop.stop()

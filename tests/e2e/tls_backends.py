@@ -92,7 +92,9 @@ class TlsFront:
             except OSError:
                 return
             self._track(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            threading.Thread(
+                target=self._serve, args=(conn,), daemon=True, name="tls-front-conn"
+            ).start()
 
     def _serve(self, conn: socket.socket) -> None:
         if self.mode == "stall":

@@ -34,6 +34,7 @@ handshake ends).
 from __future__ import annotations
 
 import errno
+import logging
 import socket
 import ssl
 import time
@@ -41,6 +42,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pyxds.security.relay_loop import ERR, IN, OUT, RDHUP, RelayLoop, Timer
+
+_log = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT = 20.0
 """Seconds from the start of the TCP connect to a verified TLS session."""
@@ -123,6 +126,20 @@ class RelayConnection:
         self._read_tls: Callable[[int, memoryview], int] | None = None
         self._write_tls: Callable[[bytes | memoryview], int] | None = None
 
+    def _guarded(self, handler: Callable[[int], None]) -> Callable[[int], None]:
+        """``handler`` for the loop: an unexpected exception fails this
+        connection (grpcio's side closed, the reason kept) instead of leaving
+        a socket that the level-triggered loop would report forever."""
+
+        def run(mask: int) -> None:
+            try:
+                handler(mask)
+            except Exception as err:
+                _log.exception("pyxds TLS relay to %s: unexpected error", self.owner.backend)
+                self.fail(f"TLS relay error: {err!r}")
+
+        return run
+
     # -- setup -----------------------------------------------------------
     def start(self, context: ssl.SSLContext) -> None:
         """Begin (on the loop thread): connect, then handshake with ``context``."""
@@ -135,7 +152,7 @@ class RelayConnection:
         # Until verified, grpcio's side is watched only for grpcio giving up
         # (its connect deadline): then the handshake is abandoned at once.
         self.plain_events = RDHUP
-        self.loop.register(self.plain.fileno(), RDHUP, self._on_plain_closed)
+        self.loop.register(self.plain.fileno(), RDHUP, self._guarded(self._on_plain_closed))
         self._connect(context)
 
     def _on_plain_closed(self, mask: int) -> None:
@@ -158,7 +175,7 @@ class RelayConnection:
         if code not in (0, errno.EINPROGRESS):
             self.fail(f"connect to {self.owner.backend} failed: {errno.errorcode.get(code, code)}")
             return
-        self.loop.register(tcp.fileno(), OUT, self._on_connected)
+        self.loop.register(tcp.fileno(), OUT, self._guarded(self._on_connected))
 
     def _on_connected(self, mask: int) -> None:
         tcp = self.tcp
@@ -183,7 +200,7 @@ class RelayConnection:
         self.tcp = None
         self.loop.unregister(self.tls.fileno())
         self.tls_events = OUT
-        self.loop.register(self.tls.fileno(), OUT, self._on_handshake)
+        self.loop.register(self.tls.fileno(), OUT, self._guarded(self._on_handshake))
         self._handshake()
 
     def _on_handshake(self, mask: int) -> None:
@@ -245,10 +262,10 @@ class RelayConnection:
         self._write_tls = target.write
         self.loop.unregister(tls.fileno())
         self.tls_events = IN
-        self.loop.register(tls.fileno(), IN, self._on_tls)
+        self.loop.register(tls.fileno(), IN, self._guarded(self._on_tls))
         self.plain_events = IN
         self.loop.unregister(self.plain.fileno())
-        self.loop.register(self.plain.fileno(), IN, self._on_plain)
+        self.loop.register(self.plain.fileno(), IN, self._guarded(self._on_plain))
         # The handshake may have brought application data with it.
         if tls.pending():
             self._tls_readable()

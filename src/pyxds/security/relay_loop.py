@@ -1,5 +1,5 @@
 """The TLS relays' event loops: a fixed, small number of threads, each an
-``epoll`` loop over non-blocking sockets (gRFC A29 relay; see
+``epoll`` loop (``poll`` where there is no epoll) over non-blocking sockets (gRFC A29 relay; see
 :mod:`pyxds.security.relay`).
 
 Rules:
@@ -39,10 +39,25 @@ LOOP_THREADS = max(1, min(2, os.cpu_count() or 1))
 BUFFER_SIZE = 256 * 1024
 """Bytes read per step in each direction (16 TLS records)."""
 
-IN = select.EPOLLIN
-OUT = select.EPOLLOUT
-ERR = select.EPOLLERR | select.EPOLLHUP
-RDHUP = select.EPOLLRDHUP
+_EPOLL = hasattr(select, "epoll")  # Linux; elsewhere poll(2), same event bits
+IN = select.POLLIN
+OUT = select.POLLOUT
+ERR = select.POLLERR | select.POLLHUP
+RDHUP = getattr(select, "EPOLLRDHUP" if _EPOLL else "POLLRDHUP", 0)  # peer closed
+
+
+class _Poll:
+    """``select.poll`` with epoll's interface (seconds, -1 = forever)."""
+
+    def __init__(self) -> None:
+        self._poll = select.poll()
+        self.register = self._poll.register
+        self.modify = self._poll.modify
+        self.unregister = self._poll.unregister
+
+    def poll(self, timeout: float = -1) -> list[tuple[int, int]]:
+        return self._poll.poll(None if timeout < 0 else timeout * 1000)
+
 
 Handler = Callable[[int], None]
 
@@ -65,13 +80,14 @@ class RelayLoop:
     """One epoll thread (see the module docstring)."""
 
     def __init__(self, name: str) -> None:
-        self._epoll = select.epoll()
+        self._epoll: select.epoll | _Poll = select.epoll() if _EPOLL else _Poll()
         self._handlers: dict[int, Handler] = {}
         self._calls: deque[Callable[[], None]] = deque()
         self._timers: list[tuple[float, int, Timer]] = []
         self._seq = itertools.count()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._woken = False
+        self._stopped = False
         self._epoll.register(self._wake_r, IN)
         self.connections = 0  # the pool's load measure
         self.up_view = memoryview(bytearray(BUFFER_SIZE))
@@ -113,6 +129,13 @@ class RelayLoop:
         heapq.heappush(self._timers, (when, next(self._seq), timer))
         return timer
 
+    def stop(self) -> None:
+        """End the thread (for tests; the pool's loops live as long as the
+        process).  Sockets still registered are left to their owners."""
+        self._stopped = True
+        self.call_soon(lambda: None)
+        self._thread.join(5)
+
     def _run(self) -> None:
         import time
 
@@ -122,7 +145,7 @@ class RelayLoop:
         calls = self._calls
         timers = self._timers
         wake_r = self._wake_r
-        while True:
+        while not self._stopped:
             timeout = -1.0
             if timers:
                 timeout = max(0.0, timers[0][0] - monotonic())
@@ -158,6 +181,11 @@ class RelayLoop:
                             timer.fn()
                         except Exception:
                             _log.exception("pyxds TLS relay: timer failed")
+        close = getattr(self._epoll, "close", None)
+        if close is not None:
+            close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
 
 
 _pool_lock = threading.Lock()
