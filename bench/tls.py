@@ -13,6 +13,8 @@ process (own GIL), kept alive for the whole run:
                 (the TLS relay of pyxds.security.relay, SANs checked)
   pyxds plain   pyxds.secure_channel("xds:///bench-plain", the same credentials)
                 (the cluster has no TLS context: the insecure fallback)
+  grpcio plain  grpc.secure_channel("xds:///bench-plain", the same credentials)
+                (``--clients`` adds it: what TLS costs grpcio itself)
 
 Rows (issue 21):
 
@@ -32,6 +34,7 @@ work, CPU per unit of work is steadier than the rate.  ``uptime`` is
 printed before and after.
 
 Usage: python bench/tls.py [--rounds 5] [--seconds 2] [--rows small1,small4,bulk,stream]
+       [--clients "grpcio mTLS,pyxds mTLS,pyxds plain,grpcio plain"]
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ BULK = 1 << 20
 STREAM_MESSAGE = 64 << 10
 STREAM_WINDOW = 8
 SPIFFE_BACKEND = "spiffe://bench.example/ns/default/sa/backend"
-CLIENTS = ("grpcio mTLS", "pyxds mTLS", "pyxds plain")
+CLIENTS = ("grpcio mTLS", "pyxds mTLS", "pyxds plain")  # and "grpcio plain" on request
 ROWS = ("small1", "small4", "bulk", "stream")
 OPTIONS = [
     ("grpc.max_receive_message_length", 8 << 20),
@@ -142,6 +145,8 @@ def _channel(kind: str, bootstrap: dict) -> grpc.Channel:
     creds = grpc.xds_channel_credentials(grpc.experimental.insecure_channel_credentials())
     if kind == "grpcio mTLS":
         return grpc.secure_channel("xds:///bench-tls", creds, options=OPTIONS)
+    if kind == "grpcio plain":
+        return grpc.secure_channel("xds:///bench-plain", creds, options=OPTIONS)
     import pyxds
 
     target = "xds:///bench-tls" if kind == "pyxds mTLS" else "xds:///bench-plain"
@@ -214,10 +219,10 @@ def client(kind: str) -> None:
     """``--client KIND``: reads the bootstrap, then one JSON command a line
     (``{"row": ..., "seconds": ...}``), answers each with :func:`run_row`."""
     bootstrap = json.loads(sys.stdin.readline())
-    if kind == "grpcio mTLS":
+    if kind.startswith("grpcio"):
         os.environ["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
     channel = _channel(kind, bootstrap)
-    grpc.channel_ready_future(channel).result(timeout=30) if kind == "grpcio mTLS" else None
+    channel.unary_unary(f"/{SERVICE}/Echo")(SMALL, timeout=30, wait_for_ready=True)
     _unary(channel, SMALL, 1, 0.2)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
@@ -340,7 +345,11 @@ def report(results: dict[str, dict[str, list[dict[str, float]]]], kinds: list[st
             f"{statistics.median(cpu_per(r) for r in by[k]) * scale:>14.1f}" for k in kinds
         )
         print(f"{row:<8} {unit:<20}{cells}")
-    pairs = [("pyxds mTLS", "grpcio mTLS"), ("pyxds mTLS", "pyxds plain")]
+    pairs = [
+        ("pyxds mTLS", "grpcio mTLS"),
+        ("pyxds mTLS", "pyxds plain"),
+        ("grpcio mTLS", "grpcio plain"),
+    ]
     pairs = [(a, b) for a, b in pairs if a in kinds and b in kinds]
     if not pairs:
         return
