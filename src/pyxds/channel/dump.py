@@ -62,10 +62,10 @@ def dump_policy(policy: Any, depth: int = 0) -> dict[str, Any]:
         return {"truncated": True}
     try:
         if isinstance(policy, ChildPolicyHandler):
-            out = dump_policy(policy.child, depth + 1)
+            child_out = dump_policy(policy.child, depth + 1)
             if policy.policy_name:
-                out["policy"] = policy.policy_name
-            return out
+                child_out["policy"] = policy.policy_name
+            return child_out
         out: dict[str, Any] = {"policy": getattr(policy, "name", None) or type(policy).__name__}
         state = getattr(policy, "state", None) or getattr(policy, "_state", None)
         if state is not None and hasattr(state, "name"):

@@ -32,7 +32,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 from google.protobuf import duration_pb2
@@ -59,7 +59,7 @@ def oob_stream_of(core: SubchannelCore) -> OobStream:
     stream = getattr(core, "orca_oob", None)
     if stream is None:
         stream = OobStream(core)
-        core.orca_oob = stream  # type: ignore[attr-defined]
+        core.orca_oob = stream
     return stream
 
 
@@ -83,7 +83,7 @@ class OobStream:
         self._watchers: dict[object, tuple[float, Watcher]] = {}
         self._unwatch_core: Callable[[], None] | None = None
         self._generation = 0
-        self._cancel_call: Callable[[], None] | None = None
+        self._cancel_call: Callable[[], object] | None = None
         self._period: float | None = None
         self._retry_timer: Any = None
         self._unimplemented = False
@@ -181,8 +181,9 @@ class OobStream:
         def on_end(code: grpc.StatusCode | None, details: str) -> None:  # any thread
             self._serializer.run(lambda: self._ended(generation, code, details))
 
-        if getattr(transport, "runs_on_event_loop", False):
-            self._cancel_call = _run_aio(transport, request, on_report, on_end)
+        if getattr(transport, "runs_on_event_loop", False):  # an AioTransport
+            aio_transport = cast("AioTransport", transport)
+            self._cancel_call = _run_aio(aio_transport, request, on_report, on_end)
         else:
             self._cancel_call = _run_sync(channel, request, on_report, on_end)
 
@@ -229,7 +230,7 @@ def _run_sync(
     request: OrcaLoadReportRequest,
     on_report: Watcher,
     on_end: Callable[[grpc.StatusCode | None, str], None],
-) -> Callable[[], None]:
+) -> Callable[[], object]:
     """Run the call on a daemon thread; returns its cancel."""
     stream = channel.unary_stream(
         METHOD,

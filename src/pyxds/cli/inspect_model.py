@@ -98,7 +98,7 @@ def _lb_policy(cluster: dict[str, Any]) -> str:
         type_url = (config.get("typed_config") or {}).get("@type", "")
         if type_url.endswith("TypedStruct"):
             type_url = (config.get("typed_config") or {}).get("type_url", type_url)
-        return type_url.rsplit(".", 1)[-1] or config.get("name", "?")
+        return type_url.rsplit(".", 1)[-1] or str(config.get("name", "?"))
     return str(cluster.get("lb_policy", "ROUND_ROBIN"))
 
 

@@ -64,7 +64,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pyxds import metrics as _metrics
 from pyxds.clock import Clock, Timer
@@ -82,7 +82,7 @@ from pyxds.lb.api import (
     Status,
 )
 from pyxds.lb.errors import LBConfigError, describe
-from pyxds.lb.pick_first import _ReadyPicker
+from pyxds.lb.pick_first import _ReadyPicker, all_ready_pickers
 from pyxds.lb.round_robin import RoundRobin, _Child
 from pyxds.lb.wrr_scheduler import materialize, max_weight_for, scale_weights
 
@@ -324,7 +324,7 @@ class WeightedRoundRobinPicker(Picker):
         self.weights = tuple(weights)
         self._clock = clock
         self._random = rng
-        self._scaled: tuple[int, ...] | bool | None = False  # False: never built
+        self._scaled: tuple[int, ...] | Literal[False] | None = False  # False: never built
         self._next: Callable[[], PickResult] = itertools.cycle(self.results).__next__
         self.rebuild()
 
@@ -334,7 +334,7 @@ class WeightedRoundRobinPicker(Picker):
     @property
     def scaled_weights(self) -> tuple[int, ...] | None:
         """The integer weights in use (None: round robin)."""
-        return self._scaled if self._scaled is not False else None  # type: ignore[return-value]
+        return self._scaled if self._scaled is not False else None
 
     def rebuild(self) -> None:
         """Read every endpoint's weight now and rebuild the scheduler (a no-op
@@ -401,7 +401,8 @@ class WeightedRoundRobin(RoundRobin):
         weight = getattr(child, "wrr_weight", None)
         if weight is None:
             weight = EndpointWeight(self.helper.clock, self._config)
-            child.wrr_weight = weight  # type: ignore[attr-defined]
+            # round_robin's child carries this policy's state for it (no slot declared there)
+            child.wrr_weight = weight  # type: ignore[attr-defined]  # per-policy state on the child
         return weight
 
     # -- round_robin hooks -----------------------------------------------------
@@ -418,7 +419,7 @@ class WeightedRoundRobin(RoundRobin):
 
     def _report_ready(self, ready: list[_Child]) -> None:
         pickers = [child.picker for child in ready]
-        if not all(type(p) is _ReadyPicker for p in pickers):
+        if not all_ready_pickers(pickers):
             super()._report_ready(ready)  # not pick_first children: unweighted
             return
         config = self._config
@@ -428,7 +429,7 @@ class WeightedRoundRobin(RoundRobin):
         weights = [self.weight_of(child) for child in ready]
         results = []
         for picker, weight in zip(pickers, weights, strict=True):
-            result = picker.result  # type: ignore[attr-defined]
+            result = picker.result
             hook = None if config.enable_oob_load_report else weight.on_call_trailers
             results.append(
                 PickComplete(result.subchannel, result.on_call_done, hook, result.attempt_labels)

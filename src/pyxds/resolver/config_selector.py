@@ -191,7 +191,7 @@ class XdsConfigSelector(ConfigSelector):
         refs: Mapping[str, ClusterRef],
         listener_max_stream_duration: float | None = None,
         rng: _random_module.Random | None = None,
-        fallback: Callable[[], ConfigSelector] | None = None,
+        fallback: Callable[[], ConfigSelector | None] | None = None,
         channel_id: int | None = None,
         http_filters: Sequence[Any] = (),
     ) -> None:
@@ -306,7 +306,7 @@ class XdsConfigSelector(ConfigSelector):
         # Fast path: a memoised plan with nothing to check per RPC.
         plan = self._plans.get(path)
         if plan is not None and not plan.conditional and plan.terminal is not None:
-            action = plan.terminal.payload
+            action: _Action | None = plan.terminal.payload
         else:
             action = self._table.match(path, metadata, self._draw)
         if action is None:
@@ -356,7 +356,7 @@ class XdsConfigSelector(ConfigSelector):
         # The cluster was retired after a newer selector replaced this one.
         if self._fallback is not None:
             current = self._fallback()
-            if current is not self:
+            if current is not None and current is not self:
                 return current.select(path, metadata)
         return self._lost_cluster
 

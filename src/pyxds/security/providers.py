@@ -41,7 +41,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +76,7 @@ class Certificates:
     spiffe: SpiffeBundleMap | None = None
 
 
-def spiffe_map_file(config: dict[str, Any]) -> str | None:
+def spiffe_map_file(config: Mapping[str, Any]) -> str | None:
     """The SPIFFE bundle map file a ``file_watcher`` config names, when A87
     is switched on (either spelling of the field)."""
     if not experiments.spiffe_enabled():
@@ -154,7 +154,9 @@ def _read(field_name: str, path: str) -> tuple[bytes | None, str | None]:
 class FileWatcherProvider:
     """The ``file_watcher`` plugin (A29, A87)."""
 
-    def __init__(self, config: dict[str, Any], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, config: Mapping[str, Any], clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.certificate_file = config.get("certificate_file") or None
         self.private_key_file = config.get("private_key_file") or None
         self.spiffe_bundle_map_file = spiffe_map_file(config)

@@ -495,7 +495,7 @@ def _load_balancing_policy(value: Any) -> cluster_pb2.LoadBalancingPolicy:
     return cluster_pb2.LoadBalancingPolicy(policies=policies)
 
 
-def _typed_extension(name: str, msg: message.Message):
+def _typed_extension(name: str, msg: message.Message) -> Any:  # a TypedExtensionConfig
     from envoy.config.core.v3 import extension_pb2
 
     return extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(msg))

@@ -78,4 +78,5 @@ def locate(text: str, index: int | None, path: list[str] | None = None) -> int |
         return None
     entry = root.value[index]
     found = _find(entry, list(path or ()))
-    return (found or entry).start_mark.line + 1
+    line: int = (found or entry).start_mark.line
+    return line + 1

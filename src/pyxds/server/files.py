@@ -105,7 +105,7 @@ def parse_resources(data: Any, source: str = "<resources>", validate: bool = Fal
     applies (pyxds's own resource validation, gRFC A27/A28/...), so a file a
     client would NACK is refused before it is served.
     """
-    from google.protobuf import message_factory, symbol_database
+    from google.protobuf import descriptor_pool, message_factory
 
     register_any_types()
     version = None
@@ -130,7 +130,7 @@ def parse_resources(data: Any, source: str = "<resources>", validate: bool = Fal
         raise ResourceFileError(f"{source}: resources: expected a list, got {type(data).__name__}")
     by_type: dict[str, list[Any]] = {field: [] for field in FIELD_OF_TYPE.values()}
     seen: dict[tuple[str, str], int] = {}
-    pool = symbol_database.Default().pool
+    pool = descriptor_pool.Default()  # the pool of symbol_database.Default()
     for i, entry in enumerate(data):
         where = f"{source}: resources[{i}]"
         if not isinstance(entry, dict):
@@ -240,7 +240,7 @@ def merge_snapshots(snapshots: list[tuple[str, Snapshot]]) -> Snapshot:
     return Snapshot(version="+".join(versions) if versions else None, **merged)
 
 
-def dump_resources(snapshot: Snapshot) -> dict:
+def dump_resources(snapshot: Snapshot) -> dict[str, Any]:
     """The inverse of parse_resources: a ``{"version", "resources"}`` dict in JSON form."""
     resources = []
     for type_url in FIELD_OF_TYPE:

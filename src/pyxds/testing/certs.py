@@ -28,11 +28,12 @@ def _key() -> Any:
 def _key_pem(key: Any) -> bytes:
     from cryptography.hazmat.primitives import serialization
 
-    return key.private_bytes(
+    pem: bytes = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
+    return pem
 
 
 class CertAuthority:
@@ -152,7 +153,7 @@ class CertAuthority:
         return Pem(leaf + self.chain_pem, _key_pem(key))
 
 
-def write_files(folder: str, ca_pem: bytes, leaf: Pem | None, prefix: str = "") -> dict:
+def write_files(folder: str, ca_pem: bytes, leaf: Pem | None, prefix: str = "") -> dict[str, Any]:
     """Write a file_watcher file set; returns its bootstrap ``config``."""
     os.makedirs(folder, exist_ok=True)
     config: dict[str, Any] = {}
@@ -172,7 +173,7 @@ def write_files(folder: str, ca_pem: bytes, leaf: Pem | None, prefix: str = "") 
     return config
 
 
-def spiffe_bundle_map(bundles: dict[str, list[CertAuthority]], **key_fields: Any) -> dict:
+def spiffe_bundle_map(bundles: dict[str, list[CertAuthority]], **key_fields: Any) -> dict[str, Any]:
     """A SPIFFE trust bundle map as C-core reads it (A87): ``{"trust_domains":
     {domain: {"keys": [{"use": "x509-svid", "kty": "EC", "x5c": [base64 DER]}]}}}``;
     ``key_fields`` override or add fields of every key (None removes one)."""
@@ -197,7 +198,7 @@ def spiffe_bundle_map(bundles: dict[str, list[CertAuthority]], **key_fields: Any
     return {"trust_domains": domains}
 
 
-def write_spiffe_bundle_map(path: str, bundle_map: dict) -> str:
+def write_spiffe_bundle_map(path: str, bundle_map: dict[str, Any]) -> str:
     """Write ``bundle_map`` (see :func:`spiffe_bundle_map`) as JSON; returns ``path``."""
     import json
 

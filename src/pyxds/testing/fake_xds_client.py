@@ -38,7 +38,7 @@ from pyxds.xds.resources.types import (
 )
 
 try:  # the real constants, once pyxds.xds.resources exports them
-    from pyxds.xds.resources import (  # type: ignore[attr-defined]
+    from pyxds.xds.resources import (
         CLUSTER_TYPE_URL,
         ENDPOINTS_TYPE_URL,
         LISTENER_TYPE_URL,

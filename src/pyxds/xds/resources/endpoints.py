@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from envoy.config.endpoint.v3 import endpoint_pb2
@@ -73,11 +74,13 @@ _inet_ntop = socket.inet_ntop
 _new = object.__new__
 # Frozen slotted dataclasses: build hot-loop instances through the slot
 # descriptors (same value as calling the class, half the cost).
-_set_addresses = EndpointAddress.addresses.__set__  # type: ignore[attr-defined]
-_set_weight = EndpointAddress.weight.__set__  # type: ignore[attr-defined]
-_set_health = EndpointAddress.health_status.__set__  # type: ignore[attr-defined]
-_set_hostname = EndpointAddress.hostname.__set__  # type: ignore[attr-defined]
-_set_hash_key = EndpointAddress.hash_key.__set__  # type: ignore[attr-defined]
+_set_addresses: Callable[[EndpointAddress, tuple[str, ...]], None] = vars(EndpointAddress)[
+    "addresses"
+].__set__
+_set_weight: Callable[[EndpointAddress, int], None] = vars(EndpointAddress)["weight"].__set__
+_set_health: Callable[[EndpointAddress, str], None] = vars(EndpointAddress)["health_status"].__set__
+_set_hostname: Callable[[EndpointAddress, str], None] = vars(EndpointAddress)["hostname"].__set__
+_set_hash_key: Callable[[EndpointAddress, str], None] = vars(EndpointAddress)["hash_key"].__set__
 
 
 _AF_INET = socket.AF_INET
@@ -93,7 +96,8 @@ def _hash_key(lbe: Any) -> str:
     value = lb.fields.get("hash_key")
     if value is None or value.WhichOneof("kind") != "string_value":
         return ""
-    return value.string_value
+    hash_key: str = value.string_value
+    return hash_key
 
 
 def decode_cluster_load_assignment(
@@ -219,7 +223,7 @@ def parse_cluster_load_assignment(
         n_errors = len(errs)
         excluded_before = excluded
         n_seen_before = len(seen_addresses)
-        endpoints = []
+        endpoints: list[EndpointAddress] = []
         append = endpoints.append
         for ei, lbe in enumerate(lep.lb_endpoints):
             health = lbe.health_status
@@ -233,6 +237,7 @@ def parse_cluster_load_assignment(
             host = sa.address
             port = sa.port_value
             # Fast path: a plain IPv4 address and a port (the common case).
+            addr: str | None
             try:
                 if ":" in host:
                     addr = f"[{inet_ntop(af_inet6, inet_pton(af_inet6, host))}]:{port}"
@@ -248,7 +253,7 @@ def parse_cluster_load_assignment(
             if addr in seen_addresses:
                 errs.add(_lbe_path(li, ei), f'duplicate endpoint address "{addr}"')
             seen_add(addr)
-            addrs = (addr,)
+            addrs: tuple[str, ...] = (addr,)
             if len(ep.additional_addresses):
                 extra = []
                 for ai, aa in enumerate(ep.additional_addresses):
@@ -321,7 +326,7 @@ def parse_cluster_load_assignment(
     return ClusterLoadAssignment(cla.cluster_name, ordered, tuple(drops), excluded)
 
 
-def _addresses_of(lep: Any, endpoints: list, n_excluded: int) -> tuple[str, ...]:
+def _addresses_of(lep: Any, endpoints: list[EndpointAddress], n_excluded: int) -> tuple[str, ...]:
     """Every address of a locality (excluded endpoints too, since they take
     part in the cluster-wide duplicate check)."""
     addrs = [a for e in endpoints for a in e.addresses]
