@@ -84,6 +84,32 @@ def tls(*matchers: dict, ca: str = MESH, identity: str | None = MESH):
     return b.upstream_tls_context(ca, identity, list(matchers))
 
 
+def tls_snapshot(*addresses: str, version: str | None = None, context=None) -> Snapshot:
+    """One secured EDS cluster "c" over ``addresses`` (default: the mesh CA
+    and identity, no SAN matchers)."""
+    route = b.route_config(
+        "echo-service-route", [b.virtual_host("vh", routes=[b.route(prefix="", cluster="c")])]
+    )
+    return Snapshot(
+        listeners=[b.listener("echo-service")],
+        routes=[route],
+        clusters=[b.cluster("c", upstream_tls=context if context is not None else tls())],
+        endpoints=[b.endpoints("c", [b.locality(zone="z", endpoints=list(addresses))])],
+        version=version,
+    )
+
+
+def core_and_pyxds(server: ManagementServer, node: str, provider_config: dict, cleanup=None):
+    """C-core's xds:/// channel (a subprocess) and a pyxds channel, both with
+    xDS credentials, on the same bootstrap; added to ``cleanup`` if given."""
+    config = bootstrap(server, node, provider_config)
+    core = CoreXdsClient(config, xds_credentials=True)
+    channel = pyxds.secure_channel(TARGET, xds_creds(), bootstrap=config)
+    if cleanup is not None:
+        cleanup += [core, channel]
+    return core, channel
+
+
 def xds_creds():
     return grpc.xds_channel_credentials(grpc.experimental.insecure_channel_credentials())
 

@@ -16,31 +16,33 @@ import time
 
 import grpc
 import pytest
-from channel_fixtures import Backend, CoreXdsClient, pyxds_calls, wait_until
-from test_xds_security import MESH, details_of, tls, xds_creds
+from channel_fixtures import Backend, pyxds_calls, wait_until
+from test_xds_security import (
+    MESH,
+    bootstrap,
+    core_and_pyxds,
+    details_of,
+    tls_snapshot,
+    xds_creds,
+)
 from tls_backends import TlsFront
 
 import pyxds
 from pyxds.security import relay_loop
-from pyxds.server import ManagementServer
-from pyxds.server import builders as b
-from pyxds.server.snapshot import Snapshot
 from pyxds.testing.certs import CertAuthority, write_files
 
 SPIFFE = "spiffe://t.example/backend"
+
+
+@pytest.fixture
+def server(xds_server):
+    return xds_server
 
 
 @pytest.fixture(scope="module")
 def pki():
     ca = CertAuthority("mesh CA")
     return {"ca": ca, "server": ca.issue("backend", uris=(SPIFFE,)), "client": ca.issue("client")}
-
-
-@pytest.fixture
-def server():
-    srv = ManagementServer().start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture
@@ -57,26 +59,6 @@ def good_backend(pki, name="good") -> Backend:
         [(leaf.key, leaf.cert)], root_certificates=pki["ca"].pem, require_client_auth=True
     )
     return Backend(name, credentials=creds).start()
-
-
-def snapshot(*addresses: str, version: str | None = None) -> Snapshot:
-    route = b.route_config(
-        "echo-service-route", [b.virtual_host("vh", routes=[b.route(prefix="", cluster="c")])]
-    )
-    return Snapshot(
-        listeners=[b.listener("echo-service")],
-        routes=[route],
-        clusters=[b.cluster("c", upstream_tls=tls())],
-        endpoints=[b.endpoints("c", [b.locality(zone="z", endpoints=list(addresses))])],
-        version=version,
-    )
-
-
-def bootstrap_for(server, node: str, config: dict) -> dict:
-    return server.bootstrap(
-        node_id=node,
-        certificate_providers={MESH: {"plugin_name": "file_watcher", "config": config}},
-    )
 
 
 def open_fds() -> int:
@@ -151,12 +133,8 @@ def test_bad_backend_fails_like_c_core_and_the_good_one_keeps_serving(
     want, reason = BAD[kind]
 
     # Only the bad endpoint: the same failure in both.
-    server.set_snapshot(snapshot(bad, version="bad-only"))
-    boot = bootstrap_for(server, f"bad-{kind}", config)
-    core = CoreXdsClient(boot, xds_credentials=True)
-    cleanup.append(core)
-    channel = pyxds.secure_channel("xds:///echo-service", xds_creds(), bootstrap=boot)
-    cleanup.append(channel)
+    server.set_snapshot(tls_snapshot(bad, version="bad-only"))
+    core, channel = core_and_pyxds(server, f"bad-{kind}", config, cleanup)
     theirs = core.call(2, wait_for_ready=False, timeout=3.0)
     ours = pyxds_calls(channel, 2, wait_for_ready=False, timeout=3.0)
     assert theirs == ours == want, (theirs, ours)
@@ -169,7 +147,7 @@ def test_bad_backend_fails_like_c_core_and_the_good_one_keeps_serving(
     if "behind-front" in want:
         return
     # The bad endpoint beside a good one: every RPC is served by the good one.
-    server.set_snapshot(snapshot(bad, good.address, version="bad-and-good"))
+    server.set_snapshot(tls_snapshot(bad, good.address, version="bad-and-good"))
     assert core.until("good", 15.0).get("__elapsed__") is not None
     assert wait_until(lambda: pyxds_calls(channel, 1, wait_for_ready=False) == {"good": 1}, 15.0)
     assert core.call(10, wait_for_ready=False, timeout=5.0) == {"good": 10}
@@ -183,10 +161,10 @@ def test_stalled_handshake_is_abandoned_with_its_reason(
 
     monkeypatch.setattr(relay_conn, "HANDSHAKE_TIMEOUT", 0.5)
     bad = _bad_backend("stall", pki, cleanup)
-    server.set_snapshot(snapshot(bad))
+    server.set_snapshot(tls_snapshot(bad))
     config = write_files(str(tmp_path), pki["ca"].pem, pki["client"])
     channel = pyxds.secure_channel(
-        "xds:///echo-service", xds_creds(), bootstrap=bootstrap_for(server, "stall", config)
+        "xds:///echo-service", xds_creds(), bootstrap=bootstrap(server, "stall", config)
     )
     cleanup.append(channel)
     assert wait_until(
@@ -202,8 +180,8 @@ def test_failing_connections_leak_no_sockets_or_threads(server, pki, cleanup, tm
     good = good_backend(pki)
     cleanup.append(good)
     config = write_files(str(tmp_path), pki["ca"].pem, pki["client"])
-    server.set_snapshot(snapshot(bad, good.address))
-    boot = bootstrap_for(server, "leaks", config)
+    server.set_snapshot(tls_snapshot(bad, good.address))
+    boot = bootstrap(server, "leaks", config)
     warm = pyxds.secure_channel("xds:///echo-service", xds_creds(), bootstrap=boot)
     assert pyxds_calls(warm, 3) == {"good": 3}  # the process's own threads started
     warm.close()
@@ -260,12 +238,8 @@ def test_bad_file_at_start_refuses_like_c_core_naming_the_reason(
     cleanup.append(good)
     config = write_files(str(tmp_path), pki["ca"].pem, pki["client"])
     _break(config[field], how)
-    server.set_snapshot(snapshot(good.address))
-    boot = bootstrap_for(server, f"file-{field}-{how}", config)
-    core = CoreXdsClient(boot, xds_credentials=True)
-    cleanup.append(core)
-    channel = pyxds.secure_channel("xds:///echo-service", xds_creds(), bootstrap=boot)
-    cleanup.append(channel)
+    server.set_snapshot(tls_snapshot(good.address))
+    core, channel = core_and_pyxds(server, f"file-{field}-{how}", config, cleanup)
     theirs = core.call(2, wait_for_ready=False, timeout=3.0)
     ours = pyxds_calls(channel, 2, wait_for_ready=False, timeout=3.0)
     assert theirs == ours, (theirs, ours)
@@ -300,17 +274,13 @@ def test_bad_file_after_a_good_read_does_as_c_core_for_new_connections(
     cleanup += [first, second]
     config = write_files(str(tmp_path), pki["ca"].pem, pki["client"])
     config["refresh_interval"] = "1s"
-    server.set_snapshot(snapshot(first.address, version="1"))
-    boot = bootstrap_for(server, f"later-{field}-{how}", config)
-    core = CoreXdsClient(boot, xds_credentials=True)
-    cleanup.append(core)
-    channel = pyxds.secure_channel("xds:///echo-service", xds_creds(), bootstrap=boot)
-    cleanup.append(channel)
+    server.set_snapshot(tls_snapshot(first.address, version="1"))
+    core, channel = core_and_pyxds(server, f"later-{field}-{how}", config, cleanup)
     assert core.call(2) == pyxds_calls(channel, 2) == {"first": 2}
     _break(config[field], how)
     time.sleep(2.5)  # past the refresh interval: both re-read the files
     assert core.call(2, wait_for_ready=False) == pyxds_calls(channel, 2) == {"first": 2}
-    server.set_snapshot(snapshot(first.address, second.address, version="2"))
+    server.set_snapshot(tls_snapshot(first.address, second.address, version="2"))
     time.sleep(3.0)  # both have tried the new endpoint
     theirs = core.call(10, wait_for_ready=False, timeout=3.0)
     ours = pyxds_calls(channel, 10, wait_for_ready=False, timeout=3.0)
@@ -342,9 +312,9 @@ def test_relay_threads_stay_bounded_as_endpoints_grow(server, pki, tmp_path):
     ports = [backend.add_secure_port("127.0.0.1:0", creds) for _ in range(30)]
     backend.start()
     config = write_files(str(tmp_path), pki["ca"].pem, pki["client"])
-    server.set_snapshot(snapshot(*(f"127.0.0.1:{p}" for p in ports)))
+    server.set_snapshot(tls_snapshot(*(f"127.0.0.1:{p}" for p in ports)))
     channel = pyxds.secure_channel(
-        "xds:///echo-service", xds_creds(), bootstrap=bootstrap_for(server, "many", config)
+        "xds:///echo-service", xds_creds(), bootstrap=bootstrap(server, "many", config)
     )
     try:
         assert pyxds_calls(channel, 90) == {"many": 90}

@@ -14,33 +14,15 @@ import time
 import grpc
 import pytest
 from channel_fixtures import SERVICE, Backend, CoreXdsClient, wait_until
-from test_xds_security import MESH, tls, xds_creds
+from test_xds_security import MESH, tls_snapshot, xds_creds
 
 import pyxds
-from pyxds.server import ManagementServer
-from pyxds.server import builders as b
-from pyxds.server.snapshot import Snapshot
 from pyxds.testing.certs import CertAuthority, write_files
 
 
 @pytest.fixture
-def server():
-    srv = ManagementServer().start()
-    yield srv
-    srv.stop()
-
-
-def snapshot(*addresses: str, version: str) -> Snapshot:
-    route = b.route_config(
-        "echo-service-route", [b.virtual_host("vh", routes=[b.route(prefix="", cluster="c")])]
-    )
-    return Snapshot(
-        listeners=[b.listener("echo-service")],
-        routes=[route],
-        clusters=[b.cluster("c", upstream_tls=tls())],
-        endpoints=[b.endpoints("c", [b.locality(zone="z", endpoints=list(addresses))])],
-        version=version,
-    )
+def server(xds_server):
+    return xds_server
 
 
 def test_rotation_under_load_fails_nothing_and_new_connections_use_new_files(server, tmp_path):
@@ -65,7 +47,7 @@ def test_rotation_under_load_fails_nothing_and_new_connections_use_new_files(ser
     folder = str(tmp_path)
     config = write_files(folder, old.pem, old.issue("client"))
     config["refresh_interval"] = "1s"
-    server.set_snapshot(snapshot(backend_old.address, version="1"))
+    server.set_snapshot(tls_snapshot(backend_old.address, version="1"))
     boot = server.bootstrap(
         node_id="rotation",
         certificate_providers={MESH: {"plugin_name": "file_watcher", "config": config}},
@@ -107,7 +89,7 @@ def test_rotation_under_load_fails_nothing_and_new_connections_use_new_files(ser
         time.sleep(1.0)
         write_files(folder, old.pem + new.pem, new.issue("client"))  # the rotation
         time.sleep(2.5)  # past the refresh interval, RPCs running all along
-        server.set_snapshot(snapshot(backend_old.address, backend_new.address, version="2"))
+        server.set_snapshot(tls_snapshot(backend_old.address, backend_new.address, version="2"))
         assert wait_until(lambda: ours["new"] > 0 and theirs["new"] > 0, 20.0), (ours, theirs)
         streamer.join(30)
         assert stream_replies == [f"old:{i}".encode() for i in range(40)]  # it ran to the end

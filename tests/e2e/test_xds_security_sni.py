@@ -12,10 +12,14 @@ from test_xds_security import MESH, details_of, xds_creds
 from tls_backends import TlsFront
 
 import pyxds
-from pyxds.server import ManagementServer
 from pyxds.server import builders as b
 from pyxds.server.snapshot import Snapshot
 from pyxds.testing.certs import CertAuthority, write_files
+
+
+@pytest.fixture
+def server(xds_server):
+    return xds_server
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +44,6 @@ def front(pki):
     yield tls_front
     tls_front.close()
     plain.stop()
-
-
-@pytest.fixture
-def server():
-    srv = ManagementServer().start()
-    yield srv
-    srv.stop()
 
 
 def snapshot(address: str, tls, hostname: str = "", kind: str = "EDS") -> Snapshot:

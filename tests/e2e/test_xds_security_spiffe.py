@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from channel_fixtures import Backend, CoreXdsClient, pyxds_calls
-from test_xds_security import MESH, details_of, secure_snapshot, tls, xds_creds
+from channel_fixtures import Backend, pyxds_calls
+from test_xds_security import (
+    MESH,
+    core_and_pyxds,
+    details_of,
+    secure_snapshot,
+    tls,
+    xds_creds,
+)
 
 import pyxds
 from pyxds.security import experiments
-from pyxds.server import ManagementServer
 from pyxds.testing.certs import (
     CertAuthority,
     Pem,
@@ -28,17 +34,15 @@ ID_A = "spiffe://a.example/ns/default/sa/backend"
 ID_B = "spiffe://b.example/ns/default/sa/backend"
 
 
+@pytest.fixture
+def server(xds_server):
+    return xds_server
+
+
 @pytest.fixture(scope="module")
 def cas():
     a, b = CertAuthority("domain a CA"), CertAuthority("domain b CA")
     return {"a": a, "b": b, "a-int": a.intermediate("domain a intermediate")}
-
-
-@pytest.fixture
-def server():
-    srv = ManagementServer().start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture
@@ -68,12 +72,7 @@ def provider_config(folder: str, cas: dict, bundles: dict[str, list[str]], ca: s
 
 def outcome_of_both(server, config: dict, backend: Backend, node: str, matchers=()):
     server.set_snapshot(secure_snapshot({"c": (backend.address, tls(*matchers))}))
-    bootstrap = server.bootstrap(
-        node_id=node,
-        certificate_providers={MESH: {"plugin_name": "file_watcher", "config": config}},
-    )
-    core = CoreXdsClient(bootstrap, xds_credentials=True)
-    channel = pyxds.secure_channel("xds:///echo-service", xds_creds(), bootstrap=bootstrap)
+    core, channel = core_and_pyxds(server, node, config)
     try:
         theirs = core.call(3, wait_for_ready=False, timeout=5.0)
         ours = pyxds_calls(channel, 3, wait_for_ready=False, timeout=5.0)

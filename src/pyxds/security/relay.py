@@ -164,10 +164,10 @@ class TlsRelay:
                 _log.warning("pyxds TLS relay for %s: accept failed: %s", self.backend, err)
                 return
             loop = least_loaded()
-            loop.connections += 1
             loop.call_soon(functools.partial(self._start, loop, plain))
 
     def _start(self, loop: RelayLoop, plain: socket.socket) -> None:
+        loop.connections += 1  # on its own thread; RelayConnection.close() decrements
         conn = RelayConnection(loop, self, plain)
         try:
             trust = self._contexts.trust()
