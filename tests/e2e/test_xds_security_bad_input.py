@@ -353,3 +353,41 @@ def test_relay_works_on_poll_where_there_is_no_epoll(pki, tmp_path, monkeypatch)
         tls_relay.close()
         backend.stop()
         loop.stop()
+
+
+@pytest.mark.parametrize("backend_kind", ["good", "stall"])
+def test_a_program_that_never_closes_its_secure_channel_exits_at_once_and_quietly(
+    server, pki, cleanup, tmp_path, backend_kind
+):
+    """As a user writes it (README): a secure channel with xDS credentials,
+    an RPC, no close(); also while the relay is mid-handshake with a stalled
+    backend.  The relay's threads never hold the process up."""
+    import json
+
+    from test_exit_without_close import EXIT_LIMIT, run_script
+
+    if backend_kind == "good":
+        good = good_backend(pki)
+        cleanup.append(good)
+        address = good.address
+    else:
+        address = _bad_backend("stall", pki, cleanup)
+    config = write_files(str(tmp_path), pki["ca"].pem, pki["client"])
+    server.set_snapshot(tls_snapshot(address))
+    path = tmp_path / "bootstrap.json"
+    path.write_text(json.dumps(bootstrap(server, f"exit-{backend_kind}", config)))
+    body = f"""
+import grpc.experimental, pyxds
+creds = grpc.xds_channel_credentials(grpc.experimental.insecure_channel_credentials())
+channel = pyxds.secure_channel(TARGET, creds)
+who = channel.unary_unary(WHO)
+if {backend_kind == "good"!r}:
+    assert who(b"", timeout=10) == b"good"
+else:
+    pending = who.future(b"", timeout=60, wait_for_ready=True)
+    time.sleep(0.5)
+    assert not pending.done()
+"""
+    delay, _, stderr = run_script(body, "xds:///echo-service", {"bootstrap": str(path)})
+    assert stderr.strip() == "", stderr
+    assert delay < EXIT_LIMIT, f"exited {delay:.2f} s after its last line"
