@@ -377,6 +377,8 @@ def _locality_endpoints(child: str, locality: Locality) -> tuple[Endpoint, ...]:
     weight = locality.weight
     out = []
     for address in locality.endpoints:
+        if not address.usable:
+            continue  # DRAINING: no new traffic (A55)
         attributes: dict[str, Any] = {
             PATH_KEY: path,
             WEIGHT_ATTRIBUTE: weight * address.weight,

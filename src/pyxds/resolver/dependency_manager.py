@@ -691,7 +691,7 @@ class DependencyManager:
             notes.append(f"EDS resource {eds_name}: contains no localities")
         else:
             empty = sorted(
-                str(loc.name) for prio in cla.priorities for loc in prio if not loc.endpoints
+                str(loc.name) for prio in cla.priorities for loc in prio if not loc.usable_count
             )
             if empty:
                 notes.append(
