@@ -101,6 +101,7 @@ def _load_builtins() -> None:
         "pyxds.lb.xds_cluster_manager",
         "pyxds.lb.cds",
         "pyxds.lb.xds_cluster_impl",
+        "pyxds.lb.xds_override_host",
         "pyxds.lb.xds_routing",
     ):
         try:
