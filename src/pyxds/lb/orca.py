@@ -128,17 +128,24 @@ _WRAPPER_ATTRIBUTES = ("real", "subchannel", "delegate", "wrapped", "inner", "_s
 
 
 def watch_oob(
-    subchannel: Any, period: float, on_report: Callable[[OrcaLoadReport], None]
+    subchannel: Any,
+    period: float,
+    on_report: Callable[[OrcaLoadReport], None],
+    on_unimplemented: Callable[[str], None] | None = None,
 ) -> Callable[[], None] | None:
     """Subscribe ``on_report`` to the out-of-band reports of ``subchannel``
     (any policy's wrapper around the channel's subchannel: wrappers are
-    looked through), asking for one report every ``period`` seconds.
-    Returns the unsubscribe function, or None when the subchannel cannot
-    stream reports (a test fake without ``watch_orca_oob``)."""
+    looked through), asking for one report every ``period`` seconds;
+    ``on_unimplemented(details)`` is called (on the serializer) when the
+    backend does not serve OpenRcaService.  Returns the unsubscribe
+    function, or None when the subchannel cannot stream reports (a test
+    fake without ``watch_orca_oob``)."""
     for _ in range(8):
         watch = getattr(subchannel, "watch_orca_oob", None)
         if watch is not None:
-            return watch(period, on_report)
+            if on_unimplemented is None:
+                return watch(period, on_report)  # type: ignore[no-any-return]
+            return watch(period, on_report, on_unimplemented)  # type: ignore[no-any-return]
         for name in _WRAPPER_ATTRIBUTES:
             inner = getattr(subchannel, name, None)
             if inner is not None and inner is not subchannel:
