@@ -34,7 +34,7 @@ Theory of operation, per update:
    ``weight = locality weight x endpoint weight``, ``locality``,
    ``locality_weight``, ``health_status`` (the EDS status: DRAINING
    endpoints are here for xds_override_host, which keeps them from the
-   priorities) and, when EDS metadata sets one and
+   priorities), ``xds_cluster`` (the cluster's name) and, when EDS metadata sets one and
    GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT is ``false``, ``hash_key`` (A76).
    A priority with no endpoints gets ``resolution_note`` saying why: the
    dependency manager's note, else "EDS resource X: all endpoints unhealthy"
@@ -98,6 +98,8 @@ LOCALITY_ATTRIBUTE = "locality"
 LOCALITY_WEIGHT_ATTRIBUTE = "locality_weight"
 #: the EDS health status name (UNKNOWN, HEALTHY, DRAINING), read by xds_override_host
 HEALTH_STATUS_ATTRIBUTE = "health_status"
+#: the leaf cluster's name (messages of the policies below, e.g. WRR's warning)
+CLUSTER_NAME_ATTRIBUTE = "xds_cluster"
 HASH_KEY_ATTRIBUTE = "hash_key"
 HASH_KEY_BACKWARD_COMPAT_ENV = "GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT"
 
@@ -256,7 +258,7 @@ class CdsPolicy(LoadBalancer):
                 key = (child, locality)
                 built = old_cache.get(key)
                 if built is None:
-                    built = _locality_endpoints(child, locality)
+                    built = _locality_endpoints(name, child, locality)
                 cache[key] = built
                 endpoints.extend(built)
         note = endpoint_config.resolution_note
@@ -382,7 +384,7 @@ class CdsPolicy(LoadBalancer):
         return status
 
 
-def _locality_endpoints(child: str, locality: Locality) -> tuple[Endpoint, ...]:
+def _locality_endpoints(cluster: str, child: str, locality: Locality) -> tuple[Endpoint, ...]:
     path = (child, str(locality.name))
     weight = locality.weight
     out = []
@@ -393,6 +395,7 @@ def _locality_endpoints(child: str, locality: Locality) -> tuple[Endpoint, ...]:
             LOCALITY_ATTRIBUTE: locality.name,
             LOCALITY_WEIGHT_ATTRIBUTE: weight,
             HEALTH_STATUS_ATTRIBUTE: address.health_status,
+            CLUSTER_NAME_ATTRIBUTE: cluster,
         }
         if address.hash_key and endpoint_hash_keys_enabled():
             attributes[HASH_KEY_ATTRIBUTE] = address.hash_key  # A76: the ring_hash key
