@@ -3,9 +3,10 @@
 :func:`build` turns a dump (the channel's state, its XdsClient's CSDS dump
 with the raw resources, the subchannels' states) into plain data: the
 listener, the route table of its virtual hosts, and every cluster with its
-type, LB policy, priorities, localities (weights) and endpoints (EDS health
-and the subchannel's connectivity state); plus NACK reasons and fields gRPC
-does not read. No I/O: the view renders it, tests read it.
+type, LB policy, priorities, localities (weights) and endpoints (EDS health,
+the subchannel's connectivity state, and for weighted_round_robin the
+endpoint's weight and its source, or why it has none); plus NACK reasons
+and fields gRPC does not read. No I/O: the view renders it, tests read it.
 """
 
 from __future__ import annotations
@@ -108,18 +109,52 @@ def _cluster_type(cluster: dict[str, Any]) -> str:
     return str(cluster.get("type", "STATIC"))
 
 
-def _priorities(cla: dict[str, Any], states: dict[str, str]) -> list[dict[str, Any]]:
+def wrr_weights(lb_policy: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    """``(cluster, address) -> {"weight", "source", "no_weight"?}`` from the
+    weighted_round_robin policies of a channel's LB tree dump (A58: each
+    endpoint's weight and where it comes from, or why it has none)."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            rows = value.get("endpoint_weights")
+            if isinstance(rows, list):
+                cluster = str(value.get("cluster", ""))
+                for row in rows:
+                    for address in row.get("addresses") or []:
+                        found[(cluster, address)] = {
+                            k: row[k] for k in ("weight", "source", "no_weight") if k in row
+                        }
+            for inner in value.values():
+                walk(inner)
+        elif isinstance(value, list):
+            for inner in value:
+                walk(inner)
+
+    walk(lb_policy)
+    return found
+
+
+def _priorities(
+    cla: dict[str, Any],
+    states: dict[str, str],
+    weights: dict[tuple[str, str], dict[str, Any]] | None = None,
+    cluster: str = "",
+) -> list[dict[str, Any]]:
     groups: dict[int, list[dict[str, Any]]] = {}
     for group in cla.get("endpoints") or []:
-        endpoints = [
-            {
+        endpoints = []
+        for e in group.get("lb_endpoints") or []:
+            endpoint = {
                 "address": _address(e),
                 "health": e.get("health_status", "UNKNOWN"),
                 "weight": e.get("load_balancing_weight"),
                 "state": states.get(_address(e), "IDLE"),
             }
-            for e in group.get("lb_endpoints") or []
-        ]
+            wrr = (weights or {}).get((cluster, endpoint["address"]))
+            if wrr is not None:
+                endpoint["wrr"] = wrr
+            endpoints.append(endpoint)
         groups.setdefault(int(group.get("priority", 0)), []).append(
             {
                 "locality": _locality(group.get("locality") or {}),
@@ -151,7 +186,7 @@ def _cluster(
         cla_entry = found.get(("ClusterLoadAssignment", eds_name))
         out["eds"] = {"name": eds_name, **_status(cla_entry)}
         cla = (cla_entry or {}).get("xds_config") or {}
-        out["priorities"] = _priorities(cla, states)
+        out["priorities"] = _priorities(cla, states, wrr_weights(dump.get("lb_policy")), name)
         drops = (cla.get("policy") or {}).get("drop_overloads") or []
         if drops:
             out["drops"] = [d.get("category", "") for d in drops]

@@ -44,6 +44,12 @@ def _cluster(tree: Tree, cluster: dict[str, Any]) -> None:
                 state = endpoint["state"]
                 style = _STATE_STYLE.get(state, "white")
                 extra = f" weight {endpoint['weight']}" if endpoint.get("weight") else ""
+                wrr = endpoint.get("wrr")
+                if wrr is not None:
+                    if wrr.get("no_weight"):
+                        extra += f"  [yellow]wrr: no weight ({escape(wrr['no_weight'])})[/]"
+                    else:
+                        extra += f"  wrr weight {wrr.get('weight', 0):g} ({escape(wrr['source'])})"
                 loc.add(
                     f"{escape(endpoint['address'])}  health {endpoint['health']}{extra}"
                     f"  [{style}]{state}[/]"
