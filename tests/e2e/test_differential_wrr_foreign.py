@@ -27,46 +27,17 @@ import collections
 import logging
 
 import pytest
-from channel_fixtures import TARGET, CoreXdsClient, pyxds_calls, route, snapshot
-from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (
-    client_side_weighted_round_robin_pb2 as cswrr_pb2,
-)
-from envoy.extensions.load_balancing_policies.wrr_locality.v3 import wrr_locality_pb2
+from channel_fixtures import TARGET, CoreXdsClient, pyxds_calls
 from foreign_orca_backends import ForeignOrcaBackend
-from google.protobuf import duration_pb2, wrappers_pb2
+from orca_backends import wrr_snapshot
 
 import pyxds._api as pyxds
+from pyxds.cli.inspect_model import wrr_weights
 from pyxds.server import ManagementServer
-from pyxds.server import builders as b
-from pyxds.server.snapshot import Snapshot
 
 N = 1500
 TOLERANCE = 0.05  # the issue's "within 5 points"
 HEAVY, LIGHT = 0.1, 0.9  # qps 100 at cpu 0.1 vs 0.9: 90 % / 10 %
-
-
-def wrr_policy(oob: bool) -> wrr_locality_pb2.WrrLocality:
-    cswrr = cswrr_pb2.ClientSideWeightedRoundRobin(
-        blackout_period=duration_pb2.Duration(seconds=0),
-        weight_update_period=duration_pb2.Duration(nanos=100_000_000),
-        oob_reporting_period=duration_pb2.Duration(nanos=100_000_000),
-    )
-    if oob:
-        cswrr.enable_oob_load_report.CopyFrom(wrappers_pb2.BoolValue(value=True))
-    inner = b._load_balancing_policy([("wrr", cswrr)])
-    return wrr_locality_pb2.WrrLocality(endpoint_picking_policy=inner)
-
-
-def wrr_snapshot(addresses: list[str], oob: bool, version: str) -> Snapshot:
-    base = snapshot([route(prefix="", cluster="foreign")], {"foreign": []})
-    listener_t, route_t, _cluster_t, _eds_t = list(base._by_type)
-    return Snapshot(
-        listeners=list(base.resources(listener_t).values()),
-        routes=list(base.resources(route_t).values()),
-        clusters=[b.cluster("foreign", load_balancing_policy=[("wrr_locality", wrr_policy(oob))])],
-        endpoints=[b.endpoints("foreign", [b.locality(zone="z", endpoints=addresses)])],
-        version=version,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +60,9 @@ def run(server, per_call: bool, oob_service: bool, oob_config: bool, node: str):
         ForeignOrcaBackend("light", LIGHT, per_call=per_call, oob=oob_service),
     ]
     try:
-        server.set_snapshot(wrr_snapshot([x.address for x in backends], oob_config, node))
+        server.set_snapshot(
+            wrr_snapshot("foreign", [x.address for x in backends], oob_config, node, 0.1)
+        )
         bootstrap = server.bootstrap(node_id=node)
         core = CoreXdsClient(bootstrap)
         channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
@@ -108,22 +81,9 @@ def run(server, per_call: bool, oob_service: bool, oob_config: bool, node: str):
     return ours, theirs, dump
 
 
-def wrr_dumps(node) -> list[dict]:
-    """Every weighted_round_robin policy's dump in a channel's LB tree."""
-    found = []
-
-    def walk(value):
-        if isinstance(value, dict):
-            if "endpoint_weights" in value:
-                found.append(value)
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
-
-    walk(node)
-    return found
+def wrr_rows(dump: dict) -> list[dict]:
+    """The WRR endpoint rows of a channel dump, as ``pyxds inspect`` reads them."""
+    return list(wrr_weights(dump["lb_policy"]).values())
 
 
 def test_out_of_band_only_backend_with_oob_config_splits_like_c_core(server):
@@ -140,7 +100,7 @@ def test_both_ways_backend_with_per_call_config_splits_like_c_core(server):
     )
     assert theirs == pytest.approx(0.9, abs=TOLERANCE), "C-core does not obey the trailer"
     assert abs(ours - theirs) <= TOLERANCE
-    sources = {row["source"] for d in wrr_dumps(dump["lb_policy"]) for row in d["endpoint_weights"]}
+    sources = {row["source"] for row in wrr_rows(dump)}
     assert sources == {"out-of-band (stand-in)"}
 
 
@@ -179,6 +139,6 @@ def test_per_call_only_backend_gives_pyxds_no_weights_and_says_so(server, caplog
     warnings = [r.getMessage() for r in caplog.records if r.name.endswith("weighted_round_robin")]
     assert len(warnings) == 1, warnings
     assert "cluster foreign" in warnings[0] and "OpenRcaService" in warnings[0]
-    rows = [row for d in wrr_dumps(dump["lb_policy"]) for row in d["endpoint_weights"]]
+    rows = wrr_rows(dump)
     assert len(rows) == 2
     assert all(row["weight"] == 0.0 and "OpenRcaService" in row["no_weight"] for row in rows)

@@ -415,3 +415,48 @@ def test_aio_calls_see_the_cookie_and_are_pinned(server, backends):
             await channel.close()
 
     asyncio.run(run())
+
+
+# -- as a user writes it (docs/stateful-session.md's recipe, in a subprocess) ----------------
+
+USER_SCRIPT = """
+import pyxds
+
+channel = pyxds.insecure_channel("xds:///echo-service")
+call = channel.unary_unary("/pyxds.test.Echo/Who")
+jar = {}
+
+def rpc(request):
+    metadata = [("cookie", "; ".join(f"{k}={v}" for k, v in jar.items()))] if jar else None
+    reply, info = call.with_call(request, metadata=metadata, timeout=5, wait_for_ready=True)
+    for key, value in info.initial_metadata():
+        if key == "set-cookie":
+            name, _, rest = value.partition("=")
+            jar[name] = rest.split(";", 1)[0]
+    return reply.decode()
+
+print(" ".join(rpc(b"") for _ in range(6)), sorted(jar))
+"""
+
+
+def test_a_user_script_keeps_its_session_with_a_cookie_jar(server, backends):
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    server.set_snapshot(snapshot(backends, "v1"))
+    env = dict(os.environ)
+    env.pop("GRPC_XDS_BOOTSTRAP", None)
+    env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(server.bootstrap(node_id="ssa-user"))
+    src = str(pathlib.Path(__file__).resolve().parents[2] / "src")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", USER_SCRIPT], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    *served, jar = done.stdout.split()
+    assert len(set(served)) == 1 and served[0] in ("b0", "b1", "b2"), done.stdout
+    assert jar == f"['{COOKIE}']"
+    assert "Traceback" not in done.stderr

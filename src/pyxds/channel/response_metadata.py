@@ -24,6 +24,7 @@ metadata readers and raised errors through it:
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -38,7 +39,7 @@ _OK = grpc.StatusCode.OK
 Pairs = tuple[tuple[str, str], ...]
 
 try:  # grpcio's metadata item type (a namedtuple with .key / .value)
-    from grpc._cython.cygrpc import _Metadatum as _Item  # type: ignore[attr-defined]
+    _Item: Any = getattr(importlib.import_module("grpc._cython.cygrpc"), "_Metadatum", None)
 except Exception:  # pragma: no cover - another grpcio layout: plain pairs
     _Item = None
 
@@ -141,9 +142,10 @@ class CallWithMetadata(grpc.RpcError, grpc.Call, grpc.Future):
 
     def _code(self) -> grpc.StatusCode | None:
         try:
-            return self._inner.code()  # type: ignore[no-any-return]
+            code: grpc.StatusCode | None = self._inner.code()
         except Exception:
             return None
+        return code
 
     def initial_metadata(self) -> Any:
         return self._additions.initial(self._inner.initial_metadata(), self._code())
