@@ -460,3 +460,37 @@ def test_a_user_script_keeps_its_session_with_a_cookie_jar(server, backends):
     assert len(set(served)) == 1 and served[0] in ("b0", "b1", "b2"), done.stdout
     assert jar == f"['{COOKIE}']"
     assert "Traceback" not in done.stderr
+
+
+def test_a_session_follows_its_endpoint_into_a_lower_priority(server, backends, clients):
+    """A75: the pinned endpoint moves from priority 0 to priority 1 while
+    priority 0 still serves; its session stays (the override-host policy
+    sits above the priorities), new sessions go to priority 0."""
+
+    def split(version: str, p0: tuple[str, ...], p1: tuple[str, ...]) -> Snapshot:
+        base = snapshot(backends, version)
+        localities = [
+            b.locality(zone="z1", priority=0, endpoints=[backends[n].address for n in p0])
+        ]
+        if p1:
+            localities.append(
+                b.locality(zone="z2", priority=1, endpoints=[backends[n].address for n in p1])
+            )
+        return Snapshot(
+            listeners=base.listeners,
+            routes=base.routes,
+            clusters=base.clusters,
+            endpoints=[b.endpoints("c1", localities), base.endpoints[1]],
+            version=version,
+        )
+
+    server.set_snapshot(split("v1", ("b0", "b1"), ()))
+    channel, core = clients("ssa-priority")
+    pinned = cookie_for(backends["b1"].address)
+    assert both(channel, core, pinned)[0][0] == "b1"
+    server.set_snapshot(split("v2", ("b0",), ("b1",)))
+    assert wait_until(lambda: _switched(channel, core, backends, "b1"), timeout=10)
+    for _ in range(5):
+        (ours, our_initial, _), (theirs, their_initial, _) = both(channel, core, pinned)
+        assert ours == theirs == "b1"
+        assert set_cookie(our_initial) is None and set_cookie(their_initial) is None
