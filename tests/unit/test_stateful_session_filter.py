@@ -212,3 +212,18 @@ def test_a_virtual_host_override_renames_the_cookie():
     config = sel.select("/s/m", [("cookie", f"other={enc('10.0.0.7:80;c1')}")])
     assert config.call_state.cookie_address_list == "10.0.0.7:80"
     assert config.call_state.config.name == "other"
+
+
+def test_the_per_rpc_call_config_sets_every_field():
+    """The session's CallConfig is built through the slot descriptors (no
+    frozen __init__ per RPC): every field of CallConfig must be set."""
+    import dataclasses
+
+    from pyxds.resolver.api import CallConfig
+
+    sel, _ = selector([b.route(prefix="", cluster="c1")])
+    config = sel.select("/s/m", md("10.0.0.1:80", "c1"))
+    for f in dataclasses.fields(CallConfig):
+        getattr(config, f.name)  # AttributeError if a field was left unset
+    assert config == dataclasses.replace(config)
+    config.on_committed()

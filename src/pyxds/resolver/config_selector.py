@@ -214,6 +214,42 @@ def _retry_policy(action: RouteAction) -> RetryPolicy | None:
     return RetryPolicy.from_xds(rp.retry_on, rp.num_retries, rp.base_interval, rp.max_interval)
 
 
+# CallConfig is a frozen slotted dataclass: its __init__ (a frozen
+# __setattr__ per field) costs microseconds; a per-RPC config is built
+# through the slot descriptors instead, as the EDS parser builds its
+# hot-loop values (a test checks every field is set).
+_new = object.__new__
+_set_attributes = CallConfig.call_attributes.__set__  # type: ignore[attr-defined]
+_set_timeout = CallConfig.timeout.__set__  # type: ignore[attr-defined]
+_set_committed = CallConfig.on_committed.__set__  # type: ignore[attr-defined]
+_set_status = CallConfig.status.__set__  # type: ignore[attr-defined]
+_set_no_config = CallConfig.no_config.__set__  # type: ignore[attr-defined]
+_set_retry = CallConfig.retry_policy.__set__  # type: ignore[attr-defined]
+_set_filters = CallConfig.filters.__set__  # type: ignore[attr-defined]
+_set_wait_for_ready = CallConfig.wait_for_ready.__set__  # type: ignore[attr-defined]
+_set_call_state = CallConfig.call_state.__set__  # type: ignore[attr-defined]
+
+
+def _per_rpc_config(
+    base: CallConfig,
+    call_attributes: Mapping[str, Any],
+    on_committed: Callable[[], None],
+    call_state: Any,
+) -> CallConfig:
+    """``base`` with this RPC's call attributes, reference release and call state."""
+    config: CallConfig = _new(CallConfig)
+    _set_attributes(config, call_attributes)
+    _set_timeout(config, base.timeout)
+    _set_committed(config, on_committed)
+    _set_status(config, base.status)
+    _set_no_config(config, base.no_config)
+    _set_retry(config, base.retry_policy)
+    _set_filters(config, base.filters)
+    _set_wait_for_ready(config, base.wait_for_ready)
+    _set_call_state(config, call_state)
+    return config
+
+
 class XdsConfigSelector(ConfigSelector):
     """Routes RPCs over one virtual host (module docstring)."""
 
@@ -383,13 +419,15 @@ class XdsConfigSelector(ConfigSelector):
         session = None
         cookie = choice.session
         if cookie is not None and cookie.applies_to(path):
-            address_list, cookie_cluster = cookie.read(metadata)
+            address_list, cookie_cluster, addresses = cookie.read_split(metadata)
             cluster = choice.ref.name
             if cookie_cluster and cookie_cluster != cluster:
                 pinned = action.by_cluster.get(cookie_cluster)
                 if pinned is not None:
                     choice, cluster = pinned, cookie_cluster
-            session = SessionCall(cookie.config, address_list, cluster, cluster != cookie_cluster)
+            session = SessionCall(
+                cookie.config, address_list, cluster, cluster != cookie_cluster, addresses
+            )
         hasher = action.hasher
         request_hash = hasher(metadata) if hasher is not None else None
         ref = choice.ref
@@ -403,14 +441,7 @@ class XdsConfigSelector(ConfigSelector):
             attributes[REQUEST_HASH_KEY] = request_hash
         if session is not None:
             attributes[OVERRIDE_HOST_ATTRIBUTE] = session
-        return CallConfig(
-            call_attributes=attributes,
-            timeout=config.timeout,
-            on_committed=ref.release,
-            retry_policy=config.retry_policy,
-            filters=config.filters,
-            call_state=session,
-        )
+        return _per_rpc_config(config, attributes, ref.release, session)
 
     def _reroute(self, path: str, metadata: Sequence[tuple[str, str | bytes]]) -> CallConfig:
         # The cluster was retired after a newer selector replaced this one.

@@ -288,6 +288,7 @@ class LocalityStats:
         "_metrics_lock",
         "_named",
         "_unnamed",
+        "wants_backend_metrics",
         "refs",
     )
 
@@ -306,12 +307,10 @@ class LocalityStats:
         self._metrics_lock = threading.Lock()
         self._named: dict[str, list[float]] = {}
         self._unnamed: dict[str, list[float]] = {}
+        #: the propagation asks for ORCA metrics (xds_cluster_impl then reads
+        #: each attempt's trailers)
+        self.wants_backend_metrics = propagation is not None and not propagation.empty
         self.refs = 0
-
-    @property
-    def wants_backend_metrics(self) -> bool:
-        p = self.propagation
-        return p is not None and not p.empty
 
     def add_backend_metrics(self, report: Any) -> None:
         """Count one finished call's ORCA report (A64/A85 propagation)."""
