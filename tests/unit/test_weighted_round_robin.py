@@ -605,3 +605,18 @@ def test_no_oob_service_either_is_one_warning_naming_the_cluster_and_a_dump_entr
     _call_without_report(h, ADDRS[0])
     h.advance(0)
     assert streams[ADDRS[0]]["watches"] == 1
+
+
+def test_a_malformed_visible_report_asks_for_no_stand_in():
+    """The key pyxds can see is there, its value is garbage: per-call reports
+    are visible, so no OOB stand-in (C-core: no weight either)."""
+    from pyxds.lb.api import OK_STATUS
+    from pyxds.lb.orca import ORCA_TRAILER_MIRROR
+
+    h = Harness({"blackoutPeriod": "0s"})
+    streams = _oob_fakes(h)
+    result = h.result_for(ADDRS[0])
+    result.on_call_trailers(((ORCA_TRAILER_MIRROR, b"\xff\xff\xff\xff"),))
+    result.on_call_done(OK_STATUS)
+    h.advance(0)
+    assert streams == {}

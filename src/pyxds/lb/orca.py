@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = [
+    "trailer_report",
     "ORCA_TRAILER",
     "ORCA_TRAILER_MIRROR",
     "OrcaLoadReport",
@@ -80,13 +81,24 @@ def parse_report(raw: Any) -> OrcaLoadReport | None:
 def report_from_trailers(trailers: Sequence[tuple[str, Any]]) -> OrcaLoadReport | None:
     """The ORCA report of a call's trailing metadata, or None (absent or
     malformed)."""
+    return trailer_report(trailers)[1]
+
+
+def trailer_report(
+    trailers: Sequence[tuple[str, Any]],
+) -> tuple[bool, OrcaLoadReport | None]:
+    """(whether the trailers carry a report key pyxds can see, the report or
+    None when absent or malformed).  A malformed report still says the
+    backend's per-call reports are visible."""
     mirror = None
     for key, value in trailers:
         if key == ORCA_TRAILER:
-            return parse_report(value)
+            return True, parse_report(value)
         if key == ORCA_TRAILER_MIRROR:
             mirror = value
-    return None if mirror is None else parse_report(mirror)
+    if mirror is None:
+        return False, None
+    return True, parse_report(mirror)
 
 
 def _usable(value: float) -> bool:

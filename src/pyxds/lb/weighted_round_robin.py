@@ -48,8 +48,9 @@ docs/differences-from-c-core.md): grpcio's C-core consumes the standard
 ``endpoint-load-metrics-bin`` trailer and never shows it to Python, so only
 :mod:`pyxds.orca` backends (which also send it as
 ``x-endpoint-load-metrics-bin``) give per-call reports here.  When a call
-to an endpoint ends without a report pyxds can read and the endpoint never
-gave one, the endpoint gets an OOB watch at ``oobReportingPeriod`` as a
+to an endpoint ends without a report key pyxds can see (a malformed one
+counts as seen: no weight, as in C-core) and the endpoint never gave one,
+the endpoint gets an OOB watch at ``oobReportingPeriod`` as a
 stand-in (Go and Java backends usually serve ``OpenRcaService`` next to
 their per-call reports); a visible per-call report ends the stand-in.  An
 endpoint whose backend does not serve OpenRcaService either has no weight
@@ -289,13 +290,15 @@ class EndpointWeight:
         self.on_report(report, "out-of-band (stand-in)")
 
     def on_call_trailers(self, trailers: Sequence[tuple[str, Any]]) -> None:
-        """``PickComplete.on_call_trailers``: the call's ORCA trailer, if any."""
-        report = orca.report_from_trailers(trailers)
+        """``PickComplete.on_call_trailers``: the call's ORCA trailer, if any
+        (a malformed one is no report, but says per-call reports are visible:
+        no stand-in, as C-core would have none either)."""
+        present, report = orca.trailer_report(trailers)
+        if present and not self.per_call_seen:
+            self.per_call_seen = True
+            if self.needs_stand_in and self.on_need_stand_in is not None:
+                self.on_need_stand_in()  # the stand-in is not needed any more
         if report is not None:
-            if not self.per_call_seen:
-                self.per_call_seen = True
-                if self.needs_stand_in and self.on_need_stand_in is not None:
-                    self.on_need_stand_in()  # the stand-in is not needed any more
             self.on_report(report)
 
     def on_call_done(self, status: Status) -> None:
