@@ -515,6 +515,14 @@ def pyxds_calls(
     return counts
 
 
+def core_note(text: str) -> str:
+    """C-core's resolution note inside its "no children in weighted_target policy
+    (NOTE)" RPC error (``error:UNAVAILABLE: ...`` as the clients here count it)."""
+    head = "error:UNAVAILABLE: no children in weighted_target policy ("
+    assert text.startswith(head) and text.endswith(")"), text
+    return text[len(head) : -1]
+
+
 def call_until(channel: Any, want: str, timeout: float, method: str = f"/{SERVICE}/Who") -> float:
     """Call (fast-failing) until ``want`` answers; seconds it took (inf if never)."""
     mc = channel.unary_unary(method)

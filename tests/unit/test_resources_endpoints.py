@@ -91,11 +91,40 @@ def test_empty_assignment_is_valid_with_no_priorities():
 def test_locality_without_weight_is_dropped():
     got = decode_ok(cla_with(locality("a", weight=None), locality("b", weight=2)))
     assert [loc.name.zone for loc in got.priorities[0]] == ["b"]
+    assert got.ignored_localities == (LocalityName("r", "a", ""),)
 
 
 def test_locality_with_weight_zero_is_dropped():
     got = decode_ok(cla_with(locality("a", weight=0), locality("b", weight=2)))
     assert [loc.name.zone for loc in got.priorities[0]] == ["b"]
+    assert got.ignored_localities == (LocalityName("r", "a", ""),)
+
+
+def test_only_localities_without_weight_leave_no_endpoints_and_say_why():
+    # The docs example that failed a quarter of its RPCs (issue 22): valid, ACKed, empty.
+    got = decode_ok(cla_with(locality("a", weight=None)))
+    assert got.priorities == () and got.endpoint_count == 0
+    assert got.no_endpoints_reason == "locality without weight ignored"
+    got = decode_ok(cla_with(locality("a", weight=None), locality("b", weight=0, addrs=())))
+    assert got.no_endpoints_reason == "2 localities without weight ignored"
+
+
+@pytest.mark.parametrize(
+    ("localities", "reason"),
+    [
+        ((), "no localities"),
+        ((dict(addrs=()),), "locality without endpoints"),
+        ((dict(addrs=()), dict(zone="b", addrs=())), "2 localities without endpoints"),
+        ((dict(health=UNHEALTHY),), "all endpoints unhealthy"),
+        (
+            (dict(zone="x", weight=None), dict(health=DRAINING)),
+            "locality without weight ignored; all endpoints unhealthy",
+        ),
+    ],
+)
+def test_no_endpoints_reason_names_every_cause(localities, reason):
+    got = decode_ok(cla_with(*(locality(**kw) for kw in localities)))
+    assert got.endpoint_count == 0 and got.no_endpoints_reason == reason
 
 
 def test_priorities_grouped_and_ordered():

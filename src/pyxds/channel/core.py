@@ -95,6 +95,7 @@ from pyxds.resolver.retry_policy import RetryThrottle
 from pyxds.resolver.service_config import MethodConfigSelector, ServiceConfig
 from pyxds.resolver.static_resolver import lb_selection_from_options
 from pyxds.serializer import WorkSerializer
+from pyxds.xds.bootstrap import BootstrapSource
 
 _log = logging.getLogger(__name__)
 
@@ -457,7 +458,7 @@ class ChannelCore:
         target: str,
         make_transport: TransportFactory,
         credentials: grpc.ChannelCredentials | None = None,
-        bootstrap: Any = None,
+        bootstrap: BootstrapSource = None,
         options: Sequence[tuple[str, Any]] | None = None,
         rng: random.Random | None = None,
         clock: Clock | None = None,
@@ -532,7 +533,14 @@ class ChannelCore:
         with self._lock:
             self._active_calls -= 1
 
-    def new_rpc(self, path, metadata, timeout, wait_for_ready, blocking: bool = True) -> Rpc:
+    def new_rpc(
+        self,
+        path: str,
+        metadata: Sequence[tuple[str, Any]] | None,
+        timeout: float | None,
+        wait_for_ready: bool | None,
+        blocking: bool = True,
+    ) -> Rpc:
         """A new RPC's bookkeeping.  On a closed channel raises ValueError
         with grpcio's words (its sync channels raise it at invocation; its
         non-blocking calls, future() and streams, say it differently)."""
@@ -549,7 +557,8 @@ class ChannelCore:
         past the deadline) before trying again."""
         if self.closed:
             return CHANNEL_CLOSED
-        if rpc.retry is not None and rpc.deadline is not None and rpc.remaining() <= 0:
+        remaining = rpc.remaining() if rpc.retry is not None else None
+        if remaining is not None and remaining <= 0:
             # a retry whose backoff ran into the deadline: no pick for it
             return DEADLINE_EXCEEDED
         config = rpc.call_config
@@ -610,9 +619,9 @@ class ChannelCore:
             if rpc.wait_for_ready:
                 return None
             outcome = self._reroute(rpc, result.status)
-            if outcome.__class__ is Status and config.retry_policy is not None:
+            if isinstance(outcome, Status) and config.retry_policy is not None:
                 # A6: a pick that fails (not a drop) is handled by the policy
-                delay = rpc.retry_after(outcome, pick_failed=True)  # type: ignore[arg-type]
+                delay = rpc.retry_after(outcome, pick_failed=True)
                 if delay is not None:
                     return delay
             return outcome
@@ -644,7 +653,7 @@ class ChannelCore:
             fault.done()
         return outcome
 
-    def _reroute(self, rpc: Rpc, status: Status) -> SubchannelCore | Status | None:
+    def _reroute(self, rpc: Rpc, status: Status) -> SubchannelCore | Status | float | None:
         """A failed pick of an RPC routed by a config that is being replaced
         (the LB tree already dropped the old route's cluster, the new config
         selector is not published yet) is routed again by the new config
@@ -684,9 +693,9 @@ class ChannelCore:
             generation = self.generation
             outcome = self.try_pick(rpc)
             if outcome is not None:
-                if outcome.__class__ is not float:
-                    return outcome  # type: ignore[return-value]
-                time.sleep(outcome)  # type: ignore[arg-type]
+                if not isinstance(outcome, float):
+                    return outcome
+                time.sleep(outcome)
                 continue
             remaining = rpc.remaining()
             if remaining is not None and remaining <= 0:
@@ -728,10 +737,10 @@ class ChannelCore:
                 generation = self.generation
                 outcome = self.try_pick(rpc)
                 if outcome is not None:
-                    if outcome.__class__ is float:  # a fault delay: try again after it
+                    if isinstance(outcome, float):  # a fault delay: try again after it
                         state["hold"] = self.deadline_clock.call_later(outcome, attempt)
                         return
-                    complete(outcome)  # type: ignore[arg-type]
+                    complete(outcome)
                     return
                 if self.add_waiter(generation, attempt):
                     return

@@ -34,7 +34,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 from google.protobuf import duration_pb2
@@ -62,7 +62,7 @@ def oob_stream_of(core: SubchannelCore) -> OobStream:
     stream = getattr(core, "orca_oob", None)
     if stream is None:
         stream = OobStream(core)
-        core.orca_oob = stream  # type: ignore[attr-defined]
+        core.orca_oob = stream
     return stream
 
 
@@ -88,7 +88,7 @@ class OobStream:
         self._unimplemented_details = ""
         self._unwatch_core: Callable[[], None] | None = None
         self._generation = 0
-        self._cancel_call: Callable[[], None] | None = None
+        self._cancel_call: Callable[[], object] | None = None
         self._period: float | None = None
         self._retry_timer: Any = None
         self._unimplemented = False
@@ -194,8 +194,9 @@ class OobStream:
         def on_end(code: grpc.StatusCode | None, details: str) -> None:  # any thread
             self._serializer.run(lambda: self._ended(generation, code, details))
 
-        if getattr(transport, "runs_on_event_loop", False):
-            self._cancel_call = _run_aio(transport, request, on_report, on_end)
+        if getattr(transport, "runs_on_event_loop", False):  # an AioTransport
+            aio_transport = cast("AioTransport", transport)
+            self._cancel_call = _run_aio(aio_transport, request, on_report, on_end)
         else:
             self._cancel_call = _run_sync(channel, request, on_report, on_end)
 
@@ -249,7 +250,7 @@ def _run_sync(
     request: OrcaLoadReportRequest,
     on_report: Watcher,
     on_end: Callable[[grpc.StatusCode | None, str], None],
-) -> Callable[[], None]:
+) -> Callable[[], object]:
     """Run the call on a daemon thread; returns its cancel."""
     stream = channel.unary_stream(
         METHOD,

@@ -31,6 +31,8 @@ from typing import Any
 
 import grpc
 
+from pyxds.channel import grpc_generic
+
 _log = logging.getLogger(__name__)
 
 __all__ = ["ResponseAdditions", "CallWithMetadata", "additions_of", "aio_error", "aio_metadata"]
@@ -130,7 +132,7 @@ def aio_error(err: grpc.aio.AioRpcError, additions: ResponseAdditions | None) ->
     )
 
 
-class CallWithMetadata(grpc.RpcError, grpc.Call, grpc.Future):
+class CallWithMetadata(grpc.RpcError, grpc_generic.CallFuture[Any]):
     """A finished sync grpcio call (as ``with_call`` returns it, or the
     ``grpc.RpcError`` a failed call raises) whose metadata readers include
     the RPC's additions; everything else is the call's."""

@@ -61,6 +61,7 @@ from pyxds.lb.api import OK_STATUS, ConnectivityState, Status, Subchannel
 from pyxds.xds.backoff import ExponentialBackoff
 
 if TYPE_CHECKING:
+    from pyxds.channel.orca_oob import OobStream
     from pyxds.serializer import WorkSerializer
 
 _log = logging.getLogger(__name__)
@@ -208,7 +209,8 @@ class SyncTransport(Transport):
         if self.closed:
             return
         try:  # immediate: ask C-core to leave IDLE now
-            self._channel._channel.check_connectivity_state(True)
+            # grpcio's cygrpc channel: private, so absent from the stubs
+            self._channel._channel.check_connectivity_state(True)  # type: ignore[attr-defined]  # private
         except Exception:  # private API moved: the public, polled, way
             self._channel.subscribe(lambda _state: None, try_to_connect=True)
 
@@ -246,7 +248,7 @@ class AioTransport(Transport):
         self._args = (address, credentials, options, compression)
         self._on_state = on_state
         self._channel: Any = None
-        self._watcher: asyncio.Task | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self._want_connect = False
         self._on_loop(self._create)
 
@@ -342,6 +344,9 @@ class SubchannelCore:
         self.refs = 0
         #: Why the last attempt failed, when the transport knows (the A29 TLS relay).
         self.failure_detail: Callable[[], str | None] | None = None
+        #: The ORCA out-of-band stream manager, made on first use by
+        #: :func:`pyxds.channel.orca_oob.oob_stream_of`.
+        self.orca_oob: OobStream | None = None
         #: The TLS relay's view for config_dump (A29), when there is one.
         self.security_info: Callable[[], dict[str, Any]] | None = None
 

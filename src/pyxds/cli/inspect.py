@@ -110,7 +110,8 @@ def _settled(dump: dict[str, Any]) -> bool:
 
 
 def _printable(dump: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(dump, default=str))
+    plain: dict[str, Any] = json.loads(json.dumps(dump, default=str))
+    return plain
 
 
 def run(args: argparse.Namespace) -> int:

@@ -90,9 +90,10 @@ class Endpoint:
     attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
 
     def __post_init__(self) -> None:
-        if isinstance(self.addresses, str):
-            object.__setattr__(self, "addresses", (self.addresses,))
-        elif not isinstance(self.addresses, tuple):
+        addresses: object = self.addresses  # untyped callers may pass a str or a list
+        if isinstance(addresses, str):
+            object.__setattr__(self, "addresses", (addresses,))
+        elif not isinstance(addresses, tuple):
             object.__setattr__(self, "addresses", tuple(self.addresses))
         object.__setattr__(self, "attributes", _freeze_mapping(self.attributes))
 
@@ -100,7 +101,9 @@ class Endpoint:
         return hash(self.addresses)
 
     @classmethod
-    def trusted(cls, addresses: tuple[str, ...], attributes: MappingProxyType) -> Endpoint:
+    def trusted(
+        cls, addresses: tuple[str, ...], attributes: MappingProxyType[str, Any]
+    ) -> Endpoint:
         """An Endpoint from values already in canonical form (a tuple of
         addresses, a read-only mapping), without the checks of ``__init__``:
         for code that rebuilds thousands of endpoints per update."""

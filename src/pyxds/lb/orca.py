@@ -130,10 +130,11 @@ def utilization(report: OrcaLoadReport, metric_names: Sequence[str] = ()) -> flo
             best = value
     if best > 0:
         return best
-    app = report.application_utilization
+    app: float = report.application_utilization
     if _usable(app):
         return app
-    return report.cpu_utilization
+    cpu: float = report.cpu_utilization
+    return cpu
 
 
 _WRAPPER_ATTRIBUTES = ("real", "subchannel", "delegate", "wrapped", "inner", "_subchannel")
@@ -155,9 +156,12 @@ def watch_oob(
     for _ in range(8):
         watch = getattr(subchannel, "watch_orca_oob", None)
         if watch is not None:
+            unsubscribe: Callable[[], None]
             if on_unimplemented is None:
-                return watch(period, on_report)  # type: ignore[no-any-return]
-            return watch(period, on_report, on_unimplemented)  # type: ignore[no-any-return]
+                unsubscribe = watch(period, on_report)
+            else:
+                unsubscribe = watch(period, on_report, on_unimplemented)
+            return unsubscribe
         for name in _WRAPPER_ATTRIBUTES:
             inner = getattr(subchannel, name, None)
             if inner is not None and inner is not subchannel:

@@ -548,11 +548,12 @@ class RingHashPicker(Picker):
                 return self._pick_random(args)
             request_hash = xxhash.xxh64_intdigest(value.encode(), seed=0)
         else:
-            request_hash = args.call_attributes.get(REQUEST_HASH_KEY)
-            if request_hash is None:
+            hash_or_none: int | None = args.call_attributes.get(REQUEST_HASH_KEY)
+            if hash_or_none is None:
                 if CLUSTER_ATTRIBUTE not in args.call_attributes:
                     return _NO_HASH  # not an xDS call: nothing set the hash
-                request_hash = self._random_bits(64)
+                hash_or_none = self._random_bits(64)
+            request_hash = hash_or_none
         ring = self._ring
         position = ring.start(request_hash)
         if self._next_usable is not None:

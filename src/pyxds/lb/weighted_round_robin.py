@@ -81,7 +81,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pyxds import metrics as _metrics
 from pyxds.clock import Clock, Timer
@@ -100,7 +100,7 @@ from pyxds.lb.api import (
     Status,
 )
 from pyxds.lb.errors import LBConfigError, describe
-from pyxds.lb.pick_first import _ReadyPicker
+from pyxds.lb.pick_first import _ReadyPicker, all_ready_pickers
 from pyxds.lb.round_robin import RoundRobin, _Child
 from pyxds.lb.wrr_scheduler import materialize, max_weight_for, scale_weights
 
@@ -411,7 +411,7 @@ class WeightedRoundRobinPicker(Picker):
         self.weights = tuple(weights)
         self._clock = clock
         self._random = rng
-        self._scaled: tuple[int, ...] | bool | None = False  # False: never built
+        self._scaled: tuple[int, ...] | Literal[False] | None = False  # False: never built
         self._next: Callable[[], PickResult] = itertools.cycle(self.results).__next__
         self.rebuild()
 
@@ -421,7 +421,7 @@ class WeightedRoundRobinPicker(Picker):
     @property
     def scaled_weights(self) -> tuple[int, ...] | None:
         """The integer weights in use (None: round robin)."""
-        return self._scaled if self._scaled is not False else None  # type: ignore[return-value]
+        return self._scaled if self._scaled is not False else None
 
     def rebuild(self) -> None:
         """Read every endpoint's weight now and rebuild the scheduler (a no-op
@@ -491,9 +491,13 @@ class WeightedRoundRobin(RoundRobin):
         if weight is None:
             weight = EndpointWeight(self.helper.clock, self._config)
             clock = self.helper.clock
-            # from an RPC thread: hop onto the serializer
-            weight.on_need_stand_in = lambda: clock.call_later(0, self._sync_oob)
-            child.wrr_weight = weight  # type: ignore[attr-defined]
+
+            def need_stand_in() -> None:  # from an RPC thread: hop onto the serializer
+                clock.call_later(0, self._sync_oob)
+
+            weight.on_need_stand_in = need_stand_in
+            # round_robin's child carries this policy's state for it (no slot declared there)
+            child.wrr_weight = weight  # type: ignore[attr-defined]  # per-policy state on the child
         return weight
 
     # -- round_robin hooks -----------------------------------------------------
@@ -510,7 +514,7 @@ class WeightedRoundRobin(RoundRobin):
 
     def _report_ready(self, ready: list[_Child]) -> None:
         pickers = [child.picker for child in ready]
-        if not all(type(p) is _ReadyPicker for p in pickers):
+        if not all_ready_pickers(pickers):
             super()._report_ready(ready)  # not pick_first children: unweighted
             return
         config = self._config
@@ -520,7 +524,7 @@ class WeightedRoundRobin(RoundRobin):
         weights = [self.weight_of(child) for child in ready]
         results = []
         for picker, weight in zip(pickers, weights, strict=True):
-            result = picker.result  # type: ignore[attr-defined]
+            result = picker.result
             hook = None
             done = result.on_call_done
             if not config.enable_oob_load_report:
@@ -614,13 +618,12 @@ class WeightedRoundRobin(RoundRobin):
         if want is not None and have is None:
             weight = self.weight_of(child)
             on_report = weight.on_stand_in_report if want[2] else weight.on_oob_report
-            address = getattr(want[0], "address", "?")
-            cancel = orca.watch_oob(
-                want[0],
-                want[1],
-                on_report,
-                lambda details, w=weight, a=address: self._no_oob(w, a, details),
-            )
+            address = str(getattr(want[0], "address", "?"))
+
+            def unimplemented(details: str, w: EndpointWeight = weight, a: str = address) -> None:
+                self._no_oob(w, a, details)
+
+            cancel = orca.watch_oob(want[0], want[1], on_report, unimplemented)
             self._oob[child] = (want[0], want[1], cancel, want[2])
 
     def _no_oob(self, weight: EndpointWeight, address: str, details: str) -> None:

@@ -165,6 +165,7 @@ class XdsClusterImplPicker(Picker):
         self._drop_stats = drop_stats
 
     def pick(self, args: PickArgs) -> PickResult:
+        result: PickResult
         if self._drops:
             draw = self._random.random
             for category, threshold, result in self._drops:
@@ -471,7 +472,7 @@ class XdsClusterImplPolicy(LoadBalancer):
             return None
         client = update.attributes.get(XDS_CLIENT_ATTRIBUTE)
         store = getattr(client, "load_store", None)
-        if store is None:
+        if store is None or client is None:
             return None
         try:
             server = client.lrs_server_for(cluster_name)
@@ -544,7 +545,8 @@ class XdsClusterImplPolicy(LoadBalancer):
         if self._child_state is None:
             if not self._drop_all:
                 return
-            state, status, child_picker = ConnectivityState.READY, OK_STATUS, QueuePicker()
+            child_picker: Picker = QueuePicker()
+            state, status = ConnectivityState.READY, OK_STATUS
         else:
             state, status, child_picker = self._child_state
             if self._drop_all:

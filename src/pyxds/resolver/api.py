@@ -22,12 +22,15 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyxds.clock import Clock
 from pyxds.lb.api import EMPTY_ATTRIBUTES, Endpoint
 from pyxds.lb.registry import PolicySelection
 from pyxds.resolver.retry_policy import RetryPolicy
+
+if TYPE_CHECKING:
+    from pyxds.xds.bootstrap import BootstrapSource
 from pyxds.serializer import WorkSerializer
 from pyxds.status import Status
 
@@ -122,7 +125,7 @@ class ResolverArgs:
     clock: Clock
     random: random.Random
     on_result: Callable[[ResolverResult], None]  # call on the serializer
-    bootstrap: Any = None  # path, dict, JSON text, or None (env vars)
+    bootstrap: BootstrapSource = None  # path, dict, JSON text, or None (env vars)
     options: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -219,15 +219,22 @@ def _retry_policy(action: RouteAction) -> RetryPolicy | None:
 # through the slot descriptors instead, as the EDS parser builds its
 # hot-loop values (a test checks every field is set).
 _new = object.__new__
-_set_attributes = CallConfig.call_attributes.__set__  # type: ignore[attr-defined]
-_set_timeout = CallConfig.timeout.__set__  # type: ignore[attr-defined]
-_set_committed = CallConfig.on_committed.__set__  # type: ignore[attr-defined]
-_set_status = CallConfig.status.__set__  # type: ignore[attr-defined]
-_set_no_config = CallConfig.no_config.__set__  # type: ignore[attr-defined]
-_set_retry = CallConfig.retry_policy.__set__  # type: ignore[attr-defined]
-_set_filters = CallConfig.filters.__set__  # type: ignore[attr-defined]
-_set_wait_for_ready = CallConfig.wait_for_ready.__set__  # type: ignore[attr-defined]
-_set_call_state = CallConfig.call_state.__set__  # type: ignore[attr-defined]
+
+
+def _slot_setter(name: str) -> Callable[[CallConfig, Any], None]:
+    setter: Callable[[CallConfig, Any], None] = getattr(CallConfig, name).__set__
+    return setter
+
+
+_set_attributes = _slot_setter("call_attributes")
+_set_timeout = _slot_setter("timeout")
+_set_committed = _slot_setter("on_committed")
+_set_status = _slot_setter("status")
+_set_no_config = _slot_setter("no_config")
+_set_retry = _slot_setter("retry_policy")
+_set_filters = _slot_setter("filters")
+_set_wait_for_ready = _slot_setter("wait_for_ready")
+_set_call_state = _slot_setter("call_state")
 
 
 def _per_rpc_config(
@@ -259,7 +266,7 @@ class XdsConfigSelector(ConfigSelector):
         refs: Mapping[str, ClusterRef],
         listener_max_stream_duration: float | None = None,
         rng: _random_module.Random | None = None,
-        fallback: Callable[[], ConfigSelector] | None = None,
+        fallback: Callable[[], ConfigSelector | None] | None = None,
         channel_id: int | None = None,
         http_filters: Sequence[Any] = (),
     ) -> None:
@@ -385,7 +392,7 @@ class XdsConfigSelector(ConfigSelector):
         # Fast path: a memoised plan with nothing to check per RPC.
         plan = self._plans.get(path)
         if plan is not None and not plan.conditional and plan.terminal is not None:
-            action = plan.terminal.payload
+            action: _Action | None = plan.terminal.payload
         else:
             action = self._table.match(path, metadata, self._draw)
         if action is None:
@@ -447,7 +454,7 @@ class XdsConfigSelector(ConfigSelector):
         # The cluster was retired after a newer selector replaced this one.
         if self._fallback is not None:
             current = self._fallback()
-            if current is not self:
+            if current is not None and current is not self:
                 return current.select(path, metadata)
         return self._lost_cluster
 

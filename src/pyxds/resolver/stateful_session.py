@@ -203,7 +203,8 @@ class SessionCookie(CallFilter):
 
     def read(self, metadata: Sequence[tuple[str, Any]]) -> tuple[str, str]:
         """(address list, cluster) of the RPC's cookie, ("", "") without one."""
-        return self.read_split(metadata)[:2]  # type: ignore[return-value]
+        address_list, cluster, _addresses = self.read_split(metadata)
+        return address_list, cluster
 
     def read_split(self, metadata: Sequence[tuple[str, Any]]) -> tuple[str, str, tuple[str, ...]]:
         """:meth:`read` plus the address list split into addresses."""

@@ -62,6 +62,7 @@ from pyxds.resolver.xds_config import (
     XdsConfig,
 )
 from pyxds.status import Status
+from pyxds.xds.resources.types import HttpFilter, VirtualHost
 
 __all__ = ["XdsResolver", "cluster_manager_config", "parse_xds_target"]
 
@@ -144,7 +145,7 @@ class XdsResolver(Resolver):
         self._manager: DependencyManager | None = None
         self._refs: dict[str, ClusterRef] = {}
         self._selector: ConfigSelector | None = None
-        self._selector_key: tuple[Any, Any] | None = None
+        self._selector_key: tuple[VirtualHost, float | None, tuple[HttpFilter, ...]] | None = None
         self._xds_config: XdsConfig | None = None
         self._had_good_config = False
         self._last_error: Status | None = None
@@ -278,7 +279,7 @@ class XdsResolver(Resolver):
                 self._refs,
                 config.listener.max_stream_duration,
                 self._args.random,
-                fallback=lambda: self._selector,  # type: ignore[arg-type,return-value]
+                fallback=lambda: self._selector,
                 channel_id=self.channel_id,
                 http_filters=config.listener.http_filters,
             )

@@ -20,7 +20,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,7 +98,9 @@ def _read(field_name: str, path: str) -> tuple[bytes | None, str | None]:
 class FileWatcherProvider:
     """The ``file_watcher`` plugin (A29)."""
 
-    def __init__(self, config: dict, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, config: Mapping[str, Any], clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.certificate_file = config.get("certificate_file") or None
         self.private_key_file = config.get("private_key_file") or None
         self.ca_certificate_file = config.get("ca_certificate_file") or None

@@ -95,6 +95,8 @@ class _ContextCache:
         tls = self._tls
         ca = _snapshot(tls.ca) if tls.ca is not None else None
         ident = _snapshot(tls.identity) if tls.identity is not None else None
+        ca_name = tls.ca.instance_name if tls.ca is not None else ""
+        ident_name = tls.identity.instance_name if tls.identity is not None else ""
         key = (ca.version if ca else None, ident.version if ident else None)
         if key == self._key and self._ctx is not None:
             return self._ctx
@@ -107,22 +109,20 @@ class _ContextCache:
             ctx.load_default_certs()
         elif ca is not None:
             if ca.ca_pem is None:
-                raise CertificateError(
-                    f"certificate provider {tls.ca.instance_name!r}: {ca.ca_error}"
-                )
+                raise CertificateError(f"certificate provider {ca_name!r}: {ca.ca_error}")
             try:
                 ctx.load_verify_locations(cadata=ca.ca_pem.decode("ascii", "replace"))
             except (ssl.SSLError, ValueError) as err:
                 raise CertificateError(
-                    f"certificate provider {tls.ca.instance_name!r}: ca_certificate_file "
+                    f"certificate provider {ca_name!r}: ca_certificate_file "
                     f"holds no usable PEM certificate: {err}"
                 ) from None
         if ident is not None:
             if ident.cert_pem is None or ident.key_pem is None:
                 raise CertificateError(
-                    f"certificate provider {tls.identity.instance_name!r}: {ident.identity_error}"
+                    f"certificate provider {ident_name!r}: {ident.identity_error}"
                 )
-            _load_identity(ctx, ident.cert_pem, ident.key_pem, tls.identity.instance_name)
+            _load_identity(ctx, ident.cert_pem, ident.key_pem, ident_name)
         self._key, self._ctx = key, ctx
         return ctx
 

@@ -41,9 +41,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyxds.xds.resources._common import Errors, compile_regex
+
+if TYPE_CHECKING:
+    from re2 import _Regexp  # google-re2's compiled pattern (typings/re2.pyi)
 
 SECURITY_ATTRIBUTE = "xds_security"
 """Subchannel attribute carrying a cluster's :class:`UpstreamTlsConfig`
@@ -75,7 +78,7 @@ class SanMatcher:
     kind: str
     value: str
     ignore_case: bool = False
-    regex: Any = field(default=None, compare=False, hash=False, repr=False)
+    regex: _Regexp | None = field(default=None, compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)

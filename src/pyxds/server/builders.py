@@ -540,7 +540,7 @@ def _load_balancing_policy(value: Any) -> cluster_pb2.LoadBalancingPolicy:
     return cluster_pb2.LoadBalancingPolicy(policies=policies)
 
 
-def _typed_extension(name: str, msg: message.Message):
+def _typed_extension(name: str, msg: message.Message) -> Any:  # a TypedExtensionConfig
     return extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(msg))
 
 

@@ -2,10 +2,13 @@
 helper and fake subchannels (sans-IO; no sockets, no threads), and a fake
 XdsClient that a test feeds resources through."""
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyxds.testing.fake_clock import FakeClock, FakeTimer
 from pyxds.testing.fakes import FakeHelper, FakeSubchannel, StateReport
+
+if TYPE_CHECKING:
+    from pyxds.testing.fake_xds_client import FakeXdsClient
 
 __all__ = [
     "FakeClock",
@@ -17,7 +20,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     # Imported lazily: it pulls in the xDS resource types.
     if name == "FakeXdsClient":
         from pyxds.testing.fake_xds_client import FakeXdsClient

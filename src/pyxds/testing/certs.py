@@ -26,11 +26,12 @@ def _key() -> Any:
 def _key_pem(key: Any) -> bytes:
     from cryptography.hazmat.primitives import serialization
 
-    return key.private_bytes(
+    pem: bytes = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
+    return pem
 
 
 class CertAuthority:
@@ -124,7 +125,7 @@ class CertAuthority:
         return Pem(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
-def write_files(folder: str, ca_pem: bytes, leaf: Pem | None, prefix: str = "") -> dict:
+def write_files(folder: str, ca_pem: bytes, leaf: Pem | None, prefix: str = "") -> dict[str, Any]:
     """Write a file_watcher file set; returns its bootstrap ``config``."""
     os.makedirs(folder, exist_ok=True)
     config: dict[str, Any] = {}

@@ -44,7 +44,7 @@ import random
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import grpc
@@ -70,6 +70,7 @@ from pyxds.xds.resources import CLUSTER_TYPE_URL
 from pyxds.xds.transport import AdsTransport, channel_credentials
 
 _log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 __all__ = ["RESOURCE_TIMEOUT", "TRANSIENT_RESOURCE_TIMEOUT", "ResourceWatcher", "XdsClient"]
 
@@ -98,7 +99,7 @@ class _Notifier:
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -408,7 +409,7 @@ class XdsClient:
         self._sclock = _SerializedClock(self._clock, self._serializer)
         self._notifier = _Notifier("pyxds-xds-watchers")
         self._node = _node_proto(bootstrap)
-        self._servers: dict[tuple, _ServerChannel] = {}
+        self._servers: dict[Any, _ServerChannel] = {}  # by _server_key
         self._authorities: dict[str | None, _Authority] = {}
         self._watch_ids = 0
         self._transport_factory = transport_factory or self._grpc_transport
@@ -584,7 +585,7 @@ class XdsClient:
         (A71 scope; empty for a client made directly), for CSDS (A40) and metrics."""
         with cls._live_lock:
             clients = [c for c in list(cls._live) if not c._closed]
-        return [(c, (c.scope,) if getattr(c, "scope", None) else ()) for c in clients]
+        return [(c, (c.scope,) if c.scope else ()) for c in clients]
 
     @classmethod
     def get_or_create(
@@ -634,11 +635,11 @@ class XdsClient:
     def _post(self, executor: Executor, fn: Callable[[], None]) -> None:
         self._notifier.submit(lambda: executor(fn))
 
-    def _run_and_wait(self, fn: Callable[[], Any]) -> Any:
+    def _run_and_wait(self, fn: Callable[[], _T]) -> _T:
         if self._serializer.in_serializer:
             return fn()
         done = threading.Event()
-        box: list[Any] = []
+        box: list[tuple[bool, Any]] = []
 
         def run() -> None:
             try:
@@ -654,7 +655,8 @@ class XdsClient:
         ok, value = box[0]
         if not ok:
             raise value
-        return value
+        result: _T = value
+        return result
 
     def _servers_for(self, authority: str | None) -> tuple[Any, ...]:
         """An authority's servers in priority order (A47, A71); the

@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 
-def _value(counter: itertools.count) -> int:
+def _value(counter: itertools.count[int]) -> int:
     """The next value ``counter`` would return (= how many times it counted)."""
     return int(repr(counter)[6:-1])
 
@@ -234,7 +234,7 @@ class DropStats:
 
     def __init__(self, key: tuple[Hashable, str, str]) -> None:
         self.key = key
-        self._categories: dict[str, itertools.count] = {}
+        self._categories: dict[str, itertools.count[int]] = {}
         self._uncategorized = itertools.count()
         self._seen: dict[str, int] = {}
         self._seen_uncategorized = 0

@@ -123,7 +123,7 @@ class LrsStreamState:
         clusters = frozenset() if send_all else frozenset(response.clusters)
         d = response.load_reporting_interval
         interval = max(self._min_interval, d.seconds + d.nanos / 1e9)
-        restart = interval != self.interval
+        restart: bool = interval != self.interval
         self.send_all_clusters = send_all
         self.clusters = clusters
         self.interval = interval

@@ -56,7 +56,7 @@ class LrsTransport:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._stream_id = 0
-        self._requests: queue.SimpleQueue | None = None
+        self._requests: queue.SimpleQueue[object] | None = None
         self._calls: dict[int, Any] = {}
         self._closed = False
 
@@ -69,7 +69,7 @@ class LrsTransport:
             self._calls.clear()
         for call in lingering:
             call.cancel()
-        requests: queue.SimpleQueue = queue.SimpleQueue()
+        requests: queue.SimpleQueue[object] = queue.SimpleQueue()
         with self._lock:
             if self._closed:
                 return 0
@@ -156,7 +156,7 @@ class LrsTransport:
 _END = object()
 
 
-def _drain(requests: queue.SimpleQueue) -> Iterator[lrs_pb2.LoadStatsRequest]:
+def _drain(requests: queue.SimpleQueue[object]) -> Iterator[lrs_pb2.LoadStatsRequest]:
     while True:
         item = requests.get()
         if item is _END:

@@ -138,7 +138,7 @@ class AdsTransport:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._stream_id = 0
-        self._requests: queue.SimpleQueue | None = None
+        self._requests: queue.SimpleQueue[object] | None = None
         self._call: Any = None
         self._ready = False
         self._closed = False
@@ -151,7 +151,7 @@ class AdsTransport:
     def start_stream(self) -> int:
         """Open a new ADS stream (cancelling the current one); returns its id."""
         self.cancel_stream()
-        requests: queue.SimpleQueue = queue.SimpleQueue()
+        requests: queue.SimpleQueue[object] = queue.SimpleQueue()
         with self._lock:
             if self._closed:
                 return 0
@@ -224,7 +224,7 @@ class AdsTransport:
         if self._ready and stream_id:
             self._on_connected(stream_id)
 
-    def _read(self, stream_id: int, call: Any, requests: queue.SimpleQueue) -> None:
+    def _read(self, stream_id: int, call: Any, requests: queue.SimpleQueue[object]) -> None:
         status: Status
         try:
             for response in call:
@@ -233,7 +233,10 @@ class AdsTransport:
                 self._on_response(stream_id, response)
             status = Status(call.code(), call.details() or "")
         except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+            # grpcio's errors are Calls; code() and details() may still say None.
+            code: grpc.StatusCode | None = (
+                exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+            )
             details = exc.details() if hasattr(exc, "details") else str(exc)
             status = Status(code or grpc.StatusCode.UNKNOWN, details or "")
         except Exception as exc:  # never let the reader die silently
@@ -250,7 +253,7 @@ class AdsTransport:
             self._on_closed(stream_id, status)
 
 
-def _drain(requests: queue.SimpleQueue) -> Iterator[discovery_pb2.DiscoveryRequest]:
+def _drain(requests: queue.SimpleQueue[object]) -> Iterator[discovery_pb2.DiscoveryRequest]:
     while True:
         item = requests.get()
         if item is _END:

@@ -9,9 +9,12 @@ any error is rejected (NACKed) with all of them joined by ``"; "``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import re2
+from google.protobuf.message import Message
+
+_M = TypeVar("_M", bound=Message)
 
 TYPE_PREFIX = "type.googleapis.com/"
 TYPED_STRUCT_TYPES = frozenset({"xds.type.v3.TypedStruct", "udpa.type.v1.TypedStruct"})
@@ -38,7 +41,7 @@ _RE2_OPTIONS_NOCASE.log_errors = False
 _RE2_OPTIONS_NOCASE.case_sensitive = False
 
 
-class Errors(list):
+class Errors(list[str]):
     """A list of ``"path: problem"`` strings."""
 
     def add(self, path: str, problem: str) -> None:
@@ -67,7 +70,9 @@ def duration(d: Any, path: str, errs: Errors) -> float | None:
     return seconds + nanos / 1e9 if ok else None
 
 
-def compile_regex(pattern: str, path: str, errs: Errors, case_sensitive: bool = True) -> Any:
+def compile_regex(
+    pattern: str, path: str, errs: Errors, case_sensitive: bool = True
+) -> re2._Regexp | None:
     """Compile with RE2 (never Python's ``re``); an error names ``path``."""
     try:
         return re2.compile(pattern, _RE2_OPTIONS if case_sensitive else _RE2_OPTIONS_NOCASE)
@@ -84,7 +89,7 @@ def config_source_is_ads_or_self(cs: Any) -> bool:
     return cs.WhichOneof("config_source_specifier") in ("ads", "self")
 
 
-def unpack(any_msg: Any, message_cls: type, path: str, errs: Errors) -> Any:
+def unpack(any_msg: Any, message_cls: type[_M], path: str, errs: Errors) -> _M | None:
     """Parse ``any_msg.value`` as ``message_cls``; None (and an error) if it fails."""
     msg = message_cls()
     try:

@@ -382,7 +382,7 @@ def _outlier_detection(od: Any, errs: Errors) -> str | None:
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
-def _validate_with_registry(lb: list, path: str, errs: Errors) -> None:
+def _validate_with_registry(lb: list[dict[str, Any]], path: str, errs: Errors) -> None:
     """A52: a converted config the gRPC LB policy registry cannot parse is a NACK."""
     from pyxds.lb import registry
     from pyxds.lb.errors import LBConfigError

@@ -49,6 +49,7 @@ action / match values between routes.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from envoy.config.route.v3 import route_pb2
@@ -71,6 +72,7 @@ from pyxds.xds.resources.types import (
     HeaderMatcher,
     NonForwardingAction,
     PathMatch,
+    PathSpecifier,
     PrefixMatch,
     RegexMatch,
     RetryPolicy,
@@ -97,19 +99,32 @@ _NON_FORWARDING = NonForwardingAction()
 # Frozen slotted dataclasses built in the per-route loop go through their slot
 # descriptors (equal values, half the cost of calling the class).
 _new = object.__new__
-_set_path = PathMatch.path.__set__  # type: ignore[attr-defined]
-_set_spec = RouteMatch.path_specifier.__set__  # type: ignore[attr-defined]
-_set_case = RouteMatch.case_sensitive.__set__  # type: ignore[attr-defined]
-_set_headers = RouteMatch.headers.__set__  # type: ignore[attr-defined]
-_set_fraction = RouteMatch.runtime_fraction.__set__  # type: ignore[attr-defined]
-_set_match = Route.match.__set__  # type: ignore[attr-defined]
-_set_action = Route.action.__set__  # type: ignore[attr-defined]
-_set_name = Route.name.__set__  # type: ignore[attr-defined]
-_set_overrides = Route.filter_overrides.__set__  # type: ignore[attr-defined]
+_set_path: Callable[[PathMatch, str], None] = vars(PathMatch)["path"].__set__
+_set_spec: Callable[[RouteMatch, PathSpecifier], None] = vars(RouteMatch)["path_specifier"].__set__
+_set_case: Callable[[RouteMatch, bool], None] = vars(RouteMatch)["case_sensitive"].__set__
+_set_headers: Callable[[RouteMatch, tuple[HeaderMatcher, ...]], None] = vars(RouteMatch)[
+    "headers"
+].__set__
+_set_fraction: Callable[[RouteMatch, FractionalPercent | None], None] = vars(RouteMatch)[
+    "runtime_fraction"
+].__set__
+_set_match: Callable[[Route, RouteMatch], None] = vars(Route)["match"].__set__
+_set_action: Callable[[Route, RouteAction | NonForwardingAction], None] = vars(Route)[
+    "action"
+].__set__
+_set_name: Callable[[Route, str], None] = vars(Route)["name"].__set__
+_set_overrides: Callable[[Route, tuple[tuple[str, str, bytes], ...]], None] = vars(Route)[
+    "filter_overrides"
+].__set__
 _PREFIX_ALL = PrefixMatch("")
 # Keys of the per-decode sharing cache: cluster names are str, so every
 # other kind of key is a tuple and cannot collide with a cluster name.
 _MATCH_ALL_KEY = ("match_all",)
+# The sharing cache of one decode: the key says what the value is (a cluster
+# name: its RouteAction; ("p", prefix): a PrefixMatch; ("match_all",): the
+# match-all RouteMatch; a tuple of (name, weight, overrides) triples: a
+# weighted-clusters RouteAction).
+_ShareCache = dict[str | tuple[Any, ...], Any]
 
 
 def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteConfiguration:
@@ -123,7 +138,7 @@ def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteCon
     declared = {p.name for p in plugins} | ignored_plugins
     vhosts = []
     # Values shared between routes: identical clusters and matches become one object.
-    cache: dict[Any, Any] = {}
+    cache: _ShareCache = {}
     for vi, vh in enumerate(rc.virtual_hosts):
         domains = tuple(vh.domains)
         if not domains:
@@ -141,7 +156,7 @@ def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteCon
         retry = None
         if vh.HasField("retry_policy"):
             retry = _parse_retry(vh.retry_policy, errs, f"{pre}virtual_hosts[{vi}].retry_policy")
-        routes = []
+        routes: list[Route] = []
         append = routes.append
         for ri, r in enumerate(vh.routes):
             route = _parse_route(r, errs, pre, vi, ri, cache, declared, ignored_plugins)
@@ -190,7 +205,9 @@ def _path_can_match(path: str) -> bool:
     return 1 < i < len(path) - 1 and path.find("/", i + 1) < 0
 
 
-def _parse_plugins(rc: Any, errs: Errors, pre: str) -> tuple[list[ClusterSpecifierPlugin], set]:
+def _parse_plugins(
+    rc: Any, errs: Errors, pre: str
+) -> tuple[list[ClusterSpecifierPlugin], set[str]]:
     plugins: list[ClusterSpecifierPlugin] = []
     ignored: set[str] = set()
     seen: set[str] = set()
@@ -226,14 +243,14 @@ def _parse_route(
     pre: str,
     vi: int,
     ri: int,
-    cache: dict,
-    declared: set,
-    ignored_plugins: set,
+    cache: _ShareCache,
+    declared: set[str],
+    ignored_plugins: set[str],
 ) -> Route | None:
     m = r.match
     # One ListFields() call tells which match fields are set (cheaper than a
     # HasField/WhichOneof per field); field numbers per route_components.proto.
-    spec_field = None
+    spec_field: tuple[int, Any] | None = None
     case_sensitive = True
     headers: tuple[HeaderMatcher, ...] = ()
     header_msgs = None
@@ -264,24 +281,27 @@ def _parse_route(
         else:
             errs.add(f"{_route_path(pre, vi, ri)}.match.path_specifier", "field not set")
             return None
-    num, value = spec_field
+    spec_value: Any  # the field's value (a str, a RegexMatcher) or its name
+    num, spec_value = spec_field
+    spec: PathSpecifier
     if num == 1:
-        if not value:
+        if not spec_value:
             spec = _PREFIX_ALL
-        elif not _prefix_can_match(value):
+        elif not _prefix_can_match(spec_value):
             return None  # can never match a gRPC path: ignored (as C-core)
         else:
-            key = ("p", value)
-            spec = cache.get(key)
-            if spec is None:
-                spec = cache[key] = PrefixMatch(value)
+            key = ("p", spec_value)
+            shared: PrefixMatch | None = cache.get(key)
+            if shared is None:
+                shared = cache[key] = PrefixMatch(spec_value)
+            spec = shared
     elif num == 2:
-        if not _path_can_match(value):
+        if not _path_can_match(spec_value):
             return None
         spec = _new(PathMatch)
-        _set_path(spec, value)
+        _set_path(spec, spec_value)
     elif num == 10:
-        pattern = value.regex
+        pattern = spec_value.regex
         rx = compile_regex(
             pattern, f"{_route_path(pre, vi, ri)}.match.safe_regex.regex", errs, case_sensitive
         )
@@ -291,7 +311,7 @@ def _parse_route(
     else:
         errs.add(
             f"{_route_path(pre, vi, ri)}.match.path_specifier",
-            f"must be prefix, path or safe_regex, not {value}",
+            f"must be prefix, path or safe_regex, not {spec_value}",
         )
         return None
     if header_msgs is not None:
@@ -327,6 +347,7 @@ def _parse_route(
         _set_fraction(match, fraction)
 
     action_kind = r.WhichOneof("action")
+    action: RouteAction | NonForwardingAction | None
     if action_kind == "route":
         action = _parse_action(r.route, errs, pre, vi, ri, cache, declared, ignored_plugins)
         if action is None:
@@ -404,9 +425,9 @@ def _parse_action(
     pre: str,
     vi: int,
     ri: int,
-    cache: dict,
-    declared: set,
-    ignored_plugins: set,
+    cache: _ShareCache,
+    declared: set[str],
+    ignored_plugins: set[str],
 ) -> RouteAction | None:
     spec = None
     spec_value: Any = None

@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+if TYPE_CHECKING:
+    from re2 import _Regexp  # google-re2's compiled pattern (typings/re2.pyi)
 
 __all__ = [
     "HttpFilter",
@@ -118,7 +121,7 @@ class RegexMatch:
     """
 
     regex_str: str
-    regex: Any = field(default=None, compare=False, hash=False, repr=False)
+    regex: _Regexp | None = field(default=None, compare=False, hash=False, repr=False)
 
 
 PathSpecifier = Union[PrefixMatch, PathMatch, RegexMatch]
@@ -163,7 +166,7 @@ class HeaderMatcher:
     range_start: int = 0
     range_end: int = 0
     ignore_case: bool = False
-    regex: Any = field(default=None, compare=False, hash=False, repr=False)
+    regex: _Regexp | None = field(default=None, compare=False, hash=False, repr=False)
 
     def matches(self, header_value: str | None) -> bool:
         """Evaluate against the (comma-joined) header value, None when absent."""
@@ -173,13 +176,14 @@ class HeaderMatcher:
             return present != self.invert_match
         if header_value is None:
             return False
+        value = self.value  # set for the string kinds (None never matches)
         if kind == "exact":
             if self.ignore_case:
-                r = header_value.lower() == self.value.lower()  # type: ignore[union-attr]
+                r = value is not None and header_value.lower() == value.lower()
             else:
-                r = header_value == self.value
+                r = header_value == value
         elif kind == "safe_regex":
-            r = self.regex.fullmatch(header_value) is not None
+            r = self.regex is not None and self.regex.fullmatch(header_value) is not None
         elif kind == "range":
             # Like absl::SimpleAtoi: optional sign and surrounding spaces, ASCII
             # digits only (Python's int() would also take "1_0" and non-ASCII digits).
@@ -190,20 +194,26 @@ class HeaderMatcher:
             else:
                 r = False
         elif kind == "prefix":
-            if self.ignore_case:
-                r = header_value.lower().startswith(self.value.lower())  # type: ignore[union-attr]
+            if value is None:
+                r = False
+            elif self.ignore_case:
+                r = header_value.lower().startswith(value.lower())
             else:
-                r = header_value.startswith(self.value)  # type: ignore[arg-type]
+                r = header_value.startswith(value)
         elif kind == "suffix":
-            if self.ignore_case:
-                r = header_value.lower().endswith(self.value.lower())  # type: ignore[union-attr]
+            if value is None:
+                r = False
+            elif self.ignore_case:
+                r = header_value.lower().endswith(value.lower())
             else:
-                r = header_value.endswith(self.value)  # type: ignore[arg-type]
+                r = header_value.endswith(value)
         elif kind == "contains":
-            if self.ignore_case:
-                r = self.value.lower() in header_value.lower()  # type: ignore[union-attr]
+            if value is None:
+                r = False
+            elif self.ignore_case:
+                r = value.lower() in header_value.lower()
             else:
-                r = self.value in header_value  # type: ignore[operator]
+                r = value in header_value
         else:
             r = False
         return r != self.invert_match
@@ -454,7 +464,8 @@ class Cluster:
 
     def lb_policy_json(self) -> list[dict[str, Any]]:
         """The LB config list as a fresh list of dicts (safe to mutate)."""
-        return json.loads(self.lb_policy_config)
+        config: list[dict[str, Any]] = json.loads(self.lb_policy_config)
+        return config
 
     @property
     def eds_resource_name(self) -> str:
@@ -547,13 +558,16 @@ class ClusterLoadAssignment:
     0).  ``excluded_endpoints`` counts endpoints dropped for their health
     status (UNHEALTHY, TIMEOUT, DEGRADED); DRAINING ones are kept in their
     locality (A55) but are not usable, so "all endpoints unhealthy" can be
-    said exactly.
+    said exactly; ``ignored_localities`` names the localities dropped
+    because their ``load_balancing_weight`` is unset or 0 (A27), in
+    resource order.
     """
 
     cluster_name: str
     priorities: tuple[tuple[Locality, ...], ...] = ()
     drop_overloads: tuple[DropOverload, ...] = ()
     excluded_endpoints: int = 0
+    ignored_localities: tuple[LocalityName, ...] = ()
 
     @property
     def endpoint_count(self) -> int:
@@ -572,6 +586,31 @@ class ClusterLoadAssignment:
         return (self.excluded_endpoints > 0 or self.draining_count > 0) and (
             self.endpoint_count == 0
         )
+
+    @property
+    def no_endpoints_reason(self) -> str:
+        """Why no endpoint is usable, in the words ``pyxds serve``, ``pyxds
+        inspect`` and RPC errors share ("locality without weight ignored");
+        meaningful when :attr:`endpoint_count` is 0."""
+        parts = []
+        ignored = len(self.ignored_localities)
+        if ignored:
+            parts.append(
+                "locality without weight ignored"
+                if ignored == 1
+                else f"{ignored} localities without weight ignored"
+            )
+        if self.excluded_endpoints or self.draining_count:
+            parts.append("all endpoints unhealthy")
+        else:
+            empty = sum(1 for p in self.priorities for loc in p if not loc.usable_count)
+            if empty:
+                parts.append(
+                    "locality without endpoints"
+                    if empty == 1
+                    else f"{empty} localities without endpoints"
+                )
+        return "; ".join(parts) or "no localities"
 
 
 # --------------------------------------------------------------------------- decode
