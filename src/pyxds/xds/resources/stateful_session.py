@@ -132,6 +132,19 @@ def _session_state(message: Any, path: str, errs: Errors) -> CookieConfig:
     return CookieConfig(cookie.name, cookie.path, ttl)
 
 
+def _parsed(message: Any, value: bytes | None, path: str, errs: Errors, what: str) -> bool:
+    """Parse ``value`` (None: a TypedStruct, which has no protobuf bytes)
+    into ``message``; False, with C-core's error at ``path``, if it fails."""
+    try:
+        if value is None:
+            raise ValueError("TypedStruct")
+        message.ParseFromString(value)
+    except Exception:
+        errs.add(path, f"could not parse stateful session filter {what}")
+        return False
+    return True
+
+
 def parse_stateful_session(value: bytes | None, path: str, errs: Errors) -> CookieConfig:
     """A listener's StatefulSession (``value``: its bytes, None for a
     TypedStruct); ``path`` names its ``typed_config``."""
@@ -139,12 +152,7 @@ def parse_stateful_session(value: bytes | None, path: str, errs: Errors) -> Cook
 
     p = f"{path}.value[{STATEFUL_SESSION_TYPE}]"
     message = stateful_session_pb2.StatefulSession()
-    try:
-        if value is None:
-            raise ValueError("TypedStruct")
-        message.ParseFromString(value)
-    except Exception:
-        errs.add(p, "could not parse stateful session filter config")
+    if not _parsed(message, value, p, errs, "config"):
         return DISABLED
     return _session_state(message, p, errs)
 
@@ -156,12 +164,7 @@ def parse_stateful_session_per_route(value: bytes | None, path: str, errs: Error
 
     p = f"{path}.value[{STATEFUL_SESSION_PER_ROUTE_TYPE}]"
     message = stateful_session_pb2.StatefulSessionPerRoute()
-    try:
-        if value is None:
-            raise ValueError("TypedStruct")
-        message.ParseFromString(value)
-    except Exception:
-        errs.add(p, "could not parse stateful session filter override config")
+    if not _parsed(message, value, p, errs, "override config"):
         return DISABLED
     if message.disabled or not message.HasField("stateful_session"):
         return DISABLED
