@@ -483,6 +483,162 @@ def bench_stateful_session() -> tuple[str, float]:
 CASES.append(bench_stateful_session)
 
 
+# -- rls_experimental on a cache hit, beside a plain cluster_manager pick (issue 19) --
+
+
+class _Subscriptions:
+    """The dependency manager, as cds (isDynamic) sees it."""
+
+    def subscribe_cluster(self, name: str) -> object:
+        return self
+
+    def release(self) -> None:
+        pass
+
+
+def _rls_config(child_policy: list, target_field: str) -> dict:
+    """An rls_experimental config: key from the x-user header, the cache big."""
+    return {
+        "routeLookupConfig": {
+            "grpcKeybuilders": [
+                {
+                    "names": [{"service": "helloworld.Greeter"}],
+                    "headers": [{"key": "user", "names": ["x-user"]}],
+                }
+            ],
+            "lookupService": "localhost:1",
+            "cacheSizeBytes": "1000000",
+        },
+        "childPolicy": child_policy,
+        "childPolicyConfigTargetFieldName": target_field,
+    }
+
+
+def _rls_tree() -> tuple[Picker, PickArgs, PickArgs]:
+    """xds_cluster_manager with child ``cluster:foo`` (cds foo) and child
+    ``cluster_specifier_plugin:rls`` (rls_experimental, key from one header,
+    whose cache says foo: a cds foo under it), as the xds resolver builds
+    them; every endpoint READY.  Returns the picker and the args of a pick
+    through each child (same path, same metadata)."""
+    from pyxds.lb import registry
+    from pyxds.resolver.xds_config import (
+        DEPENDENCY_MANAGER_ATTRIBUTE,
+        XDS_CONFIG_ATTRIBUTE,
+        ClusterConfig,
+        EndpointConfig,
+        XdsConfig,
+    )
+    from pyxds.xds.resources.types import (
+        Cluster,
+        ClusterLoadAssignment,
+        EndpointAddress,
+        Locality,
+        LocalityName,
+    )
+
+    locality = Locality(
+        LocalityName("r", "z"), 1, tuple(EndpointAddress((f"10.0.0.{i}:443",)) for i in range(3))
+    )
+    load = ClusterLoadAssignment("foo", ((locality,),), (), 0)
+    cluster = Cluster("foo", "EDS", max_requests=2**62)  # never circuit-break
+    xds = XdsConfig(None, None, None, {"foo": ClusterConfig(cluster, EndpointConfig(load, ""))})
+    rls = _rls_config([{"cds_experimental": {"isDynamic": True}}], "cluster")
+    children = {
+        "cluster:foo": {"childPolicy": [{"cds_experimental": {"cluster": "foo"}}]},
+        "cluster_specifier_plugin:rls": {"childPolicy": [{"rls_experimental": rls}]},
+    }
+    factory, config = registry.select(
+        [{"xds_cluster_manager_experimental": {"children": children}}]
+    )
+    helper = FakeHelper()
+    policy = factory.build(helper)
+    attrs = {XDS_CONFIG_ATTRIBUTE: xds, DEPENDENCY_MANAGER_ATTRIBUTE: _Subscriptions()}
+    policy.update(ResolverUpdate((), config, attrs))
+    metadata = (("x-user", "alice"), ("content-type", "application/grpc"))
+    rls_args = PickArgs(ARGS.path, metadata, {"cluster": "cluster_specifier_plugin:rls"})
+    plain_args = PickArgs(ARGS.path, metadata, {"cluster": "cluster:foo"})
+    helper.last.picker.pick(rls_args)  # a miss: the lookup starts
+    helper.clock.advance(0)
+    helper.lookup_channels[-1].last().respond(["foo"])
+    ready_all(helper)
+    assert helper.state is ConnectivityState.READY
+    return helper.last.picker, plain_args, rls_args
+
+
+def bench_rls_cache_hit() -> tuple[str, float]:
+    """A call of an RLS route whose key is cached: cluster_manager -> rls ->
+    cds foo's tree, beside a call of a cluster route: cluster_manager -> cds
+    foo's tree (cluster_impl, priority, wrr_locality, weighted_target,
+    round_robin over 3 READY); pick + ``on_call_done`` (cluster_impl counts
+    the call), interleaved in one run.  Goal: <= 2x."""
+    from pyxds.lb.api import OK_STATUS
+
+    picker, plain_args, rls_args = _rls_tree()
+
+    def call(args: PickArgs, pick=picker.pick, ok=OK_STATUS) -> Callable[[], None]:
+        def run() -> None:
+            done = pick(args).on_call_done
+            if done is not None:
+                done(ok)
+
+        return run
+
+    plain_call, rls_call = call(plain_args), call(rls_args)
+    for args in (plain_args, rls_args):
+        if not isinstance(picker.pick(args), PickComplete):
+            raise RuntimeError("benchmark picker did not complete a pick")
+    plain = rls = float("inf")
+    number = NUMBER // 4
+    for _ in range(REPEAT):  # interleaved: the same machine state for both
+        plain = min(plain, timeit.Timer(plain_call).timeit(number) / number * 1e9)
+        rls = min(rls, timeit.Timer(rls_call).timeit(number) / number * 1e9)
+    return f"rls hit>cds call [cluster_manager>cds {plain:.0f} ns: {rls / plain:.2f}x]", rls
+
+
+def bench_rls_cache_hit_bare() -> tuple[str, float]:
+    """The RLS picker's own cost: cluster_manager -> rls -> round_robin(3)
+    beside cluster_manager -> round_robin(3), picks only, interleaved (the
+    RLS hit path with the least under it; the row above is the real one)."""
+    from pyxds.lb import registry
+
+    rls = _rls_config([{"round_robin": {}}], "target")  # round_robin ignores the field
+    children = {
+        "cluster:foo": {"childPolicy": [{"round_robin": {}}]},
+        "cluster_specifier_plugin:rls": {"childPolicy": [{"rls_experimental": rls}]},
+    }
+    factory, config = registry.select(
+        [{"xds_cluster_manager_experimental": {"children": children}}]
+    )
+    helper = FakeHelper()
+    policy = factory.build(helper)
+    policy.update(ResolverUpdate(endpoints(3), config))
+    metadata = (("x-user", "alice"), ("content-type", "application/grpc"))
+    rls_args = PickArgs(ARGS.path, metadata, {"cluster": "cluster_specifier_plugin:rls"})
+    plain_args = PickArgs(ARGS.path, metadata, {"cluster": "cluster:foo"})
+    helper.last.picker.pick(rls_args)
+    helper.clock.advance(0)
+    helper.lookup_channels[-1].last().respond(["target-a"])
+    ready_all(helper)
+    picker = helper.last.picker
+    for args in (plain_args, rls_args):
+        if not isinstance(picker.pick(args), PickComplete):
+            raise RuntimeError("benchmark picker did not complete a pick")
+    plain = rls_ns = float("inf")
+    for _ in range(REPEAT):
+        for args in (plain_args, rls_args):
+            timer = timeit.Timer("pick(args)", globals={"pick": picker.pick, "args": args})
+            ns = timer.timeit(NUMBER // 2) / (NUMBER // 2) * 1e9
+            if args is plain_args:
+                plain = min(plain, ns)
+            else:
+                rls_ns = min(rls_ns, ns)
+    return f"rls hit>rr(3) [cluster_manager>rr(3) {plain:.0f} ns: {rls_ns / plain:.2f}x]", rls_ns
+
+
+CASES.append(bench_rls_cache_hit)
+CASES.append(bench_rls_cache_hit_bare)
+
+
 def main() -> int:
     print(f"{'case':<44} {'ns/pick':>9} {'floor ns':>9} {'ratio':>7}")
     only = sys.argv[1:]

@@ -196,6 +196,22 @@ BUILTIN_SAMPLES = {
         "metricNamesForComputingUtilization": ["named_metrics.q"],
     },
     "least_request_experimental": {"choiceCount": 3},
+    "rls_experimental": {
+        "routeLookupConfig": {
+            "grpcKeybuilders": [
+                {
+                    "names": [{"service": "s"}],
+                    "headers": [{"key": "k", "names": ["h"]}],
+                    "constantKeys": {"c": "v"},
+                }
+            ],
+            "lookupService": "localhost:1",
+            "cacheSizeBytes": "1000",
+            "defaultTarget": "c1",
+        },
+        "childPolicy": [{"cds_experimental": {"isDynamic": True}}],
+        "childPolicyConfigTargetFieldName": "cluster",
+    },
     "outlier_detection_experimental": {
         "interval": "1.5s",
         "maxEjectionPercent": 50,

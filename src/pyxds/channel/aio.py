@@ -743,7 +743,9 @@ class _AioMultiCallable(Generic[_Request, _Response]):
             kwargs: dict[str, Any] = {
                 "timeout": remaining,
                 # after a failed attempt: with grpc-previous-rpc-attempts
-                "metadata": metadata if rpc.retry is None else rpc.send_metadata,
+                "metadata": metadata
+                if rpc.retry is None and rpc.pick_metadata is None
+                else rpc.attempt_metadata(),
                 "credentials": credentials,
                 "wait_for_ready": False,
                 "compression": compression,

@@ -530,7 +530,9 @@ class WeightedRoundRobin(RoundRobin):
             if not config.enable_oob_load_report:
                 hook = weight.on_call_trailers
                 done = weight.on_call_done if done is None else _chain(done, weight.on_call_done)
-            results.append(PickComplete(result.subchannel, done, hook, result.attempt_labels))
+            results.append(
+                PickComplete(result.subchannel, done, hook, result.attempt_labels, result.metadata)
+            )
         labels = None
         if _metrics.RECORDER is not None:
             labels = {

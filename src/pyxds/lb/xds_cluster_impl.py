@@ -208,7 +208,7 @@ class XdsClusterImplPicker(Picker):
         # path); every PickComplete field is passed on (a unit test fails
         # when PickComplete gains one this line does not name).
         done = _call_done(calls, locality, lrs, result.on_call_done)
-        return PickComplete(subchannel, done, trailers, labels)
+        return PickComplete(subchannel, done, trailers, labels, result.metadata)
 
     @property
     def child(self) -> Picker:

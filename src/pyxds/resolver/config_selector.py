@@ -23,8 +23,11 @@ nothing on the success path:
    because the cluster was already retired (an RPC raced a route change on
    a superseded selector), the RPC is routed again by the current selector.
 4. ``call_attributes["cluster"]`` is the xds_cluster_manager child name
-   ``cluster:NAME``; ``timeout`` is the route's max_stream_duration, else
-   the listener's (0 or unset: no limit); ``retry_policy`` is the route's
+   ``cluster:NAME`` (``cluster_specifier_plugin:NAME`` for a route naming a
+   cluster specifier plugin, RLS: that child, held by a ref of its own,
+   runs the plugin's policy, which picks the cluster per RPC); ``timeout``
+   is the route's max_stream_duration, else the listener's (0 or unset: no
+   limit); ``retry_policy`` is the route's
    (else its virtual host's) A44 retry policy, the RPC's for all attempts.
 5. A route with hash policies also gets ``call_attributes[REQUEST_HASH_KEY]``,
    the A42 request hash (:mod:`pyxds.resolver.request_hash`), in a small
@@ -73,6 +76,7 @@ __all__ = [
     "NO_ROUTE_MESSAGE",
     "NON_FORWARDING_MESSAGE",
     "cluster_child_name",
+    "plugin_child_name",
     "ClusterRef",
     "XdsConfigSelector",
     "FailingConfigSelector",
@@ -87,6 +91,12 @@ UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 def cluster_child_name(cluster: str) -> str:
     """The xds_cluster_manager child name of a cluster (``cluster:NAME``)."""
     return f"cluster:{cluster}"
+
+
+def plugin_child_name(plugin: str) -> str:
+    """The xds_cluster_manager child name of a cluster specifier plugin
+    (``cluster_specifier_plugin:NAME``, C-core's)."""
+    return f"cluster_specifier_plugin:{plugin}"
 
 
 class ClusterRef:
@@ -105,11 +115,22 @@ class ClusterRef:
     """
 
     __slots__ = ("name", "child_name", "attributes", "in_routes", "retired", "_tokens",
-                 "_on_idle", "subscription")  # fmt: skip
+                 "_on_idle", "subscription", "child_policy")  # fmt: skip
 
-    def __init__(self, name: str, on_idle: Callable[[], None], subscription: Any = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        on_idle: Callable[[], None],
+        subscription: Any = None,
+        child_policy: str | None = None,
+    ) -> None:
         self.name = name
-        self.child_name = cluster_child_name(name)
+        #: a cluster specifier plugin's LB config (JSON text of a
+        #: loadBalancingConfig list); None for a cluster
+        self.child_policy = child_policy
+        self.child_name = (
+            cluster_child_name(name) if child_policy is None else plugin_child_name(name)
+        )
         self.attributes: Mapping[str, Any] = MappingProxyType({CLUSTER_ATTRIBUTE: self.child_name})
         self.in_routes = True
         self.retired = False
@@ -269,6 +290,7 @@ class XdsConfigSelector(ConfigSelector):
         fallback: Callable[[], ConfigSelector | None] | None = None,
         channel_id: int | None = None,
         http_filters: Sequence[Any] = (),
+        plugin_refs: Mapping[str, ClusterRef] | None = None,
     ) -> None:
         self.virtual_host = virtual_host
         self._fallback = fallback
@@ -302,13 +324,14 @@ class XdsConfigSelector(ConfigSelector):
             timeout: float | None,
             retry: RetryPolicy | None,
             filters: tuple[Any, ...],
+            plugin: bool = False,
         ) -> _Choice:
-            ref = refs[cluster]
+            ref = (plugin_refs or {})[cluster] if plugin else refs[cluster]
             session = None
             if any(type(f) is SessionCookie for f in filters):
                 session = next(f for f in filters if type(f) is SessionCookie)
                 filters = tuple(f for f in filters if type(f) is not SessionCookie)
-            key = (cluster, timeout, retry, filters)
+            key = (ref.child_name, timeout, retry, filters)
             config = configs.get(key)
             if config is None:
                 config = configs[key] = CallConfig(
@@ -357,13 +380,17 @@ class XdsConfigSelector(ConfigSelector):
                     elif len(action.choices) == 1:
                         action.single = action.choices[0]
                 elif ra.cluster_specifier_plugin is not None:
-                    action.fail = CallConfig(
-                        status=Status(
-                            UNAVAILABLE,
-                            f"cluster specifier plugin {ra.cluster_specifier_plugin} "
-                            "is not supported",
+                    name = ra.cluster_specifier_plugin
+                    if plugin_refs is not None and name in plugin_refs:
+                        action.single = choice(
+                            name, timeout, retry, chain(route_overrides), plugin=True
                         )
-                    )
+                    else:
+                        action.fail = CallConfig(
+                            status=Status(
+                                UNAVAILABLE, f"cluster specifier plugin {name} is not supported"
+                            )
+                        )
                 else:
                     action.fail = non_forwarding
                 if action.fail is None and ra.hash_policies:

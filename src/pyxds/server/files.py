@@ -55,6 +55,7 @@ _ANY_MODULES = (
     "envoy.extensions.transport_sockets.tls.v3.tls_pb2",
     "envoy.extensions.upstreams.http.v3.http_protocol_options_pb2",
     "xds.type.v3.typed_struct_pb2",
+    "pyxds.protos.rls_config_pb2",
     "udpa.type.v1.typed_struct_pb2",
 )
 

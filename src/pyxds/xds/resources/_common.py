@@ -33,6 +33,14 @@ FILTER_OVERRIDE_TYPES: set[str] = {FAULT_FILTER_TYPE}
 # be a TypedStruct naming the type (then it has no protobuf bytes).
 FilterValidator = Callable[[Any, str, "Errors"], bool]
 FILTER_VALIDATORS: dict[str, FilterValidator] = {}
+RBAC_FILTER_TYPE = "envoy.extensions.filters.http.rbac.v3.RBAC"
+RBAC_PER_ROUTE_TYPE = "envoy.extensions.filters.http.rbac.v3.RBACPerRoute"
+# Filter config types xDS-enabled servers accept in ``http_filters`` (A36,
+# A41): type name -> is terminal.  RDS overrides of the RBAC filter (either
+# type, parsed as ``RBACPerRoute`` as C-core does) are validated for every
+# RouteConfiguration: RDS does not know whether a client or a server reads it.
+SERVER_HTTP_FILTER_TYPES: dict[str, bool] = {ROUTER_FILTER_TYPE: True, RBAC_FILTER_TYPE: False}
+RBAC_OVERRIDE_TYPES = frozenset({RBAC_FILTER_TYPE, RBAC_PER_ROUTE_TYPE})
 
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
@@ -157,7 +165,7 @@ def filter_overrides(overrides: Any) -> tuple[tuple[str, str, bytes], ...]:
             ts = typed_struct_pb2.TypedStruct()
             ts.ParseFromString(value)
             tname, value = type_name(ts.type_url), b""
-        if tname in FILTER_OVERRIDE_TYPES:
+        if tname in FILTER_OVERRIDE_TYPES or tname in RBAC_OVERRIDE_TYPES:
             out.append((key, tname, bytes(value)))
     return tuple(sorted(out))
 
@@ -192,6 +200,13 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
             tname = type_name(ts.type_url)
         if not tname:
             errs.add(p, "field not present")
+        elif tname in RBAC_OVERRIDE_TYPES:
+            from pyxds.xds.resources.rbac import parse_rbac_override
+
+            if type_name(any_msg.type_url) in TYPED_STRUCT_TYPES:
+                errs.add(p, "could not parse RBACPerRoute")
+            else:
+                parse_rbac_override(any_msg.value, f"{p}.value[{tname}]", errs)
         elif tname == ROUTER_FILTER_TYPE:
             errs.add(p, "router filter does not support config override")
         elif tname not in FILTER_OVERRIDE_TYPES:

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 if TYPE_CHECKING:
     from re2 import _Regexp  # google-re2's compiled pattern (typings/re2.pyi)
 
+    from pyxds.xds.resources.server_types import TcpListener
+
 __all__ = [
     "HttpFilter",
     "Listener",
@@ -44,6 +46,7 @@ __all__ = [
     "RetryPolicy",
     "RouteAction",
     "NonForwardingAction",
+    "UnsupportedAction",
     "Route",
     "VirtualHost",
     "ClusterSpecifierPlugin",
@@ -94,6 +97,8 @@ class Listener:
     http_filters: tuple[HttpFilter, ...] = ()
     max_stream_duration: float | None = None
     api_listener: bool = True
+    #: A server listener (no ``api_listener``): the validated TCP listener (A36).
+    tcp_listener: TcpListener | None = None
 
 
 # --------------------------------------------------------------------------- RDS
@@ -303,11 +308,20 @@ class NonForwardingAction:
 
 
 @dataclass(frozen=True, slots=True)
+class UnsupportedAction:
+    """A route whose action is neither ``route`` nor ``non_forwarding_action``
+    (redirect, direct_response, filter_action, none): clients and servers
+    both fail RPCs that match it with UNAVAILABLE (A28, A36)."""
+
+    kind: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Route:
     """One route: match plus action."""
 
     match: RouteMatch
-    action: RouteAction | NonForwardingAction
+    action: RouteAction | NonForwardingAction | UnsupportedAction
     name: str = ""
     #: A39 ``typed_per_filter_config``: (filter name, config type, config bytes)
     filter_overrides: tuple[tuple[str, str, bytes], ...] = ()
@@ -339,12 +353,16 @@ class VirtualHost:
 
 @dataclass(frozen=True, slots=True)
 class ClusterSpecifierPlugin:
-    """A cluster specifier plugin declared in a RouteConfiguration (opaque)."""
+    """A cluster specifier plugin of a RouteConfiguration that some route
+    names: its config type and bytes, and ``lb_config``, the LB policy
+    config (JSON text of a ``loadBalancingConfig`` list) of the
+    cluster_manager child its routes go to (RLS: ``rls_experimental``)."""
 
     name: str
     type_url: str
     config: bytes = b""
     is_optional: bool = False
+    lb_config: str = ""
 
 
 @dataclass(frozen=True, slots=True)
