@@ -45,6 +45,7 @@ from pyxds.channel.core import (
 )
 from pyxds.channel.dump import config_dump as channel_config_dump
 from pyxds.channel.multicallables import grpc_multicallable
+from pyxds.channel.response_metadata import ResponseAdditions, additions_of, aio_error
 from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
 from pyxds.resolver.service_config import ServiceConfigSource, from_channel_args
@@ -239,6 +240,17 @@ class _AioCall(Generic[_Response]):
         self._finished = False
         self._done_event = asyncio.Event()
         self._status = OK_STATUS
+        self._additions: ResponseAdditions | bool | None = False  # False: not looked up
+
+    def _response_additions(self) -> ResponseAdditions | None:
+        """The RPC's response metadata additions (A55 set-cookie), if any."""
+        if self._additions is False:
+            self._additions = additions_of(self._rpc)
+        return self._additions  # type: ignore[return-value]
+
+    def _raised(self, err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
+        """The error to raise to the application for a failed attempt's ``err``."""
+        return aio_error(err, self._response_additions())  # type: ignore[no-any-return]
 
     def _try_start(self, outcome: SubchannelCore | Status) -> Any:
         """Execute the engine's answer to a pick: the started inner call,
@@ -396,14 +408,24 @@ class _AioCall(Generic[_Response]):
             inner = await self._wait_started()
         except grpc.aio.AioRpcError as err:
             return err.initial_metadata()
-        return await inner.initial_metadata()
+        metadata = await inner.initial_metadata()
+        additions = self._response_additions()
+        if additions is not None:
+            code = await inner.code() if inner.done() else None
+            metadata = additions.aio_initial(metadata, code)
+        return metadata
 
     async def trailing_metadata(self) -> Any:
         try:
             inner = await self._wait_started()
         except grpc.aio.AioRpcError as err:
             return err.trailing_metadata()
-        return await inner.trailing_metadata()
+        metadata = await inner.trailing_metadata()
+        additions = self._response_additions()
+        if additions is not None:
+            initial = await inner.initial_metadata()
+            metadata = additions.aio_trailing(metadata, initial, await inner.code())
+        return metadata
 
     async def code(self) -> grpc.StatusCode:
         try:
@@ -478,6 +500,8 @@ class AioUnaryResponseCall(
                     continue
                 self._finish(status, inner)
                 mapped = _unary_error(err)
+                if mapped is err:
+                    mapped = self._raised(err)
                 if mapped is not err:
                     raise mapped from None
                 raise
@@ -503,6 +527,8 @@ class AioUnaryResponseCall(
                 self._settle(inner, await _final_status(inner, err))
                 if self._task is None:
                     mapped = _unary_error(err)
+                    if mapped is err:
+                        mapped = self._raised(err)
                     if mapped is not err:
                         raise mapped from None
                     raise
@@ -621,6 +647,9 @@ class AioStreamResponseCall(
                 if not self._finished:  # retried: the next attempt's call takes over
                     inner = await self._inner_call()
                     continue
+                raised = self._raised(err)
+                if raised is not err:
+                    raise raised from None
                 raise
             if response is not grpc.aio.EOF and not self._attempts.committed:
                 self._attempts.commit()
@@ -714,7 +743,9 @@ class _AioMultiCallable(Generic[_Request, _Response]):
             kwargs: dict[str, Any] = {
                 "timeout": remaining,
                 # after a failed attempt: with grpc-previous-rpc-attempts
-                "metadata": metadata if rpc.retry is None else rpc.send_metadata,
+                "metadata": metadata
+                if rpc.retry is None and rpc.pick_metadata is None
+                else rpc.attempt_metadata(),
                 "credentials": credentials,
                 "wait_for_ready": False,
                 "compression": compression,

@@ -94,6 +94,7 @@ from pyxds.resolver.http_filters import FilterVerdict, run_chain
 from pyxds.resolver.retry_policy import RetryThrottle
 from pyxds.resolver.service_config import MethodConfigSelector, ServiceConfig
 from pyxds.resolver.static_resolver import lb_selection_from_options
+from pyxds.security.credentials import xds_info
 from pyxds.serializer import WorkSerializer
 from pyxds.xds.bootstrap import BootstrapSource
 
@@ -200,6 +201,7 @@ class Rpc:
         "stale_picker",
         "on_call_trailers",
         "attempt_labels",
+        "pick_metadata",
         "send_metadata",
         "retry",
         "fault",
@@ -243,6 +245,8 @@ class Rpc:
         self.on_call_trailers: Callable[[Sequence[tuple[str, Any]]], None] | None = None
         #: the last pick's ``PickComplete.attempt_labels`` (A78), for its attempt's metrics
         self.attempt_labels: Mapping[str, str] | None = None
+        #: the last pick's ``PickComplete.metadata``: headers its attempt adds
+        self.pick_metadata: tuple[tuple[str, str], ...] | None = None
         self._finished = False
         # A66 per-attempt metrics: the attempt's start, None while metrics are off.
         self._attempt_start = None if _metrics.RECORDER is None else _attempt_started(core, path)
@@ -255,6 +259,17 @@ class Rpc:
         if self.deadline is None:
             return None
         return self.deadline - time.monotonic()
+
+    def attempt_metadata(self) -> Any:
+        """The metadata the attempt sends: ``send_metadata`` plus the pick's
+        headers (``PickComplete.metadata``), which replace the RPC's values
+        of their keys."""
+        extra = self.pick_metadata
+        base = self.send_metadata
+        if extra is None:
+            return base
+        keys = {k for k, _ in extra}
+        return (*(kv for kv in (base or ()) if kv[0] not in keys), *extra)
 
     def attempt_done(self, status: Status, call: Any = None) -> None:
         """The subchannel call of one pick ended (report to the LB policy).
@@ -404,6 +419,21 @@ class ChannelHelper(Helper):
         self.clock = core.clock
         self.random = core.random
         self.channel_target = core.target
+        self.channel_authority = core.default_authority
+
+    def create_route_lookup_channel(self, target: str, service_config: str | None) -> Any:
+        """A channel to a Route Lookup Service (``rls_experimental``):
+        :class:`pyxds.channel.rls_channel.GrpcRouteLookupChannel`."""
+        from pyxds.channel.rls_channel import GrpcRouteLookupChannel
+
+        core = self._core
+        return GrpcRouteLookupChannel(
+            target,
+            core.lookup_credentials,
+            core.default_authority,
+            service_config,
+            core.serializer.run,
+        )
 
     def _live(self) -> bool:
         return self._core._lb_generation == self._generation and not self._core.closed
@@ -484,6 +514,12 @@ class ChannelCore:
             make_transport, self.serializer, self.clock, self.random, credentials, self.options
         )
         opts = dict(self.options)
+        #: the channel's authority (``grpc.default_authority`` when set)
+        self.default_authority = str(opts.get("grpc.default_authority") or self.authority)
+        #: credentials of channels the LB policies make (RLS): the channel's
+        #: own, the fallback ones of xDS credentials
+        xds = xds_info(credentials)
+        self.lookup_credentials = xds.fallback if xds is not None else credentials
         self.idle_timeout = float(
             opts.get("grpc.client_idle_timeout_ms", DEFAULT_IDLE_TIMEOUT * 1000)
         )
@@ -614,6 +650,7 @@ class ChannelCore:
             rpc.picked_by = picker
             rpc.on_call_trailers = result.on_call_trailers
             rpc.attempt_labels = result.attempt_labels
+            rpc.pick_metadata = result.metadata
             return core
         if isinstance(result, PickFail):
             if rpc.wait_for_ready:

@@ -138,7 +138,7 @@ class _Base(Generic[_Request, _Response]):
             return inner(
                 request.attempt() if isinstance(request, RequestReplay) else request,
                 timeout=remaining,
-                metadata=rpc.send_metadata,
+                metadata=rpc.send_metadata if rpc.pick_metadata is None else rpc.attempt_metadata(),
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,

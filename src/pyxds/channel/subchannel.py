@@ -504,16 +504,23 @@ class ChannelSubchannel(Subchannel):
         if not self._shut:
             self.core.reset_backoff()
 
-    def watch_orca_oob(self, period: float, fn: Callable[[Any], None]) -> Callable[[], None]:
+    def watch_orca_oob(
+        self,
+        period: float,
+        fn: Callable[[Any], None],
+        on_unimplemented: Callable[[str], None] | None = None,
+    ) -> Callable[[], None]:
         """Subscribe ``fn`` to this subchannel's out-of-band ORCA reports,
         asking for one every ``period`` seconds (gRFC A51; one stream per
-        connection shared by every subscriber, :mod:`pyxds.channel.orca_oob`).
-        Returns the unsubscribe; this handle's ``shutdown()`` unsubscribes too."""
+        connection shared by every subscriber, :mod:`pyxds.channel.orca_oob`);
+        ``on_unimplemented(details)``: the backend does not serve
+        OpenRcaService on this connection.  Returns the unsubscribe; this
+        handle's ``shutdown()`` unsubscribes too."""
         if self._shut:
             return lambda: None
         from pyxds.channel.orca_oob import oob_stream_of
 
-        cancel = oob_stream_of(self.core).add(period, fn)
+        cancel = oob_stream_of(self.core).add(period, fn, on_unimplemented)
         self._unwatchers.append(cancel)
         return cancel
 

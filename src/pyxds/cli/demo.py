@@ -343,8 +343,17 @@ def _retry_step(
 ) -> bool:
     """Step 6: without a retry policy a share of RPCs fails on the broken
     backend; once the control plane pushes one, none does.  True when both held."""
+    before = broken.calls
     server.set_snapshot(_retry_snapshot(main, fallback, canary, pool, broken, retry=False))
+    # The old config (step 5: broken ejected) serves pool-a and pool-b too; the
+    # new one is in effect once broken, no longer ejected, is picked again.
     reached = _wait_until(call, {"pool-a", "pool-b"}, 10)
+    deadline = time.monotonic() + 10
+    while broken.calls == before and time.monotonic() < deadline:
+        try:
+            call()
+        except grpc.RpcError:
+            pass
     seen = _count(call, 300, progress)
     failed = sum(n for k, n in seen.items() if k.startswith("error"))
     say(

@@ -70,6 +70,18 @@ class DelegatingHelper(Helper):
     def channel_target(self) -> str:  # type: ignore[override]  # view of the parent's
         return getattr(self.parent, "channel_target", "")
 
+    @property
+    def channel_authority(self) -> str:  # type: ignore[override]
+        return getattr(self.parent, "channel_authority", "")
+
+    def create_route_lookup_channel(self, target: str, service_config: str | None) -> Any:
+        """The optional capability of ``rls_experimental`` (api.Helper),
+        from the channel through every level of the tree."""
+        create = getattr(self.parent, "create_route_lookup_channel", None)
+        if create is None:
+            raise NotImplementedError("this channel offers no Route Lookup Service channel")
+        return create(target, service_config)
+
     def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> Subchannel:
         return self.parent.create_subchannel(address, attributes)
 

@@ -167,7 +167,40 @@ def parse_upstream_tls_context(
         auto_host_sni = ctx.auto_host_sni
         auto_sni_san_validation = ctx.auto_sni_san_validation
     p = f"{path}.common_tls_context"
-    common = ctx.common_tls_context
+    common = parse_common_tls_context(ctx.common_tls_context, p, providers, errs)
+    if not common.ca_named and not common.system_root_certs:
+        errs.add(p, "no CA certs configured")
+    if len(errs) != before:
+        return None
+    return UpstreamTlsConfig(
+        ca=common.ca,
+        identity=common.identity,
+        san_matchers=common.san_matchers,
+        system_root_certs=common.system_root_certs,
+        sni=sni,
+        auto_host_sni=auto_host_sni,
+        auto_sni_san_validation=auto_sni_san_validation,
+    )
+
+
+@dataclass(frozen=True)
+class CommonTls:
+    """What a ``CommonTlsContext`` says, validated (shared by the client's
+    UpstreamTlsContext and the server's DownstreamTlsContext, as C-core's
+    CommonTlsContextParse): ``ca_named`` is True when a CA provider instance
+    is named, known to the bootstrap or not."""
+
+    identity: ProviderRef | None
+    ca: ProviderRef | None
+    ca_named: bool
+    system_root_certs: bool
+    san_matchers: tuple[SanMatcher, ...]
+
+
+def parse_common_tls_context(
+    common: Any, p: str, providers: Mapping[str, Any] | None, errs: Errors
+) -> CommonTls:
+    """Validate a ``CommonTlsContext`` message at field path ``p``."""
     if common.HasField("tls_params"):
         errs.add(f"{p}.tls_params", _UNSUPPORTED)
     if common.HasField("custom_handshaker"):
@@ -262,19 +295,7 @@ def parse_upstream_tls_context(
             for i, sm in enumerate(vc.match_subject_alt_names)
             if (m := _matcher(sm, f"{vpath}.match_subject_alt_names[{i}]", errs)) is not None
         )
-    if not ca_named and not system_roots:
-        errs.add(p, "no CA certs configured")
-    if len(errs) != before:
-        return None
-    return UpstreamTlsConfig(
-        ca=ca,
-        identity=identity,
-        san_matchers=matchers,
-        system_root_certs=system_roots,
-        sni=sni,
-        auto_host_sni=auto_host_sni,
-        auto_sni_san_validation=auto_sni_san_validation,
-    )
+    return CommonTls(identity, ca, ca_named, system_roots, matchers)
 
 
 def _ref(

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 __all__ = [
     "FakeClock",
     "FakeHelper",
+    "FakeLookup",
+    "FakeRouteLookupChannel",
     "FakeSubchannel",
     "FakeTimer",
     "FakeXdsClient",
@@ -22,6 +24,10 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     # Imported lazily: it pulls in the xDS resource types.
+    if name in ("FakeRouteLookupChannel", "FakeLookup"):
+        from pyxds.testing import fake_rls
+
+        return getattr(fake_rls, name)
     if name == "FakeXdsClient":
         from pyxds.testing.fake_xds_client import FakeXdsClient
 

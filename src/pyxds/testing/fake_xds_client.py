@@ -246,9 +246,10 @@ def aggregate_cluster(name: str, *children: str) -> Cluster:
 
 
 def make_cla(name: str, *addresses: str, unhealthy: int = 0) -> ClusterLoadAssignment:
-    """An EDS resource with one locality holding ``addresses``."""
-    if not addresses:
-        return ClusterLoadAssignment(name, (), excluded_endpoints=unhealthy)
+    """An EDS resource with one locality holding ``addresses`` (and, as the
+    parser leaves it, an empty locality when every endpoint is unhealthy)."""
+    if not addresses and not unhealthy:
+        return ClusterLoadAssignment(name, ())
     endpoints = tuple(EndpointAddress((a,)) for a in addresses)
     locality = Locality(LocalityName("r", "z", "s"), 1, endpoints)
     return ClusterLoadAssignment(name, ((locality,),), excluded_endpoints=unhealthy)

@@ -27,9 +27,11 @@ gRFCs leave room):
   declared optional plugin we do not support makes the route ignored).  Any
   other or unset cluster specifier (``cluster_header``, unknown fields): the
   route is ignored (A28 latest).
-* Action ``non_forwarding_action`` or another action (redirect,
-  direct_response, ...): kept as :class:`NonForwardingAction`, so an RPC
-  that matches it fails (C-core: "Matching route has inappropriate action").
+* Action ``non_forwarding_action``: :class:`NonForwardingAction` (what
+  servers expect, A36); another action (redirect, direct_response,
+  filter_action, none): :class:`UnsupportedAction`.  A client fails an RPC
+  matching either (C-core: "Matching route has inappropriate action"); a
+  server fails one matching the latter with UNAVAILABLE.
 * ``max_stream_duration`` (A31): ``grpc_timeout_header_max`` if set, else
   ``max_stream_duration``.
 * Retry policy (A44): the route's, else its virtual host's.
@@ -54,13 +56,18 @@ from typing import Any
 
 from envoy.config.route.v3 import route_pb2
 
+from pyxds.xds.resources import stateful_session as _stateful_session  # noqa: F401 (A55 types)
 from pyxds.xds.resources._common import (
     Errors,
     check_filter_overrides,
     compile_regex,
     duration,
     filter_overrides,
-    type_name,
+)
+from pyxds.xds.resources.cluster_specifier import (
+    RLS_PLUGIN_TYPE,
+    parse_cluster_specifier_plugins,
+    rls_enabled,
 )
 from pyxds.xds.resources.types import UINT32_MAX as UINT32_MAX_
 from pyxds.xds.resources.types import (
@@ -79,16 +86,14 @@ from pyxds.xds.resources.types import (
     RouteAction,
     RouteConfiguration,
     RouteMatch,
+    UnsupportedAction,
     VirtualHost,
 )
 
 __all__ = ["parse_route_configuration", "SUPPORTED_CLUSTER_SPECIFIER_PLUGINS"]
 
-# Cluster specifier plugin config types this client implements (A77 RLS is
-# not implemented yet).  Types listed here are kept; an unsupported
-# non-optional plugin is an error, an unsupported optional one makes the
-# routes that use it ignored.
-SUPPORTED_CLUSTER_SPECIFIER_PLUGINS: set[str] = set()
+#: Cluster specifier plugin config types this client implements (RLS).
+SUPPORTED_CLUSTER_SPECIFIER_PLUGINS: frozenset[str] = frozenset({RLS_PLUGIN_TYPE})
 
 _DENOMINATORS = (100, 10_000, 1_000_000)  # FractionalPercent.DenominatorType
 _RETRYABLE_CODES = frozenset(
@@ -108,9 +113,9 @@ _set_fraction: Callable[[RouteMatch, FractionalPercent | None], None] = vars(Rou
     "runtime_fraction"
 ].__set__
 _set_match: Callable[[Route, RouteMatch], None] = vars(Route)["match"].__set__
-_set_action: Callable[[Route, RouteAction | NonForwardingAction], None] = vars(Route)[
-    "action"
-].__set__
+_set_action: Callable[[Route, RouteAction | NonForwardingAction | UnsupportedAction], None] = vars(
+    Route
+)["action"].__set__
 _set_name: Callable[[Route, str], None] = vars(Route)["name"].__set__
 _set_overrides: Callable[[Route, tuple[tuple[str, str, bytes], ...]], None] = vars(Route)[
     "filter_overrides"
@@ -133,8 +138,15 @@ def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteCon
     ``"...route_config"`` when inlined in a Listener); errors go to ``errs``.
     """
     pre = f"{path}." if path else ""
-    plugins, ignored_plugins = _parse_plugins(rc, errs, pre)
-    declared = {p.name for p in plugins} | ignored_plugins
+    rls = rls_enabled()
+    if rls and rc.cluster_specifier_plugins:
+        parsed = parse_cluster_specifier_plugins(rc, errs, pre)
+        declared: set[str] | None = parsed.declared
+        ignored_plugins = parsed.optional_unsupported
+    else:
+        parsed = None
+        declared = set() if rls else None  # None: plugin routes are ignored
+        ignored_plugins = set()
     vhosts = []
     # Values shared between routes: identical clusters and matches become one object.
     cache: _ShareCache = {}
@@ -164,7 +176,16 @@ def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteCon
                     route = _with_vhost_retry(route, retry)
                 append(route)
         vhosts.append(VirtualHost(vh.name, domains, tuple(routes), retry, vh_overrides))
-    return RouteConfiguration(rc.name, tuple(vhosts), tuple(plugins))
+    plugins: tuple[ClusterSpecifierPlugin, ...] = ()
+    if parsed is not None and parsed.supported:
+        used = {
+            r.action.cluster_specifier_plugin
+            for v in vhosts
+            for r in v.routes
+            if isinstance(r.action, RouteAction)
+        }
+        plugins = tuple(p for name, p in parsed.supported.items() if name in used)
+    return RouteConfiguration(rc.name, tuple(vhosts), plugins)
 
 
 def _with_vhost_retry(route: Route, retry: RetryPolicy) -> Route:
@@ -204,34 +225,6 @@ def _path_can_match(path: str) -> bool:
     return 1 < i < len(path) - 1 and path.find("/", i + 1) < 0
 
 
-def _parse_plugins(
-    rc: Any, errs: Errors, pre: str
-) -> tuple[list[ClusterSpecifierPlugin], set[str]]:
-    plugins: list[ClusterSpecifierPlugin] = []
-    ignored: set[str] = set()
-    seen: set[str] = set()
-    for i, csp in enumerate(rc.cluster_specifier_plugins):
-        ext = csp.extension
-        p = f"{pre}cluster_specifier_plugins[{i}].extension"
-        if not csp.HasField("extension"):
-            errs.add(p, "field not present")
-            continue
-        name = ext.name
-        if name in seen:
-            errs.add(f"{p}.name", f'duplicate name "{name}"')
-        seen.add(name)
-        tname = type_name(ext.typed_config.type_url)
-        if tname in SUPPORTED_CLUSTER_SPECIFIER_PLUGINS:
-            plugins.append(
-                ClusterSpecifierPlugin(name, tname, ext.typed_config.value, csp.is_optional)
-            )
-        elif csp.is_optional:
-            ignored.add(name)
-        else:
-            errs.add(f"{p}.typed_config", f'unsupported ClusterSpecifierPlugin type "{tname}"')
-    return plugins, ignored
-
-
 def _route_path(pre: str, vi: int, ri: int) -> str:
     return f"{pre}virtual_hosts[{vi}].routes[{ri}]"
 
@@ -243,7 +236,7 @@ def _parse_route(
     vi: int,
     ri: int,
     cache: _ShareCache,
-    declared: set[str],
+    declared: set[str] | None,
     ignored_plugins: set[str],
 ) -> Route | None:
     m = r.match
@@ -346,13 +339,17 @@ def _parse_route(
         _set_fraction(match, fraction)
 
     action_kind = r.WhichOneof("action")
-    action: RouteAction | NonForwardingAction | None
+    action: RouteAction | NonForwardingAction | UnsupportedAction | None
     if action_kind == "route":
         action = _parse_action(r.route, errs, pre, vi, ri, cache, declared, ignored_plugins)
         if action is None:
             return None
-    else:
+    elif action_kind == "non_forwarding_action":
         action = _NON_FORWARDING
+    else:
+        action = cache.get(("other", action_kind))
+        if action is None:
+            action = cache[("other", action_kind)] = UnsupportedAction(action_kind or "")
     overrides: tuple[tuple[str, str, bytes], ...] = ()
     if r.typed_per_filter_config:
         n_errors = len(errs)
@@ -425,7 +422,7 @@ def _parse_action(
     vi: int,
     ri: int,
     cache: _ShareCache,
-    declared: set[str],
+    declared: set[str] | None,
     ignored_plugins: set[str],
 ) -> RouteAction | None:
     spec = None
@@ -520,6 +517,8 @@ def _parse_action(
         weights = tuple(ClusterWeight(n, w, o) for n, w, o in pairs)
         return RouteAction(None, weights, None, msd, timeout, hashes, retry)
     if spec == 37:
+        if declared is None:
+            return None  # GRPC_EXPERIMENTAL_XDS_RLS_LB off: not a supported specifier
         name = spec_value
         if not name:
             errs.add(
@@ -537,7 +536,7 @@ def _parse_action(
         return RouteAction(None, None, name, msd, timeout, hashes, retry)
     if spec is None and ra.WhichOneof("cluster_specifier") in (
         "cluster",
-        "cluster_specifier_plugin",
+        "cluster_specifier_plugin" if declared is not None else "cluster",
     ):
         # Present but empty (ListFields omits empty strings).
         errs.add(
