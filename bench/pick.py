@@ -18,10 +18,12 @@ import sys
 import timeit
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from pyxds.lb import (
+    OK_STATUS,
     ConnectivityState,
     Endpoint,
     PickArgs,
@@ -35,6 +37,7 @@ from pyxds.testing import FakeHelper
 
 ARGS = PickArgs("/helloworld.Greeter/SayHello", (), {"cluster": "cluster:foo"})
 NUMBER = 1_000_000  # calls per timing run
+OK = OK_STATUS
 REPEAT = 7  # timing runs; the minimum is reported
 
 
@@ -354,6 +357,286 @@ def bench_outlier_detection_round_robin_100() -> tuple[str, float]:
 
 CASES.append(bench_least_request_100)
 CASES.append(bench_outlier_detection_round_robin_100)
+
+
+# -- stateful session (A55/A60): a cookie's RPC through the ConfigSelector and the cluster tree --
+
+
+def _session_tree() -> tuple[Any, Any, Any, list[str]]:
+    """The cds tree of one EDS cluster (xds_cluster_impl > xds_override_host
+    > priority > outlier_detection > xds_wrr_locality > weighted_target >
+    round_robin, 3 localities x 10 endpoints, all READY) and two
+    ConfigSelectors over one route to it: with the stateful session filter
+    and without."""
+    import random
+
+    from pyxds.lb import registry
+    from pyxds.resolver.config_selector import ClusterRef, XdsConfigSelector
+    from pyxds.resolver.xds_config import (
+        XDS_CONFIG_ATTRIBUTE,
+        ClusterConfig,
+        EndpointConfig,
+        XdsConfig,
+    )
+    from pyxds.server import builders as b
+    from pyxds.xds.resources import LISTENER, ROUTE_CONFIG
+    from pyxds.xds.resources.types import (
+        Cluster,
+        ClusterLoadAssignment,
+        EndpointAddress,
+        Locality,
+        LocalityName,
+    )
+
+    name = "bench-session"
+    localities = tuple(
+        Locality(
+            LocalityName("r", f"z{i}"),
+            1,
+            tuple(EndpointAddress((f"10.0.{i}.{j}:443",)) for j in range(10)),
+        )
+        for i in range(3)
+    )
+    load = ClusterLoadAssignment(name, (localities,))
+    cluster = Cluster(name, "EDS", max_requests=2**62)
+    xds = XdsConfig(None, None, None, {name: ClusterConfig(cluster, EndpointConfig(load, ""))})
+    factory, config = registry.select([{"cds_experimental": {"cluster": name}}])
+    helper = FakeHelper()
+    policy = factory.build(helper)
+    assert policy.update(ResolverUpdate((), config, {XDS_CONFIG_ATTRIBUTE: xds})) is None
+    ready_all(helper)
+    assert helper.state is ConnectivityState.READY
+    refs = {name: ClusterRef(name, lambda: None)}
+    rc = b.route_config("r", [b.virtual_host("vh", routes=[b.route(prefix="", cluster=name)])])
+    vh = ROUTE_CONFIG.decode(rc.SerializeToString()).resource.virtual_hosts[0]
+    session_listener = b.listener(
+        "L", http_filters=[b.stateful_session_filter(cookie_name="session", ttl=120)]
+    )
+    filters = LISTENER.decode(session_listener.SerializeToString()).resource.http_filters
+    with_session = XdsConfigSelector(vh, refs, rng=random.Random(1), http_filters=filters)
+    plain = XdsConfigSelector(vh, refs, rng=random.Random(1))
+    addresses = [a for loc in localities for e in loc.endpoints for a in e.addresses]
+    return helper.last.picker, plain, with_session, addresses
+
+
+def bench_stateful_session() -> tuple[str, float]:
+    """A pick (and its call done) with a session cookie (A55: the
+    override-host pick of the pinned endpoint) through the whole cluster
+    tree, beside the plain cluster pick on the same tree, interleaved (goal:
+    <= 1.5x); and the whole RPC side (route: cookie read, A60 cluster; pick;
+    done; commit) both ways."""
+    import base64
+
+    picker, plain, with_session, addresses = _session_tree()
+    value = base64.b64encode(f"{addresses[7]};bench-session".encode()).decode()
+    cookie_md = (("cookie", f"session={value}"),)
+    path = ARGS.path
+    session_config = with_session.select(path, cookie_md)
+    plain_config = plain.select(path, ())
+    session_args = PickArgs(path, cookie_md, session_config.call_attributes)
+    plain_args = PickArgs(path, (), plain_config.call_attributes)
+    got = picker.pick(session_args)
+    assert isinstance(got, PickComplete) and got.subchannel.address == addresses[7]
+    pick = picker.pick
+
+    def routed(selector: Any, metadata: Any) -> Callable[[], None]:
+        select = selector.select
+
+        def run() -> None:
+            config = select(path, metadata)
+            result = pick(PickArgs(path, metadata, config.call_attributes))
+            if result.on_call_done is not None:
+                result.on_call_done(OK)
+            config.on_committed()
+
+        return run
+
+    def picked(args: PickArgs) -> Callable[[], None]:
+        def run() -> None:  # pick + call done: the in-flight count stays flat
+            result = pick(args)
+            if result.on_call_done is not None:
+                result.on_call_done(OK)
+
+        return run
+
+    runs = {
+        "pick": picked(plain_args),
+        "session pick": picked(session_args),
+        "rpc": routed(plain, ()),
+        "session rpc": routed(with_session, cookie_md),
+    }
+    best = {name: float("inf") for name in runs}
+    for _ in range(REPEAT):  # interleaved: the machine's load hits all alike
+        for name, fn in runs.items():
+            best[name] = min(best[name], time_ns(fn, number=NUMBER // 10, repeat=1))
+    session_config.on_committed()
+    plain_config.on_committed()
+    label = (
+        f"stateful session pick [plain {best['pick']:.0f} ns: "
+        f"{best['session pick'] / best['pick']:.2f}x; rpc side "
+        f"{best['session rpc']:.0f}/{best['rpc']:.0f} ns: "
+        f"{best['session rpc'] / best['rpc']:.2f}x]"
+    )
+    return label, best["session pick"]
+
+
+CASES.append(bench_stateful_session)
+
+
+# -- rls_experimental on a cache hit, beside a plain cluster_manager pick (issue 19) --
+
+
+class _Subscriptions:
+    """The dependency manager, as cds (isDynamic) sees it."""
+
+    def subscribe_cluster(self, name: str) -> object:
+        return self
+
+    def release(self) -> None:
+        pass
+
+
+def _rls_config(child_policy: list, target_field: str) -> dict:
+    """An rls_experimental config: key from the x-user header, the cache big."""
+    return {
+        "routeLookupConfig": {
+            "grpcKeybuilders": [
+                {
+                    "names": [{"service": "helloworld.Greeter"}],
+                    "headers": [{"key": "user", "names": ["x-user"]}],
+                }
+            ],
+            "lookupService": "localhost:1",
+            "cacheSizeBytes": "1000000",
+        },
+        "childPolicy": child_policy,
+        "childPolicyConfigTargetFieldName": target_field,
+    }
+
+
+def _rls_tree() -> tuple[Picker, PickArgs, PickArgs]:
+    """xds_cluster_manager with child ``cluster:foo`` (cds foo) and child
+    ``cluster_specifier_plugin:rls`` (rls_experimental, key from one header,
+    whose cache says foo: a cds foo under it), as the xds resolver builds
+    them; every endpoint READY.  Returns the picker and the args of a pick
+    through each child (same path, same metadata)."""
+    from pyxds.lb import registry
+    from pyxds.resolver.xds_config import (
+        DEPENDENCY_MANAGER_ATTRIBUTE,
+        XDS_CONFIG_ATTRIBUTE,
+        ClusterConfig,
+        EndpointConfig,
+        XdsConfig,
+    )
+    from pyxds.xds.resources.types import (
+        Cluster,
+        ClusterLoadAssignment,
+        EndpointAddress,
+        Locality,
+        LocalityName,
+    )
+
+    locality = Locality(
+        LocalityName("r", "z"), 1, tuple(EndpointAddress((f"10.0.0.{i}:443",)) for i in range(3))
+    )
+    load = ClusterLoadAssignment("foo", ((locality,),), (), 0)
+    cluster = Cluster("foo", "EDS", max_requests=2**62)  # never circuit-break
+    xds = XdsConfig(None, None, None, {"foo": ClusterConfig(cluster, EndpointConfig(load, ""))})
+    rls = _rls_config([{"cds_experimental": {"isDynamic": True}}], "cluster")
+    children = {
+        "cluster:foo": {"childPolicy": [{"cds_experimental": {"cluster": "foo"}}]},
+        "cluster_specifier_plugin:rls": {"childPolicy": [{"rls_experimental": rls}]},
+    }
+    factory, config = registry.select(
+        [{"xds_cluster_manager_experimental": {"children": children}}]
+    )
+    helper = FakeHelper()
+    policy = factory.build(helper)
+    attrs = {XDS_CONFIG_ATTRIBUTE: xds, DEPENDENCY_MANAGER_ATTRIBUTE: _Subscriptions()}
+    policy.update(ResolverUpdate((), config, attrs))
+    metadata = (("x-user", "alice"), ("content-type", "application/grpc"))
+    rls_args = PickArgs(ARGS.path, metadata, {"cluster": "cluster_specifier_plugin:rls"})
+    plain_args = PickArgs(ARGS.path, metadata, {"cluster": "cluster:foo"})
+    helper.last.picker.pick(rls_args)  # a miss: the lookup starts
+    helper.clock.advance(0)
+    helper.lookup_channels[-1].last().respond(["foo"])
+    ready_all(helper)
+    assert helper.state is ConnectivityState.READY
+    return helper.last.picker, plain_args, rls_args
+
+
+def bench_rls_cache_hit() -> tuple[str, float]:
+    """A call of an RLS route whose key is cached: cluster_manager -> rls ->
+    cds foo's tree, beside a call of a cluster route: cluster_manager -> cds
+    foo's tree (cluster_impl, priority, wrr_locality, weighted_target,
+    round_robin over 3 READY); pick + ``on_call_done`` (cluster_impl counts
+    the call), interleaved in one run.  Goal: <= 2x."""
+    from pyxds.lb.api import OK_STATUS
+
+    picker, plain_args, rls_args = _rls_tree()
+
+    def call(args: PickArgs, pick=picker.pick, ok=OK_STATUS) -> Callable[[], None]:
+        def run() -> None:
+            done = pick(args).on_call_done
+            if done is not None:
+                done(ok)
+
+        return run
+
+    plain_call, rls_call = call(plain_args), call(rls_args)
+    for args in (plain_args, rls_args):
+        if not isinstance(picker.pick(args), PickComplete):
+            raise RuntimeError("benchmark picker did not complete a pick")
+    plain = rls = float("inf")
+    number = NUMBER // 4
+    for _ in range(REPEAT):  # interleaved: the same machine state for both
+        plain = min(plain, timeit.Timer(plain_call).timeit(number) / number * 1e9)
+        rls = min(rls, timeit.Timer(rls_call).timeit(number) / number * 1e9)
+    return f"rls hit>cds call [cluster_manager>cds {plain:.0f} ns: {rls / plain:.2f}x]", rls
+
+
+def bench_rls_cache_hit_bare() -> tuple[str, float]:
+    """The RLS picker's own cost: cluster_manager -> rls -> round_robin(3)
+    beside cluster_manager -> round_robin(3), picks only, interleaved (the
+    RLS hit path with the least under it; the row above is the real one)."""
+    from pyxds.lb import registry
+
+    rls = _rls_config([{"round_robin": {}}], "target")  # round_robin ignores the field
+    children = {
+        "cluster:foo": {"childPolicy": [{"round_robin": {}}]},
+        "cluster_specifier_plugin:rls": {"childPolicy": [{"rls_experimental": rls}]},
+    }
+    factory, config = registry.select(
+        [{"xds_cluster_manager_experimental": {"children": children}}]
+    )
+    helper = FakeHelper()
+    policy = factory.build(helper)
+    policy.update(ResolverUpdate(endpoints(3), config))
+    metadata = (("x-user", "alice"), ("content-type", "application/grpc"))
+    rls_args = PickArgs(ARGS.path, metadata, {"cluster": "cluster_specifier_plugin:rls"})
+    plain_args = PickArgs(ARGS.path, metadata, {"cluster": "cluster:foo"})
+    helper.last.picker.pick(rls_args)
+    helper.clock.advance(0)
+    helper.lookup_channels[-1].last().respond(["target-a"])
+    ready_all(helper)
+    picker = helper.last.picker
+    for args in (plain_args, rls_args):
+        if not isinstance(picker.pick(args), PickComplete):
+            raise RuntimeError("benchmark picker did not complete a pick")
+    plain = rls_ns = float("inf")
+    for _ in range(REPEAT):
+        for args in (plain_args, rls_args):
+            timer = timeit.Timer("pick(args)", globals={"pick": picker.pick, "args": args})
+            ns = timer.timeit(NUMBER // 2) / (NUMBER // 2) * 1e9
+            if args is plain_args:
+                plain = min(plain, ns)
+            else:
+                rls_ns = min(rls_ns, ns)
+    return f"rls hit>rr(3) [cluster_manager>rr(3) {plain:.0f} ns: {rls_ns / plain:.2f}x]", rls_ns
+
+
+CASES.append(bench_rls_cache_hit)
+CASES.append(bench_rls_cache_hit_bare)
 
 
 def main() -> int:

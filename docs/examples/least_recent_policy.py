@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +76,11 @@ class _Picker(Picker):
     """Round robin over READY subchannels, skipping recently failed ones."""
 
     def __init__(
-        self, ready: list[Subchannel], cooldown: int, penalties: dict, lock: threading.Lock
+        self,
+        ready: list[Subchannel],
+        cooldown: int,
+        penalties: dict[str, int],
+        lock: threading.Lock,
     ) -> None:
         self._ready = ready
         self._cooldown = cooldown
@@ -95,7 +100,7 @@ class _Picker(Picker):
             sub = self._ready[next(self._next) % len(self._ready)]  # all cooling: any
         return PickComplete(sub, on_call_done=self._done(sub.address))
 
-    def _done(self, address: str):
+    def _done(self, address: str) -> Callable[[Status], None]:
         def on_call_done(status: Status) -> None:
             if status.code is not grpc.StatusCode.OK:
                 with self._lock:
@@ -109,7 +114,7 @@ class LeastRecent(LoadBalancer):
         self._helper = helper
         self._subchannels: dict[str, Subchannel] = {}
         self._states: dict[str, ConnectivityState] = {}
-        self._unwatch: dict[str, Any] = {}
+        self._unwatch: dict[str, Callable[[], None]] = {}
         self._config = LeastRecentConfig()
         self._penalties: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -129,12 +134,13 @@ class LeastRecent(LoadBalancer):
             if address not in self._subchannels:
                 sub = self._helper.create_subchannel(address, {})
                 self._subchannels[address] = sub
-                self._unwatch[address] = sub.watch_state(
-                    lambda state, status, a=address: self._on_state(a, state)
-                )
+                self._unwatch[address] = sub.watch_state(self._watcher(address))
                 sub.connect()
         self._publish()
         return None
+
+    def _watcher(self, address: str) -> Callable[[ConnectivityState, Status], None]:
+        return lambda state, status: self._on_state(address, state)
 
     def _on_state(self, address: str, state: ConnectivityState) -> None:
         if address not in self._subchannels:

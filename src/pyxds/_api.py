@@ -16,14 +16,16 @@ from typing import Any
 import grpc
 
 from pyxds.channel.channel import XdsChannel
+from pyxds.resolver.service_config import ServiceConfigSource
+from pyxds.xds.bootstrap import BootstrapSource
 
 
 def insecure_channel(
     target: str,
-    bootstrap: Any = None,
+    bootstrap: BootstrapSource = None,
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
-    service_config: Any = None,
+    service_config: ServiceConfigSource = None,
 ) -> XdsChannel:
     """A plaintext grpc.Channel to ``target`` over the pyxds stack.
     ``service_config``: a gRPC service config (dict or JSON text:
@@ -35,10 +37,10 @@ def insecure_channel(
 def secure_channel(
     target: str,
     credentials: grpc.ChannelCredentials,
-    bootstrap: Any = None,
+    bootstrap: BootstrapSource = None,
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
-    service_config: Any = None,
+    service_config: ServiceConfigSource = None,
 ) -> XdsChannel:
     """A grpc.Channel to ``target`` whose subchannels use ``credentials``.
 

@@ -315,7 +315,7 @@ def _gauge_callback(name: str) -> Callable[[Any], Iterable[Any]]:
             return []
         with _lock:
             observers = list(_observers.get(name, ()))
-        out = []
+        out: list[OtelObservation] = []
         for observer in observers:
             try:
                 out.extend(

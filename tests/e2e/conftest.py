@@ -64,3 +64,21 @@ def blackhole() -> Iterator[Blackhole]:
         yield hole
     finally:
         hole.close()
+
+
+@pytest.fixture
+def control() -> Iterator[ManagementServer]:
+    """The control plane of the xDS-enabled server tests (as ``xds_server``)."""
+    server = ManagementServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory):
+    """The mesh PKI of the xDS-enabled server tests (one per test module)."""
+    from xds_server_fixtures import Pki
+
+    return Pki(str(tmp_path_factory.mktemp("xds-server-pki")))

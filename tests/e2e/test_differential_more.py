@@ -18,6 +18,7 @@ from channel_fixtures import (
     TARGET,
     Backend,
     CoreXdsClient,
+    core_note,
     free_port,
     header,
     pyxds_calls,
@@ -304,7 +305,8 @@ def test_a31_max_stream_duration_and_grpc_timeout_header_max_agree_with_c_core(
 def test_all_endpoints_unhealthy_fails_alike_and_pyxds_says_why(server, backends, core, channel):
     """TRAPS.md (C-core 1.85.1): valid-but-unusable EDS fails every RPC, as the
     spec says; C-core says "no children in weighted_target policy (EDS resource
-    cu: contains empty localities: ...)", pyxds says exactly why."""
+    cu: contains empty localities: ...)", pyxds says C-core's note, then the
+    cluster and exactly why (issue 22)."""
     base = snapshot([route(prefix="", cluster="cu")], {"cu": [[backends["a0"].address]]})
     listener_t, route_t, cluster_t, _eds_t = list(base._by_type)
     unhealthy = b.endpoint(backends["a0"].address, health_status="UNHEALTHY")
@@ -320,9 +322,11 @@ def test_all_endpoints_unhealthy_fails_alike_and_pyxds_says_why(server, backends
     )
     settle(core, channel, WHO, lambda k: k.startswith("error:UNAVAILABLE"))
     ours, theirs = both(core, channel, n=1)
-    assert ours == {"error:UNAVAILABLE: EDS resource cu: all endpoints unhealthy": 1}
     ((theirs_text, _),) = theirs.items()
-    assert theirs_text.startswith("error:UNAVAILABLE: ") and "EDS resource cu" in theirs_text
+    note = core_note(theirs_text)
+    assert note.startswith("EDS resource cu: contains empty localities: [")
+    why = "(cluster cu: no endpoints: all endpoints unhealthy)"
+    assert ours == {f"error:UNAVAILABLE: {note} {why}": 1}
 
 
 def _with_clusters(base: Snapshot, clusters: list) -> Snapshot:

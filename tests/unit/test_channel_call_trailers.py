@@ -135,4 +135,5 @@ def test_cluster_impl_rebuilds_every_field_pick_complete_has():
         "on_call_done",
         "on_call_trailers",
         "attempt_labels",
+        "metadata",
     ]

@@ -107,6 +107,20 @@ def test_complete_pick_returns_the_subchannel_and_passes_call_attributes(h):
     assert picker.args[0].call_attributes["cluster"] == "c1"
 
 
+def test_a_picks_headers_go_with_its_attempt_replacing_the_rpcs_own(h):
+    # PickComplete.metadata (rls_experimental's x-google-rls-data)
+    sub = ready_subchannel(h)
+    h.publish(CountingPicker(PickComplete(sub, metadata=(("x-rls", "new"),))))
+    rpc = h.core.new_rpc("/svc/M", [("k", "v"), ("x-rls", "old")], 5.0, False)
+    assert isinstance(h.core.try_pick(rpc), SubchannelCore)
+    assert rpc.attempt_metadata() == (("k", "v"), ("x-rls", "new"))
+    assert rpc.metadata == (("k", "v"), ("x-rls", "old"))  # the RPC's own stay
+    # the next attempt's pick decides again: none from this picker
+    h.publish(CountingPicker(PickComplete(sub)))
+    assert isinstance(h.core.try_pick(rpc), SubchannelCore)
+    assert rpc.attempt_metadata() == [("k", "v"), ("x-rls", "old")]
+
+
 def test_queued_rpc_waits_without_busy_looping_and_completes_on_next_picker(h):
     queue = CountingPicker(PickQueue())
     h.publish(queue)

@@ -33,6 +33,7 @@ from pyxds.xds.resources import (
     ROUTE_CONFIG,
     ClusterWeight,
     NonForwardingAction,
+    UnsupportedAction,
 )
 
 # ---------------------------------------------------------------- helpers
@@ -191,8 +192,9 @@ def test_route_action_without_cluster_specifier_is_ignored():
     assert [x.action.cluster for x in routes_of(rc_with(r, route("/", "c2")))] == ["c2"]
 
 
-def test_non_forwarding_and_redirect_actions_are_kept_as_non_forwarding():
-    """C-core keeps them (RPCs matching them fail); no NACK."""
+def test_non_forwarding_and_redirect_actions_are_kept_not_nacked():
+    """C-core keeps them (client RPCs matching either fail, server RPCs
+    matching the redirect fail); no NACK."""
     nf = rc_pb2.Route()
     nf.match.prefix = "/a"
     nf.non_forwarding_action.SetInParent()
@@ -200,7 +202,7 @@ def test_non_forwarding_and_redirect_actions_are_kept_as_non_forwarding():
     rd.match.prefix = "/b"
     rd.redirect.host_redirect = "x"
     got = routes_of(rc_with(nf, rd, route("/")))
-    assert [type(r.action) for r in got[:2]] == [NonForwardingAction, NonForwardingAction]
+    assert [type(r.action) for r in got[:2]] == [NonForwardingAction, UnsupportedAction]
 
 
 def test_invalid_path_regex_is_nacked():
@@ -246,16 +248,18 @@ def test_unknown_cluster_specifier_plugin_name_is_nacked():
     assert 'unknown cluster specifier plugin name "nope"' in err
 
 
-RLS_PLUGIN = "type.googleapis.com/grpc.lookup.v1.RouteLookupClusterSpecifier"
+# A plugin type gRPC does not implement (RLS is implemented:
+# tests/unit/test_resources_rls_plugin.py).
+UNKNOWN_PLUGIN = "type.googleapis.com/example.UnknownClusterSpecifier"
 
 
 def test_route_using_unsupported_optional_plugin_is_ignored():
     rc = rc_with()
     p = rc.cluster_specifier_plugins.add(is_optional=True)
-    p.extension.name = "rls"
-    p.extension.typed_config.type_url = RLS_PLUGIN
+    p.extension.name = "other"
+    p.extension.typed_config.type_url = UNKNOWN_PLUGIN
     r = route("/", None)
-    r.route.cluster_specifier_plugin = "rls"
+    r.route.cluster_specifier_plugin = "other"
     rc.virtual_hosts[0].routes.append(r)
     rc.virtual_hosts[0].routes.append(route("/", "c2"))
     assert [x.action.cluster for x in routes_of(rc)] == ["c2"]
@@ -265,7 +269,7 @@ def test_unsupported_required_plugin_is_nacked():
     rc = rc_with(route())
     p = rc.cluster_specifier_plugins.add()
     p.extension.name = "rls"
-    p.extension.typed_config.type_url = RLS_PLUGIN
+    p.extension.typed_config.type_url = UNKNOWN_PLUGIN
     assert "unsupported ClusterSpecifierPlugin type" in _err(ROUTE_CONFIG, rc)
 
 
@@ -376,12 +380,12 @@ def test_unused_health_status_endpoint_is_skipped_before_validation(health):
     assert got.excluded_endpoints == 2 and got.endpoint_count == 1
 
 
-def test_draining_endpoint_is_validated_and_deduplicated_then_excluded():
-    """C-core keeps DRAINING endpoints (for override host); its address counts."""
+def test_draining_endpoint_is_validated_deduplicated_and_kept():
+    """C-core keeps DRAINING endpoints (for override host, A55); its address counts."""
     err = _err(ENDPOINTS, cla(locality("a", eps=(("10.0.0.1", 80), ("10.0.0.1", 80, DRAINING)))))
     assert "duplicate endpoint address" in err
     got = _ok(ENDPOINTS, cla(locality("a", eps=(("10.0.0.1", 80), ("10.0.0.2", 80, DRAINING)))))
-    assert got.excluded_endpoints == 1 and got.endpoint_count == 1
+    assert got.excluded_endpoints == 0 and got.endpoint_count == 1 and got.draining_count == 1
 
 
 def test_endpoint_weight_zero_is_nacked():

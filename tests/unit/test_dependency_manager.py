@@ -283,8 +283,10 @@ def test_eds_with_only_unhealthy_endpoints_says_all_endpoints_unhealthy():
     h = Harness()
     h.push(make_listener("lds", rds="rds"), make_route_config("rds", routes_to("a")))
     h.push(eds_cluster("a", eds_service_name="a-eds"), make_cla("a-eds", unhealthy=3))
+    # C-core's words, then the cluster and the cause.
     assert h.last.clusters["a"].children.resolution_note == (
-        "EDS resource a-eds: all endpoints unhealthy"
+        'EDS resource a-eds: contains empty localities: [{region="r", zone="z", sub_zone="s"}] '
+        "(cluster a: no endpoints: all endpoints unhealthy)"
     )
 
 
@@ -293,7 +295,9 @@ def test_eds_error_before_data_gives_no_endpoints_and_a_note_naming_the_resource
     h.push(make_listener("lds", rds="rds"), make_route_config("rds", routes_to("a")))
     h.push(eds_cluster("a"))
     h.client.error(ENDPOINTS_TYPE_URL, "a", "timeout")
-    assert h.last.clusters["a"].children == EndpointConfig(None, "EDS resource a: timeout")
+    assert h.last.clusters["a"].children == EndpointConfig(
+        None, "EDS resource a: timeout (cluster a: no endpoints)"
+    )
 
 
 def test_subscriptions_are_refcounted_and_the_last_release_stops_the_watch():
@@ -458,16 +462,37 @@ def test_ambient_errors_keep_the_data_and_become_resolution_notes():
 
 
 def test_eds_without_localities_or_with_empty_ones_says_so():
-    from pyxds.xds.resources.types import ClusterLoadAssignment, Locality, LocalityName
+    from pyxds.xds.resources.types import (
+        ClusterLoadAssignment,
+        EndpointAddress,
+        Locality,
+        LocalityName,
+    )
 
     h = Harness()
     h.push(make_listener("lds", rds="rds"), make_route_config("rds", routes_to("a")))
     h.push(eds_cluster("a"), make_cla("a"))
-    assert h.last.clusters["a"].children.resolution_note == "EDS resource a: contains no localities"
+    assert h.last.clusters["a"].children.resolution_note == (
+        "EDS resource a: contains no localities (cluster a: no endpoints: no localities)"
+    )
     empty = Locality(LocalityName("r", "z", "s"), 1, ())
     h.push(ClusterLoadAssignment("a", ((empty,),)))
     assert h.last.clusters["a"].children.resolution_note == (
-        "EDS resource a: contains empty localities: [{region=r, zone=z, sub_zone=s}]"
+        'EDS resource a: contains empty localities: [{region="r", zone="z", sub_zone="s"}] '
+        "(cluster a: no endpoints: locality without endpoints)"
+    )
+    # A locality ignored for its weight (A27) is the cause the user needs.
+    ignored = (LocalityName("us", "a", ""),)
+    h.push(ClusterLoadAssignment("a", (), ignored_localities=ignored))
+    assert h.last.clusters["a"].children.resolution_note == (
+        "EDS resource a: contains no localities "
+        "(cluster a: no endpoints: locality without weight ignored)"
+    )
+    # One usable endpoint anywhere: C-core's note alone, the cluster serves.
+    used = Locality(LocalityName("r", "z", "t"), 1, (EndpointAddress(("10.0.0.1:1",)),))
+    h.push(ClusterLoadAssignment("a", ((empty, used),), ignored_localities=ignored))
+    assert h.last.clusters["a"].children.resolution_note == (
+        'EDS resource a: contains empty localities: [{region="r", zone="z", sub_zone="s"}]'
     )
 
 

@@ -1,11 +1,13 @@
 """The layers of docs/architecture.md, checked on the imports of the source.
 
-Config flows down: xds -> resolver -> lb -> channel.  The xDS client knows
-nothing above it (the one exception: CDS validation asks the LB registry
-whether a policy config is valid, gRFC A52); the resolver and the LB policies
-never reach into the channel (the xDS LB policies do read the resolver's
-XdsConfig, A74); production code never imports ``pyxds.testing``; no two
-channel modules import each other.
+Config flows down: xds -> resolver -> lb -> channel; xDS-enabled servers
+(``pyxds.serving``) sit beside the channel on the xDS client.  The xDS client knows
+nothing above it (the exceptions: CDS validation asks the LB registry
+whether a policy config is valid, gRFC A52, and RDS validation whether a
+cluster specifier plugin's generated config is, as C-core's parser does);
+the resolver and the LB policies never reach into the channel (the xDS LB
+policies do read the resolver's XdsConfig, A74); production code never
+imports ``pyxds.testing``; no two channel modules import each other.
 """
 
 from __future__ import annotations
@@ -19,11 +21,27 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "pyxds"
 
 # (importing package, imported package, modules allowed to do it anyway)
 FORBIDDEN = [
-    ("xds", "pyxds.lb", {"xds/resources/cluster.py", "xds/resources/lb_policy.py"}),
+    (
+        "xds",
+        "pyxds.lb",
+        {
+            "xds/resources/cluster.py",
+            "xds/resources/lb_policy.py",
+            "xds/resources/cluster_specifier.py",
+        },
+    ),
     ("xds", "pyxds.resolver", set()),
     ("xds", "pyxds.channel", set()),
     ("resolver", "pyxds.channel", set()),
     ("lb", "pyxds.channel", set()),
+    # xDS-enabled servers sit beside the channel: nothing below imports
+    # them, and they use neither the channel nor the LB policies.
+    ("xds", "pyxds.serving", set()),
+    ("resolver", "pyxds.serving", set()),
+    ("lb", "pyxds.serving", set()),
+    ("channel", "pyxds.serving", set()),
+    ("serving", "pyxds.channel", set()),
+    ("serving", "pyxds.lb", set()),
 ]
 
 

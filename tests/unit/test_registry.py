@@ -182,6 +182,7 @@ BUILTIN_SAMPLES = {
         "targets": {"a": {"weight": 1, "childPolicy": _RR}, "b": {"weight": 2, "childPolicy": _RR}}
     },
     "xds_cluster_impl_experimental": {"clusterName": "c1", "childPolicy": _RR},
+    "xds_override_host_experimental": {"clusterName": "c1", "childPolicy": _RR},
     "xds_cluster_manager_experimental": {"children": {"cluster:c1": {"childPolicy": _RR}}},
     "xds_routing_experimental": {
         "route": [{"prefix": "/", "action": "c1"}],
@@ -195,6 +196,22 @@ BUILTIN_SAMPLES = {
         "metricNamesForComputingUtilization": ["named_metrics.q"],
     },
     "least_request_experimental": {"choiceCount": 3},
+    "rls_experimental": {
+        "routeLookupConfig": {
+            "grpcKeybuilders": [
+                {
+                    "names": [{"service": "s"}],
+                    "headers": [{"key": "k", "names": ["h"]}],
+                    "constantKeys": {"c": "v"},
+                }
+            ],
+            "lookupService": "localhost:1",
+            "cacheSizeBytes": "1000",
+            "defaultTarget": "c1",
+        },
+        "childPolicy": [{"cds_experimental": {"isDynamic": True}}],
+        "childPolicyConfigTargetFieldName": "cluster",
+    },
     "outlier_detection_experimental": {
         "interval": "1.5s",
         "maxEjectionPercent": 50,

@@ -137,11 +137,21 @@ def test_xff_trusted_hops_and_ip_detection_are_rejected():
 
 
 def test_listener_without_api_listener_decodes_as_not_api_listener():
+    """A server listener decodes (validated as one, A36) and is not an API
+    listener: the resolver reports it."""
+    from pyxds.server import inbound
+
+    tcp = inbound.server_listener("lis", "0.0.0.0:8080", [inbound.filter_chain()])
+    lis = decode_ok(tcp.SerializeToString())
+    assert not lis.api_listener and lis.tcp_listener.address == "0.0.0.0:8080"
+
+
+def test_server_listener_with_only_an_address_is_rejected_as_c_core_does():
     tcp = listener_pb2.Listener(name="lis")
     tcp.address.socket_address.address = "0.0.0.0"
     tcp.address.socket_address.port_value = 8080
-    lis = decode_ok(tcp.SerializeToString())
-    assert lis == Listener("lis", api_listener=False)
+    result = LISTENER.decode(tcp.SerializeToString())
+    assert result.error == "default_filter_chain: must be set if filter_chains is unset"
 
 
 def test_listener_with_neither_address_nor_api_listener_is_rejected():

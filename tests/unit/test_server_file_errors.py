@@ -61,3 +61,34 @@ def test_merging_files_refuses_a_resource_defined_twice(tmp_path):
     three = load(tmp_path, CLUSTER.format(name="b", kind="EDS"), "three.yaml")
     merged = merge_snapshots([("one.yaml", one), ("three.yaml", three)])
     assert sorted(c.name for c in merged.clusters) == ["a", "b"]
+
+
+BAD_RLS = """\
+- "@type": type.googleapis.com/envoy.config.route.v3.RouteConfiguration
+  name: echo-route
+  cluster_specifier_plugins:
+  - extension:
+      name: rls
+      typed_config:
+        "@type": type.googleapis.com/grpc.lookup.v1.RouteLookupClusterSpecifier
+        route_lookup_config:
+          lookup_service: rls.example.com:443
+          cache_size_bytes: "1000"
+          grpc_keybuilders:
+          - names: [{service: pkg.Greeter}]
+            headers: [{key: user, names: [x-user]}, {key: user, names: [x-other]}]
+  virtual_hosts:
+  - name: all
+    domains: ["*"]
+    routes:
+    - match: {prefix: /pkg.Greeter/}
+      route: {cluster_specifier_plugin: rls}
+"""
+
+
+def test_an_rls_plugin_a_grpc_client_would_nack_is_refused_naming_the_key(tmp_path):
+    message = error(tmp_path, BAD_RLS)
+    assert "ClusterSpecifierPlugin returned invalid LB policy config" in message
+    assert 'grpcKeybuilders[0].headers[1].key: duplicate key "user"' in message
+    fixed = BAD_RLS.replace("{key: user, names: [x-other]}", "{key: who, names: [x-other]}")
+    assert load(tmp_path, fixed).routes[0].name == "echo-route"

@@ -52,24 +52,31 @@ def _excluded(request: Any) -> bool:
     return bool(getattr(request, "exclude_resource_contents", False))
 
 
-class CsdsServicer(csds_pb2_grpc.ClientStatusDiscoveryServiceServicer):
+# grpcio-csds' generated servicer base has no stubs (it is Any to mypy)
+class CsdsServicer(csds_pb2_grpc.ClientStatusDiscoveryServiceServicer):  # type: ignore[misc]  # no stubs
     """CSDS for a ``grpc.server`` (threads)."""
 
     def FetchClientStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
         return client_status_response(_excluded(request))
 
-    def StreamClientStatus(self, request_iterator: Iterator, context: Any) -> Iterator:
+    def StreamClientStatus(
+        self, request_iterator: Iterator[Any], context: grpc.ServicerContext
+    ) -> Iterator[Any]:  # ClientStatusRequest/Response (no stubs)
         for request in request_iterator:
             yield client_status_response(_excluded(request))
 
 
-class AioCsdsServicer(csds_pb2_grpc.ClientStatusDiscoveryServiceServicer):
+class AioCsdsServicer(csds_pb2_grpc.ClientStatusDiscoveryServiceServicer):  # type: ignore[misc]  # no stubs
     """CSDS for a ``grpc.aio.server``: the dump runs off the event loop."""
 
-    async def FetchClientStatus(self, request: Any, context: Any) -> Any:
+    async def FetchClientStatus(
+        self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Any:
         return await asyncio.to_thread(client_status_response, _excluded(request))
 
-    async def StreamClientStatus(self, request_iterator: AsyncIterator, context: Any):
+    async def StreamClientStatus(
+        self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
         async for request in request_iterator:
             yield await asyncio.to_thread(client_status_response, _excluded(request))
 

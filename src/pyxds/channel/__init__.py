@@ -7,12 +7,17 @@ grpcio channel per backend address as subchannels.  Build them with
 ``pyxds.aio.insecure_channel`` / ``pyxds.aio.secure_channel``.
 """
 
+from typing import TYPE_CHECKING
+
 from pyxds.channel.channel import XdsChannel
+
+if TYPE_CHECKING:
+    from pyxds.channel.aio import AioXdsChannel
 
 __all__ = ["XdsChannel", "AioXdsChannel"]
 
 
-def __getattr__(name: str):  # the asyncio channel loads grpc.aio on first use
+def __getattr__(name: str) -> object:  # the asyncio channel loads grpc.aio on first use
     if name == "AioXdsChannel":
         from pyxds.channel.aio import AioXdsChannel
 

@@ -20,8 +20,8 @@ included).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
+from typing import Any, Generic, TypeVar, Union, cast
 
 import grpc
 import grpc.aio
@@ -45,9 +45,11 @@ from pyxds.channel.core import (
 )
 from pyxds.channel.dump import config_dump as channel_config_dump
 from pyxds.channel.multicallables import grpc_multicallable
+from pyxds.channel.response_metadata import ResponseAdditions, additions_of, aio_error
 from pyxds.channel.subchannel import AioTransport, SubchannelCore, Transport, subchannel_options
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
-from pyxds.resolver.service_config import from_channel_args
+from pyxds.resolver.service_config import ServiceConfigSource, from_channel_args
+from pyxds.xds.bootstrap import BootstrapSource
 
 _CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
 #: what a grpc.aio client-streaming call's own status may say when grpcio's
@@ -56,6 +58,15 @@ _CANCELLED = Status(grpc.StatusCode.CANCELLED, "Locally cancelled by application
 _WRITE_FAILED = Status(grpc.StatusCode.INTERNAL, "Internal error from Core")
 #: grpc.aio's words for mixing ``async for`` with read() on one call
 _API_STYLE_ERROR = "The iterator and read/write APIs may not be mixed on a single RPC."
+
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
+#: call metadata as grpc.aio takes it
+Metadata = Union[grpc.aio.Metadata, Sequence[tuple[str, str | bytes]]]
+#: requests of a client-streaming call: sync or async
+RequestIterator = Union[AsyncIterator[_Request], Iterator[_Request]]
+#: what read() returns: a response, or grpc.aio.EOF (typed ``object`` in grpcio's stubs)
+ReadResult = object
 
 
 def _error(status: Status) -> grpc.aio.AioRpcError:
@@ -116,9 +127,9 @@ async def pick(core: ChannelCore, rpc: Rpc) -> SubchannelCore | Status:
         generation = core.generation
         outcome = core.try_pick(rpc)
         if outcome is not None:
-            if outcome.__class__ is not float:
-                return outcome  # type: ignore[return-value]
-            await asyncio.sleep(outcome)  # type: ignore[arg-type]
+            if not isinstance(outcome, float):
+                return outcome
+            await asyncio.sleep(outcome)
             continue
         remaining = rpc.remaining()
         if remaining is not None and remaining <= 0:
@@ -203,7 +214,7 @@ class AsyncRequestReplay:
 _MAX_CACHED = 1024
 
 
-class _AioCall:
+class _AioCall(Generic[_Response]):
     """Shared by the aio call objects: the asyncio adapter of the RPC's
     :class:`~pyxds.channel.attempts.Attempts` (picks and backoffs are
     awaited in a task of the call; the inner grpcio aio call's end is read
@@ -213,7 +224,7 @@ class _AioCall:
         self,
         core: ChannelCore,
         rpc: Rpc,
-        start: Callable[[Transport, Any], Any],
+        start: Callable[[Transport, float | None], Any],
         replay: AsyncRequestReplay | None = None,
     ) -> None:
         self._core = core
@@ -221,28 +232,39 @@ class _AioCall:
         self._start = start
         self._attempts = Attempts(rpc, replay.buffer if replay is not None else None)
         self._loop = asyncio.get_running_loop()
-        self._task: asyncio.Task | None = None
-        self._inner: Any = None
+        self._task: asyncio.Task[Any] | None = None
+        self._inner: Any = None  # the running attempt's grpc.aio call
         self._error: grpc.aio.AioRpcError | None = None
         self._started = asyncio.Event()
         self._done_callbacks: list[Callable[[Any], None]] = []
         self._finished = False
         self._done_event = asyncio.Event()
         self._status = OK_STATUS
+        self._additions: ResponseAdditions | bool | None = False  # False: not looked up
 
-    def _try_start(self, outcome: Any) -> Any:
+    def _response_additions(self) -> ResponseAdditions | None:
+        """The RPC's response metadata additions (A55 set-cookie), if any."""
+        if self._additions is False:
+            self._additions = additions_of(self._rpc)
+        return self._additions  # type: ignore[return-value]
+
+    def _raised(self, err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
+        """The error to raise to the application for a failed attempt's ``err``."""
+        return aio_error(err, self._response_additions())  # type: ignore[no-any-return]
+
+    def _try_start(self, outcome: SubchannelCore | Status) -> Any:
         """Execute the engine's answer to a pick: the started inner call,
         None (nothing started: pick again) or the Status the RPC failed with."""
         transport = self._attempts.picked(outcome)
         if transport is None:
             return None
-        if transport.__class__ is Status:
-            self._fail(transport)  # type: ignore[arg-type]
+        if isinstance(transport, Status):
+            self._fail(transport)
             return transport
         try:
             inner = self._start(transport, self._attempts.remaining)
         except Exception as err:
-            if self._attempts.start_failed(transport):  # type: ignore[arg-type]
+            if self._attempts.start_failed(transport):
                 return None  # the grpcio channel closed under us: not sent
             # the call's own arguments: raised to the application, as
             # grpc.aio raises it (from the call, or from awaiting it)
@@ -274,7 +296,8 @@ class _AioCall:
             first = None
             started = self._try_start(outcome)
             if started.__class__ is Status:
-                raise self._error  # type: ignore[misc]
+                assert self._error is not None  # _try_start failed the call
+                raise self._error
             if started is not None:
                 return started
 
@@ -357,7 +380,8 @@ class _AioCall:
     # -- grpc.aio.Call surface -------------------------------------------
     def cancelled(self) -> bool:
         if self._inner is not None:
-            return self._inner.cancelled()
+            cancelled: bool = self._inner.cancelled()
+            return cancelled
         return self._attempts.cancelled
 
     def done(self) -> bool:
@@ -384,35 +408,52 @@ class _AioCall:
             inner = await self._wait_started()
         except grpc.aio.AioRpcError as err:
             return err.initial_metadata()
-        return await inner.initial_metadata()
+        metadata = await inner.initial_metadata()
+        additions = self._response_additions()
+        if additions is not None:
+            code = await inner.code() if inner.done() else None
+            metadata = additions.aio_initial(metadata, code)
+        return metadata
 
     async def trailing_metadata(self) -> Any:
         try:
             inner = await self._wait_started()
         except grpc.aio.AioRpcError as err:
             return err.trailing_metadata()
-        return await inner.trailing_metadata()
+        metadata = await inner.trailing_metadata()
+        additions = self._response_additions()
+        if additions is not None:
+            initial = await inner.initial_metadata()
+            metadata = additions.aio_trailing(metadata, initial, await inner.code())
+        return metadata
 
     async def code(self) -> grpc.StatusCode:
         try:
             inner = await self._wait_started()
         except grpc.aio.AioRpcError as err:
             return err.code()
-        return await inner.code()
+        code: grpc.StatusCode = await inner.code()
+        return code
 
     async def details(self) -> str:
         try:
             inner = await self._wait_started()
         except grpc.aio.AioRpcError as err:
             return err.details() or ""
-        return await inner.details()
+        details: str = await inner.details()
+        return details
 
     async def wait_for_connection(self) -> None:
         inner = await self._wait_started()
         await inner.wait_for_connection()
 
 
-class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUnaryCall):
+class AioUnaryResponseCall(
+    _AioCall[_Response],
+    grpc.aio.UnaryUnaryCall[_Request, _Response],
+    grpc.aio.StreamUnaryCall[_Request, _Response],
+    Generic[_Request, _Response],
+):
     """unary_unary / stream_unary: awaitable for the response.
 
     Fast path: when the pick completes at once (the common case) the grpcio
@@ -421,7 +462,13 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
     the awaiter, whichever comes first).  A queued or failed pick, and every
     next attempt, run in a task."""
 
-    def __init__(self, core, rpc, start, replay: Any = None) -> None:
+    def __init__(
+        self,
+        core: ChannelCore,
+        rpc: Rpc,
+        start: Callable[[Transport, float | None], Any],
+        replay: AsyncRequestReplay | None = None,
+    ) -> None:
         super().__init__(core, rpc, start, replay)
         first = core.try_pick(rpc)
         if isinstance(first, SubchannelCore):
@@ -439,19 +486,22 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
     def _finish(self, status: Status, call: Any = None) -> None:
         super()._finish(unary_deadline_status(status), call)
 
-    async def _run(self, first: Any, delay: float = 0.0) -> Any:
+    async def _run(self, first: Any, delay: float = 0.0) -> _Response:
         while True:
             inner = await self._open(delay, first)
             first = None
             try:
-                response = await inner
+                response: _Response = await inner
             except grpc.aio.AioRpcError as err:
                 status = await _final_status(inner, err)
-                delay = self._ended(inner, status)
-                if delay is not None:
+                retry_in = self._ended(inner, status)
+                if retry_in is not None:
+                    delay = retry_in
                     continue
                 self._finish(status, inner)
                 mapped = _unary_error(err)
+                if mapped is err:
+                    mapped = self._raised(err)
                 if mapped is not err:
                     raise mapped from None
                 raise
@@ -461,19 +511,24 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
             self._finish(OK_STATUS, inner)
             return response
 
-    async def _await(self) -> Any:
+    async def _await(self) -> _Response:
         while True:
             if self._task is not None:
-                return await self._task
+                result: _Response = await self._task
+                return result
             inner = self._inner
             if inner is None:  # the channel failed it before any attempt
-                raise self._error  # type: ignore[misc]
+                assert self._error is not None
+                raise self._error
             try:
-                return await inner
+                response: _Response = await inner
+                return response
             except grpc.aio.AioRpcError as err:
                 self._settle(inner, await _final_status(inner, err))
                 if self._task is None:
                     mapped = _unary_error(err)
+                    if mapped is err:
+                        mapped = self._raised(err)
                     if mapped is not err:
                         raise mapped from None
                     raise
@@ -483,7 +538,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
                 self._settle(inner, _CANCELLED)
                 raise
 
-    def __await__(self) -> Any:
+    def __await__(self) -> Generator[Any, None, _Response]:
         return self._await().__await__()
 
     def cancel(self) -> bool:
@@ -510,7 +565,7 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
         return self._status.details
 
     # stream_unary writes (a written request is not kept: no retry after one)
-    async def write(self, request: Any) -> None:
+    async def write(self, request: _Request) -> None:
         inner = await self._wait_started()
         self._attempts.commit()
         await inner.write(request)
@@ -520,7 +575,12 @@ class AioUnaryResponseCall(_AioCall, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUna
         await inner.done_writing()
 
 
-class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamStreamCall):
+class AioStreamResponseCall(
+    _AioCall[_Response],
+    grpc.aio.UnaryStreamCall[_Request, _Response],
+    grpc.aio.StreamStreamCall[_Request, _Response],
+    Generic[_Request, _Response],
+):
     """unary_stream / stream_stream: async iterator of responses.
 
     Attempts start in a task of the call; whoever sees an attempt's failure
@@ -528,13 +588,19 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
     and a retry starts (after its backoff) in a new task that readers await.
     A response, and a request written with ``write()`` (not kept), commit."""
 
-    def __init__(self, core, rpc, start, replay: AsyncRequestReplay | None = None) -> None:
+    def __init__(
+        self,
+        core: ChannelCore,
+        rpc: Rpc,
+        start: Callable[[Transport, float | None], Any],
+        replay: AsyncRequestReplay | None = None,
+    ) -> None:
         super().__init__(core, rpc, start, replay)
         self._response_style: str | None = None
-        self._aiter: Any = None
+        self._aiter: AsyncIterator[_Response] | None = None
         self._task = self._open_task()
 
-    def _open_task(self, delay: float = 0.0) -> asyncio.Task:
+    def _open_task(self, delay: float = 0.0) -> asyncio.Task[Any]:
         task = self._loop.create_task(self._open(delay))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         return task
@@ -543,6 +609,7 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
         self._task = self._open_task(delay)
 
     async def _inner_call(self) -> Any:
+        assert self._task is not None  # made in __init__
         return await asyncio.shield(self._task)
 
     def _response_api(self, style: str) -> None:
@@ -552,25 +619,25 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
         elif self._response_style != style:
             raise grpc.aio.UsageError(_API_STYLE_ERROR)
 
-    def __aiter__(self) -> Any:
+    def __aiter__(self) -> AsyncIterator[_Response]:
         self._response_api("iterator")
         if self._aiter is None:
             self._aiter = self._iterate()
         return self._aiter
 
-    async def _iterate(self) -> Any:
+    async def _iterate(self) -> AsyncIterator[_Response]:
         while True:
             response = await self._read()
             if response is grpc.aio.EOF:
                 return
-            yield response
+            yield cast(_Response, response)  # not EOF: a response
 
-    async def read(self) -> Any:
+    async def read(self) -> ReadResult:
         if not self.done():
             self._response_api("reader")
         return await self._read()
 
-    async def _read(self) -> Any:
+    async def _read(self) -> ReadResult:
         inner = await self._inner_call()
         while True:
             try:
@@ -580,12 +647,16 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
                 if not self._finished:  # retried: the next attempt's call takes over
                     inner = await self._inner_call()
                     continue
+                raised = self._raised(err)
+                if raised is not err:
+                    raise raised from None
                 raise
             if response is not grpc.aio.EOF and not self._attempts.committed:
                 self._attempts.commit()
-            return response
+            result: ReadResult = response
+            return result
 
-    async def write(self, request: Any) -> None:
+    async def write(self, request: _Request) -> None:
         inner = await self._inner_call()
         self._attempts.commit()  # a written request is not kept
         await inner.write(request)
@@ -599,8 +670,10 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
             return False
         self._attempts.cancel()
         if self._inner is not None:
-            return self._inner.cancel()
-        self._task.cancel()
+            cancelled: bool = self._inner.cancel()
+            return cancelled
+        if self._task is not None:
+            self._task.cancel()
         self._fail(_CANCELLED)
         return True
 
@@ -613,10 +686,16 @@ class AioStreamResponseCall(_AioCall, grpc.aio.UnaryStreamCall, grpc.aio.StreamS
         return self._status.details
 
 
-class _AioMultiCallable:
+class _AioMultiCallable(Generic[_Request, _Response]):
     _kind = ""
 
-    def __init__(self, channel: AioXdsChannel, method: str, ser: Any, deser: Any) -> None:
+    def __init__(
+        self,
+        channel: AioXdsChannel,
+        method: str,
+        ser: Callable[[_Request], bytes] | None,
+        deser: Callable[[bytes], _Response] | None,
+    ) -> None:
         self._channel = channel
         self._core = channel._core
         self._method = method
@@ -641,20 +720,32 @@ class _AioMultiCallable:
             transport.callables[self._key] = mc
         return mc
 
-    def _rpc(self, metadata: Any, timeout: Any, wait_for_ready: Any) -> Rpc:
+    def _rpc(
+        self, metadata: Metadata | None, timeout: float | None, wait_for_ready: bool | None
+    ) -> Rpc:
         if self._core.closed:  # grpc.aio's words for a call on a closed channel
             raise grpc.aio.UsageError("Channel is closed.")
         self._channel._bind_loop()
         return self._core.new_rpc(self._method, _md_tuples(metadata), timeout, wait_for_ready)
 
     def _starter(
-        self, rpc: Rpc, first: Any, metadata: Any, credentials: Any, compression: Any
-    ) -> Callable:
-        def start(transport: Transport, remaining: Any) -> Any:
+        self,
+        rpc: Rpc,
+        first: object,
+        metadata: Metadata | None,
+        credentials: grpc.CallCredentials | None,
+        compression: grpc.Compression | None,
+    ) -> Callable[[Transport, float | None], Any]:
+        """``first``: the request, the requests' AsyncRequestReplay, or
+        _NO_ARG (a client stream written with write())."""
+
+        def start(transport: Transport, remaining: float | None) -> Any:
             kwargs: dict[str, Any] = {
                 "timeout": remaining,
                 # after a failed attempt: with grpc-previous-rpc-attempts
-                "metadata": metadata if rpc.retry is None else rpc.send_metadata,
+                "metadata": metadata
+                if rpc.retry is None and rpc.pick_metadata is None
+                else rpc.attempt_metadata(),
                 "credentials": credentials,
                 "wait_for_ready": False,
                 "compression": compression,
@@ -672,42 +763,46 @@ class _AioMultiCallable:
 _NO_ARG = object()
 
 
-def _md_tuples(metadata: Any) -> Any:
+def _md_tuples(metadata: Metadata | None) -> tuple[tuple[str, str | bytes], ...] | None:
     if metadata is None:
         return None
     return tuple(metadata)
 
 
-class AioUnaryUnary(_AioMultiCallable, grpc.aio.UnaryUnaryMultiCallable):
+class AioUnaryUnary(
+    _AioMultiCallable[_Request, _Response], grpc.aio.UnaryUnaryMultiCallable[_Request, _Response]
+):
     _kind = "unary_unary"
 
     def __call__(
         self,
-        request: Any,
+        request: _Request,
         *,
         timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
+        metadata: Metadata | None = None,
+        credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> AioUnaryResponseCall:
+        compression: grpc.Compression | None = None,
+    ) -> AioUnaryResponseCall[_Request, _Response]:
         rpc = self._rpc(metadata, timeout, wait_for_ready)
         start = self._starter(rpc, request, metadata, credentials, compression)
         return AioUnaryResponseCall(self._core, rpc, start)
 
 
-class AioStreamUnary(_AioMultiCallable, grpc.aio.StreamUnaryMultiCallable):
+class AioStreamUnary(
+    _AioMultiCallable[_Request, _Response], grpc.aio.StreamUnaryMultiCallable[_Request, _Response]
+):
     _kind = "stream_unary"
 
     def __call__(
         self,
-        request_iterator: Any = None,
+        request_iterator: RequestIterator[_Request] | None = None,
         timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
+        metadata: Metadata | None = None,
+        credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> AioUnaryResponseCall:
+        compression: grpc.Compression | None = None,
+    ) -> AioUnaryResponseCall[_Request, _Response]:
         rpc = self._rpc(metadata, timeout, wait_for_ready)
         replay = None
         if request_iterator is not None:
@@ -717,36 +812,40 @@ class AioStreamUnary(_AioMultiCallable, grpc.aio.StreamUnaryMultiCallable):
         return AioUnaryResponseCall(self._core, rpc, start, replay=replay)
 
 
-class AioUnaryStream(_AioMultiCallable, grpc.aio.UnaryStreamMultiCallable):
+class AioUnaryStream(
+    _AioMultiCallable[_Request, _Response], grpc.aio.UnaryStreamMultiCallable[_Request, _Response]
+):
     _kind = "unary_stream"
 
     def __call__(
         self,
-        request: Any,
+        request: _Request,
         *,
         timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
+        metadata: Metadata | None = None,
+        credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> AioStreamResponseCall:
+        compression: grpc.Compression | None = None,
+    ) -> AioStreamResponseCall[_Request, _Response]:
         rpc = self._rpc(metadata, timeout, wait_for_ready)
         start = self._starter(rpc, request, metadata, credentials, compression)
         return AioStreamResponseCall(self._core, rpc, start)
 
 
-class AioStreamStream(_AioMultiCallable, grpc.aio.StreamStreamMultiCallable):
+class AioStreamStream(
+    _AioMultiCallable[_Request, _Response], grpc.aio.StreamStreamMultiCallable[_Request, _Response]
+):
     _kind = "stream_stream"
 
     def __call__(
         self,
-        request_iterator: Any = None,
+        request_iterator: RequestIterator[_Request] | None = None,
         timeout: float | None = None,
-        metadata: Any = None,
-        credentials: Any = None,
+        metadata: Metadata | None = None,
+        credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
-        compression: Any = None,
-    ) -> AioStreamResponseCall:
+        compression: grpc.Compression | None = None,
+    ) -> AioStreamResponseCall[_Request, _Response]:
         rpc = self._rpc(metadata, timeout, wait_for_ready)
         replay = None
         if request_iterator is not None:
@@ -763,11 +862,11 @@ class AioXdsChannel(grpc.aio.Channel):
         self,
         target: str,
         credentials: grpc.ChannelCredentials | None = None,
-        bootstrap: Any = None,
+        bootstrap: BootstrapSource = None,
         options: Sequence[tuple[str, Any]] | None = None,
         compression: grpc.Compression | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
-        service_config: Any = None,
+        service_config: ServiceConfigSource = None,
     ) -> None:
         self._interceptors = sort_interceptors(interceptors)  # first: may raise ValueError
         options, parsed, sub_extra = from_channel_args(options, service_config)
@@ -777,7 +876,9 @@ class AioXdsChannel(grpc.aio.Channel):
         except RuntimeError:
             self._loop = None
 
-        def make_transport(address: str, creds: Any, on_state: Callable) -> AioTransport:
+        def make_transport(
+            address: str, creds: Any, on_state: Callable[[grpc.ChannelConnectivity], None]
+        ) -> AioTransport:
             loop = self._loop
             assert loop is not None, "pyxds aio channel used before any event loop"
             return AioTransport(loop, address, creds, sub_options, compression, on_state)
@@ -838,7 +939,14 @@ class AioXdsChannel(grpc.aio.Channel):
             await self.wait_for_state_change(state)
             state = self.get_state(try_to_connect=True)
 
-    def _multicallable(self, kind: str, cls: type, method: str, ser: Any, deser: Any) -> Any:
+    def _multicallable(
+        self,
+        kind: str,
+        cls: type[_AioMultiCallable[Any, Any]],
+        method: str,
+        ser: Callable[[Any], bytes] | None,
+        deser: Callable[[bytes], Any] | None,
+    ) -> Any:
         """The pyxds multicallable; behind the interceptors of its kind if any."""
         plain = cls(self, method, ser, deser)
         chain = self._interceptors and getattr(self._interceptors, kind)
@@ -847,32 +955,52 @@ class AioXdsChannel(grpc.aio.Channel):
         return INTERCEPTED[kind](plain, method, lambda m: cls(self, m, ser, deser), chain)
 
     def unary_unary(
-        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
-    ):
-        return self._multicallable(
+        self,
+        method: str,
+        request_serializer: Callable[[_Request], bytes] | None = None,
+        response_deserializer: Callable[[bytes], _Response] | None = None,
+        _registered_method: bool | None = False,
+    ) -> grpc.aio.UnaryUnaryMultiCallable[_Request, _Response]:
+        mc: grpc.aio.UnaryUnaryMultiCallable[_Request, _Response] = self._multicallable(
             "unary_unary", AioUnaryUnary, method, request_serializer, response_deserializer
         )
+        return mc
 
     def unary_stream(
-        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
-    ):
-        return self._multicallable(
+        self,
+        method: str,
+        request_serializer: Callable[[_Request], bytes] | None = None,
+        response_deserializer: Callable[[bytes], _Response] | None = None,
+        _registered_method: bool | None = False,
+    ) -> grpc.aio.UnaryStreamMultiCallable[_Request, _Response]:
+        mc: grpc.aio.UnaryStreamMultiCallable[_Request, _Response] = self._multicallable(
             "unary_stream", AioUnaryStream, method, request_serializer, response_deserializer
         )
+        return mc
 
     def stream_unary(
-        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
-    ):
-        return self._multicallable(
+        self,
+        method: str,
+        request_serializer: Callable[[_Request], bytes] | None = None,
+        response_deserializer: Callable[[bytes], _Response] | None = None,
+        _registered_method: bool | None = False,
+    ) -> grpc.aio.StreamUnaryMultiCallable[_Request, _Response]:
+        mc: grpc.aio.StreamUnaryMultiCallable[_Request, _Response] = self._multicallable(
             "stream_unary", AioStreamUnary, method, request_serializer, response_deserializer
         )
+        return mc
 
     def stream_stream(
-        self, method, request_serializer=None, response_deserializer=None, _registered_method=False
-    ):
-        return self._multicallable(
+        self,
+        method: str,
+        request_serializer: Callable[[_Request], bytes] | None = None,
+        response_deserializer: Callable[[bytes], _Response] | None = None,
+        _registered_method: bool | None = False,
+    ) -> grpc.aio.StreamStreamMultiCallable[_Request, _Response]:
+        mc: grpc.aio.StreamStreamMultiCallable[_Request, _Response] = self._multicallable(
             "stream_stream", AioStreamStream, method, request_serializer, response_deserializer
         )
+        return mc
 
     def config_dump(self) -> dict[str, Any]:
         return channel_config_dump(self._core)
@@ -880,11 +1008,11 @@ class AioXdsChannel(grpc.aio.Channel):
 
 def insecure_channel(
     target: str,
-    bootstrap: Any = None,
+    bootstrap: BootstrapSource = None,
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
     interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
-    service_config: Any = None,
+    service_config: ServiceConfigSource = None,
 ) -> AioXdsChannel:
     """A plaintext grpc.aio.Channel to ``target`` over the pyxds stack;
     ``interceptors``: grpc.aio client interceptors, as grpc.aio's
@@ -898,11 +1026,11 @@ def insecure_channel(
 def secure_channel(
     target: str,
     credentials: grpc.ChannelCredentials,
-    bootstrap: Any = None,
+    bootstrap: BootstrapSource = None,
     options: Sequence[tuple[str, Any]] | None = None,
     compression: grpc.Compression | None = None,
     interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
-    service_config: Any = None,
+    service_config: ServiceConfigSource = None,
 ) -> AioXdsChannel:
     """A grpc.aio.Channel to ``target`` whose subchannels use ``credentials``;
     ``interceptors`` and ``service_config`` as for :func:`insecure_channel`."""

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from typing import Any, NamedTuple
 
 import grpc
@@ -67,7 +67,7 @@ _KINDS: tuple[tuple[str, type], ...] = (
 
 #: the interceptor chains' tasks while they run (the loop keeps only weak
 #: references; a call object nobody awaits must still complete)
-_RUNNING: set[asyncio.Task] = set()
+_RUNNING: set[asyncio.Task[Any]] = set()
 
 
 class Interceptors(NamedTuple):
@@ -138,13 +138,17 @@ class _Answered:
         return None
 
 
-class _ResponseCall(_Answered, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUnaryCall):
+# An interceptor chain may change requests and responses to anything: the
+# calls and multicallables here are generic in Any.
+class _ResponseCall(
+    _Answered, grpc.aio.UnaryUnaryCall[Any, Any], grpc.aio.StreamUnaryCall[Any, Any]
+):
     """A plain response value returned by a unary-response interceptor."""
 
     def __init__(self, response: Any) -> None:
         self._response = response
 
-    def __await__(self) -> Any:
+    def __await__(self) -> Generator[Any, None, Any]:
         return self._value().__await__()
 
     async def _value(self) -> Any:
@@ -157,7 +161,7 @@ class _ResponseCall(_Answered, grpc.aio.UnaryUnaryCall, grpc.aio.StreamUnaryCall
         return None
 
 
-class _ResponsesCall(grpc.aio.UnaryStreamCall, grpc.aio.StreamStreamCall):
+class _ResponsesCall(grpc.aio.UnaryStreamCall[Any, Any], grpc.aio.StreamStreamCall[Any, Any]):
     """An async iterable of responses returned by a stream-response
     interceptor; status and metadata are those of ``call`` (the last call
     the chain made, or an answered stand-in when it made none)."""
@@ -165,7 +169,7 @@ class _ResponsesCall(grpc.aio.UnaryStreamCall, grpc.aio.StreamStreamCall):
     def __init__(self, call: Any, responses: Any) -> None:
         self._call = call if call is not None else _Answered()
         self._responses = responses
-        self._iterator: Any = None
+        self._iterator: AsyncIterator[Any] | None = None
 
     def cancel(self) -> bool:
         return self._call.cancel()
@@ -282,7 +286,7 @@ class _InterceptedCall:
             compression=self._compression,
         )
 
-    def _chain_done(self, task: asyncio.Task) -> None:
+    def _chain_done(self, task: asyncio.Task[Any]) -> None:
         _RUNNING.discard(task)
         failed = task.cancelled() or task.exception() is not None  # (retrieves it)
         callbacks, self._pending_callbacks = self._pending_callbacks, []
@@ -322,7 +326,8 @@ class _InterceptedCall:
                 isinstance(error, grpc.aio.AioRpcError)
                 and error.code() is grpc.StatusCode.CANCELLED
             )
-        return task.result().cancelled()
+        call: grpc.aio.Call = task.result()
+        return call.cancelled()
 
     def done(self) -> bool:
         task = self._task
@@ -344,7 +349,8 @@ class _InterceptedCall:
     def time_remaining(self) -> float | None:
         call = self._result()
         if call is not None:
-            return call.time_remaining()
+            remaining: float | None = call.time_remaining()
+            return remaining
         if self._deadline is None:
             return None
         return max(0.0, self._deadline - time.monotonic())
@@ -374,7 +380,8 @@ class _InterceptedCall:
             return err.code()
         except asyncio.CancelledError:
             return grpc.StatusCode.CANCELLED
-        return await call.code()
+        code: grpc.StatusCode = await call.code()
+        return code
 
     async def details(self) -> str:
         try:
@@ -383,7 +390,8 @@ class _InterceptedCall:
             return err.details() or ""
         except asyncio.CancelledError:
             return _CANCELLED_DETAILS
-        return await call.details()
+        details: str = await call.details()
+        return details
 
     async def debug_error_string(self) -> str | None:
         try:
@@ -441,8 +449,8 @@ class _RequestWriter:
     in flight at a time)."""
 
     _END = object()
-    _task: asyncio.Task
-    _queue: asyncio.Queue | None = None
+    _task: asyncio.Task[Any]
+    _queue: asyncio.Queue[Any] | None = None
     _half_closed = False
 
     def _prepare(self, request_iterator: Any) -> Any:
@@ -464,7 +472,12 @@ class _RequestWriter:
         assert self._queue is not None
         loop = asyncio.get_running_loop()
         ended = loop.create_future()
-        call.add_done_callback(lambda _call: ended.done() or ended.set_result(None))
+
+        def on_done(_call: object) -> None:
+            if not ended.done():
+                ended.set_result(None)
+
+        call.add_done_callback(on_done)
         put = loop.create_task(self._queue.put(item))
         try:
             await asyncio.wait((put, ended), return_when=asyncio.FIRST_COMPLETED)
@@ -503,22 +516,26 @@ class _RequestWriter:
             await self._put(self._END, call)
 
 
-class InterceptedUnaryUnaryCall(_UnaryResponse, grpc.aio.UnaryUnaryCall):
+class InterceptedUnaryUnaryCall(_UnaryResponse, grpc.aio.UnaryUnaryCall[Any, Any]):
     _hook = "intercept_unary_unary"
     _result_type = grpc.aio.UnaryUnaryCall
 
 
-class InterceptedUnaryStreamCall(_StreamResponse, grpc.aio.UnaryStreamCall):
+class InterceptedUnaryStreamCall(_StreamResponse, grpc.aio.UnaryStreamCall[Any, Any]):
     _hook = "intercept_unary_stream"
     _result_type = grpc.aio.UnaryStreamCall
 
 
-class InterceptedStreamUnaryCall(_RequestWriter, _UnaryResponse, grpc.aio.StreamUnaryCall):
+class InterceptedStreamUnaryCall(
+    _RequestWriter, _UnaryResponse, grpc.aio.StreamUnaryCall[Any, Any]
+):
     _hook = "intercept_stream_unary"
     _result_type = grpc.aio.StreamUnaryCall
 
 
-class InterceptedStreamStreamCall(_RequestWriter, _StreamResponse, grpc.aio.StreamStreamCall):
+class InterceptedStreamStreamCall(
+    _RequestWriter, _StreamResponse, grpc.aio.StreamStreamCall[Any, Any]
+):
     _hook = "intercept_stream_stream"
     _result_type = grpc.aio.StreamStreamCall
 
@@ -561,7 +578,11 @@ class _InterceptedMultiCallable:
         elif not isinstance(metadata, grpc.aio.Metadata):
             metadata = grpc.aio.Metadata.from_tuple(tuple(metadata))
         details = grpc.aio.ClientCallDetails(
-            self._method_bytes, timeout, metadata, credentials, wait_for_ready
+            self._method_bytes,  # type: ignore[arg-type]  # bytes, as grpc.aio's own (stubs: str)
+            timeout,
+            metadata,
+            credentials,
+            wait_for_ready,
         )
         return self._call_type(
             self._interceptors, details, request, self._multicallable, compression
@@ -597,19 +618,19 @@ class _StreamRequest(_InterceptedMultiCallable):
         )
 
 
-class InterceptedUnaryUnary(_UnaryRequest, grpc.aio.UnaryUnaryMultiCallable):
+class InterceptedUnaryUnary(_UnaryRequest, grpc.aio.UnaryUnaryMultiCallable[Any, Any]):
     _call_type = InterceptedUnaryUnaryCall
 
 
-class InterceptedUnaryStream(_UnaryRequest, grpc.aio.UnaryStreamMultiCallable):
+class InterceptedUnaryStream(_UnaryRequest, grpc.aio.UnaryStreamMultiCallable[Any, Any]):
     _call_type = InterceptedUnaryStreamCall
 
 
-class InterceptedStreamUnary(_StreamRequest, grpc.aio.StreamUnaryMultiCallable):
+class InterceptedStreamUnary(_StreamRequest, grpc.aio.StreamUnaryMultiCallable[Any, Any]):
     _call_type = InterceptedStreamUnaryCall
 
 
-class InterceptedStreamStream(_StreamRequest, grpc.aio.StreamStreamMultiCallable):
+class InterceptedStreamStream(_StreamRequest, grpc.aio.StreamStreamMultiCallable[Any, Any]):
     _call_type = InterceptedStreamStreamCall
 
 

@@ -76,7 +76,7 @@ from typing import Any
 import grpc
 
 from pyxds.channel.core import DEADLINE_EXCEEDED, Rpc
-from pyxds.channel.subchannel import Transport
+from pyxds.channel.subchannel import SubchannelCore, Transport
 from pyxds.lb.api import ATTEMPT_NOT_STARTED, Status
 
 __all__ = [
@@ -138,17 +138,17 @@ class Attempts:
         self._retried: list[tuple[Any, float]] | None = None
 
     # -- events ----------------------------------------------------------
-    def picked(self, outcome: Any) -> Transport | Status | None:
+    def picked(self, outcome: SubchannelCore | Status) -> Transport | Status | None:
         """The pick ended with ``outcome`` (a SubchannelCore or a Status)."""
         rpc = self.rpc
         if self.cancelled:
             outcome = CANCELLED
-        if outcome.__class__ is Status:
+        if isinstance(outcome, Status):
             self.finish(outcome)
             return outcome
         if rpc.deadline is not None:
             remaining = self.remaining = rpc.remaining()
-            if remaining <= 0:  # e.g. after a backoff
+            if remaining is not None and remaining <= 0:  # e.g. after a backoff
                 self.finish(DEADLINE_EXCEEDED)
                 return DEADLINE_EXCEEDED
         transport = outcome.transport
@@ -353,7 +353,9 @@ class RequestBuffer:
 
 
 def counting(
-    sizes: list[int], serializer: Callable | None, deserializer: Callable | None
+    sizes: list[int],
+    serializer: Callable[[Any], bytes] | None,
+    deserializer: Callable[[bytes], Any] | None,
 ) -> tuple[Callable[[Any], bytes], Callable[[bytes], Any]]:
     """A66 ``grpc.client.attempt.{sent,rcvd}_total_compressed_message_size``:
     the (serializer, deserializer) of one attempt's grpcio call that add the
@@ -362,7 +364,7 @@ def counting(
     while metrics are on: the attempt then gets its own grpcio multicallable."""
 
     def serialize(message: Any) -> bytes:
-        data = message if serializer is None else serializer(message)
+        data: bytes = message if serializer is None else serializer(message)
         sizes[0] += len(data)
         return data
 

@@ -30,10 +30,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
+from pyxds.channel import grpc_generic
 from pyxds.channel.attempts import (
     CANCELLED,
     PULL,
@@ -44,11 +45,14 @@ from pyxds.channel.attempts import (
     RequestBuffer,
 )
 from pyxds.channel.core import ChannelCore, Rpc, call_metadata, unary_deadline_status
+from pyxds.channel.response_metadata import CallWithMetadata, ResponseAdditions, additions_of
 from pyxds.channel.subchannel import SubchannelCore, Transport
 from pyxds.lb.api import OK_STATUS, Status
 
 #: grpcio's status for a request its serializer could not serialize
 SERIALIZE_FAILED = Status(grpc.StatusCode.INTERNAL, "Exception serializing request!")
+
+_Response = TypeVar("_Response")
 
 
 class RequestReplay:
@@ -123,7 +127,7 @@ def _traceback_of(error: grpc.RpcError) -> Any:
         return sys.exc_info()[2]
 
 
-class ChannelRpcError(grpc.RpcError, grpc.Call, grpc.Future):
+class ChannelRpcError(grpc.RpcError, grpc_generic.CallFuture[NoReturn]):
     """An RPC ended by the channel, before or instead of a subchannel call."""
 
     def __init__(
@@ -153,7 +157,8 @@ class ChannelRpcError(grpc.RpcError, grpc.Call, grpc.Future):
     def is_active(self) -> bool:
         return False
 
-    def time_remaining(self) -> float | None:
+    # grpcio's calls say None without a deadline; its stubs say float
+    def time_remaining(self) -> float | None:  # type: ignore[override]  # None: no deadline
         return None
 
     def add_callback(self, callback: Callable[[], None]) -> bool:
@@ -172,7 +177,7 @@ class ChannelRpcError(grpc.RpcError, grpc.Call, grpc.Future):
     def done(self) -> bool:
         return True
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> NoReturn:
         raise self
 
     def exception(self, timeout: float | None = None) -> Exception:
@@ -181,14 +186,14 @@ class ChannelRpcError(grpc.RpcError, grpc.Call, grpc.Future):
     def traceback(self, timeout: float | None = None) -> Any:
         return _traceback_of(self)
 
-    def add_done_callback(self, fn: Callable[[grpc.Future], None]) -> None:
+    def add_done_callback(self, fn: Callable[[grpc.Future[NoReturn]], None]) -> None:
         fn(self)
 
     # iterator protocol, for a failed streaming call
     def __iter__(self) -> ChannelRpcError:
         return self
 
-    def __next__(self) -> Any:
+    def __next__(self) -> NoReturn:
         raise self
 
     def __str__(self) -> str:
@@ -203,7 +208,7 @@ class ChannelRpcError(grpc.RpcError, grpc.Call, grpc.Future):
 Starter = Callable[[Transport, float | None], Any]
 
 
-class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
+class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
     """A non-blocking RPC: a thread-and-timer adapter of the RPC's
     :class:`~pyxds.channel.attempts.Attempts`.
 
@@ -236,8 +241,9 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
         self._error: ChannelRpcError | None = None
         self._terminated = False
         self._cancelled_inner = False
-        self._done_callbacks: list[Callable[[grpc.Future], None]] = []
+        self._done_callbacks: list[Callable[[grpc.Future[_Response]], None]] = []
         self._callbacks: list[Callable[[], None]] = []
+        self._additions: ResponseAdditions | bool | None = False  # False: not looked up
         self._cancel_pick = core.pick_async(rpc, self._picked)
 
     # -- executing the engine's actions ----------------------------------
@@ -250,17 +256,17 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
         if transport is None:
             self._pick()
             return
-        if transport.__class__ is Status:
-            self._fail(transport)  # type: ignore[arg-type]
+        if isinstance(transport, Status):
+            self._fail(transport)
             return
         try:
-            inner = self._start(transport, self._attempts.remaining)  # type: ignore[arg-type]
+            inner = self._start(transport, self._attempts.remaining)
         except grpc.RpcError as err:  # e.g. grpcio's "Exception serializing request!"
-            transport.call_finished()  # type: ignore[union-attr]
+            transport.call_finished()
             self._fail(status_of(err))
             return
         except Exception as err:
-            if self._attempts.start_failed(transport):  # type: ignore[arg-type]
+            if self._attempts.start_failed(transport):
                 self._pick()  # the grpcio channel closed under us: not sent
                 return
             self._fail(Status(grpc.StatusCode.INTERNAL, f"failed to start call: {err}"))
@@ -270,8 +276,8 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
             self._cond.notify_all()
         if self._attempts.cancelled:
             inner.cancel()
-        if not inner.add_callback(lambda: self._inner_terminated(inner, transport)):  # type: ignore[arg-type]
-            self._inner_terminated(inner, transport)  # type: ignore[arg-type]  # already over
+        if not inner.add_callback(lambda: self._inner_terminated(inner, transport)):
+            self._inner_terminated(inner, transport)  # already over
 
     def _ended(self, inner: Any, status: Status) -> float | None:
         """The engine's answer to the end of the subchannel call ``inner``
@@ -402,19 +408,37 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
         if self._error is not None and self.cancelled():
             raise grpc.FutureCancelledError()
 
-    def result(self, timeout: float | None = None) -> Any:
+    def _response_additions(self) -> ResponseAdditions | None:
+        """The RPC's response metadata additions (A55 set-cookie), if any."""
+        if self._additions is False:
+            self._additions = additions_of(self._rpc)
+        return self._additions  # type: ignore[return-value]  # False was replaced just above
+
+    def _with_additions(self, err: Any) -> Any:
+        additions = self._response_additions()
+        return err if additions is None else CallWithMetadata(err, additions)
+
+    def result(self, timeout: float | None = None) -> _Response:
         self._wait_terminated(timeout)
         self._raise_if_cancelled()
         if self._error is not None:
             raise self._error
-        return self._inner.result()
+        try:
+            response: _Response = self._inner.result()
+        except grpc.RpcError as err:
+            wrapped = self._with_additions(err)
+            if wrapped is err:
+                raise
+            raise wrapped from None
+        return response
 
     def exception(self, timeout: float | None = None) -> Any:
         self._wait_terminated(timeout)
         self._raise_if_cancelled()
         if self._error is not None:
             return self._error
-        return self._inner.exception()
+        err = self._inner.exception()
+        return err if err is None else self._with_additions(err)
 
     def traceback(self, timeout: float | None = None) -> Any:
         self._wait_terminated(timeout)
@@ -423,7 +447,7 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
             return _traceback_of(self._error)
         return self._inner.traceback()
 
-    def add_done_callback(self, fn: Callable[[grpc.Future], None]) -> None:
+    def add_done_callback(self, fn: Callable[[grpc.Future[_Response]], None]) -> None:
         with self._cond:
             if not self.done():
                 self._done_callbacks.append(fn)
@@ -434,7 +458,7 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
     def is_active(self) -> bool:
         return not self.done()
 
-    def time_remaining(self) -> float | None:
+    def time_remaining(self) -> float | None:  # type: ignore[override]  # None: no deadline
         remaining = self._rpc.remaining()
         return None if remaining is None else max(remaining, 0)  # as grpcio
 
@@ -450,54 +474,69 @@ class DeferredCall(grpc.RpcError, grpc.Future, grpc.Call):
             inner = self._wait_started()
         except ChannelRpcError as err:
             return err.initial_metadata()
-        return inner.initial_metadata()
+        metadata = inner.initial_metadata()
+        additions = self._response_additions()
+        if additions is not None:
+            metadata = additions.initial(metadata, inner.code() if inner.done() else None)
+        return metadata
 
     def trailing_metadata(self) -> Any:
         self._wait_terminated(None)
         if self._error is not None:
             return self._error.trailing_metadata()
-        return self._inner.trailing_metadata()
+        inner = self._inner
+        additions = self._response_additions()
+        if additions is None:
+            return inner.trailing_metadata()
+        return additions.trailing(inner.trailing_metadata(), inner.initial_metadata(), inner.code())
 
     def code(self) -> grpc.StatusCode:
         self._wait_terminated(None)
         if self._error is not None:
             return self._error.code()
-        return self._inner.code()
+        code: grpc.StatusCode = self._inner.code()
+        return code
 
     def details(self) -> str:
         self._wait_terminated(None)
         if self._error is not None:
             return self._error.details()
-        return self._inner.details()
+        details: str = self._inner.details()
+        return details
 
     def debug_error_string(self) -> str:
         self._wait_terminated(None)
         if self._error is not None:
             return self._error.debug_error_string()
-        return self._inner.debug_error_string()
+        debug: str = self._inner.debug_error_string()
+        return debug
 
 
-class StreamingCall(DeferredCall):
+class StreamingCall(DeferredCall[_Response], grpc_generic.CallIterator[_Response]):
     """A response-streaming call (unary_stream, stream_stream): an iterator
     of responses that is also a grpc.Call and grpc.Future."""
 
-    def __iter__(self) -> StreamingCall:
+    def __iter__(self) -> StreamingCall[_Response]:
         return self
 
-    def __next__(self) -> Any:
+    def __next__(self) -> _Response:
         inner = self._wait_started()
         while True:
             try:
                 response = next(inner)
             except grpc.RpcError as err:
                 if self._ended(inner, status_of(err)) is None:
-                    raise
+                    wrapped = self._with_additions(err)
+                    if wrapped is err:
+                        raise
+                    raise wrapped from None
                 # retried: the next attempt's call takes over
                 inner = self._wait_started(after=inner)
                 continue
             if not self._attempts.committed:
                 self._attempts.commit()  # a response: never retried from now on
-            return response
+            typed: _Response = response
+            return typed
 
     next = __next__
 
@@ -510,7 +549,7 @@ class StreamingCall(DeferredCall):
         return "<pyxds StreamingCall (pick pending)>"
 
 
-class FutureCall(DeferredCall):
+class FutureCall(DeferredCall[_Response]):
     """``multicallable.future()``: resolves to the response."""
 
     _unary_response = True
@@ -540,12 +579,12 @@ def blocking_unary(
         transport = attempts.picked(core.pick_blocking(rpc))
         if transport is None:
             continue
-        if transport.__class__ is Status:
-            raise ChannelRpcError(transport)  # type: ignore[arg-type]
+        if isinstance(transport, Status):
+            raise ChannelRpcError(transport)
         try:
-            result = invoke(transport, attempts.remaining)  # type: ignore[arg-type]
+            result = invoke(transport, attempts.remaining)
         except grpc.RpcError as err:
-            transport.call_finished()  # type: ignore[union-attr]
+            transport.call_finished()
             status = status_of(err)
             delay = attempts.ended(err, status, call_metadata)
             if delay is not None:
@@ -555,17 +594,27 @@ def blocking_unary(
             worded = unary_deadline_status(status)
             if worded is not status:
                 raise ChannelRpcError(worded, *call_metadata(err)) from None
+            config = rpc.call_config
+            if config is not None and config.call_state is not None:
+                additions = additions_of(rpc)
+                assert additions is not None
+                raise CallWithMetadata(err, additions) from None
             raise
         except Exception as err:
-            if attempts.start_failed(transport):  # type: ignore[arg-type]
+            if attempts.start_failed(transport):
                 continue  # "Cannot invoke RPC on closed channel!": not sent
             # the call's own arguments (grpcio raises the same error)
             attempts.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
             raise
         except BaseException as err:
-            transport.call_finished()  # type: ignore[union-attr]
+            transport.call_finished()
             attempts.finish(Status(grpc.StatusCode.UNKNOWN, f"{type(err).__name__}: {err}"))
             raise
-        transport.call_finished()  # type: ignore[union-attr]
+        transport.call_finished()
         attempts.finish(OK_STATUS, result[1])
+        config = rpc.call_config
+        if config is not None and config.call_state is not None:
+            additions = additions_of(rpc)
+            assert additions is not None
+            return result[0], CallWithMetadata(result[1], additions)
         return result

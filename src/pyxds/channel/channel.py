@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -24,7 +24,11 @@ from pyxds.channel.multicallables import (
 )
 from pyxds.channel.subchannel import SyncTransport, subchannel_options
 from pyxds.lb.api import ConnectivityState
-from pyxds.resolver.service_config import from_channel_args
+from pyxds.resolver.service_config import ServiceConfigSource, from_channel_args
+from pyxds.xds.bootstrap import BootstrapSource
+
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
 
 CLOSE_WAIT = 1.0
 """At most this long, ``close()`` waits for the channel's connections to close."""
@@ -38,15 +42,17 @@ class XdsChannel(grpc.Channel):
         self,
         target: str,
         credentials: grpc.ChannelCredentials | None = None,
-        bootstrap: Any = None,
+        bootstrap: BootstrapSource = None,
         options: Sequence[tuple[str, Any]] | None = None,
         compression: grpc.Compression | None = None,
-        service_config: Any = None,
+        service_config: ServiceConfigSource = None,
     ) -> None:
         options, parsed, sub_extra = from_channel_args(options, service_config)
         sub_options = subchannel_options(options) + sub_extra
 
-        def make_transport(address: str, creds: Any, on_state: Callable) -> SyncTransport:
+        def make_transport(
+            address: str, creds: Any, on_state: Callable[[grpc.ChannelConnectivity], None]
+        ) -> SyncTransport:
             return SyncTransport(address, creds, sub_options, compression, on_state)
 
         self._core = ChannelCore(
@@ -54,7 +60,9 @@ class XdsChannel(grpc.Channel):
         )
         #: (callback, watcher) per subscribe(); as grpcio, one callback may be
         #: subscribed more than once, and each unsubscribe() ends one of them
-        self._subscriptions: list[tuple[Callable, Callable]] = []
+        self._subscriptions: list[
+            tuple[Callable[[grpc.ChannelConnectivity], None], Callable[[ConnectivityState], None]]
+        ] = []
         self._sub_lock = threading.Lock()
 
     @property
@@ -65,10 +73,10 @@ class XdsChannel(grpc.Channel):
     def unary_unary(
         self,
         method: str,
-        request_serializer: Callable | None = None,
-        response_deserializer: Callable | None = None,
+        request_serializer: Callable[[_Request], bytes] | None = None,
+        response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
-    ) -> UnaryUnaryMultiCallable:
+    ) -> UnaryUnaryMultiCallable[_Request, _Response]:
         return UnaryUnaryMultiCallable(
             self._core, method, request_serializer, response_deserializer
         )
@@ -76,10 +84,10 @@ class XdsChannel(grpc.Channel):
     def unary_stream(
         self,
         method: str,
-        request_serializer: Callable | None = None,
-        response_deserializer: Callable | None = None,
+        request_serializer: Callable[[_Request], bytes] | None = None,
+        response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
-    ) -> UnaryStreamMultiCallable:
+    ) -> UnaryStreamMultiCallable[_Request, _Response]:
         return UnaryStreamMultiCallable(
             self._core, method, request_serializer, response_deserializer
         )
@@ -87,10 +95,10 @@ class XdsChannel(grpc.Channel):
     def stream_unary(
         self,
         method: str,
-        request_serializer: Callable | None = None,
-        response_deserializer: Callable | None = None,
+        request_serializer: Callable[[_Request], bytes] | None = None,
+        response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
-    ) -> StreamUnaryMultiCallable:
+    ) -> StreamUnaryMultiCallable[_Request, _Response]:
         return StreamUnaryMultiCallable(
             self._core, method, request_serializer, response_deserializer
         )
@@ -98,10 +106,10 @@ class XdsChannel(grpc.Channel):
     def stream_stream(
         self,
         method: str,
-        request_serializer: Callable | None = None,
-        response_deserializer: Callable | None = None,
+        request_serializer: Callable[[_Request], bytes] | None = None,
+        response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
-    ) -> StreamStreamMultiCallable:
+    ) -> StreamStreamMultiCallable[_Request, _Response]:
         return StreamStreamMultiCallable(
             self._core, method, request_serializer, response_deserializer
         )
@@ -157,9 +165,8 @@ class XdsChannel(grpc.Channel):
     def __enter__(self) -> XdsChannel:
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         self.close()
-        return False
 
     def __del__(self) -> None:
         core = getattr(self, "_core", None)

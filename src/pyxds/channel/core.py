@@ -94,7 +94,9 @@ from pyxds.resolver.http_filters import FilterVerdict, run_chain
 from pyxds.resolver.retry_policy import RetryThrottle
 from pyxds.resolver.service_config import MethodConfigSelector, ServiceConfig
 from pyxds.resolver.static_resolver import lb_selection_from_options
+from pyxds.security.credentials import xds_info
 from pyxds.serializer import WorkSerializer
+from pyxds.xds.bootstrap import BootstrapSource
 
 _log = logging.getLogger(__name__)
 
@@ -199,6 +201,7 @@ class Rpc:
         "stale_picker",
         "on_call_trailers",
         "attempt_labels",
+        "pick_metadata",
         "send_metadata",
         "retry",
         "fault",
@@ -242,6 +245,8 @@ class Rpc:
         self.on_call_trailers: Callable[[Sequence[tuple[str, Any]]], None] | None = None
         #: the last pick's ``PickComplete.attempt_labels`` (A78), for its attempt's metrics
         self.attempt_labels: Mapping[str, str] | None = None
+        #: the last pick's ``PickComplete.metadata``: headers its attempt adds
+        self.pick_metadata: tuple[tuple[str, str], ...] | None = None
         self._finished = False
         # A66 per-attempt metrics: the attempt's start, None while metrics are off.
         self._attempt_start = None if _metrics.RECORDER is None else _attempt_started(core, path)
@@ -254,6 +259,17 @@ class Rpc:
         if self.deadline is None:
             return None
         return self.deadline - time.monotonic()
+
+    def attempt_metadata(self) -> Any:
+        """The metadata the attempt sends: ``send_metadata`` plus the pick's
+        headers (``PickComplete.metadata``), which replace the RPC's values
+        of their keys."""
+        extra = self.pick_metadata
+        base = self.send_metadata
+        if extra is None:
+            return base
+        keys = {k for k, _ in extra}
+        return (*(kv for kv in (base or ()) if kv[0] not in keys), *extra)
 
     def attempt_done(self, status: Status, call: Any = None) -> None:
         """The subchannel call of one pick ended (report to the LB policy).
@@ -403,6 +419,21 @@ class ChannelHelper(Helper):
         self.clock = core.clock
         self.random = core.random
         self.channel_target = core.target
+        self.channel_authority = core.default_authority
+
+    def create_route_lookup_channel(self, target: str, service_config: str | None) -> Any:
+        """A channel to a Route Lookup Service (``rls_experimental``):
+        :class:`pyxds.channel.rls_channel.GrpcRouteLookupChannel`."""
+        from pyxds.channel.rls_channel import GrpcRouteLookupChannel
+
+        core = self._core
+        return GrpcRouteLookupChannel(
+            target,
+            core.lookup_credentials,
+            core.default_authority,
+            service_config,
+            core.serializer.run,
+        )
 
     def _live(self) -> bool:
         return self._core._lb_generation == self._generation and not self._core.closed
@@ -457,7 +488,7 @@ class ChannelCore:
         target: str,
         make_transport: TransportFactory,
         credentials: grpc.ChannelCredentials | None = None,
-        bootstrap: Any = None,
+        bootstrap: BootstrapSource = None,
         options: Sequence[tuple[str, Any]] | None = None,
         rng: random.Random | None = None,
         clock: Clock | None = None,
@@ -483,6 +514,12 @@ class ChannelCore:
             make_transport, self.serializer, self.clock, self.random, credentials, self.options
         )
         opts = dict(self.options)
+        #: the channel's authority (``grpc.default_authority`` when set)
+        self.default_authority = str(opts.get("grpc.default_authority") or self.authority)
+        #: credentials of channels the LB policies make (RLS): the channel's
+        #: own, the fallback ones of xDS credentials
+        xds = xds_info(credentials)
+        self.lookup_credentials = xds.fallback if xds is not None else credentials
         self.idle_timeout = float(
             opts.get("grpc.client_idle_timeout_ms", DEFAULT_IDLE_TIMEOUT * 1000)
         )
@@ -532,7 +569,14 @@ class ChannelCore:
         with self._lock:
             self._active_calls -= 1
 
-    def new_rpc(self, path, metadata, timeout, wait_for_ready, blocking: bool = True) -> Rpc:
+    def new_rpc(
+        self,
+        path: str,
+        metadata: Sequence[tuple[str, Any]] | None,
+        timeout: float | None,
+        wait_for_ready: bool | None,
+        blocking: bool = True,
+    ) -> Rpc:
         """A new RPC's bookkeeping.  On a closed channel raises ValueError
         with grpcio's words (its sync channels raise it at invocation; its
         non-blocking calls, future() and streams, say it differently)."""
@@ -549,7 +593,8 @@ class ChannelCore:
         past the deadline) before trying again."""
         if self.closed:
             return CHANNEL_CLOSED
-        if rpc.retry is not None and rpc.deadline is not None and rpc.remaining() <= 0:
+        remaining = rpc.remaining() if rpc.retry is not None else None
+        if remaining is not None and remaining <= 0:
             # a retry whose backoff ran into the deadline: no pick for it
             return DEADLINE_EXCEEDED
         config = rpc.call_config
@@ -605,14 +650,15 @@ class ChannelCore:
             rpc.picked_by = picker
             rpc.on_call_trailers = result.on_call_trailers
             rpc.attempt_labels = result.attempt_labels
+            rpc.pick_metadata = result.metadata
             return core
         if isinstance(result, PickFail):
             if rpc.wait_for_ready:
                 return None
             outcome = self._reroute(rpc, result.status)
-            if outcome.__class__ is Status and config.retry_policy is not None:
+            if isinstance(outcome, Status) and config.retry_policy is not None:
                 # A6: a pick that fails (not a drop) is handled by the policy
-                delay = rpc.retry_after(outcome, pick_failed=True)  # type: ignore[arg-type]
+                delay = rpc.retry_after(outcome, pick_failed=True)
                 if delay is not None:
                     return delay
             return outcome
@@ -644,7 +690,7 @@ class ChannelCore:
             fault.done()
         return outcome
 
-    def _reroute(self, rpc: Rpc, status: Status) -> SubchannelCore | Status | None:
+    def _reroute(self, rpc: Rpc, status: Status) -> SubchannelCore | Status | float | None:
         """A failed pick of an RPC routed by a config that is being replaced
         (the LB tree already dropped the old route's cluster, the new config
         selector is not published yet) is routed again by the new config
@@ -684,9 +730,9 @@ class ChannelCore:
             generation = self.generation
             outcome = self.try_pick(rpc)
             if outcome is not None:
-                if outcome.__class__ is not float:
-                    return outcome  # type: ignore[return-value]
-                time.sleep(outcome)  # type: ignore[arg-type]
+                if not isinstance(outcome, float):
+                    return outcome
+                time.sleep(outcome)
                 continue
             remaining = rpc.remaining()
             if remaining is not None and remaining <= 0:
@@ -728,10 +774,10 @@ class ChannelCore:
                 generation = self.generation
                 outcome = self.try_pick(rpc)
                 if outcome is not None:
-                    if outcome.__class__ is float:  # a fault delay: try again after it
+                    if isinstance(outcome, float):  # a fault delay: try again after it
                         state["hold"] = self.deadline_clock.call_later(outcome, attempt)
                         return
-                    complete(outcome)  # type: ignore[arg-type]
+                    complete(outcome)
                     return
                 if self.add_waiter(generation, attempt):
                     return

@@ -12,8 +12,11 @@ dump).  The channel part walks the LB policy tree:
   (``children``/``_children`` mappings, ``child`` attributes) and for
   subchannels, defensively (``getattr``, never raising).
 
-The result also lists every subchannel of the channel with its state, and
-(``load_reports``) the last load report the XdsClient sent per cluster (A27).
+The result also lists every subchannel of the channel with its state,
+(``load_reports``) the last load report the XdsClient sent per cluster (A27)
+and (``cannot_serve``) each cluster of the config in use that cannot serve
+and why ("cluster canary: no endpoints: locality without weight ignored",
+the words the RPC errors use: :mod:`pyxds.resolver.cluster_problems`).
 A subchannel of a TLS cluster (A29) is listed as ``"address (tls)"`` with a
 ``security`` entry: the SANs of the last verified peer, the last error.
 """
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyxds.channel.subchannel import core_of
 from pyxds.lb.child_handler import ChildPolicyHandler
+from pyxds.resolver.cluster_problems import cluster_problems
 
 if TYPE_CHECKING:
     from pyxds.channel.core import ChannelCore
@@ -62,10 +66,10 @@ def dump_policy(policy: Any, depth: int = 0) -> dict[str, Any]:
         return {"truncated": True}
     try:
         if isinstance(policy, ChildPolicyHandler):
-            out = dump_policy(policy.child, depth + 1)
+            child_out = dump_policy(policy.child, depth + 1)
             if policy.policy_name:
-                out["policy"] = policy.policy_name
-            return out
+                child_out["policy"] = policy.policy_name
+            return child_out
         out: dict[str, Any] = {"policy": getattr(policy, "name", None) or type(policy).__name__}
         state = getattr(policy, "state", None) or getattr(policy, "_state", None)
         if state is not None and hasattr(state, "name"):
@@ -204,6 +208,7 @@ def xds_config_dump(core: ChannelCore) -> Any:
             else:
                 children = getattr(value, "children", None)
                 clusters[name] = {"kind": type(children).__name__}
+                clusters[name].update(_endpoints_dump(children))
         return {
             "listener": getattr(config.listener, "name", None),
             "route_config": getattr(config.route_config, "name", None),
@@ -219,6 +224,41 @@ def xds_config_dump(core: ChannelCore) -> Any:
         }
     except Exception as err:
         return {"dump_error": str(err)}
+
+
+def _endpoints_dump(children: Any) -> dict[str, Any]:
+    """A leaf cluster's usable endpoint count and the localities the client
+    ignores (no load_balancing_weight, A27), as the client sees them."""
+    cla = getattr(children, "endpoints", None)
+    if cla is None or not hasattr(cla, "endpoint_count"):
+        return {}
+    out: dict[str, Any] = {"endpoints": cla.endpoint_count}
+    if cla.ignored_localities:
+        out["ignored_localities"] = [
+            {
+                "region": name.region,
+                "zone": name.zone,
+                "sub_zone": name.sub_zone,
+                "why": "no load_balancing_weight (A27)",
+            }
+            for name in cla.ignored_localities
+        ]
+    return out
+
+
+def cannot_serve_dump(core: ChannelCore) -> list[str]:
+    """The clusters of the config in use that cannot serve, and why
+    (:func:`pyxds.resolver.cluster_problems.cluster_problems`)."""
+    result = core.last_result
+    config = (
+        result.attributes.get("xds_config") if result is not None and result.attributes else None
+    )
+    if config is None:
+        return []
+    try:
+        return cluster_problems(config)
+    except Exception as err:  # a dump never breaks the channel
+        return [f"dump_error: {err}"]
 
 
 def channel_dump(core: ChannelCore, xds: Any = None) -> dict[str, Any]:
@@ -239,6 +279,7 @@ def channel_dump(core: ChannelCore, xds: Any = None) -> dict[str, Any]:
         "target": core.target,
         "state": core.state.name,
         "status": str(core.status) if not core.status.ok else "OK",
+        "cannot_serve": cannot_serve_dump(core),
         "idle": core.idle,
         "resolver": resolver_dump,
         "xds_client": xds,

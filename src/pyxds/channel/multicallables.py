@@ -13,11 +13,12 @@ ready: the channel did the waiting.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
 
 import grpc
 
+from pyxds.channel import grpc_generic
 from pyxds.channel.attempts import counting
 from pyxds.channel.calls import (
     SERIALIZE_FAILED,
@@ -34,6 +35,11 @@ from pyxds.channel.subchannel import Transport
 _MAX_CACHED = 1024
 
 _log = logging.getLogger(__name__)
+
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
+#: call metadata as callers pass it (grpcio's stubs say a tuple of pairs)
+Metadata = Sequence[tuple[str, str | bytes]]
 
 
 def grpc_multicallable(
@@ -55,7 +61,7 @@ def grpc_multicallable(
         return make(method, ser, deser)
 
 
-class _Base:
+class _Base(Generic[_Request, _Response]):
     __slots__ = ("_core", "_method", "_ser", "_deser", "_key", "_kind")
 
     _kind_name = ""
@@ -64,8 +70,8 @@ class _Base:
         self,
         core: ChannelCore,
         method: str,
-        request_serializer: Callable | None,
-        response_deserializer: Callable | None,
+        request_serializer: Callable[[_Request], bytes] | None,
+        response_deserializer: Callable[[bytes], _Response] | None,
     ) -> None:
         self._core = core
         self._method = method
@@ -85,14 +91,19 @@ class _Base:
         key = (*self._key, "serialized") if serialized else self._key
         mc = transport.callables.get(key)
         if mc is None:
-            ser = None if serialized else self._ser
-            mc = grpc_multicallable(transport, self._kind_name, self._method, ser, self._deser)
+            mc = grpc_multicallable(
+                transport,
+                self._kind_name,
+                self._method,
+                None if serialized else self._ser,
+                self._deser,
+            )
             if len(transport.callables) >= _MAX_CACHED:  # e.g. lambdas as serializers
                 transport.callables.clear()
             transport.callables[key] = mc
         return mc
 
-    def _serialize(self, request: Any) -> tuple[Any, bool]:
+    def _serialize(self, request: _Request) -> tuple[_Request | bytes, bool]:
         """(request, serialized?): a request serialized now, as grpcio's
         ``future()`` and unary-stream call do, so that one it cannot
         serialize is raised here (INTERNAL "Exception serializing request!")
@@ -109,7 +120,7 @@ class _Base:
         self,
         rpc: Rpc,
         verb: str | None,
-        request: Any,
+        request: _Request | bytes | RequestReplay,
         credentials: Any,
         compression: Any,
         serialized: bool = False,
@@ -125,9 +136,9 @@ class _Base:
             if verb is not None:
                 inner = getattr(inner, verb)
             return inner(
-                request.attempt() if request.__class__ is RequestReplay else request,
+                request.attempt() if isinstance(request, RequestReplay) else request,
                 timeout=remaining,
-                metadata=rpc.send_metadata,
+                metadata=rpc.send_metadata if rpc.pick_metadata is None else rpc.attempt_metadata(),
                 credentials=credentials,
                 wait_for_ready=False,
                 compression=compression,
@@ -136,93 +147,99 @@ class _Base:
         return start
 
 
-class UnaryUnaryMultiCallable(_Base, grpc.UnaryUnaryMultiCallable):
+class UnaryUnaryMultiCallable(
+    _Base[_Request, _Response], grpc_generic.UnaryUnaryMultiCallable[_Request, _Response]
+):
     _kind_name = "unary_unary"
 
     def __call__(
         self,
-        request: Any,
+        request: _Request,
         timeout: float | None = None,
-        metadata: Any = None,
+        metadata: Metadata | None = None,
         credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
-    ) -> Any:
+    ) -> _Response:
         return self.with_call(request, timeout, metadata, credentials, wait_for_ready, compression)[
             0
         ]
 
     def with_call(
         self,
-        request: Any,
+        request: _Request,
         timeout: float | None = None,
-        metadata: Any = None,
+        metadata: Metadata | None = None,
         credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
-    ) -> tuple[Any, grpc.Call]:
+    ) -> tuple[_Response, grpc.Call]:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
         start = self._starter(rpc, "with_call", request, credentials, compression)
         return blocking_unary(self._core, rpc, start)
 
     def future(
         self,
-        request: Any,
+        request: _Request,
         timeout: float | None = None,
-        metadata: Any = None,
+        metadata: Metadata | None = None,
         credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
-    ) -> FutureCall:
-        request, serialized = self._serialize(request)
+    ) -> FutureCall[_Response]:
+        payload, serialized = self._serialize(request)
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
-        start = self._starter(rpc, "future", request, credentials, compression, serialized)
+        start = self._starter(rpc, "future", payload, credentials, compression, serialized)
         return FutureCall(self._core, rpc, start)
 
 
-class UnaryStreamMultiCallable(_Base, grpc.UnaryStreamMultiCallable):
+class UnaryStreamMultiCallable(
+    _Base[_Request, _Response], grpc_generic.UnaryStreamMultiCallable[_Request, _Response]
+):
     _kind_name = "unary_stream"
 
     def __call__(
         self,
-        request: Any,
+        request: _Request,
         timeout: float | None = None,
-        metadata: Any = None,
+        metadata: Metadata | None = None,
         credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
-    ) -> StreamingCall:
-        request, serialized = self._serialize(request)
+    ) -> StreamingCall[_Response]:
+        payload, serialized = self._serialize(request)
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
-        start = self._starter(rpc, None, request, credentials, compression, serialized)
+        start = self._starter(rpc, None, payload, credentials, compression, serialized)
         return StreamingCall(self._core, rpc, start)
 
 
-class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
+class StreamUnaryMultiCallable(
+    _Base[_Request, _Response], grpc_generic.StreamUnaryMultiCallable[_Request, _Response]
+):
     _kind_name = "stream_unary"
 
     def __call__(
         self,
-        request_iterator: Any,
+        request_iterator: Iterator[_Request],
         timeout: float | None = None,
-        metadata: Any = None,
+        metadata: Metadata | None = None,
         credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
-    ) -> Any:
+    ) -> _Response:
         return self.with_call(
             request_iterator, timeout, metadata, credentials, wait_for_ready, compression
         )[0]
 
     def with_call(
         self,
-        request_iterator: Any,
+        request_iterator: Iterator[_Request],
         timeout: float | None = None,
-        metadata: Any = None,
+        metadata: Metadata | None = None,
         credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
-    ) -> tuple[Any, grpc.Call]:
+    ) -> tuple[_Response, grpc.Call]:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready)
         replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
         start = self._starter(rpc, "with_call", replay, credentials, compression)
@@ -230,31 +247,33 @@ class StreamUnaryMultiCallable(_Base, grpc.StreamUnaryMultiCallable):
 
     def future(
         self,
-        request_iterator: Any,
+        request_iterator: Iterator[_Request],
         timeout: float | None = None,
-        metadata: Any = None,
+        metadata: Metadata | None = None,
         credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
-    ) -> FutureCall:
+    ) -> FutureCall[_Response]:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
         replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
         start = self._starter(rpc, "future", replay, credentials, compression)
         return FutureCall(self._core, rpc, start, replay=replay)
 
 
-class StreamStreamMultiCallable(_Base, grpc.StreamStreamMultiCallable):
+class StreamStreamMultiCallable(
+    _Base[_Request, _Response], grpc_generic.StreamStreamMultiCallable[_Request, _Response]
+):
     _kind_name = "stream_stream"
 
     def __call__(
         self,
-        request_iterator: Any,
+        request_iterator: Iterator[_Request],
         timeout: float | None = None,
-        metadata: Any = None,
+        metadata: Metadata | None = None,
         credentials: grpc.CallCredentials | None = None,
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
-    ) -> StreamingCall:
+    ) -> StreamingCall[_Response]:
         rpc = self._core.new_rpc(self._method, metadata, timeout, wait_for_ready, blocking=False)
         replay = RequestReplay(request_iterator, self._core.retry_buffer_size)
         start = self._starter(rpc, None, replay, credentials, compression)

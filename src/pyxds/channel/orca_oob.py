@@ -17,10 +17,12 @@ Rules:
   serializer, as an ``OrcaLoadReport`` (parsed once).
 * The call is cancelled when the subchannel leaves READY (connection lost,
   GOAWAY, shutdown) or the last subscriber leaves.
-* A call that ends UNIMPLEMENTED is not retried on that connection (logged
-  at ERROR); any other end is retried, after an exponential backoff that is
-  reset whenever a report arrives (the next attempt after a call that got a
-  report starts at once).
+* A call that ends UNIMPLEMENTED is not retried on that connection: every
+  subscriber that gave an ``on_unimplemented`` callback is told why (as is
+  one that subscribes later, at once); when a subscriber gave none, it is
+  logged at ERROR.  Any other end is retried, after an exponential backoff
+  that is reset whenever a report arrives (the next attempt after a call
+  that got a report starts at once).
 * A sync subchannel's stream is read on a daemon thread; an asyncio
   subchannel's in a task on its event loop.  The stream is not counted as an
   RPC of the transport: it never keeps a retired connection open.
@@ -32,7 +34,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 from google.protobuf import duration_pb2
@@ -52,6 +54,7 @@ _log = logging.getLogger(__name__)
 METHOD = "/xds.service.orca.v3.OpenRcaService/StreamCoreMetrics"
 _READY = ConnectivityState.READY
 Watcher = Callable[[OrcaLoadReport], None]
+Unimplemented = Callable[[str], None]
 
 
 def oob_stream_of(core: SubchannelCore) -> OobStream:
@@ -59,7 +62,7 @@ def oob_stream_of(core: SubchannelCore) -> OobStream:
     stream = getattr(core, "orca_oob", None)
     if stream is None:
         stream = OobStream(core)
-        core.orca_oob = stream  # type: ignore[attr-defined]
+        core.orca_oob = stream
     return stream
 
 
@@ -81,9 +84,11 @@ class OobStream:
         self._clock = core._clock
         self._backoff = ExponentialBackoff(getattr(core._backoff, "_rng", None))
         self._watchers: dict[object, tuple[float, Watcher]] = {}
+        self._on_unimplemented: dict[object, Unimplemented] = {}
+        self._unimplemented_details = ""
         self._unwatch_core: Callable[[], None] | None = None
         self._generation = 0
-        self._cancel_call: Callable[[], None] | None = None
+        self._cancel_call: Callable[[], object] | None = None
         self._period: float | None = None
         self._retry_timer: Any = None
         self._unimplemented = False
@@ -91,9 +96,15 @@ class OobStream:
         self.calls_started = 0  # introspection (tests)
 
     # -- subscribers --------------------------------------------------------
-    def add(self, period: float, fn: Watcher) -> Callable[[], None]:
+    def add(
+        self, period: float, fn: Watcher, on_unimplemented: Unimplemented | None = None
+    ) -> Callable[[], None]:
         token = object()
         self._watchers[token] = (max(0.0, float(period)), fn)
+        if on_unimplemented is not None:
+            self._on_unimplemented[token] = on_unimplemented
+            if self._unimplemented:
+                on_unimplemented(self._unimplemented_details)
         if self._unwatch_core is None:
             self._unwatch_core = self._core.watch(self._on_state)  # reports the state now
         else:
@@ -105,6 +116,7 @@ class OobStream:
         return remove
 
     def _remove(self, token: object) -> None:
+        self._on_unimplemented.pop(token, None)
         if self._watchers.pop(token, None) is None:
             return
         if self._watchers:
@@ -119,6 +131,7 @@ class OobStream:
         """The subchannel shut down: cancel the call, forget every subscriber
         (A51: no need to wait for the call's status)."""
         self._watchers.clear()
+        self._on_unimplemented.clear()
         self._stop()
         unwatch, self._unwatch_core = self._unwatch_core, None
         if unwatch is not None:
@@ -181,8 +194,9 @@ class OobStream:
         def on_end(code: grpc.StatusCode | None, details: str) -> None:  # any thread
             self._serializer.run(lambda: self._ended(generation, code, details))
 
-        if getattr(transport, "runs_on_event_loop", False):
-            self._cancel_call = _run_aio(transport, request, on_report, on_end)
+        if getattr(transport, "runs_on_event_loop", False):  # an AioTransport
+            aio_transport = cast("AioTransport", transport)
+            self._cancel_call = _run_aio(aio_transport, request, on_report, on_end)
         else:
             self._cancel_call = _run_sync(channel, request, on_report, on_end)
 
@@ -203,12 +217,19 @@ class OobStream:
         self._cancel_call = None
         if code is grpc.StatusCode.UNIMPLEMENTED:
             self._unimplemented = True
-            _log.error(
-                "pyxds: %s does not implement OpenRcaService (%s); no out-of-band "
-                "load reports on this connection",
-                self._core.address,
-                details,
-            )
+            self._unimplemented_details = details
+            if len(self._on_unimplemented) < len(self._watchers):
+                _log.error(
+                    "pyxds: %s does not implement OpenRcaService (%s); no out-of-band "
+                    "load reports on this connection",
+                    self._core.address,
+                    details,
+                )
+            for fn in list(self._on_unimplemented.values()):
+                try:
+                    fn(details)
+                except Exception:
+                    _log.exception("pyxds: ORCA OOB on_unimplemented raised")
             return
         if not self._watchers or self._core.state is not _READY:
             return
@@ -229,7 +250,7 @@ def _run_sync(
     request: OrcaLoadReportRequest,
     on_report: Watcher,
     on_end: Callable[[grpc.StatusCode | None, str], None],
-) -> Callable[[], None]:
+) -> Callable[[], object]:
     """Run the call on a daemon thread; returns its cancel."""
     stream = channel.unary_stream(
         METHOD,

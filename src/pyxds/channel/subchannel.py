@@ -70,6 +70,7 @@ from pyxds.lb.api import OK_STATUS, ConnectivityState, Status, Subchannel
 from pyxds.xds.backoff import ExponentialBackoff
 
 if TYPE_CHECKING:
+    from pyxds.channel.orca_oob import OobStream
     from pyxds.serializer import WorkSerializer
 
 _log = logging.getLogger(__name__)
@@ -432,10 +433,11 @@ class SubchannelCore:
         self.refs = 0
         #: Why the last attempt failed, when the transport knows (the A29 TLS relay).
         self.failure_detail: Callable[[], str | None] | None = None
+        #: The ORCA out-of-band stream manager, made on first use by
+        #: :func:`pyxds.channel.orca_oob.oob_stream_of`.
+        self.orca_oob: OobStream | None = None
         #: The TLS relay's view for config_dump (A29), when there is one.
         self.security_info: Callable[[], dict[str, Any]] | None = None
-        #: The out-of-band ORCA stream (pyxds.channel.orca_oob), once used.
-        self.orca_oob: Any = None
 
     # -- serializer-side API -------------------------------------------
     def watch(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
@@ -591,16 +593,23 @@ class ChannelSubchannel(Subchannel):
         if not self._shut:
             self.core.reset_backoff()
 
-    def watch_orca_oob(self, period: float, fn: Callable[[Any], None]) -> Callable[[], None]:
+    def watch_orca_oob(
+        self,
+        period: float,
+        fn: Callable[[Any], None],
+        on_unimplemented: Callable[[str], None] | None = None,
+    ) -> Callable[[], None]:
         """Subscribe ``fn`` to this subchannel's out-of-band ORCA reports,
         asking for one every ``period`` seconds (gRFC A51; one stream per
-        connection shared by every subscriber, :mod:`pyxds.channel.orca_oob`).
-        Returns the unsubscribe; this handle's ``shutdown()`` unsubscribes too."""
+        connection shared by every subscriber, :mod:`pyxds.channel.orca_oob`);
+        ``on_unimplemented(details)``: the backend does not serve
+        OpenRcaService on this connection.  Returns the unsubscribe; this
+        handle's ``shutdown()`` unsubscribes too."""
         if self._shut:
             return lambda: None
         from pyxds.channel.orca_oob import oob_stream_of
 
-        cancel = oob_stream_of(self.core).add(period, fn)
+        cancel = oob_stream_of(self.core).add(period, fn, on_unimplemented)
         self._unwatchers.append(cancel)
         return cancel
 

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 
@@ -228,7 +229,7 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
         for backend in [*main, fallback, canary]:
             say(f"           {backend.name:10s} {backend.address}")
         channel = pyxds.insecure_channel(f"xds:///{SERVICE}", bootstrap=server.bootstrap("demo"))
-        who = channel.unary_unary(DEMO_METHOD)
+        who: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(DEMO_METHOD)
 
         def call() -> bytes:
             return who(b"", timeout=5, wait_for_ready=True)
@@ -342,8 +343,17 @@ def _retry_step(
 ) -> bool:
     """Step 6: without a retry policy a share of RPCs fails on the broken
     backend; once the control plane pushes one, none does.  True when both held."""
+    before = broken.calls
     server.set_snapshot(_retry_snapshot(main, fallback, canary, pool, broken, retry=False))
+    # The old config (step 5: broken ejected) serves pool-a and pool-b too; the
+    # new one is in effect once broken, no longer ejected, is picked again.
     reached = _wait_until(call, {"pool-a", "pool-b"}, 10)
+    deadline = time.monotonic() + 10
+    while broken.calls == before and time.monotonic() < deadline:
+        try:
+            call()
+        except grpc.RpcError:
+            pass
     seen = _count(call, 300, progress)
     failed = sum(n for k, n in seen.items() if k.startswith("error"))
     say(
@@ -371,7 +381,7 @@ def _secs(value: float | None) -> str:
     return "never" if value is None else f"{value:.3f}s"
 
 
-def _summarize(dump: dict) -> list[str]:
+def _summarize(dump: dict[str, Any]) -> list[str]:
     """A few readable lines from ``channel.config_dump()``."""
     lines = [f"channel {dump.get('target')}: {dump.get('state')}"]
     xds = dump.get("xds_client") or {}
@@ -391,7 +401,7 @@ def _summarize(dump: dict) -> list[str]:
     return lines
 
 
-def _walk(node: dict, indent: str, lines: list[str]) -> None:
+def _walk(node: dict[str, Any], indent: str, lines: list[str]) -> None:
     extra = [f"{k}={node[k]}" for k in ("state", "current_priority", "current") if k in node]
     lines.append(f"{indent}{node.get('policy', '?')} {' '.join(extra)}".rstrip())
     if isinstance(node.get("child"), dict):

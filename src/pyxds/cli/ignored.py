@@ -15,6 +15,11 @@ from typing import Any
 
 READ: dict[str, frozenset[str]] = {
     "Listener": frozenset({"@type", "name", "api_listener"}),
+    # A server Listener (no api_listener, A36); listener_filters are not read.
+    "ServerListener": frozenset(
+        {"@type", "name", "address", "filter_chains", "default_filter_chain", "use_original_dst"}
+    ),
+    "FilterChain": frozenset({"name", "filter_chain_match", "filters", "transport_socket"}),
     "HttpConnectionManager": frozenset(
         {"@type", "rds", "route_config", "http_filters", "common_http_protocol_options"}
     ),
@@ -46,6 +51,7 @@ READ: dict[str, frozenset[str]] = {
             "load_assignment",
             "metadata",
             "upstream_config",
+            "lrs_report_endpoint_metrics",
         }
     ),
     "ClusterLoadAssignment": frozenset({"@type", "cluster_name", "endpoints", "policy"}),
@@ -58,6 +64,8 @@ READ: dict[str, frozenset[str]] = {
 
 def unread_fields(kind: str, message: dict[str, Any], where: str = "") -> list[str]:
     """Dotted names of the fields of ``message`` (a JSON dict) gRPC does not read."""
+    if kind == "Listener" and isinstance(message, dict) and "api_listener" not in message:
+        kind = "ServerListener"
     read = READ.get(kind)
     if read is None or not isinstance(message, dict):
         return []
@@ -65,6 +73,19 @@ def unread_fields(kind: str, message: dict[str, Any], where: str = "") -> list[s
     if kind == "Listener":
         hcm = (message.get("api_listener") or {}).get("api_listener") or {}
         out += unread_fields("HttpConnectionManager", hcm, f"{where}api_listener.api_listener.")
+    elif kind == "ServerListener":
+        chains = [
+            (f"filter_chains[{i}]", c) for i, c in enumerate(message.get("filter_chains") or [])
+        ]
+        if isinstance(message.get("default_filter_chain"), dict):
+            chains.append(("default_filter_chain", message["default_filter_chain"]))
+        for name, chain in chains:
+            out += unread_fields("FilterChain", chain, f"{where}{name}.")
+            for j, flt in enumerate(chain.get("filters") or []):
+                hcm = flt.get("typed_config") or {} if isinstance(flt, dict) else {}
+                out += unread_fields(
+                    "HttpConnectionManager", hcm, f"{where}{name}.filters[{j}].typed_config."
+                )
     elif kind == "RouteConfiguration":
         for i, vhost in enumerate(message.get("virtual_hosts") or []):
             prefix = f"{where}virtual_hosts[{i}]."

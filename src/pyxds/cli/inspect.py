@@ -7,7 +7,8 @@ listener, route table, clusters with type, LB policy, priorities, localities
 and endpoints (health, connectivity), NACK reasons and fields gRPC ignores.
 ``--json`` prints ``channel.config_dump()``; ``--watch`` keeps printing as it
 changes. Exit 1 with one line when the control plane cannot be reached or the
-listener does not exist.
+listener does not exist.  ``--server ADDRESS`` shows instead the Listener an
+xDS-enabled server on ADDRESS gets (:mod:`pyxds.cli.inspect_server`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,21 @@ DESCRIPTION = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", metavar="TARGET", help="the channel target, e.g. xds:///greeter")
+    parser.add_argument(
+        "target", metavar="TARGET", nargs="?", help="the channel target, e.g. xds:///greeter"
+    )
+    parser.add_argument(
+        "--server",
+        metavar="ADDRESS",
+        help="show the Listener of an xDS-enabled server listening on ADDRESS "
+        "(e.g. 0.0.0.0:50051) instead of a channel target",
+    )
+    parser.add_argument(
+        "--template",
+        metavar="TEMPLATE",
+        help="with --server: the Listener name template (default: the bootstrap's "
+        "server_listener_resource_name_template)",
+    )
     parser.add_argument(
         "--bootstrap", metavar="FILE", help="xDS bootstrap JSON file (default: the environment)"
     )
@@ -110,7 +125,8 @@ def _settled(dump: dict[str, Any]) -> bool:
 
 
 def _printable(dump: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(dump, default=str))
+    plain: dict[str, Any] = json.loads(json.dumps(dump, default=str))
+    return plain
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,6 +135,14 @@ def run(args: argparse.Namespace) -> int:
 
     source, bootstrap = _bootstrap(args)
     uri = _server_uri(bootstrap)
+    if args.server is not None:
+        if args.target is not None:
+            raise CliError("give a TARGET or --server ADDRESS, not both", USAGE)
+        from pyxds.cli import inspect_server
+
+        return inspect_server.run(args, source, bootstrap, uri)
+    if args.target is None:
+        raise CliError("give a TARGET (xds:///SERVICE) or --server ADDRESS", USAGE)
     if not args.target.startswith("xds:"):
         raise CliError(f"{args.target}: inspect shows xDS targets, e.g. xds:///greeter", USAGE)
     channel = pyxds.insecure_channel(args.target, bootstrap=source)

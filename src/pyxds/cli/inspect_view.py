@@ -26,6 +26,8 @@ def _cluster(tree: Tree, cluster: dict[str, Any]) -> None:
     if "type" in cluster:
         head += f"  type {cluster['type']}, lb {escape(cluster['lb_policy'])}"
     branch = tree.add(head)
+    if cluster.get("cannot_serve"):
+        branch.add(f"[red]cannot serve: {escape(cluster['cannot_serve'])}[/]")
     if cluster.get("nack"):
         branch.add(f"[red]NACK: {escape(cluster['nack'])}[/]")
     for child in cluster.get("children", []):
@@ -38,24 +40,41 @@ def _cluster(tree: Tree, cluster: dict[str, Any]) -> None:
         p = branch.add(f"priority {priority['priority']}")
         for locality in priority["localities"]:
             weight = locality["weight"]
-            shown = f"weight {weight}" if weight is not None else "no weight"
-            loc = p.add(f"locality {escape(locality['locality'])} ({shown})")
+            name = escape(locality["locality"])
+            if locality.get("ignored"):
+                loc = p.add(f"[yellow]locality {name} IGNORED: {escape(locality['ignored'])}[/]")
+            else:
+                loc = p.add(f"locality {name} (weight {weight})")
             for endpoint in locality["endpoints"]:
                 state = endpoint["state"]
-                style = _STATE_STYLE.get(state, "white")
                 extra = f" weight {endpoint['weight']}" if endpoint.get("weight") else ""
-                loc.add(
-                    f"{escape(endpoint['address'])}  health {endpoint['health']}{extra}"
-                    f"  [{style}]{state}[/]"
-                )
+                wrr = endpoint.get("wrr")
+                if wrr is not None:
+                    if wrr.get("no_weight"):
+                        extra += f"  [yellow]wrr: no weight ({escape(wrr['no_weight'])})[/]"
+                    else:
+                        extra += f"  wrr weight {wrr.get('weight', 0):g} ({escape(wrr['source'])})"
+                text = f"{escape(endpoint['address'])}  health {endpoint['health']}{extra}"
+                if "why" in endpoint and state == "not used":
+                    loc.add(f"[dim]{text}  not used: {escape(endpoint['why'])}[/]")
+                elif "why" in endpoint:
+                    style = _STATE_STYLE.get(state, "white")
+                    loc.add(f"{text}  [{style}]{state}[/]  [dim]{escape(endpoint['why'])}[/]")
+                else:
+                    loc.add(f"{text}  [{_STATE_STYLE.get(state, 'white')}]{state}[/]")
 
 
 def tree_of(model: dict[str, Any]) -> Tree:
     state = model.get("state") or ""
+    status = "" if model.get("status") in (None, "OK") else str(model["status"])
+    # The state line names what fails and why (the channel's status often
+    # names neither: "TRANSIENT_FAILURE from XdsClusterManagerLb").
+    why = [p for p in model.get("cannot_serve") or () if p not in status]
     tree = Tree(
         f"[bold]{escape(str(model.get('target')))}[/] "
         f"[{_STATE_STYLE.get(state, 'white')}]{state}[/]"
-        + ("" if model.get("status") in (None, "OK") else f"  {escape(str(model['status']))}")
+        + (f"  {escape(status)}" if status else "")
+        + (f"  [red]{escape('; '.join(why))}[/]" if why else "")
     )
     listener = model.get("listener") or {}
     lis = tree.add(f"[bold]Listener[/] {escape(listener.get('name', ''))} {_status(listener)}")

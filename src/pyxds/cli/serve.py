@@ -6,7 +6,11 @@ to any gRPC xDS client (pyxds, grpcio's C-core, grpc-go, grpc-java) or Envoy.
 Files are re-read when they change (watchfiles) and on SIGHUP; a changed file
 is pushed at once to every connected client as a new version, and a file that
 fails to parse or validate is reported (file, line, field) while the last
-good version stays served. Prints a bootstrap JSON line for clients.
+good version stays served. Configs a client accepts but that cannot serve (a
+locality without weight, a route to a cluster no file defines, ...:
+:mod:`pyxds.server.lint`) are warned about on stderr, one line each, at start
+and at every reload; ``--strict`` refuses them. Prints a bootstrap JSON line
+for clients.
 """
 
 from __future__ import annotations
@@ -70,6 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve resources a gRPC client would reject (to test NACK handling)",
     )
     parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse configs a client accepts but that cannot serve (the warnings become "
+        "errors: exit 2 at start, the last good version stays served on reload)",
+    )
+    parser.add_argument(
         "--no-watch", action="store_true", help="reload only on SIGHUP, not on file changes"
     )
     parser.add_argument(
@@ -122,7 +132,7 @@ def _log(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from pyxds.server.files import ResourceFileError
     from pyxds.server.server import ManagementServer
-    from pyxds.server.watch import FileWatcher, ServedFiles
+    from pyxds.server.watch import CannotServeError, FileWatcher, ServedFiles
 
     files = list(args.files) + list(args.extra_files)
     node_files = _node_files(args.node_file)
@@ -139,9 +149,13 @@ def run(args: argparse.Namespace) -> int:
     server = ManagementServer(args.host, args.port, lrs_interval=args.lrs_interval)
     if args.print_load_reports:
         server.lrs.on_report = lambda record: print(json.dumps(record.to_json()), flush=True)
-    served = ServedFiles(server, files, node_files, validate=not args.no_validate, log=_log)
+    served = ServedFiles(
+        server, files, node_files, validate=not args.no_validate, log=_log, strict=args.strict
+    )
     try:
         served.load_initial()
+    except CannotServeError as e:
+        raise CliError(f"{e}: fix them (see the lines above), or drop --strict", USAGE) from None
     except ResourceFileError as e:
         raise CliError(f"{e} (fix the file, or --no-validate to serve it anyway)", USAGE) from None
     try:

@@ -90,9 +90,10 @@ class Endpoint:
     attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
 
     def __post_init__(self) -> None:
-        if isinstance(self.addresses, str):
-            object.__setattr__(self, "addresses", (self.addresses,))
-        elif not isinstance(self.addresses, tuple):
+        addresses: object = self.addresses  # untyped callers may pass a str or a list
+        if isinstance(addresses, str):
+            object.__setattr__(self, "addresses", (addresses,))
+        elif not isinstance(addresses, tuple):
             object.__setattr__(self, "addresses", tuple(self.addresses))
         object.__setattr__(self, "attributes", _freeze_mapping(self.attributes))
 
@@ -100,7 +101,9 @@ class Endpoint:
         return hash(self.addresses)
 
     @classmethod
-    def trusted(cls, addresses: tuple[str, ...], attributes: MappingProxyType) -> Endpoint:
+    def trusted(
+        cls, addresses: tuple[str, ...], attributes: MappingProxyType[str, Any]
+    ) -> Endpoint:
         """An Endpoint from values already in canonical form (a tuple of
         addresses, a read-only mapping), without the checks of ``__init__``:
         for code that rebuilds thousands of endpoints per update."""
@@ -184,12 +187,18 @@ class PickComplete:
     a picker adds a label to the call attempt), e.g. ``grpc.lb.locality``
     set by ``xds_cluster_impl``.  The metrics recorder emits a label only
     when the user enabled it (``pyxds.metrics.enable(optional_labels=...)``).
-    A constant mapping shared by the picks of one endpoint, never mutated."""
+    A constant mapping shared by the picks of one endpoint, never mutated.
+
+    ``metadata`` (optional): headers the attempt sends in addition to the
+    RPC's own, each replacing the RPC's values of its key (C-core's
+    ``metadata_mutations``; the ``rls_experimental`` policy's
+    ``x-google-rls-data``)."""
 
     subchannel: Subchannel
     on_call_done: Callable[[Status], None] | None = None
     on_call_trailers: Callable[[TrailingMetadata], None] | None = None
     attempt_labels: Mapping[str, str] | None = None
+    metadata: tuple[tuple[str, str], ...] | None = None
 
 
 ATTEMPT_NOT_STARTED = Status(grpc.StatusCode.UNAVAILABLE, "subchannel not ready")
@@ -308,6 +317,13 @@ class Helper(ABC):
     random: random.Random
     #: The channel's target (A66/A78 ``grpc.target`` label); "" outside a channel.
     channel_target: str = ""
+    #: The channel's authority (``echo`` for ``xds:///echo``); "" outside a channel.
+    channel_authority: str = ""
+
+    # Optional capability (looked up with getattr, forwarded by
+    # DelegatingHelper): ``create_route_lookup_channel(target, service_config)
+    # -> pyxds.lb.rls.RouteLookupChannel``, a channel of the policy's own to a
+    # Route Lookup Service (``rls_experimental``), built by the pyxds channel.
 
     @abstractmethod
     def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> Subchannel: ...

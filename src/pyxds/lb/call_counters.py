@@ -73,7 +73,7 @@ class ClusterLoad:
         return self.uncategorized_drops + sum(self.dropped.values())
 
 
-def _count_value(counter: itertools.count) -> int:
+def _count_value(counter: itertools.count[int]) -> int:
     """The next value ``counter`` would return, without taking it."""
     return int(repr(counter)[6:-1])
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyxds.lb.api import (
     OK_STATUS,
@@ -45,6 +45,9 @@ from pyxds.lb.api import (
 )
 from pyxds.lb.registry import PolicySelection
 
+if TYPE_CHECKING:
+    from pyxds.clock import Clock
+
 
 class DelegatingHelper(Helper):
     """A helper that forwards everything to ``parent``; subclasses override
@@ -53,17 +56,31 @@ class DelegatingHelper(Helper):
     def __init__(self, parent: Helper) -> None:
         self.parent = parent
 
+    # Helper declares these as attributes; here they are read-only views of
+    # the parent's, which mypy reports as an override of a settable attribute.
     @property
-    def clock(self):  # type: ignore[override]
+    def clock(self) -> Clock:  # type: ignore[override]  # read-only view of parent.clock
         return self.parent.clock
 
     @property
-    def random(self) -> random.Random:  # type: ignore[override]
+    def random(self) -> random.Random:  # type: ignore[override]  # view of parent.random
         return self.parent.random
 
     @property
-    def channel_target(self) -> str:  # type: ignore[override]
+    def channel_target(self) -> str:  # type: ignore[override]  # view of the parent's
         return getattr(self.parent, "channel_target", "")
+
+    @property
+    def channel_authority(self) -> str:  # type: ignore[override]
+        return getattr(self.parent, "channel_authority", "")
+
+    def create_route_lookup_channel(self, target: str, service_config: str | None) -> Any:
+        """The optional capability of ``rls_experimental`` (api.Helper),
+        from the channel through every level of the tree."""
+        create = getattr(self.parent, "create_route_lookup_channel", None)
+        if create is None:
+            raise NotImplementedError("this channel offers no Route Lookup Service channel")
+        return create(target, service_config)
 
     def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> Subchannel:
         return self.parent.create_subchannel(address, attributes)

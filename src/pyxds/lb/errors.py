@@ -92,7 +92,9 @@ def expect_string(obj: dict[str, Any], name: str, path: str, default: str | None
     return value
 
 
-def expect_list(obj: dict[str, Any], name: str, path: str, default: list | None = None) -> list:
+def expect_list(
+    obj: dict[str, Any], name: str, path: str, default: list[Any] | None = None
+) -> list[Any]:
     if name not in obj:
         if default is None:
             raise LBConfigError(field_path(path, name), "required field missing")

@@ -51,7 +51,7 @@ import collections
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from pyxds.lb import registry
 from pyxds.lb.api import (
@@ -121,7 +121,8 @@ class Outstanding:
     __slots__ = ("tokens", "overflow", "spill")
 
     def __init__(self, spill: list[None]) -> None:
-        self.tokens: collections.deque[Any] = collections.deque(
+        # Only the count matters: an ended call puts back its Status as the token.
+        self.tokens: collections.deque[object] = collections.deque(
             itertools.repeat(None, TOKENS), maxlen=TOKENS
         )
         self.overflow: list[None] = []
@@ -191,6 +192,8 @@ class LeastRequestPicker(Picker):
         "_block",
         "_samples",
     )
+    # mypy reports any attribute standing in for a method.
+    pick: Callable[[PickArgs], PickResult]  # type: ignore[assignment]  # slot for the method
 
     def __init__(
         self,
@@ -213,9 +216,7 @@ class LeastRequestPicker(Picker):
         self._overflow_results: list[PickComplete | None] = [None] * len(self._constants)
         self._samples: Iterator[tuple[int, ...]] = iter(())
         fast = choice_count == 2 and None not in self._results
-        self.pick: Callable[[PickArgs], PickResult] = (
-            self._make_pick_two() if fast else self._pick_exact
-        )
+        self.pick = self._make_pick_two() if fast else self._pick_exact
 
     # -- sampling -----------------------------------------------------------
     def _refill(self) -> Iterator[tuple[int, ...]]:
@@ -243,17 +244,18 @@ class LeastRequestPicker(Picker):
         outstanding calls (module docstring); else :meth:`_pick_exact`."""
         pops = [counter.tokens.pop for counter in self._counters]
         tokens = [counter.tokens for counter in self._counters]
-        results = self._results
+        # Only called when no result is None (fast, in __init__).
+        results = cast("tuple[PickComplete, ...]", self._results)
         spill = self._counters[0].spill if self._counters else []
         refill, exact, counted = self._refill, self._pick_exact, self._counted
         samples = self._samples
 
         def pick(
             args: PickArgs,
-            tokens: list = tokens,
-            results: tuple = results,
-            pops: list = pops,
-            spill: list = spill,
+            tokens: list[collections.deque[object]] = tokens,
+            results: tuple[PickComplete, ...] = results,
+            pops: list[Callable[[], object]] = pops,
+            spill: list[None] = spill,
         ) -> PickResult:
             nonlocal samples
             if spill:
@@ -296,7 +298,8 @@ class LeastRequestPicker(Picker):
             first = counter.tokens.append if counter.take() else counter.end_overflow
             return replace(result, on_call_done=_then(first, result.on_call_done))
         if counter.take():
-            return self._results[index]  # type: ignore[return-value]
+            # not None: the constant is not None (a cast would cost a call per pick)
+            return self._results[index]  # type: ignore[return-value]  # None only without constant
         overflow = self._overflow_results[index]
         if overflow is None:
             overflow = replace(
@@ -355,7 +358,8 @@ class LeastRequest(RoundRobin):
         counter = getattr(child, "outstanding", None)
         if counter is None:
             counter = Outstanding(self._spill)
-            child.outstanding = counter  # type: ignore[attr-defined]
+            # round_robin's child carries this policy's state for it (no slot declared there)
+            child.outstanding = counter  # type: ignore[attr-defined]  # per-policy state on the child
         return counter
 
 

@@ -423,7 +423,7 @@ class OutlierDetectionPicker(Picker):
 
     def pick(self, args: PickArgs) -> PickResult:
         result = self._pick(args)
-        if result.__class__ is not PickComplete:
+        if type(result) is not PickComplete:
             return result
         memo = self._memo.get(id(result))
         if memo is not None and memo[0] is result:

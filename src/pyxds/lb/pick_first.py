@@ -117,7 +117,7 @@ import math
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import grpc
 
@@ -302,6 +302,12 @@ class _ReadyPicker(Picker):
 
 
 # -- the policy ----------------------------------------------------------------
+
+
+def all_ready_pickers(pickers: list[Picker]) -> TypeGuard[list[_ReadyPicker]]:
+    """Whether every picker is a READY pick_first's constant picker
+    (round_robin and weighted_round_robin then rotate their results)."""
+    return all(type(p) is _ReadyPicker for p in pickers)
 
 
 class Phase(enum.Enum):

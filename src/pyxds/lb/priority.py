@@ -75,7 +75,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -426,9 +426,10 @@ class PriorityLoadBalancer(LoadBalancer):
     # -- child lifetime ---------------------------------------------------
     def _child_update(self, child: _Child) -> ResolverUpdate:
         assert self._config is not None
-        endpoints = self._endpoints
-        if not isinstance(endpoints, Status):
-            endpoints = endpoints.get(child.name, ())
+        split = self._endpoints
+        endpoints: Sequence[Endpoint] | Status = (
+            split.get(child.name, ()) if not isinstance(split, Status) else split
+        )
         return ResolverUpdate(
             endpoints=endpoints,
             config=self._config.children[child.name].config,

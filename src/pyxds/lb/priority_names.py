@@ -61,10 +61,10 @@ def assign_child_numbers(
     next_number = 0
     if previous is not None:
         next_number = previous.next_number
-        for number, held in zip(previous.child_numbers, previous.localities, strict=True):
-            number_localities[number] = held
+        for old_number, held in zip(previous.child_numbers, previous.localities, strict=True):
+            number_localities[old_number] = held
             for locality in held:
-                locality_number[locality] = number
+                locality_number[locality] = old_number
     in_use = set(number_localities)
     numbers: list[int] = []
     held_now: list[tuple[Any, ...]] = []

@@ -101,7 +101,9 @@ def _load_builtins() -> None:
         "pyxds.lb.xds_cluster_manager",
         "pyxds.lb.cds",
         "pyxds.lb.xds_cluster_impl",
+        "pyxds.lb.xds_override_host",
         "pyxds.lb.xds_routing",
+        "pyxds.lb.rls",
     ):
         try:
             importlib.import_module(module)

@@ -465,6 +465,10 @@ class _Endpoint(DelegatingHelper):
 # -- the picker ------------------------------------------------------------------
 
 
+#: An endpoint's (connect, pick action, failed pick), as a picker uses them.
+_PickParts = tuple[Callable[[], None], Callable[[PickArgs], PickResult], PickFail]
+
+
 class RingHashPicker(Picker):
     """The immutable ring_hash picker (module docstring, "Picker")."""
 
@@ -507,16 +511,17 @@ class RingHashPicker(Picker):
     @classmethod
     def _parts_of(
         cls, endpoint: Any, schedule: Callable[[_Endpoint], None], note: str
-    ) -> tuple[Any, ...]:
+    ) -> _PickParts:
         """``endpoint``'s (connect, pick action, failed pick), made anew only
         when its state, status, picker or the note changed (kept on it)."""
         key = (endpoint.state, endpoint.status, endpoint.picker, note, schedule)
         if key == getattr(endpoint, "pick_parts_key", None):
-            return endpoint.pick_parts  # type: ignore[no-any-return]
+            kept: _PickParts = endpoint.pick_parts
+            return kept
         text = _NO_CONNECTED_ENDPOINT + _message(endpoint.status)
         if note:
             text = f"{text} ({note})"
-        parts = (
+        parts: _PickParts = (
             lambda: schedule(endpoint),
             cls._action(endpoint, schedule),
             PickFail(Status(_UNAVAILABLE, text)),
@@ -568,11 +573,12 @@ class RingHashPicker(Picker):
                 return self._pick_random(args)
             request_hash = xxhash.xxh64_intdigest(value.encode(), seed=0)
         else:
-            request_hash = args.call_attributes.get(REQUEST_HASH_KEY)
-            if request_hash is None:
+            hash_or_none: int | None = args.call_attributes.get(REQUEST_HASH_KEY)
+            if hash_or_none is None:
                 if CLUSTER_ATTRIBUTE not in args.call_attributes:
                     return _NO_HASH  # not an xDS call: nothing set the hash
-                request_hash = self._random_bits(64)
+                hash_or_none = self._random_bits(64)
+            request_hash = hash_or_none
         ring = self._ring
         position = ring.start(request_hash)
         if self._next_usable is not None:

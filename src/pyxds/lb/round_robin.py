@@ -77,7 +77,7 @@ from pyxds.lb.api import (
 )
 from pyxds.lb.child_handler import DelegatingHelper
 from pyxds.lb.errors import LBConfigError, describe
-from pyxds.lb.pick_first import PickFirst, PickFirstConfig, _ReadyPicker
+from pyxds.lb.pick_first import PickFirst, PickFirstConfig, all_ready_pickers
 
 __all__ = [
     "POLICY_NAME",
@@ -268,7 +268,7 @@ class RoundRobin(LoadBalancer):
                 last = child.last_update
                 if (
                     last is not None
-                    and last.endpoints[0] == endpoint
+                    and last.endpoints == (endpoint,)
                     and last.resolution_note == update.resolution_note
                 ):
                     # Unchanged endpoint: nothing for its pick_first child to
@@ -389,8 +389,8 @@ class RoundRobin(LoadBalancer):
             return
         start = self.helper.random.randrange(len(pickers))
         picker: Picker
-        if all(type(p) is _ReadyPicker for p in pickers):
-            picker = RoundRobinPicker([p.result for p in pickers], start)  # type: ignore[attr-defined]
+        if all_ready_pickers(pickers):
+            picker = RoundRobinPicker([p.result for p in pickers], start)
         else:
             picker = _DelegatingRoundRobinPicker(pickers, start)
         self._report(_READY, OK_STATUS, picker, key)

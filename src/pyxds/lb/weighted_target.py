@@ -193,6 +193,9 @@ class WeightedPicker(Picker):
     """
 
     __slots__ = ("pick", "_stream", "weights", "buckets")
+    # A per-instance function in a slot (a C partial): no Python frame of its
+    # own per pick.  mypy reports any attribute standing in for a method.
+    pick: Callable[[PickArgs], PickResult]  # type: ignore[assignment]  # slot for the method
 
     def __init__(self, entries: Sequence[tuple[int, Picker]], rng: random.Random) -> None:
         if not entries:
@@ -209,9 +212,12 @@ class WeightedPicker(Picker):
         bounds[-1] = 1.0
         bits = (min(_MAX_BUCKETS, _BUCKETS_PER_CHILD * len(bounds)) - 1).bit_length()
         self.buckets = 1 << bits
-        streams = [getattr(picker, "result_stream", _no_stream)() for _, picker in entries]
-        if all(stream is not None for stream in streams):
-            self._stream: Iterator[PickResult] | None = _composed_stream(bounds, streams, bits, rng)
+        streams: list[Iterator[PickResult] | None] = [
+            getattr(picker, "result_stream", _no_stream)() for _, picker in entries
+        ]
+        ready = [stream for stream in streams if stream is not None]
+        if len(ready) == len(streams):
+            self._stream: Iterator[PickResult] | None = _composed_stream(bounds, ready, bits, rng)
             self.pick = functools.partial(next, self._stream)
         else:
             self._stream = None
@@ -433,15 +439,17 @@ class WeightedTargetLoadBalancer(LoadBalancer):
                 if name not in config.targets:
                     self._deactivate(target)
             for name, spec in config.targets.items():
-                target = self._children.get(name)
-                if target is None:
-                    target = self._create(name)
+                existing = self._children.get(name)
+                if existing is None:
+                    existing = self._create(name)
                 else:
-                    self._reactivate(target)
-                target.weight = spec.weight
-                child_endpoints = split if isinstance(split, Status) else split.get(name, ())
-                assert target.handler is not None
-                status = target.handler.update(
+                    self._reactivate(existing)
+                existing.weight = spec.weight
+                child_endpoints: Sequence[Endpoint] | Status = (
+                    split.get(name, ()) if not isinstance(split, Status) else split
+                )
+                assert existing.handler is not None
+                status = existing.handler.update(
                     ResolverUpdate(
                         endpoints=child_endpoints,
                         config=spec.child_policy,

@@ -82,7 +82,7 @@ class ClusterManagerPicker(Picker):
 
     def pick(self, args: PickArgs) -> PickResult:
         cluster = args.call_attributes.get(CLUSTER_ATTRIBUTE)
-        picker = self._pickers.get(cluster)  # type: ignore[arg-type]
+        picker = self._pickers.get(cluster) if cluster is not None else None
         if picker is None:
             return PickFail(
                 Status(

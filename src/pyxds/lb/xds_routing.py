@@ -32,7 +32,7 @@ else CONNECTING, else IDLE, else TRANSIENT_FAILURE.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -64,6 +64,9 @@ from pyxds.xds.resources.types import (
     RegexMatch,
     RouteMatch,
 )
+
+if TYPE_CHECKING:
+    from re2 import _Regexp  # google-re2's compiled pattern (typings/re2.pyi)
 
 __all__ = ["XdsRoutingConfig", "XdsRoutingFactory", "XdsRoutingLB", "NAME", "NO_ROUTE_MESSAGE"]
 
@@ -99,7 +102,7 @@ def _field(obj: dict[str, Any], *names: str) -> tuple[str | None, Any]:
     return None, None
 
 
-def _compile_re2(pattern: str, path: str) -> Any:
+def _compile_re2(pattern: str, path: str) -> _Regexp:
     import re2
 
     try:
@@ -301,10 +304,10 @@ class XdsRoutingLB(LoadBalancer):
                 child.closed = True
                 child.handler.shutdown()
             for name, selection in config.actions:
-                child = self._children.get(name)
-                if child is None:
-                    child = self._children[name] = _Child(self, name)
-                child.handler.update(update.replace(config=selection))
+                existing = self._children.get(name)
+                if existing is None:
+                    existing = self._children[name] = _Child(self, name)
+                existing.handler.update(update.replace(config=selection))
         finally:
             self._updating = False
         self._publish()

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -42,8 +42,15 @@ ORCA_TRAILER_MIRROR = "x-endpoint-load-metrics-bin"
 _OURS = (ORCA_TRAILER, ORCA_TRAILER_MIRROR)
 _KINDS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
 
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
 
-def _attach(context: Any, recorder: CallMetricRecorder, server: ServerMetricRecorder | None):
+
+def _attach(
+    context: grpc.ServicerContext | grpc.aio.ServicerContext[Any, Any],
+    recorder: CallMetricRecorder,
+    server: ServerMetricRecorder | None,
+) -> None:
     """Add the call's report to the trailing metadata already set."""
     payload = recorder.report(server).SerializeToString()
     if not payload:
@@ -56,17 +63,21 @@ def _attach(context: Any, recorder: CallMetricRecorder, server: ServerMetricReco
     context.set_trailing_metadata((*kept, (ORCA_TRAILER, payload), (ORCA_TRAILER_MIRROR, payload)))
 
 
-def _rebuild(handler: Any, wrap: Callable[[Callable[..., Any], bool], Callable[..., Any]]) -> Any:
+def _rebuild(
+    handler: grpc.RpcMethodHandler[_Request, _Response],
+    wrap: Callable[[Callable[..., Any], bool], Callable[..., Any]],
+) -> grpc.RpcMethodHandler[_Request, _Response]:
     """``handler`` with its behaviour wrapped (same kind, same serializers)."""
     for kind in _KINDS:
         behavior = getattr(handler, kind, None)
         if behavior is not None:
             factory = getattr(grpc, f"{kind}_rpc_method_handler")
-            return factory(
+            rebuilt: grpc.RpcMethodHandler[_Request, _Response] = factory(
                 wrap(behavior, handler.response_streaming),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
+            return rebuilt
     return handler
 
 
@@ -78,7 +89,13 @@ class OrcaServerInterceptor(grpc.ServerInterceptor):
     def __init__(self, server_metric_recorder: ServerMetricRecorder | None = None) -> None:
         self._server = server_metric_recorder
 
-    def intercept_service(self, continuation: Callable[[Any], Any], handler_call_details: Any):
+    def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], grpc.RpcMethodHandler[_Request, _Response] | None
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[_Request, _Response] | None:
         handler = continuation(handler_call_details)
         if handler is None:
             return None
@@ -124,8 +141,12 @@ class OrcaAioServerInterceptor(grpc.aio.ServerInterceptor):
         self._server = server_metric_recorder
 
     async def intercept_service(
-        self, continuation: Callable[[Any], Any], handler_call_details: Any
-    ) -> Any:
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[_Request, _Response] | None]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[_Request, _Response] | None:
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
@@ -170,7 +191,7 @@ class OrcaAioServerInterceptor(grpc.aio.ServerInterceptor):
         return stream_response
 
 
-def _reset(token: contextvars.Token) -> None:
+def _reset(token: contextvars.Token[CallMetricRecorder | None]) -> None:
     try:
         _current.reset(token)
     except ValueError:  # an async generator closed from another context

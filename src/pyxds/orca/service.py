@@ -43,7 +43,8 @@ DEFAULT_MIN_REPORT_INTERVAL = 30.0
 
 
 def _serialize(report: OrcaLoadReport) -> bytes:
-    return report.SerializeToString()
+    data: bytes = report.SerializeToString()
+    return data
 
 
 class OrcaService:
@@ -59,7 +60,7 @@ class OrcaService:
 
     def interval(self, request: OrcaLoadReportRequest) -> float:
         """The reporting interval for ``request`` (A51: at least the minimum)."""
-        asked = request.report_interval.seconds + request.report_interval.nanos / 1e9
+        asked: float = request.report_interval.seconds + request.report_interval.nanos / 1e9
         return max(asked, self.min_report_interval)
 
     # -- sync server -------------------------------------------------------

@@ -63,6 +63,7 @@ from typing import Any
 import grpc
 
 from pyxds.clock import Clock, Timer
+from pyxds.resolver.cluster_problems import no_endpoints_words
 from pyxds.resolver.dns import DnsResolver, default_dns_resolver
 from pyxds.resolver.route_matching import select_virtual_host
 from pyxds.resolver.xds_config import AggregateConfig, ClusterConfig, EndpointConfig, XdsConfig
@@ -680,23 +681,31 @@ class DependencyManager:
         notes = [self._lds.describe_ambient(), self._rds.describe_ambient() if self._rds else ""]
         notes.append(cds_note)
         if watch.status is not None:
-            notes.append(watch.describe_failure())
+            notes.append(f"{watch.describe_failure()} (cluster {cluster.name}: no endpoints)")
             return EndpointConfig(None, "; ".join(n for n in notes if n))
         cla: ClusterLoadAssignment = watch.resource
         if watch.ambient is not None:
             notes.append(watch.describe_ambient())
-        elif cla.all_endpoints_unhealthy:
-            notes.append(f"EDS resource {eds_name}: all endpoints unhealthy")
-        elif not cla.priorities:
-            notes.append(f"EDS resource {eds_name}: contains no localities")
+        # C-core's words, then (when the cluster has nothing to pick from) the
+        # cluster and the cause, as `pyxds serve` and `pyxds inspect` say it.
+        if not cla.priorities:
+            note = f"EDS resource {eds_name}: contains no localities"
         else:
             empty = sorted(
-                str(loc.name) for prio in cla.priorities for loc in prio if not loc.endpoints
+                f'{{region="{loc.name.region}", zone="{loc.name.zone}", '
+                f'sub_zone="{loc.name.sub_zone}"}}'
+                for prio in cla.priorities
+                for loc in prio
+                if not loc.usable_count  # no endpoints, or only DRAINING ones (A55)
             )
-            if empty:
-                notes.append(
-                    f"EDS resource {eds_name}: contains empty localities: [{'; '.join(empty)}]"
-                )
+            note = (
+                f"EDS resource {eds_name}: contains empty localities: [{'; '.join(empty)}]"
+                if empty
+                else ""
+            )
+        if note and cla.endpoint_count == 0:
+            note += f" ({no_endpoints_words(cluster.name, cla)})"
+        notes.append(note)
         return EndpointConfig(cla, "; ".join(n for n in notes if n))
 
     def _dns_endpoints(self, cluster: Cluster) -> EndpointConfig | None:
@@ -718,7 +727,9 @@ class DependencyManager:
             if not details.startswith("DNS resolution failed"):
                 details = f"DNS resolution failed for {dns.target}: {details}"
             return EndpointConfig(None, details)
-        endpoint = EndpointAddress(addresses=dns.result)
+        # The DNS name is the endpoint's host name (C-core's address name:
+        # "host:port", used by A101 auto_host_sni).
+        endpoint = EndpointAddress(addresses=dns.result, hostname=dns.target)
         cla = ClusterLoadAssignment(
             cluster_name=name,
             priorities=((Locality(LocalityName(), 1, (endpoint,)),),),

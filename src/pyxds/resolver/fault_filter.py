@@ -209,7 +209,9 @@ class FaultInjector(CallFilter):
             return None
         return FilterVerdict(
             delay=delay if do_delay and delay else 0.0,
-            abort=Status(abort_code, FAULT_MESSAGE) if do_abort else None,
+            abort=Status(abort_code, FAULT_MESSAGE)
+            if do_abort and abort_code is not None
+            else None,
             done=_Once(self._active.leave),
         )
 

@@ -29,7 +29,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Union
 
 import grpc
 
@@ -187,7 +187,11 @@ def _method_config(entry: Any, path: str) -> tuple[list[tuple[str, str]], Method
     return keys, MethodConfig(**kwargs)
 
 
-def parse_service_config(raw: Any) -> ServiceConfig:
+#: A ``service_config`` argument: JSON text (str or bytes), a dict, or None.
+ServiceConfigSource = Union[str, bytes, dict[str, Any], None]
+
+
+def parse_service_config(raw: ServiceConfigSource) -> ServiceConfig:
     """Validate a service config (a dict, or JSON text); ValueError naming
     the JSON path of the first problem."""
     if isinstance(raw, bytes | bytearray):
@@ -255,7 +259,7 @@ class MethodConfigSelector(ConfigSelector):
 
     def select(self, path: str, metadata: Sequence[tuple[str, str | bytes]]) -> CallConfig:
         base = self.base.select(path, metadata)
-        cached = self._cache.get(path, False)
+        cached: CallConfig | Literal[False] | None = self._cache.get(path, False)
         if cached is False:
             mc = self._lookup(path)
             cached = None
@@ -290,7 +294,7 @@ class MethodConfigSelector(ConfigSelector):
 
 
 def from_channel_args(
-    options: Sequence[tuple[str, Any]] | None, service_config: Any = None
+    options: Sequence[tuple[str, Any]] | None, service_config: ServiceConfigSource = None
 ) -> tuple[tuple[tuple[str, Any], ...], ServiceConfig | None, tuple[tuple[str, Any], ...]]:
     """A channel's (options, service config, extra subchannel options).
 

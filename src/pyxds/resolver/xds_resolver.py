@@ -20,8 +20,16 @@ manager's ``on_update``:
   no longer name it *and* no RPC holds a reference; the last RPC's release
   schedules a sweep on the serializer, which publishes the LB config
   without it and releases the subscription.
+* **Cluster specifier plugins** (RLS): a plugin the routes name gets a
+  :class:`ClusterRef` too (child ``cluster_specifier_plugin:NAME``, no
+  subscription: the clusters its policy picks subscribe themselves, cds
+  ``isDynamic``, A74), with the same two-step lifecycle; its child policy is
+  the plugin's config, the newest the route configuration gave (an RPC may
+  keep a plugin the routes no longer name: its last config stays; C-core
+  looks the config up in the current route configuration there).
 * **LB config**: ``xds_cluster_manager_experimental`` with a child
-  ``cluster:NAME`` -> ``cds_experimental {"cluster": NAME}`` per cluster,
+  ``cluster:NAME`` -> ``cds_experimental {"cluster": NAME}`` per cluster
+  and ``cluster_specifier_plugin:NAME`` -> the plugin's config per plugin,
   with attributes ``xds_config``, ``dependency_manager`` and ``xds_client``
   (xds_cluster_impl's load reporting, A27).
 * **Errors**: before any good config, a ``Status`` becomes a
@@ -35,9 +43,10 @@ manager's ``on_update``:
 
 from __future__ import annotations
 
+import json
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
@@ -52,6 +61,7 @@ from pyxds.resolver.config_selector import (
     FailingConfigSelector,
     XdsConfigSelector,
     cluster_child_name,
+    plugin_child_name,
 )
 from pyxds.resolver.dependency_manager import DependencyManager, route_cluster_names
 from pyxds.resolver.dns import DnsResolver
@@ -62,6 +72,7 @@ from pyxds.resolver.xds_config import (
     XdsConfig,
 )
 from pyxds.status import Status
+from pyxds.xds.resources.types import HttpFilter, VirtualHost
 
 __all__ = ["XdsResolver", "cluster_manager_config", "parse_xds_target"]
 
@@ -111,16 +122,34 @@ def xds_client_scope(target: str) -> str:
     return out
 
 
-def cluster_manager_config(clusters: list[str]) -> dict[str, Any]:
-    """The ``xds_cluster_manager_experimental`` JSON config for ``clusters``."""
-    return {
-        CLUSTER_MANAGER_POLICY: {
-            "children": {
-                cluster_child_name(name): {"childPolicy": [{CDS_POLICY: {"cluster": name}}]}
-                for name in clusters
-            }
-        }
+def cluster_manager_config(
+    clusters: list[str], plugins: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The ``xds_cluster_manager_experimental`` JSON config for ``clusters``
+    and cluster specifier ``plugins`` (name -> LB config JSON text)."""
+    children: dict[str, Any] = {
+        cluster_child_name(name): {"childPolicy": [{CDS_POLICY: {"cluster": name}}]}
+        for name in clusters
     }
+    for name, config in (plugins or {}).items():
+        children[plugin_child_name(name)] = {"childPolicy": json.loads(config)}
+    return {CLUSTER_MANAGER_POLICY: {"children": children}}
+
+
+def route_plugins(config: XdsConfig) -> dict[str, str]:
+    """The cluster specifier plugins the virtual host's routes name: name ->
+    LB config (JSON text)."""
+    from pyxds.xds.resources.types import RouteAction
+
+    by_name = {p.name: p.lb_config for p in config.route_config.cluster_specifier_plugins}
+    out: dict[str, str] = {}
+    for route in config.virtual_host.routes:
+        action = route.action
+        if isinstance(action, RouteAction) and action.cluster_specifier_plugin is not None:
+            lb_config = by_name.get(action.cluster_specifier_plugin)
+            if lb_config:
+                out[action.cluster_specifier_plugin] = lb_config
+    return out
 
 
 class XdsResolver(Resolver):
@@ -143,12 +172,14 @@ class XdsResolver(Resolver):
         self._dns_resolver = dns_resolver
         self._manager: DependencyManager | None = None
         self._refs: dict[str, ClusterRef] = {}
+        #: cluster specifier plugins (RLS) the LB config has, by plugin name
+        self._plugin_refs: dict[str, ClusterRef] = {}
         self._selector: ConfigSelector | None = None
-        self._selector_key: tuple[Any, Any] | None = None
+        self._selector_key: tuple[VirtualHost, float | None, tuple[HttpFilter, ...]] | None = None
         self._xds_config: XdsConfig | None = None
         self._had_good_config = False
         self._last_error: Status | None = None
-        self._lb_cache: tuple[tuple[str, ...], PolicySelection] | None = None
+        self._lb_cache: tuple[tuple[Any, ...], PolicySelection] | None = None
         self._sweep_scheduled = False
         self._shutdown = False
         self.results: int = 0  # how many ResolverResults were published
@@ -173,6 +204,10 @@ class XdsResolver(Resolver):
             "target": self._args.target,
             "clusters": {name: ref.count for name, ref in sorted(self._refs.items())},
         }
+        if self._plugin_refs:
+            dump["cluster_specifier_plugins"] = {
+                name: ref.count for name, ref in sorted(self._plugin_refs.items())
+            }
         if self._last_error is not None:
             dump["last_error"] = str(self._last_error)
         if self._manager is not None:
@@ -236,9 +271,10 @@ class XdsResolver(Resolver):
         self._shutdown = True
         if self._manager is not None:
             self._manager.shutdown()
-        for ref in self._refs.values():
+        for ref in [*self._refs.values(), *self._plugin_refs.values()]:
             ref.in_routes = False
         self._refs.clear()
+        self._plugin_refs.clear()
         if self._release_client is not None:
             self._release_client()
             self._release_client = None
@@ -266,7 +302,7 @@ class XdsResolver(Resolver):
         self._last_error = None
         self._xds_config = config
         names = route_cluster_names(config.virtual_host)
-        self._hold(names)
+        self._hold(names, route_plugins(config))
         key = (
             config.virtual_host,
             config.listener.max_stream_duration,
@@ -278,9 +314,10 @@ class XdsResolver(Resolver):
                 self._refs,
                 config.listener.max_stream_duration,
                 self._args.random,
-                fallback=lambda: self._selector,  # type: ignore[arg-type,return-value]
+                fallback=lambda: self._selector,
                 channel_id=self.channel_id,
                 http_filters=config.listener.http_filters,
+                plugin_refs=self._plugin_refs,
             )
             self._selector_key = key
         self._retire_idle()
@@ -288,7 +325,7 @@ class XdsResolver(Resolver):
 
     def _drop(self, status: Status) -> None:
         """A74: the listener or route configuration is gone; fail RPCs."""
-        self._hold([])
+        self._hold([], {})
         self._selector = FailingConfigSelector(status)
         self._selector_key = None
         self._retire_idle()
@@ -307,8 +344,9 @@ class XdsResolver(Resolver):
             )
         )
 
-    def _hold(self, names: list[str]) -> None:
-        """Mark route clusters; new ones get a ref and a subscription."""
+    def _hold(self, names: list[str], plugins: Mapping[str, str]) -> None:
+        """Mark route clusters and plugins; new ones get a ref (clusters a
+        subscription), plugins their newest config."""
         wanted = set(names)
         for name in names:
             if name not in self._refs:
@@ -318,6 +356,14 @@ class XdsResolver(Resolver):
                 )
         for name, ref in self._refs.items():
             ref.in_routes = name in wanted
+        for name, config in plugins.items():
+            plugin_ref = self._plugin_refs.get(name)
+            if plugin_ref is None:
+                self._plugin_refs[name] = ClusterRef(name, self._schedule_sweep, None, config)
+            else:
+                plugin_ref.child_policy = config
+        for name, ref in self._plugin_refs.items():
+            ref.in_routes = name in plugins
 
     def _retire_idle(self) -> bool:
         retired = [name for name, ref in self._refs.items() if ref.try_retire()]
@@ -325,7 +371,10 @@ class XdsResolver(Resolver):
             ref = self._refs.pop(name)
             if ref.subscription is not None:
                 ref.subscription.release()
-        return bool(retired)
+        plugins = [name for name, ref in self._plugin_refs.items() if ref.try_retire()]
+        for name in plugins:
+            del self._plugin_refs[name]
+        return bool(retired or plugins)
 
     def _schedule_sweep(self) -> None:
         """Called from an RPC thread when a cluster's last RPC ends."""
@@ -346,10 +395,12 @@ class XdsResolver(Resolver):
 
     def _lb_policy(self) -> PolicySelection:
         names = tuple(sorted(self._refs))
-        if self._lb_cache is not None and self._lb_cache[0] == names:
+        plugins = {n: r.child_policy or "" for n, r in sorted(self._plugin_refs.items())}
+        key = (names, tuple(plugins.items()))
+        if self._lb_cache is not None and self._lb_cache[0] == key:
             return self._lb_cache[1]
-        selection = registry.select_policy([cluster_manager_config(list(names))])
-        self._lb_cache = (names, selection)
+        selection = registry.select_policy([cluster_manager_config(list(names), plugins)])
+        self._lb_cache = (key, selection)
         return selection
 
     def _publish(self, error: Status | None = None) -> None:

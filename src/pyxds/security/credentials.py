@@ -27,7 +27,8 @@ class XdsChannelCredentials(grpc.ChannelCredentials):
 
     def __init__(self, fallback: grpc.ChannelCredentials | None) -> None:
         grpc_creds = grpc.xds_channel_credentials(fallback)
-        super().__init__(grpc_creds._credentials)
+        # grpcio's cygrpc credentials: private, so absent from the stubs
+        super().__init__(grpc_creds._credentials)  # type: ignore[attr-defined]  # private
         self.fallback = fallback
 
 

@@ -16,14 +16,15 @@ Subject-Alt-Name Checks").
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from pyxds.security.tls_config import SanMatcher
 
 SAN_KINDS = {"DNS": "dns", "URI": "uri", "email": "email", "IP Address": "ip"}
 
 
-def sans_of(peer_cert: dict) -> list[tuple[str, str]]:
+def sans_of(peer_cert: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(kind, value) of the DNS/URI/email/IP SANs of ``ssl.getpeercert()``."""
     out = []
     for kind, value in peer_cert.get("subjectAltName", ()):
@@ -76,7 +77,7 @@ def dns_exact(san: str, name: str) -> bool:
     return "." not in name[: len(name) - len(suffix)]
 
 
-def check(matchers: Iterable[SanMatcher], peer_cert: dict | None) -> bool:
+def check(matchers: Iterable[SanMatcher], peer_cert: Mapping[str, Any] | None) -> bool:
     """A29's check of the leaf certificate; True when authorized."""
     matchers = tuple(matchers)
     if not matchers:

@@ -18,12 +18,16 @@ YAML/JSON resource file, and see what each client ACKed and NACKed.
 
 Load reports (LRS) from clusters built with ``lrs_server=True`` are recorded
 in ``server.lrs`` (:class:`LrsService`: ``reports()``, ``totals()``).
+
+Routes that use a Route Lookup Service (RLS, ``builders.rls_plugin``) can be
+tested against :class:`RouteLookupServer`, a table of key maps to targets.
 """
 
 from pyxds.server import builders
 from pyxds.server.files import ResourceFileError, dump_resources, load_resources, parse_resources
 from pyxds.server.lrs import LoadReportRecord, LoadTotals, LrsService
 from pyxds.server.records import AckRecord, NackRecord, RequestRecord
+from pyxds.server.rls import LookupAnswer, LookupRecord, RouteLookupServer
 from pyxds.server.server import ManagementServer, PortInUseError
 from pyxds.server.snapshot import RawResource, Snapshot
 from pyxds.server.types import (
@@ -43,12 +47,15 @@ __all__ = [
     "AckRecord",
     "LoadReportRecord",
     "LoadTotals",
+    "LookupAnswer",
+    "LookupRecord",
     "LrsService",
     "ManagementServer",
     "NackRecord",
     "PortInUseError",
     "RawResource",
     "RequestRecord",
+    "RouteLookupServer",
     "ResourceFileError",
     "Snapshot",
     "builders",

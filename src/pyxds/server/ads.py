@@ -103,7 +103,9 @@ class AdsStreamState:
             return "DiscoveryRequest.type_url is required on an ADS stream"
         return None
 
-    def on_request(self, request: discovery_pb2.DiscoveryRequest) -> list:
+    def on_request(
+        self, request: discovery_pb2.DiscoveryRequest
+    ) -> list[discovery_pb2.DiscoveryResponse]:
         """Handle a client request; returns the responses to send (0 or 1)."""
         has_node = request.HasField("node")
         self.identify(request)
@@ -112,7 +114,7 @@ class AdsStreamState:
         error = request.error_detail.message if request.HasField("error_detail") else None
         self._record(
             RequestRecord(
-                node_id=self.node_id,
+                node_id=self.node_id or "",
                 type_url=type_url,
                 version_info=request.version_info,
                 nonce=request.response_nonce,
@@ -143,9 +145,9 @@ class AdsStreamState:
         response = self._maybe_response(type_url, sub)
         return [response] if response is not None else []
 
-    def on_snapshot_change(self) -> list:
+    def on_snapshot_change(self) -> list[discovery_pb2.DiscoveryResponse]:
         """The node's snapshot may have changed; returns the responses to send."""
-        out = []
+        out: list[discovery_pb2.DiscoveryResponse] = []
         for type_url, sub in self._subs.items():
             response = self._maybe_response(type_url, sub)
             if response is not None:
@@ -154,7 +156,12 @@ class AdsStreamState:
 
     # -- internals ------------------------------------------------------------
 
-    def _record_answer(self, request, names: tuple[str, ...], error: str | None) -> None:
+    def _record_answer(
+        self,
+        request: discovery_pb2.DiscoveryRequest,
+        names: tuple[str, ...],
+        error: str | None,
+    ) -> None:
         nonce = request.response_nonce
         known = self._nonces.get(nonce)
         type_url = request.type_url
@@ -183,7 +190,9 @@ class AdsStreamState:
                 )
             )
 
-    def _maybe_response(self, type_url: str, sub: _Subscription):
+    def _maybe_response(
+        self, type_url: str, sub: _Subscription
+    ) -> discovery_pb2.DiscoveryResponse | None:
         state = self._lookup(self.node_id)
         if state is None:
             return None

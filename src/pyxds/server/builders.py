@@ -20,6 +20,7 @@ from envoy.config.core.v3 import (
     address_pb2,
     base_pb2,
     config_source_pb2,
+    extension_pb2,
     health_check_pb2,
     protocol_pb2,
 )
@@ -50,6 +51,9 @@ __all__ = [
     "pack",
     "route",
     "route_config",
+    "route_lookup_config",
+    "rls_key_builder",
+    "rls_plugin",
     "router_filter",
     "virtual_host",
 ]
@@ -158,6 +162,50 @@ def fault_filter(name: str = "fault", config: Any = None, **kwargs: Any) -> hcm_
     return hcm_pb2.HttpFilter(name=name, typed_config=pack(config))
 
 
+def stateful_session_config(
+    cookie_name: str = "global-session-cookie",
+    path: str = "",
+    ttl: Seconds | None = None,
+) -> Any:
+    """A StatefulSession (A55) with a CookieBasedSessionState: the session
+    cookie's name, path ("" = every path) and TTL (None = no Max-Age)."""
+    from envoy.extensions.filters.http.stateful_session.v3 import stateful_session_pb2
+    from envoy.extensions.http.stateful_session.cookie.v3 import cookie_pb2
+    from envoy.type.http.v3 import cookie_pb2 as http_cookie_pb2
+
+    cookie = http_cookie_pb2.Cookie(name=cookie_name, path=path)
+    if ttl is not None:
+        cookie.ttl.CopyFrom(_duration(ttl, "ttl"))
+    state = cookie_pb2.CookieBasedSessionState(cookie=cookie)
+    return stateful_session_pb2.StatefulSession(
+        session_state=extension_pb2.TypedExtensionConfig(
+            name="envoy.http.stateful_session.cookie", typed_config=pack(state)
+        )
+    )
+
+
+def stateful_session_filter(
+    name: str = "envoy.filters.http.stateful_session", config: Any = None, **kwargs: Any
+) -> hcm_pb2.HttpFilter:
+    """An HCM stateful session filter (A55): ``config`` a StatefulSession,
+    else :func:`stateful_session_config` of ``kwargs``."""
+    if config is None:
+        config = stateful_session_config(**kwargs)
+    return hcm_pb2.HttpFilter(name=name, typed_config=pack(config))
+
+
+def stateful_session_per_route(disabled: bool = False, **kwargs: Any) -> Any:
+    """A StatefulSessionPerRoute override (A55 via A39): ``disabled``, or
+    another cookie (:func:`stateful_session_config` of ``kwargs``)."""
+    from envoy.extensions.filters.http.stateful_session.v3 import stateful_session_pb2
+
+    if disabled:
+        return stateful_session_pb2.StatefulSessionPerRoute(disabled=True)
+    return stateful_session_pb2.StatefulSessionPerRoute(
+        stateful_session=stateful_session_config(**kwargs)
+    )
+
+
 def http_connection_manager(
     route_config_name: str | None = None,
     route_config: route_pb2.RouteConfiguration | None = None,
@@ -211,10 +259,99 @@ def listener(
 
 
 def route_config(
-    name: str, virtual_hosts: Iterable[route_components_pb2.VirtualHost]
+    name: str,
+    virtual_hosts: Iterable[route_components_pb2.VirtualHost],
+    cluster_specifier_plugins: Iterable[route_components_pb2.ClusterSpecifierPlugin] = (),
 ) -> route_pb2.RouteConfiguration:
-    """A RouteConfiguration (A28)."""
-    return route_pb2.RouteConfiguration(name=name, virtual_hosts=list(virtual_hosts))
+    """A RouteConfiguration (A28); ``cluster_specifier_plugins`` (see
+    :func:`rls_plugin`) for routes built with ``cluster_specifier_plugin``."""
+    return route_pb2.RouteConfiguration(
+        name=name,
+        virtual_hosts=list(virtual_hosts),
+        cluster_specifier_plugins=list(cluster_specifier_plugins),
+    )
+
+
+def rls_key_builder(
+    services: str | Iterable[str | tuple[str, str]],
+    headers: Mapping[str, str | Sequence[str]] | None = None,
+    constant_keys: Mapping[str, str] | None = None,
+    host_key: str | None = None,
+    service_key: str | None = None,
+    method_key: str | None = None,
+) -> Any:
+    """A ``grpc.lookup.v1.GrpcKeyBuilder`` for the RPCs of ``services``
+    (``"pkg.Service"`` for every method, or ``("pkg.Service", "Method")``):
+    ``headers`` maps a key to the header (or headers, first present wins)
+    that gives its value; ``host_key``/``service_key``/``method_key`` name
+    the extra keys."""
+    from pyxds.protos import rls_config_pb2
+
+    if isinstance(services, str):
+        services = (services,)
+    names = []
+    for entry in services:
+        service, method = (entry, "") if isinstance(entry, str) else entry
+        names.append(rls_config_pb2.GrpcKeyBuilder.Name(service=service, method=method))
+    builder = rls_config_pb2.GrpcKeyBuilder(names=names, constant_keys=dict(constant_keys or {}))
+    for key, header_names in (headers or {}).items():
+        if isinstance(header_names, str):
+            header_names = (header_names,)
+        builder.headers.add(key=key, names=list(header_names))
+    for field, value in (("host", host_key), ("service", service_key), ("method", method_key)):
+        if value is not None:
+            setattr(builder.extra_keys, field, value)
+    return builder
+
+
+def route_lookup_config(
+    lookup_service: str,
+    key_builders: Iterable[Any],
+    cache_size_bytes: int = 1024 * 1024,
+    max_age: Seconds | None = None,
+    stale_age: Seconds | None = None,
+    lookup_service_timeout: Seconds | None = None,
+    default_target: str | None = None,
+) -> Any:
+    """A ``grpc.lookup.v1.RouteLookupConfig``: the RLS server at
+    ``lookup_service`` (a gRPC target), the key builders (see
+    :func:`rls_key_builder`), the cache (bytes, ages) and the target used
+    when a lookup fails."""
+    from pyxds.protos import rls_config_pb2
+
+    config = rls_config_pb2.RouteLookupConfig(
+        lookup_service=lookup_service,
+        grpc_keybuilders=list(key_builders),
+        cache_size_bytes=cache_size_bytes,
+        default_target=default_target or "",
+    )
+    if max_age is not None:
+        config.max_age.CopyFrom(_duration(max_age, "max_age"))
+    if stale_age is not None:
+        config.stale_age.CopyFrom(_duration(stale_age, "stale_age"))
+    if lookup_service_timeout is not None:
+        config.lookup_service_timeout.CopyFrom(
+            _duration(lookup_service_timeout, "lookup_service_timeout")
+        )
+    return config
+
+
+def rls_plugin(
+    name: str, config: Any, optional: bool = False
+) -> route_components_pb2.ClusterSpecifierPlugin:
+    """A RouteConfiguration's RLS cluster specifier plugin named ``name``
+    (a ``grpc.lookup.v1.RouteLookupClusterSpecifier`` over ``config``, a
+    :func:`route_lookup_config`); routes name it with
+    ``route(..., cluster_specifier_plugin=name)``."""
+    from envoy.config.core.v3 import extension_pb2
+
+    from pyxds.protos import rls_config_pb2
+
+    specifier = rls_config_pb2.RouteLookupClusterSpecifier(route_lookup_config=config)
+    return route_components_pb2.ClusterSpecifierPlugin(
+        extension=extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(specifier)),
+        is_optional=optional,
+    )
 
 
 def virtual_host(
@@ -382,11 +519,14 @@ def route(
     hash_policies: Iterable[route_components_pb2.RouteAction.HashPolicy] = (),
     retry_policy: route_components_pb2.RetryPolicy | None = None,
     typed_per_filter_config: Mapping[str, message.Message] | None = None,
+    cluster_specifier_plugin: str | None = None,
 ) -> route_components_pb2.Route:
     """A Route: one path matcher (default ``prefix=""``) and one action (A28).
 
-    ``weighted_clusters`` maps cluster name to weight. With neither ``cluster``
-    nor ``weighted_clusters`` the route is non-forwarding (``non_forwarding_action``).
+    ``weighted_clusters`` maps cluster name to weight; ``cluster_specifier_plugin``
+    names a plugin of the route config (RLS, :func:`rls_plugin`). With none of
+    ``cluster``, ``weighted_clusters`` and ``cluster_specifier_plugin`` the
+    route is non-forwarding (``non_forwarding_action``).
     ``hash_policies`` (see :func:`hash_policy`) feed ring_hash clusters (A42).
     ``retry_policy`` (see :func:`retry_policy`): the route's A44 retry policy.
     ``typed_per_filter_config``: filter name -> config override (A39).
@@ -394,8 +534,11 @@ def route(
     matchers = [k for k, v in {"prefix": prefix, "path": path, "regex": regex}.items() if v]
     if len(matchers) > 1:
         raise ValueError(f"route: give at most one of prefix, path, regex; got {matchers}")
-    if cluster is not None and weighted_clusters is not None:
-        raise ValueError("route: give at most one of cluster and weighted_clusters")
+    given = [cluster, weighted_clusters, cluster_specifier_plugin]
+    if sum(v is not None for v in given) > 1:
+        raise ValueError(
+            "route: give at most one of cluster, weighted_clusters and cluster_specifier_plugin"
+        )
     match = route_components_pb2.RouteMatch(headers=list(headers))
     if path is not None:
         match.path = path
@@ -410,12 +553,14 @@ def route(
     out = route_components_pb2.Route(match=match)
     for filter_name, override in (typed_per_filter_config or {}).items():
         out.typed_per_filter_config[filter_name].CopyFrom(pack(override))
-    if cluster is None and weighted_clusters is None:
+    if all(v is None for v in given):
         out.non_forwarding_action.SetInParent()
         return out
     action = route_components_pb2.RouteAction()
     if cluster is not None:
         action.cluster = cluster
+    elif cluster_specifier_plugin is not None:
+        action.cluster_specifier_plugin = cluster_specifier_plugin
     else:
         assert weighted_clusters is not None
         action.weighted_clusters.CopyFrom(
@@ -495,9 +640,7 @@ def _load_balancing_policy(value: Any) -> cluster_pb2.LoadBalancingPolicy:
     return cluster_pb2.LoadBalancingPolicy(policies=policies)
 
 
-def _typed_extension(name: str, msg: message.Message):
-    from envoy.config.core.v3 import extension_pb2
-
+def _typed_extension(name: str, msg: message.Message) -> Any:  # a TypedExtensionConfig
     return extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(msg))
 
 
@@ -513,6 +656,8 @@ def cluster(
     load_balancing_policy: Any = None,
     lrs_server: bool = False,
     upstream_tls: Any = None,
+    override_host_status: Sequence[str] | None = None,
+    lrs_report_endpoint_metrics: Sequence[str] = (),
 ) -> cluster_pb2.Cluster:
     """A Cluster of ``kind`` "EDS", "LOGICAL_DNS" or "AGGREGATE" (A27, A37).
 
@@ -526,6 +671,9 @@ def cluster(
     list of messages or (name, message) pairs, first supported wins.
     ``upstream_tls``: an UpstreamTlsContext (see :func:`upstream_tls_context`)
     set as the ``transport_socket`` (A29).
+    ``override_host_status``: health status names stateful sessions may stay
+    on (A55 ``common_lb_config.override_host_status``; None leaves it unset).
+    ``lrs_report_endpoint_metrics``: the ORCA metrics load reports carry (A85).
     """
     kind = kind.upper()
     if aggregate_children is not None:
@@ -568,6 +716,14 @@ def cluster(
     if upstream_tls is not None:
         c.transport_socket.name = "envoy.transport_sockets.tls"
         c.transport_socket.typed_config.CopyFrom(pack(upstream_tls))
+    if override_host_status is not None:
+        statuses = c.common_lb_config.override_host_status
+        statuses.SetInParent()
+        for status in override_host_status:
+            if status not in _HEALTH:
+                raise ValueError(f"cluster {name!r}: unknown health status {status!r}")
+            statuses.statuses.append(_HEALTH[status])
+    c.lrs_report_endpoint_metrics.extend(lrs_report_endpoint_metrics)
     return c
 
 
@@ -575,11 +731,15 @@ def upstream_tls_context(
     ca_instance: str | None,
     identity_instance: str | None = None,
     san_matchers: Sequence[Mapping[str, Any]] = (),
+    sni: str = "",
+    auto_host_sni: bool = False,
+    auto_sni_san_validation: bool = False,
 ) -> Any:
     """An UpstreamTlsContext (A29): the CA from certificate provider instance
     ``ca_instance``, the client identity from ``identity_instance`` (mTLS),
     ``san_matchers`` as StringMatcher kwargs (``{"exact": "x"}``,
-    ``{"prefix": "spiffe://", "ignore_case": True}``, ``{"safe_regex": ".*"}``)."""
+    ``{"prefix": "spiffe://", "ignore_case": True}``, ``{"safe_regex": ".*"}``);
+    ``sni``, ``auto_host_sni``, ``auto_sni_san_validation`` as A101."""
     from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 
     common = tls_pb2.CommonTlsContext()
@@ -601,7 +761,12 @@ def upstream_tls_context(
         )
     if not vc.ByteSize():
         common.ClearField("validation_context")
-    return tls_pb2.UpstreamTlsContext(common_tls_context=common)
+    return tls_pb2.UpstreamTlsContext(
+        common_tls_context=common,
+        sni=sni,
+        auto_host_sni=auto_host_sni,
+        auto_sni_san_validation=auto_sni_san_validation,
+    )
 
 
 _HEALTH = {

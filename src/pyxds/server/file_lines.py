@@ -5,6 +5,8 @@ parse error (``Failed to parse endpoints field: ... has no field named "x"``);
 :func:`locate` finds the line of ``resources[i]`` and, below it, the deepest
 key of that path in the YAML/JSON text (JSON is read as YAML, which keeps
 line marks). Both are best effort: an error is still reported without them.
+:class:`Lines` finds the line of an exact field path (list indices included)
+for ``pyxds serve``'s warnings, composing the text once.
 """
 
 from __future__ import annotations
@@ -78,4 +80,47 @@ def locate(text: str, index: int | None, path: list[str] | None = None) -> int |
         return None
     entry = root.value[index]
     found = _find(entry, list(path or ()))
-    return (found or entry).start_mark.line + 1
+    line: int = (found or entry).start_mark.line
+    return line + 1
+
+
+class Lines:
+    """Lines of one resource file's entries and fields (composed once)."""
+
+    def __init__(self, text: str) -> None:
+        import yaml
+
+        try:
+            root = yaml.compose(text, Loader=yaml.SafeLoader)
+        except yaml.YAMLError:
+            root = None
+        if isinstance(root, yaml.MappingNode):
+            root = next(
+                (v for k, v in root.value if getattr(k, "value", None) == "resources"), None
+            )
+        self._entries: list[Any] = list(root.value) if isinstance(root, yaml.SequenceNode) else []
+
+    def of(self, index: int, path: tuple[str | int, ...] = ()) -> int | None:
+        """1-based line of ``resources[index]`` and then of the deepest part of
+        ``path`` (field names in either spelling, list indices) found in it."""
+        import yaml
+
+        if not 0 <= index < len(self._entries):
+            return None
+        node = self._entries[index]
+        line = int(node.start_mark.line) + 1
+        for part in path:
+            if isinstance(part, int):
+                if not isinstance(node, yaml.SequenceNode) or part >= len(node.value):
+                    break
+                node = node.value[part]
+                line = int(node.start_mark.line) + 1
+                continue
+            if not isinstance(node, yaml.MappingNode):
+                break
+            found = next(((k, v) for k, v in node.value if _key_matches(k, part)), None)
+            if found is None:
+                break
+            line = int(found[0].start_mark.line) + 1
+            node = found[1]
+        return line

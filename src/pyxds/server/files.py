@@ -22,11 +22,13 @@ from __future__ import annotations
 import importlib
 import json
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import json_format
 
 from pyxds.server.file_lines import field_path, locate
+from pyxds.server.lint import Entry
 from pyxds.server.snapshot import Snapshot
 from pyxds.server.types import CLUSTER_LOAD_ASSIGNMENT, FIELD_OF_TYPE, resource_name
 
@@ -53,6 +55,7 @@ _ANY_MODULES = (
     "envoy.extensions.transport_sockets.tls.v3.tls_pb2",
     "envoy.extensions.upstreams.http.v3.http_protocol_options_pb2",
     "xds.type.v3.typed_struct_pb2",
+    "pyxds.protos.rls_config_pb2",
     "udpa.type.v1.typed_struct_pb2",
 )
 
@@ -98,14 +101,20 @@ def _parse_text(text: str, path: str) -> Any:
         raise ResourceFileError(f"{where}: invalid YAML: {detail}") from None
 
 
-def parse_resources(data: Any, source: str = "<resources>", validate: bool = False) -> Snapshot:
+def parse_resources(
+    data: Any,
+    source: str = "<resources>",
+    validate: bool = False,
+    entries: list[Entry] | None = None,
+) -> Snapshot:
     """Build a Snapshot from already-decoded JSON/YAML ``data`` (see module doc).
 
     With ``validate`` every resource must also pass the checks a gRPC client
     applies (pyxds's own resource validation, gRFC A27/A28/...), so a file a
-    client would NACK is refused before it is served.
+    client would NACK is refused before it is served.  ``entries`` (if given)
+    receives each resource with its place in the file, for the lint.
     """
-    from google.protobuf import message_factory, symbol_database
+    from google.protobuf import descriptor_pool, message_factory
 
     register_any_types()
     version = None
@@ -130,7 +139,7 @@ def parse_resources(data: Any, source: str = "<resources>", validate: bool = Fal
         raise ResourceFileError(f"{source}: resources: expected a list, got {type(data).__name__}")
     by_type: dict[str, list[Any]] = {field: [] for field in FIELD_OF_TYPE.values()}
     seen: dict[tuple[str, str], int] = {}
-    pool = symbol_database.Default().pool
+    pool = descriptor_pool.Default()  # the pool of symbol_database.Default()
     for i, entry in enumerate(data):
         where = f"{source}: resources[{i}]"
         if not isinstance(entry, dict):
@@ -175,6 +184,8 @@ def parse_resources(data: Any, source: str = "<resources>", validate: bool = Fal
                 )
         seen[type_url, name] = i
         by_type[FIELD_OF_TYPE[type_url]].append(msg)
+        if entries is not None:
+            entries.append(Entry(source, i, type_url, msg))
     try:
         return Snapshot(version=version, **by_type)
     except (TypeError, ValueError) as e:
@@ -196,6 +207,21 @@ def load_resources(path: str | os.PathLike[str], validate: bool = False) -> Snap
 
     Errors name the file, the line and the field: ``r.yaml:14: resources[2].type: ...``.
     """
+    return read_resource_file(path, validate).snapshot
+
+
+@dataclass(frozen=True)
+class ResourceFile:
+    """A loaded resource file: its text, its Snapshot and its resources in order."""
+
+    path: str
+    text: str
+    snapshot: Snapshot
+    entries: tuple[Entry, ...]
+
+
+def read_resource_file(path: str | os.PathLike[str], validate: bool = False) -> ResourceFile:
+    """:func:`load_resources`, keeping the text and the entries (for the lint)."""
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as f:
@@ -204,8 +230,10 @@ def load_resources(path: str | os.PathLike[str], validate: bool = False) -> Snap
         raise ResourceFileError(f"{path}: cannot read: {e.strerror}") from None
     except UnicodeDecodeError as e:
         raise ResourceFileError(f"{path}: not UTF-8 text: byte {e.start}: {e.reason}") from None
+    entries: list[Entry] = []
     try:
-        return parse_resources(_parse_text(text, path), path, validate=validate)
+        snapshot = parse_resources(_parse_text(text, path), path, validate, entries)
+        return ResourceFile(path, text, snapshot, tuple(entries))
     except ResourceFileError as e:
         line = locate(text, e.index, e.field) if e.index is not None else None
         if line is None:
@@ -240,7 +268,7 @@ def merge_snapshots(snapshots: list[tuple[str, Snapshot]]) -> Snapshot:
     return Snapshot(version="+".join(versions) if versions else None, **merged)
 
 
-def dump_resources(snapshot: Snapshot) -> dict:
+def dump_resources(snapshot: Snapshot) -> dict[str, Any]:
     """The inverse of parse_resources: a ``{"version", "resources"}`` dict in JSON form."""
     resources = []
     for type_url in FIELD_OF_TYPE:

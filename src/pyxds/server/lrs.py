@@ -18,8 +18,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from types import EllipsisType
 from typing import Any
 
+import grpc
 from envoy.config.endpoint.v3 import load_report_pb2
 from envoy.service.load_stats.v3 import lrs_pb2, lrs_pb2_grpc
 from google.protobuf import json_format
@@ -45,7 +47,8 @@ class LoadReportRecord:
 
     @property
     def cluster(self) -> str:
-        return self.stats.cluster_name
+        name: str = self.stats.cluster_name
+        return name
 
     def to_json(self) -> dict[str, Any]:
         """The node id and the ClusterStats in proto JSON (field names as in the proto)."""
@@ -58,7 +61,8 @@ class LoadReportRecord:
 
     @property
     def eds_service_name(self) -> str:
-        return self.stats.cluster_service_name
+        name: str = self.stats.cluster_service_name
+        return name
 
 
 @dataclass
@@ -101,7 +105,8 @@ class _LrsStream:
     def __init__(self, service: LrsService, number: int) -> None:
         self.service = service
         self.number = number
-        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        # a LoadStatsRequest (no stubs: Any), _CHANGED or _END
+        self.events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.node_id = ""
         self.client_features: tuple[str, ...] = ()
 
@@ -114,7 +119,9 @@ class _LrsStream:
         finally:
             self.events.put(_END)
 
-    def run(self, requests: Iterator, context: Any) -> Iterator[lrs_pb2.LoadStatsResponse]:
+    def run(
+        self, requests: Iterator[lrs_pb2.LoadStatsRequest], context: grpc.ServicerContext
+    ) -> Iterator[lrs_pb2.LoadStatsResponse]:
         context.add_callback(lambda: self.events.put(_END))
         threading.Thread(
             target=self._read, args=(requests,), name="pyxds-lrs-reader", daemon=True
@@ -143,7 +150,8 @@ class _LrsStream:
             self.service._detach(self)
 
 
-class LrsService(lrs_pb2_grpc.LoadReportingServiceServicer):
+# xds-protos' generated servicer base has no stubs (it is Any to mypy)
+class LrsService(lrs_pb2_grpc.LoadReportingServiceServicer):  # type: ignore[misc]  # no stubs
     """See the module docstring.  ``interval`` in seconds; ``clusters`` None
     asks for every cluster (``send_all_clusters``)."""
 
@@ -167,14 +175,14 @@ class LrsService(lrs_pb2_grpc.LoadReportingServiceServicer):
     # -- settings ------------------------------------------------------------
 
     def configure(
-        self, interval: float | None = None, clusters: Sequence[str] | object | None = ...
+        self, interval: float | None = None, clusters: Sequence[str] | EllipsisType | None = ...
     ) -> None:
         """Change the interval and/or clusters (None: all) and tell every open stream."""
         with self._lock:
             if interval is not None:
                 self._interval = interval
-            if clusters is not ...:
-                self._clusters = None if clusters is None else tuple(clusters)  # type: ignore[arg-type]
+            if not isinstance(clusters, EllipsisType):
+                self._clusters = None if clusters is None else tuple(clusters)
             streams = list(self._streams)
         for stream in streams:
             stream.events.put(_CHANGED)
@@ -194,7 +202,9 @@ class LrsService(lrs_pb2_grpc.LoadReportingServiceServicer):
 
     # -- the RPC ---------------------------------------------------------------
 
-    def StreamLoadStats(self, request_iterator, context):
+    def StreamLoadStats(
+        self, request_iterator: Iterator[lrs_pb2.LoadStatsRequest], context: grpc.ServicerContext
+    ) -> Iterator[lrs_pb2.LoadStatsResponse]:
         with self._lock:
             self._total_streams += 1
             number = self._total_streams

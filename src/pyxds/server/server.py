@@ -25,10 +25,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
-from envoy.service.discovery.v3 import ads_pb2_grpc
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from envoy.service.load_stats.v3 import lrs_pb2_grpc
 
 from pyxds.server.ads import AdsStreamState
@@ -39,6 +39,9 @@ from pyxds.server.types import FIELD_OF_TYPE, resolve_type_url
 
 _END = object()
 _CHANGED = object()
+
+_T = TypeVar("_T")
+_Record = TypeVar("_Record", RequestRecord, AckRecord, NackRecord)
 
 #: Server channel options: let clients keep the ADS stream alive with pings
 #: (a client's keepalive must not earn a GOAWAY "too_many_pings").
@@ -87,7 +90,8 @@ class _Stream:
     """Queue-driven wrapper of one AdsStreamState bound to a grpcio RPC."""
 
     def __init__(self, server: ManagementServer, context: grpc.ServicerContext) -> None:
-        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        # a DiscoveryRequest, _Close, _CHANGED or _END
+        self.events: queue.SimpleQueue[object] = queue.SimpleQueue()
         self.context = context
         self.server = server
         self.state = AdsStreamState(
@@ -100,7 +104,7 @@ class _Stream:
     def notify(self, event: object) -> None:
         self.events.put(event)
 
-    def _read(self, requests: Iterator) -> None:
+    def _read(self, requests: Iterator[discovery_pb2.DiscoveryRequest]) -> None:
         try:
             for request in requests:
                 self.events.put(request)
@@ -109,7 +113,9 @@ class _Stream:
         finally:
             self.events.put(_END)
 
-    def run(self, requests: Iterator) -> Iterator:
+    def run(
+        self, requests: Iterator[discovery_pb2.DiscoveryRequest]
+    ) -> Iterator[discovery_pb2.DiscoveryResponse]:
         self.context.add_callback(lambda: self.events.put(_END))
         threading.Thread(
             target=self._read, args=(requests,), name="pyxds-ads-reader", daemon=True
@@ -144,11 +150,16 @@ class _Stream:
                 self.server._detach(self)
 
 
-class _Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
+# xds-protos' generated servicer bases have no stubs (they are Any to mypy)
+class _Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]  # no stubs
     def __init__(self, server: ManagementServer) -> None:
         self._server = server
 
-    def StreamAggregatedResources(self, request_iterator, context):
+    def StreamAggregatedResources(
+        self,
+        request_iterator: Iterator[discovery_pb2.DiscoveryRequest],
+        context: grpc.ServicerContext,
+    ) -> Iterator[discovery_pb2.DiscoveryResponse]:
         return _Stream(self._server, context).run(request_iterator)
 
 
@@ -277,7 +288,7 @@ class ManagementServer:
         locality: dict[str, str] | None = None,
         metadata: dict[str, Any] | None = None,
         **extra: Any,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """A bootstrap dict pointing at this server (A27 "XdsClient and Bootstrap File").
 
         Usable by grpcio's C-core (``GRPC_XDS_BOOTSTRAP_CONFIG=json.dumps(...)``) and
@@ -391,7 +402,9 @@ class ManagementServer:
         with self._lock:
             return sorted({s.state.node_id or "" for s in self._streams})
 
-    def _select(self, kind: type, type_url: str | None, node_id: str | None) -> list:
+    def _select(
+        self, kind: type[_Record], type_url: str | None, node_id: str | None
+    ) -> list[_Record]:
         wanted = None if type_url is None else resolve_type_url(type_url)
         return [
             r
@@ -401,7 +414,9 @@ class ManagementServer:
             and (node_id is None or r.node_id == node_id)
         ]
 
-    def requests(self, type_url: str | None = None, node_id: str | None = None) -> list:
+    def requests(
+        self, type_url: str | None = None, node_id: str | None = None
+    ) -> list[RequestRecord]:
         """Every DiscoveryRequest received, as RequestRecord, oldest first."""
         with self._lock:
             return self._select(RequestRecord, type_url, node_id)
@@ -421,13 +436,13 @@ class ManagementServer:
             self._records.clear()
 
     def wait_until(
-        self, predicate: Callable[[], Any], timeout: float = 5.0, what: str = "a condition"
-    ) -> Any:
+        self, predicate: Callable[[], _T], timeout: float = 5.0, what: str = "a condition"
+    ) -> _T:
         """Block until ``predicate()`` is truthy (re-checked on every stream or record
         event); return its value, or raise TimeoutError after ``timeout`` seconds."""
         return self._wait(what, predicate, timeout)
 
-    def _wait(self, what: str, find: Callable[[], Any], timeout: float) -> Any:
+    def _wait(self, what: str, find: Callable[[], _T | None], timeout: float) -> _T:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:

@@ -41,10 +41,12 @@ class RawResource:
 
 
 def _encode(resource: Any) -> bytes:
+    data: bytes
     try:
-        return resource.SerializeToString(deterministic=True)
+        data = resource.SerializeToString(deterministic=True)
     except TypeError:
-        return resource.SerializeToString()
+        data = resource.SerializeToString()
+    return data
 
 
 def _index(type_url: str, resources: Iterable[Any] | Mapping[str, Any]) -> dict[str, Any]:
@@ -150,7 +152,8 @@ class Snapshot:
             for t in TYPE_URLS
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    # mutable, compared by content: unhashable (mypy wants __hash__ a method)
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as a dict
 
     def __repr__(self) -> str:
         counts = ", ".join(

@@ -2,14 +2,19 @@
 helper and fake subchannels (sans-IO; no sockets, no threads), and a fake
 XdsClient that a test feeds resources through."""
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyxds.testing.fake_clock import FakeClock, FakeTimer
 from pyxds.testing.fakes import FakeHelper, FakeSubchannel, StateReport
 
+if TYPE_CHECKING:
+    from pyxds.testing.fake_xds_client import FakeXdsClient
+
 __all__ = [
     "FakeClock",
     "FakeHelper",
+    "FakeLookup",
+    "FakeRouteLookupChannel",
     "FakeSubchannel",
     "FakeTimer",
     "FakeXdsClient",
@@ -17,8 +22,12 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     # Imported lazily: it pulls in the xDS resource types.
+    if name in ("FakeRouteLookupChannel", "FakeLookup"):
+        from pyxds.testing import fake_rls
+
+        return getattr(fake_rls, name)
     if name == "FakeXdsClient":
         from pyxds.testing.fake_xds_client import FakeXdsClient
 

@@ -38,7 +38,7 @@ from pyxds.xds.resources.types import (
 )
 
 try:  # the real constants, once pyxds.xds.resources exports them
-    from pyxds.xds.resources import (  # type: ignore[attr-defined]
+    from pyxds.xds.resources import (
         CLUSTER_TYPE_URL,
         ENDPOINTS_TYPE_URL,
         LISTENER_TYPE_URL,
@@ -246,9 +246,10 @@ def aggregate_cluster(name: str, *children: str) -> Cluster:
 
 
 def make_cla(name: str, *addresses: str, unhealthy: int = 0) -> ClusterLoadAssignment:
-    """An EDS resource with one locality holding ``addresses``."""
-    if not addresses:
-        return ClusterLoadAssignment(name, (), excluded_endpoints=unhealthy)
+    """An EDS resource with one locality holding ``addresses`` (and, as the
+    parser leaves it, an empty locality when every endpoint is unhealthy)."""
+    if not addresses and not unhealthy:
+        return ClusterLoadAssignment(name, ())
     endpoints = tuple(EndpointAddress((a,)) for a in addresses)
     locality = Locality(LocalityName("r", "z", "s"), 1, endpoints)
     return ClusterLoadAssignment(name, ((locality,),), excluded_endpoints=unhealthy)

@@ -106,6 +106,8 @@ class FakeHelper(Helper):
         self.subchannels: list[FakeSubchannel] = []
         self.states: list[StateReport] = []
         self.reresolution_requests = 0
+        #: RLS channels made for rls_experimental (FakeRouteLookupChannel)
+        self.lookup_channels: list[Any] = []
 
     def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> FakeSubchannel:
         subchannel = FakeSubchannel(address, attributes)
@@ -114,6 +116,14 @@ class FakeHelper(Helper):
 
     def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
         self.states.append(StateReport(state, status, picker))
+
+    def create_route_lookup_channel(self, target: str, service_config: str | None) -> Any:
+        """A :class:`pyxds.testing.fake_rls.FakeRouteLookupChannel` (rls_experimental)."""
+        from pyxds.testing.fake_rls import FakeRouteLookupChannel
+
+        channel = FakeRouteLookupChannel(target, service_config)
+        self.lookup_channels.append(channel)
+        return channel
 
     def request_reresolution(self) -> None:
         self.reresolution_requests += 1

@@ -350,8 +350,12 @@ class AdsState:
         """Cancel one watch; the last one unsubscribes and drops the cache
         entry (A28 "Cancel a watch")."""
         ts = self._state.get(handle.type_url)
-        entry = ts.entries.get(handle.name) if ts else None
-        watch = entry.watches.pop(handle.token, None) if entry is not None else None
+        if not ts:
+            return
+        entry = ts.entries.get(handle.name)
+        if entry is None:
+            return
+        watch = entry.watches.pop(handle.token, None)
         if watch is None:
             return
         watch.active = False

@@ -31,7 +31,7 @@ import os
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union, overload
 
 from pyxds.xds.resources.types import LocalityName
 
@@ -67,7 +67,7 @@ class BootstrapError(ValueError):
     """A missing or malformed bootstrap; the message names the source and field."""
 
 
-class FrozenJson(Mapping):
+class FrozenJson(Mapping[str, Any]):
     """An immutable, hashable JSON object (nested objects frozen, arrays as tuples)."""
 
     __slots__ = ("_d", "_h")
@@ -102,7 +102,7 @@ class FrozenJson(Mapping):
 
     def to_json(self) -> dict[str, Any]:
         """A plain, mutable copy (dicts and lists)."""
-        return _thaw(self)
+        return {k: _thaw(v) for k, v in self._d.items()}
 
 
 def _freeze(v: Any) -> Any:
@@ -214,10 +214,16 @@ class Bootstrap:
         return entry.xds_servers or self.xds_servers
 
 
+#: What a channel's ``bootstrap`` argument may be: a file path, JSON text, a
+#: dict, or None (the environment: ``GRPC_XDS_BOOTSTRAP`` /
+#: ``GRPC_XDS_BOOTSTRAP_CONFIG``, as grpcio); see :func:`load_bootstrap`.
+BootstrapSource = Union[str, "os.PathLike[str]", Mapping[str, Any], None]
+
+
 # --------------------------------------------------------------------------- loading
 
 
-def load_bootstrap(source: str | os.PathLike | Mapping[str, Any] | None = None) -> Bootstrap:
+def load_bootstrap(source: BootstrapSource = None) -> Bootstrap:
     """Load and validate a bootstrap from ``source`` or the environment."""
     if isinstance(source, Mapping):
         return parse_bootstrap(source, "bootstrap config")
@@ -259,7 +265,7 @@ def _load_text(text: str, origin: str) -> Bootstrap:
     return parse_bootstrap(data, origin)
 
 
-class _Errs(list):
+class _Errs(list[str]):
     def add(self, path: str, problem: str) -> None:
         self.append(f"{path}: {problem}")
 
@@ -271,10 +277,47 @@ def _type(v: Any) -> str:
         return "boolean"
     if isinstance(v, (int, float)):
         return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(v), type(v).__name__)
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return names.get(type(v), type(v).__name__)
 
 
-def _get(obj: Mapping, key: str, kind: type, path: str, errs: _Errs, required: bool = False):
+@overload
+def _get(
+    obj: Mapping[str, Any],
+    key: str,
+    kind: type[str],
+    path: str,
+    errs: _Errs,
+    required: bool = False,
+) -> str | None: ...
+@overload
+def _get(
+    obj: Mapping[str, Any],
+    key: str,
+    kind: type[list[Any]],
+    path: str,
+    errs: _Errs,
+    required: bool = False,
+) -> list[Any] | None: ...
+@overload
+def _get(
+    obj: Mapping[str, Any],
+    key: str,
+    kind: type[dict[str, Any]],
+    path: str,
+    errs: _Errs,
+    required: bool = False,
+) -> Mapping[str, Any] | None: ...
+def _get(
+    obj: Mapping[str, Any],
+    key: str,
+    kind: type,
+    path: str,
+    errs: _Errs,
+    required: bool = False,
+) -> Any:
+    """``obj[key]`` when it is a ``kind`` (a JSON string, array or object);
+    else None, and an error when present or required."""
     if key not in obj:
         if required:
             errs.add(path, "field not present")
@@ -328,7 +371,7 @@ def parse_bootstrap(data: Any, origin: str = "bootstrap config") -> Bootstrap:
 
 
 def _parse_servers(
-    obj: Mapping, path: str, errs: _Errs, required: bool
+    obj: Mapping[str, Any], path: str, errs: _Errs, required: bool
 ) -> tuple[XdsServerConfig, ...]:
     raw = _get(obj, "xds_servers", list, path, errs, required=required)
     if raw is None:
@@ -368,7 +411,7 @@ def _parse_servers(
     return tuple(out)
 
 
-def _parse_node(data: Mapping, errs: _Errs) -> Node:
+def _parse_node(data: Mapping[str, Any], errs: _Errs) -> Node:
     raw = _get(data, "node", dict, "node", errs)
     if raw is None:
         return Node()
@@ -386,7 +429,7 @@ def _parse_node(data: Mapping, errs: _Errs) -> Node:
     return Node(node_id, cluster, locality, FrozenJson(metadata))
 
 
-def _parse_authorities(data: Mapping, errs: _Errs) -> FrozenJson:
+def _parse_authorities(data: Mapping[str, Any], errs: _Errs) -> FrozenJson:
     raw = _get(data, "authorities", dict, "authorities", errs)
     if raw is None:
         return _EMPTY
@@ -427,7 +470,7 @@ class _FrozenMap(FrozenJson):
         self._h = None
 
 
-def _parse_certificate_providers(data: Mapping, errs: _Errs) -> FrozenJson:
+def _parse_certificate_providers(data: Mapping[str, Any], errs: _Errs) -> FrozenJson:
     raw = _get(data, "certificate_providers", dict, "certificate_providers", errs)
     if raw is None:
         return _EMPTY

@@ -46,7 +46,7 @@ import random
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import grpc
@@ -72,8 +72,15 @@ from pyxds.xds.resources import CLUSTER_TYPE_URL
 from pyxds.xds.transport import AdsTransport, channel_credentials
 
 _log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
-__all__ = ["RESOURCE_TIMEOUT", "TRANSIENT_RESOURCE_TIMEOUT", "ResourceWatcher", "XdsClient"]
+__all__ = [
+    "RESOURCE_TIMEOUT",
+    "SERVER_SCOPE",
+    "TRANSIENT_RESOURCE_TIMEOUT",
+    "ResourceWatcher",
+    "XdsClient",
+]
 
 CLIENT_FEATURES = ("envoy.lb.does_not_support_overprovisioning", "xds.config.resource-in-sotw")
 """Node.client_features gRPC clients send (A27)."""
@@ -171,12 +178,14 @@ def _server_key(server: Any) -> Any:
 
 
 def _bound_resource_types(bootstrap: Any) -> Mapping[str, Any]:
-    """The resource types, CDS checking provider instance names against the
-    bootstrap's ``certificate_providers`` (A29: an unknown name is a NACK)."""
+    """The resource types, CDS and LDS (a server listener's TLS) checking
+    provider instance names against the bootstrap's ``certificate_providers``
+    (A29: an unknown name is a NACK)."""
     import functools
 
-    from pyxds.xds.resources import CLUSTER, RESOURCE_TYPES
+    from pyxds.xds.resources import CLUSTER, LISTENER, RESOURCE_TYPES
     from pyxds.xds.resources.cluster import decode_cluster
+    from pyxds.xds.resources.listener import decode_listener
 
     providers = getattr(bootstrap, "certificate_providers", None)
     if providers is None:
@@ -184,7 +193,10 @@ def _bound_resource_types(bootstrap: Any) -> Mapping[str, Any]:
     cds = dataclasses.replace(
         CLUSTER, _decoder=functools.partial(decode_cluster, providers=providers)
     )
-    return {**RESOURCE_TYPES, cds.type_url: cds}
+    lds = dataclasses.replace(
+        LISTENER, _decoder=functools.partial(decode_listener, providers=providers)
+    )
+    return {**RESOURCE_TYPES, cds.type_url: cds, lds.type_url: lds}
 
 
 def _node_proto(bootstrap: Any) -> base_pb2.Node | None:
@@ -202,6 +214,21 @@ def _node_proto(bootstrap: Any) -> base_pb2.Node | None:
         if feature not in proto.client_features:
             proto.client_features.append(feature)
     return proto
+
+
+SERVER_SCOPE = "#server"
+"""The scope of xDS-enabled servers' XdsClient (C-core's ``#server`` key)."""
+
+
+class _SharedSlot:
+    """A shared client with the references each scope holds on it."""
+
+    __slots__ = ("client", "base", "refs")
+
+    def __init__(self, client: XdsClient, base: Any) -> None:
+        self.client = client
+        self.base = base
+        self.refs: dict[str | None, int] = {}
 
 
 class _ServerChannel:
@@ -432,7 +459,7 @@ class XdsClient:
         self._sclock = _SerializedClock(self._clock, self._serializer)
         self._notifier = _Notifier("pyxds-xds-watchers")
         self._node = _node_proto(bootstrap)
-        self._servers: dict[tuple, _ServerChannel] = {}
+        self._servers: dict[Any, _ServerChannel] = {}  # by _server_key
         self._authorities: dict[str | None, _Authority] = {}
         self._watch_ids = 0
         self._transport_factory = transport_factory or self._grpc_transport
@@ -455,6 +482,9 @@ class XdsClient:
         )
         #: A71/A40: the data-plane target this client serves (CSDS ``client_scope``).
         self.scope: str | None = None
+        self._slot: _SharedSlot | None = None
+        self._notes: dict[tuple[str, str], dict[str, Any]] = {}
+        self._notes_lock = threading.Lock()
 
     @property
     def bootstrap(self) -> Any:
@@ -568,9 +598,23 @@ class XdsClient:
             config = csds.client_config(self._node, entries)
             if self.scope is not None:
                 config["client_scope"] = self.scope
+            with self._notes_lock:
+                notes = dict(self._notes)
+            if notes:
+                csds.add_serving_notes(config, notes)
             return config
 
         return self._run_and_wait(collect)
+
+    def set_serving_note(self, type_url: str, name: str, note: Mapping[str, Any] | None) -> None:
+        """What an xDS-enabled server does with a resource it watches (A36):
+        ``{"address", "serving", "error"}``, shown in :meth:`dump` (None:
+        forget it).  Any thread."""
+        with self._notes_lock:
+            if note is None:
+                self._notes.pop((type_url, name), None)
+            else:
+                self._notes[type_url, name] = dict(note)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -598,27 +642,46 @@ class XdsClient:
         self.close()
 
     _shared_lock = threading.Lock()
-    _shared: dict[Any, list[Any]] = {}
+    _shared: dict[Any, _SharedSlot] = {}
     _live: weakref.WeakSet[XdsClient] = weakref.WeakSet()
     _live_lock = threading.Lock()  # never held with _shared_lock taken inside it
 
+    @property
+    def scopes(self) -> tuple[str, ...]:
+        """Every scope this client serves: channel targets and, for
+        xDS-enabled servers, :data:`SERVER_SCOPE` (CSDS ``client_scope``)."""
+        slot = self._slot
+        if slot is not None:
+            return tuple(s for s in slot.refs if s)
+        return (self.scope,) if self.scope else ()
+
     @classmethod
     def instances(cls) -> list[tuple[XdsClient, tuple[str, ...]]]:
-        """Every open client of the process with the channel target it serves
-        (A71 scope; empty for a client made directly), for CSDS (A40) and metrics."""
+        """Every open client of the process with the scopes it serves
+        (A71 channel targets, :data:`SERVER_SCOPE`; empty for a client made
+        directly), for CSDS (A40) and metrics."""
         with cls._live_lock:
             clients = [c for c in list(cls._live) if not c._closed]
-        return [(c, (c.scope,) if getattr(c, "scope", None) else ()) for c in clients]
+        with cls._shared_lock:
+            return [(c, c.scopes) for c in clients]
 
     @classmethod
     def get_or_create(
         cls, bootstrap: Any = None, scope: str | None = None
     ) -> tuple[XdsClient, Callable[[], None]]:
-        """The process-wide client for this bootstrap content and ``scope``
-        (A71: one client per data-plane target, so one target's fallback
-        never moves another target's channels), refcounted.
+        """The process-wide client for this bootstrap content and ``scope``,
+        refcounted.  Returns ``(client, release)``; the last ``release()``
+        closes the client.
 
-        Returns ``(client, release)``; the last ``release()`` closes the client.
+        Channels (``scope``: their target) get one client per data-plane
+        target (A71: one target's fallback never moves another target's
+        channels).  xDS-enabled servers (``scope``: :data:`SERVER_SCOPE`)
+        share the process's ADS stream instead of opening their own (a
+        second stream is what istio-agent drops, istio/istio#53532): a
+        server joins the oldest open client with the same bootstrap, and a
+        client serving only servers is taken over by the next channel target
+        that needs one.  So one target and any number of servers share one
+        client; further targets get their own, as A71 asks.
         """
         if bootstrap is None or not hasattr(bootstrap, "xds_servers"):
             from pyxds.xds.bootstrap import load_bootstrap
@@ -626,17 +689,24 @@ class XdsClient:
             bootstrap = load_bootstrap(bootstrap)
         try:
             hash(bootstrap)
-            key: Any = ("bootstrap", bootstrap, scope)
+            base: Any = ("bootstrap", bootstrap)
         except TypeError:
-            key = ("repr", repr(bootstrap), scope)
+            base = ("repr", repr(bootstrap))
+        key = (*base, scope)
         with cls._shared_lock:
             slot = cls._shared.get(key)
             if slot is None:
-                client = cls(bootstrap)
-                client.scope = scope
-                slot = cls._shared[key] = [client, 0]
-            slot[1] += 1
-            client = slot[0]
+                slot = cls._adoptable(base, scope)
+                if slot is None:
+                    client = cls(bootstrap)
+                    client.scope = scope
+                    slot = _SharedSlot(client, base)
+                    client._slot = slot
+                cls._shared[key] = slot
+            slot.refs[scope] = slot.refs.get(scope, 0) + 1
+            if slot.client.scope is None or slot.client.scope == SERVER_SCOPE:
+                slot.client.scope = next((s for s in slot.refs if s != SERVER_SCOPE), scope)
+            client = slot.client
         released = threading.Event()
 
         def release() -> None:
@@ -644,25 +714,46 @@ class XdsClient:
                 return
             released.set()
             with cls._shared_lock:
-                slot[1] -= 1
-                last = slot[1] == 0
-                if last and cls._shared.get(key) is slot:
-                    del cls._shared[key]
+                slot.refs[scope] -= 1
+                if slot.refs[scope] == 0:
+                    del slot.refs[scope]
+                    if cls._shared.get(key) is slot:
+                        del cls._shared[key]
+                last = not slot.refs
+                if last:
+                    for k in [k for k, s in cls._shared.items() if s is slot]:
+                        del cls._shared[k]
+                else:
+                    slot.client.scope = next(
+                        (s for s in slot.refs if s != SERVER_SCOPE), next(iter(slot.refs))
+                    )
             if last:
                 client.close()
 
         return client, release
+
+    @classmethod
+    def _adoptable(cls, base: Any, scope: str | None) -> _SharedSlot | None:
+        """A live shared client ``scope`` may join (see :meth:`get_or_create`)."""
+        if scope is None:
+            return None
+        for slot in cls._shared.values():
+            if slot.base != base or not slot.refs:
+                continue
+            if scope == SERVER_SCOPE or set(slot.refs) == {SERVER_SCOPE}:
+                return slot
+        return None
 
     # ------------------------------------------------------------------ internals
 
     def _post(self, executor: Executor, fn: Callable[[], None]) -> None:
         self._notifier.submit(lambda: executor(fn))
 
-    def _run_and_wait(self, fn: Callable[[], Any]) -> Any:
+    def _run_and_wait(self, fn: Callable[[], _T]) -> _T:
         if self._serializer.in_serializer:
             return fn()
         done = threading.Event()
-        box: list[Any] = []
+        box: list[tuple[bool, Any]] = []
 
         def run() -> None:
             try:
@@ -678,7 +769,8 @@ class XdsClient:
         ok, value = box[0]
         if not ok:
             raise value
-        return value
+        result: _T = value
+        return result
 
     def _servers_for(self, authority: str | None) -> tuple[Any, ...]:
         """An authority's servers in priority order (A47, A71); the

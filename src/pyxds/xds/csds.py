@@ -12,9 +12,18 @@
          "client_status": "REQUESTED" | "DOES_NOT_EXIST" | "ACKED" | "NACKED"
                           | "RECEIVED_ERROR" | "TIMEOUT",
          "error_state": {"details": ..., "version_info": ...,
-                         "last_update_attempt": ...},    # NACKs only
-         "xds_server": "host:port"},   # A71: the server it came from (not in the proto)
+                         "last_update_attempt": ...},    # NACKs, and below
+         "xds_server": "host:port",    # A71: the server it came from (not in the proto)
+         "serving": {"address": ..., "serving": ..., "error": ...}},
+                                       # an xDS-enabled server's use of a Listener
+                                       # (A36; not in the proto)
         ...]}
+
+A Listener an xDS-enabled server does not serve for a reason of its own (a
+Listener for another address, TLS the port cannot give, missing
+certificates) has that reason in ``error_state`` when the resource itself
+has none, so CSDS clients (grpcdebug, ``pyxds inspect``) show why; its
+``client_status`` stays what the XdsClient says (ACKED).
 
 :func:`client_config_proto` turns that dict into the real proto (for a CSDS
 service or for checking the shape).
@@ -80,13 +89,30 @@ def client_config(node: base_pb2.Node | None, entries: Iterable[EntrySnapshot]) 
     return out
 
 
+def add_serving_notes(config: dict[str, Any], notes: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """Add xDS-enabled servers' notes to a :func:`client_config` dict."""
+    import time
+
+    for entry in config.get("generic_xds_configs", []):
+        note = notes.get((entry.get("type_url", ""), entry.get("name", "")))
+        if note is None:
+            continue
+        entry["serving"] = {k: v for k, v in note.items() if k != "since"}
+        if not note.get("serving") and note.get("error") and "error_state" not in entry:
+            entry["error_state"] = {
+                "details": f"xDS server not serving on {note.get('address')}: {note['error']}",
+                "version_info": entry.get("version_info", ""),
+                "last_update_attempt": rfc3339(note.get("since", time.time())),
+            }
+
+
 def client_config_proto(config: dict[str, Any]) -> Any:
     """Parse a :func:`client_config` dict into ``envoy.service.status.v3.ClientConfig``."""
     from envoy.service.status.v3 import csds_pb2
 
     config = dict(config)
     config["generic_xds_configs"] = [
-        {k: v for k, v in c.items() if k != "xds_server"}
+        {k: v for k, v in c.items() if k not in ("xds_server", "serving")}
         for c in config.get("generic_xds_configs", [])
     ]
     return json_format.ParseDict(config, csds_pb2.ClientConfig(), ignore_unknown_fields=False)

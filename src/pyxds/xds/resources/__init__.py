@@ -54,8 +54,8 @@ class ResourceType:
     all_resources_required_in_sotw: bool
     _decoder: Callable[..., tuple[str | None, Any, str | None]] = field(repr=False, compare=False)
     memoize: bool = False
-    _memo: dict = field(default_factory=dict, repr=False, compare=False)
-    _memo_lock: Any = field(default_factory=threading.Lock, repr=False, compare=False)
+    _memo: dict[bytes, DecodeResult] = field(default_factory=dict, repr=False, compare=False)
+    _memo_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def decode(self, serialized: bytes, *, use_memo: bool = True) -> DecodeResult:
         """Parse and validate one serialized resource of this type."""
@@ -76,7 +76,7 @@ class ResourceType:
     def _decode(self, serialized: bytes, use_memo: bool) -> DecodeResult:
         try:
             if self.memoize:
-                name, resource, error = self._decoder(serialized, use_memo)  # type: ignore[call-arg]
+                name, resource, error = self._decoder(serialized, use_memo)
             else:
                 name, resource, error = self._decoder(serialized)
         except Exception as err:  # bad input never crashes the client

@@ -8,9 +8,13 @@ any error is rejected (NACKed) with all of them joined by ``"; "``.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import re2
+from google.protobuf.message import Message
+
+_M = TypeVar("_M", bound=Message)
 
 TYPE_PREFIX = "type.googleapis.com/"
 TYPED_STRUCT_TYPES = frozenset({"xds.type.v3.TypedStruct", "udpa.type.v1.TypedStruct"})
@@ -19,9 +23,24 @@ ROUTER_FILTER_TYPE = "envoy.extensions.filters.http.router.v3.Router"
 FAULT_FILTER_TYPE = "envoy.extensions.filters.http.fault.v3.HTTPFault"
 FILTER_CONFIG_TYPE = "envoy.config.route.v3.FilterConfig"
 
-# Client HTTP filter config types this client accepts (A39): type name -> is
-# terminal.  Shared by LDS (http_filters) and RDS (typed_per_filter_config).
+# Client HTTP filter config types this client accepts in a listener's
+# http_filters (A39): type name -> is terminal.
 HTTP_FILTER_TYPES: dict[str, bool] = {ROUTER_FILTER_TYPE: True, FAULT_FILTER_TYPE: False}
+# The config types accepted in typed_per_filter_config (RDS): a filter's own
+# type (the fault filter) or its per-route type (StatefulSessionPerRoute).
+FILTER_OVERRIDE_TYPES: set[str] = {FAULT_FILTER_TYPE}
+# type name -> validator(Any, path of the Any, errors) -> valid; the Any may
+# be a TypedStruct naming the type (then it has no protobuf bytes).
+FilterValidator = Callable[[Any, str, "Errors"], bool]
+FILTER_VALIDATORS: dict[str, FilterValidator] = {}
+RBAC_FILTER_TYPE = "envoy.extensions.filters.http.rbac.v3.RBAC"
+RBAC_PER_ROUTE_TYPE = "envoy.extensions.filters.http.rbac.v3.RBACPerRoute"
+# Filter config types xDS-enabled servers accept in ``http_filters`` (A36,
+# A41): type name -> is terminal.  RDS overrides of the RBAC filter (either
+# type, parsed as ``RBACPerRoute`` as C-core does) are validated for every
+# RouteConfiguration: RDS does not know whether a client or a server reads it.
+SERVER_HTTP_FILTER_TYPES: dict[str, bool] = {ROUTER_FILTER_TYPE: True, RBAC_FILTER_TYPE: False}
+RBAC_OVERRIDE_TYPES = frozenset({RBAC_FILTER_TYPE, RBAC_PER_ROUTE_TYPE})
 
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
@@ -30,7 +49,7 @@ _RE2_OPTIONS_NOCASE.log_errors = False
 _RE2_OPTIONS_NOCASE.case_sensitive = False
 
 
-class Errors(list):
+class Errors(list[str]):
     """A list of ``"path: problem"`` strings."""
 
     def add(self, path: str, problem: str) -> None:
@@ -59,7 +78,9 @@ def duration(d: Any, path: str, errs: Errors) -> float | None:
     return seconds + nanos / 1e9 if ok else None
 
 
-def compile_regex(pattern: str, path: str, errs: Errors, case_sensitive: bool = True) -> Any:
+def compile_regex(
+    pattern: str, path: str, errs: Errors, case_sensitive: bool = True
+) -> re2._Regexp | None:
     """Compile with RE2 (never Python's ``re``); an error names ``path``."""
     try:
         return re2.compile(pattern, _RE2_OPTIONS if case_sensitive else _RE2_OPTIONS_NOCASE)
@@ -76,7 +97,7 @@ def config_source_is_ads_or_self(cs: Any) -> bool:
     return cs.WhichOneof("config_source_specifier") in ("ads", "self")
 
 
-def unpack(any_msg: Any, message_cls: type, path: str, errs: Errors) -> Any:
+def unpack(any_msg: Any, message_cls: type[_M], path: str, errs: Errors) -> _M | None:
     """Parse ``any_msg.value`` as ``message_cls``; None (and an error) if it fails."""
     msg = message_cls()
     try:
@@ -115,6 +136,12 @@ def valid_fault_config(any_msg: Any, path: str, errs: Errors) -> bool:
     return ok
 
 
+def validate_filter_config(tname: str, any_msg: Any, path: str, errs: Errors) -> bool:
+    """Run the registered validator of config type ``tname`` (if any)."""
+    validator = FILTER_VALIDATORS.get(tname)
+    return True if validator is None else validator(any_msg, path, errs)
+
+
 def filter_overrides(overrides: Any) -> tuple[tuple[str, str, bytes], ...]:
     """A validated ``typed_per_filter_config`` map as (filter name, config
     type, config bytes), sorted by name: a ``FilterConfig`` wrapper and a
@@ -138,7 +165,7 @@ def filter_overrides(overrides: Any) -> tuple[tuple[str, str, bytes], ...]:
             ts = typed_struct_pb2.TypedStruct()
             ts.ParseFromString(value)
             tname, value = type_name(ts.type_url), b""
-        if tname in HTTP_FILTER_TYPES and tname != ROUTER_FILTER_TYPE:
+        if tname in FILTER_OVERRIDE_TYPES or tname in RBAC_OVERRIDE_TYPES:
             out.append((key, tname, bytes(value)))
     return tuple(sorted(out))
 
@@ -173,10 +200,23 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
             tname = type_name(ts.type_url)
         if not tname:
             errs.add(p, "field not present")
-        elif tname not in HTTP_FILTER_TYPES:
-            if not optional:
-                errs.add(p, "unsupported filter type")
+        elif tname in RBAC_OVERRIDE_TYPES:
+            from pyxds.xds.resources.rbac import parse_rbac_override
+
+            if type_name(any_msg.type_url) in TYPED_STRUCT_TYPES:
+                errs.add(p, "could not parse RBACPerRoute")
+            else:
+                parse_rbac_override(any_msg.value, f"{p}.value[{tname}]", errs)
         elif tname == ROUTER_FILTER_TYPE:
             errs.add(p, "router filter does not support config override")
-        else:
+        elif tname not in FILTER_OVERRIDE_TYPES:
+            if not optional or tname in HTTP_FILTER_TYPES:
+                # a known filter's top-level type is not an override (C-core)
+                errs.add(
+                    f"{p}.value[{tname}]" if tname in HTTP_FILTER_TYPES else p,
+                    "unsupported filter type",
+                )
+        elif tname == FAULT_FILTER_TYPE:
             valid_fault_config(any_msg, p, errs)
+        else:
+            validate_filter_config(tname, any_msg, p, errs)

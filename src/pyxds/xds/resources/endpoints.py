@@ -3,15 +3,21 @@
 Rules (the LB policies never see what is dropped here; TRAPS.md
 "weighted_target and EDS shaping"):
 
-* A locality whose ``load_balancing_weight`` is unset or 0 is dropped.
+* A locality whose ``load_balancing_weight`` is unset or 0 is dropped (its
+  name is kept in ``ignored_localities``, so tools can say why a cluster has
+  no endpoints).
 * Priorities must be contiguous from 0 once dropped localities are gone; a
   gap is an error.  The same locality twice in one priority is an error; the
   sum of locality weights of one priority above uint32 max is an error.
-* An lb_endpoint whose ``health_status`` is not UNKNOWN or HEALTHY is
-  excluded (and counted in ``excluded_endpoints``).  As in C-core, one that
-  is not DRAINING either (UNHEALTHY, TIMEOUT, DEGRADED) is skipped before
-  anything else is looked at: its address is neither validated nor part of
-  the duplicate check; a DRAINING one is validated like a used one.
+* An lb_endpoint whose ``health_status`` is not UNKNOWN, HEALTHY or
+  DRAINING (UNHEALTHY, TIMEOUT, DEGRADED) is excluded (and counted in
+  ``excluded_endpoints``) before anything else is looked at, as in C-core:
+  its address is neither validated nor part of the duplicate check.
+* A DRAINING endpoint is validated like any other and kept, with its
+  health status (A55 "XdsClient to Include Endpoint Health Status"): the
+  ``xds_override_host`` policy keeps the sessions pinned to it and passes
+  only the other endpoints to the cluster's LB policy.  It is not a
+  usable endpoint (``endpoint_count``, ``all_endpoints_unhealthy``).
 * Each endpoint needs ``endpoint.address.socket_address`` with an IPv4 or
   IPv6 ``address`` and a ``port_value`` <= 65535 (unset is 0, accepted as
   C-core, grpc-go and grpc-java do); the same for every
@@ -43,6 +49,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from envoy.config.endpoint.v3 import endpoint_pb2
@@ -67,17 +74,19 @@ _locality_memo_size = 0
 _locality_memo_lock = threading.Lock()
 
 _PER_MILLION = (10_000, 100, 1)  # HUNDRED, TEN_THOUSAND, MILLION
-_HEALTH_NAMES = ("UNKNOWN", "HEALTHY")
+_HEALTH_NAMES = ("UNKNOWN", "HEALTHY", "", "DRAINING")
 _inet_pton = socket.inet_pton
 _inet_ntop = socket.inet_ntop
 _new = object.__new__
 # Frozen slotted dataclasses: build hot-loop instances through the slot
 # descriptors (same value as calling the class, half the cost).
-_set_addresses = EndpointAddress.addresses.__set__  # type: ignore[attr-defined]
-_set_weight = EndpointAddress.weight.__set__  # type: ignore[attr-defined]
-_set_health = EndpointAddress.health_status.__set__  # type: ignore[attr-defined]
-_set_hostname = EndpointAddress.hostname.__set__  # type: ignore[attr-defined]
-_set_hash_key = EndpointAddress.hash_key.__set__  # type: ignore[attr-defined]
+_set_addresses: Callable[[EndpointAddress, tuple[str, ...]], None] = vars(EndpointAddress)[
+    "addresses"
+].__set__
+_set_weight: Callable[[EndpointAddress, int], None] = vars(EndpointAddress)["weight"].__set__
+_set_health: Callable[[EndpointAddress, str], None] = vars(EndpointAddress)["health_status"].__set__
+_set_hostname: Callable[[EndpointAddress, str], None] = vars(EndpointAddress)["hostname"].__set__
+_set_hash_key: Callable[[EndpointAddress, str], None] = vars(EndpointAddress)["hash_key"].__set__
 
 
 _AF_INET = socket.AF_INET
@@ -93,7 +102,8 @@ def _hash_key(lbe: Any) -> str:
     value = lb.fields.get("hash_key")
     if value is None or value.WhichOneof("kind") != "string_value":
         return ""
-    return value.string_value
+    hash_key: str = value.string_value
+    return hash_key
 
 
 def decode_cluster_load_assignment(
@@ -167,6 +177,7 @@ def parse_cluster_load_assignment(
     weight_sums: dict[int, int] = {}
     seen_addresses: set[str] = set()
     excluded = 0
+    ignored: list[LocalityName] = []
     address_of = _address
     has_field = type(cla).HasField
     seen_add = seen_addresses.add
@@ -182,8 +193,10 @@ def parse_cluster_load_assignment(
     memo_min = LOCALITY_MEMO_MIN_ENDPOINTS if memo else None
     for li, lep in enumerate(cla.endpoints):
         lweight = lep.load_balancing_weight.value
-        if not lweight:
-            continue  # unset or 0: the locality is dropped (A27)
+        if not lweight:  # unset or 0: the locality is dropped (A27)
+            loc = lep.locality
+            ignored.append(LocalityName(loc.region, loc.zone, loc.sub_zone))
+            continue
         if not lep.HasField("locality"):
             errs.add(f"endpoints[{li}].locality", "field not present")
             continue
@@ -219,7 +232,7 @@ def parse_cluster_load_assignment(
         n_errors = len(errs)
         excluded_before = excluded
         n_seen_before = len(seen_addresses)
-        endpoints = []
+        endpoints: list[EndpointAddress] = []
         append = endpoints.append
         for ei, lbe in enumerate(lep.lb_endpoints):
             health = lbe.health_status
@@ -233,6 +246,7 @@ def parse_cluster_load_assignment(
             host = sa.address
             port = sa.port_value
             # Fast path: a plain IPv4 address and a port (the common case).
+            addr: str | None
             try:
                 if ":" in host:
                     addr = f"[{inet_ntop(af_inet6, inet_pton(af_inet6, host))}]:{port}"
@@ -248,7 +262,7 @@ def parse_cluster_load_assignment(
             if addr in seen_addresses:
                 errs.add(_lbe_path(li, ei), f'duplicate endpoint address "{addr}"')
             seen_add(addr)
-            addrs = (addr,)
+            addrs: tuple[str, ...] = (addr,)
             if len(ep.additional_addresses):
                 extra = []
                 for ai, aa in enumerate(ep.additional_addresses):
@@ -264,9 +278,6 @@ def parse_cluster_load_assignment(
                         errs.add(_lbe_path(li, ei), f'duplicate endpoint address "{a}"')
                     seen_add(a)
                 addrs = (addr, *extra)
-            if health > 1:  # DRAINING: validated and deduplicated, then excluded
-                excluded += 1
-                continue
             weight = 1
             if has_field(lbe, "load_balancing_weight"):
                 weight = lbe.load_balancing_weight.value
@@ -284,7 +295,7 @@ def parse_cluster_load_assignment(
         locality = Locality(lname, lweight, tuple(endpoints), prio)
         priorities[prio].append(locality)
         if key is not None and len(errs) == n_errors:
-            all_addrs = _addresses_of(lep, endpoints, excluded - excluded_before)
+            all_addrs = tuple(a for e in endpoints for a in e.addresses)
             if len(all_addrs) == len(seen_addresses) - n_seen_before:
                 _remember(key, (locality, all_addrs, excluded - excluded_before))
 
@@ -318,26 +329,7 @@ def parse_cluster_load_assignment(
                 continue
             ppm = min(dp.numerator * _PER_MILLION[den], 1_000_000)
             drops.append(DropOverload(d.category, ppm))
-    return ClusterLoadAssignment(cla.cluster_name, ordered, tuple(drops), excluded)
-
-
-def _addresses_of(lep: Any, endpoints: list, n_excluded: int) -> tuple[str, ...]:
-    """Every address of a locality (excluded endpoints too, since they take
-    part in the cluster-wide duplicate check)."""
-    addrs = [a for e in endpoints for a in e.addresses]
-    if n_excluded:
-        errs = Errors()
-        for lbe in lep.lb_endpoints:
-            if lbe.health_status == 3:  # DRAINING
-                ep = lbe.endpoint
-                a = _address(ep.address.socket_address, "", errs)
-                if a is not None:
-                    addrs.append(a)
-                for aa in ep.additional_addresses:
-                    a = _address(aa.address.socket_address, "", errs)
-                    if a is not None:
-                        addrs.append(a)
-    return tuple(addrs)
+    return ClusterLoadAssignment(cla.cluster_name, ordered, tuple(drops), excluded, tuple(ignored))
 
 
 def _lbe_path(li: int, ei: int) -> str:

@@ -181,7 +181,7 @@ def _convert_one(any_msg: Any, errs: Errors, p: str, depth: int) -> list[dict[st
         if tname == "xds.type.v3.TypedStruct":
             from xds.type.v3 import typed_struct_pb2
         else:
-            from udpa.type.v1 import typed_struct_pb2  # type: ignore[no-redef]
+            from udpa.type.v1 import typed_struct_pb2
         m = unpack(any_msg, typed_struct_pb2.TypedStruct, p, errs)
         if m is None:
             return None

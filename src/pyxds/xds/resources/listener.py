@@ -1,10 +1,12 @@
-"""Listener validation (A27 "Listener Proto", A31, A39 HTTP filters).
+"""Listener validation (A27 "Listener Proto", A31, A39 HTTP filters, A36).
 
 Rules:
 
-* A Listener without ``api_listener`` but with an ``address`` (a server
-  listener) decodes to ``Listener(name, api_listener=False)``; the resolver
-  reports it.  With neither, it is an error (as C-core).
+* A Listener without ``api_listener`` but with an ``address`` is a server
+  listener, validated by :mod:`pyxds.xds.resources.server_listener` (A36)
+  into ``Listener(name, api_listener=False, tcp_listener=...)``; the
+  resolver reports "not an API listener".  With neither, it is an error (as
+  C-core).
 * ``api_listener.api_listener`` must hold an ``HttpConnectionManager``.
 * Exactly one of ``rds`` (its ``config_source`` must be ``ads`` or ``self``)
   and ``route_config`` (validated as an RDS resource would be).
@@ -12,14 +14,19 @@ Rules:
   ``typed_config`` (a TypedStruct is unwrapped to the type it names); a type
   this client does not know is an error unless ``is_optional`` (then it is
   skipped); of the filters kept, the last must be terminal (the router) and
-  no other may be.  Known: the router and the fault filter (A33; validated
-  and kept, as C-core accepts it: Istio sends it on every client listener).
+  no other may be.  Known on clients: the router, the fault filter (A33;
+  validated and kept, as C-core accepts it: Istio sends it on every client
+  listener) and the stateful session filter (A55, :mod:`.stateful_session`);
+  on servers (:func:`parse_server_hcm`): the router and RBAC (A41, its
+  config validated).  A filter of the other side is "filter is not
+  supported on clients" / "... on servers" unless optional.
 * ``common_http_protocol_options.max_stream_duration`` becomes the listener-wide
   ``max_stream_duration`` (A31).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from envoy.config.listener.v3 import listener_pb2
@@ -29,8 +36,11 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 
 from pyxds.xds.resources._common import (
     FAULT_FILTER_TYPE,
+    FILTER_OVERRIDE_TYPES,
     HTTP_FILTER_TYPES,
+    RBAC_FILTER_TYPE,
     ROUTER_FILTER_TYPE,
+    SERVER_HTTP_FILTER_TYPES,
     TYPED_STRUCT_TYPES,
     Errors,
     config_source_is_ads_or_self,
@@ -38,22 +48,34 @@ from pyxds.xds.resources._common import (
     type_name,
     unpack,
     valid_fault_config,
+    validate_filter_config,
 )
 from pyxds.xds.resources.route_config import parse_route_configuration
-from pyxds.xds.resources.types import HttpFilter, Listener
+from pyxds.xds.resources.server_types import ServerHcm, ServerHttpFilter
+from pyxds.xds.resources.types import HttpFilter, Listener, RouteConfiguration
 
-__all__ = ["decode_listener", "HTTP_FILTER_TYPES", "register_http_filter", "HCM_TYPE"]
+__all__ = [
+    "decode_listener",
+    "HTTP_FILTER_TYPES",
+    "register_http_filter",
+    "HCM_TYPE",
+    "parse_server_hcm",
+]
 
 HCM_TYPE = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 ROUTER_TYPE = ROUTER_FILTER_TYPE
-# Filters gRPC implements for servers only (C-core: "filter is not supported
-# on clients").
-SERVER_ONLY_FILTER_TYPES = frozenset({"envoy.extensions.filters.http.rbac.v3.RBAC"})
 
 
-def register_http_filter(type_name_: str, terminal: bool = False) -> None:
-    """Declare an HTTP filter config type supported by the client (A39)."""
+def register_http_filter(
+    type_name_: str, terminal: bool = False, override_types: tuple[str, ...] | None = None
+) -> None:
+    """Declare an HTTP filter config type supported by the client (A39) and
+    the config types its ``typed_per_filter_config`` overrides may have
+    (default: its own type; none for a terminal filter)."""
     HTTP_FILTER_TYPES[type_name_] = terminal
+    if override_types is None:
+        override_types = () if terminal else (type_name_,)
+    FILTER_OVERRIDE_TYPES.update(override_types)
     # RDS results are memoized by their bytes, and typed_per_filter_config
     # validity depends on the supported types: forget them.
     from pyxds.xds.resources import ROUTE_CONFIG
@@ -61,8 +83,14 @@ def register_http_filter(type_name_: str, terminal: bool = False) -> None:
     ROUTE_CONFIG.clear_memo()
 
 
-def decode_listener(data: bytes) -> tuple[str | None, Any, str | None]:
-    """Parse and validate serialized Listener bytes: (name, resource, error)."""
+def decode_listener(
+    data: bytes, providers: Mapping[str, Any] | None = None
+) -> tuple[str | None, Any, str | None]:
+    """Parse and validate serialized Listener bytes: (name, resource, error).
+
+    ``providers``: the bootstrap's ``certificate_providers``, against which a
+    server listener's TLS provider instance names are checked (None: not
+    checked)."""
     lis = listener_pb2.Listener()
     try:
         lis.ParseFromString(data)
@@ -72,7 +100,13 @@ def decode_listener(data: bytes) -> tuple[str | None, Any, str | None]:
     if not lis.HasField("api_listener"):
         if not lis.HasField("address"):  # C-core's words
             return name, None, "Listener has neither address nor ApiListener"
-        return name, Listener(name, api_listener=False), None
+        from pyxds.xds.resources.server_listener import parse_tcp_listener
+
+        errs = Errors()
+        tcp = parse_tcp_listener(lis, errs, providers)
+        if errs or tcp is None:
+            return name, None, errs.text() or "invalid server Listener"
+        return name, Listener(name, api_listener=False, tcp_listener=tcp), None
     errs = Errors()
     resource = _parse_api_listener(lis, errs)
     if errs:
@@ -95,7 +129,41 @@ def _parse_api_listener(lis: Any, errs: Errors) -> Listener | None:
 
 
 def parse_http_connection_manager(hcm: Any, name: str, errs: Errors, path: str) -> Listener:
-    """Validate an HttpConnectionManager; ``path`` names it in errors."""
+    """Validate a client HttpConnectionManager; ``path`` names it in errors."""
+    route_config_name, route_config = _routes_and_ip_detection(hcm, errs, path)
+    filters = _parse_http_filters(hcm, errs, path)
+    msd = None
+    if hcm.HasField("common_http_protocol_options"):
+        cho = hcm.common_http_protocol_options
+        if cho.HasField("max_stream_duration"):
+            msd = duration(
+                cho.max_stream_duration,
+                f"{path}.common_http_protocol_options.max_stream_duration",
+                errs,
+            )
+    return Listener(name, route_config_name, route_config, filters, msd)
+
+
+def parse_server_hcm(hcm: Any, errs: Errors, path: str) -> ServerHcm:
+    """Validate the HttpConnectionManager of a server filter chain (A36):
+    the same rules as a client's, with the servers' filters (router, RBAC)."""
+    route_config_name, route_config = _routes_and_ip_detection(hcm, errs, path)
+    filters = _parse_http_filters(hcm, errs, path, server=True)
+    if hcm.HasField("common_http_protocol_options"):
+        cho = hcm.common_http_protocol_options
+        if cho.HasField("max_stream_duration"):
+            duration(
+                cho.max_stream_duration,
+                f"{path}.common_http_protocol_options.max_stream_duration",
+                errs,
+            )
+    server_filters = tuple(ServerHttpFilter(f.name, f.type_url, rbac) for f, rbac in filters)
+    return ServerHcm(route_config_name, route_config, server_filters)
+
+
+def _routes_and_ip_detection(
+    hcm: Any, errs: Errors, path: str
+) -> tuple[str | None, RouteConfiguration | None]:
     route_config_name = None
     route_config = None
     which = hcm.WhichOneof("route_specifier")
@@ -115,21 +183,20 @@ def parse_http_connection_manager(hcm: Any, name: str, errs: Errors, path: str) 
         errs.add(f"{path}.xff_num_trusted_hops", "must be zero")
     if len(hcm.original_ip_detection_extensions):
         errs.add(f"{path}.original_ip_detection_extensions", "must be empty")
-    filters = _parse_http_filters(hcm, errs, path)
-    msd = None
-    if hcm.HasField("common_http_protocol_options"):
-        cho = hcm.common_http_protocol_options
-        if cho.HasField("max_stream_duration"):
-            msd = duration(
-                cho.max_stream_duration,
-                f"{path}.common_http_protocol_options.max_stream_duration",
-                errs,
-            )
-    return Listener(name, route_config_name, route_config, filters, msd)
+    return route_config_name, route_config
 
 
-def _parse_http_filters(hcm: Any, errs: Errors, path: str) -> tuple[HttpFilter, ...]:
-    out: list[HttpFilter] = []
+def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False) -> tuple[Any, ...]:
+    """The HCM's filters: HttpFilter values (client) or (HttpFilter, RBAC
+    config or None) pairs (``server``)."""
+    from pyxds.xds.resources.rbac import parse_rbac
+
+    known, other = (
+        (SERVER_HTTP_FILTER_TYPES, HTTP_FILTER_TYPES)
+        if server
+        else (HTTP_FILTER_TYPES, SERVER_HTTP_FILTER_TYPES)
+    )
+    out: list[Any] = []
     seen: set[str] = set()
     n_errors = len(errs)
     terminal_of: list[bool] = []
@@ -163,23 +230,37 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str) -> tuple[HttpFilter, 
             if ts is None:
                 continue
             tname = type_name(ts.type_url)
-        terminal = HTTP_FILTER_TYPES.get(tname)
+        terminal = known.get(tname)
         if terminal is None:
             if f.is_optional:
                 continue
             errs.add(
                 f"{p}.typed_config.value[{tname}]",
-                "filter is not supported on clients"
-                if tname in SERVER_ONLY_FILTER_TYPES
+                f"filter is not supported on {'servers' if server else 'clients'}"
+                if tname in other
                 else "unsupported filter type",
             )
             continue
-        if tname == FAULT_FILTER_TYPE and not valid_fault_config(
-            any_msg, f"{p}.typed_config", errs
-        ):
+        if tname == FAULT_FILTER_TYPE:
+            if not valid_fault_config(any_msg, f"{p}.typed_config", errs):
+                continue
+        elif not validate_filter_config(tname, any_msg, f"{p}.typed_config", errs):
             continue
+        flt = HttpFilter(name, tname, any_msg.value, f.is_optional)
         terminal_of.append(terminal)
-        out.append(HttpFilter(name, tname, any_msg.value, f.is_optional))
+        if not server:
+            out.append(flt)
+            continue
+        rbac = None
+        if tname == RBAC_FILTER_TYPE:
+            vp = f"{p}.typed_config.value[{tname}]"
+            if type_name(any_msg.type_url) in TYPED_STRUCT_TYPES:
+                errs.add(vp, "could not parse HTTP RBAC filter config")
+                continue
+            rbac = parse_rbac(any_msg.value, vp, errs)
+            if rbac is None:
+                continue
+        out.append((flt, rbac))
     # Ordering is checked on the filters kept (skipped optional ones do not
     # count), as C-core does: only the last may be, and it must be, terminal.
     p = f"{path}.http_filters"
@@ -187,17 +268,16 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str) -> tuple[HttpFilter, 
         if len(errs) == n_errors:
             errs.add(p, "expected at least one HTTP filter")
         return ()
-    for k, flt in enumerate(out):
+    types = [(x[0] if server else x).type_url for x in out]
+    for k, type_url in enumerate(types):
         if k != len(out) - 1 and terminal_of[k]:
             errs.add(
                 p,
-                f"terminal filter for config type {flt.type_url}"
-                " must be the last filter in the chain",
+                f"terminal filter for config type {type_url} must be the last filter in the chain",
             )
     if not terminal_of[-1]:
         errs.add(
             p,
-            f"non-terminal filter for config type {out[-1].type_url}"
-            " is the last filter in the chain",
+            f"non-terminal filter for config type {types[-1]} is the last filter in the chain",
         )
     return tuple(out)

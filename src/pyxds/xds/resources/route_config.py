@@ -27,9 +27,11 @@ gRFCs leave room):
   declared optional plugin we do not support makes the route ignored).  Any
   other or unset cluster specifier (``cluster_header``, unknown fields): the
   route is ignored (A28 latest).
-* Action ``non_forwarding_action`` or another action (redirect,
-  direct_response, ...): kept as :class:`NonForwardingAction`, so an RPC
-  that matches it fails (C-core: "Matching route has inappropriate action").
+* Action ``non_forwarding_action``: :class:`NonForwardingAction` (what
+  servers expect, A36); another action (redirect, direct_response,
+  filter_action, none): :class:`UnsupportedAction`.  A client fails an RPC
+  matching either (C-core: "Matching route has inappropriate action"); a
+  server fails one matching the latter with UNAVAILABLE.
 * ``max_stream_duration`` (A31): ``grpc_timeout_header_max`` if set, else
   ``max_stream_duration``.
 * Retry policy (A44): the route's, else its virtual host's.
@@ -49,17 +51,23 @@ action / match values between routes.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from envoy.config.route.v3 import route_pb2
 
+from pyxds.xds.resources import stateful_session as _stateful_session  # noqa: F401 (A55 types)
 from pyxds.xds.resources._common import (
     Errors,
     check_filter_overrides,
     compile_regex,
     duration,
     filter_overrides,
-    type_name,
+)
+from pyxds.xds.resources.cluster_specifier import (
+    RLS_PLUGIN_TYPE,
+    parse_cluster_specifier_plugins,
+    rls_enabled,
 )
 from pyxds.xds.resources.types import UINT32_MAX as UINT32_MAX_
 from pyxds.xds.resources.types import (
@@ -70,6 +78,7 @@ from pyxds.xds.resources.types import (
     HeaderMatcher,
     NonForwardingAction,
     PathMatch,
+    PathSpecifier,
     PrefixMatch,
     RegexMatch,
     RetryPolicy,
@@ -77,16 +86,14 @@ from pyxds.xds.resources.types import (
     RouteAction,
     RouteConfiguration,
     RouteMatch,
+    UnsupportedAction,
     VirtualHost,
 )
 
 __all__ = ["parse_route_configuration", "SUPPORTED_CLUSTER_SPECIFIER_PLUGINS"]
 
-# Cluster specifier plugin config types this client implements (A77 RLS is
-# not implemented yet).  Types listed here are kept; an unsupported
-# non-optional plugin is an error, an unsupported optional one makes the
-# routes that use it ignored.
-SUPPORTED_CLUSTER_SPECIFIER_PLUGINS: set[str] = set()
+#: Cluster specifier plugin config types this client implements (RLS).
+SUPPORTED_CLUSTER_SPECIFIER_PLUGINS: frozenset[str] = frozenset({RLS_PLUGIN_TYPE})
 
 _DENOMINATORS = (100, 10_000, 1_000_000)  # FractionalPercent.DenominatorType
 _RETRYABLE_CODES = frozenset(
@@ -96,19 +103,32 @@ _NON_FORWARDING = NonForwardingAction()
 # Frozen slotted dataclasses built in the per-route loop go through their slot
 # descriptors (equal values, half the cost of calling the class).
 _new = object.__new__
-_set_path = PathMatch.path.__set__  # type: ignore[attr-defined]
-_set_spec = RouteMatch.path_specifier.__set__  # type: ignore[attr-defined]
-_set_case = RouteMatch.case_sensitive.__set__  # type: ignore[attr-defined]
-_set_headers = RouteMatch.headers.__set__  # type: ignore[attr-defined]
-_set_fraction = RouteMatch.runtime_fraction.__set__  # type: ignore[attr-defined]
-_set_match = Route.match.__set__  # type: ignore[attr-defined]
-_set_action = Route.action.__set__  # type: ignore[attr-defined]
-_set_name = Route.name.__set__  # type: ignore[attr-defined]
-_set_overrides = Route.filter_overrides.__set__  # type: ignore[attr-defined]
+_set_path: Callable[[PathMatch, str], None] = vars(PathMatch)["path"].__set__
+_set_spec: Callable[[RouteMatch, PathSpecifier], None] = vars(RouteMatch)["path_specifier"].__set__
+_set_case: Callable[[RouteMatch, bool], None] = vars(RouteMatch)["case_sensitive"].__set__
+_set_headers: Callable[[RouteMatch, tuple[HeaderMatcher, ...]], None] = vars(RouteMatch)[
+    "headers"
+].__set__
+_set_fraction: Callable[[RouteMatch, FractionalPercent | None], None] = vars(RouteMatch)[
+    "runtime_fraction"
+].__set__
+_set_match: Callable[[Route, RouteMatch], None] = vars(Route)["match"].__set__
+_set_action: Callable[[Route, RouteAction | NonForwardingAction | UnsupportedAction], None] = vars(
+    Route
+)["action"].__set__
+_set_name: Callable[[Route, str], None] = vars(Route)["name"].__set__
+_set_overrides: Callable[[Route, tuple[tuple[str, str, bytes], ...]], None] = vars(Route)[
+    "filter_overrides"
+].__set__
 _PREFIX_ALL = PrefixMatch("")
 # Keys of the per-decode sharing cache: cluster names are str, so every
 # other kind of key is a tuple and cannot collide with a cluster name.
 _MATCH_ALL_KEY = ("match_all",)
+# The sharing cache of one decode: the key says what the value is (a cluster
+# name: its RouteAction; ("p", prefix): a PrefixMatch; ("match_all",): the
+# match-all RouteMatch; a tuple of (name, weight, overrides) triples: a
+# weighted-clusters RouteAction).
+_ShareCache = dict[str | tuple[Any, ...], Any]
 
 
 def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteConfiguration:
@@ -118,11 +138,18 @@ def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteCon
     ``"...route_config"`` when inlined in a Listener); errors go to ``errs``.
     """
     pre = f"{path}." if path else ""
-    plugins, ignored_plugins = _parse_plugins(rc, errs, pre)
-    declared = {p.name for p in plugins} | ignored_plugins
+    rls = rls_enabled()
+    if rls and rc.cluster_specifier_plugins:
+        parsed = parse_cluster_specifier_plugins(rc, errs, pre)
+        declared: set[str] | None = parsed.declared
+        ignored_plugins = parsed.optional_unsupported
+    else:
+        parsed = None
+        declared = set() if rls else None  # None: plugin routes are ignored
+        ignored_plugins = set()
     vhosts = []
     # Values shared between routes: identical clusters and matches become one object.
-    cache: dict[Any, Any] = {}
+    cache: _ShareCache = {}
     for vi, vh in enumerate(rc.virtual_hosts):
         domains = tuple(vh.domains)
         if not domains:
@@ -140,7 +167,7 @@ def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteCon
         retry = None
         if vh.HasField("retry_policy"):
             retry = _parse_retry(vh.retry_policy, errs, f"{pre}virtual_hosts[{vi}].retry_policy")
-        routes = []
+        routes: list[Route] = []
         append = routes.append
         for ri, r in enumerate(vh.routes):
             route = _parse_route(r, errs, pre, vi, ri, cache, declared, ignored_plugins)
@@ -149,7 +176,16 @@ def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteCon
                     route = _with_vhost_retry(route, retry)
                 append(route)
         vhosts.append(VirtualHost(vh.name, domains, tuple(routes), retry, vh_overrides))
-    return RouteConfiguration(rc.name, tuple(vhosts), tuple(plugins))
+    plugins: tuple[ClusterSpecifierPlugin, ...] = ()
+    if parsed is not None and parsed.supported:
+        used = {
+            r.action.cluster_specifier_plugin
+            for v in vhosts
+            for r in v.routes
+            if isinstance(r.action, RouteAction)
+        }
+        plugins = tuple(p for name, p in parsed.supported.items() if name in used)
+    return RouteConfiguration(rc.name, tuple(vhosts), plugins)
 
 
 def _with_vhost_retry(route: Route, retry: RetryPolicy) -> Route:
@@ -189,32 +225,6 @@ def _path_can_match(path: str) -> bool:
     return 1 < i < len(path) - 1 and path.find("/", i + 1) < 0
 
 
-def _parse_plugins(rc: Any, errs: Errors, pre: str) -> tuple[list[ClusterSpecifierPlugin], set]:
-    plugins: list[ClusterSpecifierPlugin] = []
-    ignored: set[str] = set()
-    seen: set[str] = set()
-    for i, csp in enumerate(rc.cluster_specifier_plugins):
-        ext = csp.extension
-        p = f"{pre}cluster_specifier_plugins[{i}].extension"
-        if not csp.HasField("extension"):
-            errs.add(p, "field not present")
-            continue
-        name = ext.name
-        if name in seen:
-            errs.add(f"{p}.name", f'duplicate name "{name}"')
-        seen.add(name)
-        tname = type_name(ext.typed_config.type_url)
-        if tname in SUPPORTED_CLUSTER_SPECIFIER_PLUGINS:
-            plugins.append(
-                ClusterSpecifierPlugin(name, tname, ext.typed_config.value, csp.is_optional)
-            )
-        elif csp.is_optional:
-            ignored.add(name)
-        else:
-            errs.add(f"{p}.typed_config", f'unsupported ClusterSpecifierPlugin type "{tname}"')
-    return plugins, ignored
-
-
 def _route_path(pre: str, vi: int, ri: int) -> str:
     return f"{pre}virtual_hosts[{vi}].routes[{ri}]"
 
@@ -225,14 +235,14 @@ def _parse_route(
     pre: str,
     vi: int,
     ri: int,
-    cache: dict,
-    declared: set,
-    ignored_plugins: set,
+    cache: _ShareCache,
+    declared: set[str] | None,
+    ignored_plugins: set[str],
 ) -> Route | None:
     m = r.match
     # One ListFields() call tells which match fields are set (cheaper than a
     # HasField/WhichOneof per field); field numbers per route_components.proto.
-    spec_field = None
+    spec_field: tuple[int, Any] | None = None
     case_sensitive = True
     headers: tuple[HeaderMatcher, ...] = ()
     header_msgs = None
@@ -263,24 +273,27 @@ def _parse_route(
         else:
             errs.add(f"{_route_path(pre, vi, ri)}.match.path_specifier", "field not set")
             return None
-    num, value = spec_field
+    spec_value: Any  # the field's value (a str, a RegexMatcher) or its name
+    num, spec_value = spec_field
+    spec: PathSpecifier
     if num == 1:
-        if not value:
+        if not spec_value:
             spec = _PREFIX_ALL
-        elif not _prefix_can_match(value):
+        elif not _prefix_can_match(spec_value):
             return None  # can never match a gRPC path: ignored (as C-core)
         else:
-            key = ("p", value)
-            spec = cache.get(key)
-            if spec is None:
-                spec = cache[key] = PrefixMatch(value)
+            key = ("p", spec_value)
+            shared: PrefixMatch | None = cache.get(key)
+            if shared is None:
+                shared = cache[key] = PrefixMatch(spec_value)
+            spec = shared
     elif num == 2:
-        if not _path_can_match(value):
+        if not _path_can_match(spec_value):
             return None
         spec = _new(PathMatch)
-        _set_path(spec, value)
+        _set_path(spec, spec_value)
     elif num == 10:
-        pattern = value.regex
+        pattern = spec_value.regex
         rx = compile_regex(
             pattern, f"{_route_path(pre, vi, ri)}.match.safe_regex.regex", errs, case_sensitive
         )
@@ -290,7 +303,7 @@ def _parse_route(
     else:
         errs.add(
             f"{_route_path(pre, vi, ri)}.match.path_specifier",
-            f"must be prefix, path or safe_regex, not {value}",
+            f"must be prefix, path or safe_regex, not {spec_value}",
         )
         return None
     if header_msgs is not None:
@@ -326,12 +339,17 @@ def _parse_route(
         _set_fraction(match, fraction)
 
     action_kind = r.WhichOneof("action")
+    action: RouteAction | NonForwardingAction | UnsupportedAction | None
     if action_kind == "route":
         action = _parse_action(r.route, errs, pre, vi, ri, cache, declared, ignored_plugins)
         if action is None:
             return None
-    else:
+    elif action_kind == "non_forwarding_action":
         action = _NON_FORWARDING
+    else:
+        action = cache.get(("other", action_kind))
+        if action is None:
+            action = cache[("other", action_kind)] = UnsupportedAction(action_kind or "")
     overrides: tuple[tuple[str, str, bytes], ...] = ()
     if r.typed_per_filter_config:
         n_errors = len(errs)
@@ -403,9 +421,9 @@ def _parse_action(
     pre: str,
     vi: int,
     ri: int,
-    cache: dict,
-    declared: set,
-    ignored_plugins: set,
+    cache: _ShareCache,
+    declared: set[str] | None,
+    ignored_plugins: set[str],
 ) -> RouteAction | None:
     spec = None
     spec_value: Any = None
@@ -499,6 +517,8 @@ def _parse_action(
         weights = tuple(ClusterWeight(n, w, o) for n, w, o in pairs)
         return RouteAction(None, weights, None, msd, timeout, hashes, retry)
     if spec == 37:
+        if declared is None:
+            return None  # GRPC_EXPERIMENTAL_XDS_RLS_LB off: not a supported specifier
         name = spec_value
         if not name:
             errs.add(
@@ -516,7 +536,7 @@ def _parse_action(
         return RouteAction(None, None, name, msd, timeout, hashes, retry)
     if spec is None and ra.WhichOneof("cluster_specifier") in (
         "cluster",
-        "cluster_specifier_plugin",
+        "cluster_specifier_plugin" if declared is not None else "cluster",
     ):
         # Present but empty (ListFields omits empty strings).
         errs.add(

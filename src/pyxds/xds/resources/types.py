@@ -24,7 +24,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+if TYPE_CHECKING:
+    from re2 import _Regexp  # google-re2's compiled pattern (typings/re2.pyi)
+
+    from pyxds.xds.resources.server_types import TcpListener
 
 __all__ = [
     "HttpFilter",
@@ -41,6 +46,7 @@ __all__ = [
     "RetryPolicy",
     "RouteAction",
     "NonForwardingAction",
+    "UnsupportedAction",
     "Route",
     "VirtualHost",
     "ClusterSpecifierPlugin",
@@ -91,6 +97,8 @@ class Listener:
     http_filters: tuple[HttpFilter, ...] = ()
     max_stream_duration: float | None = None
     api_listener: bool = True
+    #: A server listener (no ``api_listener``): the validated TCP listener (A36).
+    tcp_listener: TcpListener | None = None
 
 
 # --------------------------------------------------------------------------- RDS
@@ -118,7 +126,7 @@ class RegexMatch:
     """
 
     regex_str: str
-    regex: Any = field(default=None, compare=False, hash=False, repr=False)
+    regex: _Regexp | None = field(default=None, compare=False, hash=False, repr=False)
 
 
 PathSpecifier = Union[PrefixMatch, PathMatch, RegexMatch]
@@ -163,7 +171,7 @@ class HeaderMatcher:
     range_start: int = 0
     range_end: int = 0
     ignore_case: bool = False
-    regex: Any = field(default=None, compare=False, hash=False, repr=False)
+    regex: _Regexp | None = field(default=None, compare=False, hash=False, repr=False)
 
     def matches(self, header_value: str | None) -> bool:
         """Evaluate against the (comma-joined) header value, None when absent."""
@@ -173,13 +181,14 @@ class HeaderMatcher:
             return present != self.invert_match
         if header_value is None:
             return False
+        value = self.value  # set for the string kinds (None never matches)
         if kind == "exact":
             if self.ignore_case:
-                r = header_value.lower() == self.value.lower()  # type: ignore[union-attr]
+                r = value is not None and header_value.lower() == value.lower()
             else:
-                r = header_value == self.value
+                r = header_value == value
         elif kind == "safe_regex":
-            r = self.regex.fullmatch(header_value) is not None
+            r = self.regex is not None and self.regex.fullmatch(header_value) is not None
         elif kind == "range":
             # Like absl::SimpleAtoi: optional sign and surrounding spaces, ASCII
             # digits only (Python's int() would also take "1_0" and non-ASCII digits).
@@ -190,20 +199,26 @@ class HeaderMatcher:
             else:
                 r = False
         elif kind == "prefix":
-            if self.ignore_case:
-                r = header_value.lower().startswith(self.value.lower())  # type: ignore[union-attr]
+            if value is None:
+                r = False
+            elif self.ignore_case:
+                r = header_value.lower().startswith(value.lower())
             else:
-                r = header_value.startswith(self.value)  # type: ignore[arg-type]
+                r = header_value.startswith(value)
         elif kind == "suffix":
-            if self.ignore_case:
-                r = header_value.lower().endswith(self.value.lower())  # type: ignore[union-attr]
+            if value is None:
+                r = False
+            elif self.ignore_case:
+                r = header_value.lower().endswith(value.lower())
             else:
-                r = header_value.endswith(self.value)  # type: ignore[arg-type]
+                r = header_value.endswith(value)
         elif kind == "contains":
-            if self.ignore_case:
-                r = self.value.lower() in header_value.lower()  # type: ignore[union-attr]
+            if value is None:
+                r = False
+            elif self.ignore_case:
+                r = value.lower() in header_value.lower()
             else:
-                r = self.value in header_value  # type: ignore[operator]
+                r = value in header_value
         else:
             r = False
         return r != self.invert_match
@@ -293,11 +308,20 @@ class NonForwardingAction:
 
 
 @dataclass(frozen=True, slots=True)
+class UnsupportedAction:
+    """A route whose action is neither ``route`` nor ``non_forwarding_action``
+    (redirect, direct_response, filter_action, none): clients and servers
+    both fail RPCs that match it with UNAVAILABLE (A28, A36)."""
+
+    kind: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Route:
     """One route: match plus action."""
 
     match: RouteMatch
-    action: RouteAction | NonForwardingAction
+    action: RouteAction | NonForwardingAction | UnsupportedAction
     name: str = ""
     #: A39 ``typed_per_filter_config``: (filter name, config type, config bytes)
     filter_overrides: tuple[tuple[str, str, bytes], ...] = ()
@@ -329,12 +353,16 @@ class VirtualHost:
 
 @dataclass(frozen=True, slots=True)
 class ClusterSpecifierPlugin:
-    """A cluster specifier plugin declared in a RouteConfiguration (opaque)."""
+    """A cluster specifier plugin of a RouteConfiguration that some route
+    names: its config type and bytes, and ``lb_config``, the LB policy
+    config (JSON text of a ``loadBalancingConfig`` list) of the
+    cluster_manager child its routes go to (RLS: ``rls_experimental``)."""
 
     name: str
     type_url: str
     config: bytes = b""
     is_optional: bool = False
+    lb_config: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +375,60 @@ class RouteConfiguration:
 
 
 # --------------------------------------------------------------------------- CDS
+
+
+#: A55/A75: the EDS health statuses a session may stay on when the cluster
+#: does not say (``common_lb_config.override_host_status`` unset).
+DEFAULT_OVERRIDE_HOST_STATUSES = frozenset({"UNKNOWN", "HEALTHY"})
+
+
+@dataclass(frozen=True, slots=True)
+class BackendMetricPropagation:
+    """Which ORCA fields a cluster's load reports carry (gRFC A85, the
+    parsed ``lrs_report_endpoint_metrics``): the three top-level
+    utilizations, every ``named_metrics`` key (``named_all``) or the keys
+    named.  ``legacy`` is A64's rule (every named metric under its own
+    name), used when GRPC_EXPERIMENTAL_XDS_ORCA_LRS_PROPAGATION is false."""
+
+    cpu_utilization: bool = False
+    mem_utilization: bool = False
+    application_utilization: bool = False
+    named_all: bool = False
+    named_keys: frozenset[str] = frozenset()
+    legacy: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.cpu_utilization
+            or self.mem_utilization
+            or self.application_utilization
+            or self.named_all
+            or self.named_keys
+            or self.legacy
+        )
+
+    def __str__(self) -> str:
+        """C-core's AsString: ``{cpu_utilization,...,named_metrics.foo}``."""
+        if self.legacy:
+            return "{legacy: named_metrics}"
+        parts = [
+            name
+            for name, on in (
+                ("cpu_utilization", self.cpu_utilization),
+                ("mem_utilization", self.mem_utilization),
+                ("application_utilization", self.application_utilization),
+            )
+            if on
+        ]
+        if self.named_all:
+            parts.append("named_metrics.*")
+        else:
+            parts.extend(f"named_metrics.{key}" for key in sorted(self.named_keys))
+        return "{" + ",".join(parts) + "}"
+
+
+NO_PROPAGATION = BackendMetricPropagation()
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +453,10 @@ class Cluster:
     ``outlier_detection`` is the ``outlier_detection_experimental`` config
     (A50, canonical JSON without ``childPolicy``) when the cluster sets
     ``outlier_detection``, else None (the cds policy then uses a no-op one).
+    ``override_host_statuses`` (A55, A75) are the EDS health status names a
+    stateful session may stay on (``common_lb_config.override_host_status``;
+    UNKNOWN and HEALTHY when unset).  ``lrs_metrics`` (A64/A85) says which
+    ORCA fields go into the cluster's load reports.
     """
 
     name: str
@@ -391,10 +477,13 @@ class Cluster:
     #: A29: the validated UpstreamTlsContext
     #: (:class:`pyxds.security.tls_config.UpstreamTlsConfig`), None without TLS.
     security: Any = None
+    override_host_statuses: frozenset[str] = DEFAULT_OVERRIDE_HOST_STATUSES
+    lrs_metrics: BackendMetricPropagation = NO_PROPAGATION
 
     def lb_policy_json(self) -> list[dict[str, Any]]:
         """The LB config list as a fresh list of dicts (safe to mutate)."""
-        return json.loads(self.lb_policy_config)
+        config: list[dict[str, Any]] = json.loads(self.lb_policy_config)
+        return config
 
     @property
     def eds_resource_name(self) -> str:
@@ -435,7 +524,9 @@ class LocalityName:
 class EndpointAddress:
     """One endpoint: its addresses ("host:port", IPv6 bracketed; the first is
     the primary, the rest A61 additional_addresses), LB weight (default 1),
-    health status name (UNKNOWN or HEALTHY: others are excluded when decoding),
+    health status name (UNKNOWN, HEALTHY or DRAINING: others are excluded
+    when decoding; a DRAINING endpoint is kept for A55 session affinity but
+    is not usable for new traffic, :attr:`usable`),
     ``endpoint.hostname`` ("" when unset) and ``hash_key``, the string
     ``metadata.filter_metadata["envoy.lb"]["hash_key"]`` (gRFC A76; "" when
     unset or not a string).
@@ -447,15 +538,26 @@ class EndpointAddress:
     hostname: str = ""
     hash_key: str = ""
 
+    @property
+    def usable(self) -> bool:
+        """False for a DRAINING endpoint (A55: no new traffic)."""
+        return self.health_status != "DRAINING"
+
 
 @dataclass(frozen=True, slots=True)
 class Locality:
-    """One locality of one priority with its usable endpoints."""
+    """One locality of one priority with its endpoints (DRAINING ones
+    included, A55)."""
 
     name: LocalityName
     weight: int
     endpoints: tuple[EndpointAddress, ...]
     priority: int = 0
+
+    @property
+    def usable_count(self) -> int:
+        """Endpoints that take new traffic (not DRAINING)."""
+        return sum(1 for e in self.endpoints if e.health_status != "DRAINING")
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,23 +574,61 @@ class ClusterLoadAssignment:
 
     ``priorities[i]`` are the localities of priority ``i`` (contiguous from
     0).  ``excluded_endpoints`` counts endpoints dropped for their health
-    status, so "all endpoints unhealthy" can be said exactly.
+    status (UNHEALTHY, TIMEOUT, DEGRADED); DRAINING ones are kept in their
+    locality (A55) but are not usable, so "all endpoints unhealthy" can be
+    said exactly; ``ignored_localities`` names the localities dropped
+    because their ``load_balancing_weight`` is unset or 0 (A27), in
+    resource order.
     """
 
     cluster_name: str
     priorities: tuple[tuple[Locality, ...], ...] = ()
     drop_overloads: tuple[DropOverload, ...] = ()
     excluded_endpoints: int = 0
+    ignored_localities: tuple[LocalityName, ...] = ()
 
     @property
     def endpoint_count(self) -> int:
-        """Number of usable endpoints over all priorities."""
-        return sum(len(loc.endpoints) for p in self.priorities for loc in p)
+        """Number of usable (not DRAINING) endpoints over all priorities."""
+        return sum(loc.usable_count for p in self.priorities for loc in p)
+
+    @property
+    def draining_count(self) -> int:
+        """Number of DRAINING endpoints over all priorities (A55)."""
+        return sum(len(loc.endpoints) - loc.usable_count for p in self.priorities for loc in p)
 
     @property
     def all_endpoints_unhealthy(self) -> bool:
-        """True when there are no usable endpoints but some were excluded for health."""
-        return self.excluded_endpoints > 0 and self.endpoint_count == 0
+        """True when there are no usable endpoints but some were excluded
+        for health or are DRAINING."""
+        return (self.excluded_endpoints > 0 or self.draining_count > 0) and (
+            self.endpoint_count == 0
+        )
+
+    @property
+    def no_endpoints_reason(self) -> str:
+        """Why no endpoint is usable, in the words ``pyxds serve``, ``pyxds
+        inspect`` and RPC errors share ("locality without weight ignored");
+        meaningful when :attr:`endpoint_count` is 0."""
+        parts = []
+        ignored = len(self.ignored_localities)
+        if ignored:
+            parts.append(
+                "locality without weight ignored"
+                if ignored == 1
+                else f"{ignored} localities without weight ignored"
+            )
+        if self.excluded_endpoints or self.draining_count:
+            parts.append("all endpoints unhealthy")
+        else:
+            empty = sum(1 for p in self.priorities for loc in p if not loc.usable_count)
+            if empty:
+                parts.append(
+                    "locality without endpoints"
+                    if empty == 1
+                    else f"{empty} localities without endpoints"
+                )
+        return "; ".join(parts) or "no localities"
 
 
 # --------------------------------------------------------------------------- decode

@@ -1,0 +1,406 @@
+"""Differential: RLS (the xDS RouteLookupClusterSpecifier plugin and the
+rls_experimental policy), pyxds against grpcio's C-core ``xds:///`` channel,
+same pyxds.server, same pyxds.server.RouteLookupServer, same backends.
+
+grpcio 1.85's C-core applies the plugin with no environment variable
+(``GRPC_EXPERIMENTAL_XDS_RLS_LB`` unset means on; ``false`` turns it off:
+test_rls_off_ignores_plugin_routes_like_c_core).
+
+Every scenario is its own listener (its own target, so fresh channels and
+caches on both sides).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import pytest
+from channel_fixtures import SERVICE, Backend, CoreXdsClient, free_port, pyxds_calls, wait_until
+
+import pyxds._api as pyxds
+import pyxds.aio
+from pyxds.lb.rls import RLS_DATA_HEADER
+from pyxds.server import ManagementServer, RouteLookupServer
+from pyxds.server import builders as b
+from pyxds.server.snapshot import Snapshot
+
+CLUSTERS = ("cluster-a", "cluster-b", "cluster-c", "cluster-d", "plain")
+WHO = f"/{SERVICE}/Who"
+META = f"/{SERVICE}/Meta"
+PLAIN = f"/{SERVICE}/Sleep"  # routed to cluster "plain", not through RLS
+PYXDS_NODE = "rls-pyxds"
+CORE_NODE = "rls-core"
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ManagementServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def backends():
+    started = {name: Backend(name).start() for name in CLUSTERS}
+    yield started
+    for backend in started.values():
+        backend.stop()
+
+
+@pytest.fixture(scope="module")
+def rls():
+    with RouteLookupServer() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def core(server):
+    client = CoreXdsClient(server.bootstrap(node_id=CORE_NODE))
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def channels(server):
+    opened: dict[str, grpc.Channel] = {}
+
+    def channel(target: str) -> grpc.Channel:
+        if target not in opened:
+            opened[target] = pyxds.insecure_channel(
+                target, bootstrap=server.bootstrap(node_id=PYXDS_NODE)
+            )
+        return opened[target]
+
+    yield channel
+    for ch in opened.values():
+        ch.close()
+
+
+_configured: dict[str, object] = {}
+
+
+def configure(server, backends, name: str, lookup_config, plugin=None) -> str:
+    """Listener ``name``: ``/pyxds.test.Echo/*`` through the RLS plugin,
+    but ``Sleep`` (PLAIN) to cluster ``plain``, and anything else (what a
+    client that ignores the plugin route gets) to ``plain``; every cluster
+    of CLUSTERS with its backend.  Earlier scenarios' listeners stay in the snapshot."""
+    plugin = plugin if plugin is not None else b.rls_plugin("rls", lookup_config)
+    routes = [
+        b.route(path=PLAIN, cluster="plain"),
+        b.route(prefix=f"/{SERVICE}/", cluster_specifier_plugin="rls"),
+        b.route(prefix="", cluster="plain"),  # what a client without RLS uses
+    ]
+    _configured[name] = b.route_config(
+        f"{name}-route", [b.virtual_host("vh", ["*"], routes)], [plugin]
+    )
+    server.set_snapshot(
+        Snapshot(
+            listeners=[b.listener(n) for n in _configured],
+            routes=list(_configured.values()),
+            clusters=[b.cluster(c) for c in CLUSTERS],
+            endpoints=[
+                b.endpoints(c, [b.locality(zone=c, endpoints=[backends[c].address])])
+                for c in CLUSTERS
+            ],
+            version=f"v{len(_configured)}-{name}",
+        )
+    )
+    return f"xds:///{name}"
+
+
+def key_builder(**extra):
+    return b.rls_key_builder(SERVICE, headers={"user": ["x-user", "x-alt-user"]}, **extra)
+
+
+def both(core, channels, target, n=1, **kwargs):
+    """The same RPCs on C-core and on pyxds: (core counts, pyxds counts)."""
+    return (
+        core.call(n, target=target, **kwargs),
+        pyxds_calls(channels(target), n, **kwargs),
+    )
+
+
+def user(name: str | None) -> list[tuple[str, str]]:
+    return [("x-user", name)] if name is not None else []
+
+
+def test_a_table_of_header_values_lands_on_the_same_clusters_as_c_core(
+    server, backends, rls, core, channels
+):
+    extra = {"host_key": "host", "service_key": "svc", "method_key": "meth"}
+    config = b.route_lookup_config(
+        rls.target,
+        [key_builder(constant_keys={"kind": "echo"}, **extra)],
+        default_target="cluster-d",
+    )
+    target = configure(server, backends, "rls-table", config)
+    table = {
+        "alice": ["cluster-a"],
+        "bob": ["cluster-b"],
+        "carol": ["cluster-c", "cluster-a"],  # the first target wins
+        "erin": ["cluster-b", "cluster-c"],
+    }
+    for name, targets in table.items():
+        keys = {"user": name, "kind": "echo", "host": "rls-table", "svc": SERVICE, "meth": "Who"}
+        rls.set(keys, targets)
+    metadata_cases = {
+        "alice": user("alice"),
+        "bob": user("bob"),
+        "carol": user("carol"),
+        "erin": [("x-alt-user", "erin")],  # the second listed header
+        "dave": user("dave"),  # not in the table: NOT_FOUND, default target
+        "nobody": [],  # no user key
+    }
+    want = {
+        "alice": "cluster-a",
+        "bob": "cluster-b",
+        "carol": "cluster-c",
+        "erin": "cluster-b",
+        "dave": "cluster-d",
+        "nobody": "cluster-d",
+    }
+    for case, md in metadata_cases.items():
+        got_core, got_pyxds = both(core, channels, target, n=4, metadata=md)
+        assert got_core == got_pyxds == {want[case]: 4}, case
+    # the same keys went to the RLS server from both clients
+    sent = [r.key_map for r in rls.requests if r.key_map.get("host") == "rls-table"]
+    assert all(sent.count(k) == 2 for k in sent), sent
+    assert {"user": "erin", "kind": "echo", "host": "rls-table", "svc": SERVICE, "meth": "Who"} in (
+        sent
+    )
+    # the plain route is unaffected
+    assert both(core, channels, target, n=2, method=PLAIN) == ({"plain": 2},) * 2
+
+
+def test_header_data_reaches_the_backend_like_c_core(server, backends, rls, core, channels):
+    config = b.route_lookup_config(rls.target, [key_builder(constant_keys={"t": "hd"})])
+    target = configure(server, backends, "rls-header", config)
+    rls.set({"user": "alice", "t": "hd"}, ["cluster-a"], header_data="opaque-42")
+    md = [*user("alice"), (RLS_DATA_HEADER, "from-the-app")]
+    got_core, got_pyxds = both(core, channels, target, method=META, metadata=md)
+    for got in (got_core, got_pyxds):
+        (text,) = got
+        assert f"{RLS_DATA_HEADER}=opaque-42" in text.split(";"), text  # replaced, not added
+        assert text.count(RLS_DATA_HEADER) == 1, text
+
+
+def test_an_rls_server_that_is_down_fails_rpcs_or_uses_the_default_like_c_core(
+    server, backends, core, channels
+):
+    dead = f"127.0.0.1:{free_port()}"
+    target = configure(server, backends, "rls-down", b.route_lookup_config(dead, [key_builder()]))
+    got_core, got_pyxds = both(
+        core, channels, target, n=2, metadata=user("alice"), wait_for_ready=False, details=True
+    )
+    for got in (got_core, got_pyxds):
+        ((text, count),) = got.items()
+        assert count == 2 and text.startswith("error:UNAVAILABLE: RLS request failed: UNAVAILABLE")
+    # the channel keeps serving other routes
+    assert both(core, channels, target, n=2, method=PLAIN) == ({"plain": 2},) * 2
+    with_default = configure(
+        server,
+        backends,
+        "rls-down-default",
+        b.route_lookup_config(dead, [key_builder()], default_target="cluster-d"),
+    )
+    assert (
+        both(core, channels, with_default, n=3, metadata=user("alice")) == ({"cluster-d": 3},) * 2
+    )
+
+
+def test_an_rls_server_that_comes_back_serves_rpcs_again_like_c_core(
+    server, backends, core, channels
+):
+    """While the RLS server is down RPCs fail; once it is up they are served
+    again, in both clients (the key's backoff ends, or the RLS channel's
+    recovery resets it).  Fast-failing RPCs, polled: a throttled
+    wait_for_ready RPC waits for the next picker in both clients (C-core's
+    behaviour), which may not come while nothing changes."""
+    port = free_port()
+    late = RouteLookupServer(port=port)
+    late.set({"user": "alice", "t": "late"}, ["cluster-a"])
+    config = b.route_lookup_config(f"127.0.0.1:{port}", [key_builder(constant_keys={"t": "late"})])
+    target = configure(server, backends, "rls-comeback", config)
+    down = both(core, channels, target, metadata=user("alice"), wait_for_ready=False, details=True)
+    for got in down:
+        ((text, _),) = got.items()
+        assert text.startswith("error:UNAVAILABLE: RLS request failed: UNAVAILABLE"), got
+    late.start()
+    up = time.monotonic()
+    try:
+        calls = {
+            "core": lambda: core.call(
+                1, target=target, metadata=user("alice"), timeout=1, wait_for_ready=False
+            ),
+            "pyxds": lambda: pyxds_calls(
+                channels(target), 1, metadata=user("alice"), timeout=1, wait_for_ready=False
+            ),
+        }
+        for name, call in calls.items():
+            assert wait_until(lambda c=call: c() == {"cluster-a": 1}, 25, 0.25), name
+            print(f"{name}: served {time.monotonic() - up:.2f} s after the RLS server came up")
+    finally:
+        late.stop()
+
+
+def test_a_slow_rls_server_times_out_like_c_core(server, backends, rls, core, channels):
+    config = b.route_lookup_config(
+        rls.target, [key_builder(constant_keys={"t": "slow"})], lookup_service_timeout=0.5
+    )
+    target = configure(server, backends, "rls-slow", config)
+    rls.set({"user": "slow", "t": "slow"}, ["cluster-a"], delay=3.0)
+    for client in ("core", "pyxds"):
+        start = time.monotonic()
+        if client == "core":
+            got = core.call(
+                1, target=target, metadata=user("slow"), wait_for_ready=False, details=True
+            )
+        else:
+            got = pyxds_calls(
+                channels(target), 1, metadata=user("slow"), wait_for_ready=False, details=True
+            )
+        took = time.monotonic() - start
+        assert got == {
+            "error:UNAVAILABLE: RLS request failed: DEADLINE_EXCEEDED: Deadline Exceeded": 1
+        }, client
+        assert 0.4 <= took < 2.9, (client, took)  # the lookup timeout, not the 3 s answer
+
+
+@pytest.mark.parametrize(
+    ("answer", "want"),
+    [
+        (
+            {"raw": b"\xff\xff\xff"},
+            "error:UNAVAILABLE: RLS request failed: INTERNAL: cannot parse RLS response",
+        ),
+        (
+            {"targets": []},
+            "error:UNAVAILABLE: RLS request failed: INVALID_ARGUMENT: "
+            "RLS response has no target entry",
+        ),
+    ],
+)
+def test_garbage_answers_fail_rpcs_like_c_core(server, backends, rls, core, channels, answer, want):
+    kind = "raw" if "raw" in answer else "empty"
+    config = b.route_lookup_config(rls.target, [key_builder(constant_keys={"t": kind})])
+    target = configure(server, backends, f"rls-garbage-{kind}", config)
+    rls.set({"user": "x", "t": kind}, **answer)
+    got = both(core, channels, target, n=2, metadata=user("x"), wait_for_ready=False, details=True)
+    assert got == ({want: 2},) * 2
+
+
+@pytest.mark.slow
+def test_a_target_that_is_no_cluster_fails_like_c_core(server, backends, rls, core, channels):
+    """A target naming no cluster: its cds child waits for the CDS resource
+    (A27's 15 s does-not-exist timer: a real timer, both clients run at
+    once), then fails, and the next target serves."""
+    import concurrent.futures
+
+    config = b.route_lookup_config(rls.target, [key_builder(constant_keys={"t": "nocluster"})])
+    target = configure(server, backends, "rls-no-cluster", config)
+    rls.set({"user": "x", "t": "nocluster"}, ["no-such-cluster", "cluster-b"])
+    rls.set({"user": "y", "t": "nocluster"}, ["no-such-cluster"])
+
+    def core_call():
+        return core.call(1, target=target, metadata=user("x"), timeout=2)
+
+    def pyxds_call():
+        return pyxds_calls(channels(target), 1, metadata=user("x"), timeout=2)
+
+    def served_after(call) -> float:
+        start = time.monotonic()
+        assert wait_until(lambda: call() == {"cluster-b": 1}, 25)
+        return time.monotonic() - start
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        took = [f.result() for f in [pool.submit(served_after, c) for c in (core_call, pyxds_call)]]
+    assert all(t > 10 for t in took), took  # the does-not-exist timer, in both
+    got = both(core, channels, target, metadata=user("y"), wait_for_ready=False, details=True)
+    print("no-cluster failure (C-core, pyxds):", got)
+    codes = [{k.split(":")[1] for k in g} for g in got]
+    assert codes[0] == codes[1] == {"UNAVAILABLE"}, got
+    assert all("no-such-cluster" in k for g in got for k in g), got
+
+
+def test_a_bad_rls_config_is_nacked_by_both_and_the_last_good_one_stays(
+    server, backends, rls, core, channels
+):
+    name = "rls-nack"
+    good = b.route_lookup_config(rls.target, [key_builder(constant_keys={"t": "nack"})])
+    target = configure(server, backends, name, good)
+    rls.set({"user": "alice", "t": "nack"}, ["cluster-a"])
+    assert both(core, channels, target, metadata=user("alice")) == ({"cluster-a": 1},) * 2
+    bad_configs = [
+        b.route_lookup_config(rls.target, [key_builder()], cache_size_bytes=0),
+        b.route_lookup_config(rls.target, [key_builder()], stale_age=5),
+        b.route_lookup_config("dns:///", [key_builder()]),
+        b.route_lookup_config(rls.target, [key_builder(), key_builder()]),
+    ]
+    for bad in bad_configs:
+        before = {node: len(server.nacks("RDS", node_id=node)) for node in (PYXDS_NODE, CORE_NODE)}
+        configure(server, backends, name, bad)
+        for node in (PYXDS_NODE, CORE_NODE):
+            server.wait_for_nack("RDS", node_id=node, after=before[node], timeout=10)
+        assert both(core, channels, target, metadata=user("alice")) == ({"cluster-a": 1},) * 2
+
+
+def test_a_stale_entry_is_refreshed_with_its_header_data_like_c_core(
+    server, backends, rls, core, channels
+):
+    # staleAge 1 s: a real (short) timer, to see REASON_STALE on the wire
+    config = b.route_lookup_config(
+        rls.target, [key_builder(constant_keys={"t": "stale"})], max_age=30, stale_age=1
+    )
+    target = configure(server, backends, "rls-stale", config)
+    keys = {"user": "alice", "t": "stale"}
+    rls.set(keys, ["cluster-a"], header_data="v1")
+    for client in ("core", "pyxds"):
+        run = (
+            (lambda: core.call(1, target=target, metadata=user("alice")))
+            if client == "core"
+            else (lambda: pyxds_calls(channels(target), 1, metadata=user("alice")))
+        )
+        start = len(rls.requests_for(keys))
+        assert run() == {"cluster-a": 1}
+        time.sleep(1.2)
+        assert run() == {"cluster-a": 1}  # stale data still serves
+        want = start + 2
+        assert wait_until(lambda n=want: len(rls.requests_for(keys)) == n, 5), client
+        miss, refresh = rls.requests_for(keys)[start:]
+        assert (miss.reason, miss.stale_header_data) == ("REASON_MISS", "")
+        assert (refresh.reason, refresh.stale_header_data) == ("REASON_STALE", "v1"), client
+        assert refresh.target_type == "grpc"
+
+
+def test_rls_off_ignores_plugin_routes_like_c_core(monkeypatch, server, backends, rls):
+    monkeypatch.setenv("GRPC_EXPERIMENTAL_XDS_RLS_LB", "false")
+    config = b.route_lookup_config(rls.target, [key_builder()])
+    target = configure(server, backends, "rls-off", config)
+    core = CoreXdsClient(server.bootstrap(node_id="rls-off-core"))
+    try:
+        channel = pyxds.insecure_channel(target, bootstrap=server.bootstrap(node_id="rls-off"))
+        with channel:
+            got = pyxds_calls(channel, 2, metadata=user("alice"))
+        assert got == core.call(2, target=target, metadata=user("alice")) == {"plain": 2}
+    finally:
+        core.close()
+
+
+def test_an_aio_channel_routes_through_rls(server, backends, rls):
+    config = b.route_lookup_config(rls.target, [key_builder(constant_keys={"t": "aio"})])
+    target = configure(server, backends, "rls-aio", config)
+    rls.set({"user": "bob", "t": "aio"}, ["cluster-b"], header_data="aio-data")
+
+    async def main() -> tuple[bytes, bytes]:
+        async with pyxds.aio.insecure_channel(
+            target, bootstrap=server.bootstrap(node_id="rls-aio")
+        ) as channel:
+            who = await channel.unary_unary(WHO)(b"", metadata=user("bob"), timeout=10)
+            meta = await channel.unary_unary(META)(b"", metadata=user("bob"), timeout=10)
+            return who, meta
+
+    who, meta = asyncio.run(main())
+    assert who == b"cluster-b"
+    assert f"{RLS_DATA_HEADER}=aio-data".encode() in meta

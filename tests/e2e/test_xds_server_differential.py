@@ -1,0 +1,432 @@
+"""pyxds's xDS-enabled servers against grpcio's own ``grpc.server(xds=True)``
+(C-core, in a subprocess) on the same Listener from the same control plane:
+the same RPC outcomes, the same NACKs (gRFC A36, A29 server side, A41)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+from envoy.config.listener.v3 import listener_components_pb2
+from envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
+from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.type.v3 import range_pb2
+from google.protobuf import wrappers_pb2
+from xds_server_fixtures import (
+    ECHO,
+    ECHO_STREAM,
+    SPIFFE_A,
+    TEMPLATE,
+    Client,
+    CoreXdsServer,
+    PyxdsAioServer,
+    PyxdsServer,
+    listener_name,
+    wait_served,
+    wait_until,
+)
+
+import pyxds
+from pyxds.server import Snapshot
+from pyxds.server import builders as b
+from pyxds.server import inbound as ib
+
+OURS = {"sync": PyxdsServer, "aio": PyxdsAioServer}
+
+
+@pytest.fixture(params=sorted(OURS))
+def pair(request, control, pki):
+    """(pyxds server, C-core server), each with its own node id, not started."""
+    started = []
+
+    def make(with_pki=True, **kwargs):
+        extra = {"certificate_providers": pki.providers()} if with_pki else {}
+        ours = OURS[request.param](
+            control.bootstrap(
+                f"ours-{request.param}", server_listener_resource_name_template=TEMPLATE, **extra
+            ),
+            **kwargs,
+        )
+        core = CoreXdsServer(
+            control.bootstrap("core", server_listener_resource_name_template=TEMPLATE, **extra),
+            **kwargs,
+        )
+        started.extend([ours, core])
+        return ours.start(), core.start()
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+def publish_both(control, ours, core, make_listener, routes=()):
+    """The same Listener (made by ``make_listener(address)``) for each server."""
+    control.set_snapshot(
+        Snapshot(listeners=[make_listener(ours.address)], routes=list(routes)),
+        node_id=ours_node(ours),
+    )
+    control.set_snapshot(
+        Snapshot(listeners=[make_listener(core.address)], routes=list(routes)), node_id="core"
+    )
+
+
+def ours_node(ours):
+    return f"ours-{'aio' if ours.kind == 'pyxds-aio' else 'sync'}"
+
+
+def strict(address, **rbac):
+    lis = ib.istio_inbound_listener(address, strict=True, **rbac)
+    lis.name = listener_name(address)
+    return lis
+
+
+def plain(address, http_filters=(), rds=None, routes=None):
+    hcm = ib.inbound_hcm(
+        ib.inbound_route_config("inbound", routes) if routes is not None else None,
+        rds=rds,
+        http_filters=list(http_filters),
+    )
+    return ib.server_listener(listener_name(address), address, [ib.filter_chain(hcm)])
+
+
+def outcome(address, creds=None, **call):
+    with Client(address, creds) as client:
+        return client.code(**call)
+
+
+# ------------------------------------------------------------------ serving state
+
+
+def test_serving_state_before_with_and_after_the_listener_agrees(control, pair):
+    ours, core = pair(with_pki=False, secure=False)
+    time.sleep(1.0)
+    before = {s.kind: outcome(s.address) for s in (ours, core)}
+    assert set(before.values()) == {"UNAVAILABLE"}, before
+    publish_both(control, ours, core, plain)
+    for s in (ours, core):
+        assert wait_served(s.address).startswith("OK:"), s.kind
+    control.set_snapshot(Snapshot(), node_id=ours_node(ours))
+    control.set_snapshot(Snapshot(), node_id="core")
+    gone = {}
+    for s in (ours, core):
+        wait_until(lambda s=s: outcome(s.address) == "UNAVAILABLE", 10)
+        gone[s.kind] = outcome(s.address)
+    assert set(gone.values()) == {"UNAVAILABLE"}, gone
+
+
+# ------------------------------------------------------------------ STRICT mTLS
+
+
+def test_strict_mtls_serves_mesh_clients_and_refuses_the_rest_as_c_core(pair, control, pki):
+    ours, core = pair()
+    publish_both(control, ours, core, strict)
+    alice = pki.client_credentials("alice")
+    for s in (ours, core):
+        assert wait_served(s.address, alice).startswith("OK:"), s.kind
+    cases = {
+        "mesh client": alice,
+        "no client certificate": pki.client_credentials(None),
+        "another CA": pki.client_credentials("stranger"),
+        "plaintext": None,
+    }
+    got = {
+        name: {s.kind: outcome(s.address, creds) for s in (ours, core)}
+        for name, creds in cases.items()
+    }
+    assert got["mesh client"] == {ours.kind: "OK", "core": "OK"}
+    for name in ("no client certificate", "another CA", "plaintext"):
+        assert got[name] == {ours.kind: "UNAVAILABLE", "core": "UNAVAILABLE"}, (name, got)
+
+
+# ------------------------------------------------------------------ the RBAC matrix
+
+
+def _rbac_policies():
+    by_header = ib.header_rule(b.header_matcher("x-team", exact="red"))
+    deny = {
+        "deny-stream-for-b": ib.rbac_policy(
+            permissions=[ib.path_rule(exact=ECHO_STREAM)],
+            principals=[ib.principal_name(prefix="spiffe://mesh.example/ns/b/")],
+        ),
+        "deny-blue": ib.rbac_policy(
+            permissions=[ib.header_rule(b.header_matcher("x-team", exact="blue"))]
+        ),
+    }
+    allow = {
+        "alice-anything": ib.rbac_policy(principals=[ib.principal_name(exact=SPIFFE_A)]),
+        "red-team-echo": ib.rbac_policy(
+            permissions=[
+                rbac_config_pb2.Permission(
+                    and_rules=rbac_config_pb2.Permission.Set(
+                        rules=[by_header, ib.path_rule(exact=ECHO)]
+                    )
+                )
+            ],
+            principals=[ib.authenticated()],
+        ),
+        "subject-carol": ib.rbac_policy(principals=[ib.principal_name(exact="CN=carol")]),
+    }
+    return deny, allow
+
+
+def test_rbac_matrix_of_identity_method_and_header_agrees_with_c_core(pair, control, pki):
+    ours, core = pair()
+    deny, allow = _rbac_policies()
+    publish_both(control, ours, core, lambda a: strict(a, deny=deny, allow=allow))
+    for s in (ours, core):
+        assert wait_served(s.address, pki.client_credentials("alice")).startswith("OK:"), s.kind
+    identities = ["alice", "bob", "subject_only"]
+    methods = [ECHO, ECHO_STREAM]
+    headers = [(), (("x-team", "red"),), (("x-team", "blue"),)]
+    table = {}
+    clients = {
+        (s.kind, who): Client(s.address, pki.client_credentials(who))
+        for s in (ours, core)
+        for who in identities
+    }
+    try:
+        for who, method, md in itertools.product(identities, methods, headers):
+            row = {s.kind: clients[s.kind, who].code(method, md) for s in (ours, core)}
+            table[who, method, md] = row
+    finally:
+        for client in clients.values():
+            client.close()
+    mismatches = {k: v for k, v in table.items() if v[ours.kind] != v["core"]}
+    assert not mismatches, mismatches
+    outcomes = {v["core"] for v in table.values()}
+    assert outcomes == {"OK", "PERMISSION_DENIED"}  # the matrix exercises both
+
+
+# ------------------------------------------------------------------ RDS
+
+
+def test_rds_update_changes_outcomes_the_same_way(pair, control):
+    """In place on both; after it: RBAC denies, an unsupported action and a
+    path no route matches fail UNAVAILABLE, in the same words (routing comes
+    before the method lookup: no handler exists for the unrouted path).  An
+    RPC that reaches an unknown method is not sent to C-core: grpcio 1.85.3's
+    xDS server aborts the process on it (tests/e2e/test_xds_server.py)."""
+    ours, core = pair(with_pki=False, secure=False)
+    rbac = [ib.rbac_filter("rbac", "ALLOW", {})]
+    open_route = b.route(prefix="/", typed_per_filter_config={"rbac": ib.rbac_per_route()})
+    first = ib.inbound_route_config("routes", [open_route])
+    second = ib.inbound_route_config(
+        "routes", [b.route(path=ECHO_STREAM, cluster="c"), b.route(prefix="/pyxds.test.Echo/")]
+    )
+    publish_both(control, ours, core, lambda a: plain(a, rbac, rds="routes"), routes=[first])
+    for s in (ours, core):
+        assert wait_served(s.address).startswith("OK:"), s.kind
+
+    def outcomes(methods):
+        out = {}
+        for s in (ours, core):
+            with Client(s.address) as client:
+                out[s.kind] = [
+                    client.call(m).removesuffix(s.servicer.name if s.kind != "core" else "core")
+                    for m in methods
+                ]
+        return out
+
+    before = outcomes([ECHO, ECHO_STREAM])
+    assert before[ours.kind] == before["core"] == ["OK:", "OK:"]
+    publish_both(control, ours, core, lambda a: plain(a, rbac, rds="routes"), routes=[second])
+    time.sleep(1.5)
+    after = outcomes([ECHO, ECHO_STREAM, "/other.Svc/M"])
+    assert after[ours.kind] == after["core"], after
+    assert after["core"] == [
+        "PERMISSION_DENIED:Unauthorized RPC rejected",
+        "UNAVAILABLE:UNAVAILABLE:matching route has unsupported action",
+        "UNAVAILABLE:UNAVAILABLE:no route matched",
+    ]
+
+
+# ------------------------------------------------------------------ NACKs
+
+
+def _bad_listeners():
+    """name -> function(address) -> Listener; ``-accepted`` ones both ACK."""
+
+    def lis(*chains, default=None):
+        return lambda a: ib.server_listener(listener_name(a), a, chains, default)
+
+    def edit(make, fn):
+        def build(a):
+            out = make(a)
+            fn(out)
+            return out
+
+        return build
+
+    def rbac(policy, action="ALLOW"):
+        return lis(ib.filter_chain(http_filters=[ib.rbac_filter("rbac", action, {"p": policy})]))
+
+    def tls(ctx):
+        return lis(ib.filter_chain(tls=ctx))
+
+    cases = {}
+    cases["use-original-dst"] = edit(
+        lis(ib.filter_chain()),
+        lambda lis_: lis_.use_original_dst.CopyFrom(wrappers_pb2.BoolValue(value=True)),
+    )
+    cases["listener-filters-accepted"] = edit(
+        lis(ib.filter_chain()), lambda lis_: lis_.listener_filters.add(name="tls_inspector")
+    )
+    cases["udp"] = edit(
+        lis(ib.filter_chain()), lambda lis_: setattr(lis_.address.socket_address, "protocol", 1)
+    )
+    cases["no-chains"] = lis()
+    two = ib.filter_chain()
+    two.filters.append(two.filters[0])
+    cases["two-filters"] = lis(two)
+    cases["not-hcm"] = lis(
+        listener_components_pb2.FilterChain(
+            filters=[
+                listener_components_pb2.Filter(name="x", typed_config=b.pack(router_pb2.Router()))
+            ]
+        )
+    )
+    cases["duplicate-chains"] = lis(
+        ib.filter_chain(prefix_ranges=["10.1.2.3/8"]), ib.filter_chain(prefix_ranges=["10.0.0.0/8"])
+    )
+    cases["server-names-accepted"] = lis(
+        ib.filter_chain(server_names=["a"]), ib.filter_chain(server_names=["a"]), ib.filter_chain()
+    )
+    cases["bad-cidr"] = lis(ib.filter_chain(source_prefix_ranges=["nope/8"]))
+    condition = ib.rbac_policy()
+    condition.condition.const_expr.bool_value = True
+    cases["rbac-condition"] = rbac(condition)
+    cases["rbac-grpc-header"] = rbac(
+        ib.rbac_policy(permissions=[ib.header_rule(b.header_matcher("grpc-x", exact="1"))])
+    )
+    cases["rbac-scheme-header"] = rbac(
+        ib.rbac_policy(
+            principals=[ib.header_rule(b.header_matcher(":scheme", exact="h"), principal=True)]
+        )
+    )
+    cases["rbac-port-range"] = rbac(
+        ib.rbac_policy(
+            permissions=[
+                rbac_config_pb2.Permission(
+                    destination_port_range=range_pb2.Int32Range(start=1, end=2)
+                )
+            ]
+        )
+    )
+    cases["rbac-log-accepted"] = rbac(ib.rbac_policy(), action="LOG")
+    cases["rbac-bad-regex"] = rbac(
+        ib.rbac_policy(permissions=[ib.header_rule(b.header_matcher("x-a", safe_regex="a("))])
+    )
+    cases["rbac-bad-cidr-accepted"] = rbac(
+        ib.rbac_policy(principals=[rbac_config_pb2.Principal(source_ip=ib.cidr("nope/8"))])
+    )
+    cases["rbac-no-string-pattern"] = rbac(
+        ib.rbac_policy(
+            permissions=[rbac_config_pb2.Permission(requested_server_name=ib.string_matcher())]
+        )
+    )
+    cases["fault-on-server"] = lis(
+        ib.filter_chain(http_filters=[b.fault_filter(abort_grpc_status=14)])
+    )
+    cases["tls-no-identity"] = tls(ib.downstream_tls(None, "default", False))
+    cases["tls-require-no-ca"] = tls(ib.downstream_tls("default", None, True))
+    cases["tls-unknown-provider"] = tls(ib.downstream_tls("nope", "default", True))
+    sni = ib.downstream_tls()
+    sni.require_sni.value = True
+    cases["tls-require-sni"] = tls(sni)
+    ocsp = ib.downstream_tls()
+    ocsp.ocsp_staple_policy = ocsp.STRICT_STAPLING
+    cases["tls-ocsp"] = tls(ocsp)
+    sans = ib.downstream_tls()
+    sans.common_tls_context.combined_validation_context.default_validation_context.match_subject_alt_names.add(
+        exact="x"
+    )
+    cases["tls-sans"] = tls(sans)
+    xff = ib.inbound_hcm()
+    xff.xff_num_trusted_hops = 2
+    cases["xff"] = lis(ib.filter_chain(xff))
+    return cases
+
+
+def _core_nack_errors(message):
+    """C-core's NACK text: per resource name, its (field, error) pairs."""
+    out = {}
+    body = message[message.index("[") + 1 : message.rindex("]")]
+    for part in body.split("resource index ")[1:]:
+        _, name, rest = part.rstrip("; ").split(": ", 2)
+        inner = rest[rest.index("[") + 1 : rest.rindex("]")]
+        pairs = set()
+        for item in inner.split("; field:"):
+            field, sep, error = item.removeprefix("field:").partition(" error:")
+            if not sep:  # several errors: "field:X errors:[a; b]"
+                field, _, errors = item.removeprefix("field:").partition(" errors:[")
+                pairs.update((field, e) for e in errors.rstrip("]").split("; "))
+            else:
+                pairs.add((field, error))
+        out[name] = pairs
+    return out
+
+
+def _pyxds_nack_errors(message):
+    out = {}
+    body = message[message.index("[") + 1 : message.rindex("]")]
+    for part in body.split("resource index ")[1:]:
+        _, name, rest = part.rstrip("; ").split(": ", 2)
+        out[name] = {tuple(item.split(": ", 1)) for item in rest.split("; ")}
+    return out
+
+
+def test_listener_nacks_agree_with_c_core(control, pki):
+    """Every bad server Listener: NACKed by both with the same (field, error)
+    pairs, and the ``-accepted`` ones ACKed by both."""
+    cases = _bad_listeners()
+    names = sorted(cases)
+    extra = {"certificate_providers": pki.providers()}
+    core = CoreXdsServer(
+        control.bootstrap("nack-core", server_listener_resource_name_template=TEMPLATE, **extra),
+        secure=False,
+        extra_ports=len(names) - 1,
+    )
+    ours = pyxds.xds_server(
+        None,
+        bootstrap=control.bootstrap(
+            "nack-ours", server_listener_resource_name_template=TEMPLATE, **extra
+        ),
+    )
+    our_addresses = [f"127.0.0.1:{ours.add_insecure_port('127.0.0.1:0')}" for _ in names]
+    for node, addresses in (("nack-core", core.addresses), ("nack-ours", our_addresses)):
+        control.set_snapshot(
+            Snapshot(listeners=[cases[n](a) for n, a in zip(names, addresses, strict=True)]),
+            node_id=node,
+        )
+    core.start()
+    ours.start()
+    try:
+
+        def errors(node, addresses, parse):
+            def ready():
+                nacks = control.nacks("LDS", node_id=node)
+                if not nacks:
+                    return None
+                by_name = parse(nacks[-1].error_message)
+                return (
+                    by_name
+                    if len(by_name) >= len([n for n in names if "accepted" not in n])
+                    else None
+                )
+
+            found = control.wait_until(
+                ready, timeout=20, what=f"{node}'s NACK of every bad Listener"
+            )
+            case_of = {listener_name(a): n for n, a in zip(names, addresses, strict=True)}
+            return {case_of[k]: v for k, v in found.items()}
+
+        theirs = errors("nack-core", core.addresses, _core_nack_errors)
+        mine = errors("nack-ours", our_addresses, _pyxds_nack_errors)
+        assert set(theirs) == {n for n in names if not n.endswith("-accepted")}
+        diff = {n: (mine.get(n), theirs[n]) for n in theirs if mine.get(n) != theirs[n]}
+        assert not diff, diff
+        assert set(mine) == set(theirs)
+    finally:
+        ours.stop(None).wait(10)
+        core.stop()

@@ -1,0 +1,447 @@
+"""Server Listener validation (A36, A29 server side, A41), in C-core's words.
+
+Each case is what grpcio 1.85's C-core NACKs or ACKs (xds_listener_parser.cc,
+xds_http_rbac_filter.cc); tests/e2e/test_xds_server_differential.py checks
+a set of them against C-core itself.
+"""
+
+from __future__ import annotations
+
+import pytest
+from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
+from envoy.config.route.v3 import route_components_pb2
+from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.type.v3 import range_pb2
+from google.protobuf import wrappers_pb2
+
+from pyxds.server import builders as b
+from pyxds.server import inbound as ib
+from pyxds.xds.resources import LISTENER, ROUTE_CONFIG
+from pyxds.xds.resources.listener import decode_listener
+from pyxds.xds.resources.rbac import RbacConfig
+from pyxds.xds.resources.types import NonForwardingAction, UnsupportedAction
+
+ADDRESS = "0.0.0.0:8080"
+HCM0 = (
+    "filter_chains[0].filters[0].typed_config.value["
+    "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager]"
+)
+RBAC_VALUE = "typed_config.value[envoy.extensions.filters.http.rbac.v3.RBAC]"
+TLS0 = (
+    "filter_chains[0].transport_socket.typed_config.value["
+    "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext]"
+)
+PROVIDERS = {"default": {"plugin_name": "file_watcher", "config": {"ca_certificate_file": "x"}}}
+
+
+def decode(lis: listener_pb2.Listener, providers=None):
+    _name, resource, error = decode_listener(lis.SerializeToString(), providers)
+    return resource, error
+
+
+def listener(*chains, default=None, address=ADDRESS):
+    return ib.server_listener("lis", address, chains, default)
+
+
+def ok(lis, providers=None):
+    resource, error = decode(lis, providers)
+    assert error is None, error
+    return resource.tcp_listener
+
+
+def nack(lis, providers=None) -> str:
+    resource, error = decode(lis, providers)
+    assert resource is None and error, "expected a NACK"
+    return error
+
+
+# ------------------------------------------------------------------ the Istio shape
+
+
+def test_istio_strict_listener_is_accepted_with_both_tls_field_generations():
+    lis = ib.istio_inbound_listener(
+        ADDRESS,
+        strict=True,
+        deny={"deny-0": ib.rbac_policy(principals=[ib.principal_name(exact="spiffe://a")])},
+        allow={"allow-0": ib.rbac_policy()},
+    )
+    tcp = ok(lis, PROVIDERS)
+    assert tcp.address == ADDRESS
+    (chain,) = tcp.filter_chains
+    assert chain.tls.identity.instance_name == "default"
+    assert chain.tls.identity.certificate_name == "default"
+    assert chain.tls.ca.instance_name == "default"
+    assert chain.tls.require_client_certificate
+    assert [f.name for f in chain.hcm.http_filters] == [
+        "envoy.filters.http.rbac.DENY",
+        "envoy.filters.http.rbac",
+        "router",
+    ]
+    assert [f.rbac.action if f.rbac else None for f in chain.hcm.http_filters] == [
+        "DENY",
+        "ALLOW",
+        None,
+    ]
+    (vh,) = chain.hcm.route_config.virtual_hosts
+    assert vh.domains == ("*",) and vh.routes[0].action == NonForwardingAction()
+
+
+def test_same_listener_twice_decodes_to_equal_values():
+    lis = ib.istio_inbound_listener(ADDRESS, strict=True, allow={"a": ib.rbac_policy()})
+    assert decode(lis)[0] == decode(lis)[0]
+
+
+def test_deprecated_only_tls_fields_name_the_providers():
+    ctx = ib.downstream_tls(
+        "default", "default", True, deprecated_fields=True, current_fields=False
+    )
+    tcp = ok(listener(ib.filter_chain(tls=ctx)))
+    tls = tcp.filter_chains[0].tls
+    assert (tls.identity.instance_name, tls.ca.instance_name) == ("default", "default")
+
+
+# ------------------------------------------------------------------ Listener fields
+
+
+def test_use_original_dst_is_nacked():
+    lis = listener(ib.filter_chain())
+    lis.use_original_dst.CopyFrom(wrappers_pb2.BoolValue(value=True))
+    assert "use_original_dst: field not supported" in nack(lis)
+
+
+def test_use_original_dst_false_is_accepted():
+    lis = listener(ib.filter_chain())
+    lis.use_original_dst.CopyFrom(wrappers_pb2.BoolValue(value=False))
+    ok(lis)
+
+
+def test_listener_filters_are_accepted_as_c_core_does():
+    lis = listener(ib.filter_chain())
+    lis.listener_filters.add(name="envoy.filters.listener.tls_inspector")
+    ok(lis)
+
+
+def test_address_must_be_a_tcp_socket_address():
+    lis = listener(ib.filter_chain())
+    lis.address.ClearField("socket_address")
+    lis.address.pipe.path = "/tmp/x"
+    assert "address.socket_address: field not present" in nack(lis)
+    lis = listener(ib.filter_chain())
+    lis.address.socket_address.protocol = 1  # UDP
+    assert "address.socket_address.protocol: value must be TCP" in nack(lis)
+
+
+def test_ipv6_address_is_kept_bracketed():
+    assert ok(listener(ib.filter_chain(), address="[::]:8080")).address == "[::]:8080"
+
+
+def test_a_listener_needs_a_chain_or_a_default_chain():
+    assert "default_filter_chain: must be set if filter_chains is unset" in nack(listener())
+    assert ok(listener(default=ib.filter_chain())).default_filter_chain is not None
+
+
+def test_neither_address_nor_api_listener_is_rejected_in_c_core_words():
+    _resource, error = decode(listener_pb2.Listener(name="x"))
+    assert error == "Listener has neither address nor ApiListener"
+
+
+# ------------------------------------------------------------------ filter chains
+
+
+def test_a_chain_needs_exactly_one_filter():
+    fc = ib.filter_chain()
+    fc.filters.append(fc.filters[0])
+    assert (
+        "filter_chains[0].filters: must have exactly one filter (HttpConnectionManager -- "
+        "no other filter is supported at the moment)" in nack(listener(fc))
+    )
+    fc.ClearField("filters")
+    assert "filter_chains[0].filters: must have exactly one filter" in nack(listener(fc))
+
+
+def test_a_non_hcm_network_filter_is_nacked():
+    fc = listener_components_pb2.FilterChain(
+        filters=[listener_components_pb2.Filter(name="x", typed_config=b.pack(router_pb2.Router()))]
+    )
+    err = nack(listener(fc))
+    assert (
+        "filter_chains[0].filters[0].typed_config.value["
+        "envoy.extensions.filters.http.router.v3.Router]: unsupported filter type" in err
+    )
+
+
+def test_duplicate_matching_rules_are_nacked_after_normalisation():
+    """10.1.2.3/8 and 10.0.0.0/8 are the same range once masked (A36)."""
+    lis = listener(
+        ib.filter_chain(prefix_ranges=["10.1.2.3/8"]),
+        ib.filter_chain(prefix_ranges=["10.0.0.0/8"]),
+    )
+    assert (
+        "filter_chains: duplicate matching rules detected when adding filter chain: "
+        "{prefix_ranges={{address_prefix=10.0.0.0:0, prefix_len=8}}}" in nack(lis)
+    )
+
+
+def test_duplicates_are_found_in_the_cartesian_product_of_fields():
+    lis = listener(
+        ib.filter_chain(source_prefix_ranges=["192.168.1.0/24", "10.2.0.0/16"]),
+        ib.filter_chain(source_prefix_ranges=["10.2.0.0/16"], source_ports=[0]),
+    )
+    assert "duplicate matching rules" in nack(lis)
+
+
+def test_chains_that_can_never_match_are_dropped_before_the_duplicate_check():
+    """C-core leaves chains with server_names / application_protocols /
+    another transport protocol / a destination port out of its map first,
+    so identical ones do not conflict (A36 would check them; C-core does not)."""
+    tcp = ok(
+        listener(
+            ib.filter_chain(server_names=["a"]),
+            ib.filter_chain(server_names=["a"]),
+            ib.filter_chain(application_protocols=["h2"]),
+            ib.filter_chain(application_protocols=["h2"]),
+            ib.filter_chain(transport_protocol="tls"),
+            ib.filter_chain(destination_port=8080),
+            ib.filter_chain(destination_port=8080),
+            ib.filter_chain(name="usable"),
+        )
+    )
+    assert [c.name for c in tcp.all_chains()] == ["usable"]
+
+
+def test_raw_buffer_chains_replace_chains_without_a_transport_protocol():
+    tcp = ok(
+        listener(
+            ib.filter_chain(name="plain"),
+            ib.filter_chain(name="raw", transport_protocol="raw_buffer"),
+            ib.filter_chain(name="plain-after"),
+        )
+    )
+    assert [c.name for c in tcp.all_chains()] == ["raw"]
+
+
+def test_bad_cidr_is_nacked_naming_the_field():
+    err = nack(listener(ib.filter_chain(prefix_ranges=["not-an-ip/8"])))
+    assert (
+        "filter_chains[0].filter_chain_match.prefix_ranges[0].address_prefix: "
+        "Failed to parse address:not-an-ip:0" in err
+    )
+
+
+def test_prefix_length_is_clamped_and_the_address_masked():
+    tcp = ok(listener(ib.filter_chain(prefix_ranges=["10.1.2.3/99"], source_prefix_ranges=["::1"])))
+    match = tcp.filter_chains[0].match
+    assert str(match.prefix_ranges[0]) == "10.1.2.3/32"
+    assert str(match.source_prefix_ranges[0]) == "::/0"
+
+
+# ------------------------------------------------------------------ HTTP filters
+
+
+def test_fault_filter_is_not_supported_on_servers():
+    fc = ib.filter_chain(http_filters=[b.fault_filter(abort_grpc_status=14)])
+    err = nack(listener(fc))
+    assert (
+        f"{HCM0}.http_filters[0].typed_config.value[envoy.extensions.filters.http.fault.v3"
+        ".HTTPFault]: filter is not supported on servers" in err
+    )
+
+
+def test_optional_unsupported_filter_is_skipped_on_servers():
+    flt = b.fault_filter(abort_grpc_status=14)
+    flt.is_optional = True
+    tcp = ok(listener(ib.filter_chain(http_filters=[flt])))
+    assert [f.name for f in tcp.filter_chains[0].hcm.http_filters] == ["router"]
+
+
+def test_xff_num_trusted_hops_must_be_zero_on_servers_too():
+    hcm = ib.inbound_hcm()
+    hcm.xff_num_trusted_hops = 1
+    assert f"{HCM0}.xff_num_trusted_hops: must be zero" in nack(listener(ib.filter_chain(hcm)))
+
+
+def test_rds_config_source_must_be_ads():
+    hcm = ib.inbound_hcm(rds="routes")
+    hcm.rds.config_source.ClearField("ads")
+    hcm.rds.config_source.path = "/x"
+    assert f"{HCM0}.rds.config_source: ConfigSource does not specify ADS or SELF" in nack(
+        listener(ib.filter_chain(hcm))
+    )
+
+
+# ------------------------------------------------------------------ RBAC (A41)
+
+
+def rbac_chain(policy, action="ALLOW"):
+    return ib.filter_chain(http_filters=[ib.rbac_filter("rbac", action, {"p": policy})])
+
+
+def test_rbac_condition_is_nacked():
+    policy = ib.rbac_policy()
+    policy.condition.const_expr.bool_value = True
+    err = nack(listener(rbac_chain(policy)))
+    assert f"{HCM0}.http_filters[0].{RBAC_VALUE}.rules.policies[p].condition: " in err
+    assert "condition not supported" in err
+
+
+def test_rbac_checked_condition_is_nacked():
+    policy = ib.rbac_policy()
+    policy.checked_condition.expr.const_expr.bool_value = True
+    assert "checked condition not supported" in nack(listener(rbac_chain(policy)))
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("grpc-timeout", "'grpc-' prefixes not allowed in header"),
+        (":scheme", "':scheme' not allowed in header"),
+    ],
+)
+def test_rbac_header_rules_on_grpc_headers_and_scheme_are_nacked(name, problem):
+    rule = ib.header_rule(b.header_matcher(name, exact="x"))
+    err = nack(listener(rbac_chain(ib.rbac_policy(permissions=[rule]))))
+    assert f"rules.policies[p].permissions[0].header.name: {problem}" in err
+    principal = ib.header_rule(b.header_matcher(name, present=True), principal=True)
+    err = nack(listener(rbac_chain(ib.rbac_policy(principals=[principal]))))
+    assert f"rules.policies[p].principals[0].header.name: {problem}" in err
+
+
+def test_rbac_rules_grpc_does_not_know_are_invalid():
+    perm = rbac_config_pb2.Permission(destination_port_range=range_pb2.Int32Range(start=1, end=2))
+    err = nack(listener(rbac_chain(ib.rbac_policy(permissions=[perm]))))
+    assert "rules.policies[p].permissions[0]: invalid rule" in err
+    assert "invalid rule" in nack(
+        listener(rbac_chain(ib.rbac_policy(principals=[rbac_config_pb2.Principal()])))
+    )
+
+
+def test_rbac_bad_regex_is_nacked_naming_the_field():
+    rule = ib.header_rule(b.header_matcher("x-a", safe_regex="a("))
+    err = nack(listener(rbac_chain(ib.rbac_policy(permissions=[rule]))))
+    assert (
+        "permissions[0].header.string_match: Invalid regex string specified in matcher: "
+        "missing ): a(" in err
+    )
+
+
+def test_rbac_cidr_that_is_not_an_ip_is_accepted_and_never_matches():
+    """As C-core: the rule compares against an empty address."""
+    from envoy.config.rbac.v3 import rbac_pb2 as r
+
+    principal = r.Principal(source_ip=ib.cidr("nope/8"))
+    tcp = ok(listener(rbac_chain(ib.rbac_policy(principals=[principal]))))
+    (rule,) = tcp.filter_chains[0].hcm.http_filters[0].rbac.policies[0].principals
+    assert rule.kind == "source_ip" and rule.cidr is None
+
+
+def test_rbac_log_action_is_as_if_there_were_no_rbac():
+    tcp = ok(listener(rbac_chain(ib.rbac_policy(), action="LOG")))
+    assert tcp.filter_chains[0].hcm.http_filters[0].rbac == RbacConfig(None)
+
+
+def test_rbac_without_rules_does_nothing():
+    from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
+
+    flt = b.router_filter()
+    flt.name = "rbac"
+    flt.typed_config.Pack(rbac_pb2.RBAC())
+    tcp = ok(listener(ib.filter_chain(http_filters=[flt])))
+    assert tcp.filter_chains[0].hcm.http_filters[0].rbac == RbacConfig(None)
+
+
+def test_rbac_per_route_override_is_validated_in_rds():
+    """RDS does not know who reads it: a bad override NACKs the
+    RouteConfiguration for clients and servers alike (as C-core)."""
+    bad = ib.rbac_policy()
+    bad.condition.const_expr.bool_value = True
+    r = b.route(prefix="/", typed_per_filter_config={"rbac": ib.rbac_per_route("DENY", {"p": bad})})
+    rc = ib.inbound_route_config("rc", [r])
+    result = ROUTE_CONFIG.decode(rc.SerializeToString(), use_memo=False)
+    assert "condition not supported" in result.error
+    good = b.route(
+        prefix="/",
+        typed_per_filter_config={"rbac": ib.rbac_per_route("DENY", {"p": ib.rbac_policy()})},
+    )
+    rc = ib.inbound_route_config("rc", [good])
+    assert ROUTE_CONFIG.decode(rc.SerializeToString(), use_memo=False).error is None
+
+
+def test_route_actions_other_than_non_forwarding_are_kept_as_unsupported():
+    redirect = route_components_pb2.Route(
+        match=route_components_pb2.RouteMatch(prefix="/a"),
+        redirect=route_components_pb2.RedirectAction(host_redirect="x"),
+    )
+    rc = ib.inbound_route_config("rc", [redirect, b.route(prefix="/")])
+    routes = ROUTE_CONFIG.decode(rc.SerializeToString(), use_memo=False).resource
+    assert [r.action for r in routes.virtual_hosts[0].routes] == [
+        UnsupportedAction("redirect"),
+        NonForwardingAction(),
+    ]
+
+
+# ------------------------------------------------------------------ DownstreamTlsContext
+
+
+def tls_error(ctx, providers=PROVIDERS) -> str:
+    return nack(listener(ib.filter_chain(tls=ctx)), providers)
+
+
+def test_tls_without_an_identity_provider_is_nacked():
+    err = tls_error(ib.downstream_tls(None, "default", False))
+    assert (
+        f"{TLS0}: TLS configuration provided but no tls_certificate_provider_instance found" in err
+    )
+
+
+def test_required_client_certificate_needs_a_ca_provider():
+    err = tls_error(ib.downstream_tls("default", None, True))
+    assert (
+        f"{TLS0}.require_client_certificate: client certificate required but no certificate "
+        "provider instance specified for validation" in err
+    )
+
+
+def test_unknown_provider_instance_is_nacked():
+    err = tls_error(ib.downstream_tls("nope", "default", True))
+    assert "unrecognized certificate provider instance name: nope" in err
+
+
+def test_require_sni_and_strict_ocsp_stapling_are_nacked():
+    ctx = ib.downstream_tls()
+    ctx.require_sni.value = True
+    assert f"{TLS0}.require_sni: field unsupported" in tls_error(ctx)
+    ctx = ib.downstream_tls()
+    ctx.ocsp_staple_policy = ctx.STRICT_STAPLING
+    assert f"{TLS0}.ocsp_staple_policy: value must be LENIENT_STAPLING" in tls_error(ctx)
+
+
+def test_san_matchers_and_system_roots_are_not_supported_on_servers():
+    ctx = ib.downstream_tls()
+    dvc = ctx.common_tls_context.combined_validation_context.default_validation_context
+    dvc.match_subject_alt_names.add(exact="x")
+    assert "match_subject_alt_names not supported on servers" in tls_error(ctx)
+    ctx = ib.downstream_tls(ca=None, require_client_certificate=False)
+    ctx.common_tls_context.validation_context.system_root_certs.SetInParent()
+    assert "system_root_certs not supported" in tls_error(ctx)
+
+
+def test_a_transport_socket_of_another_type_is_nacked():
+    fc = ib.filter_chain()
+    fc.transport_socket.typed_config.CopyFrom(b.pack(router_pb2.Router()))
+    assert (
+        "filter_chains[0].transport_socket.typed_config.type_url: unsupported transport socket type"
+        in nack(listener(fc))
+    )
+
+
+def test_tls_without_client_verification_is_kept():
+    tcp = ok(listener(ib.filter_chain(tls=ib.downstream_tls("default", None, False))), PROVIDERS)
+    tls = tcp.filter_chains[0].tls
+    assert tls.ca is None and not tls.require_client_certificate
+
+
+def test_lds_is_memo_free_and_checks_providers_only_when_given():
+    """Without a bootstrap (resource files) provider names are not checked."""
+    lis = listener(ib.filter_chain(tls=ib.downstream_tls("nope", "nope", True)))
+    assert LISTENER.decode(lis.SerializeToString()).error is None
