@@ -18,10 +18,12 @@ import sys
 import timeit
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from pyxds.lb import (
+    OK_STATUS,
     ConnectivityState,
     Endpoint,
     PickArgs,
@@ -35,6 +37,7 @@ from pyxds.testing import FakeHelper
 
 ARGS = PickArgs("/helloworld.Greeter/SayHello", (), {"cluster": "cluster:foo"})
 NUMBER = 1_000_000  # calls per timing run
+OK = OK_STATUS
 REPEAT = 7  # timing runs; the minimum is reported
 
 
@@ -354,6 +357,130 @@ def bench_outlier_detection_round_robin_100() -> tuple[str, float]:
 
 CASES.append(bench_least_request_100)
 CASES.append(bench_outlier_detection_round_robin_100)
+
+
+# -- stateful session (A55/A60): a cookie's RPC through the ConfigSelector and the cluster tree --
+
+
+def _session_tree() -> tuple[Any, Any, Any, list[str]]:
+    """The cds tree of one EDS cluster (xds_cluster_impl > xds_override_host
+    > priority > outlier_detection > xds_wrr_locality > weighted_target >
+    round_robin, 3 localities x 10 endpoints, all READY) and two
+    ConfigSelectors over one route to it: with the stateful session filter
+    and without."""
+    import random
+
+    from pyxds.lb import registry
+    from pyxds.resolver.config_selector import ClusterRef, XdsConfigSelector
+    from pyxds.resolver.xds_config import (
+        XDS_CONFIG_ATTRIBUTE,
+        ClusterConfig,
+        EndpointConfig,
+        XdsConfig,
+    )
+    from pyxds.server import builders as b
+    from pyxds.xds.resources import LISTENER, ROUTE_CONFIG
+    from pyxds.xds.resources.types import (
+        Cluster,
+        ClusterLoadAssignment,
+        EndpointAddress,
+        Locality,
+        LocalityName,
+    )
+
+    name = "bench-session"
+    localities = tuple(
+        Locality(
+            LocalityName("r", f"z{i}"),
+            1,
+            tuple(EndpointAddress((f"10.0.{i}.{j}:443",)) for j in range(10)),
+        )
+        for i in range(3)
+    )
+    load = ClusterLoadAssignment(name, (localities,))
+    cluster = Cluster(name, "EDS", max_requests=2**62)
+    xds = XdsConfig(None, None, None, {name: ClusterConfig(cluster, EndpointConfig(load, ""))})
+    factory, config = registry.select([{"cds_experimental": {"cluster": name}}])
+    helper = FakeHelper()
+    policy = factory.build(helper)
+    assert policy.update(ResolverUpdate((), config, {XDS_CONFIG_ATTRIBUTE: xds})) is None
+    ready_all(helper)
+    assert helper.state is ConnectivityState.READY
+    refs = {name: ClusterRef(name, lambda: None)}
+    rc = b.route_config("r", [b.virtual_host("vh", routes=[b.route(prefix="", cluster=name)])])
+    vh = ROUTE_CONFIG.decode(rc.SerializeToString()).resource.virtual_hosts[0]
+    session_listener = b.listener(
+        "L", http_filters=[b.stateful_session_filter(cookie_name="session", ttl=120)]
+    )
+    filters = LISTENER.decode(session_listener.SerializeToString()).resource.http_filters
+    with_session = XdsConfigSelector(vh, refs, rng=random.Random(1), http_filters=filters)
+    plain = XdsConfigSelector(vh, refs, rng=random.Random(1))
+    addresses = [a for loc in localities for e in loc.endpoints for a in e.addresses]
+    return helper.last.picker, plain, with_session, addresses
+
+
+def bench_stateful_session() -> tuple[str, float]:
+    """A pick (and its call done) with a session cookie (A55: the
+    override-host pick of the pinned endpoint) through the whole cluster
+    tree, beside the plain cluster pick on the same tree, interleaved (goal:
+    <= 1.5x); and the whole RPC side (route: cookie read, A60 cluster; pick;
+    done; commit) both ways."""
+    import base64
+
+    picker, plain, with_session, addresses = _session_tree()
+    value = base64.b64encode(f"{addresses[7]};bench-session".encode()).decode()
+    cookie_md = (("cookie", f"session={value}"),)
+    path = ARGS.path
+    session_config = with_session.select(path, cookie_md)
+    plain_config = plain.select(path, ())
+    session_args = PickArgs(path, cookie_md, session_config.call_attributes)
+    plain_args = PickArgs(path, (), plain_config.call_attributes)
+    got = picker.pick(session_args)
+    assert isinstance(got, PickComplete) and got.subchannel.address == addresses[7]
+    pick = picker.pick
+
+    def routed(selector: Any, metadata: Any) -> Callable[[], None]:
+        select = selector.select
+
+        def run() -> None:
+            config = select(path, metadata)
+            result = pick(PickArgs(path, metadata, config.call_attributes))
+            if result.on_call_done is not None:
+                result.on_call_done(OK)
+            config.on_committed()
+
+        return run
+
+    def picked(args: PickArgs) -> Callable[[], None]:
+        def run() -> None:  # pick + call done: the in-flight count stays flat
+            result = pick(args)
+            if result.on_call_done is not None:
+                result.on_call_done(OK)
+
+        return run
+
+    runs = {
+        "pick": picked(plain_args),
+        "session pick": picked(session_args),
+        "rpc": routed(plain, ()),
+        "session rpc": routed(with_session, cookie_md),
+    }
+    best = {name: float("inf") for name in runs}
+    for _ in range(REPEAT):  # interleaved: the machine's load hits all alike
+        for name, fn in runs.items():
+            best[name] = min(best[name], time_ns(fn, number=NUMBER // 10, repeat=1))
+    session_config.on_committed()
+    plain_config.on_committed()
+    label = (
+        f"stateful session pick [plain {best['pick']:.0f} ns: "
+        f"{best['session pick'] / best['pick']:.2f}x; rpc side "
+        f"{best['session rpc']:.0f}/{best['rpc']:.0f} ns: "
+        f"{best['session rpc'] / best['rpc']:.2f}x]"
+    )
+    return label, best["session pick"]
+
+
+CASES.append(bench_stateful_session)
 
 
 # -- rls_experimental on a cache hit, beside a plain cluster_manager pick (issue 19) --

@@ -3,7 +3,8 @@ randomness are injected").
 
 Policies never read the wall clock or start threads for timers; they call
 ``helper.clock.call_later(delay, fn)``.  :class:`RealClock` runs due
-callbacks on one timer thread (a heap of deadlines) and hands each to a
+callbacks on the process's one timer thread (a heap of deadlines shared by
+every clock: threads do not grow with channels) and hands each to a
 ``dispatch`` function (normally the channel's work serializer), so timer
 callbacks obey the same one-at-a-time rule as every other LB event.
 :class:`pyxds.testing.FakeClock` implements the same API for tests.
@@ -13,10 +14,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+
+_log = logging.getLogger(__name__)
 
 
 class Timer(ABC):
@@ -43,16 +47,19 @@ class Clock(ABC):
 
 
 class _HeapTimer(Timer):
-    __slots__ = ("deadline", "seq", "fn", "_cancelled")
+    __slots__ = ("deadline", "seq", "fn", "owner", "_cancelled")
 
-    def __init__(self, deadline: float, seq: int, fn: Callable[[], None]) -> None:
+    def __init__(self, deadline: float, seq: int, fn: Callable[[], None], owner: RealClock) -> None:
         self.deadline = deadline
         self.seq = seq
         self.fn = fn
+        self.owner = owner
         self._cancelled = False
 
     def cancel(self) -> None:
-        self._cancelled = True
+        if not self._cancelled:
+            self._cancelled = True
+            _TIMERS.garbage += 1  # approximate (no lock): only a hint to compact
 
     @property
     def cancelled(self) -> bool:
@@ -62,20 +69,102 @@ class _HeapTimer(Timer):
         return (self.deadline, self.seq) < (other.deadline, other.seq)
 
 
+#: Seconds the timer thread waits with nothing scheduled before it exits (a
+#: new timer starts it again).
+TIMER_THREAD_LINGER = 1.0
+
+
+class _TimerThread:
+    """The process's one timer thread: a heap of every RealClock's deadlines
+    (C-core's timer manager).  It starts with the first timer and exits once
+    nothing has been scheduled for :data:`TIMER_THREAD_LINGER`, so the
+    threads of a process do not grow with its channels, and are back to
+    their count once every channel is closed.
+
+    A cancelled timer stays in the heap until its deadline, or until
+    cancelled ones make up half of it (then the heap is compacted): cancel()
+    never takes the lock, as RPC deadlines are cancelled on every call."""
+
+    def __init__(self) -> None:
+        self.heap: list[_HeapTimer] = []
+        self.seq = itertools.count()
+        self.cond = threading.Condition(threading.Lock())
+        self.thread: threading.Thread | None = None
+        #: cancelled timers still in the heap (approximate)
+        self.garbage = 0
+
+    def push(self, timer: _HeapTimer) -> None:
+        with self.cond:
+            heap = self.heap
+            if self.garbage > 256 and self.garbage * 2 > len(heap):
+                self._compact()
+            heapq.heappush(heap, timer)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="pyxds-timer", daemon=True)
+                self.thread.start()
+            elif heap[0] is timer:
+                self.cond.notify()  # a new earliest deadline: wake the thread
+
+    def drop(self, owner: RealClock) -> None:
+        """Forget every timer of ``owner`` (closed), so nothing it scheduled
+        keeps its callbacks (and what they reference) alive."""
+        with self.cond:
+            for timer in self.heap:
+                if timer.owner is owner:
+                    timer._cancelled = True
+            self._compact()
+            self.cond.notify()
+
+    def _compact(self) -> None:
+        self.heap = [t for t in self.heap if not t._cancelled]
+        heapq.heapify(self.heap)
+        self.garbage = 0
+
+    def _next(self) -> _HeapTimer | None:
+        """The next due timer (waiting for it); None: the thread exits."""
+        with self.cond:
+            while True:
+                heap = self.heap
+                while heap and heap[0]._cancelled:
+                    heapq.heappop(heap)
+                    self.garbage = max(0, self.garbage - 1)
+                if not heap:
+                    self.cond.wait(TIMER_THREAD_LINGER)
+                    if not self.heap:
+                        self.thread = None
+                        return None
+                    continue
+                wait = heap[0].deadline - time.monotonic()
+                if wait <= 0:
+                    return heapq.heappop(heap)
+                self.cond.wait(wait)
+
+    def _run(self) -> None:
+        while True:
+            timer = self._next()
+            if timer is None:
+                return
+            if not timer._cancelled:
+                try:
+                    timer.owner._dispatch(timer.owner._guarded(timer))
+                except Exception:  # one clock's callback must not stop every clock
+                    _log.exception("pyxds: timer callback raised")
+
+
+_TIMERS = _TimerThread()
+
+
 class RealClock(Clock):
-    """``time.monotonic`` plus one daemon timer thread over a heap of deadlines.
+    """``time.monotonic`` plus timers on the process's one timer thread.
 
     ``dispatch`` receives each due callback; the default runs it on the timer
     thread.  Channels pass their serializer's ``run`` so callbacks execute on
-    the serializer.
+    the serializer.  Callbacks of every clock share that thread (as C-core's
+    timers do): they must not block.
     """
 
     def __init__(self, dispatch: Callable[[Callable[[], None]], None] | None = None) -> None:
         self._dispatch = dispatch or (lambda fn: fn())
-        self._heap: list[_HeapTimer] = []
-        self._seq = itertools.count()
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
         self._closed = False
 
     #: ``time.monotonic`` itself: no Python frame per call (pickers read the
@@ -83,50 +172,22 @@ class RealClock(Clock):
     now = staticmethod(time.monotonic)
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> Timer:
-        timer = _HeapTimer(time.monotonic() + max(0.0, delay), next(self._seq), fn)
-        with self._cond:
-            if self._closed:
-                timer.cancel()
-                return timer
-            heapq.heappush(self._heap, timer)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="pyxds-timer", daemon=True)
-                self._thread.start()
-            self._cond.notify()
+        timer = _HeapTimer(time.monotonic() + max(0.0, delay), next(_TIMERS.seq), fn, self)
+        if self._closed:
+            timer._cancelled = True
+            return timer
+        _TIMERS.push(timer)
         return timer
 
     def close(self) -> None:
-        """Cancel every pending timer and stop the thread."""
-        with self._cond:
-            self._closed = True
-            for timer in self._heap:
-                timer.cancel()
-            self._heap.clear()
-            self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    if self._closed:
-                        return
-                    while self._heap and self._heap[0].cancelled:
-                        heapq.heappop(self._heap)
-                    if not self._heap:
-                        self._cond.wait()
-                        continue
-                    wait = self._heap[0].deadline - time.monotonic()
-                    if wait <= 0:
-                        timer = heapq.heappop(self._heap)
-                        break
-                    self._cond.wait(wait)
-            if not timer.cancelled:
-                self._dispatch(self._guarded(timer))
+        """Cancel every pending timer; later ones are born cancelled."""
+        self._closed = True
+        _TIMERS.drop(self)
 
     @staticmethod
     def _guarded(timer: _HeapTimer) -> Callable[[], None]:
         def run() -> None:
-            if not timer.cancelled:
+            if not timer._cancelled:
                 timer.fn()
 
         return run

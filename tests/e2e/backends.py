@@ -75,7 +75,10 @@ class EchoBackend:
         if self._server is not None:
             return self
         executor = futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix=self.name)
-        server = grpc.server(executor)
+        # No SO_REUSEPORT (grpcio's default): with it, binding port 0 can hand
+        # out a port another process's server listens on, and the kernel
+        # then splits connections between the two.
+        server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
         echo_pb2_grpc.add_EchoServicer_to_server(_EchoServicer(self), server)
         port = server.add_insecure_port(f"{self.host}:{self.port}")
         if not port:

@@ -323,10 +323,26 @@ def call(target, method, metadata, timeout, wfr, details=False, request=""):
             return "error:" + e.code().name + ": " + (e.details() or "")
         return "error:" + e.code().name
 
+def call_md(target, method, metadata, timeout, request=""):
+    # [reply or error:CODE, initial metadata, trailing metadata] of one call
+    mc = channel(target).unary_unary(method)
+    try:
+        reply, c = mc.with_call(request.encode(), timeout=timeout, metadata=metadata or None,
+                                wait_for_ready=True)
+        return [reply.decode(), [list(x) for x in c.initial_metadata() or ()],
+                [list(x) for x in c.trailing_metadata() or ()]]
+    except grpc.RpcError as e:
+        return ["error:" + e.code().name, [list(x) for x in e.initial_metadata() or ()],
+                [list(x) for x in e.trailing_metadata() or ()]]
+
 for line in sys.stdin:
     cmd = json.loads(line)
     counts = collections.Counter()
     md = [tuple(x) for x in cmd.get("metadata", [])]
+    if cmd["op"] == "call_md":
+        print(json.dumps(call_md(cmd["target"], cmd["method"], md, cmd["timeout"],
+                                 cmd.get("request", ""))), flush=True)
+        continue
     if cmd["op"] == "call":
         for _ in range(cmd["n"]):
             got = call(cmd["target"], cmd["method"], md, cmd["timeout"], cmd["wfr"],
@@ -351,20 +367,25 @@ class CoreXdsClient:
     bootstrap once per process); RPCs on command, answers as Counters of the
     backend names (``error:CODE`` for failures)."""
 
-    def __init__(self, bootstrap: dict, xds_credentials: bool = False) -> None:
+    def __init__(
+        self, bootstrap: dict, xds_credentials: bool = False, env: dict | None = None
+    ) -> None:
         """``xds_credentials``: the channel is
-        ``grpc.secure_channel(target, grpc.xds_channel_credentials(insecure))`` (A29)."""
+        ``grpc.secure_channel(target, grpc.xds_channel_credentials(insecure))`` (A29);
+        ``env``: extra environment variables of the C-core process."""
         import json
         import os
         import queue
         import subprocess
         import sys
 
+        extra_env = env
         env = dict(os.environ)
         env.pop("GRPC_XDS_BOOTSTRAP", None)
         env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
         if xds_credentials:
             env["PYXDS_TEST_CORE_XDS_CREDS"] = "1"
+        env.update(extra_env or {})
         self._json = json
         self._proc = subprocess.Popen(
             [sys.executable, "-c", _CORE],
@@ -422,6 +443,33 @@ class CoreXdsClient:
             "wfr": wait_for_ready,
         }
         return self._command(cmd, timeout * n + 30)
+
+    def call_md(
+        self,
+        method: str = f"/{SERVICE}/Who",
+        metadata: list[tuple[str, str]] | None = None,
+        target: str = TARGET,
+        timeout: float = 5.0,
+        request: str = "",
+    ) -> tuple[str, list[tuple[str, str]], list[tuple[str, str]]]:
+        """One unary call (wait_for_ready): (reply or ``error:CODE``, initial
+        metadata, trailing metadata) as the application sees them."""
+        cmd = {
+            "op": "call_md",
+            "method": method,
+            "metadata": metadata or [],
+            "target": target,
+            "timeout": timeout,
+            "request": request,
+        }
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(self._json.dumps(cmd) + "\n")
+        self._proc.stdin.flush()
+        line = self._lines.get(timeout=timeout + 30)
+        if line is None:
+            raise RuntimeError("C-core client exited")
+        reply, initial, trailing = self._json.loads(line)
+        return reply, [tuple(x) for x in initial], [tuple(x) for x in trailing]
 
     def until(
         self, want: str, timeout: float, method: str = f"/{SERVICE}/Who", target: str = TARGET

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 from concurrent import futures
+from typing import Any
 
 import grpc
 
@@ -95,3 +96,50 @@ class OrcaBackend:
 
     def stop(self) -> None:
         self._server.stop(None).wait(5)
+
+
+def wrr_policy(oob: bool, oob_period: float | None = None) -> Any:
+    """A WrrLocality over ClientSideWeightedRoundRobin (A52/A58): blackout
+    0 s, weight updates every 0.1 s; ``oob``: enableOobLoadReport;
+    ``oob_period``: oobReportingPeriod in seconds (0.1 s with ``oob``)."""
+    from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (
+        client_side_weighted_round_robin_pb2 as cswrr_pb2,
+    )
+    from envoy.extensions.load_balancing_policies.wrr_locality.v3 import wrr_locality_pb2
+    from google.protobuf import duration_pb2, wrappers_pb2
+
+    from pyxds.server import builders as b
+
+    cswrr = cswrr_pb2.ClientSideWeightedRoundRobin(
+        blackout_period=duration_pb2.Duration(seconds=0),
+        weight_update_period=duration_pb2.Duration(nanos=100_000_000),
+    )
+    if oob_period is None and oob:
+        oob_period = 0.1
+    if oob_period is not None:
+        cswrr.oob_reporting_period.FromNanoseconds(int(oob_period * 1e9))
+    if oob:
+        cswrr.enable_oob_load_report.CopyFrom(wrappers_pb2.BoolValue(value=True))
+    inner = b._load_balancing_policy([("wrr", cswrr)])
+    return wrr_locality_pb2.WrrLocality(endpoint_picking_policy=inner)
+
+
+def wrr_snapshot(
+    cluster: str, addresses: list[str], oob: bool, version: str, oob_period: float | None = None
+) -> Any:
+    """The channel fixtures' listener and route to one WRR cluster over ``addresses``."""
+    from channel_fixtures import route, snapshot
+
+    from pyxds.server import builders as b
+    from pyxds.server.snapshot import Snapshot
+
+    base = snapshot([route(prefix="", cluster=cluster)], {cluster: []})
+    listener_t, route_t, _cluster_t, _eds_t = list(base._by_type)
+    policy = wrr_policy(oob, oob_period)
+    return Snapshot(
+        listeners=list(base.resources(listener_t).values()),
+        routes=list(base.resources(route_t).values()),
+        clusters=[b.cluster(cluster, load_balancing_policy=[("wrr_locality", policy)])],
+        endpoints=[b.endpoints(cluster, [b.locality(zone=f"{cluster}-z", endpoints=addresses)])],
+        version=version,
+    )

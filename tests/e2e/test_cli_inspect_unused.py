@@ -56,7 +56,7 @@ def test_inspect_tree_draws_ignored_and_unused_as_such_and_says_why_on_the_state
     assert "locality region=r1 IGNORED: no load_balancing_weight: gRPC ignores the locality" in out
     assert "127.0.0.1:3  health UNKNOWN  not used: its locality is ignored" in out
     assert (
-        "127.0.0.1:1  health DRAINING  not used: health DRAINING (only UNKNOWN and HEALTHY "
-        "are used)" in out
+        "127.0.0.1:1  health DRAINING  not used: health DRAINING: no new traffic "
+        "(stateful sessions may stay, A55)" in out
     )
     assert "locality region=r2 (weight 1)" in out

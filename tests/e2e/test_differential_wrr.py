@@ -14,46 +14,15 @@ from __future__ import annotations
 import collections
 
 import pytest
-from channel_fixtures import TARGET, CoreXdsClient, pyxds_calls, route, snapshot
-from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (
-    client_side_weighted_round_robin_pb2 as cswrr_pb2,
-)
-from envoy.extensions.load_balancing_policies.wrr_locality.v3 import wrr_locality_pb2
-from google.protobuf import duration_pb2, wrappers_pb2
-from orca_backends import HEAVY, LIGHT, OrcaBackend
+from channel_fixtures import TARGET, CoreXdsClient, pyxds_calls
+from orca_backends import HEAVY, LIGHT, OrcaBackend, wrr_snapshot
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
-from pyxds.server import builders as b
-from pyxds.server.snapshot import Snapshot
 
 NODE = "differential-wrr"
 N = 2000
 TOLERANCE = 0.04
-
-
-def wrr_policy(oob: bool) -> wrr_locality_pb2.WrrLocality:
-    cswrr = cswrr_pb2.ClientSideWeightedRoundRobin(
-        blackout_period=duration_pb2.Duration(seconds=0),
-        weight_update_period=duration_pb2.Duration(nanos=100_000_000),
-    )
-    if oob:
-        cswrr.enable_oob_load_report.CopyFrom(wrappers_pb2.BoolValue(value=True))
-        cswrr.oob_reporting_period.CopyFrom(duration_pb2.Duration(nanos=100_000_000))
-    inner = b._load_balancing_policy([("wrr", cswrr)])
-    return wrr_locality_pb2.WrrLocality(endpoint_picking_policy=inner)
-
-
-def wrr_snapshot(addresses: list[str], oob: bool, version: str) -> Snapshot:
-    base = snapshot([route(prefix="", cluster="wrr")], {"wrr": []})
-    listener_t, route_t, _cluster_t, _eds_t = list(base._by_type)
-    return Snapshot(
-        listeners=list(base.resources(listener_t).values()),
-        routes=list(base.resources(route_t).values()),
-        clusters=[b.cluster("wrr", load_balancing_policy=[("wrr_locality", wrr_policy(oob))])],
-        endpoints=[b.endpoints("wrr", [b.locality(zone="wrr-z", endpoints=addresses)])],
-        version=version,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +49,7 @@ def share(counts: collections.Counter, name: str) -> float:
 def splits(server, backends, oob: bool, version: str) -> tuple[float, float]:
     """(pyxds share, C-core share) of the heavy-weight backend, each over N
     RPCs after a warm-up that lets reports arrive and weights apply."""
-    server.set_snapshot(wrr_snapshot([x.address for x in backends], oob, version))
+    server.set_snapshot(wrr_snapshot("wrr", [x.address for x in backends], oob, version))
     bootstrap = server.bootstrap(node_id=NODE)
     core = CoreXdsClient(bootstrap)
     channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
@@ -111,7 +80,7 @@ def test_oob_orca_splits_like_c_core(server, backends):
 
 def test_shares_follow_a_change_of_reported_load(server, backends):
     heavy, light = backends
-    server.set_snapshot(wrr_snapshot([x.address for x in backends], False, "shift"))
+    server.set_snapshot(wrr_snapshot("wrr", [x.address for x in backends], False, "shift"))
     channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=NODE + "-shift"))
     try:
         pyxds_calls(channel, 300)

@@ -84,6 +84,32 @@ def tls(*matchers: dict, ca: str = MESH, identity: str | None = MESH):
     return b.upstream_tls_context(ca, identity, list(matchers))
 
 
+def tls_snapshot(*addresses: str, version: str | None = None, context=None) -> Snapshot:
+    """One secured EDS cluster "c" over ``addresses`` (default: the mesh CA
+    and identity, no SAN matchers)."""
+    route = b.route_config(
+        "echo-service-route", [b.virtual_host("vh", routes=[b.route(prefix="", cluster="c")])]
+    )
+    return Snapshot(
+        listeners=[b.listener("echo-service")],
+        routes=[route],
+        clusters=[b.cluster("c", upstream_tls=context if context is not None else tls())],
+        endpoints=[b.endpoints("c", [b.locality(zone="z", endpoints=list(addresses))])],
+        version=version,
+    )
+
+
+def core_and_pyxds(server: ManagementServer, node: str, provider_config: dict, cleanup=None):
+    """C-core's xds:/// channel (a subprocess) and a pyxds channel, both with
+    xDS credentials, on the same bootstrap; added to ``cleanup`` if given."""
+    config = bootstrap(server, node, provider_config)
+    core = CoreXdsClient(config, xds_credentials=True)
+    channel = pyxds.secure_channel(TARGET, xds_creds(), bootstrap=config)
+    if cleanup is not None:
+        cleanup += [core, channel]
+    return core, channel
+
+
 def xds_creds():
     return grpc.xds_channel_credentials(grpc.experimental.insecure_channel_credentials())
 
@@ -524,6 +550,11 @@ def _bad_contexts() -> dict[str, object]:
     c = tls_pb2.UpstreamTlsContext()
     c.common_tls_context.validation_context.system_root_certs.SetInParent()
     cases["system-roots-accepted"] = c
+    cases["sni-too-long"] = b.upstream_tls_context(MESH, MESH, sni="s" * 256)  # A101
+    cases["sni-255-accepted"] = b.upstream_tls_context(MESH, MESH, sni="s" * 255)
+    c = b.upstream_tls_context(MESH, MESH, sni="s" * 300)
+    c.common_tls_context.tls_params.SetInParent()
+    cases["sni-too-long-and-more"] = c
     return cases
 
 
@@ -584,6 +615,42 @@ def test_rotation_is_picked_up_like_c_core(server, pki, backends, tmp_path):
         theirs = core.until("secure", 20.0)
         assert "__elapsed__" in theirs, theirs
         assert wait_until(lambda: details_of(channel) == {"secure"}, 20.0)
+    finally:
+        channel.close()
+        core.close()
+
+
+@pytest.mark.parametrize(
+    ("matcher", "core_serves", "pyxds_serves"),
+    [
+        # C-core applies DNS rules (any case) to URI SANs for exact; A29 does not.
+        ({"exact": SPIFFE_SERVER.upper()}, True, False),
+        # A29 matches email SANs; C-core looks at DNS, URI and IP SANs only.
+        ({"exact": "backend@test.example"}, False, True),
+        # Where A29 and C-core agree, so do the clients.
+        ({"exact": SPIFFE_SERVER}, True, True),
+    ],
+)
+def test_san_matching_differences_from_c_core_are_a29s(
+    server, pki, backends, matcher, core_serves, pyxds_serves
+):
+    """The documented differences (docs/differences-from-c-core.md), shown
+    side by side so that a change on either side is noticed."""
+    leaf = pki["ca"].issue("backend", uris=(SPIFFE_SERVER,), emails=("backend@test.example",))
+    creds = grpc.ssl_server_credentials(
+        [(leaf.key, leaf.cert)], root_certificates=pki["ca"].pem, require_client_auth=True
+    )
+    backend = Backend("secure", credentials=creds).start()
+    backends.append(backend)
+    server.set_snapshot(secure_snapshot({"c": (backend.address, tls(matcher))}))
+    config = bootstrap(server, f"san-diff-{len(str(matcher))}", pki["client_config"])
+    core = CoreXdsClient(config, xds_credentials=True)
+    channel = pyxds.secure_channel(TARGET, xds_creds(), bootstrap=config)
+    try:
+        theirs = core.call(2, wait_for_ready=False, timeout=5.0)
+        ours = pyxds_calls(channel, 2, wait_for_ready=False, timeout=5.0)
+        assert theirs == ({"secure": 2} if core_serves else {"error:UNAVAILABLE": 2})
+        assert ours == ({"secure": 2} if pyxds_serves else {"error:UNAVAILABLE": 2})
     finally:
         channel.close()
         core.close()

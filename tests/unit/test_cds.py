@@ -73,14 +73,18 @@ def two_priority_eds(name="c1", **kwargs):
 # ----------------------------------------------------------------- EDS leaf
 
 
-def test_eds_cluster_tree_is_cluster_impl_priority_outlier_detection_wrr_locality_round_robin():
+def test_eds_cluster_tree_is_cluster_impl_override_host_priority_od_wrr_locality_rr():
+    """C-core's leaf tree with A55/A75's xds_override_host between load
+    reporting and the priorities (outlier detection stays per priority)."""
     _helper, policy, config = cds("c1")
     assert policy.update(cds_update(config, xds_config({"c1": two_priority_eds()}))) is None
     tree = describe(policy)
     assert tree[0] == "cds"
     impl = tree[1]
     assert impl[0] == "xds_cluster_impl"
-    priority = impl[1]
+    override_host = impl[1]
+    assert override_host[0] == "xds_override_host"
+    priority = override_host[1]
     assert priority[0] == "priority"
     assert set(priority[1]) <= {child_name("c1", 0), child_name("c1", 1)}
     assert priority[1][child_name("c1", 0)] == (
@@ -282,7 +286,7 @@ def test_logical_dns_cluster_has_one_priority_with_one_endpoint():
     policy.update(cds_update(config, xds_config({"d1": entry})))
     assert policy.priority_names == [child_name("d1", 0)]
     tree = describe(policy)
-    assert tree[1][1][1][child_name("d1", 0)] == (
+    assert tree[1][1][1][1][child_name("d1", 0)] == (
         "outlier_detection",
         ("xds_wrr_locality", ("weighted_target", {str(loc("", "")): "round_robin"})),
     )
@@ -509,7 +513,7 @@ def test_pick_first_via_xds_runs_pick_first_under_each_priority():
     entry = eds_entry(cluster, [locality(A, ["10.0.0.1:80", "10.0.0.2:80"])])
     policy.update(cds_update(config, xds_config({"pf": entry})))
     tree = describe(policy)
-    assert tree[1][1][1][child_name("pf", 0)] == ("outlier_detection", "pick_first")
+    assert tree[1][1][1][1][child_name("pf", 0)] == ("outlier_detection", "pick_first")
     connect_all(helper)
     picks = picked_addresses(helper, 20)
     assert len(set(picks)) == 1

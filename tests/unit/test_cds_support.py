@@ -198,6 +198,7 @@ def picked_addresses(helper: FakeHelper, n: int = 60, **call_attributes: Any) ->
 _KIND = {
     "CdsPolicy": "cds",
     "XdsClusterImplPolicy": "xds_cluster_impl",
+    "XdsOverrideHostPolicy": "xds_override_host",
     "PriorityLoadBalancer": "priority",
     "OutlierDetectionPolicy": "outlier_detection",
     "XdsWrrLocalityPolicy": "xds_wrr_locality",

@@ -103,13 +103,21 @@ def test_negative_delay_means_now():
 
 def test_real_clock_runs_callbacks_in_deadline_order_via_dispatch():
     dispatched = []
-    clock = RealClock(dispatch=lambda fn: (dispatched.append(fn), fn()))
+    gate = threading.Event()  # the first dispatch waits here: no race with cancel()
+
+    def dispatch(fn):
+        gate.wait(5)
+        dispatched.append(fn)
+        fn()
+
+    clock = RealClock(dispatch=dispatch)
     done = threading.Event()
     order = []
     clock.call_later(0.05, lambda: (order.append("late"), done.set()))
     clock.call_later(0.0, lambda: order.append("early"))
     cancelled = clock.call_later(0.01, lambda: order.append("cancelled"))
     cancelled.cancel()
+    gate.set()
     assert done.wait(5)
     assert order == ["early", "late"]
     assert len(dispatched) == 2

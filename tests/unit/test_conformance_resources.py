@@ -380,12 +380,12 @@ def test_unused_health_status_endpoint_is_skipped_before_validation(health):
     assert got.excluded_endpoints == 2 and got.endpoint_count == 1
 
 
-def test_draining_endpoint_is_validated_and_deduplicated_then_excluded():
-    """C-core keeps DRAINING endpoints (for override host); its address counts."""
+def test_draining_endpoint_is_validated_deduplicated_and_kept():
+    """C-core keeps DRAINING endpoints (for override host, A55); its address counts."""
     err = _err(ENDPOINTS, cla(locality("a", eps=(("10.0.0.1", 80), ("10.0.0.1", 80, DRAINING)))))
     assert "duplicate endpoint address" in err
     got = _ok(ENDPOINTS, cla(locality("a", eps=(("10.0.0.1", 80), ("10.0.0.2", 80, DRAINING)))))
-    assert got.excluded_endpoints == 1 and got.endpoint_count == 1
+    assert got.excluded_endpoints == 0 and got.endpoint_count == 1 and got.draining_count == 1
 
 
 def test_endpoint_weight_zero_is_nacked():

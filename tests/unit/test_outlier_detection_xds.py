@@ -155,7 +155,7 @@ def test_cds_puts_outlier_detection_over_the_cluster_policy_in_each_priority():
         cluster, [locality(loc("a"), ["10.0.0.1:80"])], [locality(loc("b"), ["10.0.1.1:80"])]
     )
     policy.update(cds_update(config, xds_config({"c1": entry})))
-    priority = describe(policy)[1][1]
+    priority = describe(policy)[1][1][1]
     assert priority[0] == "priority"
     built = [child for child in priority[1].values() if child is not None]
     assert built and all(child[0] == "outlier_detection" for child in built)

@@ -182,6 +182,7 @@ BUILTIN_SAMPLES = {
         "targets": {"a": {"weight": 1, "childPolicy": _RR}, "b": {"weight": 2, "childPolicy": _RR}}
     },
     "xds_cluster_impl_experimental": {"clusterName": "c1", "childPolicy": _RR},
+    "xds_override_host_experimental": {"clusterName": "c1", "childPolicy": _RR},
     "xds_cluster_manager_experimental": {"children": {"cluster:c1": {"childPolicy": _RR}}},
     "xds_routing_experimental": {
         "route": [{"prefix": "/", "action": "c1"}],

@@ -555,3 +555,77 @@ def test_lb_policy_json_returns_a_fresh_copy():
 def test_unparseable_bytes():
     result = CLUSTER.decode(b"\x0a\xff")
     assert result.name is None and result.resource is None and "could not parse" in result.error
+
+
+# -- A55/A75 override_host_status, A64/A85 lrs_report_endpoint_metrics ----------------
+
+
+def test_override_host_statuses_default_to_unknown_and_healthy():
+    """A55: unset (no common_lb_config, or no override_host_status) means
+    {UNKNOWN, HEALTHY} (C-core's DefaultsToUnknownAndHealthy tests)."""
+    assert decode_ok(eds_cluster()).override_host_statuses == {"UNKNOWN", "HEALTHY"}
+    c = eds_cluster()
+    c.common_lb_config.SetInParent()
+    assert decode_ok(c).override_host_statuses == {"UNKNOWN", "HEALTHY"}
+
+
+def test_override_host_statuses_keep_only_unknown_healthy_draining():
+    """A55: only UNKNOWN, HEALTHY and DRAINING are considered; the others
+    are ignored, not NACKed (mixed deployments)."""
+    from envoy.config.core.v3 import health_check_pb2 as hc
+
+    c = eds_cluster()
+    c.common_lb_config.override_host_status.statuses.extend(
+        [hc.UNKNOWN, hc.HEALTHY, hc.DRAINING, hc.UNHEALTHY, hc.DEGRADED, 42]
+    )
+    assert decode_ok(c).override_host_statuses == {"UNKNOWN", "HEALTHY", "DRAINING"}
+
+
+def test_override_host_statuses_can_be_set_empty():
+    c = eds_cluster()
+    c.common_lb_config.override_host_status.SetInParent()
+    assert decode_ok(c).override_host_statuses == frozenset()
+
+
+def test_lrs_report_endpoint_metrics_parsed_as_c_core(monkeypatch):
+    """A85: the three top-level fields and named_metrics.<key>; unknown
+    strings ignored; C-core's AsString order."""
+    monkeypatch.delenv("GRPC_EXPERIMENTAL_XDS_ORCA_LRS_PROPAGATION", raising=False)
+    c = eds_cluster()
+    c.lrs_report_endpoint_metrics.extend(
+        [
+            "named_metrics.foo",
+            "named_metrics.bar",
+            "cpu_utilization",
+            "mem_utilization",
+            "application_utilization",
+            "unknown_field",
+        ]
+    )
+    got = decode_ok(c).lrs_metrics
+    assert str(got) == (
+        "{cpu_utilization,mem_utilization,application_utilization,"
+        "named_metrics.bar,named_metrics.foo}"
+    )
+    all_named = eds_cluster()
+    all_named.lrs_report_endpoint_metrics.extend(["named_metrics.*", "cpu_utilization"])
+    assert str(decode_ok(all_named).lrs_metrics) == "{cpu_utilization,named_metrics.*}"
+    assert decode_ok(eds_cluster()).lrs_metrics.empty
+
+
+@pytest.mark.parametrize("value", ["false", "FALSE", "0", "no", "garbage"])
+def test_lrs_propagation_switched_off_is_a64_all_named_metrics(monkeypatch, value):
+    """GRPC_EXPERIMENTAL_XDS_ORCA_LRS_PROPAGATION=false: the field is not
+    read and every named metric is reported under its own name (A64)."""
+    monkeypatch.setenv("GRPC_EXPERIMENTAL_XDS_ORCA_LRS_PROPAGATION", value)
+    c = eds_cluster()
+    c.lrs_report_endpoint_metrics.append("cpu_utilization")
+    got = decode_ok(c).lrs_metrics
+    assert got.legacy and not got.cpu_utilization
+
+
+def test_same_override_and_lrs_config_twice_is_equal():
+    c = eds_cluster()
+    c.common_lb_config.override_host_status.statuses.append(3)
+    c.lrs_report_endpoint_metrics.append("named_metrics.*")
+    assert decode_ok(c) == decode_ok(c)

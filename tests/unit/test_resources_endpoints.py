@@ -185,7 +185,7 @@ def test_locality_with_no_endpoints_is_kept():
 # ---------------------------------------------------------------- endpoints
 
 
-@pytest.mark.parametrize("health", [UNHEALTHY, DRAINING, health_check_pb2.TIMEOUT, 5])
+@pytest.mark.parametrize("health", [UNHEALTHY, health_check_pb2.TIMEOUT, 5])
 def test_unhealthy_endpoints_are_excluded_and_counted(health):
     got = decode_ok(
         cla_with(locality(addrs=(("10.0.0.1", 1), ("10.0.0.2", 1)), health=(HEALTHY, health)))
@@ -196,9 +196,30 @@ def test_unhealthy_endpoints_are_excluded_and_counted(health):
     assert got.excluded_endpoints == 1 and not got.all_endpoints_unhealthy
 
 
+def test_draining_endpoints_are_kept_with_their_status_but_not_usable():
+    """A55: the XdsClient keeps DRAINING endpoints (for the sessions pinned
+    to them) with their health status; they are not usable endpoints."""
+    got = decode_ok(
+        cla_with(locality(addrs=(("10.0.0.1", 1), ("10.0.0.2", 1)), health=(HEALTHY, DRAINING)))
+    )
+    eps = got.priorities[0][0].endpoints
+    assert [(e.addresses, e.health_status, e.usable) for e in eps] == [
+        (("10.0.0.1:1",), "HEALTHY", True),
+        (("10.0.0.2:1",), "DRAINING", False),
+    ]
+    assert got.excluded_endpoints == 0 and got.endpoint_count == 1 and got.draining_count == 1
+    assert not got.all_endpoints_unhealthy
+
+
 def test_all_endpoints_unhealthy_is_valid_and_says_so():
-    got = decode_ok(cla_with(locality(addrs=(("10.0.0.1", 1), ("10.0.0.2", 1)), health=DRAINING)))
+    got = decode_ok(cla_with(locality(addrs=(("10.0.0.1", 1), ("10.0.0.2", 1)), health=UNHEALTHY)))
     assert got.endpoint_count == 0 and got.excluded_endpoints == 2
+    assert got.all_endpoints_unhealthy
+
+
+def test_only_draining_endpoints_count_as_all_unhealthy():
+    got = decode_ok(cla_with(locality(addrs=(("10.0.0.1", 1), ("10.0.0.2", 1)), health=DRAINING)))
+    assert got.endpoint_count == 0 and got.draining_count == 2 and got.excluded_endpoints == 0
     assert got.all_endpoints_unhealthy
 
 
@@ -428,14 +449,14 @@ def test_reused_locality_colliding_with_another_is_still_an_error():
     ENDPOINTS.clear_memo()
 
 
-def test_excluded_endpoints_of_a_reused_locality_still_count_for_duplicates():
+def test_draining_endpoints_of_a_reused_locality_still_count_for_duplicates():
     ENDPOINTS.clear_memo()
     health = tuple(DRAINING if i == 3 else HEALTHY for i in range(20))
     a = big_locality("a", 1, health=health)
     first = decode_ok(cla_with(a))
-    assert first.excluded_endpoints == 1
+    assert first.draining_count == 1
     again = decode_ok(cla_with(a))
-    assert again.excluded_endpoints == 1
+    assert again.draining_count == 1 and again == first
     clash = locality("b", addrs=(("10.1.0.3", 80),))
     err = decode_err(cla_with(a, clash))
     assert 'duplicate endpoint address "10.1.0.3:80"' in err

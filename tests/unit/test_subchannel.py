@@ -249,6 +249,12 @@ def test_subchannel_options_disable_grpcio_balancing_retries_and_idleness():
     assert opts["grpc.client_idle_timeout_ms"] >= 2**31 - 1
     assert opts["grpc.keepalive_time_ms"] == 10000  # user's keepalive passes through
     assert opts["grpc.min_reconnect_backoff_ms"] == 20000
+    assert opts["grpc.enable_channelz"] == 0  # not one of the application's channels
+
+
+def test_subchannel_options_keep_channelz_when_the_application_asks_for_it():
+    opts = dict(subchannel_options([("grpc.enable_channelz", 1)]))
+    assert opts["grpc.enable_channelz"] == 1
 
 
 def test_core_of_unwraps_policy_wrappers():

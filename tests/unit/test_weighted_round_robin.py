@@ -388,7 +388,7 @@ def test_oob_watch_per_ready_endpoint_at_the_configured_period():
     # fake subchannels have no OOB stream: give them one and resync
     for sc in h.helper.subchannels:
 
-        def watch(period, fn, sc=sc):
+        def watch(period, fn, on_unimplemented=None, sc=sc):
             watches.append((sc.address, period))
             sc.oob_fn = fn
             return lambda: cancelled.append(sc.address)
@@ -480,3 +480,143 @@ def test_per_call_reports_on_a_stale_picker_still_update_the_endpoint_weight():
     h.feed({ADDRS[1]: report(100, 1.0), ADDRS[2]: report(100, 1.0)})
     h.advance(2.0)
     assert h.shares()[ADDRS[0]] == pytest.approx(10 / 12, abs=0.01)
+
+
+# -- per-call reports pyxds cannot see: the OOB stand-in (issue 19) ---------------------------
+
+
+def _oob_fakes(h: Harness) -> dict[str, dict]:
+    """Give the fake subchannels an OOB stream: address -> its watch record."""
+    streams: dict[str, dict] = {}
+    for sc in h.helper.subchannels:
+
+        def watch(period, fn, on_unimplemented=None, sc=sc):
+            rec = streams.setdefault(sc.address, {"watches": 0, "cancelled": 0})
+            rec.update(period=period, fn=fn, unimplemented=on_unimplemented)
+            rec["watches"] += 1
+            return lambda rec=rec: rec.__setitem__("cancelled", rec["cancelled"] + 1)
+
+        sc.watch_orca_oob = watch
+    return streams
+
+
+def _call_without_report(h: Harness, address: str) -> None:
+    """A call to ``address`` that ended with trailers holding no report pyxds can read."""
+    from pyxds.lb.api import OK_STATUS
+
+    result = h.result_for(address)
+    result.on_call_trailers((("x-other", "1"),))
+    result.on_call_done(OK_STATUS)
+
+
+def test_a_call_without_visible_report_starts_an_oob_stand_in_at_the_oob_period():
+    h = Harness({"blackoutPeriod": "0s", "oobReportingPeriod": "2s"})
+    streams = _oob_fakes(h)
+    _call_without_report(h, ADDRS[0])
+    assert streams == {}  # the RPC thread only schedules it
+    h.advance(0)
+    assert list(streams) == [ADDRS[0]] and streams[ADDRS[0]]["period"] == 2.0
+    _call_without_report(h, ADDRS[0])
+    h.advance(0)
+    assert streams[ADDRS[0]]["watches"] == 1  # one stand-in per endpoint
+
+
+def test_stand_in_reports_weight_the_endpoints_like_per_call_ones():
+    h = Harness({"blackoutPeriod": "0s"})
+    streams = _oob_fakes(h)
+    for address in ADDRS:
+        _call_without_report(h, address)
+    h.advance(0)
+    for address, q in zip(ADDRS, (0.1, 1.0, 1.0), strict=True):
+        streams[address]["fn"](report(100, q))
+    h.advance(1.0)
+    assert h.shares()[ADDRS[0]] == pytest.approx(10 / 12, abs=0.01)
+    dump = h.policy.config_dump()
+    assert dump["reporting"] == "per-call"
+    assert {row["source"] for row in dump["endpoint_weights"]} == {"out-of-band (stand-in)"}
+
+
+def test_a_visible_per_call_report_ends_the_stand_in():
+    h = Harness({"blackoutPeriod": "0s"})
+    streams = _oob_fakes(h)
+    _call_without_report(h, ADDRS[0])
+    h.advance(0)
+    assert streams[ADDRS[0]]["cancelled"] == 0
+    h.feed({ADDRS[0]: report(100, 0.5)})  # a pyxds.orca backend's mirrored report
+    h.advance(0)
+    assert streams[ADDRS[0]]["cancelled"] == 1
+    _call_without_report(h, ADDRS[0])
+    h.advance(0)
+    assert streams[ADDRS[0]]["watches"] == 1  # per-call seen: never again
+
+
+def test_endpoints_whose_per_call_reports_are_visible_get_no_stand_in():
+    from pyxds.lb.api import OK_STATUS
+
+    h = Harness({"blackoutPeriod": "0s"})
+    streams = _oob_fakes(h)
+    h.feed({a: report(100, 0.5) for a in ADDRS})
+    for address in ADDRS:
+        h.result_for(address).on_call_done(OK_STATUS)
+    h.advance(0)
+    assert streams == {}
+
+
+def test_a_call_not_started_asks_for_nothing():
+    from pyxds.lb.api import ATTEMPT_NOT_STARTED
+
+    h = Harness({"blackoutPeriod": "0s"})
+    streams = _oob_fakes(h)
+    h.result_for(ADDRS[0]).on_call_done(ATTEMPT_NOT_STARTED)
+    h.advance(0)
+    assert streams == {}
+
+
+def test_no_oob_service_either_is_one_warning_naming_the_cluster_and_a_dump_entry(caplog):
+    import logging
+
+    from pyxds.lb import weighted_round_robin as wrr
+
+    wrr._WARNED.clear()
+    h = Harness({"blackoutPeriod": "0s"})
+    h.helper.channel_target = "xds:///svc"
+    h.addrs = list(ADDRS)
+    h.policy.update(
+        ResolverUpdate([Endpoint((a,), {"xds_cluster": "backend-go"}) for a in ADDRS], h.config)
+    )
+    streams = _oob_fakes(h)
+    for address in ADDRS:
+        _call_without_report(h, address)
+    h.advance(0)
+    with caplog.at_level(logging.WARNING, logger="pyxds.lb.weighted_round_robin"):
+        for address in ADDRS:
+            streams[address]["unimplemented"]("Method not found!")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "cluster backend-go" in warnings[0] and "OpenRcaService" in warnings[0]
+    assert "endpoint-load-metrics-bin" in warnings[0]
+    rows = h.policy.config_dump()["endpoint_weights"]
+    assert all(row["weight"] == 0.0 and "OpenRcaService" in row["no_weight"] for row in rows)
+    assert h.policy.config_dump()["cluster"] == "backend-go"
+    h.advance(1.0)
+    assert h.picker.scaled_weights is None  # round robin
+    assert all(s == pytest.approx(1 / 3, abs=0.02) for s in h.shares().values())
+    # the endpoint is not asked again on that connection
+    _call_without_report(h, ADDRS[0])
+    h.advance(0)
+    assert streams[ADDRS[0]]["watches"] == 1
+
+
+def test_a_malformed_visible_report_asks_for_no_stand_in():
+    """The key pyxds can see is there, its value is garbage: per-call reports
+    are visible, so no OOB stand-in (C-core: no weight either)."""
+    from pyxds.lb.api import OK_STATUS
+    from pyxds.lb.orca import ORCA_TRAILER_MIRROR
+
+    h = Harness({"blackoutPeriod": "0s"})
+    streams = _oob_fakes(h)
+    result = h.result_for(ADDRS[0])
+    result.on_call_trailers(((ORCA_TRAILER_MIRROR, b"\xff\xff\xff\xff"),))
+    result.on_call_done(OK_STATUS)
+    h.advance(0)
+    assert streams == {}

@@ -4,7 +4,9 @@ dump shape (A27, A40, A57, A88)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -403,40 +405,48 @@ def test_xdstp_name_uses_its_authority_servers():
 
 
 class _FakeAdsCall:
-    """An ADS call that yields nothing until cancelled (bounded wait)."""
+    """A grpc.aio ADS call that yields nothing until cancelled (bounded wait)."""
 
     def __init__(self) -> None:
-        self._cancelled = threading.Event()
+        self._cancelled = asyncio.Event()
 
-    def __iter__(self):
-        self._cancelled.wait(WAIT)
-        return iter(())
+    def __aiter__(self):
+        return self._responses()
 
-    def cancel(self) -> None:
+    async def _responses(self):
+        try:
+            await asyncio.wait_for(self._cancelled.wait(), WAIT)
+        except TimeoutError:
+            pass
+        return
+        yield
+
+    def cancel(self) -> bool:
         self._cancelled.set()
+        return True
 
-    def code(self) -> grpc.StatusCode:
+    async def code(self) -> grpc.StatusCode:
         return grpc.StatusCode.CANCELLED
 
-    def details(self) -> str:
+    async def details(self) -> str:
         return "cancelled"
 
 
 class _FakeGrpcChannel:
-    """Stands in for the grpcio channel the default transport creates."""
+    """Stands in for the grpc.aio channel the default transport creates."""
 
     def __init__(self) -> None:
         self.calls: list[_FakeAdsCall] = []
-        self.closed = False
+        self.closed = threading.Event()
 
-    def subscribe(self, callback: Any, try_to_connect: bool = False) -> None:
-        pass
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        return grpc.ChannelConnectivity.IDLE
 
-    def unsubscribe(self, callback: Any) -> None:
-        pass
+    async def wait_for_state_change(self, state: grpc.ChannelConnectivity) -> None:
+        await asyncio.sleep(WAIT)
 
-    def close(self) -> None:
-        self.closed = True
+    async def close(self, grace: float | None = None) -> None:
+        self.closed.set()
 
     def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
         def invoke(requests: Any, *a: Any, **kw: Any) -> _FakeAdsCall:
@@ -461,12 +471,15 @@ def test_default_transport_opens_the_ads_channel_with_keepalive(monkeypatch, ext
         created.append((target, dict(options or ()), channel))
         return channel
 
-    monkeypatch.setattr(transport_module.grpc, "insecure_channel", insecure_channel)
+    monkeypatch.setattr(transport_module.grpc.aio, "insecure_channel", insecure_channel)
     client = XdsClient(
         real_bootstrap(), clock=FakeClock(), resource_types=TYPES, channel_options=extra_options
     )
     try:
         client.watch(LDS, "a", ThreadWatcher())
+        deadline = time.monotonic() + WAIT
+        while not (created and created[0][2].calls) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the channel and the stream are made on the stream loop
         ((target, options, channel),) = created
         assert target == "127.0.0.1:1"
         assert len(channel.calls) == 1  # the ADS stream runs on this channel
@@ -479,7 +492,7 @@ def test_default_transport_opens_the_ads_channel_with_keepalive(monkeypatch, ext
             assert options[key] == value
     finally:
         client.close()
-    assert channel.closed
+    assert channel.closed.wait(WAIT)
 
 
 def test_shared_clients_are_per_target_scope_and_dump_names_it():

@@ -45,6 +45,7 @@ from pyxds.channel.request_buffer import (
     Replay,
     RequestBuffer,
 )
+from pyxds.channel.response_metadata import ResponseAdditions, additions_of, aio_error
 from pyxds.channel.rpc import CANCELLED, DEADLINE_EXCEEDED, Rpc
 from pyxds.channel.subchannel import AioTransport, Transport, subchannel_options
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
@@ -272,6 +273,17 @@ class _AioCall(Generic[_Response]):
         self._finished = False
         self._done_event = _Flag()
         self._status = OK_STATUS
+        self._additions: ResponseAdditions | bool | None = False  # False: not looked up
+
+    def _response_additions(self) -> ResponseAdditions | None:
+        """The RPC's response metadata additions (A55 set-cookie), if any."""
+        if self._additions is False:
+            self._additions = additions_of(self._rpc)
+        return self._additions  # type: ignore[return-value]
+
+    def _raised(self, err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
+        """The error to raise to the application for a failed attempt's ``err``."""
+        return aio_error(err, self._response_additions())  # type: ignore[no-any-return]
 
     def _try_start(self, step: Transport | Status) -> Any:
         """Carry out the RPC's pick: the started inner call, None (nothing
@@ -425,14 +437,24 @@ class _AioCall(Generic[_Response]):
             inner = await self._wait_started()
         except grpc.aio.AioRpcError as err:
             return err.initial_metadata()
-        return await inner.initial_metadata()
+        metadata = await inner.initial_metadata()
+        additions = self._response_additions()
+        if additions is not None:
+            code = await inner.code() if inner.done() else None
+            metadata = additions.aio_initial(metadata, code)
+        return metadata
 
     async def trailing_metadata(self) -> Any:
         try:
             inner = await self._wait_started()
         except grpc.aio.AioRpcError as err:
             return err.trailing_metadata()
-        return await inner.trailing_metadata()
+        metadata = await inner.trailing_metadata()
+        additions = self._response_additions()
+        if additions is not None:
+            initial = await inner.initial_metadata()
+            metadata = additions.aio_trailing(metadata, initial, await inner.code())
+        return metadata
 
     async def code(self) -> grpc.StatusCode:
         try:
@@ -504,6 +526,8 @@ class AioUnaryResponseCall(
                     continue
                 self._finish(status, inner)
                 mapped = _unary_error(err)
+                if mapped is err:
+                    mapped = self._raised(err)
                 if mapped is not err:
                     raise mapped from None
                 raise
@@ -529,6 +553,8 @@ class AioUnaryResponseCall(
                 self._settle(inner, await _final_status(inner, err))
                 if self._task is None:
                     mapped = _unary_error(err)
+                    if mapped is err:
+                        mapped = self._raised(err)
                     if mapped is not err:
                         raise mapped from None
                     raise
@@ -643,6 +669,9 @@ class AioStreamResponseCall(
                 if not self._finished:  # retried: the next attempt's call takes over
                     inner = await self._inner_call()
                     continue
+                raised = self._raised(err)
+                if raised is not err:
+                    raise raised from None
                 raise
             if response is not grpc.aio.EOF and not self._rpc.committed:
                 self._rpc.commit()

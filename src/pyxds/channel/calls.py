@@ -47,6 +47,7 @@ from pyxds.channel.request_buffer import (
     Replay,
     RequestBuffer,
 )
+from pyxds.channel.response_metadata import CallWithMetadata, ResponseAdditions, additions_of
 from pyxds.channel.rpc import CANCELLED, DEADLINE_EXCEEDED, Rpc
 from pyxds.channel.subchannel import Transport
 from pyxds.lb.api import OK_STATUS, Status
@@ -261,6 +262,7 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
         self._timer: Any = None  # at the deadline, while queued
         self._hold: Any = None  # a wait before the next pick
         self._picking = False  # rpc.pick() running (under the lock)
+        self._additions: ResponseAdditions | bool | None = False  # False: not looked up
         self._pick()
 
     # -- picking ---------------------------------------------------------
@@ -499,12 +501,28 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
         if self._error is not None and self.cancelled():
             raise grpc.FutureCancelledError()
 
+    def _response_additions(self) -> ResponseAdditions | None:
+        """The RPC's response metadata additions (A55 set-cookie), if any."""
+        if self._additions is False:
+            self._additions = additions_of(self._rpc)
+        return self._additions  # type: ignore[return-value]  # False was replaced just above
+
+    def _with_additions(self, err: Any) -> Any:
+        additions = self._response_additions()
+        return err if additions is None else CallWithMetadata(err, additions)
+
     def result(self, timeout: float | None = None) -> _Response:
         self._wait_terminated(timeout)
         self._raise_if_cancelled()
         if self._error is not None:
             raise self._error
-        response: _Response = self._inner.result()
+        try:
+            response: _Response = self._inner.result()
+        except grpc.RpcError as err:
+            wrapped = self._with_additions(err)
+            if wrapped is err:
+                raise
+            raise wrapped from None
         return response
 
     def exception(self, timeout: float | None = None) -> Any:
@@ -512,7 +530,8 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
         self._raise_if_cancelled()
         if self._error is not None:
             return self._error
-        return self._inner.exception()
+        err = self._inner.exception()
+        return err if err is None else self._with_additions(err)
 
     def traceback(self, timeout: float | None = None) -> Any:
         self._wait_terminated(timeout)
@@ -548,13 +567,21 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
             inner = self._wait_started()
         except ChannelRpcError as err:
             return err.initial_metadata()
-        return inner.initial_metadata()
+        metadata = inner.initial_metadata()
+        additions = self._response_additions()
+        if additions is not None:
+            metadata = additions.initial(metadata, inner.code() if inner.done() else None)
+        return metadata
 
     def trailing_metadata(self) -> Any:
         self._wait_terminated(None)
         if self._error is not None:
             return self._error.trailing_metadata()
-        return self._inner.trailing_metadata()
+        inner = self._inner
+        additions = self._response_additions()
+        if additions is None:
+            return inner.trailing_metadata()
+        return additions.trailing(inner.trailing_metadata(), inner.initial_metadata(), inner.code())
 
     def code(self) -> grpc.StatusCode:
         self._wait_terminated(None)
@@ -590,7 +617,10 @@ class StreamingCall(DeferredCall[_Response], grpc_generic.CallIterator[_Response
                 response = next(inner)
             except grpc.RpcError as err:
                 if self._ended(inner, status_of(err)) is None:
-                    raise
+                    wrapped = self._with_additions(err)
+                    if wrapped is err:
+                        raise
+                    raise wrapped from None
                 # retried: the next attempt's call takes over
                 inner = self._wait_started(after=inner)
                 continue
@@ -668,6 +698,11 @@ def blocking_unary(
             worded = unary_deadline_status(status)
             if worded is not status:
                 raise ChannelRpcError(worded, *call_metadata(err)) from None
+            config = rpc.call_config
+            if config is not None and config.call_state is not None:
+                additions = additions_of(rpc)
+                assert additions is not None
+                raise CallWithMetadata(err, additions) from None
             raise
         except Exception as err:
             if rpc.start_failed(transport):
@@ -684,4 +719,9 @@ def blocking_unary(
             rpc.finish(OK_STATUS)
             return result, None
         rpc.finish(OK_STATUS, result[1])
+        config = rpc.call_config
+        if config is not None and config.call_state is not None:
+            additions = additions_of(rpc)
+            assert additions is not None
+            return result[0], CallWithMetadata(result[1], additions)
         return result[0], result[1]

@@ -16,7 +16,10 @@ too.  The rules, and why:
    ``__del__`` only puts the core on a queue (``SimpleQueue.put`` is safe
    there); the reaper thread closes it.  While finalizing it does nothing:
    rule 1 already closed the channel.
-3. **Nothing here joins a thread.**  Each close runs the channel's own
+3. **The reaper thread lives while a channel is open** and exits
+   ``REAPER_LINGER`` after the last one closed (threads go back to their
+   count before the first channel).
+4. **Nothing here joins a thread.**  Each close runs the channel's own
    ``close()``, which never waits for a connection to end.
 
 Channels closed explicitly or by ``with`` are closed once; a closed core is
@@ -55,11 +58,10 @@ def track(core: _Closable) -> None:
     """Register a new channel core: closed at exit unless closed before."""
     global _reaper
     _live.add(core)
-    if _reaper is None:
-        with _reaper_lock:
-            if _reaper is None:
-                _reaper = threading.Thread(target=_reap_forever, name="pyxds-reaper", daemon=True)
-                _reaper.start()
+    with _reaper_lock:
+        if _reaper is None:
+            _reaper = threading.Thread(target=_reap_forever, name="pyxds-reaper", daemon=True)
+            _reaper.start()
 
 
 def release(core: _Closable) -> None:
@@ -78,9 +80,25 @@ def _close(core: _Closable) -> None:
         _log.debug("pyxds: closing an abandoned channel raised", exc_info=True)
 
 
+#: Seconds between the reaper's looks for an open channel; with none left
+#: it exits (the next channel starts it again), so a program that closed
+#: every channel has no pyxds thread left.
+REAPER_LINGER = 1.0
+
+
 def _reap_forever() -> None:
+    global _reaper
     while True:
-        core = _reap.get()
+        try:
+            core = _reap.get(timeout=REAPER_LINGER)
+        except queue.Empty:
+            with _reaper_lock:
+                # track() adds before it looks at _reaper (under this lock),
+                # and release() only queues an open core: none is missed.
+                if _reap.empty() and all(c.closed for c in list(_live)):
+                    _reaper = None
+                    return
+            continue
         if _exiting:
             continue
         _close(core)

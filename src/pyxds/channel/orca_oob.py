@@ -17,10 +17,12 @@ Rules:
   serializer, as an ``OrcaLoadReport`` (parsed once).
 * The call is cancelled when the subchannel leaves READY (connection lost,
   GOAWAY, shutdown) or the last subscriber leaves.
-* A call that ends UNIMPLEMENTED is not retried on that connection (logged
-  at ERROR); any other end is retried, after an exponential backoff that is
-  reset whenever a report arrives (the next attempt after a call that got a
-  report starts at once).
+* A call that ends UNIMPLEMENTED is not retried on that connection: every
+  subscriber that gave an ``on_unimplemented`` callback is told why (as is
+  one that subscribes later, at once); when a subscriber gave none, it is
+  logged at ERROR.  Any other end is retried, after an exponential backoff
+  that is reset whenever a report arrives (the next attempt after a call
+  that got a report starts at once).
 * A sync subchannel's stream is read on a daemon thread; an asyncio
   subchannel's in a task on its event loop.  The stream is not counted as an
   RPC of the transport: it never keeps a retired connection open.
@@ -52,6 +54,7 @@ _log = logging.getLogger(__name__)
 METHOD = "/xds.service.orca.v3.OpenRcaService/StreamCoreMetrics"
 _READY = ConnectivityState.READY
 Watcher = Callable[[OrcaLoadReport], None]
+Unimplemented = Callable[[str], None]
 
 
 def oob_stream_of(core: SubchannelCore) -> OobStream:
@@ -81,6 +84,8 @@ class OobStream:
         self._clock = core._clock
         self._backoff = ExponentialBackoff(getattr(core._backoff, "_rng", None))
         self._watchers: dict[object, tuple[float, Watcher]] = {}
+        self._on_unimplemented: dict[object, Unimplemented] = {}
+        self._unimplemented_details = ""
         self._unwatch_core: Callable[[], None] | None = None
         self._generation = 0
         self._cancel_call: Callable[[], object] | None = None
@@ -91,9 +96,15 @@ class OobStream:
         self.calls_started = 0  # introspection (tests)
 
     # -- subscribers --------------------------------------------------------
-    def add(self, period: float, fn: Watcher) -> Callable[[], None]:
+    def add(
+        self, period: float, fn: Watcher, on_unimplemented: Unimplemented | None = None
+    ) -> Callable[[], None]:
         token = object()
         self._watchers[token] = (max(0.0, float(period)), fn)
+        if on_unimplemented is not None:
+            self._on_unimplemented[token] = on_unimplemented
+            if self._unimplemented:
+                on_unimplemented(self._unimplemented_details)
         if self._unwatch_core is None:
             self._unwatch_core = self._core.watch(self._on_state)  # reports the state now
         else:
@@ -105,6 +116,7 @@ class OobStream:
         return remove
 
     def _remove(self, token: object) -> None:
+        self._on_unimplemented.pop(token, None)
         if self._watchers.pop(token, None) is None:
             return
         if self._watchers:
@@ -119,6 +131,7 @@ class OobStream:
         """The subchannel shut down: cancel the call, forget every subscriber
         (A51: no need to wait for the call's status)."""
         self._watchers.clear()
+        self._on_unimplemented.clear()
         self._stop()
         unwatch, self._unwatch_core = self._unwatch_core, None
         if unwatch is not None:
@@ -204,12 +217,19 @@ class OobStream:
         self._cancel_call = None
         if code is grpc.StatusCode.UNIMPLEMENTED:
             self._unimplemented = True
-            _log.error(
-                "pyxds: %s does not implement OpenRcaService (%s); no out-of-band "
-                "load reports on this connection",
-                self._core.address,
-                details,
-            )
+            self._unimplemented_details = details
+            if len(self._on_unimplemented) < len(self._watchers):
+                _log.error(
+                    "pyxds: %s does not implement OpenRcaService (%s); no out-of-band "
+                    "load reports on this connection",
+                    self._core.address,
+                    details,
+                )
+            for fn in list(self._on_unimplemented.values()):
+                try:
+                    fn(details)
+                except Exception:
+                    _log.exception("pyxds: ORCA OOB on_unimplemented raised")
             return
         if not self._watchers or self._core.state is not _READY:
             return

@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import grpc
 
-from pyxds.grpc_channels import close_watched_channel
+from pyxds import connectivity
 from pyxds.lb.api import ConnectivityState, Status
 from pyxds.lb.rls import LookupReason, LookupResult, RouteLookupChannel
 from pyxds.protos import ROUTE_LOOKUP_METHOD
@@ -77,7 +77,8 @@ class GrpcRouteLookupChannel(RouteLookupChannel):
         )
         self._watchers: list[Callable[[ConnectivityState], None]] = []
         self._closed = False
-        self._channel.subscribe(self._on_connectivity, try_to_connect=False)
+        # Polled with the subchannels (pyxds.connectivity): no thread per RLS channel.
+        self._watch = connectivity.watch_channel(self._channel, self._on_connectivity)
 
     # -- RouteLookupChannel ----------------------------------------------------
     def lookup(
@@ -122,20 +123,18 @@ class GrpcRouteLookupChannel(RouteLookupChannel):
 
     def reset_backoff(self) -> None:
         try:  # grpcio has no public reset: ask C-core to connect now
-            self._channel._channel.check_connectivity_state(True)  # type: ignore[attr-defined]  # private: not in the stubs
+            connectivity.request_connection(self._channel)
         except Exception:
-            pass
+            return
+        self._watch.expect_change()
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         self._watchers.clear()
-        close_watched_channel(
-            self._channel,
-            lambda: self._channel.unsubscribe(self._on_connectivity),
-            name="pyxds-rls-close",
-        )
+        self._watch.cancel()
+        connectivity.monitor().close_soon(self._channel.close)
 
     # -- internals -----------------------------------------------------------
     def _result(self, future: Any) -> LookupResult:

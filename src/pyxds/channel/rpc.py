@@ -121,6 +121,7 @@ CLOSED_CHANNEL_MESSAGE = "Cannot invoke RPC on closed channel!"
 CLOSED_CHANNEL_MESSAGE_ASYNC = "Cannot invoke RPC: Channel closed!"
 
 _OK = grpc.StatusCode.OK
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 #: times a failed pick is routed again while the channel's config changes
 _MAX_REROUTES = 2
 
@@ -148,6 +149,7 @@ class Rpc:
     _hold_until: float | None = None  # the end of the filters' delay, once started
     _filters_done = False  # the filters' verdict before the pick was carried out
     _picked_by: Picker | None = None  # the picker of the last completed pick
+    _transport: Transport | None = None  # the running (or last) attempt's
     _stale_picker: Picker | None = None  # never pick with it again
     _on_call_done: Callable[[Status], None] | None = None
     _on_call_trailers: Callable[[Sequence[tuple[str, Any]]], None] | None = None
@@ -375,6 +377,7 @@ class Rpc:
         if filters is not None and filters.picked is not None:
             filters.picked(transport_address(subchannel))
         self.phase = RUNNING
+        self._transport = transport
         return transport
 
     def _reroute(self) -> bool | None:
@@ -443,6 +446,8 @@ class Rpc:
         if delay is not None or self.phase is DONE:
             return delay  # decided already
         if not status.ok and not self.cancelled:
+            if status.code is _UNAVAILABLE and self._transport is not None:
+                self._transport.suspect()  # its connection may be gone: look now
             initial, trailing = read_metadata(call) if read_metadata is not None else (None, None)
             buffer = self.buffer
             committed = (

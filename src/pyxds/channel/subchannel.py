@@ -15,8 +15,17 @@ asyncio) to the single address, built so that grpcio neither balances nor
 retries on its own: ``grpc.lb_policy_name=pick_first`` over one address,
 ``grpc.enable_retries=0``, no service config lookups, a local subchannel pool
 (``grpc.use_local_subchannel_pool``) so that two transports never share one
-C-core subchannel (and its backoff), and an effectively infinite client idle
-timeout (idleness is the pyxds channel's job, A62 ``IDLE_TIMEOUT``).
+C-core subchannel (and its backoff), an effectively infinite client idle
+timeout (idleness is the pyxds channel's job, A62 ``IDLE_TIMEOUT``), and
+channelz off (unless the application turns it on).
+
+How a transport hears its grpcio channel's connectivity costs no thread of
+its own (issue 18): a sync one (:class:`PolledTransport`) is polled by the
+process's :mod:`pyxds.connectivity` monitor on the one timer thread (warm
+while in transition, cold otherwise; an RPC that failed UNAVAILABLE on it
+makes it look at once, :meth:`Transport.suspect`), and closed there too; an
+asyncio one (:class:`AioTransport`) awaits ``wait_for_state_change`` on its
+event loop.
 
 State machine of a core (every transition runs on the channel's work
 serializer; grpcio's connectivity reports are marshalled onto it)::
@@ -55,8 +64,8 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from pyxds import connectivity
 from pyxds.clock import Clock, Timer
-from pyxds.grpc_channels import close_watched_channel
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status, Subchannel
 from pyxds.xds.backoff import ExponentialBackoff
 
@@ -108,6 +117,11 @@ def subchannel_options(options: Sequence[tuple[str, Any]] | None) -> tuple[tuple
     keys = {k for k, _ in out}
     if "grpc.min_reconnect_backoff_ms" not in keys:
         out.append(("grpc.min_reconnect_backoff_ms", int(MIN_CONNECT_TIMEOUT * 1000)))
+    if "grpc.enable_channelz" not in keys:
+        # A subchannel's grpcio channel is no channel of the application's:
+        # grpcio's channelz would list every one of them as a top-level
+        # channel, at ~3.5 KB each (issue 18, memory per endpoint).
+        out.append(("grpc.enable_channelz", 0))
     return tuple(out)
 
 
@@ -128,6 +142,18 @@ class Transport(ABC):
     #: True for a grpc.aio channel (calls run as tasks on its event loop)
     runs_on_event_loop = False
 
+    # slots: a process may hold thousands (issue 18, memory per endpoint)
+    __slots__ = (
+        "_lock",
+        "_active",
+        "_retired",
+        "closed",
+        "active_seen",
+        "callables",
+        "_close_done",
+        "_gone",
+    )
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._active = 0
@@ -135,8 +161,26 @@ class Transport(ABC):
         self.closed = False
         self.active_seen = False
         self.callables: dict[Any, Any] = {}
-        #: set once the grpcio channel is closed (its connections gone)
-        self.close_done = threading.Event()
+        self._close_done: threading.Event | None = None  # made when someone waits
+        self._gone = False
+
+    @property
+    def close_done(self) -> threading.Event:
+        """Set once the grpcio channel is closed (its connections gone)."""
+        with self._lock:
+            if self._close_done is None:
+                self._close_done = threading.Event()
+                if self._gone:
+                    self._close_done.set()
+            return self._close_done
+
+    def _closed_done(self) -> None:
+        """The grpcio channel is closed."""
+        with self._lock:
+            self._gone = True
+            event = self._close_done
+        if event is not None:
+            event.set()
 
     @property
     @abstractmethod
@@ -145,6 +189,11 @@ class Transport(ABC):
 
     @abstractmethod
     def connect(self) -> None: ...
+
+    def suspect(self) -> None:  # noqa: B027 - a no-op unless the transport polls
+        """An RPC failed UNAVAILABLE on this transport: its connection may be
+        gone.  A polled transport checks at once (an event-driven one
+        already knows)."""
 
     @abstractmethod
     def _close_now(self) -> None: ...
@@ -177,9 +226,58 @@ class Transport(ABC):
             self._close_now()
 
 
-class SyncTransport(Transport):
-    """A ``grpc.Channel`` to one address, connectivity watched with
-    ``subscribe(try_to_connect=False)``."""
+class PolledTransport(Transport):
+    """A sync grpcio channel whose connectivity a
+    :class:`~pyxds.connectivity.ConnectivityMonitor` polls (no thread of its
+    own; see that module for when it is checked), closed on the monitor's
+    timer thread (never on the serializer, never on a thread of its own)."""
+
+    __slots__ = ("_channel", "_on_state", "_monitor", "_watch")
+
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        on_state: Callable[[grpc.ChannelConnectivity], None],
+        monitor: connectivity.ConnectivityMonitor[int],
+    ) -> None:
+        super().__init__()
+        self._channel = channel
+        self._on_state = on_state
+        self._monitor = monitor
+        self._watch = connectivity.watch_channel(channel, self._deliver, monitor)
+
+    @property
+    def channel(self) -> grpc.Channel:
+        return self._channel
+
+    def _deliver(self, state: grpc.ChannelConnectivity) -> None:
+        if not self.closed:
+            self._on_state(state)
+
+    def connect(self) -> None:
+        if self.closed:
+            return
+        connectivity.request_connection(self._channel)
+        self._watch.expect_change()
+
+    def suspect(self) -> None:
+        self._watch.check_now()
+
+    def _close_now(self) -> None:
+        self._watch.cancel()
+        self._monitor.close_soon(self._close_channel)
+
+    def _close_channel(self) -> None:
+        try:
+            self._channel.close()
+        finally:
+            self._closed_done()
+
+
+class SyncTransport(PolledTransport):
+    """A ``grpc.Channel`` to one address, on the process's monitor."""
+
+    __slots__ = ()
 
     def __init__(
         self,
@@ -189,42 +287,11 @@ class SyncTransport(Transport):
         compression: grpc.Compression | None,
         on_state: Callable[[grpc.ChannelConnectivity], None],
     ) -> None:
-        super().__init__()
         if credentials is None:
-            self._channel = grpc.insecure_channel(address, options, compression)
+            channel = grpc.insecure_channel(address, options, compression)
         else:
-            self._channel = grpc.secure_channel(address, credentials, options, compression)
-        self._on_state = on_state
-        self._channel.subscribe(self._deliver, try_to_connect=False)
-
-    @property
-    def channel(self) -> grpc.Channel:
-        return self._channel
-
-    def _deliver(self, connectivity: grpc.ChannelConnectivity) -> None:
-        if not self.closed:
-            self._on_state(connectivity)
-
-    def connect(self) -> None:
-        if self.closed:
-            return
-        try:  # immediate: ask C-core to leave IDLE now
-            # grpcio's cygrpc channel: private, so absent from the stubs
-            self._channel._channel.check_connectivity_state(True)  # type: ignore[attr-defined]  # private
-        except Exception:  # private API moved: the public, polled, way
-            self._channel.subscribe(lambda _state: None, try_to_connect=True)
-
-    def _close_now(self) -> None:
-        # Never on the serializer: grpcio's close() waits for its
-        # connectivity poller (100-200 ms), which stalled every state change
-        # and pick update of the channel (a failing subchannel reported TF
-        # 200 ms late); and the poller must stop before the close, or grpcio
-        # prints an error from its thread (pyxds.grpc_channels).
-        close_watched_channel(
-            self._channel,
-            lambda: self._channel.unsubscribe(self._deliver),
-            on_closed=self.close_done.set,
-        )
+            channel = grpc.secure_channel(address, credentials, options, compression)
+        super().__init__(channel, on_state, connectivity.monitor())
 
 
 class AioTransport(Transport):
@@ -233,6 +300,8 @@ class AioTransport(Transport):
     other threads are marshalled with ``call_soon_threadsafe``."""
 
     runs_on_event_loop = True
+
+    __slots__ = ("_loop", "_args", "_on_state", "_channel", "_watcher", "_want_connect")
 
     def __init__(
         self,
@@ -306,7 +375,7 @@ class AioTransport(Transport):
                 self._loop.create_task(self._channel.close())
 
         self._on_loop(go)
-        self.close_done.set()  # closes on its event loop; nothing to wait for here
+        self._closed_done()  # closes on its event loop; nothing to wait for here
 
 
 TransportFactory = Callable[
@@ -317,6 +386,26 @@ TransportFactory = Callable[
 
 class SubchannelCore:
     """The channel's shared connection to one address (see module doc)."""
+
+    __slots__ = (
+        "address",
+        "key",
+        "_make_transport",
+        "_credentials",
+        "_serializer",
+        "_clock",
+        "_backoff",
+        "state",
+        "status",
+        "transport",
+        "_backoff_timer",
+        "_attempt_started",
+        "_watchers",
+        "refs",
+        "failure_detail",
+        "security_info",
+        "orca_oob",
+    )
 
     def __init__(
         self,
@@ -504,16 +593,23 @@ class ChannelSubchannel(Subchannel):
         if not self._shut:
             self.core.reset_backoff()
 
-    def watch_orca_oob(self, period: float, fn: Callable[[Any], None]) -> Callable[[], None]:
+    def watch_orca_oob(
+        self,
+        period: float,
+        fn: Callable[[Any], None],
+        on_unimplemented: Callable[[str], None] | None = None,
+    ) -> Callable[[], None]:
         """Subscribe ``fn`` to this subchannel's out-of-band ORCA reports,
         asking for one every ``period`` seconds (gRFC A51; one stream per
-        connection shared by every subscriber, :mod:`pyxds.channel.orca_oob`).
-        Returns the unsubscribe; this handle's ``shutdown()`` unsubscribes too."""
+        connection shared by every subscriber, :mod:`pyxds.channel.orca_oob`);
+        ``on_unimplemented(details)``: the backend does not serve
+        OpenRcaService on this connection.  Returns the unsubscribe; this
+        handle's ``shutdown()`` unsubscribes too."""
         if self._shut:
             return lambda: None
         from pyxds.channel.orca_oob import oob_stream_of
 
-        cancel = oob_stream_of(self.core).add(period, fn)
+        cancel = oob_stream_of(self.core).add(period, fn, on_unimplemented)
         self._unwatchers.append(cancel)
         return cancel
 

@@ -6,7 +6,7 @@ xDS credentials (gRFC A29): when the channel was built with
 ``grpc.xds_channel_credentials(fallback)`` (or pyxds's spelling), a
 subchannel whose attributes carry a cluster's
 :data:`SECURITY_ATTRIBUTE` (the cds policy's ``UpstreamTlsConfig``) is
-keyed by (address, that config) and its grpcio channel goes to a
+keyed by (address, that config, its A101 SNI) and its grpcio channel goes to a
 :class:`pyxds.security.relay.TlsRelay` that does the TLS handshake, CA and
 SAN checks; every other subchannel uses the fallback credentials.  Without
 xDS credentials the security config is ignored (A29: opting in is the
@@ -34,7 +34,7 @@ from pyxds.channel.subchannel import (
 )
 from pyxds.clock import Clock
 from pyxds.security.credentials import xds_info
-from pyxds.security.tls_config import SECURITY_ATTRIBUTE
+from pyxds.security.tls_config import ADDRESS_NAME_ATTRIBUTE, SECURITY_ATTRIBUTE, server_name
 from pyxds.serializer import WorkSerializer
 
 
@@ -89,10 +89,11 @@ class SubchannelPool:
         """A subchannel whose connections go through a TLS relay (A29)."""
         from pyxds.security.relay import TlsRelay
 
-        key = (address, "xds-tls", security)
+        sni = server_name(security, attributes.get(ADDRESS_NAME_ATTRIBUTE))  # A101
+        key = (address, "xds-tls", security, sni)
         core = self._cores.get(key)
         if core is None:
-            relay = TlsRelay(address, security)
+            relay = TlsRelay(address, security, sni)
             make = self._make_transport
 
             def make_transport(_address: str, _creds: Any, on_state: Any) -> Any:

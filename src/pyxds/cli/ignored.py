@@ -51,6 +51,7 @@ READ: dict[str, frozenset[str]] = {
             "load_assignment",
             "metadata",
             "upstream_config",
+            "lrs_report_endpoint_metrics",
         }
     ),
     "ClusterLoadAssignment": frozenset({"@type", "cluster_name", "endpoints", "policy"}),

@@ -3,14 +3,16 @@
 :func:`build` turns a dump (the channel's state, its XdsClient's CSDS dump
 with the raw resources, the subchannels' states) into plain data: the
 listener, the route table of its virtual hosts, and every cluster with its
-type, LB policy, priorities, localities (weights) and endpoints (EDS health
-and the subchannel's connectivity state); plus NACK reasons and fields gRPC
-does not read. It shows what the client really uses: a locality without
-``load_balancing_weight`` is marked ``ignored`` (A27) and its endpoints and
-those whose health is neither UNKNOWN nor HEALTHY are ``not used`` with the
-reason; the clusters that cannot serve (``config_dump()["cannot_serve"]``)
-are named on the state line and under each cluster. No I/O: the view renders
-it, tests read it.
+type, LB policy, priorities, localities (weights) and endpoints (EDS health,
+the subchannel's connectivity state, and for weighted_round_robin the
+endpoint's weight and its source, or why it has none); plus NACK reasons
+and fields gRPC does not read. It shows what the client really uses: a
+locality without ``load_balancing_weight`` is marked ``ignored`` (A27) and
+its endpoints and those whose health is neither UNKNOWN nor HEALTHY are
+``not used`` with the reason (a DRAINING one keeps the sessions pinned to it,
+A55: its subchannel's state is shown when it has one); the clusters that
+cannot serve (``config_dump()["cannot_serve"]``) are named on the state line
+and under each cluster. No I/O: the view renders it, tests read it.
 """
 
 from __future__ import annotations
@@ -113,28 +115,70 @@ def _cluster_type(cluster: dict[str, Any]) -> str:
     return str(cluster.get("type", "STATIC"))
 
 
+def wrr_weights(lb_policy: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    """``(cluster, address) -> {"weight", "source", "no_weight"?}`` from the
+    weighted_round_robin policies of a channel's LB tree dump (A58: each
+    endpoint's weight and where it comes from, or why it has none)."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            rows = value.get("endpoint_weights")
+            if isinstance(rows, list):
+                cluster = str(value.get("cluster", ""))
+                for row in rows:
+                    for address in row.get("addresses") or []:
+                        found[(cluster, address)] = {
+                            k: row[k] for k in ("weight", "source", "no_weight") if k in row
+                        }
+            for inner in value.values():
+                walk(inner)
+        elif isinstance(value, list):
+            for inner in value:
+                walk(inner)
+
+    walk(lb_policy)
+    return found
+
+
 _USED_HEALTH = ("UNKNOWN", "HEALTHY")
 IGNORED_LOCALITY = "no load_balancing_weight: gRPC ignores the locality (A27)"
+DRAINING_WHY = "health DRAINING: no new traffic (stateful sessions may stay, A55)"
 
 
-def _endpoint(e: dict[str, Any], states: dict[str, str], ignored: bool) -> dict[str, Any]:
+def _endpoint(
+    e: dict[str, Any],
+    states: dict[str, str],
+    ignored: bool,
+    wrr: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One lb_endpoint as the client uses it: ``state`` is the subchannel's,
     or ``not used`` (with ``why``) when the client never connects to it."""
     health = e.get("health_status", "UNKNOWN")
-    out = {
-        "address": _address(e),
+    address = _address(e)
+    out: dict[str, Any] = {
+        "address": address,
         "health": health,
         "weight": e.get("load_balancing_weight"),
-        "state": states.get(_address(e), "IDLE"),
+        "state": states.get(address, "IDLE"),
     }
     if ignored:
         out.update(state="not used", why="its locality is ignored")
+    elif health == "DRAINING":
+        out.update(state=states.get(address, "not used"), why=DRAINING_WHY)
     elif health not in _USED_HEALTH:
         out.update(state="not used", why=f"health {health} (only UNKNOWN and HEALTHY are used)")
+    if wrr is not None:
+        out["wrr"] = wrr
     return out
 
 
-def _priorities(cla: dict[str, Any], states: dict[str, str]) -> list[dict[str, Any]]:
+def _priorities(
+    cla: dict[str, Any],
+    states: dict[str, str],
+    weights: dict[tuple[str, str], dict[str, Any]] | None = None,
+    cluster: str = "",
+) -> list[dict[str, Any]]:
     groups: dict[int, list[dict[str, Any]]] = {}
     for group in cla.get("endpoints") or []:
         weight = group.get("load_balancing_weight")
@@ -142,7 +186,10 @@ def _priorities(cla: dict[str, Any], states: dict[str, str]) -> list[dict[str, A
         locality: dict[str, Any] = {
             "locality": _locality(group.get("locality") or {}),
             "weight": weight,
-            "endpoints": [_endpoint(e, states, ignored) for e in group.get("lb_endpoints") or []],
+            "endpoints": [
+                _endpoint(e, states, ignored, (weights or {}).get((cluster, _address(e))))
+                for e in group.get("lb_endpoints") or []
+            ],
         }
         if ignored:
             locality["ignored"] = IGNORED_LOCALITY
@@ -175,7 +222,7 @@ def _cluster(
         cla_entry = found.get(("ClusterLoadAssignment", eds_name))
         out["eds"] = {"name": eds_name, **_status(cla_entry)}
         cla = (cla_entry or {}).get("xds_config") or {}
-        out["priorities"] = _priorities(cla, states)
+        out["priorities"] = _priorities(cla, states, wrr_weights(dump.get("lb_policy")), name)
         drops = (cla.get("policy") or {}).get("drop_overloads") or []
         if drops:
             out["drops"] = [d.get("category", "") for d in drops]

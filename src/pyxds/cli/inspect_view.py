@@ -48,9 +48,18 @@ def _cluster(tree: Tree, cluster: dict[str, Any]) -> None:
             for endpoint in locality["endpoints"]:
                 state = endpoint["state"]
                 extra = f" weight {endpoint['weight']}" if endpoint.get("weight") else ""
+                wrr = endpoint.get("wrr")
+                if wrr is not None:
+                    if wrr.get("no_weight"):
+                        extra += f"  [yellow]wrr: no weight ({escape(wrr['no_weight'])})[/]"
+                    else:
+                        extra += f"  wrr weight {wrr.get('weight', 0):g} ({escape(wrr['source'])})"
                 text = f"{escape(endpoint['address'])}  health {endpoint['health']}{extra}"
-                if "why" in endpoint:
+                if "why" in endpoint and state == "not used":
                     loc.add(f"[dim]{text}  not used: {escape(endpoint['why'])}[/]")
+                elif "why" in endpoint:
+                    style = _STATE_STYLE.get(state, "white")
+                    loc.add(f"{text}  [{style}]{state}[/]  [dim]{escape(endpoint['why'])}[/]")
                 else:
                     loc.add(f"{text}  [{_STATE_STYLE.get(state, 'white')}]{state}[/]")
 

@@ -18,7 +18,9 @@ Theory of operation, per update:
 3. Leaf cluster (EDS or LOGICAL_DNS) whose ClusterConfig equals the last one
    applied: nothing to do (TRAPS.md "configs and equality").
 4. Leaf cluster: child ``xds_cluster_impl_experimental {clusterName}`` over
-   ``priority_experimental`` with one child per EDS priority (exactly one for
+   ``xds_override_host_experimental {clusterName}`` (A55/A75 stateful
+   session affinity, always there as in C-core: a no-op without sessions)
+   over ``priority_experimental`` with one child per EDS priority (exactly one for
    LOGICAL_DNS, and exactly one without endpoints when the EDS resource
    failed, is missing or has no endpoints, so that an aggregate parent fails
    over: TRAPS.md, grpc-go#6462).  Each priority child runs the cluster's LB
@@ -30,8 +32,12 @@ Theory of operation, per update:
    :mod:`pyxds.lb.priority_names`.  Endpoints carry
    ``hierarchical_path = (priority child name, str(locality))``,
    ``weight = locality weight x endpoint weight``, ``locality``,
-   ``locality_weight`` and, when EDS metadata sets one and
-   GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT is ``false``, ``hash_key`` (A76).
+   ``locality_weight``, ``health_status`` (the EDS status: DRAINING
+   endpoints are here for xds_override_host, which keeps them from the
+   priorities), ``xds_cluster`` (the cluster's name), when EDS metadata sets one and
+   GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT is ``false``, ``hash_key`` (A76),
+   and ``address_name``, the endpoint's host name (EDS ``hostname``, or
+   ``host:port`` of a LOGICAL_DNS cluster) when there is one (A101).
    A priority with no endpoints gets ``resolution_note`` saying why: the
    dependency manager's note, else "EDS resource X: all endpoints unhealthy"
    / "EDS resource X contains no endpoints".
@@ -82,15 +88,21 @@ from pyxds.resolver.xds_config import (
     ClusterConfig,
     EndpointConfig,
 )
+from pyxds.security.tls_config import ADDRESS_NAME_ATTRIBUTE
 from pyxds.xds.resources.types import ClusterLoadAssignment, Locality
 
 NAME = "cds_experimental"
 PRIORITY = "priority_experimental"
 CLUSTER_IMPL = "xds_cluster_impl_experimental"
 OUTLIER_DETECTION = "outlier_detection_experimental"
+OVERRIDE_HOST = "xds_override_host_experimental"
 WEIGHT_ATTRIBUTE = "weight"
 LOCALITY_ATTRIBUTE = "locality"
 LOCALITY_WEIGHT_ATTRIBUTE = "locality_weight"
+#: the EDS health status name (UNKNOWN, HEALTHY, DRAINING), read by xds_override_host
+HEALTH_STATUS_ATTRIBUTE = "health_status"
+#: the leaf cluster's name (messages of the policies below, e.g. WRR's warning)
+CLUSTER_NAME_ATTRIBUTE = "xds_cluster"
 HASH_KEY_ATTRIBUTE = "hash_key"
 HASH_KEY_BACKWARD_COMPAT_ENV = "GRPC_XDS_ENDPOINT_HASH_KEY_BACKWARD_COMPAT"
 
@@ -249,7 +261,7 @@ class CdsPolicy(LoadBalancer):
                 key = (child, locality)
                 built = old_cache.get(key)
                 if built is None:
-                    built = _locality_endpoints(child, locality)
+                    built = _locality_endpoints(name, child, locality)
                 cache[key] = built
                 endpoints.extend(built)
         note = endpoint_config.resolution_note
@@ -299,7 +311,10 @@ class CdsPolicy(LoadBalancer):
                 child_config["ignore_reresolution_requests"] = True
             children[child] = child_config
         priority = [{PRIORITY: {"children": children, "priorities": list(child_names)}}]
-        tree = [{CLUSTER_IMPL: {"clusterName": name, "childPolicy": priority}}]
+        # A55/A75: stateful session affinity above the priorities, below
+        # load reporting (C-core's order).
+        override_host = [{OVERRIDE_HOST: {"clusterName": name, "childPolicy": priority}}]
+        tree = [{CLUSTER_IMPL: {"clusterName": name, "childPolicy": override_host}}]
         selection = registry.select_policy(tree)
         self._config_cache = {key: selection}
         return selection
@@ -372,7 +387,7 @@ class CdsPolicy(LoadBalancer):
         return status
 
 
-def _locality_endpoints(child: str, locality: Locality) -> tuple[Endpoint, ...]:
+def _locality_endpoints(cluster: str, child: str, locality: Locality) -> tuple[Endpoint, ...]:
     path = (child, str(locality.name))
     weight = locality.weight
     out = []
@@ -382,9 +397,13 @@ def _locality_endpoints(child: str, locality: Locality) -> tuple[Endpoint, ...]:
             WEIGHT_ATTRIBUTE: weight * address.weight,
             LOCALITY_ATTRIBUTE: locality.name,
             LOCALITY_WEIGHT_ATTRIBUTE: weight,
+            HEALTH_STATUS_ATTRIBUTE: address.health_status,
+            CLUSTER_NAME_ATTRIBUTE: cluster,
         }
         if address.hash_key and endpoint_hash_keys_enabled():
             attributes[HASH_KEY_ATTRIBUTE] = address.hash_key  # A76: the ring_hash key
+        if address.hostname:
+            attributes[ADDRESS_NAME_ATTRIBUTE] = address.hostname  # A101 auto_host_sni
         out.append(Endpoint(address.addresses, attributes))
     return tuple(out)
 

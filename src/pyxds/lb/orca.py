@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = [
+    "trailer_report",
     "ORCA_TRAILER",
     "ORCA_TRAILER_MIRROR",
     "OrcaLoadReport",
@@ -80,13 +81,24 @@ def parse_report(raw: Any) -> OrcaLoadReport | None:
 def report_from_trailers(trailers: Sequence[tuple[str, Any]]) -> OrcaLoadReport | None:
     """The ORCA report of a call's trailing metadata, or None (absent or
     malformed)."""
+    return trailer_report(trailers)[1]
+
+
+def trailer_report(
+    trailers: Sequence[tuple[str, Any]],
+) -> tuple[bool, OrcaLoadReport | None]:
+    """(whether the trailers carry a report key pyxds can see, the report or
+    None when absent or malformed).  A malformed report still says the
+    backend's per-call reports are visible."""
     mirror = None
     for key, value in trailers:
         if key == ORCA_TRAILER:
-            return parse_report(value)
+            return True, parse_report(value)
         if key == ORCA_TRAILER_MIRROR:
             mirror = value
-    return None if mirror is None else parse_report(mirror)
+    if mirror is None:
+        return False, None
+    return True, parse_report(mirror)
 
 
 def _usable(value: float) -> bool:
@@ -129,17 +141,26 @@ _WRAPPER_ATTRIBUTES = ("real", "subchannel", "delegate", "wrapped", "inner", "_s
 
 
 def watch_oob(
-    subchannel: Any, period: float, on_report: Callable[[OrcaLoadReport], None]
+    subchannel: Any,
+    period: float,
+    on_report: Callable[[OrcaLoadReport], None],
+    on_unimplemented: Callable[[str], None] | None = None,
 ) -> Callable[[], None] | None:
     """Subscribe ``on_report`` to the out-of-band reports of ``subchannel``
     (any policy's wrapper around the channel's subchannel: wrappers are
-    looked through), asking for one report every ``period`` seconds.
-    Returns the unsubscribe function, or None when the subchannel cannot
-    stream reports (a test fake without ``watch_orca_oob``)."""
+    looked through), asking for one report every ``period`` seconds;
+    ``on_unimplemented(details)`` is called (on the serializer) when the
+    backend does not serve OpenRcaService.  Returns the unsubscribe
+    function, or None when the subchannel cannot stream reports (a test
+    fake without ``watch_orca_oob``)."""
     for _ in range(8):
         watch = getattr(subchannel, "watch_orca_oob", None)
         if watch is not None:
-            unsubscribe: Callable[[], None] = watch(period, on_report)
+            unsubscribe: Callable[[], None]
+            if on_unimplemented is None:
+                unsubscribe = watch(period, on_report)
+            else:
+                unsubscribe = watch(period, on_report, on_unimplemented)
             return unsubscribe
         for name in _WRAPPER_ATTRIBUTES:
             inner = getattr(subchannel, name, None)

@@ -35,6 +35,7 @@ BUILTINS: dict[str, str] = {
     "xds_cluster_manager_experimental": "pyxds.lb.xds_cluster_manager",
     "cds_experimental": "pyxds.lb.cds",
     "xds_cluster_impl_experimental": "pyxds.lb.xds_cluster_impl",
+    "xds_override_host_experimental": "pyxds.lb.xds_override_host",
     "xds_routing_experimental": "pyxds.lb.xds_routing",
     "rls_experimental": "pyxds.lb.rls",
 }

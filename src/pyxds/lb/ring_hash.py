@@ -406,6 +406,9 @@ class _Endpoint(DelegatingHelper):
         self.policy: PickFirst | None = None
         self.closed = False
         self.last_update: ResolverUpdate | None = None
+        #: this endpoint's pieces of the pickers (RingHashPicker.parts_of)
+        self.pick_parts: tuple[Any, ...] = ()
+        self.pick_parts_key: tuple[Any, ...] | None = None
 
     # -- Helper (what the child calls) -----------------------------------------
     def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
@@ -462,6 +465,10 @@ class _Endpoint(DelegatingHelper):
 # -- the picker ------------------------------------------------------------------
 
 
+#: An endpoint's (connect, pick action, failed pick), as a picker uses them.
+_PickParts = tuple[Callable[[], None], Callable[[PickArgs], PickResult], PickFail]
+
+
 class RingHashPicker(Picker):
     """The immutable ring_hash picker (module docstring, "Picker")."""
 
@@ -491,18 +498,36 @@ class RingHashPicker(Picker):
         self._header = request_hash_header
         self.states = tuple(endpoint.state for endpoint in endpoints)
         self._has_connecting = _CONNECTING in self.states
-        self._connects = tuple((lambda e=endpoint: schedule(e)) for endpoint in endpoints)
-        actions: list[Callable[[PickArgs], PickResult]] = []
-        fails: list[PickResult] = []
-        for endpoint in endpoints:
-            actions.append(self._action(endpoint, schedule))
-            text = _NO_CONNECTED_ENDPOINT + _message(endpoint.status)
-            if note:
-                text = f"{text} ({note})"
-            fails.append(PickFail(Status(_UNAVAILABLE, text)))
-        self._actions = tuple(actions)
-        self._fails = tuple(fails)
+        # Each endpoint's (connect, action, fail) is made once per state it
+        # reports and reused by every picker after: one endpoint's change
+        # rebuilds one entry, not 1000 (issue 18: ring_hash over 1000
+        # endpoints, each connecting lazily, made a picker per connection).
+        parts = [self._parts_of(endpoint, schedule, note) for endpoint in endpoints]
+        self._connects = tuple(p[0] for p in parts)
+        self._actions = tuple(p[1] for p in parts)
+        self._fails = tuple(p[2] for p in parts)
         self._next_usable = self._usable_positions()
+
+    @classmethod
+    def _parts_of(
+        cls, endpoint: Any, schedule: Callable[[_Endpoint], None], note: str
+    ) -> _PickParts:
+        """``endpoint``'s (connect, pick action, failed pick), made anew only
+        when its state, status, picker or the note changed (kept on it)."""
+        key = (endpoint.state, endpoint.status, endpoint.picker, note, schedule)
+        if key == getattr(endpoint, "pick_parts_key", None):
+            kept: _PickParts = endpoint.pick_parts
+            return kept
+        text = _NO_CONNECTED_ENDPOINT + _message(endpoint.status)
+        if note:
+            text = f"{text} ({note})"
+        parts: _PickParts = (
+            lambda: schedule(endpoint),
+            cls._action(endpoint, schedule),
+            PickFail(Status(_UNAVAILABLE, text)),
+        )
+        endpoint.pick_parts, endpoint.pick_parts_key = parts, key
+        return parts
 
     @staticmethod
     def _action(

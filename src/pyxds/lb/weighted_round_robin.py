@@ -43,6 +43,22 @@ trailers are not read; instead every READY endpoint's subchannel has an OOB
 watch (:func:`pyxds.lb.orca.watch_oob`) at ``oobReportingPeriod``, restarted
 when that period changes, stopped when the option is turned off.
 
+Per-call reports pyxds cannot see (a deviation from A58's letter, in
+docs/differences-from-c-core.md): grpcio's C-core consumes the standard
+``endpoint-load-metrics-bin`` trailer and never shows it to Python, so only
+:mod:`pyxds.orca` backends (which also send it as
+``x-endpoint-load-metrics-bin``) give per-call reports here.  When a call
+to an endpoint ends without a report key pyxds can see (a malformed one
+counts as seen: no weight, as in C-core) and the endpoint never gave one,
+the endpoint gets an OOB watch at ``oobReportingPeriod`` as a
+stand-in (Go and Java backends usually serve ``OpenRcaService`` next to
+their per-call reports); a visible per-call report ends the stand-in.  An
+endpoint whose backend does not serve OpenRcaService either has no weight
+(A58: the mean of the others'; all of them: round robin, counted by A78's
+``grpc.lb.wrr.rr_fallback``), logged once per cluster as a warning naming
+the cluster, the address and why, and shown by ``config_dump()`` (each
+endpoint's weight and where it comes from).
+
 Picker and scheduler (A58 "EDF Scheduler")
 ------------------------------------------
 The READY picker holds the READY endpoints' results and weights.  Its
@@ -59,6 +75,7 @@ config and list twice publish nothing.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import re
 import threading
@@ -70,6 +87,7 @@ from pyxds import metrics as _metrics
 from pyxds.clock import Clock, Timer
 from pyxds.lb import orca, registry
 from pyxds.lb.api import (
+    ATTEMPT_NOT_STARTED,
     OK_STATUS,
     ConnectivityState,
     Helper,
@@ -97,6 +115,8 @@ __all__ = [
 ]
 
 POLICY_NAME = "weighted_round_robin"
+_log = logging.getLogger(__name__)
+
 MIN_WEIGHT_UPDATE_PERIOD = 0.1
 DEFAULT_OOB_REPORTING_PERIOD = 10.0
 DEFAULT_BLACKOUT_PERIOD = 10.0
@@ -209,7 +229,19 @@ class EndpointWeight:
     (OOB); the scheduler reads on the serializer: a lock keeps the three
     values consistent."""
 
-    __slots__ = ("_clock", "config", "weight", "non_empty_since", "last_updated", "_lock")
+    __slots__ = (
+        "_clock",
+        "config",
+        "weight",
+        "non_empty_since",
+        "last_updated",
+        "_lock",
+        "per_call_seen",
+        "source",
+        "no_report",
+        "needs_stand_in",
+        "on_need_stand_in",
+    )
 
     def __init__(self, clock: Clock, config: WeightedRoundRobinConfig) -> None:
         self._clock = clock
@@ -218,8 +250,20 @@ class EndpointWeight:
         self.non_empty_since: float | None = None  # None: never / reset
         self.last_updated = -math.inf
         self._lock = threading.Lock()
+        #: a per-call report was seen (pyxds.orca's mirror key)
+        self.per_call_seen = False
+        #: where the last report came from ("per-call", "out-of-band",
+        #: "out-of-band (stand-in)"), "" before any
+        self.source = ""
+        #: why no report can be had (the backend does not serve
+        #: OpenRcaService), "" while one may come
+        self.no_report = ""
+        #: per-call mode: a call ended with no visible report (OOB stand-in wanted)
+        self.needs_stand_in = False
+        #: called (any thread) when needs_stand_in or per_call_seen first turns true
+        self.on_need_stand_in: Callable[[], None] | None = None
 
-    def on_report(self, report: orca.OrcaLoadReport) -> None:
+    def on_report(self, report: orca.OrcaLoadReport, source: str = "per-call") -> None:
         """Take one ORCA report into account (ignored unless it gives a weight)."""
         config = self.config
         qps = report.rps_fractional
@@ -237,12 +281,34 @@ class EndpointWeight:
                 self.non_empty_since = now
             self.last_updated = now
             self.weight = weight
+            self.source = source
+
+    def on_oob_report(self, report: orca.OrcaLoadReport) -> None:
+        self.on_report(report, "out-of-band")
+
+    def on_stand_in_report(self, report: orca.OrcaLoadReport) -> None:
+        self.on_report(report, "out-of-band (stand-in)")
 
     def on_call_trailers(self, trailers: Sequence[tuple[str, Any]]) -> None:
-        """``PickComplete.on_call_trailers``: the call's ORCA trailer, if any."""
-        report = orca.report_from_trailers(trailers)
+        """``PickComplete.on_call_trailers``: the call's ORCA trailer, if any
+        (a malformed one is no report, but says per-call reports are visible:
+        no stand-in, as C-core would have none either)."""
+        present, report = orca.trailer_report(trailers)
+        if present and not self.per_call_seen:
+            self.per_call_seen = True
+            if self.needs_stand_in and self.on_need_stand_in is not None:
+                self.on_need_stand_in()  # the stand-in is not needed any more
         if report is not None:
             self.on_report(report)
+
+    def on_call_done(self, status: Status) -> None:
+        """``PickComplete.on_call_done`` in per-call mode: a call that reached
+        the backend ended (its trailers, if any, were read just before)."""
+        if self.per_call_seen or self.needs_stand_in or status is ATTEMPT_NOT_STARTED:
+            return
+        self.needs_stand_in = True
+        if self.on_need_stand_in is not None:
+            self.on_need_stand_in()
 
     def became_ready(self) -> None:
         """The endpoint (re)connected: the blackout period starts over."""
@@ -290,6 +356,27 @@ def _record_scheduler_update(
         _metrics.add("grpc.lb.wrr.endpoint_weight_not_yet_usable", not_yet_usable, labels)
     if stale:
         _metrics.add("grpc.lb.wrr.endpoint_weight_stale", stale, labels)
+
+
+def cluster_name(endpoints: Sequence[Any]) -> str:
+    """The xDS cluster of the endpoints (cds's ``xds_cluster`` attribute), or ""."""
+    for endpoint in endpoints:
+        name = getattr(endpoint, "attributes", {}).get("xds_cluster")
+        if name:
+            return str(name)
+    return ""
+
+
+def _chain(first: Callable[[Status], None], second: Callable[[Status], None]) -> Any:
+    def both(status: Status) -> None:
+        first(status)
+        second(status)
+
+    return both
+
+
+#: (channel target, cluster, stand-in) already warned about (one warning each)
+_WARNED: set[tuple[str, str, bool]] = set()
 
 
 def locality_label(endpoints: Sequence[Any]) -> str:
@@ -370,15 +457,17 @@ class WeightedRoundRobin(RoundRobin):
         self._config = WeightedRoundRobinConfig()
         self._timer: Timer | None = None
         self._picker: WeightedRoundRobinPicker | None = None
-        #: child -> (subchannel watched, period, unsubscribe)
-        self._oob: dict[_Child, tuple[Any, float, Callable[[], None] | None]] = {}
+        #: child -> (subchannel watched, period, unsubscribe, stand-in for per-call)
+        self._oob: dict[_Child, tuple[Any, float, Callable[[], None] | None, bool]] = {}
         self._locality = ""
+        self._cluster = ""
         super().__init__(helper)
 
     # -- LoadBalancer ----------------------------------------------------------
     def update(self, update: ResolverUpdate) -> Status | None:
         if not isinstance(update.endpoints, Status):
             self._locality = locality_label(update.endpoints)
+            self._cluster = cluster_name(update.endpoints)
         if isinstance(update.config, WeightedRoundRobinConfig):
             self._config = update.config
             for child in self.children:
@@ -390,7 +479,7 @@ class WeightedRoundRobin(RoundRobin):
     def shutdown(self) -> None:
         self._cancel_timer()
         self._picker = None
-        for _subchannel, _period, cancel in self._oob.values():
+        for _subchannel, _period, cancel, _stand_in in self._oob.values():
             if cancel is not None:
                 cancel()
         self._oob.clear()
@@ -401,6 +490,12 @@ class WeightedRoundRobin(RoundRobin):
         weight = getattr(child, "wrr_weight", None)
         if weight is None:
             weight = EndpointWeight(self.helper.clock, self._config)
+            clock = self.helper.clock
+
+            def need_stand_in() -> None:  # from an RPC thread: hop onto the serializer
+                clock.call_later(0, self._sync_oob)
+
+            weight.on_need_stand_in = need_stand_in
             # round_robin's child carries this policy's state for it (no slot declared there)
             child.wrr_weight = weight  # type: ignore[attr-defined]  # per-policy state on the child
         return weight
@@ -430,15 +525,13 @@ class WeightedRoundRobin(RoundRobin):
         results = []
         for picker, weight in zip(pickers, weights, strict=True):
             result = picker.result
-            hook = None if config.enable_oob_load_report else weight.on_call_trailers
+            hook = None
+            done = result.on_call_done
+            if not config.enable_oob_load_report:
+                hook = weight.on_call_trailers
+                done = weight.on_call_done if done is None else _chain(done, weight.on_call_done)
             results.append(
-                PickComplete(
-                    result.subchannel,
-                    result.on_call_done,
-                    hook,
-                    result.attempt_labels,
-                    result.metadata,
-                )
+                PickComplete(result.subchannel, done, hook, result.attempt_labels, result.metadata)
             )
         labels = None
         if _metrics.RECORDER is not None:
@@ -485,8 +578,9 @@ class WeightedRoundRobin(RoundRobin):
     # -- out-of-band reports -------------------------------------------------------
     def _sync_oob(self) -> None:
         """One OOB watch per READY endpoint while enableOobLoadReport, at the
-        configured period; none otherwise."""
-        if self._shutdown or (not self._config.enable_oob_load_report and not self._oob):
+        configured period; in per-call mode one per READY endpoint that needs
+        the stand-in (module docstring); none otherwise."""
+        if self._shutdown:
             return
         live = set(self.children)
         for child in list(self._oob):
@@ -495,26 +589,92 @@ class WeightedRoundRobin(RoundRobin):
         for child in live:
             self._sync_oob_child(child)
 
+    def _wants_oob(self, child: _Child) -> bool:
+        if self._config.enable_oob_load_report:
+            return True
+        weight = getattr(child, "wrr_weight", None)
+        return (
+            weight is not None
+            and weight.needs_stand_in
+            and not weight.per_call_seen
+            and not weight.no_report
+        )
+
     def _sync_oob_child(self, child: _Child) -> None:
         config = self._config
-        want: tuple[Any, float] | None = None
+        want: tuple[Any, float, bool] | None = None
         if (
-            config.enable_oob_load_report
-            and not child.closed
+            not child.closed
             and child.state is _READY
             and type(child.picker) is _ReadyPicker
+            and self._wants_oob(child)
         ):
-            want = (child.picker.subchannel, config.oob_reporting_period)
+            stand_in = not config.enable_oob_load_report
+            want = (child.picker.subchannel, config.oob_reporting_period, stand_in)
         have = self._oob.get(child)
-        if have is not None and (want is None or have[0] is not want[0] or have[1] != want[1]):
+        if have is not None and (
+            want is None or have[0] is not want[0] or have[1] != want[1] or have[3] != want[2]
+        ):
             self._stop_oob(child)
             have = None
         if want is not None and have is None:
-            cancel = orca.watch_oob(want[0], want[1], self.weight_of(child).on_report)
-            self._oob[child] = (want[0], want[1], cancel)
+            weight = self.weight_of(child)
+            on_report = weight.on_stand_in_report if want[2] else weight.on_oob_report
+            address = str(getattr(want[0], "address", "?"))
+
+            def unimplemented(details: str, w: EndpointWeight = weight, a: str = address) -> None:
+                self._no_oob(w, a, details)
+
+            cancel = orca.watch_oob(want[0], want[1], on_report, unimplemented)
+            self._oob[child] = (want[0], want[1], cancel, want[2])
+
+    def _no_oob(self, weight: EndpointWeight, address: str, details: str) -> None:
+        """The backend does not serve OpenRcaService (on the serializer)."""
+        stand_in = not self._config.enable_oob_load_report
+        weight.no_report = (
+            "its backend does not serve OpenRcaService (out-of-band load reports)"
+            + (
+                " and grpcio hides its per-call reports (endpoint-load-metrics-bin), if any"
+                if stand_in
+                else ""
+            )
+            + (f": {details}" if details else "")
+        )
+        key = (getattr(self.helper, "channel_target", ""), self._cluster, stand_in)
+        if key not in _WARNED:
+            _WARNED.add(key)
+            _log.warning(
+                "pyxds: cluster %s: weighted_round_robin gets no load reports from %s: %s; "
+                "such endpoints get no weight of their own (round robin when none has one)",
+                self._cluster or "?",
+                address,
+                weight.no_report,
+            )
+
+    def config_dump(self) -> dict[str, Any]:
+        """Each endpoint's weight (0: none usable now) and where it comes from."""
+        now = self.helper.clock.now()
+        rows = []
+        for child in self.children:
+            weight = getattr(child, "wrr_weight", None)
+            row: dict[str, Any] = {"addresses": sorted(child.addresses)}
+            if weight is not None:
+                row["weight"] = round(weight.value(now), 6)
+                row["source"] = weight.source or "none yet"
+                if weight.no_report:
+                    row["no_weight"] = weight.no_report
+            else:
+                row["weight"] = 0.0
+                row["source"] = "none yet"
+            rows.append(row)
+        mode = "out-of-band" if self._config.enable_oob_load_report else "per-call"
+        out: dict[str, Any] = {"reporting": mode, "endpoint_weights": rows}
+        if self._cluster:
+            out["cluster"] = self._cluster
+        return out
 
     def _stop_oob(self, child: _Child) -> None:
-        _subchannel, _period, cancel = self._oob.pop(child)
+        _subchannel, _period, cancel, _stand_in = self._oob.pop(child)
         if cancel is not None:
             cancel()
 

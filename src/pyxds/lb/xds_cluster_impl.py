@@ -37,12 +37,19 @@ Load reporting (A27 "Load Reporting"): when the cluster has
 ``lrs_server: self``, the policy takes the cluster's drop stats and each
 locality's stats from the XdsClient's load store (the ``xds_client``
 attribute; key: the LRS server, the cluster, its EDS service name, the
-locality), as C-core does: EDS drops count under their category, circuit
-breaker drops as uncategorized, and every completed pick (one RPC attempt)
-counts issued at the pick and succeeded/failed in its ``on_call_done``
-(in progress in between).  Without ``lrs_server`` nothing is reported.  The
-stats are given back when the cluster stops reporting, when the key changes
-(the next report flushes them) and at shutdown.
+locality and the cluster's backend metric propagation, A85), as C-core
+does: EDS drops count under their category, circuit breaker drops as
+uncategorized, and every completed pick (one RPC attempt) counts issued at
+the pick and succeeded/failed in its ``on_call_done`` (in progress in
+between).  When the cluster's ``lrs_report_endpoint_metrics`` asks for
+backend metrics (A64/A85), the pick also gets an ``on_call_trailers`` that
+hands the attempt's per-call ORCA report, if any, to its locality's stats
+(chained with the child's own hook).  pyxds sees per-call reports only from
+backends that send the ``x-endpoint-load-metrics-bin`` mirror
+(:mod:`pyxds.orca`): grpcio hides the standard trailer from Python, and A64
+counts per-call reports only.  Without ``lrs_server`` nothing is reported.
+The stats are given back when the cluster stops reporting, when the key
+changes (the next report flushes them) and at shutdown.
 
 The locality of a subchannel is the ``locality`` attribute of the endpoint it
 was created for (the cds policy sets it): the child gets a
@@ -68,7 +75,7 @@ from typing import Any
 
 import grpc
 
-from pyxds.lb import registry
+from pyxds.lb import orca, registry
 from pyxds.lb.api import (
     ATTEMPT_NOT_STARTED,
     OK_STATUS,
@@ -181,6 +188,7 @@ class XdsClusterImplPicker(Picker):
             subchannel = subchannel.real
         locality = lrs = None
         labels = result.attempt_labels
+        trailers = result.on_call_trailers
         if type(subchannel) is CountedSubchannel:
             locality = subchannel.stats
             lrs = subchannel.lrs
@@ -188,6 +196,8 @@ class XdsClusterImplPicker(Picker):
                 labels = subchannel.attempt_labels
             else:  # a child's own labels too (rare: not on the common path)
                 labels = {**labels, **subchannel.attempt_labels}
+            if lrs is not None and lrs.wants_backend_metrics:
+                trailers = subchannel.metrics_hook(trailers)
             subchannel = subchannel.real
             if locality is not None:
                 locality.call_started()
@@ -198,7 +208,7 @@ class XdsClusterImplPicker(Picker):
         # path); every PickComplete field is passed on (a unit test fails
         # when PickComplete gains one this line does not name).
         done = _call_done(calls, locality, lrs, result.on_call_done)
-        return PickComplete(subchannel, done, result.on_call_trailers, labels, result.metadata)
+        return PickComplete(subchannel, done, trailers, labels, result.metadata)
 
     @property
     def child(self) -> Picker:
@@ -241,7 +251,16 @@ class CountedSubchannel(Subchannel):
     hands ``real`` to the channel, so the channel never sees this wrapper
     (C-core's StatsSubchannelWrapper does the same)."""
 
-    __slots__ = ("real", "address", "locality", "stats", "lrs", "attempt_labels", "_owner")
+    __slots__ = (
+        "real",
+        "address",
+        "locality",
+        "stats",
+        "lrs",
+        "attempt_labels",
+        "_owner",
+        "_hooks",
+    )
 
     def __init__(
         self,
@@ -262,6 +281,29 @@ class CountedSubchannel(Subchannel):
             {LOCALITY_LABEL: locality_label(locality)}
         )
         self._owner = owner
+        #: (lrs, child's trailers hook, the hook handed to the channel)
+        self._hooks: tuple[Any, Any, Callable[[Any], None]] | None = None
+
+    def metrics_hook(self, inner: Callable[[Any], None] | None) -> Callable[[Any], None]:
+        """The ``on_call_trailers`` that gives the attempt's ORCA report to
+        this locality's load stats (A64/A85), then calls ``inner``; made
+        once per (stats, inner hook)."""
+        lrs = self.lrs
+        hooks = self._hooks
+        if hooks is not None and hooks[0] is lrs and hooks[1] is inner:
+            return hooks[2]
+        add = lrs.add_backend_metrics
+        read = orca.report_from_trailers
+
+        def on_call_trailers(trailers: Any) -> None:
+            report = read(trailers)
+            if report is not None:
+                add(report)
+            if inner is not None:
+                inner(trailers)
+
+        self._hooks = (lrs, inner, on_call_trailers)
+        return on_call_trailers
 
     def connect(self) -> None:
         self.real.connect()
@@ -322,9 +364,9 @@ class XdsClusterImplPolicy(LoadBalancer):
         self._updating = False
         self._dirty = False
         self._shut_down = False
-        # Load reporting: (store, server, cluster, EDS service name) or None,
-        # and the drop stats taken for it.
-        self._lrs_key: tuple[Any, Any, str, str] | None = None
+        # Load reporting: (store, server, cluster, EDS service name, backend
+        # metric propagation) or None, and the drop stats taken for it.
+        self._lrs_key: tuple[Any, Any, str, str, Any] | None = None
         self._drop_stats: Any = None
         self._security: Any = None
 
@@ -424,7 +466,7 @@ class XdsClusterImplPolicy(LoadBalancer):
     @staticmethod
     def _load_report_key(
         update: ResolverUpdate, cluster: Any, cluster_name: str, eds_service_name: str | None
-    ) -> tuple[Any, Any, str, str] | None:
+    ) -> tuple[Any, Any, str, str, Any] | None:
         """Where this cluster's load goes, or None when it does not report."""
         if not getattr(cluster, "lrs_server", False):
             return None
@@ -437,9 +479,12 @@ class XdsClusterImplPolicy(LoadBalancer):
         except LookupError as err:
             _log.warning("cluster %s: no LRS server: %s", cluster_name, err)
             return None
-        return (store, server, cluster_name, eds_service_name or "")
+        propagation = getattr(cluster, "lrs_metrics", None)
+        if propagation is not None and propagation.empty:
+            propagation = None
+        return (store, server, cluster_name, eds_service_name or "", propagation)
 
-    def _set_load_reporting(self, key: tuple[Any, Any, str, str] | None) -> None:
+    def _set_load_reporting(self, key: tuple[Any, Any, str, str, Any] | None) -> None:
         """Give back the stats of the old key and take those of ``key``."""
         old = self._lrs_key
         if old is not None:
@@ -454,7 +499,7 @@ class XdsClusterImplPolicy(LoadBalancer):
         self._drop_stats = None
         if key is None:
             return
-        store, server, cluster_name, eds = key
+        store, server, cluster_name, eds, _propagation = key
         self._drop_stats = store.drop_stats(server, cluster_name, eds)
         for subchannel in self._subchannels:
             subchannel.lrs = self._locality_lrs(subchannel.locality)
@@ -463,8 +508,8 @@ class XdsClusterImplPolicy(LoadBalancer):
         key = self._lrs_key
         if key is None or locality is None:
             return None
-        store, server, cluster_name, eds = key
-        return store.locality_stats(server, cluster_name, eds, locality)
+        store, server, cluster_name, eds, propagation = key
+        return store.locality_stats(server, cluster_name, eds, locality, propagation)
 
     # -- internals -----------------------------------------------------
     def _fail(self, status: Status) -> Status:

@@ -22,7 +22,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyxds.clock import Clock
 from pyxds.lb.api import EMPTY_ATTRIBUTES, Endpoint
@@ -33,6 +33,22 @@ if TYPE_CHECKING:
     from pyxds.xds.bootstrap import BootstrapSource
 from pyxds.serializer import WorkSerializer
 from pyxds.status import Status
+
+
+class CallState(Protocol):
+    """The per-RPC state of an A39 filter that also sees the response (the
+    A55 stateful session filter's session), carried by
+    ``CallConfig.call_state``.  The channel's one duty to it:
+
+    ``response_metadata()`` is called once, when the response headers of
+    the RPC's committed attempt arrive (after that attempt's pick), and
+    returns the ``(key, value)`` pairs to add to the response metadata the
+    application sees: to the initial metadata, or to the trailing metadata
+    of a response that had no headers before its trailers (trailers-only).
+    Never raises; () when there is nothing to add.
+    """
+
+    def response_metadata(self) -> tuple[tuple[str, str], ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +68,8 @@ class CallConfig:
     ``filters``: the route's A39 HTTP filter chain
     (:class:`pyxds.resolver.http_filters.CallFilter`), run once per RPC
     before its first pick.  ``wait_for_ready``: the methodConfig's, used
-    when the application did not say.
+    when the application did not say.  ``call_state``: this RPC's
+    :class:`CallState` (A55 stateful session), None for most RPCs.
     """
 
     call_attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
@@ -63,6 +80,7 @@ class CallConfig:
     retry_policy: RetryPolicy | None = None
     filters: tuple[Any, ...] = ()
     wait_for_ready: bool | None = None
+    call_state: CallState | None = None
 
 
 class ConfigSelector(ABC):

@@ -35,6 +35,18 @@ nothing on the success path:
    gets the precomputed CallConfig.  Routes without hash policies never
    reach this code: their actions keep ``single`` set and return the
    precomputed CallConfig as before, so they pay nothing for it.
+6. A route whose filter chain has a stateful session cookie (A55,
+   :class:`~pyxds.resolver.stateful_session.SessionCookie`, taken out of the
+   chain) takes the same slower path: when the RPC's path matches the
+   cookie path, its cookie is read; A60: a cookie naming one of the
+   route's clusters sends the RPC there (that cluster's reference is the
+   one taken), else the route's draw stands.  The RPC gets its
+   :class:`~pyxds.resolver.stateful_session.SessionCall` as the
+   ``xds_override_host`` call attribute (the LB picker honours the cookie's
+   address and writes the picked one) and as ``CallConfig.call_state`` (the
+   channel asks it for the ``set-cookie`` of the response).  Filters and
+   timeouts are those of the cluster the route drew, as in C-core where
+   the filter only changes the cluster attribute.
 """
 
 from __future__ import annotations
@@ -49,11 +61,13 @@ from typing import Any
 import grpc
 
 from pyxds.lb.api import REQUEST_HASH_KEY
+from pyxds.lb.xds_override_host import OVERRIDE_HOST_ATTRIBUTE
 from pyxds.resolver.api import CallConfig, ConfigSelector
 from pyxds.resolver.http_filters import build_chain
 from pyxds.resolver.request_hash import RequestHasher
 from pyxds.resolver.retry_policy import RetryPolicy
 from pyxds.resolver.route_matching import RouteTable
+from pyxds.resolver.stateful_session import SessionCall, SessionCookie
 from pyxds.status import Status
 from pyxds.xds.resources.types import RouteAction, VirtualHost
 
@@ -157,13 +171,17 @@ class ClusterRef:
 
 
 class _Choice:
-    """A cluster an action can choose, with its ready-made CallConfig."""
+    """A cluster an action can choose, with its ready-made CallConfig and
+    the stateful session cookie of its filter chain (None: no session)."""
 
-    __slots__ = ("ref", "config")
+    __slots__ = ("ref", "config", "session")
 
-    def __init__(self, ref: ClusterRef, config: CallConfig) -> None:
+    def __init__(
+        self, ref: ClusterRef, config: CallConfig, session: SessionCookie | None = None
+    ) -> None:
         self.ref = ref
         self.config = config
+        self.session = session
 
 
 class _Action:
@@ -175,7 +193,17 @@ class _Action:
     never tests for hashing.
     """
 
-    __slots__ = ("fail", "single", "cumulative", "total", "choices", "route_name", "hasher")
+    __slots__ = (
+        "fail",
+        "single",
+        "cumulative",
+        "total",
+        "choices",
+        "route_name",
+        "hasher",
+        "special",
+        "by_cluster",
+    )
 
     def __init__(self) -> None:
         self.fail: CallConfig | None = None
@@ -185,6 +213,10 @@ class _Action:
         self.choices: list[_Choice] = []
         self.route_name = ""
         self.hasher: RequestHasher | None = None
+        #: hash policies or a stateful session: routed by _select_special
+        self.special = False
+        #: cluster name -> its first choice (A60's cookie cluster)
+        self.by_cluster: dict[str, _Choice] = {}
 
 
 def _effective_timeout(route_value: float | None, listener_value: float | None) -> float | None:
@@ -201,6 +233,49 @@ def _retry_policy(action: RouteAction) -> RetryPolicy | None:
     if rp is None:
         return None
     return RetryPolicy.from_xds(rp.retry_on, rp.num_retries, rp.base_interval, rp.max_interval)
+
+
+# CallConfig is a frozen slotted dataclass: its __init__ (a frozen
+# __setattr__ per field) costs microseconds; a per-RPC config is built
+# through the slot descriptors instead, as the EDS parser builds its
+# hot-loop values (a test checks every field is set).
+_new = object.__new__
+
+
+def _slot_setter(name: str) -> Callable[[CallConfig, Any], None]:
+    setter: Callable[[CallConfig, Any], None] = getattr(CallConfig, name).__set__
+    return setter
+
+
+_set_attributes = _slot_setter("call_attributes")
+_set_timeout = _slot_setter("timeout")
+_set_committed = _slot_setter("on_committed")
+_set_status = _slot_setter("status")
+_set_no_config = _slot_setter("no_config")
+_set_retry = _slot_setter("retry_policy")
+_set_filters = _slot_setter("filters")
+_set_wait_for_ready = _slot_setter("wait_for_ready")
+_set_call_state = _slot_setter("call_state")
+
+
+def _per_rpc_config(
+    base: CallConfig,
+    call_attributes: Mapping[str, Any],
+    on_committed: Callable[[], None],
+    call_state: Any,
+) -> CallConfig:
+    """``base`` with this RPC's call attributes, reference release and call state."""
+    config: CallConfig = _new(CallConfig)
+    _set_attributes(config, call_attributes)
+    _set_timeout(config, base.timeout)
+    _set_committed(config, on_committed)
+    _set_status(config, base.status)
+    _set_no_config(config, base.no_config)
+    _set_retry(config, base.retry_policy)
+    _set_filters(config, base.filters)
+    _set_wait_for_ready(config, base.wait_for_ready)
+    _set_call_state(config, call_state)
+    return config
 
 
 class XdsConfigSelector(ConfigSelector):
@@ -252,6 +327,10 @@ class XdsConfigSelector(ConfigSelector):
             plugin: bool = False,
         ) -> _Choice:
             ref = (plugin_refs or {})[cluster] if plugin else refs[cluster]
+            session = None
+            if any(type(f) is SessionCookie for f in filters):
+                session = next(f for f in filters if type(f) is SessionCookie)
+                filters = tuple(f for f in filters if type(f) is not SessionCookie)
             key = (ref.child_name, timeout, retry, filters)
             config = configs.get(key)
             if config is None:
@@ -262,7 +341,7 @@ class XdsConfigSelector(ConfigSelector):
                     retry_policy=retry,
                     filters=filters,
                 )
-            return _Choice(ref, config)
+            return _Choice(ref, config, session)
 
         non_forwarding = CallConfig(status=Status(UNAVAILABLE, NON_FORWARDING_MESSAGE))
         routes = []
@@ -318,9 +397,16 @@ class XdsConfigSelector(ConfigSelector):
                     hasher = RequestHasher(ra.hash_policies, channel_id)
                     if hasher:
                         action.hasher = hasher
-                        if action.single is not None:
-                            action.choices = [action.single]
-                            action.single = None
+                        action.special = True
+                if action.fail is None:
+                    if action.single is not None and not action.choices:
+                        action.choices = [action.single]
+                    for c in action.choices:
+                        action.by_cluster.setdefault(c.ref.name, c)
+                    if any(c.session is not None for c in action.choices):
+                        action.special = True
+                if action.special:
+                    action.single = None
             routes.append((route.match, action))
         self._table: RouteTable[_Action] = RouteTable(routes)
         self._plans = self._table.plans
@@ -342,42 +428,54 @@ class XdsConfigSelector(ConfigSelector):
         if choice is None:
             if action.fail is not None:
                 return action.fail
-            hasher = action.hasher
-            if hasher is not None:
-                return self._select_hashed(action, hasher, path, metadata)
+            if action.special:
+                return self._select_special(action, path, metadata)
             index = bisect_right(action.cumulative, self._draw(action.total))
             choice = action.choices[index]
         if choice.ref.acquire():
             return choice.config
         return self._reroute(path, metadata)
 
-    def _select_hashed(
+    def _select_special(
         self,
         action: _Action,
-        hasher: RequestHasher,
         path: str,
         metadata: Sequence[tuple[str, str | bytes]],
     ) -> CallConfig:
-        """``select`` for a route with hash policies (A42)."""
+        """``select`` for a route with hash policies (A42) or a stateful
+        session (A55/A60): the module docstring's steps 5 and 6."""
         choices = action.choices
         if len(choices) == 1:
             choice = choices[0]
         else:
             choice = choices[bisect_right(action.cumulative, self._draw(action.total))]
-        request_hash = hasher(metadata)
+        drawn = choice
+        session = None
+        cookie = choice.session
+        if cookie is not None and cookie.applies_to(path):
+            address_list, cookie_cluster, addresses = cookie.read_split(metadata)
+            cluster = choice.ref.name
+            if cookie_cluster and cookie_cluster != cluster:
+                pinned = action.by_cluster.get(cookie_cluster)
+                if pinned is not None:
+                    choice, cluster = pinned, cookie_cluster
+            session = SessionCall(
+                cookie.config, address_list, cluster, cluster != cookie_cluster, addresses
+            )
+        hasher = action.hasher
+        request_hash = hasher(metadata) if hasher is not None else None
         ref = choice.ref
         if not ref.acquire():
             return self._reroute(path, metadata)
-        config = choice.config
-        if request_hash is None:
-            return config
-        return CallConfig(
-            call_attributes={CLUSTER_ATTRIBUTE: ref.child_name, REQUEST_HASH_KEY: request_hash},
-            timeout=config.timeout,
-            on_committed=config.on_committed,
-            retry_policy=config.retry_policy,
-            filters=config.filters,
-        )
+        config = drawn.config
+        if request_hash is None and session is None:
+            return config if choice is drawn else choice.config
+        attributes: dict[str, Any] = {CLUSTER_ATTRIBUTE: ref.child_name}
+        if request_hash is not None:
+            attributes[REQUEST_HASH_KEY] = request_hash
+        if session is not None:
+            attributes[OVERRIDE_HOST_ATTRIBUTE] = session
+        return _per_rpc_config(config, attributes, ref.release, session)
 
     def _reroute(self, path: str, metadata: Sequence[tuple[str, str | bytes]]) -> CallConfig:
         # The cluster was retired after a newer selector replaced this one.

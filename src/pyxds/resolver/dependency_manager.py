@@ -696,7 +696,7 @@ class DependencyManager:
                 f'sub_zone="{loc.name.sub_zone}"}}'
                 for prio in cla.priorities
                 for loc in prio
-                if not loc.endpoints
+                if not loc.usable_count  # no endpoints, or only DRAINING ones (A55)
             )
             note = (
                 f"EDS resource {eds_name}: contains empty localities: [{'; '.join(empty)}]"
@@ -727,7 +727,9 @@ class DependencyManager:
             if not details.startswith("DNS resolution failed"):
                 details = f"DNS resolution failed for {dns.target}: {details}"
             return EndpointConfig(None, details)
-        endpoint = EndpointAddress(addresses=dns.result)
+        # The DNS name is the endpoint's host name (C-core's address name:
+        # "host:port", used by A101 auto_host_sni).
+        endpoint = EndpointAddress(addresses=dns.result, hostname=dns.target)
         cla = ClusterLoadAssignment(
             cluster_name=name,
             priorities=((Locality(LocalityName(), 1, (endpoint,)),),),

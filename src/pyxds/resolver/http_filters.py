@@ -14,7 +14,10 @@ the chain of :class:`CallFilter` objects for the listener's filters in
 listener order (:func:`build_chain`).  Each filter's config is the most
 specific one present (A39 "Filter Config Overrides"): the weighted
 cluster's ``typed_per_filter_config`` entry for the filter's name, else the
-route's, else the virtual host's, else the listener's ``typed_config``.
+route's, else the virtual host's, else the listener's ``typed_config``.  An
+override has one of the filter's ``override_type_urls`` (by default its own
+types; A55's StatefulSessionPerRoute for the stateful session filter) and
+is turned into a CallFilter by :meth:`HttpFilter.override_filter`.
 The chain travels in the RPC's ``CallConfig.filters``.
 
 Per RPC the channel calls every filter's :meth:`CallFilter.on_call` once,
@@ -37,8 +40,13 @@ place of the RPC's story.  A filter that has nothing to do on the call path
 (the router; a fault filter with no fault) contributes no CallFilter at
 all, and a route whose filters answer None costs nothing per RPC.
 
-Adding a filter (e.g. A55 stateful session, A83 gcp_authn) is one
-subclass of :class:`HttpFilter` and one :func:`register` call.
+A filter that must act while the RPC is routed and see its response (A55
+stateful session, :mod:`pyxds.resolver.stateful_session`) is taken out of
+the chain by the ConfigSelector, which applies it and hands the channel a
+per-RPC ``CallConfig.call_state``.
+
+Adding a filter (e.g. A83 gcp_authn) is one subclass of
+:class:`HttpFilter` and one :func:`register` call.
 """
 
 from __future__ import annotations
@@ -99,10 +107,20 @@ class HttpFilter(ABC):
     None when the filter does nothing on the call path."""
 
     type_urls: tuple[str, ...] = ()
+    #: config types of its ``typed_per_filter_config`` overrides (empty: the
+    #: filter's own ``type_urls``)
+    override_type_urls: tuple[str, ...] = ()
     terminal = False
 
     @abstractmethod
     def call_filter(self, config: bytes) -> CallFilter | None: ...
+
+    def override_filter(self, config: bytes) -> CallFilter | None:
+        """The CallFilter of an override's config (default: as a top-level one)."""
+        return self.call_filter(config)
+
+    def override_types(self) -> tuple[str, ...]:
+        return self.override_type_urls or self.type_urls
 
 
 _REGISTRY: dict[str, HttpFilter] = {}
@@ -113,9 +131,10 @@ def register(http_filter: HttpFilter) -> None:
     to the LDS/RDS validators)."""
     from pyxds.xds.resources.listener import register_http_filter
 
+    overrides = () if http_filter.terminal else http_filter.override_types()
     for type_url in http_filter.type_urls:
         _REGISTRY[type_url] = http_filter
-        register_http_filter(type_url, http_filter.terminal)
+        register_http_filter(type_url, http_filter.terminal, overrides)
 
 
 def registered(type_url: str) -> HttpFilter | None:
@@ -137,11 +156,14 @@ def build_chain(
             merged[name] = (type_url, config)
     chain: list[CallFilter] = []
     for flt in listener_filters:
-        type_url, config = merged.get(flt.name, (flt.type_url, flt.config))
-        impl = _REGISTRY.get(type_url)
+        impl = _REGISTRY.get(flt.type_url)
         if impl is None or impl.terminal:
             continue
-        call_filter = impl.call_filter(config)
+        override = merged.get(flt.name)
+        if override is not None and override[0] in impl.override_types():
+            call_filter = impl.override_filter(override[1])
+        else:
+            call_filter = impl.call_filter(flt.config)
         if call_filter is not None:
             chain.append(call_filter)
     return tuple(chain)
@@ -202,7 +224,8 @@ def _folded(fns: list[Callable[[Any], Any] | None]) -> Callable[[Any], Any] | No
     return fold
 
 
-# the built-in filter (A33 fault injection) registers itself when it loads;
-# loaded here so that every user of the registry sees it (whichever of the
-# two modules is imported first)
-import pyxds.resolver.fault_filter  # noqa: E402, F401
+# the built-in filters (A33 fault injection, A55 stateful session) register
+# themselves when they load; loaded here so that every user of the registry
+# sees them (whichever module is imported first)
+import pyxds.resolver.fault_filter  # noqa: E402
+import pyxds.resolver.stateful_session  # noqa: E402, F401

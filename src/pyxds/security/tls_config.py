@@ -27,7 +27,11 @@ C-core's words, checked against it case by case):
   A82); none is "no CA certs configured" (reported with any other error).
 * Every provider instance name must exist in the bootstrap's
   ``certificate_providers`` (when the decoder knows the bootstrap).
-* Ignored: ``sni``, ``allow_renegotiation``, ``max_session_keys``,
+* A101 (unless ``GRPC_EXPERIMENTAL_XDS_SNI`` is set to something other than
+  true): ``sni`` (longer than 255 characters: "must be shorter than 255
+  characters"), ``auto_host_sni``, ``auto_sni_san_validation``; see
+  :func:`server_name` for the SNI a connection sends.
+* Ignored: ``allow_renegotiation``, ``max_session_keys``,
   ``alpn_protocols``, ``trusted_ca``, ``watched_directory``,
   ``allow_expired_certificate``, ``trust_chain_verification``.
 
@@ -43,6 +47,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pyxds.security import experiments
+
 if TYPE_CHECKING:  # the validators load with the xDS client, not with the channel
     from pyxds.xds.resources._common import Errors
 
@@ -52,6 +58,14 @@ if TYPE_CHECKING:
 SECURITY_ATTRIBUTE = "xds_security"
 """Subchannel attribute carrying a cluster's :class:`UpstreamTlsConfig`
 (set by xds_cluster_impl, read by the channel's subchannel pool)."""
+
+ADDRESS_NAME_ATTRIBUTE = "address_name"
+"""Endpoint attribute: the endpoint's host name (C-core's
+``GRPC_ARG_ADDRESS_NAME``): EDS ``endpoint.hostname``, or ``host:port`` of a
+LOGICAL_DNS cluster; set by the cds policy, read for A101's
+``auto_host_sni``."""
+
+MAX_SNI_LENGTH = 255
 
 _UNSUPPORTED = "feature unsupported"  # C-core's words
 
@@ -90,6 +104,35 @@ class UpstreamTlsConfig:
     identity: ProviderRef | None = None
     san_matchers: tuple[SanMatcher, ...] = ()
     system_root_certs: bool = False
+    sni: str = ""  # A101
+    auto_host_sni: bool = False  # A101
+    auto_sni_san_validation: bool = False  # A101
+
+
+def server_name(tls: UpstreamTlsConfig, address_name: str | None) -> str | None:
+    """The SNI of a connection to an endpoint (A101, as C-core 1.85):
+
+    1. ``auto_host_sni`` and the endpoint has a host name: that name without
+       its port (``host:port``, ``[v6]:port`` or a bare host);
+    2. else ``sni`` when not empty;
+    3. else none (None).
+
+    An IP address is never sent as SNI (RFC 6066; C-core and Python's ``ssl``
+    both leave it out), but it is still the name SAN validation uses.
+    """
+    if tls.auto_host_sni and address_name:
+        return _host_of(address_name)
+    return tls.sni or None
+
+
+def _host_of(name: str) -> str:
+    if name.startswith("["):
+        end = name.find("]")
+        if end > 0:
+            return name[1:end]
+    if name.count(":") == 1:
+        return name.split(":", 1)[0]
+    return name
 
 
 _UNSUPPORTED_VALIDATION = (
@@ -117,8 +160,15 @@ def parse_upstream_tls_context(
     except Exception:
         errs.add(path, "can't decode UpstreamTlsContext")
         return None
-    p = f"{path}.common_tls_context"
     before = len(errs)
+    sni, auto_host_sni, auto_sni_san_validation = "", False, False
+    if experiments.sni_enabled():
+        sni = ctx.sni
+        if len(sni) > MAX_SNI_LENGTH:
+            errs.add(f"{path}.sni", "must be shorter than 255 characters")
+        auto_host_sni = ctx.auto_host_sni
+        auto_sni_san_validation = ctx.auto_sni_san_validation
+    p = f"{path}.common_tls_context"
     common = parse_common_tls_context(ctx.common_tls_context, p, providers, errs)
     if not common.ca_named and not common.system_root_certs:
         errs.add(p, "no CA certs configured")
@@ -129,6 +179,9 @@ def parse_upstream_tls_context(
         identity=common.identity,
         san_matchers=common.san_matchers,
         system_root_certs=common.system_root_certs,
+        sni=sni,
+        auto_host_sni=auto_host_sni,
+        auto_sni_san_validation=auto_sni_san_validation,
     )
 
 

@@ -20,6 +20,7 @@ from envoy.config.core.v3 import (
     address_pb2,
     base_pb2,
     config_source_pb2,
+    extension_pb2,
     health_check_pb2,
     protocol_pb2,
 )
@@ -159,6 +160,50 @@ def fault_filter(name: str = "fault", config: Any = None, **kwargs: Any) -> hcm_
     if config is None:
         config = fault_config(**kwargs)
     return hcm_pb2.HttpFilter(name=name, typed_config=pack(config))
+
+
+def stateful_session_config(
+    cookie_name: str = "global-session-cookie",
+    path: str = "",
+    ttl: Seconds | None = None,
+) -> Any:
+    """A StatefulSession (A55) with a CookieBasedSessionState: the session
+    cookie's name, path ("" = every path) and TTL (None = no Max-Age)."""
+    from envoy.extensions.filters.http.stateful_session.v3 import stateful_session_pb2
+    from envoy.extensions.http.stateful_session.cookie.v3 import cookie_pb2
+    from envoy.type.http.v3 import cookie_pb2 as http_cookie_pb2
+
+    cookie = http_cookie_pb2.Cookie(name=cookie_name, path=path)
+    if ttl is not None:
+        cookie.ttl.CopyFrom(_duration(ttl, "ttl"))
+    state = cookie_pb2.CookieBasedSessionState(cookie=cookie)
+    return stateful_session_pb2.StatefulSession(
+        session_state=extension_pb2.TypedExtensionConfig(
+            name="envoy.http.stateful_session.cookie", typed_config=pack(state)
+        )
+    )
+
+
+def stateful_session_filter(
+    name: str = "envoy.filters.http.stateful_session", config: Any = None, **kwargs: Any
+) -> hcm_pb2.HttpFilter:
+    """An HCM stateful session filter (A55): ``config`` a StatefulSession,
+    else :func:`stateful_session_config` of ``kwargs``."""
+    if config is None:
+        config = stateful_session_config(**kwargs)
+    return hcm_pb2.HttpFilter(name=name, typed_config=pack(config))
+
+
+def stateful_session_per_route(disabled: bool = False, **kwargs: Any) -> Any:
+    """A StatefulSessionPerRoute override (A55 via A39): ``disabled``, or
+    another cookie (:func:`stateful_session_config` of ``kwargs``)."""
+    from envoy.extensions.filters.http.stateful_session.v3 import stateful_session_pb2
+
+    if disabled:
+        return stateful_session_pb2.StatefulSessionPerRoute(disabled=True)
+    return stateful_session_pb2.StatefulSessionPerRoute(
+        stateful_session=stateful_session_config(**kwargs)
+    )
 
 
 def http_connection_manager(
@@ -596,8 +641,6 @@ def _load_balancing_policy(value: Any) -> cluster_pb2.LoadBalancingPolicy:
 
 
 def _typed_extension(name: str, msg: message.Message) -> Any:  # a TypedExtensionConfig
-    from envoy.config.core.v3 import extension_pb2
-
     return extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(msg))
 
 
@@ -613,6 +656,8 @@ def cluster(
     load_balancing_policy: Any = None,
     lrs_server: bool = False,
     upstream_tls: Any = None,
+    override_host_status: Sequence[str] | None = None,
+    lrs_report_endpoint_metrics: Sequence[str] = (),
 ) -> cluster_pb2.Cluster:
     """A Cluster of ``kind`` "EDS", "LOGICAL_DNS" or "AGGREGATE" (A27, A37).
 
@@ -626,6 +671,9 @@ def cluster(
     list of messages or (name, message) pairs, first supported wins.
     ``upstream_tls``: an UpstreamTlsContext (see :func:`upstream_tls_context`)
     set as the ``transport_socket`` (A29).
+    ``override_host_status``: health status names stateful sessions may stay
+    on (A55 ``common_lb_config.override_host_status``; None leaves it unset).
+    ``lrs_report_endpoint_metrics``: the ORCA metrics load reports carry (A85).
     """
     kind = kind.upper()
     if aggregate_children is not None:
@@ -668,6 +716,14 @@ def cluster(
     if upstream_tls is not None:
         c.transport_socket.name = "envoy.transport_sockets.tls"
         c.transport_socket.typed_config.CopyFrom(pack(upstream_tls))
+    if override_host_status is not None:
+        statuses = c.common_lb_config.override_host_status
+        statuses.SetInParent()
+        for status in override_host_status:
+            if status not in _HEALTH:
+                raise ValueError(f"cluster {name!r}: unknown health status {status!r}")
+            statuses.statuses.append(_HEALTH[status])
+    c.lrs_report_endpoint_metrics.extend(lrs_report_endpoint_metrics)
     return c
 
 
@@ -675,11 +731,15 @@ def upstream_tls_context(
     ca_instance: str | None,
     identity_instance: str | None = None,
     san_matchers: Sequence[Mapping[str, Any]] = (),
+    sni: str = "",
+    auto_host_sni: bool = False,
+    auto_sni_san_validation: bool = False,
 ) -> Any:
     """An UpstreamTlsContext (A29): the CA from certificate provider instance
     ``ca_instance``, the client identity from ``identity_instance`` (mTLS),
     ``san_matchers`` as StringMatcher kwargs (``{"exact": "x"}``,
-    ``{"prefix": "spiffe://", "ignore_case": True}``, ``{"safe_regex": ".*"}``)."""
+    ``{"prefix": "spiffe://", "ignore_case": True}``, ``{"safe_regex": ".*"}``);
+    ``sni``, ``auto_host_sni``, ``auto_sni_san_validation`` as A101."""
     from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 
     common = tls_pb2.CommonTlsContext()
@@ -701,7 +761,12 @@ def upstream_tls_context(
         )
     if not vc.ByteSize():
         common.ClearField("validation_context")
-    return tls_pb2.UpstreamTlsContext(common_tls_context=common)
+    return tls_pb2.UpstreamTlsContext(
+        common_tls_context=common,
+        sni=sni,
+        auto_host_sni=auto_host_sni,
+        auto_sni_san_validation=auto_sni_san_validation,
+    )
 
 
 _HEALTH = {

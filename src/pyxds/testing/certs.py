@@ -1,6 +1,8 @@
 """Test certificates made on the fly with ``cryptography`` (a test extra):
-a CA, leaf certificates with DNS / URI (SPIFFE) / IP / email SANs, expired
-ones, and file sets for the ``file_watcher`` certificate provider (A29)."""
+a CA, intermediate CAs (chains of any length), leaf certificates with DNS /
+URI (SPIFFE) / IP / email SANs, expired ones, file sets for the
+``file_watcher`` certificate provider (A29) and SPIFFE trust bundle maps in
+the JSON shape C-core reads (A87)."""
 
 from __future__ import annotations
 
@@ -37,18 +39,22 @@ def _key_pem(key: Any) -> bytes:
 class CertAuthority:
     """A self-signed CA that issues leaf certificates."""
 
-    def __init__(self, name: str = "pyxds test CA") -> None:
+    def __init__(self, name: str = "pyxds test CA", parent: CertAuthority | None = None) -> None:
+        """A self-signed root, or an intermediate CA signed by ``parent``."""
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes
         from cryptography.x509.oid import NameOID
 
         self._key = _key()
         self._name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+        self.parent = parent
+        issuer_name = parent._name if parent is not None else self._name
+        signer = parent._key if parent is not None else self._key
         now = datetime.datetime.now(datetime.UTC)
         self._cert = (
             x509.CertificateBuilder()
             .subject_name(self._name)
-            .issuer_name(self._name)
+            .issuer_name(issuer_name)
             .public_key(self._key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(days=1))
@@ -68,7 +74,7 @@ class CertAuthority:
                 ),
                 critical=True,
             )
-            .sign(self._key, hashes.SHA256())
+            .sign(signer, hashes.SHA256())
         )
 
     @property
@@ -76,6 +82,27 @@ class CertAuthority:
         from cryptography.hazmat.primitives import serialization
 
         return self._cert.public_bytes(serialization.Encoding.PEM)
+
+    @property
+    def der(self) -> bytes:
+        from cryptography.hazmat.primitives import serialization
+
+        return self._cert.public_bytes(serialization.Encoding.DER)
+
+    def intermediate(self, name: str) -> CertAuthority:
+        """A CA signed by this one."""
+        return CertAuthority(name, parent=self)
+
+    @property
+    def chain_pem(self) -> bytes:
+        """This CA's certificate and its parents' up to (not including) the
+        root: what a server sends after its leaf."""
+        out = b""
+        ca: CertAuthority | None = self
+        while ca is not None and ca.parent is not None:
+            out += ca.pem
+            ca = ca.parent
+        return out
 
     def issue(
         self,
@@ -122,7 +149,8 @@ class CertAuthority:
         from cryptography.hazmat.primitives import serialization
 
         cert = builder.sign(self._key, hashes.SHA256())
-        return Pem(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+        leaf = cert.public_bytes(serialization.Encoding.PEM)
+        return Pem(leaf + self.chain_pem, _key_pem(key))
 
 
 def write_files(folder: str, ca_pem: bytes, leaf: Pem | None, prefix: str = "") -> dict[str, Any]:
@@ -143,3 +171,37 @@ def write_files(folder: str, ca_pem: bytes, leaf: Pem | None, prefix: str = "") 
         config["certificate_file"] = cert
         config["private_key_file"] = key
     return config
+
+
+def spiffe_bundle_map(bundles: dict[str, list[CertAuthority]], **key_fields: Any) -> dict[str, Any]:
+    """A SPIFFE trust bundle map as C-core reads it (A87): ``{"trust_domains":
+    {domain: {"keys": [{"use": "x509-svid", "kty": "EC", "x5c": [base64 DER]}]}}}``;
+    ``key_fields`` override or add fields of every key (None removes one)."""
+    import base64
+
+    domains: dict[str, Any] = {}
+    for domain, cas in bundles.items():
+        keys = []
+        for ca in cas:
+            key: dict[str, Any] = {
+                "use": "x509-svid",
+                "kty": "EC",
+                "x5c": [base64.b64encode(ca.der).decode()],
+            }
+            for name, value in key_fields.items():
+                if value is None:
+                    key.pop(name, None)
+                else:
+                    key[name] = value
+            keys.append(key)
+        domains[domain] = {"spiffe_sequence": 1, "keys": keys}
+    return {"trust_domains": domains}
+
+
+def write_spiffe_bundle_map(path: str, bundle_map: dict[str, Any]) -> str:
+    """Write ``bundle_map`` (see :func:`spiffe_bundle_map`) as JSON; returns ``path``."""
+    import json
+
+    with open(path, "w") as f:
+        json.dump(bundle_map, f)
+    return path

@@ -9,13 +9,15 @@ resource", A57, A88).
     client.dump()      # CSDS ClientConfig as a dict
     client.close()
 
-Threads: the transport's threads (grpcio, one reader per stream) only hand
-events to the client's own :class:`WorkSerializer`; the protocol core
-(:class:`AdsState`) and all timers run there.  Watcher calls leave the
-serializer through a per-client notifier thread, which calls each watcher's
-``executor(fn)`` (default: run on the notifier thread itself), so no watcher
-ever runs on a transport thread or inside the client's serializer, and the
-calls of one watcher arrive in order.
+Threads: the transport (a ``grpc.aio`` stream on the process's xDS stream
+loop, :mod:`pyxds.xds.stream_loop`) only hands events to the client's own
+:class:`WorkSerializer`; the protocol core (:class:`AdsState`) and all
+timers run there.  Watcher calls leave the serializer through the notifier
+(one thread for every client of the process, each client's calls in
+order), which calls each watcher's ``executor(fn)`` (default: run on the
+notifier thread itself), so no watcher ever runs on the transport's loop or
+inside the client's serializer, and the calls of one watcher arrive in
+order.
 
 Fallback (gRFC A71): each authority (A47) has its bootstrap servers in
 priority order and a chain of the ones in use, the first server alone at
@@ -101,41 +103,63 @@ class _SerializedClock(Clock):
 
 
 class _Notifier:
-    """A serial executor on its own daemon thread (started on first use)."""
+    """A serial executor of one XdsClient's watcher callbacks.  Every
+    client's run on the process's one notifier thread (issue 18: with a
+    client per channel target, A71, a thread per client grew with targets),
+    each client's in the order submitted.  The thread starts with the first
+    callback and exits once idle for ``_NOTIFIER_LINGER``."""
+
+    _queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+    _lock = threading.Lock()
+    _thread: threading.Thread | None = None
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
         self._closed = False
 
     def submit(self, fn: Callable[[], None]) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
-        self._queue.put(fn)
+        if self._closed:
+            return
+        _Notifier._queue.put(fn)
+        with _Notifier._lock:
+            if _Notifier._thread is None:
+                _Notifier._thread = threading.Thread(
+                    target=_Notifier._run, name=self._name, daemon=True
+                )
+                _Notifier._thread.start()
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            thread = self._thread
-        self._queue.put(None)
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(_CLOSE_WAIT)
+        """No more callbacks; wait (bounded, never on the notifier thread)
+        for those already submitted."""
+        self._closed = True
+        if threading.current_thread() is _Notifier._thread:
+            return
+        done = threading.Event()
+        _Notifier._queue.put(done.set)
+        with _Notifier._lock:
+            if _Notifier._thread is None:
+                return  # exited, with nothing left to run
+        done.wait(_CLOSE_WAIT)
 
-    def _run(self) -> None:
+    @staticmethod
+    def _run() -> None:
         while True:
-            fn = self._queue.get()
-            if fn is None:
-                return
+            try:
+                fn = _Notifier._queue.get(timeout=_NOTIFIER_LINGER)
+            except queue.Empty:
+                with _Notifier._lock:
+                    if _Notifier._queue.empty():
+                        _Notifier._thread = None
+                        return
+                continue
             try:
                 fn()
             except Exception:
                 _log.exception("pyxds: xDS watcher callback raised")
+
+
+#: Seconds the notifier thread waits for a callback before it exits.
+_NOTIFIER_LINGER = 1.0
 
 
 def _server_key(server: Any) -> Any:

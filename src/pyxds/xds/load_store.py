@@ -8,8 +8,10 @@ locality:
 
 * :class:`DropStats`: per (server, cluster, EDS service name): EDS drops per
   category and uncategorized drops (the circuit breaker's);
-* :class:`LocalityStats`: per (server, cluster, EDS service name, locality):
-  calls issued, succeeded, failed, and (derived) in progress.
+* :class:`LocalityStats`: per (server, cluster, EDS service name, locality,
+  backend metric propagation): calls issued, succeeded, failed, (derived) in
+  progress, and the ORCA backend metrics of finished calls (A64 as amended
+  by A85, below).
 
 Stats objects are shared: :meth:`LoadStore.drop_stats` and
 :meth:`LoadStore.locality_stats` return the live object for the key (made on
@@ -30,7 +32,23 @@ from LB serializers, read by the LRS client).
 one server (C-core's BuildLoadReportSnapshotLocked): every entry of that
 server is snapshotted (so counts of clusters the LRS server did not ask for
 are dropped, not carried into a later report) and its measured interval
-restarts; only the asked-for clusters are returned.
+restarts; only the asked-for clusters are returned.  Stats of one locality
+kept under several propagation configs (a cluster's config changed) are
+added up into one locality entry.
+
+Backend metrics (gRFC A64, A85; C-core's ``AddCallFinished``):
+:meth:`LocalityStats.add_backend_metrics` takes the ORCA report a finished
+call carried (each report counts once per metric it contributes).  With a
+:class:`~pyxds.xds.resources.types.BackendMetricPropagation` from the
+cluster's ``lrs_report_endpoint_metrics``: ``cpu_utilization``,
+``mem_utilization`` and ``application_utilization`` each add the report's
+value (0 included) and one request to the locality's field of that name;
+``named_metrics.*`` (or ``named_metrics.<key>``) adds each (listed) entry of
+the report's ``named_metrics`` under ``named_metrics.<key>`` in
+``load_metric_stats``.  In the legacy mode (A64 before A85, when
+GRPC_EXPERIMENTAL_XDS_ORCA_LRS_PROPAGATION is false) every named metric is
+added under its own name.  Sums are taken under a per-locality lock (only
+calls that carried a report take it) and reset by each report.
 """
 
 from __future__ import annotations
@@ -38,7 +56,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Collection, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyxds.clock import Clock
@@ -58,15 +76,36 @@ def _value(counter: itertools.count[int]) -> int:
     return int(repr(counter)[6:-1])
 
 
+#: (number of requests finished with the metric, total of its values)
+MetricTotal = tuple[int, float]
+#: the top-level ORCA utilizations A85 reports in fields of their own
+UNNAMED_METRICS = ("cpu_utilization", "mem_utilization", "application_utilization")
+
+
+def _add_totals(
+    a: tuple[tuple[str, MetricTotal], ...], b: tuple[tuple[str, MetricTotal], ...]
+) -> tuple[tuple[str, MetricTotal], ...]:
+    merged: dict[str, MetricTotal] = dict(a)
+    for name, (count, total) in b:
+        old = merged.get(name, (0, 0.0))
+        merged[name] = (old[0] + count, old[1] + total)
+    return tuple(sorted(merged.items()))
+
+
 @dataclass(frozen=True)
 class LocalityLoadReport:
-    """One locality's ``UpstreamLocalityStats`` of one interval."""
+    """One locality's ``UpstreamLocalityStats`` of one interval.
+    ``load_metric_stats``: (metric name, (requests, total)) sorted by name;
+    ``unnamed_metrics``: the same for the A85 top-level fields
+    (``cpu_utilization``...), only those counted."""
 
     locality: Any
     total_successful_requests: int = 0
     total_requests_in_progress: int = 0
     total_error_requests: int = 0
     total_issued_requests: int = 0
+    load_metric_stats: tuple[tuple[str, MetricTotal], ...] = ()
+    unnamed_metrics: tuple[tuple[str, MetricTotal], ...] = ()
 
     @property
     def is_zero(self) -> bool:
@@ -75,6 +114,20 @@ class LocalityLoadReport:
             or self.total_requests_in_progress
             or self.total_error_requests
             or self.total_issued_requests
+            or self.load_metric_stats
+            or self.unnamed_metrics
+        )
+
+    def plus(self, other: LocalityLoadReport) -> LocalityLoadReport:
+        """Both intervals' counts added (``other``'s in-progress gauge)."""
+        return LocalityLoadReport(
+            self.locality,
+            self.total_successful_requests + other.total_successful_requests,
+            other.total_requests_in_progress,
+            self.total_error_requests + other.total_error_requests,
+            self.total_issued_requests + other.total_issued_requests,
+            _add_totals(self.load_metric_stats, other.load_metric_stats),
+            _add_totals(self.unnamed_metrics, other.unnamed_metrics),
         )
 
 
@@ -110,19 +163,32 @@ class ClusterLoadReport:
             "cluster_name": self.cluster,
             "cluster_service_name": self.eds_service_name,
             "load_report_interval": round(self.load_report_interval, 6),
-            "upstream_locality_stats": [
-                {
-                    "locality": str(loc.locality),
-                    "total_successful_requests": loc.total_successful_requests,
-                    "total_requests_in_progress": loc.total_requests_in_progress,
-                    "total_error_requests": loc.total_error_requests,
-                    "total_issued_requests": loc.total_issued_requests,
-                }
-                for loc in self.localities
-            ],
+            "upstream_locality_stats": [_locality_json(loc) for loc in self.localities],
             "dropped_requests": dict(self.dropped_requests),
             "total_dropped_requests": self.total_dropped_requests,
         }
+
+
+def _locality_json(loc: LocalityLoadReport) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "locality": str(loc.locality),
+        "total_successful_requests": loc.total_successful_requests,
+        "total_requests_in_progress": loc.total_requests_in_progress,
+        "total_error_requests": loc.total_error_requests,
+        "total_issued_requests": loc.total_issued_requests,
+    }
+    for name, (count, total) in loc.unnamed_metrics:
+        out[name] = {"num_requests_finished_with_metric": count, "total_metric_value": total}
+    if loc.load_metric_stats:
+        out["load_metric_stats"] = [
+            {
+                "metric_name": name,
+                "num_requests_finished_with_metric": count,
+                "total_metric_value": total,
+            }
+            for name, (count, total) in loc.load_metric_stats
+        ]
+    return out
 
 
 def merge_reports(
@@ -141,13 +207,7 @@ def merge_reports(
         localities = {loc.locality: loc for loc in report.localities}
         for prev in old.localities:
             cur = localities.get(prev.locality)
-            localities[prev.locality] = LocalityLoadReport(
-                prev.locality,
-                prev.total_successful_requests + (cur.total_successful_requests if cur else 0),
-                cur.total_requests_in_progress if cur else prev.total_requests_in_progress,
-                prev.total_error_requests + (cur.total_error_requests if cur else 0),
-                prev.total_issued_requests + (cur.total_issued_requests if cur else 0),
-            )
+            localities[prev.locality] = prev if cur is None else prev.plus(cur)
         dropped = dict(old.dropped_requests)
         for category, count in report.dropped_requests.items():
             dropped[category] = dropped.get(category, 0) + count
@@ -212,28 +272,72 @@ class LocalityStats:
     """Calls of one (server, cluster, EDS service name, locality), counted per
     RPC attempt: ``call_started()`` when a pick completes on this locality,
     ``call_finished(ok)`` when that attempt ends, or ``call_not_started()``
-    when the channel could not start it (then it is not counted at all)."""
+    when the channel could not start it (then it is not counted at all);
+    ``add_backend_metrics(report)`` before ``call_finished`` when the attempt
+    carried an ORCA report (module docstring, ``propagation``)."""
 
     __slots__ = (
         "key",
         "locality",
+        "propagation",
         "_issued",
         "_succeeded",
         "_failed",
         "_not_started",
         "_seen",
+        "_metrics_lock",
+        "_named",
+        "_unnamed",
+        "wants_backend_metrics",
         "refs",
     )
 
-    def __init__(self, key: tuple[Hashable, str, str], locality: Any) -> None:
+    def __init__(
+        self, key: tuple[Hashable, str, str], locality: Any, propagation: Any = None
+    ) -> None:
         self.key = key
         self.locality = locality
+        #: a BackendMetricPropagation, or None: no backend metrics
+        self.propagation = propagation
         self._issued = itertools.count()
         self._succeeded = itertools.count()
         self._failed = itertools.count()
         self._not_started = itertools.count()
         self._seen = (0, 0, 0)
+        self._metrics_lock = threading.Lock()
+        self._named: dict[str, list[float]] = {}
+        self._unnamed: dict[str, list[float]] = {}
+        #: the propagation asks for ORCA metrics (xds_cluster_impl then reads
+        #: each attempt's trailers)
+        self.wants_backend_metrics = propagation is not None and not propagation.empty
         self.refs = 0
+
+    def add_backend_metrics(self, report: Any) -> None:
+        """Count one finished call's ORCA report (A64/A85 propagation)."""
+        p = self.propagation
+        if p is None or p.empty:
+            return
+        with self._metrics_lock:
+            named = self._named
+            if p.legacy:
+                for key, value in report.named_metrics.items():
+                    _bump(named, key, value)
+                return
+            unnamed = self._unnamed
+            if p.cpu_utilization:
+                _bump(unnamed, "cpu_utilization", report.cpu_utilization)
+            if p.mem_utilization:
+                _bump(unnamed, "mem_utilization", report.mem_utilization)
+            if p.application_utilization:
+                _bump(unnamed, "application_utilization", report.application_utilization)
+            if p.named_all:
+                for key, value in report.named_metrics.items():
+                    _bump(named, f"named_metrics.{key}", value)
+            elif p.named_keys:
+                keys = p.named_keys
+                for key, value in report.named_metrics.items():
+                    if key in keys:
+                        _bump(named, f"named_metrics.{key}", value)
 
     def call_started(self) -> None:
         next(self._issued)
@@ -259,16 +363,39 @@ class LocalityStats:
         issued = _value(self._issued) - not_started
         seen_issued, seen_succeeded, seen_failed = self._seen
         self._seen = (issued, succeeded, failed)
+        named: tuple[tuple[str, MetricTotal], ...] = ()
+        unnamed: tuple[tuple[str, MetricTotal], ...] = ()
+        if self._named or self._unnamed:
+            with self._metrics_lock:
+                taken_named, self._named = self._named, {}
+                taken_unnamed, self._unnamed = self._unnamed, {}
+            named = tuple(sorted((k, (int(v[0]), v[1])) for k, v in taken_named.items()))
+            unnamed = tuple(
+                (k, (int(taken_unnamed[k][0]), taken_unnamed[k][1]))
+                for k in UNNAMED_METRICS
+                if k in taken_unnamed
+            )
         return LocalityLoadReport(
             self.locality,
             total_successful_requests=succeeded - seen_succeeded,
             total_requests_in_progress=issued - succeeded - failed,
             total_error_requests=failed - seen_failed,
             total_issued_requests=issued - seen_issued,
+            load_metric_stats=named,
+            unnamed_metrics=unnamed,
         )
 
     def __repr__(self) -> str:
         return f"LocalityStats({self.key!r}, {self.locality}, refs={self.refs})"
+
+
+def _bump(totals: dict[str, list[float]], name: str, value: float) -> None:
+    entry = totals.get(name)
+    if entry is None:
+        totals[name] = [1, value]
+    else:
+        entry[0] += 1
+        entry[1] += value
 
 
 class _ClusterEntry:
@@ -276,7 +403,8 @@ class _ClusterEntry:
 
     def __init__(self, now: float) -> None:
         self.drops: DropStats | None = None
-        self.localities: dict[Any, LocalityStats] = {}
+        #: (locality, propagation) -> its stats
+        self.localities: dict[tuple[Any, Any], LocalityStats] = {}
         self.last_report = now
 
     def live(self) -> bool:
@@ -319,16 +447,24 @@ class LoadStore:
         return stats
 
     def locality_stats(
-        self, server: Any, cluster: str, eds_service_name: str | None, locality: Any
+        self,
+        server: Any,
+        cluster: str,
+        eds_service_name: str | None,
+        locality: Any,
+        propagation: Any = None,
     ) -> LocalityStats:
-        """The shared stats of one locality, with one more reference."""
+        """The shared stats of one locality (and backend metric
+        propagation, A85), with one more reference."""
         skey = self._key_of(server)
         with self._lock:
             entry, new_server = self._entry(skey, cluster, eds_service_name or "")
-            stats = entry.localities.get(locality)
+            stats = entry.localities.get((locality, propagation))
             if stats is None:
-                stats = LocalityStats((skey, cluster, eds_service_name or ""), locality)
-                entry.localities[locality] = stats
+                stats = LocalityStats(
+                    (skey, cluster, eds_service_name or ""), locality, propagation
+                )
+                entry.localities[(locality, propagation)] = stats
             stats.refs += 1
         if new_server and self._on_needed is not None:
             self._on_needed(server)
@@ -377,10 +513,20 @@ class LoadStore:
                     dropped, uncategorized = entry.drops._take()
                     if entry.drops.refs == 0:
                         entry.drops = None
-                localities = []
+                localities: dict[Any, LocalityLoadReport] = {}
                 for name, stats in list(entry.localities.items()):
                     load = stats._take()
-                    localities.append(load)
+                    same = localities.get(load.locality)
+                    if same is None:
+                        localities[load.locality] = load
+                    else:  # one locality under two propagation configs
+                        merged = same.plus(load)
+                        in_progress = same.total_requests_in_progress
+                        localities[load.locality] = replace(
+                            merged,
+                            total_requests_in_progress=in_progress
+                            + load.total_requests_in_progress,
+                        )
                     if stats.refs == 0 and load.total_requests_in_progress == 0:
                         del entry.localities[name]
                 interval = now - entry.last_report
@@ -391,7 +537,7 @@ class LoadStore:
                             cluster,
                             eds,
                             interval,
-                            tuple(localities),
+                            tuple(localities.values()),
                             dropped,
                             uncategorized,
                         )

@@ -19,9 +19,11 @@ Rules (C-core's LrsClient, which pyxds follows):
   all zero is sent once; the following all-zero ones are skipped until
   something is counted again.
 * Each ``ClusterStats`` carries the cluster name, the EDS service name when
-  not empty, one ``UpstreamLocalityStats`` per locality, ``dropped_requests``
-  per category, ``total_dropped_requests`` (categorized plus uncategorized)
-  and the measured ``load_report_interval``.
+  not empty, one ``UpstreamLocalityStats`` per locality (with the backend
+  metrics of A64/A85: ``cpu_utilization``, ``mem_utilization``,
+  ``application_utilization`` and ``load_metric_stats``, when counted),
+  ``dropped_requests`` per category, ``total_dropped_requests``
+  (categorized plus uncategorized) and the measured ``load_report_interval``.
 """
 
 from __future__ import annotations
@@ -69,6 +71,16 @@ def cluster_stats_proto(report: ClusterLoadReport) -> load_report_pb2.ClusterSta
             total_issued_requests=loc.total_issued_requests,
         )
         _set_locality(out.locality, loc.locality)
+        for name, (count, total) in loc.unnamed_metrics:  # A85 top-level fields
+            field = getattr(out, name)
+            field.num_requests_finished_with_metric = count
+            field.total_metric_value = total
+        for name, (count, total) in loc.load_metric_stats:  # A64 (names per A85)
+            out.load_metric_stats.add(
+                metric_name=name,
+                num_requests_finished_with_metric=count,
+                total_metric_value=total,
+            )
     for category, count in report.dropped_requests.items():
         stats.dropped_requests.add(category=category, dropped_count=count)
     stats.total_dropped_requests = report.total_dropped_requests

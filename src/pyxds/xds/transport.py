@@ -2,7 +2,12 @@
 ``StreamAggregatedResources`` stream at a time on it (gRFC A27 "XdsClient
 and Bootstrap File", A57).
 
-This is the only place of the xDS client that touches sockets and threads.
+This is the only place of the xDS client that touches sockets.  Its
+channel is a ``grpc.aio`` one and its stream a task on the process's one
+xDS stream loop (:mod:`pyxds.xds.stream_loop`): A71 gives every data-plane
+target its own XdsClient, and a sync grpcio stream held three threads, so
+threads grew with targets (issue 18); READY is seen with
+``wait_for_state_change``, event-driven.
 It knows nothing of the protocol: :class:`pyxds.xds.ads_state.AdsState`
 decides what to send; the XdsClient starts streams (and their backoff) and
 forwards the events below to its work serializer.
@@ -16,8 +21,8 @@ replaced or cancelled is silent):
 * ``on_closed(stream_id, Status)`` - the stream ended (OK when the server
   finished it, the RPC status otherwise; a failed connection is UNAVAILABLE).
 
-Every callback runs on a grpcio or reader thread; the receiver must hand it
-to its serializer and never call watchers from there.
+Every callback runs on the stream loop's thread; the receiver must hand it
+to its serializer and never call watchers from there (nor block).
 
 The channel has keepalive on (TRAPS: grpc-rust#2744), so a control plane that
 vanished without closing its TCP connection is noticed within
@@ -29,17 +34,19 @@ grpc-java.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
-import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
-from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+import grpc.aio
+from envoy.service.discovery.v3 import discovery_pb2
 
 from pyxds.status import Status
+from pyxds.xds import stream_loop
 
 _log = logging.getLogger(__name__)
 
@@ -75,17 +82,18 @@ def channel_options(
     return list(options.items())
 
 
-def xds_server_channel(
+def xds_server_aio_channel(
     target: str,
     credentials: grpc.ChannelCredentials | None,
     options: Sequence[tuple[str, Any]] = (),
-) -> grpc.Channel:
-    """A grpcio channel to an xDS server (ADS and LRS alike), with
-    :func:`channel_options`; insecure when ``credentials`` is None."""
+) -> grpc.aio.Channel:
+    """A ``grpc.aio`` channel to an xDS server (ADS and LRS alike), with
+    :func:`channel_options`; insecure when ``credentials`` is None.  Made
+    on the xDS stream loop."""
     opts = channel_options(options)
     if credentials is None:
-        return grpc.insecure_channel(target, options=opts)
-    return grpc.secure_channel(target, credentials, options=opts)
+        return grpc.aio.insecure_channel(target, options=opts)
+    return grpc.aio.secure_channel(target, credentials, options=opts)
 
 
 def _read_file(path: str | None) -> bytes | None:
@@ -116,7 +124,11 @@ def channel_credentials(creds_type: str, config: Any) -> grpc.ChannelCredentials
 
 
 class AdsTransport:
-    """One grpcio channel to one xDS server and its current ADS stream."""
+    """One ``grpc.aio`` channel to one xDS server and its current ADS stream,
+    on the process's xDS stream loop (:mod:`pyxds.xds.stream_loop`: no
+    thread per stream).  Every method may be called from any thread, the
+    loop's own included, and never blocks (but :meth:`close`, bounded);
+    events come from the loop's thread."""
 
     def __init__(
         self,
@@ -132,46 +144,40 @@ class AdsTransport:
         self._on_connected = on_connected
         self._on_response = on_response
         self._on_closed = on_closed
-        self._channel = xds_server_channel(target, credentials, options)
-        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(self._channel)
-        self._call_factory = stub.StreamAggregatedResources
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._stream_id = 0
-        self._requests: queue.SimpleQueue[object] | None = None
-        self._call: Any = None
+        self._requests: asyncio.Queue[Any] | None = None  # the loop's
+        self._call: Any = None  # the loop's
         self._ready = False
         self._closed = False
-        self._channel.subscribe(self._on_connectivity, try_to_connect=False)
+        self._watcher: asyncio.Task[None] | None = None
+
+        def watch(channel: Any) -> None:  # on the loop (maybe before __init__ returns)
+            self._watcher = asyncio.get_running_loop().create_task(self._watch(channel))
+
+        self._loop_channel = stream_loop.LoopChannel(
+            lambda: xds_server_aio_channel(target, credentials, options), watch
+        )
+        self._loop = self._loop_channel.loop
 
     @property
     def target(self) -> str:
         return self._target
 
+    def _post(self, fn: Callable[[], None]) -> None:
+        self._loop_channel.post(fn)
+
     def start_stream(self) -> int:
         """Open a new ADS stream (cancelling the current one); returns its id."""
         self.cancel_stream()
-        requests: queue.SimpleQueue[object] = queue.SimpleQueue()
         with self._lock:
             if self._closed:
                 return 0
             stream_id = next(self._ids)
             self._stream_id = stream_id
-            self._requests = requests
             ready = self._ready
-        # Deliberately not wait_for_ready: a stream on a channel that cannot
-        # connect fails, which is how its status reaches the watchers (A57
-        # "Connectivity Status Information via ADS Stream Failure").
-        call = self._call_factory(_drain(requests))
-        with self._lock:
-            if self._stream_id == stream_id:
-                self._call = call
-        threading.Thread(
-            target=self._read,
-            args=(stream_id, call, requests),
-            name=f"pyxds-ads-{self._target}",
-            daemon=True,
-        ).start()
+        self._post(lambda: self._open(stream_id))
         if ready:
             self._on_connected(stream_id)
         return stream_id
@@ -179,83 +185,119 @@ class AdsTransport:
     def send(self, stream_id: int, request: discovery_pb2.DiscoveryRequest) -> bool:
         """Queue ``request`` on stream ``stream_id``; False if that stream is gone."""
         with self._lock:
-            if stream_id != self._stream_id or self._requests is None:
+            if stream_id != self._stream_id:
                 return False
-            self._requests.put(request)
-            return True
+
+        def put() -> None:
+            if self._current(stream_id) and self._requests is not None:
+                self._requests.put_nowait(request)
+
+        self._post(put)
+        return True
 
     def cancel_stream(self) -> None:
         """End the current stream without an ``on_closed`` event."""
         with self._lock:
-            call, requests = self._call, self._requests
-            self._call = None
-            self._requests = None
             self._stream_id = 0
-        if requests is not None:
-            requests.put(_END)
-        if call is not None:
-            call.cancel()
+        self._post(self._cancel_call)
 
     def close(self) -> None:
-        """Cancel the stream and close the channel; no more events."""
+        """Cancel the stream and close the channel; no more events.  Waits
+        (at most ``CLOSE_WAIT``, never on the loop) for the connection to
+        close: a server stopped right after close() must not see it open."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
         self.cancel_stream()
-        # Closed at once, not after grpcio's poller stops (as subchannels
-        # are, pyxds.grpc_channels): the user's close() and interpreter exit
-        # would wait up to a poll period for it, and a server stopped right
-        # after close() would see this connection still open.
-        try:
-            self._channel.unsubscribe(self._on_connectivity)
-        except Exception:
-            pass
-        self._channel.close()
 
-    # -- grpcio threads ------------------------------------------------------
+        def stop_watching() -> None:
+            if self._watcher is not None:
+                self._watcher.cancel()
+
+        self._loop_channel.close(before=stop_watching)
+
+    # -- the loop ---------------------------------------------------------------
 
     def _current(self, stream_id: int) -> bool:
         with self._lock:
             return not self._closed and stream_id == self._stream_id
 
-    def _on_connectivity(self, state: grpc.ChannelConnectivity) -> None:
-        with self._lock:
-            self._ready = state is grpc.ChannelConnectivity.READY
-            stream_id = self._stream_id if not self._closed else 0
-        if self._ready and stream_id:
-            self._on_connected(stream_id)
+    def _cancel_call(self) -> None:
+        call, self._call = self._call, None
+        requests, self._requests = self._requests, None
+        if requests is not None:
+            requests.put_nowait(_END)
+        if call is not None:
+            call.cancel()
 
-    def _read(self, stream_id: int, call: Any, requests: queue.SimpleQueue[object]) -> None:
+    def _open(self, stream_id: int) -> None:
+        channel = self._loop_channel.channel
+        if not self._current(stream_id) or channel is None:
+            return
+        self._cancel_call()
+        requests: asyncio.Queue[Any] = asyncio.Queue()
+        self._requests = requests
+        # Deliberately not wait_for_ready: a stream on a channel that cannot
+        # connect fails, which is how its status reaches the watchers (A57
+        # "Connectivity Status Information via ADS Stream Failure").
+        call = channel.stream_stream(
+            ADS_METHOD,
+            request_serializer=discovery_pb2.DiscoveryRequest.SerializeToString,
+            response_deserializer=discovery_pb2.DiscoveryResponse.FromString,
+        )(_drain(requests))
+        self._call = call
+        self._loop.create_task(self._read(stream_id, call))
+
+    async def _watch(self, channel: Any) -> None:
+        """A57: the channel is READY while a stream is open (event-driven)."""
+        try:
+            state = channel.get_state(try_to_connect=False)
+            while True:
+                with self._lock:
+                    self._ready = state is grpc.ChannelConnectivity.READY
+                    stream_id = self._stream_id if not self._closed else 0
+                    ready = self._ready
+                if ready and stream_id:
+                    self._on_connected(stream_id)
+                await channel.wait_for_state_change(state)
+                state = channel.get_state(try_to_connect=False)
+        except (asyncio.CancelledError, Exception):
+            return
+
+    async def _read(self, stream_id: int, call: Any) -> None:
         status: Status
         try:
-            for response in call:
+            async for response in call:
                 if not self._current(stream_id):
                     return
                 self._on_response(stream_id, response)
-            status = Status(call.code(), call.details() or "")
+            code = await call.code()
+            status = Status(code, await call.details() or "")
+        except asyncio.CancelledError:
+            return  # cancelled here: that stream is silent
         except grpc.RpcError as exc:
-            # grpcio's errors are Calls; code() and details() may still say None.
-            code: grpc.StatusCode | None = (
-                exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
-            )
+            code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
             details = exc.details() if hasattr(exc, "details") else str(exc)
             status = Status(code or grpc.StatusCode.UNKNOWN, details or "")
         except Exception as exc:  # never let the reader die silently
             _log.exception("ADS stream to %s failed", self._target)
             status = Status(grpc.StatusCode.INTERNAL, f"ADS stream reader failed: {exc!r}")
-        finally:
-            requests.put(_END)
+        if self._call is call:
+            self._call = None
+            requests, self._requests = self._requests, None
+            if requests is not None:
+                requests.put_nowait(_END)
         if self._current(stream_id):
             with self._lock:
                 if self._stream_id == stream_id:
                     self._stream_id = 0
-                    self._call = None
-                    self._requests = None
             self._on_closed(stream_id, status)
 
 
-def _drain(requests: queue.SimpleQueue[object]) -> Iterator[discovery_pb2.DiscoveryRequest]:
+async def _drain(requests: asyncio.Queue[Any]) -> AsyncIterator[discovery_pb2.DiscoveryRequest]:
     while True:
-        item = requests.get()
+        item = await requests.get()
         if item is _END:
             return
         yield item

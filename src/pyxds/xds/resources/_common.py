@@ -8,6 +8,7 @@ any error is rejected (NACKed) with all of them joined by ``"; "``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import re2
@@ -22,9 +23,16 @@ ROUTER_FILTER_TYPE = "envoy.extensions.filters.http.router.v3.Router"
 FAULT_FILTER_TYPE = "envoy.extensions.filters.http.fault.v3.HTTPFault"
 FILTER_CONFIG_TYPE = "envoy.config.route.v3.FilterConfig"
 
-# Client HTTP filter config types this client accepts (A39): type name -> is
-# terminal.  Shared by LDS (http_filters) and RDS (typed_per_filter_config).
+# Client HTTP filter config types this client accepts in a listener's
+# http_filters (A39): type name -> is terminal.
 HTTP_FILTER_TYPES: dict[str, bool] = {ROUTER_FILTER_TYPE: True, FAULT_FILTER_TYPE: False}
+# The config types accepted in typed_per_filter_config (RDS): a filter's own
+# type (the fault filter) or its per-route type (StatefulSessionPerRoute).
+FILTER_OVERRIDE_TYPES: set[str] = {FAULT_FILTER_TYPE}
+# type name -> validator(Any, path of the Any, errors) -> valid; the Any may
+# be a TypedStruct naming the type (then it has no protobuf bytes).
+FilterValidator = Callable[[Any, str, "Errors"], bool]
+FILTER_VALIDATORS: dict[str, FilterValidator] = {}
 RBAC_FILTER_TYPE = "envoy.extensions.filters.http.rbac.v3.RBAC"
 RBAC_PER_ROUTE_TYPE = "envoy.extensions.filters.http.rbac.v3.RBACPerRoute"
 # Filter config types xDS-enabled servers accept in ``http_filters`` (A36,
@@ -128,6 +136,12 @@ def valid_fault_config(any_msg: Any, path: str, errs: Errors) -> bool:
     return ok
 
 
+def validate_filter_config(tname: str, any_msg: Any, path: str, errs: Errors) -> bool:
+    """Run the registered validator of config type ``tname`` (if any)."""
+    validator = FILTER_VALIDATORS.get(tname)
+    return True if validator is None else validator(any_msg, path, errs)
+
+
 def filter_overrides(overrides: Any) -> tuple[tuple[str, str, bytes], ...]:
     """A validated ``typed_per_filter_config`` map as (filter name, config
     type, config bytes), sorted by name: a ``FilterConfig`` wrapper and a
@@ -151,9 +165,7 @@ def filter_overrides(overrides: Any) -> tuple[tuple[str, str, bytes], ...]:
             ts = typed_struct_pb2.TypedStruct()
             ts.ParseFromString(value)
             tname, value = type_name(ts.type_url), b""
-        if (tname in HTTP_FILTER_TYPES and tname != ROUTER_FILTER_TYPE) or (
-            tname in RBAC_OVERRIDE_TYPES
-        ):
+        if tname in FILTER_OVERRIDE_TYPES or tname in RBAC_OVERRIDE_TYPES:
             out.append((key, tname, bytes(value)))
     return tuple(sorted(out))
 
@@ -195,10 +207,16 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
                 errs.add(p, "could not parse RBACPerRoute")
             else:
                 parse_rbac_override(any_msg.value, f"{p}.value[{tname}]", errs)
-        elif tname not in HTTP_FILTER_TYPES:
-            if not optional:
-                errs.add(p, "unsupported filter type")
         elif tname == ROUTER_FILTER_TYPE:
             errs.add(p, "router filter does not support config override")
-        else:
+        elif tname not in FILTER_OVERRIDE_TYPES:
+            if not optional or tname in HTTP_FILTER_TYPES:
+                # a known filter's top-level type is not an override (C-core)
+                errs.add(
+                    f"{p}.value[{tname}]" if tname in HTTP_FILTER_TYPES else p,
+                    "unsupported filter type",
+                )
+        elif tname == FAULT_FILTER_TYPE:
             valid_fault_config(any_msg, p, errs)
+        else:
+            validate_filter_config(tname, any_msg, p, errs)

@@ -27,11 +27,21 @@ Rules:
   config (``Cluster.outlier_detection``, canonical JSON without childPolicy).
 * ``upstream_config`` (A75): if present it must be HttpProtocolOptions;
   ``common_http_protocol_options.idle_timeout`` is validated and kept.
+* ``common_lb_config.override_host_status`` (A55, A75): the UNKNOWN,
+  HEALTHY and DRAINING entries are kept (others ignored, as C-core); unset
+  means {UNKNOWN, HEALTHY}, present and empty means none.
+* ``lrs_report_endpoint_metrics`` (A85): ``cpu_utilization``,
+  ``mem_utilization``, ``application_utilization``, ``named_metrics.*`` and
+  ``named_metrics.<key>``; other strings are ignored (forward
+  compatibility).  As in grpcio 1.85's C-core this is on unless
+  GRPC_EXPERIMENTAL_XDS_ORCA_LRS_PROPAGATION says false; then the field is
+  not read and every named metric is reported under its own name (A64).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,17 +56,77 @@ from pyxds.xds.resources._common import (
     unpack,
 )
 from pyxds.xds.resources.lb_policy import convert_legacy_lb_policy, convert_load_balancing_policy
-from pyxds.xds.resources.types import Cluster
+from pyxds.xds.resources.types import (
+    DEFAULT_OVERRIDE_HOST_STATUSES,
+    NO_PROPAGATION,
+    BackendMetricPropagation,
+    Cluster,
+)
 
-__all__ = ["decode_cluster", "AGGREGATE_CLUSTER_TYPE", "DEFAULT_MAX_REQUESTS"]
+__all__ = [
+    "decode_cluster",
+    "AGGREGATE_CLUSTER_TYPE",
+    "DEFAULT_MAX_REQUESTS",
+    "ORCA_LRS_PROPAGATION_ENV",
+    "orca_lrs_propagation_enabled",
+]
 
 AGGREGATE_CLUSTER_TYPE = "envoy.extensions.clusters.aggregate.v3.ClusterConfig"
 HTTP_PROTOCOL_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 UPSTREAM_TLS_CONTEXT = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
 DEFAULT_MAX_REQUESTS = 1024
 DEFAULT_IDLE_TIMEOUT = 3600.0
+#: A85 "Temporary environment variable protection" (default true in 1.85)
+ORCA_LRS_PROPAGATION_ENV = "GRPC_EXPERIMENTAL_XDS_ORCA_LRS_PROPAGATION"
+#: HealthStatus enum values a session may stay on (A55); others are ignored
+_OVERRIDE_STATUS_NAMES = {0: "UNKNOWN", 1: "HEALTHY", 3: "DRAINING"}
 _EDS = cluster_pb2.Cluster.EDS
 _LOGICAL_DNS = cluster_pb2.Cluster.LOGICAL_DNS
+
+
+def orca_lrs_propagation_enabled() -> bool:
+    """A85's switch as grpcio 1.85's C-core reads it: on when unset; off
+    for false/no/0 (any case) or a value that is not a boolean."""
+    value = os.environ.get(ORCA_LRS_PROPAGATION_ENV)
+    if value is None:
+        return True
+    return value.strip().lower() in ("true", "yes", "1")
+
+
+def _lrs_metrics(c: Any) -> BackendMetricPropagation:
+    """``lrs_report_endpoint_metrics`` parsed (module docstring)."""
+    if not orca_lrs_propagation_enabled():
+        return BackendMetricPropagation(legacy=True)
+    names = list(c.lrs_report_endpoint_metrics)
+    if not names:
+        return NO_PROPAGATION
+    keys = set()
+    named_all = False
+    for name in names:
+        if name == "named_metrics.*":
+            named_all = True
+        elif name.startswith("named_metrics."):
+            keys.add(name[len("named_metrics.") :])
+    return BackendMetricPropagation(
+        cpu_utilization="cpu_utilization" in names,
+        mem_utilization="mem_utilization" in names,
+        application_utilization="application_utilization" in names,
+        named_all=named_all,
+        named_keys=frozenset() if named_all else frozenset(keys),
+    )
+
+
+def _override_host_statuses(c: Any) -> frozenset[str]:
+    if not c.HasField("common_lb_config"):
+        return DEFAULT_OVERRIDE_HOST_STATUSES
+    clb = c.common_lb_config
+    if not clb.HasField("override_host_status"):
+        return DEFAULT_OVERRIDE_HOST_STATUSES
+    return frozenset(
+        _OVERRIDE_STATUS_NAMES[v]
+        for v in clb.override_host_status.statuses
+        if v in _OVERRIDE_STATUS_NAMES
+    )
 
 
 def decode_cluster(
@@ -201,6 +271,8 @@ def parse_cluster(
         idle_timeout=idle,
         outlier_detection=outlier_detection,
         security=security,
+        override_host_statuses=_override_host_statuses(c),
+        lrs_metrics=_lrs_metrics(c),
     )
 
 

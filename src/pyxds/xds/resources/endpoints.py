@@ -9,11 +9,15 @@ Rules (the LB policies never see what is dropped here; TRAPS.md
 * Priorities must be contiguous from 0 once dropped localities are gone; a
   gap is an error.  The same locality twice in one priority is an error; the
   sum of locality weights of one priority above uint32 max is an error.
-* An lb_endpoint whose ``health_status`` is not UNKNOWN or HEALTHY is
-  excluded (and counted in ``excluded_endpoints``).  As in C-core, one that
-  is not DRAINING either (UNHEALTHY, TIMEOUT, DEGRADED) is skipped before
-  anything else is looked at: its address is neither validated nor part of
-  the duplicate check; a DRAINING one is validated like a used one.
+* An lb_endpoint whose ``health_status`` is not UNKNOWN, HEALTHY or
+  DRAINING (UNHEALTHY, TIMEOUT, DEGRADED) is excluded (and counted in
+  ``excluded_endpoints``) before anything else is looked at, as in C-core:
+  its address is neither validated nor part of the duplicate check.
+* A DRAINING endpoint is validated like any other and kept, with its
+  health status (A55 "XdsClient to Include Endpoint Health Status"): the
+  ``xds_override_host`` policy keeps the sessions pinned to it and passes
+  only the other endpoints to the cluster's LB policy.  It is not a
+  usable endpoint (``endpoint_count``, ``all_endpoints_unhealthy``).
 * Each endpoint needs ``endpoint.address.socket_address`` with an IPv4 or
   IPv6 ``address`` and a ``port_value`` <= 65535 (unset is 0, accepted as
   C-core, grpc-go and grpc-java do); the same for every
@@ -70,7 +74,7 @@ _locality_memo_size = 0
 _locality_memo_lock = threading.Lock()
 
 _PER_MILLION = (10_000, 100, 1)  # HUNDRED, TEN_THOUSAND, MILLION
-_HEALTH_NAMES = ("UNKNOWN", "HEALTHY")
+_HEALTH_NAMES = ("UNKNOWN", "HEALTHY", "", "DRAINING")
 _inet_pton = socket.inet_pton
 _inet_ntop = socket.inet_ntop
 _new = object.__new__
@@ -274,9 +278,6 @@ def parse_cluster_load_assignment(
                         errs.add(_lbe_path(li, ei), f'duplicate endpoint address "{a}"')
                     seen_add(a)
                 addrs = (addr, *extra)
-            if health > 1:  # DRAINING: validated and deduplicated, then excluded
-                excluded += 1
-                continue
             weight = 1
             if has_field(lbe, "load_balancing_weight"):
                 weight = lbe.load_balancing_weight.value
@@ -294,7 +295,7 @@ def parse_cluster_load_assignment(
         locality = Locality(lname, lweight, tuple(endpoints), prio)
         priorities[prio].append(locality)
         if key is not None and len(errs) == n_errors:
-            all_addrs = _addresses_of(lep, endpoints, excluded - excluded_before)
+            all_addrs = tuple(a for e in endpoints for a in e.addresses)
             if len(all_addrs) == len(seen_addresses) - n_seen_before:
                 _remember(key, (locality, all_addrs, excluded - excluded_before))
 
@@ -329,25 +330,6 @@ def parse_cluster_load_assignment(
             ppm = min(dp.numerator * _PER_MILLION[den], 1_000_000)
             drops.append(DropOverload(d.category, ppm))
     return ClusterLoadAssignment(cla.cluster_name, ordered, tuple(drops), excluded, tuple(ignored))
-
-
-def _addresses_of(lep: Any, endpoints: list[EndpointAddress], n_excluded: int) -> tuple[str, ...]:
-    """Every address of a locality (excluded endpoints too, since they take
-    part in the cluster-wide duplicate check)."""
-    addrs = [a for e in endpoints for a in e.addresses]
-    if n_excluded:
-        errs = Errors()
-        for lbe in lep.lb_endpoints:
-            if lbe.health_status == 3:  # DRAINING
-                ep = lbe.endpoint
-                a = _address(ep.address.socket_address, "", errs)
-                if a is not None:
-                    addrs.append(a)
-                for aa in ep.additional_addresses:
-                    a = _address(aa.address.socket_address, "", errs)
-                    if a is not None:
-                        addrs.append(a)
-    return tuple(addrs)
 
 
 def _lbe_path(li: int, ei: int) -> str:

@@ -14,11 +14,12 @@ Rules:
   ``typed_config`` (a TypedStruct is unwrapped to the type it names); a type
   this client does not know is an error unless ``is_optional`` (then it is
   skipped); of the filters kept, the last must be terminal (the router) and
-  no other may be.  Known on clients: the router and the fault filter (A33;
+  no other may be.  Known on clients: the router, the fault filter (A33;
   validated and kept, as C-core accepts it: Istio sends it on every client
-  listener); on servers (:func:`parse_server_hcm`): the router and RBAC
-  (A41, its config validated).  A filter of the other side is "filter is
-  not supported on clients" / "... on servers" unless optional.
+  listener) and the stateful session filter (A55, :mod:`.stateful_session`);
+  on servers (:func:`parse_server_hcm`): the router and RBAC (A41, its
+  config validated).  A filter of the other side is "filter is not
+  supported on clients" / "... on servers" unless optional.
 * ``common_http_protocol_options.max_stream_duration`` becomes the listener-wide
   ``max_stream_duration`` (A31).
 """
@@ -35,6 +36,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 
 from pyxds.xds.resources._common import (
     FAULT_FILTER_TYPE,
+    FILTER_OVERRIDE_TYPES,
     HTTP_FILTER_TYPES,
     RBAC_FILTER_TYPE,
     ROUTER_FILTER_TYPE,
@@ -46,6 +48,7 @@ from pyxds.xds.resources._common import (
     type_name,
     unpack,
     valid_fault_config,
+    validate_filter_config,
 )
 from pyxds.xds.resources.route_config import parse_route_configuration
 from pyxds.xds.resources.server_types import ServerHcm, ServerHttpFilter
@@ -63,9 +66,16 @@ HCM_TYPE = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConn
 ROUTER_TYPE = ROUTER_FILTER_TYPE
 
 
-def register_http_filter(type_name_: str, terminal: bool = False) -> None:
-    """Declare an HTTP filter config type supported by the client (A39)."""
+def register_http_filter(
+    type_name_: str, terminal: bool = False, override_types: tuple[str, ...] | None = None
+) -> None:
+    """Declare an HTTP filter config type supported by the client (A39) and
+    the config types its ``typed_per_filter_config`` overrides may have
+    (default: its own type; none for a terminal filter)."""
     HTTP_FILTER_TYPES[type_name_] = terminal
+    if override_types is None:
+        override_types = () if terminal else (type_name_,)
+    FILTER_OVERRIDE_TYPES.update(override_types)
     # RDS results are memoized by their bytes, and typed_per_filter_config
     # validity depends on the supported types: forget them.
     from pyxds.xds.resources import ROUTE_CONFIG
@@ -231,9 +241,10 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
                 else "unsupported filter type",
             )
             continue
-        if tname == FAULT_FILTER_TYPE and not valid_fault_config(
-            any_msg, f"{p}.typed_config", errs
-        ):
+        if tname == FAULT_FILTER_TYPE:
+            if not valid_fault_config(any_msg, f"{p}.typed_config", errs):
+                continue
+        elif not validate_filter_config(tname, any_msg, f"{p}.typed_config", errs):
             continue
         flt = HttpFilter(name, tname, any_msg.value, f.is_optional)
         terminal_of.append(terminal)

@@ -56,6 +56,7 @@ from typing import Any
 
 from envoy.config.route.v3 import route_pb2
 
+from pyxds.xds.resources import stateful_session as _stateful_session  # noqa: F401 (A55 types)
 from pyxds.xds.resources._common import (
     Errors,
     check_filter_overrides,

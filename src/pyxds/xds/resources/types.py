@@ -377,6 +377,60 @@ class RouteConfiguration:
 # --------------------------------------------------------------------------- CDS
 
 
+#: A55/A75: the EDS health statuses a session may stay on when the cluster
+#: does not say (``common_lb_config.override_host_status`` unset).
+DEFAULT_OVERRIDE_HOST_STATUSES = frozenset({"UNKNOWN", "HEALTHY"})
+
+
+@dataclass(frozen=True, slots=True)
+class BackendMetricPropagation:
+    """Which ORCA fields a cluster's load reports carry (gRFC A85, the
+    parsed ``lrs_report_endpoint_metrics``): the three top-level
+    utilizations, every ``named_metrics`` key (``named_all``) or the keys
+    named.  ``legacy`` is A64's rule (every named metric under its own
+    name), used when GRPC_EXPERIMENTAL_XDS_ORCA_LRS_PROPAGATION is false."""
+
+    cpu_utilization: bool = False
+    mem_utilization: bool = False
+    application_utilization: bool = False
+    named_all: bool = False
+    named_keys: frozenset[str] = frozenset()
+    legacy: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.cpu_utilization
+            or self.mem_utilization
+            or self.application_utilization
+            or self.named_all
+            or self.named_keys
+            or self.legacy
+        )
+
+    def __str__(self) -> str:
+        """C-core's AsString: ``{cpu_utilization,...,named_metrics.foo}``."""
+        if self.legacy:
+            return "{legacy: named_metrics}"
+        parts = [
+            name
+            for name, on in (
+                ("cpu_utilization", self.cpu_utilization),
+                ("mem_utilization", self.mem_utilization),
+                ("application_utilization", self.application_utilization),
+            )
+            if on
+        ]
+        if self.named_all:
+            parts.append("named_metrics.*")
+        else:
+            parts.extend(f"named_metrics.{key}" for key in sorted(self.named_keys))
+        return "{" + ",".join(parts) + "}"
+
+
+NO_PROPAGATION = BackendMetricPropagation()
+
+
 @dataclass(frozen=True, slots=True)
 class Cluster:
     """A CDS resource (A27, A37, A52).
@@ -399,6 +453,10 @@ class Cluster:
     ``outlier_detection`` is the ``outlier_detection_experimental`` config
     (A50, canonical JSON without ``childPolicy``) when the cluster sets
     ``outlier_detection``, else None (the cds policy then uses a no-op one).
+    ``override_host_statuses`` (A55, A75) are the EDS health status names a
+    stateful session may stay on (``common_lb_config.override_host_status``;
+    UNKNOWN and HEALTHY when unset).  ``lrs_metrics`` (A64/A85) says which
+    ORCA fields go into the cluster's load reports.
     """
 
     name: str
@@ -419,6 +477,8 @@ class Cluster:
     #: A29: the validated UpstreamTlsContext
     #: (:class:`pyxds.security.tls_config.UpstreamTlsConfig`), None without TLS.
     security: Any = None
+    override_host_statuses: frozenset[str] = DEFAULT_OVERRIDE_HOST_STATUSES
+    lrs_metrics: BackendMetricPropagation = NO_PROPAGATION
 
     def lb_policy_json(self) -> list[dict[str, Any]]:
         """The LB config list as a fresh list of dicts (safe to mutate)."""
@@ -464,7 +524,9 @@ class LocalityName:
 class EndpointAddress:
     """One endpoint: its addresses ("host:port", IPv6 bracketed; the first is
     the primary, the rest A61 additional_addresses), LB weight (default 1),
-    health status name (UNKNOWN or HEALTHY: others are excluded when decoding),
+    health status name (UNKNOWN, HEALTHY or DRAINING: others are excluded
+    when decoding; a DRAINING endpoint is kept for A55 session affinity but
+    is not usable for new traffic, :attr:`usable`),
     ``endpoint.hostname`` ("" when unset) and ``hash_key``, the string
     ``metadata.filter_metadata["envoy.lb"]["hash_key"]`` (gRFC A76; "" when
     unset or not a string).
@@ -476,15 +538,26 @@ class EndpointAddress:
     hostname: str = ""
     hash_key: str = ""
 
+    @property
+    def usable(self) -> bool:
+        """False for a DRAINING endpoint (A55: no new traffic)."""
+        return self.health_status != "DRAINING"
+
 
 @dataclass(frozen=True, slots=True)
 class Locality:
-    """One locality of one priority with its usable endpoints."""
+    """One locality of one priority with its endpoints (DRAINING ones
+    included, A55)."""
 
     name: LocalityName
     weight: int
     endpoints: tuple[EndpointAddress, ...]
     priority: int = 0
+
+    @property
+    def usable_count(self) -> int:
+        """Endpoints that take new traffic (not DRAINING)."""
+        return sum(1 for e in self.endpoints if e.health_status != "DRAINING")
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,9 +574,11 @@ class ClusterLoadAssignment:
 
     ``priorities[i]`` are the localities of priority ``i`` (contiguous from
     0).  ``excluded_endpoints`` counts endpoints dropped for their health
-    status, so "all endpoints unhealthy" can be said exactly;
-    ``ignored_localities`` names the localities dropped because their
-    ``load_balancing_weight`` is unset or 0 (A27), in resource order.
+    status (UNHEALTHY, TIMEOUT, DEGRADED); DRAINING ones are kept in their
+    locality (A55) but are not usable, so "all endpoints unhealthy" can be
+    said exactly; ``ignored_localities`` names the localities dropped
+    because their ``load_balancing_weight`` is unset or 0 (A27), in
+    resource order.
     """
 
     cluster_name: str
@@ -514,13 +589,21 @@ class ClusterLoadAssignment:
 
     @property
     def endpoint_count(self) -> int:
-        """Number of usable endpoints over all priorities."""
-        return sum(len(loc.endpoints) for p in self.priorities for loc in p)
+        """Number of usable (not DRAINING) endpoints over all priorities."""
+        return sum(loc.usable_count for p in self.priorities for loc in p)
+
+    @property
+    def draining_count(self) -> int:
+        """Number of DRAINING endpoints over all priorities (A55)."""
+        return sum(len(loc.endpoints) - loc.usable_count for p in self.priorities for loc in p)
 
     @property
     def all_endpoints_unhealthy(self) -> bool:
-        """True when there are no usable endpoints but some were excluded for health."""
-        return self.excluded_endpoints > 0 and self.endpoint_count == 0
+        """True when there are no usable endpoints but some were excluded
+        for health or are DRAINING."""
+        return (self.excluded_endpoints > 0 or self.draining_count > 0) and (
+            self.endpoint_count == 0
+        )
 
     @property
     def no_endpoints_reason(self) -> str:
@@ -535,10 +618,10 @@ class ClusterLoadAssignment:
                 if ignored == 1
                 else f"{ignored} localities without weight ignored"
             )
-        if self.excluded_endpoints:
+        if self.excluded_endpoints or self.draining_count:
             parts.append("all endpoints unhealthy")
         else:
-            empty = sum(1 for p in self.priorities for loc in p if not loc.endpoints)
+            empty = sum(1 for p in self.priorities for loc in p if not loc.usable_count)
             if empty:
                 parts.append(
                     "locality without endpoints"

@@ -1,0 +1,756 @@
+"""pyxds at mesh scale, side by side with grpcio's C-core ``xds:///`` channel.
+
+One round_robin cluster of N loopback endpoints (issue 18), N = 1, 100,
+1000 by default.  The backend is one process serving N ports (one
+``grpc.aio`` server per port on one event loop, each answering with its own
+port, so the client knows which endpoint it reached) beside the control
+plane (``pyxds.server``).  Each client runs in its own process, one at a
+time, in alternating order per round:
+
+  core       grpc.insecure_channel("xds:///scale-N")        (C-core, sync)
+  pyxds      pyxds.insecure_channel("xds:///scale-N")
+  core-aio   grpc.aio.insecure_channel("xds:///scale-N")    (C-core, asyncio)
+  pyxds-aio  pyxds.aio.insecure_channel("xds:///scale-N")
+
+Per client and N:
+
+* ``serve s``: seconds from channel creation until every endpoint answered
+  and at least 2N sequential RPCs (wait_for_ready) succeeded;
+* ``connect s``: seconds from channel creation until the process holds N
+  more connections (descriptors), whatever RPCs do meanwhile;
+* ``threads``: threads of the client process once all N serve (``/proc``:
+  C-core's and Python's alike), and ``+threads``: those beyond the count
+  before the channel was made;
+* ``CPU/RPC us``: process CPU per sequential unary RPC (after the above);
+* ``idle %``: process CPU, in % of one core, over ``--idle`` seconds with
+  no RPC (every endpoint connected);
+* ``RSS MiB`` once all N serve; ``KB/endpoint``: the slope of RSS between
+  the two largest N (what one more endpoint costs);
+* after ``close()``: threads and sockets beyond the count before the channel.
+
+Prints the table and the pyxds / C-core ratios (sync and aio), and the load
+average.  ``--shape`` measures other shapes of issue 18 item 4 instead:
+``channels`` (10 channels x 100 endpoints), ``ring_hash`` (1000 endpoints,
+connects lazily), ``pick_first`` (1000 addresses), with the same columns.
+
+Usage: python bench/scale.py [--sizes 1,100,1000] [--rounds 1] [--idle 5]
+       [--kinds core,pyxds,core-aio,pyxds-aio] [--shape channels]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent import futures
+
+import grpc
+
+METHOD = "/bench.Scale/Port"
+KINDS = ("core", "pyxds", "core-aio", "pyxds-aio")
+SERVE_LIMIT = 120.0
+
+
+# -- the backend and control plane (``--serve``) ------------------------------
+
+
+def _port_handler(port_box: list[bytes]) -> grpc.GenericRpcHandler:
+    """Answers every call with the port it was made to (``port_box[0]``)."""
+
+    async def port(request: bytes, context: object) -> bytes:
+        return port_box[0]
+
+    return grpc.method_handlers_generic_handler(
+        "bench.Scale", {"Port": grpc.unary_unary_rpc_method_handler(port)}
+    )
+
+
+async def _start_backends(n: int, aliases: int = 1) -> tuple[list[int], list[object]]:
+    """``n`` servers; each also listens on 127.0.0.2 .. 127.0.0.<aliases>
+    (same port: more endpoint addresses than servers, loopback only)."""
+    servers, ports = [], []
+    for _ in range(n):
+        # no SO_REUSEPORT: port 0 must be a port nobody else listens on
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        port_box: list[bytes] = []
+        server.add_generic_rpc_handlers((_port_handler(port_box),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        for k in range(2, aliases + 1):
+            server.add_insecure_port(f"127.0.0.{k}:{port}")
+        port_box.append(str(port).encode())
+        await server.start()
+        servers.append(server)
+        ports.append(port)
+    return ports, servers
+
+
+#: loopback aliases the servers also listen on for ``--shape eds`` (1-11);
+#: 127.0.0.12-20 listen on nothing (refused: the bad-input variant)
+EDS_ALIASES = 11
+
+
+def eds_variant(name: str, ports: list[int]) -> list[list[str]]:
+    """The "big" cluster's localities (100 of them) in each variant:
+    v1 1000 endpoints; v2 10,000; v3 v2 with locality 0's 100 replaced;
+    bad: 1000 good and 9000 that refuse connections."""
+    if name == "v1":
+        return [[f"127.0.0.1:{p}" for p in ports[i * 10 : i * 10 + 10]] for i in range(100)]
+    out = []
+    for i in range(100):
+        alias = i // 10 + 1  # 127.0.0.1-10, each over the 1000 ports
+        if name == "bad":
+            alias = 1 if i < 10 else 11 + i // 10  # 127.0.0.12-20: refused
+        chunk = ports[(i % 10) * 100 : (i % 10) * 100 + 100]
+        out.append([f"127.0.0.{alias}:{p}" for p in chunk])
+    if name == "v3":
+        out[0] = [f"127.0.0.11:{p}" for p in ports[:100]]
+    return out
+
+
+def serve(max_n: int, sizes: list[int], aliases: int = 1) -> None:
+    """Backends on ``max_n`` ports and a control plane with one listener per
+    shape; prints the bootstrap as one JSON line, runs until stdin closes.
+    ``/bench.Control/Set`` (on the control port) switches the "big"
+    cluster's endpoints to the variant named in the request."""
+    from envoy.extensions.load_balancing_policies.pick_first.v3 import pick_first_pb2
+
+    from pyxds.server import ManagementServer
+    from pyxds.server import builders as b
+    from pyxds.server.snapshot import Snapshot
+
+    loop = asyncio.new_event_loop()
+    helper = None
+    if aliases > 1:
+        # 10,000 listeners and 10,000 connections: more descriptors than one
+        # process may open here; half the backends live in a helper process
+        helper = subprocess.Popen(
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                *("--backends", str(max_n // 2), "--aliases", str(aliases)),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert helper.stdout is not None
+        helper_ports = json.loads(helper.stdout.readline())
+        ports, _servers = loop.run_until_complete(_start_backends(max_n - max_n // 2, aliases))
+        ports = ports + helper_ports
+    else:
+        ports, _servers = loop.run_until_complete(_start_backends(max_n, aliases))
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    addresses = [f"127.0.0.1:{p}" for p in ports]
+
+    listeners, routes, clusters, endpoints = [], [], [], []
+
+    def add(name: str, n: int, offset: int = 0, **cluster_args: object) -> None:
+        route_args = cluster_args.pop("route_args", {})
+        listeners.append(b.listener(name))
+        routes.append(
+            b.route_config(
+                f"{name}-route",
+                [b.virtual_host("vh", routes=[b.route(prefix="", cluster=name, **route_args)])],
+            )
+        )
+        clusters.append(b.cluster(name, **cluster_args))  # type: ignore[arg-type]
+        chosen = addresses[offset : offset + n]
+        endpoints.append(b.endpoints(name, [b.locality(zone="z", endpoints=chosen)]))
+
+    for n in sizes:
+        add(f"scale-{n}", n)
+    big = min(1000, max_n)
+    for i in range(10):  # 10 channels x 100 endpoints, each its own
+        add(f"part-{i}", min(100, max_n), offset=(i * 100) % max(1, max_n - 99))
+    add(
+        "ring",
+        big,
+        lb_policy="RING_HASH",
+        route_args={"hash_policies": [b.hash_policy(header="user")]},
+    )
+    add("pf", big, load_balancing_policy=pick_first_pb2.PickFirst())
+    add("big", 0)
+    control = ManagementServer().start()
+
+    def big(variant: str) -> None:
+        localities = [
+            b.locality(zone=f"z{i}", endpoints=chunk)
+            for i, chunk in enumerate(eds_variant(variant, ports) if len(ports) >= 1000 else [])
+        ]
+        endpoints[-1] = b.endpoints("big", localities)
+        control.set_snapshot(
+            Snapshot(listeners=listeners, routes=routes, clusters=clusters, endpoints=endpoints)
+        )
+
+    big("v1")
+
+    def set_variant(request: bytes, context: object) -> bytes:
+        big(request.decode())
+        return b"ok"
+
+    switch = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=1), options=[("grpc.so_reuseport", 0)]
+    )
+    switch.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "bench.Control", {"Set": grpc.unary_unary_rpc_method_handler(set_variant)}
+            ),
+        )
+    )
+    switch_port = switch.add_insecure_port("127.0.0.1:0")
+    switch.start()
+    info = {"bootstrap": control.bootstrap(node_id="scale"), "control": switch_port}
+    print(json.dumps(info), flush=True)
+    sys.stdin.read()
+    switch.stop(None)
+    control.stop()
+    if helper is not None:
+        assert helper.stdin is not None
+        helper.stdin.close()
+        helper.wait(60)
+
+
+def backends_only(n: int, aliases: int) -> None:
+    """``--backends N``: only backends; prints their ports, runs until stdin closes."""
+    loop = asyncio.new_event_loop()
+    ports, _servers = loop.run_until_complete(_start_backends(n, aliases))
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    print(json.dumps(ports), flush=True)
+    sys.stdin.read()
+
+
+# -- one client (``--client KIND N``) -------------------------------------------
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def _sockets() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                count += 1
+        except OSError:
+            pass
+    return count
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+def _fds() -> int:
+    """Open descriptors (cheap: no readlink, a connection is one each)."""
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _settle_after_close(base: dict[str, float], limit: float = 3.0) -> dict[str, float]:
+    """Threads and sockets after close, given up to ``limit`` s to go back."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if _threads() <= base["threads"] and _fds() <= base["fds"]:
+            break
+        time.sleep(0.2)
+    return {"closed_threads": _threads(), "closed_sockets": _sockets()}
+
+
+class ConnectWatch:
+    """Seconds from channel creation until the process holds ``n`` more
+    descriptors (one per connection): every endpoint connected, however the
+    client notices it (looked at every 20 ms; at N=1000 ~1 ms a look)."""
+
+    def __init__(self, n: int) -> None:
+        self.target = _fds() + n
+        self.start = time.monotonic()
+        self.seconds: float | None = None
+        self.stop = False
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.stop and time.monotonic() - self.start < SERVE_LIMIT:
+            if _fds() >= self.target:
+                self.seconds = time.monotonic() - self.start
+                return
+            time.sleep(0.02)
+
+
+def _more(seen: set[bytes], ok: int, want: int, target: str) -> bool:
+    """Until every endpoint answered and 2N RPCs succeeded; ring_hash
+    (lazy: one new hash key per RPC) just 2N RPCs."""
+    if target.endswith("ring"):
+        return ok < 2 * want
+    return len(seen) < want or ok < 2 * want
+
+
+def _metadata(i: int) -> tuple[tuple[str, str], ...]:
+    return (("user", f"u{i}"),)
+
+
+def client_sync(kind: str, n: int, target: str, rpcs: int, idle: float, channels: int) -> dict:
+    if kind == "pyxds":
+        import pyxds
+
+        make = pyxds.insecure_channel
+    else:
+        make = grpc.insecure_channel
+    base = {"threads": _threads(), "sockets": _sockets(), "fds": _fds(), "rss": _rss_mib()}
+    targets = [target] if channels == 1 else [f"{target}-{i}" for i in range(channels)]
+    connect = ConnectWatch(n * channels) if not target.endswith(("ring", "pf")) else None
+    start = time.monotonic()
+    chans = [make(t) for t in targets]
+    callables = [c.unary_unary(METHOD) for c in chans]
+    seen: set[bytes] = set()
+    ok = 0
+    i = 0
+    want = n * channels
+    while _more(seen, ok, want, target) and time.monotonic() - start < SERVE_LIMIT:
+        mc = callables[i % len(callables)]
+        port = mc(b"", timeout=60, wait_for_ready=True, metadata=_metadata(i))
+        seen.add(port if channels == 1 else port + b"@" + str(i % channels).encode())
+        ok += 1
+        i += 1
+    serve_s = time.monotonic() - start
+    out = {
+        "serve_s": serve_s,
+        "connect_s": connect.seconds if connect is not None and connect.seconds else 0.0,
+        "reached": len(seen),
+        "threads": _threads(),
+        "rss": _rss_mib(),
+    }
+    mc = callables[0]
+    for _ in range(200):
+        mc(b"", timeout=60)
+    cpu, wall = time.process_time(), time.monotonic()
+    for _ in range(rpcs):
+        mc(b"", timeout=60)
+    out["cpu_us"] = (time.process_time() - cpu) / rpcs * 1e6
+    out["wall_us"] = (time.monotonic() - wall) / rpcs * 1e6
+    time.sleep(1.0)
+    cpu = time.process_time()
+    time.sleep(idle)
+    out["idle_pct"] = (time.process_time() - cpu) / idle * 100.0
+    out["idle_threads"] = _threads()
+    for c in chans:
+        c.close()
+    out.update(_settle_after_close(base))
+    out["base"] = base
+    return out
+
+
+async def client_aio(kind: str, n: int, target: str, rpcs: int, idle: float, channels: int) -> dict:
+    if kind == "pyxds-aio":
+        import pyxds.aio
+
+        make = pyxds.aio.insecure_channel
+    else:
+        make = grpc.aio.insecure_channel
+    await asyncio.sleep(0)
+    base = {"threads": _threads(), "sockets": _sockets(), "fds": _fds(), "rss": _rss_mib()}
+    targets = [target] if channels == 1 else [f"{target}-{i}" for i in range(channels)]
+    connect = ConnectWatch(n * channels) if not target.endswith(("ring", "pf")) else None
+    start = time.monotonic()
+    chans = [make(t) for t in targets]
+    callables = [c.unary_unary(METHOD) for c in chans]
+    seen: set[bytes] = set()
+    ok = 0
+    i = 0
+    want = n * channels
+    while _more(seen, ok, want, target) and time.monotonic() - start < SERVE_LIMIT:
+        mc = callables[i % len(callables)]
+        port = await mc(b"", timeout=60, wait_for_ready=True, metadata=_metadata(i))
+        seen.add(port if channels == 1 else port + b"@" + str(i % channels).encode())
+        ok += 1
+        i += 1
+    serve_s = time.monotonic() - start
+    out = {
+        "serve_s": serve_s,
+        "connect_s": connect.seconds if connect is not None and connect.seconds else 0.0,
+        "reached": len(seen),
+        "threads": _threads(),
+        "rss": _rss_mib(),
+    }
+    mc = callables[0]
+    for _ in range(200):
+        await mc(b"", timeout=60)
+    cpu, wall = time.process_time(), time.monotonic()
+    for _ in range(rpcs):
+        await mc(b"", timeout=60)
+    out["cpu_us"] = (time.process_time() - cpu) / rpcs * 1e6
+    out["wall_us"] = (time.monotonic() - wall) / rpcs * 1e6
+    await asyncio.sleep(1.0)
+    cpu = time.process_time()
+    await asyncio.sleep(idle)
+    out["idle_pct"] = (time.process_time() - cpu) / idle * 100.0
+    out["idle_threads"] = _threads()
+    for c in chans:
+        await c.close()
+    await asyncio.sleep(0.1)
+    out.update(_settle_after_close(base))
+    out["base"] = base
+    return out
+
+
+class RpcLoad:
+    """Sequential RPCs on a thread (sync) while the test changes the cluster:
+    count, failures and the slowest RPC of each window."""
+
+    def __init__(self, call: object) -> None:
+        self.call = call
+        self.stop = threading.Event()
+        self.count = 0
+        self.failed = 0
+        self.slowest = 0.0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def window(self) -> dict[str, float]:
+        out = {"rpcs": self.count, "failed": self.failed, "slowest_ms": self.slowest * 1000}
+        self.count = self.failed = 0
+        self.slowest = 0.0
+        return out
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            start = time.monotonic()
+            try:
+                self.call(b"", timeout=30, wait_for_ready=True)  # type: ignore[operator]
+            except grpc.RpcError:
+                self.failed += 1
+            self.slowest = max(self.slowest, time.monotonic() - start)
+            self.count += 1
+
+
+_CONTROL: dict[int, grpc.Channel] = {}
+
+
+def _switch(control_port: int, variant: str) -> None:
+    """Switch the "big" cluster (one connection kept open: the backend
+    process is busy with 10,000 connections)."""
+    channel = _CONTROL.get(control_port)
+    if channel is None:
+        channel = _CONTROL[control_port] = grpc.insecure_channel(f"127.0.0.1:{control_port}")
+    channel.unary_unary("/bench.Control/Set")(variant.encode(), timeout=120, wait_for_ready=True)
+
+
+def _until_fds(at_least: int, limit: float) -> float:
+    """Seconds until the process has ``at_least`` descriptors open (looked
+    at 4 times a second: a scan of 10,000 holds the GIL ~50 ms)."""
+    start = time.monotonic()
+    while _fds() < at_least and time.monotonic() - start < limit:
+        time.sleep(0.25)
+    return time.monotonic() - start
+
+
+def client_eds(kind: str, control_port: int, idle: float) -> dict:
+    """``--shape eds``: 1000 endpoints serving; then, while RPCs run, the EDS
+    grows to 10,000 (seconds until 10,000 connections are open), one
+    locality of 100 is replaced, and 9000 of them turn into refused ones."""
+    if kind == "pyxds":
+        import pyxds
+
+        make = pyxds.insecure_channel
+    elif kind == "core":
+        make = grpc.insecure_channel
+    else:
+        raise SystemExit("--shape eds measures the sync clients (core, pyxds)")
+    _switch(control_port, "v1")  # and the control connection is open before counting
+    base = {"threads": _threads(), "sockets": _sockets(), "fds": _fds(), "rss": _rss_mib()}
+    channel = make("xds:///big")
+    call = channel.unary_unary(METHOD)
+    seen: set[bytes] = set()
+    start = time.monotonic()
+    while len(seen) < 1000 and time.monotonic() - start < SERVE_LIMIT:
+        seen.add(call(b"", timeout=60, wait_for_ready=True))
+    out: dict = {"serve_s": time.monotonic() - start, "reached": len(seen)}
+    load = RpcLoad(call)
+    load.thread.start()
+    time.sleep(1.0)
+    load.window()
+
+    def phase(name: str, variant: str, settle: float, more: int = 0) -> None:
+        fds = _fds()
+        cpu = time.process_time()
+        began = time.monotonic()
+        _switch(control_port, variant)
+        if more:
+            out[f"{name}_connect_s"] = _until_fds(fds + more, 120.0)
+        time.sleep(settle)
+        out[f"{name}_cpu_pct"] = (time.process_time() - cpu) / (time.monotonic() - began) * 100
+        out[f"{name}_threads"] = _threads()
+        out[name] = load.window()
+
+    phase("grow", "v2", 2.0, more=9_000)
+    out["rss_10k"] = _rss_mib()
+    phase("one_locality", "v3", 3.0)
+    load.stop.set()
+    load.thread.join(60)
+    time.sleep(1.0)
+    cpu = time.process_time()
+    time.sleep(idle)
+    out["idle_10k_pct"] = (time.process_time() - cpu) / idle * 100
+    load = RpcLoad(call)
+    load.thread.start()
+    phase("bad", "bad", 10.0)
+    load.stop.set()
+    load.thread.join(60)
+    cpu = time.process_time()
+    time.sleep(idle)
+    out["idle_bad_pct"] = (time.process_time() - cpu) / idle * 100
+    out["threads"] = _threads()
+    out["rss"] = _rss_mib()
+    channel.close()
+    out.update(_settle_after_close(base, limit=20.0))
+    out["base"] = base
+    return out
+
+
+def client(kind: str, n: int, target: str, rpcs: int, idle: float, channels: int) -> None:
+    if kind.endswith("aio"):
+        out = asyncio.run(client_aio(kind, n, target, rpcs, idle, channels))
+    else:
+        out = client_sync(kind, n, target, rpcs, idle, channels)
+    print(json.dumps(out), flush=True)
+
+
+# -- the driver -----------------------------------------------------------------
+
+
+def run_client(
+    bootstrap: dict, kind: str, n: int, target: str, rpcs: int, idle: float, channels: int = 1
+) -> dict:
+    env = dict(os.environ)
+    env.pop("GRPC_XDS_BOOTSTRAP", None)
+    env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
+    # As installed (pip writes bytecode): with PYTHONDONTWRITEBYTECODE every
+    # pyxds client would compile pyxds from source (~0.1-0.2 s), grpcio not.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    args = [sys.executable, os.path.abspath(__file__), "--client", kind, str(n), target]
+    args += ["--rpcs", str(rpcs), "--idle", str(idle), "--channels", str(channels)]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kind} N={n} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+COLUMNS = (
+    ("serve s", "serve_s", "{:.2f}"),
+    ("connect s", "connect_s", "{:.2f}"),
+    ("threads", "threads", "{:.0f}"),
+    ("+threads", "plus_threads", "{:.0f}"),
+    ("CPU/RPC us", "cpu_us", "{:.0f}"),
+    ("idle %", "idle_pct", "{:.2f}"),
+    ("RSS MiB", "rss", "{:.1f}"),
+    ("closed +thr", "closed_plus_threads", "{:.0f}"),
+    ("closed +sock", "closed_plus_sockets", "{:.0f}"),
+)
+
+
+def summarize(runs: list[dict]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for r in runs:
+        r["plus_threads"] = r["threads"] - r["base"]["threads"]
+        r["closed_plus_threads"] = r["closed_threads"] - r["base"]["threads"]
+        r["closed_plus_sockets"] = r["closed_sockets"] - r["base"]["sockets"]
+    for _, key, _ in COLUMNS:
+        out[key] = _median([r[key] for r in runs])
+    out["reached"] = min(r["reached"] for r in runs)
+    out["rss_base"] = _median([r["base"]["rss"] for r in runs])
+    return out
+
+
+def eds_main(args: argparse.Namespace) -> None:
+    kinds = [k for k in args.kinds.split(",") if not k.endswith("aio")]
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--serve",
+            "1000",
+            "--sizes",
+            "1",
+            "--aliases",
+            str(EDS_ALIASES),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None and server.stdin is not None
+    info = json.loads(server.stdout.readline())
+    results: dict[str, list[dict]] = {}
+    try:
+        for rnd in range(args.rounds):
+            for kind in kinds if rnd % 2 == 0 else list(reversed(kinds)):
+                env = dict(os.environ)
+                env.pop("GRPC_XDS_BOOTSTRAP", None)
+                env.pop("PYTHONDONTWRITEBYTECODE", None)
+                env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(info["bootstrap"])
+                cmd = [sys.executable, os.path.abspath(__file__), "--client", kind, "0", "x"]
+                cmd += ["--control", str(info["control"]), "--idle", str(args.idle)]
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{kind} eds failed:\n{proc.stderr[-3000:]}")
+                r = json.loads(proc.stdout.strip().splitlines()[-1])
+                results.setdefault(kind, []).append(r)
+                print(f"  round {rnd + 1} {kind}: {json.dumps(r)}", flush=True)
+                _switch(info["control"], "v1")
+    finally:
+        server.stdin.close()
+        server.wait(60)
+    print()
+    print(f"load average: {os.getloadavg()}")
+    rows = [
+        ("1000 serve s", lambda r: r["serve_s"]),
+        ("grow 1k->10k: connect s", lambda r: r["grow_connect_s"]),
+        ("  CPU % during", lambda r: r["grow_cpu_pct"]),
+        ("  slowest RPC ms", lambda r: r["grow"]["slowest_ms"]),
+        ("  failed RPCs", lambda r: r["grow"]["failed"]),
+        ("  threads", lambda r: r["grow_threads"]),
+        ("RSS MiB at 10k", lambda r: r["rss_10k"]),
+        ("1 locality of 100 replaced: slowest RPC ms", lambda r: r["one_locality"]["slowest_ms"]),
+        ("  CPU % during", lambda r: r["one_locality_cpu_pct"]),
+        ("  failed RPCs", lambda r: r["one_locality"]["failed"]),
+        ("idle % with 10k connected", lambda r: r["idle_10k_pct"]),
+        ("9000 of 10k refuse: failed RPCs", lambda r: r["bad"]["failed"]),
+        ("  RPCs served in 10 s", lambda r: r["bad"]["rpcs"]),
+        ("  CPU % (RPCs running)", lambda r: r["bad_cpu_pct"]),
+        ("  idle % after", lambda r: r["idle_bad_pct"]),
+        ("  threads", lambda r: r["threads"]),
+        ("closed: threads over before", lambda r: r["closed_threads"] - r["base"]["threads"]),
+        ("closed: sockets over before", lambda r: r["closed_sockets"] - r["base"]["sockets"]),
+    ]
+    print(f"{'eds shape (median of rounds)':<44} " + " ".join(f"{k:>10}" for k in kinds))
+    for label, get in rows:
+        cells = " ".join(f"{_median([get(r) for r in results[k]]):>10.2f}" for k in kinds)
+        print(f"{label:<44} {cells}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,100,1000")
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rpcs", type=int, default=2000)
+    parser.add_argument("--idle", type=float, default=5.0)
+    parser.add_argument("--shape", choices=("channels", "ring_hash", "pick_first", "eds"))
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--client", nargs=3, metavar=("KIND", "N", "TARGET"), help=argparse.SUPPRESS
+    )
+    parser.add_argument("--channels", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--aliases", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--control", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--backends", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if args.serve:
+        serve(args.serve, sizes, args.aliases)
+        return
+    if args.backends:
+        backends_only(args.backends, args.aliases)
+        return
+    if args.client:
+        kind, n, target = args.client
+        if args.control:
+            print(json.dumps(client_eds(kind, args.control, args.idle)), flush=True)
+            return
+        client(kind, int(n), target, args.rpcs, args.idle, args.channels)
+        return
+    if args.shape == "eds":
+        eds_main(args)
+        return
+
+    kinds = args.kinds.split(",")
+    if args.shape == "channels":
+        plan = [("10x100", 100, "xds:///part", 10)]
+        max_n = 1000
+    elif args.shape == "ring_hash":
+        plan = [("ring_hash 1000", 1000, "xds:///ring", 1)]
+        max_n = 1000
+    elif args.shape == "pick_first":
+        plan = [("pick_first 1000", 1, "xds:///pf", 1)]
+        max_n = 1000
+    else:
+        plan = [(f"N={n}", n, f"xds:///scale-{n}", 1) for n in sizes]
+        max_n = max(sizes)
+    server = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--serve", str(max_n), "--sizes", args.sizes],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None and server.stdin is not None
+    bootstrap = json.loads(server.stdout.readline())["bootstrap"]
+    results: dict[tuple[str, str], list[dict]] = {}
+    try:
+        for rnd in range(args.rounds):
+            for label, n, target, channels in plan:
+                order = kinds if rnd % 2 == 0 else list(reversed(kinds))
+                for kind in order:
+                    r = run_client(bootstrap, kind, n, target, args.rpcs, args.idle, channels)
+                    results.setdefault((label, kind), []).append(r)
+                    print(f"  round {rnd + 1} {label} {kind}: {json.dumps(r)}", flush=True)
+    finally:
+        server.stdin.close()
+        server.wait(30)
+
+    summary = {key: summarize(runs) for key, runs in results.items()}
+    print()
+    print(f"load average: {os.getloadavg()}")
+    header = f"{'shape':<16} {'client':<10} " + " ".join(f"{c[0]:>12}" for c in COLUMNS)
+    print(header)
+    for (label, kind), s in summary.items():
+        cells = " ".join(f"{fmt.format(s[key]):>12}" for _, key, fmt in COLUMNS)
+        print(f"{label:<16} {kind:<10} {cells}")
+    print()
+    print("ratios pyxds / C-core (same shape, same run):")
+    for label, _, _, _ in plan:
+        for ours, ref in (("pyxds", "core"), ("pyxds-aio", "core-aio")):
+            a, c = summary.get((label, ours)), summary.get((label, ref))
+            if a is None or c is None:
+                continue
+            extra = a["threads"] - c["threads"]
+            conn = a["connect_s"] / c["connect_s"] if c["connect_s"] else 0.0
+            print(
+                f"{label:<16} {ours:<10} serve {a['serve_s'] / c['serve_s']:.2f}x  "
+                f"connect {conn:.2f}x  "
+                f"CPU/RPC {a['cpu_us'] / c['cpu_us']:.2f}x  threads {extra:+.0f} vs C-core  "
+                f"idle {a['idle_pct']:.2f}% vs {c['idle_pct']:.2f}%  "
+                f"RSS {a['rss'] / c['rss']:.2f}x"
+            )
+    if args.shape is None and len(sizes) >= 2:
+        small, big = sorted(sizes)[-2:]
+        print()
+        print(f"memory per endpoint (RSS slope N={small} -> N={big}, KB):")
+        for ours, ref in (("pyxds", "core"), ("pyxds-aio", "core-aio")):
+            per = {}
+            for kind in (ours, ref):
+                lo, hi = summary.get((f"N={small}", kind)), summary.get((f"N={big}", kind))
+                if lo is not None and hi is not None:
+                    per[kind] = (hi["rss"] - lo["rss"]) * 1024 / (big - small)
+            if len(per) == 2:
+                print(
+                    f"  {ours:<10} {per[ours]:.1f}   {ref:<9} {per[ref]:.1f}   "
+                    f"ratio {per[ours] / per[ref]:.2f}x"
+                )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""The process's one event loop for xDS streams (ADS and LRS; issue 18).
+
+A sync grpcio stream costs three threads while it lives (a reader blocked
+on its responses, grpcio's request-iterator consumer and its channel's
+completion spinner), and gRFC A71 gives every data-plane target its own
+XdsClient, so every channel target added three threads.  The xDS
+transports (:mod:`pyxds.xds.transport`, :mod:`pyxds.xds.lrs_transport`)
+run their streams as ``grpc.aio`` calls on this loop instead: one daemon
+thread for every stream of the process, whatever the number of targets,
+servers and streams (plus grpcio's own asyncio poller thread).
+
+Rules:
+
+* :func:`acquire` returns the loop (starting its thread if needed) for one
+  more user; :func:`release` gives it back.  The thread stops
+  ``LINGER`` seconds after its last user left (and starts again with the
+  next), so a program that closed every channel has no thread of ours left.
+* :func:`post` runs a callback on the loop, in the order posted, from any
+  thread (the loop's own included: never re-entrantly, never blocking).
+* Nothing here blocks the loop; the transports' events are delivered from
+  the loop's thread, and their receivers hand them to their serializers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import grpc.aio
+
+__all__ = ["CLOSE_WAIT", "LINGER", "LoopChannel", "acquire", "in_loop", "post", "release"]
+
+_log = logging.getLogger(__name__)
+
+#: Seconds the loop's thread stays without users before it stops.
+LINGER = 1.0
+#: At most this long, :meth:`LoopChannel.close` waits for the connection to close.
+CLOSE_WAIT = 1.0
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
+_users = 0
+_generation = 0
+
+
+def acquire() -> asyncio.AbstractEventLoop:
+    """The running loop, for one more user (see :func:`release`)."""
+    global _loop, _thread, _users
+    with _lock:
+        _users += 1
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            started = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                # grpc.aio's machinery stays up while this loop runs: were it
+                # shut down under the loop (its last channel object gone),
+                # its wake-up socket would close under a reader the loop
+                # still polls ("Bad file descriptor" printed from the loop).
+                grpc.aio.init_grpc_aio()
+                loop.call_soon(started.set)
+                try:
+                    loop.run_forever()
+                finally:
+                    try:
+                        loop.run_until_complete(loop.shutdown_asyncgens())
+                    except Exception:
+                        pass
+                    grpc.aio.shutdown_grpc_aio()
+                    loop.close()
+
+            thread = threading.Thread(target=run, name="pyxds-xds-streams", daemon=True)
+            thread.start()
+            started.wait(5.0)
+            _loop, _thread = loop, thread
+        return _loop
+
+
+def release() -> None:
+    """One user less; the loop stops ``LINGER`` after its last user left."""
+    global _users, _generation
+    with _lock:
+        _users -= 1
+        if _users > 0 or _loop is None:
+            return
+        _generation += 1
+        generation = _generation
+        loop = _loop
+
+    def stop_if_unused() -> None:
+        global _loop, _thread
+        with _lock:
+            if _users > 0 or _generation != generation or _loop is not loop:
+                return
+            _loop, _thread = None, None
+        loop.stop()
+
+    try:
+        loop.call_soon_threadsafe(lambda: loop.call_later(LINGER, stop_if_unused))
+    except RuntimeError:  # closed already (interpreter exit)
+        pass
+
+
+def in_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether the caller runs on ``loop``'s thread."""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def post(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> bool:
+    """Run ``fn`` on ``loop`` (after what was posted before); False when the
+    loop is closed (``fn`` never runs)."""
+
+    def guarded() -> None:
+        try:
+            fn()
+        except Exception:
+            _log.exception("pyxds: xDS stream callback raised")
+
+    try:
+        loop.call_soon_threadsafe(guarded)
+        return True
+    except RuntimeError:
+        return False
+
+
+class LoopChannel:
+    """A ``grpc.aio`` channel that lives on the stream loop: ``make()`` runs
+    there (``on_made(channel)`` after it), and :meth:`close` closes it there,
+    waiting (at most ``CLOSE_WAIT``, never on the loop itself) until its
+    connection is gone: a server stopped right after must not see it open.
+    One user of the loop from construction to close."""
+
+    def __init__(
+        self, make: Callable[[], Any], on_made: Callable[[Any], None] | None = None
+    ) -> None:
+        self.loop = acquire()
+        #: the channel (the loop's; None until made, or when closed first)
+        self.channel: Any = None
+        self.closed = False
+        self._released = False
+
+        def create() -> None:
+            if self.closed:
+                return
+            self.channel = make()
+            if on_made is not None:
+                on_made(self.channel)
+
+        post(self.loop, create)
+
+    def post(self, fn: Callable[[], None]) -> bool:
+        """Run ``fn`` on the loop (see :func:`post`)."""
+        return post(self.loop, fn)
+
+    def close(self, before: Callable[[], None] | None = None) -> None:
+        """Run ``before`` on the loop, then close the channel; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        done = threading.Event()
+
+        def close_channel() -> None:
+            if before is not None:
+                before()
+            channel = self.channel
+            if channel is None:
+                done.set()
+                return
+            task = self.loop.create_task(channel.close())
+            task.add_done_callback(lambda _task: done.set())
+
+        if not post(self.loop, close_channel):
+            done.set()
+        if not in_loop(self.loop):
+            done.wait(CLOSE_WAIT)
+        if not self._released:
+            self._released = True
+            release()

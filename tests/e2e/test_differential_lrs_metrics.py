@@ -1,0 +1,168 @@
+"""Differential LRS custom metrics (gRFC A64 as amended by A85): pyxds and
+grpcio's C-core send the same RPCs to the same pyxds.orca backend (which
+reports per call: the standard ``endpoint-load-metrics-bin`` trailer C-core
+reads, and the ``x-endpoint-load-metrics-bin`` mirror pyxds reads), through
+one pyxds.server config whose cluster has ``lrs_server: self`` and
+``lrs_report_endpoint_metrics``; the ORCA metrics each client reports over
+LRS, summed over its reports, must be equal: the same names, counts and
+totals, per locality.  Also with A85 switched off
+(GRPC_EXPERIMENTAL_XDS_ORCA_LRS_PROPAGATION=false in both clients: A64's
+rule, every named metric under its own name).
+"""
+
+from __future__ import annotations
+
+from concurrent import futures
+
+import grpc
+import pytest
+from channel_fixtures import LISTENER, SERVICE, TARGET, CoreXdsClient, pyxds_calls, wait_until
+
+import pyxds._api as pyxds
+from pyxds.orca import OrcaServerInterceptor, call_metric_recorder
+from pyxds.server import ManagementServer
+from pyxds.server import builders as b
+from pyxds.server.snapshot import Snapshot
+
+N = 40
+CLUSTER = "lrs-metrics"
+METRICS = [
+    "named_metrics.foo",
+    "cpu_utilization",
+    "mem_utilization",
+    "application_utilization",
+    "not_a_field",
+]
+
+
+class MetricsBackend:
+    """A grpcio server reporting, on every Who call, cpu 0.25, mem 0.5,
+    application 0.75 and named metrics foo=2, bar=3 (pyxds.orca)."""
+
+    def __init__(self) -> None:
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=8), interceptors=[OrcaServerInterceptor()]
+        )
+
+        def who(request: bytes, context: grpc.ServicerContext) -> bytes:
+            recorder = call_metric_recorder()
+            assert recorder is not None
+            recorder.record_cpu_utilization(0.25).record_memory_utilization(0.5)
+            recorder.record_application_utilization(0.75)
+            recorder.record_named_metric("foo", 2.0).record_named_metric("bar", 3.0)
+            return b"m0"
+
+        self._server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    SERVICE, {"Who": grpc.unary_unary_rpc_method_handler(who)}
+                ),
+            )
+        )
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        self._server.start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self._server.stop(None).wait(5)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    started = MetricsBackend()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def server(backend):
+    srv = ManagementServer(lrs_interval=1.0).start()
+    srv.set_snapshot(
+        Snapshot(
+            listeners=[b.listener(LISTENER)],
+            routes=[
+                b.route_config(
+                    f"{LISTENER}-route",
+                    [b.virtual_host("vh", routes=[b.route(prefix="", cluster=CLUSTER)])],
+                )
+            ],
+            clusters=[b.cluster(CLUSTER, lrs_server=True, lrs_report_endpoint_metrics=METRICS)],
+            endpoints=[
+                b.endpoints(
+                    CLUSTER, [b.locality(region="r", zone="z", endpoints=[backend.address])]
+                )
+            ],
+        )
+    )
+    yield srv
+    srv.stop()
+
+
+def metric_totals(server, node: str) -> dict[str, tuple[int, float]]:
+    """(metric name -> (requests, total)) summed over every report of the
+    node, the top-level A85 fields under their own names."""
+    out: dict[str, list] = {}
+
+    def add(name: str, count: int, total: float) -> None:
+        entry = out.setdefault(name, [0, 0.0])
+        entry[0] += count
+        entry[1] += total
+
+    requests = 0
+    for record in server.lrs.reports(CLUSTER, node):
+        for loc in record.stats.upstream_locality_stats:
+            requests += loc.total_successful_requests
+            for field in ("cpu_utilization", "mem_utilization", "application_utilization"):
+                if loc.HasField(field):
+                    value = getattr(loc, field)
+                    add(field, value.num_requests_finished_with_metric, value.total_metric_value)
+            for metric in loc.load_metric_stats:
+                add(
+                    metric.metric_name,
+                    metric.num_requests_finished_with_metric,
+                    metric.total_metric_value,
+                )
+    out["requests"] = [requests, 0.0]
+    return {k: (int(v[0]), round(v[1], 9)) for k, v in out.items()}
+
+
+def reported(server, node: str, want: int) -> dict:
+    assert wait_until(lambda: metric_totals(server, node)["requests"][0] >= want, timeout=15)
+    return metric_totals(server, node)
+
+
+def run_both(server, node: str, env: dict | None = None) -> tuple[dict, dict]:
+    ours_node, core_node = f"{node}-pyxds", f"{node}-core"
+    channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=ours_node))
+    core = CoreXdsClient(server.bootstrap(node_id=core_node), env=env)
+    try:
+        assert pyxds_calls(channel, N) == {"m0": N}
+        assert core.call(N) == {"m0": N}
+        return reported(server, ours_node, N), reported(server, core_node, N)
+    finally:
+        channel.close()
+        core.close()
+
+
+def test_lrs_metric_totals_equal_c_core_s(server):
+    ours, theirs = run_both(server, "lrs-m")
+    assert ours == theirs
+    assert ours == {
+        "requests": (N, 0.0),
+        "cpu_utilization": (N, N * 0.25),
+        "mem_utilization": (N, N * 0.5),
+        "application_utilization": (N, N * 0.75),
+        "named_metrics.foo": (N, N * 2.0),  # bar is not listed
+    }
+
+
+def test_lrs_metric_totals_equal_c_core_s_with_a85_switched_off(server, monkeypatch):
+    monkeypatch.setenv("GRPC_EXPERIMENTAL_XDS_ORCA_LRS_PROPAGATION", "false")
+    ours, theirs = run_both(
+        server, "lrs-m-legacy", env={"GRPC_EXPERIMENTAL_XDS_ORCA_LRS_PROPAGATION": "false"}
+    )
+    assert ours == theirs
+    assert ours == {"requests": (N, 0.0), "foo": (N, N * 2.0), "bar": (N, N * 3.0)}

@@ -1,0 +1,250 @@
+"""pyxds at mesh scale (issue 18): a cluster of 1000 real loopback endpoints
+is served in full, by sync and asyncio channels, with a bounded number of
+threads (a count: the threads a channel adds do not grow with endpoints),
+and a channel among endpoints that never answer, refuse, or flap keeps
+serving from the good ones; after close() the process has the threads and
+sockets it had before.
+
+The 1000 backends run in one subprocess (one grpc.aio server per port on
+one event loop); the control plane is the real pyxds.server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+
+import grpc
+import pytest
+from backends import Blackhole, EchoBackend
+from channel_fixtures import snapshot, wait_until
+from many_backends import WHO, ManyBackends
+
+import pyxds._api as pyxds
+import pyxds.aio
+from pyxds import connectivity
+
+#: The threads a pyxds channel may add, whatever its number of endpoints
+#: (issue 18: at most C-core's count + 8; C-core's own are there already in
+#: this process): its share of the process's timer thread, the channel
+#: reaper, the xDS client's stream reader, watcher notifier and grpcio's two
+#: threads of the ADS stream, and some slack for grpcio's own.
+MAX_ADDED_THREADS = 8
+#: C-core's native thread pool may grow under load; counted apart.
+MAX_ADDED_OS_THREADS = MAX_ADDED_THREADS + 8
+
+
+def os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def sockets() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                count += 1
+        except OSError:
+            pass
+    return count
+
+
+#: Threads of the servers this process runs for the test (the control
+#: plane's pool, grpcio servers' loops, backends' pools, the blackholes,
+#: the test's flapper): not the client's.
+SERVER_THREADS = ("pyxds-xds-server", "good-", "flap-", "blackhole", "flapper")
+
+
+def client_threads() -> int:
+    """Python threads of the client side of this process."""
+    return sum(
+        1
+        for t in threading.enumerate()
+        if not t.name.startswith(SERVER_THREADS) and "(_serve)" not in t.name
+    )
+
+
+class Counts:
+    """Python threads, OS threads and sockets of the process, now."""
+
+    def __init__(self) -> None:
+        self.threads = client_threads()
+        self.os_threads = os_threads()
+        self.sockets = sockets()
+
+    def assert_bounded_above(self, before: Counts) -> None:
+        assert self.threads - before.threads <= MAX_ADDED_THREADS, threading.enumerate()
+        assert self.os_threads - before.os_threads <= MAX_ADDED_OS_THREADS
+
+    @staticmethod
+    def back_to(before: Counts, timeout: float = 15.0) -> Counts:
+        """Wait (bounded) until threads and sockets are back to ``before``."""
+        wait_until(
+            lambda: client_threads() <= before.threads and sockets() <= before.sockets,
+            timeout=timeout,
+        )
+        return Counts()
+
+
+def scale_snapshot(addresses: list[str]):
+    from channel_fixtures import route
+
+    return snapshot([route(prefix="", cluster="scale")], {"scale": [addresses]}, listener="scale")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def thousand():
+    with ManyBackends(1000) as backends:
+        yield backends
+
+
+def test_rpcs_reach_every_one_of_1000_endpoints_with_bounded_threads(xds_server, thousand):
+    xds_server.set_snapshot(scale_snapshot(thousand.addresses))
+    before = Counts()
+    channel = pyxds.insecure_channel("xds:///scale", bootstrap=xds_server.bootstrap())
+    who = channel.unary_unary(WHO)
+    served: set[bytes] = set()
+    deadline = time.monotonic() + 120
+    while len(served) < 1000 and time.monotonic() < deadline:
+        served.add(who(b"", wait_for_ready=True, timeout=60))
+    assert served == {str(p).encode() for p in thousand.ports}
+    Counts().assert_bounded_above(before)
+    assert connectivity.monitor().watched >= 1000  # polled, not a thread each
+    channel.close()
+    after = Counts.back_to(before)
+    assert after.threads <= before.threads, threading.enumerate()
+    assert after.sockets <= before.sockets
+
+
+def test_an_asyncio_channel_reaches_every_one_of_1000_endpoints_with_bounded_threads(
+    xds_server, thousand
+):
+    xds_server.set_snapshot(scale_snapshot(thousand.addresses))
+    bootstrap = xds_server.bootstrap()
+
+    async def run() -> tuple[set[bytes], Counts]:
+        channel = pyxds.aio.insecure_channel("xds:///scale", bootstrap=bootstrap)
+        who = channel.unary_unary(WHO)
+        served: set[bytes] = set()
+        deadline = time.monotonic() + 120
+        while len(served) < 1000 and time.monotonic() < deadline:
+            served.add(await who(b"", wait_for_ready=True, timeout=60))
+        during = Counts()
+        await channel.close()
+        return served, during
+
+    async def plain_channel() -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel("127.0.0.1:1")
+
+    loop = asyncio.new_event_loop()
+    try:
+        # grpc.aio's poller thread lives while any grpc.aio channel object
+        # does (C-core's asyncio channels have it too): started before counting
+        plain = loop.run_until_complete(plain_channel())
+        before = Counts()
+        served, during = loop.run_until_complete(run())
+        assert served == {str(p).encode() for p in thousand.ports}
+        during.assert_bounded_above(before)
+        after = Counts.back_to(before)
+        assert after.threads <= before.threads, threading.enumerate()
+        assert after.sockets <= before.sockets
+        loop.run_until_complete(plain.close())
+    finally:
+        loop.close()
+
+
+def test_a_channel_among_dead_silent_and_flapping_endpoints_serves_from_the_good_ones(
+    xds_server,
+):
+    """Bad input: endpoints that never answer (accept TCP, never speak
+    HTTP/2), refuse connections, or go down and up (GOAWAY) all the time,
+    beside good ones: every RPC is served, by good or momentarily up
+    endpoints; threads stay bounded; after close nothing is left."""
+    good = [EchoBackend(f"good-{i}").start() for i in range(5)]
+    flapping = [EchoBackend(f"flap-{i}").start() for i in range(5)]
+    silent = [Blackhole() for _ in range(5)]
+    refused = [f"127.0.0.1:{free_port()}" for _ in range(5)]
+    addresses = (
+        [b.address for b in good]
+        + [b.address for b in flapping]
+        + [h.address for h in silent]
+        + refused
+    )
+    xds_server.set_snapshot(scale_snapshot(addresses))
+    stop = threading.Event()
+
+    def flap() -> None:
+        while not stop.is_set():
+            for backend in flapping:
+                backend.stop(grace=2.0)  # GOAWAY; RPCs in flight finish (not cancelled)
+                if stop.wait(0.05):
+                    return
+                backend.start()
+
+    before = Counts()
+    flapper = threading.Thread(target=flap, name="flapper", daemon=True)
+    channel = pyxds.insecure_channel("xds:///scale", bootstrap=xds_server.bootstrap())
+    try:
+        flapper.start()
+        who = channel.unary_unary("/pyxds.test.Echo/Echo")
+        from protos import echo_pb2
+
+        request = echo_pb2.EchoRequest(message="hi").SerializeToString()
+        served: dict[str, int] = {}
+        for _ in range(300):
+            reply = echo_pb2.EchoReply.FromString(who(request, wait_for_ready=True, timeout=30))
+            served[reply.backend] = served.get(reply.backend, 0) + 1
+        assert {f"good-{i}" for i in range(5)} <= set(served)
+        Counts().assert_bounded_above(before)
+    finally:
+        stop.set()
+        flapper.join(10)
+        channel.close()
+        for backend in good + flapping:
+            backend.stop()
+        for hole in silent:
+            hole.close()
+    after = Counts.back_to(before)
+    assert after.threads <= before.threads, threading.enumerate()
+    assert after.sockets <= before.sockets
+
+
+def test_closing_a_channel_of_1000_connected_endpoints_prints_nothing_and_starts_no_thread_each(
+    xds_server, thousand, capfd
+):
+    """grpcio's subscribe() poller printed "Cannot monitor channel state"
+    when a channel closed under it; pyxds never subscribes, and closes its
+    subchannels' channels on the one timer thread."""
+    xds_server.set_snapshot(scale_snapshot(thousand.addresses))
+    channel = pyxds.insecure_channel("xds:///scale", bootstrap=xds_server.bootstrap())
+    who = channel.unary_unary(WHO)
+    served: set[bytes] = set()
+    deadline = time.monotonic() + 120
+    while len(served) < 1000 and time.monotonic() < deadline:
+        served.add(who(b"", wait_for_ready=True, timeout=60))
+    peak = [threading.active_count()]
+    stop = threading.Event()
+
+    def watch_threads() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], threading.active_count())
+            stop.wait(0.001)
+
+    watcher = threading.Thread(target=watch_threads, daemon=True)
+    before_close = threading.active_count() + 1  # the watcher
+    watcher.start()
+    channel.close()
+    stop.set()
+    watcher.join(5)
+    assert peak[0] <= before_close + 2  # not one per subchannel
+    out, err = capfd.readouterr()
+    assert "Cannot monitor" not in out + err
+    assert "Traceback" not in out + err

@@ -1,0 +1,461 @@
+"""pyxds.connectivity: one monitor polls many grpcio channels (no thread per
+channel); its changes reach the subchannel's LB policy once each, in order,
+also when the subchannel shuts down or is released meanwhile (issue 18).
+
+Everything runs on a FakeClock: a sweep happens when the test advances it."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import grpc
+import pytest
+
+from pyxds import connectivity
+from pyxds.channel.subchannel import PolledTransport
+from pyxds.channel.subchannel_pool import SubchannelPool
+from pyxds.connectivity import (
+    COLD_BUDGET,
+    COLD_PERIOD,
+    HOT_PERIOD,
+    WARM_RATIO,
+    ConnectivityMonitor,
+)
+from pyxds.lb.api import ConnectivityState as CS
+from pyxds.serializer import WorkSerializer
+from pyxds.testing import FakeClock
+
+IDLE, CONNECTING, READY, TF, SHUTDOWN = (s.value[0] for s in grpc.ChannelConnectivity)
+
+
+class FakeCygrpcChannel:
+    """The cygrpc channel under a grpc.Channel: its C-core state is whatever
+    the test sets; closed, it raises as cygrpc does."""
+
+    def __init__(self) -> None:
+        self.code = IDLE
+        self.checks = 0
+        self.connect_requests = 0
+        self.closed = False
+
+    def check_connectivity_state(self, try_to_connect: bool) -> int:
+        if self.closed:
+            raise ValueError("Cannot invoke RPC: Channel closed!")
+        self.checks += 1
+        if try_to_connect:
+            self.connect_requests += 1
+        return self.code
+
+
+class FakeGrpcChannel:
+    def __init__(self) -> None:
+        self._channel = FakeCygrpcChannel()
+        self.closes = 0
+
+    def close(self) -> None:
+        self.closes += 1
+        self._channel.closed = True
+
+    def set(self, code: int) -> None:
+        self._channel.code = code
+
+
+def make_monitor() -> tuple[ConnectivityMonitor[int], FakeClock]:
+    clock = FakeClock()
+    return ConnectivityMonitor(clock, READY), clock
+
+
+def watched(monitor: ConnectivityMonitor[int]) -> tuple[FakeGrpcChannel, list[int], object]:
+    channel = FakeGrpcChannel()
+    seen: list[int] = []
+    watch = monitor.watch(lambda: channel._channel.check_connectivity_state(False), seen.append)
+    return channel, seen, watch
+
+
+# -- the monitor ----------------------------------------------------------------
+
+
+def test_the_first_check_delivers_the_state_found_and_each_change_once_in_order():
+    monitor, clock = make_monitor()
+    channel, seen, _ = watched(monitor)
+    clock.advance(0)
+    assert seen == [IDLE]
+    clock.advance(1.0)
+    assert seen == [IDLE]  # no change, nothing delivered however often it looks
+    for code in (CONNECTING, READY, IDLE, CONNECTING, TF):
+        channel.set(code)
+        clock.advance(1.0)
+    assert seen == [IDLE, CONNECTING, READY, IDLE, CONNECTING, TF]
+
+
+def test_a_connection_asked_for_is_seen_ready_within_the_hot_period():
+    monitor, clock = make_monitor()
+    channel, seen, watch = watched(monitor)
+    clock.advance(5.0)  # long idle: cold
+    watch.expect_change()
+    channel.set(CONNECTING)
+    clock.advance(HOT_PERIOD)
+    assert seen[-1] == CONNECTING
+    channel.set(READY)
+    clock.advance(HOT_PERIOD)
+    assert seen[-1] == READY
+
+
+def test_a_slow_connection_is_checked_less_and_less_often_then_cold():
+    """A blackholed endpoint stays CONNECTING (up to the 20 s connect
+    timeout): its checks thin out (every 10 % of its age) and stop once it
+    is cold, so 10,000 of them do not burn a core."""
+    monitor, clock = make_monitor()
+    channel, seen, watch = watched(monitor)
+    watch.expect_change()
+    channel.set(CONNECTING)
+    checks = []
+    for _ in range(2000):  # 20 s in 10 ms steps
+        before = channel._channel.checks
+        clock.advance(0.01)
+        checks.append(channel._channel.checks - before)
+    first_second = sum(checks[:100])
+    last_ten = sum(checks[1000:])
+    # every 2 ms for 20 ms, then every 10 % of the age: ~50, not 500
+    assert first_second <= 60
+    assert last_ten <= 10 / COLD_PERIOD + 1  # cold: one check per cold period
+    assert seen == [CONNECTING]
+
+
+def test_a_ready_channel_is_cold_and_its_loss_is_seen_within_the_cold_period():
+    monitor, clock = make_monitor()
+    channel, seen, watch = watched(monitor)
+    watch.expect_change()
+    channel.set(READY)
+    clock.advance(HOT_PERIOD)
+    assert seen[-1] == READY
+    clock.advance(10.0)
+    before = channel._channel.checks
+    clock.advance(10.0)
+    assert channel._channel.checks - before <= 10 / COLD_PERIOD + 1  # cold cadence
+    channel.set(IDLE)  # GOAWAY or connection lost, no RPC running
+    clock.advance(COLD_PERIOD)
+    assert seen[-1] == IDLE
+
+
+def test_check_now_looks_at_once_even_when_cold():
+    """An RPC that failed UNAVAILABLE on a READY transport: the loss is seen
+    without waiting for the cold sweep."""
+    monitor, clock = make_monitor()
+    channel, seen, watch = watched(monitor)
+    channel.set(READY)
+    clock.advance(10.0)
+    channel.set(IDLE)
+    watch.check_now()
+    clock.advance(0)
+    assert seen == [READY, IDLE]
+
+
+def test_a_suspect_channel_stays_warm_after_an_unchanged_check():
+    """check_now right before C-core notices the GOAWAY: the change that
+    follows a moment later is still seen within the hot period."""
+    monitor, clock = make_monitor()
+    channel, seen, watch = watched(monitor)
+    channel.set(READY)
+    clock.advance(10.0)
+    watch.check_now()
+    clock.advance(0)
+    assert seen == [READY]
+    channel.set(IDLE)
+    clock.advance(HOT_PERIOD)
+    assert seen == [READY, IDLE]
+
+
+def test_cancel_stops_every_later_delivery_and_every_check():
+    monitor, clock = make_monitor()
+    channel, seen, watch = watched(monitor)
+    clock.advance(0)
+    watch.cancel()
+    checks = channel._channel.checks
+    channel.set(READY)
+    clock.advance(10.0)
+    assert seen == [IDLE]
+    assert channel._channel.checks == checks
+    assert monitor.watched == 0
+    assert clock.pending == []  # nothing watched: no timer (the thread may exit)
+
+
+def test_a_watch_cancelled_by_another_delivery_of_the_same_sweep_hears_nothing():
+    """Two changes seen in one sweep; delivering the first cancels the
+    second watch (a policy releasing a subchannel): the second is not
+    delivered."""
+    monitor, clock = make_monitor()
+    first, second = FakeGrpcChannel(), FakeGrpcChannel()
+    seen_first: list[int] = []
+    seen_second: list[int] = []
+    watches = []
+
+    def on_first(code: int) -> None:
+        seen_first.append(code)
+        watches[1].cancel()
+
+    for channel, deliver in ((first, on_first), (second, seen_second.append)):
+        probe = channel._channel.check_connectivity_state
+        watches.append(monitor.watch(lambda probe=probe: probe(False), deliver))
+    clock.advance(0)  # both due in this sweep, in the order they were watched
+    assert seen_first == [IDLE] and seen_second == []
+    assert not watches[0].cancelled and watches[1].cancelled
+
+
+def test_a_probe_that_raises_ends_the_watch():
+    monitor, clock = make_monitor()
+    channel, seen, _ = watched(monitor)
+    clock.advance(0)
+    channel.close()
+    clock.advance(1.0)
+    assert monitor.watched == 0
+    assert seen == [IDLE]
+
+
+def test_the_cold_sweep_stretches_to_stay_within_its_budget(monkeypatch):
+    """Each check costing 10 us (10,000 channels: 0.1 s a sweep), the cold
+    period grows so that sweeps take at most COLD_BUDGET of a core."""
+    ticks = iter(range(10**9))
+    cost = 1e-5 * 10_000
+    # a sweep reads the time before and after each section: `cost` apart
+    monkeypatch.setattr(connectivity.time, "thread_time", lambda: next(ticks) * cost)
+    monitor, clock = make_monitor()
+    channel, _, _ = watched(monitor)
+    channel.set(READY)
+    clock.advance(10.0)
+    assert monitor.cold_period >= cost / COLD_BUDGET * 0.99
+    before = channel._channel.checks
+    clock.advance(100.0)
+    assert channel._channel.checks - before <= 100 / (cost / COLD_BUDGET) + 2
+
+
+def test_close_soon_runs_on_the_monitor_clock_not_on_the_caller():
+    monitor, clock = make_monitor()
+    closed: list[str] = []
+    monitor.close_soon(lambda: closed.append("closed"))
+    assert closed == []
+    clock.advance(0)
+    assert closed == ["closed"]
+
+
+def test_watch_channel_reads_the_cygrpc_state_without_asking_to_connect():
+    monitor, clock = make_monitor()
+    channel = FakeGrpcChannel()
+    seen: list[grpc.ChannelConnectivity] = []
+    connectivity.watch_channel(channel, seen.append, monitor)  # type: ignore[arg-type]
+    channel.set(READY)
+    clock.advance(0)
+    assert seen == [grpc.ChannelConnectivity.READY]
+    assert channel._channel.connect_requests == 0
+    connectivity.request_connection(channel)  # type: ignore[arg-type]
+    assert channel._channel.connect_requests == 1
+
+
+def test_this_grpcio_still_has_the_private_state_check_pyxds_polls():
+    """pyxds polls grpcio's private cygrpc channel; a grpcio that drops it
+    must fail here, not in users' channels."""
+    channel = grpc.insecure_channel("127.0.0.1:1")
+    try:
+        assert channel._channel.check_connectivity_state(False) == IDLE
+        monitor, clock = make_monitor()
+        seen: list[grpc.ChannelConnectivity] = []
+        connectivity.watch_channel(channel, seen.append, monitor)
+        clock.advance(0)
+        assert seen == [grpc.ChannelConnectivity.IDLE]
+    finally:
+        channel.close()
+
+
+def test_a_grpcio_without_the_private_state_check_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="check_connectivity_state"):
+        connectivity.watch_channel(object(), lambda state: None)  # type: ignore[arg-type]
+
+
+# -- subchannels on the monitor -------------------------------------------------
+
+
+class Harness:
+    """A SubchannelPool whose transports are PolledTransports over fake
+    grpcio channels, on a monitor and a serializer, FakeClock time."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.monitor: ConnectivityMonitor[int] = ConnectivityMonitor(self.clock, READY)
+        self.serializer = WorkSerializer()
+        self.channels: list[FakeGrpcChannel] = []
+        self.transports: list[PolledTransport] = []
+        self.pool = SubchannelPool(
+            self.make_transport, self.serializer, self.clock, random.Random(1)
+        )
+
+    def make_transport(self, address: str, credentials: object, on_state) -> PolledTransport:
+        channel = FakeGrpcChannel()
+        transport = PolledTransport(channel, on_state, self.monitor)  # type: ignore[arg-type]
+        self.channels.append(channel)
+        self.transports.append(transport)
+        return transport
+
+    def subchannel(self, address: str = "10.0.0.1:80"):
+        sub = self.pool.create(address, {})
+        seen: list[CS] = []
+        sub.watch_state(lambda state, status: seen.append(state))
+        return sub, seen
+
+
+def test_each_transition_reaches_the_policy_once_in_order():
+    h = Harness()
+    sub, seen = h.subchannel()
+    h.serializer.run(sub.connect)
+    (channel,) = h.channels
+    assert channel._channel.connect_requests == 1
+    h.clock.advance(0)  # grpcio has not left IDLE yet: not news
+    for code in (CONNECTING, READY):
+        channel.set(code)
+        h.clock.advance(HOT_PERIOD)
+    channel.set(IDLE)  # GOAWAY
+    h.clock.advance(COLD_PERIOD)
+    h.serializer.run(sub.connect)  # the policy reconnects on IDLE
+    for code in (CONNECTING, READY):
+        channel.set(code)
+        h.clock.advance(HOT_PERIOD)
+    h.clock.advance(30.0)
+    assert seen == [CS.IDLE, CS.CONNECTING, CS.READY, CS.IDLE, CS.CONNECTING, CS.READY]
+
+
+def test_a_failed_attempt_is_seen_within_the_hot_period_and_retires_the_transport():
+    h = Harness()
+    sub, seen = h.subchannel()
+    h.serializer.run(sub.connect)
+    (channel,) = h.channels
+    channel.set(CONNECTING)
+    h.clock.advance(HOT_PERIOD)
+    channel.set(TF)
+    h.clock.advance(HOT_PERIOD)
+    assert seen == [CS.IDLE, CS.CONNECTING, CS.TRANSIENT_FAILURE]
+    h.clock.advance(0)  # the close runs on the monitor's clock
+    assert channel.closes == 1
+    assert h.monitor.watched == 0
+
+
+def test_a_change_seen_while_the_serializer_is_busy_with_the_shutdown_never_arrives():
+    """The monitor sees READY while the policy's serializer callback that
+    shuts the subchannel down runs: the delivery, queued behind it, finds
+    the subchannel shut down and reaches nobody."""
+    h = Harness()
+    sub, seen = h.subchannel()
+    h.serializer.run(sub.connect)
+    (channel,) = h.channels
+    channel.set(CONNECTING)
+    h.clock.advance(HOT_PERIOD)
+
+    def policy_callback() -> None:
+        channel.set(READY)
+        h.clock.advance(HOT_PERIOD)  # the sweep delivers now: queued on the serializer
+        sub.shutdown()
+
+    h.serializer.run(policy_callback)
+    h.clock.advance(1.0)
+    assert seen == [CS.IDLE, CS.CONNECTING]
+    assert channel.closes == 1
+    assert h.monitor.watched == 0
+
+
+def test_a_subchannel_released_while_connecting_hears_nothing_more_and_is_closed():
+    h = Harness()
+    sub, seen = h.subchannel()
+    h.serializer.run(sub.connect)
+    (channel,) = h.channels
+    channel.set(CONNECTING)
+    h.clock.advance(HOT_PERIOD)
+    h.serializer.run(sub.shutdown)  # the last handle: the core goes
+    assert h.monitor.watched == 0
+    channel.set(READY)
+    h.clock.advance(1.0)
+    assert seen == [CS.IDLE, CS.CONNECTING]
+    assert channel.closes == 1
+    # asking for the address again builds a fresh transport, watched afresh
+    again, seen_again = h.subchannel()
+    h.serializer.run(again.connect)
+    assert len(h.channels) == 2
+    h.channels[1].set(READY)
+    h.clock.advance(HOT_PERIOD)
+    assert seen_again == [CS.IDLE, CS.CONNECTING, CS.READY]
+
+
+def test_an_unavailable_rpc_makes_the_transport_look_at_once():
+    h = Harness()
+    sub, seen = h.subchannel()
+    h.serializer.run(sub.connect)
+    (channel,) = h.channels
+    channel.set(READY)
+    h.clock.advance(10.0)
+    channel.set(IDLE)  # the connection is gone; an RPC on it failed
+    h.transports[0].suspect()
+    h.clock.advance(0)
+    assert seen[-1] is CS.IDLE
+
+
+def test_pool_close_closes_every_transport_on_the_monitor_clock_without_threads():
+    h = Harness()
+    subs = [h.subchannel(f"10.0.{i // 250}.{i % 250}:80")[0] for i in range(1000)]
+    for sub in subs:
+        h.serializer.run(sub.connect)
+    threads = threading.active_count()
+    h.serializer.run(lambda: h.pool.close())
+    assert all(c.closes == 0 for c in h.channels)  # not on the serializer
+    h.clock.advance(0)
+    assert all(c.closes == 1 for c in h.channels)
+    assert all(t.close_done.is_set() for t in h.transports)
+    assert threading.active_count() == threads
+    assert h.monitor.watched == 0
+
+
+def test_real_transports_closed_by_the_thousand_start_no_thread_per_close():
+    """Real grpcio channels on the process's monitor (never connected):
+    closing 300 of them adds at most the one timer thread."""
+    from pyxds.channel.subchannel import SyncTransport, subchannel_options
+
+    options = subchannel_options(None)
+    before = threading.active_count()
+    transports = [
+        SyncTransport(f"127.0.0.1:{1 + i}", None, options, None, lambda state: None)
+        for i in range(300)
+    ]
+    for transport in transports:
+        transport.retire()
+    assert threading.active_count() <= before + 1
+    for transport in transports:
+        assert transport.close_done.wait(10)
+    assert threading.active_count() <= before + 1
+
+
+def test_warm_checks_thin_out_at_the_warm_ratio():
+    monitor, clock = make_monitor()
+    channel, _, _ = watched(monitor)
+    channel.set(CONNECTING)
+    clock.advance(0)
+    clock.advance(1.0)
+    before = channel._channel.checks
+    clock.advance(0.5)  # at ~1 s of age: one check per ~0.1 s
+    assert channel._channel.checks - before <= 0.5 / (1.0 * WARM_RATIO) + 1
+
+
+def test_the_channels_are_asked_outside_the_monitor_lock():
+    """A probe runs while the sweep holds no lock: watching, expect_change
+    and check_now from any thread never wait for a sweep (here: from inside
+    a probe, which would deadlock if the sweep held the lock)."""
+    monitor, clock = make_monitor()
+    _, seen_other, other_watch = watched(monitor)
+    calls = []
+
+    def probe() -> int:
+        other_watch.check_now()
+        calls.append(monitor.watch(lambda: IDLE, lambda code: None))
+        return READY
+
+    seen: list[int] = []
+    monitor.watch(probe, seen.append)
+    clock.advance(0)
+    assert seen == [READY]
+    assert calls and seen_other == [IDLE]
