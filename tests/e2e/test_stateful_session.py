@@ -494,3 +494,33 @@ def test_a_session_follows_its_endpoint_into_a_lower_priority(server, backends, 
         (ours, our_initial, _), (theirs, their_initial, _) = both(channel, core, pinned)
         assert ours == theirs == "b1"
         assert set_cookie(our_initial) is None and set_cookie(their_initial) is None
+
+
+# -- found in review (review55): C-core's base64, RLS routes ---------------------------------------
+
+
+def test_the_cookie_is_decoded_as_c_core_decodes_it(server, backends, clients):
+    """absl::Base64Unescape: spaces are skipped, padding is absent or
+    complete (a partial one is refused); both clients pin or both re-pick."""
+    server.set_snapshot(snapshot(backends, "v1"))
+    channel, core = clients("ssa-base64")
+    address = backends["b2"].address
+    value = base64.b64encode(f"{address};c1".encode()).decode()
+    # a cluster not in the route (the address still pins), long enough for "=="
+    other = "c1" + "x" * ((1 - len(f"{address};c1")) % 3)
+    padded = base64.b64encode(f"{address};{other}".encode()).decode()
+    assert padded.endswith("==")
+    rows = {
+        value[:6] + " " + value[6:]: True,
+        value + " ": True,
+        padded[:-1]: False,  # partial padding
+    }
+    for text, pins in rows.items():
+        md = [("cookie", f"{COOKIE}={text}")]
+        runs = [both(channel, core, md) for _ in range(4)]
+        ours = {run[0][0] for run in runs}
+        theirs = {run[1][0] for run in runs}
+        if pins:
+            assert ours == theirs == {"b2"}, text
+        else:
+            assert len(ours) > 1 and len(theirs) > 1, (text, ours, theirs)

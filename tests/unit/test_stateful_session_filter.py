@@ -227,3 +227,26 @@ def test_the_per_rpc_call_config_sets_every_field():
         getattr(config, f.name)  # AttributeError if a field was left unset
     assert config == dataclasses.replace(config)
     config.on_committed()
+
+
+# -- C-core's cookie decoding (absl::Base64Unescape), measured against grpcio 1.85 ----------
+
+
+@pytest.mark.parametrize(
+    ("value", "pins"),
+    [
+        (enc("10.0.0.1:80;c1xy"), True),  # complete padding ("==")
+        (enc("10.0.0.1:80;c1xy").rstrip("="), True),  # no padding
+        (enc("10.0.0.1:80;c1xy").rstrip("=") + "=", False),  # partial padding: C-core refuses
+        (enc("10.0.0.1:80;c1") + "=", False),  # padding where none is due
+        (enc("10.0.0.1:80;c1")[:5] + " " + enc("10.0.0.1:80;c1")[5:], True),  # space skipped
+        (enc("10.0.0.1:80;c1") + " ", True),
+        (enc("10.0.0.1:80;c1xy").rstrip("=") + "= =", True),  # space inside the padding
+        (enc("10.0.0.1:80;c1") + enc("x"), False),  # data after padding
+    ],
+)
+def test_the_cookie_is_decoded_as_c_core_s_base64(value, pins):
+    """Each row's outcome was seen in grpcio 1.85's C-core (pinned: same
+    endpoint and no new cookie; refused: normal pick and a new cookie)."""
+    address, _cluster = cookie_value(f"{NAME}={value}", NAME)
+    assert (address == "10.0.0.1:80") is pins

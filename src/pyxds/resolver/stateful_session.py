@@ -19,7 +19,8 @@ Per RPC (:meth:`SessionCookie.start`):
    ``/``); otherwise the filter does nothing for this RPC.
 2. The ``cookie`` metadata (all values joined with ``,``, as C-core reads
    a header) is split on ``"; "``; the first cookie named ``name`` is
-   base64-decoded (standard alphabet, padding optional).  A value that is
+   base64-decoded as absl does (standard alphabet, padding absent or
+   complete, ASCII whitespace skipped).  A value that is
    not base64, or longer than :data:`MAX_COOKIE_VALUE` characters, counts as
    no cookie.  The decoded text is ``"<address list>;<cluster>"``; the
    address list (A61: an endpoint's addresses, comma-separated) goes into
@@ -105,12 +106,23 @@ def _header(metadata: Sequence[tuple[str, Any]]) -> str | None:
     return values[0] if len(values) == 1 else ",".join(values)
 
 
+_ASCII_SPACE = str.maketrans("", "", " \t\n\v\f\r")
+
+
 def _b64decode(text: str) -> str | None:
-    """absl::Base64Unescape: the standard alphabet, padding optional."""
-    if len(text) % 4 == 1:
+    """absl::Base64Unescape, as C-core decodes the cookie: the standard
+    alphabet; ASCII whitespace anywhere is skipped; the padding is absent
+    or complete (``QQ=`` is refused, ``QQ`` and ``QQ==`` are "A")."""
+    text = text.translate(_ASCII_SPACE)
+    body = text.rstrip("=")
+    rest = len(body) % 4
+    if rest == 1 or "=" in body:
+        return None
+    padding = len(text) - len(body)
+    if padding and padding != (4 - rest) % 4:
         return None
     try:
-        raw = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+        raw = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
     except (binascii.Error, ValueError):
         return None
     return raw.decode("latin-1")
