@@ -524,3 +524,44 @@ def test_the_cookie_is_decoded_as_c_core_decodes_it(server, backends, clients):
             assert ours == theirs == {"b2"}, text
         else:
             assert len(ours) > 1 and len(theirs) > 1, (text, ours, theirs)
+
+
+def test_an_rls_route_s_cookie_has_no_cluster_in_both(server, backends, clients):
+    """A route naming the RLS cluster specifier plugin: C-core's cookie is
+    ``<address>;`` (no cluster to keep: GetClusterToUse), the address pins,
+    a cookie naming a cluster there is re-set; pyxds the same."""
+    from pyxds.server import RouteLookupServer
+
+    with RouteLookupServer() as rls:
+        rls.set_default(["c1"])
+        config = b.route_lookup_config(rls.target, [b.rls_key_builder(SERVICE)])
+        base = snapshot(backends, "v-rls")
+        server.set_snapshot(
+            Snapshot(
+                listeners=base.listeners,
+                routes=[
+                    b.route_config(
+                        "echo-service-route",
+                        [
+                            b.virtual_host(
+                                "vh", routes=[b.route(prefix="", cluster_specifier_plugin="rls")]
+                            )
+                        ],
+                        [b.rls_plugin("rls", config)],
+                    )
+                ],
+                clusters=base.clusters,
+                endpoints=base.endpoints,
+                version="v-rls",
+            )
+        )
+        channel, core = clients("ssa-rls")
+        for reply, initial, _ in both(channel, core):
+            assert decoded(set_cookie(initial)) == f"{address_of(backends, reply)};"
+        for name in ("b0", "b2"):
+            address = backends[name].address
+            for cluster, sets in (("", False), ("c1", True), ("rls", True)):
+                for reply, initial, _ in both(channel, core, cookie_for(address, cluster)):
+                    assert reply == name, (cluster, reply)
+                    got = set_cookie(initial)
+                    assert (decoded(got) if got else None) == (f"{address};" if sets else None)

@@ -250,3 +250,57 @@ def test_the_cookie_is_decoded_as_c_core_s_base64(value, pins):
     endpoint and no new cookie; refused: normal pick and a new cookie)."""
     address, _cluster = cookie_value(f"{NAME}={value}", NAME)
     assert (address == "10.0.0.1:80") is pins
+
+
+# -- a cluster specifier plugin's route (RLS) --------------------------------------------------
+
+
+def plugin_selector():
+    from pyxds.xds.resources.types import RouteAction
+
+    listener = b.listener("L", http_filters=[b.stateful_session_filter(cookie_name=NAME)])
+    lis = LISTENER.decode(listener.SerializeToString()).resource
+    config = b.route_lookup_config("rls.example.com:443", [b.rls_key_builder("s")])
+    rc = b.route_config(
+        "L-route",
+        [b.virtual_host("vh", routes=[b.route(prefix="", cluster_specifier_plugin="rls")])],
+        [b.rls_plugin("rls", config)],
+    )
+    vh = ROUTE_CONFIG.decode(rc.SerializeToString()).resource.virtual_hosts[0]
+    assert isinstance(vh.routes[0].action, RouteAction)
+    plugin_refs = {"rls": ClusterRef("rls", lambda: None, child_policy="[]")}
+    sel = XdsConfigSelector(vh, {}, http_filters=lis.http_filters, plugin_refs=plugin_refs)
+    return sel, plugin_refs
+
+
+def test_an_rls_route_s_cookie_has_no_cluster_and_its_address_still_pins():
+    """C-core's StatefulSessionFilter (GetClusterToUse): a route whose
+    cluster attribute is not a ``cluster:`` child (a cluster specifier
+    plugin) gets the empty cluster, so its cookie is ``<address>;`` and a
+    cookie naming any cluster there is re-set; the address pins either way.
+    (grpcio 1.85: ``127.0.0.1:P;`` on the first RPC, no new cookie for a
+    ``127.0.0.1:P;`` cookie, a new one for ``127.0.0.1:P;rls``.)"""
+    sel, refs = plugin_selector()
+    first = sel.select("/s/m", ())
+    assert first.call_attributes["cluster"] == "cluster_specifier_plugin:rls"
+    first.call_state.actual_address_list = "10.0.0.1:80"
+    ((_key, value),) = first.call_state.response_metadata()
+    assert value == set_cookie_value(CookieConfig(NAME), "10.0.0.1:80", "")
+    first.on_committed()
+
+    same = sel.select("/s/m", md("10.0.0.1:80", ""))
+    assert same.call_state.cookie_addresses == ("10.0.0.1:80",)
+    same.call_state.actual_address_list = "10.0.0.1:80"
+    assert same.call_state.response_metadata() == ()
+    same.on_committed()
+
+    for cluster in ("rls", "c1"):
+        named = sel.select("/s/m", md("10.0.0.1:80", cluster))
+        assert named.call_attributes["cluster"] == "cluster_specifier_plugin:rls"
+        assert named.call_state.cookie_addresses == ("10.0.0.1:80",)
+        named.call_state.actual_address_list = "10.0.0.1:80"
+        assert named.call_state.response_metadata()[0][1].startswith(
+            set_cookie_value(CookieConfig(NAME), "10.0.0.1:80", "")
+        )
+        named.on_committed()
+    assert refs["rls"].count == 0
