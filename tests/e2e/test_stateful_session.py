@@ -22,7 +22,7 @@ import re
 
 import grpc
 import pytest
-from channel_fixtures import SERVICE, TARGET, Backend, CoreXdsClient, wait_until
+from channel_fixtures import SERVICE, TARGET, Backend, CoreXdsClient, free_port, wait_until
 
 import pyxds._api as pyxds
 import pyxds.aio
@@ -565,3 +565,63 @@ def test_an_rls_route_s_cookie_has_no_cluster_in_both(server, backends, clients)
                     assert reply == name, (cluster, reply)
                     got = set_cookie(initial)
                     assert (decoded(got) if got else None) == (f"{address};" if sets else None)
+
+
+def test_a_multi_address_endpoint_s_session_moves_to_its_other_address_in_both(server, clients):
+    """C-core's MultipleAddressesPerEndpoint (A61 with A55): the cookie
+    carries the endpoint's address list, the picked address first; when
+    that address dies and another address of the same endpoint serves,
+    the session stays on the endpoint (its other address), with a new
+    cookie naming that address first."""
+    late = Backend("e0", port=free_port())  # the endpoint's second address: not serving yet
+    first, other = Backend("e1").start(), Backend("e2").start()
+    try:
+        endpoint = b.endpoint(first.address)
+        extra = endpoint.endpoint.additional_addresses.add().address.socket_address
+        extra.address, extra.port_value = "127.0.0.1", late.port
+        server.set_snapshot(
+            Snapshot(
+                listeners=[
+                    b.listener(
+                        "echo-service",
+                        http_filters=[
+                            b.stateful_session_filter(cookie_name=COOKIE, path=PATH, ttl=120)
+                        ],
+                    )
+                ],
+                routes=[
+                    b.route_config(
+                        "echo-service-route",
+                        [b.virtual_host("vh", routes=[b.route(prefix="", cluster="c1")])],
+                    )
+                ],
+                clusters=[b.cluster("c1")],
+                endpoints=[
+                    b.endpoints(
+                        "c1",
+                        [b.locality(zone="z1", endpoints=[endpoint, b.endpoint(other.address)])],
+                    )
+                ],
+                version="v-multi",
+            )
+        )
+        channel, core = clients("ssa-multi")
+        pinned = cookie_for(f"{first.address},{late.address}")
+        for reply, initial, _ in both(channel, core, pinned):
+            assert reply == "e1" and set_cookie(initial) is None
+        late.start()
+        first.stop()
+        assert wait_until(
+            lambda: (
+                {pyxds_call(channel)[0] for _ in range(4)} == {"e0", "e2"}
+                and {core.call_md(WHO)[0] for _ in range(4)} == {"e0", "e2"}
+            ),
+            timeout=15,
+        )
+        for _ in range(3):
+            for reply, initial, _ in both(channel, core, pinned):
+                assert reply == "e0"
+                assert decoded(set_cookie(initial)) == f"{late.address},{first.address};c1"
+    finally:
+        for backend in (late, first, other):
+            backend.stop()
