@@ -374,6 +374,51 @@ def test_a_stale_entry_is_refreshed_with_its_header_data_like_c_core(
         assert refresh.target_type == "grpc"
 
 
+def test_the_cache_evicts_by_size_and_lru_at_the_same_byte_as_c_core(
+    server, backends, rls, core, channels
+):
+    """The cache holds ``cacheSizeBytes`` by C-core's entry sizes, evicts
+    least recently used entries (never one younger than 5 s) when a new
+    entry needs room: with room for exactly two entries "bobby" (used after
+    "alice") survives the insertion of "carol"; one byte less and it goes
+    too.  Every (client, limit) pair has its own listener and key tag."""
+    from pyxds.lb.rls import entry_size
+    from pyxds.lb.rls_config import make_key
+
+    size = entry_size(make_key([("user", "alice"), ("t", "c547")]))
+    targets = {}
+    for client in ("core", "pyxds"):
+        for room in (2 * size - 1, 2 * size):
+            tag = f"{client[0]}{room}"  # same length for every pair: same entry sizes
+            config = b.route_lookup_config(
+                rls.target, [key_builder(constant_keys={"t": tag})], cache_size_bytes=room
+            )
+            for name in ("alice", "bobby", "carol"):
+                rls.set({"user": name, "t": tag}, ["cluster-a"])
+            targets[(client, room)] = (tag, configure(server, backends, f"rls-lru-{tag}", config))
+
+    def call(client, target, name):
+        if client == "core":
+            return core.call(1, target=target, metadata=user(name))
+        return pyxds_calls(channels(target), 1, metadata=user(name))
+
+    def step(name):
+        for (client, _room), (_tag, target) in targets.items():
+            assert call(client, target, name) == {"cluster-a": 1}, (client, name)
+
+    step("alice")
+    step("bobby")
+    time.sleep(5.5)  # both entries may now be evicted (C-core's 5 s minimum age)
+    step("bobby")  # used: "alice" is the least recently used
+    step("carol")  # needs room: "alice" goes, and "bobby" unless two entries fit
+    step("bobby")
+    step("alice")
+    for (client, room), (tag, _target) in targets.items():
+        lookups = {n: len(rls.requests_for({"user": n, "t": tag})) for n in ("alice", "bobby")}
+        bobby_evicted = room < 2 * size
+        assert lookups == {"alice": 2, "bobby": 2 if bobby_evicted else 1}, (client, room)
+
+
 def test_rls_off_ignores_plugin_routes_like_c_core(monkeypatch, server, backends, rls):
     monkeypatch.setenv("GRPC_EXPERIMENTAL_XDS_RLS_LB", "false")
     config = b.route_lookup_config(rls.target, [key_builder()])
