@@ -625,3 +625,69 @@ def test_a_multi_address_endpoint_s_session_moves_to_its_other_address_in_both(s
     finally:
         for backend in (late, first, other):
             backend.stop()
+
+
+# -- A55/A75: the status set; A60: a cluster the route lost ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("statuses", "health", "pins"),
+    [
+        ([], "UNKNOWN", False),  # present and empty: no endpoint keeps a session
+        (["HEALTHY"], "UNKNOWN", False),  # UNKNOWN is not HEALTHY
+        (["UNKNOWN"], "UNKNOWN", True),
+        (["UNKNOWN"], "HEALTHY", False),
+        (["DRAINING"], "HEALTHY", False),
+        (["UNHEALTHY", "DEGRADED", "HEALTHY"], "HEALTHY", True),  # the others are ignored
+    ],
+    ids=["empty", "healthy-only", "unknown-only", "unknown-only-healthy", "draining-only", "mixed"],
+)
+def test_the_override_host_status_set_decides_which_endpoints_keep_sessions_in_both(
+    server, backends, clients, statuses, health, pins
+):
+    """CDS ``common_lb_config.override_host_status`` (A55, A75): a cookie
+    pins only an endpoint whose EDS status is in the set; a set present but
+    empty pins nothing; statuses other than UNKNOWN, HEALTHY and DRAINING are
+    ignored.  Not pinned: a normal pick (round robin) with a new cookie."""
+    everyone = {n: health for n in ("b0", "b1", "b2")}
+    server.set_snapshot(snapshot(backends, "v1", statuses=statuses, health=everyone))
+    channel, core = clients("ssa-statuses")
+    pinned = cookie_for(backends["b1"].address)
+    for client in ("pyxds", "core"):
+        got = [
+            pyxds_call(channel, pinned) if client == "pyxds" else core.call_md(WHO, pinned)
+            for _ in range(6)
+        ]
+        replies = [reply for reply, _, _ in got]
+        cookies = [set_cookie(initial) for _, initial, _ in got]
+        if pins:
+            assert replies == ["b1"] * 6 and cookies == [None] * 6, (client, got)
+        else:
+            assert set(replies) == {"b0", "b1", "b2"}, (client, replies)
+            for reply, cookie in zip(replies, cookies, strict=True):
+                if reply == "b1":
+                    assert cookie is None, (client, got)
+                else:
+                    assert decoded(cookie) == f"{address_of(backends, reply)};c1", (client, got)
+
+
+def test_a_cookie_naming_a_cluster_the_route_no_longer_has_is_re_pinned_in_both(
+    server, backends, clients
+):
+    """A60: the cookie's cluster left the route's weighted clusters (or
+    its weight became 0, which drops it as C-core does): the RPC takes the
+    route's own choice and the response re-sets the cookie with that
+    cluster.  The cookie's address still pins when the new cluster has it
+    (C-core keeps the host override whatever the cluster)."""
+    split = [b.route(prefix="", weighted_clusters={"c1": 1, "c2": 0})]
+    server.set_snapshot(snapshot(backends, "v1", routes=split))
+    channel, core = clients("ssa-cluster-gone")
+    gone = cookie_for(backends["d1"].address, cluster="c2")
+    for reply, initial, _ in both(channel, core, gone):
+        assert reply in ("b0", "b1", "b2")
+        assert decoded(set_cookie(initial)) == f"{address_of(backends, reply)};c1"
+    # the cookie's address is also one of c1's: it stays pinned, the cluster is rewritten
+    moved = cookie_for(backends["b2"].address, cluster="c2")
+    for reply, initial, _ in both(channel, core, moved):
+        assert reply == "b2"
+        assert decoded(set_cookie(initial)) == f"{backends['b2'].address};c1"
