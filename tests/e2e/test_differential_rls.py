@@ -449,3 +449,50 @@ def test_an_aio_channel_routes_through_rls(server, backends, rls):
     who, meta = asyncio.run(main())
     assert who == b"cluster-b"
     assert f"{RLS_DATA_HEADER}=aio-data".encode() in meta
+
+
+def test_key_builders_build_the_same_key_maps_as_c_core(server, backends, core, channels):
+    """Key builder edge cases, the key maps the RLS server receives from
+    both clients compared: the ``/service/method`` builder wins over the
+    ``/service/`` one; the same header feeds different keys in different
+    builders; repeated values join with ``,``; an empty value is a value;
+    a name listed with capitals never matches (metadata keys are lower
+    case and names compare exactly); ``:path`` is the RPC's path (C-core's
+    pick sees it among the headers); headers gRPC adds later (``user-agent``,
+    ``content-type``, ``te``) and ``:authority`` give no key.  An RLS server
+    of its own answers every key (no failures: no throttling)."""
+    tag = {"t": "kb"}
+    exact = b.rls_key_builder(
+        [(SERVICE, "Meta")], headers={"who": ["x-user"]}, constant_keys=tag, method_key="m"
+    )
+    headers = {"u": ["X-User", "x-user"], "ua": "user-agent", "ct": "content-type", "te": "te"}
+    headers |= {"path": ":path", "auth": ":authority"}
+    service_wide = b.rls_key_builder(SERVICE, headers=headers, constant_keys=tag, service_key="s")
+    other = b.rls_key_builder("other.Service", headers={"who": "x-user"})
+    cases = {
+        "exact": (META, [("x-user", "a")]),
+        "exact-two": (META, [("x-user", "a"), ("x-user", "b")]),
+        "exact-empty": (META, [("x-user", "")]),
+        "service": (WHO, [("x-user", "a")]),
+        "service-two": (WHO, [("x-user", "a"), ("x-user", "b")]),
+        "service-none": (WHO, []),
+    }
+    want = {
+        "exact": {"who": "a", "m": "Meta"},
+        "exact-two": {"who": "a,b", "m": "Meta"},
+        "exact-empty": {"who": "", "m": "Meta"},
+        "service": {"u": "a", "s": SERVICE, "path": WHO},
+        "service-two": {"u": "a,b", "s": SERVICE, "path": WHO},
+        "service-none": {"s": SERVICE, "path": WHO},
+    }
+    with RouteLookupServer() as rls:
+        rls.set_default(["cluster-d"])
+        config = b.route_lookup_config(rls.target, [exact, service_wide, other])
+        target = configure(server, backends, "rls-kb", config)
+        for case, (method, md) in cases.items():
+            start = len(rls.requests)
+            for got in both(core, channels, target, method=method, metadata=md):
+                assert not any(reply.startswith("error:") for reply in got), (case, got)
+            assert wait_until(lambda s=start: len(rls.requests) >= s + 2, 5), case
+            maps = [r.key_map for r in rls.requests[start:]]
+            assert maps == [{**tag, **want[case]}] * 2, (case, maps)

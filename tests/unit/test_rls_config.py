@@ -316,6 +316,26 @@ def test_binary_headers_never_make_keys():
     assert build_key([builder], "/s/m", [("x-id-bin", b"\x00"), ("x", "v")]) == {"k": "v"}
 
 
+def test_path_pseudo_header_is_the_rpc_path_as_in_c_core():
+    """C-core's pick sees ``:path`` among the request headers, so a header
+    key naming it gets the RPC's path (with or without other metadata);
+    ``:authority`` and headers gRPC adds after the pick give no key
+    (tests/e2e/test_differential_rls.py compares the key maps)."""
+    builder = {
+        "names": [{"service": "s"}],
+        "headers": [
+            {"key": "p", "names": [":path"]},
+            {"key": "a", "names": [":authority"]},
+            {"key": "ua", "names": ["user-agent", "content-type", "te"]},
+            {"key": "u", "names": ["X-User", "x-user"]},
+        ],
+    }
+    assert build_key([builder], "/s/m", []) == {"p": "/s/m"}
+    assert build_key([builder], "/s/m", [("x-user", "a")]) == {"p": "/s/m", "u": "a"}
+    # an application header of that name cannot replace the path
+    assert build_key([builder], "/s/m", [(":path", "/x/y")]) == {"p": "/s/m"}
+
+
 def test_keys_round_trip_and_differ_when_key_maps_differ():
     pairs = [("b", "2"), ("a", "1,x"), ("c", '"=,{}')]
     key = make_key(pairs)

@@ -40,9 +40,13 @@ proto comments leave room:
 Key builders (``KeyBuilderMap.build``, C-core ``BuildKeyMap``): the builder
 for ``/service/method``, else for ``/service/``; none: an empty key map.
 Each header key takes the first listed header present in the RPC's metadata
-(several values joined with ``,``; ``-bin`` headers never), then the
-constant keys, then ``host`` (the channel's authority), ``service`` and
-``method`` extra keys.
+(several values joined with ``,``; ``-bin`` headers never; ``:path`` is the
+RPC's path, as C-core's pick sees it among the request headers; other
+pseudo-headers and the headers gRPC adds after the pick, ``user-agent``,
+``content-type``, ``te``, are absent), then the constant keys, then
+``host`` (the channel's authority), ``service`` and ``method`` extra keys.
+C-core also shows ``grpc-timeout`` (the time left, re-encoded per call, so
+useless as a key); pyxds does not (docs/differences-from-c-core.md).
 """
 
 from __future__ import annotations
@@ -135,13 +139,12 @@ class KeyBuilderMap:
             if builder is None:
                 return _EMPTY_KEY
         out: dict[str, str] = {}
-        if builder.header_keys and metadata:
-            for key, names in builder.header_keys:
-                for name in names:
-                    value = _header_value(metadata, name)
-                    if value is not None:
-                        out[key] = value
-                        break
+        for key, names in builder.header_keys:
+            for name in names:
+                value = path if name == PATH_HEADER else _header_value(metadata, name)
+                if value is not None:
+                    out[key] = value
+                    break
         for key, value in builder.constant_keys:
             out[key] = value
         if builder.host_key:
@@ -154,12 +157,16 @@ class KeyBuilderMap:
 
 
 _EMPTY_KEY = make_key(())
+#: The one pseudo-header a key builder can read: C-core's pick sees the
+#: request's ``:path`` among its headers (``:authority`` is not there yet).
+PATH_HEADER = ":path"
 
 
 def _header_value(metadata: Sequence[tuple[str, str | bytes]], name: str) -> str | None:
     """The metadata value(s) of ``name``, joined with ``,`` (None: absent).
-    Binary (``-bin``) headers are never used as keys."""
-    if name.endswith("-bin"):
+    Binary (``-bin``) headers and pseudo-headers other than ``:path``
+    (handled by the caller) are never used as keys."""
+    if name.endswith("-bin") or name.startswith(":"):
         return None
     values = [v for k, v in metadata if k == name]
     if not values:
