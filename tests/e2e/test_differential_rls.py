@@ -496,3 +496,63 @@ def test_key_builders_build_the_same_key_maps_as_c_core(server, backends, core, 
             assert wait_until(lambda s=start: len(rls.requests) >= s + 2, 5), case
             maps = [r.key_map for r in rls.requests[start:]]
             assert maps == [{**tag, **want[case]}] * 2, (case, maps)
+
+
+LOOKUP_SERVICES = [
+    # C-core accepts
+    "foo bar",  # nothing refuses spaces
+    "ipv4:",  # an empty address list
+    "unix:",
+    "google-c2p:",
+    "vsock:x",  # no vsock resolver in grpcio: a DNS name
+    "dns:///x?y",
+    "ipv4:%31.2.3.4:80",  # percent-decoded
+    "ipv4:1.2.3.4:80abc",  # sscanf("%d") ignores what follows the digits
+    "ipv6:[::1]:80,,[::2]:81",  # empty entries skipped
+    "ipv6:[::1]:80%",  # "%" alone is kept; the port reads as 80
+    "dns:///x?=y",  # a parameter without a key is skipped
+    "unix:" + "a" * 107,
+    # C-core refuses
+    "ipv4:bogus",
+    "ipv4:1.2.3.4",  # no port
+    "ipv4:1.2.3.4:99999",
+    "ipv4:[1.2.3.4]:80",  # brackets only around IPv6
+    "ipv4://auth/1.2.3.4:80",
+    "ipv6:::1",
+    "ipv6:[::1%no-such-if0]:80",
+    "unix:" + "a" * 108,
+    "google-c2p://a/x",
+    "dns:///x?",  # an empty query
+    "dns:///x?a b",  # a space in the query
+    "dns:///x#a#b",
+    "dns://8.8.8.8/",
+]
+
+
+def test_lookup_service_targets_are_judged_as_c_core_judges_them(
+    server, backends, rls, core, channels
+):
+    """``lookup_service`` must be a target grpcio can open (C-core's
+    ``IsValidTarget``): each value of the table is ACKed or NACKed by both
+    clients alike (the unit table in test_rls_config.py holds more)."""
+    name = "rls-targets"
+    target = configure(server, backends, name, b.route_lookup_config(rls.target, [key_builder()]))
+    assert both(core, channels, target, metadata=user("nobody"), wait_for_ready=False)
+
+    def answers(node: str) -> int:
+        return len(server.acks("RDS", node_id=node)) + len(server.nacks("RDS", node_id=node))
+
+    verdicts = {}
+    for lookup_service in LOOKUP_SERVICES:
+        before = {node: answers(node) for node in (PYXDS_NODE, CORE_NODE)}
+        nacks = {node: len(server.nacks("RDS", node_id=node)) for node in (PYXDS_NODE, CORE_NODE)}
+        configure(server, backends, name, b.route_lookup_config(lookup_service, [key_builder()]))
+        got = []
+        for node in (PYXDS_NODE, CORE_NODE):
+            server.wait_until(lambda n=node, k=before[node]: answers(n) > k, 10, f"{node} answered")
+            got.append(len(server.nacks("RDS", node_id=node)) > nacks[node])
+        verdicts[lookup_service] = got
+    differ = {t: v for t, v in verdicts.items() if v[0] != v[1]}
+    assert not differ, f"(pyxds NACKed, C-core NACKed): {differ}"
+    nacked = [t for t, (_, core_nacked) in verdicts.items() if core_nacked]
+    assert nacked == LOOKUP_SERVICES[LOOKUP_SERVICES.index("ipv4:bogus") :], verdicts
