@@ -556,3 +556,23 @@ def test_lookup_service_targets_are_judged_as_c_core_judges_them(
     assert not differ, f"(pyxds NACKed, C-core NACKed): {differ}"
     nacked = [t for t, (_, core_nacked) in verdicts.items() if core_nacked]
     assert nacked == LOOKUP_SERVICES[LOOKUP_SERVICES.index("ipv4:bogus") :], verdicts
+
+
+def test_an_answer_without_header_data_or_the_default_target_keeps_the_app_s_header(
+    server, backends, rls, core, channels
+):
+    """``x-google-rls-data`` is set only from a non-empty ``header_data``:
+    an answer without one, and a pick of the default target after a failed
+    lookup, leave the application's own value as it is, in both clients."""
+    config = b.route_lookup_config(
+        rls.target, [key_builder(constant_keys={"t": "nohd"})], default_target="cluster-d"
+    )
+    target = configure(server, backends, "rls-no-header", config)
+    rls.set({"user": "alice", "t": "nohd"}, ["cluster-a"], header_data="")
+    rls.set({"user": "bob", "t": "nohd"}, code=grpc.StatusCode.UNAVAILABLE, details="down")
+    for name in ("alice", "bob"):
+        md = [*user(name), (RLS_DATA_HEADER, "from-the-app")]
+        for got in both(core, channels, target, method=META, metadata=md):
+            (text,) = got
+            assert f"{RLS_DATA_HEADER}=from-the-app" in text.split(";"), (name, text)
+            assert text.count(RLS_DATA_HEADER) == 1, (name, text)
