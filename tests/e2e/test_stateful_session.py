@@ -691,3 +691,46 @@ def test_a_cookie_naming_a_cluster_the_route_no_longer_has_is_re_pinned_in_both(
     for reply, initial, _ in both(channel, core, moved):
         assert reply == "b2"
         assert decoded(set_cookie(initial)) == f"{backends['b2'].address};c1"
+
+
+def test_a_cookie_naming_a_route_cluster_whose_cds_resource_is_gone_fails_in_both(
+    server, backends, clients
+):
+    """A60 with the cookie's cluster still in the route but its Cluster
+    resource removed: the RPC goes to that cluster and fails UNAVAILABLE in
+    both clients (the cookie, not the weights, chose it); without the
+    cookie, RPCs to the other cluster still succeed."""
+    split = [b.route(prefix="", weighted_clusters={"c1": 1, "c2": 1})]
+    snap = snapshot(backends, "v1", routes=split)
+    server.set_snapshot(snap)
+    channel, core = clients("ssa-cds-gone")
+    pinned = cookie_for(backends["d0"].address, cluster="c2")
+    assert [reply for reply, _, _ in both(channel, core, pinned)] == ["d0", "d0"]
+    server.set_snapshot(
+        snap.replace(
+            version="v2",
+            clusters=[c for c in snap.clusters if c.name == "c1"],
+            endpoints=[e for e in snap.endpoints if e.cluster_name == "c1"],
+        )
+    )
+    failing = channel.unary_unary(WHO)
+    got: list = []
+
+    def ours() -> str:
+        try:
+            return failing(b"", timeout=2, metadata=pinned).decode()
+        except grpc.RpcError as err:
+            return f"error:{err.code().name}: {err.details()}"
+
+    def settled() -> bool:
+        got[:] = [ours(), core.call(1, metadata=pinned, wait_for_ready=False, details=True)]
+        return got[0].startswith("error:") and all(k.startswith("error:") for k in got[1])
+
+    assert wait_until(settled, timeout=10), got
+    (their_failure,) = got[1]
+    assert got[0].startswith("error:UNAVAILABLE"), got
+    assert their_failure.startswith("error:UNAVAILABLE"), got
+    assert "c2" in got[0] and "c2" in their_failure, got
+    # no cookie: the weights may still pick c1, which serves in both
+    assert {"b0", "b1", "b2"} & set(core.call(8, wait_for_ready=False))
+    print("cds-gone failures (pyxds, C-core):", got)
