@@ -205,7 +205,7 @@ def test_a_cookie_set_by_one_client_pins_the_other_to_the_same_endpoint(server, 
         [("cookie", f"{COOKIE}=!!!not-base64")],
         [("cookie", f"{COOKIE}=" + base64.b64encode(b"10.9.9.9:1;c1").decode())],  # not ours
         [("cookie", f"{COOKIE}=" + base64.b64encode(b"garbage").decode())],
-        [("cookie", f"{COOKIE}=" + "QUJD" * 1300)],  # oversized (5200 characters)
+        [("cookie", f"{COOKIE}=" + "QUJD" * 1300)],  # long (5200 characters), no address
         [("cookie", "other-cookie=abc")],
         # two cookie entries are read as one header: no longer base64 (C-core)
         [("cookie", f"{COOKIE}=" + base64.b64encode(b"x;c1").decode()), ("cookie", "a=b")],
@@ -734,3 +734,18 @@ def test_a_cookie_naming_a_route_cluster_whose_cds_resource_is_gone_fails_in_bot
     # no cookie: the weights may still pick c1, which serves in both
     assert {"b0", "b1", "b2"} & set(core.call(8, wait_for_ready=False))
     print("cds-gone failures (pyxds, C-core):", got)
+
+
+def test_a_long_cookie_s_address_list_is_read_to_its_end_in_both(server, backends, clients):
+    """No length cap on the cookie (C-core has none): a 5000+ character
+    cookie whose address list ends with a cluster endpoint pins that
+    endpoint and is re-set to the endpoint's own address list."""
+    server.set_snapshot(snapshot(backends, "v1"))
+    channel, core = clients("ssa-long")
+    bogus = ",".join(f"10.255.{i // 250}.{i % 250 + 1}:1" for i in range(300))
+    value = base64.b64encode(f"{bogus},{backends['b1'].address};c1".encode()).decode()
+    assert len(value) > 5000
+    long_cookie = [("cookie", f"{COOKIE}={value}")]
+    for reply, initial, _ in both(channel, core, long_cookie):
+        assert reply == "b1"
+        assert decoded(set_cookie(initial)) == f"{backends['b1'].address};c1"
