@@ -342,29 +342,27 @@ def _valid_port(port: str) -> bool:
 
 
 def _valid_ipv4(entry: str) -> bool:
-    split = _split_host_port(entry.removeprefix("/"))
-    if split is None:
-        return False
-    host, port = split
-    try:
-        socket.inet_pton(socket.AF_INET, host)
-    except (OSError, ValueError):
-        return False
-    return bool(port) and _valid_port(port)
+    return _valid_host_port(entry, socket.AF_INET)
 
 
 def _valid_ipv6(entry: str) -> bool:
+    return _valid_host_port(entry, socket.AF_INET6)
+
+
+def _valid_host_port(entry: str, family: socket.AddressFamily) -> bool:
+    """C-core's ``grpc_parse_ipv4_hostport`` / ``grpc_parse_ipv6_hostport``:
+    an address of ``family`` (IPv6: with an optional ``%zone``, a number or
+    an interface name) and a port."""
     split = _split_host_port(entry.removeprefix("/"))
     if split is None:
         return False
-    host, port = split
-    address, percent, zone = host.rpartition("%")
-    if not percent:
-        address = host
-    elif len(address) > _INET6_ADDRSTRLEN or not _valid_zone(zone):
-        return False
+    address, port = split
+    if family is socket.AF_INET6 and "%" in address:
+        address, _, zone = address.rpartition("%")
+        if len(address) > _INET6_ADDRSTRLEN or not _valid_zone(zone):
+            return False
     try:
-        socket.inet_pton(socket.AF_INET6, address)
+        socket.inet_pton(family, address)
     except (OSError, ValueError):
         return False
     return bool(port) and _valid_port(port)
