@@ -77,26 +77,25 @@ def backend():
     started.stop()
 
 
+def lrs_snapshot(address: str, metrics: list[str]) -> Snapshot:
+    """LISTENER -> CLUSTER (LRS on, reporting ``metrics``) -> ``address``."""
+    return Snapshot(
+        listeners=[b.listener(LISTENER)],
+        routes=[
+            b.route_config(
+                f"{LISTENER}-route",
+                [b.virtual_host("vh", routes=[b.route(prefix="", cluster=CLUSTER)])],
+            )
+        ],
+        clusters=[b.cluster(CLUSTER, lrs_server=True, lrs_report_endpoint_metrics=metrics)],
+        endpoints=[b.endpoints(CLUSTER, [b.locality(region="r", zone="z", endpoints=[address])])],
+    )
+
+
 @pytest.fixture
 def server(backend):
     srv = ManagementServer(lrs_interval=1.0).start()
-    srv.set_snapshot(
-        Snapshot(
-            listeners=[b.listener(LISTENER)],
-            routes=[
-                b.route_config(
-                    f"{LISTENER}-route",
-                    [b.virtual_host("vh", routes=[b.route(prefix="", cluster=CLUSTER)])],
-                )
-            ],
-            clusters=[b.cluster(CLUSTER, lrs_server=True, lrs_report_endpoint_metrics=METRICS)],
-            endpoints=[
-                b.endpoints(
-                    CLUSTER, [b.locality(region="r", zone="z", endpoints=[backend.address])]
-                )
-            ],
-        )
-    )
+    srv.set_snapshot(lrs_snapshot(backend.address, METRICS))
     yield srv
     srv.stop()
 
@@ -226,26 +225,7 @@ def test_failed_calls_and_reports_lacking_a_metric_count_as_in_c_core():
     srv = ManagementServer(lrs_interval=1.0).start()
     try:
         all_named = ["named_metrics.*", "cpu_utilization", "mem_utilization"]
-        srv.set_snapshot(
-            Snapshot(
-                listeners=[b.listener(LISTENER)],
-                routes=[
-                    b.route_config(
-                        f"{LISTENER}-route",
-                        [b.virtual_host("vh", routes=[b.route(prefix="", cluster=CLUSTER)])],
-                    )
-                ],
-                clusters=[
-                    b.cluster(CLUSTER, lrs_server=True, lrs_report_endpoint_metrics=all_named)
-                ],
-                endpoints=[
-                    b.endpoints(
-                        CLUSTER,
-                        [b.locality(region="r", zone="z", endpoints=[f"127.0.0.1:{backend.port}"])],
-                    )
-                ],
-            )
-        )
+        srv.set_snapshot(lrs_snapshot(f"127.0.0.1:{backend.port}", all_named))
         channel = pyxds.insecure_channel(TARGET, bootstrap=srv.bootstrap(node_id="mixed-pyxds"))
         core = CoreXdsClient(srv.bootstrap(node_id="mixed-core"))
         try:
