@@ -576,3 +576,30 @@ def test_an_answer_without_header_data_or_the_default_target_keeps_the_app_s_hea
             (text,) = got
             assert f"{RLS_DATA_HEADER}=from-the-app" in text.split(";"), (name, text)
             assert text.count(RLS_DATA_HEADER) == 1, (name, text)
+
+
+@pytest.mark.parametrize("lookup_service", ["unix:", "foo bar"])
+def test_an_accepted_lookup_service_that_cannot_resolve_fails_lookups_like_c_core(
+    server, backends, rls, core, channels, lookup_service
+):
+    """A target C-core accepts but cannot resolve (an empty address list, a
+    name with a space): every lookup fails with the resolver's status, the
+    RPC fails "RLS request failed: ..." or takes the default target, with
+    the same text in both clients."""
+    tag = "unres-" + lookup_service.replace(" ", "").replace(":", "")
+    for default in (None, "cluster-d"):
+        config = b.route_lookup_config(
+            lookup_service,
+            [key_builder(constant_keys={"t": f"{tag}-{default}"})],
+            default_target=default,
+        )
+        target = configure(server, backends, f"rls-{tag}-{default}", config)
+        got_core, got_pyxds = both(
+            core, channels, target, n=2, metadata=user("x"), wait_for_ready=False, details=True
+        )
+        assert got_core == got_pyxds, (default, got_core, got_pyxds)
+        (key,) = got_core
+        if default is None:
+            assert key.startswith("error:UNAVAILABLE: RLS request failed: UNAVAILABLE: "), key
+        else:
+            assert key == "cluster-d"
