@@ -603,3 +603,72 @@ def test_an_accepted_lookup_service_that_cannot_resolve_fails_lookups_like_c_cor
             assert key.startswith("error:UNAVAILABLE: RLS request failed: UNAVAILABLE: "), key
         else:
             assert key == "cluster-d"
+
+
+def _bad(change):
+    """A RouteLookupConfig with one problem, made by ``change(config)``."""
+
+    def make(lookup_service: str):
+        config = b.route_lookup_config(lookup_service, [key_builder()])
+        change(config)
+        return config
+
+    return make
+
+
+def _set(path: str, value):
+    def change(config):
+        *parents, name = path.split(".")
+        target = config
+        for parent in parents:
+            target = getattr(target, parent)
+        setattr(target, name, value)
+
+    return change
+
+
+BAD_CONFIGS = {
+    "required_match": _bad(
+        lambda c: setattr(c.grpc_keybuilders[0].headers[0], "required_match", True)
+    ),
+    "extra key = header key": _bad(
+        lambda c: setattr(c.grpc_keybuilders[0].extra_keys, "host", "user")
+    ),
+    "constant key = header key": _bad(
+        lambda c: c.grpc_keybuilders[0].constant_keys.update(user="x")
+    ),
+    "empty constant key": _bad(lambda c: c.grpc_keybuilders[0].constant_keys.update({"": "x"})),
+    "empty header key": _bad(lambda c: c.grpc_keybuilders[0].headers.add(key="", names=["a"])),
+    "no header names": _bad(lambda c: c.grpc_keybuilders[0].headers.add(key="k2")),
+    "empty header name": _bad(lambda c: c.grpc_keybuilders[0].headers.add(key="k3", names=[""])),
+    "builder without names": _bad(lambda c: c.grpc_keybuilders.add()),
+    "name without service": _bad(lambda c: c.grpc_keybuilders.add().names.add(method="M")),
+    "no lookup_service": _bad(_set("lookup_service", "")),
+    "cache_size_bytes 0": _bad(_set("cache_size_bytes", 0)),
+    "negative cache_size_bytes": _bad(_set("cache_size_bytes", -5)),
+    "negative timeout": _bad(_set("lookup_service_timeout.seconds", -1)),
+    "stale_age alone": _bad(_set("stale_age.seconds", 5)),
+}
+
+
+def test_bad_rls_configs_are_nacked_naming_the_same_field_and_problem_as_c_core(
+    server, backends, rls, core, channels
+):
+    """Each config has one problem; C-core's NACK says ``[field:F error:E]``
+    (inside "errors validating RLS LB policy config"), pyxds's says
+    ``rls_experimental.F: E``: the same F and E, for every row."""
+    name = "rls-nack-texts"
+    good = b.route_lookup_config(rls.target, [key_builder(constant_keys={"t": "texts"})])
+    configure(server, backends, name, good)
+    both(core, channels, f"xds:///{name}", metadata=user("x"), wait_for_ready=False)
+    for case, make in BAD_CONFIGS.items():
+        before = {node: len(server.nacks("RDS", node_id=node)) for node in (PYXDS_NODE, CORE_NODE)}
+        configure(server, backends, name, make(rls.target))
+        ours, theirs = (
+            server.wait_for_nack("RDS", node_id=node, after=before[node], timeout=10).error_message
+            for node in (PYXDS_NODE, CORE_NODE)
+        )
+        inner = theirs.split("errors validating RLS LB policy config: [", 1)[1]
+        field, error = inner[: inner.rfind("]]]")].removeprefix("field:").split(" error:", 1)
+        assert f"rls_experimental.{field}: {error}" in ours, (case, ours, theirs)
+        configure(server, backends, name, good)
