@@ -77,26 +77,25 @@ def backend():
     started.stop()
 
 
+def lrs_snapshot(address: str, metrics: list[str]) -> Snapshot:
+    """LISTENER -> CLUSTER (LRS on, reporting ``metrics``) -> ``address``."""
+    return Snapshot(
+        listeners=[b.listener(LISTENER)],
+        routes=[
+            b.route_config(
+                f"{LISTENER}-route",
+                [b.virtual_host("vh", routes=[b.route(prefix="", cluster=CLUSTER)])],
+            )
+        ],
+        clusters=[b.cluster(CLUSTER, lrs_server=True, lrs_report_endpoint_metrics=metrics)],
+        endpoints=[b.endpoints(CLUSTER, [b.locality(region="r", zone="z", endpoints=[address])])],
+    )
+
+
 @pytest.fixture
 def server(backend):
     srv = ManagementServer(lrs_interval=1.0).start()
-    srv.set_snapshot(
-        Snapshot(
-            listeners=[b.listener(LISTENER)],
-            routes=[
-                b.route_config(
-                    f"{LISTENER}-route",
-                    [b.virtual_host("vh", routes=[b.route(prefix="", cluster=CLUSTER)])],
-                )
-            ],
-            clusters=[b.cluster(CLUSTER, lrs_server=True, lrs_report_endpoint_metrics=METRICS)],
-            endpoints=[
-                b.endpoints(
-                    CLUSTER, [b.locality(region="r", zone="z", endpoints=[backend.address])]
-                )
-            ],
-        )
-    )
+    srv.set_snapshot(lrs_snapshot(backend.address, METRICS))
     yield srv
     srv.stop()
 
@@ -166,3 +165,89 @@ def test_lrs_metric_totals_equal_c_core_s_with_a85_switched_off(server, monkeypa
     )
     assert ours == theirs
     assert ours == {"requests": (N, 0.0), "foo": (N, N * 2.0), "bar": (N, N * 3.0)}
+
+
+# -- found in review (review55): which calls count, which metrics a report lacks -------------
+
+
+class MixedBackend:
+    """A pyxds.orca backend whose methods report differently: ``Who`` cpu
+    0.25 and foo=2; ``Sleep`` nothing; ``Fail`` cpu 0.5 and foo=1, then
+    fails the call; ``Meta`` only bar=3 (no utilization recorded)."""
+
+    def __init__(self) -> None:
+        def recorder():
+            got = call_metric_recorder()
+            assert got is not None
+            return got
+
+        def who(request: bytes, context: grpc.ServicerContext) -> bytes:
+            recorder().record_cpu_utilization(0.25).record_named_metric("foo", 2.0)
+            return b"m0"
+
+        def nothing(request: bytes, context: grpc.ServicerContext) -> bytes:
+            return b"m0"
+
+        def fail(request: bytes, context: grpc.ServicerContext) -> bytes:
+            recorder().record_cpu_utilization(0.5).record_named_metric("foo", 1.0)
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, "no")
+            raise AssertionError("unreachable")
+
+        def only_named(request: bytes, context: grpc.ServicerContext) -> bytes:
+            recorder().record_named_metric("bar", 3.0)
+            return b"m0"
+
+        handlers = {"Who": who, "Sleep": nothing, "Fail": fail, "Meta": only_named}
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=8), interceptors=[OrcaServerInterceptor()]
+        )
+        self._server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    SERVICE,
+                    {m: grpc.unary_unary_rpc_method_handler(h) for m, h in handlers.items()},
+                ),
+            )
+        )
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        self._server.start()
+
+    def stop(self) -> None:
+        self._server.stop(None).wait(5)
+
+
+def test_failed_calls_and_reports_lacking_a_metric_count_as_in_c_core():
+    """A64/A85 counting, against C-core: a report counts for every listed
+    top-level utilization (0 when the backend recorded none) and for each
+    named metric it has; a call without a report counts for nothing; a
+    failed call's report counts too."""
+    backend = MixedBackend()
+    srv = ManagementServer(lrs_interval=1.0).start()
+    try:
+        all_named = ["named_metrics.*", "cpu_utilization", "mem_utilization"]
+        srv.set_snapshot(lrs_snapshot(f"127.0.0.1:{backend.port}", all_named))
+        channel = pyxds.insecure_channel(TARGET, bootstrap=srv.bootstrap(node_id="mixed-pyxds"))
+        core = CoreXdsClient(srv.bootstrap(node_id="mixed-core"))
+        try:
+            n = 5
+            for method in ("Who", "Sleep", "Fail", "Meta"):
+                path = f"/{SERVICE}/{method}"
+                want = {"error:PERMISSION_DENIED" if method == "Fail" else "m0": n}
+                assert pyxds_calls(channel, n, method=path) == want
+                assert core.call(n, method=path) == want
+            ours = reported(srv, "mixed-pyxds", 3 * n)
+            theirs = reported(srv, "mixed-core", 3 * n)
+        finally:
+            channel.close()
+            core.close()
+        assert ours == theirs
+        assert ours == {
+            "requests": (3 * n, 0.0),  # successful ones; Fail's are errors
+            "cpu_utilization": (3 * n, n * 0.25 + n * 0.5),  # Who, Fail and Meta (0)
+            "mem_utilization": (3 * n, 0.0),
+            "named_metrics.foo": (2 * n, n * 2.0 + n * 1.0),
+            "named_metrics.bar": (n, n * 3.0),
+        }
+    finally:
+        srv.stop()
+        backend.stop()

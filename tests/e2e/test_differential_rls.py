@@ -374,6 +374,51 @@ def test_a_stale_entry_is_refreshed_with_its_header_data_like_c_core(
         assert refresh.target_type == "grpc"
 
 
+def test_the_cache_evicts_by_size_and_lru_at_the_same_byte_as_c_core(
+    server, backends, rls, core, channels
+):
+    """The cache holds ``cacheSizeBytes`` by C-core's entry sizes, evicts
+    least recently used entries (never one younger than 5 s) when a new
+    entry needs room: with room for exactly two entries "bobby" (used after
+    "alice") survives the insertion of "carol"; one byte less and it goes
+    too.  Every (client, limit) pair has its own listener and key tag."""
+    from pyxds.lb.rls import entry_size
+    from pyxds.lb.rls_config import make_key
+
+    size = entry_size(make_key([("user", "alice"), ("t", "c547")]))
+    targets = {}
+    for client in ("core", "pyxds"):
+        for room in (2 * size - 1, 2 * size):
+            tag = f"{client[0]}{room}"  # same length for every pair: same entry sizes
+            config = b.route_lookup_config(
+                rls.target, [key_builder(constant_keys={"t": tag})], cache_size_bytes=room
+            )
+            for name in ("alice", "bobby", "carol"):
+                rls.set({"user": name, "t": tag}, ["cluster-a"])
+            targets[(client, room)] = (tag, configure(server, backends, f"rls-lru-{tag}", config))
+
+    def call(client, target, name):
+        if client == "core":
+            return core.call(1, target=target, metadata=user(name))
+        return pyxds_calls(channels(target), 1, metadata=user(name))
+
+    def step(name):
+        for (client, _room), (_tag, target) in targets.items():
+            assert call(client, target, name) == {"cluster-a": 1}, (client, name)
+
+    step("alice")
+    step("bobby")
+    time.sleep(5.5)  # both entries may now be evicted (C-core's 5 s minimum age)
+    step("bobby")  # used: "alice" is the least recently used
+    step("carol")  # needs room: "alice" goes, and "bobby" unless two entries fit
+    step("bobby")
+    step("alice")
+    for (client, room), (tag, _target) in targets.items():
+        lookups = {n: len(rls.requests_for({"user": n, "t": tag})) for n in ("alice", "bobby")}
+        bobby_evicted = room < 2 * size
+        assert lookups == {"alice": 2, "bobby": 2 if bobby_evicted else 1}, (client, room)
+
+
 def test_rls_off_ignores_plugin_routes_like_c_core(monkeypatch, server, backends, rls):
     monkeypatch.setenv("GRPC_EXPERIMENTAL_XDS_RLS_LB", "false")
     config = b.route_lookup_config(rls.target, [key_builder()])
@@ -404,3 +449,226 @@ def test_an_aio_channel_routes_through_rls(server, backends, rls):
     who, meta = asyncio.run(main())
     assert who == b"cluster-b"
     assert f"{RLS_DATA_HEADER}=aio-data".encode() in meta
+
+
+def test_key_builders_build_the_same_key_maps_as_c_core(server, backends, core, channels):
+    """Key builder edge cases, the key maps the RLS server receives from
+    both clients compared: the ``/service/method`` builder wins over the
+    ``/service/`` one; the same header feeds different keys in different
+    builders; repeated values join with ``,``; an empty value is a value;
+    a name listed with capitals never matches (metadata keys are lower
+    case and names compare exactly); ``:path`` is the RPC's path (C-core's
+    pick sees it among the headers); headers gRPC adds later (``user-agent``,
+    ``content-type``, ``te``) and ``:authority`` give no key.  An RLS server
+    of its own answers every key (no failures: no throttling)."""
+    tag = {"t": "kb"}
+    exact = b.rls_key_builder(
+        [(SERVICE, "Meta")], headers={"who": ["x-user"]}, constant_keys=tag, method_key="m"
+    )
+    headers = {"u": ["X-User", "x-user"], "ua": "user-agent", "ct": "content-type", "te": "te"}
+    headers |= {"path": ":path", "auth": ":authority"}
+    service_wide = b.rls_key_builder(SERVICE, headers=headers, constant_keys=tag, service_key="s")
+    other = b.rls_key_builder("other.Service", headers={"who": "x-user"})
+    cases = {
+        "exact": (META, [("x-user", "a")]),
+        "exact-two": (META, [("x-user", "a"), ("x-user", "b")]),
+        "exact-empty": (META, [("x-user", "")]),
+        "service": (WHO, [("x-user", "a")]),
+        "service-two": (WHO, [("x-user", "a"), ("x-user", "b")]),
+        "service-none": (WHO, []),
+    }
+    want = {
+        "exact": {"who": "a", "m": "Meta"},
+        "exact-two": {"who": "a,b", "m": "Meta"},
+        "exact-empty": {"who": "", "m": "Meta"},
+        "service": {"u": "a", "s": SERVICE, "path": WHO},
+        "service-two": {"u": "a,b", "s": SERVICE, "path": WHO},
+        "service-none": {"s": SERVICE, "path": WHO},
+    }
+    with RouteLookupServer() as rls:
+        rls.set_default(["cluster-d"])
+        config = b.route_lookup_config(rls.target, [exact, service_wide, other])
+        target = configure(server, backends, "rls-kb", config)
+        for case, (method, md) in cases.items():
+            start = len(rls.requests)
+            for got in both(core, channels, target, method=method, metadata=md):
+                assert not any(reply.startswith("error:") for reply in got), (case, got)
+            assert wait_until(lambda s=start: len(rls.requests) >= s + 2, 5), case
+            maps = [r.key_map for r in rls.requests[start:]]
+            assert maps == [{**tag, **want[case]}] * 2, (case, maps)
+
+
+LOOKUP_SERVICES = [
+    # C-core accepts
+    "foo bar",  # nothing refuses spaces
+    "ipv4:",  # an empty address list
+    "unix:",
+    "google-c2p:",
+    "vsock:x",  # no vsock resolver in grpcio: a DNS name
+    "dns:///x?y",
+    "ipv4:%31.2.3.4:80",  # percent-decoded
+    "ipv4:1.2.3.4:80abc",  # sscanf("%d") ignores what follows the digits
+    "ipv6:[::1]:80,,[::2]:81",  # empty entries skipped
+    "ipv6:[::1]:80%",  # "%" alone is kept; the port reads as 80
+    "dns:///x?=y",  # a parameter without a key is skipped
+    "unix:" + "a" * 107,
+    # C-core refuses
+    "ipv4:bogus",
+    "ipv4:1.2.3.4",  # no port
+    "ipv4:1.2.3.4:99999",
+    "ipv4:[1.2.3.4]:80",  # brackets only around IPv6
+    "ipv4://auth/1.2.3.4:80",
+    "ipv6:::1",
+    "ipv6:[::1%no-such-if0]:80",
+    "unix:" + "a" * 108,
+    "google-c2p://a/x",
+    "dns:///x?",  # an empty query
+    "dns:///x?a b",  # a space in the query
+    "dns:///x#a#b",
+    "dns://8.8.8.8/",
+]
+
+
+def test_lookup_service_targets_are_judged_as_c_core_judges_them(
+    server, backends, rls, core, channels
+):
+    """``lookup_service`` must be a target grpcio can open (C-core's
+    ``IsValidTarget``): each value of the table is ACKed or NACKed by both
+    clients alike (the unit table in test_rls_config.py holds more)."""
+    name = "rls-targets"
+    target = configure(server, backends, name, b.route_lookup_config(rls.target, [key_builder()]))
+    assert both(core, channels, target, metadata=user("nobody"), wait_for_ready=False)
+
+    def answers(node: str) -> int:
+        return len(server.acks("RDS", node_id=node)) + len(server.nacks("RDS", node_id=node))
+
+    verdicts = {}
+    for lookup_service in LOOKUP_SERVICES:
+        before = {node: answers(node) for node in (PYXDS_NODE, CORE_NODE)}
+        nacks = {node: len(server.nacks("RDS", node_id=node)) for node in (PYXDS_NODE, CORE_NODE)}
+        configure(server, backends, name, b.route_lookup_config(lookup_service, [key_builder()]))
+        got = []
+        for node in (PYXDS_NODE, CORE_NODE):
+            server.wait_until(lambda n=node, k=before[node]: answers(n) > k, 10, f"{node} answered")
+            got.append(len(server.nacks("RDS", node_id=node)) > nacks[node])
+        verdicts[lookup_service] = got
+    differ = {t: v for t, v in verdicts.items() if v[0] != v[1]}
+    assert not differ, f"(pyxds NACKed, C-core NACKed): {differ}"
+    nacked = [t for t, (_, core_nacked) in verdicts.items() if core_nacked]
+    assert nacked == LOOKUP_SERVICES[LOOKUP_SERVICES.index("ipv4:bogus") :], verdicts
+
+
+def test_an_answer_without_header_data_or_the_default_target_keeps_the_app_s_header(
+    server, backends, rls, core, channels
+):
+    """``x-google-rls-data`` is set only from a non-empty ``header_data``:
+    an answer without one, and a pick of the default target after a failed
+    lookup, leave the application's own value as it is, in both clients."""
+    config = b.route_lookup_config(
+        rls.target, [key_builder(constant_keys={"t": "nohd"})], default_target="cluster-d"
+    )
+    target = configure(server, backends, "rls-no-header", config)
+    rls.set({"user": "alice", "t": "nohd"}, ["cluster-a"], header_data="")
+    rls.set({"user": "bob", "t": "nohd"}, code=grpc.StatusCode.UNAVAILABLE, details="down")
+    for name in ("alice", "bob"):
+        md = [*user(name), (RLS_DATA_HEADER, "from-the-app")]
+        for got in both(core, channels, target, method=META, metadata=md):
+            (text,) = got
+            assert f"{RLS_DATA_HEADER}=from-the-app" in text.split(";"), (name, text)
+            assert text.count(RLS_DATA_HEADER) == 1, (name, text)
+
+
+@pytest.mark.parametrize("lookup_service", ["unix:", "foo bar"])
+def test_an_accepted_lookup_service_that_cannot_resolve_fails_lookups_like_c_core(
+    server, backends, rls, core, channels, lookup_service
+):
+    """A target C-core accepts but cannot resolve (an empty address list, a
+    name with a space): every lookup fails with the resolver's status, the
+    RPC fails "RLS request failed: ..." or takes the default target, with
+    the same text in both clients."""
+    tag = "unres-" + lookup_service.replace(" ", "").replace(":", "")
+    for default in (None, "cluster-d"):
+        config = b.route_lookup_config(
+            lookup_service,
+            [key_builder(constant_keys={"t": f"{tag}-{default}"})],
+            default_target=default,
+        )
+        target = configure(server, backends, f"rls-{tag}-{default}", config)
+        got_core, got_pyxds = both(
+            core, channels, target, n=2, metadata=user("x"), wait_for_ready=False, details=True
+        )
+        assert got_core == got_pyxds, (default, got_core, got_pyxds)
+        (key,) = got_core
+        if default is None:
+            assert key.startswith("error:UNAVAILABLE: RLS request failed: UNAVAILABLE: "), key
+        else:
+            assert key == "cluster-d"
+
+
+def _bad(change):
+    """A RouteLookupConfig with one problem, made by ``change(config)``."""
+
+    def make(lookup_service: str):
+        config = b.route_lookup_config(lookup_service, [key_builder()])
+        change(config)
+        return config
+
+    return make
+
+
+def _set(path: str, value):
+    def change(config):
+        *parents, name = path.split(".")
+        target = config
+        for parent in parents:
+            target = getattr(target, parent)
+        setattr(target, name, value)
+
+    return change
+
+
+BAD_CONFIGS = {
+    "required_match": _bad(
+        lambda c: setattr(c.grpc_keybuilders[0].headers[0], "required_match", True)
+    ),
+    "extra key = header key": _bad(
+        lambda c: setattr(c.grpc_keybuilders[0].extra_keys, "host", "user")
+    ),
+    "constant key = header key": _bad(
+        lambda c: c.grpc_keybuilders[0].constant_keys.update(user="x")
+    ),
+    "empty constant key": _bad(lambda c: c.grpc_keybuilders[0].constant_keys.update({"": "x"})),
+    "empty header key": _bad(lambda c: c.grpc_keybuilders[0].headers.add(key="", names=["a"])),
+    "no header names": _bad(lambda c: c.grpc_keybuilders[0].headers.add(key="k2")),
+    "empty header name": _bad(lambda c: c.grpc_keybuilders[0].headers.add(key="k3", names=[""])),
+    "builder without names": _bad(lambda c: c.grpc_keybuilders.add()),
+    "name without service": _bad(lambda c: c.grpc_keybuilders.add().names.add(method="M")),
+    "no lookup_service": _bad(_set("lookup_service", "")),
+    "cache_size_bytes 0": _bad(_set("cache_size_bytes", 0)),
+    "negative cache_size_bytes": _bad(_set("cache_size_bytes", -5)),
+    "negative timeout": _bad(_set("lookup_service_timeout.seconds", -1)),
+    "stale_age alone": _bad(_set("stale_age.seconds", 5)),
+}
+
+
+def test_bad_rls_configs_are_nacked_naming_the_same_field_and_problem_as_c_core(
+    server, backends, rls, core, channels
+):
+    """Each config has one problem; C-core's NACK says ``[field:F error:E]``
+    (inside "errors validating RLS LB policy config"), pyxds's says
+    ``rls_experimental.F: E``: the same F and E, for every row."""
+    name = "rls-nack-texts"
+    good = b.route_lookup_config(rls.target, [key_builder(constant_keys={"t": "texts"})])
+    configure(server, backends, name, good)
+    both(core, channels, f"xds:///{name}", metadata=user("x"), wait_for_ready=False)
+    for case, make in BAD_CONFIGS.items():
+        before = {node: len(server.nacks("RDS", node_id=node)) for node in (PYXDS_NODE, CORE_NODE)}
+        configure(server, backends, name, make(rls.target))
+        ours, theirs = (
+            server.wait_for_nack("RDS", node_id=node, after=before[node], timeout=10).error_message
+            for node in (PYXDS_NODE, CORE_NODE)
+        )
+        inner = theirs.split("errors validating RLS LB policy config: [", 1)[1]
+        field, error = inner[: inner.rfind("]]]")].removeprefix("field:").split(" error:", 1)
+        assert f"rls_experimental.{field}: {error}" in ours, (case, ours, theirs)
+        configure(server, backends, name, good)

@@ -22,7 +22,7 @@ import re
 
 import grpc
 import pytest
-from channel_fixtures import SERVICE, TARGET, Backend, CoreXdsClient, wait_until
+from channel_fixtures import SERVICE, TARGET, Backend, CoreXdsClient, free_port, wait_until
 
 import pyxds._api as pyxds
 import pyxds.aio
@@ -205,7 +205,7 @@ def test_a_cookie_set_by_one_client_pins_the_other_to_the_same_endpoint(server, 
         [("cookie", f"{COOKIE}=!!!not-base64")],
         [("cookie", f"{COOKIE}=" + base64.b64encode(b"10.9.9.9:1;c1").decode())],  # not ours
         [("cookie", f"{COOKIE}=" + base64.b64encode(b"garbage").decode())],
-        [("cookie", f"{COOKIE}=" + "QUJD" * 1300)],  # oversized (5200 characters)
+        [("cookie", f"{COOKIE}=" + "QUJD" * 1300)],  # long (5200 characters), no address
         [("cookie", "other-cookie=abc")],
         # two cookie entries are read as one header: no longer base64 (C-core)
         [("cookie", f"{COOKIE}=" + base64.b64encode(b"x;c1").decode()), ("cookie", "a=b")],
@@ -494,3 +494,258 @@ def test_a_session_follows_its_endpoint_into_a_lower_priority(server, backends, 
         (ours, our_initial, _), (theirs, their_initial, _) = both(channel, core, pinned)
         assert ours == theirs == "b1"
         assert set_cookie(our_initial) is None and set_cookie(their_initial) is None
+
+
+# -- found in review (review55): C-core's base64, RLS routes ---------------------------------------
+
+
+def test_the_cookie_is_decoded_as_c_core_decodes_it(server, backends, clients):
+    """absl::Base64Unescape: spaces are skipped, padding is absent or
+    complete (a partial one is refused); both clients pin or both re-pick."""
+    server.set_snapshot(snapshot(backends, "v1"))
+    channel, core = clients("ssa-base64")
+    address = backends["b2"].address
+    value = base64.b64encode(f"{address};c1".encode()).decode()
+    # a cluster not in the route (the address still pins), long enough for "=="
+    other = "c1" + "x" * ((1 - len(f"{address};c1")) % 3)
+    padded = base64.b64encode(f"{address};{other}".encode()).decode()
+    assert padded.endswith("==")
+    rows = {
+        value[:6] + " " + value[6:]: True,
+        value + " ": True,
+        padded[:-1]: False,  # partial padding
+    }
+    for text, pins in rows.items():
+        md = [("cookie", f"{COOKIE}={text}")]
+        runs = [both(channel, core, md) for _ in range(4)]
+        ours = {run[0][0] for run in runs}
+        theirs = {run[1][0] for run in runs}
+        if pins:
+            assert ours == theirs == {"b2"}, text
+        else:
+            assert len(ours) > 1 and len(theirs) > 1, (text, ours, theirs)
+
+
+def test_an_rls_route_s_cookie_has_no_cluster_in_both(server, backends, clients):
+    """A route naming the RLS cluster specifier plugin: C-core's cookie is
+    ``<address>;`` (no cluster to keep: GetClusterToUse), the address pins,
+    a cookie naming a cluster there is re-set; pyxds the same."""
+    from pyxds.server import RouteLookupServer
+
+    with RouteLookupServer() as rls:
+        rls.set_default(["c1"])
+        config = b.route_lookup_config(rls.target, [b.rls_key_builder(SERVICE)])
+        base = snapshot(backends, "v-rls")
+        server.set_snapshot(
+            Snapshot(
+                listeners=base.listeners,
+                routes=[
+                    b.route_config(
+                        "echo-service-route",
+                        [
+                            b.virtual_host(
+                                "vh", routes=[b.route(prefix="", cluster_specifier_plugin="rls")]
+                            )
+                        ],
+                        [b.rls_plugin("rls", config)],
+                    )
+                ],
+                clusters=base.clusters,
+                endpoints=base.endpoints,
+                version="v-rls",
+            )
+        )
+        channel, core = clients("ssa-rls")
+        for reply, initial, _ in both(channel, core):
+            assert decoded(set_cookie(initial)) == f"{address_of(backends, reply)};"
+        for name in ("b0", "b2"):
+            address = backends[name].address
+            for cluster, sets in (("", False), ("c1", True), ("rls", True)):
+                for reply, initial, _ in both(channel, core, cookie_for(address, cluster)):
+                    assert reply == name, (cluster, reply)
+                    got = set_cookie(initial)
+                    assert (decoded(got) if got else None) == (f"{address};" if sets else None)
+
+
+def test_a_multi_address_endpoint_s_session_moves_to_its_other_address_in_both(server, clients):
+    """C-core's MultipleAddressesPerEndpoint (A61 with A55): the cookie
+    carries the endpoint's address list, the picked address first; when
+    that address dies and another address of the same endpoint serves,
+    the session stays on the endpoint (its other address), with a new
+    cookie naming that address first."""
+    late = Backend("e0", port=free_port())  # the endpoint's second address: not serving yet
+    first, other = Backend("e1").start(), Backend("e2").start()
+    try:
+        endpoint = b.endpoint(first.address)
+        extra = endpoint.endpoint.additional_addresses.add().address.socket_address
+        extra.address, extra.port_value = "127.0.0.1", late.port
+        server.set_snapshot(
+            Snapshot(
+                listeners=[
+                    b.listener(
+                        "echo-service",
+                        http_filters=[
+                            b.stateful_session_filter(cookie_name=COOKIE, path=PATH, ttl=120)
+                        ],
+                    )
+                ],
+                routes=[
+                    b.route_config(
+                        "echo-service-route",
+                        [b.virtual_host("vh", routes=[b.route(prefix="", cluster="c1")])],
+                    )
+                ],
+                clusters=[b.cluster("c1")],
+                endpoints=[
+                    b.endpoints(
+                        "c1",
+                        [b.locality(zone="z1", endpoints=[endpoint, b.endpoint(other.address)])],
+                    )
+                ],
+                version="v-multi",
+            )
+        )
+        channel, core = clients("ssa-multi")
+        pinned = cookie_for(f"{first.address},{late.address}")
+        for reply, initial, _ in both(channel, core, pinned):
+            assert reply == "e1" and set_cookie(initial) is None
+        late.start()
+        first.stop()
+        assert wait_until(
+            lambda: (
+                {pyxds_call(channel)[0] for _ in range(4)} == {"e0", "e2"}
+                and {core.call_md(WHO)[0] for _ in range(4)} == {"e0", "e2"}
+            ),
+            timeout=15,
+        )
+        for _ in range(3):
+            for reply, initial, _ in both(channel, core, pinned):
+                assert reply == "e0"
+                assert decoded(set_cookie(initial)) == f"{late.address},{first.address};c1"
+    finally:
+        for backend in (late, first, other):
+            backend.stop()
+
+
+# -- A55/A75: the status set; A60: a cluster the route lost ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("statuses", "health", "pins"),
+    [
+        ([], "UNKNOWN", False),  # present and empty: no endpoint keeps a session
+        (["HEALTHY"], "UNKNOWN", False),  # UNKNOWN is not HEALTHY
+        (["UNKNOWN"], "UNKNOWN", True),
+        (["UNKNOWN"], "HEALTHY", False),
+        (["DRAINING"], "HEALTHY", False),
+        (["UNHEALTHY", "DEGRADED", "HEALTHY"], "HEALTHY", True),  # the others are ignored
+    ],
+    ids=["empty", "healthy-only", "unknown-only", "unknown-only-healthy", "draining-only", "mixed"],
+)
+def test_the_override_host_status_set_decides_which_endpoints_keep_sessions_in_both(
+    server, backends, clients, statuses, health, pins
+):
+    """CDS ``common_lb_config.override_host_status`` (A55, A75): a cookie
+    pins only an endpoint whose EDS status is in the set; a set present but
+    empty pins nothing; statuses other than UNKNOWN, HEALTHY and DRAINING are
+    ignored.  Not pinned: a normal pick (round robin) with a new cookie."""
+    everyone = {n: health for n in ("b0", "b1", "b2")}
+    server.set_snapshot(snapshot(backends, "v1", statuses=statuses, health=everyone))
+    channel, core = clients("ssa-statuses")
+    pinned = cookie_for(backends["b1"].address)
+    for client in ("pyxds", "core"):
+        got = [
+            pyxds_call(channel, pinned) if client == "pyxds" else core.call_md(WHO, pinned)
+            for _ in range(6)
+        ]
+        replies = [reply for reply, _, _ in got]
+        cookies = [set_cookie(initial) for _, initial, _ in got]
+        if pins:
+            assert replies == ["b1"] * 6 and cookies == [None] * 6, (client, got)
+        else:
+            assert set(replies) == {"b0", "b1", "b2"}, (client, replies)
+            for reply, cookie in zip(replies, cookies, strict=True):
+                if reply == "b1":
+                    assert cookie is None, (client, got)
+                else:
+                    assert decoded(cookie) == f"{address_of(backends, reply)};c1", (client, got)
+
+
+def test_a_cookie_naming_a_cluster_the_route_no_longer_has_is_re_pinned_in_both(
+    server, backends, clients
+):
+    """A60: the cookie's cluster left the route's weighted clusters (or
+    its weight became 0, which drops it as C-core does): the RPC takes the
+    route's own choice and the response re-sets the cookie with that
+    cluster.  The cookie's address still pins when the new cluster has it
+    (C-core keeps the host override whatever the cluster)."""
+    split = [b.route(prefix="", weighted_clusters={"c1": 1, "c2": 0})]
+    server.set_snapshot(snapshot(backends, "v1", routes=split))
+    channel, core = clients("ssa-cluster-gone")
+    gone = cookie_for(backends["d1"].address, cluster="c2")
+    for reply, initial, _ in both(channel, core, gone):
+        assert reply in ("b0", "b1", "b2")
+        assert decoded(set_cookie(initial)) == f"{address_of(backends, reply)};c1"
+    # the cookie's address is also one of c1's: it stays pinned, the cluster is rewritten
+    moved = cookie_for(backends["b2"].address, cluster="c2")
+    for reply, initial, _ in both(channel, core, moved):
+        assert reply == "b2"
+        assert decoded(set_cookie(initial)) == f"{backends['b2'].address};c1"
+
+
+def test_a_cookie_naming_a_route_cluster_whose_cds_resource_is_gone_fails_in_both(
+    server, backends, clients
+):
+    """A60 with the cookie's cluster still in the route but its Cluster
+    resource removed: the RPC goes to that cluster and fails UNAVAILABLE in
+    both clients (the cookie, not the weights, chose it); without the
+    cookie, RPCs to the other cluster still succeed."""
+    split = [b.route(prefix="", weighted_clusters={"c1": 1, "c2": 1})]
+    snap = snapshot(backends, "v1", routes=split)
+    server.set_snapshot(snap)
+    channel, core = clients("ssa-cds-gone")
+    pinned = cookie_for(backends["d0"].address, cluster="c2")
+    assert [reply for reply, _, _ in both(channel, core, pinned)] == ["d0", "d0"]
+    server.set_snapshot(
+        snap.replace(
+            version="v2",
+            clusters=[c for c in snap.clusters if c.name == "c1"],
+            endpoints=[e for e in snap.endpoints if e.cluster_name == "c1"],
+        )
+    )
+    failing = channel.unary_unary(WHO)
+    got: list = []
+
+    def ours() -> str:
+        try:
+            return failing(b"", timeout=2, metadata=pinned).decode()
+        except grpc.RpcError as err:
+            return f"error:{err.code().name}: {err.details()}"
+
+    def settled() -> bool:
+        got[:] = [ours(), core.call(1, metadata=pinned, wait_for_ready=False, details=True)]
+        return got[0].startswith("error:") and all(k.startswith("error:") for k in got[1])
+
+    assert wait_until(settled, timeout=10), got
+    (their_failure,) = got[1]
+    assert got[0].startswith("error:UNAVAILABLE"), got
+    assert their_failure.startswith("error:UNAVAILABLE"), got
+    assert "c2" in got[0] and "c2" in their_failure, got
+    # no cookie: the weights may still pick c1, which serves in both
+    assert {"b0", "b1", "b2"} & set(core.call(8, wait_for_ready=False))
+    print("cds-gone failures (pyxds, C-core):", got)
+
+
+def test_a_long_cookie_s_address_list_is_read_to_its_end_in_both(server, backends, clients):
+    """No length cap on the cookie (C-core has none): a 5000+ character
+    cookie whose address list ends with a cluster endpoint pins that
+    endpoint and is re-set to the endpoint's own address list."""
+    server.set_snapshot(snapshot(backends, "v1"))
+    channel, core = clients("ssa-long")
+    bogus = ",".join(f"10.255.{i // 250}.{i % 250 + 1}:1" for i in range(300))
+    value = base64.b64encode(f"{bogus},{backends['b1'].address};c1".encode()).decode()
+    assert len(value) > 5000
+    long_cookie = [("cookie", f"{COOKIE}={value}")]
+    for reply, initial, _ in both(channel, core, long_cookie):
+        assert reply == "b1"
+        assert decoded(set_cookie(initial)) == f"{backends['b1'].address};c1"

@@ -129,16 +129,104 @@ def test_bad_durations_are_rejected_in_c_cores_words(value, problem):
 # -- lookup service and default target ------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "target",
-    ["localhost:1234", "dns:///rls.example.com:443", "127.0.0.1:1", "ipv4:127.0.0.1:5", "xds:///x"],
-)
+#: lookup_service values and what grpcio 1.85's C-core said of them (NACK
+#: or not), measured through pyxds.server; tests/e2e/test_differential_rls.py
+#: keeps a part of the table compared with C-core.
+VALID_TARGETS = [
+    "dns:///x?=y",
+    "ipv6:[::1]:80%",
+    "ipv4:1.2.3.4:80abc",
+    "a b?c",
+    "unix:",
+    "[::1]:80",
+    "dns:foo",
+    "foo bar",
+    "localhost",
+    "weird:///x",
+    "ipv4:",
+    "ipv4:1.2.3.4:80",
+    "unix:/tmp/x",
+    "xds:foo",
+    "dns:///a b",
+    "http://x",
+    "ipv6:",
+    "ipv6:[::1]:80",
+    "ipv4:,",
+    "xds://auth/x",
+    "vsock:",
+    "vsock:bad",
+    "unix-abstract:",
+    "google-c2p:///x",
+    "google-c2p:x",
+    "google-c2p:",
+    "a\tb",
+    "dns:///x\ny",
+    ":",
+    "1.2.3.4",
+    "dns:///%zz",
+    "dns:///x?y",
+    "dns:///x#f",
+    "dns://8.8.8.8/foo",
+    "vsock:1:2",
+    "ipv4:1.2.3.4:80?x",
+    "unix:relative",
+    "unix:/tmp/a,/tmp/b",
+    "ipv6:[::1]:80,,[::2]:81",
+    "ipv4:%31.2.3.4:80",
+    "unix:/tmp/a%20b",
+    "dns:///x%",
+    "UNIX:/tmp/x",
+    "unix:" + "a" * 107,
+    "localhost:1234",
+    "dns:///rls.example.com:443",
+    "127.0.0.1:1",
+    "ipv4:127.0.0.1:5",
+    "xds:///x",
+    "a b:1",
+    "ipv6:[::1%1]:80",
+]
+INVALID_TARGETS = [
+    "dns:///x?",
+    "dns:///x?a b",
+    "dns:///x#a#b",
+    "ipv6:[::1%no-such-if0]:80",
+    "dns:///",
+    "dns://8.8.8.8/",
+    "xds:",
+    "xds://auth/",
+    "xds:///",
+    "xds:///svc/",
+    "dns:",
+    "dns://",
+    "",
+    "ipv4://auth/1.2.3.4:80",
+    "ipv4:bogus",
+    "ipv4:1.2.3.4",
+    "unix://host/p",
+    "ipv4:1.2.3.4:80,bad",
+    "ipv6:[::1]",
+    "ipv6:::1",
+    "ipv4:1.2.3.4:99999",
+    "ipv4:1.2.3.4:",
+    "unix:" + "a" * 108,
+    "unix:" + "a" * 200,
+    "unix-abstract:" + "a" * 200,
+    "google-c2p://a/x",
+    "ipv4:1.2.3:80",
+    "ipv6:1.2.3.4:80",
+    "ipv4:[1.2.3.4]:80",
+    "ipv4:1.2.3.4:http",
+    "IPV4:bogus",
+]
+
+
+@pytest.mark.parametrize("target", VALID_TARGETS)
 def test_valid_lookup_service_targets(target):
     assert is_valid_target(target)
     assert parse_rls_config(rls_json(lookupService=target)).route_lookup.lookup_service == target
 
 
-@pytest.mark.parametrize("target", ["", "dns:///", "xds:///", "xds:///svc/", "a b:1", "dns:"])
+@pytest.mark.parametrize("target", INVALID_TARGETS)
 def test_invalid_lookup_service_targets_are_rejected(target):
     assert not is_valid_target(target)
     assert "routeLookupConfig.lookupService: must be valid gRPC target URI" in error_of(
@@ -314,6 +402,26 @@ def test_key_builder_table(path, metadata, expected):
 def test_binary_headers_never_make_keys():
     builder = {"names": [{"service": "s"}], "headers": [{"key": "k", "names": ["x-id-bin", "x"]}]}
     assert build_key([builder], "/s/m", [("x-id-bin", b"\x00"), ("x", "v")]) == {"k": "v"}
+
+
+def test_path_pseudo_header_is_the_rpc_path_as_in_c_core():
+    """C-core's pick sees ``:path`` among the request headers, so a header
+    key naming it gets the RPC's path (with or without other metadata);
+    ``:authority`` and headers gRPC adds after the pick give no key
+    (tests/e2e/test_differential_rls.py compares the key maps)."""
+    builder = {
+        "names": [{"service": "s"}],
+        "headers": [
+            {"key": "p", "names": [":path"]},
+            {"key": "a", "names": [":authority"]},
+            {"key": "ua", "names": ["user-agent", "content-type", "te"]},
+            {"key": "u", "names": ["X-User", "x-user"]},
+        ],
+    }
+    assert build_key([builder], "/s/m", []) == {"p": "/s/m"}
+    assert build_key([builder], "/s/m", [("x-user", "a")]) == {"p": "/s/m", "u": "a"}
+    # an application header of that name cannot replace the path
+    assert build_key([builder], "/s/m", [(":path", "/x/y")]) == {"p": "/s/m"}
 
 
 def test_keys_round_trip_and_differ_when_key_maps_differ():

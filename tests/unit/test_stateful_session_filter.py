@@ -14,7 +14,6 @@ import pytest
 from pyxds.lb.xds_override_host import OVERRIDE_HOST_ATTRIBUTE
 from pyxds.resolver.config_selector import ClusterRef, XdsConfigSelector
 from pyxds.resolver.stateful_session import (
-    MAX_COOKIE_VALUE,
     SessionCall,
     SessionCookie,
     cookie_value,
@@ -35,6 +34,10 @@ def enc(text: str) -> str:
 # -- the cookie header (C-core's GetCookieValue) ---------------------------------------------
 
 
+#: 400 addresses: a cookie value of more than 8000 characters.
+LONG_LIST = ",".join(f"10.0.{i // 200}.{i % 200}:80" for i in range(400))
+
+
 @pytest.mark.parametrize(
     ("header", "expected"),
     [
@@ -47,7 +50,8 @@ def enc(text: str) -> str:
         (f"{NAME}=", ("", "")),
         (f"{NAME}=!!!", ("", "")),
         (f"{NAME}=QUJDR", ("", "")),  # impossible length
-        (f"{NAME}=" + "QUJD" * (MAX_COOKIE_VALUE // 4 + 1), ("", "")),  # oversized
+        # no length cap (C-core has none): a long list is read to its end
+        (f"{NAME}={enc(LONG_LIST + ';c1')}", (LONG_LIST, "c1")),
         (f"{NAME}x={enc('10.0.0.1:80;c1')}", ("", "")),  # another cookie
         (f"a=b;{NAME}={enc('10.0.0.1:80;c1')}", ("", "")),  # C-core splits on "; " only
         (NAME, ("", "")),  # no value
@@ -227,3 +231,80 @@ def test_the_per_rpc_call_config_sets_every_field():
         getattr(config, f.name)  # AttributeError if a field was left unset
     assert config == dataclasses.replace(config)
     config.on_committed()
+
+
+# -- C-core's cookie decoding (absl::Base64Unescape), measured against grpcio 1.85 ----------
+
+
+@pytest.mark.parametrize(
+    ("value", "pins"),
+    [
+        (enc("10.0.0.1:80;c1xy"), True),  # complete padding ("==")
+        (enc("10.0.0.1:80;c1xy").rstrip("="), True),  # no padding
+        (enc("10.0.0.1:80;c1xy").rstrip("=") + "=", False),  # partial padding: C-core refuses
+        (enc("10.0.0.1:80;c1") + "=", False),  # padding where none is due
+        (enc("10.0.0.1:80;c1")[:5] + " " + enc("10.0.0.1:80;c1")[5:], True),  # space skipped
+        (enc("10.0.0.1:80;c1") + " ", True),
+        (enc("10.0.0.1:80;c1xy").rstrip("=") + "= =", True),  # space inside the padding
+        (enc("10.0.0.1:80;c1") + enc("x"), False),  # data after padding
+    ],
+)
+def test_the_cookie_is_decoded_as_c_core_s_base64(value, pins):
+    """Each row's outcome was seen in grpcio 1.85's C-core (pinned: same
+    endpoint and no new cookie; refused: normal pick and a new cookie)."""
+    address, _cluster = cookie_value(f"{NAME}={value}", NAME)
+    assert (address == "10.0.0.1:80") is pins
+
+
+# -- a cluster specifier plugin's route (RLS) --------------------------------------------------
+
+
+def plugin_selector():
+    from pyxds.xds.resources.types import RouteAction
+
+    listener = b.listener("L", http_filters=[b.stateful_session_filter(cookie_name=NAME)])
+    lis = LISTENER.decode(listener.SerializeToString()).resource
+    config = b.route_lookup_config("rls.example.com:443", [b.rls_key_builder("s")])
+    rc = b.route_config(
+        "L-route",
+        [b.virtual_host("vh", routes=[b.route(prefix="", cluster_specifier_plugin="rls")])],
+        [b.rls_plugin("rls", config)],
+    )
+    vh = ROUTE_CONFIG.decode(rc.SerializeToString()).resource.virtual_hosts[0]
+    assert isinstance(vh.routes[0].action, RouteAction)
+    plugin_refs = {"rls": ClusterRef("rls", lambda: None, child_policy="[]")}
+    sel = XdsConfigSelector(vh, {}, http_filters=lis.http_filters, plugin_refs=plugin_refs)
+    return sel, plugin_refs
+
+
+def test_an_rls_route_s_cookie_has_no_cluster_and_its_address_still_pins():
+    """C-core's StatefulSessionFilter (GetClusterToUse): a route whose
+    cluster attribute is not a ``cluster:`` child (a cluster specifier
+    plugin) gets the empty cluster, so its cookie is ``<address>;`` and a
+    cookie naming any cluster there is re-set; the address pins either way.
+    (grpcio 1.85: ``127.0.0.1:P;`` on the first RPC, no new cookie for a
+    ``127.0.0.1:P;`` cookie, a new one for ``127.0.0.1:P;rls``.)"""
+    sel, refs = plugin_selector()
+    first = sel.select("/s/m", ())
+    assert first.call_attributes["cluster"] == "cluster_specifier_plugin:rls"
+    first.call_state.actual_address_list = "10.0.0.1:80"
+    ((_key, value),) = first.call_state.response_metadata()
+    assert value == set_cookie_value(CookieConfig(NAME), "10.0.0.1:80", "")
+    first.on_committed()
+
+    same = sel.select("/s/m", md("10.0.0.1:80", ""))
+    assert same.call_state.cookie_addresses == ("10.0.0.1:80",)
+    same.call_state.actual_address_list = "10.0.0.1:80"
+    assert same.call_state.response_metadata() == ()
+    same.on_committed()
+
+    for cluster in ("rls", "c1"):
+        named = sel.select("/s/m", md("10.0.0.1:80", cluster))
+        assert named.call_attributes["cluster"] == "cluster_specifier_plugin:rls"
+        assert named.call_state.cookie_addresses == ("10.0.0.1:80",)
+        named.call_state.actual_address_list = "10.0.0.1:80"
+        assert named.call_state.response_metadata()[0][1].startswith(
+            set_cookie_value(CookieConfig(NAME), "10.0.0.1:80", "")
+        )
+        named.on_committed()
+    assert refs["rls"].count == 0

@@ -19,7 +19,7 @@ proto comments leave room:
     headers, constant keys and extra keys; a ``/service/method`` path once
     across all builders (``duplicate entry for "/s/m"``).
   - ``lookupService`` (required): a valid gRPC target (a registered scheme
-    whose URI is valid, else ``dns:///`` + the text).
+    whose URI is valid, else ``dns:///`` + the text; :func:`is_valid_target`).
   - ``lookupServiceTimeout``: default 10 s.  ``maxAge``: default and cap
     5 min.  ``staleAge``: default ``maxAge``; requires ``maxAge``; clamped
     to ``maxAge``.  A zero ``lookupServiceTimeout`` or ``maxAge`` means
@@ -40,16 +40,21 @@ proto comments leave room:
 Key builders (``KeyBuilderMap.build``, C-core ``BuildKeyMap``): the builder
 for ``/service/method``, else for ``/service/``; none: an empty key map.
 Each header key takes the first listed header present in the RPC's metadata
-(several values joined with ``,``; ``-bin`` headers never), then the
-constant keys, then ``host`` (the channel's authority), ``service`` and
-``method`` extra keys.
+(several values joined with ``,``; ``-bin`` headers never; ``:path`` is the
+RPC's path, as C-core's pick sees it among the request headers; other
+pseudo-headers and the headers gRPC adds after the pick, ``user-agent``,
+``content-type``, ``te``, are absent), then the constant keys, then
+``host`` (the channel's authority), ``service`` and ``method`` extra keys.
+C-core also shows ``grpc-timeout`` (the time left, re-encoded per call, so
+useless as a key); pyxds does not (docs/differences-from-c-core.md).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+import socket
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,10 +84,9 @@ MAX_CACHE_SIZE_BYTES = 5 * 1024 * 1024
 FAKE_TARGET_FIELD_VALUE = "fake_target_field_value"
 _MAX_DURATION_SECONDS = 315_576_000_000
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):(.*)$", re.DOTALL)
-#: Resolver schemes grpcio's C-core registers (the RLS channel is a grpcio channel).
-_CORE_SCHEMES = frozenset(
-    {"dns", "ipv4", "ipv6", "unix", "unix-abstract", "vsock", "xds", "google-c2p"}
-)
+#: Resolver schemes grpcio 1.85's C-core registers (the RLS channel is a
+#: grpcio channel); ``vsock`` is not among them (``vsock:x`` is a DNS name).
+_CORE_SCHEMES = frozenset({"dns", "ipv4", "ipv6", "unix", "unix-abstract", "xds", "google-c2p"})
 
 Key = str
 """A request key: the key map as text (:func:`make_key`), one object per
@@ -135,13 +139,12 @@ class KeyBuilderMap:
             if builder is None:
                 return _EMPTY_KEY
         out: dict[str, str] = {}
-        if builder.header_keys and metadata:
-            for key, names in builder.header_keys:
-                for name in names:
-                    value = _header_value(metadata, name)
-                    if value is not None:
-                        out[key] = value
-                        break
+        for key, names in builder.header_keys:
+            for name in names:
+                value = path if name == PATH_HEADER else _header_value(metadata, name)
+                if value is not None:
+                    out[key] = value
+                    break
         for key, value in builder.constant_keys:
             out[key] = value
         if builder.host_key:
@@ -154,12 +157,16 @@ class KeyBuilderMap:
 
 
 _EMPTY_KEY = make_key(())
+#: The one pseudo-header a key builder can read: C-core's pick sees the
+#: request's ``:path`` among its headers (``:authority`` is not there yet).
+PATH_HEADER = ":path"
 
 
 def _header_value(metadata: Sequence[tuple[str, str | bytes]], name: str) -> str | None:
     """The metadata value(s) of ``name``, joined with ``,`` (None: absent).
-    Binary (``-bin``) headers are never used as keys."""
-    if name.endswith("-bin"):
+    Binary (``-bin``) headers and pseudo-headers other than ``:path``
+    (handled by the caller) are never used as keys."""
+    if name.endswith("-bin") or name.startswith(":"):
         return None
     values = [v for k, v in metadata if k == name]
     if not values:
@@ -231,24 +238,158 @@ def child_policy_json(child_policy: Any, target_field: str, target: str) -> list
 
 def is_valid_target(target: str) -> bool:
     """Whether grpcio's C-core can build a channel for ``target``
-    (``ResolverRegistry::IsValidTarget``): a URI of a registered scheme
-    that its resolver accepts, else ``dns:///`` + ``target``."""
-    match = _SCHEME.match(target)
-    if match is not None and match.group(1).lower() in _CORE_SCHEMES:
-        return _valid_uri(match.group(1).lower(), match.group(2))
-    return _valid_uri("dns", "///" + target)
+    (``ResolverRegistry::IsValidTarget``): the target parsed as a URI whose
+    scheme is registered, else ``dns:///`` + ``target``; then that scheme's
+    resolver judges the URI (``IsValidUri``).  Rules measured against
+    grpcio 1.85 (tests/e2e/test_differential_rls.py):
 
-
-def _valid_uri(scheme: str, rest: str) -> bool:
-    if any(c.isspace() for c in rest):
-        return False
-    path = rest
-    if rest.startswith("//"):
-        slash = rest.find("/", 2)
-        path = rest[slash:] if slash >= 0 else ""
+    * a URI parses unless its scheme is missing or malformed or its query
+      (when there is a ``?``) is empty or its query or fragment has a
+      character RFC 3986 does not allow there; authority and path are
+      percent-decoded and never refused (spaces included);
+    * ``dns``: the path without one leading ``/`` is non-empty;
+    * ``xds``: the path is non-empty and does not end with ``/``;
+    * ``google-c2p``: no authority;
+    * ``ipv4``, ``ipv6``, ``unix``, ``unix-abstract``: no authority, and
+      every non-empty comma-separated entry of the path is an address
+      (``host:port`` with a port in [0, 65535]; a socket path of at most
+      107 characters).  ``vsock`` is not registered in grpcio's build.
+    """
+    target = target.encode("utf-8", "surrogatepass").decode("latin-1")  # C-core counts bytes
+    uri = _parse_uri(target)
+    if uri is None or uri[0] not in _CORE_SCHEMES:
+        uri = _parse_uri("dns:///" + target)
+        if uri is None:
+            return False
+    scheme, authority, path = uri
+    if scheme == "dns":
+        return bool(path.removeprefix("/"))
     if scheme == "xds":
         return bool(path) and not path.endswith("/")
-    return bool(path.lstrip("/"))
+    if authority:
+        return False
+    if scheme == "google-c2p":
+        return True
+    parse = _ADDRESS_PARSERS[scheme]
+    return all(parse(entry) for entry in path.split(",") if entry)
+
+
+def _parse_uri(text: str) -> tuple[str, str, str] | None:
+    """(lower-case scheme, authority, path) of ``text`` as C-core's
+    ``URI::Parse`` reads it, or None where it fails."""
+    match = _SCHEME.match(text)
+    if match is None:
+        return None
+    scheme, rest = match.group(1), match.group(2)
+    authority = ""
+    if rest.startswith("//"):
+        end = _first_of(rest, "/?#", 2)
+        authority, rest = _percent_decode(rest[2:end]), rest[end:]
+    end = _first_of(rest, "?#", 0)
+    path, rest = _percent_decode(rest[:end]), rest[end:]
+    if rest.startswith("?"):
+        query, hash_, rest = rest[1:].partition("#")
+        if not query or not _QUERY_OR_FRAGMENT.fullmatch(query):
+            return None
+        rest = hash_ + rest
+    if rest.startswith("#") and not _QUERY_OR_FRAGMENT.fullmatch(rest[1:]):
+        return None
+    return scheme.lower(), authority, path
+
+
+#: RFC 3986 query / fragment characters (and ``%``), as C-core checks them.
+_QUERY_OR_FRAGMENT = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*")
+
+
+def _first_of(text: str, chars: str, start: int) -> int:
+    found = [i for i in (text.find(c, start) for c in chars) if i >= 0]
+    return min(found) if found else len(text)
+
+
+def _percent_decode(text: str) -> str:
+    """``%XY`` with two hex digits decoded, anything else kept (C-core)."""
+    if "%" not in text:
+        return text
+    return re.sub(r"%([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), text)
+
+
+def _split_host_port(text: str) -> tuple[str, str] | None:
+    """C-core's ``SplitHostPort``: (host, port), port "" when absent."""
+    if text.startswith("["):
+        close = text.find("]", 1)
+        if close < 0:
+            return None
+        host, after = text[1:close], text[close + 1 :]
+        if after and not after.startswith(":"):
+            return None
+        if ":" not in host:  # brackets are for IPv6 literals only
+            return None
+        return host, after[1:]
+    if text.count(":") == 1:
+        host, _, port = text.partition(":")
+        return host, port
+    return text, ""
+
+
+_PORT = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
+
+
+def _valid_port(port: str) -> bool:
+    """``sscanf("%d")`` then 0..65535 (leading blanks and a sign allowed,
+    anything after the digits ignored)."""
+    match = _PORT.match(port)
+    return match is not None and 0 <= int(match.group(1)) <= 65535
+
+
+def _valid_ipv4(entry: str) -> bool:
+    return _valid_host_port(entry, socket.AF_INET)
+
+
+def _valid_ipv6(entry: str) -> bool:
+    return _valid_host_port(entry, socket.AF_INET6)
+
+
+def _valid_host_port(entry: str, family: socket.AddressFamily) -> bool:
+    """C-core's ``grpc_parse_ipv4_hostport`` / ``grpc_parse_ipv6_hostport``:
+    an address of ``family`` (IPv6: with an optional ``%zone``, a number or
+    an interface name) and a port."""
+    split = _split_host_port(entry.removeprefix("/"))
+    if split is None:
+        return False
+    address, port = split
+    if family is socket.AF_INET6 and "%" in address:
+        address, _, zone = address.rpartition("%")
+        if len(address) > _INET6_ADDRSTRLEN or not _valid_zone(zone):
+            return False
+    try:
+        socket.inet_pton(family, address)
+    except (OSError, ValueError):
+        return False
+    return bool(port) and _valid_port(port)
+
+
+def _valid_zone(zone: str) -> bool:
+    if zone.isascii() and zone.isdigit():
+        return int(zone) < 2**32
+    try:
+        return socket.if_nametoindex(zone) != 0
+    except (OSError, ValueError):
+        return False
+
+
+def _valid_socket_path(entry: str) -> bool:
+    return len(entry) <= _MAX_SOCKET_PATH
+
+
+_INET6_ADDRSTRLEN = 46
+#: ``sizeof(sockaddr_un.sun_path) - 1`` on Linux.
+_MAX_SOCKET_PATH = 107
+_ADDRESS_PARSERS: dict[str, Callable[[str], bool]] = {
+    "ipv4": _valid_ipv4,
+    "ipv6": _valid_ipv6,
+    "unix": _valid_socket_path,
+    "unix-abstract": _valid_socket_path,
+}
 
 
 def parse_rls_config(json_config: Any) -> RlsConfig:

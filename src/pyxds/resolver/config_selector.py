@@ -40,7 +40,10 @@ nothing on the success path:
    chain) takes the same slower path: when the RPC's path matches the
    cookie path, its cookie is read; A60: a cookie naming one of the
    route's clusters sends the RPC there (that cluster's reference is the
-   one taken), else the route's draw stands.  The RPC gets its
+   one taken), else the route's draw stands.  A route naming a
+   cluster specifier plugin (RLS) has no cluster the cookie can keep: its
+   cookie's cluster part is empty (C-core: the cluster attribute is not a
+   ``cluster:`` child), the address still pins.  The RPC gets its
    :class:`~pyxds.resolver.stateful_session.SessionCall` as the
    ``xds_override_host`` call attribute (the LB picker honours the cookie's
    address and writes the picked one) and as ``CallConfig.call_state`` (the
@@ -454,11 +457,17 @@ class XdsConfigSelector(ConfigSelector):
         cookie = choice.session
         if cookie is not None and cookie.applies_to(path):
             address_list, cookie_cluster, addresses = cookie.read_split(metadata)
-            cluster = choice.ref.name
-            if cookie_cluster and cookie_cluster != cluster:
-                pinned = action.by_cluster.get(cookie_cluster)
-                if pinned is not None:
-                    choice, cluster = pinned, cookie_cluster
+            if choice.ref.child_policy is not None:
+                # a cluster specifier plugin's route (RLS): no cluster to
+                # keep or write; the address still pins (C-core's empty
+                # cluster when the attribute is no "cluster:" child)
+                cluster = ""
+            else:
+                cluster = choice.ref.name
+                if cookie_cluster and cookie_cluster != cluster:
+                    pinned = action.by_cluster.get(cookie_cluster)
+                    if pinned is not None:
+                        choice, cluster = pinned, cookie_cluster
             session = SessionCall(
                 cookie.config, address_list, cluster, cluster != cookie_cluster, addresses
             )

@@ -19,9 +19,10 @@ Per RPC (:meth:`SessionCookie.start`):
    ``/``); otherwise the filter does nothing for this RPC.
 2. The ``cookie`` metadata (all values joined with ``,``, as C-core reads
    a header) is split on ``"; "``; the first cookie named ``name`` is
-   base64-decoded (standard alphabet, padding optional).  A value that is
-   not base64, or longer than :data:`MAX_COOKIE_VALUE` characters, counts as
-   no cookie.  The decoded text is ``"<address list>;<cluster>"``; the
+   base64-decoded as absl does (standard alphabet, padding absent or
+   complete, ASCII whitespace skipped); its length is not capped (C-core
+   has no cap; a long A61 address list is read to its end).  A value that
+   is not base64 counts as no cookie.  The decoded text is ``"<address list>;<cluster>"``; the
    address list (A61: an endpoint's addresses, comma-separated) goes into
    the RPC's :class:`SessionCall`, the ``xds_override_host`` call attribute
    that the LB picker reads (an address not in the cluster is ignored there:
@@ -66,7 +67,6 @@ from pyxds.xds.resources.stateful_session import (
 __all__ = [
     "COOKIE_HEADER",
     "SET_COOKIE_HEADER",
-    "MAX_COOKIE_VALUE",
     "SessionCall",
     "SessionCookie",
     "StatefulSessionFilter",
@@ -80,8 +80,9 @@ SET_COOKIE_HEADER = "set-cookie"
 #: a longer cookie value is not decoded (it counts as no cookie: normal
 #: pick, new cookie, as C-core ends up doing with a value that names no
 #: endpoint of the cluster)
-MAX_COOKIE_VALUE = 4096
 _CACHE_LIMIT = 4096
+#: Headers longer than this are decoded per RPC, never kept in the cache.
+_MAX_CACHED_HEADER = 4096
 _NOTHING: tuple[tuple[str, str], ...] = ()
 _NO_COOKIE: tuple[str, str, tuple[str, ...]] = ("", "", ())
 
@@ -105,12 +106,23 @@ def _header(metadata: Sequence[tuple[str, Any]]) -> str | None:
     return values[0] if len(values) == 1 else ",".join(values)
 
 
+_ASCII_SPACE = str.maketrans("", "", " \t\n\v\f\r")
+
+
 def _b64decode(text: str) -> str | None:
-    """absl::Base64Unescape: the standard alphabet, padding optional."""
-    if len(text) % 4 == 1:
+    """absl::Base64Unescape, as C-core decodes the cookie: the standard
+    alphabet; ASCII whitespace anywhere is skipped; the padding is absent
+    or complete (``QQ=`` is refused, ``QQ`` and ``QQ==`` are "A")."""
+    text = text.translate(_ASCII_SPACE)
+    body = text.rstrip("=")
+    rest = len(body) % 4
+    if rest == 1 or "=" in body:
+        return None
+    padding = len(text) - len(body)
+    if padding and padding != (4 - rest) % 4:
         return None
     try:
-        raw = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+        raw = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
     except (binascii.Error, ValueError):
         return None
     return raw.decode("latin-1")
@@ -122,8 +134,6 @@ def cookie_value(header: str, name: str) -> tuple[str, str]:
     for part in header.split("; "):
         key, _, value = part.partition("=")
         if key == name:
-            if len(value) > MAX_COOKIE_VALUE:
-                return "", ""
             decoded = _b64decode(value)
             if decoded is None:
                 return "", ""
@@ -216,7 +226,7 @@ class SessionCookie(CallFilter):
             address_list, cluster = cookie_value(header, self.config.name)
             split = tuple(address_list.split(",")) if address_list else ()
             got = (address_list, cluster, split)
-            if len(header) <= MAX_COOKIE_VALUE:
+            if len(header) <= _MAX_CACHED_HEADER:
                 if len(self._cookies) >= _CACHE_LIMIT:
                     self._cookies.clear()
                 self._cookies[header] = got
