@@ -35,7 +35,7 @@ from pyxds.channel.grpc_calls import (
     NO_REQUEST,
     GrpcMethod,
     call_metadata,
-    unary_deadline_status,
+    unary_status,
 )
 from pyxds.channel.request_buffer import (
     PULL,
@@ -126,7 +126,7 @@ def _sync_status(call: Any) -> Status | None:
 def _unary_error(err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
     """``err`` as grpcio's own channel words it for a unary-response call."""
     status = Status(err.code(), err.details() or "")
-    worded = unary_deadline_status(status)
+    worded = unary_status(status)
     if worded is status:
         return err
     return grpc.aio.AioRpcError(
@@ -509,7 +509,7 @@ class AioUnaryResponseCall(
         self._task = self._loop.create_task(self._run(None, delay))
 
     def _finish(self, status: Status, call: Any = None) -> None:
-        super()._finish(unary_deadline_status(status), call)
+        super()._finish(unary_status(status), call)
 
     async def _run(self, first: Any, delay: float = 0.0) -> _Response:
         """The attempts of a call whose first pick did not start one at once."""
