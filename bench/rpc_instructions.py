@@ -15,6 +15,12 @@ run, which valgrind stretches (and the load of the machine with it): the
 calling thread's figure is the steadiest; compare clients with each other,
 not with a native run.
 
+``plain-2loops-aio`` (not in the default kinds) is plain grpc.aio with a
+second event loop in another thread bound to grpcio's aio poller (one idle
+channel on it), as pyxds's xDS stream loop is: grpcio wakes every bound loop
+per completion and forwards what the wrong one read, a cost every pyxds.aio
+RPC pays.
+
 Usage: python bench/rpc_instructions.py [--count 300] [--kinds plain,core,pyxds]
 """
 
@@ -64,6 +70,20 @@ async def aio_main():
         import pyxds.aio
         channel = pyxds.aio.insecure_channel(target, bootstrap=bootstrap)
     else:
+        if kind == "plain-2loops-aio":
+            # a second event loop bound to grpcio's aio poller, as pyxds's
+            # xDS stream loop is: what grpcio's dispatch between loops costs
+            import threading
+            side_ready = threading.Event()
+            def side():
+                async def hold():
+                    side_channel = grpc.aio.insecure_channel(target)
+                    await side_channel.unary_unary(METHOD)(b"x", timeout=60, wait_for_ready=True)
+                    side_ready.set()
+                    await asyncio.sleep(3600)
+                asyncio.new_event_loop().run_until_complete(hold())
+            threading.Thread(target=side, daemon=True).start()
+            side_ready.wait(60)
         channel = grpc.aio.insecure_channel(target)
     mc = channel.unary_unary(METHOD)
     for _ in range(50):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, cast
 
 import grpc
@@ -35,7 +36,7 @@ from pyxds.channel.grpc_calls import (
     NO_REQUEST,
     GrpcMethod,
     call_metadata,
-    unary_deadline_status,
+    unary_status,
 )
 from pyxds.channel.request_buffer import (
     PULL,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:  # the bootstrap loads the xDS resource types: only an xds: ta
     from pyxds.xds.bootstrap import BootstrapSource
 
 _CANCELLED = CANCELLED
+_OK = grpc.StatusCode.OK
 #: what a grpc.aio client-streaming call's own status may say when grpcio's
 #: request writer hit a stream that had already ended (e.g. refused): the
 #: real reason is the status the call's receive side raises.
@@ -118,7 +120,10 @@ def _sync_status(call: Any) -> Status | None:
         if raw is None:
             return None
         code = _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE[raw.code()]
-        return Status(code, raw.details() or "")
+        details = raw.details()
+        if code is _OK and not details:
+            return OK_STATUS  # the common end: no Status to build
+        return Status(code, details or "")
     except Exception:
         return None
 
@@ -126,7 +131,7 @@ def _sync_status(call: Any) -> Status | None:
 def _unary_error(err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
     """``err`` as grpcio's own channel words it for a unary-response call."""
     status = Status(err.code(), err.details() or "")
-    worded = unary_deadline_status(status)
+    worded = unary_status(status)
     if worded is status:
         return err
     return grpc.aio.AioRpcError(
@@ -306,7 +311,7 @@ class _AioCall(Generic[_Response]):
             raise
         self._inner = inner
         self._started.set()
-        inner.add_done_callback(lambda call, t=transport: self._inner_done(call, t))
+        inner.add_done_callback(partial(self._inner_done, transport))
         return inner
 
     async def _open(self, delay: float = 0.0, first: Any = None) -> Any:
@@ -348,7 +353,7 @@ class _AioCall(Generic[_Response]):
         """Start the next attempt after ``delay`` seconds (a task of the call)."""
         raise NotImplementedError
 
-    def _inner_done(self, call: Any, transport: Transport) -> None:
+    def _inner_done(self, transport: Transport, call: Any) -> None:
         transport.call_finished()
         if self._awaited():
             return
@@ -399,12 +404,14 @@ class _AioCall(Generic[_Response]):
         self._status = status
         self._done_event.set()
         self._rpc.finish(status, call)
-        callbacks, self._done_callbacks = self._done_callbacks, []
-        for cb in callbacks:
-            try:
-                cb(self)
-            except Exception:
-                pass
+        callbacks = self._done_callbacks
+        if callbacks:
+            self._done_callbacks = []
+            for cb in callbacks:
+                try:
+                    cb(self)
+                except Exception:
+                    pass
 
     # -- grpc.aio.Call surface -------------------------------------------
     def cancelled(self) -> bool:
@@ -509,7 +516,7 @@ class AioUnaryResponseCall(
         self._task = self._loop.create_task(self._run(None, delay))
 
     def _finish(self, status: Status, call: Any = None) -> None:
-        super()._finish(unary_deadline_status(status), call)
+        super()._finish(status if status.code is _OK else unary_status(status), call)
 
     async def _run(self, first: Any, delay: float = 0.0) -> _Response:
         """The attempts of a call whose first pick did not start one at once."""
@@ -537,20 +544,23 @@ class AioUnaryResponseCall(
             self._finish(OK_STATUS, inner)
             return response
 
-    async def _await(self) -> _Response:
+    def __await__(self) -> Generator[Any, None, _Response]:
+        # a generator rather than a coroutine the awaiter wraps: ``yield
+        # from`` is ``await``'s own protocol, with one object less per call
         while True:
-            if self._task is not None:
-                result: _Response = await self._task
+            task = self._task
+            if task is not None:
+                result: _Response = yield from task.__await__()
                 return result
             inner = self._inner
             if inner is None:  # the channel failed it before any attempt
                 assert self._error is not None
                 raise self._error
             try:
-                response: _Response = await inner
+                response: _Response = yield from inner.__await__()
                 return response
             except grpc.aio.AioRpcError as err:
-                self._settle(inner, await _final_status(inner, err))
+                self._settle(inner, (yield from _final_status(inner, err).__await__()))
                 if self._task is None:
                     mapped = _unary_error(err)
                     if mapped is err:
@@ -563,9 +573,6 @@ class AioUnaryResponseCall(
                 inner.cancel()
                 self._settle(inner, _CANCELLED)
                 raise
-
-    def __await__(self) -> Generator[Any, None, _Response]:
-        return self._await().__await__()
 
     def cancel(self) -> bool:
         if self._finished:
@@ -744,7 +751,9 @@ class _AioMultiCallable(Generic[_Request, _Response, _Call]):
         core = self._core
         if core.closed:  # grpc.aio's words for a call on a closed channel
             raise grpc.aio.UsageError("Channel is closed.")
-        self._channel._bind_loop()
+        channel = self._channel
+        if channel._loop is None:
+            channel._bind_loop()
         buffer = None
         if self._client_streaming:
             if request is None:

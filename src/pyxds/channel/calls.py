@@ -37,7 +37,7 @@ from pyxds.channel.grpc_calls import (
     SERIALIZE_FAILED,
     GrpcMethod,
     call_metadata,
-    unary_deadline_status,
+    unary_status,
 )
 from pyxds.channel.request_buffer import (
     PULL,
@@ -406,7 +406,7 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
             self._next_attempt(delay)
             return
         if self._unary_response:
-            worded = unary_deadline_status(status)
+            worded = unary_status(status)
             if worded is not status:
                 with self._cond:
                     self._error = ChannelRpcError(
@@ -695,7 +695,7 @@ def blocking_unary(
                 if delay > 0:
                     time.sleep(delay)
                 continue
-            worded = unary_deadline_status(status)
+            worded = unary_status(status)
             if worded is not status:
                 raise ChannelRpcError(worded, *call_metadata(err)) from None
             config = rpc.call_config

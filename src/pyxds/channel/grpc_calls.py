@@ -8,13 +8,16 @@ attempt starts on the picked subchannel's transport with
 transport's channel, cached on the transport per (kind, method,
 serializers), called with the attempt's metadata (``Rpc.send_metadata``),
 the time left to the deadline, never waiting for ready (the pyxds channel
-did the waiting).  While A66 metrics
-are on, an attempt gets a multicallable of its own whose serializers count
-its message bytes (:func:`pyxds.channel.call_metrics.counting`).
+did the waiting).  A sync unary-unary one is called the lean way
+(:class:`pyxds.channel.grpc_unary.LeanUnaryUnary`: grpcio's own blocking
+call without the bookkeeping its OK outcome does not use).  While A66
+metrics are on, an attempt gets a multicallable of its own whose
+serializers count its message bytes
+(:func:`pyxds.channel.call_metrics.counting`).
 
 Reading: :func:`call_metadata` reads a finished call's (initial, trailing)
-metadata without blocking or awaiting; :func:`unary_deadline_status` words a
-unary-response call's deadline as grpcio's own channel does.
+metadata without blocking or awaiting; :func:`unary_status` words a
+unary-response call's deadline and close as grpcio's own channel does.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from pyxds.channel.call_metrics import counting
+from pyxds.channel.grpc_unary import lean
 from pyxds.channel.request_buffer import Replay
 from pyxds.status import Status
 
@@ -39,7 +43,7 @@ __all__ = [
     "GrpcMethod",
     "call_metadata",
     "trailing_metadata_of",
-    "unary_deadline_status",
+    "unary_status",
 ]
 
 _log = logging.getLogger(__name__)
@@ -54,21 +58,25 @@ SERIALIZE_FAILED = Status(grpc.StatusCode.INTERNAL, "Exception serializing reque
 #: (the application writes its requests with ``write()``)
 NO_REQUEST: Any = object()
 
-_DEADLINE_CODE = grpc.StatusCode.DEADLINE_EXCEEDED
 DEADLINE_EXCEEDED = Status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
-#: a unary call's deadline as C-core words it on a channel without its retry
-#: filter (the subchannels' grpcio channels have retries off)
-_STREAM_REMOVED_DEADLINE = Status(
-    grpc.StatusCode.DEADLINE_EXCEEDED, "Stream removed (Deadline Exceeded)"
-)
+#: a unary call's end as C-core words it on a channel without its retry
+#: filter (the subchannels' grpcio channels have retries off), and as
+#: grpcio's own channel words it
+_GRPCIO_WORDS = {
+    (grpc.StatusCode.DEADLINE_EXCEEDED, "Stream removed (Deadline Exceeded)"): DEADLINE_EXCEEDED,
+    (grpc.StatusCode.CANCELLED, "Stream removed (Channel closed!)"): Status(
+        grpc.StatusCode.CANCELLED, "Channel closed!"
+    ),
+}
 
 
-def unary_deadline_status(status: Status) -> Status:
+def unary_status(status: Status) -> Status:
     """``status`` of a unary-response call as grpcio's own channel words it:
-    its deadline is DEADLINE_EXCEEDED "Deadline Exceeded" (sync, future and
-    aio calls share this one rule; streams keep C-core's words, as grpcio)."""
-    if status.code is _DEADLINE_CODE and status.details == _STREAM_REMOVED_DEADLINE.details:
-        return DEADLINE_EXCEEDED
+    its deadline is DEADLINE_EXCEEDED "Deadline Exceeded", a call cut by the
+    channel's ``close()`` CANCELLED "Channel closed!" (sync, future and aio
+    calls share this one rule; streams keep C-core's words, as grpcio)."""
+    if status.details.startswith("Stream removed ("):
+        return _GRPCIO_WORDS.get((status.code, status.details), status)
     return status
 
 
@@ -80,8 +88,10 @@ def _make(transport: Transport, kind: str, method: str, ser: Any, deser: Any) ->
     registering costs more than it saves (callgrind, per unary RPC on the
     calling thread: sync 258k instructions registered, 245.5k not; aio 321k
     and 308k; a fresh registered multicallable for one attempt adds ~18 us).
+    A sync unary-unary one is called the lean way (:mod:`grpc_unary`).
     """
-    return getattr(transport.channel, kind)(method, ser, deser)
+    mc = getattr(transport.channel, kind)(method, ser, deser)
+    return lean(mc) if kind == "unary_unary" else mc
 
 
 class GrpcMethod:

@@ -27,12 +27,13 @@ is called, nothing calls back into it:
       (:func:`pyxds.resolver.http_filters.run_chain`), giving the RPC's
       filter state (None when they have nothing to do).
    b. *Filters before the pick*: an A33 delay (never past the deadline),
-      then an abort; the filters' ``pick_attributes`` hook.
-   c. *The picker*: the channel's current one.  ``PickComplete`` -> the
-      subchannel's transport, counted (the filters' ``picked`` hook hears
-      the address); ``PickQueue`` -> wait for the channel's next
-      publication; ``PickFail`` -> fail (A6: the RPC's retry policy may
-      retry it), or wait when wait_for_ready; ``PickDrop`` -> fail.  A pick
+      then an abort.
+   c. *The picker*: the channel's current one, with the route's call
+      attributes (A55's session rides there, put by the ConfigSelector).
+      ``PickComplete`` -> the subchannel's transport, counted;
+      ``PickQueue`` -> wait for the channel's next publication;
+      ``PickFail`` -> fail (A6: the RPC's retry policy may retry it), or
+      wait when wait_for_ready; ``PickDrop`` -> fail.  A pick
       that fails while the route it was routed by is being replaced is
       routed again (a route switch fails no RPC).
 
@@ -247,13 +248,10 @@ class Rpc:
                 assert config is not None
             attributes = config.call_attributes
             filters = self.filters
-            if filters is not None:
-                if filters.before_pick and not self._filters_done:
-                    held = self._before_pick(filters)
-                    if held is not None:
-                        return held if held.__class__ is float else self.finish(held)  # type: ignore[arg-type]
-                if filters.pick_attributes is not None:
-                    attributes = filters.pick_attributes(attributes)
+            if filters is not None and not self._filters_done:
+                held = self._before_pick(filters)
+                if held is not None:
+                    return held if held.__class__ is float else self.finish(held)  # type: ignore[arg-type]
             picker = core.picker
             if picker is self._stale_picker:
                 return None  # it chose a lost connection for this RPC: wait for the next
@@ -373,9 +371,6 @@ class Rpc:
         if not transport.call_started():
             self._report(ATTEMPT_NOT_STARTED)
             return None
-        filters = self.filters
-        if filters is not None and filters.picked is not None:
-            filters.picked(transport_address(subchannel))
         self.phase = RUNNING
         self._transport = transport
         return transport
@@ -525,14 +520,6 @@ class Rpc:
         self.cancelled = True
         return True
 
-    def response_headers(self, metadata: Any) -> Any:
-        """The response's initial metadata as the application sees it (the
-        route's filters may add to it: A55 ``set-cookie``)."""
-        filters = self.filters
-        if filters is None or filters.response_headers is None:
-            return metadata
-        return filters.response_headers(metadata)
-
     # ------------------------------------------------------------------
     # 4. The end
     # ------------------------------------------------------------------
@@ -591,8 +578,3 @@ class Rpc:
                 done(status)
             except Exception:
                 _log.exception("pyxds: on_call_done raised")
-
-
-def transport_address(subchannel: SubchannelCore | None) -> str:
-    """The address a completed pick's attempt goes to."""
-    return subchannel.address if subchannel is not None else ""

@@ -156,21 +156,34 @@ route's hash policies (gRFC A42 "Hash computation") and read by
 ``ring_hash_experimental``; absent when the route has no hash policy."""
 
 
-@dataclass(frozen=True, slots=True)
+# PickArgs and PickComplete are made on every pick: frozen slotted
+# dataclasses whose __init__ stores each field through its slot descriptor
+# (the generated frozen __init__ pays an object.__setattr__ per field).
+@dataclass(frozen=True, slots=True, init=False)
 class PickArgs:
     """Per-RPC pick input.  ``call_attributes["cluster"]`` names the
     xds_cluster_manager child chosen by the ConfigSelector (A31);
     ``call_attributes[REQUEST_HASH_KEY]`` carries the request hash (A42)."""
 
     path: str
-    metadata: Sequence[tuple[str, str | bytes]] = ()
-    call_attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
+    metadata: Sequence[tuple[str, str | bytes]]
+    call_attributes: Mapping[str, Any]
+
+    def __init__(
+        self,
+        path: str,
+        metadata: Sequence[tuple[str, str | bytes]] = (),
+        call_attributes: Mapping[str, Any] = EMPTY_ATTRIBUTES,
+    ) -> None:
+        _set_path(self, path)
+        _set_metadata(self, metadata)
+        _set_call_attributes(self, call_attributes)
 
 
 TrailingMetadata = Sequence[tuple[str, Union[str, bytes]]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class PickComplete:
     """Send the RPC on ``subchannel``; call ``on_call_done(status)`` when it ends.
 
@@ -195,10 +208,39 @@ class PickComplete:
     ``x-google-rls-data``)."""
 
     subchannel: Subchannel
-    on_call_done: Callable[[Status], None] | None = None
-    on_call_trailers: Callable[[TrailingMetadata], None] | None = None
-    attempt_labels: Mapping[str, str] | None = None
-    metadata: tuple[tuple[str, str], ...] | None = None
+    on_call_done: Callable[[Status], None] | None
+    on_call_trailers: Callable[[TrailingMetadata], None] | None
+    attempt_labels: Mapping[str, str] | None
+    metadata: tuple[tuple[str, str], ...] | None
+
+    def __init__(
+        self,
+        subchannel: Subchannel,
+        on_call_done: Callable[[Status], None] | None = None,
+        on_call_trailers: Callable[[TrailingMetadata], None] | None = None,
+        attempt_labels: Mapping[str, str] | None = None,
+        metadata: tuple[tuple[str, str], ...] | None = None,
+    ) -> None:
+        _set_subchannel(self, subchannel)
+        _set_on_call_done(self, on_call_done)
+        _set_on_call_trailers(self, on_call_trailers)
+        _set_attempt_labels(self, attempt_labels)
+        _set_pick_metadata(self, metadata)
+
+
+def _slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    setter: Callable[[Any, Any], None] = getattr(cls, name).__set__
+    return setter
+
+
+_set_path = _slot_setter(PickArgs, "path")
+_set_metadata = _slot_setter(PickArgs, "metadata")
+_set_call_attributes = _slot_setter(PickArgs, "call_attributes")
+_set_subchannel = _slot_setter(PickComplete, "subchannel")
+_set_on_call_done = _slot_setter(PickComplete, "on_call_done")
+_set_on_call_trailers = _slot_setter(PickComplete, "on_call_trailers")
+_set_attempt_labels = _slot_setter(PickComplete, "attempt_labels")
+_set_pick_metadata = _slot_setter(PickComplete, "metadata")
 
 
 ATTEMPT_NOT_STARTED = Status(grpc.StatusCode.UNAVAILABLE, "subchannel not ready")

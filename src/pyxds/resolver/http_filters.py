@@ -23,27 +23,23 @@ The chain travels in the RPC's ``CallConfig.filters``.
 Per RPC the channel calls every filter's :meth:`CallFilter.on_call` once,
 before the first pick (as C-core runs them above its retry logic): each
 may answer a :class:`FilterVerdict`, the filter's state for that one RPC:
-
-* before the pick: wait ``delay``, then maybe fail the RPC with ``abort``
-  (A33), ``done`` once carried out;
-* ``pick_attributes(attributes)``: before every pick, the call attributes
-  the LB picker reads (A55: the override host from the request's cookie;
-  never the ``cluster`` attribute: the ConfigSelector chose that cluster,
-  and holds its reference, before the filters ran; A60's pin is its choice);
-* ``picked(address)``: after every completed pick, the endpoint chosen;
-* ``response_headers(metadata)``: the response's initial metadata as the
-  application sees it (A55: a ``set-cookie`` entry).
-
-:func:`run_chain` folds the chain's verdicts into one per RPC, kept by the
-channel's :class:`pyxds.channel.rpc.Rpc`, which calls each hook in its
-place of the RPC's story.  A filter that has nothing to do on the call path
-(the router; a fault filter with no fault) contributes no CallFilter at
-all, and a route whose filters answer None costs nothing per RPC.
+wait ``delay``, then maybe fail the RPC with ``abort`` (A33), ``done``
+once carried out.  :func:`run_chain` folds the chain's verdicts into one
+per RPC, kept by the channel's :class:`pyxds.channel.rpc.Rpc`.  A filter
+that has nothing to do on the call path (the router; a fault filter with
+no fault) contributes no CallFilter at all, and a route whose filters
+answer None costs nothing per RPC.
 
 A filter that must act while the RPC is routed and see its response (A55
-stateful session, :mod:`pyxds.resolver.stateful_session`) is taken out of
-the chain by the ConfigSelector, which applies it and hands the channel a
-per-RPC ``CallConfig.call_state``.
+stateful session, :mod:`pyxds.resolver.stateful_session`) is not a
+verdict: the ConfigSelector takes it out of the chain and applies it while
+it routes the RPC (A60 lets the cookie choose the cluster, whose reference
+the selector holds, A31).  It hands the LB picker a call attribute (the
+override host) and the channel a per-RPC ``CallConfig.call_state``
+(:class:`pyxds.resolver.api.CallState`) whose ``response_metadata()`` the
+channel adds to the response the application reads
+(:mod:`pyxds.channel.response_metadata`).  That is the one home of per-RPC
+work that reaches past the pick.
 
 Adding a filter (e.g. A83 gcp_authn) is one subclass of
 :class:`HttpFilter` and one :func:`register` call.
@@ -53,7 +49,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,27 +65,16 @@ __all__ = [
 ]
 
 
-Metadata = Sequence[tuple[str, Any]]
-
-
 @dataclass(frozen=True, slots=True)
 class FilterVerdict:
     """What a filter does to one RPC (see the module docstring): before its
     pick wait ``delay`` seconds, then fail it with ``abort`` (None: go on);
     ``done`` is called once when that has been carried out (or the RPC
-    ended first).  The optional hooks run at their step of every attempt."""
+    ended first)."""
 
     delay: float = 0.0
     abort: Status | None = None
     done: Callable[[], None] | None = None
-    pick_attributes: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
-    picked: Callable[[str], None] | None = None
-    response_headers: Callable[[Metadata], Metadata] | None = None
-
-    @property
-    def before_pick(self) -> bool:
-        """Whether a delay, an abort or a ``done`` is still to carry out."""
-        return self.delay > 0 or self.abort is not None or self.done is not None
 
 
 class CallFilter(ABC):
@@ -173,9 +158,8 @@ def run_chain(
     chain: Sequence[CallFilter], metadata: Sequence[tuple[str, Any]], rng: random.Random
 ) -> FilterVerdict | None:
     """Run a route's filters for one RPC: their delays add up; the first
-    abort ends the chain (later filters do not see the RPC); the hooks of
-    the filters that saw it run in chain order (``response_headers`` in
-    reverse, as a response travels back up the chain)."""
+    abort ends the chain (later filters do not see the RPC); the ``done``
+    of every filter that saw it runs, in chain order."""
     verdicts: list[FilterVerdict] = []
     for call_filter in chain:
         verdict = call_filter.on_call(metadata, rng)
@@ -188,40 +172,22 @@ def run_chain(
         return None
     if len(verdicts) == 1:
         return verdicts[0]
-    abort = verdicts[-1].abort
     return FilterVerdict(
         sum(v.delay for v in verdicts),
-        abort,
-        _in_order([v.done for v in verdicts]),
-        _folded([v.pick_attributes for v in verdicts]),
-        _in_order([v.picked for v in verdicts]),
-        _folded([v.response_headers for v in reversed(verdicts)]),
+        verdicts[-1].abort,
+        _in_order([v.done for v in verdicts if v.done is not None]),
     )
 
 
-def _in_order(fns: list[Callable[..., None] | None]) -> Callable[..., None] | None:
-    present = [fn for fn in fns if fn is not None]
-    if len(present) <= 1:
-        return present[0] if present else None
+def _in_order(fns: list[Callable[[], None]]) -> Callable[[], None] | None:
+    if len(fns) <= 1:
+        return fns[0] if fns else None
 
-    def each(*args: Any) -> None:
-        for fn in present:
-            fn(*args)
+    def each() -> None:
+        for fn in fns:
+            fn()
 
     return each
-
-
-def _folded(fns: list[Callable[[Any], Any] | None]) -> Callable[[Any], Any] | None:
-    present = [fn for fn in fns if fn is not None]
-    if len(present) <= 1:
-        return present[0] if present else None
-
-    def fold(value: Any) -> Any:
-        for fn in present:
-            value = fn(value)
-        return value
-
-    return fold
 
 
 # the built-in filters (A33 fault injection, A55 stateful session) register

@@ -1,0 +1,343 @@
+"""grpcio's blocking unary-unary call without the bookkeeping its common
+outcome does not use (issue 18 item 2: cost per RPC).
+
+Theory of operation
+-------------------
+
+Every attempt of a pyxds RPC is a call on a subchannel's grpcio channel.
+For the commonest call, a blocking unary-unary ``__call__`` /
+``with_call``, grpcio's Python layer (``grpc/_channel.py``,
+``_UnaryUnaryMultiCallable._blocking``) spends about as many instructions
+as C-core's whole call (callgrind, grpcio 1.85, calling thread: 190k per
+call through the multicallable, 114k for the same C-core call made as
+below): it builds an ``_RPCState`` (a ``threading.Condition``, a set of
+due operations) and walks the six completed operations in Python before
+it looks at the status.
+
+:class:`LeanUnaryUnary` stands in for one grpcio unary-unary
+multicallable (same call signatures).  A call:
+
+1. does what grpcio's ``_blocking`` does up to the end of the C-core
+   call, in its order and with grpcio's own helpers and values: the
+   deadline from ``timeout`` (wall clock, as grpcio), the request
+   serialized (``_common.serialize``; a failure raises grpcio's
+   ``_InactiveRpcError`` "Exception serializing request!"), the initial
+   metadata flags of ``wait_for_ready``, the metadata, the six operations,
+   ``segregated_call`` with the same arguments (the deadline capped by a
+   server call's own, ``get_deadline_from_context``), ``next_event()``.
+   Whatever raises on the way (a closed channel, malformed metadata, a
+   timeout that is not a number) is what grpcio raises;
+2. when the call ended OK with a response that deserialized
+   (``_common.deserialize``), ``__call__`` returns it: what grpcio's
+   ``_handle_event`` and ``_end_unary_response_blocking`` return for that
+   outcome;
+3. for every other outcome, and for ``with_call`` (whose call object is
+   built from the RPC's state), the same completed event goes through
+   grpcio's own ``_RPCState``, ``_handle_event`` and
+   ``_end_unary_response_blocking``: each status, a deadline, a response
+   that does not deserialize (the deserializer is not run twice: its first
+   result is handed over) raise grpcio's own exception objects, with
+   grpcio's codes, details, metadata and debug strings.
+
+Calls it does not take (it hands them to the grpcio multicallable
+itself): call credentials, compression, and any call while grpcio's
+observability plugin is registered (grpcio records each call's latency
+then); ``future()``.
+
+Enabled only on a grpcio whose functions it mirrors are, line for line,
+the ones it was checked against (:data:`VERIFIED`, a fingerprint of
+their source text: a grpcio that changed any of them gets its plain
+multicallables), and checked by differential tests against grpcio's own
+channel for every outcome (tests/e2e/test_conformance_unary_lean.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+__all__ = ["VERIFIED", "LeanUnaryUnary", "available", "fingerprint", "lean"]
+
+_log = logging.getLogger(__name__)
+
+#: fingerprints (:func:`fingerprint`) of the grpcio sources checked
+VERIFIED = {
+    "c40191b0f2a36d89d7567be391fa833f934b10b0a0c286a11f0e4588a6eb6521": "grpcio 1.85.3",
+}
+
+_AVAILABLE: bool | None = None
+
+
+def _mirrored() -> list[Any]:
+    """The grpcio functions whose behaviour :class:`LeanUnaryUnary` repeats
+    or relies on."""
+    _channel: Any = importlib.import_module("grpc._channel")
+    _common: Any = importlib.import_module("grpc._common")
+    _compression: Any = importlib.import_module("grpc._compression")
+    _observability: Any = importlib.import_module("grpc._observability")
+    mc = _channel._UnaryUnaryMultiCallable
+    return [
+        mc.__init__,
+        mc._prepare,
+        mc._blocking,
+        mc.__call__,
+        mc.with_call,
+        _channel._start_unary_request,
+        _channel._deadline,
+        _channel._determine_deadline,
+        _channel._end_unary_response_blocking,
+        _channel._InitialMetadataFlags.__new__,
+        _channel._InitialMetadataFlags.with_wait_for_ready,
+        _channel._RPCState.__init__,
+        _channel._handle_event,
+        _channel._abort,
+        _compression.augment_metadata,
+        _common._transform,
+        _common.serialize,
+        _common.deserialize,
+        _observability.maybe_record_rpc_latency,
+    ]
+
+
+def fingerprint() -> str:
+    """SHA-256 of the source lines of the mirrored grpcio functions."""
+    digest = hashlib.sha256()
+    files: dict[str, list[str]] = {}
+    for fn in _mirrored():
+        code = fn.__code__
+        lines = files.get(code.co_filename)
+        if lines is None:
+            with open(code.co_filename, encoding="utf-8") as f:
+                lines = files[code.co_filename] = f.read().splitlines()
+        last = max(line for _, _, line in code.co_lines() if line is not None)
+        digest.update("\n".join(lines[code.co_firstlineno - 1 : last]).encode())
+    return digest.hexdigest()
+
+
+def available() -> bool:
+    """Whether this grpcio is one :class:`LeanUnaryUnary` was checked against
+    (its private names are bound into this module then)."""
+    global _AVAILABLE
+    if _AVAILABLE is None:
+        try:
+            ok = fingerprint() in VERIFIED
+            if ok:
+                _bind()
+        except Exception:  # another layout of grpcio: its own multicallables
+            ok = False
+        _AVAILABLE = ok
+        if not _AVAILABLE:
+            _log.debug("pyxds: grpcio %s: plain unary multicallables", grpc.__version__)
+    return _AVAILABLE
+
+
+def lean(mc: Any) -> Any:
+    """``mc`` (a grpcio multicallable) as a :class:`LeanUnaryUnary` when it
+    is a sync unary-unary one and this grpcio was checked; else ``mc``."""
+    if type(mc).__module__ != "grpc._channel" or not available():
+        return mc
+    if type(mc) is not _UnaryUnaryMultiCallable:
+        return mc
+    return LeanUnaryUnary(mc)
+
+
+class LeanUnaryUnary:
+    """One grpcio unary-unary multicallable, called the lean way (see the
+    module docstring)."""
+
+    __slots__ = (
+        "_mc",
+        "_call_on",
+        "_method",
+        "_context",
+        "_handle",
+        "_serializer",
+        "_deserializer",
+        "_names",
+    )
+
+    def __init__(self, mc: Any) -> None:
+        self._mc = mc
+        self._call_on = mc._channel.segregated_call
+        self._method: bytes = mc._method
+        self._context = mc._context
+        self._handle = mc._registered_call_handle
+        self._serializer: Callable[[Any], bytes] | None = mc._request_serializer
+        self._deserializer: Callable[[bytes], Any] | None = mc._response_deserializer
+        #: (method, target) as grpcio's state names them (decoded once)
+        self._names: tuple[str, str] | None = None
+
+    def __call__(
+        self,
+        request: Any,
+        timeout: float | None = None,
+        metadata: Sequence[tuple[str, str | bytes]] | None = None,
+        credentials: grpc.CallCredentials | None = None,
+        wait_for_ready: bool | None = None,
+        compression: grpc.Compression | None = None,
+    ) -> Any:
+        if credentials is not None or compression is not None or _plugin_registered():
+            return self._mc(request, timeout, metadata, credentials, wait_for_ready, compression)
+        return self._blocking(request, timeout, metadata, wait_for_ready, False)
+
+    def with_call(
+        self,
+        request: Any,
+        timeout: float | None = None,
+        metadata: Sequence[tuple[str, str | bytes]] | None = None,
+        credentials: grpc.CallCredentials | None = None,
+        wait_for_ready: bool | None = None,
+        compression: grpc.Compression | None = None,
+    ) -> Any:
+        if credentials is not None or compression is not None or _plugin_registered():
+            return self._mc.with_call(
+                request, timeout, metadata, credentials, wait_for_ready, compression
+            )
+        return self._blocking(request, timeout, metadata, wait_for_ready, True)
+
+    def future(self, *args: Any, **kwargs: Any) -> Any:
+        return self._mc.future(*args, **kwargs)
+
+    def _blocking(
+        self,
+        request: Any,
+        timeout: float | None,
+        metadata: Sequence[tuple[str, str | bytes]] | None,
+        wait_for_ready: bool | None,
+        with_call: bool,
+    ) -> Any:
+        # 1. grpcio's _blocking, in its order (module docstring)
+        deadline = None if timeout is None else time.time() + timeout
+        serialized = _serialize(request, self._serializer)
+        flags = _FLAGS[None if wait_for_ready is None else bool(wait_for_ready)]
+        augmented = tuple(metadata) if metadata else None  # augment_metadata, no compression
+        if serialized is None:
+            raise _InactiveRpcError(_RPCState((), (), (), _INTERNAL, _SERIALIZE_FAILED))
+        parent = _parent_deadline()
+        if parent is not None:
+            deadline = parent if deadline is None else min(parent, deadline)
+        message_op = _ReceiveMessage(0)
+        status_op = _ReceiveStatus(0)
+        operations = (
+            _SendInitialMetadata(augmented, flags),
+            _SendMessage(serialized, 0),
+            _SendClose(0),
+            _ReceiveInitialMetadata(0),
+            message_op,
+            status_op,
+        )
+        call = self._call_on(
+            _PROPAGATE_DEFAULTS,
+            self._method,
+            None,
+            deadline,
+            metadata,
+            None,
+            ((operations, None),),
+            self._context,
+            self._handle,
+        )
+        event = call.next_event()
+        # 2. OK with a response: the response
+        deserializer = self._deserializer
+        if status_op.code() == _CYGRPC_OK:
+            message = message_op.message()
+            if message is not None:
+                response = _deserialize(message, deserializer)
+                if response is not None and not with_call:
+                    return response
+                deserializer = _Deserialized(response)  # run once only
+        # 3. anything else: grpcio's own state, outcome and objects
+        state = _RPCState(_UNARY_UNARY_INITIAL_DUE, None, None, None, None)
+        names = self._names
+        if names is None:
+            mc = self._mc
+            names = self._names = (_decode(mc._method), _decode(mc._target))
+        state.method, state.target = names
+        _handle_event(event, state, deserializer)
+        return _end_unary_response_blocking(state, call, with_call, None)
+
+
+class _Deserialized:
+    """A deserializer that answers what the call's one deserialization gave
+    (None: it failed, or gave None: grpcio's "Exception deserializing
+    response!")."""
+
+    __slots__ = ("_response",)
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+
+    def __call__(self, _message: bytes) -> Any:
+        return self._response
+
+
+def _plugin_registered() -> bool:
+    return _observability._OBSERVABILITY_PLUGIN is not None
+
+
+# grpcio's private names, bound by _bind() once this grpcio is known good
+_RPCState: Any
+_InactiveRpcError: Any
+_handle_event: Any
+_end_unary_response_blocking: Any
+_UNARY_UNARY_INITIAL_DUE: Any
+_FLAGS: Any
+_serialize: Any
+_deserialize: Any
+_decode: Any
+_parent_deadline: Any
+_PROPAGATE_DEFAULTS: Any
+_CYGRPC_OK: Any
+_SendInitialMetadata: Any
+_SendMessage: Any
+_SendClose: Any
+_ReceiveInitialMetadata: Any
+_ReceiveMessage: Any
+_ReceiveStatus: Any
+_observability: Any
+_UnaryUnaryMultiCallable: Any
+
+
+def _bind() -> None:
+    """Bind grpcio's private names this module uses (raises on a grpcio
+    that lacks one)."""
+    global _RPCState, _InactiveRpcError, _handle_event, _end_unary_response_blocking
+    global _UNARY_UNARY_INITIAL_DUE, _FLAGS, _serialize, _deserialize, _decode
+    global _parent_deadline, _PROPAGATE_DEFAULTS, _CYGRPC_OK, _SendInitialMetadata
+    global _SendMessage, _SendClose, _ReceiveInitialMetadata, _ReceiveMessage
+    global _ReceiveStatus, _observability, _UnaryUnaryMultiCallable
+    channel: Any = importlib.import_module("grpc._channel")
+    common: Any = importlib.import_module("grpc._common")
+    cygrpc: Any = importlib.import_module("grpc._cython.cygrpc")
+    _RPCState = channel._RPCState
+    _InactiveRpcError = channel._InactiveRpcError
+    _handle_event = channel._handle_event
+    _end_unary_response_blocking = channel._end_unary_response_blocking
+    _UNARY_UNARY_INITIAL_DUE = channel._UNARY_UNARY_INITIAL_DUE
+    flags = channel._InitialMetadataFlags()
+    _FLAGS = {v: int(flags.with_wait_for_ready(v)) for v in (None, False, True)}
+    _serialize = common.serialize
+    _deserialize = common.deserialize
+    _decode = common.decode
+    _parent_deadline = cygrpc.get_deadline_from_context
+    _PROPAGATE_DEFAULTS = cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS
+    _CYGRPC_OK = cygrpc.StatusCode.ok
+    _SendInitialMetadata = cygrpc.SendInitialMetadataOperation
+    _SendMessage = cygrpc.SendMessageOperation
+    _SendClose = cygrpc.SendCloseFromClientOperation
+    _ReceiveInitialMetadata = cygrpc.ReceiveInitialMetadataOperation
+    _ReceiveMessage = cygrpc.ReceiveMessageOperation
+    _ReceiveStatus = cygrpc.ReceiveStatusOnClientOperation
+    _observability = importlib.import_module("grpc._observability")
+    _UnaryUnaryMultiCallable = channel._UnaryUnaryMultiCallable
+
+
+_INTERNAL = grpc.StatusCode.INTERNAL
+_SERIALIZE_FAILED = "Exception serializing request!"

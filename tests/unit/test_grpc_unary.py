@@ -1,0 +1,65 @@
+"""When the lean blocking unary call (pyxds/channel/grpc_unary.py) is used:
+only on a grpcio whose mirrored functions are the ones it was checked
+against, and only for grpcio's sync unary-unary multicallables.  (Its
+behaviour against grpcio: tests/e2e/test_conformance_unary_lean.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import grpc.aio
+import pytest
+
+from pyxds.channel import grpc_unary
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    monkeypatch.setattr(grpc_unary, "_AVAILABLE", None)
+
+
+def test_this_grpcio_is_a_checked_one(fresh):
+    assert grpc_unary.fingerprint() in grpc_unary.VERIFIED
+    assert grpc_unary.available()
+
+
+def test_a_grpcio_with_other_sources_keeps_its_own_multicallables(fresh, monkeypatch):
+    monkeypatch.setattr(grpc_unary, "VERIFIED", {"0" * 64: "not this one"})
+    channel = grpc.insecure_channel("127.0.0.1:1")
+    try:
+        mc = channel.unary_unary("/s/m")
+        assert grpc_unary.lean(mc) is mc
+        assert not grpc_unary.available()
+    finally:
+        channel.close()
+
+
+def test_a_grpcio_missing_a_mirrored_function_keeps_its_own_multicallables(fresh, monkeypatch):
+    def missing():
+        raise AttributeError("_blocking")
+
+    monkeypatch.setattr(grpc_unary, "_mirrored", missing)
+    assert not grpc_unary.available()
+
+
+def test_only_sync_unary_unary_multicallables_are_made_lean(fresh):
+    channel = grpc.insecure_channel("127.0.0.1:1")
+    try:
+        assert isinstance(grpc_unary.lean(channel.unary_unary("/s/m")), grpc_unary.LeanUnaryUnary)
+        stream = channel.unary_stream("/s/m")
+        assert grpc_unary.lean(stream) is stream
+    finally:
+        channel.close()
+
+
+def test_grpc_aio_multicallables_are_left_alone(fresh):
+    async def main():
+        channel = grpc.aio.insecure_channel("127.0.0.1:1")
+        try:
+            mc = channel.unary_unary("/s/m")
+            assert grpc_unary.lean(mc) is mc
+        finally:
+            await channel.close()
+
+    asyncio.run(main())
