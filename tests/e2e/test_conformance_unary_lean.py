@@ -200,6 +200,9 @@ def both_verbs(mc, *args, **kwargs) -> list:
 
 
 def test_the_lean_path_serves_pyxds_blocking_unary_calls_on_this_grpcio(address, monkeypatch):
+    checked = f"grpcio {grpc.__version__}" in grpc_unary.VERIFIED.values()
+    if not checked:  # a newer grpcio: pyxds falls back to its multicallables
+        pytest.skip(f"grpcio {grpc.__version__} is not one the lean path was checked against")
     assert grpc_unary.available(), f"grpcio {grpc.__version__}: {grpc_unary.fingerprint()}"
     seen = []
     real = grpc_unary.LeanUnaryUnary._blocking
