@@ -15,7 +15,9 @@ time, in alternating order per round:
 Per client and N:
 
 * ``serve s``: seconds from channel creation until every endpoint answered
-  and at least 2N sequential RPCs (wait_for_ready) succeeded;
+  and at least 2N sequential RPCs (wait_for_ready) succeeded; ``serve CPU
+  s``: the process's CPU time over the same span (steadier than the wall
+  time on a loaded machine);
 * ``connect s``: seconds from channel creation until the process holds N
   more connections (descriptors), whatever RPCs do meanwhile;
 * ``threads``: threads of the client process once all N serve (``/proc``:
@@ -33,14 +35,20 @@ average.  ``--shape`` measures other shapes of issue 18 item 4 instead:
 ``channels`` (10 channels x 100 endpoints), ``ring_hash`` (1000 endpoints,
 connects lazily), ``pick_first`` (1000 addresses), with the same columns.
 
+Before/after a change: ``--before DIR`` (a source tree, e.g. ``git archive
+HEAD src | tar -x -C DIR``) adds the kinds ``pyxds-before`` and
+``pyxds-aio-before`` (pyxds imported from ``DIR/src``), interleaved with the
+others, and prints their ratios to C-core too.
+
 Usage: python bench/scale.py [--sizes 1,100,1000] [--rounds 1] [--idle 5]
-       [--kinds core,pyxds,core-aio,pyxds-aio] [--shape channels]
+       [--kinds core,pyxds,core-aio,pyxds-aio] [--shape channels] [--before DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import subprocess
@@ -308,7 +316,7 @@ def client_sync(kind: str, n: int, target: str, rpcs: int, idle: float, channels
     base = {"threads": _threads(), "sockets": _sockets(), "fds": _fds(), "rss": _rss_mib()}
     targets = [target] if channels == 1 else [f"{target}-{i}" for i in range(channels)]
     connect = ConnectWatch(n * channels) if not target.endswith(("ring", "pf")) else None
-    start = time.monotonic()
+    start, start_cpu = time.monotonic(), time.process_time()
     chans = [make(t) for t in targets]
     callables = [c.unary_unary(METHOD) for c in chans]
     seen: set[bytes] = set()
@@ -324,6 +332,7 @@ def client_sync(kind: str, n: int, target: str, rpcs: int, idle: float, channels
     serve_s = time.monotonic() - start
     out = {
         "serve_s": serve_s,
+        "serve_cpu_s": time.process_time() - start_cpu,
         "connect_s": connect.seconds if connect is not None and connect.seconds else 0.0,
         "reached": len(seen),
         "threads": _threads(),
@@ -360,7 +369,7 @@ async def client_aio(kind: str, n: int, target: str, rpcs: int, idle: float, cha
     base = {"threads": _threads(), "sockets": _sockets(), "fds": _fds(), "rss": _rss_mib()}
     targets = [target] if channels == 1 else [f"{target}-{i}" for i in range(channels)]
     connect = ConnectWatch(n * channels) if not target.endswith(("ring", "pf")) else None
-    start = time.monotonic()
+    start, start_cpu = time.monotonic(), time.process_time()
     chans = [make(t) for t in targets]
     callables = [c.unary_unary(METHOD) for c in chans]
     seen: set[bytes] = set()
@@ -376,6 +385,7 @@ async def client_aio(kind: str, n: int, target: str, rpcs: int, idle: float, cha
     serve_s = time.monotonic() - start
     out = {
         "serve_s": serve_s,
+        "serve_cpu_s": time.process_time() - start_cpu,
         "connect_s": connect.seconds if connect is not None and connect.seconds else 0.0,
         "reached": len(seen),
         "threads": _threads(),
@@ -434,6 +444,41 @@ class RpcLoad:
 _CONTROL: dict[int, grpc.Channel] = {}
 
 
+class GcPauses:
+    """Python's garbage-collector pauses (``gc.callbacks``) per window: how
+    many collections of each generation, the longest and the total."""
+
+    def __init__(self) -> None:
+        self._began = 0.0
+        self._reset()
+        gc.callbacks.append(self._on_gc)
+
+    def _reset(self) -> None:
+        self.counts = [0, 0, 0]
+        self.total = [0.0, 0.0, 0.0]
+        self.longest = [0.0, 0.0, 0.0]
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        took = time.perf_counter() - self._began
+        generation = info["generation"]
+        self.counts[generation] += 1
+        self.total[generation] += took
+        self.longest[generation] = max(self.longest[generation], took)
+
+    def window(self) -> dict[str, float]:
+        out = {
+            "full_gcs": self.counts[2],
+            "full_gc_max_ms": self.longest[2] * 1000,
+            "full_gc_total_ms": self.total[2] * 1000,
+            "young_gc_total_ms": (self.total[0] + self.total[1]) * 1000,
+        }
+        self._reset()
+        return out
+
+
 def _switch(control_port: int, variant: str) -> None:
     """Switch the "big" cluster (one connection kept open: the backend
     process is busy with 10,000 connections)."""
@@ -456,14 +501,15 @@ def client_eds(kind: str, control_port: int, idle: float) -> dict:
     """``--shape eds``: 1000 endpoints serving; then, while RPCs run, the EDS
     grows to 10,000 (seconds until 10,000 connections are open), one
     locality of 100 is replaced, and 9000 of them turn into refused ones."""
-    if kind == "pyxds":
+    if kind in ("pyxds", "pyxds-gcfreeze"):
         import pyxds
 
         make = pyxds.insecure_channel
     elif kind == "core":
         make = grpc.insecure_channel
     else:
-        raise SystemExit("--shape eds measures the sync clients (core, pyxds)")
+        raise SystemExit("--shape eds measures the sync clients (core, pyxds, pyxds-gcfreeze)")
+    pauses = GcPauses()
     _switch(control_port, "v1")  # and the control connection is open before counting
     base = {"threads": _threads(), "sockets": _sockets(), "fds": _fds(), "rss": _rss_mib()}
     channel = make("xds:///big")
@@ -489,9 +535,19 @@ def client_eds(kind: str, control_port: int, idle: float) -> dict:
         out[f"{name}_cpu_pct"] = (time.process_time() - cpu) / (time.monotonic() - began) * 100
         out[f"{name}_threads"] = _threads()
         out[name] = load.window()
+        out[name].update(pauses.window())
 
+    out["gc_objects_1k"] = len(gc.get_objects())
+    pauses.window()
     phase("grow", "v2", 2.0, more=9_000)
     out["rss_10k"] = _rss_mib()
+    out["gc_objects_10k"] = len(gc.get_objects())
+    if kind == "pyxds-gcfreeze":
+        # what an application with such a mesh can do once it is built: move
+        # every object alive now out of the collector's sight
+        gc.collect()
+        gc.freeze()
+        pauses.window()
     phase("one_locality", "v3", 3.0)
     load.stop.set()
     load.thread.join(60)
@@ -527,9 +583,22 @@ def client(kind: str, n: int, target: str, rpcs: int, idle: float, channels: int
 
 
 def run_client(
-    bootstrap: dict, kind: str, n: int, target: str, rpcs: int, idle: float, channels: int = 1
+    bootstrap: dict,
+    kind: str,
+    n: int,
+    target: str,
+    rpcs: int,
+    idle: float,
+    channels: int = 1,
+    before: str | None = None,
 ) -> dict:
     env = dict(os.environ)
+    if kind.endswith("-before"):
+        if before is None:
+            raise SystemExit(f"{kind} needs --before DIR")
+        kind = kind.removesuffix("-before")
+        paths = [os.path.join(before, "src"), env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     env.pop("GRPC_XDS_BOOTSTRAP", None)
     env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
     # As installed (pip writes bytecode): with PYTHONDONTWRITEBYTECODE every
@@ -551,6 +620,7 @@ def _median(values: list[float]) -> float:
 
 COLUMNS = (
     ("serve s", "serve_s", "{:.2f}"),
+    ("serve CPU s", "serve_cpu_s", "{:.2f}"),
     ("connect s", "connect_s", "{:.2f}"),
     ("threads", "threads", "{:.0f}"),
     ("+threads", "plus_threads", "{:.0f}"),
@@ -622,14 +692,34 @@ def eds_main(args: argparse.Namespace) -> None:
         ("  CPU % during", lambda r: r["grow_cpu_pct"]),
         ("  slowest RPC ms", lambda r: r["grow"]["slowest_ms"]),
         ("  failed RPCs", lambda r: r["grow"]["failed"]),
+        ("  full GCs", lambda r: r["grow"]["full_gcs"]),
+        ("  longest full GC ms", lambda r: r["grow"]["full_gc_max_ms"]),
+        (
+            "  GC ms in all",
+            lambda r: r["grow"]["full_gc_total_ms"] + r["grow"]["young_gc_total_ms"],
+        ),
+        (
+            "GC-tracked objects per endpoint 1k->10k",
+            lambda r: (r["gc_objects_10k"] - r["gc_objects_1k"]) / 9000,
+        ),
         ("  threads", lambda r: r["grow_threads"]),
         ("RSS MiB at 10k", lambda r: r["rss_10k"]),
         ("1 locality of 100 replaced: slowest RPC ms", lambda r: r["one_locality"]["slowest_ms"]),
         ("  CPU % during", lambda r: r["one_locality_cpu_pct"]),
         ("  failed RPCs", lambda r: r["one_locality"]["failed"]),
+        ("  full GCs", lambda r: r["one_locality"]["full_gcs"]),
+        ("  longest full GC ms", lambda r: r["one_locality"]["full_gc_max_ms"]),
+        (
+            "  GC ms in all",
+            lambda r: (
+                r["one_locality"]["full_gc_total_ms"] + r["one_locality"]["young_gc_total_ms"]
+            ),
+        ),
         ("idle % with 10k connected", lambda r: r["idle_10k_pct"]),
         ("9000 of 10k refuse: failed RPCs", lambda r: r["bad"]["failed"]),
         ("  RPCs served in 10 s", lambda r: r["bad"]["rpcs"]),
+        ("  full GCs", lambda r: r["bad"]["full_gcs"]),
+        ("  longest full GC ms", lambda r: r["bad"]["full_gc_max_ms"]),
         ("  CPU % (RPCs running)", lambda r: r["bad_cpu_pct"]),
         ("  idle % after", lambda r: r["idle_bad_pct"]),
         ("  threads", lambda r: r["threads"]),
@@ -650,6 +740,7 @@ def main() -> None:
     parser.add_argument("--rpcs", type=int, default=2000)
     parser.add_argument("--idle", type=float, default=5.0)
     parser.add_argument("--shape", choices=("channels", "ring_hash", "pick_first", "eds"))
+    parser.add_argument("--before", help="source tree of pyxds before a change (see above)")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument(
         "--client", nargs=3, metavar=("KIND", "N", "TARGET"), help=argparse.SUPPRESS
@@ -678,6 +769,8 @@ def main() -> None:
         return
 
     kinds = args.kinds.split(",")
+    if args.before:
+        kinds += [k + "-before" for k in kinds if k.startswith("pyxds")]
     if args.shape == "channels":
         plan = [("10x100", 100, "xds:///part", 10)]
         max_n = 1000
@@ -704,7 +797,9 @@ def main() -> None:
             for label, n, target, channels in plan:
                 order = kinds if rnd % 2 == 0 else list(reversed(kinds))
                 for kind in order:
-                    r = run_client(bootstrap, kind, n, target, args.rpcs, args.idle, channels)
+                    r = run_client(
+                        bootstrap, kind, n, target, args.rpcs, args.idle, channels, args.before
+                    )
                     results.setdefault((label, kind), []).append(r)
                     print(f"  round {rnd + 1} {label} {kind}: {json.dumps(r)}", flush=True)
     finally:
@@ -714,22 +809,27 @@ def main() -> None:
     summary = {key: summarize(runs) for key, runs in results.items()}
     print()
     print(f"load average: {os.getloadavg()}")
-    header = f"{'shape':<16} {'client':<10} " + " ".join(f"{c[0]:>12}" for c in COLUMNS)
+    header = f"{'shape':<16} {'client':<16} " + " ".join(f"{c[0]:>12}" for c in COLUMNS)
     print(header)
     for (label, kind), s in summary.items():
         cells = " ".join(f"{fmt.format(s[key]):>12}" for _, key, fmt in COLUMNS)
-        print(f"{label:<16} {kind:<10} {cells}")
+        print(f"{label:<16} {kind:<16} {cells}")
     print()
     print("ratios pyxds / C-core (same shape, same run):")
     for label, _, _, _ in plan:
-        for ours, ref in (("pyxds", "core"), ("pyxds-aio", "core-aio")):
+        for ours, ref in (
+            ("pyxds", "core"),
+            ("pyxds-before", "core"),
+            ("pyxds-aio", "core-aio"),
+            ("pyxds-aio-before", "core-aio"),
+        ):
             a, c = summary.get((label, ours)), summary.get((label, ref))
             if a is None or c is None:
                 continue
             extra = a["threads"] - c["threads"]
             conn = a["connect_s"] / c["connect_s"] if c["connect_s"] else 0.0
             print(
-                f"{label:<16} {ours:<10} serve {a['serve_s'] / c['serve_s']:.2f}x  "
+                f"{label:<16} {ours:<16} serve {a['serve_s'] / c['serve_s']:.2f}x  "
                 f"connect {conn:.2f}x  "
                 f"CPU/RPC {a['cpu_us'] / c['cpu_us']:.2f}x  threads {extra:+.0f} vs C-core  "
                 f"idle {a['idle_pct']:.2f}% vs {c['idle_pct']:.2f}%  "

@@ -152,6 +152,7 @@ __all__ = [
     "PickFirstFactory",
     "Phase",
     "address_family",
+    "constant_result",
     "interleave_families",
     "order_addresses",
     "shuffle_endpoints",
@@ -302,6 +303,12 @@ class _ReadyPicker(Picker):
 
 
 # -- the policy ----------------------------------------------------------------
+
+
+def constant_result(picker: Picker) -> PickComplete | None:
+    """The one result of a READY pick_first's picker (every pick returns
+    it), else None."""
+    return picker._result if type(picker) is _ReadyPicker else None
 
 
 def all_ready_pickers(pickers: list[Picker]) -> TypeGuard[list[_ReadyPicker]]:

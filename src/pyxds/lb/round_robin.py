@@ -47,14 +47,26 @@ Rules
   included): after that the last list stays in use (C-core).
 * A state is reported only when it (or its picker's READY set, or its
   error) changed.
+
+Cost (issue 18: 1000 endpoints connecting report 1000 READYs): a child's
+report updates counts of children per state and the READY children's
+pickers (kept in endpoint order; a bisect on the endpoint index, a C-level
+insert) instead of scanning every child, and a version number bumped on
+every change of those pickers keys the published READY picker (not a tuple
+of N pickers built and compared per report).  A report costs O(log N)
+Python steps plus the C-level copy of the READY results into the new
+picker, not O(N) Python steps.  An update rebuilds them (it is O(N)
+anyway).  The published states, pickers and their order are exactly those
+of a full recount (tests/unit/test_round_robin_bookkeeping.py).
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -77,7 +89,7 @@ from pyxds.lb.api import (
 )
 from pyxds.lb.child_handler import DelegatingHelper
 from pyxds.lb.errors import LBConfigError, describe
-from pyxds.lb.pick_first import PickFirst, PickFirstConfig, all_ready_pickers
+from pyxds.lb.pick_first import PickFirst, PickFirstConfig, all_ready_pickers, constant_result
 
 __all__ = [
     "POLICY_NAME",
@@ -159,6 +171,8 @@ class _Child(DelegatingHelper):
         super().__init__(owner.helper)
         self.owner = owner
         self.addresses = addresses
+        #: position in the current endpoint list (-1: removed, maybe draining)
+        self.index = -1
         self.state = _CONNECTING  # until the child reports
         self.status = OK_STATUS
         self.picker: Picker = QueuePicker()
@@ -210,6 +224,20 @@ class RoundRobin(LoadBalancer):
         self._shutdown = False
         self._updating = False
         self._has_list = False  # an address list (even empty) was applied
+        # Kept per report (module docstring "Cost"), over the current children:
+        self._ready_count = 0
+        self._tf_count = 0
+        #: endpoint indices of the READY children, ascending; the children,
+        #: their pickers and pick results (None: not pick_first's constant
+        #: picker) alongside
+        self._ready_at: list[int] = []
+        self._ready_children: list[_Child] = []
+        self._ready_pickers: list[Picker] = []
+        self._ready_results: list[PickComplete | None] = []
+        self._non_constant = 0  # READY pickers that are not pick_first's constant one
+        #: bumped whenever the READY pickers change: the key of a report over
+        #: them, instead of a tuple of N pickers built and compared per report
+        self._ready_version = 0
 
     # -- introspection (tests, config dumps) -----------------------------------
     @property
@@ -241,6 +269,7 @@ class RoundRobin(LoadBalancer):
                 child.close()
             self._children = {}
             self._draining = []
+            self._recount()
             self._report(_TF, status, FailPicker(status), key=(_TF, status))
             return status
         # Removed children still serving may be listed again: they are old
@@ -255,9 +284,12 @@ class RoundRobin(LoadBalancer):
         # Removed READY children may keep serving (see _settle_draining).
         self._draining += [child for child in removed if child.state is _READY]
         for child in removed:
+            child.index = -1
             if child.state is not _READY:
                 child.close()
         self._children = children
+        for index, child in enumerate(children.values()):
+            child.index = index
         pairs = list(zip(endpoints, children.values(), strict=True))
         # C-core EndpointList: start connecting from a random endpoint, so
         # that clients given the same list do not all hit the first one.
@@ -281,6 +313,7 @@ class RoundRobin(LoadBalancer):
                 child.policy.update(child.last_update)
         finally:
             self._updating = False
+            self._recount()
         self._aggregate()
         return None
 
@@ -303,6 +336,7 @@ class RoundRobin(LoadBalancer):
             child.close()
         self._children = {}
         self._draining = []
+        self._recount()
 
     # -- updates -----------------------------------------------------------------
     def _match_children(
@@ -333,9 +367,12 @@ class RoundRobin(LoadBalancer):
     def _on_child_state(
         self, child: _Child, state: ConnectivityState, status: Status, picker: Picker
     ) -> None:
+        if child.index >= 0 and not self._updating:
+            self._count(child, state, picker)
         child.state, child.status, child.picker = state, status, picker
-        if child in self._draining:
-            if state is not _READY:  # an old endpoint is never reconnected
+        if child.index < 0:
+            if child in self._draining and state is not _READY:
+                # an old endpoint is never reconnected
                 self._draining.remove(child)
                 child.close()
             if not self._updating and not self._shutdown:
@@ -348,6 +385,70 @@ class RoundRobin(LoadBalancer):
         if not self._updating and not self._shutdown:
             self._aggregate()
 
+    # -- bookkeeping (module docstring "Cost") -----------------------------------
+    def _count(self, child: _Child, state: ConnectivityState, picker: Picker) -> None:
+        """Move a current child from its recorded state and picker to
+        ``state`` and ``picker`` in the counts and the READY lists."""
+        old = child.state
+        if old is _READY and state is _READY and picker is child.picker:
+            return  # the same picker again: nothing changed
+        if old is _READY:
+            self._ready_count -= 1
+            self._unlist(child)
+        elif old is _TF:
+            self._tf_count -= 1
+        if state is _READY:
+            self._ready_count += 1
+            self._list(child, picker)
+        elif state is _TF:
+            self._tf_count += 1
+
+    def _list(self, child: _Child, picker: Picker) -> None:
+        at = bisect.bisect_left(self._ready_at, child.index)
+        result = constant_result(picker)
+        self._ready_at.insert(at, child.index)
+        self._ready_children.insert(at, child)
+        self._ready_pickers.insert(at, picker)
+        self._ready_results.insert(at, result)
+        if result is None:
+            self._non_constant += 1
+        self._ready_version += 1
+
+    def _unlist(self, child: _Child) -> None:
+        at = bisect.bisect_left(self._ready_at, child.index)
+        del self._ready_at[at]
+        del self._ready_children[at]
+        del self._ready_pickers[at]
+        if self._ready_results.pop(at) is None:
+            self._non_constant -= 1
+        self._ready_version += 1
+
+    def _recount(self) -> None:
+        """Rebuild the counts and READY lists from the current children (the
+        version changes only if the READY pickers did)."""
+        before = self._ready_pickers
+        self._ready_count = self._tf_count = self._non_constant = 0
+        self._ready_at, self._ready_children = [], []
+        self._ready_pickers, self._ready_results = [], []
+        for child in self._children.values():
+            state = child.state
+            if state is _READY:
+                self._ready_count += 1
+                self._ready_at.append(child.index)
+                self._ready_children.append(child)
+                self._ready_pickers.append(child.picker)
+                result = constant_result(child.picker)
+                self._ready_results.append(result)
+                if result is None:
+                    self._non_constant += 1
+            elif state is _TF:
+                self._tf_count += 1
+        if self._ready_pickers != before:
+            if self._reported_key == (_READY, self._ready_version):
+                # published over the old pickers: remember them as they were
+                self._reported_key = (_READY, None, *before)
+            self._ready_version += 1
+
     def _settle_draining(self) -> list[_Child]:
         """C-core's rule for swapping in the pending endpoint list: the old
         READY children keep serving until a new child is READY, every new
@@ -355,10 +456,7 @@ class RoundRobin(LoadBalancer):
         Returns the old children still serving."""
         if not self._draining:
             return []
-        children = self._children.values()
-        if any(child.state is _READY for child in children) or all(
-            child.state is _TF for child in children
-        ):
+        if self._ready_count or self._tf_count == len(self._children):
             for child in self._draining:
                 child.close()
             self._draining = []
@@ -369,12 +467,10 @@ class RoundRobin(LoadBalancer):
         if serving:
             self._report_ready(serving)
             return
-        children = self._children.values()
-        ready = [child for child in children if child.state is _READY]
-        if ready:
-            self._report_ready(ready)
+        if self._ready_count:
+            self._report_ready(self._ready_children)
             return
-        if any(child.state in (_CONNECTING, _IDLE) for child in children):
+        if self._tf_count < len(self._children):  # some child CONNECTING or IDLE
             self._report(_CONNECTING, OK_STATUS, QueuePicker(), key=(_CONNECTING,))
             return
         status = Status(
@@ -383,13 +479,35 @@ class RoundRobin(LoadBalancer):
         self._report(_TF, status, FailPicker(status), key=(_TF, status))
 
     def _report_ready(self, ready: list[_Child]) -> None:
-        pickers = [child.picker for child in ready]
-        key = (_READY, *pickers)
-        if key == self._reported_key:
+        """Publish the READY picker over ``ready`` (unless it is the one
+        published already).  The current READY children come with their
+        pickers and results listed already (``_ready_children``)."""
+        listed = ready is self._ready_children
+        pickers = self._ready_pickers if listed else [child.picker for child in ready]
+        # Keys: the current READY pickers by their version (the same version,
+        # the same pickers), other pickers by themselves (_READY, None, *them).
+        current = (_READY, self._ready_version)
+        reported = self._reported_key
+        if listed:
+            key: tuple[Any, ...] = current
+            # the same pickers as published by themselves (e.g. re-listed
+            # after draining): nothing to publish
+            if (
+                reported is not None
+                and reported[:2] == (_READY, None)
+                and list(reported[2:]) == pickers
+            ):
+                self._reported_key = key
+                return
+        else:  # removed children serving: no current child is READY
+            key = (_READY, None, *pickers)
+        if key == reported:
             return
         start = self.helper.random.randrange(len(pickers))
         picker: Picker
-        if all_ready_pickers(pickers):
+        if listed and not self._non_constant:
+            picker = RoundRobinPicker(cast("list[PickComplete]", self._ready_results), start)
+        elif not listed and all_ready_pickers(pickers):
             picker = RoundRobinPicker([p.result for p in pickers], start)
         else:
             picker = _DelegatingRoundRobinPicker(pickers, start)
