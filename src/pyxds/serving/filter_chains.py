@@ -4,10 +4,12 @@ C-core's ``FindFilterChainDataFor*`` walks the Listener's lookup map.
 Order: destination IP (the most specific prefix containing the connection's
 local address; the entry without a prefix only when no prefix matches),
 then source type (the ANY list is used only when the SAME_IP_OR_LOOPBACK and
-EXTERNAL lists are both empty; otherwise a loopback peer or one whose
-address equals the local address uses SAME_IP_OR_LOOPBACK, any other
-EXTERNAL), then source IP (most specific prefix, as for the destination),
-then source port (exact, else 0).  No match: the ``default_filter_chain``,
+EXTERNAL lists are both empty; otherwise a loopback peer -- exactly
+``127.0.0.1`` or ``::1``, as C-core's ``IsLoopbackIp`` and Envoy's
+``isLoopbackAddress`` say, not all of 127.0.0.0/8 -- or one whose address
+equals the local address uses SAME_IP_OR_LOOPBACK, any other EXTERNAL),
+then source IP (most specific prefix, as for the destination), then source
+port (exact, else 0).  No match: the ``default_filter_chain``,
 else None (the connection must not be served).  Server names, transport
 and application protocols were settled when the Listener was validated
 (:mod:`pyxds.xds.resources.server_listener`).
@@ -45,6 +47,7 @@ __all__ = [
 ]
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+_LOOPBACK = frozenset({ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")})
 
 
 def parse_ip(text: str) -> IpAddress | None:
@@ -107,7 +110,7 @@ def _from_map(
     kinds = dests[d].source_types
     if not kinds[SOURCE_SAME_IP_OR_LOOPBACK] and not kinds[SOURCE_EXTERNAL]:
         sources = kinds[SOURCE_ANY]
-    elif peer_ip.is_loopback or peer_ip == local_ip:
+    elif peer_ip in _LOOPBACK or peer_ip == local_ip:
         sources = kinds[SOURCE_SAME_IP_OR_LOOPBACK]
     else:
         sources = kinds[SOURCE_EXTERNAL]
