@@ -367,6 +367,68 @@ def test_rbac_per_route_override_is_validated_in_rds():
     assert ROUTE_CONFIG.decode(rc.SerializeToString(), use_memo=False).error is None
 
 
+RBAC_OVERRIDE0 = "virtual_hosts[0].routes[0].typed_per_filter_config[rbac]"
+
+
+def test_an_rbac_top_level_config_is_not_an_override():
+    """A39: an override of the filter's top-level type (RBAC, not
+    RBACPerRoute) fails validation; C-core 1.85: "unsupported filter type".
+    Read as an RBACPerRoute, its ``rules`` would vanish and turn RBAC off."""
+    r = b.route(
+        prefix="/",
+        typed_per_filter_config={"rbac": ib.rbac_config("DENY", {"all": ib.rbac_policy()})},
+    )
+    rc = ib.inbound_route_config("rc", [r])
+    error = ROUTE_CONFIG.decode(rc.SerializeToString(), use_memo=False).error
+    assert f"{RBAC_OVERRIDE0}.value[envoy.extensions.filters.http.rbac.v3.RBAC]: " in error
+    assert "unsupported filter type" in error
+
+
+def test_an_optional_rbac_top_level_override_is_ignored():
+    """C-core 1.85 ACKs an optional override of a type that is no override
+    and applies no override (the filter's own config holds)."""
+    wrapper = route_components_pb2.FilterConfig(
+        config=b.pack(ib.rbac_config("ALLOW", {})), is_optional=True
+    )
+    r = b.route(prefix="/")
+    r.typed_per_filter_config["rbac"].CopyFrom(b.pack(wrapper))
+    rc = ib.inbound_route_config("rc", [r])
+    result = ROUTE_CONFIG.decode(rc.SerializeToString(), use_memo=False)
+    assert result.error is None
+    assert result.resource.virtual_hosts[0].routes[0].filter_overrides == ()
+
+
+def test_an_rbac_per_route_in_a_typed_struct_cannot_be_parsed():
+    from google.protobuf import struct_pb2
+    from xds.type.v3 import typed_struct_pb2
+
+    ts = typed_struct_pb2.TypedStruct(
+        type_url="type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute",
+        value=struct_pb2.Struct(),
+    )
+    r = b.route(prefix="/")
+    r.typed_per_filter_config["rbac"].CopyFrom(b.pack(ts))
+    rc = ib.inbound_route_config("rc", [r])
+    error = ROUTE_CONFIG.decode(rc.SerializeToString(), use_memo=False).error
+    assert (
+        f"{RBAC_OVERRIDE0}.value[xds.type.v3.TypedStruct].value["
+        "envoy.extensions.filters.http.rbac.v3.RBACPerRoute]: could not parse RBACPerRoute"
+    ) in error
+
+
+def test_an_unknown_rbac_action_is_nacked_in_c_core_words():
+    from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
+
+    config = ib.rbac_config("ALLOW", {"p": ib.rbac_policy()})
+    config.rules.action = 3
+    flt = ib.rbac_filter("rbac", "ALLOW", {})
+    flt.typed_config.Pack(config)
+    assert isinstance(config, rbac_pb2.RBAC)
+    err = nack(listener(ib.filter_chain(http_filters=[flt])))
+    assert f"{HCM0}.http_filters[0].{RBAC_VALUE}.rules.action: unknown action" in err
+    assert "unknown action 3" not in err
+
+
 def test_route_actions_other_than_non_forwarding_are_kept_as_unsupported():
     redirect = route_components_pb2.Route(
         match=route_components_pb2.RouteMatch(prefix="/a"),

@@ -275,6 +275,30 @@ def test_per_route_override_beats_virtual_host_beats_listener():
     assert check(plain) == DENIED  # the filter's own config: ALLOW nothing
 
 
+def test_an_override_of_another_filters_type_is_no_rbac_override():
+    """C-core 1.85 (checked against grpcio): a ``typed_per_filter_config``
+    entry named for the RBAC filter but of another filter's type (here the
+    fault filter's) is passed over, at that level only: the virtual host's
+    override, else the filter's own config, applies."""
+    deny_all = ib.rbac_filter("rbac", "DENY", {"all": ib.rbac_policy()})
+    fault = {"rbac": b.fault_config(abort_grpc_status=14)}
+    alone = b.virtual_host("vh", ["*"], [b.route(prefix="/", typed_per_filter_config=fault)])
+    gate = gate_for(
+        ib.filter_chain(ib.inbound_hcm(b.route_config("rc", [alone]), http_filters=[deny_all]))
+    )
+    assert check(gate) == DENIED
+    under_off = b.virtual_host(
+        "vh",
+        ["*"],
+        [b.route(prefix="/", typed_per_filter_config=fault)],
+        typed_per_filter_config={"rbac": ib.rbac_per_route()},
+    )
+    gate = gate_for(
+        ib.filter_chain(ib.inbound_hcm(b.route_config("rc", [under_off]), http_filters=[deny_all]))
+    )
+    assert check(gate) is None
+
+
 def test_wildcard_port_looks_up_the_local_address_only_when_it_matters():
     looked = []
 

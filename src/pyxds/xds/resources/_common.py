@@ -36,11 +36,12 @@ FILTER_VALIDATORS: dict[str, FilterValidator] = {}
 RBAC_FILTER_TYPE = "envoy.extensions.filters.http.rbac.v3.RBAC"
 RBAC_PER_ROUTE_TYPE = "envoy.extensions.filters.http.rbac.v3.RBACPerRoute"
 # Filter config types xDS-enabled servers accept in ``http_filters`` (A36,
-# A41): type name -> is terminal.  RDS overrides of the RBAC filter (either
-# type, parsed as ``RBACPerRoute`` as C-core does) are validated for every
+# A41): type name -> is terminal.  RDS overrides of the RBAC filter
+# (``RBACPerRoute``; its top-level ``RBAC`` type is no override, A39 and
+# C-core: "unsupported filter type") are validated for every
 # RouteConfiguration: RDS does not know whether a client or a server reads it.
 SERVER_HTTP_FILTER_TYPES: dict[str, bool] = {ROUTER_FILTER_TYPE: True, RBAC_FILTER_TYPE: False}
-RBAC_OVERRIDE_TYPES = frozenset({RBAC_FILTER_TYPE, RBAC_PER_ROUTE_TYPE})
+RBAC_OVERRIDE_TYPES = frozenset({RBAC_PER_ROUTE_TYPE})
 
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
@@ -203,8 +204,9 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
         elif tname in RBAC_OVERRIDE_TYPES:
             from pyxds.xds.resources.rbac import parse_rbac_override
 
-            if type_name(any_msg.type_url) in TYPED_STRUCT_TYPES:
-                errs.add(p, "could not parse RBACPerRoute")
+            wrapper = type_name(any_msg.type_url)
+            if wrapper in TYPED_STRUCT_TYPES:
+                errs.add(f"{p}.value[{wrapper}].value[{tname}]", "could not parse RBACPerRoute")
             else:
                 parse_rbac_override(any_msg.value, f"{p}.value[{tname}]", errs)
         elif tname == ROUTER_FILTER_TYPE:
@@ -212,10 +214,8 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
         elif tname not in FILTER_OVERRIDE_TYPES:
             if not optional or tname in HTTP_FILTER_TYPES:
                 # a known filter's top-level type is not an override (C-core)
-                errs.add(
-                    f"{p}.value[{tname}]" if tname in HTTP_FILTER_TYPES else p,
-                    "unsupported filter type",
-                )
+                known = tname in HTTP_FILTER_TYPES or tname in SERVER_HTTP_FILTER_TYPES
+                errs.add(f"{p}.value[{tname}]" if known else p, "unsupported filter type")
         elif tname == FAULT_FILTER_TYPE:
             valid_fault_config(any_msg, p, errs)
         else:
