@@ -497,6 +497,26 @@ def test_a_transport_socket_of_another_type_is_nacked():
     )
 
 
+@pytest.mark.parametrize("name", ["", "envoy.transport_sockets.raw_buffer", "tls"])
+def test_a_transport_socket_not_named_tls_is_nacked(name):
+    """A29 "LDS for Server Side Security": a ``transport_socket`` whose name
+    is not ``envoy.transport_sockets.tls`` is NACKed (as grpc-go's
+    filter_chain_test "unexpected transport socket name" and grpc-java;
+    C-core 1.85 reads only the type, docs/differences-from-c-core.md)."""
+    fc = ib.filter_chain(tls=ib.downstream_tls())
+    fc.transport_socket.name = name
+    err = nack(listener(fc), PROVIDERS)
+    assert (
+        f"filter_chains[0].transport_socket.name: unsupported transport socket name {name!r}" in err
+    )
+
+
+def test_the_tls_transport_socket_name_is_accepted():
+    fc = ib.filter_chain(tls=ib.downstream_tls())
+    assert fc.transport_socket.name == "envoy.transport_sockets.tls"
+    assert ok(listener(fc), PROVIDERS).filter_chains[0].tls is not None
+
+
 def test_tls_without_client_verification_is_kept():
     tcp = ok(listener(ib.filter_chain(tls=ib.downstream_tls("default", None, False))), PROVIDERS)
     tls = tcp.filter_chains[0].tls

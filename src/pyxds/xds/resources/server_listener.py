@@ -14,8 +14,9 @@ Rules (each violation NACKs the Listener, the field named in C-core's words):
   ``filter_chain_match`` must parse; ``filters`` must hold exactly one
   filter, an HttpConnectionManager (validated by
   :func:`pyxds.xds.resources.listener.parse_server_hcm`); a
-  ``transport_socket`` must be a valid ``DownstreamTlsContext``
-  (:mod:`pyxds.security.downstream_tls`).
+  ``transport_socket`` must be named ``envoy.transport_sockets.tls`` (A29;
+  grpc-go and grpc-java check it, C-core 1.85 does not) and be a valid
+  ``DownstreamTlsContext`` (:mod:`pyxds.security.downstream_tls`).
 * Without ``filter_chains``, ``default_filter_chain`` must be set.
 * The chains are put in C-core's lookup map: chains with a
   ``destination_port``, ``server_names``, ``application_protocols`` or a
@@ -47,6 +48,7 @@ from pyxds.xds.resources.server_types import (
 __all__ = ["parse_tcp_listener", "join_host_port"]
 
 HCM_TYPE = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+TLS_TRANSPORT_SOCKET = "envoy.transport_sockets.tls"
 _ONE_FILTER = (
     "must have exactly one filter (HttpConnectionManager -- no other filter is supported "
     "at the moment)"
@@ -134,9 +136,14 @@ def _filter_chain(
             hcm = parse_server_hcm(msg, errs, p)
     tls = None
     if fc.HasField("transport_socket"):
-        tls = parse_downstream_transport_socket(
-            fc.transport_socket, f"{path}.transport_socket", providers, errs
-        )
+        ts = fc.transport_socket
+        if ts.name != TLS_TRANSPORT_SOCKET:
+            errs.add(
+                f"{path}.transport_socket.name",
+                f"unsupported transport socket name {ts.name!r} (gRFC A29: only "
+                f"{TLS_TRANSPORT_SOCKET})",
+            )
+        tls = parse_downstream_transport_socket(ts, f"{path}.transport_socket", providers, errs)
     if len(errs) != before or hcm is None:
         return None
     return FilterChain(fc.name, match, hcm, tls)
