@@ -373,6 +373,72 @@ def test_control_plane_down_at_start_then_up(pki, make_server):
         control.stop()
 
 
+def _slow_handler(kind, entered):
+    """``/pyxds.test.Slow/Wait``: an RPC that stays in its handler (up to 30 s)."""
+    if kind == "aio":
+        import asyncio
+
+        async def wait(request, context):
+            entered.set()
+            await asyncio.sleep(30)
+            return b""
+
+    else:
+
+        def wait(request, context):
+            entered.set()
+            done = threading.Event()
+            context.add_callback(done.set)
+            done.wait(30)
+            return b""
+
+    return grpc.method_handlers_generic_handler(
+        "pyxds.test.Slow", {"Wait": grpc.unary_unary_rpc_method_handler(wait)}
+    )
+
+
+def test_stop_ends_rpcs_that_a_deleted_listener_left_draining(control, make_server):
+    """A36: a deleted Listener drains its connections for the drain grace
+    time (10 minutes by default) and their started RPCs do not fail; then
+    ``stop(0)`` is grpcio's: every RPC ends now (the draining ones too) and
+    the server has terminated soon after, not when the drain grace ends."""
+    srv = make_server(bootstrap(control))
+    entered = threading.Event()
+    srv.server.add_generic_rpc_handlers([_slow_handler(make_server.kind, entered)])
+    srv.start()
+    publish(control, plain_listener(srv.address))
+    assert wait_served(srv.address).startswith("OK:")
+    outcome = []
+    channel = grpc.insecure_channel(srv.address)
+
+    def slow_rpc():
+        try:
+            channel.unary_unary("/pyxds.test.Slow/Wait")(b"", timeout=60)
+            outcome.append("OK")
+        except grpc.RpcError as err:
+            outcome.append(err.code().name)
+
+    rpc = threading.Thread(target=slow_rpc)
+    rpc.start()
+    try:
+        assert entered.wait(10)
+        publish(control)  # the Listener is deleted: not serving, the RPC drains
+        assert wait_until(lambda: srv.serving() is False, 10)
+        rpc.join(1.0)
+        assert rpc.is_alive() and not outcome  # a started RPC does not fail
+        started = time.monotonic()
+        if make_server.kind == "aio":
+            srv._run(srv.server.stop(0), timeout=10)
+        else:
+            assert srv.server.stop(0).wait(10)
+        assert time.monotonic() - started < 10
+        rpc.join(10)
+        assert outcome and outcome[0] != "OK", outcome
+    finally:
+        channel.close()
+        rpc.join(30)
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
