@@ -614,6 +614,29 @@ def test_istiods_own_template_and_listener_name(control, pki, make_server):
     assert srv.server.serving_state()[0]["listener"] == f"{ib.ISTIO_INBOUND_PREFIX}{srv.address}"
 
 
+def test_ipv6_clients_are_matched_by_their_address(control, make_server):
+    """grpcio names an IPv6 peer ``ipv6:%5B::1%5D:port``: its address must
+    still reach RBAC (a DENY on ``source_ip`` ::1/128 denies, never fails
+    open) and the source prefix of the filter chains."""
+    srv = make_server(bootstrap(control), host="[::1]").start()
+    deny = ib.rbac_filter(
+        "deny",
+        "DENY",
+        {
+            "v6-loopback": ib.rbac_policy(
+                principals=[rbac_config_pb2.Principal(source_ip=ib.cidr("::1/128"))]
+            )
+        },
+    )
+    chains = [
+        ib.filter_chain(name="v6", source_prefix_ranges=["::1/128"], http_filters=[deny]),
+        ib.filter_chain(name="other", source_prefix_ranges=["10.0.0.0/8"]),
+    ]
+    publish(control, ib.server_listener(listener_name(srv.address), srv.address, chains))
+    assert wait_until(lambda: srv.serving(), 10)
+    assert served_by(srv.address) == "PERMISSION_DENIED:Unauthorized RPC rejected"
+
+
 def test_wildcard_port_picks_the_chain_of_the_connections_local_address(control):
     """On 0.0.0.0 the local IP of a connection comes from grpcio's channelz:
     the chain for 127.0.0.1/32 (RBAC denies) beats the catch-all (serves)."""
@@ -632,5 +655,25 @@ def test_wildcard_port_picks_the_chain_of_the_connections_local_address(control)
         loopback = f"127.0.0.1:{srv.port}"
         assert served_by(loopback) == "PERMISSION_DENIED:Unauthorized RPC rejected"
         assert served_by(f"127.0.0.2:{srv.port}").startswith("OK:")
+    finally:
+        srv.stop()
+
+
+def test_ipv6_wildcard_port_picks_the_chain_of_the_local_address(control):
+    """On ``[::]`` an IPv6 connection's local address (channelz, for a peer
+    grpcio names ``ipv6:%5B::1%5D:port``) picks the ::1/128 chain (RBAC
+    denies); an IPv4 one gets the catch-all."""
+    srv = PyxdsServer(bootstrap(control), host="[::]")
+    srv.start()
+    try:
+        deny_all = ib.rbac_filter("deny", "DENY", {"all": ib.rbac_policy()})
+        chains = [
+            ib.filter_chain(name="v6-loopback", prefix_ranges=["::1/128"], http_filters=[deny_all]),
+            ib.filter_chain(name="other"),
+        ]
+        publish(control, ib.server_listener(listener_name(srv.address), srv.address, chains))
+        assert wait_until(lambda: srv.serving(), 10)
+        assert served_by(f"[::1]:{srv.port}") == "PERMISSION_DENIED:Unauthorized RPC rejected"
+        assert served_by(f"127.0.0.1:{srv.port}").startswith("OK:")
     finally:
         srv.stop()

@@ -194,6 +194,15 @@ def test_split_peer_reads_grpcio_peer_strings():
     assert split_peer("unix:/tmp/s").ip is None
 
 
+def test_split_peer_reads_the_percent_encoded_ipv6_peers_grpcio_gives():
+    """grpcio 1.85's ``context.peer()`` of an IPv6 client is a URI with the
+    brackets (and a zone's ``%``) percent-encoded: ``ipv6:%5B::1%5D:43168``."""
+    peer = split_peer("ipv6:%5B::1%5D:43168")
+    assert (str(peer.ip), peer.port) == ("::1", 43168)
+    peer = split_peer("ipv6:%5Bfe80::1%25eth0%5D:7")
+    assert (str(peer.ip), peer.port) == ("fe80::1", 7)
+
+
 def test_non_forwarding_route_lets_the_rpc_through():
     assert check(gate_for(ib.filter_chain())) is None
 
