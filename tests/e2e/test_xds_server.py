@@ -89,6 +89,26 @@ def test_not_serving_before_the_listener_serving_with_it_and_not_after_deletion(
     assert wait_served(srv.address).startswith("OK:")
 
 
+def test_a_deleted_listener_is_ignored_with_ignore_resource_deletion(control, make_server):
+    """C-core xds_enabled_server_end2end_test ListenerDeletionIgnored (A53):
+    with the server feature ``ignore_resource_deletion`` the deletion is
+    ACKed and the server keeps serving its Listener."""
+    boot = control.bootstrap(
+        "keeps",
+        ("xds_v3", "ignore_resource_deletion"),
+        server_listener_resource_name_template=TEMPLATE,
+    )
+    srv = make_server(boot).start()
+    publish(control, plain_listener(srv.address), node="keeps")
+    assert wait_served(srv.address).startswith("OK:")
+    acks = len(control.acks("LDS", node_id="keeps"))
+    publish(control, node="keeps")  # deleted
+    assert wait_until(lambda: len(control.acks("LDS", node_id="keeps")) > acks, 10)
+    time.sleep(0.5)
+    assert served_by(srv.address).startswith("OK:")
+    assert srv.events == [(srv.address, True, None)]
+
+
 def test_ephemeral_port_is_known_at_once_and_names_the_listener(control):
     srv = PyxdsServer(bootstrap(control), port=0)
     try:
