@@ -221,6 +221,19 @@ def test_raw_buffer_chains_replace_chains_without_a_transport_protocol():
     assert [c.name for c in tcp.all_chains()] == ["raw"]
 
 
+def test_an_unknown_source_type_is_nacked_not_read_as_any():
+    """``source_type`` is an open enum: a value past EXTERNAL was read as ANY
+    (the chain then served every peer).  grpc-go NACKs it ("unsupported
+    source type"); C-core 1.85 aborts the process (a GRPC_CHECK in
+    AddFilterChainDataForSourceType)."""
+    chain = ib.filter_chain(name="odd")
+    chain.filter_chain_match.source_type = 3  # type: ignore[assignment]
+    err = nack(listener(chain))
+    assert "filter_chains[0].filter_chain_match.source_type: unsupported source type: 3" in err
+    known = ib.filter_chain(name="external", source_type="EXTERNAL")
+    assert ok(listener(known)).filter_chains[0].match.source_type == 2
+
+
 def test_bad_cidr_is_nacked_naming_the_field():
     err = nack(listener(ib.filter_chain(prefix_ranges=["not-an-ip/8"])))
     assert (

@@ -11,7 +11,9 @@ Rules (each violation NACKs the Listener, the field named in C-core's words):
 * ``listener_filters`` are not read and do not NACK (C-core ACKs them
   although A36 says NACK; docs/differences-from-c-core.md).
 * Each filter chain (and ``default_filter_chain``): CIDRs of its
-  ``filter_chain_match`` must parse; ``filters`` must hold exactly one
+  ``filter_chain_match`` must parse, its ``source_type`` must be one of the
+  three the enum names ("unsupported source type: N", as grpc-go; C-core
+  1.85 aborts on another value); ``filters`` must hold exactly one
   filter, an HttpConnectionManager (validated by
   :func:`pyxds.xds.resources.listener.parse_server_hcm`); a
   ``transport_socket`` must be named ``envoy.transport_sockets.tls`` (A29;
@@ -158,10 +160,13 @@ def _match(m: Any, path: str, errs: Errors) -> FilterChainMatch:
                 out.append(cidr)
         return tuple(out)
 
+    source_type = int(m.source_type)
+    if not 0 <= source_type < 3:
+        errs.add(f"{path}.source_type", f"unsupported source type: {source_type}")
     return FilterChainMatch(
         destination_port=m.destination_port.value if m.HasField("destination_port") else 0,
         prefix_ranges=cidrs("prefix_ranges"),
-        source_type=int(m.source_type),
+        source_type=source_type,
         source_prefix_ranges=cidrs("source_prefix_ranges"),
         source_ports=tuple(m.source_ports),
         server_names=tuple(m.server_names),
@@ -206,7 +211,7 @@ def _build_map(chains: list[FilterChain], errs: Errors) -> tuple[DestinationIpEn
                 dest.types = [{}, {}, {}]  # earlier chains did not say raw_buffer
             if m.application_protocols:
                 continue
-            sources = dest.types[m.source_type if 0 <= m.source_type < 3 else 0]
+            sources = dest.types[m.source_type]
             for sprefix in m.source_prefix_ranges or (None,):
                 skey = "" if sprefix is None else str(sprefix)
                 entry = sources.get(skey)
