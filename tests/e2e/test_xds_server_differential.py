@@ -144,6 +144,30 @@ def test_strict_mtls_serves_mesh_clients_and_refuses_the_rest_as_c_core(pair, co
         assert got[name] == {ours.kind: "UNAVAILABLE", "core": "UNAVAILABLE"}, (name, got)
 
 
+def test_a_catch_all_chain_is_served_whatever_tls_its_unreachable_default_chain_wants(
+    pair, control, pki
+):
+    """Every connection matches the plaintext catch-all chain, so neither
+    server ever uses the mTLS default chain: both serve plaintext (pyxds
+    refused the Listener: "chains need different transport security")."""
+    ours, core = pair()
+
+    def listener(address):
+        return ib.server_listener(
+            listener_name(address),
+            address,
+            [ib.filter_chain(name="all")],
+            ib.filter_chain(name="mtls-default", tls=ib.downstream_tls()),
+        )
+
+    publish_both(control, ours, core, listener)
+    for s in (ours, core):
+        assert wait_served(s.address).startswith("OK:"), s.kind
+    alice = pki.client_credentials("alice")
+    got = {s.kind: (outcome(s.address), outcome(s.address, alice)) for s in (ours, core)}
+    assert got == {ours.kind: ("OK", "UNAVAILABLE"), "core": ("OK", "UNAVAILABLE")}, got
+
+
 # ------------------------------------------------------------------ the RBAC matrix
 
 

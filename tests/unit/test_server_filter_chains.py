@@ -124,6 +124,63 @@ def test_one_tls_setting_for_every_chain_of_a_port():
     assert "chain 'plain': plaintext" in refusal
 
 
+def test_a_default_chain_no_connection_can_reach_does_not_count_for_the_port():
+    """A catch-all chain (no prefix, ANY, no source prefix, no port) takes
+    every connection: C-core never uses the default chain then, so its TLS
+    does not decide the port's (it was refused: "need different transport
+    security")."""
+    catch_all = tcp(
+        ib.filter_chain(name="mesh", tls=ib.downstream_tls()),
+        default=ib.filter_chain(name="plain-default"),
+    )
+    for local in (None, ip("127.0.0.1"), ip("::1")):
+        security = port_security(catch_all, local)
+        assert security.refusal is None and security.tls is not None, local
+    # Every peer family covered by /0 prefixes, every source type covered.
+    covered = tcp(
+        ib.filter_chain(name="v4", tls=ib.downstream_tls(), source_prefix_ranges=["0.0.0.0/0"]),
+        ib.filter_chain(name="v6", tls=ib.downstream_tls(), source_prefix_ranges=["::/0"]),
+        default=ib.filter_chain(name="plain-default"),
+    )
+    assert port_security(covered, None).refusal is None
+
+
+@pytest.mark.parametrize(
+    "chain",
+    [
+        {"source_ports": [5000]},  # other ports miss
+        {"source_prefix_ranges": ["10.0.0.0/8"]},  # other peers miss
+        {"source_prefix_ranges": ["0.0.0.0/0"]},  # IPv6 peers miss
+        {"source_type": "EXTERNAL"},  # loopback peers miss
+        {"prefix_ranges": ["10.0.0.0/8"]},  # other local addresses miss
+    ],
+)
+def test_a_default_chain_some_connection_reaches_counts_for_the_port(chain):
+    listener = tcp(
+        ib.filter_chain(name="mesh", tls=ib.downstream_tls(), **chain),
+        default=ib.filter_chain(name="plain-default"),
+    )
+    assert "chain 'plain-default': plaintext" in port_security(listener, None).refusal
+
+
+def test_a_catch_all_chain_shadowed_by_a_port_specific_prefix_still_lets_connections_miss():
+    """The most specific source prefix wins before the port is looked at
+    (C-core does not fall back to a less specific prefix), so a /0 entry
+    that lists ports makes the catch-all's port 0 unreachable for IPv4."""
+    listener = tcp(
+        ib.filter_chain(name="all", tls=ib.downstream_tls()),
+        ib.filter_chain(
+            name="v4-5000",
+            tls=ib.downstream_tls(),
+            source_prefix_ranges=["0.0.0.0/0"],
+            source_ports=[5000],
+        ),
+        default=ib.filter_chain(name="plain-default"),
+    )
+    assert pick(listener, "127.0.0.1", "10.1.1.1", 4000) == "plain-default"
+    assert port_security(listener, None).refusal is not None
+
+
 def test_chains_of_other_destination_addresses_do_not_count_for_a_specific_ip():
     listener = tcp(
         ib.filter_chain(name="mtls", tls=ib.downstream_tls(), prefix_ranges=["10.0.0.1/32"]),

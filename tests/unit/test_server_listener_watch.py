@@ -245,6 +245,20 @@ def test_no_matching_chain_fails_every_rpc_of_the_connection():
     assert check(gate, peer="ipv4:10.1.1.1:5000") is None
 
 
+def test_an_unreachable_default_chain_is_not_served_to_a_peer_that_is_not_an_ip():
+    """A catch-all mTLS chain makes the plaintext default chain unreachable
+    over TCP, so the port is mTLS; a peer that is not an IP would get the
+    default chain: its RPCs fail instead of running under a chain whose TLS
+    the port does not have."""
+    gate = gate_for(
+        ib.filter_chain(name="mesh", tls=ib.downstream_tls()),
+        default=ib.filter_chain(name="plain-default"),
+    )
+    assert gate.config is not None and gate.config.security.tls is not None
+    assert check(gate) is None
+    assert check(gate, peer="unix:/tmp/s") == NO_CHAIN
+
+
 def test_rbac_filters_run_in_order_and_deny_with_c_core_words():
     deny = ib.rbac_filter(
         "deny", "DENY", {"d": ib.rbac_policy(permissions=[ib.path_rule(exact="/pkg.S/Bad")])}

@@ -192,8 +192,11 @@ class Gate:
             # chain can be trusted (never serve under the wrong chain).
             return _Conn(address, None, None)
         chain = select_chain(config.listener, local_ip, address.ip, address.port)
-        router = config.router_for(chain) if chain is not None else None
-        return _Conn(address, local_ip, router)
+        if chain is None or chain.tls != config.security.tls:
+            # No chain, or one whose TLS is not the port's (port_security
+            # left it out as unreachable): never serve under the wrong chain.
+            return _Conn(address, local_ip, None)
+        return _Conn(address, local_ip, config.router_for(chain))
 
 
 def _texts(values: Sequence[bytes]) -> tuple[str, ...]:
