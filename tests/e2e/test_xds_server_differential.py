@@ -168,6 +168,124 @@ def test_a_catch_all_chain_is_served_whatever_tls_its_unreachable_default_chain_
     assert got == {ours.kind: ("OK", "UNAVAILABLE"), "core": ("OK", "UNAVAILABLE")}, got
 
 
+def _chain_cases():
+    """name -> (chains(port), default chain or None, expected outcome) for a
+    client on 127.0.0.1 calling a server on 127.0.0.1: the chain a
+    connection gets, as A36 orders the match and C-core builds its map.  A
+    chain that must not be picked denies every RPC."""
+
+    def deny(**match):
+        return ib.filter_chain(
+            http_filters=[ib.rbac_filter("deny", "DENY", {"all": ib.rbac_policy()})], **match
+        )
+
+    def allow(**match):
+        return ib.filter_chain(**match)
+
+    return {
+        # C-core keeps the destination entry of a chain it leaves out (server
+        # names): the more specific entry wins and has no chain -> default.
+        "left-out chain's destination entry wins, then the default": (
+            lambda port: [deny(), deny(prefix_ranges=["127.0.0.0/8"], server_names=["x"])],
+            allow(),
+            "OK",
+        ),
+        "raw_buffer chains replace chains without a transport protocol": (
+            lambda port: [deny(), allow(transport_protocol="raw_buffer")],
+            None,
+            "OK",
+        ),
+        "a destination_port chain never matches": (
+            lambda port: [allow(destination_port=port), deny(source_ports=[])],
+            None,
+            "PERMISSION_DENIED",
+        ),
+        "an application_protocols chain never matches": (
+            lambda port: [allow(application_protocols=["h2"]), deny()],
+            None,
+            "PERMISSION_DENIED",
+        ),
+        "a transport_protocol other than raw_buffer never matches": (
+            lambda port: [allow(transport_protocol="tls"), deny()],
+            None,
+            "PERMISSION_DENIED",
+        ),
+        "a loopback peer is SAME_IP_OR_LOOPBACK": (
+            lambda port: [deny(source_type="EXTERNAL"), allow(source_type="SAME_IP_OR_LOOPBACK")],
+            None,
+            "OK",
+        ),
+        "ANY chains are unused once a typed chain exists": (
+            lambda port: [deny(), allow(source_type="SAME_IP_OR_LOOPBACK")],
+            None,
+            "OK",
+        ),
+        "the most specific destination prefix wins": (
+            lambda port: [
+                deny(prefix_ranges=["127.0.0.0/8"]),
+                allow(prefix_ranges=["127.0.0.1/32"]),
+            ],
+            None,
+            "OK",
+        ),
+        "the most specific source prefix wins": (
+            lambda port: [
+                deny(source_prefix_ranges=["127.0.0.0/8"]),
+                allow(source_prefix_ranges=["127.0.0.1/32"]),
+            ],
+            None,
+            "OK",
+        ),
+        "no chain and no default: not served": (
+            lambda port: [allow(source_prefix_ranges=["10.0.0.0/8"])],
+            None,
+            "UNAVAILABLE",
+        ),
+        "no chain: the default chain": (
+            lambda port: [deny(source_prefix_ranges=["10.0.0.0/8"])],
+            allow(),
+            "OK",
+        ),
+    }
+
+
+def test_filter_chain_matching_agrees_with_c_core(pair, control):
+    """One Listener per case, published to both servers; each case must give
+    its outcome on both.  Before each case a reset Listener (its one route
+    has an unsupported action) is seen on both, so an outcome is never the
+    previous case's."""
+    ours, core = pair(with_pki=False, secure=False)
+    servers = ((ours, ours_node(ours)), (core, "core"))
+
+    def publish(version, make):
+        for s, node in servers:
+            lis = make(s.address, int(s.address.rsplit(":", 1)[1]))
+            control.set_snapshot(Snapshot(version=version, listeners=[lis]), node_id=node)
+        for _s, node in servers:
+            control.wait_for_ack("LDS", version=version, node_id=node, timeout=10)
+
+    def served(address):
+        with Client(address) as client:
+            return client.call()
+
+    reset_routes = [b.route(prefix="/", cluster="c")]
+    got = {}
+    for k, (name, (chains, default, expected)) in enumerate(sorted(_chain_cases().items())):
+        publish(f"reset-{k}", lambda a, _p: plain(a, routes=reset_routes))
+        for s, _node in servers:
+            assert wait_until(lambda s=s: "unsupported action" in served(s.address), 10), s.kind
+        publish(
+            f"case-{k}",
+            lambda a, p, chains=chains, default=default: ib.server_listener(
+                listener_name(a), a, chains(p), default
+            ),
+        )
+        for s, _node in servers:
+            wait_until(lambda s=s, e=expected: outcome(s.address) == e, 10)
+            got[name, s.kind] = outcome(s.address)
+        assert got[name, ours.kind] == got[name, "core"] == expected, (name, got)
+
+
 # ------------------------------------------------------------------ the RBAC matrix
 
 
