@@ -388,6 +388,43 @@ def _edge_cases():
         "empty and": perm(P(and_rules=P.Set(rules=[]))),
         "empty or": perm(P(or_rules=P.Set(rules=[]))),
         "destination_ip": perm(P(destination_ip=ib.cidr("127.0.0.1/32"))),
+        "destination_port of another port": perm(P(destination_port=1)),
+        "not destination_port of another port": perm(P(not_rule=P(destination_port=1))),
+        "url_path regex": perm(ib.path_rule(safe_regex="/pyxds[.]test[.]Echo/.*")),
+        "url_path suffix of another method": perm(ib.path_rule(suffix="/Other")),
+        "requested_server_name not empty": perm(
+            P(requested_server_name=ib.string_matcher(prefix="x"))
+        ),
+        "metadata not inverted": perm(P(metadata=metadata_pb2.MetadataMatcher())),
+        "not of metadata": perm(P(not_rule=P(metadata=metadata_pb2.MetadataMatcher()))),
+        "and of url_path and a header": perm(
+            P(
+                and_rules=P.Set(
+                    rules=[ib.path_rule(prefix="/pyxds."), ib.header_rule(H("x-t", exact="1"))]
+                )
+            ),
+            [("x-t", "1")],
+        ),
+        "and with one false rule": perm(
+            P(and_rules=P.Set(rules=[ib.any_rule(), P(destination_port=1)]))
+        ),
+        "or of false rules then not": perm(
+            P(
+                not_rule=P(
+                    or_rules=P.Set(
+                        rules=[P(destination_port=1), P(metadata=metadata_pb2.MetadataMatcher())]
+                    )
+                )
+            )
+        ),
+        "not of not of any": perm(P(not_rule=P(not_rule=ib.any_rule()))),
+        "or_ids of a false and a true principal": prin(
+            PR(or_ids=PR.Set(ids=[PR(source_ip=ib.cidr("10.0.0.0/8")), ib.authenticated()]))
+        ),
+        "and_ids with a false principal": prin(
+            PR(and_ids=PR.Set(ids=[ib.authenticated(), PR(source_ip=ib.cidr("10.0.0.0/8"))]))
+        ),
+        "not_id of url_path": prin(PR(not_id=ib.path_rule(exact="/x.Y/Z", principal=True))),
         "source_ip": prin(PR(source_ip=ib.cidr("127.0.0.0/8"))),
         "remote_ip": prin(PR(remote_ip=ib.cidr("127.0.0.1/32"))),
         "direct_remote_ip of the other family": prin(PR(direct_remote_ip=ib.cidr("::/0"))),
