@@ -714,6 +714,55 @@ def _bad_listeners():
     named = ib.filter_chain(tls=ib.downstream_tls())
     named.transport_socket.name = "envoy.transport_sockets.raw_buffer"
     cases["tls-socket-name-a29"] = lis(named)
+    # HTTP filters on servers (A39 as A36 asks): unknown, optional, ECDS, the router.
+    from envoy.extensions.filters.network.http_connection_manager.v3 import (
+        http_connection_manager_pb2 as hcm_pb2,
+    )
+
+    def filters(*http_filters, router=True):
+        hcm = ib.inbound_hcm()
+        del hcm.http_filters[:]
+        hcm.http_filters.extend(http_filters)
+        if router:
+            hcm.http_filters.append(b.router_filter())
+        return lis(ib.filter_chain(hcm))
+
+    unknown = hcm_pb2.HttpFilter(name="unknown", typed_config=b.pack(wrappers_pb2.StringValue()))
+    cases["unknown-filter"] = filters(unknown)
+    optional_unknown = hcm_pb2.HttpFilter()
+    optional_unknown.CopyFrom(unknown)
+    optional_unknown.is_optional = True
+    cases["unknown-filter-optional-accepted"] = filters(optional_unknown)
+    optional_fault = b.fault_filter(abort_grpc_status=14)
+    optional_fault.is_optional = True
+    cases["fault-optional-on-server-accepted"] = filters(optional_fault)
+    cases["no-router"] = filters(ib.rbac_filter("rbac", "ALLOW", {}), router=False)
+    cases["no-http-filters"] = filters(router=False)
+    cases["only-an-optional-unknown-filter"] = filters(optional_unknown, router=False)
+    router_in_struct = hcm_pb2.HttpFilter(
+        name="router",
+        typed_config=b.pack(
+            typed_struct_pb2.TypedStruct(
+                type_url="type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+            )
+        ),
+    )
+    cases["router-in-a-typed-struct"] = filters(router_in_struct, router=False)
+    rbac_in_struct = hcm_pb2.HttpFilter(
+        name="rbac",
+        typed_config=b.pack(
+            typed_struct_pb2.TypedStruct(
+                type_url="type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"
+            )
+        ),
+    )
+    cases["rbac-in-a-typed-struct"] = filters(rbac_in_struct)
+    unknown_in_struct = hcm_pb2.HttpFilter(
+        name="unknown",
+        is_optional=True,
+        typed_config=b.pack(typed_struct_pb2.TypedStruct(type_url="type.googleapis.com/x.Y")),
+    )
+    cases["unknown-in-a-typed-struct-optional-accepted"] = filters(unknown_in_struct)
     return cases
 
 

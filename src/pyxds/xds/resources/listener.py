@@ -186,6 +186,15 @@ def _routes_and_ip_detection(
     return route_config_name, route_config
 
 
+_NO_TYPED_STRUCT = {
+    ROUTER_FILTER_TYPE: "could not parse router filter config",
+    FAULT_FILTER_TYPE: "could not parse fault injection filter config",
+    RBAC_FILTER_TYPE: "could not parse HTTP RBAC filter config",
+}
+"""Filters whose config must be protobuf bytes (C-core's words when it
+comes as a TypedStruct); the stateful session filter says it itself."""
+
+
 def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False) -> tuple[Any, ...]:
     """The HCM's filters: HttpFilter values (client) or (HttpFilter, RBAC
     config or None) pairs (``server``)."""
@@ -223,13 +232,16 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
             continue
         any_msg = f.typed_config
         tname = type_name(any_msg.type_url)
+        vp = f"{p}.typed_config"
         if tname in TYPED_STRUCT_TYPES:
             from xds.type.v3 import typed_struct_pb2
 
             ts = unpack(any_msg, typed_struct_pb2.TypedStruct, f"{p}.typed_config", errs)
             if ts is None:
                 continue
+            vp = f"{vp}.value[{tname}]"
             tname = type_name(ts.type_url)
+        vp = f"{vp}.value[{tname}]"
         terminal = known.get(tname)
         if terminal is None:
             if f.is_optional:
@@ -240,6 +252,12 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
                 if tname in other
                 else "unsupported filter type",
             )
+            continue
+        unparsed = _NO_TYPED_STRUCT.get(tname)
+        if unparsed is not None and type_name(any_msg.type_url) in TYPED_STRUCT_TYPES:
+            # A TypedStruct holds JSON, not the config's protobuf bytes: as
+            # C-core, these filters cannot read their config from it.
+            errs.add(vp, unparsed)
             continue
         if tname == FAULT_FILTER_TYPE:
             if not valid_fault_config(any_msg, f"{p}.typed_config", errs):
@@ -253,10 +271,6 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
             continue
         rbac = None
         if tname == RBAC_FILTER_TYPE:
-            vp = f"{p}.typed_config.value[{tname}]"
-            if type_name(any_msg.type_url) in TYPED_STRUCT_TYPES:
-                errs.add(vp, "could not parse HTTP RBAC filter config")
-                continue
             rbac = parse_rbac(any_msg.value, vp, errs)
             if rbac is None:
                 continue
