@@ -715,6 +715,7 @@ def _bad_listeners():
     named.transport_socket.name = "envoy.transport_sockets.raw_buffer"
     cases["tls-socket-name-a29"] = lis(named)
     # HTTP filters on servers (A39 as A36 asks): unknown, optional, ECDS, the router.
+    from envoy.config.core.v3 import config_source_pb2
     from envoy.extensions.filters.network.http_connection_manager.v3 import (
         http_connection_manager_pb2 as hcm_pb2,
     )
@@ -736,6 +737,17 @@ def _bad_listeners():
     optional_fault = b.fault_filter(abort_grpc_status=14)
     optional_fault.is_optional = True
     cases["fault-optional-on-server-accepted"] = filters(optional_fault)
+    ecds = hcm_pb2.HttpFilter(
+        name="ecds",
+        config_discovery=config_source_pb2.ExtensionConfigSource(
+            config_source=b.ads_config_source(), type_urls=["type.googleapis.com/x.Y"]
+        ),
+    )
+    cases["ecds-filter"] = filters(ecds)
+    optional_ecds = hcm_pb2.HttpFilter()
+    optional_ecds.CopyFrom(ecds)
+    optional_ecds.is_optional = True
+    cases["ecds-filter-optional"] = filters(optional_ecds)
     cases["no-router"] = filters(ib.rbac_filter("rbac", "ALLOW", {}), router=False)
     cases["no-http-filters"] = filters(router=False)
     cases["only-an-optional-unknown-filter"] = filters(optional_unknown, router=False)

@@ -293,6 +293,24 @@ def test_typed_struct_filter_is_unwrapped_to_its_type():
     assert "unsupported filter type" in decode_err(listener(hcm))
 
 
+@pytest.mark.parametrize("optional", [False, True])
+def test_a_filter_from_ecds_is_nacked_even_when_optional_as_c_core(optional):
+    """``config_discovery`` (ECDS) is not supported: C-core 1.85 reads only
+    ``typed_config`` and NACKs "field not present", ``is_optional`` or not
+    (A39 speaks only of unknown config types; grpc-go skips an optional one)."""
+    from envoy.config.core.v3 import config_source_pb2
+
+    hcm = hcm_rds()
+    ecds = hcm_pb2.HttpFilter(name="ecds", is_optional=optional)
+    ecds.config_discovery.CopyFrom(
+        config_source_pb2.ExtensionConfigSource(type_urls=["type.googleapis.com/x.Y"])
+    )
+    ecds.config_discovery.config_source.ads.SetInParent()
+    hcm.http_filters.insert(0, ecds)
+    err = decode_err(listener(hcm))
+    assert f"{HCM_VALUE}.http_filters[0].typed_config: field not present" in err
+
+
 @pytest.mark.parametrize(
     ("config_type", "error"),
     [

@@ -11,7 +11,9 @@ Rules:
 * Exactly one of ``rds`` (its ``config_source`` must be ``ads`` or ``self``)
   and ``route_config`` (validated as an RDS resource would be).
 * ``http_filters``: non-empty; each has a non-empty unique name and a
-  ``typed_config`` (a TypedStruct is unwrapped to the type it names); a type
+  ``typed_config`` (``config_discovery``, ECDS, is "field not present" even
+  for an optional filter, as C-core; a TypedStruct is unwrapped to the type
+  it names, and the router, fault and RBAC configs cannot be one); a type
   this client does not know is an error unless ``is_optional`` (then it is
   skipped); of the filters kept, the last must be terminal (the router) and
   no other may be.  Known on clients: the router, the fault filter (A33;
@@ -219,16 +221,11 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
             errs.add(f"{p}.name", f"duplicate HTTP filter name: {name}")
             continue
         seen.add(name)
-        which = f.WhichOneof("config_type")
-        if which != "typed_config":
-            # config_discovery (ECDS) is not supported; no config at all is an
-            # error even for an optional filter (as C-core).
-            if which and f.is_optional:
-                continue
-            errs.add(
-                f"{p}.{which}" if which else f"{p}.typed_config",
-                "unsupported filter config type" if which else "field not present",
-            )
+        if f.WhichOneof("config_type") != "typed_config":
+            # No config, or config_discovery (ECDS, not supported): C-core
+            # reads only typed_config, so both are "field not present", even
+            # for an optional filter.
+            errs.add(f"{p}.typed_config", "field not present")
             continue
         any_msg = f.typed_config
         tname = type_name(any_msg.type_url)
