@@ -775,6 +775,46 @@ def _bad_listeners():
         typed_config=b.pack(typed_struct_pb2.TypedStruct(type_url="type.googleapis.com/x.Y")),
     )
     cases["unknown-in-a-typed-struct-optional-accepted"] = filters(unknown_in_struct)
+    # Network filter, default chain and transport socket shapes.
+    cases["bad-default-chain"] = lis(ib.filter_chain(), default=two)
+    no_config = ib.filter_chain()
+    no_config.filters[0].ClearField("typed_config")
+    cases["network-filter-without-config"] = lis(no_config)
+    hcm_struct = ib.filter_chain()
+    hcm_struct.filters[0].typed_config.CopyFrom(
+        b.pack(
+            typed_struct_pb2.TypedStruct(
+                type_url="type.googleapis.com/envoy.extensions.filters.network."
+                "http_connection_manager.v3.HttpConnectionManager"
+            )
+        )
+    )
+    cases["hcm-in-a-typed-struct"] = lis(hcm_struct)
+    socket_no_config = ib.filter_chain(tls=ib.downstream_tls())
+    socket_no_config.transport_socket.ClearField("typed_config")
+    cases["tls-socket-without-config"] = lis(socket_no_config)
+    socket_struct = ib.filter_chain(tls=ib.downstream_tls())
+    socket_struct.transport_socket.typed_config.CopyFrom(
+        b.pack(
+            typed_struct_pb2.TypedStruct(
+                type_url="type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
+                "DownstreamTlsContext"
+            )
+        )
+    )
+    cases["tls-in-a-typed-struct"] = lis(socket_struct)
+    socket_other = ib.filter_chain(tls=ib.downstream_tls())
+    socket_other.transport_socket.typed_config.CopyFrom(b.pack(router_pb2.Router()))
+    cases["tls-of-another-type"] = lis(socket_other)
+    other_struct = ib.filter_chain()
+    other_struct.filters[0].typed_config.CopyFrom(
+        b.pack(typed_struct_pb2.TypedStruct(type_url="type.googleapis.com/x.Y"))
+    )
+    cases["network-filter-in-a-typed-struct-of-another-type"] = lis(other_struct)
+    with_matcher = ib.rbac_config("DENY", {})
+    with_matcher.ClearField("rules")
+    with_matcher.matcher.SetInParent()
+    cases["rbac-matcher-api-accepted"] = rbac_typed(with_matcher)
     return cases
 
 

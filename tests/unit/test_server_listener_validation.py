@@ -505,8 +505,39 @@ def test_a_transport_socket_of_another_type_is_nacked():
     fc = ib.filter_chain()
     fc.transport_socket.typed_config.CopyFrom(b.pack(router_pb2.Router()))
     assert (
-        "filter_chains[0].transport_socket.typed_config.type_url: unsupported transport socket type"
+        "filter_chains[0].transport_socket.typed_config.value["
+        "envoy.extensions.filters.http.router.v3.Router].type_url: "
+        "unsupported transport socket type" in nack(listener(fc))
+    )
+
+
+def test_typed_structs_for_the_hcm_and_the_tls_context_are_nacked_in_c_core_words():
+    """A TypedStruct names its type inside and holds JSON: C-core reads the
+    type, then cannot decode the config; the field names both types."""
+    from xds.type.v3 import typed_struct_pb2
+
+    def struct(type_name):
+        return b.pack(typed_struct_pb2.TypedStruct(type_url=f"type.googleapis.com/{type_name}"))
+
+    ts = "value[xds.type.v3.TypedStruct]"
+    hcm_type = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+    fc = ib.filter_chain()
+    fc.filters[0].typed_config.CopyFrom(struct(hcm_type))
+    assert (
+        f"filter_chains[0].filters[0].typed_config.{ts}.value[{hcm_type}]: "
+        "could not parse HttpConnectionManager config" in nack(listener(fc))
+    )
+    fc.filters[0].typed_config.CopyFrom(struct("x.Y"))
+    assert (
+        f"filter_chains[0].filters[0].typed_config.{ts}.value[x.Y]: unsupported filter type"
         in nack(listener(fc))
+    )
+    tls_type = "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
+    fc = ib.filter_chain(tls=ib.downstream_tls())
+    fc.transport_socket.typed_config.CopyFrom(struct(tls_type))
+    assert (
+        f"filter_chains[0].transport_socket.typed_config.{ts}.value[{tls_type}]: "
+        "can't decode DownstreamTlsContext" in nack(listener(fc), PROVIDERS)
     )
 
 

@@ -137,6 +137,19 @@ def valid_fault_config(any_msg: Any, path: str, errs: Errors) -> bool:
     return ok
 
 
+def typed_struct_type(value: bytes) -> str | None:
+    """The type a serialized TypedStruct names (its ``type_url`` without the
+    prefix), or None when the bytes do not parse."""
+    from xds.type.v3 import typed_struct_pb2
+
+    ts = typed_struct_pb2.TypedStruct()
+    try:
+        ts.ParseFromString(value)
+    except Exception:  # google.protobuf.message.DecodeError
+        return None
+    return type_name(ts.type_url)
+
+
 def validate_filter_config(tname: str, any_msg: Any, path: str, errs: Errors) -> bool:
     """Run the registered validator of config type ``tname`` (if any)."""
     validator = FILTER_VALIDATORS.get(tname)

@@ -37,7 +37,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyxds.security.downstream_tls import parse_downstream_transport_socket
-from pyxds.xds.resources._common import TYPED_STRUCT_TYPES, Errors, type_name, unpack
+from pyxds.xds.resources._common import (
+    TYPED_STRUCT_TYPES,
+    Errors,
+    type_name,
+    typed_struct_type,
+    unpack,
+)
 from pyxds.xds.resources.rbac import CidrRange, parse_cidr
 from pyxds.xds.resources.server_types import (
     DestinationIpEntry,
@@ -122,8 +128,18 @@ def _filter_chain(
             continue
         any_msg = f.typed_config
         tname = type_name(any_msg.type_url)
-        if tname in TYPED_STRUCT_TYPES:
-            errs.add(f"{p}.value[{tname}]", "could not parse HttpConnectionManager config")
+        if tname in TYPED_STRUCT_TYPES:  # named inside; JSON, not the HCM's bytes
+            p = f"{p}.value[{tname}]"
+            inner = typed_struct_type(any_msg.value)
+            if inner is None:
+                errs.add(p, "could not parse")
+                continue
+            errs.add(
+                f"{p}.value[{inner}]",
+                "could not parse HttpConnectionManager config"
+                if inner == HCM_TYPE
+                else "unsupported filter type",
+            )
             continue
         if tname != HCM_TYPE:
             errs.add(f"{p}.value[{tname}]", "unsupported filter type")
