@@ -697,3 +697,27 @@ def test_ipv6_wildcard_port_picks_the_chain_of_the_local_address(control):
         assert served_by(f"127.0.0.1:{srv.port}").startswith("OK:")
     finally:
         srv.stop()
+
+
+def test_ipv4_clients_of_an_ipv6_wildcard_port_match_ipv4_prefixes(control):
+    """On ``[::]`` an IPv4 client's addresses are IPv4-mapped on the socket;
+    C-core matches them as IPv4 (``grpc_sockaddr_match_subnet`` unmaps), so
+    127.0.0.0/8 destination and source prefixes take them (RBAC denies)."""
+    srv = PyxdsServer(bootstrap(control), host="[::]")
+    srv.start()
+    v4, v6 = f"127.0.0.1:{srv.port}", f"[::1]:{srv.port}"
+    try:
+        deny_all = ib.rbac_filter("deny", "DENY", {"all": ib.rbac_policy()})
+        for field in ("prefix_ranges", "source_prefix_ranges"):
+            open_all = [ib.filter_chain(name="open")]
+            publish(control, ib.server_listener(listener_name(srv.address), srv.address, open_all))
+            assert wait_until(lambda: served_by(v4).startswith("OK:"), 10), field
+            chains = [
+                ib.filter_chain(name="v4", http_filters=[deny_all], **{field: ["127.0.0.0/8"]}),
+                ib.filter_chain(name="v6", **{field: ["::/0"]}),
+            ]
+            publish(control, ib.server_listener(listener_name(srv.address), srv.address, chains))
+            assert wait_until(lambda: served_by(v4).startswith("PERMISSION_DENIED"), 10), field
+            assert served_by(v6).startswith("OK:"), field
+    finally:
+        srv.stop()
