@@ -751,6 +751,17 @@ def _bad_listeners():
     cases["no-router"] = filters(ib.rbac_filter("rbac", "ALLOW", {}), router=False)
     cases["no-http-filters"] = filters(router=False)
     cases["only-an-optional-unknown-filter"] = filters(optional_unknown, router=False)
+    cases["only-an-unknown-filter"] = filters(unknown, router=False)
+    bad_rbac = ib.rbac_filter(
+        "bad", "ALLOW", {"p": ib.rbac_policy(permissions=[ib.path_rule(safe_regex="(")])}
+    )
+    cases["only-a-bad-rbac-filter"] = filters(bad_rbac, router=False)
+    junk_rbac = ib.rbac_filter("junk", "ALLOW", {})
+    junk_rbac.typed_config.value = b"\xff"
+    cases["only-an-unparsable-rbac-filter"] = filters(junk_rbac, router=False)
+    cases["bad-rbac-router-rbac"] = filters(
+        bad_rbac, b.router_filter(), ib.rbac_filter("good", "ALLOW", {}), router=False
+    )
     router_in_struct = hcm_pb2.HttpFilter(
         name="router",
         typed_config=b.pack(

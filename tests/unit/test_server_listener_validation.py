@@ -252,6 +252,33 @@ def test_prefix_length_is_clamped_and_the_address_masked():
 # ------------------------------------------------------------------ HTTP filters
 
 
+def test_an_rbac_filter_with_invalid_rules_still_counts_in_the_filter_order():
+    """C-core keeps an RBAC filter whose rules have errors in the chain it
+    checks the order of (its config exists, with errors), even one whose
+    bytes do not parse: [bad RBAC, router, RBAC] has the router in the
+    middle too."""
+    bad = ib.rbac_filter("bad", "ALLOW", {"p": ib.rbac_policy([ib.path_rule(safe_regex="(")])})
+    hcm = ib.inbound_hcm()
+    del hcm.http_filters[:]
+    hcm.http_filters.extend([bad, b.router_filter(), ib.rbac_filter("good", "ALLOW", {})])
+    err = nack(listener(ib.filter_chain(hcm)))
+    router = "envoy.extensions.filters.http.router.v3.Router"
+    assert f"terminal filter for config type {router} must be the last filter" in err
+    assert "non-terminal filter for config type envoy.extensions.filters.http.rbac.v3.RBAC" in err
+    only_bad = ib.inbound_hcm()
+    del only_bad.http_filters[:]
+    only_bad.http_filters.append(bad)
+    err = nack(listener(ib.filter_chain(only_bad)))
+    assert "non-terminal filter for config type envoy.extensions.filters.http.rbac.v3.RBAC" in err
+    unparsable = ib.rbac_filter("junk", "ALLOW", {})
+    unparsable.typed_config.value = b"\xff"
+    del only_bad.http_filters[:]
+    only_bad.http_filters.append(unparsable)
+    err = nack(listener(ib.filter_chain(only_bad)))
+    assert "could not parse HTTP RBAC filter config" in err
+    assert "non-terminal filter for config type envoy.extensions.filters.http.rbac.v3.RBAC" in err
+
+
 def test_fault_filter_is_not_supported_on_servers():
     fc = ib.filter_chain(http_filters=[b.fault_filter(abort_grpc_status=14)])
     err = nack(listener(fc))

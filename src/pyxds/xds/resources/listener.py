@@ -210,7 +210,7 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
     out: list[Any] = []
     seen: set[str] = set()
     n_errors = len(errs)
-    terminal_of: list[bool] = []
+    order: list[tuple[str, bool]] = []  # (config type, terminal) of the chain
     for i, f in enumerate(hcm.http_filters):
         p = f"{path}.http_filters[{i}]"
         name = f.name
@@ -262,7 +262,7 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
         elif not validate_filter_config(tname, any_msg, f"{p}.typed_config", errs):
             continue
         flt = HttpFilter(name, tname, any_msg.value, f.is_optional)
-        terminal_of.append(terminal)
+        order.append((tname, terminal))
         if not server:
             out.append(flt)
             continue
@@ -272,23 +272,26 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
             if rbac is None:
                 continue
         out.append((flt, rbac))
-    # Ordering is checked on the filters kept (skipped optional ones do not
-    # count), as C-core does: only the last may be, and it must be, terminal.
+    # Ordering is checked on the filters C-core keeps: not the skipped
+    # optional ones, nor a router or fault filter whose config it could not
+    # read, but an RBAC filter with an invalid config is (C-core's RBAC
+    # filter has a config even then).  Only the last may be, and it must be,
+    # terminal.
     p = f"{path}.http_filters"
-    if not out:
+    if not order:
         if len(errs) == n_errors:
             errs.add(p, "expected at least one HTTP filter")
         return ()
-    types = [(x[0] if server else x).type_url for x in out]
-    for k, type_url in enumerate(types):
-        if k != len(out) - 1 and terminal_of[k]:
+    for k, (type_url, terminal) in enumerate(order):
+        if k != len(order) - 1 and terminal:
             errs.add(
                 p,
                 f"terminal filter for config type {type_url} must be the last filter in the chain",
             )
-    if not terminal_of[-1]:
+    type_url, terminal = order[-1]
+    if not terminal:
         errs.add(
             p,
-            f"non-terminal filter for config type {types[-1]} is the last filter in the chain",
+            f"non-terminal filter for config type {type_url} is the last filter in the chain",
         )
     return tuple(out)
