@@ -389,6 +389,17 @@ def _edge_cases():
         "empty or": perm(P(or_rules=P.Set(rules=[]))),
         "destination_ip": perm(P(destination_ip=ib.cidr("127.0.0.1/32"))),
         "destination_port of another port": perm(P(destination_port=1)),
+        "header name in capitals": perm(ib.header_rule(H("X-T", exact="1")), [("x-t", "1")]),
+        "header value ignoring case": perm(
+            ib.header_rule(H("x-t", exact="ABC", ignore_case=True)), [("x-t", "abc")]
+        ),
+        "legacy header suffix": perm(
+            ib.header_rule(H("x-t", suffix="bc", legacy=True)), [("x-t", "abc")]
+        ),
+        "header range end is exclusive": perm(
+            ib.header_rule(H("x-n", range=(10, 20))), [("x-n", "20")]
+        ),
+        "url_path exact without the leading slash": perm(ib.path_rule(exact=ECHO[1:])),
         "not destination_port of another port": perm(P(not_rule=P(destination_port=1))),
         "url_path regex": perm(ib.path_rule(safe_regex="/pyxds[.]test[.]Echo/.*")),
         "url_path suffix of another method": perm(ib.path_rule(suffix="/Other")),
