@@ -163,6 +163,23 @@ def test_rds_names_no_longer_used_are_unwatched():
     assert h.client.watched(ROUTE_CONFIG_TYPE_URL) == set()
 
 
+def test_rds_names_of_an_abandoned_pending_listener_are_unwatched():
+    """A pending Listener whose RDS never came is dropped when the current
+    Listener comes back, or replaced by another pending one: its RDS
+    subscriptions go with it (C-core drops the pending filter chain manager
+    and its RDS watchers), not at the next promotion."""
+    h = Harness()
+    h.client.push(lis(ib.filter_chain(rds="current")))
+    h.client.push(decoded(ib.inbound_route_config("current"), ROUTE_CONFIG))
+    h.client.push(lis(ib.filter_chain(rds="pending-1")))
+    assert h.client.watched(ROUTE_CONFIG_TYPE_URL) == {"current", "pending-1"}
+    h.client.push(lis(ib.filter_chain(rds="pending-2")))
+    assert h.client.watched(ROUTE_CONFIG_TYPE_URL) == {"current", "pending-2"}
+    h.client.push(lis(ib.filter_chain(rds="current")))
+    assert h.client.watched(ROUTE_CONFIG_TYPE_URL) == {"current"}
+    assert isinstance(h.last, ServingConfig) and h.watch.current is not None
+
+
 def test_stop_cancels_every_watch():
     h = Harness()
     h.client.push(lis(ib.filter_chain(rds="r")))
