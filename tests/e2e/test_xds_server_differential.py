@@ -120,6 +120,43 @@ def test_serving_state_before_with_and_after_the_listener_agrees(control, pair):
     assert set(gone.values()) == {"UNAVAILABLE"}, gone
 
 
+def test_a_nack_keeps_serving_and_a_listener_for_another_address_stops_it_in_both(control, pair):
+    """A36: a NACKed update keeps the last good Listener; a Listener whose
+    address is not the listening one means not serving; a good one again
+    serves again."""
+    ours, core = pair(with_pki=False, secure=False)
+    publish_both(control, ours, core, plain)
+    for s in (ours, core):
+        assert wait_served(s.address).startswith("OK:"), s.kind
+
+    def bad(address):
+        lis = plain(address)
+        lis.use_original_dst.value = True
+        return lis
+
+    publish_both(control, ours, core, bad)
+    for node in (ours_node(ours), "core"):
+        control.wait_until(
+            lambda node=node: control.nacks("LDS", node_id=node), timeout=10, what="a NACK"
+        )
+    assert {s.kind: outcome(s.address) for s in (ours, core)} == {ours.kind: "OK", "core": "OK"}
+
+    def elsewhere(address):
+        lis = plain(address)
+        lis.address.socket_address.port_value = 1
+        return lis
+
+    publish_both(control, ours, core, elsewhere)
+    gone = {}
+    for s in (ours, core):
+        wait_until(lambda s=s: outcome(s.address) == "UNAVAILABLE", 10)
+        gone[s.kind] = outcome(s.address)
+    assert gone == {ours.kind: "UNAVAILABLE", "core": "UNAVAILABLE"}
+    publish_both(control, ours, core, plain)
+    for s in (ours, core):
+        assert wait_served(s.address).startswith("OK:"), s.kind
+
+
 # ------------------------------------------------------------------ STRICT mTLS
 
 
