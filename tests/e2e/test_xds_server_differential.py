@@ -870,6 +870,29 @@ def _bad_listeners():
         b.pack(typed_struct_pb2.TypedStruct(type_url="type.googleapis.com/x.Y"))
     )
     cases["network-filter-in-a-typed-struct-of-another-type"] = lis(other_struct)
+    # CommonTlsContext fields C-core refuses, and ones it passes over.
+    from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
+
+    def tls_edit(fn):
+        ctx = ib.downstream_tls()
+        fn(ctx.common_tls_context)
+        return tls(ctx)
+
+    def default_vc(common):
+        return common.combined_validation_context.default_validation_context
+
+    cases["tls-inline-certificates-accepted"] = tls_edit(lambda c: c.tls_certificates.add())
+    cases["tls-sds-certificates-accepted"] = tls_edit(
+        lambda c: c.tls_certificate_sds_secret_configs.add(name="s")
+    )
+    cases["tls-alpn-accepted"] = tls_edit(lambda c: c.alpn_protocols.append("h2"))
+    cases["tls-sds-validation"] = tls_edit(
+        lambda c: c.validation_context_sds_secret_config.CopyFrom(
+            secret_pb2.SdsSecretConfig(name="s")
+        )
+    )
+    cases["tls-verify-spki"] = tls_edit(lambda c: default_vc(c).verify_certificate_spki.append("x"))
+    cases["tls-crl"] = tls_edit(lambda c: setattr(default_vc(c).crl, "inline_string", "x"))
     with_matcher = ib.rbac_config("DENY", {})
     with_matcher.ClearField("rules")
     with_matcher.matcher.SetInParent()
