@@ -893,6 +893,22 @@ def _bad_listeners():
     )
     cases["tls-verify-spki"] = tls_edit(lambda c: default_vc(c).verify_certificate_spki.append("x"))
     cases["tls-crl"] = tls_edit(lambda c: setattr(default_vc(c).crl, "inline_string", "x"))
+    from envoy.config.route.v3 import route_components_pb2 as rc_pb2
+
+    cases["override-disabled-without-config"] = override(b.pack(rc_pb2.FilterConfig(disabled=True)))
+    cases["override-of-an-unknown-type"] = override(b.pack(wrappers_pb2.StringValue()))
+    cases["override-of-the-router"] = override(b.pack(router_pb2.Router()))
+    unknown_wrapped = rc_pb2.FilterConfig()
+    unknown_wrapped.config.CopyFrom(b.pack(wrappers_pb2.StringValue()))
+    cases["override-of-an-unknown-type-in-a-filter-config"] = override(b.pack(unknown_wrapped))
+    bad_wrapped = rc_pb2.FilterConfig()
+    bad_wrapped.config.CopyFrom(
+        b.pack(ib.rbac_per_route("ALLOW", {"p": ib.rbac_policy([ib.path_rule(safe_regex="(")])}))
+    )
+    cases["override-bad-rbac-in-a-filter-config"] = override(b.pack(bad_wrapped))
+    with_config = rc_pb2.FilterConfig(disabled=True)
+    with_config.config.CopyFrom(b.pack(ib.rbac_per_route("DENY", {})))
+    cases["override-disabled-with-config-accepted"] = override(b.pack(with_config))
     with_matcher = ib.rbac_config("DENY", {})
     with_matcher.ClearField("rules")
     with_matcher.matcher.SetInParent()

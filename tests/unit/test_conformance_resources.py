@@ -670,11 +670,11 @@ def test_unknown_filter_override_is_nacked_on_vhost_route_and_weighted_cluster()
     rc = rc_with(r)
     _override(rc.virtual_hosts[0], "f0", UNKNOWN_FILTER)
     err = _err(ROUTE_CONFIG, rc)
-    assert "virtual_hosts[0].typed_per_filter_config[f0]: unsupported filter type" in err
-    assert "routes[0].typed_per_filter_config[f1]: unsupported filter type" in err
+    unknown = ".value[some.unknown.Filter]: unsupported filter type"
+    assert f"virtual_hosts[0].typed_per_filter_config[f0]{unknown}" in err
+    assert f"routes[0].typed_per_filter_config[f1]{unknown}" in err
     assert (
-        "routes[0].route.weighted_clusters.clusters[0].typed_per_filter_config[f2]: "
-        "unsupported filter type"
+        f"routes[0].route.weighted_clusters.clusters[0].typed_per_filter_config[f2]{unknown}"
     ) in err
 
 
@@ -687,9 +687,10 @@ def test_optional_unknown_filter_override_is_accepted():
 def test_filter_config_wrapper_without_optional_still_requires_a_known_type():
     r = route("/")
     _override(r, "f", UNKNOWN_FILTER, optional=False)
-    assert "typed_per_filter_config[f].config: unsupported filter type" in _err(
-        ROUTE_CONFIG, rc_with(r)
-    )
+    assert (
+        "typed_per_filter_config[f].value[envoy.config.route.v3.FilterConfig].config"
+        ".value[some.unknown.Filter]: unsupported filter type"
+    ) in _err(ROUTE_CONFIG, rc_with(r))
 
 
 def test_fault_filter_override_is_accepted():
@@ -712,7 +713,10 @@ def test_empty_filter_override_key_is_nacked():
 def test_router_filter_override_is_nacked():
     r = route("/")
     r.typed_per_filter_config["router"].Pack(router_pb2.Router())
-    assert "router filter does not support config override" in _err(ROUTE_CONFIG, rc_with(r))
+    assert (
+        "typed_per_filter_config[router].value[envoy.extensions.filters.http.router.v3.Router]: "
+        "unsupported filter type"
+    ) in _err(ROUTE_CONFIG, rc_with(r))
 
 
 def test_endpoint_without_port_is_accepted_as_port_zero():

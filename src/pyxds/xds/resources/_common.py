@@ -185,15 +185,20 @@ def filter_overrides(overrides: Any) -> tuple[tuple[str, str, bytes], ...]:
 
 
 def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
-    """Validate a ``typed_per_filter_config`` map as C-core does (A39): a
-    non-empty key; the config (possibly in a ``FilterConfig`` wrapper, whose
-    ``is_optional`` applies, or a TypedStruct) of a filter type this client
-    knows, else an error unless optional; the router takes no override."""
+    """Validate a ``typed_per_filter_config`` map as C-core 1.85 does (A39):
+    a non-empty key; the config (possibly in a ``FilterConfig`` wrapper,
+    whose ``is_optional`` applies, or a TypedStruct) of an override type a
+    filter registers, else "unsupported filter type" unless optional (a
+    top-level type, the router's included, even when optional); errors name
+    each Any's type as C-core's fields do."""
     for key, any_msg in overrides.items():
         p = f"{path}[{key}]"
         if not key:
             errs.add(p, "filter name must be non-empty")
         tname = type_name(any_msg.type_url)
+        # C-core's field: the key, then each Any's type (a FilterConfig's
+        # ``.config``, a TypedStruct's named type) down to the config.
+        vp = f"{p}.value[{tname}]"
         optional = False
         if tname == FILTER_CONFIG_TYPE:
             from envoy.config.route.v3 import route_components_pb2
@@ -203,8 +208,13 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
                 continue
             optional = fc.is_optional
             any_msg = fc.config
-            p = f"{p}.config"
+            vp = f"{vp}.config"
             tname = type_name(any_msg.type_url)
+            if not tname:
+                errs.add(vp, "field not present")
+                continue
+            vp = f"{vp}.value[{tname}]"
+        wrapper = tname
         if tname in TYPED_STRUCT_TYPES:
             from xds.type.v3 import typed_struct_pb2
 
@@ -212,23 +222,22 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
             if ts is None:
                 continue
             tname = type_name(ts.type_url)
+            vp = f"{vp}.value[{tname}]"
         if not tname:
             errs.add(p, "field not present")
         elif tname in RBAC_OVERRIDE_TYPES:
             from pyxds.xds.resources.rbac import parse_rbac_override
 
-            wrapper = type_name(any_msg.type_url)
             if wrapper in TYPED_STRUCT_TYPES:
-                errs.add(f"{p}.value[{wrapper}].value[{tname}]", "could not parse RBACPerRoute")
+                errs.add(vp, "could not parse RBACPerRoute")
             else:
-                parse_rbac_override(any_msg.value, f"{p}.value[{tname}]", errs)
-        elif tname == ROUTER_FILTER_TYPE:
-            errs.add(p, "router filter does not support config override")
+                parse_rbac_override(any_msg.value, vp, errs)
         elif tname not in FILTER_OVERRIDE_TYPES:
+            # A known filter's top-level type (the router's too) is not an
+            # override: "unsupported filter type" in C-core 1.85, optional
+            # or not.
             if not optional or tname in HTTP_FILTER_TYPES:
-                # a known filter's top-level type is not an override (C-core)
-                known = tname in HTTP_FILTER_TYPES or tname in SERVER_HTTP_FILTER_TYPES
-                errs.add(f"{p}.value[{tname}]" if known else p, "unsupported filter type")
+                errs.add(vp, "unsupported filter type")
         elif tname == FAULT_FILTER_TYPE:
             valid_fault_config(any_msg, p, errs)
         else:
