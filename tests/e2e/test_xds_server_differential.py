@@ -898,6 +898,16 @@ def _bad_listeners():
     cases["override-disabled-without-config"] = override(b.pack(rc_pb2.FilterConfig(disabled=True)))
     cases["override-of-an-unknown-type"] = override(b.pack(wrappers_pb2.StringValue()))
     cases["override-of-the-router"] = override(b.pack(router_pb2.Router()))
+    optional_router = rc_pb2.FilterConfig(is_optional=True)
+    optional_router.config.CopyFrom(b.pack(router_pb2.Router()))
+    cases["override-of-the-router-optional-accepted"] = override(b.pack(optional_router))
+    from envoy.extensions.filters.http.stateful_session.v3 import stateful_session_pb2
+
+    optional_ssa = rc_pb2.FilterConfig(is_optional=True)
+    optional_ssa.config.CopyFrom(b.pack(stateful_session_pb2.StatefulSession()))
+    cases["override-of-the-stateful-session-type-optional-accepted"] = override(
+        b.pack(optional_ssa)
+    )
     unknown_wrapped = rc_pb2.FilterConfig()
     unknown_wrapped.config.CopyFrom(b.pack(wrappers_pb2.StringValue()))
     cases["override-of-an-unknown-type-in-a-filter-config"] = override(b.pack(unknown_wrapped))

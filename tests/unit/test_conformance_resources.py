@@ -719,6 +719,25 @@ def test_router_filter_override_is_nacked():
     ) in _err(ROUTE_CONFIG, rc_with(r))
 
 
+@pytest.mark.parametrize(
+    "type_url",
+    [
+        "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
+        "type.googleapis.com/envoy.extensions.filters.http.stateful_session.v3.StatefulSession",
+    ],
+)
+def test_an_optional_override_of_a_top_level_type_is_passed_over_as_c_core(type_url):
+    """C-core 1.85 looks overrides up among override types only: a filter's
+    top-level type (the router's, the stateful session filter's) there is an
+    unknown type, so an optional one is passed over (pyxds NACKed it;
+    tests/e2e/test_xds_server_differential.py checks it against grpcio)."""
+    r = route("/")
+    _override(r, "f", type_url, optional=True)
+    _ok(ROUTE_CONFIG, rc_with(r))
+    _override(r, "f", type_url, optional=False)
+    assert "unsupported filter type" in _err(ROUTE_CONFIG, rc_with(r))
+
+
 def test_endpoint_without_port_is_accepted_as_port_zero():
     """C-core ParseXdsAddress (port_value read as 0), grpc-go parseAddress."""
     loc = locality("a")

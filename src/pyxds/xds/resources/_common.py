@@ -189,8 +189,8 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
     a non-empty key; the config (possibly in a ``FilterConfig`` wrapper,
     whose ``is_optional`` applies, or a TypedStruct) of an override type a
     filter registers, else "unsupported filter type" unless optional (a
-    top-level type, the router's included, even when optional); errors name
-    each Any's type as C-core's fields do."""
+    filter's top-level type, the router's included, is no override type);
+    errors name each Any's type as C-core's fields do."""
     for key, any_msg in overrides.items():
         p = f"{path}[{key}]"
         if not key:
@@ -233,10 +233,10 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
             else:
                 parse_rbac_override(any_msg.value, vp, errs)
         elif tname not in FILTER_OVERRIDE_TYPES:
-            # A known filter's top-level type (the router's too) is not an
-            # override: "unsupported filter type" in C-core 1.85, optional
-            # or not.
-            if not optional or tname in HTTP_FILTER_TYPES:
+            # C-core 1.85 looks overrides up among override types only: a
+            # filter's top-level type (the router's too) is as unknown as
+            # any other, passed over when optional.
+            if not optional:
                 errs.add(vp, "unsupported filter type")
         elif tname == FAULT_FILTER_TYPE:
             valid_fault_config(any_msg, p, errs)
