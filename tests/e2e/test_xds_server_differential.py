@@ -898,6 +898,18 @@ def _bad_listeners():
     cases["override-disabled-without-config"] = override(b.pack(rc_pb2.FilterConfig(disabled=True)))
     cases["override-of-an-unknown-type"] = override(b.pack(wrappers_pb2.StringValue()))
     cases["override-of-the-router"] = override(b.pack(router_pb2.Router()))
+    from envoy.extensions.filters.http.fault.v3 import fault_pb2
+
+    bad_delay = fault_pb2.HTTPFault()
+    bad_delay.delay.fixed_delay.seconds = -1
+    cases["override-fault-bad-delay"] = override(b.pack(bad_delay))
+    cases["override-fault-in-a-typed-struct"] = override(
+        b.pack(
+            typed_struct_pb2.TypedStruct(
+                type_url="type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault"
+            )
+        )
+    )
     optional_router = rc_pb2.FilterConfig(is_optional=True)
     optional_router.config.CopyFrom(b.pack(router_pb2.Router()))
     cases["override-of-the-router-optional-accepted"] = override(b.pack(optional_router))

@@ -738,6 +738,28 @@ def test_an_optional_override_of_a_top_level_type_is_passed_over_as_c_core(type_
     assert "unsupported filter type" in _err(ROUTE_CONFIG, rc_with(r))
 
 
+def test_a_fault_override_error_names_the_fault_type_as_c_core():
+    """C-core's field for an error inside an override's config names its
+    type (checked against grpcio in test_xds_server_differential.py)."""
+    r = route("/")
+    bad = fault_pb2.HTTPFault()
+    bad.delay.fixed_delay.seconds = -1
+    r.typed_per_filter_config["fault"].Pack(bad)
+    assert (
+        "typed_per_filter_config[fault].value[envoy.extensions.filters.http.fault.v3.HTTPFault]"
+        ".delay.fixed_delay.seconds: value must be in the range"
+    ) in _err(ROUTE_CONFIG, rc_with(r))
+    from xds.type.v3 import typed_struct_pb2
+
+    r = route("/")
+    r.typed_per_filter_config["fault"].Pack(typed_struct_pb2.TypedStruct(type_url=FAULT_URL))
+    assert (
+        "typed_per_filter_config[fault].value[xds.type.v3.TypedStruct]"
+        ".value[envoy.extensions.filters.http.fault.v3.HTTPFault]: "
+        "could not parse fault injection filter config"
+    ) in _err(ROUTE_CONFIG, rc_with(r))
+
+
 def test_endpoint_without_port_is_accepted_as_port_zero():
     """C-core ParseXdsAddress (port_value read as 0), grpc-go parseAddress."""
     loc = locality("a")

@@ -239,6 +239,9 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
             if not optional:
                 errs.add(vp, "unsupported filter type")
         elif tname == FAULT_FILTER_TYPE:
-            valid_fault_config(any_msg, p, errs)
+            if wrapper in TYPED_STRUCT_TYPES:  # JSON, not HTTPFault's bytes
+                errs.add(vp, "could not parse fault injection filter config")
+            else:
+                valid_fault_config(any_msg, vp, errs)
         else:
             validate_filter_config(tname, any_msg, p, errs)
