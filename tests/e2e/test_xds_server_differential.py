@@ -900,6 +900,10 @@ def _bad_listeners():
     cases["override-of-the-router"] = override(b.pack(router_pb2.Router()))
     from envoy.extensions.filters.http.fault.v3 import fault_pb2
 
+    unknown_denominator = fault_pb2.HTTPFault()
+    unknown_denominator.abort.grpc_status = 14
+    unknown_denominator.abort.percentage.denominator = 5  # type: ignore[assignment]
+    cases["override-fault-unknown-denominator-accepted"] = override(b.pack(unknown_denominator))
     bad_delay = fault_pb2.HTTPFault()
     bad_delay.delay.fixed_delay.seconds = -1
     cases["override-fault-bad-delay"] = override(b.pack(bad_delay))

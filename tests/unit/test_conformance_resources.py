@@ -634,7 +634,13 @@ def test_listener_with_fault_filter_before_router_is_accepted():
     assert [f.name for f in got.http_filters] == ["envoy.filters.http.fault", "router"]
 
 
-def test_fault_filter_with_unknown_denominator_is_nacked():
+def test_fault_filter_with_unknown_denominator_is_read_as_hundred_as_c_core():
+    """grpcio 1.85's C-core accepts an unknown percentage denominator (the
+    enum is open) and reads it as HUNDRED (its GetDenominator default);
+    pyxds NACKed it.  Checked against grpcio in
+    test_xds_server_differential.py (an override, the same parser)."""
+    from pyxds.resolver.fault_filter import FaultConfig
+
     lis = api_listener(filters=())
     hcm = hcm_pb2.HttpConnectionManager()
     lis.api_listener.api_listener.Unpack(hcm)
@@ -645,7 +651,9 @@ def test_fault_filter_with_unknown_denominator_is_nacked():
     hcm.http_filters.add(name="fault").typed_config.Pack(fault)
     hcm.http_filters.add(name="router").typed_config.Pack(router_pb2.Router())
     lis.api_listener.api_listener.Pack(hcm)
-    assert "abort.percentage.denominator: Unknown denominator type" in _err(LISTENER, lis)
+    assert LISTENER.decode(lis.SerializeToString()).error is None
+    config = FaultConfig.parse(fault.SerializeToString())
+    assert (config.abort_numerator, config.abort_denominator) == (1, 100)
 
 
 def _override(target, key: str, type_url: str, optional: bool | None = None) -> None:

@@ -110,8 +110,8 @@ def unpack(any_msg: Any, message_cls: type[_M], path: str, errs: Errors) -> _M |
 
 
 def valid_fault_config(any_msg: Any, path: str, errs: Errors) -> bool:
-    """An HTTPFault config (A33) must parse, use known percentage denominators
-    and valid durations (C-core's checks).  A TypedStruct form is not looked
+    """An HTTPFault config (A33) must parse and use valid durations (C-core
+    1.85's checks; an unknown percentage denominator is HUNDRED).  A TypedStruct form is not looked
     into."""
     if type_name(any_msg.type_url) != FAULT_FILTER_TYPE:
         return True
@@ -120,13 +120,9 @@ def valid_fault_config(any_msg: Any, path: str, errs: Errors) -> bool:
     fault = unpack(any_msg, fault_pb2.HTTPFault, path, errs)
     if fault is None:
         return False
+    # An unknown percentage denominator is read as HUNDRED (C-core 1.85
+    # accepts it; pyxds.resolver.fault_filter).
     ok = True
-    for part in ("abort", "delay"):
-        if fault.HasField(part) and getattr(fault, part).HasField("percentage"):
-            den = getattr(fault, part).percentage.denominator
-            if not 0 <= den < 3:
-                errs.add(f"{path}.{part}.percentage.denominator", "Unknown denominator type")
-                ok = False
     delay = fault.delay
     if (
         fault.HasField("delay")
