@@ -904,6 +904,9 @@ def _bad_listeners():
     unknown_denominator.abort.grpc_status = 14
     unknown_denominator.abort.percentage.denominator = 5  # type: ignore[assignment]
     cases["override-fault-unknown-denominator-accepted"] = override(b.pack(unknown_denominator))
+    bad_status = fault_pb2.HTTPFault()
+    bad_status.abort.grpc_status = 99
+    cases["override-fault-bad-grpc-status"] = override(b.pack(bad_status))
     bad_delay = fault_pb2.HTTPFault()
     bad_delay.delay.fixed_delay.seconds = -1
     cases["override-fault-bad-delay"] = override(b.pack(bad_delay))

@@ -768,6 +768,34 @@ def test_a_fault_override_error_names_the_fault_type_as_c_core():
     ) in _err(ROUTE_CONFIG, rc_with(r))
 
 
+@pytest.mark.parametrize(("status", "ok"), [(16, True), (17, False), (99, False)])
+def test_a_fault_abort_with_an_invalid_grpc_status_is_nacked_as_c_core(status, ok):
+    """C-core 1.85: "invalid gRPC status code: N" past UNAUTHENTICATED (16);
+    pyxds took it as UNKNOWN.  Checked against grpcio in
+    test_xds_server_differential.py."""
+    r = route("/")
+    fault = fault_pb2.HTTPFault()
+    fault.abort.grpc_status = status
+    r.typed_per_filter_config["fault"].Pack(fault)
+    if ok:
+        _ok(ROUTE_CONFIG, rc_with(r))
+    else:
+        assert (
+            "typed_per_filter_config[fault].value[envoy.extensions.filters.http.fault.v3.HTTPFault]"
+            f".abort.grpc_status: invalid gRPC status code: {status}"
+        ) in _err(ROUTE_CONFIG, rc_with(r))
+        lis = api_listener(filters=())
+        hcm = hcm_pb2.HttpConnectionManager()
+        lis.api_listener.api_listener.Unpack(hcm)
+        hcm.http_filters.add(name="fault").typed_config.Pack(fault)
+        hcm.http_filters.add(name="router").typed_config.Pack(router_pb2.Router())
+        lis.api_listener.api_listener.Pack(hcm)
+        assert (
+            "http_filters[0].typed_config.value[envoy.extensions.filters.http.fault.v3.HTTPFault]"
+            f".abort.grpc_status: invalid gRPC status code: {status}"
+        ) in _err(LISTENER, lis)
+
+
 def test_endpoint_without_port_is_accepted_as_port_zero():
     """C-core ParseXdsAddress (port_value read as 0), grpc-go parseAddress."""
     loc = locality("a")

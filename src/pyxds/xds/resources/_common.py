@@ -110,8 +110,9 @@ def unpack(any_msg: Any, message_cls: type[_M], path: str, errs: Errors) -> _M |
 
 
 def valid_fault_config(any_msg: Any, path: str, errs: Errors) -> bool:
-    """An HTTPFault config (A33) must parse and use valid durations (C-core
-    1.85's checks; an unknown percentage denominator is HUNDRED).  A TypedStruct form is not looked
+    """An HTTPFault config (A33) must parse, abort with a gRPC status code
+    gRPC has and use valid durations (C-core 1.85's checks; an unknown
+    percentage denominator is HUNDRED).  A TypedStruct form is not looked
     into."""
     if type_name(any_msg.type_url) != FAULT_FILTER_TYPE:
         return True
@@ -123,6 +124,11 @@ def valid_fault_config(any_msg: Any, path: str, errs: Errors) -> bool:
     # An unknown percentage denominator is read as HUNDRED (C-core 1.85
     # accepts it; pyxds.resolver.fault_filter).
     ok = True
+    if fault.HasField("abort") and fault.abort.WhichOneof("error_type") == "grpc_status":
+        status = fault.abort.grpc_status
+        if not 0 <= status <= 16:  # C-core's grpc_status_code_from_int
+            errs.add(f"{path}.abort.grpc_status", f"invalid gRPC status code: {status}")
+            ok = False
     delay = fault.delay
     if (
         fault.HasField("delay")

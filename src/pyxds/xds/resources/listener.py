@@ -257,7 +257,7 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
             errs.add(vp, unparsed)
             continue
         if tname == FAULT_FILTER_TYPE:
-            if not valid_fault_config(any_msg, f"{p}.typed_config", errs):
+            if not valid_fault_config(any_msg, vp, errs):
                 continue
         elif not validate_filter_config(tname, any_msg, f"{p}.typed_config", errs):
             continue
