@@ -89,6 +89,26 @@ def test_not_serving_before_the_listener_serving_with_it_and_not_after_deletion(
     assert wait_served(srv.address).startswith("OK:")
 
 
+def test_a_deleted_listener_is_ignored_with_ignore_resource_deletion(control, make_server):
+    """C-core xds_enabled_server_end2end_test ListenerDeletionIgnored (A53):
+    with the server feature ``ignore_resource_deletion`` the deletion is
+    ACKed and the server keeps serving its Listener."""
+    boot = control.bootstrap(
+        "keeps",
+        ("xds_v3", "ignore_resource_deletion"),
+        server_listener_resource_name_template=TEMPLATE,
+    )
+    srv = make_server(boot).start()
+    publish(control, plain_listener(srv.address), node="keeps")
+    assert wait_served(srv.address).startswith("OK:")
+    acks = len(control.acks("LDS", node_id="keeps"))
+    publish(control, node="keeps")  # deleted
+    assert wait_until(lambda: len(control.acks("LDS", node_id="keeps")) > acks, 10)
+    time.sleep(0.5)
+    assert served_by(srv.address).startswith("OK:")
+    assert srv.events == [(srv.address, True, None)]
+
+
 def test_ephemeral_port_is_known_at_once_and_names_the_listener(control):
     srv = PyxdsServer(bootstrap(control), port=0)
     try:
@@ -373,6 +393,72 @@ def test_control_plane_down_at_start_then_up(pki, make_server):
         control.stop()
 
 
+def _slow_handler(kind, entered):
+    """``/pyxds.test.Slow/Wait``: an RPC that stays in its handler (up to 30 s)."""
+    if kind == "aio":
+        import asyncio
+
+        async def wait(request, context):
+            entered.set()
+            await asyncio.sleep(30)
+            return b""
+
+    else:
+
+        def wait(request, context):
+            entered.set()
+            done = threading.Event()
+            context.add_callback(done.set)
+            done.wait(30)
+            return b""
+
+    return grpc.method_handlers_generic_handler(
+        "pyxds.test.Slow", {"Wait": grpc.unary_unary_rpc_method_handler(wait)}
+    )
+
+
+def test_stop_ends_rpcs_that_a_deleted_listener_left_draining(control, make_server):
+    """A36: a deleted Listener drains its connections for the drain grace
+    time (10 minutes by default) and their started RPCs do not fail; then
+    ``stop(0)`` is grpcio's: every RPC ends now (the draining ones too) and
+    the server has terminated soon after, not when the drain grace ends."""
+    srv = make_server(bootstrap(control))
+    entered = threading.Event()
+    srv.server.add_generic_rpc_handlers([_slow_handler(make_server.kind, entered)])
+    srv.start()
+    publish(control, plain_listener(srv.address))
+    assert wait_served(srv.address).startswith("OK:")
+    outcome = []
+    channel = grpc.insecure_channel(srv.address)
+
+    def slow_rpc():
+        try:
+            channel.unary_unary("/pyxds.test.Slow/Wait")(b"", timeout=60)
+            outcome.append("OK")
+        except grpc.RpcError as err:
+            outcome.append(err.code().name)
+
+    rpc = threading.Thread(target=slow_rpc)
+    rpc.start()
+    try:
+        assert entered.wait(10)
+        publish(control)  # the Listener is deleted: not serving, the RPC drains
+        assert wait_until(lambda: srv.serving() is False, 10)
+        rpc.join(1.0)
+        assert rpc.is_alive() and not outcome  # a started RPC does not fail
+        started = time.monotonic()
+        if make_server.kind == "aio":
+            srv._run(srv.server.stop(0), timeout=10)
+        else:
+            assert srv.server.stop(0).wait(10)
+        assert time.monotonic() - started < 10
+        rpc.join(10)
+        assert outcome and outcome[0] != "OK", outcome
+    finally:
+        channel.close()
+        rpc.join(30)
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -548,6 +634,29 @@ def test_istiods_own_template_and_listener_name(control, pki, make_server):
     assert srv.server.serving_state()[0]["listener"] == f"{ib.ISTIO_INBOUND_PREFIX}{srv.address}"
 
 
+def test_ipv6_clients_are_matched_by_their_address(control, make_server):
+    """grpcio names an IPv6 peer ``ipv6:%5B::1%5D:port``: its address must
+    still reach RBAC (a DENY on ``source_ip`` ::1/128 denies, never fails
+    open) and the source prefix of the filter chains."""
+    srv = make_server(bootstrap(control), host="[::1]").start()
+    deny = ib.rbac_filter(
+        "deny",
+        "DENY",
+        {
+            "v6-loopback": ib.rbac_policy(
+                principals=[rbac_config_pb2.Principal(source_ip=ib.cidr("::1/128"))]
+            )
+        },
+    )
+    chains = [
+        ib.filter_chain(name="v6", source_prefix_ranges=["::1/128"], http_filters=[deny]),
+        ib.filter_chain(name="other", source_prefix_ranges=["10.0.0.0/8"]),
+    ]
+    publish(control, ib.server_listener(listener_name(srv.address), srv.address, chains))
+    assert wait_until(lambda: srv.serving(), 10)
+    assert served_by(srv.address) == "PERMISSION_DENIED:Unauthorized RPC rejected"
+
+
 def test_wildcard_port_picks_the_chain_of_the_connections_local_address(control):
     """On 0.0.0.0 the local IP of a connection comes from grpcio's channelz:
     the chain for 127.0.0.1/32 (RBAC denies) beats the catch-all (serves)."""
@@ -566,5 +675,49 @@ def test_wildcard_port_picks_the_chain_of_the_connections_local_address(control)
         loopback = f"127.0.0.1:{srv.port}"
         assert served_by(loopback) == "PERMISSION_DENIED:Unauthorized RPC rejected"
         assert served_by(f"127.0.0.2:{srv.port}").startswith("OK:")
+    finally:
+        srv.stop()
+
+
+def test_ipv6_wildcard_port_picks_the_chain_of_the_local_address(control):
+    """On ``[::]`` an IPv6 connection's local address (channelz, for a peer
+    grpcio names ``ipv6:%5B::1%5D:port``) picks the ::1/128 chain (RBAC
+    denies); an IPv4 one gets the catch-all."""
+    srv = PyxdsServer(bootstrap(control), host="[::]")
+    srv.start()
+    try:
+        deny_all = ib.rbac_filter("deny", "DENY", {"all": ib.rbac_policy()})
+        chains = [
+            ib.filter_chain(name="v6-loopback", prefix_ranges=["::1/128"], http_filters=[deny_all]),
+            ib.filter_chain(name="other"),
+        ]
+        publish(control, ib.server_listener(listener_name(srv.address), srv.address, chains))
+        assert wait_until(lambda: srv.serving(), 10)
+        assert served_by(f"[::1]:{srv.port}") == "PERMISSION_DENIED:Unauthorized RPC rejected"
+        assert served_by(f"127.0.0.1:{srv.port}").startswith("OK:")
+    finally:
+        srv.stop()
+
+
+def test_ipv4_clients_of_an_ipv6_wildcard_port_match_ipv4_prefixes(control):
+    """On ``[::]`` an IPv4 client's addresses are IPv4-mapped on the socket;
+    C-core matches them as IPv4 (``grpc_sockaddr_match_subnet`` unmaps), so
+    127.0.0.0/8 destination and source prefixes take them (RBAC denies)."""
+    srv = PyxdsServer(bootstrap(control), host="[::]")
+    srv.start()
+    v4, v6 = f"127.0.0.1:{srv.port}", f"[::1]:{srv.port}"
+    try:
+        deny_all = ib.rbac_filter("deny", "DENY", {"all": ib.rbac_policy()})
+        for field in ("prefix_ranges", "source_prefix_ranges"):
+            open_all = [ib.filter_chain(name="open")]
+            publish(control, ib.server_listener(listener_name(srv.address), srv.address, open_all))
+            assert wait_until(lambda: served_by(v4).startswith("OK:"), 10), field
+            chains = [
+                ib.filter_chain(name="v4", http_filters=[deny_all], **{field: ["127.0.0.0/8"]}),
+                ib.filter_chain(name="v6", **{field: ["::/0"]}),
+            ]
+            publish(control, ib.server_listener(listener_name(srv.address), srv.address, chains))
+            assert wait_until(lambda: served_by(v4).startswith("PERMISSION_DENIED"), 10), field
+            assert served_by(v6).startswith("OK:"), field
     finally:
         srv.stop()

@@ -40,9 +40,21 @@ ECHO_STREAM = "/pyxds.test.Echo/EchoStream"
 
 def free_port() -> int:
     """A port nothing listens on now (C-core's xDS server needs a fixed port)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports nothing listens on now: all are held bound until
+    each is known (one at a time, the kernel may hand a just-closed port out
+    again, and two Listeners then share a name)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def listener_name(address: str) -> str:
@@ -264,9 +276,10 @@ class CoreXdsServer:
     def __init__(
         self, bootstrap: dict, port: int = 0, secure: bool = True, extra_ports: int = 0
     ) -> None:
-        self.port = port or free_port()
+        ports = free_ports(extra_ports + 1)
+        self.port = port or ports[0]
         self.address = f"127.0.0.1:{self.port}"
-        self.ports = [self.port] + [free_port() for _ in range(extra_ports)]
+        self.ports = [self.port, *ports[1:]]
         self.addresses = [f"127.0.0.1:{p}" for p in self.ports]
         env = dict(os.environ)
         env.pop("GRPC_XDS_BOOTSTRAP", None)

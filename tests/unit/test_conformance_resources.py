@@ -634,7 +634,13 @@ def test_listener_with_fault_filter_before_router_is_accepted():
     assert [f.name for f in got.http_filters] == ["envoy.filters.http.fault", "router"]
 
 
-def test_fault_filter_with_unknown_denominator_is_nacked():
+def test_fault_filter_with_unknown_denominator_is_read_as_hundred_as_c_core():
+    """grpcio 1.85's C-core accepts an unknown percentage denominator (the
+    enum is open) and reads it as HUNDRED (its GetDenominator default);
+    pyxds NACKed it.  Checked against grpcio in
+    test_xds_server_differential.py (an override, the same parser)."""
+    from pyxds.resolver.fault_filter import FaultConfig
+
     lis = api_listener(filters=())
     hcm = hcm_pb2.HttpConnectionManager()
     lis.api_listener.api_listener.Unpack(hcm)
@@ -645,7 +651,9 @@ def test_fault_filter_with_unknown_denominator_is_nacked():
     hcm.http_filters.add(name="fault").typed_config.Pack(fault)
     hcm.http_filters.add(name="router").typed_config.Pack(router_pb2.Router())
     lis.api_listener.api_listener.Pack(hcm)
-    assert "abort.percentage.denominator: Unknown denominator type" in _err(LISTENER, lis)
+    assert LISTENER.decode(lis.SerializeToString()).error is None
+    config = FaultConfig.parse(fault.SerializeToString())
+    assert (config.abort_numerator, config.abort_denominator) == (1, 100)
 
 
 def _override(target, key: str, type_url: str, optional: bool | None = None) -> None:
@@ -670,11 +678,11 @@ def test_unknown_filter_override_is_nacked_on_vhost_route_and_weighted_cluster()
     rc = rc_with(r)
     _override(rc.virtual_hosts[0], "f0", UNKNOWN_FILTER)
     err = _err(ROUTE_CONFIG, rc)
-    assert "virtual_hosts[0].typed_per_filter_config[f0]: unsupported filter type" in err
-    assert "routes[0].typed_per_filter_config[f1]: unsupported filter type" in err
+    unknown = ".value[some.unknown.Filter]: unsupported filter type"
+    assert f"virtual_hosts[0].typed_per_filter_config[f0]{unknown}" in err
+    assert f"routes[0].typed_per_filter_config[f1]{unknown}" in err
     assert (
-        "routes[0].route.weighted_clusters.clusters[0].typed_per_filter_config[f2]: "
-        "unsupported filter type"
+        f"routes[0].route.weighted_clusters.clusters[0].typed_per_filter_config[f2]{unknown}"
     ) in err
 
 
@@ -687,9 +695,10 @@ def test_optional_unknown_filter_override_is_accepted():
 def test_filter_config_wrapper_without_optional_still_requires_a_known_type():
     r = route("/")
     _override(r, "f", UNKNOWN_FILTER, optional=False)
-    assert "typed_per_filter_config[f].config: unsupported filter type" in _err(
-        ROUTE_CONFIG, rc_with(r)
-    )
+    assert (
+        "typed_per_filter_config[f].value[envoy.config.route.v3.FilterConfig].config"
+        ".value[some.unknown.Filter]: unsupported filter type"
+    ) in _err(ROUTE_CONFIG, rc_with(r))
 
 
 def test_fault_filter_override_is_accepted():
@@ -712,7 +721,79 @@ def test_empty_filter_override_key_is_nacked():
 def test_router_filter_override_is_nacked():
     r = route("/")
     r.typed_per_filter_config["router"].Pack(router_pb2.Router())
-    assert "router filter does not support config override" in _err(ROUTE_CONFIG, rc_with(r))
+    assert (
+        "typed_per_filter_config[router].value[envoy.extensions.filters.http.router.v3.Router]: "
+        "unsupported filter type"
+    ) in _err(ROUTE_CONFIG, rc_with(r))
+
+
+@pytest.mark.parametrize(
+    "type_url",
+    [
+        "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
+        "type.googleapis.com/envoy.extensions.filters.http.stateful_session.v3.StatefulSession",
+    ],
+)
+def test_an_optional_override_of_a_top_level_type_is_passed_over_as_c_core(type_url):
+    """C-core 1.85 looks overrides up among override types only: a filter's
+    top-level type (the router's, the stateful session filter's) there is an
+    unknown type, so an optional one is passed over (pyxds NACKed it;
+    tests/e2e/test_xds_server_differential.py checks it against grpcio)."""
+    r = route("/")
+    _override(r, "f", type_url, optional=True)
+    _ok(ROUTE_CONFIG, rc_with(r))
+    _override(r, "f", type_url, optional=False)
+    assert "unsupported filter type" in _err(ROUTE_CONFIG, rc_with(r))
+
+
+def test_a_fault_override_error_names_the_fault_type_as_c_core():
+    """C-core's field for an error inside an override's config names its
+    type (checked against grpcio in test_xds_server_differential.py)."""
+    r = route("/")
+    bad = fault_pb2.HTTPFault()
+    bad.delay.fixed_delay.seconds = -1
+    r.typed_per_filter_config["fault"].Pack(bad)
+    assert (
+        "typed_per_filter_config[fault].value[envoy.extensions.filters.http.fault.v3.HTTPFault]"
+        ".delay.fixed_delay.seconds: value must be in the range"
+    ) in _err(ROUTE_CONFIG, rc_with(r))
+    from xds.type.v3 import typed_struct_pb2
+
+    r = route("/")
+    r.typed_per_filter_config["fault"].Pack(typed_struct_pb2.TypedStruct(type_url=FAULT_URL))
+    assert (
+        "typed_per_filter_config[fault].value[xds.type.v3.TypedStruct]"
+        ".value[envoy.extensions.filters.http.fault.v3.HTTPFault]: "
+        "could not parse fault injection filter config"
+    ) in _err(ROUTE_CONFIG, rc_with(r))
+
+
+@pytest.mark.parametrize(("status", "ok"), [(16, True), (17, False), (99, False)])
+def test_a_fault_abort_with_an_invalid_grpc_status_is_nacked_as_c_core(status, ok):
+    """C-core 1.85: "invalid gRPC status code: N" past UNAUTHENTICATED (16);
+    pyxds took it as UNKNOWN.  Checked against grpcio in
+    test_xds_server_differential.py."""
+    r = route("/")
+    fault = fault_pb2.HTTPFault()
+    fault.abort.grpc_status = status
+    r.typed_per_filter_config["fault"].Pack(fault)
+    if ok:
+        _ok(ROUTE_CONFIG, rc_with(r))
+    else:
+        assert (
+            "typed_per_filter_config[fault].value[envoy.extensions.filters.http.fault.v3.HTTPFault]"
+            f".abort.grpc_status: invalid gRPC status code: {status}"
+        ) in _err(ROUTE_CONFIG, rc_with(r))
+        lis = api_listener(filters=())
+        hcm = hcm_pb2.HttpConnectionManager()
+        lis.api_listener.api_listener.Unpack(hcm)
+        hcm.http_filters.add(name="fault").typed_config.Pack(fault)
+        hcm.http_filters.add(name="router").typed_config.Pack(router_pb2.Router())
+        lis.api_listener.api_listener.Pack(hcm)
+        assert (
+            "http_filters[0].typed_config.value[envoy.extensions.filters.http.fault.v3.HTTPFault]"
+            f".abort.grpc_status: invalid gRPC status code: {status}"
+        ) in _err(LISTENER, lis)
 
 
 def test_endpoint_without_port_is_accepted_as_port_zero():

@@ -275,16 +275,70 @@ def test_duplicate_and_empty_filter_names_are_rejected():
     assert "http_filters[1].name: duplicate HTTP filter name: router" in decode_err(listener(hcm))
 
 
+HCM_VALUE = (
+    "api_listener.api_listener.value["
+    "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager]"
+)
+
+
 def test_typed_struct_filter_is_unwrapped_to_its_type():
+    """The type a TypedStruct names decides (A39): an unknown optional one is
+    skipped, an unknown required one is "unsupported"."""
     hcm = hcm_rds()
-    ts = typed_struct_pb2.TypedStruct(
-        type_url="type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+    third = hcm_pb2.HttpFilter(name="third", is_optional=True)
+    third.typed_config.Pack(typed_struct_pb2.TypedStruct(type_url="type.googleapis.com/x.Filter"))
+    hcm.http_filters.insert(0, third)
+    assert [x.name for x in decode_ok(listener(hcm)).http_filters] == ["router"]
+    hcm.http_filters[0].is_optional = False
+    assert "unsupported filter type" in decode_err(listener(hcm))
+
+
+@pytest.mark.parametrize("optional", [False, True])
+def test_a_filter_from_ecds_is_nacked_even_when_optional_as_c_core(optional):
+    """``config_discovery`` (ECDS) is not supported: C-core 1.85 reads only
+    ``typed_config`` and NACKs "field not present", ``is_optional`` or not
+    (A39 speaks only of unknown config types; grpc-go skips an optional one)."""
+    from envoy.config.core.v3 import config_source_pb2
+
+    hcm = hcm_rds()
+    ecds = hcm_pb2.HttpFilter(name="ecds", is_optional=optional)
+    ecds.config_discovery.CopyFrom(
+        config_source_pb2.ExtensionConfigSource(type_urls=["type.googleapis.com/x.Y"])
     )
+    ecds.config_discovery.config_source.ads.SetInParent()
+    hcm.http_filters.insert(0, ecds)
+    err = decode_err(listener(hcm))
+    assert f"{HCM_VALUE}.http_filters[0].typed_config: field not present" in err
+
+
+@pytest.mark.parametrize(
+    ("config_type", "error"),
+    [
+        ("envoy.extensions.filters.http.router.v3.Router", "could not parse router filter config"),
+        (
+            "envoy.extensions.filters.http.fault.v3.HTTPFault",
+            "could not parse fault injection filter config",
+        ),
+    ],
+)
+def test_a_router_or_fault_config_in_a_typed_struct_is_nacked_as_c_core(config_type, error):
+    """A TypedStruct holds JSON, not the config's protobuf bytes: C-core's
+    router and fault filters cannot read it and NACK (pyxds took the router
+    and ran the fault filter on the TypedStruct's bytes, i.e. no fault)."""
+    hcm = hcm_rds()
     del hcm.http_filters[:]
-    f = hcm.http_filters.add(name="router")
-    f.typed_config.Pack(ts)
-    lis = decode_ok(listener(hcm))
-    assert lis.http_filters[0].type_url == "envoy.extensions.filters.http.router.v3.Router"
+    if "fault" in config_type:
+        hcm.http_filters.add(name="f")
+    hcm.http_filters.add(name="last")
+    hcm.http_filters[0].typed_config.Pack(
+        typed_struct_pb2.TypedStruct(type_url=f"type.googleapis.com/{config_type}")
+    )
+    if "fault" in config_type:
+        hcm.http_filters[1].CopyFrom(router_filter())
+    assert (
+        f"{HCM_VALUE}.http_filters[0].typed_config.value[xds.type.v3.TypedStruct]"
+        f".value[{config_type}]: {error}"
+    ) in decode_err(listener(hcm))
 
 
 # ---------------------------------------------------------------- max_stream_duration (A31)

@@ -221,6 +221,19 @@ def test_raw_buffer_chains_replace_chains_without_a_transport_protocol():
     assert [c.name for c in tcp.all_chains()] == ["raw"]
 
 
+def test_an_unknown_source_type_is_nacked_not_read_as_any():
+    """``source_type`` is an open enum: a value past EXTERNAL was read as ANY
+    (the chain then served every peer).  grpc-go NACKs it ("unsupported
+    source type"); C-core 1.85 aborts the process (a GRPC_CHECK in
+    AddFilterChainDataForSourceType)."""
+    chain = ib.filter_chain(name="odd")
+    chain.filter_chain_match.source_type = 3  # type: ignore[assignment]
+    err = nack(listener(chain))
+    assert "filter_chains[0].filter_chain_match.source_type: unsupported source type: 3" in err
+    known = ib.filter_chain(name="external", source_type="EXTERNAL")
+    assert ok(listener(known)).filter_chains[0].match.source_type == 2
+
+
 def test_bad_cidr_is_nacked_naming_the_field():
     err = nack(listener(ib.filter_chain(prefix_ranges=["not-an-ip/8"])))
     assert (
@@ -237,6 +250,33 @@ def test_prefix_length_is_clamped_and_the_address_masked():
 
 
 # ------------------------------------------------------------------ HTTP filters
+
+
+def test_an_rbac_filter_with_invalid_rules_still_counts_in_the_filter_order():
+    """C-core keeps an RBAC filter whose rules have errors in the chain it
+    checks the order of (its config exists, with errors), even one whose
+    bytes do not parse: [bad RBAC, router, RBAC] has the router in the
+    middle too."""
+    bad = ib.rbac_filter("bad", "ALLOW", {"p": ib.rbac_policy([ib.path_rule(safe_regex="(")])})
+    hcm = ib.inbound_hcm()
+    del hcm.http_filters[:]
+    hcm.http_filters.extend([bad, b.router_filter(), ib.rbac_filter("good", "ALLOW", {})])
+    err = nack(listener(ib.filter_chain(hcm)))
+    router = "envoy.extensions.filters.http.router.v3.Router"
+    assert f"terminal filter for config type {router} must be the last filter" in err
+    assert "non-terminal filter for config type envoy.extensions.filters.http.rbac.v3.RBAC" in err
+    only_bad = ib.inbound_hcm()
+    del only_bad.http_filters[:]
+    only_bad.http_filters.append(bad)
+    err = nack(listener(ib.filter_chain(only_bad)))
+    assert "non-terminal filter for config type envoy.extensions.filters.http.rbac.v3.RBAC" in err
+    unparsable = ib.rbac_filter("junk", "ALLOW", {})
+    unparsable.typed_config.value = b"\xff"
+    del only_bad.http_filters[:]
+    only_bad.http_filters.append(unparsable)
+    err = nack(listener(ib.filter_chain(only_bad)))
+    assert "could not parse HTTP RBAC filter config" in err
+    assert "non-terminal filter for config type envoy.extensions.filters.http.rbac.v3.RBAC" in err
 
 
 def test_fault_filter_is_not_supported_on_servers():
@@ -367,6 +407,68 @@ def test_rbac_per_route_override_is_validated_in_rds():
     assert ROUTE_CONFIG.decode(rc.SerializeToString(), use_memo=False).error is None
 
 
+RBAC_OVERRIDE0 = "virtual_hosts[0].routes[0].typed_per_filter_config[rbac]"
+
+
+def test_an_rbac_top_level_config_is_not_an_override():
+    """A39: an override of the filter's top-level type (RBAC, not
+    RBACPerRoute) fails validation; C-core 1.85: "unsupported filter type".
+    Read as an RBACPerRoute, its ``rules`` would vanish and turn RBAC off."""
+    r = b.route(
+        prefix="/",
+        typed_per_filter_config={"rbac": ib.rbac_config("DENY", {"all": ib.rbac_policy()})},
+    )
+    rc = ib.inbound_route_config("rc", [r])
+    error = ROUTE_CONFIG.decode(rc.SerializeToString(), use_memo=False).error
+    assert f"{RBAC_OVERRIDE0}.value[envoy.extensions.filters.http.rbac.v3.RBAC]: " in error
+    assert "unsupported filter type" in error
+
+
+def test_an_optional_rbac_top_level_override_is_ignored():
+    """C-core 1.85 ACKs an optional override of a type that is no override
+    and applies no override (the filter's own config holds)."""
+    wrapper = route_components_pb2.FilterConfig(
+        config=b.pack(ib.rbac_config("ALLOW", {})), is_optional=True
+    )
+    r = b.route(prefix="/")
+    r.typed_per_filter_config["rbac"].CopyFrom(b.pack(wrapper))
+    rc = ib.inbound_route_config("rc", [r])
+    result = ROUTE_CONFIG.decode(rc.SerializeToString(), use_memo=False)
+    assert result.error is None
+    assert result.resource.virtual_hosts[0].routes[0].filter_overrides == ()
+
+
+def test_an_rbac_per_route_in_a_typed_struct_cannot_be_parsed():
+    from google.protobuf import struct_pb2
+    from xds.type.v3 import typed_struct_pb2
+
+    ts = typed_struct_pb2.TypedStruct(
+        type_url="type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute",
+        value=struct_pb2.Struct(),
+    )
+    r = b.route(prefix="/")
+    r.typed_per_filter_config["rbac"].CopyFrom(b.pack(ts))
+    rc = ib.inbound_route_config("rc", [r])
+    error = ROUTE_CONFIG.decode(rc.SerializeToString(), use_memo=False).error
+    assert (
+        f"{RBAC_OVERRIDE0}.value[xds.type.v3.TypedStruct].value["
+        "envoy.extensions.filters.http.rbac.v3.RBACPerRoute]: could not parse RBACPerRoute"
+    ) in error
+
+
+def test_an_unknown_rbac_action_is_nacked_in_c_core_words():
+    from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
+
+    config = ib.rbac_config("ALLOW", {"p": ib.rbac_policy()})
+    config.rules.action = 3
+    flt = ib.rbac_filter("rbac", "ALLOW", {})
+    flt.typed_config.Pack(config)
+    assert isinstance(config, rbac_pb2.RBAC)
+    err = nack(listener(ib.filter_chain(http_filters=[flt])))
+    assert f"{HCM0}.http_filters[0].{RBAC_VALUE}.rules.action: unknown action" in err
+    assert "unknown action 3" not in err
+
+
 def test_route_actions_other_than_non_forwarding_are_kept_as_unsupported():
     redirect = route_components_pb2.Route(
         match=route_components_pb2.RouteMatch(prefix="/a"),
@@ -430,9 +532,60 @@ def test_a_transport_socket_of_another_type_is_nacked():
     fc = ib.filter_chain()
     fc.transport_socket.typed_config.CopyFrom(b.pack(router_pb2.Router()))
     assert (
-        "filter_chains[0].transport_socket.typed_config.type_url: unsupported transport socket type"
+        "filter_chains[0].transport_socket.typed_config.value["
+        "envoy.extensions.filters.http.router.v3.Router].type_url: "
+        "unsupported transport socket type" in nack(listener(fc))
+    )
+
+
+def test_typed_structs_for_the_hcm_and_the_tls_context_are_nacked_in_c_core_words():
+    """A TypedStruct names its type inside and holds JSON: C-core reads the
+    type, then cannot decode the config; the field names both types."""
+    from xds.type.v3 import typed_struct_pb2
+
+    def struct(type_name):
+        return b.pack(typed_struct_pb2.TypedStruct(type_url=f"type.googleapis.com/{type_name}"))
+
+    ts = "value[xds.type.v3.TypedStruct]"
+    hcm_type = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+    fc = ib.filter_chain()
+    fc.filters[0].typed_config.CopyFrom(struct(hcm_type))
+    assert (
+        f"filter_chains[0].filters[0].typed_config.{ts}.value[{hcm_type}]: "
+        "could not parse HttpConnectionManager config" in nack(listener(fc))
+    )
+    fc.filters[0].typed_config.CopyFrom(struct("x.Y"))
+    assert (
+        f"filter_chains[0].filters[0].typed_config.{ts}.value[x.Y]: unsupported filter type"
         in nack(listener(fc))
     )
+    tls_type = "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
+    fc = ib.filter_chain(tls=ib.downstream_tls())
+    fc.transport_socket.typed_config.CopyFrom(struct(tls_type))
+    assert (
+        f"filter_chains[0].transport_socket.typed_config.{ts}.value[{tls_type}]: "
+        "can't decode DownstreamTlsContext" in nack(listener(fc), PROVIDERS)
+    )
+
+
+@pytest.mark.parametrize("name", ["", "envoy.transport_sockets.raw_buffer", "tls"])
+def test_a_transport_socket_not_named_tls_is_nacked(name):
+    """A29 "LDS for Server Side Security": a ``transport_socket`` whose name
+    is not ``envoy.transport_sockets.tls`` is NACKed (as grpc-go's
+    filter_chain_test "unexpected transport socket name" and grpc-java;
+    C-core 1.85 reads only the type, docs/differences-from-c-core.md)."""
+    fc = ib.filter_chain(tls=ib.downstream_tls())
+    fc.transport_socket.name = name
+    err = nack(listener(fc), PROVIDERS)
+    assert (
+        f"filter_chains[0].transport_socket.name: unsupported transport socket name {name!r}" in err
+    )
+
+
+def test_the_tls_transport_socket_name_is_accepted():
+    fc = ib.filter_chain(tls=ib.downstream_tls())
+    assert fc.transport_socket.name == "envoy.transport_sockets.tls"
+    assert ok(listener(fc), PROVIDERS).filter_chains[0].tls is not None
 
 
 def test_tls_without_client_verification_is_kept():

@@ -163,6 +163,23 @@ def test_rds_names_no_longer_used_are_unwatched():
     assert h.client.watched(ROUTE_CONFIG_TYPE_URL) == set()
 
 
+def test_rds_names_of_an_abandoned_pending_listener_are_unwatched():
+    """A pending Listener whose RDS never came is dropped when the current
+    Listener comes back, or replaced by another pending one: its RDS
+    subscriptions go with it (C-core drops the pending filter chain manager
+    and its RDS watchers), not at the next promotion."""
+    h = Harness()
+    h.client.push(lis(ib.filter_chain(rds="current")))
+    h.client.push(decoded(ib.inbound_route_config("current"), ROUTE_CONFIG))
+    h.client.push(lis(ib.filter_chain(rds="pending-1")))
+    assert h.client.watched(ROUTE_CONFIG_TYPE_URL) == {"current", "pending-1"}
+    h.client.push(lis(ib.filter_chain(rds="pending-2")))
+    assert h.client.watched(ROUTE_CONFIG_TYPE_URL) == {"current", "pending-2"}
+    h.client.push(lis(ib.filter_chain(rds="current")))
+    assert h.client.watched(ROUTE_CONFIG_TYPE_URL) == {"current"}
+    assert isinstance(h.last, ServingConfig) and h.watch.current is not None
+
+
 def test_stop_cancels_every_watch():
     h = Harness()
     h.client.push(lis(ib.filter_chain(rds="r")))
@@ -192,6 +209,15 @@ def test_split_peer_reads_grpcio_peer_strings():
     assert split_peer("ipv4:10.0.0.1:443").port == 443
     assert str(split_peer("ipv6:[::1]:80").ip) == "::1"
     assert split_peer("unix:/tmp/s").ip is None
+
+
+def test_split_peer_reads_the_percent_encoded_ipv6_peers_grpcio_gives():
+    """grpcio 1.85's ``context.peer()`` of an IPv6 client is a URI with the
+    brackets (and a zone's ``%``) percent-encoded: ``ipv6:%5B::1%5D:43168``."""
+    peer = split_peer("ipv6:%5B::1%5D:43168")
+    assert (str(peer.ip), peer.port) == ("::1", 43168)
+    peer = split_peer("ipv6:%5Bfe80::1%25eth0%5D:7")
+    assert (str(peer.ip), peer.port) == ("fe80::1", 7)
 
 
 def test_non_forwarding_route_lets_the_rpc_through():
@@ -236,6 +262,20 @@ def test_no_matching_chain_fails_every_rpc_of_the_connection():
     assert check(gate, peer="ipv4:10.1.1.1:5000") is None
 
 
+def test_an_unreachable_default_chain_is_not_served_to_a_peer_that_is_not_an_ip():
+    """A catch-all mTLS chain makes the plaintext default chain unreachable
+    over TCP, so the port is mTLS; a peer that is not an IP would get the
+    default chain: its RPCs fail instead of running under a chain whose TLS
+    the port does not have."""
+    gate = gate_for(
+        ib.filter_chain(name="mesh", tls=ib.downstream_tls()),
+        default=ib.filter_chain(name="plain-default"),
+    )
+    assert gate.config is not None and gate.config.security.tls is not None
+    assert check(gate) is None
+    assert check(gate, peer="unix:/tmp/s") == NO_CHAIN
+
+
 def test_rbac_filters_run_in_order_and_deny_with_c_core_words():
     deny = ib.rbac_filter(
         "deny", "DENY", {"d": ib.rbac_policy(permissions=[ib.path_rule(exact="/pkg.S/Bad")])}
@@ -273,6 +313,30 @@ def test_per_route_override_beats_virtual_host_beats_listener():
     assert check(gate, path="/other.S/M") == DENIED  # virtual host override: deny all
     plain = gate_for(ib.filter_chain(http_filters=[allow_none]))
     assert check(plain) == DENIED  # the filter's own config: ALLOW nothing
+
+
+def test_an_override_of_another_filters_type_is_no_rbac_override():
+    """C-core 1.85 (checked against grpcio): a ``typed_per_filter_config``
+    entry named for the RBAC filter but of another filter's type (here the
+    fault filter's) is passed over, at that level only: the virtual host's
+    override, else the filter's own config, applies."""
+    deny_all = ib.rbac_filter("rbac", "DENY", {"all": ib.rbac_policy()})
+    fault = {"rbac": b.fault_config(abort_grpc_status=14)}
+    alone = b.virtual_host("vh", ["*"], [b.route(prefix="/", typed_per_filter_config=fault)])
+    gate = gate_for(
+        ib.filter_chain(ib.inbound_hcm(b.route_config("rc", [alone]), http_filters=[deny_all]))
+    )
+    assert check(gate) == DENIED
+    under_off = b.virtual_host(
+        "vh",
+        ["*"],
+        [b.route(prefix="/", typed_per_filter_config=fault)],
+        typed_per_filter_config={"rbac": ib.rbac_per_route()},
+    )
+    gate = gate_for(
+        ib.filter_chain(ib.inbound_hcm(b.route_config("rc", [under_off]), http_filters=[deny_all]))
+    )
+    assert check(gate) is None
 
 
 def test_wildcard_port_looks_up_the_local_address_only_when_it_matters():

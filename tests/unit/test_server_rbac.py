@@ -63,7 +63,11 @@ HEADER_CASES = [
     ("x-user", {"exact": "a"}, {}, False),  # absent
     ("x-user", {"present": False}, {}, True),  # absent: only present_match false
     ("x-user", {"exact": "a", "invert_match": True}, {}, False),  # invert never rescues absent
-    ("x-bin", {"exact": "AAE="}, {"metadata": (("x-bin", b"\x00\x01"),)}, True),  # base64
+    # binary values as the base64 gRPC sends on the wire: unpadded (A41; grpc-java)
+    ("x-bin", {"exact": "AAE"}, {"metadata": (("x-bin", b"\x00\x01"),)}, True),
+    ("x-bin", {"exact": "AAE="}, {"metadata": (("x-bin", b"\x00\x01"),)}, False),
+    ("Host", {"exact": "svc.example:80"}, {}, True),  # C-core: any case of host and te
+    ("TE", {"present": True}, {"metadata": (("te", "trailers"),)}, False),
     ("x-user", {"safe_regex": "a+b"}, {"metadata": (("x-user", "aab"),)}, True),
     ("x-n", {"range": (10, 20)}, {"metadata": (("x-n", "15"),)}, True),
     ("x-n", {"range": (10, 20)}, {"metadata": (("x-n", "20"),)}, False),
@@ -119,8 +123,6 @@ AUTH = {
     ("matcher", "req", "expected"),
     [
         ({"exact": "spiffe://td/ns/a/sa/b"}, AUTH, True),
-        ({"exact": "client.example"}, AUTH, True),  # DNS SANs too, as C-core
-        ({"exact": "CN=client,O=Org"}, AUTH, True),  # then the subject
         ({"prefix": "spiffe://other/"}, AUTH, False),
         ({"exact": ""}, {"secure": True}, True),  # TLS without a client certificate
         ({"exact": "spiffe://td/ns/a/sa/b"}, {}, False),  # plaintext
@@ -128,6 +130,63 @@ AUTH = {
 )
 def test_authenticated_principal_name(matcher, req, expected):
     assert allows_principal(ib.principal_name(**matcher), **req) is expected
+
+
+# grpc-go rbac_engine_test.go TestAuthenticatedMatcherIdentitySourcePrecedence
+# (A41 steps 1-3: only the first kind of name the certificate has is tried;
+# C-core 1.85 tries them all, docs/differences-from-c-core.md).
+@pytest.mark.parametrize(
+    ("uris", "dns", "subject", "contains", "expected"),
+    [
+        (
+            ("spiffe://corp.example/svc/legitimate",),
+            (),
+            "",
+            "spiffe://corp.example/svc/legitimate",
+            True,
+        ),
+        (
+            ("spiffe://corp.example/svc/other",),
+            ("spiffe://corp.example/svc/legitimate",),
+            "",
+            "spiffe://corp.example/svc/legitimate",
+            False,
+        ),
+        (
+            ("spiffe://corp.example/svc/other",),
+            (),
+            "CN=spiffe://corp.example/svc/legitimate",
+            "spiffe://corp.example/svc/legitimate",
+            False,
+        ),
+        ((), ("svc.legitimate.internal",), "", "svc.legitimate.internal", True),
+        (
+            (),
+            ("svc.other.internal",),
+            "CN=svc.legitimate.internal",
+            "svc.legitimate.internal",
+            False,
+        ),
+        ((), (), "CN=svc.legitimate.internal", "svc.legitimate.internal", True),
+    ],
+)
+def test_authenticated_principal_name_tries_only_the_first_kind_of_name(
+    uris, dns, subject, contains, expected
+):
+    req = {"secure": True, "uri_sans": uris, "dns_sans": dns, "subject": subject}
+    assert allows_principal(ib.principal_name(contains=contains), **req) is expected
+    # The exact-match fast path agrees.
+    for name in (*uris, *dns, subject):
+        if contains in name and name == contains:
+            assert allows_principal(ib.principal_name(exact=name), **req) is expected
+
+
+def test_a_certificate_with_a_uri_san_does_not_match_the_empty_name():
+    """grpc-go default-matching-no-credentials: "" matches only a TLS peer
+    without a certificate, not one whose URI SAN is something else."""
+    cert = {"secure": True, "uri_sans": ("spiffe://cluster.local/ns/default/sa/admin",)}
+    assert not allows_principal(ib.principal_name(exact=""), **cert)
+    assert allows_principal(ib.principal_name(exact=""), secure=True)
 
 
 def test_authenticated_without_a_name_needs_only_tls():

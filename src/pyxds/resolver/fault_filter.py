@@ -1,8 +1,9 @@
 """The xDS fault injection filter on the client (gRFC A33), an A39 filter.
 
 Config: ``envoy.extensions.filters.http.fault.v3.HTTPFault`` (already
-validated by LDS/RDS: known denominators, valid durations), turned into a
-frozen :class:`FaultConfig`:
+validated by LDS/RDS: valid durations; an unknown percentage denominator
+is HUNDRED, as C-core 1.85 reads it), turned into a frozen
+:class:`FaultConfig`:
 
 * abort: ``grpc_status``, or ``http_status`` mapped to gRPC as in gRPC's
   "HTTP to gRPC Status Code Mapping" (A33 "Status Code Mapping"), or
@@ -55,6 +56,14 @@ DELAY_HEADER = "x-envoy-fault-delay-request"
 DELAY_PERCENT_HEADER = "x-envoy-fault-delay-request-percentage"
 
 _DENOMINATORS = (100, 10_000, 1_000_000)
+
+
+def _denominator(value: int) -> int:
+    """A FractionalPercent denominator; a value past MILLION (the enum is
+    open) is HUNDRED, as C-core 1.85 reads it."""
+    return _DENOMINATORS[value] if 0 <= value < len(_DENOMINATORS) else 100
+
+
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
@@ -114,7 +123,7 @@ class FaultConfig:
                 kwargs["abort_from_headers"] = True
             if abort.HasField("percentage"):
                 kwargs["abort_numerator"] = abort.percentage.numerator
-                kwargs["abort_denominator"] = _DENOMINATORS[abort.percentage.denominator]
+                kwargs["abort_denominator"] = _denominator(abort.percentage.denominator)
         if fault.HasField("delay"):
             delay = fault.delay
             which = delay.WhichOneof("fault_delay_secifier")
@@ -125,7 +134,7 @@ class FaultConfig:
                 kwargs["delay_from_headers"] = True
             if delay.HasField("percentage"):
                 kwargs["delay_numerator"] = delay.percentage.numerator
-                kwargs["delay_denominator"] = _DENOMINATORS[delay.percentage.denominator]
+                kwargs["delay_denominator"] = _denominator(delay.percentage.denominator)
         if fault.HasField("max_active_faults"):
             kwargs["max_active_faults"] = fault.max_active_faults.value
         if kwargs.get("abort_code") is grpc.StatusCode.OK:  # as C-core: no abort

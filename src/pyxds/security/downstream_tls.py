@@ -27,7 +27,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyxds.security.tls_config import parse_common_tls_context
-from pyxds.xds.resources._common import Errors, type_name
+from pyxds.xds.resources._common import (
+    TYPED_STRUCT_TYPES,
+    Errors,
+    type_name,
+    typed_struct_type,
+)
 from pyxds.xds.resources.server_types import DownstreamTlsConfig
 
 __all__ = ["DOWNSTREAM_TLS_CONTEXT", "parse_downstream_transport_socket"]
@@ -46,12 +51,22 @@ def parse_downstream_transport_socket(
         errs.add(p, "field not present")
         return None
     tname = type_name(ts.typed_config.type_url)
+    p = f"{p}.value[{tname}]"
+    in_struct = tname in TYPED_STRUCT_TYPES
+    if in_struct:  # named inside; it holds JSON, not the context's bytes
+        inner = typed_struct_type(ts.typed_config.value)
+        if inner is None:
+            errs.add(p, "could not parse")
+            return None
+        tname = inner
+        p = f"{p}.value[{tname}]"
     if tname != DOWNSTREAM_TLS_CONTEXT:
         errs.add(f"{p}.type_url", "unsupported transport socket type")
         return None
-    p = f"{p}.value[{DOWNSTREAM_TLS_CONTEXT}]"
     ctx = tls_pb2.DownstreamTlsContext()
     try:
+        if in_struct:
+            raise ValueError("a TypedStruct")
         ctx.ParseFromString(ts.typed_config.value)
     except Exception:
         errs.add(p, "can't decode DownstreamTlsContext")

@@ -32,7 +32,7 @@ from pyxds.serving.core import ServingCallback, XdsServerCore
 from pyxds.serving.gate import Gate
 from pyxds.serving.handlers import GatedHandler, HandlerRegistry
 from pyxds.serving.served_address import BindError
-from pyxds.serving.server import PortsAndHandlers, _server_options, bind
+from pyxds.serving.server import PortsAndHandlers, _server_options, bind, shorter
 
 __all__ = ["AioXdsServer", "xds_server"]
 
@@ -56,7 +56,8 @@ class _AioBackend:
         self._max = maximum_concurrent_rpcs
         self._compression = compression
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.stopping: list[Any] = []
+        # grpc.aio servers told to stop: (server, its stop's future, grace).
+        self._stopping: list[tuple[grpc.aio.Server, futures.Future[Any], float | None]] = []
 
     async def _start(
         self, address: str, credentials: grpc.ServerCredentials | None, gate: Gate
@@ -89,7 +90,22 @@ class _AioBackend:
         loop = self.loop
         if loop is None or loop.is_closed():
             return
-        self.stopping.append(asyncio.run_coroutine_threadsafe(handle.stop(grace), loop))
+        future = asyncio.run_coroutine_threadsafe(handle.stop(grace), loop)
+        self._stopping = [x for x in self._stopping if not x[1].done()]
+        self._stopping.append((handle, future, grace))
+
+    def stop_all(self, grace: float | None) -> list[futures.Future[Any]]:
+        """Every grpc.aio server still stopping, told to end within ``grace``
+        (a shorter grace than it was given ends it sooner); their stops."""
+        loop = self.loop
+        out = []
+        for handle, future, given in self._stopping:
+            if future.done():
+                continue
+            if shorter(grace, given) and loop is not None and not loop.is_closed():
+                future = asyncio.run_coroutine_threadsafe(handle.stop(grace), loop)
+            out.append(future)
+        return out
 
 
 class AioXdsServer(PortsAndHandlers, grpc.aio.Server):  # type: ignore[misc]  # grpc is untyped
@@ -121,9 +137,12 @@ class AioXdsServer(PortsAndHandlers, grpc.aio.Server):  # type: ignore[misc]  # 
         await asyncio.to_thread(self._core.start)
 
     async def stop(self, grace: float | None) -> None:
-        """Stop serving every address and wait for every ``grpc.aio`` server."""
+        """Stop serving every address (every RPC, those of servers still
+        draining an old Listener too, ends within ``grace``) and wait for
+        every ``grpc.aio`` server."""
         await asyncio.to_thread(self._core.stop, grace)
-        pending = [asyncio.wrap_future(f) for f in self._backend.stopping]
+        # Servers still draining an old Listener end within this grace too.
+        pending = [asyncio.wrap_future(f) for f in self._backend.stop_all(grace)]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
         if self._terminated is not None:

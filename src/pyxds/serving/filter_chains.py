@@ -4,17 +4,22 @@ C-core's ``FindFilterChainDataFor*`` walks the Listener's lookup map.
 Order: destination IP (the most specific prefix containing the connection's
 local address; the entry without a prefix only when no prefix matches),
 then source type (the ANY list is used only when the SAME_IP_OR_LOOPBACK and
-EXTERNAL lists are both empty; otherwise a loopback peer or one whose
-address equals the local address uses SAME_IP_OR_LOOPBACK, any other
-EXTERNAL), then source IP (most specific prefix, as for the destination),
-then source port (exact, else 0).  No match: the ``default_filter_chain``,
+EXTERNAL lists are both empty; otherwise a loopback peer -- exactly
+``127.0.0.1`` or ``::1``, as C-core's ``IsLoopbackIp`` and Envoy's
+``isLoopbackAddress`` say, not all of 127.0.0.0/8 -- or one whose address
+equals the local address uses SAME_IP_OR_LOOPBACK, any other EXTERNAL),
+then source IP (most specific prefix, as for the destination), then source
+port (exact, else 0).  No match: the ``default_filter_chain``,
 else None (the connection must not be served).  Server names, transport
 and application protocols were settled when the Listener was validated
 (:mod:`pyxds.xds.resources.server_listener`).
 
 :func:`port_security` answers the question grpcio forces on us: grpcio
 gives a listening port one set of credentials, so every chain a
-connection to that port may get must want the same TLS (or all none).
+connection to that port may get must want the same TLS (or all none).  The
+default chain is one of them only when some connection can miss the map
+(a catch-all chain takes every connection, and C-core then never uses the
+default chain).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ __all__ = [
 ]
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+_LOOPBACK = frozenset({ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")})
 
 
 def parse_ip(text: str) -> IpAddress | None:
@@ -107,7 +113,7 @@ def _from_map(
     kinds = dests[d].source_types
     if not kinds[SOURCE_SAME_IP_OR_LOOPBACK] and not kinds[SOURCE_EXTERNAL]:
         sources = kinds[SOURCE_ANY]
-    elif peer_ip.is_loopback or peer_ip == local_ip:
+    elif peer_ip in _LOOPBACK or peer_ip == local_ip:
         sources = kinds[SOURCE_SAME_IP_OR_LOOPBACK]
     else:
         sources = kinds[SOURCE_EXTERNAL]
@@ -145,19 +151,59 @@ class PortSecurity:
 
 def reachable_chains(listener: TcpListener, local_ip: IpAddress | None) -> tuple[FilterChain, ...]:
     """The chains a connection to ``local_ip`` (None: any local address, a
-    wildcard listening address) can get."""
-    if local_ip is None or not listener.chain_map:
-        return listener.all_chains()
-    d = _best(listener.chain_map, local_ip)
+    wildcard listening address) can get.  The default chain counts only when
+    some connection can find no chain in the map (:func:`_can_miss`)."""
+    dests = listener.chain_map
+    if local_ip is None:
+        entries = dests
+    else:
+        d = _best(dests, local_ip)
+        entries = dests[d : d + 1] if d >= 0 else ()
     indexes: set[int] = set()
-    if d >= 0:
-        for kind in listener.chain_map[d].source_types:
+    for dest in entries:
+        for kind in dest.source_types:
             for source in kind:
                 indexes.update(i for _, i in source.ports)
     chains = tuple(listener.filter_chains[i] for i in sorted(indexes))
-    if listener.default_filter_chain is not None:
-        chains += (listener.default_filter_chain,)
+    default = listener.default_filter_chain
+    if default is not None and _can_miss(dests, local_ip):
+        chains += (default,)
     return chains
+
+
+def _can_miss(dests: Sequence[DestinationIpEntry], local_ip: IpAddress | None) -> bool:
+    """Whether a TCP connection to ``local_ip`` (None: any local address) can
+    find no chain in the map, and so get the default chain.  Sound, not
+    exact: True whenever a miss is possible (the lookup takes the most
+    specific prefix at each level and never falls back to a less specific
+    one, so every entry it may land on must be total)."""
+    if local_ip is None:
+        return not _covers_every_ip(dests) or not all(_total(dest) for dest in dests)
+    d = _best(dests, local_ip)
+    return d < 0 or not _total(dests[d])
+
+
+def _covers_every_ip(entries: Sequence[DestinationIpEntry | SourceIpEntry]) -> bool:
+    families: set[int] = set()
+    for entry in entries:
+        if entry.prefix is None:
+            return True
+        if entry.prefix.network.prefixlen == 0:
+            families.add(entry.prefix.network.version)
+    return families == {4, 6}
+
+
+def _total(dest: DestinationIpEntry) -> bool:
+    """Every peer finds a chain under this destination entry."""
+    kinds = dest.source_types
+    lists: tuple[tuple[SourceIpEntry, ...], ...]
+    if not kinds[SOURCE_SAME_IP_OR_LOOPBACK] and not kinds[SOURCE_EXTERNAL]:
+        lists = (kinds[SOURCE_ANY],)
+    else:
+        lists = (kinds[SOURCE_SAME_IP_OR_LOOPBACK], kinds[SOURCE_EXTERNAL])
+    return all(
+        _covers_every_ip(sources) and all(0 in dict(s.ports) for s in sources) for sources in lists
+    )
 
 
 def port_security(listener: TcpListener, local_ip: IpAddress | None) -> PortSecurity:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import grpc
 
@@ -56,18 +57,20 @@ _SECURE = frozenset({b"ssl", b"tls"})
 
 @dataclass(frozen=True, slots=True)
 class PeerAddress:
-    """A peer as grpcio names it (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``)."""
+    """A peer as grpcio names it (``ipv4:1.2.3.4:5``, ``ipv6:%5B::1%5D:5``)."""
 
     ip: IpAddress | None
     port: int
 
 
 def split_peer(peer: str) -> PeerAddress:
-    """Parse ``context.peer()``; a non-IP peer (unix socket) has ip None."""
+    """Parse ``context.peer()``, a URI (grpcio percent-encodes an IPv6
+    peer's brackets and zone: ``ipv6:%5B::1%5D:5``); a non-IP peer (unix
+    socket) has ip None."""
     scheme, _, rest = peer.partition(":")
     if scheme not in ("ipv4", "ipv6"):
         return PeerAddress(None, 0)
-    host, _, port = rest.rpartition(":")
+    host, _, port = unquote(rest).rpartition(":")
     ip = parse_ip(host)
     try:
         return PeerAddress(ip, int(port))
@@ -189,8 +192,11 @@ class Gate:
             # chain can be trusted (never serve under the wrong chain).
             return _Conn(address, None, None)
         chain = select_chain(config.listener, local_ip, address.ip, address.port)
-        router = config.router_for(chain) if chain is not None else None
-        return _Conn(address, local_ip, router)
+        if chain is None or chain.tls != config.security.tls:
+            # No chain, or one whose TLS is not the port's (port_security
+            # left it out as unreachable): never serve under the wrong chain.
+            return _Conn(address, local_ip, None)
+        return _Conn(address, local_ip, config.router_for(chain))
 
 
 def _texts(values: Sequence[bytes]) -> tuple[str, ...]:

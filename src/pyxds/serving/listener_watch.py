@@ -13,7 +13,9 @@ serializer, one at a time).  As C-core's ``XdsServerConfigFetcher``:
 * A new Listener is *pending* until every RDS resource its chains name has
   been attempted (a resource, or an error: RPCs routed to it then fail
   UNAVAILABLE); then it replaces the current one.  A Listener equal to the
-  current one changes nothing.
+  current one changes nothing but dropping a pending one.  RDS names
+  neither the current nor the pending Listener uses are unwatched at once
+  (as C-core drops a pending filter chain manager with its RDS watchers).
 * RDS updates of the current Listener apply in place (a new ServingConfig
   with the same Listener).
 * Ambient errors (a NACKed update, a lost control plane) keep what is
@@ -176,6 +178,7 @@ class ListenerWatch:
             return
         if self._current is not None and self._current.listener == tcp:
             self._pending = None
+            self._drop_unused_rds()
             return
         self._pending = tcp
         names = self._rds_names(tcp)
@@ -184,6 +187,7 @@ class ListenerWatch:
                 self._rds_cancel[name] = self.client.watch(
                     ROUTE_CONFIG_TYPE_URL, name, _RdsWatcher(self, name), self._executor
                 )
+        self._drop_unused_rds()  # a pending Listener this one replaces
         self._maybe_promote()
 
     def on_ambient_error(self, status: Status) -> None:
@@ -226,9 +230,17 @@ class ListenerWatch:
             return
         self._pending = None
         self._publish(pending)
-        # RDS names only the old Listener used are no longer watched.
+        self._drop_unused_rds()
+
+    def _drop_unused_rds(self) -> None:
+        """Unwatch RDS names neither the current nor the pending Listener
+        uses (an old Listener's, an abandoned pending one's)."""
+        used: set[str] = set()
+        for tcp in (self._current.listener if self._current else None, self._pending):
+            if tcp is not None:
+                used |= self._rds_names(tcp)
         for name in list(self._rds_cancel):
-            if name not in names:
+            if name not in used:
                 self._rds_cancel.pop(name)()
                 self._rds.pop(name, None)
 

@@ -11,20 +11,25 @@ Rules, as A41 maps RBAC onto gRPC and C-core (``matchers.cc``,
   ``:path`` is the method path, ``:method`` is ``POST``, ``:authority`` and
   ``host`` are the request's authority, ``content-type`` is what gRPC
   clients send (``application/grpc``; grpcio hides the real header), ``te``
-  is never present, binary (``-bin``) values are base64 text.  An absent
-  header matches nothing but ``present_match: false`` (the matcher's own
-  rule, :class:`~pyxds.xds.resources.types.HeaderMatcher`).
+  is never present, binary (``-bin``) values are the unpadded base64 text
+  gRPC sends on the wire (A41 "base64-encoded form", as grpc-java; C-core
+  1.85 matches the raw bytes).  ``host`` and ``te`` are recognised in any
+  case, as C-core compares them.  An absent header matches nothing but
+  ``present_match: false`` (the matcher's own rule,
+  :class:`~pyxds.xds.resources.types.HeaderMatcher`).
 * ``url_path``: the method path.  ``destination_ip`` / ``destination_port``:
   the connection's local address; ``source_ip``, ``direct_remote_ip``,
   ``remote_ip``: its peer address.  ``metadata`` never matches (its
   ``invert`` is the result); ``requested_server_name`` matches what matches
   the empty string.
 * ``authenticated``: only on TLS connections; without a name it matches any
-  of them; a name is tried on the peer certificate's URI SANs, then DNS SANs,
-  then the subject (RFC 2253 text), as C-core does (A41's text stops at the
-  first kind present; C-core tries them all).  On a port that verifies
-  client certificates without requiring them grpcio does not ask for one,
-  so the name is unknown there.
+  of them; a name is tried on the first kind of name the peer certificate
+  has, as A41 lists them: its URI SANs if it has any, else its DNS SANs if
+  it has any, else its subject (RFC 2253 text); no certificate: the empty
+  string (as grpc-go and grpc-java; C-core 1.85 tries every kind, which lets
+  a DNS SAN or the subject match when the URI SAN does not).  On a port
+  that verifies client certificates without requiring them grpcio does not
+  ask for one, so the name is unknown there.
 
 Unknown inputs.  grpcio does not show ``:authority`` to ``grpc.aio``
 servicers (grpc/grpc#38906), and a connection's local address can be
@@ -77,15 +82,16 @@ class RequestInfo:
     def header(self, name: str) -> str | bool | None:
         """The value a header matcher sees (None: absent); False when it
         cannot be known (the authority of an aio RPC)."""
-        if name == ":authority" or name == "host":
+        special = _special(name)
+        if special == ":authority":
             return False if self.authority is None else self.authority
-        if name == ":path":
+        if special == ":path":
             return self.path
-        if name == ":method":
+        if special == ":method":
             return "POST"
-        if name == "content-type":
+        if special == "content-type":
             return GRPC_CONTENT_TYPE
-        if name == "te":
+        if special == "te":
             return None
         return self.metadata_value(name)
 
@@ -97,11 +103,28 @@ class RequestInfo:
         return headers.get(name)
 
 
+_FIXED_HEADERS = frozenset({":authority", ":path", ":method", "content-type", "te"})
+
+
+def _special(name: str) -> str | None:
+    """The name of a header RBAC does not read from the metadata (``host`` is
+    ``:authority``; ``host`` and ``te`` in any case, as C-core's
+    ``EqualsIgnoreCase``), else None."""
+    if name in _FIXED_HEADERS:
+        return name
+    lower = name.lower()
+    if lower == "host":
+        return ":authority"
+    if lower == "te":
+        return "te"
+    return None
+
+
 def _join(metadata: Sequence[tuple[str, Any]]) -> dict[str, str | None]:
     out: dict[str, list[str]] = {}
     for key, value in metadata:
         if isinstance(value, bytes):
-            value = base64.b64encode(value).decode("ascii")
+            value = base64.b64encode(value).decode("ascii").rstrip("=")
         out.setdefault(key, []).append(value)
     return {k: v[0] if len(v) == 1 else ",".join(v) for k, v in out.items()}
 
@@ -161,19 +184,17 @@ def _never(info: RequestInfo) -> Tri:
     return False
 
 
-_FIXED_HEADERS = {":path", ":method", "content-type", "te"}
-
-
 def _header(name: str, matches: Callable[[str | None], bool]) -> Matcher:
     """A header rule, its lookup chosen once (A41's special names)."""
-    if name == ":authority" or name == "host":
+    special = _special(name)
+    if special == ":authority":
 
         def authority(info: RequestInfo) -> Tri:
             value = info.authority
             return None if value is None else bool(matches(value))
 
         return authority
-    if name in _FIXED_HEADERS:
+    if special is not None:
         return lambda info: bool(matches(info.header(name)))  # type: ignore[arg-type]
 
     def header(info: RequestInfo) -> Tri:
@@ -244,7 +265,11 @@ def _compile(rule: Rule) -> Matcher:
                     return False
                 if info.identity_unknown:
                     return None
-                return wanted in info.uri_sans or wanted in info.dns_sans or wanted == info.subject
+                if info.uri_sans:
+                    return wanted in info.uri_sans
+                if info.dns_sans:
+                    return wanted in info.dns_sans
+                return wanted == info.subject
 
             return authenticated_exact
 
@@ -253,12 +278,9 @@ def _compile(rule: Rule) -> Matcher:
                 return False
             if info.identity_unknown:
                 return None
-            for uri in info.uri_sans:
-                if name_matches(uri):
-                    return True
-            for dns in info.dns_sans:
-                if name_matches(dns):
-                    return True
+            names = info.uri_sans or info.dns_sans
+            if names:
+                return any(name_matches(name) for name in names)
             return name_matches(info.subject)
 
         return authenticated

@@ -4,7 +4,9 @@ host by ``:authority`` and a route by path and headers (the client's
 matching rules, :mod:`pyxds.resolver.route_matching`); the route's action
 must be ``non_forwarding_action``; the route decides which RBAC config each
 RBAC filter of the chain applies (A39 overrides: the route's
-``typed_per_filter_config``, else its virtual host's, else the filter's own).
+``typed_per_filter_config`` ``RBACPerRoute`` entry of the filter's name,
+else its virtual host's, else the filter's own; an entry of another type is
+passed over, as C-core does).
 
 Failures, all UNAVAILABLE in C-core's words: the RDS resource is missing,
 NACKed without a good version or does not exist ("RDS resource NAME:
@@ -29,7 +31,7 @@ import grpc
 from pyxds.resolver.route_matching import RouteTable, select_virtual_host
 from pyxds.serving.rbac import RbacEngine
 from pyxds.status import Status
-from pyxds.xds.resources.rbac import rbac_override_of
+from pyxds.xds.resources.rbac import RBAC_PER_ROUTE_TYPE, rbac_override_of
 from pyxds.xds.resources.server_types import ServerHcm
 from pyxds.xds.resources.types import (
     NonForwardingAction,
@@ -133,8 +135,11 @@ class ChainRouter:
     def _outcome(self, vhost: VirtualHost, route: Route) -> RouteOutcome:
         if not isinstance(route.action, NonForwardingAction):
             return _UNSUPPORTED
-        route_overrides = {name: value for name, _, value in route.filter_overrides}
-        vhost_overrides = {name: value for name, _, value in vhost.filter_overrides}
+        # Only RBACPerRoute entries override an RBAC filter: an entry of
+        # another filter's type under its name is passed over at its level
+        # (as C-core 1.85 does).
+        route_overrides = {n: v for n, t, v in route.filter_overrides if t == RBAC_PER_ROUTE_TYPE}
+        vhost_overrides = {n: v for n, t, v in vhost.filter_overrides if t == RBAC_PER_ROUTE_TYPE}
         engines = []
         for flt in self.hcm.http_filters:
             if flt.rbac is None:

@@ -25,6 +25,10 @@ Theory of operation (docs/xds-server.md):
   taken port are retried on a timer.
 * Each change of serving state (and each new reason) is reported once to
   ``notify(address, serving, error)``.
+* A36 "configuration error logging": each config that will fail RPCs (a
+  broken RDS resource, a route whose action is not
+  ``non_forwarding_action``) logs its warnings; the first config after them
+  without any logs one warning that they are gone.
 """
 
 from __future__ import annotations
@@ -107,6 +111,7 @@ class ServedAddress:
         self.reason: str | None = "waiting for the Listener"
         self._reported: tuple[bool, str | None] | None = None
         self._closed = False
+        self._config_errors = False
 
     @property
     def text(self) -> str:
@@ -144,8 +149,14 @@ class ServedAddress:
             self._not_serving(str(value.details) or value.code.name)
             return
         self.config = value
-        for warning in value.config_errors():
+        # A36 "configuration error logging": a warning on each update while
+        # the config will fail RPCs, then one once it no longer does.
+        warnings = value.config_errors()
+        for warning in warnings:
             _log.warning("xDS server %s: %s", self.text, warning)
+        if self._config_errors and not warnings:
+            _log.warning("xDS server %s: no configuration errors any more", self.text)
+        self._config_errors = bool(warnings)
         self._apply()
 
     def _apply(self) -> None:

@@ -77,7 +77,9 @@ class _SyncBackend:
         self._max = maximum_concurrent_rpcs
         self._compression = compression
         self._lock = threading.Lock()
-        self.stopping: list[threading.Event] = []
+        # grpcio servers told to stop and not yet terminated, with the grace
+        # they were given (the drain grace time for a drained generation).
+        self._stopping: list[tuple[grpc.Server, threading.Event, float | None]] = []
 
     def start_server(
         self, address: str, credentials: grpc.ServerCredentials | None, gate: Gate
@@ -96,8 +98,27 @@ class _SyncBackend:
     def stop_server(self, handle: grpc.Server, grace: float | None) -> None:
         event = handle.stop(grace)
         with self._lock:
-            self.stopping = [e for e in self.stopping if not e.is_set()]
-            self.stopping.append(event)
+            self._stopping = [x for x in self._stopping if not x[1].is_set()]
+            self._stopping.append((handle, event, grace))
+
+    def stop_all(self, grace: float | None) -> list[threading.Event]:
+        """Every grpcio server still stopping, told to end within ``grace``
+        (grpcio's ``stop`` again: a shorter grace ends it sooner, a longer
+        one changes nothing); their termination events."""
+        with self._lock:
+            stopping = [x for x in self._stopping if not x[1].is_set()]
+        events = []
+        for handle, event, given in stopping:
+            if shorter(grace, given):
+                event = handle.stop(grace)
+            events.append(event)
+        return events
+
+
+def shorter(grace: float | None, given: float | None) -> bool:
+    """Whether stopping with ``grace`` ends sooner than with ``given``
+    (None: at once)."""
+    return given is not None and (grace is None or grace < given)
 
 
 class PortsAndHandlers:
@@ -161,10 +182,13 @@ class XdsServer(PortsAndHandlers, grpc.Server):  # type: ignore[misc]  # grpc is
         self._core.start()
 
     def stop(self, grace: float | None) -> threading.Event:
-        """Stop serving every address; the event is set when every grpcio
-        server (the draining ones too) has terminated."""
+        """Stop serving every address; every RPC, those of servers still
+        draining an old Listener too, ends within ``grace`` (None: now); the
+        event is set when every grpcio server has terminated."""
         self._core.stop(grace)
-        pending = list(self._backend.stopping)
+        # Generations still draining an old Listener end within this grace
+        # too (as every RPC of a grpcio server does on its stop).
+        pending = self._backend.stop_all(grace)
         done = threading.Event()
 
         def wait() -> None:

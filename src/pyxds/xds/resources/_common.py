@@ -36,11 +36,12 @@ FILTER_VALIDATORS: dict[str, FilterValidator] = {}
 RBAC_FILTER_TYPE = "envoy.extensions.filters.http.rbac.v3.RBAC"
 RBAC_PER_ROUTE_TYPE = "envoy.extensions.filters.http.rbac.v3.RBACPerRoute"
 # Filter config types xDS-enabled servers accept in ``http_filters`` (A36,
-# A41): type name -> is terminal.  RDS overrides of the RBAC filter (either
-# type, parsed as ``RBACPerRoute`` as C-core does) are validated for every
+# A41): type name -> is terminal.  RDS overrides of the RBAC filter
+# (``RBACPerRoute``; its top-level ``RBAC`` type is no override, A39 and
+# C-core: "unsupported filter type") are validated for every
 # RouteConfiguration: RDS does not know whether a client or a server reads it.
 SERVER_HTTP_FILTER_TYPES: dict[str, bool] = {ROUTER_FILTER_TYPE: True, RBAC_FILTER_TYPE: False}
-RBAC_OVERRIDE_TYPES = frozenset({RBAC_FILTER_TYPE, RBAC_PER_ROUTE_TYPE})
+RBAC_OVERRIDE_TYPES = frozenset({RBAC_PER_ROUTE_TYPE})
 
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
@@ -109,8 +110,9 @@ def unpack(any_msg: Any, message_cls: type[_M], path: str, errs: Errors) -> _M |
 
 
 def valid_fault_config(any_msg: Any, path: str, errs: Errors) -> bool:
-    """An HTTPFault config (A33) must parse, use known percentage denominators
-    and valid durations (C-core's checks).  A TypedStruct form is not looked
+    """An HTTPFault config (A33) must parse, abort with a gRPC status code
+    gRPC has and use valid durations (C-core 1.85's checks; an unknown
+    percentage denominator is HUNDRED).  A TypedStruct form is not looked
     into."""
     if type_name(any_msg.type_url) != FAULT_FILTER_TYPE:
         return True
@@ -119,13 +121,14 @@ def valid_fault_config(any_msg: Any, path: str, errs: Errors) -> bool:
     fault = unpack(any_msg, fault_pb2.HTTPFault, path, errs)
     if fault is None:
         return False
+    # An unknown percentage denominator is read as HUNDRED (C-core 1.85
+    # accepts it; pyxds.resolver.fault_filter).
     ok = True
-    for part in ("abort", "delay"):
-        if fault.HasField(part) and getattr(fault, part).HasField("percentage"):
-            den = getattr(fault, part).percentage.denominator
-            if not 0 <= den < 3:
-                errs.add(f"{path}.{part}.percentage.denominator", "Unknown denominator type")
-                ok = False
+    if fault.HasField("abort") and fault.abort.WhichOneof("error_type") == "grpc_status":
+        status = fault.abort.grpc_status
+        if not 0 <= status <= 16:  # C-core's grpc_status_code_from_int
+            errs.add(f"{path}.abort.grpc_status", f"invalid gRPC status code: {status}")
+            ok = False
     delay = fault.delay
     if (
         fault.HasField("delay")
@@ -134,6 +137,19 @@ def valid_fault_config(any_msg: Any, path: str, errs: Errors) -> bool:
     ):
         ok = False
     return ok
+
+
+def typed_struct_type(value: bytes) -> str | None:
+    """The type a serialized TypedStruct names (its ``type_url`` without the
+    prefix), or None when the bytes do not parse."""
+    from xds.type.v3 import typed_struct_pb2
+
+    ts = typed_struct_pb2.TypedStruct()
+    try:
+        ts.ParseFromString(value)
+    except Exception:  # google.protobuf.message.DecodeError
+        return None
+    return type_name(ts.type_url)
 
 
 def validate_filter_config(tname: str, any_msg: Any, path: str, errs: Errors) -> bool:
@@ -171,15 +187,20 @@ def filter_overrides(overrides: Any) -> tuple[tuple[str, str, bytes], ...]:
 
 
 def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
-    """Validate a ``typed_per_filter_config`` map as C-core does (A39): a
-    non-empty key; the config (possibly in a ``FilterConfig`` wrapper, whose
-    ``is_optional`` applies, or a TypedStruct) of a filter type this client
-    knows, else an error unless optional; the router takes no override."""
+    """Validate a ``typed_per_filter_config`` map as C-core 1.85 does (A39):
+    a non-empty key; the config (possibly in a ``FilterConfig`` wrapper,
+    whose ``is_optional`` applies, or a TypedStruct) of an override type a
+    filter registers, else "unsupported filter type" unless optional (a
+    filter's top-level type, the router's included, is no override type);
+    errors name each Any's type as C-core's fields do."""
     for key, any_msg in overrides.items():
         p = f"{path}[{key}]"
         if not key:
             errs.add(p, "filter name must be non-empty")
         tname = type_name(any_msg.type_url)
+        # C-core's field: the key, then each Any's type (a FilterConfig's
+        # ``.config``, a TypedStruct's named type) down to the config.
+        vp = f"{p}.value[{tname}]"
         optional = False
         if tname == FILTER_CONFIG_TYPE:
             from envoy.config.route.v3 import route_components_pb2
@@ -189,8 +210,13 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
                 continue
             optional = fc.is_optional
             any_msg = fc.config
-            p = f"{p}.config"
+            vp = f"{vp}.config"
             tname = type_name(any_msg.type_url)
+            if not tname:
+                errs.add(vp, "field not present")
+                continue
+            vp = f"{vp}.value[{tname}]"
+        wrapper = tname
         if tname in TYPED_STRUCT_TYPES:
             from xds.type.v3 import typed_struct_pb2
 
@@ -198,25 +224,26 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
             if ts is None:
                 continue
             tname = type_name(ts.type_url)
+            vp = f"{vp}.value[{tname}]"
         if not tname:
             errs.add(p, "field not present")
         elif tname in RBAC_OVERRIDE_TYPES:
             from pyxds.xds.resources.rbac import parse_rbac_override
 
-            if type_name(any_msg.type_url) in TYPED_STRUCT_TYPES:
-                errs.add(p, "could not parse RBACPerRoute")
+            if wrapper in TYPED_STRUCT_TYPES:
+                errs.add(vp, "could not parse RBACPerRoute")
             else:
-                parse_rbac_override(any_msg.value, f"{p}.value[{tname}]", errs)
-        elif tname == ROUTER_FILTER_TYPE:
-            errs.add(p, "router filter does not support config override")
+                parse_rbac_override(any_msg.value, vp, errs)
         elif tname not in FILTER_OVERRIDE_TYPES:
-            if not optional or tname in HTTP_FILTER_TYPES:
-                # a known filter's top-level type is not an override (C-core)
-                errs.add(
-                    f"{p}.value[{tname}]" if tname in HTTP_FILTER_TYPES else p,
-                    "unsupported filter type",
-                )
+            # C-core 1.85 looks overrides up among override types only: a
+            # filter's top-level type (the router's too) is as unknown as
+            # any other, passed over when optional.
+            if not optional:
+                errs.add(vp, "unsupported filter type")
         elif tname == FAULT_FILTER_TYPE:
-            valid_fault_config(any_msg, p, errs)
+            if wrapper in TYPED_STRUCT_TYPES:  # JSON, not HTTPFault's bytes
+                errs.add(vp, "could not parse fault injection filter config")
+            else:
+                valid_fault_config(any_msg, vp, errs)
         else:
             validate_filter_config(tname, any_msg, p, errs)

@@ -11,7 +11,9 @@ Rules:
 * Exactly one of ``rds`` (its ``config_source`` must be ``ads`` or ``self``)
   and ``route_config`` (validated as an RDS resource would be).
 * ``http_filters``: non-empty; each has a non-empty unique name and a
-  ``typed_config`` (a TypedStruct is unwrapped to the type it names); a type
+  ``typed_config`` (``config_discovery``, ECDS, is "field not present" even
+  for an optional filter, as C-core; a TypedStruct is unwrapped to the type
+  it names, and the router, fault and RBAC configs cannot be one); a type
   this client does not know is an error unless ``is_optional`` (then it is
   skipped); of the filters kept, the last must be terminal (the router) and
   no other may be.  Known on clients: the router, the fault filter (A33;
@@ -186,6 +188,15 @@ def _routes_and_ip_detection(
     return route_config_name, route_config
 
 
+_NO_TYPED_STRUCT = {
+    ROUTER_FILTER_TYPE: "could not parse router filter config",
+    FAULT_FILTER_TYPE: "could not parse fault injection filter config",
+    RBAC_FILTER_TYPE: "could not parse HTTP RBAC filter config",
+}
+"""Filters whose config must be protobuf bytes (C-core's words when it
+comes as a TypedStruct); the stateful session filter says it itself."""
+
+
 def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False) -> tuple[Any, ...]:
     """The HCM's filters: HttpFilter values (client) or (HttpFilter, RBAC
     config or None) pairs (``server``)."""
@@ -199,7 +210,7 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
     out: list[Any] = []
     seen: set[str] = set()
     n_errors = len(errs)
-    terminal_of: list[bool] = []
+    order: list[tuple[str, bool]] = []  # (config type, terminal) of the chain
     for i, f in enumerate(hcm.http_filters):
         p = f"{path}.http_filters[{i}]"
         name = f.name
@@ -210,26 +221,24 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
             errs.add(f"{p}.name", f"duplicate HTTP filter name: {name}")
             continue
         seen.add(name)
-        which = f.WhichOneof("config_type")
-        if which != "typed_config":
-            # config_discovery (ECDS) is not supported; no config at all is an
-            # error even for an optional filter (as C-core).
-            if which and f.is_optional:
-                continue
-            errs.add(
-                f"{p}.{which}" if which else f"{p}.typed_config",
-                "unsupported filter config type" if which else "field not present",
-            )
+        if f.WhichOneof("config_type") != "typed_config":
+            # No config, or config_discovery (ECDS, not supported): C-core
+            # reads only typed_config, so both are "field not present", even
+            # for an optional filter.
+            errs.add(f"{p}.typed_config", "field not present")
             continue
         any_msg = f.typed_config
         tname = type_name(any_msg.type_url)
+        vp = f"{p}.typed_config"
         if tname in TYPED_STRUCT_TYPES:
             from xds.type.v3 import typed_struct_pb2
 
             ts = unpack(any_msg, typed_struct_pb2.TypedStruct, f"{p}.typed_config", errs)
             if ts is None:
                 continue
+            vp = f"{vp}.value[{tname}]"
             tname = type_name(ts.type_url)
+        vp = f"{vp}.value[{tname}]"
         terminal = known.get(tname)
         if terminal is None:
             if f.is_optional:
@@ -241,43 +250,48 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
                 else "unsupported filter type",
             )
             continue
+        unparsed = _NO_TYPED_STRUCT.get(tname)
+        if unparsed is not None and type_name(any_msg.type_url) in TYPED_STRUCT_TYPES:
+            # A TypedStruct holds JSON, not the config's protobuf bytes: as
+            # C-core, these filters cannot read their config from it.
+            errs.add(vp, unparsed)
+            continue
         if tname == FAULT_FILTER_TYPE:
-            if not valid_fault_config(any_msg, f"{p}.typed_config", errs):
+            if not valid_fault_config(any_msg, vp, errs):
                 continue
         elif not validate_filter_config(tname, any_msg, f"{p}.typed_config", errs):
             continue
         flt = HttpFilter(name, tname, any_msg.value, f.is_optional)
-        terminal_of.append(terminal)
+        order.append((tname, terminal))
         if not server:
             out.append(flt)
             continue
         rbac = None
         if tname == RBAC_FILTER_TYPE:
-            vp = f"{p}.typed_config.value[{tname}]"
-            if type_name(any_msg.type_url) in TYPED_STRUCT_TYPES:
-                errs.add(vp, "could not parse HTTP RBAC filter config")
-                continue
             rbac = parse_rbac(any_msg.value, vp, errs)
             if rbac is None:
                 continue
         out.append((flt, rbac))
-    # Ordering is checked on the filters kept (skipped optional ones do not
-    # count), as C-core does: only the last may be, and it must be, terminal.
+    # Ordering is checked on the filters C-core keeps: not the skipped
+    # optional ones, nor a router or fault filter whose config it could not
+    # read, but an RBAC filter with an invalid config is (C-core's RBAC
+    # filter has a config even then).  Only the last may be, and it must be,
+    # terminal.
     p = f"{path}.http_filters"
-    if not out:
+    if not order:
         if len(errs) == n_errors:
             errs.add(p, "expected at least one HTTP filter")
         return ()
-    types = [(x[0] if server else x).type_url for x in out]
-    for k, type_url in enumerate(types):
-        if k != len(out) - 1 and terminal_of[k]:
+    for k, (type_url, terminal) in enumerate(order):
+        if k != len(order) - 1 and terminal:
             errs.add(
                 p,
                 f"terminal filter for config type {type_url} must be the last filter in the chain",
             )
-    if not terminal_of[-1]:
+    type_url, terminal = order[-1]
+    if not terminal:
         errs.add(
             p,
-            f"non-terminal filter for config type {types[-1]} is the last filter in the chain",
+            f"non-terminal filter for config type {type_url} is the last filter in the chain",
         )
     return tuple(out)

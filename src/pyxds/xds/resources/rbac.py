@@ -189,7 +189,7 @@ def _parse_rbac_message(msg: Any, path: str, errs: Errors) -> RbacConfig | None:
     if action == "LOG":
         return NO_RBAC
     if action is None:
-        errs.add(f"{p}.action", f"unknown action {rules.action}")
+        errs.add(f"{p}.action", "unknown action")
         return None
     before = len(errs)
     policies = []
@@ -372,8 +372,8 @@ def parse_cidr(msg: Any, path: str, errs: Errors) -> CidrRange | None:
 
 
 def rbac_override_of(value: bytes) -> RbacConfig | None:
-    """A validated ``typed_per_filter_config`` override of an RBAC filter
-    (either type is read as ``RBACPerRoute``, as C-core does); None if invalid."""
+    """A validated ``RBACPerRoute`` override of an RBAC filter (the bytes of
+    the ``typed_per_filter_config`` entry); None if invalid."""
     errs = Errors()
     config = parse_rbac_override(value, "", errs)
     return None if errs else config

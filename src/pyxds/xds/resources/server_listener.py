@@ -11,11 +11,14 @@ Rules (each violation NACKs the Listener, the field named in C-core's words):
 * ``listener_filters`` are not read and do not NACK (C-core ACKs them
   although A36 says NACK; docs/differences-from-c-core.md).
 * Each filter chain (and ``default_filter_chain``): CIDRs of its
-  ``filter_chain_match`` must parse; ``filters`` must hold exactly one
+  ``filter_chain_match`` must parse, its ``source_type`` must be one of the
+  three the enum names ("unsupported source type: N", as grpc-go; C-core
+  1.85 aborts on another value); ``filters`` must hold exactly one
   filter, an HttpConnectionManager (validated by
   :func:`pyxds.xds.resources.listener.parse_server_hcm`); a
-  ``transport_socket`` must be a valid ``DownstreamTlsContext``
-  (:mod:`pyxds.security.downstream_tls`).
+  ``transport_socket`` must be named ``envoy.transport_sockets.tls`` (A29;
+  grpc-go and grpc-java check it, C-core 1.85 does not) and be a valid
+  ``DownstreamTlsContext`` (:mod:`pyxds.security.downstream_tls`).
 * Without ``filter_chains``, ``default_filter_chain`` must be set.
 * The chains are put in C-core's lookup map: chains with a
   ``destination_port``, ``server_names``, ``application_protocols`` or a
@@ -34,7 +37,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyxds.security.downstream_tls import parse_downstream_transport_socket
-from pyxds.xds.resources._common import TYPED_STRUCT_TYPES, Errors, type_name, unpack
+from pyxds.xds.resources._common import (
+    TYPED_STRUCT_TYPES,
+    Errors,
+    type_name,
+    typed_struct_type,
+    unpack,
+)
 from pyxds.xds.resources.rbac import CidrRange, parse_cidr
 from pyxds.xds.resources.server_types import (
     DestinationIpEntry,
@@ -47,6 +56,7 @@ from pyxds.xds.resources.server_types import (
 __all__ = ["parse_tcp_listener", "join_host_port"]
 
 HCM_TYPE = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+TLS_TRANSPORT_SOCKET = "envoy.transport_sockets.tls"
 _ONE_FILTER = (
     "must have exactly one filter (HttpConnectionManager -- no other filter is supported "
     "at the moment)"
@@ -118,8 +128,18 @@ def _filter_chain(
             continue
         any_msg = f.typed_config
         tname = type_name(any_msg.type_url)
-        if tname in TYPED_STRUCT_TYPES:
-            errs.add(f"{p}.value[{tname}]", "could not parse HttpConnectionManager config")
+        if tname in TYPED_STRUCT_TYPES:  # named inside; JSON, not the HCM's bytes
+            p = f"{p}.value[{tname}]"
+            inner = typed_struct_type(any_msg.value)
+            if inner is None:
+                errs.add(p, "could not parse")
+                continue
+            errs.add(
+                f"{p}.value[{inner}]",
+                "could not parse HttpConnectionManager config"
+                if inner == HCM_TYPE
+                else "unsupported filter type",
+            )
             continue
         if tname != HCM_TYPE:
             errs.add(f"{p}.value[{tname}]", "unsupported filter type")
@@ -134,9 +154,14 @@ def _filter_chain(
             hcm = parse_server_hcm(msg, errs, p)
     tls = None
     if fc.HasField("transport_socket"):
-        tls = parse_downstream_transport_socket(
-            fc.transport_socket, f"{path}.transport_socket", providers, errs
-        )
+        ts = fc.transport_socket
+        if ts.name != TLS_TRANSPORT_SOCKET:
+            errs.add(
+                f"{path}.transport_socket.name",
+                f"unsupported transport socket name {ts.name!r} (gRFC A29: only "
+                f"{TLS_TRANSPORT_SOCKET})",
+            )
+        tls = parse_downstream_transport_socket(ts, f"{path}.transport_socket", providers, errs)
     if len(errs) != before or hcm is None:
         return None
     return FilterChain(fc.name, match, hcm, tls)
@@ -151,10 +176,13 @@ def _match(m: Any, path: str, errs: Errors) -> FilterChainMatch:
                 out.append(cidr)
         return tuple(out)
 
+    source_type = int(m.source_type)
+    if not 0 <= source_type < 3:
+        errs.add(f"{path}.source_type", f"unsupported source type: {source_type}")
     return FilterChainMatch(
         destination_port=m.destination_port.value if m.HasField("destination_port") else 0,
         prefix_ranges=cidrs("prefix_ranges"),
-        source_type=int(m.source_type),
+        source_type=source_type,
         source_prefix_ranges=cidrs("source_prefix_ranges"),
         source_ports=tuple(m.source_ports),
         server_names=tuple(m.server_names),
@@ -199,7 +227,7 @@ def _build_map(chains: list[FilterChain], errs: Errors) -> tuple[DestinationIpEn
                 dest.types = [{}, {}, {}]  # earlier chains did not say raw_buffer
             if m.application_protocols:
                 continue
-            sources = dest.types[m.source_type if 0 <= m.source_type < 3 else 0]
+            sources = dest.types[m.source_type]
             for sprefix in m.source_prefix_ranges or (None,):
                 skey = "" if sprefix is None else str(sprefix)
                 entry = sources.get(skey)
