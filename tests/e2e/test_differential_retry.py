@@ -28,6 +28,7 @@ from channel_fixtures import (
     snapshot,
     wait_until,
 )
+from ports import EXCLUSIVE
 
 import pyxds._api as pyxds
 import pyxds.aio
@@ -49,7 +50,7 @@ class RetryBackend:
         self.name = name
         self.failing = failing
         self.previous: collections.Counter = collections.Counter()
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[EXCLUSIVE])
         server.add_generic_rpc_handlers((self._handlers(),))
         self.port = server.add_insecure_port("127.0.0.1:0")
         server.start()

@@ -21,7 +21,8 @@ import textwrap
 import time
 
 import pytest
-from channel_fixtures import SERVICE, TARGET, Backend, free_port, route, snapshot
+from channel_fixtures import SERVICE, TARGET, Backend, route, snapshot
+from ports import HeldPort
 
 from pyxds.server import ManagementServer
 
@@ -95,12 +96,13 @@ def world(tmp_path_factory):
     backend = Backend("exit-a").start()
     server = ManagementServer().start()
     server.set_snapshot(snapshot([route(prefix="", cluster="c")], {"c": [[backend.address]]}))
-    dead = f"127.0.0.1:{free_port()}"
+    dead = HeldPort()  # every connection refused, no other program can take it
     bootstrap = tmp_path_factory.mktemp("exit") / "bootstrap.json"
     bootstrap.write_text(json.dumps(server.bootstrap()))
-    yield {"backend": backend.address, "dead": dead, "bootstrap": str(bootstrap)}
+    yield {"backend": backend.address, "dead": dead.address, "bootstrap": str(bootstrap)}
+    dead.release()
     server.stop()
-    backend.stop()
+    backend.release()
 
 
 def _target(kind: str, outcome: str, world: dict[str, str]) -> str:
