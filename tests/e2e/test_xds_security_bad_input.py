@@ -389,4 +389,4 @@ else:
 """
     delay, _, stderr = run_script(body, "xds:///echo-service", {"bootstrap": str(path)})
     assert stderr.strip() == "", stderr
-    assert delay < EXIT_LIMIT, f"exited {delay:.2f} s after its last line"
+    assert delay < EXIT_LIMIT, f"exit held up {delay:.2f} s after the last line"
