@@ -54,32 +54,32 @@ _BACKEND = r"""
 import sys, signal, threading
 from concurrent import futures
 import grpc
-port = int(sys.argv[1])
 h = grpc.method_handlers_generic_handler(
     "bench.Scale", {"Port": grpc.unary_unary_rpc_method_handler(lambda r, c: b"ok")})
+# port 0, no SO_REUSEPORT: a port no other program's server can share
 server = grpc.server(futures.ThreadPoolExecutor(4), options=[("grpc.so_reuseport", 0)])
 server.add_generic_rpc_handlers((h,))
-server.add_insecure_port(f"127.0.0.1:{port}")
+port = server.add_insecure_port("127.0.0.1:0")
 server.start()
-print("up", flush=True)
+print(port, flush=True)
 sys.stdin.readline()          # "stop": a graceful stop sends GOAWAY
 server.stop(5).wait()
 """
 
 
 class Backend:
-    """A grpc server in its own process (so it can be killed)."""
+    """A grpc server in its own process (so it can be killed), on a port it
+    picks (:attr:`port`)."""
 
-    def __init__(self, port: int) -> None:
-        self.port = port
+    def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BACKEND, str(port)],
+            [sys.executable, "-c", _BACKEND],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         assert self.proc.stdout is not None
-        self.proc.stdout.readline()
+        self.port = int(self.proc.stdout.readline())
 
     def goaway(self) -> None:
         assert self.proc.stdin is not None
@@ -97,10 +97,13 @@ class Backend:
             self.proc.wait(10)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def dead_port() -> socket.socket:
+    """A bound socket that never listens: connections to its port are
+    refused, and no other program can bind the port while it is open (a
+    port found free and closed again could be anyone's by the time we dial)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 class Timeline:
@@ -286,14 +289,14 @@ class Probe:
 def trial(kind: str, timeline: Timeline, loop: asyncio.AbstractEventLoop | None) -> float | None:
     timeline.reset()
     if kind == "TRANSIENT_FAILURE":
-        probe = Probe(free_port(), timeline, loop)
-        probe.connect()
-        diff = timeline.wait(GC.TRANSIENT_FAILURE)
-        probe.close()
+        with dead_port() as dead:
+            probe = Probe(dead.getsockname()[1], timeline, loop)
+            probe.connect()
+            diff = timeline.wait(GC.TRANSIENT_FAILURE)
+            probe.close()
         return diff
-    port = free_port()
-    backend = Backend(port)
-    probe = Probe(port, timeline, loop)
+    backend = Backend()
+    probe = Probe(backend.port, timeline, loop)
     try:
         probe.connect()
         ready = timeline.wait(GC.READY)

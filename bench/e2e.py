@@ -53,13 +53,16 @@ from concurrent import futures
 import grpc
 
 METHOD = "/bench.Bench/Ping"
+EXCLUSIVE = ("grpc.so_reuseport", 0)
 
 
 def start_backend() -> tuple[grpc.Server, int]:
     handler = grpc.method_handlers_generic_handler(
         "bench.Bench", {"Ping": grpc.unary_unary_rpc_method_handler(lambda req, ctx: req)}
     )
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    # no SO_REUSEPORT (grpcio's default): no other program's server can
+    # share the port (tests/e2e/ports.py)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=[EXCLUSIVE])
     server.add_generic_rpc_handlers((handler,))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -274,7 +277,7 @@ def start_tls_backend(folder: str) -> tuple[grpc.Server, int, dict]:
     handler = grpc.method_handlers_generic_handler(
         "bench.Bench", {"Ping": grpc.unary_unary_rpc_method_handler(lambda req, ctx: req)}
     )
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=[EXCLUSIVE])
     server.add_generic_rpc_handlers((handler,))
     creds = grpc.ssl_server_credentials(
         [(leaf.key, leaf.cert)], root_certificates=ca.pem, require_client_auth=True

@@ -27,7 +27,10 @@ ROUNDS, CALLS = 4, 1000
 
 
 def main() -> None:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    # no SO_REUSEPORT: no other program's server can share the port
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=4), options=[("grpc.so_reuseport", 0)]
+    )
     handler = grpc.method_handlers_generic_handler(
         "b.E", {"Who": grpc.unary_unary_rpc_method_handler(lambda r, c: b"a")}
     )

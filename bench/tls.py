@@ -100,7 +100,10 @@ def serve() -> None:
     client = write_files(
         folder, ca.pem, ca.issue("client", uris=("spiffe://bench.example/ns/default/sa/client",))
     )
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=OPTIONS)
+    # no SO_REUSEPORT: no other program's server can share the ports
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=16), options=[*OPTIONS, ("grpc.so_reuseport", 0)]
+    )
     server.add_generic_rpc_handlers((_handler(),))
     plain_port = server.add_insecure_port("127.0.0.1:0")
     creds = grpc.ssl_server_credentials(

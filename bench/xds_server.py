@@ -43,6 +43,10 @@ import sys
 import tempfile
 import threading
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ports import HeldPort
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
@@ -77,7 +81,7 @@ elif kind == "aio-plain":
     aio_handler = grpc.method_handlers_generic_handler(
         "bench.Bench", {"Ping": grpc.unary_unary_rpc_method_handler(ping)})
     async def main():
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])  # port 0: ours alone
         server.add_generic_rpc_handlers((aio_handler,))
         print(server.add_secure_port(address, tls), flush=True)
         await server.start()
@@ -152,14 +156,6 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _rbac_policies(ib):
     """20 rules: 19 that never match the client, then the one that does."""
     from pyxds.server import builders as b
@@ -210,6 +206,7 @@ class Bench:
             "key": client["private_key_file"],
         }
         self.control = ManagementServer().start()
+        self._held: dict[int, HeldPort] = {}  # server pid -> its port's hold
 
     def bootstrap(self, node: str) -> dict:
         providers = {
@@ -238,10 +235,17 @@ class Bench:
         return lis
 
     def start_server(self, kind: str) -> tuple[subprocess.Popen, str]:
+        from ports import HeldPort
+
         from pyxds.server import Snapshot
 
         node = f"bench-{kind}-{time.monotonic_ns()}"
-        port = _free_port() if kind == "core" else 0
+        # grpcio's xDS server binds (with SO_REUSEPORT) only once its Listener
+        # arrives: a fixed port, held shared until the server stops, so that
+        # no other program's server can share it (tests/e2e/ports.py).  The
+        # others bind port 0 and print the port.
+        held = HeldPort(shared=True) if kind == "core" else None
+        port = held.port if held is not None else 0
         boot = self.bootstrap(node)
         env = dict(os.environ)
         env.pop("GRPC_XDS_BOOTSTRAP", None)
@@ -261,6 +265,8 @@ class Bench:
             text=True,
             env=env,
         )
+        if held is not None:
+            self._held[proc.pid] = held
         assert proc.stdout is not None
         address = f"127.0.0.1:{proc.stdout.readline().strip()}"
         self.node = node
@@ -274,8 +280,7 @@ class Bench:
             Snapshot(listeners=[self.listener(address, **kwargs)]), node_id=self.node
         )
 
-    @staticmethod
-    def stop_server(proc: subprocess.Popen) -> None:
+    def stop_server(self, proc: subprocess.Popen) -> None:
         try:
             assert proc.stdin is not None
             proc.stdin.close()
@@ -283,6 +288,9 @@ class Bench:
         except (OSError, subprocess.TimeoutExpired):
             proc.kill()
             proc.wait(timeout=5)
+        held = self._held.pop(proc.pid, None)
+        if held is not None:
+            held.release()
 
     def rate(self, kind: str, seconds: float, threads: int) -> tuple[float, float]:
         """(RPCs/s, server CPU seconds per RPC)."""

@@ -2,7 +2,8 @@
 
 * :class:`EchoBackend` is a grpcio server on 127.0.0.1 implementing
   ``pyxds.test.Echo``; every reply carries the backend's name. It can be
-  stopped and started again on the same port.
+  stopped and started again on the same port, which stays held meanwhile
+  (tests/e2e/ports.py: no other program can take it).
 * :class:`Blackhole` accepts TCP connections and never speaks HTTP/2, so a
   client's connection attempt hangs until its own timeout.
 * :class:`RawAdsClient` is a bare ADS stream for protocol tests of the server.
@@ -28,6 +29,7 @@ import grpc
 from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.rpc import status_pb2
+from ports import EXCLUSIVE, HeldPort
 from protos import echo_pb2, echo_pb2_grpc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -48,7 +50,8 @@ class _EchoServicer(echo_pb2_grpc.EchoServicer):
 
 
 class EchoBackend:
-    """An Echo server named ``name`` on ``host:port`` (port 0: pick one, then keep it)."""
+    """An Echo server named ``name`` on ``host:port`` (port 0: pick one, then
+    keep it; while stopped, the port is held for the next start)."""
 
     def __init__(self, name: str, host: str = "127.0.0.1", port: int = 0) -> None:
         self.name = name
@@ -58,6 +61,14 @@ class EchoBackend:
         self._lock = threading.Lock()
         self._server: grpc.Server | None = None
         self._executor: futures.ThreadPoolExecutor | None = None
+        self._held: HeldPort | None = None
+
+    def hold(self) -> EchoBackend:
+        """Pick the port now and hold it (refusing connections) until start()."""
+        if self._server is None and self._held is None:
+            self._held = HeldPort(self.port, host=self.host)
+            self.port = self._held.port
+        return self
 
     def _count(self) -> None:
         with self._lock:
@@ -75,11 +86,11 @@ class EchoBackend:
         if self._server is not None:
             return self
         executor = futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix=self.name)
-        # No SO_REUSEPORT (grpcio's default): with it, binding port 0 can hand
-        # out a port another process's server listens on, and the kernel
-        # then splits connections between the two.
-        server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
+        # No SO_REUSEPORT (grpcio's default): with it, the kernel may split
+        # the port's connections with another program's server (ports.py).
+        server = grpc.server(executor, options=[EXCLUSIVE])
         echo_pb2_grpc.add_EchoServicer_to_server(_EchoServicer(self), server)
+        self._let_go()
         port = server.add_insecure_port(f"{self.host}:{self.port}")
         if not port:
             raise RuntimeError(f"backend {self.name}: cannot bind {self.host}:{self.port}")
@@ -89,10 +100,23 @@ class EchoBackend:
         return self
 
     def stop(self, grace: float | None = None) -> None:
+        """Stop serving; the port stays held (connections refused) until
+        start() or release()."""
         server, self._server = self._server, None
         if server is not None:
             server.stop(grace).wait(timeout=10)
             self._executor.shutdown(wait=False)
+            self._held = HeldPort.again(self.port, host=self.host)
+
+    def release(self) -> None:
+        """Stop, and let the port go."""
+        self.stop()
+        self._let_go()
+
+    def _let_go(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.release()
 
     def restart(self) -> EchoBackend:
         self.stop()

@@ -23,6 +23,7 @@ from concurrent import futures
 from typing import Any
 
 import grpc
+from ports import EXCLUSIVE, HeldPort
 
 SERVICE = "pyxds.test.Echo"
 
@@ -77,7 +78,8 @@ def _handlers(name: str, served: collections.Counter) -> grpc.GenericRpcHandler:
 
 class Backend:
     """A grpcio server on 127.0.0.1 that can be stopped and restarted on
-    the same port."""
+    the same port, which stays held meanwhile (tests/e2e/ports.py: no other
+    program can take it; connections are refused)."""
 
     def __init__(
         self, name: str, port: int = 0, credentials: grpc.ServerCredentials | None = None
@@ -87,14 +89,23 @@ class Backend:
         self.credentials = credentials
         self.served: collections.Counter = collections.Counter()
         self._server: grpc.Server | None = None
+        self._held: HeldPort | None = None
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def hold(self) -> Backend:
+        """Pick the port now and hold it (refusing connections) until start()."""
+        if self._server is None and self._held is None:
+            self._held = HeldPort(self.port)
+            self.port = self._held.port
+        return self
+
     def start(self) -> Backend:
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=[EXCLUSIVE])
         server.add_generic_rpc_handlers((_handlers(self.name, self.served),))
+        self._let_go()
         if self.credentials is None:
             self.port = server.add_insecure_port(f"127.0.0.1:{self.port}")
         else:
@@ -104,9 +115,21 @@ class Backend:
         return self
 
     def stop(self, grace: float | None = None) -> None:
+        """Stop serving; the port stays held until start() or release()."""
         if self._server is not None:
             self._server.stop(grace).wait(5)
             self._server = None
+            self._held = HeldPort.again(self.port)
+
+    def release(self) -> None:
+        """Stop, and let the port go."""
+        self.stop()
+        self._let_go()
+
+    def _let_go(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.release()
 
     @property
     def running(self) -> bool:
@@ -221,12 +244,6 @@ class RefusingServer:
                 conn.close()
             except OSError:
                 pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def who(channel: Any, timeout: float = 5.0, **kwargs: Any) -> str:

@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from backends import Blackhole, EchoBackend
+from ports import HeldPortManagementServer, PortHolds, held_ports
 
 from pyxds.server import ManagementServer
 
@@ -27,12 +28,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def xds_server() -> Iterator[ManagementServer]:
-    """A started ManagementServer on 127.0.0.1 (random port), stopped after the test."""
-    server = ManagementServer().start()
+    """A started ManagementServer on 127.0.0.1 (random port), stopped after the
+    test; a test that stops it finds its port held until it starts it again."""
+    server = HeldPortManagementServer().start()
     try:
         yield server
     finally:
-        server.stop()
+        server.close()
+
+
+@pytest.fixture
+def ports() -> Iterator[PortHolds]:
+    """Ports held for this test (tests/e2e/ports.py): ``ports.dead_address()``
+    refuses every connection and no other program can take it;
+    ``ports.hold(shared=True)`` for an SO_REUSEPORT server that binds later."""
+    with held_ports() as holds:
+        yield holds
 
 
 @pytest.fixture
@@ -53,7 +64,7 @@ def echo_backends() -> Iterator[Callable[..., list[EchoBackend]]]:
         yield start
     finally:
         for backend in started:
-            backend.stop()
+            backend.release()
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import threading
 from concurrent import futures
 
 import grpc
+from ports import EXCLUSIVE
 from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
 from xds.service.orca.v3.orca_pb2 import OrcaLoadReportRequest
 
@@ -39,7 +40,7 @@ class ForeignOrcaBackend:
         self.served: collections.Counter = collections.Counter()
         self.oob_streams = 0
         self._stop = threading.Event()
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=[EXCLUSIVE])
 
         def report() -> OrcaLoadReport:
             return OrcaLoadReport(cpu_utilization=self.cpu, rps_fractional=100.0)

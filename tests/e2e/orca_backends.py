@@ -17,6 +17,7 @@ from concurrent import futures
 from typing import Any
 
 import grpc
+from ports import EXCLUSIVE
 
 from pyxds.lb.orca import ORCA_TRAILER, ORCA_TRAILER_MIRROR
 from pyxds.orca import (
@@ -46,7 +47,9 @@ class OrcaBackend:
         self.recorder = ServerMetricRecorder()
         self.set_load(cpu)
         self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=16), interceptors=[OrcaServerInterceptor()]
+            futures.ThreadPoolExecutor(max_workers=16),
+            interceptors=[OrcaServerInterceptor()],
+            options=[EXCLUSIVE],
         )
 
         def record() -> None:

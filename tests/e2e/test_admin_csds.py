@@ -17,6 +17,7 @@ import pytest
 from backends import HERE
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.service.status.v3 import csds_pb2, csds_pb2_grpc
+from ports import EXCLUSIVE
 from protos import echo_pb2, echo_pb2_grpc
 
 import pyxds._api as pyxds
@@ -49,7 +50,7 @@ def snapshot(backend, cluster_kind_ok: bool = True) -> Snapshot:
 
 
 def admin_server() -> tuple[grpc.Server, str]:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[EXCLUSIVE])
     pyxds.admin.add_admin_servicers(server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -154,7 +155,7 @@ def test_stream_client_status_answers_each_request_and_aio_servers_work(xds_serv
     bootstrap = xds_server.bootstrap(node_id="csds-aio")
 
     async def main() -> list:
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=[EXCLUSIVE])
         pyxds.admin.add_admin_servicers(server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
@@ -190,7 +191,7 @@ import grpc, grpc_csds
 from envoy.service.status.v3 import csds_pb2, csds_pb2_grpc
 from protos import echo_pb2, echo_pb2_grpc
 
-server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), options=[("grpc.so_reuseport", 0)])
 grpc_csds.add_csds_servicer(server)
 port = server.add_insecure_port("127.0.0.1:0")
 server.start()
@@ -270,7 +271,7 @@ from concurrent import futures
 import grpc, grpc_csds
 from protos import echo_pb2, echo_pb2_grpc
 
-server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), options=[("grpc.so_reuseport", 0)])
 grpc_csds.add_csds_servicer(server)
 port = server.add_insecure_port("127.0.0.1:0")
 server.start()

@@ -9,7 +9,8 @@ import time
 import grpc
 import pytest
 from backends import EchoBackend
-from channel_fixtures import SERVICE, Backend, free_port, wait_until, who
+from channel_fixtures import SERVICE, Backend, wait_until, who
+from ports import EXCLUSIVE
 from protos import echo_pb2, echo_pb2_grpc
 
 import pyxds._api as pyxds
@@ -117,9 +118,8 @@ def test_deadline_exceeded_on_slow_backend(generic):
         assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
 
 
-def test_unreachable_backend_fails_fast_with_unavailable_naming_the_cause():
-    port = free_port()
-    with pyxds.insecure_channel(f"static:///127.0.0.1:{port}") as channel:
+def test_unreachable_backend_fails_fast_with_unavailable_naming_the_cause(ports):
+    with pyxds.insecure_channel(f"static:///{ports.dead_address()}") as channel:
         start = time.monotonic()
         with pytest.raises(grpc.RpcError) as info:
             who(channel, timeout=5)
@@ -129,9 +129,9 @@ def test_unreachable_backend_fails_fast_with_unavailable_naming_the_cause():
 
 
 def test_wait_for_ready_rpc_waits_for_the_backend_to_come_up():
-    port = free_port()
+    backend = Backend("late").hold()
     with pyxds.insecure_channel(
-        f"static:///127.0.0.1:{port}",
+        f"static:///{backend.address}",
         options=[
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 200),
@@ -144,12 +144,12 @@ def test_wait_for_ready_rpc_waits_for_the_backend_to_come_up():
         thread.start()
         time.sleep(0.5)
         assert thread.is_alive()
-        backend = Backend("late", port).start()
+        backend.start()
         try:
             thread.join(8)
             assert box.get("r") == "late"
         finally:
-            backend.stop()
+            backend.release()
 
 
 def test_goaway_max_connection_age_fails_no_rpcs():
@@ -158,7 +158,11 @@ def test_goaway_max_connection_age_fails_no_rpcs():
 
     server = grpc.server(
         futures.ThreadPoolExecutor(8),
-        options=[("grpc.max_connection_age_ms", 200), ("grpc.max_connection_age_grace_ms", 100)],
+        options=[
+            ("grpc.max_connection_age_ms", 200),
+            ("grpc.max_connection_age_grace_ms", 100),
+            EXCLUSIVE,
+        ],
     )
     import collections
 
@@ -233,9 +237,9 @@ def test_idle_timeout_releases_subchannels_and_next_rpc_reconnects(generic):
         assert not channel.config_dump()["idle"]
 
 
-def test_pick_first_moves_to_second_address_when_first_is_down(generic):
-    port = free_port()
-    with pyxds.insecure_channel(f"static:///127.0.0.1:{port},{generic[1].address}") as channel:
+def test_pick_first_moves_to_second_address_when_first_is_down(generic, ports):
+    dead = ports.dead_address()
+    with pyxds.insecure_channel(f"static:///{dead},{generic[1].address}") as channel:
         assert who(channel, wait_for_ready=True) == "gen-1"
 
 
@@ -250,7 +254,7 @@ def test_secure_channel_uses_its_credentials_on_every_subchannel():
 
     from channel_fixtures import _handlers
 
-    server = grpc.server(futures.ThreadPoolExecutor(4))
+    server = grpc.server(futures.ThreadPoolExecutor(4), options=[EXCLUSIVE])
     server.add_generic_rpc_handlers((_handlers("secure", collections.Counter()),))
     creds = grpc.local_server_credentials(grpc.LocalConnectionType.LOCAL_TCP)
     port = server.add_secure_port("127.0.0.1:0", creds)

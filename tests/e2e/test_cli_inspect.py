@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 from cli_process import PyxdsProcess, run_pyxds
@@ -150,10 +149,8 @@ def test_inspect_watch_follows_an_edited_file(serve):
             raise AssertionError("inspect --watch never showed the new weight")
 
 
-def test_inspect_of_an_unreachable_control_plane_exits_1_with_one_line(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def test_inspect_of_an_unreachable_control_plane_exits_1_with_one_line(tmp_path, ports):
+    port = ports.hold().port
     bootstrap = tmp_path / "b.json"
     bootstrap.write_text(
         json.dumps(

@@ -11,7 +11,7 @@ import time
 
 import grpc
 import pytest
-from channel_fixtures import SERVICE, Backend, free_port, wait_until
+from channel_fixtures import SERVICE, Backend, wait_until
 
 import pyxds._api as pyxds
 import pyxds.aio as pyxds_aio
@@ -104,19 +104,19 @@ def test_subscribe_reports_the_same_states_as_grpcio_and_nothing_after_close(bac
     assert "SHUTDOWN" not in got["grpcio"]
 
 
-def test_subscribe_reports_transient_failure_for_a_dead_address_as_soon_as_grpcio():
+def test_subscribe_reports_transient_failure_for_a_dead_address_as_soon_as_grpcio(ports):
     """grpcio reports TRANSIENT_FAILURE within milliseconds of a refused
     connection; pyxds too (closing the failed grpcio channel, which joins
     grpcio's connectivity poller, no longer stalls the serializer 200 ms)."""
-    dead = f"127.0.0.1:{free_port()}"
+    dead = ports.dead_address()
     got = {name: _states(make, 0.15) for name, make in channels(dead)}
     assert got["pyxds"][:3] == ["IDLE", "CONNECTING", "TRANSIENT_FAILURE"]
     # grpcio's subscribe polls: it may skip the short CONNECTING
     assert got["grpcio"][0] == "IDLE" and "TRANSIENT_FAILURE" in got["grpcio"][1:3]
 
 
-def test_many_dead_backends_report_transient_failure_without_serial_delays():
-    dead = ",".join(f"127.0.0.1:{free_port()}" for _ in range(6))
+def test_many_dead_backends_report_transient_failure_without_serial_delays(ports):
+    dead = ",".join(ports.dead_address() for _ in range(6))
     ch = pyxds.insecure_channel(
         f"static:///{dead}", options=[("grpc.lb_policy_name", "round_robin")]
     )
@@ -191,12 +191,11 @@ def test_aio_call_on_a_closed_channel_raises_usage_error_like_grpcio(backend):
 
 
 def test_wait_for_ready_rpc_waits_for_a_backend_that_starts_later_like_grpcio():
-    port = free_port()
-    late = Backend("late", port=port)
+    late = Backend("late").hold()
     outcomes = {}
     threads = []
     chans = []
-    for name, make in channels(f"127.0.0.1:{port}"):
+    for name, make in channels(late.address):
         ch = make()
         chans.append(ch)
 
@@ -216,13 +215,13 @@ def test_wait_for_ready_rpc_waits_for_a_backend_that_starts_later_like_grpcio():
         assert wait_until(lambda: len(outcomes) == 2, 1)
         assert outcomes["pyxds"] == outcomes["grpcio"] == ("ok",)
     finally:
-        late.stop()
+        late.release()
         for ch in chans:
             ch.close()
 
 
-def test_deadline_of_a_fail_fast_rpc_to_a_dead_address_is_unavailable_like_grpcio():
-    dead = f"127.0.0.1:{free_port()}"
+def test_deadline_of_a_fail_fast_rpc_to_a_dead_address_is_unavailable_like_grpcio(ports):
+    dead = ports.dead_address()
     codes = {}
     for name, make in channels(dead):
         with make() as ch:

@@ -17,6 +17,7 @@ from concurrent import futures
 import grpc
 import pytest
 from channel_fixtures import LISTENER, SERVICE, TARGET, CoreXdsClient, pyxds_calls, wait_until
+from ports import EXCLUSIVE
 
 import pyxds._api as pyxds
 from pyxds.orca import OrcaServerInterceptor, call_metric_recorder
@@ -41,7 +42,9 @@ class MetricsBackend:
 
     def __init__(self) -> None:
         self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=8), interceptors=[OrcaServerInterceptor()]
+            futures.ThreadPoolExecutor(max_workers=8),
+            interceptors=[OrcaServerInterceptor()],
+            options=[EXCLUSIVE],
         )
 
         def who(request: bytes, context: grpc.ServicerContext) -> bytes:

@@ -19,7 +19,6 @@ from channel_fixtures import (
     Backend,
     CoreXdsClient,
     core_note,
-    free_port,
     header,
     pyxds_calls,
     route,
@@ -160,8 +159,8 @@ def test_circuit_breaker_of_zero_drops_every_rpc_alike(server, backends, core, c
     assert ours == theirs == {"error:UNAVAILABLE: circuit breaker drop": 3}
 
 
-def test_all_backends_down_fails_fast_with_c_core_words(server, backends, core, channel):
-    down = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+def test_all_backends_down_fails_fast_with_c_core_words(server, backends, core, channel, ports):
+    down = [ports.dead_address(), ports.dead_address()]
     server.set_snapshot(snapshot([route(prefix="", cluster="cdown")], {"cdown": [down]}))
     prefix = "error:UNAVAILABLE: connections to all backends failing; last error: "
     settle(core, channel, WHO, lambda k: k.startswith(prefix), timeout=10)
@@ -173,7 +172,8 @@ def test_all_backends_down_fails_fast_with_c_core_words(server, backends, core, 
 
 
 def test_aggregate_cluster_falls_back_to_its_second_cluster_alike(server, backends, core, channel):
-    down = f"127.0.0.1:{free_port()}"
+    primary = Backend("a-primary").hold()  # refuses connections until it starts
+    down = primary.address
     base = snapshot(
         [route(prefix="", cluster="agg")],
         {"primary": [[down]], "backup": [[backends["b0"].address]]},
@@ -194,12 +194,12 @@ def test_aggregate_cluster_falls_back_to_its_second_cluster_alike(server, backen
     assert wait_until(lambda: pyxds_calls(channel, 5) == {"b0": 5}, 10)
     assert wait_until(lambda: core.call(5) == {"b0": 5}, 10)
     # the primary comes up on that address: both switch back to it
-    primary = Backend("a-primary", port=int(down.rsplit(":", 1)[1])).start()
+    primary.start()
     try:
         assert wait_until(lambda: pyxds_calls(channel, 5) == {"a-primary": 5}, 10)
         assert wait_until(lambda: core.call(5) == {"a-primary": 5}, 10)
     finally:
-        primary.stop()
+        primary.release()
 
 
 def test_nacked_listener_with_nothing_cached_fails_naming_the_nack_like_c_core(server, core):
@@ -351,11 +351,11 @@ def test_logical_dns_cluster_reaches_its_backend_by_hostname_alike(server, backe
 
 
 def test_aggregate_of_dead_eds_and_logical_dns_falls_back_to_dns_alike(
-    server, backends, core, channel
+    server, backends, core, channel, ports
 ):
     # A37/A75: aggregate [EDS whose only backend is down, LOGICAL_DNS]: the
     # EDS priority fails, so traffic goes to the DNS cluster's backend.
-    down = f"127.0.0.1:{free_port()}"
+    down = ports.dead_address()
     port = int(backends["b0"].address.rsplit(":", 1)[1])
     base = snapshot([route(prefix="", cluster="agg-dns")], {"eds-dead": [[down]]})
     _listener_t, _route_t, cluster_t, _eds_t = list(base._by_type)

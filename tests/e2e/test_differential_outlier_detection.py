@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 from channel_fixtures import SERVICE, TARGET, route, snapshot
+from ports import EXCLUSIVE
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
@@ -35,7 +36,7 @@ class _Backend:
     def __init__(self, name: str, failing: bool) -> None:
         self.name = name
         self.failing = failing
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[EXCLUSIVE])
 
         def who(request: bytes, context: grpc.ServicerContext) -> bytes:
             if self.failing:

@@ -7,12 +7,22 @@ with UNAVAILABLE.  A policy covering UNAVAILABLE loses no RPC (a retry is a
 fresh pick, so it lands on the healthy backend); a policy that does not
 cover it loses about half; server pushback "do not retry" loses about half;
 retries carry ``grpc-previous-rpc-attempts``; a backoff longer than the
-deadline ends the RPC at its deadline."""
+deadline ends the RPC at its deadline.
+
+Both clients live for the whole module while the tests push one retry
+policy after another, and a count is only meaningful under the policy the
+test pushed: each push has a version of its own, and ``settled`` first waits
+until that client (its own node id) ACKed it, then until both backends take
+RPCs.  (Waiting only for both backends returned at once, still under the
+previous test's policy, when the push was slow to arrive: a loaded machine
+then counted the old policy's failures, or left round_robin on the wrong
+backend for the ``grpc-previous-rpc-attempts`` counts.)"""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import time
 from concurrent import futures
 
@@ -28,6 +38,7 @@ from channel_fixtures import (
     snapshot,
     wait_until,
 )
+from ports import EXCLUSIVE
 
 import pyxds._api as pyxds
 import pyxds.aio
@@ -35,6 +46,10 @@ from pyxds.server import ManagementServer
 from pyxds.server import builders as b
 
 N = 60
+NODE = "retry-differential"  # pyxds's channel
+CORE_NODE = "retry-differential-core"  # C-core's
+PUSH_WAIT = 30.0  # seconds a client may take to ACK a pushed policy (ends as soon as it does)
+_pushes = itertools.count(1)
 
 
 class RetryBackend:
@@ -49,7 +64,7 @@ class RetryBackend:
         self.name = name
         self.failing = failing
         self.previous: collections.Counter = collections.Counter()
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[EXCLUSIVE])
         server.add_generic_rpc_handlers((self._handlers(),))
         self.port = server.add_insecure_port("127.0.0.1:0")
         server.start()
@@ -132,19 +147,26 @@ def bad():
 
 @pytest.fixture(scope="module")
 def core(server):
-    client = CoreXdsClient(server.bootstrap(node_id="retry-differential"))
+    client = CoreXdsClient(server.bootstrap(node_id=CORE_NODE))
     yield client
     client.close()
 
 
 @pytest.fixture(scope="module")
 def channel(server):
-    ch = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id="retry-differential"))
+    ch = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=NODE))
     yield ch
     ch.close()
 
 
-def configure(server, good, bad, policy, version: str) -> None:
+def push_version(name: str) -> str:
+    """A version no earlier push of this module had (``settled`` waits for its ACK)."""
+    return f"{name}-{next(_pushes)}"
+
+
+def configure(server, good, bad, policy, version: str) -> str:
+    """Push ``policy`` on the route to cluster c; the pushed version."""
+    version = push_version(version)
     server.set_snapshot(
         snapshot(
             [route(prefix="", cluster="c", retry_policy=policy)],
@@ -152,20 +174,29 @@ def configure(server, good, bad, policy, version: str) -> None:
             version=version,
         )
     )
+    return version
 
 
-def settled(channel_or_core, good, bad) -> None:
-    """Both backends are in use (round_robin over both)."""
+def settled(channel_or_core, server, version: str, good, bad) -> None:
+    """The client ACKed ``version`` of the route configuration, then both
+    backends took RPCs (round_robin over both).  RPCs are made meanwhile: a
+    new channel opens its ADS stream on its first RPC."""
+    node = CORE_NODE if isinstance(channel_or_core, CoreXdsClient) else NODE
 
-    def both_seen() -> bool:
+    def acked() -> bool:
+        return any(r.version_info == version for r in server.acks("RDS", node_id=node))
+
+    def settled_now() -> bool:
+        was_acked = acked()
         before = sum(bad.previous.values()), sum(good.previous.values())
         if isinstance(channel_or_core, CoreXdsClient):
             channel_or_core.call(6, request="x")
         else:
             pyxds_calls(channel_or_core, 6, request="x")
-        return sum(bad.previous.values()) > before[0] and sum(good.previous.values()) > before[1]
+        both = sum(bad.previous.values()) > before[0] and sum(good.previous.values()) > before[1]
+        return was_acked and both
 
-    assert wait_until(both_seen, 15.0, interval=0.05)
+    assert wait_until(settled_now, PUSH_WAIT, interval=0.05), (version, server.acks("RDS"))
 
 
 def failures(counts: collections.Counter) -> int:
@@ -173,9 +204,9 @@ def failures(counts: collections.Counter) -> int:
 
 
 def test_policy_covering_the_code_loses_no_rpc_like_c_core(server, good, bad, core, channel):
-    configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "cover")
-    settled(channel, good, bad)
-    settled(core, good, bad)
+    version = configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "cover")
+    settled(channel, server, version, good, bad)
+    settled(core, server, version, good, bad)
     bad_before = sum(bad.previous.values())
     ours = pyxds_calls(channel, N)
     bad_during = sum(bad.previous.values()) - bad_before
@@ -193,7 +224,8 @@ def test_virtual_host_policy_applies_to_routes_without_one_like_c_core(
     route's own policy replaces it."""
     from pyxds.server.snapshot import Snapshot
 
-    def with_vhost_policy(route_policy, version: str) -> None:
+    def with_vhost_policy(route_policy, name: str) -> str:
+        version = push_version(name)
         base = snapshot([], {"c": [[good.address, bad.address]]}, version=version)
         vh = b.virtual_host(
             "vh",
@@ -209,27 +241,28 @@ def test_virtual_host_policy_applies_to_routes_without_one_like_c_core(
                 version=version,
             )
         )
+        return version
 
-    with_vhost_policy(None, "vh-policy")
-    settled(channel, good, bad)
-    settled(core, good, bad)
+    version = with_vhost_policy(None, "vh-policy")
+    settled(channel, server, version, good, bad)
+    settled(core, server, version, good, bad)
     assert failures(pyxds_calls(channel, N)) == failures(core.call(N)) == 0
-    with_vhost_policy(b.retry_policy("internal", num_retries=3), "route-policy")
-    settled(channel, good, bad)
-    settled(core, good, bad)
+    version = with_vhost_policy(b.retry_policy("internal", num_retries=3), "route-policy")
+    settled(channel, server, version, good, bad)
+    settled(core, server, version, good, bad)
     ours, theirs = failures(pyxds_calls(channel, N)), failures(core.call(N))
     assert 0.3 * N <= ours <= 0.7 * N
     assert 0.3 * N <= theirs <= 0.7 * N
 
 
 def test_retries_carry_previous_rpc_attempts_like_c_core(server, good, bad, core, channel):
-    configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "cover")
-    settled(channel, good, bad)
+    version = configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "cover")
+    settled(channel, server, version, good, bad)
     good.previous.clear()
     bad.previous.clear()
     pyxds_calls(channel, N)
     ours = good.previous + bad.previous
-    settled(core, good, bad)
+    settled(core, server, version, good, bad)
     good.previous.clear()
     bad.previous.clear()
     core.call(N)
@@ -243,9 +276,11 @@ def test_retries_carry_previous_rpc_attempts_like_c_core(server, good, bad, core
 def test_policy_not_covering_the_code_loses_about_half_like_c_core(
     server, good, bad, core, channel
 ):
-    configure(server, good, bad, b.retry_policy("internal,cancelled", num_retries=3), "miss")
-    settled(channel, good, bad)
-    settled(core, good, bad)
+    version = configure(
+        server, good, bad, b.retry_policy("internal,cancelled", num_retries=3), "miss"
+    )
+    settled(channel, server, version, good, bad)
+    settled(core, server, version, good, bad)
     ours = failures(pyxds_calls(channel, N))
     theirs = failures(core.call(N))
     assert 0.3 * N <= theirs <= 0.7 * N
@@ -253,9 +288,9 @@ def test_policy_not_covering_the_code_loses_about_half_like_c_core(
 
 
 def test_pushback_do_not_retry_loses_about_half_like_c_core(server, good, bad, core, channel):
-    configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "pushback")
-    settled(channel, good, bad)
-    settled(core, good, bad)
+    version = configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "pushback")
+    settled(channel, server, version, good, bad)
+    settled(core, server, version, good, bad)
     ours = failures(pyxds_calls(channel, N, request="pushback:-1"))
     theirs = failures(core.call(N, request="pushback:-1"))
     assert 0.3 * N <= theirs <= 0.7 * N
@@ -269,9 +304,9 @@ def test_pushback_do_not_retry_loses_about_half_like_c_core(server, good, bad, c
 def test_response_headers_commit_the_rpc_like_c_core(server, good, bad, core, channel):
     """A6 "When Retries are Valid": once response headers arrived the RPC is
     committed; the failure that follows is not retried."""
-    configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "commit")
-    settled(channel, good, bad)
-    settled(core, good, bad)
+    version = configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "commit")
+    settled(channel, server, version, good, bad)
+    settled(core, server, version, good, bad)
     ours = failures(pyxds_calls(channel, N, request="headers"))
     theirs = failures(core.call(N, request="headers"))
     assert 0.3 * N <= theirs <= 0.7 * N
@@ -281,15 +316,15 @@ def test_response_headers_commit_the_rpc_like_c_core(server, good, bad, core, ch
 def test_backoff_past_the_deadline_ends_at_the_deadline_like_c_core(
     server, good, bad, core, channel
 ):
-    configure(
+    version = configure(
         server,
         good,
         bad,
         b.retry_policy("unavailable", num_retries=4, base_interval=5, max_interval=5),
         "slow",
     )
-    settled(channel, good, bad)
-    settled(core, good, bad)
+    settled(channel, server, version, good, bad)
+    settled(core, server, version, good, bad)
     # pushback 3 s on every failure: any retry waits past a 0.5 s deadline;
     # the RPC ends at its deadline without another pick, so round_robin
     # alternates: half succeed, half end with DEADLINE_EXCEEDED.
@@ -302,8 +337,8 @@ def test_backoff_past_the_deadline_ends_at_the_deadline_like_c_core(
 
 
 def test_future_and_streams_are_retried(server, good, bad, channel):
-    configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "cover")
-    settled(channel, good, bad)
+    version = configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "cover")
+    settled(channel, server, version, good, bad)
     who = channel.unary_unary(f"/{SERVICE}/Who")
     assert [who.future(b"", timeout=5).result() for _ in range(8)] == [b"good"] * 8
     stream = channel.unary_stream(f"/{SERVICE}/Stream")
@@ -312,8 +347,8 @@ def test_future_and_streams_are_retried(server, good, bad, channel):
 
 
 def test_client_streams_are_retried_with_their_requests_replayed(server, good, bad, channel):
-    configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "cover")
-    settled(channel, good, bad)
+    version = configure(server, good, bad, b.retry_policy("unavailable", num_retries=3), "cover")
+    settled(channel, server, version, good, bad)
     collect = channel.stream_unary(f"/{SERVICE}/Collect")
     pulled = []
 

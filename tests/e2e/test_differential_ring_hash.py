@@ -24,7 +24,6 @@ from channel_fixtures import (
     TARGET,
     Backend,
     CoreXdsClient,
-    free_port,
     pyxds_calls,
     route,
     snapshot,
@@ -394,12 +393,12 @@ def fast(client, metadata: list[tuple[str, str]], n: int = 1) -> dict:
 
 
 def test_a_key_on_an_endpoint_unreachable_from_the_start_walks_on_like_c_core(
-    server, backends, core, channel
+    server, backends, core, channel, ports
 ):
     # C-core TransientFailureCheckNextOne: the key starts the walk on an
     # endpoint nothing listens on; it fails to connect (TRANSIENT_FAILURE)
     # and the walk moves on to the next ring entry of another endpoint.
-    dead = f"127.0.0.1:{free_port()}"
+    dead = ports.dead_address()
     addresses = [dead, *(x.address for x in backends)]
     server.set_snapshot(ring_hash_snapshot(addresses, [b.hash_policy(header="user")]))
     ring = build_ring(addresses, [1] * len(addresses), DEFAULT_MIN_RING_SIZE, RING_SIZE_CAP)

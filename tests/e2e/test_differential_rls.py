@@ -17,7 +17,7 @@ import time
 
 import grpc
 import pytest
-from channel_fixtures import SERVICE, Backend, CoreXdsClient, free_port, pyxds_calls, wait_until
+from channel_fixtures import SERVICE, Backend, CoreXdsClient, pyxds_calls, wait_until
 
 import pyxds._api as pyxds
 import pyxds.aio
@@ -187,9 +187,9 @@ def test_header_data_reaches_the_backend_like_c_core(server, backends, rls, core
 
 
 def test_an_rls_server_that_is_down_fails_rpcs_or_uses_the_default_like_c_core(
-    server, backends, core, channels
+    server, backends, core, channels, ports
 ):
-    dead = f"127.0.0.1:{free_port()}"
+    dead = ports.dead_address()
     target = configure(server, backends, "rls-down", b.route_lookup_config(dead, [key_builder()]))
     got_core, got_pyxds = both(
         core, channels, target, n=2, metadata=user("alice"), wait_for_ready=False, details=True
@@ -211,22 +211,23 @@ def test_an_rls_server_that_is_down_fails_rpcs_or_uses_the_default_like_c_core(
 
 
 def test_an_rls_server_that_comes_back_serves_rpcs_again_like_c_core(
-    server, backends, core, channels
+    server, backends, core, channels, ports
 ):
     """While the RLS server is down RPCs fail; once it is up they are served
     again, in both clients (the key's backoff ends, or the RLS channel's
     recovery resets it).  Fast-failing RPCs, polled: a throttled
     wait_for_ready RPC waits for the next picker in both clients (C-core's
     behaviour), which may not come while nothing changes."""
-    port = free_port()
-    late = RouteLookupServer(port=port)
+    held = ports.hold()  # refuses connections until the RLS server binds it
+    late = RouteLookupServer(port=held.port)
     late.set({"user": "alice", "t": "late"}, ["cluster-a"])
-    config = b.route_lookup_config(f"127.0.0.1:{port}", [key_builder(constant_keys={"t": "late"})])
+    config = b.route_lookup_config(held.address, [key_builder(constant_keys={"t": "late"})])
     target = configure(server, backends, "rls-comeback", config)
     down = both(core, channels, target, metadata=user("alice"), wait_for_ready=False, details=True)
     for got in down:
         ((text, _),) = got.items()
         assert text.startswith("error:UNAVAILABLE: RLS request failed: UNAVAILABLE"), got
+    held.release()
     late.start()
     up = time.monotonic()
     try:

@@ -10,7 +10,7 @@ import time
 
 import grpc
 import pytest
-from channel_fixtures import SERVICE, Backend, free_port
+from channel_fixtures import SERVICE, Backend
 
 import pyxds._api as pyxds
 
@@ -65,9 +65,9 @@ def test_method_timeout_and_name_precedence_like_grpcio(backend):
         theirs.close()
 
 
-def test_short_method_timeout_applies():
+def test_short_method_timeout_applies(ports):
     ours = pyxds.insecure_channel(
-        f"ipv4:127.0.0.1:{free_port()}",
+        f"ipv4:{ports.dead_address()}",
         service_config={"methodConfig": [{"name": [{}], "timeout": "0.2s"}]},
     )
     try:
@@ -104,9 +104,9 @@ def test_message_size_limits_like_grpcio(backend):
         theirs.close()
 
 
-def test_wait_for_ready_from_the_config_unless_the_call_says_like_grpcio():
+def test_wait_for_ready_from_the_config_unless_the_call_says_like_grpcio(ports):
     sc = {"methodConfig": [{"name": [{}], "waitForReady": True}]}
-    ours, theirs = both(f"ipv4:127.0.0.1:{free_port()}", sc)  # nothing listens
+    ours, theirs = both(f"ipv4:{ports.dead_address()}", sc)  # nothing listens
     try:
         waited = {outcome(ch, "Who", b"", timeout=0.5) for ch in (ours, theirs)}
         assert waited == {"DEADLINE_EXCEEDED: Deadline Exceeded"}

@@ -38,6 +38,7 @@ import grpc
 import pytest
 import yaml
 from channel_fixtures import CoreXdsClient, wait_until
+from ports import EXCLUSIVE
 
 import pyxds._api as pyxds
 from pyxds.lb import registry as lb_registry
@@ -138,7 +139,7 @@ class Backends:
 
                 return grpc.unary_unary_rpc_method_handler(answer)
 
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[EXCLUSIVE])
         server.add_generic_rpc_handlers((AnyMethod(),))
         port = server.add_insecure_port("127.0.0.1:0")
         server.start()

@@ -19,6 +19,7 @@ import grpc
 import pytest
 from channel_fixtures import SERVICE, TARGET, route, snapshot, wait_until
 from envoy.extensions.load_balancing_policies.least_request.v3 import least_request_pb2
+from ports import EXCLUSIVE
 
 import pyxds._api as pyxds
 import pyxds.aio
@@ -41,7 +42,7 @@ class _Backend:
         self.in_flight = 0
         self.served: collections.Counter = collections.Counter()
         self._lock = threading.Lock()
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=[EXCLUSIVE])
 
         def who(request: bytes, context: grpc.ServicerContext) -> bytes:
             self.served["Who"] += 1

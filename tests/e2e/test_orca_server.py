@@ -13,6 +13,7 @@ from concurrent import futures
 import grpc
 import grpc.aio
 import pytest
+from ports import EXCLUSIVE
 from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
 from xds.service.orca.v3.orca_pb2 import OrcaLoadReportRequest
 
@@ -74,6 +75,7 @@ def sync_server():
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=4),
         interceptors=[OrcaServerInterceptor(server_recorder)],
+        options=[EXCLUSIVE],
     )
     server.add_generic_rpc_handlers((sync_handlers(),))
     port = server.add_insecure_port("127.0.0.1:0")
@@ -132,7 +134,9 @@ def test_server_recorder_alone_reports_on_every_call(sync_server):
 
 def test_nothing_recorded_sends_no_trailer():
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=2), interceptors=[OrcaServerInterceptor()]
+        futures.ThreadPoolExecutor(max_workers=2),
+        interceptors=[OrcaServerInterceptor()],
+        options=[EXCLUSIVE],
     )
     server.add_generic_rpc_handlers((sync_handlers(),))
     port = server.add_insecure_port("127.0.0.1:0")
@@ -179,7 +183,9 @@ def test_aio_interceptor_reports_unary_and_streams():
     async def run() -> None:
         server_recorder = ServerMetricRecorder()
         server_recorder.set_named_utilization("disk", 0.3)
-        server = grpc.aio.server(interceptors=[OrcaAioServerInterceptor(server_recorder)])
+        server = grpc.aio.server(
+            interceptors=[OrcaAioServerInterceptor(server_recorder)], options=[EXCLUSIVE]
+        )
         server.add_generic_rpc_handlers(
             (
                 grpc.method_handlers_generic_handler(
@@ -243,7 +249,7 @@ def test_oob_service_streams_the_recorder_state_of_the_world():
     recorder = ServerMetricRecorder()
     recorder.set_cpu_utilization(0.5)
     recorder.set_named_utilization("disk", 0.2)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), options=[EXCLUSIVE])
     add_orca_service(server, recorder, min_report_interval=0.05)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -260,7 +266,7 @@ def test_oob_service_on_an_aio_server():
     async def run() -> list[OrcaLoadReport]:
         recorder = ServerMetricRecorder()
         recorder.set_qps(12.0)
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=[EXCLUSIVE])
         add_orca_service(server, recorder, min_report_interval=0.05)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import threading
 import time
 
@@ -94,12 +93,6 @@ def scale_snapshot(addresses: list[str]):
     return snapshot([route(prefix="", cluster="scale")], {"scale": [addresses]}, listener="scale")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def thousand():
     with ManyBackends(1000) as backends:
@@ -162,7 +155,7 @@ def test_an_asyncio_channel_reaches_every_one_of_1000_endpoints_with_bounded_thr
 
 
 def test_a_channel_among_dead_silent_and_flapping_endpoints_serves_from_the_good_ones(
-    xds_server,
+    xds_server, ports
 ):
     """Bad input: endpoints that never answer (accept TCP, never speak
     HTTP/2), refuse connections, or go down and up (GOAWAY) all the time,
@@ -171,7 +164,7 @@ def test_a_channel_among_dead_silent_and_flapping_endpoints_serves_from_the_good
     good = [EchoBackend(f"good-{i}").start() for i in range(5)]
     flapping = [EchoBackend(f"flap-{i}").start() for i in range(5)]
     silent = [Blackhole() for _ in range(5)]
-    refused = [f"127.0.0.1:{free_port()}" for _ in range(5)]
+    refused = [ports.dead_address() for _ in range(5)]
     addresses = (
         [b.address for b in good]
         + [b.address for b in flapping]
@@ -209,7 +202,7 @@ def test_a_channel_among_dead_silent_and_flapping_endpoints_serves_from_the_good
         flapper.join(10)
         channel.close()
         for backend in good + flapping:
-            backend.stop()
+            backend.release()
         for hole in silent:
             hole.close()
     after = Counts.back_to(before)

@@ -1,6 +1,7 @@
-"""A management server asked for a port that is taken fails loudly, as a
-user expects, instead of silently sharing the port (grpcio enables
-SO_REUSEPORT by default, so a second grpcio server would bind it too)."""
+"""A management server (and the test RLS server) asked for a port that is
+taken fails loudly, as a user expects, instead of silently sharing the port
+(grpcio enables SO_REUSEPORT by default, so a second grpcio server would
+bind it too, and the kernel would split the connections between the two)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import pathlib
 import socket
 import subprocess
 import sys
+from concurrent import futures
 
+import grpc
 import pytest
 
-from pyxds.server import ManagementServer, PortInUseError
+from pyxds.server import ManagementServer, PortInUseError, RouteLookupServer
 
 SRC = str(pathlib.Path(__file__).resolve().parents[2] / "src")
 
@@ -73,3 +76,14 @@ def test_pyxds_server_on_a_taken_port_prints_one_line_and_exits_1(tmp_path):
     assert len(lines) == 1, proc.stderr
     assert f"127.0.0.1:{port}" in lines[0] and "in use" in lines[0]
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_a_route_lookup_server_on_a_port_another_grpc_server_holds_raises_instead_of_sharing():
+    other = grpc.server(futures.ThreadPoolExecutor(1))  # grpcio's default: SO_REUSEPORT
+    port = other.add_insecure_port("127.0.0.1:0")
+    other.start()
+    try:
+        with pytest.raises(PortInUseError, match=rf"127\.0\.0\.1:{port}"):
+            RouteLookupServer(port=port).start()
+    finally:
+        other.stop(None)

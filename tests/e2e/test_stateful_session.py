@@ -22,7 +22,7 @@ import re
 
 import grpc
 import pytest
-from channel_fixtures import SERVICE, TARGET, Backend, CoreXdsClient, free_port, wait_until
+from channel_fixtures import SERVICE, TARGET, Backend, CoreXdsClient, wait_until
 
 import pyxds._api as pyxds
 import pyxds.aio
@@ -573,7 +573,7 @@ def test_a_multi_address_endpoint_s_session_moves_to_its_other_address_in_both(s
     that address dies and another address of the same endpoint serves,
     the session stays on the endpoint (its other address), with a new
     cookie naming that address first."""
-    late = Backend("e0", port=free_port())  # the endpoint's second address: not serving yet
+    late = Backend("e0").hold()  # the endpoint's second address: held, not serving yet
     first, other = Backend("e1").start(), Backend("e2").start()
     try:
         endpoint = b.endpoint(first.address)

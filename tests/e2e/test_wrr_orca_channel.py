@@ -19,6 +19,7 @@ import grpc
 import pytest
 from channel_fixtures import wait_until
 from orca_backends import HEAVY, LIGHT, SERVICE, OrcaBackend
+from ports import EXCLUSIVE
 
 import pyxds._api as pyxds
 import pyxds.aio
@@ -169,7 +170,7 @@ class CountingOrca(OrcaService):
 
 
 def serve(service: OrcaService | None) -> tuple[grpc.Server, str]:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[EXCLUSIVE])
     if service is not None:
         server.add_generic_rpc_handlers((service.generic_handler(),))
     port = server.add_insecure_port("127.0.0.1:0")

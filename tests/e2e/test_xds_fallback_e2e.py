@@ -18,6 +18,7 @@ from channel_fixtures import (
     snapshot,
     who,
 )
+from ports import HeldPortManagementServer
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
@@ -42,18 +43,17 @@ def serving(backend: Backend):
 
 @pytest.fixture
 def planes():
-    """A primary (not started) and a running secondary; each routes to its own backend."""
-    from channel_fixtures import free_port
-
-    primary = ManagementServer(port=free_port())
+    """A primary (not started) and a running secondary; each routes to its own
+    backend.  The primary's port is held whenever it is down (ports.py)."""
+    primary = HeldPortManagementServer(hold_now=True)
     secondary = ManagementServer().start()
     backends = {name: Backend(name).start() for name in ("primary", "secondary")}
     primary.set_snapshot(serving(backends["primary"]))
     secondary.set_snapshot(serving(backends["secondary"]))
     yield primary, secondary
     for backend in backends.values():
-        backend.stop()
-    primary.stop()
+        backend.release()
+    primary.close()
     secondary.stop()
 
 

@@ -17,6 +17,7 @@ import time
 import grpc
 import pytest
 from channel_fixtures import Backend, pyxds_calls, wait_until
+from ports import EXCLUSIVE, HeldPort
 from test_xds_security import (
     MESH,
     bootstrap,
@@ -88,12 +89,10 @@ def _bad_backend(kind: str, pki, cleanup) -> str:
         backend = Backend("plain").start()
         cleanup.append(backend)
         return backend.address
-    if kind == "refused":
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return f"127.0.0.1:{s.getsockname()[1]}"
+    if kind == "refused":  # held: refused, and no other program can take it
+        held = HeldPort()
+        cleanup.append(held)
+        return held.address
     upstream = Backend("behind-front").start()
     cleanup.append(upstream)
     leaf = pki["server"]
@@ -304,7 +303,7 @@ def test_relay_threads_stay_bounded_as_endpoints_grow(server, pki, tmp_path):
     from channel_fixtures import _handlers
 
     leaf = pki["server"]
-    backend = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    backend = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[EXCLUSIVE])
     backend.add_generic_rpc_handlers((_handlers("many", collections.Counter()),))
     creds = grpc.ssl_server_credentials(
         [(leaf.key, leaf.cert)], root_certificates=pki["ca"].pem, require_client_auth=True
@@ -390,4 +389,4 @@ else:
 """
     delay, _, stderr = run_script(body, "xds:///echo-service", {"bootstrap": str(path)})
     assert stderr.strip() == "", stderr
-    assert delay < EXIT_LIMIT, f"exited {delay:.2f} s after its last line"
+    assert delay < EXIT_LIMIT, f"exit held up {delay:.2f} s after the last line"

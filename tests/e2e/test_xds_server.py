@@ -370,13 +370,11 @@ def test_rotated_certificates_serve_new_connections(control, pki, make_server, t
 # ------------------------------------------------------------------ bad input
 
 
-def test_control_plane_down_at_start_then_up(pki, make_server):
-    port = _free_port()
-    control = ManagementServer(port=port)
+def test_control_plane_down_at_start_then_up(pki, make_server, ports):
+    held = ports.hold()  # refuses connections until the control plane binds it
+    control = ManagementServer(port=held.port)
     boot = {
-        "xds_servers": [
-            {"server_uri": f"127.0.0.1:{port}", "channel_creds": [{"type": "insecure"}]}
-        ],
+        "xds_servers": [{"server_uri": held.address, "channel_creds": [{"type": "insecure"}]}],
         "node": {"id": "late"},
         "server_listener_resource_name_template": TEMPLATE,
     }
@@ -385,6 +383,7 @@ def test_control_plane_down_at_start_then_up(pki, make_server):
     _address, serving, error = srv.events[-1]
     assert not serving and "xDS call failed with no responses received" in error
     assert refused(srv.port)
+    held.release()
     control.start()
     try:
         publish(control, plain_listener(srv.address))
@@ -457,12 +456,6 @@ def test_stop_ends_rpcs_that_a_deleted_listener_left_draining(control, make_serv
     finally:
         channel.close()
         rpc.join(30)
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_garbage_bytes_from_a_client_do_not_hurt_the_server(control, make_server):

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from cli_process import SRC, PyxdsProcess, cli_env, run_pyxds
-from xds_server_fixtures import TEMPLATE, PyxdsServer, free_port, listener_name, wait_until
+from xds_server_fixtures import TEMPLATE, PyxdsServer, listener_name, wait_until
 
 from pyxds.server import ManagementServer, Snapshot
 from pyxds.server import inbound as ib
@@ -40,8 +40,10 @@ def _python(script, *args, env, timeout=60):
     )
 
 
-def test_the_docs_example_runs(tmp_path):
-    port = free_port()
+def test_the_docs_example_runs(tmp_path, ports):
+    # The example serves with SO_REUSEPORT (pyxds.serving): it joins this
+    # hold, so no other program can bind the port while the test runs.
+    port = ports.hold(shared=True).port
     serve, bootstrap = _serve(tmp_path, port)
     env = cli_env({"GRPC_XDS_BOOTSTRAP_CONFIG": bootstrap})
     server = subprocess.Popen(

@@ -24,6 +24,7 @@ from typing import Any
 
 import grpc
 from backends import HERE
+from ports import HeldPort
 from protos import echo_pb2, echo_pb2_grpc
 
 import pyxds
@@ -36,25 +37,6 @@ SPIFFE_B = "spiffe://mesh.example/ns/b/sa/bob"
 SERVER_NAME = "echo.mesh.example"
 ECHO = "/pyxds.test.Echo/Echo"
 ECHO_STREAM = "/pyxds.test.Echo/EchoStream"
-
-
-def free_port() -> int:
-    """A port nothing listens on now (C-core's xDS server needs a fixed port)."""
-    return free_ports(1)[0]
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports nothing listens on now: all are held bound until
-    each is known (one at a time, the kernel may hand a just-closed port out
-    again, and two Listeners then share a name)."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def listener_name(address: str) -> str:
@@ -268,19 +250,22 @@ server.stop(None)
 
 
 class CoreXdsServer:
-    """grpcio's ``grpc.server(xds=True)`` in a subprocess on a fixed port
-    (``extra_ports``: more ports of the same server, each its own Listener)."""
+    """grpcio's ``grpc.server(xds=True)`` in a subprocess on fixed ports
+    (``extra_ports``: more ports of the same server, each its own Listener).
+
+    C-core binds a port only once its Listener is accepted, and with
+    SO_REUSEPORT: each port is held here, shared, from before the process
+    starts until stop() (tests/e2e/ports.py), so C-core joins the hold and no
+    other program can bind the port in between."""
 
     kind = "core"
 
-    def __init__(
-        self, bootstrap: dict, port: int = 0, secure: bool = True, extra_ports: int = 0
-    ) -> None:
-        ports = free_ports(extra_ports + 1)
-        self.port = port or ports[0]
+    def __init__(self, bootstrap: dict, secure: bool = True, extra_ports: int = 0) -> None:
+        self._held = [HeldPort(shared=True) for _ in range(1 + extra_ports)]
+        self.ports = [held.port for held in self._held]
+        self.port = self.ports[0]
         self.address = f"127.0.0.1:{self.port}"
-        self.ports = [self.port, *ports[1:]]
-        self.addresses = [f"127.0.0.1:{p}" for p in self.ports]
+        self.addresses = [held.address for held in self._held]
         env = dict(os.environ)
         env.pop("GRPC_XDS_BOOTSTRAP", None)
         env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
@@ -330,6 +315,8 @@ class CoreXdsServer:
             except (OSError, subprocess.TimeoutExpired):
                 self._proc.kill()
                 self._proc.wait(timeout=5)
+        for held in self._held:
+            held.release()
 
 
 # ----------------------------------------------------------------------- clients

@@ -5,6 +5,7 @@ picker and config (TRAPS.md); deadlines; A31 ordering; completion hooks."""
 from __future__ import annotations
 
 import threading
+import time
 
 import grpc
 import pytest
@@ -37,6 +38,8 @@ from pyxds.resolver.api import CallConfig, ConfigSelector
 
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 GC = grpc.ChannelConnectivity
+WAIT = 10.0  # bound of every wait for the RPC's thread (seconds; ends at once when it happens)
+SPIN = 0.2  # a window in which a busy-looping RPC would pick again
 
 
 class CountingPicker(Picker):
@@ -44,11 +47,29 @@ class CountingPicker(Picker):
         self.result = result
         self.calls = 0
         self.args = []
+        self._picked = threading.Condition()
 
     def pick(self, args):
-        self.calls += 1
-        self.args.append(args)
+        with self._picked:
+            self.calls += 1
+            self.args.append(args)
+            self._picked.notify_all()
         return self.result
+
+    def wait_for_calls(self, n: int = 1, timeout: float = WAIT) -> bool:
+        """Until this picker was asked ``n`` times (the RPC's thread got
+        there, however late it runs under load); False after ``timeout``."""
+        with self._picked:
+            return self._picked.wait_for(lambda: self.calls >= n, timeout)
+
+
+def wait_for(predicate, timeout: float = WAIT) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 class Selector(ConfigSelector):
@@ -133,27 +154,33 @@ def test_queued_rpc_waits_without_busy_looping_and_completes_on_next_picker(h):
     h.publish(queue)
     rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
     thread, box = run_in_thread(lambda: pick_blocking(rpc))
-    thread.join(0.2)
+    assert queue.wait_for_calls(1)  # queued
+    thread.join(SPIN)
     assert thread.is_alive()
     assert queue.calls == 1  # waiting, not spinning
     sub = ready_subchannel(h)
     h.publish(CountingPicker(PickComplete(sub)))
-    thread.join(2)
+    thread.join(WAIT)
     assert isinstance(box["result"], Transport)
 
 
 def test_queued_rpc_repicks_on_every_new_picker(h):
-    h.publish(QueuePicker())
+    # Each picker is published once the RPC has asked the one before: two
+    # published back to back may rightly be seen as one (only the newest is
+    # worth a pick), so the test must not race the RPC's thread.
+    first = CountingPicker(PickQueue())
+    h.publish(first)
     rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
     thread, box = run_in_thread(lambda: pick_blocking(rpc))
+    assert first.wait_for_calls(1)  # queued
     pickers = [CountingPicker(PickQueue()) for _ in range(3)]
     for picker in pickers:
-        thread.join(0.05)
         h.publish(picker)
-    thread.join(0.1)
-    assert [p.calls for p in pickers] == [1, 1, 1]
+        assert picker.wait_for_calls(1), [p.calls for p in pickers]
+    thread.join(SPIN)
+    assert [p.calls for p in [first, *pickers]] == [1, 1, 1, 1]  # once each, no spinning
     h.publish(FailPicker(Status(UNAVAILABLE, "all down")))
-    thread.join(2)
+    thread.join(WAIT)
     assert box["result"] == Status(UNAVAILABLE, "all down")
 
 
@@ -164,14 +191,16 @@ def test_pick_fail_fails_rpc_with_the_pickers_status(h):
 
 
 def test_pick_fail_with_wait_for_ready_waits_for_a_usable_picker(h):
-    h.publish(FailPicker(Status(UNAVAILABLE, "down")), ConnectivityState.TRANSIENT_FAILURE)
+    failing = CountingPicker(PickFail(Status(UNAVAILABLE, "down")))
+    h.publish(failing, ConnectivityState.TRANSIENT_FAILURE)
     rpc = new_rpc(h.core, "/svc/M", None, 5.0, True)
     thread, box = run_in_thread(lambda: pick_blocking(rpc))
-    thread.join(0.1)
-    assert thread.is_alive()
+    assert failing.wait_for_calls(1)  # the failure was seen
+    thread.join(SPIN)
+    assert thread.is_alive()  # and waited on, not returned
     sub = ready_subchannel(h)
     h.publish(PickCompletePicker(sub))
-    thread.join(2)
+    thread.join(WAIT)
     assert isinstance(box["result"], Transport)
 
 
@@ -215,7 +244,7 @@ def test_wait_for_ready_rpc_queued_before_any_config_completes_when_config_arriv
     harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
     sub = ready_subchannel(harness)
     harness.publish(PickCompletePicker(sub))
-    thread.join(2)
+    thread.join(WAIT)
     assert isinstance(box["result"], Transport)
     harness.core.close()
 
@@ -228,7 +257,7 @@ def test_new_config_selector_alone_wakes_queued_rpcs():
     thread.join(0.05)
     selector = Selector(CallConfig(status=Status(UNAVAILABLE, "No matching route")))
     harness.resolve([Endpoint(("10.0.0.1:80",))], selector)
-    thread.join(2)
+    thread.join(WAIT)
     assert box["result"] == Status(UNAVAILABLE, "No matching route")
     harness.core.close()
 
@@ -263,7 +292,7 @@ def test_no_config_selector_fails_plain_rpcs_but_wait_for_ready_ones_wait_for_a_
     assert thread.is_alive()  # queued, not failed
     h.resolve([Endpoint(("10.0.0.1:80",))], Selector())
     h.publish(PickCompletePicker(ready_subchannel(h)))
-    thread.join(2)
+    thread.join(WAIT)
     assert isinstance(box["result"], Transport)
 
 
@@ -278,14 +307,16 @@ def test_route_level_selector_status_fails_even_wait_for_ready_rpcs(h):
 def test_config_selector_is_called_once_per_rpc_even_when_queued(h):
     selector = Selector()
     h.resolve([Endpoint(("10.0.0.1:80",))], selector)
-    h.publish(QueuePicker())
+    first, second = CountingPicker(PickQueue()), CountingPicker(PickQueue())
+    h.publish(first)
     rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
-    thread, _ = run_in_thread(lambda: pick_blocking(rpc))
-    thread.join(0.05)
-    h.publish(QueuePicker())
-    thread.join(0.05)
+    thread, box = run_in_thread(lambda: pick_blocking(rpc))
+    assert first.wait_for_calls(1)  # queued
+    h.publish(second)
+    assert second.wait_for_calls(1)  # picked again
     h.publish(PickCompletePicker(ready_subchannel(h)))
-    thread.join(2)
+    thread.join(WAIT)
+    assert isinstance(box["result"], Transport)
     assert selector.calls == 1
 
 
@@ -356,11 +387,13 @@ def test_an_attempt_that_never_left_the_client_waits_for_a_newer_picker_and_succ
         return t.channel.unary_unary("/svc/M").with_call(b"req")
 
     thread, box = run_in_thread(lambda: run_blocking(rpc, invoke))
-    thread.join(0.3)
+    assert stale.wait_for_calls(1)
+    assert wait_for(lambda: len(h.transports.last("10.0.0.1:80").calls) == 1)  # attempt lost
+    thread.join(SPIN)
     assert thread.is_alive(), box  # waiting: neither failed nor spinning on the stale picker
     assert stale.calls == 1
     h.publish(CountingPicker(PickComplete(live)))  # the loss is known: the next picker
-    thread.join(2)
+    thread.join(WAIT)
     assert not thread.is_alive()
     assert box.get("result") == (("10.0.0.2:80", b"req"), None), box
     assert len(h.transports.last("10.0.0.1:80").calls) == 1
@@ -450,12 +483,13 @@ def test_a_cancelled_queued_future_never_starts(h):
 
 
 def test_close_fails_queued_and_new_rpcs_with_cancelled(h):
-    h.publish(QueuePicker())
+    queue = CountingPicker(PickQueue())
+    h.publish(queue)
     rpc = new_rpc(h.core, "/svc/M", None, 5.0, True)
     thread, box = run_in_thread(lambda: pick_blocking(rpc))
-    thread.join(0.05)
+    assert queue.wait_for_calls(1)  # queued
     h.core.close()
-    thread.join(2)
+    thread.join(WAIT)
     assert box["result"].code is grpc.StatusCode.CANCELLED
     assert h.core.state is ConnectivityState.SHUTDOWN
 

@@ -32,8 +32,9 @@ if TYPE_CHECKING:  # the bootstrap loads the xDS resource types: only an xds: ta
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
 
-CLOSE_WAIT = 1.0
-"""At most this long, ``close()`` waits for the channel's connections to close."""
+CLOSE_WAIT = 5.0
+"""At most this long, ``close()`` waits for the channel's connections to close
+(it returns as soon as they are; on a loaded machine that took over 1 s)."""
 
 
 class XdsChannel(grpc.Channel):

@@ -560,7 +560,13 @@ class ChannelCore:
             close_clock = getattr(self.clock, "close", None)
             if close_clock is not None:
                 close_clock()
-            closed.set()
+            # after what the teardown queued behind this callback (the
+            # resolver's shutdown releases the xDS client, whose close waits
+            # for its ADS connection): set directly, a close() that found
+            # the serializer busy on another thread returned before the ADS
+            # connection was closed, and a control plane stopped right after
+            # sent it a GOAWAY (seen under load)
+            self.serializer.run(closed.set)
 
         self.closed = True
         self.serializer.run(go)

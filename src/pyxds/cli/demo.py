@@ -19,13 +19,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from pyxds.cli.backends import DEMO_METHOD, NamedBackend
 from pyxds.server import ManagementServer, Snapshot
 from pyxds.server import builders as b
+
+if TYPE_CHECKING:
+    from pyxds.channel.channel import XdsChannel
 
 SERVICE = "greeter"
 STEPS = 7
@@ -171,6 +174,46 @@ def _until_clean(
     return None, sum(n for k, n in seen.items() if k.startswith("error"))
 
 
+def _until_in_effect(
+    channel: XdsChannel, route: dict[str, Any], timeout: float, since: float | None = None
+) -> float | None:
+    """Seconds (from ``since``, default now) until the config the channel
+    uses routes as ``route`` says (its first route's action as
+    ``config_dump()`` shows it, e.g. ``{"cluster": "pool"}``); None on timeout.
+
+    A new snapshot reaches the channel some time after ``set_snapshot``, later
+    under load, and until then RPCs follow the old config: a step that counts
+    what the new one does must first wait for it.  The dump is read on the
+    channel's serializer, between two updates: once it shows the new route,
+    every RPC started after uses it."""
+    start = time.monotonic() if since is None else since
+    deadline = time.monotonic() + timeout
+    while True:
+        config = channel.config_dump().get("xds_config") or {}
+        routes = (config.get("virtual_host") or {}).get("routes") or [{}]
+        if {k: v for k, v in routes[0].items() if k != "match"} == route:
+            return time.monotonic() - start
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.01)
+
+
+def _until_picked(call: Callable[[], bytes], backend: NamedBackend, timeout: float) -> bool:
+    """Make RPCs until one reaches ``backend`` (answered or failed there):
+    the LB policy picks it (round robin picks only connected backends);
+    False on timeout."""
+    before = backend.calls
+    deadline = time.monotonic() + timeout
+    while backend.calls == before:
+        if time.monotonic() >= deadline:
+            return False
+        try:
+            call()
+        except grpc.RpcError:
+            pass
+    return True
+
+
 def _wait_until(call: Callable[[], bytes], wanted: set[str], timeout: float) -> float | None:
     """Seconds until an RPC lands on one of ``wanted``; None on timeout."""
     start = time.monotonic()
@@ -287,9 +330,11 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
         for thread in threads:
             thread.start()
         time.sleep(0.3)
+        switched = time.monotonic()
         server.set_snapshot(_snapshot(main, fallback, canary, {"canary": 1}))
-        took = _wait_until(call, {"canary"}, 10)
-        time.sleep(0.3)
+        # canary answered under the old split too: wait for the new route
+        took = _until_in_effect(channel, {"weighted_clusters": {"canary": 1}}, 30, switched)
+        time.sleep(0.3)  # and the load goes on a moment under the new route
         stop.set()
         for thread in threads:
             thread.join(10)
@@ -303,7 +348,11 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
         say(f"{clock.stamp()} 5. outlier detection (A50) ejects a backend that fails its RPCs")
         progress.step(5, "outlier detection ejects a failing backend")
         server.set_snapshot(_outlier_snapshot(main, fallback, canary, pool, broken))
-        took = _wait_until(call, {"pool-a"}, 10)
+        # in effect, and broken picked: before it is, a streak proves nothing
+        in_effect = _until_in_effect(channel, {"weighted_clusters": {"pool": 1}}, 30) is not None
+        in_effect = in_effect and _until_picked(call, broken, 10)
+        if not in_effect:
+            say("           FAILED: the new config never took effect with broken picked")
         took, errors = _until_clean(call, 100, 15, progress)
         seen = _count(call, 200, progress)
         say(
@@ -311,11 +360,13 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
             f" 100 RPCs in a row succeeded after {_secs(took)};"
             f" then 200 RPCs: {dict(sorted(seen.items()))}"
         )
-        ok &= took is not None and not any(k.startswith("error") for k in seen)
+        ok &= in_effect and took is not None and not any(k.startswith("error") for k in seen)
 
         say(f"{clock.stamp()} 6. a route retry policy (A44) hides a failing backend")
         progress.step(6, "a retry policy hides a failing backend")
-        ok &= _retry_step(server, call, say, progress, main, fallback, canary, pool, broken)
+        ok &= _retry_step(
+            server, channel, call, say, progress, main, fallback, canary, pool, broken
+        )
 
         say(f"{clock.stamp()} 7. channel.config_dump() (abridged):")
         progress.step(7, "channel.config_dump()")
@@ -324,7 +375,7 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
             say(f"           {line}")
         channel.close()
     for backend in [*main, fallback, canary, *pool, broken]:
-        backend.stop()
+        backend.close()
     progress.step(STEPS + 1, "done")
     say(f"{clock.stamp()} demo {'passed' if ok else 'FAILED'}")
     return 0 if ok else 1
@@ -332,6 +383,7 @@ def run_demo(say: Callable[[str], None] = print, progress: Progress | None = Non
 
 def _retry_step(
     server: ManagementServer,
+    channel: XdsChannel,
     call: Callable[[], bytes],
     say: Callable[[str], None],
     progress: Progress,
@@ -343,17 +395,13 @@ def _retry_step(
 ) -> bool:
     """Step 6: without a retry policy a share of RPCs fails on the broken
     backend; once the control plane pushes one, none does.  True when both held."""
-    before = broken.calls
     server.set_snapshot(_retry_snapshot(main, fallback, canary, pool, broken, retry=False))
-    # The old config (step 5: broken ejected) serves pool-a and pool-b too; the
-    # new one is in effect once broken, no longer ejected, is picked again.
-    reached = _wait_until(call, {"pool-a", "pool-b"}, 10)
-    deadline = time.monotonic() + 10
-    while broken.calls == before and time.monotonic() < deadline:
-        try:
-            call()
-        except grpc.RpcError:
-            pass
+    # The old config (step 5: broken ejected) serves pool-a and pool-b too:
+    # count once the new one is in effect and broken is picked again.
+    reached = _until_in_effect(channel, {"cluster": "flaky"}, 30) is not None
+    reached = reached and _until_picked(call, broken, 10)
+    if not reached:
+        say("           FAILED: the new config never took effect with broken picked")
     seen = _count(call, 300, progress)
     failed = sum(n for k, n in seen.items() if k.startswith("error"))
     say(
@@ -362,8 +410,9 @@ def _retry_step(
     )
     server.set_snapshot(_retry_snapshot(main, fallback, canary, pool, broken, retry=True))
     # round robin puts the broken backend every third pick: 30 successes in a
-    # row only happen once the channel retries
-    took, during = _until_clean(call, 30, 10, progress)
+    # row only happen once the channel retries (bounded generously: the push
+    # reaches the channel later on a loaded machine)
+    took, during = _until_clean(call, 30, 30, progress)
     before = broken.calls
     seen = _count(call, 300, progress)
     retried = broken.calls - before
@@ -374,7 +423,7 @@ def _retry_step(
         f" then 300 RPCs, {after} failed: {dict(sorted(seen.items()))};"
         f" {retried} attempts failed on broken and were retried"
     )
-    return reached is not None and failed > 0 and took is not None and after == 0 and retried > 0
+    return reached and failed > 0 and took is not None and after == 0 and retried > 0
 
 
 def _secs(value: float | None) -> str:

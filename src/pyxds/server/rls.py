@@ -19,7 +19,9 @@ Every request is recorded (``rls.requests``: key map, reason, stale header
 data, target type, metadata) so a test can see what the client asked and
 why.  An answer can also be bytes that are not a RouteLookupResponse
 (``raw=``) or an empty target list, to test clients against a broken server.
-The server listens on 127.0.0.1 (a random port unless given).
+The server listens on 127.0.0.1 (a random port unless given), without
+``SO_REUSEPORT``: a port that another server holds raises
+:class:`~pyxds.server.PortInUseError` instead of being shared with it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+
+from pyxds.server.server import PortInUseError, _unbindable
 
 __all__ = ["RouteLookupServer", "LookupAnswer", "LookupRecord"]
 
@@ -156,7 +160,10 @@ class RouteLookupServer:
     def start(self) -> RouteLookupServer:
         if self._server is not None:
             return self
-        server = grpc.server(futures.ThreadPoolExecutor(self._max_workers, "pyxds-rls"))
+        executor = futures.ThreadPoolExecutor(self._max_workers, "pyxds-rls")
+        # without SO_REUSEPORT (grpcio's default is on): a taken port is an
+        # error, never a port silently shared with another program's server
+        server = grpc.server(executor, options=[("grpc.so_reuseport", 0)])
         handler = grpc.unary_unary_rpc_method_handler(
             self._lookup,
             request_deserializer=_request_type().FromString,
@@ -165,9 +172,19 @@ class RouteLookupServer:
         server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(_SERVICE, {"RouteLookup": handler}),)
         )
-        port = server.add_insecure_port(f"{self.host}:{self.port}")
+        problem = _unbindable(self.host, self.port)
+        port = 0
+        if problem is None:
+            try:
+                port = server.add_insecure_port(f"{self.host}:{self.port}")
+            except RuntimeError:  # grpcio >= 1.6x raises where older ones returned 0
+                problem = "the address is in use or not available"
         if not port:
-            raise RuntimeError(f"RouteLookupServer: cannot bind {self.host}:{self.port}")
+            executor.shutdown(wait=False)
+            raise PortInUseError(
+                f"RouteLookupServer: cannot listen on {self.host}:{self.port}:"
+                f" {problem or 'cannot bind'}"
+            )
         self.port = port
         server.start()
         self._server = server

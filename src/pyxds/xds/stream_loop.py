@@ -37,8 +37,9 @@ _log = logging.getLogger(__name__)
 
 #: Seconds the loop's thread stays without users before it stops.
 LINGER = 1.0
-#: At most this long, :meth:`LoopChannel.close` waits for the connection to close.
-CLOSE_WAIT = 1.0
+#: At most this long, :meth:`LoopChannel.close` waits for the connection to
+#: close (it returns as soon as it is; on a loaded machine that took over 1 s).
+CLOSE_WAIT = 5.0
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
