@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 import pytest
+from ports import EXCLUSIVE
 
 import pyxds._api as pyxds
 from pyxds.channel import grpc_unary
@@ -91,7 +92,7 @@ def _handlers() -> grpc.GenericRpcHandler:
 
 @pytest.fixture(scope="module")
 def address():
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[EXCLUSIVE])
     server.add_generic_rpc_handlers((_handlers(),))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()

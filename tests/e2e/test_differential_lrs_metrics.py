@@ -202,7 +202,9 @@ class MixedBackend:
 
         handlers = {"Who": who, "Sleep": nothing, "Fail": fail, "Meta": only_named}
         self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=8), interceptors=[OrcaServerInterceptor()]
+            futures.ThreadPoolExecutor(max_workers=8),
+            interceptors=[OrcaServerInterceptor()],
+            options=[EXCLUSIVE],
         )
         self._server.add_generic_rpc_handlers(
             (
