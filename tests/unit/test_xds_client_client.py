@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import grpc
+import grpc.aio
 import pytest
 from envoy.config.core.v3 import base_pb2
 from test_xds_client_ads_state import CDS, EDS, INVALID, LDS, TYPES, FakeServer, res, response
@@ -410,16 +411,12 @@ class _FakeAdsCall:
     def __init__(self) -> None:
         self._cancelled = asyncio.Event()
 
-    def __aiter__(self):
-        return self._responses()
-
-    async def _responses(self):
+    async def read(self):
         try:
             await asyncio.wait_for(self._cancelled.wait(), WAIT)
         except TimeoutError:
             pass
-        return
-        yield
+        return grpc.aio.EOF
 
     def cancel(self) -> bool:
         self._cancelled.set()
@@ -509,3 +506,78 @@ def test_shared_clients_are_per_target_scope_and_dump_names_it():
         release_a()
         release_b()
         release_c()
+
+
+class _CyclicStreamCall:
+    """Shaped like a ``grpc.aio`` stream call where it matters here: its
+    response iterator and the call refer to each other (grpc.aio keeps the
+    iterator on the call), so an iteration left suspended is a cycle."""
+
+    def __init__(self, responses: list[Any]) -> None:
+        self._responses = list(responses)
+        self._iterator: Any = None
+
+    def __aiter__(self) -> Any:
+        if self._iterator is None:
+            self._iterator = self._fetch()
+        return self._iterator
+
+    async def _fetch(self) -> Any:
+        while self._responses:
+            yield self._responses.pop(0)
+
+    async def read(self) -> Any:
+        return self._responses.pop(0) if self._responses else grpc.aio.EOF
+
+    def cancel(self) -> bool:
+        return True
+
+    async def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.OK
+
+    async def details(self) -> str:
+        return ""
+
+
+@pytest.mark.parametrize("module", ["transport", "lrs_transport"])
+def test_a_stream_reader_that_stops_early_leaves_its_call_to_reference_counting(module):
+    """A stream's reader that stops at a response of a stream no longer
+    current (closed or replaced) leaves nothing holding the call: C-core
+    keeps a closed channel's connection open while a call object lives, and
+    a call kept by a suspended response iterator (a cycle) lived until the
+    cyclic GC ran (a control plane stopped meanwhile logged a GOAWAY)."""
+    import gc
+    import importlib
+    import weakref
+
+    mod = importlib.import_module(f"pyxds.xds.{module}")
+    kind = mod.AdsTransport if module == "transport" else mod.LrsTransport
+    events: list[Any] = []
+    if module == "transport":
+        transport = kind(
+            "127.0.0.1:9",
+            None,
+            on_connected=events.append,
+            on_response=lambda *a: events.append(a),
+            on_closed=lambda *a: events.append(a),
+        )
+    else:
+        transport = kind(
+            "127.0.0.1:9",
+            None,
+            on_response=lambda *a: events.append(a),
+            on_closed=lambda *a: events.append(a),
+        )
+    gc.collect()
+    gc.disable()
+    try:
+        call = _CyclicStreamCall([object(), object()])
+        freed = weakref.ref(call)
+        reader = transport._read(7, call)  # stream 7 is not current: stop at once
+        del call
+        asyncio.run_coroutine_threadsafe(reader, transport._loop).result(WAIT)
+        del reader
+        assert freed() is None
+    finally:
+        gc.enable()
+        transport.close()

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
+import grpc.aio
 from envoy.service.load_stats.v3 import lrs_pb2
 
 from pyxds.status import Status
@@ -149,12 +150,16 @@ class LrsTransport:
         )(_drain(requests))
         self._queues[stream_id] = requests
         self._calls[stream_id] = call
-        self._loop.create_task(self._read(stream_id, call))
+        self._loop_channel.spawn(self._read(stream_id, call))
 
     async def _read(self, stream_id: int, call: Any) -> None:
         status: Status
         try:
-            async for response in call:
+            # call.read(), not ``async for``: grpc.aio's response iterator
+            # and its call refer to each other, so a reader ended mid-stream
+            # leaves the pair (and the C-core call, which keeps the
+            # connection open after the channel's close) to the cyclic GC.
+            while (response := await call.read()) is not grpc.aio.EOF:
                 if not self._current(stream_id):
                     break
                 self._on_response(stream_id, response)

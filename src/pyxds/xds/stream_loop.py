@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import grpc.aio
@@ -147,6 +147,9 @@ class LoopChannel:
         self.channel: Any = None
         self.closed = False
         self._released = False
+        #: tasks reading this channel's calls (:meth:`spawn`): close() lets
+        #: them end before it closes the channel
+        self._tasks: set[asyncio.Task[None]] = set()
 
         def create() -> None:
             if self.closed:
@@ -161,8 +164,19 @@ class LoopChannel:
         """Run ``fn`` on the loop (see :func:`post`)."""
         return post(self.loop, fn)
 
+    def spawn(self, reader: Coroutine[Any, Any, None]) -> None:
+        """Run ``reader`` (a task reading one of this channel's calls) on the
+        loop; call on the loop.  :meth:`close` waits for it to end before it
+        closes the channel: ``grpc.aio`` keeps the connection of a channel
+        closed under a call whose reader still awaits (the server sees a live
+        client, and C-core logs its GOAWAY when that server stops)."""
+        task = self.loop.create_task(reader)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     def close(self, before: Callable[[], None] | None = None) -> None:
-        """Run ``before`` on the loop, then close the channel; idempotent."""
+        """Run ``before`` on the loop (it ends the calls), let the readers
+        end (:meth:`spawn`), then close the channel; idempotent."""
         if self.closed:
             return
         self.closed = True
@@ -175,7 +189,7 @@ class LoopChannel:
             if channel is None:
                 done.set()
                 return
-            task = self.loop.create_task(channel.close())
+            task = self.loop.create_task(self._close_after_readers(channel))
             task.add_done_callback(lambda _task: done.set())
 
         if not post(self.loop, close_channel):
@@ -185,3 +199,8 @@ class LoopChannel:
         if not self._released:
             self._released = True
             release()
+
+    async def _close_after_readers(self, channel: Any) -> None:
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=CLOSE_WAIT)
+        await channel.close()

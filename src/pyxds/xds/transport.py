@@ -247,7 +247,7 @@ class AdsTransport:
             response_deserializer=discovery_pb2.DiscoveryResponse.FromString,
         )(_drain(requests))
         self._call = call
-        self._loop.create_task(self._read(stream_id, call))
+        self._loop_channel.spawn(self._read(stream_id, call))
 
     async def _watch(self, channel: Any) -> None:
         """A57: the channel is READY while a stream is open (event-driven)."""
@@ -268,7 +268,11 @@ class AdsTransport:
     async def _read(self, stream_id: int, call: Any) -> None:
         status: Status
         try:
-            async for response in call:
+            # call.read(), not ``async for``: grpc.aio's response iterator
+            # and its call refer to each other, so a reader ended mid-stream
+            # leaves the pair (and the C-core call, which keeps the
+            # connection open after the channel's close) to the cyclic GC.
+            while (response := await call.read()) is not grpc.aio.EOF:
                 if not self._current(stream_id):
                     return
                 self._on_response(stream_id, response)
