@@ -264,14 +264,48 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def _settle_after_close(base: dict[str, float], limit: float = 3.0) -> dict[str, float]:
-    """Threads and sockets after close, given up to ``limit`` s to go back."""
-    deadline = time.monotonic() + limit
+#: seconds ``--shape eds`` waits after close() for threads to go back
+CLOSE_SETTLE_EDS = 30.0
+
+
+def _thread_names() -> dict[str, int]:
+    """Threads of the process by name (``/proc``'s comm: C-core's own are
+    "event_engine" (its work-stealing pool), "lifeguard" (the pool's
+    grower), "grpc_global_tim"; Python's are "python" or their own name)."""
+    names: dict[str, int] = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        names[name] = names.get(name, 0) + 1
+    return names
+
+
+def _settle_after_close(
+    base: dict[str, float], limit: float = 3.0, base_names: dict[str, int] | None = None
+) -> dict[str, object]:
+    """Threads and sockets after close, given up to ``limit`` s to go back;
+    ``closed_s``: how long that took; ``closed_extra``: the names of the
+    threads still over ``base_names`` then."""
+    start = time.monotonic()
+    deadline = start + limit
     while time.monotonic() < deadline:
         if _threads() <= base["threads"] and _fds() <= base["fds"]:
             break
         time.sleep(0.2)
-    return {"closed_threads": _threads(), "closed_sockets": _sockets()}
+    out: dict[str, object] = {
+        "closed_threads": _threads(),
+        "closed_sockets": _sockets(),
+        "closed_s": time.monotonic() - start,
+    }
+    if base_names is not None:
+        now = _thread_names()
+        out["closed_extra"] = {
+            k: now[k] - base_names.get(k, 0) for k in now if now[k] > base_names.get(k, 0)
+        }
+    return out
 
 
 class ConnectWatch:
@@ -512,6 +546,7 @@ def client_eds(kind: str, control_port: int, idle: float) -> dict:
     pauses = GcPauses()
     _switch(control_port, "v1")  # and the control connection is open before counting
     base = {"threads": _threads(), "sockets": _sockets(), "fds": _fds(), "rss": _rss_mib()}
+    base_names = _thread_names()
     channel = make("xds:///big")
     call = channel.unary_unary(METHOD)
     seen: set[bytes] = set()
@@ -566,7 +601,10 @@ def client_eds(kind: str, control_port: int, idle: float) -> dict:
     out["threads"] = _threads()
     out["rss"] = _rss_mib()
     channel.close()
-    out.update(_settle_after_close(base, limit=20.0))
+    # C-core's event engine pool grows under load (one thread a second while
+    # all are busy) and an extra thread ends only after 20 s with no work
+    # (grpc's work_stealing_thread_pool kIdleThreadLimit): wait past that
+    out.update(_settle_after_close(base, limit=CLOSE_SETTLE_EDS, base_names=base_names))
     out["base"] = base
     return out
 
@@ -725,11 +763,15 @@ def eds_main(args: argparse.Namespace) -> None:
         ("  threads", lambda r: r["threads"]),
         ("closed: threads over before", lambda r: r["closed_threads"] - r["base"]["threads"]),
         ("closed: sockets over before", lambda r: r["closed_sockets"] - r["base"]["sockets"]),
+        ("closed: s until back (or the wait)", lambda r: r["closed_s"]),
     ]
     print(f"{'eds shape (median of rounds)':<44} " + " ".join(f"{k:>10}" for k in kinds))
     for label, get in rows:
         cells = " ".join(f"{_median([get(r) for r in results[k]]):>10.2f}" for k in kinds)
         print(f"{label:<44} {cells}")
+    for k in kinds:
+        left = [r.get("closed_extra") for r in results[k]]
+        print(f"closed: threads left over after {CLOSE_SETTLE_EDS:.0f} s, {k}: {left}")
 
 
 def main() -> None:

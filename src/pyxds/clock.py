@@ -95,9 +95,9 @@ class _TimerThread:
 
     def push(self, timer: _HeapTimer) -> None:
         with self.cond:
-            heap = self.heap
-            if self.garbage > 256 and self.garbage * 2 > len(heap):
+            if self.garbage > 256 and self.garbage * 2 > len(self.heap):
                 self._compact()
+            heap = self.heap  # after compacting: it replaces the list
             heapq.heappush(heap, timer)
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="pyxds-timer", daemon=True)

@@ -11,19 +11,26 @@ one event loop); the control plane is the real pyxds.server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import pathlib
+import socket
+import subprocess
+import sys
 import threading
 import time
 
 import grpc
 import pytest
 from backends import Blackhole, EchoBackend
-from channel_fixtures import snapshot, wait_until
+from channel_fixtures import Backend, snapshot, wait_until
 from many_backends import WHO, ManyBackends
 
 import pyxds._api as pyxds
 import pyxds.aio
 from pyxds import connectivity
+
+SRC = str(pathlib.Path(__file__).resolve().parents[2] / "src")
 
 #: The threads a pyxds channel may add, whatever its number of endpoints
 #: (issue 18: at most C-core's count + 8; C-core's own are there already in
@@ -241,3 +248,90 @@ def test_closing_a_channel_of_1000_connected_endpoints_prints_nothing_and_starts
     out, err = capfd.readouterr()
     assert "Cannot monitor" not in out + err
     assert "Traceback" not in out + err
+
+
+#: The client program of the test below: pyxds is the only user of grpcio in
+#: it, and the cyclic garbage collector is off (as with gc.freeze(): nothing
+#: may rely on a collection to close what close() left open).
+_CLOSE_PROGRAM = """
+import gc, json, os, sys, time
+gc.disable()
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+def sockets():
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return count
+
+def names():
+    out = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            out.append(open(f"/proc/self/task/{task}/comm").read().strip())
+        except OSError:
+            pass
+    return sorted(out)
+
+before = {"threads": threads(), "sockets": sockets()}
+import pyxds
+
+channel = pyxds.insecure_channel("xds:///scale", bootstrap=sys.argv[1])
+who = channel.unary_unary("/pyxds.test.Echo/Who")
+for _ in range(300):
+    assert who(b"", timeout=10, wait_for_ready=True) == b"good"
+during = threads()
+channel.close()
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline and (threads(), sockets()) != tuple(before.values()):
+    time.sleep(0.05)
+print(json.dumps({"before": before, "during": during, "threads": threads(),
+                  "sockets": sockets(), "names": names()}))
+"""
+
+
+def test_after_close_among_refusing_endpoints_a_program_is_back_to_its_threads_and_sockets(
+    xds_server, tmp_path
+):
+    """A program whose only gRPC is one pyxds channel, over one good endpoint
+    and 500 refusing ones (ports held by bound, non-listening sockets), with
+    the garbage collector off: after close() every connection is closed and
+    C-core's own threads (timer, event engine pool, lifeguard) end, as they
+    do after closing a C-core channel: threads and sockets back to their
+    count before ``import pyxds`` (a count, with a bounded wait).  A
+    subchannel's grpcio channel whose close was lost (the timer heap's
+    compaction dropped it; tests/unit/test_clock.py) stayed open here."""
+    good = Backend("good").start()
+    holders = []
+    try:
+        for _ in range(500):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            holders.append(s)
+        refusing = [f"127.0.0.1:{s.getsockname()[1]}" for s in holders]
+        xds_server.set_snapshot(scale_snapshot([good.address, *refusing]))
+        bootstrap = tmp_path / "bootstrap.json"
+        bootstrap.write_text(json.dumps(xds_server.bootstrap()))
+        env = dict(os.environ, PYTHONPATH=SRC)
+        env.pop("GRPC_XDS_BOOTSTRAP", None)
+        done = subprocess.run(
+            [sys.executable, "-c", _CLOSE_PROGRAM, str(bootstrap)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+    finally:
+        good.release()
+        for s in holders:
+            s.close()
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["during"] > out["before"]["threads"]  # C-core's threads ran
+    assert out["threads"] == out["before"]["threads"], out["names"]
+    assert out["sockets"] == out["before"]["sockets"]

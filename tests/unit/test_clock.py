@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from pyxds import clock as clock_module
 from pyxds.clock import RealClock
 from pyxds.testing import FakeClock
 
@@ -138,3 +139,23 @@ def test_real_clock_now_is_monotonic():
     clock = RealClock()
     a = clock.now()
     assert clock.now() >= a
+
+
+def test_a_timer_scheduled_when_cancelled_ones_are_compacted_away_still_fires(monkeypatch):
+    """Cancelled timers stay in the heap until they make up half of it; the
+    call_later that finds them so compacts the heap and must push its own
+    timer onto the compacted heap, not the list it replaced: a timer lost
+    there never fires (issue 18: a subchannel's grpcio channel whose close
+    was that timer stayed open after the pyxds channel's close(), keeping
+    C-core and its threads up)."""
+    monkeypatch.setattr(clock_module, "_TIMERS", clock_module._TimerThread())
+    clock = RealClock()
+    # a live timer first (a backoff): the cancelled ones wait behind it
+    clock.call_later(1800, lambda: None)
+    deadlines = [clock.call_later(3600, lambda: None) for _ in range(300)]
+    for timer in deadlines:  # RPC deadlines, cancelled when their RPCs end
+        timer.cancel()
+    ran = threading.Event()
+    clock.call_later(0.0, ran.set)  # this push compacts the heap
+    assert ran.wait(5)
+    clock.close()
