@@ -288,3 +288,29 @@ def test_closing_channels_then_stopping_the_servers_prints_nothing(world):
             os.environ["GRPC_VERBOSITY"] = verbosity
     assert stderr.strip() == "", stderr
     assert delay < EXIT_LIMIT
+
+
+def test_an_asyncio_program_that_closes_its_channel_and_its_loop_prints_nothing(world):
+    """``asyncio.run`` ends the application's loop after ``await close()``,
+    while pyxds's xDS stream loop lives on: grpc.aio's poller hands that loop
+    the closed loop's last events, which raised "Event loop is closed" from
+    the xDS loop's callback (a traceback printed in 4 of 4 runs of this
+    program before).  Eight loops in turn, concurrent RPCs, the process
+    alive after."""
+    body = """
+import asyncio, time, pyxds.aio
+async def main():
+    channel = pyxds.aio.insecure_channel(TARGET)
+    who = channel.unary_unary(WHO)
+    async def worker():
+        for _ in range(100):
+            assert await who(b"", timeout=5) == b"exit-a"
+    await asyncio.gather(*[worker() for _ in range(4)])
+    await channel.close()
+for _ in range(8):
+    asyncio.run(main())
+    time.sleep(0.2)
+time.sleep(1.0)
+"""
+    _, _, stderr = run_script(body, TARGET, world)
+    assert stderr.strip() == "", stderr

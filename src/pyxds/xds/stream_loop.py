@@ -19,6 +19,12 @@ Rules:
   thread (the loop's own included: never re-entrantly, never blocking).
 * Nothing here blocks the loop; the transports' events are delivered from
   the loop's thread, and their receivers hand them to their serializers.
+* grpc.aio's poller wakes every loop bound to it and whichever reads first
+  forwards the events of the others (``call_soon_threadsafe``).  An event of
+  an application loop that has closed (``asyncio.run`` returned) then raises
+  "Event loop is closed" in this loop's callback: nothing is left to
+  deliver it to, so it is dropped quietly (:func:`_exception_handler`);
+  every other error is reported as asyncio reports it.
 """
 
 from __future__ import annotations
@@ -48,6 +54,20 @@ _users = 0
 _generation = 0
 
 
+def _exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """asyncio's handler, but for grpc.aio's poller failing to hand another
+    loop's event to that loop because it has closed (module rules)."""
+    error = context.get("exception")
+    if (
+        isinstance(error, RuntimeError)
+        and str(error) == "Event loop is closed"
+        and "PollerCompletionQueue._handle_events" in repr(context.get("handle"))
+    ):
+        _log.debug("pyxds: dropped a grpc.aio event of a closed event loop")
+        return
+    loop.default_exception_handler(context)
+
+
 def acquire() -> asyncio.AbstractEventLoop:
     """The running loop, for one more user (see :func:`release`)."""
     global _loop, _thread, _users
@@ -55,6 +75,7 @@ def acquire() -> asyncio.AbstractEventLoop:
         _users += 1
         if _loop is None:
             loop = asyncio.new_event_loop()
+            loop.set_exception_handler(_exception_handler)
             started = threading.Event()
 
             def run() -> None:
