@@ -29,7 +29,7 @@ import grpc
 from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.rpc import status_pb2
-from ports import EXCLUSIVE, HeldPort
+from ports import EXCLUSIVE, HeldPort, HoldsItsPort
 from protos import echo_pb2, echo_pb2_grpc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,7 +49,7 @@ class _EchoServicer(echo_pb2_grpc.EchoServicer):
             yield echo_pb2.EchoReply(message=request.message, backend=self._backend.name)
 
 
-class EchoBackend:
+class EchoBackend(HoldsItsPort):
     """An Echo server named ``name`` on ``host:port`` (port 0: pick one, then
     keep it; while stopped, the port is held for the next start)."""
 
@@ -107,16 +107,6 @@ class EchoBackend:
             server.stop(grace).wait(timeout=10)
             self._executor.shutdown(wait=False)
             self._held = HeldPort.again(self.port, host=self.host)
-
-    def release(self) -> None:
-        """Stop, and let the port go."""
-        self.stop()
-        self._let_go()
-
-    def _let_go(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            held.release()
 
     def restart(self) -> EchoBackend:
         self.stop()

@@ -23,7 +23,7 @@ from concurrent import futures
 from typing import Any
 
 import grpc
-from ports import EXCLUSIVE, HeldPort
+from ports import EXCLUSIVE, HeldPort, HoldsItsPort
 
 SERVICE = "pyxds.test.Echo"
 
@@ -76,7 +76,7 @@ def _handlers(name: str, served: collections.Counter) -> grpc.GenericRpcHandler:
     )
 
 
-class Backend:
+class Backend(HoldsItsPort):
     """A grpcio server on 127.0.0.1 that can be stopped and restarted on
     the same port, which stays held meanwhile (tests/e2e/ports.py: no other
     program can take it; connections are refused)."""
@@ -120,16 +120,6 @@ class Backend:
             self._server.stop(grace).wait(5)
             self._server = None
             self._held = HeldPort.again(self.port)
-
-    def release(self) -> None:
-        """Stop, and let the port go."""
-        self.stop()
-        self._let_go()
-
-    def _let_go(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            held.release()
 
     @property
     def running(self) -> bool:

@@ -159,6 +159,27 @@ def held_ports() -> Iterator[PortHolds]:
         holds.release_all()
 
 
+class HoldsItsPort:
+    """A test server that holds its port while stopped (rule 3);
+    :meth:`release` stops it and lets the port go.  Its ``stop`` holds the
+    port in ``_held``."""
+
+    _held: HeldPort | None = None
+
+    def stop(self, grace: float | None = None) -> None:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Stop, and let the port go."""
+        self.stop()
+        self._let_go()
+
+    def _let_go(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.release()
+
+
 class HeldPortManagementServer(ManagementServer):
     """A ``pyxds.server.ManagementServer`` whose port stays held (rule 3)
     whenever it is not running: after each stop() until the next start(), and
