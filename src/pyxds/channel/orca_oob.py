@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import grpc
+import grpc.aio
 from google.protobuf import duration_pb2
 from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
 from xds.service.orca.v3.orca_pb2 import OrcaLoadReportRequest
@@ -301,7 +302,9 @@ def _run_aio(
             box["call"] = call
             if box["cancelled"]:
                 call.cancel()
-            async for report in call:
+            # call.read(), not ``async for`` (pyxds.xds.transport: a suspended
+            # response iterator keeps its call, and the connection, alive)
+            while (report := await call.read()) is not grpc.aio.EOF:
                 on_report(report)
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
