@@ -5,8 +5,11 @@ dump shape (A27, A40, A57, A88)."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import importlib
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -546,10 +549,6 @@ def test_a_stream_reader_that_stops_early_leaves_its_call_to_reference_counting(
     keeps a closed channel's connection open while a call object lives, and
     a call kept by a suspended response iterator (a cycle) lived until the
     cyclic GC ran (a control plane stopped meanwhile logged a GOAWAY)."""
-    import gc
-    import importlib
-    import weakref
-
     mod = importlib.import_module(f"pyxds.xds.{module}")
     kind = mod.AdsTransport if module == "transport" else mod.LrsTransport
     events: list[Any] = []
