@@ -9,7 +9,8 @@ modules it has loaded.  What such a config does not name must not be
 among them: the xDS server side (``pyxds.serving``, the server Listener
 validators, RBAC), DNS for LOGICAL_DNS clusters, RE2 (no regex in the
 config), XXH64 (no hash policy), SPIFFE bundle maps, protobuf's JSON module,
-the LB policies no config names.  What it does need is loaded (so the
+the LRS stream and its protos (no cluster reports load), ORCA (no backend
+metrics asked for), the LB policies no config names.  What it does need is loaded (so the
 check is not vacuous).  Counts of modules, never times; the decoders give
 the same results either way (tests/unit/test_lazy_resource_modules.py).
 """
@@ -39,6 +40,11 @@ NOT_LOADED = (
     "pyxds.xds.resources.rbac",
     "pyxds.resolver.dns",
     "pyxds.security.spiffe",
+    "pyxds.lb.orca",
+    "xds.data.orca",
+    "pyxds.xds.lrs_transport",
+    "envoy.service.load_stats",
+    "envoy.config.endpoint.v3.load_report_pb2",
     "pyxds.lb.ring_hash",
     "pyxds.lb.weighted_round_robin",
     "pyxds.lb.least_request",

@@ -75,7 +75,7 @@ from typing import Any
 
 import grpc
 
-from pyxds.lb import orca, registry
+from pyxds.lb import registry
 from pyxds.lb.api import (
     ATTEMPT_NOT_STARTED,
     OK_STATUS,
@@ -292,6 +292,8 @@ class CountedSubchannel(Subchannel):
         hooks = self._hooks
         if hooks is not None and hooks[0] is lrs and hooks[1] is inner:
             return hooks[2]
+        from pyxds.lb import orca  # ORCA's protos load with the first load report
+
         add = lrs.add_backend_metrics
         read = orca.report_from_trailers
 
