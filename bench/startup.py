@@ -85,7 +85,7 @@ if kind.startswith("pyxds"):
         pyxds.insecure_channel
 if "+modules" in kind:  # what an xds: target loads on first use, loaded too
     import pyxds.resolver.xds_resolver, pyxds.xds.client, pyxds.security.providers
-    import pyxds.lb.registry
+    import pyxds.xds.bootstrap, pyxds.lb.registry
     pyxds.lb.registry.names()
     kind = kind.replace("+modules", "")
 if kind.endswith("aio"):
