@@ -65,11 +65,11 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.lb import registry
 from pyxds.lb.api import (
     OK_STATUS,

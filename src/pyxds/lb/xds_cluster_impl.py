@@ -69,12 +69,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.lb import registry
 from pyxds.lb.api import (
     ATTEMPT_NOT_STARTED,

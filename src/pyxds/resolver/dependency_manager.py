@@ -57,11 +57,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.clock import Clock, Timer
 from pyxds.resolver.cluster_problems import no_endpoints_words
 from pyxds.resolver.route_matching import select_virtual_host

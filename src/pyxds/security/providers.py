@@ -42,9 +42,9 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pyxds._values import dataclass
 from pyxds.security import experiments
 
 if TYPE_CHECKING:  # SPIFFE bundle maps load with the first provider that names one
