@@ -42,6 +42,11 @@ what is likely to happen to it next:
 * A sweep of warm channels is never closer to the last one than its own
   cost divided by ``WARM_BUDGET`` (a connection storm of 10,000 channels
   costs at most that share of a core, and gets slower, not more expensive).
+* Which warm channels are due, and when the next one is, comes from a heap
+  of their due times: a sweep costs what it checks, not what is watched
+  (9000 endpoints that refuse every connection keep hundreds of channels
+  warm at any time, one new one per attempt; scanning them all on every
+  sweep was a third of pyxds's CPU per failed attempt, issue 18).
 
 Rules:
 
@@ -55,6 +60,11 @@ Rules:
    two cold sweeps looks READY throughout; its RPCs reconnected it).
 2. ``Watch.cancel()`` (any thread) stops every later delivery, including one
    of a sweep in progress that has not reached its ``deliver`` yet.
+   A watch with a ``final`` state ends when it sees that state: the state is
+   delivered, and the channel is never checked again (a subchannel's
+   transport is retired on its first TRANSIENT_FAILURE, so checking it on
+   until the channel's serializer gets round to retiring it only costs: with
+   thousands of refusing endpoints that was ~20 checks per failed attempt).
 3. A probe that raises (its grpcio channel closed under it) ends the watch.
 4. :meth:`ConnectivityMonitor.close_soon` runs a close on the same timer
    thread, never on the caller's (a channel's serializer) and never on a
@@ -67,6 +77,8 @@ unit tests); :func:`monitor` is the process's own, on a RealClock.
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -104,10 +116,29 @@ S = TypeVar("S")
 _NEVER = float("-inf")
 
 
+def _closed_probe() -> Any:
+    raise RuntimeError("pyxds: the watch was cancelled")
+
+
+def _ignore(state: Any) -> None:
+    pass
+
+
 class Watch(Generic[S]):
     """One watched channel (see the module docstring)."""
 
-    __slots__ = ("_monitor", "probe", "deliver", "state", "since", "due", "warm", "cancelled")
+    __slots__ = (
+        "_monitor",
+        "probe",
+        "deliver",
+        "final",
+        "state",
+        "since",
+        "due",
+        "warm",
+        "ended",
+        "cancelled",
+    )
 
     def __init__(
         self,
@@ -115,10 +146,13 @@ class Watch(Generic[S]):
         probe: Callable[[], S],
         deliver: Callable[[S], None],
         now: float,
+        final: S | None = None,
     ) -> None:
         self._monitor = monitor
         self.probe = probe
         self.deliver = deliver
+        #: the state after which the channel is not checked again (None: none)
+        self.final = final
         #: the last state seen (None before the first check)
         self.state: S | None = None
         #: when the event that made it warm happened
@@ -126,6 +160,9 @@ class Watch(Generic[S]):
         #: when a warm channel is checked next
         self.due = now
         self.warm = True
+        #: never checked again (its final state seen, or cancelled)
+        self.ended = False
+        #: never checked or delivered to again
         self.cancelled = False
 
     def expect_change(self) -> None:
@@ -170,6 +207,11 @@ class ConnectivityMonitor(Generic[S]):
         self._lock = threading.Lock()
         self._warm: dict[Watch[S], None] = {}
         self._cold: dict[Watch[S], None] = {}
+        #: (due, seq, watch) of warm watches; an entry whose due is no longer
+        #: its watch's (or whose watch went cold or was cancelled) is stale
+        #: and dropped when it reaches the top
+        self._due: list[tuple[float, int, Watch[S]]] = []
+        self._seq = itertools.count()
         self._timer: Timer | None = None
         self._timer_due = 0.0
         self._cold_due = 0.0
@@ -181,13 +223,17 @@ class ConnectivityMonitor(Generic[S]):
         self.checks = 0
 
     # -- any thread ------------------------------------------------------
-    def watch(self, probe: Callable[[], S], deliver: Callable[[S], None]) -> Watch[S]:
+    def watch(
+        self, probe: Callable[[], S], deliver: Callable[[S], None], final: S | None = None
+    ) -> Watch[S]:
         """Watch a channel: ``probe()`` reads its state, ``deliver(state)``
-        hears each change (the first check delivers the state found)."""
+        hears each change (the first check delivers the state found), up to
+        and including ``final`` if given (rule 2)."""
         with self._lock:
             now = self._clock.now()
-            watch = Watch(self, probe, deliver, now)
+            watch = Watch(self, probe, deliver, now, final)
             self._warm[watch] = None
+            self._push(watch)
             self._schedule(now, now)
         return watch
 
@@ -206,25 +252,27 @@ class ConnectivityMonitor(Generic[S]):
 
     def _heat(self, watch: Watch[S], delay: float) -> None:
         with self._lock:
-            if watch.cancelled:
+            if watch.ended:
                 return
             now = self._clock.now()
             watch.since = now
             due = now + delay
             if not watch.warm or due < watch.due:
                 watch.due = due
+                if watch.warm:
+                    self._push(watch)
             if not watch.warm:
                 watch.warm = True
                 del self._cold[watch]
                 self._warm[watch] = None
+                self._push(watch)
             self._schedule(now, watch.due)
 
     def _cancel(self, watch: Watch[S]) -> None:
         with self._lock:
             if watch.cancelled:
                 return
-            watch.cancelled = True
-            (self._warm if watch.warm else self._cold).pop(watch, None)
+            self._cancel_locked(watch)
 
     # -- the sweep (on the clock's timer) --------------------------------
     def _schedule(self, now: float, due: float) -> None:
@@ -245,7 +293,7 @@ class ConnectivityMonitor(Generic[S]):
             self._timer = None
             self.sweeps += 1
             now = self._clock.now()
-            due = [w for w in self._warm if w.due <= now]
+            due = self._pop_due(now)
             cold = list(self._cold) if now >= self._cold_due else []
         started = time.thread_time()
         seen_warm = _probe(due)
@@ -286,12 +334,15 @@ class ConnectivityMonitor(Generic[S]):
                 continue
             watch.state = state
             changed.append((watch, state))
+            if state == watch.final:
+                self._end_locked(watch)
+                continue
             # READY is where a connection stays: no event pending any more.
             # Anything else is a transition: look again soon.
             watch.since = _NEVER if state == ready else now
         span = self._cold_period / WARM_RATIO
         for watch in watches:
-            if watch.cancelled:
+            if watch.ended:
                 continue
             age = now - watch.since  # since: also moved by expect_change/check_now meanwhile
             if age >= span:
@@ -301,10 +352,56 @@ class ConnectivityMonitor(Generic[S]):
             if not watch.warm:
                 self._move(watch, warm=True)
             watch.due = now + min(self._cold_period, max(HOT_PERIOD, age * WARM_RATIO))
+            self._push(watch)
+
+    def _push(self, watch: Watch[S]) -> None:
+        """(Lock held) ``watch`` is warm and due at ``watch.due``."""
+        heap = self._due
+        heapq.heappush(heap, (watch.due, next(self._seq), watch))
+        if len(heap) > 64 + 4 * len(self._warm):  # mostly stale entries: rebuild
+            self._due = [e for e in heap if self._current(e)]
+            heapq.heapify(self._due)
+
+    @staticmethod
+    def _current(entry: tuple[float, int, Watch[S]]) -> bool:
+        due, _, watch = entry
+        return watch.warm and not watch.ended and watch.due == due
+
+    def _pop_due(self, now: float) -> list[Watch[S]]:
+        """(Lock held) The warm watches due by ``now``, each once, earliest first."""
+        heap = self._due
+        out: dict[Watch[S], None] = {}
+        while heap and heap[0][0] <= now:
+            entry = heapq.heappop(heap)
+            if self._current(entry):
+                out[entry[2]] = None
+        return list(out)
+
+    def _next_due(self) -> float:
+        """(Lock held) When the earliest warm watch is due (inf: none)."""
+        heap = self._due
+        while heap and not self._current(heap[0]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else float("inf")
 
     def _cancel_locked(self, watch: Watch[S]) -> None:
         watch.cancelled = True
+        # Let go of the channel and its owner now: a transport holds its
+        # watch and the watch's deliver holds the transport, a cycle that
+        # would otherwise live on until a full garbage collection (one per
+        # failed attempt with refusing endpoints, issue 18).  A sweep still
+        # holding the watch skips it: it is cancelled.
+        watch.probe = _closed_probe
+        watch.deliver = _ignore
+        self._end_locked(watch)
+
+    def _end_locked(self, watch: Watch[S]) -> None:
+        watch.ended = True
         (self._warm if watch.warm else self._cold).pop(watch, None)
+        if not self._warm:
+            # only stale entries left: drop them (and the closed channels
+            # their probes hold) now rather than when they come due
+            self._due.clear()
 
     def _move(self, watch: Watch[S], warm: bool) -> None:
         if watch.warm is warm:
@@ -322,7 +419,7 @@ class ConnectivityMonitor(Generic[S]):
             return  # nothing watched: no timer (the timer thread may exit)
         due = self._cold_due if self._cold else float("inf")
         if self._warm:
-            due = min(due, max(now + self._warm_gap, min(w.due for w in self._warm)))
+            due = min(due, max(now + self._warm_gap, self._next_due()))
         self._schedule(now, due)
 
 
@@ -345,17 +442,20 @@ def watch_channel(
     channel: grpc.Channel,
     deliver: Callable[[grpc.ChannelConnectivity], None],
     on: ConnectivityMonitor[int] | None = None,
+    until: grpc.ChannelConnectivity | None = None,
 ) -> Watch[int]:
     """Watch a sync grpcio channel on monitor ``on`` (the process's by
     default): ``deliver`` hears each change of C-core's state (read without
-    asking it to connect, without blocking), from the monitor's timer."""
+    asking it to connect, without blocking), from the monitor's timer, up to
+    and including ``until`` if given (then the watch ends)."""
     probe = functools.partial(_cygrpc_channel(channel).check_connectivity_state, False)
     by_code = _BY_CODE
 
     def on_change(code: int) -> None:
         deliver(by_code[code])
 
-    return (on or monitor()).watch(probe, on_change)
+    final = None if until is None else until.value[0]
+    return (on or monitor()).watch(probe, on_change, final)
 
 
 def request_connection(channel: grpc.Channel) -> None:
