@@ -19,7 +19,10 @@ Per client:
   ``--secs`` seconds after that, failed ones, the slowest, and how many of
   the good endpoints they reached;
 * ``CPU %``: the client process's CPU (of one core) over those seconds,
-  and ``py %`` the share of it on Python's threads (the rest is C-core's);
+  and ``py %`` the share of it on Python's threads (the rest is C-core's;
+  a Python thread that ended meanwhile is not counted); ``full GCs`` and
+  ``GC %``: Python's garbage collections in those seconds and the share of
+  the time they held the interpreter;
 * ``idle %``: the process's CPU over ``--idle`` seconds without RPCs (the
   refusing endpoints still retrying, with backoff);
 * ``threads`` during, and threads / sockets over the count before the
@@ -55,6 +58,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from scale import (
     METHOD,
+    GcPauses,
     _port_handler,
     _settle_after_close,
     _sockets,
@@ -180,6 +184,7 @@ def client(kind: str, secs: float, idle: float, good: int) -> dict[str, object]:
     seen: set[bytes] = set()
     ok = failed = 0
     slowest = 0.0
+    pauses = GcPauses()
     cpu, by_thread = time.process_time(), _cpu_by_thread()
     began = time.monotonic()
     while time.monotonic() - began < secs:
@@ -202,6 +207,9 @@ def client(kind: str, secs: float, idle: float, good: int) -> dict[str, object]:
         py_pct=python / wall * 100,
         threads=_threads(),
     )
+    gcs = pauses.window()
+    out["full_gcs"] = gcs["full_gcs"]
+    out["gc_pct"] = (gcs["full_gc_total_ms"] + gcs["young_gc_total_ms"]) / 1000 / wall * 100
     cpu = time.process_time()
     time.sleep(idle)
     out["idle_pct"] = (time.process_time() - cpu) / idle * 100
@@ -315,6 +323,8 @@ def main() -> None:
         ("reached", "reached", "{:.0f}"),
         ("CPU %", "cpu_pct", "{:.0f}"),
         ("py %", "py_pct", "{:.0f}"),
+        ("full GCs", "full_gcs", "{:.0f}"),
+        ("GC %", "gc_pct", "{:.0f}"),
         ("idle %", "idle_pct", "{:.1f}"),
         ("threads", "threads", "{:.0f}"),
         ("closed +thr", "closed_plus_threads", "{:.0f}"),

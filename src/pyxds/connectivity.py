@@ -42,11 +42,6 @@ what is likely to happen to it next:
 * A sweep of warm channels is never closer to the last one than its own
   cost divided by ``WARM_BUDGET`` (a connection storm of 10,000 channels
   costs at most that share of a core, and gets slower, not more expensive).
-* Which warm channels are due, and when the next one is, comes from a heap
-  of their due times: a sweep costs what it checks, not what is watched
-  (9000 endpoints that refuse every connection keep hundreds of channels
-  warm at any time, one new one per attempt; scanning them all on every
-  sweep was a third of pyxds's CPU per failed attempt, issue 18).
 
 Rules:
 
@@ -77,8 +72,6 @@ unit tests); :func:`monitor` is the process's own, on a RealClock.
 from __future__ import annotations
 
 import functools
-import heapq
-import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -207,11 +200,6 @@ class ConnectivityMonitor(Generic[S]):
         self._lock = threading.Lock()
         self._warm: dict[Watch[S], None] = {}
         self._cold: dict[Watch[S], None] = {}
-        #: (due, seq, watch) of warm watches; an entry whose due is no longer
-        #: its watch's (or whose watch went cold or was cancelled) is stale
-        #: and dropped when it reaches the top
-        self._due: list[tuple[float, int, Watch[S]]] = []
-        self._seq = itertools.count()
         self._timer: Timer | None = None
         self._timer_due = 0.0
         self._cold_due = 0.0
@@ -233,7 +221,6 @@ class ConnectivityMonitor(Generic[S]):
             now = self._clock.now()
             watch = Watch(self, probe, deliver, now, final)
             self._warm[watch] = None
-            self._push(watch)
             self._schedule(now, now)
         return watch
 
@@ -259,13 +246,10 @@ class ConnectivityMonitor(Generic[S]):
             due = now + delay
             if not watch.warm or due < watch.due:
                 watch.due = due
-                if watch.warm:
-                    self._push(watch)
             if not watch.warm:
                 watch.warm = True
                 del self._cold[watch]
                 self._warm[watch] = None
-                self._push(watch)
             self._schedule(now, watch.due)
 
     def _cancel(self, watch: Watch[S]) -> None:
@@ -293,7 +277,7 @@ class ConnectivityMonitor(Generic[S]):
             self._timer = None
             self.sweeps += 1
             now = self._clock.now()
-            due = self._pop_due(now)
+            due = [w for w in self._warm if w.due <= now]
             cold = list(self._cold) if now >= self._cold_due else []
         started = time.thread_time()
         seen_warm = _probe(due)
@@ -352,37 +336,6 @@ class ConnectivityMonitor(Generic[S]):
             if not watch.warm:
                 self._move(watch, warm=True)
             watch.due = now + min(self._cold_period, max(HOT_PERIOD, age * WARM_RATIO))
-            self._push(watch)
-
-    def _push(self, watch: Watch[S]) -> None:
-        """(Lock held) ``watch`` is warm and due at ``watch.due``."""
-        heap = self._due
-        heapq.heappush(heap, (watch.due, next(self._seq), watch))
-        if len(heap) > 64 + 4 * len(self._warm):  # mostly stale entries: rebuild
-            self._due = [e for e in heap if self._current(e)]
-            heapq.heapify(self._due)
-
-    @staticmethod
-    def _current(entry: tuple[float, int, Watch[S]]) -> bool:
-        due, _, watch = entry
-        return watch.warm and not watch.ended and watch.due == due
-
-    def _pop_due(self, now: float) -> list[Watch[S]]:
-        """(Lock held) The warm watches due by ``now``, each once, earliest first."""
-        heap = self._due
-        out: dict[Watch[S], None] = {}
-        while heap and heap[0][0] <= now:
-            entry = heapq.heappop(heap)
-            if self._current(entry):
-                out[entry[2]] = None
-        return list(out)
-
-    def _next_due(self) -> float:
-        """(Lock held) When the earliest warm watch is due (inf: none)."""
-        heap = self._due
-        while heap and not self._current(heap[0]):
-            heapq.heappop(heap)
-        return heap[0][0] if heap else float("inf")
 
     def _cancel_locked(self, watch: Watch[S]) -> None:
         watch.cancelled = True
@@ -398,10 +351,6 @@ class ConnectivityMonitor(Generic[S]):
     def _end_locked(self, watch: Watch[S]) -> None:
         watch.ended = True
         (self._warm if watch.warm else self._cold).pop(watch, None)
-        if not self._warm:
-            # only stale entries left: drop them (and the closed channels
-            # their probes hold) now rather than when they come due
-            self._due.clear()
 
     def _move(self, watch: Watch[S], warm: bool) -> None:
         if watch.warm is warm:
@@ -419,7 +368,7 @@ class ConnectivityMonitor(Generic[S]):
             return  # nothing watched: no timer (the timer thread may exit)
         due = self._cold_due if self._cold else float("inf")
         if self._warm:
-            due = min(due, max(now + self._warm_gap, self._next_due()))
+            due = min(due, max(now + self._warm_gap, min(w.due for w in self._warm)))
         self._schedule(now, due)
 
 
