@@ -65,6 +65,7 @@ from scale import (
     _start_backends,
     _thread_names,
     _threads,
+    run_json,
 )
 
 CLUSTER = "refuse"
@@ -296,10 +297,7 @@ def main() -> None:
             for kind in kinds if rnd % 2 == 0 else list(reversed(kinds)):
                 cmd, env = _client_cmd(kind, args)
                 env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
-                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"{kind} failed:\n{proc.stderr[-3000:]}")
-                r = json.loads(proc.stdout.strip().splitlines()[-1])
+                r = run_json(cmd, env, kind)
                 results.setdefault(kind, []).append(r)
                 print(f"  round {rnd + 1} {kind}: {json.dumps(r)}", flush=True)
         if args.profile:
