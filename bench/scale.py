@@ -650,6 +650,14 @@ def run_client(
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def run_json(cmd: list[str], env: dict[str, str], label: str) -> dict:
+    """Run a client process; what it printed last, as JSON."""
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{label} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def _median(values: list[float]) -> float:
     values = sorted(values)
     mid = len(values) // 2
@@ -712,10 +720,7 @@ def eds_main(args: argparse.Namespace) -> None:
                 env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(info["bootstrap"])
                 cmd = [sys.executable, os.path.abspath(__file__), "--client", kind, "0", "x"]
                 cmd += ["--control", str(info["control"]), "--idle", str(args.idle)]
-                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"{kind} eds failed:\n{proc.stderr[-3000:]}")
-                r = json.loads(proc.stdout.strip().splitlines()[-1])
+                r = run_json(cmd, env, f"{kind} eds")
                 results.setdefault(kind, []).append(r)
                 print(f"  round {rnd + 1} {kind}: {json.dumps(r)}", flush=True)
                 _switch(info["control"], "v1")

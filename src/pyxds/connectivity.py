@@ -56,6 +56,11 @@ Rules:
    two cold sweeps looks READY throughout; its RPCs reconnected it).
 2. ``Watch.cancel()`` (any thread) stops every later delivery, including one
    of a sweep in progress that has not reached its ``deliver`` yet.
+   A watch with a ``final`` state ends when it sees that state: the state is
+   delivered, and the channel is never checked again (a subchannel's
+   transport is retired on its first TRANSIENT_FAILURE, so checking it on
+   until the channel's serializer gets round to retiring it only costs: with
+   thousands of refusing endpoints that was ~20 checks per failed attempt).
 3. A probe that raises (its grpcio channel closed under it) ends the watch.
 4. :meth:`ConnectivityMonitor.close_soon` runs a close on the same timer
    thread, never on the caller's (a channel's serializer) and never on a
@@ -105,10 +110,29 @@ S = TypeVar("S")
 _NEVER = float("-inf")
 
 
+def _closed_probe() -> Any:
+    raise RuntimeError("pyxds: the watch was cancelled")
+
+
+def _ignore(state: Any) -> None:
+    pass
+
+
 class Watch(Generic[S]):
     """One watched channel (see the module docstring)."""
 
-    __slots__ = ("_monitor", "probe", "deliver", "state", "since", "due", "warm", "cancelled")
+    __slots__ = (
+        "_monitor",
+        "probe",
+        "deliver",
+        "final",
+        "state",
+        "since",
+        "due",
+        "warm",
+        "ended",
+        "cancelled",
+    )
 
     def __init__(
         self,
@@ -116,10 +140,13 @@ class Watch(Generic[S]):
         probe: Callable[[], S],
         deliver: Callable[[S], None],
         now: float,
+        final: S | None = None,
     ) -> None:
         self._monitor = monitor
         self.probe = probe
         self.deliver = deliver
+        #: the state after which the channel is not checked again (None: none)
+        self.final = final
         #: the last state seen (None before the first check)
         self.state: S | None = None
         #: when the event that made it warm happened
@@ -127,6 +154,9 @@ class Watch(Generic[S]):
         #: when a warm channel is checked next
         self.due = now
         self.warm = True
+        #: never checked again (its final state seen, or cancelled)
+        self.ended = False
+        #: never checked or delivered to again
         self.cancelled = False
 
     def expect_change(self) -> None:
@@ -182,12 +212,15 @@ class ConnectivityMonitor(Generic[S]):
         self.checks = 0
 
     # -- any thread ------------------------------------------------------
-    def watch(self, probe: Callable[[], S], deliver: Callable[[S], None]) -> Watch[S]:
+    def watch(
+        self, probe: Callable[[], S], deliver: Callable[[S], None], final: S | None = None
+    ) -> Watch[S]:
         """Watch a channel: ``probe()`` reads its state, ``deliver(state)``
-        hears each change (the first check delivers the state found)."""
+        hears each change (the first check delivers the state found), up to
+        and including ``final`` if given (rule 2)."""
         with self._lock:
             now = self._clock.now()
-            watch = Watch(self, probe, deliver, now)
+            watch = Watch(self, probe, deliver, now, final)
             self._warm[watch] = None
             self._schedule(now, now)
         return watch
@@ -207,7 +240,7 @@ class ConnectivityMonitor(Generic[S]):
 
     def _heat(self, watch: Watch[S], delay: float) -> None:
         with self._lock:
-            if watch.cancelled:
+            if watch.ended:
                 return
             now = self._clock.now()
             watch.since = now
@@ -224,8 +257,7 @@ class ConnectivityMonitor(Generic[S]):
         with self._lock:
             if watch.cancelled:
                 return
-            watch.cancelled = True
-            (self._warm if watch.warm else self._cold).pop(watch, None)
+            self._cancel_locked(watch)
 
     # -- the sweep (on the clock's timer) --------------------------------
     def _schedule(self, now: float, due: float) -> None:
@@ -287,12 +319,15 @@ class ConnectivityMonitor(Generic[S]):
                 continue
             watch.state = state
             changed.append((watch, state))
+            if state == watch.final:
+                self._end_locked(watch)
+                continue
             # READY is where a connection stays: no event pending any more.
             # Anything else is a transition: look again soon.
             watch.since = _NEVER if state == ready else now
         span = self._cold_period / WARM_RATIO
         for watch in watches:
-            if watch.cancelled:
+            if watch.ended:
                 continue
             age = now - watch.since  # since: also moved by expect_change/check_now meanwhile
             if age >= span:
@@ -305,6 +340,17 @@ class ConnectivityMonitor(Generic[S]):
 
     def _cancel_locked(self, watch: Watch[S]) -> None:
         watch.cancelled = True
+        # Let go of the channel and its owner now: a transport holds its
+        # watch and the watch's deliver holds the transport, a cycle that
+        # would otherwise live on until a full garbage collection (one per
+        # failed attempt with refusing endpoints, issue 18).  A sweep still
+        # holding the watch skips it: it is cancelled.
+        watch.probe = _closed_probe
+        watch.deliver = _ignore
+        self._end_locked(watch)
+
+    def _end_locked(self, watch: Watch[S]) -> None:
+        watch.ended = True
         (self._warm if watch.warm else self._cold).pop(watch, None)
 
     def _move(self, watch: Watch[S], warm: bool) -> None:
@@ -346,17 +392,20 @@ def watch_channel(
     channel: grpc.Channel,
     deliver: Callable[[grpc.ChannelConnectivity], None],
     on: ConnectivityMonitor[int] | None = None,
+    until: grpc.ChannelConnectivity | None = None,
 ) -> Watch[int]:
     """Watch a sync grpcio channel on monitor ``on`` (the process's by
     default): ``deliver`` hears each change of C-core's state (read without
-    asking it to connect, without blocking), from the monitor's timer."""
+    asking it to connect, without blocking), from the monitor's timer, up to
+    and including ``until`` if given (then the watch ends)."""
     probe = functools.partial(_cygrpc_channel(channel).check_connectivity_state, False)
     by_code = _BY_CODE
 
     def on_change(code: int) -> None:
         deliver(by_code[code])
 
-    return (on or monitor()).watch(probe, on_change)
+    final = None if until is None else until.value[0]
+    return (on or monitor()).watch(probe, on_change, final)
 
 
 def request_connection(channel: grpc.Channel) -> None:

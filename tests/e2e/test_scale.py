@@ -217,6 +217,48 @@ def test_a_channel_among_dead_silent_and_flapping_endpoints_serves_from_the_good
     assert after.sockets <= before.sockets
 
 
+def test_a_refusing_endpoint_that_starts_listening_among_hundreds_is_served(xds_server, ports):
+    """Bad input: 300 endpoints refuse every connection, retrying with
+    backoff, while RPCs run on the good one; one of them starts listening
+    (its port was held, refusing, until then): its next attempt connects,
+    it reaches READY and serves, and no RPC failed meanwhile."""
+    good = Backend("good").start()
+    late = Backend("late").hold()  # refuses connections until it starts
+    refused = [ports.dead_address() for _ in range(300)]
+    xds_server.set_snapshot(scale_snapshot([good.address, late.address, *refused]))
+    before = Counts()
+    channel = pyxds.insecure_channel(
+        "xds:///scale",
+        bootstrap=xds_server.bootstrap(),
+        options=[
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 300),
+        ],
+    )
+    try:
+        who = channel.unary_unary("/pyxds.test.Echo/Who")
+        served: dict[bytes, int] = {}
+        deadline = time.monotonic() + 1.0  # several failed attempts of every refusing one
+        while time.monotonic() < deadline:
+            reply = who(b"", wait_for_ready=True, timeout=10)
+            served[reply] = served.get(reply, 0) + 1
+        assert set(served) == {b"good"}
+        late.start()
+        deadline = time.monotonic() + 15.0
+        while b"late" not in served and time.monotonic() < deadline:
+            reply = who(b"", wait_for_ready=True, timeout=10)
+            served[reply] = served.get(reply, 0) + 1
+        assert b"late" in served, served
+        Counts().assert_bounded_above(before)
+    finally:
+        channel.close()
+        good.release()
+        late.release()
+    after = Counts.back_to(before)
+    assert after.threads <= before.threads, threading.enumerate()
+    assert after.sockets <= before.sockets
+
+
 def test_closing_a_channel_of_1000_connected_endpoints_prints_nothing_and_starts_no_thread_each(
     xds_server, thousand, capfd
 ):
