@@ -350,12 +350,20 @@ def watch_channel(
     default): ``deliver`` hears each change of C-core's state (read without
     asking it to connect, without blocking), from the monitor's timer."""
     probe = functools.partial(_cygrpc_channel(channel).check_connectivity_state, False)
-    by_code = _BY_CODE
+    return (on or monitor()).watch(probe, _ByCode(deliver))
 
-    def on_change(code: int) -> None:
-        deliver(by_code[code])
 
-    return (on or monitor()).watch(probe, on_change)
+class _ByCode:
+    """Delivers a C-core state code as a ``grpc.ChannelConnectivity``: one
+    slotted object per watched channel, not a closure with its cells."""
+
+    __slots__ = ("deliver",)
+
+    def __init__(self, deliver: Callable[[grpc.ChannelConnectivity], None]) -> None:
+        self.deliver = deliver
+
+    def __call__(self, code: int) -> None:
+        self.deliver(_BY_CODE[code])
 
 
 def request_connection(channel: grpc.Channel) -> None:

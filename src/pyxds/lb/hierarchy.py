@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from types import MappingProxyType
 
-from pyxds.lb.api import Endpoint
+from pyxds.lb.api import Endpoint, _set_below
 
 PATH_KEY = "hierarchical_path"
 
@@ -30,26 +30,38 @@ def split(endpoints: Iterable[Endpoint]) -> dict[str, list[Endpoint]]:
     """Group endpoints by the first path element, stripping it (order kept).
 
     Runs once per tree level for every endpoint of an EDS update (10k
-    endpoints: twice per update), so it builds the stripped endpoints
-    directly: one attribute dict copy each, the rest of each distinct path
-    computed once."""
+    endpoints: twice per update).  The stripped endpoint is made once per
+    endpoint object and kept on it (``Endpoint._below``): an endpoint the
+    next update passes down unchanged (cds reuses the endpoints of an
+    unchanged locality) comes out as the same object again, so a level below
+    sees an unchanged locality's endpoints as identical objects, and an
+    update builds (and leaves for the garbage collector) only the endpoints
+    that changed.  Otherwise one attribute dict copy each, the rest of each
+    distinct path computed once."""
     groups: dict[str, list[Endpoint]] = {}
     rests: dict[tuple[str, ...], tuple[str, ...]] = {}
     make = Endpoint.trusted
     for endpoint in endpoints:
-        attributes = endpoint.attributes
-        path = attributes.get(PATH_KEY)
-        if not path:
-            continue
-        if not isinstance(path, tuple):
-            path = tuple(path)
-        rest = rests.get(path)
-        if rest is None:
-            rest = rests[path] = path[1:]
-        merged = dict(attributes)
-        merged[PATH_KEY] = rest
-        group = groups.get(path[0])
+        below = endpoint._below
+        if below is not None:
+            head = endpoint.attributes[PATH_KEY][0]
+        else:
+            attributes = endpoint.attributes
+            path = attributes.get(PATH_KEY)
+            if not path:
+                continue
+            if not isinstance(path, tuple):
+                path = tuple(path)
+            rest = rests.get(path)
+            if rest is None:
+                rest = rests[path] = path[1:]
+            merged = dict(attributes)
+            merged[PATH_KEY] = rest
+            below = make(endpoint.addresses, MappingProxyType(merged))
+            _set_below(endpoint, below)
+            head = path[0]
+        group = groups.get(head)
         if group is None:
-            group = groups[path[0]] = []
-        group.append(make(endpoint.addresses, MappingProxyType(merged)))
+            group = groups[head] = []
+        group.append(below)
     return groups

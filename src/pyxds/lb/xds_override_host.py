@@ -88,6 +88,7 @@ from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
 from pyxds.lb.errors import LBConfigError, expect_object, expect_string
 from pyxds.lb.outlier_detection import OutlierDetectionSubchannel
 from pyxds.lb.registry import PolicySelection
+from pyxds.lb.unwatch import Unwatch
 from pyxds.resolver.xds_config import XDS_CONFIG_ATTRIBUTE, ClusterConfig
 
 __all__ = [
@@ -211,12 +212,7 @@ class OverrideHostSubchannel(Subchannel):
     def watch_state(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
         self._watchers.append(fn)
         fn(self.state, self._status)
-
-        def unwatch() -> None:
-            if fn in self._watchers:
-                self._watchers.remove(fn)
-
-        return unwatch
+        return Unwatch(self._watchers, fn)
 
     def shutdown(self) -> None:
         """The child lets go: the policy keeps it for sessions or closes it."""
@@ -385,6 +381,8 @@ class _Helper(DelegatingHelper):
 def _address_lists(addresses: Sequence[str]) -> list[tuple[str, str]]:
     """(address, its address list) for each address of one endpoint: the
     address first, then the others in order (C-core's UpdateAddressMap)."""
+    if len(addresses) == 1:
+        return [(addresses[0], addresses[0])]
     out = []
     for i, address in enumerate(addresses):
         others = [a for j, a in enumerate(addresses) if j != i]
