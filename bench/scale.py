@@ -491,9 +491,14 @@ class GcPauses:
         self.counts = [0, 0, 0]
         self.total = [0.0, 0.0, 0.0]
         self.longest = [0.0, 0.0, 0.0]
+        self.promoted = 0
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
+            if info["generation"] == 1:
+                # at most these move to the oldest generation now: a full
+                # collection runs once they add up to a quarter of it
+                self.promoted += len(gc.get_objects(0)) + len(gc.get_objects(1))
             self._began = time.perf_counter()
             return
         took = time.perf_counter() - self._began
@@ -508,6 +513,7 @@ class GcPauses:
             "full_gc_max_ms": self.longest[2] * 1000,
             "full_gc_total_ms": self.total[2] * 1000,
             "young_gc_total_ms": (self.total[0] + self.total[1]) * 1000,
+            "promoted": self.promoted,
         }
         self._reset()
         return out
@@ -640,6 +646,7 @@ def client_eds(
             "full_gc_max_ms": max(w["full_gc_max_ms"] for w in windows),
             "full_gc_total_ms": sum(w["full_gc_total_ms"] for w in windows) / len(windows),
             "young_gc_total_ms": sum(w["young_gc_total_ms"] for w in windows) / len(windows),
+            "promoted": sum(w["promoted"] for w in windows) / len(windows),
         }
         out["one_locality_cpu_pct"] = sum(w["cpu_pct"] for w in windows) / len(windows)
     load.stop.set()
@@ -826,6 +833,7 @@ def eds_main(args: argparse.Namespace) -> None:
                 r["one_locality"]["full_gc_total_ms"] + r["one_locality"]["young_gc_total_ms"]
             ),
         ),
+        ("  objects to the old generation (at most)", lambda r: r["one_locality"]["promoted"]),
         ("idle % with 10k connected", lambda r: r["idle_10k_pct"]),
     ]
     bad_rows = [
