@@ -305,16 +305,32 @@ class OverrideHostPicker(Picker):
             overridden = self._pick_session(session)
             if overridden is not None:
                 return overridden
-        result = self._child.pick(args)
-        if result.__class__ is not PickComplete:
-            return result
-        memo = self._memo.get(id(result))
-        if memo is not None and memo[0] is result:
-            mapped, sub = memo[1], memo[2]
+        picked = self._child.pick(args)
+        if picked.__class__ is not PickComplete:
+            return picked
+        result: PickComplete = picked  # type: ignore[assignment]  # the class test above
+        mapped: PickComplete
+        sub: Any = result.subchannel
+        if sub.__class__ is OutlierDetectionSubchannel:
+            sub = sub.real
+        if (
+            sub.__class__ is OverrideHostSubchannel
+            and result.on_call_done is None
+            and result.on_call_trailers is None
+            and result.attempt_labels is None
+        ):
+            # A plain pick maps to the wrapper's own constant result: nothing
+            # to remember (a memo entry per endpoint per picker, built again
+            # by every new picker, was GC churn at 10k endpoints: issue 18).
+            mapped = sub.result
         else:
-            mapped, sub = _unwrap(result)  # type: ignore[arg-type]
-            if len(self._memo) < _MEMO_LIMIT:
-                self._memo[id(result)] = (result, mapped, sub)  # type: ignore[assignment]
+            memo = self._memo.get(id(result))
+            if memo is not None and memo[0] is result:
+                mapped, sub = memo[1], memo[2]
+            else:
+                mapped, sub = _unwrap(result)
+                if len(self._memo) < _MEMO_LIMIT:
+                    self._memo[id(result)] = (result, mapped, sub)
         if session is not None:
             entry = sub.entry if sub is not None else None
             if entry is not None:
