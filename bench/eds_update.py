@@ -44,7 +44,7 @@ import sys
 import time
 from pathlib import Path
 
-if __name__ == "__main__" and "--src" in sys.argv:
+if "--src" in sys.argv:
     sys.path.insert(0, sys.argv[sys.argv.index("--src") + 1])
 else:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
