@@ -49,6 +49,8 @@ if "--src" in sys.argv:
 else:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from scale import _census  # GC-tracked objects by type
+
 from pyxds.lb import ConnectivityState, PickComplete, Picker, ResolverUpdate, Status, registry
 from pyxds.resolver.xds_config import (
     XDS_CONFIG_ATTRIBUTE,
@@ -170,16 +172,6 @@ def measure(endpoints: int, localities: int, repeat: int) -> dict[str, float]:
     return best
 
 
-def _by_type() -> dict[str, int]:
-    gc.collect()
-    counts: dict[str, int] = {}
-    for obj in gc.get_objects():
-        cls = type(obj)
-        name = f"{cls.__module__}.{cls.__qualname__}"
-        counts[name] = counts.get(name, 0) + 1
-    return counts
-
-
 def _built(endpoints: int, localities: int) -> Run:
     run = Run(endpoints, localities, last_state_only=True)
     run.update(run.localities)
@@ -191,14 +183,14 @@ def census(endpoints: int, localities: int) -> dict[str, object]:
     """GC-tracked objects per endpoint, and what one-locality updates leave
     for the collector (module docstring)."""
     small = endpoints // 10
-    before = _by_type()
+    before = _census()
     first = _built(small, localities)
-    at_small = _by_type()
+    at_small = _census()
     first.close()
     del first
     gc.collect()
     run = _built(endpoints, localities)
-    at_full = _by_type()
+    at_full = _census()
     grown = {k: (v - at_small.get(k, 0)) / (endpoints - small) for k, v in at_full.items()}
     per_type = {k: round(v, 2) for k, v in sorted(grown.items(), key=lambda kv: -kv[1])}
     out: dict[str, object] = {

@@ -655,21 +655,15 @@ def client_eds(
     cpu = time.process_time()
     time.sleep(idle)
     out["idle_10k_pct"] = (time.process_time() - cpu) / idle * 100
-    if "bad" not in phases:
-        out["threads"] = _threads()
-        out["rss"] = _rss_mib()
-        channel.close()
-        out.update(_settle_after_close(base, limit=CLOSE_SETTLE_EDS, base_names=base_names))
-        out["base"] = base
-        return out
-    load = RpcLoad(call)
-    load.thread.start()
-    phase("bad", "bad", 10.0)
-    load.stop.set()
-    load.thread.join(60)
-    cpu = time.process_time()
-    time.sleep(idle)
-    out["idle_bad_pct"] = (time.process_time() - cpu) / idle * 100
+    if "bad" in phases:
+        load = RpcLoad(call)
+        load.thread.start()
+        phase("bad", "bad", 10.0)
+        load.stop.set()
+        load.thread.join(60)
+        cpu = time.process_time()
+        time.sleep(idle)
+        out["idle_bad_pct"] = (time.process_time() - cpu) / idle * 100
     out["threads"] = _threads()
     out["rss"] = _rss_mib()
     channel.close()
