@@ -251,3 +251,23 @@ def test_a_changed_endpoint_attribute_reaches_the_policy_and_the_rest_stays_the_
     assert latest["10.0.0.3:80"] is first["10.0.0.3:80"]
     assert by_path  # the recorder saw the stripped paths (one element left)
     assert all(len(path) == 0 for path in by_path)
+
+
+def test_stripped_attributes_read_as_the_level_above_with_the_shorter_path():
+    endpoint = Endpoint(("10.0.0.1:80",), {PATH_KEY: ("p0", "a", "x"), "weight": 3})
+    (one,) = split([endpoint])["p0"]
+    (two,) = split([one])["a"]
+    for level, path in ((one, ("a", "x")), (two, ("x",))):
+        attributes = level.attributes
+        assert attributes[PATH_KEY] == path and attributes.get(PATH_KEY) == path
+        assert attributes["weight"] == 3 and attributes.get("weight") == 3
+        assert attributes.get("missing", "d") == "d" and "missing" not in attributes
+        assert PATH_KEY in attributes and len(attributes) == 2
+        assert dict(attributes) == {PATH_KEY: path, "weight": 3}
+        assert level == Endpoint(("10.0.0.1:80",), {PATH_KEY: path, "weight": 3})
+        with pytest.raises(KeyError):
+            attributes["missing"]
+    # the second level reads the first level's own mapping, not a view of a view
+    assert two.attributes._base is endpoint.attributes
+    # what a policy may do with them: copy, merge, rebuild an Endpoint
+    assert two.with_attributes(weight=4).attributes == {PATH_KEY: ("x",), "weight": 4}

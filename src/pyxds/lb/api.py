@@ -110,9 +110,7 @@ class Endpoint:
         return hash(self.addresses)
 
     @classmethod
-    def trusted(
-        cls, addresses: tuple[str, ...], attributes: MappingProxyType[str, Any]
-    ) -> Endpoint:
+    def trusted(cls, addresses: tuple[str, ...], attributes: Mapping[str, Any]) -> Endpoint:
         """An Endpoint from values already in canonical form (a tuple of
         addresses, a read-only mapping), without the checks of ``__init__``:
         for code that rebuilds thousands of endpoints per update."""
