@@ -13,8 +13,20 @@ every run, pyxds next to grpcio, each figure from fresh interpreters.
   the goal is pyxds within 1.5x C-core's.  pyxds loads the xDS client,
   its protos and the LB policies a config names on first use (not at
   ``import pyxds``): the rows "modules in" load them before the clock, to
-  show the channel's own time apart from that loading.  Then ``close()``
-  is timed too (a short-lived program pays it at its end).
+  show the channel's own time apart from that loading.  Each child names
+  only the API it uses before the clock (a sync program never loads
+  ``pyxds.aio``, an asyncio one never the sync channel), so the plain
+  rows count all the loading a fresh program pays.  Then ``close()``
+  is timed too (a short-lived program pays it at its end).  Next to the
+  wall time, the process's CPU time over the same span (every thread):
+  it moves far less with the machine's load.
+* a whole program: import + first RPC, summed per kind from the medians
+  (``import grpc`` + C-core's first RPC against the pyxds row that names
+  the channel + pyxds's first RPC).
+
+Before/after a change: ``--before DIR`` (a source tree, e.g. ``git archive
+main src | tar -x -C DIR``) adds the pyxds rows again with pyxds imported
+from ``DIR/src``, interleaved with the others in every round.
 
 Bytecode: an installed package has its ``.pyc`` files; a source tree run
 with ``PYTHONDONTWRITEBYTECODE=1`` (as on the team's machines) compiles
@@ -57,6 +69,7 @@ IMPORTS = {
     "import pyxds": "import pyxds",
     "pyxds.insecure_channel": "import pyxds; pyxds.insecure_channel",
     "pyxds.aio": "import pyxds.aio",
+    "import grpc.aio": "import grpc.aio",
 }
 
 _FIRST_RPC = r"""
@@ -65,48 +78,59 @@ kind, target, bootstrap = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 import grpc
 if kind.startswith("pyxds"):
     import pyxds
-    pyxds.insecure_channel, pyxds.aio.insecure_channel  # loaded before the clock starts
+    # the API the program uses, loaded before the clock starts
+    if kind.endswith("aio"):
+        pyxds.aio.insecure_channel
+    else:
+        pyxds.insecure_channel
 if "+modules" in kind:  # what an xds: target loads on first use, loaded too
     import pyxds.resolver.xds_resolver, pyxds.xds.client, pyxds.security.providers
-    import pyxds.lb.registry
+    import pyxds.xds.bootstrap, pyxds.lb.registry
     pyxds.lb.registry.names()
     kind = kind.replace("+modules", "")
 if kind.endswith("aio"):
     import asyncio, grpc.aio
 
     async def first() -> float:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         if kind.startswith("pyxds"):
             channel = pyxds.aio.insecure_channel(target, bootstrap=bootstrap)
         else:
             channel = grpc.aio.insecure_channel(target)
         await channel.unary_unary(METHOD)(b"x", timeout=10, wait_for_ready=True)
-        took = time.perf_counter() - start
+        took, cpu = time.perf_counter() - start, time.process_time() - cpu
         start = time.perf_counter()
         await channel.close()
-        return took, time.perf_counter() - start
+        return took, time.perf_counter() - start, cpu
 
     print(*asyncio.run(first()))
 else:
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     if kind.startswith("pyxds"):
         channel = pyxds.insecure_channel(target, bootstrap=bootstrap)
     else:
         channel = grpc.insecure_channel(target)
     channel.unary_unary(METHOD)(b"x", timeout=10, wait_for_ready=True)
-    took = time.perf_counter() - start
+    took, cpu = time.perf_counter() - start, time.process_time() - cpu
     start = time.perf_counter()
     channel.close()
-    print(took, time.perf_counter() - start)
+    print(took, time.perf_counter() - start, cpu)
 """.replace("METHOD", repr(METHOD))
 
 
 #: the children's bytecode cache (None: ``--compile``, none at all)
 PYCACHE: str | None = None
+#: ``--before DIR``: the source tree the "(before)" rows import pyxds from
+BEFORE: str | None = None
 
 
-def _env() -> dict[str, str]:
+def _env(before: bool = False) -> dict[str, str]:
     env = dict(os.environ)
+    if before:
+        assert BEFORE is not None
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (os.path.join(BEFORE, "src"), env.get("PYTHONPATH")) if p
+        )
     env.pop("GRPC_XDS_BOOTSTRAP", None)
     if PYCACHE is None:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -132,20 +156,22 @@ def _run(args: list[str], env: dict[str, str] | None = None) -> float:
     return _run_all(args, env)[0]
 
 
-def import_time(code: str) -> float:
-    return _run(["-c", _IMPORT.format(code=code)])
+def import_time(code: str, before: bool = False) -> float:
+    return _run(["-c", _IMPORT.format(code=code)], _env(before))
 
 
-#: close() times of the first-RPC runs, by kind
+#: close() times and CPU times of the first-RPC runs, by row
 CLOSES: dict[str, list[float]] = {}
+CPUS: dict[str, list[float]] = {}
 
 
-def first_rpc(kind: str, target: str, bootstrap: dict) -> float:
-    env = _env()
+def first_rpc(name: str, kind: str, target: str, bootstrap: dict, before: bool = False) -> float:
+    env = _env(before)
     if kind.startswith("core"):
         env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
-    took, closing = _run_all(["-c", _FIRST_RPC, kind, target, json.dumps(bootstrap)], env)
-    CLOSES.setdefault(kind, []).append(closing)
+    took, closing, cpu = _run_all(["-c", _FIRST_RPC, kind, target, json.dumps(bootstrap)], env)
+    CLOSES.setdefault(name, []).append(closing)
+    CPUS.setdefault(name, []).append(cpu)
     return took
 
 
@@ -167,8 +193,20 @@ def _print(seen: dict[str, list[float]]) -> dict[str, float]:
     for name, values in seen.items():
         medians[name] = statistics.median(values)
         rounds_text = " ".join(f"{v * 1000:.0f}" for v in values)
-        print(f"  {name:<22} median {medians[name] * 1000:7.1f} ms   rounds: {rounds_text}")
+        print(f"  {name:<30} median {medians[name] * 1000:7.1f} ms   rounds: {rounds_text}")
     return medians
+
+
+def _before(rows: dict, names: tuple[str, ...]) -> dict:
+    """``rows`` plus, with ``--before``, a "(before)" twin of each of ``names``."""
+    if BEFORE is None:
+        return rows
+    out = {}
+    for name, value in rows.items():
+        out[name] = value
+        if name in names:
+            out[f"{name} (before)"] = value
+    return out
 
 
 def main() -> None:
@@ -177,20 +215,31 @@ def main() -> None:
     parser.add_argument(
         "--compile", action="store_true", help="no bytecode cache: every start compiles"
     )
+    parser.add_argument("--before", help="source tree of pyxds before a change (see above)")
     args = parser.parse_args()
-    global PYCACHE
+    global PYCACHE, BEFORE
     if not args.compile:
         PYCACHE = tempfile.mkdtemp(prefix="pyxds-pycache-")
+    BEFORE = args.before
     print("bytecode:", "none (every start compiles)" if args.compile else "cached, as installed")
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
 
     print("import (fresh interpreter, the import statement alone):")
+    pyxds_imports = ("import pyxds", "pyxds.insecure_channel", "pyxds.aio")
+    import_rows = _before(dict(IMPORTS), pyxds_imports)
     imports = _print(
-        _rounds({n: (lambda c=c: import_time(c)) for n, c in IMPORTS.items()}, args.rounds)
+        _rounds(
+            {
+                n: (lambda n=n: import_time(import_rows[n], n.endswith("(before)")))
+                for n in import_rows
+            },
+            args.rounds,
+        )
     )
-    for name in ("import pyxds", "pyxds.insecure_channel", "pyxds.aio"):
-        extra = (imports[name] - imports["import grpc"]) * 1000
-        print(f"  {name} - import grpc = {extra:.0f} ms")
+    for name in import_rows:
+        if name.startswith(pyxds_imports):
+            extra = (imports[name] - imports["import grpc"]) * 1000
+            print(f"  {name} - import grpc = {extra:.0f} ms")
 
     with world() as info:
         address, bootstrap = info["address"], info["bootstrap"]
@@ -204,22 +253,37 @@ def main() -> None:
             "pyxds aio xds:///": ("pyxds-aio", "xds:///bench"),
             "pyxds aio, modules in": ("pyxds+modules-aio", "xds:///bench"),
         }
+        kinds = _before(kinds, tuple(n for n in kinds if n.startswith("pyxds")))
         jobs = {
-            name: (lambda kind=kind, target=target: first_rpc(kind, target, bootstrap))
+            name: (
+                lambda name=name, kind=kind, target=target: first_rpc(
+                    name, kind, target, bootstrap, name.endswith("(before)")
+                )
+            )
             for name, (kind, target) in kinds.items()
         }
-        print("channel creation to the end of the first wait_for_ready RPC:")
+        print("channel creation to the end of the first wait_for_ready RPC (wall):")
         firsts = _print(_rounds(jobs, args.rounds))
+        print("the same span's CPU time, every thread of the process (median, ms):")
+        for name in kinds:
+            print(f"  {name:<30} {statistics.median(CPUS[name]) * 1000:7.1f}")
         print("then close() (median, ms):")
-        for name, (kind, _) in kinds.items():
-            print(f"  {name:<22} {statistics.median(CLOSES[kind]) * 1000:7.1f}")
-    for suffix, loaded in (("", "pyxds, xds modules in"), (" aio", "pyxds aio, modules in")):
-        core = firsts[f"C-core{suffix} xds:///"]
-        ours = firsts[f"pyxds{suffix} xds:///"]
-        print(
-            f"  pyxds{suffix} / C-core{suffix} first RPC = {ours / core:.2f}"
-            f"   (modules already loaded: {firsts[loaded] / core:.2f})"
-        )
+        for name in kinds:
+            print(f"  {name:<30} {statistics.median(CLOSES[name]) * 1000:7.1f}")
+    for tag in ("", " (before)") if BEFORE else ("",):
+        for suffix, loaded, api in (
+            ("", "pyxds, xds modules in", "pyxds.insecure_channel"),
+            (" aio", "pyxds aio, modules in", "pyxds.aio"),
+        ):
+            core = firsts[f"C-core{suffix} xds:///"]
+            ours = firsts[f"pyxds{suffix} xds:///{tag}"]
+            grpc_import = imports["import grpc.aio" if suffix else "import grpc"]
+            program = (imports[api + tag] + ours) / (grpc_import + core)
+            print(
+                f"  pyxds{suffix}{tag} / C-core{suffix} first RPC = {ours / core:.2f}"
+                f"   (modules already loaded: {firsts[loaded + tag] / core:.2f};"
+                f" whole program, import + first RPC: {program:.2f})"
+            )
 
 
 if __name__ == "__main__":

@@ -52,8 +52,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from pyxds._values import dataclass
 
 Labels = Mapping[str, str]
 Observation = tuple[float, Labels]

@@ -7,9 +7,9 @@ it under its pinned name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import grpc
+
+from pyxds._values import dataclass
 
 __all__ = ["Status", "OK_STATUS"]
 

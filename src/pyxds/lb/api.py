@@ -20,12 +20,13 @@ import enum
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Union
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.status import OK_STATUS, Status
 
 if TYPE_CHECKING:

@@ -33,8 +33,10 @@ import collections
 import itertools
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from pyxds._values import dataclass
 
 __all__ = [
     "ClusterCounters",

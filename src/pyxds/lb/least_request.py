@@ -50,9 +50,10 @@ from __future__ import annotations
 import collections
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, cast
 
+from pyxds._values import dataclass
 from pyxds.lb import registry
 from pyxds.lb.api import (
     OK_STATUS,

@@ -62,11 +62,12 @@ import itertools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.lb import registry
 from pyxds.lb.api import (
     OK_STATUS,

@@ -116,12 +116,12 @@ import itertools
 import math
 import random
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 import grpc
 
 from pyxds import metrics as _metrics
+from pyxds._values import dataclass
 from pyxds.clock import Timer
 from pyxds.lb import registry
 from pyxds.lb.api import (

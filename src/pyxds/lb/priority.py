@@ -76,12 +76,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import Any
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.clock import Clock
 from pyxds.lb import hierarchy, registry
 from pyxds.lb.api import (

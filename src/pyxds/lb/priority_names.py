@@ -27,8 +27,9 @@ fresh number.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from pyxds._values import dataclass
 
 __all__ = ["PriorityNames", "assign_child_numbers", "child_name"]
 

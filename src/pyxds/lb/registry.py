@@ -10,9 +10,9 @@ listing the names seen.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Any
 
+from pyxds._values import dataclass
 from pyxds.lb.api import PolicyFactory
 from pyxds.lb.errors import LBConfigError, describe
 

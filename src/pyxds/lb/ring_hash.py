@@ -126,12 +126,12 @@ import re
 import socket
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import xxhash
 
+from pyxds._values import dataclass
 from pyxds.lb import registry
 from pyxds.lb.api import (
     OK_STATUS,

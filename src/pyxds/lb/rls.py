@@ -81,12 +81,12 @@ import threading
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.clock import Clock, Timer
 from pyxds.lb import registry
 from pyxds.lb.api import (

@@ -55,9 +55,10 @@ import json
 import re
 import socket
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from pyxds._values import dataclass
 from pyxds.lb.errors import LBConfigError, describe, key_path
 from pyxds.lb.registry import PolicySelection, select_policy
 

@@ -80,10 +80,10 @@ import math
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pyxds import metrics as _metrics
+from pyxds._values import dataclass
 from pyxds.clock import Clock, Timer
 from pyxds.lb import orca, registry
 from pyxds.lb.api import (

@@ -53,12 +53,13 @@ import math
 import operator
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import Any
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.clock import Clock
 from pyxds.lb import hierarchy, registry
 from pyxds.lb.api import (

@@ -70,13 +70,13 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import grpc
 
-from pyxds.lb import orca, registry
+from pyxds._values import dataclass
+from pyxds.lb import registry
 from pyxds.lb.api import (
     ATTEMPT_NOT_STARTED,
     OK_STATUS,
@@ -305,6 +305,8 @@ class CountedSubchannel(Subchannel):
         hooks = self._hooks
         if hooks is not None and hooks[0] is lrs and hooks[1] is inner:
             return hooks[2]
+        from pyxds.lb import orca  # ORCA's protos load with the first load report
+
         add = lrs.add_backend_metrics
         read = orca.report_from_trailers
 

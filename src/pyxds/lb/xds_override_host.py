@@ -61,11 +61,11 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.lb import registry
 from pyxds.lb.api import (
     OK_STATUS,

@@ -29,11 +29,11 @@ Rules:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.lb import registry
 from pyxds.lb.api import (
     ConnectivityState,

@@ -21,9 +21,10 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pyxds._values import dataclass
 from pyxds.clock import Clock
 from pyxds.lb.api import EMPTY_ATTRIBUTES, Endpoint
 from pyxds.lb.registry import PolicySelection

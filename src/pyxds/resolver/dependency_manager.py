@@ -57,14 +57,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import field
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.clock import Clock, Timer
 from pyxds.resolver.cluster_problems import no_endpoints_words
-from pyxds.resolver.dns import DnsResolver, default_dns_resolver
 from pyxds.resolver.route_matching import select_virtual_host
 from pyxds.resolver.xds_config import AggregateConfig, ClusterConfig, EndpointConfig, XdsConfig
 from pyxds.status import Status
@@ -85,6 +85,9 @@ from pyxds.xds.resources.types import (
     RouteConfiguration,
     VirtualHost,
 )
+
+if TYPE_CHECKING:  # DNS (LOGICAL_DNS clusters) loads with the first cluster that needs it
+    from pyxds.resolver.dns import DnsResolver
 
 __all__ = [
     "MAX_AGGREGATE_DEPTH",
@@ -409,7 +412,11 @@ class DependencyManager:
             dns.cancel()
         dns.generation += 1
         generation = dns.generation
-        resolver = self._dns_resolver or default_dns_resolver()
+        resolver = self._dns_resolver
+        if resolver is None:  # DNS loads with the first LOGICAL_DNS cluster
+            from pyxds.resolver.dns import default_dns_resolver
+
+            resolver = default_dns_resolver()
 
         def answered(result: Any) -> None:
             self._run(lambda: self._on_dns(dns, generation, result))

@@ -17,11 +17,12 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.status import Status
 
 __all__ = [

@@ -35,11 +35,11 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.resolver.http_filters import CallFilter, FilterVerdict, HttpFilter, register
 from pyxds.status import Status
 

@@ -50,9 +50,9 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from pyxds._values import dataclass
 from pyxds.status import Status
 
 __all__ = [

@@ -30,10 +30,8 @@ C-core xds_resolver, so an RPC hashes to the same value in both stacks:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
-
-import xxhash
 
 from pyxds.resolver.route_matching import header_value
 from pyxds.xds.resources.types import HashPolicy
@@ -41,7 +39,16 @@ from pyxds.xds.resources.types import HashPolicy
 __all__ = ["GlobalReplace", "RequestHasher", "header_hash", "combine"]
 
 _MASK64 = (1 << 64) - 1
-_xxh64 = xxhash.xxh64_intdigest
+#: XXH64's one-shot digest, loaded with the first header hash (start-up)
+_xxh64: Callable[[bytes], int] | None = None
+
+
+def _load_xxh64() -> Callable[[bytes], int]:
+    global _xxh64
+    import xxhash
+
+    _xxh64 = xxhash.xxh64_intdigest
+    return _xxh64
 
 
 def combine(previous: int | None, value: int) -> int:
@@ -163,7 +170,7 @@ def header_hash(
     data = value.encode("utf-8")
     if rewrite is not None:
         data = rewrite(data)
-    return _xxh64(data)
+    return (_xxh64 or _load_xxh64())(data)
 
 
 class RequestHasher:

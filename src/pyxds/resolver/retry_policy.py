@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import grpc
+
+from pyxds._values import dataclass
 
 __all__ = ["MAX_ATTEMPTS_CAP", "RetryPolicy", "RetryThrottle", "XDS_RETRY_CODES"]
 

@@ -45,9 +45,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from pyxds._values import dataclass
 from pyxds.xds.resources.types import (
     HeaderMatcher,
     PathMatch,

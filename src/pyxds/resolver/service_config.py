@@ -28,11 +28,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal, Union
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.resolver.api import CallConfig, ConfigSelector
 from pyxds.resolver.retry_policy import MAX_ATTEMPTS_CAP, RetryPolicy, RetryThrottle
 

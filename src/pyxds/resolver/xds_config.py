@@ -13,10 +13,11 @@ unchanged cluster compares equal and its subtree does nothing (TRAPS:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import Union
 
+from pyxds._values import dataclass
 from pyxds.status import Status
 from pyxds.xds.resources.types import (
     Cluster,

@@ -47,7 +47,7 @@ import json
 import logging
 import random
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
 import grpc
@@ -64,7 +64,6 @@ from pyxds.resolver.config_selector import (
     plugin_child_name,
 )
 from pyxds.resolver.dependency_manager import DependencyManager, route_cluster_names
-from pyxds.resolver.dns import DnsResolver
 from pyxds.resolver.xds_config import (
     DEPENDENCY_MANAGER_ATTRIBUTE,
     XDS_CLIENT_ATTRIBUTE,
@@ -73,6 +72,9 @@ from pyxds.resolver.xds_config import (
 )
 from pyxds.status import Status
 from pyxds.xds.resources.types import HttpFilter, VirtualHost
+
+if TYPE_CHECKING:  # DNS loads with the first LOGICAL_DNS cluster
+    from pyxds.resolver.dns import DnsResolver
 
 __all__ = ["XdsResolver", "cluster_manager_config", "parse_xds_target"]
 

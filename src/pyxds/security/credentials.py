@@ -16,10 +16,11 @@ the fallback credentials (None: insecure).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
+
+from pyxds._values import dataclass
 
 
 class XdsChannelCredentials(grpc.ChannelCredentials):

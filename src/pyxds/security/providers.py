@@ -42,11 +42,13 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pyxds._values import dataclass
 from pyxds.security import experiments
-from pyxds.security.spiffe import SpiffeBundleMap, load_bundle_map
+
+if TYPE_CHECKING:  # SPIFFE bundle maps load with the first provider that names one
+    from pyxds.security.spiffe import SpiffeBundleMap
 
 _log = logging.getLogger(__name__)
 
@@ -196,6 +198,8 @@ class FileWatcherProvider:
         ca_err = id_err = None
         if self.spiffe_bundle_map_file:
             path = self.spiffe_bundle_map_file
+            from pyxds.security.spiffe import load_bundle_map
+
             try:
                 spiffe = load_bundle_map(path)
             except (OSError, ValueError) as err:

@@ -30,8 +30,9 @@ import binascii
 import json
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from pyxds._values import dataclass
 
 MAX_ID_LENGTH = 2048
 MAX_TRUST_DOMAIN_LENGTH = 255

@@ -44,9 +44,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from pyxds._values import dataclass
 from pyxds.security import experiments
 
 if TYPE_CHECKING:  # the validators load with the xDS client, not with the channel

@@ -37,11 +37,11 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import any_pb2
 
+from pyxds._values import dataclass
 from pyxds.server.records import AckRecord, NackRecord, RequestRecord
 from pyxds.server.snapshot import NodeState
 from pyxds.server.types import FIELD_OF_TYPE, WILDCARD, WILDCARD_TYPES

@@ -22,11 +22,11 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import json_format
 
+from pyxds._values import dataclass
 from pyxds.server.file_lines import field_path, locate
 from pyxds.server.lint import Entry
 from pyxds.server.snapshot import Snapshot

@@ -43,9 +43,9 @@ Findings come in file order (files as given, entries as written).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from pyxds._values import dataclass
 from pyxds.resolver.cluster_problems import no_endpoints_words
 from pyxds.server.file_lines import Lines
 from pyxds.server.types import CLUSTER, CLUSTER_LOAD_ASSIGNMENT, LISTENER, ROUTE_CONFIGURATION

@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import EllipsisType
 from typing import Any
 
@@ -25,6 +25,8 @@ import grpc
 from envoy.config.endpoint.v3 import load_report_pb2
 from envoy.service.load_stats.v3 import lrs_pb2, lrs_pb2_grpc
 from google.protobuf import json_format
+
+from pyxds._values import dataclass
 
 __all__ = ["LoadReportRecord", "LoadTotals", "LrsService"]
 

@@ -7,7 +7,7 @@ response with that nonce; with ``error_detail`` set it is a NACK (and its
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pyxds._values import dataclass
 
 
 @dataclass(frozen=True)

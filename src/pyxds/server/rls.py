@@ -30,11 +30,12 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from concurrent import futures
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.server.server import PortInUseError, _unbindable
 
 __all__ = ["RouteLookupServer", "LookupAnswer", "LookupRecord"]

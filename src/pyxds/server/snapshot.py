@@ -23,9 +23,10 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from pyxds._values import dataclass
 from pyxds.server.types import FIELD_OF_TYPE, TYPE_OF_FIELD, TYPE_URLS, resource_name
 
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.security.providers import CertificateError, Certificates, get_provider
 from pyxds.security.tls_config import ProviderRef
 from pyxds.xds.resources.server_types import DownstreamTlsConfig

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from pyxds._values import dataclass
 from pyxds.xds.resources.rbac import CidrRange
 from pyxds.xds.resources.server_types import (
     SOURCE_ANY,

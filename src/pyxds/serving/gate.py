@@ -26,12 +26,12 @@ certificate).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.serving.filter_chains import (
     IpAddress,
     destination_matters,

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.serving.filter_chains import IpAddress, PortSecurity, port_security
 from pyxds.serving.routing import ChainRouter
 from pyxds.status import Status

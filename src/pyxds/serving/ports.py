@@ -20,8 +20,8 @@ resource (A36 ``%s``).
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
 
+from pyxds._values import dataclass
 from pyxds.serving.filter_chains import IpAddress, parse_ip
 from pyxds.xds.resources.server_listener import join_host_port
 

@@ -45,9 +45,10 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from pyxds._values import dataclass
 from pyxds.serving.filter_chains import IpAddress
 from pyxds.xds.resources.rbac import RbacConfig, Rule
 

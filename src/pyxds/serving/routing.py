@@ -23,11 +23,11 @@ configuration without one fails the RPC, naming the reason.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.resolver.route_matching import RouteTable, select_virtual_host
 from pyxds.serving.rbac import RbacEngine
 from pyxds.status import Status

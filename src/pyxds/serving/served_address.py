@@ -36,11 +36,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.clock import Clock, Timer
 from pyxds.serving.credentials import CredentialsError, ServerTls, refresh_interval
 from pyxds.serving.gate import Gate

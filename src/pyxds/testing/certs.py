@@ -9,8 +9,9 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
-from dataclasses import dataclass
 from typing import Any
+
+from pyxds._values import dataclass
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,11 @@ its connectivity (``set_state``).  Nothing answers by itself.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.lb.api import ConnectivityState, Status
 from pyxds.lb.rls import LookupReason, LookupResult, RouteLookupChannel
 

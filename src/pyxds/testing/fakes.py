@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
+from pyxds._values import dataclass
 from pyxds.lb.api import (
     OK_STATUS,
     ConnectivityState,

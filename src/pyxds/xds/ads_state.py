@@ -81,7 +81,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
@@ -89,6 +88,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import any_pb2
 
+from pyxds._values import dataclass
 from pyxds.clock import Clock, Timer
 from pyxds.status import OK_STATUS, Status
 

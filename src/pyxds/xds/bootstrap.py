@@ -30,9 +30,10 @@ import json
 import os
 import urllib.parse
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Union, overload
 
+from pyxds._values import dataclass
 from pyxds.xds.resources.types import LocalityName
 
 __all__ = [

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from envoy.config.core.v3 import base_pb2
-from google.protobuf import any_pb2, json_format
+from google.protobuf import any_pb2
 
 from pyxds.xds.ads_state import EntrySnapshot
 
@@ -50,6 +50,8 @@ def rfc3339(seconds: float) -> str:
 
 def any_to_json(raw: any_pb2.Any) -> dict[str, Any]:
     """The JSON form of a resource; opaque bytes when its type is unknown here."""
+    from google.protobuf import json_format  # with the first dump (start-up)
+
     try:
         return json_format.MessageToDict(raw, preserving_proto_field_name=True)
     except (TypeError, KeyError, json_format.Error):
@@ -81,6 +83,8 @@ def generic_xds_config(entry: EntrySnapshot) -> dict[str, Any]:
 
 def client_config(node: base_pb2.Node | None, entries: Iterable[EntrySnapshot]) -> dict[str, Any]:
     """The whole ``ClientConfig`` dict, entries sorted by (type_url, name)."""
+    from google.protobuf import json_format
+
     configs = [generic_xds_config(e) for e in sorted(entries, key=lambda e: (e.type_url, e.name))]
     out: dict[str, Any] = {}
     if node is not None:
@@ -109,6 +113,7 @@ def add_serving_notes(config: dict[str, Any], notes: dict[tuple[str, str], dict[
 def client_config_proto(config: dict[str, Any]) -> Any:
     """Parse a :func:`client_config` dict into ``envoy.service.status.v3.ClientConfig``."""
     from envoy.service.status.v3 import csds_pb2
+    from google.protobuf import json_format
 
     config = dict(config)
     config["generic_xds_configs"] = [

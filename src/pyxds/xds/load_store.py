@@ -56,9 +56,10 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Collection, Hashable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
+from pyxds._values import dataclass
 from pyxds.clock import Clock
 
 __all__ = [

@@ -27,17 +27,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
-
-from envoy.service.load_stats.v3 import lrs_pb2
+from typing import TYPE_CHECKING, Any
 
 from pyxds.clock import Clock, Timer
 from pyxds.status import Status
 from pyxds.xds.backoff import StreamBackoff
 from pyxds.xds.load_store import ClusterLoadReport, LoadStore, merge_reports
 from pyxds.xds.lrs_state import MIN_LOAD_REPORTING_INTERVAL, LrsStreamState
-from pyxds.xds.lrs_transport import LrsTransport
 from pyxds.xds.transport import channel_credentials
+
+if TYPE_CHECKING:  # the LRS stream and its protos load with the first LRS server
+    from envoy.service.load_stats.v3 import lrs_pb2
+
+    from pyxds.xds.lrs_transport import LrsTransport
 
 _log = logging.getLogger(__name__)
 
@@ -281,6 +283,8 @@ class LrsManager:
             channel.close()
 
     def _grpc_transport(self, channel: LrsChannel) -> LrsTransport:
+        from pyxds.xds.lrs_transport import LrsTransport
+
         server = channel.server
         creds = channel_credentials(
             getattr(server, "channel_creds_type", "insecure"),

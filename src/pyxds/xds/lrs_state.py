@@ -29,12 +29,14 @@ Rules (C-core's LrsClient, which pyxds follows):
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from envoy.config.core.v3 import base_pb2
-from envoy.config.endpoint.v3 import load_report_pb2
-from envoy.service.load_stats.v3 import lrs_pb2
+from typing import TYPE_CHECKING
 
 from pyxds.xds.load_store import ClusterLoadReport
+
+if TYPE_CHECKING:  # LRS's protos load with the first cluster reporting load
+    from envoy.config.core.v3 import base_pb2
+    from envoy.config.endpoint.v3 import load_report_pb2
+    from envoy.service.load_stats.v3 import lrs_pb2
 
 __all__ = [
     "LRS_CLIENT_FEATURE",
@@ -60,6 +62,8 @@ def _set_locality(proto: base_pb2.Locality, locality: object) -> None:
 
 def cluster_stats_proto(report: ClusterLoadReport) -> load_report_pb2.ClusterStats:
     """The ``ClusterStats`` of one report."""
+    from envoy.config.endpoint.v3 import load_report_pb2
+
     stats = load_report_pb2.ClusterStats(cluster_name=report.cluster)
     if report.eds_service_name:
         stats.cluster_service_name = report.eds_service_name
@@ -106,6 +110,8 @@ class LrsStreamState:
         self._last_was_zero = False
 
     def initial_request(self) -> lrs_pb2.LoadStatsRequest:
+        from envoy.service.load_stats.v3 import lrs_pb2
+
         request = lrs_pb2.LoadStatsRequest()
         if self._node is not None:
             request.node.CopyFrom(self._node)
@@ -139,6 +145,8 @@ class LrsStreamState:
         self._last_was_zero = zero
         if skip:
             return None
+        from envoy.service.load_stats.v3 import lrs_pb2
+
         request = lrs_pb2.LoadStatsRequest()
         for report in reports:
             request.cluster_stats.append(cluster_stats_proto(report))

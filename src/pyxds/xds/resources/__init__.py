@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from pyxds._values import dataclass
 from pyxds.xds.resources.cluster import decode_cluster
 from pyxds.xds.resources.endpoints import decode_cluster_load_assignment
 from pyxds.xds.resources.listener import decode_listener

@@ -9,10 +9,12 @@ any error is rejected (NACKed) with all of them joined by ``"; "``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import re2
 from google.protobuf.message import Message
+
+if TYPE_CHECKING:  # RE2 loads with the first regex a resource names
+    import re2
 
 _M = TypeVar("_M", bound=Message)
 
@@ -43,11 +45,8 @@ RBAC_PER_ROUTE_TYPE = "envoy.extensions.filters.http.rbac.v3.RBACPerRoute"
 SERVER_HTTP_FILTER_TYPES: dict[str, bool] = {ROUTER_FILTER_TYPE: True, RBAC_FILTER_TYPE: False}
 RBAC_OVERRIDE_TYPES = frozenset({RBAC_PER_ROUTE_TYPE})
 
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False
-_RE2_OPTIONS_NOCASE = re2.Options()
-_RE2_OPTIONS_NOCASE.log_errors = False
-_RE2_OPTIONS_NOCASE.case_sensitive = False
+#: RE2's options (logging off; case-sensitive or not), made with the first regex
+_RE2_OPTIONS: dict[bool, re2.Options] = {}
 
 
 class Errors(list[str]):
@@ -83,8 +82,16 @@ def compile_regex(
     pattern: str, path: str, errs: Errors, case_sensitive: bool = True
 ) -> re2._Regexp | None:
     """Compile with RE2 (never Python's ``re``); an error names ``path``."""
+    import re2
+
+    options = _RE2_OPTIONS.get(case_sensitive)
+    if options is None:
+        options = re2.Options()
+        options.log_errors = False
+        options.case_sensitive = case_sensitive
+        _RE2_OPTIONS[case_sensitive] = options
     try:
-        return re2.compile(pattern, _RE2_OPTIONS if case_sensitive else _RE2_OPTIONS_NOCASE)
+        return re2.compile(pattern, options)
     except Exception as err:  # re2.error
         detail = err.args[0] if err.args else err
         if isinstance(detail, bytes):

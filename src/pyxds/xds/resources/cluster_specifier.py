@@ -35,8 +35,6 @@ import json
 import os
 from typing import Any
 
-from google.protobuf import json_format
-
 from pyxds.xds.resources._common import TYPED_STRUCT_TYPES, Errors, type_name
 from pyxds.xds.resources.types import ClusterSpecifierPlugin
 
@@ -141,6 +139,8 @@ def rls_lb_config(value: bytes | None, path: str, errs: Errors) -> str | None:
     if not specifier.HasField("route_lookup_config"):
         errs.add(f"{path}.route_lookup_config", "field not present")
         return None
+    from google.protobuf import json_format  # with the first RLS plugin
+
     try:
         route_lookup = json_format.MessageToDict(specifier.route_lookup_config)
     except Exception as err:  # e.g. a Duration out of range

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import json_format
-
 from pyxds.xds.resources._common import TYPED_STRUCT_TYPES, Errors, duration, type_name, unpack
 
 __all__ = [
@@ -188,6 +186,8 @@ def _convert_one(any_msg: Any, errs: Errors, p: str, depth: int) -> list[dict[st
         name = type_name(m.type_url)
         if not name or not _registered(name):
             raise _Unsupported
+        from google.protobuf import json_format  # with the first TypedStruct policy
+
         return [{name: json_format.MessageToDict(m.value)}]
     raise _Unsupported
 

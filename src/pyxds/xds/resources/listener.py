@@ -29,7 +29,7 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -53,8 +53,10 @@ from pyxds.xds.resources._common import (
     validate_filter_config,
 )
 from pyxds.xds.resources.route_config import parse_route_configuration
-from pyxds.xds.resources.server_types import ServerHcm, ServerHttpFilter
 from pyxds.xds.resources.types import HttpFilter, Listener, RouteConfiguration
+
+if TYPE_CHECKING:  # the server side's types load with the first server Listener
+    from pyxds.xds.resources.server_types import ServerHcm
 
 __all__ = [
     "decode_listener",
@@ -149,6 +151,8 @@ def parse_http_connection_manager(hcm: Any, name: str, errs: Errors, path: str) 
 def parse_server_hcm(hcm: Any, errs: Errors, path: str) -> ServerHcm:
     """Validate the HttpConnectionManager of a server filter chain (A36):
     the same rules as a client's, with the servers' filters (router, RBAC)."""
+    from pyxds.xds.resources.server_types import ServerHcm, ServerHttpFilter
+
     route_config_name, route_config = _routes_and_ip_detection(hcm, errs, path)
     filters = _parse_http_filters(hcm, errs, path, server=True)
     if hcm.HasField("common_http_protocol_options"):
@@ -200,8 +204,6 @@ comes as a TypedStruct); the stateful session filter says it itself."""
 def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False) -> tuple[Any, ...]:
     """The HCM's filters: HttpFilter values (client) or (HttpFilter, RBAC
     config or None) pairs (``server``)."""
-    from pyxds.xds.resources.rbac import parse_rbac
-
     known, other = (
         (SERVER_HTTP_FILTER_TYPES, HTTP_FILTER_TYPES)
         if server
@@ -268,6 +270,8 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
             continue
         rbac = None
         if tname == RBAC_FILTER_TYPE:
+            from pyxds.xds.resources.rbac import parse_rbac
+
             rbac = parse_rbac(any_msg.value, vp, errs)
             if rbac is None:
                 continue

@@ -33,9 +33,10 @@ structural equality; :mod:`pyxds.serving.rbac` evaluates them per RPC.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from pyxds._values import dataclass
 from pyxds.xds.resources._common import (
     RBAC_FILTER_TYPE,
     RBAC_PER_ROUTE_TYPE,

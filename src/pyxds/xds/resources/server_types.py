@@ -16,8 +16,7 @@ connection.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from pyxds._values import dataclass
 from pyxds.security.tls_config import ProviderRef
 from pyxds.xds.resources.rbac import CidrRange, RbacConfig
 from pyxds.xds.resources.types import RouteConfiguration

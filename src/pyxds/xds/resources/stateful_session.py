@@ -24,9 +24,9 @@ nothing has an empty ``name``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from pyxds._values import dataclass
 from pyxds.xds.resources._common import (
     FILTER_OVERRIDE_TYPES,
     FILTER_VALIDATORS,

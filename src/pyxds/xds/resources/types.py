@@ -23,8 +23,10 @@ Shapes, one per resource type:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Literal, Union
+
+from pyxds._values import dataclass
 
 if TYPE_CHECKING:
     from re2 import _Regexp  # google-re2's compiled pattern (typings/re2.pyi)

@@ -1,0 +1,125 @@
+"""A program's first ``xds:`` RPC loads what its config needs and nothing
+else (issue 18, start-up: a short-lived program pays every module it loads).
+
+A real program in a fresh interpreter, written as the README shows
+(``pyxds.insecure_channel`` / ``pyxds.aio.insecure_channel``), makes one
+RPC over a plain config (LDS api_listener -> RDS -> an EDS round_robin
+cluster) from a real management server to a real backend, then prints the
+modules it has loaded.  What such a config does not name must not be
+among them: the xDS server side (``pyxds.serving``, the server Listener
+validators, RBAC), DNS for LOGICAL_DNS clusters, RE2 (no regex in the
+config), XXH64 (no hash policy), SPIFFE bundle maps, protobuf's JSON module,
+the LRS stream and its protos (no cluster reports load), ORCA (no backend
+metrics asked for), the LB policies no config names.  What it does need is loaded (so the
+check is not vacuous).  Counts of modules, never times; the decoders give
+the same results either way (tests/unit/test_lazy_resource_modules.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from channel_fixtures import SERVICE, TARGET, Backend, route, snapshot
+
+from pyxds.server import ManagementServer
+
+SRC = str(pathlib.Path(__file__).resolve().parents[2] / "src")
+
+#: not needed by a plain client config (module doc)
+NOT_LOADED = (
+    "pyxds.serving",
+    "pyxds.server",
+    "pyxds.xds.resources.server_types",
+    "pyxds.xds.resources.server_listener",
+    "pyxds.xds.resources.rbac",
+    "pyxds.resolver.dns",
+    "pyxds.security.spiffe",
+    "pyxds.lb.orca",
+    "xds.data.orca",
+    "pyxds.xds.lrs_transport",
+    "envoy.service.load_stats",
+    "envoy.config.endpoint.v3.load_report_pb2",
+    "pyxds.lb.ring_hash",
+    "pyxds.lb.weighted_round_robin",
+    "pyxds.lb.least_request",
+    "pyxds.lb.rls",
+    "re2",
+    "xxhash",
+    "google.protobuf.json_format",
+    "envoy.extensions.filters.http.rbac",
+    "envoy.config.rbac",
+    "envoy.service.status",
+)
+#: what it does need
+LOADED = (
+    "pyxds.xds.client",
+    "pyxds.xds.resources.listener",
+    "pyxds.resolver.xds_resolver",
+    "pyxds.lb.round_robin",
+    "envoy.config.cluster.v3.cluster_pb2",
+)
+
+PROGRAMS = {
+    "sync": """
+import pyxds
+channel = pyxds.insecure_channel(TARGET)
+assert channel.unary_unary(WHO)(b"", timeout=10, wait_for_ready=True) == b"lazy-a"
+channel.close()
+""",
+    "aio": """
+import asyncio, pyxds.aio
+async def main():
+    channel = pyxds.aio.insecure_channel(TARGET)
+    assert await channel.unary_unary(WHO)(b"", timeout=10, wait_for_ready=True) == b"lazy-a"
+    await channel.close()
+asyncio.run(main())
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    backend = Backend("lazy-a").start()
+    server = ManagementServer().start()
+    server.set_snapshot(snapshot([route(prefix="", cluster="c")], {"c": [[backend.address]]}))
+    bootstrap = tmp_path_factory.mktemp("lazy") / "bootstrap.json"
+    bootstrap.write_text(json.dumps(server.bootstrap()))
+    yield str(bootstrap)
+    server.stop()
+    backend.release()
+
+
+def _loaded_by(program: str, bootstrap: str) -> set[str]:
+    code = (
+        f"import json, sys\nTARGET = {TARGET!r}\nWHO = '/{SERVICE}/Who'\n"
+        + textwrap.dedent(program)
+        + "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "GRPC_XDS_BOOTSTRAP": bootstrap,
+    }
+    env.pop("GRPC_XDS_BOOTSTRAP_CONFIG", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return set(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def _families(loaded: set[str], names: tuple[str, ...]) -> list[str]:
+    return [n for n in names if any(m == n or m.startswith(n + ".") for m in loaded)]
+
+
+@pytest.mark.parametrize("kind", sorted(PROGRAMS))
+def test_a_plain_xds_config_loads_only_what_it_names(kind: str, world: str) -> None:
+    loaded = _loaded_by(PROGRAMS[kind], world)
+    assert _families(loaded, LOADED) == list(LOADED)
+    assert _families(loaded, NOT_LOADED) == []
