@@ -16,19 +16,42 @@ to the new picker published on the helper, which is synchronous here):
 and, for the one-locality change, how many subchannels were created or shut
 down outside that locality (goal: 0; issue 5 "Benchmark").
 
+``--census`` (issue 18 item 4, Python's cyclic GC) prints instead, for the
+same tree: the GC-tracked objects per endpoint by type (the tree at
+``--endpoints`` minus the tree at a tenth of it), the objects a
+one-locality update leaves alive for the collector (new objects still
+there after it, by type), and the collections of each generation that
+update triggered (``gc.callbacks``).  The FakeHelper keeps only its last
+state (a channel keeps only its last picker).
+
+``--compare DIR`` runs this tree and the one under ``DIR/src`` (e.g. ``git
+archive main src | tar -x -C DIR``) in alternating subprocesses, ``--rounds``
+times, and prints the medians side by side with their ratio.
+
 Run:  python bench/eds_update.py [--endpoints 10000] [--localities 100]
+      [--census] [--compare DIR [--rounds 5]]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+if "--src" in sys.argv:
+    sys.path.insert(0, sys.argv[sys.argv.index("--src") + 1])
+else:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from pyxds.lb import ConnectivityState, PickComplete, ResolverUpdate, registry
+from scale import _census  # GC-tracked objects by type
+
+from pyxds.lb import ConnectivityState, PickComplete, Picker, ResolverUpdate, Status, registry
 from pyxds.resolver.xds_config import (
     XDS_CONFIG_ATTRIBUTE,
     ClusterConfig,
@@ -74,11 +97,23 @@ def ready_all(helper: FakeHelper) -> None:
             subchannel.set_state(ConnectivityState.READY)
 
 
+class LastStateHelper(FakeHelper):
+    """Keeps only the last state, as a channel keeps only its last picker."""
+
+    def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
+        super().update_state(state, status, picker)
+        del self.states[:-1]
+
+    def forget_shut_down(self) -> None:
+        """Drop the subchannels shut down (a channel holds only live ones)."""
+        self.subchannels = self.live_subchannels()
+
+
 class Run:
-    def __init__(self, endpoints: int, localities: int) -> None:
+    def __init__(self, endpoints: int, localities: int, last_state_only: bool = False) -> None:
         self.per_locality = endpoints // localities
         self.localities = [locality(i, self.per_locality) for i in range(localities)]
-        self.helper = FakeHelper()
+        self.helper = LastStateHelper() if last_state_only else FakeHelper()
         factory, self.config = registry.select([{"cds_experimental": {"cluster": CLUSTER}}])
         self.policy = factory.build(self.helper)
 
@@ -137,13 +172,118 @@ def measure(endpoints: int, localities: int, repeat: int) -> dict[str, float]:
     return best
 
 
+def _built(endpoints: int, localities: int) -> Run:
+    run = Run(endpoints, localities, last_state_only=True)
+    run.update(run.localities)
+    ready_all(run.helper)
+    return run
+
+
+def census(endpoints: int, localities: int) -> dict[str, object]:
+    """GC-tracked objects per endpoint, and what one-locality updates leave
+    for the collector (module docstring)."""
+    small = endpoints // 10
+    before = _census()
+    first = _built(small, localities)
+    at_small = _census()
+    first.close()
+    del first
+    gc.collect()
+    run = _built(endpoints, localities)
+    at_full = _census()
+    grown = {k: (v - at_small.get(k, 0)) / (endpoints - small) for k, v in at_full.items()}
+    per_type = {k: round(v, 2) for k, v in sorted(grown.items(), key=lambda kv: -kv[1])}
+    out: dict[str, object] = {
+        "tracked_per_endpoint": round(sum(grown.values()), 1),
+        "by_type": {k: v for k, v in per_type.items() if v >= 0.5},
+        "tree_objects": sum(at_full.values()) - sum(before.values()),
+    }
+    collections = [0, 0, 0]
+    full_ms: list[float] = []
+    began = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+            return
+        collections[info["generation"]] += 1
+        if info["generation"] == 2:
+            full_ms.append(round((time.perf_counter() - began[0]) * 1000, 1))
+
+    # Survivors: objects made by one-locality updates and still alive after.
+    changed = list(run.localities)
+    seen = {id(obj) for obj in gc.get_objects()}
+    gc.callbacks.append(on_gc)
+    took = []
+    try:
+        for generation in range(1, 5):
+            changed[generation % 2] = locality(generation % 2, run.per_locality, generation)
+            took.append(run.update(list(changed)))
+            ready_all(run.helper)
+            assert isinstance(run.helper, LastStateHelper)
+            run.helper.forget_shut_down()
+    finally:
+        gc.callbacks.remove(on_gc)
+    gc.collect()
+    new: dict[str, int] = {}
+    for obj in gc.get_objects():
+        if id(obj) not in seen:
+            name = f"{type(obj).__module__}.{type(obj).__qualname__}"
+            new[name] = new.get(name, 0) + 1
+    out["update_ms"] = [round(t, 1) for t in took]
+    out["left_alive_per_update"] = round(sum(new.values()) / 4)
+    out["left_alive_by_type"] = {
+        k: v // 4 for k, v in sorted(new.items(), key=lambda kv: -kv[1]) if v >= 40
+    }
+    out["collections_per_update"] = [round(c / 4, 1) for c in collections]
+    out["full_collections_ms"] = full_ms
+    run.close()
+    return out
+
+
+def compare(args: argparse.Namespace) -> None:
+    trees = {"this": str(Path(__file__).resolve().parent.parent / "src"), "before": ""}
+    trees["before"] = os.path.join(args.compare, "src")
+    runs: dict[str, list[dict[str, float]]] = {"this": [], "before": []}
+    for rnd in range(args.rounds):
+        order = ["this", "before"] if rnd % 2 == 0 else ["before", "this"]
+        for name in order:
+            cmd = [sys.executable, __file__, "--json", "--src", trees[name]]
+            cmd += ["--endpoints", str(args.endpoints), "--localities", str(args.localities)]
+            cmd += ["--repeat", str(args.repeat)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=900)
+            runs[name].append(json.loads(proc.stdout))
+    print(f"EDS update, {args.endpoints} endpoints, medians of {args.rounds} alternating rounds")
+    print(f"  load average {os.getloadavg()}")
+    print(f"  {'':40s} {'before':>10s} {'this':>10s} {'ratio':>7s}")
+    for label in runs["this"][0]:
+        this = statistics.median(r[label] for r in runs["this"])
+        before = statistics.median(r[label] for r in runs["before"])
+        ratio = this / before if before else float("nan")
+        print(f"  {label:40s} {before:>10.2f} {this:>10.2f} {ratio:>7.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--endpoints", type=int, default=10_000)
     parser.add_argument("--localities", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--census", action="store_true")
+    parser.add_argument("--compare", metavar="DIR")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--src", help=argparse.SUPPRESS)
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.census:
+        print(json.dumps(census(args.endpoints, args.localities), indent=1))
+        return
+    if args.compare:
+        compare(args)
+        return
     results = measure(args.endpoints, args.localities, args.repeat)
+    if args.json:
+        print(json.dumps(results))
+        return
     print(f"EDS update, {args.endpoints} endpoints in {args.localities} localities")
     for label, value in results.items():
         if label.startswith(("recreated", "created")):

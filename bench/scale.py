@@ -491,9 +491,14 @@ class GcPauses:
         self.counts = [0, 0, 0]
         self.total = [0.0, 0.0, 0.0]
         self.longest = [0.0, 0.0, 0.0]
+        self.promoted = 0
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
+            if info["generation"] == 1:
+                # at most these move to the oldest generation now: a full
+                # collection runs once they add up to a quarter of it
+                self.promoted += len(gc.get_objects(0)) + len(gc.get_objects(1))
             self._began = time.perf_counter()
             return
         took = time.perf_counter() - self._began
@@ -508,6 +513,7 @@ class GcPauses:
             "full_gc_max_ms": self.longest[2] * 1000,
             "full_gc_total_ms": self.total[2] * 1000,
             "young_gc_total_ms": (self.total[0] + self.total[1]) * 1000,
+            "promoted": self.promoted,
         }
         self._reset()
         return out
@@ -531,10 +537,44 @@ def _until_fds(at_least: int, limit: float) -> float:
     return time.monotonic() - start
 
 
-def client_eds(kind: str, control_port: int, idle: float) -> dict:
+def _census() -> dict[str, int]:
+    """GC-tracked objects alive now, by type."""
+    gc.collect()
+    counts: dict[str, int] = {}
+    for obj in gc.get_objects():
+        cls = type(obj)
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _per_endpoint(before: dict[str, int], after: dict[str, int], n: int) -> dict[str, float]:
+    """The types that grew by at least 0.5 per endpoint from ``before`` to
+    ``after`` (``n`` endpoints more), largest first."""
+    grown = {k: (v - before.get(k, 0)) / n for k, v in after.items()}
+    return dict(sorted(((k, round(v, 2)) for k, v in grown.items() if v >= 0.5), key=_second))
+
+
+def _second(item: tuple[str, float]) -> float:
+    return -item[1]
+
+
+#: one-locality updates ``--shape eds`` makes (each replaces locality 0's 100
+#: endpoints: v3, back to v2, v3 again...), a window of LOCALITY_SETTLE s each
+LOCALITY_UPDATES = 4
+LOCALITY_SETTLE = 3.0
+#: seconds ``--shape eds`` waits after growing to 10,000 before those updates
+EDS_SETTLE = 5.0
+
+
+def client_eds(
+    kind: str, control_port: int, idle: float, phases: str = "grow,locality,bad"
+) -> dict:
     """``--shape eds``: 1000 endpoints serving; then, while RPCs run, the EDS
     grows to 10,000 (seconds until 10,000 connections are open), one
-    locality of 100 is replaced, and 9000 of them turn into refused ones."""
+    locality of 100 is replaced (LOCALITY_UPDATES times, back and forth),
+    and 9000 of them turn into refused ones (``bad``: left out unless named
+    in ``phases``)."""
     if kind in ("pyxds", "pyxds-gcfreeze"):
         import pyxds
 
@@ -572,32 +612,58 @@ def client_eds(kind: str, control_port: int, idle: float) -> dict:
         out[name] = load.window()
         out[name].update(pauses.window())
 
-    out["gc_objects_1k"] = len(gc.get_objects())
+    census_1k = _census()
+    out["gc_objects_1k"] = sum(census_1k.values())
     pauses.window()
     phase("grow", "v2", 2.0, more=9_000)
     out["rss_10k"] = _rss_mib()
-    out["gc_objects_10k"] = len(gc.get_objects())
+    census_10k = _census()
+    out["gc_objects_10k"] = sum(census_10k.values())
+    out["gc_objects_by_type"] = _per_endpoint(census_1k, census_10k, 9000)
+    # Let the 9000 new connections' reports die down, and start the
+    # one-locality windows from a full collection (the grow phase's objects
+    # would otherwise be what triggers the next full collections): what the
+    # windows see is what the updates (and the RPCs) cause.
+    time.sleep(EDS_SETTLE)
+    gc.collect()
     if kind == "pyxds-gcfreeze":
         # what an application with such a mesh can do once it is built: move
         # every object alive now out of the collector's sight
-        gc.collect()
         gc.freeze()
-        pauses.window()
-    phase("one_locality", "v3", 3.0)
+    pauses.window()
+    load.window()
+    if "locality" in phases:
+        windows = []
+        for i in range(LOCALITY_UPDATES):
+            phase("one_locality", "v3" if i % 2 == 0 else "v2", LOCALITY_SETTLE)
+            windows.append(out.pop("one_locality") | {"cpu_pct": out.pop("one_locality_cpu_pct")})
+        out["one_locality_windows"] = windows
+        out["one_locality"] = {
+            "slowest_ms": max(w["slowest_ms"] for w in windows),
+            "failed": sum(w["failed"] for w in windows),
+            "rpcs": sum(w["rpcs"] for w in windows) / len(windows),
+            "full_gcs": sum(w["full_gcs"] for w in windows) / len(windows),
+            "full_gc_max_ms": max(w["full_gc_max_ms"] for w in windows),
+            "full_gc_total_ms": sum(w["full_gc_total_ms"] for w in windows) / len(windows),
+            "young_gc_total_ms": sum(w["young_gc_total_ms"] for w in windows) / len(windows),
+            "promoted": sum(w["promoted"] for w in windows) / len(windows),
+        }
+        out["one_locality_cpu_pct"] = sum(w["cpu_pct"] for w in windows) / len(windows)
     load.stop.set()
     load.thread.join(60)
     time.sleep(1.0)
     cpu = time.process_time()
     time.sleep(idle)
     out["idle_10k_pct"] = (time.process_time() - cpu) / idle * 100
-    load = RpcLoad(call)
-    load.thread.start()
-    phase("bad", "bad", 10.0)
-    load.stop.set()
-    load.thread.join(60)
-    cpu = time.process_time()
-    time.sleep(idle)
-    out["idle_bad_pct"] = (time.process_time() - cpu) / idle * 100
+    if "bad" in phases:
+        load = RpcLoad(call)
+        load.thread.start()
+        phase("bad", "bad", 10.0)
+        load.stop.set()
+        load.thread.join(60)
+        cpu = time.process_time()
+        time.sleep(idle)
+        out["idle_bad_pct"] = (time.process_time() - cpu) / idle * 100
     out["threads"] = _threads()
     out["rss"] = _rss_mib()
     channel.close()
@@ -693,6 +759,8 @@ def summarize(runs: list[dict]) -> dict[str, float]:
 
 def eds_main(args: argparse.Namespace) -> None:
     kinds = [k for k in args.kinds.split(",") if not k.endswith("aio")]
+    if args.before:
+        kinds += [k + "-before" for k in kinds if k.startswith("pyxds")]
     server = subprocess.Popen(
         [
             sys.executable,
@@ -718,8 +786,14 @@ def eds_main(args: argparse.Namespace) -> None:
                 env.pop("GRPC_XDS_BOOTSTRAP", None)
                 env.pop("PYTHONDONTWRITEBYTECODE", None)
                 env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(info["bootstrap"])
-                cmd = [sys.executable, os.path.abspath(__file__), "--client", kind, "0", "x"]
-                cmd += ["--control", str(info["control"]), "--idle", str(args.idle)]
+                client_kind = kind
+                if kind.endswith("-before"):
+                    client_kind = kind.removesuffix("-before")
+                    paths = [os.path.join(args.before, "src"), env.get("PYTHONPATH", "")]
+                    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+                cmd = [sys.executable, os.path.abspath(__file__), "--client", client_kind]
+                cmd += ["0", "x", "--control", str(info["control"]), "--idle", str(args.idle)]
+                cmd += ["--eds-phases", args.eds_phases]
                 r = run_json(cmd, env, f"{kind} eds")
                 results.setdefault(kind, []).append(r)
                 print(f"  round {rnd + 1} {kind}: {json.dumps(r)}", flush=True)
@@ -758,14 +832,20 @@ def eds_main(args: argparse.Namespace) -> None:
                 r["one_locality"]["full_gc_total_ms"] + r["one_locality"]["young_gc_total_ms"]
             ),
         ),
+        ("  objects to the old generation (at most)", lambda r: r["one_locality"]["promoted"]),
         ("idle % with 10k connected", lambda r: r["idle_10k_pct"]),
+    ]
+    bad_rows = [
         ("9000 of 10k refuse: failed RPCs", lambda r: r["bad"]["failed"]),
         ("  RPCs served in 10 s", lambda r: r["bad"]["rpcs"]),
         ("  full GCs", lambda r: r["bad"]["full_gcs"]),
         ("  longest full GC ms", lambda r: r["bad"]["full_gc_max_ms"]),
         ("  CPU % (RPCs running)", lambda r: r["bad_cpu_pct"]),
         ("  idle % after", lambda r: r["idle_bad_pct"]),
-        ("  threads", lambda r: r["threads"]),
+    ]
+    rows += bad_rows if "bad" in args.eds_phases else []
+    rows += [
+        ("threads at the end", lambda r: r["threads"]),
         ("closed: threads over before", lambda r: r["closed_threads"] - r["base"]["threads"]),
         ("closed: sockets over before", lambda r: r["closed_sockets"] - r["base"]["sockets"]),
         ("closed: s until back (or the wait)", lambda r: r["closed_s"]),
@@ -777,6 +857,19 @@ def eds_main(args: argparse.Namespace) -> None:
     for k in kinds:
         left = [r.get("closed_extra") for r in results[k]]
         print(f"closed: threads left over after {CLOSE_SETTLE_EDS:.0f} s, {k}: {left}")
+    for k in kinds:
+        print(f"GC-tracked objects per endpoint by type (1k->10k, first round), {k}:")
+        for name, count in results[k][0]["gc_objects_by_type"].items():
+            print(f"  {count:8.2f} {name}")
+    for k in kinds:
+        slowest = [
+            [round(w["slowest_ms"]) for w in r.get("one_locality_windows", [])] for r in results[k]
+        ]
+        gcs = [
+            [round(w["full_gc_max_ms"]) for w in r.get("one_locality_windows", [])]
+            for r in results[k]
+        ]
+        print(f"one-locality updates, {k}: slowest RPC ms {slowest}, longest full GC ms {gcs}")
 
 
 def main() -> None:
@@ -788,6 +881,11 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=5.0)
     parser.add_argument("--shape", choices=("channels", "ring_hash", "pick_first", "eds"))
     parser.add_argument("--before", help="source tree of pyxds before a change (see above)")
+    parser.add_argument(
+        "--eds-phases",
+        default="grow,locality,bad",
+        help="--shape eds: the phases after growing to 10k (locality, bad)",
+    )
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument(
         "--client", nargs=3, metavar=("KIND", "N", "TARGET"), help=argparse.SUPPRESS
@@ -807,7 +905,8 @@ def main() -> None:
     if args.client:
         kind, n, target = args.client
         if args.control:
-            print(json.dumps(client_eds(kind, args.control, args.idle)), flush=True)
+            out = client_eds(kind, args.control, args.idle, args.eds_phases)
+            print(json.dumps(out), flush=True)
             return
         client(kind, int(n), target, args.rpcs, args.idle, args.channels)
         return

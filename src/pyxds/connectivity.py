@@ -399,13 +399,21 @@ def watch_channel(
     asking it to connect, without blocking), from the monitor's timer, up to
     and including ``until`` if given (then the watch ends)."""
     probe = functools.partial(_cygrpc_channel(channel).check_connectivity_state, False)
-    by_code = _BY_CODE
-
-    def on_change(code: int) -> None:
-        deliver(by_code[code])
-
     final = None if until is None else until.value[0]
-    return (on or monitor()).watch(probe, on_change, final)
+    return (on or monitor()).watch(probe, _ByCode(deliver), final)
+
+
+class _ByCode:
+    """Delivers a C-core state code as a ``grpc.ChannelConnectivity``: one
+    slotted object per watched channel, not a closure with its cells."""
+
+    __slots__ = ("deliver",)
+
+    def __init__(self, deliver: Callable[[grpc.ChannelConnectivity], None]) -> None:
+        self.deliver = deliver
+
+    def __call__(self, code: int) -> None:
+        self.deliver(_BY_CODE[code])
 
 
 def request_connection(channel: grpc.Channel) -> None:

@@ -649,3 +649,23 @@ def test_ejection_keeps_the_connection_for_the_return():
     assert policy.ejected == []
     assert helper.subchannel(bad) is real and not real.shut_down
     assert bad in {helper.pick().subchannel.address for _ in range(4)}
+
+
+def test_endpoints_added_while_nothing_counts_get_their_own_counters_when_counting_starts():
+    """Without an algorithm an entry shares one never-read bucket (no counters
+    per endpoint, issue 18); counting starting gives every entry its own, so
+    each endpoint's calls are counted apart and the failing one is ejected."""
+    helper, policy, _ = setup({"childPolicy": RR}, n=3)
+    entries = [policy.endpoint_state(a) for a in addresses(3)]
+    assert len({id(entry.active) for entry in entries}) == 1  # shared while not counting
+    config = parse(fp_config())
+    policy.update(ResolverUpdate([Endpoint((a,)) for a in addresses(3)], config))
+    assert len({id(entry.active) for entry in entries}) == 3
+    bad = addresses(3)[0]
+    drive(helper, {bad: FAIL}, 60)
+    helper.clock.advance(10)
+    assert policy.ejected == [frozenset({bad})]
+    # an endpoint added while counting counts from the start
+    policy.update(ResolverUpdate([Endpoint((a,)) for a in addresses(4)], config))
+    added = policy.endpoint_state(addresses(4)[3])
+    assert all(added.active is not entry.active for entry in entries)

@@ -56,6 +56,7 @@ policy that lets go of a subchannel never cancels RPCs already sent on it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from abc import ABC, abstractmethod
@@ -67,6 +68,7 @@ import grpc
 from pyxds import connectivity
 from pyxds.clock import Clock, Timer
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status, Subchannel
+from pyxds.lb.unwatch import Unwatch
 from pyxds.xds.backoff import ExponentialBackoff
 
 if TYPE_CHECKING:
@@ -398,6 +400,24 @@ TransportFactory = Callable[
 ]
 
 
+class _TransportReports:
+    """A transport's connectivity reports to its subchannel core: called on
+    any thread, applied on the serializer, where ``transport`` is set by
+    then (a transport may report while it is being made).  One slotted
+    object per connection, not a closure with its cells (issue 18: objects
+    per endpoint the cyclic GC walks)."""
+
+    __slots__ = ("core", "transport")
+
+    def __init__(self, core: SubchannelCore) -> None:
+        self.core = core
+        self.transport: Transport | None = None
+
+    def __call__(self, connectivity: grpc.ChannelConnectivity) -> None:
+        core = self.core
+        core._serializer.run(functools.partial(core._apply_report, self, connectivity))
+
+
 class SubchannelCore:
     """The channel's shared connection to one address (see module doc)."""
 
@@ -457,28 +477,16 @@ class SubchannelCore:
     def watch(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
         self._watchers.append(fn)
         fn(self.state, self.status)
-
-        def unwatch() -> None:
-            try:
-                self._watchers.remove(fn)
-            except ValueError:
-                pass
-
-        return unwatch
+        return Unwatch(self._watchers, fn)
 
     def connect(self) -> None:
         if self.state is not ConnectivityState.IDLE:
             return
         self._attempt_started = self._clock.now()
         if self.transport is None or self.transport.closed:
-            box: list[Transport] = []
-
-            def on_state(connectivity: grpc.ChannelConnectivity) -> None:
-                # any thread; resolved on the serializer, where box is set
-                self._serializer.run(lambda: self._apply(box[0] if box else None, connectivity))
-
-            transport = self._make_transport(self.address, self._credentials, on_state)
-            box.append(transport)
+            reports = _TransportReports(self)
+            transport = self._make_transport(self.address, self._credentials, reports)
+            reports.transport = transport
             self.transport = transport
             self._set_state(ConnectivityState.CONNECTING, OK_STATUS)
         self.transport.connect()
@@ -512,6 +520,11 @@ class SubchannelCore:
             self.transport.retire(force=force)
 
     # -- grpcio reports (marshalled onto the serializer) ----------------
+    def _apply_report(
+        self, reports: _TransportReports, connectivity: grpc.ChannelConnectivity
+    ) -> None:
+        self._apply(reports.transport, connectivity)
+
     def _apply(self, transport: Transport | None, connectivity: grpc.ChannelConnectivity) -> None:
         if transport is not self.transport or self.state is ConnectivityState.SHUTDOWN:
             return  # a retired transport's late report

@@ -78,17 +78,26 @@ def _freeze_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(value))
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=True, slots=True)
 class Endpoint:
     """One backend.  Several addresses only for a dual-stack backend (A61).
 
     ``attributes`` carries e.g. ``hierarchical_path`` (tuple of child names,
     A56 "Hierarchical Addresses"), ``weight`` and ``locality``.  Equality is
     structural so that an unchanged address list is a no-op.
+
+    Slotted (no per-instance ``__dict__``): a 10,000-endpoint cluster holds
+    a few of these per endpoint.  ``_below`` is not part of the value: it
+    caches the endpoint as the next level of the tree sees it (its
+    hierarchical path without the first element), made once by
+    :func:`pyxds.lb.hierarchy.split`, so that an endpoint passed down
+    unchanged by the next update is split into the very same object and the
+    levels below recognise it as unchanged by identity.
     """
 
     addresses: tuple[str, ...]
     attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
+    _below: Endpoint | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         addresses: object = self.addresses  # untyped callers may pass a str or a list
@@ -102,15 +111,14 @@ class Endpoint:
         return hash(self.addresses)
 
     @classmethod
-    def trusted(
-        cls, addresses: tuple[str, ...], attributes: MappingProxyType[str, Any]
-    ) -> Endpoint:
+    def trusted(cls, addresses: tuple[str, ...], attributes: Mapping[str, Any]) -> Endpoint:
         """An Endpoint from values already in canonical form (a tuple of
         addresses, a read-only mapping), without the checks of ``__init__``:
         for code that rebuilds thousands of endpoints per update."""
         endpoint = object.__new__(cls)
-        object.__setattr__(endpoint, "addresses", addresses)
-        object.__setattr__(endpoint, "attributes", attributes)
+        _set_addresses(endpoint, addresses)
+        _set_attributes(endpoint, attributes)
+        _set_below(endpoint, None)
         return endpoint
 
     def with_attributes(self, **changes: Any) -> Endpoint:
@@ -234,6 +242,11 @@ def _slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
     return setter
 
 
+_set_addresses = _slot_setter(Endpoint, "addresses")
+_set_attributes = _slot_setter(Endpoint, "attributes")
+_set_below = _slot_setter(Endpoint, "_below")
+"""``Endpoint._below`` is set once, by :func:`pyxds.lb.hierarchy.split`, and
+never changes the endpoint's value (equality, hash, repr)."""
 _set_path = _slot_setter(PickArgs, "path")
 _set_metadata = _slot_setter(PickArgs, "metadata")
 _set_call_attributes = _slot_setter(PickArgs, "call_attributes")

@@ -89,7 +89,12 @@ from pyxds.resolver.xds_config import (
     EndpointConfig,
 )
 from pyxds.security.tls_config import ADDRESS_NAME_ATTRIBUTE
-from pyxds.xds.resources.types import ClusterLoadAssignment, Locality
+from pyxds.xds.resources.types import (
+    ClusterLoadAssignment,
+    EndpointAddress,
+    Locality,
+    LocalityName,
+)
 
 NAME = "cds_experimental"
 PRIORITY = "priority_experimental"
@@ -256,12 +261,18 @@ class CdsPolicy(LoadBalancer):
         endpoints: list[Endpoint] = []
         cache: dict[tuple[str, Locality], tuple[Endpoint, ...]] = {}
         old_cache = self._endpoint_cache
+        by_name: dict[tuple[str, LocalityName], tuple[Locality, tuple[Endpoint, ...]]] | None
+        by_name = None
         for child, localities in zip(child_names, priorities, strict=True):
             for locality in localities:
                 key = (child, locality)
                 built = old_cache.get(key)
                 if built is None:
-                    built = _locality_endpoints(name, child, locality)
+                    if by_name is None:
+                        by_name = {(c, old.name): (old, b) for (c, old), b in old_cache.items()}
+                    built = _locality_endpoints(
+                        name, child, locality, by_name.get((child, locality.name))
+                    )
                 cache[key] = built
                 endpoints.extend(built)
         note = endpoint_config.resolution_note
@@ -387,11 +398,27 @@ class CdsPolicy(LoadBalancer):
         return status
 
 
-def _locality_endpoints(cluster: str, child: str, locality: Locality) -> tuple[Endpoint, ...]:
+def _locality_endpoints(
+    cluster: str,
+    child: str,
+    locality: Locality,
+    previous: tuple[Locality, tuple[Endpoint, ...]] | None = None,
+) -> tuple[Endpoint, ...]:
+    """The endpoints of one locality of priority child ``child``.  When the
+    same locality (by name, same weight) was built before, an endpoint whose
+    EDS entry is unchanged is the Endpoint built then (one changed endpoint
+    rebuilds only itself, and the levels below see the others unchanged)."""
     path = (child, str(locality.name))
     weight = locality.weight
+    reuse: dict[EndpointAddress, Endpoint] = {}
+    if previous is not None and previous[0].weight == weight:
+        reuse = dict(zip(previous[0].endpoints, previous[1], strict=True))
     out = []
     for address in locality.endpoints:
+        kept = reuse.get(address)
+        if kept is not None:
+            out.append(kept)
+            continue
         attributes: dict[str, Any] = {
             PATH_KEY: path,
             WEIGHT_ATTRIBUTE: weight * address.weight,

@@ -90,6 +90,7 @@ from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
 from pyxds.lb.errors import LBConfigError, describe, expect_object, expect_uint32, field_path
 from pyxds.lb.registry import PolicySelection
 from pyxds.lb.timer_slot import TimerSlot
+from pyxds.lb.unwatch import Unwatch
 
 __all__ = [
     "NAME",
@@ -247,6 +248,10 @@ class _Bucket:
         return _count_value(self.successes), _count_value(self.failures)
 
 
+_UNCOUNTED = _Bucket()
+"""The bucket of every entry while the config counts nothing."""
+
+
 class EndpointState:
     """A50's map entry, per endpoint: counter, ejection time, multiplier and
     the wrappers of the endpoint's subchannels."""
@@ -261,9 +266,13 @@ class EndpointState:
         "wrappers",
     )
 
-    def __init__(self, addresses: frozenset[str]) -> None:
+    def __init__(self, addresses: frozenset[str], counting: bool = True) -> None:
         self.addresses = addresses
-        self.active = _Bucket()
+        # Without an algorithm nothing is counted (the picker does not wrap
+        # the calls): no bucket of its own until counting starts, which
+        # reset()s every entry (_apply_timer).  Calls picked from a counting
+        # picker still in use then land in the shared bucket, never read.
+        self.active = _Bucket() if counting else _UNCOUNTED
         self.successes = 0  # the inactive bucket, read at the last sweep
         self.failures = 0
         self.ejected_at: float | None = None
@@ -338,12 +347,7 @@ class OutlierDetectionSubchannel(Subchannel):
             fn(_TF, EJECTED_STATUS)
         else:
             fn(self._state, self._status)
-
-        def unwatch() -> None:
-            if fn in self._watchers:
-                self._watchers.remove(fn)
-
-        return unwatch
+        return Unwatch(self._watchers, fn)
 
     def shutdown(self) -> None:
         self._policy._untrack(self)
@@ -581,12 +585,19 @@ class OutlierDetectionPolicy(LoadBalancer):
     # -- endpoints ------------------------------------------------------------------
     def _apply_endpoints(self, endpoints: Sequence[Endpoint]) -> None:
         wanted: dict[frozenset[str], EndpointState] = {}
+        known = self._endpoints
+        counting = self._config is not None and self._config.counting
         for endpoint in endpoints:
             key = frozenset(endpoint.addresses)
             if key in wanted:
                 continue
-            entry = self._endpoints.get(key)
-            wanted[key] = entry if entry is not None else EndpointState(key)
+            entry = known.get(key)
+            if entry is None:
+                wanted[key] = EndpointState(key, counting)
+            else:
+                # keyed by the entry's own set: the new one is garbage at
+                # once instead of a long-lived object per endpoint per update
+                wanted[entry.addresses] = entry
         if wanted.keys() == self._endpoints.keys():
             return
         self._endpoints = wanted

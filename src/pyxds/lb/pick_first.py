@@ -168,6 +168,8 @@ _READY = ConnectivityState.READY
 _TF = ConnectivityState.TRANSIENT_FAILURE
 _SHUTDOWN = ConnectivityState.SHUTDOWN
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+#: one shared, immutable Status (not one per endpoint)
+_NO_ATTEMPT_YET = Status(_UNAVAILABLE, "no connection attempt yet")
 
 
 # -- config ------------------------------------------------------------------
@@ -358,7 +360,7 @@ class PickFirst(LoadBalancer):
         self._timer: Timer | None = None
         self._timer_generation = 0
         self._failures = 0  # failures seen in RECONNECTING since the last TF report
-        self._last_failure: Status = Status(_UNAVAILABLE, "no connection attempt yet")
+        self._last_failure: Status = _NO_ATTEMPT_YET
         self._reported: ConnectivityState | None = None
 
     # -- introspection (tests, config dumps) ---------------------------------

@@ -56,7 +56,10 @@ every change of those pickers keys the published READY picker (not a tuple
 of N pickers built and compared per report).  A report costs O(log N)
 Python steps plus the C-level copy of the READY results into the new
 picker, not O(N) Python steps.  An update rebuilds them (it is O(N)
-anyway).  The published states, pickers and their order are exactly those
+anyway), except an update whose list is the very same endpoint objects as
+the last one (what weighted_target passes each unchanged locality of an
+EDS update, see :func:`pyxds.lb.hierarchy.split`): that one is checked by
+identity in C and changes nothing.  The published states, pickers and their order are exactly those
 of a full recount (tests/unit/test_round_robin_bookkeeping.py).
 """
 
@@ -64,6 +67,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
@@ -177,7 +181,10 @@ class _Child(DelegatingHelper):
         self.status = OK_STATUS
         self.picker: Picker = QueuePicker()
         self.closed = False
-        self.last_update: ResolverUpdate | None = None  # to skip unchanged ones
+        # what the child was last given, to skip unchanged ones (not the
+        # ResolverUpdate: two objects fewer per endpoint, issue 18)
+        self.last_endpoint: Endpoint | None = None
+        self.last_note = ""
         self.policy = PickFirst(self, omit_status_prefix=True)
 
     def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
@@ -224,6 +231,9 @@ class RoundRobin(LoadBalancer):
         self._shutdown = False
         self._updating = False
         self._has_list = False  # an address list (even empty) was applied
+        #: the last non-empty list applied, as given, and its note
+        self._last_list: Sequence[Endpoint] | None = None
+        self._last_note = ""
         # Kept per report (module docstring "Cost"), over the current children:
         self._ready_count = 0
         self._tf_count = 0
@@ -258,6 +268,20 @@ class RoundRobin(LoadBalancer):
         if isinstance(update.endpoints, Status):
             self.resolver_error(update.endpoints)
             return update.endpoints
+        previous = self._last_list
+        if (
+            previous is not None
+            and len(previous) == len(update.endpoints)
+            and all(map(operator.is_, previous, update.endpoints))
+            and self._last_note == update.resolution_note
+        ):
+            # The very endpoint objects of the last update (an unchanged
+            # locality of an EDS update, module docstring "Cost"): every
+            # child would be skipped, the counts and the report would be the
+            # same; only the random start is drawn, as the full path does.
+            self.helper.random.randrange(len(self._children))
+            return None
+        self._last_list = None
         endpoints = _unique_endpoints(update.endpoints)
         self._has_list = True
         if not endpoints:
@@ -297,24 +321,29 @@ class RoundRobin(LoadBalancer):
         self._updating = True
         try:
             for endpoint, child in pairs[start:] + pairs[:start]:
-                last = child.last_update
+                last = child.last_endpoint
                 if (
                     last is not None
-                    and last.endpoints == (endpoint,)
-                    and last.resolution_note == update.resolution_note
+                    and (last is endpoint or last == endpoint)
+                    and child.last_note == update.resolution_note
                 ):
                     # Unchanged endpoint: nothing for its pick_first child to
                     # do (pick_first reads no update attributes, so a new
                     # xds_config attribute alone does not reach 10k children).
                     continue
-                child.last_update = ResolverUpdate(
-                    (endpoint,), _CHILD_CONFIG, update.attributes, update.resolution_note
+                child.last_endpoint = endpoint
+                child.last_note = update.resolution_note
+                child.policy.update(
+                    ResolverUpdate(
+                        (endpoint,), _CHILD_CONFIG, update.attributes, update.resolution_note
+                    )
                 )
-                child.policy.update(child.last_update)
         finally:
             self._updating = False
             self._recount()
         self._aggregate()
+        self._last_list = update.endpoints
+        self._last_note = update.resolution_note
         return None
 
     def resolver_error(self, status: Status) -> None:

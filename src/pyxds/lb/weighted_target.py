@@ -314,18 +314,19 @@ def _composed_stream(
     straddling bucket's entry is itself a stream that draws the position
     inside the bucket (``(j + random()) / B``) and bisects, so the
     distribution is the calls variant's exactly."""
-    scale = 1.0 / (1 << bits)
     # A draw at the very top of the range bisects to a repeat of the last.
     child_at = (*streams, streams[-1]).__getitem__
+    # Shared by every straddling bucket's stream (each is rebuilt with the
+    # picker on every child report: fewer objects per bucket, issue 18): one
+    # endless source of rng.random() draws, the scale, the bisect.  A pick
+    # advances the shared source once, exactly as a source per bucket did.
+    randoms = iter(rng.random, None)
+    scales = itertools.repeat(1.0 / (1 << bits))
+    child_index = functools.partial(bisect.bisect_right, bounds)
 
     def straddling(bucket: int) -> Iterator[PickResult]:
-        positions = map(
-            operator.mul,
-            map(operator.add, itertools.repeat(bucket), iter(rng.random, None)),
-            itertools.repeat(scale),
-        )
-        indices = map(functools.partial(bisect.bisect_right, bounds), positions)
-        return map(next, map(child_at, indices))
+        positions = map(operator.mul, map(operator.add, itertools.repeat(bucket), randoms), scales)
+        return map(next, map(child_at, map(child_index, positions)))
 
     table = _bucket_table(bounds, bits, streams, straddling)
     draws = map(rng.getrandbits, itertools.repeat(bits))

@@ -67,6 +67,7 @@ policy is READY at once with a picker that drops (C-core does the same).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -245,6 +246,20 @@ def _call_done(
     return on_call_done
 
 
+def _attempt_labels(locality: Any) -> Mapping[str, str]:
+    """The A78 labels of a locality's calls: one read-only mapping shared by
+    the endpoints of a locality (not one per endpoint)."""
+    try:
+        return _shared_attempt_labels(locality)
+    except TypeError:  # an unhashable locality attribute (a custom parent's)
+        return MappingProxyType({LOCALITY_LABEL: locality_label(locality)})
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared_attempt_labels(locality: Any) -> Mapping[str, str]:
+    return MappingProxyType({LOCALITY_LABEL: locality_label(locality)})
+
+
 class CountedSubchannel(Subchannel):
     """What the child policy sees instead of the channel's subchannel: the
     real one plus the call counters of its endpoint's locality.  The picker
@@ -277,9 +292,7 @@ class CountedSubchannel(Subchannel):
         self.lrs = lrs
         #: A78 per-attempt optional labels of every call sent to this endpoint
         #: (computed once: a pick only passes the mapping on)
-        self.attempt_labels: Mapping[str, str] = MappingProxyType(
-            {LOCALITY_LABEL: locality_label(locality)}
-        )
+        self.attempt_labels: Mapping[str, str] = _attempt_labels(locality)
         self._owner = owner
         #: (lrs, child's trailers hook, the hook handed to the channel)
         self._hooks: tuple[Any, Any, Callable[[Any], None]] | None = None

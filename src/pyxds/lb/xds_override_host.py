@@ -88,6 +88,7 @@ from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
 from pyxds.lb.errors import LBConfigError, expect_object, expect_string
 from pyxds.lb.outlier_detection import OutlierDetectionSubchannel
 from pyxds.lb.registry import PolicySelection
+from pyxds.lb.unwatch import Unwatch
 from pyxds.resolver.xds_config import XDS_CONFIG_ATTRIBUTE, ClusterConfig
 
 __all__ = [
@@ -211,12 +212,7 @@ class OverrideHostSubchannel(Subchannel):
     def watch_state(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
         self._watchers.append(fn)
         fn(self.state, self._status)
-
-        def unwatch() -> None:
-            if fn in self._watchers:
-                self._watchers.remove(fn)
-
-        return unwatch
+        return Unwatch(self._watchers, fn)
 
     def shutdown(self) -> None:
         """The child lets go: the policy keeps it for sessions or closes it."""
@@ -309,16 +305,32 @@ class OverrideHostPicker(Picker):
             overridden = self._pick_session(session)
             if overridden is not None:
                 return overridden
-        result = self._child.pick(args)
-        if result.__class__ is not PickComplete:
-            return result
-        memo = self._memo.get(id(result))
-        if memo is not None and memo[0] is result:
-            mapped, sub = memo[1], memo[2]
+        picked = self._child.pick(args)
+        if picked.__class__ is not PickComplete:
+            return picked
+        result: PickComplete = picked  # type: ignore[assignment]  # the class test above
+        mapped: PickComplete
+        sub: Any = result.subchannel
+        if sub.__class__ is OutlierDetectionSubchannel:
+            sub = sub.real
+        if (
+            sub.__class__ is OverrideHostSubchannel
+            and result.on_call_done is None
+            and result.on_call_trailers is None
+            and result.attempt_labels is None
+        ):
+            # A plain pick maps to the wrapper's own constant result: nothing
+            # to remember (a memo entry per endpoint per picker, built again
+            # by every new picker, was GC churn at 10k endpoints: issue 18).
+            mapped = sub.result
         else:
-            mapped, sub = _unwrap(result)  # type: ignore[arg-type]
-            if len(self._memo) < _MEMO_LIMIT:
-                self._memo[id(result)] = (result, mapped, sub)  # type: ignore[assignment]
+            memo = self._memo.get(id(result))
+            if memo is not None and memo[0] is result:
+                mapped, sub = memo[1], memo[2]
+            else:
+                mapped, sub = _unwrap(result)
+                if len(self._memo) < _MEMO_LIMIT:
+                    self._memo[id(result)] = (result, mapped, sub)
         if session is not None:
             entry = sub.entry if sub is not None else None
             if entry is not None:
@@ -385,6 +397,8 @@ class _Helper(DelegatingHelper):
 def _address_lists(addresses: Sequence[str]) -> list[tuple[str, str]]:
     """(address, its address list) for each address of one endpoint: the
     address first, then the others in order (C-core's UpdateAddressMap)."""
+    if len(addresses) == 1:
+        return [(addresses[0], addresses[0])]
     out = []
     for i, address in enumerate(addresses):
         others = [a for j, a in enumerate(addresses) if j != i]
