@@ -197,7 +197,7 @@ class CompletionReader:
             return
         self.review()
         if self.yielded and _readable(self._fd):
-            self._read()  # the application's loop may be stuck: read once
+            self._drain()  # the application's loop may be stuck: read once
 
     def _reclaim(self) -> None:
         if not self.yielded:
@@ -205,7 +205,20 @@ class CompletionReader:
         self.yielded = False
         self._loop.add_reader(self._fd, self._read)
         _log.debug("pyxds: xDS stream loop reads grpc.aio's completions again")
-        self._read()  # what came while no loop of ours read
+        self._drain()  # what came while no loop of ours read
+
+    def _drain(self) -> None:
+        """grpcio's reader, called here: an event of an application loop
+        that has closed raises "Event loop is closed" from it (nothing is
+        left to deliver it to: dropped quietly, as the stream loop's
+        exception handler drops it from grpcio's own calls; the events
+        behind it stay queued for the next read)."""
+        try:
+            self._read()
+        except RuntimeError as error:
+            if str(error) != "Event loop is closed":
+                raise
+            _log.debug("pyxds: dropped a grpc.aio event of a closed event loop")
 
 
 def current() -> CompletionReader | None:
