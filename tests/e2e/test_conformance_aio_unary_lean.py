@@ -21,29 +21,20 @@ from __future__ import annotations
 
 import asyncio
 import re
-from concurrent import futures
 from typing import Any
 
 import grpc
 import grpc.aio
 import pytest
-from ports import EXCLUSIVE
-from test_conformance_unary_lean import CODES, OPTIONS, SERVICE, _handlers
+import test_conformance_unary_lean as sync_lean
+from test_conformance_unary_lean import CODES, OPTIONS, SERVICE
 
 import pyxds.aio
 from pyxds.channel import grpc_aio_unary
 
 CHECKED = grpc_aio_unary.available()
-
-
-@pytest.fixture(scope="module")
-def address():
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[EXCLUSIVE])
-    server.add_generic_rpc_handlers((_handlers(),))
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield f"127.0.0.1:{port}"
-    server.stop(None).wait(5)
+#: the backend of the sync lean call's conformance tests (same handlers)
+address = sync_lean.address
 
 
 @pytest.fixture

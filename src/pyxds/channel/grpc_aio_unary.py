@@ -48,13 +48,14 @@ against grpc.aio's own channel for every outcome
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import importlib
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import grpc
+
+from pyxds.channel.grpc_unary import source_fingerprint
 
 __all__ = ["VERIFIED", "LeanAioUnaryUnary", "available", "fingerprint", "lean"]
 
@@ -100,17 +101,7 @@ def _mirrored() -> list[Any]:
 
 def fingerprint() -> str:
     """SHA-256 of the source lines of the mirrored grpcio functions."""
-    digest = hashlib.sha256()
-    files: dict[str, list[str]] = {}
-    for fn in _mirrored():
-        code = fn.__code__
-        lines = files.get(code.co_filename)
-        if lines is None:
-            with open(code.co_filename, encoding="utf-8") as f:
-                lines = files[code.co_filename] = f.read().splitlines()
-        last = max(line for _, _, line in code.co_lines() if line is not None)
-        digest.update("\n".join(lines[code.co_firstlineno - 1 : last]).encode())
-    return digest.hexdigest()
+    return source_fingerprint(_mirrored())
 
 
 def available() -> bool:
