@@ -23,13 +23,16 @@ Rules:
   removes its own reader.  The application's loop reads every completion
   and hands the stream loop's (xDS responses and writes: rare) over with
   ``call_soon_threadsafe``, grpcio's own path.
-* While yielded, the stream loop looks every :data:`TICK` seconds:
+* While yielded, the stream loop looks every :data:`TICK` seconds, the
+  interval doubling up to :data:`TICK_MAX` while it finds nothing to read
+  (an idle application costs two looks a second):
   - no such loop runs any more (``asyncio.run`` returned, the loop stopped
     or closed): it takes its reader back and reads what is pending;
   - one runs, but the socket holds a byte (the application's loop may be
     stuck in a long computation): it reads once itself (grpcio's reader,
-    which also hands the application's events over).  So an xDS response
-    waits at most ``TICK`` longer than before, never forever.
+    which also hands the application's events over), and looks again after
+    ``TICK``.  So an xDS response waits at most ``TICK_MAX`` longer than
+    before, never forever.
 * A sync-only process binds no application loop: nothing changes there.
 * Only on a grpcio this was checked against (:data:`VERIFIED`), and only
   when the stream loop's reader is what 1.85's is (a selector loop whose
@@ -53,7 +56,7 @@ from collections.abc import Callable
 
 import grpc
 
-__all__ = ["ENABLED", "TICK", "VERIFIED", "CompletionReader", "app_loop_bound"]
+__all__ = ["ENABLED", "TICK", "TICK_MAX", "VERIFIED", "CompletionReader", "app_loop_bound"]
 
 _log = logging.getLogger(__name__)
 
@@ -63,6 +66,8 @@ VERIFIED = frozenset({"1.85.3"})
 ENABLED = os.environ.get("PYXDS_STREAM_LOOP_YIELD", "1") != "0"
 #: seconds between the yielded stream loop's looks (module rules)
 TICK = 0.1
+#: the longest interval between two looks (module rules)
+TICK_MAX = 0.5
 
 _lock = threading.Lock()
 #: application loops pyxds made grpc.aio channels on (weak: a closed loop goes)
@@ -132,6 +137,7 @@ class CompletionReader:
         self._read = read
         self.yielded = False
         self._ticking = False
+        self._interval = TICK
         self._closed = False
 
     @classmethod
@@ -184,10 +190,11 @@ class CompletionReader:
             if not self.yielded:
                 self._loop.remove_reader(self._fd)
                 self.yielded = True
+                self._interval = TICK
                 _log.debug("pyxds: xDS stream loop yields grpc.aio's completions")
             if not self._ticking:
                 self._ticking = True
-                self._loop.call_later(TICK, self._tick)
+                self._loop.call_later(self._interval, self._tick)
         else:
             self._reclaim()
 
@@ -195,8 +202,10 @@ class CompletionReader:
         self._ticking = False
         if not self.yielded or self._closed:
             return
+        pending = _readable(self._fd)
+        self._interval = TICK if pending else min(2 * self._interval, TICK_MAX)
         self.review()
-        if self.yielded and _readable(self._fd):
+        if self.yielded and pending:
             self._drain()  # the application's loop may be stuck: read once
 
     def _reclaim(self) -> None:
