@@ -26,9 +26,18 @@ without a task:
    not one loop iteration later);
 2. each later step runs as a done callback of the future the coroutine
    waits on (the Cython batch's);
-3. its result (or exception) is set on a plain future that stands where
-   grpcio keeps its task (``_invocation_task``, ``_call_response``): the
-   awaiter wakes in the same loop iteration as the batch's completion.
+3. its result (or exception) is set on a plain future, held by a
+   :class:`_Response` that stands where grpcio keeps its task
+   (``_invocation_task``, ``_call_response``); awaiting it waits on the
+   batch's own future, so the awaiter wakes in the loop iteration of the
+   step that ends the call, not one later.
+
+Measured (in-process, interleaved, client CPU per RPC against plain
+grpc.aio on the same loop): sequential calls 1.00-1.02x plain with the lean
+call against 1.09-1.26x without; 4 concurrent tasks 1.13-1.20x against
+1.07-1.18x (the batch started at once rather than one iteration later
+coalesces less with the other tasks' calls: starting it one iteration later
+made 4 tasks 1.06-1.16x and sequential calls lose the gain).
 
 Cancelling (grpcio's ``cancel()``: the Cython call's cancel, then the
 future's) ends the batch in C-core, and ``_invoke`` ends as it does when
@@ -50,7 +59,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from typing import Any
 
 import grpc
@@ -210,7 +219,7 @@ def _make_call_class(unary_unary_call: Any, call_init: Any, build_census_context
             )
             self._request = request
             self._context = build_census_context()
-            response = loop.create_future()
+            response = _Response(loop.create_future())
             self._invocation_task = response
             self._init_unary_response_mixin(response)
             self._coro = self._invoke()
@@ -218,7 +227,8 @@ def _make_call_class(unary_unary_call: Any, call_init: Any, build_census_context
 
         def _step(self, _waited: Any = None, error: BaseException | None = None) -> None:
             """One step of ``_invoke``, as a task steps its coroutine."""
-            response = self._invocation_task
+            response = self._invocation_task.future
+            self._invocation_task.waiting = None
             try:
                 waited = self._coro.send(None) if error is None else self._coro.throw(error)
             except StopIteration as end:
@@ -239,12 +249,44 @@ def _make_call_class(unary_unary_call: Any, call_init: Any, build_census_context
             if getattr(waited, "_asyncio_future_blocking", None):
                 waited._asyncio_future_blocking = False
                 waited.add_done_callback(self._step)
+                self._invocation_task.waiting = waited
             elif waited is None:  # a bare yield: the next iteration
                 self._loop.call_soon(self._step)
             else:  # what a task refuses, thrown in as a task throws it
                 self._loop.call_soon(self._step, None, RuntimeError(f"bad yield: {waited!r}"))
 
     return LeanUnaryUnaryCall
+
+
+class _Response:
+    """Where grpcio keeps its call's task: ``future`` gets ``_invoke``'s
+    result; awaiting this waits on the future ``_invoke`` waits on
+    (``waiting``) while there is one, so the awaiter wakes in the loop
+    iteration that runs the step which ends the call (the step's callback
+    was added first, and runs first), and then returns ``future``'s result.
+    Cancelling it cancels ``future`` (grpcio's ``cancel()`` cancels the
+    Cython call first, which ends ``_invoke``)."""
+
+    __slots__ = ("future", "waiting")
+
+    def __init__(self, future: asyncio.Future[Any]) -> None:
+        self.future = future
+        self.waiting: asyncio.Future[Any] | None = None
+
+    def cancel(self) -> bool:
+        return self.future.cancel()
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        future = self.future
+        while not future.done():
+            waiting = self.waiting
+            if waiting is None or waiting.done():
+                break
+            waiting._asyncio_future_blocking = True
+            yield waiting
+        return (yield from future)
+
+    __iter__ = __await__
 
 
 # grpcio's private names, bound by _bind() once this grpcio is known good
