@@ -8,9 +8,11 @@ attempt starts on the picked subchannel's transport with
 transport's channel, cached on the transport per (kind, method,
 serializers), called with the attempt's metadata (``Rpc.send_metadata``),
 the time left to the deadline, never waiting for ready (the pyxds channel
-did the waiting).  A sync unary-unary one is called the lean way
+did the waiting).  A unary-unary one is called the lean way: sync
 (:class:`pyxds.channel.grpc_unary.LeanUnaryUnary`: grpcio's own blocking
-call without the bookkeeping its OK outcome does not use).  While A66
+call without the bookkeeping its OK outcome does not use) and grpc.aio
+(:class:`pyxds.channel.grpc_aio_unary.LeanAioUnaryUnary`: grpcio's own call
+object, its coroutine stepped without a task).  While A66
 metrics are on, an attempt gets a multicallable of its own whose
 serializers count its message bytes
 (:func:`pyxds.channel.call_metrics.counting`).
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from pyxds.channel import grpc_aio_unary
 from pyxds.channel.call_metrics import counting
 from pyxds.channel.grpc_unary import lean
 from pyxds.channel.request_buffer import Replay
@@ -88,10 +91,15 @@ def _make(transport: Transport, kind: str, method: str, ser: Any, deser: Any) ->
     registering costs more than it saves (callgrind, per unary RPC on the
     calling thread: sync 258k instructions registered, 245.5k not; aio 321k
     and 308k; a fresh registered multicallable for one attempt adds ~18 us).
-    A sync unary-unary one is called the lean way (:mod:`grpc_unary`).
+    A unary-unary one is called the lean way: sync (:mod:`grpc_unary`) and
+    grpc.aio (:mod:`grpc_aio_unary`).
     """
     mc = getattr(transport.channel, kind)(method, ser, deser)
-    return lean(mc) if kind == "unary_unary" else mc
+    if kind != "unary_unary":
+        return mc
+    if transport.runs_on_event_loop:
+        return grpc_aio_unary.lean(mc)
+    return lean(mc)
 
 
 class GrpcMethod:

@@ -62,7 +62,7 @@ from typing import Any
 
 import grpc
 
-__all__ = ["VERIFIED", "LeanUnaryUnary", "available", "fingerprint", "lean"]
+__all__ = ["VERIFIED", "LeanUnaryUnary", "available", "fingerprint", "lean", "source_fingerprint"]
 
 _log = logging.getLogger(__name__)
 
@@ -107,9 +107,14 @@ def _mirrored() -> list[Any]:
 
 def fingerprint() -> str:
     """SHA-256 of the source lines of the mirrored grpcio functions."""
+    return source_fingerprint(_mirrored())
+
+
+def source_fingerprint(functions: list[Any]) -> str:
+    """SHA-256 of the source lines of ``functions`` (Python functions)."""
     digest = hashlib.sha256()
     files: dict[str, list[str]] = {}
-    for fn in _mirrored():
+    for fn in functions:
         code = fn.__code__
         lines = files.get(code.co_filename)
         if lines is None:

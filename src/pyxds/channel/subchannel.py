@@ -70,6 +70,7 @@ from pyxds.clock import Clock, Timer
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status, Subchannel
 from pyxds.lb.unwatch import Unwatch
 from pyxds.xds.backoff import ExponentialBackoff
+from pyxds.xds.completion_reader import app_loop_bound
 
 if TYPE_CHECKING:
     from pyxds.channel.orca_oob import OobStream
@@ -358,6 +359,7 @@ class AioTransport(Transport):
             self._channel = grpc.aio.insecure_channel(address, options, compression)
         else:
             self._channel = grpc.aio.secure_channel(address, credentials, options, compression)
+        app_loop_bound(self._loop)  # grpcio bound this loop: it reads the completions
         self._watcher = self._loop.create_task(self._watch())
         if self._want_connect:
             self._channel.get_state(try_to_connect=True)

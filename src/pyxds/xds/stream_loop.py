@@ -25,6 +25,11 @@ Rules:
   "Event loop is closed" in this loop's callback: nothing is left to
   deliver it to, so it is dropped quietly (:func:`_exception_handler`);
   every other error is reported as asyncio reports it.
+* While an application's event loop runs grpc.aio channels of pyxds, this
+  loop leaves grpc.aio's completions to it and only reads its own when that
+  loop is gone or stuck (:mod:`pyxds.xds.completion_reader`): otherwise this
+  idle loop would win the race for most of the application's completions
+  and hand each back across threads.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import grpc.aio
+
+from pyxds.xds.completion_reader import CompletionReader
 
 __all__ = ["CLOSE_WAIT", "LINGER", "LoopChannel", "acquire", "in_loop", "post", "release"]
 
@@ -85,10 +92,15 @@ def acquire() -> asyncio.AbstractEventLoop:
                 # its wake-up socket would close under a reader the loop
                 # still polls ("Bad file descriptor" printed from the loop).
                 grpc.aio.init_grpc_aio()
+                # an application loop reads grpc.aio's completions while one
+                # runs (pyxds.xds.completion_reader)
+                reader = CompletionReader.attach(loop)
                 loop.call_soon(started.set)
                 try:
                     loop.run_forever()
                 finally:
+                    if reader is not None:
+                        reader.detach()
                     try:
                         loop.run_until_complete(loop.shutdown_asyncgens())
                     except Exception:

@@ -1,0 +1,126 @@
+"""When the xDS stream loop yields grpc.aio's completions
+(pyxds/xds/completion_reader.py): only on a checked grpcio whose completion
+reader has the expected shape, and only to a running loop with a reader on
+the same socket.  (Behaviour with real xDS streams:
+tests/e2e/test_stream_loop_yield.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import grpc.aio
+import pytest
+
+from pyxds.xds import completion_reader
+
+needs_checked_grpcio = pytest.mark.skipif(
+    grpc.__version__ not in completion_reader.VERIFIED,
+    reason=f"grpcio {grpc.__version__} is not a checked one",
+)
+
+
+@needs_checked_grpcio
+def test_this_grpcio_binds_each_loop_with_the_reader_the_module_expects():
+    async def main():
+        channel = grpc.aio.insecure_channel("127.0.0.1:1")
+        try:
+            loop = asyncio.get_running_loop()
+            found = completion_reader._poller_reader(loop)
+            assert found is not None
+            fd, read = found
+            assert completion_reader._reads(loop, fd)
+            read()  # nothing pending: grpcio's reader returns quietly
+        finally:
+            await channel.close()
+
+    asyncio.run(main())
+
+
+def test_a_loop_without_grpcio_reader_is_not_one_to_yield_to():
+    async def main():
+        loop = asyncio.get_running_loop()
+        assert completion_reader._poller_reader(loop) is None
+
+    asyncio.run(main())
+
+
+def test_a_closed_or_stopped_loop_does_not_read():
+    loop = asyncio.new_event_loop()
+    try:
+        assert not completion_reader._reads(loop, 0)
+    finally:
+        loop.close()
+    assert not completion_reader._reads(loop, 0)
+
+
+@pytest.mark.parametrize("why", ["disabled", "other grpcio"])
+def test_stream_loop_keeps_its_reader_when_off_or_on_an_unchecked_grpcio(monkeypatch, why):
+    if why == "disabled":
+        monkeypatch.setattr(completion_reader, "ENABLED", False)
+    else:
+        monkeypatch.setattr(completion_reader, "VERIFIED", frozenset({"0.0.0"}))
+
+    async def main():
+        channel = grpc.aio.insecure_channel("127.0.0.1:1")
+        try:
+            loop = asyncio.get_running_loop()
+            assert completion_reader.CompletionReader.attach(loop) is None
+            assert completion_reader._poller_reader(loop) is not None or (
+                grpc.__version__ not in completion_reader.VERIFIED
+            )
+        finally:
+            await channel.close()
+
+    asyncio.run(main())
+
+
+@needs_checked_grpcio
+def test_reader_yields_to_a_running_bound_loop_and_takes_it_back_when_it_closes(monkeypatch):
+    """A stream loop of its own (no xDS): yields while an application loop
+    with grpcio's reader runs, takes its reader back once that loop closed."""
+    import threading
+
+    monkeypatch.setattr(completion_reader, "_app_loops", type(completion_reader._app_loops)())
+    stream = asyncio.new_event_loop()
+    attached: list[completion_reader.CompletionReader | None] = []
+
+    def run_stream():
+        asyncio.set_event_loop(stream)
+        grpc.aio.init_grpc_aio()
+        attached.append(completion_reader.CompletionReader.attach(stream))
+        stream.run_forever()
+        if attached[0] is not None:
+            attached[0].detach()
+        grpc.aio.shutdown_grpc_aio()
+
+    thread = threading.Thread(target=run_stream, daemon=True)
+    thread.start()
+    try:
+
+        async def app():
+            channel = grpc.aio.insecure_channel("127.0.0.1:1")
+            loop = asyncio.get_running_loop()
+            completion_reader.app_loop_bound(loop)
+            for _ in range(200):
+                if attached and attached[0] is not None and attached[0].yielded:
+                    break
+                await asyncio.sleep(0.01)
+            yielded = bool(attached and attached[0] is not None and attached[0].yielded)
+            await channel.close()
+            return yielded
+
+        assert asyncio.run(app())
+        reader = attached[0]
+        assert reader is not None
+        for _ in range(100):  # at most TICK after the loop closed
+            if not reader.yielded:
+                break
+            threading.Event().wait(0.02)
+        assert not reader.yielded
+        fd_read = completion_reader._poller_reader(stream)
+        assert fd_read is not None  # its reader is back on its selector
+    finally:
+        stream.call_soon_threadsafe(stream.stop)
+        thread.join(5)
+        stream.close()
