@@ -80,38 +80,6 @@ def _error(status: Status) -> grpc.aio.AioRpcError:
     )
 
 
-class _Flag:
-    """An ``asyncio.Event`` made only when something waits on it: most
-    calls are never waited on this way (the response is awaited), and an
-    Event per call costs more than the flag."""
-
-    __slots__ = ("_set", "_event")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._event: asyncio.Event | None = None
-
-    def set(self) -> None:
-        self._set = True
-        if self._event is not None:
-            self._event.set()
-
-    def clear(self) -> None:
-        self._set = False
-        if self._event is not None:
-            self._event.clear()
-
-    def is_set(self) -> bool:
-        return self._set
-
-    async def wait(self) -> None:
-        if self._set:
-            return
-        if self._event is None:
-            self._event = asyncio.Event()
-        await self._event.wait()
-
-
 def _sync_status(call: Any) -> Status | None:
     """The final status of a finished grpc.aio call, read without awaiting
     (grpcio keeps it on the Cython call); None when not available."""
@@ -261,6 +229,28 @@ class _AioCall(Generic[_Response]):
     task of the call; the inner grpcio aio call's end is read on the loop)
     and the grpc.aio.Call surface."""
 
+    #: whether a task of the call (``_task``, when there is one) awaits its
+    #: attempts and reads their end (else their done callbacks do)
+    _task_awaits = False
+    #: how the call's failure status is worded to the application (None: as is)
+    _map_status: Callable[[Status], Status] | None = None
+
+    # Every call's starting state, on the class: an instance stores only
+    # what changes (fewer stores per call, and no list until a done callback)
+    _task: asyncio.Task[Any] | None = None
+    _inner: Any = None  # the running attempt's grpc.aio call
+    _error: grpc.aio.AioRpcError | None = None
+    # whether the running attempt's inner call (or the call's error) is
+    # there, and the Events made only when something waits (most calls are
+    # awaited for their response: no Event per call)
+    _is_started = False
+    _started_event: asyncio.Event | None = None
+    _done_callbacks: list[Callable[[Any], None]] | None = None
+    _finished = False
+    _done_event: asyncio.Event | None = None
+    _status = OK_STATUS
+    _additions: ResponseAdditions | bool | None = False  # False: not looked up
+
     def __init__(
         self, rpc: Rpc, method: GrpcMethod, request: Any, credentials: Any, compression: Any
     ) -> None:
@@ -270,15 +260,6 @@ class _AioCall(Generic[_Response]):
         self._credentials = credentials
         self._compression = compression
         self._loop = asyncio.get_running_loop()
-        self._task: asyncio.Task[Any] | None = None
-        self._inner: Any = None  # the running attempt's grpc.aio call
-        self._error: grpc.aio.AioRpcError | None = None
-        self._started = _Flag()
-        self._done_callbacks: list[Callable[[Any], None]] = []
-        self._finished = False
-        self._done_event = _Flag()
-        self._status = OK_STATUS
-        self._additions: ResponseAdditions | bool | None = False  # False: not looked up
 
     def _response_additions(self) -> ResponseAdditions | None:
         """The RPC's response metadata additions (A55 set-cookie), if any."""
@@ -310,7 +291,9 @@ class _AioCall(Generic[_Response]):
             self._finish(Status(grpc.StatusCode.INTERNAL, f"failed to start call: {err}"))
             raise
         self._inner = inner
-        self._started.set()
+        self._is_started = True
+        if self._started_event is not None:
+            self._started_event.set()
         inner.add_done_callback(partial(self._inner_done, transport))
         return inner
 
@@ -341,13 +324,11 @@ class _AioCall(Generic[_Response]):
         ends with ``status``)."""
         delay = self._rpc.ended(call, status, call_metadata)
         if delay is not None:
-            self._started.clear()
+            self._is_started = False
+            if self._started_event is not None:
+                self._started_event.clear()
             self._inner = None
         return delay
-
-    def _awaited(self) -> bool:
-        """Whether a task of the call awaits its attempts (reads their end)."""
-        return False
 
     def _retry(self, delay: float) -> None:
         """Start the next attempt after ``delay`` seconds (a task of the call)."""
@@ -355,15 +336,17 @@ class _AioCall(Generic[_Response]):
 
     def _inner_done(self, transport: Transport, call: Any) -> None:
         transport.call_finished()
-        if self._awaited():
-            return
+        if self._task_awaits and self._task is not None:
+            return  # the task reads the attempt's end
         status = _sync_status(call)
-        if status is None or not status.ok:
+        if status is OK_STATUS or (status is not None and status.code is _OK):
+            # _settle's OK end, inline (the common end of every call)
+            if not self._finished and not self._rpc.reported(call):
+                self._finish(status, call)
+        else:
             # a failure is read the awaited way: the Cython call's status can
             # be the INTERNAL of a failed write where code() says why
             self._loop.create_task(self._settle_later(call))
-        else:
-            self._settle(call, status)
 
     async def _settle_later(self, call: Any) -> None:
         try:
@@ -385,7 +368,7 @@ class _AioCall(Generic[_Response]):
         next attempt starts, or the call is over (``done()``)."""
         if self._rpc.reported(call) or self._finished:
             return
-        if not status.ok:
+        if status.code is not _OK:
             delay = self._ended(call, status)
             if delay is not None:
                 self._retry(delay)
@@ -394,19 +377,24 @@ class _AioCall(Generic[_Response]):
 
     def _fail(self, status: Status) -> None:
         self._error = _error(status)
-        self._started.set()
+        self._is_started = True
+        if self._started_event is not None:
+            self._started_event.set()
         self._finish(status)
 
     def _finish(self, status: Status, call: Any = None) -> None:
         if self._finished:
             return
+        if status.code is not _OK and self._map_status is not None:
+            status = self._map_status(status)
         self._finished = True
         self._status = status
-        self._done_event.set()
+        if self._done_event is not None:
+            self._done_event.set()
         self._rpc.finish(status, call)
         callbacks = self._done_callbacks
         if callbacks:
-            self._done_callbacks = []
+            self._done_callbacks = None
             for cb in callbacks:
                 try:
                     cb(self)
@@ -427,14 +415,25 @@ class _AioCall(Generic[_Response]):
         remaining = self._rpc.remaining()
         return None if remaining is None else max(remaining, 0)  # as grpcio
 
+    async def _wait_done(self) -> None:
+        if not self._finished:
+            if self._done_event is None:
+                self._done_event = asyncio.Event()
+            await self._done_event.wait()
+
     def add_done_callback(self, callback: Callable[[Any], None]) -> None:
         if self._finished:
             callback(self)
         else:
+            if self._done_callbacks is None:
+                self._done_callbacks = []
             self._done_callbacks.append(callback)
 
     async def _wait_started(self) -> Any:
-        await self._started.wait()
+        if not self._is_started:
+            if self._started_event is None:
+                self._started_event = asyncio.Event()
+            await self._started_event.wait()
         if self._error is not None:
             raise self._error
         return self._inner
@@ -498,10 +497,19 @@ class AioUnaryResponseCall(
     the awaiter, whichever comes first).  A queued or failed pick, and every
     next attempt, run in a task."""
 
+    _task_awaits = True
+    _map_status = staticmethod(unary_status)
+
     def __init__(
         self, rpc: Rpc, method: GrpcMethod, request: Any, credentials: Any, compression: Any
     ) -> None:
-        super().__init__(rpc, method, request, credentials, compression)
+        # _AioCall.__init__, inline (one Python call less per RPC)
+        self._rpc = rpc
+        self._method = method
+        self._request = request
+        self._credentials = credentials
+        self._compression = compression
+        self._loop = asyncio.get_running_loop()
         first = rpc.pick()
         if first is not None and not isinstance(first, float):
             if self._try_start(first) is not None:
@@ -509,14 +517,8 @@ class AioUnaryResponseCall(
             first = None
         self._task = self._loop.create_task(self._run(first))
 
-    def _awaited(self) -> bool:
-        return self._task is not None
-
     def _retry(self, delay: float) -> None:
         self._task = self._loop.create_task(self._run(None, delay))
-
-    def _finish(self, status: Status, call: Any = None) -> None:
-        super()._finish(status if status.code is _OK else unary_status(status), call)
 
     async def _run(self, first: Any, delay: float = 0.0) -> _Response:
         """The attempts of a call whose first pick did not start one at once."""
@@ -590,11 +592,11 @@ class AioUnaryResponseCall(
         return True
 
     async def code(self) -> grpc.StatusCode:
-        await self._done_event.wait()
+        await self._wait_done()
         return self._status.code
 
     async def details(self) -> str:
-        await self._done_event.wait()
+        await self._wait_done()
         return self._status.details
 
     # stream_unary writes (a written request is not kept: no retry after one)
@@ -707,11 +709,11 @@ class AioStreamResponseCall(
         return True
 
     async def code(self) -> grpc.StatusCode:
-        await self._done_event.wait()
+        await self._wait_done()
         return self._status.code
 
     async def details(self) -> str:
-        await self._done_event.wait()
+        await self._wait_done()
         return self._status.details
 
 
@@ -778,7 +780,14 @@ class _OneRequest(_AioMultiCallable[_Request, _Response, _Call]):
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
     ) -> _Call:
-        return self._call(request, timeout, metadata, credentials, wait_for_ready, compression)
+        # _call without its client stream (one Python call less per RPC)
+        core = self._core
+        if core.closed:  # grpc.aio's words for a call on a closed channel
+            raise grpc.aio.UsageError("Channel is closed.")
+        if self._channel._loop is None:
+            self._channel._bind_loop()
+        rpc = Rpc(core, self._method.method, metadata, timeout, wait_for_ready)
+        return self._call_class(rpc, self._method, request, credentials, compression)
 
 
 class _RequestStream(_AioMultiCallable[_Request, _Response, _Call]):

@@ -462,6 +462,8 @@ class Rpc:
     def reported(self, call: Any) -> bool:
         """Whether the end of the attempt ``call`` was decided already (or
         the RPC is over)."""
+        if self._retried is None:  # no attempt was followed by another
+            return self.phase is DONE
         return self._delay_of(call) is not None or self.phase is DONE
 
     def _delay_of(self, call: Any) -> float | None:
