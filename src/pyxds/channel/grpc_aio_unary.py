@@ -72,7 +72,7 @@ _log = logging.getLogger(__name__)
 
 #: fingerprints (:func:`fingerprint`) of the grpcio sources checked
 VERIFIED = {
-    "f296767e569ca3ef8ad9d7d8e96644f64c707858827d3297d57b43c1bc2e6036": "grpcio 1.85.3",
+    "1a8ce67cf25715796cbd288b7518f22e1a307c9028bdc27301b8b7bc91bf64af": "grpcio 1.85.3",
 }
 #: whether grpc.aio unary calls go the lean way (tests compare both ways)
 ENABLED = True
@@ -105,6 +105,7 @@ def _mirrored() -> list[Any]:
         call.UnaryUnaryCall._invoke,
         call.UnaryUnaryCall.wait_for_connection,
         utils._timeout_to_deadline,
+        call._create_rpc_error,
     ]
 
 
@@ -186,7 +187,9 @@ class LeanAioUnaryUnary:
         return call
 
 
-def _make_call_class(unary_unary_call: Any, call_init: Any, build_census_context: Any) -> Any:
+def _make_call_class(
+    unary_unary_call: Any, call_init: Any, build_census_context: Any, eof: Any, rpc_error: Any
+) -> Any:
     """grpcio's ``UnaryUnaryCall`` with its coroutine stepped without a task."""
 
     class LeanUnaryUnaryCall(unary_unary_call):  # type: ignore[misc]  # grpcio's class (Any)
@@ -255,6 +258,30 @@ def _make_call_class(unary_unary_call: Any, call_init: Any, build_census_context
             else:  # what a task refuses, thrown in as a task throws it
                 self._loop.call_soon(self._step, None, RuntimeError(f"bad yield: {waited!r}"))
 
+        def __await__(self) -> Generator[Any, None, Any]:
+            """grpcio's ``_UnaryResponseMixin.__await__`` with
+            :meth:`_Response.__await__` folded in (one generator less to
+            resume, twice per call)."""
+            held = self._invocation_task
+            future = held.future
+            try:
+                while not future.done():
+                    waiting = held.waiting
+                    if waiting is None or waiting.done():
+                        break
+                    waiting._asyncio_future_blocking = True
+                    yield waiting
+                response = yield from future
+            except asyncio.CancelledError:
+                if not self.cancelled():
+                    self.cancel()
+                raise
+            if response is eof:
+                if self._cython_call.is_locally_cancelled():
+                    raise asyncio.CancelledError()
+                raise rpc_error(self._cython_call._initial_metadata, self._cython_call._status)
+            return response
+
     return LeanUnaryUnaryCall
 
 
@@ -305,5 +332,9 @@ def _bind() -> None:
     _timeout_to_deadline = utils._timeout_to_deadline
     _UnaryUnaryMultiCallable = channel.UnaryUnaryMultiCallable
     _LeanCall = _make_call_class(
-        call.UnaryUnaryCall, call.Call.__init__, cygrpc.build_census_context
+        call.UnaryUnaryCall,
+        call.Call.__init__,
+        cygrpc.build_census_context,
+        cygrpc.EOF,
+        call._create_rpc_error,
     )
