@@ -185,6 +185,54 @@ def test_aio_queued_wait_for_ready_rpc_completes_when_config_arrives(echo):
         srv.stop()
 
 
+def test_aio_readers_awaited_while_the_pick_queues_answer_when_the_call_ends(echo):
+    # The call's readers wait on Events made only when something waits
+    # (most calls are only awaited for their response): code(), details(),
+    # the metadata and wait_for_connection() awaited while the pick still
+    # queues all answer once the config arrives; done callbacks added before
+    # the end run once, one added after runs at once.
+    srv = ManagementServer().start()
+    try:
+
+        async def main():
+            channel = pyxds.aio.insecure_channel(
+                TARGET, bootstrap=srv.bootstrap(node_id="aio-readers")
+            )
+            echo_call = channel.unary_unary(
+                f"/{SERVICE}/Echo",
+                request_serializer=echo_pb2.EchoRequest.SerializeToString,
+                response_deserializer=echo_pb2.EchoReply.FromString,
+            )
+            call = echo_call(echo_pb2.EchoRequest(message="r"), timeout=10, wait_for_ready=True)
+            ended = []
+            call.add_done_callback(lambda c: ended.append(c.done()))
+            readers = asyncio.gather(
+                call.code(),
+                call.details(),
+                call.initial_metadata(),
+                call.trailing_metadata(),
+                call.wait_for_connection(),
+            )
+            await asyncio.sleep(0.3)
+            assert not call.done() and not readers.done() and ended == []
+            srv.set_snapshot(
+                snapshot([route(prefix="", cluster="ca")], {"ca": [[echo[2].address]]})
+            )
+            code, details, _initial, _trailing, _ = await asyncio.wait_for(readers, 10)
+            reply = await call
+            after = []
+            call.add_done_callback(lambda c: after.append(c.code))
+            await channel.close()
+            return code, details, reply.backend, ended, len(after)
+
+        code, details, backend, ended, after = asyncio.run(main())
+        assert (code, details, backend) == (grpc.StatusCode.OK, "", "e2")
+        assert ended == [True]
+        assert after == 1
+    finally:
+        srv.stop()
+
+
 def test_aio_completion_reaches_the_lb_policy_for_every_call_kind(server, echo):
     # A circuit breaker of 1 only lets sequential RPCs through if every end
     # (awaited, fire-and-forget, streams, failures) releases its slot.
