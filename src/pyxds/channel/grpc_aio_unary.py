@@ -14,9 +14,11 @@ awaiter.
 :class:`LeanAioUnaryUnary` stands in for one grpc.aio unary-unary
 multicallable without interceptors (same call signature).  A call is a
 :class:`LeanUnaryUnaryCall`: grpcio's own ``UnaryUnaryCall`` class (every
-method the application or pyxds uses on it is grpcio's: ``__await__``,
-``cancel``, ``code``, ``details``, metadata, ``done``, done callbacks,
-``wait_for_connection``, ``__del__``) built as grpcio builds it (the
+method the application or pyxds uses on it is grpcio's: ``cancel``,
+``code``, ``details``, metadata, ``done``, done callbacks,
+``wait_for_connection``, ``__del__``; ``__await__`` is grpcio's
+``_UnaryResponseMixin.__await__`` with the wait of 3. below folded into
+it, one generator less per call) built as grpcio builds it (the
 metadata by grpcio's ``_init_metadata``, the Cython call, the census
 context, the channel's registration of the call, which its ``close()``
 cancels), except that ``_invoke`` is stepped the way a task steps it,
