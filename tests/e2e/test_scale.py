@@ -199,10 +199,25 @@ def test_a_channel_among_dead_silent_and_flapping_endpoints_serves_from_the_good
 
         request = echo_pb2.EchoRequest(message="hi").SerializeToString()
         served: dict[str, int] = {}
+        cancelled_by_a_stopping_backend = 0
         for _ in range(300):
-            reply = echo_pb2.EchoReply.FromString(who(request, wait_for_ready=True, timeout=30))
-            served[reply.backend] = served.get(reply.backend, 0) + 1
+            try:
+                reply = who(request, wait_for_ready=True, timeout=30)
+            except grpc.RpcError as err:
+                # grpcio's server, stopping, cancels the calls it had accepted
+                # but not yet handed to a handler thread (the client sees
+                # CANCELLED "CANCELLED"; C-core's client sees the same from
+                # it). That is the flapping backend's doing, not the
+                # channel's: a channel closing a transport under an RPC says
+                # "Channel closed!", and any other failure fails the test.
+                if (err.code(), err.details()) != (grpc.StatusCode.CANCELLED, "CANCELLED"):
+                    raise
+                cancelled_by_a_stopping_backend += 1
+                continue
+            backend = echo_pb2.EchoReply.FromString(reply).backend
+            served[backend] = served.get(backend, 0) + 1
         assert {f"good-{i}" for i in range(5)} <= set(served)
+        assert cancelled_by_a_stopping_backend <= 3, served
         Counts().assert_bounded_above(before)
     finally:
         stop.set()
