@@ -73,8 +73,10 @@ async def _until(call, want: str, timeout: float = 10.0) -> bool:
     return False
 
 
-async def _follows_updates(server, backends, bootstrap) -> None:
-    """An aio channel follows y0 -> y1 -> y0 while its loop runs."""
+async def _follows_updates(server, backends, bootstrap) -> bool:
+    """An aio channel follows y0 -> y1 -> y0 while its loop runs; whether
+    the stream loop was yielded then (before the channel closes: its
+    close() waits on the stream loop, the application loop blocked)."""
     async with pyxds.aio.insecure_channel(TARGET, bootstrap=bootstrap) as channel:
         who = channel.unary_unary(WHO)
         assert await _until(who, "y0")
@@ -82,16 +84,13 @@ async def _follows_updates(server, backends, bootstrap) -> None:
         assert await _until(who, "y1")
         _to(server, backends, 0)
         assert await _until(who, "y0")
+        return _yielded()
 
 
 def test_aio_channel_follows_updates_while_the_stream_loop_yields(server, backends, yielding):
     _to(server, backends, 0)
 
-    async def main():
-        await _follows_updates(server, backends, server.bootstrap())
-        return _yielded()
-
-    assert asyncio.run(main()) is yielding
+    assert asyncio.run(_follows_updates(server, backends, server.bootstrap())) is yielding
 
 
 def test_stream_loop_takes_completions_back_after_asyncio_run_returns(server, backends, yielding):
@@ -184,7 +183,16 @@ def test_xds_update_arrives_while_the_application_loop_is_stuck(server, backends
                 assert wait_until(lambda: _yielded() is yielding, 5)
                 # stuck: no await until the sync channel saw the update
                 _to(server, backends, 1)
-                return wait_until(lambda: _sync_answer(who) == "y1", 10)
+                seen = wait_until(lambda: _sync_answer(who) == "y1", 10)
+                # the stream loop took the completions back for the stall
+                # (not one read per look)...
+                assert not _yielded()
+                # ...and yields again once the loop answers its probe
+                deadline = time.monotonic() + 5
+                while _yielded() is not yielding and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                assert _yielded() is yielding
+                return seen
 
         assert asyncio.run(main())
     finally:

@@ -28,11 +28,16 @@ Rules:
   (an idle application costs two looks a second):
   - no such loop runs any more (``asyncio.run`` returned, the loop stopped
     or closed): it takes its reader back and reads what is pending;
-  - one runs, but the socket holds a byte (the application's loop may be
-    stuck in a long computation): it reads once itself (grpcio's reader,
-    which also hands the application's events over), and looks again after
-    ``TICK``.  So an xDS response waits at most ``TICK_MAX`` longer than
-    before, never forever.
+  - one runs, but the socket holds a byte: it posts a probe (a no-op
+    callback) to the application loops that read.  One that runs it within
+    :data:`STUCK_AFTER` is reading: nothing changes.  If none does, the
+    loop is stuck (a long computation, or a blocking call such as a sync
+    pyxds RPC made from a coroutine): the stream loop takes its reader back
+    at once and reads (grpcio's reader, which also hands the application's
+    events over), so the xDS streams run at full speed again after at most
+    ``TICK_MAX`` + ``STUCK_AFTER``, for the whole of the stall; it yields
+    again once the probe has run (the loop is responsive), looking every
+    ``TICK``.
 * A sync-only process binds no application loop: nothing changes there.
 * Only on a grpcio this was checked against (:data:`VERIFIED`), and only
   when the stream loop's reader is what 1.85's is (a selector loop whose
@@ -56,7 +61,15 @@ from collections.abc import Callable
 
 import grpc
 
-__all__ = ["ENABLED", "TICK", "TICK_MAX", "VERIFIED", "CompletionReader", "app_loop_bound"]
+__all__ = [
+    "ENABLED",
+    "STUCK_AFTER",
+    "TICK",
+    "TICK_MAX",
+    "VERIFIED",
+    "CompletionReader",
+    "app_loop_bound",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -68,6 +81,8 @@ ENABLED = os.environ.get("PYXDS_STREAM_LOOP_YIELD", "1") != "0"
 TICK = 0.1
 #: the longest interval between two looks (module rules)
 TICK_MAX = 0.5
+#: seconds an application loop has to run a probe before it counts as stuck
+STUCK_AFTER = 0.02
 
 _lock = threading.Lock()
 #: application loops pyxds made grpc.aio channels on (weak: a closed loop goes)
@@ -139,6 +154,9 @@ class CompletionReader:
         self._ticking = False
         self._interval = TICK
         self._closed = False
+        #: the outstanding probe of the application loops (module rules):
+        #: filled by the first loop that runs it
+        self._probe: list[bool] | None = None
 
     @classmethod
     def attach(cls, loop: asyncio.AbstractEventLoop) -> CompletionReader | None:
@@ -202,11 +220,51 @@ class CompletionReader:
         self._ticking = False
         if not self.yielded or self._closed:
             return
-        pending = _readable(self._fd)
-        self._interval = TICK if pending else min(2 * self._interval, TICK_MAX)
+        if self._probe is None and _readable(self._fd) and self._post_probe():
+            # Completions wait: is an application loop still reading?
+            self._loop.call_later(STUCK_AFTER, self._check_stuck)
+            return
+        self._interval = min(2 * self._interval, TICK_MAX)
         self.review()
-        if self.yielded and pending:
-            self._drain()  # the application's loop may be stuck: read once
+
+    def _post_probe(self) -> bool:
+        """A no-op callback posted to each application loop that reads
+        (module rules); False when there is none."""
+        probe: list[bool] = []
+        with _lock:
+            loops = list(_app_loops)
+        posted = False
+        for loop in loops:
+            if _reads(loop, self._fd):
+                try:
+                    loop.call_soon_threadsafe(probe.append, True)
+                    posted = True
+                except RuntimeError:  # closed meanwhile
+                    pass
+        self._probe = probe if posted else None
+        return posted
+
+    def _check_stuck(self) -> None:
+        """The probe's answer: an application loop ran it (it reads: yield,
+        or stay yielded), or none did (stuck: compete again, and look again
+        after ``TICK``), or none reads any more (take the reader back)."""
+        probe = self._probe
+        if self._closed or probe is None:
+            self._probe = None
+            return
+        if probe:
+            self._probe = None
+            self._interval = TICK
+            self.review()
+            return
+        if not self._app_reading():
+            self._probe = None
+            self._reclaim()
+            return
+        if self.yielded:
+            _log.debug("pyxds: an application loop is stuck; the xDS stream loop reads")
+            self._reclaim()
+        self._loop.call_later(TICK, self._check_stuck)
 
     def _reclaim(self) -> None:
         if not self.yielded:
