@@ -66,7 +66,7 @@ from typing import Any
 
 import grpc
 
-from pyxds.channel.grpc_unary import source_fingerprint
+from pyxds.channel.grpc_unary import checked, source_fingerprint
 
 __all__ = ["VERIFIED", "LeanAioUnaryUnary", "available", "fingerprint", "lean"]
 
@@ -120,14 +120,8 @@ def available() -> bool:
     """Whether this grpcio is one the lean call was checked against."""
     global _AVAILABLE
     if _AVAILABLE is None:
-        try:
-            ok = fingerprint() in VERIFIED
-            if ok:
-                _bind()
-        except Exception:  # another layout of grpcio: its own multicallables
-            ok = False
-        _AVAILABLE = ok
-        if not ok:
+        _AVAILABLE = checked(fingerprint, VERIFIED, _bind)
+        if not _AVAILABLE:
             _log.debug("pyxds: grpcio %s: plain grpc.aio unary calls", grpc.__version__)
     return _AVAILABLE
 

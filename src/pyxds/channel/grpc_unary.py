@@ -57,7 +57,7 @@ import hashlib
 import importlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -125,18 +125,28 @@ def source_fingerprint(functions: list[Any]) -> str:
     return digest.hexdigest()
 
 
+def checked(
+    fingerprint: Callable[[], str], verified: Mapping[str, str], bind: Callable[[], None]
+) -> bool:
+    """Whether the grpcio sources a lean call mirrors are ones it was
+    checked against (``fingerprint()`` in ``verified``); ``bind`` then binds
+    the private names it uses.  Any error (another layout of grpcio) is a
+    no: the caller uses grpcio's own multicallables."""
+    try:
+        ok = fingerprint() in verified
+        if ok:
+            bind()
+    except Exception:
+        ok = False
+    return ok
+
+
 def available() -> bool:
     """Whether this grpcio is one :class:`LeanUnaryUnary` was checked against
     (its private names are bound into this module then)."""
     global _AVAILABLE
     if _AVAILABLE is None:
-        try:
-            ok = fingerprint() in VERIFIED
-            if ok:
-                _bind()
-        except Exception:  # another layout of grpcio: its own multicallables
-            ok = False
-        _AVAILABLE = ok
+        _AVAILABLE = checked(fingerprint, VERIFIED, _bind)
         if not _AVAILABLE:
             _log.debug("pyxds: grpcio %s: plain unary multicallables", grpc.__version__)
     return _AVAILABLE
