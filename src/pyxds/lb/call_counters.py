@@ -19,8 +19,9 @@ Rules:
 * :func:`cluster_counters` returns the live object for a key or makes one; the
   registry holds it weakly, so counters live as long as some policy holds them.
 * Counts are changed from RPC threads (pickers, call completion) without a
-  lock: in-flight calls are the length of a deque (append/pop are atomic) and
-  counts are ``itertools.count`` objects (one ``next()`` is atomic).  Drops
+  lock: a cluster's in-flight calls are the length of a deque (append/pop
+  are atomic), a locality's counts are ``itertools.count`` objects (one
+  ``next()`` is atomic; in flight is started minus finished).  Drops
   (rarer) and snapshots take a small lock.  The circuit-breaker check and the
   increment are separate steps, so racing picks may admit a call or two over
   the limit, as in C-core (which checks in the picker and increments when the
@@ -33,6 +34,7 @@ import collections
 import itertools
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
@@ -83,59 +85,77 @@ def _count_value(counter: itertools.count[int]) -> int:
 class LocalityCounters:
     """Calls of one locality of one cluster.
 
-    Lock-free on the RPC path: each count is an ``itertools.count`` (one
-    ``next()`` is atomic in CPython) and in-flight calls are the length of a
-    deque (``append``/``pop`` are atomic)."""
+    Lock-free on the RPC path, and no Python frame per call: three
+    ``itertools.count`` totals that never reset (one ``next()`` is atomic
+    in CPython), counted through their bound ``__next__``
+    (:attr:`count_started`, :attr:`count_succeeded`, :attr:`count_failed`,
+    which a picker may keep: they never change).  In flight is started
+    minus finished; a snapshot that resets remembers the totals it read
+    and the next one reports from there, so no call is lost to a reset."""
 
-    __slots__ = ("locality", "_started", "_succeeded", "_failed", "_calls")
+    __slots__ = (
+        "locality",
+        "count_started",
+        "count_succeeded",
+        "count_failed",
+        "_started",
+        "_succeeded",
+        "_failed",
+        "_reported",
+    )
 
     def __init__(self, locality: Any) -> None:
         self.locality = locality
         self._started = itertools.count()
         self._succeeded = itertools.count()
         self._failed = itertools.count()
-        self._calls: collections.deque[None] = collections.deque()
+        self.count_started: Callable[[], int] = self._started.__next__
+        self.count_succeeded: Callable[[], int] = self._succeeded.__next__
+        self.count_failed: Callable[[], int] = self._failed.__next__
+        #: (started, succeeded, failed) totals at the last resetting snapshot
+        self._reported = (0, 0, 0)
 
     def call_started(self) -> None:
-        next(self._started)
-        self._calls.append(None)
+        self.count_started()
 
     def call_finished(self, ok: bool) -> None:
-        self._calls.pop()
-        next(self._succeeded if ok else self._failed)
+        (self.count_succeeded if ok else self.count_failed)()
+
+    def _totals(self) -> tuple[int, int, int]:
+        # the finished counts first: a call's end is counted after its
+        # start, so started - finished never goes below zero
+        succeeded = _count_value(self._succeeded)
+        failed = _count_value(self._failed)
+        return _count_value(self._started), succeeded, failed
 
     @property
     def in_flight(self) -> int:
-        return len(self._calls)
+        started, succeeded, failed = self._totals()
+        return started - succeeded - failed
 
     @property
     def started(self) -> int:
-        return _count_value(self._started)
+        return _count_value(self._started) - self._reported[0]
 
     @property
     def succeeded(self) -> int:
-        return _count_value(self._succeeded)
+        return _count_value(self._succeeded) - self._reported[1]
 
     @property
     def failed(self) -> int:
-        return _count_value(self._failed)
+        return _count_value(self._failed) - self._reported[2]
 
     def _take(self, reset: bool) -> LocalityLoad:
+        totals = started, succeeded, failed = self._totals()
+        base_started, base_succeeded, base_failed = self._reported
         if reset:
-            # Swap first, then read the old counters: a call counted into an
-            # old counter after the read is lost (a race as wide as one
-            # ``next()``; LRS counts are estimates).
-            started, self._started = self._started, itertools.count()
-            succeeded, self._succeeded = self._succeeded, itertools.count()
-            failed, self._failed = self._failed, itertools.count()
-        else:
-            started, succeeded, failed = self._started, self._succeeded, self._failed
+            self._reported = totals
         return LocalityLoad(
             self.locality,
-            _count_value(started),
-            _count_value(succeeded),
-            _count_value(failed),
-            len(self._calls),
+            started - base_started,
+            succeeded - base_succeeded,
+            failed - base_failed,
+            started - succeeded - failed,
         )
 
 

@@ -187,29 +187,39 @@ class XdsClusterImplPicker(Picker):
         subchannel = result.subchannel
         if type(subchannel) is OutlierDetectionSubchannel:  # a no-op outlier_detection
             subchannel = subchannel.real
-        locality = lrs = None
-        labels = result.attempt_labels
-        trailers = result.on_call_trailers
         if type(subchannel) is CountedSubchannel:
             locality = subchannel.stats
             lrs = subchannel.lrs
-            if labels is None:
-                labels = subchannel.attempt_labels
-            else:  # a child's own labels too (rare: not on the common path)
-                labels = {**labels, **subchannel.attempt_labels}
-            if lrs is not None and lrs.wants_backend_metrics:
-                trailers = subchannel.metrics_hook(trailers)
-            subchannel = subchannel.real
+            # The counted result of a child result seen before (round_robin's
+            # and override_host's are constants per endpoint) is reused; a
+            # different child result, counters or load stats build it anew.
+            memo = subchannel.counted
+            if (
+                memo is not None
+                and memo[0] is result
+                and memo[1] is calls
+                and memo[2] is locality
+                and memo[3] is lrs
+            ):
+                counted = memo[4]
+            else:
+                counted = subchannel.count(result, calls)
             if locality is not None:
-                locality.call_started()
+                locality.count_started()
             if lrs is not None:
                 lrs.call_started()
+            calls.append(None)
+            return counted
+        # a subchannel this policy did not wrap (a custom child's own)
         calls.append(None)
-        # Positional rebuild (dataclasses.replace is 10x slower on the pick
-        # path); every PickComplete field is passed on (a unit test fails
-        # when PickComplete gains one this line does not name).
-        done = _call_done(calls, locality, lrs, result.on_call_done)
-        return PickComplete(subchannel, done, trailers, labels, result.metadata)
+        done = _call_done(calls, None, None, result.on_call_done)
+        return PickComplete(
+            subchannel,
+            done,
+            result.on_call_trailers,
+            result.attempt_labels,
+            result.metadata,
+        )
 
     @property
     def child(self) -> Picker:
@@ -230,11 +240,15 @@ def _call_done(
     in-flight deque, see :class:`ClusterCounters`; ``lrs`` the locality's
     load-report stats or None)."""
 
+    pop = calls.pop
+    if locality is not None:  # bound once: no Python frame per call
+        succeeded, failed = locality.count_succeeded, locality.count_failed
+
     def on_call_done(status: Status) -> None:
-        calls.pop()
+        pop()
         ok = status.code is _OK
         if locality is not None:
-            locality.call_finished(ok)
+            (succeeded if ok else failed)()
         if lrs is not None:
             if status is ATTEMPT_NOT_STARTED:
                 lrs.call_not_started()
@@ -273,6 +287,7 @@ class CountedSubchannel(Subchannel):
         "stats",
         "lrs",
         "attempt_labels",
+        "counted",
         "_owner",
         "_hooks",
     )
@@ -296,6 +311,33 @@ class CountedSubchannel(Subchannel):
         self._owner = owner
         #: (lrs, child's trailers hook, the hook handed to the channel)
         self._hooks: tuple[Any, Any, Callable[[Any], None]] | None = None
+        #: (child result, cluster calls, locality stats, load stats, counted
+        #: result) of the last pick through this subchannel (see :meth:`count`)
+        self.counted: tuple[PickComplete, Any, Any, Any, PickComplete] | None = None
+
+    def count(self, result: PickComplete, calls: Any) -> PickComplete:
+        """The pick result handed to the channel for the child's ``result``
+        on this subchannel, counted into ``calls`` (the cluster's in-flight
+        deque), this locality's stats and its load stats: the real
+        subchannel, an ``on_call_done`` that records the end then calls the
+        child's, the locality's A78 labels (merged with the child's own),
+        the load stats' ORCA hook chained before the child's trailers hook.
+        Every field of ``result`` is passed on (positionally:
+        ``dataclasses.replace`` costs 10x; a unit test fails when
+        PickComplete gains a field this does not name).  Remembered in
+        :attr:`counted`: the same child result with the same counters and
+        stats gets the same object back, so a pick allocates nothing."""
+        locality = self.stats
+        lrs = self.lrs
+        labels = result.attempt_labels  # a child's own labels too, merged (rare)
+        labels = self.attempt_labels if labels is None else {**labels, **self.attempt_labels}
+        trailers = result.on_call_trailers
+        if lrs is not None and lrs.wants_backend_metrics:
+            trailers = self.metrics_hook(trailers)
+        done = _call_done(calls, locality, lrs, result.on_call_done)
+        counted = PickComplete(self.real, done, trailers, labels, result.metadata)
+        self.counted = (result, calls, locality, lrs, counted)
+        return counted
 
     def metrics_hook(self, inner: Callable[[Any], None] | None) -> Callable[[Any], None]:
         """The ``on_call_trailers`` that gives the attempt's ORCA report to

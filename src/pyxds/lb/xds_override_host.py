@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -275,11 +276,70 @@ def _unwrap(result: PickComplete) -> tuple[PickComplete, OverrideHostSubchannel 
 
 _MEMO_LIMIT = 4096
 
+#: how a plain child result maps to the wrapper's constant ``result``: our
+#: wrapper directly, or under a no-op outlier_detection wrapper
+_PLAIN_GETTERS = (
+    operator.attrgetter("subchannel.result"),
+    operator.attrgetter("subchannel.real.result"),
+)
+
+
+def _plain_result(result: PickResult) -> PickComplete | None:
+    """What :meth:`OverrideHostPicker.pick` hands the parent for the child's
+    ``result`` of an RPC without a session, when that is our wrapper's
+    constant result (a plain pick of our wrapper); None otherwise."""
+    if result.__class__ is not PickComplete:
+        return None
+    assert isinstance(result, PickComplete)
+    sub: Any = result.subchannel
+    if sub.__class__ is OutlierDetectionSubchannel:
+        sub = sub.real
+    if (
+        sub.__class__ is OverrideHostSubchannel
+        and result.on_call_done is None
+        and result.on_call_trailers is None
+        and result.attempt_labels is None
+    ):
+        return sub.result  # type: ignore[no-any-return]
+    return None
+
+
+def _plain_stream(child: Picker) -> Callable[[], PickResult] | None:
+    """A picker-build-time shortcut for RPCs without a session: when the
+    child offers a :meth:`~pyxds.lb.api.Picker.result_stream` over a fixed
+    tuple of results (round_robin's, pick_first's READY pickers) and every
+    one is a plain pick of our wrapper, the stream mapped (in C:
+    ``map`` of an ``attrgetter``) to the wrappers' constant results; its
+    ``__next__`` is that RPC's pick, advancing the child's own rotation
+    (so picks with a session, through ``child.pick``, share it).  None
+    otherwise (the full ``pick`` runs)."""
+    results = getattr(child, "results", None)
+    if not isinstance(results, tuple) or not results:
+        return None
+    mapped = [_plain_result(r) for r in results]
+    if any(m is None for m in mapped):
+        return None
+    # one shape for all (each wrapper's attribute read directly: the
+    # outlier_detection wrapper would forward ``result`` through Python)
+    shape = {r.subchannel.__class__ for r in results}
+    if shape == {OverrideHostSubchannel}:
+        getter = _PLAIN_GETTERS[0]
+    elif shape == {OutlierDetectionSubchannel}:
+        getter = _PLAIN_GETTERS[1]
+    else:
+        return None
+    if not all(getter(r) is m for r, m in zip(results, mapped, strict=True)):
+        return None
+    stream = child.result_stream()
+    if stream is None:
+        return None
+    return map(getter, stream).__next__
+
 
 class OverrideHostPicker(Picker):
     """Sessions first, then the child's picker (module docstring)."""
 
-    __slots__ = ("_policy", "_child", "_statuses", "_now", "_memo")
+    __slots__ = ("_policy", "_child", "_statuses", "_now", "_memo", "_plain_next")
 
     def __init__(
         self,
@@ -294,6 +354,9 @@ class OverrideHostPicker(Picker):
         self._now = now
         # id(child result) -> (child result, mapped result, wrapper)
         self._memo: dict[int, tuple[PickComplete, PickComplete, Any]] = {}
+        #: the next pick of an RPC without a session, when ``pick`` maps
+        #: every pick of the child to a constant (see :func:`_plain_stream`)
+        self._plain_next: Callable[[], PickResult] | None = _plain_stream(child)
 
     @property
     def child(self) -> Picker:
@@ -301,7 +364,11 @@ class OverrideHostPicker(Picker):
 
     def pick(self, args: PickArgs) -> PickResult:
         session = args.call_attributes.get(OVERRIDE_HOST_ATTRIBUTE)
-        if session is not None and session.cookie_addresses:
+        if session is None:
+            plain = self._plain_next
+            if plain is not None:
+                return plain()  # what the lines below give, without their frames
+        elif session.cookie_addresses:
             overridden = self._pick_session(session)
             if overridden is not None:
                 return overridden

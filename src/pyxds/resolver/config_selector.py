@@ -146,6 +146,7 @@ class ClusterRef:
         return len(self._tokens)
 
     def acquire(self) -> bool:
+        # XdsConfigSelector.select does the same inline
         self._tokens.append(None)
         if self.retired:
             self._tokens.pop()
@@ -435,8 +436,13 @@ class XdsConfigSelector(ConfigSelector):
                 return self._select_special(action, path, metadata)
             index = bisect_right(action.cumulative, self._draw(action.total))
             choice = action.choices[index]
-        if choice.ref.acquire():
+        # ClusterRef.acquire, inline (every RPC passes here)
+        ref = choice.ref
+        tokens = ref._tokens
+        tokens.append(None)
+        if not ref.retired:
             return choice.config
+        tokens.pop()
         return self._reroute(path, metadata)
 
     def _select_special(
