@@ -56,6 +56,7 @@ policy that lets go of a subchannel never cancels RPCs already sent on it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
 import threading
@@ -156,7 +157,7 @@ class Transport(ABC):
     # slots: a process may hold thousands (issue 18, memory per endpoint)
     __slots__ = (
         "_lock",
-        "_active",
+        "_calls",
         "_retired",
         "closed",
         "active_seen",
@@ -167,7 +168,8 @@ class Transport(ABC):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._active = 0
+        #: one token per RPC running on it (``append``/``pop`` are atomic)
+        self._calls: collections.deque[None] = collections.deque()
         self._retired = False
         self.closed = False
         self.active_seen = False
@@ -209,18 +211,29 @@ class Transport(ABC):
     @abstractmethod
     def _close_now(self) -> None: ...
 
+    # Counting RPCs takes no lock while the transport is not retired (every
+    # RPC passes here twice): the ClusterRef handshake.  An RPC adds its
+    # token, then reads ``_retired``; retire() sets ``_retired``, then counts
+    # the tokens under the lock.  Whichever comes second sees the other, so a
+    # transport is closed exactly once, by whoever sees it retired with no
+    # RPC left, and never under an RPC that was told it started.
     def call_started(self) -> bool:
         """Count an RPC; False when the transport is already closed."""
-        with self._lock:
-            if self.closed:
-                return False
-            self._active += 1
-            return True
+        self._calls.append(None)
+        if self._retired:
+            with self._lock:
+                if self.closed:
+                    self._calls.pop()
+                    return False
+        return True
 
     def call_finished(self) -> None:
+        calls = self._calls
+        calls.pop()
+        if not self._retired:
+            return
         with self._lock:
-            self._active -= 1
-            close = self._retired and self._active == 0 and not self.closed
+            close = not calls and not self.closed
             if close:
                 self.closed = True
         if close:
@@ -230,7 +243,7 @@ class Transport(ABC):
         """Close now if idle (or ``force``), else when the last RPC ends."""
         with self._lock:
             self._retired = True
-            close = (force or self._active == 0) and not self.closed
+            close = (force or not self._calls) and not self.closed
             if close:
                 self.closed = True
         if close:
