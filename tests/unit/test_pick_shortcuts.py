@@ -269,9 +269,8 @@ def test_no_stream_when_a_child_result_is_not_a_plain_pick_of_the_wrapper():
     done: list[Status] = []
     with_callback = tuple(PickComplete(r.subchannel, done.append) for r in plain)
     with_labels = tuple(PickComplete(r.subchannel, None, None, {"l": "v"}) for r in plain)
-    mixed = (plain[0], PickComplete(plain[1].subchannel.real))  # wrapper under OD, and bare
     bare = tuple(PickComplete(r.subchannel.real.real) for r in plain)  # not our wrapper
-    for results in (with_callback, with_labels, mixed, bare, ()):
+    for results in (with_callback, with_labels, bare, ()):
         assert _plain_stream(_Results(results)) is None, results
 
     class NoStream(_Results):
@@ -287,3 +286,29 @@ def test_no_stream_when_a_child_result_is_not_a_plain_pick_of_the_wrapper():
     assert result.subchannel is plain[0].subchannel.real.real
     result.on_call_done(OK)
     assert done == [OK]
+
+
+def test_the_stream_maps_each_result_to_its_own_wrappers_result_and_nothing_else():
+    helper, _ = _tree()
+    plain = _override_host_picker(helper).child.results
+    # one result under the no-op outlier_detection wrapper, one of our wrapper itself
+    mixed = (plain[0], PickComplete(plain[1].subchannel.real))
+    nxt = _plain_stream(_Results(mixed))
+    assert nxt is not None
+    assert [nxt() for _ in range(4)] == [
+        plain[0].subchannel.real.result,
+        mixed[1].subchannel.result,
+    ] * 2
+
+    class Foreign(_Results):
+        def result_stream(self) -> Any:
+            return iter([PickComplete(plain[0].subchannel.real)])  # not one of ``results``
+
+    foreign = _plain_stream(Foreign(plain))
+    assert foreign is not None
+    try:
+        foreign()
+    except KeyError:
+        pass  # the channel fails the pick as a picker error
+    else:
+        raise AssertionError("a result outside the tuple was mapped")

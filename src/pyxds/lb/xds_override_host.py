@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import logging
 import math
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -276,14 +275,6 @@ def _unwrap(result: PickComplete) -> tuple[PickComplete, OverrideHostSubchannel 
 
 _MEMO_LIMIT = 4096
 
-#: how a plain child result maps to the wrapper's constant ``result``: our
-#: wrapper directly, or under a no-op outlier_detection wrapper
-_PLAIN_GETTERS = (
-    operator.attrgetter("subchannel.result"),
-    operator.attrgetter("subchannel.real.result"),
-)
-
-
 def _plain_result(result: PickResult) -> PickComplete | None:
     """What :meth:`OverrideHostPicker.pick` hands the parent for the child's
     ``result`` of an RPC without a session, when that is our wrapper's
@@ -307,33 +298,26 @@ def _plain_result(result: PickResult) -> PickComplete | None:
 def _plain_stream(child: Picker) -> Callable[[], PickResult] | None:
     """A picker-build-time shortcut for RPCs without a session: when the
     child offers a :meth:`~pyxds.lb.api.Picker.result_stream` over a fixed
-    tuple of results (round_robin's, pick_first's READY pickers) and every
-    one is a plain pick of our wrapper, the stream mapped (in C:
-    ``map`` of an ``attrgetter``) to the wrappers' constant results; its
-    ``__next__`` is that RPC's pick, advancing the child's own rotation
-    (so picks with a session, through ``child.pick``, share it).  None
-    otherwise (the full ``pick`` runs)."""
+    tuple of results (round_robin's READY picker) and every one is a plain
+    pick of our wrapper, that stream mapped in C (``map`` of ``id`` then of
+    a dict of each result's wrapper's constant result); its ``__next__`` is
+    that RPC's pick.  It advances the child's own rotation, so picks with a
+    session (through ``child.pick``) share it.  A stream result that is not
+    one of the tuple's raises KeyError (the channel fails that pick as a
+    picker error): never a silently different result.  None otherwise (the
+    full ``pick`` runs)."""
     results = getattr(child, "results", None)
     if not isinstance(results, tuple) or not results:
         return None
-    mapped = [_plain_result(r) for r in results]
-    if any(m is None for m in mapped):
-        return None
-    # one shape for all (each wrapper's attribute read directly: the
-    # outlier_detection wrapper would forward ``result`` through Python)
-    shape = {r.subchannel.__class__ for r in results}
-    if shape == {OverrideHostSubchannel}:
-        getter = _PLAIN_GETTERS[0]
-    elif shape == {OutlierDetectionSubchannel}:
-        getter = _PLAIN_GETTERS[1]
-    else:
-        return None
-    if not all(getter(r) is m for r, m in zip(results, mapped, strict=True)):
+    mapped = {id(r): _plain_result(r) for r in results}
+    if None in mapped.values():
         return None
     stream = child.result_stream()
     if stream is None:
         return None
-    return map(getter, stream).__next__
+    # the child picker (ours for as long as this picker lives) keeps every
+    # result alive, so their ids stay theirs
+    return map(mapped.__getitem__, map(id, stream)).__next__
 
 
 class OverrideHostPicker(Picker):
