@@ -309,9 +309,12 @@ def _plain_stream(child: Picker) -> Callable[[], PickResult] | None:
     results = getattr(child, "results", None)
     if not isinstance(results, tuple) or not results:
         return None
-    mapped = {id(r): _plain_result(r) for r in results}
-    if None in mapped.values():
-        return None
+    mapped: dict[int, PickResult] = {}
+    for result in results:
+        plain = _plain_result(result)
+        if plain is None:
+            return None
+        mapped[id(result)] = plain
     stream = child.result_stream()
     if stream is None:
         return None
