@@ -55,10 +55,18 @@ The locality of a subchannel is the ``locality`` attribute of the endpoint it
 was created for (the cds policy sets it): the child gets a
 :class:`CountedSubchannel` carrying that locality's counters, which the
 picker unwraps, so the count costs no lookup on the pick path and the channel
-only ever sees its own subchannels.  The picker rebuilds the child's
-:class:`PickComplete` passing every one of its fields on (positionally: a
-``dataclasses.replace`` costs 10x on the pick path), so what a child policy
-asks of the channel (``on_call_trailers`` for ORCA) survives.
+only ever sees its own subchannels.  The picker hands the channel the child's
+:class:`PickComplete` rebuilt with every one of its fields passed on
+(positionally: a ``dataclasses.replace`` costs 10x on the pick path), so what
+a child policy asks of the channel (``on_call_trailers`` for ORCA) survives.
+That rebuilt result is made once per (child result, cluster counters,
+locality stats, load stats) and kept on the endpoint's
+:class:`CountedSubchannel` (:meth:`CountedSubchannel.count`): round_robin's
+results, through override_host, are constants per endpoint, so a pick
+allocates nothing; its ``on_call_done`` counts the end of whichever call it
+is called for.  The counting itself is never skipped: every completed pick
+is one more call in flight for circuit breaking, one started call of its
+locality and, with ``lrs_server``, of its load stats (issue 18 item 2).
 
 State: the child's state and status, unchanged.  Before the child reports,
 nothing is published, except when a category drops every call: then the

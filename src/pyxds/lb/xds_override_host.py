@@ -51,7 +51,14 @@ Theory of operation
   around it): the picker hands the parent the subchannel it wrapped, so
   ``xds_cluster_impl`` still counts the call by locality.  Mapped results
   of a child picker's constant results are memoized (no allocation on the
-  common path, as outlier_detection does).
+  common path, as outlier_detection does).  When every result of the
+  child's READY picker is a plain pick of our wrapper (round_robin over
+  this cluster's endpoints, no callbacks, no labels), an RPC without the
+  session attribute is picked by the child's own rotation mapped in C to
+  the wrappers' constant results (``_plain_stream``): the same result the
+  full path gives, with no Python frame below this picker's.  An RPC with
+  the attribute always takes the full path (the cookie, A55/A60), on the
+  same rotation.
 * State: the child's, unchanged.  An owned subchannel's state change
   publishes a new picker (queued session picks wait on it).
 """
@@ -274,6 +281,7 @@ def _unwrap(result: PickComplete) -> tuple[PickComplete, OverrideHostSubchannel 
 
 
 _MEMO_LIMIT = 4096
+
 
 def _plain_result(result: PickResult) -> PickComplete | None:
     """What :meth:`OverrideHostPicker.pick` hands the parent for the child's
