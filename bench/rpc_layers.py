@@ -1,0 +1,162 @@
+"""Where a pyxds RPC's own instructions go, layer by layer (issue 18 item 2).
+
+A live sync ``xds:///bench`` channel (``e2e.py --serve``'s world: one route,
+one cluster, round_robin over one endpoint) runs in a client process under
+``valgrind --tool=callgrind``; the process zeroes and dumps callgrind's
+counters around a loop of ``--count`` iterations of each step, so each row
+is instructions per iteration on the calling thread:
+
+* ``PickArgs``: building the pick's input;
+* ``select+release``: the ConfigSelector's route decision and the cluster
+  reference it takes (released as the RPC ends);
+* one row per picker of the channel's chain, each ``pick`` plus the pick's
+  ``on_call_done``: a picker's own share is its row minus the next one's
+  (``own``; for a picker that picks through its child's stream in C, as
+  override_host over round_robin does, that includes the child's rotation);
+* ``rpc cycle``: ``Rpc(...)``, its pick, its transport's count and its end,
+  everything of an RPC but the grpcio call;
+* ``unary RPC``: a whole blocking unary RPC.
+
+An empty loop's count is subtracted.  Run a checkout's code with
+``PYTHONPATH=path/to/src python bench/rpc_layers.py`` to compare two.
+
+Usage: python bench/rpc_layers.py [--count 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+_CLIENT = r"""
+import json, os, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from bench_world import world
+from pyxds.channel.rpc import Rpc
+from pyxds.lb.api import OK_STATUS, PickArgs
+
+METHOD = "/bench.Bench/Ping"
+count = int(sys.argv[2])
+pid = str(os.getpid())
+labels = []
+
+def measure(label, step):
+    step()
+    subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
+    for _ in range(count):
+        step()
+    subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
+    labels.append(label)
+
+with world() as info:
+    import pyxds
+    channel = pyxds.insecure_channel("xds:///bench", bootstrap=info["bootstrap"])
+    call = channel.unary_unary(METHOD)
+    for _ in range(50):
+        call(b"x", timeout=60, wait_for_ready=True)
+    core = channel._core
+    config = core.selector.select(METHOD, ())
+    config.on_committed()
+    attributes = config.call_attributes
+    args = PickArgs(METHOD, (), attributes)
+    chain = [core.picker]
+    while True:  # each picker's child: the cluster manager's by the route's cluster
+        below = getattr(chain[-1], "_child", None) or getattr(chain[-1], "_pickers", None)
+        if isinstance(below, dict):
+            below = below[attributes["cluster"]]
+        if below is None:
+            break
+        chain.append(below)
+
+    def empty():
+        pass
+
+    def select():
+        core.selector.select(METHOD, ()).on_committed()
+
+    def picker_step(picker):
+        def step():
+            result = picker.pick(args)
+            done = result.on_call_done
+            if done is not None:
+                done(OK_STATUS)
+        return step
+
+    def cycle():
+        rpc = Rpc(core, METHOD, None, 60, None)
+        transport = rpc.pick()
+        transport.call_finished()
+        rpc.finish(OK_STATUS)
+
+    measure("empty loop", empty)
+    measure("PickArgs", lambda: PickArgs(METHOD, (), attributes))
+    measure("select+release", select)
+    for picker in chain:
+        measure(type(picker).__name__ + ".pick", picker_step(picker))
+    measure("rpc cycle", cycle)
+    measure("unary RPC", lambda: call(b"x", timeout=60))
+    channel.close()
+print(json.dumps(labels))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=2000)
+    args = parser.parse_args()
+    folder = tempfile.mkdtemp(prefix="pyxds-layers-")
+    out_file = os.path.join(folder, "cg.out")
+    env = dict(os.environ, PYTHONMALLOC="malloc")
+    env.pop("GRPC_XDS_BOOTSTRAP", None)
+    try:
+        done = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out_file}",
+                "--dump-instr=no",
+                "--separate-threads=yes",
+                sys.executable,
+                "-c",
+                _CLIENT,
+                HERE,
+                str(args.count),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"client failed: {done.stderr[-2000:]}")
+        labels = json.loads(done.stdout.strip().splitlines()[-1])
+        per_step: dict[str, float] = {}
+        for number, label in enumerate(labels, 1):
+            (path,) = glob.glob(f"{out_file}.{number}-01")  # the calling thread's dump
+            with open(path) as f:
+                total = next(int(line.split()[1]) for line in f if line.startswith("summary:"))
+            per_step[label] = total / args.count
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    floor = per_step.pop("empty loop")
+    print("instructions per iteration, calling thread (an empty loop's subtracted)")
+    names = list(per_step)
+    for i, name in enumerate(names):
+        value = per_step[name] - floor
+        line = f"{name:<34} {value:9.0f}"
+        if name.endswith(".pick") and i + 1 < len(names) and names[i + 1].endswith(".pick"):
+            own = value - (per_step[names[i + 1]] - floor)
+            line += f"   own {own:7.0f}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
