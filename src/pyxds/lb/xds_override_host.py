@@ -384,6 +384,8 @@ class OverrideHostPicker(Picker):
             # A plain pick maps to the wrapper's own constant result: nothing
             # to remember (a memo entry per endpoint per picker, built again
             # by every new picker, was GC churn at 10k endpoints: issue 18).
+            # (_plain_result's test, inline: this runs per pick of a child
+            # without a plain stream, e.g. weighted_target over localities.)
             mapped = sub.result
         else:
             memo = self._memo.get(id(result))
