@@ -76,7 +76,7 @@ def test_a_completed_pick_starts_the_attempt_on_its_transport(h):
     assert rpc.phase == PICKING
     assert rpc.pick() is h.transport
     assert rpc.phase == RUNNING
-    assert h.transport._active == 1
+    assert h.transport.calls_running == 1
 
 
 def test_a_pick_on_a_transport_that_closed_is_reported_not_started_and_picked_again(h):
@@ -106,7 +106,7 @@ def test_a_cancel_while_picking_ends_the_rpc_cancelled_before_any_pick(h):
     assert rpc.cancel()
     status = rpc.pick()
     assert status.code is grpc.StatusCode.CANCELLED
-    assert rpc.done and h.transport._active == 0
+    assert rpc.done and h.transport.calls_running == 0
     assert h.picker.done == []  # nothing was picked
     assert not rpc.cancel()  # over already
 
@@ -114,7 +114,7 @@ def test_a_cancel_while_picking_ends_the_rpc_cancelled_before_any_pick(h):
 def test_no_attempt_starts_once_the_deadline_passed(h):
     rpc = rpc_of(h, timeout=-1.0)
     assert rpc.pick() is DEADLINE_EXCEEDED
-    assert rpc.done and h.transport._active == 0
+    assert rpc.done and h.transport.calls_running == 0
     assert h.picker.done == [grpc.StatusCode.DEADLINE_EXCEEDED]  # the pick, reported once
 
 
@@ -125,7 +125,7 @@ def test_a_start_that_raised_on_a_closed_transport_is_not_sent_and_picked_again(
     transport = rpc.pick()
     transport.retire(force=True)
     assert rpc.start_failed(transport) is True
-    assert transport._active == 0
+    assert transport.calls_running == 0
     assert h.picker.done == [ATTEMPT_NOT_STARTED.code]
     assert rpc.phase == PICKING
 
@@ -137,7 +137,7 @@ def test_a_start_that_raised_on_an_open_transport_ends_the_rpc_without_picking_a
     rpc = rpc_of(h)
     transport = rpc.pick()
     assert rpc.start_failed(transport) is False
-    assert transport._active == 0 and not transport.closed
+    assert transport.calls_running == 0 and not transport.closed
     assert h.picker.done == []  # the adapter's finish reports the pick, once
     rpc.finish(Status(grpc.StatusCode.UNKNOWN, "ValueError: bad metadata"))
     assert h.picker.done == [grpc.StatusCode.UNKNOWN]

@@ -217,6 +217,11 @@ class Transport(ABC):
     # the tokens under the lock.  Whichever comes second sees the other, so a
     # transport is closed exactly once, by whoever sees it retired with no
     # RPC left, and never under an RPC that was told it started.
+    @property
+    def calls_running(self) -> int:
+        """RPCs counted as started on it and not finished."""
+        return len(self._calls)
+
     def call_started(self) -> bool:
         """Count an RPC; False when the transport is already closed."""
         self._calls.append(None)
