@@ -1,0 +1,180 @@
+"""Unary RPC rates of several clients in short alternating windows: the
+rate goal of issue 18 item 2 (pyxds >= 1.0x C-core's ``xds:///``) on a
+shared, noisy machine.
+
+``e2e.py --vs-core`` makes a new channel per window of seconds, so a load
+spike of the machine lands on one side of a ratio.  Here every client is a
+process of its own, started once with its channel ready (warmed up), and
+the clients take turns in windows of ``--window`` seconds (0.3 by default),
+the order rotated every round: drift hits every client alike, and a ratio
+is the median over many rounds.  Clients: C-core's ``xds:///`` channel, and
+pyxds from each ``--src`` given (``name=path/to/src``, e.g. ``main=...``,
+``branch=...``; default: the installed pyxds), sync (1 and 4 threads) and
+asyncio (1 and 4 tasks).
+
+Usage: python bench/rate_pairs.py [--rounds 30] [--window 0.3] [--src NAME=PATH ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from typing import Any
+
+from bench_world import world
+
+_CLIENT = r"""
+import asyncio, json, sys, threading, time
+kind, mode, target, bootstrap = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+METHOD = "/bench.Bench/Ping"
+import grpc
+
+def sync_main():
+    if kind == "core":
+        channel = grpc.insecure_channel(target)
+    else:
+        import pyxds
+        channel = pyxds.insecure_channel(target, bootstrap=bootstrap)
+    call = channel.unary_unary(METHOD)
+    for _ in range(200):
+        call(b"x", timeout=60, wait_for_ready=True)
+    print("READY", flush=True)
+    for line in sys.stdin:
+        threads, seconds = int(line.split()[0]), float(line.split()[1])
+        counts = [0] * threads
+        end = time.monotonic() + seconds
+        def run(i):
+            n = 0
+            while time.monotonic() < end:
+                call(b"x", timeout=60)
+                n += 1
+            counts[i] = n
+        workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+        start = time.monotonic()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        print(sum(counts) / (time.monotonic() - start), flush=True)
+    channel.close()
+
+async def aio_main():
+    import grpc.aio
+    if kind == "core":
+        channel = grpc.aio.insecure_channel(target)
+    else:
+        import pyxds.aio
+        channel = pyxds.aio.insecure_channel(target, bootstrap=bootstrap)
+    call = channel.unary_unary(METHOD)
+    for _ in range(200):
+        await call(b"x", timeout=60, wait_for_ready=True)
+    print("READY", flush=True)
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            break
+        tasks, seconds = int(line.split()[0]), float(line.split()[1])
+        end = time.monotonic() + seconds
+        async def run():
+            n = 0
+            while time.monotonic() < end:
+                await call(b"x", timeout=60)
+                n += 1
+            return n
+        start = time.monotonic()
+        counts = await asyncio.gather(*(run() for _ in range(tasks)))
+        print(sum(counts) / (time.monotonic() - start), flush=True)
+    await channel.close()
+
+asyncio.run(aio_main()) if mode == "aio" else sync_main()
+"""
+
+
+class Client:
+    """One client process: a ready channel that runs a window when asked."""
+
+    def __init__(self, kind: str, mode: str, src: str | None, bootstrap: dict[str, Any]) -> None:
+        env = dict(os.environ)
+        env.pop("GRPC_XDS_BOOTSTRAP", None)
+        env.pop("PYTHONPATH", None)
+        if kind == "core":
+            env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
+        elif src is not None:
+            env["PYTHONPATH"] = src
+        args = [kind, mode, "xds:///bench", json.dumps(bootstrap)]
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _CLIENT, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        if self.process.stdout.readline().strip() != "READY":
+            raise RuntimeError(f"{kind} {mode}: client did not start")
+
+    def window(self, parallel: int, seconds: float) -> float:
+        """RPCs per second over one window of ``parallel`` threads/tasks."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(f"{parallel} {seconds}\n")
+        self.process.stdin.flush()
+        return float(self.process.stdout.readline())
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--window", type=float, default=0.3)
+    parser.add_argument("--src", action="append", default=[], metavar="NAME=PATH")
+    args = parser.parse_args()
+    sources: dict[str, str | None] = dict(s.split("=", 1) for s in args.src) or {"pyxds": None}
+    load = open("/proc/loadavg").read().split()[:3]  # noqa: SIM115 - one read
+    print(f"load before: {' '.join(load)}")
+    with world() as info:
+        bootstrap = info["bootstrap"]
+        for mode in ("sync", "aio"):
+            clients = {"C-core": Client("core", mode, None, bootstrap)}
+            for name, src in sources.items():
+                clients[name] = Client("pyxds", mode, src, bootstrap)
+            names = list(clients)
+            try:
+                for parallel in (1, 4):
+                    rates: dict[str, list[float]] = {name: [] for name in names}
+                    for r in range(args.rounds):
+                        order = names[r % len(names) :] + names[: r % len(names)]
+                        for name in order:
+                            rates[name].append(clients[name].window(parallel, args.window))
+                    line = [f"{mode} x{parallel}:"]
+                    for name in names[1:]:
+                        ratios = [a / b for a, b in zip(rates[name], rates["C-core"], strict=True)]
+                        line.append(f"{name}/C-core {statistics.median(ratios):.3f}")
+                    if len(names) == 3:
+                        a, b = names[1], names[2]
+                        ratios = [x / y for x, y in zip(rates[b], rates[a], strict=True)]
+                        line.append(f"{b}/{a} {statistics.median(ratios):.3f}")
+                    line.append(
+                        "(RPCs/s medians: "
+                        + ", ".join(f"{n} {statistics.median(rates[n]):.0f}" for n in names)
+                        + ")"
+                    )
+                    print("  ".join(line), flush=True)
+            finally:
+                for client in clients.values():
+                    client.close()
+    load = open("/proc/loadavg").read().split()[:3]  # noqa: SIM115 - one read
+    print(f"load after: {' '.join(load)}")
+
+
+if __name__ == "__main__":
+    main()
