@@ -168,6 +168,19 @@ def test_new_counters_for_the_cluster_rebuild_the_counted_result():
     assert cluster_counters(name).in_flight == 0
 
 
+def test_a_removed_endpoint_forgets_its_counted_result_and_leaves_no_cycle():
+    name = unique("forget")
+    helper, policy, _, _ = start(name)
+    for _ in range(2):
+        helper.pick()
+    counted = list(policy._subchannels)
+    assert all(c.counted is not None for c in counted)
+    policy.shutdown()  # every subchannel of the child is shut down
+    # the remembered child result named the wrapper (wrapper -> memo ->
+    # override_host's result -> wrapper): gone, so reference counts free it
+    assert all(c.counted is None for c in counted)
+
+
 # -- locality counts across a resetting snapshot ---------------------------------------
 
 

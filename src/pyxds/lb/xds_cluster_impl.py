@@ -377,6 +377,10 @@ class CountedSubchannel(Subchannel):
         return self.real.watch_state(fn)
 
     def shutdown(self) -> None:
+        # the remembered child result names this wrapper (override_host's
+        # constant result): forget it, so a removed endpoint leaves no
+        # reference cycle for the garbage collector (issue 18)
+        self.counted = None
         self._owner._untrack(self)
         self.real.shutdown()
 
