@@ -1,20 +1,20 @@
-"""``dataclass`` for pyxds's frozen value classes, at half the cost to define
-(issue 18, start-up).
+"""``dataclass`` for pyxds's frozen value classes, defined without
+compiling a method per class (issue 18, start-up).
 
 Python 3.11's ``dataclasses.dataclass`` compiles every generated method
 with its own ``exec``; a frozen class gets six (``__init__``, ``__repr__``,
 ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``), ~0.5 ms a class
-on a shared machine.  A process's first ``xds:`` RPC defines ~65 of them:
-a third of its start-up.
+on a shared machine.  A process's first ``xds:`` RPC defines ~65 of them.
 
 Rules:
 
 * ``dataclass(frozen=True[, slots=True])`` with no other parameter, on a
-  class that defines none of ``__eq__``, ``__hash__``, ``__repr__`` itself:
-  the standard decorator makes ``__init__``, the frozen ``__setattr__`` /
-  ``__delattr__``, slots, ``__match_args__`` and the fields as always; the
-  three others are shared functions, built once per class from its fields
-  (no ``exec``), that answer exactly what the generated ones answer:
+  class that defines none of the six methods itself, has no dataclass
+  base, no ``InitVar`` and no keyword-only field: the standard decorator
+  (called with ``init``, ``repr``, ``eq`` and ``frozen`` off) collects the
+  fields, checks them, sets the defaults, ``__match_args__`` and the slots
+  (re-creating the class, as it always does for slots); the six methods
+  are then added here, with the answers of the generated ones:
 
   - ``__eq__``: ``NotImplemented`` unless ``other.__class__ is
     self.__class__``, else the tuples of the ``compare`` fields compared
@@ -22,11 +22,33 @@ Rules:
   - ``__hash__``: ``hash`` of the tuple of the fields with ``hash=True``,
     or with ``hash=None`` and ``compare=True``;
   - ``__repr__``: ``QualName(a=..., b=...)`` over the ``repr`` fields,
-    ``...`` where it recurses into itself.
+    ``...`` where it recurses into itself;
+  - ``__setattr__`` / ``__delattr__``: ``FrozenInstanceError("cannot
+    assign to field 'x'")`` / ``("cannot delete field 'x'")`` when the
+    instance's type is the class the decorator was given or the name is
+    a field, else ``super()``'s (so, as with the standard one, a slotted
+    class answers a name that is no field with ``super()``'s TypeError:
+    the class it names is the one slots replaced);
+  - ``__init__``: the standard one's parameters, defaults, annotations and
+    body (``object.__setattr__`` per field, default factories called for
+    ``<factory>`` arguments, ``init=False`` fields set as the standard one
+    sets them, ``__post_init__`` last), made from a template compiled
+    once per *shape* (which fields are parameters, which call a factory,
+    whether ``__post_init__`` runs) and shared by every class of that
+    shape: the template's code object gets the class's parameter names
+    (``CodeType.replace``), its field names and factories come from
+    closure cells.  ~130 classes have ~15 shapes.  Per construction it
+    does what the generated one does, minus the ``object.__setattr__``
+    attribute lookup per field.
+
+  ``__dataclass_params__`` then says what the standard decorator's says
+  (``init``, ``repr``, ``eq``, ``frozen`` true), and a slotted class gets
+  the standard ``__getstate__`` / ``__setstate__`` for frozen slots.  A
+  class without a docstring gets the standard one (name and signature).
 
 * Anything else (not frozen, ``order``, ``eq=False``, ``init=False``,
-  ``unsafe_hash``, a class defining one of the three) is the standard
-  decorator, unchanged.
+  ``unsafe_hash``, a class defining one of the six, a dataclass base,
+  ``InitVar``, ``KW_ONLY``) is the standard decorator, unchanged.
 * Type checkers see ``dataclasses.dataclass`` itself.
   ``tests/unit/test_values.py`` compares both decorators on the same classes.
 """
@@ -34,14 +56,26 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import sys
 import threading
+import types
 from collections.abc import Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 __all__ = ["dataclass"]
 
-_OWN = ("__eq__", "__hash__", "__repr__")
+#: methods the standard decorator would make; a class defining one of them
+#: gets the standard decorator
+_OWN = ("__init__", "__eq__", "__hash__", "__repr__", "__setattr__", "__delattr__")
+#: annotations (strings under ``from __future__ import annotations``) the
+#: standard decorator reads as an ``InitVar`` or the ``KW_ONLY`` marker
+_NOT_OURS = ("InitVar", "KW_ONLY")
+#: the default of a parameter whose field has a ``default_factory`` (its
+#: repr, ``<factory>``, shows in signatures)
+_FACTORY: Any = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", None)
+_SET = object.__setattr__
 
 
 def _values_of(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
@@ -55,8 +89,7 @@ def _values_of(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
     return get
 
 
-def _add_value_methods(cls: type) -> type:
-    fields = dataclasses.fields(cls)
+def _add_value_methods(cls: type, fields: tuple[dataclasses.Field[Any], ...]) -> None:
     compared = _values_of(tuple(f.name for f in fields if f.compare))
     hashed = _values_of(tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash)))
     shown = tuple(f.name for f in fields if f.repr)
@@ -86,18 +119,194 @@ def _add_value_methods(cls: type) -> type:
     for name, fn in (("__eq__", __eq__), ("__hash__", __hash__), ("__repr__", __repr__)):
         fn.__qualname__ = f"{cls.__qualname__}.{name}"
         setattr(cls, name, fn)
-    return cls
+
+
+def _add_frozen_methods(cls: type, owner: type[Any], names: tuple[str, ...]) -> None:
+    """The standard frozen ``__setattr__`` / ``__delattr__``; ``owner`` is the
+    class the decorator was given (before slots re-created it)."""
+    frozen_error = dataclasses.FrozenInstanceError
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        if type(self) is owner or name in names:
+            raise frozen_error(f"cannot assign to field {name!r}")
+        super(owner, self).__setattr__(name, value)
+
+    def __delattr__(self: Any, name: str) -> None:
+        if type(self) is owner or name in names:
+            raise frozen_error(f"cannot delete field {name!r}")
+        super(owner, self).__delattr__(name)
+
+    for name, fn in (("__setattr__", __setattr__), ("__delattr__", __delattr__)):
+        fn.__qualname__ = f"{owner.__qualname__}.{name}"
+        setattr(cls, name, fn)
+
+
+# --- __init__ from a template per shape -------------------------------------
+
+#: a field's part in ``__init__``: a parameter (``p``), a parameter whose
+#: ``<factory>`` default calls the factory (``f``), not a parameter but set
+#: from its factory (``F``) or from its default (``D``, slotted classes
+#: only), or not set at all (``-``)
+_PARAM, _PARAM_FACTORY, _FACTORY_ONLY, _DEFAULT_ONLY, _UNSET = "p", "f", "F", "D", "-"
+
+#: (shape, post_init) -> the template's ``__init__`` code object
+_TEMPLATES: dict[tuple[str, bool], types.CodeType] = {}
+
+
+def _kind(f: dataclasses.Field[Any], slots: bool) -> str:
+    factory = f.default_factory is not dataclasses.MISSING
+    if f.init:
+        return _PARAM_FACTORY if factory else _PARAM
+    if factory:
+        return _FACTORY_ONLY
+    return _DEFAULT_ONLY if slots and f.default is not dataclasses.MISSING else _UNSET
+
+
+def _template(shape: str, post_init: bool) -> types.CodeType:
+    """The ``__init__`` code for ``shape``, with placeholder names: the
+    parameters ``a<i>``, the field names ``n<i>`` and defaults or factories
+    ``v<i>`` in closure cells, ``object.__setattr__`` in ``_set_``."""
+    key = (shape, post_init)
+    code = _TEMPLATES.get(key)
+    if code is not None:
+        return code
+    params = [f"a{i}" for i, kind in enumerate(shape) if kind in (_PARAM, _PARAM_FACTORY)]
+    lines = []
+    for i, kind in enumerate(shape):
+        value = {
+            _PARAM: f"a{i}",
+            _PARAM_FACTORY: f"v{i}() if a{i} is _factory_ else a{i}",
+            _FACTORY_ONLY: f"v{i}()",
+            _DEFAULT_ONLY: f"v{i}",
+        }.get(kind)
+        if value is not None:
+            lines.append(f"  _set_(self, n{i}, {value})")
+    if post_init:
+        lines.append("  self.__post_init__()")
+    cells = ["_set_", "_factory_"]
+    cells += [f"n{i}" for i, kind in enumerate(shape) if kind != _UNSET]
+    cells += [f"v{i}" for i, kind in enumerate(shape) if kind not in (_PARAM, _UNSET)]
+    source = (
+        f"def _make_({', '.join(cells)}):\n"
+        f" def __init__({', '.join(['self', *params])}):\n"
+        + "\n".join(lines or ["  pass"])
+        + "\n return __init__\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<pyxds._values>", "exec"), namespace)  # once per shape
+    code = next(c for c in namespace["_make_"].__code__.co_consts if isinstance(c, types.CodeType))
+    _TEMPLATES[key] = code
+    return code
+
+
+def _make_init(cls: type, fields: tuple[dataclasses.Field[Any], ...], slots: bool) -> Any:
+    seen_default = False
+    for f in fields:
+        if f.init:
+            if not (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING):
+                seen_default = True
+            elif seen_default:
+                raise TypeError(f"non-default argument {f.name!r} follows default argument")
+    shape = "".join(_kind(f, slots) for f in fields)
+    template = _template(shape, hasattr(cls, "__post_init__"))
+    names = [f.name for f in fields]
+    self_name = "__dataclass_self__" if "self" in names else "self"
+    params = [f for f in fields if f.init]
+    code = template.replace(
+        co_varnames=(self_name, *(f.name for f in params)),
+        co_qualname=f"{cls.__qualname__}.__init__",
+    )
+    cell_values: dict[str, Any] = {"_set_": _SET, "_factory_": _FACTORY}
+    for i, f in enumerate(fields):
+        cell_values[f"n{i}"] = f.name
+        cell_values[f"v{i}"] = (
+            f.default if f.default_factory is dataclasses.MISSING else f.default_factory
+        )
+    module = sys.modules.get(cls.__module__)
+    init = types.FunctionType(
+        code,
+        module.__dict__ if module is not None else {},
+        "__init__",
+        tuple(
+            _FACTORY if f.default is dataclasses.MISSING else f.default
+            for f in params
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        )
+        or None,
+        tuple(types.CellType(cell_values[name]) for name in code.co_freevars),
+    )
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__annotations__ = {f.name: f.type for f in params}
+    init.__annotations__["return"] = None
+    return init
+
+
+def _getstate(self: Any) -> list[Any]:
+    return [getattr(self, f.name) for f in dataclasses.fields(self)]
+
+
+def _setstate(self: Any, state: list[Any]) -> None:
+    for f, value in zip(dataclasses.fields(self), state, strict=False):
+        _SET(self, f.name, value)
+
+
+#: the standard decorator's own, when it has them (pickling frozen slots)
+_GETSTATE = getattr(dataclasses, "_dataclass_getstate", _getstate)
+_SETSTATE = getattr(dataclasses, "_dataclass_setstate", _setstate)
+
+
+def _ours(cls: type, params: dict[str, Any]) -> bool:
+    if params.get("frozen") is not True or not set(params) <= {"frozen", "slots"}:
+        return False
+    if _FACTORY is None or any(name in cls.__dict__ for name in _OWN):
+        return False
+    if any(hasattr(base, "__dataclass_fields__") for base in cls.__mro__[1:]):
+        return False
+    for annotation in inspect.get_annotations(cls).values():
+        if isinstance(annotation, str):
+            if any(word in annotation for word in _NOT_OURS):
+                return False
+        elif annotation in (dataclasses.KW_ONLY, dataclasses.InitVar) or isinstance(
+            annotation, dataclasses.InitVar
+        ):
+            return False
+    return not any(
+        isinstance(value, dataclasses.Field) and value.kw_only is True
+        for value in cls.__dict__.values()
+    )
+
+
+def _value_class(cls: type, slots: bool) -> type:
+    documented = bool(cls.__dict__.get("__doc__"))
+    if not documented:
+        cls.__doc__ = "-"  # the standard decorator's doc comes once __init__ is in
+    out: type = dataclasses.dataclass(
+        cls, init=False, repr=False, eq=False, frozen=False, slots=slots
+    )
+    fields: tuple[dataclasses.Field[Any], ...] = dataclasses.fields(out)
+    out.__init__ = _make_init(out, fields, slots)  # type: ignore[misc]  # as the decorator does
+    _add_value_methods(out, fields)
+    _add_frozen_methods(out, cls, tuple(f.name for f in fields))
+    settings = out.__dataclass_params__  # type: ignore[attr-defined]  # set by the decorator
+    settings.init = settings.repr = settings.eq = settings.frozen = True
+    if slots:
+        if "__getstate__" not in cls.__dict__:
+            out.__getstate__ = _GETSTATE  # type: ignore[method-assign, assignment]  # as above
+        if "__setstate__" not in cls.__dict__:
+            out.__setstate__ = _SETSTATE  # type: ignore[attr-defined]  # as the decorator does
+    if not documented:
+        try:
+            signature = str(inspect.signature(out)).replace(" -> None", "")
+        except (TypeError, ValueError):
+            signature = ""
+        out.__doc__ = out.__name__ + signature
+    return out
 
 
 def _value_dataclass(cls: Any = None, /, **params: Any) -> Any:
     def wrap(c: type) -> type:
-        if (
-            params.get("frozen") is True
-            and set(params) <= {"frozen", "slots"}
-            and not any(name in c.__dict__ for name in _OWN)
-        ):
-            out: type = dataclasses.dataclass(c, eq=False, repr=False, **params)
-            return _add_value_methods(out)
+        if _ours(c, params):
+            return _value_class(c, bool(params.get("slots", False)))
         return dataclasses.dataclass(c, **params)
 
     return wrap if cls is None else wrap(cls)

@@ -5,7 +5,9 @@ the same class bodies built by both decorators."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import inspect
 import math
 import pickle
 import random
@@ -170,3 +172,279 @@ def test_random_values_hash_and_compare_as_the_standard_dataclass():
         assert hash(ours(*v)) == hash(std(*v))
         assert (ours(*v) == ours(*w)) == (std(*v) == std(*w))
         assert repr(ours(*v)) == repr(std(*v))
+
+
+# --- __init__, __setattr__ / __delattr__ without a compiled method per class
+
+
+def _init_bodies():
+    """Class bodies covering every part a field can have in ``__init__``."""
+
+    def defaults():
+        return {
+            "__annotations__": {"a": "int", "b": "str", "c": "tuple", "d": "int"},
+            "b": "",
+            "c": (),
+            "d": 4,
+        }
+
+    def factories():
+        return {
+            "__annotations__": {"a": "int", "items": "list", "more": "dict"},
+            "items": dataclasses.field(default_factory=list),
+            "more": dataclasses.field(default_factory=dict, compare=False),
+        }
+
+    def not_init():
+        return {
+            "__annotations__": {"a": "int", "fixed": "int", "made": "list", "unset": "int"},
+            "fixed": dataclasses.field(default=7, init=False),
+            "made": dataclasses.field(default_factory=list, init=False),
+            "unset": dataclasses.field(init=False, repr=False, compare=False),
+        }
+
+    def post_init():
+        def __post_init__(self):
+            object.__setattr__(self, "seen", self.a * 2)
+
+        return {
+            "__annotations__": {"a": "int", "seen": "int"},
+            "seen": dataclasses.field(default=0, init=False),
+            "__post_init__": __post_init__,
+        }
+
+    def named_self():
+        return {"__annotations__": {"self": "int", "other": "int"}, "other": 1}
+
+    def undocumented():
+        return {
+            "__annotations__": {"a": "int", "b": "list"},
+            "b": dataclasses.field(default_factory=list),
+        }
+
+    return [
+        ("Defaults", defaults, [((1,), {}), ((1, "x"), {"d": 9}), ((), {"a": 2, "c": (1,)})]),
+        ("Factories", factories, [((1,), {}), ((1, [2]), {}), ((), {"a": 1, "more": {1: 2}})]),
+        ("NotInit", not_init, [((1,), {}), ((), {"a": 3})]),
+        ("PostInit", post_init, [((1,), {}), ((), {"a": 5})]),
+        ("NamedSelf", named_self, [((1,), {}), ((), {"self": 2, "other": 3})]),
+        ("Undocumented", undocumented, [((1,), {}), ((1, [1]), {})]),
+        ("Empty", lambda: {"__annotations__": {}}, [((), {})]),
+    ]
+
+
+INIT_CASES = [
+    (name, make_ns, calls, slots)
+    for name, make_ns, calls in _init_bodies()
+    for slots in (False, True)
+]
+
+
+def _state(obj, names):
+    """Every field's value, or the error reading it gives (an unset slot)."""
+    return [_error_of(lambda o, n=n: getattr(o, n), obj) or getattr(obj, n) for n in names]
+
+
+@pytest.mark.parametrize(
+    ("name", "make_ns", "calls", "slots"),
+    INIT_CASES,
+    ids=[f"{c[0]}-{c[3]}" for c in INIT_CASES],
+)
+def test_init_setattr_delattr_answer_as_the_standard_dataclass(name, make_ns, calls, slots):
+    std = _build(dataclasses.dataclass, name, make_ns, slots)
+    ours = _build(_values.dataclass, name, make_ns, slots)
+    assert ours.__init__.__code__.co_filename == "<pyxds._values>"  # the template was used
+    assert ours.__setattr__.__code__.co_filename.endswith("_values.py")
+    assert str(inspect.signature(ours)) == str(inspect.signature(std))
+    assert str(inspect.signature(ours.__init__)) == str(inspect.signature(std.__init__))
+    assert ours.__init__.__annotations__ == std.__init__.__annotations__
+    assert ours.__init__.__defaults__ == std.__init__.__defaults__
+    assert ours.__init__.__qualname__ == std.__init__.__qualname__
+    assert ours.__init__.__module__ == std.__init__.__module__
+    assert ours.__init__.__globals__ is std.__init__.__globals__
+    for attr in ("__doc__", "__match_args__", "__qualname__", "__module__"):
+        assert getattr(ours, attr) == getattr(std, attr), attr
+    assert hasattr(ours, "__slots__") == slots
+    if slots:
+        assert ours.__slots__ == std.__slots__
+        assert not hasattr(ours(*calls[0][0], **calls[0][1]), "__dict__")
+    for setting in ("init", "repr", "eq", "order", "unsafe_hash", "frozen"):
+        assert getattr(ours.__dataclass_params__, setting) == getattr(
+            std.__dataclass_params__, setting
+        ), setting
+    names = [f.name for f in dataclasses.fields(std)]
+    assert [f.name for f in dataclasses.fields(ours)] == names
+    for args, kwargs in calls:
+        s, o = std(*args, **kwargs), ours(*args, **kwargs)
+        assert _state(o, names) == _state(s, names)
+        assert repr(o) == repr(s)
+        for target in [*names, "not_a_field"]:
+            for action in (
+                lambda x, t=target: setattr(x, t, 1),
+                lambda x, t=target: delattr(x, t),
+            ):
+                assert _message_of(action, o) == _message_of(action, s), target
+        assert _state(o, names) == _state(s, names)  # nothing changed
+        for copier in (copy.copy, copy.deepcopy):  # pickling: its own test below
+            # (a slot left unset fails both decorators' __getstate__ alike)
+            copies = [_message_of(copier, x) or _state(copier(x), names) for x in (o, s)]
+            assert copies[0] == copies[1]
+        if names and dataclasses.fields(std)[0].init:
+            first = names[0]
+            assert _state(dataclasses.replace(o, **{first: 8}), names) == _state(
+                dataclasses.replace(s, **{first: 8}), names
+            )
+    # wrong calls fail alike (the message names the class's own __init__)
+    for args, kwargs in (((1, 2, 3, 4, 5, 6), {}), ((), {"nope": 1})):
+        for cls in (ours, std):
+            assert _error_of(lambda c, a=args, k=kwargs: c(*a, **k), cls) is TypeError
+
+
+def _message_of(action, obj):
+    try:
+        action(obj)
+    except Exception as err:
+        return type(err), str(err)
+    return None
+
+
+def test_pickling_a_value_class_round_trips_as_the_standard_one():
+    global Pickled, PickledStd
+    make = lambda: {  # noqa: E731
+        "__annotations__": {"a": "int", "items": "list"},
+        "items": dataclasses.field(default_factory=list),
+    }
+    for slots in (False, True):
+        PickledStd = dataclasses.dataclass(frozen=True, slots=slots)(type("PickledStd", (), make()))
+        Pickled = _values.dataclass(frozen=True, slots=slots)(type("Pickled", (), make()))
+        for cls in (Pickled, PickledStd):
+            cls.__module__ = __name__
+            cls.__qualname__ = cls.__name__
+        for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+            ours = pickle.loads(pickle.dumps(Pickled(1, [2]), protocol))
+            std = pickle.loads(pickle.dumps(PickledStd(1, [2]), protocol))
+            assert (ours.a, ours.items) == (std.a, std.items) == (1, [2])
+        if slots:
+            assert Pickled.__getstate__ is PickledStd.__getstate__
+            assert Pickled.__setstate__ is PickledStd.__setstate__
+
+
+def test_subclasses_of_a_value_class_behave_as_with_the_standard_one():
+    def body():
+        return {"__annotations__": {"a": "int"}}
+
+    for slots in (False, True):
+        results = []
+        for decorator in (dataclasses.dataclass, _values.dataclass):
+            base = decorator(frozen=True, slots=slots)(type("Base", (), body()))
+            plain_sub = type("Sub", (base,), {})
+            obj = plain_sub(1)
+            extra = _message_of(lambda o: setattr(o, "extra", 2), obj)
+            field = _message_of(lambda o: setattr(o, "a", 2), obj)
+            # a dataclass subclass sees a frozen base (the standard decorator checks)
+            frozen_sub = dataclasses.dataclass(frozen=True)(
+                type("FrozenSub", (base,), {"__annotations__": {"b": "int"}})
+            )
+            mutable_sub = _error_of(
+                lambda b: dataclasses.dataclass(type("MutableSub", (b,), {})), base
+            )
+            results.append(
+                (extra, field, getattr(obj, "extra", None), repr(frozen_sub(1, 2)), mutable_sub)
+            )
+        assert results[0] == results[1]
+        assert results[0][-1] is TypeError
+
+
+def test_field_errors_are_the_standard_decorator_s():
+    def late_default():
+        return {"__annotations__": {"a": "int", "b": "int"}, "a": 1}
+
+    def mutable_default():
+        return {"__annotations__": {"a": "list"}, "a": []}
+
+    def field_without_annotation():
+        return {"__annotations__": {}, "a": dataclasses.field(default=1)}
+
+    for make in (late_default, mutable_default, field_without_annotation):
+        for slots in (False, True):
+            errors = [
+                _message_of(
+                    lambda c, d=d, s=slots: d(frozen=True, slots=s)(c), type("Bad", (), make())
+                )
+                for d in (dataclasses.dataclass, _values.dataclass)
+            ]
+            assert errors[0] is not None
+            assert errors[0] == errors[1]
+
+
+def test_initvar_kw_only_own_methods_and_dataclass_bases_get_the_standard_decorator():
+    bodies = {
+        "initvar": {"__annotations__": {"a": "int", "b": "InitVar[int]"}},
+        "initvar_object": {"__annotations__": {"a": "int", "b": dataclasses.InitVar(int)}},
+        "kw_only_marker": {"__annotations__": {"a": "int", "_": "KW_ONLY", "b": "int"}},
+        "kw_only_field": {
+            "__annotations__": {"a": "int", "b": "int"},
+            "b": dataclasses.field(kw_only=True),
+        },
+        "own_init": {"__annotations__": {"a": "int"}, "__init__": lambda self, a: None},
+    }
+    for name, body in bodies.items():
+        if "InitVar" in str(body["__annotations__"]):
+            body["__post_init__"] = lambda self, b: None
+        cls = _values.dataclass(frozen=True)(type(name, (), dict(body)))
+        assert cls.__setattr__.__code__.co_filename == "<string>", name
+        if name != "own_init":
+            assert cls.__init__.__code__.co_filename == "<string>", name
+    base = _values.dataclass(frozen=True)(type("Base", (), {"__annotations__": {"a": "int"}}))
+    sub = _values.dataclass(frozen=True)(type("Sub", (base,), {"__annotations__": {"b": "int"}}))
+    assert sub.__init__.__code__.co_filename == "<string>"
+    assert sub(1, 2).b == 2
+
+
+def test_every_pyxds_value_class_answers_as_the_standard_decorator_on_its_fields():
+    """Each of pyxds's own value classes (every module loaded), rebuilt from
+    its fields by both decorators: the same signature, match args and
+    parameters, and a made instance with the same state."""
+    import importlib
+    import pkgutil
+    import sys
+
+    import pyxds
+
+    for module in pkgutil.walk_packages(pyxds.__path__, "pyxds."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+    seen = 0
+    for module in list(sys.modules.values()):
+        if not getattr(module, "__name__", "").startswith("pyxds"):
+            continue
+        for value in list(vars(module).values()):
+            if not (
+                isinstance(value, type)
+                and value.__module__ == module.__name__
+                and "__init__" in value.__dict__
+                and getattr(value.__init__, "__code__", None) is not None
+                and value.__init__.__code__.co_filename == "<pyxds._values>"
+            ):
+                continue
+            seen += 1
+            slots = "__slots__" in value.__dict__
+            std_ns = {"__annotations__": {}}
+            for f in dataclasses.fields(value):
+                std_ns["__annotations__"][f.name] = f.type
+                std_ns[f.name] = dataclasses.field(
+                    default=f.default,
+                    default_factory=f.default_factory,
+                    init=f.init,
+                    repr=f.repr,
+                    hash=f.hash,
+                    compare=f.compare,
+                    metadata=f.metadata,
+                )
+            if hasattr(value, "__post_init__"):
+                std_ns["__post_init__"] = value.__post_init__
+            std = dataclasses.dataclass(frozen=True, slots=slots)(type(value.__name__, (), std_ns))
+            assert str(inspect.signature(value)) == str(inspect.signature(std)), value
+            assert value.__match_args__ == std.__match_args__, value
+            assert value.__init__.__defaults__ == std.__init__.__defaults__, value
+    assert seen >= 100
