@@ -68,7 +68,10 @@ __all__ = ["dataclass"]
 
 #: methods the standard decorator would make; a class defining one of them
 #: gets the standard decorator
-_OWN = ("__init__", "__eq__", "__hash__", "__repr__", "__setattr__", "__delattr__")
+_OWN = ("__eq__", "__repr__", "__setattr__", "__delattr__")
+#: ``order=True``'s methods (a class defining one gets the standard decorator,
+#: which refuses it)
+_ORDER = (("__lt__", "<"), ("__le__", "<="), ("__gt__", ">"), ("__ge__", ">="))
 #: annotations (strings under ``from __future__ import annotations``) the
 #: standard decorator reads as an ``InitVar`` or the ``KW_ONLY`` marker
 _NOT_OURS = ("InitVar", "KW_ONLY")
@@ -89,7 +92,10 @@ def _values_of(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
     return get
 
 
-def _add_value_methods(cls: type, fields: tuple[dataclasses.Field[Any], ...]) -> None:
+def _add_value_methods(cls: type, fields: tuple[dataclasses.Field[Any], ...], order: bool) -> None:
+    """``__eq__``, ``__repr__``, ``__hash__`` (unless the class has its own,
+    as the standard decorator keeps it) and, with ``order``, the four
+    comparisons (``<`` of the compared tuples, else ``NotImplemented``)."""
     compared = _values_of(tuple(f.name for f in fields if f.compare))
     hashed = _values_of(tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash)))
     shown = tuple(f.name for f in fields if f.repr)
@@ -116,9 +122,30 @@ def _add_value_methods(cls: type, fields: tuple[dataclasses.Field[Any], ...]) ->
         finally:
             running.discard(key)
 
-    for name, fn in (("__eq__", __eq__), ("__hash__", __hash__), ("__repr__", __repr__)):
+    methods: list[tuple[str, Callable[..., Any]]] = [("__eq__", __eq__), ("__repr__", __repr__)]
+    if "__hash__" not in cls.__dict__:
+        methods.append(("__hash__", __hash__))
+    if order:
+        methods += [(name, _comparison(compared, op)) for name, op in _ORDER]
+    for name, fn in methods:
         fn.__qualname__ = f"{cls.__qualname__}.{name}"
         setattr(cls, name, fn)
+
+
+def _comparison(compared: Callable[[Any], tuple[Any, ...]], op: str) -> Callable[..., Any]:
+    test: Callable[[Any, Any], Any] = {
+        "<": tuple.__lt__,
+        "<=": tuple.__le__,
+        ">": tuple.__gt__,
+        ">=": tuple.__ge__,
+    }[op]
+
+    def compare(self: Any, other: Any) -> Any:
+        if other.__class__ is self.__class__:
+            return test(compared(self), compared(other))
+        return NotImplemented
+
+    return compare
 
 
 def _add_frozen_methods(cls: type, owner: type[Any], names: tuple[str, ...]) -> None:
@@ -199,7 +226,9 @@ def _template(shape: str, post_init: bool) -> types.CodeType:
     return code
 
 
-def _make_init(cls: type, fields: tuple[dataclasses.Field[Any], ...], slots: bool) -> Any:
+def _check_defaults(fields: tuple[dataclasses.Field[Any], ...]) -> None:
+    """The standard decorator's check (made whenever ``init`` is true, even
+    for a class with its own ``__init__``)."""
     seen_default = False
     for f in fields:
         if f.init:
@@ -207,6 +236,9 @@ def _make_init(cls: type, fields: tuple[dataclasses.Field[Any], ...], slots: boo
                 seen_default = True
             elif seen_default:
                 raise TypeError(f"non-default argument {f.name!r} follows default argument")
+
+
+def _make_init(cls: type, fields: tuple[dataclasses.Field[Any], ...], slots: bool) -> Any:
     shape = "".join(_kind(f, slots) for f in fields)
     template = _template(shape, hasattr(cls, "__post_init__"))
     names = [f.name for f in fields]
@@ -256,9 +288,12 @@ _SETSTATE = getattr(dataclasses, "_dataclass_setstate", _setstate)
 
 
 def _ours(cls: type, params: dict[str, Any]) -> bool:
-    if params.get("frozen") is not True or not set(params) <= {"frozen", "slots"}:
+    if params.get("frozen") is not True or params.get("eq", True) is not True:
         return False
-    if _FACTORY is None or any(name in cls.__dict__ for name in _OWN):
+    if not set(params) <= {"frozen", "slots", "eq", "init", "order"}:
+        return False
+    own = _OWN + tuple(name for name, _ in _ORDER) if params.get("order") else _OWN
+    if _FACTORY is None or any(name in cls.__dict__ for name in own):
         return False
     if any(hasattr(base, "__dataclass_fields__") for base in cls.__mro__[1:]):
         return False
@@ -276,7 +311,7 @@ def _ours(cls: type, params: dict[str, Any]) -> bool:
     )
 
 
-def _value_class(cls: type, slots: bool) -> type:
+def _value_class(cls: type, slots: bool, init: bool, order: bool) -> type:
     documented = bool(cls.__dict__.get("__doc__"))
     if not documented:
         cls.__doc__ = "-"  # the standard decorator's doc comes once __init__ is in
@@ -284,11 +319,15 @@ def _value_class(cls: type, slots: bool) -> type:
         cls, init=False, repr=False, eq=False, frozen=False, slots=slots
     )
     fields: tuple[dataclasses.Field[Any], ...] = dataclasses.fields(out)
-    out.__init__ = _make_init(out, fields, slots)  # type: ignore[misc]  # as the decorator does
-    _add_value_methods(out, fields)
+    if init:
+        _check_defaults(fields)
+        if "__init__" not in cls.__dict__:  # the standard decorator keeps the class's own
+            out.__init__ = _make_init(out, fields, slots)  # type: ignore[misc]  # as it does
+    _add_value_methods(out, fields, order)
     _add_frozen_methods(out, cls, tuple(f.name for f in fields))
     settings = out.__dataclass_params__  # type: ignore[attr-defined]  # set by the decorator
-    settings.init = settings.repr = settings.eq = settings.frozen = True
+    settings.repr = settings.eq = settings.frozen = True
+    settings.init, settings.order = init, order
     if slots:
         if "__getstate__" not in cls.__dict__:
             out.__getstate__ = _GETSTATE  # type: ignore[method-assign, assignment]  # as above
@@ -306,7 +345,12 @@ def _value_class(cls: type, slots: bool) -> type:
 def _value_dataclass(cls: Any = None, /, **params: Any) -> Any:
     def wrap(c: type) -> type:
         if _ours(c, params):
-            return _value_class(c, bool(params.get("slots", False)))
+            return _value_class(
+                c,
+                bool(params.get("slots", False)),
+                bool(params.get("init", True)),
+                bool(params.get("order", False)),
+            )
         return dataclasses.dataclass(c, **params)
 
     return wrap if cls is None else wrap(cls)

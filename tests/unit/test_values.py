@@ -150,11 +150,20 @@ def test_other_parameters_and_own_methods_get_the_standard_decorator():
 
     own = _values.dataclass(frozen=True)(type("Own", (), body()))
     assert own(1) == own(2)
-    ordered = _values.dataclass(frozen=True, order=True)(
-        type("Ordered", (), {"__annotations__": {"a": "int"}})
+    assert not own.__repr__.__code__.co_filename.endswith("_values.py")
+    errors = [
+        _message_of(
+            lambda c, d=d: d(frozen=True, order=True)(c),
+            type("OwnLt", (), {"__annotations__": {"a": "int"}, "__lt__": lambda s, o: True}),
+        )
+        for d in (dataclasses.dataclass, _values.dataclass)
+    ]
+    assert errors[0] is not None
+    assert errors[0] == errors[1]
+    unhashed = _values.dataclass(frozen=True, unsafe_hash=True)(
+        type("Unsafe", (), {"__annotations__": {"a": "int"}})
     )
-    assert ordered(1) < ordered(2)
-    assert not ordered.__eq__.__code__.co_filename.endswith("_values.py")
+    assert not unhashed.__eq__.__code__.co_filename.endswith("_values.py")
     mutable = _values.dataclass(type("Mutable", (), {"__annotations__": {"a": "int"}}))
     m = mutable(1)
     m.a = 2
@@ -386,15 +395,13 @@ def test_initvar_kw_only_own_methods_and_dataclass_bases_get_the_standard_decora
             "__annotations__": {"a": "int", "b": "int"},
             "b": dataclasses.field(kw_only=True),
         },
-        "own_init": {"__annotations__": {"a": "int"}, "__init__": lambda self, a: None},
     }
     for name, body in bodies.items():
         if "InitVar" in str(body["__annotations__"]):
             body["__post_init__"] = lambda self, b: None
         cls = _values.dataclass(frozen=True)(type(name, (), dict(body)))
         assert cls.__setattr__.__code__.co_filename == "<string>", name
-        if name != "own_init":
-            assert cls.__init__.__code__.co_filename == "<string>", name
+        assert cls.__init__.__code__.co_filename == "<string>", name
     base = _values.dataclass(frozen=True)(type("Base", (), {"__annotations__": {"a": "int"}}))
     sub = _values.dataclass(frozen=True)(type("Sub", (base,), {"__annotations__": {"b": "int"}}))
     assert sub.__init__.__code__.co_filename == "<string>"
@@ -448,3 +455,80 @@ def test_every_pyxds_value_class_answers_as_the_standard_decorator_on_its_fields
             assert value.__match_args__ == std.__match_args__, value
             assert value.__init__.__defaults__ == std.__init__.__defaults__, value
     assert seen >= 100
+
+
+def _pair(make, **params):
+    std = dataclasses.dataclass(**params)(type("Pair", (), make()))
+    ours = _values.dataclass(**params)(type("Pair", (), make()))
+    assert ours.__eq__.__code__.co_filename.endswith("_values.py")  # the fast path was taken
+    for setting in ("init", "repr", "eq", "order", "unsafe_hash", "frozen"):
+        assert getattr(ours.__dataclass_params__, setting) == getattr(
+            std.__dataclass_params__, setting
+        ), setting
+    assert ours.__match_args__ == std.__match_args__
+    assert ours.__doc__ == std.__doc__
+    return std, ours
+
+
+def test_order_compares_as_the_standard_dataclass():
+    rng = random.Random(5)
+
+    def make():
+        return {
+            "__annotations__": {"a": "int", "b": "str", "skip": "int"},
+            "b": "",
+            "skip": dataclasses.field(default=0, compare=False),
+        }
+
+    for slots in (False, True):
+        std, ours = _pair(make, frozen=True, order=True, slots=slots)
+        for _ in range(200):
+            v = (rng.randrange(3), rng.choice("xy"), rng.randrange(2))
+            w = (rng.randrange(3), rng.choice("xy"), rng.randrange(2))
+            for op in ("__lt__", "__le__", "__gt__", "__ge__", "__eq__"):
+                assert getattr(ours(*v), op)(ours(*w)) == getattr(std(*v), op)(std(*w)), op
+        assert ours(1).__lt__(std(1)) is NotImplemented
+        assert _message_of(lambda o: o < 1, ours(1)) == _message_of(lambda o: o < 1, std(1))
+        assert sorted([ours(2), ours(1, "b"), ours(1, "a")]) == [
+            ours(1, "a"),
+            ours(1, "b"),
+            ours(2),
+        ]
+
+
+def test_own_init_and_own_hash_are_kept_as_the_standard_decorator_keeps_them():
+    def make():
+        def __init__(self, a):
+            object.__setattr__(self, "a", a * 10)
+
+        return {
+            "__annotations__": {"a": "int"},
+            "__init__": __init__,
+            "__hash__": lambda self: 42,
+        }
+
+    for params in ({"frozen": True}, {"frozen": True, "init": False}, {"frozen": True, "eq": True}):
+        std, ours = _pair(make, **params)
+        assert ours(1).a == std(1).a == 10
+        assert hash(ours(1)) == hash(std(1)) == 42
+        assert ours(1) == ours(1)
+        assert repr(ours(1)) == repr(std(1))
+
+    def late_default():
+        return {
+            "__annotations__": {"a": "int", "b": "int"},
+            "a": 1,
+            "__init__": lambda self, a, b: None,
+        }
+
+    errors = [
+        _message_of(lambda c, d=d: d(frozen=True)(c), type("Bad", (), late_default()))
+        for d in (dataclasses.dataclass, _values.dataclass)
+    ]
+    assert errors[0] is not None
+    assert errors[0] == errors[1]  # checked even with the class's own __init__
+    std, ours = _pair(
+        lambda: {"__annotations__": {"a": "int", "b": "int"}, "a": 1}, frozen=True, init=False
+    )
+    assert _message_of(lambda c: c(1, 2), ours) == (TypeError, "Pair() takes no arguments")
+    assert _message_of(lambda c: c(1, 2), std) == (TypeError, "Pair() takes no arguments")
