@@ -75,7 +75,7 @@ CASES = [
 def test_a_value_class_answers_as_the_standard_dataclass(name, make_ns, samples, slots):
     std = _build(dataclasses.dataclass, name, make_ns, slots)
     ours = _build(_values.dataclass, name, make_ns, slots)
-    assert ours.__eq__.__code__.co_filename.endswith("_values.py")  # the fast path was taken
+    assert _made_here(ours.__eq__)  # the fast path was taken
     assert [f.name for f in dataclasses.fields(ours)] == [f.name for f in dataclasses.fields(std)]
     assert ours.__match_args__ == std.__match_args__
     assert hasattr(ours, "__slots__") == hasattr(std, "__slots__") == slots
@@ -106,6 +106,13 @@ def test_a_value_class_answers_as_the_standard_dataclass(name, make_ns, samples,
             )
     # another class with the same fields is never equal (``__class__ is``)
     assert pairs[0][1] != pairs[0][0]
+
+
+def _made_here(method) -> bool:
+    """Whether ``method`` is pyxds._values's (shared, or from its templates),
+    not one the standard decorator compiled."""
+    filename = method.__code__.co_filename
+    return filename == "<pyxds._values>" or filename.endswith("_values.py")
 
 
 def _error_of(action, obj):
@@ -150,7 +157,7 @@ def test_other_parameters_and_own_methods_get_the_standard_decorator():
 
     own = _values.dataclass(frozen=True)(type("Own", (), body()))
     assert own(1) == own(2)
-    assert not own.__repr__.__code__.co_filename.endswith("_values.py")
+    assert not _made_here(own.__repr__)
     errors = [
         _message_of(
             lambda c, d=d: d(frozen=True, order=True)(c),
@@ -163,7 +170,7 @@ def test_other_parameters_and_own_methods_get_the_standard_decorator():
     unhashed = _values.dataclass(frozen=True, unsafe_hash=True)(
         type("Unsafe", (), {"__annotations__": {"a": "int"}})
     )
-    assert not unhashed.__eq__.__code__.co_filename.endswith("_values.py")
+    assert not _made_here(unhashed.__eq__)
     mutable = _values.dataclass(type("Mutable", (), {"__annotations__": {"a": "int"}}))
     m = mutable(1)
     m.a = 2
@@ -231,7 +238,21 @@ def _init_bodies():
             "b": dataclasses.field(default_factory=list),
         }
 
+    def awkward():
+        # names of the templates' own parameters, cells and globals
+        names = ("other", "hash", "n1", "n0", "a0", "_set_", "v0", "_factory_", "NotImplemented")
+        return {
+            "__annotations__": dict.fromkeys(names, "int"),
+            "v0": 5,
+            **dict.fromkeys(names[-2:], 0),
+        }
+
     return [
+        (
+            "Awkward",
+            awkward,
+            [((1, 2, 3, 4, 5, 6), {}), ((), dict(other=1, hash=2, n1=3, n0=4, a0=5, _set_=6))],
+        ),
         ("Defaults", defaults, [((1,), {}), ((1, "x"), {"d": 9}), ((), {"a": 2, "c": (1,)})]),
         ("Factories", factories, [((1,), {}), ((1, [2]), {}), ((), {"a": 1, "more": {1: 2}})]),
         ("NotInit", not_init, [((1,), {}), ((), {"a": 3})]),
@@ -243,9 +264,16 @@ def _init_bodies():
 
 
 INIT_CASES = [
-    (name, make_ns, calls, slots)
+    (name, make_ns, calls, params)
     for name, make_ns, calls in _init_bodies()
-    for slots in (False, True)
+    for params in (
+        {"frozen": True},
+        {"frozen": True, "slots": True},
+        {},
+        {"slots": True},
+        {"eq": False},
+        {"frozen": True, "eq": False, "slots": True},
+    )
 ]
 
 
@@ -254,16 +282,31 @@ def _state(obj, names):
     return [_error_of(lambda o, n=n: getattr(o, n), obj) or getattr(obj, n) for n in names]
 
 
+def _build_with(decorator, name, make_ns, params):
+    cls = type(name, (), make_ns())
+    cls.__qualname__ = f"Outer.{name}"
+    cls.__module__ = __name__
+    return decorator(**params)(cls) if params else decorator(cls)
+
+
 @pytest.mark.parametrize(
-    ("name", "make_ns", "calls", "slots"),
+    ("name", "make_ns", "calls", "params"),
     INIT_CASES,
-    ids=[f"{c[0]}-{c[3]}" for c in INIT_CASES],
+    ids=[f"{c[0]}-{'-'.join(f'{k}={v}' for k, v in c[3].items())}" for c in INIT_CASES],
 )
-def test_init_setattr_delattr_answer_as_the_standard_dataclass(name, make_ns, calls, slots):
-    std = _build(dataclasses.dataclass, name, make_ns, slots)
-    ours = _build(_values.dataclass, name, make_ns, slots)
+def test_init_setattr_delattr_answer_as_the_standard_dataclass(name, make_ns, calls, params):
+    std = _build_with(dataclasses.dataclass, name, make_ns, params)
+    ours = _build_with(_values.dataclass, name, make_ns, params)
+    slots = params.get("slots", False)
     assert ours.__init__.__code__.co_filename == "<pyxds._values>"  # the template was used
-    assert ours.__setattr__.__code__.co_filename.endswith("_values.py")
+    assert _made_here(ours.__repr__)
+    if params.get("frozen"):
+        assert _made_here(ours.__setattr__)
+    else:
+        assert ours.__setattr__ is std.__setattr__ is object.__setattr__
+    assert ("__eq__" in ours.__dict__) == ("__eq__" in std.__dict__)
+    assert ours.__hash__ is None if std.__hash__ is None else ours.__hash__ is not None
+    assert ours.__hash__ is object.__hash__ if std.__hash__ is object.__hash__ else True
     assert str(inspect.signature(ours)) == str(inspect.signature(std))
     assert str(inspect.signature(ours.__init__)) == str(inspect.signature(std.__init__))
     assert ours.__init__.__annotations__ == std.__init__.__annotations__
@@ -287,15 +330,9 @@ def test_init_setattr_delattr_answer_as_the_standard_dataclass(name, make_ns, ca
         s, o = std(*args, **kwargs), ours(*args, **kwargs)
         assert _state(o, names) == _state(s, names)
         assert repr(o) == repr(s)
-        for target in [*names, "not_a_field"]:
-            for action in (
-                lambda x, t=target: setattr(x, t, 1),
-                lambda x, t=target: delattr(x, t),
-            ):
-                assert _message_of(action, o) == _message_of(action, s), target
-        assert _state(o, names) == _state(s, names)  # nothing changed
-        for copier in (copy.copy, copy.deepcopy):  # pickling: its own test below
-            # (a slot left unset fails both decorators' __getstate__ alike)
+        assert (o == ours(*args, **kwargs)) == (s == std(*args, **kwargs))
+        assert _message_of(hash, o) == _message_of(hash, s) or _hashable(s)
+        for copier in (copy.copy, copy.deepcopy):
             copies = [_message_of(copier, x) or _state(copier(x), names) for x in (o, s)]
             assert copies[0] == copies[1]
         if names and dataclasses.fields(std)[0].init:
@@ -303,8 +340,29 @@ def test_init_setattr_delattr_answer_as_the_standard_dataclass(name, make_ns, ca
             assert _state(dataclasses.replace(o, **{first: 8}), names) == _state(
                 dataclasses.replace(s, **{first: 8}), names
             )
+        for target in [*names, "not_a_field"]:
+            for action in (
+                lambda x, t=target: setattr(x, t, 1),
+                lambda x, t=target: delattr(x, t),
+            ):
+                assert _message_of(action, o) == _message_of(action, s), target
+                assert _state(o, names) == _state(s, names)  # the same (or no) change
+                assert getattr(o, "__dict__", None) == getattr(s, "__dict__", None)
+        # after the changes (pickling: its own test below; a slot left unset or
+        # a deleted field fails both decorators' __getstate__ and replace alike)
+        for copier in (copy.copy, copy.deepcopy):
+            copies = [_message_of(copier, x) or _state(copier(x), names) for x in (o, s)]
+            assert copies[0] == copies[1]
+        if names and dataclasses.fields(std)[0].init:
+            first = names[0]
+            replaced = [
+                _message_of(lambda x, f=first: dataclasses.replace(x, **{f: 8}), x)
+                or _state(dataclasses.replace(x, **{first: 8}), names)
+                for x in (o, s)
+            ]
+            assert replaced[0] == replaced[1]
     # wrong calls fail alike (the message names the class's own __init__)
-    for args, kwargs in (((1, 2, 3, 4, 5, 6), {}), ((), {"nope": 1})):
+    for args, kwargs in ((tuple(range(len(names) + 1)), {}), ((), {"nope": 1})):
         for cls in (ours, std):
             assert _error_of(lambda c, a=args, k=kwargs: c(*a, **k), cls) is TypeError
 
@@ -409,9 +467,9 @@ def test_initvar_kw_only_own_methods_and_dataclass_bases_get_the_standard_decora
 
 
 def test_every_pyxds_value_class_answers_as_the_standard_decorator_on_its_fields():
-    """Each of pyxds's own value classes (every module loaded), rebuilt from
-    its fields by both decorators: the same signature, match args and
-    parameters, and a made instance with the same state."""
+    """Each of pyxds's own dataclasses made by the template (every module
+    loaded), rebuilt from its fields and settings by the standard decorator:
+    the same signature, match args, defaults, ``__eq__`` and hashability."""
     import importlib
     import pkgutil
     import sys
@@ -450,7 +508,12 @@ def test_every_pyxds_value_class_answers_as_the_standard_decorator_on_its_fields
                 )
             if hasattr(value, "__post_init__"):
                 std_ns["__post_init__"] = value.__post_init__
-            std = dataclasses.dataclass(frozen=True, slots=slots)(type(value.__name__, (), std_ns))
+            settings = value.__dataclass_params__
+            std = dataclasses.dataclass(
+                frozen=settings.frozen, eq=settings.eq, order=settings.order, slots=slots
+            )(type(value.__name__, (), std_ns))
+            assert ("__eq__" in value.__dict__) == ("__eq__" in std.__dict__), value
+            assert (value.__hash__ is None) == (std.__hash__ is None), value
             assert str(inspect.signature(value)) == str(inspect.signature(std)), value
             assert value.__match_args__ == std.__match_args__, value
             assert value.__init__.__defaults__ == std.__init__.__defaults__, value
@@ -460,7 +523,7 @@ def test_every_pyxds_value_class_answers_as_the_standard_decorator_on_its_fields
 def _pair(make, **params):
     std = dataclasses.dataclass(**params)(type("Pair", (), make()))
     ours = _values.dataclass(**params)(type("Pair", (), make()))
-    assert ours.__eq__.__code__.co_filename.endswith("_values.py")  # the fast path was taken
+    assert _made_here(ours.__eq__)  # the fast path was taken
     for setting in ("init", "repr", "eq", "order", "unsafe_hash", "frozen"):
         assert getattr(ours.__dataclass_params__, setting) == getattr(
             std.__dataclass_params__, setting
