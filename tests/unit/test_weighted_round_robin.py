@@ -28,6 +28,7 @@ from pyxds.lb.wrr_scheduler import (
 from pyxds.testing import FakeHelper
 
 READY = ConnectivityState.READY
+TRANSIENT_FAILURE = ConnectivityState.TRANSIENT_FAILURE
 ADDRS = ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]
 
 
@@ -402,6 +403,31 @@ def test_oob_watch_per_ready_endpoint_at_the_configured_period():
     assert h.shares()[ADDRS[0]] == pytest.approx(10 / 12, abs=0.01)
     h.update({"blackoutPeriod": "0s"})  # OOB off: every watch stopped
     assert sorted(cancelled) == sorted(ADDRS)
+
+
+def test_an_endpoint_state_change_starts_or_stops_only_its_own_oob_watch():
+    watches: list[str] = []
+    cancelled: list[str] = []
+    config = {"enableOobLoadReport": True, "blackoutPeriod": "0s"}
+    h = Harness(config)
+    for sc in h.helper.subchannels:
+
+        def watch(period, fn, on_unimplemented=None, sc=sc):
+            watches.append(sc.address)
+            return lambda: cancelled.append(sc.address)
+
+        sc.watch_orca_oob = watch
+    h.update(dict(config, oobReportingPeriod="2s"))  # resync: one watch each
+    assert sorted(watches) == sorted(ADDRS)
+    watches.clear()
+    first = h.helper.subchannel(ADDRS[0])
+    first.set_state(TRANSIENT_FAILURE)
+    assert cancelled == [ADDRS[0]] and watches == []
+    first.set_state(READY)
+    assert watches == [ADDRS[0]] and cancelled == [ADDRS[0]]
+    h.addrs = ADDRS[1:]
+    h.update(dict(config, oobReportingPeriod="2s"))  # an endpoint removed
+    assert cancelled == [ADDRS[0], ADDRS[0]] and watches == [ADDRS[0]]
 
 
 # -- xDS conversion (A52, A58, A114) --------------------------------------------------

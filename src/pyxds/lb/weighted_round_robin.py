@@ -461,6 +461,8 @@ class WeightedRoundRobin(RoundRobin):
         self._oob: dict[_Child, tuple[Any, float, Callable[[], None] | None, bool]] = {}
         self._locality = ""
         self._cluster = ""
+        #: the child whose state report is being applied (None: any other change)
+        self._reporting: _Child | None = None
         super().__init__(helper)
 
     # -- LoadBalancer ----------------------------------------------------------
@@ -506,11 +508,25 @@ class WeightedRoundRobin(RoundRobin):
     ) -> None:
         if state is _READY and child.state is not _READY:
             self.weight_of(child).became_ready()
-        super()._on_child_state(child, state, status, picker)
+        outer, self._reporting = self._reporting, child
+        try:
+            super()._on_child_state(child, state, status, picker)
+        finally:
+            self._reporting = outer
 
     def _aggregate(self) -> None:
         super()._aggregate()
-        self._sync_oob()
+        child = self._reporting
+        if child is None:
+            self._sync_oob()
+        elif not self._shutdown:
+            # one child's report changes only that child's watch (a pass
+            # over every child per report made connecting N endpoints cost
+            # N^2: ~0.45 s of CPU at 1000 endpoints)
+            if child.index >= 0:
+                self._sync_oob_child(child)
+            elif child in self._oob:
+                self._stop_oob(child)  # an old endpoint, draining
 
     def _report_ready(self, ready: list[_Child]) -> None:
         pickers = [child.picker for child in ready]
