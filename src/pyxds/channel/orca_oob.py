@@ -115,7 +115,6 @@ class OobStream:
         #: docstring); after it closed, the last one, until another opens
         #: (the channel's close() waits for its ``close_done``)
         self.side: stream_loop.LoopChannel | None = None
-        self._side_open = False
         self.calls_started = 0  # introspection (tests)
 
     # -- subscribers --------------------------------------------------------
@@ -205,8 +204,7 @@ class OobStream:
     def _close_side(self) -> None:
         """Close the side connection (after the call's cancel: the loop runs
         them in that order); the next call opens a new one."""
-        if self._side_open and self.side is not None:
-            self._side_open = False
+        if self.side is not None and not self.side.closed:
             self.side.close(wait=False)
 
     # -- the call ---------------------------------------------------------------
@@ -239,9 +237,8 @@ class OobStream:
         if make is None:
             self._cancel_call = _run_sync(channel, request, on_report, on_end)
             return
-        if not self._side_open or self.side is None:
+        if self.side is None or self.side.closed:
             self.side = _open_side(make)
-            self._side_open = True
         self._cancel_call = _run_on_side(self.side, request, on_report, on_end)
 
     def _deliver(self, generation: int, report: OrcaLoadReport) -> None:

@@ -247,11 +247,11 @@ class LoopChannel:
 
     def _release(self) -> None:
         """This user leaves the loop (once)."""
-        with self._release_lock:
+        with self._release_lock:  # held over release(): done when either caller returns
             if self._released:
                 return
             self._released = True
-        release()
+            release()
 
     async def _close_after_readers(self, channel: Any) -> None:
         if self._tasks:
