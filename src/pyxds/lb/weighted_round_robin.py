@@ -538,17 +538,32 @@ class WeightedRoundRobin(RoundRobin):
         if key == self._reported_key:
             return
         weights = [self.weight_of(child) for child in ready]
+        oob = config.enable_oob_load_report
         results = []
-        for picker, weight in zip(pickers, weights, strict=True):
+        for child, picker, weight in zip(ready, pickers, weights, strict=True):
+            # each child's result is kept while its picker, weight and mode stay:
+            # a READY report rebuilds the picker over every endpoint, and
+            # building every result again made connecting N endpoints cost N^2
+            cached = getattr(child, "wrr_result", None)
+            if (
+                cached is not None
+                and cached[0] is picker
+                and cached[1] is weight
+                and cached[2] is oob
+            ):
+                results.append(cached[3])
+                continue
             result = picker.result
             hook = None
             done = result.on_call_done
-            if not config.enable_oob_load_report:
+            if not oob:
                 hook = weight.on_call_trailers
                 done = weight.on_call_done if done is None else _chain(done, weight.on_call_done)
-            results.append(
-                PickComplete(result.subchannel, done, hook, result.attempt_labels, result.metadata)
+            complete = PickComplete(
+                result.subchannel, done, hook, result.attempt_labels, result.metadata
             )
+            child.wrr_result = (picker, weight, oob, complete)  # type: ignore[attr-defined]  # as wrr_weight
+            results.append(complete)
         labels = None
         if _metrics.RECORDER is not None:
             labels = {
