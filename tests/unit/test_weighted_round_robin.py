@@ -285,6 +285,29 @@ def test_oob_mode_does_not_read_per_call_trailers():
     assert all(r.on_call_trailers is None for r in h.picker.results)
 
 
+def test_switching_oob_mode_on_and_off_switches_every_endpoint_result():
+    h = Harness({})
+    assert all(r.on_call_trailers is not None for r in h.picker.results)
+    h.update({"enableOobLoadReport": True})
+    assert all(r.on_call_trailers is None for r in h.picker.results)
+    h.update({})
+    assert all(r.on_call_trailers is not None for r in h.picker.results)
+
+
+def test_an_endpoint_report_keeps_the_other_endpoints_results_and_renews_its_own():
+    h = Harness({"blackoutPeriod": "0s"})
+    before = {r.subchannel.address: r for r in h.picker.results}
+    first = h.helper.subchannel(ADDRS[0])
+    first.set_state(TRANSIENT_FAILURE)
+    first.set_state(READY)
+    after = {r.subchannel.address: r for r in h.picker.results}
+    assert all(after[a] is before[a] for a in ADDRS[1:])
+    assert after[ADDRS[0]].on_call_trailers is not None  # a whole result, hooks and all
+    h.feed({a: report(100, 0.1 if a == ADDRS[0] else 0.9) for a in ADDRS})
+    h.advance(1.0)  # its new result's hooks feed its weight: 1000 against 111 each
+    assert h.shares()[ADDRS[0]] == pytest.approx(1000 / (1000 + 111 * (len(ADDRS) - 1)), abs=0.01)
+
+
 # -- scheduler ------------------------------------------------------------------------
 
 
