@@ -58,9 +58,17 @@ def sockets() -> int:
 
 
 #: Threads of the servers this process runs for the test (the control
-#: plane's pool, grpcio servers' loops, backends' pools, the blackholes,
-#: the test's flapper): not the client's.
-SERVER_THREADS = ("pyxds-xds-server", "good-", "flap-", "blackhole", "flapper")
+#: plane's pool and its ADS stream readers, grpcio servers' loops, backends'
+#: pools, the blackholes, the test's flapper): not the client's.
+SERVER_THREADS = (
+    "pyxds-xds-server",
+    "pyxds-ads-reader",
+    "backend-",
+    "good-",
+    "flap-",
+    "blackhole",
+    "flapper",
+)
 
 
 def client_threads() -> int:
