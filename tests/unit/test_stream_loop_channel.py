@@ -32,11 +32,17 @@ def _reader(log: list[str], stop: asyncio.Event):
     return read()
 
 
-def test_close_without_waiting_ends_readers_then_the_channel_then_sets_close_done():
-    log: list[str] = []
+def _made(log: list[str]) -> stream_loop.LoopChannel:
+    """A LoopChannel whose (fake) channel has been made on the loop."""
     made = threading.Event()
     side = stream_loop.LoopChannel(lambda: FakeAioChannel(log), lambda _channel: made.set())
     assert made.wait(5)
+    return side
+
+
+def test_close_without_waiting_ends_readers_then_the_channel_then_sets_close_done():
+    log: list[str] = []
+    side = _made(log)
     users = stream_loop._users
     stop_box: list[asyncio.Event] = []
     spawned = threading.Event()
@@ -61,9 +67,7 @@ def test_close_without_waiting_ends_readers_then_the_channel_then_sets_close_don
 
 def test_close_waiting_returns_once_closed_and_releases_once():
     log: list[str] = []
-    made = threading.Event()
-    side = stream_loop.LoopChannel(lambda: FakeAioChannel(log), lambda _channel: made.set())
-    assert made.wait(5)
+    side = _made(log)
     users = stream_loop._users
     side.close()
     assert side.close_done.is_set() and log == ["channel closed"]
