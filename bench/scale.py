@@ -33,7 +33,13 @@ Per client and N:
 Prints the table and the pyxds / C-core ratios (sync and aio), and the load
 average.  ``--shape`` measures other shapes of issue 18 item 4 instead:
 ``channels`` (10 channels x 100 endpoints), ``ring_hash`` (1000 endpoints,
-connects lazily), ``pick_first`` (1000 addresses), with the same columns.
+connects lazily), ``pick_first`` (1000 addresses), with the same columns;
+``wrr_oob`` (N = ``--sizes``): the same N endpoints under
+weighted_round_robin with ``enable_oob_load_report`` (gRFC A51/A58): every
+backend serves ``OpenRcaService`` (pyxds.orca) and each client keeps one
+out-of-band report stream per endpoint, a report every ``--oob-period``
+seconds (10 s, A58's default; the idle column includes taking them); its
+kinds default to the sync pair ``core,pyxds``.
 
 Before/after a change: ``--before DIR`` (a source tree, e.g. ``git archive
 HEAD src | tar -x -C DIR``) adds the kinds ``pyxds-before`` and
@@ -42,6 +48,7 @@ others, and prints their ratios to C-core too.
 
 Usage: python bench/scale.py [--sizes 1,100,1000] [--rounds 1] [--idle 5]
        [--kinds core,pyxds,core-aio,pyxds-aio] [--shape channels] [--before DIR]
+       [--oob-period 10]
 """
 
 from __future__ import annotations
@@ -67,6 +74,11 @@ SERVE_LIMIT = 120.0
 # -- the backend and control plane (``--serve``) ------------------------------
 
 
+#: the CPU utilization each backend reports out of band (``--shape wrr_oob``),
+#: by port index: two loads, so weighted_round_robin's weights differ
+OOB_LOADS = (0.2, 0.6)
+
+
 def _port_handler(port_box: list[bytes]) -> grpc.GenericRpcHandler:
     """Answers every call with the port it was made to (``port_box[0]``)."""
 
@@ -78,15 +90,26 @@ def _port_handler(port_box: list[bytes]) -> grpc.GenericRpcHandler:
     )
 
 
-async def _start_backends(n: int, aliases: int = 1) -> tuple[list[int], list[object]]:
+async def _start_backends(
+    n: int, aliases: int = 1, oob_interval: float | None = None
+) -> tuple[list[int], list[object]]:
     """``n`` servers; each also listens on 127.0.0.2 .. 127.0.0.<aliases>
-    (same port: more endpoint addresses than servers, loopback only)."""
+    (same port: more endpoint addresses than servers, loopback only);
+    ``oob_interval``: each also serves ``OpenRcaService`` with that minimum
+    report interval, reporting a CPU utilization of ``OOB_LOADS``."""
     servers, ports = [], []
-    for _ in range(n):
+    for i in range(n):
         # no SO_REUSEPORT: port 0 must be a port nobody else listens on
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         port_box: list[bytes] = []
         server.add_generic_rpc_handlers((_port_handler(port_box),))
+        if oob_interval is not None:
+            from pyxds.orca import ServerMetricRecorder, add_orca_service
+
+            recorder = ServerMetricRecorder()
+            recorder.set_cpu_utilization(OOB_LOADS[i % len(OOB_LOADS)])
+            recorder.set_qps(100.0)
+            add_orca_service(server, recorder, min_report_interval=oob_interval)
         port = server.add_insecure_port("127.0.0.1:0")
         for k in range(2, aliases + 1):
             server.add_insecure_port(f"127.0.0.{k}:{port}")
@@ -120,7 +143,26 @@ def eds_variant(name: str, ports: list[int]) -> list[list[str]]:
     return out
 
 
-def serve(max_n: int, sizes: list[int], aliases: int = 1) -> None:
+def wrr_oob_policy(period: float) -> object:
+    """WrrLocality over ClientSideWeightedRoundRobin with out-of-band
+    reports every ``period`` seconds (A58's other fields at their defaults)."""
+    from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (
+        client_side_weighted_round_robin_pb2 as cswrr_pb2,
+    )
+    from envoy.extensions.load_balancing_policies.wrr_locality.v3 import wrr_locality_pb2
+    from google.protobuf import wrappers_pb2
+
+    from pyxds.server import builders as b
+
+    cswrr = cswrr_pb2.ClientSideWeightedRoundRobin(
+        enable_oob_load_report=wrappers_pb2.BoolValue(value=True)
+    )
+    cswrr.oob_reporting_period.FromNanoseconds(int(period * 1e9))
+    inner = b._load_balancing_policy([("wrr", cswrr)])
+    return wrr_locality_pb2.WrrLocality(endpoint_picking_policy=inner)
+
+
+def serve(max_n: int, sizes: list[int], aliases: int = 1, oob_period: float = 10.0) -> None:
     """Backends on ``max_n`` ports and a control plane with one listener per
     shape; prints the bootstrap as one JSON line, runs until stdin closes.
     ``/bench.Control/Set`` (on the control port) switches the "big"
@@ -151,7 +193,9 @@ def serve(max_n: int, sizes: list[int], aliases: int = 1) -> None:
         ports, _servers = loop.run_until_complete(_start_backends(max_n - max_n // 2, aliases))
         ports = ports + helper_ports
     else:
-        ports, _servers = loop.run_until_complete(_start_backends(max_n, aliases))
+        ports, _servers = loop.run_until_complete(
+            _start_backends(max_n, aliases, oob_interval=oob_period)
+        )
     threading.Thread(target=loop.run_forever, daemon=True).start()
     addresses = [f"127.0.0.1:{p}" for p in ports]
 
@@ -172,6 +216,7 @@ def serve(max_n: int, sizes: list[int], aliases: int = 1) -> None:
 
     for n in sizes:
         add(f"scale-{n}", n)
+        add(f"wrr-{n}", n, load_balancing_policy=wrr_oob_policy(oob_period))
     big = min(1000, max_n)
     for i in range(10):  # 10 channels x 100 endpoints, each its own
         add(f"part-{i}", min(100, max_n), offset=(i * 100) % max(1, max_n - 99))
@@ -738,6 +783,7 @@ COLUMNS = (
     ("+threads", "plus_threads", "{:.0f}"),
     ("CPU/RPC us", "cpu_us", "{:.0f}"),
     ("idle %", "idle_pct", "{:.2f}"),
+    ("idle thr", "idle_threads", "{:.0f}"),
     ("RSS MiB", "rss", "{:.1f}"),
     ("closed +thr", "closed_plus_threads", "{:.0f}"),
     ("closed +sock", "closed_plus_sockets", "{:.0f}"),
@@ -758,7 +804,7 @@ def summarize(runs: list[dict]) -> dict[str, float]:
 
 
 def eds_main(args: argparse.Namespace) -> None:
-    kinds = [k for k in args.kinds.split(",") if not k.endswith("aio")]
+    kinds = [k for k in (args.kinds or ",".join(KINDS)).split(",") if not k.endswith("aio")]
     if args.before:
         kinds += [k + "-before" for k in kinds if k.startswith("pyxds")]
     server = subprocess.Popen(
@@ -875,11 +921,16 @@ def eds_main(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,100,1000")
-    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--kinds", help="default: " + ",".join(KINDS) + " (wrr_oob: core,pyxds)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--rpcs", type=int, default=2000)
     parser.add_argument("--idle", type=float, default=5.0)
-    parser.add_argument("--shape", choices=("channels", "ring_hash", "pick_first", "eds"))
+    parser.add_argument(
+        "--shape", choices=("channels", "ring_hash", "pick_first", "eds", "wrr_oob")
+    )
+    parser.add_argument(
+        "--oob-period", type=float, default=10.0, help="--shape wrr_oob: seconds between reports"
+    )
     parser.add_argument("--before", help="source tree of pyxds before a change (see above)")
     parser.add_argument(
         "--eds-phases",
@@ -897,7 +948,7 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.serve:
-        serve(args.serve, sizes, args.aliases)
+        serve(args.serve, sizes, args.aliases, args.oob_period)
         return
     if args.backends:
         backends_only(args.backends, args.aliases)
@@ -914,7 +965,9 @@ def main() -> None:
         eds_main(args)
         return
 
-    kinds = args.kinds.split(",")
+    kinds = (args.kinds or ("core,pyxds" if args.shape == "wrr_oob" else ",".join(KINDS))).split(
+        ","
+    )
     if args.before:
         kinds += [k + "-before" for k in kinds if k.startswith("pyxds")]
     if args.shape == "channels":
@@ -926,11 +979,17 @@ def main() -> None:
     elif args.shape == "pick_first":
         plan = [("pick_first 1000", 1, "xds:///pf", 1)]
         max_n = 1000
+    elif args.shape == "wrr_oob":
+        plan = [(f"wrr_oob N={n}", n, f"xds:///wrr-{n}", 1) for n in sizes]
+        max_n = max(sizes)
     else:
         plan = [(f"N={n}", n, f"xds:///scale-{n}", 1) for n in sizes]
         max_n = max(sizes)
     server = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--serve", str(max_n), "--sizes", args.sizes],
+        [
+            *(sys.executable, os.path.abspath(__file__), "--serve", str(max_n)),
+            *("--sizes", args.sizes, "--oob-period", str(args.oob_period)),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -1,47 +1,98 @@
-"""``dataclass`` for pyxds's frozen value classes, at half the cost to define
-(issue 18, start-up).
+"""``dataclass`` for pyxds's value classes, defined without compiling a
+method per class (issue 18, start-up).
 
 Python 3.11's ``dataclasses.dataclass`` compiles every generated method
-with its own ``exec``; a frozen class gets six (``__init__``, ``__repr__``,
+with its own ``exec``: a frozen class gets six (``__init__``, ``__repr__``,
 ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``), ~0.5 ms a class
-on a shared machine.  A process's first ``xds:`` RPC defines ~65 of them:
-a third of its start-up.
+on a shared machine, and a process's first ``xds:`` RPC defines ~80
+dataclasses.  Here no method is compiled per class.
 
 Rules:
 
-* ``dataclass(frozen=True[, slots=True])`` with no other parameter, on a
-  class that defines none of ``__eq__``, ``__hash__``, ``__repr__`` itself:
-  the standard decorator makes ``__init__``, the frozen ``__setattr__`` /
-  ``__delattr__``, slots, ``__match_args__`` and the fields as always; the
-  three others are shared functions, built once per class from its fields
-  (no ``exec``), that answer exactly what the generated ones answer:
+* Taken here: ``dataclass`` with no parameter or only ``frozen``,
+  ``slots``, ``eq``, ``order`` and ``init``, on a class that defines none of
+  ``__eq__``, ``__repr__``, ``__setattr__``, ``__delattr__`` (nor, with
+  ``order``, a comparison), has no dataclass base, no ``InitVar`` and no
+  keyword-only field.  The standard decorator, called with ``init``,
+  ``repr``, ``eq`` and ``frozen`` off, still collects and checks the fields,
+  sets the defaults, ``__match_args__`` and the slots (re-creating the class
+  for slots, as it always does: ~25 us, the only part not avoidable from a
+  decorator).  The methods are then added here, with the answers of the
+  generated ones:
 
-  - ``__eq__``: ``NotImplemented`` unless ``other.__class__ is
-    self.__class__``, else the tuples of the ``compare`` fields compared
-    (tuple semantics: identity first, then ``==``);
-  - ``__hash__``: ``hash`` of the tuple of the fields with ``hash=True``,
-    or with ``hash=None`` and ``compare=True``;
   - ``__repr__``: ``QualName(a=..., b=...)`` over the ``repr`` fields,
-    ``...`` where it recurses into itself.
+    ``...`` where it recurses into itself;
+  - ``__eq__`` (``eq``): ``NotImplemented`` unless ``other.__class__ is
+    self.__class__``, else the tuples of the ``compare`` fields compared
+    (tuple semantics: identity first, then ``==``); ``order`` adds ``<``,
+    ``<=``, ``>``, ``>=`` the same way;
+  - ``__hash__`` (``eq``): frozen, ``hash`` of the tuple of the fields with
+    ``hash=True``, or ``hash=None`` and ``compare=True``; not frozen,
+    ``None``; a class's own ``__hash__`` is kept, as the standard keeps it;
+  - these three are the standard decorator's own source, compiled once per
+    (operator, number of fields) with placeholder attribute names that each
+    class's copy of the code object replaces (``CodeType.replace``): the
+    same bytecode, so the same speed per call (shared functions reading
+    the fields with ``attrgetter`` were 1.5-2x slower);
+  - ``__setattr__`` / ``__delattr__`` (frozen): ``FrozenInstanceError(
+    "cannot assign to field 'x'")`` / ``("cannot delete field 'x'")`` when
+    the instance's type is the class the decorator was given or the name
+    is a field, else ``super()``'s (so, as with the standard one, a slotted
+    class answers a name that is no field with ``super()``'s TypeError: the
+    class it names is the one slots replaced);
+  - ``__init__`` (``init``, unless the class has its own): the standard
+    one's parameters, defaults, annotations, globals and body (each field
+    stored, through ``object.__setattr__`` when frozen; default factories
+    called for ``<factory>`` arguments; ``init=False`` fields set as the
+    standard one sets them; ``__post_init__`` last), made from a template
+    compiled once per *shape* (which fields are parameters, which call a
+    factory, whether ``__post_init__`` runs, frozen or not) and shared by
+    every class of that shape: the template's code object gets the class's
+    parameter and attribute names (``CodeType.replace``), its field names
+    (frozen) and defaults or factories come from closure cells.  Per
+    construction it does what the generated one does, minus the
+    ``object.__setattr__`` attribute lookup per field when frozen.
 
-* Anything else (not frozen, ``order``, ``eq=False``, ``init=False``,
-  ``unsafe_hash``, a class defining one of the three) is the standard
-  decorator, unchanged.
+  ``__dataclass_params__`` then says what the standard decorator's says,
+  a frozen slotted class gets the standard ``__getstate__`` /
+  ``__setstate__``, and a class without a docstring the standard one (its
+  name and signature).
+
+* Anything else (``repr=False``, ``unsafe_hash``, ``kw_only``, ``match_args``
+  or ``weakref_slot`` given, a class defining one of the methods above, a
+  dataclass base, ``InitVar``, ``KW_ONLY``) is the standard decorator,
+  unchanged.
 * Type checkers see ``dataclasses.dataclass`` itself.
-  ``tests/unit/test_values.py`` compares both decorators on the same classes.
+  ``tests/unit/test_values.py`` compares both decorators on the same class
+  bodies, and on every pyxds class the template made.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import sys
 import threading
+import types
 from collections.abc import Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 __all__ = ["dataclass"]
 
-_OWN = ("__eq__", "__hash__", "__repr__")
+#: methods the standard decorator would make; a class defining one of them
+#: gets the standard decorator
+_OWN = ("__eq__", "__repr__", "__setattr__", "__delattr__")
+#: ``order=True``'s methods (a class defining one gets the standard decorator,
+#: which refuses it)
+_ORDER = (("__lt__", "<"), ("__le__", "<="), ("__gt__", ">"), ("__ge__", ">="))
+#: annotations (strings under ``from __future__ import annotations``) the
+#: standard decorator reads as an ``InitVar`` or the ``KW_ONLY`` marker
+_NOT_OURS = ("InitVar", "KW_ONLY")
+#: the default of a parameter whose field has a ``default_factory`` (its
+#: repr, ``<factory>``, shows in signatures)
+_FACTORY: Any = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", None)
+_SET = object.__setattr__
 
 
 def _values_of(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
@@ -55,22 +106,18 @@ def _values_of(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
     return get
 
 
-def _add_value_methods(cls: type) -> type:
-    fields = dataclasses.fields(cls)
-    compared = _values_of(tuple(f.name for f in fields if f.compare))
-    hashed = _values_of(tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash)))
+def _add_value_methods(
+    cls: type, fields: tuple[dataclasses.Field[Any], ...], frozen: bool, eq: bool, order: bool
+) -> None:
+    """``__repr__``; with ``eq``, ``__eq__`` and ``__hash__`` (from the fields
+    when frozen, else ``None``; the class's own is kept, as the standard
+    decorator keeps it); with ``order``, the four comparisons."""
+    compared = tuple(f.name for f in fields if f.compare)
+    hashed = tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))
     shown = tuple(f.name for f in fields if f.repr)
     body = "(" + ", ".join(f"{name}={{!r}}" for name in shown) + ")"
     values_shown = _values_of(shown)
     running: set[tuple[int, int]] = set()
-
-    def __eq__(self: Any, other: Any) -> Any:
-        if other.__class__ is self.__class__:
-            return compared(self) == compared(other)
-        return NotImplemented
-
-    def __hash__(self: Any) -> int:
-        return hash(hashed(self))
 
     def __repr__(self: Any) -> str:
         key = (id(self), threading.get_ident())
@@ -83,21 +130,272 @@ def _add_value_methods(cls: type) -> type:
         finally:
             running.discard(key)
 
-    for name, fn in (("__eq__", __eq__), ("__hash__", __hash__), ("__repr__", __repr__)):
-        fn.__qualname__ = f"{cls.__qualname__}.{name}"
+    __repr__.__qualname__ = f"{cls.__qualname__}.__repr__"
+    cls.__repr__ = __repr__  # type: ignore[assignment, method-assign]  # as the decorator does
+    if eq:
+        _add_method(cls, "__eq__", "==", compared)
+        if "__hash__" not in cls.__dict__:
+            if frozen:
+                _add_method(cls, "__hash__", "hash", hashed)
+            else:
+                cls.__hash__ = None  # type: ignore[assignment]  # as the standard decorator
+    if order:
+        for name, op in _ORDER:
+            _add_method(cls, name, op, compared)
+
+
+#: (operator or "hash", number of fields) -> the template method's code
+_METHODS: dict[tuple[str, int], types.CodeType] = {}
+
+
+def _add_method(cls: type, name: str, op: str, names: tuple[str, ...]) -> None:
+    """``cls.<name>`` as the standard decorator generates it over ``names``:
+    ``hash((self.a, ...))`` for ``op == "hash"``, else ``(self.a, ...) <op>
+    (other.a, ...)`` when ``other.__class__ is self.__class__``, else
+    ``NotImplemented``; from a template per (op, number of fields) with the
+    attribute names replaced."""
+    key = (op, len(names))
+    template = _METHODS.get(key)
+    if template is None:
+        mine = "(" + "".join(f"self.n{i}," for i in range(len(names))) + ")"
+        if op == "hash":
+            source = f"def {name}(self):\n return hash({mine})\n"
+        else:
+            theirs = mine.replace("self.", "other.")
+            source = (
+                f"def {name}(self, other):\n"
+                f" if other.__class__ is self.__class__:\n  return {mine} {op} {theirs}\n"
+                " return NotImplemented\n"
+            )
+        namespace: dict[str, Any] = {}
+        exec(compile(source, "<pyxds._values>", "exec"), namespace)  # once per key
+        template = namespace[name].__code__
+        _METHODS[key] = template
+    placeholders = {f"n{i}": field for i, field in enumerate(names)}
+    qualname = f"{cls.__qualname__}.{name}"
+    code = template.replace(
+        co_name=name,
+        co_names=tuple(placeholders.get(word, word) for word in template.co_names),
+        co_qualname=qualname,
+    )
+    module = sys.modules.get(cls.__module__)
+    method = types.FunctionType(code, module.__dict__ if module is not None else {}, name)
+    method.__qualname__ = qualname
+    setattr(cls, name, method)
+
+
+def _add_frozen_methods(cls: type, owner: type[Any], names: tuple[str, ...]) -> None:
+    """The standard frozen ``__setattr__`` / ``__delattr__``; ``owner`` is the
+    class the decorator was given (before slots re-created it)."""
+    frozen_error = dataclasses.FrozenInstanceError
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        if type(self) is owner or name in names:
+            raise frozen_error(f"cannot assign to field {name!r}")
+        super(owner, self).__setattr__(name, value)
+
+    def __delattr__(self: Any, name: str) -> None:
+        if type(self) is owner or name in names:
+            raise frozen_error(f"cannot delete field {name!r}")
+        super(owner, self).__delattr__(name)
+
+    for name, fn in (("__setattr__", __setattr__), ("__delattr__", __delattr__)):
+        fn.__qualname__ = f"{owner.__qualname__}.{name}"
         setattr(cls, name, fn)
-    return cls
+
+
+# --- __init__ from a template per shape -------------------------------------
+
+#: a field's part in ``__init__``: a parameter (``p``), a parameter whose
+#: ``<factory>`` default calls the factory (``f``), not a parameter but set
+#: from its factory (``F``) or from its default (``D``, slotted classes
+#: only), or not set at all (``-``)
+_PARAM, _PARAM_FACTORY, _FACTORY_ONLY, _DEFAULT_ONLY, _UNSET = "p", "f", "F", "D", "-"
+
+#: (shape, post_init, frozen) -> the template's ``__init__`` code object
+_TEMPLATES: dict[tuple[str, bool, bool], types.CodeType] = {}
+
+
+def _kind(f: dataclasses.Field[Any], slots: bool) -> str:
+    factory = f.default_factory is not dataclasses.MISSING
+    if f.init:
+        return _PARAM_FACTORY if factory else _PARAM
+    if factory:
+        return _FACTORY_ONLY
+    return _DEFAULT_ONLY if slots and f.default is not dataclasses.MISSING else _UNSET
+
+
+def _template(shape: str, post_init: bool, frozen: bool) -> types.CodeType:
+    """The ``__init__`` code for ``shape``, with placeholder names: the
+    parameters ``a<i>``, the field names ``n<i>`` (closure cells when
+    frozen, stored through ``object.__setattr__`` in ``_set_``; else the
+    attribute names of ``self.n<i> = ...``) and defaults or factories
+    ``v<i>`` in closure cells."""
+    key = (shape, post_init, frozen)
+    code = _TEMPLATES.get(key)
+    if code is not None:
+        return code
+    params = [f"a{i}" for i, kind in enumerate(shape) if kind in (_PARAM, _PARAM_FACTORY)]
+    lines = []
+    for i, kind in enumerate(shape):
+        value = {
+            _PARAM: f"a{i}",
+            _PARAM_FACTORY: f"v{i}() if a{i} is _factory_ else a{i}",
+            _FACTORY_ONLY: f"v{i}()",
+            _DEFAULT_ONLY: f"v{i}",
+        }.get(kind)
+        if value is not None:
+            lines.append(f"  _set_(self, n{i}, {value})" if frozen else f"  self.n{i} = {value}")
+    if post_init:
+        lines.append("  self.__post_init__()")
+    cells = ["_set_", "_factory_"]
+    cells += [f"n{i}" for i, kind in enumerate(shape) if kind != _UNSET and frozen]
+    cells += [f"v{i}" for i, kind in enumerate(shape) if kind not in (_PARAM, _UNSET)]
+    source = (
+        f"def _make_({', '.join(cells)}):\n"
+        f" def __init__({', '.join(['self', *params])}):\n"
+        + "\n".join(lines or ["  pass"])
+        + "\n return __init__\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<pyxds._values>", "exec"), namespace)  # once per shape
+    code = next(c for c in namespace["_make_"].__code__.co_consts if isinstance(c, types.CodeType))
+    _TEMPLATES[key] = code
+    return code
+
+
+def _check_defaults(fields: tuple[dataclasses.Field[Any], ...]) -> None:
+    """The standard decorator's check (made whenever ``init`` is true, even
+    for a class with its own ``__init__``)."""
+    seen_default = False
+    for f in fields:
+        if f.init:
+            if not (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING):
+                seen_default = True
+            elif seen_default:
+                raise TypeError(f"non-default argument {f.name!r} follows default argument")
+
+
+def _make_init(
+    cls: type, fields: tuple[dataclasses.Field[Any], ...], slots: bool, frozen: bool
+) -> Any:
+    shape = "".join(_kind(f, slots) for f in fields)
+    template = _template(shape, hasattr(cls, "__post_init__"), frozen)
+    names = [f.name for f in fields]
+    self_name = "__dataclass_self__" if "self" in names else "self"
+    params = [f for f in fields if f.init]
+    attributes = {f"n{i}": name for i, name in enumerate(names)}
+    code = template.replace(
+        co_varnames=(self_name, *(f.name for f in params)),
+        co_names=tuple(attributes.get(name, name) for name in template.co_names),
+        co_qualname=f"{cls.__qualname__}.__init__",
+    )
+    cell_values: dict[str, Any] = {"_set_": _SET, "_factory_": _FACTORY}
+    for i, f in enumerate(fields):
+        cell_values[f"n{i}"] = f.name
+        cell_values[f"v{i}"] = (
+            f.default if f.default_factory is dataclasses.MISSING else f.default_factory
+        )
+    module = sys.modules.get(cls.__module__)
+    init = types.FunctionType(
+        code,
+        module.__dict__ if module is not None else {},
+        "__init__",
+        tuple(
+            _FACTORY if f.default is dataclasses.MISSING else f.default
+            for f in params
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        )
+        or None,
+        tuple(types.CellType(cell_values[name]) for name in code.co_freevars),
+    )
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__annotations__ = {f.name: f.type for f in params}
+    init.__annotations__["return"] = None
+    return init
+
+
+def _getstate(self: Any) -> list[Any]:
+    return [getattr(self, f.name) for f in dataclasses.fields(self)]
+
+
+def _setstate(self: Any, state: list[Any]) -> None:
+    for f, value in zip(dataclasses.fields(self), state, strict=False):
+        _SET(self, f.name, value)
+
+
+#: the standard decorator's own, when it has them (pickling frozen slots)
+_GETSTATE = getattr(dataclasses, "_dataclass_getstate", _getstate)
+_SETSTATE = getattr(dataclasses, "_dataclass_setstate", _setstate)
+
+
+def _ours(cls: type, params: dict[str, Any]) -> bool:
+    if not set(params) <= {"frozen", "slots", "eq", "init", "order"}:
+        return False
+    if params.get("order") and not params.get("eq", True):
+        return False  # the standard decorator's ValueError
+    own = _OWN + tuple(name for name, _ in _ORDER) if params.get("order") else _OWN
+    if _FACTORY is None or any(name in cls.__dict__ for name in own):
+        return False
+    if any(hasattr(base, "__dataclass_fields__") for base in cls.__mro__[1:]):
+        return False
+    for annotation in inspect.get_annotations(cls).values():
+        if isinstance(annotation, str):
+            if any(word in annotation for word in _NOT_OURS):
+                return False
+        elif annotation in (dataclasses.KW_ONLY, dataclasses.InitVar) or isinstance(
+            annotation, dataclasses.InitVar
+        ):
+            return False
+    return not any(
+        isinstance(value, dataclasses.Field) and value.kw_only is True
+        for value in cls.__dict__.values()
+    )
+
+
+def _value_class(cls: type, slots: bool, init: bool, order: bool, frozen: bool, eq: bool) -> type:
+    documented = bool(cls.__dict__.get("__doc__"))
+    if not documented:
+        cls.__doc__ = "-"  # the standard decorator's doc comes once __init__ is in
+    out: type = dataclasses.dataclass(
+        cls, init=False, repr=False, eq=False, frozen=False, slots=slots
+    )
+    fields: tuple[dataclasses.Field[Any], ...] = dataclasses.fields(out)
+    if init:
+        _check_defaults(fields)
+        if "__init__" not in cls.__dict__:  # the standard decorator keeps the class's own
+            out.__init__ = _make_init(out, fields, slots, frozen)  # type: ignore[misc]  # as it does
+    _add_value_methods(out, fields, frozen, eq, order)
+    if frozen:
+        _add_frozen_methods(out, cls, tuple(f.name for f in fields))
+    settings = out.__dataclass_params__  # type: ignore[attr-defined]  # set by the decorator
+    settings.repr = True
+    settings.init, settings.eq, settings.order, settings.frozen = init, eq, order, frozen
+    if slots and frozen:
+        if "__getstate__" not in cls.__dict__:
+            out.__getstate__ = _GETSTATE  # type: ignore[method-assign, assignment]  # as above
+        if "__setstate__" not in cls.__dict__:
+            out.__setstate__ = _SETSTATE  # type: ignore[attr-defined]  # as the decorator does
+    if not documented:
+        try:
+            signature = str(inspect.signature(out)).replace(" -> None", "")
+        except (TypeError, ValueError):
+            signature = ""
+        out.__doc__ = out.__name__ + signature
+    return out
 
 
 def _value_dataclass(cls: Any = None, /, **params: Any) -> Any:
     def wrap(c: type) -> type:
-        if (
-            params.get("frozen") is True
-            and set(params) <= {"frozen", "slots"}
-            and not any(name in c.__dict__ for name in _OWN)
-        ):
-            out: type = dataclasses.dataclass(c, eq=False, repr=False, **params)
-            return _add_value_methods(out)
+        if _ours(c, params):
+            return _value_class(
+                c,
+                bool(params.get("slots", False)),
+                bool(params.get("init", True)),
+                bool(params.get("order", False)),
+                bool(params.get("frozen", False)),
+                bool(params.get("eq", True)),
+            )
         return dataclasses.dataclass(c, **params)
 
     return wrap if cls is None else wrap(cls)

@@ -103,7 +103,9 @@ class Backend(HoldsItsPort):
         return self
 
     def start(self) -> Backend:
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=[EXCLUSIVE])
+        # named: a test counting its client's threads tells the backend's apart
+        executor = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="backend-")
+        server = grpc.server(executor, options=[EXCLUSIVE])
         server.add_generic_rpc_handlers((_handlers(self.name, self.served),))
         self._let_go()
         if self.credentials is None:

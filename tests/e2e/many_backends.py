@@ -5,6 +5,13 @@ with its own port, so a test can tell which endpoint served an RPC.
 ``ManyBackends(n)`` starts the process and reads its ports; ``close()``
 (or the ``with`` block) stops it.  Run as a script it serves ``argv[1]``
 ports until its stdin closes.
+
+``ManyBackends(n, oob=True)``: each server also serves ORCA's
+``OpenRcaService`` (pyxds.orca, 0.1 s minimum interval; no per-call
+reports), reporting qps 100 and a CPU utilization set by
+:meth:`ManyBackends.set_loads` (the even-indexed ports one value, the odd
+ones another); :meth:`ManyBackends.oob_streams` counts the streams open
+across the process.
 """
 
 from __future__ import annotations
@@ -16,12 +23,14 @@ import sys
 from typing import Any
 
 WHO = "/pyxds.test.Echo/Who"
+_SET_LOADS = "/pyxds.test.Echo/SetLoads"
+_OOB_STREAMS = "/pyxds.test.Echo/OobStreams"
 
 
 class ManyBackends:
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, oob: bool = False) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, __file__, str(n)],
+            [sys.executable, __file__, str(n), *(["--oob"] if oob else [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -36,6 +45,21 @@ class ManyBackends:
     @property
     def addresses(self) -> list[str]:
         return [f"127.0.0.1:{p}" for p in self.ports]
+
+    def _control(self, method: str, request: bytes) -> bytes:
+        import grpc
+
+        with grpc.insecure_channel(self.addresses[0]) as channel:
+            answer: bytes = channel.unary_unary(method)(request, timeout=10)
+            return answer
+
+    def set_loads(self, even: float, odd: float) -> None:
+        """The CPU utilization the even-indexed and odd-indexed ports report."""
+        self._control(_SET_LOADS, f"{even},{odd}".encode())
+
+    def oob_streams(self) -> int:
+        """OpenRcaService streams open in the backend process, now."""
+        return int(self._control(_OOB_STREAMS, b""))
 
     def close(self) -> None:
         if self._proc.poll() is None:
@@ -54,8 +78,31 @@ class ManyBackends:
         self.close()
 
 
-async def _serve(n: int) -> None:
+async def _serve(n: int, oob: bool) -> None:
     import grpc
+
+    from pyxds.orca import OrcaService, ServerMetricRecorder
+
+    recorders: list[ServerMetricRecorder] = []
+    open_streams = [0]
+
+    class CountingOrca(OrcaService):
+        async def stream_core_metrics_async(self, request: Any, context: Any) -> Any:
+            open_streams[0] += 1
+            try:
+                async for report in super().stream_core_metrics_async(request, context):
+                    yield report
+            finally:
+                open_streams[0] -= 1
+
+    async def set_loads(request: bytes, context: Any) -> bytes:
+        even, odd = (float(x) for x in request.decode().split(","))
+        for i, recorder in enumerate(recorders):
+            recorder.set_cpu_utilization(odd if i % 2 else even)
+        return b"ok"
+
+    async def oob_streams(request: bytes, context: Any) -> bytes:
+        return str(open_streams[0]).encode()
 
     servers: list[Any] = []
     ports: list[int] = []
@@ -67,13 +114,20 @@ async def _serve(n: int) -> None:
         async def who(request: bytes, context: Any, box: list[bytes] = box) -> bytes:
             return box[0]
 
+        methods = {"Who": grpc.unary_unary_rpc_method_handler(who)}
+        if oob and not servers:
+            methods["SetLoads"] = grpc.unary_unary_rpc_method_handler(set_loads)
+            methods["OobStreams"] = grpc.unary_unary_rpc_method_handler(oob_streams)
         server.add_generic_rpc_handlers(
-            (
-                grpc.method_handlers_generic_handler(
-                    "pyxds.test.Echo", {"Who": grpc.unary_unary_rpc_method_handler(who)}
-                ),
-            )
+            (grpc.method_handlers_generic_handler("pyxds.test.Echo", methods),)
         )
+        if oob:
+            recorder = ServerMetricRecorder()
+            recorder.set_cpu_utilization(0.5)
+            recorder.set_qps(100.0)
+            recorders.append(recorder)
+            orca = CountingOrca(recorder, min_report_interval=0.1)
+            server.add_generic_rpc_handlers((orca.aio_generic_handler(),))
         port = server.add_insecure_port("127.0.0.1:0")
         box.append(str(port).encode())
         await server.start()
@@ -87,4 +141,4 @@ async def _serve(n: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(_serve(int(sys.argv[1])))
+    asyncio.run(_serve(int(sys.argv[1]), "--oob" in sys.argv[2:]))

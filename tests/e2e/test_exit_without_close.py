@@ -314,3 +314,31 @@ time.sleep(1.0)
 """
     _, _, stderr = run_script(body, TARGET, world)
     assert stderr.strip() == "", stderr
+
+
+def test_a_program_reading_out_of_band_load_reports_exits_at_once_and_quietly(world):
+    """A sync channel whose weighted_round_robin reads each backend's ORCA
+    out-of-band stream (A51: grpc.aio calls on pyxds's stream loop, over a
+    second connection per backend) and a script that never closes it."""
+    from orca_backends import HEAVY, LIGHT, OrcaBackend
+    from orca_backends import SERVICE as ORCA_SERVICE
+
+    backends = [OrcaBackend("oob-heavy", HEAVY), OrcaBackend("oob-light", LIGHT)]
+    body = f"""
+import json, pyxds
+config = {{"loadBalancingConfig": [{{"weighted_round_robin": {{
+    "enableOobLoadReport": True, "oobReportingPeriod": "0.1s", "blackoutPeriod": "0s"}}}}]}}
+channel = pyxds.insecure_channel(TARGET, options=[("grpc.service_config", json.dumps(config))])
+who = channel.unary_unary("/{ORCA_SERVICE}/Who")
+for _ in range(20):
+    who(b"", timeout=5, wait_for_ready=True)
+time.sleep(0.3)  # the out-of-band streams open and report
+"""
+    try:
+        target = "ipv4:" + ",".join(b.address for b in backends)
+        delay, _, stderr = run_script(body, target, world)
+    finally:
+        for backend in backends:
+            backend.stop()
+    assert stderr.strip() == "", stderr
+    assert delay < EXIT_LIMIT, f"exit held up {delay:.2f} s after the last line"

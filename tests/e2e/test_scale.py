@@ -58,9 +58,17 @@ def sockets() -> int:
 
 
 #: Threads of the servers this process runs for the test (the control
-#: plane's pool, grpcio servers' loops, backends' pools, the blackholes,
-#: the test's flapper): not the client's.
-SERVER_THREADS = ("pyxds-xds-server", "good-", "flap-", "blackhole", "flapper")
+#: plane's pool and its ADS stream readers, grpcio servers' loops, backends'
+#: pools, the blackholes, the test's flapper): not the client's.
+SERVER_THREADS = (
+    "pyxds-xds-server",
+    "pyxds-ads-reader",
+    "backend-",
+    "good-",
+    "flap-",
+    "blackhole",
+    "flapper",
+)
 
 
 def client_threads() -> int:
@@ -159,6 +167,56 @@ def test_an_asyncio_channel_reaches_every_one_of_1000_endpoints_with_bounded_thr
         loop.run_until_complete(plain.close())
     finally:
         loop.close()
+
+
+#: endpoints of the WRR + out-of-band ORCA test below
+OOB_ENDPOINTS = 200
+
+
+def test_sync_wrr_with_oob_reports_over_200_endpoints_adds_no_thread_each_and_follows_them(
+    xds_server,
+):
+    """weighted_round_robin with ``enable_oob_load_report`` (A58, A51) on a
+    sync channel: one OpenRcaService stream per endpoint, and still the
+    threads of any channel (a count, not one or two per stream as grpcio's
+    sync streaming calls would take); the split follows the utilization the
+    backends report out of band (90/10, then 10/90 once they change it);
+    after close() the streams end and threads and sockets are back."""
+    from channel_fixtures import TARGET
+    from orca_backends import wrr_snapshot
+
+    with ManyBackends(OOB_ENDPOINTS, oob=True) as fleet:
+        fleet.set_loads(even=0.1, odd=0.9)  # qps 100: weights 1000 : 111
+        xds_server.set_snapshot(wrr_snapshot("wrr-oob", fleet.addresses, True, "oob-200", 0.5))
+        even = {str(p).encode() for p in fleet.ports[0::2]}
+        before = Counts()
+        channel = pyxds.insecure_channel(TARGET, bootstrap=xds_server.bootstrap())
+        who = channel.unary_unary(WHO)
+
+        def even_share(n: int) -> float:
+            return sum(who(b"", wait_for_ready=True, timeout=30) in even for _ in range(n)) / n
+
+        try:
+            served: set[bytes] = set()
+            deadline = time.monotonic() + 60
+            while len(served) < OOB_ENDPOINTS and time.monotonic() < deadline:
+                served.add(who(b"", wait_for_ready=True, timeout=30))
+            assert len(served) == OOB_ENDPOINTS
+            assert wait_until(lambda: fleet.oob_streams() == OOB_ENDPOINTS, 30)
+            Counts().assert_bounded_above(before)
+            assert wait_until(lambda: even_share(200) > 0.8, 20)  # reports arrived
+            assert even_share(2000) == pytest.approx(0.9, abs=0.04)
+            fleet.set_loads(even=0.9, odd=0.1)
+            assert wait_until(lambda: even_share(200) < 0.2, 20)
+            assert even_share(2000) == pytest.approx(0.1, abs=0.04)
+            Counts().assert_bounded_above(before)
+            assert fleet.oob_streams() == OOB_ENDPOINTS  # one each, none restarted twice
+        finally:
+            channel.close()
+        after = Counts.back_to(before)
+        assert after.threads <= before.threads, threading.enumerate()
+        assert after.sockets <= before.sockets
+        assert wait_until(lambda: fleet.oob_streams() == 0, 10)
 
 
 def test_a_channel_among_dead_silent_and_flapping_endpoints_serves_from_the_good_ones(

@@ -16,6 +16,7 @@ from channel_fixtures import SERVICE, TARGET, Backend, route, snapshot, wait_unt
 
 import pyxds
 import pyxds.aio
+from pyxds.channel.core import ChannelCore
 from pyxds.server import ManagementServer
 from pyxds.xds import completion_reader, stream_loop
 
@@ -113,6 +114,39 @@ def test_stream_loop_takes_completions_back_after_asyncio_run_returns(server, ba
         assert wait_until(lambda: not _yielded(), 5)
     finally:
         sync.close()
+
+
+def test_aio_close_takes_the_completions_back_while_it_blocks(
+    server, backends, yielding, monkeypatch
+):
+    """``close()`` of an aio channel blocks its loop until the xDS client's
+    ADS stream has closed, which needs grpc.aio's completions read: the
+    stream loop takes them back as the close starts (not at its next look,
+    here never: TICK is a minute), and the ADS stream ends."""
+    monkeypatch.setattr(completion_reader, "TICK", 60.0)
+    monkeypatch.setattr(completion_reader, "TICK_MAX", 60.0)
+    _to(server, backends, 0)
+    bootstrap = server.bootstrap()
+    reading_when_closing: list[bool] = []
+    close = ChannelCore.close
+
+    def close_seen(core, *args, **kwargs):
+        # on the application loop's thread, that loop now blocked
+        reading_when_closing.append(wait_until(lambda: not _yielded(), 5))
+        return close(core, *args, **kwargs)
+
+    monkeypatch.setattr(ChannelCore, "close", close_seen)
+
+    async def main() -> bool:
+        channel = pyxds.aio.insecure_channel(TARGET, bootstrap=bootstrap)
+        assert await _until(channel.unary_unary(WHO), "y0")
+        yielded_before = _yielded()
+        await channel.close()
+        return yielded_before
+
+    assert asyncio.run(main()) is yielding
+    assert reading_when_closing == [True]
+    assert wait_until(lambda: server.stream_count == 0, 5)
 
 
 def test_aio_channels_on_loops_in_two_threads_follow_updates(server, backends, yielding):

@@ -124,3 +124,64 @@ def test_reader_yields_to_a_running_bound_loop_and_takes_it_back_when_it_closes(
         stream.call_soon_threadsafe(stream.stop)
         thread.join(5)
         stream.close()
+
+
+@needs_checked_grpcio
+def test_a_loop_about_to_block_gets_the_reader_back_until_it_runs_again(monkeypatch):
+    """app_loop_blocks(): the stream loop takes its reader back at once (no
+    look: TICK is a minute), does not yield again while the application loop
+    is blocked, and yields again once it runs (the function returned)."""
+    import threading
+
+    monkeypatch.setattr(completion_reader, "_app_loops", type(completion_reader._app_loops)())
+    monkeypatch.setattr(completion_reader, "TICK", 60.0)
+    monkeypatch.setattr(completion_reader, "TICK_MAX", 60.0)
+    stream = asyncio.new_event_loop()
+    attached: list[completion_reader.CompletionReader | None] = []
+
+    def run_stream():
+        asyncio.set_event_loop(stream)
+        grpc.aio.init_grpc_aio()
+        attached.append(completion_reader.CompletionReader.attach(stream))
+        stream.run_forever()
+        if attached[0] is not None:
+            attached[0].detach()
+        grpc.aio.shutdown_grpc_aio()
+
+    def until(condition) -> bool:
+        for _ in range(500):
+            if condition():
+                return True
+            threading.Event().wait(0.01)
+        return False
+
+    thread = threading.Thread(target=run_stream, daemon=True)
+    thread.start()
+    try:
+
+        async def app():
+            channel = grpc.aio.insecure_channel("127.0.0.1:1")
+            completion_reader.app_loop_bound(asyncio.get_running_loop())
+            assert until(lambda: attached and attached[0] is not None and attached[0].yielded)
+            reader = attached[0]
+            resume = completion_reader.app_loop_blocks()
+            # this loop is blocked now (no await): the stream loop reads
+            assert until(lambda: not reader.yielded)
+            reader.review_soon()  # a review meanwhile does not yield to a blocked loop
+            threading.Event().wait(0.05)
+            assert not reader.yielded
+            resume()
+            assert until(lambda: reader.yielded)  # yields again to the running loop
+            await channel.close()
+
+        asyncio.run(app())
+    finally:
+        stream.call_soon_threadsafe(stream.stop)
+        thread.join(5)
+        stream.close()
+
+
+def test_app_loop_blocks_without_a_stream_loop_does_nothing(monkeypatch):
+    monkeypatch.setattr(completion_reader, "_current", None)
+    resume = completion_reader.app_loop_blocks()
+    resume()

@@ -2,7 +2,14 @@
 fake subchannel core and a fake call: one call per subchannel at the
 smallest period, restarted when that period changes, stopped off READY and
 with the last watcher; retried with backoff after a failure (at once after a
-call that delivered a report); never after UNIMPLEMENTED on a connection."""
+call that delivered a report); never after UNIMPLEMENTED on a connection.
+
+Each rule holds for both ways a sync subchannel's call is run: on a side
+connection on the stream loop (a transport with an ``aio_twin``: no
+thread) and on a thread (one without).  The side connection's own rules:
+one per subchannel connection, kept across restarts and retries, closed
+(after the call's cancel) when the subchannel leaves READY, the last
+watcher leaves, the stream is closed or the backend answers UNIMPLEMENTED."""
 
 from __future__ import annotations
 
@@ -25,14 +32,41 @@ class Serializer:
         fn()
 
 
+class FakeSide:
+    """Stands in for a side connection (a LoopChannel on the stream loop)."""
+
+    def __init__(self, log: list, make) -> None:
+        self.log = log
+        self.make = make
+        self.closed = False
+
+    def close(self, before=None, wait: bool = True) -> None:
+        assert not wait  # never blocks the serializer
+        self.closed = True
+        self.log.append(("close side", self))
+
+
+class SyncTransport:
+    """A sync transport: ``aio_twin`` when ``side`` (else none, as a
+    transport that cannot make one)."""
+
+    def __init__(self, side: bool) -> None:
+        self.channel = object()
+        self.maker = object()
+        self._side = side
+
+    def aio_twin(self):
+        return (lambda: self.maker) if self._side else None
+
+
 class FakeCore:
-    def __init__(self) -> None:
+    def __init__(self, side: bool = True) -> None:
         self.address = "10.0.0.1:80"
         self._serializer = Serializer()
         self._clock = FakeClock()
         self._backoff = ExponentialBackoff(random.Random(1))
         self.state = READY
-        self.transport = type("T", (), {"channel": object()})()
+        self.transport = SyncTransport(side)
         self._watchers: list = []
 
     def watch(self, fn):
@@ -47,35 +81,68 @@ class FakeCore:
 
 
 class Calls:
-    """Stands in for grpcio: records each started call."""
+    """Stands in for grpcio: records each started call, the side connections
+    opened and the order of cancels and closes (``log``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, side: bool) -> None:
+        self.side = side
         self.started: list[dict] = []
+        self.sides: list[FakeSide] = []
+        self.log: list = []
 
-    def __call__(self, channel, request, on_report, on_end):
+    def __call__(self, on, request, on_report, on_end):
         call = {
             "period": request.report_interval.ToNanoseconds() / 1e9,
             "report": on_report,
-            "end": on_end,
             "cancelled": False,
+            "ended": False,
+            "on": on,
         }
+
+        def end(code, details) -> None:
+            call["ended"] = True
+            on_end(code, details)
+
+        call["end"] = end
         self.started.append(call)
-        return lambda: call.update(cancelled=True)
+
+        def cancel() -> None:
+            call["cancelled"] = True
+            self.log.append(("cancel", on))
+
+        return cancel
+
+    def open_side(self, make) -> FakeSide:
+        side = FakeSide(self.log, make)
+        self.sides.append(side)
+        return side
 
     @property
     def live(self) -> list[dict]:
-        return [c for c in self.started if not c["cancelled"]]
+        return [c for c in self.started if not c["cancelled"] and not c["ended"]]
+
+    @property
+    def open_sides(self) -> list[FakeSide]:
+        return [s for s in self.sides if not s.closed]
 
 
-@pytest.fixture
-def calls(monkeypatch):
-    fake = Calls()
+@pytest.fixture(params=["side", "thread"])
+def calls(request, monkeypatch):
+    fake = Calls(request.param == "side")
     monkeypatch.setattr(orca_oob, "_run_sync", fake)
-    return fake
+    monkeypatch.setattr(orca_oob, "_run_on_side", fake)
+    monkeypatch.setattr(orca_oob, "_open_side", fake.open_side)
+    yield fake
+    if not fake.side:
+        assert fake.sides == []  # no aio_twin: never a side connection
+
+
+def FakeCore_for(calls: Calls) -> FakeCore:
+    return FakeCore(side=calls.side)
 
 
 def test_one_call_at_the_smallest_period_restarted_when_it_changes(calls):
-    core = FakeCore()
+    core = FakeCore_for(calls)
     stream = orca_oob.OobStream(core)
     got: list = []
     cancel_slow = stream.add(5.0, got.append)
@@ -90,7 +157,7 @@ def test_one_call_at_the_smallest_period_restarted_when_it_changes(calls):
 
 
 def test_call_stops_off_ready_and_restarts_on_ready(calls):
-    core = FakeCore()
+    core = FakeCore_for(calls)
     stream = orca_oob.OobStream(core)
     stream.add(1.0, lambda r: None)
     core.set_state(ConnectivityState.IDLE)
@@ -100,7 +167,7 @@ def test_call_stops_off_ready_and_restarts_on_ready(calls):
 
 
 def test_failed_call_is_retried_after_backoff_and_at_once_after_a_report(calls):
-    core = FakeCore()
+    core = FakeCore_for(calls)
     stream = orca_oob.OobStream(core)
     stream.add(1.0, lambda r: None)
     first = calls.started[0]
@@ -118,7 +185,7 @@ def test_failed_call_is_retried_after_backoff_and_at_once_after_a_report(calls):
 
 
 def test_unimplemented_is_not_retried_on_that_connection(calls):
-    core = FakeCore()
+    core = FakeCore_for(calls)
     stream = orca_oob.OobStream(core)
     stream.add(1.0, lambda r: None)
     calls.started[0]["end"](grpc.StatusCode.UNIMPLEMENTED, "no service")
@@ -131,8 +198,108 @@ def test_unimplemented_is_not_retried_on_that_connection(calls):
 
 
 def test_close_cancels_the_call_and_forgets_watchers(calls):
-    core = FakeCore()
+    core = FakeCore_for(calls)
     stream = orca_oob.OobStream(core)
     stream.add(1.0, lambda r: None)
     stream.close()
     assert calls.live == [] and core._watchers == []
+
+
+# -- the side connection of a sync subchannel (no thread per stream) ---------
+
+
+@pytest.fixture
+def side_calls(monkeypatch):
+    fake = Calls(True)
+    monkeypatch.setattr(orca_oob, "_run_sync", None)  # never a thread
+    monkeypatch.setattr(orca_oob, "_run_on_side", fake)
+    monkeypatch.setattr(orca_oob, "_open_side", fake.open_side)
+    return fake
+
+
+def test_one_side_connection_per_connection_kept_across_restarts_and_retries(side_calls):
+    calls = side_calls
+    core = FakeCore()
+    stream = orca_oob.OobStream(core)
+    stream.add(5.0, lambda r: None)
+    assert len(calls.sides) == 1 and calls.sides[0].make() is core.transport.maker
+    stream.add(1.0, lambda r: None)  # a smaller period restarts the call ...
+    calls.live[0]["end"](grpc.StatusCode.UNAVAILABLE, "reset")
+    core._clock.advance(2)  # ... and a failed one is retried, after backoff
+    assert len(calls.started) == 3 and len(calls.live) == 1
+    assert len(calls.sides) == 1 and calls.open_sides == calls.sides  # on the same one
+    assert all(c["on"] is calls.sides[0] for c in calls.started)
+    assert stream.side is calls.sides[0]
+
+
+def test_side_connection_closes_after_the_call_when_the_subchannel_leaves_ready(side_calls):
+    calls = side_calls
+    core = FakeCore()
+    stream = orca_oob.OobStream(core)
+    stream.add(1.0, lambda r: None)
+    first = calls.sides[0]
+    core.set_state(ConnectivityState.IDLE)
+    assert calls.log == [("cancel", first), ("close side", first)]
+    assert calls.open_sides == [] and stream.side is first  # close() waits for it
+    core.set_state(ConnectivityState.CONNECTING)
+    assert len(calls.sides) == 1  # nothing opens until READY
+    core.set_state(READY)
+    assert len(calls.sides) == 2 and calls.live[0]["on"] is calls.sides[1]
+    assert stream.side is calls.sides[1]
+
+
+def test_side_connection_closes_with_the_last_watcher_and_with_the_stream(side_calls):
+    calls = side_calls
+    core = FakeCore()
+    stream = orca_oob.OobStream(core)
+    cancel_a = stream.add(1.0, lambda r: None)
+    cancel_b = stream.add(2.0, lambda r: None)
+    cancel_a()
+    assert calls.open_sides == calls.sides  # one watcher left: kept
+    cancel_b()
+    assert calls.open_sides == [] and calls.live == []
+    assert calls.log[-2:] == [("cancel", calls.sides[0]), ("close side", calls.sides[0])]
+    stream.add(1.0, lambda r: None)  # a new watcher: a new side connection
+    assert len(calls.open_sides) == 1 and len(calls.sides) == 2
+    stream.close()
+    assert calls.open_sides == [] and calls.live == []
+
+
+def test_side_connection_closes_on_unimplemented_and_a_new_connection_opens_another(side_calls):
+    calls = side_calls
+    core = FakeCore()
+    stream = orca_oob.OobStream(core)
+    stream.add(1.0, lambda r: None)
+    calls.started[0]["end"](grpc.StatusCode.UNIMPLEMENTED, "no service")
+    assert calls.open_sides == []
+    core._clock.advance(300)
+    stream.add(0.5, lambda r: None)
+    assert len(calls.sides) == 1 and len(calls.started) == 1  # not retried
+    core.set_state(ConnectivityState.IDLE)
+    core.set_state(READY)
+    assert len(calls.sides) == 2 and len(calls.live) == 1
+
+
+def test_an_asyncio_subchannel_runs_its_call_on_its_own_loop_without_a_side(monkeypatch):
+    started: list = []
+
+    def run_aio(loop, channel, spawn, request, on_report, on_end):
+        started.append((loop, channel()))
+        return lambda: None
+
+    monkeypatch.setattr(orca_oob, "_run_aio", run_aio)
+    monkeypatch.setattr(orca_oob, "_open_side", None)  # never a side connection
+    core = FakeCore()
+    transport = type(
+        "AioTransport",
+        (),
+        {"runs_on_event_loop": True, "channel": object(), "_loop": FakeLoop()},
+    )()
+    core.transport = transport
+    orca_oob.OobStream(core).add(1.0, lambda r: None)
+    assert started == [(transport._loop, transport.channel)]
+
+
+class FakeLoop:
+    def create_task(self, coro):  # pragma: no cover - the fake _run_aio never spawns
+        raise AssertionError

@@ -28,6 +28,7 @@ from pyxds.lb.wrr_scheduler import (
 from pyxds.testing import FakeHelper
 
 READY = ConnectivityState.READY
+TRANSIENT_FAILURE = ConnectivityState.TRANSIENT_FAILURE
 ADDRS = ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]
 
 
@@ -284,6 +285,29 @@ def test_oob_mode_does_not_read_per_call_trailers():
     assert all(r.on_call_trailers is None for r in h.picker.results)
 
 
+def test_switching_oob_mode_on_and_off_switches_every_endpoint_result():
+    h = Harness({})
+    assert all(r.on_call_trailers is not None for r in h.picker.results)
+    h.update({"enableOobLoadReport": True})
+    assert all(r.on_call_trailers is None for r in h.picker.results)
+    h.update({})
+    assert all(r.on_call_trailers is not None for r in h.picker.results)
+
+
+def test_an_endpoint_report_keeps_the_other_endpoints_results_and_renews_its_own():
+    h = Harness({"blackoutPeriod": "0s"})
+    before = {r.subchannel.address: r for r in h.picker.results}
+    first = h.helper.subchannel(ADDRS[0])
+    first.set_state(TRANSIENT_FAILURE)
+    first.set_state(READY)
+    after = {r.subchannel.address: r for r in h.picker.results}
+    assert all(after[a] is before[a] for a in ADDRS[1:])
+    assert after[ADDRS[0]].on_call_trailers is not None  # a whole result, hooks and all
+    h.feed({a: report(100, 0.1 if a == ADDRS[0] else 0.9) for a in ADDRS})
+    h.advance(1.0)  # its new result's hooks feed its weight: 1000 against 111 each
+    assert h.shares()[ADDRS[0]] == pytest.approx(1000 / (1000 + 111 * (len(ADDRS) - 1)), abs=0.01)
+
+
 # -- scheduler ------------------------------------------------------------------------
 
 
@@ -402,6 +426,31 @@ def test_oob_watch_per_ready_endpoint_at_the_configured_period():
     assert h.shares()[ADDRS[0]] == pytest.approx(10 / 12, abs=0.01)
     h.update({"blackoutPeriod": "0s"})  # OOB off: every watch stopped
     assert sorted(cancelled) == sorted(ADDRS)
+
+
+def test_an_endpoint_state_change_starts_or_stops_only_its_own_oob_watch():
+    watches: list[str] = []
+    cancelled: list[str] = []
+    config = {"enableOobLoadReport": True, "blackoutPeriod": "0s"}
+    h = Harness(config)
+    for sc in h.helper.subchannels:
+
+        def watch(period, fn, on_unimplemented=None, sc=sc):
+            watches.append(sc.address)
+            return lambda: cancelled.append(sc.address)
+
+        sc.watch_orca_oob = watch
+    h.update(dict(config, oobReportingPeriod="2s"))  # resync: one watch each
+    assert sorted(watches) == sorted(ADDRS)
+    watches.clear()
+    first = h.helper.subchannel(ADDRS[0])
+    first.set_state(TRANSIENT_FAILURE)
+    assert cancelled == [ADDRS[0]] and watches == []
+    first.set_state(READY)
+    assert watches == [ADDRS[0]] and cancelled == [ADDRS[0]]
+    h.addrs = ADDRS[1:]
+    h.update(dict(config, oobReportingPeriod="2s"))  # an endpoint removed
+    assert cancelled == [ADDRS[0], ADDRS[0]] and watches == [ADDRS[0]]
 
 
 # -- xDS conversion (A52, A58, A114) --------------------------------------------------

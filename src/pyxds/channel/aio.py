@@ -51,6 +51,7 @@ from pyxds.channel.rpc import CANCELLED, DEADLINE_EXCEEDED, Rpc
 from pyxds.channel.subchannel import AioTransport, Transport, subchannel_options
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
 from pyxds.resolver.service_config import ServiceConfigSource, from_channel_args
+from pyxds.xds.completion_reader import app_loop_blocks
 
 if TYPE_CHECKING:  # the bootstrap loads the xDS resource types: only an xds: target needs them
     from pyxds.xds.bootstrap import BootstrapSource
@@ -893,7 +894,14 @@ class AioXdsChannel(grpc.aio.Channel):
             deadline = asyncio.get_running_loop().time() + grace
             while self._core.active_calls > 0 and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.01)
-        self._core.close()
+        # the close waits for the xDS client's ADS stream, whose completions
+        # this loop reads while the stream loop yields them to it
+        # (pyxds.xds.completion_reader): the stream loop reads meanwhile
+        resume = app_loop_blocks()
+        try:
+            self._core.close()
+        finally:
+            resume()
         for _ in range(3):  # let the subchannels' close tasks run
             await asyncio.sleep(0)
 

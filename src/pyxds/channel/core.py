@@ -56,7 +56,7 @@ import grpc
 from pyxds.channel import lifecycle
 from pyxds.channel.subchannel import (
     ChannelSubchannel,
-    Transport,
+    Closing,
     TransportFactory,
 )
 from pyxds.channel.subchannel_pool import SubchannelPool
@@ -547,7 +547,7 @@ class ChannelCore:
         at most ``wait`` seconds, and never from inside the serializer."""
         if self.closed:
             return
-        closing: list[Transport] = []
+        closing: list[Closing] = []
         closed = threading.Event()
 
         def go() -> None:

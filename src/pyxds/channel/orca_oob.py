@@ -9,10 +9,10 @@ LB policy that subscribed through ``ChannelSubchannel.watch_orca_oob``
 Rules:
 
 * While there is at least one subscriber and the subchannel is READY, one
-  ``xds.service.orca.v3.OpenRcaService/StreamCoreMetrics`` call runs on the
-  subchannel's own grpcio channel, asking for the smallest period any
-  subscriber wants.  A subscription that changes that minimum restarts the
-  call with the new period (the period is fixed when the call starts).
+  ``xds.service.orca.v3.OpenRcaService/StreamCoreMetrics`` call runs to the
+  subchannel's address, asking for the smallest period any subscriber
+  wants.  A subscription that changes that minimum restarts the call with
+  the new period (the period is fixed when the call starts).
 * Every report is delivered to every subscriber, on the channel's work
   serializer, as an ``OrcaLoadReport`` (parsed once).
 * The call is cancelled when the subchannel leaves READY (connection lost,
@@ -23,9 +23,24 @@ Rules:
   logged at ERROR.  Any other end is retried, after an exponential backoff
   that is reset whenever a report arrives (the next attempt after a call
   that got a report starts at once).
-* A sync subchannel's stream is read on a daemon thread; an asyncio
-  subchannel's in a task on its event loop.  The stream is not counted as an
-  RPC of the transport: it never keeps a retired connection open.
+* No thread per stream (issue 18: threads bounded by a constant).  An
+  asyncio subchannel's call runs on its own grpc.aio channel, in a task on
+  its event loop.  A sync subchannel's runs as a ``grpc.aio`` call on the
+  process's xDS stream loop (:mod:`pyxds.xds.stream_loop`), over a *side
+  connection*: a ``grpc.aio`` channel to the same destination with the same
+  credentials and options (``Transport.aio_twin``; through the same A29
+  TLS relay).  grpcio's sync API cannot read a streaming call without a
+  thread blocked on it (plus the grpcio channel's spin thread), so the
+  stream cannot share the sync channel's own connection as C-core's does
+  (docs/differences-from-c-core.md).  The side connection is tied to the
+  subchannel's connection: opened with the first call while the subchannel
+  is READY, kept across restarts (a new period, a retry), closed when the
+  subchannel leaves READY, the last subscriber leaves, the backend answers
+  UNIMPLEMENTED, or the subchannel shuts down (the channel's ``close()``
+  waits for it as for the subchannel's own connection: :attr:`OobStream.side`).
+  A transport without an ``aio_twin`` reads the call on a daemon thread.
+* The stream is not counted as an RPC of the transport: it never keeps a
+  retired connection open.
 """
 
 from __future__ import annotations
@@ -33,8 +48,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
@@ -43,9 +58,10 @@ from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
 from xds.service.orca.v3.orca_pb2 import OrcaLoadReportRequest
 
 if TYPE_CHECKING:  # subchannel.py imports this module: no runtime import back
-    from pyxds.channel.subchannel import AioTransport, SubchannelCore
+    from pyxds.channel.subchannel import SubchannelCore
 
 from pyxds.lb.api import ConnectivityState, Status
+from pyxds.xds import stream_loop
 from pyxds.xds.backoff import ExponentialBackoff
 
 __all__ = ["METHOD", "OobStream", "oob_stream_of"]
@@ -56,6 +72,7 @@ METHOD = "/xds.service.orca.v3.OpenRcaService/StreamCoreMetrics"
 _READY = ConnectivityState.READY
 Watcher = Callable[[OrcaLoadReport], None]
 Unimplemented = Callable[[str], None]
+Ended = Callable[[grpc.StatusCode | None, str], None]
 
 
 def oob_stream_of(core: SubchannelCore) -> OobStream:
@@ -94,6 +111,10 @@ class OobStream:
         self._retry_timer: Any = None
         self._unimplemented = False
         self._got_report = False
+        #: the side connection a sync subchannel's call runs on (module
+        #: docstring); after it closed, the last one, until another opens
+        #: (the channel's close() waits for its ``close_done``)
+        self.side: stream_loop.LoopChannel | None = None
         self.calls_started = 0  # introspection (tests)
 
     # -- subscribers --------------------------------------------------------
@@ -124,6 +145,7 @@ class OobStream:
             self._refresh()
             return
         self._stop()
+        self._close_side()
         unwatch, self._unwatch_core = self._unwatch_core, None
         if unwatch is not None:
             unwatch()
@@ -134,6 +156,7 @@ class OobStream:
         self._watchers.clear()
         self._on_unimplemented.clear()
         self._stop()
+        self._close_side()
         unwatch, self._unwatch_core = self._unwatch_core, None
         if unwatch is not None:
             unwatch()
@@ -153,11 +176,13 @@ class OobStream:
         else:
             self._unimplemented = False  # a new connection may serve it
             self._stop()
+            self._close_side()
 
     def _refresh(self) -> None:
         """Start, restart (new period) or keep the call as things stand."""
         if not self._watchers or self._core.state is not _READY or self._unimplemented:
             self._stop()
+            self._close_side()
             return
         period = self._wanted_period()
         if self._cancel_call is not None and self._period == period:
@@ -176,12 +201,18 @@ class OobStream:
         if timer is not None:
             timer.cancel()
 
+    def _close_side(self) -> None:
+        """Close the side connection (after the call's cancel: the loop runs
+        them in that order); the next call opens a new one."""
+        if self.side is not None and not self.side.closed:
+            self.side.close(wait=False)
+
     # -- the call ---------------------------------------------------------------
     def _start(self, period: float) -> None:
         transport = self._core.transport
-        channel = transport.channel if transport is not None else None
-        if channel is None:
+        if transport is None or transport.channel is None:
             return
+        channel = transport.channel
         self._generation += 1
         generation = self._generation
         self._period = period
@@ -196,10 +227,19 @@ class OobStream:
             self._serializer.run(lambda: self._ended(generation, code, details))
 
         if getattr(transport, "runs_on_event_loop", False):  # an AioTransport
-            aio_transport = cast("AioTransport", transport)
-            self._cancel_call = _run_aio(aio_transport, request, on_report, on_end)
-        else:
+            loop: asyncio.AbstractEventLoop = getattr(transport, "_loop")  # noqa: B009
+            self._cancel_call = _run_aio(
+                loop, lambda: transport.channel, loop.create_task, request, on_report, on_end
+            )
+            return
+        twin = getattr(transport, "aio_twin", None)
+        make = twin() if twin is not None else None
+        if make is None:
             self._cancel_call = _run_sync(channel, request, on_report, on_end)
+            return
+        if self.side is None or self.side.closed:
+            self.side = _open_side(make)
+        self._cancel_call = _run_on_side(self.side, request, on_report, on_end)
 
     def _deliver(self, generation: int, report: OrcaLoadReport) -> None:
         if generation != self._generation:
@@ -219,6 +259,7 @@ class OobStream:
         if code is grpc.StatusCode.UNIMPLEMENTED:
             self._unimplemented = True
             self._unimplemented_details = details
+            self._close_side()
             if len(self._on_unimplemented) < len(self._watchers):
                 _log.error(
                     "pyxds: %s does not implement OpenRcaService (%s); no out-of-band "
@@ -247,12 +288,10 @@ class OobStream:
 
 
 def _run_sync(
-    channel: grpc.Channel,
-    request: OrcaLoadReportRequest,
-    on_report: Watcher,
-    on_end: Callable[[grpc.StatusCode | None, str], None],
+    channel: grpc.Channel, request: OrcaLoadReportRequest, on_report: Watcher, on_end: Ended
 ) -> Callable[[], object]:
-    """Run the call on a daemon thread; returns its cancel."""
+    """Run the call on a daemon thread (a transport without an ``aio_twin``);
+    returns its cancel."""
     stream = channel.unary_stream(
         METHOD,
         request_serializer=OrcaLoadReportRequest.SerializeToString,
@@ -280,21 +319,40 @@ def _run_sync(
     return call.cancel
 
 
+def _open_side(make: Callable[[], Any]) -> stream_loop.LoopChannel:
+    """A side connection: the ``grpc.aio`` channel ``make()`` makes, on the
+    process's stream loop."""
+    return stream_loop.LoopChannel(make)
+
+
+def _run_on_side(
+    side: stream_loop.LoopChannel, request: OrcaLoadReportRequest, on_report: Watcher, on_end: Ended
+) -> Callable[[], None]:
+    """Run the call on ``side`` (a reader task on the stream loop, which
+    ``side.close()`` lets end first); returns its cancel."""
+    return _run_aio(side.loop, lambda: side.channel, side.spawn, request, on_report, on_end)
+
+
 def _run_aio(
-    transport: AioTransport,
+    loop: asyncio.AbstractEventLoop,
+    channel: Callable[[], Any],
+    spawn: Callable[[Coroutine[Any, Any, None]], object],
     request: OrcaLoadReportRequest,
     on_report: Watcher,
-    on_end: Callable[[grpc.StatusCode | None, str], None],
+    on_end: Ended,
 ) -> Callable[[], None]:
-    """Run the call in a task on the transport's loop; returns its cancel."""
-    loop = transport._loop
+    """Run the call on ``channel()`` (a grpc.aio channel of ``loop``) in a
+    task ``spawn`` starts on ``loop``; returns its cancel (any thread)."""
     box: dict[str, Any] = {"cancelled": False, "call": None}
 
     async def read() -> None:
         code: grpc.StatusCode | None = grpc.StatusCode.OK
         details = ""
         try:
-            call = transport.channel.unary_stream(
+            aio_channel = channel()
+            if aio_channel is None:  # closed before it was made
+                raise grpc.aio.UsageError("channel closed")
+            call = aio_channel.unary_stream(
                 METHOD,
                 request_serializer=OrcaLoadReportRequest.SerializeToString,
                 response_deserializer=OrcaLoadReport.FromString,
@@ -316,7 +374,7 @@ def _run_aio(
 
     def start() -> None:
         if not box["cancelled"]:
-            loop.create_task(read())
+            spawn(read())
 
     def cancel() -> None:
         box["cancelled"] = True

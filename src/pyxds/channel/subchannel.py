@@ -62,7 +62,7 @@ import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
@@ -146,6 +146,14 @@ def backoff_from_options(options: Sequence[tuple[str, Any]] | None, rng: Any) ->
     return ExponentialBackoff(rng, initial=initial, maximum=max(maximum, initial))
 
 
+class Closing(Protocol):
+    """A connection being closed: ``close_done`` is set once it is gone (a
+    :class:`Transport`, or an ORCA OOB side connection)."""
+
+    @property
+    def close_done(self) -> threading.Event: ...
+
+
 class Transport(ABC):
     """One grpcio channel to one address.  ``on_state`` receives grpcio
     connectivity states from any thread.  Counts the RPCs running on it so
@@ -210,6 +218,13 @@ class Transport(ABC):
 
     @abstractmethod
     def _close_now(self) -> None: ...
+
+    def aio_twin(self) -> Callable[[], Any] | None:
+        """A maker of a ``grpc.aio`` channel to this transport's destination
+        (same address, credentials and options) for a stream that must cost
+        no thread of its own (:mod:`pyxds.channel.orca_oob`); None when this
+        transport has none (it runs on an event loop already)."""
+        return None
 
     # Counting RPCs takes no lock while the transport is not retired (every
     # RPC passes here twice): the ClusterRef handshake.  An RPC adds its
@@ -311,7 +326,7 @@ class PolledTransport(Transport):
 class SyncTransport(PolledTransport):
     """A ``grpc.Channel`` to one address, on the process's monitor."""
 
-    __slots__ = ()
+    __slots__ = ("_args",)
 
     def __init__(
         self,
@@ -326,6 +341,17 @@ class SyncTransport(PolledTransport):
         else:
             channel = grpc.secure_channel(address, credentials, options, compression)
         super().__init__(channel, on_state, connectivity.monitor())
+        self._args = (address, credentials, options, compression)
+
+    def aio_twin(self) -> Callable[[], Any]:
+        address, credentials, options, compression = self._args
+
+        def make() -> Any:
+            if credentials is None:
+                return grpc.aio.insecure_channel(address, options, compression)
+            return grpc.aio.secure_channel(address, credentials, options, compression)
+
+        return make
 
 
 class AioTransport(Transport):

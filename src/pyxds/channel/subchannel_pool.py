@@ -27,8 +27,8 @@ import grpc
 
 from pyxds.channel.subchannel import (
     ChannelSubchannel,
+    Closing,
     SubchannelCore,
-    Transport,
     TransportFactory,
     backoff_from_options,
 )
@@ -130,18 +130,22 @@ class SubchannelPool:
     def cores(self) -> list[SubchannelCore]:
         return list(self._cores.values())
 
-    def close(self) -> list[Transport]:
+    def close(self) -> list[Closing]:
         """Channel close: every connection goes now, RPCs on them are
-        cancelled.  Returns the transports being closed (``close_done``)."""
+        cancelled.  Returns the connections being closed (``close_done``):
+        the transports and the ORCA OOB side connections."""
         cores, self._cores = list(self._cores.values()), {}
         cores += self._released
         self._released = []
         relays, self._relays = list(self._relays.values()), {}
         for relay in relays:
             relay.close()
-        closing = []
+        closing: list[Closing] = []
         for core in cores:
             if core.transport is not None:
                 closing.append(core.transport)
             core.shutdown(force=True)
+            oob = core.orca_oob
+            if oob is not None and oob.side is not None:
+                closing.append(oob.side)  # closed by the shutdown (orca_oob)
         return closing

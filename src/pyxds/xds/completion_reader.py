@@ -38,6 +38,13 @@ Rules:
     ``TICK_MAX`` + ``STUCK_AFTER``, for the whole of the stall; it yields
     again once the probe has run (the loop is responsive), looking every
     ``TICK``.
+* An application loop about to block on the stream loop (``pyxds.aio``'s
+  ``close()`` waits for its xDS client's ADS stream to close, and that
+  close needs grpc.aio's completions read) says so first
+  (:func:`app_loop_blocks`): the stream loop takes its reader back at once
+  and keeps it until the loop runs again (the function returned), instead
+  of stalling the close for a look and a probe (~``TICK`` +
+  ``STUCK_AFTER``: 120 ms of every short asyncio program's end).
 * A sync-only process binds no application loop: nothing changes there.
 * Only on a grpcio this was checked against (:data:`VERIFIED`), and only
   when the stream loop's reader is what 1.85's is (a selector loop whose
@@ -68,6 +75,7 @@ __all__ = [
     "TICK_MAX",
     "VERIFIED",
     "CompletionReader",
+    "app_loop_blocks",
     "app_loop_bound",
 ]
 
@@ -100,6 +108,22 @@ def app_loop_bound(loop: asyncio.AbstractEventLoop) -> None:
         reader = _current
     if reader is not None and not reader.yielded:
         reader.review_soon()
+
+
+def app_loop_blocks() -> Callable[[], None]:
+    """The calling thread's application loop is about to block on the stream
+    loop (module rules): the stream loop reads from now on; call the
+    function returned once the loop runs again.  Any thread."""
+    with _lock:
+        reader = _current
+    if reader is None:
+        return _nothing
+    reader.hold_soon()
+    return reader.release_soon
+
+
+def _nothing() -> None:
+    pass
 
 
 def _poller_reader(loop: asyncio.AbstractEventLoop) -> tuple[int, Callable[[], None]] | None:
@@ -157,6 +181,8 @@ class CompletionReader:
         #: the outstanding probe of the application loops (module rules):
         #: filled by the first loop that runs it
         self._probe: list[bool] | None = None
+        #: application loops blocked on this loop (:func:`app_loop_blocks`)
+        self._holds = 0
 
     @classmethod
     def attach(cls, loop: asyncio.AbstractEventLoop) -> CompletionReader | None:
@@ -195,6 +221,29 @@ class CompletionReader:
         except RuntimeError:  # the stream loop closed
             pass
 
+    def hold_soon(self) -> None:
+        """An application loop blocks on this loop: read (any thread)."""
+        self._post(self._hold)
+
+    def release_soon(self) -> None:
+        """That loop runs again (any thread)."""
+        self._post(self._release)
+
+    def _post(self, fn: Callable[[], None]) -> None:
+        try:
+            self._loop.call_soon_threadsafe(fn)
+        except RuntimeError:  # the stream loop closed
+            pass
+
+    def _hold(self) -> None:
+        self._holds += 1
+        self._reclaim()
+
+    def _release(self) -> None:
+        self._holds -= 1
+        if self._holds == 0:
+            self.review()
+
     def _app_reading(self) -> bool:
         with _lock:
             loops = list(_app_loops)
@@ -204,7 +253,7 @@ class CompletionReader:
         """Yield to a running application loop, or take the reader back."""
         if self._closed:
             return
-        if self._app_reading():
+        if not self._holds and self._app_reading():
             if not self.yielded:
                 self._loop.remove_reader(self._fd)
                 self.yielded = True

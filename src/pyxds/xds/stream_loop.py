@@ -180,6 +180,8 @@ class LoopChannel:
         self.channel: Any = None
         self.closed = False
         self._released = False
+        self._release_lock = threading.Lock()
+        self._done = threading.Event()
         #: tasks reading this channel's calls (:meth:`spawn`): close() lets
         #: them end before it closes the channel
         self._tasks: set[asyncio.Task[None]] = set()
@@ -207,29 +209,47 @@ class LoopChannel:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def close(self, before: Callable[[], None] | None = None) -> None:
+    def close(self, before: Callable[[], None] | None = None, wait: bool = True) -> None:
         """Run ``before`` on the loop (it ends the calls), let the readers
-        end (:meth:`spawn`), then close the channel; idempotent."""
+        end (:meth:`spawn`), then close the channel; idempotent.  ``wait``:
+        return once the channel is closed (at most ``CLOSE_WAIT``; never
+        waits on the loop itself); else at once (:attr:`close_done` tells
+        when it is)."""
         if self.closed:
             return
         self.closed = True
-        done = threading.Event()
+        done = self._done
+
+        def finished() -> None:
+            done.set()
+            self._release()
 
         def close_channel() -> None:
             if before is not None:
                 before()
             channel = self.channel
             if channel is None:
-                done.set()
+                finished()
                 return
             task = self.loop.create_task(self._close_after_readers(channel))
-            task.add_done_callback(lambda _task: done.set())
+            task.add_done_callback(lambda _task: finished())
 
         if not post(self.loop, close_channel):
-            done.set()
-        if not in_loop(self.loop):
+            finished()
+        if wait and not in_loop(self.loop):
             done.wait(CLOSE_WAIT)
-        if not self._released:
+            self._release()
+
+    @property
+    def close_done(self) -> threading.Event:
+        """Set once the channel is closed (its connection gone)."""
+        return self._done
+
+    def _release(self) -> None:
+        """This user leaves the loop (once)."""
+        with self._release_lock:  # held over release(): done when either caller returns
+            if self._released:
+                return
             self._released = True
             release()
 
@@ -237,3 +257,7 @@ class LoopChannel:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=CLOSE_WAIT)
         await channel.close()
+        # grpc.aio's poller thread lives while any of its channels does: a
+        # closed one held in a reference cycle (its owner's) would keep it
+        # until the next full collection
+        self.channel = None
