@@ -89,6 +89,7 @@ class Backend(HoldsItsPort):
         self.credentials = credentials
         self.served: collections.Counter = collections.Counter()
         self._server: grpc.Server | None = None
+        self._executor: futures.ThreadPoolExecutor | None = None
         self._held: HeldPort | None = None
 
     @property
@@ -104,8 +105,8 @@ class Backend(HoldsItsPort):
 
     def start(self) -> Backend:
         # named: a test counting its client's threads tells the backend's apart
-        executor = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="backend-")
-        server = grpc.server(executor, options=[EXCLUSIVE])
+        self._executor = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="backend-")
+        server = grpc.server(self._executor, options=[EXCLUSIVE])
         server.add_generic_rpc_handlers((_handlers(self.name, self.served),))
         self._let_go()
         if self.credentials is None:
@@ -122,10 +123,28 @@ class Backend(HoldsItsPort):
             self._server.stop(grace).wait(5)
             self._server = None
             self._held = HeldPort.again(self.port)
+        if self._executor is not None:
+            # grpcio leaves the executor to its owner: its idle threads
+            # would outlive the test (handlers still running end on their own)
+            self._executor.shutdown(wait=False)
+            self._executor = None
 
     @property
     def running(self) -> bool:
         return self._server is not None
+
+
+def _stop_listening(sock: socket.socket, acceptor: threading.Thread) -> None:
+    """Close a listening socket whose thread is blocked in ``accept()``.
+    ``close()`` alone wakes no ``accept()`` on Linux: the call keeps the
+    socket listening (a later connection is still accepted) and the thread
+    blocked for the rest of the process; ``shutdown()`` makes it return."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+    acceptor.join(5)
 
 
 class Blackhole:
@@ -155,7 +174,7 @@ class Blackhole:
 
     def close(self) -> None:
         self._stop = True
-        self._sock.close()
+        _stop_listening(self._sock, self._thread)
         for conn in self._conns:
             conn.close()
 
@@ -173,7 +192,8 @@ class RefusingServer:
         self.port = self._sock.getsockname()[1]
         self.refused = 0
         self._conns: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
 
     @property
     def address(self) -> str:
@@ -230,7 +250,7 @@ class RefusingServer:
             conn.close()
 
     def close(self) -> None:
-        self._sock.close()
+        _stop_listening(self._sock, self._thread)
         for conn in self._conns:
             try:
                 conn.close()

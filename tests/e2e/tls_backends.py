@@ -68,7 +68,8 @@ class TlsFront:
         self._open: list[socket.socket] = []
         self._lock = threading.Lock()
         self._closed = False
-        threading.Thread(target=self._accept, daemon=True, name="tls-front").start()
+        self._acceptor = threading.Thread(target=self._accept, daemon=True, name="tls-front")
+        self._acceptor.start()
 
     @property
     def address(self) -> str:
@@ -127,7 +128,14 @@ class TlsFront:
 
     def close(self) -> None:
         self._closed = True
+        # close() alone wakes no accept() on Linux (the thread would stay
+        # blocked and the port listening): shutdown() makes it return
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._sock.close()
+        self._acceptor.join(5)
         with self._lock:
             for sock in self._open:
                 try:
