@@ -6,17 +6,22 @@ addresses (``"host:port"``, IPv6 bracketed) or a :class:`Status`.  The
 caller hops the callback back onto its serializer.
 
 :class:`ThreadedDnsResolver` calls ``socket.getaddrinfo`` (injectable, for
-tests) on a small shared worker pool.  :class:`FakeDnsResolver` lets a test
-complete lookups by hand.
+tests) on a small shared worker pool (:class:`_LingeringPool`: at most
+``max_workers`` threads, started as lookups wait, each gone once idle for
+``LINGER`` seconds, so a program that resolved a name once keeps no pyxds
+thread after its channels are closed: issue 18, "nothing leaks after the
+channel closes").  :class:`FakeDnsResolver` lets a test complete lookups by
+hand.
 """
 
 from __future__ import annotations
 
+import logging
+import queue
 import socket
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import field
 from typing import Any
 
@@ -33,6 +38,11 @@ __all__ = [
     "format_address",
     "default_dns_resolver",
 ]
+
+_log = logging.getLogger(__name__)
+
+#: seconds a DNS worker thread waits for a lookup before it exits
+LINGER = 1.0
 
 DnsResult = "tuple[str, ...] | Status"
 DnsCallback = Callable[[Any], None]  # called with tuple[str, ...] | Status
@@ -55,6 +65,69 @@ class DnsResolver(ABC):
         callback is not called."""
 
 
+class _LingeringPool:
+    """Runs submitted functions on at most ``max_workers`` daemon threads.
+
+    A thread starts when a function is queued and no thread is idle (up to
+    the limit); a thread idle for ``linger`` seconds exits.  Unlike
+    ``ThreadPoolExecutor``, whose idle workers live as long as the process,
+    it holds no thread once the lookups are over.  :meth:`shutdown` drops
+    what is queued; a running function finishes."""
+
+    def __init__(self, max_workers: int, name: str, linger: float) -> None:
+        self._max = max_workers
+        self._name = name
+        self._linger = linger
+        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+        self._closed = False
+
+    @property
+    def threads(self) -> int:
+        """Worker threads alive now."""
+        return self._threads
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._queue.put(fn)
+            if self._idle >= self._queue.qsize() or self._threads >= self._max:
+                return
+            self._threads += 1
+            self._idle += 1
+            number = self._threads
+        threading.Thread(target=self._run, name=f"{self._name}_{number}", daemon=True).start()
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            while not self._queue.empty():
+                self._queue.get_nowait()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                fn = self._queue.get(timeout=self._linger)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():  # a submit under the lock would be seen
+                        self._idle -= 1
+                        self._threads -= 1
+                        return
+                continue
+            with self._lock:
+                self._idle -= 1
+            try:
+                fn()
+            except Exception:
+                _log.exception("pyxds: DNS lookup callback raised")
+            with self._lock:
+                self._idle += 1
+
+
 class ThreadedDnsResolver(DnsResolver):
     """``getaddrinfo`` on a worker pool; never on the calling thread."""
 
@@ -62,9 +135,10 @@ class ThreadedDnsResolver(DnsResolver):
         self,
         getaddrinfo: Callable[..., Any] = socket.getaddrinfo,
         max_workers: int = 4,
+        linger: float = LINGER,
     ) -> None:
         self._getaddrinfo = getaddrinfo
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="pyxds-dns")
+        self._pool = _LingeringPool(max_workers, "pyxds-dns", linger)
 
     def resolve(self, host: str, port: int, callback: DnsCallback) -> Callable[[], None]:
         cancelled = threading.Event()
@@ -96,8 +170,14 @@ class ThreadedDnsResolver(DnsResolver):
         self._pool.submit(work)
         return cancelled.set
 
+    @property
+    def threads(self) -> int:
+        """Worker threads alive now (introspection, tests)."""
+        return self._pool.threads
+
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Drop queued lookups (their callbacks are never called)."""
+        self._pool.shutdown()
 
 
 _default: ThreadedDnsResolver | None = None
