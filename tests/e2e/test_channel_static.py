@@ -248,6 +248,17 @@ def test_dns_target_without_scheme_resolves(generic):
         assert who(channel, wait_for_ready=True) == "gen-0"
 
 
+def test_after_a_dns_target_is_closed_no_dns_thread_is_left(generic):
+    with pyxds.insecure_channel(f"dns:///localhost:{generic[0].port}") as channel:
+        assert who(channel, wait_for_ready=True) == "gen-0"
+
+    def dns_threads() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("pyxds-dns")]
+
+    # the lookup workers exit after 1 s idle (a ThreadPoolExecutor's lived on)
+    assert wait_until(lambda: not dns_threads(), 10), dns_threads()
+
+
 def test_secure_channel_uses_its_credentials_on_every_subchannel():
     import collections
     from concurrent import futures
