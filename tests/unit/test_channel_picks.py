@@ -4,6 +4,7 @@ picker and config (TRAPS.md); deadlines; A31 ordering; completion hooks."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -397,6 +398,34 @@ def test_an_attempt_that_never_left_the_client_waits_for_a_newer_picker_and_succ
     assert not thread.is_alive()
     assert box.get("result") == (("10.0.0.2:80", b"req"), None), box
     assert len(h.transports.last("10.0.0.1:80").calls) == 1
+
+
+def test_a_deadline_spent_waiting_for_a_picker_after_a_lost_connection_is_logged(h, caplog):
+    # The RPC waits for a newer picker (test above); if none comes before its
+    # deadline (connectivity polling saw no change), DEADLINE_EXCEEDED alone
+    # would not say why it never had a second attempt: a warning does.
+    dead = ready_subchannel(h, "10.0.0.1:80")
+    h.publish(PickCompletePicker(dead))
+    lost = FakeGrpcError(UNAVAILABLE, "failed to connect to all addresses; last error: x")
+    h.transports.last("10.0.0.1:80").fail_with = [lost]
+    rpc = new_rpc(h.core, "/svc/M", None, 0.3, False)
+    warnings = caplog.at_level(logging.WARNING, logger="pyxds.channel.rpc")
+    with warnings, pytest.raises(grpc.RpcError) as info:
+        run_blocking(rpc, lambda t, r: t.channel.unary_unary("/svc/M").with_call(b"req"))
+    assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert len(h.transports.last("10.0.0.1:80").calls) == 1
+    warned = [m for m in caplog.messages if "waiting for a new picker" in m]
+    assert len(warned) == 1 and "/svc/M" in warned[0], caplog.records
+
+
+def test_a_plain_deadline_while_queued_logs_nothing(h, caplog):
+    h.publish(QueuePicker())
+    rpc = new_rpc(h.core, "/svc/M", None, 0.1, False)
+    warnings = caplog.at_level(logging.WARNING, logger="pyxds.channel.rpc")
+    with warnings, pytest.raises(grpc.RpcError) as info:
+        run_blocking(rpc, lambda t, r: t.channel.unary_unary("/svc/M").with_call(b"req"))
+    assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert not [m for m in caplog.messages if "new picker" in m]
 
 
 def test_an_attempt_that_never_left_the_client_is_retried_until_the_deadline_not_once(h):

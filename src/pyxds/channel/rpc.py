@@ -123,6 +123,7 @@ CLOSED_CHANNEL_MESSAGE_ASYNC = "Cannot invoke RPC: Channel closed!"
 
 _OK = grpc.StatusCode.OK
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+_DEADLINE = grpc.StatusCode.DEADLINE_EXCEEDED
 #: times a failed pick is routed again while the channel's config changes
 _MAX_REROUTES = 2
 
@@ -533,6 +534,8 @@ class Rpc:
             return status
         self.phase = DONE
         core = self.core
+        if self._stale_picker is not None and status.code is _DEADLINE:
+            self._stale_wait_ended(core)
         filters = self.filters
         if filters is not None and filters.done is not None and not self._filters_done:
             self._filters_done = True
@@ -551,6 +554,20 @@ class Rpc:
                 _log.exception("pyxds: on_committed raised")
         core.count_ended()
         return status
+
+    def _stale_wait_ended(self, core: ChannelCore) -> None:
+        """The deadline came while this RPC waited for a picker other than
+        the one that chose a connection its attempt found gone (A6
+        transparent retry): said, as nothing else would show why the RPC
+        never got a second attempt (a connection lost and re-made between
+        two connectivity checks changes no state, so no new picker comes)."""
+        if core.picker is self._stale_picker:
+            _log.warning(
+                "pyxds: %s on %s: deadline exceeded waiting for a new picker after an "
+                "attempt that never left the client; no subchannel state changed since",
+                self.path,
+                core.target,
+            )
 
     def _report(self, status: Status, call: Any = None, last: bool = False) -> None:
         """One attempt (its pick, and the grpcio ``call`` when it reached the
