@@ -7,6 +7,7 @@ tests/e2e/test_stream_loop_yield.py.)"""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import grpc
 import grpc.aio
@@ -18,6 +19,35 @@ needs_checked_grpcio = pytest.mark.skipif(
     grpc.__version__ not in completion_reader.VERIFIED,
     reason=f"grpcio {grpc.__version__} is not a checked one",
 )
+
+
+def _stream_loop() -> tuple[
+    asyncio.AbstractEventLoop, list[completion_reader.CompletionReader | None]
+]:
+    """A stream loop of its own (no xDS) running on a thread, with grpc.aio
+    bound to it and a CompletionReader attached (the list gets it, or None)."""
+    stream = asyncio.new_event_loop()
+    attached: list[completion_reader.CompletionReader | None] = []
+
+    def run_stream() -> None:
+        asyncio.set_event_loop(stream)
+        grpc.aio.init_grpc_aio()
+        attached.append(completion_reader.CompletionReader.attach(stream))
+        stream.run_forever()
+        if attached[0] is not None:
+            attached[0].detach()
+        grpc.aio.shutdown_grpc_aio()
+
+    thread = threading.Thread(target=run_stream, daemon=True)
+    thread.start()
+    return stream, attached, thread
+
+
+def _stop(stream: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """Stop :func:`_stream_loop`'s loop and close it once its thread is out."""
+    stream.call_soon_threadsafe(stream.stop)
+    thread.join(5)
+    stream.close()
 
 
 @needs_checked_grpcio
@@ -79,23 +109,9 @@ def test_stream_loop_keeps_its_reader_when_off_or_on_an_unchecked_grpcio(monkeyp
 def test_reader_yields_to_a_running_bound_loop_and_takes_it_back_when_it_closes(monkeypatch):
     """A stream loop of its own (no xDS): yields while an application loop
     with grpcio's reader runs, takes its reader back once that loop closed."""
-    import threading
-
     monkeypatch.setattr(completion_reader, "_app_loops", type(completion_reader._app_loops)())
-    stream = asyncio.new_event_loop()
-    attached: list[completion_reader.CompletionReader | None] = []
+    stream, attached, thread = _stream_loop()
 
-    def run_stream():
-        asyncio.set_event_loop(stream)
-        grpc.aio.init_grpc_aio()
-        attached.append(completion_reader.CompletionReader.attach(stream))
-        stream.run_forever()
-        if attached[0] is not None:
-            attached[0].detach()
-        grpc.aio.shutdown_grpc_aio()
-
-    thread = threading.Thread(target=run_stream, daemon=True)
-    thread.start()
     try:
 
         async def app():
@@ -121,9 +137,7 @@ def test_reader_yields_to_a_running_bound_loop_and_takes_it_back_when_it_closes(
         fd_read = completion_reader._poller_reader(stream)
         assert fd_read is not None  # its reader is back on its selector
     finally:
-        stream.call_soon_threadsafe(stream.stop)
-        thread.join(5)
-        stream.close()
+        _stop(stream, thread)
 
 
 @needs_checked_grpcio
@@ -131,22 +145,10 @@ def test_a_loop_about_to_block_gets_the_reader_back_until_it_runs_again(monkeypa
     """app_loop_blocks(): the stream loop takes its reader back at once (no
     look: TICK is a minute), does not yield again while the application loop
     is blocked, and yields again once it runs (the function returned)."""
-    import threading
-
     monkeypatch.setattr(completion_reader, "_app_loops", type(completion_reader._app_loops)())
     monkeypatch.setattr(completion_reader, "TICK", 60.0)
     monkeypatch.setattr(completion_reader, "TICK_MAX", 60.0)
-    stream = asyncio.new_event_loop()
-    attached: list[completion_reader.CompletionReader | None] = []
-
-    def run_stream():
-        asyncio.set_event_loop(stream)
-        grpc.aio.init_grpc_aio()
-        attached.append(completion_reader.CompletionReader.attach(stream))
-        stream.run_forever()
-        if attached[0] is not None:
-            attached[0].detach()
-        grpc.aio.shutdown_grpc_aio()
+    stream, attached, thread = _stream_loop()
 
     def until(condition) -> bool:
         for _ in range(500):
@@ -155,8 +157,6 @@ def test_a_loop_about_to_block_gets_the_reader_back_until_it_runs_again(monkeypa
             threading.Event().wait(0.01)
         return False
 
-    thread = threading.Thread(target=run_stream, daemon=True)
-    thread.start()
     try:
 
         async def app():
@@ -176,9 +176,7 @@ def test_a_loop_about_to_block_gets_the_reader_back_until_it_runs_again(monkeypa
 
         asyncio.run(app())
     finally:
-        stream.call_soon_threadsafe(stream.stop)
-        thread.join(5)
-        stream.close()
+        _stop(stream, thread)
 
 
 def test_app_loop_blocks_without_a_stream_loop_does_nothing(monkeypatch):
