@@ -21,9 +21,10 @@ needs_checked_grpcio = pytest.mark.skipif(
 )
 
 
-def _stream_loop() -> tuple[
-    asyncio.AbstractEventLoop, list[completion_reader.CompletionReader | None]
-]:
+Attached = list[completion_reader.CompletionReader | None]
+
+
+def _stream_loop() -> tuple[asyncio.AbstractEventLoop, Attached, threading.Thread]:
     """A stream loop of its own (no xDS) running on a thread, with grpc.aio
     bound to it and a CompletionReader attached (the list gets it, or None)."""
     stream = asyncio.new_event_loop()
