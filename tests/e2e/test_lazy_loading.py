@@ -56,6 +56,15 @@ NOT_LOADED = (
     "envoy.config.rbac",
     "envoy.service.status",
 )
+#: not needed by one kind of program either: a sync one never loads the
+#: asyncio channel nor its lean grpc.aio call, an asyncio one never the sync
+#: channel, its multicallables and calls; neither loads a config dump
+#: (channel or CSDS) nobody asked for, nor interceptors no channel was given
+NOT_LOADED_BY = {
+    "sync": ("pyxds.channel.aio", "pyxds.channel.grpc_aio_unary"),
+    "aio": ("pyxds.channel.channel", "pyxds.channel.multicallables", "pyxds.channel.calls"),
+}
+NOT_ASKED_FOR = ("pyxds.channel.dump", "pyxds.xds.csds", "pyxds.channel.aio_interceptors")
 #: what it does need
 LOADED = (
     "pyxds.xds.client",
@@ -123,3 +132,4 @@ def test_a_plain_xds_config_loads_only_what_it_names(kind: str, world: str) -> N
     loaded = _loaded_by(PROGRAMS[kind], world)
     assert _families(loaded, LOADED) == list(LOADED)
     assert _families(loaded, NOT_LOADED) == []
+    assert _families(loaded, NOT_LOADED_BY[kind] + NOT_ASKED_FOR) == []

@@ -82,3 +82,77 @@ def test_the_bootstrap_does_not_load_the_channel() -> None:
         "assert b.node.to_proto().user_agent_version\n"
     )
     assert _families(loaded, ("pyxds.channel", "pyxds._api")) == []
+
+
+def test_the_channel_package_offers_both_channels_loading_each_on_first_use() -> None:
+    loaded = _loaded_after(
+        "import pyxds.channel\n"
+        "assert 'pyxds.channel.channel' not in sys.modules\n"
+        "from pyxds.channel import XdsChannel\n"
+        "from pyxds.channel.channel import XdsChannel as sync_channel\n"
+        "assert XdsChannel is sync_channel is pyxds.channel.XdsChannel\n"
+        "assert pyxds.channel.AioXdsChannel.__name__ == 'AioXdsChannel'\n"
+        "try:\n"
+        "    pyxds.channel.NoSuchChannel\n"
+        "except AttributeError as err:\n"
+        "    assert str(err) == 'NoSuchChannel', err\n"
+        "else:\n"
+        "    raise AssertionError('no AttributeError')\n"
+    )
+    assert {"pyxds.channel.channel", "pyxds.channel.aio"} <= loaded
+
+
+def test_an_aio_channel_loads_its_interceptors_only_when_given_some() -> None:
+    """Without interceptors the module never loads; a wrong one is refused
+    with the same ValueError, before anything else is built."""
+    loaded = _loaded_after(
+        "import pyxds.aio\n"
+        "ch = pyxds.aio.insecure_channel('static:///127.0.0.1:1', interceptors=[])\n"
+        "assert 'pyxds.channel.aio_interceptors' not in sys.modules\n"
+        "try:\n"
+        "    pyxds.aio.insecure_channel('static:///127.0.0.1:1', interceptors=[object()])\n"
+        "except ValueError as err:\n"
+        "    assert 'is not a client interceptor: expected one of "
+        "grpc.aio.UnaryUnaryClientInterceptor' in str(err), err\n"
+        "else:\n"
+        "    raise AssertionError('no ValueError')\n"
+    )
+    assert "pyxds.channel.aio_interceptors" in loaded
+
+
+def test_two_threads_making_the_first_channels_at_once_both_get_working_ones() -> None:
+    """Everything a channel loads on first use (the channel, its calls, the
+    value classes' templates, a config dump) loads once under the import
+    lock: two threads making the first sync and asyncio channels and their
+    dumps at the same moment in a fresh process both succeed."""
+    loaded = _loaded_after(
+        "import asyncio, threading\n"
+        "import pyxds\n"
+        "barrier, done, errors = threading.Barrier(4), [], []\n"
+        "def sync_channel():\n"
+        "    barrier.wait(10)\n"
+        "    ch = pyxds.insecure_channel('static:///127.0.0.1:1')\n"
+        "    dump = ch.config_dump()\n"
+        "    ch.close()\n"
+        "    return dump\n"
+        "def aio_channel():\n"
+        "    barrier.wait(10)\n"
+        "    async def main():\n"
+        "        ch = pyxds.aio.insecure_channel('static:///127.0.0.1:1')\n"
+        "        dump = ch.config_dump()\n"
+        "        await ch.close()\n"
+        "        return dump\n"
+        "    return asyncio.run(main())\n"
+        "def run(fn):\n"
+        "    try:\n"
+        "        done.append(sorted(fn()))\n"
+        "    except BaseException as err:\n"
+        "        errors.append(repr(err))\n"
+        "kinds = (sync_channel, aio_channel) * 2\n"
+        "threads = [threading.Thread(target=run, args=(f,)) for f in kinds]\n"
+        "for t in threads: t.start()\n"
+        "for t in threads: t.join(30)\n"
+        "assert not errors, errors\n"
+        "assert len(done) == 4 and all(d == done[0] for d in done), done\n"
+    )
+    assert {"pyxds.channel.dump", "pyxds.channel.channel", "pyxds.channel.aio"} <= loaded

@@ -9,15 +9,21 @@ grpcio channel per backend address as subchannels.  Build them with
 
 from typing import TYPE_CHECKING
 
-from pyxds.channel.channel import XdsChannel
-
 if TYPE_CHECKING:
     from pyxds.channel.aio import AioXdsChannel
+    from pyxds.channel.channel import XdsChannel
 
 __all__ = ["XdsChannel", "AioXdsChannel"]
 
 
-def __getattr__(name: str) -> object:  # the asyncio channel loads grpc.aio on first use
+def __getattr__(name: str) -> object:
+    """Each channel loads on first use: the asyncio one loads grpc.aio, and
+    an asyncio program never loads the sync one (its multicallables and
+    calls) nor a sync one the asyncio one (issue 18, start-up)."""
+    if name == "XdsChannel":
+        from pyxds.channel.channel import XdsChannel
+
+        return XdsChannel
     if name == "AioXdsChannel":
         from pyxds.channel.aio import AioXdsChannel
 

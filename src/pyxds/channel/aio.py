@@ -29,9 +29,7 @@ import grpc
 import grpc.aio
 from grpc import _common
 
-from pyxds.channel.aio_interceptors import INTERCEPTED, sort_interceptors
 from pyxds.channel.core import ChannelCore
-from pyxds.channel.dump import config_dump as channel_config_dump
 from pyxds.channel.grpc_calls import (
     NO_REQUEST,
     GrpcMethod,
@@ -54,6 +52,7 @@ from pyxds.resolver.service_config import ServiceConfigSource, from_channel_args
 from pyxds.xds.completion_reader import app_loop_blocks
 
 if TYPE_CHECKING:  # the bootstrap loads the xDS resource types: only an xds: target needs them
+    from pyxds.channel.aio_interceptors import Interceptors
     from pyxds.xds.bootstrap import BootstrapSource
 
 _CANCELLED = CANCELLED
@@ -856,7 +855,12 @@ class AioXdsChannel(grpc.aio.Channel):
         interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
         service_config: ServiceConfigSource = None,
     ) -> None:
-        self._interceptors = sort_interceptors(interceptors)  # first: may raise ValueError
+        # first: may raise ValueError; the module loads with the first interceptors
+        self._interceptors: Interceptors | None = None
+        if interceptors:
+            from pyxds.channel.aio_interceptors import sort_interceptors
+
+            self._interceptors = sort_interceptors(interceptors)
         options, parsed, sub_extra = from_channel_args(options, service_config)
         sub_options = subchannel_options(options) + sub_extra
         try:
@@ -947,6 +951,8 @@ class AioXdsChannel(grpc.aio.Channel):
         chain = self._interceptors and getattr(self._interceptors, kind)
         if not chain:
             return plain
+        from pyxds.channel.aio_interceptors import INTERCEPTED  # loaded with the chain
+
         return INTERCEPTED[kind](plain, method, lambda m: cls(self, m, ser, deser), chain)
 
     def unary_unary(
@@ -998,7 +1004,9 @@ class AioXdsChannel(grpc.aio.Channel):
         return mc
 
     def config_dump(self) -> dict[str, Any]:
-        return channel_config_dump(self._core)
+        from pyxds.channel.dump import config_dump  # loaded when asked for
+
+        return config_dump(self._core)
 
 
 def insecure_channel(

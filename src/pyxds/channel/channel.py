@@ -15,7 +15,6 @@ import grpc
 
 from pyxds.channel import lifecycle
 from pyxds.channel.core import ChannelCore
-from pyxds.channel.dump import config_dump as channel_config_dump
 from pyxds.channel.multicallables import (
     StreamStreamMultiCallable,
     StreamUnaryMultiCallable,
@@ -179,7 +178,9 @@ class XdsChannel(grpc.Channel):
     # -- introspection ---------------------------------------------------
     def config_dump(self) -> dict[str, Any]:
         """CSDS-style dump: xDS resources plus the channel's LB state."""
-        return channel_config_dump(self._core)
+        from pyxds.channel.dump import config_dump  # loaded when asked for
+
+        return config_dump(self._core)
 
 
 class _Delivery:

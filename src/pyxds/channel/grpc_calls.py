@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from pyxds.channel import grpc_aio_unary
 from pyxds.channel.call_metrics import counting
 from pyxds.channel.grpc_unary import lean
 from pyxds.channel.request_buffer import Replay
@@ -98,8 +97,21 @@ def _make(transport: Transport, kind: str, method: str, ser: Any, deser: Any) ->
     if kind != "unary_unary":
         return mc
     if transport.runs_on_event_loop:
-        return grpc_aio_unary.lean(mc)
+        return (_aio_lean or _load_aio_lean())(mc)
     return lean(mc)
+
+
+#: :func:`pyxds.channel.grpc_aio_unary.lean`, loaded with the first grpc.aio
+#: unary multicallable (a sync program never loads it)
+_aio_lean: Callable[[Any], Any] | None = None
+
+
+def _load_aio_lean() -> Callable[[Any], Any]:
+    global _aio_lean
+    from pyxds.channel.grpc_aio_unary import lean as aio_lean
+
+    _aio_lean = aio_lean
+    return aio_lean
 
 
 class GrpcMethod:

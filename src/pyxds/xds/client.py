@@ -56,7 +56,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from pyxds.clock import Clock, RealClock, Timer
 from pyxds.serializer import WorkSerializer
 from pyxds.status import Status
-from pyxds.xds import client_metrics, csds
+from pyxds.xds import client_metrics
 from pyxds.xds.ads_state import (
     RESOURCE_TIMEOUT,
     TRANSIENT_RESOURCE_TIMEOUT,
@@ -588,6 +588,8 @@ class XdsClient:
 
     def dump(self) -> dict[str, Any]:
         """The client's cache as a CSDS ``ClientConfig`` dict (see :mod:`pyxds.xds.csds`)."""
+
+        from pyxds.xds import csds  # loaded by the first dump
 
         def collect() -> dict[str, Any]:
             entries = [
