@@ -65,6 +65,9 @@ NOT_LOADED_BY = {
     "aio": ("pyxds.channel.channel", "pyxds.channel.multicallables", "pyxds.channel.calls"),
 }
 NOT_ASKED_FOR = ("pyxds.channel.dump", "pyxds.xds.csds", "pyxds.channel.aio_interceptors")
+#: the lean calls' grpcio fingerprint takes CPython's built-in SHA-256, not
+#: hashlib's (OpenSSL's digest list)
+NOT_LOADED_BY_FINGERPRINT = ("hashlib", "_hashlib")
 #: what it does need
 LOADED = (
     "pyxds.xds.client",
@@ -133,3 +136,4 @@ def test_a_plain_xds_config_loads_only_what_it_names(kind: str, world: str) -> N
     assert _families(loaded, LOADED) == list(LOADED)
     assert _families(loaded, NOT_LOADED) == []
     assert _families(loaded, NOT_LOADED_BY[kind] + NOT_ASKED_FOR) == []
+    assert _families(loaded, NOT_LOADED_BY_FINGERPRINT) == []

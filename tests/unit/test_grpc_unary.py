@@ -6,6 +6,8 @@ behaviour against grpcio: tests/e2e/test_conformance_unary_lean.py.)"""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import sys
 
 import grpc
 import grpc.aio
@@ -30,6 +32,19 @@ def fresh(monkeypatch):
 def test_this_grpcio_is_a_checked_one(fresh):
     assert grpc_unary.fingerprint() in grpc_unary.VERIFIED
     assert grpc_unary.available()
+
+
+def test_the_fingerprint_is_the_same_sha256_without_a_built_in_implementation(monkeypatch):
+    """CPython's built-in SHA-256 (loaded instead of hashlib, at start-up)
+    and hashlib's give the same fingerprint."""
+    functions = grpc_unary._mirrored()
+    assert type(grpc_unary._sha256()).__module__ in ("_sha2", "_sha256")
+    built_in = grpc_unary.source_fingerprint(functions)
+    for name in ("_sha2", "_sha256"):
+        monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
+    assert type(grpc_unary._sha256()) is type(hashlib.sha256())
+    assert grpc_unary.source_fingerprint(functions) == built_in
+    assert len(built_in) == 64
 
 
 def test_a_grpcio_with_other_sources_keeps_its_own_multicallables(fresh, monkeypatch):

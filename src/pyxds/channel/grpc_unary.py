@@ -53,12 +53,11 @@ channel for every outcome (tests/e2e/test_conformance_unary_lean.py).
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -110,9 +109,32 @@ def fingerprint() -> str:
     return source_fingerprint(_mirrored())
 
 
+class _Digest(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def _sha256() -> _Digest:
+    """A SHA-256 hash object: CPython's built-in implementation when it has
+    one (``_sha2``, 3.12+; ``_sha256``, 3.11), else hashlib's.  The digest is
+    the same; loading ``hashlib`` (OpenSSL's digest list, blake2) cost
+    ~1.2 ms more on a fresh program's first RPC, which is the only place a
+    fingerprint is taken (issue 18, start-up)."""
+    for name in ("_sha2", "_sha256"):
+        try:
+            digest: _Digest = importlib.import_module(name).sha256()
+        except (ImportError, AttributeError):
+            continue
+        return digest
+    import hashlib
+
+    return hashlib.sha256()
+
+
 def source_fingerprint(functions: list[Any]) -> str:
     """SHA-256 of the source lines of ``functions`` (Python functions)."""
-    digest = hashlib.sha256()
+    digest = _sha256()
     files: dict[str, list[str]] = {}
     for fn in functions:
         code = fn.__code__
