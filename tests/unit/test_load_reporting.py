@@ -358,6 +358,46 @@ def test_one_lrs_stream_per_server_shared_by_every_cluster_of_the_client():
     assert transports[0].closed
 
 
+def _stores_asked_by_two_threads_at_once(client) -> list:
+    barrier, stores = threading.Barrier(2), []
+
+    def first_use() -> None:
+        barrier.wait(10)
+        stores.append(client.load_store)
+
+    threads = [threading.Thread(target=first_use) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    return stores
+
+
+def test_the_load_store_is_made_once_by_its_first_user_even_two_threads_at_once():
+    """The LRS manager and its store are made by the first cluster that
+    reports (a config without LRS never loads them): two threads asking at
+    once get the same store; before it nothing was reported."""
+    for _ in range(20):
+        client, transports = lrs_client(FakeClock())
+        try:
+            assert client.load_reports() == []
+            stores = _stores_asked_by_two_threads_at_once(client)
+            assert len(stores) == 2 and stores[0] is stores[1] is client.load_store
+        finally:
+            client.close()
+        assert transports == []
+
+
+def test_a_load_store_first_asked_for_after_close_never_opens_a_stream():
+    client, transports = lrs_client(FakeClock())
+    client.close()
+    store = client.load_store
+    stats = store.locality_stats(client.lrs_server_for("c1"), "c1", "", loc("a"))
+    stats.call_started()
+    assert transports == []
+    assert client.load_reports() == []
+
+
 # --------------------------------------------------------------------------- xds_cluster_impl
 
 

@@ -46,7 +46,7 @@ import random
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import grpc
@@ -66,10 +66,12 @@ from pyxds.xds.ads_state import (
     immediate,
 )
 from pyxds.xds.backoff import ExponentialBackoff, StreamBackoff
-from pyxds.xds.load_store import ClusterLoadReport, LoadStore
-from pyxds.xds.lrs_client import LrsManager
 from pyxds.xds.resources import CLUSTER_TYPE_URL
 from pyxds.xds.transport import AdsTransport, channel_credentials
+
+if TYPE_CHECKING:  # load reporting loads with the first cluster that reports
+    from pyxds.xds.load_store import ClusterLoadReport, LoadStore
+    from pyxds.xds.lrs_client import LrsManager
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -466,20 +468,32 @@ class XdsClient:
         self._closed = False
         with XdsClient._live_lock:
             XdsClient._live.add(self)
-        # Load reporting (A27): one LRS stream per server while a cluster reports.
+        # Load reporting (A27): one LRS stream per server while a cluster
+        # reports.  The manager (its load store, streams and modules) is made
+        # by the first cluster that reports (``load_store``), so a config
+        # without LRS never loads them (issue 18, start-up).
         lrs_options: dict[str, Any] = {}
         if min_load_reporting_interval is not None:
             lrs_options["min_interval"] = min_load_reporting_interval
-        self._lrs = LrsManager(
-            node=self._node,
-            clock=self._sclock,
-            run=self._serializer.run,
-            new_backoff=lambda: StreamBackoff(ExponentialBackoff(self._rng)),
-            key_of=_server_key,
-            channel_options=self._channel_options,
-            transport_factory=lrs_transport_factory,
-            **lrs_options,
-        )
+
+        def new_lrs() -> LrsManager:
+            from pyxds.xds.lrs_client import LrsManager
+
+            return LrsManager(
+                node=self._node,
+                clock=self._sclock,
+                run=self._serializer.run,
+                new_backoff=lambda: StreamBackoff(ExponentialBackoff(self._rng)),
+                key_of=_server_key,
+                channel_options=self._channel_options,
+                transport_factory=lrs_transport_factory,
+                **lrs_options,
+            )
+
+        self._new_lrs = new_lrs
+        self._lrs: LrsManager | None = None
+        self._lrs_lock = threading.Lock()
+        self._lrs_closed = False
         #: A71/A40: the data-plane target this client serves (CSDS ``client_scope``).
         self.scope: str | None = None
         self._slot: _SharedSlot | None = None
@@ -564,8 +578,17 @@ class XdsClient:
     def load_store(self) -> LoadStore:
         """Where xds_cluster_impl counts the load of clusters that report
         (see :mod:`pyxds.xds.load_store`); shared by every channel using this
-        client."""
-        return self._lrs.store
+        client.  Made (with the LRS manager) on first use, by any thread."""
+        lrs = self._lrs
+        if lrs is None:
+            with self._lrs_lock:
+                lrs = self._lrs
+                if lrs is None:
+                    lrs = self._new_lrs()
+                    if self._lrs_closed:
+                        lrs.close()  # made after close(): it never reports
+                    self._lrs = lrs
+        return lrs.store
 
     def lrs_server_for(self, cluster_name: str) -> Any:
         """The server a cluster with ``lrs_server: self`` reports to: the
@@ -582,7 +605,8 @@ class XdsClient:
 
     def load_reports(self) -> list[ClusterLoadReport]:
         """The last load report sent per (cluster, EDS service name) (any thread)."""
-        return self._lrs.last_reports()
+        lrs = self._lrs
+        return [] if lrs is None else lrs.last_reports()
 
     # ------------------------------------------------------------------ CSDS
 
@@ -627,7 +651,11 @@ class XdsClient:
             self._closed = True
             for channel in self._servers.values():
                 channel.close()
-            self._lrs.close()
+            with self._lrs_lock:
+                self._lrs_closed = True
+                lrs = self._lrs
+            if lrs is not None:
+                lrs.close()
 
         if not self._closed:
             self._run_and_wait(shutdown)
