@@ -10,6 +10,7 @@ both kinds and compare them with the standard decorator)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import subprocess
 import sys
@@ -44,14 +45,18 @@ def _same_code(shipped, compiled) -> None:
     assert list(shipped.co_positions()) == list(compiled.co_positions())
 
 
-def test_the_generated_templates_file_is_in_sync_with_the_package():
+def _python(*args: str) -> str:
+    """stdout of a fresh interpreter running ``args`` on this tree's source."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gen_value_templates.py"), "--check"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, *args], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env
     )
     assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_the_generated_templates_file_is_in_sync_with_the_package():
+    _python(str(ROOT / "scripts" / "gen_value_templates.py"), "--check")
 
 
 def test_every_shipped_template_is_the_code_values_would_compile(monkeypatch):
@@ -81,16 +86,7 @@ def test_a_process_importing_every_pyxds_module_compiles_no_template():
         print(len(compiled))
         """
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT / "src")},
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["0"]
+    assert _python("-c", code).split() == ["0"]
 
 
 def test_a_shape_pyxds_does_not_use_is_compiled_and_works():
@@ -135,15 +131,7 @@ def test_two_threads_defining_the_first_value_classes_at_once_get_working_classe
             print(name, repr(plain), repr(given), filename, plain == given)
         """
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PYTHONPATH": str(ROOT / "src")},
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [
+    assert _python("-c", code).splitlines() == [
         "A A(a=1, b='') A(a=1, b='x') <pyxds._values> False",
         "B B(a=1, b='') B(a=1, b='x') <pyxds._values> False",
     ]
