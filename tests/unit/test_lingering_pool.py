@@ -11,19 +11,11 @@ import threading
 import time
 
 import pytest
+from test_dns_threads import _until
 
 from pyxds._lingering import LingeringPool
 
 WAIT = 5.0
-
-
-def _until(predicate: object, timeout: float = WAIT) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.005)
-    return False
 
 
 def _pool(workers: int = 1, linger: float = 0.05) -> LingeringPool:
