@@ -10,6 +10,7 @@ from test_channel_picks import PickCompletePicker, Selector, ready_subchannel
 from test_channel_support import FnMethod, Harness, new_rpc
 
 from pyxds.channel.calls import FutureCall
+from pyxds.channel.rpc import STALE_PICKER_GRACE
 from pyxds.lb.api import Endpoint, PickComplete, Picker, QueuePicker, Status
 from pyxds.resolver.api import CallConfig
 
@@ -205,3 +206,34 @@ def test_future_cancelled_during_its_backoff_ends_cancelled_and_starts_nothing(h
     assert len(started) == 1
     assert [s.code for s in picker.done] == [UNAVAILABLE]  # the one attempt, once
     assert h.committed == [1]
+
+
+def test_future_that_never_left_the_client_is_picked_again_after_the_grace(h):
+    # No newer picker within STALE_PICKER_GRACE (the connection was re-made
+    # between two connectivity checks): the same picker is asked again,
+    # on the deadline clock (FakeClock here), not at the deadline.
+    picker = Tracking(ready_subchannel(h))
+    h.publish(picker)
+    call, started = start_future(h)
+    started[0][0].finish(UNAVAILABLE, "failed to connect to all addresses; last error: x")
+    h.clock.advance(STALE_PICKER_GRACE / 2)
+    assert len(started) == 1 and not call.done()
+    h.clock.advance(STALE_PICKER_GRACE)
+    assert len(started) == 2 and not call.done()
+    started[1][0].finish()
+    assert call.code() is grpc.StatusCode.OK
+    assert [s.code for s in picker.done] == [UNAVAILABLE, grpc.StatusCode.OK]
+
+
+def test_future_whose_newer_picker_came_within_the_grace_is_not_picked_again_by_its_timer(h):
+    sub = ready_subchannel(h)
+    h.publish(Tracking(sub))
+    call, started = start_future(h)
+    started[0][0].finish(UNAVAILABLE, "failed to connect to all addresses; last error: x")
+    newer = Tracking(sub)
+    h.publish(newer)
+    assert len(started) == 2
+    h.clock.advance(STALE_PICKER_GRACE * 2)  # the grace's timer, if left, would pick again
+    assert len(started) == 2 and not call.done()
+    started[1][0].finish()
+    assert call.code() is grpc.StatusCode.OK and len(newer.done) == 1

@@ -19,6 +19,7 @@ from test_channel_support import (
     run_blocking,
 )
 
+from pyxds.channel import rpc as rpc_module
 from pyxds.channel.calls import ChannelRpcError, FutureCall
 from pyxds.channel.dump import config_dump
 from pyxds.channel.rpc import DEADLINE_EXCEEDED
@@ -368,7 +369,9 @@ def test_an_attempt_the_server_refused_unseen_is_retried_once_and_each_attempt_r
     assert done == [UNAVAILABLE, UNAVAILABLE]
 
 
-def test_an_attempt_that_never_left_the_client_waits_for_a_newer_picker_and_succeeds(h):
+def test_an_attempt_that_never_left_the_client_waits_for_a_newer_picker_and_succeeds(
+    h, monkeypatch
+):
     # A6 case 2, and the order of events behind the ring_hash failover flake:
     # the backend's connection dies; before the subchannel's state change
     # reaches the LB policy, an RPC is picked by the READY picker onto that
@@ -376,6 +379,7 @@ def test_an_attempt_that_never_left_the_client_waits_for_a_newer_picker_and_succ
     # to all addresses").  The RPC must neither fail nor be re-picked by the
     # same (stale) picker: it waits for the next picker and goes where that
     # one says, however many stale attempts it takes (bounded by its deadline).
+    monkeypatch.setattr(rpc_module, "STALE_PICKER_GRACE", WAIT)  # longer than the test
     dead = ready_subchannel(h, "10.0.0.1:80")
     live = ready_subchannel(h, "10.0.0.2:80")
     stale = CountingPicker(PickComplete(dead))
@@ -400,10 +404,13 @@ def test_an_attempt_that_never_left_the_client_waits_for_a_newer_picker_and_succ
     assert len(h.transports.last("10.0.0.1:80").calls) == 1
 
 
-def test_a_deadline_spent_waiting_for_a_picker_after_a_lost_connection_is_logged(h, caplog):
+def test_a_deadline_spent_waiting_for_a_picker_after_a_lost_connection_is_logged(
+    h, caplog, monkeypatch
+):
     # The RPC waits for a newer picker (test above); if none comes before its
-    # deadline (connectivity polling saw no change), DEADLINE_EXCEEDED alone
-    # would not say why it never had a second attempt: a warning does.
+    # deadline, within STALE_PICKER_GRACE, DEADLINE_EXCEEDED alone would not
+    # say why it never had a second attempt: a warning does.
+    monkeypatch.setattr(rpc_module, "STALE_PICKER_GRACE", WAIT)  # past the deadline
     dead = ready_subchannel(h, "10.0.0.1:80")
     h.publish(PickCompletePicker(dead))
     lost = FakeGrpcError(UNAVAILABLE, "failed to connect to all addresses; last error: x")
@@ -416,6 +423,43 @@ def test_a_deadline_spent_waiting_for_a_picker_after_a_lost_connection_is_logged
     assert len(h.transports.last("10.0.0.1:80").calls) == 1
     warned = [m for m in caplog.messages if "waiting for a new picker" in m]
     assert len(warned) == 1 and "/svc/M" in warned[0], caplog.records
+
+
+def test_with_no_newer_picker_within_the_grace_the_same_picker_is_asked_again(h, monkeypatch):
+    # The connection was lost and re-made between two connectivity checks
+    # (pyxds.connectivity rule 1): no state changed, so no new picker comes.
+    # After STALE_PICKER_GRACE the RPC is picked by the current picker again
+    # (as C-core re-picks a transparent retry) instead of waiting out its
+    # deadline; the re-made connection serves it.
+    monkeypatch.setattr(rpc_module, "STALE_PICKER_GRACE", 0.05)
+    sub = ready_subchannel(h, "10.0.0.1:80")
+    picker = CountingPicker(PickComplete(sub))
+    h.publish(picker)
+    lost = FakeGrpcError(UNAVAILABLE, "failed to connect to all addresses; last error: x")
+    h.transports.last("10.0.0.1:80").fail_with = [lost]
+    rpc = new_rpc(h.core, "/svc/M", None, WAIT, False)
+    started = time.monotonic()
+    result = run_blocking(rpc, lambda t, r: t.channel.unary_unary("/svc/M").with_call(b"req"))
+    assert result == (("10.0.0.1:80", b"req"), None)
+    assert time.monotonic() - started >= 0.05  # not before the grace
+    assert picker.calls == 2
+    assert len(h.transports.last("10.0.0.1:80").calls) == 2
+
+
+def test_a_wait_for_ready_rpc_without_deadline_is_not_stranded_by_a_stale_picker(h, monkeypatch):
+    # Without a deadline the wait for a newer picker had no end at all.
+    monkeypatch.setattr(rpc_module, "STALE_PICKER_GRACE", 0.05)
+    sub = ready_subchannel(h, "10.0.0.1:80")
+    h.publish(CountingPicker(PickComplete(sub)))
+    lost = FakeGrpcError(UNAVAILABLE, "failed to connect to all addresses; last error: x")
+    h.transports.last("10.0.0.1:80").fail_with = [lost]
+    rpc = new_rpc(h.core, "/svc/M", None, None, True)
+    thread, box = run_in_thread(
+        lambda: run_blocking(rpc, lambda t, r: t.channel.unary_unary("/svc/M").with_call(b"req"))
+    )
+    thread.join(WAIT)
+    assert not thread.is_alive()
+    assert box.get("result") == (("10.0.0.1:80", b"req"), None), box
 
 
 def test_a_plain_deadline_while_queued_logs_nothing(h, caplog):
@@ -675,3 +719,51 @@ def test_failing_pick_under_the_current_selector_fails_without_rerouting(h):
     assert outcome == Status(UNAVAILABLE, "CDS resource old does not exist")
     # not released for a reroute: committed once, as the RPC ends with it
     assert rpc._reselects == 0 and rpc.done and committed == [1]
+
+
+def _aio_repick_after_lost_attempt(h, publish_newer=None):
+    """An aio RPC's attempt never left the client; returns (the transport
+    its next pick chose, seconds that took)."""
+    import asyncio
+
+    from pyxds.channel.aio import pick as aio_pick
+    from pyxds.status import Status as ChannelStatus
+
+    rpc = new_rpc(h.core, "/svc/M", None, WAIT, False, blocking=False)
+    first = rpc.pick()
+    assert isinstance(first, Transport)
+    first.call_finished()
+    lost = ChannelStatus(UNAVAILABLE, "failed to connect to all addresses; last error: x")
+    assert rpc.ended(object(), lost, lambda call: ((), ())) == 0.0
+
+    async def go():
+        started = time.monotonic()
+        if publish_newer is not None:
+            asyncio.get_running_loop().call_later(0.01, publish_newer)
+        transport = await asyncio.wait_for(aio_pick(rpc), WAIT)
+        return transport, time.monotonic() - started
+
+    return asyncio.run(go())
+
+
+def test_aio_pick_after_a_lost_attempt_asks_the_same_picker_again_after_the_grace(h, monkeypatch):
+    monkeypatch.setattr(rpc_module, "STALE_PICKER_GRACE", 0.05)
+    sub = ready_subchannel(h, "10.0.0.1:80")
+    picker = CountingPicker(PickComplete(sub))
+    h.publish(picker)
+    transport, took = _aio_repick_after_lost_attempt(h)
+    assert transport is h.transports.last("10.0.0.1:80")
+    assert picker.calls == 2 and took >= 0.04
+
+
+def test_aio_pick_after_a_lost_attempt_takes_a_newer_picker_at_once(h, monkeypatch):
+    monkeypatch.setattr(rpc_module, "STALE_PICKER_GRACE", WAIT)
+    dead = ready_subchannel(h, "10.0.0.1:80")
+    live = ready_subchannel(h, "10.0.0.2:80")
+    stale = CountingPicker(PickComplete(dead))
+    h.publish(stale)
+    transport, took = _aio_repick_after_lost_attempt(
+        h, lambda: h.publish(CountingPicker(PickComplete(live)))
+    )
+    assert transport is h.transports.last("10.0.0.2:80")
+    assert stale.calls == 1 and took < WAIT / 2

@@ -150,10 +150,14 @@ async def pick(rpc: Rpc, first: Any = None) -> Transport | Status:
                 if not core.add_waiter(generation, wake):
                     continue
                 try:
-                    await asyncio.wait_for(event.wait(), remaining)
+                    await asyncio.wait_for(event.wait(), rpc.queue_wait())
                 except TimeoutError:
                     core.remove_waiter(wake)
-                    return rpc.finish(DEADLINE_EXCEEDED)
+                    remaining = rpc.remaining()
+                    if remaining is not None and remaining <= 0:
+                        return rpc.finish(DEADLINE_EXCEEDED)
+                    rpc.stale_wait_over()  # no newer picker within the grace: pick again
+                    continue
                 except asyncio.CancelledError:
                     core.remove_waiter(wake)
                     raise

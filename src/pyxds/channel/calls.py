@@ -261,6 +261,7 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
         self._waker: Callable[[], None] | None = None
         self._timer: Any = None  # at the deadline, while queued
         self._hold: Any = None  # a wait before the next pick
+        self._grace: Any = None  # the end of a stale picker's grace, while queued
         self._picking = False  # rpc.pick() running (under the lock)
         self._additions: ResponseAdditions | bool | None = False  # False: not looked up
         self._pick()
@@ -305,6 +306,15 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
                         continue  # published meanwhile: pick again now
                     if remaining is not None and self._timer is None:
                         self._timer = core.deadline_clock.call_later(remaining, self._expire)
+                    left = rpc.stale_grace_left()
+                    if (
+                        self._grace is None
+                        and left is not None
+                        and (remaining is None or left < remaining)
+                    ):
+                        self._grace = core.deadline_clock.call_later(
+                            left, lambda: self._grace_over(waker)
+                        )
                     return
                 if step.__class__ is float:
                     self._hold = core.deadline_clock.call_later(step, waker)  # type: ignore[arg-type]
@@ -312,21 +322,37 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
                 break
             self._waker = None
             timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()
+            grace, self._grace = self._grace, None
+        for pending in (timer, grace):
+            if pending is not None:
+                pending.cancel()
         if step.__class__ is Status:
             self._fail(step)  # type: ignore[arg-type]
         else:
             self._start(step)  # type: ignore[arg-type]
+
+    def _grace_over(self, waker: Callable[[], None]) -> None:
+        """A stale picker's grace ended while the pick was queued
+        (``Rpc.queue_wait``): pick again without waiting for a publication."""
+        with self._cond:
+            self._grace = None
+            if waker is not self._waker or self._rpc.done:
+                return
+            self._rpc.stale_wait_over()
+        self._rpc.core.remove_waiter(waker)
+        self._repick(waker)
 
     def _expire(self) -> None:
         """The deadline came while the pick was queued."""
         with self._cond:
             waker, self._waker = self._waker, None
             self._timer = None
+            grace, self._grace = self._grace, None
             if waker is None or self._rpc.done:
                 return
             status = self._rpc.finish(DEADLINE_EXCEEDED)
+        if grace is not None:
+            grace.cancel()
         self._rpc.core.remove_waiter(waker)
         self._fail(status)
 
@@ -335,7 +361,8 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
             waker, self._waker = self._waker, None
             timer, self._timer = self._timer, None
             hold, self._hold = self._hold, None
-        for pending in (timer, hold):
+            grace, self._grace = self._grace, None
+        for pending in (timer, hold, grace):
             if pending is not None:
                 pending.cancel()
         if waker is not None:
@@ -675,8 +702,11 @@ def blocking_unary(
         generation = core.generation
         step = rpc.pick()
         if step is None:
-            if not core.wait_for_publication(generation, rpc.remaining()):
-                raise ChannelRpcError(rpc.finish(DEADLINE_EXCEEDED))
+            if not core.wait_for_publication(generation, rpc.queue_wait()):
+                remaining = rpc.remaining()
+                if remaining is not None and remaining <= 0:
+                    raise ChannelRpcError(rpc.finish(DEADLINE_EXCEEDED))
+                rpc.stale_wait_over()
             continue
         if step.__class__ is Status:
             raise ChannelRpcError(step)  # type: ignore[arg-type]

@@ -126,6 +126,16 @@ _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 _DEADLINE = grpc.StatusCode.DEADLINE_EXCEEDED
 #: times a failed pick is routed again while the channel's config changes
 _MAX_REROUTES = 2
+#: Seconds an RPC whose attempt never left the client (A6 transparent retry)
+#: waits for a picker newer than the one that chose the lost connection.
+#: The failure makes the connectivity monitor look at that connection at
+#: once (``Transport.suspect``; every ~1 ms while warm), so a loss it can see
+#: reaches a new picker within milliseconds.  A picker still current after
+#: this grace means the monitor saw the connection as it was: READY, lost
+#: and re-made between two checks (``pyxds.connectivity`` rule 1).  The RPC
+#: is then picked by it again, as C-core re-picks a transparent retry at
+#: once, instead of waiting for a state change that will not come.
+STALE_PICKER_GRACE = 0.25
 
 
 class Rpc:
@@ -152,7 +162,8 @@ class Rpc:
     _filters_done = False  # the filters' verdict before the pick was carried out
     _picked_by: Picker | None = None  # the picker of the last completed pick
     _transport: Transport | None = None  # the running (or last) attempt's
-    _stale_picker: Picker | None = None  # never pick with it again
+    _stale_picker: Picker | None = None  # not picked with again before _stale_until
+    _stale_until = 0.0
     _on_call_done: Callable[[Status], None] | None = None
     _on_call_trailers: Callable[[Sequence[tuple[str, Any]]], None] | None = None
     #: the last pick's ``PickComplete.attempt_labels`` (A78), for its attempt's metrics
@@ -205,6 +216,31 @@ class Rpc:
             return None
         return self.deadline - time.monotonic()
 
+    def queue_wait(self) -> float | None:
+        """Seconds a queued pick (:meth:`pick` answered None) waits for the
+        channel's next publication before it picks again: to the deadline,
+        or to the end of :data:`STALE_PICKER_GRACE` when that comes first
+        (None: no bound).  When the wait ends with no publication, the
+        adapter ends the RPC if :meth:`remaining` is over, else picks again."""
+        deadline = self.deadline
+        if self._stale_picker is not None and (deadline is None or self._stale_until < deadline):
+            deadline = self._stale_until
+        if deadline is None:
+            return None
+        return deadline - time.monotonic()
+
+    def stale_wait_over(self) -> None:
+        """The adapter's wait of :meth:`queue_wait` ran out before the
+        deadline: the grace is over, the next pick may use any picker."""
+        self._stale_picker = None
+
+    def stale_grace_left(self) -> float | None:
+        """Seconds left of :data:`STALE_PICKER_GRACE` while the RPC waits for
+        a picker newer than its stale one (None: it does not)."""
+        if self._stale_picker is None:
+            return None
+        return self._stale_until - time.monotonic()
+
     def attempt_metadata(self) -> Any:
         """The metadata the attempt sends: ``send_metadata`` plus the pick's
         headers (``PickComplete.metadata``), which replace the RPC's values
@@ -255,7 +291,9 @@ class Rpc:
                     return held if held.__class__ is float else self.finish(held)  # type: ignore[arg-type]
             picker = core.picker
             if picker is self._stale_picker:
-                return None  # it chose a lost connection for this RPC: wait for the next
+                if time.monotonic() < self._stale_until:
+                    return None  # it chose a lost connection for this RPC: wait for the next
+                self._stale_picker = None  # no newer one came: see STALE_PICKER_GRACE
             try:
                 result = picker.pick(PickArgs(self.path, self.metadata, attributes))
             except Exception as err:
@@ -503,6 +541,7 @@ class Rpc:
             # A6 transparent retry of an attempt that never left the client:
             # the picker that chose its lost connection is not used again
             self._stale_picker = self._picked_by
+            self._stale_until = time.monotonic() + STALE_PICKER_GRACE
         previous = state.previous_attempts
         if previous:
             self.send_metadata = (*self.metadata, (PREVIOUS_ATTEMPTS_KEY, str(previous)))
@@ -556,11 +595,11 @@ class Rpc:
         return status
 
     def _stale_wait_ended(self, core: ChannelCore) -> None:
-        """The deadline came while this RPC waited for a picker other than
-        the one that chose a connection its attempt found gone (A6
-        transparent retry): said, as nothing else would show why the RPC
-        never got a second attempt (a connection lost and re-made between
-        two connectivity checks changes no state, so no new picker comes)."""
+        """The deadline came while this RPC waited (within
+        :data:`STALE_PICKER_GRACE`) for a picker other than the one that
+        chose a connection its attempt found gone (A6 transparent retry):
+        said, as nothing else would show why the RPC never had a second
+        attempt."""
         if core.picker is self._stale_picker:
             _log.warning(
                 "pyxds: %s on %s: deadline exceeded waiting for a new picker after an "

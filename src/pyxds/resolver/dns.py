@@ -6,7 +6,7 @@ addresses (``"host:port"``, IPv6 bracketed) or a :class:`Status`.  The
 caller hops the callback back onto its serializer.
 
 :class:`ThreadedDnsResolver` calls ``socket.getaddrinfo`` (injectable, for
-tests) on a small shared worker pool (:class:`_LingeringPool`: at most
+tests) on a small worker pool (:class:`pyxds._lingering.LingeringPool`: at most
 ``max_workers`` threads, started as lookups wait, each gone once idle for
 ``LINGER`` seconds, so a program that resolved a name once keeps no pyxds
 thread after its channels are closed: issue 18, "nothing leaks after the
@@ -16,8 +16,6 @@ hand.
 
 from __future__ import annotations
 
-import logging
-import queue
 import socket
 import threading
 from abc import ABC, abstractmethod
@@ -27,6 +25,7 @@ from typing import Any
 
 import grpc
 
+from pyxds._lingering import LingeringPool
 from pyxds._values import dataclass
 from pyxds.status import Status
 
@@ -39,7 +38,6 @@ __all__ = [
     "default_dns_resolver",
 ]
 
-_log = logging.getLogger(__name__)
 
 #: seconds a DNS worker thread waits for a lookup before it exits
 LINGER = 1.0
@@ -65,69 +63,6 @@ class DnsResolver(ABC):
         callback is not called."""
 
 
-class _LingeringPool:
-    """Runs submitted functions on at most ``max_workers`` daemon threads.
-
-    A thread starts when a function is queued and no thread is idle (up to
-    the limit); a thread idle for ``linger`` seconds exits.  Unlike
-    ``ThreadPoolExecutor``, whose idle workers live as long as the process,
-    it holds no thread once the lookups are over.  :meth:`shutdown` drops
-    what is queued; a running function finishes."""
-
-    def __init__(self, max_workers: int, name: str, linger: float) -> None:
-        self._max = max_workers
-        self._name = name
-        self._linger = linger
-        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._threads = 0
-        self._idle = 0
-        self._closed = False
-
-    @property
-    def threads(self) -> int:
-        """Worker threads alive now."""
-        return self._threads
-
-    def submit(self, fn: Callable[[], None]) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._queue.put(fn)
-            if self._idle >= self._queue.qsize() or self._threads >= self._max:
-                return
-            self._threads += 1
-            self._idle += 1
-            number = self._threads
-        threading.Thread(target=self._run, name=f"{self._name}_{number}", daemon=True).start()
-
-    def shutdown(self) -> None:
-        with self._lock:
-            self._closed = True
-            while not self._queue.empty():
-                self._queue.get_nowait()
-
-    def _run(self) -> None:
-        while True:
-            try:
-                fn = self._queue.get(timeout=self._linger)
-            except queue.Empty:
-                with self._lock:
-                    if self._queue.empty():  # a submit under the lock would be seen
-                        self._idle -= 1
-                        self._threads -= 1
-                        return
-                continue
-            with self._lock:
-                self._idle -= 1
-            try:
-                fn()
-            except Exception:
-                _log.exception("pyxds: DNS lookup callback raised")
-            with self._lock:
-                self._idle += 1
-
-
 class ThreadedDnsResolver(DnsResolver):
     """``getaddrinfo`` on a worker pool; never on the calling thread."""
 
@@ -138,7 +73,7 @@ class ThreadedDnsResolver(DnsResolver):
         linger: float = LINGER,
     ) -> None:
         self._getaddrinfo = getaddrinfo
-        self._pool = _LingeringPool(max_workers, "pyxds-dns", linger)
+        self._pool = LingeringPool(max_workers, "pyxds-dns", linger, "DNS lookup callback")
 
     def resolve(self, host: str, port: int, callback: DnsCallback) -> Callable[[], None]:
         cancelled = threading.Event()

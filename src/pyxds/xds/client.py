@@ -41,7 +41,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import queue
 import random
 import threading
 import weakref
@@ -53,6 +52,7 @@ import grpc
 from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
+from pyxds._lingering import LingeringPool
 from pyxds.clock import Clock, RealClock, Timer
 from pyxds.serializer import WorkSerializer
 from pyxds.status import Status
@@ -105,63 +105,31 @@ class _SerializedClock(Clock):
 
 
 class _Notifier:
-    """A serial executor of one XdsClient's watcher callbacks.  Every
-    client's run on the process's one notifier thread (issue 18: with a
-    client per channel target, A71, a thread per client grew with targets),
-    each client's in the order submitted.  The thread starts with the first
-    callback and exits once idle for ``_NOTIFIER_LINGER``."""
+    """One XdsClient's watcher callbacks, run serially.  Every client's run
+    on the process's one notifier worker (issue 18: with a client per
+    channel target, A71, a thread per client grew with targets), each
+    client's in the order submitted.  The worker starts with the first
+    callback and exits once idle for ``_NOTIFIER_LINGER``
+    (:class:`pyxds._lingering.LingeringPool` with one worker)."""
 
-    _queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-    _lock = threading.Lock()
-    _thread: threading.Thread | None = None
-
-    def __init__(self, name: str) -> None:
-        self._name = name
+    def __init__(self) -> None:
         self._closed = False
 
     def submit(self, fn: Callable[[], None]) -> None:
-        if self._closed:
-            return
-        _Notifier._queue.put(fn)
-        with _Notifier._lock:
-            if _Notifier._thread is None:
-                _Notifier._thread = threading.Thread(
-                    target=_Notifier._run, name=self._name, daemon=True
-                )
-                _Notifier._thread.start()
+        if not self._closed:
+            _NOTIFIER_POOL.submit(fn)
 
     def close(self) -> None:
         """No more callbacks; wait (bounded, never on the notifier thread)
         for those already submitted."""
         self._closed = True
-        if threading.current_thread() is _Notifier._thread:
-            return
-        done = threading.Event()
-        _Notifier._queue.put(done.set)
-        with _Notifier._lock:
-            if _Notifier._thread is None:
-                return  # exited, with nothing left to run
-        done.wait(_CLOSE_WAIT)
-
-    @staticmethod
-    def _run() -> None:
-        while True:
-            try:
-                fn = _Notifier._queue.get(timeout=_NOTIFIER_LINGER)
-            except queue.Empty:
-                with _Notifier._lock:
-                    if _Notifier._queue.empty():
-                        _Notifier._thread = None
-                        return
-                continue
-            try:
-                fn()
-            except Exception:
-                _log.exception("pyxds: xDS watcher callback raised")
+        _NOTIFIER_POOL.flush(_CLOSE_WAIT)
 
 
 #: Seconds the notifier thread waits for a callback before it exits.
 _NOTIFIER_LINGER = 1.0
+
+_NOTIFIER_POOL = LingeringPool(1, "pyxds-xds-watchers", _NOTIFIER_LINGER, "xDS watcher callback")
 
 
 def _server_key(server: Any) -> Any:
@@ -459,7 +427,7 @@ class XdsClient:
         self._own_clock = clock is None
         self._clock = clock or RealClock()
         self._sclock = _SerializedClock(self._clock, self._serializer)
-        self._notifier = _Notifier("pyxds-xds-watchers")
+        self._notifier = _Notifier()
         self._node = _node_proto(bootstrap)
         self._servers: dict[Any, _ServerChannel] = {}  # by _server_key
         self._authorities: dict[str | None, _Authority] = {}

@@ -1,0 +1,119 @@
+"""Worker threads that exist only while there is work (issue 18: a program
+that closed every channel keeps no pyxds thread).
+
+Rules:
+
+1. A thread starts when a function is queued and no worker is idle, up to
+   ``max_workers``; with ``max_workers=1`` functions run one at a time in
+   the order submitted.
+2. A worker idle for ``linger`` seconds exits.  A function queued while it
+   decides is never stranded: the decision and :meth:`LingeringPool.submit`
+   take the same lock, and a worker leaves only with the queue empty.
+3. A function that raises is logged (naming the pool's ``label``) and the
+   worker goes on.
+4. :meth:`LingeringPool.flush` waits, bounded, for what was queued before
+   it; called from one of the pool's own workers it returns at once (it
+   would wait for itself).
+5. :meth:`LingeringPool.shutdown` drops what is queued; a running function
+   finishes.
+
+``concurrent.futures.ThreadPoolExecutor`` keeps idle workers for the life
+of the process, which is why pyxds does not use it for background work.
+The DNS resolver (up to 4 lookups at once) and the xDS client's watcher
+notifications (one serial worker for every client of the process) run here.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+__all__ = ["LingeringPool"]
+
+_log = logging.getLogger(__name__)
+
+
+class LingeringPool:
+    """Runs submitted functions on at most ``max_workers`` daemon threads
+    named ``{name}_{n}``; see the module's rules."""
+
+    def __init__(self, max_workers: int, name: str, linger: float, label: str) -> None:
+        self._max = max_workers
+        self._name = name
+        self._linger = linger
+        self._label = label
+        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+        self._closed = False
+        self._workers: set[int] = set()  # idents of the live workers
+
+    @property
+    def threads(self) -> int:
+        """Worker threads alive now."""
+        return self._threads
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._queue.put(fn)
+            if self._idle >= self._queue.qsize() or self._threads >= self._max:
+                return
+            self._threads += 1
+            self._idle += 1
+            number = self._threads
+        threading.Thread(target=self._run, name=f"{self._name}_{number}", daemon=True).start()
+
+    def on_worker(self) -> bool:
+        """Whether the calling thread is one of this pool's workers."""
+        return threading.get_ident() in self._workers
+
+    def flush(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the functions queued so far
+        (rule 4).  True once they ran (or nothing was waiting)."""
+        if self.on_worker():
+            return True
+        done = threading.Event()
+        self.submit(done.set)
+        with self._lock:
+            if self._closed:
+                return True  # nothing queued runs any more
+        return done.wait(timeout)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            while not self._queue.empty():
+                self._queue.get_nowait()
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        self._workers.add(me)
+        try:
+            self._work()
+        finally:
+            self._workers.discard(me)
+
+    def _work(self) -> None:
+        while True:
+            try:
+                fn = self._queue.get(timeout=self._linger)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():  # a submit under the lock would be seen
+                        self._idle -= 1
+                        self._threads -= 1
+                        return
+                continue
+            with self._lock:
+                self._idle -= 1
+            try:
+                fn()
+            except Exception:
+                _log.exception("pyxds: %s raised", self._label)
+            with self._lock:
+                self._idle += 1

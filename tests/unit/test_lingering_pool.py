@@ -1,0 +1,122 @@
+"""pyxds._lingering.LingeringPool, the worker threads behind DNS lookups and
+the xDS client's watcher notifications: serial order with one worker,
+flush, no self-deadlock, errors logged, idle workers gone (issue 18: no
+thread left once the work is over).  Real threads, short linger, every
+wait bounded."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+from test_dns_threads import _until
+
+from pyxds._lingering import LingeringPool
+
+WAIT = 5.0
+
+
+def _pool(workers: int = 1, linger: float = 0.05) -> LingeringPool:
+    return LingeringPool(workers, "test-lingering", linger, "test work")
+
+
+def _names() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("test-lingering")]
+
+
+def test_one_worker_runs_functions_in_the_order_submitted_on_one_thread():
+    pool = _pool()
+    ran: list[tuple[int, int]] = []
+    for i in range(200):
+        pool.submit(lambda i=i: ran.append((i, threading.get_ident())))
+    assert pool.flush(WAIT)
+    assert [i for i, _ in ran] == list(range(200))
+    assert len({ident for _, ident in ran}) == 1
+    assert ran[0][1] != threading.get_ident()
+
+
+def test_flush_waits_for_what_was_queued_before_it():
+    pool = _pool()
+    gate = threading.Event()
+    ran: list[str] = []
+    pool.submit(lambda: (gate.wait(WAIT), ran.append("slow")))
+    assert not pool.flush(0.05)  # the slow function still runs: bounded, False
+    gate.set()
+    assert pool.flush(WAIT)
+    assert ran == ["slow"]
+
+
+def test_flush_from_a_worker_returns_at_once_instead_of_waiting_for_itself():
+    pool = _pool()
+    answers: list[tuple[bool, float]] = []
+
+    def inside() -> None:
+        started = time.monotonic()
+        answers.append((pool.flush(WAIT), time.monotonic() - started))
+
+    pool.submit(inside)
+    assert pool.flush(WAIT)
+    assert answers and answers[0][0] is True
+    assert answers[0][1] < 1.0  # not the WAIT it would deadlock for
+
+
+def test_a_function_that_raises_is_logged_with_the_label_and_the_worker_goes_on(caplog):
+    pool = _pool()
+    ran: list[int] = []
+
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    with caplog.at_level(logging.ERROR, logger="pyxds._lingering"):
+        pool.submit(boom)
+        pool.submit(lambda: ran.append(1))
+        assert pool.flush(WAIT)
+    assert ran == [1]
+    assert any("test work raised" in r.getMessage() for r in caplog.records)
+
+
+def test_an_idle_worker_exits_and_the_next_submit_starts_one_again():
+    pool = _pool()
+    pool.submit(lambda: None)
+    assert pool.flush(WAIT)
+    assert _until(lambda: pool.threads == 0 and not _names())
+    ran = threading.Event()
+    pool.submit(ran.set)
+    assert ran.wait(WAIT)
+    assert _until(lambda: pool.threads == 0 and not _names())
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_no_submit_is_stranded_while_workers_decide_to_exit(workers):
+    """Rule 2: submissions racing the linger timeout all run."""
+    pool = _pool(workers, linger=0.001)
+    count = [0]
+    lock = threading.Lock()
+
+    def bump() -> None:
+        with lock:
+            count[0] += 1
+
+    for _ in range(300):
+        pool.submit(bump)
+        time.sleep(0.0005)
+    assert _until(lambda: count[0] == 300)
+    assert pool.threads <= workers
+    assert _until(lambda: pool.threads == 0)
+
+
+def test_shutdown_drops_what_is_queued_and_later_submits():
+    pool = _pool()
+    gate = threading.Event()
+    ran: list[str] = []
+    pool.submit(lambda: (gate.wait(WAIT), ran.append("running")))
+    pool.submit(lambda: ran.append("queued"))
+    assert _until(lambda: pool._idle == 0)  # the first one is running
+    pool.shutdown()
+    pool.submit(lambda: ran.append("late"))
+    gate.set()
+    assert _until(lambda: pool.threads == 0)
+    assert ran == ["running"]
+    assert pool.flush(0.05)  # nothing runs any more: flush does not wait
