@@ -39,6 +39,7 @@ NOT_LOADED = (
     "pyxds.xds.resources.server_listener",
     "pyxds.xds.resources.rbac",
     "pyxds.resolver.dns",
+    "pyxds.resolver.request_hash",
     "pyxds.security.spiffe",
     "pyxds.lb.orca",
     "xds.data.orca",

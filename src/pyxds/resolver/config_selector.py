@@ -59,7 +59,7 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -67,12 +67,14 @@ from pyxds.lb.api import REQUEST_HASH_KEY
 from pyxds.lb.xds_override_host import OVERRIDE_HOST_ATTRIBUTE
 from pyxds.resolver.api import CallConfig, ConfigSelector
 from pyxds.resolver.http_filters import build_chain
-from pyxds.resolver.request_hash import RequestHasher
 from pyxds.resolver.retry_policy import RetryPolicy
 from pyxds.resolver.route_matching import RouteTable
 from pyxds.resolver.stateful_session import SessionCall, SessionCookie
 from pyxds.status import Status
 from pyxds.xds.resources.types import RouteAction, VirtualHost
+
+if TYPE_CHECKING:  # loaded by the first route with a hash policy
+    from pyxds.resolver.request_hash import RequestHasher
 
 __all__ = [
     "CLUSTER_ATTRIBUTE",
@@ -398,6 +400,8 @@ class XdsConfigSelector(ConfigSelector):
                 else:
                     action.fail = non_forwarding
                 if action.fail is None and ra.hash_policies:
+                    from pyxds.resolver.request_hash import RequestHasher
+
                     hasher = RequestHasher(ra.hash_policies, channel_id)
                     if hasher:
                         action.hasher = hasher
