@@ -593,3 +593,15 @@ def test_message_classes_carry_their_generated_modules_names() -> None:
     assert {"duration", "struct", "any"} <= seen
     unpacked = [t for entry in protos if len(entry) == 5 for t in entry[2] if len(t) == 4]
     assert unpacked and all(t[0] != "any" or t[2:] == [True, True] for t in unpacked)
+
+
+def test_a_csds_dump_converts_when_a_resource_names_a_type_the_program_never_loaded() -> None:
+    """Every Listener names the router filter, whose module pyxds never
+    imports: its JSON form stays opaque in the dump dict, and the
+    ``ClientConfig`` proto (the CSDS service's answer) carries its bytes
+    instead of failing the whole dump."""
+    ads = child("never")["first"]["ads"]
+    opaque = [j for j in ads["csds_json"] if j and "value" in j and len(j) == 2]
+    assert opaque  # the case happens in a plain program
+    assert not ads["csds_proto"].startswith("ParseError"), ads["csds_proto"][:300]
+    assert ads["csds_proto"].count("generic_xds_configs {") == len(ads["csds_json"])

@@ -32,6 +32,7 @@ service or for checking the shape).
 from __future__ import annotations
 
 import base64
+import binascii
 import datetime
 from collections.abc import Iterable
 from typing import Any
@@ -120,4 +121,29 @@ def client_config_proto(config: dict[str, Any]) -> Any:
         {k: v for k, v in c.items() if k not in ("xds_server", "serving")}
         for c in config.get("generic_xds_configs", [])
     ]
-    return json_format.ParseDict(config, csds_pb2.ClientConfig(), ignore_unknown_fields=False)
+    # a resource :func:`any_to_json` left opaque (it names a type this
+    # process never loaded, such as the router filter's) goes in as its
+    # bytes: protobuf's JSON parser cannot read it back
+    raw = {}
+    for i, entry in enumerate(config["generic_xds_configs"]):
+        opaque = _opaque_any(entry.get("xds_config"))
+        if opaque is not None:
+            raw[i] = opaque
+            config["generic_xds_configs"][i] = {k: v for k, v in entry.items() if k != "xds_config"}
+    out = json_format.ParseDict(config, csds_pb2.ClientConfig(), ignore_unknown_fields=False)
+    for i, opaque in raw.items():
+        out.generic_xds_configs[i].xds_config.CopyFrom(opaque)
+    return out
+
+
+def _opaque_any(value: Any) -> any_pb2.Any | None:
+    """The Any of :func:`any_to_json`'s opaque form, else None."""
+    if not isinstance(value, dict) or value.keys() != {"@type", "value"}:
+        return None
+    type_url, data = value["@type"], value["value"]
+    if not isinstance(data, str) or type_url.startswith("type.googleapis.com/google.protobuf."):
+        return None  # a well-known type's JSON has a "value" too
+    try:
+        return any_pb2.Any(type_url=type_url, value=base64.b64decode(data, validate=True))
+    except binascii.Error:
+        return None
