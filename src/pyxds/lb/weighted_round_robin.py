@@ -70,6 +70,21 @@ current picker's scheduler every ``weightUpdatePeriod`` (``helper.clock``)
 by swapping the cycle it reads: picks in flight finish on the old one.  A
 new picker is published when the READY set or the config changes; the same
 config and list twice publish nothing.
+
+Cost (issue 18 item 3: N endpoints connecting publish N pickers)
+------------------------------------------------------------------
+A READY report costs no Python pass over the other endpoints: each READY
+endpoint's result (pick_first's own in OOB mode; with this policy's hooks,
+made once per picker and weight, in per-call mode) is kept in round_robin's
+READY lists (``RoundRobin._ready_result``), a published picker is keyed by
+their version, and the picker copies results and weights in C.  Its
+scheduler reads every weight, except while every weight is certainly 0:
+:class:`FirstReport` keeps the earliest ``non_empty_since`` any weight of the
+policy ever had, and while ``now`` is closer to it than both the blackout
+and the expiration period no weight is usable and reading one would change
+none, so the picker is round robin without reading them (what connecting
+endpoints within the first blackout period build).  Anything else (removed
+endpoints still serving, a custom leaf) takes the full path.
 """
 
 from __future__ import annotations
