@@ -105,18 +105,38 @@ def test_each_ready_change_publishes_one_picker_over_the_ready_endpoints_in_orde
     assert ready == set(addrs)
 
 
-def test_switching_the_reporting_mode_with_the_same_endpoints_renews_every_listed_result():
-    helper, policy, addrs = connecting_policy(5, {})
-    for a in addrs:
-        helper.subchannel(a).set_state(READY)
-    assert all(r.on_call_trailers is not None for r in helper.last.picker.results)  # type: ignore[attr-defined]
+def test_a_config_change_with_the_very_same_endpoint_objects_is_applied_at_once():
+    # weighted_target hands an unchanged locality's very endpoint objects on
+    # (round_robin skips such an update): a new config must still apply
+    helper = FakeHelper(seed=3)
+    policy = WeightedRoundRobin(helper)
+    addrs = [f"10.0.0.{i}:80" for i in range(5)]
     endpoints = [Endpoint((a,)) for a in addrs]
+    policy.update(ResolverUpdate(endpoints, parse({})))
+    watched: list[str] = []
+    for sub in helper.subchannels:
+
+        def watch(period, fn, on_unimplemented=None, sub=sub):
+            watched.append(sub.address)
+            return lambda: None
+
+        sub.watch_orca_oob = watch
+        sub.set_state(READY)
+    assert all(r.on_call_trailers is not None for r in helper.last.picker.results)  # type: ignore[attr-defined]
+    published = len(helper.states)
     policy.update(ResolverUpdate(endpoints, parse({"enableOobLoadReport": True})))
+    assert len(helper.states) == published + 1  # the new config's picker, at once
     assert all(r.on_call_trailers is None for r in helper.last.picker.results)  # type: ignore[attr-defined]
+    assert sorted(watched) == sorted(addrs)  # and every READY endpoint's OOB watch
+    # later reports keep the new mode for every listed endpoint
     helper.subchannel(addrs[0]).set_state(TRANSIENT_FAILURE)
     helper.subchannel(addrs[0]).set_state(READY)
     assert all(r.on_call_trailers is None for r in helper.last.picker.results)  # type: ignore[attr-defined]
     assert published_addresses(helper) == addrs
+    # the same config and the same objects again: nothing
+    published = len(helper.states)
+    policy.update(ResolverUpdate(endpoints, parse({"enableOobLoadReport": True})))
+    assert len(helper.states) == published
 
 
 def test_connecting_inside_the_blackout_reads_no_weight(monkeypatch):

@@ -550,24 +550,19 @@ class WeightedRoundRobin(RoundRobin):
             self._locality = locality_label(update.endpoints)
             self._cluster = cluster_name(update.endpoints)
         if isinstance(update.config, WeightedRoundRobinConfig):
-            mode = self._config.enable_oob_load_report
+            if update.config != self._config:
+                # round_robin skips an update of the very endpoint objects it
+                # has (cds hands an unchanged locality's on): a new config
+                # takes the full path, which lists every READY result again
+                # (_ready_result: the mode decides their hooks), publishes
+                # and syncs the OOB watches
+                self._last_list = None
             self._config = update.config
             for child in self.children:
                 weight = getattr(child, "wrr_weight", None)
                 if weight is not None:
                     weight.config = self._config
-            if update.config.enable_oob_load_report != mode:
-                self._relist_results()
         return super().update(update)
-
-    def _relist_results(self) -> None:
-        """The READY children's results again (the reporting mode changed
-        the hooks they carry, :meth:`_ready_result`)."""
-        self._ready_results = [
-            self._ready_result(child, picker)
-            for child, picker in zip(self._ready_children, self._ready_pickers, strict=True)
-        ]
-        self._ready_version += 1
 
     def shutdown(self) -> None:
         self._cancel_timer()
