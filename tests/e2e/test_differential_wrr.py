@@ -93,3 +93,35 @@ def test_shares_follow_a_change_of_reported_load(server, backends):
         heavy.set_load(HEAVY)
         light.set_load(LIGHT)
         channel.close()
+
+
+def test_a_cds_only_switch_to_out_of_band_reports_is_followed_like_c_core(server):
+    """A CDS update that turns ``enableOobLoadReport`` on while the EDS stays
+    the same (cds hands the policy the very endpoint objects it has) takes
+    effect at once: each backend's per-call and out-of-band reports disagree
+    (per call "heavy" is the light one, out of band the loaded one), so the
+    split shows which reports the clients read, before and after."""
+    heavy, light = OrcaBackend("heavy", HEAVY), OrcaBackend("light", LIGHT)
+    heavy.recorder.set_cpu_utilization(LIGHT)  # out of band: the other way round
+    light.recorder.set_cpu_utilization(HEAVY)
+    addresses = [heavy.address, light.address]
+    server.set_snapshot(wrr_snapshot("wrr", addresses, False, "switch-1"))
+    bootstrap = server.bootstrap(node_id=NODE + "-switch")
+    core = CoreXdsClient(bootstrap)
+    channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+    clients = {"pyxds": lambda n: pyxds_calls(channel, n), "C-core": lambda n: core.call(n)}
+    try:
+        for name, client in clients.items():
+            client(300)  # connect, per-call reports, weight updates
+            assert share(client(N), "heavy") == pytest.approx(0.9, abs=TOLERANCE), name
+        server.set_snapshot(wrr_snapshot("wrr", addresses, True, "switch-2"))
+        for name, client in clients.items():
+            for _ in range(20):  # bounded: the new config, its streams, their reports
+                if share(client(200), "light") > 0.8:
+                    break
+            assert share(client(N), "light") == pytest.approx(0.9, abs=TOLERANCE), name
+    finally:
+        channel.close()
+        core.close()
+        heavy.stop()
+        light.stop()

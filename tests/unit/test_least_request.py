@@ -90,6 +90,24 @@ def test_same_config_twice_is_equal_and_a_no_op():
 # ---------------------------------------------------------------- picker
 
 
+def test_a_new_choice_count_with_the_very_same_endpoint_objects_is_published_at_once():
+    # cds hands an unchanged locality's very endpoint objects on, which
+    # round_robin's bookkeeping skips: a new choiceCount must still apply
+    helper = FakeHelper()
+    factory, config = registry.select([{"least_request_experimental": {"choiceCount": 2}}])
+    policy = factory.build(helper)
+    endpoints = [Endpoint((a,)) for a in addresses(3)]
+    policy.update(ResolverUpdate(endpoints, config))
+    for subchannel in helper.subchannels:
+        subchannel.set_state(READY)
+    published = len(helper.states)
+    policy.update(ResolverUpdate(endpoints, parse({"choiceCount": 3})))
+    assert len(helper.states) == published + 1
+    picker = helper.last.picker
+    assert isinstance(picker, LeastRequestPicker)
+    assert picker._choice_count == 3
+
+
 def test_picks_the_endpoint_with_fewer_outstanding_requests():
     """Two endpoints, choiceCount 10: once one holds calls, new picks go to
     the other unless all ten samples hit the busy one (p = 1/1024)."""

@@ -337,6 +337,9 @@ class LeastRequest(RoundRobin):
         if isinstance(config, LeastRequestConfig) and config.choice_count != self._choice_count:
             self._choice_count = config.choice_count
             self._reported_key = None  # republish the READY picker with the new count
+            # ... even for the very endpoint objects round_robin has (cds
+            # hands an unchanged locality's on), which it would skip
+            self._last_list = None
         return super().update(update)
 
     def _report_ready(self, ready: list[_Child]) -> None:

@@ -432,9 +432,15 @@ class RoundRobin(LoadBalancer):
         elif state is _TF:
             self._tf_count += 1
 
+    def _ready_result(self, child: _Child, picker: Picker) -> PickComplete | None:
+        """What the READY picker rotates over for ``child`` READY with
+        ``picker``: pick_first's constant result, None when ``picker`` is not
+        pick_first's constant one (weighted_round_robin adds its hooks)."""
+        return constant_result(picker)
+
     def _list(self, child: _Child, picker: Picker) -> None:
         at = bisect.bisect_left(self._ready_at, child.index)
-        result = constant_result(picker)
+        result = self._ready_result(child, picker)
         self._ready_at.insert(at, child.index)
         self._ready_children.insert(at, child)
         self._ready_pickers.insert(at, picker)
@@ -466,7 +472,7 @@ class RoundRobin(LoadBalancer):
                 self._ready_at.append(child.index)
                 self._ready_children.append(child)
                 self._ready_pickers.append(child.picker)
-                result = constant_result(child.picker)
+                result = self._ready_result(child, child.picker)
                 self._ready_results.append(result)
                 if result is None:
                     self._non_constant += 1

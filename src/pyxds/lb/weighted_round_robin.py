@@ -70,6 +70,21 @@ current picker's scheduler every ``weightUpdatePeriod`` (``helper.clock``)
 by swapping the cycle it reads: picks in flight finish on the old one.  A
 new picker is published when the READY set or the config changes; the same
 config and list twice publish nothing.
+
+Cost (issue 18 item 3: N endpoints connecting publish N pickers)
+------------------------------------------------------------------
+A READY report costs no Python pass over the other endpoints: each READY
+endpoint's result (pick_first's own in OOB mode; with this policy's hooks,
+made once per picker and weight, in per-call mode) is kept in round_robin's
+READY lists (``RoundRobin._ready_result``), a published picker is keyed by
+their version, and the picker copies results and weights in C.  Its
+scheduler reads every weight, except while every weight is certainly 0:
+:class:`FirstReport` keeps the earliest ``non_empty_since`` any weight of the
+policy ever had, and while ``now`` is closer to it than both the blackout
+and the expiration period no weight is usable and reading one would change
+none, so the picker is round robin without reading them (what connecting
+endpoints within the first blackout period build).  Anything else (removed
+endpoints still serving, a custom leaf) takes the full path.
 """
 
 from __future__ import annotations
@@ -77,6 +92,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import operator
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -100,7 +116,7 @@ from pyxds.lb.api import (
     Status,
 )
 from pyxds.lb.errors import LBConfigError, describe
-from pyxds.lb.pick_first import _ReadyPicker, all_ready_pickers
+from pyxds.lb.pick_first import _ReadyPicker, all_ready_pickers, constant_result
 from pyxds.lb.round_robin import RoundRobin, _Child
 from pyxds.lb.wrr_scheduler import materialize, max_weight_for, scale_weights
 
@@ -127,6 +143,8 @@ DEFAULT_ERROR_UTILIZATION_PENALTY = 1.0
 _MAX_DURATION_SECONDS = 315_576_000_000
 
 _READY = ConnectivityState.READY
+#: a child's EndpointWeight (WeightedRoundRobin.weight_of made it), read in C
+_WEIGHT_OF: Callable[[_Child], EndpointWeight] = operator.attrgetter("wrr_weight")
 
 
 @dataclass(frozen=True)
@@ -223,6 +241,35 @@ class WeightedRoundRobinFactory(PolicyFactory):
 # -- weights -------------------------------------------------------------------
 
 
+class FirstReport:
+    """The earliest ``non_empty_since`` any weight of one policy ever had (a
+    lower bound of every weight's current one: the clock only moves on).
+    While ``now - at`` is below both the blackout and the expiration period,
+    every weight of the policy is unusable and reading them would change
+    none (:meth:`EndpointWeight.value`): a picker built then is round robin
+    without asking each endpoint (issue 18: N endpoints connecting build N
+    pickers, all inside the blackout period)."""
+
+    __slots__ = ("at", "_lock")
+
+    def __init__(self) -> None:
+        self.at = math.inf
+        self._lock = threading.Lock()
+
+    def lower(self, now: float) -> None:
+        """A weight's ``non_empty_since`` becomes ``now``."""
+        if now < self.at:
+            with self._lock:
+                if now < self.at:
+                    self.at = now
+
+    def none_usable(self, config: WeightedRoundRobinConfig, now: float) -> bool:
+        """Whether every weight sharing this (with ``config``) is 0 now and
+        :meth:`EndpointWeight.value` would leave each as it is."""
+        blackout = config.blackout_period
+        return blackout > 0 and now - self.at < min(blackout, config.weight_expiration_period)
+
+
 class EndpointWeight:
     """One endpoint's weight and its two timestamps (A58 "Subchannel
     Weights").  Reports arrive from RPC threads (per call) or the serializer
@@ -241,11 +288,19 @@ class EndpointWeight:
         "no_report",
         "needs_stand_in",
         "on_need_stand_in",
+        "_first",
     )
 
-    def __init__(self, clock: Clock, config: WeightedRoundRobinConfig) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        config: WeightedRoundRobinConfig,
+        first: FirstReport | None = None,
+    ) -> None:
         self._clock = clock
         self.config = config
+        #: the policy's earliest ``non_empty_since`` (shared by its weights)
+        self._first = first
         self.weight = 0.0
         self.non_empty_since: float | None = None  # None: never / reset
         self.last_updated = -math.inf
@@ -278,6 +333,8 @@ class EndpointWeight:
         now = self._clock.now()
         with self._lock:
             if self.non_empty_since is None:
+                if self._first is not None:
+                    self._first.lower(now)  # before the weight shows it
                 self.non_empty_since = now
             self.last_updated = now
             self.weight = weight
@@ -396,7 +453,16 @@ class WeightedRoundRobinPicker(Picker):
     :meth:`rebuild` (the policy's timer, on the serializer) swaps the cycle;
     a pick reads whichever cycle is current (one attribute load, atomic)."""
 
-    __slots__ = ("results", "weights", "_clock", "_random", "_scaled", "_next", "_labels")
+    __slots__ = (
+        "results",
+        "weights",
+        "_clock",
+        "_random",
+        "_scaled",
+        "_next",
+        "_labels",
+        "_first",
+    )
 
     def __init__(
         self,
@@ -405,10 +471,13 @@ class WeightedRoundRobinPicker(Picker):
         clock: Clock,
         rng: Any,
         metric_labels: Mapping[str, str] | None = None,
+        first: FirstReport | None = None,
     ) -> None:
         self._labels = metric_labels  # A78 grpc.target / grpc.lb.locality
         self.results = tuple(results)
         self.weights = tuple(weights)
+        #: the weights' shared FirstReport (they all share it and one config)
+        self._first = first
         self._clock = clock
         self._random = rng
         self._scaled: tuple[int, ...] | Literal[False] | None = False  # False: never built
@@ -429,16 +498,24 @@ class WeightedRoundRobinPicker(Picker):
         now = self._clock.now()
         n = len(self.results)
         top = max_weight_for(n)
-        if _metrics.RECORDER is not None and self._labels is not None:
-            _record_scheduler_update(self.weights, now, self._labels)
-        scaled = scale_weights([weight.value(now) for weight in self.weights], top)
-        if _metrics.RECORDER is not None and self._labels is not None and scaled is None:
-            _metrics.add("grpc.lb.wrr.rr_fallback", 1, self._labels)
+        labels = self._labels if _metrics.RECORDER is not None else None
+        if labels is not None:
+            _record_scheduler_update(self.weights, now, labels)
+        first = self._first
+        scaled: tuple[int, ...] | None
+        if first is not None and n and first.none_usable(self.weights[0].config, now):
+            scaled = None  # every value() would be 0 (FirstReport)
+        else:
+            scaled = scale_weights([weight.value(now) for weight in self.weights], top)
+        if labels is not None and scaled is None:
+            _metrics.add("grpc.lb.wrr.rr_fallback", 1, labels)
         if scaled == self._scaled:
             return
         self._scaled = scaled
-        order = range(n) if scaled is None else materialize(scaled, top)
-        table = [self.results[i] for i in order]
+        if scaled is None:
+            table = list(self.results)
+        else:
+            table = [self.results[i] for i in materialize(scaled, top)]
         start = self._random.randrange(len(table))
         self._next = itertools.cycle(table[start:] + table[:start]).__next__
 
@@ -463,6 +540,8 @@ class WeightedRoundRobin(RoundRobin):
         self._cluster = ""
         #: the child whose state report is being applied (None: any other change)
         self._reporting: _Child | None = None
+        #: the earliest report of any of this policy's weights (FirstReport)
+        self._first_report = FirstReport()
         super().__init__(helper)
 
     # -- LoadBalancer ----------------------------------------------------------
@@ -471,6 +550,13 @@ class WeightedRoundRobin(RoundRobin):
             self._locality = locality_label(update.endpoints)
             self._cluster = cluster_name(update.endpoints)
         if isinstance(update.config, WeightedRoundRobinConfig):
+            if update.config != self._config:
+                # round_robin skips an update of the very endpoint objects it
+                # has (cds hands an unchanged locality's on): a new config
+                # takes the full path, which lists every READY result again
+                # (_ready_result: the mode decides their hooks), publishes
+                # and syncs the OOB watches
+                self._last_list = None
             self._config = update.config
             for child in self.children:
                 weight = getattr(child, "wrr_weight", None)
@@ -491,7 +577,7 @@ class WeightedRoundRobin(RoundRobin):
     def weight_of(self, child: _Child) -> EndpointWeight:
         weight = getattr(child, "wrr_weight", None)
         if weight is None:
-            weight = EndpointWeight(self.helper.clock, self._config)
+            weight = EndpointWeight(self.helper.clock, self._config, self._first_report)
             clock = self.helper.clock
 
             def need_stand_in() -> None:  # from an RPC thread: hop onto the serializer
@@ -528,42 +614,65 @@ class WeightedRoundRobin(RoundRobin):
             elif child in self._oob:
                 self._stop_oob(child)  # an old endpoint, draining
 
+    def _ready_result(self, child: _Child, picker: Picker) -> PickComplete | None:
+        """What the READY picker rotates over for ``child``: its pick_first
+        result, with this policy's hooks in per-call mode (kept while its
+        picker and weight stay: round_robin keeps the results of the READY
+        children listed, so a READY report costs no pass over the others);
+        None when ``picker`` is not pick_first's constant one."""
+        result = constant_result(picker)
+        if result is None:
+            return None
+        weight = self.weight_of(child)
+        if self._config.enable_oob_load_report:
+            return result  # no hooks: the child's own result
+        cached = getattr(child, "wrr_result", None)
+        if cached is not None and cached[0] is picker and cached[1] is weight:
+            return cached[2]  # type: ignore[no-any-return]  # the tuple stored below
+        done = result.on_call_done
+        done = weight.on_call_done if done is None else _chain(done, weight.on_call_done)
+        complete = PickComplete(
+            result.subchannel, done, weight.on_call_trailers, result.attempt_labels, result.metadata
+        )
+        child.wrr_result = (picker, weight, complete)  # type: ignore[attr-defined]  # as wrr_weight
+        return complete
+
     def _report_ready(self, ready: list[_Child]) -> None:
-        pickers = [child.picker for child in ready]
-        if not all_ready_pickers(pickers):
-            super()._report_ready(ready)  # not pick_first children: unweighted
-            return
         config = self._config
-        key = (_READY, config, *pickers)
-        if key == self._reported_key:
-            return
-        weights = [self.weight_of(child) for child in ready]
-        oob = config.enable_oob_load_report
-        results = []
-        for child, picker, weight in zip(ready, pickers, weights, strict=True):
-            # each child's result is kept while its picker, weight and mode stay:
-            # a READY report rebuilds the picker over every endpoint, and
-            # building every result again made connecting N endpoints cost N^2
-            cached = getattr(child, "wrr_result", None)
+        reported = self._reported_key
+        if ready is self._ready_children:
+            # the current READY children, their results listed already
+            # (round_robin's bookkeeping): keyed by their version
+            if self._non_constant:
+                super()._report_ready(ready)  # not pick_first children: unweighted
+                return
+            key: tuple[Any, ...] = (_READY, config, self._ready_version)
+            if key == reported:
+                return
             if (
-                cached is not None
-                and cached[0] is picker
-                and cached[1] is weight
-                and cached[2] is oob
+                reported is not None
+                and len(reported) == 2 + len(ready)
+                and reported[:2] == (_READY, config)
+                and list(reported[2:]) == self._ready_pickers
             ):
-                results.append(cached[3])
-                continue
-            result = picker.result
-            hook = None
-            done = result.on_call_done
-            if not oob:
-                hook = weight.on_call_trailers
-                done = weight.on_call_done if done is None else _chain(done, weight.on_call_done)
-            complete = PickComplete(
-                result.subchannel, done, hook, result.attempt_labels, result.metadata
-            )
-            child.wrr_result = (picker, weight, oob, complete)  # type: ignore[attr-defined]  # as wrr_weight
-            results.append(complete)
+                # the same pickers published by themselves (e.g. while
+                # draining): nothing to publish
+                self._reported_key = key
+                return
+            results: list[PickComplete] = self._ready_results  # type: ignore[assignment]  # no None: _non_constant is 0
+        else:  # removed children serving: no current child is READY
+            pickers = [child.picker for child in ready]
+            if not all_ready_pickers(pickers):
+                super()._report_ready(ready)  # not pick_first children: unweighted
+                return
+            key = (_READY, config, *pickers)
+            if key == reported:
+                return
+            results = [
+                self._ready_result(child, picker)  # type: ignore[misc]  # constant pickers
+                for child, picker in zip(ready, pickers, strict=True)
+            ]
+        weights = list(map(_WEIGHT_OF, ready))  # each made by _ready_result
         labels = None
         if _metrics.RECORDER is not None:
             labels = {
@@ -571,7 +680,7 @@ class WeightedRoundRobin(RoundRobin):
                 "grpc.lb.locality": self._locality,
             }
         wrr = WeightedRoundRobinPicker(
-            results, weights, self.helper.clock, self.helper.random, labels
+            results, weights, self.helper.clock, self.helper.random, labels, self._first_report
         )
         self._report(_READY, OK_STATUS, wrr, key)
 

@@ -317,15 +317,18 @@ def _plain_stream(child: Picker) -> Callable[[], PickResult] | None:
     results = getattr(child, "results", None)
     if not isinstance(results, tuple) or not results:
         return None
+    # asked first: a child without a stream (weighted_round_robin's picker)
+    # must not cost a pass over its N results per picker (issue 18: N
+    # endpoints connecting publish N pickers)
+    stream = child.result_stream()
+    if stream is None:
+        return None
     mapped: dict[int, PickResult] = {}
     for result in results:
         plain = _plain_result(result)
         if plain is None:
             return None
         mapped[id(result)] = plain
-    stream = child.result_stream()
-    if stream is None:
-        return None
     # the child picker (ours for as long as this picker lives) keeps every
     # result alive, so their ids stay theirs
     return map(mapped.__getitem__, map(id, stream)).__next__
