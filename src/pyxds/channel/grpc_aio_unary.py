@@ -62,6 +62,7 @@ import asyncio
 import importlib
 import logging
 from collections.abc import Callable, Coroutine, Generator, Sequence
+from functools import partial
 from typing import Any
 
 import grpc
@@ -156,9 +157,8 @@ class LeanAioUnaryUnary:
         wait_for_ready: bool | None = None,
         compression: grpc.Compression | None = None,
     ) -> Any:
-        mc = self._mc
         if credentials is not None or compression is not None:
-            return mc(
+            return self._mc(
                 request,
                 timeout=timeout,
                 metadata=metadata,
@@ -166,11 +166,26 @@ class LeanAioUnaryUnary:
                 wait_for_ready=wait_for_ready,
                 compression=compression,
             )
+        return self.call(request, timeout, metadata, wait_for_ready)
+
+    def call(
+        self,
+        request: Any,
+        timeout: float | None,
+        metadata: Sequence[tuple[str, str | bytes]] | None,
+        wait_for_ready: bool | None,
+        on_done: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """A call without call credentials or compression, its arguments in
+        order (what pyxds's aio call starts each attempt with).
+        ``on_done(call)`` is added as the call's done callback, as grpcio's
+        ``add_done_callback`` adds it (one Python frame less per call)."""
+        mc = self._mc
         call = _LeanCall(
             request,
             _timeout_to_deadline(timeout),
-            mc._init_metadata(metadata, compression),
-            credentials,
+            mc._init_metadata(metadata, None),
+            None,
             wait_for_ready,
             mc._channel,
             mc._method,
@@ -180,6 +195,8 @@ class LeanAioUnaryUnary:
             mc._registered_call_handle,
         )
         mc._python_channel._register_call(call)
+        if on_done is not None:  # grpcio's Call.add_done_callback
+            call._cython_call.add_done_callback(partial(on_done, call))
         return call
 
 
