@@ -256,6 +256,8 @@ class _AioCall(Generic[_Response]):
     _done_event: asyncio.Event | None = None
     _status = OK_STATUS
     _additions: ResponseAdditions | bool | None = False  # False: not looked up
+    _credentials: grpc.CallCredentials | None = None
+    _compression: grpc.Compression | None = None
 
     def __init__(
         self, rpc: Rpc, method: GrpcMethod, request: Any, credentials: Any, compression: Any
@@ -263,8 +265,10 @@ class _AioCall(Generic[_Response]):
         self._rpc = rpc
         self._method = method
         self._request = request
-        self._credentials = credentials
-        self._compression = compression
+        if credentials is not None:
+            self._credentials = credentials
+        if compression is not None:
+            self._compression = compression
         self._loop = asyncio.get_running_loop()
 
     def _response_additions(self) -> ResponseAdditions | None:
@@ -537,8 +541,10 @@ class AioUnaryResponseCall(
         self._rpc = rpc
         self._method = method
         self._request = request
-        self._credentials = credentials
-        self._compression = compression
+        if credentials is not None:
+            self._credentials = credentials
+        if compression is not None:
+            self._compression = compression
         self._loop = asyncio.get_running_loop()
         first = rpc.pick()
         if first is not None and not isinstance(first, float):

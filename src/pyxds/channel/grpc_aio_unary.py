@@ -184,7 +184,9 @@ class LeanAioUnaryUnary:
         call = _LeanCall(
             request,
             _timeout_to_deadline(timeout),
-            mc._init_metadata(metadata, None),
+            # grpcio's _init_metadata makes an empty Metadata of no metadata,
+            # which Call.__init__ makes an empty tuple: () at once
+            mc._init_metadata(metadata, None) if metadata else (),
             None,
             wait_for_ready,
             mc._channel,
