@@ -6,7 +6,8 @@ one cluster, round_robin over one endpoint) runs in a client process under
 counters around a loop of ``--count`` iterations of each step, so each row
 is instructions per iteration on the calling thread:
 
-* ``PickArgs``: building the pick's input;
+* ``PickArgs``: building the pick's input; ``PickArgs, shared``: finding
+  the one an RPC without metadata shares (where the code has it);
 * ``select+release``: the ConfigSelector's route decision and the cluster
   reference it takes (released as the RPC ends);
 * one row per picker of the channel's chain, each ``pick`` plus the pick's
@@ -110,6 +111,17 @@ with world() as info:
 
     measure("empty loop", empty)
     measure("PickArgs", lambda: PickArgs(METHOD, (), attributes))
+    shared = getattr(core, "shared_pick_args", None)
+    if shared is not None:  # what Rpc.pick does for an RPC without metadata
+        warm = Rpc(core, METHOD, None, 60, None)  # an RPC's pick fills it
+        warm.pick().call_finished()
+        warm.finish(OK_STATUS)
+
+        def shared_args():
+            args = shared.get((METHOD, id(attributes)))
+            assert args is not None and args.call_attributes is attributes
+
+        measure("PickArgs, shared", shared_args)
     measure("select+release", select)
     for picker in chain:
         measure(type(picker).__name__ + ".pick", picker_step(picker))
