@@ -2,9 +2,10 @@
 never what its pick sees or what it reports:
 
 * an RPC without metadata picks with a ``PickArgs`` shared by every such
-  RPC of the channel on the same path with the same call attributes (a
-  frozen value nothing can change); an RPC with metadata, another path or
-  other attributes gets its own, equal to what it always got;
+  RPC of the channel on the same path with the same read-only call
+  attributes (a frozen value nothing can change); an RPC with metadata,
+  another path, other attributes or attributes made for it alone (a request
+  hash, a session: a plain dict) gets its own, equal to what it always got;
 * an RPC stores only what differs from its class's defaults, and reads the
   same values either way;
 * the last attempt is reported inside ``Rpc.finish``: trailers hook, then
@@ -96,16 +97,30 @@ def test_another_path_or_other_attributes_get_other_pick_args(h):
     assert one_rpc(h) is m2
 
 
-def test_equal_but_new_attributes_are_not_mistaken_for_shared_ones(h):
-    """A CallConfig per RPC (e.g. a session's) makes new attributes each
-    time: each RPC's PickArgs holds its own, never another's."""
+def test_attributes_made_per_rpc_are_never_shared_nor_kept(h):
+    """The xDS selector makes a plain dict of attributes for an RPC with a
+    request hash (A42) or a session (A55): such an RPC gets its own
+    PickArgs, and the channel keeps nothing of it."""
+    for n in range(3):
+        attributes = {"cluster": "c1", "request_hash": n}
+        h.selector.config = CallConfig(call_attributes=attributes)
+        args = one_rpc(h)
+        assert args.call_attributes is attributes
+        assert args == PickArgs("/svc/M", (), attributes)
+    assert h.core.shared_pick_args == {}
+
+
+def test_a_new_read_only_view_per_rpc_gets_its_own_pick_args(h):
+    """Read-only attributes made anew per RPC (a custom selector's) are
+    shared only with RPCs that have those very attributes."""
     seen = []
-    for _ in range(3):
-        attributes = {"cluster": "c1", "n": len(seen)}
+    for n in range(3):
+        attributes = MappingProxyType({"cluster": "c1", "n": n})
         h.selector.config = CallConfig(call_attributes=attributes)
         args = one_rpc(h)
         assert args.call_attributes is attributes
         seen.append(args)
+    assert len({id(args) for args in seen}) == 3
 
 
 def test_shared_pick_args_are_kept_bounded(h):

@@ -77,6 +77,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -271,7 +272,8 @@ class Rpc:
             if picker is self._stale_picker:
                 return None  # it chose a lost connection for this RPC: wait for the next
             metadata = self.metadata
-            if metadata:
+            if metadata or attributes.__class__ is not MappingProxyType:
+                # metadata, or attributes made for this RPC (a hash, a session)
                 args = PickArgs(self.path, metadata, attributes)
             else:  # shared: the same for every such RPC of the route (Rpc._shared_args)
                 args = core.shared_pick_args.get((self.path, id(attributes)))  # type: ignore[assignment]
@@ -310,8 +312,11 @@ class Rpc:
     def _shared_args(self, attributes: Mapping[str, Any]) -> PickArgs:
         """The PickArgs of an RPC without metadata on this path with these
         call attributes, shared by every such RPC of the channel (a frozen
-        value; the attributes are the CallConfig's, shared by its RPCs
-        already): one allocation per route and path instead of one per RPC.
+        value; the attributes are a read-only view a config selector keeps
+        per route, shared by its RPCs already: ``ClusterRef.attributes``,
+        ``EMPTY_ATTRIBUTES``; a plain mapping, as the xDS selector makes for
+        an RPC with a request hash or a session, is never shared): one
+        allocation per route and path instead of one per RPC.
         Kept per (path, id of the attributes) while the value holds them, at
         most :data:`_MAX_SHARED_ARGS` (then forgotten, e.g. after config
         changes or over many paths)."""
