@@ -290,7 +290,7 @@ class _AioCall(Generic[_Response]):
         transport = step
         rpc = self._rpc
         method = self._method
-        on_done = partial(self._inner_done, transport)
+        on_done: Callable[[Any], None] | None = partial(self._inner_done, transport)
         try:
             inner = None
             key = method.lean_key
@@ -301,14 +301,16 @@ class _AioCall(Generic[_Response]):
                 and self._credentials is None
                 and self._compression is None
             ):  # GrpcMethod.start's common case, inline: the lean call, cached
+                # (its done callback added by the call, as grpcio adds it; a
+                # new grpcio call ends on a later loop iteration, never here)
                 mc = transport.callables.get(key)
                 if type(mc) is LeanAioUnaryUnary:
                     inner = mc.call(self._request, rpc.timeout, rpc.send_metadata, False, on_done)
+                    on_done = None
             if inner is None:
                 inner = method.start(
                     transport, rpc, self._request, self._credentials, self._compression
                 )
-                inner.add_done_callback(on_done)
         except Exception as err:
             if rpc.start_failed(transport):
                 return None  # the grpcio channel closed under us: not sent
@@ -320,6 +322,8 @@ class _AioCall(Generic[_Response]):
         self._is_started = True
         if self._started_event is not None:
             self._started_event.set()
+        if on_done is not None:
+            inner.add_done_callback(on_done)
         return inner
 
     async def _open(self, delay: float = 0.0, first: Any = None) -> Any:
