@@ -6,7 +6,8 @@ one cluster, round_robin over one endpoint) runs in a client process under
 counters around a loop of ``--count`` iterations of each step, so each row
 is instructions per iteration on the calling thread:
 
-* ``PickArgs``: building the pick's input;
+* ``PickArgs``: building the pick's input; ``PickArgs, shared``: finding
+  the one an RPC without metadata shares (where the code has it);
 * ``select+release``: the ConfigSelector's route decision and the cluster
   reference it takes (released as the RPC ends);
 * one row per picker of the channel's chain, each ``pick`` plus the pick's
@@ -20,7 +21,19 @@ is instructions per iteration on the calling thread:
 An empty loop's count is subtracted.  Run a checkout's code with
 ``PYTHONPATH=path/to/src python bench/rpc_layers.py`` to compare two.
 
-Usage: python bench/rpc_layers.py [--count 2000]
+``--aio``: the same world through ``pyxds.aio`` on one event loop, each
+step awaited ``--count`` times (an awaited no-op coroutine's count is
+subtracted):
+
+* ``grpcio call on the transport``: the grpcio call pyxds starts per
+  attempt (the subchannel's own multicallable, the lean call where it
+  applies), nothing of pyxds around it;
+* ``plain grpc.aio call``: a plain ``grpc.aio`` channel's call to the same
+  backend (what issue 18 compares with);
+* ``pyxds.aio unary RPC``: a whole ``pyxds.aio`` unary RPC; its row minus
+  the first is pyxds's own share (``own``).
+
+Usage: python bench/rpc_layers.py [--count 2000] [--aio]
 """
 
 from __future__ import annotations
@@ -98,6 +111,17 @@ with world() as info:
 
     measure("empty loop", empty)
     measure("PickArgs", lambda: PickArgs(METHOD, (), attributes))
+    shared = getattr(core, "shared_pick_args", None)
+    if shared is not None:  # what Rpc.pick does for an RPC without metadata
+        warm = Rpc(core, METHOD, None, 60, None)  # an RPC's pick fills it
+        warm.pick().call_finished()
+        warm.finish(OK_STATUS)
+
+        def shared_args():
+            args = shared.get((METHOD, id(attributes)))
+            assert args is not None and args.call_attributes is attributes
+
+        measure("PickArgs, shared", shared_args)
     measure("select+release", select)
     for picker in chain:
         measure(type(picker).__name__ + ".pick", picker_step(picker))
@@ -107,10 +131,69 @@ with world() as info:
 print(json.dumps(labels))
 """
 
+_AIO_CLIENT = r"""
+import asyncio, json, os, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from bench_world import world
+import grpc.aio
+
+METHOD = "/bench.Bench/Ping"
+count = int(sys.argv[2])
+pid = str(os.getpid())
+labels = []
+
+async def measure(label, step):
+    await step()
+    subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
+    for _ in range(count):
+        await step()
+    subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
+    labels.append(label)
+
+async def main(info):
+    import pyxds.aio
+    channel = pyxds.aio.insecure_channel("xds:///bench", bootstrap=info["bootstrap"])
+    call = channel.unary_unary(METHOD)
+    plain = grpc.aio.insecure_channel(info["address"])
+    plain_call = plain.unary_unary(METHOD)
+    for _ in range(50):
+        await call(b"x", timeout=60, wait_for_ready=True)
+        await plain_call(b"x", timeout=60, wait_for_ready=True)
+    core = channel._core
+    rpc_method = call._method
+    picked = core.picker.pick  # the transport every RPC picks (one endpoint)
+    from pyxds.lb.api import OK_STATUS, PickArgs
+    from pyxds.channel.subchannel import core_of
+    config = core.selector.select(METHOD, ())
+    result = picked(PickArgs(METHOD, (), config.call_attributes))
+    if result.on_call_done is not None:
+        result.on_call_done(OK_STATUS)
+    config.on_committed()
+    transport = core_of(result.subchannel).transport
+    inner = transport.callables[rpc_method._key]
+
+    async def empty():
+        pass
+
+    await measure("empty await", empty)
+    await measure(
+        "grpcio call on the transport", lambda: inner(b"x", timeout=60, wait_for_ready=False)
+    )
+    await measure("plain grpc.aio call", lambda: plain_call(b"x", timeout=60))
+    await measure("pyxds.aio unary RPC", lambda: call(b"x", timeout=60))
+    await channel.close()
+    await plain.close()
+
+with world() as info:
+    asyncio.run(main(info))
+print(json.dumps(labels))
+"""
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument("--aio", action="store_true", help="pyxds.aio's steps (see above)")
     args = parser.parse_args()
     folder = tempfile.mkdtemp(prefix="pyxds-layers-")
     out_file = os.path.join(folder, "cg.out")
@@ -126,7 +209,7 @@ def main() -> None:
                 "--separate-threads=yes",
                 sys.executable,
                 "-c",
-                _CLIENT,
+                _AIO_CLIENT if args.aio else _CLIENT,
                 HERE,
                 str(args.count),
             ],
@@ -146,7 +229,7 @@ def main() -> None:
             per_step[label] = total / args.count
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    floor = per_step.pop("empty loop")
+    floor = per_step.pop("empty await" if args.aio else "empty loop")
     print("instructions per iteration, calling thread (an empty loop's subtracted)")
     names = list(per_step)
     for i, name in enumerate(names):
@@ -155,6 +238,10 @@ def main() -> None:
         if name.endswith(".pick") and i + 1 < len(names) and names[i + 1].endswith(".pick"):
             own = value - (per_step[names[i + 1]] - floor)
             line += f"   own {own:7.0f}"
+        if name == "pyxds.aio unary RPC":
+            own = per_step[name] - per_step["grpcio call on the transport"]
+            plain = value / (per_step["plain grpc.aio call"] - floor)
+            line += f"   own {own:7.0f}   / plain {plain:.3f}"
         print(line)
 
 

@@ -151,14 +151,14 @@ def test_the_lean_path_serves_pyxds_aio_unary_calls_on_this_grpcio(address, monk
         pytest.skip(f"grpcio {grpc.__version__} is not one the lean path was checked against")
     assert CHECKED, f"grpcio {grpc.__version__}: {grpc_aio_unary.fingerprint()}"
     made: list[str] = []
-    real = grpc_aio_unary.LeanAioUnaryUnary.__call__
+    real = grpc_aio_unary.LeanAioUnaryUnary.call
 
     def spy(self, *args, **kwargs):
         call = real(self, *args, **kwargs)
         made.append(type(call).__name__)
         return call
 
-    monkeypatch.setattr(grpc_aio_unary.LeanAioUnaryUnary, "__call__", spy)
+    monkeypatch.setattr(grpc_aio_unary.LeanAioUnaryUnary, "call", spy)
 
     async def main():
         async with pyxds.aio.insecure_channel(f"static:///{address}") as channel:
@@ -178,6 +178,10 @@ def test_ok_response_and_metadata_like_grpc_aio(address, lean_off):
             await outcome(lambda: mc(b"req", timeout=5, metadata=md)),
             await outcome(lambda: mc(b"req", metadata=grpc.aio.Metadata(*md))),  # no deadline
             await outcome(lambda: mc(b"", timeout=5, metadata=())),
+            # no metadata: the lean call's empty tuple instead of grpcio's
+            # empty Metadata, the same call on the wire
+            await outcome(lambda: mc(b"req", timeout=5, metadata=None)),
+            await outcome(lambda: mc(b"req", timeout=5, metadata=grpc.aio.Metadata())),
         ]
 
     got = run_everywhere(address, lean_off, scenario)
@@ -385,3 +389,72 @@ def test_concurrent_calls_each_get_their_own_answer(address, lean_off):
     got = run_everywhere(address, lean_off, scenario)
     assert_same(got)
     assert got["pyxds"] == [str(i).encode() for i in range(50)]
+
+
+def test_the_direct_lean_start_is_taken_only_for_a_plain_attempt(address, monkeypatch):
+    """pyxds.aio starts an attempt on the transport's cached lean
+    multicallable directly (``LeanAioUnaryUnary.call``, its done callback
+    added there) only when nothing changes the attempt's call: no call
+    credentials, no compression, no A66 metrics (their counting serializers)
+    and no pick headers; every other attempt goes the full way
+    (``GrpcMethod.start``), and each way the RPC ends once with its answer."""
+    if not CHECKED:
+        pytest.skip(f"grpcio {grpc.__version__} is not one the lean path was checked against")
+    from pyxds import metrics
+    from pyxds.channel.grpc_calls import GrpcMethod
+
+    ways: list[str] = []
+    real_call = grpc_aio_unary.LeanAioUnaryUnary.call
+    real_start = GrpcMethod.start
+
+    def spy_call(self, *args, **kwargs):
+        if len(args) == 5:  # with its done callback: pyxds's direct start
+            ways.append("direct")  # (the full way's lean call has none)
+        return real_call(self, *args, **kwargs)
+
+    def spy_start(self, *args, **kwargs):
+        ways.append("full")
+        return real_start(self, *args, **kwargs)
+
+    monkeypatch.setattr(grpc_aio_unary.LeanAioUnaryUnary, "call", spy_call)
+    monkeypatch.setattr(GrpcMethod, "start", spy_start)
+    token = grpc.access_token_call_credentials("t")
+
+    async def main() -> list[tuple[str, list[str], object]]:
+        seen = []
+        async with pyxds.aio.insecure_channel(f"static:///{address}") as channel:
+            mc = channel.unary_unary(f"/{SERVICE}/Echo")
+            await mc(b"", timeout=5, wait_for_ready=True)  # connected, cached
+            cases = {
+                "plain": lambda: mc(b"a", timeout=5),
+                "metadata": lambda: mc(b"a", timeout=5, metadata=(("k", "v"),)),
+                "credentials": lambda: mc(b"a", timeout=5, credentials=token),
+                "compression": lambda: mc(b"a", timeout=5, compression=grpc.Compression.Gzip),
+            }
+            for name, make in cases.items():
+                ways.clear()
+                try:
+                    call = make()
+                    answer: object = (await call).startswith(b"a|") and call.done()
+                except Exception as err:  # call credentials on an insecure channel
+                    answer = type(err).__name__
+                seen.append((name, list(ways), answer))
+            from opentelemetry.sdk.metrics import MeterProvider
+
+            metrics.enable(MeterProvider())
+            try:
+                ways.clear()
+                call = mc(b"a", timeout=5)
+                response = await call
+                seen.append(("metrics", list(ways), response.startswith(b"a|") and call.done()))
+            finally:
+                metrics.disable()
+        return seen
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == [
+        ("plain", ["direct"], True),
+        ("metadata", ["direct"], True),
+        ("credentials", ["full"], "UsageError"),  # as grpc.aio raises it
+        ("compression", ["full"], True),
+        ("metrics", ["full"], True),
+    ]

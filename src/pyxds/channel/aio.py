@@ -30,6 +30,7 @@ import grpc.aio
 from grpc import _common
 
 from pyxds.channel.core import ChannelCore
+from pyxds.channel.grpc_aio_unary import LeanAioUnaryUnary
 from pyxds.channel.grpc_calls import (
     NO_REQUEST,
     GrpcMethod,
@@ -45,7 +46,7 @@ from pyxds.channel.request_buffer import (
     RequestBuffer,
 )
 from pyxds.channel.response_metadata import ResponseAdditions, additions_of, aio_error
-from pyxds.channel.rpc import CANCELLED, DEADLINE_EXCEEDED, Rpc
+from pyxds.channel.rpc import CANCELLED, DEADLINE_EXCEEDED, DONE, Rpc
 from pyxds.channel.subchannel import AioTransport, Transport, subchannel_options
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
 from pyxds.resolver.service_config import ServiceConfigSource, from_channel_args
@@ -56,6 +57,10 @@ if TYPE_CHECKING:  # the bootstrap loads the xDS resource types: only an xds: ta
     from pyxds.xds.bootstrap import BootstrapSource
 
 _CANCELLED = CANCELLED
+#: the Cython status code of OK (what a grpc.aio call's own status holds)
+_CYGRPC_OK = next(
+    k for k, v in _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE.items() if v is grpc.StatusCode.OK
+)
 _OK = grpc.StatusCode.OK
 #: what a grpc.aio client-streaming call's own status may say when grpcio's
 #: request writer hit a stream that had already ended (e.g. refused): the
@@ -254,6 +259,8 @@ class _AioCall(Generic[_Response]):
     _done_event: asyncio.Event | None = None
     _status = OK_STATUS
     _additions: ResponseAdditions | bool | None = False  # False: not looked up
+    _credentials: grpc.CallCredentials | None = None
+    _compression: grpc.Compression | None = None
 
     def __init__(
         self, rpc: Rpc, method: GrpcMethod, request: Any, credentials: Any, compression: Any
@@ -261,8 +268,10 @@ class _AioCall(Generic[_Response]):
         self._rpc = rpc
         self._method = method
         self._request = request
-        self._credentials = credentials
-        self._compression = compression
+        if credentials is not None:
+            self._credentials = credentials
+        if compression is not None:
+            self._compression = compression
         self._loop = asyncio.get_running_loop()
 
     def _response_additions(self) -> ResponseAdditions | None:
@@ -283,10 +292,28 @@ class _AioCall(Generic[_Response]):
             return step
         transport = step
         rpc = self._rpc
+        method = self._method
+        on_done: Callable[[Any], None] | None = partial(self._inner_done, transport)
         try:
-            inner = self._method.start(
-                transport, rpc, self._request, self._credentials, self._compression
-            )
+            inner = None
+            key = method.lean_key
+            if (
+                key is not None
+                and rpc.metrics is None
+                and rpc.pick_metadata is None
+                and self._credentials is None
+                and self._compression is None
+            ):  # GrpcMethod.start's common case, inline: the lean call, cached
+                # (its done callback added by the call, as grpcio adds it; a
+                # new grpcio call ends on a later loop iteration, never here)
+                mc = transport.callables.get(key)
+                if type(mc) is LeanAioUnaryUnary:
+                    inner = mc.call(self._request, rpc.timeout, rpc.send_metadata, False, on_done)
+                    on_done = None
+            if inner is None:
+                inner = method.start(
+                    transport, rpc, self._request, self._credentials, self._compression
+                )
         except Exception as err:
             if rpc.start_failed(transport):
                 return None  # the grpcio channel closed under us: not sent
@@ -298,7 +325,8 @@ class _AioCall(Generic[_Response]):
         self._is_started = True
         if self._started_event is not None:
             self._started_event.set()
-        inner.add_done_callback(partial(self._inner_done, transport))
+        if on_done is not None:
+            inner.add_done_callback(on_done)
         return inner
 
     async def _open(self, delay: float = 0.0, first: Any = None) -> Any:
@@ -342,10 +370,19 @@ class _AioCall(Generic[_Response]):
         transport.call_finished()
         if self._task_awaits and self._task is not None:
             return  # the task reads the attempt's end
-        status = _sync_status(call)
+        try:  # _sync_status's common answer, inline (every call ends here)
+            raw = call._cython_call._status
+            ok = raw.code() == _CYGRPC_OK and not raw.details()
+        except Exception:
+            ok = False
+        status = OK_STATUS if ok else _sync_status(call)
         if status is OK_STATUS or (status is not None and status.code is _OK):
-            # _settle's OK end, inline (the common end of every call)
-            if not self._finished and not self._rpc.reported(call):
+            # _settle's OK end, inline (reported(): no attempt was retried,
+            # so only the RPC's end counts)
+            rpc = self._rpc
+            if not self._finished and (
+                rpc.phase is not DONE if rpc.retried is None else not rpc.reported(call)
+            ):
                 self._finish(status, call)
         else:
             # a failure is read the awaited way: the Cython call's status can
@@ -511,8 +548,10 @@ class AioUnaryResponseCall(
         self._rpc = rpc
         self._method = method
         self._request = request
-        self._credentials = credentials
-        self._compression = compression
+        if credentials is not None:
+            self._credentials = credentials
+        if compression is not None:
+            self._compression = compression
         self._loop = asyncio.get_running_loop()
         first = rpc.pick()
         if first is not None and not isinstance(first, float):

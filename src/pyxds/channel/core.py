@@ -66,6 +66,7 @@ from pyxds.lb.api import (
     ConnectivityState,
     FailPicker,
     Helper,
+    PickArgs,
     Picker,
     QueuePicker,
     ResolverUpdate,
@@ -251,6 +252,10 @@ class ChannelCore:
         self.count_started: Callable[[], int] = self._started.__next__
         self.count_ended: Callable[[], int] = self._ended.__next__
         self._idle_checked_started = 0
+        #: the PickArgs of RPCs without metadata, shared per (path, id of the
+        #: call attributes): see Rpc.pick (each value holds its attributes,
+        #: so their id stays theirs while the entry lives)
+        self.shared_pick_args: dict[tuple[str, int], PickArgs] = {}
         self._state_watchers: list[Callable[[ConnectivityState], None]] = []
         lifecycle.track(self)  # closed at interpreter exit if never closed
 

@@ -120,7 +120,15 @@ class GrpcMethod:
     ``future()`` or response-streaming call serializes it up front, as
     grpcio does, so that a request it cannot serialize fails at once)."""
 
-    __slots__ = ("kind", "method", "serializer", "deserializer", "_key", "_key_serialized")
+    __slots__ = (
+        "kind",
+        "method",
+        "serializer",
+        "deserializer",
+        "lean_key",
+        "_key",
+        "_key_serialized",
+    )
 
     def __init__(
         self,
@@ -135,6 +143,10 @@ class GrpcMethod:
         self.deserializer = deserializer
         self._key = (kind, method, serializer, deserializer)
         self._key_serialized = (kind, method, None, deserializer)
+        #: a unary-unary method's key of its transport's cached multicallable
+        #: (:attr:`Transport.callables`, filled by :meth:`multicallable`),
+        #: which the aio call may call directly; None for other kinds
+        self.lean_key = self._key if kind == "unary_unary" else None
 
     def multicallable(self, transport: Transport, rpc: Rpc, serialized: bool = False) -> Any:
         """The grpcio multicallable of ``rpc``'s attempt on ``transport``."""

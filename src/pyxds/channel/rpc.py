@@ -77,6 +77,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -136,6 +137,8 @@ _MAX_REROUTES = 2
 #: is then picked by it again, as C-core re-picks a transparent retry at
 #: once, instead of waiting for a state change that will not come.
 STALE_PICKER_GRACE = 0.25
+#: PickArgs shared per channel (Rpc._shared_args)
+_MAX_SHARED_ARGS = 256
 
 
 class Rpc:
@@ -172,8 +175,19 @@ class Rpc:
     #: (``rls_experimental``'s ``x-google-rls-data``), replacing the RPC's own
     pick_metadata: tuple[tuple[str, str], ...] | None = None
     #: (call, delay) of each attempt followed by another (made at the first
-    #: retry: an RPC that is not retried never builds it)
-    _retried: list[tuple[Any, float]] | None = None
+    #: retry: an RPC that is not retried never builds it; read-only outside)
+    retried: list[tuple[Any, float]] | None = None
+    #: the application's metadata, as (key, value) pairs (what routing reads)
+    metadata: Sequence[tuple[str, Any]] = ()
+    #: the metadata the next attempt sends (the application's, plus
+    #: ``grpc-previous-rpc-attempts`` on a retry)
+    send_metadata: Any = None
+    #: the RPC's deadline (``time.monotonic()``; None: none)
+    deadline: float | None = None
+    wait_for_ready = False
+    _wfr_explicit = False  # the application said wait_for_ready (True or False)
+    #: A66 per-call metrics, None while metrics are off
+    metrics: CallMetrics | None = None
 
     # ------------------------------------------------------------------
     # 1. Start
@@ -192,20 +206,21 @@ class Rpc:
             raise ValueError(CLOSED_CHANNEL_MESSAGE if blocking else CLOSED_CHANNEL_MESSAGE_ASYNC)
         self.core = core
         self.path = path
-        #: the application's metadata, as (key, value) pairs (what routing reads)
-        self.metadata: Sequence[tuple[str, Any]] = tuple(metadata) if metadata else ()
-        #: the metadata the next attempt sends (the application's, plus
-        #: ``grpc-previous-rpc-attempts`` on a retry)
-        self.send_metadata: Any = metadata
-        self.deadline = None if timeout is None else time.monotonic() + timeout
-        self.wait_for_ready = bool(wait_for_ready)
-        self._wfr_explicit = wait_for_ready is not None
+        # what an RPC without metadata, timeout or wait_for_ready leaves as
+        # the class has it (the attributes above __init__)
+        if metadata is not None:
+            if metadata:
+                self.metadata = tuple(metadata)
+            self.send_metadata = metadata
+        if timeout is not None:
+            self.deadline = time.monotonic() + timeout
+        if wait_for_ready is not None:
+            self.wait_for_ready = bool(wait_for_ready)
+            self._wfr_explicit = True
         if buffer is not None:
             self.buffer = buffer
-        #: A66 per-call metrics, None while metrics are off
-        self.metrics: CallMetrics | None = (
-            None if _metrics.RECORDER is None else CallMetrics(path, core.target)
-        )
+        if _metrics.RECORDER is not None:
+            self.metrics = CallMetrics(path, core.target)
         core.count_started()
         if core.idle:
             core.exit_idle_for_rpc()
@@ -294,8 +309,16 @@ class Rpc:
                 if time.monotonic() < self._stale_until:
                     return None  # it chose a lost connection for this RPC: wait for the next
                 self._stale_picker = None  # no newer one came: see STALE_PICKER_GRACE
+            metadata = self.metadata
+            if metadata or attributes.__class__ is not MappingProxyType:
+                # metadata, or attributes made for this RPC (a hash, a session)
+                args = PickArgs(self.path, metadata, attributes)
+            else:  # shared: the same for every such RPC of the route (Rpc._shared_args)
+                args = core.shared_pick_args.get((self.path, id(attributes)))  # type: ignore[assignment]
+                if args is None or args.call_attributes is not attributes:
+                    args = self._shared_args(attributes)
             try:
-                result = picker.pick(PickArgs(self.path, self.metadata, attributes))
+                result = picker.pick(args)
             except Exception as err:
                 _log.exception("pyxds: picker raised")
                 return self.finish(Status(grpc.StatusCode.INTERNAL, f"picker failed: {err}"))
@@ -323,6 +346,24 @@ class Rpc:
                     continue
                 return self.finish(result.status)
             return None  # PickQueue
+
+    def _shared_args(self, attributes: Mapping[str, Any]) -> PickArgs:
+        """The PickArgs of an RPC without metadata on this path with these
+        call attributes, shared by every such RPC of the channel (a frozen
+        value; the attributes are a read-only view a config selector keeps
+        per route, shared by its RPCs already: ``ClusterRef.attributes``,
+        ``EMPTY_ATTRIBUTES``; a plain mapping, as the xDS selector makes for
+        an RPC with a request hash or a session, is never shared): one
+        allocation per route and path instead of one per RPC.
+        Kept per (path, id of the attributes) while the value holds them, at
+        most :data:`_MAX_SHARED_ARGS` (then forgotten, e.g. after config
+        changes or over many paths)."""
+        args = PickArgs(self.path, (), attributes)
+        shared = self.core.shared_pick_args
+        if len(shared) >= _MAX_SHARED_ARGS:
+            shared.clear()
+        shared[self.path, id(attributes)] = args
+        return args
 
     def _route(self) -> Status | bool:
         """Choose the RPC's CallConfig (once, A31) and run its filters:
@@ -491,9 +532,9 @@ class Rpc:
         if delay is None:
             self.finish(status, call)
         else:
-            if self._retried is None:
-                self._retried = []
-            self._retried.append((call, delay))
+            if self.retried is None:
+                self.retried = []
+            self.retried.append((call, delay))
             self._report(status, call)
             self.phase = BACKOFF if delay > 0 else PICKING
         return delay
@@ -501,12 +542,12 @@ class Rpc:
     def reported(self, call: Any) -> bool:
         """Whether the end of the attempt ``call`` was decided already (or
         the RPC is over)."""
-        if self._retried is None:  # no attempt was followed by another
+        if self.retried is None:  # no attempt was followed by another
             return self.phase is DONE
         return self._delay_of(call) is not None or self.phase is DONE
 
     def _delay_of(self, call: Any) -> float | None:
-        retried = self._retried
+        retried = self.retried
         if retried is not None:
             for decided, delay in retried:
                 if decided is call:
@@ -579,10 +620,22 @@ class Rpc:
         if filters is not None and filters.done is not None and not self._filters_done:
             self._filters_done = True
             filters.done()  # e.g. the deadline came during a fault delay
-        self._report(status, call, last=True)
+        # the last attempt reaches the LB policy and its metrics (_report,
+        # inline: every RPC ends here, most with neither hook nor metrics)
+        if self._on_call_trailers is not None:
+            self._trailers_to_policy(call)
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.attempt_ended(status, self._attempt_labels, True)
+        done = self._on_call_done
+        if done is not None:
+            self._on_call_done = None
+            try:
+                done(status)
+            except Exception:
+                _log.exception("pyxds: on_call_done raised")
         if status.code is _OK and core.retry_throttle is not None:
             core.retry_throttle.record_success()
-        metrics = self.metrics
         if metrics is not None:
             metrics.call_ended(status)
         config = self.call_config
@@ -608,26 +661,19 @@ class Rpc:
                 core.target,
             )
 
-    def _report(self, status: Status, call: Any = None, last: bool = False) -> None:
-        """One attempt (its pick, and the grpcio ``call`` when it reached the
-        subchannel) reaches the LB policy, and its A66 metrics: its
-        trailers to the pick's ``on_call_trailers`` first (A51 per-call
-        ORCA; read only when a policy asked), then ``on_call_done``."""
-        trailers_hook = self._on_call_trailers
-        if trailers_hook is not None:
-            self._on_call_trailers = None
-            if call is not None:
-                try:
-                    trailers = trailing_metadata_of(call)
-                    if trailers:
-                        trailers_hook(trailers)
-                except Exception:
-                    _log.exception("pyxds: on_call_trailers raised")
+    def _report(self, status: Status, call: Any = None) -> None:
+        """One attempt that is not the RPC's last (its pick, and the grpcio
+        ``call`` when it reached the subchannel) reaches the LB policy, and
+        its A66 metrics: its trailers to the pick's ``on_call_trailers``
+        first (A51 per-call ORCA; read only when a policy asked), then
+        ``on_call_done``.  :meth:`finish` does the same for the last one."""
+        if self._on_call_trailers is not None:
+            self._trailers_to_policy(call)
         metrics = self.metrics
         if metrics is not None:
-            going_on = metrics.attempt_ended(status, self._attempt_labels, last)
+            going_on = metrics.attempt_ended(status, self._attempt_labels, False)
             self._attempt_labels = None  # the next attempt's pick sets its own
-            if not going_on and not last:
+            if not going_on:
                 self.metrics = None  # turned off meanwhile
         done = self._on_call_done
         if done is not None:
@@ -636,3 +682,17 @@ class Rpc:
                 done(status)
             except Exception:
                 _log.exception("pyxds: on_call_done raised")
+
+    def _trailers_to_policy(self, call: Any) -> None:
+        """The attempt's trailers to its pick's ``on_call_trailers`` (A51
+        per-call ORCA), once, when the attempt's grpcio ``call`` reached the
+        subchannel and ended with trailers."""
+        trailers_hook = self._on_call_trailers
+        self._on_call_trailers = None
+        if trailers_hook is not None and call is not None:
+            try:
+                trailers = trailing_metadata_of(call)
+                if trailers:
+                    trailers_hook(trailers)
+            except Exception:
+                _log.exception("pyxds: on_call_trailers raised")
