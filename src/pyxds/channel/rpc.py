@@ -237,12 +237,11 @@ class Rpc:
         or to the end of :data:`STALE_PICKER_GRACE` when that comes first
         (None: no bound).  When the wait ends with no publication, the
         adapter ends the RPC if :meth:`remaining` is over, else picks again."""
-        deadline = self.deadline
-        if self._stale_picker is not None and (deadline is None or self._stale_until < deadline):
-            deadline = self._stale_until
-        if deadline is None:
-            return None
-        return deadline - time.monotonic()
+        remaining = self.remaining()
+        grace = self.stale_grace_left()
+        if grace is None or (remaining is not None and remaining <= grace):
+            return remaining
+        return grace
 
     def stale_wait_over(self) -> None:
         """The adapter's wait of :meth:`queue_wait` ran out before the
