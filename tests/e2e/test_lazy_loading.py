@@ -40,6 +40,7 @@ NOT_LOADED = (
     "pyxds.xds.resources.rbac",
     "pyxds.resolver.dns",
     "pyxds.resolver.request_hash",
+    "pyxds.resolver.fault_filter",
     "pyxds.security.spiffe",
     "pyxds.lb.orca",
     "xds.data.orca",
