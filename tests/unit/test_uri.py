@@ -111,3 +111,34 @@ def test_a_plain_target_and_name_do_not_load_urllib_parse() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_threads_taking_the_long_way_at_once_in_a_fresh_process_all_get_urllib_parses_results() -> (
+    None
+):
+    """The first input that is not plain loads urllib.parse under the import
+    lock: eight threads asking at once all get its answer."""
+    code = (
+        "import sys, threading\n"
+        "assert 'urllib.parse' not in sys.modules\n"
+        "from pyxds import _uri\n"
+        "target = 'xds://[::1]:80/a%20b?q=1#f'\n"
+        "barrier, seen, errors = threading.Barrier(8), [], []\n"
+        "def first():\n"
+        "    barrier.wait(10)\n"
+        "    try:\n"
+        "        parts = tuple(_uri.urlsplit(target))\n"
+        "        seen.append((parts, _uri.quote('a b'), _uri.unquote('a%20b')))\n"
+        "    except BaseException as err:\n"
+        "        errors.append(repr(err))\n"
+        "threads = [threading.Thread(target=first) for _ in range(8)]\n"
+        "for t in threads: t.start()\n"
+        "for t in threads: t.join(30)\n"
+        "import urllib.parse\n"
+        "want = (tuple(urllib.parse.urlsplit(target)), 'a%20b', 'a b')\n"
+        "print(len(seen), all(s == want for s in seen), errors)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.split() == ["8", "True", "[]"]
