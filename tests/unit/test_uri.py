@@ -98,6 +98,14 @@ def test_random_strings_give_urllib_parses_results() -> None:
             ), (s, safe)
 
 
+def _printed_by(code: str) -> list[str]:
+    """The words ``code`` prints in a fresh interpreter."""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    return out.stdout.split()
+
+
 def test_a_plain_target_and_name_do_not_load_urllib_parse() -> None:
     code = (
         "import sys\n"
@@ -107,10 +115,7 @@ def test_a_plain_target_and_name_do_not_load_urllib_parse() -> None:
         "assert _uri.unquote('echo') == 'echo'\n"
         "print('urllib.parse' in sys.modules, 'ipaddress' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert out.stdout.split() == ["False", "False"]
+    assert _printed_by(code) == ["False", "False"]
 
 
 def test_threads_taking_the_long_way_at_once_in_a_fresh_process_all_get_urllib_parses_results() -> (
@@ -138,7 +143,4 @@ def test_threads_taking_the_long_way_at_once_in_a_fresh_process_all_get_urllib_p
         "want = (tuple(urllib.parse.urlsplit(target)), 'a%20b', 'a b')\n"
         "print(len(seen), all(s == want for s in seen), errors)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert out.stdout.split() == ["8", "True", "[]"]
+    assert _printed_by(code) == ["8", "True", "[]"]
