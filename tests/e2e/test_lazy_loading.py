@@ -40,6 +40,7 @@ NOT_LOADED = (
     "pyxds.xds.resources.rbac",
     "pyxds.resolver.dns",
     "pyxds.resolver.request_hash",
+    "pyxds.resolver.fault_filter",
     "pyxds.security.spiffe",
     "pyxds.lb.orca",
     "xds.data.orca",
@@ -72,6 +73,9 @@ NOT_ASKED_FOR = ("pyxds.channel.dump", "pyxds.xds.csds", "pyxds.channel.aio_inte
 #: the lean calls' grpcio fingerprint takes CPython's built-in SHA-256, not
 #: hashlib's (OpenSSL's digest list)
 NOT_LOADED_BY_FINGERPRINT = ("hashlib", "_hashlib")
+#: plain targets and resource names are split and quoted without
+#: urllib.parse, which imports ipaddress (pyxds._uri)
+NOT_LOADED_BY_PLAIN_NAMES = ("urllib.parse", "ipaddress")
 #: what it does need
 LOADED = (
     "pyxds.xds.client",
@@ -141,3 +145,4 @@ def test_a_plain_xds_config_loads_only_what_it_names(kind: str, world: str) -> N
     assert _families(loaded, NOT_LOADED) == []
     assert _families(loaded, NOT_LOADED_BY[kind] + NOT_ASKED_FOR) == []
     assert _families(loaded, NOT_LOADED_BY_FINGERPRINT) == []
+    assert _families(loaded, NOT_LOADED_BY_PLAIN_NAMES) == []

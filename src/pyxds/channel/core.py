@@ -49,10 +49,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 import grpc
 
+from pyxds._uri import urlsplit
 from pyxds.channel import lifecycle
 from pyxds.channel.subchannel import (
     ChannelSubchannel,

@@ -133,6 +133,9 @@ _CIRCUIT_BREAKER_DROP = PickDrop(Status(_UNAVAILABLE, "circuit breaker drop"))
 
 @dataclass(frozen=True)
 class XdsClusterImplConfig:
+    """The policy's config: the cluster (whose ``xds_config`` entry gives the
+    drops, circuit breaking and load reporting) and the child policy."""
+
     cluster_name: str
     child_policy: PolicySelection
 

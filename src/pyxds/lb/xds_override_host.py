@@ -154,6 +154,9 @@ class OverrideHostAttribute:
 
 @dataclass(frozen=True)
 class OverrideHostConfig:
+    """The policy's config: the cluster (whose ``xds_config`` entry gives the
+    session statuses and idle timeout) and the child policy."""
+
     cluster_name: str
     child_policy: PolicySelection
 

@@ -40,7 +40,7 @@ from typing import Any
 import grpc
 
 from pyxds._values import dataclass
-from pyxds.resolver.http_filters import CallFilter, FilterVerdict, HttpFilter, register
+from pyxds.resolver.http_filters import CallFilter, FilterVerdict, HttpFilter, register_built_in
 from pyxds.status import Status
 
 __all__ = ["FAULT_TYPE", "FaultConfig", "FaultFilter", "FaultInjector", "http_to_grpc"]
@@ -249,4 +249,5 @@ class FaultFilter(HttpFilter):
         return FaultInjector(parsed)
 
 
-register(FaultFilter())
+# loaded at the first route chain naming the type (http_filters._ON_FIRST_USE)
+register_built_in(FaultFilter())

@@ -47,6 +47,7 @@ Adding a filter (e.g. A83 gcp_authn) is one subclass of
 
 from __future__ import annotations
 
+import importlib
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -61,6 +62,7 @@ __all__ = [
     "HttpFilter",
     "build_chain",
     "register",
+    "register_built_in",
     "registered",
 ]
 
@@ -110,6 +112,13 @@ class HttpFilter(ABC):
 
 _REGISTRY: dict[str, HttpFilter] = {}
 
+#: built-in filters that load on first use, by config type: the module
+#: registers its filter when it loads, which is at the first lookup of the
+#: type (a route chain naming it), so a config that names none never loads
+#: it (issue 18, start-up).  The LDS/RDS validators know these types without
+#: it (``pyxds.xds.resources._common``).
+_ON_FIRST_USE = {"envoy.extensions.filters.http.fault.v3.HTTPFault": "pyxds.resolver.fault_filter"}
+
 
 def register(http_filter: HttpFilter) -> None:
     """Register a filter type for its config type URLs (and declare them
@@ -122,8 +131,22 @@ def register(http_filter: HttpFilter) -> None:
         register_http_filter(type_url, http_filter.terminal, overrides)
 
 
+def register_built_in(http_filter: HttpFilter) -> None:
+    """:func:`register` for a built-in filter whose module loads on first
+    use: a filter the application registered for the type first stays (the
+    application's registration used to come after the built-in's, and
+    replaced it)."""
+    if not any(type_url in _REGISTRY for type_url in http_filter.type_urls):
+        register(http_filter)
+
+
 def registered(type_url: str) -> HttpFilter | None:
-    return _REGISTRY.get(type_url)
+    impl = _REGISTRY.get(type_url)
+    if impl is None and type_url in _ON_FIRST_USE:
+        # the import lock runs the module once; a second thread waits for it
+        importlib.import_module(_ON_FIRST_USE[type_url])
+        impl = _REGISTRY.get(type_url)
+    return impl
 
 
 def build_chain(
@@ -141,7 +164,7 @@ def build_chain(
             merged[name] = (type_url, config)
     chain: list[CallFilter] = []
     for flt in listener_filters:
-        impl = _REGISTRY.get(flt.type_url)
+        impl = registered(flt.type_url)
         if impl is None or impl.terminal:
             continue
         override = merged.get(flt.name)
@@ -190,8 +213,7 @@ def _in_order(fns: list[Callable[[], None]]) -> Callable[[], None] | None:
     return each
 
 
-# the built-in filters (A33 fault injection, A55 stateful session) register
-# themselves when they load; loaded here so that every user of the registry
-# sees them (whichever module is imported first)
-import pyxds.resolver.fault_filter  # noqa: E402
+# the A55 stateful session filter registers itself when it loads; loaded
+# here so that every user of the registry sees it (whichever module is
+# imported first).  A33 fault injection loads on first use (_ON_FIRST_USE).
 import pyxds.resolver.stateful_session  # noqa: E402, F401

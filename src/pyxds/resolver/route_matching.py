@@ -172,6 +172,9 @@ class _Entry(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class _Plan(Generic[T]):
+    """The routes one path can match, in order, split at the first one that
+    needs no further check."""
+
     conditional: tuple[_Entry[T], ...]  # path matched, extra part to check, in order
     terminal: _Entry[T] | None  # first path-matched route with no extra part
 

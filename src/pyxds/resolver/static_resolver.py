@@ -14,13 +14,12 @@ The LB policy is ``pick_first`` unless the channel option
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import grpc
 
+from pyxds._uri import unquote, urlsplit
 from pyxds.lb.api import Endpoint
 from pyxds.lb.errors import LBConfigError
 from pyxds.lb.registry import PolicySelection, select_policy
@@ -78,7 +77,10 @@ class TargetUriError(ValueError):
 
 def _is_ip_literal(scheme: str, host: str, port: str) -> bool:
     """C-core's ipv4/ipv6 resolvers: an IPv4 literal, or a bracketed IPv6
-    literal (with an optional %zone), and a port of at most 65535."""
+    literal (with an optional %zone), and a port of at most 65535.  ``ipaddress``
+    loads here: only ipv4:/ipv6: targets need it (issue 18, start-up)."""
+    import ipaddress
+
     if int(port) > 65535:
         return False
     try:

@@ -53,12 +53,19 @@ class AggregateConfig:
 
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
+    """A cluster that arrived: its CDS resource and what it resolved to (the
+    endpoints of a leaf cluster, or an aggregate's leaf clusters)."""
+
     cluster: Cluster
     children: Union[EndpointConfig, AggregateConfig]
 
 
 @dataclass(frozen=True)
 class XdsConfig:
+    """The channel's complete xDS configuration (module docstring): the
+    Listener, its RouteConfiguration and chosen VirtualHost, and each cluster
+    the routes name, as a :class:`ClusterConfig` or its failure."""
+
     listener: Listener
     route_config: RouteConfiguration
     virtual_host: VirtualHost

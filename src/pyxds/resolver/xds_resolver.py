@@ -48,10 +48,10 @@ import logging
 import random
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote, urlsplit
 
 import grpc
 
+from pyxds._uri import quote, unquote, urlsplit
 from pyxds.lb import registry
 from pyxds.lb.errors import LBConfigError
 from pyxds.lb.registry import PolicySelection

@@ -800,6 +800,8 @@ class AdsState:
 
 @dataclass(frozen=True)
 class _Failed:
+    """A resource its decoder failed on (a bug, logged): NACKed with ``error``."""
+
     name: str | None
     error: str
     resource: Any = None

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import field
 from typing import Any, Union, overload
 
+from pyxds import _uri
 from pyxds._values import dataclass
 from pyxds.xds.resources.types import LocalityName
 
@@ -449,7 +449,7 @@ def _parse_authorities(data: Mapping[str, Any], errs: _Errs) -> FrozenJson:
         )
         if not template:  # absent or "": A47's default, authority percent-encoded
             template = XDSTP_LISTENER_TEMPLATE.format(
-                authority=urllib.parse.quote(name, safe=_AUTHORITY_SAFE)
+                authority=_uri.quote(name, safe=_AUTHORITY_SAFE)
             )
         elif not template.startswith(f"xdstp://{name}/"):
             errs.add(
@@ -519,5 +519,5 @@ def listener_resource_name(
     else:
         template = bootstrap.client_default_listener_resource_name_template
     if template.startswith("xdstp:"):
-        service_name = urllib.parse.quote(service_name, safe=_PATH_SAFE)
+        service_name = _uri.quote(service_name, safe=_PATH_SAFE)
     return template.replace("%s", service_name)

@@ -46,13 +46,13 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit
 
 import grpc
 from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
 from pyxds._lingering import LingeringPool
+from pyxds._uri import urlsplit
 from pyxds.clock import Clock, RealClock, Timer
 from pyxds.serializer import WorkSerializer
 from pyxds.status import Status

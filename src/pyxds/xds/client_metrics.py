@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 from pyxds import metrics
+from pyxds._uri import urlsplit
 
 _TYPE_PREFIX = "type.googleapis.com/"
 
