@@ -170,10 +170,17 @@ class LoopChannel:
     there (``on_made(channel)`` after it), and :meth:`close` closes it there,
     waiting (at most ``CLOSE_WAIT``, never on the loop itself) until its
     connection is gone: a server stopped right after must not see it open.
-    One user of the loop from construction to close."""
+    One user of the loop from construction to close.
+
+    ``lazy``: the channel is made with the first :meth:`post`, in the same
+    loop callback, before it (one hand-off to the loop instead of two: an
+    ORCA side connection is made to start one call at once); else at once."""
 
     def __init__(
-        self, make: Callable[[], Any], on_made: Callable[[Any], None] | None = None
+        self,
+        make: Callable[[], Any],
+        on_made: Callable[[Any], None] | None = None,
+        lazy: bool = False,
     ) -> None:
         self.loop = acquire()
         #: the channel (the loop's; None until made, or when closed first)
@@ -193,11 +200,34 @@ class LoopChannel:
             if on_made is not None:
                 on_made(self.channel)
 
-        post(self.loop, create)
+        #: a lazy channel's ``create``, until the first post (or close) takes it
+        self._create: Callable[[], None] | None = None
+        if lazy:
+            self._create = create
+        else:
+            post(self.loop, create)
+
+    def _take_create(self) -> Callable[[], None] | None:
+        """A lazy channel's ``create``, once (any thread)."""
+        with self._release_lock:
+            create, self._create = self._create, None
+        return create
 
     def post(self, fn: Callable[[], None]) -> bool:
-        """Run ``fn`` on the loop (see :func:`post`)."""
-        return post(self.loop, fn)
+        """Run ``fn`` on the loop (see :func:`post`); a lazy channel is made
+        first, in the same callback."""
+        create = self._take_create() if self._create is not None else None
+        if create is None:
+            return post(self.loop, fn)
+
+        def made_then() -> None:
+            try:
+                create()
+            except Exception:  # fn finds no channel and says so
+                _log.exception("pyxds: making a stream loop channel raised")
+            fn()
+
+        return post(self.loop, made_then)
 
     def spawn(self, reader: Coroutine[Any, Any, None]) -> None:
         """Run ``reader`` (a task reading one of this channel's calls) on the
@@ -218,6 +248,7 @@ class LoopChannel:
         if self.closed:
             return
         self.closed = True
+        self._take_create()  # a lazy channel never made is never made
         done = self._done
 
         def finished() -> None:
