@@ -188,7 +188,9 @@ class LoopChannel:
         self.closed = False
         self._released = False
         self._release_lock = threading.Lock()
-        self._done = threading.Event()
+        #: set once closed (:attr:`close_done`); made when first asked for:
+        #: an Event is ~1 KB, and an ORCA side connection per endpoint has one
+        self._done: threading.Event | None = None
         #: tasks reading this channel's calls (:meth:`spawn`): close() lets
         #: them end before it closes the channel
         self._tasks: set[asyncio.Task[None]] = set()
@@ -249,7 +251,7 @@ class LoopChannel:
             return
         self.closed = True
         self._take_create()  # a lazy channel never made is never made
-        done = self._done
+        done = self.close_done
 
         def finished() -> None:
             done.set()
@@ -274,7 +276,13 @@ class LoopChannel:
     @property
     def close_done(self) -> threading.Event:
         """Set once the channel is closed (its connection gone)."""
-        return self._done
+        done = self._done
+        if done is None:
+            with self._release_lock:
+                if self._done is None:
+                    self._done = threading.Event()
+                done = self._done
+        return done
 
     def _release(self) -> None:
         """This user leaves the loop (once)."""
