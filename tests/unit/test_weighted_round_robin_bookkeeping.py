@@ -189,6 +189,23 @@ def _world(cfg: WeightedRoundRobinConfig, n: int, shared: bool):
     return clock, first, weights, results
 
 
+def _random_step(rng: random.Random, n: int, worlds, odds: tuple[float, float, float]) -> None:
+    """The same random step in each world: a report to one endpoint, its
+    reconnect, or time passing (``odds``: the cumulative chances of the
+    first three; else nothing happens)."""
+    op = rng.random()
+    i = rng.randrange(n)
+    load = rng.choice((0.1, 0.3, 0.9))
+    step = rng.choice((0.05, 0.5, 1.0, 3.0))
+    for clock, _first, weights, _results in worlds:
+        if op < odds[0]:
+            weights[i].on_report(report(100, load))
+        elif op < odds[1]:
+            weights[i].became_ready()
+        elif op < odds[2]:
+            clock.advance(step)
+
+
 @pytest.mark.parametrize(
     "blackout, expiration",
     [(10.0, 180.0), (10.0, 3.0), (0.0, 30.0), (2.0, 2.0), (5.0, 0.5)],
@@ -205,17 +222,7 @@ def test_a_picker_that_skips_weights_inside_the_blackout_matches_one_that_reads_
     full = _world(cfg, n, shared=False)
     rng = random.Random(f"{blackout}-{expiration}")
     for _step in range(400):
-        op = rng.random()
-        i = rng.randrange(n)
-        load = rng.choice((0.1, 0.3, 0.9))
-        step = rng.choice((0.05, 0.5, 1.0, 3.0))
-        for clock, _first, weights, _results in (fast, full):
-            if op < 0.45:
-                weights[i].on_report(report(100, load))
-            elif op < 0.55:
-                weights[i].became_ready()
-            elif op < 0.9:
-                clock.advance(step)
+        _random_step(rng, n, (fast, full), (0.45, 0.55, 0.9))
         pickers = []
         for clock, first, weights, results in (fast, full):
             pickers.append(
@@ -269,17 +276,7 @@ def test_a_picker_rebuilt_every_period_schedules_as_a_new_picker_would(
     first = kept[1]
     assert first is not None
     for _step in range(400):
-        op = rng.random()
-        i = rng.randrange(n)
-        load = rng.choice((0.1, 0.3, 0.9))
-        step = rng.choice((0.05, 0.5, 1.0, 3.0))
-        for clock, _first, weights, _results in (kept, fresh):
-            if op < 0.3:
-                weights[i].on_report(report(100, load))
-            elif op < 0.4:
-                weights[i].became_ready()
-            elif op < 0.95:
-                clock.advance(step)
+        _random_step(rng, n, (kept, fresh), (0.3, 0.4, 0.95))
         full_reads += not first.none_usable(cfg, kept[0].now())
         picker.rebuild()
         rebuilds += 1
