@@ -174,7 +174,10 @@ class LoopChannel:
 
     ``lazy``: the channel is made with the first :meth:`post`, in the same
     loop callback, before it (one hand-off to the loop instead of two: an
-    ORCA side connection is made to start one call at once); else at once."""
+    ORCA side connection is made to start one call at once); else at once.
+    A lazy channel's posts are meant to come from one thread at a time (a
+    channel's serializer): a post racing the first from another thread may
+    run before the channel is made."""
 
     def __init__(
         self,
