@@ -72,3 +72,69 @@ def test_close_waiting_returns_once_closed_and_releases_once():
     side.close()
     assert side.close_done.is_set() and log == ["channel closed"]
     assert stream_loop._users == users - 1
+
+
+def _count_handoffs(monkeypatch) -> list[object]:
+    """Records each hand-off to the stream loop (``stream_loop.post``)."""
+    posted: list[object] = []
+    real = stream_loop.post
+
+    def counting(loop, fn):
+        posted.append(fn)
+        return real(loop, fn)
+
+    monkeypatch.setattr(stream_loop, "post", counting)
+    return posted
+
+
+def test_a_lazy_channel_is_made_with_its_first_post_in_one_handoff(monkeypatch):
+    posted = _count_handoffs(monkeypatch)
+    log: list[str] = []
+    side = stream_loop.LoopChannel(lambda: log.append("made") or FakeAioChannel(log), lazy=True)
+    assert posted == [] and side.channel is None  # nothing on the loop yet
+    ran = threading.Event()
+
+    def first() -> None:
+        log.append("first: channel made" if side.channel is not None else "first: none")
+        ran.set()
+
+    assert side.post(first)
+    assert ran.wait(5)
+    assert len(posted) == 1  # the make and the first callback: one hand-off
+    assert log == ["made", "first: channel made"]
+    again = threading.Event()
+    side.post(again.set)  # later posts are plain: never made again
+    assert again.wait(5) and log == ["made", "first: channel made"] and len(posted) == 2
+    side.close()
+    assert side.close_done.is_set() and log[-1] == "channel closed"
+
+
+def test_a_lazy_channel_closed_before_any_post_is_never_made():
+    log: list[str] = []
+    users = stream_loop._users
+    side = stream_loop.LoopChannel(lambda: log.append("made") or FakeAioChannel(log), lazy=True)
+    side.close()
+    assert side.close_done.is_set() and side.channel is None
+    ran = threading.Event()
+    side.post(ran.set)  # (the loop may be gone: then nothing runs, as for any closed user)
+    ran.wait(0.5)
+    assert "made" not in log
+    assert stream_loop._users == users
+
+
+def test_a_lazy_channel_whose_make_raises_still_runs_the_first_callback():
+    seen: list[object] = []
+    ran = threading.Event()
+
+    def make() -> object:
+        raise RuntimeError("bad option")
+
+    side = stream_loop.LoopChannel(make, lazy=True)
+
+    def first() -> None:
+        seen.append(side.channel)  # a reader finds no channel and ends (orca_oob retries)
+        ran.set()
+
+    side.post(first)
+    assert ran.wait(5) and seen == [None]
+    side.close()

@@ -189,6 +189,23 @@ def _world(cfg: WeightedRoundRobinConfig, n: int, shared: bool):
     return clock, first, weights, results
 
 
+def _random_step(rng: random.Random, n: int, worlds, odds: tuple[float, float, float]) -> None:
+    """The same random step in each world: a report to one endpoint, its
+    reconnect, or time passing (``odds``: the cumulative chances of the
+    first three; else nothing happens)."""
+    op = rng.random()
+    i = rng.randrange(n)
+    load = rng.choice((0.1, 0.3, 0.9))
+    step = rng.choice((0.05, 0.5, 1.0, 3.0))
+    for clock, _first, weights, _results in worlds:
+        if op < odds[0]:
+            weights[i].on_report(report(100, load))
+        elif op < odds[1]:
+            weights[i].became_ready()
+        elif op < odds[2]:
+            clock.advance(step)
+
+
 @pytest.mark.parametrize(
     "blackout, expiration",
     [(10.0, 180.0), (10.0, 3.0), (0.0, 30.0), (2.0, 2.0), (5.0, 0.5)],
@@ -205,17 +222,7 @@ def test_a_picker_that_skips_weights_inside_the_blackout_matches_one_that_reads_
     full = _world(cfg, n, shared=False)
     rng = random.Random(f"{blackout}-{expiration}")
     for _step in range(400):
-        op = rng.random()
-        i = rng.randrange(n)
-        load = rng.choice((0.1, 0.3, 0.9))
-        step = rng.choice((0.05, 0.5, 1.0, 3.0))
-        for clock, _first, weights, _results in (fast, full):
-            if op < 0.45:
-                weights[i].on_report(report(100, load))
-            elif op < 0.55:
-                weights[i].became_ready()
-            elif op < 0.9:
-                clock.advance(step)
+        _random_step(rng, n, (fast, full), (0.45, 0.55, 0.9))
         pickers = []
         for clock, first, weights, results in (fast, full):
             pickers.append(
@@ -236,3 +243,49 @@ def test_a_picker_that_skips_weights_inside_the_blackout_matches_one_that_reads_
     # weights expiring sooner than the blackout ends are rarely usable here)
     assert weighted > 0 or expiration <= blackout
     assert (skipped > 0) is (blackout > 0)
+
+
+@pytest.mark.parametrize(
+    "blackout, expiration",
+    [(10.0, 180.0), (10.0, 3.0), (0.0, 30.0), (2.0, 2.0), (5.0, 0.5)],
+)
+def test_a_picker_rebuilt_every_period_schedules_as_a_new_picker_would(
+    blackout, expiration, monkeypatch
+):
+    """The weight update timer's rebuild of one long-lived picker (which
+    keeps the weights it last scaled, and skips the scaling when they come
+    back the same) gives the scheduler a new picker reading every weight
+    gives, through blackouts, expiries, reconnects and repeated reports."""
+    monkeypatch.setattr(wrr, "materialize", lambda scaled, top: range(len(scaled)))
+    scaled_calls = []
+    real_scale = wrr.scale_weights
+
+    def counting(values, top):
+        scaled_calls.append(None)
+        return real_scale(values, top)
+
+    monkeypatch.setattr(wrr, "scale_weights", counting)
+    cfg = WeightedRoundRobinConfig(blackout_period=blackout, weight_expiration_period=expiration)
+    n = 8
+    kept = _world(cfg, n, shared=True)
+    fresh = _world(cfg, n, shared=False)
+    picker = WeightedRoundRobinPicker(kept[3], kept[2], kept[0], random.Random(5), None, kept[1])
+    scaled_calls.clear()
+    rng = random.Random(f"rebuild-{blackout}-{expiration}")
+    rebuilds = weighted = full_reads = 0
+    first = kept[1]
+    assert first is not None
+    for _step in range(400):
+        _random_step(rng, n, (kept, fresh), (0.3, 0.4, 0.95))
+        full_reads += not first.none_usable(cfg, kept[0].now())
+        picker.rebuild()
+        rebuilds += 1
+        clock, _first, weights, results = fresh
+        expected = WeightedRoundRobinPicker(results, weights, clock, random.Random(5), None, None)
+        assert picker.scaled_weights == expected.scaled_weights
+        weighted += expected.scaled_weights is not None
+    assert weighted > 0 or expiration <= blackout
+    # every fresh picker scaled its weights; the kept one (built once) did
+    # for fewer of its rebuilds than read every weight: it skipped unchanged ones
+    kept_calls = len(scaled_calls) - rebuilds
+    assert kept_calls < full_reads, (kept_calls, full_reads)

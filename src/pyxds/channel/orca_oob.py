@@ -321,8 +321,9 @@ def _run_sync(
 
 def _open_side(make: Callable[[], Any]) -> stream_loop.LoopChannel:
     """A side connection: the ``grpc.aio`` channel ``make()`` makes, on the
-    process's stream loop."""
-    return stream_loop.LoopChannel(make)
+    process's stream loop, with its first call's start (lazy: one hand-off
+    to the loop per endpoint, not two)."""
+    return stream_loop.LoopChannel(make, lazy=True)
 
 
 def _run_on_side(
@@ -330,7 +331,9 @@ def _run_on_side(
 ) -> Callable[[], None]:
     """Run the call on ``side`` (a reader task on the stream loop, which
     ``side.close()`` lets end first); returns its cancel."""
-    return _run_aio(side.loop, lambda: side.channel, side.spawn, request, on_report, on_end)
+    return _run_aio(
+        side.loop, lambda: side.channel, side.spawn, request, on_report, on_end, side.post
+    )
 
 
 def _run_aio(
@@ -340,9 +343,12 @@ def _run_aio(
     request: OrcaLoadReportRequest,
     on_report: Watcher,
     on_end: Ended,
+    post: Callable[[Callable[[], None]], object] | None = None,
 ) -> Callable[[], None]:
     """Run the call on ``channel()`` (a grpc.aio channel of ``loop``) in a
-    task ``spawn`` starts on ``loop``; returns its cancel (any thread)."""
+    task ``spawn`` starts on ``loop`` (its start handed over by ``post``,
+    ``loop.call_soon_threadsafe`` by default); returns its cancel (any
+    thread)."""
     box: dict[str, Any] = {"cancelled": False, "call": None}
 
     async def read() -> None:
@@ -387,6 +393,8 @@ def _run_aio(
         if not loop.is_closed():
             loop.call_soon_threadsafe(go)
 
-    if not loop.is_closed():
+    if post is not None:
+        post(start)
+    elif not loop.is_closed():
         loop.call_soon_threadsafe(start)
     return cancel

@@ -170,10 +170,20 @@ class LoopChannel:
     there (``on_made(channel)`` after it), and :meth:`close` closes it there,
     waiting (at most ``CLOSE_WAIT``, never on the loop itself) until its
     connection is gone: a server stopped right after must not see it open.
-    One user of the loop from construction to close."""
+    One user of the loop from construction to close.
+
+    ``lazy``: the channel is made with the first :meth:`post`, in the same
+    loop callback, before it (one hand-off to the loop instead of two: an
+    ORCA side connection is made to start one call at once); else at once.
+    A lazy channel's posts are meant to come from one thread at a time (a
+    channel's serializer): a post racing the first from another thread may
+    run before the channel is made."""
 
     def __init__(
-        self, make: Callable[[], Any], on_made: Callable[[Any], None] | None = None
+        self,
+        make: Callable[[], Any],
+        on_made: Callable[[Any], None] | None = None,
+        lazy: bool = False,
     ) -> None:
         self.loop = acquire()
         #: the channel (the loop's; None until made, or when closed first)
@@ -181,7 +191,9 @@ class LoopChannel:
         self.closed = False
         self._released = False
         self._release_lock = threading.Lock()
-        self._done = threading.Event()
+        #: set once closed (:attr:`close_done`); made when first asked for:
+        #: an Event is ~1 KB, and an ORCA side connection per endpoint has one
+        self._done: threading.Event | None = None
         #: tasks reading this channel's calls (:meth:`spawn`): close() lets
         #: them end before it closes the channel
         self._tasks: set[asyncio.Task[None]] = set()
@@ -193,11 +205,34 @@ class LoopChannel:
             if on_made is not None:
                 on_made(self.channel)
 
-        post(self.loop, create)
+        #: a lazy channel's ``create``, until the first post (or close) takes it
+        self._create: Callable[[], None] | None = None
+        if lazy:
+            self._create = create
+        else:
+            post(self.loop, create)
+
+    def _take_create(self) -> Callable[[], None] | None:
+        """A lazy channel's ``create``, once (any thread)."""
+        with self._release_lock:
+            create, self._create = self._create, None
+        return create
 
     def post(self, fn: Callable[[], None]) -> bool:
-        """Run ``fn`` on the loop (see :func:`post`)."""
-        return post(self.loop, fn)
+        """Run ``fn`` on the loop (see :func:`post`); a lazy channel is made
+        first, in the same callback."""
+        create = self._take_create() if self._create is not None else None
+        if create is None:
+            return post(self.loop, fn)
+
+        def made_then() -> None:
+            try:
+                create()
+            except Exception:  # fn finds no channel and says so
+                _log.exception("pyxds: making a stream loop channel raised")
+            fn()
+
+        return post(self.loop, made_then)
 
     def spawn(self, reader: Coroutine[Any, Any, None]) -> None:
         """Run ``reader`` (a task reading one of this channel's calls) on the
@@ -218,7 +253,8 @@ class LoopChannel:
         if self.closed:
             return
         self.closed = True
-        done = self._done
+        self._take_create()  # a lazy channel never made is never made
+        done = self.close_done
 
         def finished() -> None:
             done.set()
@@ -243,7 +279,13 @@ class LoopChannel:
     @property
     def close_done(self) -> threading.Event:
         """Set once the channel is closed (its connection gone)."""
-        return self._done
+        done = self._done
+        if done is None:
+            with self._release_lock:
+                if self._done is None:
+                    self._done = threading.Event()
+                done = self._done
+        return done
 
     def _release(self) -> None:
         """This user leaves the loop (once)."""
