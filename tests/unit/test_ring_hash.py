@@ -303,7 +303,7 @@ def test_precomputed_walk_matches_a_plain_ring_walk():
             for i, s in enumerate(states)
         ]
         scheduled = []
-        picker = RingHashPicker(ring, endpoints, scheduled.append, rng.getrandbits, "")
+        picker = RingHashPicker.over(ring, endpoints, scheduled.append, rng.getrandbits, "")
         h = rng.getrandbits(64)
         result = picker.pick(PickArgs("/s/m", (), {REQUEST_HASH_KEY: h}))
         start = _ketama_index(ring.hashes, h)
@@ -659,3 +659,58 @@ def test_ring_hash_cluster_through_the_cds_tree():
     helper.subchannel(addr(81)).set_state(READY)
     assert helper.state is READY
     assert picked_address(pick(helper, target)) == addr(81)
+
+
+def test_each_report_publishes_the_picker_a_full_rebuild_would_and_only_when_something_changed():
+    """ring_hash keeps its picker's columns one endpoint at a time (issue 18:
+    a report over 1000 endpoints must not redo 1000 endpoints).  Over random
+    picks, connectivity changes and updates, every reported picker holds
+    what one built from all endpoints at that moment holds, and a picker is
+    reported exactly when the aggregate, the ring, the note or some
+    endpoint's (state, status, picker) differs from the last report."""
+    rng = random.Random(5)
+    ports = list(range(80, 88))
+    policy, helper = make(ports, seed=3)
+
+    def full_key() -> tuple:
+        children = tuple((e.state, e.status, e.picker) for e in policy.endpoints)
+        last = helper.last
+        return (last.state, last.status, policy.ring, policy._note, children)
+
+    reported = full_key()
+    for step in range(600):
+        before = len(helper.states)
+        op = rng.random()
+        if op < 0.1:
+            chosen = sorted(rng.sample(range(80, 92), rng.randint(1, 8)))
+            note = rng.choice(["", "", "dns down"])
+            policy.update(ResolverUpdate(eps(*chosen), RingHashConfig(), resolution_note=note))
+        elif op < 0.4:
+            pick(helper, rng.getrandbits(64))
+            helper.clock.advance(0)
+        else:
+            live = [s for s in helper.subchannels if s.watched]
+            if not live:
+                continue
+            state = rng.choice([IDLE, CONNECTING, READY, TF, TF])
+            rng.choice(live).set_state(state, f"fail {step % 3}" if state is TF else None)
+        if len(helper.states) == before:
+            assert full_key()[2:] == reported[2:], f"step {step}: a change was not reported"
+            continue
+        now = full_key()
+        assert now != reported, f"step {step}: reported with nothing changed"
+        reported = now
+        picker = helper.last.picker
+        fresh = RingHashPicker.over(
+            policy.ring,
+            policy.endpoints,
+            policy._schedule_connection,
+            helper.random.getrandbits,
+            policy._note,
+        )
+        assert picker.states == fresh.states
+        assert picker._actions == fresh._actions and picker._fails == fresh._fails
+        assert picker._connects == fresh._connects
+        assert picker._next_usable == fresh._next_usable
+        assert picker._has_connecting == fresh._has_connecting
+        assert helper.last.state is aggregate_state(fresh.states)

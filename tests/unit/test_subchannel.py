@@ -46,6 +46,47 @@ def test_new_subchannel_is_idle_and_connects_only_on_demand():
     assert states(seen) == [CS.IDLE, CS.CONNECTING]
 
 
+def test_the_connection_is_asked_for_before_connecting_reaches_the_watchers():
+    """C-core's connect starts before CONNECTING goes up the LB tree (the
+    watchers' Python runs while the connection is being made)."""
+    pool, transports, _ = make_pool()
+    sub = pool.create("10.0.0.1:80", {})
+    connects_seen = []
+    sub.watch_state(
+        lambda state, status: (
+            connects_seen.append((state, transports.made[-1].connects))
+            if state is CS.CONNECTING
+            else None
+        )
+    )
+    sub.connect()
+    assert connects_seen == [(CS.CONNECTING, 1)]
+
+
+def test_a_report_applied_during_the_connect_request_is_not_overwritten_by_connecting():
+    """Off the serializer, a transport may report READY while connect() runs:
+    the core stays READY (no CONNECTING after it)."""
+    transports = TransportFactory()
+
+    def make(address, credentials, on_state):
+        transport = transports(address, credentials, on_state)
+        ask = transport.connect
+
+        def connect_and_report():
+            ask()
+            transport.report(GC.READY)
+
+        transport.connect = connect_and_report
+        return transport
+
+    pool = SubchannelPool(make, WorkSerializer(), FakeClock(), random.Random(1))
+    sub = pool.create("10.0.0.1:80", {})
+    seen = watch(sub)
+    sub.connect()
+    assert states(seen) == [CS.IDLE, CS.READY]
+    assert sub.state is CS.READY
+
+
 def test_grpcio_initial_idle_report_after_connect_is_not_a_state_change():
     pool, transports, _ = make_pool()
     sub = pool.create("a:1", {})

@@ -87,7 +87,12 @@ Picker (A42 "Picker Behavior" as amended by A61 and A76; C-core ``Picker::Pick``
     position it precomputes the first position whose endpoint is not in
     TRANSIENT_FAILURE, so a pick is one ``bisect`` plus O(1).  ring_hash
     reports this picker in every state (IDLE, CONNECTING and
-    TRANSIENT_FAILURE included), as C-core does.
+    TRANSIENT_FAILURE included), as C-core does.  What the picker reads per
+    endpoint the policy keeps by endpoint index, changed one endpoint at a
+    time as each reports, with how many endpoints are in each state: an
+    endpoint's report costs O(1) Python plus the picker's snapshot (tuple
+    copies, done in C), and the skip table is recomputed only when an
+    endpoint enters or leaves TRANSIENT_FAILURE.
 
 Aggregate state (C-core ``UpdateAggregatedConnectivityStateLocked``)
     First rule that matches: READY if any endpoint is READY; TRANSIENT_FAILURE
@@ -375,14 +380,26 @@ def _address_order_key(address: str) -> tuple[Any, ...]:
 def aggregate_state(states: Sequence[ConnectivityState]) -> ConnectivityState:
     """C-core's six aggregation rules, first match wins (module docstring,
     "Aggregate state")."""
-    if _READY in states:
+    return _aggregate_counts(
+        states.count(_READY),
+        states.count(_CONNECTING),
+        states.count(_IDLE),
+        states.count(_TF),
+        len(states),
+    )
+
+
+def _aggregate_counts(
+    ready: int, connecting: int, idle: int, failing: int, total: int
+) -> ConnectivityState:
+    """:func:`aggregate_state` from how many endpoints are in each state."""
+    if ready:
         return _READY
-    failing = states.count(_TF)
     if failing >= 2:
         return _TF
-    if _CONNECTING in states or (failing == 1 and len(states) > 1):
+    if connecting or (failing == 1 and total > 1):
         return _CONNECTING
-    if _IDLE in states:
+    if idle:
         return _IDLE
     return _TF
 
@@ -409,6 +426,8 @@ class _Endpoint(DelegatingHelper):
         #: this endpoint's pieces of the pickers (RingHashPicker.parts_of)
         self.pick_parts: tuple[Any, ...] = ()
         self.pick_parts_key: tuple[Any, ...] | None = None
+        #: its position in the policy's endpoint list (the ring's indices)
+        self.index = 0
 
     # -- Helper (what the child calls) -----------------------------------------
     def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
@@ -465,6 +484,79 @@ class _Endpoint(DelegatingHelper):
 # -- the picker ------------------------------------------------------------------
 
 
+class _Columns:
+    """What a ring_hash picker reads per endpoint (its state, and its
+    connect, pick action and failed pick, :meth:`RingHashPicker._parts_of`),
+    by endpoint index, with how many endpoints are in each state.  The policy
+    keeps one, rebuilt on an update and changed one endpoint at a time on
+    each report, so a report costs O(1) Python and its picker O(N) tuple
+    copies made in C (issue 18 item 4: over 1000 lazily connecting
+    endpoints, rebuilding every column in Python on each of a connection's
+    two reports cost ~1 ms per report)."""
+
+    __slots__ = ("states", "connects", "actions", "fails", "counts", "_usable", "_usable_ring")
+
+    def __init__(
+        self, endpoints: Sequence[_Endpoint], schedule: Callable[[_Endpoint], None], note: str
+    ) -> None:
+        parts = [RingHashPicker._parts_of(endpoint, schedule, note) for endpoint in endpoints]
+        self.states = [endpoint.state for endpoint in endpoints]
+        self.connects = [p[0] for p in parts]
+        self.actions = [p[1] for p in parts]
+        self.fails = [p[2] for p in parts]
+        self.counts = dict.fromkeys(ConnectivityState, 0)
+        for state in self.states:
+            self.counts[state] += 1
+        self._usable: tuple[int, ...] | None = None
+        self._usable_ring: Ring | None = None  # the ring _usable is for; None: stale
+
+    def set(
+        self, index: int, endpoint: _Endpoint, schedule: Callable[[_Endpoint], None], note: str
+    ) -> None:
+        """Endpoint ``index`` (``endpoint``) reported a new state or picker."""
+        old, new = self.states[index], endpoint.state
+        if old is not new:
+            self.counts[old] -= 1
+            self.counts[new] += 1
+            self.states[index] = new
+            if (old is _TF) is not (new is _TF):
+                self._usable_ring = None
+        self.connects[index], self.actions[index], self.fails[index] = RingHashPicker._parts_of(
+            endpoint, schedule, note
+        )
+
+    def usable_positions(self, ring: Ring) -> tuple[int, ...] | None:
+        """For each position of ``ring``, the first position from it (cyclic)
+        whose endpoint is not in TRANSIENT_FAILURE; -1 everywhere when there
+        is none; None when every position is usable (the common case).  Kept
+        until an endpoint enters or leaves TRANSIENT_FAILURE."""
+        if self._usable_ring is not ring:
+            self._usable = _usable_positions(ring, self.states, self.counts[_TF])
+            self._usable_ring = ring
+        return self._usable
+
+
+def _usable_positions(
+    ring: Ring, states: Sequence[ConnectivityState], failing_count: int
+) -> tuple[int, ...] | None:
+    """:meth:`_Columns.usable_positions`, computed."""
+    if not failing_count:
+        return None
+    size = len(ring)
+    if failing_count == len(states):
+        return (-1,) * size
+    bad = [states[e] is _TF for e in ring.endpoints]
+    nxt = [0] * size
+    # Two backward passes make the search wrap around.
+    following = -1
+    for _ in range(2):
+        for position in range(size - 1, -1, -1):
+            if not bad[position]:
+                following = position
+            nxt[position] = following
+    return tuple(nxt)
+
+
 #: An endpoint's (connect, pick action, failed pick), as a picker uses them.
 _PickParts = tuple[Callable[[], None], Callable[[PickArgs], PickResult], PickFail]
 
@@ -487,26 +579,34 @@ class RingHashPicker(Picker):
     def __init__(
         self,
         ring: Ring,
-        endpoints: Sequence[_Endpoint],
-        schedule: Callable[[_Endpoint], None],
+        columns: _Columns,
         random_bits: Callable[[int], int],
-        note: str,
         request_hash_header: str = "",
     ) -> None:
         self._ring = ring
         self._random_bits = random_bits
         self._header = request_hash_header
-        self.states = tuple(endpoint.state for endpoint in endpoints)
-        self._has_connecting = _CONNECTING in self.states
-        # Each endpoint's (connect, action, fail) is made once per state it
-        # reports and reused by every picker after: one endpoint's change
-        # rebuilds one entry, not 1000 (issue 18: ring_hash over 1000
-        # endpoints, each connecting lazily, made a picker per connection).
-        parts = [self._parts_of(endpoint, schedule, note) for endpoint in endpoints]
-        self._connects = tuple(p[0] for p in parts)
-        self._actions = tuple(p[1] for p in parts)
-        self._fails = tuple(p[2] for p in parts)
-        self._next_usable = self._usable_positions()
+        # Snapshots of the policy's columns (tuples: a picker never changes).
+        self.states = tuple(columns.states)
+        self._has_connecting = columns.counts[_CONNECTING] > 0
+        self._connects = tuple(columns.connects)
+        self._actions = tuple(columns.actions)
+        self._fails = tuple(columns.fails)
+        self._next_usable = columns.usable_positions(ring)
+
+    @classmethod
+    def over(
+        cls,
+        ring: Ring,
+        endpoints: Sequence[Any],
+        schedule: Callable[[Any], None],
+        random_bits: Callable[[int], int],
+        note: str,
+        request_hash_header: str = "",
+    ) -> RingHashPicker:
+        """A picker over ``endpoints`` as they are now (each with ``state``,
+        ``status`` and ``picker``), its columns built from them."""
+        return cls(ring, _Columns(endpoints, schedule, note), random_bits, request_hash_header)
 
     @classmethod
     def _parts_of(
@@ -544,27 +644,6 @@ class RingHashPicker(Picker):
 
             return connect_and_queue
         return lambda args: _QUEUE  # CONNECTING (TRANSIENT_FAILURE is skipped)
-
-    def _usable_positions(self) -> tuple[int, ...] | None:
-        """For each ring position, the first position from it (cyclic) whose
-        endpoint is not in TRANSIENT_FAILURE; -1 everywhere when there is
-        none; None when every position is usable (the common case)."""
-        failing = [state is _TF for state in self.states]
-        if not any(failing):
-            return None
-        size = len(self._ring)
-        if all(failing):
-            return (-1,) * size
-        bad = [failing[e] for e in self._ring.endpoints]
-        nxt = [0] * size
-        # Two backward passes make the search wrap around.
-        following = -1
-        for _ in range(2):
-            for position in range(size - 1, -1, -1):
-                if not bad[position]:
-                    following = position
-                nxt[position] = following
-        return tuple(nxt)
 
     def pick(self, args: PickArgs) -> PickResult:
         if self._header:
@@ -632,6 +711,16 @@ class RingHash(LoadBalancer):
             _UNAVAILABLE, "no reachable endpoints; last error: no connection attempt yet"
         )
         self._reported_key: tuple[Any, ...] | None = None
+        #: the picker's columns (:class:`_Columns`), for ``_endpoints``
+        self._columns = _Columns((), self._schedule_connection, "")
+        #: endpoints by C-core's endpoint-map order (the recovery rule's)
+        self._by_order: list[_Endpoint] = []
+        #: each endpoint's (state, status, picker) when a picker was last
+        #: reported, for ``_reported_endpoints``; ``_changed``: the indices
+        #: whose triple differs from it now
+        self._reported_children: list[tuple[Any, ...] | None] = []
+        self._reported_endpoints: list[_Endpoint] = []
+        self._changed: set[int] = set()
         self._updating = False
         self._shutdown = False
 
@@ -685,6 +774,7 @@ class RingHash(LoadBalancer):
                 child.update_child()
         finally:
             self._updating = False
+        self._rebuild_columns()
         self._aggregate(None)
         return None
 
@@ -744,6 +834,7 @@ class RingHash(LoadBalancer):
             child.close()
         self._endpoints, self._by_key = [], {}
         self._ring, self._ring_key = None, None
+        self._rebuild_columns()
         note = self._note
         status = Status(
             _UNAVAILABLE, f"empty address list: {note}" if note else "empty address list"
@@ -753,9 +844,36 @@ class RingHash(LoadBalancer):
         return status
 
     # -- events --------------------------------------------------------------------
+    def _rebuild_columns(self) -> None:
+        """The columns, the recovery order and the changed set, from every
+        endpoint (after an update: O(N))."""
+        endpoints = self._endpoints
+        for index, child in enumerate(endpoints):
+            child.index = index
+        self._columns = _Columns(endpoints, self._schedule_connection, self._note)
+        self._by_order = sorted(endpoints, key=lambda child: child.order_key)
+        if endpoints != self._reported_endpoints:
+            self._reported_endpoints = list(endpoints)
+            self._reported_children = [None] * len(endpoints)
+        reported = self._reported_children
+        self._changed = {
+            index
+            for index, child in enumerate(endpoints)
+            if (child.state, child.status, child.picker) != reported[index]
+        }
+
     def _on_child_state(self, child: _Endpoint) -> None:
         if self._shutdown or self._updating:
             return
+        index = child.index
+        endpoints = self._endpoints
+        if index >= len(endpoints) or endpoints[index] is not child:
+            return  # not one of ours (closed children never report)
+        self._columns.set(index, child, self._schedule_connection, self._note)
+        if (child.state, child.status, child.picker) == self._reported_children[index]:
+            self._changed.discard(index)
+        else:
+            self._changed.add(index)
         self._aggregate(child.status if child.state is _TF else None)
 
     def _schedule_connection(self, child: _Endpoint) -> None:
@@ -767,12 +885,14 @@ class RingHash(LoadBalancer):
             child.request_connection()
 
     def _aggregate(self, failure: Status | None) -> None:
-        states = [child.state for child in self._endpoints]
-        state = aggregate_state(states)
+        counts = self._columns.counts
+        state = _aggregate_counts(
+            counts[_READY], counts[_CONNECTING], counts[_IDLE], counts[_TF], len(self._endpoints)
+        )
         idle: _Endpoint | None = None
-        for child in self._endpoints:
-            if child.state is _IDLE and (idle is None or child.order_key < idle.order_key):
-                idle = child
+        if state in (_CONNECTING, _TF) and not counts[_CONNECTING] and counts[_IDLE]:
+            # Recovery (module docstring): the first IDLE endpoint in order.
+            idle = next(child for child in self._by_order if child.state is _IDLE)
         status = OK_STATUS
         if state is _TF:
             if failure is not None:
@@ -781,26 +901,19 @@ class RingHash(LoadBalancer):
                 )
             status = self._last_failure
         assert self._ring is not None
-        key = (
-            state,
-            status,
-            self._ring,
-            self._note,
-            self._header,
-            tuple((c.state, c.status, c.picker) for c in self._endpoints),
-        )
-        if key != self._reported_key:
+        key = (state, status, self._ring, self._note, self._header)
+        if key != self._reported_key or self._changed:
+            endpoints, reported = self._endpoints, self._reported_children
+            for index in self._changed:
+                child = endpoints[index]
+                reported[index] = (child.state, child.status, child.picker)
+            self._changed.clear()
             picker = RingHashPicker(
-                self._ring,
-                self._endpoints,
-                self._schedule_connection,
-                self.helper.random.getrandbits,
-                self._note,
-                self._header,
+                self._ring, self._columns, self.helper.random.getrandbits, self._header
             )
-            self._report(state, status, picker, key)
-        # Recovery: see the module docstring.
-        if state in (_CONNECTING, _TF) and _CONNECTING not in states and idle is not None:
+            self._reported_key = key
+            self.helper.update_state(state, status, picker)
+        if idle is not None:
             idle.request_connection()
 
     # -- plumbing ------------------------------------------------------------------
