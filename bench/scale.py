@@ -493,7 +493,8 @@ async def client_aio(kind: str, n: int, target: str, rpcs: int, idle: float, cha
 
 class RpcLoad:
     """Sequential RPCs on a thread (sync) while the test changes the cluster:
-    count, failures and the slowest RPC of each window."""
+    count, failures and the slowest RPC of each window (an RPC counts in the
+    window it ends in), with when it ran (``slowest_span``, monotonic)."""
 
     def __init__(self, call: object) -> None:
         self.call = call
@@ -501,12 +502,21 @@ class RpcLoad:
         self.count = 0
         self.failed = 0
         self.slowest = 0.0
+        self.slowest_span = (0.0, 0.0)
+        self.took: list[float] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def window(self) -> dict[str, float]:
         out = {"rpcs": self.count, "failed": self.failed, "slowest_ms": self.slowest * 1000}
+        took = sorted(self.took)
+        # the 99th percentile: one noisy-neighbour stall moves the slowest
+        # RPC of a window, not this
+        out["p99_ms"] = took[int(len(took) * 0.99)] * 1000 if took else 0.0
+        self.took = []
+        self.last_slowest_span = self.slowest_span
         self.count = self.failed = 0
         self.slowest = 0.0
+        self.slowest_span = (0.0, 0.0)
         return out
 
     def _run(self) -> None:
@@ -516,7 +526,11 @@ class RpcLoad:
                 self.call(b"", timeout=30, wait_for_ready=True)  # type: ignore[operator]
             except grpc.RpcError:
                 self.failed += 1
-            self.slowest = max(self.slowest, time.monotonic() - start)
+            end = time.monotonic()
+            self.took.append(end - start)
+            if end - start > self.slowest:
+                self.slowest = end - start
+                self.slowest_span = (start, end)
             self.count += 1
 
 
@@ -537,6 +551,8 @@ class GcPauses:
         self.total = [0.0, 0.0, 0.0]
         self.longest = [0.0, 0.0, 0.0]
         self.promoted = 0
+        #: collections of at least 1 ms: (generation, start, end, thread name)
+        self.spans: list[tuple[int, float, float, str]] = []
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -544,13 +560,30 @@ class GcPauses:
                 # at most these move to the oldest generation now: a full
                 # collection runs once they add up to a quarter of it
                 self.promoted += len(gc.get_objects(0)) + len(gc.get_objects(1))
-            self._began = time.perf_counter()
+            self._began = time.monotonic()
             return
-        took = time.perf_counter() - self._began
+        end = time.monotonic()
+        took = end - self._began
         generation = info["generation"]
         self.counts[generation] += 1
         self.total[generation] += took
         self.longest[generation] = max(self.longest[generation], took)
+        if took >= 0.001:
+            name = threading.current_thread().name
+            self.spans.append((generation, self._began, end, name))
+
+    def during(self, span: tuple[float, float]) -> dict[str, object]:
+        """The collections (this window's) that overlap ``span``: their ms
+        in it, and which generation ran on which thread."""
+        start, end = span
+        ms = 0.0
+        where: list[str] = []
+        for generation, began, ended, name in self.spans:
+            overlap = min(end, ended) - max(start, began)
+            if overlap > 0:
+                ms += overlap * 1000
+                where.append(f"gen{generation}@{name} {overlap * 1000:.0f}ms")
+        return {"slowest_gc_ms": ms, "slowest_gcs": where}
 
     def window(self) -> dict[str, float]:
         out = {
@@ -610,6 +643,8 @@ LOCALITY_UPDATES = 4
 LOCALITY_SETTLE = 3.0
 #: seconds ``--shape eds`` waits after growing to 10,000 before those updates
 EDS_SETTLE = 5.0
+#: seconds between the bench's own full collection and the first window
+WINDOW_GAP = 0.5
 
 
 def client_eds(
@@ -655,6 +690,7 @@ def client_eds(
         out[f"{name}_cpu_pct"] = (time.process_time() - cpu) / (time.monotonic() - began) * 100
         out[f"{name}_threads"] = _threads()
         out[name] = load.window()
+        out[name].update(pauses.during(load.last_slowest_span))
         out[name].update(pauses.window())
 
     census_1k = _census()
@@ -675,6 +711,11 @@ def client_eds(
         # what an application with such a mesh can do once it is built: move
         # every object alive now out of the collector's sight
         gc.freeze()
+    # The RPC in flight waited for that collection (0.15-0.4 s at 10,000
+    # endpoints, pyxds only: C-core's objects are not Python's) and ends
+    # after it: let it end before the first window opens, or the bench's own
+    # collection is the first window's slowest RPC.
+    time.sleep(WINDOW_GAP)
     pauses.window()
     load.window()
     if "locality" in phases:
@@ -916,6 +957,15 @@ def eds_main(args: argparse.Namespace) -> None:
             for r in results[k]
         ]
         print(f"one-locality updates, {k}: slowest RPC ms {slowest}, longest full GC ms {gcs}")
+        during = [
+            [w.get("slowest_gcs", []) for w in r.get("one_locality_windows", [])]
+            for r in results[k]
+        ]
+        print(f"  collections during each window's slowest RPC, {k}: {during}")
+        p99 = [[round(w["p99_ms"]) for w in r.get("one_locality_windows", [])] for r in results[k]]
+        print(f"  99th percentile RPC ms per window, {k}: {p99}")
+        grow = [r["grow"].get("slowest_gcs", []) for r in results[k] if "grow" in r]
+        print(f"  collections during the grow phase's slowest RPC, {k}: {grow}")
 
 
 def main() -> None:

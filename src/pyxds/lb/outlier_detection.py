@@ -22,7 +22,10 @@ Behaviour:
   Counter"), ejection timestamp, ejection multiplier.  An update creates an
   entry for each new endpoint and drops entries of endpoints no longer
   listed; a surviving endpoint keeps its counters and ejection state even
-  when its subchannels are re-created.
+  when its subchannels are re-created.  An update re-points only the
+  subchannel wrappers of dropped endpoints and those in no endpoint (every
+  wrapper when an address is in two endpoints or the ejection rule
+  changed), so one changed locality of 10,000 endpoints costs its own.
 * Every subchannel the child creates is wrapped
   (:class:`OutlierDetectionSubchannel`, A50 "Subchannel Wrapper").  While its
   endpoint is ejected the wrapper reports TRANSIENT_FAILURE to the child
@@ -522,6 +525,10 @@ class OutlierDetectionPolicy(LoadBalancer):
         self._endpoints: dict[frozenset[str], EndpointState] = {}
         self._by_address: dict[str, EndpointState] = {}
         self._wrappers: set[OutlierDetectionSubchannel] = set()
+        # wrappers whose address is in no endpoint (their entry is None)
+        self._unattached: set[OutlierDetectionSubchannel] = set()
+        # _may_eject() when every wrapper was last aligned (None: never)
+        self._aligned_for: bool | None = None
         self._timer = TimerSlot(helper.clock)
         self._timer_started_at: float | None = None
         self._child_state: tuple[ConnectivityState, Status, Picker] | None = None
@@ -598,13 +605,25 @@ class OutlierDetectionPolicy(LoadBalancer):
                 # keyed by the entry's own set: the new one is garbage at
                 # once instead of a long-lived object per endpoint per update
                 wanted[entry.addresses] = entry
-        if wanted.keys() == self._endpoints.keys():
+        if wanted.keys() == known.keys():
             return
         self._endpoints = wanted
-        self._by_address = {
+        by_address = self._by_address = {
             address: entry for entry in wanted.values() for address in entry.addresses
         }
-        for wrapper in self._wrappers:
+        may_eject = self._may_eject()
+        if may_eject == self._aligned_for and len(by_address) == sum(map(len, wanted)):
+            # Incremental (no address in two endpoints, ejection rule as at
+            # the last alignment): a wrapper attached to a surviving entry
+            # stays attached to it and is already aligned with it, so only
+            # the wrappers of dropped entries and the unattached ones move.
+            moved: set[OutlierDetectionSubchannel] = set(self._unattached)
+            for key in known.keys() - wanted.keys():
+                moved.update(known[key].wrappers)
+        else:
+            moved = self._wrappers
+        self._aligned_for = may_eject
+        for wrapper in list(moved):
             self._attach(wrapper)
         self._dirty = True  # memoised picks point at the old entries
 
@@ -617,6 +636,11 @@ class OutlierDetectionPolicy(LoadBalancer):
             wrapper.endpoint = entry
             if entry is not None:
                 entry.wrappers.add(wrapper)
+                self._unattached.discard(wrapper)
+            else:
+                self._unattached.add(wrapper)
+        elif entry is None:
+            self._unattached.add(wrapper)
         if entry is not None and entry.ejected and self._may_eject():
             wrapper.eject()
         else:
@@ -629,6 +653,7 @@ class OutlierDetectionPolicy(LoadBalancer):
 
     def _untrack(self, wrapper: OutlierDetectionSubchannel) -> None:
         self._wrappers.discard(wrapper)
+        self._unattached.discard(wrapper)
         if wrapper.endpoint is not None:
             wrapper.endpoint.wrappers.discard(wrapper)
 
@@ -644,6 +669,12 @@ class OutlierDetectionPolicy(LoadBalancer):
         if not config.counting:
             self._timer.cancel()
             self._timer_started_at = None
+            if old is not None and not old.counting:
+                # Nothing ejects or counts while no algorithm is configured
+                # (the sweep is what does, and it is not running): every
+                # entry is still as the last config left it, and new ones
+                # start un-ejected with multiplier 0.
+                return
             for entry in self._endpoints.values():
                 if entry.ejected:
                     self._uneject(entry)

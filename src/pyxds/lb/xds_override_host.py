@@ -525,8 +525,7 @@ class XdsOverrideHostPolicy(LoadBalancer):
         self._statuses = frozenset(getattr(cluster, "override_host_statuses", DEFAULT_STATUSES))
         self._idle_timeout = float(getattr(cluster, "idle_timeout", DEFAULT_IDLE_TIMEOUT))
         endpoints = update.endpoints
-        if not isinstance(endpoints, Status):
-            self._update_map(endpoints)
+        if not isinstance(endpoints, Status) and self._update_map(endpoints):
             endpoints = tuple(
                 e for e in endpoints if e.attributes.get(HEALTH_STATUS_ATTRIBUTE) != "DRAINING"
             )
@@ -560,24 +559,40 @@ class XdsOverrideHostPolicy(LoadBalancer):
             self._drop(entry)
 
     # -- address map -------------------------------------------------------------
-    def _update_map(self, endpoints: Sequence[Endpoint]) -> None:
+    def _update_map(self, endpoints: Sequence[Endpoint]) -> bool:
+        """Rebuild the address map; whether any endpoint is DRAINING (the
+        child gets the others only)."""
         statuses = self._statuses
         old = self._map
         new: dict[str, _Entry] = {}
+        draining = False
         for endpoint in endpoints:
-            health = endpoint.attributes.get(HEALTH_STATUS_ATTRIBUTE, "UNKNOWN")
-            if health == "DRAINING" and "DRAINING" not in statuses:
-                continue  # C-core: "draining but not in override_host_status set"
-            for address, address_list in _address_lists(endpoint.addresses):
+            attributes = endpoint.attributes
+            health = attributes.get(HEALTH_STATUS_ATTRIBUTE, "UNKNOWN")
+            if health == "DRAINING":
+                draining = True
+                if "DRAINING" not in statuses:
+                    continue  # C-core: "draining but not in override_host_status set"
+            addresses = endpoint.addresses
+            if len(addresses) == 1:
+                # the usual endpoint (10,000 per update): no pairs to build,
+                # its address list is the address itself
+                address = addresses[0]
+                entry = old.get(address) or new.get(address) or _Entry(address)
+                entry.health, entry.address_list, entry.attributes = health, address, attributes
+                new[address] = entry
+                continue
+            for address, address_list in _address_lists(addresses):
                 entry = old.get(address) or new.get(address) or _Entry(address)
                 entry.health = health
                 entry.address_list = address_list
-                entry.attributes = endpoint.attributes
+                entry.attributes = attributes
                 new[address] = entry
         self._map = new
         for address, entry in old.items():
             if address not in new:
                 self._drop(entry)
+        return draining
 
     def _drop(self, entry: _Entry) -> None:
         """The entry leaves the map: an owned subchannel is closed; a child's
