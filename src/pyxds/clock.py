@@ -165,10 +165,27 @@ class RealClock(Clock):
     thread.  Channels pass their serializer's ``run`` so callbacks execute on
     the serializer.  Callbacks of every clock share that thread (as C-core's
     timers do): they must not block.
+
+    ``defer``, when given, is offered each zero-delay callback first
+    (``call_later(0, fn)``: "not now, on this thread's stack"); when it takes
+    it (returns True) it runs it soon on its own terms, and the callback
+    still goes through ``dispatch`` and still never runs once cancelled or
+    the clock is closed.  The asyncio channel defers to its event loop when
+    called on it: a pick on the loop that asks for a connection then makes
+    it on the loop, with no hop through the timer thread and back (issue 18:
+    ring_hash's lazy connections under ``pyxds.aio``).
     """
 
-    def __init__(self, dispatch: Callable[[Callable[[], None]], None] | None = None) -> None:
+    def __init__(
+        self,
+        dispatch: Callable[[Callable[[], None]], None] | None = None,
+        defer: Callable[[Callable[[], None]], bool] | None = None,
+    ) -> None:
         self._dispatch = dispatch or (lambda fn: fn())
+        #: offered each zero-delay callback first: True when it took it (it
+        #: runs it soon on the calling thread, e.g. on that thread's running
+        #: event loop), False to leave it to the timer thread
+        self._defer = defer
         self._closed = False
 
     #: ``time.monotonic`` itself: no Python frame per call (pickers read the
@@ -180,8 +197,20 @@ class RealClock(Clock):
         if self._closed:
             timer._cancelled = True
             return timer
+        if delay <= 0 and self._defer is not None and self._defer(self._deferred(timer)):
+            return timer
         _TIMERS.push(timer)
         return timer
+
+    def _deferred(self, timer: _HeapTimer) -> Callable[[], None]:
+        """A zero-delay ``timer`` run by ``defer``: dispatched as the timer
+        thread would, unless cancelled or the clock closed meanwhile."""
+
+        def run() -> None:
+            if not timer._cancelled and not self._closed:
+                self._dispatch(self._guarded(timer))
+
+        return run
 
     def close(self) -> None:
         """Cancel every pending timer; later ones are born cancelled."""

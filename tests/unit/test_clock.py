@@ -159,3 +159,48 @@ def test_a_timer_scheduled_when_cancelled_ones_are_compacted_away_still_fires(mo
     clock.call_later(0.0, ran.set)  # this push compacts the heap
     assert ran.wait(5)
     clock.close()
+
+
+def test_real_clock_offers_zero_delay_callbacks_to_defer_and_still_dispatches_them():
+    offered: list = []
+    dispatched: list = []
+    ran: list = []
+
+    def dispatch(fn):
+        dispatched.append(fn)
+        fn()
+
+    clock = RealClock(dispatch=dispatch, defer=lambda fn: offered.append(fn) or True)
+    clock.call_later(0, lambda: ran.append("now"))
+    clock.call_later(-1, lambda: ran.append("past"))
+    assert len(offered) == 2 and ran == [] and dispatched == []  # taken: not run yet
+    for fn in offered:
+        fn()  # what the taker does (e.g. on its event loop)
+    assert ran == ["now", "past"] and len(dispatched) == 2
+
+
+def test_a_deferred_timer_cancelled_or_of_a_closed_clock_never_runs():
+    offered: list = []
+    ran: list = []
+    clock = RealClock(defer=lambda fn: offered.append(fn) or True)
+    clock.call_later(0, lambda: ran.append("cancelled")).cancel()
+    clock.call_later(0, lambda: ran.append("closed"))
+    clock.close()
+    clock.call_later(0, lambda: ran.append("after close"))
+    for fn in offered:
+        fn()
+    assert ran == [] and len(offered) == 2  # born cancelled after close: not offered
+
+
+def test_defer_is_not_offered_timers_with_a_delay_and_a_refusal_leaves_it_to_the_timer_thread():
+    offered: list = []
+    done = threading.Event()
+    on: list = []
+    clock = RealClock(defer=lambda fn: offered.append(fn) or False)
+    clock.call_later(0.001, lambda: None).cancel()
+    assert offered == []
+    clock.call_later(0, lambda: (on.append(threading.current_thread().name), done.set()))
+    assert len(offered) == 1
+    assert done.wait(5)
+    assert on == ["pyxds-timer"]
+    clock.close()

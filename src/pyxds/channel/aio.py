@@ -919,8 +919,28 @@ class AioXdsChannel(grpc.aio.Channel):
             return AioTransport(loop, address, creds, sub_options, compression, on_state)
 
         self._core = ChannelCore(
-            target, make_transport, credentials, bootstrap, options, service_config=parsed
+            target,
+            make_transport,
+            credentials,
+            bootstrap,
+            options,
+            service_config=parsed,
+            defer=self._defer_on_loop,
         )
+
+    def _defer_on_loop(self, fn: Callable[[], None]) -> bool:
+        """The channel clock's zero-delay callbacks made on the channel's
+        loop run on it, after the running callback (``call_soon``): e.g. the
+        connection ring_hash asks for from a pick is made at once on the loop
+        where its grpc.aio channel must be made anyway, not after two thread
+        hops (the timer thread, then ``call_soon_threadsafe`` back), each
+        waiting for the other thread's Python to let go of the GIL.  From
+        any other thread: False (the timer thread runs it)."""
+        loop = self._loop
+        if loop is None or asyncio._get_running_loop() is not loop:
+            return False
+        loop.call_soon(fn)
+        return True
 
     def _bind_loop(self) -> None:
         if self._loop is None:

@@ -188,13 +188,14 @@ class ChannelCore:
         rng: random.Random | None = None,
         clock: Clock | None = None,
         service_config: ServiceConfig | None = None,
+        defer: Callable[[Callable[[], None]], bool] | None = None,
     ) -> None:
         self.target = target
         self.scheme, self.authority = parse_target(target)
         self.options = tuple(options or ())
         self.bootstrap = bootstrap
         self.serializer = WorkSerializer()
-        self.clock = clock or RealClock(dispatch=self.serializer.run)
+        self.clock = clock or RealClock(dispatch=self.serializer.run, defer=defer)
         self.random = rng or random.Random()
         #: the channel's own service config (``service_config=`` or the
         #: ``grpc.service_config`` option); for xds: targets the xDS config wins

@@ -78,8 +78,9 @@ Picker (A42 "Picker Behavior" as amended by A61 and A76; C-core ``Picker::Pick``
     ketama binary search C-core uses finds exactly that entry; here it is
     ``bisect_left``).  From there the ring is walked: READY -> the child's
     picker decides; IDLE -> schedule that endpoint's connection request on
-    the serializer (``helper.clock.call_later(0, ...)``, never on the pick
-    thread) and queue; CONNECTING -> queue; TRANSIENT_FAILURE -> next entry.
+    the serializer (``helper.clock.call_later(0, ...)``, never on the pick's
+    stack; an asyncio channel runs it on its loop after the pick) and
+    queue; CONNECTING -> queue; TRANSIENT_FAILURE -> next entry.
     If every endpoint is in TRANSIENT_FAILURE the pick fails UNAVAILABLE
     "ring hash cannot find a connected endpoint; first failure: <message
     of the start entry's endpoint>" (plus `` (<resolution note>)`` when
