@@ -626,13 +626,8 @@ class Rpc:
         metrics = self.metrics
         if metrics is not None:
             metrics.attempt_ended(status, self._attempt_labels, True)
-        done = self._on_call_done
-        if done is not None:
-            self._on_call_done = None
-            try:
-                done(status)
-            except Exception:
-                _log.exception("pyxds: on_call_done raised")
+        if self._on_call_done is not None:
+            self._call_done(status)
         if status.code is _OK and core.retry_throttle is not None:
             core.retry_throttle.record_success()
         if metrics is not None:
@@ -674,9 +669,15 @@ class Rpc:
             self._attempt_labels = None  # the next attempt's pick sets its own
             if not going_on:
                 self.metrics = None  # turned off meanwhile
+        if self._on_call_done is not None:
+            self._call_done(status)
+
+    def _call_done(self, status: Status) -> None:
+        """The attempt's end to its pick's ``on_call_done``, once (called
+        only when there is one: most RPCs have none and pay no frame)."""
         done = self._on_call_done
+        self._on_call_done = None
         if done is not None:
-            self._on_call_done = None
             try:
                 done(status)
             except Exception:
