@@ -1,10 +1,11 @@
 """weighted_round_robin's out-of-band ORCA reports (A51, A58) from backends
 that require mutual TLS, on a sync channel with xDS credentials (A29): the
-sync channel reads each endpoint's OpenRcaService over a side connection
-(docs/differences-from-c-core.md), which goes through the same TLS relay
-as the subchannel's own.  A side connection that skipped the relay would
-fail the backends' handshake: no report would arrive and the split would
-stay round robin."""
+sync channel reads each endpoint's OpenRcaService on a grpc.aio twin of the
+subchannel's grpcio channel (channel/grpc_aio_twin.py: on the subchannel's
+own connection to its TLS relay; a second one through the same relay on a
+grpcio the twin was not checked against).  A twin that skipped the relay
+would fail the backends' handshake: no report would arrive and the split
+would stay round robin."""
 
 from __future__ import annotations
 
