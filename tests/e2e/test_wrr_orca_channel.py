@@ -266,20 +266,33 @@ class PeerOrca(CountingOrca):
         return (self.generic_handler(), who)
 
 
-def test_sync_oob_stream_runs_on_the_connection_rpcs_use_like_c_core():
-    """A51: the out-of-band stream is a call on the subchannel's connection.
-    The sync subchannel's stream runs on a grpc.aio twin that shares the
-    sync grpcio channel's C-core subchannel: the backend sees the stream and
-    the RPCs come from one client socket, and no second connection."""
-    from pyxds.channel import grpc_aio_twin
-
-    assert grpc_aio_twin.available()  # the grpcio this project pins
+def serve_peer_orca(*server_options: tuple[str, int]) -> tuple[PeerOrca, grpc.Server, str]:
+    """A started PeerOrca backend (with ``server_options``), and its address."""
     service = PeerOrca()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[EXCLUSIVE])
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=8), options=[EXCLUSIVE, *server_options]
+    )
     server.add_generic_rpc_handlers(service.handlers())
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    address = f"127.0.0.1:{port}"
+    return service, server, f"127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["twin", "fallback"])
+def test_sync_oob_stream_runs_on_the_connection_rpcs_use_like_c_core(shared, monkeypatch):
+    """A51: the out-of-band stream is a call on the subchannel's connection.
+    The sync subchannel's stream runs on a grpc.aio twin that shares the
+    sync grpcio channel's C-core subchannel: the backend sees the stream and
+    the RPCs come from one client socket, and no second connection.  The
+    fallback (a grpcio the twin was not checked against) streams on a
+    second connection of its own, and its reports still arrive."""
+    from pyxds.channel import grpc_aio_twin
+
+    if shared:
+        assert grpc_aio_twin.available()  # the grpcio this project pins
+    else:
+        monkeypatch.setattr(grpc_aio_twin, "ENABLED", False)
+    service, server, address = serve_peer_orca()
     channel = pyxds.insecure_channel(address)
     reports: list[object] = []
     try:
@@ -287,34 +300,8 @@ def test_sync_oob_stream_runs_on_the_connection_rpcs_use_like_c_core():
         on_serializer(channel, lambda: handle.watch_orca_oob(0.1, reports.append))
         assert wait_until(lambda: len(reports) >= 2, 10)
         rpc_peers = {channel.unary_unary("/Peer/Who")(b"", timeout=5).decode() for _ in range(5)}
-        assert len(rpc_peers) == 1
-        assert service.stream_peers == list(rpc_peers)  # one stream, on that connection
-        assert service.open == 1
-    finally:
-        channel.close()
-        server.stop(None)
-
-
-def test_sync_oob_stream_without_a_shared_connection_still_reports(monkeypatch):
-    """The fallback (a grpcio the twin was not checked against): the stream
-    runs on a side connection of its own, and its reports still arrive."""
-    from pyxds.channel import grpc_aio_twin
-
-    monkeypatch.setattr(grpc_aio_twin, "ENABLED", False)
-    service = PeerOrca()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[EXCLUSIVE])
-    server.add_generic_rpc_handlers(service.handlers())
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    address = f"127.0.0.1:{port}"
-    channel = pyxds.insecure_channel(address)
-    reports: list[object] = []
-    try:
-        handle = subchannel_of(channel, address)
-        on_serializer(channel, lambda: handle.watch_orca_oob(0.1, reports.append))
-        assert wait_until(lambda: len(reports) >= 2, 10)
-        rpc_peer = channel.unary_unary("/Peer/Who")(b"", timeout=5).decode()
-        assert len(service.stream_peers) == 1 and service.stream_peers[0] != rpc_peer
+        assert len(rpc_peers) == 1 and len(service.stream_peers) == 1 and service.open == 1
+        assert (service.stream_peers == list(rpc_peers)) is shared
     finally:
         channel.close()
         server.stop(None)
@@ -326,20 +313,11 @@ def test_sync_oob_stream_follows_the_connection_across_goaways():
     out-of-band stream starts again on the new connection: the streams come
     from the sockets the RPCs come from, never from a connection of their
     own, and at most one stream is open at a time."""
-    service = PeerOrca()
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=8),
-        options=[
-            EXCLUSIVE,
-            ("grpc.max_connection_age_ms", 1000),
-            ("grpc.max_connection_age_grace_ms", 200),
-        ],
+    service, server, address = serve_peer_orca(
+        ("grpc.max_connection_age_ms", 1000), ("grpc.max_connection_age_grace_ms", 200)
     )
-    server.add_generic_rpc_handlers(service.handlers())
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
     config = dict(WRR, enableOobLoadReport=True, oobReportingPeriod="0.1s")
-    channel = pyxds.insecure_channel(f"ipv4:127.0.0.1:{port}", options=options(config))
+    channel = pyxds.insecure_channel(f"ipv4:{address}", options=options(config))
     who = channel.unary_unary("/Peer/Who")
     rpc_peers: set[str] = set()
     most_open = 0
