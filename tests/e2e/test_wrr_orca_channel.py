@@ -266,14 +266,20 @@ class PeerOrca(CountingOrca):
         return (self.generic_handler(), who)
 
 
-def serve_peer_orca(*server_options: tuple[str, int]) -> tuple[PeerOrca, grpc.Server, str]:
-    """A started PeerOrca backend (with ``server_options``), and its address."""
+def serve_peer_orca(
+    *server_options: tuple[str, int], tls: grpc.ServerCredentials | None = None
+) -> tuple[PeerOrca, grpc.Server, str]:
+    """A started PeerOrca backend (with ``server_options``; TLS with
+    ``tls``), and its address."""
     service = PeerOrca()
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=8), options=[EXCLUSIVE, *server_options]
     )
     server.add_generic_rpc_handlers(service.handlers())
-    port = server.add_insecure_port("127.0.0.1:0")
+    if tls is None:
+        port = server.add_insecure_port("127.0.0.1:0")
+    else:
+        port = server.add_secure_port("127.0.0.1:0", tls)
     server.start()
     return service, server, f"127.0.0.1:{port}"
 
@@ -333,6 +339,33 @@ def test_sync_oob_stream_follows_the_connection_across_goaways():
         assert sum(p in rpc_peers for p in service.stream_peers) >= 3
         assert len(set(service.stream_peers) - rpc_peers) <= 1  # the newest, maybe
         assert most_open <= 1
+    finally:
+        channel.close()
+        server.stop(None)
+
+
+def test_sync_oob_stream_with_the_applications_tls_credentials_reports_on_its_own_connection():
+    """Channel credentials the application passed in (not xDS ones): cygrpc
+    makes a new C-core credentials object per grpcio channel and C-core
+    tells them apart, so the twin cannot share the subchannel's connection.
+    It opens its own, with the same credentials (the TLS handshake with the
+    backend succeeds), and the reports arrive (docs/differences-from-c-core.md)."""
+    from pyxds.testing.certs import CertAuthority
+
+    ca = CertAuthority()
+    leaf = ca.issue("backend", ips=("127.0.0.1",))
+    service, server, address = serve_peer_orca(
+        tls=grpc.ssl_server_credentials([(leaf.key, leaf.cert)])
+    )
+    channel = pyxds.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=ca.pem))
+    reports: list[object] = []
+    try:
+        handle = subchannel_of(channel, address)
+        on_serializer(channel, lambda: handle.watch_orca_oob(0.1, reports.append))
+        assert wait_until(lambda: len(reports) >= 2, 10)
+        rpc_peer = channel.unary_unary("/Peer/Who")(b"", timeout=5).decode()
+        assert len(service.stream_peers) == 1 and service.open == 1
+        assert service.stream_peers[0] != rpc_peer
     finally:
         channel.close()
         server.stop(None)

@@ -25,7 +25,11 @@ and ``_augment_options``, plus the fork epoch), doing what
 ``grpc.aio.Channel.__init__`` does with them (no interceptors).  C-core then
 finds the sync channel's subchannel in its global pool, and the stream runs
 on that connection, as C-core's own OOB stream does: one connection per
-endpoint, whose READY the twin sees at once.
+endpoint, whose READY the twin sees at once.  (Channel credentials are part
+of the key too: plaintext ones, and an A29 subchannel's plaintext hop to its
+TLS relay, compare equal; cygrpc makes a new C-core object of an
+application's ``grpc.ssl_channel_credentials`` per channel, which C-core
+tells apart, so such a twin gets a connection of its own.)
 
 A sync transport therefore uses C-core's global subchannel pool with a key
 of its own (:func:`transport_options`: a unique ``pyxds.connection``
