@@ -36,7 +36,9 @@ Aggregate (over active children)
     READY if any child is READY; else CONNECTING if any is CONNECTING; else
     IDLE if any is IDLE; else TRANSIENT_FAILURE.  Pickers: READY picks among
     the READY children only, weighted by config weight (cumulative weights
-    and a bisect: O(log n); a single READY child publishes its own picker);
+    and a bisect, O(log n), made O(1) by a bucket table that is built once
+    per weights, not on every child report; a single READY child publishes
+    its own picker);
     CONNECTING and IDLE queue; TRANSIENT_FAILURE picks among the failing
     children by weight, so an RPC fails with that child's own error.  No
     active child at all: "no children in weighted_target policy: <note>".
@@ -165,75 +167,134 @@ _BUCKETS_PER_CHILD = 64
 _MAX_BUCKETS = 8192
 
 
-class WeightedPicker(Picker):
-    """Weighted random choice among child pickers; the pick is then the
-    chosen child's own pick.
+class BucketIndex:
+    """The draw of a child *index* for one weights sequence: the part of a
+    :class:`WeightedPicker` that depends only on the weights, built once
+    per weights and shared by every picker over them (issue 18).
 
     The draw ``u`` is uniform in [0, 1) and the child is the one whose slice
     of the cumulative weights (normalised to [0, 1]) holds ``u``: a bisect,
     O(log n).  To make the common case O(1), [0, 1) is cut into ``buckets``
-    (a power of two, about 64 per child, at most 8192): a bucket lying inside one child's
-    slice maps straight to that child, so a pick draws the bucket with
-    ``getrandbits`` and only for a bucket that straddles a slice boundary
-    draws the position inside it and bisects.  The result has exactly the
-    distribution of the plain bisect.  Randomness comes from the helper's
-    ``random.Random``, captured here.
+    (a power of two, about 64 per child, at most 8192): a bucket lying
+    inside one child's slice maps straight to that child, so a draw takes
+    the bucket with ``getrandbits`` and only for a bucket that straddles a
+    slice boundary draws the position inside it (``(j + random()) / B``)
+    and bisects.  The result has exactly the distribution of the plain
+    bisect.  Randomness comes from the helper's ``random.Random``.
 
-    Two ways to run that table, chosen once per picker:
+    ``indices`` is an endless iterator of child indices composed from C
+    iterators (``map`` over ``getrandbits``, the bucket table's
+    ``__getitem__``, each bucket's own index iterator: ``repeat(c)`` inside
+    one slice, a bisecting ``map`` for a straddling bucket): no Python frame
+    per draw.  It holds no child picker, so a child's new picker needs no
+    new table: a report that changes a READY child's picker but not the
+    weights costs the new picker O(children), not O(buckets).  A draw at the
+    very top of the range (a float rounding up to 1.0) yields ``n``, which
+    pickers map to the last child.  Pickers sharing an index share its
+    draws, exactly as they share the helper's ``random.Random``: each draw
+    is independent of the others, and no picker's result depends on
+    another's."""
 
-    * **streams** (``fast`` is true): when every child offers a
-      :meth:`Picker.result_stream` (its picks do not depend on the RPC, as
-      round_robin's and pick_first's READY pickers), the whole draw is
-      composed from C-level iterators (``map`` over ``getrandbits``, the
-      bucket table's ``__getitem__`` and the children's streams) and
-      ``pick`` is ``functools.partial(next, stream)``: no Python frame runs
-      per pick, and this picker offers that stream to its own parent.
-    * **calls**: otherwise ``pick`` is the table of the children's ``pick``
-      methods indexed by the bucket draw, a straddling bucket's entry being
-      the bisecting function.
-    """
+    __slots__ = ("weights", "buckets", "rng", "indices")
 
-    __slots__ = ("pick", "_stream", "weights", "buckets")
-    # A per-instance function in a slot (a C partial): no Python frame of its
-    # own per pick.  mypy reports any attribute standing in for a method.
-    pick: Callable[[PickArgs], PickResult]  # type: ignore[assignment]  # slot for the method
-
-    def __init__(self, entries: Sequence[tuple[int, Picker]], rng: random.Random) -> None:
-        if not entries:
+    def __init__(self, weights: tuple[int, ...], rng: random.Random) -> None:
+        if not weights:
             raise ValueError("WeightedPicker needs at least one child")
-        self.weights = [weight for weight, _ in entries]
-        total = sum(self.weights)
+        total = sum(weights)
         if total <= 0:
             raise ValueError("WeightedPicker needs a positive total weight")
+        self.weights = weights
+        self.rng = rng
         bounds: list[float] = []
         running = 0
-        for weight in self.weights:
+        for weight in weights:
             running += weight
             bounds.append(running / total)
         bounds[-1] = 1.0
         bits = (min(_MAX_BUCKETS, _BUCKETS_PER_CHILD * len(bounds)) - 1).bit_length()
         self.buckets = 1 << bits
+        # Shared by every straddling bucket: one endless source of
+        # rng.random() draws, the scale, the bisect.  A draw into a
+        # straddling bucket advances the shared source once.
+        randoms = iter(rng.random, None)
+        scales = itertools.repeat(1.0 / self.buckets)
+        child_index = functools.partial(bisect.bisect_right, bounds)
+
+        def straddling(bucket: int) -> Iterator[int]:
+            positions = map(
+                operator.mul, map(operator.add, itertools.repeat(bucket), randoms), scales
+            )
+            return map(child_index, positions)
+
+        inside = [itertools.repeat(index) for index in range(len(bounds))]
+        table = _bucket_table(bounds, bits, inside, straddling)
+        draws = map(rng.getrandbits, itertools.repeat(bits))
+        self.indices: Iterator[int] = map(next, map(table.__getitem__, draws))
+
+    def fits(self, weights: tuple[int, ...], rng: random.Random) -> bool:
+        """Whether this index serves a picker over ``weights`` drawing from ``rng``."""
+        return self.rng is rng and self.weights == weights
+
+
+class WeightedPicker(Picker):
+    """Weighted random choice among child pickers; the pick is then the
+    chosen child's own pick.  The child is drawn by a :class:`BucketIndex`
+    (O(1) but for a bucket holding a slice boundary), given or built here.
+
+    Two ways to run it, chosen once per picker:
+
+    * **streams** (``fast`` is true): when every child offers a
+      :meth:`Picker.result_stream` (its picks do not depend on the RPC, as
+      round_robin's and pick_first's READY pickers), the whole draw is
+      composed from C-level iterators (the index draws, then the tuple of
+      the children's streams' ``__getitem__``, then ``next``) and ``pick``
+      is ``functools.partial(next, stream)``: no Python frame runs per pick,
+      and this picker offers that stream to its own parent.
+    * **calls**: otherwise ``pick`` calls the drawn child's ``pick``.
+
+    The picker is immutable: its children's pickers are fixed when it is
+    built; only the index's draws are shared with other pickers.
+    """
+
+    __slots__ = ("pick", "_stream", "index")
+    # A per-instance function in a slot (a C partial): no Python frame of its
+    # own per pick.  mypy reports any attribute standing in for a method.
+    pick: Callable[[PickArgs], PickResult]  # type: ignore[assignment]  # slot for the method
+
+    def __init__(
+        self,
+        entries: Sequence[tuple[int, Picker]],
+        rng: random.Random,
+        index: BucketIndex | None = None,
+    ) -> None:
+        weights = tuple([weight for weight, _ in entries])
+        if index is None or not index.fits(weights, rng):
+            index = BucketIndex(weights, rng)
+        self.index = index
         streams: list[Iterator[PickResult] | None] = [
             getattr(picker, "result_stream", _no_stream)() for _, picker in entries
         ]
         ready = [stream for stream in streams if stream is not None]
         if len(ready) == len(streams):
-            self._stream: Iterator[PickResult] | None = _composed_stream(bounds, ready, bits, rng)
+            # A draw at the very top of the range yields n: the last child again.
+            child_at = (*ready, ready[-1]).__getitem__
+            self._stream: Iterator[PickResult] | None = map(next, map(child_at, index.indices))
             self.pick = functools.partial(next, self._stream)
         else:
             self._stream = None
             picks = [picker.pick for _, picker in entries]
-            # A draw at the very top of the range bisects to a repeat of the last.
-            straddling = functools.partial(
-                functools.partial,
-                _straddling_pick,
-                rng.random,
-                1.0 / self.buckets,
-                bounds,
-                (*picks, picks[-1]),
+            self.pick = functools.partial(
+                _indexed_pick, (*picks, picks[-1]), index.indices.__next__
             )
-            table = _bucket_table(bounds, bits, picks, straddling)
-            self.pick = functools.partial(_table_pick, table, rng.getrandbits, bits)
+
+    @property
+    def weights(self) -> list[int]:
+        """The children's weights, in order."""
+        return list(self.index.weights)
+
+    @property
+    def buckets(self) -> int:
+        return self.index.buckets
 
     @property
     def fast(self) -> bool:
@@ -281,56 +342,12 @@ def _bucket_table(
     return tuple(table)
 
 
-def _table_pick(
-    table: tuple[Callable[[PickArgs], PickResult], ...],
-    getrandbits: Callable[[int], int],
-    bits: int,
-    args: PickArgs,
-) -> PickResult:
-    return table[getrandbits(bits)](args)
-
-
-def _straddling_pick(
-    rand: Callable[[], float],
-    scale: float,
-    bounds: list[float],
+def _indexed_pick(
     picks: tuple[Callable[[PickArgs], PickResult], ...],
-    bucket: int,
+    next_index: Callable[[], int],
     args: PickArgs,
 ) -> PickResult:
-    """A bucket holding a slice boundary: draw the position inside it and
-    bisect.  (A plain function, so the picker's table holds no cycle.)"""
-    return picks[bisect.bisect_right(bounds, (bucket + rand()) * scale)](args)
-
-
-def _composed_stream(
-    bounds: list[float],
-    streams: list[Iterator[PickResult]],
-    bits: int,
-    rng: random.Random,
-) -> Iterator[PickResult]:
-    """The streams variant of the table: every ``next()`` draws a bucket,
-    takes that entry's stream and advances it, all inside C iterators.  A
-    straddling bucket's entry is itself a stream that draws the position
-    inside the bucket (``(j + random()) / B``) and bisects, so the
-    distribution is the calls variant's exactly."""
-    # A draw at the very top of the range bisects to a repeat of the last.
-    child_at = (*streams, streams[-1]).__getitem__
-    # Shared by every straddling bucket's stream (each is rebuilt with the
-    # picker on every child report: fewer objects per bucket, issue 18): one
-    # endless source of rng.random() draws, the scale, the bisect.  A pick
-    # advances the shared source once, exactly as a source per bucket did.
-    randoms = iter(rng.random, None)
-    scales = itertools.repeat(1.0 / (1 << bits))
-    child_index = functools.partial(bisect.bisect_right, bounds)
-
-    def straddling(bucket: int) -> Iterator[PickResult]:
-        positions = map(operator.mul, map(operator.add, itertools.repeat(bucket), randoms), scales)
-        return map(next, map(child_at, map(child_index, positions)))
-
-    table = _bucket_table(bounds, bits, streams, straddling)
-    draws = map(rng.getrandbits, itertools.repeat(bits))
-    return map(next, map(table.__getitem__, draws))
+    return picks[next_index()](args)
 
 
 # --------------------------------------------------------------------------
@@ -412,6 +429,8 @@ class WeightedTargetLoadBalancer(LoadBalancer):
         self._updating = False
         self._reports_while_updating = 0
         self._last: tuple[ConnectivityState, Status, tuple[tuple[int, Picker], ...]] | None = None
+        # the draw of a child index for the last weights published (see BucketIndex)
+        self._index: BucketIndex | None = None
         self._shut_down = False
 
     @property
@@ -628,7 +647,8 @@ class WeightedTargetLoadBalancer(LoadBalancer):
         if len(entries) == 1:
             picker = entries[0][1]  # one child: its own picker, nothing wrapped
         elif entries:
-            picker = WeightedPicker(entries, self.helper.random)
+            picker = WeightedPicker(entries, self.helper.random, self._index)
+            self._index = picker.index  # the next picker over these weights reuses it
         elif state is _TF:
             picker = FailPicker(status)
         else:
