@@ -741,3 +741,44 @@ def test_ready_childs_new_picker_reuses_the_bucket_index_only_a_weight_change_re
         assert abs(counts[f"{name}-addr:80"] / 60_000 - (1 + i % 3) / total) < 0.01, name
     h.update({**{name: 1 + i % 3 for i, name in enumerate(names)}, "t0": 7})
     assert len(built) == ramp + 1 and h.helper.last.picker.index is not first.index
+
+
+def test_ready_child_reports_publish_exactly_what_a_full_aggregate_would(monkeypatch):
+    """A READY child's new READY picker is published by replacing that one
+    child in the last picker (no pass over every child).  Through 600
+    random subchannel events under round_robin children (READY pickers
+    with streams, children entering and leaving READY and TRANSIENT_FAILURE)
+    every published picker is checked against one built from scratch over
+    the policy's READY children: the same state, weights and children."""
+    replaced = []
+    original = WeightedPicker.replacing
+
+    def counting(self, position, picker):
+        result = original(self, position, picker)
+        replaced.append(result is not None)
+        return result
+
+    monkeypatch.setattr(WeightedPicker, "replacing", counting)
+    h = Harness(seed=6)
+    weights = {f"t{i}": 1 + i for i in range(6)}
+    rr = [{"round_robin": {}}]
+    endpoints = [ep(f"{name}-{j}:80", name) for name in weights for j in range(3)]
+    h.update(weights, children={name: rr for name in weights}, endpoints=endpoints)
+    rng = random.Random(17)
+    states = [READY, READY, READY, CONNECTING, IDLE, TF]
+    for _ in range(600):
+        subchannel = rng.choice(h.helper.live_subchannels())
+        subchannel.set_state(rng.choice(states))
+        state, picker = h.helper.last.state, h.helper.last.picker
+        ready = [(t.weight, t.picker) for t in h.lb._active if t.state is READY]
+        if not ready:
+            assert state is not READY
+            continue
+        assert state is READY
+        if len(ready) == 1:
+            assert picker is ready[0][1]
+            continue
+        fresh = WeightedPicker(ready, random.Random(0))
+        assert picker.weights == fresh.weights and picker.fast == fresh.fast
+        assert all(a == b for a, b in zip(picker._children, fresh._children, strict=True))
+    assert sum(replaced) > 50  # the O(1) path ran, and was checked
