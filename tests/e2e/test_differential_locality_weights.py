@@ -12,6 +12,7 @@ shares gets sqrt(2) times that."""
 from __future__ import annotations
 
 import collections
+import contextlib
 
 import pytest
 from channel_fixtures import LISTENER, TARGET, Backend, CoreXdsClient, pyxds_calls, wait_until
@@ -26,33 +27,27 @@ N = 4000
 WEIGHTS = {"z1": 1, "z3": 3, "z6": 6}
 
 
-@pytest.fixture(scope="module")
-def server():
-    srv = ManagementServer().start()
-    yield srv
-    srv.stop()
+class World:
+    """The control plane, four backends, C-core's client and a pyxds channel
+    on the same bootstrap, for the whole module."""
+
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self.server = ManagementServer().start()
+        stack.callback(self.server.stop)
+        self.backends = {name: Backend(name).start() for name in ("w1", "w3", "w6a", "w6b")}
+        for backend in self.backends.values():
+            stack.callback(backend.stop)
+        bootstrap = self.server.bootstrap(node_id=NODE)
+        self.core = CoreXdsClient(bootstrap)
+        stack.callback(self.core.close)
+        self.channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+        stack.callback(self.channel.close)
 
 
 @pytest.fixture(scope="module")
-def backends():
-    started = {name: Backend(name).start() for name in ("w1", "w3", "w6a", "w6b")}
-    yield started
-    for backend in started.values():
-        backend.stop()
-
-
-@pytest.fixture(scope="module")
-def core(server):
-    client = CoreXdsClient(server.bootstrap(node_id=NODE))
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="module")
-def channel(server):
-    ch = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=NODE))
-    yield ch
-    ch.close()
+def world():
+    with contextlib.ExitStack() as stack:
+        yield World(stack)
 
 
 def weighted_snapshot(backends, members: dict[str, list[str]], version: str) -> Snapshot:
@@ -105,22 +100,21 @@ def assert_split_like_c_core(core, channel, members: dict[str, list[str]]) -> No
         assert abs(ours_share - theirs_share) < 5 * sd * 2**0.5, (zone, ours, theirs)
 
 
-def test_locality_weights_split_traffic_like_c_core(server, backends, core, channel):
+def test_locality_weights_split_traffic_like_c_core(world):
     members = {"z1": ["w1"], "z3": ["w3"], "z6": ["w6a", "w6b"]}
-    server.set_snapshot(weighted_snapshot(backends, members, "1"))
-    assert_split_like_c_core(core, channel, members)
+    world.server.set_snapshot(weighted_snapshot(world.backends, members, "1"))
+    assert_split_like_c_core(world.core, world.channel, members)
 
 
-def test_endpoints_joining_and_leaving_a_locality_keep_the_weights_like_c_core(
-    server, backends, core, channel
-):
+def test_endpoints_joining_and_leaving_a_locality_keep_the_weights_like_c_core(world):
     # The heaviest locality loses an endpoint, then the lightest gains one:
     # every READY locality publishes new pickers, no locality weight changes.
+    core, channel = world.core, world.channel
     members = {"z1": ["w1"], "z3": ["w3"], "z6": ["w6a"]}
-    server.set_snapshot(weighted_snapshot(backends, members, "2"))
+    world.server.set_snapshot(weighted_snapshot(world.backends, members, "2"))
     assert wait_until(lambda: "w6b" not in pyxds_calls(channel, 60), 10)
     assert wait_until(lambda: "w6b" not in core.call(60), 10)
     assert_split_like_c_core(core, channel, members)
     members = {"z1": ["w1", "w6b"], "z3": ["w3"], "z6": ["w6a"]}
-    server.set_snapshot(weighted_snapshot(backends, members, "3"))
+    world.server.set_snapshot(weighted_snapshot(world.backends, members, "3"))
     assert_split_like_c_core(core, channel, members)
