@@ -308,6 +308,8 @@ class _AioCall(Generic[_Response]):
                 # (its done callback added by the call, as grpcio adds it; a
                 # new grpcio call ends on a later loop iteration, never here)
                 mc = transport.callables.get(key)
+                if mc is None:  # the transport's first call: made and cached
+                    mc = method.multicallable(transport, rpc)
                 if type(mc) is LeanAioUnaryUnary:
                     inner = mc.call(self._request, rpc.timeout, rpc.send_metadata, False, on_done)
                     on_done = None
