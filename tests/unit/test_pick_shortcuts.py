@@ -328,6 +328,19 @@ def test_the_stream_maps_each_result_to_its_own_wrappers_result_and_nothing_else
         raise AssertionError("a result outside the tuple was mapped")
 
 
+def _count_calls(monkeypatch: Any, module: Any, name: str) -> list[Any]:
+    """The argument of every call of ``module.name`` from now on."""
+    calls: list[Any] = []
+    original = getattr(module, name)
+
+    def counted(arg: Any) -> Any:
+        calls.append(arg)
+        return original(arg)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
 def test_a_picker_maps_its_childs_results_at_its_first_pick_without_a_session_only(monkeypatch):
     """N endpoints connecting publish N pickers, most never picked from:
     none maps the child's N results until an RPC without a session picks
@@ -339,14 +352,7 @@ def test_a_picker_maps_its_childs_results_at_its_first_pick_without_a_session_on
     helper, _ = _tree()
     child = _override_host_picker(helper).child
     wrapped = {id(r): r.subchannel.real.result for r in child.results}
-    mapped: list[Any] = []
-    original = oh._plain_result
-
-    def counted(result: Any) -> Any:
-        mapped.append(result)
-        return original(result)
-
-    monkeypatch.setattr(oh, "_plain_result", counted)
+    mapped = _count_calls(monkeypatch, oh, "_plain_result")
     policy = _override_host_picker(helper)._policy
     pickers = [OverrideHostPicker(policy, _Results(child.results), frozenset(), lambda: 0.0)]
     pickers += [OverrideHostPicker(policy, child, frozenset(), lambda: 0.0) for _ in range(50)]
@@ -371,14 +377,7 @@ def test_a_picker_whose_child_is_not_plain_looks_once_then_picks_the_full_way(mo
     plain = picker.child.results
     done: list[Status] = []
     with_callback = tuple(PickComplete(r.subchannel, done.append) for r in plain)
-    looked: list[Any] = []
-    original = oh._plain_stream
-
-    def counted(child: Any) -> Any:
-        looked.append(child)
-        return original(child)
-
-    monkeypatch.setattr(oh, "_plain_stream", counted)
+    looked = _count_calls(monkeypatch, oh, "_plain_stream")
     full = OverrideHostPicker(picker._policy, _Results(with_callback), frozenset(), lambda: 0.0)
     results = [full.pick(_args()) for _ in range(4)]
     assert len(looked) == 1, "one look, by the first pick"
