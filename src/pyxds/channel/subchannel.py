@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import grpc
 
 from pyxds import connectivity
+from pyxds.channel.loop_inbox import LoopInbox
 from pyxds.clock import Clock, Timer
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status, Subchannel
 from pyxds.lb.unwatch import Unwatch
@@ -375,11 +376,12 @@ class SyncTransport(PolledTransport):
 class AioTransport(Transport):
     """A ``grpc.aio.Channel`` to one address, bound to one event loop.
     Created and watched on that loop (``wait_for_state_change``); calls from
-    other threads are marshalled with ``call_soon_threadsafe``."""
+    other threads are posted to it through ``inbox`` (one wake-up of the
+    loop per batch: the channel's transports share one)."""
 
     runs_on_event_loop = True
 
-    __slots__ = ("_loop", "_args", "_on_state", "_channel", "_watcher", "_want_connect")
+    __slots__ = ("_loop", "_inbox", "_args", "_on_state", "_channel", "_watcher", "_want_connect")
 
     def __init__(
         self,
@@ -389,29 +391,24 @@ class AioTransport(Transport):
         options: Sequence[tuple[str, Any]],
         compression: grpc.Compression | None,
         on_state: Callable[[grpc.ChannelConnectivity], None],
+        inbox: LoopInbox | None = None,
     ) -> None:
         super().__init__()
         self._loop = loop
+        self._inbox = inbox if inbox is not None and inbox.loop is loop else LoopInbox(loop)
         self._args = (address, credentials, options, compression)
         self._on_state = on_state
         self._channel: Any = None
         self._watcher: asyncio.Task[None] | None = None
         self._want_connect = False
-        self._on_loop(self._create)
+        self._inbox.run(self._create)
 
     @property
     def channel(self) -> Any:
         return self._channel
 
     def _on_loop(self, fn: Callable[[], None]) -> None:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            fn()
-        elif not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(fn)
+        self._inbox.run(fn)
 
     def _create(self) -> None:
         if self.closed:
@@ -439,6 +436,11 @@ class AioTransport(Transport):
 
     def connect(self) -> None:
         self._want_connect = True
+        if self._channel is None:
+            # not made yet: _create, queued on the loop, connects it (it
+            # sets the channel before it reads the wish, this reads the
+            # channel after setting the wish: one of the two sees the other)
+            return
 
         def go() -> None:
             if self._channel is not None and not self.closed:
