@@ -77,7 +77,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 import grpc
@@ -376,6 +376,9 @@ class ConnectivityMonitor(Generic[S]):
 
 
 _BY_CODE = {state.value[0]: state for state in grpc.ChannelConnectivity}
+#: C-core's connectivity state codes to grpcio's states
+BY_CODE: Mapping[int, grpc.ChannelConnectivity] = _BY_CODE
+_CODE = {state: code for code, state in _BY_CODE.items()}
 
 
 def _cygrpc_channel(channel: grpc.Channel) -> Any:
@@ -400,9 +403,21 @@ def watch_channel(
     default): ``deliver`` hears each change of C-core's state (read without
     asking it to connect, without blocking), from the monitor's timer, up to
     and including ``until`` if given (then the watch ends)."""
+    return watch_channel_codes(channel, _ByCode(deliver), on, until)
+
+
+def watch_channel_codes(
+    channel: grpc.Channel,
+    deliver_code: Callable[[int], None],
+    on: ConnectivityMonitor[int] | None = None,
+    until: grpc.ChannelConnectivity | None = None,
+) -> Watch[int]:
+    """:func:`watch_channel` with ``deliver_code`` hearing C-core's state
+    code (``BY_CODE[code]`` is the ``grpc.ChannelConnectivity``): for a
+    watcher that is its own deliverer, one object fewer per channel."""
     probe = functools.partial(_cygrpc_channel(channel).check_connectivity_state, False)
-    final = None if until is None else until.value[0]
-    return (on or monitor()).watch(probe, _ByCode(deliver), final)
+    final = None if until is None else _CODE[until]
+    return (on or monitor()).watch(probe, deliver_code, final)
 
 
 class _ByCode:

@@ -145,11 +145,21 @@ def subchannel_options(options: Sequence[tuple[str, Any]] | None) -> tuple[tuple
 
 def backoff_from_options(options: Sequence[tuple[str, Any]] | None, rng: Any) -> ExponentialBackoff:
     """gRPC connection backoff, honouring grpcio's reconnect-backoff options."""
+    return backoff_maker(options, rng)()
+
+
+def backoff_maker(
+    options: Sequence[tuple[str, Any]] | None, rng: Any
+) -> Callable[[], ExponentialBackoff]:
+    """Makes :func:`backoff_from_options`'s backoff, the options read once
+    (a channel's subchannels share its options: one read per channel, not
+    per endpoint)."""
     opts = dict(options or ())
     initial = float(opts.get("grpc.initial_reconnect_backoff_ms", INITIAL_BACKOFF * 1000)) / 1000
     maximum = float(opts.get("grpc.max_reconnect_backoff_ms", MAX_BACKOFF * 1000)) / 1000
     initial = max(initial, 0.001)
-    return ExponentialBackoff(rng, initial=initial, maximum=max(maximum, initial))
+    maximum = max(maximum, initial)
+    return functools.partial(ExponentialBackoff, rng, initial=initial, maximum=maximum)
 
 
 class Closing(Protocol):
@@ -168,9 +178,15 @@ class Transport(ABC):
     #: True for a grpc.aio channel (calls run as tasks on its event loop)
     runs_on_event_loop = False
 
+    #: Guards ``_retired``/``closed``/``_close_done`` of every transport.
+    #: Shared: it is taken only around a transport's retirement and close
+    #: (an RPC takes it only on a retired transport), each a few bytecodes,
+    #: never with another lock held; one lock per connection would be one
+    #: more object per endpoint for the cyclic GC (issue 18).
+    _lock = threading.Lock()
+
     # slots: a process may hold thousands (issue 18, memory per endpoint)
     __slots__ = (
-        "_lock",
         "_calls",
         "_retired",
         "closed",
@@ -181,7 +197,6 @@ class Transport(ABC):
     )
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         #: one token per RPC running on it (``append``/``pop`` are atomic)
         self._calls: collections.deque[None] = collections.deque()
         self._retired = False
@@ -298,17 +313,20 @@ class PolledTransport(Transport):
         self._monitor = monitor
         # A TRANSIENT_FAILURE retires the transport (SubchannelCore._fail):
         # nothing it reports afterwards matters, so it is not checked again.
-        self._watch = connectivity.watch_channel(
-            channel, self._deliver, monitor, until=grpc.ChannelConnectivity.TRANSIENT_FAILURE
+        self._watch = connectivity.watch_channel_codes(
+            channel, self, monitor, until=grpc.ChannelConnectivity.TRANSIENT_FAILURE
         )
 
     @property
     def channel(self) -> grpc.Channel:
         return self._channel
 
-    def _deliver(self, state: grpc.ChannelConnectivity) -> None:
+    def __call__(self, code: int) -> None:
+        """The monitor's report of C-core's state ``code`` for this channel.
+        The transport hears it itself: no bound method and adapter per
+        connection (issue 18: objects per endpoint the cyclic GC walks)."""
         if not self.closed:
-            self._on_state(state)
+            self._on_state(connectivity.BY_CODE[code])
 
     def connect(self) -> None:
         if self.closed:

@@ -30,7 +30,7 @@ from pyxds.channel.subchannel import (
     Closing,
     SubchannelCore,
     TransportFactory,
-    backoff_from_options,
+    backoff_maker,
 )
 from pyxds.clock import Clock
 from pyxds.security.credentials import xds_info
@@ -55,6 +55,9 @@ class SubchannelPool:
         self._xds = xds_info(credentials)
         self._credentials = self._xds.fallback if self._xds is not None else credentials
         self._options = options
+        self._new_backoff = backoff_maker(options, rng)
+        # one bound method every handle shares (not one per endpoint, issue 18)
+        self._release_core = self._release
         self._cores: dict[Any, SubchannelCore] = {}
         self._relays: dict[Any, Any] = {}
         self._released: list[SubchannelCore] = []  # may still carry RPCs
@@ -77,11 +80,11 @@ class SubchannelPool:
                 credentials,
                 self._serializer,
                 self._clock,
-                backoff_from_options(self._options, self._rng),
+                self._new_backoff(),
             )
             self._cores[key] = core
         core.refs += 1
-        return ChannelSubchannel(core, attributes, self._release)
+        return ChannelSubchannel(core, attributes, self._release_core)
 
     def _create_tls(
         self, address: str, attributes: Mapping[str, Any], security: Any
@@ -106,14 +109,14 @@ class SubchannelPool:
                 None,
                 self._serializer,
                 self._clock,
-                backoff_from_options(self._options, self._rng),
+                self._new_backoff(),
             )
             core.failure_detail = lambda: relay.last_error
             core.security_info = relay.info
             self._cores[key] = core
             self._relays[key] = relay
         core.refs += 1
-        return ChannelSubchannel(core, attributes, self._release)
+        return ChannelSubchannel(core, attributes, self._release_core)
 
     def _release(self, core: SubchannelCore) -> None:
         core.refs -= 1

@@ -344,7 +344,7 @@ class OutlierDetectionSubchannel(Subchannel):
 
     def watch_state(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
         if self._unwatch is None:
-            self._unwatch = self.real.watch_state(self._on_real)
+            self._unwatch = self.real.watch_state(self)
         self._watchers.append(fn)
         if self.ejected:
             fn(_TF, EJECTED_STATUS)
@@ -369,7 +369,9 @@ class OutlierDetectionSubchannel(Subchannel):
         return getattr(self.real, name)
 
     # -- ejection ----------------------------------------------------------------
-    def _on_real(self, state: ConnectivityState, status: Status) -> None:
+    def __call__(self, state: ConnectivityState, status: Status) -> None:
+        """The real subchannel's report (the wrapper is its watcher: no
+        bound method per endpoint, issue 18)."""
         self._state, self._status = state, status
         if not self.ejected:
             for fn in list(self._watchers):

@@ -217,6 +217,8 @@ def address_family(address: str) -> str:
 def interleave_families(addresses: Sequence[str]) -> list[str]:
     """RFC 8305 section 4 interleaving over the whole flattened list: families
     in order of first appearance, taking one address of each in turn."""
+    if len(addresses) < 2:
+        return list(addresses)  # nothing to interleave (every round_robin child)
     by_family: dict[str, list[str]] = {}
     for address in addresses:
         by_family.setdefault(address_family(address), []).append(address)
@@ -263,11 +265,22 @@ def shuffle_endpoints(endpoints: Sequence[Endpoint], rng: random.Random) -> list
 
 
 def order_addresses(
-    endpoints: Sequence[Endpoint], shuffle: bool, rng: random.Random
+    endpoints: Sequence[Endpoint], shuffle: bool, rng: random.Random | None
 ) -> tuple[tuple[str, ...], dict[str, Mapping[str, Any]]]:
     """A61's steps: shuffle endpoints (optional), flatten, dedupe, interleave.
-    Returns the ordered addresses and each address's endpoint attributes."""
+    Returns the ordered addresses and each address's endpoint attributes.
+    ``rng`` is needed only to shuffle (pick_first reads its helper's only
+    then: that read goes through every level of the LB tree above it)."""
+    if not shuffle and len(endpoints) == 1:
+        # One endpoint of one address (every round_robin child of an EDS
+        # cluster, A61): what the general steps give, without their lists.
+        endpoint = endpoints[0]
+        addresses = endpoint.addresses
+        if len(addresses) == 1:
+            return addresses, {addresses[0]: endpoint.attributes}
     if shuffle:
+        if rng is None:
+            raise ValueError("order_addresses: shuffling needs a random generator")
         endpoints = shuffle_endpoints(endpoints, rng)
     pairs = unique_addresses(endpoints)
     attributes = dict(pairs)
@@ -395,7 +408,9 @@ class PickFirst(LoadBalancer):
             return update.endpoints
         config = update.config if isinstance(update.config, PickFirstConfig) else PickFirstConfig()
         order, attributes = order_addresses(
-            update.endpoints, config.shuffle_address_list, self._helper.random
+            update.endpoints,
+            config.shuffle_address_list,
+            self._helper.random if config.shuffle_address_list else None,
         )
         if not order:
             return self._on_empty_list(update.resolution_note)

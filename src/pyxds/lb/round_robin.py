@@ -167,6 +167,10 @@ class _DelegatingRoundRobinPicker(Picker):
         return self._next().pick(args)
 
 
+#: a child's picker until it reports (never published: shared, stateless)
+_UNREPORTED = QueuePicker()
+
+
 class _Child(DelegatingHelper):
     """One endpoint: its pick_first policy and what that policy last reported.
     It is also the helper that policy sees."""
@@ -179,7 +183,7 @@ class _Child(DelegatingHelper):
         self.index = -1
         self.state = _CONNECTING  # until the child reports
         self.status = OK_STATUS
-        self.picker: Picker = QueuePicker()
+        self.picker: Picker = _UNREPORTED  # until the child reports
         self.closed = False
         # what the child was last given, to skip unchanged ones (not the
         # ResolverUpdate: two objects fewer per endpoint, issue 18)

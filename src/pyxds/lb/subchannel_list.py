@@ -69,7 +69,7 @@ class SubchannelEntry:
         self._closed = False
         self._unwatch: Callable[[], None] | None = None
         self.subchannel: Subchannel = helper.create_subchannel(address, attributes)
-        self._unwatch = self.subchannel.watch_state(self._on_report)
+        self._unwatch = self.subchannel.watch_state(self)
 
     @property
     def live(self) -> bool:
@@ -79,7 +79,9 @@ class SubchannelEntry:
         """Start forwarding reports to the handler."""
         self._active = True
 
-    def _on_report(self, state: ConnectivityState, status: Status) -> None:
+    def __call__(self, state: ConnectivityState, status: Status) -> None:
+        """The subchannel's report (the entry is its watcher: no bound
+        method per endpoint, issue 18)."""
         if self._closed:
             return  # shut down: late reports are dropped
         prev = self.state

@@ -215,7 +215,7 @@ class OverrideHostSubchannel(Subchannel):
         self._watchers: list[Callable[[ConnectivityState, Status], None]] = []
         self._closed = False
         self._unwatch: Callable[[], None] | None = None
-        self._unwatch = real.watch_state(self._on_real)
+        self._unwatch = real.watch_state(self)
 
     # -- Subchannel (the child's side) ---------------------------------------
     def connect(self) -> None:
@@ -243,7 +243,9 @@ class OverrideHostSubchannel(Subchannel):
         return getattr(self.real, name)
 
     # -- the policy's side ---------------------------------------------------
-    def _on_real(self, state: ConnectivityState, status: Status) -> None:
+    def __call__(self, state: ConnectivityState, status: Status) -> None:
+        """The real subchannel's report (the wrapper is its watcher: no
+        bound method per endpoint, issue 18)."""
         if self._closed:
             return
         changed = state is not self.state
