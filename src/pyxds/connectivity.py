@@ -67,6 +67,12 @@ Rules:
 4. :meth:`ConnectivityMonitor.close_soon` runs a close on the same timer
    thread, never on the caller's (a channel's serializer) and never on a
    thread of its own: closing 1000 subchannels starts no thread.
+5. The process's monitor (:func:`monitor`) runs on a ``prompt``
+   :class:`~pyxds.clock.RealClock`: a due sweep or close comes before the
+   other clocks' due timers (backoffs ending, LB timers), so a refused
+   attempt is seen and its channel closed within a sweep or two even when
+   thousands of backoffs end at once, and its objects die young instead of
+   living for the length of that backlog (issue 18).
 
 The monitor takes an injected :class:`~pyxds.clock.Clock` (FakeClock in
 unit tests); :func:`monitor` is the process's own, on a RealClock.
@@ -434,5 +440,7 @@ def monitor() -> ConnectivityMonitor[int]:
     if _monitor is None:
         with _monitor_lock:
             if _monitor is None:
-                _monitor = ConnectivityMonitor(RealClock(), grpc.ChannelConnectivity.READY.value[0])
+                _monitor = ConnectivityMonitor(
+                    RealClock(prompt=True), grpc.ChannelConnectivity.READY.value[0]
+                )
     return _monitor

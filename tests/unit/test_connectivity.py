@@ -573,3 +573,14 @@ def test_the_channels_are_asked_outside_the_monitor_lock():
     clock.advance(0)
     assert seen == [READY]
     assert calls and seen_other == [IDLE]
+
+
+def test_the_process_monitor_sweeps_and_closes_before_other_clocks_due_timers():
+    """Rule 5 (issue 18): the process's monitor is on a prompt clock, so a
+    refused attempt is seen and its grpcio channel closed even while
+    thousands of backoff timers are due (tests/unit/test_clock.py shows what
+    a prompt clock does)."""
+    from pyxds.clock import RealClock
+
+    clock = connectivity.monitor()._clock
+    assert isinstance(clock, RealClock) and clock._prompt
