@@ -101,7 +101,7 @@ class _TimerThread:
 
     def push(self, timer: _HeapTimer) -> None:
         with self.cond:
-            if self.garbage > 256 and self.garbage * 2 > len(self.heap):
+            if self.garbage > 256 and self.garbage * 2 > len(self.heap) + len(self.prompt):
                 self._compact()
             # after compacting: it replaces the list
             heap = self.prompt if timer.owner._prompt else self.heap
@@ -141,6 +141,7 @@ class _TimerThread:
                     self.garbage = max(0, self.garbage - 1)
                 while prompt and prompt[0][2]._cancelled:
                     heapq.heappop(prompt)
+                    self.garbage = max(0, self.garbage - 1)
                 if not heap and not prompt:
                     self.cond.wait(TIMER_THREAD_LINGER)
                     if not self.heap and not self.prompt:

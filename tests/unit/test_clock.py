@@ -262,3 +262,18 @@ def test_a_prompt_clocks_timers_never_run_once_cancelled_or_the_clock_closed(mon
     assert done.wait(5)
     assert ran == []
     assert clock_module._TIMERS.prompt == []
+
+
+def test_a_prompt_timer_scheduled_when_cancelled_ones_are_compacted_away_still_fires(monkeypatch):
+    """As the compaction test above, for a prompt clock's own heap (the
+    connectivity monitor cancels and re-makes its sweep timer often)."""
+    monkeypatch.setattr(clock_module, "_TIMERS", clock_module._TimerThread())
+    prompt = RealClock(prompt=True)
+    RealClock().call_later(1800, lambda: None)
+    for timer in [prompt.call_later(3600, lambda: None) for _ in range(300)]:
+        timer.cancel()
+    ran = threading.Event()
+    prompt.call_later(0.0, ran.set)  # this push compacts both heaps
+    assert ran.wait(5)
+    assert len(clock_module._TIMERS.prompt) == 0
+    prompt.close()
