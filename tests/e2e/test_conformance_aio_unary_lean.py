@@ -396,7 +396,8 @@ def test_the_direct_lean_start_is_taken_only_for_a_plain_attempt(address, monkey
     multicallable directly (``LeanAioUnaryUnary.call``, its done callback
     added there) only when nothing changes the attempt's call: no call
     credentials, no compression, no A66 metrics (their counting serializers)
-    and no pick headers; every other attempt goes the full way
+    and no pick headers, the transport's first call too (the multicallable
+    made and cached by it); every other attempt goes the full way
     (``GrpcMethod.start``), and each way the RPC ends once with its answer."""
     if not CHECKED:
         pytest.skip(f"grpcio {grpc.__version__} is not one the lean path was checked against")
@@ -424,7 +425,9 @@ def test_the_direct_lean_start_is_taken_only_for_a_plain_attempt(address, monkey
         seen = []
         async with pyxds.aio.insecure_channel(f"static:///{address}") as channel:
             mc = channel.unary_unary(f"/{SERVICE}/Echo")
-            await mc(b"", timeout=5, wait_for_ready=True)  # connected, cached
+            ways.clear()
+            first = await mc(b"a", timeout=5, wait_for_ready=True)  # connects; cached by it
+            seen.append(("first on a new transport", list(ways), first.startswith(b"a|")))
             cases = {
                 "plain": lambda: mc(b"a", timeout=5),
                 "metadata": lambda: mc(b"a", timeout=5, metadata=(("k", "v"),)),
@@ -452,6 +455,7 @@ def test_the_direct_lean_start_is_taken_only_for_a_plain_attempt(address, monkey
         return seen
 
     assert asyncio.run(asyncio.wait_for(main(), 30)) == [
+        ("first on a new transport", ["direct"], True),
         ("plain", ["direct"], True),
         ("metadata", ["direct"], True),
         ("credentials", ["full"], "UsageError"),  # as grpc.aio raises it

@@ -1,10 +1,11 @@
 """weighted_round_robin's out-of-band ORCA reports (A51, A58) from backends
 that require mutual TLS, on a sync channel with xDS credentials (A29): the
-sync channel reads each endpoint's OpenRcaService over a side connection
-(docs/differences-from-c-core.md), which goes through the same TLS relay
-as the subchannel's own.  A side connection that skipped the relay would
-fail the backends' handshake: no report would arrive and the split would
-stay round robin."""
+sync channel reads each endpoint's OpenRcaService on a grpc.aio twin of the
+subchannel's grpcio channel (channel/grpc_aio_twin.py: on the subchannel's
+own connection to its TLS relay, so one TLS connection per backend; a second
+one through the same relay on a grpcio the twin was not checked against).
+A twin that skipped the relay would fail the backends' handshake: no report
+would arrive and the split would stay round robin."""
 
 from __future__ import annotations
 
@@ -51,6 +52,20 @@ def mtls_orca_backend(name: str, cpu: float, pki: dict) -> tuple[grpc.Server, st
     return server, f"127.0.0.1:{port}"
 
 
+def connections_to(address: str) -> int:
+    """Established TCP connections of this machine to ``address``'s port
+    (each counted once: on its client side)."""
+    port = int(address.rpartition(":")[2])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "01" and int(fields[2].rpartition(":")[2], 16) == port:
+                    count += 1
+    return count
+
+
 def test_sync_channel_reads_oob_reports_of_mtls_backends_through_the_relay(
     xds_server, pki, tmp_path
 ):
@@ -85,6 +100,9 @@ def test_sync_channel_reads_oob_reports_of_mtls_backends_through_the_relay(
         assert heavy_share(2000) == pytest.approx(0.9, abs=0.04)
         subchannels = channel.config_dump()["subchannels"].values()
         assert sum(1 for s in subchannels if "peer_sans" in s.get("security", {})) == 2
+        # the twin shares the subchannel's plaintext connection to its relay, so
+        # the relay makes one TLS connection per backend (grpc_aio_twin)
+        assert [connections_to(address) for address in addresses] == [1, 1]
     finally:
         channel.close()
         for server, _address in started:

@@ -243,3 +243,129 @@ def test_oob_stream_is_not_retried_after_unimplemented():
     finally:
         channel.close()
         server.stop(None)
+
+
+class PeerOrca(CountingOrca):
+    """CountingOrca that also records each stream's peer (the client's
+    socket address: one per connection) and answers ``Peer.Who`` with the
+    caller's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stream_peers: list[str] = []
+
+    def stream_core_metrics(self, request, context):
+        self.stream_peers.append(context.peer())
+        yield from super().stream_core_metrics(request, context)
+
+    def handlers(self) -> tuple[grpc.GenericRpcHandler, ...]:
+        who = grpc.method_handlers_generic_handler(
+            "Peer",
+            {"Who": grpc.unary_unary_rpc_method_handler(lambda req, ctx: ctx.peer().encode())},
+        )
+        return (self.generic_handler(), who)
+
+
+def serve_peer_orca(
+    *server_options: tuple[str, int], tls: grpc.ServerCredentials | None = None
+) -> tuple[PeerOrca, grpc.Server, str]:
+    """A started PeerOrca backend (with ``server_options``; TLS with
+    ``tls``), and its address."""
+    service = PeerOrca()
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=8), options=[EXCLUSIVE, *server_options]
+    )
+    server.add_generic_rpc_handlers(service.handlers())
+    if tls is None:
+        port = server.add_insecure_port("127.0.0.1:0")
+    else:
+        port = server.add_secure_port("127.0.0.1:0", tls)
+    server.start()
+    return service, server, f"127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["twin", "fallback"])
+def test_sync_oob_stream_runs_on_the_connection_rpcs_use_like_c_core(shared, monkeypatch):
+    """A51: the out-of-band stream is a call on the subchannel's connection.
+    The sync subchannel's stream runs on a grpc.aio twin that shares the
+    sync grpcio channel's C-core subchannel: the backend sees the stream and
+    the RPCs come from one client socket, and no second connection.  The
+    fallback (a grpcio the twin was not checked against) streams on a
+    second connection of its own, and its reports still arrive."""
+    from pyxds.channel import grpc_aio_twin
+
+    if shared:
+        assert grpc_aio_twin.available()  # the grpcio this project pins
+    else:
+        monkeypatch.setattr(grpc_aio_twin, "ENABLED", False)
+    service, server, address = serve_peer_orca()
+    channel = pyxds.insecure_channel(address)
+    reports: list[object] = []
+    try:
+        handle = subchannel_of(channel, address)
+        on_serializer(channel, lambda: handle.watch_orca_oob(0.1, reports.append))
+        assert wait_until(lambda: len(reports) >= 2, 10)
+        rpc_peers = {channel.unary_unary("/Peer/Who")(b"", timeout=5).decode() for _ in range(5)}
+        assert len(rpc_peers) == 1 and len(service.stream_peers) == 1 and service.open == 1
+        assert (service.stream_peers == list(rpc_peers)) is shared
+    finally:
+        channel.close()
+        server.stop(None)
+
+
+def test_sync_oob_stream_follows_the_connection_across_goaways():
+    """The backend ends every connection after ~1 s (GOAWAY).  Each time, the
+    subchannel reconnects (weighted_round_robin asks on IDLE) and the
+    out-of-band stream starts again on the new connection: the streams come
+    from the sockets the RPCs come from, never from a connection of their
+    own, and at most one stream is open at a time."""
+    service, server, address = serve_peer_orca(
+        ("grpc.max_connection_age_ms", 1000), ("grpc.max_connection_age_grace_ms", 200)
+    )
+    config = dict(WRR, enableOobLoadReport=True, oobReportingPeriod="0.1s")
+    channel = pyxds.insecure_channel(f"ipv4:{address}", options=options(config))
+    who = channel.unary_unary("/Peer/Who")
+    rpc_peers: set[str] = set()
+    most_open = 0
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            rpc_peers.add(who(b"", timeout=5, wait_for_ready=True).decode())
+            most_open = max(most_open, service.open)
+            on_connections = sum(p in rpc_peers for p in service.stream_peers)
+            if on_connections >= 3 and len(rpc_peers) >= 3:
+                break
+            time.sleep(0.02)
+        assert sum(p in rpc_peers for p in service.stream_peers) >= 3
+        assert len(set(service.stream_peers) - rpc_peers) <= 1  # the newest, maybe
+        assert most_open <= 1
+    finally:
+        channel.close()
+        server.stop(None)
+
+
+def test_sync_oob_stream_with_the_applications_tls_credentials_reports_on_its_own_connection():
+    """Channel credentials the application passed in (not xDS ones): cygrpc
+    makes a new C-core credentials object per grpcio channel and C-core
+    tells them apart, so the twin cannot share the subchannel's connection.
+    It opens its own, with the same credentials (the TLS handshake with the
+    backend succeeds), and the reports arrive (docs/differences-from-c-core.md)."""
+    from pyxds.testing.certs import CertAuthority
+
+    ca = CertAuthority()
+    leaf = ca.issue("backend", ips=("127.0.0.1",))
+    service, server, address = serve_peer_orca(
+        tls=grpc.ssl_server_credentials([(leaf.key, leaf.cert)])
+    )
+    channel = pyxds.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=ca.pem))
+    reports: list[object] = []
+    try:
+        handle = subchannel_of(channel, address)
+        on_serializer(channel, lambda: handle.watch_orca_oob(0.1, reports.append))
+        assert wait_until(lambda: len(reports) >= 2, 10)
+        rpc_peer = channel.unary_unary("/Peer/Who")(b"", timeout=5).decode()
+        assert len(service.stream_peers) == 1 and service.open == 1
+        assert service.stream_peers[0] != rpc_peer
+    finally:
+        channel.close()
+        server.stop(None)

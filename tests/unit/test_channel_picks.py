@@ -734,10 +734,12 @@ def _aio_repick_after_lost_attempt(h, publish_newer=None):
     assert isinstance(first, Transport)
     first.call_finished()
     lost = ChannelStatus(UNAVAILABLE, "failed to connect to all addresses; last error: x")
+    # Timed from the loss: the grace runs from there, and a loaded machine
+    # may take a while to start the event loop below.
+    started = time.monotonic()
     assert rpc.ended(object(), lost, lambda call: ((), ())) == 0.0
 
     async def go():
-        started = time.monotonic()
         if publish_newer is not None:
             asyncio.get_running_loop().call_later(0.01, publish_newer)
         transport = await asyncio.wait_for(aio_pick(rpc), WAIT)

@@ -230,9 +230,9 @@ def _args(session: OverrideHostAttribute | None = None) -> PickArgs:
 def test_rpcs_without_a_session_take_the_stream_and_get_the_wrappers_constant_results():
     helper, _ = _tree()
     picker = _override_host_picker(helper)
-    assert picker._plain_next is not None, "round_robin over plain wrappers: the shortcut"
     wrappers = {r.subchannel.real.address: r.subchannel.real for r in picker.child.results}
     results = [picker.pick(_args()) for _ in range(4)]
+    assert picker._plain_next is not None, "round_robin over plain wrappers: the shortcut"
     addresses = [r.subchannel.address for r in results]
     assert set(addresses) == {"10.0.0.1:80", "10.0.0.2:80"}
     assert all(a != b for a, b in itertools.pairwise(addresses)), "round robin as usual"
@@ -243,7 +243,6 @@ def test_rpcs_without_a_session_take_the_stream_and_get_the_wrappers_constant_re
 def test_rpcs_with_a_session_take_the_full_path_and_share_the_rotation():
     helper, _ = _tree()
     picker = _override_host_picker(helper)
-    assert picker._plain_next is not None
     addresses = []
     for i in range(6):
         session = OverrideHostAttribute("") if i % 2 else None
@@ -252,6 +251,8 @@ def test_rpcs_with_a_session_take_the_full_path_and_share_the_rotation():
         addresses.append(result.subchannel.address)
         if session is not None:  # the full path wrote the picked address for the cookie
             assert session.actual_address_list == result.subchannel.address
+        else:
+            assert picker._plain_next is not None
     assert set(addresses) == {"10.0.0.1:80", "10.0.0.2:80"}
     assert all(a != b for a, b in itertools.pairwise(addresses)), "one rotation for both"
     pinned = OverrideHostAttribute("10.0.0.2:80")
@@ -293,8 +294,8 @@ def test_no_stream_when_a_child_result_is_not_a_plain_pick_of_the_wrapper():
     assert _plain_stream(NoStream(plain)) is None
     # the full path still maps those results and keeps the child's callback
     full = OverrideHostPicker(picker._policy, _Results(with_callback), frozenset(), lambda: 0.0)
-    assert full._plain_next is None
     result = full.pick(_args())
+    assert full._plain_next is None
     assert isinstance(result, PickComplete) and result.on_call_done is not None
     assert result.subchannel is plain[0].subchannel.real.real
     result.on_call_done(OK)
@@ -325,3 +326,62 @@ def test_the_stream_maps_each_result_to_its_own_wrappers_result_and_nothing_else
         pass  # the channel fails the pick as a picker error
     else:
         raise AssertionError("a result outside the tuple was mapped")
+
+
+def _count_calls(monkeypatch: Any, module: Any, name: str) -> list[Any]:
+    """The argument of every call of ``module.name`` from now on."""
+    calls: list[Any] = []
+    original = getattr(module, name)
+
+    def counted(arg: Any) -> Any:
+        calls.append(arg)
+        return original(arg)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_a_picker_maps_its_childs_results_at_its_first_pick_without_a_session_only(monkeypatch):
+    """N endpoints connecting publish N pickers, most never picked from:
+    none maps the child's N results until an RPC without a session picks
+    (issue 18: a pass over N results per READY report was O(N^2) while
+    1000 endpoints connect).  The picks are the ones mapped at build time
+    gave: the child's rotation, each result's wrapper's constant result."""
+    import pyxds.lb.xds_override_host as oh
+
+    helper, _ = _tree()
+    child = _override_host_picker(helper).child
+    wrapped = {id(r): r.subchannel.real.result for r in child.results}
+    mapped = _count_calls(monkeypatch, oh, "_plain_result")
+    policy = _override_host_picker(helper)._policy
+    pickers = [OverrideHostPicker(policy, _Results(child.results), frozenset(), lambda: 0.0)]
+    pickers += [OverrideHostPicker(policy, child, frozenset(), lambda: 0.0) for _ in range(50)]
+    assert mapped == [], "publishing pickers maps nothing"
+    picker = pickers[0]
+    session = OverrideHostAttribute("")
+    first = picker.pick(_args(session))  # with a session: the full path, nothing mapped
+    assert mapped == []
+    assert first is wrapped[id(child.results[0])]
+    picks = [picker.pick(_args()) for _ in range(5)]
+    assert len(mapped) == len(child.results), "mapped once, at the first plain pick"
+    expected = [wrapped[id(child.results[i % 2])] for i in range(1, 6)]
+    assert picks == expected, "the child's rotation, continued after the session's pick"
+    assert picker._plain_next is not None
+
+
+def test_a_picker_whose_child_is_not_plain_looks_once_then_picks_the_full_way(monkeypatch):
+    import pyxds.lb.xds_override_host as oh
+
+    helper, _ = _tree()
+    picker = _override_host_picker(helper)
+    plain = picker.child.results
+    done: list[Status] = []
+    with_callback = tuple(PickComplete(r.subchannel, done.append) for r in plain)
+    looked = _count_calls(monkeypatch, oh, "_plain_stream")
+    full = OverrideHostPicker(picker._policy, _Results(with_callback), frozenset(), lambda: 0.0)
+    results = [full.pick(_args()) for _ in range(4)]
+    assert len(looked) == 1, "one look, by the first pick"
+    assert full._plain_next is None
+    for r, child_result in zip(results, with_callback * 2, strict=True):
+        assert isinstance(r, PickComplete) and r.subchannel is child_result.subchannel.real.real
+        assert r.on_call_done is not None

@@ -669,3 +669,116 @@ def test_one_child_without_a_stream_makes_the_picker_call_every_childs_pick():
     assert picker.result_stream() is None
     results = {getattr(picker.pick(ARGS), "subchannel", None) for _ in range(200)}
     assert results == {"a0", None}
+
+
+# ---------------------------------------------------------------------------
+# The bucket index: built once per weights, shared by the pickers over them
+# (issue 18: a READY child's new picker must not cost a new bucket table)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tag", [_Tag, _StreamTag], ids=["calls", "streams"])
+def test_picker_sharing_an_index_keeps_each_pickers_own_children(tag):
+    rng = random.Random(11)
+    old = WeightedPicker([(1, tag(0)), (3, tag(1))], rng)
+    new = WeightedPicker([(1, tag(10)), (3, tag(1))], rng, old.index)
+    assert new.index is old.index
+    old_counts: Counter = Counter()
+    new_counts: Counter = Counter()
+    for _ in range(40_000):  # interleaved: the shared draws never mix the children up
+        old_counts[old.pick(ARGS)] += 1
+        new_counts[new.pick(ARGS)] += 1
+    assert set(old_counts) == {0, 1} and set(new_counts) == {10, 1}
+    assert abs(old_counts[1] / 40_000 - 0.75) < 0.01
+    assert abs(new_counts[1] / 40_000 - 0.75) < 0.01
+
+
+def test_picker_builds_its_own_index_when_the_given_one_has_other_weights_or_rng():
+    rng = random.Random(3)
+    first = WeightedPicker([(1, _Tag(0)), (1, _Tag(1))], rng)
+    reweighted = WeightedPicker([(1, _Tag(0)), (2, _Tag(1))], rng, first.index)
+    assert reweighted.index is not first.index and reweighted.weights == [1, 2]
+    other_rng = WeightedPicker([(1, _Tag(0)), (1, _Tag(1))], random.Random(3), first.index)
+    assert other_rng.index is not first.index
+
+
+def _counting_bucket_index(monkeypatch) -> list[tuple[int, ...]]:
+    import pyxds.lb.weighted_target as module
+
+    built: list[tuple[int, ...]] = []
+
+    class Counting(module.BucketIndex):
+        __slots__ = ()
+
+        def __init__(self, weights, rng):
+            built.append(weights)
+            super().__init__(weights, rng)
+
+    monkeypatch.setattr(module, "BucketIndex", Counting)
+    return built
+
+
+def test_ready_childs_new_picker_reuses_the_bucket_index_only_a_weight_change_rebuilds(
+    monkeypatch,
+):
+    built = _counting_bucket_index(monkeypatch)
+    h = Harness(seed=4)
+    names = [f"t{i}" for i in range(20)]
+    h.update({name: 1 + i % 3 for i, name in enumerate(names)})
+    for name in names:
+        leaf(name).report(READY)
+    ramp = len(built)
+    first = h.helper.last.picker
+    shuffled = random.Random(9)
+    for _ in range(300):  # READY children publishing new pickers, weights unchanged
+        leaf(shuffled.choice(names)).report(READY)
+    last = h.helper.last.picker
+    assert last is not first and last.index is first.index
+    assert len(built) == ramp
+    counts = picked_addresses(last, 60_000)
+    total = sum(1 + i % 3 for i in range(20))
+    for i, name in enumerate(names):
+        assert abs(counts[f"{name}-addr:80"] / 60_000 - (1 + i % 3) / total) < 0.01, name
+    h.update({**{name: 1 + i % 3 for i, name in enumerate(names)}, "t0": 7})
+    assert len(built) == ramp + 1 and h.helper.last.picker.index is not first.index
+
+
+def test_ready_child_reports_publish_exactly_what_a_full_aggregate_would(monkeypatch):
+    """A READY child's new READY picker is published by replacing that one
+    child in the last picker (no pass over every child).  Through 600
+    random subchannel events under round_robin children (READY pickers
+    with streams, children entering and leaving READY and TRANSIENT_FAILURE)
+    every published picker is checked against one built from scratch over
+    the policy's READY children: the same state, weights and children."""
+    replaced = []
+    original = WeightedPicker.replacing
+
+    def counting(self, position, picker):
+        result = original(self, position, picker)
+        replaced.append(result is not None)
+        return result
+
+    monkeypatch.setattr(WeightedPicker, "replacing", counting)
+    h = Harness(seed=6)
+    weights = {f"t{i}": 1 + i for i in range(6)}
+    rr = [{"round_robin": {}}]
+    endpoints = [ep(f"{name}-{j}:80", name) for name in weights for j in range(3)]
+    h.update(weights, children={name: rr for name in weights}, endpoints=endpoints)
+    rng = random.Random(17)
+    states = [READY, READY, READY, CONNECTING, IDLE, TF]
+    for _ in range(600):
+        subchannel = rng.choice(h.helper.live_subchannels())
+        subchannel.set_state(rng.choice(states))
+        state, picker = h.helper.last.state, h.helper.last.picker
+        ready = [(t.weight, t.picker) for t in h.lb._active if t.state is READY]
+        if not ready:
+            assert state is not READY
+            continue
+        assert state is READY
+        if len(ready) == 1:
+            assert picker is ready[0][1]
+            continue
+        fresh = WeightedPicker(ready, random.Random(0))
+        assert picker.weights == fresh.weights and picker.fast == fresh.fast
+        assert all(a == b for a, b in zip(picker._children, fresh._children, strict=True))
+    assert sum(replaced) > 50  # the O(1) path ran, and was checked

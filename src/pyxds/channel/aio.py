@@ -37,6 +37,7 @@ from pyxds.channel.grpc_calls import (
     call_metadata,
     unary_status,
 )
+from pyxds.channel.loop_inbox import LoopInbox
 from pyxds.channel.request_buffer import (
     PULL,
     RETIRED,
@@ -307,6 +308,8 @@ class _AioCall(Generic[_Response]):
                 # (its done callback added by the call, as grpcio adds it; a
                 # new grpcio call ends on a later loop iteration, never here)
                 mc = transport.callables.get(key)
+                if mc is None:  # the transport's first call: made and cached
+                    mc = method.multicallable(transport, rpc)
                 if type(mc) is LeanAioUnaryUnary:
                     inner = mc.call(self._request, rpc.timeout, rpc.send_metadata, False, on_done)
                     on_done = None
@@ -910,13 +913,19 @@ class AioXdsChannel(grpc.aio.Channel):
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
+        #: work for the loop from other threads (the subchannels' grpc.aio
+        #: channels are made there), one wake-up of the loop per batch
+        self._inbox: LoopInbox | None = None
 
         def make_transport(
             address: str, creds: Any, on_state: Callable[[grpc.ChannelConnectivity], None]
         ) -> AioTransport:
             loop = self._loop
             assert loop is not None, "pyxds aio channel used before any event loop"
-            return AioTransport(loop, address, creds, sub_options, compression, on_state)
+            inbox = self._inbox
+            if inbox is None or inbox.loop is not loop:
+                inbox = self._inbox = LoopInbox(loop)
+            return AioTransport(loop, address, creds, sub_options, compression, on_state, inbox)
 
         self._core = ChannelCore(
             target,

@@ -26,18 +26,21 @@ Rules:
 * No thread per stream (issue 18: threads bounded by a constant).  An
   asyncio subchannel's call runs on its own grpc.aio channel, in a task on
   its event loop.  A sync subchannel's runs as a ``grpc.aio`` call on the
-  process's xDS stream loop (:mod:`pyxds.xds.stream_loop`), over a *side
-  connection*: a ``grpc.aio`` channel to the same destination with the same
+  process's xDS stream loop (:mod:`pyxds.xds.stream_loop`), on a *side
+  channel*: a ``grpc.aio`` channel to the same destination with the same
   credentials and options (``Transport.aio_twin``; through the same A29
-  TLS relay).  grpcio's sync API cannot read a streaming call without a
-  thread blocked on it (plus the grpcio channel's spin thread), so the
-  stream cannot share the sync channel's own connection as C-core's does
-  (docs/differences-from-c-core.md).  The side connection is tied to the
-  subchannel's connection: opened with the first call while the subchannel
-  is READY, kept across restarts (a new period, a retry), closed when the
-  subchannel leaves READY, the last subscriber leaves, the backend answers
-  UNIMPLEMENTED, or the subchannel shuts down (the channel's ``close()``
-  waits for it as for the subchannel's own connection: :attr:`OobStream.side`).
+  TLS relay), since grpcio's sync API cannot read a streaming call without
+  a thread blocked on it (plus the grpcio channel's spin thread).  On a
+  grpcio :mod:`pyxds.channel.grpc_aio_twin` was checked against, that
+  channel shares the sync channel's C-core subchannel, so the stream runs
+  on the subchannel's own connection, as C-core's does; elsewhere it opens
+  a second connection (docs/differences-from-c-core.md).  The side channel
+  is tied to the subchannel's connection: opened with the first call while
+  the subchannel is READY, kept across restarts (a new period, a retry),
+  closed when the subchannel leaves READY, the last subscriber leaves, the
+  backend answers UNIMPLEMENTED, or the subchannel shuts down (the
+  channel's ``close()`` waits for it as for the subchannel's own
+  connection: :attr:`OobStream.side`).
   A transport without an ``aio_twin`` reads the call on a daemon thread.
 * The stream is not counted as an RPC of the transport: it never keeps a
   retired connection open.

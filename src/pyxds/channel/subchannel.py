@@ -13,11 +13,15 @@ each policy holds its own :class:`ChannelSubchannel` handle (the
 The connection itself is a :class:`Transport`: a grpcio channel (sync or
 asyncio) to the single address, built so that grpcio neither balances nor
 retries on its own: ``grpc.lb_policy_name=pick_first`` over one address,
-``grpc.enable_retries=0``, no service config lookups, a local subchannel pool
-(``grpc.use_local_subchannel_pool``) so that two transports never share one
-C-core subchannel (and its backoff), an effectively infinite client idle
-timeout (idleness is the pyxds channel's job, A62 ``IDLE_TIMEOUT``), and
-channelz off (unless the application turns it on).
+``grpc.enable_retries=0``, no service config lookups, a C-core subchannel of
+its own so that two transports never share one (and its backoff): a local
+subchannel pool (``grpc.use_local_subchannel_pool``), or for a sync
+transport C-core's global pool keyed by a ``pyxds.connection`` argument
+unique to it, which only its ``grpc.aio`` twin (the out-of-band ORCA
+stream's channel, :mod:`pyxds.channel.grpc_aio_twin`) shares, an
+effectively infinite client idle timeout (idleness is the pyxds channel's
+job, A62 ``IDLE_TIMEOUT``), and channelz off (unless the application turns
+it on).
 
 How a transport hears its grpcio channel's connectivity costs no thread of
 its own (issue 18): a sync one (:class:`PolledTransport`) is polled by the
@@ -67,6 +71,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import grpc
 
 from pyxds import connectivity
+from pyxds.channel import grpc_aio_twin
+from pyxds.channel.loop_inbox import LoopInbox
 from pyxds.clock import Clock, Timer
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status, Subchannel
 from pyxds.lb.unwatch import Unwatch
@@ -221,9 +227,11 @@ class Transport(ABC):
 
     def aio_twin(self) -> Callable[[], Any] | None:
         """A maker of a ``grpc.aio`` channel to this transport's destination
-        (same address, credentials and options) for a stream that must cost
-        no thread of its own (:mod:`pyxds.channel.orca_oob`); None when this
-        transport has none (it runs on an event loop already)."""
+        (same address, credentials and options; on this transport's own
+        connection where grpcio allows, :mod:`pyxds.channel.grpc_aio_twin`)
+        for a stream that must cost no thread of its own
+        (:mod:`pyxds.channel.orca_oob`); None when this transport has none
+        (it runs on an event loop already)."""
         return None
 
     # Counting RPCs takes no lock while the transport is not retired (every
@@ -336,6 +344,7 @@ class SyncTransport(PolledTransport):
         compression: grpc.Compression | None,
         on_state: Callable[[grpc.ChannelConnectivity], None],
     ) -> None:
+        options = grpc_aio_twin.transport_options(options)  # its twin may share it
         if credentials is None:
             channel = grpc.insecure_channel(address, options, compression)
         else:
@@ -345,23 +354,19 @@ class SyncTransport(PolledTransport):
 
     def aio_twin(self) -> Callable[[], Any]:
         address, credentials, options, compression = self._args
-
-        def make() -> Any:
-            if credentials is None:
-                return grpc.aio.insecure_channel(address, options, compression)
-            return grpc.aio.secure_channel(address, credentials, options, compression)
-
-        return make
+        # on this channel's own connection where grpcio allows (A51, as C-core)
+        return functools.partial(grpc_aio_twin.twin, address, credentials, options, compression)
 
 
 class AioTransport(Transport):
     """A ``grpc.aio.Channel`` to one address, bound to one event loop.
     Created and watched on that loop (``wait_for_state_change``); calls from
-    other threads are marshalled with ``call_soon_threadsafe``."""
+    other threads are posted to it through ``inbox`` (one wake-up of the
+    loop per batch: the channel's transports share one)."""
 
     runs_on_event_loop = True
 
-    __slots__ = ("_loop", "_args", "_on_state", "_channel", "_watcher", "_want_connect")
+    __slots__ = ("_loop", "_inbox", "_args", "_on_state", "_channel", "_watcher", "_want_connect")
 
     def __init__(
         self,
@@ -371,29 +376,24 @@ class AioTransport(Transport):
         options: Sequence[tuple[str, Any]],
         compression: grpc.Compression | None,
         on_state: Callable[[grpc.ChannelConnectivity], None],
+        inbox: LoopInbox | None = None,
     ) -> None:
         super().__init__()
         self._loop = loop
+        self._inbox = inbox if inbox is not None and inbox.loop is loop else LoopInbox(loop)
         self._args = (address, credentials, options, compression)
         self._on_state = on_state
         self._channel: Any = None
         self._watcher: asyncio.Task[None] | None = None
         self._want_connect = False
-        self._on_loop(self._create)
+        self._inbox.run(self._create)
 
     @property
     def channel(self) -> Any:
         return self._channel
 
     def _on_loop(self, fn: Callable[[], None]) -> None:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            fn()
-        elif not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(fn)
+        self._inbox.run(fn)
 
     def _create(self) -> None:
         if self.closed:
@@ -421,6 +421,11 @@ class AioTransport(Transport):
 
     def connect(self) -> None:
         self._want_connect = True
+        if self._channel is None:
+            # not made yet: _create, queued on the loop, connects it (it
+            # sets the channel before it reads the wish, this reads the
+            # channel after setting the wish: one of the two sees the other)
+            return
 
         def go() -> None:
             if self._channel is not None and not self.closed:

@@ -56,7 +56,9 @@ Theory of operation
   this cluster's endpoints, no callbacks, no labels), an RPC without the
   session attribute is picked by the child's own rotation mapped in C to
   the wrappers' constant results (``_plain_stream``): the same result the
-  full path gives, with no Python frame below this picker's.  An RPC with
+  full path gives, with no Python frame below this picker's.  That map is
+  made by the picker's first such pick, not when it is built: N endpoints
+  connecting publish N pickers, most never picked from.  An RPC with
   the attribute always takes the full path (the cookie, A55/A60), on the
   same rotation.
 * State: the child's, unchanged.  An owned subchannel's state change
@@ -340,7 +342,7 @@ def _plain_stream(child: Picker) -> Callable[[], PickResult] | None:
 class OverrideHostPicker(Picker):
     """Sessions first, then the child's picker (module docstring)."""
 
-    __slots__ = ("_policy", "_child", "_statuses", "_now", "_memo", "_plain_next")
+    __slots__ = ("_policy", "_child", "_statuses", "_now", "_memo", "_plain_next", "_unmapped")
 
     def __init__(
         self,
@@ -356,8 +358,13 @@ class OverrideHostPicker(Picker):
         # id(child result) -> (child result, mapped result, wrapper)
         self._memo: dict[int, tuple[PickComplete, PickComplete, Any]] = {}
         #: the next pick of an RPC without a session, when ``pick`` maps
-        #: every pick of the child to a constant (see :func:`_plain_stream`)
-        self._plain_next: Callable[[], PickResult] | None = _plain_stream(child)
+        #: every pick of the child to a constant (see :func:`_plain_stream`);
+        #: made by the first such pick, not here (``_unmapped``): N endpoints
+        #: connecting publish N pickers, most never picked from, and making
+        #: the map is a pass over the child's N results (issue 18: O(N^2)
+        #: Python while 1000 endpoints connect)
+        self._plain_next: Callable[[], PickResult] | None = None
+        self._unmapped = True
 
     @property
     def child(self) -> Picker:
@@ -369,6 +376,13 @@ class OverrideHostPicker(Picker):
             plain = self._plain_next
             if plain is not None:
                 return plain()  # what the lines below give, without their frames
+            if self._unmapped:
+                # the first pick without a session: map the child's results
+                # once (racing picks may both map them: the same stream)
+                self._unmapped = False
+                plain = self._plain_next = _plain_stream(self._child)
+                if plain is not None:
+                    return plain()
         elif session.cookie_addresses:
             overridden = self._pick_session(session)
             if overridden is not None:

@@ -1,0 +1,176 @@
+"""A ``grpc.aio`` channel on a sync grpcio channel's own connection (gRFC
+A51: out-of-band ORCA reports stream on the subchannel's connection).
+
+Theory of operation
+-------------------
+
+A sync subchannel's out-of-band ORCA stream cannot be read on its sync
+grpcio channel without a thread blocked on it (:mod:`pyxds.channel.orca_oob`),
+so it runs as a ``grpc.aio`` call on the xDS stream loop, on a ``grpc.aio``
+channel to the same address: the *twin*.  C-core shares one connection
+between channels when their subchannels have equal keys: the address and
+the channel arguments, compared in C-core's global subchannel pool.  Made
+the public way, a twin's arguments differ from its sync channel's in two
+places, so each opened a second TCP connection (issue 18: ~29 KB of RSS and
+~0.2 ms of client CPU per endpoint, a second socket on the backend):
+
+* grpcio appends its own ``grpc.primary_user_agent`` last
+  (``grpc-python/...`` for ``grpc._channel``, ``grpc-python-asyncio/...``
+  for ``grpc.aio``), and C-core keeps the last value of a key;
+* cygrpc's sync ``Channel`` appends ``("grpc.fork_epoch", epoch)``.
+
+:func:`twin` builds the ``grpc.aio.Channel`` with the very arguments
+grpcio gives the sync channel (grpcio's own ``_separate_channel_options``
+and ``_augment_options``, plus the fork epoch), doing what
+``grpc.aio.Channel.__init__`` does with them (no interceptors).  C-core then
+finds the sync channel's subchannel in its global pool, and the stream runs
+on that connection, as C-core's own OOB stream does: one connection per
+endpoint, whose READY the twin sees at once.  (Channel credentials are part
+of the key too: plaintext ones, and an A29 subchannel's plaintext hop to its
+TLS relay, compare equal; cygrpc makes a new C-core object of an
+application's ``grpc.ssl_channel_credentials`` per channel, which C-core
+tells apart, so such a twin gets a connection of its own.)
+
+A sync transport therefore uses C-core's global subchannel pool with a key
+of its own (:func:`transport_options`: a unique ``pyxds.connection``
+argument in place of ``grpc.use_local_subchannel_pool``): two transports
+still never share a C-core subchannel and its backoff, and no channel of
+the application's (which lacks the key) shares one with pyxds.
+
+Used only on a grpcio whose functions it mirrors are, line for line, the
+ones it was checked against (:data:`VERIFIED`, a fingerprint of their
+source text; the fork epoch is cygrpc's, checked with the same grpcio
+release by tests/e2e/test_wrr_orca_channel.py, which counts the backend's
+connections).  The fingerprint is taken with the first twin (a program
+without OOB streams never pays it).  On another grpcio the twin is made the
+public way, over a second connection (with :data:`ENABLED` off, transports
+also keep the local pool).
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import logging
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from pyxds.channel.grpc_unary import checked, source_fingerprint
+
+__all__ = ["ENABLED", "KEY", "VERIFIED", "available", "fingerprint", "transport_options", "twin"]
+
+_log = logging.getLogger(__name__)
+
+#: fingerprints (:func:`fingerprint`) of the grpcio sources checked
+VERIFIED = {
+    "d6f7f07e1eaf4de53f20cf64c2174cf8bd00443a84d6a5673f8af3eaf29bebed": "grpcio 1.85.3",
+}
+#: whether sync transports are keyed so that their twin may share their
+#: connection (tests compare both ways)
+ENABLED = True
+#: the channel argument that keys one transport's C-core subchannel
+KEY = "pyxds.connection"
+_LOCAL_POOL = "grpc.use_local_subchannel_pool"
+
+_AVAILABLE: bool | None = None
+_ids = itertools.count(1)
+_sync: Any = None
+_aio: Any = None
+_cygrpc: Any = None
+_common: Any = None
+
+
+def _mirrored() -> list[Any]:
+    """The grpcio functions whose behaviour :func:`twin` repeats or relies on."""
+    sync: Any = importlib.import_module("grpc._channel")
+    aio: Any = importlib.import_module("grpc.aio._channel")
+    return [
+        grpc.insecure_channel,
+        grpc.secure_channel,
+        sync.Channel.__init__,
+        sync._separate_channel_options,
+        sync._augment_options,
+        aio.Channel.__init__,
+        aio._augment_channel_arguments,
+        aio.insecure_channel,
+        aio.secure_channel,
+    ]
+
+
+def fingerprint() -> str:
+    """SHA-256 of the source lines of the mirrored grpcio functions."""
+    return source_fingerprint(_mirrored())
+
+
+def _bind() -> None:
+    global _sync, _aio, _cygrpc, _common
+    _sync = importlib.import_module("grpc._channel")
+    _aio = importlib.import_module("grpc.aio._channel")
+    _cygrpc = importlib.import_module("grpc._cython.cygrpc")
+    _common = importlib.import_module("grpc._common")
+
+
+def available() -> bool:
+    """Whether a twin can share its sync channel's connection here (this
+    grpcio was checked; the fingerprint is taken with the first twin, not at
+    start-up)."""
+    global _AVAILABLE
+    if _AVAILABLE is None:
+        _AVAILABLE = checked(fingerprint, VERIFIED, _bind)
+        if not _AVAILABLE:
+            _log.debug("pyxds: grpcio %s: OOB streams on a side connection", grpc.__version__)
+    return _AVAILABLE
+
+
+def transport_options(options: Sequence[tuple[str, Any]]) -> tuple[tuple[str, Any], ...]:
+    """A sync transport's grpcio channel options: with :data:`ENABLED`, the
+    global subchannel pool keyed by a :data:`KEY` of its own (unique in the
+    process) in place of a local pool, so that its twin can share its
+    connection and nothing else can; else ``options``."""
+    if not ENABLED:
+        return tuple(options)
+    out = [o for o in options if o[0] != _LOCAL_POOL]
+    out.append((KEY, next(_ids)))
+    return tuple(out)
+
+
+def twin(
+    target: str,
+    credentials: grpc.ChannelCredentials | None,
+    options: Sequence[tuple[str, Any]],
+    compression: grpc.Compression | None,
+) -> Any:
+    """A ``grpc.aio.Channel`` to the destination of ``grpc.insecure_channel``
+    / ``grpc.secure_channel`` with the same arguments (``options`` from
+    :func:`transport_options`), made on the event loop that will run its
+    calls.  On a checked grpcio its C-core arguments are that channel's, so
+    it shares that channel's connection; elsewhere it is a ``grpc.aio``
+    channel made the public way (a second connection)."""
+    if not (ENABLED and any(k == KEY for k, _ in options) and available()):
+        if credentials is None:
+            return grpc.aio.insecure_channel(target, options, compression)
+        return grpc.aio.secure_channel(target, credentials, options, compression)
+    _python, core = _sync._separate_channel_options(options)
+    args = (
+        *_sync._augment_options(core, compression),
+        ("grpc.fork_epoch", _cygrpc.get_fork_epoch()),
+    )
+    channel = _aio.Channel.__new__(_aio.Channel)
+    # grpc.aio.Channel.__init__ with no interceptors, on these arguments
+    channel._unary_unary_interceptors = []
+    channel._unary_stream_interceptors = []
+    channel._stream_unary_interceptors = []
+    channel._stream_stream_interceptors = []
+    channel._loop = _cygrpc.get_working_loop()
+    channel._channel = _cygrpc.AioChannel(
+        _common.encode(target),
+        args,
+        None if credentials is None else getattr(credentials, "_credentials"),  # noqa: B009
+        channel._loop,
+    )
+    channel._active_calls = weakref.WeakSet()
+    return channel

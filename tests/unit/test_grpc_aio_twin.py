@@ -1,0 +1,108 @@
+"""When a sync transport's grpc.aio twin (pyxds/channel/grpc_aio_twin.py)
+is made on the sync channel's own C-core arguments: only on a grpcio whose
+mirrored functions are the ones it was checked against, only for options
+keyed by ``transport_options``, and not when switched off; each transport's
+key is its own.  (That the twin then shares the connection, and the
+fallback's side connection: tests/e2e/test_wrr_orca_channel.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import grpc.aio
+import pytest
+
+from pyxds.channel import grpc_aio_twin
+from pyxds.channel.subchannel import subchannel_options
+
+CHECKED_GRPCIO = f"grpcio {grpc.__version__}" in grpc_aio_twin.VERIFIED.values()
+needs_checked_grpcio = pytest.mark.skipif(
+    not CHECKED_GRPCIO, reason=f"grpcio {grpc.__version__} is not a checked one"
+)
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    monkeypatch.setattr(grpc_aio_twin, "_AVAILABLE", None)
+
+
+@pytest.fixture
+def public_made(monkeypatch):
+    """The targets grpc.aio's public constructors were called with."""
+    made: list[str] = []
+    real = grpc.aio.insecure_channel
+
+    def insecure(target, options=None, compression=None):
+        made.append(target)
+        return real(target, options, compression)
+
+    monkeypatch.setattr(grpc.aio, "insecure_channel", insecure)
+    return made
+
+
+def make_twin(options) -> tuple[str, bool]:
+    """Make a twin on a fresh loop, use it once; its type name and whether
+    a call could start on it."""
+
+    async def main():
+        channel = grpc_aio_twin.twin("127.0.0.1:1", None, options, None)
+        try:
+            call = channel.unary_unary("/s/m")(b"", timeout=0.01)
+            with pytest.raises(grpc.aio.AioRpcError):
+                await call
+            return type(channel).__name__, True
+        finally:
+            await channel.close()
+
+    return asyncio.run(main())
+
+
+@needs_checked_grpcio
+def test_this_grpcio_is_a_checked_one(fresh):
+    assert grpc_aio_twin.fingerprint() in grpc_aio_twin.VERIFIED
+    assert grpc_aio_twin.available()
+
+
+def test_a_grpcio_missing_a_mirrored_function_is_not_used(fresh, monkeypatch):
+    def missing():
+        raise AttributeError("_augment_options")
+
+    monkeypatch.setattr(grpc_aio_twin, "_mirrored", missing)
+    assert not grpc_aio_twin.available()
+
+
+def test_each_transport_gets_a_key_of_its_own_in_place_of_a_local_pool():
+    options = subchannel_options([("grpc.max_receive_message_length", 10)])
+    assert ("grpc.use_local_subchannel_pool", 1) in options
+    first = grpc_aio_twin.transport_options(options)
+    second = grpc_aio_twin.transport_options(options)
+    for keyed in (first, second):
+        assert "grpc.use_local_subchannel_pool" not in dict(keyed)
+        assert dict(keyed)["grpc.max_receive_message_length"] == 10
+    assert dict(first)[grpc_aio_twin.KEY] != dict(second)[grpc_aio_twin.KEY]
+
+
+def test_switched_off_transports_keep_the_local_pool(monkeypatch):
+    monkeypatch.setattr(grpc_aio_twin, "ENABLED", False)
+    options = subchannel_options(None)
+    assert grpc_aio_twin.transport_options(options) == options
+
+
+@needs_checked_grpcio
+def test_a_keyed_transport_twin_is_made_on_the_sync_arguments(fresh, public_made):
+    options = grpc_aio_twin.transport_options(subchannel_options(None))
+    assert make_twin(options) == ("Channel", True)
+    assert public_made == []
+
+
+def test_a_twin_on_another_grpcio_is_made_the_public_way(fresh, monkeypatch, public_made):
+    monkeypatch.setattr(grpc_aio_twin, "VERIFIED", {"0" * 64: "not this one"})
+    options = grpc_aio_twin.transport_options(subchannel_options(None))
+    assert make_twin(options) == ("Channel", True)
+    assert public_made == ["127.0.0.1:1"]
+
+
+def test_unkeyed_options_get_a_public_twin(fresh, public_made):
+    assert make_twin(subchannel_options(None)) == ("Channel", True)
+    assert public_made == ["127.0.0.1:1"]
