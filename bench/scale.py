@@ -925,6 +925,8 @@ def eds_main(args: argparse.Namespace) -> None:
     bad_rows = [
         ("9000 of 10k refuse: failed RPCs", lambda r: r["bad"]["failed"]),
         ("  RPCs served in 10 s", lambda r: r["bad"]["rpcs"]),
+        ("  slowest RPC ms", lambda r: r["bad"]["slowest_ms"]),
+        ("  p99 RPC ms", lambda r: r["bad"]["p99_ms"]),
         ("  full GCs", lambda r: r["bad"]["full_gcs"]),
         ("  longest full GC ms", lambda r: r["bad"]["full_gc_max_ms"]),
         ("  CPU % (RPCs running)", lambda r: r["bad_cpu_pct"]),
@@ -939,7 +941,10 @@ def eds_main(args: argparse.Namespace) -> None:
     ]
     print(f"{'eds shape (median of rounds)':<44} " + " ".join(f"{k:>10}" for k in kinds))
     for label, get in rows:
-        cells = " ".join(f"{_median([get(r) for r in results[k]]):>10.2f}" for k in kinds)
+        try:
+            cells = " ".join(f"{_median([get(r) for r in results[k]]):>10.2f}" for k in kinds)
+        except KeyError:
+            continue  # a phase left out (--eds-phases)
         print(f"{label:<44} {cells}")
     for k in kinds:
         left = [r.get("closed_extra") for r in results[k]]

@@ -91,6 +91,8 @@ class _TimerThread:
 
     def __init__(self) -> None:
         self.heap: list[_Entry] = []
+        #: the deadlines of ``prompt`` clocks (RealClock), served first once due
+        self.prompt: list[_Entry] = []
         self.seq = itertools.count()
         self.cond = threading.Condition(threading.Lock())
         self.thread: threading.Thread | None = None
@@ -99,9 +101,10 @@ class _TimerThread:
 
     def push(self, timer: _HeapTimer) -> None:
         with self.cond:
-            if self.garbage > 256 and self.garbage * 2 > len(self.heap):
+            if self.garbage > 256 and self.garbage * 2 > len(self.heap) + len(self.prompt):
                 self._compact()
-            heap = self.heap  # after compacting: it replaces the list
+            # after compacting: it replaces the list
+            heap = self.prompt if timer.owner._prompt else self.heap
             heapq.heappush(heap, (timer.deadline, timer.seq, timer))
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="pyxds-timer", daemon=True)
@@ -113,7 +116,7 @@ class _TimerThread:
         """Forget every timer of ``owner`` (closed), so nothing it scheduled
         keeps its callbacks (and what they reference) alive."""
         with self.cond:
-            for _, _, timer in self.heap:
+            for _, _, timer in self.heap + self.prompt:
                 if timer.owner is owner:
                     timer._cancelled = True
             self._compact()
@@ -122,26 +125,36 @@ class _TimerThread:
     def _compact(self) -> None:
         self.heap = [e for e in self.heap if not e[2]._cancelled]
         heapq.heapify(self.heap)
+        self.prompt = [e for e in self.prompt if not e[2]._cancelled]
+        heapq.heapify(self.prompt)
         self.garbage = 0
 
     def _next(self) -> _HeapTimer | None:
-        """The next due timer (waiting for it); None: the thread exits."""
+        """The next due timer (waiting for it); None: the thread exits.  A
+        due timer of a ``prompt`` clock comes before every other due timer
+        (see :class:`RealClock`); each heap keeps deadline order."""
         with self.cond:
             while True:
-                heap = self.heap
+                heap, prompt = self.heap, self.prompt
                 while heap and heap[0][2]._cancelled:
                     heapq.heappop(heap)
                     self.garbage = max(0, self.garbage - 1)
-                if not heap:
+                while prompt and prompt[0][2]._cancelled:
+                    heapq.heappop(prompt)
+                    self.garbage = max(0, self.garbage - 1)
+                if not heap and not prompt:
                     self.cond.wait(TIMER_THREAD_LINGER)
-                    if not self.heap:
+                    if not self.heap and not self.prompt:
                         self.thread = None
                         return None
                     continue
-                wait = heap[0][0] - time.monotonic()
-                if wait <= 0:
+                now = time.monotonic()
+                if prompt and prompt[0][0] <= now:
+                    return heapq.heappop(prompt)[2]
+                if heap and heap[0][0] <= now:
                     return heapq.heappop(heap)[2]
-                self.cond.wait(wait)
+                first = min(h[0][0] for h in (heap, prompt) if h)
+                self.cond.wait(first - now)
 
     def _run(self) -> None:
         while True:
@@ -174,14 +187,29 @@ class RealClock(Clock):
     called on it: a pick on the loop that asks for a connection then makes
     it on the loop, with no hop through the timer thread and back (issue 18:
     ring_hash's lazy connections under ``pyxds.aio``).
+
+    ``prompt``: this clock's due timers run before every other clock's due
+    timers (each set still in deadline order).  The process's connectivity
+    monitor is one (:func:`pyxds.connectivity.monitor`): its sweeps see the
+    end of a failed connection attempt, and its closes let a failed attempt's
+    grpcio channel go.  Behind a backlog of other due timers (thousands of
+    refusing endpoints whose backoffs end together: each ends in a new
+    attempt) both waited as long as the backlog, 1-2 s, so every failed
+    attempt's channel and transport lived that long, survived into the
+    oldest GC generation and brought on a full collection every ~2 s (issue
+    18).  Its timers are few and cheap (the sweeps keep to their share of a
+    core), so the others are not starved.
     """
 
     def __init__(
         self,
         dispatch: Callable[[Callable[[], None]], None] | None = None,
         defer: Callable[[Callable[[], None]], bool] | None = None,
+        prompt: bool = False,
     ) -> None:
         self._dispatch = dispatch or (lambda fn: fn())
+        #: its due timers run before every other clock's due ones
+        self._prompt = prompt
         #: offered each zero-delay callback first: True when it took it (it
         #: runs it soon on the calling thread, e.g. on that thread's running
         #: event loop), False to leave it to the timer thread

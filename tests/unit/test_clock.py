@@ -204,3 +204,76 @@ def test_defer_is_not_offered_timers_with_a_delay_and_a_refusal_leaves_it_to_the
     assert done.wait(5)
     assert on == ["pyxds-timer"]
     clock.close()
+
+
+def _blocked_timer_thread(monkeypatch):
+    """A fresh timer thread held busy by a first callback until the
+    returned event is set (a backlog of due timers builds up behind it)."""
+    monkeypatch.setattr(clock_module, "_TIMERS", clock_module._TimerThread())
+    started, release = threading.Event(), threading.Event()
+
+    def block():
+        started.set()
+        assert release.wait(5)
+
+    RealClock().call_later(0, block)
+    assert started.wait(5)
+    return release
+
+
+def test_a_prompt_clocks_due_timer_runs_before_other_clocks_due_ones(monkeypatch):
+    """Issue 18: the connectivity monitor's sweeps and closes must not wait
+    behind a backlog of due timers of other clocks (thousands of backoffs
+    ending at once); each set still runs in deadline order."""
+    release = _blocked_timer_thread(monkeypatch)
+    ran: list[str] = []
+    done = threading.Event()
+    normal, prompt = RealClock(), RealClock(prompt=True)
+    normal.call_later(0, lambda: ran.append("backoff 1"))
+    normal.call_later(0, lambda: ran.append("backoff 2"))
+    prompt.call_later(0, lambda: ran.append("sweep"))
+    prompt.call_later(0, lambda: ran.append("close"))
+    normal.call_later(0, done.set)
+    release.set()
+    assert done.wait(5)
+    assert ran == ["sweep", "close", "backoff 1", "backoff 2"]
+
+
+def test_a_prompt_timer_not_yet_due_holds_up_no_due_timer(monkeypatch):
+    monkeypatch.setattr(clock_module, "_TIMERS", clock_module._TimerThread())
+    ran: list[str] = []
+    done = threading.Event()
+    RealClock(prompt=True).call_later(0.2, lambda: (ran.append("prompt, later"), done.set()))
+    RealClock().call_later(0, lambda: ran.append("due now"))
+    assert done.wait(5)
+    assert ran == ["due now", "prompt, later"]
+
+
+def test_a_prompt_clocks_timers_never_run_once_cancelled_or_the_clock_closed(monkeypatch):
+    release = _blocked_timer_thread(monkeypatch)
+    ran: list[str] = []
+    done = threading.Event()
+    prompt = RealClock(prompt=True)
+    prompt.call_later(0, lambda: ran.append("cancelled")).cancel()
+    prompt.call_later(0, lambda: ran.append("closed"))
+    prompt.close()
+    RealClock().call_later(0, done.set)
+    release.set()
+    assert done.wait(5)
+    assert ran == []
+    assert clock_module._TIMERS.prompt == []
+
+
+def test_a_prompt_timer_scheduled_when_cancelled_ones_are_compacted_away_still_fires(monkeypatch):
+    """As the compaction test above, for a prompt clock's own heap (the
+    connectivity monitor cancels and re-makes its sweep timer often)."""
+    monkeypatch.setattr(clock_module, "_TIMERS", clock_module._TimerThread())
+    prompt = RealClock(prompt=True)
+    RealClock().call_later(1800, lambda: None)
+    for timer in [prompt.call_later(3600, lambda: None) for _ in range(300)]:
+        timer.cancel()
+    ran = threading.Event()
+    prompt.call_later(0.0, ran.set)  # this push compacts both heaps
+    assert ran.wait(5)
+    assert len(clock_module._TIMERS.prompt) == 0
+    prompt.close()

@@ -573,3 +573,59 @@ def test_the_channels_are_asked_outside_the_monitor_lock():
     clock.advance(0)
     assert seen == [READY]
     assert calls and seen_other == [IDLE]
+
+
+def test_the_process_monitor_sweeps_and_closes_before_other_clocks_due_timers():
+    """Rule 5 (issue 18): the process's monitor is on a prompt clock, so a
+    refused attempt is seen and its grpcio channel closed even while
+    thousands of backoff timers are due (tests/unit/test_clock.py shows what
+    a prompt clock does)."""
+    from pyxds.clock import RealClock
+
+    clock = connectivity.monitor()._clock
+    assert isinstance(clock, RealClock) and clock._prompt
+
+
+def test_a_garbage_collection_during_a_sweep_does_not_stretch_the_warm_gap(monkeypatch):
+    """A sweep's own CPU time sets the gap to the next warm sweep (budget); a
+    collection that ran inside it (0.1-1 s at 10,000 endpoints) is not the
+    checks' cost: counted, it stretched the gap to seconds, so every attempt
+    in flight lived that long and was promoted into the oldest generation
+    (issue 18).  The budget still holds for the checks themselves."""
+    cpu = [0.0]
+    monkeypatch.setattr(connectivity.time, "thread_time", lambda: cpu[0])
+
+    def slow_collection(phase: str, info: dict) -> None:
+        if phase == "start":
+            cpu[0] += 1.0  # the collection's CPU
+
+    gc.callbacks.append(slow_collection)  # after the monitor's own: it sees this cost
+    try:
+        _sweeps_with_a_collection(cpu)
+    finally:
+        gc.callbacks.remove(slow_collection)
+
+
+def _sweeps_with_a_collection(cpu: list[float]) -> None:
+    monitor, clock = make_monitor()
+    collect = [True]
+    channel = FakeGrpcChannel()
+
+    def probe() -> int:
+        cpu[0] += 0.1  # the checks' own CPU: a 0.5 s gap at WARM_BUDGET
+        if collect[0]:
+            gc.collect(0)
+        return channel._channel.check_connectivity_state(False)
+
+    seen: list[int] = []
+    monitor.watch(probe, seen.append)
+    clock.advance(0)  # the first sweep: 0.1 s of checks and a 1 s collection
+    before = channel._channel.checks
+    clock.advance(1.0)
+    assert channel._channel.checks > before  # within 1 s (0.5 s gap), not after 5.5 s
+    collect[0] = False
+    clock.advance(1.0)
+    before = channel._channel.checks
+    clock.advance(0.4)
+    assert channel._channel.checks == before  # the checks' own cost still spaces sweeps
+    assert seen == [IDLE]

@@ -775,3 +775,42 @@ def test_parent_sending_an_update_inside_the_tf_report_is_applied_cleanly():
     assert policy.phase is Phase.FIRST_PASS
     assert connect_order(helper) == ["a:1", "b:1"]
     assert helper.subchannel("a:1", live=False).shut_down
+
+
+def test_reconnecting_re_reports_each_failure_and_the_same_error_with_one_picker():
+    """RECONNECTING over one address re-reports TRANSIENT_FAILURE and asks
+    for re-resolution after every failure (C-core); the same error again is
+    reported with the same status and picker (issue 18: a new pair per failed
+    attempt lived through the backoff, into the oldest GC generation), and a
+    new error with a new one."""
+    policy, helper = make(("a:1",))
+    sc = helper.subchannel("a:1")
+    same = Status(UNAVAILABLE, "refused")
+    for _ in range(3):
+        sc.set_state(CONNECTING)
+        sc.set_state(TF, same)
+        sc.set_state(IDLE)  # backoff over: connected again at once
+    assert policy.phase is Phase.RECONNECTING
+    assert helper.state_sequence() == [CONNECTING, TF, TF, TF]
+    assert helper.reresolution_requests == 3
+    reports = helper.states[1:]
+    expected = Status(UNAVAILABLE, "failed to connect to all addresses; last error: " + str(same))
+    assert all(r.status == expected for r in reports)
+    assert reports[0].picker is reports[1].picker is reports[2].picker
+    assert isinstance(helper.pick(), PickFail) and helper.pick().status == expected
+    sc.set_state(CONNECTING)
+    sc.set_state(TF, "timed out")
+    assert helper.state_sequence()[-1] is TF
+    assert helper.last.status.details.endswith("last error: UNAVAILABLE: timed out")
+    assert helper.last.picker is not reports[0].picker
+    assert helper.pick().status == helper.last.status
+
+
+def test_two_policies_failing_with_the_same_error_report_their_own_pickers():
+    """The reused picker is per policy, never shared between endpoints."""
+    _, one = make(("a:1",))
+    _, two = make(("a:1",))
+    for helper in (one, two):
+        fail(helper, "a:1", "refused")
+    assert one.last.status == two.last.status
+    assert one.last.picker is not two.last.picker

@@ -308,3 +308,33 @@ def test_core_of_unwraps_policy_wrappers():
 
     assert core_of(Wrapper(Wrapper(sub))) is core_of(sub)
     assert core_of(object()) is None
+
+
+def test_each_failed_attempt_reports_the_same_failure_and_a_new_cause_anew():
+    """Every failed attempt goes TRANSIENT_FAILURE then, after its backoff,
+    IDLE; an attempt failing as the last one did reports an equal status (the
+    same immutable object: issue 18, one Status per failed attempt lived
+    through its backoff, into the oldest GC generation); a failure with
+    another cause (the transport's failure detail) reports its own text."""
+    pool, transports, clock = make_pool()
+    sub = pool.create("a:1", {})
+    seen = watch(sub)
+    failures = []
+    detail = [None]
+    core_of(sub).failure_detail = lambda: detail[0]
+    for attempt in range(4):
+        if attempt == 3:
+            detail[0] = "certificate expired"
+        sub.connect()
+        transports.made[-1].report(GC.TRANSIENT_FAILURE)
+        failures.append(seen[-1])
+        clock.advance(130)  # past any backoff: IDLE again
+        assert states(seen)[-1] is CS.IDLE
+    assert [s for s, _ in failures] == [CS.TRANSIENT_FAILURE] * 4
+    statuses = [status for _, status in failures]
+    assert [s.details for s in statuses] == ["failed to connect to a:1"] * 3 + [
+        "failed to connect to a:1: certificate expired"
+    ]
+    assert statuses[0] is statuses[1] is statuses[2]
+    assert all(s.code is grpc.StatusCode.UNAVAILABLE for s in statuses)
+    assert states(seen) == [CS.IDLE] + [CS.CONNECTING, CS.TRANSIENT_FAILURE, CS.IDLE] * 4

@@ -508,6 +508,7 @@ class SubchannelCore:
         "failure_detail",
         "security_info",
         "orca_oob",
+        "_failed_status",
     )
 
     def __init__(
@@ -541,6 +542,9 @@ class SubchannelCore:
         self.orca_oob: OobStream | None = None
         #: The TLS relay's view for config_dump (A29), when there is one.
         self.security_info: Callable[[], dict[str, Any]] | None = None
+        #: the last failed attempt's status, reused while its text is the
+        #: same (one object per endpoint, not one per failed attempt)
+        self._failed_status: Status | None = None
 
     # -- serializer-side API -------------------------------------------
     def watch(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
@@ -638,9 +642,13 @@ class SubchannelCore:
         detail = self.failure_detail() if self.failure_detail is not None else None
         if detail:
             text = f"{text}: {detail}"
-        self._set_state(
-            ConnectivityState.TRANSIENT_FAILURE, Status(grpc.StatusCode.UNAVAILABLE, text)
-        )
+        # The same failure again is the same (immutable) status: every
+        # attempt's new Status lived through its backoff, into the oldest
+        # GC generation (issue 18: 9000 refusing endpoints).
+        status = self._failed_status
+        if status is None or status.details != text:
+            status = self._failed_status = Status(grpc.StatusCode.UNAVAILABLE, text)
+        self._set_state(ConnectivityState.TRANSIENT_FAILURE, status)
         self._backoff_timer = self._clock.call_later(delay, self._backoff_done)
 
     def _backoff_done(self) -> None:

@@ -622,12 +622,22 @@ class PickFirst(LoadBalancer):
         self._helper.request_reresolution()
         self._report(_IDLE, OK_STATUS, QueuePicker(on_pick=self._schedule_exit_idle))
 
+    #: the last TRANSIENT_FAILURE picker of _report_all_failed, reused while
+    #: its text is the same (set on first use: no cost per endpoint until then)
+    _all_failed: FailPicker | None = None
+
     def _report_all_failed(self) -> None:
         details = str(self._last_failure)
         if not self._omit_status_prefix:
             details = f"failed to connect to all addresses; last error: {details}"
-        status = Status(_UNAVAILABLE, details)
-        self._report(_TF, status, FailPicker(status))
+        # The same failure again (RECONNECTING re-reports after every N
+        # failures, as C-core) gets the same immutable status and picker: a
+        # new pair per failed attempt lived through the backoff, into the
+        # oldest GC generation (issue 18: 9000 refusing endpoints).
+        picker = self._all_failed
+        if picker is None or picker.status.details != details:
+            picker = self._all_failed = FailPicker(Status(_UNAVAILABLE, details))
+        self._report(_TF, picker.status, picker)
 
     # -- plumbing ---------------------------------------------------------------
     def _count(self, name: str) -> None:
