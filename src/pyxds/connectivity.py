@@ -408,10 +408,11 @@ class ConnectivityMonitor(Generic[S]):
         self._schedule(now, due)
 
 
-_BY_CODE = {state.value[0]: state for state in grpc.ChannelConnectivity}
 #: C-core's connectivity state codes to grpcio's states
-BY_CODE: Mapping[int, grpc.ChannelConnectivity] = _BY_CODE
-_CODE = {state: code for code, state in _BY_CODE.items()}
+BY_CODE: Mapping[int, grpc.ChannelConnectivity] = {
+    state.value[0]: state for state in grpc.ChannelConnectivity
+}
+_CODE = {state: code for code, state in BY_CODE.items()}
 
 
 def _cygrpc_channel(channel: grpc.Channel) -> Any:
@@ -463,7 +464,7 @@ class _ByCode:
         self.deliver = deliver
 
     def __call__(self, code: int) -> None:
-        self.deliver(_BY_CODE[code])
+        self.deliver(BY_CODE[code])
 
 
 def request_connection(channel: grpc.Channel) -> None:

@@ -410,9 +410,6 @@ class AioTransport(Transport):
     def channel(self) -> Any:
         return self._channel
 
-    def _on_loop(self, fn: Callable[[], None]) -> None:
-        self._inbox.run(fn)
-
     def _create(self) -> None:
         if self.closed:
             return
@@ -449,7 +446,7 @@ class AioTransport(Transport):
             if self._channel is not None and not self.closed:
                 self._channel.get_state(try_to_connect=True)
 
-        self._on_loop(go)
+        self._inbox.run(go)
 
     def _close_now(self) -> None:
         def go() -> None:
@@ -459,7 +456,7 @@ class AioTransport(Transport):
                 self._loop.create_task(self._channel.close())
 
         self._on_state = _ignore_state  # its owner's closure refers back to it
-        self._on_loop(go)
+        self._inbox.run(go)
         self._closed_done()  # closes on its event loop; nothing to wait for here
 
 
