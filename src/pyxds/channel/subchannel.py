@@ -13,7 +13,8 @@ each policy holds its own :class:`ChannelSubchannel` handle (the
 The connection itself is a :class:`Transport`: a grpcio channel (sync or
 asyncio) to the single address (an IP literal as an ``ipv4:``/``ipv6:``
 target, skipping C-core's dns resolver: :func:`grpcio_target`), built so
-that grpcio neither balances nor retries on its own: ``grpc.lb_policy_name=pick_first`` over one address,
+that grpcio neither balances nor retries on its own:
+``grpc.lb_policy_name=pick_first`` over one address,
 ``grpc.enable_retries=0``, no service config lookups, a C-core subchannel of
 its own so that two transports never share one (and its backoff): a local
 subchannel pool (``grpc.use_local_subchannel_pool``), or for a sync
@@ -351,8 +352,19 @@ class PolledTransport(Transport):
         self._monitor = monitor
         # A TRANSIENT_FAILURE retires the transport (SubchannelCore._fail):
         # nothing it reports afterwards matters, so it is not checked again.
+        # Its owner connects it at once (SubchannelCore.connect), and a new
+        # grpcio channel is IDLE until then: the first check waits one
+        # HOT_PERIOD, as connect()'s would, instead of a sweep at once that
+        # could only see IDLE or CONNECTING (issue 18: with thousands of
+        # refusing endpoints, one more sweep and one more report through the
+        # serializer per failed attempt; a refused loopback attempt is often
+        # over within that period, and then its first check sees the failure).
         self._watch = connectivity.watch_channel_codes(
-            channel, self, monitor, until=grpc.ChannelConnectivity.TRANSIENT_FAILURE
+            channel,
+            self,
+            monitor,
+            until=grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+            first_check=connectivity.HOT_PERIOD,
         )
 
     @property
