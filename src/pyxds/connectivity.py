@@ -70,8 +70,7 @@ Rules:
 3. A probe that raises (its grpcio channel closed under it) ends the watch.
 4. :meth:`ConnectivityMonitor.close_soon` runs a close on the same timer
    thread, never on the caller's (a channel's serializer) and never on a
-   thread of its own: closing 1000 subchannels starts no thread.  Closes
-   asked for before the pending one runs share its timer, in order.
+   thread of its own: closing 1000 subchannels starts no thread.
 5. The process's monitor (:func:`monitor`) runs on a ``prompt``
    :class:`~pyxds.clock.RealClock`: a due sweep or close comes before the
    other clocks' due timers (backoffs ending, LB timers), so a refused
@@ -87,7 +86,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -96,8 +94,6 @@ from typing import Any, Generic, TypeVar
 import grpc
 
 from pyxds.clock import Clock, RealClock, Timer
-
-_log = logging.getLogger(__name__)
 
 __all__ = [
     "COLD_BUDGET",
@@ -247,8 +243,6 @@ class ConnectivityMonitor(Generic[S]):
         self._cold_due = 0.0
         self._cold_period = COLD_PERIOD
         self._warm_gap = HOT_PERIOD
-        #: closes waiting for their timer (close_soon)
-        self._closing: list[Callable[[], None]] = []
         #: sweeps made (for tests and benchmarks)
         self.sweeps = 0
         #: checks made (for tests and benchmarks)
@@ -275,25 +269,8 @@ class ConnectivityMonitor(Generic[S]):
         return watch
 
     def close_soon(self, close: Callable[[], None]) -> None:
-        """Run ``close`` (a grpcio channel's close) on the monitor's clock.
-        Closes asked for before the first of them runs share its timer (the
-        failed attempts a sweep delivers: one timer, not one each), and run
-        in the order asked."""
-        with self._lock:
-            closing = self._closing
-            closing.append(close)
-            if len(closing) > 1:
-                return  # its timer is pending: it runs this one too
-        self._clock.call_later(0.0, self._close_pending)
-
-    def _close_pending(self) -> None:
-        with self._lock:
-            closing, self._closing = self._closing, []
-        for close in closing:
-            try:
-                close()
-            except Exception:  # one close must not keep the others open
-                _log.exception("pyxds: closing a grpcio channel raised")
+        """Run ``close`` (a grpcio channel's close) on the monitor's clock."""
+        self._clock.call_later(0.0, close)
 
     @property
     def watched(self) -> int:

@@ -340,30 +340,6 @@ def test_close_soon_runs_on_the_monitor_clock_not_on_the_caller():
     assert closed == ["closed"]
 
 
-def test_closes_asked_for_together_share_one_timer_and_run_in_order():
-    """The failed attempts one sweep delivers are closed on one timer of the
-    monitor's clock (issue 18: one timer per failed attempt before); a close
-    that raises does not keep the next ones open; a close asked for after
-    the batch ran gets a timer of its own."""
-    monitor, clock = make_monitor()
-    closed: list[int] = []
-
-    def failing() -> None:
-        closed.append(1)
-        raise ValueError("already closed")
-
-    monitor.close_soon(lambda: closed.append(0))
-    monitor.close_soon(failing)
-    monitor.close_soon(lambda: closed.append(2))
-    assert len(clock.pending) == 1 and closed == []
-    clock.advance(0)
-    assert closed == [0, 1, 2]
-    monitor.close_soon(lambda: closed.append(3))
-    assert closed == [0, 1, 2]
-    clock.advance(0)
-    assert closed == [0, 1, 2, 3]
-
-
 def test_watch_channel_reads_the_cygrpc_state_without_asking_to_connect():
     monitor, clock = make_monitor()
     channel = FakeGrpcChannel()
