@@ -24,9 +24,7 @@ channel's ``deliver`` callback, in order, once.  It costs no thread of its
 own and no wake-up per channel.  How often a channel is asked depends on
 what is likely to happen to it next:
 
-* **warm** channels are in a transition: just created (first checked at
-  once, or after the watch's ``first_check``: a subchannel's transport,
-  connected as soon as it is made, waits one ``HOT_PERIOD``), a connection just
+* **warm** channels are in a transition: just created, a connection just
   asked for (``Watch.expect_change``), a change just seen (but READY), or an
   RPC just failed on them (``Watch.check_now``: the RPC's UNAVAILABLE is
   the fastest signal a connection went away).  A warm channel is asked
@@ -250,22 +248,16 @@ class ConnectivityMonitor(Generic[S]):
 
     # -- any thread ------------------------------------------------------
     def watch(
-        self,
-        probe: Callable[[], S],
-        deliver: Callable[[S], None],
-        final: S | None = None,
-        first_check: float = 0.0,
+        self, probe: Callable[[], S], deliver: Callable[[S], None], final: S | None = None
     ) -> Watch[S]:
         """Watch a channel: ``probe()`` reads its state, ``deliver(state)``
-        hears each change (the first check, ``first_check`` seconds from
-        now, delivers the state found), up to and including ``final`` if
-        given (rule 2)."""
+        hears each change (the first check delivers the state found), up to
+        and including ``final`` if given (rule 2)."""
         with self._lock:
             now = self._clock.now()
             watch = Watch(self, probe, deliver, now, final)
-            watch.due = now + first_check
             self._warm[watch] = None
-            self._schedule(now, watch.due)
+            self._schedule(now, now)
         return watch
 
     def close_soon(self, close: Callable[[], None]) -> None:
@@ -459,14 +451,13 @@ def watch_channel_codes(
     deliver_code: Callable[[int], None],
     on: ConnectivityMonitor[int] | None = None,
     until: grpc.ChannelConnectivity | None = None,
-    first_check: float = 0.0,
 ) -> Watch[int]:
     """:func:`watch_channel` with ``deliver_code`` hearing C-core's state
     code (``BY_CODE[code]`` is the ``grpc.ChannelConnectivity``): for a
     watcher that is its own deliverer, one object fewer per channel."""
     probe = functools.partial(_cygrpc_channel(channel).check_connectivity_state, False)
     final = None if until is None else _CODE[until]
-    return (on or monitor()).watch(probe, deliver_code, final, first_check)
+    return (on or monitor()).watch(probe, deliver_code, final)
 
 
 class _ByCode:

@@ -91,24 +91,6 @@ def test_the_first_check_delivers_the_state_found_and_each_change_once_in_order(
     assert seen == [IDLE, CONNECTING, READY, IDLE, CONNECTING, TF]
 
 
-def test_a_watch_is_first_checked_after_its_first_check_delay_not_before():
-    monitor, clock = make_monitor()
-    channel = FakeGrpcChannel()
-    seen: list[int] = []
-    monitor.watch(
-        lambda: channel._channel.check_connectivity_state(False),
-        seen.append,
-        first_check=HOT_PERIOD,
-    )
-    clock.advance(HOT_PERIOD * 0.9)
-    assert channel._channel.checks == 0 and monitor.sweeps == 0
-    clock.advance(HOT_PERIOD * 0.1)
-    assert channel._channel.checks == 1 and seen == [IDLE]
-    channel.set(CONNECTING)
-    clock.advance(HOT_PERIOD)
-    assert seen == [IDLE, CONNECTING]  # then warm as any other watch
-
-
 def test_a_connection_asked_for_is_seen_ready_within_the_hot_period():
     monitor, clock = make_monitor()
     channel, seen, watch = watched(monitor)
@@ -437,34 +419,6 @@ def test_a_failed_attempt_is_seen_within_the_hot_period_and_retires_the_transpor
     h.clock.advance(0)  # the close runs on the monitor's clock
     assert channel.closes == 1
     assert h.monitor.watched == 0
-
-
-def test_a_refused_attempt_costs_one_sweep_and_one_check_and_one_report():
-    """Issue 18, refusing endpoints: a new transport is connected at once by
-    its core, so nothing is checked before one HOT_PERIOD (a check at once
-    saw only IDLE or CONNECTING: one more sweep and one more report through
-    the serializer per failed attempt).  An attempt refused within that
-    period is seen by its first check, and the policy still hears IDLE,
-    CONNECTING and TRANSIENT_FAILURE once each, in order."""
-    h = Harness()
-    sub, seen = h.subchannel()
-    h.serializer.run(sub.connect)
-    (channel,) = h.channels
-    (transport,) = h.transports
-    reports: list[grpc.ChannelConnectivity] = []
-    to_core = transport._on_state
-    transport._on_state = lambda state: (reports.append(state), to_core(state))
-    cygrpc = channel._channel
-    assert cygrpc.connect_requests == 1
-    h.clock.advance(0)
-    assert cygrpc.checks - cygrpc.connect_requests == 0 and h.monitor.sweeps == 0
-    channel.set(TF)  # refused
-    h.clock.advance(HOT_PERIOD)
-    assert cygrpc.checks - cygrpc.connect_requests == 1 and h.monitor.sweeps == 1
-    assert reports == [grpc.ChannelConnectivity.TRANSIENT_FAILURE]
-    assert seen == [CS.IDLE, CS.CONNECTING, CS.TRANSIENT_FAILURE]
-    h.clock.advance(0)  # the close runs on the monitor's clock
-    assert channel.closes == 1 and h.monitor.watched == 0
 
 
 def test_a_failed_attempts_transport_is_freed_without_the_cyclic_garbage_collector():

@@ -352,19 +352,8 @@ class PolledTransport(Transport):
         self._monitor = monitor
         # A TRANSIENT_FAILURE retires the transport (SubchannelCore._fail):
         # nothing it reports afterwards matters, so it is not checked again.
-        # Its owner connects it at once (SubchannelCore.connect), and a new
-        # grpcio channel is IDLE until then: the first check waits one
-        # HOT_PERIOD, as connect()'s would, instead of a sweep at once that
-        # could only see IDLE or CONNECTING (issue 18: with thousands of
-        # refusing endpoints, one more sweep and one more report through the
-        # serializer per failed attempt; a refused loopback attempt is often
-        # over within that period, and then its first check sees the failure).
         self._watch = connectivity.watch_channel_codes(
-            channel,
-            self,
-            monitor,
-            until=grpc.ChannelConnectivity.TRANSIENT_FAILURE,
-            first_check=connectivity.HOT_PERIOD,
+            channel, self, monitor, until=grpc.ChannelConnectivity.TRANSIENT_FAILURE
         )
 
     @property
