@@ -171,9 +171,24 @@ def test_stalled_handshake_is_abandoned_with_its_reason(
     ), details_of(channel)
 
 
+def _relay_loops() -> list[dict]:
+    """Each TLS relay loop: alive, its connections, calls handed to it and
+    not run yet (work queued on a loop that sleeps: reports/flake3.md)."""
+    return [
+        {
+            "name": loop._thread.name,
+            "alive": loop._thread.is_alive(),
+            "connections": loop.connections,
+            "queued_calls": len(loop._calls),
+            "woken": loop._woken,
+        }
+        for loop in relay_loop.loops()
+    ]
+
+
 def _where_it_stood(channel) -> dict:
-    """The channel's state, its subchannels' states and the process's
-    connectivity monitor, for a failure message."""
+    """The channel's state, its subchannels' states, the process's
+    connectivity monitor and the TLS relay's loops, for a failure message."""
     from pyxds import clock, connectivity
 
     dump = channel.config_dump()
@@ -193,6 +208,7 @@ def _where_it_stood(channel) -> dict:
             for name in ("heap", "prompt")
             for heap in [list(getattr(clock._TIMERS, name, []))]
         },
+        "relay_loops": _relay_loops(),
         "threads": sorted(t.name for t in threading.enumerate()),
     }
 
@@ -220,8 +236,9 @@ def test_failing_connections_leak_no_sockets_or_threads(server, pki, cleanup, tm
             "xds:///echo-service", xds_creds(), bootstrap=boot, options=options
         )
         outcome = pyxds_calls(channel, 20, wait_for_ready=True)
-        # a rare failure (3 of 20 RPCs past their deadline, reports/tlsflake.md):
-        # say where the channel stood, to find it the next time
+        # a rare failure (3 of 20 RPCs past their deadline, reports/tlsflake.md)
+        # was a relay loop asleep with calls queued (reports/flake3.md): if
+        # it fails again, say where the channel and the relay's loops stood
         assert outcome == {"good": 20}, (outcome, _where_it_stood(channel))
         time.sleep(1.0)  # the bad endpoint keeps failing and reconnecting
         channel.close()
@@ -354,7 +371,7 @@ def test_relay_threads_stay_bounded_as_endpoints_grow(server, pki, tmp_path):
         # round_robin sends RPCs only to READY subchannels: the 90 RPCs can
         # be over before the last of the 30 TLS handshakes is (a loaded
         # machine: 1 and 7 of 30 were verified by then), so wait for all
-        assert wait_until(lambda: verified() == 30, 20.0), verified()
+        assert wait_until(lambda: verified() == 30, 20.0), (verified(), _relay_loops())
         relay_threads = [t for t in threading.enumerate() if t.name.startswith("pyxds-tls-relay")]
         assert 1 <= len(relay_threads) <= relay_loop.LOOP_THREADS
     finally:
