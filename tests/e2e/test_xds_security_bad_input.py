@@ -379,6 +379,56 @@ def test_relay_threads_stay_bounded_as_endpoints_grow(server, pki, tmp_path):
         backend.stop(None)
 
 
+class _WakeUpRacedOnce:
+    """``os`` for the relay loop module: as each loop reads its wake-up
+    pipe for the first time, another thread's ``call_soon`` to that loop
+    runs to its end first (the loop thread preempted there)."""
+
+    def __init__(self) -> None:
+        self.raced: set[relay_loop.RelayLoop] = set()
+
+    def __getattr__(self, name: str):
+        return getattr(os, name)
+
+    def read(self, fd: int, n: int) -> bytes:
+        for loop in relay_loop.loops():
+            if fd == loop._wake_r and loop.in_loop() and loop not in self.raced:
+                self.raced.add(loop)
+                other = threading.Thread(target=loop.call_soon, args=(lambda: None,))
+                other.start()
+                other.join(5.0)
+        return os.read(fd, n)
+
+
+def test_a_new_channel_connects_after_a_relay_wake_up_raced_another_thread(
+    server, pki, cleanup, tmp_path, monkeypatch
+):
+    """The CI flake of test_failing_connections_leak_no_sockets_or_threads,
+    at will (reports/flake3.md): once a relay loop's wake-up raced another
+    thread's call_soon, the relay of a new channel's endpoint was handed to a
+    loop that slept: 3 of 5 wait_for_ready RPCs ran past their 5 s deadline
+    and the rest were served once a 20 s handshake timer woke the loop."""
+    good = good_backend(pki)
+    cleanup.append(good)
+    config = write_files(str(tmp_path), pki["ca"].pem, pki["client"])
+    server.set_snapshot(tls_snapshot(good.address))
+    boot = bootstrap(server, "raced", config)
+    warm = pyxds.secure_channel("xds:///echo-service", xds_creds(), bootstrap=boot)
+    assert pyxds_calls(warm, 1) == {"good": 1}  # the relay's loops are started
+    warm.close()
+    loops = relay_loop.loops()
+    # quiet loops: no socket of theirs would wake them (and run what waits)
+    assert wait_until(lambda: not any(loop.connections for loop in loops), 5.0)
+    raced = _WakeUpRacedOnce()
+    monkeypatch.setattr(relay_loop, "os", raced)
+    for loop in loops:
+        loop.call_soon(lambda: None)
+    assert wait_until(lambda: len(raced.raced) == len(loops), 5.0)
+    channel = pyxds.secure_channel("xds:///echo-service", xds_creds(), bootstrap=boot)
+    cleanup.append(channel)
+    assert pyxds_calls(channel, 5, timeout=5.0) == {"good": 5}, _where_it_stood(channel)
+
+
 def test_relay_works_on_poll_where_there_is_no_epoll(pki, tmp_path, monkeypatch):
     """macOS and other systems without epoll: the same loop on poll(2)."""
     import json
