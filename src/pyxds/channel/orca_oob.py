@@ -49,6 +49,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from collections.abc import Callable, Coroutine
@@ -63,6 +64,7 @@ from xds.service.orca.v3.orca_pb2 import OrcaLoadReportRequest
 if TYPE_CHECKING:  # subchannel.py imports this module: no runtime import back
     from pyxds.channel.subchannel import SubchannelCore
 
+from pyxds.channel import grpc_aio_twin
 from pyxds.lb.api import ConnectivityState, Status
 from pyxds.xds import stream_loop
 from pyxds.xds.backoff import ExponentialBackoff
@@ -72,6 +74,7 @@ __all__ = ["METHOD", "OobStream", "oob_stream_of"]
 _log = logging.getLogger(__name__)
 
 METHOD = "/xds.service.orca.v3.OpenRcaService/StreamCoreMetrics"
+METHOD_BYTES = METHOD.encode()
 _READY = ConnectivityState.READY
 Watcher = Callable[[OrcaLoadReport], None]
 Unimplemented = Callable[[str], None]
@@ -99,11 +102,32 @@ class OobStream:
     """The subscribers of one subchannel and the call serving them (module
     docstring).  Every method runs on the channel's serializer."""
 
+    __slots__ = (
+        "_core",
+        "_serializer",
+        "_clock",
+        "_backoff",
+        "_watchers",
+        "_on_unimplemented",
+        "_unimplemented_details",
+        "_unwatch_core",
+        "_generation",
+        "_cancel_call",
+        "_period",
+        "_retry_timer",
+        "_unimplemented",
+        "_got_report",
+        "side",
+        "calls_started",
+    )
+
     def __init__(self, core: SubchannelCore) -> None:
         self._core = core
         self._serializer = core._serializer
         self._clock = core._clock
-        self._backoff = ExponentialBackoff(getattr(core._backoff, "_rng", None))
+        #: made with the first call that ends without a report (one per
+        #: endpoint otherwise, for streams that never fail)
+        self._backoff: ExponentialBackoff | None = None
         self._watchers: dict[object, tuple[float, Watcher]] = {}
         self._on_unimplemented: dict[object, Unimplemented] = {}
         self._unimplemented_details = ""
@@ -248,7 +272,8 @@ class OobStream:
         if generation != self._generation:
             return
         self._got_report = True
-        self._backoff.reset()
+        if self._backoff is not None:
+            self._backoff.reset()
         for _period, fn in list(self._watchers.values()):
             try:
                 fn(report)
@@ -278,7 +303,12 @@ class OobStream:
             return
         if not self._watchers or self._core.state is not _READY:
             return
-        delay = 0.0 if self._got_report else self._backoff.next_delay()
+        if self._got_report:
+            delay = 0.0
+        else:
+            if self._backoff is None:
+                self._backoff = ExponentialBackoff(getattr(self._core._backoff, "_rng", None))
+            delay = self._backoff.next_delay()
         period = self._period
         self._retry_timer = self._clock.call_later(delay, lambda: self._retry(generation, period))
 
@@ -335,7 +365,13 @@ def _run_on_side(
     """Run the call on ``side`` (a reader task on the stream loop, which
     ``side.close()`` lets end first); returns its cancel."""
     return _run_aio(
-        side.loop, lambda: side.channel, side.spawn, request, on_report, on_end, side.post
+        side.loop,
+        functools.partial(getattr, side, "channel"),
+        side.spawn,
+        request,
+        on_report,
+        on_end,
+        side.post,
     )
 
 
@@ -348,56 +384,121 @@ def _run_aio(
     on_end: Ended,
     post: Callable[[Callable[[], None]], object] | None = None,
 ) -> Callable[[], None]:
-    """Run the call on ``channel()`` (a grpc.aio channel of ``loop``) in a
-    task ``spawn`` starts on ``loop`` (its start handed over by ``post``,
+    """Run the call on ``channel()`` (a grpc.aio channel of ``loop``, or a
+    :class:`~pyxds.channel.grpc_aio_twin.Twin`) in a task ``spawn`` starts
+    on ``loop`` (its start handed over by ``post``,
     ``loop.call_soon_threadsafe`` by default); returns its cancel (any
     thread)."""
-    box: dict[str, Any] = {"cancelled": False, "call": None}
+    reader = _Reader(loop, channel, spawn, request, on_report, on_end)
+    if post is not None:
+        post(reader.start)
+    elif not loop.is_closed():
+        loop.call_soon_threadsafe(reader.start)
+    return reader.cancel
 
-    async def read() -> None:
+
+class _Reader:
+    """One OOB call read on an event loop: :meth:`start` (on the loop) runs
+    :meth:`read` in a task, :meth:`cancel` (any thread) ends it.  One small
+    object per call rather than closures and a dict (issue 18: memory per
+    endpoint)."""
+
+    __slots__ = (
+        "_loop",
+        "_channel",
+        "_spawn",
+        "_request",
+        "_on_report",
+        "_on_end",
+        "_cancelled",
+        "_call",
+    )
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        channel: Callable[[], Any],
+        spawn: Callable[[Coroutine[Any, Any, None]], object],
+        request: OrcaLoadReportRequest,
+        on_report: Watcher,
+        on_end: Ended,
+    ) -> None:
+        self._loop = loop
+        self._channel = channel
+        self._spawn = spawn
+        self._request: OrcaLoadReportRequest | None = request
+        self._on_report = on_report
+        self._on_end = on_end
+        self._cancelled = False
+        #: the running call (on the loop), once it started: a Twin's C-core
+        #: call or a grpc.aio call
+        self._call: Any = None
+
+    def start(self) -> None:
+        if not self._cancelled:
+            self._spawn(self.read())
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._cancel_call)
+
+    def _cancel_call(self) -> None:
+        call = self._call
+        if call is None:
+            return
+        if isinstance(call, grpc.aio.Call):
+            call.cancel()
+        else:
+            grpc_aio_twin.cancel(call)
+
+    def _take_request(self) -> OrcaLoadReportRequest:
+        """The request, no longer held here (nor by the reading frame)."""
+        request, self._request = self._request, None
+        assert request is not None
+        return request
+
+    def _on_raw(self, raw: bytes) -> None:
+        try:
+            report = OrcaLoadReport.FromString(raw)
+        except Exception:
+            _log.exception("pyxds: an out-of-band ORCA report did not parse")
+            return
+        self._on_report(report)
+
+    async def read(self) -> None:
         code: grpc.StatusCode | None = grpc.StatusCode.OK
         details = ""
         try:
-            aio_channel = channel()
+            aio_channel = self._channel()
             if aio_channel is None:  # closed before it was made
                 raise grpc.aio.UsageError("channel closed")
-            call = aio_channel.unary_stream(
-                METHOD,
-                request_serializer=OrcaLoadReportRequest.SerializeToString,
-                response_deserializer=OrcaLoadReport.FromString,
-            )(request)
-            box["call"] = call
-            if box["cancelled"]:
-                call.cancel()
-            # call.read(), not ``async for`` (pyxds.xds.transport: a suspended
-            # response iterator keeps its call, and the connection, alive)
-            while (report := await call.read()) is not grpc.aio.EOF:
-                on_report(report)
+            if isinstance(aio_channel, grpc_aio_twin.Twin):
+                raw_call = self._call = aio_channel.call(METHOD_BYTES)
+                if self._cancelled:
+                    grpc_aio_twin.cancel(raw_call)
+                code, details = await grpc_aio_twin.read_unary_stream(
+                    aio_channel, raw_call, self._take_request().SerializeToString(), self._on_raw
+                )
+            else:
+                call = aio_channel.unary_stream(
+                    METHOD,
+                    request_serializer=OrcaLoadReportRequest.SerializeToString,
+                    response_deserializer=OrcaLoadReport.FromString,
+                )(self._take_request())
+                self._call = call
+                if self._cancelled:
+                    call.cancel()
+                # call.read(), not ``async for`` (pyxds.xds.transport: a
+                # suspended response iterator keeps its call, and the
+                # connection, alive)
+                while (report := await call.read()) is not grpc.aio.EOF:
+                    self._on_report(report)
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
         except grpc.RpcError as err:
             code, details = err.code(), err.details() or ""
         except Exception as err:
             code, details = grpc.StatusCode.UNKNOWN, str(err)
-        on_end(code, details)
-
-    def start() -> None:
-        if not box["cancelled"]:
-            spawn(read())
-
-    def cancel() -> None:
-        box["cancelled"] = True
-
-        def go() -> None:
-            call = box["call"]
-            if call is not None:
-                call.cancel()
-
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(go)
-
-    if post is not None:
-        post(start)
-    elif not loop.is_closed():
-        loop.call_soon_threadsafe(start)
-    return cancel
+        self._call = None
+        self._on_end(code, details)
