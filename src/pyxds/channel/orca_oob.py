@@ -108,7 +108,6 @@ class OobStream:
         "_clock",
         "_backoff",
         "_watchers",
-        "_on_unimplemented",
         "_unimplemented_details",
         "_unwatch_core",
         "_generation",
@@ -128,8 +127,8 @@ class OobStream:
         #: made with the first call that ends without a report (one per
         #: endpoint otherwise, for streams that never fail)
         self._backoff: ExponentialBackoff | None = None
-        self._watchers: dict[object, tuple[float, Watcher]] = {}
-        self._on_unimplemented: dict[object, Unimplemented] = {}
+        #: subscription -> (period, watcher, its on_unimplemented)
+        self._watchers: dict[_Subscription, tuple[float, Watcher, Unimplemented | None]] = {}
         self._unimplemented_details = ""
         self._unwatch_core: Callable[[], None] | None = None
         self._generation = 0
@@ -148,25 +147,18 @@ class OobStream:
     def add(
         self, period: float, fn: Watcher, on_unimplemented: Unimplemented | None = None
     ) -> Callable[[], None]:
-        token = object()
-        self._watchers[token] = (max(0.0, float(period)), fn)
-        if on_unimplemented is not None:
-            self._on_unimplemented[token] = on_unimplemented
-            if self._unimplemented:
-                on_unimplemented(self._unimplemented_details)
+        subscription = _Subscription(self)
+        self._watchers[subscription] = (max(0.0, float(period)), fn, on_unimplemented)
+        if on_unimplemented is not None and self._unimplemented:
+            on_unimplemented(self._unimplemented_details)
         if self._unwatch_core is None:
             self._unwatch_core = self._core.watch(self._on_state)  # reports the state now
         else:
             self._refresh()
+        return subscription
 
-        def remove() -> None:
-            self._serializer.run(lambda: self._remove(token))
-
-        return remove
-
-    def _remove(self, token: object) -> None:
-        self._on_unimplemented.pop(token, None)
-        if self._watchers.pop(token, None) is None:
+    def _remove(self, subscription: _Subscription) -> None:
+        if self._watchers.pop(subscription, None) is None:
             return
         if self._watchers:
             self._refresh()
@@ -181,7 +173,6 @@ class OobStream:
         """The subchannel shut down: cancel the call, forget every subscriber
         (A51: no need to wait for the call's status)."""
         self._watchers.clear()
-        self._on_unimplemented.clear()
         self._stop()
         self._close_side()
         unwatch, self._unwatch_core = self._unwatch_core, None
@@ -194,7 +185,7 @@ class OobStream:
         return self._period if self._cancel_call is not None else None
 
     def _wanted_period(self) -> float:
-        return min(period for period, _ in self._watchers.values())
+        return min(watch[0] for watch in self._watchers.values())
 
     # -- subchannel state -----------------------------------------------------
     def _on_state(self, state: ConnectivityState, status: Status) -> None:
@@ -246,12 +237,8 @@ class OobStream:
         self._got_report = False
         self.calls_started += 1
         request = _request(period)
-
-        def on_report(report: OrcaLoadReport) -> None:  # any thread
-            self._serializer.run(lambda: self._deliver(generation, report))
-
-        def on_end(code: grpc.StatusCode | None, details: str) -> None:  # any thread
-            self._serializer.run(lambda: self._ended(generation, code, details))
+        sink = _Sink(self, generation)
+        on_report, on_end = sink.report, sink.end
 
         if getattr(transport, "runs_on_event_loop", False):  # an AioTransport
             loop: asyncio.AbstractEventLoop = getattr(transport, "_loop")  # noqa: B009
@@ -274,7 +261,7 @@ class OobStream:
         self._got_report = True
         if self._backoff is not None:
             self._backoff.reset()
-        for _period, fn in list(self._watchers.values()):
+        for _period, fn, _unimplemented in list(self._watchers.values()):
             try:
                 fn(report)
             except Exception:
@@ -288,14 +275,15 @@ class OobStream:
             self._unimplemented = True
             self._unimplemented_details = details
             self._close_side()
-            if len(self._on_unimplemented) < len(self._watchers):
+            told = [watch[2] for watch in self._watchers.values() if watch[2] is not None]
+            if len(told) < len(self._watchers):
                 _log.error(
                     "pyxds: %s does not implement OpenRcaService (%s); no out-of-band "
                     "load reports on this connection",
                     self._core.address,
                     details,
                 )
-            for fn in list(self._on_unimplemented.values()):
+            for fn in told:
                 try:
                     fn(details)
                 except Exception:
@@ -318,6 +306,40 @@ class OobStream:
         self._retry_timer = None
         if self._watchers and self._core.state is _READY and not self._unimplemented:
             self._start(self._wanted_period())
+
+
+class _Subscription:
+    """One subscriber of an :class:`OobStream` (its key there); calling it
+    unsubscribes (any thread).  A slotted object, not a closure and a token
+    (issue 18: memory per endpoint)."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: OobStream) -> None:
+        self._stream = stream
+
+    def __call__(self) -> None:
+        stream = self._stream
+        stream._serializer.run(lambda: stream._remove(self))
+
+
+class _Sink:
+    """Where one call's reports and end go (any thread): onto the channel's
+    serializer, tagged with the call's generation."""
+
+    __slots__ = ("_stream", "_generation")
+
+    def __init__(self, stream: OobStream, generation: int) -> None:
+        self._stream = stream
+        self._generation = generation
+
+    def report(self, report: OrcaLoadReport) -> None:
+        stream, generation = self._stream, self._generation
+        stream._serializer.run(lambda: stream._deliver(generation, report))
+
+    def end(self, code: grpc.StatusCode | None, details: str) -> None:
+        stream, generation = self._stream, self._generation
+        stream._serializer.run(lambda: stream._ended(generation, code, details))
 
 
 def _run_sync(
