@@ -96,12 +96,22 @@ def make_twin(address: str) -> grpc_aio_twin.Twin:
     return twin
 
 
+async def read(twin, call, request: bytes, on_message) -> tuple[grpc.StatusCode, str]:
+    """read_unary_stream to its end; how it ended."""
+    ended: list[tuple[grpc.StatusCode, str]] = []
+    await grpc_aio_twin.read_unary_stream(
+        twin, call, request, on_message, lambda *end: ended.append(end)
+    )
+    assert len(ended) == 1
+    return ended[0]
+
+
 async def read_lean(address: str, method: str, request: bytes):
     twin = make_twin(address)
     messages: list[bytes] = []
     try:
         call = twin.call(method.encode())
-        code, details = await grpc_aio_twin.read_unary_stream(twin, call, request, messages.append)
+        code, details = await read(twin, call, request, messages.append)
     finally:
         await twin.close()
     return messages, code, details
@@ -157,9 +167,7 @@ def test_a_cancel_or_the_twins_close_ends_the_stream_cancelled(server, how):
         twin = make_twin(address)
         messages: list[bytes] = []
         call = twin.call(f"/{SERVICE}/Hold".encode())
-        reader = asyncio.ensure_future(
-            grpc_aio_twin.read_unary_stream(twin, call, b"", messages.append)
-        )
+        reader = asyncio.ensure_future(read(twin, call, b"", messages.append))
         for _ in range(500):  # bounded: 5 s
             if messages:
                 break
@@ -187,7 +195,7 @@ def test_the_call_sizing_a_twins_arena_reaches_no_server(server):
         try:
             call = twin.call(f"/{SERVICE}/Stream".encode())
             messages: list[bytes] = []
-            code, _ = await grpc_aio_twin.read_unary_stream(twin, call, b"ok1", messages.append)
+            code, _ = await read(twin, call, b"ok1", messages.append)
             return messages, code
         finally:
             await twin.close()

@@ -51,10 +51,11 @@ def make_twin(options) -> tuple[str, grpc.StatusCode]:
         try:
             if isinstance(channel, grpc_aio_twin.Twin):
                 call = channel.call(b"/s/m")
-                code, _details = await grpc_aio_twin.read_unary_stream(
-                    channel, call, b"", messages.append
+                ended: list[tuple[grpc.StatusCode, str]] = []
+                await grpc_aio_twin.read_unary_stream(
+                    channel, call, b"", messages.append, lambda *end: ended.append(end)
                 )
-                return type(channel).__name__, code
+                return type(channel).__name__, ended[0][0]
             call = channel.unary_stream("/s/m")(b"", wait_for_ready=False)
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await call.read()

@@ -49,6 +49,7 @@ also keep the local pool).
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import itertools
 import logging
@@ -251,25 +252,37 @@ _LOCAL_CANCELLATION = "Locally cancelled by application!"
 
 
 async def read_unary_stream(
-    twin: Twin, call: Any, request: bytes, on_message: Callable[[bytes], None]
-) -> tuple[grpc.StatusCode, str]:
+    twin: Twin,
+    call: Any,
+    request: bytes,
+    on_message: Callable[[bytes], None],
+    on_end: Callable[[grpc.StatusCode, str], None],
+) -> None:
     """Start ``call`` (a :meth:`Twin.call`) with ``request`` (serialized),
-    hand each response message to ``on_message`` (serialized), and return
-    the call's status: what a ``grpc.aio`` ``UnaryStreamCall`` read with
-    ``read()`` until EOF does (its request task, reads and
-    ``_raise_for_status``), with one task (the caller's) instead of two and
-    no call object around the C-core one.  A locally cancelled call ends
-    ``CANCELLED``, as grpc.aio's raises ``CancelledError``."""
+    hand each response message to ``on_message`` (serialized), then the
+    call's status to ``on_end(code, details)``: what a ``grpc.aio``
+    ``UnaryStreamCall`` read with ``read()`` until EOF does (its request
+    task, reads and ``_raise_for_status``), run as the caller's one task,
+    with no call object around the C-core one.  A locally cancelled call
+    (or this task cancelled) ends ``CANCELLED``, as grpc.aio's raises
+    ``CancelledError``; an error of ``on_message`` ends it ``UNKNOWN`` (the
+    call cancelled)."""
     try:
         await call.initiate_unary_stream(request, (), None)
         while (raw := await call.receive_serialized_message()) is not _cygrpc.EOF:
             on_message(raw)
         status = await call.status()
-    except BaseException:
+        if call.is_locally_cancelled():
+            code = grpc.StatusCode.CANCELLED
+        else:
+            code = _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE[status.code()]
+        details = status.details()
+    except asyncio.CancelledError:
         cancel(call)
-        raise
+        code, details = grpc.StatusCode.CANCELLED, ""
+    except Exception as err:
+        cancel(call)
+        code, details = grpc.StatusCode.UNKNOWN, str(err)
     finally:
         twin.forget(call)
-    if call.is_locally_cancelled():
-        return grpc.StatusCode.CANCELLED, status.details()
-    return _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE[status.code()], status.details()
+    on_end(code, details)

@@ -49,7 +49,6 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import threading
 from collections.abc import Callable, Coroutine
@@ -386,15 +385,9 @@ def _run_on_side(
 ) -> Callable[[], None]:
     """Run the call on ``side`` (a reader task on the stream loop, which
     ``side.close()`` lets end first); returns its cancel."""
-    return _run_aio(
-        side.loop,
-        functools.partial(getattr, side, "channel"),
-        side.spawn,
-        request,
-        on_report,
-        on_end,
-        side.post,
-    )
+    reader = _Reader(side.loop, side, None, request, on_report, on_end)
+    side.post(reader.start)
+    return reader.cancel
 
 
 def _run_aio(
@@ -404,30 +397,28 @@ def _run_aio(
     request: OrcaLoadReportRequest,
     on_report: Watcher,
     on_end: Ended,
-    post: Callable[[Callable[[], None]], object] | None = None,
 ) -> Callable[[], None]:
-    """Run the call on ``channel()`` (a grpc.aio channel of ``loop``, or a
-    :class:`~pyxds.channel.grpc_aio_twin.Twin`) in a task ``spawn`` starts
-    on ``loop`` (its start handed over by ``post``,
-    ``loop.call_soon_threadsafe`` by default); returns its cancel (any
-    thread)."""
+    """Run the call on ``channel()`` (a grpc.aio channel of ``loop``) in a
+    task ``spawn`` starts on ``loop``; returns its cancel (any thread)."""
     reader = _Reader(loop, channel, spawn, request, on_report, on_end)
-    if post is not None:
-        post(reader.start)
-    elif not loop.is_closed():
+    if not loop.is_closed():
         loop.call_soon_threadsafe(reader.start)
     return reader.cancel
 
 
 class _Reader:
     """One OOB call read on an event loop: :meth:`start` (on the loop) runs
-    :meth:`read` in a task, :meth:`cancel` (any thread) ends it.  One small
-    object per call rather than closures and a dict (issue 18: memory per
-    endpoint)."""
+    it in a task, :meth:`cancel` (any thread) ends it.  One small object per
+    call rather than closures and a dict (issue 18: memory per endpoint).
+    Its channel is a side connection's (a ``LoopChannel``: a
+    :class:`~pyxds.channel.grpc_aio_twin.Twin`, read by
+    :func:`~pyxds.channel.grpc_aio_twin.read_unary_stream` as the task
+    itself, or a grpc.aio channel made the public way) or an AioTransport's
+    (``source()``, its tasks made by ``spawn``)."""
 
     __slots__ = (
         "_loop",
-        "_channel",
+        "_source",
         "_spawn",
         "_request",
         "_on_report",
@@ -439,14 +430,14 @@ class _Reader:
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        channel: Callable[[], Any],
-        spawn: Callable[[Coroutine[Any, Any, None]], object],
+        source: stream_loop.LoopChannel | Callable[[], Any],
+        spawn: Callable[[Coroutine[Any, Any, None]], object] | None,
         request: OrcaLoadReportRequest,
         on_report: Watcher,
         on_end: Ended,
     ) -> None:
         self._loop = loop
-        self._channel = channel
+        self._source = source
         self._spawn = spawn
         self._request: OrcaLoadReportRequest | None = request
         self._on_report = on_report
@@ -456,9 +447,40 @@ class _Reader:
         #: call or a grpc.aio call
         self._call: Any = None
 
+    def _channel(self) -> Any:
+        source = self._source
+        if isinstance(source, stream_loop.LoopChannel):
+            return source.channel
+        return source()
+
+    def _run(self, reader: Coroutine[Any, Any, None]) -> None:
+        source = self._source
+        if self._spawn is None and isinstance(source, stream_loop.LoopChannel):
+            source.spawn(reader)
+        else:
+            assert self._spawn is not None
+            self._spawn(reader)
+
     def start(self) -> None:
-        if not self._cancelled:
-            self._spawn(self.read())
+        if self._cancelled:
+            return
+        channel = self._channel()
+        if not isinstance(channel, grpc_aio_twin.Twin):
+            self._run(self.read())
+            return
+        try:
+            call = self._call = channel.call(METHOD_BYTES)
+        except Exception as err:  # closed under us
+            self._ended(grpc.StatusCode.UNKNOWN, str(err))
+            return
+        request = self._take_request().SerializeToString()
+        self._run(
+            grpc_aio_twin.read_unary_stream(channel, call, request, self._on_raw, self._ended)
+        )
+
+    def _ended(self, code: grpc.StatusCode, details: str) -> None:
+        self._call = None
+        self._on_end(code, details)
 
     def cancel(self) -> None:
         self._cancelled = True
@@ -489,33 +511,26 @@ class _Reader:
         self._on_report(report)
 
     async def read(self) -> None:
+        """The call on a grpc.aio channel made the public way."""
         code: grpc.StatusCode | None = grpc.StatusCode.OK
         details = ""
         try:
             aio_channel = self._channel()
             if aio_channel is None:  # closed before it was made
                 raise grpc.aio.UsageError("channel closed")
-            if isinstance(aio_channel, grpc_aio_twin.Twin):
-                raw_call = self._call = aio_channel.call(METHOD_BYTES)
-                if self._cancelled:
-                    grpc_aio_twin.cancel(raw_call)
-                code, details = await grpc_aio_twin.read_unary_stream(
-                    aio_channel, raw_call, self._take_request().SerializeToString(), self._on_raw
-                )
-            else:
-                call = aio_channel.unary_stream(
-                    METHOD,
-                    request_serializer=OrcaLoadReportRequest.SerializeToString,
-                    response_deserializer=OrcaLoadReport.FromString,
-                )(self._take_request())
-                self._call = call
-                if self._cancelled:
-                    call.cancel()
-                # call.read(), not ``async for`` (pyxds.xds.transport: a
-                # suspended response iterator keeps its call, and the
-                # connection, alive)
-                while (report := await call.read()) is not grpc.aio.EOF:
-                    self._on_report(report)
+            call = aio_channel.unary_stream(
+                METHOD,
+                request_serializer=OrcaLoadReportRequest.SerializeToString,
+                response_deserializer=OrcaLoadReport.FromString,
+            )(self._take_request())
+            self._call = call
+            if self._cancelled:
+                call.cancel()
+            # call.read(), not ``async for`` (pyxds.xds.transport: a
+            # suspended response iterator keeps its call, and the
+            # connection, alive)
+            while (report := await call.read()) is not grpc.aio.EOF:
+                self._on_report(report)
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
         except grpc.RpcError as err:

@@ -212,7 +212,7 @@ class LoopChannel:
         #: tasks reading this channel's calls (:meth:`spawn`): close() lets
         #: them end before it closes the channel
         self._tasks: list[asyncio.Task[None]] = []
-        self._make = make
+        self._make: Callable[[], Any] | None = make
         self._on_made = on_made
         #: a lazy channel not made yet: the first post (or close) takes that
         self._lazy = lazy
@@ -220,11 +220,14 @@ class LoopChannel:
             post(self.loop, self._create)
 
     def _create(self) -> None:
-        if self.closed:
+        # runs once: what made the channel is not kept past it
+        make, self._make = self._make, None
+        on_made, self._on_made = self._on_made, None
+        if self.closed or make is None:
             return
-        self.channel = self._make()
-        if self._on_made is not None:
-            self._on_made(self.channel)
+        self.channel = make()
+        if on_made is not None:
+            on_made(self.channel)
 
     def _take_create(self) -> Callable[[], None] | None:
         """A lazy channel's ``_create``, once (any thread)."""
