@@ -33,8 +33,10 @@ Rules:
   a thread blocked on it (plus the grpcio channel's spin thread).  On a
   grpcio :mod:`pyxds.channel.grpc_aio_twin` was checked against, that
   channel shares the sync channel's C-core subchannel, so the stream runs
-  on the subchannel's own connection, as C-core's does; elsewhere it opens
-  a second connection (docs/differences-from-c-core.md).  The side channel
+  on the subchannel's own connection, as C-core's does (and the side
+  channel is a lean ``grpc_aio_twin.Twin`` whose call is read without
+  grpc.aio's call objects); elsewhere it opens a second connection
+  (docs/differences-from-c-core.md).  The side channel
   is tied to the subchannel's connection: opened with the first call while
   the subchannel is READY, kept across restarts (a new period, a retry),
   closed when the subchannel leaves READY, the last subscriber leaves, the
