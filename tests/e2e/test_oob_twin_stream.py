@@ -251,3 +251,49 @@ def test_sync_oob_stream_honours_its_period_and_restarts_after_its_backend_comes
         if srv2 is not None:
             srv2.stop(None)
         srv.stop(None)
+
+
+def test_a_report_that_does_not_parse_is_skipped_and_the_stream_goes_on():
+    """A backend's OOB stream sends bytes that are no OrcaLoadReport, then a
+    report: the subscriber gets the report alone, on the same stream (the
+    bad one is logged and skipped, never handed on; C-core cancels and
+    restarts its stream instead: differences-from-c-core.md)."""
+    from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
+
+    from pyxds.channel.orca_oob import METHOD
+
+    opened = []
+    good = OrcaLoadReport(cpu_utilization=0.25).SerializeToString()
+
+    def stream(request, context):
+        opened.append(1)
+        yield b"\xff\xff\xff"  # not a protobuf message
+        yield good
+        deadline = time.monotonic() + 10
+        while context.is_active() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    service, method = METHOD.rsplit("/", 1)
+    srv = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[EXCLUSIVE])
+    srv.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                service.lstrip("/"), {method: grpc.unary_stream_rpc_method_handler(stream)}
+            ),
+        )
+    )
+    port = srv.add_insecure_port("127.0.0.1:0")
+    srv.start()
+    address = f"127.0.0.1:{port}"
+    channel = pyxds.insecure_channel(address)
+    reports: list = []
+    try:
+        handle = subchannel_of(channel, address)
+        on_serializer(channel, lambda: handle.watch_orca_oob(0.1, reports.append))
+        assert wait_until(lambda: len(reports) >= 1, 10)
+        time.sleep(0.2)  # bounded: anything else would have arrived
+        assert [r.cpu_utilization for r in reports] == [0.25]
+        assert opened == [1]
+    finally:
+        channel.close()
+        srv.stop(None)
