@@ -286,11 +286,11 @@ async def read_unary_stream(
         while (raw := await call.receive_serialized_message()) is not _cygrpc.EOF:
             on_message(raw)
         status = await call.status()
-        if call.is_locally_cancelled():
-            code = grpc.StatusCode.CANCELLED
+        if call.is_locally_cancelled():  # grpc.aio raises CancelledError
+            code, details = grpc.StatusCode.CANCELLED, ""
         else:
             code = _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE[status.code()]
-        details = status.details()
+            details = status.details()
     except asyncio.CancelledError:
         cancel(call)
         code, details = grpc.StatusCode.CANCELLED, ""
