@@ -60,7 +60,6 @@ policy that lets go of a subchannel never cancels RPCs already sent on it.
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import logging
 import threading
@@ -197,8 +196,9 @@ class Transport(ABC):
     )
 
     def __init__(self) -> None:
-        #: one token per RPC running on it (``append``/``pop`` are atomic)
-        self._calls: collections.deque[None] = collections.deque()
+        #: one token per RPC running on it (``append``/``pop`` are atomic; a
+        #: list, not a deque: an empty deque is ~760 bytes, one per endpoint)
+        self._calls: list[None] = []
         self._retired = False
         self.closed = False
         self.active_seen = False
