@@ -253,22 +253,16 @@ def test_sync_oob_stream_honours_its_period_and_restarts_after_its_backend_comes
         srv.stop(None)
 
 
-def test_a_report_that_does_not_parse_is_skipped_and_the_stream_goes_on():
-    """A backend's OOB stream sends bytes that are no OrcaLoadReport, then a
-    report: the subscriber gets the report alone, on the same stream (the
-    bad one is logged and skipped, never handed on; C-core cancels and
-    restarts its stream instead: differences-from-c-core.md)."""
-    from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
-
+def _orca_server(streams):
+    """A backend whose n-th OOB stream sends ``streams[n]`` (serialized
+    messages), then stays open; returns (server, address, open times)."""
     from pyxds.channel.orca_oob import METHOD
 
-    opened = []
-    good = OrcaLoadReport(cpu_utilization=0.25).SerializeToString()
+    opened: list[float] = []
 
     def stream(request, context):
-        opened.append(1)
-        yield b"\xff\xff\xff"  # not a protobuf message
-        yield good
+        opened.append(time.monotonic())
+        yield from streams[min(len(opened), len(streams)) - 1]
         deadline = time.monotonic() + 10
         while context.is_active() and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -284,16 +278,65 @@ def test_a_report_that_does_not_parse_is_skipped_and_the_stream_goes_on():
     )
     port = srv.add_insecure_port("127.0.0.1:0")
     srv.start()
-    address = f"127.0.0.1:{port}"
+    return srv, f"127.0.0.1:{port}", opened
+
+
+def _report(cpu: float) -> bytes:
+    from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
+
+    return OrcaLoadReport(cpu_utilization=cpu).SerializeToString()
+
+
+_NOT_A_REPORT = b"\xff\xff\xff"  # not a protobuf message
+
+
+@pytest.fixture(params=["lean twin", "grpc.aio twin"])
+def twin_kind(request, monkeypatch):
+    """Both readers: the lean one, and grpc.aio's (a grpcio the lean twin
+    was not checked against: the twin is made the public way)."""
+    if request.param == "grpc.aio twin":
+        monkeypatch.setattr(grpc_aio_twin, "VERIFIED", {"0" * 64: "not this one"})
+        monkeypatch.setattr(grpc_aio_twin, "_AVAILABLE", None)
+    return request.param
+
+
+def test_a_report_that_does_not_parse_ends_the_call_and_the_stream_restarts_at_once(twin_kind):
+    """C-core's rule (SubchannelStreamClient): a stream message that is not an
+    OrcaLoadReport cancels the call; a call that had delivered a report
+    restarts at once (its backoff reset).  The bad bytes reach no
+    subscriber; the reports before and after do."""
+    srv, address, opened = _orca_server(
+        [[_report(0.25), _NOT_A_REPORT, _report(0.75)], [_report(0.5)]]
+    )
+    channel = pyxds.insecure_channel(address)
+    reports: list = []
+    try:
+        handle = subchannel_of(channel, address)
+        on_serializer(channel, lambda: handle.watch_orca_oob(0.1, reports.append))
+        assert wait_until(lambda: len(reports) >= 2, 10)
+        time.sleep(0.2)  # bounded: anything else would have arrived
+        # 0.75 came after the bad message on the cancelled call: never read
+        assert [r.cpu_utilization for r in reports] == [0.25, 0.5]
+        assert len(opened) == 2
+        assert opened[1] - opened[0] < 0.5  # at once, not after the 1 s backoff
+    finally:
+        channel.close()
+        srv.stop(None)
+
+
+def test_a_first_message_that_does_not_parse_restarts_the_stream_after_the_backoff(twin_kind):
+    """C-core's rule: a call cancelled before any report it parsed is
+    retried after the backoff (1 s, jitter 0.2), not at once."""
+    srv, address, opened = _orca_server([[_NOT_A_REPORT], [_report(0.5)]])
     channel = pyxds.insecure_channel(address)
     reports: list = []
     try:
         handle = subchannel_of(channel, address)
         on_serializer(channel, lambda: handle.watch_orca_oob(0.1, reports.append))
         assert wait_until(lambda: len(reports) >= 1, 10)
-        time.sleep(0.2)  # bounded: anything else would have arrived
-        assert [r.cpu_utilization for r in reports] == [0.25]
-        assert opened == [1]
+        assert [r.cpu_utilization for r in reports] == [0.5]
+        assert len(opened) == 2
+        assert opened[1] - opened[0] >= 0.75
     finally:
         channel.close()
         srv.stop(None)

@@ -22,7 +22,9 @@ Rules:
   one that subscribes later, at once); when a subscriber gave none, it is
   logged at ERROR.  Any other end is retried, after an exponential backoff
   that is reset whenever a report arrives (the next attempt after a call
-  that got a report starts at once).
+  that got a report starts at once).  A message that is not an
+  ``OrcaLoadReport`` ends its call, so the same rule restarts it (C-core's
+  ``SubchannelStreamClient`` cancels the call).
 * No thread per stream (issue 18: threads bounded by a constant).  An
   asyncio subchannel's call runs on its own grpc.aio channel, in a task on
   its event loop.  A sync subchannel's runs as a ``grpc.aio`` call on the
@@ -408,6 +410,16 @@ def _run_aio(
     return reader.cancel
 
 
+class UnparsedReport(ValueError):
+    """A stream message that is not an ``OrcaLoadReport``: as in C-core
+    (``SubchannelStreamClient``), the call is cancelled and the stream
+    restarts, at once when the call had delivered a report, else after the
+    backoff."""
+
+    def __init__(self, cause: object) -> None:
+        super().__init__(f"an out-of-band ORCA report did not parse: {cause}")
+
+
 class _Reader:
     """One OOB call read on an event loop: :meth:`start` (on the loop) runs
     it in a task, :meth:`cancel` (any thread) ends it.  One small object per
@@ -507,9 +519,12 @@ class _Reader:
     def _on_raw(self, raw: bytes) -> None:
         try:
             report = OrcaLoadReport.FromString(raw)
-        except Exception:
-            _log.exception("pyxds: an out-of-band ORCA report did not parse")
-            return
+        except Exception as err:
+            # C-core's rule: the call is cancelled and the stream restarts
+            # (at once after a report on this call, else after the backoff);
+            # read_unary_stream cancels the call on this error
+            _log.warning("pyxds: an out-of-band ORCA report did not parse (%s)", err)
+            raise UnparsedReport(err) from err
         self._on_report(report)
 
     async def read(self) -> None:
@@ -532,6 +547,9 @@ class _Reader:
             # suspended response iterator keeps its call, and the
             # connection, alive)
             while (report := await call.read()) is not grpc.aio.EOF:
+                if report is None:  # grpc.aio logged why it did not parse
+                    call.cancel()
+                    raise UnparsedReport("not an OrcaLoadReport")
                 self._on_report(report)
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
