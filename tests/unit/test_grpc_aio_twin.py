@@ -8,6 +8,7 @@ fallback's side connection: tests/e2e/test_wrr_orca_channel.py.)"""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import grpc
 import grpc.aio
@@ -117,3 +118,22 @@ def test_a_twin_on_another_grpcio_is_made_the_public_way(fresh, monkeypatch, pub
 def test_unkeyed_options_get_a_public_twin(fresh, public_made):
     assert make_twin(subchannel_options(None)) == ("Channel", grpc.StatusCode.UNAVAILABLE)
     assert public_made == ["127.0.0.1:1"]
+
+
+@needs_checked_grpcio
+def test_a_twin_dropped_without_close_destroys_its_channel(fresh):
+    """As grpc.aio's Channel.__del__: an unclosed twin's C-core channel is
+    destroyed when the twin goes (else it would hold the shared C-core
+    subchannel, and its connection, for the process's life)."""
+    options = grpc_aio_twin.transport_options(subchannel_options(None))
+
+    async def main():
+        twin = grpc_aio_twin.twin("127.0.0.1:1", None, options, None)
+        assert isinstance(twin, grpc_aio_twin.Twin)
+        inner = twin._channel
+        assert not inner.closed()
+        del twin
+        gc.collect()
+        return inner.closed()
+
+    assert asyncio.run(main())

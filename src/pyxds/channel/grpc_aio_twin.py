@@ -245,6 +245,13 @@ class Twin:
         except ValueError:
             pass
 
+    def __del__(self) -> None:
+        # grpc.aio.Channel.__del__'s rule: a twin dropped unclosed is
+        # destroyed (its hold on the shared C-core subchannel let go)
+        channel = getattr(self, "_channel", None)
+        if channel is not None and not channel.closed():
+            channel.close()
+
     async def close(self, grace: float | None = None) -> None:
         channel = self._channel
         if channel.closed():
