@@ -247,7 +247,7 @@ def test_an_endpoint_keeps_at_most_30_gc_tracked_objects_in_the_lb_tree() -> Non
 
 def test_a_shut_down_endpoint_leaves_no_watcher_on_its_subchannel() -> None:
     """Each wrapper watches the one below it with itself: shutting the tree
-    down removes every watcher it added (Unwatch matches the watcher)."""
+    down removes every watcher it added (the handle matches the watcher)."""
     helper, policy = _cds_tree(5)
     subchannels = helper.live_subchannels()
     assert all(len(s._watchers) == 1 for s in subchannels)
