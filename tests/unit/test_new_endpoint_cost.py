@@ -30,6 +30,7 @@ from pyxds.lb import (
     ResolverUpdate,
     Subchannel,
 )
+from pyxds.lb.api import address_set
 from pyxds.lb.cds import (
     CLUSTER_NAME_ATTRIBUTE,
     HASH_KEY_ATTRIBUTE,
@@ -223,7 +224,7 @@ def _tracked() -> int:
     return len(gc.get_objects())
 
 
-def test_an_endpoint_keeps_at_most_30_gc_tracked_objects_in_the_lb_tree() -> None:
+def test_an_endpoint_keeps_at_most_29_gc_tracked_objects_in_the_lb_tree() -> None:
     """cds -> ... -> round_robin -> pick_first, READY, per endpoint: every
     layer's objects, FakeSubchannel's own included (issue 18: a full
     collection walks each of them; 39 here before pick_first's entries and
@@ -231,7 +232,8 @@ def test_an_endpoint_keeps_at_most_30_gc_tracked_objects_in_the_lb_tree() -> Non
     subchannels' watchers themselves, 36 after; 32 since the endpoints of a
     locality share one attributes mapping and one view of it per level; 30
     since the outlier_detection and override_host wrappers keep their one
-    watcher without a list)."""
+    watcher without a list; 29 since outlier_detection and round_robin key
+    an endpoint by one shared address set)."""
     _cds_tree(25)[1].shutdown()  # one-time caches and registrations first
     start = _tracked()
     small = _cds_tree(25)  # a tree's own objects + 100 endpoints'
@@ -240,7 +242,7 @@ def test_an_endpoint_keeps_at_most_30_gc_tracked_objects_in_the_lb_tree() -> Non
     with_both = _tracked()
     per_endpoint = ((with_both - with_small) - (with_small - start)) / 1000
     assert isinstance(large[0].pick(), PickComplete)
-    assert per_endpoint <= 30.5, per_endpoint
+    assert per_endpoint <= 29.5, per_endpoint
     for _helper, policy in (small, large):
         policy.shutdown()
 
@@ -415,3 +417,27 @@ def test_create_subchannel_passes_every_level_that_makes_subchannels() -> None:
     assert subchannel.attributes == {"a": 1}
     # a subclass that forwards (no override) is skipped like the base class
     assert _chain(root, 1)[0].create_subchannel("10.0.0.2:80", {}) is root.subchannels[-1]
+
+
+# -- one address set per endpoint for the whole tree ---------------------------
+
+
+def test_an_endpoint_address_set_is_made_once_and_is_not_part_of_its_value() -> None:
+    endpoint = Endpoint(("10.0.0.2:80", "10.0.0.1:80"), {"weight": 1})
+    twin = Endpoint(("10.0.0.2:80", "10.0.0.1:80"), {"weight": 1})
+    key = address_set(endpoint)
+    assert key == frozenset(endpoint.addresses) and address_set(endpoint) is key
+    assert endpoint == twin and hash(endpoint) == hash(twin) and repr(endpoint) == repr(twin)
+    assert address_set(twin) == key and address_set(twin) is not key
+
+
+def test_split_hands_the_address_set_to_the_endpoint_below() -> None:
+    """outlier_detection keys the endpoints it sees before weighted_target
+    splits them for round_robin: both levels then hold the same set."""
+    keyed = Endpoint(("10.0.0.1:80",), {PATH_KEY: ("a", "b")})
+    unkeyed = Endpoint(("10.0.0.2:80",), {PATH_KEY: ("a", "b")})
+    key = address_set(keyed)
+    below = split([keyed, unkeyed])["a"]
+    assert address_set(below[0]) is key
+    assert address_set(below[1]) == frozenset({"10.0.0.2:80"})  # made when asked
+    assert address_set(split([unkeyed])["a"][0]) is address_set(below[1])  # same object below

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from pyxds.lb.api import Endpoint, _set_below
+from pyxds.lb.api import Endpoint, _set_address_set, _set_below
 
 PATH_KEY = "hierarchical_path"
 
@@ -102,6 +102,7 @@ def split(endpoints: Iterable[Endpoint]) -> dict[str, list[Endpoint]]:
             if view is None:
                 view = views[id(base), rest] = PathView(base, rest)
             below = make(endpoint.addresses, view)
+            _set_address_set(below, endpoint._address_set)  # api.address_set, if made
             _set_below(endpoint, below)
             head = path[0]
         group = groups.get(head)

@@ -87,6 +87,7 @@ from pyxds.lb.api import (
     ResolverUpdate,
     Status,
     Subchannel,
+    address_set,
 )
 from pyxds.lb.call_counters import _count_value
 from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
@@ -593,7 +594,7 @@ class OutlierDetectionPolicy(LoadBalancer):
         known = self._endpoints
         counting = self._config is not None and self._config.counting
         for endpoint in endpoints:
-            key = frozenset(endpoint.addresses)
+            key = address_set(endpoint)
             if key in wanted:
                 continue
             entry = known.get(key)
