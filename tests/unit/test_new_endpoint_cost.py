@@ -404,6 +404,29 @@ def test_a_delegating_helper_reads_clock_and_random_from_the_top_of_its_run() ->
     assert leaf.random is root.random and leaf.clock is root.clock
 
 
+class _OwnClock(DelegatingHelper):
+    """A custom policy's helper that gives its children a clock of its own."""
+
+    def __init__(self, parent: Helper, clock: Any) -> None:
+        super().__init__(parent)
+        self._own = clock
+
+    @property
+    def clock(self) -> Any:
+        return self._own
+
+
+def test_a_helper_with_its_own_clock_starts_a_run_of_its_own() -> None:
+    """The shortcut skips only levels that cannot change clock or random: a
+    level whose class gives its own clock is what the levels below see."""
+    root = FakeHelper()
+    own = FakeClock()
+    middle = _OwnClock(_chain(root, 2)[-1], own)
+    leaf = _chain(middle, 3)[-1]
+    assert leaf.clock is own
+    assert leaf.random is root.random
+
+
 def test_create_subchannel_passes_every_level_that_makes_subchannels() -> None:
     """A level that overrides create_subchannel still sees each new
     subchannel; the forwarding levels around it are skipped."""

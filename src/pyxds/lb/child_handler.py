@@ -60,7 +60,15 @@ class DelegatingHelper(Helper):
         # properties here), so each reads them from there in one step, not
         # one per level (round_robin reads ``random`` on every READY report,
         # 7 levels below the channel in the xDS tree; issue 18).
-        self._origin: Helper = parent._origin if isinstance(parent, DelegatingHelper) else parent
+        # A level whose class gives its own ``clock`` or ``random`` (a custom
+        # policy's helper) starts a run of its own.
+        self._origin: Helper = (
+            parent._origin
+            if isinstance(parent, DelegatingHelper)
+            and type(parent).clock is DelegatingHelper.clock
+            and type(parent).random is DelegatingHelper.random
+            else parent
+        )
         # The nearest helper above that makes subchannels itself (the
         # channel, or a level that wraps them): the levels between only
         # forward, ten of them for each new endpoint in the xDS tree.
