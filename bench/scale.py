@@ -1095,19 +1095,26 @@ def main() -> None:
                 f"idle {a['idle_pct']:.2f}% vs {c['idle_pct']:.2f}%  "
                 f"RSS {a['rss'] / c['rss']:.2f}x"
             )
-    if args.shape is None and len(sizes) >= 2:
+    if args.shape in (None, "wrr_oob") and len(sizes) >= 2:
         small, big = sorted(sizes)[-2:]
+        prefix = "" if args.shape is None else f"{args.shape} "
         print()
         print(f"memory per endpoint (RSS slope N={small} -> N={big}, KB):")
-        for ours, ref in (("pyxds", "core"), ("pyxds-aio", "core-aio")):
+        for ours, ref in (
+            ("pyxds", "core"),
+            ("pyxds-before", "core"),
+            ("pyxds-aio", "core-aio"),
+            ("pyxds-aio-before", "core-aio"),
+        ):
             per = {}
             for kind in (ours, ref):
-                lo, hi = summary.get((f"N={small}", kind)), summary.get((f"N={big}", kind))
+                lo = summary.get((f"{prefix}N={small}", kind))
+                hi = summary.get((f"{prefix}N={big}", kind))
                 if lo is not None and hi is not None:
                     per[kind] = (hi["rss"] - lo["rss"]) * 1024 / (big - small)
             if len(per) == 2:
                 print(
-                    f"  {ours:<10} {per[ours]:.1f}   {ref:<9} {per[ref]:.1f}   "
+                    f"  {ours:<16} {per[ours]:.1f}   {ref:<9} {per[ref]:.1f}   "
                     f"ratio {per[ours] / per[ref]:.2f}x"
                 )
 

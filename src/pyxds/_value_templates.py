@@ -80,11 +80,12 @@ def _init_7(_set_, _factory_, n0, n1, v1):
  return __init__
 
 
-def _init_8(_set_, _factory_, n0, n1, n2, v1, v2):
+def _init_8(_set_, _factory_, n0, n1, n2, n3, v1, v2, v3):
  def __init__(self, a0, a1):
   _set_(self, n0, a0)
   _set_(self, n1, v1() if a1 is _factory_ else a1)
   _set_(self, n2, v2)
+  _set_(self, n3, v3)
   self.__post_init__()
  return __init__
 
@@ -558,7 +559,7 @@ INITS = {
     ('fpppppppp', False, True): _init_5,
     ('p', False, True): _init_6,
     ('pf', True, True): _init_7,
-    ('pfD', True, True): _init_8,
+    ('pfDD', True, True): _init_8,
     ('pffpfp', False, True): _init_9,
     ('pfp', False, True): _init_10,
     ('pp', False, True): _init_11,

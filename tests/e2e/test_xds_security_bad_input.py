@@ -171,9 +171,24 @@ def test_stalled_handshake_is_abandoned_with_its_reason(
     ), details_of(channel)
 
 
+def _relay_loops() -> list[dict]:
+    """Each TLS relay loop: alive, its connections, calls handed to it and
+    not run yet (work queued on a loop that sleeps: reports/flake3.md)."""
+    return [
+        {
+            "name": loop._thread.name,
+            "alive": loop._thread.is_alive(),
+            "connections": loop.connections,
+            "queued_calls": len(loop._calls),
+            "woken": loop._woken,
+        }
+        for loop in relay_loop.loops()
+    ]
+
+
 def _where_it_stood(channel) -> dict:
-    """The channel's state, its subchannels' states and the process's
-    connectivity monitor, for a failure message."""
+    """The channel's state, its subchannels' states, the process's
+    connectivity monitor and the TLS relay's loops, for a failure message."""
     from pyxds import clock, connectivity
 
     dump = channel.config_dump()
@@ -193,6 +208,7 @@ def _where_it_stood(channel) -> dict:
             for name in ("heap", "prompt")
             for heap in [list(getattr(clock._TIMERS, name, []))]
         },
+        "relay_loops": _relay_loops(),
         "threads": sorted(t.name for t in threading.enumerate()),
     }
 
@@ -220,8 +236,9 @@ def test_failing_connections_leak_no_sockets_or_threads(server, pki, cleanup, tm
             "xds:///echo-service", xds_creds(), bootstrap=boot, options=options
         )
         outcome = pyxds_calls(channel, 20, wait_for_ready=True)
-        # a rare failure (3 of 20 RPCs past their deadline, reports/tlsflake.md):
-        # say where the channel stood, to find it the next time
+        # a rare failure (3 of 20 RPCs past their deadline, reports/tlsflake.md)
+        # was a relay loop asleep with calls queued (reports/flake3.md): if
+        # it fails again, say where the channel and the relay's loops stood
         assert outcome == {"good": 20}, (outcome, _where_it_stood(channel))
         time.sleep(1.0)  # the bad endpoint keeps failing and reconnecting
         channel.close()
@@ -354,12 +371,62 @@ def test_relay_threads_stay_bounded_as_endpoints_grow(server, pki, tmp_path):
         # round_robin sends RPCs only to READY subchannels: the 90 RPCs can
         # be over before the last of the 30 TLS handshakes is (a loaded
         # machine: 1 and 7 of 30 were verified by then), so wait for all
-        assert wait_until(lambda: verified() == 30, 20.0), verified()
+        assert wait_until(lambda: verified() == 30, 20.0), (verified(), _relay_loops())
         relay_threads = [t for t in threading.enumerate() if t.name.startswith("pyxds-tls-relay")]
         assert 1 <= len(relay_threads) <= relay_loop.LOOP_THREADS
     finally:
         channel.close()
         backend.stop(None)
+
+
+class _WakeUpRacedOnce:
+    """``os`` for the relay loop module: as each loop reads its wake-up
+    pipe for the first time, another thread's ``call_soon`` to that loop
+    runs to its end first (the loop thread preempted there)."""
+
+    def __init__(self) -> None:
+        self.raced: set[relay_loop.RelayLoop] = set()
+
+    def __getattr__(self, name: str):
+        return getattr(os, name)
+
+    def read(self, fd: int, n: int) -> bytes:
+        for loop in relay_loop.loops():
+            if fd == loop._wake_r and loop.in_loop() and loop not in self.raced:
+                self.raced.add(loop)
+                other = threading.Thread(target=loop.call_soon, args=(lambda: None,))
+                other.start()
+                other.join(5.0)
+        return os.read(fd, n)
+
+
+def test_a_new_channel_connects_after_a_relay_wake_up_raced_another_thread(
+    server, pki, cleanup, tmp_path, monkeypatch
+):
+    """The CI flake of test_failing_connections_leak_no_sockets_or_threads,
+    at will (reports/flake3.md): once a relay loop's wake-up raced another
+    thread's call_soon, the relay of a new channel's endpoint was handed to a
+    loop that slept: 3 of 5 wait_for_ready RPCs ran past their 5 s deadline
+    and the rest were served once a 20 s handshake timer woke the loop."""
+    good = good_backend(pki)
+    cleanup.append(good)
+    config = write_files(str(tmp_path), pki["ca"].pem, pki["client"])
+    server.set_snapshot(tls_snapshot(good.address))
+    boot = bootstrap(server, "raced", config)
+    warm = pyxds.secure_channel("xds:///echo-service", xds_creds(), bootstrap=boot)
+    assert pyxds_calls(warm, 1) == {"good": 1}  # the relay's loops are started
+    warm.close()
+    loops = relay_loop.loops()
+    # quiet loops: no socket of theirs would wake them (and run what waits)
+    assert wait_until(lambda: not any(loop.connections for loop in loops), 5.0)
+    raced = _WakeUpRacedOnce()
+    monkeypatch.setattr(relay_loop, "os", raced)
+    for loop in loops:
+        loop.call_soon(lambda: None)
+    assert wait_until(lambda: len(raced.raced) == len(loops), 5.0)
+    channel = pyxds.secure_channel("xds:///echo-service", xds_creds(), bootstrap=boot)
+    cleanup.append(channel)
+    assert pyxds_calls(channel, 5, timeout=5.0) == {"good": 5}, _where_it_stood(channel)
 
 
 def test_relay_works_on_poll_where_there_is_no_epoll(pki, tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ fallback's side connection: tests/e2e/test_wrr_orca_channel.py.)"""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import grpc
 import grpc.aio
@@ -41,21 +42,32 @@ def public_made(monkeypatch):
     return made
 
 
-def make_twin(options) -> tuple[str, bool]:
-    """Make a twin on a fresh loop, use it once; its type name and whether
-    a call could start on it."""
+def make_twin(options) -> tuple[str, grpc.StatusCode]:
+    """Make a twin on a fresh loop, read one unary-stream call on it (the
+    OOB stream's shape) to a port nobody listens on; its type name and the
+    call's status code."""
 
     async def main():
         channel = grpc_aio_twin.twin("127.0.0.1:1", None, options, None)
         try:
-            call = channel.unary_unary("/s/m")(b"", timeout=0.01)
-            with pytest.raises(grpc.aio.AioRpcError):
-                await call
-            return type(channel).__name__, True
+            if isinstance(channel, grpc_aio_twin.Twin):
+                call = channel.call(b"/s/m")
+                ended: list[tuple[grpc.StatusCode, str]] = []
+                await grpc_aio_twin.read_unary_stream(
+                    channel, call, b"", messages.append, lambda *end: ended.append(end)
+                )
+                return type(channel).__name__, ended[0][0]
+            call = channel.unary_stream("/s/m")(b"", wait_for_ready=False)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call.read()
+            return type(channel).__name__, err.value.code()
         finally:
             await channel.close()
 
-    return asyncio.run(main())
+    messages: list[bytes] = []
+    result = asyncio.run(main())
+    assert messages == []
+    return result
 
 
 @needs_checked_grpcio
@@ -92,17 +104,36 @@ def test_switched_off_transports_keep_the_local_pool(monkeypatch):
 @needs_checked_grpcio
 def test_a_keyed_transport_twin_is_made_on_the_sync_arguments(fresh, public_made):
     options = grpc_aio_twin.transport_options(subchannel_options(None))
-    assert make_twin(options) == ("Channel", True)
+    assert make_twin(options) == ("Twin", grpc.StatusCode.UNAVAILABLE)
     assert public_made == []
 
 
 def test_a_twin_on_another_grpcio_is_made_the_public_way(fresh, monkeypatch, public_made):
     monkeypatch.setattr(grpc_aio_twin, "VERIFIED", {"0" * 64: "not this one"})
     options = grpc_aio_twin.transport_options(subchannel_options(None))
-    assert make_twin(options) == ("Channel", True)
+    assert make_twin(options) == ("Channel", grpc.StatusCode.UNAVAILABLE)
     assert public_made == ["127.0.0.1:1"]
 
 
 def test_unkeyed_options_get_a_public_twin(fresh, public_made):
-    assert make_twin(subchannel_options(None)) == ("Channel", True)
+    assert make_twin(subchannel_options(None)) == ("Channel", grpc.StatusCode.UNAVAILABLE)
     assert public_made == ["127.0.0.1:1"]
+
+
+@needs_checked_grpcio
+def test_a_twin_dropped_without_close_destroys_its_channel(fresh):
+    """As grpc.aio's Channel.__del__: an unclosed twin's C-core channel is
+    destroyed when the twin goes (else it would hold the shared C-core
+    subchannel, and its connection, for the process's life)."""
+    options = grpc_aio_twin.transport_options(subchannel_options(None))
+
+    async def main():
+        twin = grpc_aio_twin.twin("127.0.0.1:1", None, options, None)
+        assert isinstance(twin, grpc_aio_twin.Twin)
+        inner = twin._channel
+        assert not inner.closed()
+        del twin
+        gc.collect()
+        return inner.closed()
+
+    assert asyncio.run(main())

@@ -382,3 +382,49 @@ def test_with_grpcio_channelz_on_subchannel_channels_keep_the_plain_target():
     assert grpcio_target("127.0.0.1:50051", ()) == "127.0.0.1:50051"
     off = subchannel_options([("grpc.enable_channelz", 0)])
     assert grpcio_target("127.0.0.1:50051", off) == "ipv4:127.0.0.1:50051"
+
+
+def test_a_core_keeps_one_watcher_without_a_list_and_several_in_order():
+    """lb/unwatch.py ``Watched`` on the shared core (issue 18: no list per
+    endpoint): one watcher in its slot; with several, each report reaches
+    them in the order they watched, a raising one included; a handle's
+    shutdown removes only its own."""
+    pool, transports, _ = make_pool()
+    one = pool.create("a:1", {})
+    seen_one = watch(one)
+    core = core_of(one)
+    assert core is not None and callable(core._watchers) and not isinstance(core._watchers, list)
+    order = []
+
+    def raising(state, status):
+        order.append("raising")
+        if state is not CS.IDLE:
+            raise RuntimeError("a watcher's bug")
+
+    two = pool.create("a:1", {})
+    two.watch_state(raising)
+    two.watch_state(lambda state, status: order.append("after"))
+    one.connect()
+    assert order == ["raising", "after", "raising", "after"]  # at watch, then CONNECTING
+    two.shutdown()
+    transports.made[0].report(GC.READY)
+    assert order == ["raising", "after", "raising", "after"]
+    assert states(seen_one) == [CS.IDLE, CS.CONNECTING, CS.READY]
+    one.shutdown()
+    assert core._watchers is None
+
+
+def test_a_handle_shutdown_undoes_each_of_its_watches():
+    """One watch (kept without a list) or several: shutdown() removes each."""
+    pool, transports, _ = make_pool()
+    single, several, other = (pool.create("a:1", {}) for _ in range(3))
+    seen_single = watch(single)
+    seen_several = [watch(several) for _ in range(3)]
+    seen_other = watch(other)
+    single.shutdown()
+    several.connect()
+    several.shutdown()
+    transports.made[0].report(GC.READY)
+    assert states(seen_single) == [CS.IDLE]
+    assert all(states(seen) == [CS.IDLE, CS.CONNECTING] for seen in seen_several)
+    assert states(seen_other)[-1] is CS.READY

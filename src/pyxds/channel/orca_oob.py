@@ -22,7 +22,9 @@ Rules:
   one that subscribes later, at once); when a subscriber gave none, it is
   logged at ERROR.  Any other end is retried, after an exponential backoff
   that is reset whenever a report arrives (the next attempt after a call
-  that got a report starts at once).
+  that got a report starts at once).  A message that is not an
+  ``OrcaLoadReport`` ends its call, so the same rule restarts it (C-core's
+  ``SubchannelStreamClient`` cancels the call).
 * No thread per stream (issue 18: threads bounded by a constant).  An
   asyncio subchannel's call runs on its own grpc.aio channel, in a task on
   its event loop.  A sync subchannel's runs as a ``grpc.aio`` call on the
@@ -33,8 +35,10 @@ Rules:
   a thread blocked on it (plus the grpcio channel's spin thread).  On a
   grpcio :mod:`pyxds.channel.grpc_aio_twin` was checked against, that
   channel shares the sync channel's C-core subchannel, so the stream runs
-  on the subchannel's own connection, as C-core's does; elsewhere it opens
-  a second connection (docs/differences-from-c-core.md).  The side channel
+  on the subchannel's own connection, as C-core's does (and the side
+  channel is a lean ``grpc_aio_twin.Twin`` whose call is read without
+  grpc.aio's call objects); elsewhere it opens a second connection
+  (docs/differences-from-c-core.md).  The side channel
   is tied to the subchannel's connection: opened with the first call while
   the subchannel is READY, kept across restarts (a new period, a retry),
   closed when the subchannel leaves READY, the last subscriber leaves, the
@@ -63,6 +67,7 @@ from xds.service.orca.v3.orca_pb2 import OrcaLoadReportRequest
 if TYPE_CHECKING:  # subchannel.py imports this module: no runtime import back
     from pyxds.channel.subchannel import SubchannelCore
 
+from pyxds.channel import grpc_aio_twin
 from pyxds.lb.api import ConnectivityState, Status
 from pyxds.xds import stream_loop
 from pyxds.xds.backoff import ExponentialBackoff
@@ -72,6 +77,7 @@ __all__ = ["METHOD", "OobStream", "oob_stream_of"]
 _log = logging.getLogger(__name__)
 
 METHOD = "/xds.service.orca.v3.OpenRcaService/StreamCoreMetrics"
+METHOD_BYTES = METHOD.encode()
 _READY = ConnectivityState.READY
 Watcher = Callable[[OrcaLoadReport], None]
 Unimplemented = Callable[[str], None]
@@ -99,13 +105,33 @@ class OobStream:
     """The subscribers of one subchannel and the call serving them (module
     docstring).  Every method runs on the channel's serializer."""
 
+    __slots__ = (
+        "_core",
+        "_serializer",
+        "_clock",
+        "_backoff",
+        "_watchers",
+        "_unimplemented_details",
+        "_unwatch_core",
+        "_generation",
+        "_cancel_call",
+        "_period",
+        "_retry_timer",
+        "_unimplemented",
+        "_got_report",
+        "side",
+        "calls_started",
+    )
+
     def __init__(self, core: SubchannelCore) -> None:
         self._core = core
         self._serializer = core._serializer
         self._clock = core._clock
-        self._backoff = ExponentialBackoff(getattr(core._backoff, "_rng", None))
-        self._watchers: dict[object, tuple[float, Watcher]] = {}
-        self._on_unimplemented: dict[object, Unimplemented] = {}
+        #: made with the first call that ends without a report (one per
+        #: endpoint otherwise, for streams that never fail)
+        self._backoff: ExponentialBackoff | None = None
+        #: subscription -> (period, watcher, its on_unimplemented)
+        self._watchers: dict[_Subscription, tuple[float, Watcher, Unimplemented | None]] = {}
         self._unimplemented_details = ""
         self._unwatch_core: Callable[[], None] | None = None
         self._generation = 0
@@ -124,25 +150,18 @@ class OobStream:
     def add(
         self, period: float, fn: Watcher, on_unimplemented: Unimplemented | None = None
     ) -> Callable[[], None]:
-        token = object()
-        self._watchers[token] = (max(0.0, float(period)), fn)
-        if on_unimplemented is not None:
-            self._on_unimplemented[token] = on_unimplemented
-            if self._unimplemented:
-                on_unimplemented(self._unimplemented_details)
+        subscription = _Subscription(self)
+        self._watchers[subscription] = (max(0.0, float(period)), fn, on_unimplemented)
+        if on_unimplemented is not None and self._unimplemented:
+            on_unimplemented(self._unimplemented_details)
         if self._unwatch_core is None:
             self._unwatch_core = self._core.watch(self._on_state)  # reports the state now
         else:
             self._refresh()
+        return subscription
 
-        def remove() -> None:
-            self._serializer.run(lambda: self._remove(token))
-
-        return remove
-
-    def _remove(self, token: object) -> None:
-        self._on_unimplemented.pop(token, None)
-        if self._watchers.pop(token, None) is None:
+    def _remove(self, subscription: _Subscription) -> None:
+        if self._watchers.pop(subscription, None) is None:
             return
         if self._watchers:
             self._refresh()
@@ -157,7 +176,6 @@ class OobStream:
         """The subchannel shut down: cancel the call, forget every subscriber
         (A51: no need to wait for the call's status)."""
         self._watchers.clear()
-        self._on_unimplemented.clear()
         self._stop()
         self._close_side()
         unwatch, self._unwatch_core = self._unwatch_core, None
@@ -170,7 +188,7 @@ class OobStream:
         return self._period if self._cancel_call is not None else None
 
     def _wanted_period(self) -> float:
-        return min(period for period, _ in self._watchers.values())
+        return min(watch[0] for watch in self._watchers.values())
 
     # -- subchannel state -----------------------------------------------------
     def _on_state(self, state: ConnectivityState, status: Status) -> None:
@@ -222,12 +240,8 @@ class OobStream:
         self._got_report = False
         self.calls_started += 1
         request = _request(period)
-
-        def on_report(report: OrcaLoadReport) -> None:  # any thread
-            self._serializer.run(lambda: self._deliver(generation, report))
-
-        def on_end(code: grpc.StatusCode | None, details: str) -> None:  # any thread
-            self._serializer.run(lambda: self._ended(generation, code, details))
+        sink = _Sink(self, generation)
+        on_report, on_end = sink.report, sink.end
 
         if getattr(transport, "runs_on_event_loop", False):  # an AioTransport
             loop: asyncio.AbstractEventLoop = getattr(transport, "_loop")  # noqa: B009
@@ -248,8 +262,9 @@ class OobStream:
         if generation != self._generation:
             return
         self._got_report = True
-        self._backoff.reset()
-        for _period, fn in list(self._watchers.values()):
+        if self._backoff is not None:
+            self._backoff.reset()
+        for _period, fn, _unimplemented in list(self._watchers.values()):
             try:
                 fn(report)
             except Exception:
@@ -263,14 +278,15 @@ class OobStream:
             self._unimplemented = True
             self._unimplemented_details = details
             self._close_side()
-            if len(self._on_unimplemented) < len(self._watchers):
+            told = [watch[2] for watch in self._watchers.values() if watch[2] is not None]
+            if len(told) < len(self._watchers):
                 _log.error(
                     "pyxds: %s does not implement OpenRcaService (%s); no out-of-band "
                     "load reports on this connection",
                     self._core.address,
                     details,
                 )
-            for fn in list(self._on_unimplemented.values()):
+            for fn in told:
                 try:
                     fn(details)
                 except Exception:
@@ -278,7 +294,12 @@ class OobStream:
             return
         if not self._watchers or self._core.state is not _READY:
             return
-        delay = 0.0 if self._got_report else self._backoff.next_delay()
+        if self._got_report:
+            delay = 0.0
+        else:
+            if self._backoff is None:
+                self._backoff = ExponentialBackoff(getattr(self._core._backoff, "_rng", None))
+            delay = self._backoff.next_delay()
         period = self._period
         self._retry_timer = self._clock.call_later(delay, lambda: self._retry(generation, period))
 
@@ -288,6 +309,40 @@ class OobStream:
         self._retry_timer = None
         if self._watchers and self._core.state is _READY and not self._unimplemented:
             self._start(self._wanted_period())
+
+
+class _Subscription:
+    """One subscriber of an :class:`OobStream` (its key there); calling it
+    unsubscribes (any thread).  A slotted object, not a closure and a token
+    (issue 18: memory per endpoint)."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: OobStream) -> None:
+        self._stream = stream
+
+    def __call__(self) -> None:
+        stream = self._stream
+        stream._serializer.run(lambda: stream._remove(self))
+
+
+class _Sink:
+    """Where one call's reports and end go (any thread): onto the channel's
+    serializer, tagged with the call's generation."""
+
+    __slots__ = ("_stream", "_generation")
+
+    def __init__(self, stream: OobStream, generation: int) -> None:
+        self._stream = stream
+        self._generation = generation
+
+    def report(self, report: OrcaLoadReport) -> None:
+        stream, generation = self._stream, self._generation
+        stream._serializer.run(lambda: stream._deliver(generation, report))
+
+    def end(self, code: grpc.StatusCode | None, details: str) -> None:
+        stream, generation = self._stream, self._generation
+        stream._serializer.run(lambda: stream._ended(generation, code, details))
 
 
 def _run_sync(
@@ -334,9 +389,9 @@ def _run_on_side(
 ) -> Callable[[], None]:
     """Run the call on ``side`` (a reader task on the stream loop, which
     ``side.close()`` lets end first); returns its cancel."""
-    return _run_aio(
-        side.loop, lambda: side.channel, side.spawn, request, on_report, on_end, side.post
-    )
+    reader = _Reader(side.loop, side, None, request, on_report, on_end)
+    side.post(reader.start)
+    return reader.cancel
 
 
 def _run_aio(
@@ -346,58 +401,161 @@ def _run_aio(
     request: OrcaLoadReportRequest,
     on_report: Watcher,
     on_end: Ended,
-    post: Callable[[Callable[[], None]], object] | None = None,
 ) -> Callable[[], None]:
     """Run the call on ``channel()`` (a grpc.aio channel of ``loop``) in a
-    task ``spawn`` starts on ``loop`` (its start handed over by ``post``,
-    ``loop.call_soon_threadsafe`` by default); returns its cancel (any
-    thread)."""
-    box: dict[str, Any] = {"cancelled": False, "call": None}
+    task ``spawn`` starts on ``loop``; returns its cancel (any thread)."""
+    reader = _Reader(loop, channel, spawn, request, on_report, on_end)
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(reader.start)
+    return reader.cancel
 
-    async def read() -> None:
+
+class UnparsedReport(ValueError):
+    """A stream message that is not an ``OrcaLoadReport``: as in C-core
+    (``SubchannelStreamClient``), the call is cancelled and the stream
+    restarts, at once when the call had delivered a report, else after the
+    backoff."""
+
+    def __init__(self, cause: object) -> None:
+        super().__init__(f"an out-of-band ORCA report did not parse: {cause}")
+
+
+class _Reader:
+    """One OOB call read on an event loop: :meth:`start` (on the loop) runs
+    it in a task, :meth:`cancel` (any thread) ends it.  One small object per
+    call rather than closures and a dict (issue 18: memory per endpoint).
+    Its channel is a side connection's (a ``LoopChannel``: a
+    :class:`~pyxds.channel.grpc_aio_twin.Twin`, read by
+    :func:`~pyxds.channel.grpc_aio_twin.read_unary_stream` as the task
+    itself, or a grpc.aio channel made the public way) or an AioTransport's
+    (``source()``, its tasks made by ``spawn``)."""
+
+    __slots__ = (
+        "_loop",
+        "_source",
+        "_spawn",
+        "_request",
+        "_on_report",
+        "_on_end",
+        "_cancelled",
+        "_call",
+    )
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        source: stream_loop.LoopChannel | Callable[[], Any],
+        spawn: Callable[[Coroutine[Any, Any, None]], object] | None,
+        request: OrcaLoadReportRequest,
+        on_report: Watcher,
+        on_end: Ended,
+    ) -> None:
+        self._loop = loop
+        self._source = source
+        self._spawn = spawn
+        self._request: OrcaLoadReportRequest | None = request
+        self._on_report = on_report
+        self._on_end = on_end
+        self._cancelled = False
+        #: the running call (on the loop), once it started: a Twin's C-core
+        #: call or a grpc.aio call
+        self._call: Any = None
+
+    def _channel(self) -> Any:
+        source = self._source
+        if isinstance(source, stream_loop.LoopChannel):
+            return source.channel
+        return source()
+
+    def _run(self, reader: Coroutine[Any, Any, None]) -> None:
+        source = self._source
+        if self._spawn is None and isinstance(source, stream_loop.LoopChannel):
+            source.spawn(reader)
+        else:
+            assert self._spawn is not None
+            self._spawn(reader)
+
+    def start(self) -> None:
+        if self._cancelled:
+            return
+        channel = self._channel()
+        if not isinstance(channel, grpc_aio_twin.Twin):
+            self._run(self.read())
+            return
+        try:
+            call = self._call = channel.call(METHOD_BYTES)
+        except Exception as err:  # closed under us
+            self._ended(grpc.StatusCode.UNKNOWN, str(err))
+            return
+        request = self._take_request().SerializeToString()
+        self._run(
+            grpc_aio_twin.read_unary_stream(channel, call, request, self._on_raw, self._ended)
+        )
+
+    def _ended(self, code: grpc.StatusCode, details: str) -> None:
+        self._call = None
+        self._on_end(code, details)
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._cancel_call)
+
+    def _cancel_call(self) -> None:
+        call = self._call
+        if call is None:
+            return
+        if isinstance(call, grpc.aio.Call):
+            call.cancel()
+        else:
+            grpc_aio_twin.cancel(call)
+
+    def _take_request(self) -> OrcaLoadReportRequest:
+        """The request, no longer held here (nor by the reading frame)."""
+        request, self._request = self._request, None
+        assert request is not None
+        return request
+
+    def _on_raw(self, raw: bytes) -> None:
+        try:
+            report = OrcaLoadReport.FromString(raw)
+        except Exception as err:
+            # C-core's rule: the call is cancelled and the stream restarts
+            # (at once after a report on this call, else after the backoff);
+            # read_unary_stream cancels the call on this error
+            _log.warning("pyxds: an out-of-band ORCA report did not parse (%s)", err)
+            raise UnparsedReport(err) from err
+        self._on_report(report)
+
+    async def read(self) -> None:
+        """The call on a grpc.aio channel made the public way."""
         code: grpc.StatusCode | None = grpc.StatusCode.OK
         details = ""
         try:
-            aio_channel = channel()
+            aio_channel = self._channel()
             if aio_channel is None:  # closed before it was made
                 raise grpc.aio.UsageError("channel closed")
             call = aio_channel.unary_stream(
                 METHOD,
                 request_serializer=OrcaLoadReportRequest.SerializeToString,
                 response_deserializer=OrcaLoadReport.FromString,
-            )(request)
-            box["call"] = call
-            if box["cancelled"]:
+            )(self._take_request())
+            self._call = call
+            if self._cancelled:
                 call.cancel()
-            # call.read(), not ``async for`` (pyxds.xds.transport: a suspended
-            # response iterator keeps its call, and the connection, alive)
+            # call.read(), not ``async for`` (pyxds.xds.transport: a
+            # suspended response iterator keeps its call, and the
+            # connection, alive)
             while (report := await call.read()) is not grpc.aio.EOF:
-                on_report(report)
+                if report is None:  # grpc.aio logged why it did not parse
+                    call.cancel()
+                    raise UnparsedReport("not an OrcaLoadReport")
+                self._on_report(report)
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
         except grpc.RpcError as err:
             code, details = err.code(), err.details() or ""
         except Exception as err:
             code, details = grpc.StatusCode.UNKNOWN, str(err)
-        on_end(code, details)
-
-    def start() -> None:
-        if not box["cancelled"]:
-            spawn(read())
-
-    def cancel() -> None:
-        box["cancelled"] = True
-
-        def go() -> None:
-            call = box["call"]
-            if call is not None:
-                call.cancel()
-
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(go)
-
-    if post is not None:
-        post(start)
-    elif not loop.is_closed():
-        loop.call_soon_threadsafe(start)
-    return cancel
+        self._call = None
+        self._on_end(code, details)

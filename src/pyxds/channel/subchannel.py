@@ -62,7 +62,6 @@ policy that lets go of a subchannel never cancels RPCs already sent on it.
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import logging
 import socket
@@ -78,7 +77,7 @@ from pyxds.channel import grpc_aio_twin
 from pyxds.channel.loop_inbox import LoopInbox
 from pyxds.clock import Clock, Timer
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status, Subchannel
-from pyxds.lb.unwatch import Unwatch
+from pyxds.lb.unwatch import Watched
 from pyxds.xds.backoff import ExponentialBackoff
 from pyxds.xds.completion_reader import app_loop_bound
 
@@ -236,8 +235,9 @@ class Transport(ABC):
     )
 
     def __init__(self) -> None:
-        #: one token per RPC running on it (``append``/``pop`` are atomic)
-        self._calls: collections.deque[None] = collections.deque()
+        #: one token per RPC running on it (``append``/``pop`` are atomic; a
+        #: list, not a deque: an empty deque is ~760 bytes, one per endpoint)
+        self._calls: list[None] = []
         self._retired = False
         self.closed = False
         self.active_seen = False
@@ -525,8 +525,9 @@ class _TransportReports:
         core._serializer.run(functools.partial(core._apply_report, self, connectivity))
 
 
-class SubchannelCore:
-    """The channel's shared connection to one address (see module doc)."""
+class SubchannelCore(Watched):
+    """The channel's shared connection to one address (see module doc).
+    Its watchers: usually one (lb/unwatch.py ``Watched``: no list)."""
 
     __slots__ = (
         "address",
@@ -541,7 +542,6 @@ class SubchannelCore:
         "transport",
         "_backoff_timer",
         "_attempt_started",
-        "_watchers",
         "refs",
         "failure_detail",
         "security_info",
@@ -571,7 +571,7 @@ class SubchannelCore:
         self.transport: Transport | None = None
         self._backoff_timer: Timer | None = None
         self._attempt_started = 0.0
-        self._watchers: list[Callable[[ConnectivityState, Status], None]] = []
+        self._watchers = None
         self.refs = 0
         #: Why the last attempt failed, when the transport knows (the A29 TLS relay).
         self.failure_detail: Callable[[], str | None] | None = None
@@ -586,9 +586,9 @@ class SubchannelCore:
 
     # -- serializer-side API -------------------------------------------
     def watch(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
-        self._watchers.append(fn)
+        unwatch = self._add_watcher(fn)
         fn(self.state, self.status)
-        return Unwatch(self._watchers, fn)
+        return unwatch
 
     def connect(self) -> None:
         if self.state is not ConnectivityState.IDLE:
@@ -632,7 +632,7 @@ class SubchannelCore:
             self._backoff_timer.cancel()
             self._backoff_timer = None
         self.state = ConnectivityState.SHUTDOWN
-        self._watchers.clear()
+        self._watchers = None
         oob = getattr(self, "orca_oob", None)  # pyxds.channel.orca_oob, if used
         if oob is not None:
             oob.close()
@@ -698,7 +698,10 @@ class SubchannelCore:
         if state is self.state and status == self.status:
             return
         self.state, self.status = state, status
-        for fn in list(self._watchers):
+        watchers = self._watchers
+        if watchers is None:
+            return
+        for fn in watchers if isinstance(watchers, tuple) else (watchers,):
             try:
                 fn(state, status)
             except Exception:
@@ -722,7 +725,9 @@ class ChannelSubchannel(Subchannel):
         self.attributes = attributes
         self.core = core
         self._release = release
-        self._unwatchers: list[Callable[[], None]] = []
+        #: what shutdown() undoes: None, one handle (usually: its policy's
+        #: one watcher; no list per endpoint, issue 18) or a list of them
+        self._unwatchers: Callable[[], None] | list[Callable[[], None]] | None = None
         self._shut = False
 
     @property
@@ -737,7 +742,7 @@ class ChannelSubchannel(Subchannel):
         if self._shut:
             return lambda: None
         unwatch = self.core.watch(fn)
-        self._unwatchers.append(unwatch)
+        self._keep(unwatch)
         return unwatch
 
     def reset_backoff(self) -> None:
@@ -761,16 +766,28 @@ class ChannelSubchannel(Subchannel):
         from pyxds.channel.orca_oob import oob_stream_of
 
         cancel = oob_stream_of(self.core).add(period, fn, on_unimplemented)
-        self._unwatchers.append(cancel)
+        self._keep(cancel)
         return cancel
+
+    def _keep(self, undo: Callable[[], None]) -> None:
+        kept = self._unwatchers
+        if kept is None:
+            self._unwatchers = undo
+        elif isinstance(kept, list):
+            kept.append(undo)
+        else:
+            self._unwatchers = [kept, undo]
 
     def shutdown(self) -> None:
         if self._shut:
             return
         self._shut = True
-        for unwatch in self._unwatchers:
-            unwatch()
-        self._unwatchers.clear()
+        kept, self._unwatchers = self._unwatchers, None
+        if isinstance(kept, list):
+            for unwatch in kept:
+                unwatch()
+        elif kept is not None:
+            kept()
         self._release(self.core)
 
     def __repr__(self) -> str:

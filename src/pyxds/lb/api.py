@@ -92,12 +92,16 @@ class Endpoint:
     hierarchical path without the first element), made once by
     :func:`pyxds.lb.hierarchy.split`, so that an endpoint passed down
     unchanged by the next update is split into the very same object and the
-    levels below recognise it as unchanged by identity.
+    levels below recognise it as unchanged by identity.  ``_address_set``
+    is not part of the value either: :func:`address_set`'s cache.
     """
 
     addresses: tuple[str, ...]
     attributes: Mapping[str, Any] = field(default_factory=lambda: EMPTY_ATTRIBUTES)
     _below: Endpoint | None = field(default=None, init=False, repr=False, compare=False, hash=False)
+    _address_set: frozenset[str] | None = field(
+        default=None, init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         addresses: object = self.addresses  # untyped callers may pass a str or a list
@@ -119,6 +123,7 @@ class Endpoint:
         _set_addresses(endpoint, addresses)
         _set_attributes(endpoint, attributes)
         _set_below(endpoint, None)
+        _set_address_set(endpoint, None)
         return endpoint
 
     def with_attributes(self, **changes: Any) -> Endpoint:
@@ -247,6 +252,23 @@ _set_attributes = _slot_setter(Endpoint, "attributes")
 _set_below = _slot_setter(Endpoint, "_below")
 """``Endpoint._below`` is set once, by :func:`pyxds.lb.hierarchy.split`, and
 never changes the endpoint's value (equality, hash, repr)."""
+_set_address_set = _slot_setter(Endpoint, "_address_set")
+
+
+def address_set(endpoint: Endpoint) -> frozenset[str]:
+    """``frozenset(endpoint.addresses)``, the key policies match endpoints
+    by (outlier_detection, round_robin): made once per endpoint object and
+    handed on by :func:`pyxds.lb.hierarchy.split` to the endpoint the level
+    below sees, so the policies of one tree hold one set per endpoint, not
+    one each (issue 18), and an unchanged endpoint passed down again is not
+    keyed anew."""
+    key = endpoint._address_set
+    if key is None:
+        key = frozenset(endpoint.addresses)
+        _set_address_set(endpoint, key)
+    return key
+
+
 _set_path = _slot_setter(PickArgs, "path")
 _set_metadata = _slot_setter(PickArgs, "metadata")
 _set_call_attributes = _slot_setter(PickArgs, "call_attributes")

@@ -55,16 +55,39 @@ class DelegatingHelper(Helper):
 
     def __init__(self, parent: Helper) -> None:
         self.parent = parent
+        # The helper above the run of delegating helpers this one ends: no
+        # level of the run can change ``clock`` or ``random`` (read-only
+        # properties here), so each reads them from there in one step, not
+        # one per level (round_robin reads ``random`` on every READY report,
+        # 7 levels below the channel in the xDS tree; issue 18).
+        # A level whose class gives its own ``clock`` or ``random`` (a custom
+        # policy's helper) starts a run of its own.
+        self._origin: Helper = (
+            parent._origin
+            if isinstance(parent, DelegatingHelper)
+            and type(parent).clock is DelegatingHelper.clock
+            and type(parent).random is DelegatingHelper.random
+            else parent
+        )
+        # The nearest helper above that makes subchannels itself (the
+        # channel, or a level that wraps them): the levels between only
+        # forward, ten of them for each new endpoint in the xDS tree.
+        self._maker: Helper = (
+            parent._maker
+            if isinstance(parent, DelegatingHelper)
+            and type(parent).create_subchannel is DelegatingHelper.create_subchannel
+            else parent
+        )
 
     # Helper declares these as attributes; here they are read-only views of
     # the parent's, which mypy reports as an override of a settable attribute.
     @property
     def clock(self) -> Clock:  # type: ignore[override]  # read-only view of parent.clock
-        return self.parent.clock
+        return self._origin.clock
 
     @property
     def random(self) -> random.Random:  # type: ignore[override]  # view of parent.random
-        return self.parent.random
+        return self._origin.random
 
     @property
     def channel_target(self) -> str:  # type: ignore[override]  # view of the parent's
@@ -83,7 +106,7 @@ class DelegatingHelper(Helper):
         return create(target, service_config)
 
     def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> Subchannel:
-        return self.parent.create_subchannel(address, attributes)
+        return self._maker.create_subchannel(address, attributes)
 
     def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
         self.parent.update_state(state, status, picker)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from pyxds.lb.api import Endpoint, _set_below
+from pyxds.lb.api import Endpoint, _set_address_set, _set_below
 
 PATH_KEY = "hierarchical_path"
 
@@ -73,9 +73,15 @@ def split(endpoints: Iterable[Endpoint]) -> dict[str, list[Endpoint]]:
     sees an unchanged locality's endpoints as identical objects, and an
     update builds (and leaves for the garbage collector) only the endpoints
     that changed.  The stripped attributes are a :class:`PathView` of the
-    first level's mapping; the rest of each distinct path is computed once."""
+    first level's mapping; the rest of each distinct path is computed once,
+    and endpoints that share one mapping (cds gives the endpoints of a
+    locality one mapping when their attributes are equal) share one view of
+    it: one object per locality per level where there was one per
+    endpoint."""
     groups: dict[str, list[Endpoint]] = {}
     rests: dict[tuple[str, ...], tuple[str, ...]] = {}
+    # keyed by the id of a mapping its view (kept here) keeps alive
+    views: dict[tuple[int, tuple[str, ...]], PathView] = {}
     make = Endpoint.trusted
     for endpoint in endpoints:
         below = endpoint._below
@@ -91,8 +97,12 @@ def split(endpoints: Iterable[Endpoint]) -> dict[str, list[Endpoint]]:
             rest = rests.get(path)
             if rest is None:
                 rest = rests[path] = path[1:]
-            base = attributes._base if isinstance(attributes, PathView) else attributes
-            below = make(endpoint.addresses, PathView(base, rest))
+            base = attributes._base if type(attributes) is PathView else attributes
+            view = views.get((id(base), rest))
+            if view is None:
+                view = views[id(base), rest] = PathView(base, rest)
+            below = make(endpoint.addresses, view)
+            _set_address_set(below, endpoint._address_set)  # api.address_set, if made
             _set_below(endpoint, below)
             head = path[0]
         group = groups.get(head)

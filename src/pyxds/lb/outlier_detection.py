@@ -87,13 +87,14 @@ from pyxds.lb.api import (
     ResolverUpdate,
     Status,
     Subchannel,
+    address_set,
 )
 from pyxds.lb.call_counters import _count_value
 from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
 from pyxds.lb.errors import LBConfigError, describe, expect_object, expect_uint32, field_path
 from pyxds.lb.registry import PolicySelection
 from pyxds.lb.timer_slot import TimerSlot
-from pyxds.lb.unwatch import Unwatch
+from pyxds.lb.unwatch import Watched
 
 __all__ = [
     "NAME",
@@ -311,7 +312,7 @@ class EndpointState:
         )
 
 
-class OutlierDetectionSubchannel(Subchannel):
+class OutlierDetectionSubchannel(Watched, Subchannel):
     """What the child sees instead of its parent's subchannel (A50 "Subchannel
     Wrapper").  The picker hands ``real`` to the channel."""
 
@@ -321,7 +322,6 @@ class OutlierDetectionSubchannel(Subchannel):
         "endpoint",
         "ejected",
         "_policy",
-        "_watchers",
         "_state",
         "_status",
         "_unwatch",
@@ -333,7 +333,7 @@ class OutlierDetectionSubchannel(Subchannel):
         self.endpoint: EndpointState | None = None
         self.ejected = False
         self._policy = policy
-        self._watchers: list[Callable[[ConnectivityState, Status], None]] = []
+        self._watchers = None
         self._state = ConnectivityState.IDLE
         self._status = OK_STATUS
         self._unwatch: Callable[[], None] | None = None
@@ -345,16 +345,16 @@ class OutlierDetectionSubchannel(Subchannel):
     def watch_state(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
         if self._unwatch is None:
             self._unwatch = self.real.watch_state(self)
-        self._watchers.append(fn)
+        unwatch = self._add_watcher(fn)
         if self.ejected:
             fn(_TF, EJECTED_STATUS)
         else:
             fn(self._state, self._status)
-        return Unwatch(self._watchers, fn)
+        return unwatch
 
     def shutdown(self) -> None:
         self._policy._untrack(self)
-        self._watchers.clear()
+        self._watchers = None
         unwatch, self._unwatch = self._unwatch, None
         if unwatch is not None:
             unwatch()
@@ -374,24 +374,21 @@ class OutlierDetectionSubchannel(Subchannel):
         bound method per endpoint, issue 18)."""
         self._state, self._status = state, status
         if not self.ejected:
-            for fn in list(self._watchers):
-                fn(state, status)
+            self._notify(state, status)
 
     def eject(self) -> None:
         """Report TRANSIENT_FAILURE and hold back the real reports."""
         if self.ejected:
             return
         self.ejected = True
-        for fn in list(self._watchers):
-            fn(_TF, EJECTED_STATUS)
+        self._notify(_TF, EJECTED_STATUS)
 
     def uneject(self) -> None:
         """Report the real subchannel's latest state and pass reports again."""
         if not self.ejected:
             return
         self.ejected = False
-        for fn in list(self._watchers):
-            fn(self._state, self._status)
+        self._notify(self._state, self._status)
 
     def __repr__(self) -> str:
         return f"OutlierDetectionSubchannel({self.real!r}, ejected={self.ejected})"
@@ -597,7 +594,7 @@ class OutlierDetectionPolicy(LoadBalancer):
         known = self._endpoints
         counting = self._config is not None and self._config.counting
         for endpoint in endpoints:
-            key = frozenset(endpoint.addresses)
+            key = address_set(endpoint)
             if key in wanted:
                 continue
             entry = known.get(key)

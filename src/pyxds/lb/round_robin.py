@@ -90,6 +90,7 @@ from pyxds.lb.api import (
     QueuePicker,
     ResolverUpdate,
     Status,
+    address_set,
 )
 from pyxds.lb.child_handler import DelegatingHelper
 from pyxds.lb.errors import LBConfigError, describe
@@ -377,7 +378,7 @@ class RoundRobin(LoadBalancer):
     ) -> dict[frozenset[str], _Child]:
         """New endpoint -> child: same address set first, then an unused old
         child sharing an address, else a new child."""
-        keys = [frozenset(endpoint.addresses) for endpoint in endpoints]
+        keys = [address_set(endpoint) for endpoint in endpoints]
         wanted = set(keys)
         unused = {key: child for key, child in old.items() if key not in wanted}
         by_address = {address: key for key in unused for address in key}

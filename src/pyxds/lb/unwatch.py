@@ -1,35 +1,87 @@
-"""The handle ``Subchannel.watch_state`` returns (:mod:`pyxds.lb.api`).
+"""The watchers of a subchannel, and the handle ``Subchannel.watch_state``
+returns (:mod:`pyxds.lb.api`).
 
-A subchannel (or a policy's wrapper of one) keeps its watchers in a list;
-unwatching removes the watcher from that list, once, and does nothing when
-it is gone already (the subchannel was shut down, or the handle was called
-before).  The handle is one small slotted object instead of a closure per
-watcher (a function, its cells and their tuple): a 10,000-endpoint cluster
-has three such handles per endpoint, each one an object Python's cyclic
-garbage collector walks in every full collection (issue 18).
+A subchannel (the channel's shared core, or a policy's wrapper of one)
+nearly always has exactly one watcher: the entry of the policy above it.
+:class:`Watched` keeps that watcher in a slot of the subchannel; only a
+second one makes a tuple (replaced, never changed in place).  A
+10,000-endpoint cluster has several such subchannels per endpoint, and a
+list each was an object Python's cyclic garbage collector walks in every
+full collection (issue 18).
+
+Rules:
+
+* a report reaches the watchers registered when it started, in the order
+  registered; a watcher added or removed by a watcher takes effect from the
+  next report (what copying a list before each report gave, without the
+  copy);
+* unwatching removes the watcher once (its first registration, as
+  ``list.remove``), and does nothing when it is gone already (the
+  subchannel was shut down, or the handle was called before).  The handle
+  is one small slotted object, not a closure (a function, its cells and
+  their tuple).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any
 
-__all__ = ["Unwatch"]
+__all__ = ["Watched"]
 
-_F = TypeVar("_F", bound=Callable[..., object])
+_Watcher = Callable[[Any, Any], object]
 
 
-class Unwatch(Generic[_F]):
-    """Removes ``fn`` from ``watchers`` when called (any number of times)."""
+class Watched:
+    """Watchers of one subchannel (module docstring): ``_watchers`` is None,
+    one watcher, or a tuple of two or more, in the order registered.  A
+    subclass sets ``_watchers`` to None before the first watcher."""
 
-    __slots__ = ("_fn", "_watchers")
+    __slots__ = ("_watchers",)
+    _watchers: _Watcher | tuple[_Watcher, ...] | None
 
-    def __init__(self, watchers: list[_F], fn: _F) -> None:
-        self._watchers = watchers
+    def _add_watcher(self, fn: _Watcher) -> Callable[[], None]:
+        watchers = self._watchers
+        if watchers is None:
+            self._watchers = fn
+        elif isinstance(watchers, tuple):
+            self._watchers = (*watchers, fn)
+        else:
+            self._watchers = (watchers, fn)
+        return _Unwatch(self, fn)
+
+    def _remove_watcher(self, fn: _Watcher) -> None:
+        """Forget ``fn`` once (its first registration), as ``list.remove``."""
+        watchers = self._watchers
+        if isinstance(watchers, tuple):
+            if fn in watchers:
+                at = watchers.index(fn)
+                rest = watchers[:at] + watchers[at + 1 :]
+                self._watchers = rest[0] if len(rest) == 1 else rest
+        elif watchers is not None and watchers == fn:
+            self._watchers = None
+
+    def _notify(self, state: Any, status: Any) -> None:
+        """Report to every watcher registered now."""
+        watchers = self._watchers
+        if watchers is None:
+            return
+        if isinstance(watchers, tuple):
+            for fn in watchers:
+                fn(state, status)
+        else:
+            watchers(state, status)
+
+
+class _Unwatch:
+    """The handle :meth:`Watched._add_watcher` returns: removes its watcher
+    when called (any number of times)."""
+
+    __slots__ = ("_fn", "_owner")
+
+    def __init__(self, owner: Watched, fn: _Watcher) -> None:
+        self._owner = owner
         self._fn = fn
 
     def __call__(self) -> None:
-        try:
-            self._watchers.remove(self._fn)
-        except ValueError:
-            pass
+        self._owner._remove_watcher(self._fn)

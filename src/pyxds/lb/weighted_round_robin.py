@@ -556,6 +556,9 @@ class WeightedRoundRobin(RoundRobin):
         self._reporting: _Child | None = None
         #: the earliest report of any of this policy's weights (FirstReport)
         self._first_report = FirstReport()
+        #: every weight's ``on_need_stand_in`` (one for the policy, not a
+        #: closure per endpoint)
+        self._need_stand_in = self._stand_in_needed
         super().__init__(helper)
 
     # -- LoadBalancer ----------------------------------------------------------
@@ -592,15 +595,13 @@ class WeightedRoundRobin(RoundRobin):
         weight = getattr(child, "wrr_weight", None)
         if weight is None:
             weight = EndpointWeight(self.helper.clock, self._config, self._first_report)
-            clock = self.helper.clock
-
-            def need_stand_in() -> None:  # from an RPC thread: hop onto the serializer
-                clock.call_later(0, self._sync_oob)
-
-            weight.on_need_stand_in = need_stand_in
+            weight.on_need_stand_in = self._need_stand_in
             # round_robin's child carries this policy's state for it (no slot declared there)
             child.wrr_weight = weight  # type: ignore[attr-defined]  # per-policy state on the child
         return weight
+
+    def _stand_in_needed(self) -> None:  # from an RPC thread: hop onto the serializer
+        self.helper.clock.call_later(0, self._sync_oob)
 
     # -- round_robin hooks -----------------------------------------------------
     def _on_child_state(

@@ -97,7 +97,7 @@ from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
 from pyxds.lb.errors import LBConfigError, expect_object, expect_string
 from pyxds.lb.outlier_detection import OutlierDetectionSubchannel
 from pyxds.lb.registry import PolicySelection
-from pyxds.lb.unwatch import Unwatch
+from pyxds.lb.unwatch import Watched
 from pyxds.resolver.xds_config import XDS_CONFIG_ATTRIBUTE, ClusterConfig
 
 __all__ = [
@@ -182,7 +182,7 @@ class _Entry:
         return sub.state if sub is not None else None
 
 
-class OverrideHostSubchannel(Subchannel):
+class OverrideHostSubchannel(Watched, Subchannel):
     """What the child sees instead of its parent's subchannel.  It watches
     the real subchannel once (its entry's state) and forwards the reports to
     the child's watchers.  ``owned``: the policy keeps it for sessions after
@@ -197,7 +197,6 @@ class OverrideHostSubchannel(Subchannel):
         "result",
         "_status",
         "_policy",
-        "_watchers",
         "_unwatch",
         "_closed",
     )
@@ -212,7 +211,7 @@ class OverrideHostSubchannel(Subchannel):
         #: the pick of a session landing here (constant: no allocation per pick)
         self.result = PickComplete(real)
         self._policy = policy
-        self._watchers: list[Callable[[ConnectivityState, Status], None]] = []
+        self._watchers = None
         self._closed = False
         self._unwatch: Callable[[], None] | None = None
         self._unwatch = real.watch_state(self)
@@ -222,13 +221,13 @@ class OverrideHostSubchannel(Subchannel):
         self.real.connect()
 
     def watch_state(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
-        self._watchers.append(fn)
+        unwatch = self._add_watcher(fn)
         fn(self.state, self._status)
-        return Unwatch(self._watchers, fn)
+        return unwatch
 
     def shutdown(self) -> None:
         """The child lets go: the policy keeps it for sessions or closes it."""
-        self._watchers.clear()
+        self._watchers = None
         if not self._closed:
             self._policy._released(self)
 
@@ -251,8 +250,7 @@ class OverrideHostSubchannel(Subchannel):
         changed = state is not self.state
         self.state = state
         self._status = status
-        for fn in list(self._watchers):
-            fn(state, status)
+        self._notify(state, status)
         if changed and self.owned:
             self._policy._owned_state_changed(self)
 
@@ -261,7 +259,7 @@ class OverrideHostSubchannel(Subchannel):
         if self._closed:
             return
         self._closed = True
-        self._watchers.clear()
+        self._watchers = None
         unwatch, self._unwatch = self._unwatch, None
         if unwatch is not None:
             unwatch()

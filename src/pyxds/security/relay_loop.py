@@ -97,7 +97,10 @@ class RelayLoop:
 
     # -- any thread ------------------------------------------------------
     def call_soon(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the loop thread."""
+        """Run ``fn`` on the loop thread.  One byte wakes the loop while
+        ``_woken`` is clear; the loop clears it only after emptying the pipe
+        and before running the calls, so a call added before it is cleared
+        runs in that round and one added after writes its own byte."""
         self._calls.append(fn)
         if not self._woken:
             self._woken = True
@@ -155,11 +158,17 @@ class RelayLoop:
                 continue
             for fd, mask in events:
                 if fd == wake_r:
-                    self._woken = False
+                    # Empty the pipe, *then* let the next call_soon write
+                    # again: the other way round, a call_soon between the
+                    # two wrote a byte this read swallowed, and left the
+                    # flag set with the pipe empty: every later call_soon
+                    # skipped its write, and the loop slept with calls
+                    # queued until a socket or timer of its own woke it.
                     try:
                         os.read(wake_r, 4096)
                     except BlockingIOError:
                         pass
+                    self._woken = False
                     continue
                 handler = handlers.get(fd)
                 if handler is not None:

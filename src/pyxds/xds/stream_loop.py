@@ -179,6 +179,21 @@ class LoopChannel:
     channel's serializer): a post racing the first from another thread may
     run before the channel is made."""
 
+    # slots, a method and a list rather than a dict, closures and a set: an
+    # ORCA side connection per endpoint has one (issue 18, memory per endpoint)
+    __slots__ = (
+        "loop",
+        "channel",
+        "closed",
+        "_released",
+        "_release_lock",
+        "_done",
+        "_tasks",
+        "_make",
+        "_on_made",
+        "_lazy",
+    )
+
     def __init__(
         self,
         make: Callable[[], Any],
@@ -196,32 +211,34 @@ class LoopChannel:
         self._done: threading.Event | None = None
         #: tasks reading this channel's calls (:meth:`spawn`): close() lets
         #: them end before it closes the channel
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._make: Callable[[], Any] | None = make
+        self._on_made = on_made
+        #: a lazy channel not made yet: the first post (or close) takes that
+        self._lazy = lazy
+        if not lazy:
+            post(self.loop, self._create)
 
-        def create() -> None:
-            if self.closed:
-                return
-            self.channel = make()
-            if on_made is not None:
-                on_made(self.channel)
-
-        #: a lazy channel's ``create``, until the first post (or close) takes it
-        self._create: Callable[[], None] | None = None
-        if lazy:
-            self._create = create
-        else:
-            post(self.loop, create)
+    def _create(self) -> None:
+        # runs once: what made the channel is not kept past it
+        make, self._make = self._make, None
+        on_made, self._on_made = self._on_made, None
+        if self.closed or make is None:
+            return
+        self.channel = make()
+        if on_made is not None:
+            on_made(self.channel)
 
     def _take_create(self) -> Callable[[], None] | None:
-        """A lazy channel's ``create``, once (any thread)."""
+        """A lazy channel's ``_create``, once (any thread)."""
         with self._release_lock:
-            create, self._create = self._create, None
-        return create
+            lazy, self._lazy = self._lazy, False
+        return self._create if lazy else None
 
     def post(self, fn: Callable[[], None]) -> bool:
         """Run ``fn`` on the loop (see :func:`post`); a lazy channel is made
         first, in the same callback."""
-        create = self._take_create() if self._create is not None else None
+        create = self._take_create() if self._lazy else None
         if create is None:
             return post(self.loop, fn)
 
@@ -241,8 +258,8 @@ class LoopChannel:
         closed under a call whose reader still awaits (the server sees a live
         client, and C-core logs its GOAWAY when that server stops)."""
         task = self.loop.create_task(reader)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.append(task)
+        task.add_done_callback(self._tasks.remove)
 
     def close(self, before: Callable[[], None] | None = None, wait: bool = True) -> None:
         """Run ``before`` on the loop (it ends the calls), let the readers
