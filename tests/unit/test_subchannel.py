@@ -8,7 +8,7 @@ import random
 import grpc
 from test_channel_support import TransportFactory
 
-from pyxds.channel.subchannel import core_of, subchannel_options
+from pyxds.channel.subchannel import core_of, grpcio_target, subchannel_options
 from pyxds.channel.subchannel_pool import SubchannelPool
 from pyxds.lb.api import ConnectivityState as CS
 from pyxds.serializer import WorkSerializer
@@ -338,6 +338,50 @@ def test_each_failed_attempt_reports_the_same_failure_and_a_new_cause_anew():
     assert statuses[0] is statuses[1] is statuses[2]
     assert all(s.code is grpc.StatusCode.UNAVAILABLE for s in statuses)
     assert states(seen) == [CS.IDLE] + [CS.CONNECTING, CS.TRANSIENT_FAILURE, CS.IDLE] * 4
+
+
+def test_an_ip_literal_address_goes_to_grpcio_as_an_ipv4_or_ipv6_target():
+    """C-core's ipv4:/ipv6: resolver, not its dns one, for what EDS gives
+    (same one address and default authority, less C-core work per channel)."""
+    options = subchannel_options(None)
+    assert grpcio_target("127.0.0.1:50051", options) == "ipv4:127.0.0.1:50051"
+    assert grpcio_target("10.1.2.3:1", options) == "ipv4:10.1.2.3:1"
+    assert grpcio_target("[::1]:443", options) == "ipv6:[::1]:443"
+    assert grpcio_target("[2001:db8::5]:65535", options) == "ipv6:[2001:db8::5]:65535"
+    assert grpcio_target("[::ffff:10.0.0.1]:80", options) == "ipv6:[::ffff:10.0.0.1]:80"
+
+
+def test_anything_but_an_ip_literal_with_a_port_keeps_its_plain_target():
+    options = subchannel_options(None)
+    for address in (
+        "localhost:50051",  # a host name: C-core's dns resolver, as before
+        "backend.example:80",
+        "127.0.0.1",  # no port (dns's default port)
+        "127.0.0.1:0",
+        "127.0.0.1:65536",
+        "127.0.0.1:\uff18\uff10",  # not ASCII digits (fullwidth 80)
+        "127.0.0.1:+80",
+        "127.0.0.01:80",  # not a literal inet_pton takes
+        "127.1:80",
+        "::1:80",  # IPv6 without brackets
+        "[fe80::1%eth0]:80",  # a zone
+        "[127.0.0.1]:80",
+        "[::1]",
+        "unix:/tmp/socket",
+        "ipv4:127.0.0.1:80",  # a target already
+        "",
+    ):
+        assert grpcio_target(address, options) == address, address
+
+
+def test_with_grpcio_channelz_on_subchannel_channels_keep_the_plain_target():
+    """grpcio's channelz lists each channel's target: unchanged when the
+    application turns channelz on (grpcio's default when no option says)."""
+    on = subchannel_options([("grpc.enable_channelz", 1)])
+    assert grpcio_target("127.0.0.1:50051", on) == "127.0.0.1:50051"
+    assert grpcio_target("127.0.0.1:50051", ()) == "127.0.0.1:50051"
+    off = subchannel_options([("grpc.enable_channelz", 0)])
+    assert grpcio_target("127.0.0.1:50051", off) == "ipv4:127.0.0.1:50051"
 
 
 def test_a_core_keeps_one_watcher_without_a_list_and_several_in_order():
