@@ -300,43 +300,42 @@ def twin_kind(request, monkeypatch):
     return request.param
 
 
+def _reports_over(streams, want: int) -> tuple[list[float], list[float]]:
+    """A sync channel subscribed to the OOB stream of an :func:`_orca_server`
+    sending ``streams``: the cpu_utilization of the first ``want`` reports
+    (and of any that followed within 0.2 s), and when each stream opened."""
+    srv, address, opened = _orca_server(streams)
+    channel = pyxds.insecure_channel(address)
+    reports: list = []
+    try:
+        handle = subchannel_of(channel, address)
+        on_serializer(channel, lambda: handle.watch_orca_oob(0.1, reports.append))
+        assert wait_until(lambda: len(reports) >= want, 10)
+        time.sleep(0.2)  # bounded: anything else would have arrived
+        return [r.cpu_utilization for r in reports], list(opened)
+    finally:
+        channel.close()
+        srv.stop(None)
+
+
 def test_a_report_that_does_not_parse_ends_the_call_and_the_stream_restarts_at_once(twin_kind):
     """C-core's rule (SubchannelStreamClient): a stream message that is not an
     OrcaLoadReport cancels the call; a call that had delivered a report
     restarts at once (its backoff reset).  The bad bytes reach no
     subscriber; the reports before and after do."""
-    srv, address, opened = _orca_server(
-        [[_report(0.25), _NOT_A_REPORT, _report(0.75)], [_report(0.5)]]
+    reports, opened = _reports_over(
+        [[_report(0.25), _NOT_A_REPORT, _report(0.75)], [_report(0.5)]], 2
     )
-    channel = pyxds.insecure_channel(address)
-    reports: list = []
-    try:
-        handle = subchannel_of(channel, address)
-        on_serializer(channel, lambda: handle.watch_orca_oob(0.1, reports.append))
-        assert wait_until(lambda: len(reports) >= 2, 10)
-        time.sleep(0.2)  # bounded: anything else would have arrived
-        # 0.75 came after the bad message on the cancelled call: never read
-        assert [r.cpu_utilization for r in reports] == [0.25, 0.5]
-        assert len(opened) == 2
-        assert opened[1] - opened[0] < 0.5  # at once, not after the 1 s backoff
-    finally:
-        channel.close()
-        srv.stop(None)
+    # 0.75 came after the bad message on the cancelled call: never read
+    assert reports == [0.25, 0.5]
+    assert len(opened) == 2
+    assert opened[1] - opened[0] < 0.75  # at once: the backoff is 0.8 s at least
 
 
 def test_a_first_message_that_does_not_parse_restarts_the_stream_after_the_backoff(twin_kind):
     """C-core's rule: a call cancelled before any report it parsed is
     retried after the backoff (1 s, jitter 0.2), not at once."""
-    srv, address, opened = _orca_server([[_NOT_A_REPORT], [_report(0.5)]])
-    channel = pyxds.insecure_channel(address)
-    reports: list = []
-    try:
-        handle = subchannel_of(channel, address)
-        on_serializer(channel, lambda: handle.watch_orca_oob(0.1, reports.append))
-        assert wait_until(lambda: len(reports) >= 1, 10)
-        assert [r.cpu_utilization for r in reports] == [0.5]
-        assert len(opened) == 2
-        assert opened[1] - opened[0] >= 0.75
-    finally:
-        channel.close()
-        srv.stop(None)
+    reports, opened = _reports_over([[_NOT_A_REPORT], [_report(0.5)]], 1)
+    assert reports == [0.5]
+    assert len(opened) == 2
+    assert opened[1] - opened[0] >= 0.75
