@@ -61,6 +61,14 @@ class Watched:
         elif watchers is not None and watchers == fn:
             self._watchers = None
 
+    def _watching(self) -> tuple[_Watcher, ...]:
+        """The watchers registered now, in order (for a caller that guards
+        each call itself)."""
+        watchers = self._watchers
+        if watchers is None:
+            return ()
+        return watchers if isinstance(watchers, tuple) else (watchers,)
+
     def _notify(self, state: Any, status: Any) -> None:
         """Report to every watcher registered now."""
         watchers = self._watchers
