@@ -11,7 +11,10 @@ Inputs per endpoint (set by the cds policy, :mod:`pyxds.lb.cds`):
 * ``hierarchical_path``: after the priority level, ``(locality name,)``; the
   first element is the target name, so weighted_target's hierarchical split
   sends each endpoint to its locality's child.
-* ``locality_weight``: the locality's EDS weight.  A52: when one locality
+* ``locality_weight``: the locality's EDS weight.  An endpoint without one
+  (or with 0) adds no target, as in C-core (grpc-go and grpc-java fail the
+  update instead; EDS drops zero-weight localities, so only a hand-made
+  config gets here).  A52: when one locality
   carries several weights, the first one seen wins and the others are
   logged as a warning (once per update and locality).
 * ``locality`` (a LocalityName) names the target when there is no path.
@@ -103,7 +106,9 @@ class XdsWrrLocalityPolicy(LoadBalancer):
                 if locality is None:
                     continue
                 target = str(locality)
-            weight = attributes.get(LOCALITY_WEIGHT_ATTRIBUTE) or 1
+            weight = attributes.get(LOCALITY_WEIGHT_ATTRIBUTE)
+            if not weight:
+                continue  # no weight, no target (C-core)
             first = weights.setdefault(target, weight)
             if first != weight:
                 conflicts.setdefault(target, set()).add(weight)
