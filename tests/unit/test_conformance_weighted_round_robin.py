@@ -19,14 +19,17 @@ Where the sources disagree, C-core wins: grpc-java floors a known weight at
 from __future__ import annotations
 
 import collections
+import itertools
 from collections.abc import Iterable, Sequence
 
+import pytest
 from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
 
 from pyxds.lb import registry
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Endpoint, PickComplete, ResolverUpdate
 from pyxds.lb.orca import ORCA_TRAILER
 from pyxds.lb.weighted_round_robin import WeightedRoundRobin, WeightedRoundRobinPicker
+from pyxds.lb.wrr_scheduler import MAX_WEIGHT, StaticStrideScheduler, scale_weights
 from pyxds.testing import FakeHelper, FakeSubchannel
 
 READY = ConnectivityState.READY
@@ -451,3 +454,94 @@ def test_an_endpoint_weighs_by_the_reports_of_the_address_it_connected_to():
     h.per_call({e1[1]: load(0.3), e2[0]: load(0.9), e3[0]: load(0.3)})
     h.advance(1.0)
     assert_shares(h, {e1[1]: 3, e2[0]: 1, e3[0]: 3})
+
+
+# -- the static stride scheduler ---------------------------------------------------------
+# C-core test/core/load_balancing/static_stride_scheduler_test.cc and grpc-java's
+# scheduler cases in WeightedRoundRobinLoadBalancerTest, at C-core's 16-bit scale.
+
+
+def _stride(weights: Sequence[float]) -> StaticStrideScheduler | None:
+    scaled = scale_weights(list(weights), MAX_WEIGHT)
+    return None if scaled is None else StaticStrideScheduler(scaled, MAX_WEIGHT)
+
+
+def _first_picks(scheduler: StaticStrideScheduler, n: int) -> list[int]:
+    sequence = itertools.count().__next__
+    return [scheduler.pick(sequence) for _ in range(n)]
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [[], [0.0], [0.0, 0.0, 0.0, 0.0], [1.0], [-1.0, -2.0], [5.0, 5.0], [-3.0, 4.0, 0.0]],
+)
+def test_no_scheduler_without_two_distinct_known_weights(weights):
+    """C-core StaticStrideSchedulerTest.EmptyWeightsIsNullopt,
+    OneZeroWeightIsNullopt, AllZeroWeightsIsNullopt, OneWeightsIsNullopt;
+    grpc-java testAllInvalidWeightsIsRoundRobin, testAllSameWeights,
+    testAllZeroWeightsIsRoundRobin (round robin instead)."""
+    assert scale_weights(weights, MAX_WEIGHT) is None
+
+
+def test_picks_are_weighted_exactly_from_the_first_pick():
+    """C-core StaticStrideSchedulerTest.PicksAreWeightedExactly; grpc-java
+    testPicksEqualsWeights."""
+    scheduler = _stride([1.0, 2.0, 3.0])
+    assert scheduler is not None
+    assert collections.Counter(_first_picks(scheduler, 6)) == {0: 1, 1: 2, 2: 3}
+
+
+def test_a_zero_or_negative_weight_is_unknown_and_gets_the_mean():
+    """C-core StaticStrideSchedulerTest.ZeroWeightUsesMean; grpc-java
+    testContainsZeroWeightUseMean and testContainsNegativeWeightUseMean."""
+    for unknown in (0.0, -7.0):
+        scheduler = _stride([3.0, unknown, 1.0])
+        assert scheduler is not None
+        assert collections.Counter(_first_picks(scheduler, 6)) == {0: 3, 1: 2, 2: 1}
+
+
+def test_equal_weights_with_an_unknown_one_are_a_fixed_rotation():
+    """C-core StaticStrideSchedulerTest.AllWeightsEqualIsRoundRobin
+    ({300, 300, 0}: no scheduler, round robin)."""
+    assert scale_weights([300.0, 300.0, 0.0], MAX_WEIGHT) is None
+
+
+def test_picks_are_a_function_of_the_sequence_alone():
+    """C-core StaticStrideSchedulerTest.PicksAreDeterministic and
+    RebuildGiveSamePicks (each pick made by a new scheduler reading the same
+    sequence); grpc-java testDeterministicPicks."""
+    weights = [1.0, 2.0, 3.0]
+    first = _first_picks(_stride(weights), 100)  # type: ignore[arg-type]
+    assert _first_picks(_stride(weights), 100) == first  # type: ignore[arg-type]
+    sequence = itertools.count().__next__
+    rebuilt = []
+    for _ in range(100):
+        scheduler = _stride(weights)
+        assert scheduler is not None
+        rebuilt.append(scheduler.pick(sequence))
+    assert rebuilt == first
+
+
+def test_the_largest_weight_is_picked_in_every_generation():
+    """C-core StaticStrideSchedulerTest.LargestIsPickedEveryGeneration."""
+    scheduler = _stride([1.0, 2.0, 3.0])
+    assert scheduler is not None
+    picks = _first_picks(scheduler, MAX_WEIGHT * 2)
+    assert picks.count(2) == MAX_WEIGHT
+
+
+def test_the_largest_weight_is_clamped_at_ten_times_the_mean():
+    """C-core StaticStrideSchedulerTest.MaxIsClampedForHighRatio; grpc-java
+    testMaxClamped: 81 among nineteen 1s weighs 50 (10 x the mean 5)."""
+    scheduler = _stride([81.0] + [1.0] * 19)
+    assert scheduler is not None
+    counts = collections.Counter(_first_picks(scheduler, 69))
+    assert counts[0] == 50 and all(counts[i] == 1 for i in range(1, 20))
+
+
+def test_a_tiny_weight_is_floored_at_one_percent_of_the_mean():
+    """C-core StaticStrideSchedulerTest.MinIsClampedForHighRatio (grpc-java's
+    testMinClamped floors at 10 %; C-core's 1 % is the reference)."""
+    scheduler = _stride([100.0, 1e-10])
+    assert scheduler is not None
+    assert collections.Counter(_first_picks(scheduler, 201)) == {0: 200, 1: 1}
