@@ -545,3 +545,34 @@ def test_a_tiny_weight_is_floored_at_one_percent_of_the_mean():
     scheduler = _stride([100.0, 1e-10])
     assert scheduler is not None
     assert collections.Counter(_first_picks(scheduler, 201)) == {0: 200, 1: 1}
+
+
+# -- state and lifecycle (shared with round_robin) -------------------------------------
+
+
+def test_a_single_failing_endpoint_is_transient_failure_with_a_failing_picker():
+    """grpc-java pickChildLbTF (the TF picker answers a pick)."""
+    helper = FakeHelper()
+    policy = WeightedRoundRobin(helper)
+    _, config = registry.select([{"weighted_round_robin": {}}])
+    assert policy.update(ResolverUpdate([Endpoint((A,))], config)) is None
+    helper.subchannel(A).set_state(TF)
+    assert helper.state is TF
+    result = helper.pick()
+    assert getattr(result, "status", None) is not None
+    assert A in result.status.details  # type: ignore[union-attr]
+
+
+def test_shutdown_stops_the_timer_the_oob_streams_and_every_subchannel():
+    """grpc-java wrrLifeCycle (after a weightUpdatePeriod change, shutdown
+    leaves no task and shuts every subchannel down)."""
+    h = Wrr({"blackoutPeriod": "0s", "enableOobLoadReport": True}, oob=True)
+    h.update(
+        {"blackoutPeriod": "0s", "enableOobLoadReport": True, "weightUpdatePeriod": "0.5s"},
+        ((A,), (B,), (C,)),
+    )
+    assert len(h.helper.clock.pending) == 1  # one weight update timer
+    h.policy.shutdown()
+    assert h.helper.clock.pending == []
+    assert all(sc.shut_down for sc in h.helper.subchannels)
+    assert all(record[2] for record in h.oob.values())  # every OOB watch cancelled
