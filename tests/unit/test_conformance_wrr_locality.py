@@ -39,7 +39,7 @@ def child_config(policy):
         ({"childPolicy": []}, "childPolicy"),
         ({"childPolicy": [{"": {}}]}, "childPolicy"),
         ({"childPolicy": [{"doesNotExistBalancer": {"cluster": "c"}}]}, "childPolicy"),
-        # the child's own config is checked: round_robin's ring_hash sibling
+        # the child policy's own config is checked too
         ({"childPolicy": [{"ring_hash_experimental": {"minRingSize": 0}}]}, "minRingSize"),
         ({"childPolicy": {"round_robin": {}}}, "childPolicy"),
     ],
