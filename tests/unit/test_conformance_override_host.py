@@ -28,19 +28,27 @@ from test_cds_support import (
 )
 from test_xds_override_host import A, live, locality, pick, picked, tree
 
-from pyxds.lb import PickQueue
+from pyxds.lb import PickComplete, PickQueue
 
 E0, E1, E2 = "10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"
 ALL_STATUSES = {"UNKNOWN", "HEALTHY", "DRAINING"}
 
 
 def plain_picks(helper, n: int = 6) -> set[str]:
-    """Where RPCs without a usable cookie go (their session learns it)."""
+    """Where RPCs without a usable cookie go (their session learns it); RPCs
+    without the session attribute (the picker's shortcut through the child's
+    rotation) must go to the same endpoints."""
     seen = set()
     for _ in range(n):
         address, session = picked(helper, cookie="")
         assert session.actual_address_list == address
         seen.add(address)
+    without = set()
+    for _ in range(n):
+        result, _ = pick(helper)
+        assert isinstance(result, PickComplete), result
+        without.add(result.subchannel.address)
+    assert without == seen
     return seen
 
 
