@@ -297,7 +297,8 @@ def test_a_reconnected_endpoint_gets_the_mean_weight_during_its_new_blackout():
 
 def test_an_update_with_the_same_endpoints_keeps_the_weights_in_use_at_once():
     """C-core WeightedRoundRobinTest.BlackoutPeriodDoesNotGetResetAfterUpdate
-    (no timer runs after the update)."""
+    (no timer runs after the update; also with a new config and with an
+    endpoint added and the list reordered)."""
     cfg = {"blackoutPeriod": "1s", "weightExpirationPeriod": "2s"}
     h = Wrr(cfg)
     h.per_call(ALL3)
@@ -307,6 +308,9 @@ def test_an_update_with_the_same_endpoints_keeps_the_weights_in_use_at_once():
     assert_shares(h, {A: 1, B: 3, C: 3})
     h.update(dict(cfg, weightExpirationPeriod="3s"), ((A,), (B,), (C,)))  # a new picker
     assert_shares(h, {A: 1, B: 3, C: 3})
+    h.update(dict(cfg, weightExpirationPeriod="3s"), ((D,), (C,), (B,), (A,)))
+    h.helper.subchannel(D).set_state(READY)  # a new endpoint: the mean, others kept
+    assert_shares(h, {A: 1, B: 3, C: 3, D: 7 / 3})
 
 
 def test_weights_in_use_until_just_before_expiration_then_round_robin():
