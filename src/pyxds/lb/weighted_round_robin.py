@@ -547,6 +547,8 @@ class WeightedRoundRobin(RoundRobin):
     def __init__(self, helper: Helper) -> None:
         self._config = WeightedRoundRobinConfig()
         self._timer: Timer | None = None
+        #: the period the running weight update timer was started with
+        self._timer_period = DEFAULT_WEIGHT_UPDATE_PERIOD
         self._picker: WeightedRoundRobinPicker | None = None
         #: child -> (subchannel watched, period, unsubscribe, stand-in for per-call)
         self._oob: dict[_Child, tuple[Any, float, Callable[[], None] | None, bool]] = {}
@@ -706,10 +708,14 @@ class WeightedRoundRobin(RoundRobin):
             return
         if isinstance(picker, WeightedRoundRobinPicker):
             self._picker = picker
+            period = self._config.weight_update_period
+            if self._timer is not None and self._timer_period != period:
+                # a new weightUpdatePeriod counts from this picker (C-core:
+                # each picker runs its own timer at its config's period)
+                self._cancel_timer()
             if self._timer is None:
-                self._timer = self.helper.clock.call_later(
-                    self._config.weight_update_period, self._on_timer
-                )
+                self._timer_period = period
+                self._timer = self.helper.clock.call_later(period, self._on_timer)
         else:
             self._picker = None
             self._cancel_timer()
@@ -721,9 +727,8 @@ class WeightedRoundRobin(RoundRobin):
         if self._shutdown or self._picker is None:
             return
         self._picker.rebuild()
-        self._timer = self.helper.clock.call_later(
-            self._config.weight_update_period, self._on_timer
-        )
+        self._timer_period = self._config.weight_update_period
+        self._timer = self.helper.clock.call_later(self._timer_period, self._on_timer)
 
     def _cancel_timer(self) -> None:
         timer, self._timer = self._timer, None

@@ -11,8 +11,12 @@ Inputs per endpoint (set by the cds policy, :mod:`pyxds.lb.cds`):
 * ``hierarchical_path``: after the priority level, ``(locality name,)``; the
   first element is the target name, so weighted_target's hierarchical split
   sends each endpoint to its locality's child.
-* ``locality_weight``: the locality's EDS weight.  A52: when one locality
-  carries several weights, the first one seen wins.
+* ``locality_weight``: the locality's EDS weight.  An endpoint without one
+  (or with 0) adds no target, as in C-core (grpc-go and grpc-java fail the
+  update instead; EDS drops zero-weight localities, so only a hand-made
+  config gets here).  A52: when one locality
+  carries several weights, the first one seen wins and the others are
+  logged as a warning (once per update and locality).
 * ``locality`` (a LocalityName) names the target when there is no path.
 
 Rules:
@@ -29,6 +33,7 @@ Rules:
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import grpc
@@ -48,6 +53,8 @@ from pyxds.lb.child_handler import ChildPolicyHandler
 from pyxds.lb.errors import LBConfigError, expect_object
 from pyxds.lb.hierarchy import PATH_KEY
 from pyxds.lb.registry import PolicySelection
+
+_log = logging.getLogger(__name__)
 
 NAME = "xds_wrr_locality_experimental"
 WEIGHTED_TARGET = "weighted_target_experimental"
@@ -87,6 +94,8 @@ class XdsWrrLocalityPolicy(LoadBalancer):
             self._fail(endpoints)
             return None
         weights: dict[str, int] = {}
+        #: locality -> weights discarded for it (A52: warned about)
+        conflicts: dict[str, set[int]] = {}
         for endpoint in endpoints:
             attributes = endpoint.attributes
             path = attributes.get(PATH_KEY)
@@ -97,8 +106,20 @@ class XdsWrrLocalityPolicy(LoadBalancer):
                 if locality is None:
                     continue
                 target = str(locality)
-            if target not in weights:
-                weights[target] = attributes.get(LOCALITY_WEIGHT_ATTRIBUTE) or 1
+            weight = attributes.get(LOCALITY_WEIGHT_ATTRIBUTE)
+            if not weight:
+                continue  # no weight, no target (C-core)
+            first = weights.setdefault(target, weight)
+            if first != weight:
+                conflicts.setdefault(target, set()).add(weight)
+        for target, discarded in conflicts.items():
+            _log.warning(
+                "xds_wrr_locality: locality %s has several weights; using the first, %d, "
+                "and discarding %s",
+                target,
+                weights[target],
+                ", ".join(map(str, sorted(discarded))),
+            )
         if not weights:
             note = update.resolution_note or "no endpoints in any locality"
             self._fail(Status(grpc.StatusCode.UNAVAILABLE, note))
