@@ -11,6 +11,8 @@ Sources (each test names its case):
 * grpc-java ``xds/src/test/java/io/grpc/xds/
   FilterChainMatchingProtocolNegotiatorsTest.java`` (the successor of
   FilterChainMatchingHandlerTest),
+* grpc-go ``internal/xds/server/listener_wrapper.go`` (addresses unmapped
+  before the lookup) and C-core's ``grpc_sockaddr_to_uri`` (the same).
 
 C-core (grpcio's own xDS server) decides where the sources disagree: its
 lookup uses the ANY source-type list only when the SAME_IP_OR_LOOPBACK and
@@ -31,7 +33,9 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 
 from pyxds.server import builders as b
 from pyxds.server import inbound as ib
-from pyxds.serving.filter_chains import select_chain
+from pyxds.serving.filter_chains import select_chain, unmapped
+from pyxds.serving.gate import split_peer
+from pyxds.serving.ports import ListeningAddress
 from pyxds.xds.resources.listener import decode_listener
 
 LOCAL = "10.1.2.3"  # grpc-java's destination
@@ -399,3 +403,20 @@ def test_unsupported_matchers_make_the_more_specific_entry_fall_to_the_default()
         default=chain("default-3"),
     )
     assert pick(listener) == "default-3"
+
+
+# ---------------------------------------------------------------- IPv4-mapped IPv6
+
+
+def test_ipv4_mapped_addresses_match_as_ipv4():
+    """grpc-go listener_wrapper.go unmaps both addresses before the lookup;
+    C-core's peer and local URIs are unmapped (grpc_sockaddr_to_uri).  A
+    dual-stack listener's IPv4 connection matches IPv4 prefixes, loopback
+    and same-IP rules whatever form its addresses take."""
+    assert unmapped(ipaddress.ip_address("::ffff:10.1.2.3")) == ipaddress.ip_address(LOCAL)
+    assert unmapped(ipaddress.ip_address("::1")) == ipaddress.ip_address("::1")
+    assert split_peer("ipv6:%5B::ffff:127.0.0.1%5D:5000").ip == ipaddress.ip_address("127.0.0.1")
+    assert split_peer("ipv6:[::ffff:10.4.2.3]:5000").ip == ipaddress.ip_address(REMOTE)
+    mapped = ListeningAddress(ipaddress.ip_address("::ffff:10.1.2.3"), 80)
+    assert mapped.local_ip == ipaddress.ip_address(LOCAL)
+    assert mapped.text == f"[{mapped.ip}]:80"  # the Listener's name keeps the IPv6 form
