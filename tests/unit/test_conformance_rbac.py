@@ -669,3 +669,28 @@ def test_an_absent_header_matches_only_present_match_equal_to_invert(kw, matches
     for present_match when present_match == invert_match"."""
     rule = ib.header_rule(H("x-absent", legacy=True, **kw))
     assert allow(policy([rule])) is matches
+
+
+# ---------------------------------------------------------------- grpc-go xds_server_rbac_test.go
+
+
+@pytest.mark.parametrize(
+    ("name", "denied"),
+    [
+        ("user-agent", True),
+        ("Host", True),  # match-on-host-canonical-case: host and te in any case
+        ("User-Agent", False),  # as C-core; grpc-go lowercases the name and denies
+    ],
+)
+def test_header_names_are_compared_as_written_but_host_and_te(name, denied):
+    """grpc-go test/xds/xds_server_rbac_test.go TestRBACHTTPFilter
+    deny-header-name-in-canonical-case expects a DENY on "User-Agent"
+    present; grpcio's C-core looks the name up as written among the
+    lowercase metadata keys, so only ``host`` and ``te`` (which it compares
+    ignoring case) match in capitals.  pyxds does as C-core ("header name in
+    capitals" in test_rbac_edge_cases_agree_with_c_core_but_where_a41_says_otherwise;
+    docs/differences-from-c-core.md)."""
+    rule = ib.header_rule(H(name, present=True, legacy=True))
+    deny = engine("DENY", {"user-agent": policy([rule])})
+    request = rpc(metadata=(("user-agent", "grpc-python/1.85"),))
+    assert (not deny.allows(request)) is denied
