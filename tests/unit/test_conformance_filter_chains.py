@@ -405,6 +405,81 @@ def test_unsupported_matchers_make_the_more_specific_entry_fall_to_the_default()
     assert pick(listener) == "default-3"
 
 
+# ---------------------------------------------------------------- C-core xds_end2end_test.cc
+
+SERVER_PORT = 50051  # the backend's port: never a client's source port
+CLIENT_PORT = 40000
+
+
+def core_pick(*chains: Any, default: Any = None) -> str | None:
+    """The chain a plaintext client on 127.0.0.1:CLIENT_PORT gets on a
+    server at 127.0.0.1 (C-core's end2end set-up, IPv4)."""
+    return pick(tcp(*chains, default=default), "127.0.0.1", "127.0.0.1", CLIENT_PORT)
+
+
+def test_c_core_default_chain_cases():
+    """C-core XdsServerFilterChainMatchTest
+    DefaultFilterChainUsedWhenNoFilterChainMentioned and
+    DefaultFilterChainUsedWhenOtherFilterChainsDontMatch."""
+    assert core_pick(default=DEFAULT) == "default"
+    assert core_pick(chain("never", destination_port=8080), default=DEFAULT) == "default"
+
+
+def test_c_core_raw_buffer_chain_is_preferred():
+    """C-core FilterChainsWithTransportProtocolRawBufferIsPreferred."""
+    chains = (
+        chain("raw", transport_protocol="raw_buffer"),
+        chain("h2", application_protocols=["h2"]),
+    )
+    assert core_pick(*chains) == "raw"
+
+
+def test_c_core_more_specific_destination_prefix_is_preferred():
+    """C-core FilterChainsWithMoreSpecificDestinationPrefixRangesArePreferred:
+    /4 and /16 (left out: server names), /8 and /24 (chosen), a /30 that
+    does not hold the address and a chain without prefix (both left out)."""
+    chains = (
+        chain("4-16", prefix_ranges=["127.0.0.1/4", "127.0.0.1/16"], server_names=["server_name"]),
+        chain("8-24", prefix_ranges=["127.0.0.1/8", "127.0.0.1/24"]),
+        chain("30", prefix_ranges=["192.168.1.1/30"], server_names=["server_name"]),
+        chain("none", server_names=["server_name"]),
+    )
+    assert core_pick(*chains) == "8-24"
+
+
+def test_c_core_chains_that_mention_the_source_type_are_preferred():
+    """C-core FilterChainsThatMentionSourceTypeArePreferred."""
+    chains = (
+        chain("local", source_type="SAME_IP_OR_LOOPBACK"),
+        chain("external", source_type="EXTERNAL", source_ports=[SERVER_PORT]),
+        chain("any", source_ports=[SERVER_PORT]),
+    )
+    assert core_pick(*chains) == "local"
+
+
+def test_c_core_more_specific_source_prefix_is_preferred():
+    """C-core FilterChainsWithMoreSpecificSourcePrefixRangesArePreferred."""
+    chains = (
+        chain(
+            "4-16", source_prefix_ranges=["127.0.0.1/4", "127.0.0.1/16"], source_ports=[SERVER_PORT]
+        ),
+        chain("8-24", source_prefix_ranges=["127.0.0.1/8", "127.0.0.1/24"]),
+        chain("30", source_prefix_ranges=["192.168.1.1/30"], source_ports=[SERVER_PORT]),
+        chain("none", source_ports=[SERVER_PORT]),
+    )
+    assert core_pick(*chains) == "8-24"
+
+
+def test_c_core_more_specific_source_port_is_preferred():
+    """C-core FilterChainsWithMoreSpecificSourcePortArePreferred: a chain
+    naming every port 1..65535 beats the chain without ports.  (C-core's
+    test gives the chain without ports TLS; pyxds would refuse that
+    Listener on one grpcio port, docs/xds-server.md, so the choice alone
+    is checked.)"""
+    listener = tcp(chain("every-port", source_ports=range(1, 65536)), chain("no-ports"))
+    assert pick(listener, "127.0.0.1", "127.0.0.1", CLIENT_PORT) == "every-port"
+
+
 # ---------------------------------------------------------------- IPv4-mapped IPv6
 
 

@@ -694,3 +694,134 @@ def test_header_names_are_compared_as_written_but_host_and_te(name, denied):
     deny = engine("DENY", {"user-agent": policy([rule])})
     request = rpc(metadata=(("user-agent", "grpc-python/1.85"),))
     assert (not deny.allows(request)) is denied
+
+
+# ---------------------------------------------------------------- C-core xds_end2end_test.cc
+
+PORT = 50051
+ECHO = "/grpc.testing.EchoTestService/Echo"
+ANY_I = ib.any_rule(True)
+
+
+def _rsn(exact: str) -> Any:
+    return P(requested_server_name=ib.string_matcher(exact=exact))
+
+
+# (test name, permission, principal, matches) for a plaintext RPC to ECHO
+# from 127.0.0.1 to 127.0.0.1:PORT.
+ACTION_PERMUTATIONS = [
+    ("MethodPostPermissionAnyPrincipal", ib.header_rule(H(":method", exact="POST")), None, True),
+    ("MethodGetPermissionAnyPrincipal", ib.header_rule(H(":method", exact="GET")), None, False),
+    ("MethodPutPermissionAnyPrincipal", ib.header_rule(H(":method", exact="PUT")), None, False),
+    ("UrlPathPermissionAnyPrincipal", ib.path_rule(exact=ECHO), None, True),
+    ("UrlPathPermissionAnyPrincipal/Echo1", ib.path_rule(exact=ECHO + "1"), None, False),
+    ("DestinationIpPermissionAnyPrincipal", P(destination_ip=cidr("127.0.0.1", 32)), None, True),
+    (
+        "DestinationIpPermissionAnyPrincipal/.2",
+        P(destination_ip=cidr("127.0.0.2", 32)),
+        None,
+        False,
+    ),
+    ("DestinationPortPermissionAnyPrincipal", P(destination_port=PORT), None, True),
+    ("DestinationPortPermissionAnyPrincipal/1", P(destination_port=1), None, False),
+    ("MetadataPermissionAnyPrincipal", P(metadata=metadata_pb2.MetadataMatcher()), None, False),
+    (
+        "MetadataPermissionAnyPrincipal/invert",
+        P(metadata=metadata_pb2.MetadataMatcher(invert=True)),
+        None,
+        True,
+    ),
+    ("ReqServerNamePermissionAnyPrincipal", _rsn("server_name"), None, False),
+    ("ReqServerNamePermissionAnyPrincipal/empty", _rsn(""), None, True),
+    ("NotRulePermissionAnyPrincipal", P(not_rule=_rsn("server_name")), None, True),
+    ("NotRulePermissionAnyPrincipal/not-any", P(not_rule=ib.any_rule()), None, False),
+    (
+        "AndRulePermissionAnyPrincipal",
+        P(and_rules=P.Set(rules=[ib.any_rule(), P(destination_port=PORT)])),
+        None,
+        True,
+    ),
+    (
+        "AndRulePermissionAnyPrincipal/1",
+        P(and_rules=P.Set(rules=[ib.any_rule(), P(destination_port=1)])),
+        None,
+        False,
+    ),
+    (
+        "OrRulePermissionAnyPrincipal",
+        P(or_rules=P.Set(rules=[P(not_rule=ib.any_rule()), P(destination_port=PORT)])),
+        None,
+        True,
+    ),
+    (
+        "OrRulePermissionAnyPrincipal/1",
+        P(or_rules=P.Set(rules=[P(not_rule=ib.any_rule()), P(destination_port=1)])),
+        None,
+        False,
+    ),
+    (
+        "AnyPermissionMethodPostPrincipal",
+        None,
+        ib.header_rule(H(":method", exact="POST"), principal=True),
+        True,
+    ),
+    (
+        "AnyPermissionMethodGetPrincipal",
+        None,
+        ib.header_rule(H(":method", exact="GET"), principal=True),
+        False,
+    ),
+    (
+        "AnyPermissionMethodPutPrincipal",
+        None,
+        ib.header_rule(H(":method", exact="PUT"), principal=True),
+        False,
+    ),
+    ("AnyPermissionUrlPathPrincipal", None, ib.path_rule(exact=ECHO, principal=True), True),
+    (
+        "AnyPermissionDirectRemoteIpPrincipal",
+        None,
+        I(direct_remote_ip=cidr("127.0.0.1", 32)),
+        True,
+    ),
+    (
+        "AnyPermissionDirectRemoteIpPrincipal/.2",
+        None,
+        I(direct_remote_ip=cidr("127.0.0.2", 32)),
+        False,
+    ),
+    ("AnyPermissionRemoteIpPrincipal", None, I(remote_ip=cidr("127.0.0.1", 32)), True),
+    ("AnyPermissionRemoteIpPrincipal/.2", None, I(remote_ip=cidr("127.0.0.2", 32)), False),
+    (
+        "AnyPermissionMetadataPrincipal",
+        None,
+        I(metadata=metadata_pb2.MetadataMatcher()),
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize("action", ["ALLOW", "DENY"])
+@pytest.mark.parametrize(
+    ("permission", "principal", "matches"),
+    [case[1:] for case in ACTION_PERMUTATIONS],
+    ids=[case[0] for case in ACTION_PERMUTATIONS],
+)
+def test_one_rule_under_both_actions(action, permission, principal, matches):
+    """C-core test/cpp/end2end/xds/xds_end2end_test.cc
+    XdsRbacTestWithActionPermutations (the cases named in the ids; PUT
+    requests, which C-core's test server can be told to accept, do not
+    reach a grpcio server: ``:method`` is POST, A41)."""
+    p = policy(
+        [permission] if permission is not None else None,
+        [principal] if principal is not None else None,
+    )
+    request = rpc(path=ECHO, peer_ip="127.0.0.1", local_ip="127.0.0.1", local_port=PORT)
+    allowed = engine(action, {"policy": p}).allows(request)
+    assert allowed is (matches if action == "ALLOW" else not matches)
+
+
+@pytest.mark.parametrize("action", ["ALLOW", "DENY"])
+def test_an_empty_policy_map_allows_nothing_or_denies_nothing(action):
+    """C-core XdsRbacTestWithActionPermutations EmptyRbacPolicy."""
+    assert engine(action, {}).allows(rpc()) is (action == "DENY")
