@@ -825,3 +825,30 @@ def test_one_rule_under_both_actions(action, permission, principal, matches):
 def test_an_empty_policy_map_allows_nothing_or_denies_nothing(action):
     """C-core XdsRbacTestWithActionPermutations EmptyRbacPolicy."""
     assert engine(action, {}).allows(rpc()) is (action == "DENY")
+
+
+# ---------------------------------------------------------------- ignore_case
+
+
+@pytest.mark.parametrize(
+    ("kw", "value", "matches"),
+    [
+        ({"exact": "KEY"}, "key", True),
+        ({"exact": "\u212aey"}, "key", False),  # KELVIN SIGN lowers to "k" in Python only
+        ({"prefix": "\u212a"}, "key", False),
+        ({"contains": "\u212a"}, "key", False),
+        ({"suffix": "\u212aey"}, "a-key", False),
+    ],
+)
+def test_ignore_case_folds_ascii_letters_only(kw, value, matches):
+    """C-core's StringMatcher compares ignoring case with absl's ASCII
+    helpers (EqualsIgnoreCase, StartsWithIgnoreCase, AsciiStrToLower): a
+    non-ASCII letter never equals an ASCII one.  Python's str.lower() maps
+    U+212A KELVIN SIGN to "k", which would let a principal name, a path or
+    a header value match a pattern C-core says it does not."""
+    principal = ib.principal_name(ignore_case=True, **kw)
+    assert allow(policy(None, [principal]), secure=True, uri_sans=(value,)) is matches
+    path = ib.path_rule(ignore_case=True, **kw)
+    assert allow(policy([path]), path=value) is matches
+    header = ib.header_rule(H("x-k", ignore_case=True, **kw))
+    assert allow(policy([header]), metadata=(("x-k", value),)) is matches
