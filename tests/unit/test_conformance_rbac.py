@@ -842,3 +842,22 @@ def test_ignore_case_folds_ascii_letters_only(kw, value, matches):
     assert allow(policy([path]), path=value) is matches
     header = ib.header_rule(H("x-k", ignore_case=True, **kw))
     assert allow(policy([header]), metadata=(("x-k", value),)) is matches
+
+
+def test_fields_other_than_rules_are_not_read():
+    """A41 reads ``rules`` only (C-core xds_http_rbac_filter.cc likewise):
+    stat prefixes, per-rule stats, shadow rules and matchers neither NACK
+    nor change the decision (``rbac-shadow-rules-accepted`` and
+    ``rbac-matcher-api-accepted`` in the NACK differential)."""
+    deny_all = config("DENY", {"all": policy()})
+    msg = rbac_pb2.RBAC()
+    msg.CopyFrom(deny_all)
+    msg.rules_stat_prefix = "rbac."
+    msg.shadow_rules_stat_prefix = "shadow."
+    msg.track_per_rule_stats = True
+    msg.shadow_rules.action = rbac_config_pb2.RBAC.ALLOW
+    msg.shadow_matcher.SetInParent()
+    parsed, errs = parse(msg)
+    assert not errs
+    assert parsed == parse(deny_all)[0]
+    assert not RbacEngine(parsed).allows(rpc())
