@@ -222,13 +222,16 @@ def test_aio_channel_counts_calls_and_ejects_too(server, backends):
     assert result["tail"] == 0
 
 
-def test_service_config_outlier_detection_ejects_as_c_core_does(backends):
+@pytest.mark.parametrize("max_percent", [50, 0])
+def test_service_config_outlier_detection_ejects_as_c_core_does(backends, max_percent):
     """No xDS: ``outlier_detection_experimental`` over round_robin from a
-    service config, on a static target of both backends, in both clients."""
+    service config, on a static target of both backends, in both clients.
+    With ``maxEjectionPercent`` 0 both still eject the failing one (C-core:
+    one ejection is always allowed while none is ejected)."""
     od = {
         "interval": f"{INTERVAL}s",
         "baseEjectionTime": "30s",
-        "maxEjectionPercent": 50,
+        "maxEjectionPercent": max_percent,
         "failurePercentageEjection": {"minimumHosts": 2, "requestVolume": 10},
         "childPolicy": [{"round_robin": {}}],
     }

@@ -192,6 +192,20 @@ def test_an_endpoint_whose_address_set_changes_starts_unejected():
 # -- A50 and C-core: max_ejection_percent --------------------------------------------------
 
 
+def test_max_ejection_percent_zero_still_ejects_one_endpoint():
+    """C-core's sweep ejects while ``ejected_host_count == 0 ||
+    current_percent < max_ejection_percent`` (Envoy: "will eject at least
+    one host regardless of the value"); A50's literal step 3.1 would stop at
+    0 %.  grpc-java successRateThreeOutliers_maxEjectionPercentage calls this
+    the Envoy behaviour."""
+    fp = {"threshold": 50, "minimumHosts": 3, "requestVolume": 10}
+    policy, helper = start(ADDRESSES[:4], failurePercentageEjection=fp, maxEjectionPercent=0)
+    all_ready(helper)
+    calls(helper, {ADDRESSES[0]: FAILED, ADDRESSES[1]: FAILED}, 80)
+    helper.clock.advance(10)
+    assert len(ejected(policy)) == 1
+
+
 def test_success_rate_may_overshoot_max_ejection_percent_by_the_last_ejection():
     """grpc-java successRateThreeOutliers_maxEjectionPercentage: five
     endpoints, three outliers, 30 %: the second ejection takes the share to

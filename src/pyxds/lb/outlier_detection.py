@@ -52,8 +52,11 @@ Behaviour:
   with no algorithm cancels it, un-ejects everything and zeroes multipliers.
 * Randomness (enforcement percentage) comes from ``helper.random``.
 * ``max_ejection_percent`` is checked before each ejection ("stop when the
-  ejected share is >= max"), so at least one endpoint can be ejected
-  whatever the value (grpc-java#9489/#9492).
+  ejected share is >= max", grpc-java#9492), except that with no endpoint
+  ejected one may always be: C-core's ``ejected_host_count == 0 ||
+  current_percent < max_ejection_percent``, Envoy's "will eject at least
+  one host regardless of the value", so even 0 % ejects one (A50's step
+  3.1 read literally would not; grpc-java#9489).
 * A child that is ``pick_first`` itself is never ejected (counted only):
   C-core applies ejection through the endpoint health signal, which a
   top-level pick_first ignores (grpc#32967, A61).
@@ -716,11 +719,13 @@ class OutlierDetectionPolicy(LoadBalancer):
         # max(interval, 1 ms): an interval of 0 must not spin the serializer.
         self._timer.start(max(config.interval, 0.001), self._sweep)
 
-    def _ejected_percent(self) -> float:
-        if not self._endpoints:
-            return 100.0
+    def _ejection_allowed(self, config: OutlierDetectionConfig) -> bool:
+        """Whether ``max_ejection_percent`` lets one more endpoint be
+        ejected (module docstring): always while none is."""
         ejected = sum(1 for entry in self._endpoints.values() if entry.ejected)
-        return 100.0 * ejected / len(self._endpoints)
+        if not ejected:
+            return True
+        return 100.0 * ejected / len(self._endpoints) < config.max_ejection_percent
 
     def _success_rate(
         self,
@@ -737,7 +742,7 @@ class OutlierDetectionPolicy(LoadBalancer):
         variance = math.fsum((r - mean) ** 2 for r in rates) / len(rates)
         threshold = mean - math.sqrt(variance) * (sr.stdev_factor / 1000.0)
         for entry, rate in zip(candidates, rates, strict=True):
-            if self._ejected_percent() >= config.max_ejection_percent:
+            if not self._ejection_allowed(config):
                 return
             if entry.ejected:
                 continue
@@ -755,7 +760,7 @@ class OutlierDetectionPolicy(LoadBalancer):
         if len(candidates) < fp.minimum_hosts or not candidates:
             return
         for entry in candidates:
-            if self._ejected_percent() >= config.max_ejection_percent:
+            if not self._ejection_allowed(config):
                 return
             if entry.ejected:
                 continue
