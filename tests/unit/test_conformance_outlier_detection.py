@@ -452,3 +452,33 @@ def test_child_reports_pass_through_and_calls_reach_the_child():
     policy.shutdown()
     assert all(sc.shut_down for sc in helper.subchannels)
     assert helper.clock.pending == []
+
+
+@pytest.mark.parametrize(
+    ("counts", "want"),
+    [
+        # (successes, calls) per endpoint; stdevFactor 1000 with two endpoints
+        # puts the threshold exactly on the lower rate: rounding decides.
+        (((2, 10), (2, 3)), set()),  # 20.0 < 20.0; in fractions 0.2 < 0.20000000000000004
+        (((3, 7), (13, 20)), {0}),  # 42.857142857142854 < 42.85714285714286
+        (((73, 100), (7, 20)), set()),  # 35.0 < 35.0; 0.35 < 0.35000000000000003
+    ],
+)
+def test_success_rate_ties_round_as_c_cores_percent_arithmetic(counts, want):
+    """C-core's sweep works in percent (``successes * 100.0 / calls``) with
+    plain sums; with two endpoints and stdevFactor 1000 the threshold is
+    mathematically the lower rate, and whether that endpoint is ejected
+    depends on rounding: pyxds rounds as C-core does (fractions with an
+    exact sum, as pyxds had, disagree on these cases)."""
+    addresses = ADDRESSES[:2]
+    sr = {"minimumHosts": 2, "requestVolume": 3, "stdevFactor": 1000}
+    policy, helper = start(addresses, successRateEjection=sr, maxEjectionPercent=100)
+    all_ready(helper)
+    for address, (successes, total) in zip(addresses, counts, strict=True):
+        state = policy.endpoint_state(address)
+        for _ in range(successes):
+            state.record(OK)
+        for _ in range(total - successes):
+            state.record(FAILED)
+    helper.clock.advance(10)
+    assert ejected(policy) == {addresses[i] for i in want}

@@ -745,10 +745,19 @@ class OutlierDetectionPolicy(LoadBalancer):
         candidates = [e for e in entries if e.volume >= sr.request_volume and e.volume > 0]
         if len(candidates) < sr.minimum_hosts or not candidates:
             return
-        rates = [e.successes / e.volume for e in candidates]
-        mean = math.fsum(rates) / len(rates)
-        variance = math.fsum((r - mean) ** 2 for r in rates) / len(rates)
-        threshold = mean - math.sqrt(variance) * (sr.stdev_factor / 1000.0)
+        # C-core's arithmetic, operation for operation (percent, plain
+        # left-to-right sums), so that a rate on the threshold rounds the
+        # same way (with two endpoints and stdevFactor 1000 it always is).
+        rates = [e.successes * 100.0 / e.volume for e in candidates]
+        total = 0.0
+        for rate in rates:
+            total += rate
+        mean = total / len(rates)
+        variance = 0.0
+        for rate in rates:
+            variance += (rate - mean) ** 2
+        variance /= len(rates)
+        threshold = mean - math.sqrt(variance) * (sr.stdev_factor / 1000)
         for entry, rate in zip(candidates, rates, strict=True):
             if not self._ejection_allowed(config):
                 return
