@@ -59,21 +59,27 @@ class _Backend:
         return f"127.0.0.1:{self.port}"
 
 
-# The measuring loop, run in-process for pyxds and in a subprocess for
+# The measuring loops, run in-process for pyxds and in a subprocess for
 # C-core (C-core reads its bootstrap once per process).
-_MEASURE = r"""
+_CONNECT = r"""
 import json, sys, time
 import grpc
 
-def measure(channel, method, run_seconds, tail):
-    call = channel.unary_unary(method)
+def connect(call):
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # connected and configured: one success
         try:
             call(b"", timeout=2, wait_for_ready=True)
-            break
+            return
         except grpc.RpcError:
             pass
+"""
+_MEASURE = (
+    _CONNECT
+    + r"""
+def measure(channel, method, run_seconds, tail):
+    call = channel.unary_unary(method)
+    connect(call)
     start = time.monotonic()
     last_failure = None
     calls = failures = 0
@@ -99,6 +105,7 @@ if __name__ == "__main__":
     ch = grpc.insecure_channel(cfg["target"], options=options)
     print(json.dumps(measure(ch, cfg["method"], cfg["run_seconds"], cfg["tail"])), flush=True)
 """
+)
 _namespace: dict = {}
 exec(compile(_MEASURE, "measure", "exec"), _namespace)
 measure = _namespace["measure"]
@@ -275,19 +282,12 @@ def test_no_op_outlier_detection_from_a_service_config_serves_both_backends(back
 
 # An interval change mid-run: the loop reports "ready" once connected, then
 # the time of its last failed RPC; the test shrinks the interval meanwhile.
-_WATCH = r"""
-import json, sys, time
-import grpc
-
+_WATCH = (
+    _CONNECT
+    + r"""
 def watch(channel, method, run_seconds, say):
     call = channel.unary_unary(method)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            call(b"", timeout=2, wait_for_ready=True)
-            break
-        except grpc.RpcError:
-            pass
+    connect(call)
     start = time.monotonic()
     say("ready")
     last_failure = None
@@ -305,6 +305,7 @@ if __name__ == "__main__":
                    lambda line: print(line, flush=True))
     print(json.dumps(result), flush=True)
 """
+)
 _watch_namespace: dict = {}
 exec(compile(_WATCH, "watch", "exec"), _watch_namespace)
 watch = _watch_namespace["watch"]

@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 import pytest
+from test_outlier_detection import drive as calls
 
 from pyxds.lb import PickComplete, ResolverUpdate, Status, registry
 from pyxds.lb.api import ConnectivityState, Endpoint
@@ -58,20 +59,6 @@ def all_ready(helper: FakeHelper) -> None:
             subchannel.set_state(CONNECTING)
             subchannel.set_state(READY)
     assert helper.state is READY
-
-
-def calls(helper: FakeHelper, outcome: dict[str, Status], n: int) -> dict[str, int]:
-    """``n`` picks from the current picker, each finished with its
-    address's outcome (OK when not listed); returns picks per address."""
-    seen: dict[str, int] = {}
-    for _ in range(n):
-        result = helper.pick()
-        assert isinstance(result, PickComplete), result
-        address = result.subchannel.address
-        seen[address] = seen.get(address, 0) + 1
-        assert result.on_call_done is not None
-        result.on_call_done(outcome.get(address, OK))
-    return seen
 
 
 def calls_to(helper: FakeHelper, address: str, status: Status, n: int) -> None:

@@ -112,6 +112,17 @@ def go(helper: FakeHelper, address: str, *states: ConnectivityState, text: str =
         sc(helper, address).set_state(state, text or None if state is TF else None)
 
 
+def comes_up(helper: FakeHelper, address: str, key: int) -> None:
+    """``address`` connects: CONNECTING (a pick with ``key`` queues), then
+    READY (the pick completes on it)."""
+    go(helper, address, CONNECTING)
+    assert helper.state is CONNECTING
+    assert isinstance(pick_for(helper, key), PickQueue)
+    go(helper, address, READY)
+    assert helper.state is READY
+    assert completes_to(pick_for(helper, key)) == address
+
+
 def completes_to(result) -> str:
     assert isinstance(result, PickComplete), result
     return result.subchannel.address
@@ -130,12 +141,7 @@ def test_a_duplicated_address_is_one_endpoint_with_one_subchannel():
     assert helper.state is IDLE
     connect_by_pick(helper, A)
     assert [s.address for s in helper.subchannels] == [A]
-    go(helper, A, CONNECTING)
-    assert helper.state is CONNECTING
-    assert isinstance(pick_for(helper, key_hash(A)), PickQueue)
-    go(helper, A, READY)
-    assert helper.state is READY
-    assert completes_to(pick_for(helper, key_hash(A))) == A
+    comes_up(helper, A, key_hash(A))
     assert len(policy.endpoints) == 2
 
 
@@ -148,11 +154,7 @@ def test_endpoint_with_two_addresses_is_placed_by_its_first_and_falls_back_to_it
     serialize(helper)
     assert sc(helper, A).connect_calls == 1
     assert B not in asked_to_connect(helper) or asked_to_connect(helper)[B] == 0
-    go(helper, A, CONNECTING)
-    assert helper.state is CONNECTING
-    go(helper, A, READY)
-    assert helper.state is READY
-    assert completes_to(pick_for(helper, key_hash(A))) == A
+    comes_up(helper, A, key_hash(A))
     # The connection drops: IDLE, re-resolution, and no reconnection until a pick.
     before = helper.reresolution_requests
     calls = sc(helper, A).connect_calls
@@ -168,12 +170,7 @@ def test_endpoint_with_two_addresses_is_placed_by_its_first_and_falls_back_to_it
     # The first address fails: the endpoint's pick_first tries its second.
     go(helper, A, TF, text="ugh")
     assert sc(helper, B).connect_calls >= 1
-    go(helper, B, CONNECTING)
-    assert helper.state is CONNECTING
-    assert isinstance(pick_for(helper, key_hash(A)), PickQueue)
-    go(helper, B, READY)
-    assert helper.state is READY
-    assert completes_to(pick_for(helper, key_hash(A))) == B
+    comes_up(helper, B, key_hash(A))
     assert C not in asked_to_connect(helper)  # the other endpoint never connected
 
 
@@ -479,12 +476,8 @@ def test_endpoints_after_an_empty_list_are_reported_idle_and_connect_on_a_pick()
     assert helper.state is READY
 
 
-def test_losing_the_only_ready_endpoint_connects_an_idle_one_without_picks():
-    """grpc-go TestRingHash_RecoverWhenEndpointEntersIdle: [TF, TF, READY,
-    IDLE]; the READY one goes IDLE: the policy reports TRANSIENT_FAILURE and
-    asks one IDLE endpoint to connect by itself, the first in C-core's
-    endpoint-map order (C, port 443, before D)."""
-    policy, helper = start(A, B, C, D)
+def two_failed_one_ready(policy: RingHash, helper: FakeHelper) -> None:
+    """Endpoints A, B, C, D as [TF, TF, READY, IDLE] (grpc-go's recovery tests)."""
     by_address = {e.endpoint.addresses[0]: e for e in policy.endpoints}
     by_address[C].request_connection()
     go(helper, C, CONNECTING, READY)
@@ -493,6 +486,15 @@ def test_losing_the_only_ready_endpoint_connects_an_idle_one_without_picks():
         go(helper, address, CONNECTING, TF)
     assert helper.state is READY
     assert D not in asked_to_connect(helper)
+
+
+def test_losing_the_only_ready_endpoint_connects_an_idle_one_without_picks():
+    """grpc-go TestRingHash_RecoverWhenEndpointEntersIdle: [TF, TF, READY,
+    IDLE]; the READY one goes IDLE: the policy reports TRANSIENT_FAILURE and
+    asks one IDLE endpoint to connect by itself, the first in C-core's
+    endpoint-map order (C, port 443, before D)."""
+    policy, helper = start(A, B, C, D)
+    two_failed_one_ready(policy, helper)
     calls = sc(helper, C).connect_calls
     go(helper, C, IDLE)
     assert helper.state is TF
@@ -505,13 +507,7 @@ def test_losing_the_only_ready_endpoint_connects_an_idle_one_without_picks():
 def test_removing_the_only_ready_endpoint_connects_an_idle_one_without_picks():
     """grpc-go TestRingHash_RecoverWhenResolverRemovesEndpoint."""
     policy, helper = start(A, B, C, D)
-    by_address = {e.endpoint.addresses[0]: e for e in policy.endpoints}
-    by_address[C].request_connection()
-    go(helper, C, CONNECTING, READY)
-    for address in (A, B):
-        by_address[address].request_connection()
-        go(helper, address, CONNECTING, TF)
-    assert D not in asked_to_connect(helper)
+    two_failed_one_ready(policy, helper)
     policy.update(ResolverUpdate(endpoints(A, B, D), RingHashConfig()))
     assert helper.state is TF
     assert asked_to_connect(helper)[D] == 1
