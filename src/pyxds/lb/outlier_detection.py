@@ -727,10 +727,14 @@ class OutlierDetectionPolicy(LoadBalancer):
         # max(interval, 1 ms): an interval of 0 must not spin the serializer.
         self._timer.start(max(config.interval, 0.001), self._sweep)
 
-    def _ejection_allowed(self, config: OutlierDetectionConfig) -> bool:
+    def _ejected_count(self) -> int:
+        return sum(1 for entry in self._endpoints.values() if entry.ejected)
+
+    def _ejection_allowed(self, config: OutlierDetectionConfig, ejected: int) -> bool:
         """Whether ``max_ejection_percent`` lets one more endpoint be
-        ejected (module docstring): always while none is."""
-        ejected = sum(1 for entry in self._endpoints.values() if entry.ejected)
+        ejected with ``ejected`` out (module docstring): always while none
+        is.  The algorithms count their own ejections from one
+        :meth:`_ejected_count`, so a sweep is O(endpoints), not O(endpoints²)."""
         if not ejected:
             return True
         return 100.0 * ejected / len(self._endpoints) < config.max_ejection_percent
@@ -758,13 +762,15 @@ class OutlierDetectionPolicy(LoadBalancer):
             variance += (rate - mean) ** 2
         variance /= len(rates)
         threshold = mean - math.sqrt(variance) * (sr.stdev_factor / 1000)
+        ejected = self._ejected_count()
         for entry, rate in zip(candidates, rates, strict=True):
-            if not self._ejection_allowed(config):
+            if not self._ejection_allowed(config, ejected):
                 return
             if entry.ejected:
                 continue
             if rate < threshold and self._enforce(sr.enforcement_percentage):
                 self._eject(entry, now)
+                ejected += 1
 
     def _failure_percentage(
         self,
@@ -776,8 +782,9 @@ class OutlierDetectionPolicy(LoadBalancer):
         candidates = [e for e in entries if e.volume >= fp.request_volume and e.volume > 0]
         if len(candidates) < fp.minimum_hosts or not candidates:
             return
+        ejected = self._ejected_count()
         for entry in candidates:
-            if not self._ejection_allowed(config):
+            if not self._ejection_allowed(config, ejected):
                 return
             if entry.ejected:
                 continue
@@ -785,6 +792,7 @@ class OutlierDetectionPolicy(LoadBalancer):
                 fp.enforcement_percentage
             ):
                 self._eject(entry, now)
+                ejected += 1
 
     def _enforce(self, percentage: int) -> bool:
         return self.helper.random.randrange(100) < percentage
