@@ -369,15 +369,20 @@ def _interval_change_in_pyxds(server, backends, node: str) -> dict:
     return result
 
 
-def test_an_interval_change_starts_a_full_new_interval_as_c_core_does(server, backends):
+def test_an_interval_change_keeps_the_timer_start_as_a50_says_where_c_core_restarts(
+    server, backends
+):
     """The interval shrinks from 20 s to 2 s 1.5 s after the client is
-    ready.  A50 says the timer keeps its start (first sweep ~2 s after the
-    start); grpcio 1.85's C-core starts a full new interval at the update
-    (first sweep ~3.5 s): pyxds does as C-core (the failing endpoint is
-    ejected at the same moment, within 0.6 s)."""
+    ready.  A50 ("Outlier Detection" timer): the timer keeps its start, so the
+    first sweep comes ~2 s after it, at once here; grpc-go and grpc-java do
+    so.  grpcio 1.85's C-core starts a full new interval at the update (first
+    sweep ~3.5 s), though its own comment describes A50's rule: a known
+    difference (docs/differences-from-c-core.md).  If C-core comes to follow
+    A50, this test fails and the difference's line goes."""
     ours = _interval_change_in_pyxds(server, backends, f"{NODE}-interval-pyxds")
     theirs = _interval_change_in_core(server, backends, f"{NODE}-interval-core")
     print(f"\nA50 interval change: pyxds {ours}  C-core {theirs}")
     assert ours["last_failure"] is not None and theirs["last_failure"] is not None
     assert theirs["last_failure"] < WATCH_SECONDS - 0.5  # C-core ejected within the run
-    assert abs(ours["last_failure"] - theirs["last_failure"]) < 0.6
+    assert ours["last_failure"] < CHANGE_AFTER + 1.0  # A50: the sweep was already due
+    assert ours["last_failure"] < theirs["last_failure"] - 0.8

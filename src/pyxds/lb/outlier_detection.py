@@ -48,12 +48,8 @@ Behaviour:
   run success rate, then failure percentage, then decay multipliers and
   un-eject endpoints whose ejection time
   ``min(base * multiplier, max(base, max_ejection_time))`` has passed.  A new
-  config with the same interval leaves the running timer alone (A50's
-  "interval minus the time since the timer started" is its deadline); one
-  with another interval starts a full new interval at the update, as
-  grpcio 1.85's C-core does (A50, grpc-go and grpc-java keep the old start:
-  docs/differences-from-c-core.md); a config with no algorithm cancels it,
-  un-ejects everything and zeroes multipliers.
+  config restarts the timer for the rest of the current interval; a config
+  with no algorithm cancels it, un-ejects everything and zeroes multipliers.
 * Randomness (enforcement percentage) comes from ``helper.random``.
 * ``max_ejection_percent`` is checked before each ejection ("stop when the
   ejected share is >= max", grpc-java#9492), except that with no endpoint
@@ -686,18 +682,14 @@ class OutlierDetectionPolicy(LoadBalancer):
                     self._uneject(entry)
                 entry.multiplier = 0
             return
+        if old == config and self._timer.pending:
+            return  # the same config twice: nothing to restart
         now = clock.now()
         if self._timer_started_at is None:
             self._timer_started_at = now
             for entry in self._endpoints.values():
                 entry.reset()
             delay = config.interval
-        elif old is not None and old.interval != config.interval:
-            # C-core (grpcio 1.85): another interval starts in full now.
-            self._timer_started_at = now
-            delay = config.interval
-        elif self._timer.pending:
-            return  # the same interval: the running timer keeps its deadline
         else:
             delay = max(0.0, config.interval - (now - self._timer_started_at))
         self._timer.start(delay, self._sweep)
