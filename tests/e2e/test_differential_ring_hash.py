@@ -473,3 +473,39 @@ def test_priority_failover_and_back_with_ring_hash_matches_c_core(server, backen
     for client in (channel, core):
         assert wait_until(lambda c=client: fast(c, md) == {first.name: 1}, 10), client
     assert same_landings(channel, core, {"k": md}) == {"k": first.name}
+
+
+def two_address_endpoint(first: str, second: str):
+    """An LbEndpoint at ``first`` with ``second`` as its A61 additional address."""
+    lb = b.endpoint(first)
+    host, _, port = second.rpartition(":")
+    extra = lb.endpoint.additional_addresses.add()
+    extra.address.socket_address.address = host
+    extra.address.socket_address.port_value = int(port)
+    return lb
+
+
+def test_an_endpoint_is_placed_by_its_first_address_and_served_on_its_second_like_c_core(
+    server, backends, core, channel, ports
+):
+    # grpc-go TestRingHash_FallBackWithinEndpoint / C-core RingHashTest.
+    # MultipleAddressesPerEndpoint: each endpoint's first address refuses
+    # connections and its second (A61 additional address) is a backend.
+    # The ring is built from the first addresses; a key on an endpoint's
+    # entry is served by that endpoint's second address (its pick_first
+    # falls back within the endpoint), not by the next endpoint.
+    dead = [ports.dead_address() for _ in backends]
+    lb_endpoints = [two_address_endpoint(d, x.address) for d, x in zip(dead, backends, strict=True)]
+    localities = [b.locality(zone="rh-two", endpoints=lb_endpoints)]
+    server.set_snapshot(
+        ring_hash_snapshot([], [b.hash_policy(header="user")], localities=localities)
+    )
+    ring = build_ring(dead, [1] * len(dead), DEFAULT_MIN_RING_SIZE, RING_SIZE_CAP)
+    requests = {f"e{i}": [("user", hashes_to(d))] for i, d in enumerate(dead)}
+    expected = {}
+    for name, metadata in requests.items():
+        owner = ring.endpoints[ring.start(xxhash.xxh64_intdigest(metadata[0][1].encode()))]
+        expected[name] = backends[owner].name
+    assert expected == {f"e{i}": x.name for i, x in enumerate(backends)}
+    got = same_landings(channel, core, requests, until=expected.__eq__, timeout=15.0)
+    assert got == expected

@@ -52,8 +52,11 @@ Behaviour:
   with no algorithm cancels it, un-ejects everything and zeroes multipliers.
 * Randomness (enforcement percentage) comes from ``helper.random``.
 * ``max_ejection_percent`` is checked before each ejection ("stop when the
-  ejected share is >= max"), so at least one endpoint can be ejected
-  whatever the value (grpc-java#9489/#9492).
+  ejected share is >= max", grpc-java#9492), except that with no endpoint
+  ejected one may always be: C-core's ``ejected_host_count == 0 ||
+  current_percent < max_ejection_percent``, Envoy's "will eject at least
+  one host regardless of the value", so even 0 % ejects one (A50's step
+  3.1 read literally would not; grpc-java#9489).
 * A child that is ``pick_first`` itself is never ejected (counted only):
   C-core applies ejection through the endpoint health signal, which a
   top-level pick_first ignores (grpc#32967, A61).
@@ -716,11 +719,17 @@ class OutlierDetectionPolicy(LoadBalancer):
         # max(interval, 1 ms): an interval of 0 must not spin the serializer.
         self._timer.start(max(config.interval, 0.001), self._sweep)
 
-    def _ejected_percent(self) -> float:
-        if not self._endpoints:
-            return 100.0
-        ejected = sum(1 for entry in self._endpoints.values() if entry.ejected)
-        return 100.0 * ejected / len(self._endpoints)
+    def _ejected_count(self) -> int:
+        return sum(1 for entry in self._endpoints.values() if entry.ejected)
+
+    def _ejection_allowed(self, config: OutlierDetectionConfig, ejected: int) -> bool:
+        """Whether ``max_ejection_percent`` lets one more endpoint be
+        ejected with ``ejected`` out (module docstring): always while none
+        is.  The algorithms count their own ejections from one
+        :meth:`_ejected_count`, so a sweep is O(endpoints), not O(endpoints²)."""
+        if not ejected:
+            return True
+        return 100.0 * ejected / len(self._endpoints) < config.max_ejection_percent
 
     def _success_rate(
         self,
@@ -732,17 +741,28 @@ class OutlierDetectionPolicy(LoadBalancer):
         candidates = [e for e in entries if e.volume >= sr.request_volume and e.volume > 0]
         if len(candidates) < sr.minimum_hosts or not candidates:
             return
-        rates = [e.successes / e.volume for e in candidates]
-        mean = math.fsum(rates) / len(rates)
-        variance = math.fsum((r - mean) ** 2 for r in rates) / len(rates)
-        threshold = mean - math.sqrt(variance) * (sr.stdev_factor / 1000.0)
+        # C-core's arithmetic, operation for operation (percent, plain
+        # left-to-right sums), so that a rate on the threshold rounds the
+        # same way (with two endpoints and stdevFactor 1000 it always is).
+        rates = [e.successes * 100.0 / e.volume for e in candidates]
+        total = 0.0
+        for rate in rates:
+            total += rate
+        mean = total / len(rates)
+        variance = 0.0
+        for rate in rates:
+            variance += (rate - mean) ** 2
+        variance /= len(rates)
+        threshold = mean - math.sqrt(variance) * (sr.stdev_factor / 1000)
+        ejected = self._ejected_count()
         for entry, rate in zip(candidates, rates, strict=True):
-            if self._ejected_percent() >= config.max_ejection_percent:
+            if not self._ejection_allowed(config, ejected):
                 return
             if entry.ejected:
                 continue
             if rate < threshold and self._enforce(sr.enforcement_percentage):
                 self._eject(entry, now)
+                ejected += 1
 
     def _failure_percentage(
         self,
@@ -754,8 +774,9 @@ class OutlierDetectionPolicy(LoadBalancer):
         candidates = [e for e in entries if e.volume >= fp.request_volume and e.volume > 0]
         if len(candidates) < fp.minimum_hosts or not candidates:
             return
+        ejected = self._ejected_count()
         for entry in candidates:
-            if self._ejected_percent() >= config.max_ejection_percent:
+            if not self._ejection_allowed(config, ejected):
                 return
             if entry.ejected:
                 continue
@@ -763,6 +784,7 @@ class OutlierDetectionPolicy(LoadBalancer):
                 fp.enforcement_percentage
             ):
                 self._eject(entry, now)
+                ejected += 1
 
     def _enforce(self, percentage: int) -> bool:
         return self.helper.random.randrange(100) < percentage
