@@ -273,6 +273,13 @@ def _chain_cases():
             None,
             "OK",
         ),
+        # grpc-java (FilterChainMatchingProtocolNegotiatorsTest filterChain_5stepMatch)
+        # and Envoy fall back to ANY when the peer's own type has no chain.
+        "ANY chains are unused for a loopback peer once an EXTERNAL chain exists": (
+            lambda port: [allow(), deny(source_type="EXTERNAL")],
+            None,
+            "UNAVAILABLE",
+        ),
         "no chain and no default: not served": (
             lambda port: [allow(source_prefix_ranges=["10.0.0.0/8"])],
             None,
@@ -429,6 +436,10 @@ def _edge_cases():
         "header name in capitals": perm(ib.header_rule(H("X-T", exact="1")), [("x-t", "1")]),
         "header value ignoring case": perm(
             ib.header_rule(H("x-t", exact="ABC", ignore_case=True)), [("x-t", "abc")]
+        ),
+        # C-core ignores case for ASCII letters only (U+212A KELVIN SIGN is not k).
+        "header value ignoring case, Kelvin sign": perm(
+            ib.header_rule(H("x-t", exact="\u212aey", ignore_case=True)), [("x-t", "key")]
         ),
         "legacy header suffix": perm(
             ib.header_rule(H("x-t", suffix="bc", legacy=True)), [("x-t", "abc")]
@@ -669,6 +680,20 @@ def _bad_listeners():
         ib.filter_chain(server_names=["a"]), ib.filter_chain(server_names=["a"]), ib.filter_chain()
     )
     cases["bad-cidr"] = lis(ib.filter_chain(source_prefix_ranges=["nope/8"]))
+    # grpc-go filter_chain_test.go NACKs these three; C-core does not.
+    cases["only-a-never-matching-chain-accepted"] = lis(ib.filter_chain(server_names=["a"]))
+    cases["prefix-len-over-32-accepted"] = lis(
+        ib.filter_chain(prefix_ranges=["10.1.1.0/50"], source_prefix_ranges=["::/200"])
+    )
+    odd_default = ib.filter_chain()
+    odd_default.filter_chain_match.source_type = 5  # type: ignore[assignment]
+    cases["default-chain-unknown-source-type"] = lis(ib.filter_chain(), default=odd_default)
+    odd_chain = ib.filter_chain()
+    odd_chain.filter_chain_match.source_type = 7  # type: ignore[assignment]
+    cases["unknown-source-type"] = lis(odd_chain)
+    cases["default-chain-bad-cidr"] = lis(
+        ib.filter_chain(), default=ib.filter_chain(prefix_ranges=["nope/8"])
+    )
     condition = ib.rbac_policy()
     condition.condition.const_expr.bool_value = True
     cases["rbac-condition"] = rbac(condition)

@@ -110,6 +110,23 @@ def test_case_insensitive_prefix_and_path():
     assert sensitive.match("/MyService/MyMethod", ()) is None
 
 
+def test_case_insensitive_matching_folds_ascii_letters_only():
+    """C-core compares domains and case-insensitive paths with absl's ASCII
+    helpers (AsciiStrToLower): a pattern with U+212A KELVIN SIGN, which
+    Python's str.lower() maps to "k", matches no ASCII authority or path.
+    Servers (A36) choose their virtual host and route the same way."""
+    assert chosen(vhosts(["\u212a.example"]), "k.example") is None
+    assert chosen(vhosts(["*.\u212a"]), "a.k") is None
+    assert chosen(vhosts(["K.EXAMPLE"]), "k.example") == "vh0"
+    t = table(
+        make_route(path="/\u212a/M", case_sensitive=False),
+        make_route("/\u212a", case_sensitive=False),
+        make_route("/SVC/", case_sensitive=False),
+    )
+    assert t.match("/k/M", ()) is None
+    assert t.match("/svc/M", ()) == 2
+
+
 def test_regex_path_must_match_the_whole_path():
     """Envoy safe_regex is a full match (C-core RE2::FullMatch)."""
     t = table(make_route(regex="/svc/M.*d"), make_route(regex="/svc"))

@@ -224,12 +224,15 @@ def test_raw_buffer_chains_replace_chains_without_a_transport_protocol():
 def test_an_unknown_source_type_is_nacked_not_read_as_any():
     """``source_type`` is an open enum: a value past EXTERNAL was read as ANY
     (the chain then served every peer).  grpc-go NACKs it ("unsupported
-    source type"); C-core 1.85 aborts the process (a GRPC_CHECK in
-    AddFilterChainDataForSourceType)."""
+    source type"); grpcio 1.85's C-core NACKs it in these words
+    (``unknown-source-type`` in the NACK differential)."""
     chain = ib.filter_chain(name="odd")
     chain.filter_chain_match.source_type = 3  # type: ignore[assignment]
     err = nack(listener(chain))
-    assert "filter_chains[0].filter_chain_match.source_type: unsupported source type: 3" in err
+    assert "filter_chains[0].filter_chain_match.source_type: invalid value" in err
+    # The default chain's match is never used, but C-core checks it all the same.
+    err = nack(listener(ib.filter_chain(), default=chain))
+    assert err.endswith("default_filter_chain.filter_chain_match.source_type: invalid value")
     known = ib.filter_chain(name="external", source_type="EXTERNAL")
     assert ok(listener(known)).filter_chains[0].match.source_type == 2
 

@@ -55,6 +55,7 @@ from pyxds.xds.resources.types import (
     RegexMatch,
     RouteMatch,
     VirtualHost,
+    ascii_lower,
 )
 
 __all__ = [
@@ -96,10 +97,10 @@ def _domain_kind(pattern: str) -> int | None:
 
 
 def domain_matches(pattern: str, host: str) -> bool:
-    """Does ``pattern`` match ``host`` (both compared case-insensitively)?
+    """Does ``pattern`` match ``host`` (ASCII letters compared ignoring case)?
     A wildcard matches at least one character."""
-    pattern = pattern.lower()
-    host = host.lower()
+    pattern = ascii_lower(pattern)
+    host = ascii_lower(host)
     kind = _domain_kind(pattern)
     if kind == _EXACT:
         return pattern == host
@@ -184,12 +185,12 @@ def _path_matches(spec: Any, case_sensitive: bool, path: str, lower: str) -> boo
         return spec.regex is not None and spec.regex.fullmatch(path) is not None
     if isinstance(spec, PathMatch):
         return (path if case_sensitive else lower) == (
-            spec.path if case_sensitive else spec.path.lower()
+            spec.path if case_sensitive else ascii_lower(spec.path)
         )
     if isinstance(spec, PrefixMatch):
         if case_sensitive:
             return path.startswith(spec.prefix)
-        return lower.startswith(spec.prefix.lower())
+        return lower.startswith(ascii_lower(spec.prefix))
     return False
 
 
@@ -238,12 +239,12 @@ class RouteTable(Generic[T]):
                 if match.case_sensitive:
                     self._add(self._exact, spec.path, entry)
                 else:
-                    self._add(self._exact_ci, spec.path.lower(), entry)
+                    self._add(self._exact_ci, ascii_lower(spec.path), entry)
             elif isinstance(spec, PrefixMatch):
                 if match.case_sensitive:
                     self._add(self._prefix, spec.prefix, entry)
                 else:
-                    self._add(self._prefix_ci, spec.prefix.lower(), entry)
+                    self._add(self._prefix_ci, ascii_lower(spec.prefix), entry)
             else:
                 self._scan.append((entry, match))
         self._prefix_lengths = tuple(sorted({len(p) for p in self._prefix}))
@@ -272,7 +273,7 @@ class RouteTable(Generic[T]):
             if bucket:
                 candidates.extend(bucket)
         if self._needs_lower:
-            lower = path.lower()
+            lower = ascii_lower(path)
             bucket = self._exact_ci.get(lower)
             if bucket:
                 candidates.extend(bucket)

@@ -17,7 +17,7 @@ import json
 import logging
 from typing import Any
 
-from pyxds.serving.filter_chains import IpAddress
+from pyxds.serving.filter_chains import IpAddress, unmapped
 
 __all__ = ["local_ip_of"]
 
@@ -55,7 +55,7 @@ def local_ip_of(peer: str, port: int) -> IpAddress | None:
                         local = socket.get("socket", {}).get("local", {}).get("tcpipAddress", {})
                         raw = local.get("ipAddress")
                         if raw:
-                            return ipaddress.ip_address(base64.b64decode(raw))
+                            return unmapped(ipaddress.ip_address(base64.b64decode(raw)))
                 if page.get("end", True) or not refs:
                     break
                 start = int(refs[-1]["socketId"]) + 1

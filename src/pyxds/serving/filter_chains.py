@@ -47,6 +47,7 @@ __all__ = [
     "parse_ip",
     "port_security",
     "select_chain",
+    "unmapped",
 ]
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -62,6 +63,16 @@ def parse_ip(text: str) -> IpAddress | None:
         return ipaddress.ip_address(text)
     except ValueError:
         return None
+
+
+def unmapped(ip: IpAddress) -> IpAddress:
+    """An IPv4-mapped IPv6 address (``::ffff:10.0.0.1``, an IPv4 connection
+    to a dual-stack socket) as its IPv4 address, any other unchanged: C-core
+    matches the unmapped form (its peer and local URIs are unmapped,
+    ``grpc_sockaddr_to_uri``), as grpc-go's lookup does."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
 
 
 def _best(entries: Sequence[DestinationIpEntry | SourceIpEntry], ip: IpAddress) -> int:

@@ -37,6 +37,7 @@ from pyxds.serving.filter_chains import (
     destination_matters,
     parse_ip,
     select_chain,
+    unmapped,
 )
 from pyxds.serving.listener_watch import ServingConfig
 from pyxds.serving.rbac import UNAUTHORIZED, RequestInfo
@@ -72,6 +73,8 @@ def split_peer(peer: str) -> PeerAddress:
         return PeerAddress(None, 0)
     host, _, port = unquote(rest).rpartition(":")
     ip = parse_ip(host)
+    if ip is not None:
+        ip = unmapped(ip)
     try:
         return PeerAddress(ip, int(port))
     except ValueError:

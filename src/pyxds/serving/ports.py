@@ -22,7 +22,7 @@ from __future__ import annotations
 import socket
 
 from pyxds._values import dataclass
-from pyxds.serving.filter_chains import IpAddress, parse_ip
+from pyxds.serving.filter_chains import IpAddress, parse_ip, unmapped
 from pyxds.xds.resources.server_listener import join_host_port
 
 __all__ = ["ListeningAddress", "PortReservation", "resolve_listening_address"]
@@ -46,8 +46,9 @@ class ListeningAddress:
 
     @property
     def local_ip(self) -> IpAddress | None:
-        """The local IP of every connection, or None for a wildcard address."""
-        return None if self.ip.is_unspecified else self.ip
+        """The local IP of every connection (IPv4-mapped: as IPv4), or None
+        for a wildcard address."""
+        return None if self.ip.is_unspecified else unmapped(self.ip)
 
 
 def resolve_listening_address(address: str) -> tuple[list[IpAddress], int]:

@@ -21,7 +21,8 @@ Rules (each violation NACKs the Listener, or the RouteConfiguration for a
   specified"); ``string_match`` must set a pattern ("invalid match
   pattern"); regexes compile with RE2; a range needs ``start <= end``.
 * ``url_path`` needs ``path`` ("field not present"); string matchers need a
-  pattern; ``ignore_case`` with a regex is refused.
+  pattern; ``ignore_case`` with a regex is refused; otherwise it folds
+  ASCII letters only, as C-core's matchers do.
 * CIDR ranges: the prefix length is clamped to 32 / 128 and the address
   masked; one whose address is not an IP literal is accepted and never
   matches (as C-core: its matcher compares against an empty address).
@@ -43,7 +44,7 @@ from pyxds.xds.resources._common import (
     Errors,
     compile_regex,
 )
-from pyxds.xds.resources.types import HeaderMatcher
+from pyxds.xds.resources.types import HeaderMatcher, ascii_lower
 
 __all__ = [
     "NO_RBAC",
@@ -80,9 +81,9 @@ class StringMatch:
         if kind == "safe_regex":
             return self.regex.fullmatch(text) is not None
         value = self.value
-        if self.ignore_case:
-            text = text.lower()
-            value = value.lower()
+        if self.ignore_case:  # ASCII letters only, as C-core
+            text = ascii_lower(text)
+            value = ascii_lower(value)
         if kind == "exact":
             return text == value
         if kind == "prefix":

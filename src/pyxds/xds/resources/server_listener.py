@@ -12,8 +12,9 @@ Rules (each violation NACKs the Listener, the field named in C-core's words):
   although A36 says NACK; docs/differences-from-c-core.md).
 * Each filter chain (and ``default_filter_chain``): CIDRs of its
   ``filter_chain_match`` must parse, its ``source_type`` must be one of the
-  three the enum names ("unsupported source type: N", as grpc-go; C-core
-  1.85 aborts on another value); ``filters`` must hold exactly one
+  three the enum names ("invalid value", as grpcio 1.85's C-core says it,
+  also for the default chain, whose match is otherwise unused; grpc-go:
+  "unsupported source type"); ``filters`` must hold exactly one
   filter, an HttpConnectionManager (validated by
   :func:`pyxds.xds.resources.listener.parse_server_hcm`); a
   ``transport_socket`` must be named ``envoy.transport_sockets.tls`` (A29;
@@ -178,7 +179,7 @@ def _match(m: Any, path: str, errs: Errors) -> FilterChainMatch:
 
     source_type = int(m.source_type)
     if not 0 <= source_type < 3:
-        errs.add(f"{path}.source_type", f"unsupported source type: {source_type}")
+        errs.add(f"{path}.source_type", "invalid value")
     return FilterChainMatch(
         destination_port=m.destination_port.value if m.HasField("destination_port") else 0,
         prefix_ranges=cidrs("prefix_ranges"),

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from pyxds.xds.resources.server_types import TcpListener
 
 __all__ = [
+    "ascii_lower",
     "HttpFilter",
     "Listener",
     "PrefixMatch",
@@ -150,6 +151,17 @@ class FractionalPercent:
 HeaderMatchKind = Literal["exact", "safe_regex", "range", "present", "prefix", "suffix", "contains"]
 
 
+_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
+
+
+def ascii_lower(text: str) -> str:
+    """``text`` with ASCII letters lowercased, nothing else: C-core's
+    ``ignore_case`` matching (absl's ``EqualsIgnoreCase``,
+    ``AsciiStrToLower``).  Python's ``str.lower()`` also folds non-ASCII
+    letters, some into ASCII (U+212A KELVIN SIGN -> "k")."""
+    return text.lower() if text.isascii() else text.translate(_ASCII_LOWER)
+
+
 @dataclass(frozen=True)
 class HeaderMatcher:
     """A route's header matcher (A28 "Header matching").
@@ -186,7 +198,7 @@ class HeaderMatcher:
         value = self.value  # set for the string kinds (None never matches)
         if kind == "exact":
             if self.ignore_case:
-                r = value is not None and header_value.lower() == value.lower()
+                r = value is not None and ascii_lower(header_value) == ascii_lower(value)
             else:
                 r = header_value == value
         elif kind == "safe_regex":
@@ -204,21 +216,21 @@ class HeaderMatcher:
             if value is None:
                 r = False
             elif self.ignore_case:
-                r = header_value.lower().startswith(value.lower())
+                r = ascii_lower(header_value).startswith(ascii_lower(value))
             else:
                 r = header_value.startswith(value)
         elif kind == "suffix":
             if value is None:
                 r = False
             elif self.ignore_case:
-                r = header_value.lower().endswith(value.lower())
+                r = ascii_lower(header_value).endswith(ascii_lower(value))
             else:
                 r = header_value.endswith(value)
         elif kind == "contains":
             if value is None:
                 r = False
             elif self.ignore_case:
-                r = value.lower() in header_value.lower()
+                r = ascii_lower(value) in ascii_lower(header_value)
             else:
                 r = value in header_value
         else:
