@@ -228,7 +228,7 @@ def test_resolver_error_before_any_child_fails_picks_with_that_error():
 def test_resolver_error_reaches_every_current_child_and_no_removed_one():
     """grpc-java handleNameResolutionError_afterChildLbsInstantiated_propagateToChildLbs
     and handleNameResolutionError_notPropagateToDeactivatedChildLbs."""
-    helper, policy = new_manager(childA=POLICY_A, childB=POLICY_B)
+    _, policy = new_manager(childA=POLICY_A, childB=POLICY_B)
     policy.update(ResolverUpdate((), manager_config(childB=POLICY_B)))
     error = Status(grpc.StatusCode.UNKNOWN, "unknown error")
     policy.resolver_error(error)
@@ -340,7 +340,8 @@ def good_config():
 
 
 def test_cds_resolver_error_before_any_config_fails_picks_with_it():
-    """grpc-java CdsLoadBalancer2Test.handleNameResolutionErrorFromUpstream_beforeChildLbCreated_failingPicker."""
+    """grpc-java CdsLoadBalancer2Test
+    .handleNameResolutionErrorFromUpstream_beforeChildLbCreated_failingPicker."""
     helper, policy, _ = cds("c")
     error = Status(UNAVAILABLE, "unreachable")
     policy.resolver_error(error)
