@@ -70,6 +70,8 @@ class Recorder(LoadBalancer):
     """A child policy that records what it is told and reports on demand."""
 
     built: list[Recorder] = []
+    report_during_update: tuple[Any, Status] | None = None  # report this inside update()
+    failing_label: str = ""  # update() of the child with this label returns an error
 
     def __init__(self, helper: Any, policy: str) -> None:
         self.helper = helper
@@ -79,8 +81,6 @@ class Recorder(LoadBalancer):
         self.errors: list[Status] = []
         self.exit_idle_calls = 0
         self.shut_down = False
-        self.report_during_update: tuple[Any, Status] | None = None
-        self.update_result: Status | None = None
         Recorder.built.append(self)
 
     def update(self, update: ResolverUpdate) -> Status | None:
@@ -88,7 +88,9 @@ class Recorder(LoadBalancer):
         self.updates += 1
         if self.report_during_update is not None:
             self.report(*self.report_during_update)
-        return self.update_result
+        if self.label == self.failing_label:
+            return Status(UNAVAILABLE, "no such thing")
+        return None
 
     def report(self, state: Any, status: Status = OK_STATUS) -> None:
         self.helper.update_state(state, status, LabelPicker(f"{self.label}/{self.policy}"))
@@ -236,25 +238,15 @@ def test_resolver_error_reaches_every_current_child_and_no_removed_one():
     assert child("childB").errors == [error]
 
 
-def test_children_reporting_during_an_update_make_one_report():
+def test_children_reporting_during_an_update_make_one_report(monkeypatch):
     """grpc-java noDuplicateOverallBalancingStateUpdate, grpc-go
     TestUpdateStatePauses; C-core UpdateStateLocked ignores child reports
     while update_in_progress_: two children failing inside the update give one
     TRANSIENT_FAILURE report, with C-core's text."""
     helper, policy = new_manager()
     before = len(helper.states)
-    failing = Status(UNAVAILABLE, "child failed")
-    original_init = Recorder.__init__
-
-    def failing_init(self: Recorder, helper: Any, policy: str) -> None:
-        original_init(self, helper, policy)
-        self.report_during_update = (TF, failing)
-
-    Recorder.__init__ = failing_init  # type: ignore[method-assign]
-    try:
-        policy.update(ResolverUpdate((), manager_config(childA=POLICY_A, childB=POLICY_B)))
-    finally:
-        Recorder.__init__ = original_init  # type: ignore[method-assign]
+    monkeypatch.setattr(Recorder, "report_during_update", (TF, Status(UNAVAILABLE, "child failed")))
+    policy.update(ResolverUpdate((), manager_config(childA=POLICY_A, childB=POLICY_B)))
     assert len(helper.states) == before + 1
     assert helper.state is TF
     assert helper.last.status == Status(UNAVAILABLE, "TRANSIENT_FAILURE from XdsClusterManagerLb")
@@ -305,23 +297,12 @@ def test_all_children_idle_is_idle_and_exit_idle_reaches_every_child():
     assert child("childB").exit_idle_calls == 1
 
 
-def test_child_update_errors_are_returned_in_c_core_words():
+def test_child_update_errors_are_returned_in_c_core_words(monkeypatch):
     """C-core XdsClusterManagerLb::UpdateLocked: "errors from children:
     [child NAME: STATUS]"; the other children are still updated."""
-    original_update = Recorder.update
-
-    def update(self: Recorder, update: ResolverUpdate) -> Status | None:
-        original_update(self, update)
-        if self.label == "bad":
-            return Status(UNAVAILABLE, "no such thing")
-        return None
-
-    Recorder.update = update  # type: ignore[method-assign]
-    try:
-        _, policy = new_manager()
-        status = policy.update(ResolverUpdate((), manager_config(bad=POLICY_A, good=POLICY_A)))
-    finally:
-        Recorder.update = original_update  # type: ignore[method-assign]
+    monkeypatch.setattr(Recorder, "failing_label", "bad")
+    _, policy = new_manager()
+    status = policy.update(ResolverUpdate((), manager_config(bad=POLICY_A, good=POLICY_A)))
     assert status is not None and status.code is UNAVAILABLE
     assert status.details.startswith("errors from children: [child bad: ")
     assert "no such thing" in status.details

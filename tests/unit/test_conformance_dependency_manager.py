@@ -16,11 +16,16 @@ from collections.abc import Callable
 
 import grpc
 import pytest
-from test_conformance_resolver import Resolver, good, stand_in_policies  # noqa: F401
+from test_conformance_resolver import (  # noqa: F401  (stand_in_policies: a fixture)
+    DM,
+    Resolver,
+    good,
+    routes_to,
+    stand_in_policies,
+    with_routes,
+)
 
 from pyxds.lb.api import Status
-from pyxds.resolver.dependency_manager import DependencyManager
-from pyxds.resolver.dns import FakeDnsResolver
 from pyxds.resolver.xds_config import (
     XDS_CONFIG_ATTRIBUTE,
     AggregateConfig,
@@ -28,20 +33,16 @@ from pyxds.resolver.xds_config import (
     EndpointConfig,
     XdsConfig,
 )
-from pyxds.serializer import WorkSerializer
-from pyxds.testing import FakeClock
 from pyxds.testing.fake_xds_client import (
     CLUSTER_TYPE_URL,
     ENDPOINTS_TYPE_URL,
     LISTENER_TYPE_URL,
     ROUTE_CONFIG_TYPE_URL,
-    FakeXdsClient,
     aggregate_cluster,
     dns_cluster,
     eds_cluster,
     make_cla,
     make_listener,
-    make_route,
     make_route_config,
 )
 
@@ -66,47 +67,18 @@ class QueueSerializer:
         raise AssertionError("serializer never drained")
 
 
-class DM:
-    def __init__(self, serializer_run: Callable[[Callable[[], None]], None] | None = None) -> None:
-        self.client = FakeXdsClient()
-        self.dns = FakeDnsResolver()
-        self.updates: list[XdsConfig | Status] = []
-        self.dm = DependencyManager(
-            self.client,
-            "lds",
-            "svc",
-            serializer_run or WorkSerializer().run,
-            self.updates.append,
-            dns_resolver=self.dns,
-            clock=FakeClock(),
-        )
-
-    def push(self, *resources: object) -> None:
-        self.client.push(*resources)
-
-    @property
-    def last(self) -> XdsConfig | Status:
-        assert self.updates, "nothing delivered"
-        return self.updates[-1]
-
-    def config(self) -> XdsConfig:
-        last = self.last
-        assert isinstance(last, XdsConfig), last
-        return last
-
-    def cds(self) -> set[str]:
-        return self.client.watched(CLUSTER_TYPE_URL)
-
-    def eds(self) -> set[str]:
-        return self.client.watched(ENDPOINTS_TYPE_URL)
+def config_of(h: DM) -> XdsConfig:
+    last = h.last
+    assert isinstance(last, XdsConfig), last
+    return last
 
 
-def routes_to(*clusters: str) -> list:
-    return [make_route(f"/{c}/", cluster=c) for c in clusters]
+def cds_watches(h: DM) -> set[str]:
+    return h.client.watched(CLUSTER_TYPE_URL)
 
 
-def with_routes(h: DM, *clusters: str) -> None:
-    h.push(make_listener("lds", rds="rds"), make_route_config("rds", routes_to(*clusters)))
+def eds_watches(h: DM) -> set[str]:
+    return h.client.watched(ENDPOINTS_TYPE_URL)
 
 
 def leaves(h: DM, *names: str, eds_name: str | None = None) -> None:
@@ -138,7 +110,7 @@ def test_every_cluster_of_an_aggregate_graph_has_its_own_entry_and_leaves_in_dfs
     h = DM()
     with_routes(h, "root")
     multi_parent_tree(h)
-    config = h.config()
+    config = config_of(h)
     assert set(config.clusters) == ALL_EIGHT
     assert config.clusters["root"].children == AggregateConfig(("A11", "AB11", "B1"))
     assert config.clusters["A"].children == AggregateConfig(("A11", "AB11"))
@@ -162,7 +134,7 @@ def test_subscribing_to_clusters_already_in_the_graph_changes_nothing():
     leaf.release()
     assert len(h.updates) == count
     assert len(h.client.watch_log) == watches
-    assert h.cds() == ALL_EIGHT
+    assert cds_watches(h) == ALL_EIGHT
 
 
 def test_a_subscription_keeps_the_old_graph_until_released():
@@ -174,11 +146,11 @@ def test_a_subscription_keeps_the_old_graph_until_released():
     multi_parent_tree(h)
     root = h.dm.subscribe_cluster("root")
     h.push(make_route_config("rds", routes_to("A11")))
-    assert set(h.config().clusters) == ALL_EIGHT
+    assert set(config_of(h).clusters) == ALL_EIGHT
     root.release()
-    assert set(h.config().clusters) == {"A11"}
-    assert h.cds() == {"A11"}
-    assert h.eds() == {"A11"}
+    assert set(config_of(h).clusters) == {"A11"}
+    assert cds_watches(h) == {"A11"}
+    assert eds_watches(h) == {"A11"}
 
 
 def test_deleted_cluster_becomes_an_error_entry_and_its_eds_watch_stops():
@@ -187,13 +159,13 @@ def test_deleted_cluster_becomes_an_error_entry_and_its_eds_watch_stops():
     h = DM()
     with_routes(h, "A")
     h.push(eds_cluster("A", eds_service_name="eds_A"), make_cla("eds_A", "10.0.0.1:80"))
-    assert isinstance(h.config().clusters["A"], ClusterConfig)
+    assert isinstance(config_of(h).clusters["A"], ClusterConfig)
     h.client.does_not_exist(CLUSTER_TYPE_URL, "A")
-    entry = h.config().clusters["A"]
+    entry = config_of(h).clusters["A"]
     assert isinstance(entry, Status) and entry.code == UNAVAILABLE
     assert "CDS resource A" in entry.details and "does not exist" in entry.details
-    assert h.eds() == set()
-    assert h.cds() == {"A"}, "the route still names A: its watch stays"
+    assert eds_watches(h) == set()
+    assert cds_watches(h) == {"A"}, "the route still names A: its watch stays"
 
 
 def test_cycle_without_leaves_fails_both_clusters_and_is_unwatched_when_orphaned():
@@ -204,7 +176,7 @@ def test_cycle_without_leaves_fails_both_clusters_and_is_unwatched_when_orphaned
     h = DM()
     with_routes(h, "A")
     h.push(aggregate_cluster("A", "B"), aggregate_cluster("B", "A"))
-    config = h.config()
+    config = config_of(h)
     for name in ("A", "B"):
         entry = config.clusters[name]
         assert isinstance(entry, Status)
@@ -213,8 +185,8 @@ def test_cycle_without_leaves_fails_both_clusters_and_is_unwatched_when_orphaned
         )
     h.push(make_route_config("rds", routes_to("C")))
     leaves(h, "C")
-    assert set(h.config().clusters) == {"C"}
-    assert h.cds() == {"C"}
+    assert set(config_of(h).clusters) == {"C"}
+    assert cds_watches(h) == {"C"}
 
 
 def test_two_leaves_sharing_one_eds_resource_under_an_aggregate():
@@ -224,9 +196,9 @@ def test_two_leaves_sharing_one_eds_resource_under_an_aggregate():
     with_routes(h, "root")
     h.push(aggregate_cluster("root", "A", "B"))
     h.push(eds_cluster("A", "shared"), eds_cluster("B", "shared"))
-    assert h.eds() == {"shared"}
+    assert eds_watches(h) == {"shared"}
     h.push(make_cla("shared", "10.0.0.4:80"))
-    config = h.config()
+    config = config_of(h)
     assert set(config.clusters) == {"root", "A", "B"}
     a, b = config.clusters["A"].children, config.clusters["B"].children
     assert a.endpoints is b.endpoints or a.endpoints == b.endpoints
@@ -249,11 +221,11 @@ def test_aggregate_graph_change_is_delivered_whole_then_the_old_branch_is_unwatc
     h.push(eds_cluster("A21"), eds_cluster("A22"), make_cla("A21", "10.1.0.1:80"))
     assert len(h.updates) == count, "delivered before A22's endpoints arrived"
     h.push(make_cla("A22", "10.1.0.2:80"))
-    config = h.config()
+    config = config_of(h)
     assert set(config.clusters) == {"root", "A", "A2", "A21", "A22"}
     assert config.clusters["root"].children == AggregateConfig(("A21", "A22"))
-    assert h.cds() == {"root", "A", "A2", "A21", "A22"}
-    assert h.eds() == {"A21", "A22"}
+    assert cds_watches(h) == {"root", "A", "A2", "A21", "A22"}
+    assert eds_watches(h) == {"A21", "A22"}
 
 
 def test_cluster_named_by_a_route_and_under_an_aggregate_is_a_leaf_of_both():
@@ -266,7 +238,7 @@ def test_cluster_named_by_a_route_and_under_an_aggregate_is_a_leaf_of_both():
         with_routes(h, *routes)
         h.push(aggregate_cluster("agg", "x"))
         leaves(h, "x")
-        config = h.config()
+        config = config_of(h)
         assert config.clusters["agg"].children == AggregateConfig(("x",)), routes
         assert isinstance(config.clusters["x"], ClusterConfig)
 
@@ -281,7 +253,7 @@ def test_two_routed_aggregates_sharing_a_leaf_both_list_it():
     with_routes(h, "agg1", "agg2")
     h.push(aggregate_cluster("agg1", "x"), aggregate_cluster("agg2", "y", "x"))
     leaves(h, "x", "y")
-    config = h.config()
+    config = config_of(h)
     assert config.clusters["agg1"].children == AggregateConfig(("x",))
     assert config.clusters["agg2"].children == AggregateConfig(("y", "x"))
 
@@ -296,7 +268,7 @@ def test_aggregate_child_with_an_eds_error_is_still_a_leaf_beside_a_dns_leaf():
     h.push(eds_cluster("err-cluster", "eds"), dns_cluster("good-cluster", "localhost", 8081))
     h.client.error(ENDPOINTS_TYPE_URL, "eds", "EDS response contains an endpoint with zero weight")
     h.dns.complete("localhost", ["127.0.0.1:8081", "[::1]:8081"])
-    config = h.config()
+    config = config_of(h)
     assert config.clusters["agg"].children == AggregateConfig(("err-cluster", "good-cluster"))
     bad = config.clusters["err-cluster"].children
     assert bad.endpoints is None
@@ -320,10 +292,10 @@ def test_leaf_under_an_aggregate_changing_to_logical_dns_is_delivered_after_dns_
     h.push(dns_cluster("b", "b.example", 443))
     assert len(h.updates) == count, "delivered before DNS answered"
     h.dns.complete("b.example", ["10.2.0.1:443"])
-    config = h.config()
+    config = config_of(h)
     assert config.clusters["b"].cluster.kind == "LOGICAL_DNS"
     assert config.clusters["agg"].children == AggregateConfig(("a", "b"))
-    assert h.eds() == {"a"}
+    assert eds_watches(h) == {"a"}
 
 
 # ----------------------------------------------------------------- listener / routes
@@ -337,9 +309,9 @@ def test_route_config_moving_from_rds_to_inline_stops_the_rds_watch():
     leaves(h, "a")
     h.push(make_listener("lds", inline=make_route_config("inline", routes_to("a"))))
     assert h.client.watched(ROUTE_CONFIG_TYPE_URL) == set()
-    assert h.config().route_config.name == "inline"
+    assert config_of(h).route_config.name == "inline"
     h.push(make_route_config("rds", routes_to("zzz")))
-    assert h.config().route_config.name == "inline", "a stale RDS resource was used"
+    assert config_of(h).route_config.name == "inline", "a stale RDS resource was used"
 
 
 def test_listener_ambient_error_becomes_every_clusters_note_and_clears():
@@ -349,11 +321,11 @@ def test_listener_ambient_error_becomes_every_clusters_note_and_clears():
     with_routes(h, "a")
     leaves(h, "a")
     h.client.error(LISTENER_TYPE_URL, "lds", "NACK: bad listener")
-    children = h.config().clusters["a"].children
+    children = config_of(h).clusters["a"].children
     assert children.endpoints is not None
     assert children.resolution_note == "LDS resource lds: NACK: bad listener"
     h.push(make_listener("lds", rds="rds"))  # the same resource again: cleared
-    assert h.config().clusters["a"].children.resolution_note == ""
+    assert config_of(h).clusters["a"].children.resolution_note == ""
 
 
 def test_endpoint_ambient_error_keeps_the_endpoints_and_adds_a_note():
@@ -362,7 +334,7 @@ def test_endpoint_ambient_error_keeps_the_endpoints_and_adds_a_note():
     with_routes(h, "a")
     leaves(h, "a")
     h.client.error(ENDPOINTS_TYPE_URL, "a", "NACK: bad endpoints")
-    children = h.config().clusters["a"].children
+    children = config_of(h).clusters["a"].children
     assert children.endpoints is not None and children.endpoints.endpoint_count == 1
     assert children.resolution_note == "EDS resource a: NACK: bad endpoints"
 
@@ -375,7 +347,7 @@ def test_endpoints_deleted_after_data_drop_the_endpoints_but_keep_the_cluster():
     with_routes(h, "a", "b")
     leaves(h, "a", "b")
     h.client.does_not_exist(ENDPOINTS_TYPE_URL, "a")
-    config = h.config()
+    config = config_of(h)
     children = config.clusters["a"].children
     assert children.endpoints is None
     assert "EDS resource a" in children.resolution_note
@@ -395,11 +367,11 @@ def test_dynamic_subscription_to_an_unknown_cluster_is_an_error_entry_once_it_do
     leaves(h, "a")
     h.dm.subscribe_cluster("root_c")
     h.client.does_not_exist(CLUSTER_TYPE_URL, "root_c")
-    entry = h.config().clusters["root_c"]
+    entry = config_of(h).clusters["root_c"]
     assert isinstance(entry, Status) and entry.code == UNAVAILABLE
     assert "root_c" in entry.details
     h.push(aggregate_cluster("root_c", "a"))
-    assert h.config().clusters["root_c"].children == AggregateConfig(("a",))
+    assert config_of(h).clusters["root_c"].children == AggregateConfig(("a",))
 
 
 def test_unresolved_dynamic_subscription_holds_back_updates_as_in_c_core():
@@ -416,7 +388,7 @@ def test_unresolved_dynamic_subscription_holds_back_updates_as_in_c_core():
     h.push(make_cla("a", "10.0.9.9:80"))
     assert len(h.updates) == count
     h.push(eds_cluster("new-cluster"), make_cla("new-cluster", "10.0.8.8:80"))
-    config = h.config()
+    config = config_of(h)
     assert set(config.clusters) == {"a", "new-cluster"}
     endpoint = config.clusters["a"].children.endpoints.priorities[0][0].endpoints[0]
     assert endpoint.addresses == ("10.0.9.9:80",)
@@ -434,7 +406,7 @@ def test_update_in_flight_at_shutdown_delivers_nothing(kind):
     on the serializer when the manager shuts down reports nothing, and every
     watch is cancelled."""
     serializer = QueueSerializer()
-    h = DM(serializer.run)
+    h = DM(serializer_run=serializer.run)
     with_routes(h, "a")
     serializer.drain()
     leaves(h, "a")
@@ -454,7 +426,7 @@ def test_update_in_flight_at_shutdown_delivers_nothing(kind):
     assert len(h.updates) == count
     for type_url in (LISTENER_TYPE_URL, ROUTE_CONFIG_TYPE_URL, CLUSTER_TYPE_URL):
         assert h.client.watched(type_url) == set(), type_url
-    assert h.eds() == set()
+    assert eds_watches(h) == set()
 
 
 def test_subscribe_after_shutdown_delivers_nothing_and_watches_nothing():
