@@ -314,6 +314,21 @@ def test_route_config_moving_from_rds_to_inline_stops_the_rds_watch():
     assert config_of(h).route_config.name == "inline", "a stale RDS resource was used"
 
 
+def test_listener_updates_while_the_route_config_is_missing_deliver_nothing():
+    """grpc-go xds_resolver_test TestResolverMultipleLDSUpdates: listener
+    updates naming the same absent route configuration (only max stream
+    duration differs) deliver nothing; the route configuration's arrival
+    delivers the newest listener."""
+    h = DM()
+    h.push(make_listener("lds", rds="rds"))
+    h.push(make_listener("lds", rds="rds", max_stream_duration=1.0))
+    assert h.updates == []
+    assert h.client.watched(ROUTE_CONFIG_TYPE_URL) == {"rds"}
+    h.push(make_route_config("rds", routes_to("a")))
+    leaves(h, "a")
+    assert config_of(h).listener.max_stream_duration == 1.0
+
+
 def test_listener_ambient_error_becomes_every_clusters_note_and_clears():
     """grpc-go TestAmbientError; C-core OnListenerAmbientError
     (lds_resolution_note_ joins each EDS cluster's notes); A88: the data stays."""
