@@ -47,7 +47,7 @@ UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 class DM:
     """A dependency manager over a fake XdsClient, recording deliveries."""
 
-    def __init__(self, authority: str = "svc") -> None:
+    def __init__(self, authority: str = "svc", serializer_run=None) -> None:
         self.client = FakeXdsClient()
         self.dns = FakeDnsResolver()
         self.updates: list[XdsConfig | Status] = []
@@ -55,7 +55,7 @@ class DM:
             self.client,
             "lds",
             authority,
-            WorkSerializer().run,
+            serializer_run or WorkSerializer().run,
             self.updates.append,
             dns_resolver=self.dns,
             clock=FakeClock(),
