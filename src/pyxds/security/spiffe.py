@@ -1,7 +1,7 @@
 """SPIFFE IDs and SPIFFE trust bundle maps (gRFC A87), with C-core's rules
 and words (grpcio 1.85 ``spiffe_utils.cc``, ``ssl_transport_security.cc``).
 
-SPIFFE ID (:func:`parse_spiffe_id`): ASCII, at most 2048 characters, no
+SPIFFE ID (:func:`parse_spiffe_id`): ASCII, at most 2048 bytes, no
 ``#`` or ``?``, starts with ``spiffe://`` (any case), does not end with
 ``/``; the trust domain (up to the first ``/``) is 1..255 characters of
 ``a-z 0-9 . - _``; each path segment is non-empty, not ``.`` or ``..``,
@@ -86,19 +86,20 @@ def parse_spiffe_id(uri: str) -> SpiffeId:
     """The SPIFFE ID in ``uri``; ValueError with C-core's reason otherwise."""
     if not uri:
         raise ValueError("SPIFFE ID cannot be parsed from empty URI")
-    if len(uri) > MAX_ID_LENGTH:
+    # C-core works on the URI's UTF-8 bytes: the length counts bytes, and a
+    # non-ASCII character is named by its first byte (U+00B5 is 0xc2).
+    raw = uri.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_ID_LENGTH:
         raise ValueError(
-            f"URI length is {len(uri)}, maximum allowed for SPIFFE ID is {MAX_ID_LENGTH}"
+            f"URI length is {len(raw)}, maximum allowed for SPIFFE ID is {MAX_ID_LENGTH}"
         )
     if "#" in uri:
         raise ValueError("SPIFFE ID cannot contain query fragments")
     if "?" in uri:
         raise ValueError("SPIFFE ID cannot contain query parameters")
-    for ch in uri:
-        if ord(ch) > 0x7F:
-            raise ValueError(
-                f"SPIFFE ID URI cannot contain non-ascii characters. Contains {ord(ch):#x}"
-            )
+    if not uri.isascii():
+        byte = next(b for b in raw if b > 0x7F)
+        raise ValueError(f"SPIFFE ID URI cannot contain non-ascii characters. Contains {byte:#x}")
     if not uri[: len(_PREFIX)].lower() == _PREFIX:
         raise ValueError("SPIFFE ID must start with spiffe://")
     if uri.endswith("/"):
@@ -157,7 +158,7 @@ def parse_bundle_map(text: str | bytes) -> SpiffeBundleMap:
     errs = _Errors()
     bundles: dict[str, tuple[bytes, ...]] = {}
     if not isinstance(doc, dict):
-        raise ValueError("field: error:is not an object")
+        raise ValueError("errors validating JSON: [field: error:is not an object]")
     domains = doc.get("trust_domains")
     if domains is None:
         errs.add("trust_domains", "field not present")
