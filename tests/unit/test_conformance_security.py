@@ -336,16 +336,15 @@ def test_ipv6_san_is_compared_in_canonical_text():
     [
         ([{"prefix": "key", "ignore_case": True}], cert(uri=["\u212aey://x"])),
         ([{"exact": "key@example.com", "ignore_case": True}], cert(email=["\u212aey@example.com"])),
-        ([{"contains": "s", "ignore_case": True}], cert(uri=["\u017f"])),
+        ([{"contains": "\u212a", "ignore_case": True}], cert(uri=["spiffe://k"])),
         ([ex("key.example.com")], cert(dns=["\u212aey.example.com"])),
-        ([ex("*.example.com")], cert(dns=["\u212a.example.com"])),
     ],
 )
 def test_ignore_case_and_dns_case_folding_are_ascii_only_as_c_core(specs, sans):
     """C-core's StringMatcher (case_sensitive=false) and
     VerifySubjectAlternativeName fold with absl::AsciiStrToLower /
-    EqualsIgnoreCase: U+212A KELVIN SIGN is not "k", U+017F LONG S is not
-    "s" (Python's str.lower() folds both)."""
+    EqualsIgnoreCase: U+212A KELVIN SIGN is not "k" on either side (Python's
+    str.lower() makes it one)."""
     assert not accepts(specs, sans)
 
 
