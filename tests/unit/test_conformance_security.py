@@ -828,3 +828,134 @@ def test_upstream_tls_context_in_a_typed_struct_is_nacked_in_c_cores_words():
         "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext]: "
         "can't decode UpstreamTlsContext"
     ) in _cluster_error(c)
+
+
+def test_transport_socket_matches_are_ignored_as_c_core():
+    """A29 "CDS for Client Side Security": transport_socket_matches are not
+    supported.  grpc-go unmarshal_cds_test.go transport-socket-matches NACKs
+    such a cluster; C-core's parser does not read the field, and pyxds does
+    as C-core (the cluster is plaintext)."""
+    c = _eds_cluster()
+    c.transport_socket_matches.add(name="transport-socket-match-1")
+    _, resource, error = decode_cluster(c.SerializeToString())
+    assert error is None and resource.security is None
+
+
+# ------------------------------------------------------------------ A29 DownstreamTlsContext
+
+DOWNSTREAM = "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
+DEFAULT_TLS = f"default_filter_chain.transport_socket.typed_config.value[{DOWNSTREAM}]"
+SERVER_PROVIDERS = {"provider1": {"plugin_name": "file_watcher", "config": {}}}
+
+
+def _server_listener(tls=None, transport_any=None):
+    from pyxds.server import inbound as ib
+
+    chain = ib.filter_chain(tls=tls)
+    if transport_any is not None:
+        chain.transport_socket.name = "envoy.transport_sockets.tls"
+        chain.transport_socket.typed_config.CopyFrom(transport_any)
+    return ib.server_listener("foo", "127.0.0.1:443", (), chain)
+
+
+def _decode_server(lis):
+    from pyxds.xds.resources.listener import decode_listener
+
+    _, resource, error = decode_listener(lis.SerializeToString(), SERVER_PROVIDERS)
+    return resource, error
+
+
+def _server_tls(identity="provider1", ca="provider1", require=None):
+    from pyxds.server import inbound as ib
+
+    return ib.downstream_tls(identity, ca, require, identity_cert="cert_name", ca_cert="ca_cert")
+
+
+def test_downstream_tls_contexts_c_core_accepts():
+    """C-core xds_listener_resource_type_test.cc TcpListenerTest.DownstreamTlsContext,
+    DownstreamTlsContextWithCaCertProviderInstance, ClientCertificateRequired."""
+    for ca, require in ((None, None), ("provider1", None), ("provider1", True)):
+        resource, error = _decode_server(_server_listener(_server_tls(ca=ca, require=require)))
+        assert error is None, error
+        tls = resource.tcp_listener.default_filter_chain.tls
+        assert tls.identity.instance_name == "provider1"
+        assert tls.identity.certificate_name == "cert_name"
+        assert (tls.ca.instance_name if tls.ca else None) == ca
+        assert tls.require_client_certificate is bool(require)
+
+
+def test_a_ca_provider_with_system_root_certs_is_accepted_on_a_server():
+    """grpc-go filter_chain_test.go "validation context with certificate
+    provider and system root certs": the CA provider wins (C-core
+    CommonTlsConfigTest.CaCertProviderTakesPrecedenceOverSystemRootCerts)."""
+    ctx = _server_tls(ca=None, require=True)
+    vc = ctx.common_tls_context.validation_context
+    vc.ca_certificate_provider_instance.instance_name = "provider1"
+    vc.system_root_certs.SetInParent()
+    resource, error = _decode_server(_server_listener(ctx))
+    assert error is None, error
+    assert resource.tcp_listener.default_filter_chain.tls.ca.instance_name == "provider1"
+
+
+def _server_error(lis) -> str:
+    resource, error = _decode_server(lis)
+    assert resource is None and error, "expected a NACK"
+    return error
+
+
+def test_downstream_tls_errors_are_c_cores_word_for_word():
+    """C-core TcpListenerTest.UnknownCertificateProviderInstance,
+    MatchSubjectAltNames, NoTlsCertificateProvider,
+    RequireClientCertWithoutCaCertProvider, UnsupportedFields; grpc-go
+    filter_chain_test.go "missing CommonTlsContext", "require_sni-set-to-true",
+    "unsupported-ocsp_staple_policy", "no root certificate provider with
+    require_client_cert", "no_identity_certificate_provider"."""
+    ctx = _server_tls(identity="fake", ca=None)
+    assert (
+        f"{DEFAULT_TLS}.common_tls_context.tls_certificate_provider_instance.instance_name: "
+        "unrecognized certificate provider instance name: fake"
+    ) in _server_error(_server_listener(ctx))
+    ctx = _server_tls(ca=None)
+    ctx.common_tls_context.validation_context.match_subject_alt_names.add(exact="exact")
+    assert (
+        f"{DEFAULT_TLS}.common_tls_context: match_subject_alt_names not supported on servers"
+    ) in _server_error(_server_listener(ctx))
+    assert (
+        f"{DEFAULT_TLS}: TLS configuration provided but no tls_certificate_provider_instance found"
+    ) in _server_error(_server_listener(tls_pb2.DownstreamTlsContext()))
+    assert (
+        f"{DEFAULT_TLS}.require_client_certificate: client certificate required but no "
+        "certificate provider instance specified for validation"
+    ) in _server_error(_server_listener(_server_tls(ca=None, require=True)))
+    ctx = _server_tls(ca=None)
+    ctx.require_sni.value = True
+    ctx.ocsp_staple_policy = tls_pb2.DownstreamTlsContext.STRICT_STAPLING
+    error = _server_error(_server_listener(ctx))
+    assert f"{DEFAULT_TLS}.ocsp_staple_policy: value must be LENIENT_STAPLING" in error
+    assert f"{DEFAULT_TLS}.require_sni: field unsupported" in error
+
+
+def test_downstream_transport_socket_type_errors_are_c_cores():
+    """C-core TcpListenerTest.UnknownTransportSocketType,
+    UnparseableDownstreamTlsContext, DownstreamTlsContextInTypedStruct;
+    grpc-go "unexpected transport socket URL", "badly marshaled transport socket"."""
+    from google.protobuf import any_pb2
+
+    from pyxds.server import inbound as ib
+
+    lis_any = any_pb2.Any()
+    lis_any.Pack(ib.server_listener("x", "127.0.0.1:1"))
+    assert (
+        "default_filter_chain.transport_socket.typed_config.value["
+        "envoy.config.listener.v3.Listener].type_url: unsupported transport socket type"
+    ) in _server_error(_server_listener(transport_any=lis_any))
+    bad = any_pb2.Any(type_url=f"type.googleapis.com/{DOWNSTREAM}", value=b"\0")
+    assert f"{DEFAULT_TLS}: can't decode DownstreamTlsContext" in _server_error(
+        _server_listener(transport_any=bad)
+    )
+    ts_any = any_pb2.Any()
+    ts_any.Pack(typed_struct_pb2.TypedStruct(type_url=f"types.googleapis.com/{DOWNSTREAM}"))
+    assert (
+        "default_filter_chain.transport_socket.typed_config.value[xds.type.v3.TypedStruct]"
+        f".value[{DOWNSTREAM}]: can't decode DownstreamTlsContext"
+    ) in _server_error(_server_listener(transport_any=ts_any))
