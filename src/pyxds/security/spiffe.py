@@ -18,7 +18,8 @@ Bundle map file (:func:`load_bundle_map`), the JSON shape C-core reads::
 ``trust_domains`` and each bundle's ``keys`` must be present; each key
 needs ``use`` (exactly ``x509-svid``), ``kty`` (``RSA`` or ``EC``) and
 ``x5c`` (exactly one base64 DER certificate: the root); every trust
-domain name must be valid.  Other fields (``spiffe_sequence``,
+domain name must be valid; a key repeated in a JSON object is an error (as
+C-core's JSON reader).  Other fields (``spiffe_sequence``,
 ``spiffe_refresh_hint``, ...) are ignored.  Any error rejects the whole
 map, as C-core (A87: "we ignore the whole trust bundle").
 """
@@ -148,11 +149,22 @@ class _Errors(list[str]):
         self.append(f"field:{field} error:{error}")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused if a key repeats (C-core's JSON reader:
+    'duplicate key "k" at index N'; Python's json keeps the last one)."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f'duplicate key "{key}"')
+        obj[key] = value
+    return obj
+
+
 def parse_bundle_map(text: str | bytes) -> SpiffeBundleMap:
     """A bundle map from its JSON text; ValueError listing every problem as
     ``field:<path> error:<problem>`` (C-core's shape)."""
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=_unique_keys)
     except (ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"JSON parse error: {err}") from None
     errs = _Errors()
