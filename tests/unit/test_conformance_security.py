@@ -470,6 +470,78 @@ def test_spiffe_ids_c_core_accepts(uri, domain, path):
     assert parse_spiffe_id(uri) == SpiffeId(domain, path)
 
 
+JAVA_BAD_IDS = [
+    "spiffe:///",
+    "spiffe://example!com",
+    "spiffe://example\u044f.com/workload-1",
+    "spiffe://example.com/us/florida/miami\u044f",
+    "spiffe:/trustdomain/path",
+    "spiffe:///path",
+    "spiffe://trust%20domain/path",
+    "spiffe://user@trustdomain/path",
+    "spiffe:// /",
+    "",
+    "http://trustdomain/path",
+    "//trustdomain/path",
+    "://trustdomain/path",
+    "piffe://trustdomain/path",
+    "://",
+    "://trustdomain",
+    "spiff",
+    "spiffe",
+    "spiffe:////",
+    "spiffe://trust.domain/../path",
+    "spiffe://pi.eu." + "pi.eu" * 50,  # a trust domain over 255 characters
+    "spiffe://mydomain%21com/" + "qwert" * 405,  # over 2048 characters
+    "spiffe://example.com//",
+    "spiffe://example.com/us//miami",
+    "spiffe://example.com/us/.",
+    "spiffe://example.com/us!",
+    "spiffe://eXample.com",
+]
+
+
+@pytest.mark.parametrize("uri", JAVA_BAD_IDS)
+def test_spiffe_ids_grpc_java_refuses_are_refused(uri):
+    """grpc-java SpiffeUtilTest ParseFailureTest and ExceptionMessageTest
+    (the words are C-core's, checked above)."""
+    with pytest.raises(ValueError):
+        parse_spiffe_id(uri)
+
+
+@pytest.mark.parametrize(
+    ("uri", "domain", "path"),
+    [
+        (
+            "spIFfe://qa-staging.final_check.example.com/us",
+            "qa-staging.final_check.example.com",
+            "/us",
+        ),
+        (
+            "SPIFFE://example.com/Czech.Republic/region0.1/city_of-Prague",
+            "example.com",
+            "/Czech.Republic/region0.1/city_of-Prague",
+        ),
+        ("spiffe://trust-domain-name/path", "trust-domain-name", "/path"),
+        (
+            "spiffe://k8s-west.example.com/ns/staging/sa/default",
+            "k8s-west.example.com",
+            "/ns/staging/sa/default",
+        ),
+        (
+            "spiffe://example.com/9eebccd2-12bf-40a6-b262-65fe0487d453",
+            "example.com",
+            "/9eebccd2-12bf-40a6-b262-65fe0487d453",
+        ),
+        ("spiffe://trustdomain/abc0123.-_", "trustdomain", "/abc0123.-_"),
+        ("spiffe://trustdomain0123456789/path", "trustdomain0123456789", "/path"),
+    ],
+)
+def test_spiffe_ids_grpc_java_accepts_are_accepted(uri, domain, path):
+    """grpc-java SpiffeUtilTest ParseSuccessTest."""
+    assert parse_spiffe_id(uri) == SpiffeId(domain, path)
+
+
 # ------------------------------------------------------------------ A87 bundle maps
 
 
@@ -541,6 +613,27 @@ def test_bundle_map_errors_are_c_cores_word_for_word(ca):
         'errors validating JSON: [field:trust_domains["example.com"].keys[0].use '
         'error:value must be "x509-svid", got "NOT-x509-svid"]'
     )
+
+
+def test_a_bundle_map_with_a_duplicate_key_is_rejected(ca):
+    """grpc-java SpiffeUtilTest loadTrustBundleFromFileFailureTest
+    (spiffebundle_duplicates.json: "Duplicate key found: google.com");
+    C-core's JSON reader refuses duplicate keys too ('duplicate key "..." at
+    index N'), so the whole map is refused, never the last entry kept."""
+    one = json.dumps(spiffe_bundle_map({"google.com": [ca]})["trust_domains"]["google.com"])
+    text = '{"trust_domains": {"google.com": ' + one + ', "google.com": ' + one + "}}"
+    assert 'duplicate key "google.com"' in _error(text)
+    text = '{"trust_domains": {"google.com": ' + one + '}, "trust_domains": {}}'
+    assert 'duplicate key "trust_domains"' in _error(text)
+
+
+def test_keys_with_a_kid_are_read_as_c_core():
+    """grpc-java SpiffeUtilTest refuses a key with "kid" ("'kid' parameter
+    must not be set"); C-core's loader does not read "kid" (A87 names
+    use/kty/x5c only), and pyxds does as C-core."""
+    authority = CertAuthority("kid")
+    doc = spiffe_bundle_map({"google.com": [authority]}, kid="some value")
+    assert parse_bundle_map(json.dumps(doc)).roots("google.com") == (authority.der,)
 
 
 def test_a_corrupted_certificate_rejects_the_map_naming_its_field(ca):
