@@ -934,6 +934,18 @@ def test_transport_socket_matches_are_ignored_as_c_core():
     assert error is None and resource.security is None
 
 
+def test_a_cluster_transport_socket_name_is_not_checked_as_c_core():
+    """grpc-go unmarshal_cds_test.go transport-socket-unsupported-name NACKs
+    a cluster whose transport_socket is named "unsupported-foo"; A29 names
+    the rule for LDS only, C-core reads only the type on clusters, and
+    pyxds does as C-core."""
+    c = _eds_cluster()
+    c.transport_socket.name = "unsupported-foo"
+    c.transport_socket.typed_config.Pack(b.upstream_tls_context("mesh"))
+    _, resource, error = decode_cluster(c.SerializeToString())
+    assert error is None and resource.security.ca.instance_name == "mesh"
+
+
 # ------------------------------------------------------------------ A29 DownstreamTlsContext
 
 DOWNSTREAM = "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
