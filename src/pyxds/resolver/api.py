@@ -19,6 +19,7 @@ releases the RPC's reference to its cluster).
 from __future__ import annotations
 
 import random
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
@@ -116,6 +117,10 @@ class ResolverResult:
     service_config_error: Status | None = None
 
 
+def _ignore_closing(done: threading.Event) -> None:
+    """The default :attr:`ResolverArgs.on_closing`: nobody waits."""
+
+
 @dataclass
 class ResolverArgs:
     """What the channel gives a resolver."""
@@ -128,6 +133,11 @@ class ResolverArgs:
     on_result: Callable[[ResolverResult], None]  # call on the serializer
     bootstrap: BootstrapSource = None  # path, dict, JSON text, or None (env vars)
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: ``shutdown()`` never blocks (it may run on the process's timer
+    #: thread, draining the serializer); what it starts that ends later
+    #: (an XdsClient's close: its ADS connection) it hands here, and the
+    #: channel's ``close()`` waits for those events before it returns.
+    on_closing: Callable[[threading.Event], None] = _ignore_closing
 
 
 class Resolver(ABC):

@@ -46,6 +46,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -169,7 +170,7 @@ class XdsResolver(Resolver):
     ) -> None:
         self._args = args
         self._client = xds_client
-        self._release_client: Callable[[], None] | None = None
+        self._release_client: Callable[[], threading.Event] | None = None
         self._listener_name = listener_name
         self._dns_resolver = dns_resolver
         self._manager: DependencyManager | None = None
@@ -278,7 +279,9 @@ class XdsResolver(Resolver):
         self._refs.clear()
         self._plugin_refs.clear()
         if self._release_client is not None:
-            self._release_client()
+            # never blocks: the client closes on its own threads, and the
+            # channel's close() waits for it (ResolverArgs.on_closing)
+            self._args.on_closing(self._release_client())
             self._release_client = None
 
     def _on_update(self, value: XdsConfig | Status) -> None:

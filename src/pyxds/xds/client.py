@@ -19,6 +19,14 @@ notifier thread itself), so no watcher ever runs on the transport's loop or
 inside the client's serializer, and the calls of one watcher arrive in
 order.
 
+Closing never blocks where it starts: the last ``release()`` of a shared
+client runs on a channel's serializer, which the process's timer thread may
+be draining.  :meth:`XdsClient.close_soon` stops streams and timers on the
+client's serializer and starts closing the channels on the stream loop; the
+waits (each connection closed, the watcher callbacks queued until then) run
+on a closer thread, and the event it returns says when they are done
+(:meth:`XdsClient.close` waits for it).
+
 Fallback (gRFC A71): each authority (A47) has its bootstrap servers in
 priority order and a chain of the ones in use, the first server alone at
 start.  When the last server of the chain fails before any response and a
@@ -43,6 +51,7 @@ import json
 import logging
 import random
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -119,17 +128,41 @@ class _Notifier:
         if not self._closed:
             _NOTIFIER_POOL.submit(fn)
 
-    def close(self) -> None:
-        """No more callbacks; wait (bounded, never on the notifier thread)
-        for those already submitted."""
+    def close_soon(self) -> None:
+        """No more callbacks (never blocks; see :func:`_finish_close` for
+        the wait for those already submitted)."""
         self._closed = True
-        _NOTIFIER_POOL.flush(_CLOSE_WAIT)
 
 
 #: Seconds the notifier thread waits for a callback before it exits.
 _NOTIFIER_LINGER = 1.0
 
 _NOTIFIER_POOL = LingeringPool(1, "pyxds-xds-watchers", _NOTIFIER_LINGER, "xDS watcher callback")
+
+#: Where closing XdsClients wait for their connections (:meth:`XdsClient.
+#: close_soon`): threads that may block, never the timer thread or a
+#: serializer.  Each close's waits are bounded (``_CLOSE_WAIT`` each, three
+#: at most), so a few threads serve any number of closes; none is left a
+#: second after they are done.
+_CLOSER_POOL = LingeringPool(4, "pyxds-xds-closer", _NOTIFIER_LINGER, "xDS client close")
+
+
+def _finish_close(
+    shut: threading.Event, closing: Sequence[threading.Event], done: threading.Event
+) -> None:
+    """The blocking part of a client's close, on a closer thread: wait for
+    its serializer to have stopped everything (``shut``), for each
+    connection to close (``closing``, filled before ``shut``), and for the
+    watcher callbacks queued until then; then set ``done``."""
+    try:
+        if shut.wait(_CLOSE_WAIT):
+            deadline = time.monotonic() + _CLOSE_WAIT
+            for event in closing:
+                if not event.wait(max(0.0, deadline - time.monotonic())):
+                    break
+        _NOTIFIER_POOL.flush(_CLOSE_WAIT)
+    finally:
+        done.set()
 
 
 def _server_key(server: Any) -> Any:
@@ -244,16 +277,22 @@ class _ServerChannel:
         for request in self.state.take_requests():
             self._transport.send(self._stream_id, request)
 
-    def close(self) -> None:
+    def close(self) -> threading.Event | None:
+        """Stop the stream and start closing the connection; never blocks.
+        Returns the transport's ``close_done`` (set once its connection is
+        gone), if it has one."""
         self._closed = True
         self.state.shutdown()
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
         self._stream_id = 0
-        if self._transport is not None:
-            transport, self._transport = self._transport, None
-            transport.close()
+        if self._transport is None:
+            return None
+        transport, self._transport = self._transport, None
+        transport.close()
+        done: threading.Event | None = getattr(transport, "close_done", None)
+        return done
 
     # -- stream lifecycle --------------------------------------------------------
 
@@ -434,6 +473,9 @@ class XdsClient:
         self._watch_ids = 0
         self._transport_factory = transport_factory or self._grpc_transport
         self._closed = False
+        #: set once closed, connections included (:meth:`close_soon`)
+        self._close_done: threading.Event | None = None
+        self._close_lock = threading.Lock()
         with XdsClient._live_lock:
             XdsClient._live.add(self)
         # Load reporting (A27): one LRS stream per server while a cluster
@@ -613,25 +655,59 @@ class XdsClient:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Stop every stream and timer; watchers hear nothing more."""
+        """Stop every stream and timer; watchers hear nothing more.  Returns
+        once the connections to the xDS servers are closed (a control plane
+        stopped right after must not see them open), at most
+        ``3 * _CLOSE_WAIT``; at once when called from the client's own
+        serializer.  See :meth:`close_soon`."""
+        done = self.close_soon()
+        if not self._serializer.in_serializer:
+            done.wait(_CLOSE_WAIT * 3)
 
-        def shutdown() -> None:
-            self._closed = True
-            for channel in self._servers.values():
-                channel.close()
-            with self._lrs_lock:
-                self._lrs_closed = True
-                lrs = self._lrs
-            if lrs is not None:
-                lrs.close()
-
-        if not self._closed:
-            self._run_and_wait(shutdown)
+    def close_soon(self) -> threading.Event:
+        """Start closing, and never block (the last channel's release runs
+        here, on its serializer, which the process's timer thread may be
+        draining: C-core orphans its XdsClient the same way).  Streams and
+        timers stop on the client's serializer (now if it is free); the
+        waits (each ADS and LRS connection closing on the stream loop, the
+        watcher callbacks already queued) run on a closer thread
+        (:data:`_CLOSER_POOL`).  Returns the event set once all of that is
+        done (the same event on every call)."""
+        with self._close_lock:
+            done = self._close_done
+            if done is not None:
+                return done
+            done = self._close_done = threading.Event()
         with XdsClient._live_lock:
             XdsClient._live.discard(self)
-        self._notifier.close()
-        if self._own_clock and isinstance(self._clock, RealClock):
-            self._clock.close()
+        shut = threading.Event()
+        closing: list[threading.Event] = []
+
+        def shutdown() -> None:
+            try:
+                self._closed = True
+                for channel in self._servers.values():
+                    event = channel.close()
+                    if event is not None:
+                        closing.append(event)
+                with self._lrs_lock:
+                    self._lrs_closed = True
+                    lrs = self._lrs
+                if lrs is not None:
+                    closing.extend(lrs.close())
+                self._notifier.close_soon()
+                if self._own_clock and isinstance(self._clock, RealClock):
+                    self._clock.close()
+            finally:
+                shut.set()
+
+        self._serializer.run(shutdown)
+        try:
+            _CLOSER_POOL.submit(lambda: _finish_close(shut, closing, done))
+        except RuntimeError:  # no thread for the waits: nobody waits for them
+            _log.debug("pyxds: xDS client closes without waiting", exc_info=True)
+            done.set()
+        return done
 
     def __enter__(self) -> XdsClient:
         return self
@@ -666,10 +742,13 @@ class XdsClient:
     @classmethod
     def get_or_create(
         cls, bootstrap: Any = None, scope: str | None = None
-    ) -> tuple[XdsClient, Callable[[], None]]:
+    ) -> tuple[XdsClient, Callable[[], threading.Event]]:
         """The process-wide client for this bootstrap content and ``scope``,
         refcounted.  Returns ``(client, release)``; the last ``release()``
-        closes the client.
+        closes the client (:meth:`close_soon`: it never blocks, as it runs
+        on a channel's serializer) and returns the event set once it is
+        closed, connections included; any other returns an event already
+        set.
 
         Channels (``scope``: their target) get one client per data-plane
         target (A71: one target's fallback never moves another target's
@@ -707,9 +786,9 @@ class XdsClient:
             client = slot.client
         released = threading.Event()
 
-        def release() -> None:
+        def release() -> threading.Event:
             if released.is_set():
-                return
+                return released
             released.set()
             with cls._shared_lock:
                 slot.refs[scope] -= 1
@@ -725,8 +804,7 @@ class XdsClient:
                     slot.client.scope = next(
                         (s for s in slot.refs if s != SERVER_SCOPE), next(iter(slot.refs))
                     )
-            if last:
-                client.close()
+            return client.close_soon() if last else released
 
         return client, release
 

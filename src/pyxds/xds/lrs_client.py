@@ -26,6 +26,7 @@ that report still goes out.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -103,12 +104,17 @@ class LrsChannel:
         """Something to report: stats in the store or a report not yet sent."""
         return bool(self._unsent) or self._store.has_stats(self.server)
 
-    def close(self) -> None:
+    def close(self) -> threading.Event | None:
+        """Stop reporting; never blocks.  Returns the transport's
+        ``close_done`` (set once its connection is gone), if it has one."""
         self._closed = True
         self._stop_stream()
-        if self._transport is not None:
-            transport, self._transport = self._transport, None
-            transport.close()
+        if self._transport is None:
+            return None
+        transport, self._transport = self._transport, None
+        transport.close()
+        done: threading.Event | None = getattr(transport, "close_done", None)
+        return done
 
     # -- stream lifecycle ----------------------------------------------------------
 
@@ -277,10 +283,12 @@ class LrsManager:
         (any thread)."""
         return [r for ch in self._channels.values() for r in ch.last_reports.values()]
 
-    def close(self) -> None:
+    def close(self) -> list[threading.Event]:
+        """Stop every stream; never blocks.  Returns what tells when each
+        connection is gone (see :meth:`LrsChannel.close`)."""
         self._closed = True
-        for channel in self._channels.values():
-            channel.close()
+        closing = [channel.close() for channel in self._channels.values()]
+        return [done for done in closing if done is not None]
 
     def _grpc_transport(self, channel: LrsChannel) -> LrsTransport:
         from pyxds.xds.lrs_transport import LrsTransport
