@@ -96,15 +96,15 @@ def _probe(channel: grpc.Channel) -> float:
     return time.monotonic() - start - PROBE_DEADLINE
 
 
-def test_a_channel_going_idle_on_the_timer_thread_does_not_delay_another_channels_deadlines(
-    world,
-):
+def _late_deadlines_while_a_lets_go(world, how: str) -> tuple[list[float], list[float]]:
+    """Channel A lets go of its xDS client on the timer thread (``how``:
+    ``idle``, its A62 idle timer; ``callback``, ``close()`` from the
+    done-callback of channel B's RPC that its deadline ended) while another
+    xDS user's slow watcher holds the notifier thread; how late B's RPC
+    deadlines fire meanwhile (and before it)."""
     bootstrap = world["server"].bootstrap()
-    a = pyxds.insecure_channel(
-        f"xds:///{LISTENER}",
-        bootstrap=bootstrap,
-        options=[("grpc.client_idle_timeout_ms", IDLE_MS)],
-    )
+    options = [("grpc.client_idle_timeout_ms", IDLE_MS)] if how == "idle" else []
+    a = pyxds.insecure_channel(f"xds:///{LISTENER}", bootstrap=bootstrap, options=options)
     b = pyxds.insecure_channel("xds:///nobody-serves-this", bootstrap=bootstrap)
     watcher = SlowWatcher()
     other, release_other = XdsClient.get_or_create(bootstrap, "slow-watcher")
@@ -113,33 +113,52 @@ def test_a_channel_going_idle_on_the_timer_thread_does_not_delay_another_channel
         heard = threading.Event()
         first = other.watch(LISTENER_TYPE_URL, LISTENER, _Heard(heard))
         assert heard.wait(10), "the other xDS user never heard its listener"
-        # A's RPC starts its idle timer; then the slow watch, answered from
-        # the other client's cache at once, holds the notifier thread
+        # A's RPC (it starts A's idle timer); then the slow watch, answered
+        # from the other client's cache at once, holds the notifier thread
         assert a.unary_unary(f"/{SERVICE}/Who")(b"", timeout=5) == b"idle-a"
-        went_idle = threading.Event()
-        a.subscribe(
-            lambda state: went_idle.set() if state is grpc.ChannelConnectivity.IDLE else None
-        )
+        let_go = threading.Event()
+        a.subscribe(lambda state: let_go.set() if state is grpc.ChannelConnectivity.IDLE else None)
         cancel = other.watch(LISTENER_TYPE_URL, LISTENER, watcher)
         assert watcher.entered.wait(5), "the slow watcher never heard its listener"
-        assert a.get_state() is not grpc.ChannelConnectivity.IDLE, "A went idle too early"
+        if how == "idle":
+            assert a.get_state() is not grpc.ChannelConnectivity.IDLE, "A went idle too early"
+        else:
+            future = b.unary_unary(f"/{SERVICE}/Who").future(
+                b"", timeout=PROBE_DEADLINE, wait_for_ready=True
+            )
+            future.add_done_callback(lambda _: (a.close(), let_go.set()))
         late: list[float] = []
         window_end = time.monotonic() + PROBE_WINDOW
         while time.monotonic() < window_end:
             late.append(_probe(b))
         watcher.release.set()
-        assert went_idle.wait(HOLD), "channel A never went idle"
-        assert max(late) < LATE_LIMIT, (
-            f"channel B's deadlines fired up to {max(late):.2f} s late while channel A "
-            f"went idle ({len(late)} probes; before it: {max(baseline):.3f} s)"
-        )
+        assert let_go.wait(HOLD), f"channel A never let go of its xDS client ({how})"
+        assert wait_until(
+            lambda: not [c for c, scopes in XdsClient.instances() if LISTENER in str(scopes)]
+        ), XdsClient.instances()
         cancel()
         first()
+        return late, baseline
     finally:
         watcher.release.set()
         release_other()
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("how", ["idle", "callback"])
+def test_a_channel_letting_go_of_its_xds_client_on_the_timer_thread_delays_no_other_deadline(
+    world, how
+):
+    """``idle``: A62's idle timer fires on the timer thread and the teardown
+    runs there.  ``callback``: a user closes channel A from the done-callback
+    of an RPC its deadline ended; pyxds runs that callback on the timer
+    thread, and close() must not wait there for the connections."""
+    late, baseline = _late_deadlines_while_a_lets_go(world, how)
+    assert max(late) < LATE_LIMIT, (
+        f"channel B's deadlines fired up to {max(late):.2f} s late while channel A let go "
+        f"of its xDS client ({how}; {len(late)} probes; before it: {max(baseline):.3f} s)"
+    )
 
 
 def test_after_idle_let_its_xds_client_go_a_users_close_returns_at_once(world):

@@ -35,6 +35,7 @@ import pytest
 from test_channel_support import TransportFactory
 
 from pyxds.channel.core import ChannelCore
+from pyxds.clock import RealClock
 from pyxds.testing import FakeClock
 from pyxds.xds import client as client_module
 from pyxds.xds.client import XdsClient
@@ -201,3 +202,31 @@ def test_a_close_from_inside_the_serializer_does_not_wait_for_itself(
     core.serializer.run(callback)
     assert spent and spent[0] < AT_ONCE, spent
     assert core.resolver is None
+
+
+def test_a_close_called_on_the_timer_thread_returns_at_once_and_the_client_closes_after(
+    held: dict[str, Any],
+) -> None:
+    """A user's close(wait) called on the process's timer thread (the
+    done-callback of an RPC whose deadline ended it runs there) does not
+    wait there for the ADS connection: every other clock's timers would."""
+    core, client = _open_channel(held)
+    transport = held["transports"][0]
+    _hold_the_notifier(held)
+    spent: list[float] = []
+    ran = threading.Event()
+
+    def done_callback() -> None:
+        start = time.monotonic()
+        core.close(wait=WAIT)
+        spent.append(time.monotonic() - start)
+        ran.set()
+
+    RealClock().call_later(0.0, done_callback)
+    assert ran.wait(WAIT * 3)
+    assert spent[0] < AT_ONCE, f"close() held the timer thread {spent[0]:.2f} s"
+    done = client.close_soon()
+    assert not done.is_set()
+    transport.close_done.set()
+    held["release_notifier"].set()
+    assert done.wait(WAIT)

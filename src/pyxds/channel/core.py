@@ -60,7 +60,7 @@ from pyxds.channel.subchannel import (
     TransportFactory,
 )
 from pyxds.channel.subchannel_pool import SubchannelPool
-from pyxds.clock import Clock, RealClock, Timer
+from pyxds.clock import Clock, RealClock, Timer, on_timer_thread
 from pyxds.lb.api import (
     OK_STATUS,
     ConnectivityState,
@@ -567,10 +567,12 @@ class ChannelCore:
         xDS client's ADS connection); at most ``wait`` seconds.  ``wait`` 0
         (``pyxds.aio``'s close, whose own loop closes its transports; the
         exit hook; the reaper): only what the resolver left closing, at most
-        ``RELEASE_WAIT``.  Never waits from inside the serializer, and the
-        teardown itself never blocks: it runs on whichever thread drains the
-        serializer, which may be the process's timer thread
-        (docs/architecture.md, "Rules that keep it fast and correct")."""
+        ``RELEASE_WAIT``.  Never waits from inside the serializer or on the
+        process's timer thread (an RPC's done-callback runs there when its
+        deadline ends it), and the teardown itself never blocks: it runs on
+        whichever thread drains the serializer, which may be the timer
+        thread (docs/architecture.md, "Rules that keep it fast and
+        correct")."""
         if self.closed:
             return
         closing: list[Closing] = []
@@ -596,8 +598,8 @@ class ChannelCore:
 
         self.closed = True
         self.serializer.run(go)
-        if self.serializer.in_serializer:
-            return
+        if self.serializer.in_serializer or on_timer_thread():
+            return  # e.g. a done-callback of an RPC its deadline ended
         deadline = time.monotonic() + (wait if wait > 0 else RELEASE_WAIT)
         if not closed.wait(max(0.0, deadline - time.monotonic())):
             return

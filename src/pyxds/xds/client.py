@@ -62,7 +62,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 
 from pyxds._lingering import LingeringPool
 from pyxds._uri import urlsplit
-from pyxds.clock import Clock, RealClock, Timer
+from pyxds.clock import Clock, RealClock, Timer, on_timer_thread
 from pyxds.serializer import WorkSerializer
 from pyxds.status import Status
 from pyxds.xds import client_metrics
@@ -659,9 +659,9 @@ class XdsClient:
         once the connections to the xDS servers are closed (a control plane
         stopped right after must not see them open), at most
         ``3 * _CLOSE_WAIT``; at once when called from the client's own
-        serializer.  See :meth:`close_soon`."""
+        serializer or the process's timer thread.  See :meth:`close_soon`."""
         done = self.close_soon()
-        if not self._serializer.in_serializer:
+        if not self._serializer.in_serializer and not on_timer_thread():
             done.wait(_CLOSE_WAIT * 3)
 
     def close_soon(self) -> threading.Event:
