@@ -76,7 +76,7 @@ from pyxds.xds.ads_state import (
 )
 from pyxds.xds.backoff import ExponentialBackoff, StreamBackoff
 from pyxds.xds.resources import CLUSTER_TYPE_URL
-from pyxds.xds.transport import AdsTransport, channel_credentials
+from pyxds.xds.transport import AdsTransport, channel_credentials, close_transport
 
 if TYPE_CHECKING:  # load reporting loads with the first cluster that reports
     from pyxds.xds.load_store import ClusterLoadReport, LoadStore
@@ -290,9 +290,7 @@ class _ServerChannel:
         if self._transport is None:
             return None
         transport, self._transport = self._transport, None
-        transport.close()
-        done: threading.Event | None = getattr(transport, "close_done", None)
-        return done
+        return close_transport(transport)
 
     # -- stream lifecycle --------------------------------------------------------
 

@@ -35,7 +35,7 @@ from pyxds.status import Status
 from pyxds.xds.backoff import StreamBackoff
 from pyxds.xds.load_store import ClusterLoadReport, LoadStore, merge_reports
 from pyxds.xds.lrs_state import MIN_LOAD_REPORTING_INTERVAL, LrsStreamState
-from pyxds.xds.transport import channel_credentials
+from pyxds.xds.transport import channel_credentials, close_transport
 
 if TYPE_CHECKING:  # the LRS stream and its protos load with the first LRS server
     from envoy.service.load_stats.v3 import lrs_pb2
@@ -112,9 +112,7 @@ class LrsChannel:
         if self._transport is None:
             return None
         transport, self._transport = self._transport, None
-        transport.close()
-        done: threading.Event | None = getattr(transport, "close_done", None)
-        return done
+        return close_transport(transport)
 
     # -- stream lifecycle ----------------------------------------------------------
 

@@ -123,6 +123,15 @@ def channel_credentials(creds_type: str, config: Any) -> grpc.ChannelCredentials
     raise ValueError(f"unsupported xDS channel_creds type {creds_type!r}")
 
 
+def close_transport(transport: Any) -> threading.Event | None:
+    """Start closing ``transport`` (an ADS or LRS transport, or a test's
+    fake), never blocking; its ``close_done`` (set once the connection is
+    gone) when it has one."""
+    transport.close()
+    done: threading.Event | None = getattr(transport, "close_done", None)
+    return done
+
+
 class AdsTransport:
     """One ``grpc.aio`` channel to one xDS server and its current ADS stream,
     on the process's xDS stream loop (:mod:`pyxds.xds.stream_loop`: no
