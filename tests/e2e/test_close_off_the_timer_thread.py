@@ -9,7 +9,7 @@ last user of its target's client, A71).  That client's close used to wait
 right there for its ADS connection and for the watcher callbacks queued on
 the process's notifier thread, up to 5 s + 5 s, and every deadline of
 every other channel fired that much late.  Now the close starts there and
-its waits run on a closer thread (C-core's resolver also just drops its
+nothing waits for it there (C-core's resolver also just drops its
 ref to the XdsClient, which is orphaned: ``XdsClient::Orphaned`` in
 grpc/grpc ``src/core/xds/xds_client/xds_client.cc`` waits for nothing).
 

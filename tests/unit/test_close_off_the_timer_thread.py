@@ -7,8 +7,8 @@ came).  The teardown's resolver shutdown releases the xDS client.  Its
 close used to wait there for the ADS connection and for the process's
 watcher callbacks (up to 5 s + 5 s), and every timer of every channel of
 the process waited behind it.  Now the release starts the close and
-returns; the waits run on a closer thread, and a user's ``close()`` still
-returns only once the ADS connection is closed.
+returns; nothing waits there, and a user's ``close()`` still returns only
+once the ADS connection is closed (it waits on its own thread).
 
 Neither reference implementation waits there either.  C-core's resolver
 drops its ref to the ref-counted XdsClient; ``XdsClient::Orphaned``
@@ -125,7 +125,7 @@ def _hold_the_notifier(held: dict[str, Any]) -> None:
     assert held["notifier_busy"].wait(WAIT)
 
 
-def test_a_teardown_drained_on_a_timer_thread_returns_at_once_and_the_client_closes_elsewhere(
+def test_a_teardown_drained_on_a_timer_thread_returns_at_once_and_the_client_closes_after(
     held: dict[str, Any],
 ) -> None:
     core, client = _open_channel(held)
@@ -159,7 +159,7 @@ def test_a_teardown_drained_on_a_timer_thread_returns_at_once_and_the_client_clo
     transport.close_done.set()  # the connection closes on the stream loop
     assert not done.wait(0.2), "the close ended before the watcher callbacks queued before it"
     held["release_notifier"].set()
-    assert done.wait(WAIT), "the client's close never finished on its closer thread"
+    assert done.wait(WAIT), "the client's close never finished"
     thread.join(WAIT)
 
 

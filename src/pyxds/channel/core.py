@@ -75,6 +75,7 @@ from pyxds.lb.api import (
 from pyxds.lb.child_handler import ChildPolicyHandler
 from pyxds.lb.registry import select_policy
 from pyxds.resolver import registry as resolver_registry
+from pyxds.resolver.api import Closing as ResolverClosing
 from pyxds.resolver.api import (
     ConfigSelector,
     DefaultConfigSelector,
@@ -261,7 +262,7 @@ class ChannelCore:
         #: what resolver shutdowns started and finishes later (an XdsClient's
         #: close and its ADS connection; ResolverArgs.on_closing): close()
         #: waits for it (lock)
-        self._resolver_closing: list[threading.Event] = []
+        self._resolver_closing: list[ResolverClosing] = []
         lifecycle.track(self)  # closed at interpreter exit if never closed
 
     # ------------------------------------------------------------------
@@ -551,12 +552,12 @@ class ChannelCore:
             except Exception:
                 _log.exception("pyxds: connectivity watcher raised")
 
-    def _on_resolver_closing(self, done: threading.Event) -> None:
-        """ResolverArgs.on_closing: keep ``done`` for close() to wait for
-        (an idle channel's earlier ones, already set, are dropped)."""
+    def _on_resolver_closing(self, closing: ResolverClosing) -> None:
+        """ResolverArgs.on_closing: keep ``closing`` for close() to wait for
+        (an idle channel's earlier ones, already done, are dropped)."""
         with self._lock:
-            kept = [event for event in self._resolver_closing if not event.is_set()]
-            kept.append(done)
+            kept = [c for c in self._resolver_closing if not c.is_set()]
+            kept.append(closing)
             self._resolver_closing = kept
 
     def close(self, wait: float = 0.0) -> None:
@@ -604,11 +605,11 @@ class ChannelCore:
         if not closed.wait(max(0.0, deadline - time.monotonic())):
             return
         with self._lock:
-            events = list(self._resolver_closing)
+            waits: list[ResolverClosing] = list(self._resolver_closing)
         if wait > 0:
-            events += [transport.close_done for transport in closing]
-        for event in events:
-            if not event.wait(max(0.0, deadline - time.monotonic())):
+            waits += [transport.close_done for transport in closing]
+        for each in waits:
+            if not each.wait(max(0.0, deadline - time.monotonic())):
                 break
 
 

@@ -21,7 +21,7 @@ too.  The rules, and why:
    count before the first channel).
 4. **Nothing here joins a thread.**  Each close runs the channel's own
    ``close()``, which waits (bounded) only for its xDS client's ADS
-   connection to close, on a closer thread's word (``close(wait=0)``).
+   connection to close (``close(wait=0)``).
 
 Channels closed explicitly or by ``with`` are closed once; a closed core is
 skipped by both the hook and the reaper.

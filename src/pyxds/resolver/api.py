@@ -19,7 +19,6 @@ releases the RPC's reference to its cluster).
 from __future__ import annotations
 
 import random
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
@@ -117,7 +116,16 @@ class ResolverResult:
     service_config_error: Status | None = None
 
 
-def _ignore_closing(done: threading.Event) -> None:
+class Closing(Protocol):
+    """Something a resolver's shutdown started that ends later (an
+    XdsClient's close); a ``threading.Event`` is one."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+def _ignore_closing(closing: Closing) -> None:
     """The default :attr:`ResolverArgs.on_closing`: nobody waits."""
 
 
@@ -136,8 +144,8 @@ class ResolverArgs:
     #: ``shutdown()`` never blocks (it may run on the process's timer
     #: thread, draining the serializer); what it starts that ends later
     #: (an XdsClient's close: its ADS connection) it hands here, and the
-    #: channel's ``close()`` waits for those events before it returns.
-    on_closing: Callable[[threading.Event], None] = _ignore_closing
+    #: channel's ``close()`` waits for it before it returns.
+    on_closing: Callable[[Closing], None] = _ignore_closing
 
 
 class Resolver(ABC):

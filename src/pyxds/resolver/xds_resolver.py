@@ -46,7 +46,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +55,7 @@ from pyxds._uri import quote, unquote, urlsplit
 from pyxds.lb import registry
 from pyxds.lb.errors import LBConfigError
 from pyxds.lb.registry import PolicySelection
-from pyxds.resolver.api import ConfigSelector, Resolver, ResolverArgs, ResolverResult
+from pyxds.resolver.api import Closing, ConfigSelector, Resolver, ResolverArgs, ResolverResult
 from pyxds.resolver.config_selector import (
     ClusterRef,
     FailingConfigSelector,
@@ -170,7 +169,7 @@ class XdsResolver(Resolver):
     ) -> None:
         self._args = args
         self._client = xds_client
-        self._release_client: Callable[[], threading.Event] | None = None
+        self._release_client: Callable[[], Closing] | None = None
         self._listener_name = listener_name
         self._dns_resolver = dns_resolver
         self._manager: DependencyManager | None = None

@@ -25,7 +25,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -34,6 +34,9 @@ from pyxds.serializer import WorkSerializer
 from pyxds.serving.channelz import local_ip_of
 from pyxds.serving.ports import ListeningAddress, PortReservation, resolve_listening_address
 from pyxds.serving.served_address import Backend, ServedAddress
+
+if TYPE_CHECKING:
+    from pyxds.xds.client import ClientClosing
 
 __all__ = ["DRAIN_GRACE_OPTION", "DEFAULT_DRAIN_GRACE", "XdsServerCore", "ServingCallback"]
 
@@ -85,7 +88,7 @@ class XdsServerCore:
         self._clock: RealClock | None = None
         self.addresses: list[ServedAddress] = []
         self._client: Any = None
-        self._release: Callable[[], threading.Event] | None = None
+        self._release: Callable[[], ClientClosing | threading.Event] | None = None
         self._lock = threading.Lock()
         self.started = False
         self.stopped = False

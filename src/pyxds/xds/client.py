@@ -22,10 +22,10 @@ order.
 Closing never blocks where it starts: the last ``release()`` of a shared
 client runs on a channel's serializer, which the process's timer thread may
 be draining.  :meth:`XdsClient.close_soon` stops streams and timers on the
-client's serializer and starts closing the channels on the stream loop; the
-waits (each connection closed, the watcher callbacks queued until then) run
-on a closer thread, and the event it returns says when they are done
-(:meth:`XdsClient.close` waits for it).
+client's serializer and starts closing the channels on the stream loop; what
+it returns (:class:`ClientClosing`) waits, on the caller's thread, for each
+connection to close and the watcher callbacks queued until then
+(:meth:`XdsClient.close` waits for it; a channel's close() too).
 
 Fallback (gRFC A71): each authority (A47) has its bootstrap servers in
 priority order and a chain of the ones in use, the first server alone at
@@ -86,6 +86,7 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 __all__ = [
+    "ClientClosing",
     "RESOURCE_TIMEOUT",
     "SERVER_SCOPE",
     "TRANSIENT_RESOURCE_TIMEOUT",
@@ -129,8 +130,8 @@ class _Notifier:
             _NOTIFIER_POOL.submit(fn)
 
     def close_soon(self) -> None:
-        """No more callbacks (never blocks; see :func:`_finish_close` for
-        the wait for those already submitted)."""
+        """No more callbacks (never blocks; :meth:`ClientClosing.wait` waits
+        for those already submitted)."""
         self._closed = True
 
 
@@ -139,30 +140,39 @@ _NOTIFIER_LINGER = 1.0
 
 _NOTIFIER_POOL = LingeringPool(1, "pyxds-xds-watchers", _NOTIFIER_LINGER, "xDS watcher callback")
 
-#: Where closing XdsClients wait for their connections (:meth:`XdsClient.
-#: close_soon`): threads that may block, never the timer thread or a
-#: serializer.  Each close's waits are bounded (``_CLOSE_WAIT`` each, three
-#: at most), so a few threads serve any number of closes; none is left a
-#: second after they are done.
-_CLOSER_POOL = LingeringPool(4, "pyxds-xds-closer", _NOTIFIER_LINGER, "xDS client close")
 
+class ClientClosing:
+    """What an XdsClient's close left to wait for (:meth:`XdsClient.
+    close_soon`): its serializer stopping everything, each ADS and LRS
+    connection closing on the stream loop, the watcher callbacks queued
+    until then.  Nothing waits for them unless someone calls :meth:`wait`,
+    on its own thread (no thread is started for a close: C-core's orphaned
+    XdsClient waits for nothing either).  The interface of a
+    ``threading.Event`` that is only read."""
 
-def _finish_close(
-    shut: threading.Event, closing: Sequence[threading.Event], done: threading.Event
-) -> None:
-    """The blocking part of a client's close, on a closer thread: wait for
-    its serializer to have stopped everything (``shut``), for each
-    connection to close (``closing``, filled before ``shut``), and for the
-    watcher callbacks queued until then; then set ``done``."""
-    try:
-        if shut.wait(_CLOSE_WAIT):
-            deadline = time.monotonic() + _CLOSE_WAIT
-            for event in closing:
-                if not event.wait(max(0.0, deadline - time.monotonic())):
-                    break
-        _NOTIFIER_POOL.flush(_CLOSE_WAIT)
-    finally:
-        done.set()
+    __slots__ = ("_shut", "_connections")
+
+    def __init__(self) -> None:
+        self._shut = threading.Event()
+        #: the connections' ``close_done``, filled before ``_shut`` is set
+        self._connections: list[threading.Event] = []
+
+    def is_set(self) -> bool:
+        """Whether the connections are closed (the watcher callbacks queued
+        before may still run: only :meth:`wait` waits for them)."""
+        return self._shut.is_set() and all(done.is_set() for done in self._connections)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait (at most ``timeout`` seconds; never on the process's timer
+        thread or a serializer) until the connections are closed and the
+        watcher callbacks queued until then have run; True once they have."""
+        deadline = time.monotonic() + (_CLOSE_WAIT * 3 if timeout is None else timeout)
+        if not self._shut.wait(max(0.0, deadline - time.monotonic())):
+            return False
+        for done in self._connections:
+            if not done.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        return _NOTIFIER_POOL.flush(max(0.0, deadline - time.monotonic()))
 
 
 def _server_key(server: Any) -> Any:
@@ -471,8 +481,8 @@ class XdsClient:
         self._watch_ids = 0
         self._transport_factory = transport_factory or self._grpc_transport
         self._closed = False
-        #: set once closed, connections included (:meth:`close_soon`)
-        self._close_done: threading.Event | None = None
+        #: what the close left to wait for (:meth:`close_soon`)
+        self._closing: ClientClosing | None = None
         self._close_lock = threading.Lock()
         with XdsClient._live_lock:
             XdsClient._live.add(self)
@@ -658,54 +668,46 @@ class XdsClient:
         stopped right after must not see them open), at most
         ``3 * _CLOSE_WAIT``; at once when called from the client's own
         serializer or the process's timer thread.  See :meth:`close_soon`."""
-        done = self.close_soon()
+        closing = self.close_soon()
         if not self._serializer.in_serializer and not on_timer_thread():
-            done.wait(_CLOSE_WAIT * 3)
+            closing.wait(_CLOSE_WAIT * 3)
 
-    def close_soon(self) -> threading.Event:
+    def close_soon(self) -> ClientClosing:
         """Start closing, and never block (the last channel's release runs
         here, on its serializer, which the process's timer thread may be
         draining: C-core orphans its XdsClient the same way).  Streams and
-        timers stop on the client's serializer (now if it is free); the
-        waits (each ADS and LRS connection closing on the stream loop, the
-        watcher callbacks already queued) run on a closer thread
-        (:data:`_CLOSER_POOL`).  Returns the event set once all of that is
-        done (the same event on every call)."""
+        timers stop on the client's serializer (now if it is free) and the
+        ADS and LRS channels start closing on the stream loop.  Returns what
+        tells when that is done (the same on every call): whoever must know
+        waits on it, on its own thread."""
         with self._close_lock:
-            done = self._close_done
-            if done is not None:
-                return done
-            done = self._close_done = threading.Event()
+            closing = self._closing
+            if closing is not None:
+                return closing
+            closing = self._closing = ClientClosing()
         with XdsClient._live_lock:
             XdsClient._live.discard(self)
-        shut = threading.Event()
-        closing: list[threading.Event] = []
 
         def shutdown() -> None:
             try:
                 self._closed = True
                 for channel in self._servers.values():
-                    event = channel.close()
-                    if event is not None:
-                        closing.append(event)
+                    done = channel.close()
+                    if done is not None:
+                        closing._connections.append(done)
                 with self._lrs_lock:
                     self._lrs_closed = True
                     lrs = self._lrs
                 if lrs is not None:
-                    closing.extend(lrs.close())
+                    closing._connections.extend(lrs.close())
                 self._notifier.close_soon()
                 if self._own_clock and isinstance(self._clock, RealClock):
                     self._clock.close()
             finally:
-                shut.set()
+                closing._shut.set()
 
         self._serializer.run(shutdown)
-        try:
-            _CLOSER_POOL.submit(lambda: _finish_close(shut, closing, done))
-        except RuntimeError:  # no thread for the waits: nobody waits for them
-            _log.debug("pyxds: xDS client closes without waiting", exc_info=True)
-            done.set()
-        return done
+        return closing
 
     def __enter__(self) -> XdsClient:
         return self
@@ -740,13 +742,12 @@ class XdsClient:
     @classmethod
     def get_or_create(
         cls, bootstrap: Any = None, scope: str | None = None
-    ) -> tuple[XdsClient, Callable[[], threading.Event]]:
+    ) -> tuple[XdsClient, Callable[[], ClientClosing | threading.Event]]:
         """The process-wide client for this bootstrap content and ``scope``,
         refcounted.  Returns ``(client, release)``; the last ``release()``
         closes the client (:meth:`close_soon`: it never blocks, as it runs
-        on a channel's serializer) and returns the event set once it is
-        closed, connections included; any other returns an event already
-        set.
+        on a channel's serializer) and returns what tells when it is closed,
+        connections included; any other returns an event already set.
 
         Channels (``scope``: their target) get one client per data-plane
         target (A71: one target's fallback never moves another target's
@@ -784,7 +785,7 @@ class XdsClient:
             client = slot.client
         released = threading.Event()
 
-        def release() -> threading.Event:
+        def release() -> ClientClosing | threading.Event:
             if released.is_set():
                 return released
             released.set()
