@@ -172,7 +172,10 @@ class ClientClosing:
         for done in self._connections:
             if not done.wait(max(0.0, deadline - time.monotonic())):
                 return False
-        return _NOTIFIER_POOL.flush(max(0.0, deadline - time.monotonic()))
+        try:
+            return _NOTIFIER_POOL.flush(max(0.0, deadline - time.monotonic()))
+        except RuntimeError:  # no thread to flush with (interpreter exit): not waited
+            return False
 
 
 def _server_key(server: Any) -> Any:
