@@ -616,7 +616,7 @@ class ChannelCore:
 RELEASE_WAIT = 10.0
 """At most this long, ``close(wait=0)`` waits for what the resolver's
 shutdown left closing (the xDS client's ADS connection, then the watcher
-callbacks queued before: each bounded at 5 s by the client's close)."""
+callbacks queued before it)."""
 
 
 def _count_of(counter: itertools.count[int]) -> int:
