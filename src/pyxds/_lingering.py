@@ -16,6 +16,13 @@ Rules:
    would wait for itself).
 5. :meth:`LingeringPool.shutdown` drops what is queued; a running function
    finishes.
+6. When a worker cannot start (``Thread.start`` raises: the process is out
+   of threads or memory), :meth:`LingeringPool.submit` takes back the counts
+   it raised and the function it queued, and raises a ``RuntimeError`` that
+   names the pool: the function never runs, and later submits start workers
+   as if it had not happened.  (Counts left raised made later submits trust
+   a worker that did not exist, and their functions never ran.)  A function
+   queued meanwhile by another submit runs with the next worker that starts.
 
 ``concurrent.futures.ThreadPoolExecutor`` keeps idle workers for the life
 of the process, which is why pyxds does not use it for background work.
@@ -66,7 +73,36 @@ class LingeringPool:
             self._threads += 1
             self._idle += 1
             number = self._threads
-        threading.Thread(target=self._run, name=f"{self._name}_{number}", daemon=True).start()
+        try:
+            threading.Thread(target=self._run, name=f"{self._name}_{number}", daemon=True).start()
+        except Exception as exc:  # RuntimeError("can't start new thread"), MemoryError
+            if self._undo_start(fn):
+                raise RuntimeError(
+                    f"pyxds: cannot start a thread for {self._label} ({self._name}): {exc}"
+                ) from exc
+
+    def _undo_start(self, fn: Callable[[], None]) -> bool:
+        """A worker failed to start for ``fn`` (rule 6): take back the counts
+        raised for it and ``fn`` from the queue.  False when a live worker
+        has taken ``fn`` already (it runs: nothing to report)."""
+        with self._lock:
+            self._threads -= 1
+            self._idle -= 1
+            queued: list[Callable[[], None]] = []
+            while True:
+                try:
+                    queued.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            found = False
+            for index in range(len(queued) - 1, -1, -1):  # the one just put
+                if queued[index] is fn:
+                    del queued[index]
+                    found = True
+                    break
+            for item in queued:  # the others keep their order
+                self._queue.put(item)
+            return found
 
     def on_worker(self) -> bool:
         """Whether the calling thread is one of this pool's workers."""

@@ -320,7 +320,7 @@ def _init_31(_set_, _factory_, n0, n1, n2, n3, n4, n5, n6):
 
 
 def _init_32(_set_, _factory_, v7):
- def __init__(self, a0, a1, a2, a3, a4, a5, a6, a7):
+ def __init__(self, a0, a1, a2, a3, a4, a5, a6, a7, a8):
   self.n0 = a0
   self.n1 = a1
   self.n2 = a2
@@ -329,6 +329,7 @@ def _init_32(_set_, _factory_, v7):
   self.n5 = a5
   self.n6 = a6
   self.n7 = v7() if a7 is _factory_ else a7
+  self.n8 = a8
  return __init__
 
 
@@ -583,7 +584,7 @@ INITS = {
     ('pppppp', False, True): _init_29,
     ('ppppppp', False, False): _init_30,
     ('ppppppp', False, True): _init_31,
-    ('pppppppf', False, False): _init_32,
+    ('pppppppfp', False, False): _init_32,
     ('pppppppp', False, False): _init_33,
     ('pppppppp', False, True): _init_34,
     ('ppppppppp', False, True): _init_35,

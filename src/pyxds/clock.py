@@ -171,6 +171,13 @@ class _TimerThread:
 _TIMERS = _TimerThread()
 
 
+def on_timer_thread() -> bool:
+    """Whether the caller runs on the process's timer thread: every clock's
+    callbacks share it (RPC deadlines, and the done-callbacks of the RPCs
+    they end), so nothing there may wait for a connection to close."""
+    return threading.current_thread() is _TIMERS.thread
+
+
 class RealClock(Clock):
     """``time.monotonic`` plus timers on the process's one timer thread.
 

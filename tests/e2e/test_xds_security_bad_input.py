@@ -438,7 +438,13 @@ def test_relay_works_on_poll_where_there_is_no_epoll(pki, tmp_path, monkeypatch)
 
     monkeypatch.setattr(relay_loop, "_EPOLL", False)
     loop = relay_loop.RelayLoop("test-poll-loop")
-    monkeypatch.setattr(relay, "least_loaded", lambda: loop)
+
+    def least_loaded(count: bool = True) -> relay_loop.RelayLoop:
+        if count:  # as relay_loop.least_loaded counts a connection given to a loop
+            loop.connections += 1
+        return loop
+
+    monkeypatch.setattr(relay, "least_loaded", least_loaded)
     backend = good_backend(pki)
     config = write_files(str(tmp_path), pki["ca"].pem, pki["client"])
     ref = ProviderRef(MESH, "", "file_watcher", json.dumps(config, sort_keys=True))

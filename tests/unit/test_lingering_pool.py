@@ -120,3 +120,30 @@ def test_shutdown_drops_what_is_queued_and_later_submits():
     assert _until(lambda: pool.threads == 0)
     assert ran == ["running"]
     assert pool.flush(0.05)  # nothing runs any more: flush does not wait
+
+
+def test_a_worker_that_cannot_start_raises_a_clear_error_and_leaves_the_pool_usable(monkeypatch):
+    """``Thread.start`` raising (the process is out of threads) once: that
+    submit raises an error naming the pool, its function never runs, the
+    counts are back, and the next submits start a worker and run (rule 6)."""
+    pool = _pool(workers=2)
+    real_start = threading.Thread.start
+    failures = [RuntimeError("can't start new thread")]
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name.startswith("test-lingering") and failures:
+            raise failures.pop()
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    ran: list[str] = []
+    with pytest.raises(
+        RuntimeError, match=r"cannot start a thread for test work \(test-lingering\)"
+    ):
+        pool.submit(lambda: ran.append("lost"))
+    assert pool.threads == 0
+    pool.submit(lambda: ran.append("next"))
+    assert pool.flush(WAIT), "a submit after the failure never ran: the pool trusts a ghost worker"
+    assert ran == ["next"]
+    assert pool.threads == 1
+    assert _until(lambda: pool.threads == 0, WAIT)  # and the worker lingers out as usual

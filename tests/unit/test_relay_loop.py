@@ -91,3 +91,31 @@ def test_calls_from_many_threads_all_run_while_the_loop_keeps_waking():
     finally:
         loop._woken = False
         loop.stop()
+
+
+def test_a_burst_of_connections_spreads_over_the_loops_before_any_start_has_run(monkeypatch):
+    """Each accepted connection is counted on its loop when it is given to
+    it, not once its start has run there: a burst of N accepts (the loops
+    busy or not yet scheduled) is spread N/2 + N/2 over two loops, as the
+    relay's rule says ("given to the loop with the fewest connections"),
+    instead of all N on the one that looked least loaded.  Ending them takes
+    the counts back."""
+    monkeypatch.setattr(relay_loop, "LOOP_THREADS", 2)
+    monkeypatch.setattr(relay_loop, "_pool", [])
+    burst = 10
+    try:
+        given = [relay_loop.least_loaded() for _ in range(burst)]
+        loops = relay_loop.loops()
+        assert len(loops) == 2
+        spread = sorted(sum(1 for loop in given if loop is each) for each in loops)
+        assert spread == [burst // 2, burst // 2], spread
+        assert [loop.connections for loop in loops] == [burst // 2, burst // 2]
+        listener_loop = relay_loop.least_loaded(count=False)  # a listener: not counted
+        assert sum(loop.connections for loop in loops) == burst
+        assert listener_loop in loops
+        for loop in given:
+            loop.connection_ended()
+        assert [loop.connections for loop in loops] == [0, 0]
+    finally:
+        for loop in relay_loop.loops():
+            loop.stop()

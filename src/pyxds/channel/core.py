@@ -60,7 +60,7 @@ from pyxds.channel.subchannel import (
     TransportFactory,
 )
 from pyxds.channel.subchannel_pool import SubchannelPool
-from pyxds.clock import Clock, RealClock, Timer
+from pyxds.clock import Clock, RealClock, Timer, on_timer_thread
 from pyxds.lb.api import (
     OK_STATUS,
     ConnectivityState,
@@ -75,6 +75,7 @@ from pyxds.lb.api import (
 from pyxds.lb.child_handler import ChildPolicyHandler
 from pyxds.lb.registry import select_policy
 from pyxds.resolver import registry as resolver_registry
+from pyxds.resolver.api import Closing as ResolverClosing
 from pyxds.resolver.api import (
     ConfigSelector,
     DefaultConfigSelector,
@@ -258,6 +259,10 @@ class ChannelCore:
         #: so their id stays theirs while the entry lives)
         self.shared_pick_args: dict[tuple[str, int], PickArgs] = {}
         self._state_watchers: list[Callable[[ConnectivityState], None]] = []
+        #: what resolver shutdowns started and finishes later (an XdsClient's
+        #: close and its ADS connection; ResolverArgs.on_closing): close()
+        #: waits for it (lock)
+        self._resolver_closing: list[ResolverClosing] = []
         lifecycle.track(self)  # closed at interpreter exit if never closed
 
     # ------------------------------------------------------------------
@@ -456,6 +461,7 @@ class ChannelCore:
             on_result=on_result,
             bootstrap=self.bootstrap,
             options=dict(self.options),
+            on_closing=self._on_resolver_closing,
         )
         try:
             resolver = build_resolver(self.scheme, self.target, args)
@@ -546,11 +552,28 @@ class ChannelCore:
             except Exception:
                 _log.exception("pyxds: connectivity watcher raised")
 
+    def _on_resolver_closing(self, closing: ResolverClosing) -> None:
+        """ResolverArgs.on_closing: keep ``closing`` for close() to wait for
+        (an idle channel's earlier ones, already done, are dropped)."""
+        with self._lock:
+            kept = [c for c in self._resolver_closing if not c.is_set()]
+            kept.append(closing)
+            self._resolver_closing = kept
+
     def close(self, wait: float = 0.0) -> None:
         """Close the channel.  ``wait`` > 0 (a user's ``close()``): return once
         every connection is closed, as grpcio's own ``close()`` does, so a
-        server stopped right after sees no live client (no GOAWAY noise);
-        at most ``wait`` seconds, and never from inside the serializer."""
+        server stopped right after sees no live client (no GOAWAY noise):
+        the subchannels' transports and what the resolver left closing (the
+        xDS client's ADS connection); at most ``wait`` seconds.  ``wait`` 0
+        (``pyxds.aio``'s close, whose own loop closes its transports; the
+        exit hook; the reaper): only what the resolver left closing, at most
+        ``RELEASE_WAIT``.  Never waits from inside the serializer or on the
+        process's timer thread (an RPC's done-callback runs there when its
+        deadline ends it), and the teardown itself never blocks: it runs on
+        whichever thread drains the serializer, which may be the timer
+        thread (docs/architecture.md, "Rules that keep it fast and
+        correct")."""
         if self.closed:
             return
         closing: list[Closing] = []
@@ -567,22 +590,33 @@ class ChannelCore:
             if close_clock is not None:
                 close_clock()
             # after what the teardown queued behind this callback (the
-            # resolver's shutdown releases the xDS client, whose close waits
-            # for its ADS connection): set directly, a close() that found
-            # the serializer busy on another thread returned before the ADS
-            # connection was closed, and a control plane stopped right after
+            # resolver's shutdown releases the xDS client and hands over the
+            # event of its close, on_closing): set directly, a close() that
+            # found the serializer busy on another thread would not wait for
+            # the ADS connection, and a control plane stopped right after
             # sent it a GOAWAY (seen under load)
             self.serializer.run(closed.set)
 
         self.closed = True
         self.serializer.run(go)
-        if wait <= 0 or self.serializer.in_serializer:
+        if self.serializer.in_serializer or on_timer_thread():
+            return  # e.g. a done-callback of an RPC its deadline ended
+        deadline = time.monotonic() + (wait if wait > 0 else RELEASE_WAIT)
+        if not closed.wait(max(0.0, deadline - time.monotonic())):
             return
-        deadline = time.monotonic() + wait
-        if closed.wait(wait):
-            for transport in closing:
-                if not transport.close_done.wait(max(0.0, deadline - time.monotonic())):
-                    break
+        with self._lock:
+            waits: list[ResolverClosing] = list(self._resolver_closing)
+        if wait > 0:
+            waits += [transport.close_done for transport in closing]
+        for each in waits:
+            if not each.wait(max(0.0, deadline - time.monotonic())):
+                break
+
+
+RELEASE_WAIT = 10.0
+"""At most this long, ``close(wait=0)`` waits for what the resolver's
+shutdown left closing (the xDS client's ADS connection, then the watcher
+callbacks queued before it)."""
 
 
 def _count_of(counter: itertools.count[int]) -> int:

@@ -20,7 +20,8 @@ too.  The rules, and why:
    ``REAPER_LINGER`` after the last one closed (threads go back to their
    count before the first channel).
 4. **Nothing here joins a thread.**  Each close runs the channel's own
-   ``close()``, which never waits for a connection to end.
+   ``close()``, which waits (bounded) only for its xDS client's ADS
+   connection to close (``close(wait=0)``).
 
 Channels closed explicitly or by ``with`` are closed once; a closed core is
 skipped by both the hook and the reaper.

@@ -116,6 +116,19 @@ class ResolverResult:
     service_config_error: Status | None = None
 
 
+class Closing(Protocol):
+    """Something a resolver's shutdown started that ends later (an
+    XdsClient's close); a ``threading.Event`` is one."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+def _ignore_closing(closing: Closing) -> None:
+    """The default :attr:`ResolverArgs.on_closing`: nobody waits."""
+
+
 @dataclass
 class ResolverArgs:
     """What the channel gives a resolver."""
@@ -128,6 +141,11 @@ class ResolverArgs:
     on_result: Callable[[ResolverResult], None]  # call on the serializer
     bootstrap: BootstrapSource = None  # path, dict, JSON text, or None (env vars)
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: ``shutdown()`` never blocks (it may run on the process's timer
+    #: thread, draining the serializer); what it starts that ends later
+    #: (an XdsClient's close: its ADS connection) it hands here, and the
+    #: channel's ``close()`` waits for it before it returns.
+    on_closing: Callable[[Closing], None] = _ignore_closing
 
 
 class Resolver(ABC):

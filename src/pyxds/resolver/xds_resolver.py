@@ -55,7 +55,7 @@ from pyxds._uri import quote, unquote, urlsplit
 from pyxds.lb import registry
 from pyxds.lb.errors import LBConfigError
 from pyxds.lb.registry import PolicySelection
-from pyxds.resolver.api import ConfigSelector, Resolver, ResolverArgs, ResolverResult
+from pyxds.resolver.api import Closing, ConfigSelector, Resolver, ResolverArgs, ResolverResult
 from pyxds.resolver.config_selector import (
     ClusterRef,
     FailingConfigSelector,
@@ -169,7 +169,7 @@ class XdsResolver(Resolver):
     ) -> None:
         self._args = args
         self._client = xds_client
-        self._release_client: Callable[[], None] | None = None
+        self._release_client: Callable[[], Closing] | None = None
         self._listener_name = listener_name
         self._dns_resolver = dns_resolver
         self._manager: DependencyManager | None = None
@@ -278,7 +278,9 @@ class XdsResolver(Resolver):
         self._refs.clear()
         self._plugin_refs.clear()
         if self._release_client is not None:
-            self._release_client()
+            # never blocks: the client closes on its own threads, and the
+            # channel's close() waits for it (ResolverArgs.on_closing)
+            self._args.on_closing(self._release_client())
             self._release_client = None
 
     def _on_update(self, value: XdsConfig | Status) -> None:

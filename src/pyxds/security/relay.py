@@ -110,7 +110,7 @@ class TlsRelay:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
         self._listener = listener
-        self._loop: RelayLoop = least_loaded()
+        self._loop: RelayLoop = least_loaded(count=False)
         self._loop.call_soon(lambda: self._loop.register(listener.fileno(), IN, self._accept))
 
     @property
@@ -163,11 +163,10 @@ class TlsRelay:
             except OSError as err:
                 _log.warning("pyxds TLS relay for %s: accept failed: %s", self.backend, err)
                 return
-            loop = least_loaded()
+            loop = least_loaded()  # counted there now; RelayConnection.close() ends it
             loop.call_soon(functools.partial(self._start, loop, plain))
 
     def _start(self, loop: RelayLoop, plain: socket.socket) -> None:
-        loop.connections += 1  # on its own thread; RelayConnection.close() decrements
         conn = RelayConnection(loop, self, plain)
         try:
             trust = self._contexts.trust()

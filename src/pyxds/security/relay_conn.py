@@ -477,7 +477,7 @@ class RelayConnection:
         self.tls = self.tcp = None
         self.up_pending = self.down_pending = None
         self._read_tls = self._write_tls = None
-        self.loop.connections -= 1
+        self.loop.connection_ended()
 
 
 def _close(sock: socket.socket) -> None:

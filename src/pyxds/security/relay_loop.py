@@ -89,13 +89,21 @@ class RelayLoop:
         self._woken = False
         self._stopped = False
         self._epoll.register(self._wake_r, IN)
-        self.connections = 0  # the pool's load measure
+        #: the pool's load measure: connections given to this loop and not
+        #: ended (changed under the pool's lock: :func:`least_loaded`,
+        #: :meth:`connection_ended`)
+        self.connections = 0
         self.up_view = memoryview(bytearray(BUFFER_SIZE))
         self.down_view = memoryview(bytearray(BUFFER_SIZE))
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     # -- any thread ------------------------------------------------------
+    def connection_ended(self) -> None:
+        """A connection :func:`least_loaded` counted here has ended."""
+        with _pool_lock:
+            self.connections -= 1
+
     def call_soon(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the loop thread.  One byte wakes the loop while
         ``_woken`` is clear; the loop clears it only after emptying the pipe
@@ -201,13 +209,21 @@ _pool_lock = threading.Lock()
 _pool: list[RelayLoop] = []
 
 
-def least_loaded() -> RelayLoop:
+def least_loaded(count: bool = True) -> RelayLoop:
     """The loop with the fewest connections (starting loops up to
-    :data:`LOOP_THREADS`)."""
+    :data:`LOOP_THREADS`).  ``count``: a new connection goes there, and it
+    is counted now, under the pool's lock (a burst of accepts spreads over
+    the loops: counted only once its start had run on its loop, every
+    accept of a burst saw the same counts and went to the same loop);
+    :meth:`RelayLoop.connection_ended` takes it back.  A listener is not a
+    connection (``count=False``)."""
     with _pool_lock:
         if len(_pool) < LOOP_THREADS and all(loop.connections for loop in _pool):
             _pool.append(RelayLoop(f"pyxds-tls-relay-{len(_pool)}"))
-        return min(_pool, key=lambda loop: loop.connections)
+        chosen = min(_pool, key=lambda loop: loop.connections)
+        if count:
+            chosen.connections += 1
+        return chosen
 
 
 def loops() -> list[RelayLoop]:

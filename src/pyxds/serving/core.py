@@ -25,7 +25,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -35,12 +35,18 @@ from pyxds.serving.channelz import local_ip_of
 from pyxds.serving.ports import ListeningAddress, PortReservation, resolve_listening_address
 from pyxds.serving.served_address import Backend, ServedAddress
 
+if TYPE_CHECKING:
+    from pyxds.xds.client import ClientClosing
+
 __all__ = ["DRAIN_GRACE_OPTION", "DEFAULT_DRAIN_GRACE", "XdsServerCore", "ServingCallback"]
 
 _log = logging.getLogger(__name__)
 
 DRAIN_GRACE_OPTION = "grpc.server_config_change_drain_grace_time_ms"
 DEFAULT_DRAIN_GRACE = 600.0
+#: At most this long, ``stop()`` waits for the xDS client it released to
+#: close (its ADS connection; each of the close's two waits is bounded at 5 s).
+_RELEASE_WAIT = 10.0
 ServingCallback = Callable[[str, bool, "str | None"], None]
 
 
@@ -82,7 +88,7 @@ class XdsServerCore:
         self._clock: RealClock | None = None
         self.addresses: list[ServedAddress] = []
         self._client: Any = None
-        self._release: Callable[[], None] | None = None
+        self._release: Callable[[], ClientClosing | threading.Event] | None = None
         self._lock = threading.Lock()
         self.started = False
         self.stopped = False
@@ -167,7 +173,9 @@ class XdsServerCore:
         self.serializer.run(stop_all)
         done.wait(30)
         if self._release is not None:
-            self._release()
+            # the xDS client closes on its own threads (it never blocks the
+            # releaser); stop() returns once its ADS connection is closed
+            self._release().wait(_RELEASE_WAIT)
             self._release = None
         if self._clock is not None:
             self._clock.close()

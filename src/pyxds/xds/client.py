@@ -19,6 +19,14 @@ notifier thread itself), so no watcher ever runs on the transport's loop or
 inside the client's serializer, and the calls of one watcher arrive in
 order.
 
+Closing never blocks where it starts: the last ``release()`` of a shared
+client runs on a channel's serializer, which the process's timer thread may
+be draining.  :meth:`XdsClient.close_soon` stops streams and timers on the
+client's serializer and starts closing the channels on the stream loop; what
+it returns (:class:`ClientClosing`) waits, on the caller's thread, for each
+connection to close and the watcher callbacks queued until then
+(:meth:`XdsClient.close` waits for it; a channel's close() too).
+
 Fallback (gRFC A71): each authority (A47) has its bootstrap servers in
 priority order and a chain of the ones in use, the first server alone at
 start.  When the last server of the chain fails before any response and a
@@ -43,6 +51,7 @@ import json
 import logging
 import random
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -53,7 +62,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 
 from pyxds._lingering import LingeringPool
 from pyxds._uri import urlsplit
-from pyxds.clock import Clock, RealClock, Timer
+from pyxds.clock import Clock, RealClock, Timer, on_timer_thread
 from pyxds.serializer import WorkSerializer
 from pyxds.status import Status
 from pyxds.xds import client_metrics
@@ -67,7 +76,7 @@ from pyxds.xds.ads_state import (
 )
 from pyxds.xds.backoff import ExponentialBackoff, StreamBackoff
 from pyxds.xds.resources import CLUSTER_TYPE_URL
-from pyxds.xds.transport import AdsTransport, channel_credentials
+from pyxds.xds.transport import AdsTransport, channel_credentials, close_transport
 
 if TYPE_CHECKING:  # load reporting loads with the first cluster that reports
     from pyxds.xds.load_store import ClusterLoadReport, LoadStore
@@ -77,6 +86,7 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 __all__ = [
+    "ClientClosing",
     "RESOURCE_TIMEOUT",
     "SERVER_SCOPE",
     "TRANSIENT_RESOURCE_TIMEOUT",
@@ -119,17 +129,53 @@ class _Notifier:
         if not self._closed:
             _NOTIFIER_POOL.submit(fn)
 
-    def close(self) -> None:
-        """No more callbacks; wait (bounded, never on the notifier thread)
-        for those already submitted."""
+    def close_soon(self) -> None:
+        """No more callbacks (never blocks; :meth:`ClientClosing.wait` waits
+        for those already submitted)."""
         self._closed = True
-        _NOTIFIER_POOL.flush(_CLOSE_WAIT)
 
 
 #: Seconds the notifier thread waits for a callback before it exits.
 _NOTIFIER_LINGER = 1.0
 
 _NOTIFIER_POOL = LingeringPool(1, "pyxds-xds-watchers", _NOTIFIER_LINGER, "xDS watcher callback")
+
+
+class ClientClosing:
+    """What an XdsClient's close left to wait for (:meth:`XdsClient.
+    close_soon`): its serializer stopping everything, each ADS and LRS
+    connection closing on the stream loop, the watcher callbacks queued
+    until then.  Nothing waits for them unless someone calls :meth:`wait`,
+    on its own thread (no thread is started for a close: C-core's orphaned
+    XdsClient waits for nothing either).  The interface of a
+    ``threading.Event`` that is only read."""
+
+    __slots__ = ("_shut", "_connections")
+
+    def __init__(self) -> None:
+        self._shut = threading.Event()
+        #: the connections' ``close_done``, filled before ``_shut`` is set
+        self._connections: list[threading.Event] = []
+
+    def is_set(self) -> bool:
+        """Whether the connections are closed (the watcher callbacks queued
+        before may still run: only :meth:`wait` waits for them)."""
+        return self._shut.is_set() and all(done.is_set() for done in self._connections)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait (at most ``timeout`` seconds; never on the process's timer
+        thread or a serializer) until the connections are closed and the
+        watcher callbacks queued until then have run; True once they have."""
+        deadline = time.monotonic() + (_CLOSE_WAIT * 3 if timeout is None else timeout)
+        if not self._shut.wait(max(0.0, deadline - time.monotonic())):
+            return False
+        for done in self._connections:
+            if not done.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        try:
+            return _NOTIFIER_POOL.flush(max(0.0, deadline - time.monotonic()))
+        except RuntimeError:  # no thread to flush with (interpreter exit): not waited
+            return False
 
 
 def _server_key(server: Any) -> Any:
@@ -244,16 +290,20 @@ class _ServerChannel:
         for request in self.state.take_requests():
             self._transport.send(self._stream_id, request)
 
-    def close(self) -> None:
+    def close(self) -> threading.Event | None:
+        """Stop the stream and start closing the connection; never blocks.
+        Returns the transport's ``close_done`` (set once its connection is
+        gone), if it has one."""
         self._closed = True
         self.state.shutdown()
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
         self._stream_id = 0
-        if self._transport is not None:
-            transport, self._transport = self._transport, None
-            transport.close()
+        if self._transport is None:
+            return None
+        transport, self._transport = self._transport, None
+        return close_transport(transport)
 
     # -- stream lifecycle --------------------------------------------------------
 
@@ -434,6 +484,9 @@ class XdsClient:
         self._watch_ids = 0
         self._transport_factory = transport_factory or self._grpc_transport
         self._closed = False
+        #: what the close left to wait for (:meth:`close_soon`)
+        self._closing: ClientClosing | None = None
+        self._close_lock = threading.Lock()
         with XdsClient._live_lock:
             XdsClient._live.add(self)
         # Load reporting (A27): one LRS stream per server while a cluster
@@ -613,25 +666,51 @@ class XdsClient:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Stop every stream and timer; watchers hear nothing more."""
+        """Stop every stream and timer; watchers hear nothing more.  Returns
+        once the connections to the xDS servers are closed (a control plane
+        stopped right after must not see them open), at most
+        ``3 * _CLOSE_WAIT``; at once when called from the client's own
+        serializer or the process's timer thread.  See :meth:`close_soon`."""
+        closing = self.close_soon()
+        if not self._serializer.in_serializer and not on_timer_thread():
+            closing.wait(_CLOSE_WAIT * 3)
 
-        def shutdown() -> None:
-            self._closed = True
-            for channel in self._servers.values():
-                channel.close()
-            with self._lrs_lock:
-                self._lrs_closed = True
-                lrs = self._lrs
-            if lrs is not None:
-                lrs.close()
-
-        if not self._closed:
-            self._run_and_wait(shutdown)
+    def close_soon(self) -> ClientClosing:
+        """Start closing, and never block (the last channel's release runs
+        here, on its serializer, which the process's timer thread may be
+        draining: C-core orphans its XdsClient the same way).  Streams and
+        timers stop on the client's serializer (now if it is free) and the
+        ADS and LRS channels start closing on the stream loop.  Returns what
+        tells when that is done (the same on every call): whoever must know
+        waits on it, on its own thread."""
+        with self._close_lock:
+            closing = self._closing
+            if closing is not None:
+                return closing
+            closing = self._closing = ClientClosing()
         with XdsClient._live_lock:
             XdsClient._live.discard(self)
-        self._notifier.close()
-        if self._own_clock and isinstance(self._clock, RealClock):
-            self._clock.close()
+
+        def shutdown() -> None:
+            try:
+                self._closed = True
+                for channel in self._servers.values():
+                    done = channel.close()
+                    if done is not None:
+                        closing._connections.append(done)
+                with self._lrs_lock:
+                    self._lrs_closed = True
+                    lrs = self._lrs
+                if lrs is not None:
+                    closing._connections.extend(lrs.close())
+                self._notifier.close_soon()
+                if self._own_clock and isinstance(self._clock, RealClock):
+                    self._clock.close()
+            finally:
+                closing._shut.set()
+
+        self._serializer.run(shutdown)
+        return closing
 
     def __enter__(self) -> XdsClient:
         return self
@@ -666,10 +745,12 @@ class XdsClient:
     @classmethod
     def get_or_create(
         cls, bootstrap: Any = None, scope: str | None = None
-    ) -> tuple[XdsClient, Callable[[], None]]:
+    ) -> tuple[XdsClient, Callable[[], ClientClosing | threading.Event]]:
         """The process-wide client for this bootstrap content and ``scope``,
         refcounted.  Returns ``(client, release)``; the last ``release()``
-        closes the client.
+        closes the client (:meth:`close_soon`: it never blocks, as it runs
+        on a channel's serializer) and returns what tells when it is closed,
+        connections included; any other returns an event already set.
 
         Channels (``scope``: their target) get one client per data-plane
         target (A71: one target's fallback never moves another target's
@@ -707,9 +788,9 @@ class XdsClient:
             client = slot.client
         released = threading.Event()
 
-        def release() -> None:
+        def release() -> ClientClosing | threading.Event:
             if released.is_set():
-                return
+                return released
             released.set()
             with cls._shared_lock:
                 slot.refs[scope] -= 1
@@ -725,8 +806,7 @@ class XdsClient:
                     slot.client.scope = next(
                         (s for s in slot.refs if s != SERVER_SCOPE), next(iter(slot.refs))
                     )
-            if last:
-                client.close()
+            return client.close_soon() if last else released
 
         return client, release
 

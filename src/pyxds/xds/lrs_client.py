@@ -26,6 +26,7 @@ that report still goes out.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,7 @@ from pyxds.status import Status
 from pyxds.xds.backoff import StreamBackoff
 from pyxds.xds.load_store import ClusterLoadReport, LoadStore, merge_reports
 from pyxds.xds.lrs_state import MIN_LOAD_REPORTING_INTERVAL, LrsStreamState
-from pyxds.xds.transport import channel_credentials
+from pyxds.xds.transport import channel_credentials, close_transport
 
 if TYPE_CHECKING:  # the LRS stream and its protos load with the first LRS server
     from envoy.service.load_stats.v3 import lrs_pb2
@@ -103,12 +104,15 @@ class LrsChannel:
         """Something to report: stats in the store or a report not yet sent."""
         return bool(self._unsent) or self._store.has_stats(self.server)
 
-    def close(self) -> None:
+    def close(self) -> threading.Event | None:
+        """Stop reporting; never blocks.  Returns the transport's
+        ``close_done`` (set once its connection is gone), if it has one."""
         self._closed = True
         self._stop_stream()
-        if self._transport is not None:
-            transport, self._transport = self._transport, None
-            transport.close()
+        if self._transport is None:
+            return None
+        transport, self._transport = self._transport, None
+        return close_transport(transport)
 
     # -- stream lifecycle ----------------------------------------------------------
 
@@ -277,10 +281,12 @@ class LrsManager:
         (any thread)."""
         return [r for ch in self._channels.values() for r in ch.last_reports.values()]
 
-    def close(self) -> None:
+    def close(self) -> list[threading.Event]:
+        """Stop every stream; never blocks.  Returns what tells when each
+        connection is gone (see :meth:`LrsChannel.close`)."""
         self._closed = True
-        for channel in self._channels.values():
-            channel.close()
+        closing = [channel.close() for channel in self._channels.values()]
+        return [done for done in closing if done is not None]
 
     def _grpc_transport(self, channel: LrsChannel) -> LrsTransport:
         from pyxds.xds.lrs_transport import LrsTransport

@@ -37,7 +37,7 @@ class LrsTransport:
     """One ``grpc.aio`` channel to one LRS server and its current
     ``StreamLoadStats`` stream, on the process's xDS stream loop
     (:mod:`pyxds.xds.stream_loop`).  Every method may be called from any
-    thread and never blocks (but :meth:`close`, bounded).  Events
+    thread and never blocks (:meth:`close` included: :attr:`close_done`).  Events
     ``on_response(stream_id, response)`` and ``on_closed(stream_id, Status)``
     come from the loop's thread; a stream that was replaced, finished or
     cancelled is silent."""
@@ -124,7 +124,14 @@ class LrsTransport:
             for stream_id in list(self._calls):
                 self._end(stream_id)
 
-        self._loop_channel.close(before=end_streams)
+        # never blocks (the XdsClient's serializer runs this): close_done
+        # tells when the connection is gone
+        self._loop_channel.close(before=end_streams, wait=False)
+
+    @property
+    def close_done(self) -> threading.Event:
+        """Set once the channel is closed (its connection gone)."""
+        return self._loop_channel.close_done
 
     # -- the loop -----------------------------------------------------------------
 

@@ -123,11 +123,21 @@ def channel_credentials(creds_type: str, config: Any) -> grpc.ChannelCredentials
     raise ValueError(f"unsupported xDS channel_creds type {creds_type!r}")
 
 
+def close_transport(transport: Any) -> threading.Event | None:
+    """Start closing ``transport`` (an ADS or LRS transport, or a test's
+    fake), never blocking; its ``close_done`` (set once the connection is
+    gone) when it has one."""
+    transport.close()
+    done: threading.Event | None = getattr(transport, "close_done", None)
+    return done
+
+
 class AdsTransport:
     """One ``grpc.aio`` channel to one xDS server and its current ADS stream,
     on the process's xDS stream loop (:mod:`pyxds.xds.stream_loop`: no
     thread per stream).  Every method may be called from any thread, the
-    loop's own included, and never blocks (but :meth:`close`, bounded);
+    loop's own included, and never blocks (:meth:`close` included:
+    :attr:`close_done` tells when the connection is gone);
     events come from the loop's thread."""
 
     def __init__(
@@ -202,9 +212,10 @@ class AdsTransport:
         self._post(self._cancel_call)
 
     def close(self) -> None:
-        """Cancel the stream and close the channel; no more events.  Waits
-        (at most ``CLOSE_WAIT``, never on the loop) for the connection to
-        close: a server stopped right after close() must not see it open."""
+        """Cancel the stream and start closing the channel; no more events.
+        Never blocks (it runs on the XdsClient's serializer, which a timer
+        thread may be draining): :attr:`close_done` is set once the
+        connection is closed, for whoever must wait (a user's close())."""
         with self._lock:
             if self._closed:
                 return
@@ -215,7 +226,12 @@ class AdsTransport:
             if self._watcher is not None:
                 self._watcher.cancel()
 
-        self._loop_channel.close(before=stop_watching)
+        self._loop_channel.close(before=stop_watching, wait=False)
+
+    @property
+    def close_done(self) -> threading.Event:
+        """Set once the channel is closed (its connection gone)."""
+        return self._loop_channel.close_done
 
     # -- the loop ---------------------------------------------------------------
 
