@@ -159,15 +159,6 @@ REFUSED = {"error:UNAVAILABLE": 2}
             "x.b.example",
             SERVED,
         ),
-        # A101 would use the SAN matchers here; C-core refuses (no SNI to match).
-        (
-            "san-validation-no-sni",
-            {"auto_sni_san_validation": True},
-            [{"exact": "default.example"}],
-            "",
-            None,
-            REFUSED,
-        ),
         ("sni-ip-not-sent", {"sni": "127.0.0.1"}, [], "", None, SERVED),
     ],
 )
@@ -182,6 +173,28 @@ def test_sni_and_outcome_agree_with_c_core(
     assert their_sni == our_sni == {sni}
     if outcome == REFUSED:
         assert "SANs from certificate did not match" in detail
+
+
+def test_san_validation_without_an_sni_uses_the_san_matchers_where_c_core_refuses(
+    server, pki, front
+):
+    """A101: "If auto_sni_san_validation is true but no SNI was sent, then
+    validation will use any SAN matchers specified in the validation context
+    instead" (grpc-go TestClientSideXDS_FallbackSANMatchers).  C-core 1.85
+    compares with an empty name and refuses; pyxds follows A101
+    (differences-from-c-core.md)."""
+    tls = b.upstream_tls_context(
+        MESH, MESH, [{"exact": "default.example"}], auto_sni_san_validation=True
+    )
+    theirs, their_sni, ours, our_sni, detail = both(server, pki, front, "sni-no-sni", tls)
+    assert theirs == REFUSED, (theirs, detail)
+    assert ours == SERVED, (ours, detail)
+    assert their_sni == our_sni == {None}
+    wrong = b.upstream_tls_context(
+        MESH, MESH, [{"exact": "nothing.example"}], auto_sni_san_validation=True
+    )
+    theirs, _, ours, _, detail = both(server, pki, front, "sni-no-sni-wrong", wrong)
+    assert theirs == ours == REFUSED, (theirs, ours, detail)
 
 
 def test_logical_dns_cluster_sends_its_host_name_like_c_core(server, pki, front):

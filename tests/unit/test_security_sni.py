@@ -2,8 +2,8 @@
 ``auto_sni_san_validation`` (behind GRPC_EXPERIMENTAL_XDS_SNI, on by
 default), the SNI each endpoint's connections send (from the endpoint's
 host name: EDS ``hostname`` or a LOGICAL_DNS cluster's name), SAN validation
-against it (as C-core 1.85: DNS SANs, DNS rules, nothing matches without an
-SNI), and subchannels keyed by their SNI."""
+against it (DNS SANs, DNS rules; without an SNI the SAN matchers, as A101),
+and subchannels keyed by their SNI."""
 
 from __future__ import annotations
 
@@ -122,15 +122,15 @@ def test_auto_sni_san_validation_replaces_the_san_matchers():
     assert _check(tls, "a.example", ("URI", "a.example")) == SNI_MISMATCH  # DNS SANs only
 
 
-def test_auto_sni_san_validation_without_sni_refuses_every_peer_as_c_core():
-    """A101's text would use the SAN matchers here; C-core 1.85 compares
-    with an empty name and refuses (e2e: test_sni_e2e differential)."""
+def test_auto_sni_san_validation_without_sni_uses_the_san_matchers_as_a101():
+    """A101: with no SNI the SAN matchers apply (as grpc-go); C-core 1.85
+    compares with an empty name and refuses every peer (e2e:
+    test_xds_security_sni.py differential, differences-from-c-core.md)."""
     tls = tls_with(auto_sni_san_validation=True, san_matchers=(SanMatcher("exact", "a.example"),))
-    assert _check(tls, None, ("DNS", "a.example")) == SNI_MISMATCH
+    assert _check(tls, None, ("DNS", "a.example")) is None
+    assert _check(tls, None, ("DNS", "b.example")) == SAN_MISMATCH
+    assert _check(tls_with(auto_sni_san_validation=True), None, ("DNS", "b")) is None
     assert _check(tls_with(), None, ("DNS", "a.example")) is None
-    assert _check(tls.__class__(ca=tls.ca, san_matchers=tls.san_matchers), None, ("DNS", "b")) == (
-        SAN_MISMATCH
-    )
 
 
 # ------------------------------------------------------------------ host names reach the pool

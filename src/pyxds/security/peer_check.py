@@ -9,13 +9,13 @@ validation against SNI), in C-core's order and words (grpcio 1.85
    valid SPIFFE ID, whose trust domain the map has; the chain must have
    been verified with exactly that domain's roots (the caller is told which
    context that is, and handshakes again if it used another).
-3. ``auto_sni_san_validation`` (A101): a DNS SAN matches the SNI by DNS
-   rules (any case, trailing dot, ``*.`` wildcard), and the SAN matchers are
-   not used.  With no SNI nothing matches: C-core 1.85 fails such
-   connections ("SANs from certificate did not match SNI from xDS control
-   plane"), though A101's text says the SAN matchers apply then; pyxds does
-   as C-core (fail closed).
-4. Otherwise the cluster's ``match_subject_alt_names`` (:mod:`.san`).
+3. ``auto_sni_san_validation`` (A101) and an SNI: a DNS SAN matches the
+   SNI by DNS rules (any case, trailing dot, ``*.`` wildcard), and the SAN
+   matchers are not used.
+4. Otherwise (also ``auto_sni_san_validation`` with no SNI, A101: "validation
+   will use any SAN matchers specified in the validation context instead",
+   as grpc-go; C-core 1.85 refuses every peer there) the cluster's
+   ``match_subject_alt_names`` (:mod:`.san`).
 """
 
 from __future__ import annotations
@@ -54,10 +54,9 @@ def check_peer(
             wanted = domain_context(spiffe_id.trust_domain)
         except (ValueError, KeyError) as err:
             return f"SPIFFE verification failed: {err.args[0]}"
-    if tls.auto_sni_san_validation:
-        name = sni or ""
+    if tls.auto_sni_san_validation and sni:
         sans = san.sans_of(peer_cert or {})
-        if not any(kind == "dns" and san.dns_exact(value, name) for kind, value in sans):
+        if not any(kind == "dns" and san.dns_exact(value, sni) for kind, value in sans):
             return SNI_MISMATCH
     elif not san.check(tls.san_matchers, peer_cert):
         return SAN_MISMATCH

@@ -11,6 +11,9 @@ Subject-Alt-Name Checks").
   ``*.example.com`` matches exactly one label (``a.example.com``, not
   ``a.b.example.com`` nor ``example.com``).
 * ``ignore_case`` lower-cases both sides; ``safe_regex`` is a full RE2 match.
+* Case folding (``ignore_case``, DNS names) is ASCII only, as C-core's
+  ``absl::AsciiStrToLower``: U+212A KELVIN SIGN is not ``k`` here, though
+  Python's ``str.lower()`` makes it one.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pyxds.security.tls_config import SanMatcher
+from pyxds.xds.resources.types import ascii_lower
 
 SAN_KINDS = {"DNS": "dns", "URI": "uri", "email": "email", "IP Address": "ip"}
 
@@ -49,7 +53,7 @@ def matches(matcher: SanMatcher, kind: str, san: str) -> bool:
         return matcher.regex is not None and matcher.regex.fullmatch(san) is not None
     value = matcher.value
     if matcher.ignore_case:
-        san, value = san.lower(), value.lower()
+        san, value = ascii_lower(san), ascii_lower(value)
     if matcher.kind == "exact":
         return san == value
     if matcher.kind == "prefix":
@@ -65,8 +69,8 @@ def dns_exact(san: str, name: str) -> bool:
     """DNS-rule equality of a SAN (possibly ``*.`` wildcard) and a name."""
     if not san or san.startswith(".") or not name or name.startswith("."):
         return False
-    san = (san if san.endswith(".") else san + ".").lower()
-    name = (name if name.endswith(".") else name + ".").lower()
+    san = ascii_lower(san if san.endswith(".") else san + ".")
+    name = ascii_lower(name if name.endswith(".") else name + ".")
     if "*" not in san:
         return san == name
     if not san.startswith("*.") or san == "*." or "*" in san[1:]:

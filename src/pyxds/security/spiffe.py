@@ -1,7 +1,7 @@
 """SPIFFE IDs and SPIFFE trust bundle maps (gRFC A87), with C-core's rules
 and words (grpcio 1.85 ``spiffe_utils.cc``, ``ssl_transport_security.cc``).
 
-SPIFFE ID (:func:`parse_spiffe_id`): ASCII, at most 2048 characters, no
+SPIFFE ID (:func:`parse_spiffe_id`): ASCII, at most 2048 bytes, no
 ``#`` or ``?``, starts with ``spiffe://`` (any case), does not end with
 ``/``; the trust domain (up to the first ``/``) is 1..255 characters of
 ``a-z 0-9 . - _``; each path segment is non-empty, not ``.`` or ``..``,
@@ -18,7 +18,8 @@ Bundle map file (:func:`load_bundle_map`), the JSON shape C-core reads::
 ``trust_domains`` and each bundle's ``keys`` must be present; each key
 needs ``use`` (exactly ``x509-svid``), ``kty`` (``RSA`` or ``EC``) and
 ``x5c`` (exactly one base64 DER certificate: the root); every trust
-domain name must be valid.  Other fields (``spiffe_sequence``,
+domain name must be valid; a key repeated in a JSON object is an error (as
+C-core's JSON reader).  Other fields (``spiffe_sequence``,
 ``spiffe_refresh_hint``, ...) are ignored.  Any error rejects the whole
 map, as C-core (A87: "we ignore the whole trust bundle").
 """
@@ -86,19 +87,20 @@ def parse_spiffe_id(uri: str) -> SpiffeId:
     """The SPIFFE ID in ``uri``; ValueError with C-core's reason otherwise."""
     if not uri:
         raise ValueError("SPIFFE ID cannot be parsed from empty URI")
-    if len(uri) > MAX_ID_LENGTH:
+    # C-core works on the URI's UTF-8 bytes: the length counts bytes, and a
+    # non-ASCII character is named by its first byte (U+00B5 is 0xc2).
+    raw = uri.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_ID_LENGTH:
         raise ValueError(
-            f"URI length is {len(uri)}, maximum allowed for SPIFFE ID is {MAX_ID_LENGTH}"
+            f"URI length is {len(raw)}, maximum allowed for SPIFFE ID is {MAX_ID_LENGTH}"
         )
     if "#" in uri:
         raise ValueError("SPIFFE ID cannot contain query fragments")
     if "?" in uri:
         raise ValueError("SPIFFE ID cannot contain query parameters")
-    for ch in uri:
-        if ord(ch) > 0x7F:
-            raise ValueError(
-                f"SPIFFE ID URI cannot contain non-ascii characters. Contains {ord(ch):#x}"
-            )
+    if not uri.isascii():
+        byte = next(b for b in raw if b > 0x7F)
+        raise ValueError(f"SPIFFE ID URI cannot contain non-ascii characters. Contains {byte:#x}")
     if not uri[: len(_PREFIX)].lower() == _PREFIX:
         raise ValueError("SPIFFE ID must start with spiffe://")
     if uri.endswith("/"):
@@ -147,17 +149,28 @@ class _Errors(list[str]):
         self.append(f"field:{field} error:{error}")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused if a key repeats (C-core's JSON reader:
+    'duplicate key "k" at index N'; Python's json keeps the last one)."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f'duplicate key "{key}"')
+        obj[key] = value
+    return obj
+
+
 def parse_bundle_map(text: str | bytes) -> SpiffeBundleMap:
     """A bundle map from its JSON text; ValueError listing every problem as
     ``field:<path> error:<problem>`` (C-core's shape)."""
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=_unique_keys)
     except (ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"JSON parse error: {err}") from None
     errs = _Errors()
     bundles: dict[str, tuple[bytes, ...]] = {}
     if not isinstance(doc, dict):
-        raise ValueError("field: error:is not an object")
+        raise ValueError("errors validating JSON: [field: error:is not an object]")
     domains = doc.get("trust_domains")
     if domains is None:
         errs.add("trust_domains", "field not present")

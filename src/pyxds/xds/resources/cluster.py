@@ -19,7 +19,8 @@ Rules:
 * ``transport_socket`` must hold an ``UpstreamTlsContext``, validated as
   C-core does (A29, :mod:`pyxds.security.tls_config`); with the bootstrap's
   ``certificate_providers`` (``decode_cluster(data, providers)``) every
-  provider instance name must exist there.
+  provider instance name must exist there.  One inside a ``TypedStruct``
+  is named and refused as C-core does ("can't decode UpstreamTlsContext").
 * ``outlier_detection`` (A50 "xDS Integration"): durations valid,
   ``max_ejection_percent``, ``enforcing_success_rate``,
   ``failure_percentage_threshold`` and ``enforcing_failure_percentage`` <= 100
@@ -49,10 +50,12 @@ from envoy.config.cluster.v3 import cluster_pb2
 
 from pyxds.security.tls_config import parse_upstream_tls_context
 from pyxds.xds.resources._common import (
+    TYPED_STRUCT_TYPES,
     Errors,
     config_source_is_ads_or_self,
     duration,
     type_name,
+    typed_struct_type,
     unpack,
 )
 from pyxds.xds.resources.lb_policy import convert_legacy_lb_policy, convert_load_balancing_policy
@@ -238,11 +241,19 @@ def parse_cluster(
         ts = c.transport_socket
         ts_type = type_name(ts.typed_config.type_url) or None
         ts_bytes = ts.typed_config.value
-        if ts_type != UPSTREAM_TLS_CONTEXT:
-            errs.add(
-                f"transport_socket.typed_config.value[{ts_type}].type_url",
-                "unsupported transport socket type",
-            )
+        ts_path = f"transport_socket.typed_config.value[{ts_type}]"
+        if ts_type in TYPED_STRUCT_TYPES:
+            # C-core names the type inside; a TypedStruct holds JSON, never
+            # the context's bytes (TlsConfigTest.UpstreamTlsContextInTypedStruct).
+            inner = typed_struct_type(ts_bytes)
+            if inner is None:
+                errs.add(ts_path, "could not parse")
+            elif inner != UPSTREAM_TLS_CONTEXT:
+                errs.add(f"{ts_path}.value[{inner}].type_url", "unsupported transport socket type")
+            else:
+                errs.add(f"{ts_path}.value[{inner}]", "can't decode UpstreamTlsContext")
+        elif ts_type != UPSTREAM_TLS_CONTEXT:
+            errs.add(f"{ts_path}.type_url", "unsupported transport socket type")
         else:
             security = parse_upstream_tls_context(ts_bytes, errs, providers)
 
