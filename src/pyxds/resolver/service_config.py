@@ -33,6 +33,7 @@ from typing import Any, Literal, Union
 
 import grpc
 
+from pyxds import _json
 from pyxds._values import dataclass
 from pyxds.resolver.api import CallConfig, ConfigSelector
 from pyxds.resolver.retry_policy import MAX_ATTEMPTS_CAP, RetryPolicy, RetryThrottle
@@ -199,7 +200,7 @@ def parse_service_config(raw: ServiceConfigSource) -> ServiceConfig:
         raw = raw.decode()
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
+            raw = _json.loads(raw)
         except ValueError as err:
             raise ValueError(f"invalid service config: not JSON: {err}") from None
     if not isinstance(raw, dict):

@@ -14,11 +14,11 @@ The LB policy is ``pick_first`` unless the channel option
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import grpc
 
+from pyxds import _json
 from pyxds._uri import unquote, urlsplit
 from pyxds.lb.api import Endpoint
 from pyxds.lb.errors import LBConfigError
@@ -101,7 +101,7 @@ def lb_selection_from_options(options: Any) -> PolicySelection | Status:
     try:
         raw = opts.get("grpc.service_config")
         if raw:
-            config = json.loads(raw) if isinstance(raw, str | bytes) else raw
+            config = _json.loads(raw) if isinstance(raw, str | bytes) else raw
             lb_list = config.get("loadBalancingConfig")
             if lb_list:
                 return select_policy(lb_list, "loadBalancingConfig")

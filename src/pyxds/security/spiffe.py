@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import ssl
 from collections.abc import Mapping
 from typing import Any
 
+from pyxds import _json
 from pyxds._values import dataclass
 
 MAX_ID_LENGTH = 2048
@@ -149,22 +149,11 @@ class _Errors(list[str]):
         self.append(f"field:{field} error:{error}")
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object, refused if a key repeats (C-core's JSON reader:
-    'duplicate key "k" at index N'; Python's json keeps the last one)."""
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise ValueError(f'duplicate key "{key}"')
-        obj[key] = value
-    return obj
-
-
 def parse_bundle_map(text: str | bytes) -> SpiffeBundleMap:
     """A bundle map from its JSON text; ValueError listing every problem as
     ``field:<path> error:<problem>`` (C-core's shape)."""
     try:
-        doc = json.loads(text, object_pairs_hook=_unique_keys)
+        doc = _json.loads(text)
     except (ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"JSON parse error: {err}") from None
     errs = _Errors()

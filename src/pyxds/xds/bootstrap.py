@@ -32,7 +32,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import field
 from typing import Any, Union, overload
 
-from pyxds import _uri
+from pyxds import _json, _uri
 from pyxds._values import dataclass
 from pyxds.xds.resources.types import LocalityName
 
@@ -260,7 +260,7 @@ def _load_file(path: str, origin: str) -> Bootstrap:
 
 def _load_text(text: str, origin: str) -> Bootstrap:
     try:
-        data = json.loads(text)
+        data = _json.loads(text)
     except ValueError as err:
         raise BootstrapError(f"{origin}: invalid JSON: {err}") from None
     return parse_bootstrap(data, origin)
