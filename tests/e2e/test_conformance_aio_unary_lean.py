@@ -442,6 +442,48 @@ def test_an_awaiter_closed_before_the_answer_leaves_the_call_to_end_like_grpc_ai
     assert got["pyxds"][:2] == (True, b"slept")
 
 
+def test_a_call_is_in_its_grpc_channels_active_calls_only_while_in_flight(
+    address, lean_off, monkeypatch
+):
+    """What grpc.aio's ``Channel.close()`` cancels: the calls in its
+    ``_active_calls``.  The lean call registers itself there as grpcio's
+    ``_register_call`` does and leaves when it ends (its inline WeakSet
+    add/discard, and WeakSet's own when removals are pending), as grpc.aio's
+    own calls do."""
+    made: list[Any] = []
+    real = grpc.aio.insecure_channel
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        channel = real(*args, **kwargs)
+        made.append(channel)
+        return channel
+
+    monkeypatch.setattr(grpc.aio, "insecure_channel", recording)
+
+    def active() -> int:
+        live = (ref() for channel in made for ref in channel._active_calls.data)
+        return sum(call is not None for call in live)
+
+    async def scenario(channel):
+        mc = channel.unary_unary(f"/{SERVICE}/Sleep")
+        seen = []
+        for pending in (False, True):
+            if pending:  # a dead reference waits for removal: WeakSet's own way
+                for grpc_channel in made:
+                    grpc_channel._active_calls._pending_removals.append(lambda: None)
+            call = mc(b"0.2", timeout=5)
+            await asyncio.sleep(0.05)
+            seen.append(active())
+            seen.append(await call)
+            await asyncio.sleep(0)
+            seen.append(active())
+        return seen
+
+    got = run_everywhere(address, lean_off, scenario)
+    assert_same(got)
+    assert got["pyxds"] == [1, b"slept", 0, 1, b"slept", 0]
+
+
 def test_an_awaited_lean_call_schedules_no_callback_of_its_own_to_end(address):
     """Issue 18 item 2: the completion of an awaited lean call schedules one
     callback (the awaiter's wake-up, which takes the call's last step), not

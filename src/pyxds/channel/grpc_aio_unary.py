@@ -84,6 +84,7 @@ import asyncio
 import importlib
 import logging
 import time
+import weakref
 from collections.abc import Callable, Coroutine, Generator, Sequence
 from functools import partial
 from typing import Any
@@ -108,6 +109,8 @@ _LeanCall: Any = None
 #: asyncio's own create_future (a loop whose class keeps it makes plain Futures)
 _BASE_CREATE_FUTURE = asyncio.BaseEventLoop.create_future
 _new_object = object.__new__
+_WeakSet = weakref.WeakSet
+_weakref = weakref.ref
 
 
 def _mirrored() -> list[Any]:
@@ -243,9 +246,14 @@ class LeanAioUnaryUnary:
         # grpcio's Channel._register_call (which its close() cancels) and
         # Call.add_done_callback, inline: two Python frames less per call
         active = mc._python_channel._active_calls
-        active.add(call)
         add_done_callback = call._cython_call.add_done_callback
-        add_done_callback(partial(active.discard, call))
+        if active._pending_removals or type(active) is not _WeakSet:
+            active.add(call)
+            add_done_callback(partial(active.discard, call))
+        else:  # WeakSet.add and .discard, inline: the same weak reference in and out
+            held = _weakref(call, active._remove)
+            active.data.add(held)
+            add_done_callback(partial(active.data.discard, held))
         if on_done is not None:
             add_done_callback(partial(on_done, call))
         return call
