@@ -450,6 +450,7 @@ def test_a_call_is_in_its_grpc_channels_active_calls_only_while_in_flight(
     ``_register_call`` does and leaves when it ends (its inline WeakSet
     add/discard, and WeakSet's own when removals are pending), as grpc.aio's
     own calls do."""
+    assert grpc_aio_unary._WEAKSET_INLINE  # CPython's WeakSet (3.11)
     made: list[Any] = []
     real = grpc.aio.insecure_channel
 
@@ -467,10 +468,13 @@ def test_a_call_is_in_its_grpc_channels_active_calls_only_while_in_flight(
     async def scenario(channel):
         mc = channel.unary_unary(f"/{SERVICE}/Sleep")
         seen = []
-        for pending in (False, True):
-            if pending:  # a dead reference waits for removal: WeakSet's own way
+        monkeypatch.setattr(grpc_aio_unary, "_WEAKSET_INLINE", True)  # each channel's run
+        for way in ("inline", "removal pending", "not CPython's WeakSet"):
+            if way == "removal pending":  # a dead reference waits: WeakSet's own way
                 for grpc_channel in made:
                     grpc_channel._active_calls._pending_removals.append(lambda: None)
+            if way == "not CPython's WeakSet":
+                monkeypatch.setattr(grpc_aio_unary, "_WEAKSET_INLINE", False)
             call = mc(b"0.2", timeout=5)
             await asyncio.sleep(0.05)
             seen.append(active())
@@ -481,7 +485,7 @@ def test_a_call_is_in_its_grpc_channels_active_calls_only_while_in_flight(
 
     got = run_everywhere(address, lean_off, scenario)
     assert_same(got)
-    assert got["pyxds"] == [1, b"slept", 0, 1, b"slept", 0]
+    assert got["pyxds"] == [1, b"slept", 0] * 3
 
 
 def test_an_awaited_lean_call_schedules_no_callback_of_its_own_to_end(address):

@@ -60,7 +60,10 @@ no metadata as an empty tuple (``_init_metadata`` makes an empty
 ``Metadata`` of it, which ``Call.__init__`` turns into that tuple); the
 channel's registration of the call (``_register_call``: the call in the
 channel's weak set, its removal a done callback, through
-``Call.add_done_callback``'s own steps); and the caller's done callback
+``Call.add_done_callback``'s own steps; the weak set's ``add`` and
+``discard`` done on its members directly, one weak reference in and the
+same one out, where this Python's ``WeakSet`` is CPython's and no removal
+is pending, else through its methods); and the caller's done callback
 added the way ``Call.add_done_callback`` adds it.
 
 Cancelling (grpcio's ``cancel()``: the Cython call's cancel, then the
@@ -109,8 +112,24 @@ _LeanCall: Any = None
 #: asyncio's own create_future (a loop whose class keeps it makes plain Futures)
 _BASE_CREATE_FUTURE = asyncio.BaseEventLoop.create_future
 _new_object = object.__new__
-_WeakSet = weakref.WeakSet
+_WeakSet: Any = weakref.WeakSet  # (Any: its private members are read below)
 _weakref = weakref.ref
+
+
+def _weakset_inline() -> bool:
+    """Whether this Python's ``WeakSet`` keeps its members as CPython's does
+    (weak references with its ``_remove`` callback in a set ``data``,
+    removals deferred while iterating in ``_pending_removals``), which the
+    lean call adds to and discards from directly."""
+    probe: Any = weakref.WeakSet()
+    return (
+        isinstance(getattr(probe, "data", None), set)
+        and callable(getattr(probe, "_remove", None))
+        and isinstance(getattr(probe, "_pending_removals", None), list)
+    )
+
+
+_WEAKSET_INLINE = _weakset_inline()
 
 
 def _mirrored() -> list[Any]:
@@ -245,15 +264,16 @@ class LeanAioUnaryUnary:
         call._step()
         # grpcio's Channel._register_call (which its close() cancels) and
         # Call.add_done_callback, inline: two Python frames less per call
-        active = mc._python_channel._active_calls
+        active: Any = mc._python_channel._active_calls
         add_done_callback = call._cython_call.add_done_callback
-        if active._pending_removals or type(active) is not _WeakSet:
-            active.add(call)
-            add_done_callback(partial(active.discard, call))
-        else:  # WeakSet.add and .discard, inline: the same weak reference in and out
+        if _WEAKSET_INLINE and type(active) is _WeakSet and not active._pending_removals:
+            # WeakSet.add and .discard, inline: one weak reference in and out
             held = _weakref(call, active._remove)
             active.data.add(held)
             add_done_callback(partial(active.data.discard, held))
+        else:
+            active.add(call)
+            add_done_callback(partial(active.discard, call))
         if on_done is not None:
             add_done_callback(partial(on_done, call))
         return call
