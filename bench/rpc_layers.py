@@ -16,7 +16,9 @@ is instructions per iteration on the calling thread:
   override_host over round_robin does, that includes the child's rotation);
 * ``rpc cycle``: ``Rpc(...)``, its pick, its transport's count and its end,
   everything of an RPC but the grpcio call;
-* ``unary RPC``: a whole blocking unary RPC.
+* ``unary RPC``: a whole blocking unary RPC;
+* ``plain grpcio call``: a plain ``grpc`` channel's blocking call to the
+  same backend (what issue 18 compares with).
 
 An empty loop's count is subtracted.  Run a checkout's code with
 ``PYTHONPATH=path/to/src python bench/rpc_layers.py`` to compare two.
@@ -127,6 +129,13 @@ with world() as info:
         measure(type(picker).__name__ + ".pick", picker_step(picker))
     measure("rpc cycle", cycle)
     measure("unary RPC", lambda: call(b"x", timeout=60))
+    import grpc
+    plain = grpc.insecure_channel(info["address"])
+    plain_call = plain.unary_unary(METHOD)
+    for _ in range(50):
+        plain_call(b"x", timeout=60, wait_for_ready=True)
+    measure("plain grpcio call", lambda: plain_call(b"x", timeout=60))
+    plain.close()
     channel.close()
 print(json.dumps(labels))
 """
@@ -238,6 +247,8 @@ def main() -> None:
         if name.endswith(".pick") and i + 1 < len(names) and names[i + 1].endswith(".pick"):
             own = value - (per_step[names[i + 1]] - floor)
             line += f"   own {own:7.0f}"
+        if name == "plain grpcio call" and "unary RPC" in per_step:
+            line += f"   pyxds / plain {(per_step['unary RPC'] - floor) / value:.3f}"
         if name == "pyxds.aio unary RPC":
             own = per_step[name] - per_step["grpcio call on the transport"]
             plain = value / (per_step["plain grpc.aio call"] - floor)

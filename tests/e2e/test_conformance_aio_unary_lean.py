@@ -15,7 +15,9 @@ deadline, serializer and deserializer failures, malformed arguments, call
 credentials and compression (grpc.aio's own call), the application
 cancelling the call (in flight, or before it ever ran), the awaiting task
 cancelled (``asyncio.wait_for``), a call in flight when the channel closes,
-a call never awaited (it still runs to its end), concurrent calls."""
+a call never awaited (it still runs to its end), concurrent calls, a call
+awaited by two tasks and ``wait_for_connection()`` at once, an awaiter
+closed before the answer."""
 
 from __future__ import annotations
 
@@ -389,6 +391,142 @@ def test_concurrent_calls_each_get_their_own_answer(address, lean_off):
     got = run_everywhere(address, lean_off, scenario)
     assert_same(got)
     assert got["pyxds"] == [str(i).encode() for i in range(50)]
+
+
+def test_a_call_awaited_by_two_tasks_and_wait_for_connection_answers_all_like_grpc_aio(
+    address, lean_off
+):
+    """The lean call's awaiter takes the call's next step itself; a second
+    awaiter of the same call (and ``wait_for_connection()``) find no step to
+    take and only wait: every one gets the answer, as on grpc.aio."""
+
+    async def scenario(channel):
+        mc = channel.unary_unary(f"/{SERVICE}/Sleep")
+        call = mc(b"0.2", timeout=5)
+        first = asyncio.ensure_future(_await(call))
+        await asyncio.sleep(0)  # the first awaiter waits before the others
+        second = asyncio.ensure_future(_await(call))
+        connected = asyncio.ensure_future(call.wait_for_connection())
+        answers = await asyncio.gather(first, second, connected)
+        failing = mc(b"x", timeout=5)  # and a failure, to both awaiters
+        both = await asyncio.gather(
+            outcome(lambda: failing, view=False), outcome(lambda: failing, view=False)
+        )
+        return answers, await _call_view(call), both
+
+    got = run_everywhere(address, lean_off, scenario)
+    assert_same(got)
+    assert got["pyxds"][0] == [b"slept", b"slept", None]
+
+
+def test_an_awaiter_closed_before_the_answer_leaves_the_call_to_end_like_grpc_aio(
+    address, lean_off
+):
+    """An awaiter that leaves while the call is in flight without being
+    cancelled (its coroutine closed, e.g. garbage-collected): the call still
+    runs to its end, and a later await gets its answer."""
+
+    async def scenario(channel):
+        call = channel.unary_unary(f"/{SERVICE}/Sleep")(b"0.2", timeout=5)
+        waiter = call.__await__()
+        next(waiter)  # waits on the call's future
+        waiter.close()
+        for _ in range(500):
+            if call.done():
+                break
+            await asyncio.sleep(0.01)
+        return call.done(), await call, await _call_view(call)
+
+    got = run_everywhere(address, lean_off, scenario)
+    assert_same(got)
+    assert got["pyxds"][:2] == (True, b"slept")
+
+
+def test_a_call_is_in_its_grpc_channels_active_calls_only_while_in_flight(
+    address, lean_off, monkeypatch
+):
+    """What grpc.aio's ``Channel.close()`` cancels: the calls in its
+    ``_active_calls``.  The lean call registers itself there as grpcio's
+    ``_register_call`` does and leaves when it ends (its inline WeakSet
+    add/discard, and WeakSet's own when removals are pending), as grpc.aio's
+    own calls do."""
+    assert grpc_aio_unary._WEAKSET_INLINE  # CPython's WeakSet (3.11)
+    made: list[Any] = []
+    real = grpc.aio.insecure_channel
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        channel = real(*args, **kwargs)
+        made.append(channel)
+        return channel
+
+    monkeypatch.setattr(grpc.aio, "insecure_channel", recording)
+
+    def active() -> int:
+        live = (ref() for channel in made for ref in channel._active_calls.data)
+        return sum(call is not None for call in live)
+
+    async def scenario(channel):
+        mc = channel.unary_unary(f"/{SERVICE}/Sleep")
+        seen = []
+        monkeypatch.setattr(grpc_aio_unary, "_WEAKSET_INLINE", True)  # each channel's run
+        for way in ("inline", "removal pending", "not CPython's WeakSet"):
+            if way == "removal pending":  # a dead reference waits: WeakSet's own way
+                for grpc_channel in made:
+                    grpc_channel._active_calls._pending_removals.append(lambda: None)
+            if way == "not CPython's WeakSet":
+                monkeypatch.setattr(grpc_aio_unary, "_WEAKSET_INLINE", False)
+            call = mc(b"0.2", timeout=5)
+            await asyncio.sleep(0.05)
+            seen.append(active())
+            seen.append(await call)
+            await asyncio.sleep(0)
+            seen.append(active())
+        return seen
+
+    got = run_everywhere(address, lean_off, scenario)
+    assert_same(got)
+    assert got["pyxds"] == [1, b"slept", 0] * 3
+
+
+def test_an_awaited_lean_call_schedules_no_callback_of_its_own_to_end(address):
+    """Issue 18 item 2: the completion of an awaited lean call schedules one
+    callback (the awaiter's wake-up, which takes the call's last step), not
+    a second one for the step; a call nobody awaits still gets its step
+    scheduled (it runs to its end, see above)."""
+    if not CHECKED:
+        pytest.skip(f"grpcio {grpc.__version__} is not one the lean path was checked against")
+
+    async def main() -> tuple[int, int]:
+        async with pyxds.aio.insecure_channel(f"static:///{address}") as channel:
+            mc = channel.unary_unary(f"/{SERVICE}/Echo")
+            await mc(b"a", timeout=5, wait_for_ready=True)
+            loop = asyncio.get_running_loop()
+            steps = []
+            real = loop.call_soon
+
+            def spy(callback, *args, **kwargs):
+                if getattr(callback, "__name__", "") == "_step":
+                    steps.append(callback)
+                return real(callback, *args, **kwargs)
+
+            loop.call_soon = spy  # type: ignore[method-assign]
+            try:
+                for _ in range(5):
+                    assert (await mc(b"b", timeout=5)).startswith(b"b|")
+                awaited = len(steps)
+                call = mc(b"c", timeout=5)
+                for _ in range(500):
+                    if call.done():
+                        break
+                    await asyncio.sleep(0.01)
+                assert (await call).startswith(b"c|")
+            finally:
+                del loop.call_soon
+            return awaited, len(steps)
+
+    awaited, with_unawaited = asyncio.run(main())
+    assert awaited == 0
+    assert with_unawaited == 1
 
 
 def test_the_direct_lean_start_is_taken_only_for_a_plain_attempt(address, monkeypatch):

@@ -386,7 +386,14 @@ class _AioCall(Generic[_Response]):
             if not self._finished and (
                 rpc.phase is not DONE if rpc.retried is None else not rpc.reported(call)
             ):
-                self._finish(status, call)
+                # _finish of an OK status, inline (no wording to apply)
+                self._finished = True
+                self._status = status
+                if self._done_event is not None:
+                    self._done_event.set()
+                rpc.finish(status, call)
+                if self._done_callbacks:
+                    self._run_done_callbacks()
         else:
             # a failure is read the awaited way: the Cython call's status can
             # be the INTERNAL of a failed write where code() says why
@@ -436,14 +443,18 @@ class _AioCall(Generic[_Response]):
         if self._done_event is not None:
             self._done_event.set()
         self._rpc.finish(status, call)
+        if self._done_callbacks:
+            self._run_done_callbacks()
+
+    def _run_done_callbacks(self) -> None:
+        """The application's done callbacks, once, as the call ends."""
         callbacks = self._done_callbacks
-        if callbacks:
-            self._done_callbacks = None
-            for cb in callbacks:
-                try:
-                    cb(self)
-                except Exception:
-                    pass
+        self._done_callbacks = None
+        for cb in callbacks or ():
+            try:
+                cb(self)
+            except Exception:
+                pass
 
     # -- grpc.aio.Call surface -------------------------------------------
     def cancelled(self) -> bool:

@@ -26,8 +26,16 @@ without a task:
 
 1. its first step runs when the call is made (the batch is started then,
    not one loop iteration later);
-2. each later step runs as a done callback of the future the coroutine
-   waits on (the Cython batch's);
+2. each later step runs when the future the coroutine waits on (the
+   Cython batch's) is done: in the wake-up of the call's awaiter, which
+   yields that very future (``__await__``: it takes the step's done
+   callback off the future and runs the step itself when it wakes, so a
+   completion costs one scheduled callback, not two); with no awaiter (a
+   call not awaited yet, or only through ``wait_for_connection``), or
+   once the awaiter leaves early (cancelled, closed: the callback is put
+   back, or the step run at once when the future is done already, in
+   the order a callback would have run it), as a done callback of that
+   future;
 3. its result (or exception) is set on a plain future, held by a
    :class:`_Response` that stands where grpcio keeps its task
    (``_invocation_task``, ``_call_response``); awaiting it waits on the
@@ -42,13 +50,20 @@ coalesces less with the other tasks' calls: starting it one iteration later
 made 4 tasks 1.06-1.16x and sequential calls lose the gain).
 
 :meth:`LeanAioUnaryUnary.call` (what pyxds's aio call starts its attempts
-with) also does inline what grpcio's multicallable does through three more
-Python calls, with the same effect: the deadline (``_timeout_to_deadline``);
+with) also does inline what grpcio's multicallable does through more
+Python calls, with the same effect: grpcio's ``UnaryUnaryCall.__init__``
+(with ``Call.__init__`` and ``_init_unary_response_mixin``: the same
+attributes, set in the same order, the object made without ``__init__``);
+the loop's ``create_future`` where it is asyncio's own; the deadline
+(``_timeout_to_deadline``);
 no metadata as an empty tuple (``_init_metadata`` makes an empty
 ``Metadata`` of it, which ``Call.__init__`` turns into that tuple); the
 channel's registration of the call (``_register_call``: the call in the
 channel's weak set, its removal a done callback, through
-``Call.add_done_callback``'s own steps); and the caller's done callback
+``Call.add_done_callback``'s own steps; the weak set's ``add`` and
+``discard`` done on its members directly, one weak reference in and the
+same one out, where this Python's ``WeakSet`` is CPython's and no removal
+is pending, else through its methods); and the caller's done callback
 added the way ``Call.add_done_callback`` adds it.
 
 Cancelling (grpcio's ``cancel()``: the Cython call's cancel, then the
@@ -72,6 +87,7 @@ import asyncio
 import importlib
 import logging
 import time
+import weakref
 from collections.abc import Callable, Coroutine, Generator, Sequence
 from functools import partial
 from typing import Any
@@ -93,6 +109,27 @@ ENABLED = True
 
 _AVAILABLE: bool | None = None
 _LeanCall: Any = None
+#: asyncio's own create_future (a loop whose class keeps it makes plain Futures)
+_BASE_CREATE_FUTURE = asyncio.BaseEventLoop.create_future
+_new_object = object.__new__
+_WeakSet: Any = weakref.WeakSet  # (Any: its private members are read below)
+_weakref = weakref.ref
+
+
+def _weakset_inline() -> bool:
+    """Whether this Python's ``WeakSet`` keeps its members as CPython's does
+    (weak references with its ``_remove`` callback in a set ``data``,
+    removals deferred while iterating in ``_pending_removals``), which the
+    lean call adds to and discards from directly."""
+    probe: Any = weakref.WeakSet()
+    return (
+        isinstance(getattr(probe, "data", None), set)
+        and callable(getattr(probe, "_remove", None))
+        and isinstance(getattr(probe, "_pending_removals", None), list)
+    )
+
+
+_WEAKSET_INLINE = _weakset_inline()
 
 
 def _mirrored() -> list[Any]:
@@ -153,10 +190,18 @@ class LeanAioUnaryUnary:
     """One grpc.aio unary-unary multicallable, called the lean way (see the
     module docstring)."""
 
-    __slots__ = ("_mc",)
+    __slots__ = ("_mc", "_new_future")
 
     def __init__(self, mc: Any) -> None:
         self._mc = mc
+        loop = mc._loop
+        # loop.create_future() without its Python frame where it is
+        # asyncio's own (BaseEventLoop's: a Future of this loop)
+        self._new_future: Callable[[], asyncio.Future[Any]] = (
+            partial(asyncio.Future, loop=loop)
+            if getattr(type(loop), "create_future", None) is _BASE_CREATE_FUTURE
+            else loop.create_future
+        )
 
     def __call__(
         self,
@@ -192,72 +237,57 @@ class LeanAioUnaryUnary:
         ``on_done(call)`` is added as the call's done callback, as grpcio's
         ``add_done_callback`` adds it (one Python frame less per call)."""
         mc = self._mc
-        call = _LeanCall(
-            request,
-            None if timeout is None else time.time() + timeout,  # _timeout_to_deadline
-            # grpcio's _init_metadata makes an empty Metadata of no metadata,
-            # which Call.__init__ makes an empty tuple: () at once
-            mc._init_metadata(metadata, None) if metadata else (),
-            None,
-            wait_for_ready,
-            mc._channel,
-            mc._method,
-            mc._request_serializer,
-            mc._response_deserializer,
-            mc._loop,
-            mc._registered_call_handle,
+        deadline = None if timeout is None else time.time() + timeout  # _timeout_to_deadline
+        # grpcio's _init_metadata makes an empty Metadata of no metadata,
+        # which Call.__init__ makes an empty tuple: () at once
+        metadata = mc._init_metadata(metadata, None) if metadata else ()
+        # grpcio's UnaryUnaryCall.__init__ (with Call.__init__ and
+        # _init_unary_response_mixin), inline and without the task: the
+        # same attributes, set in the same order
+        call = _new_object(_LeanCall)
+        loop = mc._loop
+        call._loop = loop
+        call._cython_call = mc._channel.call(
+            mc._method, deadline, None, wait_for_ready, mc._registered_call_handle
         )
+        call._metadata = tuple(metadata)
+        call._request_serializer = mc._request_serializer
+        call._response_deserializer = mc._response_deserializer
+        call._request = request
+        call._context = _build_census_context()
+        response = _new_object(_Response)
+        response.future = self._new_future()
+        response.waiting = None
+        call._invocation_task = response
+        call._call_response = response
+        call._coro = call._invoke()
+        call._step()
         # grpcio's Channel._register_call (which its close() cancels) and
         # Call.add_done_callback, inline: two Python frames less per call
-        active = mc._python_channel._active_calls
-        active.add(call)
+        active: Any = mc._python_channel._active_calls
         add_done_callback = call._cython_call.add_done_callback
-        add_done_callback(partial(active.discard, call))
+        if _WEAKSET_INLINE and type(active) is _WeakSet and not active._pending_removals:
+            # WeakSet.add and .discard, inline: one weak reference in and out
+            held = _weakref(call, active._remove)
+            active.data.add(held)
+            add_done_callback(partial(active.data.discard, held))
+        else:
+            active.add(call)
+            add_done_callback(partial(active.discard, call))
         if on_done is not None:
             add_done_callback(partial(on_done, call))
         return call
 
 
-def _make_call_class(
-    unary_unary_call: Any, call_init: Any, build_census_context: Any, eof: Any, rpc_error: Any
-) -> Any:
-    """grpcio's ``UnaryUnaryCall`` with its coroutine stepped without a task."""
+def _make_call_class(unary_unary_call: Any, eof: Any, rpc_error: Any) -> Any:
+    """grpcio's ``UnaryUnaryCall`` with its coroutine stepped without a task
+    (built by :meth:`LeanAioUnaryUnary.call`, not by ``__init__``)."""
 
     class LeanUnaryUnaryCall(unary_unary_call):  # type: ignore[misc]  # grpcio's class (Any)
         """grpcio's unary-unary call whose ``_invoke`` runs without a task."""
 
         _coro: Coroutine[Any, Any, Any]
-
-        def __init__(
-            self,
-            request: Any,
-            deadline: float | None,
-            metadata: Any,
-            credentials: Any,
-            wait_for_ready: bool | None,
-            channel: Any,
-            method: bytes,
-            request_serializer: Callable[[Any], bytes] | None,
-            response_deserializer: Callable[[bytes], Any] | None,
-            loop: asyncio.AbstractEventLoop,
-            registered_call_handle: int = 0,
-        ) -> None:
-            # grpcio's UnaryUnaryCall.__init__, the task aside
-            call_init(
-                self,
-                channel.call(method, deadline, credentials, wait_for_ready, registered_call_handle),
-                metadata,
-                request_serializer,
-                response_deserializer,
-                loop,
-            )
-            self._request = request
-            self._context = build_census_context()
-            response = _Response(loop.create_future())
-            self._invocation_task = response
-            self._init_unary_response_mixin(response)
-            self._coro = self._invoke()
-            self._step()
+        _invocation_task: _Response
 
         def _step(self, _waited: Any = None, error: BaseException | None = None) -> None:
             """One step of ``_invoke``, as a task steps its coroutine."""
@@ -292,7 +322,8 @@ def _make_call_class(
         def __await__(self) -> Generator[Any, None, Any]:
             """grpcio's ``_UnaryResponseMixin.__await__`` with
             :meth:`_Response.__await__` folded in (one generator less to
-            resume, twice per call)."""
+            resume, twice per call), whose awaiter takes the call's next
+            step itself (see the module docstring)."""
             held = self._invocation_task
             future = held.future
             try:
@@ -301,7 +332,25 @@ def _make_call_class(
                     if waiting is None or waiting.done():
                         break
                     waiting._asyncio_future_blocking = True
-                    yield waiting
+                    # the step's own callback off: this awaiter's wake-up
+                    # takes the step (another awaiter finds none: it waits)
+                    if not waiting.remove_done_callback(self._step):
+                        yield waiting
+                        continue
+                    try:
+                        yield waiting
+                    except BaseException:  # cancelled or closed: the step goes back
+                        if held.waiting is waiting:
+                            if waiting.done():
+                                self._step()
+                            else:
+                                waiting.add_done_callback(self._step)
+                        raise
+                    if held.waiting is waiting:
+                        if waiting.done():
+                            self._step()
+                        else:  # woken early (not by a task): the step waits again
+                            waiting.add_done_callback(self._step)
                 response = yield from future
             except asyncio.CancelledError:
                 if not self.cancelled():
@@ -349,20 +398,16 @@ class _Response:
 
 # grpcio's private names, bound by _bind() once this grpcio is known good
 _UnaryUnaryMultiCallable: Any
+_build_census_context: Callable[[], Any]
 
 
 def _bind() -> None:
     """Bind grpcio's private names this module uses (raises on a grpcio
     that lacks one)."""
-    global _UnaryUnaryMultiCallable, _LeanCall
+    global _UnaryUnaryMultiCallable, _LeanCall, _build_census_context
     channel: Any = importlib.import_module("grpc.aio._channel")
     call: Any = importlib.import_module("grpc.aio._call")
     cygrpc: Any = importlib.import_module("grpc._cython.cygrpc")
     _UnaryUnaryMultiCallable = channel.UnaryUnaryMultiCallable
-    _LeanCall = _make_call_class(
-        call.UnaryUnaryCall,
-        call.Call.__init__,
-        cygrpc.build_census_context,
-        cygrpc.EOF,
-        call._create_rpc_error,
-    )
+    _LeanCall = _make_call_class(call.UnaryUnaryCall, cygrpc.EOF, call._create_rpc_error)
+    _build_census_context = cygrpc.build_census_context

@@ -626,8 +626,13 @@ class Rpc:
         metrics = self.metrics
         if metrics is not None:
             metrics.attempt_ended(status, self._attempt_labels, True)
-        if self._on_call_done is not None:
-            self._call_done(status)
+        done = self._on_call_done
+        if done is not None:  # _call_done, inline
+            self._on_call_done = None
+            try:
+                done(status)
+            except Exception:
+                _log.exception("pyxds: on_call_done raised")
         if status.code is _OK and core.retry_throttle is not None:
             core.retry_throttle.record_success()
         if metrics is not None:
