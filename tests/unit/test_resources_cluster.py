@@ -530,9 +530,10 @@ def test_idle_timeout_invalid_rejected():
 
 
 def test_upstream_config_of_other_type_rejected():
-    assert "upstream_config.typed_config: unsupported upstream config type" in decode_err(
-        with_upstream(other_type=True)
-    )
+    assert (
+        "upstream_config.typed_config.value[envoy.extensions.transport_sockets.tls.v3"
+        ".UpstreamTlsContext].type_url: unsupported upstream config type"
+    ) in decode_err(with_upstream(other_type=True))
 
 
 # ---------------------------------------------------------------- values

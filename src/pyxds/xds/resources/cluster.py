@@ -56,7 +56,6 @@ from pyxds.xds.resources._common import (
     duration,
     type_name,
     typed_struct_type,
-    unpack,
 )
 from pyxds.xds.resources.lb_policy import convert_legacy_lb_policy, convert_load_balancing_policy
 from pyxds.xds.resources.types import (
@@ -405,26 +404,36 @@ def _validate_with_registry(lb: list[dict[str, Any]], path: str, errs: Errors) -
 
 
 def _idle_timeout(any_msg: Any, errs: Errors) -> float:
+    """A75's idle timeout from ``upstream_config``; errors in C-core's fields
+    and words (UpstreamConfigTest): the path names the Any's type, and a
+    TypedStruct's named type after it."""
     tname = type_name(any_msg.typed_config.type_url)
+    path = f"upstream_config.typed_config.value[{tname}]"
+    if tname in TYPED_STRUCT_TYPES:
+        # A TypedStruct holds JSON, never HttpProtocolOptions' bytes.
+        inner = typed_struct_type(any_msg.typed_config.value)
+        if inner is None:
+            errs.add(path, "could not parse")
+        elif inner != HTTP_PROTOCOL_OPTIONS:
+            errs.add(f"{path}.value[{inner}].type_url", "unsupported upstream config type")
+        else:
+            errs.add(f"{path}.value[{inner}]", "can't decode HttpProtocolOptions")
+        return DEFAULT_IDLE_TIMEOUT
     if tname != HTTP_PROTOCOL_OPTIONS:
-        errs.add("upstream_config.typed_config", f"unsupported upstream config type {tname!r}")
+        errs.add(f"{path}.type_url", "unsupported upstream config type")
         return DEFAULT_IDLE_TIMEOUT
     from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
-    opts = unpack(
-        any_msg.typed_config,
-        http_protocol_options_pb2.HttpProtocolOptions,
-        "upstream_config.typed_config",
-        errs,
-    )
-    if opts is None or not opts.HasField("common_http_protocol_options"):
+    opts = http_protocol_options_pb2.HttpProtocolOptions()
+    try:
+        opts.ParseFromString(any_msg.typed_config.value)
+    except Exception:  # google.protobuf.message.DecodeError
+        errs.add(path, "can't decode HttpProtocolOptions")
+        return DEFAULT_IDLE_TIMEOUT
+    if not opts.HasField("common_http_protocol_options"):
         return DEFAULT_IDLE_TIMEOUT
     chpo = opts.common_http_protocol_options
     if not chpo.HasField("idle_timeout"):
         return DEFAULT_IDLE_TIMEOUT
-    v = duration(
-        chpo.idle_timeout,
-        "upstream_config.typed_config.value.common_http_protocol_options.idle_timeout",
-        errs,
-    )
+    v = duration(chpo.idle_timeout, f"{path}.common_http_protocol_options.idle_timeout", errs)
     return DEFAULT_IDLE_TIMEOUT if v is None else v
