@@ -210,6 +210,7 @@ def parse_cluster(
     else:  # another type, or neither type nor cluster_type (C-core's words)
         errs.add("type", "unknown discovery type")
 
+    n_before_lb = len(errs)
     if c.HasField("load_balancing_policy"):
         lb = convert_load_balancing_policy(c.load_balancing_policy, errs)
         lb_path = "load_balancing_policy"
@@ -217,7 +218,9 @@ def parse_cluster(
         lb = convert_legacy_lb_policy(c, errs)
         lb_path = "lb_policy"
     lb_json = None
-    if lb is not None:
+    # As C-core: the registry sees only a config that converted cleanly
+    # (LbPolicyTest.EnumLbPolicyRingHashSetMinAndMaxRingSizeToZero).
+    if lb is not None and len(errs) == n_before_lb:
         _validate_with_registry(lb, lb_path, errs)
         lb_json = json.dumps(lb, sort_keys=True)
 
