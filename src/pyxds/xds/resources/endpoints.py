@@ -270,6 +270,9 @@ def parse_cluster_load_assignment(
                     if not aa.HasField("address"):
                         errs.add(p, "field not present")
                         continue
+                    if not aa.address.HasField("socket_address"):
+                        errs.add(f"{p}.socket_address", "field not present")
+                        continue
                     a = address_of(aa.address.socket_address, p, errs)
                     if a is not None:
                         extra.append(a)
