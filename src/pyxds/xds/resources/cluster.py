@@ -202,11 +202,11 @@ def parse_cluster(
             if cfg is not None:
                 kind = "AGGREGATE"
                 children = tuple(cfg.clusters)
+                # A37 "Validation": at least one entry; an entry's name is
+                # not checked (C-core neither: an empty name is a cluster
+                # that does not exist).
                 if not children:
                     errs.add(f"{ap}.clusters", "must be non-empty")
-                for i, child in enumerate(children):
-                    if not child:
-                        errs.add(f"{ap}.clusters[{i}]", "must be non-empty")
     else:  # another type, or neither type nor cluster_type (C-core's words)
         errs.add("type", "unknown discovery type")
 
