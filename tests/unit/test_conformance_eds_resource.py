@@ -192,7 +192,7 @@ def test_drop_config_converted_to_parts_per_million():
     ]
 
 
-# ---------------------------------------------------------------- NACKs in C-core's fields and words
+# ---------------------------------------------------------------- NACKs: C-core's fields, words
 
 
 def test_locality_without_locality_field_in_c_core_words():

@@ -326,7 +326,8 @@ def test_load_balancing_policy_ring_hash_bad_hash_function_rejected():
     err = decode_err(with_policies(rh))
     assert (
         "load_balancing_policy.policies[0].typed_extension_config.typed_config"
-        ".value[envoy.extensions.load_balancing_policies.ring_hash.v3.RingHash].hash_function: unsupported value (must be XX_HASH)"
+        ".value[envoy.extensions.load_balancing_policies.ring_hash.v3.RingHash]"
+        ".hash_function: unsupported value (must be XX_HASH)"
     ) in err
 
 
