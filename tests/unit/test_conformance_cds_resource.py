@@ -747,3 +747,59 @@ def test_override_host_status_without_common_lb_config_is_unknown_and_healthy():
     c = eds()
     c.common_lb_config.SetInParent()
     assert ok(c).override_host_statuses == frozenset({"UNKNOWN", "HEALTHY"})
+
+
+# ---------------------------------------------------------------- grpc-go
+
+
+def _go_case(name: str) -> cluster_pb2.Cluster:
+    """grpc-go unmarshal_cds_test.go TestValidateCluster_Failure's clusters
+    (each must be NACKed there)."""
+    if name in ("static", "original_dst"):
+        c = cluster_pb2.Cluster(name="foo", type=getattr(cluster_pb2.Cluster, name.upper()))
+        c.eds_cluster_config.eds_config.ads.SetInParent()
+        return c
+    if name == "no_eds_config":
+        return cluster_pb2.Cluster(name="foo", type=cluster_pb2.Cluster.EDS)
+    if name == "no_ads_config_source":
+        c = cluster_pb2.Cluster(name="foo", type=cluster_pb2.Cluster.EDS)
+        c.eds_cluster_config.SetInParent()
+        return c
+    if name == "maglev":
+        c = eds()
+        c.lb_policy = cluster_pb2.Cluster.MAGLEV
+        return c
+    if name == "logical_dns_two_localities":
+        c = _dns()
+        c.load_assignment.endpoints.add()
+        c.load_assignment.endpoints.add()
+        return c
+    if name == "ring_hash_policy_max_too_big":
+        m = ring_hash_pb2.RingHash(hash_function=ring_hash_pb2.RingHash.XX_HASH)
+        m.minimum_ring_size.value = 10
+        m.maximum_ring_size.value = 8388609
+        return with_policy(m)
+    assert name == "aggregate_empty"
+    return _aggregate(lambda a: a.Pack(aggregate_pb2.ClusterConfig()))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "static",
+        "original_dst",
+        "no_eds_config",
+        "no_ads_config_source",
+        "maglev",
+        "logical_dns_two_localities",
+        "ring_hash_policy_max_too_big",
+        "aggregate_empty",
+    ],
+)
+def test_grpc_go_invalid_clusters_are_nacked(name):
+    """grpc-go xdsresource unmarshal_cds_test.go TestValidateCluster_Failure
+    (non-supported-cluster-type-static / -original-dst, no-eds-config,
+    no-ads-config-source, unsupported-lb-policy, logical-dns-multiple-localities,
+    ring-hash-max-bound-greater-than-upper-bound-load-balancing-policy,
+    aggregate-empty-clusters)."""
+    assert nack(_go_case(name))
