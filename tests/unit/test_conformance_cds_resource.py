@@ -556,30 +556,6 @@ def test_lrs_server_self_enables_load_reporting():
     assert ok(c).lrs_server is True
 
 
-def test_lrs_propagation_keeps_known_names_and_ignores_unknown_ones(monkeypatch):
-    """C-core LrsTest.Propagation / PropagationNamedMetricsAll (A85)."""
-    monkeypatch.delenv("GRPC_EXPERIMENTAL_XDS_ORCA_LRS_PROPAGATION", raising=False)
-    c = eds()
-    c.lrs_server.self.SetInParent()
-    c.lrs_report_endpoint_metrics.extend(
-        [
-            "named_metrics.foo",
-            "named_metrics.bar",
-            "cpu_utilization",
-            "mem_utilization",
-            "application_utilization",
-            "unknown_field",
-        ]
-    )
-    m = ok(c).lrs_metrics
-    assert (m.cpu_utilization, m.mem_utilization, m.application_utilization) == (True,) * 3
-    assert not m.named_all and m.named_keys == frozenset({"foo", "bar"})
-    c.ClearField("lrs_report_endpoint_metrics")
-    c.lrs_report_endpoint_metrics.extend(["named_metrics.*", "cpu_utilization"])
-    m = ok(c).lrs_metrics
-    assert m.named_all and m.cpu_utilization and not m.mem_utilization
-
-
 # ---------------------------------------------------------------- upstream_config (A75)
 
 

@@ -245,15 +245,8 @@ def parse_cluster(
         ts_bytes = ts.typed_config.value
         ts_path = f"transport_socket.typed_config.value[{ts_type}]"
         if ts_type in TYPED_STRUCT_TYPES:
-            # C-core names the type inside; a TypedStruct holds JSON, never
-            # the context's bytes (TlsConfigTest.UpstreamTlsContextInTypedStruct).
-            inner = typed_struct_type(ts_bytes)
-            if inner is None:
-                errs.add(ts_path, "could not parse")
-            elif inner != UPSTREAM_TLS_CONTEXT:
-                errs.add(f"{ts_path}.value[{inner}].type_url", "unsupported transport socket type")
-            else:
-                errs.add(f"{ts_path}.value[{inner}]", "can't decode UpstreamTlsContext")
+            # TlsConfigTest.UpstreamTlsContextInTypedStruct
+            _refuse_typed_struct(ts_bytes, ts_path, UPSTREAM_TLS_CONTEXT, "transport socket", errs)
         elif ts_type != UPSTREAM_TLS_CONTEXT:
             errs.add(f"{ts_path}.type_url", "unsupported transport socket type")
         else:
@@ -406,6 +399,18 @@ def _validate_with_registry(lb: list[dict[str, Any]], path: str, errs: Errors) -
         errs.add(path, f"errors validating LB policy config: {err}")
 
 
+def _refuse_typed_struct(value: bytes, path: str, wanted: str, what: str, errs: Errors) -> None:
+    """A TypedStruct where a typed message is needed holds JSON, never the
+    message's bytes: refused naming the type inside, as C-core does."""
+    inner = typed_struct_type(value)
+    if inner is None:
+        errs.add(path, "could not parse")
+    elif inner != wanted:
+        errs.add(f"{path}.value[{inner}].type_url", f"unsupported {what} type")
+    else:
+        errs.add(f"{path}.value[{inner}]", f"can't decode {wanted.rpartition('.')[2]}")
+
+
 def _idle_timeout(any_msg: Any, errs: Errors) -> float:
     """A75's idle timeout from ``upstream_config``; errors in C-core's fields
     and words (UpstreamConfigTest): the path names the Any's type, and a
@@ -413,14 +418,9 @@ def _idle_timeout(any_msg: Any, errs: Errors) -> float:
     tname = type_name(any_msg.typed_config.type_url)
     path = f"upstream_config.typed_config.value[{tname}]"
     if tname in TYPED_STRUCT_TYPES:
-        # A TypedStruct holds JSON, never HttpProtocolOptions' bytes.
-        inner = typed_struct_type(any_msg.typed_config.value)
-        if inner is None:
-            errs.add(path, "could not parse")
-        elif inner != HTTP_PROTOCOL_OPTIONS:
-            errs.add(f"{path}.value[{inner}].type_url", "unsupported upstream config type")
-        else:
-            errs.add(f"{path}.value[{inner}]", "can't decode HttpProtocolOptions")
+        _refuse_typed_struct(
+            any_msg.typed_config.value, path, HTTP_PROTOCOL_OPTIONS, "upstream config", errs
+        )
         return DEFAULT_IDLE_TIMEOUT
     if tname != HTTP_PROTOCOL_OPTIONS:
         errs.add(f"{path}.type_url", "unsupported upstream config type")
