@@ -239,28 +239,27 @@ def test_additional_address_without_socket_address_in_c_core_words():
     ]
 
 
-def test_additional_address_invalid_port_in_c_core_words():
-    """C-core XdsEndpointTest.AdditionalAddressesInvalidPort."""
+@pytest.mark.parametrize(
+    ("host", "port", "error"),
+    [
+        ("127.0.0.1", 65537, ".port_value: invalid port"),  # AdditionalAddressesInvalidPort
+        (  # AdditionalAddressesInvalidAddress
+            "not_an_ip_address",
+            444,
+            ": Failed to parse address:not_an_ip_address:444",
+        ),
+    ],
+)
+def test_additional_address_bad_port_or_address_in_c_core_words(host, port, error):
+    """C-core XdsEndpointTest.AdditionalAddressesInvalidPort /
+    AdditionalAddressesInvalidAddress."""
 
     def fill(aa):
-        aa.address.socket_address.address = "127.0.0.1"
-        aa.address.socket_address.port_value = 65537
+        aa.address.socket_address.address = host
+        aa.address.socket_address.port_value = port
 
     assert nack(_with_additional(fill)) == [
-        f"{EP0}.additional_addresses[0].address.socket_address.port_value: invalid port"
-    ]
-
-
-def test_additional_address_invalid_address_in_c_core_words():
-    """C-core XdsEndpointTest.AdditionalAddressesInvalidAddress."""
-
-    def fill(aa):
-        aa.address.socket_address.address = "not_an_ip_address"
-        aa.address.socket_address.port_value = 444
-
-    assert nack(_with_additional(fill)) == [
-        f"{EP0}.additional_addresses[0].address.socket_address: "
-        "Failed to parse address:not_an_ip_address:444"
+        f"{EP0}.additional_addresses[0].address.socket_address{error}"
     ]
 
 
