@@ -1,0 +1,169 @@
+"""Differential: a Cluster or ClusterLoadAssignment pyxds NACKs, C-core
+(grpcio's ``xds:///`` channel in a subprocess, CoreXdsClient) NACKs too, and
+both name the same field with the same words in the RPC's UNAVAILABLE
+status (nothing cached for that resource).
+
+The resources are the C-core resource-type test cases whose field paths
+pyxds got wrong before (xds_lb_policy_registry_test.cc
+WrrLocality.MissingEndpointPickingPolicy, RingHashConfig.InvalidHashFunction;
+xds_cluster_resource_type_test.cc UpstreamConfigTest.UnknownUpstreamConfigType,
+LbPolicyTest.EnumLbPolicyRingHashSetMinRingSizeLargerThanMaxRingSize;
+xds_endpoint_resource_type_test.cc AdditionalAddressesMissingSocketAddress):
+here the words are checked against the live grpcio, not the test file.
+C-core writes ``field:<path> error:<words>``, pyxds ``<path>: <words>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from channel_fixtures import CoreXdsClient, pyxds_calls, route
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.endpoint.v3 import endpoint_pb2
+from envoy.extensions.load_balancing_policies.ring_hash.v3 import ring_hash_pb2
+from envoy.extensions.load_balancing_policies.wrr_locality.v3 import wrr_locality_pb2
+
+import pyxds._api as pyxds
+from pyxds.server import ManagementServer
+from pyxds.server import builders as b
+from pyxds.server.snapshot import Snapshot
+
+NODE = "differential-cds-eds-nack"
+LBP = "load_balancing_policy.policies[0].typed_extension_config.typed_config"
+_LB = "envoy.extensions.load_balancing_policies."
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ManagementServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def core(server):
+    client = CoreXdsClient(server.bootstrap(node_id=NODE))
+    yield client
+    client.close()
+
+
+def _policy(c: cluster_pb2.Cluster, msg) -> None:
+    c.ClearField("lb_policy")
+    c.load_balancing_policy.policies.add().typed_extension_config.typed_config.Pack(msg)
+
+
+def _wrr_without_child(c: cluster_pb2.Cluster) -> None:
+    _policy(c, wrr_locality_pb2.WrrLocality())
+
+
+def _murmur_ring_hash(c: cluster_pb2.Cluster) -> None:
+    _policy(c, ring_hash_pb2.RingHash(hash_function=ring_hash_pb2.RingHash.MURMUR_HASH_2))
+
+
+def _unknown_upstream_config(c: cluster_pb2.Cluster) -> None:
+    c.upstream_config.typed_config.Pack(cluster_pb2.Cluster())
+
+
+def _ring_hash_enum_min_above_max(c: cluster_pb2.Cluster) -> None:
+    c.lb_policy = cluster_pb2.Cluster.RING_HASH
+    c.ring_hash_lb_config.minimum_ring_size.value = 1025
+    c.ring_hash_lb_config.maximum_ring_size.value = 1024
+
+
+CDS_CASES: list[tuple[str, Callable[[cluster_pb2.Cluster], None], str, str]] = [
+    (
+        "wrr-no-child",
+        _wrr_without_child,
+        f"{LBP}.value[{_LB}wrr_locality.v3.WrrLocality].endpoint_picking_policy",
+        "field not present",
+    ),
+    (
+        "murmur",
+        _murmur_ring_hash,
+        f"{LBP}.value[{_LB}ring_hash.v3.RingHash].hash_function",
+        "unsupported value (must be XX_HASH)",
+    ),
+    (
+        "upstream",
+        _unknown_upstream_config,
+        "upstream_config.typed_config.value[envoy.config.cluster.v3.Cluster].type_url",
+        "unsupported upstream config type",
+    ),
+    (
+        "ring-enum",
+        _ring_hash_enum_min_above_max,
+        "ring_hash_lb_config.minimum_ring_size",
+        "cannot be greater than maximum_ring_size",
+    ),
+]
+
+
+def _serve(server, name: str, cluster: cluster_pb2.Cluster, cla) -> str:
+    """Publish listener ``name`` -> route -> ``cluster`` (and its EDS
+    resource); returns the target."""
+    server.set_snapshot(
+        Snapshot(
+            listeners=[b.listener(name)],
+            routes=[
+                b.route_config(
+                    f"{name}-route",
+                    [b.virtual_host("vh", routes=[route(prefix="", cluster=cluster.name)])],
+                )
+            ],
+            clusters=[cluster],
+            endpoints=[cla],
+        )
+    )
+    return f"xds:///{name}"
+
+
+def _both_fail(server, core, target: str) -> tuple[str, str]:
+    ch = pyxds.insecure_channel(target, bootstrap=server.bootstrap(node_id=NODE))
+    try:
+        ours = pyxds_calls(ch, 1, details=True, wait_for_ready=False, timeout=5)
+        theirs = core.call(1, details=True, target=target, wait_for_ready=False, timeout=5)
+    finally:
+        ch.close()
+    (ours_text,), (theirs_text,) = list(ours), list(theirs)
+    return ours_text, theirs_text
+
+
+def _cla(name: str, extra=None) -> endpoint_pb2.ClusterLoadAssignment:
+    cla = b.endpoints(name, [b.locality(zone="z", endpoints=["127.0.0.1:1"])])
+    if extra is not None:
+        extra(cla)
+    return cla
+
+
+@pytest.mark.parametrize(
+    ("case", "mutate", "path", "words"), CDS_CASES, ids=[c[0] for c in CDS_CASES]
+)
+def test_nacked_cluster_names_the_same_field_as_c_core(server, core, case, mutate, path, words):
+    name = f"cds-nack-{case}"
+    cluster = b.cluster(f"{name}-cluster")
+    mutate(cluster)
+    target = _serve(server, name, cluster, _cla(f"{name}-cluster"))
+    ours, theirs = _both_fail(server, core, target)
+    assert theirs.startswith("error:UNAVAILABLE: ") and ours.startswith("error:UNAVAILABLE: ")
+    assert f"field:{path} error:{words}" in theirs, theirs
+    assert f"{path}: {words}" in ours, ours
+    # C-core reports only the conversion's error, never the registry's on top.
+    assert theirs.count("error:") == 2, theirs  # the status' own "error:" and the field's
+    assert "errors validating LB policy config" not in ours, ours
+
+
+def test_nacked_eds_additional_address_names_the_same_field_as_c_core(server, core):
+    name = "eds-nack-additional"
+
+    def no_socket_address(cla: endpoint_pb2.ClusterLoadAssignment) -> None:
+        endpoint = cla.endpoints[0].lb_endpoints[0].endpoint
+        endpoint.additional_addresses.add().address.SetInParent()
+
+    target = _serve(
+        server, name, b.cluster(f"{name}-cluster"), _cla(f"{name}-cluster", no_socket_address)
+    )
+    ours, theirs = _both_fail(server, core, target)
+    path = "endpoints[0].lb_endpoints[0].endpoint.additional_addresses[0].address.socket_address"
+    assert f"field:{path} error:field not present" in theirs, theirs
+    assert f"{path}: field not present" in ours, ours
