@@ -18,11 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from channel_fixtures import CoreXdsClient, pyxds_calls, route
+from channel_fixtures import Backend, CoreXdsClient, pyxds_calls, route
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.extensions.load_balancing_policies.ring_hash.v3 import ring_hash_pb2
 from envoy.extensions.load_balancing_policies.wrr_locality.v3 import wrr_locality_pb2
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
+from xds.type.v3 import typed_struct_pb2
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
@@ -32,6 +34,7 @@ from pyxds.server.snapshot import Snapshot
 NODE = "differential-cds-eds-nack"
 LBP = "load_balancing_policy.policies[0].typed_extension_config.typed_config"
 _LB = "envoy.extensions.load_balancing_policies."
+HPO = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +74,31 @@ def _ring_hash_enum_min_above_max(c: cluster_pb2.Cluster) -> None:
     c.ring_hash_lb_config.maximum_ring_size.value = 1024
 
 
+def _typed_struct_without_type(c: cluster_pb2.Cluster) -> None:
+    _policy(c, typed_struct_pb2.TypedStruct(type_url="type.googleapis.com/"))
+
+
+def _policy_without_typed_config(c: cluster_pb2.Cluster) -> None:
+    c.ClearField("lb_policy")
+    c.load_balancing_policy.policies.add().typed_extension_config.name = "x"
+
+
+def _http_options_in_typed_struct(c: cluster_pb2.Cluster) -> None:
+    ts = typed_struct_pb2.TypedStruct(type_url=f"type.googleapis.com/{HPO}")
+    c.upstream_config.typed_config.Pack(ts)
+
+
+def _unparsable_http_options(c: cluster_pb2.Cluster) -> None:
+    c.upstream_config.typed_config.Pack(http_protocol_options_pb2.HttpProtocolOptions())
+    c.upstream_config.typed_config.value = b"\0"
+
+
+def _negative_idle_timeout(c: cluster_pb2.Cluster) -> None:
+    opts = http_protocol_options_pb2.HttpProtocolOptions()
+    opts.common_http_protocol_options.idle_timeout.seconds = -1
+    c.upstream_config.typed_config.Pack(opts)
+
+
 CDS_CASES: list[tuple[str, Callable[[cluster_pb2.Cluster], None], str, str]] = [
     (
         "wrr-no-child",
@@ -89,6 +117,32 @@ CDS_CASES: list[tuple[str, Callable[[cluster_pb2.Cluster], None], str, str]] = [
         _unknown_upstream_config,
         "upstream_config.typed_config.value[envoy.config.cluster.v3.Cluster].type_url",
         "unsupported upstream config type",
+    ),
+    (
+        "typed-struct-no-type",
+        _typed_struct_without_type,
+        f"{LBP}.value[xds.type.v3.TypedStruct].type_url",
+        'invalid value "type.googleapis.com/"',
+    ),
+    ("no-typed-config", _policy_without_typed_config, LBP, "field not present"),
+    (
+        "hpo-typed-struct",
+        _http_options_in_typed_struct,
+        f"upstream_config.typed_config.value[xds.type.v3.TypedStruct].value[{HPO}]",
+        "can't decode HttpProtocolOptions",
+    ),
+    (
+        "hpo-unparsable",
+        _unparsable_http_options,
+        f"upstream_config.typed_config.value[{HPO}]",
+        "can't decode HttpProtocolOptions",
+    ),
+    (
+        "idle-negative",
+        _negative_idle_timeout,
+        f"upstream_config.typed_config.value[{HPO}].common_http_protocol_options.idle_timeout"
+        ".seconds",
+        "value must be in the range [0, 315576000000]",
     ),
     (
         "ring-enum",
@@ -167,3 +221,41 @@ def test_nacked_eds_additional_address_names_the_same_field_as_c_core(server, co
     path = "endpoints[0].lb_endpoints[0].endpoint.additional_addresses[0].address.socket_address"
     assert f"field:{path} error:field not present" in theirs, theirs
     assert f"{path}: field not present" in ours, ours
+
+
+def test_aggregate_child_with_an_empty_name_is_not_nacked_alike(server, core):
+    """A37 "Validation" and C-core's AggregateClusterParse: a child named ""
+    is a cluster that never arrives, not a NACK (pyxds NACKed it before):
+    both channels wait for it and fail the RPC the same way."""
+    backend = Backend("agg-empty-leaf").start()
+    name = "agg-empty-child"
+    try:
+        server.set_snapshot(
+            Snapshot(
+                listeners=[b.listener(name)],
+                routes=[
+                    b.route_config(
+                        f"{name}-route",
+                        [b.virtual_host("vh", routes=[route(prefix="", cluster=f"{name}-agg")])],
+                    )
+                ],
+                clusters=[
+                    b.cluster(f"{name}-agg", aggregate_children=["", f"{name}-leaf"]),
+                    b.cluster(f"{name}-leaf"),
+                ],
+                endpoints=[
+                    b.endpoints(f"{name}-leaf", [b.locality(zone="z", endpoints=[backend.address])])
+                ],
+            )
+        )
+        target = f"xds:///{name}"
+        ch = pyxds.insecure_channel(target, bootstrap=server.bootstrap(node_id=NODE))
+        try:
+            ours = pyxds_calls(ch, 1, details=True, wait_for_ready=False, timeout=2)
+            theirs = core.call(1, details=True, target=target, wait_for_ready=False, timeout=2)
+        finally:
+            ch.close()
+    finally:
+        backend.stop()
+    assert ours == theirs, (ours, theirs)
+    assert not any("invalid resource" in text for text in ours), ours
