@@ -33,7 +33,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyxds.xds.resources._common import TYPED_STRUCT_TYPES, Errors, duration, type_name, unpack
+from pyxds.xds.resources._common import (
+    TYPED_STRUCT_TYPES,
+    Errors,
+    duration,
+    type_name,
+    unpack,
+    valid_type_url,
+)
 
 __all__ = [
     "convert_load_balancing_policy",
@@ -85,7 +92,7 @@ def convert_load_balancing_policy(
             errs.add(p, "field not present")
             return None
         any_msg = policy.typed_extension_config.typed_config
-        if not _valid_type_url(any_msg.type_url, f"{p}.type_url", errs):
+        if not valid_type_url(any_msg.type_url, f"{p}.type_url", errs):
             return None
         n_before = len(errs)
         try:
@@ -97,17 +104,6 @@ def convert_load_balancing_policy(
         return result
     errs.add(path, "no supported load balancing policy config found")
     return None
-
-
-def _valid_type_url(type_url: str, path: str, errs: Errors) -> bool:
-    """A type URL must name a type after its last ``/`` (C-core's words)."""
-    if not type_url:
-        errs.add(path, "field not present")
-        return False
-    if "/" not in type_url or type_url.endswith("/"):
-        errs.add(path, f'invalid value "{type_url}"')
-        return False
-    return True
 
 
 def _convert_one(
@@ -207,7 +203,7 @@ def _convert_one(
         m = unpack(any_msg, typed_struct_pb2.TypedStruct, p, errs)
         if m is None:
             return None
-        if not _valid_type_url(m.type_url, f"{p}.type_url", errs):
+        if not valid_type_url(m.type_url, f"{p}.type_url", errs):
             return None
         name = type_name(m.type_url)
         if not _registered(name):
