@@ -99,7 +99,27 @@ def _negative_idle_timeout(c: cluster_pb2.Cluster) -> None:
     c.upstream_config.typed_config.Pack(opts)
 
 
+def _transport_socket_without_typed_config(c: cluster_pb2.Cluster) -> None:
+    c.transport_socket.name = "envoy.transport_sockets.tls"
+
+
+def _transport_socket_without_type_url(c: cluster_pb2.Cluster) -> None:
+    c.transport_socket.typed_config.SetInParent()
+
+
 CDS_CASES: list[tuple[str, Callable[[cluster_pb2.Cluster], None], str, str]] = [
+    (
+        "ts-no-typed-config",
+        _transport_socket_without_typed_config,
+        "transport_socket.typed_config",
+        "field not present",
+    ),
+    (
+        "ts-no-type-url",
+        _transport_socket_without_type_url,
+        "transport_socket.typed_config.type_url",
+        "field not present",
+    ),
     (
         "wrr-no-child",
         _wrr_without_child,

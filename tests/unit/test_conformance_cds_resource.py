@@ -779,3 +779,22 @@ def test_grpc_go_invalid_clusters_are_nacked(name):
     ring-hash-max-bound-greater-than-upper-bound-load-balancing-policy,
     aggregate-empty-clusters)."""
     assert nack(_go_case(name))
+
+
+# ---------------------------------------------------------------- extensions without a type
+
+
+@pytest.mark.parametrize("field", ["transport_socket", "upstream_config"])
+def test_extension_without_typed_config_is_named_as_c_core(field):
+    """grpcio 1.85.3's C-core, checked live in
+    tests/e2e/test_differential_cds_eds_nack.py: a transport_socket or
+    upstream_config without typed_config is "typed_config: field not
+    present"; one whose typed_config has no type URL is
+    "typed_config.type_url: field not present" (C-core ExtractXdsExtension)."""
+    c = eds()
+    getattr(c, field).SetInParent()
+    if field == "transport_socket":
+        c.transport_socket.name = "envoy.transport_sockets.tls"
+    assert nack(c) == [f"{field}.typed_config: field not present"]
+    getattr(c, field).typed_config.SetInParent()
+    assert nack(c) == [f"{field}.typed_config.type_url: field not present"]

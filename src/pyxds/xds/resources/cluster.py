@@ -56,6 +56,7 @@ from pyxds.xds.resources._common import (
     duration,
     type_name,
     typed_struct_type,
+    valid_type_url,
 )
 from pyxds.xds.resources.lb_policy import convert_legacy_lb_policy, convert_load_balancing_policy
 from pyxds.xds.resources.types import (
@@ -244,20 +245,25 @@ def parse_cluster(
         ts_type = type_name(ts.typed_config.type_url) or None
         ts_bytes = ts.typed_config.value
         ts_path = f"transport_socket.typed_config.value[{ts_type}]"
-        if ts_type in TYPED_STRUCT_TYPES:
-            # TlsConfigTest.UpstreamTlsContextInTypedStruct
-            _refuse_typed_struct(ts_bytes, ts_path, UPSTREAM_TLS_CONTEXT, "transport socket", errs)
-        elif ts_type != UPSTREAM_TLS_CONTEXT:
-            errs.add(f"{ts_path}.type_url", "unsupported transport socket type")
-        else:
-            security = parse_upstream_tls_context(ts_bytes, errs, providers)
+        if _has_typed_config(ts, "transport_socket", errs):
+            if ts_type in TYPED_STRUCT_TYPES:
+                # TlsConfigTest.UpstreamTlsContextInTypedStruct
+                _refuse_typed_struct(
+                    ts_bytes, ts_path, UPSTREAM_TLS_CONTEXT, "transport socket", errs
+                )
+            elif ts_type != UPSTREAM_TLS_CONTEXT:
+                errs.add(f"{ts_path}.type_url", "unsupported transport socket type")
+            else:
+                security = parse_upstream_tls_context(ts_bytes, errs, providers)
 
     outlier_detection = None
     if c.HasField("outlier_detection"):
         outlier_detection = _outlier_detection(c.outlier_detection, errs)
 
     idle = DEFAULT_IDLE_TIMEOUT
-    if c.HasField("upstream_config"):
+    if c.HasField("upstream_config") and _has_typed_config(
+        c.upstream_config, "upstream_config", errs
+    ):
         idle = _idle_timeout(c.upstream_config, errs)
 
     if kind is None or lb_json is None or errs:
@@ -397,6 +403,16 @@ def _validate_with_registry(lb: list[dict[str, Any]], path: str, errs: Errors) -
         registry.select(json.loads(json.dumps(lb)))
     except LBConfigError as err:
         errs.add(path, f"errors validating LB policy config: {err}")
+
+
+def _has_typed_config(extension: Any, path: str, errs: Errors) -> bool:
+    """A TransportSocket / TypedExtensionConfig needs a ``typed_config``
+    whose type URL names a type (C-core: "field not present" at
+    ``typed_config`` or ``typed_config.type_url``)."""
+    if not extension.HasField("typed_config"):
+        errs.add(f"{path}.typed_config", "field not present")
+        return False
+    return valid_type_url(extension.typed_config.type_url, f"{path}.typed_config.type_url", errs)
 
 
 def _refuse_typed_struct(value: bytes, path: str, wanted: str, what: str, errs: Errors) -> None:
