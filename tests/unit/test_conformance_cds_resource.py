@@ -798,3 +798,18 @@ def test_extension_without_typed_config_is_named_as_c_core(field):
     assert nack(c) == [f"{field}.typed_config: field not present"]
     getattr(c, field).typed_config.SetInParent()
     assert nack(c) == [f"{field}.typed_config.type_url: field not present"]
+
+
+def test_ring_hash_enum_max_below_the_default_min_is_nacked_unlike_c_core():
+    """RING_HASH with only maximum_ring_size 100: the default minimum (1024)
+    is above it.  grpc-go (unmarshal_cds.go, defaults applied before its
+    min > max check) and pyxds NACK; grpcio 1.85.3's C-core checks only an
+    explicit minimum, ACKs, and then fails every RPC INTERNAL when the
+    ring_hash config does not parse (checked live; documented in
+    docs/differences-from-c-core.md)."""
+    c = eds()
+    c.lb_policy = cluster_pb2.Cluster.RING_HASH
+    c.ring_hash_lb_config.maximum_ring_size.value = 100
+    assert nack(c) == [
+        "ring_hash_lb_config.minimum_ring_size: cannot be greater than maximum_ring_size"
+    ]
