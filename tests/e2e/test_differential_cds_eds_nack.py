@@ -192,7 +192,7 @@ def _serve(server, name: str, cluster: cluster_pb2.Cluster, cla) -> str:
     return f"xds:///{name}"
 
 
-def _both_fail(server, core, target: str) -> tuple[str, str]:
+def _one_rpc_each(server, core, target: str) -> tuple[str, str]:
     ch = pyxds.insecure_channel(target, bootstrap=server.bootstrap(node_id=NODE))
     try:
         ours = pyxds_calls(ch, 1, details=True, wait_for_ready=False, timeout=5)
@@ -218,7 +218,7 @@ def test_nacked_cluster_names_the_same_field_as_c_core(server, core, case, mutat
     cluster = b.cluster(f"{name}-cluster")
     mutate(cluster)
     target = _serve(server, name, cluster, _cla(f"{name}-cluster"))
-    ours, theirs = _both_fail(server, core, target)
+    ours, theirs = _one_rpc_each(server, core, target)
     assert theirs.startswith("error:UNAVAILABLE: ") and ours.startswith("error:UNAVAILABLE: ")
     assert f"field:{path} error:{words}" in theirs, theirs
     assert f"{path}: {words}" in ours, ours
@@ -237,7 +237,7 @@ def test_nacked_eds_additional_address_names_the_same_field_as_c_core(server, co
     target = _serve(
         server, name, b.cluster(f"{name}-cluster"), _cla(f"{name}-cluster", no_socket_address)
     )
-    ours, theirs = _both_fail(server, core, target)
+    ours, theirs = _one_rpc_each(server, core, target)
     path = "endpoints[0].lb_endpoints[0].endpoint.additional_addresses[0].address.socket_address"
     assert f"field:{path} error:field not present" in theirs, theirs
     assert f"{path}: field not present" in ours, ours
@@ -279,3 +279,48 @@ def test_aggregate_child_with_an_empty_name_is_not_nacked_alike(server, core):
         backend.stop()
     assert ours == theirs, (ours, theirs)
     assert not any("invalid resource" in text for text in ours), ours
+
+
+def _least_request_enum(c: cluster_pb2.Cluster) -> None:
+    c.lb_policy = cluster_pb2.Cluster.LEAST_REQUEST
+
+
+def _ring_hash_enum_max_only(c: cluster_pb2.Cluster) -> None:
+    c.lb_policy = cluster_pb2.Cluster.RING_HASH
+    c.ring_hash_lb_config.maximum_ring_size.value = 100
+
+
+@pytest.mark.parametrize(
+    ("case", "mutate", "ours_has", "theirs_has"),
+    [
+        (  # A48: pyxds serves; C-core has no least_request
+            "least-request-enum",
+            _least_request_enum,
+            "agg-leaf",
+            "field:lb_policy error:LB policy is not supported",
+        ),
+        (  # grpc-go alike: NACK; C-core ACKs and fails the ring_hash config
+            "ring-max-only",
+            _ring_hash_enum_max_only,
+            "ring_hash_lb_config.minimum_ring_size: cannot be greater than maximum_ring_size",
+            "error:INTERNAL: ",
+        ),
+    ],
+    ids=["least-request-enum", "ring-max-only"],
+)
+def test_documented_differences_from_c_core_hold(server, core, case, mutate, ours_has, theirs_has):
+    """docs/differences-from-c-core.md "CDS and EDS validation": each
+    difference is pinned against the live grpcio, so a grpcio that changes
+    shows up here."""
+    backend = Backend("agg-leaf").start()
+    name = f"cds-diff-{case}"
+    try:
+        cluster = b.cluster(f"{name}-cluster")
+        mutate(cluster)
+        cla = b.endpoints(f"{name}-cluster", [b.locality(zone="z", endpoints=[backend.address])])
+        target = _serve(server, name, cluster, cla)
+        ours, theirs = _one_rpc_each(server, core, target)
+    finally:
+        backend.stop()
+    assert ours_has in ours, ours
+    assert theirs_has in theirs, theirs
