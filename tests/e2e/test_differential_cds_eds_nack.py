@@ -324,3 +324,32 @@ def test_documented_differences_from_c_core_hold(server, core, case, mutate, our
         backend.stop()
     assert ours_has in ours, ours
     assert theirs_has in theirs, theirs
+
+
+def test_ipv6_endpoint_with_a_zone_is_served_alike(server, core):
+    """An EDS endpoint ``::1%lo`` (RFC 6874 zone): grpcio 1.85.3's C-core
+    ACKs and reaches it; pyxds NACKed the resource before.  A backend on
+    [::1] answers both."""
+    import collections
+    from concurrent import futures
+
+    import grpc
+    from channel_fixtures import EXCLUSIVE, _handlers
+
+    executor = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="backend-")
+    v6 = grpc.server(executor, options=[EXCLUSIVE])
+    v6.add_generic_rpc_handlers((_handlers("v6", collections.Counter()),))
+    port = v6.add_insecure_port("[::1]:0")
+    v6.start()
+    name = "eds-zone"
+    try:
+        cla = b.endpoints(f"{name}-cluster", [b.locality(zone="z", endpoints=[])])
+        sa = cla.endpoints[0].lb_endpoints.add().endpoint.address.socket_address
+        sa.address = "::1%lo"
+        sa.port_value = port
+        target = _serve(server, name, b.cluster(f"{name}-cluster"), cla)
+        ours, theirs = _one_rpc_each(server, core, target)
+    finally:
+        v6.stop(None).wait(5)
+        executor.shutdown(wait=False)
+    assert (ours, theirs) == ("v6", "v6")

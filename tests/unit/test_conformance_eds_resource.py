@@ -18,6 +18,8 @@ C-core's errors read ``field:<path> error:<words>``; pyxds's read
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from envoy.config.core.v3 import address_pb2, health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
@@ -305,3 +307,39 @@ def test_drop_overload_without_category_or_percentage_in_c_core_words():
     c = cla(loc)
     c.policy.drop_overloads.add(category="lb_drop")
     assert nack(c) == ["policy.drop_overloads[0].drop_percentage: field not present"]
+
+
+# ---------------------------------------------------------------- IPv6 zones (C-core, checked live)
+
+
+LO = socket.if_nametoindex("lo")
+
+
+@pytest.mark.parametrize("zone", [str(LO), "lo"])
+def test_ipv6_address_with_a_zone_is_accepted_as_c_core(zone):
+    """grpcio 1.85.3's C-core ACKs an endpoint ``fe80::1%<zone>`` (its
+    grpc_parse_ipv6_hostport reads RFC 6874 zones: an interface index or
+    name); pyxds NACKed the whole resource.  The zone is kept as the
+    interface index, which grpcio's resolver reads back."""
+    loc = locality()
+    add_endpoint(loc, f"fe80:0::1%{zone}", 7)
+    [[got]] = one_locality(loc).priorities
+    assert got.endpoints[0].addresses == (f"[fe80::1%{LO}]:7",)
+
+
+def test_same_scoped_address_by_name_and_index_is_a_duplicate():
+    """C-core compares socket addresses, scope id included."""
+    loc = locality()
+    add_endpoint(loc, "fe80::1%lo", 7)
+    add_endpoint(loc, f"fe80::1%{LO}", 7)
+    [error] = nack(cla(loc))
+    assert error == f'endpoints[0].lb_endpoints[1]: duplicate endpoint address "[fe80::1%{LO}]:7"'
+
+
+@pytest.mark.parametrize("address", ["fe80::1%no-such-interface", "127.0.0.1%1", "fe80::1%"])
+def test_bad_zone_fails_to_parse_as_c_core(address):
+    """C-core: a zone that is neither a number nor an interface name (or an
+    IPv4 address with a zone) does not parse."""
+    loc = locality()
+    add_endpoint(loc, address, 7)
+    assert nack(cla(loc)) == [f"{EP0}.address.socket_address: Failed to parse address:{address}:7"]
