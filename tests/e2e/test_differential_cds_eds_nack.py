@@ -173,9 +173,9 @@ CDS_CASES: list[tuple[str, Callable[[cluster_pb2.Cluster], None], str, str]] = [
 ]
 
 
-def _serve(server, name: str, cluster: cluster_pb2.Cluster, cla) -> str:
-    """Publish listener ``name`` -> route -> ``cluster`` (and its EDS
-    resource); returns the target."""
+def _serve(server, name: str, cluster: cluster_pb2.Cluster, cla, extra_clusters=()) -> str:
+    """Publish listener ``name`` -> route -> ``cluster``, the EDS resource
+    ``cla`` and ``extra_clusters``; returns the target."""
     server.set_snapshot(
         Snapshot(
             listeners=[b.listener(name)],
@@ -185,18 +185,18 @@ def _serve(server, name: str, cluster: cluster_pb2.Cluster, cla) -> str:
                     [b.virtual_host("vh", routes=[route(prefix="", cluster=cluster.name)])],
                 )
             ],
-            clusters=[cluster],
+            clusters=[cluster, *extra_clusters],
             endpoints=[cla],
         )
     )
     return f"xds:///{name}"
 
 
-def _one_rpc_each(server, core, target: str) -> tuple[str, str]:
+def _one_rpc_each(server, core, target: str, timeout: float = 5) -> tuple[str, str]:
     ch = pyxds.insecure_channel(target, bootstrap=server.bootstrap(node_id=NODE))
     try:
-        ours = pyxds_calls(ch, 1, details=True, wait_for_ready=False, timeout=5)
-        theirs = core.call(1, details=True, target=target, wait_for_ready=False, timeout=5)
+        ours = pyxds_calls(ch, 1, details=True, wait_for_ready=False, timeout=timeout)
+        theirs = core.call(1, details=True, target=target, wait_for_ready=False, timeout=timeout)
     finally:
         ch.close()
     (ours_text,), (theirs_text,) = list(ours), list(theirs)
@@ -250,35 +250,14 @@ def test_aggregate_child_with_an_empty_name_is_not_nacked_alike(server, core):
     backend = Backend("agg-empty-leaf").start()
     name = "agg-empty-child"
     try:
-        server.set_snapshot(
-            Snapshot(
-                listeners=[b.listener(name)],
-                routes=[
-                    b.route_config(
-                        f"{name}-route",
-                        [b.virtual_host("vh", routes=[route(prefix="", cluster=f"{name}-agg")])],
-                    )
-                ],
-                clusters=[
-                    b.cluster(f"{name}-agg", aggregate_children=["", f"{name}-leaf"]),
-                    b.cluster(f"{name}-leaf"),
-                ],
-                endpoints=[
-                    b.endpoints(f"{name}-leaf", [b.locality(zone="z", endpoints=[backend.address])])
-                ],
-            )
-        )
-        target = f"xds:///{name}"
-        ch = pyxds.insecure_channel(target, bootstrap=server.bootstrap(node_id=NODE))
-        try:
-            ours = pyxds_calls(ch, 1, details=True, wait_for_ready=False, timeout=2)
-            theirs = core.call(1, details=True, target=target, wait_for_ready=False, timeout=2)
-        finally:
-            ch.close()
+        leaf = b.endpoints(f"{name}-leaf", [b.locality(zone="z", endpoints=[backend.address])])
+        aggregate = b.cluster(f"{name}-agg", aggregate_children=["", f"{name}-leaf"])
+        target = _serve(server, name, aggregate, leaf, [b.cluster(f"{name}-leaf")])
+        ours, theirs = _one_rpc_each(server, core, target, timeout=2)
     finally:
         backend.stop()
     assert ours == theirs, (ours, theirs)
-    assert not any("invalid resource" in text for text in ours), ours
+    assert "invalid resource" not in ours, ours
 
 
 def _least_request_enum(c: cluster_pb2.Cluster) -> None:
