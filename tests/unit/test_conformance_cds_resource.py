@@ -813,3 +813,37 @@ def test_ring_hash_enum_max_below_the_default_min_is_nacked_unlike_c_core():
     assert nack(c) == [
         "ring_hash_lb_config.minimum_ring_size: cannot be greater than maximum_ring_size"
     ]
+
+
+# ---------------------------------------------------------------- grpc-java
+
+
+def test_wrr_locality_over_client_side_wrr_keeps_its_fields():
+    """grpc-java XdsClientImplDataTest parseCluster_WrrLbPolicy_defaultLbConfig:
+    wrr_locality over ClientSideWeightedRoundRobin (blackout 17s, OOB on,
+    penalty 1.75) converts to xds_wrr_locality over weighted_round_robin with
+    those fields (the policy's own defaults fill the rest)."""
+    m = cswrr_pb2.ClientSideWeightedRoundRobin()
+    m.blackout_period.seconds = 17
+    m.enable_oob_load_report.value = True
+    m.error_utilization_penalty.value = 1.75
+    [entry] = lb(with_policy(wrr_over(m)))
+    [child] = entry["xds_wrr_locality_experimental"]["childPolicy"]
+    assert child == {
+        "weighted_round_robin": {
+            "blackoutPeriod": "17s",
+            "enableOobLoadReport": True,
+            "errorUtilizationPenalty": 1.75,
+        }
+    }
+
+
+def test_transport_socket_matches_are_ignored_as_c_core_not_nacked_as_java():
+    """grpc-java parseCluster_transportSocketMatches_exception NACKs a cluster
+    with transport_socket_matches; A29 only says gRPC does not support the
+    field, and grpcio 1.85.3's C-core ignores it (both a bare match and one
+    carrying an UpstreamTlsContext are served, checked live), as pyxds does."""
+    c = eds()
+    c.transport_socket_matches.add(name="match1")
+    r = ok(c)
+    assert r.transport_socket is None and r.security is None
