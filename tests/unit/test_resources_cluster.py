@@ -325,8 +325,9 @@ def test_load_balancing_policy_ring_hash_bad_hash_function_rejected():
     rh = ring_hash_pb2.RingHash(hash_function=ring_hash_pb2.RingHash.MURMUR_HASH_2)
     err = decode_err(with_policies(rh))
     assert (
-        "load_balancing_policy.policies[0].typed_extension_config.typed_config.hash_function:"
-        " unsupported value (must be XX_HASH)"
+        "load_balancing_policy.policies[0].typed_extension_config.typed_config"
+        ".value[envoy.extensions.load_balancing_policies.ring_hash.v3.RingHash]"
+        ".hash_function: unsupported value (must be XX_HASH)"
     ) in err
 
 
@@ -335,17 +336,17 @@ def test_load_balancing_policy_ring_hash_sizes_validated():
     rh.minimum_ring_size.value = 20
     rh.maximum_ring_size.value = 10
     err = decode_err(with_policies(rh))
-    assert "typed_config.minimum_ring_size: cannot be greater than maximum_ring_size" in err
+    assert "RingHash].minimum_ring_size: cannot be greater than maximum_ring_size" in err
     rh.maximum_ring_size.value = 9_000_000
     rh.minimum_ring_size.value = 0
     err = decode_err(with_policies(rh))
-    assert "typed_config.maximum_ring_size: value must be in the range [1, 8388608]" in err
-    assert "typed_config.minimum_ring_size: value must be in the range [1, 8388608]" in err
+    assert "RingHash].maximum_ring_size: value must be in the range [1, 8388608]" in err
+    assert "RingHash].minimum_ring_size: value must be in the range [1, 8388608]" in err
 
 
 def test_wrr_locality_without_endpoint_picking_policy_rejected():
     err = decode_err(with_policies(wrr_locality_pb2.WrrLocality()))
-    assert "typed_config.endpoint_picking_policy: field not present" in err
+    assert "WrrLocality].endpoint_picking_policy: field not present" in err
 
 
 def test_policy_entry_without_typed_extension_config_rejected():
@@ -530,9 +531,10 @@ def test_idle_timeout_invalid_rejected():
 
 
 def test_upstream_config_of_other_type_rejected():
-    assert "upstream_config.typed_config: unsupported upstream config type" in decode_err(
-        with_upstream(other_type=True)
-    )
+    assert (
+        "upstream_config.typed_config.value[envoy.extensions.transport_sockets.tls.v3"
+        ".UpstreamTlsContext].type_url: unsupported upstream config type"
+    ) in decode_err(with_upstream(other_type=True))
 
 
 # ---------------------------------------------------------------- values

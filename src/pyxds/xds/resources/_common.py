@@ -64,6 +64,19 @@ def type_name(type_url: str) -> str:
     return type_url.rpartition("/")[2]
 
 
+def valid_type_url(type_url: str, path: str, errs: Errors) -> bool:
+    """An extension's type URL must name a type after its last ``/``; else
+    an error at ``path`` (the ``.type_url`` field) in C-core's words
+    (ExtractXdsExtension)."""
+    if not type_url:
+        errs.add(path, "field not present")
+        return False
+    if "/" not in type_url or type_url.endswith("/"):
+        errs.add(path, f'invalid value "{type_url}"')
+        return False
+    return True
+
+
 def duration(d: Any, path: str, errs: Errors) -> float | None:
     """A google.protobuf.Duration as seconds, validated as C-core does."""
     seconds = d.seconds

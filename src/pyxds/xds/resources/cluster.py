@@ -56,7 +56,7 @@ from pyxds.xds.resources._common import (
     duration,
     type_name,
     typed_struct_type,
-    unpack,
+    valid_type_url,
 )
 from pyxds.xds.resources.lb_policy import convert_legacy_lb_policy, convert_load_balancing_policy
 from pyxds.xds.resources.types import (
@@ -203,14 +203,15 @@ def parse_cluster(
             if cfg is not None:
                 kind = "AGGREGATE"
                 children = tuple(cfg.clusters)
+                # A37 "Validation": at least one entry; an entry's name is
+                # not checked (C-core neither: an empty name is a cluster
+                # that does not exist).
                 if not children:
                     errs.add(f"{ap}.clusters", "must be non-empty")
-                for i, child in enumerate(children):
-                    if not child:
-                        errs.add(f"{ap}.clusters[{i}]", "must be non-empty")
     else:  # another type, or neither type nor cluster_type (C-core's words)
         errs.add("type", "unknown discovery type")
 
+    n_before_lb = len(errs)
     if c.HasField("load_balancing_policy"):
         lb = convert_load_balancing_policy(c.load_balancing_policy, errs)
         lb_path = "load_balancing_policy"
@@ -218,7 +219,9 @@ def parse_cluster(
         lb = convert_legacy_lb_policy(c, errs)
         lb_path = "lb_policy"
     lb_json = None
-    if lb is not None:
+    # As C-core: the registry sees only a config that converted cleanly
+    # (LbPolicyTest.EnumLbPolicyRingHashSetMinAndMaxRingSizeToZero).
+    if lb is not None and len(errs) == n_before_lb:
         _validate_with_registry(lb, lb_path, errs)
         lb_json = json.dumps(lb, sort_keys=True)
 
@@ -242,27 +245,25 @@ def parse_cluster(
         ts_type = type_name(ts.typed_config.type_url) or None
         ts_bytes = ts.typed_config.value
         ts_path = f"transport_socket.typed_config.value[{ts_type}]"
-        if ts_type in TYPED_STRUCT_TYPES:
-            # C-core names the type inside; a TypedStruct holds JSON, never
-            # the context's bytes (TlsConfigTest.UpstreamTlsContextInTypedStruct).
-            inner = typed_struct_type(ts_bytes)
-            if inner is None:
-                errs.add(ts_path, "could not parse")
-            elif inner != UPSTREAM_TLS_CONTEXT:
-                errs.add(f"{ts_path}.value[{inner}].type_url", "unsupported transport socket type")
+        if _has_typed_config(ts, "transport_socket", errs):
+            if ts_type in TYPED_STRUCT_TYPES:
+                # TlsConfigTest.UpstreamTlsContextInTypedStruct
+                _refuse_typed_struct(
+                    ts_bytes, ts_path, UPSTREAM_TLS_CONTEXT, "transport socket", errs
+                )
+            elif ts_type != UPSTREAM_TLS_CONTEXT:
+                errs.add(f"{ts_path}.type_url", "unsupported transport socket type")
             else:
-                errs.add(f"{ts_path}.value[{inner}]", "can't decode UpstreamTlsContext")
-        elif ts_type != UPSTREAM_TLS_CONTEXT:
-            errs.add(f"{ts_path}.type_url", "unsupported transport socket type")
-        else:
-            security = parse_upstream_tls_context(ts_bytes, errs, providers)
+                security = parse_upstream_tls_context(ts_bytes, errs, providers)
 
     outlier_detection = None
     if c.HasField("outlier_detection"):
         outlier_detection = _outlier_detection(c.outlier_detection, errs)
 
     idle = DEFAULT_IDLE_TIMEOUT
-    if c.HasField("upstream_config"):
+    if c.HasField("upstream_config") and _has_typed_config(
+        c.upstream_config, "upstream_config", errs
+    ):
         idle = _idle_timeout(c.upstream_config, errs)
 
     if kind is None or lb_json is None or errs:
@@ -404,27 +405,54 @@ def _validate_with_registry(lb: list[dict[str, Any]], path: str, errs: Errors) -
         errs.add(path, f"errors validating LB policy config: {err}")
 
 
+def _has_typed_config(extension: Any, path: str, errs: Errors) -> bool:
+    """A TransportSocket / TypedExtensionConfig needs a ``typed_config``
+    whose type URL names a type (C-core: "field not present" at
+    ``typed_config`` or ``typed_config.type_url``)."""
+    if not extension.HasField("typed_config"):
+        errs.add(f"{path}.typed_config", "field not present")
+        return False
+    return valid_type_url(extension.typed_config.type_url, f"{path}.typed_config.type_url", errs)
+
+
+def _refuse_typed_struct(value: bytes, path: str, wanted: str, what: str, errs: Errors) -> None:
+    """A TypedStruct where a typed message is needed holds JSON, never the
+    message's bytes: refused naming the type inside, as C-core does."""
+    inner = typed_struct_type(value)
+    if inner is None:
+        errs.add(path, "could not parse")
+    elif inner != wanted:
+        errs.add(f"{path}.value[{inner}].type_url", f"unsupported {what} type")
+    else:
+        errs.add(f"{path}.value[{inner}]", f"can't decode {wanted.rpartition('.')[2]}")
+
+
 def _idle_timeout(any_msg: Any, errs: Errors) -> float:
+    """A75's idle timeout from ``upstream_config``; errors in C-core's fields
+    and words (UpstreamConfigTest): the path names the Any's type, and a
+    TypedStruct's named type after it."""
     tname = type_name(any_msg.typed_config.type_url)
+    path = f"upstream_config.typed_config.value[{tname}]"
+    if tname in TYPED_STRUCT_TYPES:
+        _refuse_typed_struct(
+            any_msg.typed_config.value, path, HTTP_PROTOCOL_OPTIONS, "upstream config", errs
+        )
+        return DEFAULT_IDLE_TIMEOUT
     if tname != HTTP_PROTOCOL_OPTIONS:
-        errs.add("upstream_config.typed_config", f"unsupported upstream config type {tname!r}")
+        errs.add(f"{path}.type_url", "unsupported upstream config type")
         return DEFAULT_IDLE_TIMEOUT
     from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
-    opts = unpack(
-        any_msg.typed_config,
-        http_protocol_options_pb2.HttpProtocolOptions,
-        "upstream_config.typed_config",
-        errs,
-    )
-    if opts is None or not opts.HasField("common_http_protocol_options"):
+    opts = http_protocol_options_pb2.HttpProtocolOptions()
+    try:
+        opts.ParseFromString(any_msg.typed_config.value)
+    except Exception:  # google.protobuf.message.DecodeError
+        errs.add(path, "can't decode HttpProtocolOptions")
+        return DEFAULT_IDLE_TIMEOUT
+    if not opts.HasField("common_http_protocol_options"):
         return DEFAULT_IDLE_TIMEOUT
     chpo = opts.common_http_protocol_options
     if not chpo.HasField("idle_timeout"):
         return DEFAULT_IDLE_TIMEOUT
-    v = duration(
-        chpo.idle_timeout,
-        "upstream_config.typed_config.value.common_http_protocol_options.idle_timeout",
-        errs,
-    )
+    v = duration(chpo.idle_timeout, f"{path}.common_http_protocol_options.idle_timeout", errs)
     return DEFAULT_IDLE_TIMEOUT if v is None else v

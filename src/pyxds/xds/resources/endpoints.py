@@ -19,7 +19,8 @@ Rules (the LB policies never see what is dropped here; TRAPS.md
   only the other endpoints to the cluster's LB policy.  It is not a
   usable endpoint (``endpoint_count``, ``all_endpoints_unhealthy``).
 * Each endpoint needs ``endpoint.address.socket_address`` with an IPv4 or
-  IPv6 ``address`` and a ``port_value`` <= 65535 (unset is 0, accepted as
+  IPv6 ``address`` (an IPv6 one may carry an RFC 6874 zone, as C-core
+  reads it: ``%<interface index or name>``) and a ``port_value`` <= 65535 (unset is 0, accepted as
   C-core, grpc-go and grpc-java do); the same for every
   ``additional_addresses`` entry (A61), which become extra addresses of the
   endpoint.  IPv6 addresses are written in their canonical form, so the
@@ -130,7 +131,9 @@ def _address(sa: Any, path: str, errs: Errors) -> str | None:
     host = sa.address
     port = sa.port_value
     try:
-        if ":" in host:
+        if "%" in host:
+            text = f"[{_scoped_ipv6(host)}]:{port}"
+        elif ":" in host:
             text = f"[{_inet_ntop(_AF_INET6, _inet_pton(_AF_INET6, host))}]:{port}"
         else:
             _inet_pton(_AF_INET, host)
@@ -145,6 +148,24 @@ def _address(sa: Any, path: str, errs: Errors) -> str | None:
         errs.add(f"{path}.socket_address.port_value", "invalid port")
         return None
     return text
+
+
+def _scoped_ipv6(host: str) -> str:
+    """An IPv6 address with an RFC 6874 zone (``fe80::1%eth0``,
+    ``fe80::1%2``) in canonical form with the zone as its interface index,
+    as C-core's grpc_parse_ipv6_hostport reads it (a zone that is neither a
+    number nor an interface name fails), so one address spelled with the
+    name and with the index is caught as a duplicate.  Raises OSError or
+    ValueError when it is not one."""
+    address, _, zone = host.rpartition("%")
+    canonical = _inet_ntop(_AF_INET6, _inet_pton(_AF_INET6, address))
+    if zone.isascii() and zone.isdigit():
+        scope = int(zone)
+        if scope > 0xFFFFFFFF:
+            raise ValueError(zone)
+    else:
+        scope = socket.if_nametoindex(zone)  # OSError for an unknown name
+    return f"{canonical}%{scope}"
 
 
 def clear_locality_memo() -> None:
@@ -269,6 +290,9 @@ def parse_cluster_load_assignment(
                     p = f"{_lbe_path(li, ei)}.endpoint.additional_addresses[{ai}].address"
                     if not aa.HasField("address"):
                         errs.add(p, "field not present")
+                        continue
+                    if not aa.address.HasField("socket_address"):
+                        errs.add(f"{p}.socket_address", "field not present")
                         continue
                     a = address_of(aa.address.socket_address, p, errs)
                     if a is not None:

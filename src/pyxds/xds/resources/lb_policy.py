@@ -4,7 +4,10 @@
 and returns the first supported entry converted to a gRPC
 ``loadBalancingConfig`` list; unsupported entries are skipped; nesting
 deeper than :data:`MAX_RECURSION_DEPTH` (16) is an error, and so is a list
-with no supported entry.  An entry is supported when its type is one below
+with no supported entry.  An entry without ``typed_config``, or whose type URL
+(or a TypedStruct's) names no type, is an error, not skipped.  Errors inside
+an entry's message are named ``...typed_config.value[<type>].<field>``, as
+C-core's XdsLbPolicyRegistry names them.  An entry is supported when its type is one below
 AND the gRPC policy it maps to is registered in :mod:`pyxds.lb.registry`:
 
 =====================================================  ==============================
@@ -30,7 +33,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyxds.xds.resources._common import TYPED_STRUCT_TYPES, Errors, duration, type_name, unpack
+from pyxds.xds.resources._common import (
+    TYPED_STRUCT_TYPES,
+    Errors,
+    duration,
+    type_name,
+    unpack,
+    valid_type_url,
+)
 
 __all__ = [
     "convert_load_balancing_policy",
@@ -78,7 +88,12 @@ def convert_load_balancing_policy(
             errs.add(f"{path}.policies[{i}].typed_extension_config", "field not present")
             return None
         p = f"{path}.policies[{i}].typed_extension_config.typed_config"
+        if not policy.typed_extension_config.HasField("typed_config"):
+            errs.add(p, "field not present")
+            return None
         any_msg = policy.typed_extension_config.typed_config
+        if not valid_type_url(any_msg.type_url, f"{p}.type_url", errs):
+            return None
         n_before = len(errs)
         try:
             result = _convert_one(any_msg, errs, p, depth)
@@ -91,8 +106,13 @@ def convert_load_balancing_policy(
     return None
 
 
-def _convert_one(any_msg: Any, errs: Errors, p: str, depth: int) -> list[dict[str, Any]] | None:
+def _convert_one(
+    any_msg: Any, errs: Errors, typed_config_path: str, depth: int
+) -> list[dict[str, Any]] | None:
+    """One policy entry: errors inside its message are named under
+    ``<typed_config>.value[<type>]`` as C-core names them."""
     tname = type_name(any_msg.type_url)
+    p = f"{typed_config_path}.value[{tname}]"
     if tname == ROUND_ROBIN:
         if not _registered("round_robin"):
             raise _Unsupported
@@ -183,8 +203,10 @@ def _convert_one(any_msg: Any, errs: Errors, p: str, depth: int) -> list[dict[st
         m = unpack(any_msg, typed_struct_pb2.TypedStruct, p, errs)
         if m is None:
             return None
+        if not valid_type_url(m.type_url, f"{p}.type_url", errs):
+            return None
         name = type_name(m.type_url)
-        if not name or not _registered(name):
+        if not _registered(name):
             raise _Unsupported
         from google.protobuf import json_format  # with the first TypedStruct policy
 
