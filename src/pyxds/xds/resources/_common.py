@@ -78,10 +78,9 @@ def duration(d: Any, path: str, errs: Errors) -> float | None:
     return seconds + nanos / 1e9 if ok else None
 
 
-def compile_regex(
-    pattern: str, path: str, errs: Errors, case_sensitive: bool = True
-) -> re2._Regexp | None:
-    """Compile with RE2 (never Python's ``re``); an error names ``path``."""
+def re2_compile(pattern: str, case_sensitive: bool = True) -> tuple[re2._Regexp | None, str]:
+    """Compile with RE2 (never Python's ``re``): (regex, "") or (None, RE2's
+    own words for the problem, e.g. ``missing ]: [``)."""
     import re2
 
     options = _RE2_OPTIONS.get(case_sensitive)
@@ -91,13 +90,22 @@ def compile_regex(
         options.case_sensitive = case_sensitive
         _RE2_OPTIONS[case_sensitive] = options
     try:
-        return re2.compile(pattern, options)
+        return re2.compile(pattern, options), ""
     except Exception as err:  # re2.error
         detail = err.args[0] if err.args else err
         if isinstance(detail, bytes):
             detail = detail.decode("utf-8", "replace")
+        return None, str(detail)
+
+
+def compile_regex(
+    pattern: str, path: str, errs: Errors, case_sensitive: bool = True
+) -> re2._Regexp | None:
+    """Compile with RE2 (never Python's ``re``); an error names ``path``."""
+    rx, detail = re2_compile(pattern, case_sensitive)
+    if rx is None:
         errs.add(path, f"invalid regex {pattern!r}: {detail}")
-        return None
+    return rx
 
 
 def config_source_is_ads_or_self(cs: Any) -> bool:
@@ -125,8 +133,11 @@ def valid_fault_config(any_msg: Any, path: str, errs: Errors) -> bool:
         return True
     from envoy.extensions.filters.http.fault.v3 import fault_pb2
 
-    fault = unpack(any_msg, fault_pb2.HTTPFault, path, errs)
-    if fault is None:
+    fault = fault_pb2.HTTPFault()
+    try:
+        fault.ParseFromString(any_msg.value)
+    except Exception:  # google.protobuf.message.DecodeError
+        errs.add(path, "could not parse fault injection filter config")  # C-core's words
         return False
     # An unknown percentage denominator is read as HUNDRED (C-core 1.85
     # accepts it; pyxds.resolver.fault_filter).
@@ -205,6 +216,9 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
         if not key:
             errs.add(p, "filter name must be non-empty")
         tname = type_name(any_msg.type_url)
+        if not tname:  # C-core: the Any's type_url is missing
+            errs.add(f"{p}.type_url", "field not present")
+            continue
         # C-core's field: the key, then each Any's type (a FilterConfig's
         # ``.config``, a TypedStruct's named type) down to the config.
         vp = f"{p}.value[{tname}]"
@@ -212,28 +226,42 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
         if tname == FILTER_CONFIG_TYPE:
             from envoy.config.route.v3 import route_components_pb2
 
-            fc = unpack(any_msg, route_components_pb2.FilterConfig, p, errs)
-            if fc is None:
+            fc = route_components_pb2.FilterConfig()
+            try:
+                fc.ParseFromString(any_msg.value)
+            except Exception:  # google.protobuf.message.DecodeError
+                errs.add(vp, "could not parse FilterConfig")
                 continue
             optional = fc.is_optional
             any_msg = fc.config
             vp = f"{vp}.config"
+            if not fc.HasField("config"):
+                errs.add(vp, "field not present")
+                continue
             tname = type_name(any_msg.type_url)
             if not tname:
-                errs.add(vp, "field not present")
+                errs.add(f"{vp}.type_url", "field not present")
                 continue
             vp = f"{vp}.value[{tname}]"
         wrapper = tname
         if tname in TYPED_STRUCT_TYPES:
             from xds.type.v3 import typed_struct_pb2
 
-            ts = unpack(any_msg, typed_struct_pb2.TypedStruct, p, errs)
-            if ts is None:
+            ts = typed_struct_pb2.TypedStruct()
+            try:
+                ts.ParseFromString(any_msg.value)
+            except Exception:  # google.protobuf.message.DecodeError
+                errs.add(vp, "could not parse")
                 continue
             tname = type_name(ts.type_url)
+            if not tname:
+                errs.add(f"{vp}.type_url", "field not present")
+                continue
             vp = f"{vp}.value[{tname}]"
-        if not tname:
-            errs.add(p, "field not present")
+        if tname == FILTER_CONFIG_TYPE:
+            # A FilterConfig wrapper inside a TypedStruct: JSON, which
+            # C-core cannot read as the wrapper.
+            errs.add(vp, "could not parse FilterConfig")
         elif tname in RBAC_OVERRIDE_TYPES:
             from pyxds.xds.resources.rbac import parse_rbac_override
 
