@@ -48,7 +48,6 @@ from pyxds.xds.resources._common import (
     config_source_is_ads_or_self,
     duration,
     type_name,
-    unpack,
     valid_fault_config,
     validate_filter_config,
 )
@@ -122,13 +121,22 @@ def _parse_api_listener(lis: Any, errs: Errors) -> Listener | None:
     any_msg = lis.api_listener.api_listener
     path = "api_listener.api_listener"
     tname = type_name(any_msg.type_url)
+    # C-core's words and fields: the Any's type names the value.
+    if not lis.api_listener.HasField("api_listener"):
+        errs.add(path, "field not present")
+        return None
+    if not tname:
+        errs.add(f"{path}.type_url", "field not present")
+        return None
     if tname != HCM_TYPE:
-        errs.add(path, f"unsupported filter type {tname!r}" if tname else "field not present")
+        errs.add(f"{path}.value[{tname}]", "unsupported filter type")
         return None
-    hcm = unpack(any_msg, http_connection_manager_pb2.HttpConnectionManager, path, errs)
-    if hcm is None:
+    hcm = http_connection_manager_pb2.HttpConnectionManager()
+    try:
+        hcm.ParseFromString(any_msg.value)
+    except Exception:  # google.protobuf.message.DecodeError
+        errs.add(f"{path}.value[{HCM_TYPE}]", "could not parse HttpConnectionManager config")
         return None
-    # Fields inside the HCM are named as C-core names them.
     return parse_http_connection_manager(hcm, lis.name, errs, f"{path}.value[{HCM_TYPE}]")
 
 
@@ -201,6 +209,20 @@ _NO_TYPED_STRUCT = {
 comes as a TypedStruct); the stateful session filter says it itself."""
 
 
+def _router_config_parses(value: bytes) -> bool:
+    """The router's config has nothing gRPC uses, but its bytes must parse
+    (C-core's router filter factory NACKs them otherwise).  Checked as wire
+    format (an ``Empty`` keeps every field as unknown), so the router's own
+    module is never loaded."""
+    from google.protobuf import empty_pb2
+
+    try:
+        empty_pb2.Empty().ParseFromString(value)
+    except Exception:  # google.protobuf.message.DecodeError
+        return False
+    return True
+
+
 def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False) -> tuple[Any, ...]:
     """The HCM's filters: HttpFilter values (client) or (HttpFilter, RBAC
     config or None) pairs (``server``)."""
@@ -232,14 +254,23 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
         any_msg = f.typed_config
         tname = type_name(any_msg.type_url)
         vp = f"{p}.typed_config"
+        if not tname:  # C-core: even for an optional filter
+            errs.add(f"{vp}.type_url", "field not present")
+            continue
         if tname in TYPED_STRUCT_TYPES:
             from xds.type.v3 import typed_struct_pb2
 
-            ts = unpack(any_msg, typed_struct_pb2.TypedStruct, f"{p}.typed_config", errs)
-            if ts is None:
-                continue
             vp = f"{vp}.value[{tname}]"
+            ts = typed_struct_pb2.TypedStruct()
+            try:
+                ts.ParseFromString(any_msg.value)
+            except Exception:  # google.protobuf.message.DecodeError
+                errs.add(vp, "could not parse")
+                continue
             tname = type_name(ts.type_url)
+            if not tname:
+                errs.add(f"{vp}.type_url", "field not present")
+                continue
         vp = f"{vp}.value[{tname}]"
         terminal = known.get(tname)
         if terminal is None:
@@ -260,6 +291,10 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
             continue
         if tname == FAULT_FILTER_TYPE:
             if not valid_fault_config(any_msg, vp, errs):
+                continue
+        elif tname == ROUTER_FILTER_TYPE:
+            if not _router_config_parses(any_msg.value):
+                errs.add(vp, "could not parse router filter config")  # C-core's words
                 continue
         elif not validate_filter_config(tname, any_msg, f"{p}.typed_config", errs):
             continue
