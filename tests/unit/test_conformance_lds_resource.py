@@ -278,3 +278,35 @@ def test_invalid_fault_configs_name_the_field(build, field: str, text: str):
     assert problems(lis) == {
         f"{HCM_FIELD}.http_filters[0].typed_config.value[{FAULT}].{field}: {text}"
     }
+
+
+# ---------------------------------------------------------------- grpc-go's cases
+
+
+def test_a_listener_whose_hcm_does_not_parse_keeps_its_name():
+    """grpc-go internal/xds/xdsclient/xdsresource/unmarshal_lds_test.go
+    TestUnmarshalListener_ClientSide "badly_marshaled_listener_resource": the
+    NACK still names the resource (so the watcher of that name is told)."""
+    lis = listener_pb2.Listener(name="foo")
+    lis.api_listener.api_listener.CopyFrom(raw(HCM, bytes([1, 2, 3, 4])))
+    result = LISTENER.decode(lis.SerializeToString())
+    assert result.resource is None and result.name == "foo"
+    assert result.error == f"{HCM_FIELD}: could not parse HttpConnectionManager config"
+
+
+def test_two_filters_of_one_type_under_different_names_are_both_kept():
+    """grpc-go unmarshal_lds_test.go
+    "v3_with_two_filters_same_type_different_name" (C-core checks names,
+    not types, for duplicates)."""
+    fault = packed(fault_pb2.HTTPFault())
+    got = accepted(listener_of(hcm_with(("fault1", fault), ("fault2", fault), ROUTER_FILTER)))
+    assert [f.name for f in got.http_filters] == ["fault1", "fault2", "router"]
+
+
+def test_an_empty_rds_is_nacked_for_its_missing_config_source():
+    """grpc-go unmarshal_lds_test.go "empty_httpConnMgr_in_apiListener" (an
+    ``rds`` with nothing in it; C-core RdsConfigSourceNotSet's field)."""
+    hcm = hcm_pb2.HttpConnectionManager()
+    hcm.rds.SetInParent()
+    hcm.http_filters.add(name="router").typed_config.CopyFrom(ROUTER_FILTER[1])
+    assert problems(listener_of(hcm)) == {f"{HCM_FIELD}.rds.config_source: field not present"}

@@ -648,3 +648,61 @@ def test_weights_summing_past_uint32_are_nacked():
         "virtual_hosts[0].routes[0].route.weighted_clusters: "
         "sum of cluster weights exceeds uint32 max"
     }
+
+
+# ---------------------------------------------------------------- grpc-go's cases
+
+
+@pytest.mark.parametrize("kind", ["exact_match", "prefix_match", "suffix_match", "contains_match"])
+def test_an_empty_header_string_is_accepted_as_c_core(kind: str):
+    """grpc-go internal/xds/xdsclient/xdsresource/unmarshal_rds_test.go
+    TestRoutesProtoToSlice "empty exact_match header specifier is accepted"
+    and "empty {prefix,suffix,contains}_match header specifier": grpc-go NACKs
+    the last three (Envoy's proto constraint); C-core reads them as they are
+    (ParseXdsHeaderMatcher checks no length), and pyxds follows C-core."""
+    rc = minimal()
+    setattr(rc.virtual_hosts[0].routes[0].match.headers.add(name="th"), kind, "")
+    (route,) = accepted(rc).virtual_hosts[0].routes
+    assert route.match.headers[0].value == ""
+
+
+def test_a_route_with_an_empty_match_and_action_is_nacked():
+    """grpc-go unmarshal_rds_test.go TestRDSGenerateRDSUpdateFromRouteConfiguration
+    "default-route-match-field-is-non-nil" (C-core: no path specifier)."""
+    rc = minimal()
+    r = rc.virtual_hosts[0].routes[0]
+    r.Clear()
+    r.match.SetInParent()
+    r.route.SetInParent()
+    assert problems(rc) == {"virtual_hosts[0].routes[0].match: invalid path specifier"}
+
+
+def test_a_route_with_nothing_set_is_nacked_for_its_match():
+    """grpc-go unmarshal_rds_test.go "default-route-routeaction-field-is-nil"."""
+    rc = minimal()
+    rc.virtual_hosts[0].routes[0].Clear()
+    assert problems(rc) == {"virtual_hosts[0].routes[0].match: field not present"}
+
+
+def test_a_back_off_with_only_a_negative_max_interval_is_nacked():
+    """grpc-go unmarshal_rds_test.go "bad-retry-policy-negative-max-interval"
+    (C-core's fields: the missing base and the out-of-range max)."""
+    rc = minimal()
+    policy = rc.virtual_hosts[0].routes[0].route.retry_policy
+    policy.retry_on = "cancelled"
+    policy.retry_back_off.max_interval.seconds = -1
+    p = "virtual_hosts[0].routes[0].route.retry_policy.retry_back_off"
+    assert problems(rc) == {
+        f"{p}.base_interval: field not present",
+        f"{p}.max_interval.seconds: {MAX_SECONDS_TEXT}",
+    }
+
+
+def test_an_empty_weighted_clusters_is_nacked():
+    """grpc-go unmarshal_rds_test.go TestRoutesProtoToSlice "no cluster in
+    weighted clusters action"."""
+    rc = minimal()
+    rc.virtual_hosts[0].routes[0].route.weighted_clusters.SetInParent()
+    assert problems(rc) == {
+        "virtual_hosts[0].routes[0].route.weighted_clusters: no valid clusters specified"
+    }

@@ -1,0 +1,175 @@
+"""Differential: client Listeners that must be NACKed, through pyxds and
+through grpcio's C-core ``xds:///`` channel (a subprocess, CoreXdsClient)
+against the same pyxds.server.  With nothing cached, an RPC fails UNAVAILABLE
+naming the NACK; both clients must name the same field and say the same
+words (C-core writes ``field:<path> error:<text>``, pyxds ``<path>: <text>``,
+so the path and the text are compared apart).
+
+Cases from C-core's xds_listener_resource_type_test.cc,
+xds_route_config_resource_type_test.cc and xds_http_filters_test.cc, the
+ones tests/unit/test_conformance_{lds,rds}_resource.py found pyxds saying
+differently (or, for the router's config, accepting)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from channel_fixtures import CoreXdsClient, pyxds_calls
+from envoy.config.listener.v3 import listener_pb2
+from envoy.config.route.v3 import route_pb2
+from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from google.protobuf import any_pb2
+
+import pyxds._api as pyxds
+from pyxds.server import ManagementServer
+from pyxds.server.snapshot import Snapshot
+
+NODE = "differential-lds-rds-nacks"
+HCM = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+ROUTER = "envoy.extensions.filters.http.router.v3.Router"
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ManagementServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def core(server):
+    client = CoreXdsClient(server.bootstrap(node_id=NODE))
+    yield client
+    client.close()
+
+
+def _raw(type_name: str, value: bytes) -> any_pb2.Any:
+    return any_pb2.Any(type_url=f"type.googleapis.com/{type_name}", value=value)
+
+
+def _listener(name: str, hcm: hcm_pb2.HttpConnectionManager | None = None) -> listener_pb2.Listener:
+    lis = listener_pb2.Listener(name=name)
+    if hcm is not None:
+        lis.api_listener.api_listener.Pack(hcm)
+    return lis
+
+
+def _hcm(router: any_pb2.Any | None = None) -> hcm_pb2.HttpConnectionManager:
+    hcm = hcm_pb2.HttpConnectionManager()
+    hcm.rds.route_config_name = "rds"
+    hcm.rds.config_source.ads.SetInParent()
+    f = hcm.http_filters.add(name="router")
+    if router is None:
+        f.typed_config.Pack(router_pb2.Router())
+    else:
+        f.typed_config.CopyFrom(router)
+    return hcm
+
+
+def _inline(edit: Callable[[route_pb2.RouteConfiguration], None]) -> hcm_pb2.HttpConnectionManager:
+    hcm = _hcm()
+    hcm.ClearField("rds")
+    rc = hcm.route_config
+    rc.name = "inline"
+    r = rc.virtual_hosts.add(domains=["*"]).routes.add()
+    r.match.prefix = ""
+    r.route.cluster = "c"
+    edit(rc)
+    return hcm
+
+
+def _router_garbage(name: str) -> listener_pb2.Listener:
+    return _listener(name, _hcm(_raw(ROUTER, b"\0")))
+
+
+def _not_an_hcm(name: str) -> listener_pb2.Listener:
+    lis = _listener(name)
+    lis.api_listener.api_listener.Pack(listener_pb2.Listener())
+    return lis
+
+
+def _hcm_garbage(name: str) -> listener_pb2.Listener:
+    lis = _listener(name)
+    lis.api_listener.api_listener.CopyFrom(_raw(HCM, b"\0"))
+    return lis
+
+
+def _path_separated_prefix(rc: route_pb2.RouteConfiguration) -> None:
+    m = rc.virtual_hosts[0].routes[0].match
+    m.path_separated_prefix = "/foo"
+
+
+def _bad_range(rc: route_pb2.RouteConfiguration) -> None:
+    h = rc.virtual_hosts[0].routes[0].match.headers.add(name="h")
+    h.range_match.start, h.range_match.end = 2, 1
+
+
+def _override_without_type(rc: route_pb2.RouteConfiguration) -> None:
+    rc.virtual_hosts[0].routes[0].typed_per_filter_config["fault"].SetInParent()
+
+
+INLINE = f"api_listener.api_listener.value[{HCM}].route_config.virtual_hosts[0].routes[0]"
+
+CASES = [
+    pytest.param(
+        _router_garbage,
+        f".http_filters[0].typed_config.value[{ROUTER}]",
+        "could not parse router filter config",
+        id="router-config-does-not-parse",
+    ),
+    pytest.param(
+        _not_an_hcm,
+        "api_listener.api_listener.value[envoy.config.listener.v3.Listener]",
+        "unsupported filter type",
+        id="api-listener-not-an-hcm",
+    ),
+    pytest.param(
+        _hcm_garbage,
+        f"api_listener.api_listener.value[{HCM}]",
+        "could not parse HttpConnectionManager config",
+        id="hcm-does-not-parse",
+    ),
+    pytest.param(
+        lambda name: _listener(name, _inline(_path_separated_prefix)),
+        f"{INLINE}.match",
+        "invalid path specifier",
+        id="inline-route-path-separated-prefix",
+    ),
+    pytest.param(
+        lambda name: _listener(name, _inline(_bad_range)),
+        f"{INLINE}.match.headers[0]",
+        "cannot create header matcher: Invalid range specifier specified",
+        id="inline-route-header-range",
+    ),
+    pytest.param(
+        lambda name: _listener(name, _inline(_override_without_type)),
+        f"{INLINE}.typed_per_filter_config[fault].type_url",
+        "field not present",
+        id="inline-route-override-without-type",
+    ),
+]
+
+
+@pytest.mark.parametrize("make, field, words", CASES)
+def test_a_nacked_listener_names_the_same_field_and_words_as_c_core(
+    server, core, make, field: str, words: str
+):
+    name = f"nack-{abs(hash((field, words))) % 10**8}"
+    server.set_snapshot(Snapshot(listeners=[make(name)]))
+    target = f"xds:///{name}"
+    ch = pyxds.insecure_channel(target, bootstrap=server.bootstrap(node_id=NODE))
+    try:
+        ours = pyxds_calls(ch, 1, details=True, wait_for_ready=False, timeout=3)
+        theirs = core.call(1, details=True, target=target, wait_for_ready=False, timeout=3)
+    finally:
+        ch.close()
+    (ours_text,), (theirs_text,) = list(ours), list(theirs)
+    assert theirs_text.startswith("error:UNAVAILABLE: "), theirs_text
+    assert ours_text.startswith("error:UNAVAILABLE: "), ours_text
+    for text in (f"LDS resource {name}", field, words):
+        assert text in theirs_text, ("C-core", text, theirs_text)
+        assert text in ours_text, ("pyxds", text, ours_text)
