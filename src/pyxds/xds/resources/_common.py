@@ -64,6 +64,21 @@ def type_name(type_url: str) -> str:
     return type_url.rpartition("/")[2]
 
 
+def any_type(type_url: str, path: str, errs: Errors) -> str | None:
+    """The type an Any (at ``path``) names, checked as C-core's
+    ExtractXdsExtension does: a missing ``type_url`` is an error and None; one
+    without a ``/`` or ending in one is an error, and the whole text is the
+    type (so it names no known type)."""
+    if not type_url:
+        errs.add(f"{path}.type_url", "field not present")
+        return None
+    pos = type_url.rfind("/")
+    if pos < 0 or pos == len(type_url) - 1:
+        errs.add(f"{path}.type_url", f'invalid value "{type_url}"')
+        return type_url
+    return type_url[pos + 1 :]
+
+
 def duration(d: Any, path: str, errs: Errors) -> float | None:
     """A google.protobuf.Duration as seconds, validated as C-core does."""
     seconds = d.seconds
@@ -215,9 +230,8 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
         p = f"{path}[{key}]"
         if not key:
             errs.add(p, "filter name must be non-empty")
-        tname = type_name(any_msg.type_url)
-        if not tname:  # C-core: the Any's type_url is missing
-            errs.add(f"{p}.type_url", "field not present")
+        tname = any_type(any_msg.type_url, p, errs)
+        if tname is None:
             continue
         # C-core's field: the key, then each Any's type (a FilterConfig's
         # ``.config``, a TypedStruct's named type) down to the config.
@@ -238,9 +252,8 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
             if not fc.HasField("config"):
                 errs.add(vp, "field not present")
                 continue
-            tname = type_name(any_msg.type_url)
-            if not tname:
-                errs.add(f"{vp}.type_url", "field not present")
+            tname = any_type(any_msg.type_url, vp, errs)
+            if tname is None:
                 continue
             vp = f"{vp}.value[{tname}]"
         wrapper = tname
@@ -253,9 +266,8 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
             except Exception:  # google.protobuf.message.DecodeError
                 errs.add(vp, "could not parse")
                 continue
-            tname = type_name(ts.type_url)
-            if not tname:
-                errs.add(f"{vp}.type_url", "field not present")
+            tname = any_type(ts.type_url, vp, errs)
+            if tname is None:
                 continue
             vp = f"{vp}.value[{tname}]"
         if tname == FILTER_CONFIG_TYPE:
