@@ -112,6 +112,14 @@ def _override_without_type(rc: route_pb2.RouteConfiguration) -> None:
     rc.virtual_hosts[0].routes[0].typed_per_filter_config["fault"].SetInParent()
 
 
+def _slashless_optional_filter(name: str) -> listener_pb2.Listener:
+    hcm = _hcm()
+    router = hcm.http_filters.pop()
+    hcm.http_filters.add(name="odd", is_optional=True).typed_config.type_url = "no-slash"
+    hcm.http_filters.append(router)
+    return _listener(name, hcm)
+
+
 INLINE = f"api_listener.api_listener.value[{HCM}].route_config.virtual_hosts[0].routes[0]"
 
 CASES = [
@@ -132,6 +140,12 @@ CASES = [
         f"api_listener.api_listener.value[{HCM}]",
         "could not parse HttpConnectionManager config",
         id="hcm-does-not-parse",
+    ),
+    pytest.param(
+        _slashless_optional_filter,
+        ".http_filters[0].typed_config.type_url",
+        'invalid value "no-slash"',
+        id="optional-filter-type-url-without-slash",
     ),
     pytest.param(
         lambda name: _listener(name, _inline(_path_separated_prefix)),

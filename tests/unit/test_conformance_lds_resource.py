@@ -310,3 +310,17 @@ def test_an_empty_rds_is_nacked_for_its_missing_config_source():
     hcm.rds.SetInParent()
     hcm.http_filters.add(name="router").typed_config.CopyFrom(ROUTER_FILTER[1])
     assert problems(listener_of(hcm)) == {f"{HCM_FIELD}.rds.config_source: field not present"}
+
+
+@pytest.mark.parametrize("type_url", ["no-slash", "type.googleapis.com/"])
+def test_a_filter_type_url_without_a_type_after_its_slash_is_nacked_even_when_optional(
+    type_url: str,
+):
+    """C-core ExtractXdsExtension (StripTypePrefix): a ``type_url`` with no
+    ``/``, or nothing after the last one, is ``invalid value "..."`` whether
+    or not the filter is optional (pyxds skipped the optional filter)."""
+    hcm = hcm_with(("odd", any_pb2.Any(type_url=type_url)), ROUTER_FILTER)
+    hcm.http_filters[0].is_optional = True
+    assert problems(listener_of(hcm)) == {
+        f'{HCM_FIELD}.http_filters[0].typed_config.type_url: invalid value "{type_url}"'
+    }

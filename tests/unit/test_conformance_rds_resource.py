@@ -706,3 +706,23 @@ def test_an_empty_weighted_clusters_is_nacked():
     assert problems(rc) == {
         "virtual_hosts[0].routes[0].route.weighted_clusters: no valid clusters specified"
     }
+
+
+@pytest.mark.parametrize("scope, field", SCOPES)
+def test_an_override_type_url_without_a_slash_is_an_invalid_value(scope: Scope, field: str):
+    """C-core ExtractXdsExtension (StripTypePrefix): ``invalid value "..."``
+    on the Any's ``type_url``, and the whole text is then the (unknown) type;
+    an optional FilterConfig wrapper does not excuse the first."""
+    rc = minimal()
+    scope(rc)["x"].type_url = "no-slash"
+    assert problems(rc) == {
+        f'{field}[x].type_url: invalid value "no-slash"',
+        f"{field}[x].value[no-slash]: unsupported filter type",
+    }
+    rc = minimal()
+    fc = rc_pb2.FilterConfig(is_optional=True)
+    fc.config.type_url = "no-slash"
+    scope(rc)["x"].Pack(fc)
+    assert problems(rc) == {
+        f'{field}[x].value[{FILTER_CONFIG}].config.type_url: invalid value "no-slash"'
+    }

@@ -45,6 +45,7 @@ from pyxds.xds.resources._common import (
     SERVER_HTTP_FILTER_TYPES,
     TYPED_STRUCT_TYPES,
     Errors,
+    any_type,
     config_source_is_ads_or_self,
     duration,
     type_name,
@@ -120,13 +121,12 @@ def decode_listener(
 def _parse_api_listener(lis: Any, errs: Errors) -> Listener | None:
     any_msg = lis.api_listener.api_listener
     path = "api_listener.api_listener"
-    tname = type_name(any_msg.type_url)
     # C-core's words and fields: the Any's type names the value.
     if not lis.api_listener.HasField("api_listener"):
         errs.add(path, "field not present")
         return None
-    if not tname:
-        errs.add(f"{path}.type_url", "field not present")
+    tname = any_type(any_msg.type_url, path, errs)
+    if tname is None:
         return None
     if tname != HCM_TYPE:
         errs.add(f"{path}.value[{tname}]", "unsupported filter type")
@@ -252,10 +252,9 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
             errs.add(f"{p}.typed_config", "field not present")
             continue
         any_msg = f.typed_config
-        tname = type_name(any_msg.type_url)
         vp = f"{p}.typed_config"
-        if not tname:  # C-core: even for an optional filter
-            errs.add(f"{vp}.type_url", "field not present")
+        tname = any_type(any_msg.type_url, vp, errs)  # C-core: even when optional
+        if tname is None:
             continue
         if tname in TYPED_STRUCT_TYPES:
             from xds.type.v3 import typed_struct_pb2
@@ -267,9 +266,8 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
             except Exception:  # google.protobuf.message.DecodeError
                 errs.add(vp, "could not parse")
                 continue
-            tname = type_name(ts.type_url)
-            if not tname:
-                errs.add(f"{vp}.type_url", "field not present")
+            tname = any_type(ts.type_url, vp, errs)
+            if tname is None:
                 continue
         vp = f"{vp}.value[{tname}]"
         terminal = known.get(tname)
