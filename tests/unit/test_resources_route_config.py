@@ -498,7 +498,7 @@ def test_non_forwarding_action_is_kept_and_other_actions_are_unsupported():
     r2.redirect.host_redirect = "x"
     got = routes_of(rc_with(r1, r2))
     assert [x.action for x in got] == [NonForwardingAction(), UnsupportedAction("redirect")]
-    assert got[0].max_stream_duration is None and got[0].timeout is None
+    assert got[0].max_stream_duration is None
 
 
 # ---------------------------------------------------------------- cluster specifier plugins
@@ -568,10 +568,6 @@ def test_max_stream_duration_unset_is_none():
     assert routes_of(rc_with(r))[0].max_stream_duration is None
 
 
-def test_route_timeout_is_kept():
-    r = route("/")
-    r.route.timeout.seconds = 2
-    assert routes_of(rc_with(r))[0].timeout == 2.0
 
 
 def test_invalid_duration_is_rejected_naming_the_field():

@@ -33,7 +33,8 @@ gRFCs leave room):
   matching either (C-core: "Matching route has inappropriate action"); a
   server fails one matching the latter with UNAVAILABLE.
 * ``max_stream_duration`` (A31): ``grpc_timeout_header_max`` if set, else
-  ``max_stream_duration``.
+  ``max_stream_duration``.  ``RouteAction.timeout`` is not read at all (A31:
+  gRPC does not support it; C-core accepts any value there, even negative).
 * Retry policy (A44): the route's, else its virtual host's.
 * ``typed_per_filter_config`` of virtual hosts, routes and weighted
   clusters (A39, as C-core): non-empty keys, configs of a filter type this
@@ -439,7 +440,7 @@ def _parse_action(
 ) -> RouteAction | None:
     spec = None
     spec_value: Any = None
-    msd = timeout = retry = None
+    msd = retry = None
     hashes: tuple[HashPolicy, ...] = ()
     for fd, value in ra.ListFields():
         num = fd.number
@@ -452,15 +453,13 @@ def _parse_action(
                 msd = duration(value.grpc_timeout_header_max, f"{p}.grpc_timeout_header_max", errs)
             elif value.HasField("max_stream_duration"):
                 msd = duration(value.max_stream_duration, f"{p}.max_stream_duration", errs)
-        elif num == 8:
-            timeout = duration(value, f"{_route_path(pre, vi, ri)}.route.timeout", errs)
         elif num == 15:
             hashes = _parse_hash_policies(
                 value, errs, f"{_route_path(pre, vi, ri)}.route.hash_policy"
             )
         elif num == 9:
             retry = _parse_retry(value, errs, f"{_route_path(pre, vi, ri)}.route.retry_policy")
-    plain = msd is None and timeout is None and not hashes and retry is None
+    plain = msd is None and not hashes and retry is None
 
     if spec == 1:
         name = spec_value
@@ -472,7 +471,9 @@ def _parse_action(
             if action is None:
                 action = cache[name] = RouteAction(cluster=name)
             return action
-        return RouteAction(name, None, None, msd, timeout, hashes, retry)
+        return RouteAction(
+            cluster=name, max_stream_duration=msd, hash_policies=hashes, retry_policy=retry
+        )
     if spec == 3:
         wc = spec_value
         pairs = []
@@ -527,7 +528,12 @@ def _parse_action(
                 action = cache[key] = RouteAction(weighted_clusters=weights)
             return action
         weights = tuple(ClusterWeight(n, w, o) for n, w, o in pairs)
-        return RouteAction(None, weights, None, msd, timeout, hashes, retry)
+        return RouteAction(
+            weighted_clusters=weights,
+            max_stream_duration=msd,
+            hash_policies=hashes,
+            retry_policy=retry,
+        )
     if spec == 37:
         if declared is None:
             return None  # GRPC_EXPERIMENTAL_XDS_RLS_LB off: not a supported specifier
@@ -545,7 +551,12 @@ def _parse_action(
                 f'unknown cluster specifier plugin name "{name}"',
             )
             return None
-        return RouteAction(None, None, name, msd, timeout, hashes, retry)
+        return RouteAction(
+            cluster_specifier_plugin=name,
+            max_stream_duration=msd,
+            hash_policies=hashes,
+            retry_policy=retry,
+        )
     if spec is None and ra.WhichOneof("cluster_specifier") in (
         "cluster",
         "cluster_specifier_plugin" if declared is not None else "cluster",
