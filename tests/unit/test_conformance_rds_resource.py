@@ -726,3 +726,18 @@ def test_an_override_type_url_without_a_slash_is_an_invalid_value(scope: Scope, 
     assert problems(rc) == {
         f'{field}[x].value[{FILTER_CONFIG}].config.type_url: invalid value "no-slash"'
     }
+
+
+# ---------------------------------------------------------------- fields gRPC does not read
+
+
+@pytest.mark.parametrize("seconds", [2, -1])
+def test_the_route_timeout_is_not_read(seconds: int):
+    """A31 "gRPC will not support RouteAction.timeout"; grpcio 1.85's C-core
+    accepts even a negative one (tests/e2e/test_differential_lds_rds_nacks.py).
+    pyxds validated it (NACKing -1) and kept it unused on the route."""
+    rc = minimal()
+    rc.virtual_hosts[0].routes[0].route.timeout.seconds = seconds
+    action = only_action(rc)
+    assert action == RouteAction(cluster="cluster1")
+    assert not hasattr(action, "timeout")
