@@ -568,8 +568,6 @@ def test_max_stream_duration_unset_is_none():
     assert routes_of(rc_with(r))[0].max_stream_duration is None
 
 
-
-
 def test_invalid_duration_is_rejected_naming_the_field():
     r = route("/")
     r.route.max_stream_duration.grpc_timeout_header_max.nanos = -1
