@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from channel_fixtures import CoreXdsClient, pyxds_calls
+from channel_fixtures import Backend, CoreXdsClient, pyxds_calls, route, snapshot
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
@@ -187,3 +187,24 @@ def test_a_nacked_listener_names_the_same_field_and_words_as_c_core(
     for text in (f"LDS resource {name}", field, words):
         assert text in theirs_text, ("C-core", text, theirs_text)
         assert text in ours_text, ("pyxds", text, ours_text)
+
+
+def test_a_route_with_a_negative_timeout_serves_in_both(server, core):
+    """A31: ``RouteAction.timeout`` is not supported, and C-core does not read
+    it: a negative one is no reason to NACK (pyxds NACKed it)."""
+    backend = Backend("t0").start()
+    try:
+        r = route(prefix="", cluster="timeout-c")
+        r.route.timeout.seconds = -1
+        name = "negative-route-timeout"
+        server.set_snapshot(snapshot([r], {"timeout-c": [[backend.address]]}, listener=name))
+        target = f"xds:///{name}"
+        ch = pyxds.insecure_channel(target, bootstrap=server.bootstrap(node_id=NODE))
+        try:
+            ours = pyxds_calls(ch, 3, timeout=5)
+        finally:
+            ch.close()
+        theirs = core.call(3, target=target, timeout=5)
+        assert ours == theirs == {"t0": 3}
+    finally:
+        backend.stop()

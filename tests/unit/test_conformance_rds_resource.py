@@ -741,3 +741,33 @@ def test_the_route_timeout_is_not_read(seconds: int):
     action = only_action(rc)
     assert action == RouteAction(cluster="cluster1")
     assert not hasattr(action, "timeout")
+
+
+# ---------------------------------------------------------------- where C-core misses a spec rule
+
+
+@pytest.mark.parametrize(
+    "base, cap, field, text",
+    [
+        (0, None, "base_interval", "must be greater than 0"),
+        (2, 1, "max_interval", "must be greater than or equal to base_interval"),
+    ],
+    ids=["zero-base-interval", "max-below-base"],
+)
+def test_a44_back_off_rules_are_nacked_though_c_core_accepts_them(
+    base: int, cap: int | None, field: str, text: str
+):
+    """A44: "The value of base_interval and max_interval must be greater
+    than zero ... max_interval must be no less than base_interval ... gRPC
+    xDS client will reject the config if any of the above requirements is
+    not met."  grpcio 1.85's C-core accepts both (seen through CoreXdsClient);
+    pyxds follows the gRFC (docs/differences-from-c-core.md)."""
+    rc = minimal()
+    back_off = rc.virtual_hosts[0].routes[0].route.retry_policy.retry_back_off
+    back_off.base_interval.seconds = base
+    back_off.base_interval.SetInParent()
+    if cap is not None:
+        back_off.max_interval.seconds = cap
+    assert problems(rc) == {
+        f"virtual_hosts[0].routes[0].route.retry_policy.retry_back_off.{field}: {text}"
+    }
