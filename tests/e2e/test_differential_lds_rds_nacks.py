@@ -131,6 +131,12 @@ CASES = [
         id="router-config-does-not-parse",
     ),
     pytest.param(
+        lambda name: _listener(name, _hcm(_raw(ROUTER, b"\x0a\x03\xff\xfe\xfd"))),
+        f".http_filters[0].typed_config.value[{ROUTER}]",
+        "could not parse router filter config",
+        id="router-config-wire-format-but-no-router",
+    ),
+    pytest.param(
         _not_an_hcm,
         "api_listener.api_listener.value[envoy.config.listener.v3.Listener]",
         "unsupported filter type",

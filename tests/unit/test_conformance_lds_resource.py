@@ -324,3 +324,15 @@ def test_a_filter_type_url_without_a_type_after_its_slash_is_nacked_even_when_op
     assert problems(listener_of(hcm)) == {
         f'{HCM_FIELD}.http_filters[0].typed_config.type_url: invalid value "{type_url}"'
     }
+
+
+def test_a_router_config_that_is_wire_format_but_no_router_is_nacked():
+    """grpcio 1.85's C-core parses the router's config as ``Router``: field 1
+    (``dynamic_stats``, a BoolValue) holding bytes that are no message is
+    "could not parse router filter config" (tests/e2e/
+    test_differential_lds_rds_nacks.py); pyxds checked wire format only."""
+    lis = listener_of(hcm_with(("router", raw(ROUTER, b"\x0a\x03\xff\xfe\xfd"))))
+    assert problems(lis) == {
+        f"{HCM_FIELD}.http_filters[0].typed_config.value[{ROUTER}]: "
+        "could not parse router filter config"
+    }

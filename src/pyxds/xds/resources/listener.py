@@ -210,14 +210,16 @@ comes as a TypedStruct); the stateful session filter says it itself."""
 
 
 def _router_config_parses(value: bytes) -> bool:
-    """The router's config has nothing gRPC uses, but its bytes must parse
-    (C-core's router filter factory NACKs them otherwise).  Checked as wire
-    format (an ``Empty`` keeps every field as unknown), so the router's own
-    module is never loaded."""
-    from google.protobuf import empty_pb2
+    """The router's config has nothing gRPC uses, but it must parse as a
+    ``Router`` (C-core's router filter factory NACKs it otherwise).  The
+    usual empty config needs no parsing, so its module loads only for a
+    router config with something in it."""
+    if not value:
+        return True
+    from envoy.extensions.filters.http.router.v3 import router_pb2
 
     try:
-        empty_pb2.Empty().ParseFromString(value)
+        router_pb2.Router().ParseFromString(value)
     except Exception:  # google.protobuf.message.DecodeError
         return False
     return True
