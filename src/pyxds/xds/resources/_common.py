@@ -79,6 +79,21 @@ def any_type(type_url: str, path: str, errs: Errors) -> str | None:
     return type_url[pos + 1 :]
 
 
+def typed_struct_inner_type(value: bytes, path: str, errs: Errors) -> str | None:
+    """The type a serialized TypedStruct (the value of the Any at ``path``,
+    named ``...value[<TypedStruct type>]``) names, checked as C-core's
+    ExtractXdsExtension does; None (and an error) when it cannot say."""
+    from xds.type.v3 import typed_struct_pb2
+
+    ts = typed_struct_pb2.TypedStruct()
+    try:
+        ts.ParseFromString(value)
+    except Exception:  # google.protobuf.message.DecodeError
+        errs.add(path, "could not parse")
+        return None
+    return any_type(ts.type_url, path, errs)
+
+
 def duration(d: Any, path: str, errs: Errors) -> float | None:
     """A google.protobuf.Duration as seconds, validated as C-core does."""
     seconds = d.seconds
@@ -258,15 +273,7 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
             vp = f"{vp}.value[{tname}]"
         wrapper = tname
         if tname in TYPED_STRUCT_TYPES:
-            from xds.type.v3 import typed_struct_pb2
-
-            ts = typed_struct_pb2.TypedStruct()
-            try:
-                ts.ParseFromString(any_msg.value)
-            except Exception:  # google.protobuf.message.DecodeError
-                errs.add(vp, "could not parse")
-                continue
-            tname = any_type(ts.type_url, vp, errs)
+            tname = typed_struct_inner_type(any_msg.value, vp, errs)
             if tname is None:
                 continue
             vp = f"{vp}.value[{tname}]"
