@@ -49,6 +49,7 @@ from pyxds.xds.resources._common import (
     config_source_is_ads_or_self,
     duration,
     type_name,
+    typed_struct_inner_type,
     valid_fault_config,
     validate_filter_config,
 )
@@ -259,16 +260,8 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
         if tname is None:
             continue
         if tname in TYPED_STRUCT_TYPES:
-            from xds.type.v3 import typed_struct_pb2
-
             vp = f"{vp}.value[{tname}]"
-            ts = typed_struct_pb2.TypedStruct()
-            try:
-                ts.ParseFromString(any_msg.value)
-            except Exception:  # google.protobuf.message.DecodeError
-                errs.add(vp, "could not parse")
-                continue
-            tname = any_type(ts.type_url, vp, errs)
+            tname = typed_struct_inner_type(any_msg.value, vp, errs)
             if tname is None:
                 continue
         vp = f"{vp}.value[{tname}]"
