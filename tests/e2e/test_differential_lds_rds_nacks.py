@@ -12,6 +12,7 @@ differently (or, for the router's config, accepting)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 
@@ -30,6 +31,7 @@ from pyxds.server import ManagementServer
 from pyxds.server.snapshot import Snapshot
 
 NODE = "differential-lds-rds-nacks"
+_NAMES = itertools.count()
 HCM = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 ROUTER = "envoy.extensions.filters.http.router.v3.Router"
 
@@ -46,6 +48,23 @@ def core(server):
     client = CoreXdsClient(server.bootstrap(node_id=NODE))
     yield client
     client.close()
+
+
+def _one_status_each(
+    server, core, listener: listener_pb2.Listener, timeout: float
+) -> tuple[str, str]:
+    """Serve ``listener`` alone; one RPC to it through pyxds and one through
+    C-core, nothing cached: (pyxds's status text, C-core's)."""
+    server.set_snapshot(Snapshot(listeners=[listener]))
+    target = f"xds:///{listener.name}"
+    ch = pyxds.insecure_channel(target, bootstrap=server.bootstrap(node_id=NODE))
+    try:
+        ours = pyxds_calls(ch, 1, details=True, wait_for_ready=False, timeout=timeout)
+        theirs = core.call(1, details=True, target=target, wait_for_ready=False, timeout=timeout)
+    finally:
+        ch.close()
+    (ours_text,), (theirs_text,) = list(ours), list(theirs)
+    return ours_text, theirs_text
 
 
 def _raw(type_name: str, value: bytes) -> any_pb2.Any:
@@ -179,16 +198,8 @@ CASES = [
 def test_a_nacked_listener_names_the_same_field_and_words_as_c_core(
     server, core, make, field: str, words: str
 ):
-    name = f"nack-{abs(hash((field, words))) % 10**8}"
-    server.set_snapshot(Snapshot(listeners=[make(name)]))
-    target = f"xds:///{name}"
-    ch = pyxds.insecure_channel(target, bootstrap=server.bootstrap(node_id=NODE))
-    try:
-        ours = pyxds_calls(ch, 1, details=True, wait_for_ready=False, timeout=3)
-        theirs = core.call(1, details=True, target=target, wait_for_ready=False, timeout=3)
-    finally:
-        ch.close()
-    (ours_text,), (theirs_text,) = list(ours), list(theirs)
+    name = f"nack-{next(_NAMES)}"  # a new resource name: nothing cached
+    ours_text, theirs_text = _one_status_each(server, core, make(name), timeout=3)
     assert theirs_text.startswith("error:UNAVAILABLE: "), theirs_text
     assert ours_text.startswith("error:UNAVAILABLE: "), ours_text
     for text in (f"LDS resource {name}", field, words):
@@ -300,14 +311,6 @@ def test_an_inline_route_config_has_the_same_outcome_as_in_c_core(server, core, 
     match is dropped before its headers and overrides are looked at, but one
     with a cluster_header action still reports its header problems; some
     fields are not checked at all."""
-    name = f"outcome-{abs(hash(str(edit))) % 10**8}"
-    server.set_snapshot(Snapshot(listeners=[_route_edit(edit)(name)]))
-    target = f"xds:///{name}"
-    ch = pyxds.insecure_channel(target, bootstrap=server.bootstrap(node_id=NODE))
-    try:
-        ours = pyxds_calls(ch, 1, details=True, wait_for_ready=False, timeout=0.5)
-        theirs = core.call(1, details=True, target=target, wait_for_ready=False, timeout=0.5)
-    finally:
-        ch.close()
-    (ours_text,), (theirs_text,) = list(ours), list(theirs)
+    name = f"outcome-{next(_NAMES)}"
+    ours_text, theirs_text = _one_status_each(server, core, _route_edit(edit)(name), timeout=0.5)
     assert ours_text.strip() == _core_as_pyxds(theirs_text)
