@@ -140,7 +140,40 @@ def _slashless_optional_filter(name: str) -> listener_pb2.Listener:
     return _listener(name, hcm)
 
 
+RLS = "grpc.lookup.v1.RouteLookupClusterSpecifier"
+
+
+def _rls_plugin(typed_config: any_pb2.Any) -> Callable[[str], listener_pb2.Listener]:
+    """A listener whose inline route config declares plugin "rls" with
+    ``typed_config`` and routes everything to it."""
+
+    def edit(rc: route_pb2.RouteConfiguration) -> None:
+        plugin = rc.cluster_specifier_plugins.add()
+        plugin.extension.name = "rls"
+        plugin.extension.typed_config.CopyFrom(typed_config)
+        rc.virtual_hosts[0].routes[0].route.cluster_specifier_plugin = "rls"
+
+    return lambda name: _listener(name, _inline(edit))
+
+
+def _typed_struct_naming(type_name: str) -> any_pb2.Any:
+    from xds.type.v3 import typed_struct_pb2
+
+    ts = typed_struct_pb2.TypedStruct(type_url=f"types.googleapis.com/{type_name}")
+    return _packed(ts)
+
+
+def _packed(message) -> any_pb2.Any:
+    any_msg = any_pb2.Any()
+    any_msg.Pack(message)
+    return any_msg
+
+
 INLINE = f"api_listener.api_listener.value[{HCM}].route_config.virtual_hosts[0].routes[0]"
+PLUGIN = (
+    f"api_listener.api_listener.value[{HCM}].route_config"
+    ".cluster_specifier_plugins[0].extension.typed_config"
+)
 
 CASES = [
     pytest.param(
@@ -190,6 +223,30 @@ CASES = [
         f"{INLINE}.typed_per_filter_config[fault].type_url",
         "field not present",
         id="inline-route-override-without-type",
+    ),
+    pytest.param(
+        _rls_plugin(_packed(route_pb2.RouteConfiguration())),
+        f"{PLUGIN}.value[envoy.config.route.v3.RouteConfiguration]",
+        "unsupported ClusterSpecifierPlugin type",
+        id="rls-plugin-of-another-type",
+    ),
+    pytest.param(
+        _rls_plugin(_typed_struct_naming(RLS)),
+        f"{PLUGIN}.value[xds.type.v3.TypedStruct].value[{RLS}]",
+        "could not parse plugin config",
+        id="rls-plugin-in-a-typed-struct",
+    ),
+    pytest.param(
+        _rls_plugin(_raw(RLS, b"\0")),
+        f"{PLUGIN}.value[{RLS}]",
+        "could not parse plugin config",
+        id="rls-plugin-does-not-parse",
+    ),
+    pytest.param(
+        _rls_plugin(_raw(RLS, b"")),
+        f"{PLUGIN}.value[{RLS}].route_lookup_config",
+        "field not present",
+        id="rls-plugin-without-route-lookup-config",
     ),
 ]
 
