@@ -523,7 +523,8 @@ def plugin_route(name="rls") -> rc_pb2.Route:
 def test_unsupported_required_plugin_is_rejected():
     rc = with_plugin(False, rc_with(plugin_route()))
     err = decode_err(rc)
-    assert "cluster_specifier_plugins[0].extension.typed_config: unsupported" in err
+    assert "cluster_specifier_plugins[0].extension.typed_config.value[" in err
+    assert "]: unsupported ClusterSpecifierPlugin type" in err
 
 
 def test_unsupported_optional_plugin_ignores_routes_using_it():
