@@ -145,7 +145,7 @@ def test_route_with_unsupported_path_specifier_is_nacked():
     r = rc_pb2.Route()
     r.match.path_separated_prefix = "/a"
     r.route.cluster = "c1"
-    assert "routes[0].match.path_specifier" in _err(ROUTE_CONFIG, rc_with(r))
+    assert "routes[0].match: invalid path specifier" in _err(ROUTE_CONFIG, rc_with(r))
 
 
 @pytest.mark.parametrize("prefix", ["a/", "/a/b/", "//a", "/a/b/c"])
@@ -209,7 +209,9 @@ def test_invalid_path_regex_is_nacked():
     r = rc_pb2.Route()
     r.match.safe_regex.regex = "a("
     r.route.cluster = "c1"
-    assert "routes[0].match.safe_regex.regex" in _err(ROUTE_CONFIG, rc_with(r))
+    assert "routes[0].match: error creating path matcher: Invalid regex" in _err(
+        ROUTE_CONFIG, rc_with(r)
+    )
 
 
 def test_header_range_with_end_before_start_is_nacked():
@@ -217,7 +219,9 @@ def test_header_range_with_end_before_start_is_nacked():
     h = r.match.headers.add(name="h")
     h.range_match.start = 10
     h.range_match.end = 5
-    assert "routes[0].match.headers[0].range_match" in _err(ROUTE_CONFIG, rc_with(r))
+    assert "routes[0].match.headers[0]: cannot create header matcher" in _err(
+        ROUTE_CONFIG, rc_with(r)
+    )
 
 
 def test_header_matcher_without_specifier_is_nacked():

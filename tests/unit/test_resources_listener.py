@@ -163,7 +163,10 @@ def test_api_listener_of_other_type_is_rejected():
     lis = listener_pb2.Listener(name="lis")
     lis.api_listener.api_listener.Pack(router_pb2.Router())
     err = decode_err(lis.SerializeToString())
-    assert "api_listener.api_listener: unsupported filter type" in err
+    assert (
+        "api_listener.api_listener.value[envoy.extensions.filters.http.router.v3.Router]: "
+        "unsupported filter type"
+    ) in err
 
 
 def test_api_listener_with_garbage_hcm_bytes_is_rejected():

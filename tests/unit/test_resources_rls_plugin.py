@@ -15,7 +15,9 @@ from xds.type.v3 import typed_struct_pb2
 from pyxds.protos import rls_config_pb2
 from pyxds.server import builders as b
 from pyxds.xds.resources import ROUTE_CONFIG, RouteAction, RouteConfiguration
-from pyxds.xds.resources.cluster_specifier import RLS_ENV
+from pyxds.xds.resources.cluster_specifier import RLS_ENV, RLS_PLUGIN_TYPE
+
+RLS_TYPE = RLS_PLUGIN_TYPE
 
 
 def lookup_config(**kwargs) -> rls_config_pb2.RouteLookupConfig:
@@ -128,7 +130,7 @@ def test_a_duration_out_of_protobuf_range_is_nacked():
     config = lookup_config()
     config.max_age.seconds = 315_576_000_001
     err = decode_err(rc_with_plugin(b.rls_plugin("rls", config)))
-    assert "typed_config: failed to dump proto to JSON" in err
+    assert f"typed_config.value[{RLS_TYPE}]: failed to dump proto to JSON" in err
 
 
 def test_a_required_match_header_is_nacked():
@@ -142,13 +144,15 @@ def test_a_plugin_without_route_lookup_config_is_nacked():
     plugin = b.rls_plugin("rls", lookup_config())
     plugin.extension.typed_config.Pack(rls_config_pb2.RouteLookupClusterSpecifier())
     err = decode_err(rc_with_plugin(plugin))
-    assert "typed_config.route_lookup_config: field not present" in err
+    assert f"typed_config.value[{RLS_TYPE}].route_lookup_config: field not present" in err
 
 
 def test_bytes_that_do_not_parse_are_nacked():
     plugin = b.rls_plugin("rls", lookup_config())
     plugin.extension.typed_config.value = b"\xff\xff\xff"
-    assert "typed_config: could not parse plugin config" in decode_err(rc_with_plugin(plugin))
+    assert f"typed_config.value[{RLS_TYPE}]: could not parse plugin config" in decode_err(
+        rc_with_plugin(plugin)
+    )
 
 
 def test_an_rls_plugin_in_a_typed_struct_is_nacked():
@@ -157,7 +161,10 @@ def test_an_rls_plugin_in_a_typed_struct_is_nacked():
         type_url="type.googleapis.com/grpc.lookup.v1.RouteLookupClusterSpecifier"
     )
     plugin.extension.typed_config.Pack(ts)
-    assert "typed_config: could not parse plugin config" in decode_err(rc_with_plugin(plugin))
+    assert (
+        f"typed_config.value[xds.type.v3.TypedStruct].value[{RLS_TYPE}]: "
+        "could not parse plugin config"
+    ) in decode_err(rc_with_plugin(plugin))
 
 
 def test_a_plugin_without_extension_or_typed_config_is_nacked():
@@ -174,7 +181,10 @@ def test_an_unknown_required_plugin_is_nacked_and_an_optional_one_ignores_its_ro
     other.extension.name = "rls"
     other.extension.typed_config.Pack(router_pb2.Router())
     err = decode_err(rc_with_plugin(other))
-    assert 'unsupported ClusterSpecifierPlugin type "envoy.extensions' in err
+    assert (
+        "typed_config.value[envoy.extensions.filters.http.router.v3.Router]: "
+        "unsupported ClusterSpecifierPlugin type"
+    ) in err
     other.is_optional = True
     routes = [b.route(prefix="/a/", cluster_specifier_plugin="rls"), b.route(cluster="fallback")]
     got = decode_ok(rc_with_plugin(other, routes=routes))

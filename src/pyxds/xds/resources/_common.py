@@ -64,17 +64,52 @@ def type_name(type_url: str) -> str:
     return type_url.rpartition("/")[2]
 
 
+def _type_url_problem(type_url: str) -> str | None:
+    """What is wrong with an Any's ``type_url`` in C-core's words
+    (ExtractXdsExtension): missing, or no type after a last ``/``."""
+    if not type_url:
+        return "field not present"
+    pos = type_url.rfind("/")
+    if pos < 0 or pos == len(type_url) - 1:
+        return f'invalid value "{type_url}"'
+    return None
+
+
 def valid_type_url(type_url: str, path: str, errs: Errors) -> bool:
     """An extension's type URL must name a type after its last ``/``; else
     an error at ``path`` (the ``.type_url`` field) in C-core's words
     (ExtractXdsExtension)."""
-    if not type_url:
-        errs.add(path, "field not present")
-        return False
-    if "/" not in type_url or type_url.endswith("/"):
-        errs.add(path, f'invalid value "{type_url}"')
-        return False
-    return True
+    problem = _type_url_problem(type_url)
+    if problem is not None:
+        errs.add(path, problem)
+    return problem is None
+
+
+def any_type(type_url: str, path: str, errs: Errors) -> str | None:
+    """The type an Any (at ``path``) names, checked as C-core's
+    ExtractXdsExtension does: a missing ``type_url`` is an error and None; one
+    without a ``/`` or ending in one is an error, and the whole text is the
+    type (so it names no known type)."""
+    problem = _type_url_problem(type_url)
+    if problem is not None:
+        errs.add(f"{path}.type_url", problem)
+        return type_url or None
+    return type_url[type_url.rfind("/") + 1 :]
+
+
+def typed_struct_inner_type(value: bytes, path: str, errs: Errors) -> str | None:
+    """The type a serialized TypedStruct (the value of the Any at ``path``,
+    named ``...value[<TypedStruct type>]``) names, checked as C-core's
+    ExtractXdsExtension does; None (and an error) when it cannot say."""
+    from xds.type.v3 import typed_struct_pb2
+
+    ts = typed_struct_pb2.TypedStruct()
+    try:
+        ts.ParseFromString(value)
+    except Exception:  # google.protobuf.message.DecodeError
+        errs.add(path, "could not parse")
+        return None
+    return any_type(ts.type_url, path, errs)
 
 
 def duration(d: Any, path: str, errs: Errors) -> float | None:
@@ -91,10 +126,9 @@ def duration(d: Any, path: str, errs: Errors) -> float | None:
     return seconds + nanos / 1e9 if ok else None
 
 
-def compile_regex(
-    pattern: str, path: str, errs: Errors, case_sensitive: bool = True
-) -> re2._Regexp | None:
-    """Compile with RE2 (never Python's ``re``); an error names ``path``."""
+def re2_compile(pattern: str, case_sensitive: bool = True) -> tuple[re2._Regexp | None, str]:
+    """Compile with RE2 (never Python's ``re``): (regex, "") or (None, RE2's
+    own words for the problem, e.g. ``missing ]: [``)."""
     import re2
 
     options = _RE2_OPTIONS.get(case_sensitive)
@@ -104,13 +138,22 @@ def compile_regex(
         options.case_sensitive = case_sensitive
         _RE2_OPTIONS[case_sensitive] = options
     try:
-        return re2.compile(pattern, options)
+        return re2.compile(pattern, options), ""
     except Exception as err:  # re2.error
         detail = err.args[0] if err.args else err
         if isinstance(detail, bytes):
             detail = detail.decode("utf-8", "replace")
+        return None, str(detail)
+
+
+def compile_regex(
+    pattern: str, path: str, errs: Errors, case_sensitive: bool = True
+) -> re2._Regexp | None:
+    """Compile with RE2 (never Python's ``re``); an error names ``path``."""
+    rx, detail = re2_compile(pattern, case_sensitive)
+    if rx is None:
         errs.add(path, f"invalid regex {pattern!r}: {detail}")
-        return None
+    return rx
 
 
 def config_source_is_ads_or_self(cs: Any) -> bool:
@@ -138,8 +181,11 @@ def valid_fault_config(any_msg: Any, path: str, errs: Errors) -> bool:
         return True
     from envoy.extensions.filters.http.fault.v3 import fault_pb2
 
-    fault = unpack(any_msg, fault_pb2.HTTPFault, path, errs)
-    if fault is None:
+    fault = fault_pb2.HTTPFault()
+    try:
+        fault.ParseFromString(any_msg.value)
+    except Exception:  # google.protobuf.message.DecodeError
+        errs.add(path, "could not parse fault injection filter config")  # C-core's words
         return False
     # An unknown percentage denominator is read as HUNDRED (C-core 1.85
     # accepts it; pyxds.resolver.fault_filter).
@@ -217,7 +263,9 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
         p = f"{path}[{key}]"
         if not key:
             errs.add(p, "filter name must be non-empty")
-        tname = type_name(any_msg.type_url)
+        tname = any_type(any_msg.type_url, p, errs)
+        if tname is None:
+            continue
         # C-core's field: the key, then each Any's type (a FilterConfig's
         # ``.config``, a TypedStruct's named type) down to the config.
         vp = f"{p}.value[{tname}]"
@@ -225,28 +273,32 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
         if tname == FILTER_CONFIG_TYPE:
             from envoy.config.route.v3 import route_components_pb2
 
-            fc = unpack(any_msg, route_components_pb2.FilterConfig, p, errs)
-            if fc is None:
+            fc = route_components_pb2.FilterConfig()
+            try:
+                fc.ParseFromString(any_msg.value)
+            except Exception:  # google.protobuf.message.DecodeError
+                errs.add(vp, "could not parse FilterConfig")
                 continue
             optional = fc.is_optional
             any_msg = fc.config
             vp = f"{vp}.config"
-            tname = type_name(any_msg.type_url)
-            if not tname:
+            if not fc.HasField("config"):
                 errs.add(vp, "field not present")
+                continue
+            tname = any_type(any_msg.type_url, vp, errs)
+            if tname is None:
                 continue
             vp = f"{vp}.value[{tname}]"
         wrapper = tname
         if tname in TYPED_STRUCT_TYPES:
-            from xds.type.v3 import typed_struct_pb2
-
-            ts = unpack(any_msg, typed_struct_pb2.TypedStruct, p, errs)
-            if ts is None:
+            tname = typed_struct_inner_type(any_msg.value, vp, errs)
+            if tname is None:
                 continue
-            tname = type_name(ts.type_url)
             vp = f"{vp}.value[{tname}]"
-        if not tname:
-            errs.add(p, "field not present")
+        if tname == FILTER_CONFIG_TYPE:
+            # A FilterConfig wrapper inside a TypedStruct: JSON, which
+            # C-core cannot read as the wrapper.
+            errs.add(vp, "could not parse FilterConfig")
         elif tname in RBAC_OVERRIDE_TYPES:
             from pyxds.xds.resources.rbac import parse_rbac_override
 

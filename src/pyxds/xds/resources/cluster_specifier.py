@@ -35,7 +35,12 @@ import json
 import os
 from typing import Any
 
-from pyxds.xds.resources._common import TYPED_STRUCT_TYPES, Errors, type_name
+from pyxds.xds.resources._common import (
+    TYPED_STRUCT_TYPES,
+    Errors,
+    any_type,
+    typed_struct_inner_type,
+)
 from pyxds.xds.resources.types import ClusterSpecifierPlugin
 
 __all__ = [
@@ -89,29 +94,26 @@ def parse_cluster_specifier_plugins(rc: Any, errs: Errors, pre: str) -> ParsedPl
         if not ext.HasField("typed_config"):
             errs.add(f"{p}.typed_config", "field not present")
             continue
-        type_url = ext.typed_config.type_url
-        if "/" not in type_url:
-            errs.add(f"{p}.typed_config.type_url", f'invalid value "{type_url}"')
+        # C-core's fields: the Any's type names the value (a TypedStruct's
+        # named type too), except for the LB config's own verdict.
+        tp = f"{p}.typed_config"
+        tname = any_type(ext.typed_config.type_url, tp, errs)
+        if tname is None:
             continue
-        tname = type_name(type_url)
+        vp = f"{tp}.value[{tname}]"
         value: bytes | None = bytes(ext.typed_config.value)
         if tname in TYPED_STRUCT_TYPES:
-            from xds.type.v3 import typed_struct_pb2
-
-            ts = typed_struct_pb2.TypedStruct()
-            try:
-                ts.ParseFromString(value)
-            except Exception:
-                errs.add(f"{p}.typed_config", f"could not parse {tname}")
+            tname = typed_struct_inner_type(value or b"", vp, errs)
+            if tname is None:
                 continue
-            tname, value = type_name(ts.type_url), None
+            vp, value = f"{vp}.value[{tname}]", None
         if tname != RLS_PLUGIN_TYPE:
             if csp.is_optional:
                 out.optional_unsupported.add(name)
             else:
-                errs.add(f"{p}.typed_config", f'unsupported ClusterSpecifierPlugin type "{tname}"')
+                errs.add(vp, "unsupported ClusterSpecifierPlugin type")
             continue
-        lb_config = rls_lb_config(value, f"{p}.typed_config", errs)
+        lb_config = rls_lb_config(value, vp, errs, tp)
         if lb_config is not None:
             out.supported[name] = ClusterSpecifierPlugin(
                 name, tname, value or b"", csp.is_optional, lb_config
@@ -119,10 +121,13 @@ def parse_cluster_specifier_plugins(rc: Any, errs: Errors, pre: str) -> ParsedPl
     return out
 
 
-def rls_lb_config(value: bytes | None, path: str, errs: Errors) -> str | None:
+def rls_lb_config(
+    value: bytes | None, path: str, errs: Errors, verdict_path: str | None = None
+) -> str | None:
     """The ``rls_experimental`` config (JSON text) of a serialized
     RouteLookupClusterSpecifier, validated by the policy; None and an error
-    when it is not usable."""
+    when it is not usable.  ``path`` names the config, ``verdict_path`` (by
+    default ``path``) the policy's verdict on it, as C-core's fields do."""
     from pyxds.lb.errors import LBConfigError
     from pyxds.lb.registry import select_policy
     from pyxds.protos import rls_config_pb2
@@ -158,6 +163,9 @@ def rls_lb_config(value: bytes | None, path: str, errs: Errors) -> str | None:
     try:
         select_policy(config)
     except (LBConfigError, ValueError) as err:
-        errs.add(path, f"ClusterSpecifierPlugin returned invalid LB policy config: {err}")
+        errs.add(
+            verdict_path or path,
+            f"ClusterSpecifierPlugin returned invalid LB policy config: {err}",
+        )
         return None
     return json.dumps(config, sort_keys=True)

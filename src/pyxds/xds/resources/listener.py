@@ -45,10 +45,11 @@ from pyxds.xds.resources._common import (
     SERVER_HTTP_FILTER_TYPES,
     TYPED_STRUCT_TYPES,
     Errors,
+    any_type,
     config_source_is_ads_or_self,
     duration,
     type_name,
-    unpack,
+    typed_struct_inner_type,
     valid_fault_config,
     validate_filter_config,
 )
@@ -121,14 +122,22 @@ def decode_listener(
 def _parse_api_listener(lis: Any, errs: Errors) -> Listener | None:
     any_msg = lis.api_listener.api_listener
     path = "api_listener.api_listener"
-    tname = type_name(any_msg.type_url)
+    # C-core's words and fields: the Any's type names the value.
+    if not lis.api_listener.HasField("api_listener"):
+        errs.add(path, "field not present")
+        return None
+    tname = any_type(any_msg.type_url, path, errs)
+    if tname is None:
+        return None
     if tname != HCM_TYPE:
-        errs.add(path, f"unsupported filter type {tname!r}" if tname else "field not present")
+        errs.add(f"{path}.value[{tname}]", "unsupported filter type")
         return None
-    hcm = unpack(any_msg, http_connection_manager_pb2.HttpConnectionManager, path, errs)
-    if hcm is None:
+    hcm = http_connection_manager_pb2.HttpConnectionManager()
+    try:
+        hcm.ParseFromString(any_msg.value)
+    except Exception:  # google.protobuf.message.DecodeError
+        errs.add(f"{path}.value[{HCM_TYPE}]", "could not parse HttpConnectionManager config")
         return None
-    # Fields inside the HCM are named as C-core names them.
     return parse_http_connection_manager(hcm, lis.name, errs, f"{path}.value[{HCM_TYPE}]")
 
 
@@ -201,6 +210,22 @@ _NO_TYPED_STRUCT = {
 comes as a TypedStruct); the stateful session filter says it itself."""
 
 
+def _router_config_parses(value: bytes) -> bool:
+    """The router's config has nothing gRPC uses, but it must parse as a
+    ``Router`` (C-core's router filter factory NACKs it otherwise).  The
+    usual empty config needs no parsing, so its module loads only for a
+    router config with something in it."""
+    if not value:
+        return True
+    from envoy.extensions.filters.http.router.v3 import router_pb2
+
+    try:
+        router_pb2.Router().ParseFromString(value)
+    except Exception:  # google.protobuf.message.DecodeError
+        return False
+    return True
+
+
 def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False) -> tuple[Any, ...]:
     """The HCM's filters: HttpFilter values (client) or (HttpFilter, RBAC
     config or None) pairs (``server``)."""
@@ -230,16 +255,15 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
             errs.add(f"{p}.typed_config", "field not present")
             continue
         any_msg = f.typed_config
-        tname = type_name(any_msg.type_url)
         vp = f"{p}.typed_config"
+        tname = any_type(any_msg.type_url, vp, errs)  # C-core: even when optional
+        if tname is None:
+            continue
         if tname in TYPED_STRUCT_TYPES:
-            from xds.type.v3 import typed_struct_pb2
-
-            ts = unpack(any_msg, typed_struct_pb2.TypedStruct, f"{p}.typed_config", errs)
-            if ts is None:
-                continue
             vp = f"{vp}.value[{tname}]"
-            tname = type_name(ts.type_url)
+            tname = typed_struct_inner_type(any_msg.value, vp, errs)
+            if tname is None:
+                continue
         vp = f"{vp}.value[{tname}]"
         terminal = known.get(tname)
         if terminal is None:
@@ -260,6 +284,10 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
             continue
         if tname == FAULT_FILTER_TYPE:
             if not valid_fault_config(any_msg, vp, errs):
+                continue
+        elif tname == ROUTER_FILTER_TYPE:
+            if not _router_config_parses(any_msg.value):
+                errs.add(vp, "could not parse router filter config")  # C-core's words
                 continue
         elif not validate_filter_config(tname, any_msg, f"{p}.typed_config", errs):
             continue

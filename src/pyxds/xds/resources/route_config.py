@@ -33,7 +33,8 @@ gRFCs leave room):
   matching either (C-core: "Matching route has inappropriate action"); a
   server fails one matching the latter with UNAVAILABLE.
 * ``max_stream_duration`` (A31): ``grpc_timeout_header_max`` if set, else
-  ``max_stream_duration``.
+  ``max_stream_duration``.  ``RouteAction.timeout`` is not read at all (A31:
+  gRPC does not support it; C-core accepts any value there, even negative).
 * Retry policy (A44): the route's, else its virtual host's.
 * ``typed_per_filter_config`` of virtual hosts, routes and weighted
   clusters (A39, as C-core): non-empty keys, configs of a filter type this
@@ -60,9 +61,9 @@ from pyxds.xds.resources import stateful_session as _stateful_session  # noqa: F
 from pyxds.xds.resources._common import (
     Errors,
     check_filter_overrides,
-    compile_regex,
     duration,
     filter_overrides,
+    re2_compile,
 )
 from pyxds.xds.resources.cluster_specifier import (
     RLS_PLUGIN_TYPE,
@@ -121,6 +122,7 @@ _set_overrides: Callable[[Route, tuple[tuple[str, str, bytes], ...]], None] = va
     "filter_overrides"
 ].__set__
 _PREFIX_ALL = PrefixMatch("")
+_BAD_REGEX = "Invalid regex string specified in matcher: "  # C-core's StringMatcher words
 # Keys of the per-decode sharing cache: cluster names are str, so every
 # other kind of key is a tuple and cannot collide with a cluster name.
 _MATCH_ALL_KEY = ("match_all",)
@@ -270,8 +272,8 @@ def _parse_route(
         elif not r.HasField("match"):
             errs.add(f"{_route_path(pre, vi, ri)}.match", "field not present")
             return None
-        else:
-            errs.add(f"{_route_path(pre, vi, ri)}.match.path_specifier", "field not set")
+        else:  # C-core's words and field
+            errs.add(f"{_route_path(pre, vi, ri)}.match", "invalid path specifier")
             return None
     spec_value: Any  # the field's value (a str, a RegexMatcher) or its name
     num, spec_value = spec_field
@@ -294,17 +296,17 @@ def _parse_route(
         _set_path(spec, spec_value)
     elif num == 10:
         pattern = spec_value.regex
-        rx = compile_regex(
-            pattern, f"{_route_path(pre, vi, ri)}.match.safe_regex.regex", errs, case_sensitive
-        )
-        if rx is None:
+        rx, problem = re2_compile(pattern, case_sensitive)
+        if rx is None:  # C-core's words and field
+            errs.add(
+                f"{_route_path(pre, vi, ri)}.match",
+                f"error creating path matcher: {_BAD_REGEX}{problem}",
+            )
             return None
         spec = RegexMatch(pattern, rx)
     else:
-        errs.add(
-            f"{_route_path(pre, vi, ri)}.match.path_specifier",
-            f"must be prefix, path or safe_regex, not {spec_value}",
-        )
+        # path_separated_prefix, path_match_policy, ...: C-core's words and field
+        errs.add(f"{_route_path(pre, vi, ri)}.match", "invalid path specifier")
         return None
     if header_msgs is not None:
         headers = tuple(
@@ -374,12 +376,20 @@ def _parse_header(h: Any, errs: Errors, path: str) -> HeaderMatcher | None:
         return HeaderMatcher(name, "exact", h.exact_match, invert)
     if kind == "safe_regex_match":
         pattern = h.safe_regex_match.regex
-        rx = compile_regex(pattern, f"{path}.safe_regex_match.regex", errs)
+        rx, problem = re2_compile(pattern)
+        if rx is None:  # C-core's words and field
+            errs.add(path, f"cannot create header matcher: {_BAD_REGEX}{problem}")
+            return None
         return HeaderMatcher(name, "safe_regex", pattern, invert, regex=rx)
     if kind == "range_match":
         start, end = h.range_match.start, h.range_match.end
-        if end < start:
-            errs.add(f"{path}.range_match", "end cannot be smaller than start")
+        if end < start:  # C-core's words and field
+            errs.add(
+                path,
+                "cannot create header matcher: Invalid range specifier specified: "
+                "end cannot be smaller than start.",
+            )
+            return None
         return HeaderMatcher(name, "range", None, invert, range_start=start, range_end=end)
     if kind == "present_match":
         return HeaderMatcher(name, "present", None, invert, present_match=h.present_match)
@@ -407,7 +417,10 @@ def _parse_header(h: Any, errs: Errors, path: str) -> HeaderMatcher | None:
                 errs.add(f"{path}.string_match.ignore_case", "not supported for regex matcher")
                 return None
             pattern = sm.safe_regex.regex
-            rx = compile_regex(pattern, f"{path}.string_match.safe_regex.regex", errs)
+            rx, problem = re2_compile(pattern)
+            if rx is None:  # C-core's words and field
+                errs.add(f"{path}.string_match", f"{_BAD_REGEX}{problem}")
+                return None
             return HeaderMatcher(name, "safe_regex", pattern, invert, regex=rx)
         errs.add(f"{path}.string_match", "invalid string matcher")
         return None
@@ -427,7 +440,7 @@ def _parse_action(
 ) -> RouteAction | None:
     spec = None
     spec_value: Any = None
-    msd = timeout = retry = None
+    msd = retry = None
     hashes: tuple[HashPolicy, ...] = ()
     for fd, value in ra.ListFields():
         num = fd.number
@@ -440,15 +453,13 @@ def _parse_action(
                 msd = duration(value.grpc_timeout_header_max, f"{p}.grpc_timeout_header_max", errs)
             elif value.HasField("max_stream_duration"):
                 msd = duration(value.max_stream_duration, f"{p}.max_stream_duration", errs)
-        elif num == 8:
-            timeout = duration(value, f"{_route_path(pre, vi, ri)}.route.timeout", errs)
         elif num == 15:
             hashes = _parse_hash_policies(
                 value, errs, f"{_route_path(pre, vi, ri)}.route.hash_policy"
             )
         elif num == 9:
             retry = _parse_retry(value, errs, f"{_route_path(pre, vi, ri)}.route.retry_policy")
-    plain = msd is None and timeout is None and not hashes and retry is None
+    plain = msd is None and not hashes and retry is None
 
     if spec == 1:
         name = spec_value
@@ -460,7 +471,9 @@ def _parse_action(
             if action is None:
                 action = cache[name] = RouteAction(cluster=name)
             return action
-        return RouteAction(name, None, None, msd, timeout, hashes, retry)
+        return RouteAction(
+            cluster=name, max_stream_duration=msd, hash_policies=hashes, retry_policy=retry
+        )
     if spec == 3:
         wc = spec_value
         pairs = []
@@ -515,7 +528,12 @@ def _parse_action(
                 action = cache[key] = RouteAction(weighted_clusters=weights)
             return action
         weights = tuple(ClusterWeight(n, w, o) for n, w, o in pairs)
-        return RouteAction(None, weights, None, msd, timeout, hashes, retry)
+        return RouteAction(
+            weighted_clusters=weights,
+            max_stream_duration=msd,
+            hash_policies=hashes,
+            retry_policy=retry,
+        )
     if spec == 37:
         if declared is None:
             return None  # GRPC_EXPERIMENTAL_XDS_RLS_LB off: not a supported specifier
@@ -533,7 +551,12 @@ def _parse_action(
                 f'unknown cluster specifier plugin name "{name}"',
             )
             return None
-        return RouteAction(None, None, name, msd, timeout, hashes, retry)
+        return RouteAction(
+            cluster_specifier_plugin=name,
+            max_stream_duration=msd,
+            hash_policies=hashes,
+            retry_policy=retry,
+        )
     if spec is None and ra.WhichOneof("cluster_specifier") in (
         "cluster",
         "cluster_specifier_plugin" if declared is not None else "cluster",
@@ -570,8 +593,9 @@ def _parse_hash_policies(policies: Any, errs: Errors, path: str) -> tuple[HashPo
                 if not pattern:
                     errs.add(f"{p}.regex", "field not present")
                     continue
-                rx = compile_regex(pattern, f"{p}.regex", errs)
-                if rx is None:
+                rx, problem = re2_compile(pattern)
+                if rx is None:  # C-core's words
+                    errs.add(f"{p}.regex", f"errors compiling regex: {problem}")
                     continue
             out.append(HashPolicy("header", hp.terminal, h.header_name, pattern, subst, rx))
         elif kind == "filter_state" and hp.filter_state.key == "io.grpc.channel_id":

@@ -297,14 +297,13 @@ class RouteAction:
     ``cluster_specifier_plugin`` is set.  ``max_stream_duration`` is A31's
     effective per-route value: ``grpc_timeout_header_max`` if set, else
     ``max_stream_duration``, else None (the listener's value applies).
-    ``timeout`` is the route timeout as sent (gRPC does not enforce it).
+    ``RouteAction.timeout`` has no field here: gRPC does not support it (A31).
     """
 
     cluster: str | None = None
     weighted_clusters: tuple[ClusterWeight, ...] | None = None
     cluster_specifier_plugin: str | None = None
     max_stream_duration: float | None = None
-    timeout: float | None = None
     hash_policies: tuple[HashPolicy, ...] = ()
     retry_policy: RetryPolicy | None = None
 
@@ -345,12 +344,6 @@ class Route:
         """A31 effective per-route max stream duration (None: use the listener's)."""
         a = self.action
         return a.max_stream_duration if isinstance(a, RouteAction) else None
-
-    @property
-    def timeout(self) -> float | None:
-        """The route timeout as sent (None when unset)."""
-        a = self.action
-        return a.timeout if isinstance(a, RouteAction) else None
 
 
 @dataclass(frozen=True, slots=True)
