@@ -504,3 +504,20 @@ def test_tf_status_is_unavailable_and_names_the_last_error_with_its_own_code():
     assert helper.state is TF
     assert failed_pick_details(helper) == PREFIX + "UNAUTHENTICATED: simulated failure"
     assert helper.last.status.code is UNAVAILABLE
+
+
+def test_identical_single_address_update_while_connecting_changes_nothing():
+    """grpc-java PickFirstLeafLoadBalancerTest.updateAddresses_identicalSingleAddress_connecting
+    and updateAddresses_identical_connecting: no subchannel created, no new
+    connection request, no new report; the attempt in flight goes on."""
+    policy, helper = start(A)
+    a = sub(helper, A)
+    a.set_state(CONNECTING)
+    helper.clock.advance(CONNECTION_ATTEMPT_DELAY)
+    reports = len(helper.states)
+    assert send(policy, A) is None
+    helper.clock.advance(CONNECTION_ATTEMPT_DELAY)
+    assert len(helper.subchannels) == 1 and a.connect_calls == 1
+    assert len(helper.states) == reports and isinstance(helper.pick(), PickQueue)
+    a.set_state(READY)
+    assert picked_address(helper) == A
