@@ -115,9 +115,7 @@ def test_nothing_listens_until_the_listener_and_every_rds_it_names_arrived():
     chains (and default chain) name RDS resources is applied only once all
     of them arrived; no server listens and no serving callback before."""
     h = Harness()
-    first = lis(
-        ib.filter_chain(name="f0", source_ports=[1]), ib.filter_chain(name="f1", rds="r0")
-    )
+    first = lis(ib.filter_chain(name="f0", source_ports=[1]), ib.filter_chain(name="f1", rds="r0"))
     h.client.push(first)
     assert h.client.watched(ROUTE_CONFIG_TYPE_URL) == {"r0"}
     second = lis(
@@ -309,17 +307,19 @@ def test_listener_address_must_equal_the_listening_address():
         assert h.backend.attempts == 0
 
 
-def test_a_listener_with_port_zero_does_not_match_a_listening_port():
+def test_a_listener_with_port_zero_matches_the_listening_port_of_its_ip():
     """grpc-java XdsServerWrapperTest.onChanged_listenerAddressWildcardPort
-    serves a Listener with port 0 on any port; C-core compares the address
-    exactly (XdsServerConfigFetcher, "Address in LDS update does not match
-    listening address") and grpc-go compares host and port: pyxds is
-    C-core's (A36: "matching address and port_value")."""
+    (a Listener with port 0 serves on any port) against grpc-go
+    listener_wrapper.go (host and port compared): C-core (grpcio 1.85)
+    serves it too, as the differential
+    tests/e2e/test_conformance_serving_e2e.py shows; its IP must still match
+    (grpc-java onChanged_listenerAddressMismatch: ``20.3.4.5:0``)."""
     h = Harness()
     h.client.push(lis(address="127.0.0.1:0"))
-    assert len(h.events) == 1 and h.events[0][1] is False
-    assert "does not match listening address" in h.events[0][2]
-    assert h.backend.attempts == 0
+    assert h.events == [(ADDRESS, True, None)] and h.backend.started == [0]
+    h.client.push(lis(address="10.0.0.1:0"))
+    assert h.events[-1][1] is False
+    assert "does not match listening address" in h.events[-1][2]
 
 
 def test_a_mismatched_address_after_serving_stops_serving_and_a_good_one_resumes():
