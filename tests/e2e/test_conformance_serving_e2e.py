@@ -62,12 +62,13 @@ def served_in_both(ours, core, code):
     return got
 
 
-def test_a_listener_with_port_zero_is_served_and_one_for_the_wildcard_ip_is_not(control, both):
+def test_a_listener_with_port_zero_is_served_and_one_for_another_ip_is_not(control, both):
     """grpc-java XdsServerWrapperTest.onChanged_listenerAddressWildcardPort
     serves a Listener with port 0 on any port; grpc-go (listener_wrapper.go)
     compares host and port.  grpcio 1.85 (C-core) serves it, as pyxds does;
-    a Listener for 0.0.0.0 while the server listens on 127.0.0.1 is not
-    served by either (A36: the address must match)."""
+    a Listener for another IP with port 0, or for 0.0.0.0 while the server
+    listens on 127.0.0.1, is served by neither (A36: the address must
+    match)."""
     ours, core = both
     publish(control, ours, core, plain)
     assert served_in_both(ours, core, "OK") == {ours.kind: "OK", "core": "OK"}
@@ -84,11 +85,15 @@ def test_a_listener_with_port_zero_is_served_and_one_for_the_wildcard_ip_is_not(
     assert port_zero == {ours.kind: "OK", "core": "OK"}
     assert ours.events == [(ours.address, True, None)]
 
-    def wildcard_ip(address):
-        return plain(address, "0.0.0.0:" + address.rpartition(":")[2])
+    for other in ("10.0.0.1:0", "0.0.0.0:{port}"):  # another IP, port 0; the wildcard IP
 
-    publish(control, ours, core, wildcard_ip)
-    gone = served_in_both(ours, core, "UNAVAILABLE")
-    assert gone == {ours.kind: "UNAVAILABLE", "core": "UNAVAILABLE"}
-    assert ours.events[-1][1] is False
-    assert "does not match listening address" in ours.events[-1][2]
+        def elsewhere(address, other=other):
+            return plain(address, other.format(port=address.rpartition(":")[2]))
+
+        publish(control, ours, core, elsewhere)
+        gone = served_in_both(ours, core, "UNAVAILABLE")
+        assert gone == {ours.kind: "UNAVAILABLE", "core": "UNAVAILABLE"}, other
+        assert ours.events[-1][1] is False
+        assert "does not match listening address" in ours.events[-1][2]
+        publish(control, ours, core, plain)
+        assert served_in_both(ours, core, "OK") == {ours.kind: "OK", "core": "OK"}
