@@ -6,7 +6,8 @@ LDS and RDS updates into :class:`ServingConfig` values or a not-serving
 serializer, one at a time).  As C-core's ``XdsServerConfigFetcher``:
 
 * A Listener that is not a server listener, or whose address is not the
-  listening address, ends serving ("LDS resource is not a TCP listener",
+  listening address (port 0 matches any port of the IP, as in C-core 1.85
+  and grpc-java), ends serving ("LDS resource is not a TCP listener",
   "Address in LDS update does not match listening address",
   FAILED_PRECONDITION); so does a Listener that does not exist or failed
   before any good version (the XdsClient's status, as C-core 1.85 reports it).
@@ -84,6 +85,16 @@ class ServingConfig:
             if err is not None and err not in seen:
                 seen.append(err)
         return seen
+
+
+def _address_matches(listener_address: str, listening_address: str) -> bool:
+    """The Listener's ``ip:port`` is the listening one; port 0 stands for
+    any port of that IP (as grpcio 1.85 and grpc-java serve it; grpc-go
+    does not)."""
+    if listener_address == listening_address:
+        return True
+    host, _, port = listener_address.rpartition(":")
+    return port == "0" and host == listening_address.rpartition(":")[0]
 
 
 class _RdsWatcher:
@@ -168,7 +179,7 @@ class ListenerWatch:
         if tcp is None:
             self._fatal(Status(FAILED_PRECONDITION, "LDS resource is not a TCP listener"))
             return
-        if tcp.address != self.listening_address:
+        if not _address_matches(tcp.address, self.listening_address):
             self._fatal(
                 Status(
                     FAILED_PRECONDITION,

@@ -132,9 +132,7 @@ class ServedAddress:
     def stop(self, grace: float | None) -> None:
         self._closed = True
         self._note(None)
-        if self._retry is not None:
-            self._retry.cancel()
-            self._retry = None
+        self._cancel_retry()
         if self.watch is not None:
             self.watch.stop()
         self._drop_generation(grace)
@@ -146,6 +144,7 @@ class ServedAddress:
             return
         if isinstance(value, Status):
             self.config = None
+            self._cancel_retry()  # nothing left to retry for
             self._not_serving(str(value.details) or value.code.name)
             return
         self.config = value
@@ -159,10 +158,13 @@ class ServedAddress:
         self._config_errors = bool(warnings)
         self._apply()
 
-    def _apply(self) -> None:
+    def _cancel_retry(self) -> None:
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
+
+    def _apply(self) -> None:
+        self._cancel_retry()
         config = self.config
         if config is None or self._closed:
             return
