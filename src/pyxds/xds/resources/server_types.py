@@ -152,7 +152,9 @@ class TcpListener:
     """A validated server Listener (A36).
 
     ``address`` is the Listener's socket address as ``ip:port`` (IPv6
-    bracketed), compared as text with the listening address, as C-core does.
+    bracketed), compared as text with the listening address, as C-core does,
+    except that port 0 matches any port of that IP (grpcio 1.85 serves it;
+    :mod:`pyxds.serving.listener_watch`).
     """
 
     address: str
