@@ -27,12 +27,13 @@ from backends import HERE
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.service.status.v3 import csds_pb2, csds_pb2_grpc
-from ports import EXCLUSIVE
+from ports import EXCLUSIVE, HeldPort
 
 import pyxds._api as pyxds
 import pyxds.admin
 from pyxds.server import Snapshot
 from pyxds.server import builders as b
+from pyxds.server import inbound as ib
 
 STATUS = csds_pb2.ClientConfig.GenericXdsConfig.DESCRIPTOR.fields_by_name["client_status"].enum_type
 
@@ -48,7 +49,12 @@ server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), options=[("grpc.
 grpc_csds.add_csds_servicer(server)
 port = server.add_insecure_port("127.0.0.1:0")
 server.start()
-channels = [grpc.insecure_channel(target) for target in sys.argv[1:]]
+targets = [t for t in sys.argv[1:] if not t.startswith("serve=")]
+for serve in [t[len("serve="):] for t in sys.argv[1:] if t.startswith("serve=")]:
+    xds_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), xds=True)
+    xds_server.add_insecure_port(serve)
+    xds_server.start()
+channels = [grpc.insecure_channel(target) for target in targets]
 for channel in channels:
     channel.subscribe(lambda state: None, try_to_connect=True)
 print(port, flush=True)
@@ -57,7 +63,8 @@ sys.stdin.read()
 
 
 class Core:
-    """grpcio-csds over C-core, with channels to ``targets`` resolving."""
+    """grpcio-csds over C-core, with channels to ``targets`` resolving (a
+    target ``serve=<address>``: a ``grpc.server(xds=True)`` on it instead)."""
 
     def __init__(self, bootstrap: dict, targets: tuple[str, ...]) -> None:
         env = dict(os.environ)
@@ -395,6 +402,75 @@ def test_deleted_listener_matches_c_core(xds_server, admin):
     assert DETAILS["csds-pyxds", "xds:/csds-b"]["Listener", "csds-b"] == "does not exist"
     assert DETAILS["csds-core", "xds:/csds-b"]["Listener", "csds-b"] == "does not exist"
     assert {v[0] for v in mine["xds:/csds-a"].values()} == {"ACKED"}
+
+
+def test_xds_server_scope_matches_c_core(xds_server, admin):
+    """A71/A40 ``client_scope`` of an xDS-enabled server's XdsClient: C-core
+    keys it ``#server`` (``XdsClient`` for servers, grpcio-csds lists it
+    under that scope); alone in its process (no channel to share a client
+    with), pyxds's server is the same scope with the same entries: its
+    Listener and the RouteConfiguration it names, ACKED (A36)."""
+    held = HeldPort(shared=True)
+    template = "grpc/server?xds.resource.listening_address=%s"
+    try:
+
+        def server_listener(address: str) -> Any:
+            hcm = ib.inbound_hcm(None, rds="server-route")
+            name = template.replace("%s", address)
+            return ib.server_listener(name, address, [ib.filter_chain(hcm)])
+
+        core_bootstrap = xds_server.bootstrap(
+            node_id="csds-core", server_listener_resource_name_template=template
+        )
+        core = Core(core_bootstrap, (f"serve={held.address}",))
+        ours = pyxds.xds_server(
+            futures.ThreadPoolExecutor(max_workers=2),
+            options=[EXCLUSIVE],
+            bootstrap=xds_server.bootstrap(
+                node_id="csds-pyxds", server_listener_resource_name_template=template
+            ),
+        )
+        port = ours.add_insecure_port("127.0.0.1:0")
+        ours.start()
+        try:
+            routes = [ib.inbound_route_config("server-route")]
+            xds_server.set_snapshot(
+                Snapshot(listeners=[server_listener(held.address)], routes=routes, version="1"),
+                node_id="csds-core",
+            )
+            xds_server.set_snapshot(
+                Snapshot(
+                    listeners=[server_listener(f"127.0.0.1:{port}")], routes=routes, version="1"
+                ),
+                node_id="csds-pyxds",
+            )
+
+            def scoped(address: str, node_id: str, listening: str) -> dict[Any, Any] | None:
+                table = tables(fetch(address), node_id).get("#server", {})
+                if len(table) != 2 or {v[0] for v in table.values()} != {"ACKED"}:
+                    return None
+                return {
+                    (kind, name.replace(listening, "ADDRESS")): value[:4]
+                    for (kind, name), value in table.items()
+                }
+
+            deadline = time.monotonic() + 20
+            while True:
+                mine = scoped(admin, "csds-pyxds", f"127.0.0.1:{port}")
+                theirs = scoped(core.address, "csds-core", held.address)
+                if (mine and theirs) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+        finally:
+            ours.stop(None).wait(10)
+            core.close()
+    finally:
+        held.close()
+    assert mine == theirs
+    assert mine is not None and set(mine) == {
+        ("Listener", "grpc/server?xds.resource.listening_address=ADDRESS"),
+        ("RouteConfiguration", "server-route"),
+    }
 
 
 def test_node_matchers_are_refused_where_c_core_ignores_them(xds_server, admin):
