@@ -477,13 +477,24 @@ def test_node_matchers_are_refused_where_c_core_ignores_them(xds_server, admin):
     """A40 "Detail: Node Matching": a request with node matchers fails
     INVALID_ARGUMENT (grpc-java ``fetchClientConfig_invalidArgument``,
     grpc-go ``buildClientStatusRespForReq``); grpcio-csds over C-core
-    ignores the request and answers (docs/differences-from-c-core.md)."""
+    ignores the request and answers, and ignores ``exclude_resource_contents``
+    too, which pyxds honours (docs/differences-from-c-core.md)."""
     xds_server.set_snapshot(good_snapshot())
     request = csds_pb2.ClientStatusRequest()
     request.node_matchers.add().node_id.exact = "csds-core"
     core = Core(xds_server.bootstrap(node_id="csds-core"), ("xds:///csds-a",))
     try:
         assert isinstance(fetch(core.address, request), csds_pb2.ClientStatusResponse)
+        bare = csds_pb2.ClientStatusRequest(exclude_resource_contents=True)
+        deadline = time.monotonic() + 20
+        while not any(
+            v[0] == "ACKED"
+            for v in tables(fetch(core.address), "csds-core").get("xds:/csds-a", {}).values()
+        ):
+            assert time.monotonic() < deadline, "C-core never ACKed the Listener"
+            time.sleep(0.1)
+        (config,) = fetch(core.address, bare).config
+        assert any(x.HasField("xds_config") for x in config.generic_xds_configs)
     finally:
         core.close()
     with pytest.raises(grpc.RpcError) as refused:
