@@ -19,6 +19,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.service.status.v3 import csds_pb2, csds_pb2_grpc
 from ports import EXCLUSIVE
 from protos import echo_pb2, echo_pb2_grpc
+from test_differential_csds import Core
 
 import pyxds._api as pyxds
 import pyxds.admin
@@ -184,26 +185,6 @@ def test_stream_client_status_answers_each_request_and_aio_servers_work(xds_serv
         assert {s for s, _, _ in status_table(config).values()} == {"ACKED"}
 
 
-_CORE_SCOPES = r"""
-import sys
-from concurrent import futures
-import grpc, grpc_csds
-from envoy.service.status.v3 import csds_pb2, csds_pb2_grpc
-from protos import echo_pb2, echo_pb2_grpc
-
-server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), options=[("grpc.so_reuseport", 0)])
-grpc_csds.add_csds_servicer(server)
-port = server.add_insecure_port("127.0.0.1:0")
-server.start()
-channels = [grpc.insecure_channel(target) for target in sys.argv[1:]]
-for channel in channels:
-    echo_pb2_grpc.EchoStub(channel).Echo(echo_pb2.EchoRequest(), timeout=20, wait_for_ready=True)
-with grpc.insecure_channel(f"127.0.0.1:{port}") as admin:
-    stub = csds_pb2_grpc.ClientStatusDiscoveryServiceStub(admin)
-    response = stub.FetchClientStatus(csds_pb2.ClientStatusRequest(), timeout=10)
-print("\n".join(sorted(config.client_scope for config in response.config)))
-"""
-
 #: target forms whose client_scope C-core writes differently from the target
 SCOPE_TARGETS = (
     "xds:///echo-service",
@@ -231,19 +212,15 @@ def test_client_scope_is_the_target_written_as_c_core_writes_it(xds_server, echo
             endpoints=[b.endpoints("echo-cluster", [b.locality(endpoints=[backend.address])])],
         )
     )
-    env = dict(os.environ)
-    env.pop("GRPC_XDS_BOOTSTRAP", None)
-    env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(xds_server.bootstrap(node_id="scope-core"))
-    env["PYTHONPATH"] = HERE
-    core = subprocess.run(
-        [sys.executable, "-c", _CORE_SCOPES, *SCOPE_TARGETS],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=90,
-    )
-    assert core.returncode == 0, core.stderr[-2000:]
-    theirs = core.stdout.split()
+    core = Core(xds_server.bootstrap(node_id="scope-core"), SCOPE_TARGETS)
+    try:
+        # a target's XdsClient (and scope) exists once its channel resolves
+        configs = wait_for(
+            lambda: (c := configs_of(fetch(core.address), "scope-core")) and len(c) == 5 and c
+        )
+    finally:
+        core.close()
+    theirs = sorted(c.client_scope for c in configs)
     bootstrap = xds_server.bootstrap(node_id="scope-pyxds")
     channels = [pyxds.insecure_channel(target, bootstrap=bootstrap) for target in SCOPE_TARGETS]
     try:

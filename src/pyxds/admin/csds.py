@@ -10,8 +10,10 @@ RECEIVED_ERROR / TIMEOUT), version, ``last_updated`` and, after a NACK,
 ``error_state`` (A40 "Client Status"). pyxds shares one XdsClient between
 channels with the same bootstrap, so a client used by two targets appears
 twice, once per scope, as C-core's per-target clients would.
-``exclude_resource_contents`` drops ``xds_config``; ``node_matchers`` are
-not applied (as C-core: a gRPC process has one node per client anyway).
+``exclude_resource_contents`` drops ``xds_config``. A request with
+``node_matchers`` fails INVALID_ARGUMENT (A40 "Detail: Node Matching", as
+grpc-java and grpc-go; C-core ignores them); on ``StreamClientStatus`` that
+ends the stream after the answers already sent.
 """
 
 from __future__ import annotations
@@ -52,17 +54,30 @@ def _excluded(request: Any) -> bool:
     return bool(getattr(request, "exclude_resource_contents", False))
 
 
+#: A40 "Detail: Node Matching": node matchers are refused, not applied.
+NODE_MATCHERS_REFUSED = "node_matchers not supported"
+
+
+def _refused(request: Any) -> bool:
+    """Whether A40 says to fail ``request`` INVALID_ARGUMENT (it has node matchers)."""
+    return len(request.node_matchers) > 0
+
+
 # grpcio-csds' generated servicer base has no stubs (it is Any to mypy)
 class CsdsServicer(csds_pb2_grpc.ClientStatusDiscoveryServiceServicer):  # type: ignore[misc]  # no stubs
     """CSDS for a ``grpc.server`` (threads)."""
 
     def FetchClientStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
+        if _refused(request):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, NODE_MATCHERS_REFUSED)
         return client_status_response(_excluded(request))
 
     def StreamClientStatus(
         self, request_iterator: Iterator[Any], context: grpc.ServicerContext
     ) -> Iterator[Any]:  # ClientStatusRequest/Response (no stubs)
         for request in request_iterator:
+            if _refused(request):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, NODE_MATCHERS_REFUSED)
             yield client_status_response(_excluded(request))
 
 
@@ -72,12 +87,16 @@ class AioCsdsServicer(csds_pb2_grpc.ClientStatusDiscoveryServiceServicer):  # ty
     async def FetchClientStatus(
         self, request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> Any:
+        if _refused(request):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, NODE_MATCHERS_REFUSED)
         return await asyncio.to_thread(client_status_response, _excluded(request))
 
     async def StreamClientStatus(
         self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
         async for request in request_iterator:
+            if _refused(request):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, NODE_MATCHERS_REFUSED)
             yield await asyncio.to_thread(client_status_response, _excluded(request))
 
 

@@ -46,9 +46,19 @@ def _status(entry: dict[str, Any] | None) -> dict[str, Any]:
     if entry is None:
         return {"status": "NOT_REQUESTED", "version": ""}
     out = {"status": entry.get("client_status", ""), "version": entry.get("version_info", "")}
-    if "error_state" in entry:
+    if rejected(entry):
         out["nack"] = entry["error_state"].get("details", "")
     return out
+
+
+def rejected(entry: dict[str, Any]) -> bool:
+    """Whether the entry's ``error_state`` is a rejection (a NACK, an error
+    from the server, a server's reason not to serve), not A88's note on a
+    DOES_NOT_EXIST or TIMEOUT entry."""
+    return "error_state" in entry and entry.get("client_status") not in (
+        "DOES_NOT_EXIST",
+        "TIMEOUT",
+    )
 
 
 def _match(match: dict[str, Any]) -> str:
@@ -298,7 +308,7 @@ def build(dump: dict[str, Any]) -> dict[str, Any]:
     model["nacks"] = [
         {"type": kind, "name": name, "details": e["error_state"].get("details", "")}
         for (kind, name), e in sorted(found.items())
-        if "error_state" in e
+        if rejected(e)
     ]
     model["ignored_fields"] = [
         {"type": kind, "name": name, "fields": fields}

@@ -91,6 +91,7 @@ def _chain(chain: Any, config: Any) -> dict[str, Any]:
 
 def build(entry: dict[str, Any] | None, outcome: Any, address: str, name: str) -> dict[str, Any]:
     """The model: CSDS entry of the Listener and the watch's outcome."""
+    from pyxds.cli.inspect_model import rejected
     from pyxds.serving.listener_watch import ServingConfig
 
     model: dict[str, Any] = {
@@ -99,7 +100,7 @@ def build(entry: dict[str, Any] | None, outcome: Any, address: str, name: str) -
         "status": (entry or {}).get("client_status", "REQUESTED"),
         "version": (entry or {}).get("version_info", ""),
     }
-    if entry is not None and "error_state" in entry:
+    if entry is not None and rejected(entry):
         model["nack"] = entry["error_state"].get("details", "")
     if isinstance(outcome, ServingConfig):
         listener = outcome.listener

@@ -95,6 +95,9 @@ from pyxds.status import OK_STATUS, Status
 _log = logging.getLogger(__name__)
 
 RESOURCE_TIMEOUT = 15.0
+
+#: CSDS ``error_state.details`` of a DOES_NOT_EXIST entry (C-core's words).
+DOES_NOT_EXIST_DETAILS = "does not exist"
 """Does-not-exist timer (A57; the xDS protocol's 15 s)."""
 TRANSIENT_RESOURCE_TIMEOUT = 30.0
 """Resource timer with the ``resource_timer_is_transient_error`` feature (A88)."""
@@ -147,11 +150,14 @@ class CacheState(enum.Enum):
 
 @dataclass(frozen=True)
 class NackInfo:
-    """The last rejected version of a resource (CSDS ``error_state``)."""
+    """The error of a cache entry (CSDS ``error_state``, A88 "Cache Entry
+    States": NACKED, RECEIVED_ERROR, DOES_NOT_EXIST and TIMEOUT entries
+    carry one): the rejected or deleting response's version and when it
+    came; a timer's has neither (version "", time None), as C-core's."""
 
     details: str
     version_info: str
-    last_update_attempt: float  # wall-clock seconds
+    last_update_attempt: float | None  # wall-clock seconds
 
 
 @dataclass(frozen=True)
@@ -673,6 +679,7 @@ class AdsState:
 
     def _deleted(self, entry: _Entry, short: str, version: str, now: float) -> None:
         entry.state = CacheState.DOES_NOT_EXIST
+        entry.nack = NackInfo(DOES_NOT_EXIST_DETAILS, version, now)
         status = Status(
             grpc.StatusCode.NOT_FOUND,
             f"{short} resource {entry.name} does not exist (deleted by the xDS server)",
@@ -756,12 +763,16 @@ class AdsState:
         short = _short_name(self._types.get(entry.type_url), entry.type_url)
         if self._server.resource_timer_is_transient_error:
             entry.state = CacheState.TIMEOUT
+            entry.nack = NackInfo(
+                f"timeout obtaining resource from xDS server {self._server.server_uri}", "", None
+            )
             status = Status(
                 grpc.StatusCode.UNAVAILABLE,
                 f"timeout obtaining {short} resource {entry.name} from xDS server",
             )
         else:
             entry.state = CacheState.DOES_NOT_EXIST
+            entry.nack = NackInfo(DOES_NOT_EXIST_DETAILS, "", None)
             status = Status(
                 grpc.StatusCode.NOT_FOUND, f"{short} resource {entry.name} does not exist"
             )

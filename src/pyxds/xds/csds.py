@@ -6,13 +6,16 @@
 
     {"node": {...},
      "generic_xds_configs": [
-        {"type_url": ..., "name": ..., "version_info": ...,
+        {"type_url": ..., "name": ...,
+         "version_info": ...,                        # "" without a resource
          "xds_config": {"@type": ..., ...},          # omitted without a resource
-         "last_updated": "2026-01-02T03:04:05.000Z", # omitted before any update
+         "last_updated": "2026-01-02T03:04:05.000Z", # omitted without a resource
          "client_status": "REQUESTED" | "DOES_NOT_EXIST" | "ACKED" | "NACKED"
                           | "RECEIVED_ERROR" | "TIMEOUT",
          "error_state": {"details": ..., "version_info": ...,
-                         "last_update_attempt": ...},    # NACKs, and below
+                         "last_update_attempt": ...},
+                         # the entry's error (A88): NACKs, server errors,
+                         # deletions; a timer's has only "details"
          "xds_server": "host:port",    # A71: the server it came from (not in the proto)
          "serving": {"address": ..., "serving": ..., "error": ...}},
                                        # an xDS-enabled server's use of a Listener
@@ -40,7 +43,7 @@ from typing import Any
 from envoy.config.core.v3 import base_pb2
 from google.protobuf import any_pb2
 
-from pyxds.xds.ads_state import EntrySnapshot
+from pyxds.xds.ads_state import CacheState, EntrySnapshot
 
 
 def rfc3339(seconds: float) -> str:
@@ -59,24 +62,44 @@ def any_to_json(raw: any_pb2.Any) -> dict[str, Any]:
         return {"@type": raw.type_url, "value": base64.b64encode(raw.value).decode("ascii")}
 
 
+class GenericEntry(dict[str, Any]):
+    """A ``GenericXdsConfig`` dict that also holds the resource as it was
+    received (``raw``, not part of the dict): :func:`client_config_proto`
+    puts those bytes in ``xds_config``, since the JSON form loses what this
+    process's protos do not know (fields of a newer xDS API) and need not
+    serialize the way the server did (A40 "Expose xDS Config As Is")."""
+
+    raw: any_pb2.Any | None = None
+
+
 def generic_xds_config(entry: EntrySnapshot) -> dict[str, Any]:
-    """One ``ClientConfig.GenericXdsConfig`` as a dict."""
-    out: dict[str, Any] = {
-        "type_url": entry.type_url,
-        "name": entry.name,
-        "version_info": entry.version_info,
-    }
+    """One ``ClientConfig.GenericXdsConfig`` as a dict (a :class:`GenericEntry`)."""
+    out = GenericEntry(
+        type_url=entry.type_url,
+        name=entry.name,
+        version_info=entry.version_info,
+    )
+    out.raw = entry.raw
+    # The version and time are those of the cached resource: none without
+    # one (REQUESTED, a deleted or dropped resource), as C-core and grpc-java.
     if entry.raw is not None:
         out["xds_config"] = any_to_json(entry.raw)
-    if entry.last_updated is not None:
-        out["last_updated"] = rfc3339(entry.last_updated)
+        if entry.last_updated is not None:
+            out["last_updated"] = rfc3339(entry.last_updated)
+    else:
+        out["version_info"] = ""
     out["client_status"] = entry.state.value
-    if entry.error_state is not None:
-        out["error_state"] = {
-            "details": entry.error_state.details,
-            "version_info": entry.error_state.version_info,
-            "last_update_attempt": rfc3339(entry.error_state.last_update_attempt),
-        }
+    error = entry.error_state
+    if error is not None:
+        # A88 "Cache Entry States": the entry's error; a timer's has no
+        # version or time (C-core writes neither then).
+        details = error.details
+        if entry.state is CacheState.NACKED:
+            details = f"invalid resource: {details}"  # as C-core frames a NACK's
+        out["error_state"] = {"details": details}
+        if error.version_info and error.last_update_attempt is not None:
+            out["error_state"]["version_info"] = error.version_info
+            out["error_state"]["last_update_attempt"] = rfc3339(error.last_update_attempt)
     if entry.server is not None:
         out["xds_server"] = entry.server
     return out
@@ -116,17 +139,23 @@ def client_config_proto(config: dict[str, Any]) -> Any:
     from envoy.service.status.v3 import csds_pb2
     from google.protobuf import json_format
 
+    entries = list(config.get("generic_xds_configs", []))
     config = dict(config)
     config["generic_xds_configs"] = [
-        {k: v for k, v in c.items() if k not in ("xds_server", "serving")}
-        for c in config.get("generic_xds_configs", [])
+        {k: v for k, v in c.items() if k not in ("xds_server", "serving")} for c in entries
     ]
-    # a resource :func:`any_to_json` left opaque (it names a type this
-    # process never loaded, such as the router filter's) goes in as its
-    # bytes: protobuf's JSON parser cannot read it back
+    # The resource goes in as the bytes it was received as (A40 "Expose xDS
+    # Config As Is", as C-core): the JSON form drops fields this process's
+    # protos do not know.  Without them (a dict made elsewhere), a resource
+    # :func:`any_to_json` left opaque (it names a type this process never
+    # loaded, such as the router filter's) goes in as its bytes: protobuf's
+    # JSON parser cannot read it back.
     raw = {}
     for i, entry in enumerate(config["generic_xds_configs"]):
-        opaque = _opaque_any(entry.get("xds_config"))
+        if "xds_config" not in entry:
+            continue  # none, or exclude_resource_contents dropped it
+        received = getattr(entries[i], "raw", None)
+        opaque = received if received is not None else _opaque_any(entry["xds_config"])
         if opaque is not None:
             raw[i] = opaque
             config["generic_xds_configs"][i] = {k: v for k, v in entry.items() if k != "xds_config"}
