@@ -95,12 +95,12 @@ from pyxds.status import OK_STATUS, Status
 _log = logging.getLogger(__name__)
 
 RESOURCE_TIMEOUT = 15.0
-
-#: CSDS ``error_state.details`` of a DOES_NOT_EXIST entry (C-core's words).
-DOES_NOT_EXIST_DETAILS = "does not exist"
 """Does-not-exist timer (A57; the xDS protocol's 15 s)."""
 TRANSIENT_RESOURCE_TIMEOUT = 30.0
 """Resource timer with the ``resource_timer_is_transient_error`` feature (A88)."""
+
+#: CSDS ``error_state.details`` of a DOES_NOT_EXIST entry (C-core's words).
+DOES_NOT_EXIST_DETAILS = "does not exist"
 
 RESOURCE_WRAPPER_TYPE_URL = "type.googleapis.com/envoy.service.discovery.v3.Resource"
 
