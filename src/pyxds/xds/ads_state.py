@@ -35,17 +35,22 @@ Rules:
   resources of that same response are applied anyway.  Resources nobody
   subscribed to are ignored.  A response for a type never requested on this
   stream is ignored (answering it would be a wildcard subscription).
+* A88 is guarded, as its "Temporary environment variable protection"
+  says and as grpcio 1.85's C-core does, by
+  ``GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING`` (off unless set true): the
+  ``fail_on_data_errors`` and ``resource_timer_is_transient_error`` server
+  features, the xRFC TP3 ``resource_errors`` and the ambient default for
+  deletions are used only when it is on.  Off, those features are read from
+  the bootstrap and not acted on, and ``resource_errors`` are not looked at.
 * LDS and CDS responses are complete: a cached resource absent from the
-  response is deleted.  With ``fail_on_data_errors`` the resource is
-  dropped (A88).  Otherwise, as grpcio 1.85's C-core does by default, it is
-  dropped unless the server has ``ignore_resource_deletion`` (A53: then it
-  is kept and the deletion is an ambient error); with
-  ``GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING=true`` (C-core's switch for
-  A88) it is always kept, the deletion an ambient error (A88's table).
+  response is deleted.  A88 on: it is kept and the deletion is an ambient
+  error, unless the server has ``fail_on_data_errors`` (then it is dropped).
+  A88 off: it is dropped unless the server has ``ignore_resource_deletion``
+  (A53: then it is kept and the deletion is an ambient error).
   RDS and EDS absences mean nothing.  A NACKed resource is present, not
   absent.  Versions are never compared: a stale version after a
   reconnect is just a version (TRAPS, grpc-java#12663).
-* xRFC TP3 ``resource_errors`` (A88): the entry goes to ``RECEIVED_ERROR``;
+* xRFC TP3 ``resource_errors`` (A88 on): the entry goes to ``RECEIVED_ERROR``;
   NOT_FOUND and PERMISSION_DENIED are data errors, any other code is
   transient.  The resource counts as present (not deleted).  An entry
   without a resource name or with an OK ``error_detail`` is malformed: the
@@ -54,13 +59,13 @@ Rules:
   wrapper's ``name`` when set (as C-core), else by its own name.
 * An unchanged resource (structural equality) notifies nobody.
 * Data errors (NACK, deletion) on a cached resource are ambient, unless the
-  server has ``fail_on_data_errors``: then the resource is dropped and
+  server has ``fail_on_data_errors`` (A88 on): then the resource is dropped and
   watchers get ``on_resource_changed(error)`` (A88 "Handling Data Errors").
 * Resource timer (A57, A88): started for a name without a cached resource
   when its request has been sent on the current stream *and* the stream is
   connected; bound to the stream generation and cancelled when the stream
   ends or the resource (valid or not) arrives.  Expiry: ``DOES_NOT_EXIST``
-  with NOT_FOUND, or with ``resource_timer_is_transient_error`` (30 s)
+  with NOT_FOUND, or with ``resource_timer_is_transient_error`` (A88 on; 30 s)
   ``TIMEOUT`` with UNAVAILABLE.  Not started for a name that has a cached
   resource, is ``DOES_NOT_EXIST``, or was named by a response of the current
   stream; a NACKed name without a resource gets a timer again on the next
@@ -288,14 +293,18 @@ class AdsState:
         self._server = server
         if data_error_handling is None:
             data_error_handling = data_error_handling_enabled()
-        self._a88_deletion = data_error_handling
+        # A88 "Temporary environment variable protection": the new server
+        # features and TP3 errors count only with the env var on (C-core).
+        self._a88 = data_error_handling
+        self._fail_on_data_errors = data_error_handling and server.fail_on_data_errors
         self._node = node
         self._types = resource_types
         self._clock = clock
         self._post = post
         self._default_executor = default_executor
         self._wall = wall_clock
-        if server.resource_timer_is_transient_error:
+        self._timer_is_transient = data_error_handling and server.resource_timer_is_transient_error
+        if self._timer_is_transient:
             self._timeout = transient_resource_timeout
         else:
             self._timeout = resource_timeout
@@ -528,7 +537,9 @@ class AdsState:
         if self.on_resource_counts is not None:  # A78 resource_updates_valid/invalid
             invalid = len(errors)
             self.on_resource_counts(type_url, len(response.resources) - invalid, invalid)
-        for index, resource_error in enumerate(response.resource_errors):
+        # xRFC TP3 errors only with A88 on (C-core: not even parsed when off).
+        resource_errors = response.resource_errors if self._a88 else ()
+        for index, resource_error in enumerate(resource_errors):
             name = resource_error.resource_name.name
             if not name:
                 errors.append(f"resource_errors index {index}: resource_name unset")
@@ -677,12 +688,8 @@ class AdsState:
             grpc.StatusCode.NOT_FOUND,
             f"{short} resource {entry.name} does not exist (deleted by the xDS server)",
         )
-        if self._server.fail_on_data_errors:
-            keep = False
-        elif self._a88_deletion:
-            keep = True  # A88: a deletion is a data error, ambient by default
-        else:
-            keep = self._server.ignore_resource_deletion  # A53, C-core's default
+        # A88 on: ambient unless fail_on_data_errors; off: A53 decides (C-core).
+        keep = not self._fail_on_data_errors if self._a88 else self._server.ignore_resource_deletion
         if keep:
             _log.warning(
                 "xDS server %s deleted %s resource %s; the cached resource stays in use",
@@ -700,7 +707,7 @@ class AdsState:
 
     def _data_error(self, entry: _Entry, status: Status) -> None:
         """A88 "Handling Data Errors"."""
-        if entry.resource is not None and self._server.fail_on_data_errors:
+        if entry.resource is not None and self._fail_on_data_errors:
             entry.resource = None
             entry.raw = None
             entry.ambient = None
@@ -754,7 +761,7 @@ class AdsState:
         ):
             return  # a timer of an older stream or a satisfied entry
         short = _short_name(self._types.get(entry.type_url), entry.type_url)
-        if self._server.resource_timer_is_transient_error:
+        if self._timer_is_transient:
             entry.state = CacheState.TIMEOUT
             status = Status(
                 grpc.StatusCode.UNAVAILABLE,
