@@ -192,6 +192,47 @@ def data_error_handling_enabled() -> bool:
     return value in ("1", "true", "yes")
 
 
+def canonical_resource_name(name: str, type_url: str) -> str:
+    """The name a resource is subscribed and cached under (gRFC A47, as
+    C-core's ``ParseXdsResourceName``): an old-style name as it is; an
+    ``xdstp:`` name with its query parameters sorted by key (the last of a
+    repeated key wins) and its fragment dropped, so names differing only
+    there are one resource.  Raises ValueError when an ``xdstp:`` name's
+    path does not start with the resource type (``type_url`` without its
+    ``type.googleapis.com/`` prefix), as C-core ("xdstp URI path must
+    indicate valid xDS resource type")."""
+    if not name.startswith("xdstp:"):
+        return name
+    rest = name[6:].partition("#")[0]
+    rest, has_query, query = rest.partition("?")
+    if rest.startswith("//"):
+        authority, slash, path = rest[2:].partition("/")
+        path = slash + path
+    else:
+        authority, path = "", rest
+    kind, _, ident = path.removeprefix("/").partition("/")
+    if kind != type_url.rpartition("/")[2]:
+        raise ValueError("xdstp URI path must indicate valid xDS resource type")
+    out = f"xdstp://{authority}/{kind}/{ident}"
+    if not has_query:
+        return out
+    params: dict[str, str] = {}
+    for pair in query.split("&"):
+        if pair:
+            key, _, value = pair.partition("=")
+            params[key] = value
+    if not params:
+        return out
+    return out + "?" + "&".join(f"{key}={params[key]}" for key in sorted(params))
+
+
+def _canonical_or_same(name: str, type_url: str) -> str:
+    try:
+        return canonical_resource_name(name, type_url)
+    except ValueError:
+        return name
+
+
 def immediate(fn: Callable[[], None]) -> None:
     """An executor that runs the callback at once (tests)."""
     fn()
@@ -330,7 +371,10 @@ class AdsState:
         watcher: ResourceWatcher,
         executor: Executor | None = None,
     ) -> WatchHandle:
-        """Subscribe ``watcher`` to one resource (A28 "Start a new watch")."""
+        """Subscribe ``watcher`` to one resource (A28 "Start a new watch");
+        an ``xdstp:`` name is subscribed under its canonical form
+        (:func:`canonical_resource_name`)."""
+        name = _canonical_or_same(name, type_url)
         ts = self._type_state(type_url)
         entry = ts.entries.get(name)
         if entry is None:
@@ -522,9 +566,14 @@ class AdsState:
                 continue
             # A name sent twice is applied twice, in order (as C-core does):
             # no NACK for the repetition itself.
-            seen.add(name)
             if result.error is not None:
                 errors.append(f"resource index {index}: {name}: {result.error}")
+            try:
+                name = canonical_resource_name(name, type_url)
+            except ValueError:
+                errors.append(f"resource index {index}: {name}: Cannot parse xDS resource name")
+                continue
+            seen.add(name)
             entry = ts.entries.get(name)
             if entry is None:
                 continue  # not subscribed: ignore
@@ -546,6 +595,13 @@ class AdsState:
                 continue
             if not resource_error.error_detail.code:
                 errors.append(f"resource_errors index {index}: {name}: error_detail must be non-OK")
+                continue
+            try:
+                name = canonical_resource_name(name, type_url)
+            except ValueError:
+                errors.append(
+                    f"resource_errors index {index}: {name}: Cannot parse xDS resource name"
+                )
                 continue
             seen.add(name)
             entry = ts.entries.get(name)
@@ -602,7 +658,7 @@ class AdsState:
     def is_cached(self, type_url: str, name: str) -> bool:
         """A71's "cached": a resource, or known not to exist."""
         ts = self._state.get(type_url)
-        entry = ts.entries.get(name) if ts else None
+        entry = ts.entries.get(_canonical_or_same(name, type_url)) if ts else None
         return entry is not None and (
             entry.resource is not None or entry.state is CacheState.DOES_NOT_EXIST
         )

@@ -72,6 +72,7 @@ from pyxds.xds.ads_state import (
     AdsState,
     Executor,
     ResourceWatcher,
+    canonical_resource_name,
     immediate,
 )
 from pyxds.xds.backoff import ExponentialBackoff, StreamBackoff
@@ -557,7 +558,14 @@ class XdsClient:
             try:
                 if type_url not in self._resource_types:
                     raise LookupError(f"unknown xDS resource type {type_url}")
-                authority = self._authority_for(name)
+                canonical = canonical_resource_name(name, type_url)
+                authority = self._authority_for(canonical)
+            except ValueError:  # A47: as C-core's WatchResource
+                status = Status(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"Unable to parse resource name {name}"
+                )
+                self._post(executor, lambda: watcher.on_resource_changed(status))
+                return
             except LookupError as exc:
                 status = Status(grpc.StatusCode.UNAVAILABLE, str(exc))
                 self._post(executor, lambda: watcher.on_resource_changed(status))
@@ -565,7 +573,7 @@ class XdsClient:
             if not authority.chain:
                 authority.chain = (self._channel_for(authority.servers[0]),)
             self._watch_ids += 1
-            watch = _AuthorityWatch(type_url, name, watcher, executor)
+            watch = _AuthorityWatch(type_url, canonical, watcher, executor)
             authority.watches[self._watch_ids] = watch
             handle_box.append((authority, self._watch_ids))
             for channel in authority.chain:

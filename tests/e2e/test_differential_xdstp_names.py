@@ -1,0 +1,69 @@
+"""Differential: xdstp resource names (gRFC A47) through pyxds and grpcio's
+C-core ``xds:///`` channel (a subprocess), against one pyxds.server.
+
+C-core subscribes an ``xdstp:`` name in its canonical form, query
+parameters sorted by key (XdsClient::ParseXdsResourceName and
+ConstructFullXdsResourceName).  Here the route names its cluster with the
+parameters out of order and the server has the Cluster only under the
+canonical name: both clients must find it and reach the backend.
+"""
+
+from __future__ import annotations
+
+import pytest
+from channel_fixtures import TARGET, Backend, CoreXdsClient, call_until, route
+
+import pyxds._api as pyxds
+from pyxds.server import ManagementServer
+from pyxds.server import builders as b
+from pyxds.server.snapshot import Snapshot
+from pyxds.xds.resources import CLUSTER_TYPE_URL
+
+NODE = "differential-xdstp-names"
+CLUSTER_PATH = "xdstp://names.example/envoy.config.cluster.v3.Cluster/svc"
+EDS_NAME = "xdstp-names-eds"
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ManagementServer().start()
+    yield srv
+    srv.stop()
+
+
+def test_xdstp_cluster_name_with_parameters_out_of_order_agrees_with_c_core(server):
+    backend = Backend("xdstp-names-backend").start()
+    bootstrap = server.bootstrap(node_id=NODE, authorities={"names.example": {}})
+    server.set_snapshot(
+        Snapshot(
+            listeners=[b.listener("echo-service")],
+            routes=[
+                b.route_config(
+                    "echo-service-route",
+                    [
+                        b.virtual_host(
+                            "vh", routes=[route(prefix="", cluster=f"{CLUSTER_PATH}?b=2&a=1")]
+                        )
+                    ],
+                )
+            ],
+            clusters=[b.cluster(f"{CLUSTER_PATH}?a=1&b=2", eds_service_name=EDS_NAME)],
+            endpoints=[b.endpoints(EDS_NAME, [b.locality(zone="z", endpoints=[backend.address])])],
+        ),
+        node_id=NODE,
+    )
+    channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+    core = CoreXdsClient(bootstrap)
+    try:
+        assert core.until(backend.name, 10)[backend.name] == 1
+        assert call_until(channel, backend.name, 10) < 10
+        asked = {
+            name
+            for request in server.requests(CLUSTER_TYPE_URL, node_id=NODE)
+            for name in request.resource_names
+        }
+        assert asked == {f"{CLUSTER_PATH}?a=1&b=2"}, asked
+    finally:
+        channel.close()
+        core.close()
+        backend.stop()

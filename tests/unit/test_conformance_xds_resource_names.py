@@ -1,0 +1,165 @@
+"""xdstp resource names in the XdsClient (gRFC A47): the canonical form a
+name is subscribed and cached under, and names that do not parse.
+
+C-core XdsClient::ParseXdsResourceName / ConstructFullXdsResourceName (the
+query parameters canonicalised by key, the path's first segment checked
+against the resource type) and test/core/xds/xds_client_test.cc
+FederationWithUnparseableXdstpResourceName; AdsResponseParser::ParseResource
+("Cannot parse xDS resource name" in the NACK).  Sans-IO over AdsState, and
+the XdsClient with a fake transport.
+"""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from envoy.service.discovery.v3 import discovery_pb2
+from test_xds_client_ads_state import (
+    CDS,
+    LDS,
+    RecordingWatcher,
+    _encode,
+    connected_stream,
+    make_state,
+    res,
+)
+from test_xds_client_client import ThreadWatcher, env  # noqa: F401  (pytest fixture)
+
+from pyxds.xds.ads_state import CacheState, canonical_resource_name
+
+CLUSTER_PATH = "xdstp://auth/envoy.config.cluster.v3.Cluster"
+
+
+def _response(type_url: str, version: str, nonce: str, *named: tuple[str, str]):
+    msg = discovery_pb2.DiscoveryResponse(type_url=type_url, version_info=version, nonce=nonce)
+    for name, value in named:
+        msg.resources.add(type_url=type_url, value=_encode(type_url, name, value))
+    return msg
+
+
+@pytest.mark.parametrize(
+    ("name", "canonical"),
+    [
+        ("plain-name?b=2&a=1", "plain-name?b=2&a=1"),  # old-style: opaque
+        (f"{CLUSTER_PATH}/c", f"{CLUSTER_PATH}/c"),
+        (f"{CLUSTER_PATH}/c?b=2&a=1", f"{CLUSTER_PATH}/c?a=1&b=2"),
+        (f"{CLUSTER_PATH}/c?a=1&a=3", f"{CLUSTER_PATH}/c?a=3"),  # the last one wins
+        (f"{CLUSTER_PATH}/c/d?z=&y=1#frag", f"{CLUSTER_PATH}/c/d?y=1&z="),
+    ],
+)
+def test_xdstp_name_is_canonicalised_as_c_core_does(name, canonical):
+    """C-core ParseXdsResourceName: query parameters through a map (sorted
+    by key), ConstructFullXdsResourceName without the fragment."""
+    assert canonical_resource_name(name, CDS) == canonical
+
+
+@pytest.mark.parametrize(
+    "name", ["xdstp://x", "xdstp://auth/envoy.config.listener.v3.Listener/c", "xdstp://auth/"]
+)
+def test_xdstp_name_whose_path_is_not_the_resource_type_does_not_parse(name):
+    """C-core: "xdstp URI path must indicate valid xDS resource type"."""
+    with pytest.raises(ValueError, match="must indicate valid xDS resource type"):
+        canonical_resource_name(name, CDS)
+
+
+def test_subscription_carries_the_canonical_xdstp_name():
+    """The request names the resource as C-core's ConstructFullXdsResourceName
+    writes it: parameters sorted."""
+    state, _ = make_state()
+    state.add_watcher(CDS, f"{CLUSTER_PATH}/c?b=2&a=1", RecordingWatcher())
+    (req,) = connected_stream(state)
+    assert list(req.resource_names) == [f"{CLUSTER_PATH}/c?a=1&b=2"]
+
+
+def test_two_spellings_of_one_xdstp_name_share_one_subscription():
+    """Both watches are one cache entry (C-core keys it by the parsed name):
+    one name subscribed, both watchers told."""
+    state, _ = make_state()
+    first, second = RecordingWatcher(), RecordingWatcher()
+    state.add_watcher(CDS, f"{CLUSTER_PATH}/c?b=2&a=1", first)
+    state.add_watcher(CDS, f"{CLUSTER_PATH}/c?a=1&b=2", second)
+    (req,) = connected_stream(state)
+    assert list(req.resource_names) == [f"{CLUSTER_PATH}/c?a=1&b=2"]
+    state.on_response(_response(CDS, "1", "A", (f"{CLUSTER_PATH}/c?a=1&b=2", "v")))
+    want = [("changed", res(CDS, f"{CLUSTER_PATH}/c?a=1&b=2", "v"))]
+    assert first.take() == want and second.take() == want
+
+
+def test_response_resource_with_its_parameters_in_another_order_reaches_the_watcher():
+    """C-core parses a response resource's name the same way before it looks
+    the subscription up: the server may write the parameters in any order."""
+    state, _ = make_state()
+    watcher = RecordingWatcher()
+    state.add_watcher(CDS, f"{CLUSTER_PATH}/c?a=1&b=2", watcher)
+    connected_stream(state)
+    state.on_response(_response(CDS, "1", "A", (f"{CLUSTER_PATH}/c?b=2&a=1", "v")))
+    assert watcher.take() == [("changed", res(CDS, f"{CLUSTER_PATH}/c?b=2&a=1", "v"))]
+    (ack,) = state.take_requests()
+    assert ack.version_info == "1" and not ack.HasField("error_detail")
+
+
+def test_lds_resource_with_parameters_reordered_is_not_read_as_deleted():
+    """LDS/CDS responses are complete: the resource present under another
+    spelling of its name is present, not deleted."""
+    state, _ = make_state(a88=False)
+    name = "xdstp://auth/envoy.config.listener.v3.Listener/l?x=1&y=2"
+    watcher = RecordingWatcher()
+    state.add_watcher(LDS, name, watcher)
+    connected_stream(state)
+    state.on_response(_response(LDS, "1", "A", (name, "v")))
+    watcher.take()
+    other_spelling = name.replace("x=1&y=2", "y=2&x=1")
+    state.on_response(_response(LDS, "2", "B", (other_spelling, "v")))
+    # the resource itself carries the server's spelling: a new value, no error
+    assert watcher.take() == [("changed", res(LDS, other_spelling, "v"))]
+    (entry,) = state.snapshot()
+    assert entry.state is CacheState.ACKED
+
+
+def test_response_resource_whose_xdstp_name_does_not_parse_is_nacked():
+    """C-core AdsResponseParser::ParseResource: "resource index N: <name>:
+    Cannot parse xDS resource name"; the other resources are applied."""
+    state, _ = make_state()
+    watcher = RecordingWatcher()
+    state.add_watcher(CDS, "c", watcher)
+    connected_stream(state)
+    bad = "xdstp://auth/envoy.config.listener.v3.Listener/c"
+    state.on_response(_response(CDS, "1", "A", (bad, "v"), ("c", "v")))
+    (nack,) = state.take_requests()
+    assert f"resource index 0: {bad}: Cannot parse xDS resource name" in nack.error_detail.message
+    assert watcher.take() == [("changed", res(CDS, "c", "v"))]
+
+
+def test_watch_of_unparseable_xdstp_name_fails_at_once(env):  # noqa: F811
+    """C-core XdsClientTest.FederationWithUnparseableXdstpResourceName:
+    INVALID_ARGUMENT "Unable to parse resource name xdstp://x"; nothing is
+    subscribed."""
+    watcher = ThreadWatcher()
+    env.client.watch(CDS, "xdstp://x", watcher)
+    ((kind, status),) = watcher.wait()
+    assert kind == "changed" and status.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert status.details == "Unable to parse resource name xdstp://x"
+    assert env.transports == []
+
+
+def test_server_reported_error_names_are_canonicalised_too():
+    """A88 (TP3) ``resource_errors``: C-core parses their names as it parses
+    resources' (HandleServerReportedResourceError): another spelling reaches
+    the watcher, a name that does not parse is in the NACK."""
+    state, _ = make_state(a88=True)
+    watcher = RecordingWatcher()
+    state.add_watcher(CDS, f"{CLUSTER_PATH}/c?a=1&b=2", watcher)
+    connected_stream(state)
+    msg = _response(CDS, "1", "A")
+    for name in (f"{CLUSTER_PATH}/c?b=2&a=1", "xdstp://x"):
+        err = msg.resource_errors.add()
+        err.resource_name.name = name
+        err.error_detail.code = grpc.StatusCode.PERMISSION_DENIED.value[0]
+        err.error_detail.message = "no"
+    state.on_response(msg)
+    ((kind, status),) = watcher.take()
+    assert kind == "changed" and status.code == grpc.StatusCode.PERMISSION_DENIED
+    (nack,) = state.take_requests()
+    assert "resource_errors index 1: xdstp://x: Cannot parse xDS resource name" in (
+        nack.error_detail.message
+    )
