@@ -166,3 +166,43 @@ def test_cds_deletion_with_ignore_and_fail_features_agrees_with_c_core(
     finally:
         channel.close()
         core.close()
+
+
+def test_nack_version_when_part_of_the_response_was_valid_differs_from_c_core(server, backend):
+    """A documented difference (docs/differences-from-c-core.md): a Cluster
+    response where one watched Cluster is invalid and another valid is
+    NACKed by both, and both apply the valid one; grpcio 1.85's NACK carries
+    the *new* version_info (C-core xds_client_test.cc
+    ResourceValidationFailureMultipleResources: "There was one good resource,
+    so the version will be updated"), pyxds's the last fully accepted one
+    (the xDS protocol's rule, as grpc-go and grpc-java)."""
+    other = "data-errors-other"
+    routes = [route(prefix="/other", cluster=other), route(prefix="", cluster=CLUSTER)]
+    good = snapshot(routes, {CLUSTER: [[backend.address]], other: [[backend.address]]})
+    invalid = _with_invalid_cluster(snapshot(routes[1:], {CLUSTER: [[backend.address]]}))
+    (other_cluster,) = (c for c in good.clusters if c.name == other)
+    bad = Snapshot(good.listeners, good.routes, [*invalid.clusters, other_cluster], good.endpoints)
+    nack_versions = {}
+    for who in ("pyxds", "grpcio"):
+        node = f"data-errors-nack-version-{who}"
+        server.set_snapshot(Snapshot(*_parts(good), version="1"), node_id=node)
+        bootstrap = server.bootstrap(node_id=node)
+        if who == "pyxds":
+            channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+            assert call_until(channel, backend.name, 10) < 10
+            close = channel.close
+        else:
+            core = CoreXdsClient(bootstrap)
+            assert core.until(backend.name, 10)[backend.name] == 1
+            close = core.close
+        try:
+            server.set_snapshot(Snapshot(*_parts(bad), version="2"), node_id=node)
+            nack = server.wait_for_nack(CLUSTER_TYPE_URL, node_id=node, timeout=10)
+            nack_versions[who] = nack.version_info
+        finally:
+            close()
+    assert nack_versions == {"pyxds": "1", "grpcio": "2"}, nack_versions
+
+
+def _parts(snap: Snapshot) -> tuple:
+    return snap.listeners, snap.routes, snap.clusters, snap.endpoints
