@@ -23,9 +23,17 @@ from test_xds_client_ads_state import (
     make_state,
     res,
 )
-from test_xds_client_client import ThreadWatcher, env  # noqa: F401  (pytest fixture)
+from test_xds_client_client import (  # noqa: F401  (env: a pytest fixture)
+    TYPES,
+    FakeTransport,
+    ThreadWatcher,
+    env,
+    real_bootstrap,
+)
 
+from pyxds.testing.fake_clock import FakeClock
 from pyxds.xds.ads_state import CacheState, canonical_resource_name
+from pyxds.xds.client import XdsClient
 
 CLUSTER_PATH = "xdstp://auth/envoy.config.cluster.v3.Cluster"
 
@@ -72,7 +80,9 @@ def test_subscription_carries_the_canonical_xdstp_name():
 
 
 def test_two_spellings_of_one_xdstp_name_share_one_subscription():
-    """Both watches are one cache entry (C-core keys it by the parsed name):
+    """Both watches are one cache entry (C-core keys it by the parsed name;
+    grpc-go TestFederation_*ResourceContextParamOrder, grpc-java
+    ldsResourceUpdated_withXdstpResourceName_witUnorderedContextParams):
     one name subscribed, both watchers told."""
     state, _ = make_state()
     first, second = RecordingWatcher(), RecordingWatcher()
@@ -163,3 +173,56 @@ def test_server_reported_error_names_are_canonicalised_too():
     assert "resource_errors index 1: xdstp://x: Cannot parse xDS resource name" in (
         nack.error_detail.message
     )
+
+
+def _client_with_authorities(authorities: dict) -> tuple[XdsClient, list[FakeTransport]]:
+    config = real_bootstrap()
+    config["authorities"] = authorities
+    transports: list[FakeTransport] = []
+    client = XdsClient(
+        config,
+        clock=FakeClock(),
+        resource_types=TYPES,
+        transport_factory=lambda ch: transports.append(FakeTransport(ch)) or transports[-1],
+    )
+    return client, transports
+
+
+def test_authority_without_servers_shares_the_top_level_stream():
+    """C-core XdsClientTest.FederationAuthorityDefaultsToTopLevelXdsServer:
+    an authority with no xds_servers uses the top-level server, and its
+    names go in the same request as the old-style ones."""
+    client, transports = _client_with_authorities({"xds.example.com": {}})
+    xdstp = "xdstp://xds.example.com/envoy.config.listener.v3.Listener/foo2"
+    try:
+        client.watch(LDS, "foo1", ThreadWatcher())
+        client.watch(LDS, xdstp, ThreadWatcher())
+        client.dump()  # the serializer has run both watches
+        (transport,) = transports
+        assert transport.channel.server.server_uri == "127.0.0.1:1"
+        assert list(transport.requests()[-1].resource_names) == ["foo1", xdstp]
+    finally:
+        client.close()
+
+
+def test_xdstp_name_with_empty_authority_uses_the_empty_authority_entry():
+    """grpc-java ldsResourceUpdated_withXdstpResourceName_withEmptyAuthority:
+    ``xdstp:///...`` is the bootstrap's "" authority."""
+    client, transports = _client_with_authorities(
+        {
+            "": {
+                "xds_servers": [
+                    {"server_uri": "127.0.0.1:7", "channel_creds": [{"type": "insecure"}]}
+                ]
+            }
+        }
+    )
+    name = "xdstp:///envoy.config.listener.v3.Listener/listener1"
+    try:
+        client.watch(LDS, name, ThreadWatcher())
+        client.dump()
+        (transport,) = transports
+        assert transport.channel.server.server_uri == "127.0.0.1:7"
+        assert list(transport.requests()[-1].resource_names) == [name]
+    finally:
+        client.close()
