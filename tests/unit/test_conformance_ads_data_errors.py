@@ -167,3 +167,58 @@ def test_deletion_ignores_ignore_resource_deletion_when_a88_is_on():
         ((kind, status),) = watcher.take()
         assert (kind, status.code) == (want, grpc.StatusCode.NOT_FOUND)
         assert _entry(state, "wc1").state is CacheState.DOES_NOT_EXIST
+
+
+def test_csds_entry_of_a_dropped_deletion_has_no_resource_fields_and_the_deletion_error():
+    """C-core XdsClientTest.ResourceDeletionWithFailOnDataErrors (CSDS part):
+    DOES_NOT_EXIST, no resource, version or update time, and error_state
+    ("does not exist", the deleting response's version and time)."""
+    state, clock = make_state(a88=True, fail_on_data_errors=True)
+    state.add_watcher(LDS, "wc1", RecordingWatcher())
+    connected_stream(state)
+    state.on_response(response(LDS, "1", "A", ("wc1", "v")))
+    clock.advance(5)
+    state.on_response(response(LDS, "2", "B"))
+    e = _entry(state, "wc1")
+    assert e.state is CacheState.DOES_NOT_EXIST
+    assert (e.raw, e.version_info, e.last_updated) == (None, "", None)
+    assert e.error_state is not None
+    assert (e.error_state.details, e.error_state.version_info) == ("does not exist", "2")
+    assert e.error_state.last_update_attempt == 1_700_000_005.0
+
+
+def test_csds_entry_of_an_ignored_deletion_keeps_the_resource_fields_and_shows_the_error():
+    """C-core XdsClientTest.ResourceDeletionIgnoredByDefault (CSDS part): the
+    kept resource with its own version and time, and error_state
+    ("does not exist", "2", the deletion's time)."""
+    state, clock = make_state(a88=True)
+    state.add_watcher(LDS, "wc1", RecordingWatcher())
+    connected_stream(state)
+    state.on_response(response(LDS, "1", "A", ("wc1", "v")))
+    clock.advance(5)
+    state.on_response(response(LDS, "2", "B"))
+    e = _entry(state, "wc1")
+    assert e.state is CacheState.DOES_NOT_EXIST
+    assert e.raw is not None and (e.version_info, e.last_updated) == ("1", 1_700_000_000.0)
+    assert e.error_state is not None
+    assert (e.error_state.details, e.error_state.version_info) == ("does not exist", "2")
+    assert e.error_state.last_update_attempt == 1_700_000_005.0
+    # back again: ACKED, the error gone
+    state.on_response(response(LDS, "3", "C", ("wc1", "w")))
+    e = _entry(state, "wc1")
+    assert (e.state, e.version_info, e.error_state) == (CacheState.ACKED, "3", None)
+
+
+def test_csds_entry_of_a_nack_that_dropped_the_resource_has_no_resource_fields():
+    """C-core ResourceValidationFailureForCachedResourceWithFailOnDataErrors
+    (CSDS part): NACKED, no resource fields, error_state of the NACK."""
+    state, clock = make_state(a88=True, fail_on_data_errors=True)
+    state.add_watcher(CDS, "foo1", RecordingWatcher())
+    connected_stream(state)
+    state.on_response(response(CDS, "1", "A", ("foo1", "v")))
+    clock.advance(5)
+    state.on_response(response(CDS, "2", "B", ("foo1", INVALID)))
+    e = _entry(state, "foo1")
+    assert e.state is CacheState.NACKED
+    assert (e.raw, e.version_info, e.last_updated) == (None, "", None)
+    assert e.error_state is not None and e.error_state.version_info == "2"

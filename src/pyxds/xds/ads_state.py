@@ -740,6 +740,9 @@ class AdsState:
 
     def _deleted(self, entry: _Entry, short: str, version: str, now: float) -> None:
         entry.state = CacheState.DOES_NOT_EXIST
+        # CSDS error_state of a deletion, as C-core's (the resource's own
+        # version and time stay only while it is kept).
+        entry.nack = NackInfo("does not exist", version, now)
         status = Status(
             grpc.StatusCode.NOT_FOUND,
             f"{short} resource {entry.name} does not exist (deleted by the xDS server)",
@@ -755,18 +758,24 @@ class AdsState:
             )
             self._set_ambient(entry, status)
             return
+        self._drop(entry)
+        entry.error = status
+        self._notify(entry, "changed", status)
+
+    @staticmethod
+    def _drop(entry: _Entry) -> None:
+        """Forget the cached resource; CSDS then shows no resource, version
+        or update time for the entry (C-core)."""
         entry.resource = None
         entry.raw = None
         entry.ambient = None
-        entry.error = status
-        self._notify(entry, "changed", status)
+        entry.version = ""
+        entry.last_updated = None
 
     def _data_error(self, entry: _Entry, status: Status) -> None:
         """A88 "Handling Data Errors"."""
         if entry.resource is not None and self._fail_on_data_errors:
-            entry.resource = None
-            entry.raw = None
-            entry.ambient = None
+            self._drop(entry)
         if entry.resource is not None:
             self._set_ambient(entry, status)
         elif entry.error != status:
