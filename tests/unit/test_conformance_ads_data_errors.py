@@ -185,6 +185,12 @@ def test_csds_entry_of_a_dropped_deletion_has_no_resource_fields_and_the_deletio
     assert e.error_state is not None
     assert (e.error_state.details, e.error_state.version_info) == ("does not exist", "2")
     assert e.error_state.last_update_attempt == 1_700_000_005.0
+    # grpc-go TestLDSWatch_NewWatcherForRemovedResource, C-core: a new
+    # watcher hears the does-not-exist at once
+    late = RecordingWatcher()
+    state.add_watcher(LDS, "wc1", late)
+    ((kind, status),) = late.take()
+    assert kind == "changed" and status.code == grpc.StatusCode.NOT_FOUND
 
 
 def test_csds_entry_of_an_ignored_deletion_keeps_the_resource_fields_and_shows_the_error():
@@ -203,6 +209,12 @@ def test_csds_entry_of_an_ignored_deletion_keeps_the_resource_fields_and_shows_t
     assert e.error_state is not None
     assert (e.error_state.details, e.error_state.version_info) == ("does not exist", "2")
     assert e.error_state.last_update_attempt == 1_700_000_005.0
+    # a new watcher gets the kept resource, then the deletion as ambient error
+    late = RecordingWatcher()
+    state.add_watcher(LDS, "wc1", late)
+    (first, (kind, status)) = late.take()
+    assert first == ("changed", res(LDS, "wc1", "v"))
+    assert kind == "ambient" and status.code == grpc.StatusCode.NOT_FOUND
     # back again: ACKED, the error gone
     state.on_response(response(LDS, "3", "C", ("wc1", "w")))
     e = _entry(state, "wc1")
