@@ -117,22 +117,14 @@ def _answers(server, node: str) -> int:
     )
 
 
-@pytest.mark.parametrize(("env_on", "served"), [(False, True), (True, False)])
-def test_nack_of_cached_cluster_with_fail_on_data_errors_agrees_with_c_core(
-    server, backend, monkeypatch, env_on, served
-):
-    """Env var unset (grpcio 1.85's default): ``fail_on_data_errors`` is not
-    looked at, the NACKed Cluster's previous version keeps serving.  Env var
-    ``true``: the cached Cluster is dropped and RPCs fail UNAVAILABLE."""
-    node = f"data-errors-nack-{env_on}"
-    channel, core = _both(server, backend, monkeypatch, node, ("fail_on_data_errors",), env_on)
+def _update_and_compare(server, backend, monkeypatch, node, features, env_on, update, want):
+    """Both clients serve ``backend``; after ``update`` both answer ``want``."""
+    channel, core = _both(server, backend, monkeypatch, node, features, env_on)
     try:
         before = _answers(server, node)
-        _after(server, node, _with_invalid_cluster(_good(backend)), before)
-        assert server.nacks(CLUSTER_TYPE_URL, node_id=node)
-        want = backend.name if served else "error:UNAVAILABLE"
-        # C-core applies the update on its serializer after the NACK: ask
-        # until the outcome is seen (bounded), then compare single RPCs.
+        _after(server, node, update, before)
+        # C-core applies the update on its serializer after answering it:
+        # ask until the outcome is seen (bounded), then compare single RPCs.
         core.until(want, 5)
         _pyxds_until(channel, want, 5)
         ours = pyxds_calls(channel, 3, wait_for_ready=False, timeout=2)
@@ -141,6 +133,22 @@ def test_nack_of_cached_cluster_with_fail_on_data_errors_agrees_with_c_core(
     finally:
         channel.close()
         core.close()
+
+
+@pytest.mark.parametrize(("env_on", "served"), [(False, True), (True, False)])
+def test_nack_of_cached_cluster_with_fail_on_data_errors_agrees_with_c_core(
+    server, backend, monkeypatch, env_on, served
+):
+    """Env var unset (grpcio 1.85's default): ``fail_on_data_errors`` is not
+    looked at, the NACKed Cluster's previous version keeps serving.  Env var
+    ``true``: the cached Cluster is dropped and RPCs fail UNAVAILABLE."""
+    want = backend.name if served else "error:UNAVAILABLE"
+    update = _with_invalid_cluster(_good(backend))
+    node = f"data-errors-nack-{env_on}"
+    _update_and_compare(
+        server, backend, monkeypatch, node, ("fail_on_data_errors",), env_on, update, want
+    )
+    assert server.nacks(CLUSTER_TYPE_URL, node_id=node)
 
 
 @pytest.mark.parametrize(("env_on", "served"), [(False, True), (True, False)])
@@ -151,21 +159,11 @@ def test_cds_deletion_with_ignore_and_fail_features_agrees_with_c_core(
     ``fail_on_data_errors``.  Env var unset: A53 alone decides, the deletion
     is ignored.  Env var ``true``: A88 ignores ``ignore_resource_deletion``
     and ``fail_on_data_errors`` drops the Cluster."""
-    node = f"data-errors-delete-{env_on}"
+    want = backend.name if served else "error:UNAVAILABLE"
     features = ("ignore_resource_deletion", "fail_on_data_errors")
-    channel, core = _both(server, backend, monkeypatch, node, features, env_on)
-    try:
-        before = _answers(server, node)
-        _after(server, node, _without_cluster(_good(backend)), before)
-        want = backend.name if served else "error:UNAVAILABLE"
-        core.until(want, 5)
-        _pyxds_until(channel, want, 5)
-        ours = pyxds_calls(channel, 3, wait_for_ready=False, timeout=2)
-        theirs = core.call(3, wait_for_ready=False, timeout=2)
-        assert ours == theirs == {want: 3}, (ours, theirs)
-    finally:
-        channel.close()
-        core.close()
+    update = _without_cluster(_good(backend))
+    node = f"data-errors-delete-{env_on}"
+    _update_and_compare(server, backend, monkeypatch, node, features, env_on, update, want)
 
 
 def test_nack_version_when_part_of_the_response_was_valid_differs_from_c_core(server, backend):

@@ -25,6 +25,7 @@ from test_xds_client_ads_state import (
     make_state,
     res,
     response,
+    with_error,
 )
 
 from pyxds.xds.ads_state import RESOURCE_TIMEOUT, CacheState
@@ -34,12 +35,19 @@ def _entry(state, name):
     return next(e for e in state.snapshot() if e.name == name)
 
 
-def _with_error(msg, name: str, code: grpc.StatusCode, message: str):
-    err = msg.resource_errors.add()
-    err.resource_name.name = name
-    err.error_detail.code = code.value[0]
-    err.error_detail.message = message
-    return msg
+def _cached_then(state, type_url: str, name: str, *second: tuple[str, str], clock=None):
+    """Watch ``name``, cache it at version "1" (nonce "A"), then (5 s later
+    on ``clock``, if given) apply a version "2" response (nonce "B") of
+    ``second``; returns the watcher, holding the second response's events."""
+    watcher = RecordingWatcher()
+    state.add_watcher(type_url, name, watcher)
+    connected_stream(state)
+    state.on_response(response(type_url, "1", "A", (name, "v")))
+    watcher.take()
+    if clock is not None:
+        clock.advance(5)
+    state.on_response(response(type_url, "2", "B", *second))
+    return watcher
 
 
 def test_server_reported_resource_error_is_ignored_when_a88_is_off():
@@ -51,7 +59,7 @@ def test_server_reported_resource_error_is_ignored_when_a88_is_off():
     state.add_watcher(CDS, "foo1", watcher)
     connected_stream(state)
     state.on_response(
-        _with_error(response(CDS, "1", "A"), "foo1", grpc.StatusCode.PERMISSION_DENIED, "nope")
+        with_error(response(CDS, "1", "A"), "foo1", grpc.StatusCode.PERMISSION_DENIED, "nope")
     )
     assert watcher.take() == []
     e = _entry(state, "foo1")
@@ -97,12 +105,7 @@ def test_nack_of_cached_resource_is_ambient_with_fail_on_data_errors_when_a88_is
     NACKED with the old resource), and a new watcher gets the resource then
     the ambient error."""
     state, _ = make_state(a88=False, fail_on_data_errors=True)
-    watcher = RecordingWatcher()
-    state.add_watcher(CDS, "foo1", watcher)
-    connected_stream(state)
-    state.on_response(response(CDS, "1", "A", ("foo1", "v")))
-    watcher.take()
-    state.on_response(response(CDS, "2", "B", ("foo1", INVALID)))
+    watcher = _cached_then(state, CDS, "foo1", ("foo1", INVALID))
     ((kind, status),) = watcher.take()
     assert kind == "ambient" and "invalid resource" in status.details
     e = _entry(state, "foo1")
@@ -118,12 +121,7 @@ def test_nack_of_cached_resource_drops_it_with_fail_on_data_errors_when_a88_is_o
     FailOnDataErrors: the same NACK drops the resource; a new watcher gets
     the error at once."""
     state, _ = make_state(a88=True, fail_on_data_errors=True)
-    watcher = RecordingWatcher()
-    state.add_watcher(CDS, "foo1", watcher)
-    connected_stream(state)
-    state.on_response(response(CDS, "1", "A", ("foo1", "v")))
-    watcher.take()
-    state.on_response(response(CDS, "2", "B", ("foo1", INVALID)))
+    watcher = _cached_then(state, CDS, "foo1", ("foo1", INVALID))
     ((kind, status),) = watcher.take()
     assert kind == "changed" and "invalid resource" in status.details
     assert _entry(state, "foo1").raw is None
@@ -139,12 +137,7 @@ def test_deletion_follows_a53_alone_when_a88_is_off():
     kept, _ = make_state(a88=False, ignore_resource_deletion=True, fail_on_data_errors=True)
     dropped, _ = make_state(a88=False, fail_on_data_errors=True)
     for state, want in ((kept, "ambient"), (dropped, "changed")):
-        watcher = RecordingWatcher()
-        state.add_watcher(LDS, "a", watcher)
-        connected_stream(state)
-        state.on_response(response(LDS, "1", "n1", ("a", "v")))
-        watcher.take()
-        state.on_response(response(LDS, "2", "n2"))
+        watcher = _cached_then(state, LDS, "a")
         ((kind, status),) = watcher.take()
         assert (kind, status.code) == (want, grpc.StatusCode.NOT_FOUND)
         assert (_entry(state, "a").raw is not None) == (want == "ambient")
@@ -158,12 +151,7 @@ def test_deletion_ignores_ignore_resource_deletion_when_a88_is_on():
     kept, _ = make_state(a88=True)
     dropped, _ = make_state(a88=True, ignore_resource_deletion=True, fail_on_data_errors=True)
     for state, want in ((kept, "ambient"), (dropped, "changed")):
-        watcher = RecordingWatcher()
-        state.add_watcher(CDS, "wc1", watcher)
-        connected_stream(state)
-        state.on_response(response(CDS, "1", "A", ("wc1", "v")))
-        watcher.take()
-        state.on_response(response(CDS, "2", "B"))
+        watcher = _cached_then(state, CDS, "wc1")
         ((kind, status),) = watcher.take()
         assert (kind, status.code) == (want, grpc.StatusCode.NOT_FOUND)
         assert _entry(state, "wc1").state is CacheState.DOES_NOT_EXIST
@@ -174,11 +162,7 @@ def test_csds_entry_of_a_dropped_deletion_has_no_resource_fields_and_the_deletio
     DOES_NOT_EXIST, no resource, version or update time, and error_state
     ("does not exist", the deleting response's version and time)."""
     state, clock = make_state(a88=True, fail_on_data_errors=True)
-    state.add_watcher(LDS, "wc1", RecordingWatcher())
-    connected_stream(state)
-    state.on_response(response(LDS, "1", "A", ("wc1", "v")))
-    clock.advance(5)
-    state.on_response(response(LDS, "2", "B"))
+    _cached_then(state, LDS, "wc1", clock=clock)
     e = _entry(state, "wc1")
     assert e.state is CacheState.DOES_NOT_EXIST
     assert (e.raw, e.version_info, e.last_updated) == (None, "", None)
@@ -198,11 +182,7 @@ def test_csds_entry_of_an_ignored_deletion_keeps_the_resource_fields_and_shows_t
     kept resource with its own version and time, and error_state
     ("does not exist", "2", the deletion's time)."""
     state, clock = make_state(a88=True)
-    state.add_watcher(LDS, "wc1", RecordingWatcher())
-    connected_stream(state)
-    state.on_response(response(LDS, "1", "A", ("wc1", "v")))
-    clock.advance(5)
-    state.on_response(response(LDS, "2", "B"))
+    _cached_then(state, LDS, "wc1", clock=clock)
     e = _entry(state, "wc1")
     assert e.state is CacheState.DOES_NOT_EXIST
     assert e.raw is not None and (e.version_info, e.last_updated) == ("1", 1_700_000_000.0)
@@ -225,11 +205,7 @@ def test_csds_entry_of_a_nack_that_dropped_the_resource_has_no_resource_fields()
     """C-core ResourceValidationFailureForCachedResourceWithFailOnDataErrors
     (CSDS part): NACKED, no resource fields, error_state of the NACK."""
     state, clock = make_state(a88=True, fail_on_data_errors=True)
-    state.add_watcher(CDS, "foo1", RecordingWatcher())
-    connected_stream(state)
-    state.on_response(response(CDS, "1", "A", ("foo1", "v")))
-    clock.advance(5)
-    state.on_response(response(CDS, "2", "B", ("foo1", INVALID)))
+    _cached_then(state, CDS, "foo1", ("foo1", INVALID), clock=clock)
     e = _entry(state, "foo1")
     assert e.state is CacheState.NACKED
     assert (e.raw, e.version_info, e.last_updated) == (None, "", None)
