@@ -830,7 +830,8 @@ class AdsState:
             entry.state = CacheState.TIMEOUT
             status = Status(
                 grpc.StatusCode.UNAVAILABLE,
-                f"timeout obtaining {short} resource {entry.name} from xDS server",
+                f"timeout obtaining {short} resource {entry.name} from xDS server "
+                f"{self._server.server_uri}",
             )
         else:
             entry.state = CacheState.DOES_NOT_EXIST
