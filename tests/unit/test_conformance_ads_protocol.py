@@ -25,6 +25,7 @@ from test_xds_client_ads_state import (
     response,
 )
 
+from pyxds.status import OK_STATUS
 from pyxds.xds.ads_state import CacheState
 
 
@@ -185,3 +186,20 @@ def test_lds_response_with_an_empty_resource_applies_the_valid_one_and_nacks():
         f'(should be "{LDS}")]'
     )
     assert _states(state) == {"wc1": CacheState.ACKED}
+
+
+def test_watch_added_and_cancelled_before_any_send_of_its_type_sends_no_wildcard():
+    """xDS protocol ("wildcard" subscriptions): the first request of a type
+    with no resource_names subscribes to every resource of that type (for
+    LDS/CDS).  A type whose only watch is cancelled before its first request
+    goes out on the stream is never sent, so no LDS wildcard is asked for
+    (C-core sends a type only once it has subscriptions, AdsCall)."""
+    state, _ = make_state()
+    state.add_watcher(CDS, "c", RecordingWatcher())
+    connected_stream(state)
+    handle = state.add_watcher(LDS, "l", RecordingWatcher())
+    state.remove_watcher(handle)
+    assert state.take_requests() == []
+    # and on the next stream only CDS is resubscribed
+    state.on_stream_closed(OK_STATUS, had_response=True)
+    assert [r.type_url for r in connected_stream(state)] == [CDS]
