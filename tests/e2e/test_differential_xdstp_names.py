@@ -11,7 +11,7 @@ canonical name: both clients must find it and reach the backend.
 from __future__ import annotations
 
 import pytest
-from channel_fixtures import TARGET, Backend, CoreXdsClient, call_until, route
+from channel_fixtures import TARGET, Backend, CoreXdsClient, call_until, pyxds_calls, route
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
@@ -67,3 +67,48 @@ def test_xdstp_cluster_name_with_parameters_out_of_order_agrees_with_c_core(serv
         channel.close()
         core.close()
         backend.stop()
+
+
+@pytest.mark.parametrize(
+    ("case", "cluster", "words"),
+    [
+        (
+            "unknown-authority",
+            "xdstp://nowhere.example/envoy.config.cluster.v3.Cluster/c",
+            'authority "nowhere.example" not present in bootstrap config',
+        ),
+        ("unparseable", "xdstp://x", "Unable to parse resource name xdstp://x"),
+    ],
+)
+def test_route_to_xdstp_cluster_that_cannot_be_watched_fails_as_in_c_core(
+    server, case, cluster, words
+):
+    """C-core XdsClientTest.FederationWithUnknownAuthority and
+    FederationWithUnparseableXdstpResourceName, seen through the RPC: both
+    channels fail it UNAVAILABLE naming the cluster and the same reason
+    (C-core adds its node ID)."""
+    node = f"{NODE}-{case}"
+    bootstrap = server.bootstrap(node_id=node)
+    server.set_snapshot(
+        Snapshot(
+            listeners=[b.listener("echo-service")],
+            routes=[
+                b.route_config(
+                    "echo-service-route",
+                    [b.virtual_host("vh", routes=[route(prefix="", cluster=cluster)])],
+                )
+            ],
+        ),
+        node_id=node,
+    )
+    channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+    core = CoreXdsClient(bootstrap)
+    try:
+        (ours,) = pyxds_calls(channel, 1, wait_for_ready=False, timeout=5, details=True)
+        (theirs,) = core.call(1, wait_for_ready=False, timeout=5, details=True)
+    finally:
+        channel.close()
+        core.close()
+    want = f"error:UNAVAILABLE: CDS resource {cluster}: {words}"
+    assert ours == want, ours
+    assert theirs == f"{want} (node ID:{node})", theirs
