@@ -8,7 +8,10 @@ features "fail_on_data_errors" and "resource_timer_is_transient_error"."
 C-core's test/core/xds/xds_client_test.cc checks each one off
 (ResourceErrorFromServerIgnoredIfNotEnabled,
 ResourceTimerIsTransientErrorIgnoredUnlessEnabled,
-ResourceValidationFailureForCachedResourceWithFailOnDataErrorsDisabled), and
+ResourceValidationFailureForCachedResourceWithFailOnDataErrorsDisabled),
+grpc-java gates them the same way (GrpcXdsClientImplTestBase
+ldsResourceDeleted_failOnDataErrorsIgnoredWithoutEnvVar,
+ldsResourceNacked_withFailOnDataErrorsDisabled_isAmbientError), and
 grpcio 1.85 was seen doing so live
 (tests/e2e/test_differential_xds_data_errors.py).  Sans-IO over AdsState.
 """
