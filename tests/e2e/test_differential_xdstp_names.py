@@ -31,22 +31,23 @@ def server():
     srv.stop()
 
 
+def _routing_to(cluster: str, clusters=(), endpoints=()) -> Snapshot:
+    """The listener of TARGET routing every RPC to ``cluster``."""
+    vhost = b.virtual_host("vh", routes=[route(prefix="", cluster=cluster)])
+    return Snapshot(
+        listeners=[b.listener("echo-service")],
+        routes=[b.route_config("echo-service-route", [vhost])],
+        clusters=clusters,
+        endpoints=endpoints,
+    )
+
+
 def test_xdstp_cluster_name_with_parameters_out_of_order_agrees_with_c_core(server):
     backend = Backend("xdstp-names-backend").start()
     bootstrap = server.bootstrap(node_id=NODE, authorities={"names.example": {}})
     server.set_snapshot(
-        Snapshot(
-            listeners=[b.listener("echo-service")],
-            routes=[
-                b.route_config(
-                    "echo-service-route",
-                    [
-                        b.virtual_host(
-                            "vh", routes=[route(prefix="", cluster=f"{CLUSTER_PATH}?b=2&a=1")]
-                        )
-                    ],
-                )
-            ],
+        _routing_to(
+            f"{CLUSTER_PATH}?b=2&a=1",
             clusters=[b.cluster(f"{CLUSTER_PATH}?a=1&b=2", eds_service_name=EDS_NAME)],
             endpoints=[b.endpoints(EDS_NAME, [b.locality(zone="z", endpoints=[backend.address])])],
         ),
@@ -89,18 +90,7 @@ def test_route_to_xdstp_cluster_that_cannot_be_watched_fails_as_in_c_core(
     (C-core adds its node ID)."""
     node = f"{NODE}-{case}"
     bootstrap = server.bootstrap(node_id=node)
-    server.set_snapshot(
-        Snapshot(
-            listeners=[b.listener("echo-service")],
-            routes=[
-                b.route_config(
-                    "echo-service-route",
-                    [b.virtual_host("vh", routes=[route(prefix="", cluster=cluster)])],
-                )
-            ],
-        ),
-        node_id=node,
-    )
+    server.set_snapshot(_routing_to(cluster), node_id=node)
     channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
     core = CoreXdsClient(bootstrap)
     try:
