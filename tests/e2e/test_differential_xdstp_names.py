@@ -42,16 +42,26 @@ def _routing_to(cluster: str, clusters=(), endpoints=()) -> Snapshot:
     )
 
 
-def test_xdstp_cluster_name_with_parameters_out_of_order_agrees_with_c_core(server):
-    backend = Backend("xdstp-names-backend").start()
-    bootstrap = server.bootstrap(node_id=NODE, authorities={"names.example": {}})
+@pytest.mark.parametrize(
+    ("case", "in_route", "served"),
+    [
+        ("params", f"{CLUSTER_PATH}?b=2&a=1", f"{CLUSTER_PATH}?a=1&b=2"),
+        ("escapes", f"{CLUSTER_PATH}:a%3Ab?k=%2F", f"{CLUSTER_PATH}:a:b?k=/"),
+    ],
+)
+def test_xdstp_cluster_name_spelled_otherwise_agrees_with_c_core(server, case, in_route, served):
+    """The route names the cluster with its parameters out of order, or with
+    escapes C-core decodes; the server has it under the canonical name."""
+    node = f"{NODE}-{case}"
+    backend = Backend(f"xdstp-names-{case}").start()
+    bootstrap = server.bootstrap(node_id=node, authorities={"names.example": {}})
     server.set_snapshot(
         _routing_to(
-            f"{CLUSTER_PATH}?b=2&a=1",
-            clusters=[b.cluster(f"{CLUSTER_PATH}?a=1&b=2", eds_service_name=EDS_NAME)],
+            in_route,
+            clusters=[b.cluster(served, eds_service_name=EDS_NAME)],
             endpoints=[b.endpoints(EDS_NAME, [b.locality(zone="z", endpoints=[backend.address])])],
         ),
-        node_id=NODE,
+        node_id=node,
     )
     channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
     core = CoreXdsClient(bootstrap)
@@ -60,10 +70,10 @@ def test_xdstp_cluster_name_with_parameters_out_of_order_agrees_with_c_core(serv
         assert call_until(channel, backend.name, 10) < 10
         asked = {
             name
-            for request in server.requests(CLUSTER_TYPE_URL, node_id=NODE)
+            for request in server.requests(CLUSTER_TYPE_URL, node_id=node)
             for name in request.resource_names
         }
-        assert asked == {f"{CLUSTER_PATH}?a=1&b=2"}, asked
+        assert asked == {served}, asked
     finally:
         channel.close()
         core.close()

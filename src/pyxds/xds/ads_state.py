@@ -192,15 +192,49 @@ def data_error_handling_enabled() -> bool:
     return value in ("1", "true", "yes")
 
 
+_UNRESERVED = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~"
+#: RFC 3986 path characters (pchar and "/"), as C-core's URI::ToString keeps them
+_PATH_CHARS = frozenset(_UNRESERVED + b"!$&'()*+,;=:@/")
+#: query key and value characters: pchar, "/" and "?", less "&" and "="
+_QUERY_CHARS = frozenset(_UNRESERVED + b"!$'()*+,;:@/?")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def _percent_decoded(text: str) -> bytes:
+    """``%XX`` escapes decoded; a ``%`` not followed by two hex digits stays."""
+    raw = text.encode()
+    if b"%" not in raw:
+        return raw
+    out = bytearray()
+    i = 0
+    while i < len(raw):
+        if raw[i] == 0x25 and i + 2 < len(raw) and raw[i + 1] in _HEX and raw[i + 2] in _HEX:
+            out.append(int(raw[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.append(raw[i])
+            i += 1
+    return bytes(out)
+
+
+def _percent_encoded(data: bytes, allowed: frozenset[int]) -> str:
+    return "".join(chr(c) if c in allowed else f"%{c:02X}" for c in data)
+
+
 def canonical_resource_name(name: str, type_url: str) -> str:
-    """The name a resource is subscribed and cached under (gRFC A47, as
-    C-core's ``ParseXdsResourceName``): an old-style name as it is; an
-    ``xdstp:`` name with its query parameters sorted by key (the last of a
-    repeated key wins) and its fragment dropped, so names differing only
-    there are one resource.  Raises ValueError when an ``xdstp:`` name's
-    path does not start with the resource type (``type_url`` without its
+    """The name a resource is subscribed and cached under (gRFC A47), as
+    C-core's ``ParseXdsResourceName`` and ``ConstructFullXdsResourceName``
+    make it (seen on the wire from grpcio 1.85): an old-style name as it
+    is; an ``xdstp:`` name with its path and query parameters
+    percent-decoded and encoded again (``%3A`` -> ``:``, ``%2F`` -> ``/``,
+    non-ASCII as UTF-8 escapes, a stray ``%`` as ``%25``), its query
+    parameters sorted by key (the last of a repeated key wins; ``k`` is
+    ``k=``) and its fragment dropped, so names differing only there are one
+    resource.  Raises ValueError when an ``xdstp:`` name's path does not
+    start with the resource type (``type_url`` without its
     ``type.googleapis.com/`` prefix), as C-core ("xdstp URI path must
-    indicate valid xDS resource type")."""
+    indicate valid xDS resource type").  An empty authority stays
+    ``xdstp:///`` (C-core writes ``xdstp:/``, another name)."""
     if not name.startswith("xdstp:"):
         return name
     rest = name[6:].partition("#")[0]
@@ -210,20 +244,28 @@ def canonical_resource_name(name: str, type_url: str) -> str:
         path = slash + path
     else:
         authority, path = "", rest
-    kind, _, ident = path.removeprefix("/").partition("/")
-    if kind != type_url.rpartition("/")[2]:
+    decoded = _percent_decoded(path)
+    kind, _, ident = decoded.removeprefix(b"/").partition(b"/")
+    if kind != type_url.rpartition("/")[2].encode():
         raise ValueError("xdstp URI path must indicate valid xDS resource type")
-    out = f"xdstp://{authority}/{kind}/{ident}"
+    out = f"xdstp://{authority}/{_percent_encoded(kind + b'/' + ident, _PATH_CHARS)}"
     if not has_query:
         return out
-    params: dict[str, str] = {}
+    params: dict[bytes, bytes] = {}
     for pair in query.split("&"):
         if pair:
             key, _, value = pair.partition("=")
-            params[key] = value
+            params[_percent_decoded(key)] = _percent_decoded(value)
     if not params:
         return out
-    return out + "?" + "&".join(f"{key}={params[key]}" for key in sorted(params))
+    return (
+        out
+        + "?"
+        + "&".join(
+            f"{_percent_encoded(key, _QUERY_CHARS)}={_percent_encoded(params[key], _QUERY_CHARS)}"
+            for key in sorted(params)
+        )
+    )
 
 
 def _canonical_or_same(name: str, type_url: str) -> str:
