@@ -27,6 +27,7 @@ from pyxds.admin import csds as admin_csds
 from pyxds.server import builders as b
 from pyxds.testing.fake_clock import FakeClock
 from pyxds.xds import csds
+from pyxds.xds.ads_state import DATA_ERROR_HANDLING_ENV
 from pyxds.xds.bootstrap import load_bootstrap
 from pyxds.xds.client import XdsClient
 from pyxds.xds.resources import ENDPOINTS_TYPE_URL as EDS
@@ -230,11 +231,12 @@ def test_does_not_exist_by_timer_has_an_error_with_details_only(env):
     assert error_fields(entry) == ("details",)
 
 
-def test_timeout_has_an_error_naming_the_server():
+def test_timeout_has_an_error_naming_the_server(monkeypatch):
     """A88 "Cache Entry States" TIMEOUT ("the error will indicate the
     timeout") with ``resource_timer_is_transient_error`` (C-core
     ``SetTimeout``: "timeout obtaining resource from xDS server <uri>", no
-    version or time)."""
+    version or time), A88's env var guard on."""
+    monkeypatch.setenv(DATA_ERROR_HANDLING_ENV, "true")
     env = make_env("resource_timer_is_transient_error")
     try:
         env.client.watch(LDS, "l", ThreadWatcher())

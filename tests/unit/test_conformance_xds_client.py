@@ -89,7 +89,7 @@ def test_invalid_resource_nobody_subscribed_is_still_nacked():
 
 def test_resource_error_without_name_is_nacked():
     """C-core HandleServerReportedResourceError: "resource_name unset"."""
-    state, _ = make_state()
+    state, _ = make_state(a88=True)
     state.add_watcher(CDS, "a", RecordingWatcher())
     connected_stream(state)
     msg = response(CDS, "1", "n1", ("a", "ok"))
@@ -101,7 +101,7 @@ def test_resource_error_without_name_is_nacked():
 
 def test_resource_error_with_ok_status_is_nacked_and_ignored():
     """C-core: "error_detail must be non-OK"; the entry is untouched."""
-    state, _ = make_state()
+    state, _ = make_state(a88=True)
     watcher = RecordingWatcher()
     state.add_watcher(CDS, "a", watcher)
     connected_stream(state)
@@ -119,7 +119,7 @@ def test_resource_error_with_ok_status_is_nacked_and_ignored():
 
 
 def test_resource_error_for_unsubscribed_name_is_ignored():
-    state, _ = make_state()
+    state, _ = make_state(a88=True)
     watcher = RecordingWatcher()
     state.add_watcher(CDS, "a", watcher)
     connected_stream(state)
@@ -432,7 +432,7 @@ def test_does_not_exist_resource_gets_no_new_timer_on_the_next_stream():
 
 
 def test_transient_timeout_repeated_on_a_later_stream_is_not_reported_twice():
-    state, clock = make_state(resource_timer_is_transient_error=True)
+    state, clock = make_state(a88=True, resource_timer_is_transient_error=True)
     watcher = RecordingWatcher()
     state.add_watcher(LDS, "a", watcher)
     connected_stream(state)

@@ -128,7 +128,11 @@ class RecordingWatcher:
 NODE = base_pb2.Node(id="node-1", cluster="cluster-1")
 
 
-def make_state(clock: FakeClock | None = None, **features: bool) -> tuple[AdsState, FakeClock]:
+def make_state(
+    clock: FakeClock | None = None, a88: bool | None = None, **features: bool
+) -> tuple[AdsState, FakeClock]:
+    """``a88``: GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING on/off (None: the
+    environment's), which A88's server features and TP3 errors need."""
     clock = clock or FakeClock()
     state = AdsState(
         FakeServer(**features),
@@ -136,6 +140,7 @@ def make_state(clock: FakeClock | None = None, **features: bool) -> tuple[AdsSta
         resource_types=TYPES,
         clock=clock,
         wall_clock=lambda: 1_700_000_000.0 + clock.now(),
+        data_error_handling=a88,
     )
     return state, clock
 
@@ -404,7 +409,7 @@ def test_nack_of_resource_never_cached_is_reported_as_resource_error():
 
 
 def test_nack_with_fail_on_data_errors_drops_cached_resource():
-    state, _ = make_state(fail_on_data_errors=True)
+    state, _ = make_state(a88=True, fail_on_data_errors=True)
     watcher = RecordingWatcher()
     state.add_watcher(CDS, "c", watcher)
     connected_stream(state)
@@ -485,7 +490,7 @@ def with_error(msg, name: str, code: grpc.StatusCode, message: str):
 
 
 def test_server_reported_not_found_for_uncached_resource_is_resource_error():
-    state, clock = make_state()
+    state, clock = make_state(a88=True)
     watcher = RecordingWatcher()
     state.add_watcher(CDS, "c", watcher)
     connected_stream(state)
@@ -514,7 +519,7 @@ def test_server_reported_not_found_for_uncached_resource_is_resource_error():
 def test_server_reported_error_for_cached_resource_follows_a88_table(
     code, fail_on_data_errors, expected
 ):
-    state, _ = make_state(fail_on_data_errors=fail_on_data_errors)
+    state, _ = make_state(a88=True, fail_on_data_errors=fail_on_data_errors)
     watcher = RecordingWatcher()
     state.add_watcher(LDS, "a", watcher)
     connected_stream(state)
@@ -584,7 +589,8 @@ def test_ignore_resource_deletion_keeps_resource_and_reports_ambient():
 
 
 def test_fail_on_data_errors_wins_over_ignore_resource_deletion():
-    state, _ = make_state(ignore_resource_deletion=True, fail_on_data_errors=True)
+    """A88 on: ``ignore_resource_deletion`` is ignored, ``fail_on_data_errors`` drops."""
+    state, _ = make_state(a88=True, ignore_resource_deletion=True, fail_on_data_errors=True)
     watcher = RecordingWatcher()
     state.add_watcher(CDS, "a", watcher)
     connected_stream(state)
@@ -736,7 +742,7 @@ def test_resource_timer_not_restarted_on_reconnect_for_cached_resource():
 
 
 def test_transient_error_timer_variant_waits_30s_and_reports_unavailable_timeout():
-    state, clock = make_state(resource_timer_is_transient_error=True)
+    state, clock = make_state(a88=True, resource_timer_is_transient_error=True)
     watcher = RecordingWatcher()
     state.add_watcher(CDS, "c", watcher)
     connected_stream(state)
@@ -745,7 +751,8 @@ def test_transient_error_timer_variant_waits_30s_and_reports_unavailable_timeout
     clock.advance(TRANSIENT_RESOURCE_TIMEOUT - RESOURCE_TIMEOUT)
     ((kind, status),) = watcher.take()
     assert kind == "changed" and status.code == grpc.StatusCode.UNAVAILABLE
-    assert "timeout obtaining CDS resource c" in status.details
+    # C-core ResourceTimerIsTransientFailure names the server too
+    assert status.details == "timeout obtaining CDS resource c from xDS server xds.example:443"
     (entry,) = state.snapshot()
     assert entry.state is CacheState.TIMEOUT
 

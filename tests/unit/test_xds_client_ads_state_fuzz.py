@@ -65,14 +65,15 @@ class Watcher:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=st.lists(op, max_size=40), fail_on_data_errors=st.booleans())
-def test_random_event_sequences_keep_invariants(ops, fail_on_data_errors):
+@given(ops=st.lists(op, max_size=40), fail_on_data_errors=st.booleans(), a88=st.booleans())
+def test_random_event_sequences_keep_invariants(ops, fail_on_data_errors, a88):
     clock = FakeClock()
     state = AdsState(
         FakeServer(fail_on_data_errors=fail_on_data_errors),
         NODE,
         resource_types=TYPES,
         clock=clock,
+        data_error_handling=a88,
     )
     handles: list[tuple[Any, Watcher]] = []
     stream_up = connected = False

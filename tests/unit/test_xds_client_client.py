@@ -23,7 +23,7 @@ from test_xds_client_ads_state import CDS, EDS, INVALID, LDS, TYPES, FakeServer,
 from pyxds.lb.api import OK_STATUS, Status
 from pyxds.testing.fake_clock import FakeClock
 from pyxds.xds import csds
-from pyxds.xds.ads_state import RESOURCE_TIMEOUT
+from pyxds.xds.ads_state import DATA_ERROR_HANDLING_ENV, RESOURCE_TIMEOUT
 from pyxds.xds.client import CLIENT_FEATURES, XdsClient
 
 WAIT = 5.0
@@ -297,7 +297,8 @@ def test_dump_is_a_csds_client_config(env):
     assert len(proto.generic_xds_configs) == 3
 
 
-def test_dump_shows_timeout_state(env):
+def test_dump_shows_timeout_state(env, monkeypatch):
+    monkeypatch.setenv(DATA_ERROR_HANDLING_ENV, "true")  # A88's guard
     client = env.client
     client.close()
     transports: list[FakeTransport] = []
@@ -361,7 +362,8 @@ def test_shared_client_per_equal_bootstrap_content():
         release_c()
 
 
-def test_real_bootstrap_server_features_reach_the_ads_state():
+def test_real_bootstrap_server_features_reach_the_ads_state(monkeypatch):
+    monkeypatch.setenv(DATA_ERROR_HANDLING_ENV, "true")  # A88's guard
     transports: list[FakeTransport] = []
     clock = FakeClock()
     client = XdsClient(

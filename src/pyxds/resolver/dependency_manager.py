@@ -611,7 +611,7 @@ class DependencyManager:
         if cluster.kind == "LOGICAL_DNS":
             endpoint_config = self._dns_endpoints(cluster)
         else:
-            endpoint_config = self._eds_endpoints(cluster)
+            endpoint_config = self._eds_endpoints(cluster, name)
         if endpoint_config is None:
             self._pending = True
             return self._remember(name, _Resolution("pending"))
@@ -674,7 +674,9 @@ class DependencyManager:
             _Resolution("aggregate", leaves=tuple(leaves), height=height, reasons=tuple(reasons)),
         )
 
-    def _eds_endpoints(self, cluster: Cluster) -> EndpointConfig | None:
+    def _eds_endpoints(self, cluster: Cluster, name: str) -> EndpointConfig | None:
+        """``name``: the cluster as watched (an xdstp resource may carry
+        another spelling of it, A47)."""
         eds_name = cluster.eds_resource_name
         self._needed_eds.add(eds_name)
         watch = self._endpoints.get(eds_name)
@@ -684,7 +686,7 @@ class DependencyManager:
             )
         if not watch.received:
             return None
-        cds_note = self._clusters[cluster.name].describe_ambient()
+        cds_note = self._clusters[name].describe_ambient()
         notes = [self._lds.describe_ambient(), self._rds.describe_ambient() if self._rds else ""]
         notes.append(cds_note)
         if watch.status is not None:

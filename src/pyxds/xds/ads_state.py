@@ -35,17 +35,22 @@ Rules:
   resources of that same response are applied anyway.  Resources nobody
   subscribed to are ignored.  A response for a type never requested on this
   stream is ignored (answering it would be a wildcard subscription).
+* A88 is guarded, as its "Temporary environment variable protection"
+  says and as grpcio 1.85's C-core does, by
+  ``GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING`` (off unless set true): the
+  ``fail_on_data_errors`` and ``resource_timer_is_transient_error`` server
+  features, the xRFC TP3 ``resource_errors`` and the ambient default for
+  deletions are used only when it is on.  Off, those features are read from
+  the bootstrap and not acted on, and ``resource_errors`` are not looked at.
 * LDS and CDS responses are complete: a cached resource absent from the
-  response is deleted.  With ``fail_on_data_errors`` the resource is
-  dropped (A88).  Otherwise, as grpcio 1.85's C-core does by default, it is
-  dropped unless the server has ``ignore_resource_deletion`` (A53: then it
-  is kept and the deletion is an ambient error); with
-  ``GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING=true`` (C-core's switch for
-  A88) it is always kept, the deletion an ambient error (A88's table).
+  response is deleted.  A88 on: it is kept and the deletion is an ambient
+  error, unless the server has ``fail_on_data_errors`` (then it is dropped).
+  A88 off: it is dropped unless the server has ``ignore_resource_deletion``
+  (A53: then it is kept and the deletion is an ambient error).
   RDS and EDS absences mean nothing.  A NACKed resource is present, not
   absent.  Versions are never compared: a stale version after a
   reconnect is just a version (TRAPS, grpc-java#12663).
-* xRFC TP3 ``resource_errors`` (A88): the entry goes to ``RECEIVED_ERROR``;
+* xRFC TP3 ``resource_errors`` (A88 on): the entry goes to ``RECEIVED_ERROR``;
   NOT_FOUND and PERMISSION_DENIED are data errors, any other code is
   transient.  The resource counts as present (not deleted).  An entry
   without a resource name or with an OK ``error_detail`` is malformed: the
@@ -54,13 +59,13 @@ Rules:
   wrapper's ``name`` when set (as C-core), else by its own name.
 * An unchanged resource (structural equality) notifies nobody.
 * Data errors (NACK, deletion) on a cached resource are ambient, unless the
-  server has ``fail_on_data_errors``: then the resource is dropped and
+  server has ``fail_on_data_errors`` (A88 on): then the resource is dropped and
   watchers get ``on_resource_changed(error)`` (A88 "Handling Data Errors").
 * Resource timer (A57, A88): started for a name without a cached resource
   when its request has been sent on the current stream *and* the stream is
   connected; bound to the stream generation and cancelled when the stream
   ends or the resource (valid or not) arrives.  Expiry: ``DOES_NOT_EXIST``
-  with NOT_FOUND, or with ``resource_timer_is_transient_error`` (30 s)
+  with NOT_FOUND, or with ``resource_timer_is_transient_error`` (A88 on; 30 s)
   ``TIMEOUT`` with UNAVAILABLE.  Not started for a name that has a cached
   resource, is ``DOES_NOT_EXIST``, or was named by a response of the current
   stream; a NACKed name without a resource gets a timer again on the next
@@ -193,6 +198,89 @@ def data_error_handling_enabled() -> bool:
     return value in ("1", "true", "yes")
 
 
+_UNRESERVED = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~"
+#: RFC 3986 path characters (pchar and "/"), as C-core's URI::ToString keeps them
+_PATH_CHARS = frozenset(_UNRESERVED + b"!$&'()*+,;=:@/")
+#: query key and value characters: pchar, "/" and "?", less "&" and "="
+_QUERY_CHARS = frozenset(_UNRESERVED + b"!$'()*+,;:@/?")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def _percent_decoded(text: str) -> bytes:
+    """``%XX`` escapes decoded; a ``%`` not followed by two hex digits stays."""
+    raw = text.encode()
+    if b"%" not in raw:
+        return raw
+    out = bytearray()
+    i = 0
+    while i < len(raw):
+        if raw[i] == 0x25 and i + 2 < len(raw) and raw[i + 1] in _HEX and raw[i + 2] in _HEX:
+            out.append(int(raw[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.append(raw[i])
+            i += 1
+    return bytes(out)
+
+
+def _percent_encoded(data: bytes, allowed: frozenset[int]) -> str:
+    return "".join(chr(c) if c in allowed else f"%{c:02X}" for c in data)
+
+
+def canonical_resource_name(name: str, type_url: str) -> str:
+    """The name a resource is subscribed and cached under (gRFC A47), as
+    C-core's ``ParseXdsResourceName`` and ``ConstructFullXdsResourceName``
+    make it (seen on the wire from grpcio 1.85): an old-style name as it
+    is; an ``xdstp:`` name with its path and query parameters
+    percent-decoded and encoded again (``%3A`` -> ``:``, ``%2F`` -> ``/``,
+    non-ASCII as UTF-8 escapes, a stray ``%`` as ``%25``), its query
+    parameters sorted by key (the last of a repeated key wins; ``k`` is
+    ``k=``) and its fragment dropped, so names differing only there are one
+    resource.  Raises ValueError when an ``xdstp:`` name's path does not
+    start with the resource type (``type_url`` without its
+    ``type.googleapis.com/`` prefix), as C-core ("xdstp URI path must
+    indicate valid xDS resource type").  An empty authority stays
+    ``xdstp:///`` (C-core writes ``xdstp:/``, another name)."""
+    if not name.startswith("xdstp:"):
+        return name
+    rest = name[6:].partition("#")[0]
+    rest, has_query, query = rest.partition("?")
+    if rest.startswith("//"):
+        authority, slash, path = rest[2:].partition("/")
+        path = slash + path
+    else:
+        authority, path = "", rest
+    decoded = _percent_decoded(path)
+    kind, _, ident = decoded.removeprefix(b"/").partition(b"/")
+    if kind != type_url.rpartition("/")[2].encode():
+        raise ValueError("xdstp URI path must indicate valid xDS resource type")
+    out = f"xdstp://{authority}/{_percent_encoded(kind + b'/' + ident, _PATH_CHARS)}"
+    if not has_query:
+        return out
+    params: dict[bytes, bytes] = {}
+    for pair in query.split("&"):
+        if pair:
+            key, _, value = pair.partition("=")
+            params[_percent_decoded(key)] = _percent_decoded(value)
+    if not params:
+        return out
+    return (
+        out
+        + "?"
+        + "&".join(
+            f"{_percent_encoded(key, _QUERY_CHARS)}={_percent_encoded(params[key], _QUERY_CHARS)}"
+            for key in sorted(params)
+        )
+    )
+
+
+def _canonical_or_same(name: str, type_url: str) -> str:
+    try:
+        return canonical_resource_name(name, type_url)
+    except ValueError:
+        return name
+
+
 def immediate(fn: Callable[[], None]) -> None:
     """An executor that runs the callback at once (tests)."""
     fn()
@@ -294,14 +382,18 @@ class AdsState:
         self._server = server
         if data_error_handling is None:
             data_error_handling = data_error_handling_enabled()
-        self._a88_deletion = data_error_handling
+        # A88 "Temporary environment variable protection": the new server
+        # features and TP3 errors count only with the env var on (C-core).
+        self._a88 = data_error_handling
+        self._fail_on_data_errors = data_error_handling and server.fail_on_data_errors
         self._node = node
         self._types = resource_types
         self._clock = clock
         self._post = post
         self._default_executor = default_executor
         self._wall = wall_clock
-        if server.resource_timer_is_transient_error:
+        self._timer_is_transient = data_error_handling and server.resource_timer_is_transient_error
+        if self._timer_is_transient:
             self._timeout = transient_resource_timeout
         else:
             self._timeout = resource_timeout
@@ -327,7 +419,10 @@ class AdsState:
         watcher: ResourceWatcher,
         executor: Executor | None = None,
     ) -> WatchHandle:
-        """Subscribe ``watcher`` to one resource (A28 "Start a new watch")."""
+        """Subscribe ``watcher`` to one resource (A28 "Start a new watch");
+        an ``xdstp:`` name is subscribed under its canonical form
+        (:func:`canonical_resource_name`)."""
+        name = _canonical_or_same(name, type_url)
         ts = self._type_state(type_url)
         entry = ts.entries.get(name)
         if entry is None:
@@ -519,9 +614,14 @@ class AdsState:
                 continue
             # A name sent twice is applied twice, in order (as C-core does):
             # no NACK for the repetition itself.
-            seen.add(name)
             if result.error is not None:
                 errors.append(f"resource index {index}: {name}: {result.error}")
+            try:
+                name = canonical_resource_name(name, type_url)
+            except ValueError:
+                errors.append(f"resource index {index}: {name}: Cannot parse xDS resource name")
+                continue
+            seen.add(name)
             entry = ts.entries.get(name)
             if entry is None:
                 continue  # not subscribed: ignore
@@ -534,13 +634,22 @@ class AdsState:
         if self.on_resource_counts is not None:  # A78 resource_updates_valid/invalid
             invalid = len(errors)
             self.on_resource_counts(type_url, len(response.resources) - invalid, invalid)
-        for index, resource_error in enumerate(response.resource_errors):
+        # xRFC TP3 errors only with A88 on (C-core: not even parsed when off).
+        resource_errors = response.resource_errors if self._a88 else ()
+        for index, resource_error in enumerate(resource_errors):
             name = resource_error.resource_name.name
             if not name:
                 errors.append(f"resource_errors index {index}: resource_name unset")
                 continue
             if not resource_error.error_detail.code:
                 errors.append(f"resource_errors index {index}: {name}: error_detail must be non-OK")
+                continue
+            try:
+                name = canonical_resource_name(name, type_url)
+            except ValueError:
+                errors.append(
+                    f"resource_errors index {index}: {name}: Cannot parse xDS resource name"
+                )
                 continue
             seen.add(name)
             entry = ts.entries.get(name)
@@ -597,7 +706,7 @@ class AdsState:
     def is_cached(self, type_url: str, name: str) -> bool:
         """A71's "cached": a resource, or known not to exist."""
         ts = self._state.get(type_url)
-        entry = ts.entries.get(name) if ts else None
+        entry = ts.entries.get(_canonical_or_same(name, type_url)) if ts else None
         return entry is not None and (
             entry.resource is not None or entry.state is CacheState.DOES_NOT_EXIST
         )
@@ -679,17 +788,15 @@ class AdsState:
 
     def _deleted(self, entry: _Entry, short: str, version: str, now: float) -> None:
         entry.state = CacheState.DOES_NOT_EXIST
+        # CSDS error_state of a deletion, as C-core's (the resource's own
+        # version and time stay only while it is kept).
         entry.nack = NackInfo(DOES_NOT_EXIST_DETAILS, version, now)
         status = Status(
             grpc.StatusCode.NOT_FOUND,
             f"{short} resource {entry.name} does not exist (deleted by the xDS server)",
         )
-        if self._server.fail_on_data_errors:
-            keep = False
-        elif self._a88_deletion:
-            keep = True  # A88: a deletion is a data error, ambient by default
-        else:
-            keep = self._server.ignore_resource_deletion  # A53, C-core's default
+        # A88 on: ambient unless fail_on_data_errors; off: A53 decides (C-core).
+        keep = not self._fail_on_data_errors if self._a88 else self._server.ignore_resource_deletion
         if keep:
             _log.warning(
                 "xDS server %s deleted %s resource %s; the cached resource stays in use",
@@ -699,18 +806,24 @@ class AdsState:
             )
             self._set_ambient(entry, status)
             return
-        entry.resource = None
-        entry.raw = None
-        entry.ambient = None
+        self._drop(entry)
         entry.error = status
         self._notify(entry, "changed", status)
 
+    @staticmethod
+    def _drop(entry: _Entry) -> None:
+        """Forget the cached resource; CSDS then shows no resource, version
+        or update time for the entry (C-core)."""
+        entry.resource = None
+        entry.raw = None
+        entry.ambient = None
+        entry.version = ""
+        entry.last_updated = None
+
     def _data_error(self, entry: _Entry, status: Status) -> None:
         """A88 "Handling Data Errors"."""
-        if entry.resource is not None and self._server.fail_on_data_errors:
-            entry.resource = None
-            entry.raw = None
-            entry.ambient = None
+        if entry.resource is not None and self._fail_on_data_errors:
+            self._drop(entry)
         if entry.resource is not None:
             self._set_ambient(entry, status)
         elif entry.error != status:
@@ -761,14 +874,15 @@ class AdsState:
         ):
             return  # a timer of an older stream or a satisfied entry
         short = _short_name(self._types.get(entry.type_url), entry.type_url)
-        if self._server.resource_timer_is_transient_error:
+        if self._timer_is_transient:
             entry.state = CacheState.TIMEOUT
             entry.nack = NackInfo(
                 f"timeout obtaining resource from xDS server {self._server.server_uri}", "", None
             )
             status = Status(
                 grpc.StatusCode.UNAVAILABLE,
-                f"timeout obtaining {short} resource {entry.name} from xDS server",
+                f"timeout obtaining {short} resource {entry.name} from xDS server "
+                f"{self._server.server_uri}",
             )
         else:
             entry.state = CacheState.DOES_NOT_EXIST

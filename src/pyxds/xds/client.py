@@ -32,7 +32,9 @@ priority order and a chain of the ones in use, the first server alone at
 start.  When the last server of the chain fails before any response and a
 watched resource of that authority is not cached (neither a resource nor
 does-not-exist) on any server of the chain, the next server is appended and
-every watch of the authority subscribed on it too.  Watchers only hear
+every watch of the authority subscribed on it too; a new watch of a
+resource not cached on the chain while its last server is in that failure
+does the same at once.  Watchers only hear
 errors of the last server of the chain (all servers tried).  Servers higher
 in the chain keep retrying; the first response from one of them closes every
 lower one (its cached resources keep serving until the higher one replaces
@@ -72,6 +74,7 @@ from pyxds.xds.ads_state import (
     AdsState,
     Executor,
     ResourceWatcher,
+    canonical_resource_name,
     immediate,
 )
 from pyxds.xds.backoff import ExponentialBackoff, StreamBackoff
@@ -273,9 +276,16 @@ class _ServerChannel:
         #: stream failed without a response, 1 again at the next response.
         self.connected = False
         self._streams_started = 0
+        self._failing = False  # see ``failing``
         self.state.on_resource_counts = lambda t, v, i: client_metrics.resource_counts(
             self, t, v, i
         )
+
+    @property
+    def failing(self) -> bool:
+        """Whether the last stream ended (or could not start) before any
+        response and none has come since (A57's connectivity failure)."""
+        return self._failing
 
     # -- driven by the client --------------------------------------------------
 
@@ -316,6 +326,7 @@ class _ServerChannel:
                 self._transport = self._client._transport_factory(self)
             except Exception as exc:
                 _log.exception("cannot create the xDS channel to %s", self.server.server_uri)
+                self._failing = True
                 self.state.on_stream_started()
                 self._client._on_channel_failed(self)
                 self.state.on_stream_closed(Status(grpc.StatusCode.UNAVAILABLE, str(exc)))
@@ -348,6 +359,7 @@ class _ServerChannel:
         first = not self.state.had_response
         self._backoff.on_response()
         self.connected = True
+        self._failing = False
         self.state.on_response(response)
         self.flush()
         if first:
@@ -361,6 +373,7 @@ class _ServerChannel:
             if self.connected:
                 client_metrics.server_failure(self)
             self.connected = False
+            self._failing = True
             self._client._on_channel_failed(self)
         self.state.on_stream_closed(status)
         self._schedule_retry()
@@ -557,7 +570,14 @@ class XdsClient:
             try:
                 if type_url not in self._resource_types:
                     raise LookupError(f"unknown xDS resource type {type_url}")
-                authority = self._authority_for(name)
+                canonical = canonical_resource_name(name, type_url)
+                authority = self._authority_for(canonical)
+            except ValueError:  # A47: as C-core's WatchResource
+                status = Status(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"Unable to parse resource name {name}"
+                )
+                self._post(executor, lambda: watcher.on_resource_changed(status))
+                return
             except LookupError as exc:
                 status = Status(grpc.StatusCode.UNAVAILABLE, str(exc))
                 self._post(executor, lambda: watcher.on_resource_changed(status))
@@ -565,11 +585,19 @@ class XdsClient:
             if not authority.chain:
                 authority.chain = (self._channel_for(authority.servers[0]),)
             self._watch_ids += 1
-            watch = _AuthorityWatch(type_url, name, watcher, executor)
+            watch = _AuthorityWatch(type_url, canonical, watcher, executor)
             authority.watches[self._watch_ids] = watch
             handle_box.append((authority, self._watch_ids))
+            last = authority.chain[-1]
+            if last.failing:
+                # A71: the server is unreachable and this watch may be for a
+                # resource nobody has: fall back now (as C-core), not at the
+                # next failed attempt, one backoff later.  Before subscribing
+                # here, so the failing server's error never reaches it.
+                self._on_channel_failed(last)
             for channel in authority.chain:
-                authority.subscribe(channel, watch)
+                if channel not in watch.handles:
+                    authority.subscribe(channel, watch)
                 channel.ensure_stream()
                 channel.flush()
 
