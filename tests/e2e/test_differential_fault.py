@@ -151,7 +151,6 @@ def test_every_denominator_like_c_core(server, backend, core, channels, percent,
     [
         (404, "error:UNIMPLEMENTED: Fault injected"),
         (503, "error:UNAVAILABLE: Fault injected"),
-        (200, "a0"),  # C-core: 200 maps to OK, and an OK abort injects nothing
     ],
 )
 def test_http_status_maps_to_grpc_like_c_core(server, backend, core, channels, http, want):
@@ -159,6 +158,19 @@ def test_http_status_maps_to_grpc_like_c_core(server, backend, core, channels, h
     t = configure(server, backend, fault, f"http-{http}")
     applied(channels, t, lambda c: c[want] == 10)
     applied(core, t, lambda c: c[want] == 10)
+
+
+def test_http_status_200_is_unknown_per_a33_where_c_core_injects_nothing(
+    server, backend, core, channels
+):
+    """A33 "200/OK Error Injection": ``http_status`` 200 aborts with UNKNOWN
+    (grpc-go and grpc-java do); grpcio 1.85's C-core maps it to OK and
+    injects nothing (xds_http_fault_filter.cc skips 200): a documented
+    difference (docs/differences-from-c-core.md)."""
+    fault = b.fault_config(abort_http_status=200, abort_percent=100)
+    t = configure(server, backend, fault, "http-200")
+    applied(channels, t, lambda c: c["error:UNKNOWN: Fault injected"] == 10)
+    applied(core, t, lambda c: c["a0"] == 10)
 
 
 def test_grpc_status_ok_injects_nothing_like_c_core(server, backend, core, channels):
@@ -207,19 +219,41 @@ def test_header_driven_abort_and_delay_like_c_core(server, backend, core, channe
     applied(core, t, lambda c: c[want] == 10, metadata=md)
     # without the headers: no fault
     assert run(channels, t, 10) == run(core, t, 10) == {"a0": 10}
-    # C-core ignores the HTTP-status abort header (A33 lists it)
-    mdh = [("x-envoy-fault-abort-request", "503")]
-    assert run(channels, t, 10, metadata=mdh) == run(core, t, 10, metadata=mdh) == {"a0": 10}
+    # a gRPC code header that is a number but no code: UNKNOWN on both (as
+    # grpc-go, grpc-java); one that is no number: ignored by pyxds (A33: "the
+    # invalid headers will be ignored"; grpc-go "invalid header results in no
+    # abort", grpc-java), grpcio 1.85's C-core aborts with UNKNOWN
+    for bad in ("17", "-1"):
+        mdb = [("x-envoy-fault-abort-grpc-request", bad)]
+        assert run(channels, t, 10, metadata=mdb) == {"error:UNKNOWN": 10}, bad
+        assert run(core, t, 10, metadata=mdb) == {"error:UNKNOWN": 10}, bad
+    mdx = [("x-envoy-fault-abort-grpc-request", "abc")]
+    assert run(channels, t, 10, metadata=mdx) == {"a0": 10}
+    assert run(core, t, 10, metadata=mdx) == {"error:UNKNOWN": 10}
+    # the HTTP-status abort header (A33 "Header matching"; grpc-go, grpc-java)
+    # aborts on pyxds and wins over the gRPC one; C-core 1.85 ignores it
+    mdh = [("x-envoy-fault-abort-request", "503"), *md]
+    assert run(channels, t, 10, metadata=mdh) == {"error:UNAVAILABLE": 10}
+    assert run(core, t, 10, metadata=mdh) == {"error:NOT_FOUND": 10}
     # the percentage headers set the numerator (over the config's
-    # denominator); C-core's names, A33's abort one is ignored
-    for extra, want in [
-        (("x-envoy-fault-abort-percentage", "0"), {"a0": 10}),
-        (("x-envoy-fault-abort-percentage", "1000000"), {"error:NOT_FOUND": 10}),
-        (("x-envoy-fault-abort-request-percentage", "0"), {"error:NOT_FOUND": 10}),
-        (("x-envoy-fault-abort-percentage", "junk"), {"error:NOT_FOUND": 10}),
+    # denominator): pyxds reads A33's abort one, C-core its own name
+    for extra, ours, theirs in [
+        (("x-envoy-fault-abort-request-percentage", "0"), {"a0": 10}, {"error:NOT_FOUND": 10}),
+        (("x-envoy-fault-abort-percentage", "0"), {"error:NOT_FOUND": 10}, {"a0": 10}),
+        (
+            ("x-envoy-fault-abort-request-percentage", "1000000"),
+            {"error:NOT_FOUND": 10},
+            {"error:NOT_FOUND": 10},
+        ),
+        (
+            ("x-envoy-fault-abort-request-percentage", "junk"),
+            {"error:NOT_FOUND": 10},
+            {"error:NOT_FOUND": 10},
+        ),
     ]:
         mdp = [*md, extra]
-        assert run(channels, t, 10, metadata=mdp) == run(core, t, 10, metadata=mdp) == want
+        assert run(channels, t, 10, metadata=mdp) == ours, extra
+        assert run(core, t, 10, metadata=mdp) == theirs, extra
     # delay from the header, and its percentage header
     for extra, slow in [
         ((), True),
