@@ -145,6 +145,68 @@ def test_a_grpc_status_header_number_that_is_no_code_aborts_with_unknown(number)
     assert abort_codes(inj, 2, [(ABORT_GRPC, number)]) == [grpc.StatusCode.UNKNOWN] * 2
 
 
+def test_grpc_status_ok_abort_and_a_header_of_zero_end_the_rpc_with_ok():
+    """A33 "200/OK Error Injection": ``grpc_status`` OK reacts "as if it has
+    immediately received trailing metadata from the server with the status
+    OK" (grpc-go ``errOKStream``/``okStream``, grpc-go "gRPC Status OK"
+    subcase; grpc-java ``FailingClientCall`` with Status.OK); a header of 0
+    under header_abort likewise.  C-core 1.85 injects nothing."""
+    fixed = injector(abort_grpc_status=0, abort_percent=100)
+    assert abort_codes(fixed, 2) == [grpc.StatusCode.OK] * 2
+    headers = injector(header_abort=True, abort_percent=100)
+    assert abort_codes(headers, 2, [(ABORT_GRPC, "0")]) == [grpc.StatusCode.OK] * 2
+    half = injector(abort_grpc_status=0, abort_percent=50)
+    codes = abort_codes(half, 4000)
+    assert abs(codes.count(grpc.StatusCode.OK) / 4000 - 0.5) < 0.03
+
+
+def test_an_ok_abort_ends_each_kind_of_sync_call_with_ok_and_no_response():
+    """A33 "200/OK Error Injection" on the channel: no pick, no attempt; a
+    unary call answers None with OK (what grpcio answers for a server's OK
+    without a message), a stream ends with no responses and code OK."""
+    from test_channel_support import FnMethod, run_blocking, streaming
+
+    from pyxds.channel.calls import FutureCall
+
+    h = Harness()
+    h.start()
+    try:
+        h.resolve([Endpoint(("10.0.0.1:80",))], Selector())
+        picks = []
+
+        class Counting(Picker):
+            def pick(self, args):
+                picks.append(args)
+                return PickComplete(ready_subchannel(h))
+
+        h.publish(Counting())
+        cfg = FaultConfig.parse(
+            b.fault_config(abort_grpc_status=0, abort_percent=100).SerializeToString()
+        )
+        h.core.selector = Selector(CallConfig(filters=(FaultInjector(cfg, _ActiveFaults()),)))
+
+        def never(*args):
+            raise AssertionError("an attempt was started")
+
+        response, call = run_blocking(new_rpc(h.core, "/svc/M", None, 5.0, False), never)
+        assert response is None
+        assert (call.code(), call.details(), tuple(call.trailing_metadata())) == (
+            grpc.StatusCode.OK,
+            "",
+            (),
+        )
+        stream = streaming(new_rpc(h.core, "/svc/M", None, 5.0, False), never)
+        assert list(stream) == []
+        assert stream.code() is grpc.StatusCode.OK and stream.done()
+        rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
+        future = FutureCall(rpc, FnMethod(never), None, None, None)
+        assert future.result(timeout=1) is None and future.exception(timeout=1) is None
+        assert future.code() is grpc.StatusCode.OK and not future.cancelled()
+        assert picks == []
+    finally:
+        h.core.close()
+
+
 def test_abort_without_an_error_type_injects_nothing_and_is_accepted():
     """An abort with a percentage but neither grpc_status, http_status nor
     header_abort: C-core's parser (xds_http_fault_filter.cc) leaves the

@@ -75,16 +75,17 @@ def test_http_status_mapping(http, code):
     assert config(abort_http_status=http, abort_percent=100).abort_code is code
 
 
-def test_grpc_status_ok_abort_injects_nothing_as_c_core():
-    """A configured ``grpc_status`` OK injects nothing, as C-core (A33 asks
-    for the RPC to end at once with OK: not done, reported).  ``http_status``
-    200 is UNKNOWN (test_conformance_fault.py)."""
-    assert (
-        FaultFilter().call_filter(
-            b.fault_config(abort_grpc_status=0, abort_percent=100).SerializeToString()
-        )
-        is None
+def test_grpc_status_ok_abort_ends_the_rpc_with_ok():
+    """A33 "200/OK Error Injection": a configured ``grpc_status`` OK is an
+    abort that ends the RPC with OK (no details); C-core 1.85 injects
+    nothing (test_conformance_fault.py, test_differential_fault.py)."""
+    chain = FaultFilter().call_filter(
+        b.fault_config(abort_grpc_status=0, abort_percent=100).SerializeToString()
     )
+    assert chain is not None
+    verdict = chain.on_call((), random.Random(1))
+    verdict.done()  # the process-wide active-fault count
+    assert verdict.abort.code is grpc.StatusCode.OK and verdict.abort.details == ""
 
 
 def test_unset_percentage_never_injects_and_costs_no_filter():

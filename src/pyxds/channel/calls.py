@@ -443,11 +443,17 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
 
     def _fail(self, status: Status) -> None:
         """The RPC is over with ``status`` (already finished) before or
-        instead of a subchannel call."""
+        instead of a subchannel call (OK: A33's OK abort, an ended call
+        stands in for the attempt, ``ok_end.py``)."""
         with self._cond:
             if self._terminated or self._error is not None:
                 return
-            self._error = ChannelRpcError(status)
+            if status.code is grpc.StatusCode.OK:
+                from pyxds.channel.ok_end import OkEndCall
+
+                self._inner = OkEndCall()
+            else:
+                self._error = ChannelRpcError(status)
             self._cond.notify_all()
         self._terminate()
 
@@ -709,6 +715,11 @@ def blocking_unary(
                 rpc.stale_wait_over()
             continue
         if step.__class__ is Status:
+            if step.code is grpc.StatusCode.OK:  # type: ignore[union-attr]
+                # A33's OK abort: over with OK before any attempt (ok_end.py)
+                from pyxds.channel.ok_end import OkEndCall
+
+                return None, OkEndCall() if with_call else None
             raise ChannelRpcError(step)  # type: ignore[arg-type]
         if step.__class__ is float:
             time.sleep(step)  # type: ignore[arg-type]

@@ -15,9 +15,10 @@ is HUNDRED, as C-core 1.85 reads it), turned into a frozen
   C-core 1.85 reads only the second).  A gRPC code header that is a number
   but no code (17, -1) aborts with UNKNOWN, as all three do; one that is no
   number is ignored (A33: "invalid headers will be ignored"; grpc-go,
-  grpc-java; C-core 1.85 aborts with UNKNOWN).  A ``grpc_status`` OK injects
-  nothing, as C-core (A33 asks for the RPC to end at once with OK;
-  reported, not done);
+  grpc-java; C-core 1.85 aborts with UNKNOWN).  An abort code OK
+  (``grpc_status`` 0, or a header of 0) ends the RPC at once with OK, no
+  response and no call made (A33 "200/OK Error Injection", as grpc-go and
+  grpc-java; :mod:`pyxds.channel.ok_end`); C-core 1.85 injects nothing;
 * delay: ``fixed_delay`` (zero: no delay, as C-core), or ``header_delay``
   (milliseconds from ``x-envoy-fault-delay-request``);
 * each with a ``percentage`` (numerator over HUNDRED, TEN_THOUSAND or
@@ -76,6 +77,8 @@ def _denominator(value: int) -> int:
 
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
+_OK = grpc.StatusCode.OK
+_OK_END = Status(_OK, "")
 
 
 def http_to_grpc(http_status: int) -> grpc.StatusCode:
@@ -148,8 +151,6 @@ class FaultConfig:
                 kwargs["delay_denominator"] = _denominator(delay.percentage.denominator)
         if fault.HasField("max_active_faults"):
             kwargs["max_active_faults"] = fault.max_active_faults.value
-        if kwargs.get("abort_code") is grpc.StatusCode.OK:  # grpc_status 0: as C-core
-            del kwargs["abort_code"]
         return cls(**kwargs)
 
 
@@ -220,9 +221,10 @@ class FaultInjector(CallFilter):
                 abort_code = http_to_grpc(http_status)  # it wins (grpc-go, grpc-java)
             else:  # absent or invalid: ignored (A33)
                 grpc_code = _int(_header(metadata, ABORT_GRPC_HEADER))
-                if grpc_code:  # 0 (OK) injects nothing, as a configured OK
-                    # a number that is no code is UNKNOWN (C-core, grpc-go,
-                    # grpc-java); one that is no number is ignored (A33)
+                if grpc_code is not None:
+                    # 0 is OK (A33's OK abort); a number that is no code is
+                    # UNKNOWN (C-core, grpc-go, grpc-java); one that is no
+                    # number is ignored (A33)
                     abort_code = _CODES.get(grpc_code, grpc.StatusCode.UNKNOWN)
             percent = _uint(_header(metadata, ABORT_PERCENT_HEADER))
             if percent is not None:
@@ -242,11 +244,13 @@ class FaultInjector(CallFilter):
             return None
         if not self._active.try_enter(cfg.max_active_faults):
             return None
+        abort = None
+        if do_abort and abort_code is not None:
+            # OK: the RPC ends at once with OK and no details (A33)
+            abort = _OK_END if abort_code is _OK else Status(abort_code, FAULT_MESSAGE)
         return FilterVerdict(
             delay=delay if do_delay and delay else 0.0,
-            abort=Status(abort_code, FAULT_MESSAGE)
-            if do_abort and abort_code is not None
-            else None,
+            abort=abort,
             done=_Once(self._active.leave),
         )
 
