@@ -2,7 +2,10 @@
 pyxds (sync and asyncio) against grpcio's C-core ``xds:///`` channel, same
 pyxds.server and backend: abort percentages, fixed delays, header-driven
 faults, HTTP status mapping, per-route overrides (A39 precedence), a delay
-that outlasts the deadline.  Where grpcio 1.85.3's C-core departs from
+that outlasts the deadline; and the cases of C-core's
+``test/cpp/end2end/xds/xds_fault_injection_end2end_test.cc`` (at the end,
+with a C-core client of their own that makes concurrent RPCs and bidi
+streams).  Where grpcio 1.85.3's C-core departs from
 A33's text (an OK abort, ``http_status`` 200, the abort headers) pyxds
 follows A33 and the tests assert both measured results
 (docs/differences-from-c-core.md)."""
@@ -10,7 +13,12 @@ follows A33 and the tests assert both measured results
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import time
+from concurrent import futures
 
 import grpc
 import pytest
@@ -30,7 +38,99 @@ from pyxds.server.snapshot import Snapshot
 
 N = 200
 WHO = f"/{SERVICE}/Who"
+CHAT = f"/{SERVICE}/Chat"
 META = f"/{SERVICE}/Meta"
+
+
+# One command per line on stdin, one JSON answer per line on stdout.
+_CORE_STREAMS = r"""
+import collections, json, sys, time
+from concurrent import futures
+import grpc
+
+channels = {}
+
+def channel(target):
+    if target not in channels:
+        channels[target] = grpc.insecure_channel(target)
+    return channels[target]
+
+def outcome(err):
+    return "error:" + err.code().name
+
+for line in sys.stdin:
+    cmd = json.loads(line)
+    ch = channel(cmd["target"])
+    if cmd["op"] == "unary":
+        counts = collections.Counter()
+        mc = ch.unary_unary(cmd["method"])
+        calls = [mc.future(b"", timeout=cmd["timeout"], wait_for_ready=True)
+                 for _ in range(cmd["n"])]
+        for call in calls:
+            try:
+                counts[call.result().decode()] += 1
+            except grpc.RpcError as err:
+                counts[outcome(err)] += 1
+        print(json.dumps(counts), flush=True)
+    elif cmd["op"] == "chat":
+        start = time.monotonic()
+        try:
+            replies = [r.decode() for r in ch.stream_stream(cmd["method"])(
+                iter([b"x"] * cmd["n"]), timeout=cmd["timeout"], wait_for_ready=True)]
+            got = ["OK", "", replies]
+        except grpc.RpcError as err:
+            got = [err.code().name, err.details() or "", []]
+        print(json.dumps(got + [time.monotonic() - start]), flush=True)
+"""
+
+
+class CoreStreams:
+    """grpcio's C-core ``xds:///`` channel in a process of its own, for
+    what CoreXdsClient does not do: concurrent unary RPCs and bidi streams."""
+
+    def __init__(self, bootstrap: dict) -> None:
+        env = dict(os.environ)
+        env.pop("GRPC_XDS_BOOTSTRAP", None)
+        env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _CORE_STREAMS],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        self._pool = futures.ThreadPoolExecutor(1)
+
+    def _ask(self, cmd: dict, timeout: float):
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(json.dumps(cmd) + "\n")
+        self._proc.stdin.flush()
+        line = self._pool.submit(self._proc.stdout.readline).result(timeout=timeout)
+        assert line, "C-core client exited"
+        return json.loads(line)
+
+    def unary(self, target: str, n: int, timeout: float, method: str = WHO) -> dict:
+        """n concurrent unary RPCs; their outcomes counted."""
+        cmd = {"op": "unary", "target": target, "method": method, "n": n, "timeout": timeout}
+        return self._ask(cmd, timeout + 30)
+
+    def chat(self, target: str, n: int, timeout: float) -> tuple[str, str, list, float]:
+        """One bidi stream sending n requests: (code name, details, replies,
+        seconds)."""
+        cmd = {"op": "chat", "target": target, "method": CHAT, "n": n, "timeout": timeout}
+        code, details, replies, took = self._ask(cmd, timeout + 30)
+        return code, details, replies, took
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._pool.shutdown(wait=False)
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +155,13 @@ def core(server):
 
 
 @pytest.fixture(scope="module")
+def core_streams(server):
+    client = CoreStreams(server.bootstrap(node_id="fault-differential"))
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
 def channels(server):
     opened: dict[str, grpc.Channel] = {}
 
@@ -71,8 +178,9 @@ def channels(server):
 
 
 def configure(server, backend, fault, name, routes=(), vh_overrides=None) -> str:
-    """A listener ``name`` with ``fault`` (an HTTPFault) before the router,
-    ``routes`` then a catch-all route to cluster c; returns its target.
+    """A listener ``name`` with ``fault`` (an HTTPFault; None: no fault
+    filter) before the router, ``routes`` then a catch-all route to cluster
+    c; returns its target.
 
     Every configuration is a new listener (and target, so new channels on
     both sides): C-core (grpcio 1.85) keeps the filter configs of a
@@ -80,9 +188,10 @@ def configure(server, backend, fault, name, routes=(), vh_overrides=None) -> str
     changed fault on one listener would compare pyxds with a stale C-core.
     """
     routes = [*routes, b.route(prefix="", cluster="c")]
+    filters = [] if fault is None else [b.fault_filter(config=fault)]
     server.set_snapshot(
         Snapshot(
-            listeners=[b.listener(name, http_filters=[b.fault_filter(config=fault)])],
+            listeners=[b.listener(name, http_filters=filters)],
             routes=[
                 b.route_config(
                     f"{name}-route",
@@ -402,3 +511,114 @@ def test_streams_and_futures_get_faults(server, backend, channels):
     with pytest.raises(grpc.RpcError) as info:
         channel.unary_unary(WHO).future(b"", timeout=5).result()
     assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+
+
+# -- C-core's xds_fault_injection_end2end_test.cc cases not above
+
+
+def pyxds_concurrent(channel, n: int, timeout: float) -> dict:
+    """n concurrent unary RPCs on a pyxds channel, counted as CoreClient.unary."""
+    mc = channel.unary_unary(WHO)
+    calls = [mc.future(b"", timeout=timeout, wait_for_ready=True) for _ in range(n)]
+    counts: dict[str, int] = {}
+    for call in calls:
+        try:
+            key = call.result().decode()
+        except grpc.RpcError as err:
+            key = "error:" + err.code().name
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def pyxds_chat(channel, n: int, timeout: float) -> tuple[str, str, list, float]:
+    start = time.monotonic()
+    try:
+        replies = [
+            r.decode()
+            for r in channel.stream_stream(CHAT)(
+                iter([b"x"] * n), timeout=timeout, wait_for_ready=True
+            )
+        ]
+        return "OK", "", replies, time.monotonic() - start
+    except grpc.RpcError as err:
+        return err.code().name, err.details() or "", [], time.monotonic() - start
+
+
+def test_route_override_without_a_listener_fault_filter_injects_nothing_like_c_core(
+    server, backend, core_streams, channels
+):
+    """C-core XdsFaultInjectionWithoutListenerFilter: an abort-always
+    override on the route, no fault filter in the listener: every RPC
+    succeeds."""
+    abort = {"fault": b.fault_config(abort_grpc_status=10, abort_percent=100)}
+    routes = [b.route(prefix="", cluster="c", typed_per_filter_config=abort)]
+    t = configure(server, backend, None, "no-listener-filter", routes=routes)
+    assert wait_until(lambda: pyxds_calls(channels(t), 5, timeout=5) == {"a0": 5}, 15)
+    assert core_streams.unary(t, 5, 10) == {"a0": 5}
+
+
+def test_route_override_over_an_empty_listener_config_aborts_like_c_core(
+    server, backend, core_streams, channels
+):
+    """C-core FaultInjectionTest, kHttpFilterConfigInRoute variant of
+    XdsFaultInjectionAlwaysAbort: the listener's fault filter has an empty
+    config, the route's override aborts every RPC with ABORTED."""
+    abort = {"fault": b.fault_config(abort_grpc_status=10, abort_percent=100)}
+    routes = [b.route(prefix="", cluster="c", typed_per_filter_config=abort)]
+    t = configure(server, backend, b.fault_config(), "in-route", routes=routes)
+    assert wait_until(lambda: pyxds_calls(channels(t), 5, timeout=5) == {"error:ABORTED": 5}, 15)
+    assert core_streams.unary(t, 5, 10) == {"error:ABORTED": 5}
+
+
+def test_max_active_faults_over_concurrent_rpcs_like_c_core(
+    server, backend, core_streams, channels
+):
+    """C-core XdsFaultInjectionMaxFault (smaller): 8 concurrent RPCs, a
+    delay far past their deadline, ``max_active_faults`` 3: exactly 3 end
+    DEADLINE_EXCEEDED, 5 succeed; a second round gives the same (the
+    deadline gave the active-fault slots back)."""
+    fault = b.fault_config(delay=30, delay_percent=100, max_active_faults=3)
+    t = configure(server, backend, fault, "max-faults")
+
+    def settled(counts) -> bool:
+        return counts == {"a0": 5, "error:DEADLINE_EXCEEDED": 3}
+
+    # the first rounds also connect (C-core's test connects first)
+    assert wait_until(lambda: settled(pyxds_concurrent(channels(t), 8, 1.0)), 20)
+    assert wait_until(lambda: settled(core_streams.unary(t, 8, 1.0)), 20)
+    assert settled(pyxds_concurrent(channels(t), 8, 1.0))
+    assert settled(core_streams.unary(t, 8, 1.0))
+
+
+def test_bidi_stream_under_a_delay_completes_like_c_core(server, backend, core_streams, channels):
+    """C-core XdsFaultInjectionBidiStreamDelayOk: a 0.3 s delay on a bidi
+    stream delays it and it ends OK with every reply."""
+    t = configure(server, backend, b.fault_config(delay=0.3, delay_percent=100), "bidi-delay")
+    assert wait_until(lambda: pyxds_chat(channels(t), 2, 5)[0] == "OK", 15)
+    for code, _, replies, took in (pyxds_chat(channels(t), 2, 5), core_streams.chat(t, 2, 5)):
+        assert (code, replies) == ("OK", ["a0:x", "a0:x"])
+        assert took >= 0.3
+
+
+def test_bidi_stream_delay_past_the_deadline_is_deadline_exceeded_like_c_core(
+    server, backend, core_streams, channels
+):
+    """C-core XdsFaultInjectionBidiStreamDelayError (grpc/grpc#27217): a
+    delay longer than the stream's deadline ends it DEADLINE_EXCEEDED at the
+    deadline."""
+    t = configure(server, backend, b.fault_config(delay=30, delay_percent=100), "bidi-late")
+    assert wait_until(lambda: pyxds_chat(channels(t), 1, 0.3)[0] == "DEADLINE_EXCEEDED", 15)
+    for code, _, replies, took in (pyxds_chat(channels(t), 1, 0.3), core_streams.chat(t, 1, 0.3)):
+        assert (code, replies) == ("DEADLINE_EXCEEDED", [])
+        assert took < 5  # the deadline, not the 30 s delay
+
+
+def test_bidi_stream_abort_after_a_delay_like_c_core(server, backend, core_streams, channels):
+    """C-core XdsFaultInjectionAbortAfterDelayForStreamCall: delay then abort
+    on a bidi stream: ABORTED "Fault injected", after the delay."""
+    fault = b.fault_config(abort_grpc_status=10, abort_percent=100, delay=0.3, delay_percent=100)
+    t = configure(server, backend, fault, "bidi-abort")
+    assert wait_until(lambda: pyxds_chat(channels(t), 1, 5)[0] == "ABORTED", 15)
+    for code, details, replies, took in (pyxds_chat(channels(t), 1, 5), core_streams.chat(t, 1, 5)):
+        assert (code, details, replies) == ("ABORTED", "Fault injected", [])
+        assert took >= 0.3
