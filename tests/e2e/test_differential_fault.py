@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from concurrent import futures
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -328,6 +330,41 @@ def test_grpc_status_ok_ends_every_kind_of_call_with_ok_per_a33(server, backend,
 
     assert asyncio.run(aio()) == (None, grpc.StatusCode.OK, [], grpc.StatusCode.OK)
     assert sum(backend.served.values()) == served  # nothing reached the backend
+
+
+def test_abort_comes_before_the_pick_with_no_reachable_endpoint_like_c_core(server, core, channels):
+    """C-core XdsFaultInjectionAlwaysAbort: the cluster's only endpoint does
+    not exist (nothing listens there) and the RPCs wait for ready: every one
+    fails ABORTED "Fault injected" all the same (A33: the abort happens
+    "before sending any traffic", so before the pick)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        nowhere = SimpleNamespace(address=f"127.0.0.1:{sock.getsockname()[1]}")
+    fault = b.fault_config(abort_grpc_status=10, abort_percent=100)
+    t = configure(server, nowhere, fault, "abort-nowhere")
+    want = "error:ABORTED: Fault injected"
+    applied(channels, t, lambda c: c[want] == 10)
+    applied(core, t, lambda c: c[want] == 10)
+
+
+def test_an_injected_abort_is_not_retried_like_c_core(server, backend, core, channels):
+    """The fault filter sits above the retry logic (C-core: the xDS HTTP
+    filters are dynamic filters above its retry filter; grpc-go and grpc-java
+    wrap the retrying call in the fault interceptor): an injected UNAVAILABLE
+    is not retried although the route's A44 policy retries UNAVAILABLE.  With
+    50 % aborts and 4 retries, retried aborts would fail ~3 % of the RPCs;
+    both fail ~50 %."""
+    policy = b.retry_policy("unavailable", num_retries=4)
+    routes = [b.route(prefix="", cluster="c", retry_policy=policy)]
+    fault = b.fault_config(abort_grpc_status=14, abort_percent=50)
+    t = configure(server, backend, fault, "no-retry", routes=routes)
+    applied(channels, t, lambda c: sum(c.values()) == 10 and c["a0"] > 0)
+    applied(core, t, lambda c: sum(c.values()) == 10 and c["a0"] > 0)
+    for client in (channels, core):
+        counts = run(client, t, N, details=True)
+        failed = counts["error:UNAVAILABLE: Fault injected"]
+        assert 0.35 * N <= failed <= 0.65 * N, (client, counts)
+        assert failed + counts["a0"] == N
 
 
 def test_fixed_delay_shows_in_latency_like_c_core(server, backend, core, channels):

@@ -435,6 +435,41 @@ def test_max_active_faults_over_rpcs_and_the_count_comes_back_after_their_deadli
         h.core.close()
 
 
+def test_an_injected_abort_is_not_retried_by_the_routes_retry_policy():
+    """The fault filter runs above the retry logic (C-core's dynamic filters
+    above its retry filter; grpc-go and grpc-java wrap the retrying call): an
+    injected UNAVAILABLE ends the RPC although its A44 policy retries
+    UNAVAILABLE, and nothing is picked (test_differential_fault.py measures
+    grpcio 1.85 doing the same)."""
+    from pyxds.resolver.retry_policy import RetryPolicy
+
+    h = Harness()
+    h.start()
+    try:
+        h.resolve([Endpoint(("10.0.0.1:80",))], Selector())
+        picks = []
+
+        class Counting(Picker):
+            def pick(self, args):
+                picks.append(args)
+                return PickComplete(ready_subchannel(h))
+
+        h.publish(Counting())
+        cfg = FaultConfig.parse(
+            b.fault_config(abort_grpc_status=14, abort_percent=100).SerializeToString()
+        )
+        policy = RetryPolicy.from_xds(("unavailable",), 4, 0.001, 0.002)
+        h.core.selector = Selector(
+            CallConfig(filters=(FaultInjector(cfg, _ActiveFaults()),), retry_policy=policy)
+        )
+        rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
+        step = rpc.pick()
+        assert (step.code, step.details) == (grpc.StatusCode.UNAVAILABLE, "Fault injected")
+        assert rpc.done and picks == []
+    finally:
+        h.core.close()
+
+
 # ------------------------------------------------------------ filter chains
 
 
