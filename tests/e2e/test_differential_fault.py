@@ -326,9 +326,25 @@ def test_grpc_status_ok_ends_every_kind_of_call_with_ok_per_a33(server, backend,
             got = await call
             streamed = ch.unary_stream(f"/{SERVICE}/Stream")(b"3", timeout=5)
             items = [r async for r in streamed]
-            return got, await call.code(), items, await streamed.code()
+            collected = await ch.stream_unary(f"/{SERVICE}/Collect")(iter([b"x"]), timeout=5)
+            chat = ch.stream_stream(f"/{SERVICE}/Chat")(iter([b"x"]), timeout=5)
+            chatted = [r async for r in chat]
+            writer = ch.stream_stream(f"/{SERVICE}/Chat")(timeout=5)
+            with pytest.raises(asyncio.InvalidStateError):  # grpc.aio's, for a finished call
+                await writer.write(b"x")
+            await writer.done_writing()
+            read = await writer.read()
+            return (
+                (got, await call.code(), items, await streamed.code()),
+                (collected, chatted, await chat.code(), read is grpc.aio.EOF),
+                (tuple(await call.trailing_metadata()), await writer.details()),
+            )
 
-    assert asyncio.run(aio()) == (None, grpc.StatusCode.OK, [], grpc.StatusCode.OK)
+    assert asyncio.run(aio()) == (
+        (None, grpc.StatusCode.OK, [], grpc.StatusCode.OK),
+        (None, [], grpc.StatusCode.OK, True),
+        ((), ""),
+    )
     assert sum(backend.served.values()) == served  # nothing reached the backend
 
 
