@@ -280,11 +280,13 @@ def test_delay_percentage_header_sets_the_numerator_capped_at_the_config():
     assert set(delays(inj, 50, [(DELAY, "2")])) == {0.0, 0.002}
 
 
-@pytest.mark.parametrize("bad", ["error", "-5", "1e3"])
-def test_an_invalid_delay_header_means_no_delay(bad):
+@pytest.mark.parametrize("bad", ["error", "-5", "1e3", "0"])
+def test_an_invalid_or_zero_delay_header_means_no_delay(bad):
     """grpc-go "header delay" subcase "invalid header results in no delay";
-    C-core reads a negative delay as none."""
-    inj = injector(header_delay=True, delay_percent=100)
+    C-core reads a negative delay as none, and a delay of 0 is no fault
+    (fault_injection_filter.cc: ``delay != Duration::Zero()``), taking no
+    active-fault slot."""
+    inj = injector(header_delay=True, delay_percent=(100, 100))
     assert verdicts(inj, 3, [(DELAY, bad), (DELAY_PERCENT, "100")]) == [None] * 3
 
 

@@ -233,7 +233,7 @@ class FaultInjector(CallFilter):
         delay_numerator = cfg.delay_numerator
         if cfg.delay_from_headers:
             ms = _uint(_header(metadata, DELAY_HEADER))
-            delay = None if ms is None else ms / 1000.0
+            delay = ms / 1000.0 if ms else None  # 0: no delay, as C-core
             percent = _uint(_header(metadata, DELAY_PERCENT_HEADER))
             if percent is not None:
                 delay_numerator = min(percent, delay_numerator)
