@@ -18,7 +18,8 @@ is HUNDRED, as C-core 1.85 reads it), turned into a frozen
   grpc-java; C-core 1.85 aborts with UNKNOWN).  An abort code OK
   (``grpc_status`` 0, or a header of 0) ends the RPC at once with OK, no
   response and no call made (A33 "200/OK Error Injection", as grpc-go and
-  grpc-java; :mod:`pyxds.channel.ok_end`); C-core 1.85 injects nothing;
+  grpc-java; ``channel.calls.OkEndCall``, ``channel.ok_end``); C-core 1.85
+  injects nothing;
 * delay: ``fixed_delay`` (zero: no delay, as C-core), or ``header_delay``
   (milliseconds from ``x-envoy-fault-delay-request``);
 * each with a ``percentage`` (numerator over HUNDRED, TEN_THOUSAND or
