@@ -15,6 +15,7 @@ validation (test_conformance_lds_resource.py, test_conformance_rds_resource.py).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 
@@ -72,6 +73,30 @@ def abort_codes(inj: FaultInjector, n: int, metadata=()) -> list:
 
 def delays(inj: FaultInjector, n: int, metadata=()) -> list[float]:
     return [0.0 if v is None else v.delay for v in verdicts(inj, n, metadata)]
+
+
+@contextlib.contextmanager
+def channel_with_fault(retry_policy=None, **fault):
+    """A channel core over fakes whose route has one fault filter (``fault``:
+    fault_config's arguments): yields (harness, the picks made)."""
+    h = Harness()
+    h.start()
+    try:
+        h.resolve([Endpoint(("10.0.0.1:80",))], Selector())
+        picks: list = []
+
+        class Counting(Picker):
+            def pick(self, args):
+                picks.append(args)
+                return PickComplete(ready_subchannel(h))
+
+        h.publish(Counting())
+        cfg = FaultConfig.parse(b.fault_config(**fault).SerializeToString())
+        filters = (FaultInjector(cfg, _ActiveFaults()),)
+        h.core.selector = Selector(CallConfig(filters=filters, retry_policy=retry_policy))
+        yield h, picks
+    finally:
+        h.core.close()
 
 
 # ------------------------------------------------------------ A33 status codes
@@ -168,26 +193,10 @@ def test_an_ok_abort_ends_each_kind_of_sync_call_with_ok_and_no_response():
 
     from pyxds.channel.calls import FutureCall
 
-    h = Harness()
-    h.start()
-    try:
-        h.resolve([Endpoint(("10.0.0.1:80",))], Selector())
-        picks = []
+    def never(*args):
+        raise AssertionError("an attempt was started")
 
-        class Counting(Picker):
-            def pick(self, args):
-                picks.append(args)
-                return PickComplete(ready_subchannel(h))
-
-        h.publish(Counting())
-        cfg = FaultConfig.parse(
-            b.fault_config(abort_grpc_status=0, abort_percent=100).SerializeToString()
-        )
-        h.core.selector = Selector(CallConfig(filters=(FaultInjector(cfg, _ActiveFaults()),)))
-
-        def never(*args):
-            raise AssertionError("an attempt was started")
-
+    with channel_with_fault(abort_grpc_status=0, abort_percent=100) as (h, picks):
         response, call = run_blocking(new_rpc(h.core, "/svc/M", None, 5.0, False), never)
         assert response is None
         assert (call.code(), call.details(), tuple(call.trailing_metadata())) == (
@@ -203,8 +212,6 @@ def test_an_ok_abort_ends_each_kind_of_sync_call_with_ok_and_no_response():
         assert future.result(timeout=1) is None and future.exception(timeout=1) is None
         assert future.code() is grpc.StatusCode.OK and not future.cancelled()
         assert picks == []
-    finally:
-        h.core.close()
 
 
 def test_abort_without_an_error_type_injects_nothing_and_is_accepted():
@@ -445,31 +452,12 @@ def test_an_injected_abort_is_not_retried_by_the_routes_retry_policy():
     grpcio 1.85 doing the same)."""
     from pyxds.resolver.retry_policy import RetryPolicy
 
-    h = Harness()
-    h.start()
-    try:
-        h.resolve([Endpoint(("10.0.0.1:80",))], Selector())
-        picks = []
-
-        class Counting(Picker):
-            def pick(self, args):
-                picks.append(args)
-                return PickComplete(ready_subchannel(h))
-
-        h.publish(Counting())
-        cfg = FaultConfig.parse(
-            b.fault_config(abort_grpc_status=14, abort_percent=100).SerializeToString()
-        )
-        policy = RetryPolicy.from_xds(("unavailable",), 4, 0.001, 0.002)
-        h.core.selector = Selector(
-            CallConfig(filters=(FaultInjector(cfg, _ActiveFaults()),), retry_policy=policy)
-        )
+    policy = RetryPolicy.from_xds(("unavailable",), 4, 0.001, 0.002)
+    with channel_with_fault(policy, abort_grpc_status=14, abort_percent=100) as (h, picks):
         rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
         step = rpc.pick()
         assert (step.code, step.details) == (grpc.StatusCode.UNAVAILABLE, "Fault injected")
         assert rpc.done and picks == []
-    finally:
-        h.core.close()
 
 
 # ------------------------------------------------------------ filter chains
