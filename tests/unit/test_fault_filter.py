@@ -75,14 +75,17 @@ def test_http_status_mapping(http, code):
     assert config(abort_http_status=http, abort_percent=100).abort_code is code
 
 
-def test_ok_abort_injects_nothing_as_c_core():
-    assert (
-        FaultFilter().call_filter(
-            b.fault_config(abort_grpc_status=0, abort_percent=100).SerializeToString()
-        )
-        is None
+def test_grpc_status_ok_abort_ends_the_rpc_with_ok():
+    """A33 "200/OK Error Injection": a configured ``grpc_status`` OK is an
+    abort that ends the RPC with OK (no details); C-core 1.85 injects
+    nothing (test_conformance_fault.py, test_differential_fault.py)."""
+    chain = FaultFilter().call_filter(
+        b.fault_config(abort_grpc_status=0, abort_percent=100).SerializeToString()
     )
-    assert config(abort_http_status=200, abort_percent=100).abort_code is None
+    assert chain is not None
+    verdict = chain.on_call((), random.Random(1))
+    verdict.done()  # the process-wide active-fault count
+    assert verdict.abort.code is grpc.StatusCode.OK and verdict.abort.details == ""
 
 
 def test_unset_percentage_never_injects_and_costs_no_filter():
@@ -130,12 +133,12 @@ def test_header_abort_code_and_percentage_cap():
     assert 0.4 < abort_rate(inj, 4000, md) < 0.6
     # the percentage header sets the numerator (over the config's
     # denominator), capped at the config's numerator
-    capped = [*md, ("x-envoy-fault-abort-percentage", "90")]
+    capped = [*md, ("x-envoy-fault-abort-request-percentage", "90")]
     assert 0.4 < abort_rate(inj, 4000, capped) < 0.6
-    lower = [*md, ("x-envoy-fault-abort-percentage", "10")]
+    lower = [*md, ("x-envoy-fault-abort-request-percentage", "10")]
     assert 0.05 < abort_rate(inj, 4000, lower) < 0.15
     # invalid headers are ignored
-    assert abort_rate(inj, 200, [*md, ("x-envoy-fault-abort-percentage", "x")]) > 0.3
+    assert abort_rate(inj, 200, [*md, ("x-envoy-fault-abort-request-percentage", "x")]) > 0.3
     assert abort_rate(inj, 200, [("x-envoy-fault-abort-grpc-request", "abc")]) == 0
 
 

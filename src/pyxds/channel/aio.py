@@ -289,6 +289,17 @@ class _AioCall(Generic[_Response]):
         """Carry out the RPC's pick: the started inner call, None (nothing
         started: pick again) or the Status the RPC failed with."""
         if isinstance(step, Status):
+            if step.code is _OK:
+                # A33's OK abort: over with OK before any attempt; an ended
+                # call stands in for the attempt's (ok_end.py)
+                from pyxds.channel.ok_end import AioOkEndCall
+
+                ended = self._inner = AioOkEndCall()
+                self._is_started = True
+                if self._started_event is not None:
+                    self._started_event.set()
+                self._finish(step)
+                return ended
             self._fail(step)
             return step
         transport = step

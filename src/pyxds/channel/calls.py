@@ -137,8 +137,9 @@ def _traceback_of(error: grpc.RpcError) -> Any:
         return sys.exc_info()[2]
 
 
-class ChannelRpcError(grpc.RpcError, grpc_generic.CallFuture[NoReturn]):
-    """An RPC ended by the channel, before or instead of a subchannel call."""
+class _EndedCall(grpc_generic.CallFuture[Any]):
+    """A call the channel ended itself (``status``), before or instead of a
+    subchannel call: the grpc.Call and grpc.Future of a finished call."""
 
     def __init__(
         self, status: Status, initial_metadata: Any = (), trailing_metadata: Any = ()
@@ -160,9 +161,6 @@ class ChannelRpcError(grpc.RpcError, grpc_generic.CallFuture[NoReturn]):
 
     def trailing_metadata(self) -> Any:
         return self._trailing_metadata
-
-    def debug_error_string(self) -> str:
-        return f"pyxds: {self._status}"
 
     def is_active(self) -> bool:
         return False
@@ -186,6 +184,20 @@ class ChannelRpcError(grpc.RpcError, grpc_generic.CallFuture[NoReturn]):
     def done(self) -> bool:
         return True
 
+    def add_done_callback(self, fn: Callable[[grpc.Future[Any]], None]) -> None:
+        fn(self)
+
+    # iterator protocol, for a streaming call
+    def __iter__(self) -> _EndedCall:
+        return self
+
+
+class ChannelRpcError(_EndedCall, grpc.RpcError):
+    """An RPC failed by the channel, before or instead of a subchannel call."""
+
+    def debug_error_string(self) -> str:
+        return f"pyxds: {self._status}"
+
     def result(self, timeout: float | None = None) -> NoReturn:
         raise self
 
@@ -194,13 +206,6 @@ class ChannelRpcError(grpc.RpcError, grpc_generic.CallFuture[NoReturn]):
 
     def traceback(self, timeout: float | None = None) -> Any:
         return _traceback_of(self)
-
-    def add_done_callback(self, fn: Callable[[grpc.Future[NoReturn]], None]) -> None:
-        fn(self)
-
-    # iterator protocol, for a failed streaming call
-    def __iter__(self) -> ChannelRpcError:
-        return self
 
     def __next__(self) -> NoReturn:
         raise self
@@ -212,6 +217,32 @@ class ChannelRpcError(grpc.RpcError, grpc_generic.CallFuture[NoReturn]):
         )
 
     __repr__ = __str__
+
+
+class OkEndCall(_EndedCall):
+    """An RPC the channel ended with OK before any attempt (A33's OK abort:
+    gRPC "will react as if it has immediately received trailing metadata
+    from the server with the status OK"): it stands in for the grpcio call
+    never made, finished as grpcio's is when a server answers OK with
+    trailers only: response None, no streamed responses, details ""."""
+
+    def __init__(self) -> None:
+        super().__init__(OK_STATUS)
+
+    def debug_error_string(self) -> str:
+        return ""
+
+    def result(self, timeout: float | None = None) -> None:
+        return None
+
+    def exception(self, timeout: float | None = None) -> None:
+        return None
+
+    def traceback(self, timeout: float | None = None) -> None:
+        return None
+
+    def __next__(self) -> Any:
+        raise StopIteration
 
 
 class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
@@ -443,11 +474,15 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
 
     def _fail(self, status: Status) -> None:
         """The RPC is over with ``status`` (already finished) before or
-        instead of a subchannel call."""
+        instead of a subchannel call (OK: A33's OK abort, an ended call
+        stands in for the attempt, :class:`OkEndCall`)."""
         with self._cond:
             if self._terminated or self._error is not None:
                 return
-            self._error = ChannelRpcError(status)
+            if status.code is grpc.StatusCode.OK:
+                self._inner = OkEndCall()
+            else:
+                self._error = ChannelRpcError(status)
             self._cond.notify_all()
         self._terminate()
 
@@ -709,6 +744,9 @@ def blocking_unary(
                 rpc.stale_wait_over()
             continue
         if step.__class__ is Status:
+            if step.code is grpc.StatusCode.OK:  # type: ignore[union-attr]
+                # A33's OK abort: over with OK before any attempt
+                return None, OkEndCall() if with_call else None
             raise ChannelRpcError(step)  # type: ignore[arg-type]
         if step.__class__ is float:
             time.sleep(step)  # type: ignore[arg-type]

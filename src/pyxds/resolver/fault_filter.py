@@ -6,23 +6,35 @@ is HUNDRED, as C-core 1.85 reads it), turned into a frozen
 :class:`FaultConfig`:
 
 * abort: ``grpc_status``, or ``http_status`` mapped to gRPC as in gRPC's
-  "HTTP to gRPC Status Code Mapping" (A33 "Status Code Mapping"), or
-  ``header_abort`` (the code comes from the RPC's
-  ``x-envoy-fault-abort-grpc-request`` metadata).  As C-core (grpcio
-  1.85, checked by the differential tests), where A33's text differs: an
-  abort code OK (``grpc_status`` 0, ``http_status`` 200) injects nothing,
-  and the HTTP-status header ``x-envoy-fault-abort-request`` is ignored;
-* delay: ``fixed_delay``, or ``header_delay`` (milliseconds from
-  ``x-envoy-fault-delay-request``);
+  "HTTP to gRPC Status Code Mapping" (A33 "Status Code Mapping"; 200 is
+  UNKNOWN, A33 "200/OK Error Injection", as grpc-go and grpc-java: C-core
+  1.85 injects nothing for it), or ``header_abort``: the code comes from the
+  RPC's ``x-envoy-fault-abort-request`` (an HTTP status, mapped the same
+  way; it wins over the other, as in grpc-go and grpc-java) or
+  ``x-envoy-fault-abort-grpc-request`` metadata (A33 "Header matching";
+  C-core 1.85 reads only the second).  A gRPC code header that is a number
+  but no code (17, -1) aborts with UNKNOWN, as all three do; one that is no
+  number is ignored (A33: "invalid headers will be ignored"; grpc-go,
+  grpc-java; C-core 1.85 aborts with UNKNOWN).  An abort code OK
+  (``grpc_status`` 0, or a header of 0) ends the RPC at once with OK, no
+  response and no call made (A33 "200/OK Error Injection", as grpc-go and
+  grpc-java; ``channel.calls.OkEndCall``, ``channel.ok_end``); C-core 1.85
+  injects nothing;
+* delay: ``fixed_delay`` (zero: no delay, as C-core), or ``header_delay``
+  (milliseconds from ``x-envoy-fault-delay-request``);
 * each with a ``percentage`` (numerator over HUNDRED, TEN_THOUSAND or
   MILLION; unset: 0, never).  With header control a percentage header sets
   the numerator (over the config's denominator), capped at the config's
   (A33 "Header matching"); invalid headers are ignored.  The header names
-  are C-core's: ``x-envoy-fault-abort-percentage`` (A33 says
-  ``x-envoy-fault-abort-request-percentage``, which C-core ignores) and
-  ``x-envoy-fault-delay-request-percentage``;
+  are A33's (and Envoy's, grpc-go's, grpc-java's):
+  ``x-envoy-fault-abort-request-percentage`` and
+  ``x-envoy-fault-delay-request-percentage`` (C-core 1.85 reads
+  ``x-envoy-fault-abort-percentage`` for aborts instead);
 * ``max_active_faults``: at most that many RPCs of the whole process are
-  under an injected fault at once (A33 "Maximum active faults").
+  under an injected fault at once (A33 "Maximum active faults"); an RPC
+  drawn for a fault while the limit is reached gets none, neither delay
+  nor abort (grpc-go, grpc-java; C-core 1.85 still aborts one drawn for
+  both).
 
 Per RPC (:meth:`FaultInjector.on_call`): abort and delay are drawn
 independently, each from its own random number (A33 "Evaluate Possibility
@@ -49,9 +61,10 @@ FAULT_TYPE = "envoy.extensions.filters.http.fault.v3.HTTPFault"
 #: C-core's details of an injected abort
 FAULT_MESSAGE = "Fault injected"
 
+ABORT_HTTP_HEADER = "x-envoy-fault-abort-request"
 ABORT_GRPC_HEADER = "x-envoy-fault-abort-grpc-request"
-#: C-core's name (A33 writes x-envoy-fault-abort-request-percentage)
-ABORT_PERCENT_HEADER = "x-envoy-fault-abort-percentage"
+#: A33's name (C-core 1.85 reads x-envoy-fault-abort-percentage instead)
+ABORT_PERCENT_HEADER = "x-envoy-fault-abort-request-percentage"
 DELAY_HEADER = "x-envoy-fault-delay-request"
 DELAY_PERCENT_HEADER = "x-envoy-fault-delay-request-percentage"
 
@@ -65,13 +78,14 @@ def _denominator(value: int) -> int:
 
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
+_OK = grpc.StatusCode.OK
+_OK_END = Status(_OK, "")
 
 
 def http_to_grpc(http_status: int) -> grpc.StatusCode:
-    """gRPC's HTTP-to-gRPC status mapping (doc/http-grpc-status-mapping.md),
-    200 mapped to OK as C-core does for a fault abort."""
-    if http_status == 200:
-        return grpc.StatusCode.OK
+    """gRPC's HTTP-to-gRPC status mapping (doc/http-grpc-status-mapping.md):
+    200 too is UNKNOWN (A33 "200/OK Error Injection": what a client makes of
+    an HTTP 200 without ``grpc-status``)."""
     if http_status == 400:
         return grpc.StatusCode.INTERNAL
     if http_status == 401:
@@ -129,7 +143,8 @@ class FaultConfig:
             which = delay.WhichOneof("fault_delay_secifier")
             if which == "fixed_delay":
                 d = delay.fixed_delay
-                kwargs["delay"] = d.seconds + d.nanos / 1e9
+                if d.seconds or d.nanos:  # zero: no delay (C-core)
+                    kwargs["delay"] = d.seconds + d.nanos / 1e9
             elif which == "header_delay":
                 kwargs["delay_from_headers"] = True
             if delay.HasField("percentage"):
@@ -137,8 +152,6 @@ class FaultConfig:
                 kwargs["delay_denominator"] = _denominator(delay.percentage.denominator)
         if fault.HasField("max_active_faults"):
             kwargs["max_active_faults"] = fault.max_active_faults.value
-        if kwargs.get("abort_code") is grpc.StatusCode.OK:  # as C-core: no abort
-            del kwargs["abort_code"]
         return cls(**kwargs)
 
 
@@ -178,6 +191,15 @@ def _uint(text: str | None) -> int | None:
     return int(text) if text.isascii() and text.isdigit() else None
 
 
+def _int(text: str | None) -> int | None:
+    """A signed decimal integer, else None (not a number: an invalid header)."""
+    if text is None:
+        return None
+    text = text.strip()
+    digits = text[1:] if text[:1] in ("-", "+") else text
+    return int(text) if digits.isascii() and digits.isdigit() else None
+
+
 class FaultInjector(CallFilter):
     """One route's fault injection (module docstring)."""
 
@@ -195,9 +217,16 @@ class FaultInjector(CallFilter):
         abort_numerator = cfg.abort_numerator
         if cfg.abort_from_headers:
             abort_code = None
-            grpc_code = _uint(_header(metadata, ABORT_GRPC_HEADER))
-            if grpc_code:  # 0 (OK) injects nothing, as a configured OK
-                abort_code = _CODES.get(grpc_code)
+            http_status = _uint(_header(metadata, ABORT_HTTP_HEADER))
+            if http_status is not None and 200 <= http_status < 600:
+                abort_code = http_to_grpc(http_status)  # it wins (grpc-go, grpc-java)
+            else:  # absent or invalid: ignored (A33)
+                grpc_code = _int(_header(metadata, ABORT_GRPC_HEADER))
+                if grpc_code is not None:
+                    # 0 is OK (A33's OK abort); a number that is no code is
+                    # UNKNOWN (C-core, grpc-go, grpc-java); one that is no
+                    # number is ignored (A33)
+                    abort_code = _CODES.get(grpc_code, grpc.StatusCode.UNKNOWN)
             percent = _uint(_header(metadata, ABORT_PERCENT_HEADER))
             if percent is not None:
                 abort_numerator = min(percent, abort_numerator)
@@ -205,7 +234,7 @@ class FaultInjector(CallFilter):
         delay_numerator = cfg.delay_numerator
         if cfg.delay_from_headers:
             ms = _uint(_header(metadata, DELAY_HEADER))
-            delay = None if ms is None else ms / 1000.0
+            delay = ms / 1000.0 if ms else None  # 0: no delay, as C-core
             percent = _uint(_header(metadata, DELAY_PERCENT_HEADER))
             if percent is not None:
                 delay_numerator = min(percent, delay_numerator)
@@ -216,11 +245,13 @@ class FaultInjector(CallFilter):
             return None
         if not self._active.try_enter(cfg.max_active_faults):
             return None
+        abort = None
+        if do_abort and abort_code is not None:
+            # OK: the RPC ends at once with OK and no details (A33)
+            abort = _OK_END if abort_code is _OK else Status(abort_code, FAULT_MESSAGE)
         return FilterVerdict(
             delay=delay if do_delay and delay else 0.0,
-            abort=Status(abort_code, FAULT_MESSAGE)
-            if do_abort and abort_code is not None
-            else None,
+            abort=abort,
             done=_Once(self._active.leave),
         )
 
