@@ -1,0 +1,90 @@
+"""Differential: load reports count RPC attempts, not RPCs (gRFC A27 "Load
+Reporting" with A44 retries; C-core counts in xds_cluster_impl's picker, once
+per attempt, as pyxds does).  A route retries UNAVAILABLE twice (A44
+``retry_on: unavailable``, ``num_retries: 2``); through pyxds and through
+grpcio's C-core (``xds:///`` channel in a subprocess) the same calls give
+the same reports: an RPC failing UNAVAILABLE three times is three issued and
+three failed requests, an INTERNAL failure (not retried) one, a success one.
+"""
+
+from __future__ import annotations
+
+import pytest
+from channel_fixtures import LISTENER, SERVICE, TARGET, Backend, CoreXdsClient, pyxds_calls
+from channel_fixtures import wait_until as wait_for
+
+import pyxds._api as pyxds
+from pyxds.server import ManagementServer
+from pyxds.server import builders as b
+from pyxds.server.snapshot import Snapshot
+
+CLUSTER = "lrs-retried"
+ZONE = ("r", "zr", "")
+
+
+@pytest.fixture(scope="module")
+def backend():
+    started = Backend("r0").start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def server(backend):
+    srv = ManagementServer(lrs_interval=1.0).start()
+    retries = b.retry_policy("unavailable", num_retries=2, base_interval=0.01, max_interval=0.02)
+    srv.set_snapshot(
+        Snapshot(
+            listeners=[b.listener(LISTENER)],
+            routes=[
+                b.route_config(
+                    f"{LISTENER}-route",
+                    [
+                        b.virtual_host(
+                            "vh", routes=[b.route(prefix="", cluster=CLUSTER, retry_policy=retries)]
+                        )
+                    ],
+                )
+            ],
+            clusters=[b.cluster(CLUSTER, lrs_server=True)],
+            endpoints=[
+                b.endpoints(
+                    CLUSTER, [b.locality(region="r", zone="zr", endpoints=[backend.address])]
+                )
+            ],
+        )
+    )
+    yield srv
+    srv.stop()
+
+
+def drive(call) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for method, n, request in (("Who", 4, ""), ("Fail", 5, "UNAVAILABLE"), ("Fail", 3, "INTERNAL")):
+        got = call(n, method=f"/{SERVICE}/{method}", request=request)
+        for outcome, count in got.items():
+            counts[outcome] = counts.get(outcome, 0) + count
+    return counts
+
+
+def test_each_attempt_is_one_issued_request_as_in_c_core(server):
+    py_node, core_node = "lrs-attempts-pyxds", "lrs-attempts-core"
+    core = CoreXdsClient(server.bootstrap(node_id=core_node))
+    channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=py_node))
+    try:
+        ours = drive(lambda n, **kw: pyxds_calls(channel, n, **kw))
+        theirs = drive(lambda n, **kw: core.call(n, **kw))
+        assert ours == theirs == {"r0": 4, "error:UNAVAILABLE": 5, "error:INTERNAL": 3}
+        want = {
+            "issued": {ZONE: 4 + 5 * 3 + 3},
+            "succeeded": {ZONE: 4},
+            "errors": {ZONE: 5 * 3 + 3},
+            "dropped": {},
+            "total_dropped": 0,
+        }
+        for node_id in (core_node, py_node):
+            got = lambda n=node_id: server.lrs.totals(CLUSTER, n).counts()  # noqa: E731
+            assert wait_for(lambda g=got: g() == want, 20), (node_id, got())
+    finally:
+        channel.close()
+        core.close()
