@@ -577,3 +577,55 @@ def test_each_lrs_server_gets_its_own_stream_with_only_its_clusters():
             assert [s.cluster_name for s in request.cluster_stats] == [cluster]
     finally:
         client.close()
+
+
+def test_a_removed_locality_is_reported_until_its_calls_end_then_no_longer():
+    """grpc-java ClusterImplLoadBalancerTest.recordLoadStats (subchannel
+    shutdown releases its stats: reported one last time, then no longer) and
+    C-core (a call keeps its locality stats alive): an EDS update drops
+    region-2 while a call on it is in flight; the next reports still list
+    region-2 with that call in progress, then its success, then never again,
+    while region-1 goes on being reported."""
+    clock = FakeClock()
+    client, transports = lrs_client(clock)
+    try:
+        cluster = eds_cluster(fresh("gone"), eds_service_name="svc", lrs_server=True)
+        helper, policy, config = start_policy(client, cluster)
+        connect_all(helper)
+        calls = {}
+        while len(calls) < 2:
+            result = helper.pick()
+            calls.setdefault(result.subchannel.address, result)
+        calls.pop("10.0.0.1:80").on_call_done(OK)
+        in_flight = calls.pop("10.0.0.2:80")
+        only_first = locality(loc("region-1"), ["10.0.0.1:80"])
+        xds = xds_config({cluster.name: eds_entry(cluster, [only_first])})
+        endpoints = [Endpoint(("10.0.0.1:80",), {"locality": only_first.name})]
+        attrs = {**attributes(xds), XDS_CLIENT_ATTRIBUTE: client}
+        policy.update(ResolverUpdate(endpoints, config, attrs))
+        assert helper.subchannel("10.0.0.2:80", live=False).shut_down
+        (transport,) = transports
+        transport.respond(interval=1.0)
+
+        def next_report() -> dict[str, tuple[int, int, int]]:
+            helper.pick().on_call_done(OK)  # region-1 keeps counting
+            clock.advance(1.0)
+            (stats,) = transport.reports()[-1].cluster_stats
+            return {
+                s.locality.region: (
+                    s.total_issued_requests,
+                    s.total_successful_requests,
+                    s.total_requests_in_progress,
+                )
+                for s in stats.upstream_locality_stats
+            }
+
+        first = next_report()
+        assert first["region-2"] == (1, 0, 1)
+        assert next_report()["region-2"] == (0, 0, 1)
+        in_flight.on_call_done(OK)
+        assert next_report()["region-2"] == (0, 1, 0)
+        last = next_report()
+        assert "region-2" not in last and last["region-1"] == (1, 1, 0)
+    finally:
+        client.close()
