@@ -142,3 +142,35 @@ def test_load_reports_follow_a_cluster_switch_as_c_core_s_do(server, backends):
     finally:
         channel.close()
         core.close()
+
+
+def test_counts_survive_an_lrs_stream_restart_as_in_c_core(server, backends):
+    """C-core ClientLoadReportingTest.BalancerRestart (the LRS half): the LRS
+    server ends every stream; each client opens a new one (a new first
+    request with its node) and its reports over both streams add up to every
+    call it made, none lost, none counted twice."""
+    server.set_snapshot(routed_to(A, backends))
+    py_node, core_node = "lrs-restart-pyxds", "lrs-restart-core"
+    core = CoreXdsClient(server.bootstrap(node_id=core_node))
+    channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=py_node))
+
+    def streams(node_id: str) -> int:
+        return sum(1 for r in server.lrs.initial_requests() if r.node.id == node_id)
+
+    try:
+        assert pyxds_calls(channel, 10) == core.call(10) == {"a0": 10}
+        for node_id in (py_node, core_node):
+            assert wait_for(lambda n=node_id: succeeded(server, A, n) == 10, 20), node_id
+        assert streams(py_node) == streams(core_node) == 1
+        # 6 calls not yet reported when the streams end, 4 more after
+        assert pyxds_calls(channel, 6) == core.call(6) == {"a0": 6}
+        assert server.lrs.close_streams() >= 2
+        assert pyxds_calls(channel, 4) == core.call(4) == {"a0": 4}
+        for node_id in (py_node, core_node):
+            assert wait_for(lambda n=node_id: streams(n) == 2, 20), node_id
+            assert wait_for(lambda n=node_id: succeeded(server, A, n) == 20, 20), node_id
+        time.sleep(1.5)  # one more interval: nothing counted twice
+        assert succeeded(server, A, py_node) == succeeded(server, A, core_node) == 20
+    finally:
+        channel.close()
+        core.close()
