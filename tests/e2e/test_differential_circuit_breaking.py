@@ -25,13 +25,13 @@ import sys
 import threading
 
 import pytest
-from channel_fixtures import LISTENER, SERVICE, TARGET, Backend
+from channel_fixtures import SERVICE, TARGET, Backend
 from channel_fixtures import wait_until as wait_for
+from lrs_fixtures import one_cluster_snapshot
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
 from pyxds.server import builders as b
-from pyxds.server.snapshot import Snapshot
 
 CLUSTER = "shared-cb"
 ZONE = ("r", "zc", "")
@@ -124,23 +124,8 @@ def backend():
 @pytest.fixture(scope="module")
 def server(backend):
     srv = ManagementServer(lrs_interval=1.0).start()
-    srv.set_snapshot(
-        Snapshot(
-            listeners=[b.listener(LISTENER)],
-            routes=[
-                b.route_config(
-                    f"{LISTENER}-route",
-                    [b.virtual_host("vh", routes=[b.route(prefix="", cluster=CLUSTER)])],
-                )
-            ],
-            clusters=[b.cluster(CLUSTER, lrs_server=True, max_requests=LIMIT)],
-            endpoints=[
-                b.endpoints(
-                    CLUSTER, [b.locality(region="r", zone="zc", endpoints=[backend.address])]
-                )
-            ],
-        )
-    )
+    cluster = b.cluster(CLUSTER, lrs_server=True, max_requests=LIMIT)
+    srv.set_snapshot(one_cluster_snapshot(cluster, "zc", backend.address))
     yield srv
     srv.stop()
 

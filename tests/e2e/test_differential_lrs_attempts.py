@@ -10,13 +10,13 @@ three failed requests, an INTERNAL failure (not retried) one, a success one.
 from __future__ import annotations
 
 import pytest
-from channel_fixtures import LISTENER, SERVICE, TARGET, Backend, CoreXdsClient, pyxds_calls
+from channel_fixtures import SERVICE, TARGET, Backend, CoreXdsClient, pyxds_calls
 from channel_fixtures import wait_until as wait_for
+from lrs_fixtures import one_cluster_snapshot
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
 from pyxds.server import builders as b
-from pyxds.server.snapshot import Snapshot
 
 CLUSTER = "lrs-retried"
 ZONE = ("r", "zr", "")
@@ -33,27 +33,8 @@ def backend():
 def server(backend):
     srv = ManagementServer(lrs_interval=1.0).start()
     retries = b.retry_policy("unavailable", num_retries=2, base_interval=0.01, max_interval=0.02)
-    srv.set_snapshot(
-        Snapshot(
-            listeners=[b.listener(LISTENER)],
-            routes=[
-                b.route_config(
-                    f"{LISTENER}-route",
-                    [
-                        b.virtual_host(
-                            "vh", routes=[b.route(prefix="", cluster=CLUSTER, retry_policy=retries)]
-                        )
-                    ],
-                )
-            ],
-            clusters=[b.cluster(CLUSTER, lrs_server=True)],
-            endpoints=[
-                b.endpoints(
-                    CLUSTER, [b.locality(region="r", zone="zr", endpoints=[backend.address])]
-                )
-            ],
-        )
-    )
+    cluster = b.cluster(CLUSTER, lrs_server=True)
+    srv.set_snapshot(one_cluster_snapshot(cluster, "zr", backend.address, retry_policy=retries))
     yield srv
     srv.stop()
 

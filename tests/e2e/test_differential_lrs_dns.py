@@ -15,8 +15,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from channel_fixtures import LISTENER, SERVICE, TARGET, Backend, CoreXdsClient, pyxds_calls
+from channel_fixtures import SERVICE, TARGET, Backend, CoreXdsClient, pyxds_calls
 from channel_fixtures import wait_until as wait_for
+from lrs_fixtures import one_cluster_snapshot
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
@@ -45,25 +46,15 @@ def server():
 
 def dns_snapshot(backend: Backend, max_requests: int | None = None) -> Snapshot:
     host, port = backend.address.rsplit(":", 1)
-    return Snapshot(
-        listeners=[b.listener(LISTENER)],
-        routes=[
-            b.route_config(
-                f"{LISTENER}-route",
-                [b.virtual_host("vh", routes=[b.route(prefix="", cluster=DNS)])],
-            )
-        ],
-        clusters=[
-            b.cluster(
-                DNS,
-                kind="LOGICAL_DNS",
-                dns_host=host,
-                dns_port=int(port),
-                lrs_server=True,
-                max_requests=max_requests,
-            )
-        ],
+    cluster = b.cluster(
+        DNS,
+        kind="LOGICAL_DNS",
+        dns_host=host,
+        dns_port=int(port),
+        lrs_server=True,
+        max_requests=max_requests,
     )
+    return one_cluster_snapshot(cluster)
 
 
 def drive(call) -> dict[str, int]:

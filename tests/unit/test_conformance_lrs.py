@@ -14,7 +14,7 @@ import itertools
 from typing import Any
 
 import grpc
-from lrs_support import lrs_client
+from lrs_support import BOOTSTRAP, lrs_client
 from test_cds_support import (
     attributes,
     build,
@@ -534,32 +534,11 @@ def test_each_lrs_server_gets_its_own_stream_with_only_its_clusters():
     LrsClient, keyed by server): clusters of two authorities with different
     xDS servers report on two streams, one per server, each carrying only the
     clusters whose CDS resource came from that server (A27 ``self``)."""
-    from lrs_support import BOOTSTRAP, FakeLrsTransport
-
-    from pyxds.xds.client import XdsClient
-
     other = "xdstp://b.example/envoy.config.cluster.v3.Cluster/c2"
-    bootstrap = {
-        **BOOTSTRAP,
-        "authorities": {
-            "b.example": {
-                "xds_servers": [
-                    {"server_uri": "xds-b.example:443", "channel_creds": [{"type": "insecure"}]}
-                ]
-            }
-        },
-    }
-    transports: list[FakeLrsTransport] = []
-
-    def make(channel: Any) -> FakeLrsTransport:
-        transports.append(FakeLrsTransport(channel))
-        return transports[-1]
-
-    def no_ads(channel: Any) -> Any:
-        raise AssertionError("no ADS stream here")
-
+    b_server = {"server_uri": "xds-b.example:443", "channel_creds": [{"type": "insecure"}]}
+    bootstrap = {**BOOTSTRAP, "authorities": {"b.example": {"xds_servers": [b_server]}}}
     clock = FakeClock()
-    client = XdsClient(bootstrap, clock=clock, transport_factory=no_ads, lrs_transport_factory=make)
+    client, transports = lrs_client(clock, bootstrap)
     try:
         server_a, server_b = client.lrs_server_for("c1"), client.lrs_server_for(other)
         uris = (server_a.server_uri, server_b.server_uri)
