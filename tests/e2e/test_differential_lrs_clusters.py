@@ -12,11 +12,15 @@ removed cluster's child in xds_cluster_manager for 15 minutes (A28 "When a
 child policy is removed, it will be cached for 15 minutes"; pyxds shuts it
 down at once, docs/differences-from-c-core.md), so it goes on reporting the
 old cluster, every count zero: the test records that difference.
+
+Also: counts across an LRS stream restart (C-core BalancerRestart) and the
+leaves of an aggregate cluster, each reported under its own name (A37).
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from channel_fixtures import LISTENER, SERVICE, TARGET, Backend, CoreXdsClient, pyxds_calls
@@ -46,7 +50,8 @@ def server():
     srv.stop()
 
 
-def routed_to(cluster: str, backends: dict[str, Backend]) -> Snapshot:
+def routed_to(cluster: str, backends: dict[str, Backend], *more: Any) -> Snapshot:
+    """Every call to ``cluster``; ``more``: Cluster protos besides A and B."""
     return Snapshot(
         listeners=[b.listener(LISTENER)],
         routes=[
@@ -58,6 +63,7 @@ def routed_to(cluster: str, backends: dict[str, Backend]) -> Snapshot:
         clusters=[
             b.cluster(A, eds_service_name=f"{A}-eds", lrs_server=True),
             b.cluster(B, eds_service_name=f"{B}-eds", lrs_server=True),
+            *more,
         ],
         endpoints=[
             b.endpoints(
@@ -171,6 +177,42 @@ def test_counts_survive_an_lrs_stream_restart_as_in_c_core(server, backends):
             assert wait_for(lambda n=node_id: succeeded(server, A, n) == 20, 20), node_id
         time.sleep(1.5)  # one more interval: nothing counted twice
         assert succeeded(server, A, py_node) == succeeded(server, A, core_node) == 20
+    finally:
+        channel.close()
+        core.close()
+
+
+def test_an_aggregate_cluster_s_leaves_report_under_their_own_names_as_in_c_core(server, backends):
+    """A37 (aggregate clusters: each leaf has its own xds_cluster_impl) and
+    A27: the aggregate ``lrs-agg`` of ``lrs-a`` then ``lrs-b`` is never
+    reported itself; calls served by each leaf (``lrs-b`` once a0 is down)
+    are reported under that leaf and its EDS service name, in pyxds as in
+    C-core."""
+    aggregate = b.cluster("lrs-agg", aggregate_children=[A, B])
+    server.set_snapshot(routed_to("lrs-agg", backends, aggregate))
+    py_node, core_node = "lrs-agg-pyxds", "lrs-agg-core"
+    core = CoreXdsClient(server.bootstrap(node_id=core_node))
+    channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=py_node))
+    try:
+        assert pyxds_calls(channel, 5) == core.call(5) == {"a0": 5}
+        backends["a0"].stop()
+        try:
+            assert wait_for(lambda: pyxds_calls(channel, 1) == {"b0": 1}, 10)
+            assert wait_for(lambda: core.call(1) == {"b0": 1}, 10)
+            assert pyxds_calls(channel, 3) == core.call(3) == {"b0": 3}
+        finally:
+            backends["a0"].start()
+        for node_id in (py_node, core_node):
+            assert wait_for(lambda n=node_id: succeeded(server, A, n) == 5, 20), node_id
+            assert wait_for(lambda n=node_id: succeeded(server, B, n) == 4, 20), node_id
+        for cluster in (A, B):
+            names = {
+                n: {r.eds_service_name for r in server.lrs.reports(cluster, n)}
+                for n in (py_node, core_node)
+            }
+            assert names[py_node] == names[core_node] == {f"{cluster}-eds"}
+        assert server.lrs.reports("lrs-agg", py_node) == []
+        assert server.lrs.reports("lrs-agg", core_node) == []
     finally:
         channel.close()
         core.close()
