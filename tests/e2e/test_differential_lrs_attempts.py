@@ -4,7 +4,8 @@ per attempt, as pyxds does).  A route retries UNAVAILABLE twice (A44
 ``retry_on: unavailable``, ``num_retries: 2``); through pyxds and through
 grpcio's C-core (``xds:///`` channel in a subprocess) the same calls give
 the same reports: an RPC failing UNAVAILABLE three times is three issued and
-three failed requests, an INTERNAL failure (not retried) one, a success one.
+three failed requests, an INTERNAL failure (not retried) one, a success one;
+an RPC past its deadline is one failed request.
 """
 
 from __future__ import annotations
@@ -66,6 +67,34 @@ def test_each_attempt_is_one_issued_request_as_in_c_core(server):
         for node_id in (core_node, py_node):
             got = lambda n=node_id: server.lrs.totals(CLUSTER, n).counts()  # noqa: E731
             assert wait_for(lambda g=got: g() == want, 20), (node_id, got())
+    finally:
+        channel.close()
+        core.close()
+
+
+def test_a_call_past_its_deadline_is_one_error_request_as_in_c_core(server):
+    """C-core AddCallFinished(fail = status not OK): an RPC that runs out of
+    deadline while the backend sleeps is one issued request and one error,
+    none left in progress."""
+    py_node, core_node = "lrs-deadline-pyxds", "lrs-deadline-core"
+    core = CoreXdsClient(server.bootstrap(node_id=core_node))
+    channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=py_node))
+    sleep = {"method": f"/{SERVICE}/Sleep", "request": "1.0", "timeout": 0.2}
+    try:
+        assert pyxds_calls(channel, 2) == core.call(2) == {"r0": 2}
+        ours, theirs = pyxds_calls(channel, 3, **sleep), core.call(3, **sleep)
+        assert ours == theirs == {"error:DEADLINE_EXCEEDED": 3}
+        want = {
+            "issued": {ZONE: 5},
+            "succeeded": {ZONE: 2},
+            "errors": {ZONE: 3},
+            "dropped": {},
+            "total_dropped": 0,
+        }
+        for node_id in (core_node, py_node):
+            totals = lambda n=node_id: server.lrs.totals(CLUSTER, n)  # noqa: E731
+            assert wait_for(lambda t=totals: t().counts() == want, 20), (node_id, totals())
+            assert wait_for(lambda t=totals: t().last_in_progress == {ZONE: 0}, 20), node_id
     finally:
         channel.close()
         core.close()
