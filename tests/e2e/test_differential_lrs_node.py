@@ -4,9 +4,12 @@ node (id, cluster, metadata, locality) with the client features
 ``envoy.lb.does_not_support_overprovisioning`` and
 ``envoy.lrs.supports_send_all_clusters``, and no load yet, field for field
 as grpcio's C-core sends it (``xds:///`` channel in a subprocess), the user
-agent aside."""
+agent aside; and the reporting interval, raised to C-core's 1 s minimum."""
 
 from __future__ import annotations
+
+import itertools
+import time
 
 import pytest
 from channel_fixtures import TARGET, Backend, CoreXdsClient, pyxds_calls
@@ -76,5 +79,32 @@ def test_first_lrs_request_carries_the_bootstrap_node_as_c_core_s_does(server):
         ]
         assert sent[py_node]["locality"] == NODE_EXTRAS["locality"]
     finally:
+        channel.close()
+        core.close()
+
+
+def test_an_interval_under_one_second_is_raised_to_one_second_as_in_c_core(server):
+    """C-core GRPC_XDS_MIN_CLIENT_LOAD_REPORTING_INTERVAL_MS (1 s): the LRS
+    server asks for a report every 100 ms; under steady traffic both clients
+    report once a second, each report measuring about one second."""
+    server.lrs.configure(interval=0.1)
+    py_node, core_node = "lrs-interval-pyxds", "lrs-interval-core"
+    core = CoreXdsClient(server.bootstrap(node_id=core_node))
+    channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=py_node))
+    try:
+        end = time.monotonic() + 3.6
+        while time.monotonic() < end:
+            assert pyxds_calls(channel, 1) == core.call(1) == {"n0": 1}
+            time.sleep(0.05)
+        for node_id in (py_node, core_node):
+            records = server.lrs.reports("lrs-node", node_id)
+            assert 2 <= len(records) <= 4, (node_id, len(records))
+            gaps = [y.received_at - x.received_at for x, y in itertools.pairwise(records)]
+            assert all(0.8 < gap < 1.3 for gap in gaps), (node_id, gaps)
+            for record in records[1:]:
+                d = record.stats.load_report_interval
+                assert 0.8 < d.seconds + d.nanos / 1e9 < 1.3, (node_id, d)
+    finally:
+        server.lrs.configure(interval=1.0)
         channel.close()
         core.close()
