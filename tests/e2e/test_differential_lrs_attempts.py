@@ -5,10 +5,13 @@ per attempt, as pyxds does).  A route retries UNAVAILABLE twice (A44
 grpcio's C-core (``xds:///`` channel in a subprocess) the same calls give
 the same reports: an RPC failing UNAVAILABLE three times is three issued and
 three failed requests, an INTERNAL failure (not retried) one, a success one;
-an RPC past its deadline is one failed request.
+an RPC past its deadline is one failed request; a dropped RPC is not
+retried (A6) and is one drop.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from channel_fixtures import SERVICE, TARGET, Backend, CoreXdsClient, pyxds_calls
@@ -30,12 +33,24 @@ def backend():
     started.stop()
 
 
+def retried(backend: Backend, **cluster: Any) -> Any:
+    """The scenario's snapshot; ``cluster``: more builders.cluster arguments,
+    ``drops``: EDS drop categories."""
+    drops = cluster.pop("drops", None)
+    retries = b.retry_policy("unavailable", num_retries=2, base_interval=0.01, max_interval=0.02)
+    return one_cluster_snapshot(
+        b.cluster(CLUSTER, lrs_server=True, **cluster),
+        "zr",
+        backend.address,
+        drops=drops,
+        retry_policy=retries,
+    )
+
+
 @pytest.fixture(scope="module")
 def server(backend):
     srv = ManagementServer(lrs_interval=1.0).start()
-    retries = b.retry_policy("unavailable", num_retries=2, base_interval=0.01, max_interval=0.02)
-    cluster = b.cluster(CLUSTER, lrs_server=True)
-    srv.set_snapshot(one_cluster_snapshot(cluster, "zr", backend.address, retry_policy=retries))
+    srv.set_snapshot(retried(backend))
     yield srv
     srv.stop()
 
@@ -96,5 +111,43 @@ def test_a_call_past_its_deadline_is_one_error_request_as_in_c_core(server):
             assert wait_for(lambda t=totals: t().counts() == want, 20), (node_id, totals())
             assert wait_for(lambda t=totals: t().last_in_progress == {ZONE: 0}, 20), node_id
     finally:
+        channel.close()
+        core.close()
+
+
+@pytest.mark.parametrize(
+    "kind,cluster,words",
+    [
+        ("eds", {"drops": {"x": 1_000_000}}, "EDS-configured drop: x"),
+        ("breaker", {"max_requests": 0}, "circuit breaker drop"),
+    ],
+)
+def test_a_dropped_rpc_is_not_retried_and_is_one_drop_as_in_c_core(
+    server, backend, kind, cluster, words
+):
+    """A6 "Retry Policy Capabilities": a pick that drops fails the RPC at once,
+    without retries, even under a policy retrying UNAVAILABLE; so each RPC is
+    one drop in the load report (categorized for EDS drops, uncategorized for
+    the circuit breaker), in pyxds as in C-core."""
+    server.set_snapshot(retried(backend, **cluster))
+    py_node, core_node = f"lrs-drop-{kind}-pyxds", f"lrs-drop-{kind}-core"
+    core = CoreXdsClient(server.bootstrap(node_id=core_node))
+    channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=py_node))
+    try:
+        ours, theirs = pyxds_calls(channel, 4, details=True), core.call(4, details=True)
+        assert ours == theirs == {f"error:UNAVAILABLE: {words}": 4}
+        categories = cluster.get("drops", {})
+        want = {
+            "issued": {},
+            "succeeded": {},
+            "errors": {},
+            "dropped": {name: 4 for name in categories},
+            "total_dropped": 4,
+        }
+        for node_id in (core_node, py_node):
+            got = lambda n=node_id: server.lrs.totals(CLUSTER, n).counts()  # noqa: E731
+            assert wait_for(lambda g=got: g() == want, 20), (node_id, got())
+    finally:
+        server.set_snapshot(retried(backend))
         channel.close()
         core.close()
