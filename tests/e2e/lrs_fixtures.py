@@ -134,3 +134,31 @@ class Observed:
 
 WHO = f"/{SERVICE}/Who"
 FAIL = f"/{SERVICE}/Fail"
+
+
+def one_cluster_snapshot(
+    cluster: Any,
+    zone: str | None = None,
+    address: str | None = None,
+    drops: dict[str, int] | None = None,
+    **route: Any,
+) -> Snapshot:
+    """The listener -> one route (``route``: more :func:`builders.route`
+    arguments, e.g. ``retry_policy``) to ``cluster`` (a Cluster proto); with
+    ``zone``, its EDS resource: one locality (region "r", ``zone``) holding
+    ``address``, and the EDS drop categories ``drops`` (ppm)."""
+    endpoints = []
+    if zone is not None:
+        locality = b.locality(region="r", zone=zone, endpoints=[address])
+        endpoints.append(b.endpoints(cluster.name, [locality], drop_overloads=drops))
+    return Snapshot(
+        listeners=[b.listener(LISTENER)],
+        routes=[
+            b.route_config(
+                f"{LISTENER}-route",
+                [b.virtual_host("vh", routes=[b.route(prefix="", cluster=cluster.name, **route)])],
+            )
+        ],
+        clusters=[cluster],
+        endpoints=endpoints,
+    )

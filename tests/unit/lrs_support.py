@@ -78,8 +78,11 @@ class FakeLrsTransport:
         return [r for reqs in self.sent.values() for r in reqs[1:]]
 
 
-def lrs_client(clock: FakeClock | None = None) -> tuple[XdsClient, list[FakeLrsTransport]]:
-    """An XdsClient on a FakeClock with fake LRS transports (one per server)."""
+def lrs_client(
+    clock: FakeClock | None = None, bootstrap: dict[str, Any] | None = None
+) -> tuple[XdsClient, list[FakeLrsTransport]]:
+    """An XdsClient on a FakeClock with fake LRS transports (one per server);
+    ``bootstrap`` (default :data:`BOOTSTRAP`) may name more servers."""
     transports: list[FakeLrsTransport] = []
 
     def make(channel: Any) -> FakeLrsTransport:
@@ -90,7 +93,7 @@ def lrs_client(clock: FakeClock | None = None) -> tuple[XdsClient, list[FakeLrsT
         raise AssertionError("these tests open no ADS stream")
 
     client = XdsClient(
-        BOOTSTRAP,
+        bootstrap or BOOTSTRAP,
         clock=clock or FakeClock(),
         transport_factory=no_ads,
         lrs_transport_factory=make,

@@ -19,7 +19,9 @@ Rules (C-core's LrsClient, which pyxds follows):
   all zero is sent once; the following all-zero ones are skipped until
   something is counted again.
 * Each ``ClusterStats`` carries the cluster name, the EDS service name when
-  not empty, one ``UpstreamLocalityStats`` per locality (with the backend
+  not empty, one ``UpstreamLocalityStats`` per locality (its ``locality``
+  message always present, empty for the unnamed locality of a LOGICAL_DNS
+  cluster, as C-core writes it; with the backend
   metrics of A64/A85: ``cpu_utilization``, ``mem_utilization``,
   ``application_utilization`` and ``load_metric_stats``, when counted),
   ``dropped_requests`` per category, ``total_dropped_requests``
@@ -54,6 +56,9 @@ _ADS_ONLY_FEATURES = frozenset({"xds.config.resource-in-sotw"})
 
 
 def _set_locality(proto: base_pb2.Locality, locality: object) -> None:
+    # Always present, even with every field empty (a LOGICAL_DNS cluster's
+    # unnamed locality): C-core's LRS request always carries the message.
+    proto.SetInParent()
     for name in ("region", "zone", "sub_zone"):
         value = getattr(locality, name, "")
         if value:
