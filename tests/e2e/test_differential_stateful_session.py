@@ -1,0 +1,429 @@
+"""Differential: stateful session affinity (gRFC A55, A60) scenarios of
+C-core's ``test/cpp/end2end/xds/xds_override_host_end2end_test.cc``
+(``OverrideHostTest.*``) and ``xds_cluster_override_host_end2end_test.cc``
+that tests/e2e/test_stateful_session.py does not already replay, and the
+stateful session filter's NACKs of C-core's
+``test/core/xds/xds_http_stateful_session_filter_test.cc`` that
+tests/unit/test_stateful_session_config.py had checked against pyxds only.
+Each case runs through pyxds and grpcio's C-core ``xds:///`` channel (a
+subprocess) on the same pyxds.server config and the same backends, and
+asserts the same observable outcome in both: which backend served, which
+``set-cookie`` came back, which NACK text.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+
+import pytest
+import test_stateful_session as ssa
+from channel_fixtures import SERVICE, CoreXdsClient, header, pyxds_calls, wait_until
+from envoy.extensions.filters.http.stateful_session.v3 import stateful_session_pb2 as ss_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from envoy.extensions.http.stateful_session.cookie.v3 import cookie_pb2
+from google.protobuf import any_pb2
+from test_stateful_session import FAIL, WHO, cookie_for, decoded, pyxds_call, set_cookie, snapshot
+from xds.type.v3 import typed_struct_pb2
+
+import pyxds._api as pyxds
+from pyxds.server import builders as b
+from pyxds.server.snapshot import Snapshot
+
+SLEEP = f"/{SERVICE}/Sleep"
+FILTER = "envoy.filters.http.stateful_session"
+SS = "envoy.extensions.filters.http.stateful_session.v3.StatefulSession"
+SS_PER_ROUTE = "envoy.extensions.filters.http.stateful_session.v3.StatefulSessionPerRoute"
+COOKIE_STATE = "envoy.extensions.http.stateful_session.cookie.v3.CookieBasedSessionState"
+HCM = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+_NAMES = itertools.count()
+
+# test_stateful_session's fixtures: its backends (their own set for this
+# module), a management server and the (pyxds, C-core) client pairs
+backends, server, clients = ssa.backends, ssa.server, ssa.clients
+
+
+def calls(client: str, channel, core, n: int, metadata=None, method: str = WHO) -> list[tuple]:
+    """``n`` calls through one client: (reply, initial, trailing) each."""
+    if client == "pyxds":
+        return [pyxds_call(channel, metadata, method) for _ in range(n)]
+    return [core.call_md(method, metadata) for _ in range(n)]
+
+
+def one_header(*cookies: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Several cookies in one ``cookie`` header, as a browser sends them
+    (two ``cookie`` entries would be joined with "," by C-core and spoil
+    the first value's base64)."""
+    return [("cookie", "; ".join(md[0][1] for md in cookies))]
+
+
+def cookie_named(name: str, address: str, cluster: str = "c1") -> list[tuple[str, str]]:
+    value = base64.b64encode(f"{address};{cluster}".encode()).decode()
+    return [("cookie", f"{name}={value}")]
+
+
+def fields(set_cookie_value: str) -> tuple[str, str, list[str]]:
+    """(cookie name, decoded value, attributes) of a ``set-cookie``."""
+    head, *attributes = set_cookie_value.split("; ")
+    name, _, value = head.partition("=")
+    return name, base64.b64decode(value).decode(), attributes
+
+
+def unpinned(replies: list[str], everyone: set[str]) -> bool:
+    """The replies of an RPC series that no cookie pinned: round robin
+    reached every endpoint."""
+    return set(replies) == everyone
+
+
+# -- A39 overrides: where each cookie applies (C-core EnabledInRouteConfig, TTLSetsMaxAge,
+# DifferentPerRoute, HappyPath's "another method, same cookie") --------------------------
+
+
+def test_a_route_override_turns_on_the_cookie_a_listener_leaves_off_in_both(
+    server, backends, clients
+):
+    """C-core OverrideHostTest.EnabledInRouteConfig and TTLSetsMaxAge: the
+    listener's StatefulSession has no ``session_state`` (a filter that does
+    nothing, accepted); a route's StatefulSessionPerRoute names a cookie
+    with a 42 s TTL and no path.  The response sets ``<name>=...;
+    HttpOnly; Max-Age=42`` (no Path), and the cookie pins RPCs of every
+    method (HappyPath: an unset path matches every path)."""
+    per_route = b.stateful_session_per_route(cookie_name="route-cookie", ttl=42)
+    routes = [b.route(prefix="", cluster="c1", typed_per_filter_config={FILTER: per_route})]
+    base = snapshot(backends, "v-route-on", routes=routes)
+    off = b.stateful_session_filter(config=ss_pb2.StatefulSession())
+    server.set_snapshot(base.replace(listeners=[b.listener("echo-service", http_filters=[off])]))
+    channel, core = clients("ssa-route-on")
+    for client in ("pyxds", "core"):
+        ((reply, initial, _),) = calls(client, channel, core, 1)
+        name, value, attributes = fields(set_cookie(initial))
+        assert (name, attributes) == ("route-cookie", ["HttpOnly", "Max-Age=42"]), client
+        assert value == f"{backends[reply].address};c1", client
+        pinned = [("cookie", set_cookie(initial).split(";", 1)[0])]
+        for method in (WHO, SLEEP):
+            got = calls(client, channel, core, 4, pinned, method)
+            assert [r for r, _, _ in got] == [reply] * 4, (client, method, got)
+            assert [set_cookie(i) for _, i, _ in got] == [None] * 4, (client, method)
+
+
+def test_each_route_honours_only_its_own_cookie_in_both(server, backends, clients):
+    """C-core OverrideHostTest.DifferentPerRoute: one route disables the
+    filter (no cookie honoured, none set), one renames the cookie (honours
+    the renamed cookie only), the rest keep the listener's cookie (and
+    ignore the renamed one).  Cookies naming b1, sent together in one
+    header."""
+    renamed = "overridden-cookie-name"
+    routes = [
+        b.route(
+            path=SLEEP,
+            cluster="c1",
+            typed_per_filter_config={FILTER: b.stateful_session_per_route(disabled=True)},
+        ),
+        b.route(
+            prefix="",
+            headers=[header("x-route", exact="renamed")],
+            cluster="c1",
+            typed_per_filter_config={FILTER: b.stateful_session_per_route(cookie_name=renamed)},
+        ),
+        b.route(prefix="", cluster="c1"),
+    ]
+    server.set_snapshot(snapshot(backends, "v-per-route", routes=routes))
+    channel, core = clients("ssa-per-route")
+    everyone = {"b0", "b1", "b2"}
+    b1 = backends["b1"].address
+    top, other = cookie_for(b1), cookie_named(renamed, b1)
+    to_renamed = [("x-route", "renamed")]
+    for client in ("pyxds", "core"):
+        # disabled: both cookies ignored, nothing set
+        got = calls(client, channel, core, 6, one_header(top, other), SLEEP)
+        assert unpinned([r for r, _, _ in got], everyone), (client, got)
+        assert {set_cookie(i) for _, i, _ in got} == {None}, client
+        # renamed: its cookie pins, the listener's is not read (a new renamed cookie)
+        got = calls(client, channel, core, 6, other + to_renamed)
+        assert [r for r, _, _ in got] == ["b1"] * 6, (client, got)
+        got = calls(client, channel, core, 6, top + to_renamed)
+        assert unpinned([r for r, _, _ in got], everyone), (client, got)
+        for reply, initial, _ in got:
+            name, value, attributes = fields(set_cookie(initial))
+            assert (name, attributes) == (renamed, ["HttpOnly"]), client
+            assert value == f"{backends[reply].address};c1", client
+        # the listener's cookie: pins on the default route, the renamed one does not
+        got = calls(client, channel, core, 6, top)
+        assert [r for r, _, _ in got] == ["b1"] * 6, (client, got)
+        got = calls(client, channel, core, 6, other)
+        assert unpinned([r for r, _, _ in got], everyone), (client, got)
+        assert all(decoded(set_cookie(i)).endswith(";c1") for _, i, _ in got), client
+
+
+# -- A60: the cookie's cluster (C-core ClusterOverrideHonoredButHostGone,
+# XdsRoutingWeightedClusterNoIntegerOverflow) ----------------------------------------------
+
+
+def test_the_cookie_s_cluster_is_kept_when_its_host_is_not_in_it_in_both(server, backends, clients):
+    """C-core OverrideHostTest.ClusterOverrideHonoredButHostGone (A60): the
+    cookie names a cluster of the route (here the one the weights almost
+    never draw, 1 in 100) and a host that cluster does not have (an
+    endpoint of the other cluster): every RPC goes to the cookie's
+    cluster, round robin there, and the response re-sets the cookie with
+    the endpoint picked in it."""
+    routes = [b.route(prefix="", weighted_clusters={"c1": 1, "c2": 99})]
+    server.set_snapshot(snapshot(backends, "v-host-gone", routes=routes))
+    channel, core = clients("ssa-host-gone")
+    md = cookie_for(backends["d0"].address, cluster="c1")
+    for client in ("pyxds", "core"):
+        got = calls(client, channel, core, 9, md)
+        assert unpinned([r for r, _, _ in got], {"b0", "b1", "b2"}), (client, got)
+        for reply, initial, _ in got:
+            assert decoded(set_cookie(initial)) == f"{backends[reply].address};c1", client
+
+
+def test_weights_summing_to_uint32_max_keep_sessions_in_both(server, backends, clients):
+    """C-core ClusterOverrideHostTest.XdsRoutingWeightedClusterNoIntegerOverflow:
+    weights of 2**32 - 1 in all (A28's upper bound) are accepted; a first
+    RPC's cookie names the cluster it was drawn to; a cookie pins its
+    endpoint in its cluster."""
+    top = 2**32 - 1
+    routes = [b.route(prefix="", weighted_clusters={"c1": top // 4, "c2": top - top // 4})]
+    server.set_snapshot(snapshot(backends, "v-uint32", routes=routes))
+    channel, core = clients("ssa-uint32")
+    pinned = cookie_for(backends["d1"].address, cluster="c2")
+    for client in ("pyxds", "core"):
+        for reply, initial, _ in calls(client, channel, core, 8):
+            cluster = "c2" if reply.startswith("d") else "c1"
+            assert decoded(set_cookie(initial)) == f"{backends[reply].address};{cluster}", client
+        got = calls(client, channel, core, 8, pinned)
+        assert [r for r, _, _ in got] == ["d1"] * 8, (client, got)
+        assert {set_cookie(i) for _, i, _ in got} == {None}, client
+
+
+# -- A55/A27: endpoints EDS drops (C-core OverrideHostTest.UnhealthyEndpoint) ----------------
+
+
+@pytest.mark.parametrize("health", ["UNHEALTHY", "DEGRADED"])
+def test_an_endpoint_eds_drops_loses_its_sessions_whatever_the_status_set_in_both(
+    server, backends, clients, health
+):
+    """C-core OverrideHostTest.UnhealthyEndpoint: with DEGRADED (and
+    UNHEALTHY) in ``override_host_status`` too, an endpoint that turns
+    UNHEALTHY (or DEGRADED) is out of the EDS update (A27; A55 keeps only
+    UNKNOWN, HEALTHY and DRAINING of the set): its session's RPCs are
+    round-robined over the others, with a new cookie."""
+    statuses = ["HEALTHY", "DRAINING", "DEGRADED", "UNKNOWN", "UNHEALTHY"]
+    server.set_snapshot(snapshot(backends, "v1", statuses=statuses))
+    channel, core = clients(f"ssa-eds-drops-{health.lower()}")
+    pinned = cookie_for(backends["b1"].address)
+    for client in ("pyxds", "core"):
+        assert [r for r, _, _ in calls(client, channel, core, 3, pinned)] == ["b1"] * 3
+    server.set_snapshot(snapshot(backends, "v2", statuses=statuses, health={"b1": health}))
+
+    def moved() -> bool:
+        return "b1" not in {r for c in ("pyxds", "core") for r, _, _ in calls(c, channel, core, 3)}
+
+    assert wait_until(moved, timeout=10)
+    for client in ("pyxds", "core"):
+        got = calls(client, channel, core, 6, pinned)
+        assert unpinned([r for r, _, _ in got], {"b0", "b2"}), (client, got)
+        for reply, initial, _ in got:
+            assert decoded(set_cookie(initial)) == f"{backends[reply].address};c1", client
+
+
+# -- A55 "Notes": sessions and retries (A44) -------------------------------------------------
+
+
+def test_every_retry_attempt_of_a_session_goes_to_its_endpoint_in_both(server, backends, clients):
+    """A55 "Notes": with stateful session affinity and an A44 retry policy,
+    all attempts of an RPC with a cookie go to the cookie's endpoint.
+    Without a cookie, the attempts are picked as usual (round robin over
+    b0 and b1: three attempts land 2 + 1), and the trailers-only failure
+    carries the cookie of the attempt that answered last (the first
+    endpoint again)."""
+    policy = b.retry_policy("unavailable", num_retries=2, base_interval=0.01, max_interval=0.01)
+    routes = [b.route(prefix="", cluster="c1", retry_policy=policy)]
+    server.set_snapshot(snapshot(backends, "v-retry", routes=routes, c1=("b0", "b1")))
+    channel, core = clients("ssa-retry")
+    for client in ("pyxds", "core"):
+        assert {r for r, _, _ in calls(client, channel, core, 4)} == {"b0", "b1"}, client
+    pinned = cookie_for(backends["b1"].address)
+    for client in ("pyxds", "core"):
+        before = {n: backends[n].served[n] for n in ("b0", "b1")}
+        kwargs = {"request": "UNAVAILABLE"}
+        if client == "pyxds":
+            reply, initial, trailing = pyxds_call(channel, pinned, FAIL, **kwargs)
+        else:
+            reply, initial, trailing = core.call_md(FAIL, pinned, **kwargs)
+        served = {n: backends[n].served[n] - before[n] for n in ("b0", "b1")}
+        assert reply == "error:UNAVAILABLE", client
+        assert served == {"b0": 0, "b1": 3}, (client, served)
+        assert set_cookie(initial) is None and set_cookie(trailing) is None, client
+        # no cookie: the attempts go round, the cookie names the last one
+        before = {n: backends[n].served[n] for n in ("b0", "b1")}
+        if client == "pyxds":
+            reply, initial, trailing = pyxds_call(channel, None, FAIL, **kwargs)
+        else:
+            reply, initial, trailing = core.call_md(FAIL, None, **kwargs)
+        served = {n: backends[n].served[n] - before[n] for n in ("b0", "b1")}
+        assert reply == "error:UNAVAILABLE", client
+        assert sorted(served.values()) == [1, 2], (client, served)
+        (last,) = [n for n, count in served.items() if count == 2]
+        assert decoded(set_cookie(trailing)) == f"{backends[last].address};c1", client
+
+
+# -- the filter's NACKs (C-core xds_http_stateful_session_filter_test.cc) -----------------------
+
+
+def _cookie_state_any(edit=None) -> any_pb2.Any:
+    state = cookie_pb2.CookieBasedSessionState()
+    state.cookie.name = "c"
+    if edit is not None:
+        edit(state)
+    out = any_pb2.Any()
+    out.Pack(state)
+    return out
+
+
+def _in_typed_struct(type_name: str) -> any_pb2.Any:
+    out = any_pb2.Any()
+    out.Pack(typed_struct_pb2.TypedStruct(type_url=f"type.googleapis.com/{type_name}"))
+    return out
+
+
+def _raw(type_name: str, value: bytes) -> any_pb2.Any:
+    return any_pb2.Any(type_url=f"type.googleapis.com/{type_name}", value=value)
+
+
+def _session(state: any_pb2.Any) -> ss_pb2.StatefulSession:
+    out = ss_pb2.StatefulSession()
+    out.session_state.name = "envoy.http.stateful_session.cookie"
+    out.session_state.typed_config.CopyFrom(state)
+    return out
+
+
+def _negative_ttl(state: cookie_pb2.CookieBasedSessionState) -> None:
+    state.cookie.ttl.seconds = -1
+
+
+def _no_cookie(state: cookie_pb2.CookieBasedSessionState) -> None:
+    state.ClearField("cookie")
+
+
+def _listener(name: str, filter_config: any_pb2.Any | None, override: any_pb2.Any | None):
+    """A listener with an inline route config (one route to cluster "c"),
+    the stateful session filter (``filter_config``, default a valid one)
+    and, when given, the route's override for it."""
+    rc = b.route_config("inline", [b.virtual_host("vh", routes=[b.route(prefix="", cluster="c")])])
+    if override is not None:
+        rc.virtual_hosts[0].routes[0].typed_per_filter_config[FILTER].CopyFrom(override)
+    config = filter_config or b.pack(b.stateful_session_config("c"))
+    return b.listener(
+        name, route_config=rc, http_filters=[hcm_pb2.HttpFilter(name=FILTER, typed_config=config)]
+    )
+
+
+_FILTER = f"api_listener.api_listener.value[{HCM}].http_filters[0].typed_config.value[{SS}]"
+_ROUTE = (
+    f"api_listener.api_listener.value[{HCM}].route_config.virtual_hosts[0].routes[0]"
+    f".typed_per_filter_config[{FILTER}]"
+)
+_PER_ROUTE = f"{_ROUTE}.value[{SS_PER_ROUTE}].stateful_session"
+_STATE = f".session_state.typed_config.value[{COOKIE_STATE}]"
+_TS_STATE = f".session_state.typed_config.value[xds.type.v3.TypedStruct].value[{COOKIE_STATE}]"
+
+
+def _per_route(state: any_pb2.Any) -> any_pb2.Any:
+    return b.pack(ss_pb2.StatefulSessionPerRoute(stateful_session=_session(state)))
+
+
+NACKS = [
+    pytest.param(
+        b.pack(_session(_in_typed_struct(COOKIE_STATE))),
+        None,
+        f"{_FILTER}{_TS_STATE}",
+        "could not parse session state config",
+        id="session-state-in-a-typed-struct",
+    ),
+    pytest.param(
+        b.pack(_session(_raw(COOKIE_STATE, b"\0"))),
+        None,
+        f"{_FILTER}{_STATE}",
+        "could not parse session state config",
+        id="session-state-does-not-parse",
+    ),
+    pytest.param(
+        None,
+        _in_typed_struct(SS_PER_ROUTE),
+        f"{_ROUTE}.value[xds.type.v3.TypedStruct].value[{SS_PER_ROUTE}]",
+        "could not parse stateful session filter override config",
+        id="override-in-a-typed-struct",
+    ),
+    pytest.param(
+        None,
+        _raw(SS_PER_ROUTE, b"\0"),
+        f"{_ROUTE}.value[{SS_PER_ROUTE}]",
+        "could not parse stateful session filter override config",
+        id="override-does-not-parse",
+    ),
+    pytest.param(
+        None,
+        _per_route(_cookie_state_any(_no_cookie)),
+        f"{_PER_ROUTE}{_STATE}.cookie",
+        "field not present",
+        id="override-without-cookie",
+    ),
+    pytest.param(
+        None,
+        _per_route(_cookie_state_any(_negative_ttl)),
+        f"{_PER_ROUTE}{_STATE}.cookie.ttl.seconds",
+        "value must be in the range [0, 315576000000]",
+        id="override-negative-ttl",
+    ),
+    pytest.param(
+        None,
+        _per_route(_in_typed_struct(COOKIE_STATE)),
+        f"{_PER_ROUTE}{_TS_STATE}",
+        "could not parse session state config",
+        id="override-session-state-in-a-typed-struct",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def nack_core(server_for_nacks):
+    client = CoreXdsClient(server_for_nacks.bootstrap(node_id="ssa-nacks"))
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def server_for_nacks():
+    from pyxds.server import ManagementServer
+
+    srv = ManagementServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize("filter_config, override, field, words", NACKS)
+def test_a_bad_session_config_is_nacked_with_c_core_s_field_and_words(
+    server_for_nacks, nack_core, filter_config, override, field, words
+):
+    """The listener (with its inline route config) is NACKed; an RPC, with
+    nothing cached, fails UNAVAILABLE naming the same field and the same
+    words in both clients."""
+    name = f"ssa-nack-{next(_NAMES)}"
+    server_for_nacks.set_snapshot(Snapshot(listeners=[_listener(name, filter_config, override)]))
+    target = f"xds:///{name}"
+    channel = pyxds.insecure_channel(
+        target, bootstrap=server_for_nacks.bootstrap(node_id="ssa-nacks")
+    )
+    try:
+        (ours,) = pyxds_calls(channel, 1, details=True, wait_for_ready=False, timeout=3)
+    finally:
+        channel.close()
+    (theirs,) = nack_core.call(1, details=True, target=target, wait_for_ready=False, timeout=3)
+    for text in (ours, theirs):
+        assert text.startswith("error:UNAVAILABLE: "), text
+        assert f"LDS resource {name}" in text, text
+    assert f"field:{field} error:{words}" in theirs, theirs
+    assert f"{field}: {words}" in ours, ours
