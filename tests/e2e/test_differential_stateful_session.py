@@ -18,7 +18,7 @@ import itertools
 
 import pytest
 import test_stateful_session as ssa
-from channel_fixtures import SERVICE, CoreXdsClient, header, pyxds_calls, wait_until
+from channel_fixtures import SERVICE, Backend, CoreXdsClient, header, pyxds_calls, wait_until
 from envoy.extensions.filters.http.stateful_session.v3 import stateful_session_pb2 as ss_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
@@ -268,6 +268,133 @@ def test_every_retry_attempt_of_a_session_goes_to_its_endpoint_in_both(server, b
         assert sorted(served.values()) == [1, 2], (client, served)
         (last,) = [n for n, count in served.items() if count == 2]
         assert decoded(set_cookie(trailing)) == f"{backends[last].address};c1", client
+
+
+# -- what C-core's filter leaves as it is (A39 per-cluster overrides, A42, the backend's own
+# headers, a failing endpoint) ------------------------------------------------------------------
+
+
+def test_the_drawn_weighted_cluster_s_override_decides_whether_the_cookie_is_read_in_both(
+    server, backends, clients
+):
+    """A39 overrides per weighted cluster with A60: c1's ClusterWeight
+    disables the filter, c2's does not.  An RPC carrying a cookie for d1
+    in c2 is drawn by the weights first: drawn to c2, the cookie is read
+    and pins d1; drawn to c1, the filter does nothing (no cookie read, none
+    set) and c1 serves it.  C-core takes the filter config of the drawn
+    cluster (its method config) before the cookie can change the cluster;
+    pyxds too: d0 never serves, both d1 and c1's endpoints do."""
+    split = b.route(prefix="", weighted_clusters={"c1": 1, "c2": 1})
+    off = b.pack(b.stateful_session_per_route(disabled=True))
+    split.route.weighted_clusters.clusters[0].typed_per_filter_config[FILTER].CopyFrom(off)
+    server.set_snapshot(snapshot(backends, "v-per-cluster", routes=[split]))
+    channel, core = clients("ssa-per-cluster")
+    pinned = cookie_for(backends["d1"].address, cluster="c2")
+    for client in ("pyxds", "core"):
+        got = calls(client, channel, core, 24, pinned)
+        replies = {r for r, _, _ in got}
+        assert "d1" in replies and replies & {"b0", "b1", "b2"}, (client, got)
+        assert "d0" not in replies, (client, got)
+        assert {set_cookie(i) for _, i, _ in got} == {None}, (client, got)
+
+
+def test_a_cookie_wins_over_the_ring_hash_in_both(server, backends, clients):
+    """A55 under A42: the cookie's endpoint is picked whatever the request
+    hash would pick; without a cookie the same hash key keeps going to the
+    same endpoint."""
+    routes = [b.route(prefix="", cluster="c1", hash_policies=[b.hash_policy(header="x-key")])]
+    base = snapshot(backends, "v-ring-hash", routes=routes)
+    rings = [b.cluster("c1", lb_policy="RING_HASH"), b.cluster("c2")]
+    server.set_snapshot(base.replace(clusters=rings))
+    channel, core = clients("ssa-ring-hash")
+    key = [("x-key", "session-7")]
+    for client in ("pyxds", "core"):
+        hashed = {r for r, _, _ in calls(client, channel, core, 4, key)}
+        assert len(hashed) == 1, (client, hashed)
+        (other,) = sorted({"b0", "b1", "b2"} - hashed)[:1]
+        got = calls(client, channel, core, 6, key + cookie_for(backends[other].address))
+        assert [r for r, _, _ in got] == [other] * 6, (client, got)
+        assert {set_cookie(i) for _, i, _ in got} == {None}, client
+
+
+class _CookieBackend:
+    """A grpcio backend whose Who sends its own ``set-cookie`` in its
+    initial metadata."""
+
+    def __init__(self) -> None:
+        from concurrent import futures
+
+        import grpc
+
+        def who(request: bytes, context) -> bytes:
+            context.send_initial_metadata((("set-cookie", "app=1; Path=/"),))
+            return b"s0"
+
+        handler = grpc.method_handlers_generic_handler(
+            SERVICE, {"Who": grpc.unary_unary_rpc_method_handler(who)}
+        )
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        self._server.add_generic_rpc_handlers((handler,))
+        self.address = f"127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
+        self._server.start()
+
+    def stop(self) -> None:
+        self._server.stop(None).wait(5)
+
+
+def test_the_backend_s_own_set_cookie_is_kept_before_the_session_s_in_both(
+    server, backends, clients
+):
+    """The session's ``set-cookie`` is added to the response's initial
+    metadata after the backend's own (C-core appends it): the application
+    sees both, in that order."""
+    backend = _CookieBackend()
+    try:
+        server.set_snapshot(snapshot({**backends, "s0": backend}, "v-own-cookie", c1=("s0",)))
+        channel, core = clients("ssa-own-cookie")
+        for client in ("pyxds", "core"):
+            ((reply, initial, _),) = calls(client, channel, core, 1)
+            cookies = [v for k, v in initial if k == "set-cookie"]
+            assert reply == "s0" and len(cookies) == 2, (client, initial)
+            assert cookies[0] == "app=1; Path=/", (client, cookies)
+            assert decoded(cookies[1]) == f"{backend.address};c1", (client, cookies)
+    finally:
+        backend.stop()
+
+
+def test_a_cookie_naming_a_failing_endpoint_moves_and_comes_back_in_both(server, backends, clients):
+    """C-core XdsOverrideHostTest.OverrideIsQueuedInIdleOrConnectingAndFailedInTransientFailure,
+    end to end: the cookie's endpoint (still in EDS) stops serving; once
+    its connection fails, the session's RPCs are round robin over the
+    others with a new cookie; when it serves again the cookie pins it
+    again."""
+    t1 = Backend("t1").start()
+    try:
+        members = {**backends, "t1": t1}
+        server.set_snapshot(snapshot(members, "v-failing", c1=("b0", "b1", "t1")))
+        channel, core = clients("ssa-failing")
+        pinned = cookie_for(t1.address)
+        for client in ("pyxds", "core"):
+            assert [r for r, _, _ in calls(client, channel, core, 3, pinned)] == ["t1"] * 3
+        t1.stop()
+
+        def moved(client: str) -> bool:
+            got = calls(client, channel, core, 4, pinned)
+            return {r for r, _, _ in got} == {"b0", "b1"} and all(
+                decoded(set_cookie(i)) == f"{backends[r].address};c1" for r, i, _ in got
+            )
+
+        for client in ("pyxds", "core"):
+            assert wait_until(lambda client=client: moved(client), timeout=15), client
+        t1.start()
+        for client in ("pyxds", "core"):
+
+            def back(client: str = client) -> bool:
+                return [r for r, _, _ in calls(client, channel, core, 3, pinned)] == ["t1"] * 3
+
+            assert wait_until(back, timeout=20), client
+    finally:
+        t1.stop()
 
 
 # -- the filter's NACKs (C-core xds_http_stateful_session_filter_test.cc) -----------------------
