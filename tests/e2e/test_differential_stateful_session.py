@@ -362,6 +362,77 @@ def test_the_backend_s_own_set_cookie_is_kept_before_the_session_s_in_both(
         backend.stop()
 
 
+class _V6Backend:
+    """A grpcio backend on [::1] whose Who returns its name."""
+
+    def __init__(self, name: str) -> None:
+        from concurrent import futures
+
+        import grpc
+
+        handler = grpc.method_handlers_generic_handler(
+            SERVICE,
+            {"Who": grpc.unary_unary_rpc_method_handler(lambda request, context: name.encode())},
+        )
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        self._server.add_generic_rpc_handlers((handler,))
+        self.port = self._server.add_insecure_port("[::1]:0")
+        self._server.start()
+
+    def stop(self) -> None:
+        self._server.stop(None).wait(5)
+
+
+def _ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback")
+def test_an_ipv6_endpoint_s_cookie_is_its_canonical_address_in_both(server, backends, clients):
+    """The cookie carries the endpoint's address as C-core prints it
+    (``[::1]:PORT``) whatever way EDS wrote the IPv6 address
+    (``0:0:0:0:0:0:0:1`` here); a cookie naming that form pins; a
+    non-canonical spelling of the same address names no endpoint (a normal
+    pick, a new cookie), in both clients."""
+    v1, v2 = _V6Backend("v1"), _V6Backend("v2")
+    try:
+        base = snapshot(backends, "v-ipv6")
+        endpoints = []
+        for backend in (v1, v2):
+            endpoint = b.endpoint(f"127.0.0.1:{backend.port}")
+            endpoint.endpoint.address.socket_address.address = "0:0:0:0:0:0:0:1"
+            endpoints.append(endpoint)
+        c1 = b.endpoints("c1", [b.locality(zone="z1", endpoints=endpoints)])
+        server.set_snapshot(base.replace(endpoints=[c1, base.endpoints[1]]))
+        channel, core = clients("ssa-ipv6")
+        canonical = {"v1": f"[::1]:{v1.port}", "v2": f"[::1]:{v2.port}"}
+
+        def cookie(text: str) -> list[tuple[str, str]]:
+            return [("cookie", f"{ssa.COOKIE}=" + base64.b64encode(text.encode()).decode())]
+
+        for client in ("pyxds", "core"):
+            for reply, initial, _ in calls(client, channel, core, 4):
+                assert decoded(set_cookie(initial)) == f"{canonical[reply]};c1", client
+            got = calls(client, channel, core, 4, cookie(f"{canonical['v2']};c1"))
+            assert [r for r, _, _ in got] == ["v2"] * 4, (client, got)
+            assert {set_cookie(i) for _, i, _ in got} == {None}, client
+            spelled = cookie(f"[0:0:0:0:0:0:0:1]:{v2.port};c1")
+            got = calls(client, channel, core, 4, spelled)
+            assert {r for r, _, _ in got} == {"v1", "v2"}, (client, got)
+            for reply, initial, _ in got:
+                assert decoded(set_cookie(initial)) == f"{canonical[reply]};c1", client
+    finally:
+        v1.stop()
+        v2.stop()
+
+
 def test_a_cookie_naming_a_failing_endpoint_moves_and_comes_back_in_both(server, backends, clients):
     """C-core XdsOverrideHostTest.OverrideIsQueuedInIdleOrConnectingAndFailedInTransientFailure,
     end to end: the cookie's endpoint (still in EDS) stops serving; once
