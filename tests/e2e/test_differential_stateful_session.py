@@ -317,6 +317,33 @@ def test_a_cookie_wins_over_the_ring_hash_in_both(server, backends, clients):
         assert {set_cookie(i) for _, i, _ in got} == {None}, client
 
 
+def test_an_aggregate_cluster_s_sessions_stay_within_the_leaf_cluster_in_use_in_both(
+    server, backends, clients
+):
+    """A75 with A55/A60: a route to aggregate cluster ``agg`` = [c1, c2]
+    (a priority over the leaf clusters, each with its own override-host
+    policy).  The cookie's cluster is ``agg``; a cookie naming an endpoint
+    of c1 (in use) pins it; one naming an endpoint of c2 (the lower
+    priority, unused while c1 serves) is a normal pick in c1 with a new
+    cookie: sessions hold across a leaf cluster's priorities, not across
+    an aggregate's clusters."""
+    base = snapshot(backends, "v-aggregate", routes=[b.route(prefix="", cluster="agg")])
+    clusters = [*base.clusters, b.cluster("agg", aggregate_children=["c1", "c2"])]
+    server.set_snapshot(base.replace(clusters=clusters))
+    channel, core = clients("ssa-aggregate")
+    for client in ("pyxds", "core"):
+        for reply, initial, _ in calls(client, channel, core, 3):
+            assert reply in ("b0", "b1", "b2"), client
+            assert decoded(set_cookie(initial)) == f"{backends[reply].address};agg", client
+        got = calls(client, channel, core, 4, cookie_for(backends["b1"].address, "agg"))
+        assert [r for r, _, _ in got] == ["b1"] * 4, (client, got)
+        assert {set_cookie(i) for _, i, _ in got} == {None}, client
+        got = calls(client, channel, core, 6, cookie_for(backends["d0"].address, "agg"))
+        assert unpinned([r for r, _, _ in got], {"b0", "b1", "b2"}), (client, got)
+        for reply, initial, _ in got:
+            assert decoded(set_cookie(initial)) == f"{backends[reply].address};agg", client
+
+
 class _CookieBackend:
     """A grpcio backend whose Who sends its own ``set-cookie`` in its
     initial metadata."""
