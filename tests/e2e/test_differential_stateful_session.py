@@ -344,6 +344,50 @@ def test_an_aggregate_cluster_s_sessions_stay_within_the_leaf_cluster_in_use_in_
             assert decoded(set_cookie(initial)) == f"{backends[reply].address};agg", client
 
 
+def test_two_session_filters_pin_by_the_last_and_each_set_a_cookie_in_both(
+    server, backends, clients
+):
+    """Two StatefulSession filters (cookies ``one`` then ``two``): A55 is
+    silent, grpcio 1.85's C-core decides: the last filter's cookie drives
+    the pick (an RPC with cookie ``one`` only is round robin), and each
+    filter sets its cookie, ``two`` first.  The one difference, documented
+    in docs/differences-from-c-core.md: the first filter's cookie names
+    the endpoint picked in pyxds (A55: the host address; so it is not set
+    again when it named that endpoint already), an empty address in
+    C-core (always set)."""
+    base = snapshot(backends, "v-two-filters")
+    listener = b.listener(
+        "echo-service",
+        http_filters=[
+            b.stateful_session_filter(name="ssa-one", cookie_name="one"),
+            b.stateful_session_filter(name="ssa-two", cookie_name="two"),
+        ],
+    )
+    server.set_snapshot(base.replace(listeners=[listener]))
+    channel, core = clients("ssa-two-filters")
+    b1, b2 = backends["b1"].address, backends["b2"].address
+    only_one = cookie_named("one", b1)
+    both_ = one_header(cookie_named("one", b1), cookie_named("two", b2))
+    for client in ("pyxds", "core"):
+        got = calls(client, channel, core, 6, only_one)
+        assert unpinned([r for r, _, _ in got], {"b0", "b1", "b2"}), (client, got)
+        for reply, initial, _ in got:
+            cookies = [(n, v) for n, v, _ in (fields(v) for k, v in initial if k == "set-cookie")]
+            peer = f"{backends[reply].address};c1"
+            if client == "core":
+                assert cookies == [("two", peer), ("one", ";c1")], (client, cookies)
+            elif reply == "b1":  # cookie one named the endpoint picked: kept
+                assert cookies == [("two", peer)], (client, cookies)
+            else:
+                assert cookies == [("two", peer), ("one", peer)], (client, cookies)
+        got = calls(client, channel, core, 4, both_)
+        assert [r for r, _, _ in got] == ["b2"] * 4, (client, got)
+        for _, initial, _ in got:
+            cookies = [fields(v) for k, v in initial if k == "set-cookie"]
+            first = f"{b2};c1" if client == "pyxds" else ";c1"
+            assert [(n, v) for n, v, _ in cookies] == [("one", first)], (client, cookies)
+
+
 class _CookieBackend:
     """A grpcio backend whose Who sends its own ``set-cookie`` in its
     initial metadata."""

@@ -11,15 +11,19 @@ other implementation.
 
 from __future__ import annotations
 
+import base64
+import random
+
 from envoy.extensions.filters.http.stateful_session.v3 import stateful_session_pb2 as ss_pb2
 from test_cds_support import connect_all, loc
 from test_conformance_override_host import E0, E1, E2, fallback_picks, override_picks, plain_picks
 from test_stateful_session_filter import md, selector
 from test_xds_override_host import A, live, locality, tree
 
+from pyxds.resolver.config_selector import ClusterRef, XdsConfigSelector
 from pyxds.server import builders as b
 from pyxds.server import inbound as ib
-from pyxds.xds.resources import LISTENER
+from pyxds.xds.resources import LISTENER, ROUTE_CONFIG
 from pyxds.xds.resources.stateful_session import STATEFUL_SESSION_TYPE
 
 FILTER = "envoy.filters.http.stateful_session"
@@ -110,3 +114,89 @@ def test_a_draining_hosts_sessions_end_when_it_leaves_the_update():
     update([locality(A, [(E0, "UNKNOWN"), (E2, "HEALTHY")])])
     assert fallback_picks(helper, E1) == {E0, E2}
     assert kept.shut_down and live(helper, E1) == []
+
+
+# -- several stateful session filters on one route (C-core runs each) ----------------------
+
+
+def _two_filter_selector(routes, two_path=""):
+    """A ConfigSelector over ``routes`` whose listener has two stateful
+    session filters: cookie ``one`` then cookie ``two`` (``two_path``: the
+    second cookie's path)."""
+    listener = b.listener(
+        "L",
+        http_filters=[
+            b.stateful_session_filter(name="ssa-one", cookie_name="one"),
+            b.stateful_session_filter(name="ssa-two", cookie_name="two", path=two_path),
+        ],
+    )
+    lis = LISTENER.decode(listener.SerializeToString()).resource
+    rc = b.route_config("L-route", [b.virtual_host("vh", routes=routes)])
+    vh = ROUTE_CONFIG.decode(rc.SerializeToString()).resource.virtual_hosts[0]
+    refs = {name: ClusterRef(name, lambda: None) for name in ("c1", "c2")}
+    return XdsConfigSelector(vh, refs, rng=random.Random(3), http_filters=lis.http_filters)
+
+
+def _cookies(**values: str) -> list[tuple[str, str]]:
+    """One ``cookie`` header: name -> "address;cluster"."""
+    text = "; ".join(f"{k}={base64.b64encode(v.encode()).decode()}" for k, v in values.items())
+    return [("cookie", text)]
+
+
+def _set_cookies(config, actual: str) -> list[tuple[str, str]]:
+    """(name, decoded value) of each set-cookie once the picker wrote ``actual``."""
+    config.call_attributes["xds_override_host"].actual_address_list = actual
+    out = []
+    for key, value in config.call_state.response_metadata():
+        assert key == "set-cookie"
+        name, _, rest = value.partition("=")
+        out.append((name, base64.b64decode(rest.split(";", 1)[0]).decode()))
+    config.on_committed()
+    return out
+
+
+def test_with_two_session_filters_the_last_one_pins_and_each_sets_its_cookie():
+    """Two StatefulSession filters in the listener (A39: each runs, in
+    order).  gRFC A55 is silent on how they combine; C-core (grpcio 1.85,
+    checked live by tests/e2e/test_differential_stateful_session.py): each
+    filter reads its own cookie and sets the override-host attribute,
+    the last one's replacing the first's, so the last filter's cookie
+    drives the pick (even when it has none); each filter answers with its
+    own set-cookie, the last filter's first.  The first filter's cookie
+    value is the address picked (A55: "the base64-encoded string value of
+    hostAddress"), where C-core writes an empty address
+    (docs/differences-from-c-core.md).  Fails on the old code: pyxds read
+    the first filter's cookie only and set one cookie."""
+    sel = _two_filter_selector([b.route(prefix="", cluster="c1")])
+    only_one = sel.select("/s/m", _cookies(one="10.0.0.1:80;c1"))
+    assert only_one.call_attributes["xds_override_host"].cookie_addresses == ()
+    assert _set_cookies(only_one, "10.0.0.7:80") == [
+        ("two", "10.0.0.7:80;c1"),
+        ("one", "10.0.0.7:80;c1"),
+    ]
+    both = sel.select("/s/m", _cookies(one="10.0.0.1:80;c1", two="10.0.0.2:80;c1"))
+    assert both.call_attributes["xds_override_host"].cookie_addresses == ("10.0.0.2:80",)
+    # the pick honoured cookie two: only cookie one is re-set, to that address
+    assert _set_cookies(both, "10.0.0.2:80") == [("one", "10.0.0.2:80;c1")]
+
+
+def test_with_two_session_filters_one_outside_its_path_the_other_pins():
+    """The second filter's cookie path does not match the RPC: it does
+    nothing for it (A55), and the first filter's cookie drives the pick."""
+    sel = _two_filter_selector([b.route(prefix="", cluster="c1")], two_path="/other")
+    config = sel.select("/s/m", _cookies(one="10.0.0.1:80;c1", two="10.0.0.2:80;c1"))
+    assert config.call_attributes["xds_override_host"].cookie_addresses == ("10.0.0.1:80",)
+    assert _set_cookies(config, "10.0.0.1:80") == []
+
+
+def test_with_two_session_filters_the_first_cookie_s_cluster_stands_without_a_second():
+    """A60 per filter, in order: the first filter's cookie moves the RPC to
+    its cluster c2; the second has no cookie, keeps c2 and writes it."""
+    sel = _two_filter_selector([b.route(prefix="", weighted_clusters={"c1": 99, "c2": 1})])
+    for _ in range(5):
+        config = sel.select("/s/m", _cookies(one="10.0.0.1:80;c2"))
+        assert config.call_attributes["cluster"] == "cluster:c2"
+        assert _set_cookies(config, "10.0.0.9:80") == [
+            ("two", "10.0.0.9:80;c2"),
+            ("one", "10.0.0.9:80;c2"),
+        ]
