@@ -388,6 +388,38 @@ def test_two_session_filters_pin_by_the_last_and_each_set_a_cookie_in_both(
             assert [(n, v) for n, v, _ in cookies] == [("one", first)], (client, cookies)
 
 
+@pytest.mark.parametrize("where", ["draining", "lower-priority"])
+def test_a_cookie_naming_an_endpoint_no_child_uses_gets_it_connected_in_both(
+    server, backends, clients, where
+):
+    """C-core XdsOverrideHostTest.ChildPolicyNeverCreatedSubchannel end to
+    end, and A75's subchannel creation: b2 is DRAINING from the start
+    (DRAINING overridable), or in priority 1 while priority 0 serves; no
+    child policy ever made a subchannel for it.  A cookie naming it gets
+    it connected and pinned; RPCs without a cookie never go there."""
+    statuses = ["UNKNOWN", "HEALTHY", "DRAINING"]
+    base = snapshot(backends, f"v-{where}", statuses=statuses, health={"b2": "DRAINING"})
+    if where == "lower-priority":
+        p0 = [backends[n].address for n in ("b0", "b1")]
+        c1 = b.endpoints(
+            "c1",
+            [
+                b.locality(zone="z1", priority=0, endpoints=p0),
+                b.locality(zone="z2", priority=1, endpoints=[backends["b2"].address]),
+            ],
+        )
+        base = base.replace(endpoints=[c1, base.endpoints[1]])
+    server.set_snapshot(base)
+    channel, core = clients(f"ssa-unused-{where}")
+    pinned = cookie_for(backends["b2"].address)
+    for client in ("pyxds", "core"):
+        assert {r for r, _, _ in calls(client, channel, core, 6)} == {"b0", "b1"}, client
+        got = calls(client, channel, core, 4, pinned)
+        assert [r for r, _, _ in got] == ["b2"] * 4, (client, got)
+        assert {set_cookie(i) for _, i, _ in got} == {None}, client
+        assert {r for r, _, _ in calls(client, channel, core, 6)} == {"b0", "b1"}, client
+
+
 class _CookieBackend:
     """A grpcio backend whose Who sends its own ``set-cookie`` in its
     initial metadata."""
