@@ -420,6 +420,34 @@ def test_a_cookie_naming_an_endpoint_no_child_uses_gets_it_connected_in_both(
         assert {r for r, _, _ in calls(client, channel, core, 6)} == {"b0", "b1"}, client
 
 
+@pytest.mark.parametrize("draining_keeps_sessions", [True, False])
+def test_a_priority_of_draining_endpoints_is_failed_over_in_both(
+    server, backends, clients, draining_keeps_sessions
+):
+    """A55: the override-host policy hands its child no DRAINING endpoint,
+    so a priority whose endpoints are all DRAINING has none and the
+    priority policy fails over to the next (b2).  A cookie naming a
+    DRAINING endpoint pins it when DRAINING is in override_host_status,
+    else it is a normal pick (b2)."""
+    statuses = ["UNKNOWN", "HEALTHY", "DRAINING"] if draining_keeps_sessions else None
+    base = snapshot(backends, "v-p0-draining", statuses=statuses)
+    draining = [b.endpoint(backends[n].address, health_status="DRAINING") for n in ("b0", "b1")]
+    c1 = b.endpoints(
+        "c1",
+        [
+            b.locality(zone="z1", priority=0, endpoints=draining),
+            b.locality(zone="z2", priority=1, endpoints=[backends["b2"].address]),
+        ],
+    )
+    server.set_snapshot(base.replace(endpoints=[c1, base.endpoints[1]]))
+    channel, core = clients(f"ssa-p0-draining-{draining_keeps_sessions}")
+    pinned = cookie_for(backends["b0"].address)
+    for client in ("pyxds", "core"):
+        assert [r for r, _, _ in calls(client, channel, core, 4)] == ["b2"] * 4, client
+        got = [r for r, _, _ in calls(client, channel, core, 3, pinned)]
+        assert got == (["b0"] if draining_keeps_sessions else ["b2"]) * 3, (client, got)
+
+
 class _CookieBackend:
     """A grpcio backend whose Who sends its own ``set-cookie`` in its
     initial metadata."""
