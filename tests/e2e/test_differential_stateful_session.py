@@ -448,6 +448,33 @@ def test_a_priority_of_draining_endpoints_is_failed_over_in_both(
         assert got == (["b0"] if draining_keeps_sessions else ["b2"]) * 3, (client, got)
 
 
+def test_strict_and_cookie_attributes_are_not_read_in_both(server, backends, clients):
+    """Fields of the filter's config that neither client reads (A55 names
+    only the cookie's name, path and ttl): ``StatefulSession.strict``
+    (Envoy answers 503 when the cookie's host is not available) and
+    ``Cookie.attributes`` (Envoy adds them to its set-cookie).  With both
+    set, a cookie naming no endpoint is a normal pick with a new cookie,
+    and the set-cookie carries no extra attribute, in pyxds as in grpcio
+    1.85's C-core."""
+    config = b.stateful_session_config(ssa.COOKIE, "", 60)
+    config.strict = True
+    state = cookie_pb2.CookieBasedSessionState()
+    config.session_state.typed_config.Unpack(state)
+    state.cookie.attributes.add(name="SameSite", value="Strict")
+    state.cookie.attributes.add(name="Secure")
+    config.session_state.typed_config.Pack(state)
+    listener = b.listener("echo-service", http_filters=[b.stateful_session_filter(config=config)])
+    server.set_snapshot(snapshot(backends, "v-strict").replace(listeners=[listener]))
+    channel, core = clients("ssa-strict")
+    nowhere = cookie_for("10.9.9.9:1")
+    for client in ("pyxds", "core"):
+        for reply, initial, _ in calls(client, channel, core, 3, nowhere):
+            assert reply in ("b0", "b1", "b2"), (client, reply)
+            name, value, attributes = fields(set_cookie(initial))
+            assert (name, attributes) == (ssa.COOKIE, ["HttpOnly", "Max-Age=60"]), client
+            assert value == f"{backends[reply].address};c1", client
+
+
 class _CookieBackend:
     """A grpcio backend whose Who sends its own ``set-cookie`` in its
     initial metadata."""
