@@ -475,6 +475,43 @@ def test_strict_and_cookie_attributes_are_not_read_in_both(server, backends, cli
             assert value == f"{backends[reply].address};c1", client
 
 
+def test_an_ejected_endpoint_keeps_its_sessions_in_both(server, backends, clients):
+    """A50 with A55 (docs/differences-from-c-core.md, "xds_override_host"):
+    outlier detection (failure percentage) ejects the endpoint that fails
+    every RPC, and RPCs without a cookie stop going there; a cookie naming
+    it still pins it in both clients (the ejection reaches the priorities'
+    policies, not the session picker) and so its RPCs still fail."""
+    from test_differential_outlier_detection import _Backend as Broken
+
+    bad = Broken("bad", failing=True)
+    try:
+        members = {**backends, "bad": bad}
+        base = snapshot(members, "v-ejected", c1=("b0", "b2", "bad"))
+        clusters = list(base.clusters)
+        od = clusters[0].outlier_detection
+        od.interval.FromSeconds(1)
+        od.base_ejection_time.FromSeconds(30)
+        od.max_ejection_percent.value = 50
+        od.enforcing_success_rate.value = 0
+        od.enforcing_failure_percentage.value = 100
+        od.failure_percentage_minimum_hosts.value = 2
+        od.failure_percentage_request_volume.value = 5
+        server.set_snapshot(base.replace(clusters=clusters))
+        channel, core = clients("ssa-ejected")
+        for client in ("pyxds", "core"):
+
+            def ejected(client: str = client) -> bool:
+                replies = [r for r, _, _ in calls(client, channel, core, 30)]
+                return "error:INTERNAL" not in replies[-12:]
+
+            assert wait_until(ejected, timeout=20), client
+            got = calls(client, channel, core, 4, cookie_for(bad.address))
+            assert [r for r, _, _ in got] == ["error:INTERNAL"] * 4, (client, got)
+            assert {r for r, _, _ in calls(client, channel, core, 8)} == {"b0", "b2"}, client
+    finally:
+        bad.server.stop(None).wait(5)
+
+
 class _CookieBackend:
     """A grpcio backend whose Who sends its own ``set-cookie`` in its
     initial metadata."""
