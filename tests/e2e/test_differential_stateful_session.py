@@ -510,6 +510,27 @@ def test_an_ejected_endpoint_keeps_its_sessions_in_both(server, backends, client
         bad.server.stop(None).wait(5)
 
 
+@pytest.mark.parametrize("session_first", [True, False])
+def test_an_rpc_the_fault_filter_aborts_gets_no_cookie_in_both(
+    server, backends, clients, session_first
+):
+    """A33 with A55: a fault filter aborting every RPC (UNAVAILABLE), before
+    or after the session filter in the chain.  The RPC never reaches an
+    endpoint: it fails with no ``set-cookie`` anywhere (no response to add
+    it to), with or without a cookie, in both clients."""
+    session = b.stateful_session_filter(cookie_name=ssa.COOKIE)
+    fault = b.fault_filter(abort_grpc_status=14, abort_percent=100)
+    filters = [session, fault] if session_first else [fault, session]
+    listener = b.listener("echo-service", http_filters=filters)
+    server.set_snapshot(snapshot(backends, "v-fault").replace(listeners=[listener]))
+    channel, core = clients(f"ssa-fault-{session_first}")
+    for client in ("pyxds", "core"):
+        for md in (None, cookie_for(backends["b1"].address)):
+            ((reply, initial, trailing),) = calls(client, channel, core, 1, md)
+            assert reply == "error:UNAVAILABLE", (client, reply)
+            assert set_cookie(initial) is None and set_cookie(trailing) is None, client
+
+
 class _CookieBackend:
     """A grpcio backend whose Who sends its own ``set-cookie`` in its
     initial metadata."""
