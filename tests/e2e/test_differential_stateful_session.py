@@ -388,6 +388,39 @@ def test_two_session_filters_pin_by_the_last_and_each_set_a_cookie_in_both(
             assert [(n, v) for n, v, _ in cookies] == [("one", first)], (client, cookies)
 
 
+def test_two_session_filters_move_the_rpc_to_each_cookie_s_cluster_in_turn_in_both(
+    server, backends, clients
+):
+    """A60 per filter, in filter order: cookie ``one`` names c1 and cookie
+    ``two`` names d1 in c2; the RPC goes to c2 (the last filter's) and d1.
+    Cookie ``one`` is re-set: naming d1 and c2, the endpoint and cluster
+    used, in pyxds (A55/A60); an empty address and c1, the cluster the
+    first filter chose, in C-core (docs/differences-from-c-core.md)."""
+    routes = [b.route(prefix="", weighted_clusters={"c1": 1, "c2": 1})]
+    listener = b.listener(
+        "echo-service",
+        http_filters=[
+            b.stateful_session_filter(name="ssa-one", cookie_name="one"),
+            b.stateful_session_filter(name="ssa-two", cookie_name="two"),
+        ],
+    )
+    server.set_snapshot(
+        snapshot(backends, "v-two-clusters", routes=routes).replace(listeners=[listener])
+    )
+    channel, core = clients("ssa-two-clusters")
+    d1 = backends["d1"].address
+    md = one_header(
+        cookie_named("one", backends["b1"].address, "c1"), cookie_named("two", d1, "c2")
+    )
+    for client in ("pyxds", "core"):
+        got = calls(client, channel, core, 4, md)
+        assert [r for r, _, _ in got] == ["d1"] * 4, (client, got)
+        first = f"{d1};c2" if client == "pyxds" else ";c1"
+        for _, initial, _ in got:
+            cookies = [fields(v)[:2] for k, v in initial if k == "set-cookie"]
+            assert cookies == [("one", first)], (client, cookies)
+
+
 @pytest.mark.parametrize("where", ["draining", "lower-priority"])
 def test_a_cookie_naming_an_endpoint_no_child_uses_gets_it_connected_in_both(
     server, backends, clients, where

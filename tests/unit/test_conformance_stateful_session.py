@@ -200,3 +200,15 @@ def test_with_two_session_filters_the_first_cookie_s_cluster_stands_without_a_se
             ("two", "10.0.0.9:80;c2"),
             ("one", "10.0.0.9:80;c2"),
         ]
+
+
+def test_with_two_session_filters_each_cookie_names_the_cluster_used():
+    """A60 per filter: cookie ``one`` moves the RPC to c1, cookie ``two``
+    then to c2, where it goes.  Cookie ``one`` is re-set naming c2, the
+    cluster used (A60's clusterUsed; C-core writes the cluster the first
+    filter chose, c1, with an empty address)."""
+    sel = _two_filter_selector([b.route(prefix="", weighted_clusters={"c1": 1, "c2": 1})])
+    for _ in range(5):
+        config = sel.select("/s/m", _cookies(one="10.0.0.1:80;c1", two="10.0.0.2:80;c2"))
+        assert config.call_attributes["cluster"] == "cluster:c2"
+        assert _set_cookies(config, "10.0.0.2:80") == [("one", "10.0.0.2:80;c2")]

@@ -48,8 +48,9 @@ to its cookie's cluster (A60, in filter order); the last of them gives the
 picker its address list (C-core's later attribute replaces the earlier),
 even when its cookie is absent; each answers with its own ``set-cookie``,
 the last filter's first (C-core's response runs the filters backwards).
-An earlier filter's cookie names the endpoint picked, as A55 says
-(C-core writes an empty address there: docs/differences-from-c-core.md).
+An earlier filter's cookie names the endpoint picked and the cluster
+used, as A55 and A60 say (C-core writes an empty address and the cluster
+that filter chose: docs/differences-from-c-core.md).
 
 Parsed cookies are remembered by their header text (a bounded map), so a
 session's RPCs decode their cookie once.
@@ -207,6 +208,12 @@ class SessionChainCall:
 
     def __init__(self, calls: tuple[SessionCall, ...]) -> None:
         self.calls = calls
+        # an earlier filter's cookie names the cluster used (A60's
+        # "clusterUsed"): the last filter's, which the RPC went to
+        final = calls[-1].cluster
+        for call in calls[:-1]:
+            if call.cluster != final:
+                call.cluster, call.cluster_changed = final, True
 
     def response_metadata(self) -> tuple[tuple[str, str], ...]:
         last = self.calls[-1]
