@@ -564,6 +564,26 @@ def test_an_rpc_the_fault_filter_aborts_gets_no_cookie_in_both(
             assert set_cookie(initial) is None and set_cookie(trailing) is None, client
 
 
+def test_a_logical_dns_cluster_s_session_cookie_names_its_endpoint_in_both(
+    server, backends, clients
+):
+    """A55 on a LOGICAL_DNS cluster (A37, A61: one endpoint, the name's
+    addresses): the cookie names the endpoint's address list (here the one
+    address of 127.0.0.1) and pins it."""
+    base = snapshot(backends, "v-logical-dns")
+    dns = b.cluster("c1", kind="LOGICAL_DNS", dns_host="127.0.0.1", dns_port=backends["b1"].port)
+    server.set_snapshot(
+        base.replace(clusters=[dns, base.clusters[1]], endpoints=[base.endpoints[1]])
+    )
+    channel, core = clients("ssa-logical-dns")
+    address = backends["b1"].address
+    for client in ("pyxds", "core"):
+        ((reply, initial, _),) = calls(client, channel, core, 1)
+        assert reply == "b1" and decoded(set_cookie(initial)) == f"{address};c1", client
+        got = calls(client, channel, core, 3, cookie_for(address))
+        assert [(r, set_cookie(i)) for r, i, _ in got] == [("b1", None)] * 3, (client, got)
+
+
 class _CookieBackend:
     """A grpcio backend whose Who sends its own ``set-cookie`` in its
     initial metadata."""
