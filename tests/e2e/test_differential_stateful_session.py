@@ -584,6 +584,44 @@ def test_a_logical_dns_cluster_s_session_cookie_names_its_endpoint_in_both(
         assert [(r, set_cookie(i)) for r, i, _ in got] == [("b1", None)] * 3, (client, got)
 
 
+def test_an_rpc_ended_by_its_deadline_gets_no_cookie_in_both(server, backends, clients):
+    """An RPC that reached b1 and ran past its deadline (the backend sent
+    nothing): the client ended it, there is no response to carry a cookie,
+    and neither client adds one (C-core: a locally generated status is no
+    trailers-only response; it does add one in the rare run where the
+    backend's own DEADLINE_EXCEEDED, a trailers-only response, arrives
+    before its timer fires).  A DEADLINE_EXCEEDED the backend sends
+    itself, before the deadline, is a trailers-only response: the cookie
+    is in its trailers in both.  Fails on the old code: pyxds put the
+    cookie in the trailers of a call its deadline ended, unless grpcio's
+    status text was one it rewords."""
+    import grpc
+
+    server.set_snapshot(snapshot(backends, "v-deadline"))
+    channel, core = clients("ssa-deadline")
+    md = cookie_for(backends["b1"].address, cluster="")  # cluster changed: a new cookie
+    assert pyxds_call(channel, md)[0] == core.call_md(WHO, md)[0] == "b1"
+    for _ in range(3):
+        with pytest.raises(grpc.RpcError) as ours:
+            channel.unary_unary(SLEEP).with_call(b"1.5", timeout=0.3, metadata=md)
+        assert ours.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        assert set_cookie(ours.value.initial_metadata()) is None
+        assert set_cookie(ours.value.trailing_metadata()) is None
+    # C-core: none, unless the backend's own DEADLINE_EXCEEDED (it has the
+    # same deadline) wins the race against the client's timer
+    theirs = [core.call_md(SLEEP, md, timeout=0.3, request="1.5") for _ in range(3)]
+    assert {reply for reply, _, _ in theirs} == {"error:DEADLINE_EXCEEDED"}
+    assert {set_cookie(initial) for _, initial, _ in theirs} == {None}
+    assert None in {set_cookie(trailing) for _, _, trailing in theirs}, theirs
+    sent = f"{backends['b1'].address};c1"
+    for reply, initial, trailing in (
+        pyxds_call(channel, md, FAIL, "DEADLINE_EXCEEDED"),
+        core.call_md(FAIL, md, request="DEADLINE_EXCEEDED"),
+    ):
+        assert reply == "error:DEADLINE_EXCEEDED"
+        assert set_cookie(initial) is None and decoded(set_cookie(trailing)) == sent
+
+
 class _CookieBackend:
     """A grpcio backend whose Who sends its own ``set-cookie`` in its
     initial metadata."""

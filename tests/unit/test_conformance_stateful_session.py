@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import random
 
+import grpc
 from envoy.extensions.filters.http.stateful_session.v3 import stateful_session_pb2 as ss_pb2
 from test_cds_support import connect_all, loc
 from test_conformance_override_host import E0, E1, E2, fallback_picks, override_picks, plain_picks
@@ -212,3 +213,44 @@ def test_with_two_session_filters_each_cookie_names_the_cluster_used():
         config = sel.select("/s/m", _cookies(one="10.0.0.1:80;c1", two="10.0.0.2:80;c2"))
         assert config.call_attributes["cluster"] == "cluster:c2"
         assert _set_cookies(config, "10.0.0.2:80") == [("one", "10.0.0.2:80;c2")]
+
+
+# -- the response side: a call the client's deadline ended ---------------------------------
+
+
+class _Session:
+    def response_metadata(self):
+        return (("set-cookie", "c=x; HttpOnly"),)
+
+
+class _Rpc:
+    def __init__(self, deadline):
+        self.deadline = deadline
+
+
+def test_a_call_its_deadline_ended_gets_no_cookie_and_a_server_sent_one_does():
+    """A55's response processing has nothing to add to when there is no
+    response: a call that ended DEADLINE_EXCEEDED once its own deadline
+    was over gets no set-cookie (C-core: a locally generated status is no
+    trailers-only response).  A DEADLINE_EXCEEDED received before the
+    deadline (the server's, trailers-only), or on an RPC without deadline,
+    gets it in its trailers.  tests/e2e/test_differential_stateful_session.py
+    runs it against C-core; there pyxds's old behaviour depended on
+    grpcio's status text (with or without the cookie)."""
+    import time
+
+    from pyxds.channel.response_metadata import ResponseAdditions
+
+    exceeded = grpc.StatusCode.DEADLINE_EXCEEDED
+    over = ResponseAdditions(_Session(), _Rpc(time.monotonic() - 0.001))
+    assert over.initial((), exceeded) == ()
+    assert over.trailing((), (), exceeded) == ()
+    for rpc in (_Rpc(time.monotonic() + 60), _Rpc(None)):
+        early = ResponseAdditions(_Session(), rpc)
+        assert early.initial((), exceeded) == ()
+        assert [tuple(item) for item in early.trailing((), (), exceeded)] == [
+            ("set-cookie", "c=x; HttpOnly")
+        ]
+    # any other status once the deadline is over: the server's trailers-only
+    other = ResponseAdditions(_Session(), _Rpc(time.monotonic() - 1))
+    assert len(other.trailing((), (), grpc.StatusCode.UNAVAILABLE)) == 1
