@@ -622,6 +622,34 @@ def test_an_rpc_ended_by_its_deadline_gets_no_cookie_in_both(server, backends, c
         assert set_cookie(initial) is None and decoded(set_cookie(trailing)) == sent
 
 
+def test_a_call_the_application_cancels_gets_no_cookie_and_a_server_cancel_does(
+    server, backends, clients
+):
+    """The server's CANCELLED (trailers-only) carries the cookie in its
+    trailers in both clients; a call the application cancelled while the
+    backend was still at work had no response and gets none (pyxds; C-core's
+    filter adds a cookie only to a trailers-only response, and its local
+    cancel is none: the C-core client here cannot cancel).  Fails on the old
+    code: the cancelled call got the cookie in its trailers."""
+    import time
+
+    server.set_snapshot(snapshot(backends, "v-cancel"))
+    channel, core = clients("ssa-cancel")
+    md = cookie_for(backends["b1"].address, cluster="")  # cluster changed: a new cookie
+    sent = f"{backends['b1'].address};c1"
+    for reply, initial, trailing in (
+        pyxds_call(channel, md, FAIL, "CANCELLED"),
+        core.call_md(FAIL, md, request="CANCELLED"),
+    ):
+        assert reply == "error:CANCELLED"
+        assert set_cookie(initial) is None and decoded(set_cookie(trailing)) == sent
+    future = channel.unary_unary(SLEEP).future(b"1.0", timeout=5, metadata=md)
+    time.sleep(0.3)  # the backend is sleeping on it
+    assert future.cancel()
+    assert set_cookie(future.trailing_metadata() or ()) is None
+    assert set_cookie(future.initial_metadata() or ()) is None
+
+
 class _CookieBackend:
     """A grpcio backend whose Who sends its own ``set-cookie`` in its
     initial metadata."""

@@ -224,8 +224,9 @@ class _Session:
 
 
 class _Rpc:
-    def __init__(self, deadline):
+    def __init__(self, deadline, cancelled=False):
         self.deadline = deadline
+        self.cancelled = cancelled
 
 
 def test_a_call_its_deadline_ended_gets_no_cookie_and_a_server_sent_one_does():
@@ -254,3 +255,20 @@ def test_a_call_its_deadline_ended_gets_no_cookie_and_a_server_sent_one_does():
     # any other status once the deadline is over: the server's trailers-only
     other = ResponseAdditions(_Session(), _Rpc(time.monotonic() - 1))
     assert len(other.trailing((), (), grpc.StatusCode.UNAVAILABLE)) == 1
+
+
+def test_a_call_the_application_cancelled_gets_no_cookie_and_a_server_sent_cancel_does():
+    """As for the deadline: a call the application cancelled had no
+    response (C-core: CANCELLED "Locally cancelled by application!" is no
+    trailers-only response, its filter adds nothing); a CANCELLED the
+    server sent (trailers-only) gets the cookie in its trailers
+    (tests/e2e/test_differential_stateful_session.py runs both, the
+    server's against C-core too).  Fails on the old code (the cookie came back
+    after cancel())."""
+    from pyxds.channel.response_metadata import ResponseAdditions
+
+    cancelled = grpc.StatusCode.CANCELLED
+    mine = ResponseAdditions(_Session(), _Rpc(None, cancelled=True))
+    assert mine.trailing((), (), cancelled) == () and mine.initial((), cancelled) == ()
+    theirs = ResponseAdditions(_Session(), _Rpc(None))
+    assert len(theirs.trailing((), (), cancelled)) == 1

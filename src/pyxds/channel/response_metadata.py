@@ -17,9 +17,10 @@ metadata readers and raised errors through it:
   trailers-only, so the rule is: the call ended with a non-OK status and
   its initial metadata is empty (what a server that fails an RPC before
   sending anything produces; C-core then adds the cookie to the trailers).
-  A call the RPC's own deadline ended (DEADLINE_EXCEEDED once the deadline
-  is over) had no response at all: nothing is added (C-core's local
-  status is no trailers-only response).
+  A call the client ended itself had no response at all: the RPC's own
+  deadline (DEADLINE_EXCEEDED once the deadline is over) or the
+  application's cancel (CANCELLED after ``cancel()``); nothing is added
+  (C-core's local status is no trailers-only response).
 * :class:`CallWithMetadata` presents a finished sync grpcio call (or the
   ``grpc.RpcError`` it raised) with the additions; :func:`aio_error`
   rebuilds a ``grpc.aio.AioRpcError`` with them.
@@ -43,6 +44,7 @@ __all__ = ["ResponseAdditions", "CallWithMetadata", "additions_of", "aio_error",
 
 _OK = grpc.StatusCode.OK
 _DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED
+_CANCELLED = grpc.StatusCode.CANCELLED
 Pairs = tuple[tuple[str, str], ...]
 
 try:  # grpcio's metadata item type (a namedtuple with .key / .value)
@@ -63,14 +65,15 @@ class ResponseAdditions:
 
     def __init__(self, state: Any, rpc: Any = None) -> None:
         self._state = state
-        #: the RPC (its ``deadline``, monotonic seconds or None)
+        #: the RPC (its ``deadline``, monotonic seconds or None, and
+        #: ``cancelled``, set by the application's cancel)
         self._rpc = rpc
         self._pairs: Pairs | None = None
         self._trailing = False
 
     def _decide(self, initial: Any, code: grpc.StatusCode | None) -> Pairs:
         if self._pairs is None:
-            if code is _DEADLINE_EXCEEDED and self._deadline_over():
+            if self._ended_here(code):
                 pairs: Pairs = ()  # ended by the client: no response
             else:
                 try:
@@ -82,9 +85,14 @@ class ResponseAdditions:
             self._pairs = pairs
         return self._pairs
 
-    def _deadline_over(self) -> bool:
-        deadline = getattr(self._rpc, "deadline", None)
-        return deadline is not None and time.monotonic() >= deadline
+    def _ended_here(self, code: grpc.StatusCode | None) -> bool:
+        """Whether the client ended the call (module docstring)."""
+        if code is _CANCELLED:
+            return bool(getattr(self._rpc, "cancelled", False))
+        if code is _DEADLINE_EXCEEDED:
+            deadline = getattr(self._rpc, "deadline", None)
+            return deadline is not None and time.monotonic() >= deadline
+        return False
 
     def initial(self, metadata: Any, code: grpc.StatusCode | None) -> Any:
         """``metadata`` (the response's initial metadata; ``code``: the
