@@ -650,6 +650,24 @@ def test_a_call_the_application_cancels_gets_no_cookie_and_a_server_cancel_does(
     assert set_cookie(future.initial_metadata() or ()) is None
 
 
+def test_of_two_cookies_with_the_session_s_name_the_first_is_read_in_both(
+    server, backends, clients
+):
+    """A55: "If you find more than one cookie with that name, then just
+    pick the first cookie": the first names b2 (pinned); when the first is
+    not base64, the RPC has no session address even though the second
+    names b1 (C-core decodes only the first)."""
+    server.set_snapshot(snapshot(backends, "v-two-cookies"))
+    channel, core = clients("ssa-two-cookies")
+    b1, b2 = cookie_for(backends["b1"].address), cookie_for(backends["b2"].address)
+    garbage = [("cookie", f"{ssa.COOKIE}=!!!")]
+    for client in ("pyxds", "core"):
+        got = calls(client, channel, core, 4, one_header(b2, b1))
+        assert [r for r, _, _ in got] == ["b2"] * 4, (client, got)
+        got = calls(client, channel, core, 6, one_header(garbage, b1))
+        assert unpinned([r for r, _, _ in got], {"b0", "b1", "b2"}), (client, got)
+
+
 class _CookieBackend:
     """A grpcio backend whose Who sends its own ``set-cookie`` in its
     initial metadata."""
