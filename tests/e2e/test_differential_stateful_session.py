@@ -584,6 +584,19 @@ def test_a_logical_dns_cluster_s_session_cookie_names_its_endpoint_in_both(
         assert [(r, set_cookie(i)) for r, i, _ in got] == [("b1", None)] * 3, (client, got)
 
 
+def _server_status_has_the_cookie_in_its_trailers(channel, core, md, code: str, backends) -> None:
+    """b1 (``md`` pins it, with a cluster to re-set) fails the RPC with
+    ``code`` before sending anything: a trailers-only response, whose
+    trailers carry the new cookie in both clients."""
+    sent = f"{backends['b1'].address};c1"
+    for reply, initial, trailing in (
+        pyxds_call(channel, md, FAIL, code),
+        core.call_md(FAIL, md, request=code),
+    ):
+        assert reply == f"error:{code}"
+        assert set_cookie(initial) is None and decoded(set_cookie(trailing)) == sent
+
+
 def test_an_rpc_ended_by_its_deadline_gets_no_cookie_in_both(server, backends, clients):
     """An RPC that reached b1 and ran past its deadline (the backend sent
     nothing): the client ended it, there is no response to carry a cookie,
@@ -613,13 +626,7 @@ def test_an_rpc_ended_by_its_deadline_gets_no_cookie_in_both(server, backends, c
     assert {reply for reply, _, _ in theirs} == {"error:DEADLINE_EXCEEDED"}
     assert {set_cookie(initial) for _, initial, _ in theirs} == {None}
     assert None in {set_cookie(trailing) for _, _, trailing in theirs}, theirs
-    sent = f"{backends['b1'].address};c1"
-    for reply, initial, trailing in (
-        pyxds_call(channel, md, FAIL, "DEADLINE_EXCEEDED"),
-        core.call_md(FAIL, md, request="DEADLINE_EXCEEDED"),
-    ):
-        assert reply == "error:DEADLINE_EXCEEDED"
-        assert set_cookie(initial) is None and decoded(set_cookie(trailing)) == sent
+    _server_status_has_the_cookie_in_its_trailers(channel, core, md, "DEADLINE_EXCEEDED", backends)
 
 
 def test_a_call_the_application_cancels_gets_no_cookie_and_a_server_cancel_does(
@@ -636,13 +643,7 @@ def test_a_call_the_application_cancels_gets_no_cookie_and_a_server_cancel_does(
     server.set_snapshot(snapshot(backends, "v-cancel"))
     channel, core = clients("ssa-cancel")
     md = cookie_for(backends["b1"].address, cluster="")  # cluster changed: a new cookie
-    sent = f"{backends['b1'].address};c1"
-    for reply, initial, trailing in (
-        pyxds_call(channel, md, FAIL, "CANCELLED"),
-        core.call_md(FAIL, md, request="CANCELLED"),
-    ):
-        assert reply == "error:CANCELLED"
-        assert set_cookie(initial) is None and decoded(set_cookie(trailing)) == sent
+    _server_status_has_the_cookie_in_its_trailers(channel, core, md, "CANCELLED", backends)
     future = channel.unary_unary(SLEEP).future(b"1.0", timeout=5, metadata=md)
     time.sleep(0.3)  # the backend is sleeping on it
     assert future.cancel()
