@@ -669,6 +669,42 @@ def test_of_two_cookies_with_the_session_s_name_the_first_is_read_in_both(
         assert unpinned([r for r, _, _ in got], {"b0", "b1", "b2"}), (client, got)
 
 
+def test_an_rpc_its_backend_cancels_at_shutdown_carries_the_cookie_in_both(
+    server, backends, clients
+):
+    """A backend stopping (no grace) ends the RPCs it runs with UNAVAILABLE
+    "Cancelling all calls", a trailers-only response: the session's new
+    cookie is in its trailers in both clients."""
+    import threading
+    import time
+
+    s1 = Backend("s1").start()
+    try:
+        server.set_snapshot(snapshot({**backends, "s1": s1}, "v-shutdown", c1=("s1",)))
+        channel, core = clients("ssa-shutdown")
+        md = cookie_for(s1.address, cluster="")  # cluster changed: a new cookie
+
+        def stop_and_restart() -> None:
+            time.sleep(0.4)  # the RPC is running (the backend sleeps on it)
+            s1.stop()
+            s1.start()
+
+        for client in ("pyxds", "core"):
+            assert calls(client, channel, core, 1, md)[0][0] == "s1"
+            stopper = threading.Thread(target=stop_and_restart)
+            stopper.start()
+            if client == "pyxds":
+                reply, initial, trailing = pyxds_call(channel, md, SLEEP, "2")
+            else:
+                reply, initial, trailing = core.call_md(SLEEP, md, request="2")
+            stopper.join()
+            assert reply == "error:UNAVAILABLE", (client, reply)
+            assert set_cookie(initial) is None, client
+            assert decoded(set_cookie(trailing)) == f"{s1.address};c1", client
+    finally:
+        s1.stop()
+
+
 class _CookieBackend:
     """A grpcio backend whose Who sends its own ``set-cookie`` in its
     initial metadata."""
