@@ -890,6 +890,10 @@ def _negative_ttl(state: cookie_pb2.CookieBasedSessionState) -> None:
     state.cookie.ttl.seconds = -1
 
 
+def _negative_ttl_nanos(state: cookie_pb2.CookieBasedSessionState) -> None:
+    state.cookie.ttl.nanos = -1
+
+
 def _no_cookie(state: cookie_pb2.CookieBasedSessionState) -> None:
     state.ClearField("cookie")
 
@@ -963,6 +967,13 @@ NACKS = [
         f"{_PER_ROUTE}{_STATE}.cookie.ttl.seconds",
         "value must be in the range [0, 315576000000]",
         id="override-negative-ttl",
+    ),
+    pytest.param(
+        b.pack(_session(_cookie_state_any(_negative_ttl_nanos))),
+        None,
+        f"{_FILTER}{_STATE}.cookie.ttl.nanos",
+        "value must be in the range [0, 999999999]",
+        id="negative-ttl-nanos",
     ),
     pytest.param(
         None,
