@@ -4,7 +4,11 @@ C-core's ``test/cpp/end2end/xds/xds_override_host_end2end_test.cc``
 that tests/e2e/test_stateful_session.py does not already replay, and the
 stateful session filter's NACKs of C-core's
 ``test/core/xds/xds_http_stateful_session_filter_test.cc`` that
-tests/unit/test_stateful_session_config.py had checked against pyxds only.
+tests/unit/test_stateful_session_config.py had checked against pyxds only;
+then what the gRFCs leave to C-core when sessions meet other features
+(A39 per-cluster overrides, A42, A44 retries, A33 faults, A50 ejection,
+A37 aggregate and LOGICAL_DNS clusters, two session filters, IPv6
+addresses, responses the client ended itself).
 Each case runs through pyxds and grpcio's C-core ``xds:///`` channel (a
 subprocess) on the same pyxds.server config and the same backends, and
 asserts the same observable outcome in both: which backend served, which
