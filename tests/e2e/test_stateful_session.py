@@ -501,7 +501,9 @@ def test_a_session_follows_its_endpoint_into_a_lower_priority(server, backends, 
 
 def test_the_cookie_is_decoded_as_c_core_decodes_it(server, backends, clients):
     """absl::Base64Unescape: spaces are skipped, padding is absent or
-    complete (a partial one is refused); both clients pin or both re-pick."""
+    complete (a partial one is refused, so is too much), the standard
+    alphabet only (not the URL-safe one), no quotes; both clients pin or
+    both re-pick."""
     server.set_snapshot(snapshot(backends, "v1"))
     channel, core = clients("ssa-base64")
     address = backends["b2"].address
@@ -510,10 +512,20 @@ def test_the_cookie_is_decoded_as_c_core_decodes_it(server, backends, clients):
     other = "c1" + "x" * ((1 - len(f"{address};c1")) % 3)
     padded = base64.b64encode(f"{address};{other}".encode()).decode()
     assert padded.endswith("==")
+    # a cluster part whose encoding has "+" or "/" (not in the route: the address pins)
+    raw = next(
+        text
+        for text in (f"{address};c1" + "\xfb" * k + "?" * j for j in range(9) for k in range(3))
+        if set(base64.b64encode(text.encode("latin-1")).decode()) & {"+", "/"}
+    ).encode("latin-1")
     rows = {
         value[:6] + " " + value[6:]: True,
         value + " ": True,
         padded[:-1]: False,  # partial padding
+        base64.b64encode(raw).decode(): True,
+        base64.urlsafe_b64encode(raw).decode(): False,  # the URL-safe alphabet is not read
+        f'"{value}"': False,  # RFC 6265's quoted cookie-value: not base64 to absl
+        value + "====": False,  # too much padding
     }
     for text, pins in rows.items():
         md = [("cookie", f"{COOKIE}={text}")]

@@ -17,6 +17,10 @@ metadata readers and raised errors through it:
   trailers-only, so the rule is: the call ended with a non-OK status and
   its initial metadata is empty (what a server that fails an RPC before
   sending anything produces; C-core then adds the cookie to the trailers).
+  A call the client ended itself had no response at all: the RPC's own
+  deadline (DEADLINE_EXCEEDED once the deadline is over) or the
+  application's cancel (CANCELLED after ``cancel()``); nothing is added
+  (C-core's local status is no trailers-only response).
 * :class:`CallWithMetadata` presents a finished sync grpcio call (or the
   ``grpc.RpcError`` it raised) with the additions; :func:`aio_error`
   rebuilds a ``grpc.aio.AioRpcError`` with them.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +43,8 @@ _log = logging.getLogger(__name__)
 __all__ = ["ResponseAdditions", "CallWithMetadata", "additions_of", "aio_error", "aio_metadata"]
 
 _OK = grpc.StatusCode.OK
+_DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED
+_CANCELLED = grpc.StatusCode.CANCELLED
 Pairs = tuple[tuple[str, str], ...]
 
 try:  # grpcio's metadata item type (a namedtuple with .key / .value)
@@ -54,23 +61,38 @@ class ResponseAdditions:
     """What one RPC adds to its response metadata, decided once (module
     docstring)."""
 
-    __slots__ = ("_state", "_pairs", "_trailing")
+    __slots__ = ("_state", "_rpc", "_pairs", "_trailing")
 
-    def __init__(self, state: Any) -> None:
+    def __init__(self, state: Any, rpc: Any = None) -> None:
         self._state = state
+        #: the RPC (its ``deadline``, monotonic seconds or None, and
+        #: ``cancelled``, set by the application's cancel)
+        self._rpc = rpc
         self._pairs: Pairs | None = None
         self._trailing = False
 
     def _decide(self, initial: Any, code: grpc.StatusCode | None) -> Pairs:
         if self._pairs is None:
-            try:
-                pairs = tuple(self._state.response_metadata())
-            except Exception:
-                _log.exception("pyxds: response_metadata raised")
-                pairs = ()
+            if self._ended_here(code):
+                pairs: Pairs = ()  # ended by the client: no response
+            else:
+                try:
+                    pairs = tuple(self._state.response_metadata())
+                except Exception:
+                    _log.exception("pyxds: response_metadata raised")
+                    pairs = ()
             self._trailing = code is not None and code is not _OK and not initial
             self._pairs = pairs
         return self._pairs
+
+    def _ended_here(self, code: grpc.StatusCode | None) -> bool:
+        """Whether the client ended the call (module docstring)."""
+        if code is _CANCELLED:
+            return bool(getattr(self._rpc, "cancelled", False))
+        if code is _DEADLINE_EXCEEDED:
+            deadline = getattr(self._rpc, "deadline", None)
+            return deadline is not None and time.monotonic() >= deadline
+        return False
 
     def initial(self, metadata: Any, code: grpc.StatusCode | None) -> Any:
         """``metadata`` (the response's initial metadata; ``code``: the
@@ -103,7 +125,7 @@ def additions_of(rpc: Any) -> ResponseAdditions | None:
     """The RPC's additions, None when its CallConfig has no call state."""
     config = getattr(rpc, "call_config", None)
     state = getattr(config, "call_state", None)
-    return None if state is None else ResponseAdditions(state)
+    return None if state is None else ResponseAdditions(state, rpc)
 
 
 def _aio_plus(metadata: Any, pairs: Pairs) -> Any:

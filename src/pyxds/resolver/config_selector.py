@@ -49,7 +49,9 @@ nothing on the success path:
    address and writes the picked one) and as ``CallConfig.call_state`` (the
    channel asks it for the ``set-cookie`` of the response).  Filters and
    timeouts are those of the cluster the route drew, as in C-core where
-   the filter only changes the cluster attribute.
+   the filter only changes the cluster attribute.  Several session filters
+   in one chain (a :class:`~pyxds.resolver.stateful_session.SessionChain`)
+   are applied one after the other, as C-core runs them.
 """
 
 from __future__ import annotations
@@ -69,7 +71,12 @@ from pyxds.resolver.api import CallConfig, ConfigSelector
 from pyxds.resolver.http_filters import build_chain
 from pyxds.resolver.retry_policy import RetryPolicy
 from pyxds.resolver.route_matching import RouteTable
-from pyxds.resolver.stateful_session import SessionCall, SessionCookie
+from pyxds.resolver.stateful_session import (
+    SessionCall,
+    SessionChain,
+    SessionChainCall,
+    SessionCookie,
+)
 from pyxds.status import Status
 from pyxds.xds.resources.types import RouteAction, VirtualHost
 
@@ -183,7 +190,10 @@ class _Choice:
     __slots__ = ("ref", "config", "session")
 
     def __init__(
-        self, ref: ClusterRef, config: CallConfig, session: SessionCookie | None = None
+        self,
+        ref: ClusterRef,
+        config: CallConfig,
+        session: SessionCookie | SessionChain | None = None,
     ) -> None:
         self.ref = ref
         self.config = config
@@ -284,6 +294,36 @@ def _per_rpc_config(
     return config
 
 
+def _open_session(
+    cookie: SessionCookie,
+    choice: _Choice,
+    action: _Action,
+    path: str,
+    metadata: Sequence[tuple[str, str | bytes]],
+) -> tuple[_Choice, SessionCall | None]:
+    """One session filter on an RPC (module docstring, step 6): the choice
+    its cookie's cluster leads to, and its session (None when the RPC's path
+    is not the cookie's)."""
+    if not cookie.applies_to(path):
+        return choice, None
+    address_list, cookie_cluster, addresses = cookie.read_split(metadata)
+    if choice.ref.child_policy is not None:
+        # a cluster specifier plugin's route (RLS): no cluster to keep or
+        # write; the address still pins (C-core's empty cluster when the
+        # attribute is no "cluster:" child)
+        cluster = ""
+    else:
+        cluster = choice.ref.name
+        if cookie_cluster and cookie_cluster != cluster:
+            pinned = action.by_cluster.get(cookie_cluster)
+            if pinned is not None:
+                choice, cluster = pinned, cookie_cluster
+    session = SessionCall(
+        cookie.config, address_list, cluster, cluster != cookie_cluster, addresses
+    )
+    return choice, session
+
+
 class XdsConfigSelector(ConfigSelector):
     """Routes RPCs over one virtual host (module docstring)."""
 
@@ -333,9 +373,10 @@ class XdsConfigSelector(ConfigSelector):
             plugin: bool = False,
         ) -> _Choice:
             ref = (plugin_refs or {})[cluster] if plugin else refs[cluster]
-            session = None
+            session: SessionCookie | SessionChain | None = None
             if any(type(f) is SessionCookie for f in filters):
-                session = next(f for f in filters if type(f) is SessionCookie)
+                cookies = tuple(f for f in filters if type(f) is SessionCookie)
+                session = cookies[0] if len(cookies) == 1 else SessionChain(cookies)
                 filters = tuple(f for f in filters if type(f) is not SessionCookie)
             key = (ref.child_name, timeout, retry, filters)
             config = configs.get(key)
@@ -463,24 +504,22 @@ class XdsConfigSelector(ConfigSelector):
         else:
             choice = choices[bisect_right(action.cumulative, self._draw(action.total))]
         drawn = choice
-        session = None
+        session: SessionCall | None = None
+        call_state: SessionCall | SessionChainCall | None = None
         cookie = choice.session
-        if cookie is not None and cookie.applies_to(path):
-            address_list, cookie_cluster, addresses = cookie.read_split(metadata)
-            if choice.ref.child_policy is not None:
-                # a cluster specifier plugin's route (RLS): no cluster to
-                # keep or write; the address still pins (C-core's empty
-                # cluster when the attribute is no "cluster:" child)
-                cluster = ""
-            else:
-                cluster = choice.ref.name
-                if cookie_cluster and cookie_cluster != cluster:
-                    pinned = action.by_cluster.get(cookie_cluster)
-                    if pinned is not None:
-                        choice, cluster = pinned, cookie_cluster
-            session = SessionCall(
-                cookie.config, address_list, cluster, cluster != cookie_cluster, addresses
-            )
+        if type(cookie) is SessionCookie:
+            choice, session = _open_session(cookie, choice, action, path, metadata)
+            call_state = session
+        elif cookie is not None:
+            assert isinstance(cookie, SessionChain)
+            calls = []
+            for one in cookie.cookies:
+                choice, opened = _open_session(one, choice, action, path, metadata)
+                if opened is not None:
+                    calls.append(opened)
+            if calls:
+                session = calls[-1]
+                call_state = session if len(calls) == 1 else SessionChainCall(tuple(calls))
         hasher = action.hasher
         request_hash = hasher(metadata) if hasher is not None else None
         ref = choice.ref
@@ -494,7 +533,7 @@ class XdsConfigSelector(ConfigSelector):
             attributes[REQUEST_HASH_KEY] = request_hash
         if session is not None:
             attributes[OVERRIDE_HOST_ATTRIBUTE] = session
-        return _per_rpc_config(config, attributes, ref.release, session)
+        return _per_rpc_config(config, attributes, ref.release, call_state)
 
     def _reroute(self, path: str, metadata: Sequence[tuple[str, str | bytes]]) -> CallConfig:
         # The cluster was retired after a newer selector replaced this one.

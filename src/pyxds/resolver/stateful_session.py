@@ -41,6 +41,17 @@ seconds>`` when the TTL is positive: C-core's exact text, so a cookie set
 by one client works in the other.  The TTL is only written into the
 cookie, never enforced (A55).
 
+Several stateful session filters on one route (A39 runs each, in order;
+A55 is silent on how they combine; :class:`SessionChain`): C-core's way.
+Each filter whose path matches reads its own cookie and may move the RPC
+to its cookie's cluster (A60, in filter order); the last of them gives the
+picker its address list (C-core's later attribute replaces the earlier),
+even when its cookie is absent; each answers with its own ``set-cookie``,
+the last filter's first (C-core's response runs the filters backwards).
+An earlier filter's cookie names the endpoint picked and the cluster
+used, as A55 and A60 say (C-core writes an empty address and the cluster
+that filter chose: docs/differences-from-c-core.md).
+
 Parsed cookies are remembered by their header text (a bounded map), so a
 session's RPCs decode their cookie once.
 """
@@ -68,6 +79,8 @@ __all__ = [
     "COOKIE_HEADER",
     "SET_COOKIE_HEADER",
     "SessionCall",
+    "SessionChain",
+    "SessionChainCall",
     "SessionCookie",
     "StatefulSessionFilter",
     "cookie_value",
@@ -185,6 +198,33 @@ class SessionCall(OverrideHostAttribute):
         return ((SET_COOKIE_HEADER, set_cookie_value(self.config, actual, self.cluster)),)
 
 
+class SessionChainCall:
+    """The :class:`SessionCall` of each of a route's session filters that
+    applies to one RPC, in filter order (module docstring): the last one
+    is the picker's attribute; the others' cookies name the endpoint it
+    picked."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self, calls: tuple[SessionCall, ...]) -> None:
+        self.calls = calls
+        # an earlier filter's cookie names the cluster used (A60's
+        # "clusterUsed"): the last filter's, which the RPC went to
+        final = calls[-1].cluster
+        for call in calls[:-1]:
+            if call.cluster != final:
+                call.cluster, call.cluster_changed = final, True
+
+    def response_metadata(self) -> tuple[tuple[str, str], ...]:
+        last = self.calls[-1]
+        out: list[tuple[str, str]] = []
+        for call in reversed(self.calls):
+            if call is not last:
+                call.actual_address_list = last.actual_address_list
+            out.extend(call.response_metadata())
+        return tuple(out)
+
+
 class SessionCookie(CallFilter):
     """A route's stateful session config in its filter chain.  The xds
     ConfigSelector applies it (:meth:`start`); it never runs as a pre-pick
@@ -240,6 +280,19 @@ class SessionCookie(CallFilter):
 
     def __repr__(self) -> str:
         return f"SessionCookie({self.config})"
+
+
+class SessionChain:
+    """Two or more :class:`SessionCookie` of one route's filter chain, in
+    chain order (module docstring); the xds ConfigSelector applies each."""
+
+    __slots__ = ("cookies",)
+
+    def __init__(self, cookies: tuple[SessionCookie, ...]) -> None:
+        self.cookies = cookies
+
+    def __repr__(self) -> str:
+        return f"SessionChain{self.cookies}"
 
 
 class StatefulSessionFilter(HttpFilter):
