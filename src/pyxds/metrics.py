@@ -113,6 +113,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             " (metadata excluded) per RPC attempt; does not include grpc or transport"
             " framing bytes.",
             (_M, _T, _S),
+            (_LOC,),
         ),
         Instrument(
             "grpc.client.attempt.rcvd_total_compressed_message_size",
@@ -122,6 +123,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             " messages (metadata excluded) per RPC attempt; does not include grpc or"
             " transport framing bytes.",
             (_M, _T, _S),
+            (_LOC,),
         ),
         Instrument(
             "grpc.lb.pick_first.disconnections",
