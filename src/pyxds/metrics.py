@@ -251,8 +251,14 @@ def locality_label(locality: Any) -> str:
 class _OtelRecorder:
     """The instruments of one OpenTelemetry meter and the optional labels enabled."""
 
-    def __init__(self, meter_provider: Any, optional_labels: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        meter_provider: Any,
+        optional_labels: frozenset[str] = frozenset(),
+        generic_method_attribute_filter: Callable[[str], bool] | None = None,
+    ) -> None:
         self.optional_labels = optional_labels
+        self.generic_method_attribute_filter = generic_method_attribute_filter
         #: per instrument: (optional labels to drop, enabled optional labels)
         self.shape: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
             inst.name: (
@@ -336,11 +342,21 @@ def _gauge_callback(name: str) -> Callable[[Any], Iterable[Any]]:
 RECORDER: _OtelRecorder | None = None
 
 
-def enable(meter_provider: Any = None, optional_labels: Iterable[str] = ()) -> None:
+def enable(
+    meter_provider: Any = None,
+    optional_labels: Iterable[str] = (),
+    generic_method_attribute_filter: Callable[[str], bool] | None = None,
+) -> None:
     """Record pyxds metrics with ``meter_provider`` (default: OpenTelemetry's
     global one).  ``optional_labels``: the optional labels to emit (A78;
     e.g. ``["grpc.lb.locality"]``), none by default.  A name no instrument
-    declares raises ValueError (before anything changes)."""
+    declares raises ValueError (before anything changes).
+
+    ``generic_method_attribute_filter`` (A66 "Attributes", as grpcio's
+    ``OpenTelemetryPlugin``): called with the method (``pkg.Service/Method``)
+    of an RPC whose multicallable was not made with ``_registered_method=True``
+    (generated stubs register theirs); True records the method's name, False
+    records ``"other"``.  Without it every such method is ``"other"``."""
     global RECORDER
     if isinstance(optional_labels, str):
         optional_labels = (optional_labels,)
@@ -355,7 +371,24 @@ def enable(meter_provider: Any = None, optional_labels: Iterable[str] = ()) -> N
         from opentelemetry import metrics as otel_metrics
 
         meter_provider = otel_metrics.get_meter_provider()
-    RECORDER = _OtelRecorder(meter_provider, wanted)
+    RECORDER = _OtelRecorder(meter_provider, wanted, generic_method_attribute_filter)
+
+
+#: ``grpc.method`` of an RPC of a generic (not registered) method (A66)
+OTHER_METHOD = "other"
+
+
+def method_recorded(method: str) -> bool:
+    """Whether the generic method ``method`` is recorded by its name (the
+    user's ``generic_method_attribute_filter`` says so; A66), else "other"."""
+    recorder = RECORDER
+    chooser = recorder.generic_method_attribute_filter if recorder is not None else None
+    if chooser is None:
+        return False
+    try:
+        return bool(chooser(method))
+    except Exception:  # a user's filter must never fail an RPC
+        return False
 
 
 def disable() -> None:

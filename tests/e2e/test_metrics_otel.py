@@ -211,29 +211,23 @@ def test_attempt_message_sizes_are_the_serialized_bytes_of_each_attempt(
     assert (rcvd.count, rcvd.sum) == (2, 6 * reply.ByteSize())
 
 
-def test_failed_attempts_are_recorded_with_their_status(reader, xds_server):
+def test_an_rpc_that_fails_before_it_is_routed_has_a_call_but_no_attempt(reader, xds_server):
+    """A66: attempts are created "after name resolution and after any xDS
+    HTTP filters but before the LB pick": an RPC to a target with no
+    Listener ends without one (as C-core, tests/e2e/
+    test_differential_metrics.py), its call duration has its status."""
     xds_server.set_snapshot(Snapshot())
     with (
         pyxds.insecure_channel("xds:///missing", bootstrap=xds_server.bootstrap()) as channel,
-        pytest.raises(grpc.RpcError),
+        pytest.raises(grpc.RpcError) as failed,
     ):
-        channel.unary_unary("/x.Y/Z")(b"", timeout=0.3)
-    found = with_labels(
-        points(reader, "grpc.client.attempt.duration"),
-        grpc_method="x.Y/Z",
-        grpc_target="xds:///missing",
-    )
-    assert [p.attributes["grpc.status"] for p in found] in (
-        ["DEADLINE_EXCEEDED"],
-        ["UNAVAILABLE"],
-    )
-    calls = with_labels(
-        points(reader, "grpc.client.call.duration"),
-        grpc_method="x.Y/Z",
-        grpc_target="xds:///missing",
-    )
+        channel.unary_unary("/x.Y/Z", _registered_method=True)(b"", timeout=0.3)
+    labels = {"grpc_method": "x.Y/Z", "grpc_target": "xds:///missing"}
+    for name in ("grpc.client.attempt.started", "grpc.client.attempt.duration", SENT, RCVD):
+        assert with_labels(points(reader, name), **labels) == [], name
+    calls = with_labels(points(reader, "grpc.client.call.duration"), **labels)
     assert [(p.count, p.attributes["grpc.status"]) for p in calls] == [
-        (1, found[0].attributes["grpc.status"])
+        (1, failed.value.code().name)
     ]
 
 

@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from test_channel_picks import CountingPicker, Selector, ready_subchannel
+from test_channel_support import FakeGrpcError, Harness, new_rpc, run_blocking
 
 from pyxds import metrics
 from pyxds.channel.call_metrics import CallMetrics
-from pyxds.lb.api import Status
+from pyxds.lb.api import Endpoint, PickComplete, Picker, PickFail, Status
+from pyxds.resolver.api import CallConfig, ResolverResult
+from pyxds.resolver.fault_filter import FaultConfig, FaultInjector, _ActiveFaults
+from pyxds.resolver.retry_policy import RetryPolicy
+from pyxds.server import builders as b
 
 sdk = pytest.importorskip("opentelemetry.sdk.metrics")
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 LOC = "grpc.lb.locality"
 STARTED = "grpc.client.attempt.started"
 ATTEMPT = "grpc.client.attempt.duration"
@@ -106,6 +113,12 @@ def points(reader, name: str) -> list:
     ]
 
 
+def total(reader, name: str) -> int:
+    """A counter's value, or a histogram's count, over all its points."""
+    found = points(reader, name)
+    return sum(getattr(p, "count", None) or getattr(p, "value", 0) for p in found)
+
+
 # ---------------------------------------------------------------------------
 # Names, kinds, units, labels, buckets
 # ---------------------------------------------------------------------------
@@ -141,8 +154,9 @@ def test_histograms_advise_a66_latency_and_size_buckets(enable):
 # ---------------------------------------------------------------------------
 
 
-def _one_attempt() -> None:
-    call = CallMetrics("/pkg.Svc/M", "xds:///svc")
+def _one_attempt(registered: bool = True) -> None:
+    call = CallMetrics("/pkg.Svc/M", "xds:///svc", registered)
+    call.attempt_started()
     call.sizes[0], call.sizes[1] = 3, 5
     picked = {LOC: '{region="r", zone="z", sub_zone="s"}'}
     call.attempt_ended(Status(grpc.StatusCode.OK, ""), picked, True)
@@ -175,3 +189,211 @@ def test_enabled_locality_label_is_on_all_three_attempt_metrics(enable):
     for name in (STARTED, CALL):
         (point,) = points(reader, name)
         assert LOC not in point.attributes, name
+
+
+# ---------------------------------------------------------------------------
+# A66 grpc.method: generic methods are "other" unless the filter says so
+# ---------------------------------------------------------------------------
+
+
+def _methods(reader) -> dict[str, set[str]]:
+    return {
+        name: {p.attributes[_M] for p in points(reader, name)}
+        for name in (STARTED, ATTEMPT, SENT, RCVD, CALL)
+    }
+
+
+def test_registered_method_is_recorded_by_name(enable):
+    """A66 "Attributes": grpc.method is the full method name (registered:
+    generated stubs pass ``_registered_method=True``)."""
+    reader = enable()
+    _one_attempt(registered=True)
+    assert set().union(*_methods(reader).values()) == {"pkg.Svc/M"}
+
+
+def test_generic_method_is_recorded_as_other_by_default(enable):
+    """A66 "Attributes": "unregistered/generic method names should by
+    default be reported with "other" value instead" (C-core through
+    grpcio-observability: "other" for ``channel.unary_unary(path)``)."""
+    reader = enable()
+    _one_attempt(registered=False)
+    assert _methods(reader) == {name: {"other"} for name in (STARTED, ATTEMPT, SENT, RCVD, CALL)}
+
+
+def test_generic_method_filter_chooses_which_generic_names_are_recorded(enable):
+    """A66 "Implementations should provide the option to override this
+    behavior" (C++ ``SetGenericMethodAttributeFilter``, grpcio's
+    ``generic_method_attribute_filter``): called with the method name."""
+    asked = []
+
+    def keep(method: str) -> bool:
+        asked.append(method)
+        return method.startswith("pkg.")
+
+    reader = enable(generic_method_attribute_filter=keep)
+    _one_attempt(registered=False)
+    CallMetrics("/other.Svc/N", "t", False).call_ended(Status(grpc.StatusCode.OK, ""))
+    assert asked == ["pkg.Svc/M", "other.Svc/N"]
+    assert {p.attributes[_M] for p in points(reader, CALL)} == {"pkg.Svc/M", "other"}
+
+
+def test_generic_method_filter_that_raises_records_other(enable):
+    def broken(method: str) -> bool:
+        raise RuntimeError("bug")
+
+    reader = enable(generic_method_attribute_filter=broken)
+    _one_attempt(registered=False)
+    assert {p.attributes[_M] for p in points(reader, CALL)} == {"other"}
+
+
+def test_channel_multicallable_registers_its_method_only_when_asked():
+    """``_registered_method=True`` (generated stubs) registers the path
+    with the channel; a plain ``unary_unary(path)`` does not."""
+    import pyxds
+
+    with pyxds.insecure_channel("127.0.0.1:1") as channel:
+        channel.unary_unary("/pkg.Svc/Plain")
+        channel.unary_stream("/pkg.Svc/Stub", _registered_method=True)
+        assert channel._core.registered_methods == {"/pkg.Svc/Stub"}
+
+
+# ---------------------------------------------------------------------------
+# A66: when an attempt exists ("after name resolution and after any xDS HTTP
+# filters but before the LB pick") and how many
+# ---------------------------------------------------------------------------
+
+POLICY = RetryPolicy.from_xds(("unavailable",), 3, 0.001, 0.002)
+
+
+@pytest.fixture
+def h():
+    harness = Harness()
+    harness.start()
+    harness.resolve(
+        [Endpoint(("10.0.0.1:80",))],
+        Selector(CallConfig(call_attributes={"cluster": "c1"}, retry_policy=POLICY)),
+    )
+    yield harness
+    harness.core.close()
+
+
+def _call(rpc, fail_codes=()):
+    """Run ``rpc`` through the blocking adapter; each attempt fails with the
+    next of ``fail_codes``, then succeeds."""
+    codes = list(fail_codes)
+
+    def invoke(transport, remaining):
+        if codes:
+            raise FakeGrpcError(codes.pop(0), "backend says no")
+        return transport.channel.unary_unary("/svc/M").with_call(b"req")
+
+    try:
+        run_blocking(rpc, invoke)
+    except grpc.RpcError as err:
+        return err.code()
+    return grpc.StatusCode.OK
+
+
+def _attempt_statuses(reader) -> list[tuple[str, int]]:
+    return sorted((p.attributes[_S], p.count) for p in points(reader, ATTEMPT))
+
+
+def test_rpc_that_fails_without_a_config_has_no_attempt(enable):
+    """A66: no attempt before name resolution: a channel whose resolver
+    failed fails the RPC (not wait_for_ready) with a call and no attempt
+    (C-core through grpcio-observability: the same, e2e)."""
+    reader = enable()
+    h = Harness()
+    try:
+        h.start()
+        h.resolver.push(ResolverResult(endpoints=Status(UNAVAILABLE, "resolution failed")))
+        rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
+        assert _call(rpc) is UNAVAILABLE
+    finally:
+        h.core.close()
+    assert total(reader, STARTED) == 0 and points(reader, ATTEMPT) == []
+    assert [p.attributes[_S] for p in points(reader, CALL)] == ["UNAVAILABLE"]
+
+
+def test_rpc_failed_by_its_route_has_no_attempt(h, enable):
+    """A66: no attempt when the ConfigSelector fails the RPC (e.g. A28's
+    "No matching route found" or a non-forwarding action)."""
+    reader = enable()
+    status = Status(UNAVAILABLE, "No matching route found")
+    h.core.selector = Selector(CallConfig(status=status))
+    assert _call(new_rpc(h.core, "/svc/M", None, 5.0, False)) is UNAVAILABLE
+    assert total(reader, STARTED) == 0 and points(reader, ATTEMPT) == []
+    assert total(reader, CALL) == 1
+
+
+def test_rpc_aborted_by_a_fault_filter_has_no_attempt(h, enable):
+    """A66: attempts start "after any xDS HTTP filters": an A33 abort fails
+    the call before any attempt (C-core: the same, e2e)."""
+    reader = enable()
+    h.publish(CountingPicker(None))
+    fault = FaultConfig.parse(
+        b.fault_config(abort_grpc_status=14, abort_percent=100).SerializeToString()
+    )
+    h.core.selector = Selector(CallConfig(filters=(FaultInjector(fault, _ActiveFaults()),)))
+    assert _call(new_rpc(h.core, "/svc/M", None, 5.0, False)) is UNAVAILABLE
+    assert total(reader, STARTED) == 0 and points(reader, ATTEMPT) == []
+    assert [p.attributes[_S] for p in points(reader, CALL)] == ["UNAVAILABLE"]
+
+
+class _Ready(Picker):
+    def __init__(self, sub):
+        self.sub = sub
+
+    def pick(self, args):
+        return PickComplete(self.sub)
+
+
+def test_each_retry_is_one_attempt_with_its_own_status(h, enable):
+    """A66 "grpc.client.attempt.started": one per attempt; each attempt's
+    duration with its own status, one call duration (C-core: the same
+    counts for an A44 retry policy, e2e)."""
+    reader = enable()
+    h.publish(_Ready(ready_subchannel(h)))
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
+    assert _call(rpc, [UNAVAILABLE, UNAVAILABLE]) is grpc.StatusCode.OK
+    assert total(reader, STARTED) == 3
+    assert _attempt_statuses(reader) == [("OK", 1), ("UNAVAILABLE", 2)]
+    assert [(p.attributes[_S], p.count) for p in points(reader, CALL)] == [("OK", 1)]
+
+
+def test_failed_picks_retried_by_the_policy_are_attempts(h, enable):
+    """A6/A66: a pick that fails ends its attempt with the pick's status; a
+    retry of it is a new attempt (C-core: 3 attempts for 2 retries of a
+    cluster that cannot connect, e2e)."""
+    reader = enable()
+    h.publish(CountingPicker(PickFail(Status(UNAVAILABLE, "all endpoints down"))))
+    assert _call(new_rpc(h.core, "/svc/M", None, 5.0, False)) is UNAVAILABLE
+    assert total(reader, STARTED) == 4  # 1 + 3 retries
+    assert _attempt_statuses(reader) == [("UNAVAILABLE", 4)]
+
+
+def test_deadline_during_the_retry_backoff_starts_no_attempt(h, enable):
+    """A66: an attempt starts before its pick, so a retry whose backoff
+    runs into the deadline has none: one attempt (UNAVAILABLE), the call
+    DEADLINE_EXCEEDED (C-core: the same, e2e)."""
+    reader = enable()
+    slow = RetryPolicy.from_xds(("unavailable",), 3, 5.0, 5.0)
+    h.core.selector = Selector(CallConfig(retry_policy=slow))
+    h.publish(_Ready(ready_subchannel(h)))
+    rpc = new_rpc(h.core, "/svc/M", None, 0.05, False)
+    assert _call(rpc, [UNAVAILABLE]) is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert total(reader, STARTED) == 1
+    assert _attempt_statuses(reader) == [("UNAVAILABLE", 1)]
+    assert [p.attributes[_S] for p in points(reader, CALL)] == ["DEADLINE_EXCEEDED"]
+
+
+def test_attempt_started_is_counted_before_the_attempt_ends(h, enable):
+    """A66: "The total number of RPC attempts started, including those that
+    have not completed": counted when the RPC is routed, before its pick."""
+    reader = enable()
+    h.publish(CountingPicker(None))  # every pick queues
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
+    assert rpc.pick() is None
+    assert total(reader, STARTED) == 1 and points(reader, ATTEMPT) == []
+    rpc.finish(Status(grpc.StatusCode.CANCELLED, "done"))
+    assert _attempt_statuses(reader) == [("CANCELLED", 1)]

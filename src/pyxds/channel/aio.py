@@ -1045,6 +1045,8 @@ class AioXdsChannel(grpc.aio.Channel):
         response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
     ) -> grpc.aio.UnaryUnaryMultiCallable[_Request, _Response]:
+        if _registered_method:
+            self._core.registered_methods.add(method)
         mc: grpc.aio.UnaryUnaryMultiCallable[_Request, _Response] = self._multicallable(
             "unary_unary", AioUnaryUnary, method, request_serializer, response_deserializer
         )
@@ -1057,6 +1059,8 @@ class AioXdsChannel(grpc.aio.Channel):
         response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
     ) -> grpc.aio.UnaryStreamMultiCallable[_Request, _Response]:
+        if _registered_method:
+            self._core.registered_methods.add(method)
         mc: grpc.aio.UnaryStreamMultiCallable[_Request, _Response] = self._multicallable(
             "unary_stream", AioUnaryStream, method, request_serializer, response_deserializer
         )
@@ -1069,6 +1073,8 @@ class AioXdsChannel(grpc.aio.Channel):
         response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
     ) -> grpc.aio.StreamUnaryMultiCallable[_Request, _Response]:
+        if _registered_method:
+            self._core.registered_methods.add(method)
         mc: grpc.aio.StreamUnaryMultiCallable[_Request, _Response] = self._multicallable(
             "stream_unary", AioStreamUnary, method, request_serializer, response_deserializer
         )
@@ -1081,6 +1087,8 @@ class AioXdsChannel(grpc.aio.Channel):
         response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
     ) -> grpc.aio.StreamStreamMultiCallable[_Request, _Response]:
+        if _registered_method:
+            self._core.registered_methods.add(method)
         mc: grpc.aio.StreamStreamMultiCallable[_Request, _Response] = self._multicallable(
             "stream_stream", AioStreamStream, method, request_serializer, response_deserializer
         )

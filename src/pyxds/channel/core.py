@@ -192,6 +192,10 @@ class ChannelCore:
         defer: Callable[[Callable[[], None]], bool] | None = None,
     ) -> None:
         self.target = target
+        #: the paths of the multicallables made with ``_registered_method=True``
+        #: (generated stubs): A66 metrics record their names, any other
+        #: method as "other" (:class:`pyxds.channel.call_metrics.CallMetrics`)
+        self.registered_methods: set[str] = set()
         self.scheme, self.authority = parse_target(target)
         self.options = tuple(options or ())
         self.bootstrap = bootstrap
