@@ -7,6 +7,8 @@ live: tests/e2e/test_differential_metrics.py."""
 
 from __future__ import annotations
 
+import random
+
 import grpc
 import pytest
 from test_channel_picks import CountingPicker, Selector, ready_subchannel
@@ -377,6 +379,7 @@ def test_deadline_during_the_retry_backoff_starts_no_attempt(h, enable):
     runs into the deadline has none: one attempt (UNAVAILABLE), the call
     DEADLINE_EXCEEDED (C-core: the same, e2e)."""
     reader = enable()
+    h.core.random = random.Random(3)  # the backoff draw (A6: random(0, 5 s)) is known
     slow = RetryPolicy.from_xds(("unavailable",), 3, 5.0, 5.0)
     h.core.selector = Selector(CallConfig(retry_policy=slow))
     h.publish(_Ready(ready_subchannel(h)))
