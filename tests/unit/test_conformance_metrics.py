@@ -400,3 +400,178 @@ def test_attempt_started_is_counted_before_the_attempt_ends(h, enable):
     assert total(reader, STARTED) == 1 and points(reader, ATTEMPT) == []
     rpc.finish(Status(grpc.StatusCode.CANCELLED, "done"))
     assert _attempt_statuses(reader) == [("CANCELLED", 1)]
+
+
+# ---------------------------------------------------------------------------
+# A78 pick_first counters (C-core pick_first.cc's recording rules, grpc-go
+# balancer/pickfirst TestPickFirstMetricsE2E)
+# ---------------------------------------------------------------------------
+
+PF_FAILED = "grpc.lb.pick_first.connection_attempts_failed"
+PF_SUCCEEDED = "grpc.lb.pick_first.connection_attempts_succeeded"
+PF_DISCONNECTIONS = "grpc.lb.pick_first.disconnections"
+PF_A, PF_B = "127.0.0.1:443", "127.0.0.1:444"
+
+
+def _pick_first(helper, *addresses):
+    from pyxds.lb.api import ResolverUpdate
+    from pyxds.lb.pick_first import PickFirst, PickFirstConfig
+
+    helper.channel_target = "dns:///pf.example"
+    policy = PickFirst(helper)
+    policy.update(ResolverUpdate([Endpoint((a,)) for a in addresses], PickFirstConfig(False)))
+    return policy
+
+
+def _pf_counts(reader) -> dict[str, int]:
+    out = {}
+    for name in (PF_FAILED, PF_SUCCEEDED, PF_DISCONNECTIONS):
+        found = points(reader, name)
+        assert all(dict(p.attributes) == {_T: "dns:///pf.example"} for p in found), name
+        out[name] = sum(p.value for p in found)
+    return out
+
+
+def test_pick_first_counts_a_failed_attempt_a_success_and_a_disconnection(enable):
+    """grpc-go TestPickFirstMetricsE2E / A78 "Pick First LB Policy": the
+    first address fails to connect (failed 1), the second connects
+    (succeeded 1), the selected connection goes away (disconnections 1),
+    each labelled with the channel's target."""
+    from pyxds.lb.api import ConnectivityState as CS
+    from pyxds.testing import FakeHelper
+
+    reader = enable()
+    helper = FakeHelper()
+    policy = _pick_first(helper, PF_A, PF_B)
+    policy.exit_idle()
+    a, b_ = helper.subchannels
+    a.set_state(CS.CONNECTING)
+    a.set_state(CS.TRANSIENT_FAILURE, "failed to connect")
+    b_.set_state(CS.CONNECTING)
+    b_.set_state(CS.READY)
+    assert _pf_counts(reader) == {PF_FAILED: 1, PF_SUCCEEDED: 1, PF_DISCONNECTIONS: 0}
+    b_.set_state(CS.IDLE)
+    assert _pf_counts(reader) == {PF_FAILED: 1, PF_SUCCEEDED: 1, PF_DISCONNECTIONS: 1}
+
+
+def test_pick_first_counts_one_success_when_two_attempts_connect(enable):
+    """A78: "multiple subchannels may successfully establish a connection at
+    basically the same moment due to Happy Eyeballs ..., but only one of
+    them will actually be used by Pick First, so we want to increment the
+    counter only once"."""
+    from pyxds.lb.api import ConnectivityState as CS
+    from pyxds.lb.pick_first import CONNECTION_ATTEMPT_DELAY
+    from pyxds.testing import FakeHelper
+
+    reader = enable()
+    helper = FakeHelper()
+    policy = _pick_first(helper, PF_A, PF_B)
+    policy.exit_idle()
+    a, b_ = helper.subchannels
+    a.set_state(CS.CONNECTING)
+    helper.clock.advance(CONNECTION_ATTEMPT_DELAY)  # Happy Eyeballs: B starts too
+    b_.set_state(CS.CONNECTING)
+    a.set_state(CS.READY)
+    b_.set_state(CS.READY)
+    assert _pf_counts(reader)[PF_SUCCEEDED] == 1
+
+
+def test_pick_first_does_not_count_a_connection_it_found_ready(enable):
+    """C-core pick_first.cc Select(): "We consider it a successful
+    connection attempt only if the previous state was CONNECTING.  In
+    particular, we don't want to increment this counter if we got a new
+    address list and found the existing connection already in state READY"
+    (a subchannel shared with another channel, A61)."""
+    from test_conformance_pick_first import PooledHelper
+
+    from pyxds.lb.api import ConnectivityState as CS
+
+    reader = enable()
+    helper = PooledHelper()
+    helper.preset(PF_A, CS.READY)
+    policy = _pick_first(helper, PF_A, PF_B)
+    policy.exit_idle()
+    assert helper.state is CS.READY
+    assert _pf_counts(reader) == {PF_FAILED: 0, PF_SUCCEEDED: 0, PF_DISCONNECTIONS: 0}
+
+
+def test_pick_first_does_not_count_a_subchannel_already_failed_as_an_attempt(enable):
+    """C-core: a subchannel's initial state (TRANSIENT_FAILURE, shared with
+    another channel) is no connection attempt of this policy; its next
+    failure is."""
+    from test_conformance_pick_first import PooledHelper
+
+    from pyxds.lb.api import ConnectivityState as CS
+
+    reader = enable()
+    helper = PooledHelper()
+    helper.preset(PF_A, CS.TRANSIENT_FAILURE, "failed to connect")
+    policy = _pick_first(helper, PF_A, PF_B)
+    policy.exit_idle()
+    b_ = helper.subchannels[-1]
+    b_.set_state(CS.CONNECTING)
+    b_.set_state(CS.TRANSIENT_FAILURE, "failed to connect")
+    assert _pf_counts(reader)[PF_FAILED] == 1
+
+
+# ---------------------------------------------------------------------------
+# A78 WRR metrics, C-core weighted_round_robin_test.cc MetricValues replayed
+# ---------------------------------------------------------------------------
+
+
+def test_wrr_metrics_follow_c_cores_metric_values_sequence(enable):
+    """C-core weighted_round_robin_test.cc ``MetricValues``: five scheduler
+    updates while the endpoints connect (1, 1, 2, 2, 3 endpoints, no weight
+    yet: each weight recorded 0, each update an RR fallback, 9 endpoints not
+    yet usable), then two endpoints report (111.11 and 333.33: qps 100,
+    application utilization 0.9 and 0.3; one more not yet usable, no
+    fallback: two valid weights), then all three; after the expiration
+    period all three are stale (A78 "Weighted Round Robin LB Policy")."""
+    from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
+
+    from pyxds.lb.weighted_round_robin import (
+        EndpointWeight,
+        WeightedRoundRobinConfig,
+        WeightedRoundRobinPicker,
+    )
+    from pyxds.testing import FakeClock
+
+    reader = enable(optional_labels=[LOC])
+    labels = {_T: "xds:///wrr", LOC: '{region="r", zone="z", sub_zone=""}'}
+    clock = FakeClock(start=100.0)
+    config = WeightedRoundRobinConfig(blackout_period=0.0, weight_expiration_period=2.0)
+    weights = [EndpointWeight(clock, config) for _ in range(3)]
+
+    class _Sub:
+        def __init__(self, i: int) -> None:
+            self.address = f"127.0.0.1:44{i + 1}"
+
+    def update(n: int) -> None:
+        results = [PickComplete(_Sub(i)) for i in range(n)]
+        WeightedRoundRobinPicker(results, weights[:n], clock, random.Random(1), labels)
+
+    def value(name: str) -> float:
+        found = points(reader, name)
+        assert all(dict(p.attributes) == labels for p in found), name
+        return sum(getattr(p, "value", None) or 0 for p in found)
+
+    for n in (1, 1, 2, 2, 3):
+        update(n)
+    weights[0].on_report(OrcaLoadReport(rps_fractional=100, application_utilization=0.9))
+    weights[1].on_report(OrcaLoadReport(rps_fractional=100, application_utilization=0.3))
+    update(3)
+    weights[2].on_report(OrcaLoadReport(rps_fractional=100, application_utilization=0.3))
+    update(3)
+    (hist,) = points(reader, "grpc.lb.wrr.endpoint_weights")
+    assert hist.count == 15
+    assert hist.sum == pytest.approx(2 * 100 / 0.9 + 3 * 100 / 0.3)
+    assert value("grpc.lb.wrr.rr_fallback") == 5
+    assert value("grpc.lb.wrr.endpoint_weight_not_yet_usable") == 10
+    assert value("grpc.lb.wrr.endpoint_weight_stale") == 0
+    clock.advance(2.0)
+    update(3)
+    assert value("grpc.lb.wrr.endpoint_weight_stale") == 3
+    assert value("grpc.lb.wrr.endpoint_weight_not_yet_usable") == 10
+    assert value("grpc.lb.wrr.rr_fallback") == 6
+    (hist,) = points(reader, "grpc.lb.wrr.endpoint_weights")
+    assert hist.count == 18
