@@ -575,3 +575,62 @@ def test_wrr_metrics_follow_c_cores_metric_values_sequence(enable):
     assert value("grpc.lb.wrr.rr_fallback") == 6
     (hist,) = points(reader, "grpc.lb.wrr.endpoint_weights")
     assert hist.count == 18
+
+
+# ---------------------------------------------------------------------------
+# A78 XdsClient resource_updates_valid / _invalid: which resources count
+# (C-core xds_client.cc AdsResponseParser::ParseResource, xds_client_test.cc)
+# ---------------------------------------------------------------------------
+
+
+def _counting_state():
+    from test_xds_client_ads_state import make_state
+
+    state, _ = make_state()
+    counts: list[tuple[str, int, int]] = []
+    state.on_resource_counts = lambda type_url, valid, invalid: counts.append(
+        (type_url, valid, invalid)
+    )
+    return state, counts
+
+
+def test_xds_client_counts_a_valid_resource_on_every_update_even_unchanged():
+    """A78: "The counter will be incremented even for resources that have
+    not changed" (C-core XdsClientTest.UpdateFromServer: 1, then 2); one
+    count per resource, not per watcher (MultipleWatchersForSameResource)."""
+    from test_xds_client_ads_state import CDS, RecordingWatcher, connected_stream, response
+
+    state, counts = _counting_state()
+    state.add_watcher(CDS, "a", RecordingWatcher())
+    state.add_watcher(CDS, "a", RecordingWatcher())
+    connected_stream(state)
+    state.on_response(response(CDS, "1", "n1", ("a", "x")))
+    state.on_response(response(CDS, "2", "n2", ("a", "x")))
+    assert counts == [(CDS, 1, 0), (CDS, 1, 0)]
+
+
+def test_xds_client_counts_only_subscribed_resources_and_unattributable_errors():
+    """C-core ParseResource: a resource nobody subscribed to is skipped
+    before it is counted, valid or not (its decode error still goes in the
+    NACK); an invalid subscribed resource counts invalid; a resource of the
+    wrong type counts invalid whoever asked."""
+    from test_xds_client_ads_state import (
+        CDS,
+        INVALID,
+        LDS,
+        RecordingWatcher,
+        _encode,
+        connected_stream,
+        response,
+    )
+
+    state, counts = _counting_state()
+    state.add_watcher(CDS, "a", RecordingWatcher())
+    state.add_watcher(CDS, "b", RecordingWatcher())
+    connected_stream(state)
+    msg = response(CDS, "1", "n1", ("a", "x"), ("b", INVALID), ("other", "y"), ("bad", INVALID))
+    msg.resources.add(type_url=LDS, value=_encode(LDS, "l", "z"))
+    state.on_response(msg)
+    (nack,) = state.take_requests()
+    assert "bad" in nack.error_detail.message  # still NACKed
+    assert counts == [(CDS, 1, 2)]  # a valid; b and the Listener invalid
