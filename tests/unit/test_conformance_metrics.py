@@ -8,6 +8,7 @@ live: tests/e2e/test_differential_metrics.py."""
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -634,3 +635,94 @@ def test_xds_client_counts_only_subscribed_resources_and_unattributable_errors()
     (nack,) = state.take_requests()
     assert "bad" in nack.error_detail.message  # still NACKed
     assert counts == [(CDS, 1, 2)]  # a valid; b and the Listener invalid
+
+
+# ---------------------------------------------------------------------------
+# A78 XdsClient grpc.xds_client.connected / server_failure (A57 failures)
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def xds_env():
+    from test_xds_client_ads_state import TYPES
+    from test_xds_client_client import FakeTransport, make_bootstrap
+
+    from pyxds.testing.fake_clock import FakeClock
+    from pyxds.xds.client import XdsClient
+
+    transports: list = []
+
+    def factory(channel):
+        transports.append(FakeTransport(channel))
+        return transports[-1]
+
+    client = XdsClient(
+        make_bootstrap(), clock=FakeClock(), resource_types=TYPES, transport_factory=factory
+    )
+    yield SimpleNamespace(client=client, transports=transports)
+    client.close()
+
+
+def _server_points(reader, name: str) -> list:
+    from test_xds_client_ads_state import FakeServer
+
+    uri = FakeServer().server_uri
+    return [p for p in points(reader, name) if p.attributes.get(_SERVER) == uri]
+
+
+def _connected(reader) -> list[int]:
+    return [p.value for p in _server_points(reader, "grpc.xds_client.connected")]
+
+
+def _failures(reader) -> int:
+    return sum(p.value for p in _server_points(reader, "grpc.xds_client.server_failure"))
+
+
+def test_xds_client_connected_is_1_once_the_stream_is_created(xds_env, enable):
+    """A78 grpc.xds_client.connected: "set to 1 when the stream is initially
+    created" (C-core XdsClientTest.BasicWatch: true before any response)."""
+    from test_xds_client_ads_state import CDS, RecordingWatcher
+
+    reader = enable()
+    xds_env.client.watch(CDS, "a", RecordingWatcher())
+    assert _connected(reader) == [1]
+    assert _failures(reader) == 0
+
+
+def test_xds_client_server_failure_counts_healthy_to_unhealthy_only(xds_env, enable):
+    """A78: connected "will be set to 0 ... when the ADS stream fails
+    without seeing a response message ... reset to 1 when we receive the
+    first response"; server_failure counts "xDS servers going from healthy
+    to unhealthy": a second failure in a row is not counted again, a
+    stream that closes after a response is no failure (A57)."""
+    from test_xds_client_ads_state import CDS, RecordingWatcher, response
+
+    reader = enable()
+    client = xds_env.client
+    client.watch(CDS, "a", RecordingWatcher())
+    unavailable = Status(UNAVAILABLE, "connection refused")
+    transport = xds_env.transports[0]
+    transport.close_stream(unavailable)
+    assert (_connected(reader), _failures(reader)) == ([0], 1)
+    _next_stream(xds_env)
+    transport.close_stream(unavailable)
+    assert (_connected(reader), _failures(reader)) == ([0], 1)
+    _next_stream(xds_env)
+    transport.respond(response(CDS, "1", "n1", ("a", "x")))
+    assert (_connected(reader), _failures(reader)) == ([1], 1)
+    transport.close_stream(unavailable)  # after a response: no failure
+    assert (_connected(reader), _failures(reader)) == ([1], 1)
+    _next_stream(xds_env)
+    transport.close_stream(unavailable)
+    assert (_connected(reader), _failures(reader)) == ([0], 2)
+
+
+def _next_stream(env) -> None:
+    """Let the backoff run out: the client starts its next stream."""
+    transport = env.transports[0]
+    before = len(transport.streams)
+    for _ in range(120):  # A57 backoff: at most 120 s
+        if len(transport.streams) > before:
+            return
+        env.client._clock.advance(1.0)
+    raise AssertionError("no new ADS stream")
