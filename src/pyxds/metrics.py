@@ -3,7 +3,7 @@
     from opentelemetry.sdk.metrics import MeterProvider
     import pyxds.metrics
 
-    pyxds.metrics.enable(MeterProvider(metric_readers=[reader]))   # or the global provider
+    pyxds.metrics.enable(MeterProvider(metric_readers=[reader]))
     ...
     pyxds.metrics.disable()
 
@@ -50,11 +50,14 @@ observer with :func:`observe`::
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pyxds._values import dataclass
+
+_log = logging.getLogger(__name__)
 
 Labels = Mapping[str, str]
 Observation = tuple[float, Labels]
@@ -347,8 +350,14 @@ def enable(
     optional_labels: Iterable[str] = (),
     generic_method_attribute_filter: Callable[[str], bool] | None = None,
 ) -> None:
-    """Record pyxds metrics with ``meter_provider`` (default: OpenTelemetry's
-    global one).  ``optional_labels``: the optional labels to emit (A78;
+    """Record pyxds metrics with ``meter_provider``.  None records nothing
+    (A66 "Language-Specific Details": "A MeterProvider not being set should
+    result in a no-op ... gRPC implementations should *NOT* fallback on this
+    global"; grpcio's ``OpenTelemetryPlugin(meter_provider=None)`` records
+    nothing either): metrics stay (or turn) off, with a warning.  To use
+    OpenTelemetry's global provider, pass it:
+    ``enable(opentelemetry.metrics.get_meter_provider())``.
+    ``optional_labels``: the optional labels to emit (A78;
     e.g. ``["grpc.lb.locality"]``), none by default.  A name no instrument
     declares raises ValueError (before anything changes).
 
@@ -368,9 +377,12 @@ def enable(
             f" labels: {', '.join(sorted(OPTIONAL_LABELS))}"
         )
     if meter_provider is None:
-        from opentelemetry import metrics as otel_metrics
-
-        meter_provider = otel_metrics.get_meter_provider()
+        _log.warning(
+            "pyxds.metrics.enable() without a MeterProvider records nothing (gRFC A66:"
+            " no fallback on OpenTelemetry's global provider); pass one"
+        )
+        RECORDER = None
+        return
     RECORDER = _OtelRecorder(meter_provider, wanted, generic_method_attribute_filter)
 
 

@@ -726,3 +726,27 @@ def _next_stream(env) -> None:
             return
         env.client._clock.advance(1.0)
     raise AssertionError("no new ADS stream")
+
+
+def test_enable_without_a_meter_provider_records_nothing(caplog):
+    """A66 "Language-Specific Details": "A MeterProvider not being set
+    should result in a no-op. ... gRPC implementations should *NOT*
+    fallback on this global" (grpcio's OpenTelemetryPlugin without a
+    meter_provider records nothing): metrics stay off, with a warning."""
+    from opentelemetry import metrics as otel_metrics
+
+    reader = InMemoryMetricReader()
+    global_provider = sdk.MeterProvider(metric_readers=[reader])
+    previous = otel_metrics._internal._METER_PROVIDER  # restored below
+    otel_metrics._internal._METER_PROVIDER = global_provider
+    try:
+        metrics.enable()
+        assert metrics.RECORDER is None
+        _one_attempt()
+        assert points(reader, STARTED) == []
+        assert "without a MeterProvider records nothing" in caplog.text
+        metrics.enable(otel_metrics.get_meter_provider())  # the global one, when asked for
+        assert metrics.RECORDER is not None
+    finally:
+        metrics.disable()
+        otel_metrics._internal._METER_PROVIDER = previous
