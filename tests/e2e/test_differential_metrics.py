@@ -256,14 +256,22 @@ def runs():
         server.stop(None).wait(5)
 
 
+def _canonical(target: str) -> str:
+    """A66's grpc.target of a target without a scheme: ``dns:///`` + it."""
+    return target if ":///" in target else "dns:///" + target
+
+
 def _compared(run: dict[str, Any]) -> dict[tuple, tuple]:
     """(name, unit, labels) -> (counter value or histogram count, size sum)
-    of the four compared instruments (durations' sums are times: left out)."""
+    of the four compared instruments (durations' sums are times: left out);
+    grpc.target in A66's canonical form (grpcio's Python plugin records the
+    plain target as given: test_plain_target_is_canonical_as_a66_says)."""
     out = {}
     for p in run["points"]:
         if p["name"] not in COMPARED:
             continue
-        key = (p["name"], p["unit"], tuple(sorted(p["labels"].items())))
+        labels = dict(p["labels"], **{"grpc.target": _canonical(p["labels"]["grpc.target"])})
+        key = (p["name"], p["unit"], tuple(sorted(labels.items())))
         size_sum = p["sum"] if p["name"].endswith("message_size") else None
         out[key] = (p["value"] if p["count"] is None else p["count"], size_sum)
     return out
@@ -339,3 +347,31 @@ def test_pyxds_records_a66_call_duration_once_per_call(runs):
         if p["name"] == "grpc.client.call.duration":
             calls[p["labels"]["grpc.status"]] += p["count"]
     assert calls == collections.Counter(runs["pyxds"]["outcomes"])
+
+
+def test_plain_target_is_canonical_as_a66_says(runs):
+    """A66 "Attributes": grpc.target is the "canonicalized target URI ...
+    the form with the scheme included if the user didn't mention the
+    scheme": ``127.0.0.1:port`` is ``dns:///127.0.0.1:port`` (C++ and
+    grpc-go record that form). grpcio's Python plugin records the target as
+    the application gave it: a difference pyxds keeps on purpose
+    (docs/differences-from-c-core.md)."""
+    plain = {
+        kind: {
+            p["labels"]["grpc.target"]
+            for p in runs[kind]["points"]
+            if p["name"] == "grpc.client.attempt.started"
+            and not p["labels"]["grpc.target"].startswith("xds:")
+        }
+        for kind in ("core", "pyxds")
+    }
+    (given,) = plain["core"]
+    assert ":///" not in given
+    assert plain["pyxds"] == {"dns:///" + given}
+    pick_first = {
+        p["labels"]["grpc.target"]
+        for p in runs["pyxds"]["points"]
+        if p["name"] == "grpc.lb.pick_first.connection_attempts_succeeded"
+    }
+    # A78: pick_first's grpc.target is A66's attribute too
+    assert "dns:///" + given in pick_first and given not in pick_first

@@ -750,3 +750,27 @@ def test_enable_without_a_meter_provider_records_nothing(caplog):
     finally:
         metrics.disable()
         otel_metrics._internal._METER_PROVIDER = previous
+
+
+@pytest.mark.parametrize(
+    ("target", "canonical"),
+    [
+        ("127.0.0.1:1234", "dns:///127.0.0.1:1234"),
+        ("localhost:50051", "dns:///localhost:50051"),
+        ("[::1]:443", "dns:///[::1]:443"),
+        ("pubsub.googleapis.com", "dns:///pubsub.googleapis.com"),
+        ("dns:///pubsub.googleapis.com:443", "dns:///pubsub.googleapis.com:443"),
+        ("xds:///helloworld-gke:8000", "xds:///helloworld-gke:8000"),
+        ("xds:svc", "xds:svc"),
+        ("ipv4:10.0.0.1:80", "ipv4:10.0.0.1:80"),
+        ("unix:/tmp/sock", "unix:/tmp/sock"),
+    ],
+)
+def test_grpc_target_is_the_canonical_target_uri(target, canonical):
+    """A66 "Attributes": grpc.target is the "Canonicalized target URI used
+    when creating gRPC Channel, e.g. "dns:///pubsub.googleapis.com:443",
+    "xds:///helloworld-gke:8000" ... the form with the scheme included if
+    the user didn't mention the scheme"; A78's grpc.target is the same."""
+    from pyxds.channel.core import canonical_target
+
+    assert canonical_target(target) == canonical

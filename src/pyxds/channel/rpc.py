@@ -220,7 +220,7 @@ class Rpc:
         if buffer is not None:
             self.buffer = buffer
         if _metrics.RECORDER is not None:
-            self.metrics = CallMetrics(path, core.target, path in core.registered_methods)
+            self.metrics = CallMetrics(path, core.metrics_target, path in core.registered_methods)
         core.count_started()
         if core.idle:
             core.exit_idle_for_rpc()
