@@ -39,6 +39,12 @@ Instruments (names, units and labels as A66/A78; :data:`INSTRUMENTS`):
   ``grpc.lb.wrr.rr_fallback``, ``endpoint_weight_not_yet_usable``,
   ``endpoint_weight_stale``, ``endpoint_weights``.
 
+A66's per-call metrics are recorded once metrics are enabled
+(:data:`DEFAULT_METRICS`); A78's are experimental and off by default (A78
+"Metric Stability", as in C-core and grpc-go) until named::
+
+    pyxds.metrics.enable(provider, enable_metrics=["grpc.lb.wrr.rr_fallback"])
+
 A policy or component records with :func:`add` (counters) and :func:`record`
 (histograms) under a name of :data:`INSTRUMENTS`, or registers a gauge's
 observer with :func:`observe`::
@@ -222,6 +228,12 @@ INSTRUMENTS: dict[str, Instrument] = {
     )
 }
 
+#: The metrics recorded by default: A66's per-call ones.  A78's (WRR,
+#: pick_first, XdsClient) "start as experimental and therefore off by
+#: default" (A78 "Metric Stability"; C-core's ``enable_by_default=false``,
+#: grpc-go's ``DefaultMetrics()``): :func:`enable` turns them on by name.
+DEFAULT_METRICS = frozenset(name for name in INSTRUMENTS if name.startswith("grpc.client."))
+
 #: A66 latency buckets (seconds) for the duration histograms.
 LATENCY_BUCKETS = (
     0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0.002, 0.003, 0.004, 0.005,
@@ -259,8 +271,11 @@ class _OtelRecorder:
         meter_provider: Any,
         optional_labels: frozenset[str] = frozenset(),
         generic_method_attribute_filter: Callable[[str], bool] | None = None,
+        enabled: frozenset[str] = DEFAULT_METRICS,
     ) -> None:
         self.optional_labels = optional_labels
+        #: the instruments recorded (the others are not even created)
+        self.enabled = enabled
         self.generic_method_attribute_filter = generic_method_attribute_filter
         #: per instrument: (optional labels to drop, enabled optional labels)
         self.shape: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
@@ -280,6 +295,8 @@ class _OtelRecorder:
         self.counters: dict[str, Any] = {}
         self.histograms: dict[str, Any] = {}
         for inst in INSTRUMENTS.values():
+            if inst.name not in enabled:
+                continue
             if inst.kind == "counter":
                 self.counters[inst.name] = meter.create_counter(
                     inst.name, unit=inst.unit, description=inst.description
@@ -349,6 +366,8 @@ def enable(
     meter_provider: Any = None,
     optional_labels: Iterable[str] = (),
     generic_method_attribute_filter: Callable[[str], bool] | None = None,
+    enable_metrics: Iterable[str] = (),
+    disable_metrics: Iterable[str] = (),
 ) -> None:
     """Record pyxds metrics with ``meter_provider``.  None records nothing
     (A66 "Language-Specific Details": "A MeterProvider not being set should
@@ -365,7 +384,13 @@ def enable(
     ``OpenTelemetryPlugin``): called with the method (``pkg.Service/Method``)
     of an RPC whose multicallable was not made with ``_registered_method=True``
     (generated stubs register theirs); True records the method's name, False
-    records ``"other"``.  Without it every such method is ``"other"``."""
+    records ``"other"``.  Without it every such method is ``"other"``.
+
+    ``enable_metrics`` / ``disable_metrics`` (A79, as C++'s
+    ``EnableMetrics``/``DisableMetrics`` and grpc-go's
+    ``DefaultMetrics().Add/Remove``): instrument names to record besides
+    :data:`DEFAULT_METRICS` (A66's), e.g. A78's ``grpc.lb.wrr.rr_fallback``,
+    and names not to record.  An unknown name raises ValueError."""
     global RECORDER
     if isinstance(optional_labels, str):
         optional_labels = (optional_labels,)
@@ -376,6 +401,13 @@ def enable(
             f"optional_labels: unknown label {unknown[0]!r}; pyxds records these optional"
             f" labels: {', '.join(sorted(OPTIONAL_LABELS))}"
         )
+    on = frozenset((enable_metrics,) if isinstance(enable_metrics, str) else enable_metrics)
+    off = frozenset((disable_metrics,) if isinstance(disable_metrics, str) else disable_metrics)
+    for what, names in (("enable_metrics", on), ("disable_metrics", off)):
+        unknown = sorted(names - INSTRUMENTS.keys())
+        if unknown:
+            raise ValueError(f"{what}: unknown metric {unknown[0]!r}")
+    enabled = (DEFAULT_METRICS | on) - off
     if meter_provider is None:
         _log.warning(
             "pyxds.metrics.enable() without a MeterProvider records nothing (gRFC A66:"
@@ -383,7 +415,7 @@ def enable(
         )
         RECORDER = None
         return
-    RECORDER = _OtelRecorder(meter_provider, wanted, generic_method_attribute_filter)
+    RECORDER = _OtelRecorder(meter_provider, wanted, generic_method_attribute_filter, enabled)
 
 
 #: ``grpc.method`` of an RPC of a generic (not registered) method (A66)
@@ -413,14 +445,18 @@ def add(name: str, value: int, labels: Labels) -> None:
     """Add ``value`` to the counter ``name`` (no-op while disabled)."""
     recorder = RECORDER
     if recorder is not None:
-        recorder.counters[name].add(value, recorder.labels(name, labels))
+        counter = recorder.counters.get(name)
+        if counter is not None:  # None: not enabled
+            counter.add(value, recorder.labels(name, labels))
 
 
 def record(name: str, value: float, labels: Labels) -> None:
     """Record ``value`` in the histogram ``name`` (no-op while disabled)."""
     recorder = RECORDER
     if recorder is not None:
-        recorder.histograms[name].record(value, recorder.labels(name, labels))
+        histogram = recorder.histograms.get(name)
+        if histogram is not None:  # None: not enabled
+            histogram.record(value, recorder.labels(name, labels))
 
 
 def observe(name: str, observer: Callable[[], Iterable[Observation]]) -> None:

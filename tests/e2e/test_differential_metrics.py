@@ -171,7 +171,8 @@ if kind == "core":
     make = grpc.insecure_channel
 else:
     import pyxds, pyxds.metrics
-    pyxds.metrics.enable(provider)
+    a78 = [n for n in pyxds.metrics.INSTRUMENTS if n not in pyxds.metrics.DEFAULT_METRICS]
+    pyxds.metrics.enable(provider, enable_metrics=a78)  # A78's are off by default
     bootstrap = json.loads(os.environ["GRPC_XDS_BOOTSTRAP_CONFIG"])
     make = lambda target: pyxds.insecure_channel(target, bootstrap=bootstrap)
 channels, outcomes = {}, []

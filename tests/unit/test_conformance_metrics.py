@@ -34,6 +34,8 @@ CALL = "grpc.client.call.duration"
 SENT = "grpc.client.attempt.sent_total_compressed_message_size"
 RCVD = "grpc.client.attempt.rcvd_total_compressed_message_size"
 PER_ATTEMPT = (ATTEMPT, SENT, RCVD)
+#: A78's metrics: off by default (A78 "Metric Stability"), enabled by name
+A78_METRICS = sorted(set(metrics.INSTRUMENTS) - metrics.DEFAULT_METRICS)
 
 _M, _T, _S = "grpc.method", "grpc.target", "grpc.status"
 _SERVER, _RTYPE = "grpc.xds.server", "grpc.xds.resource_type"
@@ -441,7 +443,7 @@ def test_pick_first_counts_a_failed_attempt_a_success_and_a_disconnection(enable
     from pyxds.lb.api import ConnectivityState as CS
     from pyxds.testing import FakeHelper
 
-    reader = enable()
+    reader = enable(enable_metrics=A78_METRICS)
     helper = FakeHelper()
     policy = _pick_first(helper, PF_A, PF_B)
     policy.exit_idle()
@@ -464,7 +466,7 @@ def test_pick_first_counts_one_success_when_two_attempts_connect(enable):
     from pyxds.lb.pick_first import CONNECTION_ATTEMPT_DELAY
     from pyxds.testing import FakeHelper
 
-    reader = enable()
+    reader = enable(enable_metrics=A78_METRICS)
     helper = FakeHelper()
     policy = _pick_first(helper, PF_A, PF_B)
     policy.exit_idle()
@@ -487,7 +489,7 @@ def test_pick_first_does_not_count_a_connection_it_found_ready(enable):
 
     from pyxds.lb.api import ConnectivityState as CS
 
-    reader = enable()
+    reader = enable(enable_metrics=A78_METRICS)
     helper = PooledHelper()
     helper.preset(PF_A, CS.READY)
     policy = _pick_first(helper, PF_A, PF_B)
@@ -504,7 +506,7 @@ def test_pick_first_does_not_count_a_subchannel_already_failed_as_an_attempt(ena
 
     from pyxds.lb.api import ConnectivityState as CS
 
-    reader = enable()
+    reader = enable(enable_metrics=A78_METRICS)
     helper = PooledHelper()
     helper.preset(PF_A, CS.TRANSIENT_FAILURE, "failed to connect")
     policy = _pick_first(helper, PF_A, PF_B)
@@ -537,7 +539,7 @@ def test_wrr_metrics_follow_c_cores_metric_values_sequence(enable):
     )
     from pyxds.testing import FakeClock
 
-    reader = enable(optional_labels=[LOC])
+    reader = enable(optional_labels=[LOC], enable_metrics=A78_METRICS)
     labels = {_T: "xds:///wrr", LOC: '{region="r", zone="z", sub_zone=""}'}
     clock = FakeClock(start=100.0)
     config = WeightedRoundRobinConfig(blackout_period=0.0, weight_expiration_period=2.0)
@@ -683,7 +685,7 @@ def test_xds_client_connected_is_1_once_the_stream_is_created(xds_env, enable):
     created" (C-core XdsClientTest.BasicWatch: true before any response)."""
     from test_xds_client_ads_state import CDS, RecordingWatcher
 
-    reader = enable()
+    reader = enable(enable_metrics=A78_METRICS)
     xds_env.client.watch(CDS, "a", RecordingWatcher())
     assert _connected(reader) == [1]
     assert _failures(reader) == 0
@@ -697,7 +699,7 @@ def test_xds_client_server_failure_counts_healthy_to_unhealthy_only(xds_env, ena
     stream that closes after a response is no failure (A57)."""
     from test_xds_client_ads_state import CDS, RecordingWatcher, response
 
-    reader = enable()
+    reader = enable(enable_metrics=A78_METRICS)
     client = xds_env.client
     client.watch(CDS, "a", RecordingWatcher())
     unavailable = Status(UNAVAILABLE, "connection refused")
@@ -774,3 +776,35 @@ def test_grpc_target_is_the_canonical_target_uri(target, canonical):
     from pyxds.channel.core import canonical_target
 
     assert canonical_target(target) == canonical
+
+
+def test_a78_metrics_are_off_by_default_and_on_by_name(enable):
+    """A78 "Metric Stability": "All metrics added in this proposal will
+    start as experimental and therefore off by default" (C-core registers
+    them with enable_by_default=false; grpc-go's DefaultMetrics() leaves
+    them out); A66's per-call metrics are on. A79-style enable/disable by
+    name (C++ EnableMetrics/DisableMetrics)."""
+    assert {STARTED, ATTEMPT, SENT, RCVD, CALL} == metrics.DEFAULT_METRICS
+    reader = enable()
+    metrics.add("grpc.lb.pick_first.connection_attempts_failed", 1, {_T: "t"})
+    metrics.record("grpc.lb.wrr.endpoint_weights", 1.0, {_T: "t"})
+    _one_attempt()
+    assert points(reader, "grpc.lb.pick_first.connection_attempts_failed") == []
+    assert points(reader, "grpc.lb.wrr.endpoint_weights") == []
+    assert total(reader, STARTED) == 1
+    reader = enable(enable_metrics=["grpc.lb.pick_first.connection_attempts_failed"])
+    metrics.add("grpc.lb.pick_first.connection_attempts_failed", 1, {_T: "t"})
+    metrics.record("grpc.lb.wrr.endpoint_weights", 1.0, {_T: "t"})
+    assert total(reader, "grpc.lb.pick_first.connection_attempts_failed") == 1
+    assert points(reader, "grpc.lb.wrr.endpoint_weights") == []
+    reader = enable(disable_metrics=[CALL])
+    _one_attempt()
+    assert points(reader, CALL) == [] and total(reader, STARTED) == 1
+
+
+def test_unknown_metric_name_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"enable_metrics: unknown metric 'grpc\.lb\.nope'"):
+        metrics.enable(sdk.MeterProvider(), enable_metrics=["grpc.lb.nope"])
+    with pytest.raises(ValueError, match=r"disable_metrics: unknown metric 'x'"):
+        metrics.enable(sdk.MeterProvider(), disable_metrics="x")
+    assert metrics.RECORDER is None

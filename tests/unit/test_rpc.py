@@ -290,11 +290,18 @@ class _Instrument:
     add = record
 
 
+class _Instruments(defaultdict):
+    """Every instrument enabled: made on first use (``get`` too)."""
+
+    def get(self, name, default=None):
+        return self[name]
+
+
 @pytest.fixture
 def recorder():
     fake = SimpleNamespace(
-        counters=defaultdict(_Instrument),
-        histograms=defaultdict(_Instrument),
+        counters=_Instruments(_Instrument),
+        histograms=_Instruments(_Instrument),
         labels=lambda _name, labels: labels,  # no optional labels to drop
         generic_method_attribute_filter=None,
     )
