@@ -267,17 +267,17 @@ def test_channel_multicallable_registers_its_method_only_when_asked():
 # filters but before the LB pick") and how many
 # ---------------------------------------------------------------------------
 
+#: the routes' retry policy: UNAVAILABLE, 3 retries, 1-2 ms backoff
 POLICY = RetryPolicy.from_xds(("unavailable",), 3, 0.001, 0.002)
 
 
 @pytest.fixture
 def h():
+    """A channel over fakes whose routes retry with :data:`POLICY`."""
     harness = Harness()
     harness.start()
-    harness.resolve(
-        [Endpoint(("10.0.0.1:80",))],
-        Selector(CallConfig(call_attributes={"cluster": "c1"}, retry_policy=POLICY)),
-    )
+    selector = Selector(CallConfig(call_attributes={"cluster": "c1"}, retry_policy=POLICY))
+    harness.resolve([Endpoint(("10.0.0.1:80",))], selector)
     yield harness
     harness.core.close()
 
@@ -435,19 +435,26 @@ def _pf_counts(reader) -> dict[str, int]:
     return out
 
 
+def _two_addresses(enable):
+    """A78 metrics on; pick_first over A and B, out of idle: (reader,
+    helper, subchannel A, subchannel B)."""
+    from pyxds.testing import FakeHelper
+
+    reader = enable(enable_metrics=A78_METRICS)
+    helper = FakeHelper()
+    _pick_first(helper, PF_A, PF_B).exit_idle()
+    a, b_ = helper.subchannels
+    return reader, helper, a, b_
+
+
 def test_pick_first_counts_a_failed_attempt_a_success_and_a_disconnection(enable):
     """grpc-go TestPickFirstMetricsE2E / A78 "Pick First LB Policy": the
     first address fails to connect (failed 1), the second connects
     (succeeded 1), the selected connection goes away (disconnections 1),
     each labelled with the channel's target."""
     from pyxds.lb.api import ConnectivityState as CS
-    from pyxds.testing import FakeHelper
 
-    reader = enable(enable_metrics=A78_METRICS)
-    helper = FakeHelper()
-    policy = _pick_first(helper, PF_A, PF_B)
-    policy.exit_idle()
-    a, b_ = helper.subchannels
+    reader, _, a, b_ = _two_addresses(enable)
     a.set_state(CS.CONNECTING)
     a.set_state(CS.TRANSIENT_FAILURE, "failed to connect")
     b_.set_state(CS.CONNECTING)
@@ -464,13 +471,8 @@ def test_pick_first_counts_one_success_when_two_attempts_connect(enable):
     counter only once"."""
     from pyxds.lb.api import ConnectivityState as CS
     from pyxds.lb.pick_first import CONNECTION_ATTEMPT_DELAY
-    from pyxds.testing import FakeHelper
 
-    reader = enable(enable_metrics=A78_METRICS)
-    helper = FakeHelper()
-    policy = _pick_first(helper, PF_A, PF_B)
-    policy.exit_idle()
-    a, b_ = helper.subchannels
+    reader, helper, a, b_ = _two_addresses(enable)
     a.set_state(CS.CONNECTING)
     helper.clock.advance(CONNECTION_ATTEMPT_DELAY)  # Happy Eyeballs: B starts too
     b_.set_state(CS.CONNECTING)
