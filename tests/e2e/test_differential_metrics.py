@@ -106,6 +106,7 @@ def _snapshot(backend: str, dead: str) -> Snapshot:
         b.route(prefix=f"/{SERVICE}/Fail", cluster="live", retry_policy=retry),
         b.route(prefix=f"/{SERVICE}/Pushback", cluster="live", retry_policy=retry),
         b.route(prefix=f"/{SERVICE}/Unreachable", cluster="dead", retry_policy=retry),
+        b.route(prefix=f"/{SERVICE}/Dropped", cluster="dropping", retry_policy=retry),
         b.route(prefix=f"/{SERVICE}/", cluster="live"),  # nothing for other services
     ]
     faulty = [b.fault_filter(abort_grpc_status=14, abort_percent=100)]
@@ -118,10 +119,16 @@ def _snapshot(backend: str, dead: str) -> Snapshot:
             b.route_config("metrics-route", [b.virtual_host("v", ["*"], routes)]),
             b.route_config("faulty-route", [b.virtual_host("v", ["*"], [b.route(cluster="live")])]),
         ],
-        clusters=[b.cluster("live"), b.cluster("dead")],
+        clusters=[b.cluster("live"), b.cluster("dead"), b.cluster("dropping")],
         endpoints=[
             b.endpoints("live", [b.locality("r", "z", "s", endpoints=[backend])]),
             b.endpoints("dead", [b.locality(endpoints=[dead])]),
+            # A27 drop_overloads at 100 %: every pick dropped (never retried)
+            b.endpoints(
+                "dropping",
+                [b.locality(endpoints=[backend])],
+                drop_overloads={"throttle": 1_000_000},
+            ),
         ],
     )
 
@@ -141,6 +148,8 @@ def _scenario(backend: str) -> list[dict[str, Any]]:
         {"target": xds, "method": m + "Pushback", "registered": True, "timeout": 1.0},
         # failed picks (nothing listens), retried: 3 attempts
         {"target": xds, "method": m + "Unreachable", "registered": True, "wfr": False},
+        # a drop: one attempt UNAVAILABLE, not retried
+        {"target": xds, "method": m + "Dropped", "registered": True},
         # no route matches: no attempt
         {"target": xds, "method": "/other.Svc/X", "registered": True},
         # A33 abort: no attempt
@@ -152,6 +161,16 @@ def _scenario(backend: str) -> list[dict[str, Any]]:
         {"target": xds, "method": m + "Stream", "registered": True, "kind": "us", "request": "3"},
         {"target": xds, "method": m + "Chat", "registered": True, "kind": "ss", "messages": 4},
         {"target": backend, "method": m + "Who", "registered": True},
+        # grpc.aio channels (pyxds.aio): the same rules
+        {"target": xds, "method": m + "Who", "registered": True, "aio": True, "n": 2},
+        {"target": xds, "method": m + "Generic", "aio": True},
+        {
+            "target": xds,
+            "method": m + "Fail",
+            "registered": True,
+            "request": "UNAVAILABLE",
+            "aio": True,
+        },
     ]
 
 
@@ -176,7 +195,8 @@ else:
     bootstrap = json.loads(os.environ["GRPC_XDS_BOOTSTRAP_CONFIG"])
     make = lambda target: pyxds.insecure_channel(target, bootstrap=bootstrap)
 channels, outcomes = {}, []
-for step in scenario:
+aio_steps = [step for step in scenario if step.get("aio")]
+for step in [step for step in scenario if not step.get("aio")]:
     target = step["target"]
     channel = channels.get(target) or channels.setdefault(target, make(target))
     kind_ = step.get("kind", "uu")
@@ -203,6 +223,29 @@ for step in scenario:
             outcomes.append("CANCELLED")
         except grpc.RpcError as err:
             outcomes.append(err.code().name)
+async def run_aio():
+    import grpc.aio
+    if kind == "core":
+        make_aio = grpc.aio.insecure_channel
+    else:
+        import pyxds.aio
+        make_aio = lambda target: pyxds.aio.insecure_channel(target, bootstrap=bootstrap)
+    aio_channels = {}
+    for step in aio_steps:
+        target = step["target"]
+        channel = aio_channels.get(target) or aio_channels.setdefault(target, make_aio(target))
+        mc = channel.unary_unary(step["method"], _registered_method=step.get("registered", False))
+        for _ in range(step.get("n", 1)):
+            try:
+                await mc(step.get("request", "").encode(), timeout=10, wait_for_ready=True)
+                outcomes.append("OK")
+            except grpc.RpcError as err:
+                outcomes.append(err.code().name)
+    for channel in aio_channels.values():
+        await channel.close()
+if aio_steps:
+    import asyncio
+    asyncio.run(run_aio())
 if kind == "core":
     plugin.deregister_global()  # flushes C-core's batched stats into the provider
 for channel in channels.values():
@@ -281,20 +324,20 @@ def _compared(run: dict[str, Any]) -> dict[tuple, tuple]:
 def test_both_clients_saw_the_same_outcomes(runs):
     assert runs["pyxds"]["outcomes"] == runs["core"]["outcomes"]
     assert runs["core"]["outcomes"] == [
-        *["OK"] * 5,
-        "INTERNAL",
-        "UNAVAILABLE",
-        "DEADLINE_EXCEEDED",
-        "UNAVAILABLE",
-        "UNAVAILABLE",
-        "UNAVAILABLE",
-        "UNAVAILABLE",
-        "DEADLINE_EXCEEDED",
-        "DEADLINE_EXCEEDED",
-        "CANCELLED",
-        "OK",
-        "OK",
-        "OK",
+        *["OK"] * 5,  # Who x3, Generic x2
+        "INTERNAL",  # Fail
+        "UNAVAILABLE",  # Fail, retried twice
+        "DEADLINE_EXCEEDED",  # Pushback
+        "UNAVAILABLE",  # Unreachable
+        "UNAVAILABLE",  # Dropped
+        "UNAVAILABLE",  # no matching route
+        *["UNAVAILABLE"] * 2,  # fault abort
+        "DEADLINE_EXCEEDED",  # no Listener
+        "DEADLINE_EXCEEDED",  # Sleep
+        "CANCELLED",  # Sleep, cancelled
+        *["OK"] * 3,  # Stream, Chat, the plain target
+        *["OK"] * 3,  # aio: Who x2, Generic
+        "UNAVAILABLE",  # aio: Fail, retried twice
     ]
 
 
@@ -326,9 +369,11 @@ def test_attempts_exist_after_routing_and_filters_only_like_c_core(runs):
         started = _attempts(runs[kind])
         assert ("other.Svc/X", "xds:///metrics") not in started, kind
         assert not [k for k in started if k[1] in ("xds:///faulty", "xds:///nowhere")], kind
-        assert started[m + "Fail", "xds:///metrics"] == 1 + 3, kind  # INTERNAL; 3 UNAVAILABLE
+        # INTERNAL; 3 UNAVAILABLE; 3 UNAVAILABLE through grpc.aio
+        assert started[m + "Fail", "xds:///metrics"] == 1 + 3 + 3, kind
         assert started[m + "Unreachable", "xds:///metrics"] == 3, kind
         assert started[m + "Pushback", "xds:///metrics"] == 1, kind
+        assert started[m + "Dropped", "xds:///metrics"] == 1, kind
 
 
 def test_generic_method_is_other_like_c_core(runs):
@@ -336,8 +381,8 @@ def test_generic_method_is_other_like_c_core(runs):
     the registered ones by name."""
     for kind in ("core", "pyxds"):
         started = _attempts(runs[kind])
-        assert started["other", "xds:///metrics"] == 2, kind
-        assert started[f"{SERVICE}/Who", "xds:///metrics"] == 3, kind
+        assert started["other", "xds:///metrics"] == 2 + 1, kind  # sync, aio
+        assert started[f"{SERVICE}/Who", "xds:///metrics"] == 3 + 2, kind
 
 
 def test_pyxds_records_a66_call_duration_once_per_call(runs):

@@ -317,6 +317,13 @@ class _AioCall(Generic[_Response]):
                 inner = method.start(
                     transport, rpc, self._request, self._credentials, self._compression
                 )
+                if rpc.metrics is not None and self._task_awaits and self._task is None:
+                    # A66: the attempt's received bytes are counted when its
+                    # response is deserialized, which grpc.aio does after the
+                    # call's done callbacks: a task awaits the response and
+                    # reads the attempt's end (as for a first pick that waited)
+                    run = self._run(None, 0.0, inner)  # type: ignore[attr-defined]  # _task_awaits: a unary-response call
+                    self._task = self._loop.create_task(run)
         except Exception as err:
             if rpc.start_failed(transport):
                 return None  # the grpcio channel closed under us: not sent
@@ -577,10 +584,14 @@ class AioUnaryResponseCall(
     def _retry(self, delay: float) -> None:
         self._task = self._loop.create_task(self._run(None, delay))
 
-    async def _run(self, first: Any, delay: float = 0.0) -> _Response:
-        """The attempts of a call whose first pick did not start one at once."""
+    async def _run(self, first: Any, delay: float = 0.0, started: Any = None) -> _Response:
+        """The attempts of a call whose first pick did not start one at once
+        (``started``: or whose first attempt, started, is read here)."""
         while True:
-            inner = await self._open(delay, first)
+            if started is not None:
+                inner, started = started, None
+            else:
+                inner = await self._open(delay, first)
             first = None
             try:
                 response: _Response = await inner
