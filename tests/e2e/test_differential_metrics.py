@@ -171,6 +171,8 @@ def _scenario(backend: str) -> list[dict[str, Any]]:
             "request": "UNAVAILABLE",
             "aio": True,
         },
+        {"target": xds, "method": m + "Stream", "registered": True, "kind": "us", "request": "3"}
+        | {"aio": True, "n": 3},
     ]
 
 
@@ -234,10 +236,16 @@ async def run_aio():
     for step in aio_steps:
         target = step["target"]
         channel = aio_channels.get(target) or aio_channels.setdefault(target, make_aio(target))
-        mc = channel.unary_unary(step["method"], _registered_method=step.get("registered", False))
+        streams = step.get("kind") == "us"
+        factory = channel.unary_stream if streams else channel.unary_unary
+        mc = factory(step["method"], _registered_method=step.get("registered", False))
         for _ in range(step.get("n", 1)):
             try:
-                await mc(step.get("request", "").encode(), timeout=10, wait_for_ready=True)
+                call = mc(step.get("request", "").encode(), timeout=10, wait_for_ready=True)
+                if streams:
+                    [r async for r in call]
+                else:
+                    await call
                 outcomes.append("OK")
             except grpc.RpcError as err:
                 outcomes.append(err.code().name)
@@ -338,6 +346,7 @@ def test_both_clients_saw_the_same_outcomes(runs):
         *["OK"] * 3,  # Stream, Chat, the plain target
         *["OK"] * 3,  # aio: Who x2, Generic
         "UNAVAILABLE",  # aio: Fail, retried twice
+        *["OK"] * 3,  # aio: Stream x3
     ]
 
 
