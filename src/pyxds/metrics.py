@@ -85,6 +85,7 @@ _T = "grpc.target"
 _M = "grpc.method"
 _S = "grpc.status"
 _LOC = "grpc.lb.locality"
+_BS = "grpc.lb.backend_service"  # A89
 _SERVER = "grpc.xds.server"
 _RTYPE = "grpc.xds.resource_type"
 
@@ -112,7 +113,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             "s",
             "End-to-end time taken to complete a client call attempt, pick included.",
             (_M, _T, _S),
-            (_LOC,),
+            (_LOC, _BS),
         ),
         Instrument(
             "grpc.client.attempt.sent_total_compressed_message_size",
@@ -122,7 +123,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             " (metadata excluded) per RPC attempt; does not include grpc or transport"
             " framing bytes.",
             (_M, _T, _S),
-            (_LOC,),
+            (_LOC, _BS),
         ),
         Instrument(
             "grpc.client.attempt.rcvd_total_compressed_message_size",
@@ -132,7 +133,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             " messages (metadata excluded) per RPC attempt; does not include grpc or"
             " transport framing bytes.",
             (_M, _T, _S),
-            (_LOC,),
+            (_LOC, _BS),
         ),
         Instrument(
             "grpc.lb.pick_first.disconnections",
@@ -162,7 +163,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             "Number of scheduler updates in which there were not enough endpoints with "
             "valid weight, which caused the WRR policy to fall back to RR behavior.",
             (_T,),
-            (_LOC,),
+            (_LOC, _BS),
         ),
         Instrument(
             "grpc.lb.wrr.endpoint_weight_not_yet_usable",
@@ -171,7 +172,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             "Number of endpoints from each scheduler update that don't yet have usable "
             "weight information.",
             (_T,),
-            (_LOC,),
+            (_LOC, _BS),
         ),
         Instrument(
             "grpc.lb.wrr.endpoint_weight_stale",
@@ -180,7 +181,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             "Number of endpoints from each scheduler update whose latest weight is older "
             "than the expiration period.",
             (_T,),
-            (_LOC,),
+            (_LOC, _BS),
         ),
         Instrument(
             "grpc.lb.wrr.endpoint_weights",
@@ -188,7 +189,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             "{weight}",
             "Weight of each endpoint, recorded on every scheduler update.",
             (_T,),
-            (_LOC,),
+            (_LOC, _BS),
         ),
         Instrument(
             "grpc.xds_client.connected",

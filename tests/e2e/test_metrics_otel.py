@@ -263,7 +263,7 @@ def locality_reader():
     reader = InMemoryMetricReader()
     pyxds.metrics.enable(
         otel_sdk.MeterProvider(metric_readers=[reader]),
-        optional_labels=["grpc.lb.locality"],
+        optional_labels=["grpc.lb.locality", "grpc.lb.backend_service"],
         enable_metrics=A78,
     )
     try:
@@ -295,6 +295,8 @@ def test_attempt_duration_carries_the_locality_of_the_endpoint_each_attempt_went
     )
     by_locality = {p.attributes["grpc.lb.locality"]: p.count for p in found}
     assert by_locality == {LOCALITY_A: served[a.name], LOCALITY_B: served[b_.name]}
+    # A89: the cluster the attempts went to
+    assert {p.attributes["grpc.lb.backend_service"] for p in found} == {"two"}
 
 
 def test_aio_attempt_duration_carries_the_locality_too(locality_reader, xds_server, echo_backends):
@@ -360,6 +362,7 @@ def test_wrr_metrics_carry_the_locality_of_their_weighted_target_child(
         )
         # no ORCA reports from these backends: every weight recorded is 0
         assert {p.attributes["grpc.lb.locality"] for p in weights} == {LOCALITY_A, LOCALITY_B}
+        assert {p.attributes["grpc.lb.backend_service"] for p in weights} == {"two"}  # A89
         assert all(p.sum == 0 and p.count >= 1 for p in weights)
 
 

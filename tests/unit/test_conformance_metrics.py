@@ -28,6 +28,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 LOC = "grpc.lb.locality"
+BS = "grpc.lb.backend_service"
 STARTED = "grpc.client.attempt.started"
 ATTEMPT = "grpc.client.attempt.duration"
 CALL = "grpc.client.call.duration"
@@ -45,15 +46,16 @@ GRFC_TABLES = {
     # A66 "Client Per-Attempt Instruments", "Client Per-Call Instruments";
     # A78 "Per-Call Metrics" adds grpc.lb.locality to the three attempt ones
     STARTED: ("counter", "{attempt}", {_M, _T}, set()),
-    ATTEMPT: ("histogram", "s", {_M, _T, _S}, {LOC}),
-    SENT: ("histogram", "By", {_M, _T, _S}, {LOC}),
-    RCVD: ("histogram", "By", {_M, _T, _S}, {LOC}),
+    # and A89 grpc.lb.backend_service to the same three and to WRR's
+    ATTEMPT: ("histogram", "s", {_M, _T, _S}, {LOC, BS}),
+    SENT: ("histogram", "By", {_M, _T, _S}, {LOC, BS}),
+    RCVD: ("histogram", "By", {_M, _T, _S}, {LOC, BS}),
     CALL: ("histogram", "s", {_M, _T, _S}, set()),
     # A78 "Weighted Round Robin LB Policy"
-    "grpc.lb.wrr.rr_fallback": ("counter", "{update}", {_T}, {LOC}),
-    "grpc.lb.wrr.endpoint_weight_not_yet_usable": ("counter", "{endpoint}", {_T}, {LOC}),
-    "grpc.lb.wrr.endpoint_weight_stale": ("counter", "{endpoint}", {_T}, {LOC}),
-    "grpc.lb.wrr.endpoint_weights": ("histogram", "{weight}", {_T}, {LOC}),
+    "grpc.lb.wrr.rr_fallback": ("counter", "{update}", {_T}, {LOC, BS}),
+    "grpc.lb.wrr.endpoint_weight_not_yet_usable": ("counter", "{endpoint}", {_T}, {LOC, BS}),
+    "grpc.lb.wrr.endpoint_weight_stale": ("counter", "{endpoint}", {_T}, {LOC, BS}),
+    "grpc.lb.wrr.endpoint_weights": ("histogram", "{weight}", {_T}, {LOC, BS}),
     # A78 "Pick First LB Policy"
     "grpc.lb.pick_first.disconnections": ("counter", "{disconnection}", {_T}, set()),
     "grpc.lb.pick_first.connection_attempts_succeeded": ("counter", "{attempt}", {_T}, set()),
@@ -810,3 +812,64 @@ def test_unknown_metric_name_is_refused_naming_it():
     with pytest.raises(ValueError, match=r"disable_metrics: unknown metric 'x'"):
         metrics.enable(sdk.MeterProvider(), disable_metrics="x")
     assert metrics.RECORDER is None
+
+
+# ---------------------------------------------------------------------------
+# A89 grpc.lb.backend_service
+# ---------------------------------------------------------------------------
+
+
+def test_cluster_impl_picks_carry_the_cluster_as_backend_service(enable):
+    """A89: "The LB policy xds_cluster_impl will notify the call attempt
+    tracer of the grpc.lb.backend_service label. The value will be copied
+    from xds_cluster_impl's service config cluster key"; an optional label
+    of the three per-attempt metrics, emitted when enabled."""
+    from pyxds.lb.call_counters import cluster_counters
+    from pyxds.lb.xds_cluster_impl import CountedSubchannel, XdsClusterImplPicker
+    from pyxds.xds.resources.types import LocalityName
+
+    class _Real:
+        address = "10.0.0.1:1"
+
+    class _Child(Picker):
+        def pick(self, args):
+            return PickComplete(counted)
+
+    counted = CountedSubchannel(_Real(), LocalityName("r", "z", ""), None, None, None, "c-89")
+    counters = cluster_counters("c-89", None)
+    result = XdsClusterImplPicker(_Child(), (), counters, 1024, None).pick(None)
+    assert result.attempt_labels[BS] == "c-89"
+    reader = enable(optional_labels=[BS])
+    call = CallMetrics("/pkg.Svc/M", "xds:///svc")
+    call.attempt_started()
+    call.attempt_ended(Status(grpc.StatusCode.OK, ""), result.attempt_labels, True)
+    for name in PER_ATTEMPT:
+        (point,) = points(reader, name)
+        assert point.attributes[BS] == "c-89" and LOC not in point.attributes, name
+    result.on_call_done(Status(grpc.StatusCode.OK, ""))
+
+
+def test_wrr_metrics_carry_the_endpoints_cluster_as_backend_service(enable):
+    """A89 "Add grpc.lb.backend_service to WRR metrics": the WRR policy
+    reads the cluster its endpoints belong to (cds's xds_cluster
+    attribute)."""
+    from pyxds.lb import registry
+    from pyxds.lb.api import ConnectivityState as CS
+    from pyxds.lb.api import ResolverUpdate
+    from pyxds.testing import FakeHelper
+
+    reader = enable(optional_labels=[BS], enable_metrics=A78_METRICS)
+    helper = FakeHelper()
+    helper.channel_target = "xds:///wrr"
+    from pyxds.lb.weighted_round_robin import WeightedRoundRobin
+
+    policy = WeightedRoundRobin(helper)
+    _, config = registry.select([{"weighted_round_robin": {}}])
+    endpoints = [Endpoint((f"10.0.0.{i}:80",), {"xds_cluster": "c-wrr"}) for i in range(2)]
+    policy.update(ResolverUpdate(endpoints, config))
+    for sub in helper.subchannels:
+        sub.set_state(CS.CONNECTING)
+        sub.set_state(CS.READY)
+    found = points(reader, "grpc.lb.wrr.rr_fallback")
+    assert found and {p.attributes[BS] for p in found} == {"c-wrr"}
+    policy.shutdown()
