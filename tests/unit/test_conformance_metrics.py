@@ -873,3 +873,67 @@ def test_wrr_metrics_carry_the_endpoints_cluster_as_backend_service(enable):
     found = points(reader, "grpc.lb.wrr.rr_fallback")
     assert found and {p.attributes[BS] for p in found} == {"c-wrr"}
     policy.shutdown()
+
+
+# ---------------------------------------------------------------------------
+# A88 grpc.xds.cache_state values of grpc.xds_client.resources
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fail_on_data_errors", [False, True])
+def test_cache_state_says_when_an_errored_entry_keeps_its_resource(
+    monkeypatch, fail_on_data_errors
+):
+    """A88 "Cache Entry States, CSDS, and XdsClient Metrics": new
+    grpc.xds.cache_state values ``does_not_exist_but_cached`` (an LDS/CDS
+    deletion ignored), ``received_error`` / ``received_error_but_cached``
+    (an xRFC TP3 error, with or without a cached resource), beside A78's
+    ``nacked`` / ``nacked_but_cached``; with fail_on_data_errors the
+    resource is dropped, so the plain states."""
+    from test_xds_client_ads_state import CDS, INVALID, LDS, TYPES, RecordingWatcher, response
+    from test_xds_client_client import FakeTransport, make_bootstrap
+
+    from pyxds.testing.fake_clock import FakeClock
+    from pyxds.xds import client_metrics
+    from pyxds.xds.ads_state import DATA_ERROR_HANDLING_ENV
+    from pyxds.xds.client import XdsClient
+
+    monkeypatch.setenv(DATA_ERROR_HANDLING_ENV, "true")
+    transports: list = []
+
+    def factory(channel):
+        transports.append(FakeTransport(channel))
+        return transports[-1]
+
+    features = {"fail_on_data_errors": True} if fail_on_data_errors else {}
+    client = XdsClient(
+        make_bootstrap(**features),
+        clock=FakeClock(),
+        resource_types=TYPES,
+        transport_factory=factory,
+    )
+    try:
+        for type_url, name in ((LDS, "deleted"), (CDS, "bad"), (CDS, "err"), (CDS, "err-new")):
+            client.watch(type_url, name, RecordingWatcher())
+        transport = transports[0]
+        transport.respond(response(LDS, "1", "n1", ("deleted", "x")))
+        transport.respond(response(CDS, "1", "n2", ("bad", "x"), ("err", "x")))
+        transport.respond(response(LDS, "2", "n3"))  # "deleted" is gone
+        msg = response(CDS, "2", "n4", ("bad", INVALID))
+        for name in ("err", "err-new"):
+            error = msg.resource_errors.add()
+            error.resource_name.name = name
+            error.error_detail.code = grpc.StatusCode.NOT_FOUND.value[0]
+        transport.respond(msg)
+        states = {
+            e["name"]: client_metrics._cache_state(e) for e in client.dump()["generic_xds_configs"]
+        }
+    finally:
+        client.close()
+    cached = "" if fail_on_data_errors else "_but_cached"
+    assert states == {
+        "deleted": "does_not_exist" + cached,
+        "bad": "nacked" + cached,
+        "err": "received_error" + cached,
+        "err-new": "received_error",
+    }
