@@ -3,7 +3,7 @@
     from opentelemetry.sdk.metrics import MeterProvider
     import pyxds.metrics
 
-    pyxds.metrics.enable(MeterProvider(metric_readers=[reader]))   # or the global provider
+    pyxds.metrics.enable(MeterProvider(metric_readers=[reader]))
     ...
     pyxds.metrics.disable()
 
@@ -39,6 +39,12 @@ Instruments (names, units and labels as A66/A78; :data:`INSTRUMENTS`):
   ``grpc.lb.wrr.rr_fallback``, ``endpoint_weight_not_yet_usable``,
   ``endpoint_weight_stale``, ``endpoint_weights``.
 
+A66's per-call metrics are recorded once metrics are enabled
+(:data:`DEFAULT_METRICS`); A78's are experimental and off by default (A78
+"Metric Stability", as in C-core and grpc-go) until named::
+
+    pyxds.metrics.enable(provider, enable_metrics=["grpc.lb.wrr.rr_fallback"])
+
 A policy or component records with :func:`add` (counters) and :func:`record`
 (histograms) under a name of :data:`INSTRUMENTS`, or registers a gauge's
 observer with :func:`observe`::
@@ -50,11 +56,14 @@ observer with :func:`observe`::
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pyxds._values import dataclass
+
+_log = logging.getLogger(__name__)
 
 Labels = Mapping[str, str]
 Observation = tuple[float, Labels]
@@ -76,6 +85,7 @@ _T = "grpc.target"
 _M = "grpc.method"
 _S = "grpc.status"
 _LOC = "grpc.lb.locality"
+_BS = "grpc.lb.backend_service"  # A89
 _SERVER = "grpc.xds.server"
 _RTYPE = "grpc.xds.resource_type"
 
@@ -103,7 +113,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             "s",
             "End-to-end time taken to complete a client call attempt, pick included.",
             (_M, _T, _S),
-            (_LOC,),
+            (_LOC, _BS),
         ),
         Instrument(
             "grpc.client.attempt.sent_total_compressed_message_size",
@@ -113,6 +123,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             " (metadata excluded) per RPC attempt; does not include grpc or transport"
             " framing bytes.",
             (_M, _T, _S),
+            (_LOC, _BS),
         ),
         Instrument(
             "grpc.client.attempt.rcvd_total_compressed_message_size",
@@ -122,6 +133,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             " messages (metadata excluded) per RPC attempt; does not include grpc or"
             " transport framing bytes.",
             (_M, _T, _S),
+            (_LOC, _BS),
         ),
         Instrument(
             "grpc.lb.pick_first.disconnections",
@@ -151,7 +163,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             "Number of scheduler updates in which there were not enough endpoints with "
             "valid weight, which caused the WRR policy to fall back to RR behavior.",
             (_T,),
-            (_LOC,),
+            (_LOC, _BS),
         ),
         Instrument(
             "grpc.lb.wrr.endpoint_weight_not_yet_usable",
@@ -160,7 +172,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             "Number of endpoints from each scheduler update that don't yet have usable "
             "weight information.",
             (_T,),
-            (_LOC,),
+            (_LOC, _BS),
         ),
         Instrument(
             "grpc.lb.wrr.endpoint_weight_stale",
@@ -169,7 +181,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             "Number of endpoints from each scheduler update whose latest weight is older "
             "than the expiration period.",
             (_T,),
-            (_LOC,),
+            (_LOC, _BS),
         ),
         Instrument(
             "grpc.lb.wrr.endpoint_weights",
@@ -177,7 +189,7 @@ INSTRUMENTS: dict[str, Instrument] = {
             "{weight}",
             "Weight of each endpoint, recorded on every scheduler update.",
             (_T,),
-            (_LOC,),
+            (_LOC, _BS),
         ),
         Instrument(
             "grpc.xds_client.connected",
@@ -217,6 +229,12 @@ INSTRUMENTS: dict[str, Instrument] = {
     )
 }
 
+#: The metrics recorded by default: A66's per-call ones.  A78's (WRR,
+#: pick_first, XdsClient) "start as experimental and therefore off by
+#: default" (A78 "Metric Stability"; C-core's ``enable_by_default=false``,
+#: grpc-go's ``DefaultMetrics()``): :func:`enable` turns them on by name.
+DEFAULT_METRICS = frozenset(name for name in INSTRUMENTS if name.startswith("grpc.client."))
+
 #: A66 latency buckets (seconds) for the duration histograms.
 LATENCY_BUCKETS = (
     0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0.002, 0.003, 0.004, 0.005,
@@ -249,8 +267,17 @@ def locality_label(locality: Any) -> str:
 class _OtelRecorder:
     """The instruments of one OpenTelemetry meter and the optional labels enabled."""
 
-    def __init__(self, meter_provider: Any, optional_labels: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        meter_provider: Any,
+        optional_labels: frozenset[str] = frozenset(),
+        generic_method_attribute_filter: Callable[[str], bool] | None = None,
+        enabled: frozenset[str] = DEFAULT_METRICS,
+    ) -> None:
         self.optional_labels = optional_labels
+        #: the instruments recorded (the others are not even created)
+        self.enabled = enabled
+        self.generic_method_attribute_filter = generic_method_attribute_filter
         #: per instrument: (optional labels to drop, enabled optional labels)
         self.shape: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
             inst.name: (
@@ -269,6 +296,8 @@ class _OtelRecorder:
         self.counters: dict[str, Any] = {}
         self.histograms: dict[str, Any] = {}
         for inst in INSTRUMENTS.values():
+            if inst.name not in enabled:
+                continue
             if inst.kind == "counter":
                 self.counters[inst.name] = meter.create_counter(
                     inst.name, unit=inst.unit, description=inst.description
@@ -334,11 +363,35 @@ def _gauge_callback(name: str) -> Callable[[Any], Iterable[Any]]:
 RECORDER: _OtelRecorder | None = None
 
 
-def enable(meter_provider: Any = None, optional_labels: Iterable[str] = ()) -> None:
-    """Record pyxds metrics with ``meter_provider`` (default: OpenTelemetry's
-    global one).  ``optional_labels``: the optional labels to emit (A78;
+def enable(
+    meter_provider: Any = None,
+    optional_labels: Iterable[str] = (),
+    generic_method_attribute_filter: Callable[[str], bool] | None = None,
+    enable_metrics: Iterable[str] = (),
+    disable_metrics: Iterable[str] = (),
+) -> None:
+    """Record pyxds metrics with ``meter_provider``.  None records nothing
+    (A66 "Language-Specific Details": "A MeterProvider not being set should
+    result in a no-op ... gRPC implementations should *NOT* fallback on this
+    global"; grpcio's ``OpenTelemetryPlugin(meter_provider=None)`` records
+    nothing either): metrics stay (or turn) off, with a warning.  To use
+    OpenTelemetry's global provider, pass it:
+    ``enable(opentelemetry.metrics.get_meter_provider())``.
+    ``optional_labels``: the optional labels to emit (A78;
     e.g. ``["grpc.lb.locality"]``), none by default.  A name no instrument
-    declares raises ValueError (before anything changes)."""
+    declares raises ValueError (before anything changes).
+
+    ``generic_method_attribute_filter`` (A66 "Attributes", as grpcio's
+    ``OpenTelemetryPlugin``): called with the method (``pkg.Service/Method``)
+    of an RPC whose multicallable was not made with ``_registered_method=True``
+    (generated stubs register theirs); True records the method's name, False
+    records ``"other"``.  Without it every such method is ``"other"``.
+
+    ``enable_metrics`` / ``disable_metrics`` (A79, as C++'s
+    ``EnableMetrics``/``DisableMetrics`` and grpc-go's
+    ``DefaultMetrics().Add/Remove``): instrument names to record besides
+    :data:`DEFAULT_METRICS` (A66's), e.g. A78's ``grpc.lb.wrr.rr_fallback``,
+    and names not to record.  An unknown name raises ValueError."""
     global RECORDER
     if isinstance(optional_labels, str):
         optional_labels = (optional_labels,)
@@ -349,11 +402,38 @@ def enable(meter_provider: Any = None, optional_labels: Iterable[str] = ()) -> N
             f"optional_labels: unknown label {unknown[0]!r}; pyxds records these optional"
             f" labels: {', '.join(sorted(OPTIONAL_LABELS))}"
         )
+    on = frozenset((enable_metrics,) if isinstance(enable_metrics, str) else enable_metrics)
+    off = frozenset((disable_metrics,) if isinstance(disable_metrics, str) else disable_metrics)
+    for what, names in (("enable_metrics", on), ("disable_metrics", off)):
+        unknown = sorted(names - INSTRUMENTS.keys())
+        if unknown:
+            raise ValueError(f"{what}: unknown metric {unknown[0]!r}")
+    enabled = (DEFAULT_METRICS | on) - off
     if meter_provider is None:
-        from opentelemetry import metrics as otel_metrics
+        _log.warning(
+            "pyxds.metrics.enable() without a MeterProvider records nothing (gRFC A66:"
+            " no fallback on OpenTelemetry's global provider); pass one"
+        )
+        RECORDER = None
+        return
+    RECORDER = _OtelRecorder(meter_provider, wanted, generic_method_attribute_filter, enabled)
 
-        meter_provider = otel_metrics.get_meter_provider()
-    RECORDER = _OtelRecorder(meter_provider, wanted)
+
+#: ``grpc.method`` of an RPC of a generic (not registered) method (A66)
+OTHER_METHOD = "other"
+
+
+def method_recorded(method: str) -> bool:
+    """Whether the generic method ``method`` is recorded by its name (the
+    user's ``generic_method_attribute_filter`` says so; A66), else "other"."""
+    recorder = RECORDER
+    chooser = recorder.generic_method_attribute_filter if recorder is not None else None
+    if chooser is None:
+        return False
+    try:
+        return bool(chooser(method))
+    except Exception:  # a user's filter must never fail an RPC
+        return False
 
 
 def disable() -> None:
@@ -366,14 +446,18 @@ def add(name: str, value: int, labels: Labels) -> None:
     """Add ``value`` to the counter ``name`` (no-op while disabled)."""
     recorder = RECORDER
     if recorder is not None:
-        recorder.counters[name].add(value, recorder.labels(name, labels))
+        counter = recorder.counters.get(name)
+        if counter is not None:  # None: not enabled
+            counter.add(value, recorder.labels(name, labels))
 
 
 def record(name: str, value: float, labels: Labels) -> None:
     """Record ``value`` in the histogram ``name`` (no-op while disabled)."""
     recorder = RECORDER
     if recorder is not None:
-        recorder.histograms[name].record(value, recorder.labels(name, labels))
+        histogram = recorder.histograms.get(name)
+        if histogram is not None:  # None: not enabled
+            histogram.record(value, recorder.labels(name, labels))
 
 
 def observe(name: str, observer: Callable[[], Iterable[Observation]]) -> None:

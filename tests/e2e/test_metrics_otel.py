@@ -27,6 +27,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 
 TARGET = "xds:///echo-service"
 SCOPE = "xds:/echo-service"  # the XdsClient's key (A71), C-core's form of TARGET
+#: A78's metrics (WRR, pick_first, XdsClient): off by default, named here
+A78 = sorted(set(pyxds.metrics.INSTRUMENTS) - pyxds.metrics.DEFAULT_METRICS)
 
 
 def snapshot(backend, bad_cluster: bool = False) -> Snapshot:
@@ -49,7 +51,7 @@ def snapshot(backend, bad_cluster: bool = False) -> Snapshot:
 @pytest.fixture
 def reader():
     reader = InMemoryMetricReader()
-    pyxds.metrics.enable(otel_sdk.MeterProvider(metric_readers=[reader]))
+    pyxds.metrics.enable(otel_sdk.MeterProvider(metric_readers=[reader]), enable_metrics=A78)
     try:
         yield reader
     finally:
@@ -195,7 +197,8 @@ def test_attempt_message_sizes_are_the_serialized_bytes_of_each_attempt(
     async def aio() -> None:
         async with pyxds.aio.insecure_channel(TARGET, bootstrap=xds_server.bootstrap()) as ch:
             stub = echo_pb2_grpc.EchoStub(ch)
-            await stub.Echo(request, timeout=10, wait_for_ready=True)
+            for _ in range(3):  # the first waits for its pick, the others start at once
+                await stub.Echo(request, timeout=10, wait_for_ready=True)
             assert len([r async for r in stub.EchoStream(streamed, timeout=10)]) == 3
 
     asyncio.run(aio())
@@ -203,37 +206,31 @@ def test_attempt_message_sizes_are_the_serialized_bytes_of_each_attempt(
     stream = {**unary, "grpc_method": "pyxds.test.Echo/EchoStream"}
     (sent,) = with_labels(points(reader, SENT), **unary)
     (rcvd,) = with_labels(points(reader, RCVD), **unary)
-    assert (sent.count, sent.sum) == (3, 3 * request.ByteSize())
-    assert (rcvd.count, rcvd.sum) == (3, 3 * reply.ByteSize())
+    assert (sent.count, sent.sum) == (5, 5 * request.ByteSize())
+    assert (rcvd.count, rcvd.sum) == (5, 5 * reply.ByteSize())
     (sent,) = with_labels(points(reader, SENT), **stream)
     (rcvd,) = with_labels(points(reader, RCVD), **stream)
     assert (sent.count, sent.sum) == (2, 2 * streamed.ByteSize())
     assert (rcvd.count, rcvd.sum) == (2, 6 * reply.ByteSize())
 
 
-def test_failed_attempts_are_recorded_with_their_status(reader, xds_server):
+def test_an_rpc_that_fails_before_it_is_routed_has_a_call_but_no_attempt(reader, xds_server):
+    """A66: attempts are created "after name resolution and after any xDS
+    HTTP filters but before the LB pick": an RPC to a target with no
+    Listener ends without one (as C-core, tests/e2e/
+    test_differential_metrics.py), its call duration has its status."""
     xds_server.set_snapshot(Snapshot())
     with (
         pyxds.insecure_channel("xds:///missing", bootstrap=xds_server.bootstrap()) as channel,
-        pytest.raises(grpc.RpcError),
+        pytest.raises(grpc.RpcError) as failed,
     ):
-        channel.unary_unary("/x.Y/Z")(b"", timeout=0.3)
-    found = with_labels(
-        points(reader, "grpc.client.attempt.duration"),
-        grpc_method="x.Y/Z",
-        grpc_target="xds:///missing",
-    )
-    assert [p.attributes["grpc.status"] for p in found] in (
-        ["DEADLINE_EXCEEDED"],
-        ["UNAVAILABLE"],
-    )
-    calls = with_labels(
-        points(reader, "grpc.client.call.duration"),
-        grpc_method="x.Y/Z",
-        grpc_target="xds:///missing",
-    )
+        channel.unary_unary("/x.Y/Z", _registered_method=True)(b"", timeout=0.3)
+    labels = {"grpc_method": "x.Y/Z", "grpc_target": "xds:///missing"}
+    for name in ("grpc.client.attempt.started", "grpc.client.attempt.duration", SENT, RCVD):
+        assert with_labels(points(reader, name), **labels) == [], name
+    calls = with_labels(points(reader, "grpc.client.call.duration"), **labels)
     assert [(p.count, p.attributes["grpc.status"]) for p in calls] == [
-        (1, found[0].attributes["grpc.status"])
+        (1, failed.value.code().name)
     ]
 
 
@@ -265,7 +262,9 @@ def two_locality_snapshot(a, b_, load_balancing_policy=None) -> Snapshot:
 def locality_reader():
     reader = InMemoryMetricReader()
     pyxds.metrics.enable(
-        otel_sdk.MeterProvider(metric_readers=[reader]), optional_labels=["grpc.lb.locality"]
+        otel_sdk.MeterProvider(metric_readers=[reader]),
+        optional_labels=["grpc.lb.locality", "grpc.lb.backend_service"],
+        enable_metrics=A78,
     )
     try:
         yield reader
@@ -296,6 +295,8 @@ def test_attempt_duration_carries_the_locality_of_the_endpoint_each_attempt_went
     )
     by_locality = {p.attributes["grpc.lb.locality"]: p.count for p in found}
     assert by_locality == {LOCALITY_A: served[a.name], LOCALITY_B: served[b_.name]}
+    # A89: the cluster the attempts went to
+    assert {p.attributes["grpc.lb.backend_service"] for p in found} == {"two"}
 
 
 def test_aio_attempt_duration_carries_the_locality_too(locality_reader, xds_server, echo_backends):
@@ -361,6 +362,7 @@ def test_wrr_metrics_carry_the_locality_of_their_weighted_target_child(
         )
         # no ORCA reports from these backends: every weight recorded is 0
         assert {p.attributes["grpc.lb.locality"] for p in weights} == {LOCALITY_A, LOCALITY_B}
+        assert {p.attributes["grpc.lb.backend_service"] for p in weights} == {"two"}  # A89
         assert all(p.sum == 0 and p.count >= 1 for p in weights)
 
 

@@ -16,6 +16,7 @@ sdk = pytest.importorskip("opentelemetry.sdk.metrics")
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 
 LOC = "grpc.lb.locality"
+BS = "grpc.lb.backend_service"  # A89: the cluster ("" here: no cluster given)
 BASE = {"grpc.method": "s/M", "grpc.target": "xds:///svc", "grpc.status": "OK"}
 
 
@@ -53,14 +54,17 @@ def test_cluster_impl_pick_carries_the_picked_endpoints_locality_in_a78_form():
     counted = CountedSubchannel(real, LocalityName("us", "us-a", "rack1"), None, _Owner())
     result = _pick(counted)
     assert result.subchannel is real
-    assert dict(result.attempt_labels) == {LOC: '{region="us", zone="us-a", sub_zone="rack1"}'}
+    assert dict(result.attempt_labels) == {
+        LOC: '{region="us", zone="us-a", sub_zone="rack1"}',
+        BS: "",
+    }
     # the same mapping on every pick of that endpoint (nothing built per pick)
     assert _pick(counted).attempt_labels is result.attempt_labels
 
 
 def test_cluster_impl_locality_label_is_empty_without_a_locality():
     counted = CountedSubchannel(_Real(), None, None, _Owner())
-    assert dict(_pick(counted).attempt_labels) == {LOC: ""}
+    assert dict(_pick(counted).attempt_labels) == {LOC: "", BS: ""}
 
 
 def test_cluster_impl_keeps_a_childs_own_attempt_labels():
@@ -69,6 +73,7 @@ def test_cluster_impl_keeps_a_childs_own_attempt_labels():
     assert dict(result.attempt_labels) == {
         "x.label": "v",
         LOC: '{region="r", zone="z", sub_zone=""}',
+        BS: "",
     }
 
 

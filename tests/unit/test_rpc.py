@@ -59,6 +59,13 @@ def rpc_of(h, policy=POLICY, timeout=30.0, buffer=None):
     return rpc
 
 
+def routed_rpc_of(h, policy=POLICY):
+    """An RPC routed by the channel's config selector (A66: its first
+    attempt starts when it is routed)."""
+    h.core.selector = Selector(CallConfig(retry_policy=policy))
+    return new_rpc(h.core, "/svc/M", [("k", "v")], 30.0, False)
+
+
 def no_metadata(call):
     return None, None
 
@@ -283,12 +290,20 @@ class _Instrument:
     add = record
 
 
+class _Instruments(defaultdict):
+    """Every instrument enabled: made on first use (``get`` too)."""
+
+    def get(self, name, default=None):
+        return self[name]
+
+
 @pytest.fixture
 def recorder():
     fake = SimpleNamespace(
-        counters=defaultdict(_Instrument),
-        histograms=defaultdict(_Instrument),
+        counters=_Instruments(_Instrument),
+        histograms=_Instruments(_Instrument),
         labels=lambda _name, labels: labels,  # no optional labels to drop
+        generic_method_attribute_filter=None,
     )
     metrics.RECORDER = fake  # type: ignore[assignment]
     try:
@@ -304,7 +319,7 @@ RCVD = "grpc.client.attempt.rcvd_total_compressed_message_size"
 def test_each_attempt_records_its_duration_and_message_sizes_once(h, recorder):
     """A66: one duration and one sent/received size per attempt, the failed
     ones included, with the attempt's own status and bytes."""
-    rpc = rpc_of(h)
+    rpc = routed_rpc_of(h)
     for status, sent, received in ((UNAVAILABLE, b"req", b""), (OK_STATUS, b"req", b"reply")):
         rpc.pick()
         serialize, deserialize = counting(rpc.metrics.sizes, None, None)
@@ -322,7 +337,7 @@ def test_each_attempt_records_its_duration_and_message_sizes_once(h, recorder):
 
 
 def test_a_failed_last_attempt_is_recorded_once(h, recorder):
-    rpc = rpc_of(h, policy=None)
+    rpc = routed_rpc_of(h, policy=None)
     rpc.pick()
     assert rpc.ended(Call(), UNAVAILABLE, no_metadata) is None
     assert len(recorder.histograms["grpc.client.attempt.duration"].values) == 1

@@ -328,6 +328,13 @@ class _AioCall(Generic[_Response]):
                 inner = method.start(
                     transport, rpc, self._request, self._credentials, self._compression
                 )
+                if rpc.metrics is not None and self._task_awaits and self._task is None:
+                    # A66: the attempt's received bytes are counted when its
+                    # response is deserialized, which grpc.aio does after the
+                    # call's done callbacks: a task awaits the response and
+                    # reads the attempt's end (as for a first pick that waited)
+                    run = self._run(None, 0.0, inner)  # type: ignore[attr-defined]  # _task_awaits: a unary-response call
+                    self._task = self._loop.create_task(run)
         except Exception as err:
             if rpc.start_failed(transport):
                 return None  # the grpcio channel closed under us: not sent
@@ -588,10 +595,14 @@ class AioUnaryResponseCall(
     def _retry(self, delay: float) -> None:
         self._task = self._loop.create_task(self._run(None, delay))
 
-    async def _run(self, first: Any, delay: float = 0.0) -> _Response:
-        """The attempts of a call whose first pick did not start one at once."""
+    async def _run(self, first: Any, delay: float = 0.0, started: Any = None) -> _Response:
+        """The attempts of a call whose first pick did not start one at once
+        (``started``: or whose first attempt, started, is read here)."""
         while True:
-            inner = await self._open(delay, first)
+            if started is not None:
+                inner, started = started, None
+            else:
+                inner = await self._open(delay, first)
             first = None
             try:
                 response: _Response = await inner
@@ -1056,6 +1067,8 @@ class AioXdsChannel(grpc.aio.Channel):
         response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
     ) -> grpc.aio.UnaryUnaryMultiCallable[_Request, _Response]:
+        if _registered_method:
+            self._core.registered_methods.add(method)
         mc: grpc.aio.UnaryUnaryMultiCallable[_Request, _Response] = self._multicallable(
             "unary_unary", AioUnaryUnary, method, request_serializer, response_deserializer
         )
@@ -1068,6 +1081,8 @@ class AioXdsChannel(grpc.aio.Channel):
         response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
     ) -> grpc.aio.UnaryStreamMultiCallable[_Request, _Response]:
+        if _registered_method:
+            self._core.registered_methods.add(method)
         mc: grpc.aio.UnaryStreamMultiCallable[_Request, _Response] = self._multicallable(
             "unary_stream", AioUnaryStream, method, request_serializer, response_deserializer
         )
@@ -1080,6 +1095,8 @@ class AioXdsChannel(grpc.aio.Channel):
         response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
     ) -> grpc.aio.StreamUnaryMultiCallable[_Request, _Response]:
+        if _registered_method:
+            self._core.registered_methods.add(method)
         mc: grpc.aio.StreamUnaryMultiCallable[_Request, _Response] = self._multicallable(
             "stream_unary", AioStreamUnary, method, request_serializer, response_deserializer
         )
@@ -1092,6 +1109,8 @@ class AioXdsChannel(grpc.aio.Channel):
         response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
     ) -> grpc.aio.StreamStreamMultiCallable[_Request, _Response]:
+        if _registered_method:
+            self._core.registered_methods.add(method)
         mc: grpc.aio.StreamStreamMultiCallable[_Request, _Response] = self._multicallable(
             "stream_stream", AioStreamStream, method, request_serializer, response_deserializer
         )

@@ -79,6 +79,8 @@ class XdsChannel(grpc.Channel):
         response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
     ) -> UnaryUnaryMultiCallable[_Request, _Response]:
+        if _registered_method:
+            self._core.registered_methods.add(method)
         return UnaryUnaryMultiCallable(
             self._core, method, request_serializer, response_deserializer
         )
@@ -90,6 +92,8 @@ class XdsChannel(grpc.Channel):
         response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
     ) -> UnaryStreamMultiCallable[_Request, _Response]:
+        if _registered_method:
+            self._core.registered_methods.add(method)
         return UnaryStreamMultiCallable(
             self._core, method, request_serializer, response_deserializer
         )
@@ -101,6 +105,8 @@ class XdsChannel(grpc.Channel):
         response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
     ) -> StreamUnaryMultiCallable[_Request, _Response]:
+        if _registered_method:
+            self._core.registered_methods.add(method)
         return StreamUnaryMultiCallable(
             self._core, method, request_serializer, response_deserializer
         )
@@ -112,6 +118,8 @@ class XdsChannel(grpc.Channel):
         response_deserializer: Callable[[bytes], _Response] | None = None,
         _registered_method: bool | None = False,
     ) -> StreamStreamMultiCallable[_Request, _Response]:
+        if _registered_method:
+            self._core.registered_methods.add(method)
         return StreamStreamMultiCallable(
             self._core, method, request_serializer, response_deserializer
         )

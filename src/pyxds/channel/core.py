@@ -114,7 +114,7 @@ class ChannelHelper(Helper):
         self._generation = generation
         self.clock = core.clock
         self.random = core.random
-        self.channel_target = core.target
+        self.channel_target = core.metrics_target
         self.channel_authority = core.default_authority
 
     def create_route_lookup_channel(self, target: str, service_config: str | None) -> Any:
@@ -163,6 +163,22 @@ def parse_target(target: str) -> tuple[str, str]:
     return "dns", target
 
 
+def canonical_target(target: str) -> str:
+    """A66's ``grpc.target``: "the form with the scheme included if the user
+    didn't mention the scheme (``scheme://[authority]/path``)": a target
+    that names its scheme as is, any other (``host:port``) as
+    ``dns:///host:port``, C-core's default prefix (C++ and grpc-go record
+    this form; grpcio's Python plugin records the target as given)."""
+    if "://" in target:
+        return target
+    head = target.split(":", 1)[0].lower()
+    if ":" in target and (
+        head in ("dns", "ipv4", "ipv6", "unix") or resolver_registry.get(head) is not None
+    ):
+        return target
+    return "dns:///" + target
+
+
 def build_resolver(scheme: str, target: str, args: ResolverArgs) -> Resolver:
     """The resolver registered for ``scheme`` in :mod:`pyxds.resolver.registry`
     (``xds`` and the built-in static/ipv4/ipv6/dns ones, or a user's).  A bare
@@ -192,6 +208,12 @@ class ChannelCore:
         defer: Callable[[Callable[[], None]], bool] | None = None,
     ) -> None:
         self.target = target
+        #: the target in A66's canonical form: the ``grpc.target`` of metrics
+        self.metrics_target = canonical_target(target)
+        #: the paths of the multicallables made with ``_registered_method=True``
+        #: (generated stubs): A66 metrics record their names, any other
+        #: method as "other" (:class:`pyxds.channel.call_metrics.CallMetrics`)
+        self.registered_methods: set[str] = set()
         self.scheme, self.authority = parse_target(target)
         self.options = tuple(options or ())
         self.bootstrap = bootstrap

@@ -220,7 +220,7 @@ class Rpc:
         if buffer is not None:
             self.buffer = buffer
         if _metrics.RECORDER is not None:
-            self.metrics = CallMetrics(path, core.target)
+            self.metrics = CallMetrics(path, core.metrics_target, path in core.registered_methods)
         core.count_started()
         if core.idle:
             core.exit_idle_for_rpc()
@@ -287,8 +287,12 @@ class Rpc:
         if core.closed:
             return self.finish(CHANNEL_CLOSED)
         deadline = self.deadline
-        if self.retry is not None and deadline is not None and deadline <= time.monotonic():
-            return self.finish(DEADLINE_EXCEEDED)  # a retry's backoff ran into it
+        if self.retry is not None:
+            if deadline is not None and deadline <= time.monotonic():
+                return self.finish(DEADLINE_EXCEEDED)  # a retry's backoff ran into it
+            metrics = self.metrics
+            if metrics is not None and not metrics.attempt_open:
+                metrics.attempt_started()  # A66: a retry's attempt, after its backoff
         while True:
             config = self.call_config
             if config is None:
@@ -335,6 +339,8 @@ class Rpc:
                     # A6: a pick that fails (not a drop) is handled by the policy
                     delay = self._retry_delay(result.status, pick_failed=True)
                     if delay is not None:
+                        if self.metrics is not None:  # the attempt failed with the pick
+                            self.metrics.attempt_failed(result.status, None)
                         return delay
                 return self.finish(result.status)
             if isinstance(result, PickDrop):
@@ -401,6 +407,8 @@ class Rpc:
             # too, a delay already waited is not waited again (_hold_until)
             self.filters = run_chain(config.filters, self.metadata, core.random)
             self._filters_done = False
+        elif self.metrics is not None and not self.metrics.attempt_open:
+            self.metrics.attempt_started()  # A66: routed, no filter in the way
         return True
 
     def _before_pick(self, filters: FilterVerdict) -> Status | float | None:
@@ -424,6 +432,8 @@ class Rpc:
         self._filters_done = True
         if filters.done is not None:
             filters.done()
+        if outcome is None and self.metrics is not None and not self.metrics.attempt_open:
+            self.metrics.attempt_started()  # A66: the attempt starts after the filters
         return outcome
 
     def _picked(self, result: PickComplete, picker: Picker) -> Transport | Status | None:
@@ -534,7 +544,7 @@ class Rpc:
             if self.retried is None:
                 self.retried = []
             self.retried.append((call, delay))
-            self._report(status, call)
+            self._report(status, call, next_now=False)
             self.phase = BACKOFF if delay > 0 else PICKING
         return delay
 
@@ -660,20 +670,26 @@ class Rpc:
                 core.target,
             )
 
-    def _report(self, status: Status, call: Any = None) -> None:
+    def _report(self, status: Status, call: Any = None, next_now: bool = True) -> None:
         """One attempt that is not the RPC's last (its pick, and the grpcio
         ``call`` when it reached the subchannel) reaches the LB policy, and
         its A66 metrics: its trailers to the pick's ``on_call_trailers``
         first (A51 per-call ORCA; read only when a policy asked), then
-        ``on_call_done``.  :meth:`finish` does the same for the last one."""
+        ``on_call_done``.  :meth:`finish` does the same for the last one.
+        ``next_now``: the next attempt starts now (the pick is made again at
+        once); otherwise at the first pick after the retry backoff."""
         if self._on_call_trailers is not None:
             self._trailers_to_policy(call)
         metrics = self.metrics
         if metrics is not None:
-            going_on = metrics.attempt_ended(status, self._attempt_labels, False)
+            if next_now:
+                if not metrics.attempt_ended(status, self._attempt_labels, False):
+                    self.metrics = None  # turned off meanwhile
+            else:
+                metrics.attempt_failed(status, self._attempt_labels)
+                if _metrics.RECORDER is None:
+                    self.metrics = None
             self._attempt_labels = None  # the next attempt's pick sets its own
-            if not going_on:
-                self.metrics = None  # turned off meanwhile
         if self._on_call_done is not None:
             self._call_done(status)
 

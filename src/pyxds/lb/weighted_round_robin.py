@@ -695,6 +695,8 @@ class WeightedRoundRobin(RoundRobin):
             labels = {
                 "grpc.target": getattr(self.helper, "channel_target", ""),
                 "grpc.lb.locality": self._locality,
+                # A89: the cluster of the endpoints (xds_cluster_impl's)
+                "grpc.lb.backend_service": self._cluster,
             }
         wrr = WeightedRoundRobinPicker(
             results, weights, self.helper.clock, self.helper.random, labels, self._first_report

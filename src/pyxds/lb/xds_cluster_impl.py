@@ -125,6 +125,8 @@ PARTS_PER_MILLION = 1_000_000
 LOCALITY_ATTRIBUTE = "locality"
 #: A78's optional per-attempt label this policy sets
 LOCALITY_LABEL = "grpc.lb.locality"
+#: A89's optional label: the cluster the attempt was sent to
+BACKEND_SERVICE_LABEL = "grpc.lb.backend_service"
 
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 _OK = grpc.StatusCode.OK
@@ -281,18 +283,23 @@ def _count_call_done(
         inner(status)
 
 
-def _attempt_labels(locality: Any) -> Mapping[str, str]:
-    """The A78 labels of a locality's calls: one read-only mapping shared by
-    the endpoints of a locality (not one per endpoint)."""
+def _attempt_labels(locality: Any, cluster: str) -> Mapping[str, str]:
+    """The A78/A89 labels of a locality's calls (its locality, the cluster):
+    one read-only mapping shared by the endpoints of a locality (not one
+    per endpoint)."""
     try:
-        return _shared_attempt_labels(locality)
+        return _shared_attempt_labels(locality, cluster)
     except TypeError:  # an unhashable locality attribute (a custom parent's)
-        return MappingProxyType({LOCALITY_LABEL: locality_label(locality)})
+        return _labels_of(locality, cluster)
 
 
-@functools.lru_cache(maxsize=4096)
-def _shared_attempt_labels(locality: Any) -> Mapping[str, str]:
-    return MappingProxyType({LOCALITY_LABEL: locality_label(locality)})
+def _labels_of(locality: Any, cluster: str) -> Mapping[str, str]:
+    return MappingProxyType(
+        {LOCALITY_LABEL: locality_label(locality), BACKEND_SERVICE_LABEL: cluster}
+    )
+
+
+_shared_attempt_labels = functools.lru_cache(maxsize=4096)(_labels_of)
 
 
 class CountedSubchannel(Subchannel):
@@ -320,15 +327,17 @@ class CountedSubchannel(Subchannel):
         stats: LocalityCounters | None,
         owner: XdsClusterImplPolicy,
         lrs: Any = None,
+        backend_service: str = "",
     ) -> None:
         self.real = real
         self.address = real.address
         self.locality = locality
         self.stats = stats
         self.lrs = lrs
-        #: A78 per-attempt optional labels of every call sent to this endpoint
-        #: (computed once: a pick only passes the mapping on)
-        self.attempt_labels: Mapping[str, str] = _attempt_labels(locality)
+        #: A78/A89 per-attempt optional labels of every call sent to this
+        #: endpoint (computed once: a pick only passes the mapping on);
+        #: A89's backend service is the policy's cluster
+        self.attempt_labels: Mapping[str, str] = _attempt_labels(locality, backend_service)
         self._owner = owner
         #: (lrs, child's trailers hook, the hook handed to the channel)
         self._hooks: tuple[Any, Any, Callable[[Any], None]] | None = None
@@ -602,7 +611,10 @@ class XdsClusterImplPolicy(LoadBalancer):
         stats = None
         if locality is not None and self._counters is not None:
             stats = self._counters.locality(locality)
-        subchannel = CountedSubchannel(real, locality, stats, self, self._locality_lrs(locality))
+        cluster = self._config.cluster_name if self._config is not None else ""
+        subchannel = CountedSubchannel(
+            real, locality, stats, self, self._locality_lrs(locality), cluster
+        )
         self._subchannels.add(subchannel)
         return subchannel
 

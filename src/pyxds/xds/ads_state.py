@@ -590,16 +590,21 @@ class AdsState:
         now = self._wall()
         errors: list[str] = []
         seen: set[str] = set()
+        # A78 resource_updates_valid/invalid as C-core counts them: a
+        # resource nobody subscribed to is not counted, valid or not
+        valid = invalid = 0
         for index, wrapped in enumerate(response.resources):
             any_msg, name_hint = self._unwrap(wrapped)
             if any_msg is None:
                 errors.append(f"resource index {index}: Can't decode Resource proto wrapper")
+                invalid += 1
                 continue
             if any_msg.type_url != type_url:
                 errors.append(
                     f'resource index {index}: incorrect resource type "{any_msg.type_url}" '
                     f'(should be "{type_url}")'
                 )
+                invalid += 1
                 continue
             try:
                 result = resource_type.decode(any_msg.value)
@@ -611,6 +616,7 @@ class AdsState:
             name = name_hint if name_hint is not None else result.name
             if name is None:
                 errors.append(f"resource index {index}: {result.error or 'cannot decode'}")
+                invalid += 1
                 continue
             # A name sent twice is applied twice, in order (as C-core does):
             # no NACK for the repetition itself.
@@ -620,6 +626,7 @@ class AdsState:
                 name = canonical_resource_name(name, type_url)
             except ValueError:
                 errors.append(f"resource index {index}: {name}: Cannot parse xDS resource name")
+                invalid += 1
                 continue
             seen.add(name)
             entry = ts.entries.get(name)
@@ -628,12 +635,13 @@ class AdsState:
             entry.cancel_timer()
             entry.seen_generation = self._generation
             if result.error is not None:
+                invalid += 1
                 self._nacked(entry, short, result.error, response.version_info, now)
             else:
+                valid += 1
                 self._accepted(entry, result.resource, any_msg, response.version_info, now)
         if self.on_resource_counts is not None:  # A78 resource_updates_valid/invalid
-            invalid = len(errors)
-            self.on_resource_counts(type_url, len(response.resources) - invalid, invalid)
+            self.on_resource_counts(type_url, valid, invalid)
         # xRFC TP3 errors only with A88 on (C-core: not even parsed when off).
         resource_errors = response.resource_errors if self._a88 else ()
         for index, resource_error in enumerate(resource_errors):

@@ -6,7 +6,8 @@ Labels: ``grpc.target`` is the channel target the client serves (A71 scope;
 ``grpc.xds.resource_type`` the type without ``type.googleapis.com/``,
 ``grpc.xds.authority`` the ``xdstp://`` authority or ``"#old"``, and
 ``grpc.xds.cache_state`` one of requested, does_not_exist, acked, nacked,
-nacked_but_cached (A88's received_error and timeout as their lower-case names).
+nacked_but_cached (A78) and A88's timeout, received_error,
+does_not_exist_but_cached, received_error_but_cached.
 """
 
 from __future__ import annotations
@@ -71,10 +72,20 @@ def _connected() -> Iterator[tuple[float, dict[str, str]]]:
                 )
 
 
+#: A78/A88 ``grpc.xds.cache_state`` of an entry that still holds a resource
+_CACHED = {
+    "nacked": "nacked_but_cached",  # A78
+    "does_not_exist": "does_not_exist_but_cached",  # A88: a deletion ignored
+    "received_error": "received_error_but_cached",  # A88: a data error ignored
+}
+
+
 def _cache_state(entry: dict[str, Any]) -> str:
+    """A78's cache states with A88's: a NACKED, DOES_NOT_EXIST or
+    RECEIVED_ERROR entry that keeps its resource is ``..._but_cached``."""
     status = str(entry.get("client_status", "")).lower()
-    if status == "nacked" and "xds_config" in entry:
-        return "nacked_but_cached"
+    if "xds_config" in entry:
+        return _CACHED.get(status, status)
     return status
 
 
