@@ -55,7 +55,9 @@ _pushes = itertools.count(1)
 class RetryBackend:
     """A backend on 127.0.0.1: ``Who`` answers its name (or, when
     ``failing``, aborts UNAVAILABLE; request "pushback:V" adds trailing
-    ``grpc-retry-pushback-ms: V``, "headers" sends response headers first);
+    ``grpc-retry-pushback-ms: V`` (V1|V2: the header twice), "headers"
+    sends response headers first, "code:NAME" aborts with status NAME;
+    "pushback:V;code:NAME" both);
     ``Stream`` streams its name twice and ``Collect`` joins the requests (or
     they abort); ``Ok`` always answers.  Counts the ``grpc-previous-rpc-attempts``
     value of every RPC it sees ("" when absent)."""
@@ -82,10 +84,15 @@ class RetryBackend:
         if not self.failing:
             return
         text = request.decode()
+        fields = dict(part.split(":", 1) for part in text.split(";") if ":" in part)
         if text == "headers":  # response headers first: the RPC commits
             context.send_initial_metadata((("x-sent", "headers"),))
-        if text.startswith("pushback:"):
-            context.set_trailing_metadata((("grpc-retry-pushback-ms", text.split(":", 1)[1]),))
+        if "pushback" in fields:  # "pushback:V1|V2": one header per value
+            values = fields["pushback"].split("|")
+            context.set_trailing_metadata(tuple(("grpc-retry-pushback-ms", v) for v in values))
+        if "code" in fields:  # "code:NAME": that status, its name in the message
+            name = fields["code"]
+            context.abort(grpc.StatusCode[name], f"{self.name} says {name}")
         context.abort(grpc.StatusCode.UNAVAILABLE, f"{self.name} is failing")
 
     def _handlers(self) -> grpc.GenericRpcHandler:
@@ -334,6 +341,96 @@ def test_backoff_past_the_deadline_ends_at_the_deadline_like_c_core(
     theirs = core.call(4, timeout=0.5, request="pushback:3000", details=True)
     assert ours == theirs == {"error:DEADLINE_EXCEEDED: Deadline Exceeded": 2, "good": 2}
     assert took < 4 * 0.5 + 1.0  # never past the deadline
+
+
+def configure_bad_only(server, bad, policy, version: str, vhost_policy=None) -> str:
+    """Cluster c is the failing backend alone (C-core's xDS retry tests: one
+    backend that answers every RPC with the status it is told); ``policy``
+    on the route, ``vhost_policy`` on its virtual host."""
+    from pyxds.server.snapshot import Snapshot
+
+    version = push_version(version)
+    base = snapshot([], {"c": [[bad.address]]}, version=version)
+    vh = b.virtual_host(
+        "vh",
+        routes=[b.route(prefix="", cluster="c", retry_policy=policy)],
+        retry_policy=vhost_policy,
+    )
+    server.set_snapshot(
+        Snapshot(
+            listeners=base.listeners,
+            routes=[b.route_config(f"{LISTENER}-route", [vh])],
+            clusters=base.clusters,
+            endpoints=base.endpoints,
+            version=version,
+        )
+    )
+    return version
+
+
+def settled_bad_only(channel_or_core, server, version: str, bad) -> None:
+    """The client ACKed ``version`` and its RPCs reach the failing backend."""
+    node = CORE_NODE if isinstance(channel_or_core, CoreXdsClient) else NODE
+
+    def ready() -> bool:
+        if not any(r.version_info == version for r in server.acks("RDS", node_id=node)):
+            if isinstance(channel_or_core, CoreXdsClient):
+                channel_or_core.call(1, request="x", timeout=1)
+            else:
+                pyxds_calls(channel_or_core, 1, request="x", timeout=1)
+            return False
+        before = sum(bad.previous.values())
+        if isinstance(channel_or_core, CoreXdsClient):
+            channel_or_core.call(1, request="code:UNAUTHENTICATED")
+        else:
+            pyxds_calls(channel_or_core, 1, request="code:UNAUTHENTICATED")
+        return sum(bad.previous.values()) > before
+
+    assert wait_until(ready, PUSH_WAIT, interval=0.05), (version, server.acks("RDS"))
+
+
+def attempts_of(client, bad, request: str, timeout: float = 5.0) -> tuple[dict, dict]:
+    """One RPC: (its outcome ``{"error:CODE: details": 1}``, the attempts the
+    backend saw by ``grpc-previous-rpc-attempts`` value)."""
+    bad.previous.clear()
+    if isinstance(client, CoreXdsClient):
+        outcome = client.call(1, request=request, timeout=timeout, details=True)
+    else:
+        outcome = pyxds_calls(client, 1, request=request, timeout=timeout, details=True)
+    return dict(outcome), dict(bad.previous)
+
+
+FOUR_ATTEMPTS = {"": 1, "1": 1, "2": 1, "3": 1}
+
+
+def test_long_back_off_leaves_time_for_one_retry_like_c_core(server, bad, core, channel):
+    """C-core LdsRdsTest.XdsRetryPolicyLongBackOff: base_interval 1 s (max
+    10x): the first retry waits 0.8-1.2 s, the second 1.6-2.4 s more (A6
+    "Exponential Backoff", +-20 % jitter), so an RPC with a 2 s deadline has
+    exactly two attempts, then DEADLINE_EXCEEDED.  (A wait drawn in [0,
+    backoff], as pyxds did, gave a third attempt in ~3 RPCs out of 4.)"""
+    policy = b.retry_policy("unavailable", num_retries=3, base_interval=1)
+    version = configure_bad_only(server, bad, policy, "long")
+    settled_bad_only(channel, server, version, bad)
+    settled_bad_only(core, server, version, bad)
+    want = ({"error:DEADLINE_EXCEEDED: Deadline Exceeded": 1}, {"": 1, "1": 1})
+    for _ in range(2):
+        assert attempts_of(channel, bad, "code:UNAVAILABLE", timeout=2.0) == want
+        assert attempts_of(core, bad, "code:UNAVAILABLE", timeout=2.0) == want
+
+
+def test_max_back_off_caps_every_wait_like_c_core(server, bad, core, channel):
+    """C-core LdsRdsTest.XdsRetryPolicyMaxBackOff: base_interval = max_interval
+    = 1 s: every wait is 0.8-1.2 s, so a 2.5 s deadline sees three attempts
+    (the fourth could start at 2.4 s at the earliest, all three waits drawn
+    within 1/30 of their lower end: ~0.3 % of RPCs)."""
+    policy = b.retry_policy("unavailable", num_retries=3, base_interval=1, max_interval=1)
+    version = configure_bad_only(server, bad, policy, "max")
+    settled_bad_only(channel, server, version, bad)
+    settled_bad_only(core, server, version, bad)
+    want = ({"error:DEADLINE_EXCEEDED: Deadline Exceeded": 1}, {"": 1, "1": 1, "2": 1})
+    assert attempts_of(channel, bad, "code:UNAVAILABLE", timeout=2.5) == want
+    assert attempts_of(core, bad, "code:UNAVAILABLE", timeout=2.5) == want
 
 
 def test_future_and_streams_are_retried(server, good, bad, channel):

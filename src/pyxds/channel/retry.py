@@ -30,7 +30,8 @@ Retries", "When Retries are Valid", "Pushback"):
    "do not retry"; otherwise the retry waits exactly that long and the
    backoff starts over from ``initial_backoff``.
 7. ``max_attempts`` reached: not retried.
-8. Otherwise wait ``uniform(0, current_backoff)``, then
+8. Otherwise wait ``current_backoff * uniform(0.8, 1.2)`` (A6 "Exponential
+   Backoff": jitter of plus or minus 0.2, as C-core's and grpc-go's), then
    ``current_backoff = min(current_backoff * multiplier, max_backoff)``.
 
 The adapters keep the deadline: a wait that would end past it ends the RPC
@@ -101,6 +102,11 @@ def not_sent(code: grpc.StatusCode | None, details: str | None) -> bool:
     """Whether a failed subchannel call never reached the server application."""
     return never_left_client(code, details) or refused_unseen(code, details)
 
+
+#: A6 "Exponential Backoff": "Jitter of plus or minus 0.2 is applied to the
+#: backoff delay"
+_JITTER_LOW = 0.8
+_JITTER_HIGH = 1.2
 
 _NO_PUSHBACK = -2.0
 _STOP = -1.0
@@ -205,6 +211,6 @@ class RetryState:
         if pushback >= 0:
             self._backoff = policy.initial_backoff
             return pushback
-        delay = self.rng.uniform(0, self._backoff)
+        delay = self._backoff * self.rng.uniform(_JITTER_LOW, _JITTER_HIGH)
         self._backoff = min(self._backoff * policy.backoff_multiplier, policy.max_backoff)
         return delay
