@@ -403,6 +403,71 @@ def attempts_of(client, bad, request: str, timeout: float = 5.0) -> tuple[dict, 
 FOUR_ATTEMPTS = {"": 1, "1": 1, "2": 1, "3": 1}
 
 
+def test_each_retry_on_code_is_retried_num_retries_times_like_c_core(server, bad, core, channel):
+    """C-core xds_routing_end2end_test LdsRdsTest.XdsRetryPolicyNumRetries:
+    every code A44 maps ("cancelled", "deadline-exceeded", "internal",
+    "resource-exhausted", "unavailable"; "5xx" is ignored) is retried
+    num_retries times, each RPC ending with the last attempt's status as the
+    server gave it; a code not listed (UNAUTHENTICATED) is not retried."""
+    policy = b.retry_policy(
+        "5xx,cancelled,deadline-exceeded,internal,resource-exhausted,unavailable",
+        num_retries=3,
+        base_interval=0.01,
+    )
+    version = configure_bad_only(server, bad, policy, "codes")
+    settled_bad_only(channel, server, version, bad)
+    settled_bad_only(core, server, version, bad)
+    for name in ("CANCELLED", "DEADLINE_EXCEEDED", "INTERNAL", "RESOURCE_EXHAUSTED", "UNAVAILABLE"):
+        ours = attempts_of(channel, bad, f"code:{name}")
+        theirs = attempts_of(core, bad, f"code:{name}")
+        assert ours == theirs == ({f"error:{name}: bad says {name}": 1}, FOUR_ATTEMPTS), name
+    ours = attempts_of(channel, bad, "code:UNAUTHENTICATED")
+    theirs = attempts_of(core, bad, "code:UNAUTHENTICATED")
+    assert ours == theirs == ({"error:UNAUTHENTICATED: bad says UNAUTHENTICATED": 1}, {"": 1})
+
+
+def test_retry_on_words_are_matched_exactly_like_c_core(server, bad, core, channel):
+    """A44 names the words of x-envoy-retry-grpc-on and says nothing of
+    spaces or case; C-core (xds_route_config.cc RetryPolicyParse) splits
+    ``retry_on`` on "," and compares each piece exactly, so " unavailable"
+    and "UNAVAILABLE" retry nothing.  (grpc-go and grpc-java trim and
+    lower-case each piece; pyxds follows C-core, which decides where the
+    gRFC is silent.)"""
+    policy = b.retry_policy("internal, unavailable,UNAVAILABLE", num_retries=3, base_interval=0.01)
+    version = configure_bad_only(server, bad, policy, "words")
+    settled_bad_only(channel, server, version, bad)
+    settled_bad_only(core, server, version, bad)
+    ours = attempts_of(channel, bad, "code:UNAVAILABLE")
+    theirs = attempts_of(core, bad, "code:UNAVAILABLE")
+    assert theirs == ({"error:UNAVAILABLE: bad says UNAVAILABLE": 1}, {"": 1})
+    assert ours == theirs
+    ours = attempts_of(channel, bad, "code:INTERNAL")
+    theirs = attempts_of(core, bad, "code:INTERNAL")
+    assert ours == theirs == ({"error:INTERNAL: bad says INTERNAL": 1}, FOUR_ATTEMPTS)
+
+
+def test_route_policy_without_a_supported_code_retries_nothing_like_c_core(
+    server, bad, core, channel
+):
+    """C-core LdsRdsTest.XdsRetryPolicyUnsupportedStatusCode and
+    ...UnsupportedStatusCodeWithVirtualHostLevelRetry: a route policy whose
+    ``retry_on`` has no code gRPC supports ("5xx") retries nothing, and it
+    still replaces its virtual host's policy (A44: "If the resulting
+    retryableStatusCodes is empty, gRPC xDS client will not include a retry
+    policy in the corresponding route action")."""
+    everything = "cancelled,deadline-exceeded,internal,resource-exhausted,unavailable"
+    for vhost in (None, b.retry_policy(everything, num_retries=3, base_interval=0.01)):
+        policy = b.retry_policy("5xx", num_retries=3, base_interval=0.01)
+        version = configure_bad_only(server, bad, policy, "5xx", vhost_policy=vhost)
+        settled_bad_only(channel, server, version, bad)
+        settled_bad_only(core, server, version, bad)
+        ours = attempts_of(channel, bad, "code:DEADLINE_EXCEEDED")
+        theirs = attempts_of(core, bad, "code:DEADLINE_EXCEEDED")
+        assert (
+            ours == theirs == ({"error:DEADLINE_EXCEEDED: bad says DEADLINE_EXCEEDED": 1}, {"": 1})
+        )
+
+
 def test_long_back_off_leaves_time_for_one_retry_like_c_core(server, bad, core, channel):
     """C-core LdsRdsTest.XdsRetryPolicyLongBackOff: base_interval 1 s (max
     10x): the first retry waits 0.8-1.2 s, the second 1.6-2.4 s more (A6
