@@ -711,3 +711,94 @@ def test_retry_throttling_matches_grpcio(good, bad):
     assert ours == theirs
     # retried while the bucket allowed it, then alternating
     assert ours[:2] == ["good", "good"] and "UNAVAILABLE" in ours
+
+
+SERVICE_CONFIG = "grpc.service_config"
+
+
+def static_attempts(channel, bad, request: str) -> tuple[dict, dict]:
+    """One RPC on a channel to ``ipv4:<bad>``: (outcome, attempts seen)."""
+    bad.previous.clear()
+    outcome = pyxds_calls(channel, 1, request=request, details=True)
+    return dict(outcome), dict(bad.previous)
+
+
+def test_pushback_given_twice_the_last_value_counts_like_c_core(bad):
+    """A6 "Pushback" says nothing of a repeated ``grpc-retry-pushback-ms``;
+    C-core's client keeps the last value (grpc-java's ``Metadata.get`` too),
+    so "-1" then "10" is retried and "10" then "-1" is not.  (grpcio's
+    transport already hands pyxds only the last value: this guards that it
+    stays so, and ``pushback_of`` reads the last one as well.)"""
+    import json
+
+    target = f"ipv4:{bad.address}"
+    sc = service_config(["UNAVAILABLE"])
+    theirs_channel = grpc.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
+    ours_channel = pyxds.insecure_channel(target, service_config=sc)
+    try:
+        for values, attempts in (("-1|10", 4), ("10|-1", 1), ("abc|10", 4), ("10|abc", 1)):
+            request = f"pushback:{values}"
+            ours = static_attempts(ours_channel, bad, request)
+            theirs = static_attempts(theirs_channel, bad, request)
+            assert ours == theirs, values
+            assert sum(theirs[1].values()) == attempts, (values, theirs)
+    finally:
+        ours_channel.close()
+        theirs_channel.close()
+
+
+def test_do_not_retry_pushback_takes_a_token_though_c_core_does_not(bad):
+    """A6 "Throttling Retry Attempts and Hedged RPCs": RPCs "that receive a
+    pushback response indicating not to retry" count as failures, whatever
+    their code (grpc-go and grpc-java count them).  maxTokens 4: three
+    INTERNAL answers with pushback -1 take pyxds's bucket to 1, so the
+    next UNAVAILABLE is not retried; grpcio 1.85's C-core counts pushback
+    only with a retryable code, its bucket stays full and the UNAVAILABLE
+    RPC is retried once (4 -> 3 -> 2) (docs/differences-from-c-core.md)."""
+    import json
+
+    target = f"ipv4:{bad.address}"
+    sc = {
+        **service_config(["UNAVAILABLE"]),
+        "retryThrottling": {"maxTokens": 4, "tokenRatio": 0.25},
+    }
+    theirs_channel = grpc.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
+    ours_channel = pyxds.insecure_channel(target, service_config=sc)
+    try:
+        seen = {}
+        for name, ch in (("ours", ours_channel), ("theirs", theirs_channel)):
+            static_attempts(ch, bad, "code:UNAUTHENTICATED")  # connected; takes no token
+            for _ in range(3):
+                assert static_attempts(ch, bad, "pushback:-1;code:INTERNAL")[1] == {"": 1}
+            seen[name] = static_attempts(ch, bad, "code:UNAVAILABLE")
+    finally:
+        ours_channel.close()
+        theirs_channel.close()
+    failed = {"error:UNAVAILABLE: bad says UNAVAILABLE": 1}
+    assert seen["ours"] == (failed, {"": 1})
+    assert seen["theirs"] == (failed, {"": 1, "1": 1})
+
+
+@pytest.mark.parametrize("code", ["unavailable", 14])
+def test_status_code_forms_a6_allows_though_c_core_rejects_them(bad, code):
+    """A6 "Validation of retryPolicy": status codes "in the integer form or
+    the case-insensitive string form (eg. [14], ["UNAVAILABLE"] or
+    ["unavailable"])".  pyxds retries by such a policy; grpcio 1.85's C-core
+    rejects the whole service config and fails every RPC with
+    INVALID_ARGUMENT (docs/differences-from-c-core.md)."""
+    import json
+
+    target = f"ipv4:{bad.address}"
+    sc = service_config([code])
+    theirs_channel = grpc.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
+    ours_channel = pyxds.insecure_channel(target, service_config=sc)
+    try:
+        ours = static_attempts(ours_channel, bad, "code:UNAVAILABLE")
+        theirs = static_attempts(theirs_channel, bad, "code:UNAVAILABLE")
+    finally:
+        ours_channel.close()
+        theirs_channel.close()
+    assert ours == ({"error:UNAVAILABLE: bad says UNAVAILABLE": 1}, FOUR_ATTEMPTS)
+    ((outcome, _),) = theirs[0].items()
+    assert outcome.startswith("error:INVALID_ARGUMENT") and "service config" in outcome
+    assert theirs[1] == {}

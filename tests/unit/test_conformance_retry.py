@@ -19,12 +19,15 @@ import itertools
 import random
 
 import grpc
+import pytest
 
-from pyxds.channel.retry import RetryState
-from pyxds.resolver.retry_policy import RetryPolicy
+from pyxds.channel.retry import RetryState, pushback_of
+from pyxds.resolver.retry_policy import RetryPolicy, RetryThrottle
+from pyxds.resolver.service_config import parse_service_config
 from pyxds.status import Status
 
 ALL_XDS_CODES = ("cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable")
+PUSHBACK = "grpc-retry-pushback-ms"
 
 
 def status(name: str) -> Status:
@@ -41,6 +44,50 @@ def starts_of(state: RetryState, failure: Status, limit: int = 10) -> list[float
             return starts
         starts.append(starts[-1] + delay)
     raise AssertionError("never stopped retrying")
+
+
+def service_config_policy(
+    max_attempts: int, codes: list[str], throttling: dict | None = None
+) -> tuple[RetryPolicy, RetryThrottle | None]:
+    raw: dict = {
+        "methodConfig": [
+            {
+                "name": [{"service": "grpc.testing.TestService"}],
+                "retryPolicy": {
+                    "maxAttempts": max_attempts,
+                    # grpc-go's tests say ".01s", which C-core and pyxds
+                    # reject (no digit before the point)
+                    "initialBackoff": "0.01s",
+                    "maxBackoff": "0.01s",
+                    "backoffMultiplier": 1.0,
+                    "retryableStatusCodes": codes,
+                },
+            }
+        ]
+    }
+    if throttling is not None:
+        raw["retryThrottling"] = throttling
+    sc = parse_service_config(raw)
+    policy = sc.methods["grpc.testing.TestService", ""].retry_policy
+    assert policy is not None
+    return policy, sc.retry_throttle
+
+
+def replay(
+    policy: RetryPolicy, throttle: RetryThrottle | None, server: list[str], rpcs: int
+) -> list[tuple[str, int]]:
+    """Sequential RPCs against a server answering its i-th call with
+    ``server[i]``: each RPC's (final code, index of its last server call)."""
+    calls = iter(enumerate(server))
+    out = []
+    for _ in range(rpcs):
+        state = RetryState(policy, throttle, random.Random(0))
+        while True:
+            i, code = next(calls)
+            if state.on_attempt_end(status(code)) is None:
+                out.append((code, i))
+                break
+    return out
 
 
 # ---------------------------------------------------------------- backoff
@@ -91,3 +138,140 @@ def test_xds_max_back_off_caps_each_wait():
         waits = [b - a for a, b in itertools.pairwise(starts)]
         assert len(waits) == 3 and all(0.8 <= w <= 1.2 for w in waits)
         assert starts[2] <= 2.4
+
+
+# ---------------------------------------------------------------- sequences
+
+
+def test_grpc_go_retry_unary_sequence():
+    """grpc-go retry_test.go TestRetryUnary: maxAttempts 4, ALREADY_EXISTS
+    retryable: OK answers end an RPC, INTERNAL ends it at once, four
+    ALREADY_EXISTS end it with ALREADY_EXISTS."""
+    policy, throttle = service_config_policy(4, ["ALREADY_EXISTS"])
+    server = ["OK" if i in (0, 2, 5) else "ALREADY_EXISTS" for i in range(16)]
+    for i in (6, 8, 11):
+        server[i] = "INTERNAL"
+    assert replay(policy, throttle, server, 7) == [
+        ("OK", 0),
+        ("OK", 2),
+        ("OK", 5),
+        ("INTERNAL", 6),
+        ("INTERNAL", 8),
+        ("INTERNAL", 11),
+        ("ALREADY_EXISTS", 15),
+    ]
+
+
+def test_grpc_go_retry_throttling_sequence():
+    """grpc-go retry_test.go TestRetryThrottling: maxTokens 10, tokenRatio
+    0.5, maxAttempts 4: a failure takes a token, a success gives half of
+    one back, no retry once the bucket is at or below 5 (A6 "Throttling
+    Retry Attempts and Hedged RPCs")."""
+    policy, throttle = service_config_policy(
+        4, ["UNAVAILABLE"], {"maxTokens": 10, "tokenRatio": 0.5}
+    )
+    ok_at = {0, 3, 6, 10, 11, 12, 13, 14, 16, 18}
+    server = ["OK" if i in ok_at else "UNAVAILABLE" for i in range(20)]
+    assert replay(policy, throttle, server, 12) == [
+        ("OK", 0),
+        ("OK", 3),
+        ("OK", 6),
+        ("UNAVAILABLE", 8),  # the first failure retried, the second throttled
+        ("UNAVAILABLE", 9),
+        ("OK", 10),
+        ("OK", 11),
+        ("OK", 12),
+        ("OK", 13),
+        ("OK", 14),
+        ("OK", 16),
+        ("UNAVAILABLE", 17),
+    ]
+
+
+def test_c_core_retry_throttle_basic_sequence():
+    """C-core retry_throttle_test RetryThrottle.Basic: 4 tokens, ratio 1.6:
+    the bucket never goes above its maximum nor below 0, and retries are
+    allowed only while it is above 2."""
+    throttle = RetryThrottle(4, 1.6)
+    assert throttle.record_failure()  # 3
+    throttle.record_success()  # 4, not 4.6
+    assert throttle.record_failure()  # 3
+    assert not throttle.record_failure()  # 2: at the threshold
+    assert not throttle.record_failure()  # 1
+    assert not throttle.record_failure()  # 0
+    assert not throttle.record_failure()  # still 0
+    throttle.record_success()  # 1.6
+    throttle.record_success()  # 3.2
+    assert throttle.record_failure()  # 2.2
+    assert not throttle.record_failure()  # 1.2
+    throttle.record_success()  # 2.8
+    assert not throttle.record_failure()  # 1.8
+    throttle.record_success()  # 3.4
+    assert throttle.record_failure()  # 2.4
+    assert throttle.tokens == pytest.approx(2.4)
+
+
+def test_c_core_pushback_disabled_after_a_retry():
+    """C-core retry_server_pushback_disabled.cc: ABORTED is retried; the
+    retry's ABORTED with ``grpc-retry-pushback-ms: -1`` ends the RPC with it
+    although attempts remain (maxAttempts 3)."""
+    policy, _ = service_config_policy(3, ["ABORTED"])
+    state = RetryState(policy, None, random.Random(0))
+    assert state.on_attempt_end(status("ABORTED")) is not None
+    assert state.on_attempt_end(status("ABORTED"), [(PUSHBACK, "-1")]) is None
+    assert state.attempts == 2
+
+
+# ---------------------------------------------------------------- pushback
+
+
+@pytest.mark.parametrize(
+    ("values", "seconds"),
+    [(["-1", "10"], 0.01), (["10", "-1"], -1.0), (["abc", "10"], 0.01), (["10", "20"], 0.02)],
+)
+def test_pushback_given_twice_takes_the_last_value(values, seconds):
+    """A6 "Pushback" says nothing of a repeated header; grpcio 1.85's C-core
+    and grpc-java (``Metadata.get``: the last value) read the last one,
+    seen live (tests/e2e/test_differential_retry.py).  (grpc-go retry_test.go
+    "Multiple server pushback values - no retry" does not retry at all.)"""
+    assert pushback_of([(PUSHBACK, v) for v in values]) == seconds
+
+
+def test_do_not_retry_pushback_takes_a_token_whatever_the_code():
+    """A6 "Throttling Retry Attempts and Hedged RPCs": "The only RPCs that
+    are counted as failures ... fail with a status code that qualifies as
+    retryable ..., or that receive a pushback response indicating not to
+    retry" (grpc-go stream.go shouldRetry, grpc-java RetriableStream
+    makeRetryDecision).  A non-retryable code without pushback takes none.
+    (grpcio 1.85's C-core counts the pushback only with a retryable code:
+    docs/differences-from-c-core.md.)"""
+    policy, _ = service_config_policy(3, ["UNAVAILABLE"])
+    throttle = RetryThrottle(10, 0.1)
+    assert RetryState(policy, throttle).on_attempt_end(status("INTERNAL")) is None
+    assert throttle.tokens == 10
+    state = RetryState(policy, throttle)
+    assert state.on_attempt_end(status("INTERNAL"), [(PUSHBACK, "-1")]) is None
+    assert throttle.tokens == 9
+    # a method without a retry policy on a channel with a throttle: the same
+    assert RetryState(None, throttle).on_attempt_end(status("INTERNAL"), [(PUSHBACK, "x")]) is None
+    assert throttle.tokens == 8
+    # a retryable code with "do not retry" takes one token, not two
+    assert (
+        RetryState(policy, throttle).on_attempt_end(status("UNAVAILABLE"), [(PUSHBACK, "-5")])
+        is None
+    )
+    assert throttle.tokens == 7
+
+
+# ---------------------------------------------------------------- A6 validation
+
+
+@pytest.mark.parametrize("code", ["UNAVAILABLE", "unavailable", "Unavailable", 14])
+def test_retryable_status_codes_take_the_integer_and_any_case_forms(code):
+    """A6 "Validation of retryPolicy": "Each status code MUST be a valid
+    gRPC status code and specified in the integer form or the
+    case-insensitive string form (eg. [14], ["UNAVAILABLE"] or
+    ["unavailable"])".  (grpcio 1.85's C-core rejects the integer and
+    lower-case forms: docs/differences-from-c-core.md.)"""
+    policy, _ = service_config_policy(2, [code])
+    assert policy.retryable_codes == {grpc.StatusCode.UNAVAILABLE}
