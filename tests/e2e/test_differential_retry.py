@@ -802,3 +802,142 @@ def test_status_code_forms_a6_allows_though_c_core_rejects_them(bad, code):
     ((outcome, _),) = theirs[0].items()
     assert outcome.startswith("error:INVALID_ARGUMENT") and "service config" in outcome
     assert theirs[1] == {}
+
+
+RETRY = {
+    "maxAttempts": 3,
+    "initialBackoff": "0.01s",
+    "maxBackoff": "0.01s",
+    "backoffMultiplier": 1,
+    "retryableStatusCodes": ["UNAVAILABLE"],
+}
+THROTTLING = {"maxTokens": 10, "tokenRatio": 0.1}
+_ABSENT = object()
+
+
+def retry_variant(key: str, value) -> dict:
+    """A service config whose retryPolicy (or, for ``retryThrottling.K``,
+    throttling) has ``key`` set to ``value`` (``_ABSENT``: left out)."""
+    if key.startswith("retryThrottling."):
+        throttling = dict(THROTTLING)
+        section, name = throttling, key.split(".", 1)[1]
+    else:
+        throttling = None
+        section, name = dict(RETRY), key
+    if value is _ABSENT:
+        del section[name]
+    else:
+        section[name] = value
+    sc: dict = {"methodConfig": [{"name": [{"service": SERVICE}]}]}
+    if throttling is None:
+        sc["methodConfig"][0]["retryPolicy"] = section
+    else:
+        sc["methodConfig"][0]["retryPolicy"] = RETRY
+        sc["retryThrottling"] = throttling
+    return sc
+
+
+def verdicts(good, sc: dict) -> tuple[str, str]:
+    """(pyxds's, C-core's) verdict on a service config: "accept" or "reject"
+    (pyxds: ValueError at channel creation; C-core: its RPCs fail
+    INVALID_ARGUMENT "errors validating service config")."""
+    import json
+
+    target = f"ipv4:{good.address}"
+    try:
+        pyxds.insecure_channel(target, service_config=sc).close()
+        ours = "accept"
+    except ValueError:
+        ours = "reject"
+    channel = grpc.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
+    try:
+        channel.unary_unary(f"/{SERVICE}/Ok")(b"", timeout=5)
+        theirs = "accept"
+    except grpc.RpcError as err:
+        assert err.code() is grpc.StatusCode.INVALID_ARGUMENT, err
+        assert "service config" in (err.details() or "")
+        theirs = "reject"
+    finally:
+        channel.close()
+    return ours, theirs
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "verdict"),
+    [
+        ("maxAttempts", _ABSENT, "reject"),
+        ("maxAttempts", 1, "reject"),  # A6: "greater than 1"
+        ("maxAttempts", 6, "accept"),  # treated as 5
+        ("maxAttempts", "2", "accept"),
+        ("maxAttempts", 2.0, "reject"),  # not a JSON integer (pyxds accepted it)
+        ("maxAttempts", 2.5, "reject"),
+        ("maxAttempts", True, "reject"),
+        ("initialBackoff", _ABSENT, "reject"),
+        ("initialBackoff", "0s", "reject"),
+        ("initialBackoff", "-1s", "reject"),
+        ("initialBackoff", 1, "reject"),
+        ("initialBackoff", "1", "reject"),
+        ("initialBackoff", ".01s", "reject"),
+        ("initialBackoff", "1.0000000001s", "reject"),
+        ("initialBackoff", "315576000001s", "reject"),  # past proto3's range (pyxds accepted it)
+        ("maxBackoff", _ABSENT, "reject"),
+        ("maxBackoff", "0s", "reject"),
+        ("backoffMultiplier", _ABSENT, "reject"),
+        ("backoffMultiplier", 0, "reject"),
+        (
+            "backoffMultiplier",
+            "2",
+            "accept",
+        ),  # proto3 JSON: a number as a string (pyxds rejected it)
+        ("backoffMultiplier", "abc", "reject"),
+        ("backoffMultiplier", 1e-9, "accept"),
+        ("retryableStatusCodes", _ABSENT, "reject"),
+        ("retryableStatusCodes", [], "reject"),
+        ("retryableStatusCodes", "UNAVAILABLE", "reject"),
+        ("retryableStatusCodes", ["NOPE"], "reject"),
+        ("retryableStatusCodes", ["OK", "DATA_LOSS"], "accept"),
+        ("retryThrottling.maxTokens", _ABSENT, "reject"),
+        ("retryThrottling.maxTokens", 0, "reject"),
+        ("retryThrottling.maxTokens", 1000, "accept"),
+        ("retryThrottling.maxTokens", "10", "accept"),
+        ("retryThrottling.maxTokens", 10.0, "reject"),  # not a JSON integer (pyxds accepted it)
+        ("retryThrottling.tokenRatio", _ABSENT, "reject"),
+        ("retryThrottling.tokenRatio", 0, "reject"),
+        ("retryThrottling.tokenRatio", "0.5", "accept"),  # (pyxds rejected it)
+        (
+            "retryThrottling.tokenRatio",
+            0.0004,
+            "reject",
+        ),  # 0 once decimals past 3 go (pyxds took it)
+        ("retryThrottling.tokenRatio", 0.001, "accept"),
+    ],
+)
+def test_retry_policy_validation_like_c_core(good, key, value, verdict):
+    """A6 "Validation of retryPolicy" / "Validation of retryThrottling", case
+    by case against grpcio 1.85's C-core given the same service config
+    (C-core retry_service_config_test covers the same fields).  Where A6 is
+    silent C-core decides: numbers may be strings (proto3 JSON mapping), a
+    number with a fraction is not an integer, durations stay in proto3's
+    range."""
+    assert verdicts(good, retry_variant(key, value)) == (verdict, verdict)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["initialBackoff 1 ns", "maxTokens 1001", "retryPolicy and hedgingPolicy"],
+)
+def test_retry_policy_validation_a6_decides_though_c_core_differs(good, case):
+    """Explicit A6 rules grpcio 1.85's C-core does not keep; pyxds follows
+    A6 (docs/differences-from-c-core.md): a backoff of 1 ns is "greater than
+    0" (C-core rounds it to 0 ms and rejects it); maxTokens "in the range
+    (0, 1000]" (C-core takes 1001); "Only one of retryPolicy or
+    hedgingPolicy may be set" (C-core takes both and ignores hedging)."""
+    if case == "initialBackoff 1 ns":
+        sc, ours, theirs = retry_variant("initialBackoff", "0.000000001s"), "accept", "reject"
+    elif case == "maxTokens 1001":
+        sc, ours, theirs = retry_variant("retryThrottling.maxTokens", 1001), "reject", "accept"
+    else:
+        sc = retry_variant("maxAttempts", 2)
+        sc["methodConfig"][0]["hedgingPolicy"] = {"maxAttempts": 2}
+        ours, theirs = "reject", "accept"
+    assert verdicts(good, sc) == (ours, theirs)

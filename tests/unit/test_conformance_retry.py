@@ -275,3 +275,43 @@ def test_retryable_status_codes_take_the_integer_and_any_case_forms(code):
     lower-case forms: docs/differences-from-c-core.md.)"""
     policy, _ = service_config_policy(2, [code])
     assert policy.retryable_codes == {grpc.StatusCode.UNAVAILABLE}
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "accepted"),
+    [
+        ("retryPolicy", "maxAttempts", 2.0, False),
+        ("retryPolicy", "maxAttempts", "3", True),
+        ("retryPolicy", "initialBackoff", "315576000001s", False),
+        ("retryPolicy", "initialBackoff", "315576000000s", True),
+        ("retryPolicy", "backoffMultiplier", "1.5", True),
+        ("retryPolicy", "backoffMultiplier", "nan", False),
+        ("retryPolicy", "backoffMultiplier", "-2", False),
+        ("retryThrottling", "maxTokens", 10.0, False),
+        ("retryThrottling", "tokenRatio", "0.5", True),
+        ("retryThrottling", "tokenRatio", 0.0004, False),
+        ("retryThrottling", "tokenRatio", 0.0015, True),
+    ],
+)
+def test_retry_json_forms_c_core_accepts_and_rejects(section, key, value, accepted):
+    """Where A6 is silent on the JSON forms, as grpcio 1.85's C-core (seen
+    live, tests/e2e/test_differential_retry.py::test_retry_policy_validation_like_c_core):
+    numbers may be strings (proto3 JSON mapping) but not NaN, a number with a
+    fraction is not an integer, durations stay within proto3's range, and a
+    tokenRatio that is 0 once "decimal places beyond 3 are ignored" is not
+    "greater than 0"."""
+    retry = {
+        "maxAttempts": 2,
+        "initialBackoff": "1s",
+        "maxBackoff": "1s",
+        "backoffMultiplier": 2,
+        "retryableStatusCodes": ["UNAVAILABLE"],
+    }
+    throttling = {"maxTokens": 10, "tokenRatio": 0.1}
+    {"retryPolicy": retry, "retryThrottling": throttling}[section][key] = value
+    raw = {"methodConfig": [{"name": [{}], "retryPolicy": retry}], "retryThrottling": throttling}
+    if accepted:
+        parse_service_config(raw)
+    else:
+        with pytest.raises(ValueError, match=f"{section}.{key}"):
+            parse_service_config(raw)
