@@ -941,3 +941,79 @@ def test_retry_policy_validation_a6_decides_though_c_core_differs(good, case):
         sc["methodConfig"][0]["hedgingPolicy"] = {"maxAttempts": 2}
         ours, theirs = "reject", "accept"
     assert verdicts(good, sc) == (ours, theirs)
+
+
+def test_a_request_past_the_retry_buffer_commits_the_rpc_like_c_core(bad):
+    """A6 "When Retries are Valid": an RPC commits once "the client's
+    outgoing message has overflowed the gRPC client library's buffer", and
+    "for unary and server streaming calls, the outgoing message is a single
+    message" (C-core retry_exceeds_buffer_size_in_initial_batch.cc).  With
+    ``grpc.per_rpc_retry_buffer_size`` 1000, byte for byte at the edge as
+    grpcio 1.85's C-core counts it: the request plus each header, name +
+    value + 32 (``:path``, the application's metadata, ``grpc-timeout``).
+    pyxds retried every such RPC before."""
+    import json
+
+    target = f"ipv4:{bad.address}"
+    sc = json.dumps(service_config(["UNAVAILABLE"]))
+    options = [("grpc.per_rpc_retry_buffer_size", 1000)]
+    path = f"/{SERVICE}/Who"
+    metadata = (("k" * 10, "v" * 20),)
+    edge = 1000 - (len(":path") + len(path) + 32)  # largest request still kept
+    cases = [
+        (edge, None, None, 4),
+        (edge + 1, None, None, 1),
+        (edge - 62, metadata, None, 4),  # 10 + 20 + 32
+        (edge - 61, metadata, None, 1),
+        (edge - 49, None, 5.0, 4),  # grpc-timeout: 12 + 5 + 32
+        (edge - 48, None, 5.0, 1),
+    ]
+    theirs_channel = grpc.insecure_channel(target, options=[*options, (SERVICE_CONFIG, sc)])
+    ours_channel = pyxds.insecure_channel(target, options=options, service_config=sc)
+
+    def attempts(channel, size: int, md, timeout) -> int:
+        bad.previous.clear()
+        with pytest.raises(grpc.RpcError):
+            channel.unary_unary(path)(b"x" * size, timeout=timeout, metadata=md)
+        return sum(bad.previous.values())
+
+    try:
+        for size, md, timeout, want in cases:
+            ours = attempts(ours_channel, size, md, timeout)
+            theirs = attempts(theirs_channel, size, md, timeout)
+            assert (ours, theirs) == (want, want), (size, md, timeout)
+        # the other call kinds with one request: future() (sent serialized)
+        # and a response stream
+        for size, want in ((edge, 4), (edge + 1, 1)):
+            bad.previous.clear()
+            with pytest.raises(grpc.RpcError):
+                ours_channel.unary_unary(path).future(b"x" * size).result()
+            assert sum(bad.previous.values()) == want
+            bad.previous.clear()
+            with pytest.raises(grpc.RpcError):
+                list(ours_channel.unary_stream(f"/{SERVICE}/Stream")(b"x" * (size - 3)))
+            assert sum(bad.previous.values()) == want
+    finally:
+        ours_channel.close()
+        theirs_channel.close()
+
+
+def test_aio_request_past_the_retry_buffer_commits_the_rpc(bad):
+    """The same rule on grpc.aio (pyxds.aio): 300 KiB against the default
+    256 KiB buffer is not retried, 1 KiB is."""
+    target = f"ipv4:{bad.address}"
+
+    async def main() -> list[int]:
+        seen = []
+        async with pyxds.aio.insecure_channel(
+            target, service_config=service_config(["UNAVAILABLE"])
+        ) as ch:
+            who = ch.unary_unary(f"/{SERVICE}/Who")
+            for size in (1024, 300 * 1024):
+                bad.previous.clear()
+                with pytest.raises(grpc.aio.AioRpcError):
+                    await who(b"x" * size, timeout=5)
+                seen.append(sum(bad.previous.values()))
+        return seen
+
+    assert asyncio.run(main()) == [4, 1]

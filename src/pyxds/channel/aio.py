@@ -357,7 +357,7 @@ class _AioCall(Generic[_Response]):
         """The engine's answer to the failed attempt ``call``: the wait
         before the next attempt (the adapter starts it), or None (the RPC
         ends with ``status``)."""
-        delay = self._rpc.ended(call, status, call_metadata)
+        delay = self._rpc.ended(call, status, call_metadata, self._request, self._method)
         if delay is not None:
             self._is_started = False
             if self._started_event is not None:
