@@ -1017,3 +1017,42 @@ def test_aio_request_past_the_retry_buffer_commits_the_rpc(bad):
         return seen
 
     assert asyncio.run(main()) == [4, 1]
+
+
+def test_retries_disabled_on_the_channel_ignore_the_xds_policy(server, bad):
+    """A44 "Workflow of xDS Retry": "If the application disables retries for
+    the channel via the gRPC API, then the retry config from xDS will be
+    validated as described above but will not actually be used" (A6
+    "Disabling Retries"; grpc.enable_retries=0, as C-core's channel arg):
+    a route policy covering UNAVAILABLE, one attempt; a bad policy is still
+    NACKed."""
+    node = "retry-differential-disabled"
+    policy = b.retry_policy("unavailable", num_retries=3, base_interval=0.01)
+    version = configure_bad_only(server, bad, policy, "disabled")
+    ch = pyxds.insecure_channel(
+        TARGET, bootstrap=server.bootstrap(node_id=node), options=[("grpc.enable_retries", 0)]
+    )
+    try:
+
+        def acked(v: str) -> bool:
+            pyxds_calls(ch, 1, request="code:UNAUTHENTICATED", timeout=1)
+            return any(r.version_info == v for r in server.acks("RDS", node_id=node))
+
+        assert wait_until(lambda: acked(version), PUSH_WAIT, interval=0.05)
+        assert attempts_of(ch, bad, "code:UNAVAILABLE") == (
+            {"error:UNAVAILABLE: bad says UNAVAILABLE": 1},
+            {"": 1},
+        )
+        invalid = b.retry_policy("unavailable", num_retries=0)  # A44: must be at least 1
+        rejected = configure_bad_only(server, bad, invalid, "disabled-invalid")
+
+        def nacked() -> bool:
+            pyxds_calls(ch, 1, request="code:UNAUTHENTICATED", timeout=1)
+            return any(
+                r.rejected_version == rejected and "num_retries" in r.error_message
+                for r in server.nacks("RDS", node_id=node)
+            )
+
+        assert wait_until(nacked, PUSH_WAIT, interval=0.05), rejected
+    finally:
+        ch.close()

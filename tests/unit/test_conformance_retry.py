@@ -315,3 +315,29 @@ def test_retry_json_forms_c_core_accepts_and_rejects(section, key, value, accept
     else:
         with pytest.raises(ValueError, match=f"{section}.{key}"):
             parse_service_config(raw)
+
+
+@pytest.mark.parametrize(
+    ("retry_on", "num_retries", "server", "want"),
+    [
+        # "virtualHost only, fail": one retry, then the retry's UNAVAILABLE
+        ("resource-exhausted,unavailable", 1, ["RESOURCE_EXHAUSTED", "UNAVAILABLE"], "UNAVAILABLE"),
+        # "virtualHost only" (grpc-go writes "resource-exhausted, unavailable"
+        # and trims; C-core and pyxds would ignore " unavailable")
+        ("resource-exhausted,unavailable", 2, ["RESOURCE_EXHAUSTED", "UNAVAILABLE", "OK"], "OK"),
+        # "virtualHost+route, fail": the route's codes only
+        ("resource-exhausted", 2, ["RESOURCE_EXHAUSTED", "UNAVAILABLE"], "UNAVAILABLE"),
+        # "virtualHost+route"
+        ("unavailable", 2, ["UNAVAILABLE", "OK"], "OK"),
+        # "virtualHost+route, not enough attempts": the route's num_retries
+        ("unavailable", 1, ["UNAVAILABLE", "UNAVAILABLE", "OK"], "UNAVAILABLE"),
+    ],
+)
+def test_grpc_go_xds_client_side_retry_cases(retry_on, num_retries, server, want):
+    """grpc-go test/xds/xds_client_retry_test.go TestClientSideRetry: the
+    policy in force (A44: the route's, else its virtual host's; which one
+    is tested in test_conformance_rds_resource.py and the e2e differential)
+    retries each attempt's own code, up to num_retries."""
+    policy = RetryPolicy.from_xds(retry_on.split(","), num_retries, 0.025, 0.25)
+    assert policy is not None
+    assert replay(policy, None, server, 1)[0][0] == want
