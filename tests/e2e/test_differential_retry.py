@@ -1056,3 +1056,64 @@ def test_retries_disabled_on_the_channel_ignore_the_xds_policy(server, bad):
         assert wait_until(nacked, PUSH_WAIT, interval=0.05), rejected
     finally:
         ch.close()
+
+
+def test_each_channel_has_its_own_token_bucket_like_c_core(bad):
+    """A6 "Throttling": "The throttling is done per server name".  grpcio
+    1.85's C-core keeps one bucket per channel (seen live: a second channel
+    to the same target starts full), and so does pyxds.  maxTokens 6,
+    maxAttempts 4: the first RPC fails 3 times (6 -> 3), the second once
+    (3 is not above 3); a second channel still retries."""
+    import json
+
+    target = f"ipv4:{bad.address}"
+    sc = {**service_config(["UNAVAILABLE"]), "retryThrottling": {"maxTokens": 6, "tokenRatio": 0.1}}
+    sc["methodConfig"][0]["retryPolicy"]["maxAttempts"] = 3
+
+    def channels(kind: str):
+        if kind == "theirs":
+            return [
+                grpc.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
+                for _ in range(2)
+            ]
+        return [pyxds.insecure_channel(target, service_config=sc) for _ in range(2)]
+
+    for kind in ("ours", "theirs"):
+        first, second = channels(kind)
+        try:
+            seen = [static_attempts(first, bad, "code:UNAVAILABLE")[1] for _ in range(2)]
+            seen.append(static_attempts(second, bad, "code:UNAVAILABLE")[1])
+        finally:
+            first.close()
+            second.close()
+        assert [sum(s.values()) for s in seen] == [3, 1, 3], kind
+
+
+def test_previous_attempts_is_not_added_to_the_response_headers_like_c_core(good, bad):
+    """A6 "Exposed Retry Metadata": the client "may also set this entry in
+    the received initial metadata"; grpcio 1.85's C-core does not, nor does
+    pyxds: a retried RPC shows the application the headers of the attempt
+    that answered, unchanged."""
+    import json
+
+    target = f"ipv4:{good.address},{bad.address}"
+    sc = service_config(["UNAVAILABLE"])
+    theirs_channel = grpc.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
+    ours_channel = pyxds.insecure_channel(target, service_config=sc)
+    try:
+        seen = {}
+        for name, ch in (("ours", ours_channel), ("theirs", theirs_channel)):
+            settle_static(ch, good, bad)
+            headers = []
+            good.previous.clear()
+            for _ in range(4):  # round_robin: some of them fail on bad first
+                reply, call = ch.unary_unary(f"/{SERVICE}/Who").with_call(b"", timeout=5)
+                assert reply == b"good"
+                headers.append(tuple(call.initial_metadata() or ()))
+            assert good.previous["1"] >= 1, good.previous  # some were retries
+            seen[name] = headers
+    finally:
+        ours_channel.close()
+        theirs_channel.close()
+    assert seen["ours"] == seen["theirs"]
+    assert not any(k == "grpc-previous-rpc-attempts" for h in seen["ours"] for k, _ in h)
