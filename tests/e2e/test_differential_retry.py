@@ -1117,3 +1117,81 @@ def test_previous_attempts_is_not_added_to_the_response_headers_like_c_core(good
         theirs_channel.close()
     assert seen["ours"] == seen["theirs"]
     assert not any(k == "grpc-previous-rpc-attempts" for h in seen["ours"] for k, _ in h)
+
+
+RETRIED = ("UNAVAILABLE", 4)  # every attempt failed, each retried
+STOPPED = ("UNAVAILABLE", 1)  # pushback said "do not retry"
+WAITED = ("DEADLINE_EXCEEDED", 1)  # the retry would come after the deadline
+
+
+def pushback_outcome(channel, bad, value: str) -> tuple[str, int]:
+    bad.previous.clear()
+    try:
+        channel.unary_unary(f"/{SERVICE}/Who")(
+            f"pushback:{value};code:UNAVAILABLE".encode(), timeout=1.0
+        )
+        code = "OK"
+    except grpc.RpcError as err:
+        code = err.code().name
+    return code, sum(bad.previous.values())
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        ("10", RETRIED),
+        ("+10", RETRIED),  # grpcio's transport reads the header as a number
+        ("010", RETRIED),  # before the application (pyxds) sees it
+        (" 10", RETRIED),
+        ("2147483647", WAITED),  # the largest signed 32-bit value: ~24 days
+        ("-1", STOPPED),
+        ("-2147483649", STOPPED),
+        ("", STOPPED),
+        ("1e3", STOPPED),
+        ("0x10", STOPPED),
+    ],
+)
+def test_pushback_values_like_c_core(bad, value, want):
+    """A6 "Pushback": "an ASCII encoded signed 32-bit integer ... If the
+    value for pushback is negative or unparseable, then it will be seen as
+    the server asking the client not to retry at all", else "retry after
+    exactly that delay"; value by value against grpcio 1.85's C-core
+    (C-core retry_server_pushback_delay.cc, ..._disabled.cc)."""
+    import json
+
+    target = f"ipv4:{bad.address}"
+    sc = service_config(["UNAVAILABLE"])
+    theirs_channel = grpc.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
+    ours_channel = pyxds.insecure_channel(target, service_config=sc)
+    try:
+        ours = pushback_outcome(ours_channel, bad, value)
+        theirs = pushback_outcome(theirs_channel, bad, value)
+    finally:
+        ours_channel.close()
+        theirs_channel.close()
+    assert (ours, theirs) == (want, want)
+
+
+@pytest.mark.parametrize(
+    ("value", "ours_want", "theirs_want"),
+    [("0", RETRIED, WAITED), ("2147483648", STOPPED, WAITED), ("99999999999", STOPPED, WAITED)],
+)
+def test_pushback_a6_decides_though_c_core_differs(bad, value, ours_want, theirs_want):
+    """Where grpcio 1.85's C-core does not keep A6 "Pushback" and pyxds does
+    (docs/differences-from-c-core.md): "0" is a retry "after exactly that
+    delay", at once (C-core makes no second attempt and the RPC waits out
+    its deadline); a value past a signed 32-bit integer is unparseable, "do
+    not retry" (C-core waits for it: the deadline comes first)."""
+    import json
+
+    target = f"ipv4:{bad.address}"
+    sc = service_config(["UNAVAILABLE"])
+    theirs_channel = grpc.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
+    ours_channel = pyxds.insecure_channel(target, service_config=sc)
+    try:
+        ours = pushback_outcome(ours_channel, bad, value)
+        theirs = pushback_outcome(theirs_channel, bad, value)
+    finally:
+        ours_channel.close()
+        theirs_channel.close()
+    assert (ours, theirs) == (ours_want, theirs_want)
