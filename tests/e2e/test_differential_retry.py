@@ -1195,3 +1195,49 @@ def test_pushback_a6_decides_though_c_core_differs(bad, value, ours_want, theirs
         ours_channel.close()
         theirs_channel.close()
     assert (ours, theirs) == (ours_want, theirs_want)
+
+
+def test_successes_of_any_method_refill_the_bucket_though_c_core_does_not(good, bad):
+    """A6 "Throttling": "Every outgoing RPC (regardless of service or method
+    invoked) will effect token_count ... Every successful RPC will increment
+    the token_count by tokenRatio" (grpc-go and grpc-java count every RPC).
+    maxTokens 4, tokenRatio 1, maxAttempts 2 on Who only: two failing Who
+    RPCs take the bucket to 1; three successful Ok RPCs (no retry policy)
+    refill it for pyxds, so the next Who is retried; grpcio 1.85's C-core
+    counts successes of RPCs with a retry policy only and does not retry it
+    (docs/differences-from-c-core.md)."""
+    import json
+
+    sc = {
+        "methodConfig": [
+            {
+                "name": [{"service": SERVICE, "method": "Who"}],
+                "retryPolicy": {
+                    "maxAttempts": 2,
+                    "initialBackoff": "0.01s",
+                    "maxBackoff": "0.01s",
+                    "backoffMultiplier": 1,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ],
+        "retryThrottling": {"maxTokens": 4, "tokenRatio": 1},
+    }
+    target = f"ipv4:{bad.address}"  # Ok always answers, Who always fails
+    seen = {}
+    for kind in ("ours", "theirs"):
+        if kind == "ours":
+            ch = pyxds.insecure_channel(target, service_config=sc)
+        else:
+            ch = grpc.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
+        try:
+            drained = [
+                sum(static_attempts(ch, bad, "code:UNAVAILABLE")[1].values()) for _ in range(2)
+            ]
+            for _ in range(3):
+                ch.unary_unary(f"/{SERVICE}/Ok")(b"", timeout=5)
+            after = sum(static_attempts(ch, bad, "code:UNAVAILABLE")[1].values())
+        finally:
+            ch.close()
+        seen[kind] = (drained, after)
+    assert seen == {"ours": ([2, 1], 2), "theirs": ([2, 1], 1)}
