@@ -229,26 +229,12 @@ def test_virtual_host_policy_applies_to_routes_without_one_like_c_core(
 ):
     """A44: a route without a retry_policy takes its virtual host's; a
     route's own policy replaces it."""
-    from pyxds.server.snapshot import Snapshot
 
     def with_vhost_policy(route_policy, name: str) -> str:
-        version = push_version(name)
-        base = snapshot([], {"c": [[good.address, bad.address]]}, version=version)
-        vh = b.virtual_host(
-            "vh",
-            routes=[b.route(prefix="", cluster="c", retry_policy=route_policy)],
-            retry_policy=b.retry_policy("unavailable", num_retries=3),
+        vhost_policy = b.retry_policy("unavailable", num_retries=3)
+        return configure_vhost(
+            server, [good.address, bad.address], route_policy, name, vhost_policy
         )
-        server.set_snapshot(
-            Snapshot(
-                listeners=base.listeners,
-                routes=[b.route_config(f"{LISTENER}-route", [vh])],
-                clusters=base.clusters,
-                endpoints=base.endpoints,
-                version=version,
-            )
-        )
-        return version
 
     version = with_vhost_policy(None, "vh-policy")
     settled(channel, server, version, good, bad)
@@ -347,10 +333,16 @@ def configure_bad_only(server, bad, policy, version: str, vhost_policy=None) -> 
     """Cluster c is the failing backend alone (C-core's xDS retry tests: one
     backend that answers every RPC with the status it is told); ``policy``
     on the route, ``vhost_policy`` on its virtual host."""
+    return configure_vhost(server, [bad.address], policy, version, vhost_policy)
+
+
+def configure_vhost(server, addresses, policy, version: str, vhost_policy=None) -> str:
+    """Cluster c is ``addresses``; ``policy`` on the route to it,
+    ``vhost_policy`` on its virtual host; the pushed version."""
     from pyxds.server.snapshot import Snapshot
 
     version = push_version(version)
-    base = snapshot([], {"c": [[bad.address]]}, version=version)
+    base = snapshot([], {"c": [addresses]}, version=version)
     vh = b.virtual_host(
         "vh",
         routes=[b.route(prefix="", cluster="c", retry_policy=policy)],
@@ -1136,6 +1128,24 @@ def pushback_outcome(channel, bad, value: str) -> tuple[str, int]:
     return code, sum(bad.previous.values())
 
 
+def both_pushback_outcomes(bad, value: str) -> tuple[tuple[str, int], tuple[str, int]]:
+    """(pyxds's, C-core's) outcome of one RPC answered with pushback ``value``
+    (``ipv4:<bad>``, the module's retryPolicy on UNAVAILABLE)."""
+    import json
+
+    target = f"ipv4:{bad.address}"
+    sc = service_config(["UNAVAILABLE"])
+    theirs_channel = grpc.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
+    ours_channel = pyxds.insecure_channel(target, service_config=sc)
+    try:
+        return pushback_outcome(ours_channel, bad, value), pushback_outcome(
+            theirs_channel, bad, value
+        )
+    finally:
+        ours_channel.close()
+        theirs_channel.close()
+
+
 @pytest.mark.parametrize(
     ("value", "want"),
     [
@@ -1157,18 +1167,7 @@ def test_pushback_values_like_c_core(bad, value, want):
     the server asking the client not to retry at all", else "retry after
     exactly that delay"; value by value against grpcio 1.85's C-core
     (C-core retry_server_pushback_delay.cc, ..._disabled.cc)."""
-    import json
-
-    target = f"ipv4:{bad.address}"
-    sc = service_config(["UNAVAILABLE"])
-    theirs_channel = grpc.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
-    ours_channel = pyxds.insecure_channel(target, service_config=sc)
-    try:
-        ours = pushback_outcome(ours_channel, bad, value)
-        theirs = pushback_outcome(theirs_channel, bad, value)
-    finally:
-        ours_channel.close()
-        theirs_channel.close()
+    ours, theirs = both_pushback_outcomes(bad, value)
     assert (ours, theirs) == (want, want)
 
 
@@ -1182,18 +1181,7 @@ def test_pushback_a6_decides_though_c_core_differs(bad, value, ours_want, theirs
     delay", at once (C-core makes no second attempt and the RPC waits out
     its deadline); a value past a signed 32-bit integer is unparseable, "do
     not retry" (C-core waits for it: the deadline comes first)."""
-    import json
-
-    target = f"ipv4:{bad.address}"
-    sc = service_config(["UNAVAILABLE"])
-    theirs_channel = grpc.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
-    ours_channel = pyxds.insecure_channel(target, service_config=sc)
-    try:
-        ours = pushback_outcome(ours_channel, bad, value)
-        theirs = pushback_outcome(theirs_channel, bad, value)
-    finally:
-        ours_channel.close()
-        theirs_channel.close()
+    ours, theirs = both_pushback_outcomes(bad, value)
     assert (ours, theirs) == (ours_want, theirs_want)
 
 
