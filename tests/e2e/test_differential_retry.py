@@ -942,8 +942,10 @@ def test_a_request_past_the_retry_buffer_commits_the_rpc_like_c_core(bad):
     message" (C-core retry_exceeds_buffer_size_in_initial_batch.cc).  With
     ``grpc.per_rpc_retry_buffer_size`` 1000, byte for byte at the edge as
     grpcio 1.85's C-core counts it: the request plus each header, name +
-    value + 32 (``:path``, the application's metadata, ``grpc-timeout``).
-    pyxds retried every such RPC before."""
+    value + 32 (``:path``, the application's metadata, ``grpc-timeout``),
+    for a client stream's requests too.  pyxds retried every such
+    single-request RPC before, and counted a client stream's requests
+    alone."""
     import json
 
     target = f"ipv4:{bad.address}"
@@ -974,6 +976,22 @@ def test_a_request_past_the_retry_buffer_commits_the_rpc_like_c_core(bad):
             ours = attempts(ours_channel, size, md, timeout)
             theirs = attempts(theirs_channel, size, md, timeout)
             assert (ours, theirs) == (want, want), (size, md, timeout)
+        # a client stream: its requests count with its headers the same way
+        collect = f"/{SERVICE}/Collect"
+        stream_edge = 1000 - (len(":path") + len(collect) + 32)
+        for total, timeout, want in (
+            (stream_edge, None, 4),
+            (stream_edge + 1, None, 1),
+            (stream_edge - 49, 5.0, 4),
+            (stream_edge - 48, 5.0, 1),
+        ):
+            for channel in (ours_channel, theirs_channel):
+                bad.previous.clear()
+                halves = [b"x" * (total // 2), b"x" * (total - total // 2)]
+                with pytest.raises(grpc.RpcError):
+                    channel.stream_unary(collect)(iter(halves), timeout=timeout)
+                got = sum(bad.previous.values())
+                assert got == want, (channel is ours_channel, total, timeout)
         # the other call kinds with one request: future() (sent serialized)
         # and a response stream
         for size, want in ((edge, 4), (edge + 1, 1)):

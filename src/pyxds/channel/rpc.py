@@ -226,6 +226,8 @@ class Rpc:
             self._wfr_explicit = True
         if buffer is not None:
             self.buffer = buffer
+            # C-core counts the headers in the retry buffer too (seen live)
+            buffer.limit = core.retry_buffer_size - self.header_bytes()
         if _metrics.RECORDER is not None:
             self.metrics = CallMetrics(path, core.target)
         core.count_started()
@@ -560,11 +562,9 @@ class Rpc:
         overflowed the gRPC client library's buffer"; "For unary and server
         streaming calls, the outgoing message is a single message").
         Measured as grpcio 1.85's C-core counts it (seen live): the message
-        plus each header it is sent with, HPACK-sized (name + value + 32):
-        ``:path``, the application's metadata, and ``grpc-timeout`` when
-        there is a deadline (counted as 5 characters: C-core writes e.g. 5 s
-        that way).  Only for a failure the RPC's policy would retry and that
-        is not a transparent retry: nothing is measured otherwise."""
+        plus :meth:`header_bytes`.  Only for a failure the RPC's policy
+        would retry and that is not a transparent retry: nothing is measured
+        otherwise."""
         config = self.call_config
         policy = config.retry_policy if config is not None else None
         if policy is None or status.code not in policy.retryable_codes:
@@ -576,12 +576,20 @@ class Rpc:
             size = len(serializer(request)) if serializer is not None else size_of(request)
         except Exception:
             return False  # the attempt was sent, so this does not happen
-        size += _PATH_HEADER + len(self.path)
+        return size + self.header_bytes() > self.core.retry_buffer_size
+
+    def header_bytes(self) -> int:
+        """The RPC's headers as grpcio 1.85's C-core counts them in its retry
+        buffer (seen live, ``grpc.per_rpc_retry_buffer_size``): name + value
+        + 32 (HPACK's per-entry size) for ``:path``, each of the
+        application's metadata and ``grpc-timeout`` when there is a deadline
+        (5 characters, as C-core writes a deadline of seconds)."""
+        size = _PATH_HEADER + len(self.path)
         for key, value in self.metadata:
             size += len(key) + len(value) + _HEADER_OVERHEAD
         if self.deadline is not None:
             size += _GRPC_TIMEOUT_BYTES
-        return size > self.core.retry_buffer_size
+        return size
 
     def reported(self, call: Any) -> bool:
         """Whether the end of the attempt ``call`` was decided already (or
