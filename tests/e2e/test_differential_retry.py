@@ -58,9 +58,10 @@ class RetryBackend:
     ``grpc-retry-pushback-ms: V`` (V1|V2: the header twice), "headers"
     sends response headers first, "code:NAME" aborts with status NAME;
     "pushback:V;code:NAME" both);
-    ``Stream`` streams its name twice and ``Collect`` joins the requests (or
-    they abort); ``Ok`` always answers.  Counts the ``grpc-previous-rpc-attempts``
-    value of every RPC it sees ("" when absent)."""
+    ``Stream`` streams its name twice, ``Collect`` joins the requests and
+    ``Chat`` answers each (or they abort); ``Ok`` always answers.  Counts
+    the ``grpc-previous-rpc-attempts`` value of every RPC it sees ("" when
+    absent)."""
 
     def __init__(self, name: str, failing: bool) -> None:
         self.name = name
@@ -117,12 +118,20 @@ class RetryBackend:
             self._maybe_fail(b"", context)
             return f"{self.name}:{','.join(got)}".encode()
 
+        def chat(requests, context: grpc.ServicerContext):
+            self._seen(context)
+            got = [r.decode() for r in requests]
+            self._maybe_fail(b"", context)
+            for text in got:
+                yield f"{self.name}:{text}".encode()
+
         return grpc.method_handlers_generic_handler(
             SERVICE,
             {
                 "Who": grpc.unary_unary_rpc_method_handler(who),
                 "Stream": grpc.unary_stream_rpc_method_handler(stream),
                 "Collect": grpc.stream_unary_rpc_method_handler(collect),
+                "Chat": grpc.stream_stream_rpc_method_handler(chat),
                 "Ok": grpc.unary_unary_rpc_method_handler(ok),
             },
         )
@@ -1247,3 +1256,142 @@ def test_successes_of_any_method_refill_the_bucket_though_c_core_does_not(good, 
             ch.close()
         seen[kind] = (drained, after)
     assert seen == {"ours": ([2, 1], 2), "theirs": ([2, 1], 1)}
+
+
+def test_aio_written_requests_are_replayed_to_a_retry_like_c_core(good, bad):
+    """A6 "Memory Management (Buffering)": for client streams "the outgoing
+    message is the entire message stream", kept and replayed to a retry
+    while it fits the buffer, however the application sends it.  grpc.aio's
+    C-core channel retries a call fed by ``write()`` / ``done_writing()``;
+    pyxds.aio committed such a call at its first ``write()`` (no retry).
+    round_robin over a failing and a working backend: every call succeeds
+    with all its requests, some after a retry."""
+    import json
+
+    target = f"ipv4:{good.address},{bad.address}"
+    sc = service_config(["UNAVAILABLE"])
+
+    async def run(ch) -> list:
+        out: list = []
+        collect = ch.stream_unary(f"/{SERVICE}/Collect")
+        chat = ch.stream_stream(f"/{SERVICE}/Chat")
+        for _ in range(6):
+            call = collect(timeout=5, wait_for_ready=True)
+            await call.write(b"a")
+            await call.write(b"b")
+            await call.done_writing()
+            out.append(await call)
+        for _ in range(4):
+            call = chat(timeout=5, wait_for_ready=True)
+            await call.write(b"x")
+            await call.done_writing()
+            out.append([r async for r in call])
+        return out
+
+    async def main() -> dict:
+        seen = {}
+        for kind in ("ours", "theirs"):
+            if kind == "ours":
+                ch = pyxds.aio.insecure_channel(target, service_config=sc)
+            else:
+                ch = grpc.aio.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
+            async with ch:
+                bad.previous.clear()
+                seen[kind] = (await run(ch), sum(bad.previous.values()))
+        return seen
+
+    seen = asyncio.run(main())
+    want = [b"good:a,b"] * 6 + [[b"good:x"]] * 4
+    assert seen["ours"][0] == seen["theirs"][0] == want
+    assert seen["ours"][1] > 0 and seen["theirs"][1] > 0  # the bad backend was tried
+
+
+def test_aio_written_requests_past_the_buffer_commit_like_c_core(bad):
+    """The written requests count against ``grpc.per_rpc_retry_buffer_size``
+    as an iterator's do: 2 x 600 bytes past a 1000-byte buffer, one attempt;
+    2 x 300, retried (4 attempts), for pyxds.aio and grpc.aio alike."""
+    import json
+
+    target = f"ipv4:{bad.address}"
+    sc = service_config(["UNAVAILABLE"])
+    options = [("grpc.per_rpc_retry_buffer_size", 1000)]
+
+    async def attempts(ch, size: int) -> int:
+        bad.previous.clear()
+        call = ch.stream_unary(f"/{SERVICE}/Collect")(timeout=5)
+        await call.write(b"x" * size)
+        await call.write(b"x" * size)
+        await call.done_writing()
+        with pytest.raises(grpc.aio.AioRpcError):
+            await call
+        return sum(bad.previous.values())
+
+    async def main() -> dict:
+        seen = {}
+        for kind in ("ours", "theirs"):
+            if kind == "ours":
+                ch = pyxds.aio.insecure_channel(target, options=options, service_config=sc)
+            else:
+                ch = grpc.aio.insecure_channel(
+                    target, options=[*options, (SERVICE_CONFIG, json.dumps(sc))]
+                )
+            async with ch:
+                seen[kind] = [await attempts(ch, 600), await attempts(ch, 300)]
+        return seen
+
+    assert asyncio.run(main()) == {"ours": [1, 4], "theirs": [1, 4]}
+
+
+def test_aio_write_api_rules_like_grpc_aio(good):
+    """The write() / done_writing() surface keeps grpc.aio's rules now that
+    written requests are kept for a retry: no write after done_writing() or
+    after the call ended or was cancelled (InvalidStateError, grpc.aio's
+    words), done_writing() twice is a no-op, write() and read() interleave
+    on a stream, write() on a call given a request iterator is grpc.aio's
+    UsageError."""
+    target = f"ipv4:{good.address}"
+
+    async def probe(ch) -> list:
+        out: list = []
+
+        async def attempt(label: str, coro) -> None:
+            try:
+                await coro
+            except Exception as err:
+                out.append((label, type(err).__name__, str(err)))
+
+        collect = ch.stream_unary(f"/{SERVICE}/Collect")
+        call = collect(timeout=5)
+        await call.write(b"a")
+        await call.done_writing()
+        await attempt("after done_writing", call.write(b"b"))
+        out.append(await call)
+        await attempt("after the end", call.write(b"c"))
+        await call.done_writing()
+        chat = ch.stream_stream(f"/{SERVICE}/Chat")
+        call = chat(timeout=5)
+        await call.write(b"1")
+        await call.done_writing()
+        out.append([await call.read(), await call.read() is grpc.aio.EOF])
+        call = collect(iter([b"z"]), timeout=5)
+        await attempt("with an iterator", call.write(b"y"))
+        out.append(await call)
+        call = collect(timeout=5)
+        call.cancel()
+        await attempt("cancelled", call.write(b"y"))
+        return out
+
+    async def main() -> tuple[list, list]:
+        async with pyxds.aio.insecure_channel(target) as ours:
+            mine = await probe(ours)
+        async with grpc.aio.insecure_channel(target) as theirs:
+            return mine, await probe(theirs)
+
+    ours, theirs = asyncio.run(main())
+    assert ours == theirs
+    assert [o[0] for o in ours if isinstance(o, tuple)] == [
+        "after done_writing",
+        "after the end",
+        "with an iterator",
+        "cancelled",
+    ]
