@@ -1395,3 +1395,35 @@ def test_aio_write_api_rules_like_grpc_aio(good):
         "with an iterator",
         "cancelled",
     ]
+
+
+def test_sync_bidi_streams_are_retried_with_their_requests_replayed_like_c_core(good, bad):
+    """grpc-go retry_test.go TestRetryStreaming "Multiple requests": a
+    bidirectional stream that fails before any response is retried with its
+    requests replayed (the iterator read once), as grpcio's C-core does."""
+    import json
+
+    target = f"ipv4:{good.address},{bad.address}"
+    sc = service_config(["UNAVAILABLE"])
+    theirs_channel = grpc.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
+    ours_channel = pyxds.insecure_channel(target, service_config=sc)
+    try:
+        seen = {}
+        for name, ch in (("ours", ours_channel), ("theirs", theirs_channel)):
+            settle_static(ch, good, bad)
+            bad.previous.clear()
+            pulled: list[int] = []
+
+            def requests(pulled=pulled):
+                for i in range(3):
+                    pulled.append(i)
+                    yield str(i).encode()
+
+            chat = ch.stream_stream(f"/{SERVICE}/Chat")
+            answers = [list(chat(requests(), timeout=5)) for _ in range(4)]
+            seen[name] = (answers, len(pulled), sum(bad.previous.values()) > 0)
+    finally:
+        ours_channel.close()
+        theirs_channel.close()
+    want = ([[b"good:0", b"good:1", b"good:2"]] * 4, 12, True)
+    assert seen == {"ours": want, "theirs": want}
