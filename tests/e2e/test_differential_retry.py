@@ -881,6 +881,10 @@ def verdicts(good, sc: dict) -> tuple[str, str]:
         ("initialBackoff", ".01s", "reject"),
         ("initialBackoff", "1.0000000001s", "reject"),
         ("initialBackoff", "315576000001s", "reject"),  # past proto3's range (pyxds accepted it)
+        ("initialBackoff", "2s", "accept"),  # above maxBackoff: A6 does not forbid it
+        ("perAttemptRecvTimeout", "1s", "accept"),  # hedging's (C-core: ignored without it)
+        ("perAttemptRecvTimeout", "x", "accept"),
+        ("noSuchField", 1, "accept"),
         ("maxBackoff", _ABSENT, "reject"),
         ("maxBackoff", "0s", "reject"),
         ("backoffMultiplier", _ABSENT, "reject"),
