@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import time
+from collections.abc import Sequence
 from concurrent import futures
+from typing import Any
 
 import grpc
 import pytest
@@ -717,6 +720,21 @@ def test_retry_throttling_matches_grpcio(good, bad):
 SERVICE_CONFIG = "grpc.service_config"
 
 
+@contextlib.contextmanager
+def channel_pair(target: str, sc: dict, options: Sequence[tuple[str, Any]] = ()):
+    """pyxds's channel and grpcio's to ``target``, both given the service
+    config ``sc`` (and ``options``); closed on the way out."""
+    import json
+
+    theirs = grpc.insecure_channel(target, options=[*options, (SERVICE_CONFIG, json.dumps(sc))])
+    ours = pyxds.insecure_channel(target, options=list(options), service_config=sc)
+    try:
+        yield ours, theirs
+    finally:
+        ours.close()
+        theirs.close()
+
+
 def static_attempts(channel, bad, request: str) -> tuple[dict, dict]:
     """One RPC on a channel to ``ipv4:<bad>``: (outcome, attempts seen)."""
     bad.previous.clear()
@@ -1117,13 +1135,8 @@ def test_previous_attempts_is_not_added_to_the_response_headers_like_c_core(good
     the received initial metadata"; grpcio 1.85's C-core does not, nor does
     pyxds: a retried RPC shows the application the headers of the attempt
     that answered, unchanged."""
-    import json
-
     target = f"ipv4:{good.address},{bad.address}"
-    sc = service_config(["UNAVAILABLE"])
-    theirs_channel = grpc.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
-    ours_channel = pyxds.insecure_channel(target, service_config=sc)
-    try:
+    with channel_pair(target, service_config(["UNAVAILABLE"])) as (ours_channel, theirs_channel):
         seen = {}
         for name, ch in (("ours", ours_channel), ("theirs", theirs_channel)):
             settle_static(ch, good, bad)
@@ -1135,9 +1148,6 @@ def test_previous_attempts_is_not_added_to_the_response_headers_like_c_core(good
                 headers.append(tuple(call.initial_metadata() or ()))
             assert good.previous["1"] >= 1, good.previous  # some were retries
             seen[name] = headers
-    finally:
-        ours_channel.close()
-        theirs_channel.close()
     assert seen["ours"] == seen["theirs"]
     assert not any(k == "grpc-previous-rpc-attempts" for h in seen["ours"] for k, _ in h)
 
@@ -1405,13 +1415,8 @@ def test_sync_bidi_streams_are_retried_with_their_requests_replayed_like_c_core(
     """grpc-go retry_test.go TestRetryStreaming "Multiple requests": a
     bidirectional stream that fails before any response is retried with its
     requests replayed (the iterator read once), as grpcio's C-core does."""
-    import json
-
     target = f"ipv4:{good.address},{bad.address}"
-    sc = service_config(["UNAVAILABLE"])
-    theirs_channel = grpc.insecure_channel(target, options=[(SERVICE_CONFIG, json.dumps(sc))])
-    ours_channel = pyxds.insecure_channel(target, service_config=sc)
-    try:
+    with channel_pair(target, service_config(["UNAVAILABLE"])) as (ours_channel, theirs_channel):
         seen = {}
         for name, ch in (("ours", ours_channel), ("theirs", theirs_channel)):
             settle_static(ch, good, bad)
@@ -1426,8 +1431,5 @@ def test_sync_bidi_streams_are_retried_with_their_requests_replayed_like_c_core(
             chat = ch.stream_stream(f"/{SERVICE}/Chat")
             answers = [list(chat(requests(), timeout=5)) for _ in range(4)]
             seen[name] = (answers, len(pulled), sum(bad.previous.values()) > 0)
-    finally:
-        ours_channel.close()
-        theirs_channel.close()
     want = ([[b"good:0", b"good:1", b"good:2"]] * 4, 12, True)
     assert seen == {"ours": want, "theirs": want}
