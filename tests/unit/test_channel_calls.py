@@ -178,7 +178,7 @@ def test_future_retried_by_its_policy_starts_the_next_attempt_after_the_backoff(
 
     h.core.selector = policy_selector(h)
     h.core.random = random.Random(1)
-    wait = random.Random(1).uniform(0, 1.0)
+    wait = 1.0 * random.Random(1).uniform(0.8, 1.2)  # A6: +-20 % jitter
     picker = Tracking(ready_subchannel(h))
     h.publish(picker)
     call, started = start_future(h)

@@ -614,7 +614,8 @@ def test_retry_policy():
     rp.num_retries.value = 3
     rp.retry_back_off.base_interval.nanos = 100_000_000
     policy = routes_of(rc_with(r))[0].action.retry_policy
-    assert policy.retry_on == ("unavailable", "cancelled")
+    # words compared exactly, as C-core: " cancelled" is not "cancelled"
+    assert policy.retry_on == ("unavailable",)
     assert policy.num_retries == 3
     assert policy.base_interval == pytest.approx(0.1) and policy.max_interval == pytest.approx(1.0)
 

@@ -78,37 +78,37 @@ def test_ok_is_never_retried():
     assert RetryState(xds_policy(), None).on_attempt_end(OK) is None
 
 
-def test_backoff_is_uniform_below_an_exponentially_growing_cap_with_seeded_jitter():
+def test_backoff_is_the_exponential_backoff_with_plus_or_minus_20_percent_seeded_jitter():
+    """A6 "Exponential Backoff": the n-th retry waits
+    ``min(initialBackoff * multiplier**(n-1), maxBackoff) * random(0.8, 1.2)``."""
     policy = xds_policy(num_retries=4, base=0.1, cap=0.3)
     seen = failures_until_stop(RetryState(policy, None, random.Random(7)))
     draws = random.Random(7)
-    caps = [0.1, 0.2, 0.3, 0.3]
-    assert seen == [draws.uniform(0, cap) for cap in caps]
-    for delay, cap in zip(seen, caps, strict=True):
-        assert 0 <= delay <= cap
+    backoffs = [0.1, 0.2, 0.3, 0.3]
+    assert seen == [b * draws.uniform(0.8, 1.2) for b in backoffs]
 
 
-def test_backoff_upper_bounds_over_many_seeds():
+def test_backoff_bounds_over_many_seeds():
     policy = xds_policy(num_retries=4, base=0.025, cap=0.25)
-    maxima = [0.0] * 4
+    ratios: list[list[float]] = [[], [], [], []]
     for seed in range(300):
         state = RetryState(policy, None, random.Random(seed))
         for i, delay in enumerate(failures_until_stop(state)):
-            maxima[i] = max(maxima[i], delay)
-    # caps 25, 50, 100, 200 ms: each bound respected and nearly reached
-    for got, cap in zip(maxima, [0.025, 0.05, 0.1, 0.2], strict=True):
-        assert 0.9 * cap < got <= cap
+            ratios[i].append(delay / [0.025, 0.05, 0.1, 0.2][i])
+    # backoffs 25, 50, 100, 200 ms, each within +-20 % and both ends nearly reached
+    for seen in ratios:
+        assert 0.8 <= min(seen) < 0.82 and 1.18 < max(seen) <= 1.2
 
 
 def test_pushback_sets_the_exact_delay_and_resets_the_backoff():
     policy = xds_policy(num_retries=4, base=0.1, cap=10.0)
     state = RetryState(policy, None, random.Random(3))
     draws = random.Random(3)
-    assert state.on_attempt_end(UNAVAILABLE) == draws.uniform(0, 0.1)
-    assert state.on_attempt_end(UNAVAILABLE) == draws.uniform(0, 0.2)
+    assert state.on_attempt_end(UNAVAILABLE) == 0.1 * draws.uniform(0.8, 1.2)
+    assert state.on_attempt_end(UNAVAILABLE) == 0.2 * draws.uniform(0.8, 1.2)
     assert state.on_attempt_end(UNAVAILABLE, [("grpc-retry-pushback-ms", "1500")]) == 1.5
     # after pushback the backoff starts again from the initial backoff
-    assert state.on_attempt_end(UNAVAILABLE) == draws.uniform(0, 0.1)
+    assert state.on_attempt_end(UNAVAILABLE) == 0.1 * draws.uniform(0.8, 1.2)
 
 
 @pytest.mark.parametrize("value", ["-1", "abc", "", "1.5", b"\xff", "99999999999"])

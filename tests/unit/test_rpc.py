@@ -155,7 +155,7 @@ def test_a_retryable_failure_waits_the_jittered_backoff_then_picks_again(h):
     rpc = rpc_of(h)
     rpc.pick()
     delay = rpc.ended(Call(), UNAVAILABLE, no_metadata)
-    assert delay == pytest.approx(random.Random(7).uniform(0, 0.1))
+    assert delay == pytest.approx(0.1 * random.Random(7).uniform(0.8, 1.2))
     assert rpc.phase == BACKOFF
     assert h.picker.done == [grpc.StatusCode.UNAVAILABLE]  # the attempt reached the LB once
     assert not rpc.done

@@ -32,7 +32,6 @@ from grpc import _common
 from pyxds.channel.core import ChannelCore
 from pyxds.channel.grpc_aio_unary import LeanAioUnaryUnary
 from pyxds.channel.grpc_calls import (
-    NO_REQUEST,
     GrpcMethod,
     call_metadata,
     unary_status,
@@ -233,6 +232,65 @@ class AsyncRequestReplay(Replay):
             yield item
 
 
+_FINISHED = "RPC already finished."
+_HALF_CLOSED = 'RPC is half closed after calling "done_writing".'
+
+
+class _Writes:
+    """The requests of a client-streaming aio call invoked without a request
+    iterator, as the application hands them to ``write()``: the request
+    source of the call's :class:`AsyncRequestReplay`, so they are kept and
+    replayed to a retry like an iterator's (A6 "Memory Management
+    (Buffering)": "the outgoing message is the entire message stream"; C-core
+    retries such a call, seen live).  One request in flight at a time: a
+    write returns once the running attempt took the previous one, or the
+    call ended."""
+
+    _END = object()
+    half_closed = False
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
+
+    async def requests(self) -> AsyncIterator[Any]:
+        while True:
+            request = await self._queue.get()
+            if request is self._END:
+                return
+            yield request
+
+    async def put(self, item: Any, call: _AioCall[Any]) -> bool:
+        """Queue ``item`` unless ``call`` ends first; whether it was queued."""
+        queue = self._queue
+        if not queue.full():  # the attempt took the previous one already
+            queue.put_nowait(item)
+            return True
+        put = asyncio.ensure_future(queue.put(item))
+        ended = asyncio.ensure_future(call._wait_done())
+        try:
+            await asyncio.wait((put, ended), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (put, ended):
+                if not task.done():
+                    task.cancel()
+        return put.done() and not put.cancelled()
+
+    async def write(self, request: Any, call: _AioCall[Any]) -> None:
+        """grpc.aio's ``write()`` rules: not after the call ended, nor after
+        ``done_writing()``."""
+        if call._finished or call._rpc.cancelled:
+            raise asyncio.InvalidStateError(_FINISHED)
+        if self.half_closed:
+            raise asyncio.InvalidStateError(_HALF_CLOSED)
+        if not await self.put(request, call):
+            raise asyncio.InvalidStateError(_FINISHED)
+
+    async def done_writing(self, call: _AioCall[Any]) -> None:
+        if not self.half_closed and not call._finished and not call._rpc.cancelled:
+            self.half_closed = True
+            await self.put(self._END, call)
+
+
 class _AioCall(Generic[_Response]):
     """Shared by the aio call objects: the asyncio adapter of its
     :class:`~pyxds.channel.rpc.Rpc` (picks and backoffs are awaited in a
@@ -262,6 +320,9 @@ class _AioCall(Generic[_Response]):
     _additions: ResponseAdditions | bool | None = False  # False: not looked up
     _credentials: grpc.CallCredentials | None = None
     _compression: grpc.Compression | None = None
+    #: a client-streaming call invoked without a request iterator: what
+    #: ``write()`` / ``done_writing()`` feed (None otherwise)
+    _writes: _Writes | None = None
 
     def __init__(
         self, rpc: Rpc, method: GrpcMethod, request: Any, credentials: Any, compression: Any
@@ -375,7 +436,7 @@ class _AioCall(Generic[_Response]):
         """The engine's answer to the failed attempt ``call``: the wait
         before the next attempt (the adapter starts it), or None (the RPC
         ends with ``status``)."""
-        delay = self._rpc.ended(call, status, call_metadata)
+        delay = self._rpc.ended(call, status, call_metadata, self._request, self._method)
         if delay is not None:
             self._is_started = False
             if self._started_event is not None:
@@ -678,13 +739,19 @@ class AioUnaryResponseCall(
         await self._wait_done()
         return self._status.details
 
-    # stream_unary writes (a written request is not kept: no retry after one)
+    # stream_unary writes: kept for a retry (_Writes); with a request
+    # iterator, grpc.aio's own UsageError from the inner call
     async def write(self, request: _Request) -> None:
+        if self._writes is not None:
+            await self._writes.write(request, self)
+            return
         inner = await self._wait_started()
-        self._rpc.commit()
         await inner.write(request)
 
     async def done_writing(self) -> None:
+        if self._writes is not None:
+            await self._writes.done_writing(self)
+            return
         inner = await self._wait_started()
         await inner.done_writing()
 
@@ -700,7 +767,8 @@ class AioStreamResponseCall(
     Attempts start in a task of the call; whoever sees an attempt's failure
     first (a reader, or the call's done callback) hands it to the engine,
     and a retry starts (after its backoff) in a new task that readers await.
-    A response, and a request written with ``write()`` (not kept), commit."""
+    A response commits; requests written with ``write()`` are kept for a
+    retry like an iterator's (:class:`_Writes`)."""
 
     def __init__(
         self, rpc: Rpc, method: GrpcMethod, request: Any, credentials: Any, compression: Any
@@ -767,11 +835,16 @@ class AioStreamResponseCall(
             return result
 
     async def write(self, request: _Request) -> None:
+        if self._writes is not None:  # kept for a retry until a response commits
+            await self._writes.write(request, self)
+            return
         inner = await self._inner_call()
-        self._rpc.commit()  # a written request is not kept
-        await inner.write(request)
+        await inner.write(request)  # grpc.aio's UsageError: an iterator was given
 
     async def done_writing(self) -> None:
+        if self._writes is not None:
+            await self._writes.done_writing(self)
+            return
         inner = await self._inner_call()
         await inner.done_writing()
 
@@ -836,14 +909,18 @@ class _AioMultiCallable(Generic[_Request, _Response, _Call]):
         if channel._loop is None:
             channel._bind_loop()
         buffer = None
+        writes = None
         if self._client_streaming:
-            if request is None:
-                request = NO_REQUEST
-            else:
-                replay = AsyncRequestReplay(request, core.retry_buffer_size)
-                request, buffer = replay, replay.buffer
+            if request is None:  # write() / done_writing() feed it
+                writes = _Writes()
+                request = writes.requests()
+            replay = AsyncRequestReplay(request, core.retry_buffer_size)
+            request, buffer = replay, replay.buffer
         rpc = Rpc(core, self._method.method, metadata, timeout, wait_for_ready, buffer)
-        return self._call_class(rpc, self._method, request, credentials, compression)
+        call = self._call_class(rpc, self._method, request, credentials, compression)
+        if writes is not None:
+            call._writes = writes
+        return call
 
 
 class _OneRequest(_AioMultiCallable[_Request, _Response, _Call]):

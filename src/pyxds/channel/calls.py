@@ -444,7 +444,8 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
         (whichever of its terminal callback and a reader of its responses
         sees it first decides)."""
         with self._cond:
-            return self._rpc.ended(inner, status, call_metadata)
+            method = None if self._serialized else self._method
+            return self._rpc.ended(inner, status, call_metadata, self._request, method)
 
     def _next_attempt(self, delay: float) -> None:
         """Pick again for the next attempt, after ``delay`` seconds."""
@@ -758,7 +759,7 @@ def blocking_unary(
         except grpc.RpcError as err:
             transport.call_finished()
             status = status_of(err)
-            delay = rpc.ended(err, status, call_metadata)
+            delay = rpc.ended(err, status, call_metadata, request, method)
             if delay is not None:
                 if delay > 0:
                     time.sleep(delay)

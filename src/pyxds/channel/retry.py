@@ -25,12 +25,17 @@ Retries", "When Retries are Valid", "Pushback"):
    never retried.
 4. No policy, or a code the policy does not list: not retried.
 5. A retryable code counts as a failure for the throttle; a throttle at or
-   below half its tokens stops retries.
+   below half its tokens stops retries.  A pushback saying "do not retry"
+   counts as a failure whatever the code (A6 "Throttling Retry Attempts":
+   "or that receive a pushback response indicating not to retry"; grpc-go
+   and grpc-java count it too, grpcio 1.85's C-core only with a retryable
+   code: ``docs/differences-from-c-core.md``).
 6. Server pushback ``grpc-retry-pushback-ms``: negative or unparsable means
    "do not retry"; otherwise the retry waits exactly that long and the
    backoff starts over from ``initial_backoff``.
 7. ``max_attempts`` reached: not retried.
-8. Otherwise wait ``uniform(0, current_backoff)``, then
+8. Otherwise wait ``current_backoff * uniform(0.8, 1.2)`` (A6 "Exponential
+   Backoff": jitter of plus or minus 0.2, as C-core's and grpc-go's), then
    ``current_backoff = min(current_backoff * multiplier, max_backoff)``.
 
 The adapters keep the deadline: a wait that would end past it ends the RPC
@@ -102,6 +107,11 @@ def not_sent(code: grpc.StatusCode | None, details: str | None) -> bool:
     return never_left_client(code, details) or refused_unseen(code, details)
 
 
+#: A6 "Exponential Backoff": "Jitter of plus or minus 0.2 is applied to the
+#: backoff delay"
+_JITTER_LOW = 0.8
+_JITTER_HIGH = 1.2
+
 _NO_PUSHBACK = -2.0
 _STOP = -1.0
 
@@ -109,25 +119,29 @@ _STOP = -1.0
 def pushback_of(trailing_metadata: Sequence[tuple[str, Any]] | None) -> float:
     """The server's pushback in seconds; ``-1.0``: do not retry; ``-2.0``:
     none given.  A6: "an ASCII encoded signed 32-bit integer ... negative or
-    unparseable ... [means] not to retry at all"."""
+    unparseable ... [means] not to retry at all".  Given more than once, the
+    last value counts (A6 says nothing; grpcio 1.85's C-core and grpc-java
+    read the last one, seen live: "-1" then "10" is retried after 10 ms)."""
     if not trailing_metadata:
         return _NO_PUSHBACK
-    for key, value in trailing_metadata:
-        if key != PUSHBACK_KEY:
-            continue
-        if isinstance(value, bytes):
-            try:
-                value = value.decode("ascii")
-            except UnicodeDecodeError:
-                return _STOP
-        text = str(value)
-        if not text.isascii() or not (text.isdigit() or (text[:1] == "-" and text[1:].isdigit())):
+    value: Any = None
+    for key, item in trailing_metadata:
+        if key == PUSHBACK_KEY:
+            value = item
+    if value is None:
+        return _NO_PUSHBACK
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("ascii")
+        except UnicodeDecodeError:
             return _STOP
-        ms = int(text)
-        if ms < 0 or ms > 2**31 - 1:
-            return _STOP
-        return ms / 1000.0
-    return _NO_PUSHBACK
+    text = str(value)
+    if not text.isascii() or not (text.isdigit() or (text[:1] == "-" and text[1:].isdigit())):
+        return _STOP
+    ms = int(text)
+    if ms < 0 or ms > 2**31 - 1:
+        return _STOP
+    return ms / 1000.0
 
 
 class RetryState:
@@ -191,7 +205,10 @@ class RetryState:
                 return 0.0
         policy = self.policy
         if policy is None or code not in policy.retryable_codes:
-            # A6: only retryable codes (and pushback) count for throttling
+            # A6 "Throttling": besides retryable codes, only "a pushback
+            # response indicating not to retry" counts as a failure
+            if self.throttle is not None and pushback_of(trailing_metadata) == _STOP:
+                self.throttle.record_failure()
             return None
         allowed = self.throttle.record_failure() if self.throttle is not None else True
         if committed or not allowed:
@@ -205,6 +222,6 @@ class RetryState:
         if pushback >= 0:
             self._backoff = policy.initial_backoff
             return pushback
-        delay = self.rng.uniform(0, self._backoff)
+        delay = self._backoff * self.rng.uniform(_JITTER_LOW, _JITTER_HIGH)
         self._backoff = min(self._backoff * policy.backoff_multiplier, policy.max_backoff)
         return delay

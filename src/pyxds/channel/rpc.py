@@ -85,7 +85,8 @@ import grpc
 from pyxds import metrics as _metrics
 from pyxds.channel.call_metrics import CallMetrics
 from pyxds.channel.grpc_calls import trailing_metadata_of
-from pyxds.channel.retry import PREVIOUS_ATTEMPTS_KEY, RetryState
+from pyxds.channel.request_buffer import size_of
+from pyxds.channel.retry import PREVIOUS_ATTEMPTS_KEY, RetryState, not_sent
 from pyxds.channel.subchannel import SubchannelCore, Transport, core_of
 from pyxds.lb.api import ATTEMPT_NOT_STARTED, PickArgs, PickComplete, PickDrop, PickFail
 from pyxds.status import Status
@@ -137,6 +138,12 @@ _MAX_REROUTES = 2
 #: is then picked by it again, as C-core re-picks a transparent retry at
 #: once, instead of waiting for a state change that will not come.
 STALE_PICKER_GRACE = 0.25
+#: C-core's count of a header in the retry buffer: name + value + 32 (HPACK's
+#: per-entry overhead, RFC 7541 section 4.1); ``:path`` without its value
+_HEADER_OVERHEAD = 32
+_PATH_HEADER = len(":path") + _HEADER_OVERHEAD
+#: ``grpc-timeout`` as C-core counts it for a deadline of seconds ("4999m")
+_GRPC_TIMEOUT_BYTES = len("grpc-timeout") + 5 + _HEADER_OVERHEAD
 #: PickArgs shared per channel (Rpc._shared_args)
 _MAX_SHARED_ARGS = 256
 
@@ -219,6 +226,8 @@ class Rpc:
             self._wfr_explicit = True
         if buffer is not None:
             self.buffer = buffer
+            # C-core counts the headers in the retry buffer too (seen live)
+            buffer.limit = core.retry_buffer_size - self.header_bytes()
         if _metrics.RECORDER is not None:
             self.metrics = CallMetrics(path, core.metrics_target, path in core.registered_methods)
         core.count_started()
@@ -520,12 +529,18 @@ class Rpc:
         call: Any,
         status: Status,
         read_metadata: Callable[[Any], tuple[Any, Any]] | None = None,
+        request: Any = None,
+        method: Any = None,
     ) -> float | None:
         """The attempt ``call`` ended with ``status``: seconds to wait before
         the next attempt, or None (the RPC is over, finished here).
         ``read_metadata(call)`` gives the attempt's (initial, trailing)
         metadata, read only for a failed attempt (non-empty initial metadata
-        = response headers = committed; trailers: the server's pushback)."""
+        = response headers = committed; trailers: the server's pushback).
+        ``request``: a single-request RPC's request, ``method`` its
+        GrpcMethod (whose ``serializer`` makes its bytes; None when the
+        request is bytes already), looked at only when the failure is one
+        the RPC's policy would retry (:meth:`_request_overflows`)."""
         delay = self._delay_of(call)
         if delay is not None or self.phase is DONE:
             return delay  # decided already
@@ -537,6 +552,8 @@ class Rpc:
             committed = (
                 self.committed or bool(initial) or (buffer is not None and not buffer.recording)
             )
+            if not committed and request is not None and buffer is None:
+                committed = self._request_overflows(status, request, method)
             delay = self._retry_delay(status, trailing, committed)
         if delay is None:
             self.finish(status, call)
@@ -547,6 +564,42 @@ class Rpc:
             self._report(status, call, next_now=False)
             self.phase = BACKOFF if delay > 0 else PICKING
         return delay
+
+    def _request_overflows(self, status: Status, request: Any, method: Any) -> bool:
+        """Whether a single-request RPC's request did not fit the retry
+        buffer (``grpc.per_rpc_retry_buffer_size``), which commits the RPC
+        (A6 "When Retries are Valid": "The client's outgoing message has
+        overflowed the gRPC client library's buffer"; "For unary and server
+        streaming calls, the outgoing message is a single message").
+        Measured as grpcio 1.85's C-core counts it (seen live): the message
+        plus :meth:`header_bytes`.  Only for a failure the RPC's policy
+        would retry and that is not a transparent retry: nothing is measured
+        otherwise."""
+        config = self.call_config
+        policy = config.retry_policy if config is not None else None
+        if policy is None or status.code not in policy.retryable_codes:
+            return False
+        if not_sent(status.code, status.details):
+            return False  # never reached the server application: A6 case 2/3
+        serializer = getattr(method, "serializer", None)
+        try:
+            size = len(serializer(request)) if serializer is not None else size_of(request)
+        except Exception:
+            return False  # the attempt was sent, so this does not happen
+        return size + self.header_bytes() > self.core.retry_buffer_size
+
+    def header_bytes(self) -> int:
+        """The RPC's headers as grpcio 1.85's C-core counts them in its retry
+        buffer (seen live, ``grpc.per_rpc_retry_buffer_size``): name + value
+        + 32 (HPACK's per-entry size) for ``:path``, each of the
+        application's metadata and ``grpc-timeout`` when there is a deadline
+        (5 characters, as C-core writes a deadline of seconds)."""
+        size = _PATH_HEADER + len(self.path)
+        for key, value in self.metadata:
+            size += len(key) + len(value) + _HEADER_OVERHEAD
+        if self.deadline is not None:
+            size += _GRPC_TIMEOUT_BYTES
+        return size
 
     def reported(self, call: Any) -> bool:
         """Whether the end of the attempt ``call`` was decided already (or

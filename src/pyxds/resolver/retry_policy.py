@@ -44,9 +44,10 @@ class RetryPolicy:
     """One RPC's retry policy (A6 ``retryPolicy``).
 
     ``max_attempts`` counts the first attempt and is already capped.
-    Backoff (A6 "Exponential Backoff"): the n-th retry waits a uniform
-    random time in ``[0, min(initial_backoff * multiplier**(n-1),
-    max_backoff))``.
+    Backoff (A6 "Exponential Backoff"): the n-th retry waits
+    ``min(initial_backoff * multiplier**(n-1), max_backoff) * random(0.8,
+    1.2)`` (so slightly below ``initial_backoff`` or above ``max_backoff``
+    at times, as A6 says).
     """
 
     max_attempts: int

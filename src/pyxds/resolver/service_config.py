@@ -41,6 +41,10 @@ from pyxds.resolver.retry_policy import MAX_ATTEMPTS_CAP, RetryPolicy, RetryThro
 __all__ = ["MethodConfig", "MethodConfigSelector", "ServiceConfig", "parse_service_config"]
 
 _DURATION = re.compile(r"^(\d+)(?:\.(\d{1,9}))?s$")
+#: the proto3 Duration range (google/protobuf/duration.proto: +-10,000 years)
+_MAX_DURATION_SECONDS = 315_576_000_000
+#: a JSON number, also accepted as a string (proto3 JSON mapping, as C-core)
+_NUMBER = re.compile(r"^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?$")
 _CODES_BY_NAME = {code.name: code for code in grpc.StatusCode}
 _CODES_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
 
@@ -93,6 +97,8 @@ def _duration(value: Any, path: str) -> float:
     if not isinstance(value, str) or not (m := _DURATION.match(value)):
         raise _fail(path, f'{value!r} is not a duration (e.g. "1.5s")')
     seconds = int(m.group(1))
+    if seconds > _MAX_DURATION_SECONDS:
+        raise _fail(path, f"{value!r} is out of the proto3 Duration range")
     frac = m.group(2) or ""
     return seconds + (int(frac.ljust(9, "0")) / 1e9 if frac else 0.0)
 
@@ -104,9 +110,20 @@ def _int(value: Any, path: str) -> int:
         return int(value)
     if isinstance(value, int):
         return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
+    # a JSON number with a fraction or exponent (2.0, 1e3) is not an integer:
+    # C-core rejects it too
     raise _fail(path, "must be an integer")
+
+
+def _number(value: Any, path: str, problem: str) -> float:
+    """A JSON number, or a string holding one (C-core accepts both, as the
+    proto3 JSON mapping does), greater than 0; ValueError saying ``problem``
+    otherwise."""
+    if isinstance(value, str) and _NUMBER.match(value):
+        value = float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise _fail(path, problem)
+    return float(value)
 
 
 def _code(value: Any, path: str) -> grpc.StatusCode:
@@ -133,9 +150,9 @@ def _retry_policy(rp: Any, path: str) -> RetryPolicy:
     maximum = _duration(rp["maxBackoff"], f"{path}.maxBackoff")
     if maximum <= 0:
         raise _fail(f"{path}.maxBackoff", "must be greater than 0")
-    multiplier = rp["backoffMultiplier"]
-    if isinstance(multiplier, bool) or not isinstance(multiplier, int | float) or multiplier <= 0:
-        raise _fail(f"{path}.backoffMultiplier", "must be a number greater than 0")
+    multiplier = _number(
+        rp["backoffMultiplier"], f"{path}.backoffMultiplier", "must be a number greater than 0"
+    )
     codes = rp.get("retryableStatusCodes")
     if not isinstance(codes, list) or not codes:
         raise _fail(f"{path}.retryableStatusCodes", "must be a non-empty list")
@@ -144,7 +161,7 @@ def _retry_policy(rp: Any, path: str) -> RetryPolicy:
         max_attempts=min(attempts, MAX_ATTEMPTS_CAP),
         initial_backoff=initial,
         max_backoff=maximum,
-        backoff_multiplier=float(multiplier),
+        backoff_multiplier=multiplier,
         retryable_codes=parsed,
     )
 
@@ -237,10 +254,13 @@ def parse_service_config(raw: ServiceConfigSource) -> ServiceConfig:
         tokens = _int(rt["maxTokens"], f"{path}.maxTokens")
         if not 0 < tokens <= 1000:
             raise _fail(f"{path}.maxTokens", "must be in (0, 1000]")
-        ratio = rt.get("tokenRatio")
-        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or ratio <= 0:
-            raise _fail(f"{path}.tokenRatio", "must be a number greater than 0")
-        throttle = RetryThrottle(tokens, float(ratio))
+        problem = "must be a number greater than 0"
+        ratio = _number(rt.get("tokenRatio"), f"{path}.tokenRatio", problem)
+        if int(ratio * 1000) == 0:
+            # A6: "Decimal places beyond 3 are ignored": 0.0004 is 0 (C-core
+            # rejects it the same way)
+            raise _fail(f"{path}.tokenRatio", problem + " (decimals beyond 3 ignored)")
+        throttle = RetryThrottle(tokens, ratio)
     return ServiceConfig(raw, methods, throttle)
 
 

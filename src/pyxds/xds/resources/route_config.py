@@ -605,7 +605,10 @@ def _parse_hash_policies(policies: Any, errs: Errors, path: str) -> tuple[HashPo
 
 
 def _parse_retry(rp: Any, errs: Errors, path: str) -> RetryPolicy:
-    codes = tuple(c for c in (s.strip() for s in rp.retry_on.split(",")) if c in _RETRYABLE_CODES)
+    # A44: the x-envoy-retry-grpc-on words, compared exactly as C-core does
+    # (no trimming, no case folding: " unavailable" and "UNAVAILABLE" are
+    # not words it knows; grpcio 1.85 seen live)
+    codes = tuple(c for c in rp.retry_on.split(",") if c in _RETRYABLE_CODES)
     num = 1
     if rp.HasField("num_retries"):
         num = rp.num_retries.value
