@@ -30,6 +30,7 @@ CLUSTERS = ("cluster-a", "cluster-b", "cluster-c", "cluster-d", "plain")
 WHO = f"/{SERVICE}/Who"
 META = f"/{SERVICE}/Meta"
 PLAIN = f"/{SERVICE}/Sleep"  # routed to cluster "plain", not through RLS
+RING_HASH_CLUSTER = "cluster-rh"
 PYXDS_NODE = "rls-pyxds"
 CORE_NODE = "rls-core"
 
@@ -99,7 +100,11 @@ def configure(server, backends, name: str, lookup_config, plugin=None) -> str:
         Snapshot(
             listeners=[b.listener(n) for n in _configured],
             routes=list(_configured.values()),
-            clusters=[b.cluster(c) for c in CLUSTERS],
+            clusters=[
+                *(b.cluster(c) for c in CLUSTERS),
+                # cluster-a's endpoints under ring_hash (an RLS target's own LB policy)
+                b.cluster(RING_HASH_CLUSTER, eds_service_name="cluster-a", lb_policy="RING_HASH"),
+            ],
             endpoints=[
                 b.endpoints(c, [b.locality(zone=c, endpoints=[backends[c].address])])
                 for c in CLUSTERS
@@ -673,3 +678,57 @@ def test_bad_rls_configs_are_nacked_naming_the_same_field_and_problem_as_c_core(
         field, error = inner[: inner.rfind("]]]")].removeprefix("field:").split(" error:", 1)
         assert f"rls_experimental.{field}: {error}" in ours, (case, ours, theirs)
         configure(server, backends, name, good)
+
+
+def test_key_builder_configs_c_core_accepts_and_grpc_go_refuses_are_acked_by_both(
+    server, backends, rls, core, channels
+):
+    """grpc-go refuses a key builder name whose method holds a slash
+    (keys/builder_test.go ``TestMakeBuilderMapErrors``) and keeps a
+    ``max_age`` above 5 minutes when ``stale_age`` is set (config_test.go
+    "maxAge not clamped when staleAge is set"); grpcio 1.85's C-core ACKs
+    both (and caps ``max_age``), and so does pyxds.  Each config is its own
+    listener, and the route through RLS serves in both clients (a NACKed
+    first RouteConfiguration would leave the listener without routes).
+    grpc-go's other refusal, an empty ``service``, cannot be said in xDS:
+    proto3 drops an empty string, and both clients NACK the name as having
+    no ``service`` (``BAD_CONFIGS["name without service"]``)."""
+    cases = {
+        "slash in method": {
+            "builders": [b.rls_key_builder([(SERVICE, "a/b")], constant_keys={"x": "2"})]
+        },
+        "max_age 500 s with stale_age": {"builders": [], "max_age": 500, "stale_age": 200},
+    }
+    for i, (case, args) in enumerate(cases.items()):
+        tag = {"t": f"accepted-{i}"}
+        config = b.route_lookup_config(
+            rls.target,
+            [key_builder(constant_keys=tag), *args["builders"]],
+            max_age=args.get("max_age"),
+            stale_age=args.get("stale_age"),
+        )
+        name = f"rls-accepted-{i}"
+        target = configure(server, backends, name, config)
+        rls.set({"user": "alice", **tag}, ["cluster-b"])
+        got = both(core, channels, target, metadata=user("alice"), wait_for_ready=False)
+        assert got == ({"cluster-b": 1},) * 2, (case, got)
+        # other scenarios' routes may be NACKed in the same response; not this one
+        ours = [n.error_message for n in server.nacks("RDS") if f"{name}-route" in n.error_message]
+        assert not ours, (case, ours)
+
+
+def test_an_rls_target_cluster_with_ring_hash_serves_like_c_core(
+    server, backends, rls, core, channels
+):
+    """grpc-go test/xds/xds_rls_clusterspecifier_plugin_test.go ``TestRLSinxDS``
+    (the ``ringhash`` row): the cluster the RLS server names uses its own
+    LB policy (here ring_hash, no hash policy on the route: a random hash,
+    A76); the RPC reaches the cluster's endpoint in both clients, and a
+    target with round_robin in the same config keeps serving beside it."""
+    tag = {"t": "ring-hash"}
+    config = b.route_lookup_config(rls.target, [key_builder(constant_keys=tag)])
+    target = configure(server, backends, "rls-ring-hash", config)
+    rls.set({"user": "alice", **tag}, [RING_HASH_CLUSTER])
+    rls.set({"user": "bob", **tag}, ["cluster-b"])
+    assert both(core, channels, target, n=3, metadata=user("alice")) == ({"cluster-a": 3},) * 2
+    assert both(core, channels, target, n=2, metadata=user("bob")) == ({"cluster-b": 2},) * 2

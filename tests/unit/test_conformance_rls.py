@@ -353,10 +353,11 @@ def test_key_builder_names_c_core_accepts_are_accepted():
     ``names`` entry with an empty ``service`` and a ``method`` with a
     slash; C-core's ``GrpcKeyBuilder::Name`` loader requires ``service`` to
     be present only and checks neither, and builds the map key
-    ``/service/method`` from them (tests/e2e/test_differential_rls.py sees
-    grpcio 1.85 ACK both).  pyxds follows C-core: both parse and are found
-    as C-core finds a builder (the whole path, else the path up to its last
-    slash)."""
+    ``/service/method`` from them.  pyxds follows C-core: both parse and
+    are found as C-core finds a builder (the whole path, else the path up
+    to its last slash).  In xDS the slash is ACKed by grpcio 1.85 and pyxds
+    alike (tests/e2e/test_differential_rls.py); an empty ``service`` cannot
+    be sent there (proto3 drops it: "field not present" in both)."""
     config = parse_rls_config(
         with_builders(
             {"names": [{"service": ""}], "constantKeys": {"k": "empty-service"}},
