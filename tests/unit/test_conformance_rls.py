@@ -11,6 +11,7 @@ Sans-IO: ``test_rls.Harness`` (FakeClock, FakeHelper, a fake RLS channel).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import grpc
@@ -219,12 +220,16 @@ def test_a_lookup_after_expiry_is_a_miss_without_the_old_header_data():
 # -- config updates and the child policies -------------------------------------------------
 
 
-def _config(child: str, child_config: dict[str, Any], **route_lookup: Any) -> Any:
+def _config(
+    child: str, child_config: dict[str, Any], channel_config: Any = None, **route_lookup: Any
+) -> Any:
     json_config = {
         "routeLookupConfig": rls_json(**route_lookup)["routeLookupConfig"],
         "childPolicy": [{child: child_config}],
         "childPolicyConfigTargetFieldName": "target",
     }
+    if channel_config is not None:
+        json_config["routeLookupChannelServiceConfig"] = channel_config
     json_config["routeLookupConfig"]["lookupService"] = "rls.example:443"
     json_config["routeLookupConfig"]["grpcKeybuilders"] = [
         {"names": [{"service": "pkg.Svc"}], "headers": [{"key": "user", "names": ["x-user"]}]}
@@ -329,6 +334,32 @@ def test_children_reporting_during_an_update_give_one_picker_after_it(eager_chil
     assert h.policy.update(ResolverUpdate((), _config(eager_child, {"x": 1}))) is None
     assert len(h.helper.states) == before + 1
     assert h.helper.state is READY
+
+
+def test_the_channel_service_config_goes_to_the_rls_channel_and_a_new_one_reopens_it():
+    """grpc-go balancer_test.go ``TestConfigUpdate_ControlChannelServiceConfig``
+    and C-core rls.cc (``RlsChannel`` takes ``routeLookupChannelServiceConfig``
+    as its service config; ``UpdateLocked`` makes a new RLS channel when
+    ``lookupService`` or that config changes): the policy opens its RLS
+    channel with the config's channel service config, and a config that
+    changes only that opens a new channel (the old one closes once its
+    lookups are done); the same config again keeps the channel
+    (tests/e2e/test_conformance_rls_channel.py: grpcio applies it)."""
+    h = Harness()
+    child = "test_rls_target_child"
+    service_config = {"loadBalancingConfig": [{"round_robin": {}}]}
+    assert h.policy.update(ResolverUpdate((), _config(child, {}, service_config))) is None
+    first = h.rls
+    assert first is not h.helper.lookup_channels[0]  # Harness's config had none
+    assert json.loads(first.service_config) == service_config
+    assert h.policy.update(ResolverUpdate((), _config(child, {}, service_config))) is None
+    assert h.rls is first
+    other = {"loadBalancingConfig": [{"pick_first": {}}]}
+    assert h.policy.update(ResolverUpdate((), _config(child, {}, other))) is None
+    assert h.rls is not first and json.loads(h.rls.service_config) == other
+    assert first.closed
+    assert h.policy.update(ResolverUpdate((), _config(child, {}))) is None
+    assert h.rls.service_config is None
 
 
 # -- config parsing where the implementations differ ---------------------------------------
