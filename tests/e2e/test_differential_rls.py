@@ -80,25 +80,33 @@ def channels(server):
 
 
 _configured: dict[str, object] = {}
+_filters: dict[str, list] = {}
 
 
-def configure(server, backends, name: str, lookup_config, plugin=None) -> str:
-    """Listener ``name``: ``/pyxds.test.Echo/*`` through the RLS plugin,
-    but ``Sleep`` (PLAIN) to cluster ``plain``, and anything else (what a
-    client that ignores the plugin route gets) to ``plain``; every cluster
-    of CLUSTERS with its backend.  Earlier scenarios' listeners stay in the snapshot."""
+def configure(
+    server, backends, name: str, lookup_config, plugin=None, plugin_routes=None, http_filters=()
+) -> str:
+    """Listener ``name``: ``/pyxds.test.Echo/*`` through the RLS plugin
+    (or the ``plugin_routes`` given), but ``Sleep`` (PLAIN) to cluster
+    ``plain``, and anything else (what a client that ignores the plugin
+    route gets) to ``plain``; every cluster of CLUSTERS with its backend;
+    ``http_filters`` in the listener before the router.  Earlier
+    scenarios' listeners stay in the snapshot."""
     plugin = plugin if plugin is not None else b.rls_plugin("rls", lookup_config)
+    if plugin_routes is None:
+        plugin_routes = [b.route(prefix=f"/{SERVICE}/", cluster_specifier_plugin="rls")]
     routes = [
         b.route(path=PLAIN, cluster="plain"),
-        b.route(prefix=f"/{SERVICE}/", cluster_specifier_plugin="rls"),
+        *plugin_routes,
         b.route(prefix="", cluster="plain"),  # what a client without RLS uses
     ]
     _configured[name] = b.route_config(
         f"{name}-route", [b.virtual_host("vh", ["*"], routes)], [plugin]
     )
+    _filters[name] = list(http_filters)
     server.set_snapshot(
         Snapshot(
-            listeners=[b.listener(n) for n in _configured],
+            listeners=[b.listener(n, http_filters=_filters[n]) for n in _configured],
             routes=list(_configured.values()),
             clusters=[
                 *(b.cluster(c) for c in CLUSTERS),
@@ -732,3 +740,44 @@ def test_an_rls_target_cluster_with_ring_hash_serves_like_c_core(
     rls.set({"user": "bob", **tag}, ["cluster-b"])
     assert both(core, channels, target, n=3, metadata=user("alice")) == ({"cluster-a": 3},) * 2
     assert both(core, channels, target, n=2, metadata=user("bob")) == ({"cluster-b": 2},) * 2
+
+
+def test_http_filters_and_their_route_overrides_apply_to_plugin_routes_like_c_core(
+    server, backends, rls, core, channels
+):
+    """grpc-go internal/xds/resolver cluster_specifier_plugin_test.go
+    ``TestResolverClusterSpecifierPlugin_WithFilters``: the listener's HTTP
+    filters run for a route whose action is a cluster specifier plugin, with
+    that route's ``typed_per_filter_config`` override (A39).  A fault filter
+    that injects nothing, overridden on the ``Meta`` route to abort every
+    RPC with PERMISSION_DENIED: ``Meta`` fails before any pick (the RLS
+    server never sees its key), ``Who`` (same plugin, no override) is
+    served through RLS, in both clients."""
+    tag = {"t": "filters"}
+    config = b.route_lookup_config(rls.target, [key_builder(constant_keys=tag)])
+    abort = b.fault_config(
+        abort_grpc_status=grpc.StatusCode.PERMISSION_DENIED.value[0], abort_percent=100
+    )
+    plugin_routes = [
+        b.route(
+            path=META, cluster_specifier_plugin="rls", typed_per_filter_config={"fault": abort}
+        ),
+        b.route(prefix=f"/{SERVICE}/", cluster_specifier_plugin="rls"),
+    ]
+    target = configure(
+        server,
+        backends,
+        "rls-filters",
+        config,
+        plugin_routes=plugin_routes,
+        http_filters=[b.fault_filter("fault")],
+    )
+    rls.set({"user": "alice", **tag}, ["cluster-b"])
+    rls.set({"user": "faulted", **tag}, ["cluster-b"])
+    got = both(
+        core, channels, target, n=2, method=META, metadata=user("faulted"), wait_for_ready=False
+    )
+    assert got == ({"error:PERMISSION_DENIED": 2},) * 2, got
+    assert both(core, channels, target, n=2, metadata=user("alice")) == ({"cluster-b": 2},) * 2
+    sent = [r.key_map.get("user") for r in rls.requests if r.key_map.get("t") == "filters"]
+    assert sent == ["alice", "alice"], sent
