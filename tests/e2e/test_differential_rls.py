@@ -81,17 +81,26 @@ def channels(server):
 
 _configured: dict[str, object] = {}
 _filters: dict[str, list] = {}
+_inline: dict[str, object] = {}
 
 
 def configure(
-    server, backends, name: str, lookup_config, plugin=None, plugin_routes=None, http_filters=()
+    server,
+    backends,
+    name: str,
+    lookup_config,
+    plugin=None,
+    plugin_routes=None,
+    http_filters=(),
+    inline=False,
 ) -> str:
     """Listener ``name``: ``/pyxds.test.Echo/*`` through the RLS plugin
     (or the ``plugin_routes`` given), but ``Sleep`` (PLAIN) to cluster
     ``plain``, and anything else (what a client that ignores the plugin
     route gets) to ``plain``; every cluster of CLUSTERS with its backend;
-    ``http_filters`` in the listener before the router.  Earlier
-    scenarios' listeners stay in the snapshot."""
+    ``http_filters`` in the listener before the router; ``inline``: the
+    route config in the Listener, not from RDS.  Earlier scenarios'
+    listeners stay in the snapshot."""
     plugin = plugin if plugin is not None else b.rls_plugin("rls", lookup_config)
     if plugin_routes is None:
         plugin_routes = [b.route(prefix=f"/{SERVICE}/", cluster_specifier_plugin="rls")]
@@ -104,9 +113,17 @@ def configure(
         f"{name}-route", [b.virtual_host("vh", ["*"], routes)], [plugin]
     )
     _filters[name] = list(http_filters)
+    if inline:
+        _inline[name] = _configured.pop(name)
     server.set_snapshot(
         Snapshot(
-            listeners=[b.listener(n, http_filters=_filters[n]) for n in _configured],
+            listeners=[
+                *(b.listener(n, http_filters=_filters[n]) for n in _configured),
+                *(
+                    b.listener(n, route_config=rc, http_filters=_filters[n])
+                    for n, rc in _inline.items()
+                ),
+            ],
             routes=list(_configured.values()),
             clusters=[
                 *(b.cluster(c) for c in CLUSTERS),
@@ -117,7 +134,7 @@ def configure(
                 b.endpoints(c, [b.locality(zone=c, endpoints=[backends[c].address])])
                 for c in CLUSTERS
             ],
-            version=f"v{len(_configured)}-{name}",
+            version=f"v{len(_configured) + len(_inline)}-{name}",
         )
     )
     return f"xds:///{name}"
@@ -781,3 +798,23 @@ def test_http_filters_and_their_route_overrides_apply_to_plugin_routes_like_c_co
     assert both(core, channels, target, n=2, metadata=user("alice")) == ({"cluster-b": 2},) * 2
     sent = [r.key_map.get("user") for r in rls.requests if r.key_map.get("t") == "filters"]
     assert sent == ["alice", "alice"], sent
+
+
+def test_a_plugin_in_a_route_config_inside_the_listener_routes_like_c_core(
+    server, backends, rls, core, channels
+):
+    """C-core xds_rls_end2end_test.cc runs ``XdsRoutingClusterSpecifierPlugin``
+    with the route config from RDS and inside the Listener: the plugin, its
+    key builder (header, host/service/method extra keys, a constant key)
+    and the routing are the same either way, in both clients."""
+    extra = {"host_key": "host", "service_key": "svc", "method_key": "meth"}
+    config = b.route_lookup_config(
+        rls.target, [key_builder(constant_keys={"t": "inline"}, **extra)]
+    )
+    target = configure(server, backends, "rls-inline", config, inline=True)
+    keys = {"t": "inline", "host": "rls-inline", "svc": SERVICE, "meth": "Who"}
+    rls.set({"user": "alice", **keys}, ["cluster-c"])
+    assert both(core, channels, target, n=2, metadata=user("alice")) == ({"cluster-c": 2},) * 2
+    assert both(core, channels, target, n=1, method=PLAIN) == ({"plain": 1},) * 2
+    sent = [r.key_map for r in rls.requests if r.key_map.get("t") == "inline"]
+    assert sent == [{"user": "alice", **keys}] * 2, sent
