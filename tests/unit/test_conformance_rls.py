@@ -365,18 +365,46 @@ def test_the_channel_service_config_goes_to_the_rls_channel_and_a_new_one_reopen
 # -- config parsing where the implementations differ ---------------------------------------
 
 
-def test_max_age_is_capped_at_five_minutes_even_with_a_stale_age():
-    """grpc-go config_test.go ``TestParseConfig`` "maxAge not clamped when
-    staleAge is set" (and grpc-java RlsProtoConvertersTest
-    ``convert_jsonRlsConfig_doNotClampMaxAgeIfStaleAgeIsSet``) keep a
-    ``maxAge`` of 500 s when ``staleAge`` is set, as rls_config.proto's
-    comment says; C-core rls.cc ``RouteLookupConfig::JsonPostLoad`` caps
-    ``maxAge`` at 5 minutes always, then clamps ``staleAge`` to it.  No gRFC
-    covers RLS, so C-core decides (docs/rls.md, "Validation")."""
+def test_max_age_is_not_capped_when_stale_age_is_set_but_stale_age_is():
+    """rls_config.proto (grpc-proto #167): ``max_age`` "is clamped to 5
+    minutes ... unless stale_age is specified"; ``stale_age`` "is clamped
+    to 5 minutes".  grpc-go config_test.go "maxAge not clamped when staleAge
+    is set", grpc-java RlsProtoConvertersTest
+    ``convert_jsonRlsConfig_doNotClampMaxAgeIfStaleAgeIsSet``, C-core
+    rls_lb_config_parser_test.cc ``DoNotClampMaxAgeIfStaleAgeIsSet`` (350 s
+    and 310 s give 350 s and 300 s).  grpcio 1.85, probed live once
+    (max_age 330 s, stale_age 310 s, a second RPC at 305 s: C-core's
+    lookup was REASON_STALE, so its data was still valid; pyxds's, before
+    this rule, REASON_MISS): a 5 minute probe, too long for the suite.
+    Without ``staleAge`` the cap stays (``ClampMaxAge``)."""
+    rlc = parse_rls_config(rls_json(maxAge="350s", staleAge="310s")).route_lookup
+    assert (rlc.max_age, rlc.stale_age) == (350.0, 300.0)
     rlc = parse_rls_config(rls_json(maxAge="500s", staleAge="200s")).route_lookup
-    assert (rlc.max_age, rlc.stale_age) == (300.0, 200.0)
-    rlc = parse_rls_config(rls_json(maxAge="500s", staleAge="400s")).route_lookup
+    assert (rlc.max_age, rlc.stale_age) == (500.0, 200.0)
+    rlc = parse_rls_config(rls_json(maxAge="301s")).route_lookup
     assert (rlc.max_age, rlc.stale_age) == (300.0, 300.0)
+    rlc = parse_rls_config(rls_json(maxAge="182s", staleAge="200s")).route_lookup
+    assert (rlc.max_age, rlc.stale_age) == (182.0, 182.0)  # ClampStaleAgeToMaxAge
+
+
+def test_data_outlives_five_minutes_when_stale_age_is_set():
+    """The same rule seen through the cache (the live probe's scenario):
+    with max_age 330 s and stale_age 310 s, a pick 305 s after the answer
+    is served from the cache and refreshes it (REASON_STALE, with its
+    header data); 331 s after it the data has expired and the pick waits."""
+    h = Harness(maxAge="330s", staleAge="310s")
+    lookup_for(h).respond(["cluster-a"], header_data="hd")
+    h.ready("cluster-a")
+    h.run(305)
+    assert address_of(h.pick()) == "cluster-a"
+    h.run()
+    refresh = h.rls.last()
+    assert (refresh.reason, refresh.stale_header_data) == (LookupReason.STALE, "hd")
+    h.run(25)
+    assert address_of(h.pick()) == "cluster-a"  # 330 s: still valid, the refresh pending
+    h.run(1.5)
+    assert isinstance(h.pick(), PickQueue)  # expired: the pick waits for the refresh
+    assert len(h.rls.lookups) == 2
 
 
 def test_key_builder_names_c_core_accepts_are_accepted():
