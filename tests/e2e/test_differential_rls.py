@@ -819,3 +819,40 @@ def test_a_plugin_in_a_route_config_inside_the_listener_routes_like_c_core(
     assert both(core, channels, target, n=1, method=PLAIN) == ({"plain": 1},) * 2
     sent = [r.key_map for r in rls.requests if r.key_map.get("t") == "inline"]
     assert sent == [{"user": "alice", **keys}] * 2, sent
+
+
+def test_zero_max_age_and_timeout_are_unset_in_pyxds_and_literal_in_c_core(
+    server, backends, rls, core, channels
+):
+    """The documented difference (docs/differences-from-c-core.md, RLS),
+    kept true: rls_config.proto says a ``max_age`` or
+    ``lookup_service_timeout`` "omitted or zero" means the default; pyxds
+    reads it so.  grpcio 1.85 takes zero literally: with a zero timeout no
+    lookup reaches the RLS server (the RPC fails "RLS request failed:
+    DEADLINE_EXCEEDED..." or, wait_for_ready, waits out its deadline);
+    with a zero ``max_age`` every RPC sends a lookup (at least one; its
+    answer serves that RPC and has expired for the next).  pyxds: one lookup, RPCs
+    served from the cache."""
+    got = {}
+    for name, zero in (("timeout", {"lookup_service_timeout": 0}), ("max-age", {"max_age": 0})):
+        tag = {"t": f"zero-{name}"}
+        config = b.route_lookup_config(rls.target, [key_builder(constant_keys=tag)], **zero)
+        target = configure(server, backends, f"rls-zero-{name}", config)
+        rls.set({"user": "alice", **tag}, ["cluster-a"])
+        got[name] = both(
+            core, channels, target, n=3, metadata=user("alice"), wait_for_ready=False, details=True
+        )
+        got[name + " lookups"] = [
+            r.metadata.get("user-agent", "").startswith("grpc-python")  # pyxds's RLS channel
+            for r in rls.requests
+            if r.key_map.get("t") == tag["t"]
+        ]
+    ((core_error, n),) = got["timeout"][0].items()
+    assert n == 3 and core_error.startswith(
+        "error:UNAVAILABLE: RLS request failed: DEADLINE_EXCEEDED"
+    ), got
+    assert got["timeout"][1] == {"cluster-a": 3}, got
+    assert got["timeout lookups"] == [True], got  # C-core's never left the client
+    assert got["max-age"] == ({"cluster-a": 3},) * 2, got
+    lookups = got["max-age lookups"]
+    assert lookups.count(True) == 1 and lookups.count(False) >= 3, got
