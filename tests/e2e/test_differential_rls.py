@@ -856,3 +856,36 @@ def test_zero_max_age_and_timeout_are_unset_in_pyxds_and_literal_in_c_core(
     assert got["max-age"] == ({"cluster-a": 3},) * 2, got
     lookups = got["max-age lookups"]
     assert lookups.count(True) == 1 and lookups.count(False) >= 3, got
+
+
+def test_a_key_whose_lookups_keep_failing_backs_off_as_documented(
+    server, backends, rls, core, channels
+):
+    """The documented difference (docs/differences-from-c-core.md, RLS),
+    kept true: a key whose lookups keep failing and that has no valid data
+    gets a fresh 1 s backoff after each failure in grpcio 1.85 (rls.cc
+    passes the backoff state only into the refresh of valid data), while
+    pyxds continues the key's sequence (1 s, 1.6 s, 2.56 s, ... as grpc-go
+    and grpc-java).  Fast-failing RPCs every 50 ms for 8 s; the lookups
+    each client sent for the key are counted (C-core ~8, pyxds ~4).  Twenty
+    answered keys first keep the throttler quiet (its probability stays
+    below zero: 2 x 20 accepts against at most 30 requests)."""
+    tag = {"t": "backoff"}
+    config = b.route_lookup_config(rls.target, [key_builder(constant_keys=tag)])
+    target = configure(server, backends, "rls-backoff", config)
+    for i in range(20):
+        rls.set({"user": f"ok{i}", **tag}, ["cluster-a"])
+        assert both(core, channels, target, metadata=user(f"ok{i}")) == ({"cluster-a": 1},) * 2
+    rls.set({"user": "failing", **tag}, code=grpc.StatusCode.UNAVAILABLE, details="down")
+    end = time.monotonic() + 8
+    while time.monotonic() < end:
+        both(core, channels, target, metadata=user("failing"), wait_for_ready=False, timeout=1)
+        time.sleep(0.05)
+    sent = [
+        "pyxds" if r.metadata.get("user-agent", "").startswith("grpc-python") else "core"
+        for r in rls.requests
+        if r.key_map == {"user": "failing", **tag}
+    ]
+    print("lookups of the failing key:", {c: sent.count(c) for c in ("core", "pyxds")})
+    assert sent.count("core") >= 6, sent  # about one a second
+    assert 3 <= sent.count("pyxds") <= 5, sent  # 0, 1, 2.6, 5.2 (, 9.3) s
