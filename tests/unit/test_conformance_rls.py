@@ -19,7 +19,9 @@ import pytest
 from test_rls import (  # noqa: F401 - _child_policy is an autouse fixture
     Harness,
     TargetChild,
+    TargetChildFactory,
     _child_policy,
+    _Fixed,
     address_of,
     lookup_for,
 )
@@ -30,14 +32,10 @@ from pyxds.lb.api import (
     OK_STATUS,
     ConnectivityState,
     Helper,
-    LoadBalancer,
     PickArgs,
     PickComplete,
-    Picker,
     PickFail,
     PickQueue,
-    PickResult,
-    PolicyFactory,
     ResolverUpdate,
     Status,
 )
@@ -194,6 +192,20 @@ def test_a_resolver_error_before_any_config_fails_picks_with_its_status():
 # -- stale header data ---------------------------------------------------------------------
 
 
+def stale_refresh(h: Harness, after: float, header_data: str) -> Any:
+    """Answer alice's lookup (``cluster-a``, ``header_data``), pick again
+    ``after`` seconds later: served from the cache, and the refresh it
+    sends (checked: REASON_STALE with the header data)."""
+    lookup_for(h).respond(["cluster-a"], header_data=header_data)
+    h.ready("cluster-a")
+    h.run(after)
+    assert address_of(h.pick()) == "cluster-a"
+    h.run()
+    refresh = h.rls.last()
+    assert (refresh.reason, refresh.stale_header_data) == (LookupReason.STALE, header_data)
+    return refresh
+
+
 def test_a_lookup_after_expiry_is_a_miss_without_the_old_header_data():
     """grpc-java CachingRlsLbClientTest ``expiredEntry_cacheMiss_clearsStaleHeaderData``:
     the refresh of stale data carries its header data (REASON_STALE); once
@@ -201,14 +213,7 @@ def test_a_lookup_after_expiry_is_a_miss_without_the_old_header_data():
     ``stale_header_data`` (C-core rls.cc ``StartRlsCall``: the entry is
     passed only while its data is valid)."""
     h = Harness(maxAge="20s", staleAge="10s")
-    lookup_for(h).respond(["cluster-a"], header_data="hd-1")
-    h.ready("cluster-a")
-    h.run(11)
-    assert address_of(h.pick()) == "cluster-a"
-    h.run()
-    refresh = h.rls.last()
-    assert (refresh.reason, refresh.stale_header_data) == (LookupReason.STALE, "hd-1")
-    refresh.fail("down")  # the data stays, until it expires
+    stale_refresh(h, 11, "hd-1").fail("down")  # the data stays, until it expires
     h.run(10)
     assert isinstance(h.pick(), PickQueue)
     h.run()
@@ -267,43 +272,17 @@ def test_a_new_child_policy_config_reaches_every_target_with_its_own_target_name
     assert len(by_child) == 3 == len({id(c) for c in TargetChild.instances if not c.shut_down})
 
 
-class _EagerChild(LoadBalancer):
+class _EagerChild(TargetChild):
     """Reports READY from inside every update (a child whose update
     completes at once, as grpc-go's test child does)."""
 
-    def __init__(self, helper: Helper) -> None:
-        self.helper = helper
-
     def update(self, update: ResolverUpdate) -> Status | None:
-        self.helper.update_state(READY, OK_STATUS, _Always(PickComplete(update.config["target"])))
+        self.helper.update_state(READY, OK_STATUS, _Fixed(PickComplete(update.config["target"])))
         return None
 
-    def resolver_error(self, status: Status) -> None:
-        pass
 
-    def exit_idle(self) -> None:
-        pass
-
-    def reset_backoff(self) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        pass
-
-
-class _Always(Picker):
-    def __init__(self, result: PickResult) -> None:
-        self.result = result
-
-    def pick(self, args: PickArgs) -> PickResult:
-        return self.result
-
-
-class _EagerChildFactory(PolicyFactory):
+class _EagerChildFactory(TargetChildFactory):
     name = "test_rls_eager_child"
-
-    def parse_config(self, json_config: Any) -> Any:
-        return dict(json_config)
 
     def build(self, helper: Helper) -> _EagerChild:
         return _EagerChild(helper)
@@ -393,13 +372,7 @@ def test_data_outlives_five_minutes_when_stale_age_is_set():
     is served from the cache and refreshes it (REASON_STALE, with its
     header data); 331 s after it the data has expired and the pick waits."""
     h = Harness(maxAge="330s", staleAge="310s")
-    lookup_for(h).respond(["cluster-a"], header_data="hd")
-    h.ready("cluster-a")
-    h.run(305)
-    assert address_of(h.pick()) == "cluster-a"
-    h.run()
-    refresh = h.rls.last()
-    assert (refresh.reason, refresh.stale_header_data) == (LookupReason.STALE, "hd")
+    stale_refresh(h, 305, "hd")
     h.run(25)
     assert address_of(h.pick()) == "cluster-a"  # 330 s: still valid, the refresh pending
     h.run(1.5)
