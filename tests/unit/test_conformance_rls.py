@@ -17,9 +17,11 @@ from typing import Any
 import grpc
 import pytest
 from test_rls import (  # noqa: F401 - _child_policy is an autouse fixture
+    PATH,
     Harness,
     TargetChild,
     TargetChildFactory,
+    Uniform,
     _child_policy,
     _Fixed,
     address_of,
@@ -39,7 +41,7 @@ from pyxds.lb.api import (
     ResolverUpdate,
     Status,
 )
-from pyxds.lb.rls import LookupReason, RlsPolicy
+from pyxds.lb.rls import AdaptiveThrottler, LookupReason, RlsPolicy
 from pyxds.lb.rls_config import key_map, parse_rls_config
 from pyxds.testing import FakeClock, FakeHelper
 
@@ -114,6 +116,46 @@ def test_a_pick_while_the_keys_lookup_is_pending_queues_even_with_a_default_targ
     h.run()
     assert isinstance(h.pick(), PickQueue)  # expired, its lookup pending
     assert len(h.rls.lookups) == 2
+
+
+def test_a_failed_lookup_publishes_a_picker_so_queued_picks_take_the_default_target():
+    """grpc-java #11202 "rls: Guarantee backoff will update RLS picker"
+    (RlsLoadBalancerTest ``fallbackWithDelay_succeeds``): RPCs queued on a
+    lookup must be re-picked when it fails, so a new picker is published
+    then and it takes the default target (C-core rls.cc
+    ``OnRlsResponseLocked``: ``UpdatePickerAsync`` on a failure too)."""
+    h = Harness(defaultTarget="cluster-d")
+    h.ready("cluster-d")
+    lookup = lookup_for(h)
+    queued_on = h.helper.last.picker
+    assert isinstance(queued_on.pick(PickArgs(PATH, [("x-user", "alice")], {})), PickQueue)
+    before = len(h.helper.states)
+    lookup.fail("down")
+    assert len(h.helper.states) == before + 1
+    assert h.helper.last.picker is not queued_on
+    assert address_of(h.pick()) == "cluster-d"
+
+
+def test_a_smaller_cache_evicting_an_entry_in_backoff_publishes_a_picker_that_looks_up_again():
+    """grpc-go #7212 / balancer_test.go ``TestPickerUpdateOnDataCacheSizeDecrease``:
+    a config that shrinks the cache and evicts an entry in backoff must
+    publish a picker (RPCs failed or queued on that backoff are re-picked),
+    and the key's next pick sends a lookup instead of failing."""
+    h = Harness(maxAge="5s", staleAge=None)
+    h.policy.throttler = AdaptiveThrottler(h.clock, Uniform(1.0))  # never throttles
+    lookup_for(h).respond(["cluster-a"])
+    h.run(6)  # expired, and old enough to evict
+    assert isinstance(h.pick(), PickQueue)
+    h.run()
+    h.rls.last().fail("down")
+    assert isinstance(h.pick(), PickFail)  # in backoff
+    before = len(h.helper.states)
+    assert h.update(maxAge="5s", staleAge=None, cacheSizeBytes=1) is None
+    assert len(h.helper.states) == before + 1
+    assert h.policy.cache == {}
+    assert isinstance(h.pick(), PickQueue)
+    h.run()
+    assert len(h.rls.lookups) == 3
 
 
 # -- connectivity ----------------------------------------------------------------------
