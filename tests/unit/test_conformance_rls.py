@@ -158,6 +158,19 @@ def test_a_smaller_cache_evicting_an_entry_in_backoff_publishes_a_picker_that_lo
     assert len(h.rls.lookups) == 3
 
 
+def test_a_lookup_counts_for_the_throttler_when_it_ends_not_when_it_starts():
+    """C-core #28477 ("rls: fix various bugs in adaptive throttling code":
+    an attempt was recorded when the request started instead of when it
+    ended): lookups in flight do not count; each counts, as a success or a
+    failure, when its answer comes."""
+    h = Harness()
+    lookups = [lookup_for(h, f"user{i}") for i in range(10)]
+    assert h.policy.throttler.probability() == 0.0  # nothing has ended: (0 - 0) / 8
+    for lookup in lookups:
+        lookup.fail("down")
+    assert h.policy.throttler.probability() == 10 / 18
+
+
 # -- connectivity ----------------------------------------------------------------------
 
 
