@@ -31,6 +31,7 @@ WHO = f"/{SERVICE}/Who"
 META = f"/{SERVICE}/Meta"
 PLAIN = f"/{SERVICE}/Sleep"  # routed to cluster "plain", not through RLS
 RING_HASH_CLUSTER = "cluster-rh"
+DYNAMIC_CLUSTER = "cluster-dyn"
 PYXDS_NODE = "rls-pyxds"
 CORE_NODE = "rls-core"
 
@@ -129,6 +130,8 @@ def configure(
                 *(b.cluster(c) for c in CLUSTERS),
                 # cluster-a's endpoints under ring_hash (an RLS target's own LB policy)
                 b.cluster(RING_HASH_CLUSTER, eds_service_name="cluster-a", lb_policy="RING_HASH"),
+                # cluster-c's endpoints; named by one scenario's RLS answers only
+                b.cluster(DYNAMIC_CLUSTER, eds_service_name="cluster-c"),
             ],
             endpoints=[
                 b.endpoints(c, [b.locality(zone=c, endpoints=[backends[c].address])])
@@ -889,3 +892,31 @@ def test_a_key_whose_lookups_keep_failing_backs_off_as_documented(
     print("lookups of the failing key:", {c: sent.count(c) for c in ("core", "pyxds")})
     assert sent.count("core") >= 6, sent  # about one a second
     assert 3 <= sent.count("pyxds") <= 5, sent  # 0, 1, 2.6, 5.2 (, 9.3) s
+
+
+def test_an_rls_target_cluster_is_watched_while_an_entry_names_it_like_c_core(
+    server, backends, rls, core, channels
+):
+    """A74 (dynamic cluster subscriptions, the cds child's ``isDynamic``),
+    C-core XdsDependencyManager and rls.cc: the cluster an RLS answer names
+    is subscribed over CDS when the answer arrives, and unsubscribed when
+    no cache entry names it any more (here: evicted by a cache of one
+    entry, once it is 5 s old).  Both clients' CDS requests are watched."""
+    tag = {"t": "dynamic"}
+    config = b.route_lookup_config(rls.target, [key_builder(constant_keys=tag)], cache_size_bytes=1)
+    target = configure(server, backends, "rls-dynamic", config)
+    rls.set({"user": "u1", **tag}, [DYNAMIC_CLUSTER])
+    rls.set({"user": "u2", **tag}, ["cluster-b"])
+
+    def watched(node: str) -> bool:
+        cds = server.requests("CDS", node_id=node)
+        return bool(cds) and DYNAMIC_CLUSTER in cds[-1].resource_names
+
+    assert not watched(PYXDS_NODE) and not watched(CORE_NODE)
+    assert both(core, channels, target, metadata=user("u1")) == ({"cluster-c": 1},) * 2
+    for node in (PYXDS_NODE, CORE_NODE):
+        assert wait_until(lambda n=node: watched(n), 5), f"{node}: {DYNAMIC_CLUSTER} not watched"
+    time.sleep(5.5)  # C-core's (and pyxds's) 5 s before an entry may be evicted
+    assert both(core, channels, target, metadata=user("u2")) == ({"cluster-b": 1},) * 2
+    for node in (PYXDS_NODE, CORE_NODE):
+        assert wait_until(lambda n=node: not watched(n), 10), f"{node}: still watched"
