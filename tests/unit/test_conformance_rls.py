@@ -373,12 +373,15 @@ def test_children_reporting_during_an_update_give_one_picker_after_it(eager_chil
 def test_the_channel_service_config_goes_to_the_rls_channel_and_a_new_one_reopens_it():
     """grpc-go balancer_test.go ``TestConfigUpdate_ControlChannelServiceConfig``
     and C-core rls.cc (``RlsChannel`` takes ``routeLookupChannelServiceConfig``
-    as its service config; ``UpdateLocked`` makes a new RLS channel when
-    ``lookupService`` or that config changes): the policy opens its RLS
-    channel with the config's channel service config, and a config that
-    changes only that opens a new channel (the old one closes once its
-    lookups are done); the same config again keeps the channel
-    (tests/e2e/test_conformance_rls_channel.py: grpcio applies it)."""
+    as its service config): the policy opens its RLS channel with the
+    config's channel service config (tests/e2e/test_conformance_rls_channel.py:
+    grpcio applies it), and a config that changes only that opens a new
+    channel (the old one closes once its lookups are done); the same config
+    again keeps the channel.  C-core (``UpdateLocked``: only a new
+    ``lookupService``) and grpc-go (``handleControlChannelUpdate``: a new
+    ``lookupService`` or ``lookupServiceTimeout``) keep the old channel and
+    its old service config: the new one is parsed and not used
+    (docs/differences-from-c-core.md)."""
     h = Harness()
     child = "test_rls_target_child"
     service_config = {"loadBalancingConfig": [{"round_robin": {}}]}
