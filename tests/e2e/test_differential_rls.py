@@ -920,3 +920,31 @@ def test_an_rls_target_cluster_is_watched_while_an_entry_names_it_like_c_core(
     assert both(core, channels, target, metadata=user("u2")) == ({"cluster-b": 1},) * 2
     for node in (PYXDS_NODE, CORE_NODE):
         assert wait_until(lambda n=node: not watched(n), 10), f"{node}: still watched"
+
+
+def test_a_changed_plugin_config_keeps_the_cache_like_c_core(server, backends, rls, core, channels):
+    """C-core rls_end2end_test.cc ``UpdateConfig`` (a new config reaches the
+    same policy, whose cache stays: no new lookup for a cached key), here
+    through xDS: the plugin's RouteLookupConfig changes (a default target
+    added, a larger cache); the key answered before is served from the
+    cache with no second lookup, in both clients, and the new default
+    target serves a key the RLS server refuses."""
+    tag = {"t": "update"}
+    builders = [key_builder(constant_keys=tag)]
+    target = configure(
+        server, backends, "rls-update", b.route_lookup_config(rls.target, builders, max_age=60)
+    )
+    rls.set({"user": "alice", **tag}, ["cluster-a"])
+    rls.set({"user": "bob", **tag}, code=grpc.StatusCode.NOT_FOUND, details="no")
+    assert both(core, channels, target, metadata=user("alice")) == ({"cluster-a": 1},) * 2
+    updated = b.route_lookup_config(
+        rls.target, builders, max_age=60, cache_size_bytes=2 << 20, default_target="cluster-d"
+    )
+    configure(server, backends, "rls-update", updated)
+    version = f"v{len(_configured) + len(_inline)}-rls-update"
+    for node in (PYXDS_NODE, CORE_NODE):
+        server.wait_for_ack("RDS", version=version, node_id=node, timeout=10)
+    assert both(core, channels, target, metadata=user("bob")) == ({"cluster-d": 1},) * 2
+    assert both(core, channels, target, n=2, metadata=user("alice")) == ({"cluster-a": 2},) * 2
+    sent = [r.key_map["user"] for r in rls.requests if r.key_map.get("t") == "update"]
+    assert sorted(sent) == ["alice", "alice", "bob", "bob"], sent  # alice's once per client
