@@ -171,6 +171,25 @@ def test_a_lookup_counts_for_the_throttler_when_it_ends_not_when_it_starts():
     assert h.policy.throttler.probability() == 10 / 18
 
 
+def test_a_new_answer_with_the_same_targets_keeps_their_child_policies():
+    """grpc-java CachingRlsLbClientTest ``timeout_not_changing_picked_subchannel``,
+    C-core rls.cc ``OnRlsResponseLocked`` (child wrappers are replaced only
+    when the targets differ): after the data expires, a lookup answering
+    the same targets keeps the same child policies (and their
+    connections); nothing is shut down or built again."""
+    h = Harness(maxAge="10s", staleAge=None)
+    lookup_for(h).respond(["cluster-a", "cluster-b"])
+    h.ready("cluster-a")
+    children = list(TargetChild.instances)
+    h.run(11)
+    assert isinstance(h.pick(), PickQueue)  # expired
+    h.run()
+    h.rls.last().respond(["cluster-a", "cluster-b"])
+    assert TargetChild.instances == children
+    assert not any(child.shut_down for child in children)
+    assert address_of(h.pick()) == "cluster-a"  # READY at once: the same connection
+
+
 # -- connectivity ----------------------------------------------------------------------
 
 
