@@ -94,6 +94,7 @@ def configure(
     plugin_routes=None,
     http_filters=(),
     inline=False,
+    route_config=None,
 ) -> str:
     """Listener ``name``: ``/pyxds.test.Echo/*`` through the RLS plugin
     (or the ``plugin_routes`` given), but ``Sleep`` (PLAIN) to cluster
@@ -101,7 +102,8 @@ def configure(
     route gets) to ``plain``; every cluster of CLUSTERS with its backend;
     ``http_filters`` in the listener before the router; ``inline``: the
     route config in the Listener, not from RDS.  Earlier scenarios'
-    listeners stay in the snapshot."""
+    listeners stay in the snapshot.  ``route_config``: this one instead
+    (named ``name + "-route"``)."""
     plugin = plugin if plugin is not None else b.rls_plugin("rls", lookup_config)
     if plugin_routes is None:
         plugin_routes = [b.route(prefix=f"/{SERVICE}/", cluster_specifier_plugin="rls")]
@@ -110,7 +112,7 @@ def configure(
         *plugin_routes,
         b.route(prefix="", cluster="plain"),  # what a client without RLS uses
     ]
-    _configured[name] = b.route_config(
+    _configured[name] = route_config or b.route_config(
         f"{name}-route", [b.virtual_host("vh", ["*"], routes)], [plugin]
     )
     _filters[name] = list(http_filters)
@@ -948,3 +950,70 @@ def test_a_changed_plugin_config_keeps_the_cache_like_c_core(server, backends, r
     assert both(core, channels, target, n=2, metadata=user("alice")) == ({"cluster-a": 2},) * 2
     sent = [r.key_map["user"] for r in rls.requests if r.key_map.get("t") == "update"]
     assert sorted(sent) == ["alice", "alice", "bob", "bob"], sent  # alice's once per client
+
+
+def _plugin_route_config(name: str, plugins, plugin_name: str = "rls"):
+    routes = [
+        b.route(prefix=f"/{SERVICE}/", cluster_specifier_plugin=plugin_name),
+        b.route(prefix="", cluster="plain"),
+    ]
+    return b.route_config(f"{name}-route", [b.virtual_host("vh", ["*"], routes)], plugins)
+
+
+def test_cluster_specifier_plugin_errors_are_nacked_as_c_core_words_them(
+    server, backends, rls, core, channels
+):
+    """C-core xds_rls_end2end_test.cc ``...NacksDuplicateSpecifier``,
+    ``...NacksUndefinedSpecifier``, ``...NacksUnknownSpecifierProtoNotOptional``
+    and ``...IgnoreUnknownSpecifierProtoOptional``, live against grpcio 1.85
+    (whose words have changed since those tests: "duplicate name", "unknown
+    cluster specifier plugin name", "unsupported ClusterSpecifierPlugin
+    type"): each bad RouteConfiguration is NACKed by both with the same
+    field and words (an RPC on it fails with the NACK's text); an optional
+    plugin of an unknown type makes the routes naming it be skipped, in
+    both."""
+    from google.protobuf import wrappers_pb2
+
+    config = b.route_lookup_config(rls.target, [key_builder(constant_keys={"t": "plugins"})])
+    unknown = b.rls_plugin("rls", config)
+    unknown.extension.typed_config.Pack(wrappers_pb2.StringValue(value="x"))
+    rpc = f"/{SERVICE}/Who"
+    bad = {
+        "dup": (
+            [b.rls_plugin("rls", config), b.rls_plugin("rls", config)],
+            "rls",
+            'cluster_specifier_plugins[1].extension.name: duplicate name "rls"',
+        ),
+        "undeclared": (
+            [b.rls_plugin("rls", config)],
+            "nope",
+            "virtual_hosts[0].routes[0].route.cluster_specifier_plugin: "
+            'unknown cluster specifier plugin name "nope"',
+        ),
+        "unknown": (
+            [unknown],
+            "rls",
+            "cluster_specifier_plugins[0].extension.typed_config"
+            ".value[google.protobuf.StringValue]: unsupported ClusterSpecifierPlugin type",
+        ),
+    }
+    for case, (plugins, plugin_name, want) in bad.items():
+        name = f"rls-plugin-{case}"
+        rc = _plugin_route_config(name, plugins, plugin_name)
+        target = configure(server, backends, name, config, route_config=rc)
+        got_core, got_pyxds = both(
+            core, channels, target, method=rpc, wait_for_ready=False, details=True, timeout=3
+        )
+        ((theirs, _),) = got_core.items()
+        ((ours, _),) = got_pyxds.items()
+        field, words = want.split(": ", 1)
+        assert f"[field:{field} error:{words}]" in theirs, (case, theirs)
+        assert f"RDS resource {name}-route: invalid resource: {want}" in ours, (case, ours)
+    optional = b.rls_plugin("rls", config)
+    optional.CopyFrom(unknown)
+    optional.is_optional = True
+    name = "rls-plugin-optional"
+    target = configure(
+        server, backends, name, config, route_config=_plugin_route_config(name, [optional])
+    )
+    assert both(core, channels, target, method=rpc) == ({"plain": 1},) * 2
