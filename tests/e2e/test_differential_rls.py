@@ -94,7 +94,6 @@ def configure(
     plugin_routes=None,
     http_filters=(),
     inline=False,
-    route_config=None,
 ) -> str:
     """Listener ``name``: ``/pyxds.test.Echo/*`` through the RLS plugin
     (or the ``plugin_routes`` given), but ``Sleep`` (PLAIN) to cluster
@@ -102,8 +101,7 @@ def configure(
     route gets) to ``plain``; every cluster of CLUSTERS with its backend;
     ``http_filters`` in the listener before the router; ``inline``: the
     route config in the Listener, not from RDS.  Earlier scenarios'
-    listeners stay in the snapshot.  ``route_config``: this one instead
-    (named ``name + "-route"``)."""
+    listeners stay in the snapshot."""
     plugin = plugin if plugin is not None else b.rls_plugin("rls", lookup_config)
     if plugin_routes is None:
         plugin_routes = [b.route(prefix=f"/{SERVICE}/", cluster_specifier_plugin="rls")]
@@ -112,7 +110,7 @@ def configure(
         *plugin_routes,
         b.route(prefix="", cluster="plain"),  # what a client without RLS uses
     ]
-    _configured[name] = route_config or b.route_config(
+    _configured[name] = b.route_config(
         f"{name}-route", [b.virtual_host("vh", ["*"], routes)], [plugin]
     )
     _filters[name] = list(http_filters)
@@ -952,17 +950,7 @@ def test_a_changed_plugin_config_keeps_the_cache_like_c_core(server, backends, r
     assert sorted(sent) == ["alice", "alice", "bob", "bob"], sent  # alice's once per client
 
 
-def _plugin_route_config(name: str, plugins, plugin_name: str = "rls"):
-    routes = [
-        b.route(prefix=f"/{SERVICE}/", cluster_specifier_plugin=plugin_name),
-        b.route(prefix="", cluster="plain"),
-    ]
-    return b.route_config(f"{name}-route", [b.virtual_host("vh", ["*"], routes)], plugins)
-
-
-def test_cluster_specifier_plugin_errors_are_nacked_as_c_core_words_them(
-    server, backends, rls, core, channels
-):
+def test_cluster_specifier_plugin_errors_are_nacked_as_c_core_words_them(backends, rls):
     """C-core xds_rls_end2end_test.cc ``...NacksDuplicateSpecifier``,
     ``...NacksUndefinedSpecifier``, ``...NacksUnknownSpecifierProtoNotOptional``
     and ``...IgnoreUnknownSpecifierProtoOptional``, live against grpcio 1.85
@@ -971,14 +959,18 @@ def test_cluster_specifier_plugin_errors_are_nacked_as_c_core_words_them(
     type"): each bad RouteConfiguration is NACKed by both with the same
     field and words (an RPC on it fails with the NACK's text); an optional
     plugin of an unknown type makes the routes naming it be skipped, in
-    both."""
+    both.  A control plane and C-core client of its own, every listener in
+    one snapshot (in the module's, after some 35 scenarios, neither client
+    got the later listeners in time: not investigated)."""
     from google.protobuf import wrappers_pb2
 
     config = b.route_lookup_config(rls.target, [key_builder(constant_keys={"t": "plugins"})])
     unknown = b.rls_plugin("rls", config)
     unknown.extension.typed_config.Pack(wrappers_pb2.StringValue(value="x"))
-    rpc = f"/{SERVICE}/Who"
-    bad = {
+    optional = b.rls_plugin("rls", config)
+    optional.CopyFrom(unknown)
+    optional.is_optional = True
+    cases = {
         "dup": (
             [b.rls_plugin("rls", config), b.rls_plugin("rls", config)],
             "rls",
@@ -996,24 +988,47 @@ def test_cluster_specifier_plugin_errors_are_nacked_as_c_core_words_them(
             "cluster_specifier_plugins[0].extension.typed_config"
             ".value[google.protobuf.StringValue]: unsupported ClusterSpecifierPlugin type",
         ),
+        "optional": ([optional], "rls", None),
     }
-    for case, (plugins, plugin_name, want) in bad.items():
-        name = f"rls-plugin-{case}"
-        rc = _plugin_route_config(name, plugins, plugin_name)
-        target = configure(server, backends, name, config, route_config=rc)
-        got_core, got_pyxds = both(
-            core, channels, target, method=rpc, wait_for_ready=False, details=True, timeout=3
+    route_configs = []
+    for case, (plugins, plugin_name, _) in cases.items():
+        routes = [
+            b.route(prefix=f"/{SERVICE}/", cluster_specifier_plugin=plugin_name),
+            b.route(prefix="", cluster="plain"),
+        ]
+        vhosts = [b.virtual_host("vh", ["*"], routes)]
+        route_configs.append(b.route_config(f"plugin-{case}-route", vhosts, plugins))
+    with ManagementServer() as srv:
+        srv.set_snapshot(
+            Snapshot(
+                listeners=[b.listener(f"plugin-{case}") for case in cases],
+                routes=route_configs,
+                clusters=[b.cluster("plain")],
+                endpoints=[
+                    b.endpoints("plain", [b.locality(endpoints=[backends["plain"].address])])
+                ],
+                version="1",
+            )
         )
-        ((theirs, _),) = got_core.items()
-        ((ours, _),) = got_pyxds.items()
-        field, words = want.split(": ", 1)
-        assert f"[field:{field} error:{words}]" in theirs, (case, theirs)
-        assert f"RDS resource {name}-route: invalid resource: {want}" in ours, (case, ours)
-    optional = b.rls_plugin("rls", config)
-    optional.CopyFrom(unknown)
-    optional.is_optional = True
-    name = "rls-plugin-optional"
-    target = configure(
-        server, backends, name, config, route_config=_plugin_route_config(name, [optional])
-    )
-    assert both(core, channels, target, method=rpc) == ({"plain": 1},) * 2
+        core = CoreXdsClient(srv.bootstrap(node_id=CORE_NODE))
+        try:
+            for case, (_, _, want) in cases.items():
+                target = f"xds:///plugin-{case}"
+                ch = pyxds.insecure_channel(target, bootstrap=srv.bootstrap(node_id=PYXDS_NODE))
+                try:
+                    kwargs = {"wait_for_ready": False, "details": True, "timeout": 5}
+                    got = (core.call(1, target=target, **kwargs), pyxds_calls(ch, 1, **kwargs))
+                finally:
+                    ch.close()
+                if want is None:
+                    assert got == ({"plain": 1},) * 2, (case, got)
+                    continue
+                ((theirs, _),), ((ours, _),) = (g.items() for g in got)
+                field, words = want.split(": ", 1)
+                assert f"[field:{field} error:{words}]" in theirs, (case, theirs)
+                assert f"RDS resource plugin-{case}-route: invalid resource: {want}" in ours, (
+                    case,
+                    ours,
+                )
+        finally:
+            core.close()
