@@ -30,13 +30,18 @@ CLUSTERS = ("cluster-a", "cluster-b", "cluster-c", "cluster-d", "plain")
 WHO = f"/{SERVICE}/Who"
 META = f"/{SERVICE}/Meta"
 PLAIN = f"/{SERVICE}/Sleep"  # routed to cluster "plain", not through RLS
+RING_HASH_CLUSTER = "cluster-rh"
+DYNAMIC_CLUSTER = "cluster-dyn"
 PYXDS_NODE = "rls-pyxds"
 CORE_NODE = "rls-core"
 
 
 @pytest.fixture(scope="module")
 def server():
-    srv = ManagementServer().start()
+    # Every scenario is a target, and each client keeps one ADS stream per
+    # target (A71), each holding a server thread: 64 (the default) ran out
+    # after some 30 scenarios, and new streams then waited forever.
+    srv = ManagementServer(max_workers=256).start()
     yield srv
     srv.stop()
 
@@ -79,32 +84,63 @@ def channels(server):
 
 
 _configured: dict[str, object] = {}
+_filters: dict[str, list] = {}
+_inline: dict[str, object] = {}
 
 
-def configure(server, backends, name: str, lookup_config, plugin=None) -> str:
-    """Listener ``name``: ``/pyxds.test.Echo/*`` through the RLS plugin,
-    but ``Sleep`` (PLAIN) to cluster ``plain``, and anything else (what a
-    client that ignores the plugin route gets) to ``plain``; every cluster
-    of CLUSTERS with its backend.  Earlier scenarios' listeners stay in the snapshot."""
+def configure(
+    server,
+    backends,
+    name: str,
+    lookup_config,
+    plugin=None,
+    plugin_routes=None,
+    http_filters=(),
+    inline=False,
+) -> str:
+    """Listener ``name``: ``/pyxds.test.Echo/*`` through the RLS plugin
+    (or the ``plugin_routes`` given), but ``Sleep`` (PLAIN) to cluster
+    ``plain``, and anything else (what a client that ignores the plugin
+    route gets) to ``plain``; every cluster of CLUSTERS with its backend;
+    ``http_filters`` in the listener before the router; ``inline``: the
+    route config in the Listener, not from RDS.  Earlier scenarios'
+    listeners stay in the snapshot."""
     plugin = plugin if plugin is not None else b.rls_plugin("rls", lookup_config)
+    if plugin_routes is None:
+        plugin_routes = [b.route(prefix=f"/{SERVICE}/", cluster_specifier_plugin="rls")]
     routes = [
         b.route(path=PLAIN, cluster="plain"),
-        b.route(prefix=f"/{SERVICE}/", cluster_specifier_plugin="rls"),
+        *plugin_routes,
         b.route(prefix="", cluster="plain"),  # what a client without RLS uses
     ]
     _configured[name] = b.route_config(
         f"{name}-route", [b.virtual_host("vh", ["*"], routes)], [plugin]
     )
+    _filters[name] = list(http_filters)
+    if inline:
+        _inline[name] = _configured.pop(name)
     server.set_snapshot(
         Snapshot(
-            listeners=[b.listener(n) for n in _configured],
+            listeners=[
+                *(b.listener(n, http_filters=_filters[n]) for n in _configured),
+                *(
+                    b.listener(n, route_config=rc, http_filters=_filters[n])
+                    for n, rc in _inline.items()
+                ),
+            ],
             routes=list(_configured.values()),
-            clusters=[b.cluster(c) for c in CLUSTERS],
+            clusters=[
+                *(b.cluster(c) for c in CLUSTERS),
+                # cluster-a's endpoints under ring_hash (an RLS target's own LB policy)
+                b.cluster(RING_HASH_CLUSTER, eds_service_name="cluster-a", lb_policy="RING_HASH"),
+                # cluster-c's endpoints; named by one scenario's RLS answers only
+                b.cluster(DYNAMIC_CLUSTER, eds_service_name="cluster-c"),
+            ],
             endpoints=[
                 b.endpoints(c, [b.locality(zone=c, endpoints=[backends[c].address])])
                 for c in CLUSTERS
             ],
-            version=f"v{len(_configured)}-{name}",
+            version=f"v{len(_configured) + len(_inline)}-{name}",
         )
     )
     return f"xds:///{name}"
@@ -673,3 +709,328 @@ def test_bad_rls_configs_are_nacked_naming_the_same_field_and_problem_as_c_core(
         field, error = inner[: inner.rfind("]]]")].removeprefix("field:").split(" error:", 1)
         assert f"rls_experimental.{field}: {error}" in ours, (case, ours, theirs)
         configure(server, backends, name, good)
+
+
+def test_key_builder_configs_c_core_accepts_and_grpc_go_refuses_are_acked_by_both(
+    server, backends, rls, core, channels
+):
+    """grpc-go refuses a key builder name whose method holds a slash
+    (keys/builder_test.go ``TestMakeBuilderMapErrors``); grpcio 1.85's C-core
+    ACKs it, and so does pyxds.  A ``max_age`` above 5 minutes with a
+    ``stale_age`` (config_test.go "maxAge not clamped when staleAge is set")
+    is ACKed by both too (that neither caps it took a 5 minute probe:
+    test_conformance_rls.py).  Each config is its own
+    listener, and the route through RLS serves in both clients (a NACKed
+    first RouteConfiguration would leave the listener without routes).
+    grpc-go's other refusal, an empty ``service``, cannot be said in xDS:
+    proto3 drops an empty string, and both clients NACK the name as having
+    no ``service`` (``BAD_CONFIGS["name without service"]``)."""
+    cases = {
+        "slash in method": {
+            "builders": [b.rls_key_builder([(SERVICE, "a/b")], constant_keys={"x": "2"})]
+        },
+        "max_age 500 s with stale_age": {"builders": [], "max_age": 500, "stale_age": 200},
+    }
+    for i, (case, args) in enumerate(cases.items()):
+        tag = {"t": f"accepted-{i}"}
+        config = b.route_lookup_config(
+            rls.target,
+            [key_builder(constant_keys=tag), *args["builders"]],
+            max_age=args.get("max_age"),
+            stale_age=args.get("stale_age"),
+        )
+        name = f"rls-accepted-{i}"
+        target = configure(server, backends, name, config)
+        rls.set({"user": "alice", **tag}, ["cluster-b"])
+        got = both(core, channels, target, metadata=user("alice"), wait_for_ready=False)
+        assert got == ({"cluster-b": 1},) * 2, (case, got)
+        # other scenarios' routes may be NACKed in the same response; not this one
+        ours = [n.error_message for n in server.nacks("RDS") if f"{name}-route" in n.error_message]
+        assert not ours, (case, ours)
+
+
+def test_an_rls_target_cluster_with_ring_hash_serves_like_c_core(
+    server, backends, rls, core, channels
+):
+    """grpc-go test/xds/xds_rls_clusterspecifier_plugin_test.go ``TestRLSinxDS``
+    (the ``ringhash`` row): the cluster the RLS server names uses its own
+    LB policy (here ring_hash, no hash policy on the route: a random hash,
+    A76); the RPC reaches the cluster's endpoint in both clients, and a
+    target with round_robin in the same config keeps serving beside it."""
+    tag = {"t": "ring-hash"}
+    config = b.route_lookup_config(rls.target, [key_builder(constant_keys=tag)])
+    target = configure(server, backends, "rls-ring-hash", config)
+    rls.set({"user": "alice", **tag}, [RING_HASH_CLUSTER])
+    rls.set({"user": "bob", **tag}, ["cluster-b"])
+    assert both(core, channels, target, n=3, metadata=user("alice")) == ({"cluster-a": 3},) * 2
+    assert both(core, channels, target, n=2, metadata=user("bob")) == ({"cluster-b": 2},) * 2
+
+
+def test_http_filters_and_their_route_overrides_apply_to_plugin_routes_like_c_core(
+    server, backends, rls, core, channels
+):
+    """grpc-go internal/xds/resolver cluster_specifier_plugin_test.go
+    ``TestResolverClusterSpecifierPlugin_WithFilters``: the listener's HTTP
+    filters run for a route whose action is a cluster specifier plugin, with
+    that route's ``typed_per_filter_config`` override (A39).  A fault filter
+    that injects nothing, overridden on the ``Meta`` route to abort every
+    RPC with PERMISSION_DENIED: ``Meta`` fails before any pick (the RLS
+    server never sees its key), ``Who`` (same plugin, no override) is
+    served through RLS, in both clients."""
+    tag = {"t": "filters"}
+    config = b.route_lookup_config(rls.target, [key_builder(constant_keys=tag)])
+    abort = b.fault_config(
+        abort_grpc_status=grpc.StatusCode.PERMISSION_DENIED.value[0], abort_percent=100
+    )
+    plugin_routes = [
+        b.route(
+            path=META, cluster_specifier_plugin="rls", typed_per_filter_config={"fault": abort}
+        ),
+        b.route(prefix=f"/{SERVICE}/", cluster_specifier_plugin="rls"),
+    ]
+    target = configure(
+        server,
+        backends,
+        "rls-filters",
+        config,
+        plugin_routes=plugin_routes,
+        http_filters=[b.fault_filter("fault")],
+    )
+    rls.set({"user": "alice", **tag}, ["cluster-b"])
+    rls.set({"user": "faulted", **tag}, ["cluster-b"])
+    got = both(
+        core, channels, target, n=2, method=META, metadata=user("faulted"), wait_for_ready=False
+    )
+    assert got == ({"error:PERMISSION_DENIED": 2},) * 2, got
+    assert both(core, channels, target, n=2, metadata=user("alice")) == ({"cluster-b": 2},) * 2
+    sent = [r.key_map.get("user") for r in rls.requests if r.key_map.get("t") == "filters"]
+    assert sent == ["alice", "alice"], sent
+
+
+def test_a_plugin_in_a_route_config_inside_the_listener_routes_like_c_core(
+    server, backends, rls, core, channels
+):
+    """C-core xds_rls_end2end_test.cc runs ``XdsRoutingClusterSpecifierPlugin``
+    with the route config from RDS and inside the Listener: the plugin, its
+    key builder (header, host/service/method extra keys, a constant key)
+    and the routing are the same either way, in both clients."""
+    extra = {"host_key": "host", "service_key": "svc", "method_key": "meth"}
+    config = b.route_lookup_config(
+        rls.target, [key_builder(constant_keys={"t": "inline"}, **extra)]
+    )
+    target = configure(server, backends, "rls-inline", config, inline=True)
+    keys = {"t": "inline", "host": "rls-inline", "svc": SERVICE, "meth": "Who"}
+    rls.set({"user": "alice", **keys}, ["cluster-c"])
+    assert both(core, channels, target, n=2, metadata=user("alice")) == ({"cluster-c": 2},) * 2
+    assert both(core, channels, target, n=1, method=PLAIN) == ({"plain": 1},) * 2
+    sent = [r.key_map for r in rls.requests if r.key_map.get("t") == "inline"]
+    assert sent == [{"user": "alice", **keys}] * 2, sent
+
+
+def test_zero_max_age_and_timeout_are_unset_in_pyxds_and_literal_in_c_core(
+    server, backends, rls, core, channels
+):
+    """The documented difference (docs/differences-from-c-core.md, RLS),
+    kept true: rls_config.proto says a ``max_age`` or
+    ``lookup_service_timeout`` "omitted or zero" means the default; pyxds
+    reads it so.  grpcio 1.85 takes zero literally: with a zero timeout no
+    lookup reaches the RLS server (the RPC fails "RLS request failed:
+    DEADLINE_EXCEEDED..." or, wait_for_ready, waits out its deadline);
+    with a zero ``max_age`` every RPC sends a lookup (at least one; its
+    answer serves that RPC and has expired for the next).  pyxds: one lookup, RPCs
+    served from the cache."""
+    got = {}
+    for name, zero in (("timeout", {"lookup_service_timeout": 0}), ("max-age", {"max_age": 0})):
+        tag = {"t": f"zero-{name}"}
+        config = b.route_lookup_config(rls.target, [key_builder(constant_keys=tag)], **zero)
+        target = configure(server, backends, f"rls-zero-{name}", config)
+        rls.set({"user": "alice", **tag}, ["cluster-a"])
+        got[name] = both(
+            core, channels, target, n=3, metadata=user("alice"), wait_for_ready=False, details=True
+        )
+        got[name + " lookups"] = [
+            r.metadata.get("user-agent", "").startswith("grpc-python")  # pyxds's RLS channel
+            for r in rls.requests
+            if r.key_map.get("t") == tag["t"]
+        ]
+    ((core_error, n),) = got["timeout"][0].items()
+    assert n == 3 and core_error.startswith(
+        "error:UNAVAILABLE: RLS request failed: DEADLINE_EXCEEDED"
+    ), got
+    assert got["timeout"][1] == {"cluster-a": 3}, got
+    assert got["timeout lookups"] == [True], got  # C-core's never left the client
+    assert got["max-age"] == ({"cluster-a": 3},) * 2, got
+    lookups = got["max-age lookups"]
+    assert lookups.count(True) == 1 and lookups.count(False) >= 3, got
+
+
+def test_a_key_whose_lookups_keep_failing_backs_off_as_documented(
+    server, backends, rls, core, channels
+):
+    """The documented difference (docs/differences-from-c-core.md, RLS),
+    kept true: a key whose lookups keep failing and that has no valid data
+    gets a fresh 1 s backoff after each failure in grpcio 1.85 (rls.cc
+    passes the backoff state only into the refresh of valid data), while
+    pyxds continues the key's sequence (1 s, 1.6 s, 2.56 s, ... as grpc-go
+    and grpc-java).  Fast-failing RPCs every 50 ms for 8 s; the lookups
+    each client sent for the key are counted (C-core ~8, pyxds ~4).  Twenty
+    answered keys first keep the throttler quiet (its probability stays
+    below zero: 2 x 20 accepts against at most 30 requests)."""
+    tag = {"t": "backoff"}
+    config = b.route_lookup_config(rls.target, [key_builder(constant_keys=tag)])
+    target = configure(server, backends, "rls-backoff", config)
+    for i in range(20):
+        rls.set({"user": f"ok{i}", **tag}, ["cluster-a"])
+        assert both(core, channels, target, metadata=user(f"ok{i}")) == ({"cluster-a": 1},) * 2
+    rls.set({"user": "failing", **tag}, code=grpc.StatusCode.UNAVAILABLE, details="down")
+    end = time.monotonic() + 8
+    while time.monotonic() < end:
+        both(core, channels, target, metadata=user("failing"), wait_for_ready=False, timeout=1)
+        time.sleep(0.05)
+    sent = [
+        "pyxds" if r.metadata.get("user-agent", "").startswith("grpc-python") else "core"
+        for r in rls.requests
+        if r.key_map == {"user": "failing", **tag}
+    ]
+    print("lookups of the failing key:", {c: sent.count(c) for c in ("core", "pyxds")})
+    assert sent.count("core") >= 6, sent  # about one a second
+    assert 3 <= sent.count("pyxds") <= 5, sent  # 0, 1, 2.6, 5.2 (, 9.3) s
+
+
+def test_an_rls_target_cluster_is_watched_while_an_entry_names_it_like_c_core(
+    server, backends, rls, core, channels
+):
+    """A74 (dynamic cluster subscriptions, the cds child's ``isDynamic``),
+    C-core XdsDependencyManager and rls.cc: the cluster an RLS answer names
+    is subscribed over CDS when the answer arrives, and unsubscribed when
+    no cache entry names it any more (here: evicted by a cache of one
+    entry, once it is 5 s old).  Both clients' CDS requests are watched."""
+    tag = {"t": "dynamic"}
+    config = b.route_lookup_config(rls.target, [key_builder(constant_keys=tag)], cache_size_bytes=1)
+    target = configure(server, backends, "rls-dynamic", config)
+    rls.set({"user": "u1", **tag}, [DYNAMIC_CLUSTER])
+    rls.set({"user": "u2", **tag}, ["cluster-b"])
+
+    def watched(node: str) -> bool:
+        cds = server.requests("CDS", node_id=node)
+        return bool(cds) and DYNAMIC_CLUSTER in cds[-1].resource_names
+
+    assert not watched(PYXDS_NODE) and not watched(CORE_NODE)
+    assert both(core, channels, target, metadata=user("u1")) == ({"cluster-c": 1},) * 2
+    for node in (PYXDS_NODE, CORE_NODE):
+        assert wait_until(lambda n=node: watched(n), 5), f"{node}: {DYNAMIC_CLUSTER} not watched"
+    time.sleep(5.5)  # C-core's (and pyxds's) 5 s before an entry may be evicted
+    assert both(core, channels, target, metadata=user("u2")) == ({"cluster-b": 1},) * 2
+    for node in (PYXDS_NODE, CORE_NODE):
+        assert wait_until(lambda n=node: not watched(n), 10), f"{node}: still watched"
+
+
+def test_a_changed_plugin_config_keeps_the_cache_like_c_core(server, backends, rls, core, channels):
+    """C-core rls_end2end_test.cc ``UpdateConfig`` (a new config reaches the
+    same policy, whose cache stays: no new lookup for a cached key), here
+    through xDS: the plugin's RouteLookupConfig changes (a default target
+    added, a larger cache); the key answered before is served from the
+    cache with no second lookup, in both clients, and the new default
+    target serves a key the RLS server refuses."""
+    tag = {"t": "update"}
+    builders = [key_builder(constant_keys=tag)]
+    target = configure(
+        server, backends, "rls-update", b.route_lookup_config(rls.target, builders, max_age=60)
+    )
+    rls.set({"user": "alice", **tag}, ["cluster-a"])
+    rls.set({"user": "bob", **tag}, code=grpc.StatusCode.NOT_FOUND, details="no")
+    assert both(core, channels, target, metadata=user("alice")) == ({"cluster-a": 1},) * 2
+    updated = b.route_lookup_config(
+        rls.target, builders, max_age=60, cache_size_bytes=2 << 20, default_target="cluster-d"
+    )
+    configure(server, backends, "rls-update", updated)
+    version = f"v{len(_configured) + len(_inline)}-rls-update"
+    for node in (PYXDS_NODE, CORE_NODE):
+        server.wait_for_ack("RDS", version=version, node_id=node, timeout=10)
+    assert both(core, channels, target, metadata=user("bob")) == ({"cluster-d": 1},) * 2
+    assert both(core, channels, target, n=2, metadata=user("alice")) == ({"cluster-a": 2},) * 2
+    sent = [r.key_map["user"] for r in rls.requests if r.key_map.get("t") == "update"]
+    assert sorted(sent) == ["alice", "alice", "bob", "bob"], sent  # alice's once per client
+
+
+def test_cluster_specifier_plugin_errors_are_nacked_as_c_core_words_them(backends, rls):
+    """C-core xds_rls_end2end_test.cc ``...NacksDuplicateSpecifier``,
+    ``...NacksUndefinedSpecifier``, ``...NacksUnknownSpecifierProtoNotOptional``
+    and ``...IgnoreUnknownSpecifierProtoOptional``, live against grpcio 1.85
+    (whose words have changed since those tests: "duplicate name", "unknown
+    cluster specifier plugin name", "unsupported ClusterSpecifierPlugin
+    type"): each bad RouteConfiguration is NACKed by both with the same
+    field and words (an RPC on it fails with the NACK's text); an optional
+    plugin of an unknown type makes the routes naming it be skipped, in
+    both.  A control plane and C-core client of their own, every listener
+    in one snapshot."""
+    from google.protobuf import wrappers_pb2
+
+    config = b.route_lookup_config(rls.target, [key_builder(constant_keys={"t": "plugins"})])
+    unknown = b.rls_plugin("rls", config)
+    unknown.extension.typed_config.Pack(wrappers_pb2.StringValue(value="x"))
+    optional = b.rls_plugin("rls", config)
+    optional.CopyFrom(unknown)
+    optional.is_optional = True
+    cases = {
+        "dup": (
+            [b.rls_plugin("rls", config), b.rls_plugin("rls", config)],
+            "rls",
+            'cluster_specifier_plugins[1].extension.name: duplicate name "rls"',
+        ),
+        "undeclared": (
+            [b.rls_plugin("rls", config)],
+            "nope",
+            "virtual_hosts[0].routes[0].route.cluster_specifier_plugin: "
+            'unknown cluster specifier plugin name "nope"',
+        ),
+        "unknown": (
+            [unknown],
+            "rls",
+            "cluster_specifier_plugins[0].extension.typed_config"
+            ".value[google.protobuf.StringValue]: unsupported ClusterSpecifierPlugin type",
+        ),
+        "optional": ([optional], "rls", None),
+    }
+    route_configs = []
+    for case, (plugins, plugin_name, _) in cases.items():
+        routes = [
+            b.route(prefix=f"/{SERVICE}/", cluster_specifier_plugin=plugin_name),
+            b.route(prefix="", cluster="plain"),
+        ]
+        vhosts = [b.virtual_host("vh", ["*"], routes)]
+        route_configs.append(b.route_config(f"plugin-{case}-route", vhosts, plugins))
+    with ManagementServer() as srv:
+        srv.set_snapshot(
+            Snapshot(
+                listeners=[b.listener(f"plugin-{case}") for case in cases],
+                routes=route_configs,
+                clusters=[b.cluster("plain")],
+                endpoints=[
+                    b.endpoints("plain", [b.locality(endpoints=[backends["plain"].address])])
+                ],
+                version="1",
+            )
+        )
+        core = CoreXdsClient(srv.bootstrap(node_id=CORE_NODE))
+        try:
+            for case, (_, _, want) in cases.items():
+                target = f"xds:///plugin-{case}"
+                ch = pyxds.insecure_channel(target, bootstrap=srv.bootstrap(node_id=PYXDS_NODE))
+                try:
+                    kwargs = {"wait_for_ready": False, "details": True, "timeout": 5}
+                    got = (core.call(1, target=target, **kwargs), pyxds_calls(ch, 1, **kwargs))
+                finally:
+                    ch.close()
+                if want is None:
+                    assert got == ({"plain": 1},) * 2, (case, got)
+                    continue
+                ((theirs, _),), ((ours, _),) = (g.items() for g in got)
+                field, words = want.split(": ", 1)
+                assert f"[field:{field} error:{words}]" in theirs, (case, theirs)
+                assert f"RDS resource plugin-{case}-route: invalid resource: {want}" in ours, (
+                    case,
+                    ours,
+                )
+        finally:
+            core.close()

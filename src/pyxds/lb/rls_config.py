@@ -20,10 +20,12 @@ proto comments leave room:
     across all builders (``duplicate entry for "/s/m"``).
   - ``lookupService`` (required): a valid gRPC target (a registered scheme
     whose URI is valid, else ``dns:///`` + the text; :func:`is_valid_target`).
-  - ``lookupServiceTimeout``: default 10 s.  ``maxAge``: default and cap
-    5 min.  ``staleAge``: default ``maxAge``; requires ``maxAge``; clamped
-    to ``maxAge``.  A zero ``lookupServiceTimeout`` or ``maxAge`` means
-    unset (the proto's "If omitted or zero"; C-core takes zero literally:
+  - ``lookupServiceTimeout``: default 10 s.  ``maxAge``: default 5 min,
+    capped at 5 min unless ``staleAge`` is set.  ``staleAge``: default
+    ``maxAge``; requires ``maxAge``; capped at 5 min, then clamped to
+    ``maxAge`` (rls_config.proto; grpcio 1.85, grpc-go, grpc-java).  A
+    zero ``lookupServiceTimeout`` or ``maxAge`` means unset (the proto's
+    "If omitted or zero"; C-core takes zero literally:
     docs/differences-from-c-core.md).
   - ``cacheSizeBytes`` (required): > 0, capped at 5 MiB.
   - ``defaultTarget``: non-empty if set.  ``validTargets`` and
@@ -512,12 +514,16 @@ def _route_lookup_config(value: Any, path: str) -> RouteLookupConfig:
     max_age = MAX_MAX_AGE
     has_max_age = obj.get("maxAge") is not None
     if has_max_age:
-        max_age = min(parse_duration(obj["maxAge"], f"{path}.maxAge"), MAX_MAX_AGE) or MAX_MAX_AGE
+        max_age = parse_duration(obj["maxAge"], f"{path}.maxAge") or MAX_MAX_AGE
     stale_age = MAX_MAX_AGE
     if obj.get("staleAge") is not None:
-        stale_age = parse_duration(obj["staleAge"], f"{path}.staleAge")
+        # rls_config.proto: staleAge is capped at 5 minutes, and then maxAge
+        # is not (stale data is refreshed before it expires); grpcio 1.85
+        stale_age = min(parse_duration(obj["staleAge"], f"{path}.staleAge"), MAX_MAX_AGE)
         if not has_max_age:
             raise LBConfigError(f"{path}.maxAge", "must be set if staleAge is set")
+    else:
+        max_age = min(max_age, MAX_MAX_AGE)
     stale_age = min(stale_age, max_age)
     if obj.get("cacheSizeBytes") is None:
         raise LBConfigError(f"{path}.cacheSizeBytes", "field not present")
