@@ -858,7 +858,10 @@ def test_zero_max_age_and_timeout_are_unset_in_pyxds_and_literal_in_c_core(
         "error:UNAVAILABLE: RLS request failed: DEADLINE_EXCEEDED"
     ), got
     assert got["timeout"][1] == {"cluster-a": 3}, got
-    assert got["timeout lookups"] == [True], got  # C-core's never left the client
+    # pyxds sent one lookup (the default timeout); C-core's lookups carry a
+    # deadline that is already over: they fail in the client, though one
+    # may still reach the server when the machine is slow (seen once)
+    assert got["timeout lookups"].count(True) == 1, got
     assert got["max-age"] == ({"cluster-a": 3},) * 2, got
     lookups = got["max-age lookups"]
     assert lookups.count(True) == 1 and lookups.count(False) >= 3, got
