@@ -833,8 +833,8 @@ def test_zero_max_age_and_timeout_are_unset_in_pyxds_and_literal_in_c_core(
     """The documented difference (docs/differences-from-c-core.md, RLS),
     kept true: rls_config.proto says a ``max_age`` or
     ``lookup_service_timeout`` "omitted or zero" means the default; pyxds
-    reads it so.  grpcio 1.85 takes zero literally: with a zero timeout no
-    lookup reaches the RLS server (the RPC fails "RLS request failed:
+    reads it so.  grpcio 1.85 takes zero literally: with a zero timeout its
+    lookups fail in the client (the RPC fails "RLS request failed:
     DEADLINE_EXCEEDED..." or, wait_for_ready, waits out its deadline);
     with a zero ``max_age`` every RPC sends a lookup (at least one; its
     answer serves that RPC and has expired for the next).  pyxds: one lookup, RPCs
