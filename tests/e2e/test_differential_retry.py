@@ -208,10 +208,12 @@ def settled(channel_or_core, server, version: str, good, bad) -> None:
     def settled_now() -> bool:
         was_acked = acked()
         before = sum(bad.previous.values()), sum(good.previous.values())
+        # a short deadline: a policy with long backoffs (5 s) would hold each
+        # RPC to the failing backend for its whole deadline
         if isinstance(channel_or_core, CoreXdsClient):
-            channel_or_core.call(6, request="x")
+            channel_or_core.call(6, request="x", timeout=1.0)
         else:
-            pyxds_calls(channel_or_core, 6, request="x")
+            pyxds_calls(channel_or_core, 6, request="x", timeout=1.0)
         both = sum(bad.previous.values()) > before[0] and sum(good.previous.values()) > before[1]
         return was_acked and both
 
@@ -985,13 +987,18 @@ def test_a_request_past_the_retry_buffer_commits_the_rpc_like_c_core(bad):
     path = f"/{SERVICE}/Who"
     metadata = (("k" * 10, "v" * 20),)
     edge = 1000 - (len(":path") + len(path) + 32)  # largest request still kept
+    # C-core writes grpc-timeout in 10 ms steps and as whole seconds when the
+    # step count is a multiple of 100: a 5.0 s deadline is "5S" (2 characters)
+    # when under 10 ms passed before the headers, else "4990m" (5): the edge
+    # moved with the machine's load.  Nearly 4.955 s is "49x0m" either way.
+    DEADLINE = 4.955
     cases = [
         (edge, None, None, 4),
         (edge + 1, None, None, 1),
         (edge - 62, metadata, None, 4),  # 10 + 20 + 32
         (edge - 61, metadata, None, 1),
-        (edge - 49, None, 5.0, 4),  # grpc-timeout: 12 + 5 + 32
-        (edge - 48, None, 5.0, 1),
+        (edge - 49, None, DEADLINE, 4),  # grpc-timeout: 12 + 5 + 32
+        (edge - 48, None, DEADLINE, 1),
     ]
     theirs_channel = grpc.insecure_channel(target, options=[*options, (SERVICE_CONFIG, sc)])
     ours_channel = pyxds.insecure_channel(target, options=options, service_config=sc)
@@ -1013,8 +1020,8 @@ def test_a_request_past_the_retry_buffer_commits_the_rpc_like_c_core(bad):
         for total, timeout, want in (
             (stream_edge, None, 4),
             (stream_edge + 1, None, 1),
-            (stream_edge - 49, 5.0, 4),
-            (stream_edge - 48, 5.0, 1),
+            (stream_edge - 49, DEADLINE, 4),
+            (stream_edge - 48, DEADLINE, 1),
         ):
             for channel in (ours_channel, theirs_channel):
                 bad.previous.clear()
