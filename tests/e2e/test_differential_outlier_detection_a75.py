@@ -1,0 +1,150 @@
+"""Differential, gRFC A75 "Aggregate Cluster Changes" with A50: outlier
+detection runs once per cluster, above the priority policy, so its
+``max_ejection_percent`` counts the endpoints of every priority.
+
+One EDS cluster, two priorities of three real backends each.  Priority 0
+holds two backends failing every RPC and a good one; priority 1 three good
+ones (never used while priority 0 is READY, but outlier detection's
+endpoints all the same).  ``max_ejection_percent`` 30: over the cluster's
+six endpoints both failing ones are ejected (1/6, then 2/6 >= 30 % stops),
+so every RPC afterwards reaches priority 0's good backend.  (Counted per
+priority, three endpoints, the second ejection was refused: 1/3 >= 30 %.)
+pyxds's channel and grpcio's C-core ``xds:///`` channel (a subprocess, its
+own bootstrap; C-core's cds.cc builds outlier_detection -> xds_cluster_impl
+-> xds_override_host -> priority) run the same loop against the same
+pyxds.server and must end answering the same way."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from channel_fixtures import SERVICE, TARGET, route, snapshot
+from test_differential_outlier_detection import _CONNECT, _Backend
+
+import pyxds._api as pyxds
+from pyxds.server import ManagementServer
+from pyxds.server.snapshot import Snapshot
+
+NODE = "differential-outlier-detection-a75"
+WHO = f"/{SERVICE}/Who"
+CLUSTER = "cod-a75"
+INTERVAL = 1  # seconds: the ejection sweep period
+RUN_SECONDS = 3.0  # RPCs while the sweeps eject
+TAIL = 120  # RPCs after: their outcomes are compared
+
+# The loop, run in-process for pyxds and in a subprocess for C-core (C-core
+# reads its bootstrap once per process): outcomes counted by backend name
+# or status code, during the run and in the tail.
+_OUTCOMES = (
+    _CONNECT
+    + r"""
+import collections
+
+def outcomes(channel, method, run_seconds, tail):
+    call = channel.unary_unary(method)
+    connect(call)
+
+    def one():
+        try:
+            return call(b"", timeout=2).decode()
+        except grpc.RpcError as err:
+            return err.code().name
+
+    run = collections.Counter()
+    start = time.monotonic()
+    while time.monotonic() - start < run_seconds:
+        run[one()] += 1
+    return {"run": dict(run), "tail": dict(collections.Counter(one() for _ in range(tail)))}
+
+if __name__ == "__main__":
+    cfg = json.loads(sys.argv[1])
+    ch = grpc.insecure_channel(cfg["target"])
+    print(json.dumps(outcomes(ch, cfg["method"], cfg["run_seconds"], cfg["tail"])), flush=True)
+"""
+)
+_namespace: dict = {}
+exec(compile(_OUTCOMES, "outcomes", "exec"), _namespace)
+outcomes = _namespace["outcomes"]
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ManagementServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def backends():
+    started = [
+        _Backend("bad1", failing=True),
+        _Backend("bad2", failing=True),
+        _Backend("good", failing=False),
+        *(_Backend(f"p1-{i}", failing=False) for i in range(3)),
+    ]
+    yield started
+    for backend in started:
+        backend.server.stop(None).wait(5)
+
+
+def two_priority_snapshot(backends) -> Snapshot:
+    addresses = [b.address for b in backends]
+    base = snapshot([route(prefix="", cluster=CLUSTER)], {CLUSTER: [addresses[:3], addresses[3:]]})
+    listener_t, route_t, cluster_t, eds_t = list(base._by_type)
+    (cluster,) = base.resources(cluster_t).values()
+    od = cluster.outlier_detection
+    od.interval.FromSeconds(INTERVAL)
+    od.base_ejection_time.FromSeconds(30)
+    od.max_ejection_percent.value = 30
+    od.enforcing_success_rate.value = 0  # failure percentage only
+    od.enforcing_failure_percentage.value = 100
+    od.failure_percentage_threshold.value = 50
+    od.failure_percentage_minimum_hosts.value = 3
+    od.failure_percentage_request_volume.value = 10
+    return Snapshot(
+        listeners=list(base.resources(listener_t).values()),
+        routes=list(base.resources(route_t).values()),
+        clusters=[cluster],
+        endpoints=list(base.resources(eds_t).values()),
+    )
+
+
+def run_core(bootstrap: dict) -> dict:
+    env = dict(os.environ)
+    env.pop("GRPC_XDS_BOOTSTRAP", None)
+    env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
+    cfg = {"target": TARGET, "method": WHO, "run_seconds": RUN_SECONDS, "tail": TAIL}
+    out = subprocess.run(
+        [sys.executable, "-c", _OUTCOMES, json.dumps(cfg)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(Path(__file__).resolve().parent),
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_max_ejection_percent_counts_both_priorities_as_c_core_does(server, backends):
+    server.set_snapshot(two_priority_snapshot(backends))
+    bootstrap = server.bootstrap(node_id=NODE)
+    channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+    try:
+        ours = outcomes(channel, WHO, RUN_SECONDS, TAIL)
+    finally:
+        channel.close()
+    theirs = run_core(bootstrap)
+    print(f"\nA75 outlier detection: pyxds {ours}\n                       C-core {theirs}")
+    for result in (ours, theirs):
+        # before the ejections: priority 0's three backends, two failing
+        assert set(result["run"]) == {"good", "INTERNAL"}
+        assert result["run"]["INTERNAL"] > 0
+    # after: both failing endpoints ejected, in both clients
+    assert theirs["tail"] == {"good": TAIL}
+    assert ours["tail"] == theirs["tail"]
