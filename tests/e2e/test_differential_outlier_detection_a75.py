@@ -24,10 +24,12 @@ from pathlib import Path
 
 import pytest
 from channel_fixtures import SERVICE, TARGET, route, snapshot
-from test_differential_outlier_detection import _CONNECT, _Backend
+from envoy.extensions.load_balancing_policies.pick_first.v3 import pick_first_pb2
+from test_differential_outlier_detection import _Backend
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
+from pyxds.server import builders as b
 from pyxds.server.snapshot import Snapshot
 
 NODE = "differential-outlier-detection-a75"
@@ -40,21 +42,23 @@ TAIL = 120  # RPCs after: their outcomes are compared
 # The loop, run in-process for pyxds and in a subprocess for C-core (C-core
 # reads its bootstrap once per process): outcomes counted by backend name
 # or status code, during the run and in the tail.
-_OUTCOMES = (
-    _CONNECT
-    + r"""
-import collections
+_OUTCOMES = r"""
+import collections, json, sys, time
+import grpc
 
 def outcomes(channel, method, run_seconds, tail):
     call = channel.unary_unary(method)
-    connect(call)
 
-    def one():
+    def one(**kwargs):
         try:
-            return call(b"", timeout=2).decode()
+            return call(b"", timeout=2, **kwargs).decode()
         except grpc.RpcError as err:
             return err.code().name
 
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # configured and connected: a backend answered
+        if one(wait_for_ready=True) not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+            break
     run = collections.Counter()
     start = time.monotonic()
     while time.monotonic() - start < run_seconds:
@@ -66,7 +70,6 @@ if __name__ == "__main__":
     ch = grpc.insecure_channel(cfg["target"])
     print(json.dumps(outcomes(ch, cfg["method"], cfg["run_seconds"], cfg["tail"])), flush=True)
 """
-)
 _namespace: dict = {}
 exec(compile(_OUTCOMES, "outcomes", "exec"), _namespace)
 outcomes = _namespace["outcomes"]
@@ -92,19 +95,24 @@ def backends():
         backend.server.stop(None).wait(5)
 
 
-def two_priority_snapshot(backends) -> Snapshot:
-    addresses = [b.address for b in backends]
-    base = snapshot([route(prefix="", cluster=CLUSTER)], {CLUSTER: [addresses[:3], addresses[3:]]})
+def od_snapshot(
+    priorities: list[list[str]], max_percent: int, minimum_hosts: int, pick_first: bool = False
+) -> Snapshot:
+    """The cluster of ``priorities`` with failure-percentage outlier
+    detection (threshold 50 %, 10 calls), round_robin or pick_first (A62)."""
+    base = snapshot([route(prefix="", cluster=CLUSTER)], {CLUSTER: priorities})
     listener_t, route_t, cluster_t, eds_t = list(base._by_type)
     (cluster,) = base.resources(cluster_t).values()
+    if pick_first:
+        cluster = b.cluster(CLUSTER, load_balancing_policy=[pick_first_pb2.PickFirst()])
     od = cluster.outlier_detection
     od.interval.FromSeconds(INTERVAL)
     od.base_ejection_time.FromSeconds(30)
-    od.max_ejection_percent.value = 30
+    od.max_ejection_percent.value = max_percent
     od.enforcing_success_rate.value = 0  # failure percentage only
     od.enforcing_failure_percentage.value = 100
     od.failure_percentage_threshold.value = 50
-    od.failure_percentage_minimum_hosts.value = 3
+    od.failure_percentage_minimum_hosts.value = minimum_hosts
     od.failure_percentage_request_volume.value = 10
     return Snapshot(
         listeners=list(base.resources(listener_t).values()),
@@ -112,6 +120,17 @@ def two_priority_snapshot(backends) -> Snapshot:
         clusters=[cluster],
         endpoints=list(base.resources(eds_t).values()),
     )
+
+
+def both(server, node: str) -> tuple[dict, dict]:
+    """The loop's outcomes in pyxds and in C-core, on the server's snapshot."""
+    bootstrap = server.bootstrap(node_id=node)
+    channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+    try:
+        ours = outcomes(channel, WHO, RUN_SECONDS, TAIL)
+    finally:
+        channel.close()
+    return ours, run_core(bootstrap)
 
 
 def run_core(bootstrap: dict) -> dict:
@@ -132,14 +151,9 @@ def run_core(bootstrap: dict) -> dict:
 
 
 def test_max_ejection_percent_counts_both_priorities_as_c_core_does(server, backends):
-    server.set_snapshot(two_priority_snapshot(backends))
-    bootstrap = server.bootstrap(node_id=NODE)
-    channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
-    try:
-        ours = outcomes(channel, WHO, RUN_SECONDS, TAIL)
-    finally:
-        channel.close()
-    theirs = run_core(bootstrap)
+    addresses = [backend.address for backend in backends]
+    server.set_snapshot(od_snapshot([addresses[:3], addresses[3:]], 30, 3), node_id=NODE)
+    ours, theirs = both(server, NODE)
     print(f"\nA75 outlier detection: pyxds {ours}\n                       C-core {theirs}")
     for result in (ours, theirs):
         # before the ejections: priority 0's three backends, two failing
@@ -147,4 +161,22 @@ def test_max_ejection_percent_counts_both_priorities_as_c_core_does(server, back
         assert result["run"]["INTERNAL"] > 0
     # after: both failing endpoints ejected, in both clients
     assert theirs["tail"] == {"good": TAIL}
+    assert ours["tail"] == theirs["tail"]
+
+
+def test_a_pick_first_cluster_keeps_its_ejected_endpoint_as_c_core_does(server, backends):
+    """A62 pick_first as the cluster's policy, under A75's priority,
+    xds_override_host and xds_cluster_impl: outlier detection ejects the
+    endpoint pick_first is on (every RPC fails there), and C-core's
+    pick_first, which reads the health watch only under a petiole policy
+    (grpc#32967, A61), stays on it; so does pyxds's (no ejection reaches a
+    pick_first cluster).  Every RPC of both keeps failing."""
+    node = NODE + "-pick-first"
+    bad, good = backends[0].address, backends[2].address
+    server.set_snapshot(od_snapshot([[bad, good]], 100, 1, pick_first=True), node_id=node)
+    ours, theirs = both(server, node)
+    print(f"\nA75 pick_first cluster: pyxds {ours}\n                        C-core {theirs}")
+    assert theirs["run"] == {"INTERNAL": theirs["run"]["INTERNAL"]}
+    assert theirs["tail"] == {"INTERNAL": TAIL}
+    assert ours["run"] == {"INTERNAL": ours["run"]["INTERNAL"]}
     assert ours["tail"] == theirs["tail"]

@@ -179,3 +179,37 @@ def test_a_session_pick_is_counted_and_an_ejected_endpoint_keeps_its_session():
     assert set(_serve(helper, 20, set())) == {b}
     for _ in range(3):  # the session keeps its endpoint
         assert session_pick().subchannel.address == a
+
+
+def test_a_pick_first_cluster_is_counted_but_its_picks_do_not_move():
+    """grpc#32967 / A61 under the A75 tree: C-core ejects through the health
+    watch, which pick_first reads only under a petiole policy; a cluster
+    whose policy is pick_first (A62), under priority, xds_override_host and
+    xds_cluster_impl, keeps picking its endpoint when outlier detection
+    ejects it.  pyxds looks through those three to the cluster's policy
+    (outlier_detection.ejection_reaches)."""
+    od = {
+        "interval": "1s",
+        "baseEjectionTime": "30s",
+        "maxEjectionPercent": 100,
+        "failurePercentageEjection": {
+            "threshold": 50,
+            "enforcementPercentage": 100,
+            "minimumHosts": 1,
+            "requestVolume": 5,
+        },
+    }
+    a, b = "10.0.0.1:80", "10.0.0.2:80"
+    helper, policy, config = build([{"cds_experimental": {"cluster": "od-a75-pf"}}])
+    cluster = eds_cluster(
+        "od-a75-pf", lb_policy_config='[{"pick_first": {}}]', outlier_detection=json.dumps(od)
+    )
+    entry = eds_entry(cluster, [locality(loc("p0"), [a, b])])
+    assert policy.update(cds_update(config, xds_config({"od-a75-pf": entry}))) is None
+    connect_all(helper)
+    assert set(_serve(helper, 10, {a})) == {a}
+    helper.clock.advance(1)
+    outlier_detection = policy.child
+    assert outlier_detection.ejected == [frozenset({a})]  # counted and ejected ...
+    connect_all(helper)
+    assert set(_serve(helper, 10, {a})) == {a}  # ... but pick_first does not move
