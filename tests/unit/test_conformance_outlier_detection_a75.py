@@ -213,3 +213,44 @@ def test_a_pick_first_cluster_is_counted_but_its_picks_do_not_move():
     assert outlier_detection.ejected == [frozenset({a})]  # counted and ejected ...
     connect_all(helper)
     assert set(_serve(helper, 10, {a})) == {a}  # ... but pick_first does not move
+
+
+def test_an_outlier_detection_config_change_updates_the_cluster_in_place():
+    """A50 "xDS Integration" with A75's tree: the cluster's outlier detection
+    config is the top policy's config, so a CDS update changing it (here:
+    none, a no-op config, then an algorithm) updates that policy in place:
+    the subchannels stay, and from then on the calls are counted and the
+    failing endpoint is ejected.  (C-core: the child's UpdateLocked with the
+    new config.)"""
+    a, b = "10.0.0.1:80", "10.0.0.2:80"
+    name = "od-a75-config-change"
+    helper, policy, config = build([{"cds_experimental": {"cluster": name}}])
+
+    def update(od: dict[str, Any] | None) -> None:
+        cluster = eds_cluster(
+            name,
+            lb_policy_config=ROUND_ROBIN_POLICY,
+            outlier_detection=json.dumps(od) if od is not None else None,
+        )
+        entry = eds_entry(cluster, [locality(loc("p0"), [a, b])])
+        assert policy.update(cds_update(config, xds_config({name: entry}))) is None
+
+    update(None)
+    connect_all(helper)
+    top = policy.child
+    subchannels = list(helper.subchannels)
+    assert set(_serve(helper, 20, {a})) == {a, b}
+    helper.clock.advance(10)  # no algorithm: no sweep
+    assert set(_serve(helper, 20, {a})) == {a, b}
+    update(
+        {
+            "interval": "1s",
+            "maxEjectionPercent": 50,
+            "failurePercentageEjection": {"minimumHosts": 2, "requestVolume": 5},
+        }
+    )
+    assert policy.child is top and helper.subchannels == subchannels
+    assert set(_serve(helper, 20, {a})) == {a, b}
+    helper.clock.advance(1)
+    assert set(_serve(helper, 20, {a})) == {b}
+    assert helper.subchannels == subchannels

@@ -57,7 +57,9 @@ Theory of operation, per update:
    leaf and an aggregate the child's policy name changes and the
    ChildPolicyHandler builds the new tree while the old one serves until the
    new one leaves CONNECTING; between EDS and LOGICAL_DNS the old tree is
-   shut down first.  (grpcio 1.85.1 crashed here: TRAPS.md.)
+   shut down first.  (grpcio 1.85.1 crashed here: TRAPS.md.)  A change of
+   the cluster's outlier detection config updates the outlier_detection
+   policy in place (same subchannels).
 """
 
 from __future__ import annotations
@@ -383,7 +385,8 @@ class CdsPolicy(LoadBalancer):
         """The cluster changed type: nothing of the old tree is reused.  Between
         a leaf and an aggregate the child's policy name changes and the
         handler switches gracefully; between EDS and LOGICAL_DNS (both
-        xds_cluster_impl) the old tree is shut down here."""
+        outlier_detection over xds_cluster_impl) the old tree is shut down
+        here."""
         if leaf_to_leaf and self._child is not None:
             self._child.shutdown()
             self._child = None
