@@ -16,28 +16,24 @@ pyxds.server and must end answering the same way."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-from channel_fixtures import SERVICE, TARGET, route, snapshot
+from channel_fixtures import TARGET
 from envoy.extensions.load_balancing_policies.pick_first.v3 import pick_first_pb2
-from test_differential_outlier_detection import _Backend
+from test_differential_outlier_detection import (
+    RUN_SECONDS,
+    TAIL,
+    WHO,
+    _Backend,
+    od_snapshot,
+    run_core,
+)
 
 import pyxds._api as pyxds
-from pyxds.server import ManagementServer
 from pyxds.server import builders as b
 from pyxds.server.snapshot import Snapshot
 
 NODE = "differential-outlier-detection-a75"
-WHO = f"/{SERVICE}/Who"
 CLUSTER = "cod-a75"
-INTERVAL = 1  # seconds: the ejection sweep period
-RUN_SECONDS = 3.0  # RPCs while the sweeps eject
-TAIL = 120  # RPCs after: their outcomes are compared
 
 # The loop, run in-process for pyxds and in a subprocess for C-core (C-core
 # reads its bootstrap once per process): outcomes counted by backend name
@@ -76,13 +72,6 @@ outcomes = _namespace["outcomes"]
 
 
 @pytest.fixture(scope="module")
-def server():
-    srv = ManagementServer().start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
 def backends():
     started = [
         _Backend("bad1", failing=True),
@@ -95,30 +84,21 @@ def backends():
         backend.server.stop(None).wait(5)
 
 
-def od_snapshot(
+def a75_snapshot(
     priorities: list[list[str]], max_percent: int, minimum_hosts: int, pick_first: bool = False
 ) -> Snapshot:
     """The cluster of ``priorities`` with failure-percentage outlier
     detection (threshold 50 %, 10 calls), round_robin or pick_first (A62)."""
-    base = snapshot([route(prefix="", cluster=CLUSTER)], {CLUSTER: priorities})
-    listener_t, route_t, cluster_t, eds_t = list(base._by_type)
-    (cluster,) = base.resources(cluster_t).values()
-    if pick_first:
-        cluster = b.cluster(CLUSTER, load_balancing_policy=[pick_first_pb2.PickFirst()])
-    od = cluster.outlier_detection
-    od.interval.FromSeconds(INTERVAL)
-    od.base_ejection_time.FromSeconds(30)
-    od.max_ejection_percent.value = max_percent
-    od.enforcing_success_rate.value = 0  # failure percentage only
-    od.enforcing_failure_percentage.value = 100
-    od.failure_percentage_threshold.value = 50
-    od.failure_percentage_minimum_hosts.value = minimum_hosts
-    od.failure_percentage_request_volume.value = 10
-    return Snapshot(
-        listeners=list(base.resources(listener_t).values()),
-        routes=list(base.resources(route_t).values()),
-        clusters=[cluster],
-        endpoints=list(base.resources(eds_t).values()),
+    return od_snapshot(
+        (),
+        cluster_name=CLUSTER,
+        priorities=priorities,
+        max_percent=max_percent,
+        minimum_hosts=minimum_hosts,
+        threshold=50,
+        cluster_proto=b.cluster(CLUSTER, load_balancing_policy=[pick_first_pb2.PickFirst()])
+        if pick_first
+        else None,
     )
 
 
@@ -130,30 +110,13 @@ def both(server, node: str) -> tuple[dict, dict]:
         ours = outcomes(channel, WHO, RUN_SECONDS, TAIL)
     finally:
         channel.close()
-    return ours, run_core(bootstrap)
+    return ours, run_core(bootstrap, script=_OUTCOMES)
 
 
-def run_core(bootstrap: dict) -> dict:
-    env = dict(os.environ)
-    env.pop("GRPC_XDS_BOOTSTRAP", None)
-    env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
-    cfg = {"target": TARGET, "method": WHO, "run_seconds": RUN_SECONDS, "tail": TAIL}
-    out = subprocess.run(
-        [sys.executable, "-c", _OUTCOMES, json.dumps(cfg)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=str(Path(__file__).resolve().parent),
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def test_max_ejection_percent_counts_both_priorities_as_c_core_does(server, backends):
+def test_max_ejection_percent_counts_both_priorities_as_c_core_does(xds_server, backends):
     addresses = [backend.address for backend in backends]
-    server.set_snapshot(od_snapshot([addresses[:3], addresses[3:]], 30, 3), node_id=NODE)
-    ours, theirs = both(server, NODE)
+    xds_server.set_snapshot(a75_snapshot([addresses[:3], addresses[3:]], 30, 3), node_id=NODE)
+    ours, theirs = both(xds_server, NODE)
     print(f"\nA75 outlier detection: pyxds {ours}\n                       C-core {theirs}")
     for result in (ours, theirs):
         # before the ejections: priority 0's three backends, two failing
@@ -164,7 +127,7 @@ def test_max_ejection_percent_counts_both_priorities_as_c_core_does(server, back
     assert ours["tail"] == theirs["tail"]
 
 
-def test_a_pick_first_cluster_keeps_its_ejected_endpoint_as_c_core_does(server, backends):
+def test_a_pick_first_cluster_keeps_its_ejected_endpoint_as_c_core_does(xds_server, backends):
     """A62 pick_first as the cluster's policy, under A75's priority,
     xds_override_host and xds_cluster_impl: outlier detection ejects the
     endpoint pick_first is on (every RPC fails there), and C-core's
@@ -173,8 +136,8 @@ def test_a_pick_first_cluster_keeps_its_ejected_endpoint_as_c_core_does(server, 
     pick_first cluster).  Every RPC of both keeps failing."""
     node = NODE + "-pick-first"
     bad, good = backends[0].address, backends[2].address
-    server.set_snapshot(od_snapshot([[bad, good]], 100, 1, pick_first=True), node_id=node)
-    ours, theirs = both(server, node)
+    xds_server.set_snapshot(a75_snapshot([[bad, good]], 100, 1, pick_first=True), node_id=node)
+    ours, theirs = both(xds_server, node)
     print(f"\nA75 pick_first cluster: pyxds {ours}\n                        C-core {theirs}")
     assert theirs["run"] == {"INTERNAL": theirs["run"]["INTERNAL"]}
     assert theirs["tail"] == {"INTERNAL": TAIL}
