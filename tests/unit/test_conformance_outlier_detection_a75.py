@@ -23,6 +23,8 @@ from typing import Any
 
 import grpc
 from test_cds_support import (
+    CONNECTING,
+    IDLE,
     READY,
     ROUND_ROBIN_POLICY,
     TF,
@@ -37,7 +39,7 @@ from test_cds_support import (
     xds_config,
 )
 
-from pyxds.lb import PickArgs, PickComplete, Status
+from pyxds.lb import PickArgs, PickComplete, PickQueue, Status
 from pyxds.lb.xds_override_host import OVERRIDE_HOST_ATTRIBUTE, OverrideHostAttribute
 
 OK = Status(grpc.StatusCode.OK)
@@ -254,3 +256,42 @@ def test_an_outlier_detection_config_change_updates_the_cluster_in_place():
     helper.clock.advance(1)
     assert set(_serve(helper, 20, {a})) == {b}
     assert helper.subchannels == subchannels
+
+
+def test_an_ejected_endpoint_s_session_follows_its_connectivity_while_ejected():
+    """A75's picker pseudo-code reads ``entry.subchannel.connectivity_state``:
+    while outlier detection holds an ejected endpoint's reports back from the
+    cluster's policy, the session still sees the connection's own state.  The
+    connection drops during the ejection: the session's pick asks it to
+    connect and queues (not a pick of a lost connection, not another
+    endpoint: the cookie's endpoint is only skipped in TRANSIENT_FAILURE);
+    once it is READY again the session is served there."""
+    od = {
+        "interval": "1s",
+        "baseEjectionTime": "300s",
+        "maxEjectionPercent": 50,
+        "failurePercentageEjection": {"minimumHosts": 2, "requestVolume": 5, "threshold": 50},
+    }
+    a, b = "10.0.0.1:80", "10.0.0.2:80"
+    helper = _cluster_tree("od-a75-session-drop", od, [a, b])
+    assert set(_serve(helper, 20, {a})) == {a, b}
+    helper.clock.advance(1)
+    assert set(_serve(helper, 10, set())) == {b}  # a is ejected
+
+    def session_pick() -> Any:
+        return helper.last.picker.pick(
+            PickArgs("/svc/Method", (), {OVERRIDE_HOST_ATTRIBUTE: OverrideHostAttribute(a)})
+        )
+
+    assert session_pick().subchannel.address == a
+    real_a = helper.subchannel(a)
+    real_a.set_state(IDLE)  # the connection drops while a is ejected
+    connects = real_a.connect_calls
+    assert isinstance(session_pick(), PickQueue)
+    helper.clock.advance(0)  # the picker's hop to connect
+    assert real_a.connect_calls > connects
+    real_a.set_state(CONNECTING)
+    assert isinstance(session_pick(), PickQueue)
+    real_a.set_state(READY)
+    assert session_pick().subchannel.address == a
+    assert set(_serve(helper, 10, set())) == {b}  # still ejected for the others
