@@ -363,9 +363,9 @@ CASES.append(bench_outlier_detection_round_robin_100)
 
 
 def _session_tree() -> tuple[Any, Any, Any, list[str]]:
-    """The cds tree of one EDS cluster (xds_cluster_impl > xds_override_host
-    > priority > outlier_detection > xds_wrr_locality > weighted_target >
-    round_robin, 3 localities x 10 endpoints, all READY) and two
+    """The cds tree of one EDS cluster (outlier_detection > xds_cluster_impl
+    > xds_override_host > priority > xds_wrr_locality > weighted_target >
+    round_robin, A75; 3 localities x 10 endpoints, all READY) and two
     ConfigSelectors over one route to it: with the stateful session filter
     and without."""
     import random

@@ -14,6 +14,7 @@ import sys
 import threading
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -126,17 +127,34 @@ def backends():
         backend.server.stop(None).wait(5)
 
 
-def od_snapshot(backends) -> Snapshot:
-    base = snapshot([route(prefix="", cluster="cod")], {"cod": [[b.address for b in backends]]})
+def od_snapshot(
+    backends,
+    *,
+    cluster_name: str = "cod",
+    priorities: list[list[str]] | None = None,
+    max_percent: int = 50,
+    minimum_hosts: int = 2,
+    threshold: int | None = None,
+    cluster_proto: Any = None,
+) -> Snapshot:
+    """Cluster ``cluster_name`` of ``backends`` (or of the address lists
+    ``priorities``, one priority each) with failure-percentage outlier
+    detection only (``cluster_proto``: the Cluster to put it on)."""
+    addresses = priorities or [[b.address for b in backends]]
+    base = snapshot([route(prefix="", cluster=cluster_name)], {cluster_name: addresses})
     listener_t, route_t, cluster_t, eds_t = list(base._by_type)
     (cluster,) = base.resources(cluster_t).values()
+    if cluster_proto is not None:
+        cluster = cluster_proto
     od = cluster.outlier_detection
     od.interval.FromSeconds(INTERVAL)
     od.base_ejection_time.FromSeconds(30)
-    od.max_ejection_percent.value = 50
+    od.max_ejection_percent.value = max_percent
     od.enforcing_success_rate.value = 0  # failure percentage only
     od.enforcing_failure_percentage.value = 100
-    od.failure_percentage_minimum_hosts.value = 2
+    if threshold is not None:
+        od.failure_percentage_threshold.value = threshold
+    od.failure_percentage_minimum_hosts.value = minimum_hosts
     od.failure_percentage_request_volume.value = 10
     return Snapshot(
         listeners=list(base.resources(listener_t).values()),
@@ -146,14 +164,17 @@ def od_snapshot(backends) -> Snapshot:
     )
 
 
-def run_core(bootstrap: dict | None, target: str = TARGET, sc: str | None = None) -> dict:
+def run_core(
+    bootstrap: dict | None, target: str = TARGET, sc: str | None = None, script: str = _MEASURE
+) -> dict:
+    """``script`` (its loop's JSON on the last line) in a C-core subprocess."""
     env = dict(os.environ)
     env.pop("GRPC_XDS_BOOTSTRAP", None)
     if bootstrap is not None:
         env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
     cfg = {"target": target, "method": WHO, "run_seconds": RUN_SECONDS, "tail": TAIL, "sc": sc}
     out = subprocess.run(
-        [sys.executable, "-c", _MEASURE, json.dumps(cfg)],
+        [sys.executable, "-c", script, json.dumps(cfg)],
         env=env,
         capture_output=True,
         text=True,

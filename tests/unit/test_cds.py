@@ -73,14 +73,16 @@ def two_priority_eds(name="c1", **kwargs):
 # ----------------------------------------------------------------- EDS leaf
 
 
-def test_eds_cluster_tree_is_cluster_impl_override_host_priority_od_wrr_locality_rr():
-    """C-core's leaf tree with A55/A75's xds_override_host between load
-    reporting and the priorities (outlier detection stays per priority)."""
+def test_eds_cluster_tree_is_od_cluster_impl_override_host_priority_wrr_locality_rr():
+    """C-core's leaf tree (cds.cc, A75 "Aggregate Cluster Changes"):
+    outlier_detection, xds_cluster_impl and xds_override_host above the
+    priority policy, the cluster's policy in each priority."""
     _helper, policy, config = cds("c1")
     assert policy.update(cds_update(config, xds_config({"c1": two_priority_eds()}))) is None
     tree = describe(policy)
     assert tree[0] == "cds"
-    impl = tree[1]
+    assert tree[1][0] == "outlier_detection"
+    impl = tree[1][1]
     assert impl[0] == "xds_cluster_impl"
     override_host = impl[1]
     assert override_host[0] == "xds_override_host"
@@ -88,8 +90,8 @@ def test_eds_cluster_tree_is_cluster_impl_override_host_priority_od_wrr_locality
     assert priority[0] == "priority"
     assert set(priority[1]) <= {child_name("c1", 0), child_name("c1", 1)}
     assert priority[1][child_name("c1", 0)] == (
-        "outlier_detection",
-        ("xds_wrr_locality", ("weighted_target", {str(A): "round_robin", str(B): "round_robin"})),
+        "xds_wrr_locality",
+        ("weighted_target", {str(A): "round_robin", str(B): "round_robin"}),
     )
     assert policy.priority_names == [child_name("c1", 0), child_name("c1", 1)]
 
@@ -286,9 +288,9 @@ def test_logical_dns_cluster_has_one_priority_with_one_endpoint():
     policy.update(cds_update(config, xds_config({"d1": entry})))
     assert policy.priority_names == [child_name("d1", 0)]
     tree = describe(policy)
-    assert tree[1][1][1][1][child_name("d1", 0)] == (
-        "outlier_detection",
-        ("xds_wrr_locality", ("weighted_target", {str(loc("", "")): "round_robin"})),
+    assert tree[1][1][1][1][1][child_name("d1", 0)] == (
+        "xds_wrr_locality",
+        ("weighted_target", {str(loc("", "")): "round_robin"}),
     )
     connect_all(helper)
     assert helper.state is READY
@@ -316,7 +318,8 @@ def test_aggregate_is_priority_over_one_cds_per_leaf_in_order():
     assert tree[0] == "cds"
     assert tree[1][0] == "priority"
     assert tree[1][1]["e1"][0] == "cds"
-    assert tree[1][1]["e1"][1][0] == "xds_cluster_impl"
+    assert tree[1][1]["e1"][1][0] == "outlier_detection"
+    assert tree[1][1]["e1"][1][1][0] == "xds_cluster_impl"
     # d1 is the lower priority: not created while e1 may still connect
     assert tree[1][1].get("d1") is None
     connect_all(helper)
@@ -417,7 +420,7 @@ def test_cluster_type_change_eds_to_aggregate_and_back_rebuilds_the_tree():
     eds = eds_entry("c1", [locality(A, ["10.0.0.1:80"])])
     policy.update(cds_update(config, xds_config({"c1": eds})))
     connect_all(helper)
-    assert describe(policy)[1][0] == "xds_cluster_impl"
+    assert describe(policy)[1][0] == "outlier_detection"
 
     as_aggregate = xds_config(
         {
@@ -433,7 +436,7 @@ def test_cluster_type_change_eds_to_aggregate_and_back_rebuilds_the_tree():
 
     policy.update(cds_update(config, xds_config({"c1": eds})))
     connect_all(helper)
-    assert describe(policy)[1][0] == "xds_cluster_impl"
+    assert describe(policy)[1][0] == "outlier_detection"
     assert policy.priority_names == [child_name("c1", 0)]
     assert set(picked_addresses(helper, 10)) == {"10.0.0.1:80"}
     assert helper.subchannel("10.0.0.2:80", live=False).shut_down
@@ -513,7 +516,7 @@ def test_pick_first_via_xds_runs_pick_first_under_each_priority():
     entry = eds_entry(cluster, [locality(A, ["10.0.0.1:80", "10.0.0.2:80"])])
     policy.update(cds_update(config, xds_config({"pf": entry})))
     tree = describe(policy)
-    assert tree[1][1][1][1][child_name("pf", 0)] == ("outlier_detection", "pick_first")
+    assert tree[1][1][1][1][1][child_name("pf", 0)] == "pick_first"
     connect_all(helper)
     picks = picked_addresses(helper, 20)
     assert len(set(picks)) == 1

@@ -209,6 +209,24 @@ _KIND = {
 }
 
 
+def channel_subchannel(subchannel: Any) -> Any:
+    """The subchannel a cds tree's pick starts its attempt on.  A cluster
+    without outlier detection runs a no-op outlier_detection whose picker is
+    its child's, unmapped (no work per pick): the pick names its wrapper,
+    whose ``core`` is the channel's; this is the wrapped one."""
+    from pyxds.lb.outlier_detection import OutlierDetectionSubchannel
+
+    if isinstance(subchannel, OutlierDetectionSubchannel):
+        return subchannel.real
+    return subchannel
+
+
+def cluster_impl_of(cds_policy: Any) -> Any:
+    """The xds_cluster_impl policy of a leaf cds policy (A75: below its
+    outlier_detection)."""
+    return cds_policy.child.child
+
+
 def _unwrap(obj: Any) -> Any:
     # a ChildPolicyHandler, or a parent's per-child record with .policy
     from pyxds.lb.child_handler import ChildPolicyHandler

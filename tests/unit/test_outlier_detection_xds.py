@@ -1,7 +1,8 @@
 """Outlier detection through xDS (gRFC A50 "xDS Integration", "xDS
 Validation"): the CDS ``outlier_detection`` field mapped to the
 ``outlier_detection_experimental`` config, NACKs naming the field, and the
-cds policy running outlier_detection at the top of every priority child."""
+cds policy running one outlier_detection per cluster above xds_cluster_impl
+(A75)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from test_cds_support import (
     READY,
     build,
     cds_update,
+    channel_subchannel,
+    cluster_impl_of,
     connect_all,
     describe,
     eds_cluster,
@@ -147,7 +150,10 @@ def cds_policy():
     return build([{"cds_experimental": {"cluster": "c1"}}])
 
 
-def test_cds_puts_outlier_detection_over_the_cluster_policy_in_each_priority():
+def test_cds_puts_outlier_detection_once_above_xds_cluster_impl():
+    """A75 "Aggregate Cluster Changes": outlier_detection -> xds_cluster_impl
+    -> xds_override_host -> priority -> the cluster's policy in each
+    priority (C-core's cds.cc order), one outlier_detection per cluster."""
     _helper, policy, config = cds_policy()
     od = json.dumps({"interval": "1s", "failurePercentageEjection": {}})
     cluster = eds_cluster("c1", outlier_detection=od)
@@ -155,10 +161,15 @@ def test_cds_puts_outlier_detection_over_the_cluster_policy_in_each_priority():
         cluster, [locality(loc("a"), ["10.0.0.1:80"])], [locality(loc("b"), ["10.0.1.1:80"])]
     )
     policy.update(cds_update(config, xds_config({"c1": entry})))
-    priority = describe(policy)[1][1][1]
+    tree = describe(policy)
+    assert tree[0] == "cds"
+    assert tree[1][0] == "outlier_detection"
+    assert tree[1][1][0] == "xds_cluster_impl"
+    assert tree[1][1][1][0] == "xds_override_host"
+    priority = tree[1][1][1][1]
     assert priority[0] == "priority"
     built = [child for child in priority[1].values() if child is not None]
-    assert built and all(child[0] == "outlier_detection" for child in built)
+    assert built and all(child[0] == "xds_wrr_locality" for child in built)
 
 
 def test_cds_outlier_detection_ejects_a_failing_endpoint():
@@ -202,9 +213,10 @@ def test_cds_without_outlier_detection_uses_a_no_op_config():
 
 @pytest.mark.parametrize("od", [None, json.dumps({"failurePercentageEjection": {}})])
 def test_cluster_picks_reach_the_real_subchannel_and_the_locality_counters(od):
-    """With or without an algorithm, the outlier_detection wrapper never
-    reaches the channel through xds_cluster_impl, and the cluster's locality
-    counters (load reporting) still count every call."""
+    """With or without an algorithm, the pick reaches the channel's own
+    subchannel (a counting outlier_detection unwraps it; a no-op one leaves
+    its wrapper, whose ``core`` is the channel's), and the cluster's
+    locality counters (load reporting) still count every call."""
     name = "c1-lrs" if od else "c1-lrs-noop"  # counters are per cluster, process-wide
     helper, policy, config = build([{"cds_experimental": {"cluster": name}}])
     cluster = eds_cluster(name, outlier_detection=od)
@@ -213,7 +225,8 @@ def test_cluster_picks_reach_the_real_subchannel_and_the_locality_counters(od):
     connect_all(helper)
     for _ in range(10):
         result = helper.pick()
-        assert result.subchannel in helper.subchannels  # the FakeSubchannel itself
+        # the channel's own (a no-op outlier_detection's wrapper carries its core)
+        assert channel_subchannel(result.subchannel) in helper.subchannels
         result.on_call_done(OK)
-    load = policy.child.counters.snapshot()
+    load = cluster_impl_of(policy).counters.snapshot()
     assert sum(loc_load.succeeded for loc_load in load.localities) == 10

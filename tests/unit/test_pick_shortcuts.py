@@ -230,7 +230,7 @@ def _args(session: OverrideHostAttribute | None = None) -> PickArgs:
 def test_rpcs_without_a_session_take_the_stream_and_get_the_wrappers_constant_results():
     helper, _ = _tree()
     picker = _override_host_picker(helper)
-    wrappers = {r.subchannel.real.address: r.subchannel.real for r in picker.child.results}
+    wrappers = {r.subchannel.address: r.subchannel for r in picker.child.results}
     results = [picker.pick(_args()) for _ in range(4)]
     assert picker._plain_next is not None, "round_robin over plain wrappers: the shortcut"
     addresses = [r.subchannel.address for r in results]
@@ -283,7 +283,7 @@ def test_no_stream_when_a_child_result_is_not_a_plain_pick_of_the_wrapper():
     done: list[Status] = []
     with_callback = tuple(PickComplete(r.subchannel, done.append) for r in plain)
     with_labels = tuple(PickComplete(r.subchannel, None, None, {"l": "v"}) for r in plain)
-    bare = tuple(PickComplete(r.subchannel.real.real) for r in plain)  # not our wrapper
+    bare = tuple(PickComplete(r.subchannel.real) for r in plain)  # not our wrapper
     for results in (with_callback, with_labels, bare, ()):
         assert _plain_stream(_Results(results)) is None, results
 
@@ -297,7 +297,7 @@ def test_no_stream_when_a_child_result_is_not_a_plain_pick_of_the_wrapper():
     result = full.pick(_args())
     assert full._plain_next is None
     assert isinstance(result, PickComplete) and result.on_call_done is not None
-    assert result.subchannel is plain[0].subchannel.real.real
+    assert result.subchannel is plain[0].subchannel.real
     result.on_call_done(OK)
     assert done == [OK]
 
@@ -305,18 +305,18 @@ def test_no_stream_when_a_child_result_is_not_a_plain_pick_of_the_wrapper():
 def test_the_stream_maps_each_result_to_its_own_wrappers_result_and_nothing_else():
     helper, _ = _tree()
     plain = _override_host_picker(helper).child.results
-    # one result under the no-op outlier_detection wrapper, one of our wrapper itself
-    mixed = (plain[0], PickComplete(plain[1].subchannel.real))
+    # one of the child's own results, one made here on our wrapper
+    mixed = (plain[0], PickComplete(plain[1].subchannel))
     nxt = _plain_stream(_Results(mixed))
     assert nxt is not None
     assert [nxt() for _ in range(4)] == [
-        plain[0].subchannel.real.result,
+        plain[0].subchannel.result,
         mixed[1].subchannel.result,
     ] * 2
 
     class Foreign(_Results):
         def result_stream(self) -> Any:
-            return iter([PickComplete(plain[0].subchannel.real)])  # not one of ``results``
+            return iter([PickComplete(plain[0].subchannel)])  # not one of ``results``
 
     foreign = _plain_stream(Foreign(plain))
     assert foreign is not None
@@ -351,7 +351,7 @@ def test_a_picker_maps_its_childs_results_at_its_first_pick_without_a_session_on
 
     helper, _ = _tree()
     child = _override_host_picker(helper).child
-    wrapped = {id(r): r.subchannel.real.result for r in child.results}
+    wrapped = {id(r): r.subchannel.result for r in child.results}
     mapped = _count_calls(monkeypatch, oh, "_plain_result")
     policy = _override_host_picker(helper)._policy
     pickers = [OverrideHostPicker(policy, _Results(child.results), frozenset(), lambda: 0.0)]
@@ -383,5 +383,5 @@ def test_a_picker_whose_child_is_not_plain_looks_once_then_picks_the_full_way(mo
     assert len(looked) == 1, "one look, by the first pick"
     assert full._plain_next is None
     for r, child_result in zip(results, with_callback * 2, strict=True):
-        assert isinstance(r, PickComplete) and r.subchannel is child_result.subchannel.real.real
+        assert isinstance(r, PickComplete) and r.subchannel is child_result.subchannel.real
         assert r.on_call_done is not None

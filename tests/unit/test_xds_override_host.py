@@ -15,6 +15,8 @@ from test_cds_support import (
     TF,
     build,
     cds_update,
+    channel_subchannel,
+    cluster_impl_of,
     connect_all,
     eds_cluster,
     eds_entry,
@@ -103,7 +105,7 @@ def test_an_rpc_without_the_attribute_is_a_plain_child_pick():
     connect_all(helper)
     result, _ = pick(helper)
     assert isinstance(result, PickComplete)
-    assert result.subchannel in helper.subchannels  # the channel's own subchannel
+    assert channel_subchannel(result.subchannel) in helper.subchannels  # the channel's own
 
 
 def test_a_cookie_naming_a_ready_endpoint_pins_every_pick_to_it():
@@ -122,9 +124,9 @@ def test_the_pinned_pick_is_counted_by_load_reporting_like_any_other():
     connect_all(helper)
     for _ in range(5):
         result, _session = pick(helper, cookie="10.0.0.1:80")
-        assert result.subchannel in helper.subchannels
+        assert channel_subchannel(result.subchannel) in helper.subchannels
         result.on_call_done(OK)
-    load = policy.child.counters.snapshot()
+    load = cluster_impl_of(policy).counters.snapshot()
     assert sum(x.succeeded for x in load.localities) == 5
 
 
@@ -355,7 +357,7 @@ def test_the_dump_lists_addresses_health_and_owned_subchannels():
     helper, policy, update = tree(statuses={"UNKNOWN", "HEALTHY", "DRAINING"})
     update([locality(A, ["10.0.0.1:80", ("10.0.0.2:80", "DRAINING")])])
     connect_all(helper)
-    override_host = policy.child.child
+    override_host = cluster_impl_of(policy).child
     dump = override_host.config_dump()
     assert dump["override_host_statuses"] == ["DRAINING", "HEALTHY", "UNKNOWN"]
     assert dump["addresses"]["10.0.0.2:80"]["health"] == "DRAINING"

@@ -17,16 +17,20 @@ Theory of operation, per update:
    destroyed and the policy reports TRANSIENT_FAILURE with that status.
 3. Leaf cluster (EDS or LOGICAL_DNS) whose ClusterConfig equals the last one
    applied: nothing to do (TRAPS.md "configs and equality").
-4. Leaf cluster: child ``xds_cluster_impl_experimental {clusterName}`` over
+4. Leaf cluster (A75 "Aggregate Cluster Changes", C-core's order): child
+   ``outlier_detection_experimental`` (A50; the cluster's
+   ``outlier_detection``, else a no-op config) over
+   ``xds_cluster_impl_experimental {clusterName}`` over
    ``xds_override_host_experimental {clusterName}`` (A55/A75 stateful
    session affinity, always there as in C-core: a no-op without sessions)
    over ``priority_experimental`` with one child per EDS priority (exactly one for
    LOGICAL_DNS, and exactly one without endpoints when the EDS resource
    failed, is missing or has no endpoints, so that an aggregate parent fails
-   over: TRAPS.md, grpc-go#6462).  Each priority child runs the cluster's LB
+   over: TRAPS.md, grpc-go#6462).  Outlier detection thus sees every
+   endpoint of every priority and counts every pick, a session's included.
+   Each priority child runs the cluster's LB
    policy (``Cluster.lb_policy_config``, A52; default xds_wrr_locality over
-   round_robin; ``pick_first`` per A62) under ``outlier_detection_experimental``
-   (A50; the cluster's ``outlier_detection``, else a no-op config) with
+   round_robin; ``pick_first`` per A62) with
    ``ignore_reresolution_requests`` for EDS (A37).  Priority child names are
    ``{cluster=NAME, child_number=N}``, kept stable by
    :mod:`pyxds.lb.priority_names`.  Endpoints carry
@@ -53,7 +57,9 @@ Theory of operation, per update:
    leaf and an aggregate the child's policy name changes and the
    ChildPolicyHandler builds the new tree while the old one serves until the
    new one leaves CONNECTING; between EDS and LOGICAL_DNS the old tree is
-   shut down first.  (grpcio 1.85.1 crashed here: TRAPS.md.)
+   shut down first.  (grpcio 1.85.1 crashed here: TRAPS.md.)  A change of
+   the cluster's outlier detection config updates the outlier_detection
+   policy in place (same subchannels).
 """
 
 from __future__ import annotations
@@ -311,23 +317,26 @@ class CdsPolicy(LoadBalancer):
         cached = self._config_cache.get(key)
         if cached is not None:
             return cached
-        # A50 "xDS Integration": each priority child runs outlier_detection
-        # over the cluster's policy (a no-op one, no algorithm, when the
-        # cluster sets none), as C-core does.
-        od = json.loads(outlier_detection) if outlier_detection else {}
-        od["childPolicy"] = json.loads(lb_policy)
-        policy = [{OUTLIER_DETECTION: od}]
+        # A75 "Aggregate Cluster Changes": outlier_detection, xds_cluster_impl
+        # and xds_override_host sit above the priority policy, so outlier
+        # detection counts every endpoint of every priority and every pick
+        # (a session's too), as C-core builds it (cds.cc).  Each priority
+        # child runs the cluster's own policy.
         children: dict[str, Any] = {}
+        policy = json.loads(lb_policy)
         for child in child_names:
             child_config: dict[str, Any] = {"config": policy}
             if not is_dns:
                 child_config["ignore_reresolution_requests"] = True
             children[child] = child_config
         priority = [{PRIORITY: {"children": children, "priorities": list(child_names)}}]
-        # A55/A75: stateful session affinity above the priorities, below
-        # load reporting (C-core's order).
         override_host = [{OVERRIDE_HOST: {"clusterName": name, "childPolicy": priority}}]
-        tree = [{CLUSTER_IMPL: {"clusterName": name, "childPolicy": override_host}}]
+        cluster_impl = [{CLUSTER_IMPL: {"clusterName": name, "childPolicy": override_host}}]
+        # A50 "xDS Integration": the cluster's outlier_detection config, else
+        # a no-op one (no algorithm: nothing counted, nothing ejected).
+        od = json.loads(outlier_detection) if outlier_detection else {}
+        od["childPolicy"] = cluster_impl
+        tree = [{OUTLIER_DETECTION: od}]
         selection = registry.select_policy(tree)
         self._config_cache = {key: selection}
         return selection
@@ -376,7 +385,8 @@ class CdsPolicy(LoadBalancer):
         """The cluster changed type: nothing of the old tree is reused.  Between
         a leaf and an aggregate the child's policy name changes and the
         handler switches gracefully; between EDS and LOGICAL_DNS (both
-        xds_cluster_impl) the old tree is shut down here."""
+        outlier_detection over xds_cluster_impl) the old tree is shut down
+        here."""
         if leaf_to_leaf and self._child is not None:
             self._child.shutdown()
             self._child = None

@@ -37,9 +37,9 @@ Behaviour:
   endpoint's active bucket (OK = success, anything else = failure).
   Without one (the no-op config cds uses for clusters without outlier
   detection) the child's picker is published unchanged: its results name
-  wrapper subchannels, which ``xds_cluster_impl`` unwraps (so its locality
-  counters still see the real subchannel) and the channel unwraps too
-  (``core`` passes through the wrapper).  The channel calls
+  wrapper subchannels, whose ``core`` slot (the real subchannel's) is what
+  the channel reads from a pick, so the unmapped picker costs nothing per
+  pick.  The channel calls
   ``on_call_done`` once per attempt, so retries count per attempt.  Fields of
   the child's :class:`PickComplete` this policy does not use pass through
   (``dataclasses.replace``).
@@ -59,7 +59,15 @@ Behaviour:
   3.1 read literally would not; grpc-java#9489).
 * A child that is ``pick_first`` itself is never ejected (counted only):
   C-core applies ejection through the endpoint health signal, which a
-  top-level pick_first ignores (grpc#32967, A61).
+  top-level pick_first ignores (grpc#32967, A61).  Under cds's A75 tree
+  (``xds_cluster_impl -> xds_override_host -> priority -> cluster policy``)
+  that is the cluster's policy (:func:`ejection_reaches`).
+* A wrapper also offers C-core's connectivity watch beside that health
+  signal (:meth:`OutlierDetectionSubchannel.watch_connectivity`): the
+  real subchannel's every report, ejected or not.  xds_override_host (above
+  the wrapper in the A75 tree) reads it, so an ejected endpoint keeps its
+  sessions while the policies below the override see the ejection, as in
+  C-core, whose xds_override_host watches connectivity, not health.
 """
 
 from __future__ import annotations
@@ -117,7 +125,6 @@ _TF = ConnectivityState.TRANSIENT_FAILURE
 EJECTED_STATUS = Status(grpc.StatusCode.UNAVAILABLE, "subchannel ejected by outlier detection")
 _MAX_DURATION_SECONDS = 315_576_000_000
 _DURATION_RE = re.compile(r"^(-?)(\d+)(?:\.(\d{1,9}))?s$")
-_MEMO_LIMIT = 4096
 
 
 # -- config ----------------------------------------------------------------------
@@ -324,6 +331,9 @@ class OutlierDetectionSubchannel(Watched, Subchannel):
         "address",
         "endpoint",
         "ejected",
+        "core",
+        "mapped",
+        "connectivity_watcher",
         "_policy",
         "_state",
         "_status",
@@ -335,6 +345,15 @@ class OutlierDetectionSubchannel(Watched, Subchannel):
         self.address = real.address
         self.endpoint: EndpointState | None = None
         self.ejected = False
+        #: the channel's subchannel core, read by the channel from a pick of
+        #: a no-op outlier_detection (its picker is the child's, unmapped):
+        #: a slot, not a ``__getattr__`` per pick
+        self.core = getattr(real, "core", None)
+        #: (child result, endpoint entry, mapped result) of the last counted
+        #: pick of this wrapper (:meth:`OutlierDetectionPicker._map`)
+        self.mapped: tuple[PickComplete, EndpointState | None, PickComplete] | None = None
+        #: the one watcher of the real reports, ejected or not (watch_connectivity)
+        self.connectivity_watcher: Any = None
         self._policy = policy
         self._watchers = None
         self._state = ConnectivityState.IDLE
@@ -355,9 +374,25 @@ class OutlierDetectionSubchannel(Watched, Subchannel):
             fn(self._state, self._status)
         return unwatch
 
+    def watch_connectivity(self, watcher: Any) -> None:
+        """C-core's connectivity watch (A61), beside :meth:`watch_state`,
+        which is the health signal an ejection changes: ``watcher``'s
+        ``connectivity_changed(state, status)`` gets the real subchannel's
+        current state now and every report after, whether the endpoint is
+        ejected or not.  One watcher (the xds_override_host wrapper above
+        this one); None detaches it."""
+        self.connectivity_watcher = watcher
+        if watcher is None:
+            return
+        if self._unwatch is None:
+            self._unwatch = self.real.watch_state(self)
+        watcher.connectivity_changed(self._state, self._status)
+
     def shutdown(self) -> None:
         self._policy._untrack(self)
         self._watchers = None
+        self.mapped = None  # its child result names this wrapper: no cycle left
+        self.connectivity_watcher = None
         unwatch, self._unwatch = self._unwatch, None
         if unwatch is not None:
             unwatch()
@@ -376,6 +411,9 @@ class OutlierDetectionSubchannel(Watched, Subchannel):
         """The real subchannel's report (the wrapper is its watcher: no
         bound method per endpoint, issue 18)."""
         self._state, self._status = state, status
+        watcher = self.connectivity_watcher
+        if watcher is not None:
+            watcher.connectivity_changed(state, status)
         if not self.ejected:
             self._notify(state, status)
 
@@ -414,18 +452,19 @@ def _chain(first: _Done, then: _Done) -> _Done:
 class OutlierDetectionPicker(Picker):
     """Delegates to the child's picker; unwraps the subchannel and adds the
     counting ``on_call_done`` (chained before the child's own).  Child
-    results are mostly constant objects (pick_first's READY result,
-    least_request's per-endpoint results): each maps to one precomputed
-    result, memoised by identity (at most 4096 of them), so such a pick
-    allocates nothing.  Build with :func:`make_picker`."""
+    results are mostly constant objects (xds_cluster_impl's per-endpoint
+    results in cds's A75 tree, pick_first's READY result, least_request's
+    per-endpoint results): the last one picked on a wrapper maps to a result
+    remembered on that wrapper (``mapped``, checked by identity with the
+    endpoint entry it counts into), so such a pick allocates nothing, for
+    any number of endpoints.  Build with :func:`make_picker`."""
 
-    __slots__ = ("_child", "_pick", "_counting", "_memo")
+    __slots__ = ("_child", "_pick", "_counting")
 
     def __init__(self, child: Picker, counting: bool) -> None:
         self._child = child
         self._pick = child.pick
         self._counting = counting
-        self._memo: dict[int, tuple[PickComplete, PickComplete]] = {}
 
     @property
     def child(self) -> Picker:
@@ -435,9 +474,16 @@ class OutlierDetectionPicker(Picker):
         result = self._pick(args)
         if type(result) is not PickComplete:
             return result
-        memo = self._memo.get(id(result))
-        if memo is not None and memo[0] is result:
-            return memo[1]
+        subchannel: Any = result.subchannel
+        if subchannel.__class__ is not OutlierDetectionSubchannel:
+            return result
+        memo = subchannel.mapped
+        if (
+            memo is not None
+            and memo[0] is result
+            and memo[1] is (subchannel.endpoint if self._counting else None)
+        ):
+            return memo[2]  # type: ignore[no-any-return]
         return self._map(result)
 
     def _map(self, result: PickComplete, remember: bool = True) -> PickResult:
@@ -451,8 +497,8 @@ class OutlierDetectionPicker(Picker):
         if endpoint is not None:
             done = endpoint.record if inner is None else _chain(endpoint.record, inner)
         mapped = replace(result, subchannel=subchannel.real, on_call_done=done)
-        if remember and len(self._memo) < _MEMO_LIMIT:
-            self._memo[id(result)] = (result, mapped)
+        if remember:
+            subchannel.mapped = (result, endpoint, mapped)
         return mapped
 
     def __repr__(self) -> str:
@@ -503,6 +549,29 @@ def make_picker(child: Picker, counting: bool) -> OutlierDetectionPicker:
 
 # -- policy ----------------------------------------------------------------------------
 
+#: the policies cds puts between outlier_detection and the cluster's own
+#: policy (A75): each hands every endpoint to the policy below it
+_PASS_THROUGH = frozenset({"xds_cluster_impl_experimental", "xds_override_host_experimental"})
+
+
+def ejection_reaches(child: PolicySelection) -> bool:
+    """Whether an ejection changes what ``child`` picks: not when the policy
+    that manages the endpoints is ``pick_first`` itself (C-core ejects
+    through the health watch, which a pick_first outside a petiole policy
+    does not read: grpc#32967, A61).  cds's A75 tree is looked through:
+    xds_cluster_impl and xds_override_host to their child, the priority
+    policy to its children (ejection reaches when it reaches any of them)."""
+    name = child.name
+    if name in _PASS_THROUGH:
+        inner = getattr(child.config, "child_policy", None)
+        return not isinstance(inner, PolicySelection) or ejection_reaches(inner)
+    if name == "priority_experimental":
+        children = getattr(child.config, "children", None)
+        if isinstance(children, Mapping) and children:
+            return any(ejection_reaches(entry.config) for entry in children.values())
+        return True
+    return name != "pick_first"
+
 
 class _ODHelper(DelegatingHelper):
     def __init__(self, policy: OutlierDetectionPolicy) -> None:
@@ -533,6 +602,8 @@ class OutlierDetectionPolicy(LoadBalancer):
         self._aligned_for: bool | None = None
         self._timer = TimerSlot(helper.clock)
         self._timer_started_at: float | None = None
+        #: whether the endpoints' policy acts on an ejection (ejection_reaches)
+        self._ejection_reaches = False
         self._child_state: tuple[ConnectivityState, Status, Picker] | None = None
         self._updating = False
         self._dirty = False  # endpoints changed: memoised picks are stale
@@ -562,6 +633,8 @@ class OutlierDetectionPolicy(LoadBalancer):
         config: OutlierDetectionConfig = update.config
         old = self._config
         self._config = config
+        if old is None or old.child_policy != config.child_policy:
+            self._ejection_reaches = ejection_reaches(config.child_policy)
         if not isinstance(update.endpoints, Status):
             self._apply_endpoints(update.endpoints)
         self._apply_timer(config, old)
@@ -660,8 +733,7 @@ class OutlierDetectionPolicy(LoadBalancer):
             wrapper.endpoint.wrappers.discard(wrapper)
 
     def _may_eject(self) -> bool:
-        config = self._config
-        return config is not None and config.child_policy.name != "pick_first"
+        return self._ejection_reaches
 
     # -- timer ------------------------------------------------------------------------
     def _apply_timer(

@@ -2,9 +2,11 @@
 tree (gRFC A55 "LB Policy for Stateful Session Affinity", as changed by A75
 "Stateful Session Affinity Changes"; C-core's xds_override_host.cc).
 
-Place: the cds policy builds ``xds_cluster_impl -> xds_override_host ->
-priority`` for every leaf cluster (as C-core), so every RPC is load
-reported and a session holds across the cluster's priorities (A75).
+Place: the cds policy builds ``outlier_detection -> xds_cluster_impl ->
+xds_override_host -> priority`` for every leaf cluster (A75, as C-core),
+so every RPC is load reported and counted by outlier detection, and a
+session holds across the cluster's priorities.  An ejection reaches the
+policies below this one, not the session picks (OverrideHostSubchannel).
 Config: ``{"clusterName": NAME, "childPolicy": [...]}``; the rest comes from
 the cluster in the ``xds_config`` attribute: ``override_host_statuses``
 (EDS health statuses a session may stay on, A55) and ``idle_timeout``
@@ -47,8 +49,9 @@ Theory of operation
   TRANSIENT_FAILURE, not overridable) the child picks; when the RPC has the
   attribute, the picked endpoint's address list is written into it so the
   filter can set the cookie.
-* The child's pick names our wrapper (or a no-op outlier_detection wrapper
-  around it): the picker hands the parent the subchannel it wrapped, so
+* The child's pick names our wrapper (or, in a tree with outlier_detection
+  below this policy, a no-op outlier_detection wrapper around it): the
+  picker hands the parent the subchannel it wrapped, so
   ``xds_cluster_impl`` still counts the call by locality.  Mapped results
   of a child picker's constant results are memoized (no allocation on the
   common path, as outlier_detection does).  When every result of the
@@ -186,7 +189,16 @@ class OverrideHostSubchannel(Watched, Subchannel):
     """What the child sees instead of its parent's subchannel.  It watches
     the real subchannel once (its entry's state) and forwards the reports to
     the child's watchers.  ``owned``: the policy keeps it for sessions after
-    the child let go of it."""
+    the child let go of it.
+
+    Over an outlier_detection wrapper (cds's A75 tree puts outlier_detection
+    above this policy) it watches twice, as C-core's does: the connectivity
+    (``watch_connectivity``: every real report, ejected or not) is its
+    entry's ``state``, what session picks read (A55/A75: a session stays on
+    an ejected endpoint); the health (``watch_state``: TRANSIENT_FAILURE
+    while ejected) is what the child sees,
+    so the cluster's policy stops picking an ejected endpoint (``_health``,
+    ``_health_status``: its last report)."""
 
     __slots__ = (
         "real",
@@ -199,6 +211,8 @@ class OverrideHostSubchannel(Watched, Subchannel):
         "_policy",
         "_unwatch",
         "_closed",
+        "_health",
+        "_health_status",
     )
 
     def __init__(self, real: Subchannel, policy: XdsOverrideHostPolicy) -> None:
@@ -214,6 +228,15 @@ class OverrideHostSubchannel(Watched, Subchannel):
         self._watchers = None
         self._closed = False
         self._unwatch: Callable[[], None] | None = None
+        #: the last health report's state when the connectivity is watched
+        #: apart (over outlier_detection), else None (two slots, not a tuple
+        #: per report: issue 18's objects per endpoint)
+        self._health: ConnectivityState | None = None
+        self._health_status = OK_STATUS
+        connectivity = getattr(real, "watch_connectivity", None)
+        if connectivity is not None:
+            self._health = ConnectivityState.IDLE
+            connectivity(self)
         self._unwatch = real.watch_state(self)
 
     # -- Subchannel (the child's side) ---------------------------------------
@@ -222,7 +245,11 @@ class OverrideHostSubchannel(Watched, Subchannel):
 
     def watch_state(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
         unwatch = self._add_watcher(fn)
-        fn(self.state, self._status)
+        health = self._health
+        if health is None:
+            fn(self.state, self._status)
+        else:
+            fn(health, self._health_status)
         return unwatch
 
     def shutdown(self) -> None:
@@ -244,13 +271,30 @@ class OverrideHostSubchannel(Watched, Subchannel):
     # -- the policy's side ---------------------------------------------------
     def __call__(self, state: ConnectivityState, status: Status) -> None:
         """The real subchannel's report (the wrapper is its watcher: no
-        bound method per endpoint, issue 18)."""
+        bound method per endpoint, issue 18); over outlier_detection, its
+        health report (:meth:`connectivity_changed` has the connectivity)."""
         if self._closed:
+            return
+        if self._health is not None:
+            self._health = state
+            self._health_status = status
+            self._notify(state, status)
             return
         changed = state is not self.state
         self.state = state
         self._status = status
         self._notify(state, status)
+        if changed and self.owned:
+            self._policy._owned_state_changed(self)
+
+    def connectivity_changed(self, state: ConnectivityState, status: Status) -> None:
+        """The outlier_detection wrapper's connectivity report (ejected or
+        not): the entry's state, for session picks."""
+        if self._closed:
+            return
+        changed = state is not self.state
+        self.state = state
+        self._status = status
         if changed and self.owned:
             self._policy._owned_state_changed(self)
 
@@ -263,6 +307,8 @@ class OverrideHostSubchannel(Watched, Subchannel):
         unwatch, self._unwatch = self._unwatch, None
         if unwatch is not None:
             unwatch()
+        if self._health is not None:
+            self.real.watch_connectivity(None)  # type: ignore[attr-defined]
         self.real.shutdown()
 
     def __repr__(self) -> str:
