@@ -569,3 +569,38 @@ def test_stop_with_open_streams_ends_them_all_and_restarts(server):
     with RawAdsClient(server.address) as client:
         client.send(CLUSTER, ["c1"])
         assert resource_names_of(client.recv()) == ["c1"]
+
+
+def test_a_stream_past_max_workers_is_refused_not_left_unanswered():
+    """Each open ADS stream holds one of the server's worker threads; a
+    stream beyond ``max_workers`` is refused RESOURCE_EXHAUSTED at once (a
+    client retries it with backoff) instead of waiting unanswered for a
+    worker while the others stay open (it used to: 64 workers were used up
+    by one test module's clients, and new streams then got nothing)."""
+    with ManagementServer(max_workers=2, snapshot=make_snapshot()) as server:
+        streams = [RawAdsClient(server.address) for _ in range(3)]
+        try:
+            for open_stream in streams[:2]:
+                open_stream.send(LISTENER, ["l1"])
+                assert resource_names_of(open_stream.recv()) == ["l1"]
+            streams[2].send(LISTENER, ["l1"])
+            with pytest.raises(EOFError):
+                streams[2].recv()
+            assert isinstance(streams[2].closed, grpc.RpcError)
+            assert streams[2].closed.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            streams[0].close()  # its worker is free again once the server sees it
+            for _ in range(50):
+                retry = RawAdsClient(server.address)
+                streams.append(retry)
+                retry.send(LISTENER, ["l2"])
+                try:
+                    names = resource_names_of(retry.recv())
+                except EOFError:
+                    continue  # refused: the closed stream's worker not yet free
+                assert names == ["l2"]
+                break
+            else:
+                pytest.fail("no stream was served after one closed")
+        finally:
+            for stream in streams:
+                stream.close()

@@ -179,7 +179,7 @@ class ManagementServer:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        max_workers: int = 64,
+        max_workers: int = 1024,
         snapshot: Snapshot | None = None,
         ignore_resource_names: bool = False,
         lrs_interval: float = 1.0,
@@ -216,7 +216,13 @@ class ManagementServer:
         executor = futures.ThreadPoolExecutor(
             max_workers=self._max_workers, thread_name_prefix="pyxds-xds-server"
         )
-        server = grpc.server(executor, options=SERVER_OPTIONS)
+        # Every open ADS or LRS stream holds a worker thread (made when
+        # needed) for its whole life.  Past max_workers a new stream is
+        # refused RESOURCE_EXHAUSTED, which clients see and retry with
+        # backoff, instead of waiting unanswered for a free worker.
+        server = grpc.server(
+            executor, options=SERVER_OPTIONS, maximum_concurrent_rpcs=self._max_workers
+        )
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(_Servicer(self), server)
         lrs_pb2_grpc.add_LoadReportingServiceServicer_to_server(self.lrs, server)
         address = f"{self._host_for_uri()}:{self._port}"
