@@ -19,6 +19,7 @@ import collections
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
 
@@ -132,6 +133,17 @@ class Backend(HoldsItsPort):
     @property
     def running(self) -> bool:
         return self._server is not None
+
+
+def running_backends(*names: str) -> Iterator[dict[str, Backend]]:
+    """A module fixture's body (``yield from running_backends("a0", "b0")``):
+    a started :class:`Backend` per name, all stopped afterwards."""
+    started = {name: Backend(name).start() for name in names}
+    try:
+        yield started
+    finally:
+        for backend in started.values():
+            backend.stop()
 
 
 def _stop_listening(sock: socket.socket, acceptor: threading.Thread) -> None:

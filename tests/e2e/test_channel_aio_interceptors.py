@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
-from channel_fixtures import SERVICE, TARGET, Backend, header, route, snapshot
+from channel_fixtures import SERVICE, TARGET, header, route, running_backends, snapshot
 
 import pyxds.aio
 from pyxds.channel.aio import AioStreamStream, AioUnaryStream, AioUnaryUnary
@@ -31,10 +31,7 @@ WAIT = 10.0  # bound of every wait in these tests
 
 @pytest.fixture(scope="module")
 def backends():
-    started = {name: Backend(name).start() for name in ("imain", "icanary")}
-    yield started
-    for backend in started.values():
-        backend.stop()
+    yield from running_backends("imain", "icanary")
 
 
 @pytest.fixture(scope="module")

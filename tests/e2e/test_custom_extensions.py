@@ -103,8 +103,8 @@ def test_python_policy_chosen_by_xds_typed_struct(xds_server, backends, least_re
         call_until(channel, "a", timeout=10)
         call_until(channel, "b", timeout=10)
         assert set(spread(channel)) == {"a", "b"}
-        # Under the xDS tree the policy object is shown by its class.
-        assert "LeastRecent" in json.dumps(channel.config_dump()["lb_policy"])
+        # Under the xDS tree each priority runs the policy the cluster named.
+        assert '"policy": "least_recent"' in json.dumps(channel.config_dump()["lb_policy"])
     assert xds_server.nacks() == []
 
 

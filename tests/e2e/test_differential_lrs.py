@@ -15,7 +15,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from channel_fixtures import TARGET, Backend, CoreXdsClient, pyxds_calls, wait_until
+from channel_fixtures import (
+    TARGET,
+    CoreXdsClient,
+    pyxds_calls,
+    running_backends,
+    wait_until,
+)
 from lrs_fixtures import DROP, FAIL, MAIN, MAIN_EDS, PLAIN, WHO, Observed, lrs_snapshot
 
 import pyxds._api as pyxds
@@ -28,10 +34,7 @@ CORE_NODE = "lrs-diff-core"
 
 @pytest.fixture(scope="module")
 def backends():
-    started = {name: Backend(name).start() for name in ("a0", "b0")}
-    yield started
-    for backend in started.values():
-        backend.stop()
+    yield from running_backends("a0", "b0")
 
 
 @pytest.fixture(scope="module")

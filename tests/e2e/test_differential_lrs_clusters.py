@@ -23,7 +23,15 @@ import time
 from typing import Any
 
 import pytest
-from channel_fixtures import LISTENER, SERVICE, TARGET, Backend, CoreXdsClient, pyxds_calls
+from channel_fixtures import (
+    LISTENER,
+    SERVICE,
+    TARGET,
+    Backend,
+    CoreXdsClient,
+    pyxds_calls,
+    running_backends,
+)
 from channel_fixtures import wait_until as wait_for
 
 import pyxds._api as pyxds
@@ -37,10 +45,7 @@ WHO = f"/{SERVICE}/Who"
 
 @pytest.fixture(scope="module")
 def backends():
-    started = {name: Backend(name).start() for name in ("a0", "b0")}
-    yield started
-    for backend in started.values():
-        backend.stop()
+    yield from running_backends("a0", "b0")
 
 
 @pytest.fixture(scope="module")

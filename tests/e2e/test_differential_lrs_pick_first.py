@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from channel_fixtures import LISTENER, TARGET, Backend, CoreXdsClient, pyxds_calls
+from channel_fixtures import LISTENER, TARGET, CoreXdsClient, pyxds_calls, running_backends
 from channel_fixtures import wait_until as wait_for
 from envoy.extensions.load_balancing_policies.pick_first.v3 import pick_first_pb2
 
@@ -29,10 +29,7 @@ CLUSTER = "lrs-pick-first"
 
 @pytest.fixture(scope="module")
 def backends():
-    started = {name: Backend(name).start() for name in ("a0", "b0")}
-    yield started
-    for backend in started.values():
-        backend.stop()
+    yield from running_backends("a0", "b0")
 
 
 @pytest.fixture(scope="module")

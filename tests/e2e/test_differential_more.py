@@ -22,6 +22,7 @@ from channel_fixtures import (
     header,
     pyxds_calls,
     route,
+    running_backends,
     snapshot,
     wait_until,
 )
@@ -45,10 +46,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def backends():
-    started = {name: Backend(name).start() for name in ("a0", "b0")}
-    yield started
-    for backend in started.values():
-        backend.stop()
+    yield from running_backends("a0", "b0")
 
 
 @pytest.fixture(scope="module")

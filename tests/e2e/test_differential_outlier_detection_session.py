@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from channel_fixtures import LISTENER, TARGET, Backend, CoreXdsClient, pyxds_calls
+from channel_fixtures import LISTENER, TARGET, CoreXdsClient, pyxds_calls, running_backends
 from test_differential_outlier_detection import od_snapshot
 from test_stateful_session import COOKIE, FAIL, PATH, WHO, cookie_for
 
@@ -34,10 +34,7 @@ DEADLINE = 10.0  # seconds for b0's ejection to show
 
 @pytest.fixture(scope="module")
 def backends():
-    started = {name: Backend(name).start() for name in ("b0", "b1")}
-    yield started
-    for backend in started.values():
-        backend.stop()
+    yield from running_backends("b0", "b1")
 
 
 def session_snapshot(backends) -> Snapshot:

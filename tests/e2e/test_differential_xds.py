@@ -21,6 +21,7 @@ from channel_fixtures import (
     header,
     pyxds_calls,
     route,
+    running_backends,
     snapshot,
     wait_until,
 )
@@ -40,10 +41,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def backends():
-    started = {name: Backend(name).start() for name in ("a0", "b0", "c0", "d0")}
-    yield started
-    for b in started.values():
-        b.stop()
+    yield from running_backends("a0", "b0", "c0", "d0")
 
 
 @pytest.fixture(scope="module")

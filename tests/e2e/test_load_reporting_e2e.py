@@ -10,7 +10,7 @@ import time
 
 import grpc
 import pytest
-from channel_fixtures import TARGET, Backend, pyxds_calls, wait_until
+from channel_fixtures import TARGET, pyxds_calls, running_backends, wait_until
 from lrs_fixtures import (
     DROP,
     FAIL,
@@ -33,10 +33,7 @@ _nodes = itertools.count()
 
 @pytest.fixture(scope="module")
 def backends():
-    started = {name: Backend(name).start() for name in ("a0", "b0")}
-    yield started
-    for backend in started.values():
-        backend.stop()
+    yield from running_backends("a0", "b0")
 
 
 @pytest.fixture(scope="module")

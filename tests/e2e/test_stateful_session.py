@@ -22,7 +22,7 @@ import re
 
 import grpc
 import pytest
-from channel_fixtures import SERVICE, TARGET, Backend, CoreXdsClient, wait_until
+from channel_fixtures import SERVICE, TARGET, Backend, CoreXdsClient, running_backends, wait_until
 
 import pyxds._api as pyxds
 import pyxds.aio
@@ -39,10 +39,7 @@ SET_COOKIE = re.compile(rf"^{COOKIE}=([A-Za-z0-9+/]+=*); HttpOnly; Path={PATH}; 
 
 @pytest.fixture(scope="module")
 def backends():
-    started = {name: Backend(name).start() for name in ("b0", "b1", "b2", "d0", "d1")}
-    yield started
-    for backend in started.values():
-        backend.stop()
+    yield from running_backends("b0", "b1", "b2", "d0", "d1")
 
 
 @pytest.fixture
