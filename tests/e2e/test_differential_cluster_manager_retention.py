@@ -19,13 +19,19 @@ from typing import Any
 
 import grpc
 import pytest
-from channel_fixtures import LISTENER, SERVICE, TARGET, CoreXdsClient, pyxds_calls, wait_until
+from channel_fixtures import (
+    SERVICE,
+    TARGET,
+    CoreXdsClient,
+    pyxds_calls,
+    route,
+    snapshot,
+    wait_until,
+)
 from ports import EXCLUSIVE
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
-from pyxds.server import builders as b
-from pyxds.server.snapshot import Snapshot
 
 
 class PeerBackend:
@@ -78,20 +84,10 @@ def backends() -> Iterator[dict[str, PeerBackend]]:
         backend.stop()
 
 
-def routed_to(cluster: str, backends: dict[str, PeerBackend]) -> Snapshot:
-    return Snapshot(
-        listeners=[b.listener(LISTENER)],
-        routes=[
-            b.route_config(
-                f"{LISTENER}-route",
-                [b.virtual_host("vh", routes=[b.route(prefix="", cluster=cluster)])],
-            )
-        ],
-        clusters=[b.cluster("ret-a"), b.cluster("ret-b")],
-        endpoints=[
-            b.endpoints("ret-a", [b.locality(endpoints=[backends["ra"].address])]),
-            b.endpoints("ret-b", [b.locality(endpoints=[backends["rb"].address])]),
-        ],
+def routed_to(cluster: str, backends: dict[str, PeerBackend]) -> Any:
+    return snapshot(
+        [route(prefix="", cluster=cluster)],
+        {"ret-a": [[backends["ra"].address]], "ret-b": [[backends["rb"].address]]},
     )
 
 
