@@ -49,6 +49,7 @@ from pyxds.lb import (
     Status,
     registry,
 )
+from pyxds.lb.xds_cluster_manager import CHILD_RETENTION
 
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 POLICY_A = "test.conformance_cm_a"
@@ -166,8 +167,8 @@ def test_config_update_keeps_kept_children_builds_new_ones_and_drops_removed_one
     """grpc-java ClusterManagerLoadBalancerTest.acceptResolvedAddressesUpdatesChannelPicker,
     grpc-go TestConfigUpdateAddCluster: children queue until they report; an
     update keeps the child of a cluster still present (same instance, updated
-    again), builds the new one, and a removed cluster's picks fail (pyxds
-    shuts it down at once, docs/differences-from-c-core.md)."""
+    again), builds the new one, and a removed cluster's picks fail (its child
+    is retained, alive, for 15 minutes: C-core and grpc-java)."""
     helper, policy = new_manager(childA=POLICY_A, childB=POLICY_B)
     assert helper.state is CONNECTING
     assert picked_by(helper, "childA") == "queued"
@@ -175,7 +176,7 @@ def test_config_update_keeps_kept_children_builds_new_ones_and_drops_removed_one
     a = child("childA")
     policy.update(ResolverUpdate((), manager_config(childA=POLICY_A, childC=POLICY_A)))
     assert child("childA") is a and a.updates == 2
-    assert child("childB", live=False).shut_down
+    assert not child("childB").shut_down
     assert child("childC").updates == 1
     assert picked_by(helper, "childB") == 'xds cluster manager picker: unknown cluster "childB"'
     assert picked_by(helper, "childC") == "queued"
@@ -195,11 +196,16 @@ def test_picker_routes_each_cluster_to_its_childs_latest_picker():
 
 
 def test_report_from_a_removed_child_is_ignored():
-    """grpc-java ignoreBalancingStateUpdateForDeactivatedChildLbs: a late
-    report from a child no longer in the config changes nothing."""
+    """grpc-java ignoreBalancingStateUpdateForDeactivatedChildLbs, C-core
+    UpdateStateLocked ("Skip the children that are not in the latest
+    update"): a retained child counts for neither the state nor the picker,
+    whether it was READY when removed or reports READY later."""
     helper, policy = new_manager(childA=POLICY_A, childB=POLICY_B)
+    child("childA").report(READY)
+    assert helper.state is READY
     policy.update(ResolverUpdate((), manager_config(childB=POLICY_B)))
-    removed = child("childA", live=False)
+    assert helper.state is CONNECTING
+    removed = child("childA")
     before = len(helper.states)
     removed.report(READY)
     assert len(helper.states) == before
@@ -234,7 +240,7 @@ def test_resolver_error_reaches_every_current_child_and_no_removed_one():
     policy.update(ResolverUpdate((), manager_config(childB=POLICY_B)))
     error = Status(grpc.StatusCode.UNKNOWN, "unknown error")
     policy.resolver_error(error)
-    assert child("childA", live=False).errors == []
+    assert child("childA").errors == []
     assert child("childB").errors == [error]
 
 
@@ -255,16 +261,18 @@ def test_children_reporting_during_an_update_make_one_report(monkeypatch):
 def test_config_with_no_children_fails_every_pick_and_children_can_come_back():
     """grpc-go TestRoutingConfigUpdateDeleteAll: every cluster removed ->
     TRANSIENT_FAILURE (C-core: no child counts, so TRANSIENT_FAILURE) and
-    picks fail as unknown clusters; re-adding the clusters serves again."""
+    picks fail as unknown clusters; re-adding the clusters serves again, at
+    once for childA, whose retained child is still READY (C-core; grpc-go
+    deletes removed children and starts CONNECTING)."""
     helper, policy = new_manager(childA=POLICY_A, childB=POLICY_B)
     child("childA").report(READY)
     policy.update(ResolverUpdate((), manager_config()))
     assert helper.state is TF
     assert picked_by(helper, "childA") == 'xds cluster manager picker: unknown cluster "childA"'
     policy.update(ResolverUpdate((), manager_config(childA=POLICY_A, childB=POLICY_B)))
-    assert helper.state is CONNECTING
-    child("childA").report(READY)
+    assert helper.state is READY
     assert picked_by(helper, "childA") == f"picked by childA/{POLICY_A}"
+    assert picked_by(helper, "childB") == "queued"
 
 
 def test_child_policy_change_switches_gracefully():
@@ -292,6 +300,82 @@ def test_all_children_idle_is_idle_and_exit_idle_reaches_every_child():
     child("childA").report(IDLE)
     child("childB").report(IDLE)
     assert helper.state is IDLE
+    policy.exit_idle()
+    assert child("childA").exit_idle_calls == 1
+    assert child("childB").exit_idle_calls == 1
+
+
+# ----------------------------------------------------------------- retention (A28, C-core)
+
+
+def test_removed_child_lives_15_minutes_then_is_shut_down():
+    """gRFC A28 "When a child policy is removed, it will be cached for 15
+    minutes"; C-core xds_cluster_manager.cc kChildRetentionInterval and
+    OnDelayedRemovalTimerLocked, grpc-java ClusterManagerLoadBalancer
+    DELAYED_CHILD_DELETION_TIME_MINUTES."""
+    helper, policy = new_manager(childA=POLICY_A, childB=POLICY_B)
+    a = child("childA")
+    policy.update(ResolverUpdate((), manager_config(childB=POLICY_B)))
+    helper.clock.advance(CHILD_RETENTION - 1)
+    assert not a.shut_down
+    helper.clock.advance(1)
+    assert a.shut_down
+    assert set(policy.retained) == set() and set(policy.children) == {"childB"}
+
+
+def test_child_re_added_before_its_timer_is_the_same_child_with_the_new_config():
+    """C-core ClusterChild::UpdateLocked ("Reactivate if needed": cancel the
+    timer, update the existing child policy): the re-added child gets the new
+    update, keeps its last picker, and the cancelled timer never fires; a
+    second removal starts a fresh 15 minutes."""
+    helper, policy = new_manager(childA=POLICY_A, childB=POLICY_B)
+    a = child("childA")
+    a.report(READY)
+    policy.update(ResolverUpdate((), manager_config(childB=POLICY_B)))
+    helper.clock.advance(600)
+    policy.update(ResolverUpdate((), manager_config(childA=POLICY_A, childB=POLICY_B)))
+    assert child("childA") is a and a.updates == 2
+    assert picked_by(helper, "childA") == f"picked by childA/{POLICY_A}"
+    helper.clock.advance(CHILD_RETENTION)
+    assert not a.shut_down
+    policy.update(ResolverUpdate((), manager_config(childB=POLICY_B)))
+    helper.clock.advance(CHILD_RETENTION - 1)
+    assert not a.shut_down
+    helper.clock.advance(1)
+    assert a.shut_down
+
+
+def test_second_removal_of_a_retained_child_keeps_its_first_deadline():
+    """C-core ClusterChild::DeactivateLocked ("If already deactivated, don't
+    do that again"): an update that again leaves the child out does not
+    restart its timer."""
+    helper, policy = new_manager(childA=POLICY_A, childB=POLICY_B)
+    a = child("childA")
+    policy.update(ResolverUpdate((), manager_config(childB=POLICY_B)))
+    helper.clock.advance(500)
+    policy.update(ResolverUpdate((), manager_config(childB=POLICY_B, childC=POLICY_A)))
+    helper.clock.advance(CHILD_RETENTION - 500)
+    assert a.shut_down
+
+
+def test_shutdown_shuts_retained_children_down_and_cancels_their_timers():
+    """C-core ShutdownLocked / ClusterChild::Orphan: every child, retained or
+    not, is shut down and its removal timer cancelled."""
+    helper, policy = new_manager(childA=POLICY_A, childB=POLICY_B)
+    a, b = child("childA"), child("childB")
+    policy.update(ResolverUpdate((), manager_config(childB=POLICY_B)))
+    assert len(helper.clock.pending) == 1
+    policy.shutdown()
+    assert a.shut_down and b.shut_down
+    assert helper.clock.pending == []
+
+
+def test_exit_idle_reaches_retained_children_too():
+    """C-core XdsClusterManagerLb::ExitIdleLocked walks every child in
+    children_, retained ones included (only resolver errors are limited to
+    the config's children)."""
+    _, policy = new_manager(childA=POLICY_A, childB=POLICY_B)
+    policy.update(ResolverUpdate((), manager_config(childB=POLICY_B)))
     policy.exit_idle()
     assert child("childA").exit_idle_calls == 1
     assert child("childB").exit_idle_calls == 1

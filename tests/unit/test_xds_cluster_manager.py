@@ -33,6 +33,7 @@ from pyxds.lb import (
     Status,
     registry,
 )
+from pyxds.lb.xds_cluster_manager import CHILD_RETENTION
 from pyxds.resolver.xds_config import XDS_CONFIG_ATTRIBUTE
 
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
@@ -90,16 +91,45 @@ def test_pick_is_delegated_even_to_a_child_that_is_not_ready():
     assert isinstance(helper.pick(cluster="cluster:c2"), PickQueue)
 
 
-def test_removed_cluster_is_shut_down_at_once():
+def test_removed_cluster_is_kept_15_minutes_then_shut_down():
+    """A28 "When a child policy is removed, it will be cached for 15 minutes"
+    (C-core xds_cluster_manager.cc ClusterChild::DeactivateLocked,
+    kChildRetentionInterval): the removed cluster's picks fail at once as an
+    unknown cluster, but its subchannels live until the 900 s timer fires."""
     helper, policy, config = build(manager_json("c1", "c2"))
     policy.update(update_for(config, two_clusters()))
     connect_all(helper)
     _, smaller = registry.select(manager_json("c1"))
     policy.update(update_for(smaller, two_clusters()))
+    assert set(policy.children) == {"cluster:c1"}
+    assert set(policy.retained) == {"cluster:c2"}
+    assert isinstance(helper.pick(cluster="cluster:c2"), PickFail)
+    helper.clock.advance(CHILD_RETENTION - 0.5)
+    assert not helper.subchannel("10.0.0.2:80", live=False).shut_down
+    helper.clock.advance(1.0)
     assert helper.subchannel("10.0.0.2:80", live=False).shut_down
     assert not helper.subchannel("10.0.0.1:80").shut_down
-    assert set(policy.children) == {"cluster:c1"}
-    assert isinstance(helper.pick(cluster="cluster:c2"), PickFail)
+    assert policy.retained == {}
+
+
+def test_cluster_re_added_within_15_minutes_reuses_its_subchannels():
+    """C-core ClusterChild::UpdateLocked: re-adding a retained cluster cancels
+    its timer and updates the same child, so its connected subchannel serves
+    at once (READY, no new subchannel) and is not shut down later."""
+    helper, policy, config = build(manager_json("c1", "c2"))
+    policy.update(update_for(config, two_clusters()))
+    connect_all(helper)
+    made = len(helper.subchannels)
+    _, smaller = registry.select(manager_json("c1"))
+    policy.update(update_for(smaller, two_clusters()))
+    helper.clock.advance(CHILD_RETENTION / 2)
+    policy.update(update_for(config, two_clusters()))
+    assert len(helper.subchannels) == made
+    assert helper.state is READY
+    assert set(picked_addresses(helper, 3, cluster="cluster:c2")) == {"10.0.0.2:80"}
+    helper.clock.advance(CHILD_RETENTION)
+    assert not any(s.shut_down for s in helper.subchannels)
+    assert policy.retained == {} and set(policy.children) == {"cluster:c1", "cluster:c2"}
 
 
 def test_one_state_report_per_update():

@@ -11,18 +11,28 @@ Config: ``{"children": {"cluster:NAME": {"childPolicy": [...]}}}``.
 Rules:
 
 * Each child is owned by a :class:`ChildPolicyHandler`.  An update first
-  shuts down the children no longer in the config (at once: the resolver
-  keeps a cluster in the config while any RPC holds a ref to it, A31), then
-  updates every remaining child, then reports one aggregate state.  Reports
-  children make during the update are folded into that one report.
-* Aggregate state as weighted_target (A28): READY if any child is READY, else
-  CONNECTING if any is CONNECTING, else IDLE if any is IDLE, else
-  TRANSIENT_FAILURE.  A child that has not reported counts as CONNECTING; a
-  child in TRANSIENT_FAILURE stays there for aggregation until it is READY
-  (sticky, as C-core).
-* The picker is a dict from child name to the child's latest picker (a
-  queueing picker until the child reports).  An unknown cluster fails the pick
-  UNAVAILABLE ``xds cluster manager picker: unknown cluster "NAME"``.
+  *deactivates* the children no longer in the config, then updates (or
+  creates) every child of the config, then reports one aggregate state.
+  Reports children make during the update are folded into that one report.
+* Retention (A28 "When a child policy is removed, it will be cached for 15
+  minutes", as C-core's ``kChildRetentionInterval`` and grpc-java): a
+  deactivated child stays alive for ``CHILD_RETENTION`` (900 s) and is then
+  shut down.  It counts for neither the aggregate state nor the picker (its
+  cluster's picks fail as unknown); its reports are recorded but change
+  nothing, so they are not re-published.  It still gets ``exit_idle`` and
+  ``reset_backoff`` (C-core sends both to every child) but no resolver error
+  (C-core updates only the children of the config).  Re-adding its name
+  cancels the timer and updates the same child, so its subchannels are
+  reused.  Shutdown cancels every timer.
+* Aggregate state over the children of the config, as weighted_target (A28):
+  READY if any child is READY, else CONNECTING if any is CONNECTING, else
+  IDLE if any is IDLE, else TRANSIENT_FAILURE.  A child that has not
+  reported counts as CONNECTING; a child in TRANSIENT_FAILURE stays there
+  for aggregation until it is READY (sticky, as C-core).
+* The picker is a dict from each cluster of the config to its child's latest
+  picker (a queueing picker until the child reports).  An unknown cluster
+  fails the pick UNAVAILABLE
+  ``xds cluster manager picker: unknown cluster "NAME"``.
 """
 
 from __future__ import annotations
@@ -51,9 +61,14 @@ from pyxds.lb.api import (
 from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
 from pyxds.lb.errors import LBConfigError, expect_object, key_path
 from pyxds.lb.registry import PolicySelection
+from pyxds.lb.timer_slot import TimerSlot
 
 NAME = "xds_cluster_manager_experimental"
 CLUSTER_ATTRIBUTE = "cluster"
+
+CHILD_RETENTION = 900.0
+"""A28: a child removed from the config is kept 15 minutes (C-core
+``kChildRetentionInterval``, grpc-java ``DELAYED_CHILD_DELETION_TIME_MINUTES``)."""
 
 _READY = ConnectivityState.READY
 _CONNECTING = ConnectivityState.CONNECTING
@@ -111,7 +126,13 @@ class _Child(DelegatingHelper):
         self.status = OK_STATUS
         self.picker: Picker = QueuePicker()
         self.closed = False
+        self.retention_timer = TimerSlot(policy.helper.clock)
         self.handler = ChildPolicyHandler(self)
+
+    @property
+    def active(self) -> bool:
+        """In the config (not waiting out its retention)."""
+        return not self.retention_timer.pending and not self.closed
 
     def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
         if self.closed:
@@ -120,7 +141,8 @@ class _Child(DelegatingHelper):
         if self.state is not _TF or state is _READY:
             self.state = state
         self.status = status
-        self.policy._child_changed()
+        if self.active:
+            self.policy._child_changed()
 
     def request_reresolution(self) -> None:
         if not self.closed:
@@ -128,30 +150,41 @@ class _Child(DelegatingHelper):
 
     def close(self) -> None:
         self.closed = True
+        self.retention_timer.cancel()
         self.handler.shutdown()
 
 
 class XdsClusterManagerPolicy(LoadBalancer):
     """The cluster manager.  See the module docstring for the rules."""
 
-    def __init__(self, helper: Helper) -> None:
+    def __init__(self, helper: Helper, *, child_retention: float = CHILD_RETENTION) -> None:
         self.helper = helper
+        self.child_retention = child_retention
         self._children: dict[str, _Child] = {}
+        # the children of the last config, in its order
+        self._active: list[_Child] = []
         self._updating = False
         self._shut_down = False
 
     @property
     def children(self) -> dict[str, ChildPolicyHandler]:
-        """Child name -> handler (introspection for tests and config dumps)."""
-        return {name: child.handler for name, child in self._children.items()}
+        """Child name -> handler of the config's children (introspection for
+        tests and config dumps); retained children are in :attr:`retained`."""
+        return {child.name: child.handler for child in self._active}
+
+    @property
+    def retained(self) -> dict[str, ChildPolicyHandler]:
+        """Child name -> handler of the removed children still kept (A28)."""
+        return {n: c.handler for n, c in self._children.items() if not c.active}
 
     def update(self, update: ResolverUpdate) -> Status | None:
         if self._shut_down:
             return None
         config: XdsClusterManagerConfig = update.config
         wanted = config.as_dict()
-        for name in [n for n in self._children if n not in wanted]:
-            self._children.pop(name).close()
+        for name, old in self._children.items():
+            if name not in wanted:
+                self._deactivate(old)
         errors: list[str] = []
         self._updating = True
         try:
@@ -159,11 +192,14 @@ class XdsClusterManagerPolicy(LoadBalancer):
                 child = self._children.get(name)
                 if child is None:
                     child = self._children[name] = _Child(self, name)
+                else:
+                    child.retention_timer.cancel()
                 status = child.handler.update(update.replace(config=selection))
                 if status is not None and not status.ok:
                     errors.append(f"child {name}: {status}")
         finally:
             self._updating = False
+        self._active = [self._children[name] for name, _ in config.children]
         self._report()
         if errors:
             return Status(
@@ -172,12 +208,12 @@ class XdsClusterManagerPolicy(LoadBalancer):
         return None
 
     def resolver_error(self, status: Status) -> None:
-        if not self._children:
+        if not self._active:
             self.helper.update_state(_TF, status, FailPicker(status))
             return
         self._updating = True
         try:
-            for child in list(self._children.values()):
+            for child in list(self._active):
                 child.handler.resolver_error(status)
         finally:
             self._updating = False
@@ -196,8 +232,19 @@ class XdsClusterManagerPolicy(LoadBalancer):
         for child in self._children.values():
             child.close()
         self._children.clear()
+        self._active = []
 
     # -- internals -----------------------------------------------------
+    def _deactivate(self, child: _Child) -> None:
+        if not child.retention_timer.pending:
+            child.retention_timer.start(self.child_retention, lambda: self._on_retention(child))
+
+    def _on_retention(self, child: _Child) -> None:
+        if self._shut_down or self._children.get(child.name) is not child:
+            return
+        del self._children[child.name]
+        child.close()
+
     def _child_changed(self) -> None:
         if not self._updating and not self._shut_down:
             self._report()
@@ -205,9 +252,9 @@ class XdsClusterManagerPolicy(LoadBalancer):
     def _report(self) -> None:
         seen = set()
         pickers: dict[str, Picker] = {}
-        for name, child in self._children.items():
+        for child in self._active:
             seen.add(child.state)
-            pickers[name] = child.picker
+            pickers[child.name] = child.picker
         if _READY in seen:
             state, status = _READY, OK_STATUS
         elif _CONNECTING in seen:
@@ -219,8 +266,8 @@ class XdsClusterManagerPolicy(LoadBalancer):
             status = Status(
                 grpc.StatusCode.UNAVAILABLE, "TRANSIENT_FAILURE from XdsClusterManagerLb"
             )
-            if len(self._children) == 1:
-                status = next(iter(self._children.values())).status
+            if len(self._active) == 1:
+                status = self._active[0].status
         self.helper.update_state(state, status, ClusterManagerPicker(pickers))
 
 
@@ -242,8 +289,11 @@ class XdsClusterManagerFactory(PolicyFactory):
             children.append((name, selection))
         return XdsClusterManagerConfig(tuple(children))
 
+    def __init__(self, *, child_retention: float = CHILD_RETENTION) -> None:
+        self.child_retention = child_retention
+
     def build(self, helper: Helper) -> XdsClusterManagerPolicy:
-        return XdsClusterManagerPolicy(helper)
+        return XdsClusterManagerPolicy(helper, child_retention=self.child_retention)
 
 
 registry.register(XdsClusterManagerFactory())
