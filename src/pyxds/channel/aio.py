@@ -563,6 +563,25 @@ class _AioCall(Generic[_Response]):
                 self._done_callbacks = []
             self._done_callbacks.append(callback)
 
+    # Client-streaming writes: requests handed to write() are kept for a
+    # retry (_Writes); with a request iterator, the running attempt's call
+    # answers (grpc.aio's UsageError).
+    async def write(self, request: Any) -> None:
+        if self._writes is not None:
+            await self._writes.write(request, self)
+            return
+        await (await self._writer()).write(request)
+
+    async def done_writing(self) -> None:
+        if self._writes is not None:
+            await self._writes.done_writing(self)
+            return
+        await (await self._writer()).done_writing()
+
+    async def _writer(self) -> Any:
+        """The running attempt's grpc.aio call, for write()/done_writing()."""
+        return await self._wait_started()
+
     async def _wait_started(self) -> Any:
         if not self._is_started:
             if self._started_event is None:
@@ -739,22 +758,6 @@ class AioUnaryResponseCall(
         await self._wait_done()
         return self._status.details
 
-    # stream_unary writes: kept for a retry (_Writes); with a request
-    # iterator, grpc.aio's own UsageError from the inner call
-    async def write(self, request: _Request) -> None:
-        if self._writes is not None:
-            await self._writes.write(request, self)
-            return
-        inner = await self._wait_started()
-        await inner.write(request)
-
-    async def done_writing(self) -> None:
-        if self._writes is not None:
-            await self._writes.done_writing(self)
-            return
-        inner = await self._wait_started()
-        await inner.done_writing()
-
 
 class AioStreamResponseCall(
     _AioCall[_Response],
@@ -834,19 +837,8 @@ class AioStreamResponseCall(
             result: ReadResult = response
             return result
 
-    async def write(self, request: _Request) -> None:
-        if self._writes is not None:  # kept for a retry until a response commits
-            await self._writes.write(request, self)
-            return
-        inner = await self._inner_call()
-        await inner.write(request)  # grpc.aio's UsageError: an iterator was given
-
-    async def done_writing(self) -> None:
-        if self._writes is not None:
-            await self._writes.done_writing(self)
-            return
-        inner = await self._inner_call()
-        await inner.done_writing()
+    async def _writer(self) -> Any:
+        return await self._inner_call()
 
     def cancel(self) -> bool:
         if self._finished:
