@@ -51,10 +51,9 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envoy.config.endpoint.v3 import endpoint_pb2
-
+from pyxds.xds import descriptors
 from pyxds.xds.resources._common import Errors
 from pyxds.xds.resources.types import (
     UINT32_MAX,
@@ -64,6 +63,11 @@ from pyxds.xds.resources.types import (
     Locality,
     LocalityName,
 )
+
+if TYPE_CHECKING:
+    from envoy.config.endpoint.v3 import endpoint_pb2
+else:  # loaded on first use without the generated modules (pyxds.xds.descriptors)
+    endpoint_pb2 = descriptors.module("envoy.config.endpoint.v3.endpoint_pb2")
 
 __all__ = ["decode_cluster_load_assignment", "parse_cluster_load_assignment"]
 
