@@ -104,14 +104,9 @@ def render(header: dict, blobs: list[bytes]) -> bytes:
 
 
 def main() -> int:
-    data = render(*collect())
-    if "--check" in sys.argv[1:]:
-        if not OUT.exists() or OUT.read_bytes() != data:
-            print(f"{OUT} is out of date: run scripts/gen_descriptors.py", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_bytes(data)
-    return 0
+    from _generated import write_or_check
+
+    return write_or_check(OUT, render(*collect()), "gen_descriptors.py")
 
 
 if __name__ == "__main__":
