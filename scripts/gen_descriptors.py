@@ -11,7 +11,9 @@ pyxds's xDS client and resource parsers name at module level), in the
 order their modules would import them, without protobuf's own files
 (``EXTERNAL``: imported as modules at load).  Each entry records the
 module's source size, which ``pyxds.xds.descriptors`` checks against the
-installed module before using the bundle.  Run this after changing
+installed module before using the bundle, and the header the name of
+xds-protos's metadata directory (its version), which must sit beside the
+packages.  Run this after changing
 ``ROOTS`` or upgrading xds-protos (tests/unit/test_descriptors.py runs
 ``--check``).
 """
@@ -19,6 +21,7 @@ installed module before using the bundle.  Run this after changing
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -91,7 +94,15 @@ def collect() -> tuple[dict, list[bytes]]:
 
     for name in ROOTS:
         visit(importlib.import_module(name).DESCRIPTOR)
-    header = {"external": external, "gencode": list(gencode), "files": files}
+    # the distribution's metadata directory, beside its packages: its name
+    # carries the version, which the sizes alone could miss
+    version = importlib.metadata.version("xds-protos")
+    header = {
+        "distribution": f"xds_protos-{version}.dist-info",
+        "external": external,
+        "gencode": list(gencode),
+        "files": files,
+    }
     return header, blobs
 
 

@@ -23,9 +23,10 @@ and ``__qualname__``, same symbol database; a class the pool has already
 is that class).  A module already imported is used as it is.
 
 It is used only where it is known to be what the modules hold: the upb
-runtime, a runtime not older than the generated code, and each module's
-source file of the size recorded when the bundle was written (another
-xds-protos release, or another distribution's copy of a file, differs).
+runtime, a runtime not older than the generated code, the xds-protos
+release the bundle was written from (its metadata directory beside the
+packages), and each module's source file of the size recorded then
+(another release, or another distribution's copy of a file, differs).
 Otherwise, or if the pool refuses a file, every stand-in imports its
 module: slower, the same answers.  ``tests/unit/test_proto_loading.py``
 holds the answers equal whether a program imports the modules before
@@ -129,14 +130,19 @@ def _usable(header: dict[str, Any]) -> bool:
     runtime = (runtime_version.MAJOR, runtime_version.MINOR, runtime_version.PATCH)
     if runtime < (major, minor, patch):
         return False  # the modules raise VersionError: let them
-    roots: dict[str, str | None] = {}
+    roots: dict[str, str] = {}
     for entry in header["files"]:
         top, *rest = entry["module"].split(".")
         if top not in roots:
-            roots[top] = _package_dir(top)
+            found = _package_dir(top)
+            # the release the bundle was written from (same version, same
+            # bytes; two releases' files can differ in a byte, not in size)
+            if found is None or not os.path.isdir(
+                os.path.join(os.path.dirname(found), header["distribution"])
+            ):
+                return False
+            roots[top] = found
         root = roots[top]
-        if root is None:
-            return False
         try:
             if os.stat(os.path.join(root, *rest) + ".py").st_size != entry["size"]:
                 return False
