@@ -70,14 +70,9 @@ def render(inits: list[tuple[str, bool, bool]], methods: list[tuple[str, int]]) 
 
 
 def main() -> int:
-    text = render(*collect())
-    if "--check" in sys.argv[1:]:
-        if not OUT.exists() or OUT.read_text() != text:
-            print(f"{OUT} is out of date: run scripts/gen_value_templates.py", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text)
-    return 0
+    from _generated import write_or_check
+
+    return write_or_check(OUT, render(*collect()).encode(), "gen_value_templates.py")
 
 
 if __name__ == "__main__":

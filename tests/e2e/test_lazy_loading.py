@@ -10,7 +10,9 @@ among them: the xDS server side (``pyxds.serving``, the server Listener
 validators, RBAC), DNS for LOGICAL_DNS clusters, RE2 (no regex in the
 config), XXH64 (no hash policy), SPIFFE bundle maps, protobuf's JSON module,
 the LRS stream and its protos (no cluster reports load), ORCA (no backend
-metrics asked for), the LB policies no config names.  What it does need is loaded (so the
+metrics asked for), the LB policies no config names, and the generated
+modules of the xds-protos files it does need (their descriptors load from
+pyxds's bundle).  What it does need is loaded (so the
 check is not vacuous).  Counts of modules, never times; the decoders give
 the same results either way (tests/unit/test_lazy_resource_modules.py).
 """
@@ -28,6 +30,7 @@ import pytest
 from channel_fixtures import SERVICE, TARGET, Backend, route, snapshot
 
 from pyxds.server import ManagementServer
+from pyxds.xds import descriptors
 
 SRC = str(pathlib.Path(__file__).resolve().parents[2] / "src")
 
@@ -76,13 +79,18 @@ NOT_LOADED_BY_FINGERPRINT = ("hashlib", "_hashlib")
 #: plain targets and resource names are split and quoted without
 #: urllib.parse, which imports ipaddress (pyxds._uri)
 NOT_LOADED_BY_PLAIN_NAMES = ("urllib.parse", "ipaddress")
+#: the xds-protos files a plain config needs load from pyxds's bundle of
+#: their descriptors, without their generated modules and packages
+#: (pyxds.xds.descriptors); protobuf's own well-known types are imported
+NOT_LOADED_BY_DESCRIPTORS = ("envoy", "xds", "udpa", "validate")
 #: what it does need
 LOADED = (
     "pyxds.xds.client",
     "pyxds.xds.resources.listener",
     "pyxds.resolver.xds_resolver",
     "pyxds.lb.round_robin",
-    "envoy.config.cluster.v3.cluster_pb2",
+    "pyxds.xds.descriptors",
+    "google.protobuf.duration_pb2",
 )
 
 PROGRAMS = {
@@ -146,3 +154,7 @@ def test_a_plain_xds_config_loads_only_what_it_names(kind: str, world: str) -> N
     assert _families(loaded, NOT_LOADED_BY[kind] + NOT_ASKED_FOR) == []
     assert _families(loaded, NOT_LOADED_BY_FINGERPRINT) == []
     assert _families(loaded, NOT_LOADED_BY_PLAIN_NAMES) == []
+    header, _ = descriptors.read()
+    if not descriptors._usable(header):
+        pytest.skip(f"the descriptor bundle (from {header['distribution']}) is not used here")
+    assert _families(loaded, NOT_LOADED_BY_DESCRIPTORS) == []

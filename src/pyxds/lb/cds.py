@@ -133,6 +133,10 @@ _INTERNAL = grpc.StatusCode.INTERNAL
 
 @dataclass(frozen=True)
 class CdsConfig:
+    """The cds policy's config: its cluster, and whether the policy
+    subscribes to it itself (A74 ``isDynamic``: a cluster no route names,
+    e.g. an RLS target)."""
+
     cluster: str
     is_dynamic: bool = False
 

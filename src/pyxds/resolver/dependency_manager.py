@@ -161,6 +161,9 @@ class _Watcher:
 
 @dataclass(eq=False)
 class _Watch:
+    """One xDS resource watched for the config: what it last gave, and how
+    to stop watching it."""
+
     kind: str  # LDS, RDS, CDS, EDS
     type_url: str
     name: str
@@ -195,6 +198,9 @@ class _Watch:
 
 @dataclass(eq=False)
 class _Dns:
+    """The DNS resolution of a LOGICAL_DNS cluster (A37): its last result,
+    its retry timer and how many times in a row it failed."""
+
     cluster: str
     host: str
     port: int

@@ -163,9 +163,10 @@ class Node:
 
     def to_proto(self) -> Any:
         """The ``envoy.config.core.v3.Node`` sent on the first ADS request."""
-        from envoy.config.core.v3 import base_pb2
-
         from pyxds._version import __version__
+        from pyxds.xds import descriptors
+
+        base_pb2 = descriptors.module("envoy.config.core.v3.base_pb2")
 
         node = base_pb2.Node(
             id=self.id,

@@ -59,15 +59,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
-from envoy.config.core.v3 import base_pb2
-from envoy.service.discovery.v3 import discovery_pb2
 
 from pyxds._lingering import LingeringPool
 from pyxds._uri import urlsplit
 from pyxds.clock import Clock, RealClock, Timer, on_timer_thread
 from pyxds.serializer import WorkSerializer
 from pyxds.status import Status
-from pyxds.xds import client_metrics
+from pyxds.xds import client_metrics, descriptors
 from pyxds.xds.ads_state import (
     RESOURCE_TIMEOUT,
     TRANSIENT_RESOURCE_TIMEOUT,
@@ -80,6 +78,13 @@ from pyxds.xds.ads_state import (
 from pyxds.xds.backoff import ExponentialBackoff, StreamBackoff
 from pyxds.xds.resources import CLUSTER_TYPE_URL
 from pyxds.xds.transport import AdsTransport, channel_credentials, close_transport
+
+if TYPE_CHECKING:
+    from envoy.config.core.v3 import base_pb2
+    from envoy.service.discovery.v3 import discovery_pb2
+else:  # loaded on first use without the generated modules (pyxds.xds.descriptors)
+    base_pb2 = descriptors.module("envoy.config.core.v3.base_pb2")
+    discovery_pb2 = descriptors.module("envoy.service.discovery.v3.discovery_pb2")
 
 if TYPE_CHECKING:  # load reporting loads with the first cluster that reports
     from pyxds.xds.load_store import ClusterLoadReport, LoadStore

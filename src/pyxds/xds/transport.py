@@ -39,14 +39,18 @@ import itertools
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
-from envoy.service.discovery.v3 import discovery_pb2
 
 from pyxds.status import Status
-from pyxds.xds import stream_loop
+from pyxds.xds import descriptors, stream_loop
+
+if TYPE_CHECKING:
+    from envoy.service.discovery.v3 import discovery_pb2
+else:  # loaded on first use without the generated modules (pyxds.xds.descriptors)
+    discovery_pb2 = descriptors.module("envoy.service.discovery.v3.discovery_pb2")
 
 _log = logging.getLogger(__name__)
 

@@ -98,8 +98,9 @@ class ResourceType:
         type_url = any_msg.type_url
         value = any_msg.value
         if type_url == RESOURCE_WRAPPER_TYPE_URL:
-            from envoy.service.discovery.v3 import discovery_pb2
+            from pyxds.xds import descriptors
 
+            discovery_pb2 = descriptors.module("envoy.service.discovery.v3.discovery_pb2")
             wrapper = discovery_pb2.Resource()
             try:
                 wrapper.ParseFromString(value)
@@ -136,8 +137,9 @@ def decode_any(any_msg: Any) -> DecodeResult:
     """Decode an Any of any of the four types (dispatching on its type URL)."""
     type_url = any_msg.type_url
     if type_url == RESOURCE_WRAPPER_TYPE_URL:
-        from envoy.service.discovery.v3 import discovery_pb2
+        from pyxds.xds import descriptors
 
+        discovery_pb2 = descriptors.module("envoy.service.discovery.v3.discovery_pb2")
         wrapper = discovery_pb2.Resource()
         try:
             wrapper.ParseFromString(any_msg.value)

@@ -234,8 +234,9 @@ def filter_overrides(overrides: Any) -> tuple[tuple[str, str, bytes], ...]:
     for key, any_msg in overrides.items():
         tname = type_name(any_msg.type_url)
         if tname == FILTER_CONFIG_TYPE:
-            from envoy.config.route.v3 import route_components_pb2
+            from pyxds.xds import descriptors
 
+            route_components_pb2 = descriptors.module("envoy.config.route.v3.route_components_pb2")
             fc = route_components_pb2.FilterConfig()
             fc.ParseFromString(any_msg.value)
             any_msg = fc.config
@@ -271,8 +272,9 @@ def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:
         vp = f"{p}.value[{tname}]"
         optional = False
         if tname == FILTER_CONFIG_TYPE:
-            from envoy.config.route.v3 import route_components_pb2
+            from pyxds.xds import descriptors
 
+            route_components_pb2 = descriptors.module("envoy.config.route.v3.route_components_pb2")
             fc = route_components_pb2.FilterConfig()
             try:
                 fc.ParseFromString(any_msg.value)

@@ -44,11 +44,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
-
-from envoy.config.cluster.v3 import cluster_pb2
+from typing import TYPE_CHECKING, Any
 
 from pyxds.security.tls_config import parse_upstream_tls_context
+from pyxds.xds import descriptors
 from pyxds.xds.resources._common import (
     TYPED_STRUCT_TYPES,
     Errors,
@@ -65,6 +64,11 @@ from pyxds.xds.resources.types import (
     BackendMetricPropagation,
     Cluster,
 )
+
+if TYPE_CHECKING:
+    from envoy.config.cluster.v3 import cluster_pb2
+else:  # loaded on first use without the generated modules (pyxds.xds.descriptors)
+    cluster_pb2 = descriptors.module("envoy.config.cluster.v3.cluster_pb2")
 
 __all__ = [
     "decode_cluster",

@@ -51,10 +51,9 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envoy.config.endpoint.v3 import endpoint_pb2
-
+from pyxds.xds import descriptors
 from pyxds.xds.resources._common import Errors
 from pyxds.xds.resources.types import (
     UINT32_MAX,
@@ -64,6 +63,11 @@ from pyxds.xds.resources.types import (
     Locality,
     LocalityName,
 )
+
+if TYPE_CHECKING:
+    from envoy.config.endpoint.v3 import endpoint_pb2
+else:  # loaded on first use without the generated modules (pyxds.xds.descriptors)
+    endpoint_pb2 = descriptors.module("envoy.config.endpoint.v3.endpoint_pb2")
 
 __all__ = ["decode_cluster_load_assignment", "parse_cluster_load_assignment"]
 
@@ -200,7 +204,6 @@ def parse_cluster_load_assignment(
     excluded = 0
     ignored: list[LocalityName] = []
     address_of = _address
-    has_field = type(cla).HasField
     seen_add = seen_addresses.add
     new = _new
     set_addresses, set_weight, set_health = _set_addresses, _set_weight, _set_health
@@ -303,7 +306,7 @@ def parse_cluster_load_assignment(
                     seen_add(a)
                 addrs = (addr, *extra)
             weight = 1
-            if has_field(lbe, "load_balancing_weight"):
+            if lbe.HasField("load_balancing_weight"):
                 weight = lbe.load_balancing_weight.value
                 if not weight:
                     errs.add(f"{_lbe_path(li, ei)}.load_balancing_weight", "must be greater than 0")
@@ -314,7 +317,7 @@ def parse_cluster_load_assignment(
             set_weight(e, weight)
             set_health(e, health_names[health])
             set_hostname(e, ep.hostname)
-            set_hash_key(e, _hash_key(lbe) if has_field(lbe, "metadata") else "")
+            set_hash_key(e, _hash_key(lbe) if lbe.HasField("metadata") else "")
             append(e)
         locality = Locality(lname, lweight, tuple(endpoints), prio)
         priorities[prio].append(locality)

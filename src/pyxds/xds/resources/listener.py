@@ -31,11 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from envoy.config.listener.v3 import listener_pb2
-from envoy.extensions.filters.network.http_connection_manager.v3 import (
-    http_connection_manager_pb2,
-)
-
+from pyxds.xds import descriptors
 from pyxds.xds.resources._common import (
     FAULT_FILTER_TYPE,
     FILTER_OVERRIDE_TYPES,
@@ -55,6 +51,17 @@ from pyxds.xds.resources._common import (
 )
 from pyxds.xds.resources.route_config import parse_route_configuration
 from pyxds.xds.resources.types import HttpFilter, Listener, RouteConfiguration
+
+if TYPE_CHECKING:
+    from envoy.config.listener.v3 import listener_pb2
+    from envoy.extensions.filters.network.http_connection_manager.v3 import (
+        http_connection_manager_pb2,
+    )
+else:  # loaded on first use without the generated modules (pyxds.xds.descriptors)
+    listener_pb2 = descriptors.module("envoy.config.listener.v3.listener_pb2")
+    http_connection_manager_pb2 = descriptors.module(
+        "envoy.extensions.filters.network.http_connection_manager.v3.http_connection_manager_pb2"
+    )
 
 if TYPE_CHECKING:  # the server side's types load with the first server Listener
     from pyxds.xds.resources.server_types import ServerHcm

@@ -53,10 +53,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envoy.config.route.v3 import route_pb2
-
+from pyxds.xds import descriptors
 from pyxds.xds.resources import stateful_session as _stateful_session  # noqa: F401 (A55 types)
 from pyxds.xds.resources._common import (
     Errors,
@@ -90,6 +89,11 @@ from pyxds.xds.resources.types import (
     UnsupportedAction,
     VirtualHost,
 )
+
+if TYPE_CHECKING:
+    from envoy.config.route.v3 import route_pb2
+else:  # loaded on first use without the generated modules (pyxds.xds.descriptors)
+    route_pb2 = descriptors.module("envoy.config.route.v3.route_pb2")
 
 __all__ = ["parse_route_configuration", "SUPPORTED_CLUSTER_SPECIFIER_PLUGINS"]
 

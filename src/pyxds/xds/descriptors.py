@@ -1,0 +1,193 @@
+"""The xDS protos a plain config needs, loaded without their generated
+``_pb2`` modules (issue 18, start-up).
+
+A first ``xds:`` RPC needs the Listener, RouteConfiguration, Cluster,
+ClusterLoadAssignment and discovery messages: 67 generated modules of
+xds-protos (envoy, xds, udpa, validate) and ~45 packages above them.
+Importing them costs ~10 ms of CPU more than the descriptors themselves:
+finding ~110 modules, and unmarshaling code objects that are mostly option
+blocks a upb runtime never runs.  ``descriptors.bin`` (written by
+``scripts/gen_descriptors.py`` from the installed xds-protos) holds the
+serialized ``FileDescriptorProto`` of each of those files, as the module
+holds it, in dependency order; ``module(name)`` gives a stand-in whose
+names are the generated module's, loaded on the first name asked for.
+
+What the load does is what importing the modules does, minus the modules:
+protobuf's own files (well-known types, ``google/rpc/status.proto``, which
+another distribution may ship) are imported as modules first; each file's
+bytes go to the default pool (``AddSerializedFile``; bytes equal to a file
+already there add nothing, so a program may import the generated modules
+before or after); then protobuf's own ``builder`` makes each file's
+messages, enums and extensions as the module would (same ``__module__``
+and ``__qualname__``, same symbol database; a class the pool has already
+is that class).  A module already imported is used as it is.
+
+It is used only where it is known to be what the modules hold: the upb
+runtime, a runtime not older than the generated code, the xds-protos
+release the bundle was written from (its metadata directory beside the
+packages), and each module's source file of the size recorded then
+(another release, or another distribution's copy of a file, differs).
+Otherwise, or if the pool refuses a file, every stand-in imports its
+module: slower, the same answers.  ``tests/unit/test_proto_loading.py``
+holds the answers equal whether a program imports the modules before
+pyxds, after it, or never; ``tests/unit/test_descriptors.py`` the bundle
+and the fallback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+from typing import Any
+
+#: the bundle's first line (its format)
+MAGIC = b"pyxds descriptors 1\n"
+#: the bundle, next to this module
+PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "descriptors.bin")
+
+_lock = threading.Lock()
+#: module name -> its names (a generated module's globals, or the module's
+#: ``__dict__``); None until loaded, {} when the bundle cannot be used
+_namespaces: dict[str, dict[str, Any]] | None = None
+
+
+class _Generated:
+    """Stands in for a generated ``_pb2`` module: ``stand_in.Cluster`` is
+    ``cluster_pb2.Cluster``.  Each name is looked up once, then kept."""
+
+    def __init__(self, name: str) -> None:
+        self.__name__ = name
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):  # copy, pickle and inspect probes
+            raise AttributeError(attr)
+        value = _lookup(self.__name__, attr)
+        setattr(self, attr, value)
+        return value
+
+    def __repr__(self) -> str:
+        return f"<stand-in for generated module {self.__name__!r}>"
+
+
+def module(name: str) -> Any:
+    """A stand-in for the generated module ``name`` (loading nothing yet)."""
+    return _Generated(name)
+
+
+def _lookup(name: str, attr: str) -> Any:
+    namespace = _loaded().get(name)
+    if namespace is None:  # not in the bundle, or the bundle is not usable
+        return getattr(importlib.import_module(name), attr)
+    try:
+        return namespace[attr]
+    except KeyError:
+        raise AttributeError(f"module {name!r} has no attribute {attr!r}") from None
+
+
+def _loaded() -> dict[str, dict[str, Any]]:
+    global _namespaces
+    if _namespaces is None:
+        with _lock:
+            if _namespaces is None:
+                _namespaces = _load()
+    return _namespaces
+
+
+def read(path: str | None = None) -> tuple[dict[str, Any], list[bytes]]:
+    """The bundle's header (``external``: modules imported first;
+    ``gencode``: the generated code's protobuf version; ``files``: per file,
+    its proto ``name``, ``module``, ``size`` of the module's source and
+    ``length`` of its bytes) and each file's serialized descriptor."""
+    import json
+
+    path = PATH if path is None else path
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.startswith(MAGIC):
+        raise ValueError(f"{path}: not a pyxds descriptors bundle")
+    end = data.index(b"\n", len(MAGIC))
+    header = json.loads(data[len(MAGIC) : end])
+    blobs, at = [], end + 1
+    for entry in header["files"]:
+        blobs.append(data[at : at + entry["length"]])
+        at += entry["length"]
+    if at != len(data):
+        raise ValueError(f"{path}: {len(data) - at} bytes past the last file")
+    return header, blobs
+
+
+def _usable(header: dict[str, Any]) -> bool:
+    """Whether the bundle holds what the installed modules hold (see the
+    module docstring)."""
+    from google.protobuf import runtime_version
+    from google.protobuf.internal import api_implementation
+
+    if api_implementation.Type() != "upb":
+        return False
+    major, minor, patch = header["gencode"]
+    runtime = (runtime_version.MAJOR, runtime_version.MINOR, runtime_version.PATCH)
+    if runtime < (major, minor, patch):
+        return False  # the modules raise VersionError: let them
+    roots: dict[str, str] = {}
+    for entry in header["files"]:
+        top, *rest = entry["module"].split(".")
+        if top not in roots:
+            found = _package_dir(top)
+            # the release the bundle was written from (same version, same
+            # bytes; two releases' files can differ in a byte, not in size)
+            if found is None or not os.path.isdir(
+                os.path.join(os.path.dirname(found), header["distribution"])
+            ):
+                return False
+            roots[top] = found
+        root = roots[top]
+        try:
+            if os.stat(os.path.join(root, *rest) + ".py").st_size != entry["size"]:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _package_dir(top: str) -> str | None:
+    """The directory of top-level package ``top``, found without importing it."""
+    loaded = sys.modules.get(top)
+    locations = getattr(loaded, "__path__", None)
+    if locations is None:
+        from importlib.machinery import PathFinder
+
+        spec = PathFinder.find_spec(top)
+        locations = spec.submodule_search_locations if spec is not None else None
+    return next(iter(locations), None) if locations else None
+
+
+def _load() -> dict[str, dict[str, Any]]:
+    try:
+        header, blobs = read()
+    except (OSError, ValueError, KeyError):
+        return {}
+    if not _usable(header):
+        return {}
+    for name in header["external"]:
+        importlib.import_module(name)
+    from google.protobuf import descriptor_pool
+    from google.protobuf.internal import builder
+
+    pool = descriptor_pool.Default()
+    namespaces: dict[str, dict[str, Any]] = {}
+    try:
+        files = [pool.AddSerializedFile(blob) for blob in blobs]
+    except Exception:  # a different file of that name is in the pool
+        return {}
+    for entry, file in zip(header["files"], files, strict=True):
+        name = entry["module"]
+        imported = sys.modules.get(name)
+        if imported is not None:
+            namespaces[name] = imported.__dict__
+            continue
+        namespace: dict[str, Any] = {"DESCRIPTOR": file}
+        builder.BuildTopDescriptorsAndMessages(file, name, namespace)
+        namespaces[name] = namespace
+    return namespaces

@@ -1,0 +1,226 @@
+"""``pyxds.xds.descriptors``: the xds-protos files a plain config needs load
+from a bundle of their serialized descriptors instead of ~110 generated
+modules and packages (issue 18, start-up), and only where the bundle is
+what those modules hold; otherwise pyxds imports the modules as before.
+
+What a program sees either way (decoding, ACK/NACK, CSDS, class identity,
+module names, pickling, the symbol database) is compared across import
+orders by tests/unit/test_proto_loading.py; that a plain first RPC loads
+no generated module of xds-protos, by tests/e2e/test_lazy_loading.py.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.service.discovery.v3 import discovery_pb2
+
+from pyxds.xds import descriptors
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+#: the installed xds-protos's metadata directory, as the bundle names it
+INSTALLED = f"xds_protos-{importlib.metadata.version('xds-protos')}.dist-info"
+#: the bundle was written from the installed release (after a new release a
+#: fresh install differs until scripts/gen_descriptors.py is run again; the
+#: first test below holds that pyxds then imports the modules)
+CURRENT = descriptors.read()[0]["distribution"] == INSTALLED
+needs_current_bundle = pytest.mark.skipif(
+    not CURRENT, reason=f"the bundle is not from the installed {INSTALLED}"
+)
+
+
+def _python(code: str) -> Any:
+    """The JSON a fresh interpreter on this tree's source prints last."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONHASHSEED": "0"}
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_bundle_is_in_sync_with_the_installed_xds_protos() -> None:
+    """Written from the installed release and up to date; or, where another
+    release is installed (a fresh install after xds-protos ships a new one),
+    not used at all: the modules are imported as before."""
+    if not CURRENT:
+        assert descriptors._load() == {}
+        pytest.skip(f"the bundle is not from the installed {INSTALLED}: it is not used")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_descriptors.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+@needs_current_bundle
+def test_the_bundle_holds_each_files_bytes_as_its_generated_module_does() -> None:
+    import importlib
+
+    header, blobs = descriptors.read()
+    assert len(header["files"]) == len(blobs) >= 60
+    for entry, blob in zip(header["files"], blobs, strict=True):
+        generated = importlib.import_module(entry["module"])
+        assert generated.DESCRIPTOR.name == entry["name"]
+        assert generated.DESCRIPTOR.serialized_pb == blob, entry["name"]
+    # protobuf's own files stay modules (another distribution may ship them)
+    assert not any(e["name"].startswith("google/") for e in header["files"])
+    assert "google.protobuf.descriptor_pb2" in header["external"]
+
+
+def test_a_stand_in_answers_with_the_generated_modules_names() -> None:
+    stand_in = descriptors.module("envoy.config.cluster.v3.cluster_pb2")
+    assert stand_in.Cluster is cluster_pb2.Cluster
+    assert stand_in.Cluster.EDS == cluster_pb2.Cluster.EDS
+    assert stand_in.DESCRIPTOR is cluster_pb2.DESCRIPTOR
+    assert stand_in.__name__ == "envoy.config.cluster.v3.cluster_pb2"
+    with pytest.raises(AttributeError, match="no attribute 'NotAMessage'"):
+        stand_in.NotAMessage  # noqa: B018
+    request = descriptors.module("envoy.service.discovery.v3.discovery_pb2").DiscoveryRequest
+    assert request is discovery_pb2.DiscoveryRequest
+
+
+@needs_current_bundle
+def test_a_program_that_never_imports_the_modules_gets_their_classes_and_names() -> None:
+    """No generated module of xds-protos is imported; the classes carry the
+    module's names (pickling finds the module, which then loads and hands
+    back the very same class) and are in the symbol database."""
+    out = _python(
+        """
+        import json, pickle, sys
+        from pyxds.xds.resources import CLUSTER
+        from pyxds.xds.descriptors import module
+        Cluster = module("envoy.config.cluster.v3.cluster_pb2").Cluster
+        c = Cluster(name="c", type=Cluster.EDS)
+        c.eds_cluster_config.eds_config.ads.SetInParent()
+        ok = CLUSTER.decode(c.SerializeToString()).error is None
+        tops = ("envoy", "udpa", "validate", "xds")
+        generated = sorted(m for m in sys.modules if m.split(".")[0] in tops)
+        from google.protobuf import symbol_database
+        symbol = symbol_database.Default().GetSymbol("envoy.config.cluster.v3.Cluster")
+        registered = symbol is Cluster
+        names = [Cluster.__module__, Cluster.__qualname__, type(c.eds_cluster_config).__qualname__]
+        again = pickle.loads(pickle.dumps(c))
+        from envoy.config.cluster.v3 import cluster_pb2
+        print(json.dumps({"ok": ok, "generated": generated, "registered": registered,
+                          "names": names, "same": cluster_pb2.Cluster is Cluster and again == c}))
+        """
+    )
+    assert out["ok"] and out["registered"] and out["same"]
+    assert out["generated"] == []
+    assert out["names"] == [
+        "envoy.config.cluster.v3.cluster_pb2",
+        "Cluster",
+        "Cluster.EdsClusterConfig",
+    ]
+
+
+def _bundle_with(tmp_path: pathlib.Path, change) -> str:
+    """A copy of the bundle with its header changed by ``change``."""
+    header, blobs = descriptors.read()
+    change(header)
+    path = tmp_path / "descriptors.bin"
+    line = json.dumps(header).encode()
+    path.write_bytes(descriptors.MAGIC + line + b"\n" + b"".join(blobs))
+    return str(path)
+
+
+def _older_runtime(header: dict) -> None:
+    header["gencode"] = [99, 0, 0]
+
+
+def _another_release(header: dict) -> None:
+    header["files"][3]["size"] += 1
+
+
+def _another_distribution(header: dict) -> None:
+    header["distribution"] = "xds_protos-0.0.1.dist-info"
+
+
+def _missing_module(header: dict) -> None:
+    header["files"][-1]["module"] = "envoy.no_such_package.v3.gone_pb2"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_older_runtime, _another_distribution, _another_release, _missing_module],
+    ids=[
+        "runtime-older-than-the-generated-code",
+        "another-xds-protos-release",
+        "a-module-of-another-size",
+        "a-module-missing",
+    ],
+)
+def test_a_bundle_that_is_not_what_the_modules_hold_is_not_used(
+    change, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(descriptors, "PATH", _bundle_with(tmp_path, change))
+    assert descriptors._load() == {}
+
+
+@needs_current_bundle
+def test_a_missing_or_foreign_bundle_or_another_runtime_is_not_used(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.protobuf.internal import api_implementation
+
+    monkeypatch.setattr(descriptors, "PATH", str(tmp_path / "absent.bin"))
+    assert descriptors._load() == {}
+    (tmp_path / "other.bin").write_bytes(b"something else\n")
+    monkeypatch.setattr(descriptors, "PATH", str(tmp_path / "other.bin"))
+    assert descriptors._load() == {}
+    monkeypatch.undo()
+    assert descriptors._load() != {}  # the real one, as a control
+    monkeypatch.setattr(api_implementation, "Type", lambda: "python")
+    assert descriptors._load() == {}
+
+
+def test_without_the_bundle_a_stand_in_imports_its_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(descriptors, "_namespaces", {})
+    stand_in = descriptors.module("envoy.config.cluster.v3.cluster_pb2")
+    assert stand_in.Cluster is cluster_pb2.Cluster
+    # a module the bundle does not hold is imported too
+    router = descriptors.module("envoy.extensions.filters.http.router.v3.router_pb2")
+    assert router.Router.DESCRIPTOR.full_name == "envoy.extensions.filters.http.router.v3.Router"
+
+
+def test_without_the_bundle_a_fresh_program_answers_the_same() -> None:
+    """A program where the bundle is unusable imports the generated modules
+    and decodes as one that uses it."""
+    code = """
+        import json, sys
+        from pyxds.xds import descriptors
+        if sys.argv[-1] == "off":
+            descriptors._namespaces = {}
+        from pyxds.xds.resources import CLUSTER
+        Cluster = descriptors.module("envoy.config.cluster.v3.cluster_pb2").Cluster
+        c = Cluster(name="c", type=Cluster.EDS)
+        c.eds_cluster_config.eds_config.ads.SetInParent()
+        bad = Cluster(name="d", type=Cluster.STATIC)
+        got = [repr(CLUSTER.decode(m.SerializeToString())) for m in (c, bad)]
+        loaded = "envoy.config.cluster.v3.cluster_pb2" in sys.modules
+        print(json.dumps({"got": got, "loaded": loaded}))
+        """
+    on = _python(code)
+    off = _python(code.replace('sys.argv[-1] == "off"', "True"))
+    assert on["got"] == off["got"]
+    assert "error=None" in on["got"][0] and "error=None" not in on["got"][1]
+    assert (on["loaded"], off["loaded"]) == (False, True)
