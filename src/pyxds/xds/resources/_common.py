@@ -24,6 +24,9 @@ MAX_DURATION_SECONDS = 315_576_000_000
 ROUTER_FILTER_TYPE = "envoy.extensions.filters.http.router.v3.Router"
 FAULT_FILTER_TYPE = "envoy.extensions.filters.http.fault.v3.HTTPFault"
 FILTER_CONFIG_TYPE = "envoy.config.route.v3.FilterConfig"
+#: the config type of a ``filter_overrides`` entry that turns its filter off
+#: (a ``FilterConfig`` with ``disabled: true``; it has no config bytes)
+DISABLED_OVERRIDE = "disabled"
 
 # Client HTTP filter config types this client accepts in a listener's
 # http_filters (A39): type name -> is terminal.
@@ -229,15 +232,24 @@ def filter_overrides(overrides: Any) -> tuple[tuple[str, str, bytes], ...]:
     type, config bytes), sorted by name: a ``FilterConfig`` wrapper and a
     TypedStruct are unwrapped (a TypedStruct's bytes are not the typed
     config: kept as empty, the filter's default config); types this client
-    does not know (optional ones) are left out."""
+    does not know (optional ones) are left out.
+
+    A ``FilterConfig`` with ``disabled: true`` around a client filter's
+    config is ``(name, DISABLED_OVERRIDE, b"")``: the filter is off where
+    this is the most specific override (Envoy's meaning, applied by C-core
+    1.85 live and by grpc-go; A39 does not name the field).  An RBAC
+    override keeps its config as before: the server side does not read the
+    flag."""
     out = []
     for key, any_msg in overrides.items():
         tname = type_name(any_msg.type_url)
+        disabled = False
         if tname == FILTER_CONFIG_TYPE:
             from envoy.config.route.v3 import route_components_pb2
 
             fc = route_components_pb2.FilterConfig()
             fc.ParseFromString(any_msg.value)
+            disabled = fc.disabled
             any_msg = fc.config
             tname = type_name(any_msg.type_url)
         value = any_msg.value
@@ -247,7 +259,9 @@ def filter_overrides(overrides: Any) -> tuple[tuple[str, str, bytes], ...]:
             ts = typed_struct_pb2.TypedStruct()
             ts.ParseFromString(value)
             tname, value = type_name(ts.type_url), b""
-        if tname in FILTER_OVERRIDE_TYPES or tname in RBAC_OVERRIDE_TYPES:
+        if tname in FILTER_OVERRIDE_TYPES:
+            out.append((key, DISABLED_OVERRIDE, b"") if disabled else (key, tname, bytes(value)))
+        elif tname in RBAC_OVERRIDE_TYPES:
             out.append((key, tname, bytes(value)))
     return tuple(sorted(out))
 

@@ -291,7 +291,7 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
                 continue
         elif not validate_filter_config(tname, any_msg, f"{p}.typed_config", errs):
             continue
-        flt = HttpFilter(name, tname, any_msg.value, f.is_optional)
+        flt = HttpFilter(name, tname, any_msg.value, f.is_optional, f.disabled)
         order.append((tname, terminal))
         if not server:
             out.append(flt)

@@ -1,0 +1,193 @@
+"""Conformance: the client's xDS HTTP filter chain (gRFC A39) from the wire
+to the RPC, sans I/O: a Listener and a RouteConfiguration are built as a
+control plane sends them, decoded by pyxds's LDS/RDS parsers, and the
+ConfigSelector's per-route chain is run for one RPC (which filter instance
+acts, with which config).
+
+Sources: A39 "Filter Config Overrides" (most specific override by instance
+name), grpc-go ``internal/xds/resolver/xds_http_filters_test.go``
+(``TestXDSResolverHTTPFilters_DisabledInOverride`` /
+``_EnabledInOverride`` / ``_MultiLevelOverride``), C-core
+``xds_routing_end2end_test.cc`` (``LdsRdsInteractionTest``), and grpcio
+1.85's C-core measured live with the same resources
+(``tests/e2e/test_differential_http_filters.py``).
+
+``HttpFilter.disabled`` and ``FilterConfig.disabled`` (A39 does not name
+them; C-core 1.85 and grpc-go honour them, Envoy's meaning): a filter
+disabled in the listener runs only on routes where an override (at any
+level) configures it; a ``FilterConfig`` with ``disabled`` as the most
+specific override turns the filter off there.
+
+Cases covered elsewhere are not repeated: override validation and NACK
+words (test_conformance_rds_resource.py, test_conformance_resources.py),
+listener filter validation (test_conformance_lds_resource.py,
+test_resources_listener.py), route > virtual host > listener and weighted
+cluster > route precedence (tests/e2e/test_differential_fault.py),
+filter order and the first abort ending the chain
+(test_conformance_fault.py, test_rpc_filters.py).
+"""
+
+from __future__ import annotations
+
+import random
+
+from envoy.config.route.v3 import route_components_pb2
+
+from pyxds.resolver.config_selector import ClusterRef, XdsConfigSelector
+from pyxds.resolver.http_filters import run_chain
+from pyxds.server import builders as b
+from pyxds.xds.resources.listener import decode_listener
+from pyxds.xds.resources.route_config import decode_route_configuration
+
+
+def abort(code: int):
+    return b.fault_config(abort_grpc_status=code, abort_percent=100)
+
+
+def fault(name: str, code: int | None, disabled: bool = False):
+    """A listener fault filter aborting every RPC with ``code`` (None: an
+    empty config, nothing to do)."""
+    flt = b.fault_filter(name=name, config=b.fault_config() if code is None else abort(code))
+    flt.disabled = disabled
+    return flt
+
+
+def wrapped(code: int | None, disabled: bool):
+    """A ``FilterConfig`` override around an aborting (or empty) fault config."""
+    fc = route_components_pb2.FilterConfig(disabled=disabled)
+    fc.config.Pack(b.fault_config() if code is None else abort(code))
+    return fc
+
+
+def outcome(filters, vh=None, route=None, cluster=None):
+    """The status code name an RPC ends with before its pick ("pick": the
+    chain lets it through) on a listener with ``filters`` (then the router)
+    and one route to a weighted cluster, with these overrides (filter name
+    -> config message) on the virtual host, the route and the cluster entry."""
+    lis = b.listener("lds", http_filters=list(filters))
+    _, listener, error = decode_listener(lis.SerializeToString())
+    assert error is None, error
+    r = b.route(prefix="", weighted_clusters={"c": 1}, typed_per_filter_config=route)
+    for key, msg in (cluster or {}).items():
+        r.route.weighted_clusters.clusters[0].typed_per_filter_config[key].CopyFrom(b.pack(msg))
+    rc = b.route_config("rds", [b.virtual_host("vh", routes=[r], typed_per_filter_config=vh)])
+    _, routes, error = decode_route_configuration(rc.SerializeToString())
+    assert error is None, error
+    refs = {"c": ClusterRef("c", lambda: None)}
+    selector = XdsConfigSelector(routes.virtual_hosts[0], refs, http_filters=listener.http_filters)
+    config = selector.select("/svc/M", ())
+    config.on_committed()
+    verdict = run_chain(config.filters, (), random.Random(1))
+    if verdict is None or verdict.abort is None:
+        return "pick"
+    return verdict.abort.code.name
+
+
+# ------------------------------------------------------- overrides by name
+
+
+def test_an_override_applies_to_the_filter_instance_of_its_name_only():
+    """A39: overrides are keyed by the filter instance name, and one filter
+    type may have several instances.  f1 (PERMISSION_DENIED) emptied by the
+    route's override; f2 (RESOURCE_EXHAUSTED) still aborts (C-core live)."""
+    filters = [fault("f1", 7), fault("f2", 8)]
+    assert outcome(filters) == "PERMISSION_DENIED"
+    assert outcome(filters, route={"f1": b.fault_config()}) == "RESOURCE_EXHAUSTED"
+    assert outcome(filters, route={"f1": b.fault_config(), "f2": b.fault_config()}) == "pick"
+
+
+def test_overrides_merge_per_filter_name_across_levels():
+    """A39 (most specific override per filter): the route's override of f2
+    does not hide the virtual host's override of f1 (grpc-go
+    TestXDSResolverHTTPFilters_MultiLevelOverride; C-core live:
+    FAILED_PRECONDITION, the virtual host's code)."""
+    filters = [fault("f1", 7), fault("f2", None)]
+    got = outcome(filters, vh={"f1": abort(9)}, route={"f2": b.fault_config()})
+    assert got == "FAILED_PRECONDITION"
+
+
+def test_a_cluster_entry_without_an_override_takes_the_routes():
+    """A39: the weighted cluster's override, else the route's: an entry with
+    no override of its own runs the route's config (C-core live)."""
+    assert outcome([fault("fault", 7)], route={"fault": abort(9)}) == "FAILED_PRECONDITION"
+    got = outcome([fault("fault", 7)], route={"fault": abort(9)}, cluster={"fault": abort(8)})
+    assert got == "RESOURCE_EXHAUSTED"
+
+
+def test_an_override_of_another_filters_type_is_not_used():
+    """A39: the filter checks an override is of its own (override) type.  A
+    StatefulSessionPerRoute under the fault filter's name leaves the
+    listener's fault config in force (C-core live: the listener's
+    UNIMPLEMENTED abort)."""
+    other = b.stateful_session_per_route(disabled=True)
+    assert outcome([fault("fault", 12)], route={"fault": other}) == "UNIMPLEMENTED"
+
+
+# ------------------------------------------------------ disabled filters
+
+
+def test_a_filter_disabled_in_the_listener_does_nothing_without_an_override():
+    """grpc-go DisabledInOverride "BaseDisabled"; C-core 1.85 live: a fault
+    filter with ``disabled: true`` aborting every RPC lets every RPC through,
+    and a disabled first filter does not stop the second (RESOURCE_EXHAUSTED,
+    not f1's PERMISSION_DENIED)."""
+    assert outcome([fault("fault", 12, disabled=True)]) == "pick"
+    assert outcome([fault("f1", 7, disabled=True), fault("f2", 8)]) == "RESOURCE_EXHAUSTED"
+
+
+def test_an_override_for_another_name_does_not_enable_a_disabled_filter():
+    """C-core live: f1 disabled in the listener, the route overrides only f2
+    (not in the listener): nothing runs."""
+    assert outcome([fault("f1", 7, disabled=True)], route={"f2": abort(8)}) == "pick"
+
+
+def test_an_override_at_any_level_enables_a_disabled_filter_with_its_config():
+    """grpc-go EnabledInOverride (VHostEnables, RouteEnables, ClusterEnables);
+    C-core live: a disabled listener filter runs with the most specific
+    override's config, plain or in a FilterConfig with ``disabled: false``."""
+    base = [fault("fault", 12, disabled=True)]
+    assert outcome(base, route={"fault": abort(7)}) == "PERMISSION_DENIED"
+    assert outcome(base, route={"fault": wrapped(7, False)}) == "PERMISSION_DENIED"
+    assert outcome(base, vh={"fault": wrapped(9, False)}) == "FAILED_PRECONDITION"
+    got = outcome(
+        base,
+        vh={"fault": wrapped(None, True)},
+        route={"fault": wrapped(None, True)},
+        cluster={"fault": wrapped(8, False)},
+    )
+    assert got == "RESOURCE_EXHAUSTED"
+
+
+def test_a_disabled_filter_config_override_turns_the_filter_off_at_its_level():
+    """grpc-go DisabledInOverride (VHostDisables, RouteDisables,
+    ClusterDisables); C-core live: a ``FilterConfig`` with ``disabled: true``
+    as the most specific override turns the filter off there, whatever
+    config it wraps (here one that would abort), and whatever the levels
+    above say."""
+    base = [fault("fault", 12)]
+    assert outcome(base, vh={"fault": wrapped(7, True)}) == "pick"
+    assert outcome(base, vh={"fault": wrapped(9, False)}, route={"fault": wrapped(7, True)}) == (
+        "pick"
+    )
+    got = outcome(base, route={"fault": abort(7)}, cluster={"fault": wrapped(8, True)})
+    assert got == "pick"
+    disabled_base = [fault("fault", 12, disabled=True)]
+    got = outcome(disabled_base, vh={"fault": wrapped(9, False)}, route={"fault": wrapped(7, True)})
+    assert got == "pick"
+
+
+def test_a_more_specific_plain_override_enables_what_a_less_specific_one_disabled():
+    """C-core live: the virtual host disables the filter, the route's plain
+    override (the most specific) configures it: the route's abort."""
+    got = outcome([fault("fault", 12)], vh={"fault": wrapped(9, True)}, route={"fault": abort(7)})
+    assert got == "PERMISSION_DENIED"
+
+
+def test_a_listener_that_only_changes_disabled_is_a_new_config():
+    """Equality (TRAPS "configs and equality"): ``disabled`` is part of the
+    parsed filter, so flipping it is an update and not a no-op."""
+    on = decode_listener(b.listener("l", http_filters=[fault("f", 7)]).SerializeToString())[1]
+    off = decode_listener(
+        b.listener("l", http_filters=[fault("f", 7, disabled=True)]).SerializeToString()
+    )[1]
+    assert on != off
