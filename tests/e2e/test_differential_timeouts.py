@@ -1,0 +1,203 @@
+"""Differential: A31 timeouts on RPCs that never reach a backend, and the
+config selector keeping a queued RPC's cluster across a route update.
+
+C-core ``xds_routing_end2end_test.cc`` ``XdsRoutingApplyXdsTimeout``,
+``...ApplyApplicationTimeoutWhenXdsTimeoutExplicit``,
+``...ApplyApplicationTimeoutWhenHttpTimeoutExplicit`` and
+``XdsRoutingWithOnlyApplicationTimeout`` send ``wait_for_ready`` RPCs to
+an endpoint that refuses connections: the RPC waits for a pick until the
+effective timeout (A31: ``grpc_timeout_header_max``, else the route's
+``max_stream_duration``, else the listener's; an explicit 0 means none; the
+smaller of it and the application's deadline) ends it with
+DEADLINE_EXCEEDED.  The existing A31 differential
+(``test_differential_more.py``) checks outcomes of RPCs that a backend
+holds; these time the pick queue.  Both clients, same resources: pyxds's
+RPC ends between its timeout and the next larger one of the table.
+grpcio 1.85's C-core ends an RPC with an xDS timeout *early*, by an offset
+fixed per process (1.1 to 2.0 s measured on this machine: a 3 s
+max_stream_duration fired after 1.0 to 1.9 s, one of 1.5 s or less at
+once), as if the RPC had started that much earlier; its application
+deadlines are exact.  A31 counts the timeout from the RPC's start, so pyxds
+keeps to it (docs/differences-from-c-core.md); for C-core the test asserts
+the outcome, the upper bound, and the exact application deadline.
+
+``XdsRoutingClusterUpdateClustersWithPickingDelays`` (pyxds only: the
+C-core client of these tests makes one RPC at a time): a wait_for_ready RPC
+queued on a cluster whose backend is down stays on that cluster after the
+route moves to another one (A31: the RPC keeps the config it was routed
+with, and its reference keeps the cluster alive) and completes there when
+its backend comes up.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+from channel_fixtures import SERVICE, Backend, CoreXdsClient, pyxds_calls, wait_until
+
+import pyxds._api as pyxds
+from pyxds.server import builders as b
+from pyxds.server.snapshot import Snapshot
+
+NODE = "timeouts-differential"
+READY = "/svc/Msd0"  # a route with no xDS timeout on every listener
+HDR_MAX, ROUTE_MSD, HCM_MSD, APP = 0.3, 0.9, 1.5, 2.1
+
+#: target, method -> (lower bound, upper bound) of the seconds the RPC takes
+CASES = {
+    ("xds:///timeouts", "/svc/HdrMax"): (HDR_MAX, ROUTE_MSD),
+    ("xds:///timeouts", "/svc/Msd"): (ROUTE_MSD, HCM_MSD),
+    ("xds:///timeouts", "/svc/Other"): (HCM_MSD, APP),
+    ("xds:///timeouts", "/svc/HdrMax0"): (APP, APP + 0.6),
+    ("xds:///timeouts", "/svc/Msd0"): (APP, APP + 0.6),
+    ("xds:///timeouts-hcm0", "/svc/Other"): (APP, APP + 0.6),
+    ("xds:///timeouts-none", "/svc/Other"): (APP, APP + 0.6),
+}
+
+
+def _timeouts_snapshot(dead: str) -> Snapshot:
+    routes = [
+        b.route(
+            path="/svc/HdrMax",
+            cluster="c",
+            max_stream_duration=ROUTE_MSD,
+            grpc_timeout_header_max=HDR_MAX,
+        ),
+        b.route(path="/svc/Msd", cluster="c", max_stream_duration=ROUTE_MSD),
+        b.route(
+            path="/svc/HdrMax0",
+            cluster="c",
+            max_stream_duration=ROUTE_MSD,
+            grpc_timeout_header_max=0,
+        ),
+        b.route(path="/svc/Msd0", cluster="c", max_stream_duration=0),
+        b.route(prefix="", cluster="c"),
+    ]
+    listeners = {"timeouts": HCM_MSD, "timeouts-hcm0": 0, "timeouts-none": None}
+    return Snapshot(
+        listeners=[b.listener(n, max_stream_duration=msd) for n, msd in listeners.items()],
+        routes=[
+            b.route_config(f"{n}-route", [b.virtual_host("vh", routes=routes)]) for n in listeners
+        ],
+        clusters=[b.cluster("c")],
+        endpoints=[b.endpoints("c", [b.locality(zone="z", priority=0, endpoints=[dead])])],
+    )
+
+
+def _timed_pyxds(channels, case) -> tuple[str, float]:
+    target, method = case
+    start = time.monotonic()
+    got = pyxds_calls(channels[target], 1, method=method, timeout=APP)
+    return "".join(got), time.monotonic() - start
+
+
+def test_xds_timeouts_end_a_queued_wait_for_ready_rpc_like_c_core(xds_server, ports):
+    """The A31 table on RPCs waiting for a pick (C-core's four timeout
+    tests above): each ends DEADLINE_EXCEEDED within its window, in pyxds
+    and in grpcio 1.85's C-core."""
+    xds_server.set_snapshot(_timeouts_snapshot(ports.dead_address()))
+    bootstrap = xds_server.bootstrap(node_id=NODE)
+    core = CoreXdsClient(bootstrap)
+    channels = {t: pyxds.insecure_channel(t, bootstrap=bootstrap) for t, _ in CASES}
+    try:
+        # both clients have the config: a non-wait_for_ready RPC on a route
+        # without a timeout fails UNAVAILABLE (the endpoint refuses
+        # connections; C-core's early xDS timeout could beat that elsewhere)
+        for target in channels:
+            assert wait_until(
+                lambda t=target: (
+                    pyxds_calls(channels[t], 1, method=READY, timeout=5, wait_for_ready=False)
+                    == {"error:UNAVAILABLE": 1}
+                ),
+                15,
+            )
+            assert wait_until(
+                lambda t=target: (
+                    core.call(1, target=t, method=READY, timeout=5, wait_for_ready=False)
+                    == {"error:UNAVAILABLE": 1}
+                ),
+                15,
+            )
+        ours: dict = {}
+
+        def run_ours() -> None:
+            pending = {case: threading.Thread(target=_one, args=(case,)) for case in CASES}
+            for t in pending.values():
+                t.start()
+            for t in pending.values():
+                t.join(APP + 10)
+
+        def _one(case) -> None:
+            ours[case] = _timed_pyxds(channels, case)
+
+        runner = threading.Thread(target=run_ours)
+        runner.start()
+        theirs = {}
+        for (target, method), _window in CASES.items():
+            start = time.monotonic()
+            got = core.call(1, target=target, method=method, timeout=APP)
+            theirs[target, method] = ("".join(got), time.monotonic() - start)
+        runner.join(APP + 15)
+        for case, (low, high) in CASES.items():
+            for who, (outcome, took) in (("pyxds", ours[case]), ("C-core", theirs[case])):
+                assert outcome == "error:DEADLINE_EXCEEDED", (who, case, outcome)
+                assert took < high, (who, case, took)
+                if who == "pyxds" or low == APP:
+                    assert took >= low - 0.05, (who, case, took)
+    finally:
+        for ch in channels.values():
+            ch.close()
+        core.close()
+
+
+def test_a_queued_rpc_keeps_its_cluster_across_a_route_update(xds_server):
+    """C-core XdsRoutingClusterUpdateClustersWithPickingDelays: the RPC
+    queued on cluster c0 (backend down) is not moved to c1 by the route
+    update; it completes on c0's backend once that starts, which serves it
+    and nothing else."""
+    down = Backend("b0").hold()
+    up = Backend("b1").start()
+    listener = "picking-delays"
+    target = f"xds:///{listener}"
+
+    def snap(cluster: str, version: str) -> Snapshot:
+        return Snapshot(
+            listeners=[b.listener(listener)],
+            routes=[
+                b.route_config(
+                    f"{listener}-route",
+                    [b.virtual_host("vh", routes=[b.route(prefix="", cluster=cluster)])],
+                )
+            ],
+            clusters=[b.cluster("c0"), b.cluster("c1")],
+            endpoints=[
+                b.endpoints(n, [b.locality(zone="z", priority=0, endpoints=[be.address])])
+                for n, be in (("c0", down), ("c1", up))
+            ],
+            version=version,
+        )
+
+    xds_server.set_snapshot(snap("c0", "1"))
+    channel = pyxds.insecure_channel(target, bootstrap=xds_server.bootstrap(node_id=NODE))
+    try:
+        queued = channel.unary_unary(f"/{SERVICE}/Who").future(b"", timeout=30, wait_for_ready=True)
+        assert wait_until(
+            lambda: (
+                pyxds_calls(channel, 1, timeout=5, wait_for_ready=False) == {"error:UNAVAILABLE": 1}
+            ),
+            15,
+        )
+        xds_server.set_snapshot(snap("c1", "2"))
+        assert wait_until(lambda: pyxds_calls(channel, 1, wait_for_ready=False) == {"b1": 1}, 15)
+        assert not queued.done()
+        down.start()
+        assert queued.result(15) == b"b0"
+        assert down.served == {"b0": 1}
+    except grpc.FutureTimeoutError:
+        raise AssertionError("the queued RPC did not complete on its cluster") from None
+    finally:
+        channel.close()
+        down.release()
+        up.release()
