@@ -38,6 +38,9 @@ from pyxds.resolver.http_filters import run_chain
 from pyxds.server import builders as b
 from pyxds.xds.resources.listener import decode_listener
 from pyxds.xds.resources.route_config import decode_route_configuration
+from pyxds.xds.resources.types import HttpFilter
+
+FAULT = "envoy.extensions.filters.http.fault.v3.HTTPFault"
 
 
 def abort(code: int):
@@ -191,3 +194,103 @@ def test_a_listener_that_only_changes_disabled_is_a_new_config():
         b.listener("l", http_filters=[fault("f", 7, disabled=True)]).SerializeToString()
     )[1]
     assert on != off
+
+
+# ------------------------------------------------ listener updates (A74, A39)
+
+
+def _dm():
+    """A dependency manager over a fake XdsClient whose deliveries are kept."""
+    from pyxds.resolver.dependency_manager import DependencyManager
+    from pyxds.resolver.dns import FakeDnsResolver
+    from pyxds.serializer import WorkSerializer
+    from pyxds.testing import FakeClock
+    from pyxds.testing.fake_xds_client import FakeXdsClient
+
+    client = FakeXdsClient()
+    updates: list = []
+    DependencyManager(
+        client,
+        "lds",
+        "svc",
+        WorkSerializer().run,
+        updates.append,
+        dns_resolver=FakeDnsResolver(),
+        clock=FakeClock(),
+    )
+    return client, updates
+
+
+def _listener(rds=None, inline=None, filters=()):
+    import dataclasses
+
+    from pyxds.testing.fake_xds_client import make_listener
+
+    return dataclasses.replace(make_listener("lds", rds=rds, inline=inline), http_filters=filters)
+
+
+ABORTING = (HttpFilter("envoy.fault", FAULT, abort(10).SerializeToString()),)
+
+
+def _routes(name: str, cluster: str):
+    from pyxds.testing.fake_xds_client import make_route, make_route_config
+
+    return make_route_config(name, [make_route("", cluster=cluster)])
+
+
+def _serve(client, cluster: str) -> None:
+    from pyxds.testing.fake_xds_client import eds_cluster, make_cla
+
+    client.push(eds_cluster(cluster), make_cla(cluster, "10.0.0.1:80"))
+
+
+def test_new_listener_filters_wait_for_the_new_route_config_they_come_with():
+    """C-core LdsRdsInteractionTest.LdsUpdateChangesHcmConfigAndRdsResourceName:
+    a listener update adds a filter that aborts every RPC and names a new
+    RDS resource whose route turns it off; until that route configuration
+    (and its cluster) arrived, the old listener and routes stay in force
+    together, so no RPC sees the new filter with the old routes."""
+    client, updates = _dm()
+    client.push(_listener(rds="rds"), _routes("rds", "a"))
+    _serve(client, "a")
+    count = len(updates)
+    client.push(_listener(rds="rds2", filters=ABORTING))
+    client.push(_routes("rds2", "b"))
+    assert len(updates) == count, "the new listener was used before its cluster arrived"
+    _serve(client, "b")
+    assert updates[-1].listener.http_filters == ABORTING
+    assert updates[-1].route_config.name == "rds2"
+
+
+def test_a_switch_from_inline_routes_to_rds_keeps_the_inline_config_until_rds_arrives():
+    """C-core LdsRdsInteractionTest.SwitchFromInlineRouteConfigToRds: the
+    inline listener stays in force (its filters with its routes) until the
+    RDS resource the new listener names arrives."""
+    client, updates = _dm()
+    client.push(_listener(inline=_routes("inline", "a")))
+    _serve(client, "a")
+    count = len(updates)
+    client.push(_listener(rds="rds", filters=ABORTING))
+    assert len(updates) == count
+    client.push(_routes("rds", "a"))
+    assert updates[-1].listener.http_filters == ABORTING
+    assert updates[-1].route_config.name == "rds"
+
+
+def test_a_listener_update_that_only_adds_a_filter_applies_at_once():
+    """C-core LdsRdsInteractionTest.HcmConfigUpdatedWithoutRdsChange: same
+    RDS name, a fault filter added: the next config has it (and the
+    selector built from it aborts)."""
+    client, updates = _dm()
+    client.push(_listener(rds="rds"), _routes("rds", "a"))
+    _serve(client, "a")
+    client.push(_listener(rds="rds", filters=ABORTING))
+    config = updates[-1]
+    assert config.listener.http_filters == ABORTING
+    refs = {"a": ClusterRef("a", lambda: None)}
+    selector = XdsConfigSelector(config.virtual_host, refs, http_filters=ABORTING)
+    call = selector.select("/svc/M", ())
+    call.on_committed()
+    verdict = run_chain(call.filters, (), random.Random(1))
+    assert verdict is not None and verdict.abort is not None
+    assert verdict.abort.code.name == "ABORTED"
