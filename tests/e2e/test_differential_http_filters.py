@@ -149,7 +149,7 @@ def test_filter_instance_and_config_that_acts_agree_with_c_core(setup, case):
     target = f"xds:///{case}"
     want = CASES[case][2]
     ours = channel(target)
-    assert wait_until(lambda: pyxds_calls(ours, 3, timeout=5) == {want: 3}, 15), (
-        pyxds_calls(ours, 3, timeout=5, details=True)
+    assert wait_until(lambda: pyxds_calls(ours, 3, timeout=5) == {want: 3}, 15), pyxds_calls(
+        ours, 3, timeout=5, details=True
     )
     assert core.call(3, target=target, timeout=5) == {want: 3}

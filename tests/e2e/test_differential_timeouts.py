@@ -201,3 +201,62 @@ def test_a_queued_rpc_keeps_its_cluster_across_a_route_update(xds_server):
         channel.close()
         down.release()
         up.release()
+
+
+def test_max_stream_duration_ends_a_client_stream_the_backend_holds(xds_server):
+    """A31: ``max_stream_duration`` is the whole stream's limit, streaming
+    RPCs included: a client stream whose requests never end is ended
+    DEADLINE_EXCEEDED at the route's 0.4 s although the application gave it
+    5 s (pyxds only: the C-core client of these tests sends no open-ended
+    stream)."""
+    backend = Backend("s0").start()
+    listener = "stream-timeout"
+    xds_server.set_snapshot(
+        Snapshot(
+            listeners=[b.listener(listener)],
+            routes=[
+                b.route_config(
+                    f"{listener}-route",
+                    [
+                        b.virtual_host(
+                            "vh",
+                            routes=[
+                                b.route(
+                                    path=f"/{SERVICE}/Collect", cluster="c", max_stream_duration=0.4
+                                ),
+                                b.route(prefix="", cluster="c"),
+                            ],
+                        )
+                    ],
+                )
+            ],
+            clusters=[b.cluster("c")],
+            endpoints=[
+                b.endpoints("c", [b.locality(zone="z", priority=0, endpoints=[backend.address])])
+            ],
+        )
+    )
+    channel = pyxds.insecure_channel(
+        f"xds:///{listener}", bootstrap=xds_server.bootstrap(node_id=NODE)
+    )
+    done = threading.Event()
+
+    def requests():
+        yield b"x"
+        done.wait(5)
+
+    try:
+        assert wait_until(lambda: pyxds_calls(channel, 1) == {"s0": 1}, 15)
+        start = time.monotonic()
+        try:
+            channel.stream_unary(f"/{SERVICE}/Collect")(requests(), timeout=5)
+            outcome = "OK"
+        except grpc.RpcError as err:
+            outcome = err.code().name
+        took = time.monotonic() - start
+        assert outcome == "DEADLINE_EXCEEDED"
+        assert 0.35 <= took < 2.0, took
+    finally:
+        done.set()
+        channel.close()
+        backend.release()
