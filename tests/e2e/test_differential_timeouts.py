@@ -260,3 +260,63 @@ def test_max_stream_duration_ends_a_client_stream_the_backend_holds(xds_server):
         done.set()
         channel.close()
         backend.release()
+
+
+def test_the_capped_deadline_reaches_the_server_like_c_core(xds_server):
+    """A31: the effective timeout is the RPC's timeout, and an RPC's timeout
+    is what its ``grpc-timeout`` header tells the server: a route
+    ``max_stream_duration`` of 3 s under an application deadline of 20 s
+    leaves the pyxds RPC's handler 3 s (as grpc-go, whose config selector
+    sets the context deadline, and grpc-java, the call options' deadline).
+    grpcio 1.85's C-core enforces the cap on the client only: its server
+    sees the application's 20 s (measured; docs/differences-from-c-core.md).
+    """
+    from concurrent import futures
+
+    from ports import EXCLUSIVE
+
+    def remaining(request: bytes, context: grpc.ServicerContext) -> bytes:
+        return f"{context.time_remaining():.3f}".encode()
+
+    server = grpc.server(futures.ThreadPoolExecutor(2), options=[EXCLUSIVE])
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "svc", {"Left": grpc.unary_unary_rpc_method_handler(remaining)}
+            ),
+        )
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    listener = "deadline-propagation"
+    xds_server.set_snapshot(
+        Snapshot(
+            listeners=[b.listener(listener)],
+            routes=[
+                b.route_config(
+                    f"{listener}-route",
+                    [b.virtual_host("vh", routes=[b.route(cluster="c", max_stream_duration=3)])],
+                )
+            ],
+            clusters=[b.cluster("c")],
+            endpoints=[
+                b.endpoints(
+                    "c", [b.locality(zone="z", priority=0, endpoints=[f"127.0.0.1:{port}"])]
+                )
+            ],
+        )
+    )
+    bootstrap = xds_server.bootstrap(node_id=NODE)
+    target = f"xds:///{listener}"
+    channel = pyxds.insecure_channel(target, bootstrap=bootstrap)
+    core = CoreXdsClient(bootstrap)
+    try:
+        assert wait_until(lambda: len(pyxds_calls(channel, 1, method="/svc/Left")) == 1, 15)
+        (ours,) = pyxds_calls(channel, 1, method="/svc/Left", timeout=20)
+        (theirs,) = core.call(1, target=target, method="/svc/Left", timeout=20)
+        assert 2.5 < float(ours) <= 3.05, ours  # grpc-timeout rounds up a little
+        assert 19.0 < float(theirs) <= 20.05, theirs
+    finally:
+        channel.close()
+        core.close()
+        server.stop(None)
