@@ -294,3 +294,16 @@ def test_a_listener_update_that_only_adds_a_filter_applies_at_once():
     verdict = run_chain(call.filters, (), random.Random(1))
     assert verdict is not None and verdict.abort is not None
     assert verdict.abort.code.name == "ABORTED"
+
+
+def test_a_disabled_filter_config_without_a_config_is_still_nacked():
+    """C-core 1.85 live: ``disabled`` does not excuse the wrapper's missing
+    ``config`` ("field not present", the words C-core NACKs with)."""
+    r = b.route(prefix="", cluster="c")
+    r.typed_per_filter_config["fault"].Pack(route_components_pb2.FilterConfig(disabled=True))
+    rc = b.route_config("rds", [b.virtual_host("vh", routes=[r])])
+    _, _, error = decode_route_configuration(rc.SerializeToString())
+    assert error == (
+        "virtual_hosts[0].routes[0].typed_per_filter_config[fault]"
+        ".value[envoy.config.route.v3.FilterConfig].config: field not present"
+    )
