@@ -14,6 +14,8 @@ sans-I/O cases are in ``tests/unit/test_conformance_http_filters.py``.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import grpc
 import pytest
 from channel_fixtures import Backend, CoreXdsClient, pyxds_calls, wait_until
@@ -106,6 +108,21 @@ CASES = {
 }
 
 
+def _snapshot(backend, extra=None, version=None) -> Snapshot:
+    """Every case's listener and routes (and ``extra``: one more listener
+    name -> (filters, virtual hosts)), cluster c on ``backend``."""
+    cases = {n: (f, vhs) for n, (f, vhs, _) in CASES.items()} | (extra or {})
+    return Snapshot(
+        listeners=[b.listener(n, http_filters=f) for n, (f, _) in cases.items()],
+        routes=[b.route_config(f"{n}-route", vhs) for n, (_, vhs) in cases.items()],
+        clusters=[b.cluster("c")],
+        endpoints=[
+            b.endpoints("c", [b.locality(zone="z", priority=0, endpoints=[backend.address])])
+        ],
+        version=version,
+    )
+
+
 @pytest.fixture(scope="module")
 def setup():
     server = ManagementServer().start()
@@ -113,25 +130,14 @@ def setup():
     core = CoreXdsClient(server.bootstrap(node_id=NODE))
     opened: list[grpc.Channel] = []
     try:
-        server.set_snapshot(
-            Snapshot(
-                listeners=[b.listener(n, http_filters=f) for n, (f, _, _) in CASES.items()],
-                routes=[b.route_config(f"{n}-route", vhs) for n, (_, vhs, _) in CASES.items()],
-                clusters=[b.cluster("c")],
-                endpoints=[
-                    b.endpoints(
-                        "c", [b.locality(zone="z", priority=0, endpoints=[backend.address])]
-                    )
-                ],
-            )
-        )
+        server.set_snapshot(_snapshot(backend))
 
         def channel(target: str) -> grpc.Channel:
             ch = pyxds.insecure_channel(target, bootstrap=server.bootstrap(node_id=NODE))
             opened.append(ch)
             return ch
 
-        yield core, channel
+        yield SimpleNamespace(core=core, channel=channel, server=server, backend=backend)
     finally:
         for ch in opened:
             ch.close()
@@ -145,7 +151,7 @@ def test_filter_instance_and_config_that_acts_agree_with_c_core(setup, case):
     """The same listener and routes through both clients: every RPC ends
     the same way (the filter instance and config that acted), and that is
     what grpcio 1.85's C-core was measured to do."""
-    core, channel = setup
+    core, channel = setup.core, setup.channel
     target = f"xds:///{case}"
     want = CASES[case][2]
     ours = channel(target)
@@ -153,3 +159,30 @@ def test_filter_instance_and_config_that_acts_agree_with_c_core(setup, case):
         ours, 3, timeout=5, details=True
     )
     assert core.call(3, target=target, timeout=5) == {want: 3}
+
+
+def test_listener_updates_change_the_filters_of_a_running_channel_like_c_core(setup):
+    """C-core LdsRdsInteractionTest.HcmConfigUpdatedWithoutRdsChange and
+    beyond, on one channel each: a fault filter added to the listener (same
+    RDS name), its config changed, emptied, the filter renamed, a route
+    override added (an RDS change), the filter removed: after each update
+    both clients' RPCs end as the new config says."""
+    core, channel = setup.core, setup.channel
+    target = "xds:///updates"
+    ours = channel(target)
+    plain = route()
+    steps = [
+        ([], plain, "a0"),
+        ([fault("fault", 7)], plain, "error:PERMISSION_DENIED"),
+        ([fault("fault", 8)], plain, "error:RESOURCE_EXHAUSTED"),
+        ([fault("fault", None)], plain, "a0"),
+        ([fault("other", 9)], plain, "error:FAILED_PRECONDITION"),
+        ([fault("other", 9)], route(route_over={"other": abort(10)}), "error:ABORTED"),
+        ([], plain, "a0"),
+    ]
+    for i, (filters, vhs, want) in enumerate(steps):
+        setup.server.set_snapshot(
+            _snapshot(setup.backend, {"updates": (filters, vhs)}, version=f"u{i}")
+        )
+        assert wait_until(lambda w=want: pyxds_calls(ours, 3, timeout=5) == {w: 3}, 15), i
+        assert wait_until(lambda w=want: core.call(3, target=target, timeout=5) == {w: 3}, 15), i
