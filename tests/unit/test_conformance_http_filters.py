@@ -307,3 +307,41 @@ def test_a_disabled_filter_config_without_a_config_is_still_nacked():
         "virtual_hosts[0].routes[0].typed_per_filter_config[fault]"
         ".value[envoy.config.route.v3.FilterConfig].config: field not present"
     )
+
+
+BAD_FAULT = b.fault_config(abort_grpc_status=17, abort_percent=100)
+HCM = (
+    "api_listener.api_listener.value"
+    "[envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager]"
+)
+
+
+def test_optional_and_disabled_do_not_excuse_an_invalid_config_of_a_known_filter():
+    """A39: ``is_optional`` lets an *unknown* filter type be skipped; a
+    filter the client knows is validated either way, and so is a disabled
+    one (C-core 1.85 live: the same field and words)."""
+    for flag in ("is_optional", "disabled"):
+        flt = b.fault_filter(config=BAD_FAULT)
+        setattr(flt, flag, True)
+        lis = b.listener("l", http_filters=[flt])
+        _, _, error = decode_listener(lis.SerializeToString())
+        assert error == (
+            f"{HCM}.http_filters[0].typed_config.value[{FAULT}].abort.grpc_status: "
+            "invalid gRPC status code: 17"
+        ), flag
+
+
+def test_an_optional_filter_config_wrapper_does_not_excuse_an_invalid_known_config():
+    """A39: the wrapper's ``is_optional`` applies to unknown override types
+    only (C-core 1.85 live: the same field and words)."""
+    fc = route_components_pb2.FilterConfig(is_optional=True)
+    fc.config.Pack(BAD_FAULT)
+    r = b.route(prefix="", cluster="c")
+    r.typed_per_filter_config["fault"].Pack(fc)
+    rc = b.route_config("rds", [b.virtual_host("vh", routes=[r])])
+    _, _, error = decode_route_configuration(rc.SerializeToString())
+    assert error == (
+        "virtual_hosts[0].routes[0].typed_per_filter_config[fault]"
+        f".value[envoy.config.route.v3.FilterConfig].config.value[{FAULT}].abort.grpc_status: "
+        "invalid gRPC status code: 17"
+    )
