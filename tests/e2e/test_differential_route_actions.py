@@ -15,8 +15,6 @@ from __future__ import annotations
 import grpc
 import pytest
 from channel_fixtures import Backend, CoreXdsClient, pyxds_calls, wait_until
-from envoy.config.route.v3 import route_components_pb2
-from google.protobuf import wrappers_pb2
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
@@ -42,15 +40,9 @@ def first_then_b(kind: str):
 
 
 def weighted(*entries):
-    r = b.route(prefix="", weighted_clusters={"a": 1})
-    del r.route.weighted_clusters.clusters[:]
-    for name, weight in entries:
-        r.route.weighted_clusters.clusters.append(
-            route_components_pb2.WeightedCluster.ClusterWeight(
-                name=name, weight=wrappers_pb2.UInt32Value(value=weight)
-            )
-        )
-    return [r]
+    """A catch-all route over weighted clusters given as (name, weight)
+    pairs (a name may repeat)."""
+    return [b.route(prefix="", weighted_clusters=entries)]
 
 
 #: listener -> (routes, expected outcome of every RPC)

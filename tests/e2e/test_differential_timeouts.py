@@ -93,6 +93,21 @@ def _timed_pyxds(channels, case) -> tuple[str, float]:
     return "".join(got), time.monotonic() - start
 
 
+def _one_listener(listener: str, routes, addresses: dict[str, str], version=None) -> Snapshot:
+    """Listener ``listener`` with ``routes`` in one virtual host; each
+    cluster of ``addresses`` an EDS cluster of that one endpoint."""
+    return Snapshot(
+        listeners=[b.listener(listener)],
+        routes=[b.route_config(f"{listener}-route", [b.virtual_host("vh", routes=list(routes))])],
+        clusters=[b.cluster(c) for c in addresses],
+        endpoints=[
+            b.endpoints(c, [b.locality(zone="z", priority=0, endpoints=[a])])
+            for c, a in addresses.items()
+        ],
+        version=version,
+    )
+
+
 def test_xds_timeouts_end_a_queued_wait_for_ready_rpc_like_c_core(xds_server, ports):
     """The A31 table on RPCs waiting for a pick (C-core's four timeout
     tests above): each ends DEADLINE_EXCEEDED within its window, in pyxds
@@ -163,21 +178,8 @@ def test_a_queued_rpc_keeps_its_cluster_across_a_route_update(xds_server):
     target = f"xds:///{listener}"
 
     def snap(cluster: str, version: str) -> Snapshot:
-        return Snapshot(
-            listeners=[b.listener(listener)],
-            routes=[
-                b.route_config(
-                    f"{listener}-route",
-                    [b.virtual_host("vh", routes=[b.route(prefix="", cluster=cluster)])],
-                )
-            ],
-            clusters=[b.cluster("c0"), b.cluster("c1")],
-            endpoints=[
-                b.endpoints(n, [b.locality(zone="z", priority=0, endpoints=[be.address])])
-                for n, be in (("c0", down), ("c1", up))
-            ],
-            version=version,
-        )
+        addresses = {"c0": down.address, "c1": up.address}
+        return _one_listener(listener, [b.route(prefix="", cluster=cluster)], addresses, version)
 
     xds_server.set_snapshot(snap("c0", "1"))
     channel = pyxds.insecure_channel(target, bootstrap=xds_server.bootstrap(node_id=NODE))
@@ -211,31 +213,11 @@ def test_max_stream_duration_ends_a_client_stream_the_backend_holds(xds_server):
     stream)."""
     backend = Backend("s0").start()
     listener = "stream-timeout"
-    xds_server.set_snapshot(
-        Snapshot(
-            listeners=[b.listener(listener)],
-            routes=[
-                b.route_config(
-                    f"{listener}-route",
-                    [
-                        b.virtual_host(
-                            "vh",
-                            routes=[
-                                b.route(
-                                    path=f"/{SERVICE}/Collect", cluster="c", max_stream_duration=0.4
-                                ),
-                                b.route(prefix="", cluster="c"),
-                            ],
-                        )
-                    ],
-                )
-            ],
-            clusters=[b.cluster("c")],
-            endpoints=[
-                b.endpoints("c", [b.locality(zone="z", priority=0, endpoints=[backend.address])])
-            ],
-        )
-    )
+    routes = [
+        b.route(path=f"/{SERVICE}/Collect", cluster="c", max_stream_duration=0.4),
+        b.route(prefix="", cluster="c"),
+    ]
+    xds_server.set_snapshot(_one_listener(listener, routes, {"c": backend.address}))
     channel = pyxds.insecure_channel(
         f"xds:///{listener}", bootstrap=xds_server.bootstrap(node_id=NODE)
     )
@@ -289,23 +271,8 @@ def test_the_capped_deadline_reaches_the_server_like_c_core(xds_server):
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     listener = "deadline-propagation"
-    xds_server.set_snapshot(
-        Snapshot(
-            listeners=[b.listener(listener)],
-            routes=[
-                b.route_config(
-                    f"{listener}-route",
-                    [b.virtual_host("vh", routes=[b.route(cluster="c", max_stream_duration=3)])],
-                )
-            ],
-            clusters=[b.cluster("c")],
-            endpoints=[
-                b.endpoints(
-                    "c", [b.locality(zone="z", priority=0, endpoints=[f"127.0.0.1:{port}"])]
-                )
-            ],
-        )
-    )
+    routes = [b.route(cluster="c", max_stream_duration=3)]
+    xds_server.set_snapshot(_one_listener(listener, routes, {"c": f"127.0.0.1:{port}"}))
     bootstrap = xds_server.bootstrap(node_id=NODE)
     target = f"xds:///{listener}"
     channel = pyxds.insecure_channel(target, bootstrap=bootstrap)

@@ -16,9 +16,6 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from envoy.config.route.v3 import route_components_pb2
-from google.protobuf import wrappers_pb2
-
 from pyxds.resolver.config_selector import (
     NON_FORWARDING_MESSAGE,
     ClusterRef,
@@ -45,15 +42,7 @@ def selector(*routes, rng=None, refs=None):
 def weighted(*entries):
     """A catch-all route over weighted clusters given as (name, weight)
     pairs (a name may repeat)."""
-    r = b.route(prefix="", weighted_clusters={"a": 1})
-    del r.route.weighted_clusters.clusters[:]
-    for name, weight in entries:
-        r.route.weighted_clusters.clusters.append(
-            route_components_pb2.WeightedCluster.ClusterWeight(
-                name=name, weight=wrappers_pb2.UInt32Value(value=weight)
-            )
-        )
-    return r
+    return b.route(prefix="", weighted_clusters=entries)
 
 
 def shares(sel, n=20_000) -> dict[str, float]:
