@@ -345,3 +345,28 @@ def test_an_optional_filter_config_wrapper_does_not_excuse_an_invalid_known_conf
         f".value[envoy.config.route.v3.FilterConfig].config.value[{FAULT}].abort.grpc_status: "
         "invalid gRPC status code: 17"
     )
+
+
+def test_an_override_only_type_in_the_listener_is_no_filter_type():
+    """A39: a filter is registered by its top-level config type; its
+    per-route type (StatefulSessionPerRoute, RBACPerRoute) in the listener's
+    ``http_filters`` is an unsupported filter type, skipped when optional
+    (C-core 1.85 live: the same field and words, and the same skip)."""
+    from envoy.extensions.filters.network.http_connection_manager.v3 import (
+        http_connection_manager_pb2 as hcm_pb2,
+    )
+
+    from pyxds.server import inbound as ib
+
+    for config in (b.stateful_session_per_route(disabled=True), ib.rbac_per_route()):
+        type_name = config.DESCRIPTOR.full_name
+        flt = hcm_pb2.HttpFilter(name="x", typed_config=b.pack(config))
+        lis = b.listener("l", http_filters=[flt])
+        _, _, error = decode_listener(lis.SerializeToString())
+        assert error == (
+            f"{HCM}.http_filters[0].typed_config.value[{type_name}]: unsupported filter type"
+        )
+        flt.is_optional = True
+        lis = b.listener("l", http_filters=[flt])
+        _, listener, error = decode_listener(lis.SerializeToString())
+        assert error is None and [f.name for f in listener.http_filters] == ["router"]
