@@ -45,6 +45,13 @@ def wrapped(code: int, disabled: bool):
     return fc
 
 
+def disabled_other():
+    """A disabled FilterConfig around another filter's override type."""
+    fc = route_components_pb2.FilterConfig(disabled=True)
+    fc.config.Pack(b.stateful_session_per_route())
+    return fc
+
+
 def route(vh=None, route_over=None, cluster_over=None):
     """A route config of one virtual host, one route to cluster c (a
     weighted cluster when it has overrides), with these overrides."""
@@ -98,6 +105,16 @@ CASES = {
     "cluster-disables": (
         [fault("fault", 12)],
         route(route_over={"fault": abort(7)}, cluster_over={"fault": wrapped(8, True)}),
+        "a0",
+    ),
+    "enabled-by-other-type": (
+        [fault("fault", 12, disabled=True)],
+        route(route_over={"fault": b.stateful_session_per_route()}),
+        "error:UNIMPLEMENTED",
+    ),
+    "disabled-other-type": (
+        [fault("fault", 12)],
+        route(route_over={"fault": disabled_other()}),
         "a0",
     ),
     "route-reenables": (

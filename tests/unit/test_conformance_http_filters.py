@@ -370,3 +370,15 @@ def test_an_override_only_type_in_the_listener_is_no_filter_type():
         lis = b.listener("l", http_filters=[flt])
         _, listener, error = decode_listener(lis.SerializeToString())
         assert error is None and [f.name for f in listener.http_filters] == ["router"]
+
+
+def test_an_override_of_another_type_enables_a_disabled_filter_with_the_listener_config():
+    """C-core 1.85 live: any override under the filter's name enables a
+    filter disabled in the listener; one of another filter's type is not
+    used, so the listener's config runs (UNIMPLEMENTED).  A disabled
+    ``FilterConfig`` turns the filter off whatever type it wraps."""
+    other = b.stateful_session_per_route()
+    assert outcome([fault("fault", 12, disabled=True)], route={"fault": other}) == "UNIMPLEMENTED"
+    wrapped_other = route_components_pb2.FilterConfig(disabled=True)
+    wrapped_other.config.Pack(other)
+    assert outcome([fault("fault", 12)], route={"fault": wrapped_other}) == "pick"

@@ -162,9 +162,11 @@ def build_chain(
 
     ``disabled`` (Envoy's meaning; A39 is silent, C-core 1.85 measured live
     and grpc-go's ``xds_http_filters_test.go`` agree): a most specific entry
-    that is a disabled ``FilterConfig`` (``DISABLED_OVERRIDE``) turns the
-    filter off on this route; a filter disabled in the listener runs only
-    with an override of its type, whose config it then uses."""
+    that is a disabled ``FilterConfig`` (``DISABLED_OVERRIDE``, whatever it
+    wraps) turns the filter off on this route; a filter disabled in the
+    listener runs only where it has an override, with the override's config
+    (the listener's when the override is of another filter's type, which
+    enables it all the same: C-core 1.85 live)."""
     merged: dict[str, tuple[str, bytes]] = {}
     for level in override_levels:
         for name, type_url, config in level:
@@ -175,13 +177,15 @@ def build_chain(
         if impl is None or impl.terminal:
             continue
         override = merged.get(flt.name)
-        if override is not None and override[0] == DISABLED_OVERRIDE:
+        if override is None:
+            if flt.disabled:
+                continue
+            call_filter = impl.call_filter(flt.config)
+        elif override[0] == DISABLED_OVERRIDE:
             continue
-        if override is not None and override[0] in impl.override_types():
+        elif override[0] in impl.override_types():
             call_filter = impl.override_filter(override[1])
-        elif flt.disabled:
-            continue
-        else:
+        else:  # another filter's type: the listener's config, enabled
             call_filter = impl.call_filter(flt.config)
         if call_filter is not None:
             chain.append(call_filter)
