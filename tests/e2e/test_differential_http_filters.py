@@ -117,6 +117,19 @@ CASES = {
         route(route_over={"fault": disabled_other()}),
         "a0",
     ),
+    "other-type-passed-over": (
+        [fault("fault", 12)],
+        route(vh={"fault": abort(9)}, route_over={"fault": b.stateful_session_per_route()}),
+        "error:FAILED_PRECONDITION",
+    ),
+    "passed-over-to-disabled": (
+        [fault("fault", 12, disabled=True)],
+        route(
+            route_over={"fault": wrapped(7, True)},
+            cluster_over={"fault": b.stateful_session_per_route()},
+        ),
+        "error:PERMISSION_DENIED",
+    ),
     "route-reenables": (
         [fault("fault", 12)],
         route(vh={"fault": wrapped(9, True)}, route_over={"fault": abort(7)}),

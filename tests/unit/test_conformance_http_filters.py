@@ -382,3 +382,37 @@ def test_an_override_of_another_type_enables_a_disabled_filter_with_the_listener
     wrapped_other = route_components_pb2.FilterConfig(disabled=True)
     wrapped_other.config.Pack(other)
     assert outcome([fault("fault", 12)], route={"fault": wrapped_other}) == "pick"
+
+
+SESSION = b.stateful_session_per_route()
+
+
+def test_an_entry_of_another_type_is_passed_over_for_the_config_below_it():
+    """C-core 1.85 live (A39 is silent on it): an entry under the filter's
+    name of another filter's type is passed over for the config, which comes
+    from the next less specific level of the filter's own type (the virtual
+    host's FAILED_PRECONDITION, not the listener's UNIMPLEMENTED), whether
+    that entry is plain or a FilterConfig, and whether the listener's filter
+    is disabled (the other-type entry, the most specific, turns it on)."""
+    base = [fault("fault", 12)]
+    assert outcome(base, vh={"fault": abort(9)}, route={"fault": SESSION}) == "FAILED_PRECONDITION"
+    got = outcome(base, vh={"fault": wrapped(9, False)}, route={"fault": SESSION})
+    assert got == "FAILED_PRECONDITION"
+    disabled_base = [fault("fault", 12, disabled=True)]
+    got = outcome(disabled_base, vh={"fault": abort(9)}, route={"fault": SESSION})
+    assert got == "FAILED_PRECONDITION"
+    assert outcome(base, route={"fault": abort(9)}, cluster={"fault": SESSION}) == (
+        "FAILED_PRECONDITION"
+    )
+
+
+def test_a_disabled_entry_passed_over_to_still_gives_its_config():
+    """C-core 1.85 live: ``disabled`` is read from the most specific entry
+    only; when that is another filter's type (so the filter runs), a less
+    specific disabled FilterConfig of the filter's type supplies the config
+    (its abort), even for a filter disabled in the listener."""
+    got = outcome([fault("fault", 12)], vh={"fault": wrapped(9, True)}, route={"fault": SESSION})
+    assert got == "FAILED_PRECONDITION"
+    for base in ([fault("fault", 12)], [fault("fault", 12, disabled=True)]):
+        got = outcome(base, route={"fault": wrapped(7, True)}, cluster={"fault": SESSION})
+        assert got == "PERMISSION_DENIED"

@@ -55,7 +55,7 @@ from typing import Any
 
 from pyxds._values import dataclass
 from pyxds.status import Status
-from pyxds.xds.resources._common import DISABLED_OVERRIDE
+from pyxds.xds.resources._common import effective_override
 
 __all__ = [
     "CallFilter",
@@ -157,35 +157,23 @@ def build_chain(
     """The CallFilters of one route, in listener order.  ``listener_filters``
     are the listener's ``HttpFilter`` resources (name, type_url, config,
     disabled); ``override_levels`` the ``filter_overrides`` from least to
-    most specific (virtual host, route, weighted cluster): the most specific
-    entry for a filter's name replaces its config (A39).
-
-    ``disabled`` (Envoy's meaning; A39 is silent, C-core 1.85 measured live
-    and grpc-go's ``xds_http_filters_test.go`` agree): a most specific entry
-    that is a disabled ``FilterConfig`` (``DISABLED_OVERRIDE``, whatever it
-    wraps) turns the filter off on this route; a filter disabled in the
-    listener runs only where it has an override, with the override's config
-    (the listener's when the override is of another filter's type, which
-    enables it all the same: C-core 1.85 live)."""
-    merged: dict[str, tuple[str, bytes]] = {}
-    for level in override_levels:
-        for name, type_url, config in level:
-            merged[name] = (type_url, config)
+    most specific (virtual host, route, weighted cluster).  Which filters
+    run and with which config: :func:`~pyxds.xds.resources._common.effective_override`
+    (A39's most specific override; ``disabled`` and overrides of another
+    filter's type as C-core 1.85 treats them)."""
     chain: list[CallFilter] = []
     for flt in listener_filters:
         impl = registered(flt.type_url)
         if impl is None or impl.terminal:
             continue
-        override = merged.get(flt.name)
-        if override is None:
-            if flt.disabled:
-                continue
-            call_filter = impl.call_filter(flt.config)
-        elif override[0] == DISABLED_OVERRIDE:
+        runs, override = effective_override(
+            flt.name, override_levels, impl.override_types(), flt.disabled
+        )
+        if not runs:
             continue
-        elif override[0] in impl.override_types():
+        if override is not None:
             call_filter = impl.override_filter(override[1])
-        else:  # another filter's type: the listener's config, enabled
+        else:
             call_filter = impl.call_filter(flt.config)
         if call_filter is not None:
             chain.append(call_filter)

@@ -40,8 +40,8 @@ gRFCs leave room):
   clusters (A39, as C-core): non-empty keys, configs of a filter type this
   client knows (the fault filter) unless marked optional by a
   ``FilterConfig`` wrapper; the router takes no override.  Kept per level as
-  ``filter_overrides`` (a ``FilterConfig`` with ``disabled``: the filter is
-  off there, ``_common.DISABLED_OVERRIDE``).
+  ``filter_overrides`` (a ``FilterConfig`` with ``disabled`` marked by
+  ``_common.DISABLED_PREFIX``; applied by ``_common.effective_override``).
 * ``virtual_hosts[i].domains`` must be non-empty, each non-empty and with a
   ``*`` only as its first or last character.
 
