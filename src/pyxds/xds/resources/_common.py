@@ -235,10 +235,9 @@ def filter_overrides(overrides: Any) -> tuple[tuple[str, str, bytes], ...]:
     config: kept as empty, the filter's default config); types this client
     does not know (optional ones) are left out.
 
-    A ``FilterConfig`` with ``disabled: true`` around a client filter's
-    config is ``(name, DISABLED_PREFIX + type, config)`` (read by
-    :func:`effective_override`).  An RBAC override keeps its plain type as
-    before: the server side does not read the flag."""
+    A ``FilterConfig`` with ``disabled: true`` around a config is
+    ``(name, DISABLED_PREFIX + type, config)`` (read by
+    :func:`effective_override`, on clients and servers)."""
     out = []
     for key, any_msg in overrides.items():
         tname = type_name(any_msg.type_url)
@@ -258,10 +257,8 @@ def filter_overrides(overrides: Any) -> tuple[tuple[str, str, bytes], ...]:
             ts = typed_struct_pb2.TypedStruct()
             ts.ParseFromString(value)
             tname, value = type_name(ts.type_url), b""
-        if tname in FILTER_OVERRIDE_TYPES:
+        if tname in FILTER_OVERRIDE_TYPES or tname in RBAC_OVERRIDE_TYPES:
             out.append((key, DISABLED_PREFIX + tname if disabled else tname, bytes(value)))
-        elif tname in RBAC_OVERRIDE_TYPES:
-            out.append((key, tname, bytes(value)))
     return tuple(sorted(out))
 
 

@@ -172,7 +172,9 @@ def parse_server_hcm(hcm: Any, errs: Errors, path: str) -> ServerHcm:
                 f"{path}.common_http_protocol_options.max_stream_duration",
                 errs,
             )
-    server_filters = tuple(ServerHttpFilter(f.name, f.type_url, rbac) for f, rbac in filters)
+    server_filters = tuple(
+        ServerHttpFilter(f.name, f.type_url, rbac, f.disabled) for f, rbac in filters
+    )
     return ServerHcm(route_config_name, route_config, server_filters)
 
 
