@@ -276,7 +276,8 @@ def effective_override(
     A39 "Filter Config Overrides": the most specific override of the
     instance's name applies.  A39 names neither ``disabled`` flag nor an
     entry of another filter's type under the name; C-core 1.85 (measured
-    live, client and server alike, tests/e2e/test_differential_http_filters.py):
+    live, client and server alike: tests/e2e/test_differential_http_filters.py,
+    test_differential_server_http_filters.py):
 
     * the most specific entry of the name, of whatever type, decides
       whether the filter runs: a disabled ``FilterConfig`` turns it off; any
