@@ -117,7 +117,7 @@ def test_a_cluster_entry_without_an_override_takes_the_routes():
     assert got == "RESOURCE_EXHAUSTED"
 
 
-def test_an_override_of_another_filters_type_is_not_used():
+def test_an_override_of_another_filters_type_alone_leaves_the_listener_config():
     """A39: the filter checks an override is of its own (override) type.  A
     StatefulSessionPerRoute under the fault filter's name leaves the
     listener's fault config in force (C-core live: the listener's
