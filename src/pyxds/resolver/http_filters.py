@@ -55,6 +55,7 @@ from typing import Any
 
 from pyxds._values import dataclass
 from pyxds.status import Status
+from pyxds.xds.resources._common import effective_override
 
 __all__ = [
     "CallFilter",
@@ -154,21 +155,23 @@ def build_chain(
     *override_levels: Sequence[tuple[str, str, bytes]],
 ) -> tuple[CallFilter, ...]:
     """The CallFilters of one route, in listener order.  ``listener_filters``
-    are the listener's ``HttpFilter`` resources (name, type_url, config);
-    ``override_levels`` the ``filter_overrides`` from least to most specific
-    (virtual host, route, weighted cluster): the most specific entry for a
-    filter's name replaces its config (A39)."""
-    merged: dict[str, tuple[str, bytes]] = {}
-    for level in override_levels:
-        for name, type_url, config in level:
-            merged[name] = (type_url, config)
+    are the listener's ``HttpFilter`` resources (name, type_url, config,
+    disabled); ``override_levels`` the ``filter_overrides`` from least to
+    most specific (virtual host, route, weighted cluster).  Which filters
+    run and with which config: :func:`~pyxds.xds.resources._common.effective_override`
+    (A39's most specific override; ``disabled`` and overrides of another
+    filter's type as C-core 1.85 treats them)."""
     chain: list[CallFilter] = []
     for flt in listener_filters:
         impl = registered(flt.type_url)
         if impl is None or impl.terminal:
             continue
-        override = merged.get(flt.name)
-        if override is not None and override[0] in impl.override_types():
+        runs, override = effective_override(
+            flt.name, override_levels, impl.override_types(), flt.disabled
+        )
+        if not runs:
+            continue
+        if override is not None:
             call_filter = impl.override_filter(override[1])
         else:
             call_filter = impl.call_filter(flt.config)

@@ -510,7 +510,7 @@ def route(
     regex: str | None = None,
     headers: Iterable[route_components_pb2.HeaderMatcher] = (),
     cluster: str | None = None,
-    weighted_clusters: Mapping[str, int] | None = None,
+    weighted_clusters: Mapping[str, int] | Sequence[tuple[str, int]] | None = None,
     case_sensitive: bool | None = None,
     runtime_fraction: Any = None,
     timeout: Seconds | None = None,
@@ -523,7 +523,8 @@ def route(
 ) -> route_components_pb2.Route:
     """A Route: one path matcher (default ``prefix=""``) and one action (A28).
 
-    ``weighted_clusters`` maps cluster name to weight; ``cluster_specifier_plugin``
+    ``weighted_clusters`` maps cluster name to weight (or lists (name,
+    weight) pairs, where a name may repeat); ``cluster_specifier_plugin``
     names a plugin of the route config (RLS, :func:`rls_plugin`). With none of
     ``cluster``, ``weighted_clusters`` and ``cluster_specifier_plugin`` the
     route is non-forwarding (``non_forwarding_action``).
@@ -569,7 +570,11 @@ def route(
                     route_components_pb2.WeightedCluster.ClusterWeight(
                         name=name, weight=wrappers_pb2.UInt32Value(value=weight)
                     )
-                    for name, weight in weighted_clusters.items()
+                    for name, weight in (
+                        weighted_clusters.items()
+                        if isinstance(weighted_clusters, Mapping)
+                        else weighted_clusters
+                    )
                 ]
             )
         )

@@ -6,7 +6,9 @@ must be ``non_forwarding_action``; the route decides which RBAC config each
 RBAC filter of the chain applies (A39 overrides: the route's
 ``typed_per_filter_config`` ``RBACPerRoute`` entry of the filter's name,
 else its virtual host's, else the filter's own; an entry of another type is
-passed over, as C-core does).
+passed over, as C-core does), and whether it applies at all (a filter or a
+most specific ``FilterConfig`` with ``disabled``: C-core 1.85 measured,
+:func:`~pyxds.xds.resources._common.effective_override`).
 
 Failures, all UNAVAILABLE in C-core's words: the RDS resource is missing,
 NACKed without a good version or does not exist ("RDS resource NAME:
@@ -31,6 +33,7 @@ from pyxds._values import dataclass
 from pyxds.resolver.route_matching import RouteTable, select_virtual_host
 from pyxds.serving.rbac import RbacEngine
 from pyxds.status import Status
+from pyxds.xds.resources._common import effective_override
 from pyxds.xds.resources.rbac import RBAC_PER_ROUTE_TYPE, rbac_override_of
 from pyxds.xds.resources.server_types import ServerHcm
 from pyxds.xds.resources.types import (
@@ -135,18 +138,21 @@ class ChainRouter:
     def _outcome(self, vhost: VirtualHost, route: Route) -> RouteOutcome:
         if not isinstance(route.action, NonForwardingAction):
             return _UNSUPPORTED
-        # Only RBACPerRoute entries override an RBAC filter: an entry of
-        # another filter's type under its name is passed over at its level
-        # (as C-core 1.85 does).
-        route_overrides = {n: v for n, t, v in route.filter_overrides if t == RBAC_PER_ROUTE_TYPE}
-        vhost_overrides = {n: v for n, t, v in vhost.filter_overrides if t == RBAC_PER_ROUTE_TYPE}
+        # Only RBACPerRoute entries configure an RBAC filter: an entry of
+        # another filter's type under its name is passed over for the config
+        # but, the most specific, turns a disabled filter on; a disabled
+        # FilterConfig turns it off (as C-core 1.85 does; effective_override).
+        levels = (vhost.filter_overrides, route.filter_overrides)
         engines = []
         for flt in self.hcm.http_filters:
             if flt.rbac is None:
                 continue
+            runs, found = effective_override(flt.name, levels, _RBAC_OVERRIDES, flt.disabled)
+            if not runs:
+                continue
             config = flt.rbac
-            override = route_overrides.get(flt.name, vhost_overrides.get(flt.name))
-            if override is not None:
+            if found is not None:
+                override = found[1]
                 parsed = rbac_override_of(override)
                 if parsed is None:  # validated when the RDS resource was accepted
                     return RouteOutcome(
@@ -157,6 +163,9 @@ class ChainRouter:
             if not engine.noop:
                 engines.append(engine)
         return RouteOutcome(None, tuple(engines))
+
+
+_RBAC_OVERRIDES = (RBAC_PER_ROUTE_TYPE,)
 
 
 def _unavailable(message: str) -> Status:

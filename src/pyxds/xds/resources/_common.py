@@ -8,7 +8,7 @@ any error is rejected (NACKed) with all of them joined by ``"; "``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.protobuf.message import Message
@@ -24,6 +24,10 @@ MAX_DURATION_SECONDS = 315_576_000_000
 ROUTER_FILTER_TYPE = "envoy.extensions.filters.http.router.v3.Router"
 FAULT_FILTER_TYPE = "envoy.extensions.filters.http.fault.v3.HTTPFault"
 FILTER_CONFIG_TYPE = "envoy.config.route.v3.FilterConfig"
+#: prefix of the config type of a ``filter_overrides`` entry that came in a
+#: ``FilterConfig`` with ``disabled: true`` (its config kept: see
+#: :func:`effective_override`)
+DISABLED_PREFIX = "disabled:"
 
 # Client HTTP filter config types this client accepts in a listener's
 # http_filters (A39): type name -> is terminal.
@@ -229,16 +233,22 @@ def filter_overrides(overrides: Any) -> tuple[tuple[str, str, bytes], ...]:
     type, config bytes), sorted by name: a ``FilterConfig`` wrapper and a
     TypedStruct are unwrapped (a TypedStruct's bytes are not the typed
     config: kept as empty, the filter's default config); types this client
-    does not know (optional ones) are left out."""
+    does not know (optional ones) are left out.
+
+    A ``FilterConfig`` with ``disabled: true`` around a config is
+    ``(name, DISABLED_PREFIX + type, config)`` (read by
+    :func:`effective_override`, on clients and servers)."""
     out = []
     for key, any_msg in overrides.items():
         tname = type_name(any_msg.type_url)
+        disabled = False
         if tname == FILTER_CONFIG_TYPE:
             from pyxds.xds import descriptors
 
             route_components_pb2 = descriptors.module("envoy.config.route.v3.route_components_pb2")
             fc = route_components_pb2.FilterConfig()
             fc.ParseFromString(any_msg.value)
+            disabled = fc.disabled
             any_msg = fc.config
             tname = type_name(any_msg.type_url)
         value = any_msg.value
@@ -249,8 +259,51 @@ def filter_overrides(overrides: Any) -> tuple[tuple[str, str, bytes], ...]:
             ts.ParseFromString(value)
             tname, value = type_name(ts.type_url), b""
         if tname in FILTER_OVERRIDE_TYPES or tname in RBAC_OVERRIDE_TYPES:
-            out.append((key, tname, bytes(value)))
+            out.append((key, DISABLED_PREFIX + tname if disabled else tname, bytes(value)))
     return tuple(sorted(out))
+
+
+def effective_override(
+    name: str,
+    levels: Sequence[Sequence[tuple[str, str, bytes]]],
+    override_types: tuple[str, ...],
+    disabled_in_listener: bool,
+) -> tuple[bool, tuple[str, bytes] | None]:
+    """Whether the HTTP filter instance ``name`` runs on a route, and the
+    (type, config) override it runs with (None: its listener config).
+    ``levels``: the ``filter_overrides`` from least to most specific
+    (virtual host, route, weighted cluster).
+
+    A39 "Filter Config Overrides": the most specific override of the
+    instance's name applies.  A39 names neither ``disabled`` flag nor an
+    entry of another filter's type under the name; C-core 1.85 (measured
+    live, client and server alike: tests/e2e/test_differential_http_filters.py,
+    test_differential_server_http_filters.py):
+
+    * the most specific entry of the name, of whatever type, decides
+      whether the filter runs: a disabled ``FilterConfig`` turns it off; any
+      other entry turns on a filter disabled in the listener; with no entry
+      the listener's ``disabled`` stands;
+    * the config is that of the most specific entry of one of the filter's
+      ``override_types``, a disabled wrapper's config included; entries of
+      other types are passed over; none: the listener's config.
+    """
+    top: str | None = None
+    config: tuple[str, bytes] | None = None
+    for level in reversed(levels):
+        for key, type_url, value in level:
+            if key != name:
+                continue
+            if top is None:
+                top = type_url
+            inner = type_url.removeprefix(DISABLED_PREFIX)
+            if config is None and inner in override_types:
+                config = (inner, value)
+    if top is None:
+        return not disabled_in_listener, None
+    if top.startswith(DISABLED_PREFIX):
+        return False, None
+    return True, config
 
 
 def check_filter_overrides(overrides: Any, path: str, errs: Errors) -> None:

@@ -179,7 +179,9 @@ def parse_server_hcm(hcm: Any, errs: Errors, path: str) -> ServerHcm:
                 f"{path}.common_http_protocol_options.max_stream_duration",
                 errs,
             )
-    server_filters = tuple(ServerHttpFilter(f.name, f.type_url, rbac) for f, rbac in filters)
+    server_filters = tuple(
+        ServerHttpFilter(f.name, f.type_url, rbac, f.disabled) for f, rbac in filters
+    )
     return ServerHcm(route_config_name, route_config, server_filters)
 
 
@@ -298,7 +300,7 @@ def _parse_http_filters(hcm: Any, errs: Errors, path: str, server: bool = False)
                 continue
         elif not validate_filter_config(tname, any_msg, f"{p}.typed_config", errs):
             continue
-        flt = HttpFilter(name, tname, any_msg.value, f.is_optional)
+        flt = HttpFilter(name, tname, any_msg.value, f.is_optional, f.disabled)
         order.append((tname, terminal))
         if not server:
             out.append(flt)

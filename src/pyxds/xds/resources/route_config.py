@@ -39,7 +39,9 @@ gRFCs leave room):
 * ``typed_per_filter_config`` of virtual hosts, routes and weighted
   clusters (A39, as C-core): non-empty keys, configs of a filter type this
   client knows (the fault filter) unless marked optional by a
-  ``FilterConfig`` wrapper; the router takes no override.  Not kept.
+  ``FilterConfig`` wrapper; the router takes no override.  Kept per level as
+  ``filter_overrides`` (a ``FilterConfig`` with ``disabled`` marked by
+  ``_common.DISABLED_PREFIX``; applied by ``_common.effective_override``).
 * ``virtual_hosts[i].domains`` must be non-empty, each non-empty and with a
   ``*`` only as its first or last character.
 

@@ -90,11 +90,14 @@ def _cidr_text(cidr: CidrRange) -> str:
 @dataclass(frozen=True, slots=True)
 class ServerHttpFilter:
     """One HTTP filter of a server HttpConnectionManager: the router (config
-    None) or an RBAC filter with its validated config (A41)."""
+    None) or an RBAC filter with its validated config (A41); ``disabled``:
+    it applies only where a route override enables it
+    (:func:`pyxds.xds.resources._common.effective_override`)."""
 
     name: str
     type_url: str
     rbac: RbacConfig | None = None
+    disabled: bool = False
 
 
 @dataclass(frozen=True, slots=True)

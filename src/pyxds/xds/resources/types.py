@@ -76,12 +76,16 @@ class HttpFilter:
 
     ``type_url`` is the type of the filter config (for a TypedStruct, the
     wrapped type); ``config`` is the serialized typed config bytes.
+    ``disabled``: the filter runs only where a ``typed_per_filter_config``
+    override configures it (Envoy's meaning, as C-core 1.85 applies it;
+    :func:`pyxds.resolver.http_filters.build_chain`).
     """
 
     name: str
     type_url: str
     config: bytes = b""
     is_optional: bool = False
+    disabled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
