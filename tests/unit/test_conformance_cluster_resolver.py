@@ -148,3 +148,182 @@ def test_a_moved_endpoints_calls_carry_the_new_locality_label():
     assert isinstance(after, PickComplete) and after.attempt_labels is not None
     assert after.subchannel.address == "10.0.0.1:80"
     assert after.attempt_labels["grpc.lb.locality"] == locality_label(B)
+
+
+# ------------------------------------------------- A56 child naming (A74 cds)
+
+#: grpc-go configbuilder_childname_test.go Test_nameGenerator_generate: per
+#: case, the priorities (zones) of each update and the child numbers.  Where
+#: grpc-go's generator and C-core's ComputeChildNames disagree, C-core's
+#: numbers are the expected ones and grpc-go's are noted.
+GO_NAME_TABLE = {
+    "init, two new priorities": [([["L0"], ["L1"]], [0, 1])],
+    "one new priority": [([["L0"]], [0]), ([["L0"], ["L1"]], [0, 1])],
+    "merge two priorities": [
+        ([["L0"], ["L1"], ["L2"]], [0, 1, 2]),
+        ([["L0", "L1"], ["L2"]], [0, 2]),
+    ],
+    "swap two priorities": [
+        ([["L0"], ["L1"], ["L2"]], [0, 1, 2]),
+        ([["L1"], ["L0"], ["L2"]], [1, 0, 2]),
+    ],
+    "split priority": [([["L0", "L1"], ["L2"]], [0, 1]), ([["L0"], ["L1"], ["L2"]], [0, 2, 1])],
+    "priority index preference": [([["L0"], ["L1"]], [0, 1]), ([["L1", "L0"]], [0])],
+    "merge partial": [
+        ([["L0", "L1"], ["L2", "L3"]], [0, 1]),
+        ([["L0", "L1", "L2"], ["L3"]], [0, 1]),
+        ([["L0", "L1"], ["L2", "L3"]], [0, 1]),
+    ],
+    "swap shift": [([["L0", "L1"], ["L2", "L3"]], [0, 1]), ([["L2"], ["L0", "L1"]], [1, 0])],
+    "replace priority": [([["L0", "L1"], ["L2", "L3"]], [0, 1]), ([["L0", "L1"], ["L5"]], [0, 2])],
+    # grpc-go: [0, 1] then [0, 1].  C-core walks a priority's localities in
+    # (region, zone, sub_zone) order: L0 comes first and was in child 1, so
+    # the merged priority is child 1 and L3's priority a new child 2.
+    "reordered merge": [
+        ([["L1", "L2"], ["L0", "L3"]], [0, 1]),
+        ([["L0", "L1", "L2"], ["L3"]], [1, 2]),
+        ([["L1", "L2"], ["L0", "L3"]], [1, 2]),
+    ],
+    "three-step shift stability": [
+        ([["L0"], ["L1"]], [0, 1]),
+        ([["L2"], ["L0"], ["L1"]], [2, 0, 1]),
+        ([["L0"], ["L1"]], [0, 1]),
+    ],
+}
+
+
+@pytest.mark.parametrize("case", sorted(GO_NAME_TABLE))
+def test_priority_child_numbers_replay_the_grpc_go_name_generator_table(case):
+    """grpc-go Test_nameGenerator_generate through the cds policy: the
+    priority child names of each EDS update (C-core cds.cc
+    ComputeChildNames; A56 "child naming")."""
+    name = fresh("names")
+    _helper, lb, config = cds(name)
+    for step, (priorities, numbers) in enumerate(GO_NAME_TABLE[case]):
+        entry = eds_entry(
+            name,
+            *[
+                [
+                    locality(loc("r", zone), [f"10.{step}.{p}.{i}:80"])
+                    for i, zone in enumerate(zones)
+                ]
+                for p, zones in enumerate(priorities)
+            ],
+        )
+        lb.update(cds_update(config, xds_config({name: entry})))
+        assert lb.priority_names == [child_name(name, n) for n in numbers], (case, step)
+
+
+def child_name(cluster: str, n: int) -> str:
+    return f"{{cluster={cluster}, child_number={n}}}"
+
+
+# ------------------------------------------------------------- A115 option
+
+
+def _a115_flap(destroy: bool | None, monkeypatch):
+    """A115 "Background" sequence through the cds policy, every subchannel
+    READY; returns the helper and the addresses of the first update's
+    priority 0 (AA, BB), which the second update drops (child 0)."""
+    from pyxds.lb import priority
+
+    if destroy is not None:
+        monkeypatch.setattr(priority, "DESTROY_REMOVED_CHILDREN", destroy)
+    aa, bb, cc, dd, ee = (loc("r", z) for z in ("aa", "bb", "cc", "dd", "ee"))
+    name = fresh("a115")
+    helper, lb, config = cds(name)
+
+    def update(p0, p1):
+        entry = eds_entry(
+            name,
+            [locality(x, [f"10.0.{ord(x.zone[0])}.{i}:80"]) for i, x in enumerate(p0)],
+            [locality(x, [f"10.1.{ord(x.zone[0])}.{i}:80"]) for i, x in enumerate(p1)],
+        )
+        lb.update(cds_update(config, xds_config({name: entry})))
+
+    update([aa, bb], [cc, dd])
+    connect_all(helper)
+    dropped = {f"10.0.{ord('a')}.0:80", f"10.0.{ord('b')}.1:80"}
+    update([cc], [dd, ee])
+    assert lb.priority_names == [child_name(name, 1), child_name(name, 2)]
+    return helper, dropped
+
+
+def test_a115_default_retains_a_dropped_priority_child_15_minutes_as_c_core(monkeypatch):
+    """gRFC A115: C-core keeps A56's cache for children dropped from the
+    config (its subchannel pool profits), so pyxds does by default: child 0
+    (AA, BB) keeps its connections until the 15-minute timer."""
+    from pyxds.lb.priority import CHILD_RETENTION
+
+    helper, dropped = _a115_flap(None, monkeypatch)
+    live = {s.address for s in helper.live_subchannels()}
+    assert dropped <= live
+    helper.clock.advance(CHILD_RETENTION - 1)
+    assert dropped <= {s.address for s in helper.live_subchannels()}
+    helper.clock.advance(1)
+    assert not dropped & {s.address for s in helper.live_subchannels()}
+
+
+def test_a115_option_destroys_a_dropped_priority_child_at_once(monkeypatch):
+    """gRFC A115 "Proposal" (grpc-go and grpc-java by default): a child the
+    cds policy drops from the priority config (names never come back) is
+    destroyed at once, its connections closed."""
+    helper, dropped = _a115_flap(True, monkeypatch)
+    assert not dropped & {s.address for s in helper.live_subchannels()}
+
+
+@pytest.mark.parametrize(
+    ("value", "destroy"),
+    [
+        (None, False),
+        ("true", False),
+        ("TRUE", False),
+        ("false", True),
+        (" False ", True),
+        ("no", False),
+    ],
+)
+def test_a115_environment_variable_turns_the_cache_off_only_when_false(value, destroy):
+    """gRFC A115 "Temporary environment variable protection":
+    GRPC_EXPERIMENTAL_ENABLE_PRIORITY_LB_CHILD_POLICY_CACHE.  pyxds keeps
+    C-core's default (cache on, C-core reads no such variable); ``false``
+    turns it off as in grpc-go/grpc-java, whose default is off and
+    ``true`` turns it back on.  Read once at import: a fresh interpreter."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    env.pop("GRPC_EXPERIMENTAL_ENABLE_PRIORITY_LB_CHILD_POLICY_CACHE", None)
+    if value is not None:
+        env["GRPC_EXPERIMENTAL_ENABLE_PRIORITY_LB_CHILD_POLICY_CACHE"] = value
+    code = "from pyxds.lb import priority; print(priority.DESTROY_REMOVED_CHILDREN)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.strip() == str(destroy), out.stderr
+
+
+# ------------------------------------------------------------ A37 LOGICAL_DNS
+
+
+def test_a_dns_answer_without_addresses_is_a_failure():
+    """C-core's DNS resolvers answer a name without addresses with an error
+    (c-ares "not found"; its dependency manager cannot take an empty list:
+    ``PopulateDnsUpdate`` reads the first address): pyxds's resolver turns
+    an empty getaddrinfo answer into UNAVAILABLE, which the dependency
+    manager treats as any failed lookup (a note before data, the last
+    addresses after)."""
+    import threading
+
+    from pyxds.resolver.dns import ThreadedDnsResolver
+
+    resolver = ThreadedDnsResolver(getaddrinfo=lambda *a, **k: [], linger=0.05)
+    got: list = []
+    done = threading.Event()
+    resolver.resolve("empty.example", 443, lambda r: (got.append(r), done.set()))
+    assert done.wait(10)
+    [result] = got
+    assert isinstance(result, Status) and result.code is grpc.StatusCode.UNAVAILABLE
+    assert result.details == "DNS resolution for empty.example:443 returned no addresses"
+    resolver.shutdown()
