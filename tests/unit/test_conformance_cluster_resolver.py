@@ -32,7 +32,7 @@ from test_cds_support import (
     xds_config,
 )
 
-from pyxds.lb import PickComplete, Status
+from pyxds.lb import ConnectivityState, PickComplete, PickFail, Status
 from pyxds.lb.call_counters import cluster_counters
 from pyxds.metrics import locality_label
 from pyxds.testing import FakeHelper
@@ -327,3 +327,181 @@ def test_a_dns_answer_without_addresses_is_a_failure():
     assert isinstance(result, Status) and result.code is grpc.StatusCode.UNAVAILABLE
     assert result.details == "DNS resolution for empty.example:443 returned no addresses"
     resolver.shutdown()
+
+
+# --------------------------------------- C-core xds_cluster_end2end_test.cc
+
+
+def drive(helper: FakeHelper, dead: set[str] = frozenset()) -> None:
+    """Every live subchannel the tree asked for connects (READY) or, at a
+    ``dead`` address, fails (TRANSIENT_FAILURE), until nothing new is asked
+    for (a failover creates the next priority's subchannels)."""
+    from test_cds_support import CONNECTING, READY, TF
+
+    for _ in range(10):
+        todo = [
+            s
+            for s in helper.live_subchannels()
+            if s.state is not (TF if s.address in dead else READY)
+        ]
+        if not todo:
+            return
+        for subchannel in todo:
+            if subchannel.state is not CONNECTING:
+                subchannel.set_state(CONNECTING)
+            subchannel.set_state(TF if subchannel.address in dead else READY)
+
+
+def _priorities(name: str, *priorities: dict[str, list[str]]):
+    """An EDS entry: each priority a {zone: addresses} mapping."""
+    return eds_entry(
+        name,
+        *[
+            [locality(loc("r", zone), addresses) for zone, addresses in p.items()]
+            for p in priorities
+        ],
+    )
+
+
+DEAD = "10.9.9.9:80"
+
+
+def test_priority_child_name_churn_never_reuses_a_deactivated_childs_name():
+    """C-core FailoverTest.PriorityChildNameChurn: P0 unreachable; P1/P2
+    moves (l2 from P2 to P1, a new l3; then a new l4 in P1): child numbers
+    0,1,2 -> 0,2,3 -> 0,4,3 (1 is never reused), and the third update's
+    traffic goes to l4's backend, none to P2's l3 during the change."""
+    name = fresh("churn")
+    helper, lb, config = cds(name)
+
+    def update(*priorities):
+        lb.update(cds_update(config, xds_config({name: _priorities(name, *priorities)})))
+        drive(helper, {DEAD})
+
+    update({"l0": [DEAD]}, {"l1": ["10.0.0.1:80"]}, {"l2": ["10.0.0.2:80"]})
+    assert set(picks(helper, 10)) == {"10.0.0.1:80"}
+    update({"l0": [DEAD]}, {"l2": ["10.0.0.2:80"]}, {"l3": ["10.0.0.3:80"]})
+    assert lb.priority_names == [child_name(name, n) for n in (0, 2, 3)]
+    assert set(picks(helper, 10)) == {"10.0.0.2:80"}
+    update({"l0": [DEAD]}, {"l4": ["10.0.0.4:80"]}, {"l3": ["10.0.0.3:80"]})
+    assert lb.priority_names == [child_name(name, n) for n in (0, 4, 3)]
+    assert set(picks(helper, 10)) == {"10.0.0.4:80"}
+
+
+def test_moving_every_locality_of_the_current_priority_up_keeps_serving():
+    """C-core FailoverTest.MoveAllLocalitiesInCurrentPriorityToHigherPriority:
+    P0 [l0: unreachable], P1 [l1: b0, b1] serves on P1; then P0 [l0, l1:
+    b0, b1, b2] (P1 gone): P0 keeps child 0 (l0 sorts first), l1's
+    endpoints serve from it, b2 included, and no pick fails."""
+    name = fresh("move-up")
+    helper, lb, config = cds(name)
+    b = [f"10.0.1.{i}:80" for i in range(3)]
+    lb.update(
+        cds_update(config, xds_config({name: _priorities(name, {"l0": [DEAD]}, {"l1": b[:2]})}))
+    )
+    drive(helper, {DEAD})
+    assert set(picks(helper, 10)) == set(b[:2])
+    moved = _priorities(name, {"l0": [DEAD], "l1": b})
+    lb.update(cds_update(config, xds_config({name: moved})))
+    assert lb.priority_names == [child_name(name, 0)]
+    for _ in range(5):  # while b2 connects: old endpoints or queued, never failed
+        result = helper.pick()
+        assert not isinstance(result, PickFail), result
+        drive(helper, {DEAD})
+    assert set(picks(helper, 30)) == set(b)
+
+
+def test_reordered_priorities_serve_from_the_new_highest_ready_priority():
+    """C-core FailoverTest.UpdatePriority: l3 (P0) serves; the update makes
+    l1 P0: calls go to l1's backend only."""
+    name = fresh("reorder")
+    helper, lb, config = cds(name)
+    zones = {f"l{i}": [f"10.0.2.{i}:80"] for i in range(4)}
+    order1 = ["l3", "l0", "l1", "l2"]
+    lb.update(
+        cds_update(config, xds_config({name: _priorities(name, *[{z: zones[z]} for z in order1])}))
+    )
+    drive(helper)
+    assert set(picks(helper, 10)) == {"10.0.2.3:80"}
+    order2 = ["l1", "l2", "l0", "l3"]
+    lb.update(
+        cds_update(config, xds_config({name: _priorities(name, *[{z: zones[z]} for z in order2])}))
+    )
+    drive(helper)
+    assert set(picks(helper, 10)) == {"10.0.2.1:80"}
+
+
+def test_a_priority_whose_only_locality_has_no_endpoints_is_skipped_at_once():
+    """C-core FailoverTest.DoesNotUsePriorityWithNoEndpoints: P0's only
+    locality is empty: P1 serves without waiting for the failover timer."""
+    name = fresh("empty-p0")
+    helper, lb, config = cds(name)
+    entry = _priorities(name, {"l3": []}, {"l0": ["10.0.3.0:80"]}, {"l1": ["10.0.3.1:80"]})
+    lb.update(cds_update(config, xds_config({name: entry})))
+    drive(helper)
+    assert set(picks(helper, 10)) == {"10.0.3.0:80"}
+    assert helper.clock.now() == 0
+
+
+def test_a_locality_emptied_then_its_old_endpoint_flapping_then_refilled_serves_again():
+    """C-core EdsTest.LocalityBecomesEmptyWithDeactivatedChildStateUpdate
+    (grpc#32486): the locality's endpoint is removed (calls fail saying the
+    locality is empty), the removed endpoint's connection drops and comes
+    back (a report from a deactivated child), then the endpoint is re-added:
+    calls succeed again, and the flapping never changed the failure."""
+    name = fresh("emptied")
+    helper, lb, config = cds(name)
+    full = _priorities(name, {"l0": ["10.0.4.0:80"]})
+    lb.update(cds_update(config, xds_config({name: full})))
+    drive(helper)
+    assert set(picks(helper, 3)) == {"10.0.4.0:80"}
+    lb.update(cds_update(config, xds_config({name: _priorities(name, {"l0": []})})))
+    failed = helper.pick()
+    assert isinstance(failed, PickFail)
+    text = failed.status.details
+    assert "contains no endpoints" in text, text  # hand-made entry: cds's own note
+    for subchannel in helper.subchannels:
+        if not subchannel.shut_down:
+            subchannel.set_state(ConnectivityState.IDLE)
+            subchannel.set_state(ConnectivityState.CONNECTING)
+            subchannel.set_state(ConnectivityState.TRANSIENT_FAILURE)
+            again = helper.pick()
+            assert isinstance(again, PickFail) and again.status.details == text
+    lb.update(cds_update(config, xds_config({name: full})))
+    drive(helper)
+    assert set(picks(helper, 3)) == {"10.0.4.0:80"}
+
+
+def test_a_locality_removed_and_added_back_serves_its_new_endpoints():
+    """C-core EdsTest.ConsistentWeightedTargetUpdates: l1 removed (l0 gains
+    b0), then l1 back with b2 and a new b3: b3 gets calls."""
+    name = fresh("readd")
+    helper, lb, config = cds(name)
+    b = [f"10.0.5.{i}:80" for i in range(4)]
+
+    def update(**zones):
+        lb.update(cds_update(config, xds_config({name: _priorities(name, zones)})))
+        drive(helper)
+
+    update(l0=[b[1]], l1=[b[2]])
+    assert set(picks(helper, 20)) == {b[1], b[2]}
+    update(l0=[b[0], b[1]])
+    assert set(picks(helper, 20)) == {b[0], b[1]}
+    update(l0=[b[0], b[1]], l1=[b[2], b[3]])
+    assert set(picks(helper, 40)) == set(b)
+
+
+def test_replacing_every_locality_of_the_only_priority_queues_calls_and_fails_none():
+    """C-core EdsTest.ReplaceAllLocalitiesInPriority: l0 [b0] -> l1 [b1]:
+    a new priority child (l1 was in no child), calls queue until it
+    connects (none fails), then go to b1."""
+    name = fresh("replace")
+    helper, lb, config = cds(name)
+    lb.update(cds_update(config, xds_config({name: _priorities(name, {"l0": ["10.0.6.0:80"]})})))
+    drive(helper)
+    lb.update(cds_update(config, xds_config({name: _priorities(name, {"l1": ["10.0.6.1:80"]})})))
+    assert lb.priority_names == [child_name(name, 1)]
+    result = helper.pick()
+    assert not isinstance(result, PickFail), result
+    drive(helper)
+    assert set(picks(helper, 5)) == {"10.0.6.1:80"}
