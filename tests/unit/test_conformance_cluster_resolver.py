@@ -505,3 +505,86 @@ def test_replacing_every_locality_of_the_only_priority_queues_calls_and_fails_no
     assert not isinstance(result, PickFail), result
     drive(helper)
     assert set(picks(helper, 5)) == {"10.0.6.1:80"}
+
+
+# ------------------------------------------------------------------ A113
+
+
+def _weights(helper: FakeHelper, name: str, entry) -> list[int]:
+    """The ``weight`` of each endpoint the cds policy handed down, as its
+    subchannel (one per endpoint, in EDS order) was created with it."""
+    _helper, lb, config = cds(name, helper)
+    lb.update(cds_update(config, xds_config({name: entry})))
+    return [s.attributes["weight"] for s in helper.subchannels]
+
+
+@pytest.mark.parametrize(
+    ("env", "weights"),
+    [
+        # C-core PriorityEndpointIteratorTest.OldWeightsWhenDisabled (and the
+        # default): locality weight x endpoint weight
+        (None, [1000, 1000, 1000]),
+        ("false", [1000, 1000, 1000]),
+        # C-core PriorityEndpointIteratorTest.NormalizedWeights: UQ1.31
+        ("true", [536870912, 536870912, 1073741824]),
+    ],
+)
+def test_endpoint_weights_are_normalized_only_with_the_a113_switch(env, weights, monkeypatch):
+    """gRFC A113 "CDS LB Policy changes": with
+    GRPC_EXPERIMENTAL_PF_WEIGHTED_SHUFFLING on, an endpoint's weight is its
+    locality's normalized weight in the priority times its own normalized
+    weight in the locality (UQ1.31); off (grpcio 1.85's default), the raw
+    product.  Localities of weight 10: two endpoints of weight 100, and
+    one.  (Live: tests/e2e/test_differential_a113_weights.py.)"""
+    from pyxds.lb.pick_first import WEIGHTED_SHUFFLING_ENV
+
+    monkeypatch.delenv(WEIGHTED_SHUFFLING_ENV, raising=False)
+    if env is not None:
+        monkeypatch.setenv(WEIGHTED_SHUFFLING_ENV, env)
+    name = fresh("a113")
+    entry = eds_entry(
+        name,
+        [
+            locality(loc("r", "sz1"), ["10.0.7.1:80", "10.0.7.2:80"], 10, [100, 100]),
+            locality(loc("r", "sz2"), ["10.0.7.3:80"], 10, [100]),
+        ],
+    )
+    assert _weights(FakeHelper(), name, entry) == weights
+
+
+def test_a_normalized_weight_that_rounds_to_zero_is_one(monkeypatch):
+    """A113: ``if (weight == 0) weight = 1``."""
+    from pyxds.lb.pick_first import WEIGHTED_SHUFFLING_ENV
+
+    monkeypatch.setenv(WEIGHTED_SHUFFLING_ENV, "true")
+    name = fresh("a113-zero")
+    entry = eds_entry(
+        name,
+        [
+            locality(loc("r", "big"), ["10.0.8.1:80"], 4_000_000_000),
+            locality(loc("r", "tiny"), ["10.0.8.2:80", "10.0.8.3:80"], 1, [1, 4_000_000_000]),
+        ],
+    )
+    assert _weights(FakeHelper(), name, entry)[1] == 1
+
+
+@pytest.mark.parametrize(("env", "weighted"), [(None, False), ("true", True), ("0", False)])
+def test_pick_first_shuffle_is_weighted_only_with_the_a113_switch(env, weighted, monkeypatch):
+    """gRFC A113 "Changes within Pick First", behind
+    GRPC_EXPERIMENTAL_PF_WEIGHTED_SHUFFLING as in grpcio 1.85 (default off:
+    a uniform shuffle whatever the weights; live, C-core's first choice of
+    weights 1 and 9 was 24:16 off and 6:34 on).  Weights 1 and 9: the heavy
+    endpoint comes first ~90% of the time on, ~50% off."""
+    import random
+
+    from pyxds.lb import Endpoint
+    from pyxds.lb.pick_first import WEIGHTED_SHUFFLING_ENV, order_addresses
+
+    monkeypatch.delenv(WEIGHTED_SHUFFLING_ENV, raising=False)
+    if env is not None:
+        monkeypatch.setenv(WEIGHTED_SHUFFLING_ENV, env)
+    endpoints = [Endpoint(("a:1",), {"weight": 1}), Endpoint(("b:1",), {"weight": 9})]
+    rng = random.Random(3)
+    first = collections.Counter(order_addresses(endpoints, True, rng)[0][0] for _ in range(2000))
+    share = first["b:1"] / 2000
+    assert (0.87 < share < 0.93) if weighted else (0.45 < share < 0.55), share
