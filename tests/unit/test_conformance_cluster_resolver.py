@@ -588,3 +588,41 @@ def test_pick_first_shuffle_is_weighted_only_with_the_a113_switch(env, weighted,
     first = collections.Counter(order_addresses(endpoints, True, rng)[0][0] for _ in range(2000))
     share = first["b:1"] / 2000
     assert (0.87 < share < 0.93) if weighted else (0.45 < share < 0.55), share
+
+
+#: C-core CdsChildNameStateTest (the cds policy's unit test, 2026): the
+#: sub_zones of each update's priorities -> (child numbers, next number).
+C_CORE_NAME_STATE = {
+    "InitialUpdate": [([["aa", "bb"], ["cc", "dd"]], [0, 1], 2)],
+    "UpdateNewChildNumber": [
+        ([["aa", "bb"], ["cc", "dd"]], [0, 1], 2),
+        ([["aa", "bb"], ["ee"]], [0, 2], 3),
+    ],
+    "UpdateReusesChildNumbers": [
+        ([["aa", "bb"], ["cc", "dd"]], [0, 1], 2),
+        ([["cc"], ["aa", "bb"]], [1, 0], 2),
+    ],
+    "LocalityMovingBetweenPriorities": [
+        ([["aa", "bb"], ["cc", "dd"]], [0, 1], 2),
+        ([["aa", "bb", "cc"], ["dd"]], [0, 1], 2),
+        ([["aa", "bb"], ["cc", "dd"]], [0, 1], 2),
+    ],
+    "LocalityMovingBetweenPrioritiesSuboptimal": [
+        ([["bb", "cc"], ["aa", "dd"]], [0, 1], 2),
+        ([["aa", "bb", "cc"], ["dd"]], [1, 2], 3),
+        ([["bb", "cc"], ["aa", "dd"]], [1, 2], 3),
+    ],
+}
+
+
+@pytest.mark.parametrize("case", sorted(C_CORE_NAME_STATE))
+def test_child_name_state_replays_c_core_cds_test(case):
+    """C-core CdsChildNameStateTest: the numbers and the next
+    available number after each update (A56 "child naming", A115)."""
+    from pyxds.lb.priority_names import assign_child_numbers
+
+    state = None
+    for step, (priorities, numbers, next_number) in enumerate(C_CORE_NAME_STATE[case]):
+        names = [[loc("foo", "bar", z) for z in zones] for zones in priorities]
+        state = assign_child_numbers(state, names)
+        assert (list(state.child_numbers), state.next_number) == (numbers, next_number), step
