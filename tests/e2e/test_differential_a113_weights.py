@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import pytest
 import xxhash
-from channel_fixtures import LISTENER, TARGET, CoreXdsClient, pyxds_calls, running_backends
+from channel_fixtures import TARGET, CoreXdsClient, pyxds_calls, running_backends
 from channel_fixtures import wait_until as wait_for
+from lrs_fixtures import one_cluster_snapshot
 
 import pyxds._api as pyxds
 from pyxds.lb.pick_first import WEIGHTED_SHUFFLING_ENV
@@ -51,39 +52,15 @@ def server():
 
 
 def _snapshot(backends) -> Snapshot:
-    return Snapshot(
-        listeners=[b.listener(LISTENER)],
-        routes=[
-            b.route_config(
-                f"{LISTENER}-route",
-                [
-                    b.virtual_host(
-                        "vh",
-                        routes=[
-                            b.route(
-                                prefix="",
-                                cluster="a113",
-                                hash_policies=[b.hash_policy(header="user")],
-                            )
-                        ],
-                    )
-                ],
-            )
+    return one_cluster_snapshot(
+        b.cluster("a113", lb_policy="RING_HASH"),
+        localities=[
+            b.locality(region="r", zone="za", endpoints=[backends["a0"].address]),
+            b.locality(
+                region="r", zone="zb", endpoints=[backends[n].address for n in ("b0", "b1", "b2")]
+            ),
         ],
-        clusters=[b.cluster("a113", lb_policy="RING_HASH")],
-        endpoints=[
-            b.endpoints(
-                "a113",
-                [
-                    b.locality(region="r", zone="za", endpoints=[backends["a0"].address]),
-                    b.locality(
-                        region="r",
-                        zone="zb",
-                        endpoints=[backends[n].address for n in ("b0", "b1", "b2")],
-                    ),
-                ],
-            )
-        ],
+        hash_policies=[b.hash_policy(header="user")],
     )
 
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from channel_fixtures import LISTENER, TARGET, CoreXdsClient, pyxds_calls, running_backends
+from channel_fixtures import TARGET, CoreXdsClient, pyxds_calls, running_backends
 from channel_fixtures import wait_until as wait_for
 from envoy.extensions.load_balancing_policies.pick_first.v3 import pick_first_pb2
+from lrs_fixtures import one_cluster_snapshot
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
@@ -55,23 +56,11 @@ def _cluster(name: str, policy: str):
 
 
 def _snapshot(cluster, localities: dict[str, list[str]], version: str) -> Snapshot:
-    return Snapshot(
-        listeners=[b.listener(LISTENER)],
-        routes=[
-            b.route_config(
-                f"{LISTENER}-route",
-                [b.virtual_host("vh", routes=[b.route(prefix="", cluster=cluster.name)])],
-            )
-        ],
-        clusters=[cluster],
-        endpoints=[
-            b.endpoints(
-                cluster.name,
-                [
-                    b.locality(region="r", zone=zone, endpoints=addresses)
-                    for zone, addresses in localities.items()
-                ],
-            )
+    return one_cluster_snapshot(
+        cluster,
+        localities=[
+            b.locality(region="r", zone=zone, endpoints=addresses)
+            for zone, addresses in localities.items()
         ],
         version=version,
     )
