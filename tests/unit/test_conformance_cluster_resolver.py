@@ -626,3 +626,28 @@ def test_child_name_state_replays_c_core_cds_test(case):
         names = [[loc("foo", "bar", z) for z in zones] for zones in priorities]
         state = assign_child_numbers(state, names)
         assert (list(state.child_numbers), state.next_number) == (numbers, next_number), step
+
+
+def test_a_moved_endpoint_is_found_when_the_update_shifts_every_position():
+    """The relocation looks only at endpoints that are new objects: by
+    position, then (when many moved, here 100 after an endpoint inserted at
+    the front) by identity.  The moved endpoint still counts for its new
+    locality, the shifted ones stay in theirs."""
+    name = fresh("shifted")
+    cluster = eds_cluster(name, lb_policy_config=RING_HASH_POLICY)
+    helper, lb, config = cds(name)
+    a = [f"10.1.0.{i}:80" for i in range(100)]
+    first = eds_entry(cluster, [locality(A, a), locality(B, ["10.1.1.0:80"])])
+    lb.update(cds_update(config, xds_config({name: first})))
+    impl = lb.child.child  # outlier_detection -> xds_cluster_impl
+    settle(helper)  # ring_hash connects what picks land on
+    tracked = {s.address for s in impl._subchannels}
+    moved = max((x for x in a if x in tracked), key=a.index)
+    rest = [x for x in a if x != moved]
+    shifted = eds_entry(
+        cluster, [locality(A, ["10.1.0.200:80", *rest]), locality(B, ["10.1.1.0:80", moved])]
+    )
+    lb.update(cds_update(config, xds_config({name: shifted})))
+    localities = {s.address: s.locality for s in impl._subchannels}
+    assert localities[moved] == B
+    assert all(localities[x] == A for x in rest if x in localities)
