@@ -141,16 +141,20 @@ def one_cluster_snapshot(
     zone: str | None = None,
     address: str | None = None,
     drops: dict[str, int] | None = None,
+    localities: list[Any] | None = None,
+    version: str | None = None,
     **route: Any,
 ) -> Snapshot:
     """The listener -> one route (``route``: more :func:`builders.route`
     arguments, e.g. ``retry_policy``) to ``cluster`` (a Cluster proto); with
     ``zone``, its EDS resource: one locality (region "r", ``zone``) holding
-    ``address``, and the EDS drop categories ``drops`` (ppm)."""
+    ``address``, or with ``localities`` (LocalityLbEndpoints) those, and the
+    EDS drop categories ``drops`` (ppm); ``version``: the snapshot's."""
     endpoints = []
     if zone is not None:
-        locality = b.locality(region="r", zone=zone, endpoints=[address])
-        endpoints.append(b.endpoints(cluster.name, [locality], drop_overloads=drops))
+        localities = [b.locality(region="r", zone=zone, endpoints=[address])]
+    if localities is not None:
+        endpoints.append(b.endpoints(cluster.name, localities, drop_overloads=drops))
     return Snapshot(
         listeners=[b.listener(LISTENER)],
         routes=[
@@ -161,4 +165,5 @@ def one_cluster_snapshot(
         ],
         clusters=[cluster],
         endpoints=endpoints,
+        version=version,
     )

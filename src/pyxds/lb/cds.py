@@ -87,6 +87,7 @@ from pyxds.lb.api import (
 from pyxds.lb.child_handler import ChildPolicyHandler
 from pyxds.lb.errors import LBConfigError, expect_bool, expect_object, expect_string
 from pyxds.lb.hierarchy import PATH_KEY
+from pyxds.lb.pick_first import weighted_shuffling_enabled
 from pyxds.lb.priority_names import PriorityNames, assign_child_numbers
 from pyxds.lb.registry import PolicySelection
 from pyxds.resolver.xds_config import (
@@ -127,6 +128,11 @@ def endpoint_hash_keys_enabled() -> bool:
     return os.environ.get(HASH_KEY_BACKWARD_COMPAT_ENV, "").strip().lower() == "false"
 
 
+#: what cds caches per locality: (priority child, Locality, A113 share or None)
+_CacheKey = tuple[str, Locality, "int | None"]
+#: a locality built before: (Locality, its A113 share or None, its endpoints)
+_Built = tuple[Locality, "int | None", "tuple[Endpoint, ...]"]
+
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 _INTERNAL = grpc.StatusCode.INTERNAL
 
@@ -163,8 +169,9 @@ class CdsPolicy(LoadBalancer):
         self._child: ChildPolicyHandler | None = None
         self._applied: ClusterConfig | None = None
         self._names: PriorityNames | None = None
-        # (child name, Locality) -> endpoints built for it, reused while unchanged
-        self._endpoint_cache: dict[tuple[str, Locality], tuple[Endpoint, ...]] = {}
+        # (child name, Locality, A113 share) -> endpoints built for it, reused
+        # while unchanged
+        self._endpoint_cache: dict[_CacheKey, tuple[Endpoint, ...]] = {}
         self._config_cache: dict[tuple[Any, ...], PolicySelection] = {}
         self._shut_down = False
 
@@ -271,19 +278,25 @@ class CdsPolicy(LoadBalancer):
         names_state = assign_child_numbers(previous, [[loc.name for loc in p] for p in priorities])
         child_names = names_state.names(name)
         endpoints: list[Endpoint] = []
-        cache: dict[tuple[str, Locality], tuple[Endpoint, ...]] = {}
+        cache: dict[_CacheKey, tuple[Endpoint, ...]] = {}
         old_cache = self._endpoint_cache
-        by_name: dict[tuple[str, LocalityName], tuple[Locality, tuple[Endpoint, ...]]] | None
-        by_name = None
+        by_name: dict[tuple[str, LocalityName], _Built] | None = None
+        normalize = weighted_shuffling_enabled()
         for child, localities in zip(child_names, priorities, strict=True):
+            total = sum(loc.weight for loc in localities) if normalize else 0
             for locality in localities:
-                key = (child, locality)
+                # A113: the locality's share of its priority, UQ1.31
+                share = (locality.weight << 31) // total if normalize else None
+                key = (child, locality, share)
                 built = old_cache.get(key)
                 if built is None:
                     if by_name is None:
-                        by_name = {(c, old.name): (old, b) for (c, old), b in old_cache.items()}
+                        by_name = {
+                            (c, old.name): (old, old_share, b)
+                            for (c, old, old_share), b in old_cache.items()
+                        }
                     built = _locality_endpoints(
-                        name, child, locality, by_name.get((child, locality.name))
+                        name, child, locality, by_name.get((child, locality.name)), share
                     )
                 cache[key] = built
                 endpoints.extend(built)
@@ -418,12 +431,22 @@ def _locality_endpoints(
     cluster: str,
     child: str,
     locality: Locality,
-    previous: tuple[Locality, tuple[Endpoint, ...]] | None = None,
+    previous: _Built | None = None,
+    share: int | None = None,
 ) -> tuple[Endpoint, ...]:
     """The endpoints of one locality of priority child ``child``.  When the
     same locality (by name, same weight) was built before, an endpoint whose
     EDS entry is unchanged is the Endpoint built then (one changed endpoint
     rebuilds only itself, and the levels below see the others unchanged).
+
+    An endpoint's ``weight`` is the locality weight times the endpoint
+    weight, as grpcio 1.85 computes it by default; with A113's
+    GRPC_EXPERIMENTAL_PF_WEIGHTED_SHUFFLING on, ``share`` is the locality's
+    normalized weight in its priority (UQ1.31) and the endpoint's weight the
+    product of that and its normalized weight in the locality (A113 "CDS LB
+    Policy changes: Computing Endpoint Weights": ``(share * w * 2**31 //
+    sum(w)) >> 31``, at least 1).  The locality weight attribute stays the
+    raw one (xds_wrr_locality's).
 
     Endpoints whose attributes are equal share one read-only mapping: in a
     locality they differ only by the entry's weight, health status, hostname
@@ -433,9 +456,15 @@ def _locality_endpoints(
     them in a 10,000-endpoint update)."""
     path = (child, str(locality.name))
     weight = locality.weight
+    total = sum(a.weight for a in locality.endpoints) if share is not None else 0
     reuse: dict[EndpointAddress, Endpoint] = {}
-    if previous is not None and previous[0].weight == weight:
-        reuse = dict(zip(previous[0].endpoints, previous[1], strict=True))
+    if (
+        previous is not None
+        and previous[0].weight == weight
+        and previous[1] == share
+        and (share is None or sum(a.weight for a in previous[0].endpoints) == total)
+    ):
+        reuse = dict(zip(previous[0].endpoints, previous[2], strict=True))
     hash_keys = endpoint_hash_keys_enabled()
     shared: dict[tuple[int, str, str, str], Mapping[str, Any]] = {}
     out = []
@@ -448,9 +477,13 @@ def _locality_endpoints(
         key = (address.weight, address.health_status, address.hostname, hash_key)
         attributes = shared.get(key)
         if attributes is None:
+            if share is None:
+                endpoint_weight = weight * address.weight
+            else:
+                endpoint_weight = (share * ((address.weight << 31) // total)) >> 31 or 1
             values: dict[str, Any] = {
                 PATH_KEY: path,
-                WEIGHT_ATTRIBUTE: weight * address.weight,
+                WEIGHT_ATTRIBUTE: endpoint_weight,
                 LOCALITY_ATTRIBUTE: locality.name,
                 LOCALITY_WEIGHT_ATTRIBUTE: weight,
                 HEALTH_STATUS_ATTRIBUTE: address.health_status,

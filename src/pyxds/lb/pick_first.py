@@ -1,6 +1,7 @@
 """The ``pick_first`` LB policy: gRFC A62 (sticky TRANSIENT_FAILURE, address
 shuffling), A61 (happy eyeballs, address interleaving) and A113 (weighted
-shuffling), with connection management as gRPC C-core does it.
+shuffling, behind GRPC_EXPERIMENTAL_PF_WEIGHTED_SHUFFLING as in grpcio 1.85),
+with connection management as gRPC C-core does it.
 
 Config: ``{"shuffleAddressList": bool}`` (default false; unknown fields are
 ignored).
@@ -235,6 +236,21 @@ def interleave_families(addresses: Sequence[str]) -> list[str]:
     return out
 
 
+WEIGHTED_SHUFFLING_ENV = "GRPC_EXPERIMENTAL_PF_WEIGHTED_SHUFFLING"
+
+
+def weighted_shuffling_enabled() -> bool:
+    """gRFC A113's switch, read as grpcio 1.85's C-core reads it
+    (``IsExperimentEnvVarEnabled``, default off): on only when set to one of
+    ``1 t true y yes`` (any case).  On, pick_first's shuffle is weighted by
+    the endpoints' ``weight`` and the cds policy normalizes the weights it
+    gives (A113 "Temporary environment variable protection"; grpc-go and
+    grpc-java default it on).  Read when used."""
+    from pyxds.security.experiments import env_enabled
+
+    return env_enabled(WEIGHTED_SHUFFLING_ENV)
+
+
 def _endpoint_weight(endpoint: Endpoint) -> float:
     weight = endpoint.attributes.get(WEIGHT_KEY, 1)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
@@ -242,17 +258,19 @@ def _endpoint_weight(endpoint: Endpoint) -> float:
     return float(weight)
 
 
-def shuffle_endpoints(endpoints: Sequence[Endpoint], rng: random.Random) -> list[Endpoint]:
+def shuffle_endpoints(
+    endpoints: Sequence[Endpoint], rng: random.Random, weighted: bool = True
+) -> list[Endpoint]:
     """Shuffle endpoints (never the addresses inside one).
 
-    Without weights: a uniform shuffle.  When any endpoint carries
-    ``attributes["weight"]``: A113's weighted random sampling (Efraimidis and
-    Spirakis) -- key ``u ** (1 / weight)`` with ``u`` uniform, sort by key
-    descending; missing weight means 1.  The key is computed as
-    ``log(u) / weight``, the same order without underflow.
+    Without weights (or ``weighted`` False): a uniform shuffle.  When any
+    endpoint carries ``attributes["weight"]``: A113's weighted random
+    sampling (Efraimidis and Spirakis) -- key ``u ** (1 / weight)`` with
+    ``u`` uniform, sort by key descending; missing weight means 1.  The key
+    is computed as ``log(u) / weight``, the same order without underflow.
     """
     shuffled = list(endpoints)
-    if not any(WEIGHT_KEY in endpoint.attributes for endpoint in shuffled):
+    if not weighted or not any(WEIGHT_KEY in endpoint.attributes for endpoint in shuffled):
         rng.shuffle(shuffled)
         return shuffled
     keyed = []
@@ -281,7 +299,7 @@ def order_addresses(
     if shuffle:
         if rng is None:
             raise ValueError("order_addresses: shuffling needs a random generator")
-        endpoints = shuffle_endpoints(endpoints, rng)
+        endpoints = shuffle_endpoints(endpoints, rng, weighted_shuffling_enabled())
     pairs = unique_addresses(endpoints)
     attributes = dict(pairs)
     return tuple(interleave_families([address for address, _ in pairs])), attributes

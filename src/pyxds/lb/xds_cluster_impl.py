@@ -52,7 +52,9 @@ The stats are given back when the cluster stops reporting, when the key
 changes (the next report flushes them) and at shutdown.
 
 The locality of a subchannel is the ``locality`` attribute of the endpoint it
-was created for (the cds policy sets it): the child gets a
+was created for (the cds policy sets it), and follows that endpoint when an
+update moves its address to another locality (C-core's policies create the
+subchannel again then; see ``_relocate``): the child gets a
 :class:`CountedSubchannel` carrying that locality's counters, which the
 picker unwraps, so the count costs no lookup on the pick path and the channel
 only ever sees its own subchannels.  The picker hands the channel the child's
@@ -78,6 +80,8 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Mapping
+from itertools import compress
+from operator import is_not, not_
 from types import MappingProxyType
 from typing import Any
 
@@ -301,6 +305,9 @@ def _labels_of(locality: Any, cluster: str) -> Mapping[str, str]:
 
 _shared_attempt_labels = functools.lru_cache(maxsize=4096)(_labels_of)
 
+#: fewer new endpoints than this (by position) are looked at one by one
+_POSITIONAL_ENOUGH = 64
+
 
 class CountedSubchannel(Subchannel):
     """What the child policy sees instead of the channel's subchannel: the
@@ -451,6 +458,12 @@ class XdsClusterImplPolicy(LoadBalancer):
         self._drop_all = False
         self._max_requests = DEFAULT_MAX_REQUESTS
         self._subchannels: set[CountedSubchannel] = set()
+        #: the tracked subchannels by address, one or (rarely) a list of
+        #: them: no list per endpoint for the garbage collector (issue 18)
+        self._by_address: dict[str, CountedSubchannel | list[CountedSubchannel]] = {}
+        #: the last update's endpoints (``_relocate`` looks only at
+        #: endpoints that were not in it)
+        self._last_endpoints: tuple[Any, ...] = ()
         self._child_state: tuple[ConnectivityState, Status, Picker] | None = None
         self._updating = False
         self._dirty = False
@@ -522,10 +535,12 @@ class XdsClusterImplPolicy(LoadBalancer):
         if lrs_key != self._lrs_key:
             self._set_load_reporting(lrs_key)
             self._dirty = True
+        self._config = config
+        if not isinstance(update.endpoints, Status):
+            self._relocate(update.endpoints)
         self._drops = drops
         self._drop_all = any(t >= PARTS_PER_MILLION for _, t, _ in drops)
         self._max_requests = max_requests
-        self._config = config
         self._updating = True
         try:
             status = self._child.update(update.replace(config=config.child_policy))
@@ -552,6 +567,7 @@ class XdsClusterImplPolicy(LoadBalancer):
         self._shut_down = True
         self._child.shutdown()
         self._set_load_reporting(None)
+        self._last_endpoints = ()
 
     # -- load reporting ------------------------------------------------
     @staticmethod
@@ -616,11 +632,80 @@ class XdsClusterImplPolicy(LoadBalancer):
             real, locality, stats, self, self._locality_lrs(locality), cluster
         )
         self._subchannels.add(subchannel)
+        by_address = self._by_address
+        same = by_address.setdefault(subchannel.address, subchannel)
+        if same is not subchannel:
+            if isinstance(same, list):
+                same.append(subchannel)
+            else:
+                by_address[subchannel.address] = [same, subchannel]
         return subchannel
+
+    def _relocate(self, endpoints: Any) -> None:
+        """Give each subchannel whose address the update puts in another
+        locality that locality's counters, load stats and labels from now on
+        (calls in flight end where they started).  C-core gets there by
+        building a new wrapper: its pick_first makes a new subchannel list on
+        every update and its ring_hash passes the new endpoint to the
+        endpoint's pick_first, so load follows the endpoint to its new
+        locality (A27 "Load Reporting"; live: tests/e2e/
+        test_differential_locality_move.py).  Runs per update, never per pick.
+
+        An Endpoint object of the last update had its locality then already,
+        so only new objects are looked at: the cds policy hands unchanged
+        endpoints on as the same objects, and finding the new ones runs in C
+        (issue 18: a 10,000-endpoint update costs no Python loop over every
+        endpoint here)."""
+        endpoints = tuple(endpoints)
+        previous = self._last_endpoints  # alive: their ids are theirs
+        self._last_endpoints = endpoints
+        by_address = self._by_address
+        if not by_address:
+            return
+        # at the same position as last time (one C pass), then, when
+        # positions moved, anywhere in the last update (a set of ids)
+        fresh = endpoints
+        if previous:
+            fresh = (
+                *compress(endpoints, map(is_not, endpoints, previous)),
+                *endpoints[len(previous) :],
+            )
+            if len(fresh) > _POSITIONAL_ENOUGH:
+                known = set(map(id, previous)).__contains__
+                fresh = tuple(compress(fresh, map(not_, map(known, map(id, fresh)))))
+        for endpoint in fresh:
+            attributes = endpoint.attributes
+            locality = attributes.get(LOCALITY_ATTRIBUTE) if attributes else None
+            if locality is None:
+                continue
+            for address in endpoint.addresses:
+                found = by_address.get(address)
+                if found is None:
+                    continue
+                for subchannel in found if isinstance(found, list) else (found,):
+                    if subchannel.locality is not locality and subchannel.locality != locality:
+                        self._move(subchannel, locality)
+
+    def _move(self, subchannel: CountedSubchannel, locality: Any) -> None:
+        if subchannel.lrs is not None and self._lrs_key is not None:
+            self._lrs_key[0].release(subchannel.lrs)
+        subchannel.locality = locality
+        subchannel.stats = self._counters.locality(locality) if self._counters else None
+        subchannel.lrs = self._locality_lrs(locality)
+        cluster = self._config.cluster_name if self._config is not None else ""
+        subchannel.attempt_labels = _attempt_labels(locality, cluster)
+        subchannel.counted = None
 
     def _untrack(self, subchannel: CountedSubchannel) -> None:
         if subchannel in self._subchannels:
             self._subchannels.discard(subchannel)
+            same = self._by_address[subchannel.address]
+            if isinstance(same, list):
+                same.remove(subchannel)
+                if len(same) == 1:
+                    self._by_address[subchannel.address] = same[0]
+            else:
+                del self._by_address[subchannel.address]
             if subchannel.lrs is not None and self._lrs_key is not None:
                 self._lrs_key[0].release(subchannel.lrs)
                 subchannel.lrs = None
