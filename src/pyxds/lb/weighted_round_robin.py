@@ -27,9 +27,11 @@ Weights (A58 "Subchannel Weights")
 Each endpoint (each round_robin child, so a weight survives updates that
 keep the endpoint) has an :class:`EndpointWeight`.  A report with
 utilization ``u > 0`` and ``qps > 0`` sets the weight to
-``qps / (u + eps / qps * errorUtilizationPenalty)``; other reports are
-ignored.  ``non_empty_since`` is the time of the first report that set a
-weight since the endpoint last became READY (or since its weight expired);
+``qps / (u + eps / qps * errorUtilizationPenalty)`` (the error term only
+for ``eps > 0``: grpcio 1.85's C-core ignores a negative or NaN ``eps``,
+which A51 never lets a backend record); other reports are ignored.
+``non_empty_since`` is the time of the first report that set a weight
+since the endpoint last became READY (or since its weight expired);
 ``last_updated`` the time of the latest.  At scheduler build time a weight
 is used only when it is younger than ``weightExpirationPeriod`` and (with a
 non-zero ``blackoutPeriod``) the endpoint has been reporting for at least
@@ -330,7 +332,8 @@ class EndpointWeight:
         utilization = orca.utilization(report, config.metric_names_for_computing_utilization)
         if not (utilization > 0 and qps > 0):
             return
-        utilization += eps / qps * config.error_utilization_penalty
+        if eps > 0:  # as C-core: a negative or NaN eps adds no error term
+            utilization += eps / qps * config.error_utilization_penalty
         weight = qps / utilization
         if not (weight > 0) or math.isinf(weight):
             return
