@@ -19,7 +19,8 @@ blackoutPeriod                      10s     reports needed for this long before 
 weightExpirationPeriod              3m      a weight older than this is unused
 weightUpdatePeriod                  1s      scheduler rebuild period, at least 100ms
 errorUtilizationPenalty             1.0     must be >= 0
-metricNamesForComputingUtilization  []      A114 (see :func:`pyxds.lb.orca.utilization`)
+metricNamesForComputingUtilization  []      A114 (see :func:`pyxds.lb.orca.utilization`);
+                                            a name A114 does not support is an error
 =================================== ======= ==========================================
 
 Weights (A58 "Subchannel Weights")
@@ -221,6 +222,14 @@ class WeightedRoundRobinFactory(PolicyFactory):
                 raise LBConfigError(
                     f"metricNamesForComputingUtilization[{index}]",
                     f"expected string, got {describe(name)}",
+                )
+            if not orca.supported_metric_name(name):
+                # A114 lists the names it supports; grpcio 1.85's C-core
+                # rejects the config for any other (a CDS with one is NACKed)
+                # rather than parse a name it would then ignore.
+                raise LBConfigError(
+                    f"metricNamesForComputingUtilization[{index}]",
+                    f'unsupported metric name "{name}"',
                 )
         update_period = _duration_field(
             json_config, "weightUpdatePeriod", DEFAULT_WEIGHT_UPDATE_PERIOD
