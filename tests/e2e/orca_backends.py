@@ -101,10 +101,13 @@ class OrcaBackend:
         self._server.stop(None).wait(5)
 
 
-def wrr_policy(oob: bool, oob_period: float | None = None) -> Any:
+def wrr_policy(
+    oob: bool, oob_period: float | None = None, metric_names: tuple[str, ...] = ()
+) -> Any:
     """A WrrLocality over ClientSideWeightedRoundRobin (A52/A58): blackout
     0 s, weight updates every 0.1 s; ``oob``: enableOobLoadReport;
-    ``oob_period``: oobReportingPeriod in seconds (0.1 s with ``oob``)."""
+    ``oob_period``: oobReportingPeriod in seconds (0.1 s with ``oob``);
+    ``metric_names``: A114's metric_names_for_computing_utilization."""
     from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (
         client_side_weighted_round_robin_pb2 as cswrr_pb2,
     )
@@ -116,6 +119,7 @@ def wrr_policy(oob: bool, oob_period: float | None = None) -> Any:
     cswrr = cswrr_pb2.ClientSideWeightedRoundRobin(
         blackout_period=duration_pb2.Duration(seconds=0),
         weight_update_period=duration_pb2.Duration(nanos=100_000_000),
+        metric_names_for_computing_utilization=metric_names,
     )
     if oob_period is None and oob:
         oob_period = 0.1
@@ -128,7 +132,12 @@ def wrr_policy(oob: bool, oob_period: float | None = None) -> Any:
 
 
 def wrr_snapshot(
-    cluster: str, addresses: list[str], oob: bool, version: str, oob_period: float | None = None
+    cluster: str,
+    addresses: list[str],
+    oob: bool,
+    version: str,
+    oob_period: float | None = None,
+    metric_names: tuple[str, ...] = (),
 ) -> Any:
     """The channel fixtures' listener and route to one WRR cluster over ``addresses``."""
     from channel_fixtures import route, snapshot
@@ -138,7 +147,7 @@ def wrr_snapshot(
 
     base = snapshot([route(prefix="", cluster=cluster)], {cluster: []})
     listener_t, route_t, _cluster_t, _eds_t = list(base._by_type)
-    policy = wrr_policy(oob, oob_period)
+    policy = wrr_policy(oob, oob_period, metric_names)
     return Snapshot(
         listeners=list(base.resources(listener_t).values()),
         routes=list(base.resources(route_t).values()),

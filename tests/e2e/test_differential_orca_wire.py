@@ -1,0 +1,193 @@
+"""Differential: WRR weights (gRFC A58, A114) from ORCA reports whose values
+no A51 recorder would send but a backend in another language, or one
+written by hand, can put on the wire; the same bytes through pyxds and
+grpcio 1.85's C-core ``xds:///`` channel, the same pyxds.server config.
+
+Each backend (:class:`foreign_orca_backends.ForeignOrcaBackend` with a fixed
+report) sends one report per call in the standard trailer (which C-core
+reads) and in pyxds.orca's mirror key (which pyxds reads: grpcio hides the
+standard one from Python), and serves it out of band on its own
+OpenRcaService.  What C-core does with each (grpcio 1.85, live):
+
+=================================  ===========================================
+report (qps 100 unless said)       C-core weight
+=================================  ===========================================
+cpu 0.5, eps -40                   200: a negative eps adds no error term
+cpu 0.5, eps NaN                   200: nor does NaN
+application NaN, cpu 0.25          400: cpu (application not > 0)
+application -1, cpu 0.25           400
+cpu 0.1, deprecated ``rps`` only   none: qps is ``rps_fractional``
+mem 0.1 only                       none (without A114 names)
+=================================  ===========================================
+
+A114 names that are not supported make C-core NACK the cluster; pyxds says
+the same.  Sources: C-core ``weighted_round_robin.cc``
+(``EndpointWeight::MaybeUpdateWeight``, the call tracker's utilization),
+A114 "Weight Calculation Logic".
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import pytest
+from channel_fixtures import TARGET, CoreXdsClient, pyxds_calls
+from foreign_orca_backends import ForeignOrcaBackend
+from orca_backends import wrr_snapshot
+from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
+
+import pyxds._api as pyxds
+from pyxds.server import ManagementServer
+
+N = 1600
+TOLERANCE = 0.02  # per backend share; the stride schedule is exact, up to its start
+
+
+def R(**fields: object) -> OrcaLoadReport:
+    return OrcaLoadReport(**fields)  # type: ignore[arg-type]
+
+
+#: name -> (report, C-core's weight; 0: none, the mean of the others)
+EDGE = {
+    "light": (R(cpu_utilization=0.125, rps_fractional=100), 800),
+    "plain": (R(cpu_utilization=0.5, rps_fractional=100), 200),
+    "neg-eps": (R(cpu_utilization=0.5, rps_fractional=100, eps=-40), 200),
+    "nan-eps": (R(cpu_utilization=0.5, rps_fractional=100, eps=math.nan), 200),
+    "nan-app": (R(application_utilization=math.nan, cpu_utilization=0.25, rps_fractional=100), 400),
+    "neg-app": (R(application_utilization=-1, cpu_utilization=0.25, rps_fractional=100), 400),
+    "rps-only": (R(cpu_utilization=0.1, rps=100), 0),
+    "mem-only": (R(mem_utilization=0.1, rps_fractional=100), 0),
+}
+
+NAMES = (
+    "named_metrics.foo",
+    "utilization.gpu",
+    "mem_utilization",
+    "named_metrics.a.b",
+)
+#: under NAMES
+A114 = {
+    "named": (R(cpu_utilization=0.5, rps_fractional=100, named_metrics={"foo": 0.8}), 125),
+    "util-map": (R(cpu_utilization=0.5, rps_fractional=100, utilization={"gpu": 0.25}), 400),
+    "mem": (R(cpu_utilization=0.5, rps_fractional=100, mem_utilization=0.125), 800),
+    "dotted-key": (R(cpu_utilization=0.5, rps_fractional=100, named_metrics={"a.b": 0.25}), 400),
+    "negative": (R(cpu_utilization=0.25, rps_fractional=100, named_metrics={"foo": -1}), 400),
+    "max": (
+        R(
+            cpu_utilization=0.1,
+            rps_fractional=100,
+            named_metrics={"foo": 0.8},
+            utilization={"gpu": 0.4},
+        ),
+        125,
+    ),
+    "others": (R(cpu_utilization=0.5, rps_fractional=100, named_metrics={"x": 0.01}), 200),
+}
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ManagementServer().start()
+    yield srv
+    srv.stop()
+
+
+def expected_shares(table: dict) -> dict[str, float]:
+    """C-core's weights, an unknown one as the mean of the known (A58)."""
+    known = [w for _, w in table.values() if w]
+    mean = sum(known) / len(known)
+    weights = {name: (w or mean) for name, (_, w) in table.items()}
+    total = sum(weights.values())
+    return {name: w / total for name, w in weights.items()}
+
+
+def shares(counts: collections.Counter) -> dict[str, float]:
+    assert not [k for k in counts if k.startswith("error:")], counts
+    total = sum(counts.values())
+    return {name: count / total for name, count in counts.items()}
+
+
+def run(server, table: dict, oob: bool, node: str, names: tuple[str, ...] = ()):
+    """(pyxds shares, C-core shares) after a warm-up of each client."""
+    backends = [
+        ForeignOrcaBackend(name, report=report, mirror=not oob)
+        for name, (report, _) in table.items()
+    ]
+    try:
+        addresses = [b.address for b in backends]
+        server.set_snapshot(wrr_snapshot("wire", addresses, oob, node, 0.1, metric_names=names))
+        bootstrap = server.bootstrap(node_id=node)
+        core = CoreXdsClient(bootstrap)
+        channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+        try:
+            for client in (lambda n: pyxds_calls(channel, n), core.call):
+                client(300)  # connect, first reports, weight updates (every 0.1 s)
+            ours = shares(pyxds_calls(channel, N))
+            theirs = shares(core.call(N))
+        finally:
+            channel.close()
+            core.close()
+    finally:
+        for backend in backends:
+            backend.stop()
+    return ours, theirs
+
+
+def assert_same(ours: dict[str, float], theirs: dict[str, float], want: dict[str, float]) -> None:
+    for name, share in want.items():
+        assert theirs.get(name, 0.0) == pytest.approx(share, abs=TOLERANCE), (name, theirs)
+        assert ours.get(name, 0.0) == pytest.approx(theirs.get(name, 0.0), abs=TOLERANCE), (
+            name,
+            ours,
+            theirs,
+        )
+
+
+def test_edge_case_reports_per_call_weigh_like_c_core(server):
+    """Per-call reports (A58's default).  The old pyxds gave neg-eps 1000
+    (0.5 - 0.4 utilization) and nan-eps no weight."""
+    ours, theirs = run(server, EDGE, oob=False, node="wire-per-call")
+    assert_same(ours, theirs, expected_shares(EDGE))
+
+
+def test_edge_case_reports_out_of_band_from_a_foreign_backend_weigh_like_c_core(server):
+    """The same reports on a Go/Java-like backend's own OpenRcaService (no
+    mirror: the way pyxds reads backends it did not write)."""
+    ours, theirs = run(server, EDGE, oob=True, node="wire-oob")
+    assert_same(ours, theirs, expected_shares(EDGE))
+
+
+def test_a114_metric_names_weigh_like_c_core(server):
+    """A114: the max of the named values that are positive, a map name split
+    at its first dot, a negative value missing (cpu then), no named value:
+    A58's fallback."""
+    ours, theirs = run(server, A114, oob=False, node="wire-a114", names=NAMES)
+    assert_same(ours, theirs, expected_shares(A114))
+
+
+def test_an_unsupported_a114_metric_name_is_a_nack_like_c_core(server):
+    """grpcio 1.85 NACKs a cluster whose WRR config names a metric A114 does
+    not support; the old pyxds accepted it and ignored the name."""
+    backend = ForeignOrcaBackend("only", cpu=0.5)
+    names = ("named_metrics.foo", "request_cost.x")
+    try:
+        server.set_snapshot(
+            wrr_snapshot("wire", [backend.address], False, "wire-nack", 0.1, metric_names=names)
+        )
+        bootstrap = server.bootstrap(node_id="wire-nack")
+        core = CoreXdsClient(bootstrap)
+        channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+        try:
+            theirs = core.call(1, timeout=3, details=True, wait_for_ready=False)
+            ours = pyxds_calls(channel, 1, timeout=3, details=True, wait_for_ready=False)
+        finally:
+            channel.close()
+            core.close()
+    finally:
+        backend.stop()
+    for counts in (theirs, ours):
+        (text,) = counts
+        assert text.startswith("error:UNAVAILABLE"), counts
+        assert "metricNamesForComputingUtilization[1]" in text, text
+        assert 'unsupported metric name "request_cost.x"' in text, text
