@@ -28,6 +28,7 @@ from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
 from pyxds.lb import registry
 from pyxds.lb.errors import LBConfigError
 from pyxds.lb.orca import utilization
+from pyxds.orca import CallMetricRecorder, ServerMetricRecorder
 
 INF, NAN = math.inf, math.nan
 
@@ -167,3 +168,156 @@ def test_a114_an_unsupported_metric_name_in_cds_is_a_nack_naming_it():
     assert error is not None
     assert "metricNamesForComputingUtilization[1]" in error
     assert 'unsupported metric name "request_cost.x"' in error
+
+
+# -- A51 recorders ---------------------------------------------------------------------
+
+
+def test_the_last_recorded_value_wins_for_every_metric():
+    """grpc-java CallMetricRecorderTest.lastValueWinForMetricsWithSameName."""
+    r = CallMetricRecorder()
+    r.record_request_cost("c", 1.0).record_request_cost("c", 2.0)
+    r.record_application_utilization(0.9).record_application_utilization(1.8)
+    r.record_memory_utilization(0.1).record_memory_utilization(0.3)
+    r.record_utilization("u", 0.2).record_utilization("u", 0.8)
+    r.record_named_metric("n", 0.5).record_named_metric("n", 3.0)
+    r.record_qps(10).record_qps(20).record_eps(1).record_eps(2)
+    r.record_cpu_utilization(0.4).record_cpu_utilization(0.6)
+    assert r.report() == OrcaLoadReport(
+        request_cost={"c": 2.0},
+        application_utilization=1.8,
+        mem_utilization=0.3,
+        utilization={"u": 0.8},
+        named_metrics={"n": 3.0},
+        rps_fractional=20,
+        eps=2,
+        cpu_utilization=0.6,
+    )
+
+
+# (recorder method, value, kept?) per A51's ranges: cpu, application, qps, eps
+# in [0, inf); memory and named utilization in [0, 1]; request cost and named
+# metrics unchecked.  NaN is out of every range (C++ and Java reject it; Go's
+# ``val < 0`` keeps it).  +inf: see test_infinity_is_outside_zero_to_infinity.
+RANGES = [
+    ("cpu_utilization", 1.7, True),
+    ("cpu_utilization", 0.0, True),
+    ("cpu_utilization", -0.001, False),
+    ("cpu_utilization", NAN, False),
+    ("application_utilization", 2.5, True),
+    ("application_utilization", -1.0, False),
+    ("memory_utilization", 1.0, True),
+    ("memory_utilization", 1.001, False),
+    ("memory_utilization", -0.001, False),
+    ("memory_utilization", NAN, False),
+    ("qps", 1e6, True),
+    ("qps", -0.001, False),
+    ("eps", 3.0, True),
+    ("eps", -0.001, False),
+    ("eps", NAN, False),
+]
+_FIELD = {
+    "cpu_utilization": "cpu_utilization",
+    "application_utilization": "application_utilization",
+    "memory_utilization": "mem_utilization",
+    "qps": "rps_fractional",
+    "eps": "eps",
+}
+
+
+@pytest.mark.parametrize(("metric", "value", "kept"), RANGES)
+def test_recorders_keep_values_in_a51_ranges_only(metric, value, kept):
+    """C++ backend_metric_recorder.cc; grpc-java
+    noMetricsRecordedIfUtilizationIsGreaterThanUpperBound /
+    ...LessThanLowerBound; grpc-go TestServerMetrics_Setters_Range.  An
+    out-of-range value leaves the previous one in place."""
+    call = CallMetricRecorder()
+    getattr(call, f"record_{metric}")(0.5)
+    getattr(call, f"record_{metric}")(value)
+    server = ServerMetricRecorder()
+    assert getattr(server, f"set_{metric}")(0.5)
+    assert getattr(server, f"set_{metric}")(value) is kept
+    want = value if kept else 0.5
+    assert getattr(call.report(), _FIELD[metric]) == want
+    assert getattr(server.report(), _FIELD[metric]) == want
+
+
+@pytest.mark.parametrize("metric", sorted(_FIELD))
+def test_infinity_is_outside_zero_to_infinity(metric):
+    """A51 gives cpu, application, qps and eps the range "[0, infy)" and says
+    values outside it are ignored; pyxds keeps that letter.  C++, Java
+    (``>= 0``) and Go (``< 0`` rejected) let +inf through: the documented
+    difference in docs/differences-from-c-core.md."""
+    call = CallMetricRecorder()
+    getattr(call, f"record_{metric}")(INF)
+    assert call.report() == OrcaLoadReport()
+    assert getattr(ServerMetricRecorder(), f"set_{metric}")(INF) is False
+
+
+def test_named_utilization_is_in_zero_to_one_and_named_metrics_and_costs_are_unchecked():
+    """grpc-java dumpDumpsAllSavedMetricValues (named metric -1.618 kept);
+    C++ RecordUtilizationMetric / RecordRequestCostMetric / RecordNamedMetric."""
+    r = CallMetricRecorder()
+    r.record_utilization("ok", 1.0).record_utilization("big", 1.001)
+    r.record_utilization("neg", -0.1).record_utilization("nan", NAN)
+    r.record_named_metric("neg", -1.618).record_named_metric("big", 1e9)
+    r.record_request_cost("neg", -2.0).record_request_cost("big", 37465.12)
+    report = r.report()
+    assert dict(report.utilization) == {"ok": 1.0}
+    assert dict(report.named_metrics) == {"neg": -1.618, "big": 1e9}
+    assert dict(report.request_cost) == {"neg": -2.0, "big": 37465.12}
+
+
+def test_a_call_value_wins_over_the_server_value_even_zero():
+    """A51 "The Server API": the per-request recorder takes precedence; C++
+    ``GetBackendMetricData`` overwrites with every value recorded in range,
+    0 included (grpc-java keeps the server's value under a call's 0, against
+    that rule)."""
+    server = ServerMetricRecorder()
+    server.set_cpu_utilization(0.9)
+    server.set_qps(50)
+    server.set_named_utilization("disk", 0.3)
+    call = CallMetricRecorder().record_cpu_utilization(0.0).record_utilization("disk", 0.7)
+    report = call.report(server)
+    assert report.cpu_utilization == 0.0
+    assert report.rps_fractional == 50
+    assert dict(report.utilization) == {"disk": 0.7}
+
+
+def test_an_out_of_range_call_value_leaves_the_server_value():
+    """C++ GetBackendMetricData: "Only overwrite if the value is set i.e. in
+    the valid range"."""
+    server = ServerMetricRecorder()
+    server.set_memory_utilization(0.4)
+    server.set_eps(2.0)
+    call = CallMetricRecorder().record_memory_utilization(1.5).record_eps(-1)
+    report = call.report(server)
+    assert report.mem_utilization == 0.4
+    assert report.eps == 2.0
+
+
+def test_each_server_metric_can_be_cleared_alone():
+    """grpc-go TestServerMetrics_Deleters; C++ Clear*; A51 "Once set metrics
+    stay in place until cleared"."""
+    server = ServerMetricRecorder()
+    for metric in _FIELD:
+        getattr(server, f"set_{metric}")(0.5)
+    server.set_named_utilization("a", 0.1)
+    server.set_named_utilization("b", 0.2)
+    for metric, field in _FIELD.items():
+        getattr(server, f"clear_{metric}")()
+        assert getattr(server.report(), field) == 0
+    assert server.report().rps_fractional == 0
+    server.clear_named_utilization("a")
+    server.clear_named_utilization("absent")
+    assert server.report() == OrcaLoadReport(utilization={"b": 0.2})
+
+
+def test_set_all_named_utilization_replaces_the_map_without_range_checks():
+    """A51 ``setAllUtilizationMetrics`` / C++ SetAllNamedUtilization ("No
+    range validation"); C++ OrcaServiceEnd2endTest.Basic's last step."""
+    server = ServerMetricRecorder()
+    server.set_named_utilization("bar", 0.2)
+    server.set_named_utilization("baz", 0.1)
+    server.set_all_named_utilization({"bar": 0.5, "quux": 1.5})
+    assert dict(server.report().utilization) == {"bar": 0.5, "quux": 1.5}
