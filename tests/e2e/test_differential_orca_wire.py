@@ -158,11 +158,13 @@ def test_edge_case_reports_out_of_band_from_a_foreign_backend_weigh_like_c_core(
     assert_same(ours, theirs, expected_shares(EDGE))
 
 
-def test_a114_metric_names_weigh_like_c_core(server):
+@pytest.mark.parametrize("oob", [False, True], ids=["per-call", "out-of-band"])
+def test_a114_metric_names_weigh_like_c_core(server, oob):
     """A114: the max of the named values that are positive, a map name split
     at its first dot, a negative value missing (cpu then), no named value:
-    A58's fallback."""
-    ours, theirs = run(server, A114, oob=False, node="wire-a114", names=NAMES)
+    A58's fallback; per call and from a foreign backend's OpenRcaService."""
+    node = f"wire-a114-{'oob' if oob else 'per-call'}"
+    ours, theirs = run(server, A114, oob=oob, node=node, names=NAMES)
     assert_same(ours, theirs, expected_shares(A114))
 
 
