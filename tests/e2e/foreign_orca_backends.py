@@ -36,7 +36,8 @@ class ForeignOrcaBackend:
     (``oob``).  ``report``: send this report instead, as is (values no
     recorder would accept included); ``mirror``: also send it per call as
     pyxds.orca's ``x-endpoint-load-metrics-bin``, so that a pyxds client
-    reads the very bytes C-core reads."""
+    reads the very bytes C-core reads; ``fail``: every call ends with this
+    status (details: the backend's name), its report still sent."""
 
     def __init__(
         self,
@@ -46,6 +47,7 @@ class ForeignOrcaBackend:
         oob: bool = True,
         report: OrcaLoadReport | None = None,
         mirror: bool = False,
+        fail: grpc.StatusCode | None = None,
     ) -> None:
         self.name = name
         self.cpu = cpu
@@ -65,6 +67,8 @@ class ForeignOrcaBackend:
                 payload = current().SerializeToString()
                 keys = (STANDARD_TRAILER, MIRROR_TRAILER) if mirror else (STANDARD_TRAILER,)
                 context.set_trailing_metadata(tuple((key, payload) for key in keys))
+            if fail is not None:
+                context.abort(fail, name)
             return name.encode()
 
         def stream_core_metrics(request: OrcaLoadReportRequest, context: grpc.ServicerContext):

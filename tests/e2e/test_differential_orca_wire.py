@@ -31,6 +31,7 @@ from __future__ import annotations
 import collections
 import math
 
+import grpc
 import pytest
 from channel_fixtures import TARGET, CoreXdsClient, pyxds_calls
 from foreign_orca_backends import ForeignOrcaBackend
@@ -166,6 +167,46 @@ def test_a114_metric_names_weigh_like_c_core(server, oob):
     node = f"wire-a114-{'oob' if oob else 'per-call'}"
     ours, theirs = run(server, A114, oob=oob, node=node, names=NAMES)
     assert_same(ours, theirs, expected_shares(A114))
+
+
+def test_reports_of_failed_calls_weigh_like_c_core(server):
+    """C-core's call tracker takes the report of every call that carries
+    one, whatever its status; so does pyxds (live: both split 800 : 200)."""
+    table = {
+        "a": (R(cpu_utilization=0.125, rps_fractional=100), 800),
+        "b": (R(cpu_utilization=0.5, rps_fractional=100), 200),
+    }
+    backends = [
+        # no OpenRcaService: pyxds's OOB stand-in cannot stand in for the trailers
+        ForeignOrcaBackend(
+            name, report=report, mirror=True, oob=False, fail=grpc.StatusCode.INTERNAL
+        )
+        for name, (report, _) in table.items()
+    ]
+    try:
+        server.set_snapshot(wrr_snapshot("wire", [b.address for b in backends], False, "wire-fail"))
+        bootstrap = server.bootstrap(node_id="wire-fail")
+        core = CoreXdsClient(bootstrap)
+        channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+        try:
+            for client in (
+                lambda n: pyxds_calls(channel, n, details=True),
+                lambda n: core.call(n, details=True),
+            ):
+                client(300)
+            ours = pyxds_calls(channel, N, details=True)
+            theirs = core.call(N, details=True)
+        finally:
+            channel.close()
+            core.close()
+    finally:
+        for backend in backends:
+            backend.stop()
+    want = expected_shares(table)
+    for name, share in want.items():
+        key = f"error:INTERNAL: {name}"
+        assert theirs[key] / N == pytest.approx(share, abs=TOLERANCE), theirs
+        assert ours[key] / N == pytest.approx(theirs[key] / N, abs=TOLERANCE), (ours, theirs)
 
 
 def test_an_unsupported_a114_metric_name_is_a_nack_like_c_core(server):
