@@ -13,6 +13,8 @@ malformed ORCA trailer instead of recording.
 from __future__ import annotations
 
 import collections
+import contextlib
+from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
 
@@ -155,3 +157,34 @@ def wrr_snapshot(
         endpoints=[b.endpoints(cluster, [b.locality(zone=f"{cluster}-z", endpoints=addresses)])],
         version=version,
     )
+
+
+def warm_then_count(
+    channel: Any, core: Any, n: int, warm: int = 300, **call_args: Any
+) -> tuple[collections.Counter, collections.Counter]:
+    """``warm`` calls on the pyxds ``channel``, then on the C-core client
+    ``core`` (connections, first reports, weight updates), then ``n`` on
+    each: (pyxds counts, C-core counts) as channel_fixtures counts them."""
+    from channel_fixtures import pyxds_calls
+
+    pyxds_calls(channel, warm, **call_args)
+    core.call(warm, **call_args)
+    return pyxds_calls(channel, n, **call_args), core.call(n, **call_args)
+
+
+@contextlib.contextmanager
+def both_clients(server: Any, node: str) -> Iterator[tuple[Any, Any]]:
+    """(a pyxds xds: channel, a C-core CoreXdsClient) on ``server``'s
+    bootstrap for ``node``, both closed at the end."""
+    from channel_fixtures import TARGET, CoreXdsClient
+
+    import pyxds._api as pyxds
+
+    bootstrap = server.bootstrap(node_id=node)
+    core = CoreXdsClient(bootstrap)
+    channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+    try:
+        yield channel, core
+    finally:
+        channel.close()
+        core.close()

@@ -69,14 +69,20 @@ class Stream:
         raise AssertionError(f"no report {want} in {at_most} reads (last {report})")
 
 
+def serve_orca(recorder: ServerMetricRecorder, workers: int, min_interval: float):
+    """(a started sync server with OpenRcaService over ``recorder``, its address)."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=[EXCLUSIVE])
+    add_orca_service(server, recorder, min_report_interval=min_interval)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, f"127.0.0.1:{port}"
+
+
 @pytest.fixture
 def orca_server():
     recorder = ServerMetricRecorder()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[EXCLUSIVE])
-    add_orca_service(server, recorder, min_report_interval=0.0)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    server, address = serve_orca(recorder, 4, 0.0)
+    channel = grpc.insecure_channel(address)
     yield recorder, channel
     channel.close()
     server.stop(None)
@@ -151,12 +157,9 @@ def test_a_stream_the_client_cancels_ends_at_once_on_a_sync_server():
     would hold the only worker 30 s)."""
     recorder = ServerMetricRecorder()
     recorder.set_qps(1.0)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1), options=[EXCLUSIVE])
-    add_orca_service(server, recorder, min_report_interval=30.0)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    server, address = serve_orca(recorder, 1, 30.0)
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with grpc.insecure_channel(address) as channel:
             first = Stream(channel, 30.0)
             assert first.read()[0].rps_fractional == 1.0
             first.call.cancel()

@@ -12,15 +12,12 @@ would add a request to ``num_requests_finished_with_metric``.
 
 from __future__ import annotations
 
-from channel_fixtures import LISTENER
 from foreign_orca_backends import ForeignOrcaBackend
 from orca_backends import wrr_policy
-from test_differential_lrs_metrics import CLUSTER, N, run_both
+from test_differential_lrs_metrics import N, lrs_snapshot, run_both
 from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
 
 from pyxds.server import ManagementServer
-from pyxds.server import builders as b
-from pyxds.server.snapshot import Snapshot
 
 REPORT = OrcaLoadReport(
     cpu_utilization=0.25, rps_fractional=10, named_metrics={"": 5.0, "foo": 1.0}
@@ -28,33 +25,13 @@ REPORT = OrcaLoadReport(
 METRICS = ["named_metrics.", "named_metrics.foo", "cpu_utilization"]
 
 
-def wrr_lrs_snapshot(address: str, oob: bool) -> Snapshot:
-    """LISTENER -> CLUSTER (WRR, LRS on, reporting METRICS) -> ``address``."""
-    return Snapshot(
-        listeners=[b.listener(LISTENER)],
-        routes=[
-            b.route_config(
-                f"{LISTENER}-route",
-                [b.virtual_host("vh", routes=[b.route(prefix="", cluster=CLUSTER)])],
-            )
-        ],
-        clusters=[
-            b.cluster(
-                CLUSTER,
-                lrs_server=True,
-                lrs_report_endpoint_metrics=METRICS,
-                load_balancing_policy=[("wrr_locality", wrr_policy(oob, 0.1))],
-            )
-        ],
-        endpoints=[b.endpoints(CLUSTER, [b.locality(region="r", zone="z", endpoints=[address])])],
-    )
-
-
 def run(oob: bool, mirror: bool, node: str) -> tuple[dict, dict]:
     backend = ForeignOrcaBackend("m0", report=REPORT, mirror=mirror)
     server = ManagementServer(lrs_interval=1.0).start()
     try:
-        server.set_snapshot(wrr_lrs_snapshot(backend.address, oob))
+        server.set_snapshot(
+            lrs_snapshot(backend.address, METRICS, [("wrr_locality", wrr_policy(oob, 0.1))])
+        )
         return run_both(server, node)
     finally:
         server.stop()

@@ -33,12 +33,11 @@ import math
 
 import grpc
 import pytest
-from channel_fixtures import TARGET, CoreXdsClient, pyxds_calls
+from channel_fixtures import pyxds_calls
 from foreign_orca_backends import ForeignOrcaBackend
-from orca_backends import wrr_snapshot
+from orca_backends import both_clients, warm_then_count, wrr_snapshot
 from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
 
-import pyxds._api as pyxds
 from pyxds.server import ManagementServer
 
 N = 1600
@@ -109,30 +108,29 @@ def shares(counts: collections.Counter) -> dict[str, float]:
     return {name: count / total for name, count in counts.items()}
 
 
+def counts(
+    server, backends: list, oob: bool, node: str, names: tuple[str, ...] = (), **call_args
+) -> tuple[collections.Counter, collections.Counter]:
+    """(pyxds counts, C-core counts) of N calls each after a warm-up, the
+    ``backends`` stopped at the end."""
+    try:
+        addresses = [b.address for b in backends]
+        server.set_snapshot(wrr_snapshot("wire", addresses, oob, node, 0.1, metric_names=names))
+        with both_clients(server, node) as (channel, core):
+            return warm_then_count(channel, core, N, **call_args)
+    finally:
+        for backend in backends:
+            backend.stop()
+
+
 def run(server, table: dict, oob: bool, node: str, names: tuple[str, ...] = ()):
-    """(pyxds shares, C-core shares) after a warm-up of each client."""
+    """(pyxds shares, C-core shares) of the backends of ``table``."""
     backends = [
         ForeignOrcaBackend(name, report=report, mirror=not oob)
         for name, (report, _) in table.items()
     ]
-    try:
-        addresses = [b.address for b in backends]
-        server.set_snapshot(wrr_snapshot("wire", addresses, oob, node, 0.1, metric_names=names))
-        bootstrap = server.bootstrap(node_id=node)
-        core = CoreXdsClient(bootstrap)
-        channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
-        try:
-            for client in (lambda n: pyxds_calls(channel, n), core.call):
-                client(300)  # connect, first reports, weight updates (every 0.1 s)
-            ours = shares(pyxds_calls(channel, N))
-            theirs = shares(core.call(N))
-        finally:
-            channel.close()
-            core.close()
-    finally:
-        for backend in backends:
-            backend.stop()
-    return ours, theirs
+    ours, theirs = counts(server, backends, oob, node, names)
+    return shares(ours), shares(theirs)
 
 
 def assert_same(ours: dict[str, float], theirs: dict[str, float], want: dict[str, float]) -> None:
@@ -183,25 +181,7 @@ def test_reports_of_failed_calls_weigh_like_c_core(server):
         )
         for name, (report, _) in table.items()
     ]
-    try:
-        server.set_snapshot(wrr_snapshot("wire", [b.address for b in backends], False, "wire-fail"))
-        bootstrap = server.bootstrap(node_id="wire-fail")
-        core = CoreXdsClient(bootstrap)
-        channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
-        try:
-            for client in (
-                lambda n: pyxds_calls(channel, n, details=True),
-                lambda n: core.call(n, details=True),
-            ):
-                client(300)
-            ours = pyxds_calls(channel, N, details=True)
-            theirs = core.call(N, details=True)
-        finally:
-            channel.close()
-            core.close()
-    finally:
-        for backend in backends:
-            backend.stop()
+    ours, theirs = counts(server, backends, False, "wire-fail", details=True)
     want = expected_shares(table)
     for name, share in want.items():
         key = f"error:INTERNAL: {name}"
@@ -218,15 +198,9 @@ def test_an_unsupported_a114_metric_name_is_a_nack_like_c_core(server):
         server.set_snapshot(
             wrr_snapshot("wire", [backend.address], False, "wire-nack", 0.1, metric_names=names)
         )
-        bootstrap = server.bootstrap(node_id="wire-nack")
-        core = CoreXdsClient(bootstrap)
-        channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
-        try:
+        with both_clients(server, "wire-nack") as (channel, core):
             theirs = core.call(1, timeout=3, details=True, wait_for_ready=False)
             ours = pyxds_calls(channel, 1, timeout=3, details=True, wait_for_ready=False)
-        finally:
-            channel.close()
-            core.close()
     finally:
         backend.stop()
     for counts in (theirs, ours):
