@@ -53,6 +53,8 @@ class ForeignOrcaBackend:
         self.cpu = cpu
         self.served: collections.Counter = collections.Counter()
         self.oob_streams = 0
+        #: each StreamCoreMetrics request as it came (serialized)
+        self.oob_requests: list[bytes] = []
         self._stop = threading.Event()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=[EXCLUSIVE])
 
@@ -73,6 +75,7 @@ class ForeignOrcaBackend:
 
         def stream_core_metrics(request: OrcaLoadReportRequest, context: grpc.ServicerContext):
             self.oob_streams += 1
+            self.oob_requests.append(request.SerializeToString())
             interval = request.report_interval.seconds + request.report_interval.nanos / 1e9
             interval = max(interval, MIN_INTERVAL)
             while context.is_active() and not self._stop.is_set():

@@ -33,7 +33,7 @@ import math
 
 import grpc
 import pytest
-from channel_fixtures import pyxds_calls
+from channel_fixtures import pyxds_calls, wait_until
 from foreign_orca_backends import ForeignOrcaBackend
 from orca_backends import both_clients, warm_then_count, wrr_snapshot
 from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
@@ -187,6 +187,26 @@ def test_reports_of_failed_calls_weigh_like_c_core(server):
         key = f"error:INTERNAL: {name}"
         assert theirs[key] / N == pytest.approx(share, abs=TOLERANCE), theirs
         assert ours[key] / N == pytest.approx(theirs[key] / N, abs=TOLERANCE), (ours, theirs)
+
+
+@pytest.mark.parametrize("period", [2.5, 0.0129, 0.0004])
+def test_the_oob_request_is_the_same_bytes_as_c_core_s(server, period):
+    """The StreamCoreMetrics request each client sends for the cluster's
+    oob_reporting_period: byte for byte the same (C-core asks whole
+    milliseconds, rounded down; 0.4 ms is an empty interval)."""
+    backend = ForeignOrcaBackend("only", cpu=0.5)
+    node = f"wire-request-{period}"
+    try:
+        server.set_snapshot(wrr_snapshot("wire", [backend.address], True, node, period))
+        with both_clients(server, node) as (channel, core):
+            assert pyxds_calls(channel, 1) == {"only": 1}
+            assert wait_until(lambda: len(backend.oob_requests) == 1, timeout=5)
+            assert core.call(1) == {"only": 1}
+            assert wait_until(lambda: len(backend.oob_requests) == 2, timeout=5)
+    finally:
+        backend.stop()
+    ours, theirs = backend.oob_requests
+    assert ours == theirs
 
 
 def test_an_unsupported_a114_metric_name_is_a_nack_like_c_core(server):

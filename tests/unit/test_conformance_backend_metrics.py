@@ -23,8 +23,11 @@ import math
 
 import pytest
 from test_conformance_weighted_round_robin import A, B, C, Wrr, assert_shares, load
+from test_orca_oob_stream import FakeCore
+from test_orca_oob_stream import calls as calls  # the fixture
 from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
 
+from pyxds.channel import orca_oob
 from pyxds.lb import registry
 from pyxds.lb.errors import LBConfigError
 from pyxds.lb.orca import utilization
@@ -168,6 +171,32 @@ def test_a114_an_unsupported_metric_name_in_cds_is_a_nack_naming_it():
     assert error is not None
     assert "metricNamesForComputingUtilization[1]" in error
     assert 'unsupported metric name "request_cost.x"' in error
+
+
+# -- A51 out-of-band request ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("period", "seconds", "nanos"),
+    [
+        (2.5, 2, 500_000_000),
+        (0.29, 0, 290_000_000),
+        (0.0129, 0, 12_000_000),
+        (2.9999999, 2, 999_000_000),
+        (1.0005, 1, 0),
+        (0.0004, 0, 0),  # zero: "treated as the service minimum" (A51)
+    ],
+)
+def test_the_oob_request_asks_whole_milliseconds_rounded_down(calls, period, seconds, nanos):
+    """grpcio 1.85's C-core keeps durations in milliseconds: its
+    StreamCoreMetrics request for an oobReportingPeriod of 0.0129 s asks
+    12 ms (live, the request bytes a backend receives; tests/e2e/
+    test_differential_orca_wire.py).  The old code asked 12.9 ms."""
+    stream = orca_oob.OobStream(FakeCore(side=calls.side))
+    stream.add(period, lambda report: None)
+    (call,) = calls.live
+    interval = call["request"].report_interval
+    assert (interval.seconds, interval.nanos) == (seconds, nanos)
 
 
 # -- A51 recorders ---------------------------------------------------------------------
