@@ -7,16 +7,24 @@ the scenarios test_orca_server.py does not replay:
 * A51 "Out of Band Metrics Reporting": "when the client disconnects [the
   service] should terminate the stream and cancel the timer immediately";
 * grpc-java ``CallMetricRecorderTest.noMetricsRecordedAfterSnapshot``: a
-  call's recorder used after the call changes nothing sent.
+  call's recorder used after the call changes nothing sent;
+* grpc-go ``orca/call_metrics_test.go`` ``TestE2ECallMetricsStreaming``:
+  client-streaming and bidi calls report at their end (sync and asyncio).
+  (Its "no custom metrics" case, where a server recorder alone sends no
+  trailer, is grpc-go's own: C++ and pyxds.orca send the server recorder's
+  data on every call, test_orca_server.py
+  test_server_recorder_alone_reports_on_every_call.)
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from concurrent import futures
 
 import grpc
+import grpc.aio
 import pytest
 from ports import EXCLUSIVE
 from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
@@ -26,6 +34,7 @@ from pyxds.lb.orca import report_from_trailers
 from pyxds.orca import (
     METHOD,
     CallMetricRecorder,
+    OrcaAioServerInterceptor,
     OrcaServerInterceptor,
     ServerMetricRecorder,
     add_orca_service,
@@ -214,3 +223,118 @@ def test_a_recorder_used_after_its_call_changes_nothing_sent():
         cpu_utilization=0.25
     )
     assert report_from_trailers(tuple(second.trailing_metadata())) is None
+
+
+def _streaming_handlers(is_aio: bool) -> grpc.GenericRpcHandler:
+    """/t.Conf/Bidi echoes each request, /t.Conf/Collect counts them; both
+    record after reading the first request (the second value of a metric
+    replacing the first)."""
+
+    def record() -> None:
+        recorder = call_metric_recorder()
+        assert recorder is not None
+        recorder.record_utilization("queue", 1.0).record_memory_utilization(0.5)
+        recorder.record_request_cost("query", 0.25).record_utilization("queue", 0.75)
+
+    if is_aio:
+
+        async def bidi(requests, context):
+            async for request in requests:
+                record()
+                yield request
+
+        async def collect(requests, context) -> bytes:
+            n = 0
+            async for _ in requests:
+                record()
+                n += 1
+            return str(n).encode()
+
+    else:
+
+        def bidi(requests, context):  # type: ignore[misc]
+            for request in requests:
+                record()
+                yield request
+
+        def collect(requests, context) -> bytes:  # type: ignore[misc]
+            n = 0
+            for _ in requests:
+                record()
+                n += 1
+            return str(n).encode()
+
+    return grpc.method_handlers_generic_handler(
+        SERVICE,
+        {
+            "Bidi": grpc.stream_stream_rpc_method_handler(bidi),
+            "Collect": grpc.stream_unary_rpc_method_handler(collect),
+        },
+    )
+
+
+STREAMED = OrcaLoadReport(
+    cpu_utilization=1.0,  # the server recorder's
+    mem_utilization=0.5,
+    request_cost={"query": 0.25},
+    utilization={"queue": 0.75},
+)
+
+
+def _check_streaming_calls(channel_trailers) -> None:
+    for trailers in channel_trailers:
+        assert report_from_trailers(tuple(trailers)) == STREAMED
+
+
+def test_client_and_bidi_streaming_calls_report_at_their_end_on_a_sync_server():
+    """grpc-go TestE2ECallMetricsStreaming (a full-duplex call with a
+    server recorder at cpu 1.0): the report, the server's values under the
+    call's, in the trailer when the stream ends; also a client stream."""
+    server_recorder = ServerMetricRecorder()
+    server_recorder.set_cpu_utilization(1.0)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=4),
+        interceptors=[OrcaServerInterceptor(server_recorder)],
+        options=[EXCLUSIVE],
+    )
+    server.add_generic_rpc_handlers((_streaming_handlers(False),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            bidi = channel.stream_stream(f"/{SERVICE}/Bidi")(iter([b"a", b"b"]), timeout=10)
+            assert list(bidi) == [b"a", b"b"]
+            reply, collect = channel.stream_unary(f"/{SERVICE}/Collect").with_call(
+                iter([b"a", b"b", b"c"]), timeout=10
+            )
+            assert reply == b"3"
+            _check_streaming_calls([bidi.trailing_metadata(), collect.trailing_metadata()])
+    finally:
+        server.stop(None)
+
+
+def test_client_and_bidi_streaming_calls_report_at_their_end_on_an_aio_server():
+    """The same on a grpc.aio server with OrcaAioServerInterceptor."""
+
+    async def run() -> list:
+        server_recorder = ServerMetricRecorder()
+        server_recorder.set_cpu_utilization(1.0)
+        server = grpc.aio.server(
+            interceptors=[OrcaAioServerInterceptor(server_recorder)], options=[EXCLUSIVE]
+        )
+        server.add_generic_rpc_handlers((_streaming_handlers(True),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                bidi = channel.stream_stream(f"/{SERVICE}/Bidi")(iter([b"a", b"b"]), timeout=10)
+                assert [r async for r in bidi] == [b"a", b"b"]
+                collect = channel.stream_unary(f"/{SERVICE}/Collect")(
+                    iter([b"a", b"b", b"c"]), timeout=10
+                )
+                assert await collect == b"3"
+                return [await bidi.trailing_metadata(), await collect.trailing_metadata()]
+        finally:
+            await server.stop(None)
+
+    _check_streaming_calls(asyncio.run(run()))
