@@ -8,16 +8,22 @@ fixed report per call (the standard trailer; with ``mirror`` also pyxds.orca's
 copy, which is the only one pyxds can read) and streams the same report on
 its OpenRcaService every 0.1 s.  Each out-of-band report counted in LRS
 would add a request to ``num_requests_finished_with_metric``.
+
+Also which ORCA fields reach LRS at all (A85 "Proposal": named metrics and
+the three top-level utilizations; A64 with A85 switched off: every named
+metric), with a report that has every kind of field.
 """
 
 from __future__ import annotations
 
+import pytest
 from foreign_orca_backends import ForeignOrcaBackend
 from orca_backends import wrr_policy
 from test_differential_lrs_metrics import N, lrs_snapshot, run_both
 from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
 
 from pyxds.server import ManagementServer
+from pyxds.xds.resources.cluster import ORCA_LRS_PROPAGATION_ENV
 
 REPORT = OrcaLoadReport(
     cpu_utilization=0.25, rps_fractional=10, named_metrics={"": 5.0, "foo": 1.0}
@@ -62,3 +68,59 @@ def test_the_wrr_stand_in_stream_does_not_reach_lrs():
     ours, theirs = run(oob=False, mirror=False, node="lrs-src-stand-in")
     assert theirs == PER_CALL_TOTALS
     assert ours == {"requests": (N, 0.0)}
+
+
+#: every kind of ORCA field, each with a value
+EVERY_FIELD = OrcaLoadReport(
+    cpu_utilization=0.25,
+    application_utilization=0.5,
+    mem_utilization=0.125,
+    rps_fractional=7,
+    eps=1,
+    request_cost={"x": 1.0, "foo": 9.0},
+    utilization={"y": 0.5, "foo": 0.3},
+    named_metrics={"foo": 2.0},
+)
+
+
+@pytest.mark.parametrize(
+    ("metrics", "a85", "want"),
+    [
+        (  # A85: only named_metrics.<key> and the three top-level utilizations
+            [
+                "request_cost.x",
+                "request_cost.*",
+                "utilization.y",
+                "utilization.*",
+                "rps_fractional",
+                "eps",
+                "qps",
+                "named_metrics.foo",
+            ],
+            True,
+            {"named_metrics.foo": (N, N * 2.0)},
+        ),
+        ([], True, {}),  # A85: nothing listed, nothing propagated
+        (  # A64 (A85 switched off): every named metric under its own name, nothing else
+            ["named_metrics.*", "cpu_utilization"],
+            False,
+            {"foo": (N, N * 2.0)},
+        ),
+    ],
+    ids=["a85-listed", "a85-unset", "a64"],
+)
+def test_which_orca_fields_reach_lrs_as_in_c_core(metrics, a85, want, monkeypatch):
+    """A64/A85: request costs, the utilization map, qps and eps never reach
+    LRS, even when listed; grpcio 1.85 live, the same totals."""
+    env = None if a85 else {ORCA_LRS_PROPAGATION_ENV: "false"}
+    if env:
+        monkeypatch.setenv(ORCA_LRS_PROPAGATION_ENV, "false")
+    backend = ForeignOrcaBackend("m0", report=EVERY_FIELD, mirror=True)
+    server = ManagementServer(lrs_interval=1.0).start()
+    try:
+        server.set_snapshot(lrs_snapshot(backend.address, metrics))
+        ours, theirs = run_both(server, f"lrs-fields-{len(metrics)}-{a85}", env=env)
+    finally:
+        server.stop()
+        backend.stop()
+    assert ours == theirs == {"requests": (N, 0.0), **want}
