@@ -31,6 +31,7 @@ from pyxds.channel import orca_oob
 from pyxds.lb import registry
 from pyxds.lb.errors import LBConfigError
 from pyxds.lb.orca import utilization
+from pyxds.lb.weighted_round_robin import WeightedRoundRobin
 from pyxds.orca import CallMetricRecorder, ServerMetricRecorder
 
 INF, NAN = math.inf, math.nan
@@ -350,3 +351,55 @@ def test_set_all_named_utilization_replaces_the_map_without_range_checks():
     server.set_named_utilization("baz", 0.1)
     server.set_all_named_utilization({"bar": 0.5, "quux": 1.5})
     assert dict(server.report().utilization) == {"bar": 0.5, "quux": 1.5}
+
+
+# -- A51 "The Client API": one deserialization for every reader ------------------------
+
+
+def test_lrs_and_wrr_read_one_call_s_report_with_one_deserialization(monkeypatch):
+    """A51: "if multiple LB policies are interested in the data (e.g., both
+    xDS and WRR), the protobuf deserialization needs to happen only once"
+    (grpc-java OrcaPerRequestUtilTest.twoLevelPoliciesTypicalWorkflow):
+    xds_cluster_impl (LRS, A64) over weighted_round_robin, one call's
+    trailer parsed once and seen by both."""
+    from lrs_support import lrs_client
+    from test_lrs_backend_metrics import ALL_NAMED, start
+
+    from pyxds.lb import orca
+    from pyxds.lb.api import OK_STATUS, PickComplete
+    from pyxds.lb.orca import ORCA_TRAILER_MIRROR
+    from pyxds.testing import FakeClock
+
+    parses = []
+    real = orca.OrcaLoadReport
+
+    def counting() -> OrcaLoadReport:
+        parses.append(1)
+        return real()
+
+    monkeypatch.setattr(orca, "OrcaLoadReport", counting)
+    clock = FakeClock()
+    client, transports = lrs_client(clock)
+    try:
+        helper, impl = start(client, ALL_NAMED, child={"weighted_round_robin": {}})
+        result = helper.pick()
+        assert isinstance(result, PickComplete) and result.on_call_trailers is not None
+        report = real(cpu_utilization=0.5, rps_fractional=10, named_metrics={"foo": 3.0})
+        result.on_call_trailers(((ORCA_TRAILER_MIRROR, report.SerializeToString()),))
+        result.on_call_done(OK_STATUS)
+        assert parses == [1]
+        (transport,) = transports
+        transport.respond(interval=1.0)
+        clock.advance(1.0)
+        (request,) = transport.reports()
+        (upstream,) = request.cluster_stats[0].upstream_locality_stats
+        assert [(m.metric_name, m.total_metric_value) for m in upstream.load_metric_stats] == [
+            ("named_metrics.foo", 3.0)
+        ]
+        wrr = impl._child.child
+        assert isinstance(wrr, WeightedRoundRobin)
+        assert [(c.wrr_weight.weight, c.wrr_weight.source) for c in wrr.children] == [
+            (20.0, "per-call")
+        ]
+    finally:
+        client.close()
