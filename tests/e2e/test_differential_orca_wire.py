@@ -82,6 +82,10 @@ A114 = {
         ),
         125,
     ),
+    "nan": (
+        R(cpu_utilization=0.25, rps_fractional=100, named_metrics={"foo": math.nan}),
+        400,
+    ),
     "others": (R(cpu_utilization=0.5, rps_fractional=100, named_metrics={"x": 0.01}), 200),
 }
 
