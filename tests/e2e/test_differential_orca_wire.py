@@ -20,8 +20,10 @@ cpu 0.1, deprecated ``rps`` only   none: qps is ``rps_fractional``
 mem 0.1 only                       none (without A114 names)
 =================================  ===========================================
 
-A114 names that are not supported make C-core NACK the cluster; pyxds says
-the same.  Sources: C-core ``weighted_round_robin.cc``
+Also: A114 names (the same weights; names A114 does not support make both
+NACK the cluster with the same field and words), the reports of failed
+calls (counted by both), and the StreamCoreMetrics request each client
+sends (the same bytes: whole milliseconds).  Sources: C-core ``weighted_round_robin.cc``
 (``EndpointWeight::MaybeUpdateWeight``, the call tracker's utilization),
 A114 "Weight Calculation Logic".
 """
