@@ -17,6 +17,7 @@ cpu 0.5, eps NaN                   200: nor does NaN
 application NaN, cpu 0.25          400: cpu (application not > 0)
 application -1, cpu 0.25           400
 cpu 0.1, deprecated ``rps`` only   none: qps is ``rps_fractional``
+qps NaN; cpu NaN; cpu +inf         none
 mem 0.1 only                       none (without A114 names)
 =================================  ===========================================
 
@@ -59,6 +60,11 @@ EDGE = {
     "nan-app": (R(application_utilization=math.nan, cpu_utilization=0.25, rps_fractional=100), 400),
     "neg-app": (R(application_utilization=-1, cpu_utilization=0.25, rps_fractional=100), 400),
     "rps-only": (R(cpu_utilization=0.1, rps=100), 0),
+    # what Go's recorder lets through (``val < 0`` rejected only) and C++'s
+    # and Java's too for +inf
+    "nan-qps": (R(cpu_utilization=0.5, rps_fractional=math.nan), 0),
+    "nan-cpu": (R(cpu_utilization=math.nan, rps_fractional=100), 0),
+    "inf-cpu": (R(cpu_utilization=math.inf, rps_fractional=100), 0),
     "mem-only": (R(mem_utilization=0.1, rps_fractional=100), 0),
 }
 
