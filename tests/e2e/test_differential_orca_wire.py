@@ -201,7 +201,7 @@ def test_reports_of_failed_calls_weigh_like_c_core(server):
         assert ours[key] / N == pytest.approx(theirs[key] / N, abs=TOLERANCE), (ours, theirs)
 
 
-@pytest.mark.parametrize("period", [2.5, 0.0129, 0.0004])
+@pytest.mark.parametrize("period", [2.5, 0.0129, 0.0004, 0.0, 86400.5])
 def test_the_oob_request_is_the_same_bytes_as_c_core_s(server, period):
     """The StreamCoreMetrics request each client sends for the cluster's
     oob_reporting_period: byte for byte the same (C-core asks whole
