@@ -104,12 +104,16 @@ class OrcaBackend:
 
 
 def wrr_policy(
-    oob: bool, oob_period: float | None = None, metric_names: tuple[str, ...] = ()
+    oob: bool,
+    oob_period: float | None = None,
+    metric_names: tuple[str, ...] = (),
+    penalty: float | None = None,
 ) -> Any:
     """A WrrLocality over ClientSideWeightedRoundRobin (A52/A58): blackout
     0 s, weight updates every 0.1 s; ``oob``: enableOobLoadReport;
     ``oob_period``: oobReportingPeriod in seconds (0.1 s with ``oob``);
-    ``metric_names``: A114's metric_names_for_computing_utilization."""
+    ``metric_names``: A114's metric_names_for_computing_utilization;
+    ``penalty``: error_utilization_penalty."""
     from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (
         client_side_weighted_round_robin_pb2 as cswrr_pb2,
     )
@@ -129,6 +133,8 @@ def wrr_policy(
         cswrr.oob_reporting_period.FromNanoseconds(int(oob_period * 1e9))
     if oob:
         cswrr.enable_oob_load_report.CopyFrom(wrappers_pb2.BoolValue(value=True))
+    if penalty is not None:
+        cswrr.error_utilization_penalty.CopyFrom(wrappers_pb2.FloatValue(value=penalty))
     inner = b._load_balancing_policy([("wrr", cswrr)])
     return wrr_locality_pb2.WrrLocality(endpoint_picking_policy=inner)
 
@@ -140,6 +146,7 @@ def wrr_snapshot(
     version: str,
     oob_period: float | None = None,
     metric_names: tuple[str, ...] = (),
+    penalty: float | None = None,
 ) -> Any:
     """The channel fixtures' listener and route to one WRR cluster over ``addresses``."""
     from channel_fixtures import route, snapshot
@@ -149,7 +156,7 @@ def wrr_snapshot(
 
     base = snapshot([route(prefix="", cluster=cluster)], {cluster: []})
     listener_t, route_t, _cluster_t, _eds_t = list(base._by_type)
-    policy = wrr_policy(oob, oob_period, metric_names)
+    policy = wrr_policy(oob, oob_period, metric_names, penalty)
     return Snapshot(
         listeners=list(base.resources(listener_t).values()),
         routes=list(base.resources(route_t).values()),

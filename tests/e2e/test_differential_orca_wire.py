@@ -121,13 +121,20 @@ def shares(counts: collections.Counter) -> dict[str, float]:
 
 
 def counts(
-    server, backends: list, oob: bool, node: str, names: tuple[str, ...] = (), **call_args
+    server,
+    backends: list,
+    oob: bool,
+    node: str,
+    names: tuple[str, ...] = (),
+    penalty: float | None = None,
+    **call_args,
 ) -> tuple[collections.Counter, collections.Counter]:
     """(pyxds counts, C-core counts) of N calls each after a warm-up, the
     ``backends`` stopped at the end."""
     try:
         addresses = [b.address for b in backends]
-        server.set_snapshot(wrr_snapshot("wire", addresses, oob, node, 0.1, metric_names=names))
+        snapshot = wrr_snapshot("wire", addresses, oob, node, 0.1, names, penalty)
+        server.set_snapshot(snapshot)
         with both_clients(server, node) as (channel, core):
             return warm_then_count(channel, core, N, **call_args)
     finally:
@@ -135,13 +142,20 @@ def counts(
             backend.stop()
 
 
-def run(server, table: dict, oob: bool, node: str, names: tuple[str, ...] = ()):
+def run(
+    server,
+    table: dict,
+    oob: bool,
+    node: str,
+    names: tuple[str, ...] = (),
+    penalty: float | None = None,
+):
     """(pyxds shares, C-core shares) of the backends of ``table``."""
     backends = [
         ForeignOrcaBackend(name, report=report, mirror=not oob)
         for name, (report, _) in table.items()
     ]
-    ours, theirs = counts(server, backends, oob, node, names)
+    ours, theirs = counts(server, backends, oob, node, names, penalty)
     return shares(ours), shares(theirs)
 
 
@@ -167,6 +181,19 @@ def test_edge_case_reports_out_of_band_from_a_foreign_backend_weigh_like_c_core(
     mirror: the way pyxds reads backends it did not write)."""
     ours, theirs = run(server, EDGE, oob=True, node="wire-oob")
     assert_same(ours, theirs, expected_shares(EDGE))
+
+
+def test_a_zero_penalty_ignores_an_infinite_eps_like_c_core(server):
+    """errorUtilizationPenalty 0: C-core adds no error term at all, so eps
+    +inf weighs as eps 0 (200); the old pyxds made it inf * 0 = NaN and
+    gave the endpoint the mean (500)."""
+    table = {
+        "inf-eps": (R(cpu_utilization=0.5, rps_fractional=100, eps=math.inf), 200),
+        "light": (R(cpu_utilization=0.125, rps_fractional=100), 800),
+        "plain": (R(cpu_utilization=0.5, rps_fractional=100), 200),
+    }
+    ours, theirs = run(server, table, oob=False, node="wire-penalty-0", penalty=0.0)
+    assert_same(ours, theirs, expected_shares(table))
 
 
 @pytest.mark.parametrize("oob", [False, True], ids=["per-call", "out-of-band"])

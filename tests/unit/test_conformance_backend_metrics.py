@@ -67,6 +67,17 @@ def test_an_infinite_eps_gives_no_weight():
     assert_shares(h, {A: 500, B: 200, C: 800})  # A: the mean of the known weights
 
 
+def test_a_zero_penalty_ignores_even_an_infinite_eps():
+    """C-core adds the error term only when ``eps > 0 && penalty > 0``: with
+    errorUtilizationPenalty 0 an eps of +inf changes nothing (live, grpcio
+    1.85: weight 200 like eps 0).  The old code computed inf * 0 = NaN and
+    dropped the report (the endpoint got the mean, 500)."""
+    h = Wrr({"blackoutPeriod": "1s", "errorUtilizationPenalty": 0.0})
+    h.per_call({A: load(cpu=0.5, eps=INF), B: load(cpu=0.5), C: load(cpu=0.125)})
+    h.advance(1.0)
+    assert_shares(h, {A: 200, B: 200, C: 800})
+
+
 # -- A58 / A114 utilization ----------------------------------------------------------
 
 

@@ -29,8 +29,9 @@ Each endpoint (each round_robin child, so a weight survives updates that
 keep the endpoint) has an :class:`EndpointWeight`.  A report with
 utilization ``u > 0`` and ``qps > 0`` sets the weight to
 ``qps / (u + eps / qps * errorUtilizationPenalty)`` (the error term only
-for ``eps > 0``: grpcio 1.85's C-core ignores a negative or NaN ``eps``,
-which A51 never lets a backend record); other reports are ignored.
+for ``eps > 0`` and a penalty above 0: grpcio 1.85's C-core ignores a
+negative or NaN ``eps``, which A51 never lets a backend record, and an
+infinite one under penalty 0); other reports are ignored.
 ``non_empty_since`` is the time of the first report that set a weight
 since the endpoint last became READY (or since its weight expired);
 ``last_updated`` the time of the latest.  At scheduler build time a weight
@@ -341,8 +342,9 @@ class EndpointWeight:
         utilization = orca.utilization(report, config.metric_names_for_computing_utilization)
         if not (utilization > 0 and qps > 0):
             return
-        if eps > 0:  # as C-core: a negative or NaN eps adds no error term
-            utilization += eps / qps * config.error_utilization_penalty
+        penalty = config.error_utilization_penalty
+        if eps > 0 and penalty > 0:  # as C-core: no error term for eps <= 0, NaN,
+            utilization += eps / qps * penalty  # or penalty 0 (inf * 0 is NaN)
         weight = qps / utilization
         if not (weight > 0) or math.isinf(weight):
             return
