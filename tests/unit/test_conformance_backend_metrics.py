@@ -78,6 +78,17 @@ def test_a_zero_penalty_ignores_even_an_infinite_eps():
     assert_shares(h, {A: 200, B: 200, C: 800})
 
 
+def test_an_infinite_qps_gives_no_weight():
+    """qps +inf (Go's and Java's recorders accept it) would be an infinite
+    weight: pyxds ignores the report, the endpoint gets the mean of the
+    others.  grpcio 1.85's C-core stores it and its scheduler then splits
+    evenly over every endpoint (live; docs/differences-from-c-core.md)."""
+    h = Wrr({"blackoutPeriod": "1s"})
+    h.per_call({A: load(cpu=0.5, qps=INF), B: load(cpu=0.5), C: load(cpu=0.125)})
+    h.advance(1.0)
+    assert_shares(h, {A: 500, B: 200, C: 800})
+
+
 # -- A58 / A114 utilization ----------------------------------------------------------
 
 
