@@ -26,37 +26,60 @@ from xds.service.orca.v3.orca_pb2 import OrcaLoadReportRequest
 SERVICE = "pyxds.test.Echo"
 ORCA_SERVICE = "xds.service.orca.v3.OpenRcaService"
 STANDARD_TRAILER = "endpoint-load-metrics-bin"
+MIRROR_TRAILER = "x-endpoint-load-metrics-bin"
 MIN_INTERVAL = 0.1
 
 
 class ForeignOrcaBackend:
     """A plain grpcio server reporting cpu ``cpu`` at 100 qps: per call in the
     standard trailer (``per_call``), out of band with its own OpenRcaService
-    (``oob``)."""
+    (``oob``).  ``report``: send this report instead, as is (values no
+    recorder would accept included); ``mirror``: also send it per call as
+    pyxds.orca's ``x-endpoint-load-metrics-bin``, so that a pyxds client
+    reads the very bytes C-core reads; ``fail``: every call ends with this
+    status (details: the backend's name), its report still sent."""
 
-    def __init__(self, name: str, cpu: float, per_call: bool = True, oob: bool = True) -> None:
+    def __init__(
+        self,
+        name: str,
+        cpu: float = 0.0,
+        per_call: bool = True,
+        oob: bool = True,
+        report: OrcaLoadReport | None = None,
+        mirror: bool = False,
+        fail: grpc.StatusCode | None = None,
+    ) -> None:
         self.name = name
         self.cpu = cpu
         self.served: collections.Counter = collections.Counter()
         self.oob_streams = 0
+        #: each StreamCoreMetrics request as it came (serialized)
+        self.oob_requests: list[bytes] = []
         self._stop = threading.Event()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=[EXCLUSIVE])
 
-        def report() -> OrcaLoadReport:
+        def current() -> OrcaLoadReport:
+            if report is not None:
+                return report
             return OrcaLoadReport(cpu_utilization=self.cpu, rps_fractional=100.0)
 
         def who(request: bytes, context: grpc.ServicerContext) -> bytes:
             self.served[name] += 1
             if per_call:
-                context.set_trailing_metadata(((STANDARD_TRAILER, report().SerializeToString()),))
+                payload = current().SerializeToString()
+                keys = (STANDARD_TRAILER, MIRROR_TRAILER) if mirror else (STANDARD_TRAILER,)
+                context.set_trailing_metadata(tuple((key, payload) for key in keys))
+            if fail is not None:
+                context.abort(fail, name)
             return name.encode()
 
         def stream_core_metrics(request: OrcaLoadReportRequest, context: grpc.ServicerContext):
             self.oob_streams += 1
+            self.oob_requests.append(request.SerializeToString())
             interval = request.report_interval.seconds + request.report_interval.nanos / 1e9
             interval = max(interval, MIN_INTERVAL)
             while context.is_active() and not self._stop.is_set():
-                yield report()
+                yield current()
                 self._stop.wait(interval)
 
         handlers = [

@@ -13,6 +13,8 @@ malformed ORCA trailer instead of recording.
 from __future__ import annotations
 
 import collections
+import contextlib
+from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
 
@@ -101,10 +103,17 @@ class OrcaBackend:
         self._server.stop(None).wait(5)
 
 
-def wrr_policy(oob: bool, oob_period: float | None = None) -> Any:
+def wrr_policy(
+    oob: bool,
+    oob_period: float | None = None,
+    metric_names: tuple[str, ...] = (),
+    penalty: float | None = None,
+) -> Any:
     """A WrrLocality over ClientSideWeightedRoundRobin (A52/A58): blackout
     0 s, weight updates every 0.1 s; ``oob``: enableOobLoadReport;
-    ``oob_period``: oobReportingPeriod in seconds (0.1 s with ``oob``)."""
+    ``oob_period``: oobReportingPeriod in seconds (0.1 s with ``oob``);
+    ``metric_names``: A114's metric_names_for_computing_utilization;
+    ``penalty``: error_utilization_penalty."""
     from envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3 import (
         client_side_weighted_round_robin_pb2 as cswrr_pb2,
     )
@@ -116,6 +125,7 @@ def wrr_policy(oob: bool, oob_period: float | None = None) -> Any:
     cswrr = cswrr_pb2.ClientSideWeightedRoundRobin(
         blackout_period=duration_pb2.Duration(seconds=0),
         weight_update_period=duration_pb2.Duration(nanos=100_000_000),
+        metric_names_for_computing_utilization=metric_names,
     )
     if oob_period is None and oob:
         oob_period = 0.1
@@ -123,12 +133,20 @@ def wrr_policy(oob: bool, oob_period: float | None = None) -> Any:
         cswrr.oob_reporting_period.FromNanoseconds(int(oob_period * 1e9))
     if oob:
         cswrr.enable_oob_load_report.CopyFrom(wrappers_pb2.BoolValue(value=True))
+    if penalty is not None:
+        cswrr.error_utilization_penalty.CopyFrom(wrappers_pb2.FloatValue(value=penalty))
     inner = b._load_balancing_policy([("wrr", cswrr)])
     return wrr_locality_pb2.WrrLocality(endpoint_picking_policy=inner)
 
 
 def wrr_snapshot(
-    cluster: str, addresses: list[str], oob: bool, version: str, oob_period: float | None = None
+    cluster: str,
+    addresses: list[str],
+    oob: bool,
+    version: str,
+    oob_period: float | None = None,
+    metric_names: tuple[str, ...] = (),
+    penalty: float | None = None,
 ) -> Any:
     """The channel fixtures' listener and route to one WRR cluster over ``addresses``."""
     from channel_fixtures import route, snapshot
@@ -138,7 +156,7 @@ def wrr_snapshot(
 
     base = snapshot([route(prefix="", cluster=cluster)], {cluster: []})
     listener_t, route_t, _cluster_t, _eds_t = list(base._by_type)
-    policy = wrr_policy(oob, oob_period)
+    policy = wrr_policy(oob, oob_period, metric_names, penalty)
     return Snapshot(
         listeners=list(base.resources(listener_t).values()),
         routes=list(base.resources(route_t).values()),
@@ -146,3 +164,34 @@ def wrr_snapshot(
         endpoints=[b.endpoints(cluster, [b.locality(zone=f"{cluster}-z", endpoints=addresses)])],
         version=version,
     )
+
+
+def warm_then_count(
+    channel: Any, core: Any, n: int, warm: int = 300, **call_args: Any
+) -> tuple[collections.Counter, collections.Counter]:
+    """``warm`` calls on the pyxds ``channel``, then on the C-core client
+    ``core`` (connections, first reports, weight updates), then ``n`` on
+    each: (pyxds counts, C-core counts) as channel_fixtures counts them."""
+    from channel_fixtures import pyxds_calls
+
+    pyxds_calls(channel, warm, **call_args)
+    core.call(warm, **call_args)
+    return pyxds_calls(channel, n, **call_args), core.call(n, **call_args)
+
+
+@contextlib.contextmanager
+def both_clients(server: Any, node: str) -> Iterator[tuple[Any, Any]]:
+    """(a pyxds xds: channel, a C-core CoreXdsClient) on ``server``'s
+    bootstrap for ``node``, both closed at the end."""
+    from channel_fixtures import TARGET, CoreXdsClient
+
+    import pyxds._api as pyxds
+
+    bootstrap = server.bootstrap(node_id=node)
+    core = CoreXdsClient(bootstrap)
+    channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
+    try:
+        yield channel, core
+    finally:
+        channel.close()
+        core.close()

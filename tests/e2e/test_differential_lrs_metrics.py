@@ -13,6 +13,7 @@ rule, every named metric under its own name).
 from __future__ import annotations
 
 from concurrent import futures
+from typing import Any
 
 import grpc
 import pytest
@@ -80,8 +81,9 @@ def backend():
     started.stop()
 
 
-def lrs_snapshot(address: str, metrics: list[str]) -> Snapshot:
-    """LISTENER -> CLUSTER (LRS on, reporting ``metrics``) -> ``address``."""
+def lrs_snapshot(address: str, metrics: list[str], policy: Any = None) -> Snapshot:
+    """LISTENER -> CLUSTER (LRS on, reporting ``metrics``; ``policy``: its
+    ``load_balancing_policy``, as builders.cluster takes it) -> ``address``."""
     return Snapshot(
         listeners=[b.listener(LISTENER)],
         routes=[
@@ -90,7 +92,14 @@ def lrs_snapshot(address: str, metrics: list[str]) -> Snapshot:
                 [b.virtual_host("vh", routes=[b.route(prefix="", cluster=CLUSTER)])],
             )
         ],
-        clusters=[b.cluster(CLUSTER, lrs_server=True, lrs_report_endpoint_metrics=metrics)],
+        clusters=[
+            b.cluster(
+                CLUSTER,
+                lrs_server=True,
+                lrs_report_endpoint_metrics=metrics,
+                load_balancing_policy=policy,
+            )
+        ],
         endpoints=[b.endpoints(CLUSTER, [b.locality(region="r", zone="z", endpoints=[address])])],
     )
 

@@ -27,11 +27,9 @@ import collections
 import logging
 
 import pytest
-from channel_fixtures import TARGET, CoreXdsClient, pyxds_calls
 from foreign_orca_backends import ForeignOrcaBackend
-from orca_backends import wrr_snapshot
+from orca_backends import both_clients, warm_then_count, wrr_snapshot
 
-import pyxds._api as pyxds
 from pyxds.cli.inspect_model import wrr_weights
 from pyxds.server import ManagementServer
 
@@ -63,18 +61,10 @@ def run(server, per_call: bool, oob_service: bool, oob_config: bool, node: str):
         server.set_snapshot(
             wrr_snapshot("foreign", [x.address for x in backends], oob_config, node, 0.1)
         )
-        bootstrap = server.bootstrap(node_id=node)
-        core = CoreXdsClient(bootstrap)
-        channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
-        try:
-            for client in (lambda n: pyxds_calls(channel, n), core.call):
-                client(300)  # connect, first reports (per call or stand-in), weight updates
-            ours = share(pyxds_calls(channel, N), "heavy")
-            theirs = share(core.call(N), "heavy")
+        with both_clients(server, node) as (channel, core):
+            counts = warm_then_count(channel, core, N)  # warm-up: per call or stand-in
+            ours, theirs = (share(c, "heavy") for c in counts)
             dump = channel.config_dump()
-        finally:
-            channel.close()
-            core.close()
     finally:
         for backend in backends:
             backend.stop()

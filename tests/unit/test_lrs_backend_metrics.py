@@ -165,7 +165,9 @@ def test_the_lrs_proto_carries_c_core_s_fields():
 # -- through xds_cluster_impl's picks -------------------------------------------------------
 
 
-def start(client, propagation, helper=None):
+def start(client, propagation, helper=None, child=None):
+    """xds_cluster_impl over ``child`` (round_robin by default) on one
+    endpoint, connected."""
     from pyxds.testing import FakeHelper
 
     name = f"lrs-metrics-{next(_names)}"
@@ -178,7 +180,7 @@ def start(client, propagation, helper=None):
             {
                 "xds_cluster_impl_experimental": {
                     "clusterName": name,
-                    "childPolicy": [{"round_robin": {}}],
+                    "childPolicy": [child or {"round_robin": {}}],
                 }
             }
         ],

@@ -93,6 +93,7 @@ class Calls:
     def __call__(self, on, request, on_report, on_end):
         call = {
             "period": request.report_interval.ToNanoseconds() / 1e9,
+            "request": request,
             "report": on_report,
             "cancelled": False,
             "ended": False,

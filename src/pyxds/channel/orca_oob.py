@@ -94,10 +94,14 @@ def oob_stream_of(core: SubchannelCore) -> OobStream:
 
 
 def _request(period: float) -> OrcaLoadReportRequest:
-    seconds = int(period)
-    nanos = round((period - seconds) * 1e9)
+    """The StreamCoreMetrics request for ``period`` seconds, in whole
+    milliseconds (rounded down), as grpcio 1.85's C-core asks (its durations
+    are milliseconds): 0.0129 s asks 12 ms, 0.0004 s asks zero (the
+    service's minimum, A51)."""
+    millis = round(period * 1e9) // 1_000_000
+    seconds, millis = divmod(millis, 1000)
     return OrcaLoadReportRequest(
-        report_interval=duration_pb2.Duration(seconds=seconds, nanos=min(nanos, 999_999_999))
+        report_interval=duration_pb2.Duration(seconds=seconds, nanos=millis * 1_000_000)
     )
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "watch_oob",
     "SUPPORTED_ROOT_METRICS",
     "SUPPORTED_MAP_METRICS",
+    "supported_metric_name",
 ]
 
 from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
@@ -57,6 +58,15 @@ SUPPORTED_ROOT_METRICS = frozenset(
 SUPPORTED_MAP_METRICS = frozenset({"named_metrics", "utilization"})
 
 _last: tuple[Any, OrcaLoadReport | None] = (None, None)
+
+
+def supported_metric_name(name: str) -> bool:
+    """Whether ``name`` is one A114 supports: a field of
+    :data:`SUPPORTED_ROOT_METRICS`, or ``<map>.<key>`` with the map one of
+    :data:`SUPPORTED_MAP_METRICS` (any key, empty included, as grpcio 1.85's
+    C-core accepts)."""
+    field, dot, _ = name.partition(".")
+    return field in SUPPORTED_MAP_METRICS if dot else name in SUPPORTED_ROOT_METRICS
 
 
 def parse_report(raw: Any) -> OrcaLoadReport | None:

@@ -19,7 +19,8 @@ blackoutPeriod                      10s     reports needed for this long before 
 weightExpirationPeriod              3m      a weight older than this is unused
 weightUpdatePeriod                  1s      scheduler rebuild period, at least 100ms
 errorUtilizationPenalty             1.0     must be >= 0
-metricNamesForComputingUtilization  []      A114 (see :func:`pyxds.lb.orca.utilization`)
+metricNamesForComputingUtilization  []      A114 (see :func:`pyxds.lb.orca.utilization`);
+                                            a name A114 does not support is an error
 =================================== ======= ==========================================
 
 Weights (A58 "Subchannel Weights")
@@ -27,9 +28,12 @@ Weights (A58 "Subchannel Weights")
 Each endpoint (each round_robin child, so a weight survives updates that
 keep the endpoint) has an :class:`EndpointWeight`.  A report with
 utilization ``u > 0`` and ``qps > 0`` sets the weight to
-``qps / (u + eps / qps * errorUtilizationPenalty)``; other reports are
-ignored.  ``non_empty_since`` is the time of the first report that set a
-weight since the endpoint last became READY (or since its weight expired);
+``qps / (u + eps / qps * errorUtilizationPenalty)`` (the error term only
+for ``eps > 0`` and a penalty above 0: grpcio 1.85's C-core ignores a
+negative or NaN ``eps``, which A51 never lets a backend record, and an
+infinite one under penalty 0); other reports are ignored.
+``non_empty_since`` is the time of the first report that set a weight
+since the endpoint last became READY (or since its weight expired);
 ``last_updated`` the time of the latest.  At scheduler build time a weight
 is used only when it is younger than ``weightExpirationPeriod`` and (with a
 non-zero ``blackoutPeriod``) the endpoint has been reporting for at least
@@ -220,6 +224,14 @@ class WeightedRoundRobinFactory(PolicyFactory):
                     f"metricNamesForComputingUtilization[{index}]",
                     f"expected string, got {describe(name)}",
                 )
+            if not orca.supported_metric_name(name):
+                # A114 lists the names it supports; grpcio 1.85's C-core
+                # rejects the config for any other (a CDS with one is NACKed)
+                # rather than parse a name it would then ignore.
+                raise LBConfigError(
+                    f"metricNamesForComputingUtilization[{index}]",
+                    f'unsupported metric name "{name}"',
+                )
         update_period = _duration_field(
             json_config, "weightUpdatePeriod", DEFAULT_WEIGHT_UPDATE_PERIOD
         )
@@ -330,7 +342,9 @@ class EndpointWeight:
         utilization = orca.utilization(report, config.metric_names_for_computing_utilization)
         if not (utilization > 0 and qps > 0):
             return
-        utilization += eps / qps * config.error_utilization_penalty
+        penalty = config.error_utilization_penalty
+        if eps > 0 and penalty > 0:  # as C-core: no error term for eps <= 0, NaN,
+            utilization += eps / qps * penalty  # or penalty 0 (inf * 0 is NaN)
         weight = qps / utilization
         if not (weight > 0) or math.isinf(weight):
             return
