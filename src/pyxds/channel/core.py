@@ -163,6 +163,18 @@ def parse_target(target: str) -> tuple[str, str]:
     return "dns", target
 
 
+def subchannel_authority(target: str) -> str | None:
+    """The authority a channel for ``target`` gives its subchannels'
+    grpcio channels (:func:`pyxds.channel.subchannel.subchannel_options`):
+    C-core's default authority of the target (the path of a URI target,
+    ``host:port`` of a dns one); None for ``unix:`` targets, whose
+    subchannels keep grpcio's own."""
+    scheme, authority = parse_target(target)
+    if scheme.startswith("unix"):
+        return None
+    return authority or None
+
+
 def canonical_target(target: str) -> str:
     """A66's ``grpc.target``: "the form with the scheme included if the user
     didn't mention the scheme (``scheme://[authority]/path``)": a target
