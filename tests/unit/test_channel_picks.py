@@ -574,7 +574,7 @@ def test_idle_timeout_releases_lb_and_resolver_and_next_rpc_restarts_them():
     first_policy, first_resolver = harness.policy, harness.resolver
     harness.advance(0.5)
     assert not harness.core.idle
-    harness.advance(0.6)
+    harness.advance(0.8)  # 1-1.25 timeouts after the last RPC ended
     assert harness.core.idle
     assert first_policy.shut_down and first_resolver.shut_down
     assert harness.core.state is ConnectivityState.IDLE
@@ -596,6 +596,41 @@ def test_idle_timer_does_not_fire_while_rpcs_are_active_or_recent():
     harness.advance(1.0)
     assert not harness.core.idle  # a recent RPC
     harness.advance(2.1)
+    assert harness.core.idle
+    harness.core.close()
+
+
+def test_idle_comes_a_full_timeout_after_the_last_rpc_ended_never_before():
+    """C-core's idle filter, grpc-go's idleness manager ("the time the most
+    recent RPC completed") and grpc-java (ManagedChannelImplIdlenessTest: the
+    timer restarts when the in-use count drops to zero) go idle one full
+    timeout after the last RPC ended.  pyxds looked once per timeout from
+    when it left idle, so an RPC running across a look made it idle soon
+    after the RPC ended (0.1 s after, here; live with C-core in
+    tests/e2e/test_differential_keepalive_idle.py)."""
+    harness = Harness(options=[("grpc.client_idle_timeout_ms", 1000)])
+    harness.start()
+    harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
+    rpc = new_rpc(harness.core, "/svc/M", None, None, False)
+    harness.advance(1.9)
+    rpc.finish(Status(grpc.StatusCode.OK))  # ends at 1.9
+    harness.advance(0.95)
+    assert not harness.core.idle  # 0.95 s after the last RPC ended
+    harness.advance(0.3)
+    assert harness.core.idle  # by 1.25 timeouts after it
+    harness.core.close()
+
+
+def test_a_channel_left_idle_without_rpcs_goes_idle_after_one_timeout():
+    """subscribe(try_to_connect=True) leaves idle with no RPC: one full
+    timeout later the channel is idle again (C-core's idle filter starts its
+    timer when the channel leaves idle)."""
+    harness = Harness(options=[("grpc.client_idle_timeout_ms", 1000)])
+    harness.core.exit_idle()
+    assert not harness.core.idle
+    harness.advance(0.9)
+    assert not harness.core.idle
+    harness.advance(0.15)
     assert harness.core.idle
     harness.core.close()
 
