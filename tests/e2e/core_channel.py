@@ -126,6 +126,34 @@ def concurrent_outcomes(
     return results
 
 
+def load(
+    channel: Any, method: str, request: bytes, threads: int, seconds: float, timeout: float
+) -> dict[str, int]:
+    """``threads`` callers each calling ``method`` (not wait_for_ready) in a
+    loop for ``seconds``: how many RPCs ended how ("ok" or "CODE: details")."""
+    counts: dict[str, int] = {}
+    lock = threading.Lock()
+    end = time.monotonic() + seconds
+    call = channel.unary_unary(method)
+
+    def caller() -> None:
+        while time.monotonic() < end:
+            try:
+                call(request, timeout=timeout)
+                key = "ok"
+            except grpc.RpcError as err:
+                key = f"{err.code().name}: {err.details()}"
+            with lock:
+                counts[key] = counts.get(key, 0) + 1
+
+    workers = [threading.Thread(target=caller) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(seconds + timeout + 30)
+    return counts
+
+
 def decoded(result: dict) -> Any:
     """The reply of a successful :func:`outcome` (JSON when it is), else the result."""
     if "ok" not in result:
@@ -141,7 +169,7 @@ _SCRIPT = r"""
 import json, sys
 import grpc
 sys.path.insert(0, sys.argv[1])
-from core_channel import concurrent_outcomes
+from core_channel import concurrent_outcomes, load
 
 channels = {}
 states = {}
@@ -167,6 +195,9 @@ for line in sys.stdin:
     elif op == "calls":
         answer = concurrent_outcomes(channels[cmd["key"]], cmd["method"],
                                      cmd.get("request", "").encode(), cmd["n"], cmd["timeout"])
+    elif op == "load":
+        answer = load(channels[cmd["key"]], cmd["method"], cmd["request"].encode(),
+                      cmd["threads"], cmd["seconds"], cmd["timeout"])
     elif op == "state":
         answer = states.get(cmd["key"])
     elif op == "close":
@@ -239,6 +270,21 @@ class CoreChannels:
             "timeout": timeout,
         }
         return list(self._ask(cmd, timeout + 30))
+
+    def load(
+        self, key: str, method: str, request: bytes, threads: int, seconds: float, timeout: float
+    ) -> dict[str, int]:
+        """:func:`load` on channel ``key``."""
+        cmd = {
+            "op": "load",
+            "key": key,
+            "method": method,
+            "request": request.decode(),
+            "threads": threads,
+            "seconds": seconds,
+            "timeout": timeout,
+        }
+        return dict(self._ask(cmd, seconds + timeout + 60))
 
     def state(self, key: str) -> str | None:
         """Channel ``key``'s last connectivity state (a subscription's)."""

@@ -27,7 +27,7 @@ from typing import Any
 import grpc
 import pytest
 from channel_fixtures import TARGET, route, snapshot, wait_until
-from core_channel import SLEEP, WHO_AM_I, CoreChannels, PeerBackend, concurrent_outcomes
+from core_channel import SLEEP, WHO_AM_I, CoreChannels, PeerBackend, concurrent_outcomes, load
 from tcp_proxy import FreezingProxy
 
 import pyxds
@@ -375,3 +375,74 @@ def test_a9_options_of_a_pyxds_xds_server_recycle_connections_without_failing_rp
         assert got["failed"] == [] and got["rpcs"] > 20, (kind, got)
         # ~5 by age over 2 s, one per quiet gap: well above one connection
         assert got["opened"] >= 5 and got["ended_by_server"] >= 4, (kind, got)
+
+
+# ------------------------------------- GOAWAY / lost connection with RPCs in flight
+
+
+@pytest.mark.parametrize("policy", ["round_robin", "pick_first"])
+@pytest.mark.parametrize("how", ["goaway", "lost"])
+def test_an_endpoint_going_away_under_load_fails_what_c_core_fails(server, policy, how):
+    """One of two endpoints goes away while RPCs run on both and comes back:
+    with a GOAWAY (its server stops with a grace period: RPCs in flight
+    finish, new ones go elsewhere; C-core retry_transparent_goaway.cc,
+    grpc-go test/goaway_test.go TestGoAwayThenClose; TRAPS: IDLE, not a
+    failure) and with the connection lost (its server stops at once, the
+    RPCs in flight on it are cancelled).  pyxds and C-core run the same load
+    through the same events at once; pyxds fails no RPC that C-core does not
+    fail (the same outcomes, counts within a few), under round_robin and
+    pick_first."""
+    from channel_fixtures import SERVICE, Backend
+
+    from pyxds.server import builders as b
+
+    a, bb = Backend("ga").start(), Backend("gb").start()
+    pick_first = None
+    if policy == "pick_first":
+        from envoy.extensions.load_balancing_policies.pick_first.v3 import pick_first_pb2
+
+        pick_first = [pick_first_pb2.PickFirst()]
+    clients: dict[str, Client] = {}
+    try:
+        for kind in KINDS:
+            node = f"goaway-{policy}-{how}-{kind}"
+            snap = snapshot([route(prefix="", cluster="c")], {"c": [[a.address, bb.address]]})
+            if pick_first is not None:
+                snap = Snapshot(
+                    listeners=snap.listeners,
+                    routes=snap.routes,
+                    clusters=[b.cluster("c", load_balancing_policy=pick_first)],
+                    endpoints=snap.endpoints,
+                )
+            server.set_snapshot(snap, node_id=node)
+            clients[kind] = Client(kind, server.bootstrap(node_id=node), [])
+            assert all("ok" in r for r in clients[kind].calls(f"/{SERVICE}/Who", n=2))
+
+        def run(kind: str) -> dict[str, int]:
+            client = clients[kind]
+            method, request = f"/{SERVICE}/Sleep", b"0.3"
+            if client._channel is None:
+                return client._core.load("ch", method, request, 4, 3.0, 5.0)
+            return load(client._channel, method, request, 4, 3.0, 5.0)
+
+        def events() -> None:
+            time.sleep(0.8)
+            a.stop(2.0 if how == "goaway" else None)
+            time.sleep(1.0)
+            a.start()
+
+        driver = threading.Thread(target=events)
+        driver.start()
+        results = both(run)
+        driver.join(10)
+    finally:
+        for client in clients.values():
+            client.close()
+        a.release()
+        bb.release()
+    ours, theirs = results["pyxds"], results["c-core"]
+    assert ours.get("ok", 0) > 20 and theirs.get("ok", 0) > 20
+    ours_failed = {k: v for k, v in ours.items() if k != "ok"}
+    theirs_failed = {k: v for k, v in theirs.items() if k != "ok"}
+    assert set(ours_failed) <= set(theirs_failed), (ours, theirs)
+    assert sum(ours_failed.values()) <= sum(theirs_failed.values()) + 3, (ours, theirs)
