@@ -13,7 +13,8 @@ class FreezingProxy:
     flowing but the sockets stay open, like a control plane that vanished
     without a FIN or RST.  ``opened``: when each connection was accepted;
     ``ended`` / ``dropped``: when its server / client side ended one
-    (``time.monotonic()``).
+    (``time.monotonic()``); ``bytes_up``: bytes passed from clients to the
+    server.
     """
 
     def __init__(self, target_port: int) -> None:
@@ -27,6 +28,7 @@ class FreezingProxy:
         self.opened: list[float] = []
         self.ended: list[float] = []
         self.dropped: list[float] = []
+        self.bytes_up = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -65,6 +67,8 @@ class FreezingProxy:
             if not data:
                 (self.ended if server_side else self.dropped).append(time.monotonic())
                 return
+            if not server_side:
+                self.bytes_up += len(data)
             try:
                 dst.sendall(data)
             except OSError:

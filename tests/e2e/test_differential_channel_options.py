@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
-from channel_fixtures import TARGET, route, snapshot
+from channel_fixtures import TARGET, route, snapshot, wait_until
 from core_channel import BIG, WHO_AM_I, CoreChannels, PeerBackend, decoded, outcome
 
 import pyxds
@@ -196,3 +197,124 @@ def test_max_receive_message_length_holds_on_every_endpoint(backends, bootstrap,
         "details": "Stream removed (CLIENT: Received message larger than max (2000 vs. 1000))",
     }
     assert len(backends[0].peers) and len(backends[1].peers)
+
+
+def test_application_options_do_not_reach_the_control_plane_connection():
+    """C-core's XdsClient is the process's, made from the bootstrap alone
+    (src/core/xds/grpc/xds_transport_grpc.cc): the application's channel
+    options (user agent, default authority) never reach the ADS stream,
+    whose ``:authority`` is the bootstrap's ``server_uri``.  The same through
+    pyxds (its XdsClient is shared per bootstrap).  Live, grpcio 1.85: the
+    user agents differ only in grpcio's own prefix (pyxds's ADS channel is a
+    ``grpc.aio`` one: ``grpc-python-asyncio/...``; C-core's: ``grpc-c/...``)."""
+    from concurrent import futures
+
+    seen: list[tuple[str, str]] = []
+
+    def ads(requests: Any, context: grpc.ServicerContext) -> Any:
+        host = context._rpc_event.call_details.host  # type: ignore[attr-defined]
+        seen.append((host.decode(), dict(context.invocation_metadata()).get("user-agent", "")))
+        context.abort(grpc.StatusCode.UNAVAILABLE, "recorded")
+
+    control = grpc.server(futures.ThreadPoolExecutor(2))
+    control.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler(
+                "envoy.service.discovery.v3.AggregatedDiscoveryService",
+                {"StreamAggregatedResources": grpc.stream_stream_rpc_method_handler(ads)},
+            )
+        ]
+    )
+    port = control.add_insecure_port("127.0.0.1:0")
+    control.start()
+    server_uri = f"localhost:{port}"
+    boot = {
+        "xds_servers": [
+            {
+                "server_uri": server_uri,
+                "channel_creds": [{"type": "insecure"}],
+                "server_features": ["xds_v3"],
+            }
+        ],
+        "node": {"id": "control-plane-options"},
+    }
+    options = [("grpc.primary_user_agent", "app/1.0"), ("grpc.default_authority", "svc.example")]
+    core = CoreChannels(boot)
+    try:
+        core.open("ads", "xds:///anything", options)
+        core.calls("ads", WHO_AM_I, timeout=1)
+        assert wait_until(lambda: seen, 10)
+        theirs = seen[0]
+        seen.clear()
+        with pyxds.insecure_channel("xds:///anything", bootstrap=boot, options=options) as ch:
+            outcome(ch, WHO_AM_I, timeout=1)
+            assert wait_until(lambda: seen, 10)
+        ours = seen[0]
+    finally:
+        core.close()
+        control.stop(None)
+    assert ours[0] == theirs[0] == server_uri
+    assert "app/1.0" not in ours[1] and "app/1.0" not in theirs[1]
+    assert theirs[1].startswith("grpc-c/") and ours[1].startswith("grpc-python-asyncio/")
+
+
+@pytest.mark.parametrize("how", ["option", "argument", "none"])
+def test_channel_compression_reaches_every_endpoints_connection(how, server):
+    """The channel's default compression (``grpc.default_compression_algorithm``,
+    or grpcio's ``compression=`` argument, which is that option) compresses
+    the requests sent to every endpoint, as C-core's channel does (C-core
+    test/core/end2end/tests/compressed_payload.cc, channel default
+    algorithm): 64 KB of hex digits cross each endpoint's connection as
+    ~33 KB per RPC (gzip), in pyxds as in C-core; without it, as 64 KB."""
+    import random
+
+    from tcp_proxy import FreezingProxy
+
+    backends = [PeerBackend("z0"), PeerBackend("z1")]
+    proxies = [FreezingProxy(backend.port) for backend in backends]
+    node = f"compression-{how}"
+    addresses = [f"127.0.0.1:{p.port}" for p in proxies]
+    server.set_snapshot(snapshot([route(prefix="", cluster="c")], {"c": [addresses]}), node_id=node)
+    boot = server.bootstrap(node_id=node)
+    gzip = [("grpc.default_compression_algorithm", 2)] if how != "none" else []
+    request = random.Random(1).randbytes(32768).hex().encode()
+
+    def per_rpc() -> list[float]:
+        """Bytes sent to each endpoint per RPC it served; then reset."""
+        out = [p.bytes_up / max(1, len(b.peers)) for p, b in zip(proxies, backends, strict=True)]
+        assert all(b.peers for b in backends), "an endpoint served no RPC"
+        for p, b in zip(proxies, backends, strict=True):
+            p.bytes_up = 0
+            b.peers.clear()
+        return out
+
+    try:
+        core = CoreChannels(boot)
+        try:
+            core.open("z", TARGET, gzip)  # grpcio's compression= is this option
+            for _ in range(50):  # until both endpoints served (round_robin)
+                assert "ok" in core.calls("z", WHO_AM_I, request)[0]
+                if all(len(b.peers) >= 2 for b in backends):
+                    break
+        finally:
+            core.close()
+        theirs = per_rpc()
+        options = gzip if how == "option" else []
+        compression = grpc.Compression.Gzip if how == "argument" else None
+        with pyxds.insecure_channel(
+            TARGET, bootstrap=boot, options=options, compression=compression
+        ) as channel:
+            for _ in range(50):
+                assert "ok" in outcome(channel, WHO_AM_I, request)
+                if all(len(b.peers) >= 2 for b in backends):
+                    break
+        ours = per_rpc()
+    finally:
+        for p in proxies:
+            p.close()
+        for backend in backends:
+            backend.stop()
+    if how == "none":
+        assert all(n > 65536 for n in ours + theirs), (ours, theirs)
+    else:
+        assert all(20000 < n < 45000 for n in ours + theirs), (ours, theirs)
