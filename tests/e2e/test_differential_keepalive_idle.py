@@ -446,3 +446,41 @@ def test_an_endpoint_going_away_under_load_fails_what_c_core_fails(server, polic
     theirs_failed = {k: v for k, v in theirs.items() if k != "ok"}
     assert set(ours_failed) <= set(theirs_failed), (ours, theirs)
     assert sum(ours_failed.values()) <= sum(theirs_failed.values()) + 3, (ours, theirs)
+
+
+@pytest.mark.parametrize(("grace_ms", "sleep"), [(2000, "0.8"), (300, "3")])
+def test_an_rpc_outliving_max_connection_age_ends_as_in_c_core(server, grace_ms, sleep):
+    """A9 ``MAX_CONNECTION_AGE_GRACE``: an RPC running when its connection
+    reaches ``grpc.max_connection_age_ms`` completes if it ends within the
+    grace period, and is ended by the server after it (C-core
+    test/core/end2end/tests/max_connection_age.cc MaxAgeGracefulShutdown /
+    MaxAgeForciblyClose; grpc-go test/goaway_test.go
+    TestDetailedGoAwayErrorOnAbruptClosePropagatesToRPCError).  pyxds ends it
+    with C-core's status and text (no transparent retry of a committed RPC,
+    no text of its own)."""
+    backend = PeerBackend(
+        "aged",
+        options=[
+            ("grpc.max_connection_age_ms", 300),
+            ("grpc.max_connection_age_grace_ms", grace_ms),
+        ],
+    )
+
+    def run(kind: str) -> dict:
+        proxy = FreezingProxy(backend.port)
+        client = scenario(server, kind, [proxy], [])
+        try:
+            (result,) = client.calls(SLEEP, sleep.encode(), timeout=10)
+            return result
+        finally:
+            client.close()
+            proxy.close()
+
+    try:
+        results = both(run)
+    finally:
+        backend.stop()
+    ours, theirs = results["pyxds"], results["c-core"]
+    assert ("ok" in ours) == ("ok" in theirs) == (grace_ms == 2000), (ours, theirs)
+    assert ours.get("code") == theirs.get("code"), (ours, theirs)
+    assert ours.get("details") == theirs.get("details"), (ours, theirs)
