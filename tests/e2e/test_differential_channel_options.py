@@ -318,3 +318,55 @@ def test_channel_compression_reaches_every_endpoints_connection(how, server):
         assert all(n > 65536 for n in ours + theirs), (ours, theirs)
     else:
         assert all(20000 < n < 45000 for n in ours + theirs), (ours, theirs)
+
+
+@pytest.mark.parametrize("options", [[], [("grpc.default_authority", "svc.example")]])
+def test_the_virtual_host_is_chosen_by_the_channels_default_authority(options):
+    """A74 ("a virtual host matching the channel's default authority") and
+    C-core's xds resolver (its data-plane authority is
+    ``grpc.default_authority`` when given, else the target's name; grpc-go
+    likewise takes the channel's authority): with ``grpc.default_authority``
+    ``svc.example`` the ``svc.example`` virtual host serves, without it the
+    ``*`` one.  pyxds matched the target's name whatever the option said."""
+    from pyxds.server import Snapshot
+    from pyxds.server import builders as b
+
+    named, anyone = PeerBackend("named"), PeerBackend("any")
+    control = ManagementServer().start()
+    control.set_snapshot(
+        Snapshot(
+            listeners=[b.listener(LISTENER)],
+            routes=[
+                b.route_config(
+                    f"{LISTENER}-route",
+                    [
+                        b.virtual_host(
+                            "named",
+                            domains=["svc.example"],
+                            routes=[route(prefix="", cluster="cn")],
+                        ),
+                        b.virtual_host("any", routes=[route(prefix="", cluster="ca")]),
+                    ],
+                )
+            ],
+            clusters=[b.cluster("cn"), b.cluster("ca")],
+            endpoints=[
+                b.endpoints("cn", [b.locality(zone="z", endpoints=[named.address])]),
+                b.endpoints("ca", [b.locality(zone="z", endpoints=[anyone.address])]),
+            ],
+        )
+    )
+    boot = control.bootstrap(node_id="vhost-authority")
+    core = CoreChannels(boot)
+    try:
+        core.open("vh", TARGET, options)
+        theirs = decoded(core.calls("vh", WHO_AM_I)[0])
+        with pyxds.insecure_channel(TARGET, bootstrap=boot, options=options) as channel:
+            ours = decoded(outcome(channel, WHO_AM_I))
+    finally:
+        core.close()
+        control.stop()
+        named.stop()
+        anyone.stop()
+    assert ours == theirs
+    assert ours["name"] == ("named" if options else "any")

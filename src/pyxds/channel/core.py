@@ -499,7 +499,10 @@ class ChannelCore:
 
         args = ResolverArgs(
             target=self.target,
-            authority=self.authority,
+            # the channel's default authority (``grpc.default_authority`` when
+            # given): the xDS resolver picks its virtual host by it (A74 "a
+            # virtual host matching the channel's default authority"; C-core)
+            authority=self.default_authority,
             serializer=self.serializer,
             clock=self.clock,
             random=self.random,
