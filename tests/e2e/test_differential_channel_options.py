@@ -370,3 +370,21 @@ def test_the_virtual_host_is_chosen_by_the_channels_default_authority(options):
         anyone.stop()
     assert ours == theirs
     assert ours["name"] == ("named" if options else "any")
+
+
+def test_max_send_message_length_holds_on_every_endpoint(backends, bootstrap, core):
+    """``grpc.max_send_message_length`` reaches every endpoint's connection:
+    a request over it fails RESOURCE_EXHAUSTED with C-core's text before
+    reaching a backend, one under it is served (C-core
+    test/core/end2end/tests/max_message_length.cc, client-side send limit)."""
+    options = [("grpc.max_send_message_length", 1000)]
+    core.open("send-limit", TARGET, options)
+    over, under = b"1" * 2000, b"1" * 900
+    bodies = [over] * 4 + [under] * 4
+    theirs = [core.calls("send-limit", WHO_AM_I, body)[0] for body in bodies]
+    with pyxds.insecure_channel(TARGET, bootstrap=bootstrap, options=options) as channel:
+        ours = [outcome(channel, WHO_AM_I, body) for body in bodies]
+    assert [r.get("code") for r in ours] == [r.get("code") for r in theirs]
+    assert [r.get("details") for r in ours] == [r.get("details") for r in theirs]
+    assert ours[0]["code"] == "RESOURCE_EXHAUSTED"
+    assert {decoded(r)["name"] for r in ours[4:]} == {"p0", "p1"}
