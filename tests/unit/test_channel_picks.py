@@ -651,6 +651,31 @@ def test_stale_policy_cannot_publish_after_idle():
     harness.core.close()
 
 
+def test_a_policy_shut_down_by_idleness_cannot_open_connections():
+    """grpc-java ManagedChannelImplIdlenessTest
+    loadBalancerShouldNotCreateConnectionsWhenIdle; C-core's control helper
+    gives no subchannel once the channel dropped its resolver (idle or
+    shutting down): a policy the channel shut down that still asks for a
+    subchannel gets one already shut down, which never connects and holds
+    no connection of the channel."""
+    harness = Harness(options=[("grpc.client_idle_timeout_ms", 1000)])
+    harness.start()
+    harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
+    old = harness.policy
+    harness.advance(2.1)
+    assert harness.core.idle
+    box = {}
+    harness.core.serializer.run(
+        lambda: box.setdefault("sub", old.helper.create_subchannel("10.0.0.9:80", {}))
+    )
+    sub = box["sub"]
+    harness.core.serializer.run(sub.connect)
+    assert sub.state is ConnectivityState.SHUTDOWN
+    assert [t.address for t in harness.transports.made if t.address == "10.0.0.9:80"] == []
+    assert harness.core.pool.cores() == []
+    harness.core.close()
+
+
 def test_resolver_error_without_policy_fails_fast_rpcs_with_its_reason():
     harness = Harness()
     harness.start()

@@ -143,7 +143,13 @@ class ChannelHelper(Helper):
         return self._core._lb_generation == self._generation and not self._core.closed
 
     def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> ChannelSubchannel:
-        return self._core.pool.create(address, attributes)
+        subchannel = self._core.pool.create(address, attributes)
+        if not self._live():
+            # a policy the channel shut down (idle, close): C-core's helper
+            # gives it no subchannel, grpc-java no connection; this one is
+            # shut down already (never connects, holds nothing of the pool)
+            subchannel.shutdown()
+        return subchannel
 
     def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
         if self._live():
