@@ -14,15 +14,13 @@ from __future__ import annotations
 import base64
 import json
 import os
-import queue
-import subprocess
-import sys
 import threading
 import time
 from concurrent import futures
 from typing import Any
 
 import grpc
+from channel_fixtures import CoreXdsClient
 from ports import EXCLUSIVE
 
 PEER_SERVICE = "pyxds.test.Peer"
@@ -207,45 +205,13 @@ for line in sys.stdin:
 """
 
 
-class CoreChannels:
+class CoreChannels(CoreXdsClient):
     """grpcio channels in a subprocess, opened with the application's options
     (``GRPC_XDS_BOOTSTRAP_CONFIG`` from ``bootstrap`` for ``xds:`` targets)."""
 
-    def __init__(self, bootstrap: dict | None = None) -> None:
-        env = dict(os.environ)
-        env.pop("GRPC_XDS_BOOTSTRAP", None)
-        if bootstrap is not None:
-            env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
+    def __init__(self, bootstrap: dict) -> None:
         here = os.path.dirname(os.path.abspath(__file__))
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", _SCRIPT, here],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env=env,
-        )
-        self._lines: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self._proc.stdout is not None
-        for line in self._proc.stdout:
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def _ask(self, cmd: dict, timeout: float) -> Any:
-        assert self._proc.stdin is not None
-        self._proc.stdin.write(json.dumps(cmd) + "\n")
-        self._proc.stdin.flush()
-        try:
-            line = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            self.close()
-            raise TimeoutError(f"C-core process: no answer to {cmd['op']} in {timeout}s") from None
-        if line is None:
-            raise RuntimeError("C-core process exited")
-        return json.loads(line)
+        super().__init__(bootstrap, script=_SCRIPT, args=(here,))
 
     def open(
         self, key: str, target: str, options: list[tuple[str, Any]], ca: bytes | None = None
@@ -290,13 +256,3 @@ class CoreChannels:
         """Channel ``key``'s last connectivity state (a subscription's)."""
         answer = self._ask({"op": "state", "key": key}, 30)
         return None if answer is None else str(answer)
-
-    def close(self) -> None:
-        if self._proc.poll() is None:
-            try:
-                assert self._proc.stdin is not None
-                self._proc.stdin.close()
-                self._proc.wait(timeout=5)
-            except Exception:
-                self._proc.kill()
-                self._proc.wait(timeout=5)

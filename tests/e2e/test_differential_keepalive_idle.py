@@ -19,6 +19,7 @@ of its backend (when it opened, when the server or the client ended it).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -112,6 +113,20 @@ def scenario(
     node = f"{kind}-{proxies[0].port}"
     server.set_snapshot(snapshot([route(prefix="", cluster="c")], {"c": [addresses]}), node_id=node)
     return Client(kind, server.bootstrap(node_id=node), options)
+
+
+@contextlib.contextmanager
+def one_endpoint(
+    server: ManagementServer, kind: str, port: int, options: list
+) -> Iterator[tuple[Client, FreezingProxy]]:
+    """A client of kind ``kind`` whose one endpoint is a proxy to ``port``."""
+    proxy = FreezingProxy(port)
+    client = scenario(server, kind, [proxy], options)
+    try:
+        yield client, proxy
+    finally:
+        client.close()
+        proxy.close()
 
 
 # -------------------------------------------------------------- A8 keepalive
@@ -267,9 +282,8 @@ def test_channel_goes_idle_one_timeout_after_the_last_rpc_and_comes_back(server)
     backend = PeerBackend("idle")
 
     def run(kind: str) -> dict[str, Any]:
-        proxy = FreezingProxy(backend.port)
-        client = scenario(server, kind, [proxy], [("grpc.client_idle_timeout_ms", 1000)])
-        try:
+        options = [("grpc.client_idle_timeout_ms", 1000)]
+        with one_endpoint(server, kind, backend.port, options) as (client, proxy):
             (long_rpc,) = client.calls(SLEEP, b"1.6")
             ended = time.monotonic()
             dropped_during_rpc = list(proxy.dropped)
@@ -291,9 +305,6 @@ def test_channel_goes_idle_one_timeout_after_the_last_rpc_and_comes_back(server)
                 "again": again,
                 "opened": len(proxy.opened),
             }
-        finally:
-            client.close()
-            proxy.close()
 
     try:
         results = both(run)
@@ -345,9 +356,7 @@ def test_a9_options_of_a_pyxds_xds_server_recycle_connections_without_failing_rp
     echo = "/pyxds.test.Echo/Echo"
 
     def run(kind: str) -> dict[str, Any]:
-        proxy = FreezingProxy(xds_server.port)
-        client = scenario(server, kind, [proxy], [])
-        try:
+        with one_endpoint(server, kind, xds_server.port, []) as (client, proxy):
             busy = []
             deadline = time.monotonic() + 2.0
             while time.monotonic() < deadline:  # age: connections outlive 0.4 s
@@ -362,9 +371,6 @@ def test_a9_options_of_a_pyxds_xds_server_recycle_connections_without_failing_rp
                 "opened": len(proxy.opened),
                 "ended_by_server": len(proxy.ended),
             }
-        finally:
-            client.close()
-            proxy.close()
 
     try:
         assert wait_until(lambda: xds_server.serving(), 15)
@@ -467,14 +473,9 @@ def test_an_rpc_outliving_max_connection_age_ends_as_in_c_core(server, grace_ms,
     )
 
     def run(kind: str) -> dict:
-        proxy = FreezingProxy(backend.port)
-        client = scenario(server, kind, [proxy], [])
-        try:
+        with one_endpoint(server, kind, backend.port, []) as (client, _proxy):
             (result,) = client.calls(SLEEP, sleep.encode(), timeout=10)
             return result
-        finally:
-            client.close()
-            proxy.close()
 
     try:
         results = both(run)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 import grpc
 import pytest
@@ -635,13 +636,19 @@ def test_a_channel_left_idle_without_rpcs_goes_idle_after_one_timeout():
     harness.core.close()
 
 
-def test_stale_policy_cannot_publish_after_idle():
+def idle_with_its_old_policy() -> tuple[Harness, Any]:
+    """A channel gone idle (1 s timeout) and the policy it shut down."""
     harness = Harness(options=[("grpc.client_idle_timeout_ms", 1000)])
     harness.start()
     harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
     old = harness.policy
     harness.advance(2.1)
     assert harness.core.idle
+    return harness, old
+
+
+def test_stale_policy_cannot_publish_after_idle():
+    harness, old = idle_with_its_old_policy()
     harness.core.serializer.run(
         lambda: old.helper.update_state(
             ConnectivityState.READY, Status(grpc.StatusCode.OK), QueuePicker()
@@ -658,12 +665,7 @@ def test_a_policy_shut_down_by_idleness_cannot_open_connections():
     shutting down): a policy the channel shut down that still asks for a
     subchannel gets one already shut down, which never connects and holds
     no connection of the channel."""
-    harness = Harness(options=[("grpc.client_idle_timeout_ms", 1000)])
-    harness.start()
-    harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
-    old = harness.policy
-    harness.advance(2.1)
-    assert harness.core.idle
+    harness, old = idle_with_its_old_policy()
     box = {}
     harness.core.serializer.run(
         lambda: box.setdefault("sub", old.helper.create_subchannel("10.0.0.9:80", {}))
