@@ -19,6 +19,8 @@ of its backend (when it opened, when the server or the client ended it).
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import contextlib
 import threading
 import time
@@ -32,6 +34,7 @@ from core_channel import SLEEP, WHO_AM_I, CoreChannels, PeerBackend, concurrent_
 from tcp_proxy import FreezingProxy
 
 import pyxds
+import pyxds.aio
 from pyxds.server import ManagementServer, Snapshot
 
 
@@ -45,14 +48,25 @@ def server() -> Iterator[ManagementServer]:
 class Client:
     """One side of a comparison: ``calls(method, request, n)`` runs ``n``
     concurrent wait_for_ready unary calls; ``state()`` the channel's
-    connectivity state name."""
+    connectivity state name.  Kinds: "pyxds", "pyxds-aio" (a ``pyxds.aio``
+    channel on an event loop thread of its own) and "c-core"."""
 
     def __init__(self, kind: str, bootstrap: dict, options: list[tuple[str, Any]]) -> None:
         self.kind = kind
+        self._channel: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         if kind == "c-core":
             self._core = CoreChannels(bootstrap)
             self._core.open("ch", TARGET, options)
-            self._channel: Any = None
+        elif kind == "pyxds-aio":
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+            self._thread.start()
+
+            async def make() -> Any:
+                return pyxds.aio.insecure_channel(TARGET, bootstrap=bootstrap, options=options)
+
+            self._channel = self._on_loop(make(), 30)
         else:
             self._channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap, options=options)
             self._state = "IDLE"
@@ -62,29 +76,66 @@ class Client:
 
             self._channel.subscribe(on_state)
 
+    def _on_loop(self, coro: Any, timeout: float) -> Any:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
     def calls(
         self, method: str, request: bytes = b"", n: int = 1, timeout: float = 10.0
     ) -> list[dict]:
-        if self._channel is None:
+        if self.kind == "c-core":
             return self._core.calls("ch", method, request, n, timeout)
-        return concurrent_outcomes(self._channel, method, request, n, timeout)
+        if self.kind == "pyxds":
+            return concurrent_outcomes(self._channel, method, request, n, timeout)
+
+        async def one() -> dict:
+            start = time.monotonic()
+            try:
+                call = self._channel.unary_unary(method)
+                reply = await call(request, timeout=timeout, wait_for_ready=True)
+                out: dict = {"ok": base64.b64encode(reply).decode()}
+            except grpc.aio.AioRpcError as err:
+                out = {"code": err.code().name, "details": err.details() or ""}
+            out["elapsed"] = time.monotonic() - start
+            return out
+
+        async def all_of() -> list[dict]:
+            return list(await asyncio.gather(*(one() for _ in range(n))))
+
+        return list(self._on_loop(all_of(), timeout + 30))
 
     def state(self) -> str | None:
-        return self._core.state("ch") if self._channel is None else self._state
+        if self.kind == "c-core":
+            return self._core.state("ch")
+        if self.kind == "pyxds":
+            return self._state
+
+        async def get() -> str:
+            return str(self._channel.get_state().name)
+
+        return str(self._on_loop(get(), 10))
 
     def close(self) -> None:
-        if self._channel is None:
+        if self.kind == "c-core":
             self._core.close()
-        else:
+        elif self.kind == "pyxds":
             self._channel.close()
+        else:
+            assert self._loop is not None
+            try:
+                self._on_loop(self._channel.close(), 30)
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(10)
 
 
 KINDS = ["pyxds", "c-core"]
 
 
-def both(run: Callable[[str], Any]) -> dict[str, Any]:
-    """``run(kind)`` for pyxds and C-core at once (each in a thread: the
-    scenarios here wait on real timers), results by kind."""
+def both(run: Callable[[str], Any], kinds: list[str] = KINDS) -> dict[str, Any]:
+    """``run(kind)`` for pyxds and C-core (and any other ``kinds``) at once
+    (each in a thread: the scenarios here wait on real timers), results by
+    kind."""
     results: dict[str, Any] = {}
     errors: list[BaseException] = []
 
@@ -94,7 +145,7 @@ def both(run: Callable[[str], Any]) -> dict[str, Any]:
         except BaseException as err:  # reported below, in the test's thread
             errors.append(err)
 
-    threads = [threading.Thread(target=one, args=(kind,)) for kind in KINDS]
+    threads = [threading.Thread(target=one, args=(kind,)) for kind in kinds]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -149,7 +200,8 @@ def test_keepalive_fails_rpcs_in_flight_on_every_silent_endpoint(server):
     fail after ~2 s with C-core's text, and the channel serves again through
     new connections.  grpcio 1.85 waits for a keepalive ping's ack for
     ``grpc.http2.ping_timeout_ms`` (default 1 min), so it is set along with
-    ``grpc.keepalive_timeout_ms`` in both."""
+    ``grpc.keepalive_timeout_ms`` in both.  ``pyxds.aio`` too (its
+    subchannels are ``grpc.aio`` channels with the same options)."""
     backends = [PeerBackend(f"k{i}", options=PERMISSIVE) for i in range(2)]
     options = [
         ("grpc.keepalive_time_ms", 1000),
@@ -180,7 +232,7 @@ def test_keepalive_fails_rpcs_in_flight_on_every_silent_endpoint(server):
                 proxy.close()
 
     try:
-        results = both(run)
+        results = both(run, [*KINDS, "pyxds-aio"])
     finally:
         for backend in backends:
             backend.stop()
@@ -278,7 +330,8 @@ def test_channel_goes_idle_one_timeout_after_the_last_rpc_and_comes_back(server)
     than the timeout keeps the channel out of IDLE and its connection open;
     about one timeout after it ended the channel reports IDLE and closes the
     connection; the next RPC connects again and succeeds.  Live, grpcio 1.85:
-    IDLE 1.0 s after the RPC ended with a 1 s timeout; pyxds 1.0-1.25 s."""
+    IDLE 1.0 s after the RPC ended with a 1 s timeout; pyxds 1.0-1.25 s
+    (sync and ``pyxds.aio``)."""
     backend = PeerBackend("idle")
 
     def run(kind: str) -> dict[str, Any]:
@@ -307,7 +360,7 @@ def test_channel_goes_idle_one_timeout_after_the_last_rpc_and_comes_back(server)
             }
 
     try:
-        results = both(run)
+        results = both(run, [*KINDS, "pyxds-aio"])
     finally:
         backend.stop()
     for kind, got in results.items():
