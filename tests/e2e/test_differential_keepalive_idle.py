@@ -370,6 +370,40 @@ def test_channel_goes_idle_one_timeout_after_the_last_rpc_and_comes_back(server)
         assert "ok" in got["again"] and got["opened"] == 2, (kind, got)
 
 
+def test_a_failing_channel_without_rpcs_goes_idle_and_stops_reconnecting(server, ports):
+    """A62: a channel whose endpoints all refuse keeps reconnecting "until a
+    connection succeeds ... or there is no RPC activity on the channel for
+    the specified IDLE_TIMEOUT": after one fast-failing RPC and a 1 s
+    timeout the channel reports IDLE, in pyxds (sync and aio) as in C-core,
+    rather than TRANSIENT_FAILURE forever."""
+    dead = ports.dead_address()
+
+    def run(kind: str) -> dict[str, Any]:
+        node = f"idle-failing-{kind}"
+        server.set_snapshot(
+            snapshot([route(prefix="", cluster="c")], {"c": [[dead]]}), node_id=node
+        )
+        client = Client(
+            kind, server.bootstrap(node_id=node), [("grpc.client_idle_timeout_ms", 1000)]
+        )
+        try:
+            (failed,) = client.calls(WHO_AM_I, timeout=0.5)
+            ended = time.monotonic()
+            states = [client.state()]
+            while time.monotonic() - ended < 3 and states[-1] != "IDLE":
+                time.sleep(0.05)
+                states.append(client.state())
+            return {"failed": failed, "states": states, "after": time.monotonic() - ended}
+        finally:
+            client.close()
+
+    results = both(run, [*KINDS, "pyxds-aio"])
+    for kind, got in results.items():
+        assert got["failed"].get("code") == "DEADLINE_EXCEEDED", (kind, got)
+        assert "TRANSIENT_FAILURE" in got["states"] and got["states"][-1] == "IDLE", (kind, got)
+        assert 0.5 < got["after"] < 2.0, (kind, got)
+
+
 # ------------------------------------------------ A9 server connection management
 
 
