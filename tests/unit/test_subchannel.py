@@ -305,6 +305,8 @@ def test_subchannel_options_disable_grpcio_balancing_retries_and_idleness():
         # C-core: the TLS override is the authority when none is given
         ("xds:///echo-service", [("grpc.ssl_target_name_override", "o")], None),
         ("unix:/tmp/sock", [], None),
+        # pyxds's own list scheme: each subchannel keeps its address
+        ("static:///127.0.0.1:1,127.0.0.1:2", [], None),
     ],
 )
 def test_subchannels_carry_the_channels_authority_as_c_core(target, app, expected):

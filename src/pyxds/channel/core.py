@@ -181,10 +181,12 @@ def subchannel_authority(target: str) -> str | None:
     """The authority a channel for ``target`` gives its subchannels'
     grpcio channels (:func:`pyxds.channel.subchannel.subchannel_options`):
     C-core's default authority of the target (the path of a URI target,
-    ``host:port`` of a dns one); None for ``unix:`` targets, whose
-    subchannels keep grpcio's own."""
+    ``host:port`` of a dns one); None for ``unix:`` targets and pyxds's own
+    ``static:`` address lists (no C-core scheme to follow: each subchannel
+    keeps its address as authority, so TLS checks each backend against its
+    own address, as before), whose subchannels keep grpcio's own."""
     scheme, authority = parse_target(target)
-    if scheme.startswith("unix"):
+    if scheme.startswith("unix") or scheme == "static":
         return None
     return authority or None
 
