@@ -155,14 +155,36 @@ def both(run: Callable[[str], Any], kinds: list[str] = KINDS) -> dict[str, Any]:
     return results
 
 
+def cluster_snapshot(addresses: list[str], policy: str = "round_robin") -> Snapshot:
+    """One route to cluster "c" of ``addresses`` (one locality) balanced by
+    ``policy`` ("round_robin", the default, or "pick_first")."""
+    snap = snapshot([route(prefix="", cluster="c")], {"c": [addresses]})
+    if policy == "round_robin":
+        return snap
+    from envoy.extensions.load_balancing_policies.pick_first.v3 import pick_first_pb2
+
+    from pyxds.server import builders as b
+
+    return Snapshot(
+        listeners=snap.listeners,
+        routes=snap.routes,
+        clusters=[b.cluster("c", load_balancing_policy=[pick_first_pb2.PickFirst()])],
+        endpoints=snap.endpoints,
+    )
+
+
 def scenario(
-    server: ManagementServer, kind: str, proxies: list[FreezingProxy], options: list
+    server: ManagementServer,
+    kind: str,
+    proxies: list[FreezingProxy],
+    options: list,
+    policy: str = "round_robin",
 ) -> Client:
     """A client of kind ``kind`` whose node sees one cluster of the proxies'
     addresses (round_robin: every endpoint connected)."""
-    addresses = [f"127.0.0.1:{p.port}" for p in proxies]
     node = f"{kind}-{proxies[0].port}"
-    server.set_snapshot(snapshot([route(prefix="", cluster="c")], {"c": [addresses]}), node_id=node)
+    addresses = [f"127.0.0.1:{p.port}" for p in proxies]
+    server.set_snapshot(cluster_snapshot(addresses, policy), node_id=node)
     return Client(kind, server.bootstrap(node_id=node), options)
 
 
@@ -404,6 +426,46 @@ def test_a_failing_channel_without_rpcs_goes_idle_and_stops_reconnecting(server,
         assert 0.5 < got["after"] < 2.0, (kind, got)
 
 
+@pytest.mark.parametrize("policy", ["round_robin", "pick_first"])
+def test_a_goaway_on_an_idle_connection_is_idle_not_failure(server, policy):
+    """A9 ``MAX_CONNECTION_IDLE``: the server ends a connection nobody uses
+    with a GOAWAY.  The client's endpoint goes IDLE, not TRANSIENT_FAILURE
+    (TRAPS: grpc#29428): under pick_first the channel reports IDLE and makes
+    no new connection until the next RPC (A62), under round_robin it
+    reconnects at once and stays READY (grpc-node#2667); either way the next
+    RPC succeeds.  pyxds (sync and aio) as C-core."""
+    backend = PeerBackend("idle-goaway", options=[("grpc.max_connection_idle_ms", 300)])
+
+    def run(kind: str) -> dict[str, Any]:
+        proxy = FreezingProxy(backend.port)
+        client = scenario(server, kind, [proxy], [], policy)
+        try:
+            assert "ok" in client.calls(WHO_AM_I)[0]
+            assert wait_until(lambda: proxy.ended, 5)  # the GOAWAY, ~0.3 s
+            time.sleep(1.0)  # a sync channel sees an unused connection's loss within ~0.25 s
+            states = set()
+            for _ in range(10):
+                states.add(client.state())
+                time.sleep(0.02)
+            opened_before_rpc = len(proxy.opened)
+            (again,) = client.calls(WHO_AM_I)
+            return {"states": states, "opened": opened_before_rpc, "again": again}
+        finally:
+            client.close()
+            proxy.close()
+
+    try:
+        results = both(run, [*KINDS, "pyxds-aio"])
+    finally:
+        backend.stop()
+    for kind, got in results.items():
+        assert "TRANSIENT_FAILURE" not in got["states"] and "ok" in got["again"], (kind, got)
+        if policy == "pick_first":
+            assert got["states"] == {"IDLE"} and got["opened"] == 1, (kind, got)
+        else:
+            assert got["opened"] >= 2 and "READY" in got["states"], (kind, got)
+
+
 # ------------------------------------------------ A9 server connection management
 
 
@@ -487,27 +549,12 @@ def test_an_endpoint_going_away_under_load_fails_what_c_core_fails(server, polic
     pick_first."""
     from channel_fixtures import SERVICE, Backend
 
-    from pyxds.server import builders as b
-
     a, bb = Backend("ga").start(), Backend("gb").start()
-    pick_first = None
-    if policy == "pick_first":
-        from envoy.extensions.load_balancing_policies.pick_first.v3 import pick_first_pb2
-
-        pick_first = [pick_first_pb2.PickFirst()]
     clients: dict[str, Client] = {}
     try:
         for kind in KINDS:
             node = f"goaway-{policy}-{how}-{kind}"
-            snap = snapshot([route(prefix="", cluster="c")], {"c": [[a.address, bb.address]]})
-            if pick_first is not None:
-                snap = Snapshot(
-                    listeners=snap.listeners,
-                    routes=snap.routes,
-                    clusters=[b.cluster("c", load_balancing_policy=pick_first)],
-                    endpoints=snap.endpoints,
-                )
-            server.set_snapshot(snap, node_id=node)
+            server.set_snapshot(cluster_snapshot([a.address, bb.address], policy), node_id=node)
             clients[kind] = Client(kind, server.bootstrap(node_id=node), [])
             assert all("ok" in r for r in clients[kind].calls(f"/{SERVICE}/Who", n=2))
 
