@@ -320,48 +320,56 @@ def test_channel_compression_reaches_every_endpoints_connection(how, server):
         assert all(20000 < n < 45000 for n in ours + theirs), (ours, theirs)
 
 
-@pytest.mark.parametrize("options", [[], [("grpc.default_authority", "svc.example")]])
-def test_the_virtual_host_is_chosen_by_the_channels_default_authority(options):
+VHOST_OPTIONS = {
+    "none": ([], "any"),
+    "default-authority": ([("grpc.default_authority", "svc.example")], "named"),
+    "ssl-override": ([("grpc.ssl_target_name_override", "svc.example")], "named"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VHOST_OPTIONS))
+def test_the_virtual_host_is_chosen_by_the_channels_default_authority(name):
     """A74 ("a virtual host matching the channel's default authority") and
-    C-core's xds resolver (its data-plane authority is
-    ``grpc.default_authority`` when given, else the target's name; grpc-go
-    likewise takes the channel's authority): with ``grpc.default_authority``
-    ``svc.example`` the ``svc.example`` virtual host serves, without it the
-    ``*`` one.  pyxds matched the target's name whatever the option said."""
+    C-core's xds resolver (its data-plane authority is the channel's default
+    authority: ``grpc.default_authority``, else
+    ``grpc.ssl_target_name_override`` (C-core's channel creation makes it
+    the default authority), else the target's name; grpc-go likewise takes
+    the channel's authority): with either option naming ``svc.example`` the
+    ``svc.example`` virtual host serves, without them the ``*`` one.  pyxds
+    matched the target's name whatever the options said (TLS backends with
+    a certificate for both names, so the override is used as it is meant)."""
     from pyxds.server import Snapshot
     from pyxds.server import builders as b
 
-    named, anyone = PeerBackend("named"), PeerBackend("any")
+    options, expected = VHOST_OPTIONS[name]
+    ca = CertAuthority("virtual host CA")
+    leaf = ca.issue("backend", dns=("svc.example", LISTENER))
+    server_creds = grpc.ssl_server_credentials([(leaf.key, leaf.cert)])
+    named = PeerBackend("named", credentials=server_creds)
+    anyone = PeerBackend("any", credentials=server_creds)
+    vhosts = [
+        b.virtual_host("named", domains=["svc.example"], routes=[route(prefix="", cluster="cn")]),
+        b.virtual_host("any", routes=[route(prefix="", cluster="ca")]),
+    ]
     control = ManagementServer().start()
     control.set_snapshot(
         Snapshot(
             listeners=[b.listener(LISTENER)],
-            routes=[
-                b.route_config(
-                    f"{LISTENER}-route",
-                    [
-                        b.virtual_host(
-                            "named",
-                            domains=["svc.example"],
-                            routes=[route(prefix="", cluster="cn")],
-                        ),
-                        b.virtual_host("any", routes=[route(prefix="", cluster="ca")]),
-                    ],
-                )
-            ],
+            routes=[b.route_config(f"{LISTENER}-route", vhosts)],
             clusters=[b.cluster("cn"), b.cluster("ca")],
             endpoints=[
-                b.endpoints("cn", [b.locality(zone="z", endpoints=[named.address])]),
-                b.endpoints("ca", [b.locality(zone="z", endpoints=[anyone.address])]),
+                b.endpoints(cluster, [b.locality(zone="z", endpoints=[backend.address])])
+                for cluster, backend in (("cn", named), ("ca", anyone))
             ],
         )
     )
     boot = control.bootstrap(node_id="vhost-authority")
     core = CoreChannels(boot)
+    creds = grpc.ssl_channel_credentials(root_certificates=ca.pem)
     try:
-        core.open("vh", TARGET, options)
+        core.open("vh", TARGET, options, ca=ca.pem)
         theirs = decoded(core.calls("vh", WHO_AM_I)[0])
-        with pyxds.insecure_channel(TARGET, bootstrap=boot, options=options) as channel:
+        with pyxds.secure_channel(TARGET, creds, bootstrap=boot, options=options) as channel:
             ours = decoded(outcome(channel, WHO_AM_I))
     finally:
         core.close()
@@ -369,7 +377,7 @@ def test_the_virtual_host_is_chosen_by_the_channels_default_authority(options):
         named.stop()
         anyone.stop()
     assert ours == theirs
-    assert ours["name"] == ("named" if options else "any")
+    assert ours["name"] == expected
 
 
 def test_max_send_message_length_holds_on_every_endpoint(backends, bootstrap, core):

@@ -261,8 +261,14 @@ class ChannelCore:
             make_transport, self.serializer, self.clock, self.random, credentials, self.options
         )
         opts = dict(self.options)
-        #: the channel's authority (``grpc.default_authority`` when set)
-        self.default_authority = str(opts.get("grpc.default_authority") or self.authority)
+        #: the channel's authority: ``grpc.default_authority`` when set, else
+        #: ``grpc.ssl_target_name_override`` (C-core's channel creation makes
+        #: the override the default authority), else the target's
+        self.default_authority = str(
+            opts.get("grpc.default_authority")
+            or opts.get("grpc.ssl_target_name_override")
+            or self.authority
+        )
         #: credentials of channels the LB policies make (RLS): the channel's
         #: own, the fallback ones of xDS credentials
         xds = xds_info(credentials)
