@@ -267,6 +267,43 @@ def test_keepalive_fails_rpcs_in_flight_on_every_silent_endpoint(server):
         assert all(n >= 2 for n in opened), (kind, opened)  # each endpoint reconnected
 
 
+def test_keepalive_without_calls_closes_a_silent_idle_connection(server):
+    """A8 ``KEEPALIVE_WITHOUT_CALLS``: with
+    ``grpc.keepalive_permit_without_calls`` a connection with no RPC is
+    pinged too, and closed by the client when its peer goes silent; the
+    next RPC connects again and succeeds (grpc-go
+    internal/transport/keepalive_test.go
+    TestKeepaliveClientOpenWithUnresponsiveServer /
+    TestKeepaliveClientClosesUnresponsiveServer).  pyxds (sync and aio) as
+    C-core: the client drops the frozen connection within ~2-4 s."""
+    backend = PeerBackend("ka-idle", options=PERMISSIVE)
+    options = [
+        ("grpc.keepalive_time_ms", 1000),
+        ("grpc.keepalive_timeout_ms", 1000),
+        ("grpc.http2.ping_timeout_ms", 1000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+
+    def run(kind: str) -> dict[str, Any]:
+        with one_endpoint(server, kind, backend.port, options) as (client, proxy):
+            assert "ok" in client.calls(WHO_AM_I)[0]
+            proxy.freeze_all()
+            frozen = time.monotonic()
+            wait_until(lambda: len(proxy.opened) >= 2, 8)
+            reopened = [t - frozen for t in proxy.opened[1:]]
+            (again,) = client.calls(WHO_AM_I)
+            return {"reopened": reopened, "again": again, "opened": len(proxy.opened)}
+
+    try:
+        results = both(run, [*KINDS, "pyxds-aio"])
+    finally:
+        backend.stop()
+    for kind, got in results.items():
+        assert got["reopened"] and 1.0 < got["reopened"][0] < 5.0, (kind, got)
+        assert "ok" in got["again"] and got["opened"] == 2, (kind, got)
+
+
 def _too_many_pings(server: ManagementServer, kind: str) -> dict[str, list[float]]:
     """Endpoint A alone, keepalive 1 s without calls, against grpcio servers
     at their defaults (pings more often than every 5 min are strikes; the
