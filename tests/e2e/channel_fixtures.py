@@ -409,11 +409,18 @@ class CoreXdsClient:
     backend names (``error:CODE`` for failures)."""
 
     def __init__(
-        self, bootstrap: dict, xds_credentials: bool = False, env: dict | None = None
+        self,
+        bootstrap: dict,
+        xds_credentials: bool = False,
+        env: dict | None = None,
+        script: str = _CORE,
+        args: tuple[str, ...] = (),
     ) -> None:
         """``xds_credentials``: the channel is
         ``grpc.secure_channel(target, grpc.xds_channel_credentials(insecure))`` (A29);
-        ``env``: extra environment variables of the C-core process."""
+        ``env``: extra environment variables of the C-core process;
+        ``script`` / ``args``: another program of JSON lines in, JSON lines out
+        (tests/e2e/core_channel.py)."""
         import json
         import os
         import queue
@@ -429,7 +436,7 @@ class CoreXdsClient:
         env.update(extra_env or {})
         self._json = json
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", _CORE],
+            [sys.executable, "-c", script, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -447,6 +454,10 @@ class CoreXdsClient:
         self._lines.put(None)
 
     def _command(self, cmd: dict, timeout: float) -> collections.Counter:
+        return collections.Counter(self._ask(cmd, timeout))
+
+    def _ask(self, cmd: dict, timeout: float) -> Any:
+        """Send ``cmd``, return the decoded answer line."""
         assert self._proc.stdin is not None
         self._proc.stdin.write(self._json.dumps(cmd) + "\n")
         self._proc.stdin.flush()
@@ -457,7 +468,7 @@ class CoreXdsClient:
             raise TimeoutError(f"C-core client: no answer to {cmd} in {timeout}s") from None
         if line is None:
             raise RuntimeError("C-core client exited")
-        return collections.Counter(self._json.loads(line))
+        return self._json.loads(line)
 
     def call(
         self,

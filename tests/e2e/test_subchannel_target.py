@@ -148,3 +148,27 @@ def test_a_refused_connection_is_named_by_its_plain_address():
     assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
     assert f"failed to connect to {dead}" in caught.value.details()
     assert "ipv4:" not in caught.value.details()
+
+
+def test_tls_to_a_static_address_list_checks_each_backend_against_its_address():
+    """pyxds's ``static:///A,B`` (no C-core scheme): each subchannel keeps
+    its address as authority, so a certificate for 127.0.0.1 serves both
+    backends (grpcio's ``ipv4:A,B`` sends ``A,B`` as the authority and fails
+    the check; the channel's authority is given to subchannels only for
+    targets C-core names the same way, test_differential_channel_options.py)."""
+    ca = CertAuthority("static list CA")
+    leaf = ca.issue("backend", ips=("127.0.0.1",))
+    servers = [
+        AuthorityServer("127.0.0.1", grpc.ssl_server_credentials([(leaf.key, leaf.cert)]))
+        for _ in range(2)
+    ]
+    creds = grpc.ssl_channel_credentials(root_certificates=ca.pem)
+    target = "static:///" + ",".join(s.address for s in servers)
+    options = [("grpc.lb_policy_name", "round_robin")]
+    try:
+        with pyxds.secure_channel(target, creds, options=options) as channel:
+            seen = {authority_of(channel) for _ in range(4)}
+    finally:
+        for srv in servers:
+            srv.stop()
+    assert seen == {s.address.encode() for s in servers}

@@ -4,14 +4,13 @@ A88).  Every wait is bounded."""
 from __future__ import annotations
 
 import queue
-import socket
-import threading
 import time
 from typing import Any
 
 import grpc
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
+from tcp_proxy import FreezingProxy
 
 from pyxds.lb.api import Status
 from pyxds.server import ManagementServer, Snapshot
@@ -263,67 +262,6 @@ def test_stream_closed_by_server_after_response_is_routine(server):
         wait_until(lambda: len(server.acks()) >= 2, what="ACK on the new stream")
         # same resource again on the new stream: nobody is told anything
         assert watcher.quiet(0.3) == []
-
-
-class FreezingProxy:
-    """A TCP proxy on 127.0.0.1 whose open connections can be frozen: bytes stop
-    flowing but the sockets stay open, like a control plane that vanished
-    without a FIN or RST."""
-
-    def __init__(self, target_port: int) -> None:
-        self._target = ("127.0.0.1", target_port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.1)
-        self.port = self._listener.getsockname()[1]
-        self._frozen: list[threading.Event] = []
-        self._sockets: list[socket.socket] = []
-        self._stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                continue
-            upstream = socket.create_connection(self._target, timeout=5)
-            frozen = threading.Event()
-            self._frozen.append(frozen)
-            self._sockets += [conn, upstream]
-            for src, dst in ((conn, upstream), (upstream, conn)):
-                threading.Thread(target=self._pump, args=(src, dst, frozen), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, frozen: threading.Event) -> None:
-        src.settimeout(0.1)
-        while not self._stop.is_set():
-            if frozen.is_set():
-                time.sleep(0.05)  # hold the socket open, pass nothing
-                continue
-            try:
-                data = src.recv(65536)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            if not data:
-                return
-            try:
-                dst.sendall(data)
-            except OSError:
-                return
-
-    def freeze_all(self) -> None:
-        for frozen in self._frozen:
-            frozen.set()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._listener.close()
-        for sock in self._sockets:
-            try:
-                sock.close()
-            except OSError:
-                pass
 
 
 def test_keepalive_notices_silently_dead_control_plane(server):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 import grpc
 import pytest
@@ -574,7 +575,7 @@ def test_idle_timeout_releases_lb_and_resolver_and_next_rpc_restarts_them():
     first_policy, first_resolver = harness.policy, harness.resolver
     harness.advance(0.5)
     assert not harness.core.idle
-    harness.advance(0.6)
+    harness.advance(0.8)  # 1-1.25 timeouts after the last RPC ended
     assert harness.core.idle
     assert first_policy.shut_down and first_resolver.shut_down
     assert harness.core.state is ConnectivityState.IDLE
@@ -600,19 +601,80 @@ def test_idle_timer_does_not_fire_while_rpcs_are_active_or_recent():
     harness.core.close()
 
 
-def test_stale_policy_cannot_publish_after_idle():
+def test_idle_comes_a_full_timeout_after_the_last_rpc_ended_never_before():
+    """C-core's idle filter, grpc-go's idleness manager ("the time the most
+    recent RPC completed") and grpc-java (ManagedChannelImplIdlenessTest: the
+    timer restarts when the in-use count drops to zero) go idle one full
+    timeout after the last RPC ended.  pyxds looked once per timeout from
+    when it left idle, so an RPC running across a look made it idle soon
+    after the RPC ended (0.1 s after, here; live with C-core in
+    tests/e2e/test_differential_keepalive_idle.py)."""
+    harness = Harness(options=[("grpc.client_idle_timeout_ms", 1000)])
+    harness.start()
+    harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
+    rpc = new_rpc(harness.core, "/svc/M", None, None, False)
+    harness.advance(1.9)
+    rpc.finish(Status(grpc.StatusCode.OK))  # ends at 1.9
+    harness.advance(0.95)
+    assert not harness.core.idle  # 0.95 s after the last RPC ended
+    harness.advance(0.3)
+    assert harness.core.idle  # by 1.25 timeouts after it
+    harness.core.close()
+
+
+def test_a_channel_left_idle_without_rpcs_goes_idle_after_one_timeout():
+    """subscribe(try_to_connect=True) leaves idle with no RPC: one full
+    timeout later the channel is idle again (C-core's idle filter starts its
+    timer when the channel leaves idle)."""
+    harness = Harness(options=[("grpc.client_idle_timeout_ms", 1000)])
+    harness.core.exit_idle()
+    assert not harness.core.idle
+    harness.advance(0.9)
+    assert not harness.core.idle
+    harness.advance(0.15)
+    assert harness.core.idle
+    harness.core.close()
+
+
+def idle_with_its_old_policy() -> tuple[Harness, Any]:
+    """A channel gone idle (1 s timeout) and the policy it shut down."""
     harness = Harness(options=[("grpc.client_idle_timeout_ms", 1000)])
     harness.start()
     harness.resolve([Endpoint(("10.0.0.1:80",))], Selector())
     old = harness.policy
     harness.advance(2.1)
     assert harness.core.idle
+    return harness, old
+
+
+def test_stale_policy_cannot_publish_after_idle():
+    harness, old = idle_with_its_old_policy()
     harness.core.serializer.run(
         lambda: old.helper.update_state(
             ConnectivityState.READY, Status(grpc.StatusCode.OK), QueuePicker()
         )
     )
     assert harness.core.state is ConnectivityState.IDLE
+    harness.core.close()
+
+
+def test_a_policy_shut_down_by_idleness_cannot_open_connections():
+    """grpc-java ManagedChannelImplIdlenessTest
+    loadBalancerShouldNotCreateConnectionsWhenIdle; C-core's control helper
+    gives no subchannel once the channel dropped its resolver (idle or
+    shutting down): a policy the channel shut down that still asks for a
+    subchannel gets one already shut down, which never connects and holds
+    no connection of the channel."""
+    harness, old = idle_with_its_old_policy()
+    box = {}
+    harness.core.serializer.run(
+        lambda: box.setdefault("sub", old.helper.create_subchannel("10.0.0.9:80", {}))
+    )
+    sub = box["sub"]
+    harness.core.serializer.run(sub.connect)
+    assert sub.state is ConnectivityState.SHUTDOWN
+    assert [t.address for t in harness.transports.made if t.address == "10.0.0.9:80"] == []
+    assert harness.core.pool.cores() == []
     harness.core.close()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import grpc
+import pytest
 from test_channel_support import TransportFactory
 
 from pyxds.channel.subchannel import core_of, grpcio_target, subchannel_options
@@ -291,6 +292,32 @@ def test_subchannel_options_disable_grpcio_balancing_retries_and_idleness():
     assert opts["grpc.keepalive_time_ms"] == 10000  # user's keepalive passes through
     assert opts["grpc.min_reconnect_backoff_ms"] == 20000
     assert opts["grpc.enable_channelz"] == 0  # not one of the application's channels
+
+
+@pytest.mark.parametrize(
+    ("target", "app", "expected"),
+    [
+        ("xds:///echo-service", [], "echo-service"),
+        ("dns:///localhost:50051", [], "localhost:50051"),
+        ("localhost:50051", [], "localhost:50051"),
+        ("ipv4:127.0.0.1:1,127.0.0.1:2", [], "127.0.0.1:1,127.0.0.1:2"),
+        ("xds:///echo-service", [("grpc.default_authority", "svc")], "svc"),
+        # C-core: the TLS override is the authority when none is given
+        ("xds:///echo-service", [("grpc.ssl_target_name_override", "o")], None),
+        ("unix:/tmp/sock", [], None),
+        # pyxds's own list scheme: each subchannel keeps its address
+        ("static:///127.0.0.1:1,127.0.0.1:2", [], None),
+    ],
+)
+def test_subchannels_carry_the_channels_authority_as_c_core(target, app, expected):
+    """C-core's subchannels take the channel's default authority (the
+    target's path, client_channel.cc), so RPCs never carry the endpoint's
+    address as ``:authority`` (tests/e2e/test_differential_channel_options.py
+    compares live)."""
+    from pyxds.channel.core import subchannel_authority
+
+    opts = dict(subchannel_options(app, subchannel_authority(target)))
+    assert opts.get("grpc.default_authority") == dict(app).get("grpc.default_authority", expected)
 
 
 def test_subchannel_options_keep_channelz_when_the_application_asks_for_it():

@@ -29,7 +29,7 @@ import grpc
 import grpc.aio
 from grpc import _common
 
-from pyxds.channel.core import ChannelCore
+from pyxds.channel.core import ChannelCore, subchannel_authority
 from pyxds.channel.grpc_aio_unary import LeanAioUnaryUnary
 from pyxds.channel.grpc_calls import (
     GrpcMethod,
@@ -1010,7 +1010,7 @@ class AioXdsChannel(grpc.aio.Channel):
 
             self._interceptors = sort_interceptors(interceptors)
         options, parsed, sub_extra = from_channel_args(options, service_config)
-        sub_options = subchannel_options(options) + sub_extra
+        sub_options = subchannel_options(options, subchannel_authority(target)) + sub_extra
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 
 from pyxds.channel import lifecycle
-from pyxds.channel.core import ChannelCore
+from pyxds.channel.core import ChannelCore, subchannel_authority
 from pyxds.channel.multicallables import (
     StreamStreamMultiCallable,
     StreamUnaryMultiCallable,
@@ -50,7 +50,7 @@ class XdsChannel(grpc.Channel):
         service_config: ServiceConfigSource = None,
     ) -> None:
         options, parsed, sub_extra = from_channel_args(options, service_config)
-        sub_options = subchannel_options(options) + sub_extra
+        sub_options = subchannel_options(options, subchannel_authority(target)) + sub_extra
 
         def make_transport(
             address: str, creds: Any, on_state: Callable[[grpc.ChannelConnectivity], None]

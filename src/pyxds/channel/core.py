@@ -34,9 +34,11 @@ The core never calls into an RPC.
 Idle (A62 ``IDLE_TIMEOUT``, ``grpc.client_idle_timeout_ms``, default 30
 min): the channel starts IDLE (nothing resolved, nothing connected); the
 first RPC (or ``subscribe(try_to_connect=True)``) starts the resolver.  A
-timer checks for RPC activity; after a full timeout with no RPC in flight
-and none started, the LB policy and resolver are shut down (their
-subchannels close) and the channel is IDLE again until the next RPC.
+timer looks at the RPC counts every quarter timeout; after a full timeout
+with no RPC in flight, none started and none ended (so one to 1.25
+timeouts after the last RPC ended, as C-core's one timeout after it), the
+LB policy and resolver are shut down (their subchannels close) and the
+channel is IDLE again until the next RPC.
 """
 
 from __future__ import annotations
@@ -93,6 +95,12 @@ _log = logging.getLogger(__name__)
 
 #: A62: "A default value of 30 minutes is recommended."
 DEFAULT_IDLE_TIMEOUT = 30 * 60.0
+#: Looks of the idle timer per timeout.  C-core (its idle filter), grpc-go
+#: (its idleness manager, from the last call's end) and grpc-java (from the
+#: in-use count reaching zero) go idle one full timeout after the last RPC
+#: ended; a look every quarter timeout does so 1-1.25 timeouts after it,
+#: never before, with no clock read per RPC (the RPCs only count themselves).
+IDLE_LOOKS = 4
 
 _CLOSED = Status(grpc.StatusCode.CANCELLED, "Channel closed!")
 
@@ -135,7 +143,13 @@ class ChannelHelper(Helper):
         return self._core._lb_generation == self._generation and not self._core.closed
 
     def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> ChannelSubchannel:
-        return self._core.pool.create(address, attributes)
+        subchannel = self._core.pool.create(address, attributes)
+        if not self._live():
+            # a policy the channel shut down (idle, close): C-core's helper
+            # gives it no subchannel, grpc-java no connection; this one is
+            # shut down already (never connects, holds nothing of the pool)
+            subchannel.shutdown()
+        return subchannel
 
     def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
         if self._live():
@@ -161,6 +175,20 @@ def parse_target(target: str) -> tuple[str, str]:
         # (``host:port``) is dns
         return head, target.split(":", 1)[1]
     return "dns", target
+
+
+def subchannel_authority(target: str) -> str | None:
+    """The authority a channel for ``target`` gives its subchannels'
+    grpcio channels (:func:`pyxds.channel.subchannel.subchannel_options`):
+    C-core's default authority of the target (the path of a URI target,
+    ``host:port`` of a dns one); None for ``unix:`` targets and pyxds's own
+    ``static:`` address lists (no C-core scheme to follow: each subchannel
+    keeps its address as authority, so TLS checks each backend against its
+    own address, as before), whose subchannels keep grpcio's own."""
+    scheme, authority = parse_target(target)
+    if scheme.startswith("unix") or scheme == "static":
+        return None
+    return authority or None
 
 
 def canonical_target(target: str) -> str:
@@ -233,8 +261,14 @@ class ChannelCore:
             make_transport, self.serializer, self.clock, self.random, credentials, self.options
         )
         opts = dict(self.options)
-        #: the channel's authority (``grpc.default_authority`` when set)
-        self.default_authority = str(opts.get("grpc.default_authority") or self.authority)
+        #: the channel's authority: ``grpc.default_authority`` when set, else
+        #: ``grpc.ssl_target_name_override`` (C-core's channel creation makes
+        #: the override the default authority), else the target's
+        self.default_authority = str(
+            opts.get("grpc.default_authority")
+            or opts.get("grpc.ssl_target_name_override")
+            or self.authority
+        )
         #: credentials of channels the LB policies make (RLS): the channel's
         #: own, the fallback ones of xDS credentials
         xds = xds_info(credentials)
@@ -275,7 +309,10 @@ class ChannelCore:
         self._ended = itertools.count(1)
         self.count_started: Callable[[], int] = self._started.__next__
         self.count_ended: Callable[[], int] = self._ended.__next__
-        self._idle_checked_started = 0
+        #: the idle timer's last look: (RPCs started, RPCs ended), and how
+        #: many looks in a row have seen nothing change since
+        self._idle_counts = (0, 0)
+        self._quiet_looks = 0
         #: the PickArgs of RPCs without metadata, shared per (path, id of the
         #: call attributes): see Rpc.pick (each value holds its attributes,
         #: so their id stays theirs while the entry lives)
@@ -476,7 +513,10 @@ class ChannelCore:
 
         args = ResolverArgs(
             target=self.target,
-            authority=self.authority,
+            # the channel's default authority (``grpc.default_authority`` when
+            # given): the xDS resolver picks its virtual host by it (A74 "a
+            # virtual host matching the channel's default authority"; C-core)
+            authority=self.default_authority,
             serializer=self.serializer,
             clock=self.clock,
             random=self.random,
@@ -503,25 +543,33 @@ class ChannelCore:
             status = Status(grpc.StatusCode.UNAVAILABLE, f"resolver failed: {err}")
             self.no_config_status = status
             self._publish()
-        self._arm_idle_timer(self.idle_timeout)
+        self._idle_counts = (_count_of(self._started), _count_of(self._ended))
+        self._quiet_looks = 0
+        self._arm_idle_timer()
 
-    def _arm_idle_timer(self, delay: float) -> None:
+    def _arm_idle_timer(self) -> None:
         if self.idle_timeout <= 0:
             return
-        with self._lock:
-            self._idle_checked_started = self.calls_started
-        self._idle_timer = self.clock.call_later(delay, self._check_idle)
+        self._idle_timer = self.clock.call_later(self.idle_timeout / IDLE_LOOKS, self._check_idle)
 
     def _check_idle(self) -> None:
+        """One look of the idle timer: the channel goes idle at the
+        :data:`IDLE_LOOKS`-th look in a row that saw no RPC running, none
+        started and none ended since the look before."""
         self._idle_timer = None
         if self.idle or self.closed:
             return
-        with self._lock:
-            busy = self.active_calls > 0 or self.calls_started != self._idle_checked_started
-        if busy:
-            self._arm_idle_timer(self.idle_timeout)
-            return
-        self._enter_idle()
+        ended = _count_of(self._ended)  # first: started >= ended, whatever runs meanwhile
+        counts = (_count_of(self._started), ended)
+        if counts[0] != ended or counts != self._idle_counts:
+            self._idle_counts = counts
+            self._quiet_looks = 0
+        else:
+            self._quiet_looks += 1
+            if self._quiet_looks >= IDLE_LOOKS:
+                self._enter_idle()
+                return
+        self._arm_idle_timer()
 
     def _enter_idle(self) -> None:
         self._teardown()

@@ -105,6 +105,9 @@ _OVERRIDDEN = frozenset(
     }
 )
 
+#: Options that decide a channel's ``:authority`` when the application gives them.
+_AUTHORITY_OPTIONS = frozenset({"grpc.default_authority", "grpc.ssl_target_name_override"})
+
 _FROM_GRPC = {
     grpc.ChannelConnectivity.IDLE: ConnectivityState.IDLE,
     grpc.ChannelConnectivity.CONNECTING: ConnectivityState.CONNECTING,
@@ -158,11 +161,26 @@ def grpcio_target(address: str, options: Sequence[tuple[str, Any]] = ()) -> str:
     return "ipv4:" + address
 
 
-def subchannel_options(options: Sequence[tuple[str, Any]] | None) -> tuple[tuple[str, Any], ...]:
+def subchannel_options(
+    options: Sequence[tuple[str, Any]] | None, authority: str | None = None
+) -> tuple[tuple[str, Any], ...]:
     """The grpcio channel options of a subchannel: the user's options (e.g.
     keepalive, message sizes, user agent) minus those that would make grpcio
-    balance, retry, or go idle by itself, plus ours."""
+    balance, retry, or go idle by itself, plus ours.
+
+    ``authority``: the channel's default authority (its target's, e.g.
+    ``name`` of ``xds:///name``, ``host:port`` of a dns target), given to
+    each subchannel's grpcio channel as ``grpc.default_authority``, so that
+    RPCs carry the ``:authority`` C-core's channel sends (not the endpoint's
+    address, which the subchannel's own target would give) and TLS checks
+    the server's name against it, as C-core's subchannels do (they take the
+    channel's authority).  Not when the application gave
+    ``grpc.default_authority`` (it passes through) or
+    ``grpc.ssl_target_name_override`` (C-core's rule: the override is then
+    the authority)."""
     out = [(k, v) for k, v in (options or ()) if k not in _OVERRIDDEN]
+    if authority and not any(k in _AUTHORITY_OPTIONS for k, _ in out):
+        out.append(("grpc.default_authority", authority))
     out += [
         ("grpc.lb_policy_name", "pick_first"),
         ("grpc.enable_retries", 0),
