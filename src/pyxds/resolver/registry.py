@@ -72,7 +72,8 @@ def _xds_factory(args: ResolverArgs) -> Resolver:
 
 
 def _builtin_factory(args: ResolverArgs) -> Resolver:
-    """static / ipv4 / ipv6 / dns targets (:mod:`pyxds.resolver.static_resolver`)."""
+    """static / ipv4 / ipv6 / dns / unix / unix-abstract targets
+    (:mod:`pyxds.resolver.static_resolver`)."""
     target = args.target
     resolver = build_builtin(scheme_of(target), target, args)
     if resolver is None:
@@ -90,5 +91,5 @@ def _load_builtins() -> None:
     _builtins_loaded = True
     with _lock:
         _factories.setdefault("xds", _xds_factory)
-        for scheme in ("static", "ipv4", "ipv6", "dns"):
+        for scheme in ("static", "ipv4", "ipv6", "dns", "unix", "unix-abstract"):
             _factories.setdefault(scheme, _builtin_factory)

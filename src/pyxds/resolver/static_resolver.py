@@ -3,6 +3,9 @@ control plane (gRPC's naming doc, doc/naming.md):
 
 * ``static:///host:port,host:port`` and ``ipv4:host:port,...`` /
   ``ipv6:[addr]:port,...``: a fixed address list;
+* ``unix:path``, ``unix:///absolute/path`` and ``unix-abstract:name``: one
+  Unix domain socket, given to the subchannel's grpcio channel as the
+  target itself (so its ``:authority`` and errors are grpcio's own for it);
 * ``dns:///host:port`` or a bare ``host:port``:
   :class:`pyxds.resolver.dns_target.DnsTargetResolver` (lookups off the
   serializer, rate-limited re-resolution, optional periodic refresh).
@@ -114,14 +117,35 @@ def lb_selection_from_options(options: Any) -> PolicySelection | Status:
         return Status(grpc.StatusCode.UNAVAILABLE, f"invalid service config: {err}")
 
 
+#: the Unix domain socket schemes (gRPC's naming doc), as grpcio takes them
+UNIX_SCHEMES = ("unix", "unix-abstract")
+
+
+def unix_address(target: str) -> list[str]:
+    """The one address of a ``unix:`` / ``unix-abstract:`` target: the target
+    itself, which the subchannel's grpcio channel resolves as C-core does;
+    none when it names no socket."""
+    scheme = scheme_of(target)
+    path = target[len(scheme) + 1 :]
+    if path.startswith("//"):
+        path = urlsplit(target).path
+    return [target] if path else []
+
+
 class StaticResolver(Resolver):
     """A fixed address list, delivered once (and again on re-resolution)."""
 
-    def __init__(self, args: ResolverArgs, addresses: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        args: ResolverArgs,
+        addresses: list[str] | None = None,
+        target_error: Status | None = None,
+    ) -> None:
         """``addresses`` None: the ones ``args.target`` names (a target that
-        names none, or not as host:port, fails the channel with the reason)."""
+        names none, or not as host:port, fails the channel with the reason);
+        ``target_error``: the target is unusable, for that reason."""
         self._args = args
-        self._target_error: Status | None = None
+        self._target_error: Status | None = target_error
         if addresses is None:
             try:
                 addresses = parse_static_addresses(args.target)
@@ -192,6 +216,13 @@ def build_builtin(scheme: str, target: str, args: ResolverArgs) -> Resolver | No
         return StaticResolver(args, parse_addresses(urlsplit(target).path.lstrip("/")))
     if scheme in ("ipv4", "ipv6"):
         return StaticResolver(args)  # validated as C-core does (IP literals, ports)
+    if scheme in UNIX_SCHEMES:
+        addresses = unix_address(target)
+        if not addresses:  # C-core's words for a unix: target naming no socket
+            return StaticResolver(
+                args, [], Status(grpc.StatusCode.UNAVAILABLE, "empty address list")
+            )
+        return StaticResolver(args, addresses)
     if scheme == "dns":
         from pyxds.resolver.dns_target import DnsTargetResolver
 
