@@ -419,3 +419,54 @@ def test_health_check_config_skips_a_not_serving_backend_like_c_core():
         theirs.close()
         for server, _ in servers:
             server.stop(None)
+
+
+@pytest.mark.parametrize(
+    ("option", "field", "request_"),
+    [
+        ("grpc.max_receive_message_length", "maxResponseMessageBytes", b""),
+        ("grpc.max_send_message_length", "maxRequestMessageBytes", b"x" * 20),
+    ],
+    ids=["receive", "send"],
+)
+def test_message_limit_is_the_smaller_of_option_and_method_config_like_c_core(
+    backends, option, field, request_
+):
+    """C-core's message-size filter takes the smaller of the channel
+    option and the methodConfig limit, either way round (a reply "a0" is 2
+    bytes, the request 20): the limit 1 or 5 fails the RPC whichever of
+    the two sets it."""
+    target = f"ipv4:{backends['a0'].address}"
+    small = 1 if field == "maxResponseMessageBytes" else 5
+    for channel_limit, config_limit in ((small, 100), (100, small), (-1, small)):
+        options = [
+            (option, channel_limit),
+            ("grpc.service_config", json.dumps(mc(**{field: config_limit}))),
+        ]
+        ours = pyxds.insecure_channel(target, options=options)
+        theirs = grpc.insecure_channel(target, options=options)
+        try:
+            got = [outcome(ch, "Who", request_, timeout=5) for ch in (ours, theirs)]
+            assert got[0] == got[1], (channel_limit, config_limit)
+            assert got[0][0] == "RESOURCE_EXHAUSTED"
+            assert f"vs. {small})" in got[0][1]
+        finally:
+            ours.close()
+            theirs.close()
+
+
+def test_method_config_on_a_dns_target_like_c_core(backends):
+    """The option's methodConfig applies on a ``dns:`` target as on
+    ``ipv4:`` (only an xds: target's own config replaces it): the named
+    service's timeout ends a 3 s RPC, another method of no named service
+    runs."""
+    port = backends["a0"].port
+    sc = {"methodConfig": [{"name": [{"service": SERVICE, "method": "Sleep"}], "timeout": "1s"}]}
+    ours, theirs = both(f"dns:///127.0.0.1:{port}", sc)
+    try:
+        for channel in (ours, theirs):
+            assert outcome(channel, "Who", b"", timeout=5, wait_for_ready=True)[0] == "a0"
+            assert outcome(channel, "Sleep", b"3", timeout=10)[0] == "DEADLINE_EXCEEDED"
+    finally:
+        ours.close()
+        theirs.close()
