@@ -100,6 +100,55 @@ def test_invalid_timeout(value):
         parse_service_config(mc(timeout=value))
 
 
+#: grpc-go service_config_test.go TestParseDuration's inputs, with grpcio
+#: 1.85's verdict (where grpc-go differs, C-core decides: grpc-go takes "1.s",
+#: ".002s" and "-1s", refuses " 1s", "1 s" and 2**31 s)
+DURATIONS = {
+    "1s": 1.0,
+    "1.1s": 1.1,
+    "1.0s": 1.0,
+    "0.003s": 0.003,
+    "5000.000000009s": 5000.000000009,
+    "4999.999999999s": 4999.999999999,
+    "2147483648s": 2147483648.0,
+    "00001s": 1.0,
+    " 1s": 1.0,
+    "1 s": 1.0,
+    "\t1s": 1.0,
+    "+1s": 1.0,
+    "-0.5s": 0.5,
+    "1": None,
+    "s": None,
+    ".s": None,
+    "1.s": None,
+    ".002s": None,
+    "-1s": None,
+    "1s ": None,
+    "1ms": None,
+    "1.1.1s": None,
+    "Xs": None,
+    "as": None,
+    ".0000000001s": None,
+    "0x10s": None,
+    "1_0s": None,
+    "- 1s": None,
+    "+-1s": None,
+    "\uff11s": None,
+}
+
+
+@pytest.mark.parametrize(("value", "seconds"), DURATIONS.items(), ids=list(map(repr, DURATIONS)))
+def test_timeout_forms_as_c_core_reads_them(value, seconds):
+    """grpc-go TestParseDuration's table, each checked live on grpcio 1.85:
+    C-core's reader takes blanks around the number and a sign ("-0.5s" is
+    0.5 s: the sign goes with the 0), and ASCII digits only."""
+    if seconds is None:
+        with pytest.raises(ValueError, match=r"methodConfig\[0\]\.timeout"):
+            parse_service_config(mc(timeout=value))
+    else:
+        assert lookup(mc(timeout=value), "/S/M").timeout == pytest.approx(seconds, abs=1e-9)
+
+
 def test_valid_and_invalid_wait_for_ready():
     """client_channel_service_config_test.cc ValidWaitForReady / InvalidWaitForReady."""
     assert lookup(mc(waitForReady=True), "/S/M").wait_for_ready is True
