@@ -223,6 +223,46 @@ ACCEPTED = [
         "a0",
     ),
     ("a retryPolicy", mc(retryPolicy=RETRY), "Who", b"", "a0"),
+    (
+        "an exact entry without a timeout beats the service's",
+        {
+            "methodConfig": [
+                {"name": [{"service": SERVICE}], "timeout": "0.3s"},
+                {"name": [{"service": SERVICE, "method": "Sleep"}]},
+            ]
+        },
+        "Sleep",
+        b"0.5",
+        "a0",
+    ),
+    (
+        "a service entry without a timeout beats the default's",
+        {"methodConfig": [{"name": [{}], "timeout": "0.3s"}, {"name": [{"service": SERVICE}]}]},
+        "Sleep",
+        b"0.5",
+        "a0",
+    ),
+    (
+        "method names are case-sensitive",
+        {"methodConfig": [{"name": [{"service": SERVICE, "method": "sleep"}], "timeout": "0.3s"}]},
+        "Sleep",
+        b"0.5",
+        "a0",
+    ),
+    (
+        "service names are case-sensitive",
+        {"methodConfig": [{"name": [{"service": SERVICE.lower()}], "timeout": "0.3s"}]},
+        "Sleep",
+        b"0.5",
+        "a0",
+    ),
+    (
+        "the same names do apply (control)",
+        {"methodConfig": [{"name": [{"service": SERVICE, "method": "Sleep"}], "timeout": "0.3s"}]},
+        "Sleep",
+        b"0.5",
+        "DEADLINE_EXCEEDED",
+    ),
 ]
 
 
