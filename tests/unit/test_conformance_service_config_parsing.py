@@ -290,3 +290,27 @@ def test_empty_option_text_is_invalid_json():
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     finally:
         channel.close()
+
+
+def test_invalid_option_makes_a_lame_aio_channel_too():
+    """The asyncio channel shares the rule (one ChannelCore)."""
+    import asyncio
+
+    import pyxds.aio
+
+    async def run() -> list[tuple[grpc.StatusCode, str]]:
+        channel = pyxds.aio.insecure_channel(
+            "ipv4:127.0.0.1:1", options=[("grpc.service_config", '{"methodConfig": 1}')]
+        )
+        got = []
+        for wfr in (False, True):
+            try:
+                await channel.unary_unary("/a.B/C")(b"", timeout=5, wait_for_ready=wfr)
+            except grpc.aio.AioRpcError as err:
+                got.append((err.code(), err.details()))
+        await channel.close()
+        return got
+
+    got = asyncio.run(run())
+    assert [code for code, _ in got] == [grpc.StatusCode.INVALID_ARGUMENT] * 2
+    assert all(d.startswith("Failed to create channel to 'ipv4:127.0.0.1:1':") for _, d in got)
