@@ -510,3 +510,61 @@ def test_method_config_on_a_dns_target_like_c_core(backends):
     finally:
         ours.close()
         theirs.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "spread"),
+    [
+        ([("grpc.lb_policy_name", "round_robin")], True),
+        (
+            [
+                ("grpc.lb_policy_name", "round_robin"),
+                ("grpc.service_config", json.dumps({"loadBalancingPolicy": "pick_first"})),
+            ],
+            False,
+        ),
+        (
+            [
+                ("grpc.lb_policy_name", "pick_first"),
+                ("grpc.service_config", json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})),
+            ],
+            True,
+        ),
+        (
+            [
+                ("grpc.lb_policy_name", "round_robin"),
+                ("grpc.service_config", json.dumps({"methodConfig": []})),
+            ],
+            True,
+        ),
+        ([("grpc.lb_policy_name", "nope")], False),
+        ([("grpc.lb_policy_name", "ROUND_ROBIN")], False),
+        ([("grpc.lb_policy_name", "priority_experimental")], False),
+    ],
+    ids=[
+        "option",
+        "service config wins",
+        "loadBalancingConfig wins",
+        "config without LB keeps the option",
+        "unknown name: pick_first",
+        "names are case-sensitive here: pick_first",
+        "a policy needing a config: pick_first",
+    ],
+)
+def test_lb_policy_name_option_like_c_core(backends, options, spread):
+    """C-core's channel arg ``grpc.lb_policy_name``: used when the service
+    config names no policy; a name it does not know as given, or a policy
+    that needs a config, is replaced by pick_first (the channel works).
+    pyxds failed such a channel (UNAVAILABLE, wait_for_ready RPCs hung)."""
+    target = f"ipv4:{backends['a0'].address},{backends['a1'].address}"
+    ours = pyxds.insecure_channel(target, options=options)
+    theirs = grpc.insecure_channel(target, options=options)
+    try:
+        for channel in (ours, theirs):
+            first = outcome(channel, "Who", b"", timeout=5, wait_for_ready=True)[0]
+            assert first in ("a0", "a1")
+            seen = {outcome(channel, "Who", b"", timeout=5)[0] for _ in range(10)}
+            assert seen == ({"a0", "a1"} if spread else {"a0"}), channel
+    finally:
+        ours.close()
+        theirs.close()

@@ -314,3 +314,13 @@ def test_invalid_option_makes_a_lame_aio_channel_too():
     got = asyncio.run(run())
     assert [code for code, _ in got] == [grpc.StatusCode.INVALID_ARGUMENT] * 2
     assert all(d.startswith("Failed to create channel to 'ipv4:127.0.0.1:1':") for _, d in got)
+
+
+def test_lb_policy_name_option_falls_back_to_pick_first():
+    """C-core: a ``grpc.lb_policy_name`` naming no registered policy (as
+    given, no case folding) or one that needs a config means pick_first."""
+    from pyxds.resolver.static_resolver import lb_selection_from_options
+
+    for name in ("nope", "ROUND_ROBIN", "priority_experimental"):
+        assert lb_selection_from_options({"grpc.lb_policy_name": name}).name == "pick_first"
+    assert lb_selection_from_options({"grpc.lb_policy_name": "round_robin"}).name == "round_robin"
