@@ -139,6 +139,17 @@ REJECTED = [
         {"loadBalancingConfig": [{"unknown": 1}, {"round_robin": {}}]},
         "loadBalancingConfig",
     ),
+    (
+        "a known policy's config null",
+        {"loadBalancingConfig": [{"round_robin": None}]},
+        "loadBalancingConfig",
+    ),
+    (
+        "an unknown policy's config null",
+        {"loadBalancingConfig": [{"unknown": None}, {"round_robin": {}}]},
+        "loadBalancingConfig",
+    ),
+    ("an entry null", {"loadBalancingConfig": [None, {"round_robin": {}}]}, "loadBalancingConfig"),
     ("UnknownLoadBalancingPolicy", {"loadBalancingPolicy": "unknown"}, "loadBalancingPolicy"),
     ("loadBalancingPolicy a number", {"loadBalancingPolicy": 3}, "loadBalancingPolicy"),
     (
@@ -208,6 +219,13 @@ ACCEPTED = [
     (
         "a bad config after the chosen policy is not read",
         {"loadBalancingConfig": [{"round_robin": {}}, {"pick_first": {"shuffleAddressList": 1}}]},
+        "Who",
+        b"",
+        "a0",
+    ),
+    (
+        "a null config after the chosen policy is not read",
+        {"loadBalancingConfig": [{"round_robin": {}}, {"unknown": None}]},
         "Who",
         b"",
         "a0",

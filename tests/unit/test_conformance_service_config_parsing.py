@@ -212,10 +212,21 @@ def test_invalid_load_balancing_config(lbc):
 
 def test_unknown_policy_with_a_non_object_config_is_rejected_by_the_registry():
     """The LB registry itself (also used for the policies xDS names): an
-    entry it skips must still be ``{"name": {...}}``."""
+    entry it skips must still be ``{"name": {...}}`` (null stays ``{}``
+    there: pyxds's own parents build such lists)."""
     with pytest.raises(ValueError, match=r"\[0\]\.unknown: expected object"):
         select_policy([{"unknown": 1}, {"round_robin": {}}], "lbc")
     assert select_policy([{"unknown": None}, {"round_robin": {}}]).name == "round_robin"
+
+
+def test_null_policy_config_in_a_service_config_is_refused():
+    """grpcio 1.85 refuses a null config in ``loadBalancingConfig`` up to the
+    chosen entry, known policy or not ("child entry should be of type
+    object"); after it, not read."""
+    for lbc in ([{"unknown": None}, {"round_robin": {}}], [{"round_robin": None}]):
+        with pytest.raises(ValueError, match=r"loadBalancingConfig\[0\]\.\w+: expected object"):
+            parse_service_config({"loadBalancingConfig": lbc})
+    parse_service_config({"loadBalancingConfig": [{"round_robin": {}}, {"unknown": None}]})
 
 
 def test_load_balancing_policy():

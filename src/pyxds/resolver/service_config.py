@@ -237,6 +237,23 @@ def _method_config(entry: Any, path: str) -> tuple[list[tuple[str, str]], Method
     return keys, MethodConfig(**kwargs)
 
 
+def _no_null_policy_config(entries: Any) -> None:
+    """grpcio 1.85 refuses ``{"round_robin": null}`` (known or not) up to
+    the chosen entry: "child entry should be of type object".  (The LB
+    registry, also fed by xDS and by pyxds's own parents, takes null as
+    ``{}``.)"""
+    from pyxds.lb.registry import get
+
+    for index, entry in enumerate(entries if isinstance(entries, list) else ()):
+        if not isinstance(entry, dict) or len(entry) != 1:
+            return  # the registry says what is wrong with it
+        ((name, config),) = entry.items()
+        if config is None:
+            raise _fail(f"loadBalancingConfig[{index}].{name}", "expected object, got null")
+        if get(name) is not None:
+            return
+
+
 #: A ``service_config`` argument: JSON text (str or bytes), a dict, or None.
 ServiceConfigSource = Union[str, bytes, dict[str, Any], None]
 
@@ -261,6 +278,7 @@ def parse_service_config(raw: ServiceConfigSource) -> ServiceConfig:
     # name a registered policy that needs no config, even when
     # loadBalancingConfig is there too and wins
     if "loadBalancingConfig" in raw:
+        _no_null_policy_config(raw["loadBalancingConfig"])
         try:
             select_policy(raw["loadBalancingConfig"], "loadBalancingConfig")
         except (LBConfigError, ValueError, AttributeError, TypeError) as err:
