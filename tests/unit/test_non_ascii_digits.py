@@ -57,3 +57,41 @@ def test_static_target_with_a_non_ascii_digit_port_is_not_host_port():
 def test_dns_target_with_a_non_ascii_digit_port_fails_to_parse_in_c_cores_words():
     with pytest.raises(ValueError, match="Failed to parse port in name: localhost:"):
         split_host_port(f"localhost:{SUPERSCRIPT}")
+
+
+FULLWIDTH_ONE = "\uff11"  # int() reads it as 1; C-core's Duration reader does not
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({"outlier_detection_experimental": {"interval": FULLWIDTH_ONE + "s"}}, "interval"),
+        (
+            {"weighted_round_robin": {"blackoutPeriod": FULLWIDTH_ONE + "s"}},
+            "blackoutPeriod",
+        ),
+    ],
+)
+def test_lb_config_duration_with_a_non_ascii_digit_is_an_lb_config_error(config, field):
+    """grpcio 1.85 refuses "\uff11s" (a fullwidth 1) as a Duration; int() would
+    have read it as 1 s."""
+    if "outlier_detection_experimental" in config:
+        config["outlier_detection_experimental"]["childPolicy"] = [{"round_robin": {}}]
+    with pytest.raises(LBConfigError, match=field):
+        select([config])
+
+
+def test_service_config_duration_and_number_with_a_non_ascii_digit_are_refused():
+    """grpcio 1.85 refuses a methodConfig timeout of "\uff11s"; a fullwidth
+    backoffMultiplier string is no number either."""
+    with pytest.raises(ValueError, match=r"methodConfig\[0\]\.timeout"):
+        parse_service_config({"methodConfig": [{"name": [{}], "timeout": FULLWIDTH_ONE + "s"}]})
+    retry = {
+        "maxAttempts": 2,
+        "initialBackoff": "1s",
+        "maxBackoff": "1s",
+        "backoffMultiplier": FULLWIDTH_ONE,
+        "retryableStatusCodes": ["UNAVAILABLE"],
+    }
+    with pytest.raises(ValueError, match="backoffMultiplier"):
+        parse_service_config({"methodConfig": [{"name": [{}], "retryPolicy": retry}]})

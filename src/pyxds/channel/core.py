@@ -77,16 +77,21 @@ from pyxds.lb.api import (
 from pyxds.lb.child_handler import ChildPolicyHandler
 from pyxds.lb.registry import select_policy
 from pyxds.resolver import registry as resolver_registry
-from pyxds.resolver.api import Closing as ResolverClosing
 from pyxds.resolver.api import (
+    CallConfig,
     ConfigSelector,
     DefaultConfigSelector,
     Resolver,
     ResolverArgs,
     ResolverResult,
 )
+from pyxds.resolver.api import Closing as ResolverClosing
 from pyxds.resolver.retry_policy import RetryThrottle
-from pyxds.resolver.service_config import MethodConfigSelector, ServiceConfig
+from pyxds.resolver.service_config import (
+    MethodConfigSelector,
+    ServiceConfig,
+    parse_service_config,
+)
 from pyxds.resolver.static_resolver import lb_selection_from_options
 from pyxds.security.credentials import xds_info
 from pyxds.serializer import WorkSerializer
@@ -220,6 +225,33 @@ def build_resolver(scheme: str, target: str, args: ResolverArgs) -> Resolver:
     return build(args) if build is not None else factory(args)
 
 
+def _lame_status(target: str, raw: Any, parsed: ServiceConfig | None) -> Status | None:
+    """The status of every RPC on a channel whose ``grpc.service_config``
+    option is not a valid service config, None when it is (or absent).
+    C-core (grpcio 1.85) validates that option when it creates the channel,
+    whatever the target (xds: too), and makes a lame channel when it fails:
+    INVALID_ARGUMENT "Failed to create channel to '<target>':<why>"."""
+    if raw is None or parsed is not None:
+        return None
+    try:
+        parse_service_config(raw)
+    except ValueError as err:
+        return Status(
+            grpc.StatusCode.INVALID_ARGUMENT, f"Failed to create channel to '{target}':{err}"
+        )
+    return None
+
+
+class _FailSelector(ConfigSelector):
+    """Every RPC fails with one status (a lame channel)."""
+
+    def __init__(self, status: Status) -> None:
+        self._config = CallConfig(status=status)
+
+    def select(self, path: str, metadata: Sequence[tuple[str, str | bytes]]) -> CallConfig:
+        return self._config
+
+
 class ChannelCore:
     """See the module docstring."""
 
@@ -282,6 +314,8 @@ class ChannelCore:
         #: ``grpc.per_rpc_retry_buffer_size`` (bytes of requests kept for a retry)
         self.retries_enabled = bool(int(opts.get("grpc.enable_retries", 1)))
         self.retry_buffer_size = int(opts.get("grpc.per_rpc_retry_buffer_size", 256 * 1024))
+        #: set when the ``grpc.service_config`` option is not a valid service config
+        self.lame_status = _lame_status(target, opts.get("grpc.service_config"), service_config)
         # -- published, read lock-free by RPCs ---------------------------
         self.selector: ConfigSelector | None = None
         self.picker: Picker = QueuePicker()
@@ -502,6 +536,9 @@ class ChannelCore:
         if not self.idle or self.closed:
             return
         self.idle = False
+        if self.lame_status is not None:
+            self._go_lame(self.lame_status)
+            return
         self._set_state(ConnectivityState.CONNECTING, OK_STATUS)
         holder: list[Resolver] = []
 
@@ -546,6 +583,14 @@ class ChannelCore:
         self._idle_counts = (_count_of(self._started), _count_of(self._ended))
         self._quiet_looks = 0
         self._arm_idle_timer()
+
+    def _go_lame(self, status: Status) -> None:
+        """C-core's lame channel: no resolver, every RPC (wait_for_ready too)
+        fails with ``status``, the channel stays in TRANSIENT_FAILURE."""
+        self.selector = _FailSelector(status)
+        self.picker = FailPicker(status)
+        self._set_state(ConnectivityState.TRANSIENT_FAILURE, status)
+        self._publish()
 
     def _arm_idle_timer(self) -> None:
         if self.idle_timeout <= 0:

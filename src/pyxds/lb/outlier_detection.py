@@ -124,7 +124,7 @@ _OK = grpc.StatusCode.OK
 _TF = ConnectivityState.TRANSIENT_FAILURE
 EJECTED_STATUS = Status(grpc.StatusCode.UNAVAILABLE, "subchannel ejected by outlier detection")
 _MAX_DURATION_SECONDS = 315_576_000_000
-_DURATION_RE = re.compile(r"^(-?)(\d+)(?:\.(\d{1,9}))?s$")
+_DURATION_RE = re.compile(r"^(-?)(\d+)(?:\.(\d{1,9}))?s$", re.ASCII)
 
 
 # -- config ----------------------------------------------------------------------

@@ -89,6 +89,13 @@ def select(load_balancing_config_list: Any, path: str = "") -> tuple[PolicyFacto
         ((name, config),) = entry.items()
         factory = get(name)
         if factory is None:
+            if config is not None and not isinstance(config, dict):
+                # C-core checks every entry it passes over: an unknown
+                # policy's config must still be an object (grpcio 1.85:
+                # "child entry should be of type object")
+                raise LBConfigError(
+                    f"{entry_path}.{name}", f"expected object, got {describe(config)}"
+                )
             seen.append(name)
             continue
         if config is None:

@@ -168,7 +168,7 @@ class WeightedRoundRobinConfig:
     metric_names_for_computing_utilization: tuple[str, ...] = ()
 
 
-_DURATION = re.compile(r"^(-?)(\d+)(?:\.(\d{1,9}))?s$")
+_DURATION = re.compile(r"^(-?)(\d+)(?:\.(\d{1,9}))?s$", re.ASCII)
 
 
 def parse_duration(value: Any, path: str) -> float:

@@ -17,6 +17,13 @@ Used fields:
   the default (empty service) - gRPC's precedence.
 * ``retryThrottling``: ``maxTokens``, ``tokenRatio`` (A6 token bucket).
 
+Validated, as C-core validates it, but not applied: ``healthCheckConfig``
+(pyxds has no client-side health checking, gRFC A17; see
+docs/differences-from-c-core.md).  A ``grpc.service_config`` channel option
+that fails validation makes the channel fail every RPC with
+INVALID_ARGUMENT, wait_for_ready or not, for every target (xds: too), as
+C-core's lame channel does.
+
 :class:`MethodConfigSelector` is the ConfigSelector of a non-xDS channel
 with such a config: per RPC, one dict lookup for a precomputed CallConfig.
 For ``xds:`` targets the xDS config wins (the xds resolver's selector is
@@ -40,13 +47,21 @@ from pyxds.resolver.retry_policy import MAX_ATTEMPTS_CAP, RetryPolicy, RetryThro
 
 __all__ = ["MethodConfig", "MethodConfigSelector", "ServiceConfig", "parse_service_config"]
 
-_DURATION = re.compile(r"^(\d+)(?:\.(\d{1,9}))?s$")
+#: a Duration's number, before its "s" (C-core's reader, grpcio 1.85: blanks
+#: around it and a sign are taken: "+1s", " 1s", "1 s"; ASCII digits only)
+_DURATION = re.compile(r"^([+-]?)(\d+)(?:\.(\d{1,9}))?$", re.ASCII)
 #: the proto3 Duration range (google/protobuf/duration.proto: +-10,000 years)
 _MAX_DURATION_SECONDS = 315_576_000_000
 #: a JSON number, also accepted as a string (proto3 JSON mapping, as C-core)
-_NUMBER = re.compile(r"^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?$")
+_NUMBER = re.compile(r"^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?$", re.ASCII)
 _CODES_BY_NAME = {code.name: code for code in grpc.StatusCode}
 _CODES_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
+#: C-core's bound on ``maxRequestMessageBytes`` / ``maxResponseMessageBytes``
+#: (a uint32: grpcio 1.85 rejects 4294967296 "failed to parse non-negative number")
+_MAX_MESSAGE_BYTES = 2**32 - 1
+#: C-core keeps durations in whole milliseconds: a methodConfig ``timeout``
+#: under 1 ms is 0, no timeout (grpcio 1.85: "0.0005s" never ends an RPC)
+_MIN_TIMEOUT = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +109,20 @@ def _fail(path: str, message: str) -> ValueError:
 
 
 def _duration(value: Any, path: str) -> float:
-    if not isinstance(value, str) or not (m := _DURATION.match(value)):
+    """A proto3 JSON Duration as C-core reads it: seconds in [0,
+    315576000000], at most 9 fractional digits; "-0.5s" is 0.5 s there (the
+    sign goes with the 0 seconds), so here too."""
+    if (
+        not isinstance(value, str)
+        or not value.endswith("s")
+        or not (m := _DURATION.match(value[:-1].strip()))
+    ):
         raise _fail(path, f'{value!r} is not a duration (e.g. "1.5s")')
-    seconds = int(m.group(1))
-    if seconds > _MAX_DURATION_SECONDS:
+    sign, whole, frac = m.groups()
+    seconds = int(whole)
+    if seconds > _MAX_DURATION_SECONDS or (sign == "-" and seconds):
         raise _fail(path, f"{value!r} is out of the proto3 Duration range")
-    frac = m.group(2) or ""
+    frac = frac or ""
     return seconds + (int(frac.ljust(9, "0")) / 1e9 if frac else 0.0)
 
 
@@ -169,24 +192,30 @@ def _retry_policy(rp: Any, path: str) -> RetryPolicy:
 def _method_config(entry: Any, path: str) -> tuple[list[tuple[str, str]], MethodConfig]:
     if not isinstance(entry, dict):
         raise _fail(path, "must be an object")
-    names = entry.get("name", [])
+    # C-core takes a JSON null as an absent field here (name, service,
+    # method, timeout, waitForReady), unlike a null methodConfig
+    names = entry.get("name")
+    if names is None:
+        names = []
     if not isinstance(names, list):
         raise _fail(f"{path}.name", "must be a list")
     keys = []
     for i, name in enumerate(names):
         if not isinstance(name, dict):
             raise _fail(f"{path}.name[{i}]", "must be an object")
-        service = name.get("service", "")
-        method = name.get("method", "")
+        service = name.get("service") or ""
+        method = name.get("method") or ""
         if not isinstance(service, str) or not isinstance(method, str):
             raise _fail(f"{path}.name[{i}]", "service and method must be strings")
         if method and not service:
             raise _fail(f"{path}.name[{i}]", "method name given without a service")
         keys.append((service, method))
     kwargs: dict[str, Any] = {}
-    if "timeout" in entry:
-        kwargs["timeout"] = _duration(entry["timeout"], f"{path}.timeout")
-    if "waitForReady" in entry:
+    if entry.get("timeout") is not None:
+        timeout = _duration(entry["timeout"], f"{path}.timeout")
+        if timeout >= _MIN_TIMEOUT:
+            kwargs["timeout"] = timeout
+    if entry.get("waitForReady") is not None:
         if not isinstance(entry["waitForReady"], bool):
             raise _fail(f"{path}.waitForReady", "must be a boolean")
         kwargs["wait_for_ready"] = entry["waitForReady"]
@@ -200,10 +229,29 @@ def _method_config(entry: Any, path: str) -> tuple[list[tuple[str, str]], Method
             value = _int(entry[key], f"{path}.{key}")
             if value < 0:
                 raise _fail(f"{path}.{key}", "must not be negative")
+            if value > _MAX_MESSAGE_BYTES:
+                raise _fail(f"{path}.{key}", f"must be at most {_MAX_MESSAGE_BYTES}")
             kwargs[arg] = value
     if "retryPolicy" in entry and "hedgingPolicy" in entry:
         raise _fail(path, "retryPolicy and hedgingPolicy are mutually exclusive")
     return keys, MethodConfig(**kwargs)
+
+
+def _no_null_policy_config(entries: Any) -> None:
+    """grpcio 1.85 refuses ``{"round_robin": null}`` (known or not) up to
+    the chosen entry: "child entry should be of type object".  (The LB
+    registry, also fed by xDS and by pyxds's own parents, takes null as
+    ``{}``.)"""
+    from pyxds.lb.registry import get
+
+    for index, entry in enumerate(entries if isinstance(entries, list) else ()):
+        if not isinstance(entry, dict) or len(entry) != 1:
+            return  # the registry says what is wrong with it
+        ((name, config),) = entry.items()
+        if config is None:
+            raise _fail(f"loadBalancingConfig[{index}].{name}", "expected object, got null")
+        if get(name) is not None:
+            return
 
 
 #: A ``service_config`` argument: JSON text (str or bytes), a dict, or None.
@@ -225,7 +273,12 @@ def parse_service_config(raw: ServiceConfigSource) -> ServiceConfig:
     from pyxds.lb.errors import LBConfigError
     from pyxds.lb.registry import select_policy
 
-    if raw.get("loadBalancingConfig"):
+    # C-core validates both LB fields whenever present: an empty or null
+    # loadBalancingConfig names no known policy, and loadBalancingPolicy must
+    # name a registered policy that needs no config, even when
+    # loadBalancingConfig is there too and wins
+    if "loadBalancingConfig" in raw:
+        _no_null_policy_config(raw["loadBalancingConfig"])
         try:
             select_policy(raw["loadBalancingConfig"], "loadBalancingConfig")
         except (LBConfigError, ValueError, AttributeError, TypeError) as err:
@@ -233,8 +286,20 @@ def parse_service_config(raw: ServiceConfigSource) -> ServiceConfig:
     policy = raw.get("loadBalancingPolicy")
     if policy is not None and not isinstance(policy, str):
         raise _fail("loadBalancingPolicy", "must be a string")
+    if policy:
+        try:
+            select_policy([{policy.lower(): {}}])
+        except (LBConfigError, ValueError, AttributeError, TypeError) as err:
+            raise _fail("loadBalancingPolicy", f"{policy!r}: {err}") from None
+    health = raw.get("healthCheckConfig")
+    if health is not None:
+        if not isinstance(health, dict):
+            raise _fail("healthCheckConfig", "must be an object")
+        name = health.get("serviceName")
+        if name is not None and not isinstance(name, str):
+            raise _fail("healthCheckConfig.serviceName", "must be a string")
     methods: dict[tuple[str, str], MethodConfig] = {}
-    entries = raw.get("methodConfig", [])
+    entries = raw.get("methodConfig", [])  # null: not a list, as in C-core
     if not isinstance(entries, list):
         raise _fail("methodConfig", "must be a list")
     for i, entry in enumerate(entries):
@@ -322,9 +387,9 @@ def from_channel_args(
 
     ``service_config`` (dict or JSON text) is validated (ValueError naming
     the JSON path) and replaces a ``grpc.service_config`` option; without
-    it that option is used when valid (an invalid one keeps failing RPCs
-    through the resolver, as before).  The extra subchannel options carry
-    the methodConfig message-size limits to the subchannels' grpcio
+    it that option is used when valid (an invalid one makes the channel
+    fail every RPC: ``ChannelCore.lame_status``).  The extra subchannel
+    options carry the methodConfig message-size limits to the subchannels' grpcio
     channels."""
     opts = tuple(options or ())
     parsed: ServiceConfig | None = None
@@ -336,7 +401,7 @@ def from_channel_args(
         )
     else:
         raw = dict(opts).get("grpc.service_config")
-        if raw:
+        if raw is not None:
             try:
                 parsed = parse_service_config(raw)
             except ValueError:

@@ -112,9 +112,17 @@ def lb_selection_from_options(options: Any) -> PolicySelection | Status:
             if name:
                 return select_policy([{str(name).lower(): {}}], "loadBalancingPolicy")
         name = opts.get("grpc.lb_policy_name")
-        return select_policy([{name or "pick_first": {}}])
     except (LBConfigError, ValueError, AttributeError) as err:
         return Status(grpc.StatusCode.UNAVAILABLE, f"invalid service config: {err}")
+    if name:
+        try:
+            return select_policy([{name: {}}])
+        except (LBConfigError, ValueError, AttributeError, TypeError):
+            # C-core (grpcio 1.85): a grpc.lb_policy_name naming no registered
+            # policy (the name as given: "ROUND_ROBIN" is none) or one that
+            # needs a config is replaced by pick_first, the channel works
+            pass
+    return select_policy([{"pick_first": {}}])
 
 
 #: the Unix domain socket schemes (gRPC's naming doc), as grpcio takes them
