@@ -104,7 +104,7 @@ def test_config_defaults_are_c_cores():
     factory, config = registry.select([{NAME: {}}])
     assert isinstance(factory, RingHashFactory)
     assert config == RingHashConfig(1024, 4096)
-    assert registry.select([{NAME: None}])[1] == RingHashConfig()
+    assert registry.select([{NAME: {"minRingSize": None}}])[1] == RingHashConfig()
 
 
 def test_config_values_and_equality():
