@@ -358,3 +358,55 @@ def test_a_number_field_reads_a_number_string(text, number):
     """grpcio 1.85 accepts WRR's errorUtilizationPenalty written as a string."""
     config = parse("weighted_round_robin", {"errorUtilizationPenalty": text})
     assert config.error_utilization_penalty == number
+
+
+# -- grpc-js test-outlier-detection.ts / test-weighted-round-robin.ts ---------
+
+
+@pytest.mark.parametrize("field", ["interval", "baseEjectionTime", "maxEjectionTime"])
+@pytest.mark.parametrize("value", ["-1s", "1000000000000s", "-0.000000001s"])
+def test_outlier_detection_duration_out_of_range_is_refused(field, value):
+    """grpc-js test-outlier-detection.ts "Should reject a negative/large
+    <duration>" and "... negative <duration>.nanos", in C-core's string form.
+    grpcio 1.85 takes "-0.000000001s" (its seconds part is 0); pyxds refuses
+    every negative duration (docs/differences-from-c-core.md)."""
+    assert field in rejected("outlier_detection_experimental", {field: value, "childPolicy": RR})
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"maxEjectionPercent": -1}, "maxEjectionPercent"),
+        ({"successRateEjection": {"enforcementPercentage": -1}}, "enforcementPercentage"),
+        ({"failurePercentageEjection": {"threshold": -1}}, "threshold"),
+        ({"failurePercentageEjection": {"enforcementPercentage": -1}}, "enforcementPercentage"),
+        ({"failurePercentageEjection": {"enforcementPercentage": 101}}, "enforcementPercentage"),
+    ],
+)
+def test_outlier_detection_negative_or_over_100_percentages_are_refused(body, field):
+    """grpc-js test-outlier-detection.ts "Should reject a negative value" /
+    "Should reject a value above 100" for each percentage (the 101 cases not
+    already in test_outlier_detection.py)."""
+    assert field in rejected("outlier_detection_experimental", {**body, "childPolicy": RR})
+
+
+def test_outlier_detection_takes_a_pick_first_child_as_c_core_does():
+    """grpc-js test-outlier-detection.ts "Should reject a pick_first
+    child_policy": node refuses it, grpcio 1.85 takes it (C-core decides)."""
+    config = parse("outlier_detection_experimental", {"childPolicy": [{"pick_first": {}}]})
+    assert config.child_policy == PolicySelection("pick_first", PickFirstConfig())
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["blackoutPeriod", "oobReportingPeriod", "weightExpirationPeriod", "weightUpdatePeriod"],
+)
+def test_wrr_duration_objects_are_refused_as_c_core_does(field):
+    """grpc-js test-weighted-round-robin.ts "Should handle <period> as an
+    object": node takes {"seconds", "nanos"}; grpcio 1.85 refuses it ("is not
+    a string").  The string forms, the defaults, the penalty and the 0.1 s
+    floor are test_weighted_round_robin.py's test_defaults_follow_a58,
+    test_every_field_parses_and_equal_configs_compare_equal,
+    test_weight_update_period_below_100ms_is_raised_to_100ms and
+    test_bad_values_are_rejected_naming_the_field."""
+    assert field in rejected("weighted_round_robin", {field: {"seconds": 1, "nanos": 0}})
