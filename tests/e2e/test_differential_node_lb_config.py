@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from channel_fixtures import CoreXdsClient
 from ports import held_ports
 
 import pyxds._api as pyxds
@@ -354,6 +355,15 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("rh-max-too-large", {"ring_hash_experimental": {"maxRingSize": 8388609}}),
     ("rh-node-min_ring_size", {"ring_hash_experimental": {"min_ring_size": 8388609}}),
     ("rh-node-max_ring_size", {"ring_hash_experimental": {"max_ring_size": 8388609}}),
+    ("rh-min-10.0", {"ring_hash_experimental": {"minRingSize": 10.0}}),
+    (
+        "wt-weight-3.0",
+        {"weighted_target_experimental": {"targets": {"t": {"weight": 3.0, "childPolicy": RR}}}},
+    ),
+    (
+        "od-percent-1e1",
+        {"outlier_detection_experimental": {"maxEjectionPercent": 1e1, "childPolicy": RR}},
+    ),
     ("rh-min-zero", {"ring_hash_experimental": {"minRingSize": 0}}),
     ("rh-min-above-max", {"ring_hash_experimental": {"minRingSize": 2000, "maxRingSize": 1000}}),
     ("rh-min-string", {"ring_hash_experimental": {"minRingSize": " 2048 "}}),
@@ -452,3 +462,37 @@ def test_negative_durations_under_a_second_are_refused_where_grpcio_takes_them(
     C-core has closed the gap and the docs line can go)."""
     assert not core_refuses(core_outcomes[case_id])
     assert pyxds_refuses(dead_target, entry)
+
+
+@pytest.mark.parametrize(("weight", "accepted"), [(3, True), (1234567, True), (2.5, False)])
+def test_typed_struct_numbers_reach_integer_fields_like_grpcio(weight, accepted):
+    """A52 TypedStruct: a Struct carries numbers as doubles; grpcio 1.85
+    takes a whole one in an integer field (the config is used: "empty address
+    list" from weighted_target, whose target gets no endpoints) and NACKs
+    one with a fraction.  pyxds must do the same (whole doubles become ints
+    before the policy's parser refuses floats)."""
+    from test_differential_cds_eds_nack import _cla, _one_rpc_each, _serve
+    from xds.type.v3 import typed_struct_pb2
+
+    from pyxds.server import ManagementServer
+    from pyxds.server import builders as b
+
+    typed = typed_struct_pb2.TypedStruct(
+        type_url="type.googleapis.com/weighted_target_experimental"
+    )
+    typed.value.update({"targets": {"t": {"weight": weight, "childPolicy": RR}}})
+    name = f"node-typed-struct-{str(weight).replace('.', '-')}"
+    cluster = b.cluster(f"{name}-cluster")
+    cluster.load_balancing_policy.policies.add().typed_extension_config.typed_config.Pack(typed)
+    server = ManagementServer().start()
+    core = CoreXdsClient(server.bootstrap(node_id="differential-cds-eds-nack"))
+    try:
+        target = _serve(server, name, cluster, _cla(f"{name}-cluster"))
+        ours, theirs = _one_rpc_each(server, core, target)
+    finally:
+        core.close()
+        server.stop()
+    for outcome in (ours, theirs):
+        assert outcome.startswith("error:UNAVAILABLE: empty address list") == accepted, outcome
+    if not accepted:
+        assert "weight" in ours and "weight" in theirs, (ours, theirs)

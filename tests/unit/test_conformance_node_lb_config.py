@@ -410,3 +410,29 @@ def test_wrr_duration_objects_are_refused_as_c_core_does(field):
     test_weight_update_period_below_100ms_is_raised_to_100ms and
     test_bad_values_are_rejected_naming_the_field."""
     assert field in rejected("weighted_round_robin", {field: {"seconds": 1, "nanos": 0}})
+
+
+def test_whole_numbers_from_a_typed_struct_reach_integer_fields():
+    """A52 TypedStruct: a Struct holds every number as a double; C-core
+    writes a whole one without a fraction, so ``weight: 3`` is the integer
+    3 there, while a JSON service config's ``3.0`` is refused (above)."""
+    from test_conformance_cds_resource import lb, with_policy
+    from xds.type.v3 import typed_struct_pb2
+
+    typed = typed_struct_pb2.TypedStruct(
+        type_url="type.googleapis.com/weighted_target_experimental"
+    )
+    typed.value.update({"targets": {"t": {"weight": 3, "childPolicy": [{"round_robin": {}}]}}})
+    (entry,) = lb(with_policy(typed))
+    weight = entry["weighted_target_experimental"]["targets"]["t"]["weight"]  # type: ignore[index]
+    assert weight == 3 and isinstance(weight, int)
+    assert registry.select([entry])[1].targets["t"].weight == 3
+
+
+@pytest.mark.parametrize("number", [3.0, 1e2])
+def test_an_integer_field_refuses_a_number_with_a_fraction_or_exponent(number):
+    """grpcio 1.85 refuses ``"weight": 3.0`` and ``1e2`` ("failed to parse
+    non-negative number")."""
+    assert "weight" in rejected(
+        "weighted_target_experimental", {"targets": {"t": {"weight": number, "childPolicy": RR}}}
+    )

@@ -153,13 +153,15 @@ def expect_uint32(
         if number is None:
             raise LBConfigError(field_path(path, name), f"expected integer, got {describe(value)}")
         value = number
-    integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    if isinstance(value, bool) or not integral:  # is_integer(): also rejects inf and nan
+    # A JSON number with a fraction or exponent (3.0, 1e2) is not an integer
+    # to grpcio 1.85 either; a Struct's whole numbers arrive as ints
+    # (xds/resources/lb_policy.py).
+    if isinstance(value, bool) or not isinstance(value, int):
         raise LBConfigError(field_path(path, name), f"expected integer, got {describe(value)}")
-    value = int(value)
-    if value < minimum or value > 0xFFFFFFFF:
+    number = int(value)
+    if number < minimum or number > 0xFFFFFFFF:
         raise LBConfigError(
             field_path(path, name),
-            f"expected integer in [{minimum}, 4294967295], got {value}",
+            f"expected integer in [{minimum}, 4294967295], got {number}",
         )
-    return value
+    return number

@@ -224,8 +224,7 @@ def _ring_size(obj: dict[str, Any], name: str, default: int) -> int:
     # as grpcio 1.85 reads it: blanks around and a leading "+" allowed).
     if isinstance(value, str):
         value = decimal_string(value)
-    integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    if isinstance(value, bool) or not integral:
+    if isinstance(value, bool) or not isinstance(value, int):  # 10.0 too, as grpcio 1.85
         raise LBConfigError(name, f"expected integer, got {describe(obj[name])}")
     number = int(value)
     if not 1 <= number <= MAX_RING_SIZE:
