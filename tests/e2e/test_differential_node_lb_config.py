@@ -31,6 +31,22 @@ import pyxds._api as pyxds
 
 RR = [{"round_robin": {}}]
 
+
+def _rls(cache_size: Any) -> dict[str, Any]:
+    lookup = {
+        "grpcKeybuilders": [{"names": [{"service": "s"}]}],
+        "lookupService": "localhost:1",
+        "cacheSizeBytes": cache_size,
+    }
+    return {
+        "rls_experimental": {
+            "routeLookupConfig": lookup,
+            "childPolicy": [{"pick_first": {}}],
+            "childPolicyConfigTargetFieldName": "serviceName",
+        }
+    }
+
+
 # (case id, one loadBalancingConfig entry).  Left out: weighted_target weight
 # 0 (grpcio 1.85 accepts it, then aborts: "Check failed: child->weight() > 0";
 # pyxds refuses it) and a valid xds_cluster_impl config outside xDS (grpcio
@@ -250,6 +266,18 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ),
     ("wrr-update-object", {"weighted_round_robin": {"weightUpdatePeriod": {"seconds": 2}}}),
     ("wrr-node-snake-case", {"weighted_round_robin": {"enable_oob_load_report": "notabool"}}),
+    # RLS's int64 cacheSizeBytes read the same way
+    *(
+        (f"rls-cache-size-{label}", _rls(size))
+        for label, size in [
+            ("number", 1000),
+            ("float", 1000.0),
+            ("exponent", 1e3),
+            ("string", "1000"),
+            ("blank-string", " 1000"),
+            ("plus-string", "+1000"),
+        ]
+    ),
     # grpc-js-xds test-confg-parsing.ts
     ("cds-populated", {"cds_experimental": {"cluster": "abc"}}),
     ("cds-empty", {"cds_experimental": {}}),
