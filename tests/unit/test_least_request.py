@@ -62,6 +62,12 @@ def test_choice_count_defaults_to_two():
     assert parse({}) == LeastRequestConfig(2)
 
 
+def test_choice_count_in_a_string_is_read_like_every_integer_field():
+    """ "3" is 3, as grpcio 1.85 reads its integer fields (C-core has no
+    least_request; pyxds's config fields all read numbers one way)."""
+    assert parse({"choiceCount": "3"}) == LeastRequestConfig(3)
+
+
 def test_choice_count_above_ten_is_clamped_to_ten():
     assert parse({"choiceCount": 11}) == LeastRequestConfig(10)
     assert parse({"choiceCount": 4294967295}) == LeastRequestConfig(10)
@@ -73,7 +79,7 @@ def test_choice_count_below_two_is_rejected_naming_the_field(count):
         parse({"choiceCount": count})
 
 
-@pytest.mark.parametrize("value", [-1, "2", 2.5, True])
+@pytest.mark.parametrize("value", [-1, "2.5", "two", 2.5, True])
 def test_malformed_choice_count_is_rejected(value):
     with pytest.raises(LBConfigError, match="choiceCount"):
         parse({"choiceCount": value})

@@ -104,13 +104,15 @@ def test_config_defaults_are_c_cores():
     factory, config = registry.select([{NAME: {}}])
     assert isinstance(factory, RingHashFactory)
     assert config == RingHashConfig(1024, 4096)
-    assert registry.select([{NAME: None}])[1] == RingHashConfig()
+    assert registry.select([{NAME: {"minRingSize": None}}])[1] == RingHashConfig()
 
 
 def test_config_values_and_equality():
     config = registry.select([{NAME: {"minRingSize": 10, "maxRingSize": 8388608}}])[1]
     assert config == RingHashConfig(10, 8388608)
-    assert config == registry.select([{NAME: {"minRingSize": 10.0, "maxRingSize": "8388608"}}])[1]
+    assert config == registry.select([{NAME: {"minRingSize": "10", "maxRingSize": "8388608"}}])[1]
+    with pytest.raises(LBConfigError, match="minRingSize"):  # 10.0 is no integer to grpcio
+        registry.select([{NAME: {"minRingSize": 10.0}}])
     assert hash(config) == hash(RingHashConfig(10, 8388608))
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.min_ring_size = 1  # type: ignore[misc]

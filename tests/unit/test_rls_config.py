@@ -92,6 +92,8 @@ def test_cache_size_is_capped_at_5_mib_and_takes_a_number_or_a_string():
         MAX_CACHE_SIZE_BYTES
     )
     assert parse_rls_config(rls_json(cacheSizeBytes=77)).route_lookup.cache_size_bytes == 77
+    for text in ("77", " 77 ", "+77"):  # read as grpcio 1.85 reads an int64
+        assert parse_rls_config(rls_json(cacheSizeBytes=text)).route_lookup.cache_size_bytes == 77
 
 
 @pytest.mark.parametrize(
@@ -101,6 +103,9 @@ def test_cache_size_is_capped_at_5_mib_and_takes_a_number_or_a_string():
         (0, "must be greater than 0"),
         ("-5", "must be greater than 0"),
         ("1.5", "failed to parse number"),
+        (77.0, "failed to parse number"),  # grpcio 1.85 refuses it too
+        (1e3, "failed to parse number"),
+        ("- 5", "failed to parse number"),
         (True, "is not a number"),
     ],
 )

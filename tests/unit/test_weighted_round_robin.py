@@ -126,7 +126,7 @@ def test_weight_update_period_below_100ms_is_raised_to_100ms():
     ("cfg", "field"),
     [
         ({"errorUtilizationPenalty": -0.1}, "errorUtilizationPenalty"),
-        ({"errorUtilizationPenalty": "1"}, "errorUtilizationPenalty"),
+        ({"errorUtilizationPenalty": "one"}, "errorUtilizationPenalty"),  # "1" is 1.0 (grpcio)
         ({"blackoutPeriod": "-1s"}, "blackoutPeriod"),
         ({"weightExpirationPeriod": 10}, "weightExpirationPeriod"),
         ({"oobReportingPeriod": "ten"}, "oobReportingPeriod"),

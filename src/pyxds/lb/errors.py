@@ -64,6 +64,41 @@ def field_path(parent: str, name: str) -> str:
     return f"{parent}.{name}" if parent else name
 
 
+def drop_nulls(value: Any) -> Any:
+    """``value`` with every object member whose value is JSON null left out,
+    at any depth (array elements are kept as they are).
+
+    grpcio 1.85 (C-core's JSON object loader) reads a field set to null as a
+    field that is not there: an optional one takes its default, a required
+    one is "field not present" (``{"cds_experimental": {"cluster": null}}``),
+    which is also what proto3 JSON says of a null message field.  Checked live
+    by ``tests/e2e/test_differential_node_lb_config.py``.
+    """
+    if isinstance(value, dict):
+        return {k: drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [drop_nulls(v) for v in value]
+    return value
+
+
+_ASCII_SPACE = " \t\n\v\f\r"
+
+
+def decimal_string(value: str) -> int | None:
+    """The integer a JSON string holds the way grpcio 1.85 reads an integer
+    field given as a string (C-core parses the text of a number or a string
+    alike: ASCII blanks around it and one leading ``+`` allowed, decimal
+    digits only), or None when it holds none.  ``"3"``, ``" 3"`` and
+    ``"+3"`` are 3; ``"3.0"``, ``"0x3"``, ``"-3"`` and ``""`` are not
+    integers."""
+    text = value.strip(_ASCII_SPACE)
+    if text.startswith("+"):
+        text = text[1:]
+    if not (text.isascii() and text.isdigit()):
+        return None
+    return int(text)
+
+
 def expect_object(value: Any, path: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise LBConfigError(path, f"expected object, got {describe(value)}")
@@ -113,13 +148,20 @@ def expect_uint32(
             raise LBConfigError(field_path(path, name), "required field missing")
         return default
     value = obj[name]
-    integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    if isinstance(value, bool) or not integral:  # is_integer(): also rejects inf and nan
+    if isinstance(value, str):  # a decimal string counts, as in grpcio 1.85
+        number = decimal_string(value)
+        if number is None:
+            raise LBConfigError(field_path(path, name), f"expected integer, got {describe(value)}")
+        value = number
+    # A JSON number with a fraction or exponent (3.0, 1e2) is not an integer
+    # to grpcio 1.85 either; a Struct's whole numbers arrive as ints
+    # (xds/resources/lb_policy.py).
+    if isinstance(value, bool) or not isinstance(value, int):
         raise LBConfigError(field_path(path, name), f"expected integer, got {describe(value)}")
-    value = int(value)
-    if value < minimum or value > 0xFFFFFFFF:
+    number = int(value)
+    if number < minimum or number > 0xFFFFFFFF:
         raise LBConfigError(
             field_path(path, name),
-            f"expected integer in [{minimum}, 4294967295], got {value}",
+            f"expected integer in [{minimum}, 4294967295], got {number}",
         )
-    return value
+    return number

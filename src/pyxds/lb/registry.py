@@ -1,7 +1,8 @@
 """The LB policy registry and the service-config selection rule.
 
 A28 ("the first known (registered) policy name in the list will be picked"),
-as gRPC applies ``loadBalancingConfig``: walk the list, take the first entry
+as gRPC applies ``loadBalancingConfig``: walk the list (each entry up to the
+chosen one must hold an object, as in grpcio 1.85), take the first entry
 whose name is registered; if that entry's config fails validation the whole
 list is invalid (no moving on); if no name is registered, that is an error
 listing the names seen.
@@ -14,7 +15,7 @@ from typing import Any
 
 from pyxds._values import dataclass
 from pyxds.lb.api import PolicyFactory
-from pyxds.lb.errors import LBConfigError, describe
+from pyxds.lb.errors import LBConfigError, describe, drop_nulls
 
 _factories: dict[str, PolicyFactory] = {}
 _lock = threading.Lock()
@@ -87,6 +88,15 @@ def select(load_balancing_config_list: Any, path: str = "") -> tuple[PolicyFacto
                 entry_path, f"expected an object with exactly one key, got {describe(entry)}"
             )
         ((name, config),) = entry.items()
+        if not isinstance(config, dict):
+            # Checked before the name is looked up, as grpcio 1.85 does: an
+            # entry's config is an object even when its policy is unknown, and
+            # null is not an empty object ({"pick_first": null} sets no policy
+            # in proto3 JSON; C-core: "child entry should be of type object").
+            raise LBConfigError(
+                f"{entry_path}.{name}" if path else name,
+                f"expected object, got {describe(config)}",
+            )
         factory = get(name)
         if factory is None:
             if config is not None and not isinstance(config, dict):
@@ -98,10 +108,9 @@ def select(load_balancing_config_list: Any, path: str = "") -> tuple[PolicyFacto
                 )
             seen.append(name)
             continue
-        if config is None:
-            config = {}
         try:
-            return factory, factory.parse_config(config)
+            # A member set to null is a member not there (C-core's loader).
+            return factory, factory.parse_config(drop_nulls(config))
         except LBConfigError as err:
             # Factories raise paths relative to their own config object; the
             # outermost list (path "") is named by the policy alone, so that

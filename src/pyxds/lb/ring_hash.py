@@ -158,7 +158,7 @@ from pyxds.lb.api import (
     Subchannel,
 )
 from pyxds.lb.child_handler import DelegatingHelper
-from pyxds.lb.errors import LBConfigError, describe
+from pyxds.lb.errors import LBConfigError, decimal_string, describe
 from pyxds.lb.pick_first import PickFirst, PickFirstConfig
 
 __all__ = [
@@ -220,14 +220,12 @@ def _ring_size(obj: dict[str, Any], name: str, default: int) -> int:
     if name not in obj:
         return default
     value = obj[name]
-    # A JSON number, or a decimal string (proto3 JSON writes uint64 so).
-    integral = (
-        isinstance(value, int)
-        or (isinstance(value, float) and value.is_integer())
-        or (isinstance(value, str) and value.isascii() and value.isdigit())
-    )
-    if isinstance(value, bool) or not integral:
-        raise LBConfigError(name, f"expected integer, got {describe(value)}")
+    # A JSON number, or a decimal string (proto3 JSON writes uint64 so; read
+    # as grpcio 1.85 reads it: blanks around and a leading "+" allowed).
+    if isinstance(value, str):
+        value = decimal_string(value)
+    if isinstance(value, bool) or not isinstance(value, int):  # 10.0 too, as grpcio 1.85
+        raise LBConfigError(name, f"expected integer, got {describe(obj[name])}")
     number = int(value)
     if not 1 <= number <= MAX_RING_SIZE:
         raise LBConfigError(name, f"must be in the range [1, {MAX_RING_SIZE}], got {number}")

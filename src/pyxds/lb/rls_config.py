@@ -61,7 +61,7 @@ from dataclasses import field
 from typing import Any
 
 from pyxds._values import dataclass
-from pyxds.lb.errors import LBConfigError, describe, key_path
+from pyxds.lb.errors import LBConfigError, decimal_string, describe, key_path
 from pyxds.lb.registry import PolicySelection, select_policy
 
 __all__ = [
@@ -486,17 +486,20 @@ def parse_duration(value: Any, path: str) -> float:
 
 
 def _int64(value: Any, path: str) -> int:
-    """An int64 as proto3 JSON writes it: a number or a decimal string."""
+    """An int64 as proto3 JSON writes it: a number or a decimal string, read
+    as grpcio 1.85 reads one (``1000``, ``"1000"``, ``" 1000"``, ``"+1000"``,
+    ``"-5"``; not ``1000.0`` or ``1e3``, seen live)."""
     if isinstance(value, bool):
         raise LBConfigError(path, "is not a number")
     if isinstance(value, int):
         return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
     if isinstance(value, str):
-        digits = value[1:] if value[:1] == "-" else value
-        if digits.isascii() and digits.isdigit():
-            return int(value)
+        number = decimal_string(value)
+        if number is not None:
+            return number
+        text = value.strip(" \t\n\v\f\r")
+        if text[:1] == "-" and text[1:].isascii() and text[1:].isdigit():
+            return -int(text[1:])
     raise LBConfigError(path, f"failed to parse number: {describe(value)}")
 
 

@@ -171,6 +171,18 @@ class WeightedRoundRobinConfig:
 _DURATION = re.compile(r"^(-?)(\d+)(?:\.(\d{1,9}))?s$", re.ASCII)
 
 
+def _number_string(text: str) -> float | None:
+    """A decimal number written as a JSON string (``"1.5"``, ``" 2"``,
+    ``"1e1"``), which grpcio 1.85 accepts for a number field; None when the
+    string holds no finite number (NaN and infinities are refused as they are
+    when written as numbers)."""
+    try:
+        number = float(text.strip(" \t\n\v\f\r"))
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def parse_duration(value: Any, path: str) -> float:
     """A proto3-JSON duration string (``"1.5s"``) in seconds; negative and
     out-of-range values are errors naming ``path``."""
@@ -207,9 +219,12 @@ class WeightedRoundRobinFactory(PolicyFactory):
         if not isinstance(oob, bool):
             raise LBConfigError("enableOobLoadReport", f"expected boolean, got {describe(oob)}")
         penalty = json_config.get("errorUtilizationPenalty", DEFAULT_ERROR_UTILIZATION_PENALTY)
+        if isinstance(penalty, str):  # a number in a string, read as grpcio 1.85 does
+            penalty = _number_string(penalty)
         if isinstance(penalty, bool) or not isinstance(penalty, (int, float)):
             raise LBConfigError(
-                "errorUtilizationPenalty", f"expected number, got {describe(penalty)}"
+                "errorUtilizationPenalty",
+                f"expected number, got {describe(json_config['errorUtilizationPenalty'])}",
             )
         if not penalty >= 0 or math.isinf(penalty):  # also NaN
             raise LBConfigError("errorUtilizationPenalty", "must be non-negative")

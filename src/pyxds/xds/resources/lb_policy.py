@@ -210,8 +210,26 @@ def _convert_one(
             raise _Unsupported
         from google.protobuf import json_format  # with the first TypedStruct policy
 
-        return [{name: json_format.MessageToDict(m.value)}]
+        return [{name: _whole_numbers(json_format.MessageToDict(m.value))}]
     raise _Unsupported
+
+
+def _whole_numbers(value: Any) -> Any:
+    """A ``Struct``'s JSON with every whole number written as an integer.
+
+    A ``Struct`` holds every number as a double; grpcio 1.85 reads a whole
+    one as an integer (``weight`` 3, 1234567 and 8388608 from a TypedStruct
+    all accepted, seen live), while a JSON service config's ``3.0`` is no
+    integer to it: so whole doubles become ints here, and integer fields
+    refuse floats.
+    """
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    return value
 
 
 def _ring_hash(m: Any, errs: Errors, p: str) -> list[dict[str, Any]]:
