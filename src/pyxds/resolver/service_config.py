@@ -237,23 +237,6 @@ def _method_config(entry: Any, path: str) -> tuple[list[tuple[str, str]], Method
     return keys, MethodConfig(**kwargs)
 
 
-def _no_null_policy_config(entries: Any) -> None:
-    """grpcio 1.85 refuses ``{"round_robin": null}`` (known or not) up to
-    the chosen entry: "child entry should be of type object".  (The LB
-    registry, also fed by xDS and by pyxds's own parents, takes null as
-    ``{}``.)"""
-    from pyxds.lb.registry import get
-
-    for index, entry in enumerate(entries if isinstance(entries, list) else ()):
-        if not isinstance(entry, dict) or len(entry) != 1:
-            return  # the registry says what is wrong with it
-        ((name, config),) = entry.items()
-        if config is None:
-            raise _fail(f"loadBalancingConfig[{index}].{name}", "expected object, got null")
-        if get(name) is not None:
-            return
-
-
 #: A ``service_config`` argument: JSON text (str or bytes), a dict, or None.
 ServiceConfigSource = Union[str, bytes, dict[str, Any], None]
 
@@ -278,10 +261,14 @@ def parse_service_config(raw: ServiceConfigSource) -> ServiceConfig:
     # name a registered policy that needs no config, even when
     # loadBalancingConfig is there too and wins
     if "loadBalancingConfig" in raw:
-        _no_null_policy_config(raw["loadBalancingConfig"])
+        # the registry refuses a null config up to the chosen entry, known
+        # policy or not, as grpcio 1.85 does ("child entry should be of type
+        # object"), and names the field from the top
         try:
             select_policy(raw["loadBalancingConfig"], "loadBalancingConfig")
-        except (LBConfigError, ValueError, AttributeError, TypeError) as err:
+        except LBConfigError as err:
+            raise _fail(err.path or "loadBalancingConfig", err.problem) from None
+        except (ValueError, AttributeError, TypeError) as err:
             raise _fail("loadBalancingConfig", str(err)) from None
     policy = raw.get("loadBalancingPolicy")
     if policy is not None and not isinstance(policy, str):
