@@ -555,3 +555,36 @@ def test_stream_stream_read_after_done_writing_like_grpc_aio(address):
     assert got["grpcio"][0][0] == "InvalidStateError"
     assert got["grpcio"][2] == grpc.StatusCode.OK
     assert_same(got)
+
+
+def test_debug_error_string_of_each_kind_like_grpc_aio(address):
+    """grpc.aio's Call.debug_error_string() (read by grpcio's interceptor
+    tests, e.g. client_stream_stream_interceptor_test.py test_intercepts:
+    "" for an OK call): OK, failed by the server (UNIMPLEMENTED), cancelled."""
+
+    async def scenario(ch):
+        out = []
+        for method in ("Stream", "Missing"):
+            call = (
+                stream(ch)(b"2")
+                if method == "Stream"
+                else ch.unary_stream(f"/{SERVICE}/{method}")(b"")
+            )
+            await outcome(lambda c=call: _drain(c))
+            text = await call.debug_error_string()
+            out.append((type(text).__name__, text == "", "UNIMPLEMENTED" in text or "12" in text))
+        call = chat(ch)()
+        await call.done_writing()
+        out.append(await outcome(call.debug_error_string))
+        call = collect(ch)()
+        call.cancel()
+        out.append(await outcome(call.debug_error_string))
+        unary = ch.unary_unary(f"/{SERVICE}/Echo")(b"")
+        await unary
+        out.append(await unary.debug_error_string())
+        return out
+
+    got = run_both(address, scenario)
+    assert got["grpcio"][0] == ("str", True, False)
+    assert got["grpcio"][1][:2] == ("str", False)
+    assert got["pyxds"] == got["grpcio"]

@@ -392,3 +392,204 @@ def test_done_callback_of_an_intercepted_call_like_grpc_aio(address, when):
     got = run_both(address, lambda: [WaitsForGo()], scenario)
     assert got["grpcio"] == [b"ok", [True]]
     assert got["pyxds"] == got["grpcio"]
+
+
+# -- streaming interceptors -------------------------------------------------------
+# client_unary_stream_interceptor_test.py, client_stream_unary_interceptor_test.py,
+# client_stream_stream_interceptor_test.py (test_intercepts,
+# test_intercepts_using_write(_and_read), test_multiple_interceptors_request_iterator,
+# the Empty and WithRequestAndResponseIterator interceptors).
+
+
+class CountedRequests:
+    """An async request iterator that counts what passes through it."""
+
+    def __init__(self, requests: Any) -> None:
+        self.count = 0
+        self._requests = requests
+
+    async def _forward(self) -> Any:
+        async for request in self._requests:
+            self.count += 1
+            yield request
+
+    def __aiter__(self) -> Any:
+        return self._forward()
+
+
+class CountedResponses:
+    """An async response iterator (returned in place of the call) that counts."""
+
+    def __init__(self, responses: Any) -> None:
+        self.count = 0
+        self._responses = responses
+
+    async def _forward(self) -> Any:
+        async for response in self._responses:
+            self.count += 1
+            yield response
+
+    def __aiter__(self) -> Any:
+        return self._forward()
+
+
+class StreamingPassThrough:
+    """The tests' Empty interceptor (``wrap`` False) or their
+    WithRequestAndResponseIterator one (``wrap`` True); one class per kind
+    below (grpc.aio uses an interceptor for its first kind only,
+    docs/differences-from-c-core.md)."""
+
+    def __init__(self, wrap: bool) -> None:
+        self.wrap = wrap
+        self.requests: CountedRequests | None = None
+        self.responses: CountedResponses | None = None
+
+    def counts(self) -> tuple:
+        return (
+            None if self.requests is None else self.requests.count,
+            None if self.responses is None else self.responses.count,
+        )
+
+    async def _intercept(self, continuation, details, request):
+        if self.wrap and not isinstance(request, bytes):
+            self.requests = CountedRequests(request)
+            request = self.requests
+        call = await continuation(details, request)
+        if self.wrap and isinstance(self, grpc.aio.StreamUnaryClientInterceptor):
+            return call
+        if self.wrap:
+            self.responses = CountedResponses(call)
+            return self.responses
+        return call
+
+
+class UnaryStreamPassThrough(StreamingPassThrough, grpc.aio.UnaryStreamClientInterceptor):
+    async def intercept_unary_stream(self, continuation, details, request):
+        return await self._intercept(continuation, details, request)
+
+
+class StreamUnaryPassThrough(StreamingPassThrough, grpc.aio.StreamUnaryClientInterceptor):
+    async def intercept_stream_unary(self, continuation, details, request_iterator):
+        return await self._intercept(continuation, details, request_iterator)
+
+
+class StreamStreamPassThrough(StreamingPassThrough, grpc.aio.StreamStreamClientInterceptor):
+    async def intercept_stream_stream(self, continuation, details, request_iterator):
+        return await self._intercept(continuation, details, request_iterator)
+
+
+PASS_THROUGH = {
+    "unary_stream": UnaryStreamPassThrough,
+    "stream_unary": StreamUnaryPassThrough,
+    "stream_stream": StreamStreamPassThrough,
+}
+
+
+def _stream_server():
+    def stream(request: bytes, context: grpc.ServicerContext):
+        for _ in range(5):
+            yield b"r" * 7
+
+    def collect(requests, context: grpc.ServicerContext) -> bytes:
+        return b"%d" % sum(1 for _ in requests)
+
+    def chat(requests, context: grpc.ServicerContext):
+        for _ in requests:
+            yield b"r" * 7
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                SERVICE,
+                {
+                    "Stream": grpc.unary_stream_rpc_method_handler(stream),
+                    "Collect": grpc.stream_unary_rpc_method_handler(collect),
+                    "Chat": grpc.stream_stream_rpc_method_handler(chat),
+                },
+            ),
+        )
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def stream_address():
+    server, address = _stream_server()
+    yield address
+    server.stop(None)
+
+
+async def _requests() -> Any:
+    for _ in range(5):
+        yield b"q"
+
+
+async def _finished_view(call: Any) -> tuple:
+    return (
+        (type(await call.initial_metadata()).__name__, tuple(await call.initial_metadata())),
+        (type(await call.trailing_metadata()).__name__, tuple(await call.trailing_metadata())),
+        await call.code(),
+        await call.details(),
+        await call.debug_error_string(),
+        call.cancel(),
+        call.cancelled(),
+        call.done(),
+    )
+
+
+@pytest.mark.parametrize("chain", [1, 2], ids=["one", "two"])
+@pytest.mark.parametrize("wrap", [False, True], ids=["empty", "counting"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "unary_stream",
+        "stream_unary iterator",
+        "stream_unary write",
+        "stream_stream iterator",
+        "stream_stream write",
+    ],
+)
+def test_streaming_interceptors_like_grpc_aio(stream_address, kind, wrap, chain):
+    """test_intercepts / test_intercepts_using_write(_and_read) /
+    test_multiple_interceptors_request_iterator of the three streaming
+    interceptor test files: every response arrives, the finished call says
+    OK with empty aio.Metadata, "" details and debug string, cancel() False,
+    and the counting interceptors saw every request and response."""
+
+    async def scenario(ch, interceptors):
+        out: list[Any] = []
+        if kind == "unary_stream":
+            call = ch.unary_stream(f"/{SERVICE}/Stream")(b"")
+            out.append(await call.wait_for_connection())
+            out.append([r async for r in call])
+        elif kind == "stream_unary iterator":
+            call = ch.stream_unary(f"/{SERVICE}/Collect")(_requests())
+            out.append(await call.wait_for_connection())
+            out.append(await call)
+        elif kind == "stream_unary write":
+            call = ch.stream_unary(f"/{SERVICE}/Collect")()
+            for _ in range(5):
+                await call.write(b"q")
+            await call.done_writing()
+            out.append(await call)
+        elif kind == "stream_stream iterator":
+            call = ch.stream_stream(f"/{SERVICE}/Chat")(_requests())
+            out.append(await call.wait_for_connection())
+            out.append([r async for r in call])
+        else:
+            call = ch.stream_stream(f"/{SERVICE}/Chat")()
+            for _ in range(5):
+                await call.write(b"q")
+                out.append(await call.read())
+            await call.done_writing()
+        out.append(await _finished_view(call))
+        out.append([i.counts() for i in interceptors])
+        return out
+
+    cls = PASS_THROUGH[kind.split()[0]]
+    got = run_both(stream_address, lambda: [cls(wrap) for _ in range(chain)], scenario)
+    assert got["grpcio"][-2][2] is grpc.StatusCode.OK
+    assert got["pyxds"] == got["grpcio"]

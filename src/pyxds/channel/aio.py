@@ -647,6 +647,18 @@ class _AioCall(Generic[_Response]):
         inner = await self._wait_started()
         await inner.wait_for_connection()
 
+    async def debug_error_string(self) -> str:
+        """grpc.aio's call method (not in grpc.aio.Call's abstract API): the
+        final status's debug string once the call is over, "" when none."""
+        await self._wait_done()
+        reader = getattr(self._inner, "debug_error_string", None)
+        if reader is not None:
+            text: str = await reader()
+            return text
+        if self._error is not None:
+            return self._error.debug_error_string() or ""
+        return ""
+
 
 class AioUnaryResponseCall(
     _AioCall[_Response],

@@ -198,6 +198,9 @@ class _ResponsesCall(grpc.aio.UnaryStreamCall[Any, Any], grpc.aio.StreamStreamCa
     async def details(self) -> str:
         return await self._call.details()
 
+    async def debug_error_string(self) -> str | None:
+        return await self._call.debug_error_string()
+
     async def wait_for_connection(self) -> None:
         await self._call.wait_for_connection()
 
