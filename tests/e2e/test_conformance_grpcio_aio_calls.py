@@ -588,3 +588,34 @@ def test_debug_error_string_of_each_kind_like_grpc_aio(address):
     assert got["grpcio"][0] == ("str", True, False)
     assert got["grpcio"][1][:2] == ("str", False)
     assert got["pyxds"] == got["grpcio"]
+
+
+@pytest.mark.parametrize("kind", ["unary_unary", "unary_stream", "stream_unary", "stream_stream"])
+def test_cancel_in_flight_ends_the_call_before_it_returns_like_grpc_aio(address, kind):
+    """call_test.py test_cancel_stream_unary ("the call is cancelled at
+    once") and client_unary_stream_interceptor_test.py
+    test_cancel_consuming_response_iterator (done() True right after):
+    cancel() of a call in flight returns with the call done and its done
+    callbacks run."""
+
+    async def scenario(ch):
+        if kind == "unary_unary":
+            call = ch.unary_unary(f"/{SERVICE}/Echo")(b"")
+        elif kind == "unary_stream":
+            call = stream(ch)(f"2,{FOREVER}".encode())
+            await call.read()
+        elif kind == "stream_unary":
+            call = collect(ch)()
+            await call.write(b"")
+        else:
+            call = chat(ch)()
+            await call.write(b"")
+            await call.read()
+        seen: list[bool] = []
+        call.add_done_callback(lambda c: seen.append(c is call))
+        cancelled = call.cancel()
+        return [cancelled, call.done(), call.cancelled(), list(seen), await call.code()]
+
+    got = run_both(address, scenario)
+    assert got["grpcio"] == [True, True, True, [True], grpc.StatusCode.CANCELLED]
+    assert got["pyxds"] == got["grpcio"]

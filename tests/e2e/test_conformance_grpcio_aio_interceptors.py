@@ -593,3 +593,76 @@ def test_streaming_interceptors_like_grpc_aio(stream_address, kind, wrap, chain)
     got = run_both(stream_address, lambda: [cls(wrap) for _ in range(chain)], scenario)
     assert got["grpcio"][-2][2] is grpc.StatusCode.OK
     assert got["pyxds"] == got["grpcio"]
+
+
+@pytest.mark.parametrize("chain", [0, 1], ids=["none", "one"])
+@pytest.mark.parametrize("wrap", [False, True], ids=["empty", "counting"])
+def test_unary_stream_interceptor_reads_done_callbacks_and_errors_like_grpc_aio(
+    stream_address, wrap, chain
+):
+    """client_unary_stream_interceptor_test.py test_response_iterator_using_read,
+    test_too_many_reads, test_add_done_callback_interceptor_task_not_finished /
+    _finished, test_intercepts_response_iterator_rpc_error (a closed port),
+    test_cancel_consuming_response_iterator."""
+    closed = f"127.0.0.1:{_closed_port()}"
+
+    async def scenario(ch, interceptors):
+        out: list[Any] = []
+        stream = ch.unary_stream(f"/{SERVICE}/Stream")
+        call = stream(b"")
+        seen: list[Any] = []
+        call.add_done_callback(lambda c: seen.append("early"))
+        out.append([await outcome(call.read) for _ in range(6)])
+        out += [await call.code(), await outcome(call.read)]
+        call.add_done_callback(lambda c: seen.append("late"))
+        call = stream(b"")
+        await call.wait_for_connection()
+        call.add_done_callback(lambda c: seen.append("after connection"))
+        out.append(len([r async for r in call]))
+        cancelled = stream(b"")
+
+        async def consume():
+            async for _ in cancelled:
+                cancelled.cancel()
+
+        out.append(await outcome(consume))
+        out += [cancelled.cancelled(), cancelled.done(), await cancelled.code()]
+        for _ in range(100):
+            if len(seen) == 3:
+                break
+            await asyncio.sleep(0.01)
+        out.append(sorted(seen))
+        async with _channel_like(ch, closed, interceptors) as other:
+            failing = other.unary_stream(f"/{SERVICE}/Stream")(b"")
+            got = await outcome(lambda: _drain(failing))
+            out += [got[:2], failing.done(), await failing.code()]
+        return out
+
+    cls = PASS_THROUGH["unary_stream"]
+    got = run_both(stream_address, lambda: [cls(wrap) for _ in range(chain)], scenario)
+    assert got["grpcio"][0][-1] == ("EOF",)
+    assert got["grpcio"][-3:] == [
+        ("AioRpcError", grpc.StatusCode.UNAVAILABLE),
+        True,
+        grpc.StatusCode.UNAVAILABLE,
+    ]
+    assert got["pyxds"] == got["grpcio"]
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _channel_like(ch: Any, address: str, interceptors: Any) -> Any:
+    """A channel of the same kind as ``ch`` to ``address``."""
+    if isinstance(ch, pyxds_aio.AioXdsChannel):
+        return pyxds_aio.insecure_channel(f"static:///{address}", interceptors=interceptors)
+    return grpc.aio.insecure_channel(address, interceptors=interceptors)
+
+
+async def _drain(call: Any) -> int:
+    return len([r async for r in call])

@@ -763,8 +763,11 @@ class AioUnaryResponseCall(
         if self._finished:
             return False
         self._rpc.cancel()
-        if self._inner is not None:
-            self._inner.cancel()
+        inner = self._inner
+        if inner is not None and inner.cancel():
+            # over now, its done callbacks run: grpc.aio's cancel() ends
+            # the call before it returns (done() True at once)
+            self._finish(_CANCELLED, inner)
         if self._task is not None:
             cancelled = self._task.cancel()
             if self._inner is None:
@@ -896,8 +899,11 @@ class AioStreamResponseCall(
         if self._finished:
             return False
         self._rpc.cancel()
-        if self._inner is not None:
-            cancelled: bool = self._inner.cancel()
+        inner = self._inner
+        if inner is not None:
+            cancelled: bool = inner.cancel()
+            if cancelled:  # over now, as grpc.aio's call (done() True at once)
+                self._finish(_CANCELLED, inner)
             return cancelled
         if self._task is not None:
             self._task.cancel()
