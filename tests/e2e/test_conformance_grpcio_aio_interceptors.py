@@ -666,3 +666,80 @@ def _channel_like(ch: Any, address: str, interceptors: Any) -> Any:
 
 async def _drain(call: Any) -> int:
     return len([r async for r in call])
+
+
+class StreamUnaryBlocks(grpc.aio.StreamUnaryClientInterceptor):
+    """client_stream_unary_interceptor_test.py test_cancel_before_rpc /
+    test_cancel_after_rpc's interceptor: waits forever (after its
+    continuation when ``after``)."""
+
+    def __init__(self, after: bool) -> None:
+        self.after = after
+        self.reached = asyncio.Event()
+
+    async def intercept_stream_unary(self, continuation, details, request_iterator):
+        if self.after:
+            await continuation(details, request_iterator)
+        self.reached.set()
+        await asyncio.get_running_loop().create_future()
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before rpc", "after rpc"])
+def test_stream_unary_cancel_while_the_interceptor_waits_like_grpc_aio(stream_address, after):
+    """client_stream_unary_interceptor_test.py test_cancel_before_rpc /
+    test_cancel_after_rpc: writes after cancel() raise InvalidStateError,
+    awaiting raises CancelledError, CANCELLED."""
+
+    async def scenario(ch, interceptors):
+        call = ch.stream_unary(f"/{SERVICE}/Collect")()
+        before = [call.cancelled(), call.done()]
+        await interceptors[0].reached.wait()
+        cancelled = call.cancel()
+
+        async def write_all():
+            for _ in range(5):
+                await call.write(b"q")
+
+        written = await outcome(write_all)
+        return [
+            before,
+            cancelled,
+            written[0],
+            await outcome(lambda: call),
+            call.cancelled(),
+            call.done(),
+            await call.code(),
+        ]
+
+    got = run_both(stream_address, lambda: [StreamUnaryBlocks(after)], scenario)
+    assert got["grpcio"][2:4] == ["InvalidStateError", ("CancelledError",)]
+    assert got["pyxds"] == got["grpcio"]
+
+
+@pytest.mark.parametrize("wrap", [False, True], ids=["empty", "counting"])
+def test_stream_unary_interceptor_on_a_closed_port_like_grpc_aio(wrap):
+    """client_stream_unary_interceptor_test.py test_intercepts_request_iterator_rpc_error
+    and _using_write: UNAVAILABLE, the call done; with write() the failed
+    write raises InvalidStateError first."""
+    closed = f"127.0.0.1:{_closed_port()}"
+
+    async def scenario(ch, interceptors):
+        out: list[Any] = []
+        call = ch.stream_unary(f"/{SERVICE}/Collect")(_requests())
+        got = await outcome(lambda: call)
+        out += [got[:2], call.done(), await call.code()]
+        call = ch.stream_unary(f"/{SERVICE}/Collect")()
+
+        async def write_all():
+            for _ in range(5):
+                await call.write(b"q")
+
+        out.append((await outcome(write_all))[0])
+        got = await outcome(lambda: call)
+        out += [got[:2], call.done(), await call.code()]
+        return out
+
+    got = run_both(closed, lambda: [StreamUnaryPassThrough(wrap)], scenario)
+    assert got["grpcio"][0] == ("AioRpcError", grpc.StatusCode.UNAVAILABLE)
+    assert got["grpcio"][3] == "InvalidStateError"
+    assert got["pyxds"] == got["grpcio"]
