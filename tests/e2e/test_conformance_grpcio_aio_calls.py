@@ -619,3 +619,39 @@ def test_cancel_in_flight_ends_the_call_before_it_returns_like_grpc_aio(address,
     got = run_both(address, scenario)
     assert got["grpcio"] == [True, True, True, [True], grpc.StatusCode.CANCELLED]
     assert got["pyxds"] == got["grpcio"]
+
+
+def test_write_calls_that_end_leave_no_task_behind_like_grpc_aio(address):
+    """A stream_unary / stream_stream call fed with write() that ends before
+    done_writing() (server error, cancel, deadline): once it is over, no
+    task of the channel is left waiting (grpc.aio's write() calls leave
+    none; a task left pending is reported destroyed when the loop closes)."""
+
+    async def scenario(ch):
+        ends = []
+        missing = ch.stream_stream(f"/{SERVICE}/Missing")()
+        await outcome(lambda: missing.write(b""))
+        ends.append(await outcome(missing.read))
+        cancelled = collect(ch)()
+        await cancelled.write(b"")
+        cancelled.cancel()
+        ends.append(await outcome(lambda: cancelled))
+        late = chat(ch)(timeout=0.1)
+        await late.write(b"")
+        await late.read()
+        ends.append((await outcome(late.read))[:2])
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        me = asyncio.current_task()
+        left = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+        # what is left besides run_both's own task awaiting this scenario
+        # and the channel's own (pyxds watches each subchannel's state)
+        names = [t.get_coro().__qualname__ for t in left]
+        return [
+            ends,
+            sorted(n for n in names if "run_both" not in n and n != "AioTransport._watch"),
+        ]
+
+    got = run_both(address, scenario)
+    assert got["grpcio"][1] == []
+    assert got["pyxds"] == got["grpcio"]

@@ -292,6 +292,16 @@ class _Writes:
             self.half_closed = True
             await self.put(self._END, call)
 
+    def ended(self, _call: Any) -> None:
+        """The call is over (its done callback): end the request stream, so
+        grpc.aio's task reading it ends too (else it waits forever and the
+        loop's close reports it destroyed while pending, which grpc.aio's
+        own ``write()`` calls never leave behind)."""
+        queue = self._queue
+        while not queue.empty():
+            queue.get_nowait()
+        queue.put_nowait(self._END)
+
 
 class _AioCall(Generic[_Response]):
     """Shared by the aio call objects: the asyncio adapter of its
@@ -970,6 +980,7 @@ class _AioMultiCallable(Generic[_Request, _Response, _Call]):
         call = self._call_class(rpc, self._method, request, credentials, compression)
         if writes is not None:
             call._writes = writes
+            call.add_done_callback(writes.ended)
         return call
 
 
