@@ -16,6 +16,7 @@ cancelled before start, deadline)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from concurrent import futures
 from typing import Any
@@ -65,25 +66,44 @@ def _echo(request: bytes, context: grpc.ServicerContext) -> bytes:
     return request
 
 
+#: the calls' handlers (the other test_conformance_grpcio_aio_* files add theirs)
+HANDLERS = {
+    "Echo": grpc.unary_unary_rpc_method_handler(_echo),
+    "Stream": grpc.unary_stream_rpc_method_handler(_stream),
+    "Collect": grpc.stream_unary_rpc_method_handler(_collect),
+    "Chat": grpc.stream_stream_rpc_method_handler(_chat),
+}
+
+
+def serve(
+    service: str,
+    handlers: dict[str, Any],
+    *more: grpc.GenericRpcHandler,
+    port: int = 0,
+    **server_kwargs: Any,
+) -> tuple[grpc.Server, str]:
+    """A started grpcio server on 127.0.0.1 (``port`` 0: any) serving
+    ``handlers`` under ``service`` (and ``more``); it and its address."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), **server_kwargs)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service, handlers), *more)
+    )
+    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    return server, f"127.0.0.1:{bound}"
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound once, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def address():
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                SERVICE,
-                {
-                    "Echo": grpc.unary_unary_rpc_method_handler(_echo),
-                    "Stream": grpc.unary_stream_rpc_method_handler(_stream),
-                    "Collect": grpc.stream_unary_rpc_method_handler(_collect),
-                    "Chat": grpc.stream_stream_rpc_method_handler(_chat),
-                },
-            ),
-        )
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield f"127.0.0.1:{port}"
+    server, address = serve(SERVICE, HANDLERS)
+    yield address
     server.stop(None)
 
 
@@ -435,6 +455,7 @@ def _iterator_sees_cancel(ch_call, kind: str):
 
 
 async def _drain(call: Any) -> int:
+    """How many responses the call gave (read with ``async for``)."""
     return len([r async for r in call])
 
 

@@ -17,16 +17,14 @@ channel closes (``test_conformance_aio_unary_lean.py``)."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
-from concurrent import futures
 from typing import Any
 
 import grpc
 import grpc.aio
 import pytest
 from channel_fixtures import Blackhole
-from test_conformance_grpcio_aio_calls import SERVICE, _chat, _collect, _echo, _stream, outcome
+from test_conformance_grpcio_aio_calls import HANDLERS, SERVICE, closed_port, outcome, serve
 
 import pyxds.aio as pyxds_aio
 
@@ -61,27 +59,13 @@ def _sleepy_chat(requests, context: grpc.ServicerContext):
 
 
 def start_server(port: int = 0) -> tuple[grpc.Server, str]:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                SERVICE,
-                {
-                    "Echo": grpc.unary_unary_rpc_method_handler(_echo),
-                    "Stream": grpc.unary_stream_rpc_method_handler(_stream),
-                    "Collect": grpc.stream_unary_rpc_method_handler(_collect),
-                    "Chat": grpc.stream_stream_rpc_method_handler(_chat),
-                    "SleepyUnary": grpc.unary_unary_rpc_method_handler(_sleepy_unary),
-                    "SleepyStream": grpc.unary_stream_rpc_method_handler(_sleepy_stream),
-                    "SleepyCollect": grpc.stream_unary_rpc_method_handler(_sleepy_collect),
-                    "SleepyChat": grpc.stream_stream_rpc_method_handler(_sleepy_chat),
-                },
-            ),
-        )
-    )
-    bound = server.add_insecure_port(f"127.0.0.1:{port}")
-    server.start()
-    return server, f"127.0.0.1:{bound}"
+    sleepy = {
+        "SleepyUnary": grpc.unary_unary_rpc_method_handler(_sleepy_unary),
+        "SleepyStream": grpc.unary_stream_rpc_method_handler(_sleepy_stream),
+        "SleepyCollect": grpc.stream_unary_rpc_method_handler(_sleepy_collect),
+        "SleepyChat": grpc.stream_stream_rpc_method_handler(_sleepy_chat),
+    }
+    return serve(SERVICE, {**HANDLERS, **sleepy}, port=port)
 
 
 @pytest.fixture(scope="module")
@@ -89,13 +73,6 @@ def address():
     server, address = start_server()
     yield address
     server.stop(None)
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound once, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def channels(address: str) -> dict[str, Any]:

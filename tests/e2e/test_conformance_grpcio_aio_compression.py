@@ -15,13 +15,12 @@ equal.  Call-level compression of a unary call is also in
 from __future__ import annotations
 
 import asyncio
-from concurrent import futures
 from typing import Any
 
 import grpc
 import grpc.aio
 import pytest
-from test_conformance_grpcio_aio_calls import outcome
+from test_conformance_grpcio_aio_calls import outcome, serve
 
 import pyxds.aio as pyxds_aio
 
@@ -65,25 +64,15 @@ def _peer(request: bytes, context: grpc.ServicerContext) -> bytes:
 
 
 def _server(**kwargs: Any) -> tuple[grpc.Server, str]:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), **kwargs)
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                SERVICE,
-                {
-                    "Unary": grpc.unary_unary_rpc_method_handler(_unary),
-                    "Stream": grpc.unary_stream_rpc_method_handler(_stream),
-                    "Collect": grpc.stream_unary_rpc_method_handler(_collect),
-                    "SetCompression": grpc.stream_stream_rpc_method_handler(_set_compression),
-                    "DisableNext": grpc.stream_stream_rpc_method_handler(_disable_next),
-                    "Peer": grpc.unary_unary_rpc_method_handler(_peer),
-                },
-            ),
-        )
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    return server, f"127.0.0.1:{port}"
+    handlers = {
+        "Unary": grpc.unary_unary_rpc_method_handler(_unary),
+        "Stream": grpc.unary_stream_rpc_method_handler(_stream),
+        "Collect": grpc.stream_unary_rpc_method_handler(_collect),
+        "SetCompression": grpc.stream_stream_rpc_method_handler(_set_compression),
+        "DisableNext": grpc.stream_stream_rpc_method_handler(_disable_next),
+        "Peer": grpc.unary_unary_rpc_method_handler(_peer),
+    }
+    return serve(SERVICE, handlers, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +96,7 @@ def run_both(address: str, scenario, **channel_kwargs: Any) -> dict[str, Any]:
     return {name: asyncio.run(one(make)) for name, make in MAKERS.items()}
 
 
-async def _drain(call: Any) -> list[Any]:
+async def _responses(call: Any) -> list[Any]:
     return [r async for r in call]
 
 
@@ -115,7 +104,7 @@ async def every_kind(ch: Any, **kwargs: Any) -> list[Any]:
     """One call of each kind (``kwargs``: the call's own options)."""
     out = [await outcome(lambda: ch.unary_unary(f"/{SERVICE}/Unary")(REQUEST, **kwargs))]
     stream = ch.unary_stream(f"/{SERVICE}/Stream")(REQUEST, **kwargs)
-    out.append(await outcome(lambda: _drain(stream)))
+    out.append(await outcome(lambda: _responses(stream)))
     out.append(await stream.code())
 
     async def requests():
@@ -126,7 +115,7 @@ async def every_kind(ch: Any, **kwargs: Any) -> list[Any]:
     chat = ch.stream_stream(f"/{SERVICE}/SetCompression")(**kwargs)
     await outcome(lambda: chat.write(REQUEST))
     await outcome(chat.done_writing)
-    out.append(await outcome(lambda: _drain(chat)))
+    out.append(await outcome(lambda: _responses(chat)))
     out.append(await chat.code())
     return [o[:2] if isinstance(o, tuple) and o and o[0] == "AioRpcError" else o for o in out]
 

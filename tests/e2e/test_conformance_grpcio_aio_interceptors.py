@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent import futures
 from typing import Any
 
 import grpc
 import grpc.aio
 import pytest
-from test_conformance_grpcio_aio_calls import outcome
+from test_conformance_grpcio_aio_calls import _drain, closed_port, outcome, serve
 
 import pyxds.aio as pyxds_aio
 
@@ -52,21 +51,12 @@ def _sleep(request: bytes, context: grpc.ServicerContext) -> bytes:
 
 @pytest.fixture(scope="module")
 def address():
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                SERVICE,
-                {
-                    "Echo": grpc.unary_unary_rpc_method_handler(_echo),
-                    "Sleep": grpc.unary_unary_rpc_method_handler(_sleep),
-                },
-            ),
-        )
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield f"127.0.0.1:{port}"
+    handlers = {
+        "Echo": grpc.unary_unary_rpc_method_handler(_echo),
+        "Sleep": grpc.unary_unary_rpc_method_handler(_sleep),
+    }
+    server, address = serve(SERVICE, handlers)
+    yield address
     server.stop(None)
 
 
@@ -497,22 +487,12 @@ def _stream_server():
         for _ in requests:
             yield b"r" * 7
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                SERVICE,
-                {
-                    "Stream": grpc.unary_stream_rpc_method_handler(stream),
-                    "Collect": grpc.stream_unary_rpc_method_handler(collect),
-                    "Chat": grpc.stream_stream_rpc_method_handler(chat),
-                },
-            ),
-        )
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    return server, f"127.0.0.1:{port}"
+    handlers = {
+        "Stream": grpc.unary_stream_rpc_method_handler(stream),
+        "Collect": grpc.stream_unary_rpc_method_handler(collect),
+        "Chat": grpc.stream_stream_rpc_method_handler(chat),
+    }
+    return serve(SERVICE, handlers)
 
 
 @pytest.fixture(scope="module")
@@ -604,7 +584,7 @@ def test_unary_stream_interceptor_reads_done_callbacks_and_errors_like_grpc_aio(
     test_too_many_reads, test_add_done_callback_interceptor_task_not_finished /
     _finished, test_intercepts_response_iterator_rpc_error (a closed port),
     test_cancel_consuming_response_iterator."""
-    closed = f"127.0.0.1:{_closed_port()}"
+    closed = f"127.0.0.1:{closed_port()}"
 
     async def scenario(ch, interceptors):
         out: list[Any] = []
@@ -649,97 +629,8 @@ def test_unary_stream_interceptor_reads_done_callbacks_and_errors_like_grpc_aio(
     assert got["pyxds"] == got["grpcio"]
 
 
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _channel_like(ch: Any, address: str, interceptors: Any) -> Any:
     """A channel of the same kind as ``ch`` to ``address``."""
     if isinstance(ch, pyxds_aio.AioXdsChannel):
         return pyxds_aio.insecure_channel(f"static:///{address}", interceptors=interceptors)
     return grpc.aio.insecure_channel(address, interceptors=interceptors)
-
-
-async def _drain(call: Any) -> int:
-    return len([r async for r in call])
-
-
-class StreamUnaryBlocks(grpc.aio.StreamUnaryClientInterceptor):
-    """client_stream_unary_interceptor_test.py test_cancel_before_rpc /
-    test_cancel_after_rpc's interceptor: waits forever (after its
-    continuation when ``after``)."""
-
-    def __init__(self, after: bool) -> None:
-        self.after = after
-        self.reached = asyncio.Event()
-
-    async def intercept_stream_unary(self, continuation, details, request_iterator):
-        if self.after:
-            await continuation(details, request_iterator)
-        self.reached.set()
-        await asyncio.get_running_loop().create_future()
-
-
-@pytest.mark.parametrize("after", [False, True], ids=["before rpc", "after rpc"])
-def test_stream_unary_cancel_while_the_interceptor_waits_like_grpc_aio(stream_address, after):
-    """client_stream_unary_interceptor_test.py test_cancel_before_rpc /
-    test_cancel_after_rpc: writes after cancel() raise InvalidStateError,
-    awaiting raises CancelledError, CANCELLED."""
-
-    async def scenario(ch, interceptors):
-        call = ch.stream_unary(f"/{SERVICE}/Collect")()
-        before = [call.cancelled(), call.done()]
-        await interceptors[0].reached.wait()
-        cancelled = call.cancel()
-
-        async def write_all():
-            for _ in range(5):
-                await call.write(b"q")
-
-        written = await outcome(write_all)
-        return [
-            before,
-            cancelled,
-            written[0],
-            await outcome(lambda: call),
-            call.cancelled(),
-            call.done(),
-            await call.code(),
-        ]
-
-    got = run_both(stream_address, lambda: [StreamUnaryBlocks(after)], scenario)
-    assert got["grpcio"][2:4] == ["InvalidStateError", ("CancelledError",)]
-    assert got["pyxds"] == got["grpcio"]
-
-
-@pytest.mark.parametrize("wrap", [False, True], ids=["empty", "counting"])
-def test_stream_unary_interceptor_on_a_closed_port_like_grpc_aio(wrap):
-    """client_stream_unary_interceptor_test.py test_intercepts_request_iterator_rpc_error
-    and _using_write: UNAVAILABLE, the call done; with write() the failed
-    write raises InvalidStateError first."""
-    closed = f"127.0.0.1:{_closed_port()}"
-
-    async def scenario(ch, interceptors):
-        out: list[Any] = []
-        call = ch.stream_unary(f"/{SERVICE}/Collect")(_requests())
-        got = await outcome(lambda: call)
-        out += [got[:2], call.done(), await call.code()]
-        call = ch.stream_unary(f"/{SERVICE}/Collect")()
-
-        async def write_all():
-            for _ in range(5):
-                await call.write(b"q")
-
-        out.append((await outcome(write_all))[0])
-        got = await outcome(lambda: call)
-        out += [got[:2], call.done(), await call.code()]
-        return out
-
-    got = run_both(closed, lambda: [StreamUnaryPassThrough(wrap)], scenario)
-    assert got["grpcio"][0] == ("AioRpcError", grpc.StatusCode.UNAVAILABLE)
-    assert got["grpcio"][3] == "InvalidStateError"
-    assert got["pyxds"] == got["grpcio"]

@@ -16,13 +16,12 @@ including the type of the metadata objects."""
 from __future__ import annotations
 
 import asyncio
-from concurrent import futures
 from typing import Any
 
 import grpc
 import grpc.aio
 import pytest
-from test_conformance_grpcio_aio_calls import outcome
+from test_conformance_grpcio_aio_calls import outcome, serve
 
 import pyxds.aio as pyxds_aio
 
@@ -78,24 +77,14 @@ class _NeedsKey(grpc.GenericRpcHandler):
 
 @pytest.fixture(scope="module")
 def address():
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                SERVICE,
-                {
-                    "UnaryStream": grpc.unary_stream_rpc_method_handler(_unary_stream),
-                    "StreamUnary": grpc.stream_unary_rpc_method_handler(_stream_unary),
-                    "StreamStream": grpc.stream_stream_rpc_method_handler(_stream_stream),
-                    "Inspect": grpc.unary_unary_rpc_method_handler(_inspect),
-                },
-            ),
-            _NeedsKey(),
-        )
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield f"127.0.0.1:{port}"
+    handlers = {
+        "UnaryStream": grpc.unary_stream_rpc_method_handler(_unary_stream),
+        "StreamUnary": grpc.stream_unary_rpc_method_handler(_stream_unary),
+        "StreamStream": grpc.stream_stream_rpc_method_handler(_stream_stream),
+        "Inspect": grpc.unary_unary_rpc_method_handler(_inspect),
+    }
+    server, address = serve(SERVICE, handlers, _NeedsKey())
+    yield address
     server.stop(None)
 
 

@@ -12,12 +12,12 @@ server; what the application sees must be equal."""
 from __future__ import annotations
 
 import asyncio
-from concurrent import futures
 from typing import Any
 
 import grpc
 import grpc.aio
 import pytest
+from test_conformance_grpcio_aio_calls import serve
 
 import pyxds.aio as pyxds_aio
 
@@ -33,21 +33,12 @@ def _sized(request: bytes, context: grpc.ServicerContext):
 
 @pytest.fixture(scope="module")
 def address():
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                SERVICE,
-                {
-                    "Sized": grpc.unary_stream_rpc_method_handler(_sized),
-                    "Echo": grpc.unary_unary_rpc_method_handler(lambda r, c: r),
-                },
-            ),
-        )
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield f"127.0.0.1:{port}"
+    handlers = {
+        "Sized": grpc.unary_stream_rpc_method_handler(_sized),
+        "Echo": grpc.unary_unary_rpc_method_handler(lambda r, c: r),
+    }
+    server, address = serve(SERVICE, handlers)
+    yield address
     server.stop(None)
 
 
