@@ -524,3 +524,45 @@ def test_unary_call_to_a_silent_server_times_out_like_grpc_aio():
         hole.close()
     assert_same(got)
     assert got["grpcio"][:2] == [grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"]
+
+
+def _headers_then_sleep(request: bytes, context: grpc.ServicerContext):
+    context.send_initial_metadata((("k", "v"),))
+    time.sleep(UNIT)
+    yield b"late"
+
+
+def _sleep_then_answer(request: bytes, context: grpc.ServicerContext):
+    time.sleep(UNIT)
+    yield b"late"
+
+
+def test_stream_deadline_wording_before_and_after_the_headers_like_grpc_aio():
+    """grpcio's channel (C-core's retry filter on) ends a streaming call
+    whose deadline comes before any response header DEADLINE_EXCEEDED
+    "Deadline Exceeded", and one whose headers arrived "Stream removed
+    (Deadline Exceeded)" (grpcio 1.85, live); pyxds's subchannel channels
+    run without that filter, so pyxds words the first case itself."""
+    handlers = {
+        "Headers": grpc.unary_stream_rpc_method_handler(_headers_then_sleep),
+        "Nothing": grpc.unary_stream_rpc_method_handler(_sleep_then_answer),
+    }
+    server, address = serve(SERVICE, handlers)
+
+    async def scenario(make):
+        async with make() as ch:
+            await ch.channel_ready()
+            out = []
+            for method in ("Headers", "Nothing"):
+                call = ch.unary_stream(f"/{SERVICE}/{method}")(b"", timeout=UNIT / 2)
+                out.append(await outcome(call.read))
+                out += [await call.code(), await call.details()]
+            return out
+
+    try:
+        got = run_both(address, scenario)
+    finally:
+        server.stop(None)
+    assert got["grpcio"][2] == "Stream removed (Deadline Exceeded)"
+    assert got["grpcio"][5] == "Deadline Exceeded"
+    assert got["pyxds"] == got["grpcio"]
