@@ -652,7 +652,10 @@ def test_write_calls_that_end_leave_no_task_behind_like_grpc_aio(address):
         ends = []
         missing = ch.stream_stream(f"/{SERVICE}/Missing")()
         await outcome(lambda: missing.write(b""))
-        ends.append(await outcome(missing.read))
+        # UNIMPLEMENTED, or INTERNAL when grpc.aio's write loses the race
+        # with the server's answer (either side: docs/differences-from-c-core.md)
+        refused = await outcome(missing.read)
+        ends.append(refused[1] in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.INTERNAL))
         cancelled = collect(ch)()
         await cancelled.write(b"")
         cancelled.cancel()

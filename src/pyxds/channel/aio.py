@@ -654,7 +654,12 @@ class _AioCall(Generic[_Response]):
         return details
 
     async def wait_for_connection(self) -> None:
-        inner = await self._wait_started()
+        try:
+            inner = await self._wait_started()
+        except grpc.aio.AioRpcError:
+            if self._rpc.cancelled:  # cancelled before any attempt: as grpc.aio
+                raise asyncio.CancelledError from None
+            raise
         await inner.wait_for_connection()
 
     async def debug_error_string(self) -> str:

@@ -280,14 +280,19 @@ class _InterceptedCall:
         method = details.method
         if isinstance(method, bytes):
             method = method.decode()
-        return self._make(method)(
-            request,
-            timeout=details.timeout,
-            metadata=details.metadata,
-            credentials=details.credentials,
-            wait_for_ready=details.wait_for_ready,
-            compression=self._compression,
-        )
+        try:
+            return self._make(method)(
+                request,
+                timeout=details.timeout,
+                metadata=details.metadata,
+                credentials=details.credentials,
+                wait_for_ready=details.wait_for_ready,
+                compression=self._compression,
+            )
+        except grpc.aio.UsageError:
+            # the channel closed after this call was made (_start refuses a
+            # closed one): grpc.aio's close() cancels the call's chain
+            raise asyncio.CancelledError from None
 
     def _chain_done(self, task: asyncio.Task[Any]) -> None:
         _RUNNING.discard(task)
