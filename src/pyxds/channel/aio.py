@@ -46,7 +46,7 @@ from pyxds.channel.request_buffer import (
     RequestBuffer,
 )
 from pyxds.channel.response_metadata import ResponseAdditions, additions_of, aio_error
-from pyxds.channel.rpc import CANCELLED, DEADLINE_EXCEEDED, DONE, Rpc
+from pyxds.channel.rpc import CANCELLED, CHANNEL_CLOSED, DEADLINE_EXCEEDED, DONE, Rpc
 from pyxds.channel.subchannel import AioTransport, Transport, subchannel_options
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
 from pyxds.resolver.service_config import ServiceConfigSource, from_channel_args
@@ -57,6 +57,8 @@ if TYPE_CHECKING:  # the bootstrap loads the xDS resource types: only an xds: ta
     from pyxds.xds.bootstrap import BootstrapSource
 
 _CANCELLED = CANCELLED
+#: C-core's words for a deadline met by the transport (retry filter off)
+_STREAM_DEADLINE = "Stream removed (Deadline Exceeded)"
 #: the Cython status code of OK (what a grpc.aio call's own status holds)
 _CYGRPC_OK = next(
     k for k, v in _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE.items() if v is grpc.StatusCode.OK
@@ -290,6 +292,16 @@ class _Writes:
             self.half_closed = True
             await self.put(self._END, call)
 
+    def ended(self, _call: Any) -> None:
+        """The call is over (its done callback): end the request stream, so
+        grpc.aio's task reading it ends too (else it waits forever and the
+        loop's close reports it destroyed while pending, which grpc.aio's
+        own ``write()`` calls never leave behind)."""
+        queue = self._queue
+        while not queue.empty():
+            queue.get_nowait()
+        queue.put_nowait(self._END)
+
 
 class _AioCall(Generic[_Response]):
     """Shared by the aio call objects: the asyncio adapter of its
@@ -428,6 +440,8 @@ class _AioCall(Generic[_Response]):
             started = self._try_start(step)
             if started.__class__ is Status:
                 assert self._error is not None  # _try_start failed the call
+                if self._rpc.cancelled:  # by the channel's close(): see _fail
+                    raise asyncio.CancelledError
                 raise self._error
             if started is not None:
                 return started
@@ -506,6 +520,14 @@ class _AioCall(Generic[_Response]):
         self._finish(status, call)
 
     def _fail(self, status: Status) -> None:
+        if status == CHANNEL_CLOSED:
+            # the channel closed before the call's first attempt: grpc.aio's
+            # close() cancels every call of the channel (close_channel_test.py),
+            # so the call is locally cancelled (cancelled() True, awaiting or
+            # reading it raises CancelledError), not failed with sync
+            # grpcio's "Channel closed!"
+            self._rpc.cancelled = True
+            status = _CANCELLED
         self._error = _error(status)
         self._is_started = True
         if self._started_event is not None:
@@ -632,8 +654,25 @@ class _AioCall(Generic[_Response]):
         return details
 
     async def wait_for_connection(self) -> None:
-        inner = await self._wait_started()
+        try:
+            inner = await self._wait_started()
+        except grpc.aio.AioRpcError:
+            if self._rpc.cancelled:  # cancelled before any attempt: as grpc.aio
+                raise asyncio.CancelledError from None
+            raise
         await inner.wait_for_connection()
+
+    async def debug_error_string(self) -> str:
+        """grpc.aio's call method (not in grpc.aio.Call's abstract API): the
+        final status's debug string once the call is over, "" when none."""
+        await self._wait_done()
+        reader = getattr(self._inner, "debug_error_string", None)
+        if reader is not None:
+            text: str = await reader()
+            return text
+        if self._error is not None:
+            return self._error.debug_error_string() or ""
+        return ""
 
 
 class AioUnaryResponseCall(
@@ -739,8 +778,11 @@ class AioUnaryResponseCall(
         if self._finished:
             return False
         self._rpc.cancel()
-        if self._inner is not None:
-            self._inner.cancel()
+        inner = self._inner
+        if inner is not None and inner.cancel():
+            # over now, its done callbacks run: grpc.aio's cancel() ends
+            # the call before it returns (done() True at once)
+            self._finish(_CANCELLED, inner)
         if self._task is not None:
             cancelled = self._task.cancel()
             if self._inner is None:
@@ -788,6 +830,34 @@ class AioStreamResponseCall(
 
     def _retry(self, delay: float) -> None:
         self._task = self._open_task(delay)
+
+    def _map_status(self, status: Status) -> Status:
+        """A deadline that came before the response headers, worded as
+        grpcio's own channel words it: C-core's retry filter (on in a grpcio
+        channel, off in the subchannels' channels) ends an uncommitted call
+        DEADLINE_EXCEEDED "Deadline Exceeded"; once headers arrived the
+        transport's "Stream removed (Deadline Exceeded)" stands (grpcio
+        1.85, live: tests/e2e/test_conformance_grpcio_aio_channel.py).  A
+        failure path only."""
+        if status.details == _STREAM_DEADLINE and not self._rpc.committed:
+            inner = self._inner
+            cython_call = getattr(inner, "_cython_call", None)
+            if not getattr(cython_call, "_initial_metadata", None):
+                return DEADLINE_EXCEEDED
+        return status
+
+    def _raised(self, err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
+        raised = _AioCall._raised(self, err)
+        status = self._status
+        if self._finished and status.code is raised.code() and status.details != raised.details():
+            return grpc.aio.AioRpcError(
+                status.code,
+                raised.initial_metadata(),
+                raised.trailing_metadata(),
+                status.details,
+                raised.debug_error_string(),
+            )
+        return raised
 
     async def _inner_call(self) -> Any:
         assert self._task is not None  # made in __init__
@@ -844,8 +914,11 @@ class AioStreamResponseCall(
         if self._finished:
             return False
         self._rpc.cancel()
-        if self._inner is not None:
-            cancelled: bool = self._inner.cancel()
+        inner = self._inner
+        if inner is not None:
+            cancelled: bool = inner.cancel()
+            if cancelled:  # over now, as grpc.aio's call (done() True at once)
+                self._finish(_CANCELLED, inner)
             return cancelled
         if self._task is not None:
             self._task.cancel()
@@ -912,6 +985,7 @@ class _AioMultiCallable(Generic[_Request, _Response, _Call]):
         call = self._call_class(rpc, self._method, request, credentials, compression)
         if writes is not None:
             call._writes = writes
+            call.add_done_callback(writes.ended)
         return call
 
 
@@ -1084,10 +1158,15 @@ class AioXdsChannel(grpc.aio.Channel):
             await asyncio.sleep(0)
 
     def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        # the state as it was when asked, the connection attempt started
+        # after: C-core's check_connectivity_state answers before it starts
+        # connecting, so a fresh grpc.aio channel says IDLE to
+        # get_state(True) (grpcio's connectivity_test.py, timeout_test.py)
+        state = self._core.grpc_state()
         if try_to_connect:
             self._bind_loop()
             self._core.exit_idle()
-        return self._core.grpc_state()
+        return state
 
     async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
         if self._core.closed:  # grpc.aio's words (channel_ready() too)

@@ -198,6 +198,9 @@ class _ResponsesCall(grpc.aio.UnaryStreamCall[Any, Any], grpc.aio.StreamStreamCa
     async def details(self) -> str:
         return await self._call.details()
 
+    async def debug_error_string(self) -> str | None:
+        return await self._call.debug_error_string()
+
     async def wait_for_connection(self) -> None:
         await self._call.wait_for_connection()
 
@@ -277,14 +280,19 @@ class _InterceptedCall:
         method = details.method
         if isinstance(method, bytes):
             method = method.decode()
-        return self._make(method)(
-            request,
-            timeout=details.timeout,
-            metadata=details.metadata,
-            credentials=details.credentials,
-            wait_for_ready=details.wait_for_ready,
-            compression=self._compression,
-        )
+        try:
+            return self._make(method)(
+                request,
+                timeout=details.timeout,
+                metadata=details.metadata,
+                credentials=details.credentials,
+                wait_for_ready=details.wait_for_ready,
+                compression=self._compression,
+            )
+        except grpc.aio.UsageError:
+            # the channel closed after this call was made (_start refuses a
+            # closed one): grpc.aio's close() cancels the call's chain
+            raise asyncio.CancelledError from None
 
     def _chain_done(self, task: asyncio.Task[Any]) -> None:
         _RUNNING.discard(task)

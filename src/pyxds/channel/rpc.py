@@ -596,7 +596,12 @@ class Rpc:
         (5 characters, as C-core writes a deadline of seconds)."""
         size = _PATH_HEADER + len(self.path)
         for key, value in self.metadata:
-            size += len(key) + len(value) + _HEADER_OVERHEAD
+            try:
+                size += len(key) + len(value) + _HEADER_OVERHEAD
+            except TypeError:
+                # not text: the call fails when its attempt starts (grpc.aio
+                # refuses it there, at the first use of the call), not here
+                pass
         if self.deadline is not None:
             size += _GRPC_TIMEOUT_BYTES
         return size
