@@ -750,3 +750,92 @@ def test_response_stream_read_past_its_end_and_odd_method_names_like_grpcio(serv
     got = _each(server.address, scenario)
     assert got["pyxds"] == got["grpcio"]
     assert got["grpcio"][0][1:] == [("StopIteration",), ("StopIteration",)]
+
+
+def test_a_failed_future_or_response_stream_raises_itself_like_grpcio(server, ports):
+    """grpcio's ``_MultiThreadedRendezvous``: ``future.result()`` raises the
+    future itself and ``future.exception()`` is the future; a failed
+    response stream raises the iterator itself (grpc/grpc
+    tests/unit/_rpc_part_1_test.py testFailedUnaryRequestFutureUnaryResponse,
+    _rpc_part_2_test.py testCancelledStreamRequestUnaryResponse read the
+    outcome off the future).  Each case: a server error, a deadline while
+    the pick waits, a refused address (fail fast), a close in flight."""
+    dead = ports.dead_address()
+
+    def identity(call: Any, read: Callable[[], Any]) -> tuple:
+        try:
+            read()
+        except grpc.RpcError as err:
+            own = call.exception(5) is call if hasattr(call, "exception") else None
+            return (err is call, own, err.code(), str(err).split("\n")[0])
+        return ("ok",)
+
+    def scenario(kind: str) -> list:
+        out = []
+        with _make(kind, server.address) as ch:
+            f = ch.unary_unary(f"/{S}/UU").future(b"abort", timeout=5)
+            out.append(identity(f, lambda: f.result(5)))
+            it = ch.unary_stream(f"/{S}/US")(b"abort", timeout=5)
+            out.append(identity(it, lambda: list(it)))
+            f = ch.unary_unary(f"/{S}/Sleep").future(b"2", timeout=5)
+            time.sleep(0.05)
+        out.append(identity(f, lambda: f.result(5)))  # closed in flight
+        with _make(kind, dead) as ch:
+            f = ch.unary_unary(f"/{S}/UU").future(b"", timeout=0.1, wait_for_ready=True)
+            out.append(identity(f, lambda: f.result(5)))
+            f = ch.unary_unary(f"/{S}/UU").future(b"", timeout=5)
+            out.append(identity(f, lambda: f.result(5)))
+            it = ch.unary_stream(f"/{S}/US")(b"", timeout=5)
+            out.append(identity(it, lambda: next(it)))
+        return out
+
+    got = {kind: scenario(kind) for kind in KINDS}
+    assert got["pyxds"] == got["grpcio"]
+    assert got["grpcio"][0][:2] == (True, True)
+
+
+def test_errors_the_channel_makes_print_and_debug_like_grpcios(server, ports):
+    """grpc/grpc tests/unit/_rpc_part_1_test.py
+    testFailedUnaryRequestBlockingUnaryResponse reads
+    ``debug_error_string()``: grpcio 1.85 gives ``CODE:details`` for a call
+    its channel failed (a deadline while the pick waits, a close in
+    flight, a refused address), and ``str()`` of the error (blocking:
+    ``_InactiveRpcError``; future/stream: ``_MultiThreadedRendezvous``)
+    ends with that debug_error_string line."""
+    dead = ports.dead_address()
+
+    def view(read: Callable[[], Any]) -> tuple:
+        try:
+            read()
+        except grpc.RpcError as err:
+            debug = err.debug_error_string()
+            text = str(err)
+            # the refused address's details are the channel's own wording
+            # (pyxds names the address its way); the form is what is compared
+            text = text.replace(err.details(), "<details>")
+            return (debug == f"{err.code().name}:{err.details()}", text)
+        return ("ok",)
+
+    def scenario(kind: str) -> list:
+        out = []
+        with _make(kind, dead) as ch:
+            uu = ch.unary_unary(f"/{S}/UU")
+            out.append(view(lambda: uu(b"", timeout=0.1, wait_for_ready=True)))
+            out.append(view(lambda: uu.future(b"", timeout=0.1, wait_for_ready=True).result(5)))
+            out.append(view(lambda: uu(b"", timeout=5)))
+            out.append(view(lambda: list(ch.unary_stream(f"/{S}/US")(b"", timeout=5))))
+        with _make(kind, server.address) as ch:
+            f = ch.unary_unary(f"/{S}/Sleep").future(b"2", timeout=5)
+            time.sleep(0.05)
+        out.append(view(lambda: f.result(5)))
+        return out
+
+    got = {kind: scenario(kind) for kind in KINDS}
+    assert got["pyxds"] == got["grpcio"]
+    assert got["grpcio"][0] == (
+        True,
+        "<_InactiveRpcError of RPC that terminated with:\n"
+        "\tstatus = StatusCode.DEADLINE_EXCEEDED\n"
+        '\tdetails = "<details>"\n'
+        '\tdebug_error_string = "DEADLINE_EXCEEDED:<details>"\n>',
+    )
