@@ -839,3 +839,122 @@ def test_errors_the_channel_makes_print_and_debug_like_grpcios(server, ports):
         '\tdetails = "<details>"\n'
         '\tdebug_error_string = "DEADLINE_EXCEEDED:<details>"\n>',
     )
+
+
+_BLOCKED_CHILD = r"""
+import itertools, sys
+import grpc
+kind, scenario, target = sys.argv[1:4]
+if kind == "grpcio":
+    ch = grpc.insecure_channel(target)
+else:
+    import pyxds
+    ch = pyxds.insecure_channel("static:///" + target)
+S = "/pyxds.test.Hang/"
+if scenario == "unary_unary":
+    pending = ch.unary_unary(S + "Hang").future(b"r")
+    ch.unary_unary(S + "Hang").with_call(b"r")
+elif scenario == "partial_unary_stream":
+    for _ in ch.unary_stream(S + "PartialStream")(b"r"):
+        pass
+elif scenario == "stream_unary":
+    pending = ch.stream_unary(S + "HangStream").future(itertools.repeat(b"r"))
+    ch.stream_unary(S + "HangStream").with_call(iter([b"r"] * 10))
+elif scenario == "partial_stream_stream":
+    for _ in ch.stream_stream(S + "PartialChat")(itertools.repeat(b"r")):
+        pass
+"""
+
+
+def test_ctrl_c_ends_a_program_blocked_in_any_call_kind(tmp_path):
+    """grpc/grpc tests/unit/_exit_test.py with _exit_scenarios.py
+    (in_flight_unary_unary_call, in_flight_partial_unary_stream_call,
+    in_flight_stream_unary_call, in_flight_partial_stream_stream_call): a
+    program blocked in a call to a server that never answers ends on SIGINT
+    with KeyboardInterrupt, at once.  grpcio 1.85 runs the unary-unary case
+    alongside as the reference (it hangs on the full, never-answered
+    stream-stream case with an endless request iterator, which pyxds ends:
+    not replayed, a case grpcio fails)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    release = threading.Event()
+    arrived: queue.Queue = queue.Queue()
+
+    def hang(request: Any, ctx: grpc.ServicerContext) -> bytes:
+        arrived.put(1)
+        release.wait(10)
+        return b""
+
+    def hang_stream(requests: Iterator[bytes], ctx: grpc.ServicerContext) -> bytes:
+        next(requests)
+        return hang(None, ctx)
+
+    def partial_stream(request: bytes, ctx: grpc.ServicerContext) -> Iterator[bytes]:
+        yield b"x"
+        yield b"x"
+        hang(None, ctx)
+
+    def partial_chat(requests: Iterator[bytes], ctx: grpc.ServicerContext) -> Iterator[bytes]:
+        yield next(requests)
+        yield next(requests)
+        hang(None, ctx)
+
+    handlers = grpc.method_handlers_generic_handler(
+        "pyxds.test.Hang",
+        {
+            "Hang": grpc.unary_unary_rpc_method_handler(hang),
+            "HangStream": grpc.stream_unary_rpc_method_handler(hang_stream),
+            "PartialStream": grpc.unary_stream_rpc_method_handler(partial_stream),
+            "PartialChat": grpc.stream_stream_rpc_method_handler(partial_chat),
+        },
+    )
+    pool = futures.ThreadPoolExecutor(16)
+    srv = grpc.server(pool, handlers=(handlers,), options=[EXCLUSIVE])
+    port = srv.add_insecure_port("127.0.0.1:0")
+    srv.start()
+    script = tmp_path / "blocked.py"
+    script.write_text(_BLOCKED_CHILD)
+    runs = [("grpcio", "unary_unary")] + [
+        ("pyxds", s)
+        for s in ("unary_unary", "partial_unary_stream", "stream_unary", "partial_stream_stream")
+    ]
+    # the calls each program leaves at the server (a pending future too)
+    expected = {"unary_unary": 2, "stream_unary": 2}
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    procs = []
+    try:
+        for kind, scenario in runs:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(script), kind, scenario, f"127.0.0.1:{port}"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                )
+            )
+        for _ in range(sum(expected.get(s, 1) for _, s in runs)):
+            arrived.get(timeout=15)  # every program is blocked in its call
+        time.sleep(0.05)  # from the server's handler back to the blocked read
+        start = time.monotonic()
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        ended = []
+        for (kind, scenario), proc in zip(runs, procs, strict=True):
+            _, err = proc.communicate(timeout=5)
+            ended.append((kind, scenario, proc.returncode, err.strip().splitlines()[-1:]))
+        took = time.monotonic() - start
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        release.set()
+        srv.stop(0).wait(5)
+        pool.shutdown(wait=False)
+    interrupted = (-signal.SIGINT, ["KeyboardInterrupt"])
+    assert [(k, s, *interrupted) for k, s in runs] == ended
+    assert took < 2
