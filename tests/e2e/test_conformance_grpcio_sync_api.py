@@ -97,6 +97,12 @@ def _details(request: bytes, ctx: grpc.ServicerContext) -> bytes:
     ctx.abort(grpc.StatusCode.UNKNOWN, request.decode())
 
 
+def _endless(request: bytes, ctx: grpc.ServicerContext) -> Iterator[bytes]:
+    while ctx.is_active():
+        yield b"more"
+        time.sleep(0.01)
+
+
 def _sleep(request: bytes, ctx: grpc.ServicerContext) -> bytes:
     time.sleep(float(request))
     return b"slept"
@@ -113,6 +119,7 @@ class _Server:
                 "SS": grpc.stream_stream_rpc_method_handler(_ss),
                 "Details": grpc.unary_unary_rpc_method_handler(_details),
                 "Sleep": grpc.unary_unary_rpc_method_handler(_sleep),
+                "Endless": grpc.unary_stream_rpc_method_handler(_endless),
             },
         )
         self._pool = futures.ThreadPoolExecutor(16)
@@ -958,3 +965,44 @@ def test_ctrl_c_ends_a_program_blocked_in_any_call_kind(tmp_path):
     interrupted = (-signal.SIGINT, ["KeyboardInterrupt"])
     assert [(k, s, *interrupted) for k, s in runs] == ended
     assert took < 2
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("single_threaded", [False, True], ids=["default", "single_threaded"])
+def test_a_cancelled_response_stream_reads_cancelled_at_once_like_grpcio(server, single_threaded):
+    """grpc/grpc tests/unit/_rpc_part_2_test.py
+    testCancelledUnaryRequestStreamResponse (and grpcio's
+    ``grpc.experimental.ChannelOptions.SingleThreadedUnaryStream``, whose
+    calls run no callbacks until read): after ``cancel()`` the next read
+    raises the stream itself, CANCELLED "Locally cancelled by
+    application!", and its code/details/trailing metadata answer at once
+    (a hang fails the test by its timeout)."""
+    import grpc.experimental
+
+    options = (
+        [(grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)] if single_threaded else []
+    )
+
+    def scenario(ch: grpc.Channel) -> tuple:
+        it = ch.unary_stream(f"/{S}/Endless")(b"", timeout=5)
+        first = next(it)
+        cancelled = it.cancel()
+        # read on this thread: a single-threaded call refuses other readers
+        try:
+            next(it)
+            answer: tuple = ("not raised",)
+        except grpc.RpcError as err:
+            answer = (err is it, err.code(), err.details(), err.trailing_metadata())
+        return first, cancelled, answer, it.done(), it.cancelled()
+
+    got = {}
+    for kind in KINDS:
+        with _make(kind, server.address, options=options) as ch:
+            got[kind] = scenario(ch)
+    assert got["pyxds"] == got["grpcio"]
+    assert got["grpcio"][2] == (
+        True,
+        grpc.StatusCode.CANCELLED,
+        "Locally cancelled by application!",
+        (),
+    )

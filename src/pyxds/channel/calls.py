@@ -538,7 +538,7 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
 
     def _wait_terminated(self, timeout: float | None) -> None:
         with self._cond:
-            if not self._cond.wait_for(lambda: self._terminated, timeout):
+            if not self._cond.wait_for(lambda: self._terminated or self._cancelled_inner, timeout):
                 raise grpc.FutureTimeoutError()
 
     # -- grpc.Future ---------------------------------------------------
@@ -550,9 +550,14 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
             inner = self._inner
         if inner is not None:
             # grpcio's call is over at cancel() (done() says so at once; its
-            # callbacks run when the call's end arrives, as here)
-            self._cancelled_inner = inner.cancel()
-            return self._cancelled_inner
+            # callbacks run when the call's end arrives, as here; a
+            # SingleThreadedUnaryStream call's only when it is read): the
+            # readers waiting for the end read the cancelled call now
+            cancelled: bool = inner.cancel()
+            with self._cond:
+                self._cancelled_inner = cancelled
+                self._cond.notify_all()
+            return cancelled
         # still queued: stop picking and fail it now
         self._stop_picking()
         with self._cond:
