@@ -1006,3 +1006,21 @@ def test_a_cancelled_response_stream_reads_cancelled_at_once_like_grpcio(server,
         "Locally cancelled by application!",
         (),
     )
+
+
+def test_a_failed_future_is_a_pyxds_class_with_grpcios_interfaces(server):
+    """Where pyxds cannot match (docs/differences-from-c-core.md, Channel):
+    grpcio's failed future is its private ``_MultiThreadedRendezvous``,
+    pyxds's a ``FutureCall``; both are grpc.RpcError, grpc.Call and
+    grpc.Future and print the same text."""
+    got = {}
+    for kind in KINDS:
+        with _make(kind, server.address) as ch:
+            f = ch.unary_unary(f"/{S}/UU").future(b"abort", timeout=5)
+            err = f.exception(5)
+            interfaces = [isinstance(err, t) for t in (grpc.RpcError, grpc.Call, grpc.Future)]
+            got[kind] = (type(err).__name__, interfaces, str(err))
+    assert got["grpcio"][0] == "_MultiThreadedRendezvous"
+    assert got["pyxds"][0] == "FutureCall"
+    assert got["pyxds"][1:] == got["grpcio"][1:]
+    assert got["grpcio"][1] == [True, True, True]
