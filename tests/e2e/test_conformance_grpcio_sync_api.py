@@ -97,6 +97,13 @@ def _details(request: bytes, ctx: grpc.ServicerContext) -> bytes:
     ctx.abort(grpc.StatusCode.UNKNOWN, request.decode())
 
 
+def _seen(ctx: grpc.ServicerContext) -> bytes:
+    """The invocation metadata the server got, but the user agent (each
+    stack names itself: test_differential_channel_options.py compares it)."""
+    pairs = [f"{k}={v!r}" for k, v in ctx.invocation_metadata() if k != "user-agent"]
+    return ";".join(pairs).encode()
+
+
 def _endless(request: bytes, ctx: grpc.ServicerContext) -> Iterator[bytes]:
     while ctx.is_active():
         yield b"more"
@@ -120,6 +127,14 @@ class _Server:
                 "Details": grpc.unary_unary_rpc_method_handler(_details),
                 "Sleep": grpc.unary_unary_rpc_method_handler(_sleep),
                 "Endless": grpc.unary_stream_rpc_method_handler(_endless),
+                "SeenUU": grpc.unary_unary_rpc_method_handler(lambda r, c: _seen(c)),
+                "SeenUS": grpc.unary_stream_rpc_method_handler(lambda r, c: iter([_seen(c)])),
+                "SeenSU": grpc.stream_unary_rpc_method_handler(
+                    lambda rs, c: (list(rs), _seen(c))[1]
+                ),
+                "SeenSS": grpc.stream_stream_rpc_method_handler(
+                    lambda rs, c: (list(rs), iter([_seen(c)]))[1]
+                ),
             },
         )
         self._pool = futures.ThreadPoolExecutor(16)
@@ -1024,3 +1039,27 @@ def test_a_failed_future_is_a_pyxds_class_with_grpcios_interfaces(server):
     assert got["pyxds"][0] == "FutureCall"
     assert got["pyxds"][1:] == got["grpcio"][1:]
     assert got["grpcio"][1] == [True, True, True]
+
+
+def test_the_server_sees_the_callers_metadata_from_every_arity_like_grpcio(server):
+    """grpc/grpc tests/unit/_metadata_test.py: the invocation metadata the
+    server receives (repeated keys in order, a binary value, a str value
+    with spaces), from each arity and call form."""
+    md = (("k", "v1"), ("k", "v2"), ("k2-bin", b"\x00\x01\xff"), ("k3", "a b  c"))
+
+    def scenario(ch: grpc.Channel) -> list:
+        uu = ch.unary_unary(f"/{S}/SeenUU")
+        su = ch.stream_unary(f"/{S}/SeenSU")
+        return [
+            uu(b"", metadata=md, timeout=5),
+            uu.with_call(b"", metadata=md, timeout=5)[0],
+            uu.future(b"", metadata=md, timeout=5).result(5),
+            list(ch.unary_stream(f"/{S}/SeenUS")(b"", metadata=md, timeout=5)),
+            su(iter([b""]), metadata=md, timeout=5),
+            su.future(iter([b""]), metadata=md, timeout=5).result(5),
+            list(ch.stream_stream(f"/{S}/SeenSS")(iter([b""]), metadata=md, timeout=5)),
+        ]
+
+    got = _each(server.address, scenario)
+    assert got["pyxds"] == got["grpcio"]
+    assert b"k='v1';k='v2'" in got["grpcio"][0]
