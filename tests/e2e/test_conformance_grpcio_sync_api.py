@@ -1063,3 +1063,34 @@ def test_the_server_sees_the_callers_metadata_from_every_arity_like_grpcio(serve
     got = _each(server.address, scenario)
     assert got["pyxds"] == got["grpcio"]
     assert b"k='v1';k='v2'" in got["grpcio"][0]
+
+
+def test_many_threads_closing_a_channel_at_once_cancel_its_stream_like_grpcio(server):
+    """grpc/grpc tests/unit/_channel_close_test.py
+    test_many_concurrent_closes: eight threads close the channel together
+    while a stream is active; no close raises, the stream ends CANCELLED."""
+
+    def scenario(kind: str) -> tuple:
+        ch = _make(kind, server.address)
+        it = ch.unary_stream(f"/{S}/Endless")(b"")
+        next(it)
+        raised: list[BaseException] = []
+        go = threading.Barrier(8)
+
+        def close() -> None:
+            go.wait(5)
+            try:
+                ch.close()
+            except BaseException as err:  # any raise is the finding
+                raised.append(err)
+
+        threads = [threading.Thread(target=close) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(5)
+        return raised, it.code(), it.details()
+
+    got = {kind: scenario(kind) for kind in KINDS}
+    assert got["pyxds"] == got["grpcio"]
+    assert got["grpcio"][1] is grpc.StatusCode.CANCELLED
