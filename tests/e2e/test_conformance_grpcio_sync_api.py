@@ -1084,11 +1084,11 @@ def test_many_threads_closing_a_channel_at_once_cancel_its_stream_like_grpcio(se
             except BaseException as err:  # any raise is the finding
                 raised.append(err)
 
-        threads = [threading.Thread(target=close) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(5)
+        closers = []
+        while len(closers) < 8:
+            closers.append(threading.Thread(target=close))
+            closers[-1].start()
+        assert all(not (c.join(5) or c.is_alive()) for c in closers)
         return raised, it.code(), it.details()
 
     got = {kind: scenario(kind) for kind in KINDS}
