@@ -192,11 +192,28 @@ class _EndedCall(grpc_generic.CallFuture[Any]):
         return self
 
 
+def _ended_text(kind: str, status: Status) -> str:
+    """How grpcio prints a failed call (``_InactiveRpcError`` for a blocking
+    call's error, ``_MultiThreadedRendezvous`` for a future or a response
+    stream), with its debug_error_string line."""
+    return (
+        f"<{kind} of RPC that terminated with:\n"
+        f'\tstatus = {status.code}\n\tdetails = "{status.details}"\n'
+        f'\tdebug_error_string = "{_debug_text(status)}"\n>'
+    )
+
+
+def _debug_text(status: Status) -> str:
+    """grpcio 1.85's debug_error_string of a call the channel failed:
+    ``CODE:details`` (e.g. "DEADLINE_EXCEEDED:Deadline Exceeded")."""
+    return f"{status.code.name}:{status.details}"
+
+
 class ChannelRpcError(_EndedCall, grpc.RpcError):
     """An RPC failed by the channel, before or instead of a subchannel call."""
 
     def debug_error_string(self) -> str:
-        return f"pyxds: {self._status}"
+        return _debug_text(self._status)
 
     def result(self, timeout: float | None = None) -> NoReturn:
         raise self
@@ -211,10 +228,7 @@ class ChannelRpcError(_EndedCall, grpc.RpcError):
         raise self
 
     def __str__(self) -> str:
-        return (
-            "<_InactiveRpcError of RPC that terminated with:\n"
-            f'\tstatus = {self._status.code}\n\tdetails = "{self._status.details}"\n>'
-        )
+        return _ended_text("_InactiveRpcError", self._status)
 
     __repr__ = __str__
 
@@ -524,7 +538,7 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
 
     def _wait_terminated(self, timeout: float | None) -> None:
         with self._cond:
-            if not self._cond.wait_for(lambda: self._terminated, timeout):
+            if not self._cond.wait_for(lambda: self._terminated or self._cancelled_inner, timeout):
                 raise grpc.FutureTimeoutError()
 
     # -- grpc.Future ---------------------------------------------------
@@ -536,9 +550,14 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
             inner = self._inner
         if inner is not None:
             # grpcio's call is over at cancel() (done() says so at once; its
-            # callbacks run when the call's end arrives, as here)
-            self._cancelled_inner = inner.cancel()
-            return self._cancelled_inner
+            # callbacks run when the call's end arrives, as here; a
+            # SingleThreadedUnaryStream call's only when it is read): the
+            # readers waiting for the end read the cancelled call now
+            cancelled: bool = inner.cancel()
+            with self._cond:
+                self._cancelled_inner = cancelled
+                self._cond.notify_all()
+            return cancelled
         # still queued: stop picking and fail it now
         self._stop_picking()
         with self._cond:
@@ -570,31 +589,26 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
             self._additions = additions_of(self._rpc)
         return self._additions  # type: ignore[return-value]  # False was replaced just above
 
-    def _with_additions(self, err: Any) -> Any:
-        additions = self._response_additions()
-        return err if additions is None else CallWithMetadata(err, additions)
-
     def result(self, timeout: float | None = None) -> _Response:
+        # a failed call raises itself, as grpcio's future does (the
+        # application may compare it with the future; its code, details
+        # and metadata readers are this call's)
         self._wait_terminated(timeout)
         self._raise_if_cancelled()
         if self._error is not None:
-            raise self._error
+            raise self
         try:
             response: _Response = self._inner.result()
-        except grpc.RpcError as err:
-            wrapped = self._with_additions(err)
-            if wrapped is err:
-                raise
-            raise wrapped from None
+        except grpc.RpcError:
+            raise self from None
         return response
 
     def exception(self, timeout: float | None = None) -> Any:
         self._wait_terminated(timeout)
         self._raise_if_cancelled()
         if self._error is not None:
-            return self._error
-        err = self._inner.exception()
-        return err if err is None else self._with_additions(err)
+            return self
+        return None if self._inner.exception() is None else self
 
     def traceback(self, timeout: float | None = None) -> Any:
         self._wait_terminated(timeout)
@@ -674,18 +688,22 @@ class StreamingCall(DeferredCall[_Response], grpc_generic.CallIterator[_Response
         return self
 
     def __next__(self) -> _Response:
-        inner = self._wait_started()
+        # a failed stream raises itself, as grpcio's response iterator does
+        try:
+            inner = self._wait_started()
+        except ChannelRpcError:
+            raise self from None
         while True:
             try:
                 response = next(inner)
             except grpc.RpcError as err:
                 if self._ended(inner, status_of(err)) is None:
-                    wrapped = self._with_additions(err)
-                    if wrapped is err:
-                        raise
-                    raise wrapped from None
+                    raise self from None
                 # retried: the next attempt's call takes over
-                inner = self._wait_started(after=inner)
+                try:
+                    inner = self._wait_started(after=inner)
+                except ChannelRpcError:
+                    raise self from None
                 continue
             if not self._rpc.committed:
                 self._rpc.commit()  # a response: never retried from now on
@@ -695,11 +713,14 @@ class StreamingCall(DeferredCall[_Response], grpc_generic.CallIterator[_Response
     next = __next__
 
     def __str__(self) -> str:
+        # the channel's status first: it may reword the attempt's
+        # (unary_status: "Channel closed!" over the subchannel call's
+        # "Stream removed (...)", as grpcio words a unary call's)
+        if self._error is not None:
+            return _ended_text("_MultiThreadedRendezvous", self._error._status)
         inner = self._inner
         if inner is not None:
             return str(inner)
-        if self._error is not None:
-            return str(self._error)
         return "<pyxds StreamingCall (pick pending)>"
 
 
@@ -709,11 +730,14 @@ class FutureCall(DeferredCall[_Response]):
     _unary_response = True
 
     def __str__(self) -> str:
+        # the channel's status first: it may reword the attempt's
+        # (unary_status: "Channel closed!" over the subchannel call's
+        # "Stream removed (...)", as grpcio words a unary call's)
+        if self._error is not None:
+            return _ended_text("_MultiThreadedRendezvous", self._error._status)
         inner = self._inner
         if inner is not None:
             return str(inner)
-        if self._error is not None:
-            return str(self._error)
         return "<pyxds FutureCall (pick pending)>"
 
 
