@@ -679,3 +679,30 @@ def test_write_calls_that_end_leave_no_task_behind_like_grpc_aio(address):
     got = run_both(address, scenario)
     assert got["grpcio"][1] == []
     assert got["pyxds"] == got["grpcio"]
+
+
+def test_an_error_the_channel_makes_debugs_like_grpc_aio() -> None:
+    """grpc/grpc tests_aio/unit/call_test.py reads ``debug_error_string()``
+    of failed calls: for one its channel failed itself (the deadline of a
+    wait_for_ready RPC to an address nobody listens on, so no transport
+    call ever began), grpc.aio 1.85 gives ``CODE:details``; pyxds.aio gave
+    "pyxds: ..." (the sync channel's form is held by
+    test_conformance_grpcio_sync_api.py)."""
+    dead = f"127.0.0.1:{closed_port()}"
+
+    async def one(make) -> tuple:
+        channel = make()
+        try:
+            await channel.unary_unary(f"/{SERVICE}/Echo")(b"", timeout=0.2, wait_for_ready=True)
+        except grpc.aio.AioRpcError as err:
+            return err.code(), err.debug_error_string()
+        finally:
+            await channel.close()
+        return ("ok",)
+
+    got = {name: asyncio.run(one(make)) for name, make in channels(dead).items()}
+    assert got["grpcio"] == (
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        "DEADLINE_EXCEEDED:Deadline Exceeded",
+    )
+    assert_same(got)

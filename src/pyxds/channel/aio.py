@@ -82,8 +82,15 @@ ReadResult = object
 
 
 def _error(status: Status) -> grpc.aio.AioRpcError:
+    """An error the channel makes itself, its ``debug_error_string`` as
+    grpc.aio's for one its channel made (``CODE:details``, e.g.
+    "DEADLINE_EXCEEDED:Deadline Exceeded"; the sync channel's alike)."""
     return grpc.aio.AioRpcError(
-        status.code, grpc.aio.Metadata(), grpc.aio.Metadata(), status.details, f"pyxds: {status}"
+        status.code,
+        grpc.aio.Metadata(),
+        grpc.aio.Metadata(),
+        status.details,
+        f"{status.code.name}:{status.details}",
     )
 
 
