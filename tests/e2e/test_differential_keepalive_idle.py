@@ -238,11 +238,13 @@ def test_keepalive_fails_rpcs_in_flight_on_every_silent_endpoint(server):
         try:
             client.calls(SLEEP, b"0", n=2)  # both endpoints connected
             box: dict[str, list[dict]] = {}
+            seen = sum(len(b.peers) for b in backends)
             caller = threading.Thread(
                 target=lambda: box.setdefault("r", client.calls(SLEEP, b"8", n=2, timeout=15))
             )
             caller.start()
-            time.sleep(0.5)  # both RPCs sent
+            # both RPCs reached their backends (each records its caller first)
+            assert wait_until(lambda: sum(len(b.peers) for b in backends) >= seen + 2, 5)
             for proxy in proxies:
                 proxy.freeze_all()
             caller.join(30)
@@ -479,7 +481,12 @@ def test_a_goaway_on_an_idle_connection_is_idle_not_failure(server, policy):
         try:
             assert "ok" in client.calls(WHO_AM_I)[0]
             assert wait_until(lambda: proxy.ended, 5)  # the GOAWAY, ~0.3 s
-            time.sleep(1.0)  # a sync channel sees an unused connection's loss within ~0.25 s
+            # the channel has seen the connection's end: pick_first's channel
+            # goes IDLE, round_robin reconnects the endpoint at once
+            if policy == "pick_first":
+                assert wait_until(lambda: client.state() == "IDLE", 5), client.state()
+            else:
+                assert wait_until(lambda: len(proxy.opened) >= 2, 5), proxy.opened
             states = set()
             for _ in range(10):
                 states.add(client.state())
