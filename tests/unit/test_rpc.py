@@ -357,3 +357,27 @@ def test_counting_serializers_wrap_the_users_and_count_serialized_bytes():
     assert serialize("hello") == b"hello"
     assert deserialize(b"hi!") == "hi!"
     assert sizes == [5, 3]
+
+
+def test_rpc_counts_are_read_without_itertools_pickling():
+    """The channel's RPC counters (idleness, ``active_calls``) are read from
+    the counter's ``repr`` (``count(N)``): itertools' ``__reduce__`` warns
+    from Python 3.12 on and is gone in 3.14.  A counter whose ``__reduce__``
+    is gone is still read (the old reader failed on it)."""
+    import itertools
+
+    from pyxds.channel.core import _count_of
+
+    counter = itertools.count(1)
+    for _ in range(1234):
+        next(counter)
+    assert _count_of(counter) == 1234
+
+    class Unpicklable:
+        def __repr__(self) -> str:
+            return repr(counter)
+
+        def __reduce__(self):
+            raise TypeError("itertools.count has no __reduce__ (Python 3.14)")
+
+    assert _count_of(Unpicklable()) == 1234  # type: ignore[arg-type]

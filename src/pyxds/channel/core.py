@@ -735,8 +735,10 @@ callbacks queued before it)."""
 
 
 def _count_of(counter: itertools.count[int]) -> int:
-    """How many times ``next(counter)`` was called (counters start at 1)."""
-    return int(counter.__reduce__()[1][0]) - 1
+    """How many times ``next(counter)`` was called (counters start at 1),
+    read from its ``repr`` (``count(N)``, N the next value): itertools'
+    ``__reduce__`` is deprecated since Python 3.12 and gone in 3.14."""
+    return int(repr(counter)[6:-1]) - 1
 
 
 _DEADLINE_CLOCK = RealClock()
