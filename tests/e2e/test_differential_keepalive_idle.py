@@ -242,9 +242,13 @@ def test_keepalive_fails_rpcs_in_flight_on_every_silent_endpoint(server):
             caller = threading.Thread(
                 target=lambda: box.setdefault("r", client.calls(SLEEP, b"8", n=2, timeout=15))
             )
+            started = time.monotonic()
             caller.start()
             # both RPCs reached their backends (each records its caller first)
             assert wait_until(lambda: sum(len(b.peers) for b in backends) >= seen + 2, 5)
+            # and the peers go silent half a second into them (the scenario:
+            # the 1.5 s lower bound below counts from the RPCs' start)
+            time.sleep(max(0.0, started + 0.5 - time.monotonic()))
             for proxy in proxies:
                 proxy.freeze_all()
             caller.join(30)
