@@ -111,8 +111,9 @@ def test_route_action_outcome_agrees_with_c_core(setup, case):
 
 @pytest.mark.parametrize("case", list(SPLIT))
 def test_weighted_split_agrees_with_c_core(setup, case):
-    """400 RPCs each; the share on a0 within 0.08 of the weights' (and so of
-    each other)."""
+    """400 RPCs each; the share on a0 within 0.12 of the weights' (five
+    standard deviations of 400 draws at 1/3: a false alarm about once in a
+    million runs; 0.08, 3.4 of them, failed once in CI with 169 of 400)."""
     core, channel = setup
     target = f"xds:///{case}"
     share = SPLIT[case][1]
@@ -120,4 +121,4 @@ def test_weighted_split_agrees_with_c_core(setup, case):
     assert wait_until(lambda: set(pyxds_calls(ours, 20, timeout=5)) == {"a0", "b0"}, 15)
     for counts in (pyxds_calls(ours, 400, timeout=5), core.call(400, target=target, timeout=5)):
         assert set(counts) == {"a0", "b0"}, counts
-        assert abs(counts["a0"] / 400 - share) < 0.08, counts
+        assert abs(counts["a0"] / 400 - share) < 0.12, counts

@@ -248,7 +248,11 @@ def test_every_retry_attempt_of_a_session_goes_to_its_endpoint_in_both(server, b
     server.set_snapshot(snapshot(backends, "v-retry", routes=routes, c1=("b0", "b1")))
     channel, core = clients("ssa-retry")
     for client in ("pyxds", "core"):
-        assert {r for r, _, _ in calls(client, channel, core, 4)} == {"b0", "b1"}, client
+        # both endpoints READY in each client (round robin serves only READY
+        # ones: a first call can come while one is still connecting)
+        assert wait_until(
+            lambda c=client: {r for r, _, _ in calls(c, channel, core, 4)} == {"b0", "b1"}, 15
+        ), client
     pinned = cookie_for(backends["b1"].address)
 
     def failing(client: str, metadata) -> tuple[str, list, list, dict[str, int]]:
