@@ -34,6 +34,7 @@ from pyxds.channel.grpc_aio_unary import LeanAioUnaryUnary
 from pyxds.channel.grpc_calls import (
     GrpcMethod,
     call_metadata,
+    stream_status,
     unary_status,
 )
 from pyxds.channel.loop_inbox import LoopInbox
@@ -58,7 +59,6 @@ if TYPE_CHECKING:  # the bootstrap loads the xDS resource types: only an xds: ta
 
 _CANCELLED = CANCELLED
 #: C-core's words for a deadline met by the transport (retry filter off)
-_STREAM_DEADLINE = "Stream removed (Deadline Exceeded)"
 #: the Cython status code of OK (what a grpc.aio call's own status holds)
 _CYGRPC_OK = next(
     k for k, v in _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE.items() if v is grpc.StatusCode.OK
@@ -839,19 +839,11 @@ class AioStreamResponseCall(
         self._task = self._open_task(delay)
 
     def _map_status(self, status: Status) -> Status:
-        """A deadline that came before the response headers, worded as
-        grpcio's own channel words it: C-core's retry filter (on in a grpcio
-        channel, off in the subchannels' channels) ends an uncommitted call
-        DEADLINE_EXCEEDED "Deadline Exceeded"; once headers arrived the
-        transport's "Stream removed (Deadline Exceeded)" stands (grpcio
-        1.85, live: tests/e2e/test_conformance_grpcio_aio_channel.py).  A
-        failure path only."""
-        if status.details == _STREAM_DEADLINE and not self._rpc.committed:
-            inner = self._inner
-            cython_call = getattr(inner, "_cython_call", None)
-            if not getattr(cython_call, "_initial_metadata", None):
-                return DEADLINE_EXCEEDED
-        return status
+        """A deadline before the response headers, worded as grpcio's own
+        channel words it (:func:`~pyxds.channel.grpc_calls.stream_status`)."""
+        cython_call = getattr(self._inner, "_cython_call", None)
+        headers = bool(getattr(cython_call, "_initial_metadata", None))
+        return stream_status(status, self._rpc.committed, headers)
 
     def _raised(self, err: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
         raised = _AioCall._raised(self, err)

@@ -37,6 +37,7 @@ from pyxds.channel.grpc_calls import (
     SERIALIZE_FAILED,
     GrpcMethod,
     call_metadata,
+    stream_status,
     unary_status,
 )
 from pyxds.channel.request_buffer import (
@@ -485,6 +486,14 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
                     self._error = ChannelRpcError(
                         worded, inner.initial_metadata(), inner.trailing_metadata()
                     )
+        else:
+            # the stream's response headers, read without waiting: this is
+            # grpcio's callback thread, which would deliver them (None: none)
+            headers = getattr(getattr(inner, "_state", None), "initial_metadata", None)
+            worded = stream_status(status, self._rpc.committed, bool(headers))
+            if worded is not status:
+                with self._cond:
+                    self._error = ChannelRpcError(worded, (), inner.trailing_metadata())
         self._terminate()
 
     def _fail(self, status: Status) -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "GrpcMethod",
     "call_metadata",
     "trailing_metadata_of",
+    "stream_status",
     "unary_status",
 ]
 
@@ -61,11 +62,12 @@ SERIALIZE_FAILED = Status(grpc.StatusCode.INTERNAL, "Exception serializing reque
 NO_REQUEST: Any = object()
 
 DEADLINE_EXCEEDED = Status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+_STREAM_DEADLINE = "Stream removed (Deadline Exceeded)"
 #: a unary call's end as C-core words it on a channel without its retry
 #: filter (the subchannels' grpcio channels have retries off), and as
 #: grpcio's own channel words it
 _GRPCIO_WORDS = {
-    (grpc.StatusCode.DEADLINE_EXCEEDED, "Stream removed (Deadline Exceeded)"): DEADLINE_EXCEEDED,
+    (grpc.StatusCode.DEADLINE_EXCEEDED, _STREAM_DEADLINE): DEADLINE_EXCEEDED,
     (grpc.StatusCode.CANCELLED, "Stream removed (Channel closed!)"): Status(
         grpc.StatusCode.CANCELLED, "Channel closed!"
     ),
@@ -79,6 +81,20 @@ def unary_status(status: Status) -> Status:
     calls share this one rule; streams keep C-core's words, as grpcio)."""
     if status.details.startswith("Stream removed ("):
         return _GRPCIO_WORDS.get((status.code, status.details), status)
+    return status
+
+
+def stream_status(status: Status, committed: bool, headers: bool) -> Status:
+    """``status`` of a response-streaming call as grpcio's own channel words
+    it: C-core's retry filter (on in a grpcio channel, off in the
+    subchannels' channels) ends a call its deadline caught before any
+    response header (``headers``) or message (``committed``)
+    DEADLINE_EXCEEDED "Deadline Exceeded"; once they arrived the transport's
+    "Stream removed (Deadline Exceeded)" stands (grpcio 1.85, live, sync and
+    aio: tests/e2e/test_conformance_grpcio_sync_api.py and
+    test_conformance_grpcio_aio_channel.py).  A failure path only."""
+    if not committed and not headers and status.details == _STREAM_DEADLINE:
+        return DEADLINE_EXCEEDED
     return status
 
 
