@@ -69,6 +69,7 @@ if TYPE_CHECKING:  # subchannel.py imports this module: no runtime import back
 
 from pyxds.channel import grpc_aio_twin
 from pyxds.lb.api import ConnectivityState, Status
+from pyxds.lb.unwatch import slot_add, slot_items, slot_remove
 from pyxds.xds import stream_loop
 from pyxds.xds.backoff import ExponentialBackoff
 
@@ -157,13 +158,7 @@ class OobStream:
         self, period: float, fn: Watcher, on_unimplemented: Unimplemented | None = None
     ) -> Callable[[], None]:
         subscription = _Subscription(self, max(0.0, float(period)), fn, on_unimplemented)
-        watchers = self._watchers
-        if watchers is None:
-            self._watchers = subscription
-        elif isinstance(watchers, tuple):
-            self._watchers = (*watchers, subscription)
-        else:
-            self._watchers = (watchers, subscription)
+        self._watchers = slot_add(self._watchers, subscription)
         if on_unimplemented is not None and self._unimplemented:
             on_unimplemented(self._unimplemented_details)
         if self._unwatch_core is None:
@@ -173,12 +168,10 @@ class OobStream:
         return subscription
 
     def _remove(self, subscription: _Subscription) -> None:
-        subscriptions = self._subscriptions()
-        if subscription not in subscriptions:
+        if subscription not in self._subscriptions():
             return
-        rest = tuple(s for s in subscriptions if s is not subscription)
-        self._watchers = None if not rest else rest[0] if len(rest) == 1 else rest
-        if rest:
+        self._watchers = slot_remove(self._watchers, subscription)
+        if self._watchers is not None:
             self._refresh()
             return
         self._stop()
@@ -206,10 +199,7 @@ class OobStream:
         return min(watch.period for watch in self._subscriptions())
 
     def _subscriptions(self) -> tuple[_Subscription, ...]:
-        watchers = self._watchers
-        if watchers is None:
-            return ()
-        return watchers if isinstance(watchers, tuple) else (watchers,)
+        return slot_items(self._watchers)
 
     # -- subchannel state -----------------------------------------------------
     def _on_state(self, state: ConnectivityState, status: Status) -> None:

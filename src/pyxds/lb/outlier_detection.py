@@ -105,7 +105,7 @@ from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
 from pyxds.lb.errors import LBConfigError, describe, expect_object, expect_uint32, field_path
 from pyxds.lb.registry import PolicySelection
 from pyxds.lb.timer_slot import TimerSlot
-from pyxds.lb.unwatch import Watched
+from pyxds.lb.unwatch import Watched, slot_add, slot_items, slot_remove
 
 __all__ = [
     "NAME",
@@ -300,22 +300,16 @@ class EndpointState:
     @property
     def wrappers(self) -> tuple[OutlierDetectionSubchannel, ...]:
         """The wrappers attached to this entry (a snapshot)."""
-        wrappers = self._wrappers
-        if wrappers is None:
-            return ()
-        return wrappers if isinstance(wrappers, tuple) else (wrappers,)
+        return slot_items(self._wrappers)
 
     def attach(self, wrapper: OutlierDetectionSubchannel) -> None:
         """Attach ``wrapper`` (once)."""
-        wrappers = self.wrappers
-        if wrapper in wrappers:
-            return
-        self._wrappers = (*wrappers, wrapper) if wrappers else wrapper
+        if wrapper not in self.wrappers:
+            self._wrappers = slot_add(self._wrappers, wrapper)
 
     def detach(self, wrapper: OutlierDetectionSubchannel) -> None:
         """Detach ``wrapper`` if attached."""
-        rest = tuple(w for w in self.wrappers if w is not wrapper)
-        self._wrappers = None if not rest else rest[0] if len(rest) == 1 else rest
+        self._wrappers = slot_remove(self._wrappers, wrapper)
 
     @property
     def ejected(self) -> bool:
