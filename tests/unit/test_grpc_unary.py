@@ -87,3 +87,48 @@ def test_grpc_aio_multicallables_are_left_alone(fresh):
             await channel.close()
 
     asyncio.run(main())
+
+
+@needs_checked_grpcio
+def test_a_lean_call_made_from_its_channel_takes_what_grpcio_would_give_it(fresh):
+    """lean_on (a transport's cached unary method) reads what grpcio's own
+    unregistered multicallable holds, without making one (issue 18: ~650
+    bytes per endpoint) until a call it does not take needs it: then once."""
+    channel = grpc.insecure_channel("127.0.0.1:1")
+    made: list = []
+    real = channel.unary_unary
+
+    def counting_unary_unary(*args, **kwargs):
+        made.append(args)
+        return real(*args, **kwargs)
+
+    channel.unary_unary = counting_unary_unary  # type: ignore[method-assign]
+    try:
+
+        def ser(r):
+            return b""
+
+        def deser(b):
+            return b
+
+        lean = grpc_unary.lean_on(channel, "/s/m", ser, deser)
+        eager = grpc_unary.lean(real("/s/m", ser, deser))
+        assert isinstance(lean, grpc_unary.LeanUnaryUnary) and made == []
+        for name in ("_method", "_context", "_handle", "_serializer", "_deserializer"):
+            assert getattr(lean, name) == getattr(eager, name), name
+        assert lean._call_on == eager._call_on  # the same C-core channel's
+        future = lean.future(b"", timeout=0.01)  # a call it does not take
+        with pytest.raises(grpc.RpcError):
+            future.result()
+        lean.future(b"", timeout=0.01).exception()
+        assert made == [("/s/m", ser, deser)]  # made once, then kept
+    finally:
+        channel.close()
+
+
+def test_a_lean_call_on_another_channel_is_grpcios_own(fresh):
+    class Fake:
+        def unary_unary(self, *args):
+            return ("plain", args)
+
+    assert grpc_unary.lean_on(Fake(), "/s/m", None, None) == ("plain", ("/s/m", None, None))  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import random
+import tracemalloc
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -224,7 +225,7 @@ def _tracked() -> int:
     return len(gc.get_objects())
 
 
-def test_an_endpoint_keeps_at_most_29_gc_tracked_objects_in_the_lb_tree() -> None:
+def test_an_endpoint_keeps_at_most_28_gc_tracked_objects_in_the_lb_tree() -> None:
     """cds -> ... -> round_robin -> pick_first, READY, per endpoint: every
     layer's objects, FakeSubchannel's own included (issue 18: a full
     collection walks each of them; 39 here before pick_first's entries and
@@ -233,7 +234,8 @@ def test_an_endpoint_keeps_at_most_29_gc_tracked_objects_in_the_lb_tree() -> Non
     locality share one attributes mapping and one view of it per level; 30
     since the outlier_detection and override_host wrappers keep their one
     watcher without a list; 29 since outlier_detection and round_robin key
-    an endpoint by one shared address set)."""
+    an endpoint by one shared address set; 28 since outlier_detection keeps
+    an endpoint's one wrapper without a set)."""
     _cds_tree(25)[1].shutdown()  # one-time caches and registrations first
     start = _tracked()
     small = _cds_tree(25)  # a tree's own objects + 100 endpoints'
@@ -242,7 +244,31 @@ def test_an_endpoint_keeps_at_most_29_gc_tracked_objects_in_the_lb_tree() -> Non
     with_both = _tracked()
     per_endpoint = ((with_both - with_small) - (with_small - start)) / 1000
     assert isinstance(large[0].pick(), PickComplete)
-    assert per_endpoint <= 29.5, per_endpoint
+    assert per_endpoint <= 28.5, per_endpoint
+    for _helper, policy in (small, large):
+        policy.shutdown()
+
+
+def test_an_endpoint_keeps_at_most_3_6_kb_of_python_objects_in_the_lb_tree() -> None:
+    """The same tree's bytes per endpoint (tracemalloc; issue 18, memory per
+    endpoint): ~3.86 KB before outlier_detection dropped its set per
+    endpoint and pick_first its dict of one address; ~3.5 KB after."""
+    _cds_tree(25)[1].shutdown()  # one-time caches and registrations first
+    gc.collect()
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        small = _cds_tree(25)
+        gc.collect()
+        with_small = tracemalloc.get_traced_memory()[0]
+        large = _cds_tree(125)  # 500 endpoints: 400 more than the small tree
+        gc.collect()
+        with_both = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    per_endpoint = ((with_both - with_small) - (with_small - start)) / 400
+    assert isinstance(large[0].pick(), PickComplete)
+    assert per_endpoint <= 3600, per_endpoint
     for _helper, policy in (small, large):
         policy.shutdown()
 

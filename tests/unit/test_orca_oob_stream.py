@@ -206,6 +206,26 @@ def test_close_cancels_the_call_and_forgets_watchers(calls):
     assert calls.live == [] and core._watchers == []
 
 
+def test_a_subscription_leaves_once_and_the_others_keep_their_order(calls):
+    """Subscribers are kept without a dict (issue 18): each subscription is
+    its own, even for one function twice; leaving twice leaves once; the
+    others hear every report in the order they subscribed."""
+    core = FakeCore_for(calls)
+    stream = orca_oob.OobStream(core)
+    heard: list = []
+    first = stream.add(1.0, lambda r: heard.append("a"))
+    middle = stream.add(2.0, lambda r: heard.append("b"))
+    stream.add(3.0, lambda r: heard.append("a again"))
+    middle()
+    middle()
+    calls.live[0]["report"](OrcaLoadReport(cpu_utilization=0.5))
+    assert heard == ["a", "a again"]
+    first()
+    assert [c["period"] for c in calls.live] == [3.0]  # the call follows the one left
+    calls.live[0]["report"](OrcaLoadReport(cpu_utilization=0.5))
+    assert heard == ["a", "a again", "a again"]
+
+
 # -- the side connection of a sync subchannel (no thread per stream) ---------
 
 

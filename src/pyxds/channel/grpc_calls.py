@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from pyxds.channel.call_metrics import counting
-from pyxds.channel.grpc_unary import lean
+from pyxds.channel.grpc_unary import lean_on
 from pyxds.channel.request_buffer import Replay
 from pyxds.status import Status
 
@@ -109,12 +109,12 @@ def _make(transport: Transport, kind: str, method: str, ser: Any, deser: Any) ->
     A unary-unary one is called the lean way: sync (:mod:`grpc_unary`) and
     grpc.aio (:mod:`grpc_aio_unary`).
     """
+    if kind == "unary_unary" and not transport.runs_on_event_loop:
+        return lean_on(transport.channel, method, ser, deser)
     mc = getattr(transport.channel, kind)(method, ser, deser)
     if kind != "unary_unary":
         return mc
-    if transport.runs_on_event_loop:
-        return (_aio_lean or _load_aio_lean())(mc)
-    return lean(mc)
+    return (_aio_lean or _load_aio_lean())(mc)
 
 
 #: :func:`pyxds.channel.grpc_aio_unary.lean`, loaded with the first grpc.aio

@@ -67,7 +67,7 @@ _log = logging.getLogger(__name__)
 
 #: fingerprints (:func:`fingerprint`) of the grpcio sources checked
 VERIFIED = {
-    "c40191b0f2a36d89d7567be391fa833f934b10b0a0c286a11f0e4588a6eb6521": "grpcio 1.85.3",
+    "383d65d5257174a427b5480bbeb2b3208e1508091914fc510138734106e71ae6": "grpcio 1.85.3",
 }
 
 _AVAILABLE: bool | None = None
@@ -82,6 +82,7 @@ def _mirrored() -> list[Any]:
     _observability: Any = importlib.import_module("grpc._observability")
     mc = _channel._UnaryUnaryMultiCallable
     return [
+        _channel.Channel.unary_unary,
         mc.__init__,
         mc._prepare,
         mc._blocking,
@@ -184,12 +185,35 @@ def lean(mc: Any) -> Any:
     return LeanUnaryUnary(mc)
 
 
+def lean_on(
+    channel: grpc.Channel,
+    method: str,
+    serializer: Callable[[Any], bytes] | None,
+    deserializer: Callable[[bytes], Any] | None,
+) -> Any:
+    """``channel.unary_unary(method, serializer, deserializer)`` (not
+    registered), as a :class:`LeanUnaryUnary` that makes that grpcio
+    multicallable only when a call it does not take needs it: a
+    subchannel's transport caches one per method, and grpcio's (its
+    managed-call closure, its dict, the encoded target) was ~650 bytes per
+    endpoint (issue 18, memory per endpoint).  What it takes from the
+    multicallable is what ``Channel.unary_unary`` and its ``__init__`` give
+    an unregistered one (both fingerprinted).  Anything but a sync grpcio
+    channel on a checked grpcio gets the multicallable itself, via
+    :func:`lean`."""
+    if type(channel).__module__ != "grpc._channel" or not available():
+        return lean(channel.unary_unary(method, serializer, deserializer))
+    return LeanUnaryUnary(None, (channel, method, serializer, deserializer))
+
+
 class LeanUnaryUnary:
     """One grpcio unary-unary multicallable, called the lean way (see the
-    module docstring)."""
+    module docstring).  Made from the multicallable, or (:func:`lean_on`)
+    from its channel and method, the multicallable then made on first need."""
 
     __slots__ = (
         "_mc",
+        "_source",
         "_call_on",
         "_method",
         "_context",
@@ -199,16 +223,39 @@ class LeanUnaryUnary:
         "_names",
     )
 
-    def __init__(self, mc: Any) -> None:
+    def __init__(self, mc: Any, source: tuple[Any, str, Any, Any] | None = None) -> None:
+        #: the grpcio multicallable (None until needed, when made from ``source``)
         self._mc = mc
-        self._call_on = mc._channel.segregated_call
-        self._method: bytes = mc._method
-        self._context = mc._context
-        self._handle = mc._registered_call_handle
-        self._serializer: Callable[[Any], bytes] | None = mc._request_serializer
-        self._deserializer: Callable[[bytes], Any] | None = mc._response_deserializer
+        #: (channel, method, serializer, deserializer) it is made from
+        self._source = source
         #: (method, target) as grpcio's state names them (decoded once)
         self._names: tuple[str, str] | None = None
+        if mc is None:
+            assert source is not None
+            # what Channel.unary_unary and _UnaryUnaryMultiCallable.__init__
+            # give an unregistered multicallable
+            channel, method, serializer, deserializer = source
+            self._call_on = channel._channel.segregated_call
+            self._method: bytes = _encode(method)
+            self._context = _build_census_context()
+            self._handle = None
+            self._serializer: Callable[[Any], bytes] | None = serializer
+            self._deserializer: Callable[[bytes], Any] | None = deserializer
+            return
+        self._call_on = mc._channel.segregated_call
+        self._method = mc._method
+        self._context = mc._context
+        self._handle = mc._registered_call_handle
+        self._serializer = mc._request_serializer
+        self._deserializer = mc._response_deserializer
+
+    def _plain(self) -> Any:
+        """grpcio's multicallable (made now if it was not)."""
+        mc = self._mc
+        if mc is None:
+            channel, method, serializer, deserializer = self._source  # type: ignore[misc]
+            mc = self._mc = channel.unary_unary(method, serializer, deserializer)
+        return mc
 
     def __call__(
         self,
@@ -220,7 +267,9 @@ class LeanUnaryUnary:
         compression: grpc.Compression | None = None,
     ) -> Any:
         if credentials is not None or compression is not None or _plugin_registered():
-            return self._mc(request, timeout, metadata, credentials, wait_for_ready, compression)
+            return self._plain()(
+                request, timeout, metadata, credentials, wait_for_ready, compression
+            )
         return self._blocking(request, timeout, metadata, wait_for_ready, False)
 
     def with_call(
@@ -233,13 +282,13 @@ class LeanUnaryUnary:
         compression: grpc.Compression | None = None,
     ) -> Any:
         if credentials is not None or compression is not None or _plugin_registered():
-            return self._mc.with_call(
+            return self._plain().with_call(
                 request, timeout, metadata, credentials, wait_for_ready, compression
             )
         return self._blocking(request, timeout, metadata, wait_for_ready, True)
 
     def future(self, *args: Any, **kwargs: Any) -> Any:
-        return self._mc.future(*args, **kwargs)
+        return self._plain().future(*args, **kwargs)
 
     def _blocking(
         self,
@@ -294,7 +343,7 @@ class LeanUnaryUnary:
         state = _RPCState(_UNARY_UNARY_INITIAL_DUE, None, None, None, None)
         names = self._names
         if names is None:
-            mc = self._mc
+            mc = self._plain()
             names = self._names = (_decode(mc._method), _decode(mc._target))
         state.method, state.target = names
         _handle_event(event, state, deserializer)
@@ -340,6 +389,8 @@ _ReceiveMessage: Any
 _ReceiveStatus: Any
 _observability: Any
 _UnaryUnaryMultiCallable: Any
+_encode: Any
+_build_census_context: Any
 
 
 def _bind() -> None:
@@ -349,7 +400,8 @@ def _bind() -> None:
     global _UNARY_UNARY_INITIAL_DUE, _FLAGS, _serialize, _deserialize, _decode
     global _parent_deadline, _PROPAGATE_DEFAULTS, _CYGRPC_OK, _SendInitialMetadata
     global _SendMessage, _SendClose, _ReceiveInitialMetadata, _ReceiveMessage
-    global _ReceiveStatus, _observability, _UnaryUnaryMultiCallable
+    global _ReceiveStatus, _observability, _UnaryUnaryMultiCallable, _encode
+    global _build_census_context
     channel: Any = importlib.import_module("grpc._channel")
     common: Any = importlib.import_module("grpc._common")
     cygrpc: Any = importlib.import_module("grpc._cython.cygrpc")
@@ -374,6 +426,8 @@ def _bind() -> None:
     _ReceiveStatus = cygrpc.ReceiveStatusOnClientOperation
     _observability = importlib.import_module("grpc._observability")
     _UnaryUnaryMultiCallable = channel._UnaryUnaryMultiCallable
+    _encode = common.encode
+    _build_census_context = cygrpc.build_census_context
 
 
 _INTERNAL = grpc.StatusCode.INTERNAL

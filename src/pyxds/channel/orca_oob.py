@@ -69,6 +69,7 @@ if TYPE_CHECKING:  # subchannel.py imports this module: no runtime import back
 
 from pyxds.channel import grpc_aio_twin
 from pyxds.lb.api import ConnectivityState, Status
+from pyxds.lb.unwatch import slot_add, slot_items, slot_remove
 from pyxds.xds import stream_loop
 from pyxds.xds.backoff import ExponentialBackoff
 
@@ -134,8 +135,10 @@ class OobStream:
         #: made with the first call that ends without a report (one per
         #: endpoint otherwise, for streams that never fail)
         self._backoff: ExponentialBackoff | None = None
-        #: subscription -> (period, watcher, its on_unimplemented)
-        self._watchers: dict[_Subscription, tuple[float, Watcher, Unimplemented | None]] = {}
+        #: the subscriptions, in the order made: None, one (nearly always:
+        #: the endpoint's one policy), or a tuple of two or more (replaced,
+        #: never changed in place; no dict per endpoint, issue 18)
+        self._watchers: _Subscription | tuple[_Subscription, ...] | None = None
         self._unimplemented_details = ""
         self._unwatch_core: Callable[[], None] | None = None
         self._generation = 0
@@ -154,8 +157,8 @@ class OobStream:
     def add(
         self, period: float, fn: Watcher, on_unimplemented: Unimplemented | None = None
     ) -> Callable[[], None]:
-        subscription = _Subscription(self)
-        self._watchers[subscription] = (max(0.0, float(period)), fn, on_unimplemented)
+        subscription = _Subscription(self, max(0.0, float(period)), fn, on_unimplemented)
+        self._watchers = slot_add(self._watchers, subscription)
         if on_unimplemented is not None and self._unimplemented:
             on_unimplemented(self._unimplemented_details)
         if self._unwatch_core is None:
@@ -165,9 +168,10 @@ class OobStream:
         return subscription
 
     def _remove(self, subscription: _Subscription) -> None:
-        if self._watchers.pop(subscription, None) is None:
+        if subscription not in self._subscriptions():
             return
-        if self._watchers:
+        self._watchers = slot_remove(self._watchers, subscription)
+        if self._watchers is not None:
             self._refresh()
             return
         self._stop()
@@ -179,7 +183,7 @@ class OobStream:
     def close(self) -> None:
         """The subchannel shut down: cancel the call, forget every subscriber
         (A51: no need to wait for the call's status)."""
-        self._watchers.clear()
+        self._watchers = None
         self._stop()
         self._close_side()
         unwatch, self._unwatch_core = self._unwatch_core, None
@@ -192,7 +196,10 @@ class OobStream:
         return self._period if self._cancel_call is not None else None
 
     def _wanted_period(self) -> float:
-        return min(watch[0] for watch in self._watchers.values())
+        return min(watch.period for watch in self._subscriptions())
+
+    def _subscriptions(self) -> tuple[_Subscription, ...]:
+        return slot_items(self._watchers)
 
     # -- subchannel state -----------------------------------------------------
     def _on_state(self, state: ConnectivityState, status: Status) -> None:
@@ -268,9 +275,9 @@ class OobStream:
         self._got_report = True
         if self._backoff is not None:
             self._backoff.reset()
-        for _period, fn, _unimplemented in list(self._watchers.values()):
+        for watch in self._subscriptions():
             try:
-                fn(report)
+                watch.fn(report)
             except Exception:
                 _log.exception("pyxds: ORCA OOB watcher raised")
 
@@ -282,8 +289,9 @@ class OobStream:
             self._unimplemented = True
             self._unimplemented_details = details
             self._close_side()
-            told = [watch[2] for watch in self._watchers.values() if watch[2] is not None]
-            if len(told) < len(self._watchers):
+            subscriptions = self._subscriptions()
+            told = [s.on_unimplemented for s in subscriptions if s.on_unimplemented is not None]
+            if len(told) < len(subscriptions):
                 _log.error(
                     "pyxds: %s does not implement OpenRcaService (%s); no out-of-band "
                     "load reports on this connection",
@@ -316,14 +324,24 @@ class OobStream:
 
 
 class _Subscription:
-    """One subscriber of an :class:`OobStream` (its key there); calling it
-    unsubscribes (any thread).  A slotted object, not a closure and a token
-    (issue 18: memory per endpoint)."""
+    """One subscriber of an :class:`OobStream`: its period, watcher and
+    ``on_unimplemented``; calling it unsubscribes (any thread).  A slotted
+    object, not a closure, a token and a tuple in a dict (issue 18: memory
+    per endpoint)."""
 
-    __slots__ = ("_stream",)
+    __slots__ = ("_stream", "period", "fn", "on_unimplemented")
 
-    def __init__(self, stream: OobStream) -> None:
+    def __init__(
+        self,
+        stream: OobStream,
+        period: float,
+        fn: Watcher,
+        on_unimplemented: Unimplemented | None,
+    ) -> None:
         self._stream = stream
+        self.period = period
+        self.fn = fn
+        self.on_unimplemented = on_unimplemented
 
     def __call__(self) -> None:
         stream = self._stream

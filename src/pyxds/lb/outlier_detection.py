@@ -105,7 +105,7 @@ from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
 from pyxds.lb.errors import LBConfigError, describe, expect_object, expect_uint32, field_path
 from pyxds.lb.registry import PolicySelection
 from pyxds.lb.timer_slot import TimerSlot
-from pyxds.lb.unwatch import Watched
+from pyxds.lb.unwatch import Watched, slot_add, slot_items, slot_remove
 
 __all__ = [
     "NAME",
@@ -277,7 +277,7 @@ class EndpointState:
         "failures",
         "ejected_at",
         "multiplier",
-        "wrappers",
+        "_wrappers",
     )
 
     def __init__(self, addresses: frozenset[str], counting: bool = True) -> None:
@@ -291,7 +291,25 @@ class EndpointState:
         self.failures = 0
         self.ejected_at: float | None = None
         self.multiplier = 0
-        self.wrappers: set[OutlierDetectionSubchannel] = set()
+        #: the wrappers of the endpoint's subchannels: None, one (nearly
+        #: always), or a tuple of two or more (no set per endpoint: an empty
+        #: set is ~200 bytes, issue 18)
+        self._wrappers: OutlierDetectionSubchannel | tuple[OutlierDetectionSubchannel, ...] | None
+        self._wrappers = None
+
+    @property
+    def wrappers(self) -> tuple[OutlierDetectionSubchannel, ...]:
+        """The wrappers attached to this entry (a snapshot)."""
+        return slot_items(self._wrappers)
+
+    def attach(self, wrapper: OutlierDetectionSubchannel) -> None:
+        """Attach ``wrapper`` (once)."""
+        if wrapper not in self.wrappers:
+            self._wrappers = slot_add(self._wrappers, wrapper)
+
+    def detach(self, wrapper: OutlierDetectionSubchannel) -> None:
+        """Detach ``wrapper`` if attached."""
+        self._wrappers = slot_remove(self._wrappers, wrapper)
 
     @property
     def ejected(self) -> bool:
@@ -707,10 +725,10 @@ class OutlierDetectionPolicy(LoadBalancer):
         entry = self._by_address.get(wrapper.address)
         if wrapper.endpoint is not entry:
             if wrapper.endpoint is not None:
-                wrapper.endpoint.wrappers.discard(wrapper)
+                wrapper.endpoint.detach(wrapper)
             wrapper.endpoint = entry
             if entry is not None:
-                entry.wrappers.add(wrapper)
+                entry.attach(wrapper)
                 self._unattached.discard(wrapper)
             else:
                 self._unattached.add(wrapper)
@@ -730,7 +748,7 @@ class OutlierDetectionPolicy(LoadBalancer):
         self._wrappers.discard(wrapper)
         self._unattached.discard(wrapper)
         if wrapper.endpoint is not None:
-            wrapper.endpoint.wrappers.discard(wrapper)
+            wrapper.endpoint.detach(wrapper)
 
     def _may_eject(self) -> bool:
         return self._ejection_reaches
@@ -865,12 +883,12 @@ class OutlierDetectionPolicy(LoadBalancer):
         entry.ejected_at = now
         entry.multiplier += 1
         if self._may_eject():
-            for wrapper in list(entry.wrappers):
+            for wrapper in entry.wrappers:
                 wrapper.eject()
 
     def _uneject(self, entry: EndpointState) -> None:
         entry.ejected_at = None
-        for wrapper in list(entry.wrappers):
+        for wrapper in entry.wrappers:
             wrapper.uneject()
 
     # -- child state ---------------------------------------------------------------------

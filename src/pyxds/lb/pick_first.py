@@ -282,9 +282,32 @@ def shuffle_endpoints(
     return [endpoint for _, endpoint in keyed]
 
 
+class _OneAddress(Mapping[str, Mapping[str, Any]]):
+    """``{address: attributes}`` for one endpoint of one address: a slotted
+    read-only mapping, not a dict (~50 bytes instead of ~180: every
+    round_robin child of an EDS cluster keeps one, issue 18)."""
+
+    __slots__ = ("_address", "_attributes")
+
+    def __init__(self, address: str, attributes: Mapping[str, Any]) -> None:
+        self._address = address
+        self._attributes = attributes
+
+    def __getitem__(self, address: str) -> Mapping[str, Any]:
+        if address == self._address:
+            return self._attributes
+        raise KeyError(address)
+
+    def __iter__(self) -> Iterator[str]:
+        yield self._address
+
+    def __len__(self) -> int:
+        return 1
+
+
 def order_addresses(
     endpoints: Sequence[Endpoint], shuffle: bool, rng: random.Random | None
-) -> tuple[tuple[str, ...], dict[str, Mapping[str, Any]]]:
+) -> tuple[tuple[str, ...], Mapping[str, Mapping[str, Any]]]:
     """A61's steps: shuffle endpoints (optional), flatten, dedupe, interleave.
     Returns the ordered addresses and each address's endpoint attributes.
     ``rng`` is needed only to shuffle (pick_first reads its helper's only
@@ -295,7 +318,7 @@ def order_addresses(
         endpoint = endpoints[0]
         addresses = endpoint.addresses
         if len(addresses) == 1:
-            return addresses, {addresses[0]: endpoint.attributes}
+            return addresses, _OneAddress(addresses[0], endpoint.attributes)
     if shuffle:
         if rng is None:
             raise ValueError("order_addresses: shuffling needs a random generator")
@@ -384,7 +407,7 @@ class PickFirst(LoadBalancer):
         self._omit_status_prefix = omit_status_prefix
         self._phase = Phase.NO_ADDRESSES
         self._order: tuple[str, ...] = ()
-        self._attributes: dict[str, Mapping[str, Any]] = {}
+        self._attributes: Mapping[str, Mapping[str, Any]] = {}
         self._entries: dict[str, _Entry] = {}
         self._selected: _Entry | None = None
         self._frontier = 0  # index into _order of the address being tried

@@ -27,9 +27,46 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Watched"]
+__all__ = ["Watched", "slot_add", "slot_items", "slot_remove"]
 
 _Watcher = Callable[[Any, Any], object]
+
+
+# A *slot* holds a few things in the order added without a list: None, one
+# thing, or a tuple of two or more (replaced, never changed in place), for
+# what nearly always holds exactly one per endpoint (a subchannel's watcher,
+# an OOB stream's subscriber, an endpoint's outlier_detection wrapper).  The
+# things themselves are never tuples.
+
+
+def slot_add(slot: Any, item: Any) -> Any:
+    """``slot`` with ``item`` added last."""
+    if slot is None:
+        return item
+    if isinstance(slot, tuple):
+        return (*slot, item)
+    return (slot, item)
+
+
+def slot_remove(slot: Any, item: Any) -> Any:
+    """``slot`` without the first ``item`` in it (``==``, as ``list.remove``);
+    ``slot`` itself when ``item`` is not in it."""
+    if isinstance(slot, tuple):
+        if item not in slot:
+            return slot
+        at = slot.index(item)
+        rest = slot[:at] + slot[at + 1 :]
+        return rest[0] if len(rest) == 1 else rest
+    if slot is not None and slot == item:
+        return None
+    return slot
+
+
+def slot_items(slot: Any) -> tuple[Any, ...]:
+    """What ``slot`` holds, in the order added."""
+    if slot is None:
+        return ()
+    return slot if isinstance(slot, tuple) else (slot,)
 
 
 class Watched:
@@ -41,33 +78,17 @@ class Watched:
     _watchers: _Watcher | tuple[_Watcher, ...] | None
 
     def _add_watcher(self, fn: _Watcher) -> Callable[[], None]:
-        watchers = self._watchers
-        if watchers is None:
-            self._watchers = fn
-        elif isinstance(watchers, tuple):
-            self._watchers = (*watchers, fn)
-        else:
-            self._watchers = (watchers, fn)
+        self._watchers = slot_add(self._watchers, fn)
         return _Unwatch(self, fn)
 
     def _remove_watcher(self, fn: _Watcher) -> None:
         """Forget ``fn`` once (its first registration), as ``list.remove``."""
-        watchers = self._watchers
-        if isinstance(watchers, tuple):
-            if fn in watchers:
-                at = watchers.index(fn)
-                rest = watchers[:at] + watchers[at + 1 :]
-                self._watchers = rest[0] if len(rest) == 1 else rest
-        elif watchers is not None and watchers == fn:
-            self._watchers = None
+        self._watchers = slot_remove(self._watchers, fn)
 
     def _watching(self) -> tuple[_Watcher, ...]:
         """The watchers registered now, in order (for a caller that guards
         each call itself)."""
-        watchers = self._watchers
-        if watchers is None:
-            return ()
-        return watchers if isinstance(watchers, tuple) else (watchers,)
+        return slot_items(self._watchers)
 
     def _notify(self, state: Any, status: Any) -> None:
         """Report to every watcher registered now."""

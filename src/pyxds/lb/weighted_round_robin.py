@@ -579,8 +579,8 @@ class WeightedRoundRobin(RoundRobin):
         #: the period the running weight update timer was started with
         self._timer_period = DEFAULT_WEIGHT_UPDATE_PERIOD
         self._picker: WeightedRoundRobinPicker | None = None
-        #: child -> (subchannel watched, period, unsubscribe, stand-in for per-call)
-        self._oob: dict[_Child, tuple[Any, float, Callable[[], None] | None, bool]] = {}
+        #: child -> its OOB watch (subchannel watched, period, stand-in for per-call)
+        self._oob: dict[_Child, _OobWatch] = {}
         self._locality = ""
         self._cluster = ""
         #: the child whose state report is being applied (None: any other change)
@@ -615,9 +615,8 @@ class WeightedRoundRobin(RoundRobin):
     def shutdown(self) -> None:
         self._cancel_timer()
         self._picker = None
-        for _subchannel, _period, cancel, _stand_in in self._oob.values():
-            if cancel is not None:
-                cancel()
+        for watch in self._oob.values():
+            watch.cancel()
         self._oob.clear()
         super().shutdown()
 
@@ -804,20 +803,19 @@ class WeightedRoundRobin(RoundRobin):
             want = (child.picker.subchannel, config.oob_reporting_period, stand_in)
         have = self._oob.get(child)
         if have is not None and (
-            want is None or have[0] is not want[0] or have[1] != want[1] or have[3] != want[2]
+            want is None
+            or have.subchannel is not want[0]
+            or have.period != want[1]
+            or have.stand_in != want[2]
         ):
             self._stop_oob(child)
             have = None
         if want is not None and have is None:
             weight = self.weight_of(child)
             on_report = weight.on_stand_in_report if want[2] else weight.on_oob_report
-            address = str(getattr(want[0], "address", "?"))
-
-            def unimplemented(details: str, w: EndpointWeight = weight, a: str = address) -> None:
-                self._no_oob(w, a, details)
-
-            cancel = orca.watch_oob(want[0], want[1], on_report, unimplemented)
-            self._oob[child] = (want[0], want[1], cancel, want[2])
+            watch = _OobWatch(self, weight, *want)
+            watch.unsubscribe = orca.watch_oob(want[0], want[1], on_report, watch)
+            self._oob[child] = watch
 
     def _no_oob(self, weight: EndpointWeight, address: str, details: str) -> None:
         """The backend does not serve OpenRcaService (on the serializer)."""
@@ -865,9 +863,41 @@ class WeightedRoundRobin(RoundRobin):
         return out
 
     def _stop_oob(self, child: _Child) -> None:
-        _subchannel, _period, cancel, _stand_in = self._oob.pop(child)
-        if cancel is not None:
-            cancel()
+        self._oob.pop(child).cancel()
+
+
+class _OobWatch:
+    """One endpoint's OOB watch (its subchannel, period and mode, and the
+    unsubscribe), and its ``on_unimplemented``: one slotted object per
+    endpoint instead of a closure, its defaults and a tuple (issue 18,
+    memory per endpoint)."""
+
+    __slots__ = ("policy", "weight", "subchannel", "period", "stand_in", "unsubscribe")
+
+    def __init__(
+        self,
+        policy: WeightedRoundRobin,
+        weight: EndpointWeight,
+        subchannel: Any,
+        period: float,
+        stand_in: bool,
+    ) -> None:
+        self.policy = policy
+        self.weight = weight
+        self.subchannel = subchannel
+        self.period = period
+        self.stand_in = stand_in
+        self.unsubscribe: Callable[[], None] | None = None
+
+    def __call__(self, details: str) -> None:
+        """The backend does not serve OpenRcaService (on the serializer)."""
+        address = str(getattr(self.subchannel, "address", "?"))
+        self.policy._no_oob(self.weight, address, details)
+
+    def cancel(self) -> None:
+        unsubscribe, self.unsubscribe = self.unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
 
 
 registry.register(WeightedRoundRobinFactory())

@@ -35,6 +35,9 @@ class ExponentialBackoff:
     """The gRPC connection-backoff sequence: ``next_delay()`` returns 1 s,
     1.6 s, 2.56 s, ... (each +-20 %), at most 120 s (+-20 %)."""
 
+    # slots: every subchannel core has one (issue 18, memory per endpoint)
+    __slots__ = ("_rng", "_initial", "_multiplier", "_jitter", "_max", "_current")
+
     def __init__(
         self,
         rng: _random.Random | None = None,
