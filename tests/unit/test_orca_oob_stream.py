@@ -19,7 +19,7 @@ import grpc
 import pytest
 from xds.data.orca.v3.orca_load_report_pb2 import OrcaLoadReport
 
-from pyxds.channel import orca_oob
+from pyxds.channel import orca_oob, subchannel_stream
 from pyxds.lb.api import OK_STATUS, ConnectivityState
 from pyxds.testing import FakeClock
 from pyxds.xds.backoff import ExponentialBackoff
@@ -92,8 +92,9 @@ class Calls:
 
     def __call__(self, on, request, on_report, on_end):
         call = {
-            "period": request.report_interval.ToNanoseconds() / 1e9,
-            "request": request,
+            "period": request.message.report_interval.ToNanoseconds() / 1e9,
+            "request": request.message,
+            "method": request.method,
             "report": on_report,
             "cancelled": False,
             "ended": False,
@@ -130,9 +131,9 @@ class Calls:
 @pytest.fixture(params=["side", "thread"])
 def calls(request, monkeypatch):
     fake = Calls(request.param == "side")
-    monkeypatch.setattr(orca_oob, "_run_sync", fake)
-    monkeypatch.setattr(orca_oob, "_run_on_side", fake)
-    monkeypatch.setattr(orca_oob, "_open_side", fake.open_side)
+    monkeypatch.setattr(subchannel_stream, "_run_sync", fake)
+    monkeypatch.setattr(subchannel_stream, "_run_on_side", fake)
+    monkeypatch.setattr(subchannel_stream, "_open_side", fake.open_side)
     yield fake
     if not fake.side:
         assert fake.sides == []  # no aio_twin: never a side connection
@@ -232,9 +233,9 @@ def test_a_subscription_leaves_once_and_the_others_keep_their_order(calls):
 @pytest.fixture
 def side_calls(monkeypatch):
     fake = Calls(True)
-    monkeypatch.setattr(orca_oob, "_run_sync", None)  # never a thread
-    monkeypatch.setattr(orca_oob, "_run_on_side", fake)
-    monkeypatch.setattr(orca_oob, "_open_side", fake.open_side)
+    monkeypatch.setattr(subchannel_stream, "_run_sync", None)  # never a thread
+    monkeypatch.setattr(subchannel_stream, "_run_on_side", fake)
+    monkeypatch.setattr(subchannel_stream, "_open_side", fake.open_side)
     return fake
 
 
@@ -308,8 +309,8 @@ def test_an_asyncio_subchannel_runs_its_call_on_its_own_loop_without_a_side(monk
         started.append((loop, channel()))
         return lambda: None
 
-    monkeypatch.setattr(orca_oob, "_run_aio", run_aio)
-    monkeypatch.setattr(orca_oob, "_open_side", None)  # never a side connection
+    monkeypatch.setattr(subchannel_stream, "_run_aio", run_aio)
+    monkeypatch.setattr(subchannel_stream, "_open_side", None)  # never a side connection
     core = FakeCore()
     transport = type(
         "AioTransport",
