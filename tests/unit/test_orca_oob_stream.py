@@ -66,6 +66,7 @@ class FakeCore:
         self._clock = FakeClock()
         self._backoff = ExponentialBackoff(random.Random(1))
         self.state = READY
+        self.status = OK_STATUS
         self.transport = SyncTransport(side)
         self._watchers: list = []
 
@@ -74,10 +75,10 @@ class FakeCore:
         fn(self.state, OK_STATUS)
         return lambda: self._watchers.remove(fn)
 
-    def set_state(self, state) -> None:
-        self.state = state
+    def set_state(self, state, status=OK_STATUS) -> None:
+        self.state, self.status = state, status
         for fn in list(self._watchers):
-            fn(state, OK_STATUS)
+            fn(state, status)
 
 
 class Calls:
@@ -92,7 +93,11 @@ class Calls:
 
     def __call__(self, on, request, on_report, on_end):
         call = {
-            "period": request.message.report_interval.ToNanoseconds() / 1e9,
+            "period": (
+                request.message.report_interval.ToNanoseconds() / 1e9
+                if hasattr(request.message, "report_interval")
+                else None  # another stream's request (the A17 health watch)
+            ),
             "request": request.message,
             "method": request.method,
             "report": on_report,

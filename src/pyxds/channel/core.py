@@ -55,7 +55,7 @@ from typing import Any
 import grpc
 
 from pyxds._uri import urlsplit
-from pyxds.channel import lifecycle
+from pyxds.channel import health_check, lifecycle
 from pyxds.channel.subchannel import (
     ChannelSubchannel,
     Closing,
@@ -290,7 +290,16 @@ class ChannelCore:
         #: deadlines of queued non-blocking RPCs (not on the serializer)
         self.deadline_clock: Clock = clock or _DEADLINE_CLOCK
         self.pool = SubchannelPool(
-            make_transport, self.serializer, self.clock, self.random, credentials, self.options
+            make_transport,
+            self.serializer,
+            self.clock,
+            self.random,
+            credentials,
+            self.options,
+            health_service=health_check.service_name(
+                self.service_config.raw if self.service_config is not None else None,
+                self.options,
+            ),
         )
         opts = dict(self.options)
         #: the channel's authority: ``grpc.default_authority`` when set, else

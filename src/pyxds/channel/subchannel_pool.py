@@ -12,6 +12,10 @@ SAN checks; every other subchannel uses the fallback credentials.  Without
 xDS credentials the security config is ignored (A29: opting in is the
 application's choice).
 
+A channel that health checks (gRFC A17, :mod:`pyxds.channel.health_check`)
+gives out :class:`~pyxds.channel.health_check.HealthCheckedSubchannel`
+handles on the same cores; any other gives plain ones.
+
 Runs on the channel's work serializer only.  A core whose last handle is
 shut down leaves the pool and closes its grpcio channel once the RPCs on it
 have finished; asking for the address again builds a new core.
@@ -25,6 +29,7 @@ from typing import Any
 
 import grpc
 
+from pyxds.channel.health_check import HealthCheckedSubchannel, HealthChecks
 from pyxds.channel.subchannel import (
     ChannelSubchannel,
     Closing,
@@ -47,6 +52,7 @@ class SubchannelPool:
         rng: random.Random,
         credentials: grpc.ChannelCredentials | None = None,
         options: Any = None,
+        health_service: str | None = None,
     ) -> None:
         self._make_transport = make_transport
         self._serializer = serializer
@@ -61,6 +67,14 @@ class SubchannelPool:
         self._cores: dict[Any, SubchannelCore] = {}
         self._relays: dict[Any, Any] = {}
         self._released: list[SubchannelCore] = []  # may still carry RPCs
+        #: the channel's health checking (A17), None when it does not check
+        self.health = HealthChecks(health_service) if health_service is not None else None
+
+    def _handle(self, core: SubchannelCore, attributes: Mapping[str, Any]) -> ChannelSubchannel:
+        core.refs += 1
+        if self.health is not None:
+            return HealthCheckedSubchannel(core, attributes, self._release_core, self.health)
+        return ChannelSubchannel(core, attributes, self._release_core)
 
     def create(self, address: str, attributes: Mapping[str, Any]) -> ChannelSubchannel:
         """A new handle on the shared core for ``address``."""
@@ -83,8 +97,7 @@ class SubchannelPool:
                 self._new_backoff(),
             )
             self._cores[key] = core
-        core.refs += 1
-        return ChannelSubchannel(core, attributes, self._release_core)
+        return self._handle(core, attributes)
 
     def _create_tls(
         self, address: str, attributes: Mapping[str, Any], security: Any
@@ -115,8 +128,7 @@ class SubchannelPool:
             core.security_info = relay.info
             self._cores[key] = core
             self._relays[key] = relay
-        core.refs += 1
-        return ChannelSubchannel(core, attributes, self._release_core)
+        return self._handle(core, attributes)
 
     def _release(self, core: SubchannelCore) -> None:
         core.refs -= 1
@@ -136,14 +148,14 @@ class SubchannelPool:
     def close(self) -> list[Closing]:
         """Channel close: every connection goes now, RPCs on them are
         cancelled.  Returns the connections being closed (``close_done``):
-        the transports and the ORCA OOB side connections."""
+        the transports, the ORCA OOB and health check side connections."""
         cores, self._cores = list(self._cores.values()), {}
         cores += self._released
         self._released = []
         relays, self._relays = list(self._relays.values()), {}
         for relay in relays:
             relay.close()
-        closing: list[Closing] = []
+        closing: list[Closing] = self.health.close() if self.health is not None else []
         for core in cores:
             if core.transport is not None:
                 closing.append(core.transport)

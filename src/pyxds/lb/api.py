@@ -387,6 +387,25 @@ class Subchannel(ABC):
     def reset_backoff(self) -> None:  # noqa: B027 - optional hook
         """Optional: end the current backoff early."""
 
+    def watch_health(
+        self, fn: Callable[[ConnectivityState, Status], None]
+    ) -> Callable[[], None] | None:
+        """Optional: the health watch of A61 ("Generic Health Reporting
+        Mechanism"), C-core's and grpc-go's health listener: ``fn(state,
+        status)`` with the subchannel's health now, then on every change
+        (on the serializer), until the returned unwatch is called.  The
+        health is the connectivity state, except while the subchannel is
+        READY: then what client-side health checking says (A17: CONNECTING
+        until the first answer, READY when SERVING, TRANSIENT_FAILURE
+        otherwise).  pick_first under a petiole policy starts it on the
+        subchannel it selected and reports it, keeping connection
+        management on ``watch_state``.
+
+        None (the default): the subchannel has no health signal but its
+        connectivity (the channel does not health check), and the caller
+        uses ``watch_state`` alone."""
+        return None
+
 
 class Helper(ABC):
     """What a parent gives its child (A56 "Child policy handling")."""

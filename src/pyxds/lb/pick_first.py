@@ -100,6 +100,20 @@ Under a petiole policy (round_robin, A61) the TRANSIENT_FAILURE status is
 the last subchannel error alone (``omit_status_prefix``); the parent adds
 its own words, as C-core's internal channel arg does.
 
+Health (A61 "Generic Health Reporting Mechanism", A17): under a petiole
+policy (``health_watch``) pick_first starts the health watch
+(``Subchannel.watch_health``) on the subchannel it selected, and while
+READY reports what that watch says instead of READY: CONNECTING (a queue
+picker) until the backend's first health answer, READY (the constant
+picker) while it is SERVING, TRANSIENT_FAILURE with the watch's status
+otherwise; an IDLE from the watch is left to the connectivity watch,
+which still manages the connection (a drop goes IDLE as above).  The watch
+stops when the selection ends (IDLE, a new pass, an update without the
+address, shutdown).  A subchannel without a health signal
+(``watch_health`` returns None: the channel does not health check) is
+reported READY as before.  A top-level pick_first never starts it (A17
+"pick_first": health checking is for the petiole policies).
+
 Deviations from C-core, documented:
 
 * an update with exactly the same ordered address list as the current one
@@ -116,7 +130,7 @@ import enum
 import itertools
 import math
 import random
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeGuard
 
 import grpc
@@ -395,16 +409,38 @@ class _Entry(SubchannelEntry):
         super().__init__(*args)
 
 
+class _HealthWatch:
+    """The health watch of one selection: the watcher handed to
+    ``watch_health`` (reports of an ended selection are dropped)."""
+
+    __slots__ = ("policy", "entry", "unwatch", "live")
+
+    def __init__(self, policy: PickFirst, entry: _Entry) -> None:
+        self.policy = policy
+        self.entry = entry
+        self.unwatch: Callable[[], None] | None = None
+        self.live = True
+
+    def __call__(self, state: ConnectivityState, status: Status) -> None:
+        self.policy._on_health(self, state, status)
+
+
 class PickFirst(LoadBalancer):
     """The pick_first state machine (module docstring has the rules)."""
 
-    def __init__(self, helper: Helper, *, omit_status_prefix: bool = False) -> None:
+    def __init__(
+        self, helper: Helper, *, omit_status_prefix: bool = False, health_watch: bool = False
+    ) -> None:
         """``omit_status_prefix`` is for petiole parents (round_robin, A61
         "Use pick_first as the Universal Leaf Policy"): the TRANSIENT_FAILURE
         status is then the last subchannel error alone, which the parent
-        words itself, as C-core's internal channel arg does."""
+        words itself, as C-core's internal channel arg does.
+        ``health_watch`` too (module docstring, "Health"): the selected
+        subchannel's health is what is reported."""
         self._helper = helper
         self._omit_status_prefix = omit_status_prefix
+        if health_watch:
+            self._health_watch = True
         self._phase = Phase.NO_ADDRESSES
         self._order: tuple[str, ...] = ()
         self._attributes: Mapping[str, Mapping[str, Any]] = {}
@@ -487,7 +523,7 @@ class PickFirst(LoadBalancer):
     def _on_shutdown(self) -> None:
         self._phase = Phase.SHUTDOWN
         self._cancel_timer()
-        self._selected = None
+        self._deselect()
         self._drop_entries(keep=())
 
     def _on_empty_list(self, note: str) -> Status:
@@ -495,7 +531,7 @@ class PickFirst(LoadBalancer):
             _UNAVAILABLE, f"empty address list: {note}" if note else "empty address list"
         )
         self._cancel_timer()
-        self._selected = None
+        self._deselect()
         self._drop_entries(keep=())
         self._order = ()
         self._phase = Phase.NO_ADDRESSES
@@ -591,7 +627,7 @@ class PickFirst(LoadBalancer):
     def _start_pass(self) -> None:
         """Begin a happy-eyeballs pass over ``self._order`` (phase FIRST_PASS)."""
         self._cancel_timer()
-        self._selected = None
+        self._deselect()
         self._ensure_entries()
         for address in self._order:
             entry = self._entries[address]
@@ -649,19 +685,68 @@ class PickFirst(LoadBalancer):
 
     def _select(self, entry: _Entry) -> None:
         self._cancel_timer()
+        self._deselect()
         self._selected = entry
         self._phase = Phase.READY
         self._drop_entries(keep=(entry.address,))
+        if self._health_watch:
+            watch = _HealthWatch(self, entry)
+            # None: no health signal, connectivity alone (most channels);
+            # else the watch has reported the health already (on the
+            # serializer), and the parent may have ended the selection since
+            unwatch = entry.subchannel.watch_health(watch)
+            if unwatch is not None:
+                if self._selected is entry and self._health is None:
+                    watch.unwatch = unwatch
+                    self._health = watch
+                else:
+                    watch.live = False
+                    unwatch()
+                return
         self._report(_READY, OK_STATUS, _ReadyPicker(entry.subchannel))
+
+    def _on_health(self, watch: _HealthWatch, state: ConnectivityState, status: Status) -> None:
+        """The selected subchannel's health (C-core's pick_first
+        HealthWatcher): reported as is, but IDLE, which the connectivity
+        watch handles."""
+        if (
+            not watch.live
+            or self._selected is not watch.entry
+            or self._health not in (watch, None)  # None: its first report
+        ):
+            return
+        if state is _READY:
+            self._report(_READY, OK_STATUS, _ReadyPicker(watch.entry.subchannel))
+        elif state is _CONNECTING:
+            if self._reported is not _CONNECTING:  # (still the first pass's)
+                self._report(_CONNECTING, OK_STATUS, QueuePicker())
+        elif state is _TF:
+            self._report(_TF, status, FailPicker(status))
+
+    def _deselect(self) -> None:
+        """End the selection and its health watch."""
+        self._selected = None
+        watch = self._health
+        if watch is not None:
+            self._health = None
+            watch.live = False
+            if watch.unwatch is not None:
+                watch.unwatch()
 
     def _go_idle(self) -> None:
         """A62/C-core GoIdle: drop the selection, re-resolve, report IDLE with
         a picker that schedules exit_idle."""
         self._cancel_timer()
-        self._selected = None
+        self._deselect()
         self._phase = Phase.IDLE
         self._helper.request_reresolution()
         self._report(_IDLE, OK_STATUS, QueuePicker(on_pick=self._schedule_exit_idle))
+
+    #: class defaults, set on an instance only when used (no attribute per
+    #: endpoint otherwise, issue 18): whether the selection's health is
+    #: watched (``health_watch``), and that watch while one runs
+    _health_watch = False
+    _health: _HealthWatch | None = None
 
     #: the last TRANSIENT_FAILURE picker of _report_all_failed, reused while
     #: its text is the same (set on first use: no cost per endpoint until then)

@@ -446,7 +446,7 @@ class _Endpoint(DelegatingHelper):
         if self.closed:
             return
         if self.policy is None:
-            self.policy = PickFirst(self, omit_status_prefix=True)
+            self.policy = PickFirst(self, omit_status_prefix=True, health_watch=True)
             if self.update_child() is not None:
                 self.parent.request_reresolution()
         else:

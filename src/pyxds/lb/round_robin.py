@@ -190,7 +190,7 @@ class _Child(DelegatingHelper):
         # ResolverUpdate: two objects fewer per endpoint, issue 18)
         self.last_endpoint: Endpoint | None = None
         self.last_note = ""
-        self.policy = PickFirst(self, omit_status_prefix=True)
+        self.policy = PickFirst(self, omit_status_prefix=True, health_watch=True)
 
     def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
         if not self.closed:

@@ -27,13 +27,32 @@ from pyxds.lb.api import (
 )
 from pyxds.testing.fake_clock import FakeClock
 
+CONNECTING = ConnectivityState.CONNECTING
+READY = ConnectivityState.READY
+
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 
 
 class FakeSubchannel(Subchannel):
-    """A subchannel whose connectivity the test drives."""
+    """A subchannel whose connectivity the test drives.  With
+    ``health_checked`` it also has a health signal (``watch_health``, A61),
+    which the test drives with :meth:`set_health`; without, ``watch_health``
+    returns None, as a channel's subchannel that is not health checked."""
 
-    def __init__(self, address: str, attributes: Mapping[str, Any] | None = None) -> None:
+    health_checked = False
+    #: the health the watch reports (CONNECTING until connected, A17)
+    health: tuple[ConnectivityState, Status] = (ConnectivityState.CONNECTING, OK_STATUS)
+    _health_watchers: list[Callable[[ConnectivityState, Status], None]] = []
+
+    def __init__(
+        self,
+        address: str,
+        attributes: Mapping[str, Any] | None = None,
+        health_checked: bool = False,
+    ) -> None:
+        if health_checked:  # (class defaults otherwise: no objects per fake)
+            self.health_checked = True
+            self._health_watchers = []
         self.address = address
         self.attributes = dict(attributes or {})
         self.state = ConnectivityState.IDLE
@@ -56,9 +75,40 @@ class FakeSubchannel(Subchannel):
 
         return unwatch
 
+    def watch_health(
+        self, fn: Callable[[ConnectivityState, Status], None]
+    ) -> Callable[[], None] | None:
+        if not self.health_checked:
+            return None
+        self._health_watchers.append(fn)
+        fn(*self.health)
+
+        def unwatch() -> None:
+            if fn in self._health_watchers:
+                self._health_watchers.remove(fn)
+
+        return unwatch
+
+    def set_health(self, state: ConnectivityState, status: Status | str | None = None) -> None:
+        """Report a new health to every health watcher (a string status:
+        UNAVAILABLE with that text)."""
+        if isinstance(status, str):
+            status = Status(UNAVAILABLE, status)
+        if (state, status or OK_STATUS) == self.health:
+            return  # not a change
+        self.health = (state, status or OK_STATUS)
+        for fn in list(self._health_watchers):
+            fn(*self.health)
+
+    @property
+    def health_watched(self) -> bool:
+        return bool(self._health_watchers)
+
     def shutdown(self) -> None:
         self.shut_down = True
         self._watchers.clear()
+        if self.health_checked:
+            self._health_watchers.clear()
 
     def reset_backoff(self) -> None:
         self.reset_backoff_calls += 1
@@ -78,6 +128,13 @@ class FakeSubchannel(Subchannel):
         self.status = status
         for fn in list(self._watchers):
             fn(state, status)
+        # the health follows: the connectivity, CONNECTING once READY (A17)
+        if not self.health_checked:
+            return
+        if state is READY:
+            self.set_health(CONNECTING, OK_STATUS)
+        else:
+            self.set_health(state, status)
 
     @property
     def watched(self) -> bool:
@@ -100,7 +157,11 @@ class StateReport:
 class FakeHelper(Helper):
     """Records what a policy tells its parent."""
 
-    def __init__(self, clock: FakeClock | None = None, seed: int = 0) -> None:
+    def __init__(
+        self, clock: FakeClock | None = None, seed: int = 0, health_checked: bool = False
+    ) -> None:
+        #: whether the subchannels made have a health signal (FakeSubchannel)
+        self.health_checked = health_checked
         self.clock = clock or FakeClock()
         self.random = random.Random(seed)
         self.subchannels: list[FakeSubchannel] = []
@@ -110,7 +171,7 @@ class FakeHelper(Helper):
         self.lookup_channels: list[Any] = []
 
     def create_subchannel(self, address: str, attributes: Mapping[str, Any]) -> FakeSubchannel:
-        subchannel = FakeSubchannel(address, attributes)
+        subchannel = FakeSubchannel(address, attributes, self.health_checked)
         self.subchannels.append(subchannel)
         return subchannel
 
