@@ -19,8 +19,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from concurrent import futures
 
 import grpc
 import pytest
@@ -420,63 +418,6 @@ def test_invalid_option_on_an_xds_target_like_c_core(tmp_path):
     assert core.startswith("INVALID_ARGUMENT " + prefix), core
     assert code == "INVALID_ARGUMENT" and details.startswith(prefix), details
     assert "methodConfig" in core and "methodConfig" in details
-
-
-def _health_backend(name: str, serving_status: int) -> tuple[grpc.Server, str]:
-    """A backend answering Who with its name and ``grpc.health.v1.Health/Watch``
-    with one HealthCheckResponse (field 1, the status enum: 1 SERVING,
-    2 NOT_SERVING), held open while the client watches."""
-
-    def who(request: bytes, context: grpc.ServicerContext) -> bytes:
-        return name.encode()
-
-    def watch(request: bytes, context: grpc.ServicerContext):
-        yield bytes([0x08, serving_status])
-        done = threading.Event()
-        context.add_callback(done.set)
-        done.wait(30)
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                SERVICE, {"Who": grpc.unary_unary_rpc_method_handler(who)}
-            ),
-            grpc.method_handlers_generic_handler(
-                "grpc.health.v1.Health", {"Watch": grpc.unary_stream_rpc_method_handler(watch)}
-            ),
-        )
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    return server, f"127.0.0.1:{port}"
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="pyxds has no client-side health checking (gRFC A17): healthCheckConfig "
-    "is validated, not applied (docs/differences-from-c-core.md)",
-)
-def test_health_check_config_skips_a_not_serving_backend_like_c_core():
-    """gRFC A17 / C-core ``healthCheckConfig`` under round_robin: a backend
-    whose health service says NOT_SERVING gets no RPCs.  grpcio 1.85 sends
-    all 20 to the SERVING one; pyxds spreads them over both (10/10)."""
-    servers = [_health_backend("sick", 2), _health_backend("well", 1)]
-    target = "ipv4:" + ",".join(address for _, address in servers)
-    sc = {"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}}
-    ours, theirs = both(target, sc)
-    try:
-        seen = {}
-        for name, channel in (("pyxds", ours), ("grpcio", theirs)):
-            outcome(channel, "Who", b"", timeout=5, wait_for_ready=True)
-            seen[name] = {outcome(channel, "Who", b"", timeout=5)[0] for _ in range(20)}
-        assert seen["grpcio"] == {"well"}  # C-core applies it
-        assert seen["pyxds"] == seen["grpcio"]
-    finally:
-        ours.close()
-        theirs.close()
-        for server, _ in servers:
-            server.stop(None)
 
 
 @pytest.mark.parametrize(
