@@ -16,10 +16,11 @@ Used fields:
   service and method, else the one naming its service (no method), else
   the default (empty service) - gRPC's precedence.
 * ``retryThrottling``: ``maxTokens``, ``tokenRatio`` (A6 token bucket).
+* ``healthCheckConfig.serviceName``: client-side health checking (gRFC
+  A17), applied by the channel (:mod:`pyxds.channel.health_check`: the
+  petiole policies' pick_first children, unless ``grpc.inhibit_health_checking``).
 
-Validated, as C-core validates it, but not applied: ``healthCheckConfig``
-(pyxds has no client-side health checking, gRFC A17; see
-docs/differences-from-c-core.md).  A ``grpc.service_config`` channel option
+A ``grpc.service_config`` channel option
 that fails validation makes the channel fail every RPC with
 INVALID_ARGUMENT, wait_for_ready or not, for every target (xds: too), as
 C-core's lame channel does.
