@@ -122,6 +122,23 @@ def close(channels: dict[str, grpc.Channel]) -> None:
         channel.close()
 
 
+def both_serve(
+    backends: dict[str, HealthBackend],
+    names: list[str],
+    sc: str,
+    expected: set[str],
+    options: list | None = None,
+) -> None:
+    """The pyxds and the grpcio channel to ``names`` each send their RPCs to
+    ``expected`` alone."""
+    channels = both(backends, names, sc, options)
+    try:
+        got = {name: served(channel) for name, channel in channels.items()}
+    finally:
+        close(channels)
+    assert got == {"pyxds": expected, "grpcio": expected}
+
+
 @pytest.mark.parametrize(
     ("policy", "expected"),
     [
@@ -136,14 +153,7 @@ def test_health_check_config_skips_a_not_serving_backend_like_c_core(backends, p
     gets no RPCs (grpcio 1.85 sends all to the SERVING one; pyxds spread
     them 10/10 before health checking); a top-level pick_first keeps the
     first address, whatever its health."""
-    channels = both(backends, ["sick", "well"], service_config(policy))
-    try:
-        assert {name: served(ch) for name, ch in channels.items()} == {
-            "pyxds": expected,
-            "grpcio": expected,
-        }
-    finally:
-        close(channels)
+    both_serve(backends, ["sick", "well"], service_config(policy), expected)
 
 
 def test_a_backend_whose_health_flips_is_skipped_and_taken_back_live_like_c_core(backends):
@@ -172,14 +182,7 @@ def test_a_backend_without_the_health_service_is_served_like_c_core(backends, ca
     """A17: Watch failing UNIMPLEMENTED disables health checking for that
     subchannel, which is then healthy (READY), with an ERROR logged; the
     NOT_SERVING backend beside it is still skipped."""
-    channels = both(backends, ["bare", "sick"], service_config())
-    try:
-        assert {name: served(ch) for name, ch in channels.items()} == {
-            "pyxds": {"bare"},
-            "grpcio": {"bare"},
-        }
-    finally:
-        close(channels)
+    both_serve(backends, ["bare", "sick"], service_config(), {"bare"})
     assert "health checking Watch method returned UNIMPLEMENTED" in caplog.text
 
 
@@ -210,16 +213,8 @@ def test_every_backend_unhealthy_fails_rpcs_like_c_core(backends, backend, servi
 def test_the_inhibit_option_turns_health_checking_off_like_c_core(backends):
     """A17: ``grpc.inhibit_health_checking`` disables it even though the
     service config enables it: the NOT_SERVING backend is served."""
-    channels = both(
-        backends, ["sick"], service_config(), options=[("grpc.inhibit_health_checking", 1)]
-    )
-    try:
-        assert {name: served(ch) for name, ch in channels.items()} == {
-            "pyxds": {"sick"},
-            "grpcio": {"sick"},
-        }
-    finally:
-        close(channels)
+    inhibit = [("grpc.inhibit_health_checking", 1)]
+    both_serve(backends, ["sick"], service_config(), {"sick"}, options=inhibit)
 
 
 def test_an_asyncio_channel_health_checks_on_its_own_loop(backends):

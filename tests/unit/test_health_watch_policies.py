@@ -13,15 +13,9 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from test_round_robin import CONNECTING, IDLE, READY, TF, eps
 
-from pyxds.lb import (
-    ConnectivityState,
-    Endpoint,
-    PickComplete,
-    PickFail,
-    ResolverUpdate,
-    Status,
-)
+from pyxds.lb import PickComplete, PickFail, ResolverUpdate, Status
 from pyxds.lb.api import REQUEST_HASH_KEY
 from pyxds.lb.least_request import LeastRequest, LeastRequestConfig
 from pyxds.lb.pick_first import PickFirst, PickFirstConfig
@@ -30,15 +24,7 @@ from pyxds.lb.round_robin import RoundRobin, RoundRobinConfig
 from pyxds.lb.weighted_round_robin import WeightedRoundRobinFactory
 from pyxds.testing import FakeHelper
 
-IDLE = ConnectivityState.IDLE
-CONNECTING = ConnectivityState.CONNECTING
-READY = ConnectivityState.READY
-TF = ConnectivityState.TRANSIENT_FAILURE
 UNHEALTHY = "ipv4:a:1: backend unhealthy"
-
-
-def eps(*addresses: str) -> list[Endpoint]:
-    return [Endpoint((a,)) for a in addresses]
 
 
 def petiole_pick_first(helper: FakeHelper) -> PickFirst:

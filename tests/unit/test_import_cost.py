@@ -67,6 +67,17 @@ def test_a_non_xds_channel_never_loads_the_xds_client() -> None:
     assert _families(loaded, ("pyxds.xds.client", "envoy", "pyxds.server", "pyxds.cli")) == []
 
 
+def test_health_checking_loads_only_for_a_channel_that_checks() -> None:
+    """A17: the health check module and the stream machinery it runs on
+    load with a channel whose service config has healthCheckConfig, not with
+    any other (the check itself runs when a policy watches health)."""
+    stream = ("pyxds.channel.health_check", "pyxds.channel.subchannel_stream")
+    make = "import pyxds\nch = pyxds.insecure_channel('ipv4:127.0.0.1:1'{})\nch.close()\n"
+    assert _families(_loaded_after(make.format("")), stream) == []
+    sc = ', options=[("grpc.service_config", \'{"healthCheckConfig": {"serviceName": ""}}\')]'
+    assert _families(_loaded_after(make.format(sc)), stream) == list(stream)
+
+
 def test_the_xds_package_loads_its_client_on_first_use() -> None:
     loaded = _loaded_after("import pyxds.xds\nassert pyxds.xds.XdsClient.__name__ == 'XdsClient'")
     assert "pyxds.xds.client" in loaded

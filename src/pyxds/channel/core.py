@@ -55,7 +55,7 @@ from typing import Any
 import grpc
 
 from pyxds._uri import urlsplit
-from pyxds.channel import health_check, lifecycle
+from pyxds.channel import lifecycle
 from pyxds.channel.subchannel import (
     ChannelSubchannel,
     Closing,
@@ -242,6 +242,16 @@ def _lame_status(target: str, raw: Any, parsed: ServiceConfig | None) -> Status 
     return None
 
 
+def _health_service(config: ServiceConfig | None, options: Sequence[tuple[str, Any]]) -> str | None:
+    """The service name the channel health checks for (A17), or None; the
+    health check module loads only for a config that names it."""
+    if config is None or not config.raw.get("healthCheckConfig"):
+        return None
+    from pyxds.channel.health_check import service_name
+
+    return service_name(config.raw, options)
+
+
 class _FailSelector(ConfigSelector):
     """Every RPC fails with one status (a lame channel)."""
 
@@ -296,10 +306,7 @@ class ChannelCore:
             self.random,
             credentials,
             self.options,
-            health_service=health_check.service_name(
-                self.service_config.raw if self.service_config is not None else None,
-                self.options,
-            ),
+            health_service=_health_service(self.service_config, self.options),
         )
         opts = dict(self.options)
         #: the channel's authority: ``grpc.default_authority`` when set, else

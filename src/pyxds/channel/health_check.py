@@ -305,6 +305,15 @@ class HealthChecks:
             stream = self._streams[core] = HealthStream(core, self)
         return stream.add(fn)
 
+    def handle(
+        self,
+        core: SubchannelCore,
+        attributes: Mapping[str, Any],
+        release: Callable[[SubchannelCore], None],
+    ) -> HealthCheckedSubchannel:
+        """A policy's handle on ``core`` (the subchannel pool's)."""
+        return HealthCheckedSubchannel(core, attributes, release, self)
+
     def stream_of(self, core: SubchannelCore) -> HealthStream | None:
         """The health stream of ``core`` while it is watched (introspection)."""
         return self._streams.get(core)

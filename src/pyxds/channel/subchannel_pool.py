@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from pyxds.channel.health_check import HealthCheckedSubchannel, HealthChecks
 from pyxds.channel.subchannel import (
     ChannelSubchannel,
     Closing,
@@ -41,6 +40,9 @@ from pyxds.clock import Clock
 from pyxds.security.credentials import xds_info
 from pyxds.security.tls_config import ADDRESS_NAME_ATTRIBUTE, SECURITY_ATTRIBUTE, server_name
 from pyxds.serializer import WorkSerializer
+
+if TYPE_CHECKING:  # loaded by a channel that health checks, when it is made
+    from pyxds.channel.health_check import HealthChecks
 
 
 class SubchannelPool:
@@ -68,12 +70,16 @@ class SubchannelPool:
         self._relays: dict[Any, Any] = {}
         self._released: list[SubchannelCore] = []  # may still carry RPCs
         #: the channel's health checking (A17), None when it does not check
-        self.health = HealthChecks(health_service) if health_service is not None else None
+        self.health: HealthChecks | None = None
+        if health_service is not None:
+            from pyxds.channel.health_check import HealthChecks
+
+            self.health = HealthChecks(health_service)
 
     def _handle(self, core: SubchannelCore, attributes: Mapping[str, Any]) -> ChannelSubchannel:
         core.refs += 1
         if self.health is not None:
-            return HealthCheckedSubchannel(core, attributes, self._release_core, self.health)
+            return self.health.handle(core, attributes, self._release_core)
         return ChannelSubchannel(core, attributes, self._release_core)
 
     def create(self, address: str, attributes: Mapping[str, Any]) -> ChannelSubchannel:
