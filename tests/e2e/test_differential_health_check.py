@@ -46,7 +46,13 @@ class HealthBackend:
 
     def __init__(self, name: str, status: int | None) -> None:
         self.name = name
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[EXCLUSIVE])
+        #: (method, client address) of every RPC the backend got
+        self.peers: list[tuple[str, str]] = []
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=8),
+            options=[EXCLUSIVE],
+            interceptors=[_PeerLog(self.peers)],
+        )
 
         def who(request: bytes, context: grpc.ServicerContext) -> bytes:
             return name.encode()
@@ -69,6 +75,34 @@ class HealthBackend:
     def set(self, status: int) -> None:
         assert self.health is not None
         self.health.set("", status)
+
+
+class _PeerLog(grpc.ServerInterceptor):
+    """Records each RPC's method and client address (``context.peer()``)."""
+
+    def __init__(self, peers: list[tuple[str, str]]) -> None:
+        self.peers = peers
+
+    def intercept_service(self, continuation, details):  # type: ignore[no-untyped-def]
+        handler = continuation(details)
+        if handler is None or handler.request_streaming:
+            return handler
+        method, peers = details.method, self.peers
+        if handler.response_streaming:
+            inner_stream = handler.unary_stream
+
+            def unary_stream(request, context):  # type: ignore[no-untyped-def]
+                peers.append((method, context.peer()))
+                return inner_stream(request, context)
+
+            return handler._replace(unary_stream=unary_stream)
+        inner = handler.unary_unary
+
+        def unary_unary(request, context):  # type: ignore[no-untyped-def]
+            peers.append((method, context.peer()))
+            return inner(request, context)
+
+        return handler._replace(unary_unary=unary_unary)
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +210,26 @@ def test_a_backend_whose_health_flips_is_skipped_and_taken_back_live_like_c_core
     finally:
         flip.set(SERVING)
         close(channels)
+
+
+def test_the_watch_runs_on_the_connection_the_rpcs_use_like_c_core(backends):
+    """A17 "Client Workflow": the Watch call goes on the subchannel's own
+    connection (C-core's HealthProducer streams on the connected
+    subchannel; pyxds's sync channel on its grpc.aio twin, which shares the
+    grpcio channel's C-core subchannel): the backend sees the Watch and the
+    RPCs come from one client address, for each client."""
+    well = backends["well"]
+    for name, channel in both(backends, ["well"], service_config()).items():
+        del well.peers[:]
+        try:
+            assert served(channel, 3) == {"well"}, name
+        finally:
+            channel.close()
+        by_method: dict[str, set[str]] = {}
+        for method, peer in well.peers:
+            by_method.setdefault(method, set()).add(peer)
+        assert by_method[f"/{SERVICE}/Who"] == by_method["/grpc.health.v1.Health/Watch"], name
+        assert len(by_method[f"/{SERVICE}/Who"]) == 1, name
 
 
 def test_a_backend_without_the_health_service_is_served_like_c_core(backends, caplog):
