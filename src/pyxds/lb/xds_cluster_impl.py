@@ -91,6 +91,8 @@ from pyxds._values import dataclass
 from pyxds.lb import registry
 from pyxds.lb.api import (
     ATTEMPT_NOT_STARTED,
+    AUTHORITY_HEADER,
+    AUTO_HOST_REWRITE_KEY,
     OK_STATUS,
     ConnectivityState,
     FailPicker,
@@ -119,7 +121,7 @@ from pyxds.resolver.xds_config import (
     ClusterConfig,
     EndpointConfig,
 )
-from pyxds.security.tls_config import SECURITY_ATTRIBUTE
+from pyxds.security.tls_config import ADDRESS_NAME_ATTRIBUTE, SECURITY_ATTRIBUTE
 
 _log = logging.getLogger(__name__)
 
@@ -226,6 +228,8 @@ class XdsClusterImplPicker(Picker):
             if lrs is not None:
                 lrs.call_started()
             calls.append(None)
+            if subchannel.hostname is not None and args.call_attributes.get(AUTO_HOST_REWRITE_KEY):
+                return subchannel.rewritten(counted)
             return counted
         # a subchannel this policy did not wrap (a custom child's own)
         calls.append(None)
@@ -323,6 +327,8 @@ class CountedSubchannel(Subchannel):
         "lrs",
         "attempt_labels",
         "counted",
+        "hostname",
+        "_rewritten",
         "_owner",
         "_hooks",
     )
@@ -335,8 +341,15 @@ class CountedSubchannel(Subchannel):
         owner: XdsClusterImplPolicy,
         lrs: Any = None,
         backend_service: str = "",
+        hostname: str | None = None,
     ) -> None:
         self.real = real
+        #: the endpoint's host name (EDS ``hostname``, a LOGICAL_DNS cluster's
+        #: name), None when it has none: the ``:authority`` of its attempts
+        #: on a route with A81 ``auto_host_rewrite``
+        self.hostname = hostname or None
+        #: (counted result, the same with the rewritten authority)
+        self._rewritten: tuple[PickComplete, PickComplete] | None = None
         self.address = real.address
         self.locality = locality
         self.stats = stats
@@ -376,6 +389,27 @@ class CountedSubchannel(Subchannel):
         self.counted = (result, calls, locality, lrs, counted)
         return counted
 
+    def rewritten(self, counted: PickComplete) -> PickComplete:
+        """``counted`` with the attempt's ``:authority`` set to this
+        endpoint's host name (A81 "xds_cluster_impl LB Policy Changes"), as
+        the pick's metadata entry ``(AUTHORITY_HEADER, hostname)``; made once
+        per counted result."""
+        memo = self._rewritten
+        if memo is not None and memo[0] is counted:
+            return memo[1]
+        assert self.hostname is not None
+        extra = ((AUTHORITY_HEADER, self.hostname),)
+        metadata = extra if counted.metadata is None else (*counted.metadata, *extra)
+        out = PickComplete(
+            counted.subchannel,
+            counted.on_call_done,
+            counted.on_call_trailers,
+            counted.attempt_labels,
+            metadata,
+        )
+        self._rewritten = (counted, out)
+        return out
+
     def metrics_hook(self, inner: Callable[[Any], None] | None) -> Callable[[Any], None]:
         """The ``on_call_trailers`` that gives the attempt's ORCA report to
         this locality's load stats (A64/A85), then calls ``inner``; made
@@ -410,6 +444,7 @@ class CountedSubchannel(Subchannel):
         # constant result): forget it, so a removed endpoint leaves no
         # reference cycle for the garbage collector (issue 18)
         self.counted = None
+        self._rewritten = None
         self._owner._untrack(self)
         self.real.shutdown()
 
@@ -439,8 +474,10 @@ class _ImplHelper(DelegatingHelper):
         if security is not None:
             attributes = {**(attributes or {}), SECURITY_ATTRIBUTE: security}
         real = self.parent.create_subchannel(address, attributes)
-        locality = attributes.get(LOCALITY_ATTRIBUTE) if attributes else None
-        return self.policy._track(real, locality)
+        if not attributes:
+            return self.policy._track(real, None)
+        locality = attributes.get(LOCALITY_ATTRIBUTE)
+        return self.policy._track(real, locality, attributes.get(ADDRESS_NAME_ATTRIBUTE))
 
     def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
         self.policy._child_reported(state, status, picker)
@@ -623,13 +660,15 @@ class XdsClusterImplPolicy(LoadBalancer):
         self.helper.update_state(ConnectivityState.TRANSIENT_FAILURE, status, FailPicker(status))
         return status
 
-    def _track(self, real: Subchannel, locality: Any) -> CountedSubchannel:
+    def _track(
+        self, real: Subchannel, locality: Any, hostname: str | None = None
+    ) -> CountedSubchannel:
         stats = None
         if locality is not None and self._counters is not None:
             stats = self._counters.locality(locality)
         cluster = self._config.cluster_name if self._config is not None else ""
         subchannel = CountedSubchannel(
-            real, locality, stats, self, self._locality_lrs(locality), cluster
+            real, locality, stats, self, self._locality_lrs(locality), cluster, hostname
         )
         self._subchannels.add(subchannel)
         by_address = self._by_address
