@@ -209,9 +209,10 @@ class CoreChannels(CoreXdsClient):
     """grpcio channels in a subprocess, opened with the application's options
     (``GRPC_XDS_BOOTSTRAP_CONFIG`` from ``bootstrap`` for ``xds:`` targets)."""
 
-    def __init__(self, bootstrap: dict) -> None:
+    def __init__(self, bootstrap: dict, env: dict | None = None) -> None:
+        """``env``: extra environment variables of the process."""
         here = os.path.dirname(os.path.abspath(__file__))
-        super().__init__(bootstrap, script=_SCRIPT, args=(here,))
+        super().__init__(bootstrap, env=env, script=_SCRIPT, args=(here,))
 
     def open(
         self, key: str, target: str, options: list[tuple[str, Any]], ca: bytes | None = None
