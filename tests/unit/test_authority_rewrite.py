@@ -216,3 +216,49 @@ def test_the_authority_channels_options_name_the_host_and_pin_no_tls_name():
         ("grpc.max_receive_message_length", 10),
         ("grpc.default_authority", "host.example"),
     )
+
+
+def test_inspect_shows_a_routes_auto_host_rewrite():
+    from google.protobuf import json_format
+
+    from pyxds.cli.inspect_model import _action
+
+    raw = json_format.MessageToDict(
+        b.route(prefix="", cluster="a", auto_host_rewrite=True), preserving_proto_field_name=True
+    )
+    assert _action(raw) == "cluster a, auto_host_rewrite"
+    assert _action({"route": {"cluster": "a"}}) == "cluster a"
+
+
+def test_the_xds_client_reads_auto_host_rewrite_from_a_trusted_server_only():
+    """End to end through a real XdsClient (fake transport): the same RDS
+    response from a server with and without ``trusted_xds_server``."""
+    from envoy.service.discovery.v3 import discovery_pb2
+    from test_xds_client_client import FakeTransport, ThreadWatcher
+
+    from pyxds.testing.fake_clock import FakeClock
+    from pyxds.xds.client import XdsClient
+
+    rc = rewriting_routes()
+    for features, want in ((["xds_v3", "trusted_xds_server"], True), (["xds_v3"], False)):
+        transports: list[FakeTransport] = []
+
+        def factory(channel, transports=transports):
+            transports.append(FakeTransport(channel))
+            return transports[-1]
+
+        client = XdsClient(bootstrap_with(features), clock=FakeClock(), transport_factory=factory)
+        try:
+            watcher = ThreadWatcher()
+            client.watch(ROUTE_CONFIG_TYPE_URL, "rc", watcher)
+            msg = discovery_pb2.DiscoveryResponse(
+                type_url=ROUTE_CONFIG_TYPE_URL, version_info="1", nonce="n"
+            )
+            msg.resources.add(type_url=ROUTE_CONFIG_TYPE_URL, value=rc.SerializeToString())
+            transports[0].connected()
+            transports[0].respond(msg)
+            ((kind, resource),) = watcher.wait()
+            assert kind == "changed"
+            assert action_of(resource).auto_host_rewrite is want, features
+        finally:
+            client.close()

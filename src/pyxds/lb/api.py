@@ -233,7 +233,8 @@ class PickComplete:
     ``metadata`` (optional): headers the attempt sends in addition to the
     RPC's own, each replacing the RPC's values of its key (C-core's
     ``metadata_mutations``; the ``rls_experimental`` policy's
-    ``x-google-rls-data``)."""
+    ``x-google-rls-data``); an entry ``(AUTHORITY_HEADER, name)`` sets the
+    attempt's ``:authority`` instead (A81)."""
 
     subchannel: Subchannel
     on_call_done: Callable[[Status], None] | None

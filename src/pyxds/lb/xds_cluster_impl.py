@@ -31,7 +31,14 @@ child's picker wrapped in :class:`XdsClusterImplPicker`.  A pick, in order
    ``on_call_done`` that records success or failure, then calls the child's,
    and the ``attempt_labels`` ``{"grpc.lb.locality": ...}`` of the picked
    endpoint's locality (A78 "Per-Call Metrics": taken from the wrapped
-   subchannel made for load reporting, as C-core; "" without a locality).
+   subchannel made for load reporting, as C-core; "" without a locality);
+4. A81 "xds_cluster_impl LB Policy Changes": when the RPC's route asks for
+   ``auto_host_rewrite`` (call attribute) and the picked endpoint has a
+   host name (its ``address_name`` attribute, kept on the wrapper made for
+   it), the result also carries ``(":authority", hostname)`` in its
+   ``metadata``, which the channel sends as the attempt's authority (one
+   result per endpoint, made once; an endpoint without a host name costs
+   the pick one attribute test).
 
 Load reporting (A27 "Load Reporting"): when the cluster has
 ``lrs_server: self``, the policy takes the cluster's drop stats and each

@@ -52,6 +52,11 @@ nothing on the success path:
    the filter only changes the cluster attribute.  Several session filters
    in one chain (a :class:`~pyxds.resolver.stateful_session.SessionChain`)
    are applied one after the other, as C-core runs them.
+7. A route with A81 ``auto_host_rewrite`` (read only from a
+   ``trusted_xds_server``) gives its RPCs
+   ``call_attributes[AUTO_HOST_REWRITE_KEY] = True`` (A81 "xDS
+   ConfigSelector Changes"): prebuilt per cluster like the rest, so an RPC
+   pays nothing for it; xds_cluster_impl's picker reads it.
 """
 
 from __future__ import annotations
