@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from concurrent import futures
 from typing import Any
 
 import grpc
 import pytest
-from core_channel import PEER_SERVICE, WHO_AM_I, CoreChannels, PeerBackend, decoded, outcome
-from ports import EXCLUSIVE
+from core_channel import WHO_AM_I, CoreChannels, PeerBackend, decoded, outcome
 
 import pyxds._api as pyxds
 import pyxds.aio
@@ -49,36 +47,6 @@ EXPECTED = {
 TLS_OK, TLS_BAD_HOST, TLS_HANDSHAKE = "tls-ok", "tls-bad-host", "tls-handshake"
 
 
-class FailingPeer:
-    """A backend whose every RPC fails UNAVAILABLE; :attr:`authorities`:
-    the ``:authority`` of each."""
-
-    def __init__(self) -> None:
-        self.authorities: list[str] = []
-
-        def fail(request: bytes, context: grpc.ServicerContext) -> bytes:
-            host = context._rpc_event.call_details.host  # type: ignore[attr-defined]
-            self.authorities.append((host or b"").decode())
-            context.abort(grpc.StatusCode.UNAVAILABLE, "failing peer")
-
-        handler = grpc.method_handlers_generic_handler(
-            PEER_SERVICE, {"WhoAmI": grpc.unary_unary_rpc_method_handler(fail)}
-        )
-        self._executor = futures.ThreadPoolExecutor(4)
-        self.server = grpc.server(self._executor, options=[EXCLUSIVE])
-        self.server.add_generic_rpc_handlers([handler])
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-        self.server.start()
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.server.stop(None).wait(5)
-        self._executor.shutdown(wait=False)
-
-
 def routes_to(cluster: str, **kwargs: Any) -> list[Any]:
     return [b.route(prefix="", cluster=cluster, **kwargs)]
 
@@ -90,7 +58,7 @@ def world():
     tls_server = grpc.ssl_server_credentials([(leaf.key, leaf.cert)])
     p0, p1 = PeerBackend("p0"), PeerBackend("p1")
     t0 = PeerBackend("t0", credentials=tls_server)
-    failing = FailingPeer()
+    failing = PeerBackend("f0", failing=True)
     literal = b.route(prefix="", cluster="a")
     literal.route.host_rewrite_literal = "literal.example"
     retry = b.retry_policy("unavailable", num_retries=3, base_interval=0.01, max_interval=0.02)

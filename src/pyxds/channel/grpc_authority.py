@@ -35,7 +35,9 @@ from typing import Any
 
 import grpc
 
-__all__ = ["with_host", "authority_options"]
+from pyxds.channel.grpc_aio_twin import public_channel
+
+__all__ = ["with_host", "authority_options", "aio_channel"]
 
 
 class _HostCalls:
@@ -92,7 +94,4 @@ def aio_channel(
     authority: str,
 ) -> Any:
     """A ``grpc.aio`` channel to ``target`` whose calls carry ``authority``."""
-    opts = authority_options(options, authority)
-    if credentials is None:
-        return grpc.aio.insecure_channel(target, opts, compression)
-    return grpc.aio.secure_channel(target, credentials, opts, compression)
+    return public_channel(target, credentials, authority_options(options, authority), compression)

@@ -490,10 +490,7 @@ class AioTransport(Transport):
         if self.closed:
             return
         target, credentials, options, compression = self._args
-        if credentials is None:
-            self._channel = grpc.aio.insecure_channel(target, options, compression)
-        else:
-            self._channel = grpc.aio.secure_channel(target, credentials, options, compression)
+        self._channel = grpc_aio_twin.public_channel(target, credentials, options, compression)
         app_loop_bound(self._loop)  # grpcio bound this loop: it reads the completions
         self._watcher = self._loop.create_task(self._watch())
         if self._want_connect:
