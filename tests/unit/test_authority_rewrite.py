@@ -142,32 +142,29 @@ def test_the_selector_passes_the_routes_auto_host_rewrite_to_the_pick():
 
 def impl_started(hostnames: dict[str, str]):
     """An xds_cluster_impl over round_robin on 10.0.0.1:80 and 10.0.0.2:80,
-    endpoints with the given host names (the cds policy's ``address_name``)."""
+    endpoints with the given host names (the cds policy's ``address_name``);
+    ``helper.rename(hostnames)`` sends the same endpoints with new ones."""
     name = f"a81-{next(_names)}"
     helper = FakeHelper()
     cluster = eds_cluster(name)
     lo = locality(loc("a"), ["10.0.0.1:80", "10.0.0.2:80"])
     xds = make_xds_config({name: eds_entry(cluster, [lo])})
-    _, policy, config = build(
-        [
-            {
-                "xds_cluster_impl_experimental": {
-                    "clusterName": name,
-                    "childPolicy": [{"round_robin": {}}],
-                }
-            }
-        ],
-        helper,
-    )
-    endpoints = []
-    for address in lo.endpoints:
-        attrs = {"locality": lo.name, "locality_weight": lo.weight}
-        host = hostnames.get(address.addresses[0])
-        if host:
-            attrs["address_name"] = host
-        endpoints.append(Endpoint(address.addresses, attrs))
-    assert policy.update(ResolverUpdate(endpoints, config, attributes(xds))) is None
-    connect_all(helper)
+    impl = {"clusterName": name, "childPolicy": [{"round_robin": {}}]}
+    _, policy, config = build([{"xds_cluster_impl_experimental": impl}], helper)
+
+    def update(names: dict[str, str]) -> None:
+        endpoints = []
+        for address in lo.endpoints:
+            attrs = {"locality": lo.name, "locality_weight": lo.weight}
+            host = names.get(address.addresses[0])
+            if host:
+                attrs["address_name"] = host
+            endpoints.append(Endpoint(address.addresses, attrs))
+        assert policy.update(ResolverUpdate(endpoints, config, attributes(xds))) is None
+        connect_all(helper)
+
+    update(hostnames)
+    helper.rename = update
     return helper
 
 
@@ -262,3 +259,17 @@ def test_the_xds_client_reads_auto_host_rewrite_from_a_trusted_server_only():
             assert action_of(resource).auto_host_rewrite is want, features
         finally:
             client.close()
+
+
+def test_an_endpoints_new_host_name_is_the_authority_of_later_picks():
+    """An EDS update that renames an endpoint at the same address: C-core's
+    child policies make their subchannels (and xds_cluster_impl's wrapper
+    holding the name) anew on every update; pyxds's keep theirs, so the
+    update renames the wrapper."""
+    helper = impl_started({"10.0.0.1:80": "one.example", "10.0.0.2:80": "two.example"})
+    helper.rename({"10.0.0.1:80": "uno.example"})
+    seen = {}
+    for _ in range(4):
+        result = helper.pick(**{AUTO_HOST_REWRITE_KEY: True})
+        seen[result.subchannel.address] = authority_of(result)
+    assert seen == {"10.0.0.1:80": "uno.example", "10.0.0.2:80": None}

@@ -690,7 +690,8 @@ class XdsClusterImplPolicy(LoadBalancer):
     def _relocate(self, endpoints: Any) -> None:
         """Give each subchannel whose address the update puts in another
         locality that locality's counters, load stats and labels from now on
-        (calls in flight end where they started).  C-core gets there by
+        (calls in flight end where they started), and its endpoint's host
+        name if that changed (A81's authority).  C-core gets there by
         building a new wrapper: its pick_first makes a new subchannel list on
         every update and its ring_hash passes the new endpoint to the
         endpoint's pick_first, so load follows the endpoint to its new
@@ -721,16 +722,22 @@ class XdsClusterImplPolicy(LoadBalancer):
                 fresh = tuple(compress(fresh, map(not_, map(known, map(id, fresh)))))
         for endpoint in fresh:
             attributes = endpoint.attributes
-            locality = attributes.get(LOCALITY_ATTRIBUTE) if attributes else None
-            if locality is None:
+            if not attributes:
                 continue
+            locality = attributes.get(LOCALITY_ATTRIBUTE)
+            hostname = attributes.get(ADDRESS_NAME_ATTRIBUTE) or None
             for address in endpoint.addresses:
                 found = by_address.get(address)
                 if found is None:
                     continue
                 for subchannel in found if isinstance(found, list) else (found,):
-                    if subchannel.locality is not locality and subchannel.locality != locality:
+                    if locality is not None and (
+                        subchannel.locality is not locality and subchannel.locality != locality
+                    ):
                         self._move(subchannel, locality)
+                    if subchannel.hostname != hostname:  # A81: the endpoint's new name
+                        subchannel.hostname = hostname
+                        subchannel._rewritten = None
 
     def _move(self, subchannel: CountedSubchannel, locality: Any) -> None:
         if subchannel.lrs is not None and self._lrs_key is not None:
