@@ -221,23 +221,25 @@ class XdsClusterImplPicker(Picker):
             # different child result, counters or load stats build it anew.
             memo = subchannel.counted
             if (
-                memo is not None
-                and memo[0] is result
-                and memo[1] is calls
-                and memo[2] is locality
-                and memo[3] is lrs
+                memo is None
+                or memo[0] is not result
+                or memo[1] is not calls
+                or memo[2] is not locality
+                or memo[3] is not lrs
             ):
-                counted = memo[4]
-            else:
-                counted = subchannel.count(result, calls)
+                memo = subchannel.count(result, calls)
             if locality is not None:
                 locality.count_started()
             if lrs is not None:
                 lrs.call_started()
             calls.append(None)
-            if subchannel.hostname is not None and args.call_attributes.get(AUTO_HOST_REWRITE_KEY):
-                return subchannel.rewritten(counted)
-            return counted
+            # A81: the endpoint has a host name and the route asks for it
+            # (memo[5]: the result with it, None without a host name; read
+            # from the memo, since the wrapper's own attributes are slow to
+            # read: its __getattr__ turns CPython's fast attribute reads off)
+            if memo[5] is not None and args.call_attributes.get(AUTO_HOST_REWRITE_KEY):
+                return memo[5]
+            return memo[4]
         # a subchannel this policy did not wrap (a custom child's own)
         calls.append(None)
         done = _call_done(calls, None, None, result.on_call_done)
@@ -256,6 +258,10 @@ class XdsClusterImplPicker(Picker):
     def __repr__(self) -> str:
         drops = ", ".join(f"{c}={t:g}ppm" for c, t, _ in self._drops)
         return f"XdsClusterImplPicker(drops=[{drops}], max_requests={self._max_requests})"
+
+
+#: :attr:`CountedSubchannel.counted`
+Counted = tuple[PickComplete, Any, Any, Any, PickComplete, "PickComplete | None"]
 
 
 def _call_done(
@@ -335,7 +341,6 @@ class CountedSubchannel(Subchannel):
         "attempt_labels",
         "counted",
         "hostname",
-        "_rewritten",
         "_owner",
         "_hooks",
     )
@@ -355,8 +360,6 @@ class CountedSubchannel(Subchannel):
         #: name), None when it has none: the ``:authority`` of its attempts
         #: on a route with A81 ``auto_host_rewrite``
         self.hostname = hostname or None
-        #: (counted result, the same with the rewritten authority)
-        self._rewritten: tuple[PickComplete, PickComplete] | None = None
         self.address = real.address
         self.locality = locality
         self.stats = stats
@@ -369,10 +372,11 @@ class CountedSubchannel(Subchannel):
         #: (lrs, child's trailers hook, the hook handed to the channel)
         self._hooks: tuple[Any, Any, Callable[[Any], None]] | None = None
         #: (child result, cluster calls, locality stats, load stats, counted
-        #: result) of the last pick through this subchannel (see :meth:`count`)
-        self.counted: tuple[PickComplete, Any, Any, Any, PickComplete] | None = None
+        #: result, the same with the A81 authority or None) of the last pick
+        #: through this subchannel (see :meth:`count`)
+        self.counted: Counted | None = None
 
-    def count(self, result: PickComplete, calls: Any) -> PickComplete:
+    def count(self, result: PickComplete, calls: Any) -> Counted:
         """The pick result handed to the channel for the child's ``result``
         on this subchannel, counted into ``calls`` (the cluster's in-flight
         deque), this locality's stats and its load stats: the real
@@ -383,7 +387,11 @@ class CountedSubchannel(Subchannel):
         ``dataclasses.replace`` costs 10x; a unit test fails when
         PickComplete gains a field this does not name).  Remembered in
         :attr:`counted`: the same child result with the same counters and
-        stats gets the same object back, so a pick allocates nothing."""
+        stats gets the same object back, so a pick allocates nothing.  With
+        a host name, the same result with ``(AUTHORITY_HEADER, hostname)``
+        added to its metadata is made too (A81 "xds_cluster_impl LB Policy
+        Changes": the picker sets the authority of a rewriting route's
+        attempts).  Returns the remembered tuple."""
         locality = self.stats
         lrs = self.lrs
         labels = result.attempt_labels  # a child's own labels too, merged (rare)
@@ -393,29 +401,14 @@ class CountedSubchannel(Subchannel):
             trailers = self.metrics_hook(trailers)
         done = _call_done(calls, locality, lrs, result.on_call_done)
         counted = PickComplete(self.real, done, trailers, labels, result.metadata)
-        self.counted = (result, calls, locality, lrs, counted)
-        return counted
-
-    def rewritten(self, counted: PickComplete) -> PickComplete:
-        """``counted`` with the attempt's ``:authority`` set to this
-        endpoint's host name (A81 "xds_cluster_impl LB Policy Changes"), as
-        the pick's metadata entry ``(AUTHORITY_HEADER, hostname)``; made once
-        per counted result."""
-        memo = self._rewritten
-        if memo is not None and memo[0] is counted:
-            return memo[1]
-        assert self.hostname is not None
-        extra = ((AUTHORITY_HEADER, self.hostname),)
-        metadata = extra if counted.metadata is None else (*counted.metadata, *extra)
-        out = PickComplete(
-            counted.subchannel,
-            counted.on_call_done,
-            counted.on_call_trailers,
-            counted.attempt_labels,
-            metadata,
-        )
-        self._rewritten = (counted, out)
-        return out
+        rewritten = None
+        if self.hostname is not None:
+            authority = ((AUTHORITY_HEADER, self.hostname),)
+            metadata = result.metadata
+            metadata = authority if metadata is None else (*metadata, *authority)
+            rewritten = PickComplete(self.real, done, trailers, labels, metadata)
+        memo = self.counted = (result, calls, locality, lrs, counted, rewritten)
+        return memo
 
     def metrics_hook(self, inner: Callable[[Any], None] | None) -> Callable[[Any], None]:
         """The ``on_call_trailers`` that gives the attempt's ORCA report to
@@ -451,7 +444,6 @@ class CountedSubchannel(Subchannel):
         # constant result): forget it, so a removed endpoint leaves no
         # reference cycle for the garbage collector (issue 18)
         self.counted = None
-        self._rewritten = None
         self._owner._untrack(self)
         self.real.shutdown()
 
@@ -737,7 +729,7 @@ class XdsClusterImplPolicy(LoadBalancer):
                         self._move(subchannel, locality)
                     if subchannel.hostname != hostname:  # A81: the endpoint's new name
                         subchannel.hostname = hostname
-                        subchannel._rewritten = None
+                        subchannel.counted = None
 
     def _move(self, subchannel: CountedSubchannel, locality: Any) -> None:
         if subchannel.lrs is not None and self._lrs_key is not None:
