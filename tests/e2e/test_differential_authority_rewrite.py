@@ -71,6 +71,7 @@ def world():
             b.route(prefix="", weighted_clusters={"a": 1, "b": 1}, auto_host_rewrite=True)
         ],
         "retry": routes_to("r", auto_host_rewrite=True, retry_policy=retry),
+        "logical-dns": routes_to("d", auto_host_rewrite=True),
         TLS_OK: routes_to("tls-good", auto_host_rewrite=True),
         TLS_BAD_HOST: routes_to("tls-bad", auto_host_rewrite=True),
         TLS_HANDSHAKE: routes_to("tls-good", auto_host_rewrite=True),
@@ -87,7 +88,10 @@ def world():
                 b.route_config(f"{n}-route", [b.virtual_host("vh", routes=r)])
                 for n, r in routes.items()
             ],
-            clusters=[b.cluster(c) for c in ("a", "b", "c", "r", "tls-good", "tls-bad")],
+            clusters=[
+                *(b.cluster(c) for c in ("a", "b", "c", "r", "tls-good", "tls-bad")),
+                b.cluster("d", kind="LOGICAL_DNS", dns_host="localhost", dns_port=p0.port),
+            ],
             endpoints=[
                 eds("a", b.endpoint(p0.address, hostname="a0.example")),
                 eds("b", b.endpoint(p1.address, hostname="b0.example")),
@@ -109,7 +113,10 @@ def world():
         "untrusted": CoreChannels(untrusted),
     }
     try:
+        # A81: a LOGICAL_DNS cluster's endpoints are named by its DNS name
+        dns = {"logical-dns": {("p0", f"localhost:{p0.port}")}}
         yield {
+            "expected": {**EXPECTED, **dns},
             "bootstrap": {"trusted": trusted, "untrusted": untrusted},
             "cores": cores,
             "failing": failing,
@@ -141,21 +148,23 @@ def ours_seen(bootstrap: dict, listener: str, n: int = 4) -> set:
         return {seen(outcome(channel, WHO_AM_I, timeout=5)) for _ in range(n)}
 
 
-def expected(trust: str, listener: str) -> set:
+def expected(world: dict, trust: str, listener: str) -> set:
+    pairs = world["expected"][listener]
     if trust == "trusted":
-        return EXPECTED[listener]
-    return {(name, listener) for name, _ in EXPECTED[listener]}
+        return pairs
+    return {(name, listener) for name, _ in pairs}
 
 
 @pytest.mark.parametrize("trust", ["trusted", "untrusted"])
 def test_the_authority_backends_see_agrees_with_c_core(world, trust):
-    """Per listener, the (backend, :authority) pairs of 4 RPCs: C-core's and
+    """Per listener, the (backend, :authority) pairs of 4 RPCs (a LOGICAL_DNS
+    cluster's endpoint is named ``host:port``, its DNS name): C-core's and
     the sync channel's are among the expected ones (all of them but for the
     weighted split, whose draws may land on one side only)."""
     core = world["cores"][trust]
     bootstrap = world["bootstrap"][trust]
-    for listener in EXPECTED:
-        want = expected(trust, listener)
+    for listener in world["expected"]:
+        want = expected(world, trust, listener)
         theirs, ours = core_seen(core, listener), ours_seen(bootstrap, listener)
         if listener == "weighted":
             assert theirs <= want and ours <= want, (theirs, ours)
@@ -168,7 +177,7 @@ def test_the_asyncio_channel_rewrites_as_the_sync_one(world):
 
     async def run() -> dict[str, set]:
         out: dict[str, set] = {}
-        for listener in EXPECTED:
+        for listener in world["expected"]:
             async with pyxds.aio.insecure_channel(
                 f"xds:///{listener}", bootstrap=bootstrap
             ) as channel:
@@ -182,9 +191,9 @@ def test_the_asyncio_channel_rewrites_as_the_sync_one(world):
     got = asyncio.run(run())
     for listener, pairs in got.items():
         if listener == "weighted":
-            assert pairs <= EXPECTED[listener], pairs
+            assert pairs <= world["expected"][listener], pairs
         else:
-            assert pairs == EXPECTED[listener], (listener, pairs)
+            assert pairs == world["expected"][listener], (listener, pairs)
 
 
 def test_the_env_var_of_a81_no_longer_gates_it_in_c_core(world):
