@@ -36,20 +36,26 @@ class PeerBackend:
     """A grpcio server on 127.0.0.1 serving :data:`WHO_AM_I`, :data:`BIG`
     and :data:`SLEEP`; ``options``: its grpcio server options (A9's
     connection management); :attr:`peers`: the client address of every RPC
-    (one per connection used)."""
+    (one per connection used); :attr:`authorities`: the ``:authority`` of
+    every :data:`WHO_AM_I`; ``failing``: :data:`WHO_AM_I` fails UNAVAILABLE."""
 
     def __init__(
         self,
         name: str = "peer",
         options: list[tuple[str, Any]] | None = None,
         credentials: grpc.ServerCredentials | None = None,
+        failing: bool = False,
     ) -> None:
         self.name = name
         self.peers: list[str] = []
+        self.authorities: list[str] = []
 
         def who(request: bytes, context: grpc.ServicerContext) -> bytes:
             self.peers.append(context.peer())
             host = context._rpc_event.call_details.host  # type: ignore[attr-defined]
+            self.authorities.append((host or b"").decode())
+            if failing:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"{name} fails")
             md = dict(context.invocation_metadata())
             return json.dumps(
                 {
@@ -209,9 +215,10 @@ class CoreChannels(CoreXdsClient):
     """grpcio channels in a subprocess, opened with the application's options
     (``GRPC_XDS_BOOTSTRAP_CONFIG`` from ``bootstrap`` for ``xds:`` targets)."""
 
-    def __init__(self, bootstrap: dict) -> None:
+    def __init__(self, bootstrap: dict, env: dict | None = None) -> None:
+        """``env``: extra environment variables of the process."""
         here = os.path.dirname(os.path.abspath(__file__))
-        super().__init__(bootstrap, script=_SCRIPT, args=(here,))
+        super().__init__(bootstrap, env=env, script=_SCRIPT, args=(here,))
 
     def open(
         self, key: str, target: str, options: list[tuple[str, Any]], ca: bytes | None = None

@@ -82,6 +82,7 @@ __all__ = [
     "Twin",
     "available",
     "fingerprint",
+    "public_channel",
     "read_unary_stream",
     "transport_options",
     "twin",
@@ -175,6 +176,19 @@ def transport_options(options: Sequence[tuple[str, Any]]) -> tuple[tuple[str, An
     return tuple(out)
 
 
+def public_channel(
+    target: str,
+    credentials: grpc.ChannelCredentials | None,
+    options: Sequence[tuple[str, Any]],
+    compression: grpc.Compression | None,
+) -> Any:
+    """``grpc.aio.insecure_channel`` (no ``credentials``) or
+    ``grpc.aio.secure_channel``: a ``grpc.aio`` channel made the public way."""
+    if credentials is None:
+        return grpc.aio.insecure_channel(target, options, compression)
+    return grpc.aio.secure_channel(target, credentials, options, compression)
+
+
 def twin(
     target: str,
     credentials: grpc.ChannelCredentials | None,
@@ -188,9 +202,7 @@ def twin(
     it shares that channel's connection; elsewhere it is a ``grpc.aio``
     channel made the public way (a second connection)."""
     if not (ENABLED and any(k == KEY for k, _ in options) and available()):
-        if credentials is None:
-            return grpc.aio.insecure_channel(target, options, compression)
-        return grpc.aio.secure_channel(target, credentials, options, compression)
+        return public_channel(target, credentials, options, compression)
     _python, core = _sync._separate_channel_options(options)
     args = (
         *_sync._augment_options(core, compression),

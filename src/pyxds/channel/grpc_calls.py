@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from pyxds.channel.call_metrics import counting
-from pyxds.channel.grpc_unary import lean_on
+from pyxds.channel.grpc_authority import with_host
+from pyxds.channel.grpc_unary import lean, lean_on
 from pyxds.channel.request_buffer import Replay
 from pyxds.status import Status
 
@@ -111,10 +112,28 @@ def _make(transport: Transport, kind: str, method: str, ser: Any, deser: Any) ->
     """
     if kind == "unary_unary" and not transport.runs_on_event_loop:
         return lean_on(transport.channel, method, ser, deser)
-    mc = getattr(transport.channel, kind)(method, ser, deser)
+    return _lean(getattr(transport.channel, kind)(method, ser, deser), kind, transport)
+
+
+def _lean(mc: Any, kind: str, transport: Transport) -> Any:
+    """``mc`` called the lean way when it is a unary-unary one."""
     if kind != "unary_unary":
         return mc
-    return (_aio_lean or _load_aio_lean())(mc)
+    if transport.runs_on_event_loop:
+        return (_aio_lean or _load_aio_lean())(mc)
+    return lean(mc)
+
+
+def _make_with_authority(
+    transport: Transport, kind: str, method: str, ser: Any, deser: Any, authority: str
+) -> Any:
+    """:func:`_make` for attempts whose ``:authority`` is ``authority`` (A81,
+    :mod:`pyxds.channel.grpc_authority`)."""
+    if transport.runs_on_event_loop:
+        channel = transport.authority_channel(authority)
+        return _lean(getattr(channel, kind)(method, ser, deser), kind, transport)
+    mc = with_host(getattr(transport.channel, kind)(method, ser, deser), authority)
+    return _lean(mc, kind, transport)
 
 
 #: :func:`pyxds.channel.grpc_aio_unary.lean`, loaded with the first grpc.aio
@@ -181,6 +200,31 @@ class GrpcMethod:
             callables[key] = mc
         return mc
 
+    def with_authority(
+        self, transport: Transport, rpc: Rpc, serialized: bool, authority: str
+    ) -> Any:
+        """The grpcio multicallable of ``rpc``'s attempt on ``transport``
+        with ``authority`` as its ``:authority`` (A81), cached on the
+        transport per authority (but an A66 attempt's own, counting bytes)."""
+        ser = None if serialized else self.serializer
+        sizes = rpc.metrics.sizes if rpc.metrics is not None else None
+        if sizes is not None:
+            counted_ser, counted_deser = counting(sizes, ser, self.deserializer)
+            return _make_with_authority(
+                transport, self.kind, self.method, counted_ser, counted_deser, authority
+            )
+        key = (authority, self._key_serialized if serialized else self._key)
+        callables = transport.callables
+        mc = callables.get(key)
+        if mc is None:
+            mc = _make_with_authority(
+                transport, self.kind, self.method, ser, self.deserializer, authority
+            )
+            if len(callables) >= _MAX_CACHED:
+                callables.clear()
+            callables[key] = mc
+        return mc
+
     def start(
         self,
         transport: Transport,
@@ -196,7 +240,14 @@ class GrpcMethod:
         request (``request.attempt()`` for a client stream's replay; none at
         all for :data:`NO_REQUEST`)."""
         mc = None
-        if rpc.metrics is None:  # the common case: the transport's cached one
+        if rpc.pick_metadata is None:
+            metadata = rpc.send_metadata
+        else:
+            metadata = rpc.attempt_metadata()
+            authority = rpc.pick_authority()
+            if authority is not None:
+                mc = self.with_authority(transport, rpc, serialized, authority)
+        if mc is None and rpc.metrics is None:  # the common case: the transport's cached one
             mc = transport.callables.get(self._key_serialized if serialized else self._key)
         if mc is None:
             mc = self.multicallable(transport, rpc, serialized)
@@ -204,7 +255,6 @@ class GrpcMethod:
             mc = getattr(mc, verb)
         if isinstance(request, Replay):
             request = request.attempt()
-        metadata = rpc.send_metadata if rpc.pick_metadata is None else rpc.attempt_metadata()
         if request is NO_REQUEST:
             return mc(
                 timeout=rpc.timeout,

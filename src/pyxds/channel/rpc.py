@@ -88,7 +88,14 @@ from pyxds.channel.grpc_calls import trailing_metadata_of
 from pyxds.channel.request_buffer import size_of
 from pyxds.channel.retry import PREVIOUS_ATTEMPTS_KEY, RetryState, not_sent
 from pyxds.channel.subchannel import SubchannelCore, Transport, core_of
-from pyxds.lb.api import ATTEMPT_NOT_STARTED, PickArgs, PickComplete, PickDrop, PickFail
+from pyxds.lb.api import (
+    ATTEMPT_NOT_STARTED,
+    AUTHORITY_HEADER,
+    PickArgs,
+    PickComplete,
+    PickDrop,
+    PickFail,
+)
 from pyxds.status import Status
 
 if TYPE_CHECKING:
@@ -273,7 +280,19 @@ class Rpc:
         if extra is None:
             return base
         keys = {k for k, _ in extra}
+        if AUTHORITY_HEADER in keys:  # not metadata: the attempt's authority
+            extra = tuple(kv for kv in extra if kv[0] != AUTHORITY_HEADER)
         return (*(kv for kv in (base or ()) if kv[0] not in keys), *extra)
+
+    def pick_authority(self) -> str | None:
+        """The ``:authority`` the pick set for the attempt (A81: the picker's
+        ``(AUTHORITY_HEADER, name)`` entry of ``PickComplete.metadata``), or
+        None: the channel's."""
+        authority = None
+        for key, value in self.pick_metadata or ():
+            if key == AUTHORITY_HEADER:
+                authority = value
+        return authority
 
     @property
     def done(self) -> bool:

@@ -297,6 +297,12 @@ class Transport(ABC):
     @abstractmethod
     def _close_now(self) -> None: ...
 
+    def authority_channel(self, authority: str) -> Any:
+        """A ``grpc.aio`` channel to this transport's destination whose calls
+        carry ``authority`` (A81; :mod:`pyxds.channel.grpc_authority`): an
+        event-loop transport's only (a sync one sets the host per call)."""
+        raise NotImplementedError
+
     def aio_twin(self) -> Callable[[], Any] | None:
         """A maker of a ``grpc.aio`` channel to this transport's destination
         (same address, credentials and options; on this transport's own
@@ -443,7 +449,16 @@ class AioTransport(Transport):
 
     runs_on_event_loop = True
 
-    __slots__ = ("_loop", "_inbox", "_args", "_on_state", "_channel", "_watcher", "_want_connect")
+    __slots__ = (
+        "_loop",
+        "_inbox",
+        "_args",
+        "_on_state",
+        "_channel",
+        "_watcher",
+        "_want_connect",
+        "_by_authority",
+    )
 
     def __init__(
         self,
@@ -463,6 +478,8 @@ class AioTransport(Transport):
         self._channel: Any = None
         self._watcher: asyncio.Task[None] | None = None
         self._want_connect = False
+        #: A81: the channels of attempts with an authority of their own
+        self._by_authority: dict[str, Any] | None = None
         self._inbox.run(self._create)
 
     @property
@@ -473,10 +490,7 @@ class AioTransport(Transport):
         if self.closed:
             return
         target, credentials, options, compression = self._args
-        if credentials is None:
-            self._channel = grpc.aio.insecure_channel(target, options, compression)
-        else:
-            self._channel = grpc.aio.secure_channel(target, credentials, options, compression)
+        self._channel = grpc_aio_twin.public_channel(target, credentials, options, compression)
         app_loop_bound(self._loop)  # grpcio bound this loop: it reads the completions
         self._watcher = self._loop.create_task(self._watch())
         if self._want_connect:
@@ -507,12 +521,29 @@ class AioTransport(Transport):
 
         self._inbox.run(go)
 
+    def authority_channel(self, authority: str) -> Any:
+        """See :meth:`Transport.authority_channel` (made on the event loop,
+        where attempts start; closed with the transport)."""
+        channels = self._by_authority
+        if channels is None:
+            channels = self._by_authority = {}
+        channel = channels.get(authority)
+        if channel is None:
+            from pyxds.channel.grpc_authority import aio_channel
+
+            target, credentials, options, compression = self._args
+            channel = aio_channel(target, credentials, options, compression, authority)
+            channels[authority] = channel
+        return channel
+
     def _close_now(self) -> None:
         def go() -> None:
             if self._watcher is not None:
                 self._watcher.cancel()
             if self._channel is not None:
                 self._loop.create_task(self._channel.close())
+            for channel in (self._by_authority or {}).values():
+                self._loop.create_task(channel.close())
 
         self._on_state = _ignore_state  # its owner's closure refers back to it
         self._inbox.run(go)

@@ -81,6 +81,14 @@ def _action(route: dict[str, Any]) -> str:
     action = route.get("route")
     if action is None:
         return "non-forwarding" if "non_forwarding_action" in route else "no action"
+    text = _destination(action)
+    if action.get("auto_host_rewrite") is True:
+        # A81: heeded from a server with the trusted_xds_server feature only
+        text += ", auto_host_rewrite"
+    return text
+
+
+def _destination(action: dict[str, Any]) -> str:
     if "cluster" in action:
         return f"cluster {action['cluster']}"
     if "weighted_clusters" in action:

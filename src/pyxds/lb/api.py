@@ -38,6 +38,8 @@ __all__ = [
     "OK_STATUS",
     "ATTEMPT_NOT_STARTED",
     "REQUEST_HASH_KEY",
+    "AUTO_HOST_REWRITE_KEY",
+    "AUTHORITY_HEADER",
     "Endpoint",
     "ResolverUpdate",
     "PickArgs",
@@ -169,6 +171,18 @@ hash (an ``int`` in [0, 2**64)), computed by the xDS ConfigSelector from the
 route's hash policies (gRFC A42 "Hash computation") and read by
 ``ring_hash_experimental``; absent when the route has no hash policy."""
 
+AUTO_HOST_REWRITE_KEY = "auto_host_rewrite"
+"""``PickArgs.call_attributes[AUTO_HOST_REWRITE_KEY]``: True when the RPC's
+route has ``auto_host_rewrite`` (gRFC A81 "xDS ConfigSelector Changes", from
+a ``trusted_xds_server``); absent otherwise."""
+
+AUTHORITY_HEADER = ":authority"
+"""A ``PickComplete.metadata`` entry ``(AUTHORITY_HEADER, name)`` sets the
+attempt's ``:authority`` to ``name`` (gRFC A81 "xds_cluster_impl LB Policy
+Changes": the API by which a picker sets the authority); the channel sends
+no such metadata entry (it is no legal metadata key).  The connection, and
+the name its TLS handshake checks, stay the channel's."""
+
 
 # PickArgs and PickComplete are made on every pick: frozen slotted
 # dataclasses whose __init__ stores each field through its slot descriptor
@@ -219,7 +233,8 @@ class PickComplete:
     ``metadata`` (optional): headers the attempt sends in addition to the
     RPC's own, each replacing the RPC's values of its key (C-core's
     ``metadata_mutations``; the ``rls_experimental`` policy's
-    ``x-google-rls-data``)."""
+    ``x-google-rls-data``); an entry ``(AUTHORITY_HEADER, name)`` sets the
+    attempt's ``:authority`` instead (A81)."""
 
     subchannel: Subchannel
     on_call_done: Callable[[Status], None] | None

@@ -31,7 +31,14 @@ child's picker wrapped in :class:`XdsClusterImplPicker`.  A pick, in order
    ``on_call_done`` that records success or failure, then calls the child's,
    and the ``attempt_labels`` ``{"grpc.lb.locality": ...}`` of the picked
    endpoint's locality (A78 "Per-Call Metrics": taken from the wrapped
-   subchannel made for load reporting, as C-core; "" without a locality).
+   subchannel made for load reporting, as C-core; "" without a locality);
+4. A81 "xds_cluster_impl LB Policy Changes": when the RPC's route asks for
+   ``auto_host_rewrite`` (call attribute) and the picked endpoint has a
+   host name (its ``address_name`` attribute, kept on the wrapper made for
+   it), the result also carries ``(":authority", hostname)`` in its
+   ``metadata``, which the channel sends as the attempt's authority (one
+   result per endpoint, made once; an endpoint without a host name costs
+   the pick one attribute test).
 
 Load reporting (A27 "Load Reporting"): when the cluster has
 ``lrs_server: self``, the policy takes the cluster's drop stats and each
@@ -91,6 +98,8 @@ from pyxds._values import dataclass
 from pyxds.lb import registry
 from pyxds.lb.api import (
     ATTEMPT_NOT_STARTED,
+    AUTHORITY_HEADER,
+    AUTO_HOST_REWRITE_KEY,
     OK_STATUS,
     ConnectivityState,
     FailPicker,
@@ -119,7 +128,7 @@ from pyxds.resolver.xds_config import (
     ClusterConfig,
     EndpointConfig,
 )
-from pyxds.security.tls_config import SECURITY_ATTRIBUTE
+from pyxds.security.tls_config import ADDRESS_NAME_ATTRIBUTE, SECURITY_ATTRIBUTE
 
 _log = logging.getLogger(__name__)
 
@@ -212,21 +221,25 @@ class XdsClusterImplPicker(Picker):
             # different child result, counters or load stats build it anew.
             memo = subchannel.counted
             if (
-                memo is not None
-                and memo[0] is result
-                and memo[1] is calls
-                and memo[2] is locality
-                and memo[3] is lrs
+                memo is None
+                or memo[0] is not result
+                or memo[1] is not calls
+                or memo[2] is not locality
+                or memo[3] is not lrs
             ):
-                counted = memo[4]
-            else:
-                counted = subchannel.count(result, calls)
+                memo = subchannel.count(result, calls)
             if locality is not None:
                 locality.count_started()
             if lrs is not None:
                 lrs.call_started()
             calls.append(None)
-            return counted
+            # A81: the endpoint has a host name and the route asks for it
+            # (memo[5]: the result with it, None without a host name; read
+            # from the memo, since the wrapper's own attributes are slow to
+            # read: its __getattr__ turns CPython's fast attribute reads off)
+            if memo[5] is not None and args.call_attributes.get(AUTO_HOST_REWRITE_KEY):
+                return memo[5]
+            return memo[4]
         # a subchannel this policy did not wrap (a custom child's own)
         calls.append(None)
         done = _call_done(calls, None, None, result.on_call_done)
@@ -245,6 +258,10 @@ class XdsClusterImplPicker(Picker):
     def __repr__(self) -> str:
         drops = ", ".join(f"{c}={t:g}ppm" for c, t, _ in self._drops)
         return f"XdsClusterImplPicker(drops=[{drops}], max_requests={self._max_requests})"
+
+
+#: :attr:`CountedSubchannel.counted`
+Counted = tuple[PickComplete, Any, Any, Any, PickComplete, "PickComplete | None"]
 
 
 def _call_done(
@@ -323,6 +340,7 @@ class CountedSubchannel(Subchannel):
         "lrs",
         "attempt_labels",
         "counted",
+        "hostname",
         "_owner",
         "_hooks",
     )
@@ -335,8 +353,13 @@ class CountedSubchannel(Subchannel):
         owner: XdsClusterImplPolicy,
         lrs: Any = None,
         backend_service: str = "",
+        hostname: str | None = None,
     ) -> None:
         self.real = real
+        #: the endpoint's host name (EDS ``hostname``, a LOGICAL_DNS cluster's
+        #: name), None when it has none: the ``:authority`` of its attempts
+        #: on a route with A81 ``auto_host_rewrite``
+        self.hostname = hostname or None
         self.address = real.address
         self.locality = locality
         self.stats = stats
@@ -349,10 +372,11 @@ class CountedSubchannel(Subchannel):
         #: (lrs, child's trailers hook, the hook handed to the channel)
         self._hooks: tuple[Any, Any, Callable[[Any], None]] | None = None
         #: (child result, cluster calls, locality stats, load stats, counted
-        #: result) of the last pick through this subchannel (see :meth:`count`)
-        self.counted: tuple[PickComplete, Any, Any, Any, PickComplete] | None = None
+        #: result, the same with the A81 authority or None) of the last pick
+        #: through this subchannel (see :meth:`count`)
+        self.counted: Counted | None = None
 
-    def count(self, result: PickComplete, calls: Any) -> PickComplete:
+    def count(self, result: PickComplete, calls: Any) -> Counted:
         """The pick result handed to the channel for the child's ``result``
         on this subchannel, counted into ``calls`` (the cluster's in-flight
         deque), this locality's stats and its load stats: the real
@@ -363,7 +387,11 @@ class CountedSubchannel(Subchannel):
         ``dataclasses.replace`` costs 10x; a unit test fails when
         PickComplete gains a field this does not name).  Remembered in
         :attr:`counted`: the same child result with the same counters and
-        stats gets the same object back, so a pick allocates nothing."""
+        stats gets the same object back, so a pick allocates nothing.  With
+        a host name, the same result with ``(AUTHORITY_HEADER, hostname)``
+        added to its metadata is made too (A81 "xds_cluster_impl LB Policy
+        Changes": the picker sets the authority of a rewriting route's
+        attempts).  Returns the remembered tuple."""
         locality = self.stats
         lrs = self.lrs
         labels = result.attempt_labels  # a child's own labels too, merged (rare)
@@ -373,8 +401,14 @@ class CountedSubchannel(Subchannel):
             trailers = self.metrics_hook(trailers)
         done = _call_done(calls, locality, lrs, result.on_call_done)
         counted = PickComplete(self.real, done, trailers, labels, result.metadata)
-        self.counted = (result, calls, locality, lrs, counted)
-        return counted
+        rewritten = None
+        if self.hostname is not None:
+            authority = ((AUTHORITY_HEADER, self.hostname),)
+            metadata = result.metadata
+            metadata = authority if metadata is None else (*metadata, *authority)
+            rewritten = PickComplete(self.real, done, trailers, labels, metadata)
+        memo = self.counted = (result, calls, locality, lrs, counted, rewritten)
+        return memo
 
     def metrics_hook(self, inner: Callable[[Any], None] | None) -> Callable[[Any], None]:
         """The ``on_call_trailers`` that gives the attempt's ORCA report to
@@ -439,8 +473,10 @@ class _ImplHelper(DelegatingHelper):
         if security is not None:
             attributes = {**(attributes or {}), SECURITY_ATTRIBUTE: security}
         real = self.parent.create_subchannel(address, attributes)
-        locality = attributes.get(LOCALITY_ATTRIBUTE) if attributes else None
-        return self.policy._track(real, locality)
+        if not attributes:
+            return self.policy._track(real, None)
+        locality = attributes.get(LOCALITY_ATTRIBUTE)
+        return self.policy._track(real, locality, attributes.get(ADDRESS_NAME_ATTRIBUTE))
 
     def update_state(self, state: ConnectivityState, status: Status, picker: Picker) -> None:
         self.policy._child_reported(state, status, picker)
@@ -623,13 +659,15 @@ class XdsClusterImplPolicy(LoadBalancer):
         self.helper.update_state(ConnectivityState.TRANSIENT_FAILURE, status, FailPicker(status))
         return status
 
-    def _track(self, real: Subchannel, locality: Any) -> CountedSubchannel:
+    def _track(
+        self, real: Subchannel, locality: Any, hostname: str | None = None
+    ) -> CountedSubchannel:
         stats = None
         if locality is not None and self._counters is not None:
             stats = self._counters.locality(locality)
         cluster = self._config.cluster_name if self._config is not None else ""
         subchannel = CountedSubchannel(
-            real, locality, stats, self, self._locality_lrs(locality), cluster
+            real, locality, stats, self, self._locality_lrs(locality), cluster, hostname
         )
         self._subchannels.add(subchannel)
         by_address = self._by_address
@@ -644,7 +682,8 @@ class XdsClusterImplPolicy(LoadBalancer):
     def _relocate(self, endpoints: Any) -> None:
         """Give each subchannel whose address the update puts in another
         locality that locality's counters, load stats and labels from now on
-        (calls in flight end where they started).  C-core gets there by
+        (calls in flight end where they started), and its endpoint's host
+        name if that changed (A81's authority).  C-core gets there by
         building a new wrapper: its pick_first makes a new subchannel list on
         every update and its ring_hash passes the new endpoint to the
         endpoint's pick_first, so load follows the endpoint to its new
@@ -675,16 +714,22 @@ class XdsClusterImplPolicy(LoadBalancer):
                 fresh = tuple(compress(fresh, map(not_, map(known, map(id, fresh)))))
         for endpoint in fresh:
             attributes = endpoint.attributes
-            locality = attributes.get(LOCALITY_ATTRIBUTE) if attributes else None
-            if locality is None:
+            if not attributes:
                 continue
+            locality = attributes.get(LOCALITY_ATTRIBUTE)
+            hostname = attributes.get(ADDRESS_NAME_ATTRIBUTE) or None
             for address in endpoint.addresses:
                 found = by_address.get(address)
                 if found is None:
                     continue
                 for subchannel in found if isinstance(found, list) else (found,):
-                    if subchannel.locality is not locality and subchannel.locality != locality:
+                    if locality is not None and (
+                        subchannel.locality is not locality and subchannel.locality != locality
+                    ):
                         self._move(subchannel, locality)
+                    if subchannel.hostname != hostname:  # A81: the endpoint's new name
+                        subchannel.hostname = hostname
+                        subchannel.counted = None
 
     def _move(self, subchannel: CountedSubchannel, locality: Any) -> None:
         if subchannel.lrs is not None and self._lrs_key is not None:

@@ -52,6 +52,11 @@ nothing on the success path:
    the filter only changes the cluster attribute.  Several session filters
    in one chain (a :class:`~pyxds.resolver.stateful_session.SessionChain`)
    are applied one after the other, as C-core runs them.
+7. A route with A81 ``auto_host_rewrite`` (read only from a
+   ``trusted_xds_server``) gives its RPCs
+   ``call_attributes[AUTO_HOST_REWRITE_KEY] = True`` (A81 "xDS
+   ConfigSelector Changes"): prebuilt per cluster like the rest, so an RPC
+   pays nothing for it; xds_cluster_impl's picker reads it.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from pyxds.lb.api import REQUEST_HASH_KEY
+from pyxds.lb.api import AUTO_HOST_REWRITE_KEY, REQUEST_HASH_KEY
 from pyxds.lb.xds_override_host import OVERRIDE_HOST_ATTRIBUTE
 from pyxds.resolver.api import CallConfig, ConfigSelector
 from pyxds.resolver.http_filters import build_chain
@@ -219,6 +224,7 @@ class _Action:
         "hasher",
         "special",
         "by_cluster",
+        "rewrite",
     )
 
     def __init__(self) -> None:
@@ -233,6 +239,8 @@ class _Action:
         self.special = False
         #: cluster name -> its first choice (A60's cookie cluster)
         self.by_cluster: dict[str, _Choice] = {}
+        #: the route's A81 ``auto_host_rewrite``
+        self.rewrite = False
 
 
 def _effective_timeout(route_value: float | None, listener_value: float | None) -> float | None:
@@ -272,6 +280,14 @@ _set_retry = _slot_setter("retry_policy")
 _set_filters = _slot_setter("filters")
 _set_wait_for_ready = _slot_setter("wait_for_ready")
 _set_call_state = _slot_setter("call_state")
+
+
+def _rewriting(ref: ClusterRef) -> Mapping[str, Any]:
+    """The call attributes of a route with A81 ``auto_host_rewrite`` to
+    ``ref``'s cluster: its own plus :data:`AUTO_HOST_REWRITE_KEY` (made once
+    per selector and cluster; routes without it keep ``ref.attributes``, so
+    their RPCs pay nothing for it)."""
+    return MappingProxyType({**ref.attributes, AUTO_HOST_REWRITE_KEY: True})
 
 
 def _per_rpc_config(
@@ -371,6 +387,7 @@ class XdsConfigSelector(ConfigSelector):
             retry: RetryPolicy | None,
             filters: tuple[Any, ...],
             plugin: bool = False,
+            rewrite: bool = False,
         ) -> _Choice:
             ref = (plugin_refs or {})[cluster] if plugin else refs[cluster]
             session: SessionCookie | SessionChain | None = None
@@ -378,11 +395,11 @@ class XdsConfigSelector(ConfigSelector):
                 cookies = tuple(f for f in filters if type(f) is SessionCookie)
                 session = cookies[0] if len(cookies) == 1 else SessionChain(cookies)
                 filters = tuple(f for f in filters if type(f) is not SessionCookie)
-            key = (ref.child_name, timeout, retry, filters)
+            key = (ref.child_name, timeout, retry, filters, rewrite)
             config = configs.get(key)
             if config is None:
                 config = configs[key] = CallConfig(
-                    call_attributes=ref.attributes,
+                    call_attributes=_rewriting(ref) if rewrite else ref.attributes,
                     timeout=timeout,
                     on_committed=ref.release,
                     retry_policy=retry,
@@ -402,8 +419,12 @@ class XdsConfigSelector(ConfigSelector):
                 timeout = _effective_timeout(ra.max_stream_duration, listener_max_stream_duration)
                 retry = _retry_policy(ra)
                 route_overrides = route.filter_overrides
+                rewrite = ra.auto_host_rewrite
+                action.rewrite = rewrite
                 if ra.cluster is not None:
-                    action.single = choice(ra.cluster, timeout, retry, chain(route_overrides))
+                    action.single = choice(
+                        ra.cluster, timeout, retry, chain(route_overrides), rewrite=rewrite
+                    )
                 elif ra.weighted_clusters:
                     running = 0
                     for cw in ra.weighted_clusters:
@@ -417,6 +438,7 @@ class XdsConfigSelector(ConfigSelector):
                                 timeout,
                                 retry,
                                 chain(route_overrides, cw.filter_overrides),
+                                rewrite=rewrite,
                             )
                         )
                     action.total = running
@@ -430,7 +452,7 @@ class XdsConfigSelector(ConfigSelector):
                     name = ra.cluster_specifier_plugin
                     if plugin_refs is not None and name in plugin_refs:
                         action.single = choice(
-                            name, timeout, retry, chain(route_overrides), plugin=True
+                            name, timeout, retry, chain(route_overrides), True, rewrite
                         )
                     else:
                         action.fail = CallConfig(
@@ -529,6 +551,8 @@ class XdsConfigSelector(ConfigSelector):
         if request_hash is None and session is None:
             return config if choice is drawn else choice.config
         attributes: dict[str, Any] = {CLUSTER_ATTRIBUTE: ref.child_name}
+        if action.rewrite:
+            attributes[AUTO_HOST_REWRITE_KEY] = True
         if request_hash is not None:
             attributes[REQUEST_HASH_KEY] = request_hash
         if session is not None:

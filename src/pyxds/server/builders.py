@@ -520,6 +520,7 @@ def route(
     retry_policy: route_components_pb2.RetryPolicy | None = None,
     typed_per_filter_config: Mapping[str, message.Message] | None = None,
     cluster_specifier_plugin: str | None = None,
+    auto_host_rewrite: bool | None = None,
 ) -> route_components_pb2.Route:
     """A Route: one path matcher (default ``prefix=""``) and one action (A28).
 
@@ -531,6 +532,8 @@ def route(
     ``hash_policies`` (see :func:`hash_policy`) feed ring_hash clusters (A42).
     ``retry_policy`` (see :func:`retry_policy`): the route's A44 retry policy.
     ``typed_per_filter_config``: filter name -> config override (A39).
+    ``auto_host_rewrite``: the route's A81 authority rewriting (a client
+    heeds it from a server with the ``trusted_xds_server`` feature).
     """
     matchers = [k for k, v in {"prefix": prefix, "path": path, "regex": regex}.items() if v]
     if len(matchers) > 1:
@@ -591,6 +594,8 @@ def route(
     action.hash_policy.extend(hash_policies)
     if retry_policy is not None:
         action.retry_policy.CopyFrom(retry_policy)
+    if auto_host_rewrite is not None:
+        action.auto_host_rewrite.value = auto_host_rewrite
     out.route.CopyFrom(action)
     return out
 

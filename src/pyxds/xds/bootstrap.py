@@ -149,6 +149,12 @@ class XdsServerConfig:
         """A88: the resource timer is 30 s and reports UNAVAILABLE / TIMEOUT."""
         return "resource_timer_is_transient_error" in self.server_features
 
+    @property
+    def trusted_xds_server(self) -> bool:
+        """A81 "Server Feature in Bootstrap Config": the server may rewrite the
+        ``:authority`` of RPCs (its routes' ``auto_host_rewrite`` is read)."""
+        return "trusted_xds_server" in self.server_features
+
 
 @dataclass(frozen=True)
 class Node:

@@ -223,6 +223,29 @@ def _bound_resource_types(bootstrap: Any) -> Mapping[str, Any]:
     return {**RESOURCE_TYPES, cds.type_url: cds, lds.type_url: lds}
 
 
+def trusted_resource_types(types: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``types`` as a server with the bootstrap feature ``trusted_xds_server``
+    decodes them: LDS and RDS read ``RouteAction.auto_host_rewrite`` (A81
+    "xDS Resource Validation"), each with a memo of its own (the same bytes
+    decode differently from an untrusted server)."""
+    import functools
+    import threading
+
+    from pyxds.xds.resources import LISTENER_TYPE_URL, ROUTE_CONFIG_TYPE_URL
+
+    out = dict(types)
+    for url in (LISTENER_TYPE_URL, ROUTE_CONFIG_TYPE_URL):
+        rt = types.get(url)
+        if rt is not None:
+            out[url] = dataclasses.replace(
+                rt,
+                _decoder=functools.partial(rt._decoder, trusted=True),
+                _memo={},
+                _memo_lock=threading.Lock(),
+            )
+    return out
+
+
 def _node_proto(bootstrap: Any) -> base_pb2.Node | None:
     node = getattr(bootstrap, "node", None)
     if node is None:
@@ -262,10 +285,13 @@ class _ServerChannel:
     def __init__(self, client: XdsClient, server: Any) -> None:
         self._client = client
         self.server = server
+        types = client._resource_types
+        if getattr(server, "trusted_xds_server", False):
+            types = client.trusted_resource_types()
         self.state = AdsState(
             server,
             client._node,
-            resource_types=client._resource_types,
+            resource_types=types,
             clock=client._sclock,
             post=client._post,
             default_executor=immediate,
@@ -487,6 +513,7 @@ class XdsClient:
             resource_types = _bound_resource_types(bootstrap)
         self._bootstrap = bootstrap
         self._resource_types = resource_types
+        self._trusted_types: Mapping[str, Any] | None = None
         self._resource_timeout = resource_timeout
         self._transient_resource_timeout = transient_resource_timeout
         self._channel_options = tuple(channel_options)
@@ -538,6 +565,12 @@ class XdsClient:
         self._slot: _SharedSlot | None = None
         self._notes: dict[tuple[str, str], dict[str, Any]] = {}
         self._notes_lock = threading.Lock()
+
+    def trusted_resource_types(self) -> Mapping[str, Any]:
+        """The resource types of a ``trusted_xds_server`` (A81), made once."""
+        if self._trusted_types is None:
+            self._trusted_types = trusted_resource_types(self._resource_types)
+        return self._trusted_types
 
     @property
     def bootstrap(self) -> Any:

@@ -96,13 +96,14 @@ def register_http_filter(
 
 
 def decode_listener(
-    data: bytes, providers: Mapping[str, Any] | None = None
+    data: bytes, providers: Mapping[str, Any] | None = None, trusted: bool = False
 ) -> tuple[str | None, Any, str | None]:
     """Parse and validate serialized Listener bytes: (name, resource, error).
 
     ``providers``: the bootstrap's ``certificate_providers``, against which a
     server listener's TLS provider instance names are checked (None: not
-    checked)."""
+    checked).  ``trusted``: the server has ``trusted_xds_server`` (A81: an
+    inline route config's ``auto_host_rewrite`` is read)."""
     lis = listener_pb2.Listener()
     try:
         lis.ParseFromString(data)
@@ -120,13 +121,13 @@ def decode_listener(
             return name, None, errs.text() or "invalid server Listener"
         return name, Listener(name, api_listener=False, tcp_listener=tcp), None
     errs = Errors()
-    resource = _parse_api_listener(lis, errs)
+    resource = _parse_api_listener(lis, errs, trusted)
     if errs:
         return name, None, errs.text()
     return name, resource, None
 
 
-def _parse_api_listener(lis: Any, errs: Errors) -> Listener | None:
+def _parse_api_listener(lis: Any, errs: Errors, trusted: bool = False) -> Listener | None:
     any_msg = lis.api_listener.api_listener
     path = "api_listener.api_listener"
     # C-core's words and fields: the Any's type names the value.
@@ -145,12 +146,14 @@ def _parse_api_listener(lis: Any, errs: Errors) -> Listener | None:
     except Exception:  # google.protobuf.message.DecodeError
         errs.add(f"{path}.value[{HCM_TYPE}]", "could not parse HttpConnectionManager config")
         return None
-    return parse_http_connection_manager(hcm, lis.name, errs, f"{path}.value[{HCM_TYPE}]")
+    return parse_http_connection_manager(hcm, lis.name, errs, f"{path}.value[{HCM_TYPE}]", trusted)
 
 
-def parse_http_connection_manager(hcm: Any, name: str, errs: Errors, path: str) -> Listener:
+def parse_http_connection_manager(
+    hcm: Any, name: str, errs: Errors, path: str, trusted: bool = False
+) -> Listener:
     """Validate a client HttpConnectionManager; ``path`` names it in errors."""
-    route_config_name, route_config = _routes_and_ip_detection(hcm, errs, path)
+    route_config_name, route_config = _routes_and_ip_detection(hcm, errs, path, trusted)
     filters = _parse_http_filters(hcm, errs, path)
     msd = None
     if hcm.HasField("common_http_protocol_options"):
@@ -186,7 +189,7 @@ def parse_server_hcm(hcm: Any, errs: Errors, path: str) -> ServerHcm:
 
 
 def _routes_and_ip_detection(
-    hcm: Any, errs: Errors, path: str
+    hcm: Any, errs: Errors, path: str, trusted: bool = False
 ) -> tuple[str | None, RouteConfiguration | None]:
     route_config_name = None
     route_config = None
@@ -199,7 +202,9 @@ def _routes_and_ip_detection(
             errs.add(f"{path}.rds.config_source", "ConfigSource does not specify ADS or SELF")
         route_config_name = rds.route_config_name
     elif which == "route_config":
-        route_config = parse_route_configuration(hcm.route_config, errs, f"{path}.route_config")
+        route_config = parse_route_configuration(
+            hcm.route_config, errs, f"{path}.route_config", trusted
+        )
     else:  # unset or scoped_routes
         errs.add(path, "neither route_config nor rds fields are present")
     # A41: gRPC trusts no proxy hops and does no original-IP detection.

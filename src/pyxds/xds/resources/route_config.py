@@ -139,11 +139,16 @@ _MATCH_ALL_KEY = ("match_all",)
 _ShareCache = dict[str | tuple[Any, ...], Any]
 
 
-def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteConfiguration:
+def parse_route_configuration(
+    rc: Any, errs: Errors, path: str = "", trusted: bool = False
+) -> RouteConfiguration:
     """Validate a ``envoy.config.route.v3.RouteConfiguration`` message.
 
     ``path`` is the field path of ``rc`` itself ("" for an RDS resource,
     ``"...route_config"`` when inlined in a Listener); errors go to ``errs``.
+    ``trusted``: the resource came from a server with the bootstrap feature
+    ``trusted_xds_server``, so ``RouteAction.auto_host_rewrite`` is read (A81
+    "xDS Resource Validation"; otherwise it is ignored, as in C-core).
     """
     pre = f"{path}." if path else ""
     rls = rls_enabled()
@@ -178,7 +183,7 @@ def parse_route_configuration(rc: Any, errs: Errors, path: str = "") -> RouteCon
         routes: list[Route] = []
         append = routes.append
         for ri, r in enumerate(vh.routes):
-            route = _parse_route(r, errs, pre, vi, ri, cache, declared, ignored_plugins)
+            route = _parse_route(r, errs, pre, vi, ri, cache, declared, ignored_plugins, trusted)
             if route is not None:
                 if retry is not None:
                     route = _with_vhost_retry(route, retry)
@@ -246,6 +251,7 @@ def _parse_route(
     cache: _ShareCache,
     declared: set[str] | None,
     ignored_plugins: set[str],
+    trusted: bool = False,
 ) -> Route | None:
     m = r.match
     # One ListFields() call tells which match fields are set (cheaper than a
@@ -349,7 +355,9 @@ def _parse_route(
     action_kind = r.WhichOneof("action")
     action: RouteAction | NonForwardingAction | UnsupportedAction | None
     if action_kind == "route":
-        action = _parse_action(r.route, errs, pre, vi, ri, cache, declared, ignored_plugins)
+        action = _parse_action(
+            r.route, errs, pre, vi, ri, cache, declared, ignored_plugins, trusted
+        )
         if action is None:
             return None
     elif action_kind == "non_forwarding_action":
@@ -443,11 +451,13 @@ def _parse_action(
     cache: _ShareCache,
     declared: set[str] | None,
     ignored_plugins: set[str],
+    trusted: bool = False,
 ) -> RouteAction | None:
     spec = None
     spec_value: Any = None
     msd = retry = None
     hashes: tuple[HashPolicy, ...] = ()
+    rewrite = False
     for fd, value in ra.ListFields():
         num = fd.number
         if num == 1 or num == 3 or num == 37:  # cluster, weighted_clusters, plugin
@@ -465,7 +475,9 @@ def _parse_action(
             )
         elif num == 9:
             retry = _parse_retry(value, errs, f"{_route_path(pre, vi, ri)}.route.retry_policy")
-    plain = msd is None and not hashes and retry is None
+        elif num == 7 and trusted:  # auto_host_rewrite (A81), from a trusted server only
+            rewrite = value.value
+    plain = msd is None and not hashes and retry is None and not rewrite
 
     if spec == 1:
         name = spec_value
@@ -478,7 +490,11 @@ def _parse_action(
                 action = cache[name] = RouteAction(cluster=name)
             return action
         return RouteAction(
-            cluster=name, max_stream_duration=msd, hash_policies=hashes, retry_policy=retry
+            cluster=name,
+            max_stream_duration=msd,
+            hash_policies=hashes,
+            retry_policy=retry,
+            auto_host_rewrite=rewrite,
         )
     if spec == 3:
         wc = spec_value
@@ -539,6 +555,7 @@ def _parse_action(
             max_stream_duration=msd,
             hash_policies=hashes,
             retry_policy=retry,
+            auto_host_rewrite=rewrite,
         )
     if spec == 37:
         if declared is None:
@@ -562,6 +579,7 @@ def _parse_action(
             max_stream_duration=msd,
             hash_policies=hashes,
             retry_policy=retry,
+            auto_host_rewrite=rewrite,
         )
     if spec is None and ra.WhichOneof("cluster_specifier") in (
         "cluster",
@@ -645,16 +663,17 @@ def _parse_retry(rp: Any, errs: Errors, path: str) -> RetryPolicy:
 
 
 def decode_route_configuration(
-    data: bytes, memo: bool = True
+    data: bytes, memo: bool = True, trusted: bool = False
 ) -> tuple[str | None, Any, str | None]:
-    """Parse and validate serialized RouteConfiguration bytes: (name, resource, error)."""
+    """Parse and validate serialized RouteConfiguration bytes: (name, resource, error).
+    ``trusted``: see :func:`parse_route_configuration`."""
     rc = route_pb2.RouteConfiguration()
     try:
         rc.ParseFromString(data)
     except Exception as err:
         return None, None, f"could not parse RouteConfiguration: {err}"
     errs = Errors()
-    resource = parse_route_configuration(rc, errs)
+    resource = parse_route_configuration(rc, errs, trusted=trusted)
     if errs:
         return rc.name, None, errs.text()
     return rc.name, resource, None

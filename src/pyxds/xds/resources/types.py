@@ -302,6 +302,8 @@ class RouteAction:
     effective per-route value: ``grpc_timeout_header_max`` if set, else
     ``max_stream_duration``, else None (the listener's value applies).
     ``RouteAction.timeout`` has no field here: gRPC does not support it (A31).
+    ``auto_host_rewrite`` (A81): the route's value when the resource came
+    from a server with the ``trusted_xds_server`` feature, else False.
     """
 
     cluster: str | None = None
@@ -310,6 +312,7 @@ class RouteAction:
     max_stream_duration: float | None = None
     hash_policies: tuple[HashPolicy, ...] = ()
     retry_policy: RetryPolicy | None = None
+    auto_host_rewrite: bool = False
 
     @property
     def total_weight(self) -> int:

@@ -1,0 +1,270 @@
+"""Differential: gRFC A81 xDS authority rewriting, pyxds against grpcio 1.85's
+C-core ``xds:///`` channel on one pyxds.server, backends that reply the
+``:authority`` each RPC reached them with.
+
+What C-core 1.85 does (live, here): a route's ``auto_host_rewrite`` sets an
+RPC's ``:authority`` to the picked endpoint's EDS ``hostname`` when the
+bootstrap server has the ``trusted_xds_server`` feature, whatever
+``GRPC_EXPERIMENTAL_XDS_AUTHORITY_REWRITE`` says (A81's temporary env var
+is gone from 1.85: ``false`` changes nothing); without the feature, or for
+an endpoint without hostname, the channel's authority stays; each retry
+attempt takes its own pick's hostname; ``host_rewrite_literal`` is not
+read.  With TLS the handshake still checks the channel's name, and the
+rewritten authority is checked per call against the server's certificate
+(UNAUTHENTICATED "call host does not match SSL server name").  The asyncio
+channel differs there (docs/differences-from-c-core.md): its rewritten
+attempts go on a connection whose handshake checks the hostname, so a
+certificate without it fails them unsent, not UNAUTHENTICATED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import grpc
+import pytest
+from core_channel import WHO_AM_I, CoreChannels, PeerBackend, decoded, outcome
+
+import pyxds._api as pyxds
+import pyxds.aio
+from pyxds.server import ManagementServer
+from pyxds.server import builders as b
+from pyxds.server.snapshot import Snapshot
+from pyxds.testing.certs import CertAuthority
+
+TRUSTED = ["xds_v3", "trusted_xds_server"]
+#: listener -> what (backend, authority) its RPCs reach with a trusted server
+#: (the weighted split may show either or both)
+EXPECTED = {
+    "auto": {("p0", "a0.example")},
+    "no-hostname": {("p1", "no-hostname")},
+    "off": {("p0", "off")},
+    "literal": {("p0", "literal")},
+    "weighted": {("p0", "a0.example"), ("p1", "b0.example")},
+}
+TLS_OK, TLS_BAD_HOST, TLS_HANDSHAKE = "tls-ok", "tls-bad-host", "tls-handshake"
+
+
+def routes_to(cluster: str, **kwargs: Any) -> list[Any]:
+    return [b.route(prefix="", cluster=cluster, **kwargs)]
+
+
+@pytest.fixture(scope="module")
+def world():
+    ca = CertAuthority("A81 CA")
+    leaf = ca.issue("backend", dns=(TLS_OK, TLS_BAD_HOST, "good.example"))
+    tls_server = grpc.ssl_server_credentials([(leaf.key, leaf.cert)])
+    p0, p1 = PeerBackend("p0"), PeerBackend("p1")
+    t0 = PeerBackend("t0", credentials=tls_server)
+    failing = PeerBackend("f0", failing=True)
+    literal = b.route(prefix="", cluster="a")
+    literal.route.host_rewrite_literal = "literal.example"
+    retry = b.retry_policy("unavailable", num_retries=3, base_interval=0.01, max_interval=0.02)
+    routes = {
+        "auto": routes_to("a", auto_host_rewrite=True),
+        "no-hostname": routes_to("c", auto_host_rewrite=True),
+        "off": routes_to("a"),
+        "literal": [literal],
+        "weighted": [
+            b.route(prefix="", weighted_clusters={"a": 1, "b": 1}, auto_host_rewrite=True)
+        ],
+        "retry": routes_to("r", auto_host_rewrite=True, retry_policy=retry),
+        "logical-dns": routes_to("d", auto_host_rewrite=True),
+        TLS_OK: routes_to("tls-good", auto_host_rewrite=True),
+        TLS_BAD_HOST: routes_to("tls-bad", auto_host_rewrite=True),
+        TLS_HANDSHAKE: routes_to("tls-good", auto_host_rewrite=True),
+    }
+
+    def eds(cluster: str, *endpoints: Any) -> Any:
+        return b.endpoints(cluster, [b.locality(zone="z", endpoints=list(endpoints))])
+
+    server = ManagementServer().start()
+    server.set_snapshot(
+        Snapshot(
+            listeners=[b.listener(n) for n in routes],
+            routes=[
+                b.route_config(f"{n}-route", [b.virtual_host("vh", routes=r)])
+                for n, r in routes.items()
+            ],
+            clusters=[
+                *(b.cluster(c) for c in ("a", "b", "c", "r", "tls-good", "tls-bad")),
+                b.cluster("d", kind="LOGICAL_DNS", dns_host="localhost", dns_port=p0.port),
+            ],
+            endpoints=[
+                eds("a", b.endpoint(p0.address, hostname="a0.example")),
+                eds("b", b.endpoint(p1.address, hostname="b0.example")),
+                eds("c", b.endpoint(p1.address)),
+                eds(
+                    "r",
+                    b.endpoint(failing.address, hostname="f0.example"),
+                    b.endpoint(p0.address, hostname="a0.example"),
+                ),
+                eds("tls-good", b.endpoint(t0.address, hostname="good.example")),
+                eds("tls-bad", b.endpoint(t0.address, hostname="bad.example")),
+            ],
+        )
+    )
+    trusted = server.bootstrap(node_id="a81", features=TRUSTED)
+    untrusted = server.bootstrap(node_id="a81")
+    cores = {
+        "trusted": CoreChannels(trusted),
+        "untrusted": CoreChannels(untrusted),
+    }
+    try:
+        # A81: a LOGICAL_DNS cluster's endpoints are named by its DNS name
+        dns = {"logical-dns": {("p0", f"localhost:{p0.port}")}}
+        yield {
+            "expected": {**EXPECTED, **dns},
+            "bootstrap": {"trusted": trusted, "untrusted": untrusted},
+            "cores": cores,
+            "failing": failing,
+            "ca": ca.pem,
+        }
+    finally:
+        for core in cores.values():
+            core.close()
+        server.stop()
+        for backend in (p0, p1, t0, failing):
+            backend.stop()
+
+
+def seen(result: dict) -> tuple[str, str] | dict:
+    """(backend, authority) of a successful call; the error otherwise."""
+    reply = decoded(result)
+    if isinstance(reply, dict) and "name" in reply:
+        return (reply["name"], reply["authority"])
+    return {k: v for k, v in result.items() if k != "elapsed"}
+
+
+def core_seen(core: CoreChannels, listener: str, n: int = 4, timeout: float = 5.0) -> set:
+    core.open(listener, f"xds:///{listener}", [])
+    return {seen(core.calls(listener, WHO_AM_I, timeout=timeout)[0]) for _ in range(n)}
+
+
+def ours_seen(bootstrap: dict, listener: str, n: int = 4) -> set:
+    with pyxds.insecure_channel(f"xds:///{listener}", bootstrap=bootstrap) as channel:
+        return {seen(outcome(channel, WHO_AM_I, timeout=5)) for _ in range(n)}
+
+
+def expected(world: dict, trust: str, listener: str) -> set:
+    pairs = world["expected"][listener]
+    if trust == "trusted":
+        return pairs
+    return {(name, listener) for name, _ in pairs}
+
+
+@pytest.mark.parametrize("trust", ["trusted", "untrusted"])
+def test_the_authority_backends_see_agrees_with_c_core(world, trust):
+    """Per listener, the (backend, :authority) pairs of 4 RPCs (a LOGICAL_DNS
+    cluster's endpoint is named ``host:port``, its DNS name): C-core's and
+    the sync channel's are among the expected ones (all of them but for the
+    weighted split, whose draws may land on one side only)."""
+    core = world["cores"][trust]
+    bootstrap = world["bootstrap"][trust]
+    for listener in world["expected"]:
+        want = expected(world, trust, listener)
+        theirs, ours = core_seen(core, listener), ours_seen(bootstrap, listener)
+        if listener == "weighted":
+            assert theirs <= want and ours <= want, (theirs, ours)
+        else:
+            assert theirs == ours == want, (listener, theirs, ours)
+
+
+def test_the_asyncio_channel_rewrites_as_the_sync_one(world):
+    bootstrap = world["bootstrap"]["trusted"]
+
+    async def run() -> dict[str, set]:
+        out: dict[str, set] = {}
+        for listener in world["expected"]:
+            async with pyxds.aio.insecure_channel(
+                f"xds:///{listener}", bootstrap=bootstrap
+            ) as channel:
+                call = channel.unary_unary(WHO_AM_I)
+                replies = [
+                    json.loads(await call(b"", timeout=5, wait_for_ready=True)) for _ in range(4)
+                ]
+                out[listener] = {(r["name"], r["authority"]) for r in replies}
+        return out
+
+    got = asyncio.run(run())
+    for listener, pairs in got.items():
+        if listener == "weighted":
+            assert pairs <= world["expected"][listener], pairs
+        else:
+            assert pairs == world["expected"][listener], (listener, pairs)
+
+
+def test_the_env_var_of_a81_no_longer_gates_it_in_c_core(world):
+    """GRPC_EXPERIMENTAL_XDS_AUTHORITY_REWRITE=false: grpcio 1.85's C-core
+    rewrites all the same (the gate is gone; pyxds has none)."""
+    env = {"GRPC_EXPERIMENTAL_XDS_AUTHORITY_REWRITE": "false"}
+    gated = CoreChannels(world["bootstrap"]["trusted"], env=env)
+    try:
+        assert core_seen(gated, "auto", n=1) == EXPECTED["auto"]
+    finally:
+        gated.close()
+
+
+def test_each_retry_attempt_carries_its_own_picks_hostname(world):
+    """Round robin over a failing endpoint (f0.example) and p0 (a0.example),
+    retried on UNAVAILABLE: every RPC ends on p0 with a0.example, and the
+    failing endpoint saw only its own hostname (A81: the authority is the
+    pick's, per attempt).  Up to 12 RPCs until an attempt failed there."""
+    failing = world["failing"]
+    core = world["cores"]["trusted"]
+    core.open("retry", "xds:///retry", [])
+    with pyxds.insecure_channel("xds:///retry", bootstrap=world["bootstrap"]["trusted"]) as channel:
+        for call in (
+            lambda: seen(core.calls("retry", WHO_AM_I, timeout=5)[0]),
+            lambda: seen(outcome(channel, WHO_AM_I, timeout=5)),
+        ):
+            failing.authorities.clear()
+            for _ in range(12):
+                assert call() == ("p0", "a0.example")
+                if failing.authorities:
+                    break
+            assert failing.authorities and set(failing.authorities) == {"f0.example"}
+
+
+def test_tls_checks_the_rewritten_authority_per_call_as_c_core(world):
+    """The certificate names tls-ok, tls-bad-host and good.example: a
+    rewrite to good.example serves; to bad.example C-core and the sync
+    channel refuse the call UNAUTHENTICATED (the per-call host check of a
+    TLS channel, A81); the handshake still checks the channel's name
+    (tls-handshake, not in the certificate: no connection, though its
+    endpoint's hostname is).  The asyncio channel refuses bad.example too,
+    before sending (a documented difference: its rewritten attempts'
+    connection checks the hostname in the handshake)."""
+    core = world["cores"]["trusted"]
+    bootstrap = world["bootstrap"]["trusted"]
+    creds = grpc.ssl_channel_credentials(root_certificates=world["ca"])
+    results = {}
+    for listener in (TLS_OK, TLS_BAD_HOST, TLS_HANDSHAKE):
+        core.open(listener, f"xds:///{listener}", [], ca=world["ca"])
+        theirs = seen(core.calls(listener, WHO_AM_I, timeout=1.0)[0])
+        with pyxds.secure_channel(f"xds:///{listener}", creds, bootstrap=bootstrap) as channel:
+            ours = seen(outcome(channel, WHO_AM_I, timeout=1.0))
+        assert ours == theirs, (listener, ours, theirs)
+        results[listener] = ours
+    assert results[TLS_OK] == ("t0", "good.example")
+    assert results[TLS_BAD_HOST] == {
+        "code": "UNAUTHENTICATED",
+        "details": "call host does not match SSL server name",
+    }
+    assert results[TLS_HANDSHAKE] == {"code": "DEADLINE_EXCEEDED", "details": "Deadline Exceeded"}
+
+    async def aio(listener: str) -> Any:
+        async with pyxds.aio.secure_channel(
+            f"xds:///{listener}", creds, bootstrap=bootstrap
+        ) as channel:
+            try:
+                reply = await channel.unary_unary(WHO_AM_I)(b"", timeout=1.0, wait_for_ready=True)
+            except grpc.RpcError as err:
+                return err.code()
+            data = json.loads(reply)
+            return (data["name"], data["authority"])
+
+    assert asyncio.run(aio(TLS_OK)) == ("t0", "good.example")
+    assert asyncio.run(aio(TLS_BAD_HOST)) == grpc.StatusCode.DEADLINE_EXCEEDED
