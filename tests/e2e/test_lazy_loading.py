@@ -67,11 +67,17 @@ NOT_LOADED = (
 )
 #: not needed by one kind of program either: a sync one never loads the
 #: asyncio channel nor its lean grpc.aio call, an asyncio one never the sync
-#: channel, its multicallables and calls; neither loads a config dump
+#: channel, its multicallables and calls, nor grpcio's sync channel module;
+#: neither loads a config dump
 #: (channel or CSDS) nobody asked for, nor interceptors no channel was given
 NOT_LOADED_BY = {
     "sync": ("pyxds.channel.aio", "pyxds.channel.grpc_aio_unary"),
-    "aio": ("pyxds.channel.channel", "pyxds.channel.multicallables", "pyxds.channel.calls"),
+    "aio": (
+        "pyxds.channel.channel",
+        "pyxds.channel.multicallables",
+        "pyxds.channel.calls",
+        "grpc._channel",  # loaded ahead only for the sync channel's transports
+    ),
 }
 NOT_ASKED_FOR = ("pyxds.channel.dump", "pyxds.xds.csds", "pyxds.channel.aio_interceptors")
 #: the lean calls' grpcio fingerprint takes CPython's built-in SHA-256, not

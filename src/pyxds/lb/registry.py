@@ -53,9 +53,12 @@ _loading = threading.RLock()
 #: manager, cds, priority, xds_cluster_impl, outlier_detection,
 #: xds_override_host, xds_wrr_locality, weighted_target) and the default
 #: endpoint policy (round_robin of pick_first), in the order a first config
-#: needs them: what :func:`load_ahead` loads while the first ADS responses
-#: are on their way.
+#: needs them (a CDS resource's policy is checked as it is decoded, the tree
+#: is built once the endpoints come): what :func:`load_ahead` loads while
+#: the first ADS responses are on their way.
 XDS_TREE = (
+    "round_robin",
+    "pick_first",
     "xds_cluster_manager_experimental",
     "cds_experimental",
     "outlier_detection_experimental",
@@ -64,8 +67,6 @@ XDS_TREE = (
     "priority_experimental",
     "xds_wrr_locality_experimental",
     "weighted_target_experimental",
-    "round_robin",
-    "pick_first",
 )
 
 

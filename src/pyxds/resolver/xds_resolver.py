@@ -43,9 +43,11 @@ manager's ``on_update``:
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import random
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -91,16 +93,27 @@ def _load_policies_ahead() -> None:
     while its ADS stream connects and the first resources come (issue 18,
     start-up: on loopback the control plane's first answer takes ~5 ms, about
     what the loading takes; loaded when the cluster's config arrives, it
-    followed that wait instead of filling it).  Only loads: what a config
-    names is still looked up when it comes, and a policy the tree does not
-    use is not loaded."""
+    followed that wait instead of filling it), and with them grpcio's sync
+    channel module where the sync channel is in use (its subchannels'
+    transports are grpcio channels: ~2 ms; an asyncio program never loads
+    it).  Only loads: what a config names is still looked up when it comes,
+    and a policy the tree does not use is not loaded."""
     if _loading_ahead[0]:
         return
     _loading_ahead[0] = True
     try:
-        threading.Thread(target=registry.load_ahead, name="pyxds-load-ahead", daemon=True).start()
-    except RuntimeError:  # no thread at interpreter exit: get() loads them
+        threading.Thread(target=_load_ahead, name="pyxds-load-ahead", daemon=True).start()
+    except RuntimeError:  # no thread at interpreter exit: each loads when used
         pass
+
+
+def _load_ahead() -> None:
+    registry.load_ahead()
+    if "pyxds.channel.channel" in sys.modules:
+        try:
+            importlib.import_module("grpc._channel")
+        except Exception:  # grpc.insecure_channel raises it again where it matters
+            _log.debug("loading grpc._channel ahead failed", exc_info=True)
 
 
 def parse_xds_target(target: str) -> tuple[str | None, str]:
