@@ -101,6 +101,10 @@ def _load_policies_ahead() -> None:
     if _loading_ahead[0]:
         return
     _loading_ahead[0] = True
+    if all(registry.BUILTINS[name] in sys.modules for name in registry.XDS_TREE) and (
+        "grpc._channel" in sys.modules or "pyxds.channel.channel" not in sys.modules
+    ):
+        return  # loaded already (a program that made a config before): no thread
     try:
         threading.Thread(target=_load_ahead, name="pyxds-load-ahead", daemon=True).start()
     except RuntimeError:  # no thread at interpreter exit: each loads when used
