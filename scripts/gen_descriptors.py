@@ -8,14 +8,17 @@ without importing ~110 generated modules and packages
 
 The files are the dependency closure of ``ROOTS`` (the generated modules
 pyxds's xDS client and resource parsers name at module level), in the
-order their modules would import them, without protobuf's own files
-(``EXTERNAL``: imported as modules at load).  Each entry records the
-module's source size, which ``pyxds.xds.descriptors`` checks against the
-installed module before using the bundle, and the header the name of
-xds-protos's metadata directory (its version), which must sit beside the
-packages.  Run this after changing
-``ROOTS`` or upgrading xds-protos (tests/unit/test_descriptors.py runs
-``--check``).
+order their modules would import them, protobuf's own files (well-known
+types, ``google/rpc/status.proto``) included: importing any generated
+module loads protobuf's pure-Python runtime (``descriptor_pool``,
+``python_message``, ``text_format``, ...), which a upb program otherwise
+never needs.  Each entry records the module's source size, which
+``pyxds.xds.descriptors`` checks against the installed module before using
+the bundle, and its package root (``envoy``, ``google.protobuf``, ...),
+whose distribution's metadata directory (its name carries the version) the
+header names and which must sit beside the packages.  Run this after
+changing ``ROOTS`` or upgrading xds-protos or protobuf
+(tests/unit/test_descriptors.py runs ``--check``).
 """
 
 from __future__ import annotations
@@ -42,9 +45,11 @@ ROOTS = (
     "envoy.config.cluster.v3.cluster_pb2",
     "envoy.config.endpoint.v3.endpoint_pb2",
 )
-#: files from other distributions (protobuf's well-known types; the
-#: ``google.rpc`` status, which googleapis-common-protos ships too)
-EXTERNAL = ("google/protobuf/", "google/rpc/")
+#: the packages whose distributions are checked at load: a file's root is
+#: the first of these its module is in (``google`` is a namespace package
+#: that several distributions fill: protobuf ships ``google.protobuf``;
+#: ``google.rpc`` comes with xds-protos or googleapis-common-protos)
+PACKAGE_ROOTS = ("google.protobuf", "google.rpc", "envoy", "xds", "udpa", "validate")
 
 _GENCODE = re.compile(
     r"ValidateProtobufRuntimeVersion\(\s*_runtime_version\.Domain\.PUBLIC,"
@@ -56,10 +61,25 @@ def _module_name(proto: str) -> str:
     return proto.removesuffix(".proto").replace("/", ".").replace("-", "_") + "_pb2"
 
 
+def _root(module: str) -> str:
+    return next(r for r in PACKAGE_ROOTS if module == r or module.startswith(r + "."))
+
+
+def _distribution(path: str) -> str:
+    """The metadata directory of the installed distribution holding ``path``."""
+    path = os.path.realpath(path)
+    for dist in importlib.metadata.distributions():
+        base = dist.locate_file("")
+        for file in dist.files or ():
+            if os.path.realpath(base / file) == path:
+                return f"{dist.metadata['Name'].replace('-', '_')}-{dist.version}.dist-info"
+    raise LookupError(f"no installed distribution holds {path}")
+
+
 def collect() -> tuple[dict, list[bytes]]:
     """The bundle's header and each file's bytes."""
     files: list = []
-    external: list[str] = []
+    distributions: dict[str, str] = {}
     blobs: list[bytes] = []
     gencode = (0, 0, 0)
     seen: set[str] = set()
@@ -72,9 +92,6 @@ def collect() -> tuple[dict, list[bytes]]:
         for dep in fd.dependencies:
             visit(dep)
         name = _module_name(fd.name)
-        if fd.name.startswith(EXTERNAL):
-            external.append(name)
-            return
         mod = sys.modules[name]
         assert mod.DESCRIPTOR is fd, name
         source = pathlib.Path(mod.__file__).read_text()
@@ -82,10 +99,14 @@ def collect() -> tuple[dict, list[bytes]]:
         if found:
             gencode = max(gencode, tuple(int(v) for v in found.groups()))
         blob = fd.serialized_pb
+        root = _root(name)
+        if root not in distributions:
+            distributions[root] = _distribution(mod.__file__)
         files.append(
             {
                 "name": fd.name,
                 "module": name,
+                "root": root,
                 "size": os.path.getsize(mod.__file__),
                 "length": len(blob),
             }
@@ -94,12 +115,10 @@ def collect() -> tuple[dict, list[bytes]]:
 
     for name in ROOTS:
         visit(importlib.import_module(name).DESCRIPTOR)
-    # the distribution's metadata directory, beside its packages: its name
-    # carries the version, which the sizes alone could miss
-    version = importlib.metadata.version("xds-protos")
+    # each root's distribution's metadata directory, beside its packages: its
+    # name carries the version, which the sizes alone could miss
     header = {
-        "distribution": f"xds_protos-{version}.dist-info",
-        "external": external,
+        "distributions": distributions,
         "gencode": list(gencode),
         "files": files,
     }

@@ -11,7 +11,8 @@ validators, RBAC), DNS for LOGICAL_DNS clusters, RE2 (no regex in the
 config), XXH64 (no hash policy), SPIFFE bundle maps, protobuf's JSON module,
 the LRS stream and its protos (no cluster reports load), ORCA (no backend
 metrics asked for), the LB policies no config names, and the generated
-modules of the xds-protos files it does need (their descriptors load from
+modules of the xds-protos and protobuf files it does need, nor protobuf's
+pure-Python runtime (their descriptors load from
 pyxds's bundle).  What it does need is loaded (so the
 check is not vacuous).  Counts of modules, never times; the decoders give
 the same results either way (tests/unit/test_lazy_resource_modules.py).
@@ -66,11 +67,17 @@ NOT_LOADED = (
 )
 #: not needed by one kind of program either: a sync one never loads the
 #: asyncio channel nor its lean grpc.aio call, an asyncio one never the sync
-#: channel, its multicallables and calls; neither loads a config dump
+#: channel, its multicallables and calls, nor grpcio's sync channel module;
+#: neither loads a config dump
 #: (channel or CSDS) nobody asked for, nor interceptors no channel was given
 NOT_LOADED_BY = {
     "sync": ("pyxds.channel.aio", "pyxds.channel.grpc_aio_unary"),
-    "aio": ("pyxds.channel.channel", "pyxds.channel.multicallables", "pyxds.channel.calls"),
+    "aio": (
+        "pyxds.channel.channel",
+        "pyxds.channel.multicallables",
+        "pyxds.channel.calls",
+        "grpc._channel",  # loaded ahead only for the sync channel's transports
+    ),
 }
 NOT_ASKED_FOR = ("pyxds.channel.dump", "pyxds.xds.csds", "pyxds.channel.aio_interceptors")
 #: the lean calls' grpcio fingerprint takes CPython's built-in SHA-256, not
@@ -79,10 +86,25 @@ NOT_LOADED_BY_FINGERPRINT = ("hashlib", "_hashlib")
 #: plain targets and resource names are split and quoted without
 #: urllib.parse, which imports ipaddress (pyxds._uri)
 NOT_LOADED_BY_PLAIN_NAMES = ("urllib.parse", "ipaddress")
-#: the xds-protos files a plain config needs load from pyxds's bundle of
-#: their descriptors, without their generated modules and packages
-#: (pyxds.xds.descriptors); protobuf's own well-known types are imported
-NOT_LOADED_BY_DESCRIPTORS = ("envoy", "xds", "udpa", "validate")
+#: the xds-protos and protobuf files a plain config needs load from pyxds's
+#: bundle of their descriptors, without their generated modules and
+#: packages (pyxds.xds.descriptors), and so without protobuf's pure-Python
+#: runtime, which any generated module imports
+NOT_LOADED_BY_DESCRIPTORS = (
+    "envoy",
+    "xds",
+    "udpa",
+    "validate",
+    "google.rpc",
+    "google.protobuf.duration_pb2",
+    "google.protobuf.any_pb2",
+    "google.protobuf.descriptor_pb2",
+    "google.protobuf.descriptor_pool",
+    "google.protobuf.symbol_database",
+    "google.protobuf.internal.builder",
+    "google.protobuf.internal.python_message",
+    "google.protobuf.text_format",
+)
 #: what it does need
 LOADED = (
     "pyxds.xds.client",
@@ -90,7 +112,7 @@ LOADED = (
     "pyxds.resolver.xds_resolver",
     "pyxds.lb.round_robin",
     "pyxds.xds.descriptors",
-    "google.protobuf.duration_pb2",
+    "google._upb._message",
 )
 
 PROGRAMS = {
@@ -156,5 +178,6 @@ def test_a_plain_xds_config_loads_only_what_it_names(kind: str, world: str) -> N
     assert _families(loaded, NOT_LOADED_BY_PLAIN_NAMES) == []
     header, _ = descriptors.read()
     if not descriptors._usable(header):
-        pytest.skip(f"the descriptor bundle (from {header['distribution']}) is not used here")
+        used = sorted(set(header["distributions"].values()))
+        pytest.skip(f"the descriptor bundle (from {used}) is not used here")
     assert _families(loaded, NOT_LOADED_BY_DESCRIPTORS) == []

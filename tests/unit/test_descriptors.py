@@ -28,14 +28,18 @@ from pyxds.xds import descriptors
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-#: the installed xds-protos's metadata directory, as the bundle names it
-INSTALLED = f"xds_protos-{importlib.metadata.version('xds-protos')}.dist-info"
-#: the bundle was written from the installed release (after a new release a
+#: the installed xds-protos's and protobuf's metadata directories, as the
+#: bundle names them
+INSTALLED = {
+    f"{name.replace('-', '_')}-{importlib.metadata.version(name)}.dist-info"
+    for name in ("xds-protos", "protobuf")
+}
+#: the bundle was written from the installed releases (after a new release a
 #: fresh install differs until scripts/gen_descriptors.py is run again; the
 #: first test below holds that pyxds then imports the modules)
-CURRENT = descriptors.read()[0]["distribution"] == INSTALLED
+CURRENT = set(descriptors.read()[0]["distributions"].values()) <= INSTALLED
 needs_current_bundle = pytest.mark.skipif(
-    not CURRENT, reason=f"the bundle is not from the installed {INSTALLED}"
+    not CURRENT, reason=f"the bundle is not from the installed {sorted(INSTALLED)}"
 )
 
 
@@ -81,9 +85,10 @@ def test_the_bundle_holds_each_files_bytes_as_its_generated_module_does() -> Non
         generated = importlib.import_module(entry["module"])
         assert generated.DESCRIPTOR.name == entry["name"]
         assert generated.DESCRIPTOR.serialized_pb == blob, entry["name"]
-    # protobuf's own files stay modules (another distribution may ship them)
-    assert not any(e["name"].startswith("google/") for e in header["files"])
-    assert "google.protobuf.descriptor_pb2" in header["external"]
+    # protobuf's own files too: importing their modules would load protobuf's
+    # pure-Python runtime
+    names = {e["name"] for e in header["files"]}
+    assert {"google/protobuf/descriptor.proto", "google/rpc/status.proto"} <= names
 
 
 def test_a_stand_in_answers_with_the_generated_modules_names() -> None:
@@ -100,9 +105,10 @@ def test_a_stand_in_answers_with_the_generated_modules_names() -> None:
 
 @needs_current_bundle
 def test_a_program_that_never_imports_the_modules_gets_their_classes_and_names() -> None:
-    """No generated module of xds-protos is imported; the classes carry the
-    module's names (pickling finds the module, which then loads and hands
-    back the very same class) and are in the symbol database."""
+    """No generated module (of xds-protos or protobuf) is imported, nor
+    protobuf's pure-Python runtime; the classes carry the module's names
+    (pickling finds the module, which then loads and hands back the very
+    same class, now in the symbol database)."""
     out = _python(
         """
         import json, pickle, sys
@@ -112,14 +118,18 @@ def test_a_program_that_never_imports_the_modules_gets_their_classes_and_names()
         c = Cluster(name="c", type=Cluster.EDS)
         c.eds_cluster_config.eds_config.ads.SetInParent()
         ok = CLUSTER.decode(c.SerializeToString()).error is None
-        tops = ("envoy", "udpa", "validate", "xds")
-        generated = sorted(m for m in sys.modules if m.split(".")[0] in tops)
-        from google.protobuf import symbol_database
-        symbol = symbol_database.Default().GetSymbol("envoy.config.cluster.v3.Cluster")
-        registered = symbol is Cluster
+        tops = ("envoy", "udpa", "validate", "xds", "google.rpc")
+        generated = sorted(
+            m for m in sys.modules
+            if m.startswith(tops) or m.endswith("_pb2")
+            or m in ("google.protobuf.descriptor_pool", "google.protobuf.text_format")
+        )
         names = [Cluster.__module__, Cluster.__qualname__, type(c.eds_cluster_config).__qualname__]
         again = pickle.loads(pickle.dumps(c))
         from envoy.config.cluster.v3 import cluster_pb2
+        from google.protobuf import symbol_database
+        symbol = symbol_database.Default().GetSymbol("envoy.config.cluster.v3.Cluster")
+        registered = symbol is Cluster
         print(json.dumps({"ok": ok, "generated": generated, "registered": registered,
                           "names": names, "same": cluster_pb2.Cluster is Cluster and again == c}))
         """
@@ -152,7 +162,11 @@ def _another_release(header: dict) -> None:
 
 
 def _another_distribution(header: dict) -> None:
-    header["distribution"] = "xds_protos-0.0.1.dist-info"
+    header["distributions"]["envoy"] = "xds_protos-0.0.1.dist-info"
+
+
+def _another_protobuf(header: dict) -> None:
+    header["distributions"]["google.protobuf"] = "protobuf-0.0.1.dist-info"
 
 
 def _missing_module(header: dict) -> None:
@@ -161,10 +175,11 @@ def _missing_module(header: dict) -> None:
 
 @pytest.mark.parametrize(
     "change",
-    [_older_runtime, _another_distribution, _another_release, _missing_module],
+    [_older_runtime, _another_distribution, _another_protobuf, _another_release, _missing_module],
     ids=[
         "runtime-older-than-the-generated-code",
         "another-xds-protos-release",
+        "another-protobuf-release",
         "a-module-of-another-size",
         "a-module-missing",
     ],

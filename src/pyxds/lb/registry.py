@@ -10,6 +10,7 @@ listing the names seen.
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -17,6 +18,7 @@ from pyxds._values import dataclass
 from pyxds.lb.api import PolicyFactory
 from pyxds.lb.errors import LBConfigError, describe, drop_nulls
 
+_log = logging.getLogger(__name__)
 _factories: dict[str, PolicyFactory] = {}
 _lock = threading.Lock()
 
@@ -41,6 +43,31 @@ BUILTINS: dict[str, str] = {
     "rls_experimental": "pyxds.lb.rls",
 }
 _loaded: set[str] = set()
+#: held while a built-in module loads: two threads loading at once (a
+#: channel's policies and :func:`load_ahead`) must not each put back a
+#: snapshot of the registrations taken while the other's module was
+#: registering (a user's registration would be lost)
+_loading = threading.RLock()
+
+#: What every ``xds:`` channel's tree is made of (A74/A75: the cluster
+#: manager, cds, priority, xds_cluster_impl, outlier_detection,
+#: xds_override_host, xds_wrr_locality, weighted_target) and the default
+#: endpoint policy (round_robin of pick_first), in the order a first config
+#: needs them (a CDS resource's policy is checked as it is decoded, the tree
+#: is built once the endpoints come): what :func:`load_ahead` loads while
+#: the first ADS responses are on their way.
+XDS_TREE = (
+    "round_robin",
+    "pick_first",
+    "xds_cluster_manager_experimental",
+    "cds_experimental",
+    "outlier_detection_experimental",
+    "xds_cluster_impl_experimental",
+    "xds_override_host_experimental",
+    "priority_experimental",
+    "xds_wrr_locality_experimental",
+    "weighted_target_experimental",
+)
 
 
 def register(factory: PolicyFactory) -> None:
@@ -120,6 +147,21 @@ def select(load_balancing_config_list: Any, path: str = "") -> tuple[PolicyFacto
     raise LBConfigError(path, f"no supported load balancing policy in list: {listed}")
 
 
+def load_ahead(names: tuple[str, ...] = XDS_TREE) -> None:
+    """Load the built-in policies of ``names`` now, as :func:`get` would
+    when first asked (a user's registration stands); a failure is left for
+    :func:`get` to raise where the policy is used.  Run on a thread of its
+    own while the first xDS resources are on their way (issue 18, start-up:
+    the loading then overlaps the wait instead of following it)."""
+    for name in names:
+        module = BUILTINS.get(name)
+        if module is not None:
+            try:
+                _load_builtin(module)
+            except Exception:  # get() raises it again where it matters
+                _log.debug("loading %s ahead failed", module, exc_info=True)
+
+
 def _load_builtin(module: str) -> None:
     """Import one built-in policy module (it registers its policies); a
     name registered before (a user's policy) keeps its registration."""
@@ -127,16 +169,19 @@ def _load_builtin(module: str) -> None:
         return
     import importlib
 
-    with _lock:
-        before = dict(_factories)
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as err:
-        if err.name != module:
-            raise
-    with _lock:
-        _factories.update(before)
-        _loaded.add(module)
+    with _loading:
+        if module in _loaded:
+            return
+        with _lock:
+            before = dict(_factories)
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name != module:
+                raise
+        with _lock:
+            _factories.update(before)
+            _loaded.add(module)
 
 
 def _load_builtins() -> None:

@@ -43,9 +43,12 @@ manager's ``on_update``:
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import random
+import sys
+import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +87,39 @@ CLUSTER_MANAGER_POLICY = "xds_cluster_manager_experimental"
 CDS_POLICY = "cds_experimental"
 
 
+def _load_policies_ahead() -> None:
+    """The first ``xds:`` resolver of a process loads the policies of the
+    xDS tree (:data:`pyxds.lb.registry.XDS_TREE`) on a short-lived thread
+    while its ADS stream connects and the first resources come (issue 18,
+    start-up: on loopback the control plane's first answer takes ~5 ms, about
+    what the loading takes; loaded when the cluster's config arrives, it
+    followed that wait instead of filling it), and with them grpcio's sync
+    channel module where the sync channel is in use (its subchannels'
+    transports are grpcio channels: ~2 ms; an asyncio program never loads
+    it).  Only loads: what a config names is still looked up when it comes,
+    and a policy the tree does not use is not loaded."""
+    if _loading_ahead[0]:
+        return
+    _loading_ahead[0] = True
+    if all(registry.BUILTINS[name] in sys.modules for name in registry.XDS_TREE) and (
+        "grpc._channel" in sys.modules or "pyxds.channel.channel" not in sys.modules
+    ):
+        return  # loaded already (a program that made a config before): no thread
+    try:
+        threading.Thread(target=_load_ahead, name="pyxds-load-ahead", daemon=True).start()
+    except RuntimeError:  # no thread at interpreter exit: each loads when used
+        pass
+
+
+def _load_ahead() -> None:
+    registry.load_ahead()
+    if "pyxds.channel.channel" in sys.modules:
+        try:
+            importlib.import_module("grpc._channel")
+        except Exception:  # grpc.insecure_channel raises it again where it matters
+            _log.debug("loading grpc._channel ahead failed", exc_info=True)
+
+
 def parse_xds_target(target: str) -> tuple[str | None, str]:
     """``xds://[authority]/service`` -> (xDS authority or None, service name)."""
     parts = urlsplit(target)
@@ -99,6 +135,9 @@ def parse_xds_target(target: str) -> tuple[str | None, str]:
 
 #: characters C-core's URI writer leaves as they are, beyond the unreserved
 #: ones (RFC 3986 pchar, authority and query/fragment characters)
+#: whether this process has started loading the xDS tree's policies ahead
+#: (:func:`_load_policies_ahead`)
+_loading_ahead = [False]
 _PATH_SAFE = "!$&'()*+,;=:@/"
 _AUTHORITY_SAFE = "!$&'()*+,;=:@[]"
 _QUERY_SAFE = "!$&'()*+,;=:@/?"
@@ -245,6 +284,7 @@ class XdsResolver(Resolver):
             dns_resolver=self._dns_resolver,
             clock=self._args.clock,
         )
+        _load_policies_ahead()  # the LDS request is on its way
 
     def _connect(self, target_authority: str | None, service: str) -> None:
         from pyxds.xds import bootstrap as bootstrap_module  # lands with the xDS client

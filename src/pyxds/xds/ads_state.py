@@ -89,7 +89,6 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
-from google.protobuf import any_pb2
 
 from pyxds._values import dataclass
 from pyxds.clock import Clock, Timer
@@ -99,6 +98,7 @@ from pyxds.xds import descriptors
 if TYPE_CHECKING:
     from envoy.config.core.v3 import base_pb2
     from envoy.service.discovery.v3 import discovery_pb2
+    from google.protobuf import any_pb2
 else:  # loaded on first use without the generated modules (pyxds.xds.descriptors)
     base_pb2 = descriptors.module("envoy.config.core.v3.base_pb2")
     discovery_pb2 = descriptors.module("envoy.service.discovery.v3.discovery_pb2")

@@ -3,35 +3,42 @@
 
 A first ``xds:`` RPC needs the Listener, RouteConfiguration, Cluster,
 ClusterLoadAssignment and discovery messages: 67 generated modules of
-xds-protos (envoy, xds, udpa, validate) and ~45 packages above them.
+xds-protos (envoy, xds, udpa, validate) and ~45 packages above them, and 8
+of protobuf's own files (well-known types, ``google/rpc/status.proto``).
 Importing them costs ~10 ms of CPU more than the descriptors themselves:
 finding ~110 modules, and unmarshaling code objects that are mostly option
-blocks a upb runtime never runs.  ``descriptors.bin`` (written by
-``scripts/gen_descriptors.py`` from the installed xds-protos) holds the
-serialized ``FileDescriptorProto`` of each of those files, as the module
-holds it, in dependency order; ``module(name)`` gives a stand-in whose
-names are the generated module's, loaded on the first name asked for.
+blocks a upb runtime never runs.  And importing any generated module loads
+protobuf's pure-Python runtime (``descriptor_pool`` imports
+``python_message``, which imports ``text_format``, the Python decoder and
+encoder, ``pickle``...: ~8 ms), which a upb program does not otherwise use.
+``descriptors.bin`` (written by ``scripts/gen_descriptors.py`` from the
+installed packages) holds the serialized ``FileDescriptorProto`` of each
+of those files, as the module holds it, in dependency order;
+``module(name)`` gives a stand-in whose names are the generated module's,
+loaded on the first name asked for.
 
-What the load does is what importing the modules does, minus the modules:
-protobuf's own files (well-known types, ``google/rpc/status.proto``, which
-another distribution may ship) are imported as modules first; each file's
-bytes go to the default pool (``AddSerializedFile``; bytes equal to a file
-already there add nothing, so a program may import the generated modules
-before or after); then protobuf's own ``builder`` makes each file's
-messages, enums and extensions as the module would (same ``__module__``
-and ``__qualname__``, same symbol database; a class the pool has already
-is that class).  A module already imported is used as it is.
+What the load does is what importing the modules does, minus the modules
+and the pure-Python runtime: each file's bytes go to upb's default pool
+(``AddSerializedFile``; bytes equal to a file already there add nothing,
+so a program may import the generated modules before or after); then each
+file's messages, enums and extensions are made as protobuf's ``builder``
+makes them for the module (the same metaclass, ``__module__`` and
+``__qualname__``; a class the pool has already is that class, so a module
+imported later hands back the very classes pyxds holds).  A module already
+imported is used as it is.  The classes go into protobuf's symbol database
+if a program has loaded it; one that loads it later finds a class there
+once its generated module is imported (which registers it).
 
 It is used only where it is known to be what the modules hold: the upb
-runtime, a runtime not older than the generated code, the xds-protos
-release the bundle was written from (its metadata directory beside the
-packages), and each module's source file of the size recorded then
-(another release, or another distribution's copy of a file, differs).
-Otherwise, or if the pool refuses a file, every stand-in imports its
-module: slower, the same answers.  ``tests/unit/test_proto_loading.py``
-holds the answers equal whether a program imports the modules before
-pyxds, after it, or never; ``tests/unit/test_descriptors.py`` the bundle
-and the fallback.
+runtime, a runtime not older than the generated code, for each package
+root the distribution release the bundle was written from (its metadata
+directory beside the packages: xds-protos, protobuf), and each module's
+source file of the size recorded then (another release, or another
+distribution's copy of a file, differs).  Otherwise, or if the pool
+refuses a file, every stand-in imports its module: slower, the same
+answers.  ``tests/unit/test_proto_loading.py`` holds the answers equal
+whether a program imports the modules before pyxds, after it, or never;
+``tests/unit/test_descriptors.py`` the bundle and the fallback.
 """
 
 from __future__ import annotations
@@ -130,35 +137,45 @@ def _usable(header: dict[str, Any]) -> bool:
     runtime = (runtime_version.MAJOR, runtime_version.MINOR, runtime_version.PATCH)
     if runtime < (major, minor, patch):
         return False  # the modules raise VersionError: let them
-    roots: dict[str, str] = {}
+    dirs: dict[str, str] = {}
     for entry in header["files"]:
-        top, *rest = entry["module"].split(".")
-        if top not in roots:
-            found = _package_dir(top)
+        root = entry["root"]
+        if root not in dirs:
+            found = _package_dir(root)
+            if found is None:
+                return False
             # the release the bundle was written from (same version, same
             # bytes; two releases' files can differ in a byte, not in size)
-            if found is None or not os.path.isdir(
-                os.path.join(os.path.dirname(found), header["distribution"])
-            ):
+            site = found
+            for _ in range(root.count(".") + 1):
+                site = os.path.dirname(site)
+            if not os.path.isdir(os.path.join(site, header["distributions"][root])):
                 return False
-            roots[top] = found
-        root = roots[top]
+            dirs[root] = found
+        rest = entry["module"][len(root) + 1 :].split(".")
         try:
-            if os.stat(os.path.join(root, *rest) + ".py").st_size != entry["size"]:
+            if os.stat(os.path.join(dirs[root], *rest) + ".py").st_size != entry["size"]:
                 return False
         except OSError:
             return False
     return True
 
 
-def _package_dir(top: str) -> str | None:
-    """The directory of top-level package ``top``, found without importing it."""
-    loaded = sys.modules.get(top)
+def _package_dir(package: str) -> str | None:
+    """The directory of ``package``, found without importing it (its parent
+    package, if any, is imported)."""
+    loaded = sys.modules.get(package)
     locations = getattr(loaded, "__path__", None)
     if locations is None:
         from importlib.machinery import PathFinder
 
-        spec = PathFinder.find_spec(top)
+        parent, _, name = package.rpartition(".")
+        path = None
+        if parent:
+            path = getattr(importlib.import_module(parent), "__path__", None)
+            if path is None:
+                return None
+        spec = PathFinder.find_spec(name if parent else package, path)
         locations = spec.submodule_search_locations if spec is not None else None
     return next(iter(locations), None) if locations else None
 
@@ -170,17 +187,32 @@ def _load() -> dict[str, dict[str, Any]]:
         return {}
     if not _usable(header):
         return {}
-    for name in header["external"]:
-        importlib.import_module(name)
-    from google.protobuf import descriptor_pool
-    from google.protobuf.internal import builder
+    from google.protobuf import message
+    from google.protobuf.internal import enum_type_wrapper
 
-    pool = descriptor_pool.Default()
-    namespaces: dict[str, dict[str, Any]] = {}
+    # upb (checked above) and the metaclass protobuf's builder uses with it
+    # (no type stubs: imported by name)
+    pool = importlib.import_module("google._upb._message").default_pool
+    cpp_message = importlib.import_module("google.protobuf.pyext.cpp_message")
     try:
         files = [pool.AddSerializedFile(blob) for blob in blobs]
     except Exception:  # a different file of that name is in the pool
         return {}
+    # protobuf's builder (google/protobuf/internal/builder.py), minus its
+    # imports: the symbol database pulls in the pure-Python runtime
+    meta = cpp_message.GeneratedProtocolMessageType
+    made: list[Any] = []
+
+    def message_class(module_name: str, desc: Any, prefix: str) -> Any:
+        body = {
+            name: message_class(module_name, nested, prefix + desc.name + ".")
+            for name, nested in desc.nested_types_by_name.items()
+        }
+        body.update(DESCRIPTOR=desc, __module__=module_name, __qualname__=prefix + desc.name)
+        made.append(meta(desc.name, (message.Message,), body))
+        return made[-1]
+
+    namespaces: dict[str, dict[str, Any]] = {}
     for entry, file in zip(header["files"], files, strict=True):
         name = entry["module"]
         imported = sys.modules.get(name)
@@ -188,6 +220,22 @@ def _load() -> dict[str, dict[str, Any]]:
             namespaces[name] = imported.__dict__
             continue
         namespace: dict[str, Any] = {"DESCRIPTOR": file}
-        builder.BuildTopDescriptorsAndMessages(file, name, namespace)
+        for enum_name, enum in file.enum_types_by_name.items():
+            namespace["_" + enum_name.upper()] = enum
+            namespace[enum_name] = enum_type_wrapper.EnumTypeWrapper(enum)
+            for value in enum.values:
+                namespace[value.name] = value.number
+        for ext_name, extension in file.extensions_by_name.items():
+            namespace[ext_name.upper() + "_FIELD_NUMBER"] = extension.number
+            namespace[ext_name] = extension
+        for service_name, service in file.services_by_name.items():
+            namespace["_" + service_name.upper()] = service
+        for message_name, desc in file.message_types_by_name.items():
+            namespace[message_name] = message_class(name, desc, "")
         namespaces[name] = namespace
+    symbols = sys.modules.get("google.protobuf.symbol_database")
+    if symbols is not None:  # loaded by the program: as the modules would
+        database = symbols.Default()
+        for made_class in made:
+            database.RegisterMessage(made_class)
     return namespaces
