@@ -370,6 +370,59 @@ def test_an_attempt_the_server_refused_unseen_is_retried_once_and_each_attempt_r
     assert done == [UNAVAILABLE, UNAVAILABLE]
 
 
+def test_a_second_goaway_from_the_same_connection_waits_for_a_newer_picker_and_succeeds(
+    h, monkeypatch
+):
+    # The order of events behind the max-connection-age flake
+    # (tests/e2e/test_channel_static.py): the server's GOAWAY refuses an
+    # attempt (A6 case 3: sent again at once); the retry reaches the same
+    # grpcio channel before it has moved off the connection going away, which
+    # refuses it with the same GOAWAY, before it goes on the wire (A6 case 2:
+    # C-core retries it until the deadline).  Not the end of the RPC: it
+    # waits for a newer picker, as an attempt that never left the client.
+    monkeypatch.setattr(rpc_module, "STALE_PICKER_GRACE", WAIT)  # longer than the test
+    sub = ready_subchannel(h, "10.0.0.1:80")
+    stale = CountingPicker(PickComplete(sub))
+    h.publish(stale)
+    transport = h.transports.last("10.0.0.1:80")
+    goaway = "GOAWAY received; Error code: 0; Debug Text: max_age"
+    transport.fail_with = [FakeGrpcError(UNAVAILABLE, goaway), FakeGrpcError(UNAVAILABLE, goaway)]
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
+
+    def invoke(t, remaining):
+        return t.channel.unary_unary("/svc/M").with_call(b"req")
+
+    thread, box = run_in_thread(lambda: run_blocking(rpc, invoke))
+    assert wait_for(lambda: len(transport.calls) == 2)  # the one transparent retry, at once
+    thread.join(SPIN)
+    assert thread.is_alive(), box  # neither failed nor spinning on the stale picker
+    assert stale.calls == 2
+    h.publish(CountingPicker(PickComplete(sub)))  # the connection's end is known
+    thread.join(WAIT)
+    assert not thread.is_alive()
+    assert box.get("result") == (("10.0.0.1:80", b"req"), None), box
+    assert len(transport.calls) == 3
+
+
+def test_a_goaway_after_another_refusal_is_a_refusal_retried_once(h):
+    # Only a GOAWAY that follows a GOAWAY from the same connection is taken
+    # for an attempt that never left the client; a REFUSED_STREAM then a
+    # GOAWAY is two refusals (A6 case 3: one transparent retry, then the
+    # failure stands).
+    sub = ready_subchannel(h)
+    h.publish(PickCompletePicker(sub))
+    transport = h.transports.last("10.0.0.1:80")
+    transport.fail_with = [
+        FakeGrpcError(UNAVAILABLE, "Received RST_STREAM with error code 7)"),
+        FakeGrpcError(UNAVAILABLE, "GOAWAY received; Error code: 0; Debug Text: max_age"),
+    ]
+    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
+    with pytest.raises(grpc.RpcError) as info:
+        run_blocking(rpc, lambda t, r: t.channel.unary_unary("/svc/M").with_call(b"req"))
+    assert info.value.code() is UNAVAILABLE
+    assert len(transport.calls) == 2
+
+
 def test_an_attempt_that_never_left_the_client_waits_for_a_newer_picker_and_succeeds(
     h, monkeypatch
 ):
