@@ -442,12 +442,20 @@ def test_close_cancels_streams_just_started_or_many_active_like_grpcio(server):
 
     def raising_callback(kind: str) -> bytes:
         with _make(kind, server.address) as ch:
-            f = ch.unary_unary(f"/{S}/UU").future(b"meta", timeout=5)
+            # the call cannot end before its requests do, so the callback is
+            # added to a call in flight, run by the channel when it ends
+            # (added to an ended one, grpcio runs it at once in the caller,
+            # which then gets its exception: a unary call that ended first
+            # failed this test so on a loaded machine)
+            q, requests = pipe()
+            f = ch.stream_unary(f"/{S}/SU").future(requests, timeout=5)
 
             def on_done(_: Any) -> None:
                 raise RuntimeError("a raising done callback")
 
             f.add_done_callback(on_done)
+            q.put(b"meta")
+            q.put(None)
             return f.result(5)
 
     got = {kind: (just_started(kind), many(kind), raising_callback(kind)) for kind in KINDS}

@@ -629,7 +629,10 @@ def test_an_endpoint_going_away_under_load_fails_what_c_core_fails(server, polic
         a.release()
         bb.release()
     ours, theirs = results["pyxds"], results["c-core"]
-    assert ours.get("ok", 0) > 20 and theirs.get("ok", 0) > 20
+    # the load went on after the event in both: 4 callers of 0.3 s RPCs end
+    # 8 before it (0.8 s in); 40 at most in all, far fewer on a loaded
+    # machine (C-core's subprocess ended exactly 20 on one: "> 20" failed)
+    assert ours.get("ok", 0) > 10 and theirs.get("ok", 0) > 10, (ours, theirs)
     ours_failed = {k: v for k, v in ours.items() if k != "ok"}
     theirs_failed = {k: v for k, v in theirs.items() if k != "ok"}
     assert set(ours_failed) <= set(theirs_failed), (ours, theirs)

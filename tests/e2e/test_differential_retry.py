@@ -491,17 +491,21 @@ def test_long_back_off_leaves_time_for_one_retry_like_c_core(server, bad, core, 
 
 
 def test_max_back_off_caps_every_wait_like_c_core(server, bad, core, channel):
-    """C-core LdsRdsTest.XdsRetryPolicyMaxBackOff: base_interval = max_interval
-    = 1 s: every wait is 0.8-1.2 s, so a 2.5 s deadline sees three attempts
-    (the fourth could start at 2.4 s at the earliest, all three waits drawn
-    within 1/30 of their lower end: ~0.3 % of RPCs)."""
-    policy = b.retry_policy("unavailable", num_retries=3, base_interval=1, max_interval=1)
+    """C-core LdsRdsTest.XdsRetryPolicyMaxBackOff, with a deadline that
+    separates capped from uncapped waits by more than a loaded machine's
+    delays: base_interval = max_interval = 0.75 s, so every wait is 0.6-0.9 s
+    and the fourth (last) attempt starts by 2.7 s, well before the 3.4 s
+    deadline (all four fail: the last one's status); uncapped waits (0.75,
+    1.5, 3 s, +-20 %) would start it at 4.2 s at the earliest, past the
+    deadline.  (A 2.5 s deadline on 1 s waits put the third attempt 0.1 s
+    before it at worst and a fourth attempt before it in ~0.3 % of RPCs.)"""
+    policy = b.retry_policy("unavailable", num_retries=3, base_interval=0.75, max_interval=0.75)
     version = configure_bad_only(server, bad, policy, "max")
     settled_bad_only(channel, server, version, bad)
     settled_bad_only(core, server, version, bad)
-    want = ({"error:DEADLINE_EXCEEDED: Deadline Exceeded": 1}, {"": 1, "1": 1, "2": 1})
-    assert attempts_of(channel, bad, "code:UNAVAILABLE", timeout=2.5) == want
-    assert attempts_of(core, bad, "code:UNAVAILABLE", timeout=2.5) == want
+    want = ({"error:UNAVAILABLE: bad says UNAVAILABLE": 1}, FOUR_ATTEMPTS)
+    assert attempts_of(channel, bad, "code:UNAVAILABLE", timeout=3.4) == want
+    assert attempts_of(core, bad, "code:UNAVAILABLE", timeout=3.4) == want
 
 
 def test_future_and_streams_are_retried(server, good, bad, channel):

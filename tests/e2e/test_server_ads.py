@@ -578,11 +578,15 @@ def test_a_stream_past_max_workers_is_refused_not_left_unanswered():
     worker while the others stay open (it used to: 64 workers were used up
     by one test module's clients, and new streams then got nothing)."""
     with ManagementServer(max_workers=2, snapshot=make_snapshot()) as server:
-        streams = [RawAdsClient(server.address) for _ in range(3)]
+        # each stream opens when made, on a connection of its own: the third
+        # is made once the first two are served (made together, it reached
+        # the server before the second once and took its worker)
+        streams = [RawAdsClient(server.address) for _ in range(2)]
         try:
-            for open_stream in streams[:2]:
+            for open_stream in streams:
                 open_stream.send(LISTENER, ["l1"])
                 assert resource_names_of(open_stream.recv()) == ["l1"]
+            streams.append(RawAdsClient(server.address))
             streams[2].send(LISTENER, ["l1"])
             with pytest.raises(EOFError):
                 streams[2].recv()

@@ -343,6 +343,19 @@ def test_lb_policy_is_updated_before_the_config_selector_is_swapped(h):
     assert h.core.selector is new
 
 
+def failing_twice(h, first: str, second: str) -> tuple[Any, Any]:
+    """The transport of 10.0.0.1:80, whose next two attempts fail
+    UNAVAILABLE with ``first`` then ``second`` (one error object each, as
+    grpcio raises), and a new RPC."""
+    transport = h.transports.last("10.0.0.1:80")
+    transport.fail_with = [FakeGrpcError(UNAVAILABLE, first), FakeGrpcError(UNAVAILABLE, second)]
+    return transport, new_rpc(h.core, "/svc/M", None, 5.0, False)
+
+
+def with_call(t, remaining):
+    return t.channel.unary_unary("/svc/M").with_call(b"req")
+
+
 def test_an_attempt_the_server_refused_unseen_is_retried_once_and_each_attempt_reported(h):
     # A6 "Transparent Retries", case 3: reached the server, refused before
     # its application saw it: sent again once, then the failure stands.
@@ -354,20 +367,59 @@ def test_an_attempt_the_server_refused_unseen_is_retried_once_and_each_attempt_r
             return PickComplete(sub, lambda status: done.append(status.code))
 
     h.publish(Tracking())
-    transport = h.transports.last("10.0.0.1:80")
     refused = "Received RST_STREAM with error code 7)"
-    # one error object per attempt, as grpcio raises
-    transport.fail_with = [FakeGrpcError(UNAVAILABLE, refused), FakeGrpcError(UNAVAILABLE, refused)]
-    rpc = new_rpc(h.core, "/svc/M", None, 5.0, False)
-
-    def invoke(t, remaining):
-        return t.channel.unary_unary("/svc/M").with_call(b"req")
-
+    transport, rpc = failing_twice(h, refused, refused)
     with pytest.raises(grpc.RpcError) as info:
-        run_blocking(rpc, invoke)
+        run_blocking(rpc, with_call)
     assert info.value.code() is UNAVAILABLE
     assert len(transport.calls) == 2  # one transparent retry, not more
     assert done == [UNAVAILABLE, UNAVAILABLE]
+
+
+def test_a_second_goaway_from_the_same_connection_waits_for_a_newer_picker_and_succeeds(
+    h, monkeypatch
+):
+    # The order of events behind the max-connection-age flake
+    # (tests/e2e/test_channel_static.py): the server's GOAWAY refuses an
+    # attempt (A6 case 3: sent again at once); the retry reaches the same
+    # grpcio channel before it has moved off the connection going away, which
+    # refuses it with the same GOAWAY, before it goes on the wire (A6 case 2:
+    # C-core retries it until the deadline).  Not the end of the RPC: it
+    # waits for a newer picker, as an attempt that never left the client.
+    monkeypatch.setattr(rpc_module, "STALE_PICKER_GRACE", WAIT)  # longer than the test
+    sub = ready_subchannel(h, "10.0.0.1:80")
+    stale = CountingPicker(PickComplete(sub))
+    h.publish(stale)
+    goaway = "GOAWAY received; Error code: 0; Debug Text: max_age"
+    transport, rpc = failing_twice(h, goaway, goaway)
+    thread, box = run_in_thread(lambda: run_blocking(rpc, with_call))
+    assert wait_for(lambda: len(transport.calls) == 2)  # the one transparent retry, at once
+    thread.join(SPIN)
+    assert thread.is_alive(), box  # neither failed nor spinning on the stale picker
+    assert stale.calls == 2
+    h.publish(CountingPicker(PickComplete(sub)))  # the connection's end is known
+    thread.join(WAIT)
+    assert not thread.is_alive()
+    assert box.get("result") == (("10.0.0.1:80", b"req"), None), box
+    assert len(transport.calls) == 3
+
+
+def test_a_goaway_after_another_refusal_is_a_refusal_retried_once(h):
+    # Only a GOAWAY that follows a GOAWAY from the same connection is taken
+    # for an attempt that never left the client; a REFUSED_STREAM then a
+    # GOAWAY is two refusals (A6 case 3: one transparent retry, then the
+    # failure stands).
+    sub = ready_subchannel(h)
+    h.publish(PickCompletePicker(sub))
+    transport, rpc = failing_twice(
+        h,
+        "Received RST_STREAM with error code 7)",
+        "GOAWAY received; Error code: 0; Debug Text: max_age",
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        run_blocking(rpc, with_call)
+    assert info.value.code() is UNAVAILABLE
+    assert len(transport.calls) == 2
 
 
 def test_an_attempt_that_never_left_the_client_waits_for_a_newer_picker_and_succeeds(

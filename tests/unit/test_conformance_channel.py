@@ -150,7 +150,7 @@ def test_reader_that_sees_the_refusal_first_reads_the_retried_calls_responses(h)
 def test_streaming_call_refused_unseen_is_retried_only_once(h):
     call, started = start_stream(h)
     started[0].finish(UNAVAILABLE, REFUSED)
-    started[1].finish(UNAVAILABLE, REFUSED)
+    started[1].finish(UNAVAILABLE, "Received RST_STREAM with error code 7)")  # REFUSED_STREAM
     assert len(started) == 2 and call.done()
     with pytest.raises(grpc.RpcError) as info:
         next(call)

@@ -21,6 +21,12 @@ Retries", "When Retries are Valid", "Pushback"):
    again (it was built before the loss was known); one the server refused
    unseen (:func:`refused_unseen`) is sent again once.  A failed pick is not
    a transparent retry: A6 hands it to the policy (a drop is never retried).
+   A GOAWAY refusal from the transport (subchannel connection) that
+   refused the RPC's previous attempt with a GOAWAY too: the attempt was
+   started on a connection known to be going away, so it never left the
+   client, as the first case (C-core fails such a stream before it goes on
+   the wire and retries it until the deadline; the grpcio channels under
+   pyxds's subchannels, retries off, word it as the refusal of a sent one).
 3. Committed (response headers received, or the request buffer overflowed):
    never retried.
 4. No policy, or a code the policy does not list: not retried.
@@ -57,6 +63,7 @@ __all__ = [
     "PREVIOUS_ATTEMPTS_KEY",
     "PUSHBACK_KEY",
     "RetryState",
+    "goaway_refused",
     "never_left_client",
     "not_sent",
     "pushback_of",
@@ -76,6 +83,8 @@ NEVER_LEFT_CLIENT = (
     "Cannot invoke RPC",
     "Channel closed!",
 )
+#: grpcio's text of a stream its connection's GOAWAY refused
+GOAWAY = "GOAWAY received"
 #: UNAVAILABLE texts of an attempt the server refused before its application
 #: saw it (A6 case 3).
 REFUSED_UNSEEN = (
@@ -84,7 +93,7 @@ REFUSED_UNSEEN = (
     "Received RST_STREAM with error code 7)",
     "Stream refused",
     # a stream above the GOAWAY's last-stream-id
-    "GOAWAY received",
+    GOAWAY,
 )
 
 
@@ -100,6 +109,12 @@ def refused_unseen(code: grpc.StatusCode | None, details: str | None) -> bool:
     return code is grpc.StatusCode.UNAVAILABLE and any(
         marker in (details or "") for marker in REFUSED_UNSEEN
     )
+
+
+def goaway_refused(code: grpc.StatusCode | None, details: str | None) -> bool:
+    """The attempt's connection refused it with a GOAWAY (A6 case 3, or case
+    2 when that connection had refused the RPC so before)."""
+    return code is grpc.StatusCode.UNAVAILABLE and GOAWAY in (details or "")
 
 
 def not_sent(code: grpc.StatusCode | None, details: str | None) -> bool:
@@ -186,10 +201,13 @@ class RetryState:
         trailing_metadata: Sequence[tuple[str, Any]] | None = None,
         committed: bool = False,
         pick_failed: bool = False,
+        going_away: bool = False,
     ) -> float | None:
         """Seconds to wait before the next attempt, or None: the RPC ends
         with ``status``.  ``pick_failed``: the attempt's pick failed (A6:
-        handled by the policy, never a transparent retry)."""
+        handled by the policy, never a transparent retry).  ``going_away``:
+        the attempt went to a connection that had refused this RPC with a
+        GOAWAY before (rule 2)."""
         code = status.code
         self.wait_for_new_picker = False
         if code is grpc.StatusCode.OK:
@@ -197,7 +215,9 @@ class RetryState:
                 self.throttle.record_success()
             return None
         if not committed and not pick_failed:
-            if never_left_client(code, status.details):
+            if never_left_client(code, status.details) or (
+                going_away and goaway_refused(code, status.details)
+            ):
                 self.wait_for_new_picker = True
                 return 0.0
             if self.refusals_left > 0 and refused_unseen(code, status.details):

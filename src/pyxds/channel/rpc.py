@@ -86,7 +86,7 @@ from pyxds import metrics as _metrics
 from pyxds.channel.call_metrics import CallMetrics
 from pyxds.channel.grpc_calls import trailing_metadata_of
 from pyxds.channel.request_buffer import size_of
-from pyxds.channel.retry import PREVIOUS_ATTEMPTS_KEY, RetryState, not_sent
+from pyxds.channel.retry import PREVIOUS_ATTEMPTS_KEY, RetryState, goaway_refused, not_sent
 from pyxds.channel.subchannel import SubchannelCore, Transport, core_of
 from pyxds.lb.api import (
     ATTEMPT_NOT_STARTED,
@@ -179,6 +179,7 @@ class Rpc:
     _filters_done = False  # the filters' verdict before the pick was carried out
     _picked_by: Picker | None = None  # the picker of the last completed pick
     _transport: Transport | None = None  # the running (or last) attempt's
+    _goaway_from: Transport | None = None  # the last to refuse an attempt with a GOAWAY
     _stale_picker: Picker | None = None  # not picked with again before _stale_until
     _stale_until = 0.0
     _on_call_done: Callable[[Status], None] | None = None
@@ -661,7 +662,13 @@ class Rpc:
             config = self.call_config
             policy = config.retry_policy if config is not None else None
             state = self.retry = RetryState(policy, core.retry_throttle, core.random)
-        delay = state.on_attempt_end(status, trailing_metadata, committed, pick_failed)
+        going_away = False
+        if not pick_failed and goaway_refused(status.code, status.details):
+            # a second GOAWAY from the same connection: the attempt was
+            # started on a connection going away (retry.py rule 2)
+            going_away = self._goaway_from is self._transport
+            self._goaway_from = self._transport
+        delay = state.on_attempt_end(status, trailing_metadata, committed, pick_failed, going_away)
         if delay is None:
             return None
         if state.wait_for_new_picker:
