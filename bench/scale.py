@@ -562,8 +562,13 @@ class GcPauses:
                 self.promoted += len(gc.get_objects(0)) + len(gc.get_objects(1))
             self._began = time.monotonic()
             return
+        if not self._began:
+            # registered while another thread's collection was under way
+            # (a Python gc callback can be preempted): its start was not seen
+            return
         end = time.monotonic()
         took = end - self._began
+        self._began = 0.0
         generation = info["generation"]
         self.counts[generation] += 1
         self.total[generation] += took

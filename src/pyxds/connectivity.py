@@ -46,7 +46,9 @@ what is likely to happen to it next:
   cost divided by ``WARM_BUDGET`` (a connection storm of 10,000 channels
   costs at most that share of a core, and gets slower, not more expensive).
   A sweep's cost is its CPU time less that of the garbage collections that
-  ran in it (a collection is not the checks' cost).
+  ran in it (a collection is not the checks' cost).  Reading the thread's
+  CPU clock is a system call (~1-4 us, as much as a few checks), so small
+  sweeps are costed instead (rule 6).
 
 Rules:
 
@@ -75,6 +77,14 @@ Rules:
    attempt is seen and its channel closed within a sweep or two even when
    thousands of backoffs end at once, and its objects die young instead of
    living for the length of that backlog (issue 18).
+6. A warm sweep of fewer than ``TIMED_SWEEP`` channels is costed at the
+   cost per check of the last timed warm sweep; a larger one, the first
+   one, and one after ``UNTIMED_SWEEPS`` untimed ones are timed (the
+   thread's CPU clock, less the collections that ran on that thread
+   meanwhile).  With thousands of refusing endpoints, sweeps of a few
+   attempts each run every ``HOT_PERIOD``, and their two clock reads cost
+   more than their checks (issue 18: ~4 % of the GIL-holding samples, and
+   the collector's callback as much again).  Cold sweeps are always timed.
 
 The monitor takes an injected :class:`~pyxds.clock.Clock` (FakeClock in
 unit tests); :func:`monitor` is the process's own, on a RealClock.
@@ -82,7 +92,6 @@ unit tests); :func:`monitor` is the process's own, on a RealClock.
 
 from __future__ import annotations
 
-import functools
 import gc
 import threading
 import time
@@ -93,10 +102,14 @@ import grpc
 
 from pyxds.clock import Clock, RealClock, Timer
 
+_get_ident = threading.get_ident
+
 __all__ = [
     "COLD_BUDGET",
     "COLD_PERIOD",
     "HOT_PERIOD",
+    "TIMED_SWEEP",
+    "UNTIMED_SWEEPS",
     "WARM_BUDGET",
     "WARM_RATIO",
     "ConnectivityMonitor",
@@ -116,6 +129,11 @@ COLD_PERIOD = 0.25
 COLD_BUDGET = 0.004
 #: The share of one core back-to-back sweeps of warm channels may take.
 WARM_BUDGET = 0.2
+#: A warm sweep of at least this many channels reads the CPU clock for its
+#: cost; a smaller one is costed at the last timed sweep's cost per check,
+#: and is timed itself after UNTIMED_SWEEPS such sweeps (rule 6).
+TIMED_SWEEP = 32
+UNTIMED_SWEEPS = 15
 
 S = TypeVar("S")
 _NEVER = float("-inf")
@@ -128,9 +146,17 @@ _NEVER = float("-inf")
 #: oldest generation, and brought on the next full collection (issue 18:
 #: refusing endpoints).  Collections do not nest and hold the GIL: one slot.
 _GC_SECONDS = [0.0, 0.0]
+#: the thread whose sweep is being timed now (0: none).  Only collections
+#: on it are timed: a sweep's CPU clock does not count other threads'
+#: collections anyway, and every other collection (thousands a second while
+#: a 10,000-endpoint update allocates) skips two CPU-clock reads, a system
+#: call each (~1-4 us here), in the collector's callback.
+_TIMING = [0]
 
 
 def _time_collection(phase: str, info: dict[str, int]) -> None:
+    if _TIMING[0] != _get_ident():
+        return
     if phase == "start":
         _GC_SECONDS[1] = time.thread_time()
     else:
@@ -159,6 +185,7 @@ class Watch(Generic[S]):
     __slots__ = (
         "_monitor",
         "probe",
+        "channel",
         "deliver",
         "final",
         "state",
@@ -176,9 +203,13 @@ class Watch(Generic[S]):
         deliver: Callable[[S], None],
         now: float,
         final: S | None = None,
+        channel: Any = None,
     ) -> None:
         self._monitor = monitor
         self.probe = probe
+        #: a cygrpc channel checked with ``check_connectivity_state(False)``
+        #: instead of ``probe()`` (:meth:`ConnectivityMonitor.watch_cygrpc`)
+        self.channel = channel
         self.deliver = deliver
         #: the state after which the channel is not checked again (None: none)
         self.final = final
@@ -214,7 +245,8 @@ def _probe(watches: list[Watch[S]]) -> list[tuple[Watch[S], S | None]]:
     seen: list[tuple[Watch[S], S | None]] = []
     for watch in watches:
         try:
-            state = watch.probe()
+            channel = watch.channel
+            state = watch.probe() if channel is None else channel.check_connectivity_state(False)
         except Exception:
             seen.append((watch, None))
             continue
@@ -241,6 +273,10 @@ class ConnectivityMonitor(Generic[S]):
         self._cold_due = 0.0
         self._cold_period = COLD_PERIOD
         self._warm_gap = HOT_PERIOD
+        #: CPU seconds per check in the last timed warm sweep, and the warm
+        #: sweeps since (rule 6)
+        self._check_cost = 0.0
+        self._untimed = UNTIMED_SWEEPS
         #: sweeps made (for tests and benchmarks)
         self.sweeps = 0
         #: checks made (for tests and benchmarks)
@@ -253,9 +289,21 @@ class ConnectivityMonitor(Generic[S]):
         """Watch a channel: ``probe()`` reads its state, ``deliver(state)``
         hears each change (the first check delivers the state found), up to
         and including ``final`` if given (rule 2)."""
+        return self._add(Watch(self, probe, deliver, self._clock.now(), final))
+
+    def watch_cygrpc(
+        self, channel: Any, deliver: Callable[[S], None], final: S | None = None
+    ) -> Watch[S]:
+        """:meth:`watch` with ``channel.check_connectivity_state(False)`` (a
+        cygrpc channel's) as the probe, made by the watch itself: no
+        ``functools.partial`` and bound method per watched channel, two
+        objects per endpoint fewer for the cyclic collector (issue 18)."""
+        return self._add(Watch(self, _closed_probe, deliver, self._clock.now(), final, channel))
+
+    def _add(self, watch: Watch[S]) -> Watch[S]:
         with self._lock:
             now = self._clock.now()
-            watch = Watch(self, probe, deliver, now, final)
+            watch.since = watch.due = now
             self._warm[watch] = None
             self._schedule(now, now)
         return watch
@@ -320,13 +368,24 @@ class ConnectivityMonitor(Generic[S]):
         seen_warm: list[tuple[Watch[S], S | None]] = []
         seen_cold: list[tuple[Watch[S], S | None]] = []
         if due:
-            started = _cpu()
-            seen_warm = _probe(due)
-            warm_cost = _cpu() - started
+            if len(due) >= TIMED_SWEEP or self._untimed >= UNTIMED_SWEEPS:
+                self._untimed = 0
+                _TIMING[0] = _get_ident()
+                started = _cpu()
+                seen_warm = _probe(due)
+                warm_cost = _cpu() - started
+                _TIMING[0] = 0
+                self._check_cost = warm_cost / len(due)
+            else:
+                self._untimed += 1
+                seen_warm = _probe(due)
+                warm_cost = self._check_cost * len(due)
         if cold:
+            _TIMING[0] = _get_ident()
             started = _cpu()
             seen_cold = _probe(cold)
             cold_cost = _cpu() - started
+            _TIMING[0] = 0
         changed: list[tuple[Watch[S], S]] = []
         with self._lock:
             self.checks += len(due) + len(cold)
@@ -387,6 +446,7 @@ class ConnectivityMonitor(Generic[S]):
         # failed attempt with refusing endpoints, issue 18).  A sweep still
         # holding the watch skips it: it is cancelled.
         watch.probe = _closed_probe
+        watch.channel = None
         watch.deliver = _ignore
         self._end_locked(watch)
 
@@ -455,9 +515,8 @@ def watch_channel_codes(
     """:func:`watch_channel` with ``deliver_code`` hearing C-core's state
     code (``BY_CODE[code]`` is the ``grpc.ChannelConnectivity``): for a
     watcher that is its own deliverer, one object fewer per channel."""
-    probe = functools.partial(_cygrpc_channel(channel).check_connectivity_state, False)
     final = None if until is None else _CODE[until]
-    return (on or monitor()).watch(probe, deliver_code, final)
+    return (on or monitor()).watch_cygrpc(_cygrpc_channel(channel), deliver_code, final)
 
 
 class _ByCode:

@@ -21,6 +21,9 @@ from pyxds.connectivity import (
     COLD_BUDGET,
     COLD_PERIOD,
     HOT_PERIOD,
+    TIMED_SWEEP,
+    UNTIMED_SWEEPS,
+    WARM_BUDGET,
     WARM_RATIO,
     ConnectivityMonitor,
 )
@@ -629,3 +632,90 @@ def _sweeps_with_a_collection(cpu: list[float]) -> None:
     clock.advance(0.4)
     assert channel._channel.checks == before  # the checks' own cost still spaces sweeps
     assert seen == [IDLE]
+
+
+def test_small_warm_sweeps_are_costed_at_the_last_timed_cost_per_check(monkeypatch):
+    """Rule 6: a warm sweep of a few channels reads no CPU clock (a system
+    call, as costly as a few checks; thousands of refusing endpoints make
+    such sweeps every HOT_PERIOD); the first sweep and every
+    UNTIMED_SWEEPS + 1-th are timed, and the untimed ones are spaced by the
+    timed cost per check, so the warm budget still holds."""
+    reads = [0]
+    cpu = [0.0]
+
+    def thread_time() -> float:
+        reads[0] += 1
+        return cpu[0]
+
+    monkeypatch.setattr(connectivity.time, "thread_time", thread_time)
+    monitor, clock = make_monitor()
+    channel = FakeGrpcChannel()
+    gap = 0.001 / WARM_BUDGET
+
+    def probe() -> int:
+        cpu[0] += 0.001  # a slow check: `gap` between warm sweeps at WARM_BUDGET
+        return channel._channel.check_connectivity_state(False)
+
+    monitor.watch(probe, lambda state: None)
+    channel.set(CONNECTING)
+    clock.advance(0)  # the first sweep: timed
+    assert (monitor.sweeps, reads[0]) == (1, 2)
+    clock.advance(8 * gap)  # young: checked every HOT_PERIOD, but for the budget
+    assert 8 <= channel._channel.checks <= 10  # not ~8 * gap / HOT_PERIOD = 160
+    assert reads[0] == 2  # none of those read the clock
+    clock.advance(40 * gap)
+    timed = 1 + (monitor.sweeps - 1) // (UNTIMED_SWEEPS + 1)
+    assert monitor.sweeps > UNTIMED_SWEEPS + 1 and reads[0] == 2 * timed
+
+
+def test_a_warm_sweep_of_many_channels_is_timed(monkeypatch):
+    reads = [0]
+
+    def thread_time() -> float:
+        reads[0] += 1
+        return 0.0
+
+    monkeypatch.setattr(connectivity.time, "thread_time", thread_time)
+    monitor, clock = make_monitor()
+    watched(monitor)
+    clock.advance(0)
+    clock.advance(HOT_PERIOD)  # one untimed sweep: the next small one would be untimed too
+    before = reads[0]
+    for _ in range(TIMED_SWEEP):
+        watched(monitor)
+    clock.advance(0)
+    assert reads[0] == before + 2
+
+
+def test_a_collection_outside_a_timed_sweep_reads_no_cpu_clock(monkeypatch):
+    """The collector's callback times only collections that run inside a
+    timed sweep, on its thread; the thousands of young collections of a big
+    update elsewhere cost no clock read each."""
+    reads = [0]
+
+    def thread_time() -> float:
+        reads[0] += 1
+        return 0.0
+
+    monkeypatch.setattr(connectivity.time, "thread_time", thread_time)
+    gc.collect(0)
+    assert reads[0] == 0
+
+
+def test_a_watched_grpcio_channel_costs_one_object_the_watch():
+    """watch_channel_codes checks the cygrpc channel itself: no partial and
+    bound method per watched channel for the cyclic collector (issue 18)."""
+    monitor, clock = make_monitor()
+    channels = [FakeGrpcChannel() for _ in range(200)]
+    seen: list[int] = []
+    deliver = seen.append
+    gc.collect()
+    before = len(gc.get_objects())
+    watches = [connectivity.watch_channel_codes(c, deliver, monitor) for c in channels]  # type: ignore[arg-type]
+    grown = len(gc.get_objects()) - before
+    assert grown <= len(channels) + 5  # the watches (and the list holding them)
+    for channel in channels:
+        channel.set(READY)
+    clock.advance(0)
+    assert seen == [READY] * len(channels)
+    assert all(w.state == READY for w in watches)
