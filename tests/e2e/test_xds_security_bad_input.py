@@ -16,7 +16,7 @@ import time
 
 import grpc
 import pytest
-from channel_fixtures import Backend, pyxds_calls, wait_until
+from channel_fixtures import Backend, at_once, pyxds_calls, wait_until
 from ports import EXCLUSIVE, HeldPort
 from test_xds_security import (
     MESH,
@@ -134,8 +134,10 @@ def test_bad_backend_fails_like_c_core_and_the_good_one_keeps_serving(
     # Only the bad endpoint: the same failure in both.
     server.set_snapshot(tls_snapshot(bad, version="bad-only"))
     core, channel = core_and_pyxds(server, f"bad-{kind}", config, cleanup)
-    theirs = core.call(2, wait_for_ready=False, timeout=3.0)
-    ours = pyxds_calls(channel, 2, wait_for_ready=False, timeout=3.0)
+    theirs, ours = at_once(
+        lambda: core.call(2, wait_for_ready=False, timeout=3.0),
+        lambda: pyxds_calls(channel, 2, wait_for_ready=False, timeout=3.0),
+    )
     assert theirs == ours == want, (theirs, ours)
     if reason is not None:
         assert wait_until(lambda: any(reason in d for d in details_of(channel)), 10.0), details_of(
@@ -147,8 +149,14 @@ def test_bad_backend_fails_like_c_core_and_the_good_one_keeps_serving(
         return
     # The bad endpoint beside a good one: every RPC is served by the good one.
     server.set_snapshot(tls_snapshot(bad, good.address, version="bad-and-good"))
-    assert core.until("good", 15.0).get("__elapsed__") is not None
-    assert wait_until(lambda: pyxds_calls(channel, 1, wait_for_ready=False) == {"good": 1}, 15.0)
+    theirs_until, ours_until = at_once(
+        lambda: core.until("good", 15.0),
+        lambda: wait_until(
+            lambda: pyxds_calls(channel, 1, wait_for_ready=False) == {"good": 1}, 15.0
+        ),
+    )
+    assert theirs_until.get("__elapsed__") is not None
+    assert ours_until
     assert core.call(10, wait_for_ready=False, timeout=5.0) == {"good": 10}
     assert pyxds_calls(channel, 10, wait_for_ready=False, timeout=5.0) == {"good": 10}
 
