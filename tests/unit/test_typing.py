@@ -102,9 +102,15 @@ def test_right_use_of_the_channels_type_checks(mypy_says: dict[str, tuple[bool, 
     assert not failed, output
 
 
+def _errors(mypy_says: dict[str, tuple[bool, str]], case: str) -> str:
+    """What mypy said of ``case``, which it must have found an error in."""
+    failed, output = mypy_says[case]
+    assert failed, output
+    return output
+
+
 def test_a_sync_channel_is_no_aio_channel(mypy_says: dict[str, tuple[bool, str]]) -> None:
-    failed, output = mypy_says["sync_is_no_aio"]
-    assert failed
+    output = _errors(mypy_says, "sync_is_no_aio")
     assert '"takes_aio_channel" has incompatible type "XdsChannel"' in output
     assert "[arg-type]" in output
 
@@ -112,14 +118,12 @@ def test_a_sync_channel_is_no_aio_channel(mypy_says: dict[str, tuple[bool, str]]
 def test_a_response_has_the_deserializers_type_not_any(
     mypy_says: dict[str, tuple[bool, str]],
 ) -> None:
-    failed, output = mypy_says["response_type"]
-    assert failed
+    output = _errors(mypy_says, "response_type")
     assert 'expression has type "str", variable has type "int"' in output
 
 
 def test_an_aio_response_has_the_deserializers_type_not_any(
     mypy_says: dict[str, tuple[bool, str]],
 ) -> None:
-    failed, output = mypy_says["aio_response_type"]
-    assert failed
+    output = _errors(mypy_says, "aio_response_type")
     assert 'expression has type "str", variable has type "int"' in output
