@@ -19,7 +19,7 @@ import collections
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any
 
@@ -281,6 +281,15 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) ->
             return True
         time.sleep(interval)
     return predicate()
+
+
+def at_once(*calls: Callable[[], Any]) -> list[Any]:
+    """Run ``calls`` concurrently (a thread each: independent clients waiting
+    on real timers wait together); their results in order, or the first
+    one's exception."""
+    with futures.ThreadPoolExecutor(len(calls), thread_name_prefix="at-once") as pool:
+        running = [pool.submit(call) for call in calls]
+        return [f.result() for f in running]
 
 
 # -- xDS scenarios --------------------------------------------------------------

@@ -28,6 +28,7 @@ from channel_fixtures import (
     SERVICE,
     Backend,
     CoreXdsClient,
+    at_once,
     pyxds_calls,
     wait_until,
 )
@@ -222,14 +223,22 @@ def applied(client, target, predicate, **kwargs) -> None:
     assert wait_until(lambda: predicate(run(client, target, 10, details=True, **kwargs)), 15.0)
 
 
+def applied_both(core, channels, target, predicate, **kwargs) -> None:
+    """:func:`applied` on the C-core client and the pyxds channels at once
+    (a delay fault makes each check's RPCs wait on real timers)."""
+    at_once(
+        lambda: applied(channels, target, predicate, **kwargs),
+        lambda: applied(core, target, predicate, **kwargs),
+    )
+
+
 def fault_details(counts) -> set[str]:
     return {k for k in counts if k.startswith("error:")}
 
 
 def test_abort_half_fails_about_half_like_c_core(server, backend, core, channels):
     t = configure(server, backend, b.fault_config(abort_grpc_status=14, abort_percent=50), "half")
-    applied(channels, t, lambda c: sum(c.values()) == 10)
-    applied(core, t, lambda c: sum(c.values()) == 10)
+    applied_both(core, channels, t, lambda c: sum(c.values()) == 10)
     ours = run(channels, t, N, details=True)
     theirs = run(core, t, N, details=True)
     assert fault_details(ours) == fault_details(theirs) == {"error:UNAVAILABLE: Fault injected"}
@@ -251,11 +260,9 @@ def test_every_denominator_like_c_core(server, backend, core, channels, percent,
     )
     if expect_all:
         want = "error:PERMISSION_DENIED: Fault injected"
-        applied(channels, t, lambda c: c[want] == 10)
-        applied(core, t, lambda c: c[want] == 10)
+        applied_both(core, channels, t, lambda c: c[want] == 10)
         return
-    applied(channels, t, lambda c: c["a0"] >= 9)
-    applied(core, t, lambda c: c["a0"] >= 9)
+    applied_both(core, channels, t, lambda c: c["a0"] >= 9)
     assert run(channels, t, N)["a0"] >= 0.95 * N
     assert run(core, t, N)["a0"] >= 0.95 * N
 
@@ -270,8 +277,7 @@ def test_every_denominator_like_c_core(server, backend, core, channels, percent,
 def test_http_status_maps_to_grpc_like_c_core(server, backend, core, channels, http, want):
     fault = b.fault_config(abort_http_status=http, abort_percent=100)
     t = configure(server, backend, fault, f"http-{http}")
-    applied(channels, t, lambda c: c[want] == 10)
-    applied(core, t, lambda c: c[want] == 10)
+    applied_both(core, channels, t, lambda c: c[want] == 10)
 
 
 def test_http_status_200_is_unknown_per_a33_where_c_core_injects_nothing(
@@ -363,8 +369,7 @@ def test_abort_comes_before_the_pick_with_no_reachable_endpoint_like_c_core(serv
     fault = b.fault_config(abort_grpc_status=10, abort_percent=100)
     t = configure(server, nowhere, fault, "abort-nowhere")
     want = "error:ABORTED: Fault injected"
-    applied(channels, t, lambda c: c[want] == 10)
-    applied(core, t, lambda c: c[want] == 10)
+    applied_both(core, channels, t, lambda c: c[want] == 10)
 
 
 def test_an_injected_abort_is_not_retried_like_c_core(server, backend, core, channels):
@@ -378,8 +383,7 @@ def test_an_injected_abort_is_not_retried_like_c_core(server, backend, core, cha
     routes = [b.route(prefix="", cluster="c", retry_policy=policy)]
     fault = b.fault_config(abort_grpc_status=14, abort_percent=50)
     t = configure(server, backend, fault, "no-retry", routes=routes)
-    applied(channels, t, lambda c: sum(c.values()) == 10 and c["a0"] > 0)
-    applied(core, t, lambda c: sum(c.values()) == 10 and c["a0"] > 0)
+    applied_both(core, channels, t, lambda c: sum(c.values()) == 10 and c["a0"] > 0)
     for client in (channels, core):
         counts = run(client, t, N, details=True)
         failed = counts["error:UNAVAILABLE: Fault injected"]
@@ -395,8 +399,7 @@ def test_fixed_delay_shows_in_latency_like_c_core(server, backend, core, channel
         assert run(client, t, 5) == {"a0": 5}
         return (time.monotonic() - start) / 5
 
-    applied(channels, t, lambda c: c["a0"] == 10)
-    applied(core, t, lambda c: c["a0"] == 10)
+    applied_both(core, channels, t, lambda c: c["a0"] == 10)
     assert 0.2 <= per_rpc(channels) < 0.4
     assert 0.2 <= per_rpc(core) < 0.4
 
@@ -405,8 +408,7 @@ def test_delay_past_the_deadline_is_deadline_exceeded_like_c_core(server, backen
     t = configure(server, backend, b.fault_config(delay=2, delay_percent=100), "long-delay")
     want = "error:DEADLINE_EXCEEDED: Deadline Exceeded"
     # the delay is in force (short RPCs: ten 2 s delays per check took 40 s)
-    applied(channels, t, lambda c: c[want] == 10, timeout=0.1)
-    applied(core, t, lambda c: c[want] == 10, timeout=0.1)
+    applied_both(core, channels, t, lambda c: c[want] == 10, timeout=0.1)
     start = time.monotonic()
     assert run(channels, t, 5, timeout=0.1, details=True) == {want: 5}
     # the deadline ends each RPC, not the 2 s delay: five of them in well
@@ -424,8 +426,7 @@ def test_header_driven_abort_and_delay_like_c_core(server, backend, core, channe
     )
     md = [("x-envoy-fault-abort-grpc-request", "5")]
     want = "error:NOT_FOUND: Fault injected"
-    applied(channels, t, lambda c: c[want] == 10, metadata=md)
-    applied(core, t, lambda c: c[want] == 10, metadata=md)
+    applied_both(core, channels, t, lambda c: c[want] == 10, metadata=md)
     # without the headers: no fault
     assert run(channels, t, 10) == run(core, t, 10) == {"a0": 10}
     # a gRPC code header that is a number but no code: UNKNOWN on both (as
@@ -499,8 +500,7 @@ def test_route_override_wins_over_virtual_host_and_listener_like_c_core(
         vh_overrides={"fault": b.fault_config(abort_grpc_status=8, abort_percent=100)},
     )
     want = "error:RESOURCE_EXHAUSTED: Fault injected"  # the virtual host's
-    applied(channels, t, lambda c: c[want] == 10)
-    applied(core, t, lambda c: c[want] == 10)
+    applied_both(core, channels, t, lambda c: c[want] == 10)
     ours = run(channels, t, 10, method=META, details=True)
     theirs = run(core, t, 10, method=META, details=True)
     assert fault_details(ours) == fault_details(theirs) == set()
@@ -525,8 +525,7 @@ def test_weighted_cluster_override_like_c_core(server, backend, core, channels):
         routes=[r],
     )
     want = "error:FAILED_PRECONDITION: Fault injected"
-    applied(channels, t, lambda c: c[want] == 10)
-    applied(core, t, lambda c: c[want] == 10)
+    applied_both(core, channels, t, lambda c: c[want] == 10)
 
 
 def test_aio_calls_get_faults(server, backend):

@@ -18,6 +18,7 @@ from channel_fixtures import (
     TARGET,
     Backend,
     CoreXdsClient,
+    at_once,
     core_note,
     header,
     pyxds_calls,
@@ -292,11 +293,18 @@ def test_a31_max_stream_duration_and_grpc_timeout_header_max_agree_with_c_core(
     def theirs(n, **kw):
         return core.call(n, timeout=5, **kw)
 
-    assert wait_until(lambda: outcome(ours, "default") == expired, 10)
-    assert wait_until(lambda: outcome(theirs, "default") == expired, 10)
+    # each client's RPCs wait on real timers (0.6 s backend, 0.2 s caps): both at once
+    ours_ready, theirs_ready = at_once(
+        lambda: wait_until(lambda: outcome(ours, "default") == expired, 10),
+        lambda: wait_until(lambda: outcome(theirs, "default") == expired, 10),
+    )
+    assert ours_ready
+    assert theirs_ready
     expected = {"msd": expired, "hdrmax": "ok", "hdrmax0": "ok", "msd0": "ok", "default": expired}
-    got_ours = {case: outcome(ours, case) for case in expected}
-    got_theirs = {case: outcome(theirs, case) for case in expected}
+    got_ours, got_theirs = at_once(
+        lambda: {case: outcome(ours, case) for case in expected},
+        lambda: {case: outcome(theirs, case) for case in expected},
+    )
     assert got_ours == got_theirs == expected
 
 

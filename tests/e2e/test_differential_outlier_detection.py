@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 import pytest
-from channel_fixtures import SERVICE, TARGET, route, snapshot
+from channel_fixtures import SERVICE, TARGET, at_once, route, snapshot
 from ports import EXCLUSIVE
 
 import pyxds._api as pyxds
@@ -164,6 +164,14 @@ def od_snapshot(
     )
 
 
+def measured(channel) -> dict:
+    """:func:`measure` on ``channel``, which it then closes."""
+    try:
+        return measure(channel, WHO, RUN_SECONDS, TAIL)
+    finally:
+        channel.close()
+
+
 def run_core(
     bootstrap: dict | None, target: str = TARGET, sc: str | None = None, script: str = _MEASURE
 ) -> dict:
@@ -188,12 +196,10 @@ def run_core(
 def test_failing_endpoint_is_ejected_and_rpcs_stop_failing_as_fast_as_c_core(server, backends):
     server.set_snapshot(od_snapshot(backends))
     bootstrap = server.bootstrap(node_id=NODE)
-    channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
-    try:
-        ours = measure(channel, WHO, RUN_SECONDS, TAIL)
-    finally:
-        channel.close()
-    theirs = run_core(bootstrap)
+    ours, theirs = at_once(  # both clients' loops run on real timers
+        lambda: measured(pyxds.insecure_channel(TARGET, bootstrap=bootstrap)),
+        lambda: run_core(bootstrap),
+    )
     print(f"\nA50 differential: pyxds {ours}\n                  C-core {theirs}")
     # Before ejection both clients fail about half the RPCs; both eject.
     for result in (ours, theirs):
@@ -266,12 +272,10 @@ def test_service_config_outlier_detection_ejects_as_c_core_does(backends, max_pe
     }
     sc = json.dumps({"loadBalancingConfig": [{"outlier_detection_experimental": od}]})
     target = "ipv4:" + ",".join(b.address for b in backends)
-    channel = pyxds.insecure_channel(target, options=[("grpc.service_config", sc)])
-    try:
-        ours = measure(channel, WHO, RUN_SECONDS, TAIL)
-    finally:
-        channel.close()
-    theirs = run_core(None, target=target, sc=sc)
+    ours, theirs = at_once(  # both clients' loops run on real timers
+        lambda: measured(pyxds.insecure_channel(target, options=[("grpc.service_config", sc)])),
+        lambda: run_core(None, target=target, sc=sc),
+    )
     print(f"\nA50 service config: pyxds {ours}\n                    C-core {theirs}")
     for result in (ours, theirs):
         assert result["failures"] > 0 and result["last_failure"] is not None
@@ -400,8 +404,10 @@ def test_an_interval_change_keeps_the_timer_start_as_a50_says_where_c_core_resta
     sweep ~3.5 s), though its own comment describes A50's rule: a known
     difference (docs/differences-from-c-core.md).  If C-core comes to follow
     A50, this test fails and the difference's line goes."""
-    ours = _interval_change_in_pyxds(server, backends, f"{NODE}-interval-pyxds")
-    theirs = _interval_change_in_core(server, backends, f"{NODE}-interval-core")
+    ours, theirs = at_once(  # both runs wait on real timers
+        lambda: _interval_change_in_pyxds(server, backends, f"{NODE}-interval-pyxds"),
+        lambda: _interval_change_in_core(server, backends, f"{NODE}-interval-core"),
+    )
     print(f"\nA50 interval change: pyxds {ours}  C-core {theirs}")
     assert ours["last_failure"] is not None and theirs["last_failure"] is not None
     assert theirs["last_failure"] < WATCH_SECONDS - 0.5  # C-core ejected within the run

@@ -16,6 +16,7 @@ from channel_fixtures import (
     TARGET,
     Backend,
     CoreXdsClient,
+    at_once,
     pyxds_calls,
     wait_until,
 )
@@ -581,8 +582,10 @@ def test_upstream_tls_context_nacks_agree_with_c_core(server, pki):
         TARGET, xds_creds(), bootstrap=bootstrap(server, "nack-pyxds", pki["client_config"])
     )
     try:
-        core.call(1, wait_for_ready=False, timeout=3.0)
-        pyxds_calls(channel, 1, wait_for_ready=False, timeout=3.0)
+        at_once(  # an RPC each (each may wait out its 3 s deadline): both clients subscribe
+            lambda: core.call(1, wait_for_ready=False, timeout=3.0),
+            lambda: pyxds_calls(channel, 1, wait_for_ready=False, timeout=3.0),
+        )
         theirs = server.wait_for_nack("CDS", node_id="nack-core", timeout=10.0)
         ours = server.wait_for_nack("CDS", node_id="nack-pyxds", timeout=10.0)
         core_errors = _core_nack_errors(theirs.error_message)

@@ -13,10 +13,11 @@ import logging
 import os
 import threading
 import time
+from concurrent import futures
 
 import grpc
 import pytest
-from channel_fixtures import Backend, pyxds_calls, wait_until
+from channel_fixtures import Backend, at_once, pyxds_calls, wait_until
 from ports import EXCLUSIVE, HeldPort
 from test_xds_security import (
     MESH,
@@ -30,6 +31,7 @@ from tls_backends import TlsFront
 
 import pyxds
 from pyxds.security import relay_loop
+from pyxds.server import ManagementServer
 from pyxds.testing.certs import CertAuthority, write_files
 
 SPIFFE = "spiffe://t.example/backend"
@@ -134,8 +136,10 @@ def test_bad_backend_fails_like_c_core_and_the_good_one_keeps_serving(
     # Only the bad endpoint: the same failure in both.
     server.set_snapshot(tls_snapshot(bad, version="bad-only"))
     core, channel = core_and_pyxds(server, f"bad-{kind}", config, cleanup)
-    theirs = core.call(2, wait_for_ready=False, timeout=3.0)
-    ours = pyxds_calls(channel, 2, wait_for_ready=False, timeout=3.0)
+    theirs, ours = at_once(
+        lambda: core.call(2, wait_for_ready=False, timeout=3.0),
+        lambda: pyxds_calls(channel, 2, wait_for_ready=False, timeout=3.0),
+    )
     assert theirs == ours == want, (theirs, ours)
     if reason is not None:
         assert wait_until(lambda: any(reason in d for d in details_of(channel)), 10.0), details_of(
@@ -147,8 +151,14 @@ def test_bad_backend_fails_like_c_core_and_the_good_one_keeps_serving(
         return
     # The bad endpoint beside a good one: every RPC is served by the good one.
     server.set_snapshot(tls_snapshot(bad, good.address, version="bad-and-good"))
-    assert core.until("good", 15.0).get("__elapsed__") is not None
-    assert wait_until(lambda: pyxds_calls(channel, 1, wait_for_ready=False) == {"good": 1}, 15.0)
+    theirs_until, ours_until = at_once(
+        lambda: core.until("good", 15.0),
+        lambda: wait_until(
+            lambda: pyxds_calls(channel, 1, wait_for_ready=False) == {"good": 1}, 15.0
+        ),
+    )
+    assert theirs_until.get("__elapsed__") is not None
+    assert ours_until
     assert core.call(10, wait_for_ready=False, timeout=5.0) == {"good": 10}
     assert pyxds_calls(channel, 10, wait_for_ready=False, timeout=5.0) == {"good": 10}
 
@@ -305,40 +315,70 @@ LATER_CASES = [
 ]
 
 
+def _later_scenario(pki, folder: str, field: str, how: str) -> dict:
+    """One of LATER_CASES, on a control plane of its own: what C-core and
+    pyxds answered before the file broke, after (past the refresh
+    interval), and once an endpoint was added."""
+    cleanup: list = []
+    server = ManagementServer().start()
+    try:
+        first, second = good_backend(pki, "first"), good_backend(pki, "second")
+        cleanup += [first, second]
+        config = write_files(folder, pki["ca"].pem, pki["client"])
+        config["refresh_interval"] = "1s"
+        server.set_snapshot(tls_snapshot(first.address, version="1"))
+        core, channel = core_and_pyxds(server, f"later-{field}-{how}", config, cleanup)
+        out: dict = {"before": (core.call(2), pyxds_calls(channel, 2))}
+        _break(config[field], how)
+        time.sleep(2.5)  # past the refresh interval: both re-read the files
+        out["broken"] = (core.call(2, wait_for_ready=False), pyxds_calls(channel, 2))
+        server.set_snapshot(tls_snapshot(first.address, second.address, version="2"))
+        time.sleep(3.0)  # both have tried the new endpoint
+        out["theirs"] = core.call(10, wait_for_ready=False, timeout=3.0)
+        out["ours"] = pyxds_calls(channel, 10, wait_for_ready=False, timeout=3.0)
+        if how != "missing":
+            out["detail"] = " ".join(details_of(channel, 1))
+            out["provider_named"] = wait_until(
+                lambda: "certificate provider 'mesh'" in str(channel.config_dump()["subchannels"]),
+                5.0,
+            )
+        return out
+    finally:
+        for item in reversed(cleanup):
+            (item.close if hasattr(item, "close") else item.stop)()
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def later_outcomes(pki, tmp_path_factory) -> dict:
+    """Every LATER_CASES scenario, three at a time (each waits ~6 s on real
+    refresh and connection timers; one at a time they took 38 s)."""
+
+    def run(case: tuple[str, str]) -> dict:
+        return _later_scenario(pki, str(tmp_path_factory.mktemp("later")), *case)
+
+    with futures.ThreadPoolExecutor(3, thread_name_prefix="later-case") as pool:
+        return dict(zip(LATER_CASES, pool.map(run, LATER_CASES), strict=True))
+
+
 @pytest.mark.parametrize(("field", "how"), LATER_CASES)
-def test_bad_file_after_a_good_read_does_as_c_core_for_new_connections(
-    server, pki, cleanup, tmp_path, field, how
-):
+def test_bad_file_after_a_good_read_does_as_c_core_for_new_connections(later_outcomes, field, how):
     """A new connection (to an endpoint added after the files broke) is
     served or refused as C-core does: a file that cannot be read keeps the
     last good certificates, garbage replaces them.  The running connection
     keeps serving in pyxds; C-core re-creates every subchannel of a secured
     cluster on an EDS update, so there it breaks too (a documented
     difference)."""
-    first, second = good_backend(pki, "first"), good_backend(pki, "second")
-    cleanup += [first, second]
-    config = write_files(str(tmp_path), pki["ca"].pem, pki["client"])
-    config["refresh_interval"] = "1s"
-    server.set_snapshot(tls_snapshot(first.address, version="1"))
-    core, channel = core_and_pyxds(server, f"later-{field}-{how}", config, cleanup)
-    assert core.call(2) == pyxds_calls(channel, 2) == {"first": 2}
-    _break(config[field], how)
-    time.sleep(2.5)  # past the refresh interval: both re-read the files
-    assert core.call(2, wait_for_ready=False) == pyxds_calls(channel, 2) == {"first": 2}
-    server.set_snapshot(tls_snapshot(first.address, second.address, version="2"))
-    time.sleep(3.0)  # both have tried the new endpoint
-    theirs = core.call(10, wait_for_ready=False, timeout=3.0)
-    ours = pyxds_calls(channel, 10, wait_for_ready=False, timeout=3.0)
+    out = later_outcomes[(field, how)]
+    assert out["before"][0] == out["before"][1] == {"first": 2}
+    assert out["broken"][0] == out["broken"][1] == {"first": 2}
+    theirs, ours = out["theirs"], out["ours"]
     unreadable = how == "missing"
     assert ("second" in theirs) == ("second" in ours) == unreadable, (theirs, ours)
     assert "first" in ours  # pyxds never dropped the running connection
     if not unreadable:
         assert theirs == {"error:UNAVAILABLE": 10}  # C-core reconnected "first" too
-        detail = " ".join(details_of(channel, 1))
-        assert wait_until(
-            lambda: "certificate provider 'mesh'" in str(channel.config_dump()["subchannels"]),
-            5.0,
-        ), detail
+        assert out["provider_named"], out["detail"]
 
 
 def test_relay_threads_stay_bounded_as_endpoints_grow(server, pki, tmp_path):

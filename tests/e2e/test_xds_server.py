@@ -11,6 +11,7 @@ import time
 
 import grpc
 import pytest
+from channel_fixtures import at_once
 from envoy.config.rbac.v3 import rbac_pb2 as rbac_config_pb2
 from google.protobuf import wrappers_pb2
 from xds_server_fixtures import (
@@ -177,12 +178,32 @@ def test_rds_update_applies_in_place_on_the_open_connection(control, make_server
     assert srv.events == [(srv.address, True, None)]  # no drain, no new server
 
 
-def test_missing_rds_resource_fails_rpcs_unavailable_naming_it(control, make_server):
-    srv = make_server(bootstrap(control)).start()
-    publish(control, plain_listener(srv.address, rds="nowhere"))
+@pytest.fixture(scope="module")
+def missing_rds_outcomes():
+    """Each kind of server (one control plane each) with a Listener naming
+    an RDS resource nobody has: whether it came to serve within 25 s, and
+    an RPC's outcome then.  Both kinds at once: each waits on the real
+    15 s does-not-exist timer."""
+
+    def run(kind: str) -> tuple[bool, str]:
+        with ManagementServer() as control:
+            srv = SERVERS[kind](bootstrap(control)).start()
+            try:
+                publish(control, plain_listener(srv.address, rds="nowhere"))
+                serving = wait_until(lambda: srv.serving(), 25)
+                return bool(serving), served_by(srv.address)
+            finally:
+                srv.stop()
+
+    kinds = sorted(SERVERS)
+    return dict(zip(kinds, at_once(*[lambda k=k: run(k) for k in kinds]), strict=True))
+
+
+@pytest.mark.parametrize("kind", sorted(SERVERS))
+def test_missing_rds_resource_fails_rpcs_unavailable_naming_it(missing_rds_outcomes, kind):
     # A36: the Listener applies once RDS was attempted (the 15 s timer).
-    assert wait_until(lambda: srv.serving(), 25)
-    outcome = served_by(srv.address)
+    serving, outcome = missing_rds_outcomes[kind]
+    assert serving
     assert outcome.startswith("UNAVAILABLE:UNAVAILABLE:RDS resource nowhere:"), outcome
 
 
