@@ -114,7 +114,10 @@ def test_real_clock_runs_callbacks_in_deadline_order_via_dispatch():
     clock = RealClock(dispatch=dispatch)
     done = threading.Event()
     order = []
-    clock.call_later(0.05, lambda: (order.append("late"), done.set()))
+    # "late" is due 0.3 s after its registration, "early" at its own: the
+    # order holds while the two registrations are less than 0.3 s apart
+    # (0.05 s was not, once, on a machine at load 17)
+    clock.call_later(0.3, lambda: (order.append("late"), done.set()))
     clock.call_later(0.0, lambda: order.append("early"))
     cancelled = clock.call_later(0.01, lambda: order.append("cancelled"))
     cancelled.cancel()
