@@ -283,13 +283,16 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) ->
     return predicate()
 
 
-def at_once(*calls: Callable[[], Any]) -> list[Any]:
+def at_once(*calls: Callable[[], Any], timeout: float = 120.0) -> list[Any]:
     """Run ``calls`` concurrently (a thread each: independent clients waiting
     on real timers wait together); their results in order, or the first
-    one's exception."""
-    with futures.ThreadPoolExecutor(len(calls), thread_name_prefix="at-once") as pool:
+    one's exception; each waited for at most ``timeout`` seconds."""
+    pool = futures.ThreadPoolExecutor(len(calls), thread_name_prefix="at-once")
+    try:
         running = [pool.submit(call) for call in calls]
-        return [f.result() for f in running]
+        return [f.result(timeout=timeout) for f in running]
+    finally:
+        pool.shutdown(wait=False)  # all done, or the test failed: not waited for
 
 
 # -- xDS scenarios --------------------------------------------------------------
