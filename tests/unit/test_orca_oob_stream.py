@@ -80,6 +80,10 @@ class FakeCore:
         for fn in list(self._watchers):
             fn(state, status)
 
+    def reset_backoff(self) -> None:
+        """``SubchannelCore.reset_backoff``: its connection backoff only."""
+        self._backoff.reset()
+
 
 class Calls:
     """Stands in for grpcio: records each started call, the side connections
@@ -189,6 +193,29 @@ def test_failed_call_is_retried_after_backoff_and_at_once_after_a_report(calls):
     second["end"](grpc.StatusCode.UNAVAILABLE, "reset")
     core._clock.advance(0)
     assert len(calls.started) == 3  # a report reset the backoff: at once
+
+
+def test_a_new_connection_or_a_new_period_starts_the_backoff_afresh(calls):
+    """C-core's OrcaProducer makes a new SubchannelStreamClient (a new
+    backoff) when the subchannel becomes READY and when the period changes:
+    the first failed call after either waits the first delay (1 s +-20 %)."""
+    core = FakeCore_for(calls)
+    stream = orca_oob.OobStream(core)
+    stream.add(1.0, lambda r: None)
+    for _ in range(3):  # 1 s, 1.6 s, 2.56 s (each +-20 %)
+        calls.live[0]["end"](grpc.StatusCode.UNAVAILABLE, "reset")
+        core._clock.advance(3.1)
+    core.set_state(ConnectivityState.IDLE)
+    core.set_state(READY)
+    calls.live[0]["end"](grpc.StatusCode.UNAVAILABLE, "reset")
+    core._clock.advance(1.2 + 1e-6)
+    assert len(calls.started) == 6
+    calls.live[0]["end"](grpc.StatusCode.UNAVAILABLE, "reset")  # 1.6 s +-20 % now
+    stream.add(0.5, lambda r: None)  # a new period: a new call at once
+    assert len(calls.started) == 7
+    calls.live[0]["end"](grpc.StatusCode.UNAVAILABLE, "reset")
+    core._clock.advance(1.2 + 1e-6)
+    assert len(calls.started) == 8
 
 
 def test_unimplemented_is_not_retried_on_that_connection(calls):

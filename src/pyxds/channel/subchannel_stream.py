@@ -20,6 +20,13 @@ Rules (A17 "Client Workflow", A51 "Out of Band Metrics Reporting"):
   once when the call had delivered a message, else after an exponential
   backoff (gRPC's connection backoff, reset by every message;
   :meth:`StreamClient._on_backoff` is told when the wait starts).
+* The backoff belongs to one stream on one connection: it starts afresh
+  whenever the call is stopped rather than retried (the subchannel left
+  READY, the call is no longer wanted, or it restarts with another request:
+  ORCA's period), as C-core makes a new ``SubchannelStreamClient`` each
+  time (``HealthProducer``, ``OrcaProducer``).  The subchannel's
+  ``reset_backoff()`` does not touch it (C-core's ``Subchannel::ResetBackoff``
+  resets the connection backoff only).
 * No thread per stream (issue 18: threads bounded by a constant).  An
   asyncio subchannel's call runs on its own grpc.aio channel, in a task on
   its event loop.  A sync subchannel's runs as a ``grpc.aio`` call on the
@@ -199,7 +206,11 @@ class StreamClient:
         self._start()
 
     def _stop(self) -> None:
+        """End the call and any wait to retry it; the next call is a new
+        stream's, with a fresh backoff (module docstring)."""
         self._generation += 1
+        if self._backoff is not None:
+            self._backoff.reset()
         cancel, self._cancel_call = self._cancel_call, None
         if cancel is not None:
             cancel()
