@@ -22,6 +22,7 @@ import grpc
 import pytest
 from test_orca_oob_stream import Calls, FakeCore
 from test_orca_oob_stream import calls as calls  # the fixture, both ways
+from test_orca_oob_stream import side_calls as side_calls  # the fixture, on a side
 
 from pyxds.channel import health_check
 from pyxds.channel.health_check import HealthChecks, parse_status, service_name
@@ -165,6 +166,21 @@ def test_each_connection_starts_the_backoff_afresh_and_reset_backoff_leaves_it(c
     calls.live[0]["end"](grpc.StatusCode.UNAVAILABLE, "reset")
     core._clock.advance(1.2 + 1e-6)
     assert len(calls.started) == 6
+
+
+def test_a_goaway_seen_on_the_side_connection_checks_the_next_connection(side_calls):
+    """A GOAWAY the subchannel's polled state missed (its side connection's
+    channel left READY; RPCs already reconnected it): as C-core on a new
+    connection, CONNECTING until the new call's first answer, then its
+    answer."""
+    calls = side_calls
+    _core, _checks, seen = watched(calls)
+    calls.live[0]["report"](SERVING)
+    calls.sides[0].on_lost(calls.sides[0])
+    assert len(calls.started) == 2 and calls.live[0]["on"] is calls.sides[1]
+    assert seen.states == [CONNECTING, READY, CONNECTING]
+    calls.live[0]["report"](NOT_SERVING)
+    assert seen.reports[-1] == UNHEALTHY
 
 
 def test_a_failed_call_that_had_answered_restarts_at_once(calls):
