@@ -253,6 +253,8 @@ class LoopChannel:
             on_made(self.channel)
 
     async def _watch_connection(self, channel: Any, on_lost: Callable[[LoopChannel], None]) -> None:
+        """``on_lost(self)`` once ``channel`` leaves READY after READY (the
+        class docstring); ends quietly when the channel closes first."""
         was_ready = False
         try:
             state = channel.get_state()
