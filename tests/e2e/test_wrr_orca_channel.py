@@ -231,6 +231,35 @@ def test_oob_stream_is_shared_at_the_smallest_period_and_stops_with_its_last_wat
         server.stop(None)
 
 
+def test_c_core_keeps_the_smaller_period_after_its_subscriber_left():
+    """A51: "If multiple policies subscribe with different intervals, we will
+    use the minimum of those intervals."  C-core's OrcaProducer restarts the
+    stream only when a subscriber asks for a smaller interval, so once the
+    fastest one leaves its stream keeps the old, smaller period; pyxds
+    restarts it at the new minimum (the test above; a line in
+    docs/differences-from-c-core.md).  Two C-core channels with the same
+    arguments share one subchannel (C-core's global pool), so one stream."""
+    service = CountingOrca()
+    server, address = serve(service)
+    oob = dict(WRR, enableOobLoadReport=True)
+    slow = grpc.insecure_channel(address, options=options(dict(oob, oobReportingPeriod="0.5s")))
+    fast = None
+    try:
+        grpc.channel_ready_future(slow).result(timeout=10)
+        assert wait_until(lambda: service.intervals == [0.5] and service.open == 1, 10)
+        fast = grpc.insecure_channel(address, options=options(dict(oob, oobReportingPeriod="0.1s")))
+        grpc.channel_ready_future(fast).result(timeout=10)
+        assert wait_until(lambda: service.intervals == [0.5, 0.1] and service.open == 1, 10)
+        fast.close()
+        time.sleep(0.5)  # bounded: C-core starts no stream at 0.5 s again
+        assert service.intervals == [0.5, 0.1] and service.open == 1
+    finally:
+        if fast is not None:
+            fast.close()
+        slow.close()
+        server.stop(None)
+
+
 def test_oob_stream_is_not_retried_after_unimplemented():
     server, address = serve(None)  # no OpenRcaService
     channel = pyxds.insecure_channel(address)
