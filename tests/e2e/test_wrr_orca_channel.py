@@ -274,6 +274,44 @@ def test_oob_stream_is_not_retried_after_unimplemented():
         server.stop(None)
 
 
+class UnimplementedOrca(grpc.GenericRpcHandler):
+    """A backend without OpenRcaService (every method UNIMPLEMENTED) that
+    counts the StreamCoreMetrics calls it refused."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def service(self, handler_call_details):
+        if handler_call_details.method == "/xds.service.orca.v3.OpenRcaService/StreamCoreMetrics":
+            self.calls += 1
+        return None
+
+
+def test_c_core_asks_an_unimplemented_connection_again_for_a_smaller_period():
+    """A51: after UNIMPLEMENTED "the client must not retry the call on the
+    same connection".  C-core's OrcaProducer makes a new stream for a
+    smaller interval and asks that connection again; pyxds does not
+    (tests/unit/test_orca_oob_stream.py::test_unimplemented_is_not_retried_on_that_connection;
+    docs/differences-from-c-core.md)."""
+    backend = UnimplementedOrca()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[EXCLUSIVE])
+    server.add_generic_rpc_handlers((backend,))
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+    oob = dict(WRR, enableOobLoadReport=True)
+    slow = grpc.insecure_channel(address, options=options(dict(oob, oobReportingPeriod="0.5s")))
+    fast = grpc.insecure_channel(address, options=options(dict(oob, oobReportingPeriod="0.1s")))
+    try:
+        grpc.channel_ready_future(slow).result(timeout=10)
+        assert wait_until(lambda: backend.calls == 1, 10)
+        grpc.channel_ready_future(fast).result(timeout=10)  # the same subchannel
+        assert wait_until(lambda: backend.calls == 2, 10)
+    finally:
+        fast.close()
+        slow.close()
+        server.stop(None)
+
+
 class PeerOrca(CountingOrca):
     """CountingOrca that also records each stream's peer (the client's
     socket address: one per connection) and answers ``Peer.Who`` with the
