@@ -479,6 +479,7 @@ BY_CODE: Mapping[int, grpc.ChannelConnectivity] = {
     state.value[0]: state for state in grpc.ChannelConnectivity
 }
 _CODE = {state: code for code, state in BY_CODE.items()}
+_READY_CODE = _CODE[grpc.ChannelConnectivity.READY]
 
 
 def _cygrpc_channel(channel: grpc.Channel) -> Any:
@@ -530,6 +531,12 @@ class _ByCode:
 
     def __call__(self, code: int) -> None:
         self.deliver(BY_CODE[code])
+
+
+def is_ready(channel: grpc.Channel) -> bool:
+    """Whether a sync grpcio channel is READY now (read without asking it to
+    connect, as a sweep reads it)."""
+    return bool(_cygrpc_channel(channel).check_connectivity_state(False) == _READY_CODE)
 
 
 def request_connection(channel: grpc.Channel) -> None:

@@ -191,6 +191,10 @@ for line in sys.stdin:
         if cmd.get("ca"):
             creds = grpc.ssl_channel_credentials(root_certificates=cmd["ca"].encode())
             channel = grpc.secure_channel(cmd["target"], creds, options)
+        elif cmd.get("xds"):
+            import grpc.experimental
+            creds = grpc.xds_channel_credentials(grpc.experimental.insecure_channel_credentials())
+            channel = grpc.secure_channel(cmd["target"], creds, options)
         else:
             channel = grpc.insecure_channel(cmd["target"], options)
         channels[cmd["key"]] = channel
@@ -221,13 +225,20 @@ class CoreChannels(CoreXdsClient):
         super().__init__(bootstrap, env=env, script=_SCRIPT, args=(here,))
 
     def open(
-        self, key: str, target: str, options: list[tuple[str, Any]], ca: bytes | None = None
+        self,
+        key: str,
+        target: str,
+        options: list[tuple[str, Any]],
+        ca: bytes | None = None,
+        xds: bool = False,
     ) -> None:
         """A channel ``key``: ``grpc.insecure_channel(target, options)``, or
-        TLS trusting ``ca``."""
-        cmd = {"op": "open", "key": key, "target": target, "options": options}
+        TLS trusting ``ca``, or with xDS credentials (insecure fallback)."""
+        cmd: dict[str, Any] = {"op": "open", "key": key, "target": target, "options": options}
         if ca is not None:
             cmd["ca"] = ca.decode()
+        if xds:
+            cmd["xds"] = True
         self._ask(cmd, 30)
 
     def calls(

@@ -15,6 +15,11 @@ rewritten authority is checked per call against the server's certificate
 channel differs there (docs/differences-from-c-core.md): its rewritten
 attempts go on a connection whose handshake checks the hostname, so a
 certificate without it fails them unsent, not UNAUTHENTICATED.
+A route through the RLS cluster specifier plugin rewrites as any other
+(the plugin's target cluster's endpoint names the authority).  With xDS
+credentials (A29) C-core checks no call host (``XdsCredentials`` sets
+``check_call_host`` false): the hostname goes out even where the
+certificate does not name it, on every pyxds channel too.
 """
 
 from __future__ import annotations
@@ -24,15 +29,16 @@ import json
 from typing import Any
 
 import grpc
+import grpc.experimental
 import pytest
-from core_channel import WHO_AM_I, CoreChannels, PeerBackend, decoded, outcome
+from core_channel import PEER_SERVICE, WHO_AM_I, CoreChannels, PeerBackend, decoded, outcome
 
 import pyxds._api as pyxds
 import pyxds.aio
-from pyxds.server import ManagementServer
+from pyxds.server import ManagementServer, RouteLookupServer
 from pyxds.server import builders as b
 from pyxds.server.snapshot import Snapshot
-from pyxds.testing.certs import CertAuthority
+from pyxds.testing.certs import CertAuthority, write_files
 
 TRUSTED = ["xds_v3", "trusted_xds_server"]
 #: listener -> what (backend, authority) its RPCs reach with a trusted server
@@ -43,8 +49,13 @@ EXPECTED = {
     "off": {("p0", "off")},
     "literal": {("p0", "literal")},
     "weighted": {("p0", "a0.example"), ("p1", "b0.example")},
+    # the RLS cluster specifier plugin (its server answers cluster "a")
+    "rls": {("p0", "a0.example")},
 }
 TLS_OK, TLS_BAD_HOST, TLS_HANDSHAKE = "tls-ok", "tls-bad-host", "tls-handshake"
+#: the listener whose cluster is secured by xDS credentials (A29), and the
+#: bootstrap's certificate provider instance
+XDS_TLS, MESH = "xds-tls", "mesh"
 
 
 def routes_to(cluster: str, **kwargs: Any) -> list[Any]:
@@ -52,12 +63,31 @@ def routes_to(cluster: str, **kwargs: Any) -> list[Any]:
 
 
 @pytest.fixture(scope="module")
-def world():
+def world(tmp_path_factory):
     ca = CertAuthority("A81 CA")
     leaf = ca.issue("backend", dns=(TLS_OK, TLS_BAD_HOST, "good.example"))
     tls_server = grpc.ssl_server_credentials([(leaf.key, leaf.cert)])
     p0, p1 = PeerBackend("p0"), PeerBackend("p1")
     t0 = PeerBackend("t0", credentials=tls_server)
+    # mTLS by xDS credentials: the backend's certificate names neither the
+    # channel's authority nor the endpoint's hostname
+    mesh = CertAuthority("A81 mesh CA")
+    mesh_leaf = mesh.issue("backend", dns=("backend.mesh.example",))
+    x0 = PeerBackend(
+        "x0",
+        credentials=grpc.ssl_server_credentials(
+            [(mesh_leaf.key, mesh_leaf.cert)], root_certificates=mesh.pem, require_client_auth=True
+        ),
+    )
+    files = write_files(
+        str(tmp_path_factory.mktemp("a81-pki")), mesh.pem, mesh.issue("client"), prefix="client-"
+    )
+    providers = {MESH: {"plugin_name": "file_watcher", "config": files}}
+    rls = RouteLookupServer().start()
+    rls.set({}, ["a"])
+    rls_plugin = b.rls_plugin(
+        "rls", b.route_lookup_config(rls.target, [b.rls_key_builder(PEER_SERVICE)])
+    )
     failing = PeerBackend("f0", failing=True)
     literal = b.route(prefix="", cluster="a")
     literal.route.host_rewrite_literal = "literal.example"
@@ -75,6 +105,8 @@ def world():
         TLS_OK: routes_to("tls-good", auto_host_rewrite=True),
         TLS_BAD_HOST: routes_to("tls-bad", auto_host_rewrite=True),
         TLS_HANDSHAKE: routes_to("tls-good", auto_host_rewrite=True),
+        XDS_TLS: routes_to(XDS_TLS, auto_host_rewrite=True),
+        "rls": [b.route(prefix="", cluster_specifier_plugin="rls", auto_host_rewrite=True)],
     }
 
     def eds(cluster: str, *endpoints: Any) -> Any:
@@ -85,11 +117,16 @@ def world():
         Snapshot(
             listeners=[b.listener(n) for n in routes],
             routes=[
-                b.route_config(f"{n}-route", [b.virtual_host("vh", routes=r)])
+                b.route_config(
+                    f"{n}-route",
+                    [b.virtual_host("vh", routes=r)],
+                    [rls_plugin] if n == "rls" else [],
+                )
                 for n, r in routes.items()
             ],
             clusters=[
                 *(b.cluster(c) for c in ("a", "b", "c", "r", "tls-good", "tls-bad")),
+                b.cluster(XDS_TLS, upstream_tls=b.upstream_tls_context(MESH, MESH)),
                 b.cluster("d", kind="LOGICAL_DNS", dns_host="localhost", dns_port=p0.port),
             ],
             endpoints=[
@@ -103,11 +140,12 @@ def world():
                 ),
                 eds("tls-good", b.endpoint(t0.address, hostname="good.example")),
                 eds("tls-bad", b.endpoint(t0.address, hostname="bad.example")),
+                eds(XDS_TLS, b.endpoint(x0.address, hostname="x0.example")),
             ],
         )
     )
-    trusted = server.bootstrap(node_id="a81", features=TRUSTED)
-    untrusted = server.bootstrap(node_id="a81")
+    trusted = server.bootstrap(node_id="a81", features=TRUSTED, certificate_providers=providers)
+    untrusted = server.bootstrap(node_id="a81", certificate_providers=providers)
     cores = {
         "trusted": CoreChannels(trusted),
         "untrusted": CoreChannels(untrusted),
@@ -126,7 +164,8 @@ def world():
         for core in cores.values():
             core.close()
         server.stop()
-        for backend in (p0, p1, t0, failing):
+        rls.stop()
+        for backend in (p0, p1, t0, x0, failing):
             backend.stop()
 
 
@@ -268,3 +307,34 @@ def test_tls_checks_the_rewritten_authority_per_call_as_c_core(world):
 
     assert asyncio.run(aio(TLS_OK)) == ("t0", "good.example")
     assert asyncio.run(aio(TLS_BAD_HOST)) == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+@pytest.mark.parametrize("trust", ["trusted", "untrusted"])
+def test_xds_credentials_send_the_rewritten_authority_unchecked_like_c_core(world, trust):
+    """A29 + A81: with xDS credentials the cluster's TLS context decides the
+    handshake (the mesh CA; no SAN matchers), and C-core turns the per-call
+    host check off (``XdsCredentials``: ``check_call_host`` false), so an
+    endpoint hostname the certificate does not name (x0.example) is sent as
+    the ``:authority``, as the channel's own name would be.  The sync and
+    asyncio channels agree."""
+    bootstrap = world["bootstrap"][trust]
+    want = {("x0", "x0.example" if trust == "trusted" else XDS_TLS)}
+    core = world["cores"][trust]
+    core.open(XDS_TLS, f"xds:///{XDS_TLS}", [], xds=True)
+    theirs = {seen(core.calls(XDS_TLS, WHO_AM_I, timeout=5)[0]) for _ in range(2)}
+    creds = grpc.xds_channel_credentials(grpc.experimental.insecure_channel_credentials())
+    with pyxds.secure_channel(f"xds:///{XDS_TLS}", creds, bootstrap=bootstrap) as channel:
+        ours = {seen(outcome(channel, WHO_AM_I, timeout=5)) for _ in range(2)}
+
+    async def aio() -> set:
+        async with pyxds.aio.secure_channel(
+            f"xds:///{XDS_TLS}", creds, bootstrap=bootstrap
+        ) as channel:
+            call = channel.unary_unary(WHO_AM_I)
+            replies = [
+                json.loads(await call(b"", timeout=5, wait_for_ready=True)) for _ in range(2)
+            ]
+            return {(r["name"], r["authority"]) for r in replies}
+
+    assert theirs == ours == want, (theirs, ours)
+    assert asyncio.run(aio()) == want

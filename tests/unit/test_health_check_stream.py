@@ -11,7 +11,8 @@ unhealthy" otherwise (C-core's words, ``health_check_client.cc``); the
 call's failure backs off in TRANSIENT_FAILURE, or restarts at once after an
 answer; UNIMPLEMENTED is READY with an ERROR logged and no retry on that
 connection; the call stops when the subchannel leaves READY or the last
-watcher leaves.  Backoff: gRPC's connection backoff (1 s +-20 %, x1.6)."""
+watcher leaves.  Backoff: gRPC's connection backoff (1 s +-20 %, x1.6), afresh
+on each connection (C-core: a new SubchannelStreamClient)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import grpc
 import pytest
 from test_orca_oob_stream import Calls, FakeCore
 from test_orca_oob_stream import calls as calls  # the fixture, both ways
+from test_orca_oob_stream import side_calls as side_calls  # the fixture, on a side
 
 from pyxds.channel import health_check
 from pyxds.channel.health_check import HealthChecks, parse_status, service_name
@@ -141,6 +143,44 @@ def test_a_failed_call_without_an_answer_backs_off_in_transient_failure(calls):
     assert len(calls.started) == 2
     core._clock.advance(0.64 + 1e-6)
     assert len(calls.started) == 3
+
+
+def test_each_connection_starts_the_backoff_afresh_and_reset_backoff_leaves_it(calls):
+    """C-core makes a new SubchannelStreamClient (a new backoff) each time
+    the subchannel becomes READY (``HealthProducer::HealthChecker``), so a
+    new connection's first failed call waits the first delay (1 s +-20 %),
+    not the next one of the last connection's sequence.  The subchannel's
+    ``reset_backoff()`` resets its connection backoff only
+    (``Subchannel::ResetBackoff``): a health call backing off waits on."""
+    core, _checks, seen = watched(calls)
+    for _ in range(3):  # 1 s, 1.6 s, 2.56 s (each +-20 %)
+        calls.live[0]["end"](grpc.StatusCode.UNAVAILABLE, "reset")
+        core._clock.advance(3.1)
+    calls.live[0]["end"](grpc.StatusCode.UNAVAILABLE, "reset")  # the fourth: ~4.1 s
+    core.reset_backoff()
+    core._clock.advance(3.2)
+    assert len(calls.started) == 4 and seen.reports[-1] == BACKING_OFF
+    core.set_state(IDLE)
+    core.set_state(READY)
+    assert len(calls.started) == 5
+    calls.live[0]["end"](grpc.StatusCode.UNAVAILABLE, "reset")
+    core._clock.advance(1.2 + 1e-6)
+    assert len(calls.started) == 6
+
+
+def test_a_goaway_seen_on_the_side_connection_checks_the_next_connection(side_calls):
+    """A GOAWAY the subchannel's polled state missed (its side connection's
+    channel left READY; RPCs already reconnected it): as C-core on a new
+    connection, CONNECTING until the new call's first answer, then its
+    answer."""
+    calls = side_calls
+    _core, _checks, seen = watched(calls)
+    calls.live[0]["report"](SERVING)
+    calls.sides[0].on_lost(calls.sides[0])
+    assert len(calls.started) == 2 and calls.live[0]["on"] is calls.sides[1]
+    assert seen.states == [CONNECTING, READY, CONNECTING]
+    calls.live[0]["report"](NOT_SERVING)
+    assert seen.reports[-1] == UNHEALTHY
 
 
 def test_a_failed_call_that_had_answered_restarts_at_once(calls):

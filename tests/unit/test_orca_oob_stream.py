@@ -54,9 +54,18 @@ class SyncTransport:
         self.channel = object()
         self.maker = object()
         self._side = side
+        #: what ``ready_now()`` says: the grpcio channel's state at this moment
+        self.ready = True
+        self.suspected = 0
 
     def aio_twin(self):
         return (lambda: self.maker) if self._side else None
+
+    def ready_now(self) -> bool:
+        return self.ready
+
+    def suspect(self) -> None:
+        self.suspected += 1
 
 
 class FakeCore:
@@ -79,6 +88,10 @@ class FakeCore:
         self.state, self.status = state, status
         for fn in list(self._watchers):
             fn(state, status)
+
+    def reset_backoff(self) -> None:
+        """``SubchannelCore.reset_backoff``: its connection backoff only."""
+        self._backoff.reset()
 
 
 class Calls:
@@ -119,8 +132,9 @@ class Calls:
 
         return cancel
 
-    def open_side(self, make) -> FakeSide:
+    def open_side(self, make, on_lost=None) -> FakeSide:
         side = FakeSide(self.log, make)
+        side.on_lost = on_lost
         self.sides.append(side)
         return side
 
@@ -189,6 +203,29 @@ def test_failed_call_is_retried_after_backoff_and_at_once_after_a_report(calls):
     second["end"](grpc.StatusCode.UNAVAILABLE, "reset")
     core._clock.advance(0)
     assert len(calls.started) == 3  # a report reset the backoff: at once
+
+
+def test_a_new_connection_or_a_new_period_starts_the_backoff_afresh(calls):
+    """C-core's OrcaProducer makes a new SubchannelStreamClient (a new
+    backoff) when the subchannel becomes READY and when the period changes:
+    the first failed call after either waits the first delay (1 s +-20 %)."""
+    core = FakeCore_for(calls)
+    stream = orca_oob.OobStream(core)
+    stream.add(1.0, lambda r: None)
+    for _ in range(3):  # 1 s, 1.6 s, 2.56 s (each +-20 %)
+        calls.live[0]["end"](grpc.StatusCode.UNAVAILABLE, "reset")
+        core._clock.advance(3.1)
+    core.set_state(ConnectivityState.IDLE)
+    core.set_state(READY)
+    calls.live[0]["end"](grpc.StatusCode.UNAVAILABLE, "reset")
+    core._clock.advance(1.2 + 1e-6)
+    assert len(calls.started) == 6
+    calls.live[0]["end"](grpc.StatusCode.UNAVAILABLE, "reset")  # 1.6 s +-20 % now
+    stream.add(0.5, lambda r: None)  # a new period: a new call at once
+    assert len(calls.started) == 7
+    calls.live[0]["end"](grpc.StatusCode.UNAVAILABLE, "reset")
+    core._clock.advance(1.2 + 1e-6)
+    assert len(calls.started) == 8
 
 
 def test_unimplemented_is_not_retried_on_that_connection(calls):
@@ -305,6 +342,49 @@ def test_side_connection_closes_on_unimplemented_and_a_new_connection_opens_anot
     core.set_state(ConnectivityState.IDLE)
     core.set_state(READY)
     assert len(calls.sides) == 2 and len(calls.live) == 1
+
+
+def test_a_lost_side_connection_moves_the_call_to_the_subchannels_next_connection(side_calls):
+    """A51: a GOAWAY (or a lost connection) cancels the stream.  The side
+    connection's channel leaving READY says so even where the subchannel's
+    polled state never showed an IDLE (RPCs reconnected it between two
+    checks): the call is cancelled, the side closed, and a new call starts
+    at once on a new side when the grpcio channel is READY again."""
+    calls = side_calls
+    core = FakeCore()
+    stream = orca_oob.OobStream(core)
+    stream.add(1.0, lambda r: None)
+    first = calls.sides[0]
+    first.on_lost(first)
+    assert calls.log == [("cancel", first), ("close side", first)]
+    assert len(calls.sides) == 2 and [c["on"] for c in calls.live] == [calls.sides[1]]
+    assert core.transport.suspected == 0
+    first.on_lost(first)  # late or repeated: nothing more
+    assert len(calls.started) == 2 and len(calls.sides) == 2
+
+
+def test_a_lost_side_connection_waits_for_the_subchannel_when_not_reconnected(side_calls):
+    """The grpcio channel not READY at that moment: the monitor is asked to
+    look at once (``suspect``) and the subchannel's own reports decide (IDLE
+    stops, READY restarts); should none come (an IDLE it missed again), the
+    call is retried after the first backoff delay (1 s +-20 %)."""
+    calls = side_calls
+    core = FakeCore()
+    stream = orca_oob.OobStream(core)
+    stream.add(1.0, lambda r: None)
+    core.transport.ready = False
+    calls.sides[0].on_lost(calls.sides[0])
+    assert core.transport.suspected == 1 and calls.live == [] and calls.open_sides == []
+    core.set_state(ConnectivityState.IDLE)
+    core._clock.advance(5)
+    assert calls.live == []  # IDLE: nothing until READY
+    core.set_state(READY)
+    assert len(calls.live) == 1 and len(calls.sides) == 2
+    calls.sides[1].on_lost(calls.sides[1])  # and no report at all this time
+    core._clock.advance(0.8 - 1e-6)
+    assert len(calls.started) == 2
+    core._clock.advance(0.4 + 1e-6)
+    assert len(calls.started) == 3 and calls.live[0]["on"] is calls.sides[2]
 
 
 def test_an_asyncio_subchannel_runs_its_call_on_its_own_loop_without_a_side(monkeypatch):

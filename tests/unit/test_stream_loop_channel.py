@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import grpc
+
 from pyxds.xds import stream_loop
 
 
@@ -138,3 +140,83 @@ def test_a_lazy_channel_whose_make_raises_still_runs_the_first_callback():
     side.post(first)
     assert ran.wait(5) and seen == [None]
     side.close()
+
+
+class StatefulChannel(FakeAioChannel):
+    """A FakeAioChannel with connectivity (``get_state`` and
+    ``wait_for_state_change``, the grpc.aio API) that the test moves."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__(log)
+        self.state = grpc.ChannelConnectivity.IDLE
+        self.changed: asyncio.Event | None = None
+
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        return self.state
+
+    async def wait_for_state_change(self, last: grpc.ChannelConnectivity) -> None:
+        while self.state is last:
+            self.changed = asyncio.Event()
+            await self.changed.wait()
+
+    def move(self, state: grpc.ChannelConnectivity) -> None:  # on the loop
+        self.state = state
+        if self.changed is not None:
+            self.changed.set()
+
+
+def test_on_lost_is_called_once_when_the_channel_leaves_ready_and_never_after_close():
+    """The connection the side's calls ran on is gone when its channel
+    leaves READY after it was READY (not while it first connects); a side
+    closed first never reports it (its watch ends with the close)."""
+    states = grpc.ChannelConnectivity
+    log: list[str] = []
+    lost: list[stream_loop.LoopChannel] = []
+    heard = threading.Event()
+    channels: list[StatefulChannel] = []
+
+    def make() -> StatefulChannel:
+        channels.append(StatefulChannel(log))
+        return channels[-1]
+
+    def on_lost(side: stream_loop.LoopChannel) -> None:
+        lost.append(side)
+        heard.set()
+
+    def steps(side: stream_loop.LoopChannel, *moves: grpc.ChannelConnectivity) -> None:
+        done = threading.Event()
+
+        async def go() -> None:
+            for state in moves:
+                channels[-1].move(state)
+                await asyncio.sleep(0.01)
+            done.set()
+
+        def start() -> None:
+            side.loop.create_task(go())
+
+        side.post(start)
+        assert done.wait(5)
+
+    side = stream_loop.LoopChannel(make, lazy=True, on_lost=on_lost)
+    steps(side, states.CONNECTING, states.TRANSIENT_FAILURE, states.CONNECTING, states.READY)
+    assert lost == []
+    steps(side, states.IDLE)
+    assert heard.wait(5) and lost == [side]
+    heard.clear()
+    steps(side, states.READY, states.IDLE)
+    assert lost == [side]  # once
+    side.close(wait=True)
+    other = stream_loop.LoopChannel(make, lazy=True, on_lost=on_lost)
+    steps(other, states.READY)
+    other.close(wait=True)
+    moved = threading.Event()
+
+    def move_closed() -> None:
+        channels[-1].move(states.IDLE)
+        moved.set()
+
+    stream_loop.post(other.loop, move_closed)
+    assert moved.wait(5)
+    assert not heard.wait(0.1)  # bounded: a report would come from that same loop turn
+    assert lost == [side]

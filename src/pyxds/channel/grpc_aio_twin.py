@@ -92,7 +92,7 @@ _log = logging.getLogger(__name__)
 
 #: fingerprints (:func:`fingerprint`) of the grpcio sources checked
 VERIFIED = {
-    "6acaac7e1c4e1a902bb9508c69bc1e61dc17e2fc5eb12e900c6253b586b7f807": "grpcio 1.85.3",
+    "3f20ffc20504c3b4973087a0d505ac756e6bb0fdc51fcc1dfa214802aec51273": "grpcio 1.85.3",
 }
 #: whether sync transports are keyed so that their twin may share their
 #: connection (tests compare both ways)
@@ -128,6 +128,8 @@ def _mirrored() -> list[Any]:
         # and UnaryStreamCall (the call, its start, reads, status, cancel,
         # and the channel's close)
         aio.Channel._close,
+        aio.Channel.get_state,
+        aio.Channel.wait_for_state_change,
         aio.UnaryStreamMultiCallable.__call__,
         call.Call.__init__,
         call.Call._cancel,
@@ -249,6 +251,18 @@ class Twin:
         call = self._channel.call(method, None, None, None, 0)
         self._calls.append(call)
         return call
+
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        """``grpc.aio.Channel.get_state``: the channel's connectivity."""
+        code = self._channel.check_connectivity_state(try_to_connect)
+        return _common.CYGRPC_CONNECTIVITY_STATE_TO_CHANNEL_CONNECTIVITY[code]  # type: ignore[no-any-return]
+
+    def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> Any:
+        """``grpc.aio.Channel.wait_for_state_change``: an awaitable that ends
+        once the state is not ``last_observed_state`` (the channel's close
+        ends it too).  cygrpc's own coroutine, not one around it: a watch per
+        side connection, one frame less each (~200 bytes per endpoint)."""
+        return self._channel.watch_connectivity_state(last_observed_state.value[0], None)
 
     def forget(self, call: Any) -> None:
         """``call`` ended: :meth:`close` need not cancel it."""

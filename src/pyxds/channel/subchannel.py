@@ -294,6 +294,11 @@ class Transport(ABC):
         gone.  A polled transport checks at once (an event-driven one
         already knows)."""
 
+    def ready_now(self) -> bool:
+        """Whether its grpcio channel is READY at this moment (a polled
+        transport may not have reported a change yet); False when unknown."""
+        return False
+
     @abstractmethod
     def _close_now(self) -> None: ...
 
@@ -399,6 +404,9 @@ class PolledTransport(Transport):
 
     def suspect(self) -> None:
         self._watch.check_now()
+
+    def ready_now(self) -> bool:
+        return not self.closed and connectivity.is_ready(self._channel)
 
     def _close_now(self) -> None:
         self._watch.cancel()

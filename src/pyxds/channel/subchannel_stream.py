@@ -20,6 +20,13 @@ Rules (A17 "Client Workflow", A51 "Out of Band Metrics Reporting"):
   once when the call had delivered a message, else after an exponential
   backoff (gRPC's connection backoff, reset by every message;
   :meth:`StreamClient._on_backoff` is told when the wait starts).
+* The backoff belongs to one stream on one connection: it starts afresh
+  whenever the call is stopped rather than retried (the subchannel left
+  READY, the call is no longer wanted, or it restarts with another request:
+  ORCA's period), as C-core makes a new ``SubchannelStreamClient`` each
+  time (``HealthProducer``, ``OrcaProducer``).  The subchannel's
+  ``reset_backoff()`` does not touch it (C-core's ``Subchannel::ResetBackoff``
+  resets the connection backoff only).
 * No thread per stream (issue 18: threads bounded by a constant).  An
   asyncio subchannel's call runs on its own grpc.aio channel, in a task on
   its event loop.  A sync subchannel's runs as a ``grpc.aio`` call on the
@@ -41,6 +48,18 @@ Rules (A17 "Client Workflow", A51 "Out of Band Metrics Reporting"):
   channel's ``close()`` waits for it as for the subchannel's own
   connection: :attr:`StreamClient.side`).
   A transport without an ``aio_twin`` reads the call on a daemon thread.
+* A side connection's channel is watched on the stream loop (no thread,
+  no polling): when it leaves READY after it was READY, the connection the
+  call ran on is gone (A51: a GOAWAY cancels the stream), even where the
+  subchannel's polled state never showed it (the process's connectivity
+  monitor does not see an IDLE that RPCs already reconnected between two
+  of its checks, :mod:`pyxds.connectivity` rule 1).  The call is cancelled
+  and the side closed, as when the subchannel leaves READY; the next call
+  starts at once when the subchannel's grpcio channel is READY again (its
+  next connection), else when the subchannel reports READY, or after the
+  backoff should that report never come (the monitor asked to look at
+  once).  Before, such a call stayed on the old connection until the
+  server ended it (its GOAWAY grace: by default never).
 * The stream is not counted as an RPC of the transport: it never keeps a
   retired connection open.
 """
@@ -199,7 +218,11 @@ class StreamClient:
         self._start()
 
     def _stop(self) -> None:
+        """End the call and any wait to retry it; the next call is a new
+        stream's, with a fresh backoff (module docstring)."""
         self._generation += 1
+        if self._backoff is not None:
+            self._backoff.reset()
         cancel, self._cancel_call = self._cancel_call, None
         if cancel is not None:
             cancel()
@@ -245,8 +268,27 @@ class StreamClient:
             self._cancel_call = _run_sync(channel, request, on_message, on_end)
             return
         if self.side is None or self.side.closed:
-            self.side = _open_side(make)
+            self.side = _open_side(make, self._side_lost_on_loop)
         self._cancel_call = _run_on_side(self.side, request, on_message, on_end)
+
+    def _side_lost_on_loop(self, side: stream_loop.LoopChannel) -> None:
+        """The side connection's channel left READY (on the stream loop)."""
+        self._serializer.run(lambda: self._side_lost(side))
+
+    def _side_lost(self, side: stream_loop.LoopChannel) -> None:
+        """The connection the call ran on is gone (module docstring)."""
+        if side is not self.side or side.closed:
+            return  # closed by us meanwhile
+        self._stop()
+        self._close_side()
+        transport = self._core.transport
+        if not self._wanted() or self._core.state is not _READY or transport is None:
+            return
+        if transport.ready_now():
+            self._start()  # on its next connection
+            return
+        transport.suspect()  # the subchannel's report restarts it (_on_state)
+        self._retry_after(self._next_delay())
 
     def _deliver(self, generation: int, message: Any) -> None:
         if generation != self._generation:
@@ -270,10 +312,17 @@ class StreamClient:
         if self._got_message:
             delay = 0.0
         else:
-            if self._backoff is None:
-                self._backoff = ExponentialBackoff(getattr(self._core._backoff, "_rng", None))
-            delay = self._backoff.next_delay()
+            delay = self._next_delay()
             self._on_backoff()
+        self._retry_after(delay)
+
+    def _next_delay(self) -> float:
+        if self._backoff is None:
+            self._backoff = ExponentialBackoff(getattr(self._core._backoff, "_rng", None))
+        return self._backoff.next_delay()
+
+    def _retry_after(self, delay: float) -> None:
+        generation = self._generation
         self._retry_timer = self._clock.call_later(delay, lambda: self._retry(generation))
 
     def _retry(self, generation: int) -> None:
@@ -335,11 +384,14 @@ def _run_sync(
     return call.cancel
 
 
-def _open_side(make: Callable[[], Any]) -> stream_loop.LoopChannel:
+def _open_side(
+    make: Callable[[], Any], on_lost: Callable[[stream_loop.LoopChannel], None]
+) -> stream_loop.LoopChannel:
     """A side connection: the ``grpc.aio`` channel ``make()`` makes, on the
     process's stream loop, with its first call's start (lazy: one hand-off
-    to the loop per endpoint, not two)."""
-    return stream_loop.LoopChannel(make, lazy=True)
+    to the loop per endpoint, not two); ``on_lost(side)`` when its
+    connection is gone (:class:`~pyxds.xds.stream_loop.LoopChannel`)."""
+    return stream_loop.LoopChannel(make, lazy=True, on_lost=on_lost)
 
 
 def _run_on_side(

@@ -40,6 +40,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import grpc
 import grpc.aio
 
 from pyxds.xds.completion_reader import CompletionReader
@@ -59,6 +60,7 @@ _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
 _users = 0
 _generation = 0
+_READY = grpc.ChannelConnectivity.READY
 
 
 def _exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -177,7 +179,14 @@ class LoopChannel:
     ORCA side connection is made to start one call at once); else at once.
     A lazy channel's posts are meant to come from one thread at a time (a
     channel's serializer): a post racing the first from another thread may
-    run before the channel is made."""
+    run before the channel is made.
+
+    ``on_lost``: the channel's connectivity is watched on the loop from the
+    moment it is made (``get_state`` / ``wait_for_state_change``, the
+    ``grpc.aio.Channel`` API: no thread, no polling), and ``on_lost(self)``
+    is called (on the loop, once) when it leaves READY after it was READY:
+    the connection its calls ran on is gone (a GOAWAY, a lost connection).
+    :meth:`close` ends the watch."""
 
     #: Guards ``_lazy``, ``_done`` and ``_released`` of every LoopChannel.
     #: Shared: each holder runs a few bytecodes (``release()`` takes the
@@ -198,6 +207,8 @@ class LoopChannel:
         "_make",
         "_on_made",
         "_lazy",
+        "_on_lost",
+        "_watch",
     )
 
     def __init__(
@@ -205,6 +216,7 @@ class LoopChannel:
         make: Callable[[], Any],
         on_made: Callable[[Any], None] | None = None,
         lazy: bool = False,
+        on_lost: Callable[[LoopChannel], None] | None = None,
     ) -> None:
         self.loop = acquire()
         #: the channel (the loop's; None until made, or when closed first)
@@ -221,6 +233,9 @@ class LoopChannel:
         self._on_made = on_made
         #: a lazy channel not made yet: the first post (or close) takes that
         self._lazy = lazy
+        self._on_lost = on_lost
+        #: the task watching the channel's connectivity (``on_lost``)
+        self._watch: asyncio.Task[None] | None = None
         if not lazy:
             post(self.loop, self._create)
 
@@ -231,8 +246,26 @@ class LoopChannel:
         if self.closed or make is None:
             return
         self.channel = make()
+        on_lost, self._on_lost = self._on_lost, None
+        if on_lost is not None:
+            self._watch = self.loop.create_task(self._watch_connection(self.channel, on_lost))
         if on_made is not None:
             on_made(self.channel)
+
+    async def _watch_connection(self, channel: Any, on_lost: Callable[[LoopChannel], None]) -> None:
+        """``on_lost(self)`` once ``channel`` leaves READY after READY (the
+        class docstring); ends quietly when the channel closes first."""
+        was_ready = False
+        try:
+            state = channel.get_state()
+            while state is _READY or not was_ready:
+                was_ready = was_ready or state is _READY
+                await channel.wait_for_state_change(state)
+                state = channel.get_state()
+        except (grpc.aio.UsageError, RuntimeError, ValueError):
+            return  # closed under the watch: not a lost connection
+        if not self.closed:
+            on_lost(self)
 
     def _take_create(self) -> Callable[[], None] | None:
         """A lazy channel's ``_create``, once (any thread)."""
@@ -286,6 +319,9 @@ class LoopChannel:
             self._release()
 
         def close_channel() -> None:
+            watch, self._watch = self._watch, None
+            if watch is not None:
+                watch.cancel()
             if before is not None:
                 before()
             channel = self.channel
