@@ -53,19 +53,17 @@ def counted_run(handle):
     return handle_run(handle)
 
 def threads():
+    # each thread's name, nanoseconds on a CPU (schedstat) and wake-ups
     out = {}
     for tid in os.listdir("/proc/self/task"):
         try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                stat = f.read()
             with open(f"/proc/self/task/{tid}/status") as f:
-                status = f.read()
+                status = dict(line.split(":", 1) for line in f)
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                on_cpu = int(f.read().split()[0])
         except OSError:
             continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        switches = int(status.split("\nvoluntary_ctxt_switches:")[1].split()[0])
-        out[tid] = (name, int(fields[11]) + int(fields[12]), switches)
+        out[tid] = (status["Name"].strip(), on_cpu, int(status["voluntary_ctxt_switches"]))
     return out
 
 async def main():
@@ -103,7 +101,6 @@ async def main():
     del loop._run_once
     selector.select = select
     out = {k: round(v / rpcs, 3) for k, v in counts.most_common()}
-    tick = os.sysconf("SC_CLK_TCK")
     cpu, woken = collections.Counter(), collections.Counter()
     for tid, (name, ticks, switches) in after.items():
         _, ticks0, switches0 = before.get(tid, (name, 0, 0))
@@ -113,7 +110,7 @@ async def main():
         k: round(v / rpcs, 2) for k, v in woken.most_common() if v
     }
     out["CPU us by thread name (with the counting)"] = {
-        k: round(v / tick / rpcs * 1e6, 1) for k, v in cpu.most_common() if v
+        k: round(v / 1000 / rpcs, 1) for k, v in cpu.most_common() if v
     }
     out["threads"] = len(after)
     out["GC collections per 1000 RPCs, by generation"] = [
