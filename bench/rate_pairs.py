@@ -19,7 +19,9 @@ gives the median latency of its RPCs and the client process's CPU per RPC
 loaded machine a window's rate is decided by its slowest RPCs (the client
 preempted by other programs, in a window of one client and not the next'),
 so the rate ratio of two identical trees spreads by 10 % or more; the median
-latency is what the clients' own call paths decide, and moves far less.
+latency and the CPU per RPC are decided more by the clients' own call paths
+(at load 30 they still spread, 0.82-1.12 between identical trees: there
+``aio_loop.py --latency``, the call paths in turns in one process, holds).
 
 Usage: python bench/rate_pairs.py [--rounds 30] [--window 0.3] [--src NAME=PATH ...]
 """
