@@ -12,6 +12,17 @@ pyxds from each ``--src`` given (``name=path/to/src``, e.g. ``main=...``,
 ``branch=...``; default: the installed pyxds), sync (1 and 4 threads) and
 asyncio (1 and 4 tasks).
 
+Beside the rate (RPCs over the window: the goal's figure), each window also
+gives the median latency of its RPCs and the client process's CPU per RPC
+(every thread), each printed as a median ratio to C-core's the same way
+(``lat`` and ``cpu``: above 1.0, pyxds's RPC is faster or cheaper).  On a
+loaded machine a window's rate is decided by its slowest RPCs (the client
+preempted by other programs, in a window of one client and not the next'),
+so the rate ratio of two identical trees spreads by 10 % or more; the median
+latency and the CPU per RPC are decided more by the clients' own call paths
+(at load 30 they still spread, 0.82-1.12 between identical trees: there
+``aio_loop.py --latency``, the call paths in turns in one process, holds).
+
 Usage: python bench/rate_pairs.py [--rounds 30] [--window 0.3] [--src NAME=PATH ...]
 """
 
@@ -32,6 +43,12 @@ import asyncio, json, sys, threading, time
 kind, mode, target, bootstrap = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 METHOD = "/bench.Bench/Ping"
 import grpc
+clock = time.monotonic
+
+def report(latencies, seconds, cpu):
+    # rate, median latency, process CPU per RPC (every thread) of one window
+    every = sorted(x for mine in latencies for x in mine)
+    print(len(every) / seconds, every[len(every) // 2], cpu / len(every), flush=True)
 
 def sync_main():
     if kind == "core":
@@ -45,21 +62,25 @@ def sync_main():
     print("READY", flush=True)
     for line in sys.stdin:
         threads, seconds = int(line.split()[0]), float(line.split()[1])
-        counts = [0] * threads
+        latencies = [[] for _ in range(threads)]
         end = time.monotonic() + seconds
         def run(i):
-            n = 0
-            while time.monotonic() < end:
+            mine = latencies[i]
+            t = clock()
+            while True:  # one RPC at least: a thread started late still counts one
                 call(b"x", timeout=60)
-                n += 1
-            counts[i] = n
+                after = clock()
+                mine.append(after - t)
+                t = after
+                if t >= end:
+                    break
         workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-        start = time.monotonic()
+        cpu, start = time.process_time(), time.monotonic()
         for w in workers:
             w.start()
         for w in workers:
             w.join()
-        print(sum(counts) / (time.monotonic() - start), flush=True)
+        report(latencies, time.monotonic() - start, time.process_time() - cpu)
     channel.close()
 
 async def aio_main():
@@ -81,14 +102,18 @@ async def aio_main():
         tasks, seconds = int(line.split()[0]), float(line.split()[1])
         end = time.monotonic() + seconds
         async def run():
-            n = 0
-            while time.monotonic() < end:
+            mine = []
+            t = clock()
+            while True:  # one RPC at least (see sync_main)
                 await call(b"x", timeout=60)
-                n += 1
-            return n
-        start = time.monotonic()
-        counts = await asyncio.gather(*(run() for _ in range(tasks)))
-        print(sum(counts) / (time.monotonic() - start), flush=True)
+                after = clock()
+                mine.append(after - t)
+                t = after
+                if t >= end:
+                    return mine
+        cpu, start = time.process_time(), time.monotonic()
+        latencies = await asyncio.gather(*(run() for _ in range(tasks)))
+        report(latencies, time.monotonic() - start, time.process_time() - cpu)
     await channel.close()
 
 asyncio.run(aio_main()) if mode == "aio" else sync_main()
@@ -119,17 +144,25 @@ class Client:
         if self.process.stdout.readline().strip() != "READY":
             raise RuntimeError(f"{kind} {mode}: client did not start")
 
-    def window(self, parallel: int, seconds: float) -> float:
-        """RPCs per second over one window of ``parallel`` threads/tasks."""
+    def window(self, parallel: int, seconds: float) -> tuple[float, float, float]:
+        """One window of ``parallel`` threads/tasks: RPCs per second, the
+        median RPC's seconds, and the process's CPU seconds per RPC."""
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(f"{parallel} {seconds}\n")
         self.process.stdin.flush()
-        return float(self.process.stdout.readline())
+        rate, median, cpu = map(float, self.process.stdout.readline().split())
+        return rate, median, cpu
 
     def close(self) -> None:
         assert self.process.stdin is not None
         self.process.stdin.close()
         self.process.wait(30)
+
+
+def _ratio(windows: dict[str, list[tuple[float, float, float]]], a: str, b: str, i: int) -> str:
+    """The median over the rounds of ``a``'s figure ``i`` over ``b``'s."""
+    ratios = [x[i] / y[i] for x, y in zip(windows[a], windows[b], strict=True)]
+    return f"{statistics.median(ratios):.3f}"
 
 
 def main() -> None:
@@ -150,25 +183,26 @@ def main() -> None:
             names = list(clients)
             try:
                 for parallel in (1, 4):
-                    rates: dict[str, list[float]] = {name: [] for name in names}
+                    windows: dict[str, list[tuple[float, float, float]]] = {n: [] for n in names}
                     for r in range(args.rounds):
                         order = names[r % len(names) :] + names[: r % len(names)]
                         for name in order:
-                            rates[name].append(clients[name].window(parallel, args.window))
-                    line = [f"{mode} x{parallel}:"]
-                    for name in names[1:]:
-                        ratios = [a / b for a, b in zip(rates[name], rates["C-core"], strict=True)]
-                        line.append(f"{name}/C-core {statistics.median(ratios):.3f}")
+                            windows[name].append(clients[name].window(parallel, args.window))
+                    rates = {n: [w[0] for w in windows[n]] for n in names}
+                    pairs = [(name, "C-core") for name in names[1:]]
                     if len(names) == 3:
-                        a, b = names[1], names[2]
-                        ratios = [x / y for x, y in zip(rates[b], rates[a], strict=True)]
-                        line.append(f"{b}/{a} {statistics.median(ratios):.3f}")
+                        pairs.append((names[2], names[1]))
+                    line = [f"{mode} x{parallel}:"]
+                    line += [f"{a}/{b} {_ratio(windows, a, b, 0)}" for a, b in pairs]
                     line.append(
                         "(RPCs/s medians: "
                         + ", ".join(f"{n} {statistics.median(rates[n]):.0f}" for n in names)
                         + ")"
                     )
                     print("  ".join(line), flush=True)
+                    for label, index in (("lat", 1), ("cpu", 2)):
+                        extra = [f"{a}/{b} {_ratio(windows, b, a, index)}" for a, b in pairs]
+                        print(f"  {label}: " + "  ".join(extra), flush=True)
             finally:
                 for client in clients.values():
                     client.close()

@@ -529,6 +529,42 @@ def test_an_awaited_lean_call_schedules_no_callback_of_its_own_to_end(address):
     assert with_unawaited == 1
 
 
+def test_a_lean_call_ends_as_grpcio_invoke_would_without_running_it(address, monkeypatch):
+    """Issue 18 item 2: the lean call steps the Cython call's coroutine
+    itself and does what grpcio's ``_invoke`` does around it (serialize,
+    deserialize, EOF for a status that is not OK), so ``_invoke``'s own
+    coroutine is never made; answers and errors stay grpcio's (the tests
+    above compare every end with grpc.aio's)."""
+    if not CHECKED:
+        pytest.skip(f"grpcio {grpc.__version__} is not one the lean path was checked against")
+    invoked: list[object] = []
+    real = grpc.aio._call.UnaryUnaryCall._invoke
+
+    def spy(self):
+        invoked.append(self)
+        return real(self)
+
+    monkeypatch.setattr(grpc.aio._call.UnaryUnaryCall, "_invoke", spy)
+
+    async def main() -> tuple[bytes, bytes, grpc.StatusCode]:
+        async with pyxds.aio.insecure_channel(f"static:///{address}") as channel:
+            echo = channel.unary_unary(f"/{SERVICE}/Echo")
+            plain = await echo(b"a", timeout=5, wait_for_ready=True)
+            typed = channel.unary_unary(f"/{SERVICE}/Echo", bytes.upper, bytes.lower)
+            converted = await typed(b"b", timeout=5)
+            try:
+                await channel.unary_unary(f"/{SERVICE}/Fail")(b"NOT_FOUND:", timeout=5)
+            except grpc.aio.AioRpcError as err:
+                return plain, converted, err.code()
+            raise AssertionError("the failing method answered")
+
+    plain, converted, code = asyncio.run(main())
+    assert plain.startswith(b"a|")
+    assert converted.startswith(b"b|")  # sent as B, read back lowered
+    assert code is grpc.StatusCode.NOT_FOUND
+    assert invoked == []
+
+
 def test_the_direct_lean_start_is_taken_only_for_a_plain_attempt(address, monkeypatch):
     """pyxds.aio starts an attempt on the transport's cached lean
     multicallable directly (``LeanAioUnaryUnary.call``, its done callback

@@ -21,8 +21,16 @@ method the application or pyxds uses on it is grpcio's: ``cancel``,
 it, one generator less per call) built as grpcio builds it (the
 metadata by grpcio's ``_init_metadata``, the Cython call, the census
 context, the channel's registration of the call, which its ``close()``
-cancels), except that ``_invoke`` is stepped the way a task steps it,
-without a task:
+cancels), except that ``_invoke`` runs without a task and without a
+coroutine of its own: what it does before its one ``await`` is done when
+the call is made (the request serialized by grpcio's ``_common.serialize``,
+as is without a serializer), the coroutine it awaits (the Cython call's
+``unary_unary``) is stepped the way a task steps it, and what it does
+after (the response deserialized by ``_common.deserialize`` when the
+status is OK, else ``EOF``; a ``CancelledError`` cancels the call unless
+it is already, and ends with ``EOF``) when that coroutine ends (one
+coroutine less to make and to resume twice per call, and two Python
+frames less each way without a serializer):
 
 1. its first step runs when the call is made (the batch is started then,
    not one loop iteration later);
@@ -67,8 +75,8 @@ is pending, else through its methods); and the caller's done callback
 added the way ``Call.add_done_callback`` adds it.
 
 Cancelling (grpcio's ``cancel()``: the Cython call's cancel, then the
-future's) ends the batch in C-core, and ``_invoke`` ends as it does when
-its task is cancelled (the call ``done()``, ``code()`` CANCELLED, the
+future's) ends the batch in C-core, and the call ends as ``_invoke`` ends
+when its task is cancelled (the call ``done()``, ``code()`` CANCELLED, the
 awaiter's ``CancelledError``).
 
 Calls it does not take (grpcio's own multicallable makes them): call
@@ -102,7 +110,7 @@ _log = logging.getLogger(__name__)
 
 #: fingerprints (:func:`fingerprint`) of the grpcio sources checked
 VERIFIED = {
-    "1a8ce67cf25715796cbd288b7518f22e1a307c9028bdc27301b8b7bc91bf64af": "grpcio 1.85.3",
+    "ed08d65ce1d36767600cdb77029d4489c1ac44603b3891dbe0141fbb37fafde5": "grpcio 1.85.3",
 }
 #: whether grpc.aio unary calls go the lean way (tests compare both ways)
 ENABLED = True
@@ -137,8 +145,12 @@ def _mirrored() -> list[Any]:
     channel: Any = importlib.import_module("grpc.aio._channel")
     call: Any = importlib.import_module("grpc.aio._call")
     utils: Any = importlib.import_module("grpc.aio._utils")
+    common: Any = importlib.import_module("grpc._common")
     mc = channel.UnaryUnaryMultiCallable
     return [
+        common._transform,
+        common.serialize,
+        common.deserialize,
         channel._BaseMultiCallable.__init__,
         channel._BaseMultiCallable._init_metadata,
         mc.__call__,
@@ -260,7 +272,15 @@ class LeanAioUnaryUnary:
         response.waiting = None
         call._invocation_task = response
         call._call_response = response
-        call._coro = call._invoke()
+        # grpcio's _invoke up to its await, inline: the request serialized
+        # (_common.serialize: as is without a serializer), then the Cython
+        # call's coroutine, stepped by _step (which ends it as _invoke does)
+        serializer = call._request_serializer
+        call._coro = call._cython_call.unary_unary(
+            request if serializer is None else _serialize(request, serializer),
+            call._metadata,
+            call._context,
+        )
         call._step()
         # grpcio's Channel._register_call (which its close() cancels) and
         # Call.add_done_callback, inline: two Python frames less per call
@@ -290,15 +310,33 @@ def _make_call_class(unary_unary_call: Any, eof: Any, rpc_error: Any) -> Any:
         _invocation_task: _Response
 
         def _step(self, _waited: Any = None, error: BaseException | None = None) -> None:
-            """One step of ``_invoke``, as a task steps its coroutine."""
+            """One step of ``_invoke``, as a task steps its coroutine (its
+            Cython call's coroutine, ended here as ``_invoke`` ends it)."""
             response = self._invocation_task.future
             self._invocation_task.waiting = None
             try:
-                waited = self._coro.send(None) if error is None else self._coro.throw(error)
-            except StopIteration as end:
-                if not response.done():
-                    response.set_result(end.value)
-                return
+                try:
+                    waited = self._coro.send(None) if error is None else self._coro.throw(error)
+                except StopIteration as end:
+                    # the end of _invoke: the response, or EOF for a status
+                    # that is not OK (_common.deserialize: as is without one)
+                    if self._cython_call.is_ok():
+                        deserializer = self._response_deserializer
+                        value = end.value
+                        if deserializer is not None:
+                            value = _deserialize(value, deserializer)
+                    else:
+                        value = eof
+                    if not response.done():
+                        response.set_result(value)
+                    return
+                except asyncio.CancelledError:
+                    # _invoke's own handler: the call cancelled, EOF
+                    if not self.cancelled():
+                        self.cancel()
+                    if not response.done():
+                        response.set_result(eof)
+                    return
             except asyncio.CancelledError:
                 response.cancel()
                 return
@@ -399,15 +437,19 @@ class _Response:
 # grpcio's private names, bound by _bind() once this grpcio is known good
 _UnaryUnaryMultiCallable: Any
 _build_census_context: Callable[[], Any]
+_serialize: Callable[[Any, Callable[[Any], bytes]], bytes]
+_deserialize: Callable[[bytes, Callable[[bytes], Any]], Any]
 
 
 def _bind() -> None:
     """Bind grpcio's private names this module uses (raises on a grpcio
     that lacks one)."""
-    global _UnaryUnaryMultiCallable, _LeanCall, _build_census_context
+    global _UnaryUnaryMultiCallable, _LeanCall, _build_census_context, _serialize, _deserialize
     channel: Any = importlib.import_module("grpc.aio._channel")
+    common: Any = importlib.import_module("grpc._common")
     call: Any = importlib.import_module("grpc.aio._call")
     cygrpc: Any = importlib.import_module("grpc._cython.cygrpc")
     _UnaryUnaryMultiCallable = channel.UnaryUnaryMultiCallable
     _LeanCall = _make_call_class(call.UnaryUnaryCall, cygrpc.EOF, call._create_rpc_error)
     _build_census_context = cygrpc.build_census_context
+    _serialize, _deserialize = common.serialize, common.deserialize
