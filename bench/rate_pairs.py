@@ -7,10 +7,15 @@ spike of the machine lands on one side of a ratio.  Here every client is a
 process of its own, started once with its channel ready (warmed up), and
 the clients take turns in windows of ``--window`` seconds (0.3 by default),
 the order rotated every round: drift hits every client alike, and a ratio
-is the median over many rounds.  Clients: C-core's ``xds:///`` channel, and
-pyxds from each ``--src`` given (``name=path/to/src``, e.g. ``main=...``,
-``branch=...``; default: the installed pyxds), sync (1 and 4 threads) and
-asyncio (1 and 4 tasks).
+is the median over many rounds.  Each client runs in ``--procs`` processes
+(2 by default), started in alternating orders (C-core first, then last)
+and used in turns, one a round: a process's own luck (where its memory
+landed, its place in the start order: in round 13 the client started third
+was slower than the second in 8 of 11 runs, whichever tree it ran) is
+spread over both sides of a ratio instead of deciding it.  Clients:
+C-core's ``xds:///`` channel, and pyxds from each ``--src`` given
+(``name=path/to/src``, e.g. ``main=...``, ``branch=...``; default: the
+installed pyxds), sync (1 and 4 threads) and asyncio (1 and 4 tasks).
 
 Beside the rate (RPCs over the window: the goal's figure), each window also
 gives the median latency of its RPCs and the client process's CPU per RPC
@@ -23,7 +28,7 @@ latency and the CPU per RPC are decided more by the clients' own call paths
 (at load 30 they still spread, 0.82-1.12 between identical trees: there
 ``aio_loop.py --latency``, the call paths in turns in one process, holds).
 
-Usage: python bench/rate_pairs.py [--rounds 30] [--window 0.3] [--src NAME=PATH ...]
+Usage: python bench/rate_pairs.py [--rounds 30] [--window 0.3] [--procs 2] [--src NAME=PATH ...]
 """
 
 from __future__ import annotations
@@ -169,6 +174,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--window", type=float, default=0.3)
+    parser.add_argument("--procs", type=int, default=2, help="processes per client")
     parser.add_argument("--src", action="append", default=[], metavar="NAME=PATH")
     args = parser.parse_args()
     sources: dict[str, str | None] = dict(s.split("=", 1) for s in args.src) or {"pyxds": None}
@@ -177,17 +183,22 @@ def main() -> None:
     with world() as info:
         bootstrap = info["bootstrap"]
         for mode in ("sync", "aio"):
-            clients = {"C-core": Client("core", mode, None, bootstrap)}
-            for name, src in sources.items():
-                clients[name] = Client("pyxds", mode, src, bootstrap)
-            names = list(clients)
+            kinds: dict[str, tuple[str, str | None]] = {"C-core": ("core", None)}
+            kinds.update((name, ("pyxds", src)) for name, src in sources.items())
+            names = list(kinds)
+            clients: dict[str, list[Client]] = {n: [] for n in names}
             try:
+                for k in range(args.procs):
+                    for name in names if k % 2 == 0 else names[::-1]:
+                        kind, src = kinds[name]
+                        clients[name].append(Client(kind, mode, src, bootstrap))
                 for parallel in (1, 4):
                     windows: dict[str, list[tuple[float, float, float]]] = {n: [] for n in names}
                     for r in range(args.rounds):
                         order = names[r % len(names) :] + names[: r % len(names)]
                         for name in order:
-                            windows[name].append(clients[name].window(parallel, args.window))
+                            client = clients[name][r % args.procs]
+                            windows[name].append(client.window(parallel, args.window))
                     rates = {n: [w[0] for w in windows[n]] for n in names}
                     pairs = [(name, "C-core") for name in names[1:]]
                     if len(names) == 3:
@@ -204,8 +215,9 @@ def main() -> None:
                         extra = [f"{a}/{b} {_ratio(windows, b, a, index)}" for a, b in pairs]
                         print(f"  {label}: " + "  ".join(extra), flush=True)
             finally:
-                for client in clients.values():
-                    client.close()
+                for processes in clients.values():
+                    for client in processes:
+                        client.close()
     load = open("/proc/loadavg").read().split()[:3]  # noqa: SIM115 - one read
     print(f"load after: {' '.join(load)}")
 
