@@ -295,6 +295,23 @@ def at_once(*calls: Callable[[], Any], timeout: float = 120.0) -> list[Any]:
         pool.shutdown(wait=False)  # all done, or the test failed: not waited for
 
 
+def ahead(request: Any, test: str, call: Callable[[], Any]) -> Iterator[futures.Future | None]:
+    """For a module fixture (``yield from``): ``call`` on a thread of its own
+    from the module's first test on, if the session runs ``test`` (a test of
+    that module, by function name, placed last), which reads the yielded
+    future; None otherwise.  A scenario waiting on a real timer (A57's 15 s)
+    so waits while the module's other tests run.  Waited for at teardown."""
+    if not any(
+        getattr(item, "module", None) is request.module
+        and getattr(item, "originalname", item.name) == test
+        for item in request.session.items
+    ):
+        yield None
+        return
+    with futures.ThreadPoolExecutor(1, thread_name_prefix="ahead") as pool:
+        yield pool.submit(call)
+
+
 # -- xDS scenarios --------------------------------------------------------------
 
 LISTENER = "echo-service"

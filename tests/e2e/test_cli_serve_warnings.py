@@ -12,7 +12,7 @@ import re
 
 import grpc
 import pytest
-from channel_fixtures import SERVICE, Backend, CoreXdsClient, core_note, pyxds_calls
+from channel_fixtures import SERVICE, Backend, CoreXdsClient, ahead, core_note, pyxds_calls
 from cli_process import PyxdsProcess, run_pyxds
 from protos import echo_pb2, echo_pb2_grpc
 from test_cli_serve import HCM, call_until, resources_for, write
@@ -208,16 +208,8 @@ resources:
 ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
 
 
-def test_every_kind_at_once_warns_in_file_order_serves_and_names_empty_clusters_in_rpc_errors(
-    tmp_path,
-):
-    """Bad input: every kind of unusable-but-valid config in one file.  All the
-    warnings, in file order; no crash; both clients serve the good route once
-    their does-not-exist timers (15 s, real: the clusters no file defines)
-    fire; an RPC to an empty cluster fails naming the cluster and why (pyxds:
-    C-core's words, then "(cluster NAME: no endpoints: CAUSE)"; C-core: "no
-    children in weighted_target policy (...)" around the same words); a reload
-    that fails keeps the last good version served."""
+def every_kind(tmp_path) -> None:
+    """The scenario of ``test_every_kind_at_once_...`` (raises what fails)."""
     a = Backend("backend-a").start()
     path = str(tmp_path / "mesh.yaml")
     text = EVERY_KIND.format(hcm=HCM, router=ROUTER, port=a.address.rsplit(":", 1)[1])
@@ -312,3 +304,30 @@ def test_per_node_files_are_linted_as_the_group_that_node_gets(tmp_path, echo_ba
         (line,) = warnings(proc)
         assert line.startswith(f"warning: {canary}:{line_of(bad, '- locality:')}: ")
         assert line.endswith("(files of node 'canary')")
+
+
+EVERY_KIND_TEST = (
+    "test_every_kind_at_once_warns_in_file_order_serves_and_names_empty_clusters_in_rpc_errors"
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def every_kind_outcome(request, tmp_path_factory):
+    """``every_kind`` starts with the module (``ahead``): its clients' real
+    15 s does-not-exist timers pass while the module's other tests run."""
+    yield from ahead(request, EVERY_KIND_TEST, lambda: every_kind(tmp_path_factory.mktemp("kinds")))
+
+
+# last: it ran all along (every_kind_outcome)
+@pytest.mark.slow
+def test_every_kind_at_once_warns_in_file_order_serves_and_names_empty_clusters_in_rpc_errors(
+    every_kind_outcome,
+):
+    """Bad input: every kind of unusable-but-valid config in one file.  All the
+    warnings, in file order; no crash; both clients serve the good route once
+    their does-not-exist timers (15 s, real: the clusters no file defines)
+    fire; an RPC to an empty cluster fails naming the cluster and why (pyxds:
+    C-core's words, then "(cluster NAME: no endpoints: CAUSE)"; C-core: "no
+    children in weighted_target policy (...)" around the same words); a reload
+    that fails keeps the last good version served."""
+    every_kind_outcome.result(timeout=120)

@@ -209,51 +209,55 @@ def test_application_options_do_not_reach_the_control_plane_connection():
     ``grpc.aio`` one: ``grpc-python-asyncio/...``; C-core's: ``grpc-c/...``)."""
     from concurrent import futures
 
-    seen: list[tuple[str, str]] = []
+    def recording_control_plane() -> tuple[grpc.Server, list[tuple[str, str]], dict]:
+        """A control plane of its own per client (each client retries its
+        failed ADS stream, which would land in the other's records): it
+        records each stream's (:authority, user agent) and fails it."""
+        seen: list[tuple[str, str]] = []
 
-    def ads(requests: Any, context: grpc.ServicerContext) -> Any:
-        host = context._rpc_event.call_details.host  # type: ignore[attr-defined]
-        seen.append((host.decode(), dict(context.invocation_metadata()).get("user-agent", "")))
-        context.abort(grpc.StatusCode.UNAVAILABLE, "recorded")
+        def ads(requests: Any, context: grpc.ServicerContext) -> Any:
+            host = context._rpc_event.call_details.host  # type: ignore[attr-defined]
+            agent = dict(context.invocation_metadata()).get("user-agent", "")
+            seen.append((host.decode(), agent))
+            context.abort(grpc.StatusCode.UNAVAILABLE, "recorded")
 
-    control = grpc.server(futures.ThreadPoolExecutor(2))
-    control.add_generic_rpc_handlers(
-        [
-            grpc.method_handlers_generic_handler(
-                "envoy.service.discovery.v3.AggregatedDiscoveryService",
-                {"StreamAggregatedResources": grpc.stream_stream_rpc_method_handler(ads)},
-            )
-        ]
-    )
-    port = control.add_insecure_port("127.0.0.1:0")
-    control.start()
-    server_uri = f"localhost:{port}"
-    boot = {
-        "xds_servers": [
-            {
-                "server_uri": server_uri,
-                "channel_creds": [{"type": "insecure"}],
-                "server_features": ["xds_v3"],
-            }
-        ],
-        "node": {"id": "control-plane-options"},
-    }
+        control = grpc.server(futures.ThreadPoolExecutor(2))
+        control.add_generic_rpc_handlers(
+            [
+                grpc.method_handlers_generic_handler(
+                    "envoy.service.discovery.v3.AggregatedDiscoveryService",
+                    {"StreamAggregatedResources": grpc.stream_stream_rpc_method_handler(ads)},
+                )
+            ]
+        )
+        port = control.add_insecure_port("127.0.0.1:0")
+        control.start()
+        server = {
+            "server_uri": f"localhost:{port}",
+            "channel_creds": [{"type": "insecure"}],
+            "server_features": ["xds_v3"],
+        }
+        boot = {"xds_servers": [server], "node": {"id": "control-plane-options"}}
+        return control, seen, boot
+
     options = [("grpc.primary_user_agent", "app/1.0"), ("grpc.default_authority", "svc.example")]
-    core = CoreChannels(boot)
+    core_control, core_seen, core_boot = recording_control_plane()
+    our_control, our_seen, our_boot = recording_control_plane()
+    core = CoreChannels(core_boot)
     try:
         core.open("ads", "xds:///anything", options)
         core.calls("ads", WHO_AM_I, timeout=1)
-        assert wait_until(lambda: seen, 10)
-        theirs = seen[0]
-        seen.clear()
-        with pyxds.insecure_channel("xds:///anything", bootstrap=boot, options=options) as ch:
+        assert wait_until(lambda: core_seen, 10)
+        with pyxds.insecure_channel("xds:///anything", bootstrap=our_boot, options=options) as ch:
             outcome(ch, WHO_AM_I, timeout=1)
-            assert wait_until(lambda: seen, 10)
-        ours = seen[0]
+            assert wait_until(lambda: our_seen, 10)
     finally:
         core.close()
-        control.stop(None)
-    assert ours[0] == theirs[0] == server_uri
+        core_control.stop(None)
+        our_control.stop(None)
+    theirs, ours = core_seen[0], our_seen[0]
+    assert theirs[0] == core_boot["xds_servers"][0]["server_uri"]
+    assert ours[0] == our_boot["xds_servers"][0]["server_uri"]
     assert "app/1.0" not in ours[1] and "app/1.0" not in theirs[1]
     assert theirs[1].startswith("grpc-c/") and ours[1].startswith("grpc-python-asyncio/")
 

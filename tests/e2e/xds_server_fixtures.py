@@ -130,7 +130,9 @@ class AioEcho(echo_pb2_grpc.EchoServicer):
 class PyxdsServer:
     """``pyxds.xds_server`` (sync) on 127.0.0.1; ``secure``: the port uses
     grpcio's xDS credentials with an insecure fallback (else
-    ``add_insecure_port``)."""
+    ``add_insecure_port``); ``resource_timeout``: a shorter does-not-exist
+    timer for the XdsClient ``start()`` makes (test-only, as the channel's
+    ``XdsClient(resource_timeout=)``; None: A57's 15 s)."""
 
     kind = "pyxds"
 
@@ -142,6 +144,7 @@ class PyxdsServer:
         options: Sequence[tuple[str, Any]] = (),
         interceptors: Sequence[Any] = (),
         host: str = "127.0.0.1",
+        resource_timeout: float | None = None,
     ) -> None:
         self.events: list[tuple[str, bool, str | None]] = []
         self.servicer = Echo("pyxds")
@@ -153,6 +156,7 @@ class PyxdsServer:
             bootstrap=bootstrap,
             on_serving_changed=lambda *event: self.events.append(event),
         )
+        self.server._core.resource_timeout = resource_timeout
         echo_pb2_grpc.add_EchoServicer_to_server(self.servicer, self.server)
         address = f"{host}:{port}"
         if secure:
@@ -175,12 +179,18 @@ class PyxdsServer:
 
 
 class PyxdsAioServer:
-    """``pyxds.aio.xds_server`` on 127.0.0.1, on an event loop thread of its own."""
+    """``pyxds.aio.xds_server`` on 127.0.0.1, on an event loop thread of its
+    own; ``resource_timeout`` as :class:`PyxdsServer`'s."""
 
     kind = "pyxds-aio"
 
     def __init__(
-        self, bootstrap: dict, port: int = 0, secure: bool = True, host: str = "127.0.0.1"
+        self,
+        bootstrap: dict,
+        port: int = 0,
+        secure: bool = True,
+        host: str = "127.0.0.1",
+        resource_timeout: float | None = None,
     ) -> None:
         self.events: list[tuple[str, bool, str | None]] = []
         self.servicer = AioEcho("pyxds-aio")
@@ -202,6 +212,7 @@ class PyxdsAioServer:
             return server, bound
 
         self.server, self.port = self._run(make())
+        self.server._core.resource_timeout = resource_timeout
         self.address = f"{host}:{self.port}"
 
     def _run(self, coro: Any, timeout: float = 30.0) -> Any:

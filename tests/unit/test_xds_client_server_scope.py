@@ -78,3 +78,25 @@ def test_a_released_target_no_longer_names_the_shared_client():
         release_again()
     finally:
         release_server()
+
+
+def test_a_shortened_timer_gets_a_client_of_its_own_and_the_default_is_a57s_15_s():
+    """Tests shorten the does-not-exist timer of the client a server makes
+    (``resource_timeout``); such a client is never shared with callers
+    that keep A57's 15 s, and callers asking for the same timer share it."""
+    plain, release_plain = XdsClient.get_or_create(other_boot("t6"), "xds:/a")
+    short, release_short = XdsClient.get_or_create(
+        other_boot("t6"), SERVER_SCOPE, resource_timeout=0.5
+    )
+    again, release_again = XdsClient.get_or_create(
+        other_boot("t6"), SERVER_SCOPE, resource_timeout=0.5
+    )
+    try:
+        assert short is not plain and again is short
+        assert plain._resource_timeout == 15.0
+        assert short._resource_timeout == 0.5
+    finally:
+        release_again()
+        release_short()
+        release_plain()
+    assert short._closed and plain._closed

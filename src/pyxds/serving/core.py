@@ -10,7 +10,10 @@ callback runs on, the listening addresses and the serving-state callback.
   :data:`~pyxds.xds.client.SERVER_SCOPE` (the same ADS stream as the
   process's pyxds channels, :meth:`XdsClient.get_or_create`) and watches each
   address's Listener; it never waits for the control plane (A36: start must
-  not fail on transient xDS problems).
+  not fail on transient xDS problems).  ``resource_timeout`` is that
+  client's does-not-exist timer when ``start()`` makes it (None: A57's 15 s);
+  tests shorten it before ``start()``, as the channel's pass
+  ``XdsClient(resource_timeout=)``.  Not part of the public API.
 * ``on_serving_changed(address, serving, error)`` is called on every change
   of an address's serving state (and each new not-serving reason), from the
   server's serializer; without it the changes are logged (A36).
@@ -89,6 +92,8 @@ class XdsServerCore:
         self.addresses: list[ServedAddress] = []
         self._client: Any = None
         self._release: Callable[[], ClientClosing | threading.Event] | None = None
+        #: the does-not-exist timer of the client ``start()`` makes (None: 15 s)
+        self.resource_timeout: float | None = None
         self._lock = threading.Lock()
         self.started = False
         self.stopped = False
@@ -143,13 +148,16 @@ class XdsServerCore:
 
     # -- lifecycle --------------------------------------------------------------
     def start(self) -> None:
-        from pyxds.xds.client import SERVER_SCOPE, XdsClient
+        from pyxds.xds.client import RESOURCE_TIMEOUT, SERVER_SCOPE, XdsClient
 
+        timeout = RESOURCE_TIMEOUT if self.resource_timeout is None else self.resource_timeout
         with self._lock:
             if self.started:
                 raise ValueError("Cannot start an already started server")
             self.started = True
-            self._client, self._release = XdsClient.get_or_create(self.bootstrap, SERVER_SCOPE)
+            self._client, self._release = XdsClient.get_or_create(
+                self.bootstrap, SERVER_SCOPE, resource_timeout=timeout
+            )
             client = self._client
             for address in self.addresses:
                 self.serializer.run(functools.partial(address.start, client, self.template))

@@ -810,7 +810,11 @@ class XdsClient:
 
     @classmethod
     def get_or_create(
-        cls, bootstrap: Any = None, scope: str | None = None
+        cls,
+        bootstrap: Any = None,
+        scope: str | None = None,
+        *,
+        resource_timeout: float = RESOURCE_TIMEOUT,
     ) -> tuple[XdsClient, Callable[[], ClientClosing | threading.Event]]:
         """The process-wide client for this bootstrap content and ``scope``,
         refcounted.  Returns ``(client, release)``; the last ``release()``
@@ -827,6 +831,10 @@ class XdsClient:
         client serving only servers is taken over by the next channel target
         that needs one.  So one target and any number of servers share one
         client; further targets get their own, as A71 asks.
+
+        ``resource_timeout`` is the constructor's: the does-not-exist timer
+        of a client this call makes (tests shorten it; A57's 15 s otherwise).
+        Only callers asking for the same timer share a client.
         """
         if bootstrap is None or not hasattr(bootstrap, "xds_servers"):
             from pyxds.xds.bootstrap import load_bootstrap
@@ -837,13 +845,15 @@ class XdsClient:
             base: Any = ("bootstrap", bootstrap)
         except TypeError:
             base = ("repr", repr(bootstrap))
+        if resource_timeout != RESOURCE_TIMEOUT:
+            base = (*base, resource_timeout)
         key = (*base, scope)
         with cls._shared_lock:
             slot = cls._shared.get(key)
             if slot is None:
                 slot = cls._adoptable(base, scope)
                 if slot is None:
-                    client = cls(bootstrap)
+                    client = cls(bootstrap, resource_timeout=resource_timeout)
                     client.scope = scope
                     slot = _SharedSlot(client, base)
                     client._slot = slot
