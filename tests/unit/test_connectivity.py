@@ -476,6 +476,16 @@ class Harness:
         sub.watch_state(lambda state, status: seen.append(state))
         return sub, seen
 
+    def ready_subchannel(self):
+        """A subchannel connected, its CONNECTING and READY seen."""
+        sub, seen = self.subchannel()
+        self.serializer.run(sub.connect)
+        channel = self.channels[-1]
+        for code in (CONNECTING, READY):
+            channel.set(code)
+            self.clock.advance(HOT_PERIOD)
+        return sub, seen, channel
+
 
 def test_each_transition_reaches_the_policy_once_in_order():
     h = Harness()
@@ -505,12 +515,7 @@ def test_a_reconnection_up_and_goawayed_between_two_checks_is_made_again():
     asking again the subchannel stayed IDLE and the RPC waited for its
     deadline.  The next check asks again, and that connection is seen."""
     h = Harness()
-    sub, seen = h.subchannel()
-    h.serializer.run(sub.connect)
-    (channel,) = h.channels
-    for code in (CONNECTING, READY):
-        channel.set(code)
-        h.clock.advance(HOT_PERIOD)
+    sub, seen, channel = h.ready_subchannel()
     channel.set(IDLE)  # GOAWAY
     h.clock.advance(COLD_PERIOD)
     h.serializer.run(sub.connect)  # a queued RPC: the policy reconnects
@@ -544,12 +549,7 @@ def test_a_subchannel_idle_after_a_goaway_is_not_reconnected_until_asked():
     subchannel must not reconnect by itself: once a check saw the
     connection it asked for, no check asks again."""
     h = Harness()
-    sub, seen = h.subchannel()
-    h.serializer.run(sub.connect)
-    (channel,) = h.channels
-    for code in (CONNECTING, READY):
-        channel.set(code)
-        h.clock.advance(HOT_PERIOD)
+    _, seen, channel = h.ready_subchannel()
     asked = channel._channel.connect_requests
     channel.set(IDLE)  # GOAWAY
     h.clock.advance(60.0)
