@@ -45,10 +45,13 @@ class FakeAioChannel:
         self._waiters.append(waiter)
         await waiter
 
-    def set(self, state: GC) -> None:
+    def set(self, state: GC, wake: bool = True) -> None:
+        """``wake=False``: the change wakes no waiter (a notification lost)."""
         if state is self.state:
             return
         self.state = state
+        if not wake:
+            return
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.done():
@@ -149,5 +152,65 @@ def test_an_aio_transport_idle_after_a_goaway_is_not_reconnected_until_asked(mon
         await _turns(20)
         assert reports[-1] is GC.IDLE
         assert channel.connect_requests == asked
+
+    run_on_a_transport(monkeypatch, scenario)
+
+
+def test_while_a_connection_is_asked_for_the_transport_looks_even_unwoken(monkeypatch):
+    """Seen once under extreme load: the grpc.aio channel IDLE with its
+    ``wait_for_state_change`` pending seconds after an ask (C-core leaves
+    IDLE within ~30 ms of one).  While a connection is asked for the
+    transport looks, and asks, every ``ASKED_LOOK`` even if nothing wakes
+    it; once it has seen the channel out of IDLE it waits to be woken."""
+    monkeypatch.setattr(subchannel, "ASKED_LOOK", 0.005)
+
+    async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
+        transport.connect()
+        await _turns()
+        asked = channel.connect_requests
+        for _ in range(200):  # 1 s at most
+            if channel.connect_requests > asked + 1:
+                break
+            await asyncio.sleep(0.005)
+        assert channel.connect_requests > asked + 1, "looked and asked again, unwoken"
+        channel.set(GC.READY, wake=False)
+        for _ in range(200):
+            if reports[-1:] == [GC.READY]:
+                break
+            await asyncio.sleep(0.005)
+        assert reports[-1:] == [GC.READY]
+        asked = channel.connect_requests
+        looked = len(reports)
+        channel.set(GC.IDLE, wake=False)
+        await asyncio.sleep(0.05)  # ten ASKED_LOOKs: no look, no ask
+        assert len(reports) == looked and channel.connect_requests == asked
+
+    run_on_a_transport(monkeypatch, scenario)
+
+
+def test_an_ask_made_while_the_watch_reports_is_looked_after_unwoken(monkeypatch):
+    """The policy asks for a connection from inside the watch's report (an
+    IDLE after a GOAWAY, a queued RPC): the watch's wait that follows is a
+    timed one too."""
+    monkeypatch.setattr(subchannel, "ASKED_LOOK", 0.005)
+
+    async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
+        def policy(state: GC) -> None:
+            reports.append(state)
+            if state is GC.IDLE and GC.READY in reports:
+                transport.connect()
+
+        transport._on_state = policy
+        transport.connect()
+        await _turns()
+        for state in (GC.CONNECTING, GC.READY, GC.IDLE):
+            channel.set(state)
+            await _turns()
+        channel.set(GC.READY, wake=False)
+        for _ in range(200):  # 1 s at most
+            if reports[-1] is GC.READY:
+                break
+            await asyncio.sleep(0.005)
+        assert reports[-2:] == [GC.IDLE, GC.READY]
 
     run_on_a_transport(monkeypatch, scenario)

@@ -67,6 +67,7 @@ policy that lets go of a subchannel never cancels RPCs already sent on it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import socket
@@ -96,6 +97,9 @@ _log = logging.getLogger(__name__)
 INITIAL_BACKOFF = 1.0
 MAX_BACKOFF = 120.0
 MIN_CONNECT_TIMEOUT = 20.0
+#: While an asyncio transport asks for a connection, it looks at its grpc.aio
+#: channel at least this often (seconds): the sync monitor's cold period.
+ASKED_LOOK = connectivity.COLD_PERIOD
 _NEVER_IDLE_MS = 2**31 - 1
 
 #: Options a pyxds channel never passes on to a subchannel's grpcio channel.
@@ -513,7 +517,12 @@ class AioTransport(Transport):
         each time it looks until it sees the channel out of IDLE: a
         connection made and GOAWAYed before it looks leaves the channel IDLE
         as it was, and its owner waiting (the sync transports'
-        :mod:`pyxds.connectivity` rule 7)."""
+        :mod:`pyxds.connectivity` rule 7).  While it asks, it looks at least
+        every :data:`ASKED_LOOK` seconds, woken or not: under load (the
+        whole machine starved) a channel was seen IDLE with its
+        ``wait_for_state_change`` pending 3.6 s after an ask, where C-core
+        leaves IDLE within ~30 ms of one; the sync monitor's checks bound
+        the same case by its cold period."""
         self._asked = True
         self._channel.get_state(try_to_connect=True)
 
@@ -524,9 +533,14 @@ class AioTransport(Transport):
                 asked = self._asked
                 state = channel.get_state(try_to_connect=asked)
                 if asked and state is not _GRPC_IDLE:
-                    self._asked = False
-                self._on_state(state)
-                await channel.wait_for_state_change(state)
+                    self._asked = asked = False
+                self._on_state(state)  # (its owner may ask for a connection in it)
+                if not self._asked:
+                    await channel.wait_for_state_change(state)
+                    continue
+                # (only while a connection is asked for: a task and a timer)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(channel.wait_for_state_change(state), ASKED_LOOK)
         except (asyncio.CancelledError, Exception):
             return
 
