@@ -533,7 +533,7 @@ class AioTransport(Transport):
                 asked = self._asked
                 state = channel.get_state(try_to_connect=asked)
                 if asked and state is not _GRPC_IDLE:
-                    self._asked = asked = False
+                    self._asked = False
                 self._on_state(state)  # (its owner may ask for a connection in it)
                 if not self._asked:
                     await channel.wait_for_state_change(state)
