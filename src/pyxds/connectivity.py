@@ -25,7 +25,7 @@ own and no wake-up per channel.  How often a channel is asked depends on
 what is likely to happen to it next:
 
 * **warm** channels are in a transition: just created, a connection just
-  asked for (``Watch.expect_change``), a change just seen (but READY), or an
+  asked for (``Watch.connect``), a change just seen (but READY), or an
   RPC just failed on them (``Watch.check_now``: the RPC's UNAVAILABLE is
   the fastest signal a connection went away).  A warm channel is asked
   again after ``age * WARM_RATIO`` seconds (age: since that event), never
@@ -85,6 +85,22 @@ Rules:
    attempts each run every ``HOT_PERIOD``, and their two clock reads cost
    more than their checks (issue 18: ~4 % of the GIL-holding samples, and
    the collector's callback as much again).  Cold sweeps are always timed.
+7. A connection asked for with :meth:`Watch.connect` is asked for again
+   (C-core's ``try_to_connect``, in the same check) at every check of that
+   channel until one sees it out of IDLE.  Polling sees states, not
+   transitions: a connection that comes up and is ended by the server's
+   GOAWAY between two checks (a 20 ms ``grpc.max_connection_age_ms``, on a
+   machine loaded enough to hold the timer thread off for longer) leaves the
+   channel IDLE as it was, nothing is delivered, and its owner (a subchannel
+   whose LB policy asked for that connection, an RPC queued behind it)
+   would wait for a change that is over, until the RPC's deadline.  Asking
+   again makes the next attempt, as the owner would have had it seen the
+   IDLE, and that attempt is checked as closely as a first one (from
+   ``HOT_PERIOD`` up: checks thinned out to more than a connection's life
+   apart would miss every one).  The ask ends when a check that asked sees
+   the channel out of IDLE (a check that began before the ask does not end
+   it), so an owner that goes IDLE afterwards (A62's pick_first after a
+   GOAWAY) is not reconnected against its will.
 
 The monitor takes an injected :class:`~pyxds.clock.Clock` (FakeClock in
 unit tests); :func:`monitor` is the process's own, on a RealClock.
@@ -194,6 +210,7 @@ class Watch(Generic[S]):
         "warm",
         "ended",
         "cancelled",
+        "asked",
     )
 
     def __init__(
@@ -224,10 +241,23 @@ class Watch(Generic[S]):
         self.ended = False
         #: never checked or delivered to again
         self.cancelled = False
+        #: a connection was asked for (:meth:`connect`) and no check has seen
+        #: the channel out of IDLE since: 0, or the ask's token (rule 7)
+        self.asked = 0
 
     def expect_change(self) -> None:
-        """A connection was asked for: check it often for a while."""
+        """A change is expected soon: check it often for a while."""
         self._monitor._heat(self, delay=HOT_PERIOD)
+
+    def connect(self) -> None:
+        """Ask the cygrpc channel to connect (``try_to_connect``), check it
+        often for a while, and ask again at each check until one sees it out
+        of IDLE (rule 7).  Nothing once the watch is cancelled."""
+        channel = self.channel
+        if channel is None:
+            return
+        channel.check_connectivity_state(True)
+        self._monitor._heat(self, delay=HOT_PERIOD, ask=True)
 
     def check_now(self) -> None:
         """Something suggests the state changed (an RPC failed UNAVAILABLE on
@@ -239,14 +269,24 @@ class Watch(Generic[S]):
         self._monitor._cancel(self)
 
 
-def _probe(watches: list[Watch[S]]) -> list[tuple[Watch[S], S | None]]:
+def _probe(
+    watches: list[Watch[S]], idle: S, asks: list[tuple[Watch[S], int, bool]]
+) -> list[tuple[Watch[S], S | None]]:
     """Each of ``watches`` whose state is not the last one seen, with its
-    state (None: the probe raised).  Kept tight: ~1 us a channel."""
+    state (None: the probe raised).  A channel whose connection was asked
+    for is asked again, and goes into ``asks`` with the ask's token and
+    whether it was out of IDLE (rule 7).  Kept tight: ~1 us a channel."""
     seen: list[tuple[Watch[S], S | None]] = []
     for watch in watches:
         try:
             channel = watch.channel
-            state = watch.probe() if channel is None else channel.check_connectivity_state(False)
+            if channel is None:
+                state = watch.probe()
+            else:
+                asked = watch.asked
+                state = channel.check_connectivity_state(asked != 0)
+                if asked:
+                    asks.append((watch, asked, state != idle))
         except Exception:
             seen.append((watch, None))
             continue
@@ -259,12 +299,17 @@ class ConnectivityMonitor(Generic[S]):
     """Polls watched channels for connectivity changes on ``clock``'s timers.
 
     ``ready``: the state that is stable once reached (a channel that just
-    became READY goes cold at once: what comes next is unpredictable).
+    became READY goes cold at once: what comes next is unpredictable);
+    ``idle``: the state a channel asked to connect must be seen to leave
+    (rule 7).
     """
 
-    def __init__(self, clock: Clock, ready: S) -> None:
+    def __init__(self, clock: Clock, ready: S, idle: S) -> None:
         self._clock = clock
         self._ready = ready
+        self._idle = idle
+        #: the last ask's token (:attr:`Watch.asked`)
+        self._asks = 0
         self._lock = threading.Lock()
         self._warm: dict[Watch[S], None] = {}
         self._cold: dict[Watch[S], None] = {}
@@ -321,10 +366,13 @@ class ConnectivityMonitor(Generic[S]):
     def cold_period(self) -> float:
         return self._cold_period
 
-    def _heat(self, watch: Watch[S], delay: float) -> None:
+    def _heat(self, watch: Watch[S], delay: float, ask: bool = False) -> None:
         with self._lock:
             if watch.ended:
                 return
+            if ask:
+                self._asks += 1
+                watch.asked = self._asks
             now = self._clock.now()
             watch.since = now
             due = now + delay
@@ -367,28 +415,38 @@ class ConnectivityMonitor(Generic[S]):
         warm_cost = cold_cost = 0.0
         seen_warm: list[tuple[Watch[S], S | None]] = []
         seen_cold: list[tuple[Watch[S], S | None]] = []
+        asks: list[tuple[Watch[S], int, bool]] = []
+        idle = self._idle
         if due:
             if len(due) >= TIMED_SWEEP or self._untimed >= UNTIMED_SWEEPS:
                 self._untimed = 0
                 _TIMING[0] = _get_ident()
                 started = _cpu()
-                seen_warm = _probe(due)
+                seen_warm = _probe(due, idle, asks)
                 warm_cost = _cpu() - started
                 _TIMING[0] = 0
                 self._check_cost = warm_cost / len(due)
             else:
                 self._untimed += 1
-                seen_warm = _probe(due)
+                seen_warm = _probe(due, idle, asks)
                 warm_cost = self._check_cost * len(due)
         if cold:
             _TIMING[0] = _get_ident()
             started = _cpu()
-            seen_cold = _probe(cold)
+            seen_cold = _probe(cold, idle, asks)
             cold_cost = _cpu() - started
             _TIMING[0] = 0
         changed: list[tuple[Watch[S], S]] = []
         with self._lock:
             self.checks += len(due) + len(cold)
+            for watch, asked, out_of_idle in asks:
+                if not out_of_idle:
+                    # asked again: a new attempt, looked at as closely as
+                    # the first (a check later than the connection's life
+                    # would miss it again)
+                    watch.since = now
+                elif watch.asked == asked:  # not asked again since this check began
+                    watch.asked = 0
             if now >= self._cold_due:
                 if cold:
                     self._cold_period = max(COLD_PERIOD, cold_cost / COLD_BUDGET)
@@ -480,6 +538,7 @@ BY_CODE: Mapping[int, grpc.ChannelConnectivity] = {
 }
 _CODE = {state: code for code, state in BY_CODE.items()}
 _READY_CODE = _CODE[grpc.ChannelConnectivity.READY]
+_IDLE_CODE = _CODE[grpc.ChannelConnectivity.IDLE]
 
 
 def _cygrpc_channel(channel: grpc.Channel) -> Any:
@@ -556,6 +615,6 @@ def monitor() -> ConnectivityMonitor[int]:
         with _monitor_lock:
             if _monitor is None:
                 _monitor = ConnectivityMonitor(
-                    RealClock(prompt=True), grpc.ChannelConnectivity.READY.value[0]
+                    RealClock(prompt=True), _CODE[grpc.ChannelConnectivity.READY], _IDLE_CODE
                 )
     return _monitor

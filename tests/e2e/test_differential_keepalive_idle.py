@@ -476,7 +476,13 @@ def test_a_goaway_on_an_idle_connection_is_idle_not_failure(server, policy):
     (TRAPS: grpc#29428): under pick_first the channel reports IDLE and makes
     no new connection until the next RPC (A62), under round_robin it
     reconnects at once and stays READY (grpc-node#2667); either way the next
-    RPC succeeds.  pyxds (sync and aio) as C-core."""
+    RPC succeeds.  pyxds (sync and aio) as C-core.
+
+    A first RPC that reaches the backend more than the idle time after its
+    connection was made (a loaded machine: the xDS resolution and the
+    connection's READY taking their time to reach the queued RPC) finds
+    that connection GOAWAYed and makes another: the test counts the
+    connections made after the first RPC ended."""
     backend = PeerBackend("idle-goaway", options=[("grpc.max_connection_idle_ms", 300)])
 
     def run(kind: str) -> dict[str, Any]:
@@ -484,18 +490,20 @@ def test_a_goaway_on_an_idle_connection_is_idle_not_failure(server, policy):
         client = scenario(server, kind, [proxy], [], policy)
         try:
             assert "ok" in client.calls(WHO_AM_I)[0]
-            assert wait_until(lambda: proxy.ended, 5)  # the GOAWAY, ~0.3 s
+            first = len(proxy.opened)
+            # the GOAWAY of every connection the first RPC made, ~0.3 s
+            assert wait_until(lambda: len(proxy.ended) >= first, 5), (proxy.opened, proxy.ended)
             # the channel has seen the connection's end: pick_first's channel
             # goes IDLE, round_robin reconnects the endpoint at once
             if policy == "pick_first":
                 assert wait_until(lambda: client.state() == "IDLE", 5), client.state()
             else:
-                assert wait_until(lambda: len(proxy.opened) >= 2, 5), proxy.opened
+                assert wait_until(lambda: len(proxy.opened) > first, 5), proxy.opened
             states = set()
             for _ in range(10):
                 states.add(client.state())
                 time.sleep(0.02)
-            opened_before_rpc = len(proxy.opened)
+            opened_before_rpc = len(proxy.opened) - first
             (again,) = client.calls(WHO_AM_I)
             return {"states": states, "opened": opened_before_rpc, "again": again}
         finally:
@@ -509,9 +517,9 @@ def test_a_goaway_on_an_idle_connection_is_idle_not_failure(server, policy):
     for kind, got in results.items():
         assert "TRANSIENT_FAILURE" not in got["states"] and "ok" in got["again"], (kind, got)
         if policy == "pick_first":
-            assert got["states"] == {"IDLE"} and got["opened"] == 1, (kind, got)
+            assert got["states"] == {"IDLE"} and got["opened"] == 0, (kind, got)
         else:
-            assert got["opened"] >= 2 and "READY" in got["states"], (kind, got)
+            assert got["opened"] >= 1 and "READY" in got["states"], (kind, got)
 
 
 # ------------------------------------------------ A9 server connection management

@@ -68,7 +68,7 @@ class FakeGrpcChannel:
 
 def make_monitor() -> tuple[ConnectivityMonitor[int], FakeClock]:
     clock = FakeClock()
-    return ConnectivityMonitor(clock, READY), clock
+    return ConnectivityMonitor(clock, READY, IDLE), clock
 
 
 def watched(monitor: ConnectivityMonitor[int]) -> tuple[FakeGrpcChannel, list[int], object]:
@@ -105,6 +105,94 @@ def test_a_connection_asked_for_is_seen_ready_within_the_hot_period():
     channel.set(READY)
     clock.advance(HOT_PERIOD)
     assert seen[-1] == READY
+
+
+def test_a_connection_asked_for_is_asked_again_until_a_check_sees_it_out_of_idle():
+    """Rule 7: polling sees states, not transitions.  A connection that came
+    up and was GOAWAYed between two checks leaves the channel IDLE as it
+    was: each check asks again until one sees the channel out of IDLE; after
+    that, what happens to the connection is its owner's to decide (nothing
+    more is asked for)."""
+    monitor, clock = make_monitor()
+    cygrpc = FakeCygrpcChannel()
+    seen: list[int] = []
+    watch = monitor.watch_cygrpc(cygrpc, seen.append)
+    clock.advance(5.0)
+    watch.connect()
+    assert cygrpc.connect_requests == 1
+    # CONNECTING, READY, and the server's GOAWAY all before the next check
+    clock.advance(HOT_PERIOD)
+    assert seen == [IDLE] and cygrpc.connect_requests == 2
+    clock.advance(0.1)
+    assert cygrpc.connect_requests > 2, "every check asks while it sees IDLE"
+    cygrpc.code = CONNECTING  # the new attempt, seen
+    clock.advance(1.0)
+    asked = cygrpc.connect_requests
+    for code in (READY, IDLE):  # up, then GOAWAYed: IDLE is the owner's to act on
+        cygrpc.code = code
+        clock.advance(1.0)
+    clock.advance(30.0)
+    assert seen == [IDLE, CONNECTING, READY, IDLE]
+    assert cygrpc.connect_requests == asked
+
+
+class ShortLivedConnections(FakeCygrpcChannel):
+    """C-core behind a server whose connections live ``life`` seconds (a
+    short ``grpc.max_connection_age_ms``): asked to connect from IDLE, it is
+    READY at once and IDLE again ``life`` later; asks before ``deaf_until``
+    go nowhere (C-core busy: the checks have thinned out meanwhile)."""
+
+    def __init__(self, clock: FakeClock, life: float, deaf_until: float) -> None:
+        super().__init__()
+        self._clock = clock
+        self._life = life
+        self._deaf_until = deaf_until
+        self._up_until = -1.0
+
+    def check_connectivity_state(self, try_to_connect: bool) -> int:
+        now = self._clock.now()
+        self.code = READY if now < self._up_until else IDLE
+        code = super().check_connectivity_state(try_to_connect)
+        if try_to_connect and code == IDLE and now >= self._deaf_until:
+            self._up_until = now + self._life
+        return code
+
+
+def test_a_connection_asked_for_again_is_checked_as_closely_as_a_first_one():
+    """Rule 7: each ask is a new attempt, checked from HOT_PERIOD up.  Checks
+    that had thinned out (here: an ask that went nowhere for a second) to
+    more than a connection's life apart would miss every one of them."""
+    monitor, clock = make_monitor()
+    cygrpc = ShortLivedConnections(clock, life=2 * HOT_PERIOD, deaf_until=1.0)
+    seen: list[int] = []
+    watch = monitor.watch_cygrpc(cygrpc, seen.append)
+    watch.connect()
+    clock.advance(1.5)
+    assert READY in seen
+
+
+def test_a_check_that_began_before_a_connection_was_asked_for_does_not_end_the_ask():
+    """Rule 7: an ask made while a check is under way (from the serializer,
+    while the timer thread checks) is ended only by a check that asked: the
+    one under way saw the channel as it was before the ask."""
+    monitor, clock = make_monitor()
+    cygrpc = FakeCygrpcChannel()
+    cygrpc.code = READY
+    watch = monitor.watch_cygrpc(cygrpc, lambda code: None)
+    clock.advance(5.0)
+    check = cygrpc.check_connectivity_state
+
+    def ask_during_the_check(try_to_connect: bool) -> int:
+        cygrpc.check_connectivity_state = check  # type: ignore[method-assign]
+        watch.connect()
+        return check(try_to_connect)
+
+    cygrpc.check_connectivity_state = ask_during_the_check  # type: ignore[method-assign]
+    watch.check_now()
+    clock.advance(0)
+    assert watch.asked != 0
+    clock.advance(HOT_PERIOD)  # a check that asked, and saw READY
+    assert watch.asked == 0
 
 
 def test_a_slow_connection_is_checked_less_and_less_often_then_cold():
@@ -367,7 +455,7 @@ class Harness:
 
     def __init__(self) -> None:
         self.clock = FakeClock()
-        self.monitor: ConnectivityMonitor[int] = ConnectivityMonitor(self.clock, READY)
+        self.monitor: ConnectivityMonitor[int] = ConnectivityMonitor(self.clock, READY, IDLE)
         self.serializer = WorkSerializer()
         self.channels: list[FakeGrpcChannel] = []
         self.transports: list[PolledTransport] = []
@@ -388,6 +476,16 @@ class Harness:
         sub.watch_state(lambda state, status: seen.append(state))
         return sub, seen
 
+    def ready_subchannel(self):
+        """A subchannel connected, its CONNECTING and READY seen."""
+        sub, seen = self.subchannel()
+        self.serializer.run(sub.connect)
+        channel = self.channels[-1]
+        for code in (CONNECTING, READY):
+            channel.set(code)
+            self.clock.advance(HOT_PERIOD)
+        return sub, seen, channel
+
 
 def test_each_transition_reaches_the_policy_once_in_order():
     h = Harness()
@@ -407,6 +505,56 @@ def test_each_transition_reaches_the_policy_once_in_order():
         h.clock.advance(HOT_PERIOD)
     h.clock.advance(30.0)
     assert seen == [CS.IDLE, CS.CONNECTING, CS.READY, CS.IDLE, CS.CONNECTING, CS.READY]
+
+
+def test_a_reconnection_up_and_goawayed_between_two_checks_is_made_again():
+    """Seen under load with a 20 ms ``grpc.max_connection_age_ms``: the
+    policy reconnects an IDLE subchannel for a queued RPC; grpcio connects,
+    and the server's GOAWAY takes the connection back to IDLE before the
+    monitor looks.  Nothing changed as far as checks can tell, so without
+    asking again the subchannel stayed IDLE and the RPC waited for its
+    deadline.  The next check asks again, and that connection is seen."""
+    h = Harness()
+    sub, seen, channel = h.ready_subchannel()
+    channel.set(IDLE)  # GOAWAY
+    h.clock.advance(COLD_PERIOD)
+    h.serializer.run(sub.connect)  # a queued RPC: the policy reconnects
+    asked = channel._channel.connect_requests
+    h.clock.advance(HOT_PERIOD)  # up and GOAWAYed already: IDLE as it was
+    assert channel._channel.connect_requests > asked, "asked again"
+    channel.set(READY)  # the connection that request made
+    h.clock.advance(HOT_PERIOD)
+    assert seen == [CS.IDLE, CS.CONNECTING, CS.READY, CS.IDLE, CS.READY]
+    assert sub.state is CS.READY
+
+
+def test_a_first_connection_up_and_goawayed_before_the_first_check_is_made_again():
+    """The same on a new transport (the first RPC of a channel): its first
+    check finds the IDLE a fresh grpcio channel starts in, which is not
+    news, so the subchannel stayed CONNECTING until the RPC's deadline."""
+    h = Harness()
+    sub, seen = h.subchannel()
+    h.serializer.run(sub.connect)
+    (channel,) = h.channels
+    h.clock.advance(HOT_PERIOD)
+    assert seen == [CS.IDLE, CS.CONNECTING]
+    assert channel._channel.connect_requests > 1, "asked again"
+    channel.set(READY)
+    h.clock.advance(HOT_PERIOD)
+    assert seen == [CS.IDLE, CS.CONNECTING, CS.READY]
+
+
+def test_a_subchannel_idle_after_a_goaway_is_not_reconnected_until_asked():
+    """A62: after a GOAWAY pick_first stays IDLE until the next RPC, so the
+    subchannel must not reconnect by itself: once a check saw the
+    connection it asked for, no check asks again."""
+    h = Harness()
+    _, seen, channel = h.ready_subchannel()
+    asked = channel._channel.connect_requests
+    channel.set(IDLE)  # GOAWAY
+    h.clock.advance(60.0)
+    assert seen[-1] is CS.IDLE
+    assert channel._channel.connect_requests == asked
 
 
 def test_a_failed_attempt_is_seen_within_the_hot_period_and_retires_the_transport():

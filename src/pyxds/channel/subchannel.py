@@ -31,7 +31,12 @@ process's :mod:`pyxds.connectivity` monitor on the one timer thread (warm
 while in transition, cold otherwise; an RPC that failed UNAVAILABLE on it
 makes it look at once, :meth:`Transport.suspect`), and closed there too; an
 asyncio one (:class:`AioTransport`) awaits ``wait_for_state_change`` on its
-event loop.
+event loop.  Either one, asked to connect, asks grpcio again each time it
+looks until it sees the channel out of IDLE: a connection made and ended by
+the server's GOAWAY before it looked leaves the channel IDLE as it was, and
+the subchannel would wait for a change that is over (seen under load with a
+20 ms ``grpc.max_connection_age_ms``: RPCs queued until their deadline;
+:mod:`pyxds.connectivity` rule 7).
 
 State machine of a core (every transition runs on the channel's work
 serializer; grpcio's connectivity reports are marshalled onto it)::
@@ -62,6 +67,7 @@ policy that lets go of a subchannel never cancels RPCs already sent on it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import socket
@@ -91,6 +97,9 @@ _log = logging.getLogger(__name__)
 INITIAL_BACKOFF = 1.0
 MAX_BACKOFF = 120.0
 MIN_CONNECT_TIMEOUT = 20.0
+#: While an asyncio transport asks for a connection, it looks at its grpc.aio
+#: channel at least this often (seconds): the sync monitor's cold period.
+ASKED_LOOK = connectivity.COLD_PERIOD
 _NEVER_IDLE_MS = 2**31 - 1
 
 #: Options a pyxds channel never passes on to a subchannel's grpcio channel.
@@ -108,6 +117,7 @@ _OVERRIDDEN = frozenset(
 #: Options that decide a channel's ``:authority`` when the application gives them.
 _AUTHORITY_OPTIONS = frozenset({"grpc.default_authority", "grpc.ssl_target_name_override"})
 
+_GRPC_IDLE = grpc.ChannelConnectivity.IDLE
 _FROM_GRPC = {
     grpc.ChannelConnectivity.IDLE: ConnectivityState.IDLE,
     grpc.ChannelConnectivity.CONNECTING: ConnectivityState.CONNECTING,
@@ -399,8 +409,10 @@ class PolledTransport(Transport):
     def connect(self) -> None:
         if self.closed:
             return
-        connectivity.request_connection(self._channel)
-        self._watch.expect_change()
+        # asked again at each check until seen out of IDLE: a connection
+        # made and GOAWAYed between two checks is not waited for forever
+        # (pyxds.connectivity rule 7)
+        self._watch.connect()
 
     def suspect(self) -> None:
         self._watch.check_now()
@@ -465,6 +477,7 @@ class AioTransport(Transport):
         "_channel",
         "_watcher",
         "_want_connect",
+        "_asked",
         "_by_authority",
     )
 
@@ -486,6 +499,9 @@ class AioTransport(Transport):
         self._channel: Any = None
         self._watcher: asyncio.Task[None] | None = None
         self._want_connect = False
+        #: a connection was asked for and the watch has not seen the channel
+        #: out of IDLE since (read and written on the loop only)
+        self._asked = False
         #: A81: the channels of attempts with an authority of their own
         self._by_authority: dict[str, Any] | None = None
         self._inbox.run(self._create)
@@ -502,16 +518,37 @@ class AioTransport(Transport):
         app_loop_bound(self._loop)  # grpcio bound this loop: it reads the completions
         self._watcher = self._loop.create_task(self._watch())
         if self._want_connect:
-            self._channel.get_state(try_to_connect=True)
+            self._ask()
+
+    def _ask(self) -> None:
+        """Ask the channel to connect (on the loop); the watch asks again
+        each time it looks until it sees the channel out of IDLE: a
+        connection made and GOAWAYed before it looks leaves the channel IDLE
+        as it was, and its owner waiting (the sync transports'
+        :mod:`pyxds.connectivity` rule 7).  While it asks, it looks at least
+        every :data:`ASKED_LOOK` seconds, woken or not: under load (the
+        whole machine starved) a channel was seen IDLE with its
+        ``wait_for_state_change`` pending 3.6 s after an ask, where C-core
+        leaves IDLE within ~30 ms of one; the sync monitor's checks bound
+        the same case by its cold period."""
+        self._asked = True
+        self._channel.get_state(try_to_connect=True)
 
     async def _watch(self) -> None:
         channel = self._channel
         try:
-            state = channel.get_state(try_to_connect=False)
             while not self.closed:
-                self._on_state(state)
-                await channel.wait_for_state_change(state)
-                state = channel.get_state(try_to_connect=False)
+                asked = self._asked
+                state = channel.get_state(try_to_connect=asked)
+                if asked and state is not _GRPC_IDLE:
+                    self._asked = False
+                self._on_state(state)  # (its owner may ask for a connection in it)
+                if not self._asked:
+                    await channel.wait_for_state_change(state)
+                    continue
+                # (only while a connection is asked for: a task and a timer)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(channel.wait_for_state_change(state), ASKED_LOOK)
         except (asyncio.CancelledError, Exception):
             return
 
@@ -525,7 +562,7 @@ class AioTransport(Transport):
 
         def go() -> None:
             if self._channel is not None and not self.closed:
-                self._channel.get_state(try_to_connect=True)
+                self._ask()
 
         self._inbox.run(go)
 

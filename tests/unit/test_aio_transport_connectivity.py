@@ -1,0 +1,216 @@
+"""The asyncio subchannel transport (``AioTransport``) hears its grpc.aio
+channel through ``wait_for_state_change``: a connection asked for whose
+whole life (CONNECTING, READY, the server's GOAWAY) passes before the watch
+looks again must not leave the transport waiting on an IDLE that looks
+unchanged; a connection that was seen is its owner's to manage (A62).
+
+The grpc.aio channel is a fake with C-core's watch semantics (a change wakes
+the waiter even if the state is back where it was when the waiter looks);
+everything runs on one real event loop, no sockets."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+import pytest
+
+from pyxds.channel import subchannel
+from pyxds.channel.subchannel import AioTransport, subchannel_options
+
+GC = grpc.ChannelConnectivity
+
+
+class FakeAioChannel:
+    """The grpc.aio channel: its state is what the test sets;
+    ``wait_for_state_change(last)`` ends at once if the state differs from
+    ``last``, else at the next change (as C-core's watch does)."""
+
+    def __init__(self) -> None:
+        self.state = GC.IDLE
+        self.connect_requests = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def get_state(self, try_to_connect: bool = False) -> GC:
+        if try_to_connect:
+            self.connect_requests += 1
+        return self.state
+
+    async def wait_for_state_change(self, last_observed_state: GC) -> None:
+        if self.state is not last_observed_state:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        await waiter
+
+    def set(self, state: GC, wake: bool = True) -> None:
+        """``wake=False``: the change wakes no waiter (a notification lost)."""
+        if state is self.state:
+            return
+        self.state = state
+        if not wake:
+            return
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def close(self) -> None:
+        pass
+
+
+async def _turns(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def run_on_a_transport(
+    monkeypatch: pytest.MonkeyPatch,
+    scenario: Callable[[AioTransport, FakeAioChannel, list[GC]], Awaitable[None]],
+) -> None:
+    channel = FakeAioChannel()
+    monkeypatch.setattr(subchannel.grpc_aio_twin, "public_channel", lambda *args: channel)
+    monkeypatch.setattr(subchannel, "app_loop_bound", lambda loop: None)
+    reports: list[GC] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        options: Any = subchannel_options(None)
+        transport = AioTransport(loop, "127.0.0.1:1", None, options, None, reports.append)
+        try:
+            await scenario(transport, channel, reports)
+        finally:
+            transport.retire()
+            await _turns()
+
+    asyncio.run(main())
+
+
+def test_a_connection_up_and_goawayed_before_the_watch_looks_is_asked_for_again(monkeypatch):
+    """Seen under load with a 20 ms ``grpc.max_connection_age_ms``: the
+    policy reconnects the IDLE transport for a queued RPC, grpcio connects
+    and the server's GOAWAY ends the connection before the event loop lets
+    the watch look.  It found IDLE, reported IDLE again and waited for a
+    change that was over; the RPC waited for its deadline.  Now it asks
+    again, and that connection is seen."""
+
+    async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
+        transport.connect()
+        await _turns()
+        for state in (GC.CONNECTING, GC.READY, GC.IDLE):
+            channel.set(state)
+            await _turns()
+        assert reports[-3:] == [GC.CONNECTING, GC.READY, GC.IDLE]
+        transport.connect()  # a queued RPC: the policy reconnects
+        asked = channel.connect_requests
+        for state in (GC.CONNECTING, GC.READY, GC.IDLE):  # before the watch looks
+            channel.set(state)
+        await _turns()
+        assert channel.connect_requests > asked, "asked again"
+        channel.set(GC.CONNECTING)
+        await _turns()
+        channel.set(GC.READY)
+        await _turns()
+        assert reports[-2:] == [GC.CONNECTING, GC.READY]
+
+    run_on_a_transport(monkeypatch, scenario)
+
+
+def test_a_first_connection_up_and_goawayed_before_the_watch_starts_is_asked_for_again(
+    monkeypatch,
+):
+    async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
+        transport.connect()
+        for state in (GC.CONNECTING, GC.READY, GC.IDLE):  # before the watch's first look
+            channel.set(state)
+        await _turns()
+        assert reports == [GC.IDLE]
+        assert channel.connect_requests == 2, "asked again"
+        channel.set(GC.READY)
+        await _turns()
+        assert reports == [GC.IDLE, GC.READY]
+
+    run_on_a_transport(monkeypatch, scenario)
+
+
+def test_an_aio_transport_idle_after_a_goaway_is_not_reconnected_until_asked(monkeypatch):
+    """A62: once the watch saw the connection it asked for, a GOAWAY's IDLE
+    is the policy's to act on (pick_first waits for the next RPC): nothing
+    asks grpcio to connect again."""
+
+    async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
+        transport.connect()
+        await _turns()
+        channel.set(GC.CONNECTING)
+        await _turns()
+        channel.set(GC.READY)
+        await _turns()
+        asked = channel.connect_requests
+        channel.set(GC.IDLE)
+        await _turns(20)
+        assert reports[-1] is GC.IDLE
+        assert channel.connect_requests == asked
+
+    run_on_a_transport(monkeypatch, scenario)
+
+
+def test_while_a_connection_is_asked_for_the_transport_looks_even_unwoken(monkeypatch):
+    """Seen once under extreme load: the grpc.aio channel IDLE with its
+    ``wait_for_state_change`` pending seconds after an ask (C-core leaves
+    IDLE within ~30 ms of one).  While a connection is asked for the
+    transport looks, and asks, every ``ASKED_LOOK`` even if nothing wakes
+    it; once it has seen the channel out of IDLE it waits to be woken."""
+    monkeypatch.setattr(subchannel, "ASKED_LOOK", 0.005)
+
+    async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
+        transport.connect()
+        await _turns()
+        asked = channel.connect_requests
+        for _ in range(200):  # 1 s at most
+            if channel.connect_requests > asked + 1:
+                break
+            await asyncio.sleep(0.005)
+        assert channel.connect_requests > asked + 1, "looked and asked again, unwoken"
+        channel.set(GC.READY, wake=False)
+        for _ in range(200):
+            if reports[-1:] == [GC.READY]:
+                break
+            await asyncio.sleep(0.005)
+        assert reports[-1:] == [GC.READY]
+        asked = channel.connect_requests
+        looked = len(reports)
+        channel.set(GC.IDLE, wake=False)
+        await asyncio.sleep(0.05)  # ten ASKED_LOOKs: no look, no ask
+        assert len(reports) == looked and channel.connect_requests == asked
+
+    run_on_a_transport(monkeypatch, scenario)
+
+
+def test_an_ask_made_while_the_watch_reports_is_looked_after_unwoken(monkeypatch):
+    """The policy asks for a connection from inside the watch's report (an
+    IDLE after a GOAWAY, a queued RPC): the watch's wait that follows is a
+    timed one too."""
+    monkeypatch.setattr(subchannel, "ASKED_LOOK", 0.005)
+
+    async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
+        def policy(state: GC) -> None:
+            reports.append(state)
+            if state is GC.IDLE and GC.READY in reports:
+                transport.connect()
+
+        transport._on_state = policy
+        transport.connect()
+        await _turns()
+        for state in (GC.CONNECTING, GC.READY, GC.IDLE):
+            channel.set(state)
+            await _turns()
+        channel.set(GC.READY, wake=False)
+        for _ in range(200):  # 1 s at most
+            if reports[-1] is GC.READY:
+                break
+            await asyncio.sleep(0.005)
+        assert reports[-2:] == [GC.IDLE, GC.READY]
+
+    run_on_a_transport(monkeypatch, scenario)
