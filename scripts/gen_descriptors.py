@@ -19,6 +19,16 @@ whose distribution's metadata directory (its name carries the version) the
 header names and which must sit beside the packages.  Run this after
 changing ``ROOTS`` or upgrading xds-protos or protobuf
 (tests/unit/test_descriptors.py runs ``--check``).
+
+A file none of whose messages the roots reach through their fields (the
+option and annotation schemas: ``descriptor.proto``, ``validate``,
+``udpa``/``xds`` annotations; envoy's access log entries) is marked
+``"deferred"``: ``pyxds.xds.descriptors`` makes its classes only when one
+is asked for.  The roots are the messages of the ``ROOTS`` modules' files
+and of protobuf's and ``google.rpc``'s files but ``descriptor.proto`` (a
+well-known type can be packed in an ``Any``).  What the roots reach is
+closed under fields, so no eagerly made class ever has upb make a missing
+one on demand (upb names such a class after its caller's module).
 """
 
 from __future__ import annotations
@@ -30,6 +40,8 @@ import os
 import pathlib
 import re
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "pyxds" / "xds" / "descriptors.bin"
@@ -45,6 +57,8 @@ ROOTS = (
     "envoy.config.cluster.v3.cluster_pb2",
     "envoy.config.endpoint.v3.endpoint_pb2",
 )
+#: protobuf's file of option messages (no root: see the module docstring)
+DESCRIPTOR_PROTO = "google/protobuf/descriptor.proto"
 #: the packages whose distributions are checked at load: a file's root is
 #: the first of these its module is in (``google`` is a namespace package
 #: that several distributions fill: protobuf ships ``google.protobuf``;
@@ -115,6 +129,16 @@ def collect() -> tuple[dict, list[bytes]]:
 
     for name in ROOTS:
         visit(importlib.import_module(name).DESCRIPTOR)
+    reached = _reached(
+        importlib.import_module(entry["module"]).DESCRIPTOR
+        for entry in files
+        if entry["module"] in ROOTS
+        or (entry["name"].startswith("google/") and entry["name"] != DESCRIPTOR_PROTO)
+    )
+    for entry in files:
+        messages = importlib.import_module(entry["module"]).DESCRIPTOR.message_types_by_name
+        if messages and entry["name"] not in reached:
+            entry["deferred"] = True
     # each root's distribution's metadata directory, beside its packages: its
     # name carries the version, which the sizes alone could miss
     header = {
@@ -123,6 +147,23 @@ def collect() -> tuple[dict, list[bytes]]:
         "files": files,
     }
     return header, blobs
+
+
+def _reached(roots: Iterator[Any]) -> set[str]:
+    """The names of the files holding a message of ``roots`` (file
+    descriptors) or one their messages reach through their fields."""
+    stack = [m for fd in roots for m in fd.message_types_by_name.values()]
+    seen: set[str] = set()
+    files: set[str] = set()
+    while stack:
+        message = stack.pop()
+        if message.full_name in seen:
+            continue
+        seen.add(message.full_name)
+        files.add(message.file.name)
+        stack.extend(message.nested_types)
+        stack.extend(f.message_type for f in message.fields if f.message_type is not None)
+    return files
 
 
 def render(header: dict, blobs: list[bytes]) -> bytes:

@@ -239,3 +239,86 @@ def test_without_the_bundle_a_fresh_program_answers_the_same() -> None:
     assert on["got"] == off["got"]
     assert "error=None" in on["got"][0] and "error=None" not in on["got"][1]
     assert (on["loaded"], off["loaded"]) == (False, True)
+
+
+@needs_current_bundle
+def test_the_classes_made_at_load_reach_no_deferred_message_through_fields() -> None:
+    """upb makes a class a field needs on demand, named after its caller's
+    module: so no message of a file made at load may have a field of a
+    deferred file's message (the bundle's marks, checked with the
+    generator's own walk over the installed descriptors)."""
+    import importlib
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen", ROOT / "scripts" / "gen_descriptors.py")
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    header, _ = descriptors.read()
+    deferred = {e["name"] for e in header["files"] if e.get("deferred")}
+    assert {"google/protobuf/descriptor.proto", "validate/validate.proto"} <= deferred
+    eager = [
+        importlib.import_module(e["module"]).DESCRIPTOR
+        for e in header["files"]
+        if e["name"] not in deferred
+    ]
+    assert gen._reached(iter(eager)).isdisjoint(deferred)
+
+
+@needs_current_bundle
+def test_deferred_files_get_their_classes_only_when_a_stand_in_is_asked_for_one() -> None:
+    """Decoding a resource of each type makes no class of a deferred file
+    (the option and annotation schemas); asking a stand-in for one makes
+    every deferred file's, with the generated modules' names, and the
+    modules imported afterwards hand back those very classes."""
+    from pyxds.server import builders as b
+
+    resources = {
+        "LISTENER": b.listener("l"),
+        "ROUTE_CONFIG": b.route_config(
+            "r", [b.virtual_host("v", routes=[b.route("/", cluster="c")])]
+        ),
+        "CLUSTER": b.cluster("c"),
+        "ENDPOINTS": b.endpoints("c", [b.locality("r", "z", endpoints=["10.0.0.1:80"])]),
+    }
+    hexed = {kind: m.SerializeToString().hex() for kind, m in resources.items()}
+    out = _python(
+        f"""
+        import json, pickle
+        from pyxds.xds import descriptors, resources
+        errors = [
+            getattr(resources, kind).decode(bytes.fromhex(data)).error
+            for kind, data in {hexed!r}.items()
+        ]
+        names = descriptors._namespaces
+        unmade = sorted(n for n, ns in names.items() if "__deferred__" in ns)
+        before = "FieldRules" in names["validate.validate_pb2"]
+        rules = descriptors.module("validate.validate_pb2").FieldRules
+        entry = descriptors.module("envoy.data.accesslog.v3.accesslog_pb2").HTTPAccessLogEntry
+        left = [n for n, ns in names.items() if "__deferred__" in ns]
+        r = rules(string={{"min_len": 2}})
+        again = pickle.loads(pickle.dumps(r)) == r
+        from validate import validate_pb2
+        from google.protobuf import descriptor_pb2
+        same = validate_pb2.FieldRules is rules and (
+            descriptor_pb2.FileOptions is names["google.protobuf.descriptor_pb2"]["FileOptions"]
+        )
+        print(json.dumps({{"errors": [str(e) for e in errors if e], "unmade": unmade,
+                          "before": before, "left": left, "again": again, "same": same,
+                          "names": [rules.__module__, rules.__qualname__, entry.__module__]}}))
+        """
+    )
+    assert out["errors"] == []
+    assert {
+        "validate.validate_pb2",
+        "google.protobuf.descriptor_pb2",
+        "envoy.data.accesslog.v3.accesslog_pb2",
+    } <= set(out["unmade"])
+    assert out["before"] is False
+    assert out["left"] == []
+    assert out["again"] and out["same"]
+    assert out["names"] == [
+        "validate.validate_pb2",
+        "FieldRules",
+        "envoy.data.accesslog.v3.accesslog_pb2",
+    ]

@@ -11,6 +11,9 @@ import inspect
 import math
 import pickle
 import random
+import types
+import typing
+from typing import ClassVar, Generic  # noqa: F401  # named by string annotations below
 
 import pytest
 
@@ -595,3 +598,86 @@ def test_own_init_and_own_hash_are_kept_as_the_standard_decorator_keeps_them():
     )
     assert _message_of(lambda c: c(1, 2), ours) == (TypeError, "Pair() takes no arguments")
     assert _message_of(lambda c: c(1, 2), std) == (TypeError, "Pair() takes no arguments")
+
+
+_T = typing.TypeVar("_T")
+
+
+class _Slotted:
+    __slots__ = ("extra",)
+
+
+def _collected(cls: type) -> dict:
+    """What a dataclass decorator collected on ``cls``: every field's
+    settings and kind, the class-level defaults, slots, match args, params."""
+    fields = {}
+    for name, f in cls.__dataclass_fields__.items():
+        fields[name] = (
+            f.name,
+            f.type,
+            f.default,
+            f.default_factory,
+            f.init,
+            f.repr,
+            f.hash,
+            f.compare,
+            dict(f.metadata),
+            f.kw_only,
+            f in dataclasses.fields(cls),
+            getattr(cls, name, "absent")
+            if not isinstance(getattr(cls, name, None), _MEMBER)
+            else "slot",
+        )
+    params = cls.__dataclass_params__
+    return {
+        "fields": fields,
+        "slots": cls.__dict__.get("__slots__"),
+        "match_args": cls.__match_args__,
+        "params": {s: getattr(params, s) for s in dir(params) if not s.startswith("_")},
+        "names": (cls.__name__, cls.__qualname__, [b.__name__ for b in cls.__mro__]),
+    }
+
+
+_MEMBER = type(_Slotted.extra)
+
+
+def test_fields_are_collected_as_the_standard_decorator_collects_them():
+    """ClassVars (named bare or through ``typing.``, as strings or objects)
+    stay class attributes, not fields; ``field()`` defaults go onto the
+    class or off it; a Generic or slotted base's slots are not repeated."""
+
+    def body():
+        return {
+            "__annotations__": {
+                "a": "int",
+                "extra": "int",  # _Slotted's slot: not repeated in __slots__
+                "shared": "ClassVar[int]",
+                "also_shared": "typing.ClassVar[str]",
+                "object_shared": typing.ClassVar[int],
+                "b": "str",
+                "hidden": "object",
+                "items": "list",
+                "c": "Generic",  # a name that resolves, but to no marker
+            },
+            "shared": 3,
+            "also_shared": "s",
+            "object_shared": 4,
+            "b": "x",
+            "hidden": dataclasses.field(default=None, compare=False, repr=False),
+            "items": dataclasses.field(default_factory=list, metadata={"k": 1}),
+            "c": None,
+        }
+
+    for bases in ((), (Generic[_T],), (_Slotted,)):
+        for slots in (False, True):
+            for params in ({"frozen": True}, {"frozen": True, "order": True}, {"eq": False}):
+                made = []
+                for decorator in (dataclasses.dataclass, _values.dataclass):
+                    cls = types.new_class("Body", bases, exec_body=lambda ns: ns.update(body()))
+                    cls.__module__ = __name__
+                    cls.__qualname__ = "Outer.Body"
+                    made.append(decorator(slots=slots, **params)(cls))
+                std, ours = made
+                assert _made_here(ours.__repr__)  # the fast path was taken
+                assert _collected(ours) == _collected(std), (bases, slots, params)
+                assert ours.shared == 3 and ours.also_shared == "s" and ours.object_shared == 4

@@ -36,7 +36,16 @@ directory beside the packages: xds-protos, protobuf), and each module's
 source file of the size recorded then (another release, or another
 distribution's copy of a file, differs).  Otherwise, or if the pool
 refuses a file, every stand-in imports its module: slower, the same
-answers.  ``tests/unit/test_proto_loading.py`` holds the answers equal
+answers.
+
+The bundle's files whose messages nothing a decoder reads reaches through
+fields (marked ``deferred`` by the generator: the option and annotation
+schemas, envoy's access log entries; 84 of its 451 classes, ~1/5 of the
+classes' cost) get their enums and extensions at load but their classes
+only when a stand-in is first asked for one of them: then every deferred
+file's, so that what has been made stays closed under fields.  A program
+that had loaded ``symbol_database`` before gets them all at load, as
+before.  ``tests/unit/test_proto_loading.py`` holds the answers equal
 whether a program imports the modules before pyxds, after it, or never;
 ``tests/unit/test_descriptors.py`` the bundle and the fallback.
 """
@@ -58,6 +67,9 @@ _lock = threading.Lock()
 #: module name -> its names (a generated module's globals, or the module's
 #: ``__dict__``); None until loaded, {} when the bundle cannot be used
 _namespaces: dict[str, dict[str, Any]] | None = None
+#: in the names of a deferred file whose classes are not made yet: its file
+#: descriptor (see the module docstring; a stand-in never looks a dunder up)
+_DEFERRED = "__deferred__"
 
 
 class _Generated:
@@ -87,10 +99,22 @@ def _lookup(name: str, attr: str) -> Any:
     namespace = _loaded().get(name)
     if namespace is None:  # not in the bundle, or the bundle is not usable
         return getattr(importlib.import_module(name), attr)
+    if attr not in namespace and _DEFERRED in namespace:
+        _make_deferred()
     try:
         return namespace[attr]
     except KeyError:
         raise AttributeError(f"module {name!r} has no attribute {attr!r}") from None
+
+
+def _make_deferred() -> None:
+    """The classes of every deferred file, into its module's names."""
+    with _lock:
+        namespaces = _namespaces or {}
+        files = [(name, ns[_DEFERRED]) for name, ns in namespaces.items() if _DEFERRED in ns]
+        _make_classes(files, namespaces)
+        for name, _ in files:
+            del namespaces[name][_DEFERRED]
 
 
 def _loaded() -> dict[str, dict[str, Any]]:
@@ -105,8 +129,9 @@ def _loaded() -> dict[str, dict[str, Any]]:
 def read(path: str | None = None) -> tuple[dict[str, Any], list[bytes]]:
     """The bundle's header (``external``: modules imported first;
     ``gencode``: the generated code's protobuf version; ``files``: per file,
-    its proto ``name``, ``module``, ``size`` of the module's source and
-    ``length`` of its bytes) and each file's serialized descriptor."""
+    its proto ``name``, ``module``, ``size`` of the module's source,
+    ``length`` of its bytes and whether it is ``deferred``) and each file's
+    serialized descriptor."""
     import json
 
     path = PATH if path is None else path
@@ -187,32 +212,17 @@ def _load() -> dict[str, dict[str, Any]]:
         return {}
     if not _usable(header):
         return {}
-    from google.protobuf import message
     from google.protobuf.internal import enum_type_wrapper
 
-    # upb (checked above) and the metaclass protobuf's builder uses with it
-    # (no type stubs: imported by name)
+    # upb's pool (checked above; no type stubs: imported by name)
     pool = importlib.import_module("google._upb._message").default_pool
-    cpp_message = importlib.import_module("google.protobuf.pyext.cpp_message")
     try:
         files = [pool.AddSerializedFile(blob) for blob in blobs]
     except Exception:  # a different file of that name is in the pool
         return {}
-    # protobuf's builder (google/protobuf/internal/builder.py), minus its
-    # imports: the symbol database pulls in the pure-Python runtime
-    meta = cpp_message.GeneratedProtocolMessageType
-    made: list[Any] = []
-
-    def message_class(module_name: str, desc: Any, prefix: str) -> Any:
-        body = {
-            name: message_class(module_name, nested, prefix + desc.name + ".")
-            for name, nested in desc.nested_types_by_name.items()
-        }
-        body.update(DESCRIPTOR=desc, __module__=module_name, __qualname__=prefix + desc.name)
-        made.append(meta(desc.name, (message.Message,), body))
-        return made[-1]
-
     namespaces: dict[str, dict[str, Any]] = {}
+    symbols = sys.modules.get("google.protobuf.symbol_database")
+    eager: list[tuple[str, Any]] = []
     for entry, file in zip(header["files"], files, strict=True):
         name = entry["module"]
         imported = sys.modules.get(name)
@@ -230,12 +240,42 @@ def _load() -> dict[str, dict[str, Any]]:
             namespace[ext_name] = extension
         for service_name, service in file.services_by_name.items():
             namespace["_" + service_name.upper()] = service
+        namespaces[name] = namespace
+        if entry.get("deferred") and symbols is None:
+            namespace[_DEFERRED] = file
+        else:
+            eager.append((name, file))
+    _make_classes(eager, namespaces)
+    return namespaces
+
+
+def _make_classes(files: list[tuple[str, Any]], namespaces: dict[str, dict[str, Any]]) -> None:
+    """Each file's message classes (``files``: module name and file
+    descriptor) into its module's names, as protobuf's builder
+    (google/protobuf/internal/builder.py) makes them for the module, minus
+    its imports: the symbol database pulls in the pure-Python runtime.  The
+    classes go into the symbol database if the program has loaded it."""
+    from google.protobuf import message
+
+    # the metaclass protobuf's builder uses with upb (no type stubs: by name)
+    meta = importlib.import_module("google.protobuf.pyext.cpp_message").GeneratedProtocolMessageType
+    made: list[Any] = []
+
+    def message_class(module_name: str, desc: Any, prefix: str) -> Any:
+        body = {
+            name: message_class(module_name, nested, prefix + desc.name + ".")
+            for name, nested in desc.nested_types_by_name.items()
+        }
+        body.update(DESCRIPTOR=desc, __module__=module_name, __qualname__=prefix + desc.name)
+        made.append(meta(desc.name, (message.Message,), body))
+        return made[-1]
+
+    for name, file in files:
+        namespace = namespaces[name]
         for message_name, desc in file.message_types_by_name.items():
             namespace[message_name] = message_class(name, desc, "")
-        namespaces[name] = namespace
     symbols = sys.modules.get("google.protobuf.symbol_database")
     if symbols is not None:  # loaded by the program: as the modules would
         database = symbols.Default()
         for made_class in made:
             database.RegisterMessage(made_class)
-    return namespaces
