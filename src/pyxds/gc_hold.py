@@ -14,7 +14,7 @@ grow phase of ``bench/scale.py --shape eds``: 5 full collections, 3.1-3.6 s
 of the ~10 s window with the GIL held (the longest 1.5-2 s: an RPC waited
 that long), where C-core's channel makes no Python objects at all.
 
-So a serializer drain that has run ``BULK`` seconds holds the collector off
+So a serializer drain that has done ``BULK`` pieces of work holds the collector off
 (:class:`BulkHold`, :func:`hold`) until it ends (:func:`release`), and then
 moves what survived straight to the oldest generation (``gc.freeze()`` then
 ``gc.unfreeze()``: no traversal, and the moved objects are not counted as
@@ -35,10 +35,13 @@ Rules
    for a later collection (at most one full collection away).  Reference
    counting frees everything else as usual.
 4. A hold lasts one drain: a bulk job of a few seconds, never an idle wait.
-5. How long a drain has run is read between its callbacks, and where a
-   callback doing bulk work says so (:meth:`BulkHold.check`, e.g. after
-   each endpoint it connects): one ``time.perf_counter`` (~0.1 us) each.
-   Short drains (every RPC's exit from idle, a connectivity report) never
+5. A drain's work is counted, not timed: each callback is a piece, and so
+   is each endpoint a callback connects (:meth:`BulkHold.check`): an
+   integer added and compared.  On a loaded machine a drain of a few
+   callbacks can take milliseconds of wall time; counting keeps the hold to
+   real bulk work (an update connecting hundreds of endpoints, a flood of
+   hundreds of connectivity reports) whatever the load.  Short drains (an
+   RPC's exit from idle, a backoff ending, a connectivity report) never
    touch the collector.
 """
 
@@ -46,12 +49,12 @@ from __future__ import annotations
 
 import gc
 import threading
-import time
 
 __all__ = ["BULK", "BulkHold", "hold", "holding", "release"]
 
-#: Seconds a serializer drain runs before it holds the collector off.
-BULK = 0.02
+#: Pieces of work (callbacks, endpoints connected) a serializer drain does
+#: before it holds the collector off.
+BULK = 256
 
 _lock = threading.Lock()
 #: holds now (the collector is disabled by pyxds while there is one)
@@ -87,27 +90,25 @@ def release() -> None:
         gc.enable()
 
 
-_perf = time.perf_counter
-
-
 class BulkHold:
-    """One serializer's drains: the collector held off once a drain has run
-    ``BULK`` seconds, until it ends.  Used by one thread at a time (the one
-    draining)."""
+    """One serializer's drains: the collector held off once a drain has done
+    ``BULK`` pieces of work, until it ends.  Used by one thread at a time
+    (the one draining)."""
 
-    __slots__ = ("_began", "_held")
+    __slots__ = ("_pieces", "_held")
 
     def __init__(self) -> None:
-        self._began = 0.0
+        self._pieces = 0
         self._held = False
 
     def begin(self) -> None:
         """A drain starts."""
-        self._began = _perf()
+        self._pieces = 0
 
     def check(self) -> None:
-        """Between two pieces of the drain's work (rule 5)."""
-        if not self._held and _perf() - self._began >= BULK:
+        """One more piece of the drain's work done (rule 5)."""
+        self._pieces += 1
+        if self._pieces >= BULK and not self._held:
             self._held = hold()
 
     def end(self) -> None:

@@ -10,8 +10,8 @@ C-core's WorkSerializer: no dedicated thread, no lock held while user code
 runs.
 
 A drain is bulk work when it runs long (a 10,000-endpoint update, thousands
-of connectivity reports in a row): once it has run ``gc_hold.BULK`` seconds
-(read between callbacks, and where a callback calls
+of connectivity reports in a row): once it has done ``gc_hold.BULK`` pieces
+of work (callbacks, and what a callback counts with
 :meth:`WorkSerializer.bulk_progress`) it holds the cyclic garbage collector
 off until it ends (:mod:`pyxds.gc_hold`).
 """
@@ -58,9 +58,10 @@ class WorkSerializer:
         return self._drain_thread == threading.get_ident()
 
     def bulk_progress(self) -> None:
-        """Inside a callback doing bulk work (one of thousands of endpoints
-        connected): a drain that has run long holds the collector off
-        (:mod:`pyxds.gc_hold`).  Does nothing outside a drain of this serializer."""
+        """Inside a callback doing bulk work: one piece done (one of thousands
+        of endpoints connected); a drain that has done many holds the
+        collector off (:mod:`pyxds.gc_hold`).  Does nothing outside a drain
+        of this serializer."""
         if self._drain_thread == threading.get_ident():
             self._bulk.check()
 
