@@ -8,6 +8,12 @@ queues it for the thread currently draining; a callback that submits more
 work has it run after it returns, never re-entrantly.  This is the shape of
 C-core's WorkSerializer: no dedicated thread, no lock held while user code
 runs.
+
+A drain is bulk work when it runs long (a 10,000-endpoint update, thousands
+of connectivity reports in a row): once it has done ``gc_hold.BULK`` pieces
+of work (callbacks, and what a callback counts with
+:meth:`WorkSerializer.bulk_progress`) it holds the cyclic garbage collector
+off until it ends (:mod:`pyxds.gc_hold`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
+
+from pyxds.gc_hold import BulkHold
 
 _log = logging.getLogger(__name__)
 
@@ -29,6 +37,7 @@ class WorkSerializer:
         self._lock = threading.Lock()
         self._draining = False
         self._drain_thread: int | None = None
+        self._bulk = BulkHold()
 
     def run(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` serialized with every other callback."""
@@ -48,22 +57,35 @@ class WorkSerializer:
         """True when called from a callback currently running here."""
         return self._drain_thread == threading.get_ident()
 
+    def bulk_progress(self) -> None:
+        """Inside a callback doing bulk work: one piece done (one of thousands
+        of endpoints connected); a drain that has done many holds the
+        collector off (:mod:`pyxds.gc_hold`).  Does nothing outside a drain
+        of this serializer."""
+        if self._drain_thread == threading.get_ident():
+            self._bulk.check()
+
     def _drain(self) -> None:
         self._drain_thread = threading.get_ident()
+        bulk = self._bulk
+        bulk.begin()
         try:
             while True:
                 with self._lock:
                     if not self._queue:
                         self._draining = False
                         self._drain_thread = None
+                        bulk.end()
                         return
                     fn = self._queue.popleft()
                 try:
                     fn()
                 except Exception:  # a bug in one callback must not wedge the channel
                     _log.exception("pyxds: callback raised in work serializer")
+                bulk.check()
         except BaseException:
             with self._lock:
                 self._draining = False
                 self._drain_thread = None
+                bulk.end()
             raise

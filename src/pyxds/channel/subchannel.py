@@ -704,6 +704,9 @@ class SubchannelCore(Watched):
         transport.connect()
         if self.transport is transport and self.state is ConnectivityState.IDLE:
             self._set_state(ConnectivityState.CONNECTING, OK_STATUS)
+        # One endpoint of an update that may connect thousands: a long one
+        # holds the collector off (pyxds.gc_hold).
+        self._serializer.bulk_progress()
 
     def reset_backoff(self) -> None:
         self._backoff.reset()

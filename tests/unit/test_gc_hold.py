@@ -1,0 +1,167 @@
+"""The cyclic collector held off during a long serializer drain
+(pyxds.gc_hold, issue 18): a drain that has done ``BULK`` pieces of work (a
+10,000-endpoint update, a flood of reports) disables it until it ends, then
+moves the survivors to the oldest generation without a traversal; short
+drains never touch it, however long they take; a program that disabled or
+froze its collector is left alone."""
+
+from __future__ import annotations
+
+import gc
+import random
+import time
+import weakref
+from collections.abc import Iterator
+
+import pytest
+from test_channel_support import TransportFactory
+
+from pyxds import gc_hold
+from pyxds.channel.subchannel_pool import SubchannelPool
+from pyxds.serializer import WorkSerializer
+from pyxds.testing import FakeClock
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    """The collector as a program normally has it: enabled, nothing frozen;
+    put back as it was afterwards."""
+    was_enabled = gc.isenabled()
+    gc.enable()
+    assert gc.get_freeze_count() == 0
+    yield
+    assert gc_hold.holding() == 0
+    if not was_enabled:
+        gc.disable()
+
+
+def test_a_drain_of_bulk_callbacks_holds_the_collector_off_until_it_ends(
+    collector: None,
+) -> None:
+    serializer = WorkSerializer()
+    enabled: list[bool] = []
+
+    def first() -> None:
+        for _ in range(gc_hold.BULK + 10):  # queued: one drain runs them all
+            serializer.run(lambda: enabled.append(gc.isenabled()))
+
+    serializer.run(first)
+    assert enabled[: gc_hold.BULK - 1] == [True] * (gc_hold.BULK - 1)  # not before BULK
+    assert enabled[-10:] == [False] * 10  # held from the BULK-th piece on
+    assert gc.isenabled() and gc_hold.holding() == 0
+
+
+def test_short_drains_never_touch_the_collector_however_long_they_take(
+    collector: None,
+) -> None:
+    """A loaded machine stretches a drain of a few callbacks to milliseconds:
+    the hold counts work, not time."""
+    serializer = WorkSerializer()
+    seen: list[bool] = []
+
+    def slow() -> None:
+        time.sleep(0.03)
+        seen.append(gc.isenabled())
+
+    for _ in range(3):
+        serializer.run(slow)
+    for _ in range(gc_hold.BULK * 2):  # many drains, each of one callback
+        serializer.run(lambda: seen.append(gc.isenabled()))
+    assert all(seen) and gc_hold.holding() == 0
+
+
+def test_a_drain_ended_by_an_exception_lets_the_collector_go(collector: None) -> None:
+    serializer = WorkSerializer()
+
+    def long_then_interrupted() -> None:
+        for _ in range(gc_hold.BULK):
+            serializer.bulk_progress()
+        assert not gc.isenabled()
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        serializer.run(long_then_interrupted)
+    assert gc.isenabled() and gc_hold.holding() == 0
+
+
+def test_holds_nest_and_the_last_release_enables_the_collector(collector: None) -> None:
+    assert gc_hold.hold() is True
+    assert gc_hold.hold() is True
+    assert not gc.isenabled()
+    gc_hold.release()
+    assert not gc.isenabled()
+    gc_hold.release()
+    assert gc.isenabled()
+
+
+def test_a_program_that_disabled_the_collector_is_left_alone(collector: None) -> None:
+    gc.disable()
+    try:
+        assert gc_hold.hold() is False
+        assert not gc.isenabled() and gc_hold.holding() == 0
+    finally:
+        gc.enable()
+
+
+def test_a_program_that_froze_objects_is_left_alone(collector: None) -> None:
+    gc.freeze()
+    try:
+        assert gc.get_freeze_count() > 0
+        assert gc_hold.hold() is False
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.other: object = None
+
+
+def test_what_survives_a_hold_goes_to_the_oldest_generation_and_garbage_is_not_lost(
+    collector: None,
+) -> None:
+    gc.collect()
+    assert gc_hold.hold() is True
+    kept = _Node()
+    garbage = _Node()
+    garbage.other = _Node()
+    garbage.other.other = garbage  # a cycle nobody refers to
+    probe = weakref.ref(garbage)
+    del garbage
+    gc_hold.release()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert any(o is kept for o in gc.get_objects(generation=2))
+    assert probe() is not None  # not collected yet: no traversal on release
+    gc.collect()
+    assert probe() is None
+
+
+def test_an_update_connecting_many_endpoints_holds_the_collector_off(collector: None) -> None:
+    """One callback (an LB update) connecting endpoints: past BULK of them
+    the collector is off for the rest of the update, and back after it."""
+    serializer = WorkSerializer()
+    transports = TransportFactory()
+    pool = SubchannelPool(transports, serializer, FakeClock(), random.Random(1))
+    count = gc_hold.BULK + 10
+    subchannels = [pool.create(f"10.0.{i // 250}.{i % 250}:80", {}) for i in range(count)]
+    enabled: list[bool] = []
+
+    def update() -> None:
+        for subchannel in subchannels:
+            subchannel.connect()
+            enabled.append(gc.isenabled())
+
+    serializer.run(update)
+    assert len(transports.made) == count
+    assert enabled[:10] == [True] * 10
+    assert enabled[-10:] == [False] * 10
+    assert gc.isenabled() and gc_hold.holding() == 0
+
+
+def test_bulk_progress_outside_a_drain_does_nothing(collector: None) -> None:
+    serializer = WorkSerializer()
+    serializer.run(lambda: None)
+    for _ in range(gc_hold.BULK * 2):
+        serializer.bulk_progress()  # not draining: nothing to hold, nothing to release
+    assert gc.isenabled() and gc_hold.holding() == 0
