@@ -34,7 +34,11 @@ Rules
 3. Garbage cycles made meanwhile (by any thread) are not lost: they wait
    for a later collection (at most one full collection away).  Reference
    counting frees everything else as usual.
-4. A hold lasts one drain: a bulk job of a few seconds, never an idle wait.
+4. A hold lasts one drain: a bulk job of a few seconds, never an idle wait;
+   and at most ``LIMIT`` pieces of it.  A drain that never empties (work
+   submitted as fast as it runs, whatever the cause) lets the collector go
+   after that and does not hold it again before it ends: a garbage cycle
+   made meanwhile is never kept from the collector longer than one bulk job.
 5. A drain's work is counted, not timed: each callback is a piece, and so
    is each endpoint a callback connects (:meth:`BulkHold.check`): an
    integer added and compared.  On a loaded machine a drain of a few
@@ -50,11 +54,15 @@ from __future__ import annotations
 import gc
 import threading
 
-__all__ = ["BULK", "BulkHold", "hold", "holding", "release"]
+__all__ = ["BULK", "LIMIT", "BulkHold", "hold", "holding", "release"]
 
 #: Pieces of work (callbacks, endpoints connected) a serializer drain does
 #: before it holds the collector off.
 BULK = 256
+#: Pieces of work after which a drain lets the collector go for good (rule
+#: 4): well above a 10,000-endpoint update's (one piece an endpoint, plus
+#: its callbacks).
+LIMIT = 65_536
 
 _lock = threading.Lock()
 #: holds now (the collector is disabled by pyxds while there is one)
@@ -106,10 +114,16 @@ class BulkHold:
         self._pieces = 0
 
     def check(self) -> None:
-        """One more piece of the drain's work done (rule 5)."""
+        """One more piece of the drain's work done (rules 4 and 5)."""
         self._pieces += 1
-        if self._pieces >= BULK and not self._held:
-            self._held = hold()
+        if self._pieces < BULK:
+            return
+        if self._pieces < LIMIT:
+            if not self._held:
+                self._held = hold()
+        elif self._held:
+            self._held = False
+            release()
 
     def end(self) -> None:
         """The drain is over: its hold, if any, is released."""

@@ -51,6 +51,27 @@ def test_a_drain_of_bulk_callbacks_holds_the_collector_off_until_it_ends(
     assert gc.isenabled() and gc_hold.holding() == 0
 
 
+def test_a_drain_that_never_empties_lets_the_collector_go_after_limit_pieces(
+    collector: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rule 4: work submitted as fast as it runs keeps one drain going; the
+    hold ends after LIMIT pieces and is not taken again in that drain."""
+    monkeypatch.setattr(gc_hold, "LIMIT", gc_hold.BULK * 4)
+    serializer = WorkSerializer()
+    enabled: list[bool] = []
+
+    def again() -> None:
+        enabled.append(gc.isenabled())
+        if len(enabled) < gc_hold.LIMIT * 3:
+            serializer.run(again)  # one more piece, queued from inside
+
+    serializer.run(again)
+    assert enabled[gc_hold.BULK + 1] is False  # held once bulk
+    assert enabled[gc_hold.LIMIT - 1] is False
+    assert enabled[gc_hold.LIMIT :] == [True] * (len(enabled) - gc_hold.LIMIT)
+    assert gc.isenabled() and gc_hold.holding() == 0
+
+
 def test_short_drains_never_touch_the_collector_however_long_they_take(
     collector: None,
 ) -> None:
