@@ -220,3 +220,31 @@ def test_on_lost_is_called_once_when_the_channel_leaves_ready_and_never_after_cl
     assert moved.wait(5)
     assert not heard.wait(0.1)  # bounded: a report would come from that same loop turn
     assert lost == [side]
+
+
+def test_a_watched_channel_keeps_no_task_on_the_loop():
+    """The watch (``on_lost``) waits without an asyncio Task (issue 18:
+    ~0.5 KB each, one per WRR+OOB endpoint); closing the channel ends it
+    without a report."""
+    log: list[str] = []
+    channels: list[StatefulChannel] = []
+    lost: list[stream_loop.LoopChannel] = []
+
+    def make() -> StatefulChannel:
+        channels.append(StatefulChannel(log))
+        return channels[-1]
+
+    side = stream_loop.LoopChannel(make, lazy=True, on_lost=lost.append)
+    seen: list[int] = []
+    looked = threading.Event()
+
+    def count() -> None:
+        seen.append(len(asyncio.all_tasks(side.loop)))
+        looked.set()
+
+    side.post(count)
+    assert looked.wait(5)
+    assert seen == [0]  # made and watched: no task
+    assert channels[-1].changed is not None  # the wait is pending
+    side.close(wait=True)
+    assert channels[-1].changed is not None and lost == []
