@@ -34,9 +34,10 @@ tells apart, so such a twin gets a connection of its own.)
 Such a twin is lean (issue 18: memory per endpoint, ~73 -> ~65 KB against
 C-core's ~43 at 1000 WRR+OOB endpoints): a :class:`Twin` is cygrpc's C-core
 channel object without the ``grpc.aio.Channel`` around it (its lists and
-weak set), and :func:`read_unary_stream` reads its one streaming call the
-way grpc.aio's ``UnaryStreamCall`` does (start, reads, status, cancel), as
-the caller's one task, without the call object and its request task.  An
+weak set), and a :class:`UnaryStreamReader` reads its one streaming call
+the way grpc.aio's ``UnaryStreamCall`` does (start, reads, status, cancel),
+by callbacks on the loop, without the call object, its tasks and
+coroutines.  An
 unstarted call, made and dropped with the twin, sizes C-core's call arena:
 C-core makes a call's first arena block as big as the calls its channel
 already ended used (1.5 KB for a new channel, then a block per allocation
@@ -74,16 +75,17 @@ import grpc
 import grpc.aio
 
 from pyxds.channel.grpc_unary import checked, source_fingerprint
+from pyxds.xds.stepped import Stepped
 
 __all__ = [
     "ENABLED",
     "KEY",
     "VERIFIED",
     "Twin",
+    "UnaryStreamReader",
     "available",
     "fingerprint",
     "public_channel",
-    "read_unary_stream",
     "transport_options",
     "twin",
 ]
@@ -124,7 +126,7 @@ def _mirrored() -> list[Any]:
         aio._augment_channel_arguments,
         aio.insecure_channel,
         aio.secure_channel,
-        # what Twin and read_unary_stream do in place of grpc.aio's channel
+        # what Twin and UnaryStreamReader do in place of grpc.aio's channel
         # and UnaryStreamCall (the call, its start, reads, status, cancel,
         # and the channel's close)
         aio.Channel._close,
@@ -156,7 +158,7 @@ def _bind() -> None:
         getattr(_cygrpc, name)
 
 
-#: the cygrpc building blocks :func:`read_unary_stream` runs a call with
+#: the cygrpc building blocks :class:`UnaryStreamReader` runs a call with
 #: (grpc.aio's own, compiled: outside the fingerprint, bound here)
 _CYGRPC_NAMES = (
     "execute_batch",
@@ -250,7 +252,7 @@ class Twin:
     object (``cygrpc.AioChannel``) without the ``grpc.aio.Channel`` around
     it (issue 18: memory per endpoint; the wrapper's lists and weak set are
     ~1.2 KB, and it is only ever used for one stream at a time).  Its calls
-    are read by :func:`read_unary_stream`; :meth:`close` is
+    are read by :class:`UnaryStreamReader`; :meth:`close` is
     ``grpc.aio.Channel.close`` without a grace period (cancel the running
     calls, destroy the channel).  Used on the event loop it was made on."""
 
@@ -314,54 +316,119 @@ def cancel(call: Any) -> None:
 _LOCAL_CANCELLATION = "Locally cancelled by application!"
 
 
-async def read_unary_stream(
-    twin: Twin,
-    call: Any,
-    request: bytes,
-    on_message: Callable[[bytes], None],
-    on_end: Callable[[grpc.StatusCode, str], None],
-) -> None:
-    """Start ``call`` (a :meth:`Twin.call`) with ``request`` (serialized),
-    hand each response message to ``on_message`` (serialized), then the
-    call's status to ``on_end(code, details)``: what a ``grpc.aio``
-    ``UnaryStreamCall`` read with ``read()`` until EOF does, run as the
-    caller's one task, with no call object around the C-core one.  A
-    locally cancelled call (or this task cancelled) ends ``CANCELLED``, as
-    grpc.aio's raises ``CancelledError``; an error of ``on_message`` ends it
-    ``UNKNOWN`` (the call cancelled).
+class UnaryStreamReader:
+    """One :meth:`Twin.call` run as a unary-stream call and read to its end
+    by callbacks on its event loop: :meth:`start` sends ``request``
+    (serialized), each response message goes to ``on_message``
+    (serialized), then the call's status to ``on_end(code, details)``, once.
+    What a ``grpc.aio`` ``UnaryStreamCall`` read with ``read()`` until EOF
+    does, without the call object around the C-core one, and without a task
+    or a coroutine of its own: each batch is cygrpc's coroutine
+    (``execute_batch``, ``_receive_message``: grpc.aio's own), stepped from
+    its future (:class:`~pyxds.xds.stepped.Stepped`; a task and a coroutine
+    frame were ~0.7 KB per stream, issue 18: memory per endpoint).
 
-    The batches are grpc.aio's (cygrpc's ``execute_batch`` and
-    ``_receive_message``), but the status is asked for once the messages
-    ended, not from the start: a stream read to its end learns of every way
-    it ends from its pending message (C-core completes it without one when
-    the call ends: OK, an error, a cancel, a lost connection), so grpc.aio's
-    status task and its pending batch (``initiate_unary_stream``: a task, a
-    coroutine, a future and its callback, ~1.5 KB per stream) are not needed
-    (issue 18: memory per endpoint, one stream per WRR+OOB endpoint)."""
-    loop = asyncio.get_running_loop()
-    try:
+    * A locally cancelled call (:func:`cancel`, or the twin's close) ends
+      ``CANCELLED``, as grpc.aio's raises ``CancelledError``; an error of
+      ``on_message`` ends it ``UNKNOWN`` (the call cancelled).
+    * The status is asked for once the messages ended, not from the start:
+      a stream read to its end learns of every way it ends from its pending
+      message (C-core completes it empty: OK, an error, a cancel, a lost
+      connection), so grpc.aio's status task and its pending batch
+      (``initiate_unary_stream``: a task, a coroutine, a future and its
+      callback, ~1.5 KB per stream) are not needed.
+    * :meth:`done` and :meth:`ended` tell and await its end (as a Task's
+      ``done()`` and the task itself)."""
+
+    __slots__ = ("_twin", "_call", "_on_message", "_on_end", "_status", "_ended", "_done")
+
+    def __init__(
+        self,
+        twin: Twin,
+        call: Any,
+        on_message: Callable[[bytes], None],
+        on_end: Callable[[grpc.StatusCode, str], None],
+    ) -> None:
+        self._twin = twin
+        self._call = call
+        self._on_message = on_message
+        self._on_end = on_end
+        #: the receive-status operation, once asked for
+        self._status: Any = None
+        #: made when first asked for (:meth:`ended`)
+        self._ended: asyncio.Future[None] | None = None
+        self._done = False
+
+    def start(self, request: bytes) -> None:
+        """Send ``request`` (on the loop); the rest follows by callbacks."""
+        loop = asyncio.get_running_loop()
+        Stepped(_cygrpc.execute_batch(self._call, _start_ops(request), loop), self._started)
+
+    def _started(self, _result: object, error: BaseException | None) -> None:
+        if error is not None and not isinstance(error, _cygrpc.ExecuteBatchError):
+            self._fail(error)
+        else:  # sent (or failed: its status says how, after the messages)
+            self._receive()
+
+    def _receive(self) -> None:
+        loop = asyncio.get_running_loop()
+        Stepped(_cygrpc._receive_message(self._call, loop), self._received)
+
+    def _received(self, raw: bytes | None, error: BaseException | None) -> None:
+        if error is not None:
+            self._fail(error)
+            return
+        if raw is None:  # no more messages: the status
+            status = self._status = _cygrpc.ReceiveStatusOnClientOperation(0)
+            loop = asyncio.get_running_loop()
+            Stepped(_cygrpc.execute_batch(self._call, (status,), loop), self._got_status)
+            return
         try:
-            await _cygrpc.execute_batch(call, _start_ops(request), loop)
-        except _cygrpc.ExecuteBatchError:
-            pass  # the call failed: its status says how (below)
-        while (raw := await _cygrpc._receive_message(call, loop)) is not None:
-            on_message(raw)
-        status = _cygrpc.ReceiveStatusOnClientOperation(0)
-        await _cygrpc.execute_batch(call, (status,), loop)
-        if call.is_locally_cancelled():  # grpc.aio raises CancelledError
-            code, details = grpc.StatusCode.CANCELLED, ""
+            self._on_message(raw)
+        except Exception as err:
+            self._fail(err)
+            return
+        self._receive()
+
+    def _got_status(self, _result: object, error: BaseException | None) -> None:
+        if error is not None:
+            self._fail(error)
+        elif self._call.is_locally_cancelled():  # grpc.aio raises CancelledError
+            self._end(grpc.StatusCode.CANCELLED, "")
         else:
-            code = _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE[status.code()]
-            details = status.details()
-    except asyncio.CancelledError:
-        cancel(call)
-        code, details = grpc.StatusCode.CANCELLED, ""
-    except Exception as err:
-        cancel(call)
-        code, details = grpc.StatusCode.UNKNOWN, str(err)
-    finally:
-        twin.forget(call)
-    on_end(code, details)
+            status = self._status
+            self._end(_common.CYGRPC_STATUS_CODE_TO_STATUS_CODE[status.code()], status.details())
+
+    def _fail(self, error: BaseException) -> None:
+        cancel(self._call)
+        if isinstance(error, asyncio.CancelledError):
+            self._end(grpc.StatusCode.CANCELLED, "")
+        else:
+            self._end(grpc.StatusCode.UNKNOWN, str(error))
+
+    def _end(self, code: grpc.StatusCode, details: str) -> None:
+        self._done = True
+        self._status = None
+        self._twin.forget(self._call)
+        try:
+            self._on_end(code, details)
+        finally:
+            ended = self._ended
+            if ended is not None and not ended.done():
+                ended.set_result(None)
+
+    def done(self) -> bool:
+        """Whether the call ended (``on_end`` was called)."""
+        return self._done
+
+    def ended(self) -> asyncio.Future[None]:
+        """A future of the running loop, done once the call ended."""
+        ended = self._ended
+        if ended is None:
+            ended = self._ended = asyncio.get_running_loop().create_future()
+            if self._done:
+                ended.set_result(None)
+        return ended
 
 
 def _start_ops(request: bytes) -> tuple[Any, ...]:

@@ -425,10 +425,10 @@ class _Reader:
     it in a task, :meth:`cancel` (any thread) ends it.  One small object per
     call rather than closures and a dict (issue 18: memory per endpoint).
     Its channel is a side connection's (a ``LoopChannel``: a
-    :class:`~pyxds.channel.grpc_aio_twin.Twin`, read by
-    :func:`~pyxds.channel.grpc_aio_twin.read_unary_stream` as the task
-    itself, or a grpc.aio channel made the public way) or an AioTransport's
-    (``source()``, its tasks made by ``spawn``)."""
+    :class:`~pyxds.channel.grpc_aio_twin.Twin`, read by a
+    :class:`~pyxds.channel.grpc_aio_twin.UnaryStreamReader` without a task,
+    or a grpc.aio channel made the public way, read in a task) or an
+    AioTransport's (``source()``, its tasks made by ``spawn``)."""
 
     __slots__ = (
         "_loop",
@@ -439,6 +439,7 @@ class _Reader:
         "_on_end",
         "_cancelled",
         "_call",
+        "_parse",
     )
 
     def __init__(
@@ -460,6 +461,8 @@ class _Reader:
         #: the running call (on the loop), once it started: a Twin's C-core
         #: call or a grpc.aio call
         self._call: Any = None
+        #: a Twin's call's messages parse with it (``request.parse``)
+        self._parse: Callable[[bytes], Any] | None = None
 
     def _channel(self) -> Any:
         source = self._source
@@ -488,16 +491,18 @@ class _Reader:
         except Exception as err:  # closed under us
             self._ended(grpc.StatusCode.UNKNOWN, str(err))
             return
-        parse, on_message = request.parse, self._on_message
+        self._parse = request.parse
+        reader = grpc_aio_twin.UnaryStreamReader(channel, call, self._raw, self._ended)
+        source = self._source
+        if isinstance(source, stream_loop.LoopChannel):
+            source.track(reader)  # its close lets the reader end first
+        reader.start(request.message.SerializeToString())
 
-        def on_raw(raw: bytes) -> None:
-            on_message(parse(raw))
-
-        self._run(
-            grpc_aio_twin.read_unary_stream(
-                channel, call, request.message.SerializeToString(), on_raw, self._ended
-            )
-        )
+    def _raw(self, raw: bytes) -> None:
+        """A Twin's call's message, as bytes."""
+        parse = self._parse
+        assert parse is not None
+        self._on_message(parse(raw))
 
     def _ended(self, code: grpc.StatusCode, details: str) -> None:
         self._call = None

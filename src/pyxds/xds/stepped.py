@@ -47,9 +47,11 @@ class Stepped:
         #: the future the coroutine waits for
         self._awaited: asyncio.Future[Any] | None = None
         self._then: Then | None = then
-        self._step(None)
+        self(None)
 
-    def _step(self, _future: object) -> None:
+    def __call__(self, _future: object) -> None:
+        """The next step (the awaited future's done callback: this object
+        itself rather than a bound method of it, ~64 bytes less each)."""
         coro = self._coro
         if coro is None:
             return
@@ -73,9 +75,9 @@ class Stepped:
         if getattr(awaited, "_asyncio_future_blocking", False):
             awaited._asyncio_future_blocking = False
             self._awaited = awaited
-            awaited.add_done_callback(self._step)
+            awaited.add_done_callback(self)
         elif awaited is None:  # a bare yield: step again next
-            asyncio.get_running_loop().call_soon(self._step, None)
+            asyncio.get_running_loop().call_soon(self, None)
         else:
             coro.close()
             self._end(None, RuntimeError(f"pyxds: a stepped coroutine awaited {awaited!r}"))
@@ -97,7 +99,7 @@ class Stepped:
         self._then = None
         awaited, self._awaited = self._awaited, None
         if awaited is not None:
-            awaited.remove_done_callback(self._step)
+            awaited.remove_done_callback(self)
             awaited.cancel()
         if coro is not None:
             coro.close()

@@ -38,7 +38,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 import grpc.aio
@@ -46,7 +46,16 @@ import grpc.aio
 from pyxds.xds.completion_reader import CompletionReader
 from pyxds.xds.stepped import Stepped
 
-__all__ = ["CLOSE_WAIT", "LINGER", "LoopChannel", "acquire", "in_loop", "post", "release"]
+__all__ = [
+    "CLOSE_WAIT",
+    "LINGER",
+    "LoopChannel",
+    "Reader",
+    "acquire",
+    "in_loop",
+    "post",
+    "release",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -170,6 +179,16 @@ def post(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> bool:
         return False
 
 
+class Reader(Protocol):
+    """What reads a call of a :class:`LoopChannel` without a task
+    (:meth:`LoopChannel.track`): whether it ended, and a future of the loop
+    done when it has."""
+
+    def done(self) -> bool: ...
+
+    def ended(self) -> asyncio.Future[None]: ...
+
+
 class LoopChannel:
     """A ``grpc.aio`` channel that lives on the stream loop: ``make()`` runs
     there (``on_made(channel)`` after it), and :meth:`close` closes it there,
@@ -230,9 +249,9 @@ class LoopChannel:
         #: set once closed (:attr:`close_done`); made when first asked for:
         #: an Event is ~1 KB, and an ORCA side connection per endpoint has one
         self._done: threading.Event | None = None
-        #: tasks reading this channel's calls (:meth:`spawn`): close() lets
-        #: them end before it closes the channel
-        self._tasks: list[asyncio.Task[None]] = []
+        #: tasks reading this channel's calls (:meth:`spawn`, :meth:`track`):
+        #: close() lets them end before it closes the channel
+        self._tasks: list[asyncio.Task[None] | Reader] = []
         self._make: Callable[[], Any] | None = make
         self._on_made = on_made
         #: a lazy channel not made yet: the first post (or close) takes that
@@ -317,11 +336,17 @@ class LoopChannel:
         closes the channel: ``grpc.aio`` keeps the connection of a channel
         closed under a call whose reader still awaits (the server sees a live
         client, and C-core logs its GOAWAY when that server stops)."""
+        self.track(self.loop.create_task(reader))
+
+    def track(self, reader: asyncio.Task[None] | Reader) -> None:
+        """Let :meth:`close` wait for ``reader`` (reading one of this
+        channel's calls, without a task of :meth:`spawn`) as for a task of
+        :meth:`spawn`; call on the loop."""
         # the ended readers are dropped here, not by a done callback each
         # (its bound method and context copy lived as long as the stream:
         # ~140 bytes per ORCA side connection, issue 18)
         tasks = [task for task in self._tasks if not task.done()]
-        tasks.append(self.loop.create_task(reader))
+        tasks.append(reader)
         self._tasks = tasks
 
     def close(self, before: Callable[[], None] | None = None, wait: bool = True) -> None:
@@ -380,7 +405,11 @@ class LoopChannel:
             release()
 
     async def _close_after_readers(self, channel: Any) -> None:
-        running = [task for task in self._tasks if not task.done()]
+        running = [
+            task if isinstance(task, asyncio.Future) else task.ended()
+            for task in self._tasks
+            if not task.done()
+        ]
         self._tasks = []
         if running:
             await asyncio.wait(running, timeout=CLOSE_WAIT)
