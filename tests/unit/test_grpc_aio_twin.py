@@ -53,9 +53,15 @@ def make_twin(options) -> tuple[str, grpc.StatusCode]:
             if isinstance(channel, grpc_aio_twin.Twin):
                 call = channel.call(b"/s/m")
                 ended: list[tuple[grpc.StatusCode, str]] = []
-                reader = grpc_aio_twin.UnaryStreamReader(
-                    channel, call, messages.append, lambda *end: ended.append(end)
-                )
+
+                class Sink:
+                    message = staticmethod(messages.append)
+
+                    @staticmethod
+                    def end(code: grpc.StatusCode, details: str) -> None:
+                        ended.append((code, details))
+
+                reader = grpc_aio_twin.UnaryStreamReader(channel, call, Sink())
                 reader.start(b"")
                 await reader.ended()
                 return type(channel).__name__, ended[0][0]

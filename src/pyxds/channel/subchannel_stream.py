@@ -489,22 +489,23 @@ class _Reader:
         try:
             call = self._call = channel.call(request.method.encode())
         except Exception as err:  # closed under us
-            self._ended(grpc.StatusCode.UNKNOWN, str(err))
+            self.end(grpc.StatusCode.UNKNOWN, str(err))
             return
         self._parse = request.parse
-        reader = grpc_aio_twin.UnaryStreamReader(channel, call, self._raw, self._ended)
+        reader = grpc_aio_twin.UnaryStreamReader(channel, call, self)
         source = self._source
         if isinstance(source, stream_loop.LoopChannel):
             source.track(reader)  # its close lets the reader end first
         reader.start(request.message.SerializeToString())
 
-    def _raw(self, raw: bytes) -> None:
-        """A Twin's call's message, as bytes."""
+    def message(self, raw: bytes) -> None:
+        """A Twin's call's message, as bytes (``grpc_aio_twin.Sink``)."""
         parse = self._parse
         assert parse is not None
         self._on_message(parse(raw))
 
-    def _ended(self, code: grpc.StatusCode, details: str) -> None:
+    def end(self, code: grpc.StatusCode, details: str) -> None:
+        """The call ended (``grpc_aio_twin.Sink``)."""
         self._call = None
         self._on_end(code, details)
 
