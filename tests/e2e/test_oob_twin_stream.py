@@ -1,6 +1,6 @@
 """The lean reader of a sync subchannel's out-of-band ORCA stream
 (pyxds/channel/grpc_aio_twin.py: :class:`Twin` and
-:func:`read_unary_stream`, in place of ``grpc.aio.Channel`` and its
+:class:`UnaryStreamReader`, in place of ``grpc.aio.Channel`` and its
 ``UnaryStreamCall``), on real grpcio servers on loopback.
 
 Differential against grpc.aio's own reader on the same server: the same
@@ -96,14 +96,29 @@ def make_twin(address: str) -> grpc_aio_twin.Twin:
     return twin
 
 
-async def read(twin, call, request: bytes, on_message) -> tuple[grpc.StatusCode, str]:
-    """read_unary_stream to its end; how it ended."""
-    ended: list[tuple[grpc.StatusCode, str]] = []
-    await grpc_aio_twin.read_unary_stream(
-        twin, call, request, on_message, lambda *end: ended.append(end)
-    )
-    assert len(ended) == 1
-    return ended[0]
+class Sink:
+    """What a UnaryStreamReader read: its messages and ends."""
+
+    def __init__(self, messages: list[bytes]) -> None:
+        self.messages = messages
+        self.ends: list[tuple[grpc.StatusCode, str]] = []
+
+    def message(self, raw: bytes) -> None:
+        self.messages.append(raw)
+
+    def end(self, code: grpc.StatusCode, details: str) -> None:
+        self.ends.append((code, details))
+
+
+async def read(twin, call, request: bytes, messages: list[bytes]) -> tuple[grpc.StatusCode, str]:
+    """A UnaryStreamReader to its end (its messages into ``messages``);
+    how it ended."""
+    sink = Sink(messages)
+    reader = grpc_aio_twin.UnaryStreamReader(twin, call, sink)
+    reader.start(request)
+    await reader.ended()
+    assert len(sink.ends) == 1
+    return sink.ends[0]
 
 
 async def read_lean(address: str, method: str, request: bytes):
@@ -111,7 +126,7 @@ async def read_lean(address: str, method: str, request: bytes):
     messages: list[bytes] = []
     try:
         call = twin.call(method.encode())
-        code, details = await read(twin, call, request, messages.append)
+        code, details = await read(twin, call, request, messages)
     finally:
         await twin.close()
     return messages, code, details
@@ -167,7 +182,7 @@ def test_a_cancel_or_the_twins_close_ends_the_stream_cancelled(server, how):
         twin = make_twin(address)
         messages: list[bytes] = []
         call = twin.call(f"/{SERVICE}/Hold".encode())
-        reader = asyncio.ensure_future(read(twin, call, b"", messages.append))
+        reader = asyncio.ensure_future(read(twin, call, b"", messages))
         for _ in range(500):  # bounded: 5 s
             if messages:
                 break
@@ -187,6 +202,38 @@ def test_a_cancel_or_the_twins_close_ends_the_stream_cancelled(server, how):
     assert streams.ended.wait(5)  # the server saw the call end
 
 
+def test_the_lean_reader_reads_without_a_task(server):
+    """No task while a UnaryStreamReader waits for messages (grpc.aio's
+    status task and the reader's own were ~2 KB per ORCA stream, issue 18);
+    a cancel still ends the call for both sides, and ``ended()`` with it."""
+    streams, address = server
+
+    async def main():
+        twin = make_twin(address)
+        messages: list[bytes] = []
+        sink = Sink(messages)
+        call = twin.call(f"/{SERVICE}/Hold".encode())
+        before = len(asyncio.all_tasks())
+        reader = grpc_aio_twin.UnaryStreamReader(twin, call, sink)
+        reader.start(b"")
+        for _ in range(500):  # bounded: 5 s
+            if messages:
+                break
+            await asyncio.sleep(0.01)
+        tasks = len(asyncio.all_tasks()) - before
+        assert not reader.done()
+        grpc_aio_twin.cancel(call)
+        await asyncio.wait_for(reader.ended(), 5)
+        await twin.close()
+        return messages, tasks, sink.ends
+
+    messages, tasks, ends = asyncio.run(main())
+    assert messages == [b"first"]
+    assert tasks == 0
+    assert ends == [(grpc.StatusCode.CANCELLED, "")]
+    assert streams.ended.wait(5)
+
+
 def test_the_call_sizing_a_twins_arena_reaches_no_server(server):
     streams, address = server
 
@@ -195,7 +242,7 @@ def test_the_call_sizing_a_twins_arena_reaches_no_server(server):
         try:
             call = twin.call(f"/{SERVICE}/Stream".encode())
             messages: list[bytes] = []
-            code, _ = await read(twin, call, b"ok1", messages.append)
+            code, _ = await read(twin, call, b"ok1", messages)
             return messages, code
         finally:
             await twin.close()

@@ -53,9 +53,17 @@ def make_twin(options) -> tuple[str, grpc.StatusCode]:
             if isinstance(channel, grpc_aio_twin.Twin):
                 call = channel.call(b"/s/m")
                 ended: list[tuple[grpc.StatusCode, str]] = []
-                await grpc_aio_twin.read_unary_stream(
-                    channel, call, b"", messages.append, lambda *end: ended.append(end)
-                )
+
+                class Sink:
+                    message = staticmethod(messages.append)
+
+                    @staticmethod
+                    def end(code: grpc.StatusCode, details: str) -> None:
+                        ended.append((code, details))
+
+                reader = grpc_aio_twin.UnaryStreamReader(channel, call, Sink())
+                reader.start(b"")
+                await reader.ended()
                 return type(channel).__name__, ended[0][0]
             call = channel.unary_stream("/s/m")(b"", wait_for_ready=False)
             with pytest.raises(grpc.aio.AioRpcError) as err:

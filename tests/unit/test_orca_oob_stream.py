@@ -104,7 +104,9 @@ class Calls:
         self.sides: list[FakeSide] = []
         self.log: list = []
 
-    def __call__(self, on, request, on_report, on_end):
+    def __call__(self, on, request, on_report, on_end=None):
+        if on_end is None:  # _run_on_side's sink (_run_sync: its two methods)
+            on_report, on_end = on_report.message, on_report.end
         call = {
             "period": (
                 request.message.report_interval.ToNanoseconds() / 1e9
@@ -390,7 +392,7 @@ def test_a_lost_side_connection_waits_for_the_subchannel_when_not_reconnected(si
 def test_an_asyncio_subchannel_runs_its_call_on_its_own_loop_without_a_side(monkeypatch):
     started: list = []
 
-    def run_aio(loop, channel, spawn, request, on_report, on_end):
+    def run_aio(loop, channel, spawn, request, sink):
         started.append((loop, channel()))
         return lambda: None
 

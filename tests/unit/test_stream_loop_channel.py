@@ -67,6 +67,48 @@ def test_close_without_waiting_ends_readers_then_the_channel_then_sets_close_don
     assert stream_loop._users == users - 1
 
 
+class TrackedReader:
+    """A reader without a task (``LoopChannel.track``): ends a little after
+    its call is cancelled (``before``), as a UnaryStreamReader does."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self._ended: asyncio.Future[None] | None = None
+
+    def done(self) -> bool:
+        return self._ended is not None and self._ended.done()
+
+    def ended(self) -> asyncio.Future[None]:
+        if self._ended is None:
+            self._ended = asyncio.get_running_loop().create_future()
+        return self._ended
+
+    def cancel(self) -> None:  # on the loop
+        ended = self.ended()
+
+        def end() -> None:
+            self.log.append("reader ended")
+            ended.set_result(None)
+
+        asyncio.get_running_loop().call_later(0.1, end)  # after the channel would have closed
+
+
+def test_close_waits_for_a_tracked_reader_then_closes_the_channel():
+    log: list[str] = []
+    side = _made(log)
+    reader = TrackedReader(log)
+    tracked = threading.Event()
+
+    def track() -> None:
+        side.track(reader)
+        tracked.set()
+
+    side.post(track)
+    assert tracked.wait(5)
+    side.close(before=reader.cancel)
+    assert log == ["reader ended", "channel closed"]
+
+
 def test_close_waiting_returns_once_closed_and_releases_once():
     log: list[str] = []
     side = _made(log)
@@ -220,3 +262,31 @@ def test_on_lost_is_called_once_when_the_channel_leaves_ready_and_never_after_cl
     assert moved.wait(5)
     assert not heard.wait(0.1)  # bounded: a report would come from that same loop turn
     assert lost == [side]
+
+
+def test_a_watched_channel_keeps_no_task_on_the_loop():
+    """The watch (``on_lost``) waits without an asyncio Task (issue 18:
+    ~0.5 KB each, one per WRR+OOB endpoint); closing the channel ends it
+    without a report."""
+    log: list[str] = []
+    channels: list[StatefulChannel] = []
+    lost: list[stream_loop.LoopChannel] = []
+
+    def make() -> StatefulChannel:
+        channels.append(StatefulChannel(log))
+        return channels[-1]
+
+    side = stream_loop.LoopChannel(make, lazy=True, on_lost=lost.append)
+    seen: list[int] = []
+    looked = threading.Event()
+
+    def count() -> None:
+        seen.append(len(asyncio.all_tasks(side.loop)))
+        looked.set()
+
+    side.post(count)
+    assert looked.wait(5)
+    assert seen == [0]  # made and watched: no task
+    assert channels[-1].changed is not None  # the wait is pending
+    side.close(wait=True)
+    assert channels[-1].changed is not None and lost == []

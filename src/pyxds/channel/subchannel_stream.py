@@ -254,22 +254,21 @@ class StreamClient:
         self._on_call_start()
         request = Request(self.METHOD, self._request(), self.parse)
         sink = _Sink(self, generation)
-        on_message, on_end = sink.message, sink.end
 
         if getattr(transport, "runs_on_event_loop", False):  # an AioTransport
             loop: asyncio.AbstractEventLoop = getattr(transport, "_loop")  # noqa: B009
             self._cancel_call = _run_aio(
-                loop, lambda: transport.channel, loop.create_task, request, on_message, on_end
+                loop, lambda: transport.channel, loop.create_task, request, sink
             )
             return
         twin = getattr(transport, "aio_twin", None)
         make = twin() if twin is not None else None
         if make is None:
-            self._cancel_call = _run_sync(channel, request, on_message, on_end)
+            self._cancel_call = _run_sync(channel, request, sink.message, sink.end)
             return
         if self.side is None or self.side.closed:
             self.side = _open_side(make, self._side_lost_on_loop)
-        self._cancel_call = _run_on_side(self.side, request, on_message, on_end)
+        self._cancel_call = _run_on_side(self.side, request, sink)
 
     def _side_lost_on_loop(self, side: stream_loop.LoopChannel) -> None:
         """The side connection's channel left READY (on the stream loop)."""
@@ -395,11 +394,11 @@ def _open_side(
 
 
 def _run_on_side(
-    side: stream_loop.LoopChannel, request: Request, on_message: OnMessage, on_end: Ended
+    side: stream_loop.LoopChannel, request: Request, sink: _Sink
 ) -> Callable[[], None]:
-    """Run the call on ``side`` (a reader task on the stream loop, which
+    """Run the call on ``side`` (a reader on the stream loop, which
     ``side.close()`` lets end first); returns its cancel."""
-    reader = _Reader(side.loop, side, None, request, on_message, on_end)
+    reader = _Reader(side.loop, side, None, request, sink)
     side.post(reader.start)
     return reader.cancel
 
@@ -409,12 +408,11 @@ def _run_aio(
     channel: Callable[[], Any],
     spawn: Callable[[Coroutine[Any, Any, None]], object],
     request: Request,
-    on_message: OnMessage,
-    on_end: Ended,
+    sink: _Sink,
 ) -> Callable[[], None]:
     """Run the call on ``channel()`` (a grpc.aio channel of ``loop``) in a
     task ``spawn`` starts on ``loop``; returns its cancel (any thread)."""
-    reader = _Reader(loop, channel, spawn, request, on_message, on_end)
+    reader = _Reader(loop, channel, spawn, request, sink)
     if not loop.is_closed():
         loop.call_soon_threadsafe(reader.start)
     return reader.cancel
@@ -425,20 +423,20 @@ class _Reader:
     it in a task, :meth:`cancel` (any thread) ends it.  One small object per
     call rather than closures and a dict (issue 18: memory per endpoint).
     Its channel is a side connection's (a ``LoopChannel``: a
-    :class:`~pyxds.channel.grpc_aio_twin.Twin`, read by
-    :func:`~pyxds.channel.grpc_aio_twin.read_unary_stream` as the task
-    itself, or a grpc.aio channel made the public way) or an AioTransport's
-    (``source()``, its tasks made by ``spawn``)."""
+    :class:`~pyxds.channel.grpc_aio_twin.Twin`, read by a
+    :class:`~pyxds.channel.grpc_aio_twin.UnaryStreamReader` without a task,
+    or a grpc.aio channel made the public way, read in a task) or an
+    AioTransport's (``source()``, its tasks made by ``spawn``)."""
 
     __slots__ = (
         "_loop",
         "_source",
         "_spawn",
         "_request",
-        "_on_message",
-        "_on_end",
+        "_sink",
         "_cancelled",
         "_call",
+        "_parse",
     )
 
     def __init__(
@@ -447,19 +445,20 @@ class _Reader:
         source: stream_loop.LoopChannel | Callable[[], Any],
         spawn: Callable[[Coroutine[Any, Any, None]], object] | None,
         request: Request,
-        on_message: OnMessage,
-        on_end: Ended,
+        sink: _Sink,
     ) -> None:
         self._loop = loop
         self._source = source
         self._spawn = spawn
         self._request: Request | None = request
-        self._on_message = on_message
-        self._on_end = on_end
+        #: where its messages and end go (one object, not two bound methods)
+        self._sink = sink
         self._cancelled = False
         #: the running call (on the loop), once it started: a Twin's C-core
         #: call or a grpc.aio call
         self._call: Any = None
+        #: a Twin's call's messages parse with it (``request.parse``)
+        self._parse: Callable[[bytes], Any] | None = None
 
     def _channel(self) -> Any:
         source = self._source
@@ -486,22 +485,25 @@ class _Reader:
         try:
             call = self._call = channel.call(request.method.encode())
         except Exception as err:  # closed under us
-            self._ended(grpc.StatusCode.UNKNOWN, str(err))
+            self.end(grpc.StatusCode.UNKNOWN, str(err))
             return
-        parse, on_message = request.parse, self._on_message
+        self._parse = request.parse
+        reader = grpc_aio_twin.UnaryStreamReader(channel, call, self)
+        source = self._source
+        if isinstance(source, stream_loop.LoopChannel):
+            source.track(reader)  # its close lets the reader end first
+        reader.start(request.message.SerializeToString())
 
-        def on_raw(raw: bytes) -> None:
-            on_message(parse(raw))
+    def message(self, raw: bytes) -> None:
+        """A Twin's call's message, as bytes (``grpc_aio_twin.Sink``)."""
+        parse = self._parse
+        assert parse is not None
+        self._sink.message(parse(raw))
 
-        self._run(
-            grpc_aio_twin.read_unary_stream(
-                channel, call, request.message.SerializeToString(), on_raw, self._ended
-            )
-        )
-
-    def _ended(self, code: grpc.StatusCode, details: str) -> None:
+    def end(self, code: grpc.StatusCode, details: str) -> None:
+        """The call ended (``grpc_aio_twin.Sink``)."""
         self._call = None
-        self._on_end(code, details)
+        self._sink.end(code, details)
 
     def cancel(self) -> None:
         self._cancelled = True
@@ -549,7 +551,7 @@ class _Reader:
                 except Exception:
                     call.cancel()
                     raise
-                self._on_message(message)
+                self._sink.message(message)
         except asyncio.CancelledError:
             code = grpc.StatusCode.CANCELLED
         except grpc.RpcError as err:
@@ -557,4 +559,4 @@ class _Reader:
         except Exception as err:
             code, details = grpc.StatusCode.UNKNOWN, str(err)
         self._call = None
-        self._on_end(code, details)
+        self._sink.end(code, details)
