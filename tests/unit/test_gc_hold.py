@@ -8,12 +8,7 @@ froze its collector is left alone."""
 from __future__ import annotations
 
 import gc
-import json
-import os
-import pathlib
 import random
-import subprocess
-import sys
 import textwrap
 import time
 import weakref
@@ -21,13 +16,12 @@ from collections.abc import Iterator
 
 import pytest
 from test_channel_support import TransportFactory
+from test_lb_registry_loading import fresh
 
 from pyxds import gc_hold
 from pyxds.channel.subchannel_pool import SubchannelPool
 from pyxds.serializer import WorkSerializer
 from pyxds.testing import FakeClock
-
-SRC = str(pathlib.Path(__file__).resolve().parents[2] / "src")
 
 
 @pytest.fixture
@@ -244,13 +238,5 @@ def test_the_first_xds_resolver_loads_the_xds_stack_with_the_collector_held() ->
     """Rule 6: loading the resolver, the resource decoders, the descriptor
     bundle and the LB tree (a fresh interpreter's first ``xds:`` channel)
     makes no collection (it made ~20), and leaves the collector on."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _FIRST_LOAD],
-        env={**os.environ, "PYTHONPATH": SRC},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    steps = json.loads(proc.stdout.strip().splitlines()[-1])
+    steps = fresh(_FIRST_LOAD)
     assert steps == {"resolver": [0, True], "policies": [0, True], "after": [True, 0]}
