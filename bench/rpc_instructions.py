@@ -110,13 +110,10 @@ def control(args: list[str]) -> None:
     subprocess.run(["callgrind_control", *args], check=True, capture_output=True)
 
 
-def instructions(kind: str, target: str, bootstrap: dict, count: int) -> tuple[float, float]:
-    """Instructions per RPC of one client: (every thread, the calling thread)."""
-    env = dict(os.environ)
-    env.pop("GRPC_XDS_BOOTSTRAP", None)
-    if kind.startswith("core"):
-        env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
-    env["PYTHONMALLOC"] = "malloc"
+def counted(label: str, args: list[str], env: dict[str, str]) -> tuple[int, int]:
+    """Instructions of ``python args...`` under callgrind between the
+    ``READY`` and ``DONE`` lines it prints (after each it waits for a line
+    on stdin): (every thread, the calling thread)."""
     folder = tempfile.mkdtemp(prefix="pyxds-cg-")
     out_file = os.path.join(folder, "cg.out")
     client = subprocess.Popen(
@@ -128,12 +125,7 @@ def instructions(kind: str, target: str, bootstrap: dict, count: int) -> tuple[f
             "--compress-strings=no",
             "--separate-threads=yes",
             sys.executable,
-            "-c",
-            _CLIENT,
-            kind,
-            target,
-            str(count),
-            json.dumps(bootstrap),
+            *args,
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -144,12 +136,12 @@ def instructions(kind: str, target: str, bootstrap: dict, count: int) -> tuple[f
     assert client.stdin is not None and client.stdout is not None
     try:
         if client.stdout.readline().strip() != "READY":
-            raise RuntimeError(f"{kind}: client did not start: {_tail(folder)}")
+            raise RuntimeError(f"{label}: client did not start: {_tail(folder)}")
         control(["-z", str(client.pid)])
         client.stdin.write("go\n")
         client.stdin.flush()
         if client.stdout.readline().strip() != "DONE":
-            raise RuntimeError(f"{kind}: client failed: {_tail(folder)}")
+            raise RuntimeError(f"{label}: client failed: {_tail(folder)}")
         control(["-d", str(client.pid)])
         client.stdin.write("end\n")
         client.stdin.flush()
@@ -171,6 +163,18 @@ def instructions(kind: str, target: str, bootstrap: dict, count: int) -> tuple[f
         print(f"  callgrind output kept in {folder}")
     else:
         shutil.rmtree(folder, ignore_errors=True)
+    return total, calling
+
+
+def instructions(kind: str, target: str, bootstrap: dict, count: int) -> tuple[float, float]:
+    """Instructions per RPC of one client: (every thread, the calling thread)."""
+    env = dict(os.environ)
+    env.pop("GRPC_XDS_BOOTSTRAP", None)
+    if kind.startswith("core"):
+        env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
+    env["PYTHONMALLOC"] = "malloc"
+    args = ["-c", _CLIENT, kind, target, str(count), json.dumps(bootstrap)]
+    total, calling = counted(kind, args, env)
     return total / count, calling / count
 
 

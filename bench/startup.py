@@ -77,6 +77,16 @@ IMPORTS = {
 _FIRST_RPC = r"""
 import json, sys, time
 kind, target, bootstrap = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+PAUSE = sys.argv[4:] == ["--pause"]  # startup_instructions.py: wait at each step
+DEADLINE = 120 if PAUSE else 10  # valgrind is ~50x slower
+
+
+def pause(step):
+    if PAUSE:
+        print(step, flush=True)
+        sys.stdin.readline()
+
+
 import grpc
 if kind.startswith("pyxds"):
     import pyxds
@@ -92,6 +102,8 @@ if "+modules" in kind:  # what an xds: target loads on first use, loaded too
     kind = kind.replace("+modules", "")
 if kind.endswith("aio"):
     import asyncio, grpc.aio
+pause("READY")
+if kind.endswith("aio"):
 
     async def first() -> float:
         start, cpu = time.perf_counter(), time.process_time()
@@ -99,8 +111,9 @@ if kind.endswith("aio"):
             channel = pyxds.aio.insecure_channel(target, bootstrap=bootstrap)
         else:
             channel = grpc.aio.insecure_channel(target)
-        await channel.unary_unary(METHOD)(b"x", timeout=10, wait_for_ready=True)
+        await channel.unary_unary(METHOD)(b"x", timeout=DEADLINE, wait_for_ready=True)
         took, cpu = time.perf_counter() - start, time.process_time() - cpu
+        pause("DONE")
         start = time.perf_counter()
         await channel.close()
         return took, time.perf_counter() - start, cpu
@@ -112,8 +125,9 @@ else:
         channel = pyxds.insecure_channel(target, bootstrap=bootstrap)
     else:
         channel = grpc.insecure_channel(target)
-    channel.unary_unary(METHOD)(b"x", timeout=10, wait_for_ready=True)
+    channel.unary_unary(METHOD)(b"x", timeout=DEADLINE, wait_for_ready=True)
     took, cpu = time.perf_counter() - start, time.process_time() - cpu
+    pause("DONE")
     start = time.perf_counter()
     channel.close()
     print(took, time.perf_counter() - start, cpu)

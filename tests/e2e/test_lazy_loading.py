@@ -8,7 +8,8 @@ cluster) from a real management server to a real backend, then prints the
 modules it has loaded.  What such a config does not name must not be
 among them: the xDS server side (``pyxds.serving``, the server Listener
 validators, RBAC), DNS for LOGICAL_DNS clusters, RE2 (no regex in the
-config), XXH64 (no hash policy), SPIFFE bundle maps, protobuf's JSON module,
+config), XXH64 (no hash policy), the fault and stateful session filters
+and their validators (no listener names them), SPIFFE bundle maps, protobuf's JSON module,
 the LRS stream and its protos (no cluster reports load), ORCA (no backend
 metrics asked for), the LB policies no config names, and the generated
 modules of the xds-protos and protobuf files it does need, nor protobuf's
@@ -45,6 +46,8 @@ NOT_LOADED = (
     "pyxds.resolver.dns",
     "pyxds.resolver.request_hash",
     "pyxds.resolver.fault_filter",
+    "pyxds.resolver.stateful_session",
+    "pyxds.xds.resources.stateful_session",
     "pyxds.security.spiffe",
     "pyxds.lb.orca",
     "xds.data.orca",

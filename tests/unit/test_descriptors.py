@@ -15,6 +15,7 @@ import importlib.metadata
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -241,36 +242,66 @@ def test_without_the_bundle_a_fresh_program_answers_the_same() -> None:
     assert (on["loaded"], off["loaded"]) == (False, True)
 
 
-@needs_current_bundle
-def test_the_classes_made_at_load_reach_no_deferred_message_through_fields() -> None:
-    """upb makes a class a field needs on demand, named after its caller's
-    module: so no message of a file made at load may have a field of a
-    deferred file's message (the bundle's marks, checked with the
-    generator's own walk over the installed descriptors)."""
-    import importlib
+def _generator() -> Any:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("gen", ROOT / "scripts" / "gen_descriptors.py")
     assert spec is not None and spec.loader is not None
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
+    return gen
+
+
+@needs_current_bundle
+def test_the_classes_made_at_load_reach_no_deferred_message_through_fields() -> None:
+    """upb makes a class a field needs on demand, named after its caller's
+    module: so no message made at load (nor one nested in it) may have a
+    field of a deferred message (the bundle's marks, checked with the
+    generator's own walk over the installed descriptors)."""
+    import importlib
+
+    gen = _generator()
     header, _ = descriptors.read()
-    deferred = {e["name"] for e in header["files"] if e.get("deferred")}
-    assert {"google/protobuf/descriptor.proto", "validate/validate.proto"} <= deferred
-    eager = [
-        importlib.import_module(e["module"]).DESCRIPTOR
-        for e in header["files"]
-        if e["name"] not in deferred
-    ]
-    assert gen._reached(iter(eager)).isdisjoint(deferred)
+    eager, deferred = [], set()
+    for entry in header["files"]:
+        file = importlib.import_module(entry["module"]).DESCRIPTOR
+        for name, message in file.message_types_by_name.items():
+            if name in entry.get("deferred", ()):
+                deferred.add(message.full_name)
+            else:
+                eager.append(message)
+    assert {
+        "google.protobuf.FileOptions",
+        "validate.FieldRules",
+        "envoy.service.discovery.v3.DeltaDiscoveryRequest",  # in a file made at load
+        "envoy.config.cluster.v3.ClusterCollection",
+    } <= deferred
+    assert gen._reached(eager).isdisjoint(deferred)
+
+
+_STAND_IN = re.compile(r'(\w+) = descriptors\.module\(\s*"([\w.]+)"\s*\)')
+
+
+def test_the_generators_roots_are_the_messages_pyxds_names_on_a_stand_in() -> None:
+    """The bundle makes at load what the messages named in the source
+    reach (``NAMED``): a stand-in asked for another one still answers, but
+    makes every deferred class first, which a first RPC should not pay."""
+    named: dict[str, set[str]] = {}
+    for path in (ROOT / "src" / "pyxds").rglob("*.py"):
+        text = path.read_text()
+        for alias, module in _STAND_IN.findall(text):
+            uses = re.findall(rf"\b{alias}\.([A-Z]\w*)", text)
+            named.setdefault(module, set()).update(uses)
+    assert named == {module: set(names) for module, names in _generator().NAMED.items()}
 
 
 @needs_current_bundle
 def test_deferred_files_get_their_classes_only_when_a_stand_in_is_asked_for_one() -> None:
-    """Decoding a resource of each type makes no class of a deferred file
-    (the option and annotation schemas); asking a stand-in for one makes
-    every deferred file's, with the generated modules' names, and the
-    modules imported afterwards hand back those very classes."""
+    """Decoding a resource of each type makes no deferred class (the option
+    and annotation schemas; a collection beside the cluster); asking a
+    stand-in for one makes every deferred one, with the generated modules'
+    names, and the modules imported afterwards hand back those very
+    classes."""
     from pyxds.server import builders as b
 
     resources = {
@@ -295,17 +326,23 @@ def test_deferred_files_get_their_classes_only_when_a_stand_in_is_asked_for_one(
         before = "FieldRules" in names["validate.validate_pb2"]
         rules = descriptors.module("validate.validate_pb2").FieldRules
         entry = descriptors.module("envoy.data.accesslog.v3.accesslog_pb2").HTTPAccessLogEntry
+        cluster_pb2 = descriptors.module("envoy.config.cluster.v3.cluster_pb2")
+        collection = cluster_pb2.ClusterCollection
         left = [n for n, ns in names.items() if "__deferred__" in ns]
         r = rules(string={{"min_len": 2}})
-        again = pickle.loads(pickle.dumps(r)) == r
+        c = collection()
+        c.entries.inline_entry.name = "x"
+        again = pickle.loads(pickle.dumps(r)) == r and pickle.loads(pickle.dumps(c)) == c
         from validate import validate_pb2
         from google.protobuf import descriptor_pb2
+        from envoy.config.cluster.v3 import cluster_pb2 as generated
         same = validate_pb2.FieldRules is rules and (
             descriptor_pb2.FileOptions is names["google.protobuf.descriptor_pb2"]["FileOptions"]
-        )
+        ) and generated.ClusterCollection is collection and generated.Cluster is cluster_pb2.Cluster
         print(json.dumps({{"errors": [str(e) for e in errors if e], "unmade": unmade,
                           "before": before, "left": left, "again": again, "same": same,
-                          "names": [rules.__module__, rules.__qualname__, entry.__module__]}}))
+                          "names": [rules.__module__, rules.__qualname__, entry.__module__,
+                                    collection.__module__, collection.__qualname__]}}))
         """
     )
     assert out["errors"] == []
@@ -313,6 +350,9 @@ def test_deferred_files_get_their_classes_only_when_a_stand_in_is_asked_for_one(
         "validate.validate_pb2",
         "google.protobuf.descriptor_pb2",
         "envoy.data.accesslog.v3.accesslog_pb2",
+        # files made at load but for messages nothing decoded reaches
+        "envoy.config.cluster.v3.cluster_pb2",
+        "envoy.service.discovery.v3.discovery_pb2",
     } <= set(out["unmade"])
     assert out["before"] is False
     assert out["left"] == []
@@ -321,4 +361,6 @@ def test_deferred_files_get_their_classes_only_when_a_stand_in_is_asked_for_one(
         "validate.validate_pb2",
         "FieldRules",
         "envoy.data.accesslog.v3.accesslog_pb2",
+        "envoy.config.cluster.v3.cluster_pb2",
+        "ClusterCollection",
     ]

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import gc
 import random
+import textwrap
 import time
 import weakref
 from collections.abc import Iterator
 
 import pytest
 from test_channel_support import TransportFactory
+from test_lb_registry_loading import fresh
 
 from pyxds import gc_hold
 from pyxds.channel.subchannel_pool import SubchannelPool
@@ -186,3 +188,55 @@ def test_bulk_progress_outside_a_drain_does_nothing(collector: None) -> None:
     for _ in range(gc_hold.BULK * 2):
         serializer.bulk_progress()  # not draining: nothing to hold, nothing to release
     assert gc.isenabled() and gc_hold.holding() == 0
+
+
+def test_held_holds_the_collector_over_a_block_and_lets_it_go_however_it_ends(
+    collector: None,
+) -> None:
+    with gc_hold.held():
+        assert not gc.isenabled() and gc_hold.holding() == 1
+    assert gc.isenabled() and gc_hold.holding() == 0
+    with pytest.raises(KeyError), gc_hold.held():
+        raise KeyError("x")
+    assert gc.isenabled() and gc_hold.holding() == 0
+    gc.disable()
+    try:
+        with gc_hold.held():  # rule 1: a program's own choice is left alone
+            assert gc_hold.holding() == 0
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+_FIRST_LOAD = textwrap.dedent(
+    """
+    import gc, json, random, sys
+    from pyxds.resolver import registry
+    from pyxds.resolver.api import ResolverArgs
+    from pyxds.serializer import WorkSerializer
+    from pyxds.testing import FakeClock
+
+    collections = []
+    gc.callbacks.append(lambda phase, info: phase == "start" and collections.append(1))
+    args = ResolverArgs("xds:///x", "x", WorkSerializer(), FakeClock(), random.Random(1), print)
+    steps = {}
+    gc.collect()
+    collections.clear()
+    registry.create(args)  # the first xds: resolver loads the xDS stack
+    steps["resolver"] = (len(collections), "pyxds.xds.resources.cluster" in sys.modules)
+    from pyxds.resolver import xds_resolver
+    collections.clear()
+    xds_resolver._load_ahead()  # the LB tree's policies
+    steps["policies"] = (len(collections), "pyxds.lb.cds" in sys.modules)
+    steps["after"] = (gc.isenabled(), gc.get_freeze_count())
+    print(json.dumps(steps))
+    """
+)
+
+
+def test_the_first_xds_resolver_loads_the_xds_stack_with_the_collector_held() -> None:
+    """Rule 6: loading the resolver, the resource decoders, the descriptor
+    bundle and the LB tree (a fresh interpreter's first ``xds:`` channel)
+    makes no collection (it made ~20), and leaves the collector on."""
+    steps = fresh(_FIRST_LOAD)
+    assert steps == {"resolver": [0, True], "policies": [0, True], "after": [True, 0]}

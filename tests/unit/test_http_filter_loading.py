@@ -90,3 +90,33 @@ def test_a_filter_the_application_registered_for_the_type_first_stays() -> None:
         "print(json.dumps({'chain': len(chain), 'mine': registered(FAULT) is mine}))\n"
     )
     assert result == {"chain": 0, "mine": True}
+
+
+def test_the_stateful_session_filter_loads_with_the_first_config_naming_it() -> None:
+    """The A55 filter (its resolver module and its config validators) as
+    the fault filter: a plain listener and its chain load neither; the
+    first listener naming it is validated as before (an empty cookie name
+    NACKed in C-core's words) and its chain carries the session cookie."""
+    result = _run(
+        "from pyxds.xds.resources.listener import decode_listener\n"
+        "modules = ('pyxds.resolver.stateful_session', 'pyxds.xds.resources.stateful_session')\n"
+        "def decoded(*filters):\n"
+        "    return decode_listener(b.listener('l', http_filters=filters).SerializeToString())\n"
+        "_, plain, plain_error = decoded()\n"
+        "build_chain(plain.http_filters)\n"
+        "before = [m for m in modules if m in sys.modules]\n"
+        "_, _, bad = decoded(b.stateful_session_filter(cookie_name=''))\n"
+        "_, good, good_error = decoded(b.stateful_session_filter(cookie_name='c'))\n"
+        "chain = build_chain(good.http_filters)\n"
+        "print(json.dumps({'before': before, 'errors': [plain_error, good_error],\n"
+        "    'bad': bad.endswith('.cookie.name: field not present'),\n"
+        "    'after': [m for m in modules if m in sys.modules],\n"
+        "    'chain': [(type(f).__name__, f.config.name) for f in chain]}))\n"
+    )
+    assert result == {
+        "before": [],
+        "errors": [None, None],
+        "bad": True,
+        "after": ["pyxds.resolver.stateful_session", "pyxds.xds.resources.stateful_session"],
+        "chain": [["SessionCookie", "c"]],
+    }

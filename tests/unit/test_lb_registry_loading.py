@@ -21,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from typing import Any
 
 import pytest
 from google.protobuf import struct_pb2
@@ -90,6 +91,20 @@ _CHILD = textwrap.dedent(
                       "after": [m for m in modules if m in sys.modules]}))
     """
 )
+
+
+def fresh(code: str) -> Any:
+    """The JSON a fresh interpreter running ``code`` on this tree's source
+    prints last."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": SRC},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _run(mode: str) -> dict:
@@ -225,14 +240,6 @@ def test_load_ahead_loads_the_xds_tree_only_and_keeps_a_users_policy() -> None:
         }))
         """
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": SRC},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = fresh(code)
     assert out["kept"]
     assert out["loaded"] == sorted({registry.BUILTINS[name] for name in registry.XDS_TREE})

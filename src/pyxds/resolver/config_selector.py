@@ -62,6 +62,7 @@ nothing on the success path:
 from __future__ import annotations
 
 import random as _random_module
+import sys
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -76,17 +77,17 @@ from pyxds.resolver.api import CallConfig, ConfigSelector
 from pyxds.resolver.http_filters import build_chain
 from pyxds.resolver.retry_policy import RetryPolicy
 from pyxds.resolver.route_matching import RouteTable
-from pyxds.resolver.stateful_session import (
-    SessionCall,
-    SessionChain,
-    SessionChainCall,
-    SessionCookie,
-)
 from pyxds.status import Status
 from pyxds.xds.resources.types import RouteAction, VirtualHost
 
-if TYPE_CHECKING:  # loaded by the first route with a hash policy
+if TYPE_CHECKING:  # loaded by the first route with a hash policy / a session cookie
     from pyxds.resolver.request_hash import RequestHasher
+    from pyxds.resolver.stateful_session import (
+        SessionCall,
+        SessionChain,
+        SessionChainCall,
+        SessionCookie,
+    )
 
 __all__ = [
     "CLUSTER_ATTRIBUTE",
@@ -259,6 +260,14 @@ def _retry_policy(action: RouteAction) -> RetryPolicy | None:
     return RetryPolicy.from_xds(rp.retry_on, rp.num_retries, rp.base_interval, rp.max_interval)
 
 
+#: the A55 filter's module (:mod:`pyxds.resolver.stateful_session`): it
+#: loads with the first route chain naming the filter (the http_filters
+#: registry), before which no route can have a session cookie; bound here
+#: by the first selector with one (issue 18, start-up)
+_SESSIONS = "pyxds.resolver.stateful_session"
+_sessions: Any = None
+
+
 # CallConfig is a frozen slotted dataclass: its __init__ (a frozen
 # __setattr__ per field) costs microseconds; a per-RPC config is built
 # through the slot descriptors instead, as the EDS parser builds its
@@ -334,7 +343,7 @@ def _open_session(
             pinned = action.by_cluster.get(cookie_cluster)
             if pinned is not None:
                 choice, cluster = pinned, cookie_cluster
-    session = SessionCall(
+    session: SessionCall = _sessions.SessionCall(
         cookie.config, address_list, cluster, cluster != cookie_cluster, addresses
     )
     return choice, session
@@ -389,12 +398,16 @@ class XdsConfigSelector(ConfigSelector):
             plugin: bool = False,
             rewrite: bool = False,
         ) -> _Choice:
+            global _sessions
             ref = (plugin_refs or {})[cluster] if plugin else refs[cluster]
             session: SessionCookie | SessionChain | None = None
-            if any(type(f) is SessionCookie for f in filters):
-                cookies = tuple(f for f in filters if type(f) is SessionCookie)
-                session = cookies[0] if len(cookies) == 1 else SessionChain(cookies)
-                filters = tuple(f for f in filters if type(f) is not SessionCookie)
+            sessions = sys.modules.get(_SESSIONS)
+            if sessions is not None and any(type(f) is sessions.SessionCookie for f in filters):
+                _sessions = sessions
+                cookie_type = sessions.SessionCookie
+                cookies = tuple(f for f in filters if type(f) is cookie_type)
+                session = cookies[0] if len(cookies) == 1 else sessions.SessionChain(cookies)
+                filters = tuple(f for f in filters if type(f) is not cookie_type)
             key = (ref.child_name, timeout, retry, filters, rewrite)
             config = configs.get(key)
             if config is None:
@@ -529,11 +542,13 @@ class XdsConfigSelector(ConfigSelector):
         session: SessionCall | None = None
         call_state: SessionCall | SessionChainCall | None = None
         cookie = choice.session
-        if type(cookie) is SessionCookie:
+        if cookie is None:
+            pass
+        elif type(cookie) is _sessions.SessionCookie:
             choice, session = _open_session(cookie, choice, action, path, metadata)
             call_state = session
-        elif cookie is not None:
-            assert isinstance(cookie, SessionChain)
+        else:
+            assert isinstance(cookie, _sessions.SessionChain)
             calls = []
             for one in cookie.cookies:
                 choice, opened = _open_session(one, choice, action, path, metadata)
@@ -541,7 +556,9 @@ class XdsConfigSelector(ConfigSelector):
                     calls.append(opened)
             if calls:
                 session = calls[-1]
-                call_state = session if len(calls) == 1 else SessionChainCall(tuple(calls))
+                call_state = (
+                    session if len(calls) == 1 else _sessions.SessionChainCall(tuple(calls))
+                )
         hasher = action.hasher
         request_hash = hasher(metadata) if hasher is not None else None
         ref = choice.ref

@@ -55,7 +55,11 @@ from typing import Any
 
 from pyxds._values import dataclass
 from pyxds.status import Status
-from pyxds.xds.resources._common import effective_override
+from pyxds.xds.resources._common import (
+    FAULT_FILTER_TYPE,
+    STATEFUL_SESSION_TYPE,
+    effective_override,
+)
 
 __all__ = [
     "CallFilter",
@@ -118,7 +122,10 @@ _REGISTRY: dict[str, HttpFilter] = {}
 #: type (a route chain naming it), so a config that names none never loads
 #: it (issue 18, start-up).  The LDS/RDS validators know these types without
 #: it (``pyxds.xds.resources._common``).
-_ON_FIRST_USE = {"envoy.extensions.filters.http.fault.v3.HTTPFault": "pyxds.resolver.fault_filter"}
+_ON_FIRST_USE = {
+    FAULT_FILTER_TYPE: "pyxds.resolver.fault_filter",
+    STATEFUL_SESSION_TYPE: "pyxds.resolver.stateful_session",
+}
 
 
 def register(http_filter: HttpFilter) -> None:
@@ -214,9 +221,3 @@ def _in_order(fns: list[Callable[[], None]]) -> Callable[[], None] | None:
             fn()
 
     return each
-
-
-# the A55 stateful session filter registers itself when it loads; loaded
-# here so that every user of the registry sees it (whichever module is
-# imported first).  A33 fault injection loads on first use (_ON_FIRST_USE).
-import pyxds.resolver.stateful_session  # noqa: E402, F401

@@ -11,9 +11,11 @@ Built in:
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 
+from pyxds import gc_hold
 from pyxds.resolver.api import Resolver, ResolverArgs
 from pyxds.resolver.static_resolver import (
     StaticResolver,
@@ -66,6 +68,11 @@ def create(args: ResolverArgs) -> Resolver:
 
 
 def _xds_factory(args: ResolverArgs) -> Resolver:
+    if "pyxds.resolver.xds_resolver" not in sys.modules:
+        # the first xds: channel loads the resolver, the resource decoders and
+        # the descriptor bundle: a bulk job the collector need not walk
+        with gc_hold.held():
+            import pyxds.resolver.xds_resolver  # noqa: F401
     from pyxds.resolver.xds_resolver import XdsResolver
 
     return XdsResolver(args)

@@ -65,7 +65,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyxds.lb.xds_override_host import OverrideHostAttribute
-from pyxds.resolver.http_filters import CallFilter, FilterVerdict, HttpFilter, register
+from pyxds.resolver.http_filters import CallFilter, FilterVerdict, HttpFilter, register_built_in
 from pyxds.xds.resources._common import Errors
 from pyxds.xds.resources.stateful_session import (
     STATEFUL_SESSION_PER_ROUTE_TYPE,
@@ -313,4 +313,4 @@ def _session(config: CookieConfig) -> SessionCookie | None:
     return SessionCookie(config) if config.enabled else None
 
 
-register(StatefulSessionFilter())
+register_built_in(StatefulSessionFilter())

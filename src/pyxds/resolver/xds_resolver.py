@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from pyxds import gc_hold
 from pyxds._uri import quote, unquote, urlsplit
 from pyxds.lb import registry
 from pyxds.lb.errors import LBConfigError
@@ -112,12 +113,13 @@ def _load_policies_ahead() -> None:
 
 
 def _load_ahead() -> None:
-    registry.load_ahead()
-    if "pyxds.channel.channel" in sys.modules:
-        try:
-            importlib.import_module("grpc._channel")
-        except Exception:  # grpc.insecure_channel raises it again where it matters
-            _log.debug("loading grpc._channel ahead failed", exc_info=True)
+    with gc_hold.held():  # a bulk job (pyxds.gc_hold, rule 6)
+        registry.load_ahead()
+        if "pyxds.channel.channel" in sys.modules:
+            try:
+                importlib.import_module("grpc._channel")
+            except Exception:  # grpc.insecure_channel raises it again where it matters
+                _log.debug("loading grpc._channel ahead failed", exc_info=True)
 
 
 def parse_xds_target(target: str) -> tuple[str | None, str]:
@@ -287,6 +289,10 @@ class XdsResolver(Resolver):
         _load_policies_ahead()  # the LDS request is on its way
 
     def _connect(self, target_authority: str | None, service: str) -> None:
+        if "pyxds.xds.client" not in sys.modules:
+            with gc_hold.held():  # the xDS client's modules: a bulk job (pyxds.gc_hold)
+                import pyxds.xds.bootstrap
+                import pyxds.xds.client  # noqa: F401
         from pyxds.xds import bootstrap as bootstrap_module  # lands with the xDS client
         from pyxds.xds.client import XdsClient
 

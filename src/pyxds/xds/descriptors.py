@@ -38,15 +38,17 @@ distribution's copy of a file, differs).  Otherwise, or if the pool
 refuses a file, every stand-in imports its module: slower, the same
 answers.
 
-The bundle's files whose messages nothing a decoder reads reaches through
-fields (marked ``deferred`` by the generator: the option and annotation
-schemas, envoy's access log entries; 84 of its 451 classes, ~1/5 of the
-classes' cost) get their enums and extensions at load but their classes
-only when a stand-in is first asked for one of them: then every deferred
-file's, so that what has been made stays closed under fields.  A program
-that had loaded ``symbol_database`` before gets them all at load, as
-before.  ``tests/unit/test_proto_loading.py`` holds the answers equal
-whether a program imports the modules before pyxds, after it, or never;
+The bundle's messages that no message pyxds names on a stand-in reaches
+through fields (each file's ``deferred`` top-level messages, listed by the
+generator with their nested ones: the option and annotation schemas,
+envoy's access log entries, collections, delta discovery...; 118 of its
+451 classes, ~1/4 of the classes' cost) get their classes only when a
+stand-in is first asked for one of them (their files' enums and
+extensions come at load): then every deferred one, so that what has been
+made stays closed under fields.  A program that had loaded
+``symbol_database`` before gets them all at load, as before.
+``tests/unit/test_proto_loading.py`` holds the answers equal whether a
+program imports the modules before pyxds, after it, or never;
 ``tests/unit/test_descriptors.py`` the bundle and the fallback.
 """
 
@@ -67,8 +69,9 @@ _lock = threading.Lock()
 #: module name -> its names (a generated module's globals, or the module's
 #: ``__dict__``); None until loaded, {} when the bundle cannot be used
 _namespaces: dict[str, dict[str, Any]] | None = None
-#: in the names of a deferred file whose classes are not made yet: its file
-#: descriptor (see the module docstring; a stand-in never looks a dunder up)
+#: in the names of a file with deferred messages whose classes are not made
+#: yet: their descriptors (see the module docstring; a stand-in never looks
+#: a dunder up)
 _DEFERRED = "__deferred__"
 
 
@@ -108,7 +111,7 @@ def _lookup(name: str, attr: str) -> Any:
 
 
 def _make_deferred() -> None:
-    """The classes of every deferred file, into its module's names."""
+    """The classes of every deferred message, into its module's names."""
     with _lock:
         namespaces = _namespaces or {}
         files = [(name, ns[_DEFERRED]) for name, ns in namespaces.items() if _DEFERRED in ns]
@@ -130,8 +133,8 @@ def read(path: str | None = None) -> tuple[dict[str, Any], list[bytes]]:
     """The bundle's header (``external``: modules imported first;
     ``gencode``: the generated code's protobuf version; ``files``: per file,
     its proto ``name``, ``module``, ``size`` of the module's source,
-    ``length`` of its bytes and whether it is ``deferred``) and each file's
-    serialized descriptor."""
+    ``length`` of its bytes and its ``deferred`` top-level messages, if
+    any) and each file's serialized descriptor."""
     import json
 
     path = PATH if path is None else path
@@ -222,7 +225,7 @@ def _load() -> dict[str, dict[str, Any]]:
         return {}
     namespaces: dict[str, dict[str, Any]] = {}
     symbols = sys.modules.get("google.protobuf.symbol_database")
-    eager: list[tuple[str, Any]] = []
+    eager: list[tuple[str, list[Any]]] = []
     for entry, file in zip(header["files"], files, strict=True):
         name = entry["module"]
         imported = sys.modules.get(name)
@@ -241,17 +244,24 @@ def _load() -> dict[str, dict[str, Any]]:
         for service_name, service in file.services_by_name.items():
             namespace["_" + service_name.upper()] = service
         namespaces[name] = namespace
-        if entry.get("deferred") and symbols is None:
-            namespace[_DEFERRED] = file
-        else:
-            eager.append((name, file))
+        deferred = entry.get("deferred", ()) if symbols is None else ()
+        now: list[Any] = []
+        later: list[Any] = []
+        for message_name, message in file.message_types_by_name.items():
+            (later if message_name in deferred else now).append(message)
+        eager.append((name, now))
+        if later:
+            namespace[_DEFERRED] = later
     _make_classes(eager, namespaces)
     return namespaces
 
 
-def _make_classes(files: list[tuple[str, Any]], namespaces: dict[str, dict[str, Any]]) -> None:
-    """Each file's message classes (``files``: module name and file
-    descriptor) into its module's names, as protobuf's builder
+def _make_classes(
+    files: list[tuple[str, list[Any]]], namespaces: dict[str, dict[str, Any]]
+) -> None:
+    """The classes of top-level messages and their nested ones (``files``:
+    module name and message descriptors) into the module's names, as
+    protobuf's builder
     (google/protobuf/internal/builder.py) makes them for the module, minus
     its imports: the symbol database pulls in the pure-Python runtime.  The
     classes go into the symbol database if the program has loaded it."""
@@ -270,10 +280,10 @@ def _make_classes(files: list[tuple[str, Any]], namespaces: dict[str, dict[str, 
         made.append(meta(desc.name, (message.Message,), body))
         return made[-1]
 
-    for name, file in files:
+    for name, messages in files:
         namespace = namespaces[name]
-        for message_name, desc in file.message_types_by_name.items():
-            namespace[message_name] = message_class(name, desc, "")
+        for desc in messages:
+            namespace[desc.name] = message_class(name, desc, "")
     symbols = sys.modules.get("google.protobuf.symbol_database")
     if symbols is not None:  # loaded by the program: as the modules would
         database = symbols.Default()

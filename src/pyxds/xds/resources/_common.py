@@ -29,16 +29,45 @@ FILTER_CONFIG_TYPE = "envoy.config.route.v3.FilterConfig"
 #: :func:`effective_override`)
 DISABLED_PREFIX = "disabled:"
 
+#: the A55 stateful session filter's config types (listener; override)
+STATEFUL_SESSION_TYPE = "envoy.extensions.filters.http.stateful_session.v3.StatefulSession"
+STATEFUL_SESSION_PER_ROUTE_TYPE = (
+    "envoy.extensions.filters.http.stateful_session.v3.StatefulSessionPerRoute"
+)
 # Client HTTP filter config types this client accepts in a listener's
 # http_filters (A39): type name -> is terminal.
-HTTP_FILTER_TYPES: dict[str, bool] = {ROUTER_FILTER_TYPE: True, FAULT_FILTER_TYPE: False}
+HTTP_FILTER_TYPES: dict[str, bool] = {
+    ROUTER_FILTER_TYPE: True,
+    FAULT_FILTER_TYPE: False,
+    STATEFUL_SESSION_TYPE: False,
+}
 # The config types accepted in typed_per_filter_config (RDS): a filter's own
-# type (the fault filter) or its per-route type (StatefulSessionPerRoute).
-FILTER_OVERRIDE_TYPES: set[str] = {FAULT_FILTER_TYPE}
+# type (the fault filter) or its per-route type (StatefulSessionPerRoute; a
+# StatefulSession there is an unsupported filter type, as in C-core).
+FILTER_OVERRIDE_TYPES: set[str] = {FAULT_FILTER_TYPE, STATEFUL_SESSION_PER_ROUTE_TYPE}
 # type name -> validator(Any, path of the Any, errors) -> valid; the Any may
 # be a TypedStruct naming the type (then it has no protobuf bytes).
 FilterValidator = Callable[[Any, str, "Errors"], bool]
-FILTER_VALIDATORS: dict[str, FilterValidator] = {}
+
+
+def _stateful_session(name: str) -> FilterValidator:
+    """The A55 filter's validator ``name`` in
+    :mod:`pyxds.xds.resources.stateful_session`, which loads with the first
+    config naming the filter (issue 18, start-up)."""
+
+    def validate(any_msg: Any, path: str, errs: Errors) -> bool:
+        from pyxds.xds.resources import stateful_session
+
+        validator: FilterValidator = getattr(stateful_session, name)
+        return validator(any_msg, path, errs)
+
+    return validate
+
+
+FILTER_VALIDATORS: dict[str, FilterValidator] = {
+    STATEFUL_SESSION_TYPE: _stateful_session("validate_top_level"),
+    STATEFUL_SESSION_PER_ROUTE_TYPE: _stateful_session("validate_override"),
+}
 RBAC_FILTER_TYPE = "envoy.extensions.filters.http.rbac.v3.RBAC"
 RBAC_PER_ROUTE_TYPE = "envoy.extensions.filters.http.rbac.v3.RBACPerRoute"
 # Filter config types xDS-enabled servers accept in ``http_filters`` (A36,

@@ -58,7 +58,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pyxds.xds import descriptors
-from pyxds.xds.resources import stateful_session as _stateful_session  # noqa: F401 (A55 types)
 from pyxds.xds.resources._common import (
     Errors,
     check_filter_overrides,

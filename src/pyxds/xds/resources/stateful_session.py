@@ -28,9 +28,8 @@ from typing import Any
 
 from pyxds._values import dataclass
 from pyxds.xds.resources._common import (
-    FILTER_OVERRIDE_TYPES,
-    FILTER_VALIDATORS,
-    HTTP_FILTER_TYPES,
+    STATEFUL_SESSION_PER_ROUTE_TYPE,
+    STATEFUL_SESSION_TYPE,
     TYPED_STRUCT_TYPES,
     Errors,
     duration,
@@ -47,10 +46,6 @@ __all__ = [
     "parse_stateful_session_per_route",
 ]
 
-STATEFUL_SESSION_TYPE = "envoy.extensions.filters.http.stateful_session.v3.StatefulSession"
-STATEFUL_SESSION_PER_ROUTE_TYPE = (
-    "envoy.extensions.filters.http.stateful_session.v3.StatefulSessionPerRoute"
-)
 COOKIE_SESSION_STATE_TYPE = (
     "envoy.extensions.http.stateful_session.cookie.v3.CookieBasedSessionState"
 )
@@ -175,13 +170,17 @@ def _bytes_of(any_msg: Any) -> bytes | None:
     return None if type_name(any_msg.type_url) in TYPED_STRUCT_TYPES else bytes(any_msg.value)
 
 
-def _validate_top_level(any_msg: Any, path: str, errs: Errors) -> bool:
+def validate_top_level(any_msg: Any, path: str, errs: Errors) -> bool:
+    """The LDS validator of a listener's StatefulSession (declared to it by
+    :mod:`pyxds.xds.resources._common`, which loads this module with the
+    first config naming the filter)."""
     n = len(errs)
     parse_stateful_session(_bytes_of(any_msg), _typed_struct_path(any_msg, path), errs)
     return len(errs) == n
 
 
-def _validate_override(any_msg: Any, path: str, errs: Errors) -> bool:
+def validate_override(any_msg: Any, path: str, errs: Errors) -> bool:
+    """The RDS validator of a StatefulSessionPerRoute override."""
     n = len(errs)
     parse_stateful_session_per_route(_bytes_of(any_msg), _typed_struct_path(any_msg, path), errs)
     return len(errs) == n
@@ -190,16 +189,3 @@ def _validate_override(any_msg: Any, path: str, errs: Errors) -> bool:
 def _typed_struct_path(any_msg: Any, path: str) -> str:
     tname = type_name(any_msg.type_url)
     return f"{path}.value[{tname}]" if tname in TYPED_STRUCT_TYPES else path
-
-
-def _register() -> None:
-    """Declare the filter to the LDS/RDS validators (A39 registry): the
-    top-level type in listeners, the per-route type in overrides."""
-    HTTP_FILTER_TYPES.setdefault(STATEFUL_SESSION_TYPE, False)
-    FILTER_OVERRIDE_TYPES.discard(STATEFUL_SESSION_TYPE)
-    FILTER_OVERRIDE_TYPES.add(STATEFUL_SESSION_PER_ROUTE_TYPE)
-    FILTER_VALIDATORS[STATEFUL_SESSION_TYPE] = _validate_top_level
-    FILTER_VALIDATORS[STATEFUL_SESSION_PER_ROUTE_TYPE] = _validate_override
-
-
-_register()
