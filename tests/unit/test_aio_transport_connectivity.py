@@ -78,6 +78,19 @@ async def _turns(n: int = 5) -> None:
         await asyncio.sleep(0)
 
 
+async def _asks_unwoken(transport: AioTransport, channel: FakeAioChannel, more: int) -> bool:
+    """Ask for a connection, then whether the transport's looks asked the
+    channel ``more`` times again, nothing waking it (1 s at most)."""
+    transport.connect()
+    await _turns()
+    asked = channel.connect_requests
+    for _ in range(200):
+        if channel.connect_requests > asked + more:
+            return True
+        await asyncio.sleep(0.005)
+    return False
+
+
 def run_on_a_transport(
     monkeypatch: pytest.MonkeyPatch,
     scenario: Callable[[AioTransport, FakeAioChannel, list[GC]], Awaitable[None]],
@@ -177,14 +190,7 @@ def test_while_a_connection_is_asked_for_the_transport_looks_even_unwoken(monkey
     monkeypatch.setattr(subchannel, "ASKED_LOOK", 0.005)
 
     async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
-        transport.connect()
-        await _turns()
-        asked = channel.connect_requests
-        for _ in range(200):  # 1 s at most
-            if channel.connect_requests > asked + 1:
-                break
-            await asyncio.sleep(0.005)
-        assert channel.connect_requests > asked + 1, "looked and asked again, unwoken"
+        assert await _asks_unwoken(transport, channel, 1), "looked and asked again, unwoken"
         channel.set(GC.READY, wake=False)
         for _ in range(200):
             if reports[-1:] == [GC.READY]:
@@ -238,14 +244,7 @@ def test_a_connection_asked_for_that_does_not_come_holds_one_watch_not_one_per_l
     monkeypatch.setattr(subchannel, "ASKED_LOOK", 0.005)
 
     async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
-        transport.connect()
-        await _turns()
-        asked = channel.connect_requests
-        for _ in range(200):  # 1 s at most
-            if channel.connect_requests > asked + 5:
-                break
-            await asyncio.sleep(0.005)
-        assert channel.connect_requests > asked + 5, "looked and asked again, unwoken"
+        assert await _asks_unwoken(transport, channel, 5), "looked and asked again, unwoken"
         assert channel.registered == 1 and channel.cancelled_waits == 0
         channel.set(GC.CONNECTING)
         await _turns()
