@@ -63,6 +63,13 @@ def _handlers(name: str, served: collections.Counter) -> grpc.GenericRpcHandler:
         md = ";".join(f"{k}={v}" for k, v in context.invocation_metadata())
         return md.encode()
 
+    def left(request: bytes, context: grpc.ServicerContext) -> bytes:
+        """The seconds the call's deadline left when it arrived (an upper
+        bound on its timeout that a starved machine cannot raise)."""
+        served[name] += 1
+        remaining = context.time_remaining()
+        return b"none" if remaining is None else f"{remaining:.3f}".encode()
+
     return grpc.method_handlers_generic_handler(
         SERVICE,
         {
@@ -73,6 +80,7 @@ def _handlers(name: str, served: collections.Counter) -> grpc.GenericRpcHandler:
             "Collect": grpc.stream_unary_rpc_method_handler(collect),
             "Chat": grpc.stream_stream_rpc_method_handler(chat),
             "Meta": grpc.unary_unary_rpc_method_handler(meta),
+            "Left": grpc.unary_unary_rpc_method_handler(left),
         },
     )
 

@@ -591,6 +591,26 @@ def test_a9_options_of_a_pyxds_xds_server_recycle_connections_without_failing_rp
 # ------------------------------------- GOAWAY / lost connection with RPCs in flight
 
 
+#: How a client words an RPC in flight on a connection whose server stopped
+#: at once: the server's status for each of its calls ("Cancelling all
+#: calls") or, when the socket's end reached the client first, the socket's
+#: error.  Which one comes is a race in each client's process: in a loaded
+#: run C-core's subprocess said "Broken pipe" where pyxds, in the same run,
+#: got the status (30 runs of each policy at load ~20: both the status).
+_LOST_WORDS = ("Cancelling all calls", "Broken pipe", "Connection reset by peer", "Socket closed")
+
+
+def _lost_as_one(outcomes: dict[str, int]) -> dict[str, int]:
+    """``outcomes`` with every wording of the lost connection as one key."""
+    merged: dict[str, int] = {}
+    for key, count in outcomes.items():
+        code, _, details = key.partition(": ")
+        if code == "UNAVAILABLE" and any(words in details for words in _LOST_WORDS):
+            key = "UNAVAILABLE: the connection was lost"
+        merged[key] = merged.get(key, 0) + count
+    return merged
+
+
 @pytest.mark.parametrize("policy", ["round_robin", "pick_first"])
 @pytest.mark.parametrize("how", ["goaway", "lost"])
 def test_an_endpoint_going_away_under_load_fails_what_c_core_fails(server, policy, how):
@@ -637,6 +657,8 @@ def test_an_endpoint_going_away_under_load_fails_what_c_core_fails(server, polic
         a.release()
         bb.release()
     ours, theirs = results["pyxds"], results["c-core"]
+    if how == "lost":
+        ours, theirs = _lost_as_one(ours), _lost_as_one(theirs)
     # the load went on after the event in both: 4 callers of 0.3 s RPCs end
     # 8 before it (0.8 s in); 40 at most in all, far fewer on a loaded
     # machine (C-core's subprocess ended exactly 20 on one: "> 20" failed)

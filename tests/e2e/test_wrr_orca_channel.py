@@ -60,12 +60,30 @@ def heavy_share(counts: collections.Counter) -> float:
     return counts["heavy"] / sum(counts.values())
 
 
+#: warm until the weights show (the share of 100 calls, bounded): a fixed
+#: warm-up (300 calls, 0.3 s) under load sometimes counted before the first
+#: weights were in use, picks at the mean weight meanwhile (0.831 seen)
+WEIGHTED, WARM_LIMIT = 0.8, 15.0
+
+
+async def until_weighted(mc) -> bool:
+    """``mc`` (a pyxds.aio unary multicallable of ``Who``) splits by weight."""
+    deadline = time.monotonic() + WARM_LIMIT
+    while time.monotonic() < deadline:
+        counts = collections.Counter()
+        for _ in range(100):
+            counts[(await mc(b"", timeout=5, wait_for_ready=True)).decode()] += 1
+        if heavy_share(counts) >= WEIGHTED:
+            return True
+    return False
+
+
 def test_service_config_wrr_splits_by_per_call_load_like_c_core(backends):
     ours_channel = pyxds.insecure_channel(target(backends), options=options(WRR))
     theirs_channel = grpc.insecure_channel(target(backends), options=options(WRR))
     try:
         for channel in (ours_channel, theirs_channel):
-            who_shares(channel, 300)
+            assert wait_until(lambda ch=channel: heavy_share(who_shares(ch, 100)) >= WEIGHTED, 15)
         ours = heavy_share(who_shares(ours_channel, N))
         theirs = heavy_share(who_shares(theirs_channel, N))
     finally:
@@ -95,8 +113,7 @@ def test_aio_channel_reads_per_call_reports(backends):
         channel = pyxds.aio.insecure_channel(target(backends), options=options(WRR))
         try:
             mc = channel.unary_unary(f"/{SERVICE}/Who")
-            for _ in range(300):
-                await mc(b"", timeout=5, wait_for_ready=True)
+            assert await until_weighted(mc)
             counts = collections.Counter()
             for _ in range(N):
                 counts[(await mc(b"", timeout=5, wait_for_ready=True)).decode()] += 1
@@ -114,9 +131,7 @@ def test_aio_channel_with_oob_reports_splits_by_load(backends):
         channel = pyxds.aio.insecure_channel(target(backends), options=options(config))
         try:
             mc = channel.unary_unary(f"/{SERVICE}/Who")
-            for _ in range(300):
-                await mc(b"", timeout=5, wait_for_ready=True)
-            await asyncio.sleep(0.3)  # bounded: OOB reports arrive every 0.1 s
+            assert await until_weighted(mc)  # OOB reports every 0.1 s
             counts = collections.Counter()
             for _ in range(N):
                 counts[(await mc(b"", timeout=5, wait_for_ready=True)).decode()] += 1

@@ -26,12 +26,20 @@ GC = grpc.ChannelConnectivity
 class FakeAioChannel:
     """The grpc.aio channel: its state is what the test sets;
     ``wait_for_state_change(last)`` ends at once if the state differs from
-    ``last``, else at the next change (as C-core's watch does)."""
+    ``last``, else at the next change (as C-core's watch does).  As
+    grpcio's, a cancelled wait stays registered until that change
+    (``registered``); ``close()`` is a change to SHUTDOWN."""
 
     def __init__(self) -> None:
         self.state = GC.IDLE
         self.connect_requests = 0
+        self.cancelled_waits = 0
         self._waiters: list[asyncio.Future[None]] = []
+
+    @property
+    def registered(self) -> int:
+        """Watches C-core holds: waits not yet ended by a change."""
+        return len(self._waiters)
 
     def get_state(self, try_to_connect: bool = False) -> GC:
         if try_to_connect:
@@ -43,7 +51,11 @@ class FakeAioChannel:
             return
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
-        await waiter
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            self.cancelled_waits += 1
+            raise
 
     def set(self, state: GC, wake: bool = True) -> None:
         """``wake=False``: the change wakes no waiter (a notification lost)."""
@@ -58,12 +70,25 @@ class FakeAioChannel:
                 waiter.set_result(None)
 
     async def close(self) -> None:
-        pass
+        self.set(GC.SHUTDOWN)
 
 
 async def _turns(n: int = 5) -> None:
     for _ in range(n):
         await asyncio.sleep(0)
+
+
+async def _asks_unwoken(transport: AioTransport, channel: FakeAioChannel, more: int) -> bool:
+    """Ask for a connection, then whether the transport's looks asked the
+    channel ``more`` times again, nothing waking it (1 s at most)."""
+    transport.connect()
+    await _turns()
+    asked = channel.connect_requests
+    for _ in range(200):
+        if channel.connect_requests > asked + more:
+            return True
+        await asyncio.sleep(0.005)
+    return False
 
 
 def run_on_a_transport(
@@ -165,14 +190,7 @@ def test_while_a_connection_is_asked_for_the_transport_looks_even_unwoken(monkey
     monkeypatch.setattr(subchannel, "ASKED_LOOK", 0.005)
 
     async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
-        transport.connect()
-        await _turns()
-        asked = channel.connect_requests
-        for _ in range(200):  # 1 s at most
-            if channel.connect_requests > asked + 1:
-                break
-            await asyncio.sleep(0.005)
-        assert channel.connect_requests > asked + 1, "looked and asked again, unwoken"
+        assert await _asks_unwoken(transport, channel, 1), "looked and asked again, unwoken"
         channel.set(GC.READY, wake=False)
         for _ in range(200):
             if reports[-1:] == [GC.READY]:
@@ -212,5 +230,48 @@ def test_an_ask_made_while_the_watch_reports_is_looked_after_unwoken(monkeypatch
                 break
             await asyncio.sleep(0.005)
         assert reports[-2:] == [GC.IDLE, GC.READY]
+
+    run_on_a_transport(monkeypatch, scenario)
+
+
+def test_a_connection_asked_for_that_does_not_come_holds_one_watch_not_one_per_look(
+    monkeypatch,
+):
+    """grpcio keeps C-core's watch of a cancelled ``wait_for_state_change``
+    until the state changes (TRAPS): a look every ``ASKED_LOOK`` that
+    cancelled its wait left one watch per look while the channel stayed
+    IDLE.  The looks go on (and ask), beside one pending wait."""
+    monkeypatch.setattr(subchannel, "ASKED_LOOK", 0.005)
+
+    async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
+        assert await _asks_unwoken(transport, channel, 5), "looked and asked again, unwoken"
+        assert channel.registered == 1 and channel.cancelled_waits == 0
+        channel.set(GC.CONNECTING)
+        await _turns()
+        assert reports[-1] is GC.CONNECTING
+        assert channel.registered == 1, "waits on CONNECTING alone"
+
+    run_on_a_transport(monkeypatch, scenario)
+
+
+def test_a_closed_aio_transports_watch_ends_with_its_channels_close_uncancelled(monkeypatch):
+    """grpcio strands the watch of a ``wait_for_state_change`` cancelled on
+    a channel then closed when it was the process's last ``grpc.aio``
+    channel (TRAPS: one CallbackWrapper and C-core watch per failed
+    connection attempt of a ``pyxds.aio`` channel to a plain target).  The
+    transport's close ends its watch's wait (SHUTDOWN), in a timed look
+    too; nothing is cancelled."""
+    monkeypatch.setattr(subchannel, "ASKED_LOOK", 0.005)
+
+    async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
+        transport.connect()  # asked: the watch's wait is a timed look's
+        await asyncio.sleep(0.02)
+        channel.set(GC.TRANSIENT_FAILURE, wake=False)
+        await asyncio.sleep(0.02)
+        assert reports[-1] is GC.TRANSIENT_FAILURE
+        transport.retire()
+        await _turns(10)
+        assert transport._watcher is not None and transport._watcher.done()
+        assert channel.registered == 0 and channel.cancelled_waits == 0
 
     run_on_a_transport(monkeypatch, scenario)

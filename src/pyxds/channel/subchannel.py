@@ -67,7 +67,6 @@ policy that lets go of a subchannel never cancels RPCs already sent on it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import socket
@@ -125,6 +124,12 @@ _FROM_GRPC = {
     grpc.ChannelConnectivity.TRANSIENT_FAILURE: ConnectivityState.TRANSIENT_FAILURE,
     grpc.ChannelConnectivity.SHUTDOWN: ConnectivityState.SHUTDOWN,
 }
+
+
+def _ended(wait: asyncio.Future[None]) -> None:
+    """A watch's wait no one awaits any more, ended: its outcome read."""
+    if not wait.cancelled():
+        wait.exception()
 
 
 def _ignore_state(state: grpc.ChannelConnectivity) -> None:
@@ -535,7 +540,17 @@ class AioTransport(Transport):
         self._channel.get_state(try_to_connect=True)
 
     async def _watch(self) -> None:
+        """Report each state the channel is seen in.  A wait for a change
+        is never cancelled while its state is current (TRAPS: grpcio keeps
+        C-core's watch of a cancelled ``wait_for_state_change`` until the
+        state changes, and strands it for good when its channel was the
+        process's last ``grpc.aio`` one): a timed look leaves the wait
+        pending and reads the state beside it; a wait on a state the look
+        saw end is left to end by itself (C-core's watch fires at once);
+        the transport's close ends the last wait with SHUTDOWN."""
         channel = self._channel
+        wait: asyncio.Future[None] | None = None  # a timed look's wait
+        waited = _GRPC_IDLE  # the state it waits on
         try:
             while not self.closed:
                 asked = self._asked
@@ -543,12 +558,20 @@ class AioTransport(Transport):
                 if asked and state is not _GRPC_IDLE:
                     self._asked = False
                 self._on_state(state)  # (its owner may ask for a connection in it)
-                if not self._asked:
-                    await channel.wait_for_state_change(state)
-                    continue
-                # (only while a connection is asked for: a task and a timer)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(channel.wait_for_state_change(state), ASKED_LOOK)
+                if wait is not None and (wait.done() or waited is not state):
+                    wait.add_done_callback(_ended)  # not cancelled: see above
+                    wait = None
+                if wait is None:
+                    if not self._asked:
+                        await channel.wait_for_state_change(state)
+                        continue
+                    # (only while a connection is asked for: a task and a timer)
+                    wait = asyncio.ensure_future(channel.wait_for_state_change(state))
+                    waited = state
+                if self._asked:
+                    await asyncio.wait((wait,), timeout=ASKED_LOOK)
+                else:
+                    await asyncio.shield(wait)
         except (asyncio.CancelledError, Exception):
             return
 
@@ -583,8 +606,8 @@ class AioTransport(Transport):
 
     def _close_now(self) -> None:
         def go() -> None:
-            if self._watcher is not None:
-                self._watcher.cancel()
+            # the watch is not cancelled: the close ends its wait (SHUTDOWN)
+            # and it stops (``_watch``)
             if self._channel is not None:
                 self._loop.create_task(self._channel.close())
             for channel in (self._by_authority or {}).values():
