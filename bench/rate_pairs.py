@@ -51,10 +51,10 @@ import subprocess
 import sys
 from typing import Any
 
-from bench_world import world
+from bench_world import THREAD_SAMPLE, world
 
 _CLIENT = r"""
-import asyncio, gc, json, os, sys, threading, time
+import asyncio, gc, json, sys, threading, time
 kind, mode, target, bootstrap = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 counting = sys.argv[5] == "1"
 METHOD = "/bench.Bench/Ping"
@@ -62,24 +62,11 @@ import grpc
 clock = time.monotonic
 
 def sample():
-    # --counts: each thread's (name, ns on a CPU, ns waiting for one, wake-ups,
-    # preemptions) from /proc, and the collector's runs per generation
+    # --counts: each thread's figures (bench_world.THREAD_SAMPLE) and the
+    # collector's runs per generation
     if not counting:
         return None
-    names = {t.native_id: t.name for t in threading.enumerate()}
-    out = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/status") as f:
-                status = dict(line.split(":", 1) for line in f)
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                on_cpu, waiting = map(int, f.read().split()[:2])
-        except OSError:  # the thread ended meanwhile
-            continue
-        name = names.get(int(tid)) or status["Name"].strip()
-        switches = [int(status[k + "_ctxt_switches"]) for k in ("voluntary", "nonvoluntary")]
-        out[tid] = (name, on_cpu, waiting, *switches)
-    return out, [g["collections"] for g in gc.get_stats()]
+    return thread_sample(), [g["collections"] for g in gc.get_stats()]
 
 def report(latencies, seconds, cpu, before):
     # rate, median latency, process CPU per RPC (every thread) of one window;
@@ -186,7 +173,7 @@ class Client:
             env["PYTHONPATH"] = src
         args = [kind, mode, "xds:///bench", json.dumps(bootstrap), "1" if counts else "0"]
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _CLIENT, *args],
+            [sys.executable, "-c", THREAD_SAMPLE + _CLIENT, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -245,7 +232,7 @@ def _print_counts(name: str, counts: list[dict[str, Any]]) -> None:
     print(f"  {name} per RPC (cpu us / runnable us / wake-ups / preemptions):")
     for thread, (cpu, waiting, woken, preempted) in sorted(totals.items(), key=lambda t: -t[1][0]):
         if cpu >= 0.0005 or woken >= 0.0005:
-            figures = f"{cpu / 1000:.2f} / {waiting / 1000:.2f} / {woken:.3f} / {preempted:.3f}"
+            figures = f"{cpu / 1000:.2f} / {waiting / 1000:.2f} / {woken:.4f} / {preempted:.4f}"
             print(f"    {thread}: {figures}")
     print(f"    GC runs per 1000 RPCs by generation: {', '.join(f'{g:.2f}' for g in gc_runs)}")
 
