@@ -83,8 +83,11 @@ def closed(core: _Closable) -> None:
 def _gone(ref: weakref.ref[_Closable]) -> None:
     # a tracked core was collected (a weakref callback: any thread, any
     # allocation; SimpleQueue.put is safe there)
-    _refs.discard(ref)
-    _reap.put(None)
+    try:
+        _refs.discard(ref)
+        _reap.put(None)
+    except Exception:  # the interpreter is finalizing: its globals may be gone
+        pass
 
 
 def release(core: _Closable) -> None:
