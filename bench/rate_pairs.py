@@ -35,7 +35,10 @@ window (outside its timed part), every thread's time on a CPU and waiting
 for one (``/proc/self/task/*/schedstat``), its wake-ups and preemptions
 (voluntary and involuntary switches) and the collector's runs, printed per
 RPC (means over the windows) under each line: what each process does per
-RPC, its own threads included, where the rate is measured.
+RPC, its own threads included, where the rate is measured.  A sync window's
+calling threads are made for it and end before the second sample, so they
+are not among them (the ``cpu`` ratio has them): sync counts show the rest
+of the process; an asyncio window's caller is the main thread, counted.
 
 Usage: python bench/rate_pairs.py [--rounds 30] [--window 0.3] [--procs 2] [--src NAME=PATH ...]
        [--modes sync,aio] [--parallel 1,4] [--counts]
