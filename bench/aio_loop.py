@@ -32,7 +32,7 @@ import os
 import subprocess
 import sys
 
-from bench_world import world
+from bench_world import THREAD_SAMPLE, world
 
 _COUNTS = r"""
 import asyncio, asyncio.events, collections, gc, json, os, sys, time
@@ -51,20 +51,6 @@ def counted_run(handle):
         name = type(owner).__name__ + "." + name
     counts["callback " + name] += 1
     return handle_run(handle)
-
-def threads():
-    # each thread's name, nanoseconds on a CPU (schedstat) and wake-ups
-    out = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/status") as f:
-                status = dict(line.split(":", 1) for line in f)
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                on_cpu = int(f.read().split()[0])
-        except OSError:
-            continue
-        out[tid] = (status["Name"].strip(), on_cpu, int(status["voluntary_ctxt_switches"]))
-    return out
 
 async def main():
     if kind == "C-core":
@@ -93,17 +79,17 @@ async def main():
     loop._run_once, selector.select = counted_run_once, counted_select
     asyncio.events.Handle._run = counted_run
     gc.collect()
-    gc_before, before = gc.get_stats(), threads()
+    gc_before, before = gc.get_stats(), thread_sample()
     for _ in range(rpcs):
         await call(b"x", timeout=60)
-    after, gc_after = threads(), gc.get_stats()
+    after, gc_after = thread_sample(), gc.get_stats()
     asyncio.events.Handle._run = handle_run
     del loop._run_once
     selector.select = select
     out = {k: round(v / rpcs, 3) for k, v in counts.most_common()}
     cpu, woken = collections.Counter(), collections.Counter()
-    for tid, (name, ticks, switches) in after.items():
-        _, ticks0, switches0 = before.get(tid, (name, 0, 0))
+    for tid, (name, ticks, _, switches, _) in after.items():
+        _, ticks0, _, switches0, _ = before.get(tid, (name, 0, 0, 0, 0))
         cpu[name] += ticks - ticks0
         woken[name] += switches - switches0
     out["wake-ups (voluntary switches) by thread name"] = {
@@ -185,7 +171,14 @@ def main() -> None:
         if args.counts or both:
             for kind in ("plain", "C-core", "pyxds"):
                 done = subprocess.run(
-                    [sys.executable, "-c", _COUNTS, kind, str(args.rpcs), json.dumps(info)],
+                    [
+                        sys.executable,
+                        "-c",
+                        THREAD_SAMPLE + _COUNTS,
+                        kind,
+                        str(args.rpcs),
+                        json.dumps(info),
+                    ],
                     env=core_env if kind == "C-core" else env,
                     check=True,
                     capture_output=True,

@@ -14,6 +14,29 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+#: Python source of ``thread_sample()``, put in front of the benches' client
+#: scripts (they run with ``python -c``): every thread of the process by id,
+#: as (name, ns on a CPU, ns runnable waiting for one, voluntary switches
+#: (its wake-ups), involuntary ones (preemptions)), from ``/proc/self/task``;
+#: Python threads by their Python name, the others by the kernel's.
+THREAD_SAMPLE = r"""
+def thread_sample():
+    import os, threading
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/status") as f:
+                status = dict(line.split(":", 1) for line in f)
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                on_cpu, waiting = map(int, f.read().split()[:2])
+        except OSError:  # the thread ended meanwhile
+            continue
+        switches = [int(status[k + "_ctxt_switches"]) for k in ("voluntary", "nonvoluntary")]
+        out[tid] = (names.get(int(tid)) or status["Name"].strip(), on_cpu, waiting, *switches)
+    return out
+"""
+
 
 @contextlib.contextmanager
 def world() -> Iterator[dict[str, Any]]:

@@ -27,8 +27,21 @@ so the rate ratio of two identical trees spreads by 10 % or more; the median
 latency and the CPU per RPC are decided more by the clients' own call paths
 (at load 30 they still spread, 0.82-1.12 between identical trees: there
 ``aio_loop.py --latency``, the call paths in turns in one process, holds).
+The rate's line gives the quartiles of the per-round ratios after their
+median (``[p25-p75]``): how far one run can be trusted.
+
+``--counts``: each client process also samples, right before and after each
+window (outside its timed part), every thread's time on a CPU and waiting
+for one (``/proc/self/task/*/schedstat``), its wake-ups and preemptions
+(voluntary and involuntary switches) and the collector's runs, printed per
+RPC (means over the windows) under each line: what each process does per
+RPC, its own threads included, where the rate is measured.  A sync window's
+calling threads are made for it and end before the second sample, so they
+are not among them (the ``cpu`` ratio has them): sync counts show the rest
+of the process; an asyncio window's caller is the main thread, counted.
 
 Usage: python bench/rate_pairs.py [--rounds 30] [--window 0.3] [--procs 2] [--src NAME=PATH ...]
+       [--modes sync,aio] [--parallel 1,4] [--counts]
 """
 
 from __future__ import annotations
@@ -41,19 +54,40 @@ import subprocess
 import sys
 from typing import Any
 
-from bench_world import world
+from bench_world import THREAD_SAMPLE, world
 
 _CLIENT = r"""
-import asyncio, json, sys, threading, time
+import asyncio, gc, json, sys, threading, time
 kind, mode, target, bootstrap = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+counting = sys.argv[5] == "1"
 METHOD = "/bench.Bench/Ping"
 import grpc
 clock = time.monotonic
 
-def report(latencies, seconds, cpu):
-    # rate, median latency, process CPU per RPC (every thread) of one window
+def sample():
+    # --counts: each thread's figures (bench_world.THREAD_SAMPLE) and the
+    # collector's runs per generation
+    if not counting:
+        return None
+    return thread_sample(), [g["collections"] for g in gc.get_stats()]
+
+def report(latencies, seconds, cpu, before):
+    # rate, median latency, process CPU per RPC (every thread) of one window;
+    # with --counts, a JSON of per-RPC counts (sampled outside the window)
     every = sorted(x for mine in latencies for x in mine)
-    print(len(every) / seconds, every[len(every) // 2], cpu / len(every), flush=True)
+    n = len(every)
+    line = f"{n / seconds} {every[n // 2]} {cpu / n}"
+    if before is not None:
+        (threads0, gc0), (threads1, gc1) = before, sample()
+        per = {}
+        for tid, (name, *now) in threads1.items():
+            was = threads0.get(tid, (name, 0, 0, 0, 0))[1:]
+            mine = per.setdefault(name, [0.0, 0.0, 0.0, 0.0])
+            for i, (a, b) in enumerate(zip(was, now)):
+                mine[i] += (b - a) / n
+        counts = {"threads": per, "gc": [(b - a) / n for a, b in zip(gc0, gc1)]}
+        line += " " + json.dumps(counts, separators=(",", ":"))
+    print(line, flush=True)
 
 def sync_main():
     if kind == "core":
@@ -80,12 +114,13 @@ def sync_main():
                 if t >= end:
                     break
         workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+        before = sample()
         cpu, start = time.process_time(), time.monotonic()
         for w in workers:
             w.start()
         for w in workers:
             w.join()
-        report(latencies, time.monotonic() - start, time.process_time() - cpu)
+        report(latencies, time.monotonic() - start, time.process_time() - cpu, before)
     channel.close()
 
 async def aio_main():
@@ -116,9 +151,10 @@ async def aio_main():
                 t = after
                 if t >= end:
                     return mine
+        before = sample()
         cpu, start = time.process_time(), time.monotonic()
         latencies = await asyncio.gather(*(run() for _ in range(tasks)))
-        report(latencies, time.monotonic() - start, time.process_time() - cpu)
+        report(latencies, time.monotonic() - start, time.process_time() - cpu, before)
     await channel.close()
 
 asyncio.run(aio_main()) if mode == "aio" else sync_main()
@@ -128,7 +164,9 @@ asyncio.run(aio_main()) if mode == "aio" else sync_main()
 class Client:
     """One client process: a ready channel that runs a window when asked."""
 
-    def __init__(self, kind: str, mode: str, src: str | None, bootstrap: dict[str, Any]) -> None:
+    def __init__(
+        self, kind: str, mode: str, src: str | None, bootstrap: dict[str, Any], counts: bool
+    ) -> None:
         env = dict(os.environ)
         env.pop("GRPC_XDS_BOOTSTRAP", None)
         env.pop("PYTHONPATH", None)
@@ -136,9 +174,9 @@ class Client:
             env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
         elif src is not None:
             env["PYTHONPATH"] = src
-        args = [kind, mode, "xds:///bench", json.dumps(bootstrap)]
+        args = [kind, mode, "xds:///bench", json.dumps(bootstrap), "1" if counts else "0"]
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _CLIENT, *args],
+            [sys.executable, "-c", THREAD_SAMPLE + _CLIENT, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -149,14 +187,16 @@ class Client:
         if self.process.stdout.readline().strip() != "READY":
             raise RuntimeError(f"{kind} {mode}: client did not start")
 
-    def window(self, parallel: int, seconds: float) -> tuple[float, float, float]:
-        """One window of ``parallel`` threads/tasks: RPCs per second, the
-        median RPC's seconds, and the process's CPU seconds per RPC."""
+    def window(self, parallel: int, seconds: float) -> tuple[Figures, dict[str, Any] | None]:
+        """One window of ``parallel`` threads/tasks: (RPCs per second, the
+        median RPC's seconds, the process's CPU seconds per RPC), and with
+        ``--counts`` the window's counts per RPC (:func:`_print_counts`)."""
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(f"{parallel} {seconds}\n")
         self.process.stdin.flush()
-        rate, median, cpu = map(float, self.process.stdout.readline().split())
-        return rate, median, cpu
+        rate, median, cpu, *counts = self.process.stdout.readline().split(" ", 3)
+        figures = float(rate), float(median), float(cpu)
+        return figures, json.loads(counts[0]) if counts else None
 
     def close(self) -> None:
         assert self.process.stdin is not None
@@ -164,10 +204,40 @@ class Client:
         self.process.wait(30)
 
 
-def _ratio(windows: dict[str, list[tuple[float, float, float]]], a: str, b: str, i: int) -> str:
-    """The median over the rounds of ``a``'s figure ``i`` over ``b``'s."""
+#: one window's rate, median latency and CPU per RPC
+Figures = tuple[float, float, float]
+
+
+def _ratio(windows: dict[str, list[Figures]], a: str, b: str, i: int, spread: bool = False) -> str:
+    """The median over the rounds of ``a``'s figure ``i`` over ``b``'s; with
+    ``spread``, the quartiles of those ratios after it."""
     ratios = [x[i] / y[i] for x, y in zip(windows[a], windows[b], strict=True)]
-    return f"{statistics.median(ratios):.3f}"
+    out = f"{statistics.median(ratios):.3f}"
+    if spread and len(ratios) > 1:
+        low, _, high = statistics.quantiles(ratios, n=4)
+        out += f" [{low:.3f}-{high:.3f}]"
+    return out
+
+
+def _print_counts(name: str, counts: list[dict[str, Any]]) -> None:
+    """``--counts``: per RPC, each thread's microseconds on a CPU and
+    waiting for one (runnable), its wake-ups (voluntary switches) and
+    preemptions, and the collector's runs per 1000 RPCs by generation:
+    means over the windows (a thread waking once a second shows), sampled
+    outside the timed part of each window."""
+    totals: dict[str, list[float]] = {}
+    for c in counts:
+        for thread, values in c["threads"].items():
+            mine = totals.setdefault(thread, [0.0, 0.0, 0.0, 0.0])
+            for i, v in enumerate(values):
+                mine[i] += v / len(counts)
+    gc_runs = [1000 * sum(c["gc"][g] for c in counts) / len(counts) for g in range(3)]
+    print(f"  {name} per RPC (cpu us / runnable us / wake-ups / preemptions):")
+    for thread, (cpu, waiting, woken, preempted) in sorted(totals.items(), key=lambda t: -t[1][0]):
+        if cpu >= 0.0005 or woken >= 0.0005:
+            figures = f"{cpu / 1000:.2f} / {waiting / 1000:.2f} / {woken:.4f} / {preempted:.4f}"
+            print(f"    {thread}: {figures}")
+    print(f"    GC runs per 1000 RPCs by generation: {', '.join(f'{g:.2f}' for g in gc_runs)}")
 
 
 def main() -> None:
@@ -176,13 +246,18 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=0.3)
     parser.add_argument("--procs", type=int, default=2, help="processes per client")
     parser.add_argument("--src", action="append", default=[], metavar="NAME=PATH")
+    parser.add_argument("--modes", default="sync,aio", help="of sync,aio")
+    parser.add_argument("--parallel", default="1,4", help="threads/tasks per window, of 1,4")
+    parser.add_argument(
+        "--counts", action="store_true", help="each client's counts per RPC, by thread (see below)"
+    )
     args = parser.parse_args()
     sources: dict[str, str | None] = dict(s.split("=", 1) for s in args.src) or {"pyxds": None}
     load = open("/proc/loadavg").read().split()[:3]  # noqa: SIM115 - one read
     print(f"load before: {' '.join(load)}")
     with world() as info:
         bootstrap = info["bootstrap"]
-        for mode in ("sync", "aio"):
+        for mode in args.modes.split(","):
             kinds: dict[str, tuple[str, str | None]] = {"C-core": ("core", None)}
             kinds.update((name, ("pyxds", src)) for name, src in sources.items())
             names = list(kinds)
@@ -191,20 +266,24 @@ def main() -> None:
                 for k in range(args.procs):
                     for name in names if k % 2 == 0 else names[::-1]:
                         kind, src = kinds[name]
-                        clients[name].append(Client(kind, mode, src, bootstrap))
-                for parallel in (1, 4):
-                    windows: dict[str, list[tuple[float, float, float]]] = {n: [] for n in names}
+                        clients[name].append(Client(kind, mode, src, bootstrap, args.counts))
+                for parallel in map(int, args.parallel.split(",")):
+                    windows: dict[str, list[Figures]] = {n: [] for n in names}
+                    counted: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
                     for r in range(args.rounds):
                         order = names[r % len(names) :] + names[: r % len(names)]
                         for name in order:
                             client = clients[name][r % args.procs]
-                            windows[name].append(client.window(parallel, args.window))
+                            figures, counts = client.window(parallel, args.window)
+                            windows[name].append(figures)
+                            if counts is not None:
+                                counted[name].append(counts)
                     rates = {n: [w[0] for w in windows[n]] for n in names}
                     pairs = [(name, "C-core") for name in names[1:]]
                     if len(names) == 3:
                         pairs.append((names[2], names[1]))
                     line = [f"{mode} x{parallel}:"]
-                    line += [f"{a}/{b} {_ratio(windows, a, b, 0)}" for a, b in pairs]
+                    line += [f"{a}/{b} {_ratio(windows, a, b, 0, spread=True)}" for a, b in pairs]
                     line.append(
                         "(RPCs/s medians: "
                         + ", ".join(f"{n} {statistics.median(rates[n]):.0f}" for n in names)
@@ -214,6 +293,9 @@ def main() -> None:
                     for label, index in (("lat", 1), ("cpu", 2)):
                         extra = [f"{a}/{b} {_ratio(windows, b, a, index)}" for a, b in pairs]
                         print(f"  {label}: " + "  ".join(extra), flush=True)
+                    for name in names:
+                        if counted[name]:
+                            _print_counts(name, counted[name])
             finally:
                 for processes in clients.values():
                     for client in processes:

@@ -184,3 +184,65 @@ def test_app_loop_blocks_without_a_stream_loop_does_nothing(monkeypatch):
     monkeypatch.setattr(completion_reader, "_current", None)
     resume = completion_reader.app_loop_blocks()
     resume()
+
+
+class _ScheduleLoop:
+    """The stream loop as the reader uses it: only records what it asks
+    (the delays of its looks), runs nothing."""
+
+    def __init__(self) -> None:
+        self.later: list[tuple[float, object]] = []
+
+    def call_later(self, delay: float, callback: object) -> None:
+        self.later.append((delay, callback))
+
+    def remove_reader(self, fd: int) -> None:
+        pass
+
+    def add_reader(self, fd: int, callback: object) -> None:
+        pass
+
+
+def _looks(monkeypatch, answered: list[bool], looks: int) -> list[float]:
+    """The delays before each of ``looks`` looks of a yielded reader while
+    the application loop runs and completions wait at every look (a busy
+    RPC loop); ``answered`` says whether each probe ran in time."""
+    monkeypatch.setattr(completion_reader, "_readable", lambda fd: True)
+    loop = _ScheduleLoop()
+    reader = completion_reader.CompletionReader(loop, 7, lambda: None)  # type: ignore[arg-type]
+    monkeypatch.setattr(reader, "_app_reading", lambda: True)
+    answers = iter(answered)
+
+    def post_probe() -> bool:
+        reader._probe = [True] if next(answers) else []
+        return True
+
+    monkeypatch.setattr(reader, "_post_probe", post_probe)
+    reader.review()  # yields: the first look after TICK
+    delays = []
+    while len(delays) < looks:
+        delay, callback = loop.later.pop(0)
+        if callback == reader._tick:
+            delays.append(delay)
+        elif reader._probe == [] and not reader.yielded:
+            reader._probe.append(True)  # the stalled loop runs again: answered late
+        callback()  # type: ignore[operator]
+    return delays
+
+
+def test_a_busy_application_loop_answering_its_probes_is_looked_at_less_and_less(monkeypatch):
+    """Module rules: a probe the application loop answers in time counts as
+    a look that found nothing, so a steady RPC loop (a byte waiting at
+    every look) costs two looks a second, not one every TICK."""
+    tick, most = completion_reader.TICK, completion_reader.TICK_MAX
+    delays = _looks(monkeypatch, [True] * 5, 5)
+    assert delays == [tick, 2 * tick, 4 * tick, most, most]
+
+
+def test_after_a_stall_the_reader_looks_closely_again(monkeypatch):
+    """A probe not answered in time (stuck: the stream loop reads) and
+    answered later: yielded again, the next look comes after TICK."""
+    tick = completion_reader.TICK
+    delays = _looks(monkeypatch, [True, True, False, True], 4)
+    assert delays[:3] == [tick, 2 * tick, 4 * tick]
+    assert delays[3] == tick

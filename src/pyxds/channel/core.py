@@ -729,6 +729,7 @@ class ChannelCore:
             self.serializer.run(closed.set)
 
         self.closed = True
+        lifecycle.closed(self)  # the reaper may go once none is open
         self.serializer.run(go)
         if self.serializer.in_serializer or on_timer_thread():
             return  # e.g. a done-callback of an RPC its deadline ended

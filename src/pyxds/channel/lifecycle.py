@@ -18,7 +18,12 @@ too.  The rules, and why:
    rule 1 already closed the channel.
 3. **The reaper thread lives while a channel is open** and exits
    ``REAPER_LINGER`` after the last one closed (threads go back to their
-   count before the first channel).
+   count before the first channel).  It sleeps until there is work: a core
+   to close, or a channel that closed or went (:func:`closed`, or the
+   core's weak reference dying), after which it looks whether any is still
+   open.  It never wakes on a timer while channels are open, so a steady
+   program's only pyxds thread wake-ups are its own work's (issue 18: a
+   once-a-second wake-up took the GIL from the RPC loop).
 4. **Nothing here joins a thread.**  Each close runs the channel's own
    ``close()``, which waits (bounded) only for its xDS client's ADS
    connection to close (``close(wait=0)``).
@@ -37,7 +42,7 @@ import threading
 import weakref
 from typing import Protocol
 
-__all__ = ["track", "release", "close_all"]
+__all__ = ["track", "release", "closed", "close_all"]
 
 _log = logging.getLogger(__name__)
 
@@ -49,7 +54,10 @@ class _Closable(Protocol):
 
 
 _live: weakref.WeakSet[_Closable] = weakref.WeakSet()
-_reap: queue.SimpleQueue[_Closable] = queue.SimpleQueue()
+#: cores to close, and None: "a channel closed or went, look" (rule 3)
+_reap: queue.SimpleQueue[_Closable | None] = queue.SimpleQueue()
+#: a weak reference per tracked core whose death wakes the reaper (rule 3)
+_refs: set[weakref.ref[_Closable]] = set()
 _reaper_lock = threading.Lock()
 _reaper: threading.Thread | None = None
 _exiting = False
@@ -59,10 +67,27 @@ def track(core: _Closable) -> None:
     """Register a new channel core: closed at exit unless closed before."""
     global _reaper
     _live.add(core)
+    _refs.add(weakref.ref(core, _gone))
     with _reaper_lock:
         if _reaper is None:
             _reaper = threading.Thread(target=_reap_forever, name="pyxds-reaper", daemon=True)
             _reaper.start()
+
+
+def closed(core: _Closable) -> None:
+    """``core`` closed (from its ``close()``): the reaper looks whether it
+    was the last open one (rule 3).  Never blocks."""
+    _reap.put(None)
+
+
+def _gone(ref: weakref.ref[_Closable]) -> None:
+    # a tracked core was collected (a weakref callback: any thread, any
+    # allocation; SimpleQueue.put is safe there)
+    try:
+        _refs.discard(ref)
+        _reap.put(None)
+    except Exception:  # the interpreter is finalizing: its globals may be gone
+        pass
 
 
 def release(core: _Closable) -> None:
@@ -81,17 +106,18 @@ def _close(core: _Closable) -> None:
         _log.debug("pyxds: closing an abandoned channel raised", exc_info=True)
 
 
-#: Seconds between the reaper's looks for an open channel; with none left
-#: it exits (the next channel starts it again), so a program that closed
-#: every channel has no pyxds thread left.
+#: Seconds the reaper waits after a channel closed or went before it looks
+#: for an open one; with none left it exits (the next channel starts it
+#: again), so a program that closed every channel has no pyxds thread left.
 REAPER_LINGER = 1.0
 
 
 def _reap_forever() -> None:
     global _reaper
+    linger = False
     while True:
         try:
-            core = _reap.get(timeout=REAPER_LINGER)
+            core = _reap.get(timeout=REAPER_LINGER if linger else None)
         except queue.Empty:
             with _reaper_lock:
                 # track() adds before it looks at _reaper (under this lock),
@@ -99,6 +125,10 @@ def _reap_forever() -> None:
                 if _reap.empty() and all(c.closed for c in list(_live)):
                     _reaper = None
                     return
+            linger = False  # one is open: sleep until the next close
+            continue
+        if core is None:  # a channel closed or went: look after the linger
+            linger = True
             continue
         if _exiting:
             continue
