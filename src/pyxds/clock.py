@@ -94,13 +94,18 @@ class _TimerThread:
         #: the deadlines of ``prompt`` clocks (RealClock), served first once due
         self.prompt: list[_Entry] = []
         self.seq = itertools.count()
-        self.cond = threading.Condition(threading.Lock())
+        #: taken as itself (``with self.lock``), not through ``cond``: a
+        #: Condition's ``__enter__``/``__exit__`` are Python frames, two per
+        #: timer pushed and two per timer run (issue 18: ~7 timers per failed
+        #: connection attempt); ``cond`` shares it for waiting and waking
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
         self.thread: threading.Thread | None = None
         #: cancelled timers still in the heap (approximate)
         self.garbage = 0
 
     def push(self, timer: _HeapTimer) -> None:
-        with self.cond:
+        with self.lock:
             if self.garbage > 256 and self.garbage * 2 > len(self.heap) + len(self.prompt):
                 self._compact()
             # after compacting: it replaces the list
@@ -133,15 +138,17 @@ class _TimerThread:
         """The next due timer (waiting for it); None: the thread exits.  A
         due timer of a ``prompt`` clock comes before every other due timer
         (see :class:`RealClock`); each heap keeps deadline order."""
-        with self.cond:
+        with self.lock:
             while True:
                 heap, prompt = self.heap, self.prompt
                 while heap and heap[0][2]._cancelled:
                     heapq.heappop(heap)
-                    self.garbage = max(0, self.garbage - 1)
+                    if self.garbage:
+                        self.garbage -= 1
                 while prompt and prompt[0][2]._cancelled:
                     heapq.heappop(prompt)
-                    self.garbage = max(0, self.garbage - 1)
+                    if self.garbage:
+                        self.garbage -= 1
                 if not heap and not prompt:
                     self.cond.wait(TIMER_THREAD_LINGER)
                     if not self.heap and not self.prompt:
@@ -153,7 +160,12 @@ class _TimerThread:
                     return heapq.heappop(prompt)[2]
                 if heap and heap[0][0] <= now:
                     return heapq.heappop(heap)[2]
-                first = min(h[0][0] for h in (heap, prompt) if h)
+                if not prompt:
+                    first = heap[0][0]
+                elif not heap:
+                    first = prompt[0][0]
+                else:
+                    first = min(heap[0][0], prompt[0][0])
                 self.cond.wait(first - now)
 
     def _run(self) -> None:
@@ -162,8 +174,12 @@ class _TimerThread:
             if timer is None:
                 return
             if not timer._cancelled:
+                owner = timer.owner
                 try:
-                    timer.owner._dispatch(timer.owner._guarded(timer))
+                    if owner._dispatch is None:
+                        timer.fn()  # here and now: no wrapper to re-check it later
+                    else:
+                        owner._dispatch(owner._guarded(timer))
                 except Exception:  # one clock's callback must not stop every clock
                     _log.exception("pyxds: timer callback raised")
 
@@ -214,7 +230,8 @@ class RealClock(Clock):
         defer: Callable[[Callable[[], None]], bool] | None = None,
         prompt: bool = False,
     ) -> None:
-        self._dispatch = dispatch or (lambda fn: fn())
+        #: None: a due callback runs on the timer thread itself, unwrapped
+        self._dispatch = dispatch
         #: its due timers run before every other clock's due ones
         self._prompt = prompt
         #: offered each zero-delay callback first: True when it took it (it
@@ -243,7 +260,10 @@ class RealClock(Clock):
 
         def run() -> None:
             if not timer._cancelled and not self._closed:
-                self._dispatch(self._guarded(timer))
+                if self._dispatch is None:
+                    timer.fn()
+                else:
+                    self._dispatch(self._guarded(timer))
 
         return run
 
