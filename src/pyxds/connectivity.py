@@ -537,6 +537,8 @@ BY_CODE: Mapping[int, grpc.ChannelConnectivity] = {
     state.value[0]: state for state in grpc.ChannelConnectivity
 }
 _CODE = {state: code for code, state in BY_CODE.items()}
+#: the same by identity (no ``Enum.__hash__`` frame: one lookup per watch made)
+_CODE_BY_ID = {id(state): code for code, state in BY_CODE.items()}
 _READY_CODE = _CODE[grpc.ChannelConnectivity.READY]
 _IDLE_CODE = _CODE[grpc.ChannelConnectivity.IDLE]
 
@@ -575,7 +577,7 @@ def watch_channel_codes(
     """:func:`watch_channel` with ``deliver_code`` hearing C-core's state
     code (``BY_CODE[code]`` is the ``grpc.ChannelConnectivity``): for a
     watcher that is its own deliverer, one object fewer per channel."""
-    final = None if until is None else _CODE[until]
+    final = None if until is None else _CODE_BY_ID[id(until)]
     return (on or monitor()).watch_cygrpc(_cygrpc_channel(channel), deliver_code, final)
 
 
