@@ -109,6 +109,7 @@ unit tests); :func:`monitor` is the process's own, on a RealClock.
 from __future__ import annotations
 
 import gc
+import operator
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -119,6 +120,10 @@ import grpc
 from pyxds.clock import Clock, RealClock, Timer
 
 _get_ident = threading.get_ident
+#: a watch's ``due``, read in C: the next sweep is the earliest of every warm
+#: watch's, found after every sweep (a generator resumed per watch was ~45
+#: Python steps per failed attempt with attempts in flight under load)
+_due_of = operator.attrgetter("due")
 
 __all__ = [
     "COLD_BUDGET",
@@ -528,7 +533,7 @@ class ConnectivityMonitor(Generic[S]):
             return  # nothing watched: no timer (the timer thread may exit)
         due = self._cold_due if self._cold else float("inf")
         if self._warm:
-            due = min(due, max(now + self._warm_gap, min(w.due for w in self._warm)))
+            due = min(due, max(now + self._warm_gap, min(map(_due_of, self._warm))))
         self._schedule(now, due)
 
 
