@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 _log = logging.getLogger(__name__)
+_get_ident = threading.get_ident
 
 
 class Timer(ABC):
@@ -101,6 +102,11 @@ class _TimerThread:
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self.thread: threading.Thread | None = None
+        #: the timer thread's ident while it runs (0: not known yet, or no
+        #: thread): a timer the thread pushes itself (a callback scheduling
+        #: the next, most of them) needs no wake-up, as it looks at the heaps
+        #: again when the callback returns
+        self.ident = 0
         #: cancelled timers still in the heap (approximate)
         self.garbage = 0
 
@@ -114,13 +120,13 @@ class _TimerThread:
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="pyxds-timer", daemon=True)
                 self.thread.start()
-            elif heap[0][2] is timer:
+            elif heap[0][2] is timer and _get_ident() != self.ident:
                 self.cond.notify()  # a new earliest deadline: wake the thread
 
     def drop(self, owner: RealClock) -> None:
         """Forget every timer of ``owner`` (closed), so nothing it scheduled
         keeps its callbacks (and what they reference) alive."""
-        with self.cond:
+        with self.lock:
             for _, _, timer in self.heap + self.prompt:
                 if timer.owner is owner:
                     timer._cancelled = True
@@ -153,6 +159,7 @@ class _TimerThread:
                     self.cond.wait(TIMER_THREAD_LINGER)
                     if not self.heap and not self.prompt:
                         self.thread = None
+                        self.ident = 0
                         return None
                     continue
                 now = time.monotonic()
@@ -169,6 +176,7 @@ class _TimerThread:
                 self.cond.wait(first - now)
 
     def _run(self) -> None:
+        self.ident = _get_ident()
         while True:
             timer = self._next()
             if timer is None:
