@@ -672,7 +672,10 @@ def test_pool_close_closes_every_transport_on_the_monitor_clock_without_threads(
     h.clock.advance(0)
     assert all(c.closes == 1 for c in h.channels)
     assert all(t.close_done.is_set() for t in h.transports)
-    assert threading.active_count() == threads
+    # no thread started; one may have ended meanwhile (the process's timer
+    # thread of an earlier test, which exits after TIMER_THREAD_LINGER idle:
+    # a loaded run saw 3 threads here against 4 before)
+    assert threading.active_count() <= threads
     assert h.monitor.watched == 0
 
 
