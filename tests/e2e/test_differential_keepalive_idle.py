@@ -212,6 +212,10 @@ PERMISSIVE = [
 ]
 
 
+#: C-core's text for an RPC put on a connection whose close waits for a
+#: write in progress ("Stream removed (Delayed close due to in-progress
+#: write (ping timeout))")
+CLOSING_TEXT = "Delayed close due to in-progress write"
 #: Seconds a client may take before each endpoint has answered it.
 BOTH_WITHIN = 10.0
 
@@ -278,6 +282,15 @@ def test_keepalive_fails_rpcs_in_flight_on_every_silent_endpoint(server):
                 proxy.freeze_all()
             caller.join(30)
             after = client.calls(WHO_AM_I, n=2)
+            # C-core ends a dead connection's calls before it closes it when
+            # a write is in progress (chttp2 close_transport_locked): an RPC
+            # started in between is put on it and fails at once with
+            # CLOSING_TEXT (C-core's own channel as pyxds's, seen under
+            # load); those are called again, a few times at most
+            for _ in range(3):
+                if not any(CLOSING_TEXT in r.get("details", "") for r in after):
+                    break
+                after = client.calls(WHO_AM_I, n=2)
             return box["r"], after, [len(p.opened) for p in proxies]
         finally:
             client.close()
