@@ -14,7 +14,8 @@ class FreezingProxy:
     without a FIN or RST.  ``opened``: when each connection was accepted;
     ``ended`` / ``dropped``: when its server / client side ended one
     (``time.monotonic()``); ``bytes_up``: bytes passed from clients to the
-    server.
+    server; ``upstream_ports``: the local port of each connection's server
+    side (a server sees the client's RPCs from ``ipv4:127.0.0.1:<port>``).
     """
 
     def __init__(self, target_port: int) -> None:
@@ -29,6 +30,7 @@ class FreezingProxy:
         self.ended: list[float] = []
         self.dropped: list[float] = []
         self.bytes_up = 0
+        self.upstream_ports: list[int] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -39,6 +41,7 @@ class FreezingProxy:
                 continue
             self.opened.append(time.monotonic())
             upstream = socket.create_connection(self._target, timeout=5)
+            self.upstream_ports.append(upstream.getsockname()[1])
             frozen = threading.Event()
             self._frozen.append(frozen)
             self._sockets += [conn, upstream]
