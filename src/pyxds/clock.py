@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 _log = logging.getLogger(__name__)
+_get_ident = threading.get_ident
 
 
 class Timer(ABC):
@@ -94,13 +95,23 @@ class _TimerThread:
         #: the deadlines of ``prompt`` clocks (RealClock), served first once due
         self.prompt: list[_Entry] = []
         self.seq = itertools.count()
-        self.cond = threading.Condition(threading.Lock())
+        #: taken as itself (``with self.lock``), not through ``cond``: a
+        #: Condition's ``__enter__``/``__exit__`` are Python frames, two per
+        #: timer pushed and two per timer run (issue 18: ~7 timers per failed
+        #: connection attempt); ``cond`` shares it for waiting and waking
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
         self.thread: threading.Thread | None = None
+        #: the timer thread's ident while it runs (0: not known yet, or no
+        #: thread): a timer the thread pushes itself (a callback scheduling
+        #: the next, most of them) needs no wake-up, as it looks at the heaps
+        #: again when the callback returns
+        self.ident = 0
         #: cancelled timers still in the heap (approximate)
         self.garbage = 0
 
     def push(self, timer: _HeapTimer) -> None:
-        with self.cond:
+        with self.lock:
             if self.garbage > 256 and self.garbage * 2 > len(self.heap) + len(self.prompt):
                 self._compact()
             # after compacting: it replaces the list
@@ -109,13 +120,13 @@ class _TimerThread:
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="pyxds-timer", daemon=True)
                 self.thread.start()
-            elif heap[0][2] is timer:
+            elif heap[0][2] is timer and _get_ident() != self.ident:
                 self.cond.notify()  # a new earliest deadline: wake the thread
 
     def drop(self, owner: RealClock) -> None:
         """Forget every timer of ``owner`` (closed), so nothing it scheduled
         keeps its callbacks (and what they reference) alive."""
-        with self.cond:
+        with self.lock:
             for _, _, timer in self.heap + self.prompt:
                 if timer.owner is owner:
                     timer._cancelled = True
@@ -133,19 +144,22 @@ class _TimerThread:
         """The next due timer (waiting for it); None: the thread exits.  A
         due timer of a ``prompt`` clock comes before every other due timer
         (see :class:`RealClock`); each heap keeps deadline order."""
-        with self.cond:
+        with self.lock:
             while True:
                 heap, prompt = self.heap, self.prompt
                 while heap and heap[0][2]._cancelled:
                     heapq.heappop(heap)
-                    self.garbage = max(0, self.garbage - 1)
+                    if self.garbage:
+                        self.garbage -= 1
                 while prompt and prompt[0][2]._cancelled:
                     heapq.heappop(prompt)
-                    self.garbage = max(0, self.garbage - 1)
+                    if self.garbage:
+                        self.garbage -= 1
                 if not heap and not prompt:
                     self.cond.wait(TIMER_THREAD_LINGER)
                     if not self.heap and not self.prompt:
                         self.thread = None
+                        self.ident = 0
                         return None
                     continue
                 now = time.monotonic()
@@ -153,17 +167,27 @@ class _TimerThread:
                     return heapq.heappop(prompt)[2]
                 if heap and heap[0][0] <= now:
                     return heapq.heappop(heap)[2]
-                first = min(h[0][0] for h in (heap, prompt) if h)
+                if not prompt:
+                    first = heap[0][0]
+                elif not heap:
+                    first = prompt[0][0]
+                else:
+                    first = min(heap[0][0], prompt[0][0])
                 self.cond.wait(first - now)
 
     def _run(self) -> None:
+        self.ident = _get_ident()
         while True:
             timer = self._next()
             if timer is None:
                 return
             if not timer._cancelled:
+                owner = timer.owner
                 try:
-                    timer.owner._dispatch(timer.owner._guarded(timer))
+                    if owner._dispatch is None:
+                        timer.fn()  # here and now: no wrapper to re-check it later
+                    else:
+                        owner._dispatch(owner._guarded(timer))
                 except Exception:  # one clock's callback must not stop every clock
                     _log.exception("pyxds: timer callback raised")
 
@@ -214,7 +238,8 @@ class RealClock(Clock):
         defer: Callable[[Callable[[], None]], bool] | None = None,
         prompt: bool = False,
     ) -> None:
-        self._dispatch = dispatch or (lambda fn: fn())
+        #: None: a due callback runs on the timer thread itself, unwrapped
+        self._dispatch = dispatch
         #: its due timers run before every other clock's due ones
         self._prompt = prompt
         #: offered each zero-delay callback first: True when it took it (it
@@ -243,7 +268,10 @@ class RealClock(Clock):
 
         def run() -> None:
             if not timer._cancelled and not self._closed:
-                self._dispatch(self._guarded(timer))
+                if self._dispatch is None:
+                    timer.fn()
+                else:
+                    self._dispatch(self._guarded(timer))
 
         return run
 

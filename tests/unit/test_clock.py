@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -161,6 +162,32 @@ def test_a_timer_scheduled_when_cancelled_ones_are_compacted_away_still_fires(mo
     ran = threading.Event()
     clock.call_later(0.0, ran.set)  # this push compacts the heap
     assert ran.wait(5)
+    clock.close()
+
+
+def test_an_earlier_timer_from_another_thread_wakes_the_timer_thread_and_its_own_need_no_wake(
+    monkeypatch,
+):
+    """The timer thread waits for its earliest deadline.  A timer with an
+    earlier one pushed from another thread must wake it (else it runs only
+    when the later one is due); one the timer thread pushes itself, from a
+    callback, needs no wake-up (it looks at the heaps again when the callback
+    returns: a Condition.notify per timer was two Python frames, issue 18),
+    and still runs on time."""
+    monkeypatch.setattr(clock_module, "_TIMERS", clock_module._TimerThread())
+    clock = RealClock()
+    clock.call_later(3600, lambda: None)  # the thread now waits an hour
+    time.sleep(0.05)
+    chained = threading.Event()
+
+    def first() -> None:  # on the timer thread: schedules the next itself
+        clock.call_later(0.01, chained.set)
+
+    started = time.monotonic()
+    clock.call_later(0.01, first)  # from this thread: must wake the timer thread
+    assert chained.wait(5)
+    assert time.monotonic() - started < 2.0
+    assert clock_module._TIMERS.ident == clock_module._TIMERS.thread.ident
     clock.close()
 
 

@@ -117,12 +117,14 @@ _OVERRIDDEN = frozenset(
 _AUTHORITY_OPTIONS = frozenset({"grpc.default_authority", "grpc.ssl_target_name_override"})
 
 _GRPC_IDLE = grpc.ChannelConnectivity.IDLE
+#: grpcio's states (singletons) by identity: a dict keyed by the enum members
+#: themselves calls ``Enum.__hash__``, a Python frame, for every report
 _FROM_GRPC = {
-    grpc.ChannelConnectivity.IDLE: ConnectivityState.IDLE,
-    grpc.ChannelConnectivity.CONNECTING: ConnectivityState.CONNECTING,
-    grpc.ChannelConnectivity.READY: ConnectivityState.READY,
-    grpc.ChannelConnectivity.TRANSIENT_FAILURE: ConnectivityState.TRANSIENT_FAILURE,
-    grpc.ChannelConnectivity.SHUTDOWN: ConnectivityState.SHUTDOWN,
+    id(grpc.ChannelConnectivity.IDLE): ConnectivityState.IDLE,
+    id(grpc.ChannelConnectivity.CONNECTING): ConnectivityState.CONNECTING,
+    id(grpc.ChannelConnectivity.READY): ConnectivityState.READY,
+    id(grpc.ChannelConnectivity.TRANSIENT_FAILURE): ConnectivityState.TRANSIENT_FAILURE,
+    id(grpc.ChannelConnectivity.SHUTDOWN): ConnectivityState.SHUTDOWN,
 }
 
 
@@ -768,7 +770,7 @@ class SubchannelCore(Watched):
     def _apply(self, transport: Transport | None, connectivity: grpc.ChannelConnectivity) -> None:
         if transport is not self.transport or self.state is ConnectivityState.SHUTDOWN:
             return  # a retired transport's late report
-        state = _FROM_GRPC.get(connectivity)
+        state = _FROM_GRPC.get(id(connectivity))
         if state is None or state is ConnectivityState.SHUTDOWN:
             return
         if transport is not None and state is not ConnectivityState.IDLE:
