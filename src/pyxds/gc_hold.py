@@ -59,10 +59,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
+import sys
 import threading
 from collections.abc import Iterator
 
-__all__ = ["BULK", "LIMIT", "BulkHold", "held", "hold", "holding", "release"]
+__all__ = ["BULK", "LIMIT", "BulkHold", "held", "hold", "holding", "import_held", "release"]
 
 #: Pieces of work (callbacks, endpoints connected) a serializer drain does
 #: before it holds the collector off.
@@ -116,6 +118,16 @@ def held() -> Iterator[None]:
     finally:
         if counted:
             release()
+
+
+def import_held(*names: str) -> None:
+    """Import the modules ``names`` with the collector held (rule 6), if
+    any is not loaded yet; once they are, a dictionary look each."""
+    if all(name in sys.modules for name in names):
+        return
+    with held():
+        for name in names:
+            importlib.import_module(name)
 
 
 class BulkHold:

@@ -11,7 +11,6 @@ Built in:
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable
 
@@ -68,11 +67,9 @@ def create(args: ResolverArgs) -> Resolver:
 
 
 def _xds_factory(args: ResolverArgs) -> Resolver:
-    if "pyxds.resolver.xds_resolver" not in sys.modules:
-        # the first xds: channel loads the resolver, the resource decoders and
-        # the descriptor bundle: a bulk job the collector need not walk
-        with gc_hold.held():
-            import pyxds.resolver.xds_resolver  # noqa: F401
+    # the first xds: channel loads the resolver, the resource decoders and
+    # the descriptor bundle: a bulk job the collector need not walk
+    gc_hold.import_held("pyxds.resolver.xds_resolver")
     from pyxds.resolver.xds_resolver import XdsResolver
 
     return XdsResolver(args)

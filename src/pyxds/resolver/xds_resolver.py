@@ -289,10 +289,8 @@ class XdsResolver(Resolver):
         _load_policies_ahead()  # the LDS request is on its way
 
     def _connect(self, target_authority: str | None, service: str) -> None:
-        if "pyxds.xds.client" not in sys.modules:
-            with gc_hold.held():  # the xDS client's modules: a bulk job (pyxds.gc_hold)
-                import pyxds.xds.bootstrap
-                import pyxds.xds.client  # noqa: F401
+        # the xDS client's modules: a bulk job (pyxds.gc_hold)
+        gc_hold.import_held("pyxds.xds.bootstrap", "pyxds.xds.client")
         from pyxds.xds import bootstrap as bootstrap_module  # lands with the xDS client
         from pyxds.xds.client import XdsClient
 
