@@ -6,29 +6,43 @@ shared, noisy machine.
 spike of the machine lands on one side of a ratio.  Here every client is a
 process of its own, started once with its channel ready (warmed up), and
 the clients take turns in windows of ``--window`` seconds (0.3 by default),
-the order rotated every round: drift hits every client alike, and a ratio
-is the median over many rounds.  Each client runs in ``--procs`` processes
-(2 by default), started in alternating orders (C-core first, then last)
-and used in turns, one a round: a process's own luck (where its memory
-landed, its place in the start order: in round 13 the client started third
-was slower than the second in 8 of 11 runs, whichever tree it ran) is
-spread over both sides of a ratio instead of deciding it.  Clients:
+the order changed every round: drift hits every client alike, and a ratio
+is the median over many rounds.  The rounds' orders are the clients'
+rotations, forwards then backwards in alternate cycles, so that each
+client's window follows every other client's equally often (a fixed cycle
+of three clients had "after" always follow "before": whatever a window
+leaves to the next landed on one side of their ratio).  Each client runs
+in ``--procs`` processes (one per client by default), started in rotated
+orders (each client takes each place in the start order once) and used in
+turns, one a round: a process's own luck (where its memory landed, its
+place in the start order: in round 13 the client started third was slower
+than the second in 8 of 11 runs, whichever tree it ran) is spread over both
+sides of a ratio instead of deciding it.  Clients:
 C-core's ``xds:///`` channel, and pyxds from each ``--src`` given
 (``name=path/to/src``, e.g. ``main=...``, ``branch=...``; default: the
 installed pyxds), sync (1 and 4 threads) and asyncio (1 and 4 tasks).
 
 Beside the rate (RPCs over the window: the goal's figure), each window also
-gives the median latency of its RPCs and the client process's CPU per RPC
-(every thread), each printed as a median ratio to C-core's the same way
-(``lat`` and ``cpu``: above 1.0, pyxds's RPC is faster or cheaper).  On a
+gives the median latency of its RPCs, their 99th percentile and the client
+process's CPU per RPC (every thread), each printed as a median ratio to
+C-core's the same way (``lat``, ``p99`` and ``cpu``: above 1.0, pyxds's RPC
+is faster or cheaper; ``p99`` shows a client's own periodic stall, a timer
+or the collector, that the median hides).  On a
 loaded machine a window's rate is decided by its slowest RPCs (the client
 preempted by other programs, in a window of one client and not the next'),
 so the rate ratio of two identical trees spreads by 10 % or more; the median
 latency and the CPU per RPC are decided more by the clients' own call paths
 (at load 30 they still spread, 0.82-1.12 between identical trees: there
 ``aio_loop.py --latency``, the call paths in turns in one process, holds).
-The rate's line gives the quartiles of the per-round ratios after their
-median (``[p25-p75]``): how far one run can be trusted.
+The rate's line gives, after the median of the per-round ratios, its 95 %
+confidence interval (``ci LOW-HIGH``: the order statistics around the median
+that hold it with 95 % probability, whatever the ratios' distribution) and
+their quartiles (``[p25-p75]``).  A run shows a client slower or faster than
+another only when the interval leaves 1.0 out; two identical trees stray
+from 1.0 by up to its half-width either way (round 15, load 12-19: 120
+rounds of 0.2 s, two identical trees 1.065, ci 0.988-1.213).  The interval
+narrows with the square root of the rounds.  One round before the counted
+ones is left out (each process's first window after the others started).
 
 ``--counts``: each client process also samples, right before and after each
 window (outside its timed part), every thread's time on a CPU and waiting
@@ -37,10 +51,12 @@ for one (``/proc/self/task/*/schedstat``), its wake-ups and preemptions
 RPC (means over the windows) under each line: what each process does per
 RPC, its own threads included, where the rate is measured.  A sync window's
 calling threads are made for it and end before the second sample, so they
-are not among them (the ``cpu`` ratio has them): sync counts show the rest
-of the process; an asyncio window's caller is the main thread, counted.
+are not among them (the ``cpu`` ratio has them; before round 15 they were
+when one had not left ``/proc`` yet, as an unnamed ``python`` thread): sync
+counts show the rest of the process; an asyncio window's caller is the main
+thread, counted.
 
-Usage: python bench/rate_pairs.py [--rounds 30] [--window 0.3] [--procs 2] [--src NAME=PATH ...]
+Usage: python bench/rate_pairs.py [--rounds 30] [--window 0.3] [--procs N] [--src NAME=PATH ...]
        [--modes sync,aio] [--parallel 1,4] [--counts]
 """
 
@@ -48,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -71,16 +88,21 @@ def sample():
         return None
     return thread_sample(), [g["collections"] for g in gc.get_stats()]
 
-def report(latencies, seconds, cpu, before):
-    # rate, median latency, process CPU per RPC (every thread) of one window;
-    # with --counts, a JSON of per-RPC counts (sampled outside the window)
+def report(latencies, seconds, cpu, before, callers=()):
+    # rate, median and 99th percentile latency, process CPU per RPC (every
+    # thread) of one window;
+    # with --counts, a JSON of per-RPC counts (sampled outside the window),
+    # without the window's calling threads (native ids): joined, a thread
+    # may still be in /proc for a moment, and it was not in the first sample
     every = sorted(x for mine in latencies for x in mine)
     n = len(every)
-    line = f"{n / seconds} {every[n // 2]} {cpu / n}"
+    line = f"{n / seconds} {every[n // 2]} {every[n * 99 // 100]} {cpu / n}"
     if before is not None:
         (threads0, gc0), (threads1, gc1) = before, sample()
         per = {}
         for tid, (name, *now) in threads1.items():
+            if int(tid) in callers:
+                continue
             was = threads0.get(tid, (name, 0, 0, 0, 0))[1:]
             mine = per.setdefault(name, [0.0, 0.0, 0.0, 0.0])
             for i, (a, b) in enumerate(zip(was, now)):
@@ -120,7 +142,8 @@ def sync_main():
             w.start()
         for w in workers:
             w.join()
-        report(latencies, time.monotonic() - start, time.process_time() - cpu, before)
+        seconds, cpu = time.monotonic() - start, time.process_time() - cpu
+        report(latencies, seconds, cpu, before, {w.native_id for w in workers})
     channel.close()
 
 async def aio_main():
@@ -189,13 +212,14 @@ class Client:
 
     def window(self, parallel: int, seconds: float) -> tuple[Figures, dict[str, Any] | None]:
         """One window of ``parallel`` threads/tasks: (RPCs per second, the
-        median RPC's seconds, the process's CPU seconds per RPC), and with
+        median RPC's seconds, the 99th percentile's, the process's CPU
+        seconds per RPC), and with
         ``--counts`` the window's counts per RPC (:func:`_print_counts`)."""
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(f"{parallel} {seconds}\n")
         self.process.stdin.flush()
-        rate, median, cpu, *counts = self.process.stdout.readline().split(" ", 3)
-        figures = float(rate), float(median), float(cpu)
+        rate, median, p99, cpu, *counts = self.process.stdout.readline().split(" ", 4)
+        figures = float(rate), float(median), float(p99), float(cpu)
         return figures, json.loads(counts[0]) if counts else None
 
     def close(self) -> None:
@@ -204,18 +228,49 @@ class Client:
         self.process.wait(30)
 
 
-#: one window's rate, median latency and CPU per RPC
-Figures = tuple[float, float, float]
+#: one window's rate, median and 99th percentile latency, and CPU per RPC
+Figures = tuple[float, float, float, float]
+
+
+def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free confidence interval of the median of ``values``:
+    the order statistics ``x(k)`` and ``x(n+1-k)`` (1-based), ``k`` the
+    largest for which fewer than ``k`` heads in ``n`` fair coin flips have
+    a probability of at most ``(1 - level) / 2`` (the median lies between
+    them with probability ``level`` or more).  None for too few values
+    (below 6 at 95 %)."""
+    n = len(values)
+    below = 0.0  # P(Bin(n, 1/2) < k)
+    k = 0
+    while True:
+        more = below + math.comb(n, k) / 2**n  # P(Bin(n, 1/2) < k + 1)
+        if more > (1 - level) / 2:
+            break
+        below, k = more, k + 1
+    if k == 0:
+        return None
+    ordered = sorted(values)
+    return ordered[k - 1], ordered[n - k]
+
+
+def rotations(names: list[str], r: int) -> list[str]:
+    """Round ``r``'s order of ``names``: their rotations, forwards in even
+    cycles and backwards in odd ones, so that over ``2 * len(names)`` rounds
+    each one's window follows every other one's equally often."""
+    shift = r % len(names)
+    order = names[shift:] + names[:shift]
+    return order if (r // len(names)) % 2 == 0 else order[::-1]
 
 
 def _ratio(windows: dict[str, list[Figures]], a: str, b: str, i: int, spread: bool = False) -> str:
     """The median over the rounds of ``a``'s figure ``i`` over ``b``'s; with
-    ``spread``, the quartiles of those ratios after it."""
+    ``spread``, its 95 % confidence interval and the ratios' quartiles."""
     ratios = [x[i] / y[i] for x, y in zip(windows[a], windows[b], strict=True)]
     out = f"{statistics.median(ratios):.3f}"
-    if spread and len(ratios) > 1:
+    interval = median_interval(ratios) if spread else None
+    if interval is not None:
         low, _, high = statistics.quantiles(ratios, n=4)
-        out += f" [{low:.3f}-{high:.3f}]"
+        out += f" ci {interval[0]:.3f}-{interval[1]:.3f} [{low:.3f}-{high:.3f}]"
     return out
 
 
@@ -244,7 +299,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--window", type=float, default=0.3)
-    parser.add_argument("--procs", type=int, default=2, help="processes per client")
+    parser.add_argument(
+        "--procs", type=int, default=0, help="processes per client (default: one per client)"
+    )
     parser.add_argument("--src", action="append", default=[], metavar="NAME=PATH")
     parser.add_argument("--modes", default="sync,aio", help="of sync,aio")
     parser.add_argument("--parallel", default="1,4", help="threads/tasks per window, of 1,4")
@@ -262,19 +319,20 @@ def main() -> None:
             kinds.update((name, ("pyxds", src)) for name, src in sources.items())
             names = list(kinds)
             clients: dict[str, list[Client]] = {n: [] for n in names}
+            procs = args.procs or len(names)
             try:
-                for k in range(args.procs):
-                    for name in names if k % 2 == 0 else names[::-1]:
+                for k in range(procs):
+                    for name in names[k % len(names) :] + names[: k % len(names)]:
                         kind, src = kinds[name]
                         clients[name].append(Client(kind, mode, src, bootstrap, args.counts))
                 for parallel in map(int, args.parallel.split(",")):
                     windows: dict[str, list[Figures]] = {n: [] for n in names}
                     counted: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-                    for r in range(args.rounds):
-                        order = names[r % len(names) :] + names[: r % len(names)]
-                        for name in order:
-                            client = clients[name][r % args.procs]
-                            figures, counts = client.window(parallel, args.window)
+                    for r in range(-1, args.rounds):  # round -1 is left out
+                        for name in rotations(names, r):
+                            figures, counts = clients[name][r % procs].window(parallel, args.window)
+                            if r < 0:
+                                continue
                             windows[name].append(figures)
                             if counts is not None:
                                 counted[name].append(counts)
@@ -290,7 +348,7 @@ def main() -> None:
                         + ")"
                     )
                     print("  ".join(line), flush=True)
-                    for label, index in (("lat", 1), ("cpu", 2)):
+                    for label, index in (("lat", 1), ("p99", 2), ("cpu", 3)):
                         extra = [f"{a}/{b} {_ratio(windows, b, a, index)}" for a, b in pairs]
                         print(f"  {label}: " + "  ".join(extra), flush=True)
                     for name in names:
