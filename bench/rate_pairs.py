@@ -7,11 +7,13 @@ spike of the machine lands on one side of a ratio.  Here every client is a
 process of its own, started once with its channel ready (warmed up), and
 the clients take turns in windows of ``--window`` seconds (0.3 by default),
 the order changed every round: drift hits every client alike, and a ratio
-is the median over many rounds.  The rounds' orders are the clients'
-rotations, forwards then backwards in alternate cycles, so that each
-client's window follows every other client's equally often (a fixed cycle
-of three clients had "after" always follow "before": whatever a window
-leaves to the next landed on one side of their ratio).  Each client runs
+is the median over many rounds.  With two or three clients the windows
+follow each other so that every client's window comes right after each
+other client's once every two rounds, and never right after its own
+(:func:`round_order`): whatever a window leaves to the next lands on every
+side of a ratio alike.  Until round 15 the order was rotated, so with
+three clients "after" came right after "before" 40 times in 60 rounds and
+before it 20.  Each client runs
 in ``--procs`` processes (one per client by default), started in rotated
 orders (each client takes each place in the start order once) and used in
 turns, one a round: a process's own luck (where its memory landed, its
@@ -253,13 +255,13 @@ def median_interval(values: list[float], level: float = 0.95) -> tuple[float, fl
     return ordered[k - 1], ordered[n - k]
 
 
-def rotations(names: list[str], r: int) -> list[str]:
-    """Round ``r``'s order of ``names``: their rotations, forwards in even
-    cycles and backwards in odd ones, so that over ``2 * len(names)`` rounds
-    each one's window follows every other one's equally often."""
-    shift = r % len(names)
-    order = names[shift:] + names[:shift]
-    return order if (r // len(names)) % 2 == 0 else order[::-1]
+def round_order(names: list[str], r: int) -> list[str]:
+    """Round ``r``'s order of ``names``: as given in even rounds, the first
+    then the others backwards in odd ones.  With two or three names the
+    rounds chain into a walk over every ordered pair of different names
+    (A B C A C B A B C ...): each window comes right after each other
+    name's once every two rounds, and never right after its own name's."""
+    return names if r % 2 == 0 else names[:1] + names[:0:-1]
 
 
 def _ratio(windows: dict[str, list[Figures]], a: str, b: str, i: int, spread: bool = False) -> str:
@@ -329,7 +331,7 @@ def main() -> None:
                     windows: dict[str, list[Figures]] = {n: [] for n in names}
                     counted: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
                     for r in range(-1, args.rounds):  # round -1 is left out
-                        for name in rotations(names, r):
+                        for name in round_order(names, r):
                             figures, counts = clients[name][r % procs].window(parallel, args.window)
                             if r < 0:
                                 continue
