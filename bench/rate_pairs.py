@@ -5,21 +5,25 @@ shared, noisy machine.
 ``e2e.py --vs-core`` makes a new channel per window of seconds, so a load
 spike of the machine lands on one side of a ratio.  Here every client is a
 process of its own, started once with its channel ready (warmed up), and
-the clients take turns in windows of ``--window`` seconds (0.3 by default),
-the order changed every round: drift hits every client alike, and a ratio
-is the median over many rounds.  With two or three clients the windows
+the clients take turns in windows of ``--window`` seconds (0.05 by default;
+0.3 until round 15), the order changed every round: drift hits every client
+alike, and a ratio is the median over many rounds (180 by default; 30 of
+0.3 s until round 15, for the same time: a short window is more often one
+no other program preempted, so the medians of short windows hold still
+where long windows each catch a few preemptions; identical trees' intervals
+were about half as wide).  With two or three clients the windows
 follow each other so that every client's window comes right after each
 other client's once every two rounds, and never right after its own
 (:func:`round_order`): whatever a window leaves to the next lands on every
 side of a ratio alike.  Until round 15 the order was rotated, so with
 three clients "after" came right after "before" 40 times in 60 rounds and
-before it 20.  Each client runs
-in ``--procs`` processes (one per client by default), started in rotated
-orders (each client takes each place in the start order once) and used in
-turns, one a round: a process's own luck (where its memory landed, its
-place in the start order: in round 13 the client started third was slower
-than the second in 8 of 11 runs, whichever tree it ran) is spread over both
-sides of a ratio instead of deciding it.  Clients:
+before it 20.  Each client runs in ``--procs`` processes (6 by default; 2
+until round 15), all started together, and used in turns, one a round: a
+process's own luck (where its memory landed, its place in the start order:
+in round 13 the client started third was slower than the second in 8 of 11
+runs, whichever tree it ran; round 15: six ``pyxds.aio`` processes of one
+tree 0.93-1.09 of their rounds' means) is spread over both sides of a ratio
+and averaged over six instead of deciding it.  Clients:
 C-core's ``xds:///`` channel, and pyxds from each ``--src`` given
 (``name=path/to/src``, e.g. ``main=...``, ``branch=...``; default: the
 installed pyxds), sync (1 and 4 threads) and asyncio (1 and 4 tasks).
@@ -37,14 +41,12 @@ latency and the CPU per RPC are decided more by the clients' own call paths
 (at load 30 they still spread, 0.82-1.12 between identical trees: there
 ``aio_loop.py --latency``, the call paths in turns in one process, holds).
 The rate's line gives, after the median of the per-round ratios, its 95 %
-confidence interval (``ci LOW-HIGH``: the order statistics around the median
-that hold it with 95 % probability, whatever the ratios' distribution) and
-their quartiles (``[p25-p75]``).  A run shows a client slower or faster than
-another only when the interval leaves 1.0 out; two identical trees stray
-from 1.0 by up to its half-width either way (round 15, load 12-19: 120
-rounds of 0.2 s, two identical trees 1.065, ci 0.988-1.213).  The interval
-narrows with the square root of the rounds.  One round before the counted
-ones is left out (each process's first window after the others started).
+confidence interval (``ci LOW-HIGH``, :func:`median_interval`: over the
+processes as well as the rounds) and the ratios' quartiles (``[p25-p75]``).
+A run shows a client slower or faster than another only when the interval
+leaves 1.0 out; two identical trees stray from 1.0 by up to its half-width,
+either way.  One round before the counted ones is left out (each process's
+first window).
 
 ``--counts``: each client process also samples, right before and after each
 window (outside its timed part), every thread's time on a CPU and waiting
@@ -58,7 +60,7 @@ when one had not left ``/proc`` yet, as an unnamed ``python`` thread): sync
 counts show the rest of the process; an asyncio window's caller is the main
 thread, counted.
 
-Usage: python bench/rate_pairs.py [--rounds 30] [--window 0.3] [--procs N] [--src NAME=PATH ...]
+Usage: python bench/rate_pairs.py [--rounds 180] [--window 0.05] [--procs 6] [--src NAME=PATH ...]
        [--modes sync,aio] [--parallel 1,4] [--counts]
 """
 
@@ -66,8 +68,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -208,9 +210,13 @@ class Client:
             env=env,
             text=True,
         )
+        self.label = f"{kind} {mode}"
+
+    def ready(self) -> None:
+        """Wait until its channel is warmed up (processes start together)."""
         assert self.process.stdout is not None
         if self.process.stdout.readline().strip() != "READY":
-            raise RuntimeError(f"{kind} {mode}: client did not start")
+            raise RuntimeError(f"{self.label}: client did not start")
 
     def window(self, parallel: int, seconds: float) -> tuple[Figures, dict[str, Any] | None]:
         """One window of ``parallel`` threads/tasks: (RPCs per second, the
@@ -234,25 +240,37 @@ class Client:
 Figures = tuple[float, float, float, float]
 
 
-def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
-    """A distribution-free confidence interval of the median of ``values``:
-    the order statistics ``x(k)`` and ``x(n+1-k)`` (1-based), ``k`` the
-    largest for which fewer than ``k`` heads in ``n`` fair coin flips have
-    a probability of at most ``(1 - level) / 2`` (the median lies between
-    them with probability ``level`` or more).  None for too few values
-    (below 6 at 95 %)."""
-    n = len(values)
-    below = 0.0  # P(Bin(n, 1/2) < k)
-    k = 0
-    while True:
-        more = below + math.comb(n, k) / 2**n  # P(Bin(n, 1/2) < k + 1)
-        if more > (1 - level) / 2:
-            break
-        below, k = more, k + 1
-    if k == 0:
+def median_interval(
+    values: list[float], groups: list[int], level: float = 0.95, draws: int = 2000
+) -> tuple[float, float] | None:
+    """A confidence interval of the median of per-round ``values`` whose
+    rounds ran on the processes ``groups`` names (one number per round):
+    a two-stage bootstrap, the groups drawn with replacement, then each
+    drawn group's rounds, ``draws`` times; the interval holds the middle
+    ``level`` of the drawn medians.  A process keeps its own speed for its
+    life (with ``pyxds.aio`` at one task, six processes of one tree were
+    0.93-1.09 of their rounds' means, twice the spread their rounds alone
+    give): rounds of one process are not independent, and an interval over
+    rounds alone left 1.0 out for two identical trees in 4 of 14 runs.
+    Seeded: one run's figures print the same interval.  None for fewer than
+    two groups or six rounds."""
+    by: dict[int, list[float]] = {}
+    for value, group in zip(values, groups, strict=True):
+        by.setdefault(group, []).append(value)
+    clusters = list(by.values())
+    if len(clusters) < 2 or len(values) < 6:
         return None
-    ordered = sorted(values)
-    return ordered[k - 1], ordered[n - k]
+    rng = random.Random(15)
+    medians = []
+    for _ in range(draws):
+        drawn: list[float] = []
+        for _ in clusters:
+            cluster = rng.choice(clusters)
+            drawn += rng.choices(cluster, k=len(cluster))
+        medians.append(statistics.median(drawn))
+    medians.sort()
+    tail = int(draws * (1 - level) / 2)
+    return medians[tail], medians[draws - 1 - tail]
 
 
 def round_order(names: list[str], r: int) -> list[str]:
@@ -264,12 +282,15 @@ def round_order(names: list[str], r: int) -> list[str]:
     return names if r % 2 == 0 else names[:1] + names[:0:-1]
 
 
-def _ratio(windows: dict[str, list[Figures]], a: str, b: str, i: int, spread: bool = False) -> str:
+def _ratio(
+    windows: dict[str, list[Figures]], a: str, b: str, i: int, groups: list[int] | None = None
+) -> str:
     """The median over the rounds of ``a``'s figure ``i`` over ``b``'s; with
-    ``spread``, its 95 % confidence interval and the ratios' quartiles."""
+    the rounds' ``groups`` (processes), its 95 % confidence interval and the
+    ratios' quartiles."""
     ratios = [x[i] / y[i] for x, y in zip(windows[a], windows[b], strict=True)]
     out = f"{statistics.median(ratios):.3f}"
-    interval = median_interval(ratios) if spread else None
+    interval = median_interval(ratios, groups) if groups is not None else None
     if interval is not None:
         low, _, high = statistics.quantiles(ratios, n=4)
         out += f" ci {interval[0]:.3f}-{interval[1]:.3f} [{low:.3f}-{high:.3f}]"
@@ -299,10 +320,10 @@ def _print_counts(name: str, counts: list[dict[str, Any]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--window", type=float, default=0.3)
+    parser.add_argument("--rounds", type=int, default=180)
+    parser.add_argument("--window", type=float, default=0.05)
     parser.add_argument(
-        "--procs", type=int, default=0, help="processes per client (default: one per client)"
+        "--procs", type=int, default=6, help="processes per client, started together"
     )
     parser.add_argument("--src", action="append", default=[], metavar="NAME=PATH")
     parser.add_argument("--modes", default="sync,aio", help="of sync,aio")
@@ -321,12 +342,15 @@ def main() -> None:
             kinds.update((name, ("pyxds", src)) for name, src in sources.items())
             names = list(kinds)
             clients: dict[str, list[Client]] = {n: [] for n in names}
-            procs = args.procs or len(names)
+            procs = args.procs
             try:
                 for k in range(procs):
                     for name in names[k % len(names) :] + names[: k % len(names)]:
                         kind, src = kinds[name]
                         clients[name].append(Client(kind, mode, src, bootstrap, args.counts))
+                for started in clients.values():
+                    for client in started:
+                        client.ready()
                 for parallel in map(int, args.parallel.split(",")):
                     windows: dict[str, list[Figures]] = {n: [] for n in names}
                     counted: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
@@ -343,7 +367,8 @@ def main() -> None:
                     if len(names) == 3:
                         pairs.append((names[2], names[1]))
                     line = [f"{mode} x{parallel}:"]
-                    line += [f"{a}/{b} {_ratio(windows, a, b, 0, spread=True)}" for a, b in pairs]
+                    groups = [r % procs for r in range(args.rounds)]
+                    line += [f"{a}/{b} {_ratio(windows, a, b, 0, groups)}" for a, b in pairs]
                     line.append(
                         "(RPCs/s medians: "
                         + ", ".join(f"{n} {statistics.median(rates[n]):.0f}" for n in names)
