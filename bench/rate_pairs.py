@@ -5,30 +5,49 @@ shared, noisy machine.
 ``e2e.py --vs-core`` makes a new channel per window of seconds, so a load
 spike of the machine lands on one side of a ratio.  Here every client is a
 process of its own, started once with its channel ready (warmed up), and
-the clients take turns in windows of ``--window`` seconds (0.3 by default),
-the order rotated every round: drift hits every client alike, and a ratio
-is the median over many rounds.  Each client runs in ``--procs`` processes
-(2 by default), started in alternating orders (C-core first, then last)
-and used in turns, one a round: a process's own luck (where its memory
-landed, its place in the start order: in round 13 the client started third
-was slower than the second in 8 of 11 runs, whichever tree it ran) is
-spread over both sides of a ratio instead of deciding it.  Clients:
+the clients take turns in windows of ``--window`` seconds (0.05 by default;
+0.3 until round 15), the order changed every round: drift hits every client
+alike, and a ratio is the median over many rounds (180 by default; 30 of
+0.3 s until round 15, for the same time: a short window is more often one
+no other program preempted, so the medians of short windows hold still
+where long windows each catch a few preemptions: two identical trees'
+intervals, over rounds alone, were 0.14 wide against 0.24 at sync x4 and
+0.04 against 0.18 at aio x1, two runs each).  With two or three clients the windows
+follow each other so that every client's window comes right after each
+other client's once every two rounds, and never right after its own
+(:func:`round_order`): whatever a window leaves to the next lands on every
+side of a ratio alike.  Until round 15 the order was rotated, so with
+three clients "after" came right after "before" 40 times in 60 rounds and
+before it 20.  Each client runs in ``--procs`` processes (6 by default; 2
+until round 15), all started together, and used in turns, one a round: a
+process's own luck (where its memory landed, its place in the start order:
+in round 13 the client started third was slower than the second in 8 of 11
+runs, whichever tree it ran; round 15: six ``pyxds.aio`` processes of one
+tree 0.93-1.09 of their rounds' means) is spread over both sides of a ratio
+and averaged over six instead of deciding it.  Clients:
 C-core's ``xds:///`` channel, and pyxds from each ``--src`` given
 (``name=path/to/src``, e.g. ``main=...``, ``branch=...``; default: the
 installed pyxds), sync (1 and 4 threads) and asyncio (1 and 4 tasks).
 
 Beside the rate (RPCs over the window: the goal's figure), each window also
-gives the median latency of its RPCs and the client process's CPU per RPC
-(every thread), each printed as a median ratio to C-core's the same way
-(``lat`` and ``cpu``: above 1.0, pyxds's RPC is faster or cheaper).  On a
+gives the median latency of its RPCs, their 99th percentile and the client
+process's CPU per RPC (every thread), each printed as a median ratio to
+C-core's the same way (``lat``, ``p99`` and ``cpu``: above 1.0, pyxds's RPC
+is faster or cheaper; ``p99`` shows a client's own periodic stall, a timer
+or the collector, that the median hides).  On a
 loaded machine a window's rate is decided by its slowest RPCs (the client
 preempted by other programs, in a window of one client and not the next'),
 so the rate ratio of two identical trees spreads by 10 % or more; the median
 latency and the CPU per RPC are decided more by the clients' own call paths
 (at load 30 they still spread, 0.82-1.12 between identical trees: there
 ``aio_loop.py --latency``, the call paths in turns in one process, holds).
-The rate's line gives the quartiles of the per-round ratios after their
-median (``[p25-p75]``): how far one run can be trusted.
+The rate's line gives, after the median of the per-round ratios, its 95 %
+confidence interval (``ci LOW-HIGH``, :func:`median_interval`: over the
+processes as well as the rounds) and the ratios' quartiles (``[p25-p75]``).
+A run shows a client slower or faster than another only when the interval
+leaves 1.0 out; two identical trees stray from 1.0 by up to its half-width,
+either way.  One round before the counted ones is left out (each process's
+first window).
 
 ``--counts``: each client process also samples, right before and after each
 window (outside its timed part), every thread's time on a CPU and waiting
@@ -37,10 +56,12 @@ for one (``/proc/self/task/*/schedstat``), its wake-ups and preemptions
 RPC (means over the windows) under each line: what each process does per
 RPC, its own threads included, where the rate is measured.  A sync window's
 calling threads are made for it and end before the second sample, so they
-are not among them (the ``cpu`` ratio has them): sync counts show the rest
-of the process; an asyncio window's caller is the main thread, counted.
+are not among them (the ``cpu`` ratio has them; before round 15 they were
+when one had not left ``/proc`` yet, as an unnamed ``python`` thread): sync
+counts show the rest of the process; an asyncio window's caller is the main
+thread, counted.
 
-Usage: python bench/rate_pairs.py [--rounds 30] [--window 0.3] [--procs 2] [--src NAME=PATH ...]
+Usage: python bench/rate_pairs.py [--rounds 180] [--window 0.05] [--procs 6] [--src NAME=PATH ...]
        [--modes sync,aio] [--parallel 1,4] [--counts]
 """
 
@@ -49,6 +70,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -71,16 +93,21 @@ def sample():
         return None
     return thread_sample(), [g["collections"] for g in gc.get_stats()]
 
-def report(latencies, seconds, cpu, before):
-    # rate, median latency, process CPU per RPC (every thread) of one window;
-    # with --counts, a JSON of per-RPC counts (sampled outside the window)
+def report(latencies, seconds, cpu, before, callers=()):
+    # rate, median and 99th percentile latency, process CPU per RPC (every
+    # thread) of one window;
+    # with --counts, a JSON of per-RPC counts (sampled outside the window),
+    # without the window's calling threads (native ids): joined, a thread
+    # may still be in /proc for a moment, and it was not in the first sample
     every = sorted(x for mine in latencies for x in mine)
     n = len(every)
-    line = f"{n / seconds} {every[n // 2]} {cpu / n}"
+    line = f"{n / seconds} {every[n // 2]} {every[n * 99 // 100]} {cpu / n}"
     if before is not None:
         (threads0, gc0), (threads1, gc1) = before, sample()
         per = {}
         for tid, (name, *now) in threads1.items():
+            if int(tid) in callers:
+                continue
             was = threads0.get(tid, (name, 0, 0, 0, 0))[1:]
             mine = per.setdefault(name, [0.0, 0.0, 0.0, 0.0])
             for i, (a, b) in enumerate(zip(was, now)):
@@ -120,7 +147,8 @@ def sync_main():
             w.start()
         for w in workers:
             w.join()
-        report(latencies, time.monotonic() - start, time.process_time() - cpu, before)
+        seconds, cpu = time.monotonic() - start, time.process_time() - cpu
+        report(latencies, seconds, cpu, before, {w.native_id for w in workers})
     channel.close()
 
 async def aio_main():
@@ -183,19 +211,24 @@ class Client:
             env=env,
             text=True,
         )
+        self.label = f"{kind} {mode}"
+
+    def ready(self) -> None:
+        """Wait until its channel is warmed up (processes start together)."""
         assert self.process.stdout is not None
         if self.process.stdout.readline().strip() != "READY":
-            raise RuntimeError(f"{kind} {mode}: client did not start")
+            raise RuntimeError(f"{self.label}: client did not start")
 
     def window(self, parallel: int, seconds: float) -> tuple[Figures, dict[str, Any] | None]:
         """One window of ``parallel`` threads/tasks: (RPCs per second, the
-        median RPC's seconds, the process's CPU seconds per RPC), and with
+        median RPC's seconds, the 99th percentile's, the process's CPU
+        seconds per RPC), and with
         ``--counts`` the window's counts per RPC (:func:`_print_counts`)."""
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(f"{parallel} {seconds}\n")
         self.process.stdin.flush()
-        rate, median, cpu, *counts = self.process.stdout.readline().split(" ", 3)
-        figures = float(rate), float(median), float(cpu)
+        rate, median, p99, cpu, *counts = self.process.stdout.readline().split(" ", 4)
+        figures = float(rate), float(median), float(p99), float(cpu)
         return figures, json.loads(counts[0]) if counts else None
 
     def close(self) -> None:
@@ -204,18 +237,64 @@ class Client:
         self.process.wait(30)
 
 
-#: one window's rate, median latency and CPU per RPC
-Figures = tuple[float, float, float]
+#: one window's rate, median and 99th percentile latency, and CPU per RPC
+Figures = tuple[float, float, float, float]
 
 
-def _ratio(windows: dict[str, list[Figures]], a: str, b: str, i: int, spread: bool = False) -> str:
+def median_interval(
+    values: list[float], groups: list[int], level: float = 0.95, draws: int = 2000
+) -> tuple[float, float] | None:
+    """A confidence interval of the median of per-round ``values`` whose
+    rounds ran on the processes ``groups`` names (one number per round):
+    a two-stage bootstrap, the groups drawn with replacement, then each
+    drawn group's rounds, ``draws`` times; the interval holds the middle
+    ``level`` of the drawn medians.  A process keeps its own speed for its
+    life (with ``pyxds.aio`` at one task, six processes of one tree were
+    0.93-1.09 of their rounds' means, 1.5 times the spread their rounds
+    alone give): rounds of one process are not independent, and an interval over
+    rounds alone left 1.0 out for two identical trees in 4 of 18 runs.
+    Seeded: one run's figures print the same interval.  None for fewer than
+    two groups or six rounds."""
+    by: dict[int, list[float]] = {}
+    for value, group in zip(values, groups, strict=True):
+        by.setdefault(group, []).append(value)
+    clusters = list(by.values())
+    if len(clusters) < 2 or len(values) < 6:
+        return None
+    rng = random.Random(15)
+    medians = []
+    for _ in range(draws):
+        drawn: list[float] = []
+        for _ in clusters:
+            cluster = rng.choice(clusters)
+            drawn += rng.choices(cluster, k=len(cluster))
+        medians.append(statistics.median(drawn))
+    medians.sort()
+    tail = int(draws * (1 - level) / 2)
+    return medians[tail], medians[draws - 1 - tail]
+
+
+def round_order(names: list[str], r: int) -> list[str]:
+    """Round ``r``'s order of ``names``: as given in even rounds, the first
+    then the others backwards in odd ones.  With two or three names the
+    rounds chain into a walk over every ordered pair of different names
+    (A B C A C B A B C ...): each window comes right after each other
+    name's once every two rounds, and never right after its own name's."""
+    return names if r % 2 == 0 else names[:1] + names[:0:-1]
+
+
+def _ratio(
+    windows: dict[str, list[Figures]], a: str, b: str, i: int, groups: list[int] | None = None
+) -> str:
     """The median over the rounds of ``a``'s figure ``i`` over ``b``'s; with
-    ``spread``, the quartiles of those ratios after it."""
+    the rounds' ``groups`` (processes), its 95 % confidence interval and the
+    ratios' quartiles."""
     ratios = [x[i] / y[i] for x, y in zip(windows[a], windows[b], strict=True)]
     out = f"{statistics.median(ratios):.3f}"
-    if spread and len(ratios) > 1:
+    interval = median_interval(ratios, groups) if groups is not None else None
+    if interval is not None:
         low, _, high = statistics.quantiles(ratios, n=4)
-        out += f" [{low:.3f}-{high:.3f}]"
+        out += f" ci {interval[0]:.3f}-{interval[1]:.3f} [{low:.3f}-{high:.3f}]"
     return out
 
 
@@ -242,9 +321,11 @@ def _print_counts(name: str, counts: list[dict[str, Any]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--window", type=float, default=0.3)
-    parser.add_argument("--procs", type=int, default=2, help="processes per client")
+    parser.add_argument("--rounds", type=int, default=180)
+    parser.add_argument("--window", type=float, default=0.05)
+    parser.add_argument(
+        "--procs", type=int, default=6, help="processes per client, started together"
+    )
     parser.add_argument("--src", action="append", default=[], metavar="NAME=PATH")
     parser.add_argument("--modes", default="sync,aio", help="of sync,aio")
     parser.add_argument("--parallel", default="1,4", help="threads/tasks per window, of 1,4")
@@ -262,19 +343,23 @@ def main() -> None:
             kinds.update((name, ("pyxds", src)) for name, src in sources.items())
             names = list(kinds)
             clients: dict[str, list[Client]] = {n: [] for n in names}
+            procs = args.procs
             try:
-                for k in range(args.procs):
-                    for name in names if k % 2 == 0 else names[::-1]:
+                for k in range(procs):
+                    for name in names[k % len(names) :] + names[: k % len(names)]:
                         kind, src = kinds[name]
                         clients[name].append(Client(kind, mode, src, bootstrap, args.counts))
+                for started in clients.values():
+                    for client in started:
+                        client.ready()
                 for parallel in map(int, args.parallel.split(",")):
                     windows: dict[str, list[Figures]] = {n: [] for n in names}
                     counted: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-                    for r in range(args.rounds):
-                        order = names[r % len(names) :] + names[: r % len(names)]
-                        for name in order:
-                            client = clients[name][r % args.procs]
-                            figures, counts = client.window(parallel, args.window)
+                    for r in range(-1, args.rounds):  # round -1 is left out
+                        for name in round_order(names, r):
+                            figures, counts = clients[name][r % procs].window(parallel, args.window)
+                            if r < 0:
+                                continue
                             windows[name].append(figures)
                             if counts is not None:
                                 counted[name].append(counts)
@@ -283,14 +368,15 @@ def main() -> None:
                     if len(names) == 3:
                         pairs.append((names[2], names[1]))
                     line = [f"{mode} x{parallel}:"]
-                    line += [f"{a}/{b} {_ratio(windows, a, b, 0, spread=True)}" for a, b in pairs]
+                    groups = [r % procs for r in range(args.rounds)]
+                    line += [f"{a}/{b} {_ratio(windows, a, b, 0, groups)}" for a, b in pairs]
                     line.append(
                         "(RPCs/s medians: "
                         + ", ".join(f"{n} {statistics.median(rates[n]):.0f}" for n in names)
                         + ")"
                     )
                     print("  ".join(line), flush=True)
-                    for label, index in (("lat", 1), ("cpu", 2)):
+                    for label, index in (("lat", 1), ("p99", 2), ("cpu", 3)):
                         extra = [f"{a}/{b} {_ratio(windows, b, a, index)}" for a, b in pairs]
                         print(f"  {label}: " + "  ".join(extra), flush=True)
                     for name in names:
