@@ -225,10 +225,12 @@ def _usable(header: dict[str, Any]) -> bool:
                 site = os.path.dirname(site)
             if not os.path.isdir(os.path.join(site, header["distributions"][root])):
                 return False
-            dirs[root] = found
-        rest = entry["module"][len(root) + 1 :].split(".")
+            dirs[root] = found + os.sep
+        # the module's path under its root's directory (os.path.join per
+        # file was a third of this check: issue 18, start-up)
+        rest = entry["module"][len(root) + 1 :].replace(".", os.sep)
         try:
-            if os.stat(os.path.join(dirs[root], *rest) + ".py").st_size != entry["size"]:
+            if os.stat(dirs[root] + rest + ".py").st_size != entry["size"]:
                 return False
         except OSError:
             return False
