@@ -38,8 +38,8 @@ distribution's copy of a file, differs).  Otherwise, or if the pool
 refuses a file, every stand-in imports its module: slower, the same
 answers.
 
-A message's class is made when a stand-in is first asked for it (with the
-classes nested in it), not at load: a first RPC reads a few dozen of the
+A message's class is made when a stand-in is first asked for it, not at
+load: a first RPC reads a few dozen of the
 bundle's ~450 messages, and making a class is most of what loading costs
 (~80k instructions each, ~29 M of a fresh program's first RPC when every
 class a named message reaches through its fields was made at load).  A
@@ -119,14 +119,15 @@ def _lookup(name: str, attr: str) -> Any:
 
 
 def _make_unmade(name: str, attr: str) -> None:
-    """The class of the top-level message ``attr`` of module ``name`` (and
-    the classes nested in it), into the module's names."""
+    """The class of the top-level message ``attr`` of module ``name``, into
+    the module's names (a class nested in it is made when first named, as a
+    field's: ``Cluster.EdsClusterConfig`` is upb's, named as generated)."""
     with _lock:
         namespace = (_namespaces or {})[name]
         unmade = namespace.get(_UNMADE, {})
         desc = unmade.pop(attr, None)
         if desc is not None:
-            _make_classes([(name, [desc])], {name: namespace})
+            _make_classes([(name, [desc])], {name: namespace}, nested=False)
         if not unmade:
             namespace.pop(_UNMADE, None)
 
@@ -303,10 +304,11 @@ def _load() -> dict[str, dict[str, Any]]:
 
 
 def _make_classes(
-    files: list[tuple[str, list[Any]]], namespaces: dict[str, dict[str, Any]]
+    files: list[tuple[str, list[Any]]], namespaces: dict[str, dict[str, Any]], nested: bool = True
 ) -> None:
-    """The classes of top-level messages and their nested ones (``files``:
-    module name and message descriptors) into the module's names, as
+    """The classes of top-level messages and (``nested``) their nested ones
+    (``files``: module name and message descriptors) into the module's
+    names, as
     protobuf's builder
     (google/protobuf/internal/builder.py) makes them for the module, minus
     its imports: the symbol database pulls in the pure-Python runtime.  The
@@ -319,8 +321,8 @@ def _make_classes(
 
     def message_class(module_name: str, desc: Any, prefix: str) -> Any:
         body = {
-            name: message_class(module_name, nested, prefix + desc.name + ".")
-            for name, nested in desc.nested_types_by_name.items()
+            name: message_class(module_name, inner, prefix + desc.name + ".")
+            for name, inner in (desc.nested_types_by_name.items() if nested else ())
         }
         body.update(DESCRIPTOR=desc, __module__=module_name, __qualname__=prefix + desc.name)
         made.append(meta(desc.name, (message.Message,), body))
