@@ -390,3 +390,30 @@ print(json.dumps({{"errors": [str(e) for e in errors if e], "decoded": decoded,
     )
     assert out["again"] and out["same"]
     assert out["socket_address"] == ["envoy.config.core.v3.address_pb2", "SocketAddress"]
+
+
+@needs_current_bundle
+def test_with_an_init_subclass_of_protobufs_own_every_class_is_made_at_load() -> None:
+    """A program (or library) that gave protobuf's ``Message`` an
+    ``__init_subclass__`` keeps it: pyxds then makes every class of the
+    bundle at load, as the generated modules would, so that upb never
+    makes one on demand (named after the running code's module)."""
+    out = _python(
+        _MADE
+        + """
+import json
+from google.protobuf import message
+seen = []
+message.Message.__init_subclass__ = classmethod(lambda cls, **kw: seen.append(cls))
+from pyxds.xds import descriptors
+cluster = descriptors.module("envoy.config.cluster.v3.cluster_pb2").Cluster
+c = cluster.FromString(cluster(name="c").SerializeToString())
+print(json.dumps({"made": made(), "kept": len(seen),
+                  "eds": type(c.eds_cluster_config).__module__}))
+"""
+    )
+    made = out["made"]
+    assert len(made) > 400
+    assert out["kept"] == len(made)  # the program's own hook saw each class
+    assert all(module.endswith("_pb2") for module, _ in made.values())
+    assert out["eds"] == "envoy.config.cluster.v3.cluster_pb2"
