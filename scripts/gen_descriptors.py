@@ -32,7 +32,9 @@ the source names) and those of protobuf's and ``google.rpc``'s files but
 top-level message is reached with all its nested ones (they are made with
 it), so what is reached is closed under fields: no eagerly made class ever
 has upb make a missing one on demand (upb names such a class after its
-caller's module).
+caller's module).  Since stop 38 the loader makes each class on first use
+and names upb's on-demand ones itself (``descriptors._name_as_generated``),
+so these marks no longer decide what is made at load.
 """
 
 from __future__ import annotations

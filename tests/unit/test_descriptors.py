@@ -295,13 +295,26 @@ def test_the_generators_roots_are_the_messages_pyxds_names_on_a_stand_in() -> No
     assert named == {module: set(names) for module, names in _generator().NAMED.items()}
 
 
+_MADE = """
+def made():
+    from google.protobuf import message
+    out, stack = {}, list(message.Message.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        out[cls.DESCRIPTOR.full_name] = [cls.__module__, cls.__qualname__]
+    return out
+"""
+
+
 @needs_current_bundle
-def test_deferred_files_get_their_classes_only_when_a_stand_in_is_asked_for_one() -> None:
-    """Decoding a resource of each type makes no deferred class (the option
-    and annotation schemas; a collection beside the cluster); asking a
-    stand-in for one makes every deferred one, with the generated modules'
-    names, and the modules imported afterwards hand back those very
-    classes."""
+def test_decoding_makes_only_the_classes_it_reaches_each_named_as_its_generated_module() -> None:
+    """Decoding a resource of each type makes the classes of the messages it
+    reads, not the bundle's other ~400 (the option and annotation schemas, a
+    collection beside the cluster); those upb makes on demand for a field
+    carry the generated module's names, as those a stand-in is asked for
+    do; pickling finds them, and the modules imported afterwards hand back
+    those very classes."""
     from pyxds.server import builders as b
 
     resources = {
@@ -314,53 +327,93 @@ def test_deferred_files_get_their_classes_only_when_a_stand_in_is_asked_for_one(
     }
     hexed = {kind: m.SerializeToString().hex() for kind, m in resources.items()}
     out = _python(
-        f"""
-        import json, pickle
-        from pyxds.xds import descriptors, resources
-        errors = [
-            getattr(resources, kind).decode(bytes.fromhex(data)).error
-            for kind, data in {hexed!r}.items()
-        ]
-        names = descriptors._namespaces
-        unmade = sorted(n for n, ns in names.items() if "__deferred__" in ns)
-        before = "FieldRules" in names["validate.validate_pb2"]
-        rules = descriptors.module("validate.validate_pb2").FieldRules
-        entry = descriptors.module("envoy.data.accesslog.v3.accesslog_pb2").HTTPAccessLogEntry
-        cluster_pb2 = descriptors.module("envoy.config.cluster.v3.cluster_pb2")
-        collection = cluster_pb2.ClusterCollection
-        left = [n for n, ns in names.items() if "__deferred__" in ns]
-        r = rules(string={{"min_len": 2}})
-        c = collection()
-        c.entries.inline_entry.name = "x"
-        again = pickle.loads(pickle.dumps(r)) == r and pickle.loads(pickle.dumps(c)) == c
-        from validate import validate_pb2
-        from google.protobuf import descriptor_pb2
-        from envoy.config.cluster.v3 import cluster_pb2 as generated
-        same = validate_pb2.FieldRules is rules and (
-            descriptor_pb2.FileOptions is names["google.protobuf.descriptor_pb2"]["FileOptions"]
-        ) and generated.ClusterCollection is collection and generated.Cluster is cluster_pb2.Cluster
-        print(json.dumps({{"errors": [str(e) for e in errors if e], "unmade": unmade,
-                          "before": before, "left": left, "again": again, "same": same,
-                          "names": [rules.__module__, rules.__qualname__, entry.__module__,
-                                    collection.__module__, collection.__qualname__]}}))
-        """
+        _MADE
+        + f"""
+import json, pickle
+from pyxds.xds import descriptors, resources
+errors = [
+    getattr(resources, kind).decode(bytes.fromhex(data)).error
+    for kind, data in {hexed!r}.items()
+]
+decoded = made()
+rules = descriptors.module("validate.validate_pb2").FieldRules
+entry = descriptors.module("envoy.data.accesslog.v3.accesslog_pb2").HTTPAccessLogEntry
+cluster_pb2 = descriptors.module("envoy.config.cluster.v3.cluster_pb2")
+collection = cluster_pb2.ClusterCollection
+r = rules(string={{"min_len": 2}})
+c = collection()
+c.entries.inline_entry.name = "x"
+again = pickle.loads(pickle.dumps(r)) == r and pickle.loads(pickle.dumps(c)) == c
+asked = made()
+from validate import validate_pb2
+from envoy.config.cluster.v3 import cluster_pb2 as generated
+from envoy.config.core.v3 import address_pb2
+same = validate_pb2.FieldRules is rules and generated.ClusterCollection is collection and (
+    generated.Cluster is cluster_pb2.Cluster
+) and address_pb2.SocketAddress.DESCRIPTOR.full_name in decoded
+print(json.dumps({{"errors": [str(e) for e in errors if e], "decoded": decoded,
+                  "asked": asked, "again": again, "same": same,
+                  "socket_address": [address_pb2.SocketAddress.__module__,
+                                     address_pb2.SocketAddress.__qualname__]}}))
+"""
     )
     assert out["errors"] == []
+    decoded, asked = out["decoded"], out["asked"]
+    # the messages decoding reads, some of them only through a field (upb's)
     assert {
-        "validate.validate_pb2",
-        "google.protobuf.descriptor_pb2",
-        "envoy.data.accesslog.v3.accesslog_pb2",
-        # files made at load but for messages nothing decoded reaches
-        "envoy.config.cluster.v3.cluster_pb2",
-        "envoy.service.discovery.v3.discovery_pb2",
-    } <= set(out["unmade"])
-    assert out["before"] is False
-    assert out["left"] == []
-    assert out["again"] and out["same"]
-    assert out["names"] == [
-        "validate.validate_pb2",
-        "FieldRules",
-        "envoy.data.accesslog.v3.accesslog_pb2",
-        "envoy.config.cluster.v3.cluster_pb2",
-        "ClusterCollection",
+        "envoy.config.listener.v3.Listener",
+        "envoy.config.cluster.v3.Cluster",
+        "envoy.config.endpoint.v3.ClusterLoadAssignment",
+        "envoy.config.core.v3.SocketAddress",
+    } <= set(decoded)
+    assert len(decoded) < 150  # of the bundle's ~450
+    assert not {
+        "validate.FieldRules",
+        "google.protobuf.FileOptions",
+        "envoy.config.cluster.v3.ClusterCollection",
+        "envoy.data.accesslog.v3.HTTPAccessLogEntry",
+    } & set(decoded)
+    for full_name, (module, qualname) in asked.items():
+        assert module.endswith("_pb2"), (full_name, module)
+        assert full_name.endswith("." + qualname), (full_name, qualname)
+    assert asked["envoy.config.core.v3.SocketAddress"] == [
+        "envoy.config.core.v3.address_pb2",
+        "SocketAddress",
     ]
+    assert asked["envoy.config.cluster.v3.Cluster.EdsClusterConfig"] == [
+        "envoy.config.cluster.v3.cluster_pb2",
+        "Cluster.EdsClusterConfig",
+    ]
+    assert asked["validate.FieldRules"] == ["validate.validate_pb2", "FieldRules"]
+    assert asked["envoy.data.accesslog.v3.HTTPAccessLogEntry"][0] == (
+        "envoy.data.accesslog.v3.accesslog_pb2"
+    )
+    assert out["again"] and out["same"]
+    assert out["socket_address"] == ["envoy.config.core.v3.address_pb2", "SocketAddress"]
+
+
+@needs_current_bundle
+def test_with_an_init_subclass_of_protobufs_own_every_class_is_made_at_load() -> None:
+    """A program (or library) that gave protobuf's ``Message`` an
+    ``__init_subclass__`` keeps it: pyxds then makes every class of the
+    bundle at load, as the generated modules would, so that upb never
+    makes one on demand (named after the running code's module)."""
+    out = _python(
+        _MADE
+        + """
+import json
+from google.protobuf import message
+seen = []
+message.Message.__init_subclass__ = classmethod(lambda cls, **kw: seen.append(cls))
+from pyxds.xds import descriptors
+cluster = descriptors.module("envoy.config.cluster.v3.cluster_pb2").Cluster
+c = cluster.FromString(cluster(name="c").SerializeToString())
+print(json.dumps({"made": made(), "kept": len(seen),
+                  "eds": type(c.eds_cluster_config).__module__}))
+"""
+    )
+    made = out["made"]
+    assert len(made) > 400
+    assert out["kept"] == len(made)  # the program's own hook saw each class
+    assert all(module.endswith("_pb2") for module, _ in made.values())
+    assert out["eds"] == "envoy.config.cluster.v3.cluster_pb2"

@@ -57,6 +57,7 @@ import importlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any, Protocol
 
 import grpc
@@ -71,6 +72,8 @@ VERIFIED = {
 }
 
 _AVAILABLE: bool | None = None
+#: the line number of a ``co_lines()`` entry
+_LINE = itemgetter(2)
 
 
 def _mirrored() -> list[Any]:
@@ -134,17 +137,22 @@ def _sha256() -> _Digest:
 
 
 def source_fingerprint(functions: list[Any]) -> str:
-    """SHA-256 of the source lines of ``functions`` (Python functions)."""
+    """SHA-256 of the source lines of ``functions`` (Python functions): each
+    function's lines, first to last, joined by newlines.  Read as bytes and
+    the last line found without a Python frame per line entry: the same
+    digest as over decoded text for a file with ``\n`` line ends (grpcio's),
+    at ~4 M instructions, was ~5 M on a fresh program's first RPC (issue 18,
+    start-up)."""
     digest = _sha256()
-    files: dict[str, list[str]] = {}
+    files: dict[str, list[bytes]] = {}
     for fn in functions:
         code = fn.__code__
         lines = files.get(code.co_filename)
         if lines is None:
-            with open(code.co_filename, encoding="utf-8") as f:
-                lines = files[code.co_filename] = f.read().splitlines()
-        last = max(line for _, _, line in code.co_lines() if line is not None)
-        digest.update("\n".join(lines[code.co_firstlineno - 1 : last]).encode())
+            with open(code.co_filename, "rb") as f:
+                lines = files[code.co_filename] = f.read().split(b"\n")
+        last = max(filter(None, map(_LINE, code.co_lines())))  # lines count from 1
+        digest.update(b"\n".join(lines[code.co_firstlineno - 1 : last]))
     return digest.hexdigest()
 
 

@@ -38,18 +38,22 @@ distribution's copy of a file, differs).  Otherwise, or if the pool
 refuses a file, every stand-in imports its module: slower, the same
 answers.
 
-The bundle's messages that no message pyxds names on a stand-in reaches
-through fields (each file's ``deferred`` top-level messages, listed by the
-generator with their nested ones: the option and annotation schemas,
-envoy's access log entries, collections, delta discovery...; 118 of its
-451 classes, ~1/4 of the classes' cost) get their classes only when a
-stand-in is first asked for one of them (their files' enums and
-extensions come at load): then every deferred one, so that what has been
-made stays closed under fields.  A program that had loaded
-``symbol_database`` before gets them all at load, as before.
+A message's class is made when a stand-in is first asked for it, not at
+load: a plain first RPC reads 24 of the bundle's 451 messages, and making
+a class is most of what loading costs (~80k instructions each: ~29 M of a
+fresh program's first RPC when the 333 classes its named messages reach
+through fields were made at load).  A message the program reaches
+through a field (``cluster.eds_cluster_config``) gets its class from upb
+on demand, which names it after the module of the Python code running
+then; so while the bundle is in use, a class made for
+one of its messages is given the generated module's ``__module__`` and
+``__qualname__`` as it is made (:func:`_name_as_generated`, protobuf's
+``Message.__init_subclass__``; nothing else about any class changes).  A
+program that had loaded ``symbol_database`` before gets every class at
+load, registered there, as before.
 ``tests/unit/test_proto_loading.py`` holds the answers equal whether a
 program imports the modules before pyxds, after it, or never;
-``tests/unit/test_descriptors.py`` the bundle and the fallback.
+``tests/unit/test_descriptors.py`` the bundle, the fallback and the names.
 """
 
 from __future__ import annotations
@@ -69,10 +73,14 @@ _lock = threading.Lock()
 #: module name -> its names (a generated module's globals, or the module's
 #: ``__dict__``); None until loaded, {} when the bundle cannot be used
 _namespaces: dict[str, dict[str, Any]] | None = None
-#: in the names of a file with deferred messages whose classes are not made
-#: yet: their descriptors (see the module docstring; a stand-in never looks
-#: a dunder up)
-_DEFERRED = "__deferred__"
+#: in the names of a file: its top-level messages whose classes are not made
+#: yet, by name (see the module docstring; a stand-in never looks a dunder up)
+_UNMADE = "__unmade__"
+#: proto file name -> generated module name, of the bundle's files (set at
+#: load; what :func:`_name_as_generated` names classes after)
+_modules: dict[str, str] = {}
+#: protobuf's ``Message``, once :func:`_name_as_generated` is installed on it
+_base: list[type] = []
 
 
 class _Generated:
@@ -102,22 +110,61 @@ def _lookup(name: str, attr: str) -> Any:
     namespace = _loaded().get(name)
     if namespace is None:  # not in the bundle, or the bundle is not usable
         return getattr(importlib.import_module(name), attr)
-    if attr not in namespace and _DEFERRED in namespace:
-        _make_deferred()
+    if attr not in namespace and attr in namespace.get(_UNMADE, ()):
+        _make_unmade(name, attr)
     try:
         return namespace[attr]
     except KeyError:
         raise AttributeError(f"module {name!r} has no attribute {attr!r}") from None
 
 
-def _make_deferred() -> None:
-    """The classes of every deferred message, into its module's names."""
+def _make_unmade(name: str, attr: str) -> None:
+    """The class of the top-level message ``attr`` of module ``name``, into
+    the module's names (a class nested in it is made when first named, as a
+    field's: ``Cluster.EdsClusterConfig`` is upb's, named as generated)."""
     with _lock:
-        namespaces = _namespaces or {}
-        files = [(name, ns[_DEFERRED]) for name, ns in namespaces.items() if _DEFERRED in ns]
-        _make_classes(files, namespaces)
-        for name, _ in files:
-            del namespaces[name][_DEFERRED]
+        namespace = (_namespaces or {})[name]
+        unmade = namespace.get(_UNMADE, {})
+        desc = unmade.pop(attr, None)
+        if desc is not None:
+            _make_classes([(name, [desc])], {name: namespace}, nested=False)
+        if not unmade:
+            namespace.pop(_UNMADE, None)
+
+
+def _name_as_generated(cls: Any, /, **kwargs: Any) -> None:
+    """protobuf's ``Message.__init_subclass__`` while the bundle is in use:
+    a class made for one of the bundle's messages gets the generated
+    module's ``__module__`` and ``__qualname__`` (upb makes the class a
+    field needs on demand, named after the running code's module)."""
+    desc = cls.__dict__.get("DESCRIPTOR")
+    file: Any = getattr(desc, "file", None)
+    module = _modules.get(getattr(file, "name", ""))
+    if module is not None and cls.__module__ != module:
+        package = file.package
+        cls.__module__ = module
+        cls.__qualname__ = desc.full_name[len(package) + 1 :] if package else desc.full_name
+        symbols = sys.modules.get("google.protobuf.symbol_database")
+        if symbols is not None:  # loaded by the program: as the modules would
+            symbols.Default().RegisterMessage(cls)
+    base: Any = _base[0]
+    super(base, cls).__init_subclass__(**kwargs)
+
+
+def _name_classes_as_generated(header: dict[str, Any]) -> bool:
+    """Install :func:`_name_as_generated` (False: protobuf's ``Message``
+    has an ``__init_subclass__`` of its own: every class is then made at
+    load, and upb never makes one on demand)."""
+    from google.protobuf import message
+
+    base = message.Message
+    hook = base.__dict__.get("__init_subclass__")
+    if hook is not None and getattr(hook, "__func__", None) is not _name_as_generated:
+        return False
+    _modules.update((entry["name"], entry["module"]) for entry in header["files"])
+    _base[:] = [base]
+    base.__init_subclass__ = classmethod(_name_as_generated)  # type: ignore[assignment, method-assign]
+    return True
 
 
 def _loaded() -> dict[str, dict[str, Any]]:
@@ -179,10 +226,12 @@ def _usable(header: dict[str, Any]) -> bool:
                 site = os.path.dirname(site)
             if not os.path.isdir(os.path.join(site, header["distributions"][root])):
                 return False
-            dirs[root] = found
-        rest = entry["module"][len(root) + 1 :].split(".")
+            dirs[root] = found + os.sep
+        # the module's path under its root's directory (os.path.join per
+        # file was a third of this check: issue 18, start-up)
+        rest = entry["module"][len(root) + 1 :].replace(".", os.sep)
         try:
-            if os.stat(os.path.join(dirs[root], *rest) + ".py").st_size != entry["size"]:
+            if os.stat(dirs[root] + rest + ".py").st_size != entry["size"]:
                 return False
         except OSError:
             return False
@@ -224,7 +273,9 @@ def _load() -> dict[str, dict[str, Any]]:
     except Exception:  # a different file of that name is in the pool
         return {}
     namespaces: dict[str, dict[str, Any]] = {}
-    symbols = sys.modules.get("google.protobuf.symbol_database")
+    lazy = "google.protobuf.symbol_database" not in sys.modules and _name_classes_as_generated(
+        header
+    )
     eager: list[tuple[str, list[Any]]] = []
     for entry, file in zip(header["files"], files, strict=True):
         name = entry["module"]
@@ -244,23 +295,20 @@ def _load() -> dict[str, dict[str, Any]]:
         for service_name, service in file.services_by_name.items():
             namespace["_" + service_name.upper()] = service
         namespaces[name] = namespace
-        deferred = entry.get("deferred", ()) if symbols is None else ()
-        now: list[Any] = []
-        later: list[Any] = []
-        for message_name, message in file.message_types_by_name.items():
-            (later if message_name in deferred else now).append(message)
-        eager.append((name, now))
-        if later:
-            namespace[_DEFERRED] = later
+        if lazy:
+            namespace[_UNMADE] = dict(file.message_types_by_name.items())
+        else:
+            eager.append((name, list(file.message_types_by_name.values())))
     _make_classes(eager, namespaces)
     return namespaces
 
 
 def _make_classes(
-    files: list[tuple[str, list[Any]]], namespaces: dict[str, dict[str, Any]]
+    files: list[tuple[str, list[Any]]], namespaces: dict[str, dict[str, Any]], nested: bool = True
 ) -> None:
-    """The classes of top-level messages and their nested ones (``files``:
-    module name and message descriptors) into the module's names, as
+    """The classes of top-level messages and (``nested``) their nested ones
+    (``files``: module name and message descriptors) into the module's
+    names, as
     protobuf's builder
     (google/protobuf/internal/builder.py) makes them for the module, minus
     its imports: the symbol database pulls in the pure-Python runtime.  The
@@ -273,8 +321,8 @@ def _make_classes(
 
     def message_class(module_name: str, desc: Any, prefix: str) -> Any:
         body = {
-            name: message_class(module_name, nested, prefix + desc.name + ".")
-            for name, nested in desc.nested_types_by_name.items()
+            name: message_class(module_name, inner, prefix + desc.name + ".")
+            for name, inner in (desc.nested_types_by_name.items() if nested else ())
         }
         body.update(DESCRIPTOR=desc, __module__=module_name, __qualname__=prefix + desc.name)
         made.append(meta(desc.name, (message.Message,), body))
