@@ -6,7 +6,12 @@ to a plain target has no other ``grpc.aio`` channel (no xDS stream), and
 retires one subchannel transport per failed connection attempt: its watch
 must end by the channel's close, not by a cancel.
 
-Both run in a fresh process (in pytest's, another test's ``grpc.aio``
+The same channel must also hold grpcio's asyncio engine while it is open
+(pyxds.channel.aio_engine): with no ``grpc.aio`` channel alive between two
+attempts, grpcio shut its engine down (its poller thread joined) and the
+next attempt built it again, once per failed attempt.
+
+All run in a fresh process (in pytest's, another test's ``grpc.aio``
 channel may still be alive), against a closed port."""
 
 from __future__ import annotations
@@ -14,11 +19,33 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
+
+import pytest
 
 _SCRIPT = r"""
-import asyncio, gc, json, socket
+import asyncio, gc, json, socket, threading
 import grpc
 import pyxds.aio
+from pyxds.channel import subchannel
+
+pollers = []  # grpcio's poller threads started (one per engine built)
+_start = threading.Thread.start
+def start(thread):
+    if getattr(getattr(thread, "_target", None), "__name__", "") == "_poll_wrapper":
+        pollers.append(thread)
+    return _start(thread)
+threading.Thread.start = start
+
+attempts = [0]  # the pyxds.aio channel's connection attempts (a grpc.aio channel each)
+_create = subchannel.AioTransport._create
+def create(transport):
+    attempts[0] += 1
+    return _create(transport)
+subchannel.AioTransport._create = create
+
+def pollers_alive():
+    return sum(1 for t in pollers if t.is_alive())
 
 def wrappers():
     gc.collect()
@@ -50,6 +77,7 @@ async def plain_grpcio():
 
 async def pyxds_attempts():
     before = wrappers()
+    pollers.clear()
     options = [("grpc.initial_reconnect_backoff_ms", 20), ("grpc.max_reconnect_backoff_ms", 40)]
     channel = pyxds.aio.insecure_channel(refusing(), options=options)
     call = channel.unary_unary("/t.S/M")
@@ -60,18 +88,43 @@ async def pyxds_attempts():
             await call(b"", timeout=0.1, wait_for_ready=True)
         except grpc.RpcError:
             pass
+    started = len(pollers)
     await channel.close()
     await asyncio.sleep(0.2)
-    return wrappers() - before
+    for _ in range(250):  # the engine let go once the channel closed: 5 s at most
+        gc.collect()
+        if not pollers_alive():
+            break
+        await asyncio.sleep(0.02)
+    return {"stranded": wrappers() - before, "attempts": attempts[0],
+            "engines_built": started, "engines_alive_after_close": pollers_alive()}
 
 print(json.dumps({"grpcio": asyncio.run(plain_grpcio()), "pyxds": asyncio.run(pyxds_attempts())}))
 """
 
 
-def test_a_pyxds_aio_channel_to_a_refusing_address_strands_no_grpcio_watch():
+@pytest.fixture(scope="module")
+def refusing_run() -> dict[str, Any]:
+    """The script's counts (one fresh process for the module's tests)."""
     out = subprocess.run(
         [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=60, check=True
     )
-    got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["grpcio"] == 1, "grpcio (1.85) strands a cancelled watch of its last channel"
-    assert got["pyxds"] == 0, got
+    got: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return got
+
+
+def test_a_pyxds_aio_channel_to_a_refusing_address_strands_no_grpcio_watch(refusing_run):
+    grpcio_strands = refusing_run["grpcio"]
+    assert grpcio_strands == 1, "grpcio (1.85) strands a cancelled watch of its last channel"
+    assert refusing_run["pyxds"]["stranded"] == 0, refusing_run
+
+
+def test_a_pyxds_aio_channel_holds_grpcios_engine_across_failed_attempts_until_closed(
+    refusing_run,
+):
+    got = refusing_run["pyxds"]
+    assert got["attempts"] >= 5, got  # else the count below proves nothing
+    # the first attempt built it (the plain channel before let it go); the
+    # old code built one per attempt (one per attempt that left none alive)
+    assert got["engines_built"] == 1, got
+    assert got["engines_alive_after_close"] == 0, got
