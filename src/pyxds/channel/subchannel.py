@@ -592,7 +592,7 @@ class AioTransport(Transport):
         pending and reads the state beside it; a wait on a state the look
         saw end is left to end by itself (C-core's watch fires at once);
         the transport's close ends the last wait with SHUTDOWN.  grpcio's
-        wait runs without a task (:func:`_grpc_wait`), so that cancelling
+        wait runs without a task (:class:`_GrpcWait`), so that cancelling
         this task cancels only its await: when its loop ends
         (``asyncio.run`` cancels every task, then closes the loop) a closed
         transport's watch lets its wait see the SHUTDOWN first (at most
