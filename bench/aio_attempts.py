@@ -30,28 +30,24 @@ import os
 import subprocess
 import sys
 
+#: this tree's pyxds.testing.aio_counts (loaded by path in each client)
+_COUNTS = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "src", "pyxds", "testing", "aio_counts.py"
+)
+
 _CLIENT = r"""
-import asyncio, json, resource, socket, sys, threading
+import asyncio, importlib.util, json, resource, socket, sys
 import grpc
 
 kind, seconds = sys.argv[1], float(sys.argv[2])
-engines = [0]
-_start = threading.Thread.start
-def start(thread):
-    if getattr(getattr(thread, "_target", None), "__name__", "") == "_poll_wrapper":
-        engines[0] += 1
-    return _start(thread)
-threading.Thread.start = start
-
-attempts = [0]
+# this tree's counters (a --before tree may not have them), on its pyxds
+spec = importlib.util.spec_from_file_location("aio_counts", sys.argv[3])
+counts = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(counts)
+engines = counts.count_engines()
+attempts = counts.count_attempts()
 if kind != "grpc.aio":
     import pyxds.aio
-    from pyxds.channel import subchannel
-    _create = subchannel.AioTransport._create
-    def create(transport):
-        attempts[0] += 1
-        return _create(transport)
-    subchannel.AioTransport._create = create
 
 def cpu():
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -72,7 +68,8 @@ async def main():
         await call(b"", timeout=0.2, wait_for_ready=True)
     except grpc.RpcError:
         pass
-    engines[0] = attempts[0] = 0
+    engines.clear()
+    attempts[0] = 0
     before, end = cpu(), loop.time() + seconds
     while loop.time() < end:
         try:
@@ -81,7 +78,7 @@ async def main():
             pass
     spent = cpu() - before
     await channel.close()
-    print(json.dumps({"attempts": attempts[0], "engines": engines[0], "cpu": spent}))
+    print(json.dumps({"attempts": attempts[0], "engines": len(engines), "cpu": spent}))
 
 asyncio.run(main())
 """
@@ -92,7 +89,7 @@ def _run(kind: str, seconds: float, src: str | None) -> dict[str, float]:
     if src is not None:
         env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     out = subprocess.run(
-        [sys.executable, "-c", _CLIENT, kind, str(seconds)],
+        [sys.executable, "-c", _CLIENT, kind, str(seconds), _COUNTS],
         capture_output=True,
         text=True,
         timeout=120,

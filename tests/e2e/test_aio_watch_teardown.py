@@ -27,29 +27,13 @@ _SCRIPT = r"""
 import asyncio, gc, json, socket, threading
 import grpc
 import pyxds.aio
-from pyxds.channel import subchannel
+from pyxds.testing.aio_counts import count_attempts, count_engines, stranded_watches as wrappers
 
-pollers = []  # grpcio's poller threads started (one per engine built)
-_start = threading.Thread.start
-def start(thread):
-    if getattr(getattr(thread, "_target", None), "__name__", "") == "_poll_wrapper":
-        pollers.append(thread)
-    return _start(thread)
-threading.Thread.start = start
-
-attempts = [0]  # the pyxds.aio channel's connection attempts (a grpc.aio channel each)
-_create = subchannel.AioTransport._create
-def create(transport):
-    attempts[0] += 1
-    return _create(transport)
-subchannel.AioTransport._create = create
+pollers = count_engines()  # grpcio's poller threads started (one per engine built)
+attempts = count_attempts()  # the pyxds.aio channel's connection attempts
 
 def pollers_alive():
     return sum(1 for t in pollers if t.is_alive())
-
-def wrappers():
-    gc.collect()
-    return sum(1 for o in gc.get_objects() if type(o).__name__ == "CallbackWrapper")
 
 def refusing():
     s = socket.socket()
