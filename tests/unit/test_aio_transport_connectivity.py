@@ -275,3 +275,50 @@ def test_a_closed_aio_transports_watch_ends_with_its_channels_close_uncancelled(
         assert channel.registered == 0 and channel.cancelled_waits == 0
 
     run_on_a_transport(monkeypatch, scenario)
+
+
+def test_a_closed_transports_watch_cancelled_by_its_loops_end_waits_for_the_shutdown(monkeypatch):
+    """``asyncio.run``'s end cancels every task, then closes the loop.  A
+    closed transport's channel reaches SHUTDOWN only once the application
+    let go of its calls on it (grpcio: a call object still referred to keeps
+    C-core's channel); the watch cancelled meanwhile must not cancel
+    grpcio's wait, and keeps the loop until that wait sees the SHUTDOWN:
+    its completion for a closed loop would strand C-core's watch (TRAPS)."""
+
+    async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
+        await _turns()
+        watcher = transport._watcher
+        assert watcher is not None and channel.registered == 1
+
+        async def held_open() -> None:  # a call object still referred to
+            pass
+
+        monkeypatch.setattr(channel, "close", held_open)
+        transport.retire()
+        await _turns()
+        watcher.cancel()  # the loop ends
+        await _turns()
+        assert not watcher.done(), "it waits for grpcio's wait to end"
+        assert channel.cancelled_waits == 0 and channel.registered == 1
+        channel.set(GC.SHUTDOWN)  # the calls let go: C-core's channel shuts down
+        await _turns()
+        assert watcher.done() and channel.registered == 0 and channel.cancelled_waits == 0
+
+    run_on_a_transport(monkeypatch, scenario)
+
+
+def test_an_open_transports_watch_cancelled_by_its_loops_end_returns_at_once(monkeypatch):
+    """An open transport (a channel never closed) has no SHUTDOWN coming: its
+    cancelled watch does not hold the loop's end, and leaves grpcio's wait
+    to end by itself rather than cancelling it."""
+
+    async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
+        await _turns()
+        watcher = transport._watcher
+        assert watcher is not None
+        watcher.cancel()
+        await _turns()
+        assert watcher.done()
+        assert channel.cancelled_waits == 0 and channel.registered == 1
+
+    run_on_a_transport(monkeypatch, scenario)

@@ -29,6 +29,7 @@ import grpc
 import grpc.aio
 from grpc import _common
 
+from pyxds.channel.aio_engine import EngineHold
 from pyxds.channel.core import ChannelCore, subchannel_authority
 from pyxds.channel.grpc_aio_unary import LeanAioUnaryUnary
 from pyxds.channel.grpc_calls import (
@@ -1091,6 +1092,10 @@ class AioXdsChannel(grpc.aio.Channel):
         #: work for the loop from other threads (the subchannels' grpc.aio
         #: channels are made there), one wake-up of the loop per batch
         self._inbox: LoopInbox | None = None
+        #: grpcio's asyncio engine, held from the first connection to the
+        #: close: else every failed attempt to a plain target shut it down
+        #: and the next built it again (pyxds.channel.aio_engine)
+        self._engine = EngineHold()
 
         def make_transport(
             address: str, creds: Any, on_state: Callable[[grpc.ChannelConnectivity], None]
@@ -1100,6 +1105,8 @@ class AioXdsChannel(grpc.aio.Channel):
             inbox = self._inbox
             if inbox is None or inbox.loop is not loop:
                 inbox = self._inbox = LoopInbox(loop)
+            if not self._engine.held:
+                inbox.run(self._engine.take)  # before the transport's channel
             return AioTransport(loop, address, creds, sub_options, compression, on_state, inbox)
 
         self._core = ChannelCore(
@@ -1153,6 +1160,8 @@ class AioXdsChannel(grpc.aio.Channel):
             self._core.close()
         finally:
             resume()
+            # the transports' grpc.aio channels, closing, hold it until they end
+            self._engine.let_go()
         for _ in range(3):  # let the subchannels' close tasks run
             await asyncio.sleep(0)
 
