@@ -820,7 +820,12 @@ class SubchannelCore(Watched):
         if state is self.state and status == self.status:
             return
         self.state, self.status = state, status
-        for fn in self._watching():
+        # the watchers slot read here (lb/unwatch.py): three reports per
+        # failed connection attempt pass (issue 18)
+        watchers = self._watchers
+        if watchers is None:
+            return
+        for fn in watchers if watchers.__class__ is tuple else (watchers,):
             try:
                 fn(state, status)
             except Exception:

@@ -433,7 +433,13 @@ class OutlierDetectionSubchannel(Watched, Subchannel):
         if watcher is not None:
             watcher.connectivity_changed(state, status)
         if not self.ejected:
-            self._notify(state, status)
+            # _notify inline: three reports per failed connection attempt
+            watchers = self._watchers
+            if isinstance(watchers, tuple):
+                for fn in watchers:
+                    fn(state, status)
+            elif watchers is not None:
+                watchers(state, status)
 
     def eject(self) -> None:
         """Report TRANSIENT_FAILURE and hold back the real reports."""
