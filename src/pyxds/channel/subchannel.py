@@ -825,7 +825,7 @@ class SubchannelCore(Watched):
         watchers = self._watchers
         if watchers is None:
             return
-        for fn in watchers if watchers.__class__ is tuple else (watchers,):
+        for fn in watchers if isinstance(watchers, tuple) else (watchers,):
             try:
                 fn(state, status)
             except Exception:
