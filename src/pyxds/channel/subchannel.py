@@ -765,9 +765,7 @@ class SubchannelCore(Watched):
     def _apply_report(
         self, reports: _TransportReports, connectivity: grpc.ChannelConnectivity
     ) -> None:
-        self._apply(reports.transport, connectivity)
-
-    def _apply(self, transport: Transport | None, connectivity: grpc.ChannelConnectivity) -> None:
+        transport = reports.transport
         if transport is not self.transport or self.state is ConnectivityState.SHUTDOWN:
             return  # a retired transport's late report
         state = _FROM_GRPC.get(id(connectivity))
