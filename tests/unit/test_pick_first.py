@@ -807,6 +807,48 @@ def test_reconnecting_re_reports_each_failure_and_the_same_error_with_one_picker
     assert helper.pick().status == helper.last.status
 
 
+def test_the_very_same_failure_again_is_not_put_in_words_again(monkeypatch):
+    """A subchannel reuses its failure's status while the text is the same
+    (issue 18); pick_first then re-reports without formatting that failure
+    again (five Python calls per failed attempt).  Another failure object,
+    even of the same text, is formatted, and the reports are what
+    formatting every time gives: the same text the same status and picker,
+    a new text a new one."""
+    worded: list[Status] = []
+    original = Status.__str__
+
+    def counting(self: Status) -> str:
+        worded.append(self)
+        return original(self)
+
+    monkeypatch.setattr(Status, "__str__", counting)
+    _, helper = make(("a:1",))
+    sc = helper.subchannel("a:1")
+    same = Status(UNAVAILABLE, "refused")
+    for _ in range(4):
+        sc.set_state(CONNECTING)
+        sc.set_state(TF, same)
+        sc.set_state(IDLE)
+    assert worded == [same]
+    first = helper.last
+    twin = Status(UNAVAILABLE, "refused")
+    sc.set_state(CONNECTING)
+    sc.set_state(TF, twin)
+    assert worded == [same, twin]
+    assert (helper.last.status, helper.last.picker) == (first.status, first.picker)
+    sc.set_state(IDLE)
+    sc.set_state(CONNECTING)
+    sc.set_state(TF, same)
+    assert worded == [same, twin, same]
+    assert helper.last.status is first.status
+    sc.set_state(IDLE)
+    sc.set_state(CONNECTING)
+    sc.set_state(TF, "reset")
+    assert helper.last.status.details.endswith("last error: UNAVAILABLE: reset")
+    assert helper.last.picker is not first.picker
+    assert [r.state for r in helper.states[1:]] == [TF] * 7
+
+
 def test_two_policies_failing_with_the_same_error_report_their_own_pickers():
     """The reused picker is per policy, never shared between endpoints."""
     _, one = make(("a:1",))
