@@ -53,9 +53,10 @@ CLUSTER = "attempts"
 
 
 def _world(good: int, refusing: int, outlier: bool) -> tuple[Any, dict[str, Any]]:
+    from refusing import one_cluster
+
     from pyxds.server import ManagementServer
     from pyxds.server import builders as b
-    from pyxds.server.snapshot import Snapshot
 
     addresses = [f"127.0.0.1:{20000 + i}" for i in range(good)]
     addresses += [f"127.0.0.12:{20000 + i}" for i in range(refusing)]
@@ -66,19 +67,7 @@ def _world(good: int, refusing: int, outlier: bool) -> tuple[Any, dict[str, Any]
     if outlier:
         cluster.outlier_detection.SetInParent()
     control = ManagementServer().start()
-    control.set_snapshot(
-        Snapshot(
-            listeners=[b.listener(CLUSTER)],
-            routes=[
-                b.route_config(
-                    f"{CLUSTER}-route",
-                    [b.virtual_host("vh", routes=[b.route(prefix="", cluster=CLUSTER)])],
-                )
-            ],
-            clusters=[cluster],
-            endpoints=[b.endpoints(CLUSTER, localities)],
-        )
-    )
+    control.set_snapshot(one_cluster(cluster, localities))
     return control, control.bootstrap(node_id="attempts")
 
 

@@ -744,14 +744,9 @@ def test_ready_childs_new_picker_reuses_the_bucket_index_only_a_weight_change_re
     assert len(built) == ramp + 1 and h.helper.last.picker.index is not first.index
 
 
-def test_ready_child_reports_publish_exactly_what_a_full_aggregate_would(monkeypatch):
-    """A READY child's new READY picker is published by replacing that one
-    child in the last picker (no pass over every child).  Through 600
-    random subchannel events under round_robin children (READY pickers
-    with streams, children entering and leaving READY and TRANSIENT_FAILURE)
-    every published picker is checked against one built from scratch over
-    the policy's READY children: the same state, weights and children."""
-    replaced = []
+def _counting_replacements(monkeypatch) -> list[bool]:
+    """Whether each ``WeightedPicker.replacing`` call gave a picker (the O(1) path)."""
+    replaced: list[bool] = []
     original = WeightedPicker.replacing
 
     def counting(self, position, picker):
@@ -760,11 +755,28 @@ def test_ready_child_reports_publish_exactly_what_a_full_aggregate_would(monkeyp
         return result
 
     monkeypatch.setattr(WeightedPicker, "replacing", counting)
-    h = Harness(seed=6)
-    weights = {f"t{i}": 1 + i for i in range(6)}
+    return replaced
+
+
+def _round_robin_targets(seed: int, targets: int) -> Harness:
+    """Targets t0.. of weights 1.. with a round_robin child of 3 endpoints each."""
+    h = Harness(seed=seed)
+    weights = {f"t{i}": 1 + i for i in range(targets)}
     rr = [{"round_robin": {}}]
     endpoints = [ep(f"{name}-{j}:80", name) for name in weights for j in range(3)]
     h.update(weights, children={name: rr for name in weights}, endpoints=endpoints)
+    return h
+
+
+def test_ready_child_reports_publish_exactly_what_a_full_aggregate_would(monkeypatch):
+    """A READY child's new READY picker is published by replacing that one
+    child in the last picker (no pass over every child).  Through 600
+    random subchannel events under round_robin children (READY pickers
+    with streams, children entering and leaving READY and TRANSIENT_FAILURE)
+    every published picker is checked against one built from scratch over
+    the policy's READY children: the same state, weights and children."""
+    replaced = _counting_replacements(monkeypatch)
+    h = _round_robin_targets(seed=6, targets=6)
     rng = random.Random(17)
     states = [READY, READY, READY, CONNECTING, IDLE, TF]
     for _ in range(600):
@@ -795,20 +807,8 @@ def test_failing_child_reports_publish_exactly_what_a_full_aggregate_would(monke
     child's status and a picker over the failing children with their
     weights, each child's own picker.  On the full pass over every child
     the replacing path never ran (the last assertion)."""
-    replaced = []
-    original = WeightedPicker.replacing
-
-    def counting(self, position, picker):
-        result = original(self, position, picker)
-        replaced.append(result is not None)
-        return result
-
-    monkeypatch.setattr(WeightedPicker, "replacing", counting)
-    h = Harness(seed=8)
-    weights = {f"t{i}": 1 + i for i in range(5)}
-    rr = [{"round_robin": {}}]
-    endpoints = [ep(f"{name}-{j}:80", name) for name in weights for j in range(3)]
-    h.update(weights, children={name: rr for name in weights}, endpoints=endpoints)
+    replaced = _counting_replacements(monkeypatch)
+    h = _round_robin_targets(seed=8, targets=5)
     for subchannel in h.helper.live_subchannels():
         subchannel.set_state(CONNECTING)
         subchannel.set_state(TF, f"{subchannel.address}: refused")

@@ -433,13 +433,13 @@ class OutlierDetectionSubchannel(Watched, Subchannel):
         if watcher is not None:
             watcher.connectivity_changed(state, status)
         if not self.ejected:
-            # _notify inline: three reports per failed connection attempt
+            # the slot read inline, not _notify: three reports per failed
+            # connection attempt pass here
             watchers = self._watchers
-            if isinstance(watchers, tuple):
-                for fn in watchers:
-                    fn(state, status)
-            elif watchers is not None:
-                watchers(state, status)
+            for fn in (
+                watchers if isinstance(watchers, tuple) else () if watchers is None else (watchers,)
+            ):
+                fn(state, status)
 
     def eject(self) -> None:
         """Report TRANSIENT_FAILURE and hold back the real reports."""

@@ -283,13 +283,13 @@ class OverrideHostSubchannel(Watched, Subchannel):
             changed = state is not self.state
             self.state = state
             self._status = status
-        # _notify inline: three reports per failed connection attempt
+        # the slot read inline, not _notify: three reports per failed
+        # connection attempt pass here
         watchers = self._watchers
-        if isinstance(watchers, tuple):
-            for fn in watchers:
-                fn(state, status)
-        elif watchers is not None:
-            watchers(state, status)
+        for fn in (
+            watchers if isinstance(watchers, tuple) else () if watchers is None else (watchers,)
+        ):
+            fn(state, status)
         if changed and self.owned:
             self._policy._owned_state_changed(self)
 
