@@ -51,6 +51,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import grpc
 
@@ -106,11 +107,29 @@ async def _flapper(period: float) -> tuple[int, asyncio.Task[None]]:
     return port, asyncio.get_running_loop().create_task(flap())
 
 
+def one_cluster(cluster: Any, localities: list[Any]) -> Any:
+    """The snapshot of ``xds:///<cluster's name>``: a listener, its route to
+    ``cluster`` (a Cluster proto) and the cluster's ``localities``."""
+    from pyxds.server import builders as b
+    from pyxds.server.snapshot import Snapshot
+
+    name = cluster.name
+    return Snapshot(
+        listeners=[b.listener(name)],
+        routes=[
+            b.route_config(
+                f"{name}-route", [b.virtual_host("vh", routes=[b.route(prefix="", cluster=name)])]
+            )
+        ],
+        clusters=[cluster],
+        endpoints=[b.endpoints(name, localities)],
+    )
+
+
 def serve(good: int, refusing: int, flapping: int, flap: float) -> None:
     """Prints the bootstrap as one JSON line, runs until stdin closes."""
     from pyxds.server import ManagementServer
     from pyxds.server import builders as b
-    from pyxds.server.snapshot import Snapshot
 
     loop = asyncio.new_event_loop()
     ports, _servers = loop.run_until_complete(_start_backends(good))
@@ -130,19 +149,7 @@ def serve(good: int, refusing: int, flapping: int, flap: float) -> None:
         if everything[i::10]
     ]
     control = ManagementServer().start()
-    control.set_snapshot(
-        Snapshot(
-            listeners=[b.listener(CLUSTER)],
-            routes=[
-                b.route_config(
-                    f"{CLUSTER}-route",
-                    [b.virtual_host("vh", routes=[b.route(prefix="", cluster=CLUSTER)])],
-                )
-            ],
-            clusters=[b.cluster(CLUSTER)],
-            endpoints=[b.endpoints(CLUSTER, localities)],
-        )
-    )
+    control.set_snapshot(one_cluster(b.cluster(CLUSTER), localities))
     print(json.dumps({"bootstrap": control.bootstrap(node_id="refuse")}), flush=True)
     sys.stdin.read()
     control.stop()

@@ -271,7 +271,12 @@ class Watch(Generic[S]):
 
     def cancel(self) -> None:
         """No more deliveries, from now on."""
-        self._monitor._cancel(self)
+        monitor = self._monitor
+        # (the monitor's _cancel inline: a retired transport's watch is
+        # cancelled once per failed connection attempt, issue 18)
+        with monitor._lock:
+            if not self.cancelled:
+                monitor._cancel_locked(self)
 
 
 def _probe(
@@ -389,12 +394,6 @@ class ConnectivityMonitor(Generic[S]):
                 self._warm[watch] = None
             self._schedule(now, watch.due)
 
-    def _cancel(self, watch: Watch[S]) -> None:
-        with self._lock:
-            if watch.cancelled:
-                return
-            self._cancel_locked(watch)
-
     # -- the sweep (on the clock's timer) --------------------------------
     def _schedule(self, now: float, due: float) -> None:
         """Have the sweep run at ``due`` at the latest (lock held)."""
@@ -511,7 +510,8 @@ class ConnectivityMonitor(Generic[S]):
         watch.probe = _closed_probe
         watch.channel = None
         watch.deliver = _ignore
-        self._end_locked(watch)
+        if not watch.ended:  # (a watch that saw its final state ended then)
+            self._end_locked(watch)
 
     def _end_locked(self, watch: Watch[S]) -> None:
         watch.ended = True

@@ -29,7 +29,7 @@ from pyxds.lb.pick_first import (
     order_addresses,
     shuffle_endpoints,
 )
-from pyxds.testing import FakeHelper
+from pyxds.testing import FakeHelper, FakeSubchannel
 
 IDLE = ConnectivityState.IDLE
 CONNECTING = ConnectivityState.CONNECTING
@@ -62,6 +62,15 @@ def fail(helper: FakeHelper, address: str, text: str | None = None) -> None:
     sc = helper.subchannel(address)
     sc.set_state(CONNECTING)
     sc.set_state(TF, text)
+
+
+def fail_attempts(sc: FakeSubchannel, status: Status, times: int) -> None:
+    """``times`` failed attempts of one subchannel, each ending in IDLE
+    (its backoff over: pick_first in RECONNECTING connects it again)."""
+    for _ in range(times):
+        sc.set_state(CONNECTING)
+        sc.set_state(TF, status)
+        sc.set_state(IDLE)
 
 
 def fail_all_first_pass(helper: FakeHelper, addresses) -> None:
@@ -787,10 +796,7 @@ def test_reconnecting_re_reports_each_failure_and_the_same_error_with_one_picker
     policy, helper = make(("a:1",))
     sc = helper.subchannel("a:1")
     same = Status(UNAVAILABLE, "refused")
-    for _ in range(3):
-        sc.set_state(CONNECTING)
-        sc.set_state(TF, same)
-        sc.set_state(IDLE)  # backoff over: connected again at once
+    fail_attempts(sc, same, 3)
     assert policy.phase is Phase.RECONNECTING
     assert helper.state_sequence() == [CONNECTING, TF, TF, TF]
     assert helper.reresolution_requests == 3
@@ -805,6 +811,45 @@ def test_reconnecting_re_reports_each_failure_and_the_same_error_with_one_picker
     assert helper.last.status.details.endswith("last error: UNAVAILABLE: timed out")
     assert helper.last.picker is not reports[0].picker
     assert helper.pick().status == helper.last.status
+
+
+def test_the_very_same_failure_again_is_not_put_in_words_again(monkeypatch):
+    """A subchannel reuses its failure's status while the text is the same
+    (issue 18); pick_first then re-reports without formatting that failure
+    again (five Python calls per failed attempt).  Another failure object,
+    even of the same text, is formatted, and the reports are what
+    formatting every time gives: the same text the same status and picker,
+    a new text a new one."""
+    worded: list[Status] = []
+    original = Status.__str__
+
+    def counting(self: Status) -> str:
+        worded.append(self)
+        return original(self)
+
+    monkeypatch.setattr(Status, "__str__", counting)
+    _, helper = make(("a:1",))
+    sc = helper.subchannel("a:1")
+    same = Status(UNAVAILABLE, "refused")
+    fail_attempts(sc, same, 4)
+    assert worded == [same]
+    first = helper.last
+    twin = Status(UNAVAILABLE, "refused")
+    sc.set_state(CONNECTING)
+    sc.set_state(TF, twin)
+    assert worded == [same, twin]
+    assert (helper.last.status, helper.last.picker) == (first.status, first.picker)
+    sc.set_state(IDLE)
+    sc.set_state(CONNECTING)
+    sc.set_state(TF, same)
+    assert worded == [same, twin, same]
+    assert helper.last.status is first.status
+    sc.set_state(IDLE)
+    sc.set_state(CONNECTING)
+    sc.set_state(TF, "reset")
+    assert helper.last.status.details.endswith("last error: UNAVAILABLE: reset")
+    assert helper.last.picker is not first.picker
+    assert [r.state for r in helper.states[1:]] == [TF] * 7
 
 
 def test_two_policies_failing_with_the_same_error_report_their_own_pickers():

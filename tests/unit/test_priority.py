@@ -951,3 +951,40 @@ def test_update_dropping_children_updates_the_kept_one_and_retains_the_others():
     assert not p0.shut_down and not p2.shut_down
     h.clock.advance(CHILD_RETENTION)
     assert p0.shut_down and p2.shut_down and not leaf("p1").shut_down
+
+
+@pytest.mark.parametrize("state", [READY, TF])
+def test_the_current_childs_same_state_again_is_published_without_a_new_choice(state, monkeypatch):
+    """The chosen child reporting its READY (or, every priority failing,
+    its TRANSIENT_FAILURE) again with a new picker (an endpoint came, went
+    or failed another connection attempt) is published as reported, and
+    the choice is not walked again: it saw every other child as it is now
+    (issue 18: one such report per failed attempt).  A report that changes
+    a state still walks."""
+    h = Harness()
+    h.update(["p0", "p1"])
+    if state is READY:
+        leaf("p0").report(READY)
+        expected = "p0"
+    else:
+        leaf("p0").report(TF)
+        leaf("p1").report(TF)
+        expected = "p1"
+    assert h.current == expected
+    walks = []
+    original = PriorityLoadBalancer._choose_once
+
+    def counting(self):
+        walks.append(1)
+        return original(self)
+
+    monkeypatch.setattr(PriorityLoadBalancer, "_choose_once", counting)
+    for attempt in range(5):
+        picker = leaf(expected).report(state, None if state is READY else f"failed #{attempt}")
+        last = h.helper.last
+        assert (last.state, last.picker) == (state, picker) and h.current == expected
+        if state is TF:
+            assert last.status.details == f"failed #{attempt}"
+    assert walks == []
+    leaf(expected).report(CONNECTING)
+    assert walks  # a change of state is a new choice

@@ -236,6 +236,45 @@ def test_transient_failure_status_is_refreshed_with_new_errors():
     assert [r.status.details[-3:] for r in helper.states if r.state is TF] == ["one", "two"]
 
 
+@pytest.mark.parametrize("serving", [READY, CONNECTING])
+def test_failing_again_while_another_endpoint_serves_publishes_nothing_but_is_the_last_error(
+    serving, monkeypatch
+):
+    """While one endpoint is READY (or CONNECTING), failing endpoints'
+    further failures (pick_first re-reports each failed attempt) change
+    neither the aggregate nor its picker: nothing is published and nothing
+    aggregated anew (issue 18: one such report per failed attempt).  The
+    latest failure is still the last error named once every endpoint fails
+    (here when an update removes the serving one: C-core's last_failure_)."""
+    policy, helper = make()
+    helper.subchannel("a:1").set_state(CONNECTING)
+    if serving is READY:
+        helper.subchannel("a:1").set_state(READY)
+    fail(helper, "b:1", "b once")
+    fail(helper, "c:1", "c once")
+    published = len(helper.states)
+    aggregated = []
+    original = RoundRobin._aggregate
+
+    def counting(self):
+        aggregated.append(1)
+        original(self)
+
+    monkeypatch.setattr(RoundRobin, "_aggregate", counting)
+    for text in ("b twice", "c twice", "b thrice"):
+        sc = helper.subchannel(text[0] + ":1")
+        sc.set_state(IDLE)
+        sc.set_state(CONNECTING)
+        sc.set_state(TF, text)
+    assert len(helper.states) == published and aggregated == []
+    assert helper.state is serving
+    policy.update(ResolverUpdate(eps("b:1", "c:1"), RoundRobinConfig()))
+    assert helper.state is TF
+    assert helper.last.status.details == (
+        "connections to all backends failing; last error: UNAVAILABLE: b thrice"
+    )
+
+
 def test_same_state_is_not_reported_twice():
     _, helper = make()
     for sc in helper.subchannels:

@@ -744,14 +744,9 @@ def test_ready_childs_new_picker_reuses_the_bucket_index_only_a_weight_change_re
     assert len(built) == ramp + 1 and h.helper.last.picker.index is not first.index
 
 
-def test_ready_child_reports_publish_exactly_what_a_full_aggregate_would(monkeypatch):
-    """A READY child's new READY picker is published by replacing that one
-    child in the last picker (no pass over every child).  Through 600
-    random subchannel events under round_robin children (READY pickers
-    with streams, children entering and leaving READY and TRANSIENT_FAILURE)
-    every published picker is checked against one built from scratch over
-    the policy's READY children: the same state, weights and children."""
-    replaced = []
+def _counting_replacements(monkeypatch) -> list[bool]:
+    """Whether each ``WeightedPicker.replacing`` call gave a picker (the O(1) path)."""
+    replaced: list[bool] = []
     original = WeightedPicker.replacing
 
     def counting(self, position, picker):
@@ -760,11 +755,28 @@ def test_ready_child_reports_publish_exactly_what_a_full_aggregate_would(monkeyp
         return result
 
     monkeypatch.setattr(WeightedPicker, "replacing", counting)
-    h = Harness(seed=6)
-    weights = {f"t{i}": 1 + i for i in range(6)}
+    return replaced
+
+
+def _round_robin_targets(seed: int, targets: int) -> Harness:
+    """Targets t0.. of weights 1.. with a round_robin child of 3 endpoints each."""
+    h = Harness(seed=seed)
+    weights = {f"t{i}": 1 + i for i in range(targets)}
     rr = [{"round_robin": {}}]
     endpoints = [ep(f"{name}-{j}:80", name) for name in weights for j in range(3)]
     h.update(weights, children={name: rr for name in weights}, endpoints=endpoints)
+    return h
+
+
+def test_ready_child_reports_publish_exactly_what_a_full_aggregate_would(monkeypatch):
+    """A READY child's new READY picker is published by replacing that one
+    child in the last picker (no pass over every child).  Through 600
+    random subchannel events under round_robin children (READY pickers
+    with streams, children entering and leaving READY and TRANSIENT_FAILURE)
+    every published picker is checked against one built from scratch over
+    the policy's READY children: the same state, weights and children."""
+    replaced = _counting_replacements(monkeypatch)
+    h = _round_robin_targets(seed=6, targets=6)
     rng = random.Random(17)
     states = [READY, READY, READY, CONNECTING, IDLE, TF]
     for _ in range(600):
@@ -783,3 +795,46 @@ def test_ready_child_reports_publish_exactly_what_a_full_aggregate_would(monkeyp
         assert picker.weights == fresh.weights and picker.fast == fresh.fast
         assert all(a == b for a, b in zip(picker._children, fresh._children, strict=True))
     assert sum(replaced) > 50  # the O(1) path ran, and was checked
+
+
+def test_failing_child_reports_publish_exactly_what_a_full_aggregate_would(monkeypatch):
+    """While every child fails, a failing child's new failure (one of its
+    endpoints failed another connection attempt: round_robin names the
+    last failure) is published by replacing that one child in the last
+    picker, as a READY child's new picker is.  Through 600 random failures
+    and recoveries under round_robin children, every TRANSIENT_FAILURE
+    published is checked against a full aggregate: the first failing
+    child's status and a picker over the failing children with their
+    weights, each child's own picker.  On the full pass over every child
+    the replacing path never ran (the last assertion)."""
+    replaced = _counting_replacements(monkeypatch)
+    h = _round_robin_targets(seed=8, targets=5)
+    for subchannel in h.helper.live_subchannels():
+        subchannel.set_state(CONNECTING)
+        subchannel.set_state(TF, f"{subchannel.address}: refused")
+    rng = random.Random(23)
+    checked = 0
+    for attempt in range(600):
+        subchannel = rng.choice(h.helper.live_subchannels())
+        if rng.random() < 0.05:
+            subchannel.set_state(CONNECTING)
+            subchannel.set_state(READY)
+            subchannel.set_state(IDLE)
+        subchannel.set_state(TF, f"{subchannel.address}: refused #{attempt % 7}")
+        failing = [t for t in h.lb._active if t.state is TF]
+        last = h.helper.last
+        if len(failing) < len(h.lb._active):
+            continue
+        assert last.state is TF and last.status == failing[0].status
+        checked += 1
+        if len(failing) == 1:
+            assert last.picker is failing[0].picker
+            continue
+        fresh = WeightedPicker([(t.weight, t.picker) for t in failing], random.Random(0))
+        assert last.picker.weights == fresh.weights and not last.picker.fast
+        assert all(a == b for a, b in zip(last.picker._children, fresh._children, strict=True))
+        for _ in range(20):
+            result = last.picker.pick(ARGS)
+            assert isinstance(result, PickFail) and result.status in [t.status for t in failing]
+    assert checked > 300
+    assert sum(replaced) > 200  # the O(1) path ran, and was checked

@@ -816,9 +816,7 @@ class SubchannelCore(Watched):
     def _apply_report(
         self, reports: _TransportReports, connectivity: grpc.ChannelConnectivity
     ) -> None:
-        self._apply(reports.transport, connectivity)
-
-    def _apply(self, transport: Transport | None, connectivity: grpc.ChannelConnectivity) -> None:
+        transport = reports.transport
         if transport is not self.transport or self.state is ConnectivityState.SHUTDOWN:
             return  # a retired transport's late report
         state = _FROM_GRPC.get(id(connectivity))
@@ -871,7 +869,12 @@ class SubchannelCore(Watched):
         if state is self.state and status == self.status:
             return
         self.state, self.status = state, status
-        for fn in self._watching():
+        # the watchers slot read here (lb/unwatch.py): three reports per
+        # failed connection attempt pass (issue 18)
+        watchers = self._watchers
+        if watchers is None:
+            return
+        for fn in watchers if isinstance(watchers, tuple) else (watchers,):
             try:
                 fn(state, status)
             except Exception:

@@ -134,10 +134,19 @@ class _ChildSlot(DelegatingHelper):
             return
         self.state, self.status, self.picker = state, status, picker
         self.reported = True
-        self.handler._child_reported(self)
+        handler = self.handler
+        if handler._pending is None and handler._current is self:
+            # the one child, no switch pending: what _child_reported does,
+            # without its frame (a report of a failed connection attempt
+            # passes up to seven handlers in the xDS tree, issue 18)
+            handler.helper.update_state(state, status, picker)
+        else:
+            handler._child_reported(self)
 
     def request_reresolution(self) -> None:
-        if not self.closed and self.handler._latest() is self:
+        handler = self.handler
+        # (the handler's _latest() inline: one frame fewer per level)
+        if not self.closed and (handler._pending or handler._current) is self:
             self.parent.request_reresolution()
 
     def close(self) -> None:

@@ -749,21 +749,30 @@ class PickFirst(LoadBalancer):
     _health: _HealthWatch | None = None
 
     #: the last TRANSIENT_FAILURE picker of _report_all_failed, reused while
-    #: its text is the same (set on first use: no cost per endpoint until then)
+    #: its text is the same, and the failure it was made for (set on first
+    #: use: no cost per endpoint until then)
     _all_failed: FailPicker | None = None
+    _all_failed_of: Status | None = None
 
     def _report_all_failed(self) -> None:
-        details = str(self._last_failure)
-        if not self._omit_status_prefix:
-            details = f"failed to connect to all addresses; last error: {details}"
         # The same failure again (RECONNECTING re-reports after every N
         # failures, as C-core) gets the same immutable status and picker: a
         # new pair per failed attempt lived through the backoff, into the
-        # oldest GC generation (issue 18: 9000 refusing endpoints).
+        # oldest GC generation (issue 18: 9000 refusing endpoints).  The very
+        # same failure (a subchannel reuses its status while the text is the
+        # same) is not even put in words again (five Python calls an attempt).
+        failure = self._last_failure
         picker = self._all_failed
-        if picker is None or picker.status.details != details:
-            picker = self._all_failed = FailPicker(Status(_UNAVAILABLE, details))
-        self._report(_TF, picker.status, picker)
+        if picker is None or failure is not self._all_failed_of:
+            details = str(failure)
+            if not self._omit_status_prefix:
+                details = f"failed to connect to all addresses; last error: {details}"
+            if picker is None or picker.status.details != details:
+                picker = self._all_failed = FailPicker(Status(_UNAVAILABLE, details))
+            self._all_failed_of = failure
+        # (_report inline: once per failed attempt while every address fails)
+        self._reported = _TF
+        self._helper.update_state(_TF, picker.status, picker)
 
     # -- plumbing ---------------------------------------------------------------
     def _count(self, name: str) -> None:

@@ -529,6 +529,20 @@ class PriorityLoadBalancer(LoadBalancer):
             # A56: never choose on a partially applied parent update.
             self._reports_while_updating += 1
             return
+        if (
+            state is previous
+            and child is self._current
+            and (state is _READY or state is _TF)
+            and not self._choosing
+        ):
+            # The current child reports its READY or TRANSIENT_FAILURE again
+            # with a new picker (an endpoint of its locality came, went or
+            # failed another connection attempt): the choice saw every other
+            # child as it is now and this one in this state, so the walk
+            # would choose it again; its report is published as is (issue
+            # 18: one report per failed attempt while every endpoint fails).
+            self.helper.update_state(state, status, picker)
+            return
         if self._choice_unaffected_by(child):
             return
         self._choose()

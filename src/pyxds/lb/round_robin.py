@@ -401,6 +401,21 @@ class RoundRobin(LoadBalancer):
     def _on_child_state(
         self, child: _Child, state: ConnectivityState, status: Status, picker: Picker
     ) -> None:
+        if (
+            state is _TF
+            and child.state is _TF
+            and child.index >= 0
+            and (self._ready_count or self._tf_count < len(self._children))
+            and not self._draining
+            and not self._updating
+        ):
+            # A failing child fails again (pick_first re-reports after every
+            # failed attempt) while the aggregate is READY or CONNECTING: the
+            # counts, the READY set and so the report are those of the last
+            # aggregation (only an all-failing aggregate names the failure).
+            child.status, child.picker = status, picker
+            self._last_failure = status.details
+            return
         if child.index >= 0 and not self._updating:
             self._count(child, state, picker)
         child.state, child.status, child.picker = state, status, picker

@@ -284,34 +284,45 @@ class WeightedPicker(Picker):
             # A draw at the very top of the range yields n: the last child again.
             self._start_stream((*ready, ready[-1]))
         else:
-            self._stream = None
             picks = [picker.pick for _, picker in entries]
-            self._children = (*picks, picks[-1])
-            self.pick = functools.partial(_indexed_pick, self._children, index.indices.__next__)
+            self._start_calls((*picks, picks[-1]))
 
     def _start_stream(self, streams: tuple[Iterator[PickResult], ...]) -> None:
         self._children = streams
         self._stream = map(next, map(streams.__getitem__, self.index.indices))
         self.pick = functools.partial(next, self._stream)
 
+    def _start_calls(self, picks: tuple[Callable[[PickArgs], PickResult], ...]) -> None:
+        self._stream = None
+        self._children = picks
+        self.pick = functools.partial(_indexed_pick, picks, self.index.indices.__next__)
+
     def replacing(self, position: int, picker: Picker) -> WeightedPicker | None:
         """This picker with child ``position``'s picker replaced by
         ``picker`` (same weights, same index), in O(1) Python steps: what a
-        new picker over the new entries would be.  ``None`` when that is
-        not a streams picker (this one is not, or ``picker`` offers no
-        stream): the caller then builds one from its entries."""
+        new picker over the new entries would be.  ``None`` when that may
+        run the other way (a streams picker and ``picker`` offers no stream,
+        or a calls picker and ``picker`` offers one: whether every child
+        would then offer one is not known here): the caller then builds one
+        from its entries.  A calls picker (TRANSIENT_FAILURE children's, a
+        failed connection attempt re-reported by one of them) stays one."""
         stream = getattr(picker, "result_stream", _no_stream)()
-        if self._stream is None or stream is None:
+        streams = self._stream is not None
+        if streams is (stream is None):
             return None
+        item = stream if streams else picker.pick
         children = self._children
         last = len(children) - 2  # the final entry repeats the last child
         if position == last:
-            streams = (*children[:last], stream, stream)
+            items = (*children[:last], item, item)
         else:
-            streams = (*children[:position], stream, *children[position + 1 :])
+            items = (*children[:position], item, *children[position + 1 :])
         new = WeightedPicker.__new__(WeightedPicker)
         new.index = self.index
-        new._start_stream(streams)
+        if streams:
+            new._start_stream(items)
+        else:
+            new._start_calls(items)
         return new
 
     @property
@@ -458,10 +469,10 @@ class WeightedTargetLoadBalancer(LoadBalancer):
         self._last: tuple[ConnectivityState, Status, tuple[tuple[int, Picker], ...]] | None = None
         # the draw of a child index for the last weights published (see BucketIndex)
         self._index: BucketIndex | None = None
-        # The last READY publish: each of its targets' position in its
-        # entries, and the picker published (see _republish_ready).
-        self._ready_positions: dict[_Target, int] = {}
-        self._ready_picker: Picker | None = None
+        # The last READY or TRANSIENT_FAILURE publish: each of its targets'
+        # position in its entries, and the picker published (see _republish).
+        self._positions: dict[_Target, int] = {}
+        self._published: Picker | None = None
         self._shut_down = False
 
     @property
@@ -600,11 +611,11 @@ class WeightedTargetLoadBalancer(LoadBalancer):
         # Sticky TRANSIENT_FAILURE: only READY (or a fresh failure) replaces it;
         # otherwise the child still counts as failing: nothing to aggregate anew.
         if target.state is not _TF or state is _READY or state is _TF:
-            still_ready = state is _READY and target.state is _READY
+            again = state is target.state and (state is _READY or state is _TF)
             target.state, target.status, target.picker = state, status, picker
             if self._updating:
                 self._reports_while_updating += 1
-            elif target.active and not (still_ready and self._republish_ready(target, picker)):
+            elif target.active and not (again and self._republish(target, state, status, picker)):
                 self._aggregate()
         if state is _IDLE:
             self._exit_idle_child(target)
@@ -622,48 +633,57 @@ class WeightedTargetLoadBalancer(LoadBalancer):
             target.exiting_idle = False
 
     # -- aggregation ------------------------------------------------------
-    def _republish_ready(self, target: _Target, picker: Picker) -> bool:
-        """A child that was READY in the last READY publish reports READY
-        with a new picker (an endpoint of its locality came or went): the
-        aggregate is the last one with that child's picker replaced, so
-        publish exactly that, in O(1) Python steps rather than a pass over
-        every child (issue 18: growing to 10,000 endpoints in 100
-        localities makes ~9,000 such reports).  False when the last
-        publish does not hold this child (the caller aggregates)."""
-        position = self._ready_positions.get(target)
+    def _republish(
+        self, target: _Target, state: ConnectivityState, status: Status, picker: Picker
+    ) -> bool:
+        """A child that was READY (or failing) in the last READY (or
+        TRANSIENT_FAILURE) publish reports that state again with a new
+        picker (an endpoint of its locality came or went; one of its
+        endpoints failed another connection attempt): the aggregate is the
+        last one with that child's picker replaced (and, failing, the
+        status when it is the first failing child's), so publish exactly
+        that, in O(1) Python steps rather than a pass over every child
+        (issue 18: growing to 10,000 endpoints in 100 localities makes
+        ~9,000 such reports; 9,000 refusing endpoints, one a failed
+        attempt).  False when the last publish does not hold this child
+        (the caller aggregates)."""
+        position = self._positions.get(target)
         last = self._last
-        if position is None or last is None or last[0] is not _READY:
+        if position is None or last is None or last[0] is not state:
             return False
         entries = last[2]
         weight, previous = entries[position]
         if weight != target.weight:
             return False
-        if previous is picker:
+        # failing: the status is the first failing child's (_aggregate)
+        published_status = status if state is _TF and position == 0 else last[1]
+        if previous is picker and (published_status is last[1] or published_status == last[1]):
             return True  # the same input twice publishes nothing new
         entries = (*entries[:position], (weight, picker), *entries[position + 1 :])
-        self._last = (_READY, last[1], entries)
+        self._last = (state, published_status, entries)
         if len(entries) == 1:
             published: Picker | None = picker
-        elif isinstance(self._ready_picker, WeightedPicker):
-            published = self._ready_picker.replacing(position, picker)
+        elif isinstance(self._published, WeightedPicker):
+            published = self._published.replacing(position, picker)
         else:
             published = None
         if published is None:
             published = self._weighted_picker(entries)
-        self._ready_picker = published
-        self.helper.update_state(_READY, last[1], published)
+        self._published = published
+        self.helper.update_state(state, published_status, published)
         return True
 
     def _forget_last(self) -> None:
         self._last = None
-        self._ready_positions = {}
-        self._ready_picker = None
+        self._positions = {}
+        self._published = None
 
     def _aggregate(self) -> None:
         if self._shut_down or self._updating or self._config is None:
             return
         ready_targets: list[_Target] = []
         ready: list[tuple[int, Picker]] = []
+        failing_targets: list[_Target] = []
         failing: list[tuple[int, Picker]] = []
         first_failure: Status | None = None
         connecting = idle = 0
@@ -678,9 +698,11 @@ class WeightedTargetLoadBalancer(LoadBalancer):
                 idle += 1
             elif state is _TF:
                 failing.append((target.weight, target.picker))
+                failing_targets.append(target)
                 if first_failure is None:
                     first_failure = target.status
-        self._ready_positions = {target: i for i, target in enumerate(ready_targets)}
+        published = ready_targets if ready else failing_targets if not (connecting or idle) else ()
+        self._positions = {target: i for i, target in enumerate(published)}
         if ready:
             self._publish(_READY, OK_STATUS, ready)
         elif connecting:
@@ -724,7 +746,7 @@ class WeightedTargetLoadBalancer(LoadBalancer):
             picker = FailPicker(status)
         else:
             picker = QueuePicker()
-        self._ready_picker = picker if state is _READY else None
+        self._published = picker
         self.helper.update_state(state, status, picker)
 
     def _weighted_picker(self, entries: Sequence[tuple[int, Picker]]) -> WeightedPicker:

@@ -250,16 +250,24 @@ class XdsClusterManagerPolicy(LoadBalancer):
             self._report()
 
     def _report(self) -> None:
-        seen = set()
+        # the children's states by identity, not in a set (an enum member's
+        # hash is a Python call: four per report, issue 18)
+        ready = connecting = idle = False
         pickers: dict[str, Picker] = {}
         for child in self._active:
-            seen.add(child.state)
+            state = child.state
+            if state is _READY:
+                ready = True
+            elif state is _CONNECTING:
+                connecting = True
+            elif state is _IDLE:
+                idle = True
             pickers[child.name] = child.picker
-        if _READY in seen:
+        if ready:
             state, status = _READY, OK_STATUS
-        elif _CONNECTING in seen:
+        elif connecting:
             state, status = _CONNECTING, OK_STATUS
-        elif _IDLE in seen:
+        elif idle:
             state, status = _IDLE, OK_STATUS
         else:
             state = _TF

@@ -275,15 +275,21 @@ class OverrideHostSubchannel(Watched, Subchannel):
         health report (:meth:`connectivity_changed` has the connectivity)."""
         if self._closed:
             return
+        changed = False
         if self._health is not None:
             self._health = state
             self._health_status = status
-            self._notify(state, status)
-            return
-        changed = state is not self.state
-        self.state = state
-        self._status = status
-        self._notify(state, status)
+        else:
+            changed = state is not self.state
+            self.state = state
+            self._status = status
+        # the slot read inline, not _notify: three reports per failed
+        # connection attempt pass here
+        watchers = self._watchers
+        for fn in (
+            watchers if isinstance(watchers, tuple) else () if watchers is None else (watchers,)
+        ):
+            fn(state, status)
         if changed and self.owned:
             self._policy._owned_state_changed(self)
 
