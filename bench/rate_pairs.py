@@ -56,9 +56,9 @@ its xDS stream loop is a ``grpc.aio`` call, and grpcio's aio poller thread
 then waits in C-core's completion queue for good.  That alone changes how
 C-core wakes the sync calling threads (at sync x4, 2.4-2.6 wake-ups a call
 become 1.5-1.8, C-core's channel or pyxds's) and costs C-core's own channel
-its 99th percentile (round 15, branch tail4: pooled over a run, 0.50-0.95
-of the plain process's in ten runs of ten, the median and 90th percentile
-unchanged; pyxds to a plain target, without the engine, 1.06x C-core's;
+its 99th percentile (round 15, branch tail4: pooled over a run, 0.50-0.97
+of the plain process's in 13 runs of 13, more the busier the machine, the
+median and 90th percentile unchanged; pyxds to a plain target, without the engine, 1.06x C-core's;
 docs/architecture.md "Where sync x4's slow RPCs come from").
 ``pyxds/C-core+aio`` compares pyxds with C-core under the same engine.
 
