@@ -49,6 +49,19 @@ leaves 1.0 out; two identical trees stray from 1.0 by up to its half-width,
 either way.  One round before the counted ones is left out (each process's
 first window).
 
+``--core-aio`` (sync): a third client, C-core's channel in a process where
+grpc.aio's engine runs (an idle event loop thread holding an unconnected
+``grpc.aio`` channel).  A sync pyxds channel's process has that engine:
+its xDS stream loop is a ``grpc.aio`` call, and grpcio's aio poller thread
+then waits in C-core's completion queue for good.  That alone changes how
+C-core wakes the sync calling threads (at sync x4, 2.4-2.6 wake-ups a call
+become 1.5-1.8, C-core's channel or pyxds's) and costs C-core's own channel
+its 99th percentile (round 15, branch tail4: pooled over a run, 0.50-0.97
+of the plain process's in 13 runs of 13, more the busier the machine, the
+median and 90th percentile unchanged; pyxds to a plain target, without the engine, 1.06x C-core's;
+docs/architecture.md "Where sync x4's slow RPCs come from").
+``pyxds/C-core+aio`` compares pyxds with C-core under the same engine.
+
 ``--counts``: each client process also samples, right before and after each
 window (outside its timed part), every thread's time on a CPU and waiting
 for one (``/proc/self/task/*/schedstat``), its wake-ups and preemptions
@@ -62,7 +75,7 @@ counts show the rest of the process; an asyncio window's caller is the main
 thread, counted.
 
 Usage: python bench/rate_pairs.py [--rounds 180] [--window 0.05] [--procs 6] [--src NAME=PATH ...]
-       [--modes sync,aio] [--parallel 1,4] [--counts]
+       [--modes sync,aio] [--parallel 1,4] [--counts] [--core-aio]
 """
 
 from __future__ import annotations
@@ -116,9 +129,25 @@ def report(latencies, seconds, cpu, before, callers=()):
         line += " " + json.dumps(counts, separators=(",", ":"))
     print(line, flush=True)
 
+def aio_engine_alive():
+    # core-aio: grpc.aio's engine alive in the process, as pyxds's xDS stream
+    # loop keeps it (an idle event loop thread holding an unconnected
+    # grpc.aio channel: grpcio's poller thread waits in C-core's completion
+    # queue for good); its sync RPCs still go over C-core's channel
+    import asyncio, grpc.aio
+    up = threading.Event()
+    async def hold():
+        channel = grpc.aio.insecure_channel("127.0.0.1:1")
+        up.set()
+        await asyncio.Event().wait()
+    threading.Thread(target=asyncio.run, args=(hold(),), daemon=True).start()
+    up.wait(30)
+
 def sync_main():
-    if kind == "core":
+    if kind.startswith("core"):
         channel = grpc.insecure_channel(target)
+        if kind == "core-aio":
+            aio_engine_alive()
     else:
         import pyxds
         channel = pyxds.insecure_channel(target, bootstrap=bootstrap)
@@ -153,7 +182,7 @@ def sync_main():
 
 async def aio_main():
     import grpc.aio
-    if kind == "core":
+    if kind.startswith("core"):
         channel = grpc.aio.insecure_channel(target)
     else:
         import pyxds.aio
@@ -198,7 +227,7 @@ class Client:
         env = dict(os.environ)
         env.pop("GRPC_XDS_BOOTSTRAP", None)
         env.pop("PYTHONPATH", None)
-        if kind == "core":
+        if kind.startswith("core"):
             env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
         elif src is not None:
             env["PYTHONPATH"] = src
@@ -332,6 +361,11 @@ def main() -> None:
     parser.add_argument(
         "--counts", action="store_true", help="each client's counts per RPC, by thread (see below)"
     )
+    parser.add_argument(
+        "--core-aio",
+        action="store_true",
+        help="sync: also C-core's channel in a process where grpc.aio's engine runs (see below)",
+    )
     args = parser.parse_args()
     sources: dict[str, str | None] = dict(s.split("=", 1) for s in args.src) or {"pyxds": None}
     load = open("/proc/loadavg").read().split()[:3]  # noqa: SIM115 - one read
@@ -340,6 +374,8 @@ def main() -> None:
         bootstrap = info["bootstrap"]
         for mode in args.modes.split(","):
             kinds: dict[str, tuple[str, str | None]] = {"C-core": ("core", None)}
+            if args.core_aio and mode == "sync":
+                kinds["C-core+aio"] = ("core-aio", None)
             kinds.update((name, ("pyxds", src)) for name, src in sources.items())
             names = list(kinds)
             clients: dict[str, list[Client]] = {n: [] for n in names}
