@@ -317,6 +317,16 @@ def until_answered(
             return replies
 
 
+def sleeping_on(channel: Any, backend: Backend, seconds: float = 1.0, timeout: float = 5.0) -> Any:
+    """A ``Sleep`` RPC of ``seconds`` started on ``channel`` (its future),
+    returned once ``backend`` runs it: on a loaded machine a fixed sleep
+    after starting an RPC can end before the RPC was picked."""
+    before = backend.served[backend.name]
+    slow = channel.unary_unary(f"/{SERVICE}/Sleep").future(str(seconds).encode(), timeout=timeout)
+    assert wait_until(lambda: backend.served[backend.name] > before, timeout), backend.name
+    return slow
+
+
 def at_once(*calls: Callable[[], Any], timeout: float = 120.0) -> list[Any]:
     """Run ``calls`` concurrently (a thread each: independent clients waiting
     on real timers wait together); their results in order, or the first
