@@ -473,6 +473,14 @@ def test_channel_goes_idle_one_timeout_after_the_last_rpc_and_comes_back(server)
         assert "ok" in got["again"] and got["opened"] == 2, (kind, got)
 
 
+#: Seconds after its last RPC by which a channel with a 1 s idle timeout
+#: must be IDLE: ~1 s on a quiet machine, and later on a loaded one, where
+#: three clients' timers and 0.05 s state polls share two busy cores
+#: (pyxds.aio's was seen IDLE at 2.46 s beside two busy loops); the bug
+#: guarded against is a channel that never goes IDLE
+IDLE_WITHIN = 5.0
+
+
 def test_a_failing_channel_without_rpcs_goes_idle_and_stops_reconnecting(server, ports):
     """A62: a channel whose endpoints all refuse keeps reconnecting "until a
     connection succeeds ... or there is no RPC activity on the channel for
@@ -493,7 +501,7 @@ def test_a_failing_channel_without_rpcs_goes_idle_and_stops_reconnecting(server,
             (failed,) = client.calls(WHO_AM_I, timeout=0.5)
             ended = time.monotonic()
             states = [client.state()]
-            while time.monotonic() - ended < 3 and states[-1] != "IDLE":
+            while time.monotonic() - ended < IDLE_WITHIN and states[-1] != "IDLE":
                 time.sleep(0.05)
                 states.append(client.state())
             return {"failed": failed, "states": states, "after": time.monotonic() - ended}
@@ -504,7 +512,7 @@ def test_a_failing_channel_without_rpcs_goes_idle_and_stops_reconnecting(server,
     for kind, got in results.items():
         assert got["failed"].get("code") == "DEADLINE_EXCEEDED", (kind, got)
         assert "TRANSIENT_FAILURE" in got["states"] and got["states"][-1] == "IDLE", (kind, got)
-        assert 0.5 < got["after"] < 2.0, (kind, got)
+        assert 0.5 < got["after"] < IDLE_WITHIN, (kind, got)
 
 
 @pytest.mark.parametrize("policy", ["round_robin", "pick_first"])
