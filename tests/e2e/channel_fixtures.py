@@ -19,7 +19,7 @@ import collections
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from typing import Any
 
@@ -289,6 +289,42 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) ->
             return True
         time.sleep(interval)
     return predicate()
+
+
+#: Seconds a client may take until every endpoint it balances over has
+#: answered: round_robin (gRFC A61) and weighted_target pick READY ones
+#: only, and on a loaded machine a connection can come up seconds after the
+#: first RPCs went to the others
+ANSWERED_WITHIN = 15.0
+
+
+def until_answered(
+    call: Callable[[], Iterable[Any]],
+    everyone: Iterable[Any],
+    name: Callable[[Any], Any] = lambda reply: reply,
+    timeout: float = ANSWERED_WITHIN,
+) -> list[Any]:
+    """The replies of ``call()``, called again until ``name(reply)`` has
+    covered ``everyone`` or ``timeout`` seconds passed (the caller asserts
+    on them: a fixed number of calls assumes every endpoint READY at the
+    first).  A Counter's replies are its keys."""
+    wanted = set(everyone)
+    deadline = time.monotonic() + timeout
+    replies: list[Any] = []
+    while True:
+        replies += call()
+        if wanted <= {name(reply) for reply in replies} or time.monotonic() >= deadline:
+            return replies
+
+
+def sleeping_on(channel: Any, backend: Backend, seconds: float = 1.0, timeout: float = 5.0) -> Any:
+    """A ``Sleep`` RPC of ``seconds`` started on ``channel`` (its future),
+    returned once ``backend`` runs it: on a loaded machine a fixed sleep
+    after starting an RPC can end before the RPC was picked."""
+    before = backend.served[backend.name]
+    slow = channel.unary_unary(f"/{SERVICE}/Sleep").future(str(seconds).encode(), timeout=timeout)
+    assert wait_until(lambda: backend.served[backend.name] > before, timeout), backend.name
+    return slow
 
 
 def at_once(*calls: Callable[[], Any], timeout: float = 120.0) -> list[Any]:

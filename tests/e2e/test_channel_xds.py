@@ -21,6 +21,7 @@ from channel_fixtures import (
     pyxds_calls,
     route,
     running_backends,
+    sleeping_on,
     snapshot,
     wait_until,
     who,
@@ -177,8 +178,7 @@ def test_circuit_breaker_fails_rpcs_over_max_requests(server, backends, channel)
         )
     )
     assert wait_until(lambda: pyxds_calls(channel, 1) == {"b0": 1}, 10)
-    slow = channel.unary_unary(f"/{SERVICE}/Sleep").future(b"1", timeout=5)
-    time.sleep(0.2)
+    slow = sleeping_on(channel, backends["b0"])
     with pytest.raises(grpc.RpcError) as info:
         who(channel)
     assert info.value.code() is grpc.StatusCode.UNAVAILABLE
@@ -345,8 +345,7 @@ def test_rpc_in_flight_on_a_removed_cluster_completes(server, backends, channel)
         snapshot([route(prefix="", cluster="cgone")], {"cgone": [[backends["c0"].address]]})
     )
     assert wait_until(lambda: pyxds_calls(channel, 1) == {"c0": 1}, 10)
-    slow = channel.unary_unary(f"/{SERVICE}/Sleep").future(b"1", timeout=5)
-    time.sleep(0.2)
+    slow = sleeping_on(channel, backends["c0"])
     server.set_snapshot(
         snapshot([route(prefix="", cluster="cnext")], {"cnext": [[backends["d0"].address]]})
     )

@@ -76,7 +76,8 @@ def test_rpc_in_flight_at_close_is_cancelled_like_grpcio(backend):
     assert codes["pyxds"] is codes["grpcio"] is grpc.StatusCode.CANCELLED
 
 
-def _states(make, seconds: float) -> list[str]:
+def _states(make, seconds: float, until: str | None = None) -> list[str]:
+    """The states a subscriber saw in ``seconds`` (or until it saw ``until``)."""
     ch = make()
     seen: list[str] = []
     lock = threading.Lock()
@@ -86,7 +87,10 @@ def _states(make, seconds: float) -> list[str]:
             seen.append(state.name)
 
     ch.subscribe(on_state, try_to_connect=True)
-    time.sleep(seconds)
+    if until is None:
+        time.sleep(seconds)
+    else:
+        wait_until(lambda: until in seen, seconds)
     ch.close()
     time.sleep(0.2)
     with lock:
@@ -96,7 +100,7 @@ def _states(make, seconds: float) -> list[str]:
 def test_subscribe_reports_the_same_states_as_grpcio_and_nothing_after_close(backend):
     """Ready backend: IDLE, CONNECTING, READY; no SHUTDOWN callback after close
     (grpcio ends subscriptions at close)."""
-    got = {name: _states(make, 0.5) for name, make in channels(backend.address)}
+    got = {name: _states(make, 5.0, "READY") for name, make in channels(backend.address)}
     assert got["pyxds"] == ["IDLE", "CONNECTING", "READY"]
     # grpcio's subscribe polls: with a subchannel already connected in its
     # global pool it may skip CONNECTING; it never reports SHUTDOWN
@@ -109,7 +113,9 @@ def test_subscribe_reports_transient_failure_for_a_dead_address_as_soon_as_grpci
     connection; pyxds too (closing the failed grpcio channel, which joins
     grpcio's connectivity poller, no longer stalls the serializer 200 ms)."""
     dead = ports.dead_address()
-    got = {name: _states(make, 0.15) for name, make in channels(dead)}
+    # until each saw TRANSIENT_FAILURE (a fixed 0.15 s was not always enough
+    # beside two busy loops); how soon, test_many_dead_backends_... bounds
+    got = {name: _states(make, 5.0, "TRANSIENT_FAILURE") for name, make in channels(dead)}
     assert got["pyxds"][:3] == ["IDLE", "CONNECTING", "TRANSIENT_FAILURE"]
     # grpcio's subscribe polls: it may skip the short CONNECTING
     assert got["grpcio"][0] == "IDLE" and "TRANSIENT_FAILURE" in got["grpcio"][1:3]

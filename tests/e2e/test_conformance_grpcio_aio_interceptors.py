@@ -31,7 +31,12 @@ SERVICE = "pyxds.test.AioIntercepted"
 ECHO_INITIAL = "x-grpc-test-echo-initial"
 ECHO_TRAILING = "x-grpc-test-echo-trailing-bin"
 #: the "Sleep" handler's pause (seconds)
-SLEEP = 0.2
+SLEEP = 0.6
+#: the deadline the tests give a "Sleep" call that must end
+#: DEADLINE_EXCEEDED: well before the handler answers (at 0.1 against 0.2 s,
+#: grpcio's own call once ended OK on a loaded machine, its deadline timer
+#: late)
+DEADLINE = 0.1
 
 
 def _echo(request: bytes, context: grpc.ServicerContext) -> bytes:
@@ -128,7 +133,8 @@ def test_intercepted_call_ok_and_deadline_like_grpc_aio(address, awaited, method
     aio.Metadata both ways."""
 
     async def scenario(ch, interceptors):
-        call = ch.unary_unary(f"/{SERVICE}/{method}")(b"", timeout=SLEEP / 2)
+        timeout = DEADLINE if method == "Sleep" else 10  # (a fresh channel connects first)
+        call = ch.unary_unary(f"/{SERVICE}/{method}")(b"", timeout=timeout)
         result = await outcome(lambda: call)
         return [result, await view(call), interceptors[0].codes]
 
@@ -141,7 +147,7 @@ def test_intercepted_call_ok_and_deadline_like_grpc_aio(address, awaited, method
 
 class AddsTimeout(grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation, details, request):
-        return await continuation(details_with(details, timeout=SLEEP / 2), request)
+        return await continuation(details_with(details, timeout=DEADLINE), request)
 
 
 class RetriesOnce(grpc.aio.UnaryUnaryClientInterceptor):
@@ -151,7 +157,7 @@ class RetriesOnce(grpc.aio.UnaryUnaryClientInterceptor):
         self.calls: list[Any] = []
 
     async def intercept_unary_unary(self, continuation, details, request):
-        call = await continuation(details_with(details, timeout=SLEEP / 2), request)
+        call = await continuation(details_with(details, timeout=DEADLINE), request)
         try:
             await call
         except grpc.RpcError:

@@ -883,7 +883,12 @@ def test_errors_the_channel_makes_print_and_debug_like_grpcios(server, ports):
 
 
 _BLOCKED_CHILD = r"""
-import itertools, sys
+import itertools, signal, sys
+# Ctrl-C raises KeyboardInterrupt, as in a terminal, even when the test
+# runner was started in the background (a shell without job control starts
+# it with SIGINT ignored, every child inherits that, and Python then
+# installs no handler: the program slept through the signal)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import grpc
 kind, scenario, target = sys.argv[1:4]
 if kind == "grpcio":

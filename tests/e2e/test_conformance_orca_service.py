@@ -68,14 +68,18 @@ class Stream:
         gap, self._last = now - self._last, now
         return report, gap
 
-    def read_until(self, want: OrcaLoadReport, at_most: int = 3) -> OrcaLoadReport:
-        """The first report equal to ``want`` (a report may have been on its
-        way before the recorder changed: at most ``at_most`` reads)."""
-        for _ in range(at_most):
+    def read_until(self, want: OrcaLoadReport, within: float = 5.0) -> OrcaLoadReport:
+        """The first report equal to ``want`` within ``within`` seconds
+        (reports sent before the recorder changed may be queued: while the
+        test waits on one stream the other's pile up, four or more of them
+        on a loaded machine)."""
+        deadline = time.monotonic() + within
+        while True:
             report, _gap = self.read()
             if report == want:
                 return report
-        raise AssertionError(f"no report {want} in {at_most} reads (last {report})")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no report {want} in {within} s (last {report})")
 
 
 def serve_orca(recorder: ServerMetricRecorder, workers: int, min_interval: float):

@@ -68,7 +68,8 @@ def test_python_policy_chosen_by_a_service_config(backends, least_recent):
     with pyxds.insecure_channel(
         target, options=[("grpc.service_config", json.dumps(config))]
     ) as channel:
-        call_until(channel, "c", timeout=10)
+        for name in ("a", "b", "c"):  # each READY: the policy picks READY ones only
+            call_until(channel, name, timeout=10)
         seen = spread(channel, 90)
         assert set(seen) == {"a", "b", "c"} and min(seen.values()) >= 20
         lb = channel.config_dump()["lb_policy"]

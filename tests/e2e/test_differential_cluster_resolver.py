@@ -24,7 +24,7 @@ are checked in order, the first that draws names the drop: C-core
 from __future__ import annotations
 
 import pytest
-from channel_fixtures import TARGET, CoreXdsClient, pyxds_calls, running_backends
+from channel_fixtures import TARGET, CoreXdsClient, pyxds_calls, running_backends, until_answered
 from envoy.extensions.load_balancing_policies.pick_first.v3 import pick_first_pb2
 from lrs_fixtures import one_cluster_snapshot
 
@@ -93,11 +93,7 @@ def _both(
     }
     try:
         for who, call in calls.items():
-            seen: set[str] = set()
-            for _ in range(60):
-                seen.update(call(1))
-                if seen >= serving:
-                    break
+            seen = set(until_answered(lambda c=call: c(1), serving))
             assert seen >= serving, (who, seen)
         return {who: dict(call(n)) for who, call in calls.items()}
     finally:

@@ -440,6 +440,7 @@ def test_channel_goes_idle_one_timeout_after_the_last_rpc_and_comes_back(server)
     def run(kind: str) -> dict[str, Any]:
         options = [("grpc.client_idle_timeout_ms", 1000)]
         with one_endpoint(server, kind, backend.port, options) as (client, proxy):
+            started = time.monotonic()
             (long_rpc,) = client.calls(SLEEP, b"1.6")
             ended = time.monotonic()
             dropped_during_rpc = list(proxy.dropped)
@@ -455,6 +456,7 @@ def test_channel_goes_idle_one_timeout_after_the_last_rpc_and_comes_back(server)
             (again,) = client.calls(WHO_AM_I)
             return {
                 "long_rpc": long_rpc,
+                "rpc_seen_for": ended - started,
                 "dropped_during_rpc": dropped_during_rpc,
                 "idle_at": idle_at,
                 "dropped_after": dropped_after,
@@ -468,9 +470,24 @@ def test_channel_goes_idle_one_timeout_after_the_last_rpc_and_comes_back(server)
         backend.stop()
     for kind, got in results.items():
         assert "ok" in got["long_rpc"] and got["dropped_during_rpc"] == [], (kind, got)
-        assert got["idle_at"] is not None and 0.85 < got["idle_at"] < 1.7, (kind, got)
-        assert got["dropped_after"] and 0.85 < got["dropped_after"][0] < 2.0, (kind, got)
+        # Upper bounds from when this test saw the RPC end; lower bounds from
+        # its start: the RPC ends no earlier than 1.6 s after it, and this
+        # test may learn of the end late (C-core's, through its process's
+        # pipe: 0.82 s from then to IDLE, beside two busy loops)
+        seen_late = got["rpc_seen_for"] - 1.6  # >= 0: after its earliest end
+        assert got["idle_at"] is not None and got["idle_at"] < 1.7, (kind, got)
+        assert got["idle_at"] + seen_late > 0.85, (kind, got)
+        assert got["dropped_after"] and got["dropped_after"][0] < 2.0, (kind, got)
+        assert got["dropped_after"][0] + seen_late > 0.85, (kind, got)
         assert "ok" in got["again"] and got["opened"] == 2, (kind, got)
+
+
+#: Seconds after its last RPC by which a channel with a 1 s idle timeout
+#: must be IDLE: ~1 s on a quiet machine, and later on a loaded one, where
+#: three clients' timers and 0.05 s state polls share two busy cores
+#: (pyxds.aio's was seen IDLE at 2.46 s beside two busy loops); the bug
+#: guarded against is a channel that never goes IDLE
+IDLE_WITHIN = 5.0
 
 
 def test_a_failing_channel_without_rpcs_goes_idle_and_stops_reconnecting(server, ports):
@@ -490,13 +507,15 @@ def test_a_failing_channel_without_rpcs_goes_idle_and_stops_reconnecting(server,
             kind, server.bootstrap(node_id=node), [("grpc.client_idle_timeout_ms", 1000)]
         )
         try:
+            started = time.monotonic()
             (failed,) = client.calls(WHO_AM_I, timeout=0.5)
             ended = time.monotonic()
             states = [client.state()]
-            while time.monotonic() - ended < 3 and states[-1] != "IDLE":
+            while time.monotonic() - ended < IDLE_WITHIN and states[-1] != "IDLE":
                 time.sleep(0.05)
                 states.append(client.state())
-            return {"failed": failed, "states": states, "after": time.monotonic() - ended}
+            now = time.monotonic()
+            return {"failed": failed, "states": states, "after": now - ended, "all": now - started}
         finally:
             client.close()
 
@@ -504,7 +523,9 @@ def test_a_failing_channel_without_rpcs_goes_idle_and_stops_reconnecting(server,
     for kind, got in results.items():
         assert got["failed"].get("code") == "DEADLINE_EXCEEDED", (kind, got)
         assert "TRANSIENT_FAILURE" in got["states"] and got["states"][-1] == "IDLE", (kind, got)
-        assert 0.5 < got["after"] < 2.0, (kind, got)
+        # not IDLE before the 0.5 s RPC and 0.5 s more (counted from the
+        # RPC's start: this test may see its end late)
+        assert got["after"] < IDLE_WITHIN and got["all"] > 1.0, (kind, got)
 
 
 @pytest.mark.parametrize("policy", ["round_robin", "pick_first"])

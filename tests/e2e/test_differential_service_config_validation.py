@@ -22,7 +22,7 @@ import sys
 
 import grpc
 import pytest
-from channel_fixtures import SERVICE, running_backends
+from channel_fixtures import SERVICE, running_backends, until_answered
 
 import pyxds._api as pyxds
 
@@ -353,9 +353,13 @@ def test_policy_choice_like_c_core(backends, sc):
     ours, theirs = both(target, sc)
     try:
         for channel in (ours, theirs):
-            outcome(channel, "Who", b"", timeout=5, wait_for_ready=True)
-            seen = {outcome(channel, "Who", b"", timeout=5)[0] for _ in range(10)}
-            assert seen == {"a0", "a1"}, channel
+            # round_robin reaches a1 once it is READY (under load, after the
+            # first RPCs); pick_first never would
+            seen = until_answered(
+                lambda ch=channel: [outcome(ch, "Who", b"", timeout=5, wait_for_ready=True)[0]],
+                {"a0", "a1"},
+            )
+            assert set(seen) == {"a0", "a1"}, (channel, seen)
     finally:
         ours.close()
         theirs.close()

@@ -12,6 +12,7 @@ import time
 
 import grpc
 import pytest
+from channel_fixtures import until_answered
 from cli_process import cli_env
 from envoy.config.cluster.v3 import cluster_pb2
 from protos import echo_pb2, echo_pb2_grpc
@@ -282,10 +283,12 @@ def test_attempt_duration_carries_the_locality_of_the_endpoint_each_attempt_went
     target = "xds:///two-service"
     with pyxds.insecure_channel(target, bootstrap=xds_server.bootstrap()) as channel:
         stub = echo_pb2_grpc.EchoStub(channel)
-        served = collections.Counter(
-            stub.Echo(echo_pb2.EchoRequest(), timeout=10, wait_for_ready=True).backend
-            for _ in range(20)
-        )
+
+        def echo() -> list[str]:
+            return [stub.Echo(echo_pb2.EchoRequest(), timeout=10, wait_for_ready=True).backend]
+
+        # until both answered: each locality is picked once it is READY
+        served = collections.Counter(until_answered(echo, {a.name, b_.name}))
     assert set(served) == {a.name, b_.name}
     found = with_labels(
         points(locality_reader, "grpc.client.attempt.duration"),

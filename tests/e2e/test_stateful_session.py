@@ -19,10 +19,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
+from collections.abc import Collection
 
 import grpc
 import pytest
-from channel_fixtures import SERVICE, TARGET, Backend, CoreXdsClient, running_backends, wait_until
+from channel_fixtures import (
+    SERVICE,
+    TARGET,
+    Backend,
+    CoreXdsClient,
+    running_backends,
+    until_answered,
+    wait_until,
+)
 
 import pyxds._api as pyxds
 import pyxds.aio
@@ -139,11 +148,18 @@ def clients(server):
     """(pyxds channel, C-core client) on the server's current snapshot."""
     made = []
 
-    def make(node: str):
+    def make(node: str, ready: Collection[str] = ()):
+        """``ready``: backends each client calls (without a cookie) until
+        they all answered, before the test's calls: round robin reaches an
+        endpoint once it is READY, and they connect while the first RPCs go."""
         bootstrap = server.bootstrap(node_id=node)
         channel = pyxds.insecure_channel(TARGET, bootstrap=bootstrap)
         core = CoreXdsClient(bootstrap)
         made.append((channel, core))
+        warm = (lambda: [pyxds_call(channel)[0]], lambda: [core.call_md(WHO)[0]])
+        for call in warm if ready else ():
+            seen = set(until_answered(call, ready))
+            assert seen >= set(ready), (node, seen)
         return channel, core
 
     yield make
@@ -672,8 +688,7 @@ def test_the_override_host_status_set_decides_which_endpoints_keep_sessions_in_b
             # Not pinned: round robin, which reaches an endpoint once it is
             # READY (they connect in parallel with the first RPCs): call on,
             # bounded, until every endpoint answered.
-            while len({reply for reply, _, _ in got}) < 3 and len(got) < 200:
-                got.append(call())
+            got += until_answered(lambda: [call()], everyone, lambda one: one[0])
         replies = [reply for reply, _, _ in got]
         cookies = [set_cookie(initial) for _, initial, _ in got]
         if pins:

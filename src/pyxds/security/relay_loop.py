@@ -146,6 +146,11 @@ class RelayLoop:
         self._stopped = True
         self.call_soon(lambda: None)
         self._thread.join(5)
+        # closed here, not by the thread: it may end (woken by another
+        # call or event that saw ``_stopped``) before the byte above is
+        # written, which then went to a closed descriptor (EBADF)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
 
     def _run(self) -> None:
         import time
@@ -201,8 +206,6 @@ class RelayLoop:
         close = getattr(self._epoll, "close", None)
         if close is not None:
             close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
 
 
 _pool_lock = threading.Lock()
