@@ -139,8 +139,10 @@ def _ended(wait: asyncio.Future[None]) -> None:
 #: end (``asyncio.run`` cancels every task) keeps the loop for its grpcio
 #: wait to see the channel's SHUTDOWN (:meth:`AioTransport._watch`): it
 #: comes within ms once the application's call objects on the channel are
-#: let go; one kept past the loop's end (a global) costs this once per loop
-SHUTDOWN_READ_WAIT = 0.5
+#: let go; while one is kept past the loop's end it cannot come, so the
+#: wait only delays that loop's end: kept short (0.5 s cost tests that keep
+#: call objects 0.5 s per loop, and such a program a half-second at exit)
+SHUTDOWN_READ_WAIT = 0.1
 
 
 class _GrpcWait(Stepped):
