@@ -149,10 +149,6 @@ class BulkHold:
         #: whether this drain holds the collector
         self.held = False
 
-    def begin(self) -> None:
-        """A drain starts."""
-        self.pieces = 0
-
     def check(self) -> None:
         """One more piece of the drain's work done (rules 4 and 5)."""
         self.pieces += 1

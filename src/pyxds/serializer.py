@@ -68,7 +68,7 @@ class WorkSerializer:
     def _drain(self) -> None:
         self._drain_thread = threading.get_ident()
         bulk = self._bulk
-        # BulkHold's begin, check and end inline: most drains run one or two
+        # BulkHold.check inline (pieces reset here): most drains run one or two
         # callbacks (a connectivity report, a backoff ending), and three
         # method calls each were a tenth of their Python steps (issue 18)
         bulk.pieces = 0

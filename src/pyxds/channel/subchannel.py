@@ -871,12 +871,7 @@ class SubchannelCore(Watched):
         if state is self.state and status == self.status:
             return
         self.state, self.status = state, status
-        # the watchers slot read here (lb/unwatch.py): three reports per
-        # failed connection attempt pass (issue 18)
-        watchers = self._watchers
-        if watchers is None:
-            return
-        for fn in watchers if isinstance(watchers, tuple) else (watchers,):
+        for fn in self._watching():
             try:
                 fn(state, status)
             except Exception:

@@ -433,13 +433,7 @@ class OutlierDetectionSubchannel(Watched, Subchannel):
         if watcher is not None:
             watcher.connectivity_changed(state, status)
         if not self.ejected:
-            # the slot read inline, not _notify: three reports per failed
-            # connection attempt pass here
-            watchers = self._watchers
-            for fn in (
-                watchers if isinstance(watchers, tuple) else () if watchers is None else (watchers,)
-            ):
-                fn(state, status)
+            self._notify(state, status)
 
     def eject(self) -> None:
         """Report TRANSIENT_FAILURE and hold back the real reports."""

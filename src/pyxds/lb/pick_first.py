@@ -770,9 +770,7 @@ class PickFirst(LoadBalancer):
             if picker is None or picker.status.details != details:
                 picker = self._all_failed = FailPicker(Status(_UNAVAILABLE, details))
             self._all_failed_of = failure
-        # (_report inline: once per failed attempt while every address fails)
-        self._reported = _TF
-        self._helper.update_state(_TF, picker.status, picker)
+        self._report(_TF, picker.status, picker)
 
     # -- plumbing ---------------------------------------------------------------
     def _count(self, name: str) -> None:

@@ -283,13 +283,7 @@ class OverrideHostSubchannel(Watched, Subchannel):
             changed = state is not self.state
             self.state = state
             self._status = status
-        # the slot read inline, not _notify: three reports per failed
-        # connection attempt pass here
-        watchers = self._watchers
-        for fn in (
-            watchers if isinstance(watchers, tuple) else () if watchers is None else (watchers,)
-        ):
-            fn(state, status)
+        self._notify(state, status)
         if changed and self.owned:
             self._policy._owned_state_changed(self)
 
