@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -102,7 +101,13 @@ from pyxds.lb.api import (
 )
 from pyxds.lb.call_counters import _count_value
 from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
-from pyxds.lb.errors import LBConfigError, describe, expect_object, expect_uint32, field_path
+from pyxds.lb.errors import (
+    LBConfigError,
+    duration_field,
+    expect_object,
+    expect_uint32,
+    field_path,
+)
 from pyxds.lb.registry import PolicySelection
 from pyxds.lb.timer_slot import TimerSlot
 from pyxds.lb.unwatch import Watched, slot_add, slot_items, slot_remove
@@ -123,8 +128,6 @@ NAME = "outlier_detection_experimental"
 _OK = grpc.StatusCode.OK
 _TF = ConnectivityState.TRANSIENT_FAILURE
 EJECTED_STATUS = Status(grpc.StatusCode.UNAVAILABLE, "subchannel ejected by outlier detection")
-_MAX_DURATION_SECONDS = 315_576_000_000
-_DURATION_RE = re.compile(r"^(-?)(\d+)(?:\.(\d{1,9}))?s$", re.ASCII)
 
 
 # -- config ----------------------------------------------------------------------
@@ -170,22 +173,6 @@ class OutlierDetectionConfig:
         )
 
 
-def parse_duration(value: Any, path: str) -> float:
-    """A protobuf JSON Duration string (``"1.5s"``), non-negative (A50)."""
-    if not isinstance(value, str):
-        raise LBConfigError(path, f"expected duration string, got {describe(value)}")
-    match = _DURATION_RE.match(value)
-    if match is None:
-        raise LBConfigError(path, f"invalid duration {value!r}")
-    if match.group(1):
-        raise LBConfigError(path, f"duration must be non-negative, got {value!r}")
-    seconds = int(match.group(2))
-    if seconds > _MAX_DURATION_SECONDS:
-        raise LBConfigError(path, f"duration out of range: {value!r}")
-    nanos = int((match.group(3) or "").ljust(9, "0") or 0)
-    return seconds + nanos / 1e9
-
-
 def _percent(obj: dict[str, Any], name: str, path: str, default: int) -> int:
     value = expect_uint32(obj, name, path, default)
     if value > 100:
@@ -193,10 +180,10 @@ def _percent(obj: dict[str, Any], name: str, path: str, default: int) -> int:
     return value
 
 
-def _duration_field(obj: dict[str, Any], name: str, default: float) -> float:
-    if name not in obj:
-        return default
-    return parse_duration(obj[name], name)
+def _duration(obj: dict[str, Any], name: str, default: float) -> float:
+    """A50 "Validation": a duration must be non-negative (``"-0.5s"``, which
+    grpcio 1.85 reads as 0.5 s, is refused too)."""
+    return duration_field(obj, name, "", default, non_negative=True)
 
 
 class OutlierDetectionFactory(PolicyFactory):
@@ -204,9 +191,9 @@ class OutlierDetectionFactory(PolicyFactory):
 
     def parse_config(self, json_config: Any) -> OutlierDetectionConfig:
         obj = expect_object(json_config, "")
-        interval = _duration_field(obj, "interval", 10.0)
-        base = _duration_field(obj, "baseEjectionTime", 30.0)
-        max_time = _duration_field(obj, "maxEjectionTime", 300.0)
+        interval = _duration(obj, "interval", 10.0)
+        base = _duration(obj, "baseEjectionTime", 30.0)
+        max_time = _duration(obj, "maxEjectionTime", 300.0)
         max_percent = _percent(obj, "maxEjectionPercent", "", 10)
         success_rate = None
         if obj.get("successRateEjection") is not None:
