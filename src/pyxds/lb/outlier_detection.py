@@ -385,7 +385,10 @@ class OutlierDetectionSubchannel(Watched, Subchannel):
         ``connectivity_changed(state, status)`` gets the real subchannel's
         current state now and every report after, whether the endpoint is
         ejected or not.  One watcher (the xds_override_host wrapper above
-        this one); None detaches it."""
+        this one); None detaches it.  When the watcher also watches the
+        health (:meth:`watch_state`, as the only watcher), a real report while
+        not ejected is ``connectivity_changed(state, status, True)``: both
+        at once."""
         self.connectivity_watcher = watcher
         if watcher is None:
             return
@@ -414,10 +417,15 @@ class OutlierDetectionSubchannel(Watched, Subchannel):
     # -- ejection ----------------------------------------------------------------
     def __call__(self, state: ConnectivityState, status: Status) -> None:
         """The real subchannel's report (the wrapper is its watcher: no
-        bound method per endpoint, issue 18)."""
+        bound method per endpoint, issue 18).  The connectivity watcher
+        that is also the one health watcher (the xds_override_host wrapper
+        above, nearly always) gets both in one call while not ejected."""
         self._state, self._status = state, status
         watcher = self.connectivity_watcher
         if watcher is not None:
+            if self._watchers is watcher and not self.ejected:
+                watcher.connectivity_changed(state, status, True)
+                return
             watcher.connectivity_changed(state, status)
         if not self.ejected:
             self._notify(state, status)

@@ -287,9 +287,13 @@ class OverrideHostSubchannel(Watched, Subchannel):
         if changed and self.owned:
             self._policy._owned_state_changed(self)
 
-    def connectivity_changed(self, state: ConnectivityState, status: Status) -> None:
+    def connectivity_changed(
+        self, state: ConnectivityState, status: Status, healthy: bool = False
+    ) -> None:
         """The outlier_detection wrapper's connectivity report (ejected or
-        not): the entry's state, for session picks."""
+        not): the entry's state, for session picks.  ``healthy``: the
+        endpoint is not ejected, so this is the health report too (one call
+        for both, as :meth:`__call__` after this)."""
         if self._closed:
             return
         changed = state is not self.state
@@ -297,6 +301,10 @@ class OverrideHostSubchannel(Watched, Subchannel):
         self._status = status
         if changed and self.owned:
             self._policy._owned_state_changed(self)
+        if healthy and not self._closed:
+            self._health = state
+            self._health_status = status
+            self._notify(state, status)
 
     def close(self) -> None:
         """Close the real subchannel (the policy no longer needs it)."""
