@@ -86,9 +86,7 @@ from pyxds.lb.api import (
     OK_STATUS,
     ConnectivityState,
     Endpoint,
-    FailPicker,
     Helper,
-    LoadBalancer,
     PickArgs,
     PickComplete,
     Picker,
@@ -100,7 +98,7 @@ from pyxds.lb.api import (
     address_set,
 )
 from pyxds.lb.call_counters import _count_value
-from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
+from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper, OneChildPolicy
 from pyxds.lb.errors import (
     LBConfigError,
     duration_field,
@@ -109,6 +107,7 @@ from pyxds.lb.errors import (
     field_path,
 )
 from pyxds.lb.registry import PolicySelection
+from pyxds.lb.subchannel_wrapper import SubchannelWrapper
 from pyxds.lb.timer_slot import TimerSlot
 from pyxds.lb.unwatch import Watched, slot_add, slot_items, slot_remove
 
@@ -327,7 +326,7 @@ class EndpointState:
         )
 
 
-class OutlierDetectionSubchannel(Watched, Subchannel):
+class OutlierDetectionSubchannel(Watched, SubchannelWrapper):
     """What the child sees instead of its parent's subchannel (A50 "Subchannel
     Wrapper").  The picker hands ``real`` to the channel."""
 
@@ -366,9 +365,6 @@ class OutlierDetectionSubchannel(Watched, Subchannel):
         self._unwatch: Callable[[], None] | None = None
 
     # -- Subchannel ------------------------------------------------------------
-    def connect(self) -> None:
-        self.real.connect()
-
     def watch_state(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
         if self._unwatch is None:
             self._unwatch = self.real.watch_state(self)
@@ -405,14 +401,6 @@ class OutlierDetectionSubchannel(Watched, Subchannel):
         if unwatch is not None:
             unwatch()
         self.real.shutdown()
-
-    def reset_backoff(self) -> None:
-        self.real.reset_backoff()
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "real":
-            raise AttributeError(name)
-        return getattr(self.real, name)
 
     # -- ejection ----------------------------------------------------------------
     def __call__(self, state: ConnectivityState, status: Status) -> None:
@@ -599,7 +587,7 @@ class _ODHelper(DelegatingHelper):
         self.policy._child_reported(state, status, picker)
 
 
-class OutlierDetectionPolicy(LoadBalancer):
+class OutlierDetectionPolicy(OneChildPolicy):
     """See the module docstring."""
 
     def __init__(self, helper: Helper) -> None:
@@ -623,10 +611,6 @@ class OutlierDetectionPolicy(LoadBalancer):
         self._shut_down = False
 
     # -- introspection ---------------------------------------------------------
-    @property
-    def child(self) -> LoadBalancer | None:
-        return self._child.child
-
     @property
     def config(self) -> OutlierDetectionConfig | None:
         return self._config
@@ -659,18 +643,6 @@ class OutlierDetectionPolicy(LoadBalancer):
         if old is None or old.counting != config.counting or self._dirty:
             self._publish()
         return status
-
-    def resolver_error(self, status: Status) -> None:
-        if self._config is None:
-            self.helper.update_state(_TF, status, FailPicker(status))
-            return
-        self._child.resolver_error(status)
-
-    def exit_idle(self) -> None:
-        self._child.exit_idle()
-
-    def reset_backoff(self) -> None:
-        self._child.reset_backoff()
 
     def shutdown(self) -> None:
         self._shut_down = True
