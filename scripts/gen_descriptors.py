@@ -20,21 +20,9 @@ header names and which must sit beside the packages.  Run this after
 changing ``ROOTS`` or upgrading xds-protos or protobuf
 (tests/unit/test_descriptors.py runs ``--check``).
 
-Each file lists as ``"deferred"`` its top-level messages that no root
-reaches through fields (the option and annotation schemas:
-``descriptor.proto``, ``validate``, ``udpa``/``xds`` annotations; envoy's
-access log entries; the collections, delta discovery and the like beside
-the messages pyxds reads): ``pyxds.xds.descriptors`` makes their classes
-only when one is asked for.  The roots are the messages pyxds names on a
-stand-in (``NAMED``; tests/unit/test_descriptors.py holds it equal to what
-the source names) and those of protobuf's and ``google.rpc``'s files but
-``descriptor.proto`` (a well-known type can be packed in an ``Any``).  A
-top-level message is reached with all its nested ones (they are made with
-it), so what is reached is closed under fields: no eagerly made class ever
-has upb make a missing one on demand (upb names such a class after its
-caller's module).  Since stop 38 the loader makes each class on first use
-and names upb's on-demand ones itself (``descriptors._name_as_generated``),
-so these marks no longer decide what is made at load.
+The bundle marks no messages: the loader makes each message class on first
+use and names the ones upb makes on demand itself
+(``descriptors._name_as_generated``; tests/unit/test_descriptors.py).
 """
 
 from __future__ import annotations
@@ -46,8 +34,6 @@ import os
 import pathlib
 import re
 import sys
-from collections.abc import Iterable
-from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "pyxds" / "xds" / "descriptors.bin"
@@ -63,26 +49,6 @@ ROOTS = (
     "envoy.config.cluster.v3.cluster_pb2",
     "envoy.config.endpoint.v3.endpoint_pb2",
 )
-#: the messages pyxds names on a stand-in (``descriptors.module(...).Name``),
-#: by module: the roots of what is made at load (see the module docstring)
-NAMED = {
-    "envoy.config.core.v3.base_pb2": ("Node",),
-    "envoy.service.discovery.v3.discovery_pb2": (
-        "DiscoveryRequest",
-        "DiscoveryResponse",
-        "Resource",
-    ),
-    "envoy.config.listener.v3.listener_pb2": ("Listener",),
-    "envoy.extensions.filters.network.http_connection_manager.v3.http_connection_manager_pb2": (
-        "HttpConnectionManager",
-    ),
-    "envoy.config.route.v3.route_pb2": ("RouteConfiguration",),
-    "envoy.config.route.v3.route_components_pb2": ("FilterConfig",),
-    "envoy.config.cluster.v3.cluster_pb2": ("Cluster",),
-    "envoy.config.endpoint.v3.endpoint_pb2": ("ClusterLoadAssignment",),
-}
-#: protobuf's file of option messages (no root: see the module docstring)
-DESCRIPTOR_PROTO = "google/protobuf/descriptor.proto"
 #: the packages whose distributions are checked at load: a file's root is
 #: the first of these its module is in (``google`` is a namespace package
 #: that several distributions fill: protobuf ships ``google.protobuf``;
@@ -153,21 +119,6 @@ def collect() -> tuple[dict, list[bytes]]:
 
     for name in ROOTS:
         visit(importlib.import_module(name).DESCRIPTOR)
-    roots = [
-        getattr(importlib.import_module(module), message).DESCRIPTOR
-        for module, messages in NAMED.items()
-        for message in messages
-    ]
-    for entry in files:
-        if entry["name"].startswith("google/") and entry["name"] != DESCRIPTOR_PROTO:
-            file = importlib.import_module(entry["module"]).DESCRIPTOR
-            roots.extend(file.message_types_by_name.values())
-    reached = _reached(roots)
-    for entry in files:
-        messages = importlib.import_module(entry["module"]).DESCRIPTOR.message_types_by_name
-        deferred = [name for name, m in messages.items() if m.full_name not in reached]
-        if deferred:
-            entry["deferred"] = deferred
     # each root's distribution's metadata directory, beside its packages: its
     # name carries the version, which the sizes alone could miss
     header = {
@@ -176,27 +127,6 @@ def collect() -> tuple[dict, list[bytes]]:
         "files": files,
     }
     return header, blobs
-
-
-def _reached(roots: Iterable[Any]) -> set[str]:
-    """The full names of the messages ``roots`` (message descriptors) reach
-    through their fields, each with its top-level message and every message
-    nested in that one (a class is made with its nested ones)."""
-    stack = list(roots)
-    seen: set[str] = set()
-    while stack:
-        message = stack.pop()
-        while message.containing_type is not None:
-            message = message.containing_type
-        if message.full_name in seen:
-            continue
-        nested = [message]
-        while nested:
-            inner = nested.pop()
-            seen.add(inner.full_name)
-            nested.extend(inner.nested_types)
-            stack.extend(f.message_type for f in inner.fields if f.message_type is not None)
-    return seen
 
 
 def render(header: dict, blobs: list[bytes]) -> bytes:

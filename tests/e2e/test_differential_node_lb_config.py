@@ -32,11 +32,12 @@ import pyxds._api as pyxds
 RR = [{"round_robin": {}}]
 
 
-def _rls(cache_size: Any) -> dict[str, Any]:
+def _rls(cache_size: Any, **fields: Any) -> dict[str, Any]:
     lookup = {
         "grpcKeybuilders": [{"names": [{"service": "s"}]}],
         "lookupService": "localhost:1",
         "cacheSizeBytes": cache_size,
+        **fields,
     }
     return {
         "rls_experimental": {
@@ -407,17 +408,34 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("override_host-empty", {"xds_override_host_experimental": {}}),
 ]
 
+# JSON duration forms (pyxds._duration; tests/unit/test_duration.py has the
+# values and words), each as a weighted_round_robin and an rls duration,
+# where no gRFC adds a rule to C-core's reader
+DURATION_FORMS = [
+    *("1.5s", " 1.5s", "1.5 s", "+1s", "-0s", "-0.5s", "-0.000000001s", "1. 5s", "1.+5s"),
+    *("1.-5s", "0.-5s", "1.000000001s", "315576000000.999999999s"),
+    *("1", "1.5s ", "1S", "s", ".5s", "1e3s", "0x10s", "inf s", "1.s", "1..5s", "1.- 5s"),
+    *("1.99999999999s", "1.0000000001s", "1.-000000001s", "-1s", "315576000001s"),
+    *("99999999999999999999s", "\u0661s"),
+]
+CASES += [
+    (f"wrr-blackout-{text!r}", {"weighted_round_robin": {"blackoutPeriod": text}})
+    for text in DURATION_FORMS
+]
+CASES += [(f"rls-timeout-{text!r}", _rls(10, lookupServiceTimeout=text)) for text in DURATION_FORMS]
+
 
 # Configs where pyxds knowingly answers otherwise (docs/differences-from-c-core.md):
 # grpcio 1.85 refuses a negative duration ("-1s": "seconds must be in the
-# range [0, ...]") but takes one under a second ("-0.000000001s", whose
-# seconds part is 0); pyxds refuses every negative duration (A50: non-negative).
+# range [0, ...]") but takes one whose seconds part is 0 or whose fraction
+# has the minus ("-0.000000001s", "-0.5s", "1.-5s"); outlier detection
+# refuses them all (A50: "they must have non-negative values").
 KNOWN_DIFFERENCES: list[tuple[str, dict[str, Any]]] = [
     (
-        "od-interval-negative-nanos",
-        {"outlier_detection_experimental": {"interval": "-0.000000001s", "childPolicy": RR}},
-    ),
-    ("wrr-blackout-negative-nanos", {"weighted_round_robin": {"blackoutPeriod": "-0.5s"}}),
+        f"od-interval-{text!r}",
+        {"outlier_detection_experimental": {"interval": text, "childPolicy": RR}},
+    )
+    for text in ("-0.000000001s", "-0.5s", "1.-5s", "0.-5s")
 ]
 
 _CORE_PROBE = """

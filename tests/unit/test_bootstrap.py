@@ -385,7 +385,7 @@ def test_certificate_providers_kept():
         ),
         (
             {"ca_certificate_file": "/ca", "refresh_interval": "10"},
-            "refresh_interval: not a Duration",
+            "refresh_interval: Not a duration (no s suffix)",
         ),
         ({"ca_certificate_file": 7}, "ca_certificate_file: is not a string"),
     ],

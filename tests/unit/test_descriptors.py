@@ -15,7 +15,6 @@ import importlib.metadata
 import json
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import textwrap
@@ -240,59 +239,6 @@ def test_without_the_bundle_a_fresh_program_answers_the_same() -> None:
     assert on["got"] == off["got"]
     assert "error=None" in on["got"][0] and "error=None" not in on["got"][1]
     assert (on["loaded"], off["loaded"]) == (False, True)
-
-
-def _generator() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gen", ROOT / "scripts" / "gen_descriptors.py")
-    assert spec is not None and spec.loader is not None
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    return gen
-
-
-@needs_current_bundle
-def test_the_classes_made_at_load_reach_no_deferred_message_through_fields() -> None:
-    """upb makes a class a field needs on demand, named after its caller's
-    module: so no message made at load (nor one nested in it) may have a
-    field of a deferred message (the bundle's marks, checked with the
-    generator's own walk over the installed descriptors)."""
-    import importlib
-
-    gen = _generator()
-    header, _ = descriptors.read()
-    eager, deferred = [], set()
-    for entry in header["files"]:
-        file = importlib.import_module(entry["module"]).DESCRIPTOR
-        for name, message in file.message_types_by_name.items():
-            if name in entry.get("deferred", ()):
-                deferred.add(message.full_name)
-            else:
-                eager.append(message)
-    assert {
-        "google.protobuf.FileOptions",
-        "validate.FieldRules",
-        "envoy.service.discovery.v3.DeltaDiscoveryRequest",  # in a file made at load
-        "envoy.config.cluster.v3.ClusterCollection",
-    } <= deferred
-    assert gen._reached(eager).isdisjoint(deferred)
-
-
-_STAND_IN = re.compile(r'(\w+) = descriptors\.module\(\s*"([\w.]+)"\s*\)')
-
-
-def test_the_generators_roots_are_the_messages_pyxds_names_on_a_stand_in() -> None:
-    """The bundle makes at load what the messages named in the source
-    reach (``NAMED``): a stand-in asked for another one still answers, but
-    makes every deferred class first, which a first RPC should not pay."""
-    named: dict[str, set[str]] = {}
-    for path in (ROOT / "src" / "pyxds").rglob("*.py"):
-        text = path.read_text()
-        for alias, module in _STAND_IN.findall(text):
-            uses = re.findall(rf"\b{alias}\.([A-Z]\w*)", text)
-            named.setdefault(module, set()).update(uses)
-    assert named == {module: set(names) for module, names in _generator().NAMED.items()}
 
 
 _MADE = """

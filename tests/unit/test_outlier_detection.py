@@ -27,7 +27,6 @@ from pyxds.lb.outlier_detection import (
     FailurePercentageEjection,
     OutlierDetectionPicker,
     SuccessRateEjection,
-    parse_duration,
 )
 from pyxds.testing import FakeHelper
 
@@ -161,11 +160,25 @@ def test_child_policy_is_required():
 
 
 def test_durations_parse_as_protobuf_json():
-    assert parse_duration("0s", "x") == 0.0
-    assert parse_duration("1.25s", "x") == 1.25
-    assert parse_duration("3.000000500s", "x") == pytest.approx(3.0000005)
-    with pytest.raises(LBConfigError):
-        parse_duration("1.0000000001s", "x")  # more than 9 fraction digits
+    def interval(text: str) -> float:
+        return float(parse({"interval": text, "childPolicy": RR}).interval)
+
+    assert interval("0s") == 0.0
+    assert interval("1.25s") == 1.25
+    assert interval("3.000000500s") == pytest.approx(3.0000005)
+    with pytest.raises(LBConfigError, match="too many digits after decimal"):
+        interval("1.0000000001s")
+
+
+@pytest.mark.parametrize("text", ["-0.5s", "-0.000000001s", "0.-5s", "1.-5s", "-1s"])
+def test_a_duration_written_negative_is_refused_as_a50_asks(text):
+    """A50 "Validation": durations must be non-negative; grpcio 1.85 reads
+    "-0.5s" as 0.5 s and "1.-5s" as 0.95 s, pyxds refuses every form with a
+    minus sign (docs/differences-from-c-core.md)."""
+    with pytest.raises(LBConfigError) as err:
+        parse({"baseEjectionTime": text, "childPolicy": RR})
+    assert "baseEjectionTime" in str(err.value)
+    assert "must be" in str(err.value)
 
 
 def test_same_config_twice_is_equal_and_a_no_op():

@@ -142,3 +142,42 @@ def test_override_host_wrapper_forwards_reports_until_shut_down() -> None:
     idle = ConnectivityState.IDLE
     assert log.seen == [("a", idle), ("b", idle), ("a", READY), ("b", READY), ("b", TF)]
     assert policy.released == [wrapper] and wrapper.state is idle
+
+
+def test_override_host_over_outlier_detection_hears_each_report_in_one_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """cds's A75 tree puts xds_override_host's wrapper over outlier_detection's:
+    it watches the connectivity (for session picks) and the health (for its
+    child).  While not ejected the two are the same report: one call into
+    the override_host wrapper per report, not one per watch; while ejected
+    the child hears TRANSIENT_FAILURE and the session the real state."""
+    calls: list[str] = []
+    for name in ("__call__", "connectivity_changed"):
+        method = getattr(OverrideHostSubchannel, name)
+
+        def counted(self: Any, *args: Any, _name: str = name, _method: Any = method) -> None:
+            calls.append(_name)
+            _method(self, *args)
+
+        monkeypatch.setattr(OverrideHostSubchannel, name, counted)
+    real = FakeSubchannel("10.0.0.1:80")
+    od = OutlierDetectionSubchannel(real, policy=None)  # type: ignore[arg-type]  # unused here
+    wrapper = OverrideHostSubchannel(od, policy=None)  # type: ignore[arg-type]  # unused here
+    log = _Log()
+    wrapper.watch_state(log.watcher("child"))
+    calls.clear()
+    real.set_state(READY)
+    assert len(calls) == 1
+    assert (wrapper.state, log.seen[-1]) == (READY, ("child", READY))
+    od.eject()  # the health alone
+    real.set_state(ConnectivityState.IDLE)  # the connectivity alone
+    assert len(calls) == 3
+    assert (wrapper.state, log.seen[-1]) == (ConnectivityState.IDLE, ("child", TF))
+    od.uneject()
+    real.set_state(READY)
+    assert len(calls) == 5
+    assert (wrapper.state, log.seen[-2:]) == (
+        READY,
+        [("child", ConnectivityState.IDLE), ("child", READY)],
+    )

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from pyxds.lb.api import (
     OK_STATUS,
     ConnectivityState,
+    FailPicker,
     Helper,
     LoadBalancer,
     Picker,
@@ -270,3 +271,34 @@ def on_state_callback(
             fn(state, status, picker)
 
     return _Helper(parent)
+
+
+class OneChildPolicy(LoadBalancer):
+    """The part of a policy over one :class:`ChildPolicyHandler` (``_child``)
+    that only passes on: outlier_detection, xds_cluster_impl and
+    xds_override_host, as C-core's.  Before its first config (``_config``
+    None) there is no child to ask: a resolver error is the policy's own
+    TRANSIENT_FAILURE with the error's status."""
+
+    helper: Helper
+    _child: ChildPolicyHandler
+    _config: object | None
+
+    @property
+    def child(self) -> LoadBalancer | None:
+        """The child policy now (for tests and config dumps)."""
+        return self._child.child
+
+    def resolver_error(self, status: Status) -> None:
+        if self._config is None:
+            self.helper.update_state(
+                ConnectivityState.TRANSIENT_FAILURE, status, FailPicker(status)
+            )
+            return
+        self._child.resolver_error(status)
+
+    def exit_idle(self) -> None:
+        self._child.exit_idle()
+
+    def reset_backoff(self) -> None:
+        self._child.reset_backoff()

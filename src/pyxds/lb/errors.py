@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pyxds._duration import DurationError, parse_duration
+
 
 class LBConfigError(ValueError):
     """Invalid load-balancing config.  ``path`` is the JSON path of the field."""
@@ -138,6 +140,24 @@ def expect_list(
     if not isinstance(value, list):
         raise LBConfigError(field_path(path, name), f"expected array, got {describe(value)}")
     return value
+
+
+def expect_duration(value: Any, path: str, *, non_negative: bool = False) -> float:
+    """A JSON duration read as grpcio 1.85 reads one (:mod:`pyxds._duration`),
+    in seconds; an :class:`LBConfigError` naming ``path`` if it is not one."""
+    try:
+        return parse_duration(value, non_negative=non_negative)
+    except DurationError as err:
+        raise LBConfigError(path, str(err)) from None
+
+
+def duration_field(
+    obj: dict[str, Any], name: str, path: str, default: float, *, non_negative: bool = False
+) -> float:
+    """``obj[name]`` as :func:`expect_duration`, ``default`` when absent."""
+    if name not in obj:
+        return default
+    return expect_duration(obj[name], field_path(path, name), non_negative=non_negative)
 
 
 def expect_uint32(

@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -87,9 +86,7 @@ from pyxds.lb.api import (
     OK_STATUS,
     ConnectivityState,
     Endpoint,
-    FailPicker,
     Helper,
-    LoadBalancer,
     PickArgs,
     PickComplete,
     Picker,
@@ -101,9 +98,16 @@ from pyxds.lb.api import (
     address_set,
 )
 from pyxds.lb.call_counters import _count_value
-from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
-from pyxds.lb.errors import LBConfigError, describe, expect_object, expect_uint32, field_path
+from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper, OneChildPolicy
+from pyxds.lb.errors import (
+    LBConfigError,
+    duration_field,
+    expect_object,
+    expect_uint32,
+    field_path,
+)
 from pyxds.lb.registry import PolicySelection
+from pyxds.lb.subchannel_wrapper import SubchannelWrapper
 from pyxds.lb.timer_slot import TimerSlot
 from pyxds.lb.unwatch import Watched, slot_add, slot_items, slot_remove
 
@@ -123,8 +127,6 @@ NAME = "outlier_detection_experimental"
 _OK = grpc.StatusCode.OK
 _TF = ConnectivityState.TRANSIENT_FAILURE
 EJECTED_STATUS = Status(grpc.StatusCode.UNAVAILABLE, "subchannel ejected by outlier detection")
-_MAX_DURATION_SECONDS = 315_576_000_000
-_DURATION_RE = re.compile(r"^(-?)(\d+)(?:\.(\d{1,9}))?s$", re.ASCII)
 
 
 # -- config ----------------------------------------------------------------------
@@ -170,22 +172,6 @@ class OutlierDetectionConfig:
         )
 
 
-def parse_duration(value: Any, path: str) -> float:
-    """A protobuf JSON Duration string (``"1.5s"``), non-negative (A50)."""
-    if not isinstance(value, str):
-        raise LBConfigError(path, f"expected duration string, got {describe(value)}")
-    match = _DURATION_RE.match(value)
-    if match is None:
-        raise LBConfigError(path, f"invalid duration {value!r}")
-    if match.group(1):
-        raise LBConfigError(path, f"duration must be non-negative, got {value!r}")
-    seconds = int(match.group(2))
-    if seconds > _MAX_DURATION_SECONDS:
-        raise LBConfigError(path, f"duration out of range: {value!r}")
-    nanos = int((match.group(3) or "").ljust(9, "0") or 0)
-    return seconds + nanos / 1e9
-
-
 def _percent(obj: dict[str, Any], name: str, path: str, default: int) -> int:
     value = expect_uint32(obj, name, path, default)
     if value > 100:
@@ -193,10 +179,10 @@ def _percent(obj: dict[str, Any], name: str, path: str, default: int) -> int:
     return value
 
 
-def _duration_field(obj: dict[str, Any], name: str, default: float) -> float:
-    if name not in obj:
-        return default
-    return parse_duration(obj[name], name)
+def _duration(obj: dict[str, Any], name: str, default: float) -> float:
+    """A50 "Validation": a duration must be non-negative (``"-0.5s"``, which
+    grpcio 1.85 reads as 0.5 s, is refused too)."""
+    return duration_field(obj, name, "", default, non_negative=True)
 
 
 class OutlierDetectionFactory(PolicyFactory):
@@ -204,9 +190,9 @@ class OutlierDetectionFactory(PolicyFactory):
 
     def parse_config(self, json_config: Any) -> OutlierDetectionConfig:
         obj = expect_object(json_config, "")
-        interval = _duration_field(obj, "interval", 10.0)
-        base = _duration_field(obj, "baseEjectionTime", 30.0)
-        max_time = _duration_field(obj, "maxEjectionTime", 300.0)
+        interval = _duration(obj, "interval", 10.0)
+        base = _duration(obj, "baseEjectionTime", 30.0)
+        max_time = _duration(obj, "maxEjectionTime", 300.0)
         max_percent = _percent(obj, "maxEjectionPercent", "", 10)
         success_rate = None
         if obj.get("successRateEjection") is not None:
@@ -340,7 +326,7 @@ class EndpointState:
         )
 
 
-class OutlierDetectionSubchannel(Watched, Subchannel):
+class OutlierDetectionSubchannel(Watched, SubchannelWrapper):
     """What the child sees instead of its parent's subchannel (A50 "Subchannel
     Wrapper").  The picker hands ``real`` to the channel."""
 
@@ -379,9 +365,6 @@ class OutlierDetectionSubchannel(Watched, Subchannel):
         self._unwatch: Callable[[], None] | None = None
 
     # -- Subchannel ------------------------------------------------------------
-    def connect(self) -> None:
-        self.real.connect()
-
     def watch_state(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
         if self._unwatch is None:
             self._unwatch = self.real.watch_state(self)
@@ -398,7 +381,10 @@ class OutlierDetectionSubchannel(Watched, Subchannel):
         ``connectivity_changed(state, status)`` gets the real subchannel's
         current state now and every report after, whether the endpoint is
         ejected or not.  One watcher (the xds_override_host wrapper above
-        this one); None detaches it."""
+        this one); None detaches it.  When the watcher also watches the
+        health (:meth:`watch_state`, as the only watcher), a real report while
+        not ejected is ``connectivity_changed(state, status, True)``: both
+        at once."""
         self.connectivity_watcher = watcher
         if watcher is None:
             return
@@ -416,21 +402,18 @@ class OutlierDetectionSubchannel(Watched, Subchannel):
             unwatch()
         self.real.shutdown()
 
-    def reset_backoff(self) -> None:
-        self.real.reset_backoff()
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "real":
-            raise AttributeError(name)
-        return getattr(self.real, name)
-
     # -- ejection ----------------------------------------------------------------
     def __call__(self, state: ConnectivityState, status: Status) -> None:
         """The real subchannel's report (the wrapper is its watcher: no
-        bound method per endpoint, issue 18)."""
+        bound method per endpoint, issue 18).  The connectivity watcher
+        that is also the one health watcher (the xds_override_host wrapper
+        above, nearly always) gets both in one call while not ejected."""
         self._state, self._status = state, status
         watcher = self.connectivity_watcher
         if watcher is not None:
+            if self._watchers is watcher and not self.ejected:
+                watcher.connectivity_changed(state, status, True)
+                return
             watcher.connectivity_changed(state, status)
         if not self.ejected:
             self._notify(state, status)
@@ -604,7 +587,7 @@ class _ODHelper(DelegatingHelper):
         self.policy._child_reported(state, status, picker)
 
 
-class OutlierDetectionPolicy(LoadBalancer):
+class OutlierDetectionPolicy(OneChildPolicy):
     """See the module docstring."""
 
     def __init__(self, helper: Helper) -> None:
@@ -628,10 +611,6 @@ class OutlierDetectionPolicy(LoadBalancer):
         self._shut_down = False
 
     # -- introspection ---------------------------------------------------------
-    @property
-    def child(self) -> LoadBalancer | None:
-        return self._child.child
-
     @property
     def config(self) -> OutlierDetectionConfig | None:
         return self._config
@@ -664,18 +643,6 @@ class OutlierDetectionPolicy(LoadBalancer):
         if old is None or old.counting != config.counting or self._dirty:
             self._publish()
         return status
-
-    def resolver_error(self, status: Status) -> None:
-        if self._config is None:
-            self.helper.update_state(_TF, status, FailPicker(status))
-            return
-        self._child.resolver_error(status)
-
-    def exit_idle(self) -> None:
-        self._child.exit_idle()
-
-    def reset_backoff(self) -> None:
-        self._child.reset_backoff()
 
     def shutdown(self) -> None:
         self._shut_down = True

@@ -61,7 +61,7 @@ from dataclasses import field
 from typing import Any
 
 from pyxds._values import dataclass
-from pyxds.lb.errors import LBConfigError, decimal_string, describe, key_path
+from pyxds.lb.errors import LBConfigError, decimal_string, describe, expect_duration, key_path
 from pyxds.lb.registry import PolicySelection, select_policy
 
 __all__ = [
@@ -85,7 +85,6 @@ MAX_CACHE_SIZE_BYTES = 5 * 1024 * 1024
 #: C-core's placeholder target for validating the child policy config
 #: when there is no default target.
 FAKE_TARGET_FIELD_VALUE = "fake_target_field_value"
-_MAX_DURATION_SECONDS = 315_576_000_000
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):(.*)$", re.DOTALL)
 #: Resolver schemes grpcio 1.85's C-core registers (the RLS channel is a
 #: grpcio channel); ``vsock`` is not among them (``vsock:x`` is a DNS name).
@@ -462,29 +461,6 @@ def _list(obj: dict[str, Any], name: str, path: str, required: bool = False) -> 
     return value
 
 
-def parse_duration(value: Any, path: str) -> float:
-    """A protobuf JSON Duration, as C-core's loader reads it (``"1.5s"``;
-    seconds in [0, 315576000000], at most 9 fractional digits)."""
-    if not isinstance(value, str):
-        raise LBConfigError(path, "is not a string")
-    if not value.endswith("s"):
-        raise LBConfigError(path, "Not a duration (no s suffix)")
-    body = value[:-1].strip()
-    whole, dot, frac = body.partition(".")
-    if dot:
-        if not (frac.isascii() and frac.isdigit()):
-            raise LBConfigError(path, "Not a duration (not a number of nanoseconds)")
-        if len(frac) > 9:
-            raise LBConfigError(path, "Not a duration (too many digits after decimal)")
-    digits = whole[1:] if whole[:1] in ("-", "+") else whole
-    if not (digits.isascii() and digits.isdigit()):
-        raise LBConfigError(path, "Not a duration (not a number of seconds)")
-    seconds = int(whole)
-    if seconds < 0 or seconds > _MAX_DURATION_SECONDS:
-        raise LBConfigError(path, f"seconds must be in the range [0, {_MAX_DURATION_SECONDS}]")
-    return seconds + (int(frac.ljust(9, "0")) / 1e9 if dot else 0.0)
-
-
 def _int64(value: Any, path: str) -> int:
     """An int64 as proto3 JSON writes it: a number or a decimal string, read
     as grpcio 1.85 reads one (``1000``, ``"1000"``, ``" 1000"``, ``"+1000"``,
@@ -512,17 +488,17 @@ def _route_lookup_config(value: Any, path: str) -> RouteLookupConfig:
         raise LBConfigError(f"{path}.lookupService", "must be valid gRPC target URI")
     timeout = DEFAULT_LOOKUP_SERVICE_TIMEOUT
     if obj.get("lookupServiceTimeout") is not None:
-        timeout = parse_duration(obj["lookupServiceTimeout"], f"{path}.lookupServiceTimeout")
+        timeout = expect_duration(obj["lookupServiceTimeout"], f"{path}.lookupServiceTimeout")
         timeout = timeout or DEFAULT_LOOKUP_SERVICE_TIMEOUT
     max_age = MAX_MAX_AGE
     has_max_age = obj.get("maxAge") is not None
     if has_max_age:
-        max_age = parse_duration(obj["maxAge"], f"{path}.maxAge") or MAX_MAX_AGE
+        max_age = expect_duration(obj["maxAge"], f"{path}.maxAge") or MAX_MAX_AGE
     stale_age = MAX_MAX_AGE
     if obj.get("staleAge") is not None:
         # rls_config.proto: staleAge is capped at 5 minutes, and then maxAge
         # is not (stale data is refreshed before it expires); grpcio 1.85
-        stale_age = min(parse_duration(obj["staleAge"], f"{path}.staleAge"), MAX_MAX_AGE)
+        stale_age = min(expect_duration(obj["staleAge"], f"{path}.staleAge"), MAX_MAX_AGE)
         if not has_max_age:
             raise LBConfigError(f"{path}.maxAge", "must be set if staleAge is set")
     else:

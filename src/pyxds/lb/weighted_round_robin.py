@@ -101,7 +101,6 @@ import itertools
 import logging
 import math
 import operator
-import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
@@ -123,7 +122,7 @@ from pyxds.lb.api import (
     ResolverUpdate,
     Status,
 )
-from pyxds.lb.errors import LBConfigError, describe
+from pyxds.lb.errors import LBConfigError, describe, duration_field
 from pyxds.lb.pick_first import _ReadyPicker, all_ready_pickers, constant_result
 from pyxds.lb.round_robin import RoundRobin, _Child
 from pyxds.lb.wrr_scheduler import materialize, max_weight_for, scale_weights
@@ -147,9 +146,6 @@ DEFAULT_BLACKOUT_PERIOD = 10.0
 DEFAULT_WEIGHT_EXPIRATION_PERIOD = 180.0
 DEFAULT_WEIGHT_UPDATE_PERIOD = 1.0
 DEFAULT_ERROR_UTILIZATION_PENALTY = 1.0
-#: google.protobuf.Duration's range, as C-core checks JSON durations
-_MAX_DURATION_SECONDS = 315_576_000_000
-
 _READY = ConnectivityState.READY
 #: a child's EndpointWeight (WeightedRoundRobin.weight_of made it), read in C
 _WEIGHT_OF: Callable[[_Child], EndpointWeight] = operator.attrgetter("wrr_weight")
@@ -168,9 +164,6 @@ class WeightedRoundRobinConfig:
     metric_names_for_computing_utilization: tuple[str, ...] = ()
 
 
-_DURATION = re.compile(r"^(-?)(\d+)(?:\.(\d{1,9}))?s$", re.ASCII)
-
-
 def _number_string(text: str) -> float | None:
     """A decimal number written as a JSON string (``"1.5"``, ``" 2"``,
     ``"1e1"``), which grpcio 1.85 accepts for a number field; None when the
@@ -181,30 +174,6 @@ def _number_string(text: str) -> float | None:
     except ValueError:
         return None
     return number if math.isfinite(number) else None
-
-
-def parse_duration(value: Any, path: str) -> float:
-    """A proto3-JSON duration string (``"1.5s"``) in seconds; negative and
-    out-of-range values are errors naming ``path``."""
-    if not isinstance(value, str):
-        raise LBConfigError(path, f"expected duration string, got {describe(value)}")
-    match = _DURATION.match(value)
-    if match is None:
-        raise LBConfigError(path, f'not a duration (expected e.g. "1.5s"), got {describe(value)}')
-    negative, seconds, fraction = match.groups()
-    if negative:
-        raise LBConfigError(path, f"duration must not be negative, got {describe(value)}")
-    if int(seconds) > _MAX_DURATION_SECONDS:
-        raise LBConfigError(
-            path, f"seconds must be in the range [0, {_MAX_DURATION_SECONDS}], got {seconds}"
-        )
-    return int(seconds) + (int(fraction.ljust(9, "0")) / 1e9 if fraction else 0.0)
-
-
-def _duration_field(obj: dict[str, Any], name: str, default: float) -> float:
-    if name not in obj:
-        return default
-    return parse_duration(obj[name], name)
 
 
 class WeightedRoundRobinFactory(PolicyFactory):
@@ -247,17 +216,19 @@ class WeightedRoundRobinFactory(PolicyFactory):
                     f"metricNamesForComputingUtilization[{index}]",
                     f'unsupported metric name "{name}"',
                 )
-        update_period = _duration_field(
-            json_config, "weightUpdatePeriod", DEFAULT_WEIGHT_UPDATE_PERIOD
+        update_period = duration_field(
+            json_config, "weightUpdatePeriod", "", DEFAULT_WEIGHT_UPDATE_PERIOD
         )
         return WeightedRoundRobinConfig(
             enable_oob_load_report=oob,
-            oob_reporting_period=_duration_field(
-                json_config, "oobReportingPeriod", DEFAULT_OOB_REPORTING_PERIOD
+            oob_reporting_period=duration_field(
+                json_config, "oobReportingPeriod", "", DEFAULT_OOB_REPORTING_PERIOD
             ),
-            blackout_period=_duration_field(json_config, "blackoutPeriod", DEFAULT_BLACKOUT_PERIOD),
-            weight_expiration_period=_duration_field(
-                json_config, "weightExpirationPeriod", DEFAULT_WEIGHT_EXPIRATION_PERIOD
+            blackout_period=duration_field(
+                json_config, "blackoutPeriod", "", DEFAULT_BLACKOUT_PERIOD
+            ),
+            weight_expiration_period=duration_field(
+                json_config, "weightExpirationPeriod", "", DEFAULT_WEIGHT_EXPIRATION_PERIOD
             ),
             # A58: "Values less than 100ms are capped at 100ms."
             weight_update_period=max(update_period, MIN_WEIGHT_UPDATE_PERIOD),

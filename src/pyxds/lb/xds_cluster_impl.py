@@ -104,7 +104,6 @@ from pyxds.lb.api import (
     ConnectivityState,
     FailPicker,
     Helper,
-    LoadBalancer,
     PickArgs,
     PickComplete,
     PickDrop,
@@ -117,10 +116,11 @@ from pyxds.lb.api import (
     Subchannel,
 )
 from pyxds.lb.call_counters import ClusterCounters, LocalityCounters, cluster_counters
-from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
+from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper, OneChildPolicy
 from pyxds.lb.errors import LBConfigError, expect_object, expect_string
 from pyxds.lb.outlier_detection import OutlierDetectionSubchannel
 from pyxds.lb.registry import PolicySelection
+from pyxds.lb.subchannel_wrapper import SubchannelWrapper
 from pyxds.metrics import locality_label
 from pyxds.resolver.xds_config import (
     XDS_CLIENT_ATTRIBUTE,
@@ -326,7 +326,7 @@ _shared_attempt_labels = functools.lru_cache(maxsize=4096)(_labels_of)
 _POSITIONAL_ENOUGH = 64
 
 
-class CountedSubchannel(Subchannel):
+class CountedSubchannel(SubchannelWrapper):
     """What the child policy sees instead of the channel's subchannel: the
     real one plus the call counters of its endpoint's locality.  The picker
     hands ``real`` to the channel, so the channel never sees this wrapper
@@ -433,9 +433,6 @@ class CountedSubchannel(Subchannel):
         self._hooks = (lrs, inner, on_call_trailers)
         return on_call_trailers
 
-    def connect(self) -> None:
-        self.real.connect()
-
     def watch_state(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
         return self.real.watch_state(fn)
 
@@ -446,15 +443,6 @@ class CountedSubchannel(Subchannel):
         self.counted = None
         self._owner._untrack(self)
         self.real.shutdown()
-
-    def reset_backoff(self) -> None:
-        self.real.reset_backoff()
-
-    def __getattr__(self, name: str) -> Any:
-        # Anything else the channel's subchannel offers passes through.
-        if name == "real":
-            raise AttributeError(name)
-        return getattr(self.real, name)
 
     def __repr__(self) -> str:
         return f"CountedSubchannel({self.real!r}, {self.locality})"
@@ -482,7 +470,7 @@ class _ImplHelper(DelegatingHelper):
         self.policy._child_reported(state, status, picker)
 
 
-class XdsClusterImplPolicy(LoadBalancer):
+class XdsClusterImplPolicy(OneChildPolicy):
     """See the module docstring."""
 
     def __init__(self, helper: Helper) -> None:
@@ -513,10 +501,6 @@ class XdsClusterImplPolicy(LoadBalancer):
     @property
     def counters(self) -> ClusterCounters | None:
         return self._counters
-
-    @property
-    def child(self) -> LoadBalancer | None:
-        return self._child.child
 
     # -- LoadBalancer --------------------------------------------------
     def update(self, update: ResolverUpdate) -> Status | None:
@@ -584,20 +568,6 @@ class XdsClusterImplPolicy(LoadBalancer):
             self._updating = False
         self._publish()
         return status
-
-    def resolver_error(self, status: Status) -> None:
-        if self._config is None:
-            self.helper.update_state(
-                ConnectivityState.TRANSIENT_FAILURE, status, FailPicker(status)
-            )
-            return
-        self._child.resolver_error(status)
-
-    def exit_idle(self) -> None:
-        self._child.exit_idle()
-
-    def reset_backoff(self) -> None:
-        self._child.reset_backoff()
 
     def shutdown(self) -> None:
         self._shut_down = True

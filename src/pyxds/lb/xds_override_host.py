@@ -85,7 +85,6 @@ from pyxds.lb.api import (
     Endpoint,
     FailPicker,
     Helper,
-    LoadBalancer,
     PickArgs,
     PickComplete,
     Picker,
@@ -96,10 +95,11 @@ from pyxds.lb.api import (
     Status,
     Subchannel,
 )
-from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper
+from pyxds.lb.child_handler import ChildPolicyHandler, DelegatingHelper, OneChildPolicy
 from pyxds.lb.errors import LBConfigError, expect_object, expect_string
 from pyxds.lb.outlier_detection import OutlierDetectionSubchannel
 from pyxds.lb.registry import PolicySelection
+from pyxds.lb.subchannel_wrapper import SubchannelWrapper
 from pyxds.lb.unwatch import Watched
 from pyxds.resolver.xds_config import XDS_CONFIG_ATTRIBUTE, ClusterConfig
 
@@ -185,7 +185,7 @@ class _Entry:
         return sub.state if sub is not None else None
 
 
-class OverrideHostSubchannel(Watched, Subchannel):
+class OverrideHostSubchannel(Watched, SubchannelWrapper):
     """What the child sees instead of its parent's subchannel.  It watches
     the real subchannel once (its entry's state) and forwards the reports to
     the child's watchers.  ``owned``: the policy keeps it for sessions after
@@ -240,9 +240,6 @@ class OverrideHostSubchannel(Watched, Subchannel):
         self._unwatch = real.watch_state(self)
 
     # -- Subchannel (the child's side) ---------------------------------------
-    def connect(self) -> None:
-        self.real.connect()
-
     def watch_state(self, fn: Callable[[ConnectivityState, Status], None]) -> Callable[[], None]:
         unwatch = self._add_watcher(fn)
         health = self._health
@@ -257,16 +254,6 @@ class OverrideHostSubchannel(Watched, Subchannel):
         self._watchers = None
         if not self._closed:
             self._policy._released(self)
-
-    def reset_backoff(self) -> None:
-        self.real.reset_backoff()
-
-    def __getattr__(self, name: str) -> Any:
-        # Anything else the channel's subchannel offers (``core``,
-        # ``watch_orca_oob``) passes through.
-        if name == "real":
-            raise AttributeError(name)
-        return getattr(self.real, name)
 
     # -- the policy's side ---------------------------------------------------
     def __call__(self, state: ConnectivityState, status: Status) -> None:
@@ -287,9 +274,13 @@ class OverrideHostSubchannel(Watched, Subchannel):
         if changed and self.owned:
             self._policy._owned_state_changed(self)
 
-    def connectivity_changed(self, state: ConnectivityState, status: Status) -> None:
+    def connectivity_changed(
+        self, state: ConnectivityState, status: Status, healthy: bool = False
+    ) -> None:
         """The outlier_detection wrapper's connectivity report (ejected or
-        not): the entry's state, for session picks."""
+        not): the entry's state, for session picks.  ``healthy``: the
+        endpoint is not ejected, so this is the health report too (one call
+        for both, as :meth:`__call__` after this)."""
         if self._closed:
             return
         changed = state is not self.state
@@ -297,6 +288,10 @@ class OverrideHostSubchannel(Watched, Subchannel):
         self._status = status
         if changed and self.owned:
             self._policy._owned_state_changed(self)
+        if healthy and not self._closed:
+            self._health = state
+            self._health_status = status
+            self._notify(state, status)
 
     def close(self) -> None:
         """Close the real subchannel (the policy no longer needs it)."""
@@ -536,7 +531,7 @@ def _address_lists(addresses: Sequence[str]) -> list[tuple[str, str]]:
     return out
 
 
-class XdsOverrideHostPolicy(LoadBalancer):
+class XdsOverrideHostPolicy(OneChildPolicy):
     """See the module docstring."""
 
     def __init__(self, helper: Helper) -> None:
@@ -550,10 +545,6 @@ class XdsOverrideHostPolicy(LoadBalancer):
         self._child_state: tuple[ConnectivityState, Status, Picker] | None = None
         self._sweep: Any = None
         self._shut_down = False
-
-    @property
-    def child(self) -> LoadBalancer | None:
-        return self._child.child
 
     @property
     def override_host_statuses(self) -> frozenset[str]:
@@ -592,19 +583,8 @@ class XdsOverrideHostPolicy(LoadBalancer):
         status = self._child.update(update.replace(endpoints=endpoints, config=config.child_policy))
         return status
 
-    def resolver_error(self, status: Status) -> None:
-        if self._config is None:
-            self.helper.update_state(
-                ConnectivityState.TRANSIENT_FAILURE, status, FailPicker(status)
-            )
-            return
-        self._child.resolver_error(status)
-
-    def exit_idle(self) -> None:
-        self._child.exit_idle()
-
     def reset_backoff(self) -> None:
-        self._child.reset_backoff()
+        super().reset_backoff()
         for entry in self._map.values():
             sub = entry.subchannel
             if sub is not None and sub.owned:

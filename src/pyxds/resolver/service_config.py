@@ -42,17 +42,13 @@ from typing import Any, Literal, Union
 import grpc
 
 from pyxds import _json
+from pyxds._duration import DurationError, parse_duration
 from pyxds._values import dataclass
 from pyxds.resolver.api import CallConfig, ConfigSelector
 from pyxds.resolver.retry_policy import MAX_ATTEMPTS_CAP, RetryPolicy, RetryThrottle
 
 __all__ = ["MethodConfig", "MethodConfigSelector", "ServiceConfig", "parse_service_config"]
 
-#: a Duration's number, before its "s" (C-core's reader, grpcio 1.85: blanks
-#: around it and a sign are taken: "+1s", " 1s", "1 s"; ASCII digits only)
-_DURATION = re.compile(r"^([+-]?)(\d+)(?:\.(\d{1,9}))?$", re.ASCII)
-#: the proto3 Duration range (google/protobuf/duration.proto: +-10,000 years)
-_MAX_DURATION_SECONDS = 315_576_000_000
 #: a JSON number, also accepted as a string (proto3 JSON mapping, as C-core)
 _NUMBER = re.compile(r"^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?$", re.ASCII)
 _CODES_BY_NAME = {code.name: code for code in grpc.StatusCode}
@@ -110,21 +106,11 @@ def _fail(path: str, message: str) -> ValueError:
 
 
 def _duration(value: Any, path: str) -> float:
-    """A proto3 JSON Duration as C-core reads it: seconds in [0,
-    315576000000], at most 9 fractional digits; "-0.5s" is 0.5 s there (the
-    sign goes with the 0 seconds), so here too."""
-    if (
-        not isinstance(value, str)
-        or not value.endswith("s")
-        or not (m := _DURATION.match(value[:-1].strip()))
-    ):
-        raise _fail(path, f'{value!r} is not a duration (e.g. "1.5s")')
-    sign, whole, frac = m.groups()
-    seconds = int(whole)
-    if seconds > _MAX_DURATION_SECONDS or (sign == "-" and seconds):
-        raise _fail(path, f"{value!r} is out of the proto3 Duration range")
-    frac = frac or ""
-    return seconds + (int(frac.ljust(9, "0")) / 1e9 if frac else 0.0)
+    """A JSON duration as grpcio 1.85 reads one (:mod:`pyxds._duration`)."""
+    try:
+        return parse_duration(value)
+    except DurationError as err:
+        raise _fail(path, str(err)) from None
 
 
 def _int(value: Any, path: str) -> int:

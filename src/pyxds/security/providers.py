@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pyxds._duration import DurationError, parse_duration
 from pyxds._values import dataclass
 from pyxds.security import experiments
 
@@ -87,19 +88,6 @@ def spiffe_map_file(config: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def parse_duration(text: Any, path: str) -> float:
-    """A protobuf JSON Duration ("1.5s")."""
-    if not isinstance(text, str) or not text.endswith("s"):
-        raise ValueError(f'{path}: not a Duration string (e.g. "60s"): {text!r}')
-    try:
-        value = float(text[:-1])
-    except ValueError:
-        raise ValueError(f'{path}: not a Duration string (e.g. "60s"): {text!r}') from None
-    if value < 0:
-        raise ValueError(f"{path}: must be non-negative")
-    return value
-
-
 def validate_file_watcher_config(config: Any, path: str) -> list[str]:
     """C-core's checks of a ``file_watcher`` config; errors as "field: problem"."""
     errs: list[str] = []
@@ -138,9 +126,9 @@ def validate_file_watcher_config(config: Any, path: str) -> list[str]:
         )
     if "refresh_interval" in config:
         try:
-            parse_duration(config["refresh_interval"], f"{path}.refresh_interval")
-        except ValueError as err:
-            errs.append(str(err))
+            parse_duration(config["refresh_interval"])
+        except DurationError as err:
+            errs.append(f"{path}.refresh_interval: {err}")
     return errs
 
 
@@ -166,9 +154,7 @@ class FileWatcherProvider:
         self.ca_certificate_file = (
             None if self.spiffe_bundle_map_file else config.get("ca_certificate_file") or None
         )
-        interval = parse_duration(
-            config.get("refresh_interval", f"{DEFAULT_REFRESH_INTERVAL:g}s"), "refresh_interval"
-        )
+        interval = parse_duration(config.get("refresh_interval", f"{DEFAULT_REFRESH_INTERVAL:g}s"))
         self.refresh_interval = max(MIN_REFRESH_INTERVAL, float(int(interval)))
         self._clock = clock
         self._lock = threading.Lock()

@@ -177,11 +177,11 @@ def _loaded() -> dict[str, dict[str, Any]]:
 
 
 def read(path: str | None = None) -> tuple[dict[str, Any], list[bytes]]:
-    """The bundle's header (``external``: modules imported first;
-    ``gencode``: the generated code's protobuf version; ``files``: per file,
-    its proto ``name``, ``module``, ``size`` of the module's source,
-    ``length`` of its bytes and its ``deferred`` top-level messages, if
-    any) and each file's serialized descriptor."""
+    """The bundle's header (``distributions``: each package root's
+    distribution; ``gencode``: the generated code's protobuf version;
+    ``files``: per file, its proto ``name``, ``module``, package ``root``,
+    ``size`` of the module's source and ``length`` of its bytes) and each
+    file's serialized descriptor."""
     import json
 
     path = PATH if path is None else path
