@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 _SCRIPT = r"""
-import asyncio, gc, json, socket, threading
+import asyncio, gc, json, socket, threading, time
 import grpc
 import pyxds.aio
 from pyxds.testing.aio_counts import count_attempts, count_engines, stranded_watches as wrappers
@@ -94,8 +94,17 @@ async def served_then_closed(target, keep):
         del call
     await channel.close()
 
-def closed_programs(runs):
+async def served_and_returned(target):
+    # the call returned from asyncio.run: still referred to as the loop ends
+    channel = pyxds.aio.insecure_channel(target)
+    call = channel.unary_unary("/t.S/M")(b"hi", timeout=5)
+    assert await call == b"hi"
+    await channel.close()
+    return call
+
+def closed_programs(runs, kept_runs):
     from concurrent import futures
+    from pyxds.channel import subchannel
     server = grpc.server(futures.ThreadPoolExecutor(2))  # sync: no grpc.aio channel
     echo = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.S", {"M": echo}),))
@@ -109,11 +118,20 @@ def closed_programs(runs):
         if not pollers_alive():
             break
         threading.Event().wait(0.02)
+    stranded = wrappers() - before
+    # a wait for the SHUTDOWN at the loop's end would take all of this
+    subchannel.SHUTDOWN_READ_WAIT = 5.0
+    kept, seconds = [], []
+    for run in range(kept_runs):
+        started = time.monotonic()
+        kept.append(asyncio.run(served_and_returned(f"ipv4:127.0.0.1:{port}")))
+        seconds.append(time.monotonic() - started)
+    del kept
     server.stop(None)
-    return wrappers() - before
+    return {"stranded": stranded, "kept_seconds": seconds}
 
 print(json.dumps({"grpcio": asyncio.run(plain_grpcio()), "pyxds": asyncio.run(pyxds_attempts()),
-                  "closed_programs": closed_programs(12)}))
+                  "closed_programs": closed_programs(12, 3)}))
 """
 
 
@@ -138,7 +156,15 @@ def test_a_program_that_closes_its_aio_channel_and_returns_strands_no_grpcio_wat
     # subchannel's watch lets its grpcio wait read the SHUTDOWN first (the
     # old code stranded 5-8 watches in 12 such programs, the SHUTDOWN's
     # completion coming for a closed loop)
-    assert refusing_run["closed_programs"] == 0, refusing_run
+    assert refusing_run["closed_programs"]["stranded"] == 0, refusing_run
+
+
+def test_a_program_that_returns_its_call_from_asyncio_run_ends_without_waiting(refusing_run):
+    # the call keeps C-core's channel past the loop's end, so its SHUTDOWN
+    # cannot come: the closed subchannel's watch does not wait for it (the
+    # old code waited SHUTDOWN_READ_WAIT, 5 s here, in each such program)
+    seconds = refusing_run["closed_programs"]["kept_seconds"]
+    assert len(seconds) == 3 and max(seconds) < 2.5, refusing_run
 
 
 def test_a_pyxds_aio_channel_holds_grpcios_engine_across_failed_attempts_until_closed(
