@@ -340,15 +340,17 @@ def test_a_closed_transports_watch_cancelled_by_its_loops_end_waits_for_the_shut
     run_on_a_transport(monkeypatch, scenario)
 
 
+@pytest.mark.parametrize("close_ran", [True, False], ids=["closed", "close not run yet"])
 def test_a_closed_transports_watch_cancelled_by_its_loops_end_returns_at_once_while_a_call_is_kept(
-    monkeypatch,
+    monkeypatch, close_ran
 ):
     """A program that keeps a call object of the channel past its loop's end
     (returns it from ``asyncio.run``): C-core's channel cannot reach
     SHUTDOWN before the loop closes, so the cancelled watch does not hold
     the loop's end for it (it waited 0.1 s, ``SHUTDOWN_READ_WAIT``), and
     leaves grpcio's wait pending, uncancelled.  The call ended before the
-    close (grpcio's own registry lets go of a call as it ends)."""
+    close (grpcio's own registry lets go of a call as it ends); the loop
+    may also end before the transport's close ran on it."""
 
     async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
         await _turns()
@@ -356,6 +358,8 @@ def test_a_closed_transports_watch_cancelled_by_its_loops_end_returns_at_once_wh
         assert watcher is not None
         kept = channel.call()
         kept.end()
+        if not close_ran:
+            monkeypatch.setattr(transport, "_inbox", _Unrun())
         transport.retire()
         await _turns()
         watcher.cancel()  # the loop ends
@@ -365,29 +369,6 @@ def test_a_closed_transports_watch_cancelled_by_its_loops_end_returns_at_once_wh
         assert kept is not None
 
     monkeypatch.setattr(subchannel, "SHUTDOWN_READ_WAIT", 5.0)  # (it would show)
-    run_on_a_transport(monkeypatch, scenario)
-
-
-def test_a_transport_whose_close_has_not_run_at_its_loops_end_looks_at_its_channels_calls(
-    monkeypatch,
-):
-    """The loop ends before the transport's close ran on it: the channel
-    still has its calls, one of them referred to: no wait either."""
-
-    async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
-        await _turns()
-        watcher = transport._watcher
-        assert watcher is not None
-        kept = channel.call()
-        kept.end()
-        monkeypatch.setattr(transport, "_inbox", _Unrun())
-        transport.retire()
-        watcher.cancel()
-        await _turns()
-        assert watcher.done() and channel.registered == 1
-        assert kept is not None
-
-    monkeypatch.setattr(subchannel, "SHUTDOWN_READ_WAIT", 5.0)
     run_on_a_transport(monkeypatch, scenario)
 
 
