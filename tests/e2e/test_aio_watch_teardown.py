@@ -83,15 +83,30 @@ async def pyxds_attempts():
     return {"stranded": wrappers() - before, "attempts": attempts[0],
             "engines_built": started, "engines_alive_after_close": pollers_alive()}
 
+async def holding(channel, served):
+    call = channel.unary_unary("/t.S/M")(b"hi", timeout=5)
+    assert await call == b"hi"
+    served.set()
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        return  # (lets go of the call as the loop's end cancels it)
+
 async def served_then_closed(target, keep):
     # the README's shape: call, close, and asyncio.run returns at once
     # (``keep``: the call object still referred to at the close, which keeps
-    # C-core's channel, and its watches, alive until the coroutine returns)
+    # C-core's channel, and its watches, alive until the coroutine returns,
+    # or until the loop's end cancels the task that holds it)
     channel = pyxds.aio.insecure_channel(target)
-    call = channel.unary_unary("/t.S/M")(b"hi", timeout=5)
-    assert await call == b"hi"
-    if not keep:
-        del call
+    if keep == "task":
+        served = asyncio.Event()
+        asyncio.get_running_loop().create_task(holding(channel, served))
+        await served.wait()
+    else:
+        call = channel.unary_unary("/t.S/M")(b"hi", timeout=5)
+        assert await call == b"hi"
+        if not keep:
+            del call
     await channel.close()
 
 async def served_and_returned(target):
@@ -112,7 +127,8 @@ def closed_programs(runs, kept_runs):
     server.start()
     before = wrappers()
     for run in range(runs):
-        asyncio.run(served_then_closed(f"ipv4:127.0.0.1:{port}", keep=run % 2 == 1))
+        keep = (None, "return", "task")[run % 3]
+        asyncio.run(served_then_closed(f"ipv4:127.0.0.1:{port}", keep))
     for _ in range(250):  # the engine let go (5 s at most): what is left is stranded
         gc.collect()
         if not pollers_alive():
@@ -155,7 +171,8 @@ def test_a_program_that_closes_its_aio_channel_and_returns_strands_no_grpcio_wat
     # asyncio.run's end cancels every task, then closes the loop: a closed
     # subchannel's watch lets its grpcio wait read the SHUTDOWN first (the
     # old code stranded 5-8 watches in 12 such programs, the SHUTDOWN's
-    # completion coming for a closed loop)
+    # completion coming for a closed loop), also when the call is let go by
+    # a task the loop's end cancels with the watch (LET_GO_TURNS)
     assert refusing_run["closed_programs"]["stranded"] == 0, refusing_run
 
 

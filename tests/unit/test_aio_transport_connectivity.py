@@ -310,14 +310,18 @@ def test_a_closed_aio_transports_watch_ends_with_its_channels_close_uncancelled(
     run_on_a_transport(monkeypatch, scenario)
 
 
-def test_a_closed_transports_watch_cancelled_by_its_loops_end_waits_for_the_shutdown(monkeypatch):
+@pytest.mark.parametrize("by_a_task_cancelled_with_it", [False, True])
+def test_a_closed_transports_watch_cancelled_by_its_loops_end_waits_for_the_shutdown(
+    monkeypatch, by_a_task_cancelled_with_it
+):
     """``asyncio.run``'s end cancels every task, then closes the loop.  A
     closed transport's channel reaches SHUTDOWN only once its calls are
     freed (grpcio: a call object keeps C-core's channel); the watch
     cancelled meanwhile must not cancel grpcio's wait, and keeps the loop
     until that wait sees the SHUTDOWN: its completion for a closed loop
     would strand C-core's watch (TRAPS).  Here the one call, referred to
-    when the channel closed, is freed by the time the loop ends."""
+    when the channel closed, is freed by the time the loop ends, or by a
+    task the loop's end cancels after the watch, as it unwinds."""
 
     async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
         await _turns()
@@ -325,15 +329,27 @@ def test_a_closed_transports_watch_cancelled_by_its_loops_end_waits_for_the_shut
         assert watcher is not None and channel.registered == 1
         call = channel.call()
         call.end()
+
+        async def holder(held: FakeCall) -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                return  # (its frame, and the call, let go)
+
+        task = asyncio.get_running_loop().create_task(holder(call))
+        del call
         transport.retire()
         await _turns()
         assert channel.state is GC.IDLE, "no SHUTDOWN while the call is referred to"
-        del call  # (C-core's channel shuts down a little later)
+        if not by_a_task_cancelled_with_it:
+            task.cancel()
+            await _turns()
         watcher.cancel()  # the loop ends
-        await _turns()
+        task.cancel()
+        await _turns(subchannel.LET_GO_TURNS + 3)
         assert not watcher.done(), "it waits for grpcio's wait to end"
         assert channel.cancelled_waits == 0 and channel.registered == 1
-        channel.set(GC.SHUTDOWN)
+        channel.set(GC.SHUTDOWN)  # (C-core's channel shuts down a little later)
         await _turns()
         assert watcher.done() and channel.registered == 0 and channel.cancelled_waits == 0
 
@@ -363,7 +379,7 @@ def test_a_closed_transports_watch_cancelled_by_its_loops_end_returns_at_once_wh
         transport.retire()
         await _turns()
         watcher.cancel()  # the loop ends
-        await _turns()
+        await _turns(subchannel.LET_GO_TURNS + 3)  # (the loop's end runs the loop meanwhile)
         assert watcher.done(), "it does not wait for a SHUTDOWN that cannot come"
         assert channel.registered == 1 and channel.cancelled_waits == 0
         assert kept is not None

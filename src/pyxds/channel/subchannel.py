@@ -143,6 +143,10 @@ def _ended(wait: asyncio.Future[None]) -> None:
 #: referred to it cannot come, and the watch does not wait at all
 #: (:mod:`pyxds.channel.aio_live_calls`)
 SHUTDOWN_READ_WAIT = 0.1
+#: Loop iterations such a watch lets the loop run before it concludes a call
+#: of its channel is kept past the loop's end: the loop's end cancels the
+#: other tasks with it, and one may let go of a call as it unwinds
+LET_GO_TURNS = 5
 
 
 class _GrpcWait(Stepped):
@@ -629,7 +633,7 @@ class AioTransport(Transport):
                 else:
                     await wait.future
         except asyncio.CancelledError:
-            if self.closed and wait is not None and not wait.done and not self._calls_referred():
+            if self.closed and wait is not None and not wait.done and await self._calls_let_go():
                 wait.future = ended = asyncio.get_running_loop().create_future()
                 await asyncio.wait((ended,), timeout=SHUTDOWN_READ_WAIT)
         except Exception:
@@ -637,11 +641,17 @@ class AioTransport(Transport):
         if wait is not None:
             wait.future.add_done_callback(_ended)  # its outcome read, now or when it ends
 
-    def _calls_referred(self) -> bool:
-        """Whether a call of the closed channel is still referred to (then
-        C-core's channel cannot reach SHUTDOWN): those it had when it was
-        closed, or all it has if its close has not run."""
-        return any_referred(self._closed_calls or referred_calls(self._channel))
+    async def _calls_let_go(self) -> bool:
+        """Whether every call of the closed channel is freed (else C-core's
+        channel cannot reach SHUTDOWN), within :data:`LET_GO_TURNS` loop
+        iterations: those it had when it was closed, or all it has if its
+        close has not run."""
+        calls = self._closed_calls or referred_calls(self._channel)
+        for _ in range(LET_GO_TURNS):
+            if not any_referred(calls):
+                return True
+            await asyncio.sleep(0)
+        return not any_referred(calls)
 
     async def _close_channel(self, channel: Any) -> None:
         """``channel.close()``, its calls taken first (the close forgets them)."""
