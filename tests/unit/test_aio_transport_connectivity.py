@@ -310,9 +310,9 @@ def test_a_closed_aio_transports_watch_ends_with_its_channels_close_uncancelled(
     run_on_a_transport(monkeypatch, scenario)
 
 
-@pytest.mark.parametrize("by_a_task_cancelled_with_it", [False, True])
+@pytest.mark.parametrize("let_go", ["before", "by a task cancelled with it", "shutdown at once"])
 def test_a_closed_transports_watch_cancelled_by_its_loops_end_waits_for_the_shutdown(
-    monkeypatch, by_a_task_cancelled_with_it
+    monkeypatch, let_go
 ):
     """``asyncio.run``'s end cancels every task, then closes the loop.  A
     closed transport's channel reaches SHUTDOWN only once its calls are
@@ -321,7 +321,8 @@ def test_a_closed_transports_watch_cancelled_by_its_loops_end_waits_for_the_shut
     until that wait sees the SHUTDOWN: its completion for a closed loop
     would strand C-core's watch (TRAPS).  Here the one call, referred to
     when the channel closed, is freed by the time the loop ends, or by a
-    task the loop's end cancels after the watch, as it unwinds."""
+    task the loop's end cancels after the watch, as it unwinds (the
+    SHUTDOWN coming at once: the watch ends with it)."""
 
     async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
         await _turns()
@@ -334,6 +335,8 @@ def test_a_closed_transports_watch_cancelled_by_its_loops_end_waits_for_the_shut
             try:
                 await asyncio.Event().wait()
             except asyncio.CancelledError:
+                if let_go == "shutdown at once":
+                    channel.set(GC.SHUTDOWN)
                 return  # (its frame, and the call, let go)
 
         task = asyncio.get_running_loop().create_task(holder(call))
@@ -341,18 +344,22 @@ def test_a_closed_transports_watch_cancelled_by_its_loops_end_waits_for_the_shut
         transport.retire()
         await _turns()
         assert channel.state is GC.IDLE, "no SHUTDOWN while the call is referred to"
-        if not by_a_task_cancelled_with_it:
+        if let_go == "before":
             task.cancel()
             await _turns()
         watcher.cancel()  # the loop ends
         task.cancel()
         await _turns(subchannel.LET_GO_TURNS + 3)
+        if let_go == "shutdown at once":
+            assert watcher.done() and channel.registered == 0
+            return
         assert not watcher.done(), "it waits for grpcio's wait to end"
         assert channel.cancelled_waits == 0 and channel.registered == 1
         channel.set(GC.SHUTDOWN)  # (C-core's channel shuts down a little later)
         await _turns()
         assert watcher.done() and channel.registered == 0 and channel.cancelled_waits == 0
 
+    monkeypatch.setattr(subchannel, "SHUTDOWN_READ_WAIT", 5.0)  # (a wait would show)
     run_on_a_transport(monkeypatch, scenario)
 
 

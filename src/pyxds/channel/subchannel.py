@@ -633,9 +633,10 @@ class AioTransport(Transport):
                 else:
                     await wait.future
         except asyncio.CancelledError:
-            if self.closed and wait is not None and not wait.done and await self._calls_let_go():
+            if self.closed and wait is not None and not wait.done:
                 wait.future = ended = asyncio.get_running_loop().create_future()
-                await asyncio.wait((ended,), timeout=SHUTDOWN_READ_WAIT)
+                if await self._calls_let_go():  # (ended meanwhile: no wait)
+                    await asyncio.wait((ended,), timeout=SHUTDOWN_READ_WAIT)
         except Exception:
             pass
         if wait is not None:
