@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 _SCRIPT = r"""
-import asyncio, gc, json, socket, threading
+import asyncio, gc, json, socket, threading, time
 import grpc
 import pyxds.aio
 from pyxds.testing.aio_counts import count_attempts, count_engines, stranded_watches as wrappers
@@ -83,19 +83,43 @@ async def pyxds_attempts():
     return {"stranded": wrappers() - before, "attempts": attempts[0],
             "engines_built": started, "engines_alive_after_close": pollers_alive()}
 
+async def holding(channel, served):
+    call = channel.unary_unary("/t.S/M")(b"hi", timeout=5)
+    assert await call == b"hi"
+    served.set()
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        return  # (lets go of the call as the loop's end cancels it)
+
 async def served_then_closed(target, keep):
     # the README's shape: call, close, and asyncio.run returns at once
     # (``keep``: the call object still referred to at the close, which keeps
-    # C-core's channel, and its watches, alive until the coroutine returns)
+    # C-core's channel, and its watches, alive until the coroutine returns,
+    # or until the loop's end cancels the task that holds it)
+    channel = pyxds.aio.insecure_channel(target)
+    if keep == "task":
+        served = asyncio.Event()
+        asyncio.get_running_loop().create_task(holding(channel, served))
+        await served.wait()
+    else:
+        call = channel.unary_unary("/t.S/M")(b"hi", timeout=5)
+        assert await call == b"hi"
+        if not keep:
+            del call
+    await channel.close()
+
+async def served_and_returned(target):
+    # the call returned from asyncio.run: still referred to as the loop ends
     channel = pyxds.aio.insecure_channel(target)
     call = channel.unary_unary("/t.S/M")(b"hi", timeout=5)
     assert await call == b"hi"
-    if not keep:
-        del call
     await channel.close()
+    return call
 
-def closed_programs(runs):
+def closed_programs(runs, kept_runs):
     from concurrent import futures
+    from pyxds.channel import subchannel
     server = grpc.server(futures.ThreadPoolExecutor(2))  # sync: no grpc.aio channel
     echo = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.S", {"M": echo}),))
@@ -103,17 +127,27 @@ def closed_programs(runs):
     server.start()
     before = wrappers()
     for run in range(runs):
-        asyncio.run(served_then_closed(f"ipv4:127.0.0.1:{port}", keep=run % 2 == 1))
+        keep = (None, "return", "task")[run % 3]
+        asyncio.run(served_then_closed(f"ipv4:127.0.0.1:{port}", keep))
     for _ in range(250):  # the engine let go (5 s at most): what is left is stranded
         gc.collect()
         if not pollers_alive():
             break
         threading.Event().wait(0.02)
+    stranded = wrappers() - before
+    # a wait for the SHUTDOWN at the loop's end would take all of this
+    subchannel.SHUTDOWN_READ_WAIT = 5.0
+    kept, seconds = [], []
+    for run in range(kept_runs):
+        started = time.monotonic()
+        kept.append(asyncio.run(served_and_returned(f"ipv4:127.0.0.1:{port}")))
+        seconds.append(time.monotonic() - started)
+    del kept
     server.stop(None)
-    return wrappers() - before
+    return {"stranded": stranded, "kept_seconds": seconds}
 
 print(json.dumps({"grpcio": asyncio.run(plain_grpcio()), "pyxds": asyncio.run(pyxds_attempts()),
-                  "closed_programs": closed_programs(12)}))
+                  "closed_programs": closed_programs(12, 3)}))
 """
 
 
@@ -137,8 +171,17 @@ def test_a_program_that_closes_its_aio_channel_and_returns_strands_no_grpcio_wat
     # asyncio.run's end cancels every task, then closes the loop: a closed
     # subchannel's watch lets its grpcio wait read the SHUTDOWN first (the
     # old code stranded 5-8 watches in 12 such programs, the SHUTDOWN's
-    # completion coming for a closed loop)
-    assert refusing_run["closed_programs"] == 0, refusing_run
+    # completion coming for a closed loop), also when the call is let go by
+    # a task the loop's end cancels with the watch (LET_GO_TURNS)
+    assert refusing_run["closed_programs"]["stranded"] == 0, refusing_run
+
+
+def test_a_program_that_returns_its_call_from_asyncio_run_ends_without_waiting(refusing_run):
+    # the call keeps C-core's channel past the loop's end, so its SHUTDOWN
+    # cannot come: the closed subchannel's watch does not wait for it (the
+    # old code waited SHUTDOWN_READ_WAIT, 5 s here, in each such program)
+    seconds = refusing_run["closed_programs"]["kept_seconds"]
+    assert len(seconds) == 3 and max(seconds) < 2.5, refusing_run
 
 
 def test_a_pyxds_aio_channel_holds_grpcios_engine_across_failed_attempts_until_closed(

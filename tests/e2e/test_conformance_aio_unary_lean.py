@@ -442,14 +442,15 @@ def test_an_awaiter_closed_before_the_answer_leaves_the_call_to_end_like_grpc_ai
     assert got["pyxds"][:2] == (True, b"slept")
 
 
-def test_a_call_is_in_its_grpc_channels_active_calls_only_while_in_flight(
+def test_a_call_is_in_its_grpc_channels_active_calls_from_its_start_until_freed(
     address, lean_off, monkeypatch
 ):
     """What grpc.aio's ``Channel.close()`` cancels: the calls in its
-    ``_active_calls``.  The lean call registers itself there as grpcio's
-    ``_register_call`` does and leaves when it ends (its inline WeakSet
-    add/discard, and WeakSet's own when removals are pending), as grpc.aio's
-    own calls do."""
+    ``_active_calls``, where grpc.aio keeps a call while it runs.  A
+    subchannel's channel keeps it there until it is freed
+    (pyxds.channel.aio_live_calls: whether a closed channel can still reach
+    SHUTDOWN), the lean call (its inline WeakSet add, and WeakSet's own
+    when removals are pending) as grpcio's multicallables."""
     assert grpc_aio_unary._WEAKSET_INLINE  # CPython's WeakSet (3.11)
     made: list[Any] = []
     real = grpc.aio.insecure_channel
@@ -480,12 +481,14 @@ def test_a_call_is_in_its_grpc_channels_active_calls_only_while_in_flight(
             seen.append(active())
             seen.append(await call)
             await asyncio.sleep(0)
+            seen.append(active())  # ended, still referred to
+            del call
             seen.append(active())
         return seen
 
     got = run_everywhere(address, lean_off, scenario)
-    assert_same(got)
-    assert got["pyxds"] == [1, b"slept", 0] * 3
+    assert got["grpcio"] == [1, b"slept", 0, 0] * 3
+    assert got["pyxds"] == got["pyxds-grpcio-multicallables"] == [1, b"slept", 1, 0] * 3
 
 
 def test_an_awaited_lean_call_schedules_no_callback_of_its_own_to_end(address):

@@ -11,6 +11,7 @@ everything runs on one real event loop, no sockets."""
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,13 +29,29 @@ class FakeAioChannel:
     ``wait_for_state_change(last)`` ends at once if the state differs from
     ``last``, else at the next change (as C-core's watch does).  As
     grpcio's, a cancelled wait stays registered until that change
-    (``registered``); ``close()`` is a change to SHUTDOWN."""
+    (``registered``); ``close()`` is a change to SHUTDOWN once no call made
+    on it (:meth:`call`) is referred to any more (C-core's channel lives as
+    long as its calls), else the test makes it when it frees them."""
 
     def __init__(self) -> None:
         self.state = GC.IDLE
         self.connect_requests = 0
         self.cancelled_waits = 0
         self._waiters: list[asyncio.Future[None]] = []
+        self._active_calls: weakref.WeakSet[object] = weakref.WeakSet()
+        self._made: list[weakref.ref[object]] = []
+
+    def _register_call(self, call: FakeCall) -> None:
+        """grpcio's: a call is in the registry until it ends."""
+        self._active_calls.add(call)
+        call.add_done_callback(self._active_calls.discard)
+
+    def call(self) -> FakeCall:
+        """A call object, as a multicallable makes and registers it."""
+        call = FakeCall()
+        self._register_call(call)
+        self._made.append(weakref.ref(call))
+        return call
 
     @property
     def registered(self) -> int:
@@ -70,7 +87,23 @@ class FakeAioChannel:
                 waiter.set_result(None)
 
     async def close(self) -> None:
-        self.set(GC.SHUTDOWN)
+        self._active_calls.clear()  # grpcio's close() cancels them, forgets them
+        if all(made() is None for made in self._made):
+            self.set(GC.SHUTDOWN)
+
+
+class FakeCall:
+    """A call object of the fake channel: weakly referable, ended by the test."""
+
+    def __init__(self) -> None:
+        self._done_callbacks: list[Callable[[FakeCall], None]] = []
+
+    def add_done_callback(self, callback: Callable[[FakeCall], None]) -> None:
+        self._done_callbacks.append(callback)
+
+    def end(self) -> None:
+        for callback in self._done_callbacks:
+            callback(self)
 
 
 async def _turns(n: int = 5) -> None:
@@ -277,34 +310,96 @@ def test_a_closed_aio_transports_watch_ends_with_its_channels_close_uncancelled(
     run_on_a_transport(monkeypatch, scenario)
 
 
-def test_a_closed_transports_watch_cancelled_by_its_loops_end_waits_for_the_shutdown(monkeypatch):
+@pytest.mark.parametrize("let_go", ["before", "by a task cancelled with it", "shutdown at once"])
+def test_a_closed_transports_watch_cancelled_by_its_loops_end_waits_for_the_shutdown(
+    monkeypatch, let_go
+):
     """``asyncio.run``'s end cancels every task, then closes the loop.  A
-    closed transport's channel reaches SHUTDOWN only once the application
-    let go of its calls on it (grpcio: a call object still referred to keeps
-    C-core's channel); the watch cancelled meanwhile must not cancel
-    grpcio's wait, and keeps the loop until that wait sees the SHUTDOWN:
-    its completion for a closed loop would strand C-core's watch (TRAPS)."""
+    closed transport's channel reaches SHUTDOWN only once its calls are
+    freed (grpcio: a call object keeps C-core's channel); the watch
+    cancelled meanwhile must not cancel grpcio's wait, and keeps the loop
+    until that wait sees the SHUTDOWN: its completion for a closed loop
+    would strand C-core's watch (TRAPS).  Here the one call, referred to
+    when the channel closed, is freed by the time the loop ends, or by a
+    task the loop's end cancels after the watch, as it unwinds (the
+    SHUTDOWN coming at once: the watch ends with it)."""
 
     async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
         await _turns()
         watcher = transport._watcher
         assert watcher is not None and channel.registered == 1
+        call = channel.call()
+        call.end()
 
-        async def held_open() -> None:  # a call object still referred to
-            pass
+        async def holder(held: FakeCall) -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                if let_go == "shutdown at once":
+                    channel.set(GC.SHUTDOWN)
+                return  # (its frame, and the call, let go)
 
-        monkeypatch.setattr(channel, "close", held_open)
+        task = asyncio.get_running_loop().create_task(holder(call))
+        del call
         transport.retire()
         await _turns()
+        assert channel.state is GC.IDLE, "no SHUTDOWN while the call is referred to"
+        if let_go == "before":
+            task.cancel()
+            await _turns()
         watcher.cancel()  # the loop ends
-        await _turns()
+        task.cancel()
+        await _turns(subchannel.LET_GO_TURNS + 3)
+        if let_go == "shutdown at once":
+            assert watcher.done() and channel.registered == 0
+            return
         assert not watcher.done(), "it waits for grpcio's wait to end"
         assert channel.cancelled_waits == 0 and channel.registered == 1
-        channel.set(GC.SHUTDOWN)  # the calls let go: C-core's channel shuts down
+        channel.set(GC.SHUTDOWN)  # (C-core's channel shuts down a little later)
         await _turns()
         assert watcher.done() and channel.registered == 0 and channel.cancelled_waits == 0
 
+    monkeypatch.setattr(subchannel, "SHUTDOWN_READ_WAIT", 5.0)  # (a wait would show)
     run_on_a_transport(monkeypatch, scenario)
+
+
+@pytest.mark.parametrize("close_ran", [True, False], ids=["closed", "close not run yet"])
+def test_a_closed_transports_watch_cancelled_by_its_loops_end_returns_at_once_while_a_call_is_kept(
+    monkeypatch, close_ran
+):
+    """A program that keeps a call object of the channel past its loop's end
+    (returns it from ``asyncio.run``): C-core's channel cannot reach
+    SHUTDOWN before the loop closes, so the cancelled watch does not hold
+    the loop's end for it (it waited 0.1 s, ``SHUTDOWN_READ_WAIT``), and
+    leaves grpcio's wait pending, uncancelled.  The call ended before the
+    close (grpcio's own registry lets go of a call as it ends); the loop
+    may also end before the transport's close ran on it."""
+
+    async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
+        await _turns()
+        watcher = transport._watcher
+        assert watcher is not None
+        kept = channel.call()
+        kept.end()
+        if not close_ran:
+            monkeypatch.setattr(transport, "_inbox", _Unrun())
+        transport.retire()
+        await _turns()
+        watcher.cancel()  # the loop ends
+        await _turns(subchannel.LET_GO_TURNS + 3)  # (the loop's end runs the loop meanwhile)
+        assert watcher.done(), "it does not wait for a SHUTDOWN that cannot come"
+        assert channel.registered == 1 and channel.cancelled_waits == 0
+        assert kept is not None
+
+    monkeypatch.setattr(subchannel, "SHUTDOWN_READ_WAIT", 5.0)  # (it would show)
+    run_on_a_transport(monkeypatch, scenario)
+
+
+class _Unrun:
+    """A loop inbox whose posts never run (the loop ended first)."""
+
+    def run(self, fn: Callable[[], None]) -> None:
+        pass
 
 
 def test_an_open_transports_watch_cancelled_by_its_loops_end_returns_at_once(monkeypatch):

@@ -66,13 +66,13 @@ the loop's ``create_future`` where it is asyncio's own; the deadline
 (``_timeout_to_deadline``);
 no metadata as an empty tuple (``_init_metadata`` makes an empty
 ``Metadata`` of it, which ``Call.__init__`` turns into that tuple); the
-channel's registration of the call (``_register_call``: the call in the
-channel's weak set, its removal a done callback, through
-``Call.add_done_callback``'s own steps; the weak set's ``add`` and
-``discard`` done on its members directly, one weak reference in and the
-same one out, where this Python's ``WeakSet`` is CPython's and no removal
-is pending, else through its methods); and the caller's done callback
-added the way ``Call.add_done_callback`` adds it.
+channel's registration of the call as a subchannel's channel registers it
+(:func:`pyxds.channel.aio_live_calls.keep_until_freed`: the call in the
+channel's weak set, which its ``close()`` cancels, until the call is freed;
+the weak set's ``add`` done on its members directly, one weak reference
+in, where this Python's ``WeakSet`` is CPython's and no removal is
+pending, else through its method); and the caller's done callback added
+the way ``Call.add_done_callback`` adds it.
 
 Cancelling (grpcio's ``cancel()``: the Cython call's cancel, then the
 future's) ends the batch in C-core, and the call ends as ``_invoke`` ends
@@ -282,20 +282,16 @@ class LeanAioUnaryUnary:
             call._context,
         )
         call._step()
-        # grpcio's Channel._register_call (which its close() cancels) and
-        # Call.add_done_callback, inline: two Python frames less per call
+        # the call in the channel's weak set (which its close() cancels)
+        # until it is freed (pyxds.channel.aio_live_calls: a subchannel's
+        # channel keeps its calls so); WeakSet.add inline
         active: Any = mc._python_channel._active_calls
-        add_done_callback = call._cython_call.add_done_callback
         if _WEAKSET_INLINE and type(active) is _WeakSet and not active._pending_removals:
-            # WeakSet.add and .discard, inline: one weak reference in and out
-            held = _weakref(call, active._remove)
-            active.data.add(held)
-            add_done_callback(partial(active.data.discard, held))
+            active.data.add(_weakref(call, active._remove))
         else:
             active.add(call)
-            add_done_callback(partial(active.discard, call))
-        if on_done is not None:
-            add_done_callback(partial(on_done, call))
+        if on_done is not None:  # Call.add_done_callback, inline
+            call._cython_call.add_done_callback(partial(on_done, call))
         return call
 
 

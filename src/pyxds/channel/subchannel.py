@@ -79,6 +79,7 @@ import grpc
 
 from pyxds import connectivity
 from pyxds.channel import grpc_aio_twin
+from pyxds.channel.aio_live_calls import any_referred, keep_until_freed, referred_calls
 from pyxds.channel.loop_inbox import LoopInbox
 from pyxds.clock import Clock, Timer
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status, Subchannel
@@ -138,11 +139,14 @@ def _ended(wait: asyncio.Future[None]) -> None:
 #: At most this long, a closed transport's watch cancelled by its event loop's
 #: end (``asyncio.run`` cancels every task) keeps the loop for its grpcio
 #: wait to see the channel's SHUTDOWN (:meth:`AioTransport._watch`): it
-#: comes within ms once the application's call objects on the channel are
-#: let go; while one is kept past the loop's end it cannot come, so the
-#: wait only delays that loop's end: kept short (0.5 s cost tests that keep
-#: call objects 0.5 s per loop, and such a program a half-second at exit)
+#: comes within ms once the channel's calls are freed; while one is still
+#: referred to it cannot come, and the watch does not wait at all
+#: (:mod:`pyxds.channel.aio_live_calls`)
 SHUTDOWN_READ_WAIT = 0.1
+#: Loop iterations such a watch lets the loop run before it concludes a call
+#: of its channel is kept past the loop's end: the loop's end cancels the
+#: other tasks with it, and one may let go of a call as it unwinds
+LET_GO_TURNS = 5
 
 
 class _GrpcWait(Stepped):
@@ -530,6 +534,7 @@ class AioTransport(Transport):
         "_want_connect",
         "_asked",
         "_by_authority",
+        "_closed_calls",
     )
 
     def __init__(
@@ -555,6 +560,8 @@ class AioTransport(Transport):
         self._asked = False
         #: A81: the channels of attempts with an authority of their own
         self._by_authority: dict[str, Any] | None = None
+        #: the channel's calls when it was closed (weak references)
+        self._closed_calls: tuple[Any, ...] = ()
         self._inbox.run(self._create)
 
     @property
@@ -566,6 +573,7 @@ class AioTransport(Transport):
             return
         target, credentials, options, compression = self._args
         self._channel = grpc_aio_twin.public_channel(target, credentials, options, compression)
+        keep_until_freed(self._channel)
         app_loop_bound(self._loop)  # grpcio bound this loop: it reads the completions
         self._watcher = self._loop.create_task(self._watch())
         if self._want_connect:
@@ -598,9 +606,12 @@ class AioTransport(Transport):
         this task cancels only its await: when its loop ends
         (``asyncio.run`` cancels every task, then closes the loop) a closed
         transport's watch lets its wait see the SHUTDOWN first (at most
-        :data:`SHUTDOWN_READ_WAIT`: C-core's channel shuts down once the
-        application let go of its calls on it), else that completion came
-        for a closed loop and grpcio kept the watch for good."""
+        :data:`SHUTDOWN_READ_WAIT`: C-core's channel shuts down once its
+        calls are freed), else that completion came for a closed loop and
+        grpcio kept the watch for good; while a call of the channel is
+        still referred to (the application returns it from
+        ``asyncio.run``), the SHUTDOWN cannot come before the loop closes,
+        and it returns at once."""
         channel = self._channel
         wait: _GrpcWait | None = None  # grpcio's current wait
         waited = _GRPC_IDLE  # the state it waits on
@@ -624,11 +635,29 @@ class AioTransport(Transport):
         except asyncio.CancelledError:
             if self.closed and wait is not None and not wait.done:
                 wait.future = ended = asyncio.get_running_loop().create_future()
-                await asyncio.wait((ended,), timeout=SHUTDOWN_READ_WAIT)
+                if await self._calls_let_go():  # (ended meanwhile: no wait)
+                    await asyncio.wait((ended,), timeout=SHUTDOWN_READ_WAIT)
         except Exception:
             pass
         if wait is not None:
             wait.future.add_done_callback(_ended)  # its outcome read, now or when it ends
+
+    async def _calls_let_go(self) -> bool:
+        """Whether every call of the closed channel is freed (else C-core's
+        channel cannot reach SHUTDOWN), within :data:`LET_GO_TURNS` loop
+        iterations: those it had when it was closed, or all it has if its
+        close has not run."""
+        calls = self._closed_calls or referred_calls(self._channel)
+        for _ in range(LET_GO_TURNS):
+            if not any_referred(calls):
+                return True
+            await asyncio.sleep(0)
+        return not any_referred(calls)
+
+    async def _close_channel(self, channel: Any) -> None:
+        """``channel.close()``, its calls taken first (the close forgets them)."""
+        self._closed_calls = referred_calls(channel)
+        await channel.close()
 
     def connect(self) -> None:
         self._want_connect = True
@@ -656,6 +685,7 @@ class AioTransport(Transport):
 
             target, credentials, options, compression = self._args
             channel = aio_channel(target, credentials, options, compression, authority)
+            keep_until_freed(channel)
             channels[authority] = channel
         return channel
 
@@ -664,7 +694,7 @@ class AioTransport(Transport):
             # the watch is not cancelled: the close ends its wait (SHUTDOWN)
             # and it stops (``_watch``)
             if self._channel is not None:
-                self._loop.create_task(self._channel.close())
+                self._loop.create_task(self._close_channel(self._channel))
             for channel in (self._by_authority or {}).values():
                 self._loop.create_task(channel.close())
 
