@@ -76,8 +76,10 @@ Rules:
 
   ``__dataclass_params__`` then says what the standard decorator's says,
   a frozen slotted class gets the standard ``__getstate__`` /
-  ``__setstate__``, and a class without a docstring the standard one (its
-  name and signature).
+  ``__setstate__``, every class the standard ``__replace__`` where the
+  standard decorator gives one (Python 3.13+, ``copy.replace``; copied
+  from the class it made), and a class without a docstring the standard
+  one (its name and signature).
 
 * Anything else (``repr=False``, ``unsafe_hash``, ``kw_only``, ``match_args``
   or ``weakref_slot`` given, a class defining one of the methods above, a
@@ -607,6 +609,9 @@ def _value_class(
             out.__getstate__ = _GETSTATE  # type: ignore[method-assign, assignment]  # as above
         if "__setstate__" not in cls.__dict__:
             out.__setstate__ = _SETSTATE  # type: ignore[attr-defined]  # as the decorator does
+    replace = _made(slots).__dict__.get("__replace__")  # Python 3.13+
+    if replace is not None and "__replace__" not in cls.__dict__:
+        out.__replace__ = replace  # type: ignore[attr-defined]  # as the decorator does
     if not documented:
         try:
             signature = str(inspect.signature(out)).replace(" -> None", "")
