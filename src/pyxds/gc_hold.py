@@ -36,7 +36,7 @@ Rules
    ``unfreeze()``.  They are not the program's; counted as frozen, they
    kept every hold off there.  3.11 and 3.13 freeze nothing themselves.
    (On 3.12 a program that froze objects before this module was imported,
-   with its first channel, has them counted as the interpreter's.)
+   when it first used pyxds's API, has them counted as the interpreter's.)
 2. Holds nest and come from any thread: the collector is enabled again
    when the last hold is released, and only if pyxds disabled it.
 3. Garbage cycles made meanwhile (by any thread) are not lost: they wait
