@@ -17,8 +17,8 @@ Rules:
    Python 3.12 refuses every new thread once the interpreter is exiting,
    in its atexit hooks), the flushing thread runs what is queued itself,
    as a worker would (in order; a ``submit`` meanwhile queues behind it),
-   and returns True; it was False with nothing run, and an exit hook's
-   close left the xDS watcher callbacks queued before it unrun.
+   and returns True.  (It raised, so the exit hook's close of an xDS
+   client said "not waited" and left the callbacks queued before it.)
 5. :meth:`LingeringPool.shutdown` drops what is queued; a running function
    finishes.
 6. When a worker cannot start (``Thread.start`` raises: the process is out
