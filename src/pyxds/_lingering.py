@@ -13,7 +13,12 @@ Rules:
    worker goes on.
 4. :meth:`LingeringPool.flush` waits, bounded, for what was queued before
    it; called from one of the pool's own workers it returns at once (it
-   would wait for itself).
+   would wait for itself).  When no worker runs and none can start (rule 6:
+   Python 3.12 refuses every new thread once the interpreter is exiting,
+   in its atexit hooks), the flushing thread runs what is queued itself,
+   as a worker would (in order; a ``submit`` meanwhile queues behind it),
+   and returns True.  (It raised, so the exit hook's close of an xDS
+   client said "not waited" and left the callbacks queued before it.)
 5. :meth:`LingeringPool.shutdown` drops what is queued; a running function
    finishes.
 6. When a worker cannot start (``Thread.start`` raises: the process is out
@@ -74,7 +79,9 @@ class LingeringPool:
             self._idle += 1
             number = self._threads
         try:
-            threading.Thread(target=self._run, name=f"{self._name}_{number}", daemon=True).start()
+            threading.Thread(
+                target=self._run, args=(self._linger,), name=f"{self._name}_{number}", daemon=True
+            ).start()
         except Exception as exc:  # RuntimeError("can't start new thread"), MemoryError
             if self._undo_start(fn):
                 raise RuntimeError(
@@ -114,11 +121,26 @@ class LingeringPool:
         if self.on_worker():
             return True
         done = threading.Event()
-        self.submit(done.set)
+        try:
+            self.submit(done.set)
+        except RuntimeError:  # no worker could start (rule 6)
+            return self._work_here()
         with self._lock:
             if self._closed:
                 return True  # nothing queued runs any more
         return done.wait(timeout)
+
+    def _work_here(self) -> bool:
+        """Run the queued functions on the calling thread, as a worker that
+        exits once the queue is empty (rule 4); False when a worker started
+        meanwhile (it runs them: the caller may wait again)."""
+        with self._lock:
+            if self._threads >= self._max:
+                return False
+            self._threads += 1
+            self._idle += 1
+        self._run(0.0)
+        return True
 
     def shutdown(self) -> None:
         with self._lock:
@@ -126,18 +148,18 @@ class LingeringPool:
             while not self._queue.empty():
                 self._queue.get_nowait()
 
-    def _run(self) -> None:
+    def _run(self, linger: float) -> None:
         me = threading.get_ident()
         self._workers.add(me)
         try:
-            self._work()
+            self._work(linger)
         finally:
             self._workers.discard(me)
 
-    def _work(self) -> None:
+    def _work(self, linger: float) -> None:
         while True:
             try:
-                fn = self._queue.get(timeout=self._linger)
+                fn = self._queue.get(timeout=linger)
             except queue.Empty:
                 with self._lock:
                     if self._queue.empty():  # a submit under the lock would be seen

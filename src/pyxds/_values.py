@@ -24,7 +24,10 @@ Rules:
   slotted class of 8 fields took 73 us in all, now 59.  A class whose
   fields the standard decorator refuses (a mutable default, a field
   without an annotation, a ``ClassVar`` with a factory, its own
-  ``__slots__``) gets the standard decorator, for its own errors.  The
+  ``__slots__``, with ``init`` a parameter without a default after one
+  with a default) gets the standard decorator, for its own errors (whose
+  texts differ between Python versions: 3.13 names the default argument
+  too).  The
   ``Field._field_type`` sentinels and the ``__dataclass_params__`` object
   are copied from a class the standard decorator made once per ``slots``
   with nothing to compile (the params' type and arguments differ between
@@ -73,8 +76,10 @@ Rules:
 
   ``__dataclass_params__`` then says what the standard decorator's says,
   a frozen slotted class gets the standard ``__getstate__`` /
-  ``__setstate__``, and a class without a docstring the standard one (its
-  name and signature).
+  ``__setstate__``, every class the standard ``__replace__`` where the
+  standard decorator gives one (Python 3.13+, ``copy.replace``; copied
+  from the class it made), and a class without a docstring the standard
+  one (its name and signature).
 
 * Anything else (``repr=False``, ``unsafe_hash``, ``kw_only``, ``match_args``
   or ``weakref_slot`` given, a class defining one of the methods above, a
@@ -339,18 +344,6 @@ def _init_source(shape: str, post_init: bool, frozen: bool, name: str = "_make_"
     )
 
 
-def _check_defaults(fields: tuple[dataclasses.Field[Any], ...]) -> None:
-    """The standard decorator's check (made whenever ``init`` is true, even
-    for a class with its own ``__init__``)."""
-    seen_default = False
-    for f in fields:
-        if f.init:
-            if not (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING):
-                seen_default = True
-            elif seen_default:
-                raise TypeError(f"non-default argument {f.name!r} follows default argument")
-
-
 def _make_init(
     cls: type, fields: tuple[dataclasses.Field[Any], ...], slots: bool, frozen: bool
 ) -> Any:
@@ -467,6 +460,7 @@ def _collect(cls: type, slots: bool, params: dict[str, bool]) -> type | None:
             inherited.update(base_slots)
     annotations = inspect.get_annotations(cls)
     found: list[tuple[str, Any, Any, bool]] = []
+    seen_default = False  # a parameter with a default before this one
     for name, annotation in annotations.items():
         via = None
         named = annotation
@@ -483,18 +477,30 @@ def _collect(cls: type, slots: bool, params: dict[str, bool]) -> type | None:
             or (type(named) is _ALIAS and getattr(named, "__origin__", None) is typing.ClassVar)
         )
         default = getattr(cls, name, _MISSING)
+        parameter = not classvar
         if isinstance(default, dataclasses.Field):
             if default.kw_only is not _MISSING or (
                 classvar and default.default_factory is not _MISSING
             ):
                 return None
             value = default.default
+            parameter = parameter and default.init
+            defaulted = value is not _MISSING or default.default_factory is not _MISSING
         else:
             if isinstance(default, types.MemberDescriptorType):
                 default = _MISSING
             value = default
+            defaulted = value is not _MISSING
         if not classvar and value.__class__.__hash__ is None:
             return None  # a mutable default: the standard decorator's ValueError
+        if parameter and params["init"]:
+            if defaulted:
+                seen_default = True
+            elif seen_default:
+                # the standard decorator's TypeError (checked even for a
+                # class with its own __init__), whose text differs between
+                # Python versions (3.13 names the default argument too)
+                return None
         found.append((name, annotation, default, classvar))
     for name, value in cls.__dict__.items():
         if isinstance(value, dataclasses.Field) and name not in annotations:
@@ -593,10 +599,8 @@ def _value_class(
     if out is None:
         return None
     fields: tuple[dataclasses.Field[Any], ...] = dataclasses.fields(out)
-    if init:
-        _check_defaults(fields)
-        if "__init__" not in cls.__dict__:  # the standard decorator keeps the class's own
-            out.__init__ = _make_init(out, fields, slots, frozen)  # type: ignore[misc]  # as it does
+    if init and "__init__" not in cls.__dict__:  # the standard decorator keeps the class's own
+        out.__init__ = _make_init(out, fields, slots, frozen)  # type: ignore[misc]  # as it does
     _add_value_methods(out, fields, frozen, eq, order)
     if frozen:
         _add_frozen_methods(out, cls, tuple(f.name for f in fields))
@@ -605,6 +609,9 @@ def _value_class(
             out.__getstate__ = _GETSTATE  # type: ignore[method-assign, assignment]  # as above
         if "__setstate__" not in cls.__dict__:
             out.__setstate__ = _SETSTATE  # type: ignore[attr-defined]  # as the decorator does
+    replace = _made(slots).__dict__.get("__replace__")  # Python 3.13+
+    if replace is not None and "__replace__" not in cls.__dict__:
+        out.__replace__ = replace  # type: ignore[attr-defined]  # as the decorator does
     if not documented:
         try:
             signature = str(inspect.signature(out)).replace(" -> None", "")

@@ -250,6 +250,34 @@ with pyxds.insecure_channel(TARGET) as managed:
     assert delay < EXIT_LIMIT
 
 
+def test_a_subscriber_of_a_channel_never_closed_sees_it_shut_down_at_exit_quietly(world):
+    """The exit hook's close delivers SHUTDOWN to a ``subscribe`` callback,
+    on every Python: 3.12 starts no thread in atexit hooks, where the
+    delivery's thread failed to start (a logged traceback, no SHUTDOWN)."""
+    body = """
+import atexit, threading
+seen = []
+shut = threading.Event()
+def report():  # registered before pyxds's exit hook: runs after it
+    shut.wait(5)
+    print("STATES", ",".join(state.name for state in seen), flush=True)
+atexit.register(report)
+import pyxds
+channel = pyxds.insecure_channel(TARGET)
+def on_state(state):
+    seen.append(state)
+    if state is grpc.ChannelConnectivity.SHUTDOWN:
+        shut.set()
+channel.subscribe(on_state)
+assert channel.unary_unary(WHO)(b"", timeout=5) == b"exit-a"
+"""
+    delay, stdout, stderr = run_script(textwrap.dedent(body), TARGET, world)
+    assert stderr.strip() == "", stderr
+    (states,) = [line.split()[1] for line in stdout.splitlines() if line.startswith("STATES ")]
+    assert states.split(",")[-2:] == ["READY", "SHUTDOWN"]
+    assert delay < EXIT_LIMIT, f"exit held up {delay:.2f} s after the last line"
+
+
 QUIET_CLOSE = """
 import sys
 sys.path.insert(0, E2E)

@@ -30,7 +30,7 @@ def collector() -> Iterator[None]:
     put back as it was afterwards."""
     was_enabled = gc.isenabled()
     gc.enable()
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() <= gc_hold.interpreter_frozen()  # the program froze nothing
     yield
     assert gc_hold.holding() == 0
     if not was_enabled:
@@ -139,6 +139,50 @@ def test_a_program_that_froze_objects_is_left_alone(collector: None) -> None:
 class _Node:
     def __init__(self) -> None:
         self.other: object = None
+
+
+def test_objects_the_interpreter_keeps_frozen_keep_no_hold_off(
+    collector: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rule 1 on CPython 3.12, whose frozen generation holds immortal
+    objects of its own (every hold was refused there): they are not the
+    program's, and go to the oldest generation with the rest; one object
+    more frozen is the program's, and left alone."""
+    own = [_Node() for _ in range(3)]  # stand for the interpreter's
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        monkeypatch.setattr(gc_hold, "_interpreter_frozen", frozen)
+        assert gc_hold.hold() is True
+        assert not gc.isenabled()
+        gc_hold.release()
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        assert any(o is own[0] for o in gc.get_objects(generation=2))
+        monkeypatch.setattr(gc_hold, "_interpreter_frozen", 0)
+        gc.freeze()  # the program's own now
+        assert gc.get_freeze_count() > 0
+        assert gc_hold.hold() is False
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+
+
+def test_a_fresh_interpreter_s_own_frozen_objects_keep_no_hold_off() -> None:
+    """What Python 3.12 starts with frozen (375 immortal tuples on 3.12.1),
+    and puts back after a full collection, is not the program's."""
+    script = """
+    import gc, json
+    from pyxds import gc_hold
+    steps = {}
+    for step in ("start", "after a full collection"):
+        steps[step] = gc_hold.hold()
+        if steps[step]:
+            gc_hold.release()
+        gc.collect()
+    print(json.dumps(steps))
+    """
+    assert fresh(textwrap.dedent(script)) == {"start": True, "after a full collection": True}
 
 
 def test_what_survives_a_hold_goes_to_the_oldest_generation_and_garbage_is_not_lost(

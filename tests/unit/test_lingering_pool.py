@@ -147,3 +147,33 @@ def test_a_worker_that_cannot_start_raises_a_clear_error_and_leaves_the_pool_usa
     assert ran == ["next"]
     assert pool.threads == 1
     assert _until(lambda: pool.threads == 0, WAIT)  # and the worker lingers out as usual
+
+
+def test_a_flush_no_worker_can_start_for_runs_the_queued_functions_itself(monkeypatch):
+    """Rule 4 where no thread can start (Python 3.12 refuses every new
+    thread in atexit hooks, where pyxds closes the channels left open):
+    functions other submits queued while the flush's worker failed to
+    start (they saw it counted, so they only queued) run on the flushing
+    thread, in order, and flush says True.  Before, flush raised, the
+    xDS client's close said "not waited", and they waited for a worker
+    that never came."""
+    pool = _pool()
+    me = threading.get_ident()
+    ran: list[tuple[str, int]] = []
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name.startswith("test-lingering"):
+            for name in ("first", "second"):
+                pool.submit(lambda name=name: ran.append((name, threading.get_ident())))
+            raise RuntimeError("can't create new thread at interpreter shutdown")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    assert pool.flush(WAIT)
+    assert ran == [("first", me), ("second", me)]
+    assert pool.threads == 0 and not pool.on_worker()
+    monkeypatch.undo()  # threads start again: a worker runs the next ones
+    pool.submit(lambda: ran.append(("later", threading.get_ident())))
+    assert pool.flush(WAIT)
+    assert ran[-1][0] == "later" and ran[-1][1] != me

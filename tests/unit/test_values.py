@@ -533,7 +533,25 @@ def _pair(make, **params):
         ), setting
     assert ours.__match_args__ == std.__match_args__
     assert ours.__doc__ == std.__doc__
+    # the same names on both (Python 3.13's decorator adds __replace__)
+    assert sorted(ours.__dict__) == sorted(std.__dict__)
     return std, ours
+
+
+def test_copy_replace_works_on_a_value_class_as_on_a_standard_one():
+    """Python 3.13's ``copy.replace`` calls the ``__replace__`` its standard
+    decorator adds to every dataclass (a value class had none there: a
+    TypeError); before 3.13 neither class has one."""
+    for slots in (False, True):
+        std, ours = _pair(
+            lambda: {"__annotations__": {"a": "int", "b": "int"}}, frozen=True, slots=slots
+        )
+        assert (
+            hasattr(ours, "__replace__") == hasattr(std, "__replace__") == hasattr(copy, "replace")
+        )
+        if hasattr(copy, "replace"):
+            assert copy.replace(ours(1, 2), a=5) == ours(5, 2)
+            assert copy.replace(std(1, 2), a=5) == std(5, 2)
 
 
 def test_order_compares_as_the_standard_dataclass():

@@ -131,7 +131,9 @@ class XdsChannel(grpc.Channel):
         try_to_connect: bool = False,
     ) -> None:
         """Like grpcio: ``callback`` gets the current state at once and every
-        change after, on a pyxds thread (never the caller's)."""
+        change after, on a pyxds thread (never the caller's; where no thread
+        can start, Python 3.12's atexit hooks closing a channel the program
+        left open, on the thread that changed the state)."""
         delivery = _Delivery(callback)
 
         def on_state(state: ConnectivityState) -> None:
@@ -193,7 +195,11 @@ class XdsChannel(grpc.Channel):
 
 class _Delivery:
     """Delivers connectivity callbacks in order on a short-lived thread, so
-    a slow user callback never stalls the channel."""
+    a slow user callback never stalls the channel.  Where no thread can
+    start (Python 3.12 refuses them in atexit hooks, where pyxds closes the
+    channels left open: the SHUTDOWN of such a channel), the pushing thread
+    delivers them itself; it raised into the channel's state watchers
+    (a logged traceback at exit), and the callback got nothing more."""
 
     def __init__(self, callback: Callable[[grpc.ChannelConnectivity], None]) -> None:
         self._callback = callback
@@ -208,7 +214,10 @@ class _Delivery:
             if self._running:
                 return
             self._running = True
-        threading.Thread(target=self._run, name="pyxds-connectivity", daemon=True).start()
+        try:
+            threading.Thread(target=self._run, name="pyxds-connectivity", daemon=True).start()
+        except RuntimeError:  # no thread can start: delivered here, in order
+            self._run()
 
     def _run(self) -> None:
         while True:

@@ -7,7 +7,11 @@ too.  The rules, and why:
    atexit hooks run after the main thread's last line and before the
    interpreter starts finalizing, while pyxds's daemon threads (timers, the
    xDS client's executor, subchannel closers) still run, so a close can
-   take the locks those threads hold and hand work to them.
+   take the locks those threads hold and hand work to them.  Python 3.12
+   starts no new thread there (3.11 and 3.13 do), so what a close hands to
+   a thread that has lingered out runs on the closing thread instead: the
+   xDS watcher callbacks' flush (``LingeringPool.flush``) and the SHUTDOWN
+   a ``subscribe`` callback gets.
 2. **``__del__`` never closes anything itself.**  It may run on any thread,
    at any allocation, even inside a callback holding the serializer's or the
    clock's lock; and once the interpreter is finalizing, daemon threads are
