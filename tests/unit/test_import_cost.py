@@ -167,3 +167,20 @@ def test_two_threads_making_the_first_channels_at_once_both_get_working_ones() -
         "assert len(done) == 4 and all(d == done[0] for d in done), done\n"
     )
     assert {"pyxds.channel.dump", "pyxds.channel.channel", "pyxds.channel.aio"} <= loaded
+
+
+def test_the_xds_resolver_loads_no_lb_policy_on_the_calling_thread() -> None:
+    """The xDS tree's policies load on the load-ahead thread while the first
+    resources come (pyxds.resolver.xds_resolver, ``_load_policies_ahead``),
+    not when the resolver's modules load on the thread making the channel:
+    the ConfigSelector names ``xds_override_host``'s call attribute from
+    ``pyxds.lb.api``, not from the policy's module."""
+    policies = (
+        "pyxds.lb.xds_override_host",
+        "pyxds.lb.outlier_detection",
+        "pyxds.lb.xds_cluster_impl",
+        "pyxds.lb.cds",
+        "pyxds.lb.round_robin",
+    )
+    loaded = _loaded_after("import pyxds.resolver.xds_resolver")
+    assert _families(loaded, policies) == []
