@@ -146,10 +146,10 @@ def _value_methods(
     ``__hash__`` (from the fields when frozen, else ``None``; the class's own
     is kept, as the standard decorator keeps it); with ``order``, the four
     comparisons."""
-    compared = tuple(f.name for f in fields if f.compare)
-    hashed = tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))
-    shown = tuple(f.name for f in fields if f.repr)
-    body = "(" + ", ".join(f"{name}={{!r}}" for name in shown) + ")"
+    compared = tuple([f.name for f in fields if f.compare])
+    hashed = tuple([f.name for f in fields if (f.compare if f.hash is None else f.hash)])
+    shown = tuple([f.name for f in fields if f.repr])
+    body = "(" + ", ".join([f"{name}={{!r}}" for name in shown]) + ")"
     values_shown = _values_of(shown)
     running: set[tuple[int, int]] = set()
 
@@ -178,6 +178,18 @@ def _value_methods(
 
 #: (operator or "hash", number of fields) -> the template method's code
 _METHODS: dict[tuple[str, int], types.CodeType] = {}
+#: (prefix, n) -> the placeholder names ``<prefix>0`` .. ``<prefix><n-1>``
+_PLACEHOLDERS: dict[tuple[str, int], tuple[str, ...]] = {}
+
+
+def _placeholders(prefix: str, n: int) -> tuple[str, ...]:
+    """The templates' placeholder names ``<prefix><i>`` for ``i < n``."""
+    names = _PLACEHOLDERS.get((prefix, n))
+    if names is None:
+        names = _PLACEHOLDERS[prefix, n] = tuple(f"{prefix}{i}" for i in range(n))
+    return names
+
+
 #: the operators' method names
 _OPERATORS = {"==": "__eq__", "hash": "__hash__", **{op: name for name, op in _ORDER}}
 #: what the templates' code objects say they were compiled from
@@ -236,7 +248,7 @@ def _method(cls: type, name: str, op: str, names: tuple[str, ...]) -> types.Func
     ``NotImplemented``; from a template per (op, number of fields) with the
     attribute names replaced."""
     template = _method_template(op, len(names))
-    placeholders = {f"n{i}": field for i, field in enumerate(names)}
+    placeholders = dict(zip(_placeholders("n", len(names)), names, strict=False))
     qualname = f"{cls.__qualname__}.{name}"
     words = template.co_names
     code = template.replace(
@@ -361,23 +373,25 @@ def _check_defaults(fields: tuple[dataclasses.Field[Any], ...]) -> None:
 def _make_init(
     cls: type, fields: tuple[dataclasses.Field[Any], ...], slots: bool, frozen: bool
 ) -> Any:
-    shape = "".join(_kind(f, slots) for f in fields)
+    shape = "".join([_kind(f, slots) for f in fields])
     template = _template(shape, hasattr(cls, "__post_init__"), frozen)
     names = [f.name for f in fields]
     self_name = "__dataclass_self__" if "self" in names else "self"
     params = [f for f in fields if f.init]
-    attributes = {f"n{i}": name for i, name in enumerate(names)}
+    attributes = dict(zip(_placeholders("n", len(names)), names, strict=False))
     code = template.replace(
-        co_varnames=(self_name, *(f.name for f in params)),
+        co_varnames=(self_name, *[f.name for f in params]),
         co_names=tuple(map(attributes.get, template.co_names, template.co_names)),
         co_qualname=f"{cls.__qualname__}.__init__",
     )
-    cell_values: dict[str, Any] = {"_set_": _SET, "_factory_": _FACTORY}
-    for i, f in enumerate(fields):
-        cell_values[f"n{i}"] = f.name
-        cell_values[f"v{i}"] = (
-            f.default if f.default_factory is dataclasses.MISSING else f.default_factory
+    cell_values: dict[str, Any] = {"_set_": _SET, "_factory_": _FACTORY, **attributes}
+    cell_values.update(
+        zip(
+            _placeholders("v", len(fields)),
+            [f.default if f.default_factory is _MISSING else f.default_factory for f in fields],
+            strict=False,
         )
+    )
     module = sys.modules.get(cls.__module__)
     init = types.FunctionType(
         code,
@@ -550,17 +564,17 @@ def _collect(
         setattr(settings, setting, value)
     _put(cls, namespace, "__dataclass_params__", settings)
     _put(cls, namespace, "__dataclass_fields__", fields)
-    names = tuple(name for name, f in fields.items() if f._field_type is field_type)  # type: ignore[attr-defined]
+    names = tuple([name for name, f in fields.items() if f._field_type is field_type])  # type: ignore[attr-defined]
     if "__match_args__" not in cls.__dict__:
-        _put(cls, namespace, "__match_args__", tuple(n for n in names if fields[n].init))
+        _put(cls, namespace, "__match_args__", tuple([n for n in names if fields[n].init]))
     if namespace is not None:
-        namespace["__slots__"] = tuple(name for name in names if name not in inherited)
+        namespace["__slots__"] = tuple([name for name in names if name not in inherited])
         for name in names:
             namespace.pop(name, None)
         namespace.pop("__dict__", None)
         namespace.pop("__weakref__", None)
         namespace["__qualname__"] = cls.__qualname__
-    return tuple(fields[name] for name in names), namespace
+    return tuple([fields[name] for name in names]), namespace
 
 
 def _put(cls: type, namespace: dict[str, Any] | None, name: str, value: Any) -> None:
