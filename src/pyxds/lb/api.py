@@ -39,6 +39,7 @@ __all__ = [
     "ATTEMPT_NOT_STARTED",
     "REQUEST_HASH_KEY",
     "AUTO_HOST_REWRITE_KEY",
+    "OVERRIDE_HOST_ATTRIBUTE",
     "AUTHORITY_HEADER",
     "Endpoint",
     "ResolverUpdate",
