@@ -599,6 +599,19 @@ _GETSTATE = getattr(dataclasses, "_dataclass_getstate", _getstate)
 _SETSTATE = getattr(dataclasses, "_dataclass_setstate", _setstate)
 
 
+def _annotations(cls: type) -> dict[str, Any]:
+    """``inspect.get_annotations(cls)``: a copy of the annotations dict a
+    class body wrote (Python 3.11-3.13), read without the copy of the whole
+    class namespace ``inspect`` makes for ``eval_str`` (~15k instructions a
+    class: issue 18, start-up); anything else (no annotations, a lazily
+    evaluated ``__annotate__`` of Python 3.14) is ``inspect``'s to answer."""
+    namespace = cls.__dict__
+    annotations = namespace.get("__annotations__")
+    if type(annotations) is dict and "__annotate__" not in namespace:
+        return dict(annotations)
+    return inspect.get_annotations(cls)
+
+
 def _ours(cls: type, params: dict[str, Any]) -> dict[str, Any] | None:
     """The class's annotations when it is taken here (see the module
     docstring), else None."""
@@ -613,7 +626,7 @@ def _ours(cls: type, params: dict[str, Any]) -> dict[str, Any] | None:
     for base in cls.__mro__[1:]:
         if hasattr(base, "__dataclass_fields__"):
             return None
-    annotations = inspect.get_annotations(cls)  # once: _collect reads them too
+    annotations = _annotations(cls)  # once: _collect reads them too
     for annotation in annotations.values():
         if isinstance(annotation, str):
             if _NOT_OURS[0] in annotation or _NOT_OURS[1] in annotation:
