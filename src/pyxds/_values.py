@@ -17,7 +17,10 @@ Rules:
   decorator collects them (``_collect``: the same ``Field`` objects, its
   ``ClassVar`` rule, defaults put on the class or taken off it,
   ``__dataclass_fields__``, ``__dataclass_params__``, ``__match_args__``,
-  the class re-created once for slots, as it always is), in about half
+  the class re-created once for slots, as it always is, with the methods
+  below already in its namespace, as the standard decorator has them:
+  setting each on the class afterwards updated its type slots again), in
+  about half
   the time the standard decorator took when it was called here, with
   everything off, only to collect (it matches each annotation against
   ``ClassVar``, ``InitVar`` and ``KW_ONLY`` with a regex apiece): a frozen
@@ -136,16 +139,22 @@ def _values_of(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
     return get
 
 
-def _add_value_methods(
-    cls: type, fields: tuple[dataclasses.Field[Any], ...], frozen: bool, eq: bool, order: bool
+def _value_methods(
+    methods: dict[str, Any],
+    cls: type,
+    fields: tuple[dataclasses.Field[Any], ...],
+    frozen: bool,
+    eq: bool,
+    order: bool,
 ) -> None:
-    """``__repr__``; with ``eq``, ``__eq__`` and ``__hash__`` (from the fields
-    when frozen, else ``None``; the class's own is kept, as the standard
-    decorator keeps it); with ``order``, the four comparisons."""
-    compared = tuple(f.name for f in fields if f.compare)
-    hashed = tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))
-    shown = tuple(f.name for f in fields if f.repr)
-    body = "(" + ", ".join(f"{name}={{!r}}" for name in shown) + ")"
+    """Into ``methods``: ``__repr__``; with ``eq``, ``__eq__`` and
+    ``__hash__`` (from the fields when frozen, else ``None``; the class's own
+    is kept, as the standard decorator keeps it); with ``order``, the four
+    comparisons."""
+    compared = tuple([f.name for f in fields if f.compare])
+    hashed = tuple([f.name for f in fields if (f.compare if f.hash is None else f.hash)])
+    shown = tuple([f.name for f in fields if f.repr])
+    body = "(" + ", ".join([f"{name}={{!r}}" for name in shown]) + ")"
     values_shown = _values_of(shown)
     running: set[tuple[int, int]] = set()
 
@@ -161,21 +170,31 @@ def _add_value_methods(
             running.discard(key)
 
     __repr__.__qualname__ = f"{cls.__qualname__}.__repr__"
-    cls.__repr__ = __repr__  # type: ignore[assignment, method-assign]  # as the decorator does
+    methods["__repr__"] = __repr__
     if eq:
-        _add_method(cls, "__eq__", "==", compared)
+        methods["__eq__"] = _method(cls, "__eq__", "==", compared)
         if "__hash__" not in cls.__dict__:
-            if frozen:
-                _add_method(cls, "__hash__", "hash", hashed)
-            else:
-                cls.__hash__ = None  # type: ignore[assignment]  # as the standard decorator
+            # from the fields when frozen; else None, as the standard decorator
+            methods["__hash__"] = _method(cls, "__hash__", "hash", hashed) if frozen else None
     if order:
         for name, op in _ORDER:
-            _add_method(cls, name, op, compared)
+            methods[name] = _method(cls, name, op, compared)
 
 
 #: (operator or "hash", number of fields) -> the template method's code
 _METHODS: dict[tuple[str, int], types.CodeType] = {}
+#: (prefix, n) -> the placeholder names ``<prefix>0`` .. ``<prefix><n-1>``
+_PLACEHOLDERS: dict[tuple[str, int], tuple[str, ...]] = {}
+
+
+def _placeholders(prefix: str, n: int) -> tuple[str, ...]:
+    """The templates' placeholder names ``<prefix><i>`` for ``i < n``."""
+    names = _PLACEHOLDERS.get((prefix, n))
+    if names is None:
+        names = _PLACEHOLDERS[prefix, n] = tuple(f"{prefix}{i}" for i in range(n))
+    return names
+
+
 #: the operators' method names
 _OPERATORS = {"==": "__eq__", "hash": "__hash__", **{op: name for name, op in _ORDER}}
 #: what the templates' code objects say they were compiled from
@@ -227,29 +246,29 @@ def _shipped() -> types.ModuleType:
     return _value_templates
 
 
-def _add_method(cls: type, name: str, op: str, names: tuple[str, ...]) -> None:
+def _method(cls: type, name: str, op: str, names: tuple[str, ...]) -> types.FunctionType:
     """``cls.<name>`` as the standard decorator generates it over ``names``:
     ``hash((self.a, ...))`` for ``op == "hash"``, else ``(self.a, ...) <op>
     (other.a, ...)`` when ``other.__class__ is self.__class__``, else
     ``NotImplemented``; from a template per (op, number of fields) with the
     attribute names replaced."""
     template = _method_template(op, len(names))
-    placeholders = {f"n{i}": field for i, field in enumerate(names)}
+    placeholders = dict(zip(_placeholders("n", len(names)), names, strict=False))
     qualname = f"{cls.__qualname__}.{name}"
+    words = template.co_names
     code = template.replace(
-        co_name=name,
-        co_names=tuple(placeholders.get(word, word) for word in template.co_names),
-        co_qualname=qualname,
+        co_name=name, co_names=tuple(map(placeholders.get, words, words)), co_qualname=qualname
     )
     module = sys.modules.get(cls.__module__)
     method = types.FunctionType(code, module.__dict__ if module is not None else {}, name)
     method.__qualname__ = qualname
-    setattr(cls, name, method)
+    return method
 
 
-def _add_frozen_methods(cls: type, owner: type[Any], names: tuple[str, ...]) -> None:
-    """The standard frozen ``__setattr__`` / ``__delattr__``; ``owner`` is the
-    class the decorator was given (before slots re-created it)."""
+def _frozen_methods(methods: dict[str, Any], owner: type[Any], names: tuple[str, ...]) -> None:
+    """Into ``methods``: the standard frozen ``__setattr__`` /
+    ``__delattr__``; ``owner`` is the class the decorator was given (before
+    slots re-created it)."""
     frozen_error = dataclasses.FrozenInstanceError
 
     def __setattr__(self: Any, name: str, value: Any) -> None:
@@ -264,7 +283,7 @@ def _add_frozen_methods(cls: type, owner: type[Any], names: tuple[str, ...]) -> 
 
     for name, fn in (("__setattr__", __setattr__), ("__delattr__", __delattr__)):
         fn.__qualname__ = f"{owner.__qualname__}.{name}"
-        setattr(cls, name, fn)
+        methods[name] = fn
 
 
 # --- __init__ from a template per shape -------------------------------------
@@ -347,23 +366,25 @@ def _init_source(shape: str, post_init: bool, frozen: bool, name: str = "_make_"
 def _make_init(
     cls: type, fields: tuple[dataclasses.Field[Any], ...], slots: bool, frozen: bool
 ) -> Any:
-    shape = "".join(_kind(f, slots) for f in fields)
+    shape = "".join([_kind(f, slots) for f in fields])
     template = _template(shape, hasattr(cls, "__post_init__"), frozen)
     names = [f.name for f in fields]
     self_name = "__dataclass_self__" if "self" in names else "self"
     params = [f for f in fields if f.init]
-    attributes = {f"n{i}": name for i, name in enumerate(names)}
+    attributes = dict(zip(_placeholders("n", len(names)), names, strict=False))
     code = template.replace(
-        co_varnames=(self_name, *(f.name for f in params)),
-        co_names=tuple(attributes.get(name, name) for name in template.co_names),
+        co_varnames=(self_name, *[f.name for f in params]),
+        co_names=tuple(map(attributes.get, template.co_names, template.co_names)),
         co_qualname=f"{cls.__qualname__}.__init__",
     )
-    cell_values: dict[str, Any] = {"_set_": _SET, "_factory_": _FACTORY}
-    for i, f in enumerate(fields):
-        cell_values[f"n{i}"] = f.name
-        cell_values[f"v{i}"] = (
-            f.default if f.default_factory is dataclasses.MISSING else f.default_factory
+    cell_values: dict[str, Any] = {"_set_": _SET, "_factory_": _FACTORY, **attributes}
+    cell_values.update(
+        zip(
+            _placeholders("v", len(fields)),
+            [f.default if f.default_factory is _MISSING else f.default_factory for f in fields],
+            strict=False,
         )
+    )
     module = sys.modules.get(cls.__module__)
     init = types.FunctionType(
         code,
@@ -388,6 +409,11 @@ def _make_init(
 #: the standard decorator's reading of a string annotation: an optional
 #: ``module.`` and the name it looks up (``dataclasses._MODULE_IDENTIFIER_RE``)
 _LEADING_NAME = re.compile(r"^(?:\s*(\w+)\s*\.)?\s*(\w+)")
+#: annotation text -> what ``_LEADING_NAME`` reads in it (a regex match a
+#: field was ~6k instructions, and pyxds's classes repeat their annotations:
+#: issue 18, start-up); at most ``_LEADING_MAX`` texts
+_LEADING: dict[str, tuple[str | None, str] | None] = {}
+_LEADING_MAX = 1024
 #: ``typing.ClassVar[X]``'s type
 _ALIAS = type(typing.ClassVar[int])
 _MISSING: Any = dataclasses.MISSING
@@ -430,22 +456,32 @@ def _named(annotation: str, module: types.ModuleType) -> tuple[Any, Any]:
     """(the object a string annotation's leading name is in ``module``, the
     module its ``module.`` prefix names, None without one), as the standard
     decorator resolves it for ``ClassVar``, ``InitVar`` and ``KW_ONLY``."""
-    match = _LEADING_NAME.match(annotation)
-    if match is None:
+    leading = _LEADING.get(annotation, _MISSING)
+    if leading is _MISSING:
+        match = _LEADING_NAME.match(annotation)
+        leading = None if match is None else (match[1], match[2])
+        if len(_LEADING) < _LEADING_MAX:
+            _LEADING[annotation] = leading
+    if leading is None:
         return None, None
-    prefix, name = match.groups()
+    prefix, name = leading
     if not prefix:
         return module.__dict__.get(name), None
     via = module.__dict__.get(prefix)
     return (vars(via).get(name) if via is typing or via is dataclasses else None), via
 
 
-def _collect(cls: type, slots: bool, params: dict[str, bool]) -> type | None:
-    """``cls`` with its fields collected as the standard decorator collects
-    them (see the module docstring): ``__dataclass_fields__``,
-    ``__dataclass_params__`` (``params``), the defaults on the class,
-    ``__match_args__``, re-created with ``__slots__`` if ``slots``; None
-    (``cls`` untouched) where the standard decorator has to decide."""
+def _collect(
+    cls: type, slots: bool, params: dict[str, bool], annotations: dict[str, Any]
+) -> tuple[tuple[dataclasses.Field[Any], ...], dict[str, Any] | None] | None:
+    """The fields of ``cls`` (``annotations``) collected as the standard
+    decorator collects them (see the module docstring), and what it puts on
+    the class: ``__dataclass_fields__``, ``__dataclass_params__``
+    (``params``), the defaults, ``__match_args__``.  Without ``slots`` they
+    are set on ``cls`` (None for the namespace); with ``slots``, ``cls`` is
+    left as it is and they are in the namespace returned, of the class
+    re-created with ``__slots__`` once its methods are in too.  None (``cls``
+    untouched) where the standard decorator has to decide."""
     module = sys.modules.get(cls.__module__)
     if module is None or (slots and "__slots__" in cls.__dict__):
         return None
@@ -458,7 +494,6 @@ def _collect(cls: type, slots: bool, params: dict[str, bool]) -> type | None:
             if hasattr(base_slots, "__next__"):
                 return None  # the standard decorator's TypeError
             inherited.update(base_slots)
-    annotations = inspect.get_annotations(cls)
     found: list[tuple[str, Any, Any, bool]] = []
     seen_default = False  # a parameter with a default before this one
     for name, annotation in annotations.items():
@@ -508,6 +543,7 @@ def _collect(cls: type, slots: bool, params: dict[str, bool]) -> type | None:
     made = _made(slots)
     field_type = made.__dataclass_fields__["a"]._field_type
     classvar_type = made.__dataclass_fields__["b"]._field_type
+    namespace = dict(cls.__dict__) if slots else None
     fields: dict[str, dataclasses.Field[Any]] = {}
     for name, annotation, default, classvar in found:
         f = (
@@ -523,30 +559,36 @@ def _collect(cls: type, slots: bool, params: dict[str, bool]) -> type | None:
             f.kw_only = False
         fields[name] = f
         if isinstance(default, dataclasses.Field):
-            if f.default is _MISSING:
-                delattr(cls, name)
+            if f.default is not _MISSING:
+                _put(cls, namespace, name, f.default)
+            elif namespace is not None and name in namespace:
+                del namespace[name]
             else:
-                setattr(cls, name, f.default)
+                delattr(cls, name)  # (a Field in a base's namespace: the decorator's error)
     settings = _copy_params(made.__dataclass_params__)
     for setting, value in params.items():
         setattr(settings, setting, value)
-    cls.__dataclass_params__ = settings  # type: ignore[attr-defined]  # as the decorator does
-    cls.__dataclass_fields__ = fields  # type: ignore[attr-defined]  # as above
-    names = tuple(name for name, f in fields.items() if f._field_type is field_type)  # type: ignore[attr-defined]
+    _put(cls, namespace, "__dataclass_params__", settings)
+    _put(cls, namespace, "__dataclass_fields__", fields)
+    names = tuple([name for name, f in fields.items() if f._field_type is field_type])  # type: ignore[attr-defined]
     if "__match_args__" not in cls.__dict__:
-        cls.__match_args__ = tuple(name for name in names if fields[name].init)  # type: ignore[attr-defined, misc]
-    if slots:
-        namespace = dict(cls.__dict__)
-        namespace["__slots__"] = tuple(name for name in names if name not in inherited)
+        _put(cls, namespace, "__match_args__", tuple([n for n in names if fields[n].init]))
+    if namespace is not None:
+        namespace["__slots__"] = tuple([name for name in names if name not in inherited])
         for name in names:
             namespace.pop(name, None)
         namespace.pop("__dict__", None)
         namespace.pop("__weakref__", None)
-        qualname = cls.__qualname__
-        cls = type(cls)(cls.__name__, cls.__bases__, namespace)
-        cls.__qualname__ = qualname
-    abc.update_abstractmethods(cls)
-    return cls
+        namespace["__qualname__"] = cls.__qualname__
+    return tuple([fields[name] for name in names]), namespace
+
+
+def _put(cls: type, namespace: dict[str, Any] | None, name: str, value: Any) -> None:
+    """``cls.<name> = value``, or into the namespace of its slotted copy."""
+    if namespace is None:
+        setattr(cls, name, value)
+    else:
+        namespace[name] = value
 
 
 def _getstate(self: Any) -> list[Any]:
@@ -563,55 +605,90 @@ _GETSTATE = getattr(dataclasses, "_dataclass_getstate", _getstate)
 _SETSTATE = getattr(dataclasses, "_dataclass_setstate", _setstate)
 
 
-def _ours(cls: type, params: dict[str, Any]) -> bool:
+def _annotations(cls: type) -> dict[str, Any]:
+    """``inspect.get_annotations(cls)``: a copy of the annotations dict a
+    class body wrote (Python 3.11-3.13), read without the copy of the whole
+    class namespace ``inspect`` makes for ``eval_str`` (~15k instructions a
+    class: issue 18, start-up); anything else (no annotations, a lazily
+    evaluated ``__annotate__`` of Python 3.14) is ``inspect``'s to answer."""
+    namespace = cls.__dict__
+    annotations = namespace.get("__annotations__")
+    if type(annotations) is dict and "__annotate__" not in namespace:
+        return dict(annotations)
+    return inspect.get_annotations(cls)
+
+
+def _ours(cls: type, params: dict[str, Any]) -> dict[str, Any] | None:
+    """The class's annotations when it is taken here (see the module
+    docstring), else None."""
     if not _PARAMS.issuperset(params):
-        return False
+        return None
     if params.get("order") and not params.get("eq", True):
-        return False  # the standard decorator's ValueError
+        return None  # the standard decorator's ValueError
     own = _OWN_ORDER if params.get("order") else _OWN
     namespace = cls.__dict__
     if _FACTORY is None or not namespace.keys().isdisjoint(own):
-        return False
+        return None
     for base in cls.__mro__[1:]:
         if hasattr(base, "__dataclass_fields__"):
-            return False
-    for annotation in inspect.get_annotations(cls).values():
+            return None
+    annotations = _annotations(cls)  # once: _collect reads them too
+    for annotation in annotations.values():
         if isinstance(annotation, str):
             if _NOT_OURS[0] in annotation or _NOT_OURS[1] in annotation:
-                return False
+                return None
         elif annotation in (dataclasses.KW_ONLY, dataclasses.InitVar) or isinstance(
             annotation, dataclasses.InitVar
         ):
-            return False
+            return None
     for value in namespace.values():
         if isinstance(value, dataclasses.Field) and value.kw_only is True:
-            return False
-    return True
+            return None
+    return annotations
 
 
 def _value_class(
-    cls: type, slots: bool, init: bool, order: bool, frozen: bool, eq: bool
+    cls: type,
+    annotations: dict[str, Any],
+    slots: bool,
+    init: bool,
+    order: bool,
+    frozen: bool,
+    eq: bool,
 ) -> type | None:
-    """``cls`` made a value class; None where the standard decorator decides."""
+    """``cls`` made a value class; None where the standard decorator decides.
+    With ``slots``, the methods go into the namespace of the slotted copy
+    before it is made, as the standard decorator has them in the class it
+    copies (each one set on a class afterwards updated the type's slots
+    again: issue 18, start-up)."""
     documented = bool(cls.__dict__.get("__doc__"))
     settings = {"init": init, "repr": True, "eq": eq, "order": order, "frozen": frozen}
-    out = _collect(cls, slots, settings)
-    if out is None:
+    collected = _collect(cls, slots, settings, annotations)
+    if collected is None:
         return None
-    fields: tuple[dataclasses.Field[Any], ...] = dataclasses.fields(out)
+    fields, namespace = collected
+    methods: dict[str, Any] = {}
     if init and "__init__" not in cls.__dict__:  # the standard decorator keeps the class's own
-        out.__init__ = _make_init(out, fields, slots, frozen)  # type: ignore[misc]  # as it does
-    _add_value_methods(out, fields, frozen, eq, order)
+        methods["__init__"] = _make_init(cls, fields, slots, frozen)
+    _value_methods(methods, cls, fields, frozen, eq, order)
     if frozen:
-        _add_frozen_methods(out, cls, tuple(f.name for f in fields))
+        _frozen_methods(methods, cls, tuple(f.name for f in fields))
     if slots and frozen:
         if "__getstate__" not in cls.__dict__:
-            out.__getstate__ = _GETSTATE  # type: ignore[method-assign, assignment]  # as above
+            methods["__getstate__"] = _GETSTATE
         if "__setstate__" not in cls.__dict__:
-            out.__setstate__ = _SETSTATE  # type: ignore[attr-defined]  # as the decorator does
+            methods["__setstate__"] = _SETSTATE
     replace = _made(slots).__dict__.get("__replace__")  # Python 3.13+
     if replace is not None and "__replace__" not in cls.__dict__:
-        out.__replace__ = replace  # type: ignore[attr-defined]  # as the decorator does
+        methods["__replace__"] = replace  # as the decorator adds it
+    if namespace is None:
+        out = cls
+        for name, method in methods.items():
+            setattr(out, name, method)
+    else:
+        namespace.update(methods)
+        out = type(cls)(cls.__name__, cls.__bases__, namespace)
+    abc.update_abstractmethods(out)
     if not documented:
         try:
             signature = str(inspect.signature(out)).replace(" -> None", "")
@@ -623,9 +700,11 @@ def _value_class(
 
 def _value_dataclass(cls: Any = None, /, **params: Any) -> Any:
     def wrap(c: type) -> type:
-        if _ours(c, params):
+        annotations = _ours(c, params)
+        if annotations is not None:
             made = _value_class(
                 c,
+                annotations,
                 bool(params.get("slots", False)),
                 bool(params.get("init", True)),
                 bool(params.get("order", False)),

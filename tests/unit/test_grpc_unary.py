@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import sys
+import threading
 
 import grpc
 import grpc.aio
@@ -45,6 +46,52 @@ def test_the_fingerprint_is_the_same_sha256_without_a_built_in_implementation(mo
     assert type(grpc_unary._sha256()) is type(hashlib.sha256())
     assert grpc_unary.source_fingerprint(functions) == built_in
     assert len(built_in) == 64
+
+
+def test_a_second_caller_during_the_check_waits_for_its_answer(fresh, monkeypatch):
+    """The xDS resolver takes the check ahead on its load-ahead thread, and
+    the first unary call may ask meanwhile: it waits for that answer instead
+    of taking the digest of grpcio's sources a second time."""
+    taken: list[str] = []
+    entered, go, arrived = threading.Event(), threading.Event(), threading.Event()
+
+    def held_fingerprint() -> str:
+        taken.append(threading.current_thread().name)
+        entered.set()
+        assert go.wait(10)
+        return next(iter(grpc_unary.VERIFIED))
+
+    lock = grpc_unary._CHECKING
+
+    class Arrivals:
+        """The module's lock, noting when the second caller reaches it."""
+
+        def __enter__(self) -> None:
+            if threading.current_thread().name == "second":
+                arrived.set()
+            lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            lock.release()
+
+    monkeypatch.setattr(grpc_unary, "fingerprint", held_fingerprint)
+    monkeypatch.setattr(grpc_unary, "_bind", lambda: None)
+    monkeypatch.setattr(grpc_unary, "_CHECKING", Arrivals())
+    answers: dict[str, bool] = {}
+
+    def ask() -> None:
+        answers[threading.current_thread().name] = grpc_unary.available()
+
+    threads = [threading.Thread(target=ask, name=name) for name in ("first", "second")]
+    threads[0].start()
+    assert entered.wait(10)
+    threads[1].start()
+    assert arrived.wait(10)
+    go.set()
+    for thread in threads:
+        thread.join(10)
+    assert answers == {"first": True, "second": True}
+    assert taken == ["first"]
 
 
 def test_a_grpcio_with_other_sources_keeps_its_own_multicallables(fresh, monkeypatch):

@@ -167,3 +167,54 @@ def test_two_threads_making_the_first_channels_at_once_both_get_working_ones() -
         "assert len(done) == 4 and all(d == done[0] for d in done), done\n"
     )
     assert {"pyxds.channel.dump", "pyxds.channel.channel", "pyxds.channel.aio"} <= loaded
+
+
+def test_the_xds_resolver_loads_no_lb_policy_on_the_calling_thread() -> None:
+    """The xDS tree's policies load on the load-ahead thread while the first
+    resources come (pyxds.resolver.xds_resolver, ``_load_policies_ahead``),
+    not when the resolver's modules load on the thread making the channel:
+    the ConfigSelector names ``xds_override_host``'s call attribute from
+    ``pyxds.lb.api``, not from the policy's module."""
+    policies = (
+        "pyxds.lb.xds_override_host",
+        "pyxds.lb.outlier_detection",
+        "pyxds.lb.xds_cluster_impl",
+        "pyxds.lb.cds",
+        "pyxds.lb.round_robin",
+    )
+    loaded = _loaded_after("import pyxds.resolver.xds_resolver")
+    assert _families(loaded, policies) == []
+
+
+def _lean_checks_after_loading_ahead(api: str) -> dict[str, object]:
+    """In a fresh interpreter using ``api``: the lean unary calls' checks
+    of grpcio after the first xDS resolver's load-ahead job, before any call."""
+    script = (
+        "import json, sys\n"
+        f"import pyxds\n{api}\n"
+        "from pyxds.resolver import xds_resolver\n"
+        "xds_resolver._load_ahead()\n"
+        "def checked(name):\n"
+        "    module = sys.modules.get(name)\n"
+        "    return None if module is None else module._AVAILABLE\n"
+        "print(json.dumps({name: checked('pyxds.channel.' + name)"
+        " for name in ('grpc_unary', 'grpc_aio_unary')}"
+        " | {'grpc._channel': 'grpc._channel' in sys.modules}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_loading_ahead_takes_the_lean_unary_calls_check_of_grpcio() -> None:
+    """The first xDS resolver's load-ahead thread takes the lean unary
+    call's check of grpcio's sources (~4.5 M instructions), which the first
+    unary call would otherwise take once the config came and its subchannel
+    connected: the sync call's where the sync channel is in use, the
+    grpc.aio call's where only the asyncio channel is (and neither the
+    other's, nor grpcio's sync channel module for an asyncio program)."""
+    sync = _lean_checks_after_loading_ahead("pyxds.insecure_channel")
+    assert sync == {"grpc_unary": True, "grpc_aio_unary": None, "grpc._channel": True}
+    aio = _lean_checks_after_loading_ahead("import pyxds.aio\npyxds.aio.insecure_channel")
+    assert aio == {"grpc_unary": None, "grpc_aio_unary": True, "grpc._channel": False}

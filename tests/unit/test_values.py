@@ -5,6 +5,7 @@ the same class bodies built by both decorators."""
 
 from __future__ import annotations
 
+import abc
 import copy
 import dataclasses
 import inspect
@@ -423,6 +424,35 @@ def test_subclasses_of_a_value_class_behave_as_with_the_standard_one():
             )
         assert results[0] == results[1]
         assert results[0][-1] is TypeError
+
+
+def test_methods_an_abstract_base_declares_make_the_value_class_concrete_as_the_standard_one():
+    """The standard decorator updates the abstract methods once its methods
+    are on the class: a frozen value class whose ABC base declares
+    ``__eq__``, ``__repr__`` and ``__hash__`` abstract is concrete (on
+    322888d pyxds updated them before adding its methods: the class could
+    not be instantiated)."""
+
+    class Shape(abc.ABC):
+        @abc.abstractmethod
+        def __eq__(self, other: object) -> bool: ...
+
+        @abc.abstractmethod
+        def __repr__(self) -> str: ...
+
+        @abc.abstractmethod
+        def __hash__(self) -> int: ...
+
+    for slots in (False, True):
+        answers = []
+        for decorator in (dataclasses.dataclass, _values.dataclass):
+            point = decorator(frozen=True, slots=slots)(
+                type("Point", (Shape,), {"__annotations__": {"x": "int"}})
+            )
+            answers.append(
+                (sorted(point.__abstractmethods__), repr(point(1)), point(1) == point(1))
+            )
+        assert answers[0] == answers[1] == ([], "Point(x=1)", True), slots
 
 
 def test_field_errors_are_the_standard_decorator_s():

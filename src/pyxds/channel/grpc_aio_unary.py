@@ -94,6 +94,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine, Generator, Sequence
@@ -116,6 +117,8 @@ VERIFIED = {
 ENABLED = True
 
 _AVAILABLE: bool | None = None
+#: held while :func:`available` checks (a second caller waits for its answer)
+_CHECKING = threading.Lock()
 _LeanCall: Any = None
 #: asyncio's own create_future (a loop whose class keeps it makes plain Futures)
 _BASE_CREATE_FUTURE = asyncio.BaseEventLoop.create_future
@@ -181,9 +184,11 @@ def available() -> bool:
     """Whether this grpcio is one the lean call was checked against."""
     global _AVAILABLE
     if _AVAILABLE is None:
-        _AVAILABLE = checked(fingerprint, VERIFIED, _bind)
-        if not _AVAILABLE:
-            _log.debug("pyxds: grpcio %s: plain grpc.aio unary calls", grpc.__version__)
+        with _CHECKING:  # one check: the xDS resolver takes it ahead on its own thread
+            if _AVAILABLE is None:
+                _AVAILABLE = checked(fingerprint, VERIFIED, _bind)
+                if not _AVAILABLE:
+                    _log.debug("pyxds: grpcio %s: plain grpc.aio unary calls", grpc.__version__)
     return _AVAILABLE
 
 

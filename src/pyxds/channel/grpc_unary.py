@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
@@ -72,6 +73,8 @@ VERIFIED = {
 }
 
 _AVAILABLE: bool | None = None
+#: held while :func:`available` checks (a second caller waits for its answer)
+_CHECKING = threading.Lock()
 #: the line number of a ``co_lines()`` entry
 _LINE = itemgetter(2)
 
@@ -177,9 +180,11 @@ def available() -> bool:
     (its private names are bound into this module then)."""
     global _AVAILABLE
     if _AVAILABLE is None:
-        _AVAILABLE = checked(fingerprint, VERIFIED, _bind)
-        if not _AVAILABLE:
-            _log.debug("pyxds: grpcio %s: plain unary multicallables", grpc.__version__)
+        with _CHECKING:  # one check: the xDS resolver takes it ahead on its own thread
+            if _AVAILABLE is None:
+                _AVAILABLE = checked(fingerprint, VERIFIED, _bind)
+                if not _AVAILABLE:
+                    _log.debug("pyxds: grpcio %s: plain unary multicallables", grpc.__version__)
     return _AVAILABLE
 
 

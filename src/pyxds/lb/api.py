@@ -39,6 +39,7 @@ __all__ = [
     "ATTEMPT_NOT_STARTED",
     "REQUEST_HASH_KEY",
     "AUTO_HOST_REWRITE_KEY",
+    "OVERRIDE_HOST_ATTRIBUTE",
     "AUTHORITY_HEADER",
     "Endpoint",
     "ResolverUpdate",
@@ -170,6 +171,14 @@ REQUEST_HASH_KEY = "request_hash"
 hash (an ``int`` in [0, 2**64)), computed by the xDS ConfigSelector from the
 route's hash policies (gRFC A42 "Hash computation") and read by
 ``ring_hash_experimental``; absent when the route has no hash policy."""
+
+OVERRIDE_HOST_ATTRIBUTE = "xds_override_host"
+"""``PickArgs.call_attributes[OVERRIDE_HOST_ATTRIBUTE]``: the RPC's
+``OverrideHostAttribute`` (pyxds.lb.xds_override_host), set by the stateful
+session filter (gRFC A55, A75) and read by ``xds_override_host``'s picker.
+Here, not in that policy's module, so that the xDS ConfigSelector names it
+without loading the policy before the first config comes (issue 18,
+start-up: the policy loads on the load-ahead thread)."""
 
 AUTO_HOST_REWRITE_KEY = "auto_host_rewrite"
 """``PickArgs.call_attributes[AUTO_HOST_REWRITE_KEY]``: True when the RPC's

@@ -81,6 +81,7 @@ from pyxds._values import dataclass
 from pyxds.lb import registry
 from pyxds.lb.api import (
     OK_STATUS,
+    OVERRIDE_HOST_ATTRIBUTE,
     ConnectivityState,
     Endpoint,
     FailPicker,
@@ -118,8 +119,6 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 NAME = "xds_override_host_experimental"
-#: ``PickArgs.call_attributes`` key of an RPC's :class:`OverrideHostAttribute`
-OVERRIDE_HOST_ATTRIBUTE = "xds_override_host"
 #: ``Endpoint.attributes`` key of the EDS health status name (cds sets it)
 HEALTH_STATUS_ATTRIBUTE = "health_status"
 #: A75: at least this long between two sweeps of owned subchannels

@@ -71,8 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from pyxds.lb.api import AUTO_HOST_REWRITE_KEY, REQUEST_HASH_KEY
-from pyxds.lb.xds_override_host import OVERRIDE_HOST_ATTRIBUTE
+from pyxds.lb.api import AUTO_HOST_REWRITE_KEY, OVERRIDE_HOST_ATTRIBUTE, REQUEST_HASH_KEY
 from pyxds.resolver.api import CallConfig, ConfigSelector
 from pyxds.resolver.http_filters import build_chain
 from pyxds.resolver.retry_policy import RetryPolicy
