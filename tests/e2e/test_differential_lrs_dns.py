@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 from channel_fixtures import SERVICE, TARGET, Backend, CoreXdsClient, pyxds_calls
 from channel_fixtures import wait_until as wait_for
-from lrs_fixtures import one_cluster_snapshot
+from lrs_fixtures import idle, one_cluster_snapshot
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
@@ -76,15 +76,6 @@ def shape(server: ManagementServer, node_id: str) -> set[tuple[str, str, bool, t
         for r in server.lrs.reports(DNS, node_id)
         for s in r.stats.upstream_locality_stats
     }
-
-
-def idle(record) -> bool:
-    """A report of the cluster that counts no call at all."""
-    stats = record.stats
-    return not stats.total_dropped_requests and not any(
-        s.total_issued_requests or s.total_successful_requests or s.total_error_requests
-        for s in stats.upstream_locality_stats
-    )
 
 
 def test_logical_dns_load_reports_agree_with_c_core(server, backend):
