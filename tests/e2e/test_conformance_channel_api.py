@@ -66,8 +66,9 @@ def test_rpc_in_flight_at_close_is_cancelled_like_grpcio(backend):
     for name, make in channels(backend.address):
         ch = make()
         assert ch.unary_unary(f"/{SERVICE}/Who")(b"", timeout=5)
+        before = backend.served[backend.name]
         future = ch.unary_unary(f"/{SERVICE}/Sleep").future(b"2", timeout=5)
-        time.sleep(0.2)
+        assert wait_until(lambda b=before: backend.served[backend.name] > b, 5)  # in flight
         ch.close()
         with pytest.raises(grpc.RpcError) as info:
             future.result(3)
