@@ -77,6 +77,36 @@ def test_rpc_in_flight_at_close_is_cancelled_like_grpcio(backend):
     assert codes["pyxds"] is codes["grpcio"] is grpc.StatusCode.CANCELLED
 
 
+def test_a_stub_of_a_channel_the_program_dropped_keeps_working_like_grpcio(backend):
+    """``stub = EchoStub(grpc.insecure_channel(...))`` drops the channel at
+    once; grpcio leaves it open while its multicallables live (its
+    ``Channel.__del__`` does not close, for that idiom).  pyxds closes a
+    dropped channel (channel/lifecycle.py), so its multicallables hold it:
+    alive after a collection, answering, and closed once the last
+    multicallable went.  Fails on 322888d: the channel was collected with
+    its multicallables alive, and under load a ``.future()`` right after
+    ``unary_unary()`` raised "Channel closed!" (test_exit_without_close)."""
+    import gc
+    import weakref
+
+    for name, make in channels(backend.address):
+        channel = make()
+        dropped = weakref.ref(channel)
+        core = getattr(channel, "_core", None)
+        who = channel.unary_unary(f"/{SERVICE}/Who")
+        del channel
+        gc.collect()
+        if name == "pyxds":
+            assert dropped() is not None, "collected while its multicallable lives"
+        assert who(b"", timeout=5) == b"api", name
+        assert who.future(b"", timeout=5).result() == b"api", name
+        del who
+        gc.collect()
+        if name == "pyxds":
+            assert dropped() is None
+            assert wait_until(lambda c=core: c.closed, 5)  # the reaper closed it
+
+
 def _states(make, seconds: float, until: str | None = None) -> list[str]:
     """The states a subscriber saw in ``seconds`` (or until it saw ``until``)."""
     ch = make()
