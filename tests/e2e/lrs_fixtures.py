@@ -167,3 +167,15 @@ def one_cluster_snapshot(
         endpoints=endpoints,
         version=version,
     )
+
+
+def idle(record: Any) -> bool:
+    """A report (LoadReportRecord) of a cluster that counts no call at all:
+    the all-zero report a client sends once after a report that counted
+    some (gRFC A27; C-core and pyxds then skip all-zero ones), so "one
+    more interval" after the last calls is the one whose report is idle."""
+    stats = record.stats
+    return not stats.total_dropped_requests and not any(
+        s.total_issued_requests or s.total_successful_requests or s.total_error_requests
+        for s in stats.upstream_locality_stats
+    )

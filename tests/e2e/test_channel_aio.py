@@ -312,16 +312,20 @@ def test_aio_close_with_rpcs_in_flight_cancels_them():
         channel = pyxds.aio.insecure_channel(f"static:///{backend.address}")
         sleep = channel.unary_unary(f"/{SERVICE}/Sleep")
         assert await sleep(b"0", timeout=5, wait_for_ready=True) == b"aio-close"
+        before = backend.served[backend.name]
         calls = [sleep(b"3", timeout=10) for _ in range(3)]
-        await asyncio.sleep(0.2)
-        start = time.monotonic()
+        deadline = time.monotonic() + 5
+        while backend.served[backend.name] < before + 3:  # all three in flight
+            assert time.monotonic() < deadline, backend.served
+            await asyncio.sleep(0.01)
         await channel.close()
+        # over when close() returns (not when the 3 s sleeps end)
+        assert [call.done() for call in calls] == [True] * 3
         for call in calls:
             with pytest.raises((grpc.aio.AioRpcError, asyncio.CancelledError)) as info:
                 await asyncio.wait_for(call, 5)
             if isinstance(info.value, grpc.aio.AioRpcError):
                 assert info.value.code() is grpc.StatusCode.CANCELLED
-        assert time.monotonic() - start < 2
         # a call on a closed channel raises UsageError, as grpc.aio's own
         with pytest.raises(grpc.aio.UsageError, match=r"Channel is closed\."):
             await sleep(b"0", timeout=5)

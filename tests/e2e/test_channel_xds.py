@@ -207,7 +207,7 @@ def test_route_switched_to_new_cluster_under_load_fails_no_rpc(server, backends,
     for t in threads:
         t.start()
     try:
-        time.sleep(0.3)
+        assert wait_until(lambda: sum(counts.values()) >= 4, 5)  # the load runs
         # RDS, CDS and EDS of the new cluster pushed together.
         server.set_snapshot(
             snapshot([route(prefix="", cluster="cnew")], {"cnew": [[backends["d0"].address]]})

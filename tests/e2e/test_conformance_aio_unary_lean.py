@@ -312,8 +312,9 @@ def test_application_cancels_the_call_like_grpc_aio(address, lean_off):
     async def scenario(channel):
         mc = channel.unary_unary(f"/{SERVICE}/Sleep")
         out = []
+        before = sync_lean.SLEEPS_STARTED["Sleep"]
         call = mc(b"1", timeout=5)
-        await asyncio.sleep(0.2)
+        await in_flight(before)
         out.append(call.cancel())
         out.append(await outcome(lambda: call))
         out.append(call.cancel())  # a second time: already done
@@ -349,6 +350,16 @@ def test_awaiting_task_cancelled_cancels_the_call_like_grpc_aio(address, lean_of
     assert got["grpcio"][1][0] is grpc.StatusCode.CANCELLED
 
 
+async def in_flight(before: int) -> None:
+    """Until the backend runs a Sleep started after it had run ``before``
+    (bounded at 5 s): a fixed sleep could end before the call was picked."""
+    for _ in range(500):
+        if sync_lean.SLEEPS_STARTED["Sleep"] > before:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the Sleep call never reached the backend")
+
+
 async def _await(call: Any) -> Any:
     return await call
 
@@ -356,8 +367,9 @@ async def _await(call: Any) -> Any:
 def test_call_in_flight_when_the_channel_closes_like_grpc_aio(address, lean_off):
     async def scenario(channel):
         mc = channel.unary_unary(f"/{SERVICE}/Sleep")
+        before = sync_lean.SLEEPS_STARTED["Sleep"]
         call = mc(b"3", timeout=5)
-        await asyncio.sleep(0.3)
+        await in_flight(before)
         await channel.close()
         result, view, seen = await outcome(lambda: call)
         after = await outcome(lambda: mc(b"0", timeout=5))

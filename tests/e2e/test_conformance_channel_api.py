@@ -66,14 +66,45 @@ def test_rpc_in_flight_at_close_is_cancelled_like_grpcio(backend):
     for name, make in channels(backend.address):
         ch = make()
         assert ch.unary_unary(f"/{SERVICE}/Who")(b"", timeout=5)
+        before = backend.served[backend.name]
         future = ch.unary_unary(f"/{SERVICE}/Sleep").future(b"2", timeout=5)
-        time.sleep(0.2)
+        assert wait_until(lambda b=before: backend.served[backend.name] > b, 5)  # in flight
         ch.close()
         with pytest.raises(grpc.RpcError) as info:
             future.result(3)
         codes[name] = info.value.code()
         assert "Channel closed!" in info.value.details()
     assert codes["pyxds"] is codes["grpcio"] is grpc.StatusCode.CANCELLED
+
+
+def test_a_stub_of_a_channel_the_program_dropped_keeps_working_like_grpcio(backend):
+    """``stub = EchoStub(grpc.insecure_channel(...))`` drops the channel at
+    once; grpcio leaves it open while its multicallables live (its
+    ``Channel.__del__`` does not close, for that idiom).  pyxds closes a
+    dropped channel (channel/lifecycle.py), so its multicallables hold it:
+    alive after a collection, answering, and closed once the last
+    multicallable went.  Fails on 322888d: the channel was collected with
+    its multicallables alive, and under load a ``.future()`` right after
+    ``unary_unary()`` raised "Channel closed!" (test_exit_without_close)."""
+    import gc
+    import weakref
+
+    for name, make in channels(backend.address):
+        channel = make()
+        dropped = weakref.ref(channel)
+        core = getattr(channel, "_core", None)
+        who = channel.unary_unary(f"/{SERVICE}/Who")
+        del channel
+        gc.collect()
+        if name == "pyxds":
+            assert dropped() is not None, "collected while its multicallable lives"
+        assert who(b"", timeout=5) == b"api", name
+        assert who.future(b"", timeout=5).result() == b"api", name
+        del who
+        gc.collect()
+        if name == "pyxds":
+            assert dropped() is None
+            assert wait_until(lambda c=core: c.closed, 5)  # the reaper closed it
 
 
 def _states(make, seconds: float, until: str | None = None) -> list[str]:

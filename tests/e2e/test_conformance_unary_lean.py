@@ -18,6 +18,7 @@ in flight when the channel closes, a call on a closed channel."""
 
 from __future__ import annotations
 
+import collections
 import re
 import threading
 import time
@@ -26,6 +27,7 @@ from typing import Any
 
 import grpc
 import pytest
+from channel_fixtures import wait_until
 from ports import EXCLUSIVE
 
 import pyxds._api as pyxds
@@ -35,6 +37,8 @@ SERVICE = "pyxds.test.Lean"
 CODES = [c for c in grpc.StatusCode if c is not grpc.StatusCode.OK]
 INITIAL = (("i-text", "hello"), ("i-bin", b"\x00\x01"))
 TRAILING = (("t-text", "bye"), ("t-bin", b"\xff\x00"))
+#: Sleep calls the backends have started (a test waits for its call to run)
+SLEEPS_STARTED: collections.Counter[str] = collections.Counter()
 
 
 def _handlers() -> grpc.GenericRpcHandler:
@@ -64,6 +68,7 @@ def _handlers() -> grpc.GenericRpcHandler:
         return b""
 
     def sleep(request: bytes, context: grpc.ServicerContext) -> bytes:
+        SLEEPS_STARTED["Sleep"] += 1
         time.sleep(float(request))
         return b"slept"
 
@@ -382,9 +387,10 @@ def test_a_call_in_flight_when_the_channel_closes_raises_what_grpcio_raises(addr
     def scenario(channel):
         mc = channel.unary_unary(f"/{SERVICE}/Sleep")
         out: list = []
+        before = SLEEPS_STARTED["Sleep"]
         thread = threading.Thread(target=lambda: out.append(outcome(lambda: mc(b"3", timeout=5))))
         thread.start()
-        time.sleep(0.3)
+        assert wait_until(lambda: SLEEPS_STARTED["Sleep"] > before, 5)  # in flight
         channel.close()
         thread.join(5)
         assert not thread.is_alive()

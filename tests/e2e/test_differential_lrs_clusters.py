@@ -29,6 +29,7 @@ from channel_fixtures import (
     running_backends,
 )
 from channel_fixtures import wait_until as wait_for
+from lrs_fixtures import idle
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
@@ -170,7 +171,9 @@ def test_counts_survive_an_lrs_stream_restart_as_in_c_core(server, backends):
         for node_id in (py_node, core_node):
             assert wait_for(lambda n=node_id: streams(n) == 2, 20), node_id
             assert wait_for(lambda n=node_id: succeeded(server, A, n) == 20, 20), node_id
-        time.sleep(1.5)  # one more interval: nothing counted twice
+        for node_id in (py_node, core_node):  # one more interval: nothing counted twice
+            last = lambda n=node_id: server.lrs.last_report(A, n)  # noqa: E731
+            assert wait_for(lambda f=last: idle(f()), 20), (node_id, last())
         assert succeeded(server, A, py_node) == succeeded(server, A, core_node) == 20
     finally:
         channel.close()

@@ -12,12 +12,10 @@ for every call, reported as uncategorized drops.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from channel_fixtures import SERVICE, TARGET, Backend, CoreXdsClient, pyxds_calls
 from channel_fixtures import wait_until as wait_for
-from lrs_fixtures import one_cluster_snapshot
+from lrs_fixtures import idle, one_cluster_snapshot
 
 import pyxds._api as pyxds
 from pyxds.server import ManagementServer
@@ -131,9 +129,15 @@ def test_only_the_clusters_the_lrs_server_asks_for_are_reported_as_c_core_does(s
     lrs_client.cc BuildLoadReportSnapshotLocked: while the LRS server asks
     for another cluster, nothing is reported for this one and its counts are
     cleared at each report, so once the server asks for it, the reports
-    carry only the calls made after that."""
+    carry only the calls made after that.
+
+    When: the clients' first report interval is a minute, so the calls are
+    made before any report; the interval then set to 1 s restarts both
+    report timers (A27; C-core ``LrsCall::OnRecvMessage``), and the first
+    report after it (sent even when empty: both skip an all-zero report
+    only after another) is the one that cleared the calls."""
     server.set_snapshot(dns_snapshot(backend))
-    server.lrs.configure(clusters=["bogus"])
+    server.lrs.configure(interval=60.0, clusters=["bogus"])
     py_node, core_node = "lrs-dns-asked-pyxds", "lrs-dns-asked-core"
     core = CoreXdsClient(server.bootstrap(node_id=core_node))
     channel = pyxds.insecure_channel(TARGET, bootstrap=server.bootstrap(node_id=py_node))
@@ -142,21 +146,22 @@ def test_only_the_clusters_the_lrs_server_asks_for_are_reported_as_c_core_does(s
         assert before[0] == before[1] == {"d0": 7}
         nodes = lambda: {r.node.id for r in server.lrs.initial_requests()}  # noqa: E731
         assert wait_for(lambda: {py_node, core_node} <= nodes(), 10)
-        time.sleep(2.5)  # at least one report interval (1 s) has cleared the 7 calls
+        assert server.lrs.report_count(py_node) == server.lrs.report_count(core_node) == 0
+        server.lrs.configure(interval=1.0)
         for node_id in (py_node, core_node):
+            assert wait_for(lambda n=node_id: server.lrs.report_count(n) == 1, 20), node_id
             assert server.lrs.reports(DNS, node_id) == [], node_id
         server.lrs.configure(clusters=[DNS])
-        time.sleep(0.5)  # both clients have the new list
         after = (pyxds_calls(channel, 4), core.call(4))
         assert after[0] == after[1] == {"d0": 4}
         want = {NO_LOCALITY: 4}
         for node_id in (core_node, py_node):
             got = lambda n=node_id: server.lrs.totals(DNS, n).counts()["succeeded"]  # noqa: E731
             assert wait_for(lambda g=got: g() == want, 20), (node_id, got())
-        time.sleep(1.5)  # one more interval: still only those 4
-        for node_id in (core_node, py_node):
+            # one more interval: its all-zero report (sent: the last was not)
+            assert wait_for(lambda n=node_id: idle(server.lrs.last_report(DNS, n)), 20), node_id
             assert server.lrs.totals(DNS, node_id).counts()["issued"] == want, node_id
     finally:
-        server.lrs.configure(clusters=None)
+        server.lrs.configure(interval=1.0, clusters=None)
         channel.close()
         core.close()

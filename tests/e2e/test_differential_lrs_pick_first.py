@@ -12,8 +12,6 @@ two clients send the same succession of locality sets and the same totals.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from channel_fixtures import LISTENER, TARGET, CoreXdsClient, pyxds_calls, running_backends
 from channel_fixtures import wait_until as wait_for
@@ -71,6 +69,12 @@ def zone_sets(server: ManagementServer, node_id: str) -> list[set[str]]:
     return out
 
 
+def last_zones(server: ManagementServer, node_id: str) -> set[str] | None:
+    """The zones listed by the node's latest report (None before any)."""
+    sets = zone_sets(server, node_id)
+    return sets[-1] if sets else None
+
+
 def succeeded(server: ManagementServer, node_id: str) -> dict[str, int]:
     return {z[1]: n for z, n in server.lrs.totals(CLUSTER, node_id).counts()["succeeded"].items()}
 
@@ -83,15 +87,17 @@ def test_pick_first_load_follows_the_endpoint_in_use_as_in_c_core(server, backen
         assert pyxds_calls(channel, 8) == core.call(8) == {"a0": 8}
         for node_id in (py_node, core_node):
             assert wait_for(lambda n=node_id: succeeded(server, n) == {"za": 8}, 20), node_id
-        time.sleep(1.5)  # the zero report that follows
+            # the zero report that follows (the one after the last call's
+            # lists za alone: zb's stats went with its subchannel)
+            assert wait_for(lambda n=node_id: last_zones(server, n) == {"za"}, 20), node_id
         backends["a0"].stop()
         try:
-            time.sleep(0.5)
             assert pyxds_calls(channel, 4) == core.call(4) == {"b0": 4}
             want = {"za": 8, "zb": 4}
             for node_id in (py_node, core_node):
                 assert wait_for(lambda n=node_id: succeeded(server, n) == want, 20), node_id
-            time.sleep(1.5)
+                # za flushed once more, then the zero report of zb alone
+                assert wait_for(lambda n=node_id: last_zones(server, n) == {"zb"}, 20), node_id
         finally:
             backends["a0"].start()
         seen = {n: zone_sets(server, n) for n in (py_node, core_node)}

@@ -650,14 +650,14 @@ def test_a_call_the_application_cancels_gets_no_cookie_and_a_server_cancel_does(
     filter adds a cookie only to a trailers-only response, and its local
     cancel is none: the C-core client here cannot cancel).  Fails on the old
     code: the cancelled call got the cookie in its trailers."""
-    import time
-
     server.set_snapshot(snapshot(backends, "v-cancel"))
     channel, core = clients("ssa-cancel")
-    md = cookie_for(backends["b1"].address, cluster="")  # cluster changed: a new cookie
+    b1 = backends["b1"]
+    md = cookie_for(b1.address, cluster="")  # cluster changed: a new cookie
     _server_status_has_the_cookie_in_its_trailers(channel, core, md, "CANCELLED", backends)
+    before = b1.served[b1.name]
     future = channel.unary_unary(SLEEP).future(b"1.0", timeout=5, metadata=md)
-    time.sleep(0.3)  # the backend is sleeping on it
+    assert wait_until(lambda: b1.served[b1.name] > before, 5)  # the backend is sleeping on it
     assert future.cancel()
     assert set_cookie(future.trailing_metadata() or ()) is None
     assert set_cookie(future.initial_metadata() or ()) is None
@@ -688,7 +688,6 @@ def test_an_rpc_its_backend_cancels_at_shutdown_carries_the_cookie_in_both(
     "Cancelling all calls", a trailers-only response: the session's new
     cookie is in its trailers in both clients."""
     import threading
-    import time
 
     s1 = Backend("s1").start()
     try:
@@ -696,20 +695,24 @@ def test_an_rpc_its_backend_cancels_at_shutdown_carries_the_cookie_in_both(
         channel, core = clients("ssa-shutdown")
         md = cookie_for(s1.address, cluster="")  # cluster changed: a new cookie
 
-        def stop_and_restart() -> None:
-            time.sleep(0.4)  # the RPC is running (the backend sleeps on it)
+        running: list[bool] = []
+
+        def stop_and_restart(before: int) -> None:
+            # once the RPC is running (the backend sleeps on it)
+            running.append(wait_until(lambda: s1.served[s1.name] > before, 5))
             s1.stop()
             s1.start()
 
         for client in ("pyxds", "core"):
             assert calls(client, channel, core, 1, md)[0][0] == "s1"
-            stopper = threading.Thread(target=stop_and_restart)
+            stopper = threading.Thread(target=stop_and_restart, args=(s1.served[s1.name],))
             stopper.start()
             if client == "pyxds":
                 reply, initial, trailing = pyxds_call(channel, md, SLEEP, "2")
             else:
                 reply, initial, trailing = core.call_md(SLEEP, md, request="2")
             stopper.join()
+            assert running.pop(), client
             assert reply == "error:UNAVAILABLE", (client, reply)
             assert set_cookie(initial) is None, client
             assert decoded(set_cookie(trailing)) == f"{s1.address};c1", client

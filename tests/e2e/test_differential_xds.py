@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import threading
-import time
 
 import grpc
 import pytest
@@ -160,7 +159,7 @@ def test_route_switch_agrees_with_c_core_and_pyxds_fails_nothing(server, backend
     thread = threading.Thread(target=load)
     thread.start()
     try:
-        time.sleep(0.2)
+        assert wait_until(lambda: sum(counts.values()) > 0, 5)  # the load runs
         server.set_snapshot(
             snapshot([route(prefix="", cluster="cnew")], {"cnew": [[backends["c0"].address]]})
         )

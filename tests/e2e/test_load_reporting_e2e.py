@@ -20,6 +20,7 @@ from lrs_fixtures import (
     WHO,
     ZONE_OF,
     Observed,
+    idle,
     lrs_snapshot,
 )
 
@@ -74,11 +75,14 @@ def reported(server, cluster: str, node_id: str) -> dict:
 
 def settle(server, node_id: str, expected: dict[str, dict], timeout: float = 15.0) -> None:
     """Wait until every cluster's reported totals are the expected ones, then
-    one more interval: they must not change (nothing counted twice)."""
+    one more interval (the all-zero report that follows, not a fixed 1.3 s):
+    they must not change (nothing counted twice)."""
     for cluster, want in expected.items():
         ok = wait_until(lambda c=cluster, w=want: reported(server, c, node_id) == w, timeout)
         assert ok, (cluster, reported(server, cluster, node_id), want)
-    time.sleep(1.3)
+    for cluster in expected:
+        last = lambda c=cluster: server.lrs.last_report(c, node_id)  # noqa: E731
+        assert wait_until(lambda f=last: idle(f()), timeout), (cluster, last())
     for cluster, want in expected.items():
         assert reported(server, cluster, node_id) == want
 

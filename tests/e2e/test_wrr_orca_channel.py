@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import os
 import threading
 import time
 from concurrent import futures
@@ -93,15 +94,33 @@ def test_service_config_wrr_splits_by_per_call_load_like_c_core(backends):
     assert ours == pytest.approx(0.9, abs=TOLERANCE)
 
 
+def read_stream(stream, request: bytes, i: int) -> list[bytes]:
+    """The responses of one stream; a failed one says where its time went
+    (a stream of stop 38's loaded run hit its 5 s deadline, cause unknown):
+    whether it ever reached a subchannel, how long it took, the channel's
+    state and the machine's load."""
+    start = time.monotonic()
+    call = stream(request, timeout=5, wait_for_ready=True)
+    try:
+        return list(call)
+    except grpc.RpcError as err:
+        inner = getattr(call, "_inner", None)
+        pytest.fail(
+            f"stream {i}: {err.code()} {err.details()!r} after {time.monotonic() - start:.2f} s; "
+            f"reached a subchannel: {inner is not None} ({inner!s}); "
+            f"load {os.getloadavg()}"
+        )
+
+
 def test_streaming_calls_report_their_trailers(backends):
     channel = pyxds.insecure_channel(target(backends), options=options(WRR))
     try:
         stream = channel.unary_stream(f"/{SERVICE}/Stream")
         counts: collections.Counter = collections.Counter()
-        for _ in range(300):  # only streams: the weights come from their trailers
-            names = list(stream(b"2", timeout=5, wait_for_ready=True))
-        for _ in range(N // 2):
-            names = list(stream(b"1", timeout=5, wait_for_ready=True))
+        for i in range(300):  # only streams: the weights come from their trailers
+            read_stream(stream, b"2", i)
+        for i in range(N // 2):
+            names = read_stream(stream, b"1", 300 + i)
             counts[names[0].decode()] += 1
     finally:
         channel.close()

@@ -602,14 +602,18 @@ def test_rds_update_changes_outcomes_the_same_way(pair, control):
     before = outcomes([ECHO, ECHO_STREAM])
     assert before[ours.kind] == before["core"] == ["OK:", "OK:"]
     publish_both(control, ours, core, lambda a: plain(a, rbac, rds="routes"), routes=[second])
-    time.sleep(1.5)
-    after = outcomes([ECHO, ECHO_STREAM, "/other.Svc/M"])
-    assert after[ours.kind] == after["core"], after
-    assert after["core"] == [
+    want = [
         "PERMISSION_DENIED:Unauthorized RPC rejected",
         "UNAVAILABLE:UNAVAILABLE:matching route has unsupported action",
         "UNAVAILABLE:UNAVAILABLE:no route matched",
     ]
+    seen: list = []
+
+    def updated() -> bool:  # both servers answer by the new routes (not a fixed 1.5 s)
+        seen[:] = [outcomes([ECHO, ECHO_STREAM, "/other.Svc/M"])]
+        return seen[0][ours.kind] == seen[0]["core"] == want
+
+    assert wait_until(updated, 10, interval=0.1), seen
 
 
 # ------------------------------------------------------------------ NACKs

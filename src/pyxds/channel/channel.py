@@ -82,7 +82,7 @@ class XdsChannel(grpc.Channel):
         if _registered_method:
             self._core.registered_methods.add(method)
         return UnaryUnaryMultiCallable(
-            self._core, method, request_serializer, response_deserializer
+            self._core, method, request_serializer, response_deserializer, self
         )
 
     def unary_stream(
@@ -95,7 +95,7 @@ class XdsChannel(grpc.Channel):
         if _registered_method:
             self._core.registered_methods.add(method)
         return UnaryStreamMultiCallable(
-            self._core, method, request_serializer, response_deserializer
+            self._core, method, request_serializer, response_deserializer, self
         )
 
     def stream_unary(
@@ -108,7 +108,7 @@ class XdsChannel(grpc.Channel):
         if _registered_method:
             self._core.registered_methods.add(method)
         return StreamUnaryMultiCallable(
-            self._core, method, request_serializer, response_deserializer
+            self._core, method, request_serializer, response_deserializer, self
         )
 
     def stream_stream(
@@ -121,7 +121,7 @@ class XdsChannel(grpc.Channel):
         if _registered_method:
             self._core.registered_methods.add(method)
         return StreamStreamMultiCallable(
-            self._core, method, request_serializer, response_deserializer
+            self._core, method, request_serializer, response_deserializer, self
         )
 
     # -- connectivity ----------------------------------------------------

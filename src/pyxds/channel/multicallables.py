@@ -45,9 +45,16 @@ Requests: TypeAlias = Union[_Request, Iterator[_Request]]
 
 
 class _MultiCallable(Generic[_Request, _Response]):
-    """What every kind shares: the channel, the method, how one call begins."""
+    """What every kind shares: the channel, the method, how one call begins.
 
-    __slots__ = ("_core", "_method")
+    It holds the channel it came from: a program may drop its channel once
+    it has its stubs (``stub = EchoStub(pyxds.insecure_channel(...))``), as
+    grpcio lets it (grpcio's ``Channel.__del__`` leaves the channel open for
+    that reason), and a dropped channel is closed by
+    :mod:`pyxds.channel.lifecycle`; so it goes only with its last
+    multicallable."""
+
+    __slots__ = ("_core", "_method", "_channel")
 
     _kind = ""
     #: the requests are an iterator (stream_unary, stream_stream)
@@ -59,9 +66,11 @@ class _MultiCallable(Generic[_Request, _Response]):
         method: str,
         request_serializer: Callable[[_Request], bytes] | None,
         response_deserializer: Callable[[bytes], _Response] | None,
+        channel: object = None,
     ) -> None:
         self._core = core
         self._method = GrpcMethod(self._kind, method, request_serializer, response_deserializer)
+        self._channel = channel  # kept alive while this multicallable is (class doc)
 
     def _begin(
         self,

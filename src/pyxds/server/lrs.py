@@ -7,7 +7,8 @@ current settings (``send_all_clusters`` or a ``clusters`` list, and
 (:meth:`LrsService.configure`).  Every later request is recorded as one
 :class:`LoadReportRecord` per ``ClusterStats``, so tests and ``pyxds serve``
 users can read what each client reported (:meth:`LrsService.reports`,
-:meth:`LrsService.totals`).
+:meth:`LrsService.totals`), and counted per node, an empty one too
+(:meth:`LrsService.report_count`: a client's report timer fired).
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ class LrsService(lrs_pb2_grpc.LoadReportingServiceServicer):  # type: ignore[mis
         self._records: list[LoadReportRecord] = []
         self._initial: list[lrs_pb2.LoadStatsRequest] = []
         self._total_streams = 0
+        self._report_counts: dict[str, int] = {}
         #: Called with each LoadReportRecord as it arrives (on the stream's
         #: thread; e.g. ``pyxds serve --print-load-reports``).
         self.on_report: Callable[[LoadReportRecord], None] | None = None
@@ -244,6 +246,7 @@ class LrsService(lrs_pb2_grpc.LoadReportingServiceServicer):  # type: ignore[mis
         ]
         with self._cond:
             self._records.extend(records)
+            self._report_counts[stream.node_id] = self._report_counts.get(stream.node_id, 0) + 1
             self._cond.notify_all()
         callback = self.on_report
         if callback is not None:
@@ -282,6 +285,15 @@ class LrsService(lrs_pb2_grpc.LoadReportingServiceServicer):  # type: ignore[mis
                 and (node_id is None or r.node_id == node_id)
             ]
 
+    def report_count(self, node_id: str) -> int:
+        """How many reports ``node_id`` sent: its requests after each
+        stream's first, an empty one too (gRFC A27: a client sends one at
+        each report interval, but skips an all-zero report after another
+        all-zero one, as C-core does; so the first interval's report of a
+        stream is always counted, empty or not)."""
+        with self._lock:
+            return self._report_counts.get(node_id, 0)
+
     def totals(self, cluster: str, node_id: str | None = None) -> LoadTotals:
         """The reports of ``cluster`` summed over every interval."""
         totals = LoadTotals()
@@ -297,6 +309,7 @@ class LrsService(lrs_pb2_grpc.LoadReportingServiceServicer):  # type: ignore[mis
         with self._lock:
             self._records.clear()
             self._initial.clear()
+            self._report_counts.clear()
 
     def wait_until(self, predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
         """Block until ``predicate()`` is truthy (re-checked on every report or
