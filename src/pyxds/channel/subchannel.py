@@ -152,21 +152,52 @@ SHUTDOWN_READ_WAIT = 0.1
 #: of its channel is kept past the loop's end: the loop's end cancels the
 #: other tasks with it, and one may let go of a call as it unwinds
 LET_GO_TURNS = 5
+#: After those iterations, a closed transport's watch its close cancelled
+#: (a call referred to at the close) gives the calls this long more to be
+#: freed, looking every :data:`LET_GO_LOOK`: a health or ORCA stream of
+#: pyxds's own the close cancelled lets go of its call once grpcio read the
+#: cancelled call's status, a completion away (1.3 ms, 24 iterations, seen
+#: under load); a call the application keeps costs its close this long
+LET_GO_WAIT = 0.01
+LET_GO_LOOK = 0.001
 #: The message of the cancel of a closed transport's watch by its close
-#: (:meth:`AioTransport._channel_closed`, or the channel's close that waited
-#: :data:`SHUTDOWN_READ_WAIT`): its wait goes to the loop's end
+#: while a call is referred to (:meth:`AioTransport._channel_closed`)
+CLOSE_CALLS_HELD = "pyxds: a call of the closed channel is referred to"
+#: The message of the cancel of a closed transport's watch by its channel's
+#: close that waited :data:`SHUTDOWN_READ_WAIT` for it: its wait goes to
+#: the loop's end at once
 CLOSE_GAVE_UP = "pyxds: the close does not wait for this watch"
 
 
-async def calls_let_go(calls: tuple[Any, ...]) -> bool:
+async def calls_let_go(calls: tuple[Any, ...], wait: float = 0.0) -> bool:
     """Whether every one of a closed channel's ``calls`` (weak references) is
     freed (else C-core's channel cannot reach SHUTDOWN), within
-    :data:`LET_GO_TURNS` loop iterations."""
+    :data:`LET_GO_TURNS` loop iterations, then ``wait`` seconds more."""
     for _ in range(LET_GO_TURNS):
         if not any_referred(calls):
             return True
         await asyncio.sleep(0)
-    return not any_referred(calls)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while any_referred(calls):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(LET_GO_LOOK)
+    return True
+
+
+async def _read_shutdown(wait: _GrpcWait, calls: tuple[Any, ...], why: tuple[Any, ...]) -> None:
+    """A closed transport's cancelled watch (the loop's end, or its close
+    while a call was referred to: ``why`` is the cancel's arguments) lets
+    its grpcio ``wait`` see the SHUTDOWN, at most :data:`SHUTDOWN_READ_WAIT`,
+    once ``calls`` are let go (:func:`calls_let_go`); a second cancel (the
+    channel's close gave up) ends it."""
+    wait.future = ended = asyncio.get_running_loop().create_future()
+    try:
+        if await calls_let_go(calls, LET_GO_WAIT if why == (CLOSE_CALLS_HELD,) else 0.0):
+            await asyncio.wait((ended,), timeout=SHUTDOWN_READ_WAIT)  # (ended: no wait)
+    except asyncio.CancelledError:
+        pass
 
 
 def _read_at_loop_end(wait: _GrpcWait, calls: tuple[Any, ...]) -> None:
@@ -659,8 +690,10 @@ class AioTransport(Transport):
         ``asyncio.run``, or a task holds it that the loop's end cancels
         later), the SHUTDOWN cannot come yet, and it returns at once,
         handing the wait to the loop's end (:func:`_read_at_loop_end`).
-        Cancelled by its transport's close (:meth:`_channel_closed`), it
-        hands the wait over at once."""
+        Its transport's close cancels it the same way while a call is
+        referred to (:meth:`_channel_closed`); cancelled by its channel's
+        close that waited for it (:data:`CLOSE_GAVE_UP`), it hands the wait
+        over at once."""
         channel = self._channel
         wait: _GrpcWait | None = None  # grpcio's current wait
         waited = _GRPC_IDLE  # the state it waits on
@@ -684,10 +717,8 @@ class AioTransport(Transport):
         except asyncio.CancelledError as cancel:
             if self.closed and wait is not None and not wait.done:
                 calls = self._closed_calls
-                if cancel.args != (CLOSE_GAVE_UP,):  # the loop's end
-                    wait.future = ended = asyncio.get_running_loop().create_future()
-                    if await calls_let_go(calls or referred_calls(channel)):  # (ended: no wait)
-                        await asyncio.wait((ended,), timeout=SHUTDOWN_READ_WAIT)
+                if cancel.args != (CLOSE_GAVE_UP,):
+                    await _read_shutdown(wait, calls or referred_calls(channel), cancel.args)
                 if calls is not None and not wait.done:  # (closed: its SHUTDOWN comes)
                     _read_at_loop_end(wait, calls)
                     return
@@ -707,15 +738,17 @@ class AioTransport(Transport):
         """C-core's SHUTDOWN ends the watch's wait within ms once the closed
         channel's calls are freed: the watch joins its channel's closing
         tasks (the channel's close waits for it, :data:`SHUTDOWN_READ_WAIT`
-        at most); while one is referred to it cannot come, and the watch is
-        cancelled at once (it hands its wait to the loop's end:
-        :meth:`_watch`)."""
+        at most).  While one is referred to it cannot come: the watch is
+        cancelled at once, and reads the SHUTDOWN only if the calls are let
+        go within :data:`LET_GO_TURNS` loop iterations and
+        :data:`LET_GO_WAIT` (e.g. by a stream of pyxds's own the close
+        cancelled), else hands its wait to the loop's end (:meth:`_watch`)."""
         watcher = self._watcher
         if watcher is None or watcher.done():
             return
         if any_referred(self._closed_calls or ()):
-            watcher.cancel(CLOSE_GAVE_UP)
-        elif self._closing is not None:
+            watcher.cancel(CLOSE_CALLS_HELD)
+        if self._closing is not None:
             self._closing.add(watcher)
 
     def connect(self) -> None:
