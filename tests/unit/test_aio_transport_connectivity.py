@@ -386,7 +386,8 @@ def test_a_call_let_go_a_completion_after_the_close_has_its_shutdown_read_by_the
     completion away: 1.3 ms, 24 loop iterations, seen under load): the
     closed transport's watch waits for that (``LET_GO_WAIT``) and reads the
     SHUTDOWN itself, rather than leaving it to a loop's end a program that
-    closes its own loop never runs."""
+    closes its own loop never runs.  (A call held on a transport that ran
+    no such stream is the application's: no wait, the loop's end reads it.)"""
     seen: dict[str, int] = {}
 
     async def scenario(transport: AioTransport, channel: FakeAioChannel, reports: list) -> None:
@@ -399,7 +400,7 @@ def test_a_call_let_go_a_completion_after_the_close_has_its_shutdown_read_by_the
         async def stream(held: FakeCall) -> None:
             await asyncio.sleep(0.003)  # its status read, a completion later
 
-        asyncio.get_running_loop().create_task(stream(call))
+        transport.spawn(stream(call))  # (subchannel_stream's reader)
         del call
         transport.retire()
         for _ in range(200):  # 1 s at most

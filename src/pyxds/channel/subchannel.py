@@ -72,7 +72,7 @@ import logging
 import socket
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
@@ -153,16 +153,19 @@ SHUTDOWN_READ_WAIT = 0.1
 #: other tasks with it, and one may let go of a call as it unwinds
 LET_GO_TURNS = 5
 #: After those iterations, a closed transport's watch its close cancelled
-#: (a call referred to at the close) gives the calls this long more to be
-#: freed, looking every :data:`LET_GO_LOOK`: a health or ORCA stream of
-#: pyxds's own the close cancelled lets go of its call once grpcio read the
-#: cancelled call's status, a completion away (1.3 ms, 24 iterations, seen
-#: under load); a call the application keeps costs its close this long
+#: (a call referred to at the close) on a transport that ran a stream of
+#: pyxds's own (health checks, ORCA OOB: :meth:`AioTransport.spawn`) gives
+#: the calls this long more to be freed, looking every :data:`LET_GO_LOOK`:
+#: such a stream, cancelled by the close, lets go of its call once grpcio
+#: read the cancelled call's status, a completion away (1.3 ms, 24
+#: iterations, seen under load); a call the application keeps costs that
+#: transport's close this long
 LET_GO_WAIT = 0.01
 LET_GO_LOOK = 0.001
 #: The message of the cancel of a closed transport's watch by its close
-#: while a call is referred to (:meth:`AioTransport._channel_closed`)
-CLOSE_CALLS_HELD = "pyxds: a call of the closed channel is referred to"
+#: while a call is referred to on a transport that ran a stream of pyxds's
+#: own (:meth:`AioTransport._channel_closed`)
+CLOSE_STREAM_ENDING = "pyxds: a stream of the closed channel ends"
 #: The message of the cancel of a closed transport's watch by its channel's
 #: close that waited :data:`SHUTDOWN_READ_WAIT` for it: its wait goes to
 #: the loop's end at once
@@ -194,7 +197,7 @@ async def _read_shutdown(wait: _GrpcWait, calls: tuple[Any, ...], why: tuple[Any
     channel's close gave up) ends it."""
     wait.future = ended = asyncio.get_running_loop().create_future()
     try:
-        if await calls_let_go(calls, LET_GO_WAIT if why == (CLOSE_CALLS_HELD,) else 0.0):
+        if await calls_let_go(calls, LET_GO_WAIT if why == (CLOSE_STREAM_ENDING,) else 0.0):
             await asyncio.wait((ended,), timeout=SHUTDOWN_READ_WAIT)  # (ended: no wait)
     except asyncio.CancelledError:
         pass
@@ -608,6 +611,7 @@ class AioTransport(Transport):
         "_by_authority",
         "_closed_calls",
         "_closing",
+        "_streamed",
     )
 
     def __init__(
@@ -639,6 +643,8 @@ class AioTransport(Transport):
         self._closed_calls: tuple[Any, ...] | None = None
         #: its channel's tasks of closing transports (its close awaits them)
         self._closing = closing
+        #: a stream of pyxds's own ran on it (:meth:`spawn`)
+        self._streamed = False
         self._inbox.run(self._create)
 
     @property
@@ -740,16 +746,23 @@ class AioTransport(Transport):
         tasks (the channel's close waits for it, :data:`SHUTDOWN_READ_WAIT`
         at most).  While one is referred to it cannot come: the watch is
         cancelled at once, and reads the SHUTDOWN only if the calls are let
-        go within :data:`LET_GO_TURNS` loop iterations and
-        :data:`LET_GO_WAIT` (e.g. by a stream of pyxds's own the close
-        cancelled), else hands its wait to the loop's end (:meth:`_watch`)."""
+        go within :data:`LET_GO_TURNS` loop iterations (and
+        :data:`LET_GO_WAIT` when a stream of pyxds's own ran on it: the
+        close cancelled it), else hands its wait to the loop's end
+        (:meth:`_watch`)."""
         watcher = self._watcher
         if watcher is None or watcher.done():
             return
         if any_referred(self._closed_calls or ()):
-            watcher.cancel(CLOSE_CALLS_HELD)
+            watcher.cancel(CLOSE_STREAM_ENDING if self._streamed else None)
         if self._closing is not None:
             self._closing.add(watcher)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A task on its loop for a stream of pyxds's own on its channel
+        (:mod:`pyxds.channel.subchannel_stream`: health checks, ORCA OOB)."""
+        self._streamed = True
+        return self._loop.create_task(coro)
 
     def connect(self) -> None:
         self._want_connect = True
