@@ -118,10 +118,24 @@ class _TimerThread:
             heap = self.prompt if timer.owner._prompt else self.heap
             heapq.heappush(heap, (timer.deadline, timer.seq, timer))
             if self.thread is None:
-                self.thread = threading.Thread(target=self._run, name="pyxds-timer", daemon=True)
-                self.thread.start()
+                self._start(timer)
             elif heap[0][2] is timer and _get_ident() != self.ident:
                 self.cond.notify()  # a new earliest deadline: wake the thread
+
+    def _start(self, timer: _HeapTimer) -> None:
+        """Start the thread for ``timer`` (just pushed; lock held).  A start
+        that fails (Python 3.12 refuses new threads in atexit hooks; out of
+        threads) records no thread, so the next push tries again, and
+        takes ``timer`` back (it never runs): the caller gets the error."""
+        thread = threading.Thread(target=self._run, name="pyxds-timer", daemon=True)
+        self.thread = thread  # before it runs: its first _next may clear it
+        try:
+            thread.start()
+        except Exception as exc:  # RuntimeError("can't start new thread"), MemoryError
+            self.thread = None
+            timer._cancelled = True
+            self.garbage += 1
+            raise RuntimeError(f"pyxds: cannot start the timer thread: {exc}") from exc
 
     def drop(self, owner: RealClock) -> None:
         """Forget every timer of ``owner`` (closed), so nothing it scheduled

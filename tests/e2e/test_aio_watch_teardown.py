@@ -12,7 +12,8 @@ attempts, grpcio shut its engine down (its poller thread joined) and the
 next attempt built it again, once per failed attempt.
 
 All run in a fresh process (in pytest's, another test's ``grpc.aio``
-channel may still be alive), against a closed port."""
+channel may still be alive), against a closed port, or against backends
+the process serves itself."""
 
 from __future__ import annotations
 
@@ -151,14 +152,22 @@ print(json.dumps({"grpcio": asyncio.run(plain_grpcio()), "pyxds": asyncio.run(py
 """
 
 
+def _run(script: str, *args: str) -> tuple[dict[str, Any], str]:
+    """What ``script``, run in a fresh process, printed last (JSON), and its stderr."""
+    out = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+
 @pytest.fixture(scope="module")
 def refusing_run() -> dict[str, Any]:
     """The script's counts (one fresh process for the module's tests)."""
-    out = subprocess.run(
-        [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=60, check=True
-    )
-    got: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return got
+    return _run(_SCRIPT)[0]
 
 
 def test_a_pyxds_aio_channel_to_a_refusing_address_strands_no_grpcio_watch(refusing_run):
@@ -193,3 +202,67 @@ def test_a_pyxds_aio_channel_holds_grpcios_engine_across_failed_attempts_until_c
     # old code built one per attempt (one per attempt that left none alive)
     assert got["engines_built"] == 1, got
     assert got["engines_alive_after_close"] == 0, got
+
+
+#: backends of the program below
+_ENDPOINTS = 30
+
+_CLOSES_ITS_LOOP = r"""
+import asyncio, json, sys, time
+from concurrent import futures
+import grpc
+import pyxds.aio
+from pyxds.testing.aio_counts import stranded_watches
+
+n = int(sys.argv[1])
+server = grpc.server(futures.ThreadPoolExecutor(4))  # sync: no grpc.aio channel
+echo = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
+server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.S", {"M": echo}),))
+ports = [server.add_insecure_port("127.0.0.1:0") for _ in range(n)]
+server.start()
+target = "ipv4:" + ",".join(f"127.0.0.1:{port}" for port in ports)
+round_robin = {"loadBalancingConfig": [{"round_robin": {}}]}
+kept = []
+
+async def main():
+    # another grpc.aio channel keeps grpcio's engine up past the loop's close
+    # (as in a program with more channels): a completion of a closed
+    # subchannel's watch then reaches a closed loop, whose tasks are dropped
+    kept.append(grpc.aio.insecure_channel("127.0.0.1:1"))
+    channel = pyxds.aio.insecure_channel(target, service_config=round_robin)
+    call = channel.unary_unary("/t.S/M")
+    for _ in range(2 * n):  # every endpoint connected and served
+        assert await call(b"hi", timeout=10) == b"hi"
+    await channel.close()
+    return sum(1 for task in asyncio.all_tasks() if task is not asyncio.current_task())
+
+loop = asyncio.new_event_loop()
+pending = loop.run_until_complete(main())
+loop.close()  # not asyncio.run: nothing cancels or awaits what is left
+del loop
+server.stop(None)
+for _ in range(25):  # what grpcio still delivers comes (0.5 s at most)
+    if not stranded_watches():
+        break
+    time.sleep(0.02)
+# a pending task freed by now said "Task was destroyed but it is pending!"
+stranded = stranded_watches()
+print(json.dumps({"pending_after_close": pending, "stranded": stranded}))
+"""
+
+
+@pytest.fixture(scope="module")
+def closes_its_loop() -> tuple[dict[str, Any], str]:
+    """What the program printed, and its stderr."""
+    return _run(_CLOSES_ITS_LOOP, str(_ENDPOINTS))
+
+
+def test_a_program_that_closes_its_own_loop_after_the_channels_close_finds_no_task_of_it(
+    closes_its_loop,
+):
+    # the old close returned with one connectivity watch task pending per
+    # endpoint (2-6 ms more), each reported at its loop's close, or its
+    # grpcio watch stranded when no other grpc.aio channel was left
+    got, stderr = closes_its_loop
+    assert "Task was destroyed" not in stderr, stderr
+    assert got == {"pending_after_close": 0, "stranded": 0}, (got, stderr)

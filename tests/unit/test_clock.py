@@ -165,6 +165,34 @@ def test_a_timer_scheduled_when_cancelled_ones_are_compacted_away_still_fires(mo
     clock.close()
 
 
+def test_a_timer_thread_that_fails_to_start_is_not_recorded_and_the_next_timer_starts_one(
+    monkeypatch,
+):
+    """A timer thread whose start fails (Python 3.12 refuses new threads in
+    atexit hooks; a process out of threads) must not stay recorded as the
+    timer thread: else every later push takes it for running and no timer
+    of the process ever runs again.  The failed push raises, naming the
+    cause, and its timer never runs."""
+    monkeypatch.setattr(clock_module, "_TIMERS", clock_module._TimerThread())
+    start = threading.Thread.start
+
+    def refused(thread: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    clock = RealClock()
+    lost = threading.Event()
+    with pytest.raises(RuntimeError, match="cannot start the timer thread: can't create"):
+        clock.call_later(0.0, lost.set)
+    assert clock_module._TIMERS.thread is None
+    monkeypatch.setattr(threading.Thread, "start", start)
+    ran = threading.Event()
+    clock.call_later(0.0, ran.set)
+    assert ran.wait(5)
+    assert not lost.is_set()
+    clock.close()
+
+
 def test_an_earlier_timer_from_another_thread_wakes_the_timer_thread_and_its_own_need_no_wake(
     monkeypatch,
 ):

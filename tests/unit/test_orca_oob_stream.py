@@ -402,7 +402,12 @@ def test_an_asyncio_subchannel_runs_its_call_on_its_own_loop_without_a_side(monk
     transport = type(
         "AioTransport",
         (),
-        {"runs_on_event_loop": True, "channel": object(), "_loop": FakeLoop()},
+        {
+            "runs_on_event_loop": True,
+            "channel": object(),
+            "_loop": FakeLoop(),
+            "spawn": FakeLoop().create_task,
+        },
     )()
     core.transport = transport
     orca_oob.OobStream(core).add(1.0, lambda r: None)

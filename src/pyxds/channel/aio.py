@@ -29,6 +29,8 @@ import grpc
 import grpc.aio
 from grpc import _common
 
+from pyxds.channel import subchannel
+from pyxds.channel.aio_closing import ClosingTasks
 from pyxds.channel.aio_engine import EngineHold
 from pyxds.channel.core import ChannelCore, subchannel_authority
 from pyxds.channel.grpc_aio_unary import LeanAioUnaryUnary
@@ -1096,6 +1098,8 @@ class AioXdsChannel(grpc.aio.Channel):
         #: close: else every failed attempt to a plain target shut it down
         #: and the next built it again (pyxds.channel.aio_engine)
         self._engine = EngineHold()
+        #: the watches of its closed transports (close() returns once they end)
+        self._closing = ClosingTasks()
 
         def make_transport(
             address: str, creds: Any, on_state: Callable[[grpc.ChannelConnectivity], None]
@@ -1107,7 +1111,9 @@ class AioXdsChannel(grpc.aio.Channel):
                 inbox = self._inbox = LoopInbox(loop)
             if not self._engine.held:
                 inbox.run(self._engine.take)  # before the transport's channel
-            return AioTransport(loop, address, creds, sub_options, compression, on_state, inbox)
+            return AioTransport(
+                loop, address, creds, sub_options, compression, on_state, inbox, self._closing
+            )
 
         self._core = ChannelCore(
             target,
@@ -1162,8 +1168,11 @@ class AioXdsChannel(grpc.aio.Channel):
             resume()
             # the transports' grpc.aio channels, closing, hold it until they end
             self._engine.let_go()
-        for _ in range(3):  # let the subchannels' close tasks run
-            await asyncio.sleep(0)
+        inbox = self._inbox
+        if inbox is not None and inbox.loop is asyncio.get_running_loop():
+            inbox.drain()  # closes posted from the serializer's thread: run now
+        # no task of the channel left pending (pyxds.channel.aio_closing)
+        await self._closing.ended(subchannel.SHUTDOWN_READ_WAIT, subchannel.CLOSE_GAVE_UP)
 
     def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
         # the state as it was when asked, the connection attempt started

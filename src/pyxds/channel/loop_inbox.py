@@ -55,7 +55,7 @@ class LoopInbox:
             self._scheduled = True
         try:
             if not self.loop.is_closed():
-                self.loop.call_soon_threadsafe(self._drain)
+                self.loop.call_soon_threadsafe(self.drain)
                 return
         except RuntimeError:  # closed meanwhile
             pass
@@ -63,7 +63,9 @@ class LoopInbox:
             self._queue.clear()
             self._scheduled = False
 
-    def _drain(self) -> None:
+    def drain(self) -> None:
+        """Run what is queued (the loop's callback; also callable on the
+        loop by whoever needs the queued work done now)."""
         with self._lock:
             batch, self._queue = self._queue, collections.deque()
             self._scheduled = False

@@ -72,7 +72,7 @@ import logging
 import socket
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
@@ -80,6 +80,7 @@ import grpc
 from pyxds import connectivity
 from pyxds.channel import grpc_aio_twin
 from pyxds.channel.aio_live_calls import any_referred, keep_until_freed, referred_calls
+from pyxds.channel.aio_loop_end import at_loop_end
 from pyxds.channel.loop_inbox import LoopInbox
 from pyxds.clock import Clock, Timer
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status, Subchannel
@@ -89,6 +90,7 @@ from pyxds.xds.completion_reader import app_loop_bound
 from pyxds.xds.stepped import Stepped
 
 if TYPE_CHECKING:
+    from pyxds.channel.aio_closing import ClosingTasks
     from pyxds.channel.orca_oob import OobStream
     from pyxds.serializer import WorkSerializer
 
@@ -136,17 +138,90 @@ def _ended(wait: asyncio.Future[None]) -> None:
         wait.exception()
 
 
-#: At most this long, a closed transport's watch cancelled by its event loop's
-#: end (``asyncio.run`` cancels every task) keeps the loop for its grpcio
-#: wait to see the channel's SHUTDOWN (:meth:`AioTransport._watch`): it
-#: comes within ms once the channel's calls are freed; while one is still
-#: referred to it cannot come, and the watch does not wait at all
+#: At most this long, a pyxds.aio channel's close waits for its closed
+#: transports' watches to end (:mod:`pyxds.channel.aio_closing`), a closed
+#: transport's watch cancelled by its event loop's end
+#: (``asyncio.run`` cancels every task) keeps the loop for its grpcio wait to
+#: see the channel's SHUTDOWN (:meth:`AioTransport._watch`), and so does the
+#: loop's end for a wait handed to it (:func:`_read_at_loop_end`): it comes
+#: within ms once the channel's calls are freed; while one is still referred
+#: to it cannot come, and none of them waits at all
 #: (:mod:`pyxds.channel.aio_live_calls`)
 SHUTDOWN_READ_WAIT = 0.1
 #: Loop iterations such a watch lets the loop run before it concludes a call
 #: of its channel is kept past the loop's end: the loop's end cancels the
 #: other tasks with it, and one may let go of a call as it unwinds
 LET_GO_TURNS = 5
+#: After those iterations, a closed transport's watch its close cancelled
+#: (a call referred to at the close) on a transport that ran a stream of
+#: pyxds's own (health checks, ORCA OOB: :meth:`AioTransport.spawn`) gives
+#: the calls this long more to be freed, looking every :data:`LET_GO_LOOK`:
+#: such a stream, cancelled by the close, lets go of its call once grpcio
+#: read the cancelled call's status, a completion away (1.3 ms, 24
+#: iterations, seen under load); a call the application keeps costs that
+#: transport's close this long
+LET_GO_WAIT = 0.01
+LET_GO_LOOK = 0.001
+#: The message of the cancel of a closed transport's watch by its close
+#: while a call is referred to on a transport that ran a stream of pyxds's
+#: own (:meth:`AioTransport._channel_closed`)
+CLOSE_STREAM_ENDING = "pyxds: a stream of the closed channel ends"
+#: The message of the cancel of a closed transport's watch by its channel's
+#: close that waited :data:`SHUTDOWN_READ_WAIT` for it: its wait goes to
+#: the loop's end at once
+CLOSE_GAVE_UP = "pyxds: the close does not wait for this watch"
+
+
+async def calls_let_go(calls: tuple[Any, ...], wait: float = 0.0) -> bool:
+    """Whether every one of a closed channel's ``calls`` (weak references) is
+    freed (else C-core's channel cannot reach SHUTDOWN), within
+    :data:`LET_GO_TURNS` loop iterations, then ``wait`` seconds more."""
+    for _ in range(LET_GO_TURNS):
+        if not any_referred(calls):
+            return True
+        await asyncio.sleep(0)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while any_referred(calls):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(LET_GO_LOOK)
+    return True
+
+
+async def _read_shutdown(wait: _GrpcWait, calls: tuple[Any, ...], why: tuple[Any, ...]) -> None:
+    """A closed transport's cancelled watch (the loop's end, or its close
+    while a call was referred to: ``why`` is the cancel's arguments) lets
+    its grpcio ``wait`` see the SHUTDOWN, at most :data:`SHUTDOWN_READ_WAIT`,
+    once ``calls`` are let go (:func:`calls_let_go`); a second cancel (the
+    channel's close gave up) ends it."""
+    wait.future = ended = asyncio.get_running_loop().create_future()
+    try:
+        if await calls_let_go(calls, LET_GO_WAIT if why == (CLOSE_STREAM_ENDING,) else 0.0):
+            await asyncio.wait((ended,), timeout=SHUTDOWN_READ_WAIT)  # (ended: no wait)
+    except asyncio.CancelledError:
+        pass
+
+
+def _read_at_loop_end(wait: _GrpcWait, calls: tuple[Any, ...]) -> None:
+    """Hand a closed channel's pending grpcio ``wait`` to its event loop's end
+    (:mod:`pyxds.channel.aio_loop_end`), held by the wait itself: there, once
+    the cancelled tasks let go of ``calls``, it reads the SHUTDOWN (at most
+    :data:`SHUTDOWN_READ_WAIT`), else grpcio kept the watch for good; if the
+    SHUTDOWN comes before, the hand-over is dropped."""
+    future = wait.future = asyncio.get_running_loop().create_future()
+
+    async def at_end() -> None:
+        if not future.done() and await calls_let_go(calls):
+            await asyncio.wait((future,), timeout=SHUTDOWN_READ_WAIT)
+
+    drop = at_loop_end(at_end)
+
+    def ended(_future: asyncio.Future[None]) -> None:
+        _ended(future)
+        drop()
+
+    future.add_done_callback(ended)
 
 
 class _GrpcWait(Stepped):
@@ -535,6 +610,8 @@ class AioTransport(Transport):
         "_asked",
         "_by_authority",
         "_closed_calls",
+        "_closing",
+        "_streamed",
     )
 
     def __init__(
@@ -546,6 +623,7 @@ class AioTransport(Transport):
         compression: grpc.Compression | None,
         on_state: Callable[[grpc.ChannelConnectivity], None],
         inbox: LoopInbox | None = None,
+        closing: ClosingTasks | None = None,
     ) -> None:
         super().__init__()
         self._loop = loop
@@ -560,8 +638,13 @@ class AioTransport(Transport):
         self._asked = False
         #: A81: the channels of attempts with an authority of their own
         self._by_authority: dict[str, Any] | None = None
-        #: the channel's calls when it was closed (weak references)
-        self._closed_calls: tuple[Any, ...] = ()
+        #: the channel's calls when it was closed (weak references; None:
+        #: its close has not run)
+        self._closed_calls: tuple[Any, ...] | None = None
+        #: its channel's tasks of closing transports (its close awaits them)
+        self._closing = closing
+        #: a stream of pyxds's own ran on it (:meth:`spawn`)
+        self._streamed = False
         self._inbox.run(self._create)
 
     @property
@@ -610,8 +693,13 @@ class AioTransport(Transport):
         calls are freed), else that completion came for a closed loop and
         grpcio kept the watch for good; while a call of the channel is
         still referred to (the application returns it from
-        ``asyncio.run``), the SHUTDOWN cannot come before the loop closes,
-        and it returns at once."""
+        ``asyncio.run``, or a task holds it that the loop's end cancels
+        later), the SHUTDOWN cannot come yet, and it returns at once,
+        handing the wait to the loop's end (:func:`_read_at_loop_end`).
+        Its transport's close cancels it the same way while a call is
+        referred to (:meth:`_channel_closed`); cancelled by its channel's
+        close that waited for it (:data:`CLOSE_GAVE_UP`), it hands the wait
+        over at once."""
         channel = self._channel
         wait: _GrpcWait | None = None  # grpcio's current wait
         waited = _GRPC_IDLE  # the state it waits on
@@ -632,32 +720,49 @@ class AioTransport(Transport):
                     await asyncio.wait((wait.future,), timeout=ASKED_LOOK)
                 else:
                     await wait.future
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancel:
             if self.closed and wait is not None and not wait.done:
-                wait.future = ended = asyncio.get_running_loop().create_future()
-                if await self._calls_let_go():  # (ended meanwhile: no wait)
-                    await asyncio.wait((ended,), timeout=SHUTDOWN_READ_WAIT)
+                calls = self._closed_calls
+                if cancel.args != (CLOSE_GAVE_UP,):
+                    await _read_shutdown(wait, calls or referred_calls(channel), cancel.args)
+                if calls is not None and not wait.done:  # (closed: its SHUTDOWN comes)
+                    _read_at_loop_end(wait, calls)
+                    return
         except Exception:
             pass
         if wait is not None:
             wait.future.add_done_callback(_ended)  # its outcome read, now or when it ends
 
-    async def _calls_let_go(self) -> bool:
-        """Whether every call of the closed channel is freed (else C-core's
-        channel cannot reach SHUTDOWN), within :data:`LET_GO_TURNS` loop
-        iterations: those it had when it was closed, or all it has if its
-        close has not run."""
-        calls = self._closed_calls or referred_calls(self._channel)
-        for _ in range(LET_GO_TURNS):
-            if not any_referred(calls):
-                return True
-            await asyncio.sleep(0)
-        return not any_referred(calls)
-
-    async def _close_channel(self, channel: Any) -> None:
-        """``channel.close()``, its calls taken first (the close forgets them)."""
+    def _close_channel(self, channel: Any) -> None:
+        """``channel.close()`` (on the loop, without a task: grpc.aio's close
+        with no grace ends in its first step), its calls taken first (the
+        close forgets them); then :meth:`_channel_closed`."""
         self._closed_calls = referred_calls(channel)
-        await channel.close()
+        Stepped(channel.close(), self._channel_closed)
+
+    def _channel_closed(self, _result: object, _error: BaseException | None) -> None:
+        """C-core's SHUTDOWN ends the watch's wait within ms once the closed
+        channel's calls are freed: the watch joins its channel's closing
+        tasks (the channel's close waits for it, :data:`SHUTDOWN_READ_WAIT`
+        at most).  While one is referred to it cannot come: the watch is
+        cancelled at once, and reads the SHUTDOWN only if the calls are let
+        go within :data:`LET_GO_TURNS` loop iterations (and
+        :data:`LET_GO_WAIT` when a stream of pyxds's own ran on it: the
+        close cancelled it), else hands its wait to the loop's end
+        (:meth:`_watch`)."""
+        watcher = self._watcher
+        if watcher is None or watcher.done():
+            return
+        if any_referred(self._closed_calls or ()):
+            watcher.cancel(CLOSE_STREAM_ENDING if self._streamed else None)
+        if self._closing is not None:
+            self._closing.add(watcher)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A task on its loop for a stream of pyxds's own on its channel
+        (:mod:`pyxds.channel.subchannel_stream`: health checks, ORCA OOB)."""
+        self._streamed = True
+        return self._loop.create_task(coro)
 
     def connect(self) -> None:
         self._want_connect = True
@@ -694,9 +799,9 @@ class AioTransport(Transport):
             # the watch is not cancelled: the close ends its wait (SHUTDOWN)
             # and it stops (``_watch``)
             if self._channel is not None:
-                self._loop.create_task(self._close_channel(self._channel))
+                self._close_channel(self._channel)
             for channel in (self._by_authority or {}).values():
-                self._loop.create_task(channel.close())
+                Stepped(channel.close(), _no_then)
 
         self._on_state = _ignore_state  # its owner's closure refers back to it
         self._inbox.run(go)

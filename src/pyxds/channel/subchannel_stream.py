@@ -257,9 +257,8 @@ class StreamClient:
 
         if getattr(transport, "runs_on_event_loop", False):  # an AioTransport
             loop: asyncio.AbstractEventLoop = getattr(transport, "_loop")  # noqa: B009
-            self._cancel_call = _run_aio(
-                loop, lambda: transport.channel, loop.create_task, request, sink
-            )
+            spawn = getattr(transport, "spawn")  # noqa: B009
+            self._cancel_call = _run_aio(loop, lambda: transport.channel, spawn, request, sink)
             return
         twin = getattr(transport, "aio_twin", None)
         make = twin() if twin is not None else None
