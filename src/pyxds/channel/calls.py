@@ -288,8 +288,17 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
         compression: Any,
         verb: str | None = None,
         serialized: bool = False,
+        *,
+        channel: object = None,
     ) -> None:
         self._rpc = rpc
+        #: the channel the call came from, held until the call ends (as a
+        #: grpcio call holds its channel): a call may outlive the channel
+        #: and multicallable the program dropped, which the lifecycle
+        #: reaper would close (and so cancel the call) once they went.
+        #: Keyword-only: an exception keeps its positional arguments
+        #: (``args``), which would hold the channel as long as the call.
+        self._channel = channel
         self._method = method
         self._request = request
         self._credentials = credentials
@@ -516,6 +525,10 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
             self._cond.notify_all()
             done_callbacks, self._done_callbacks = self._done_callbacks, []
             callbacks, self._callbacks = self._callbacks, []
+            # over: a dropped channel may go now, even while this call is
+            # kept (grpcio's closes once its last call ended), but not
+            # under the lock, nor before the callbacks ran
+            channel, self._channel = self._channel, None
         for cb in callbacks:
             try:
                 cb()
@@ -526,6 +539,7 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
                 fn(self)
             except Exception:
                 pass
+        del channel
 
     def _wait_started(self, timeout: float | None = None, after: Any = None) -> Any:
         """Block until the subchannel call exists (returned; ``after``: one

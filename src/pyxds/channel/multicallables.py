@@ -148,7 +148,14 @@ class _UnaryResponse(_MultiCallable[_Request, _Response]):
     ) -> FutureCall[_Response]:
         rpc, payload, serialized = self._begin(request, timeout, metadata, wait_for_ready, False)
         return FutureCall(
-            rpc, self._method, payload, credentials, compression, "future", serialized
+            rpc,
+            self._method,
+            payload,
+            credentials,
+            compression,
+            "future",
+            serialized,
+            channel=self._channel,
         )
 
 
@@ -167,7 +174,16 @@ class _StreamResponse(_MultiCallable[_Request, _Response]):
         compression: grpc.Compression | None = None,
     ) -> StreamingCall[_Response]:
         rpc, payload, serialized = self._begin(request, timeout, metadata, wait_for_ready, False)
-        return StreamingCall(rpc, self._method, payload, credentials, compression, None, serialized)
+        return StreamingCall(
+            rpc,
+            self._method,
+            payload,
+            credentials,
+            compression,
+            None,
+            serialized,
+            channel=self._channel,
+        )
 
 
 class UnaryUnaryMultiCallable(
