@@ -80,6 +80,25 @@ def test_rpc_in_flight_at_close_is_cancelled_like_grpcio(backend):
     assert codes["pyxds"] is codes["grpcio"] is grpc.StatusCode.CANCELLED
 
 
+def test_client_stream_future_closed_before_its_response_headers_is_cancelled_like_grpcio(lone):
+    """close() while a stream_unary future's requests are still open (the
+    backend has sent no headers yet): CANCELLED "Channel closed!", as
+    grpcio.  Hung on d94bad1: the end's callback, on grpcio's only
+    callback thread, waited there for headers that thread would deliver."""
+    outcomes = {}
+    for name, make in channels(lone.address):
+        go = threading.Event()
+        ch = make()
+        before = lone.served[lone.name]
+        future = ch.stream_unary(f"/{SERVICE}/Collect").future(_requests(go), timeout=5)
+        assert wait_until(lambda b=before: lone.served[lone.name] > b, 5)  # in flight
+        ch.close()
+        outcomes[name] = _outcome(lambda f=future: f.result(5))
+        go.set()
+    assert outcomes["pyxds"] == outcomes["grpcio"]
+    assert outcomes["grpcio"] == ("RpcError", grpc.StatusCode.CANCELLED, "Channel closed!")
+
+
 def test_a_stub_of_a_channel_the_program_dropped_keeps_working_like_grpcio(backend):
     """``stub = EchoStub(grpc.insecure_channel(...))`` drops the channel at
     once; grpcio leaves it open while its multicallables live (its

@@ -488,17 +488,16 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
                 self._inner = None
             self._next_attempt(delay)
             return
+        # the response headers, read without waiting: this is grpcio's
+        # callback thread, which would deliver them (None: none came; a call
+        # cancelled before them, e.g. by close(), waited here forever)
+        headers = getattr(getattr(inner, "_state", None), "initial_metadata", None)
         if self._unary_response:
             worded = unary_status(status)
             if worded is not status:
                 with self._cond:
-                    self._error = ChannelRpcError(
-                        worded, inner.initial_metadata(), inner.trailing_metadata()
-                    )
+                    self._error = ChannelRpcError(worded, headers or (), inner.trailing_metadata())
         else:
-            # the stream's response headers, read without waiting: this is
-            # grpcio's callback thread, which would deliver them (None: none)
-            headers = getattr(getattr(inner, "_state", None), "initial_metadata", None)
             worded = stream_status(status, self._rpc.committed, bool(headers))
             if worded is not status:
                 with self._cond:
