@@ -13,7 +13,7 @@ import weakref
 
 import grpc
 import pytest
-from channel_fixtures import SERVICE, Backend, wait_until
+from channel_fixtures import SERVICE, Backend, connections_to, wait_until
 
 import pyxds._api as pyxds
 import pyxds.aio as pyxds_aio
@@ -126,19 +126,6 @@ def test_a_stub_of_a_channel_the_program_dropped_keeps_working_like_grpcio(backe
             assert wait_until(lambda c=core: c.closed, 5)  # the reaper closed it
 
 
-def _connections_to(address: str) -> int:
-    """This host's established TCP connections to ``address`` (client side)."""
-    port = int(address.rpartition(":")[2])
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table, encoding="ascii") as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                if fields[3] == "01" and int(fields[2].rpartition(":")[2], 16) == port:
-                    count += 1
-    return count
-
-
 def _reaped() -> None:
     """The lifecycle reaper handled every channel dropped so far: it closes
     them in the order they went, so a marker queued now comes after them."""
@@ -211,7 +198,7 @@ def test_a_call_outliving_its_dropped_channel_gets_its_whole_answer_like_grpcio(
     start, read = OUTLIVING_CALLS[kind]
     answers = {}
     for name, make in channels(lone.address):
-        assert wait_until(lambda: _connections_to(lone.address) == 0, 5)
+        assert wait_until(lambda: connections_to(lone.address) == 0, 5)
         go = threading.Event()
         channel = make()
         core = getattr(channel, "_core", None)
@@ -227,7 +214,7 @@ def test_a_call_outliving_its_dropped_channel_gets_its_whole_answer_like_grpcio(
             answers[name] = [err.code(), err.details()]
         gc.collect()
         # over (the call still kept): the channel closes, its connection goes
-        assert wait_until(lambda: _connections_to(lone.address) == 0, 5), name
+        assert wait_until(lambda: connections_to(lone.address) == 0, 5), name
         if core is not None:
             assert core.closed
         del call
