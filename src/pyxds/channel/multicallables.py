@@ -52,7 +52,9 @@ class _MultiCallable(Generic[_Request, _Response]):
     grpcio lets it (grpcio's ``Channel.__del__`` leaves the channel open for
     that reason), and a dropped channel is closed by
     :mod:`pyxds.channel.lifecycle`; so it goes only with its last
-    multicallable."""
+    multicallable, and the last non-blocking call made from them that is
+    still running (:class:`~pyxds.channel.calls.DeferredCall` holds it
+    until it ends, as a grpcio call holds its channel)."""
 
     __slots__ = ("_core", "_method", "_channel")
 
