@@ -282,6 +282,20 @@ def who(channel: Any, timeout: float = 5.0, **kwargs: Any) -> str:
     return channel.unary_unary(f"/{SERVICE}/Who")(b"", timeout=timeout, **kwargs).decode()
 
 
+def connections_to(address: str) -> int:
+    """Established TCP connections of this machine to ``address``'s port
+    (each counted once: on its client side)."""
+    port = int(address.rpartition(":")[2])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "01" and int(fields[2].rpartition(":")[2], 16) == port:
+                    count += 1
+    return count
+
+
 def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

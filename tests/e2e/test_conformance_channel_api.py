@@ -6,15 +6,18 @@ errors raised before any RPC exists."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
+import weakref
 
 import grpc
 import pytest
-from channel_fixtures import SERVICE, Backend, wait_until
+from channel_fixtures import SERVICE, Backend, connections_to, wait_until
 
 import pyxds._api as pyxds
 import pyxds.aio as pyxds_aio
+from pyxds.channel import lifecycle
 
 FAST = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 200)]
 
@@ -77,6 +80,25 @@ def test_rpc_in_flight_at_close_is_cancelled_like_grpcio(backend):
     assert codes["pyxds"] is codes["grpcio"] is grpc.StatusCode.CANCELLED
 
 
+def test_client_stream_future_closed_before_its_response_headers_is_cancelled_like_grpcio(lone):
+    """close() while a stream_unary future's requests are still open (the
+    backend has sent no headers yet): CANCELLED "Channel closed!", as
+    grpcio.  Hung on d94bad1: the end's callback, on grpcio's only
+    callback thread, waited there for headers that thread would deliver."""
+    outcomes = {}
+    for name, make in channels(lone.address):
+        go = threading.Event()
+        ch = make()
+        before = lone.served[lone.name]
+        future = ch.stream_unary(f"/{SERVICE}/Collect").future(_requests(go), timeout=5)
+        assert wait_until(lambda b=before: lone.served[lone.name] > b, 5)  # in flight
+        ch.close()
+        outcomes[name] = _outcome(lambda f=future: f.result(5))
+        go.set()
+    assert outcomes["pyxds"] == outcomes["grpcio"]
+    assert outcomes["grpcio"] == ("RpcError", grpc.StatusCode.CANCELLED, "Channel closed!")
+
+
 def test_a_stub_of_a_channel_the_program_dropped_keeps_working_like_grpcio(backend):
     """``stub = EchoStub(grpc.insecure_channel(...))`` drops the channel at
     once; grpcio leaves it open while its multicallables live (its
@@ -86,9 +108,6 @@ def test_a_stub_of_a_channel_the_program_dropped_keeps_working_like_grpcio(backe
     multicallable went.  Fails on 322888d: the channel was collected with
     its multicallables alive, and under load a ``.future()`` right after
     ``unary_unary()`` raised "Channel closed!" (test_exit_without_close)."""
-    import gc
-    import weakref
-
     for name, make in channels(backend.address):
         channel = make()
         dropped = weakref.ref(channel)
@@ -105,6 +124,101 @@ def test_a_stub_of_a_channel_the_program_dropped_keeps_working_like_grpcio(backe
         if name == "pyxds":
             assert dropped() is None
             assert wait_until(lambda c=core: c.closed, 5)  # the reaper closed it
+
+
+def _reaped() -> None:
+    """The lifecycle reaper handled every channel dropped so far: it closes
+    them in the order they went, so a marker queued now comes after them."""
+    reached = threading.Event()
+
+    class Marker:
+        closed = False
+
+        def close(self) -> None:
+            reached.set()
+
+    lifecycle.release(Marker())
+    assert reached.wait(5), "the reaper did not run"
+
+
+def _requests(go: threading.Event):
+    """A client stream still open when its channel is dropped: its second
+    request only once ``go`` is set."""
+    yield b"a"
+    go.wait(5)
+    yield b"b"
+
+
+#: kind -> (start the call on a channel, read its whole answer)
+OUTLIVING_CALLS = {
+    "future": (
+        lambda ch, go: ch.unary_unary(f"/{SERVICE}/Sleep").future(b"0.3", timeout=5),
+        lambda call: [call.result()],
+    ),
+    "stream_unary_future": (
+        lambda ch, go: ch.stream_unary(f"/{SERVICE}/Collect").future(_requests(go), timeout=5),
+        lambda call: [call.result()],
+    ),
+    "unary_stream": (
+        lambda ch, go: ch.unary_stream(f"/{SERVICE}/Stream")(b"3", timeout=5),
+        list,
+    ),
+    "stream_stream": (
+        lambda ch, go: ch.stream_stream(f"/{SERVICE}/Chat")(_requests(go), timeout=5),
+        list,
+    ),
+}
+OUTLIVING_ANSWERS = {
+    "future": [b"lone"],
+    "stream_unary_future": [b"lone:2"],
+    "unary_stream": [b"lone"] * 3,
+    "stream_stream": [b"lone:a", b"lone:b"],
+}
+
+
+@pytest.fixture(scope="module")
+def lone():
+    """A backend only the outliving-call tests connect to (they count its
+    connections)."""
+    b = Backend("lone").start()
+    yield b
+    b.stop()
+
+
+@pytest.mark.parametrize("kind", OUTLIVING_CALLS)
+def test_a_call_outliving_its_dropped_channel_gets_its_whole_answer_like_grpcio(kind, lone):
+    """``f = grpc.insecure_channel(t).unary_unary(m).future(req)``: grpcio's
+    call holds its channel until it ends (the channel's call state, which
+    closes the core channel when it goes, lives while a call runs), then the
+    channel closes even though the call object is kept.  pyxds's call holds
+    its ``XdsChannel`` until it ends: the whole answer after channel and
+    multicallable were dropped and the reaper ran, and the channel closed
+    (its connection gone) once the call ended.  Fails on d94bad1: the
+    reaper closed the dropped channel, which cancelled the call."""
+    start, read = OUTLIVING_CALLS[kind]
+    answers = {}
+    for name, make in channels(lone.address):
+        assert wait_until(lambda: connections_to(lone.address) == 0, 5)
+        go = threading.Event()
+        channel = make()
+        core = getattr(channel, "_core", None)
+        call = start(channel, go)
+        del channel
+        gc.collect()
+        if core is not None:
+            _reaped()
+        go.set()
+        try:
+            answers[name] = read(call)
+        except grpc.RpcError as err:
+            answers[name] = [err.code(), err.details()]
+        gc.collect()
+        # over (the call still kept): the channel closes, its connection goes
+        assert wait_until(lambda: connections_to(lone.address) == 0, 5), name
+        if core is not None:
+            assert core.closed
+        del call
+    assert answers["pyxds"] == answers["grpcio"] == OUTLIVING_ANSWERS[kind]
 
 
 def _states(make, seconds: float, until: str | None = None) -> list[str]:

@@ -14,7 +14,7 @@ from concurrent import futures
 
 import grpc
 import pytest
-from channel_fixtures import TARGET, _handlers, wait_until
+from channel_fixtures import TARGET, _handlers, connections_to, wait_until
 from orca_backends import HEAVY, LIGHT, wrr_policy
 from ports import EXCLUSIVE
 from test_xds_security import bootstrap, tls, xds_creds
@@ -50,20 +50,6 @@ def mtls_orca_backend(name: str, cpu: float, pki: dict) -> tuple[grpc.Server, st
     port = server.add_secure_port("127.0.0.1:0", creds)
     server.start()
     return server, f"127.0.0.1:{port}"
-
-
-def connections_to(address: str) -> int:
-    """Established TCP connections of this machine to ``address``'s port
-    (each counted once: on its client side)."""
-    port = int(address.rpartition(":")[2])
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table, encoding="ascii") as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                if fields[3] == "01" and int(fields[2].rpartition(":")[2], 16) == port:
-                    count += 1
-    return count
 
 
 def test_sync_channel_reads_oob_reports_of_mtls_backends_through_the_relay(

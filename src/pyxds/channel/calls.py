@@ -288,8 +288,17 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
         compression: Any,
         verb: str | None = None,
         serialized: bool = False,
+        *,
+        channel: object = None,
     ) -> None:
         self._rpc = rpc
+        #: the channel the call came from, held until the call ends (as a
+        #: grpcio call holds its channel): a call may outlive the channel
+        #: and multicallable the program dropped, which the lifecycle
+        #: reaper would close (and so cancel the call) once they went.
+        #: Keyword-only: an exception keeps its positional arguments
+        #: (``args``), which would hold the channel as long as the call.
+        self._channel = channel
         self._method = method
         self._request = request
         self._credentials = credentials
@@ -479,17 +488,16 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
                 self._inner = None
             self._next_attempt(delay)
             return
+        # the response headers, read without waiting: this is grpcio's
+        # callback thread, which would deliver them (None: none came; a call
+        # cancelled before them, e.g. by close(), waited here forever)
+        headers = getattr(getattr(inner, "_state", None), "initial_metadata", None)
         if self._unary_response:
             worded = unary_status(status)
             if worded is not status:
                 with self._cond:
-                    self._error = ChannelRpcError(
-                        worded, inner.initial_metadata(), inner.trailing_metadata()
-                    )
+                    self._error = ChannelRpcError(worded, headers or (), inner.trailing_metadata())
         else:
-            # the stream's response headers, read without waiting: this is
-            # grpcio's callback thread, which would deliver them (None: none)
-            headers = getattr(getattr(inner, "_state", None), "initial_metadata", None)
             worded = stream_status(status, self._rpc.committed, bool(headers))
             if worded is not status:
                 with self._cond:
@@ -516,6 +524,10 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
             self._cond.notify_all()
             done_callbacks, self._done_callbacks = self._done_callbacks, []
             callbacks, self._callbacks = self._callbacks, []
+            # over: a dropped channel may go now, even while this call is
+            # kept (grpcio's closes once its last call ended), but not
+            # under the lock, nor before the callbacks ran
+            channel, self._channel = self._channel, None
         for cb in callbacks:
             try:
                 cb()
@@ -526,6 +538,7 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
                 fn(self)
             except Exception:
                 pass
+        del channel
 
     def _wait_started(self, timeout: float | None = None, after: Any = None) -> Any:
         """Block until the subchannel call exists (returned; ``after``: one

@@ -52,7 +52,9 @@ class _MultiCallable(Generic[_Request, _Response]):
     grpcio lets it (grpcio's ``Channel.__del__`` leaves the channel open for
     that reason), and a dropped channel is closed by
     :mod:`pyxds.channel.lifecycle`; so it goes only with its last
-    multicallable."""
+    multicallable, and the last non-blocking call made from them that is
+    still running (:class:`~pyxds.channel.calls.DeferredCall` holds it
+    until it ends, as a grpcio call holds its channel)."""
 
     __slots__ = ("_core", "_method", "_channel")
 
@@ -148,7 +150,14 @@ class _UnaryResponse(_MultiCallable[_Request, _Response]):
     ) -> FutureCall[_Response]:
         rpc, payload, serialized = self._begin(request, timeout, metadata, wait_for_ready, False)
         return FutureCall(
-            rpc, self._method, payload, credentials, compression, "future", serialized
+            rpc,
+            self._method,
+            payload,
+            credentials,
+            compression,
+            "future",
+            serialized,
+            channel=self._channel,
         )
 
 
@@ -167,7 +176,16 @@ class _StreamResponse(_MultiCallable[_Request, _Response]):
         compression: grpc.Compression | None = None,
     ) -> StreamingCall[_Response]:
         rpc, payload, serialized = self._begin(request, timeout, metadata, wait_for_ready, False)
-        return StreamingCall(rpc, self._method, payload, credentials, compression, None, serialized)
+        return StreamingCall(
+            rpc,
+            self._method,
+            payload,
+            credentials,
+            compression,
+            None,
+            serialized,
+            channel=self._channel,
+        )
 
 
 class UnaryUnaryMultiCallable(
