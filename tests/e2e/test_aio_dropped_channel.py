@@ -58,11 +58,12 @@ async def requests(go):  # a client stream still open when its channel goes
 START = {  # a call started on a new channel: its pick waits for the connection
     "unary_unary": lambda ch, go: ch.unary_unary(SERVICE + "Sleep")(b"0.2", timeout=5),
     "unary_stream": lambda ch, go: ch.unary_stream(SERVICE + "Stream")(b"3", timeout=5),
+    "stream_unary": lambda ch, go: ch.stream_unary(SERVICE + "Collect")(requests(go), timeout=5),
     "stream_stream": lambda ch, go: ch.stream_stream(SERVICE + "Chat")(requests(go), timeout=5),
 }
 
 async def read(call):
-    if KIND == "unary_unary":
+    if KIND in ("unary_unary", "stream_unary"):
         return [(await call).decode()]
     return [response.decode() async for response in call]
 
@@ -123,6 +124,7 @@ EXPECTED = {
     "stub": {**WHO_ONLY, "stub answers": "drop", "connections while the stub is kept": 1},
     "unary_unary": {**CALL, "answer": ["drop"], "connection gone once dropped": True},
     "unary_stream": {**CALL, "answer": ["drop"] * 3, "connection gone once dropped": True},
+    "stream_unary": {**CALL, "answer": ["drop:2"], "connection gone once dropped": True},
     "stream_stream": {
         **CALL,
         "answer": ["drop:a", "drop:b"],
@@ -152,10 +154,10 @@ def test_a_dropped_aio_channel_is_closed_once_nothing_of_it_is_kept_like_grpc_ai
     kind, backend, world
 ):
     """no_call: dropped after an RPC; stub: its multicallable kept, and
-    answering; unary_unary / unary_stream / stream_stream: dropped while
-    the call waits for its connection (the client stream also with a
-    request still to send), the whole answer, the connection kept with the
-    call object; at_run_end: left to ``asyncio.run``'s end, closed by it."""
+    answering; each kind of call: dropped while the call waits for its
+    connection (the client streams also with a request still to send), the
+    whole answer, the connection kept with the call object; at_run_end:
+    left to ``asyncio.run``'s end, closed by it."""
     header = (
         f"E2E = {E2E!r}\nADDRESS = {backend.address!r}\nSERVICE = '/{SERVICE}/'\nKIND = {kind!r}\n"
     )
