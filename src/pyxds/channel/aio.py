@@ -29,9 +29,8 @@ import grpc
 import grpc.aio
 from grpc import _common
 
-from pyxds.channel import subchannel
-from pyxds.channel.aio_closing import ClosingTasks
-from pyxds.channel.aio_engine import EngineHold
+from pyxds.channel import lifecycle, subchannel
+from pyxds.channel.aio_loop_side import Dropped, LoopSide
 from pyxds.channel.core import ChannelCore, subchannel_authority
 from pyxds.channel.grpc_aio_unary import LeanAioUnaryUnary
 from pyxds.channel.grpc_calls import (
@@ -40,7 +39,6 @@ from pyxds.channel.grpc_calls import (
     stream_status,
     unary_status,
 )
-from pyxds.channel.loop_inbox import LoopInbox
 from pyxds.channel.request_buffer import (
     PULL,
     RETIRED,
@@ -51,10 +49,9 @@ from pyxds.channel.request_buffer import (
 )
 from pyxds.channel.response_metadata import ResponseAdditions, additions_of, aio_error
 from pyxds.channel.rpc import CANCELLED, CHANNEL_CLOSED, DEADLINE_EXCEEDED, DONE, Rpc
-from pyxds.channel.subchannel import AioTransport, Transport, subchannel_options
+from pyxds.channel.subchannel import Transport, subchannel_options
 from pyxds.lb.api import OK_STATUS, ConnectivityState, Status
 from pyxds.resolver.service_config import ServiceConfigSource, from_channel_args
-from pyxds.xds.completion_reader import app_loop_blocks
 
 if TYPE_CHECKING:  # the bootstrap loads the xDS resource types: only an xds: target needs them
     from pyxds.channel.aio_interceptors import Interceptors
@@ -939,11 +936,33 @@ class AioStreamResponseCall(
 _Call = TypeVar("_Call", bound=_AioCall[Any])
 
 
+class _ChannelMethod(GrpcMethod):
+    """A :class:`GrpcMethod` that holds the channel it was made on.
+
+    Every call object of an aio multicallable holds its method for its
+    life, so through it the channel: a program may drop its channel while
+    a call runs (``call = pyxds.aio.insecure_channel(t).unary_stream(m)(r)``)
+    and the dropped channel's close (:mod:`pyxds.channel.aio_loop_side`)
+    waits until the call object goes, as a ``grpc.aio`` call's connection
+    lives as long as the call object does (its C-core call holds it, after
+    ``Channel.__del__`` closed the channel): the whole answer, and the
+    connection gone once the call is let go.  One attribute per
+    multicallable, nothing per call."""
+
+    __slots__ = ("channel",)
+
+    channel: AioXdsChannel
+
+
 class _AioMultiCallable(Generic[_Request, _Response, _Call]):
     """What every aio kind shares: each call makes one
     :class:`~pyxds.channel.rpc.Rpc` and hands it to its call object
     (``_call_class``, a ``_Call``); a client stream's requests go through an
-    :class:`AsyncRequestReplay` (none: the application writes them)."""
+    :class:`AsyncRequestReplay` (none: the application writes them).
+
+    It holds the channel it came from, as grpc.aio's multicallables do
+    (``stub = EchoStub(pyxds.aio.insecure_channel(...))`` keeps working);
+    its calls hold it through their method (:class:`_ChannelMethod`)."""
 
     _kind = ""
     _client_streaming = False
@@ -958,7 +977,8 @@ class _AioMultiCallable(Generic[_Request, _Response, _Call]):
     ) -> None:
         self._channel = channel
         self._core = channel._core
-        self._method = GrpcMethod(self._kind, method, ser, deser)
+        self._method = _ChannelMethod(self._kind, method, ser, deser)
+        self._method.channel = channel
 
     def _call(
         self,
@@ -1091,57 +1111,41 @@ class AioXdsChannel(grpc.aio.Channel):
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
-        #: work for the loop from other threads (the subchannels' grpc.aio
-        #: channels are made there), one wake-up of the loop per batch
-        self._inbox: LoopInbox | None = None
-        #: grpcio's asyncio engine, held from the first connection to the
-        #: close: else every failed attempt to a plain target shut it down
-        #: and the next built it again (pyxds.channel.aio_engine)
-        self._engine = EngineHold()
-        #: the watches of its closed transports (close() returns once they end)
-        self._closing = ClosingTasks()
-
-        def make_transport(
-            address: str, creds: Any, on_state: Callable[[grpc.ChannelConnectivity], None]
-        ) -> AioTransport:
-            loop = self._loop
-            assert loop is not None, "pyxds aio channel used before any event loop"
-            inbox = self._inbox
-            if inbox is None or inbox.loop is not loop:
-                inbox = self._inbox = LoopInbox(loop)
-            if not self._engine.held:
-                inbox.run(self._engine.take)  # before the transport's channel
-            return AioTransport(
-                loop, address, creds, sub_options, compression, on_state, inbox, self._closing
-            )
-
+        #: what the core calls back into: never the channel itself, so that
+        #: a channel the program dropped is collected and closed
+        #: (pyxds.channel.aio_loop_side)
+        self._side = side = LoopSide(self._loop, sub_options, compression)
         self._core = ChannelCore(
             target,
-            make_transport,
+            side.make_transport,
             credentials,
             bootstrap,
             options,
             service_config=parsed,
-            defer=self._defer_on_loop,
+            defer=side.defer,
         )
 
-    def _defer_on_loop(self, fn: Callable[[], None]) -> bool:
-        """The channel clock's zero-delay callbacks made on the channel's
-        loop run on it, after the running callback (``call_soon``): e.g. the
-        connection ring_hash asks for from a pick is made at once on the loop
-        where its grpc.aio channel must be made anyway, not after two thread
-        hops (the timer thread, then ``call_soon_threadsafe`` back), each
-        waiting for the other thread's Python to let go of the GIL.  From
-        any other thread: False (the timer thread runs it)."""
+    def __del__(self) -> None:
+        # dropped unclosed: closed as grpc.aio's Channel.__del__ closes its
+        # channel, but never here (pyxds.channel.lifecycle, rule 2): by its
+        # loop's next callback or by the reaper (pyxds.channel.aio_loop_side)
+        core = getattr(self, "_core", None)
+        if core is None or core.closed:
+            return
+        dropped = Dropped(core, self._side)
         loop = self._loop
-        if loop is None or asyncio._get_running_loop() is not loop:
-            return False
-        loop.call_soon(fn)
-        return True
+        if loop is not None and asyncio._get_running_loop() is loop:
+            # dropped on its running loop (a coroutine's channel): closed
+            # there by the loop's next callback, as grpc.aio closes its own
+            # at once: before the loop's end (asyncio.run cancels its tasks
+            # then; the transports' watches are closed ones by then)
+            loop.call_soon(dropped.close_on_loop)
+        else:
+            lifecycle.release(dropped)
 
     def _bind_loop(self) -> None:
         if self._loop is None:
-            self._loop = asyncio.get_running_loop()
+            self._loop = self._side.loop = asyncio.get_running_loop()
 
     @property
     def target(self) -> str:
@@ -1158,21 +1162,9 @@ class AioXdsChannel(grpc.aio.Channel):
             deadline = asyncio.get_running_loop().time() + grace
             while self._core.active_calls > 0 and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.01)
-        # the close waits for the xDS client's ADS stream, whose completions
-        # this loop reads while the stream loop yields them to it
-        # (pyxds.xds.completion_reader): the stream loop reads meanwhile
-        resume = app_loop_blocks()
-        try:
-            self._core.close()
-        finally:
-            resume()
-            # the transports' grpc.aio channels, closing, hold it until they end
-            self._engine.let_go()
-        inbox = self._inbox
-        if inbox is not None and inbox.loop is asyncio.get_running_loop():
-            inbox.drain()  # closes posted from the serializer's thread: run now
+        self._side.close(self._core)
         # no task of the channel left pending (pyxds.channel.aio_closing)
-        await self._closing.ended(subchannel.SHUTDOWN_READ_WAIT, subchannel.CLOSE_GAVE_UP)
+        await self._side.closing.ended(subchannel.SHUTDOWN_READ_WAIT, subchannel.CLOSE_GAVE_UP)
 
     def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
         # the state as it was when asked, the connection attempt started

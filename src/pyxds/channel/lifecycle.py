@@ -52,7 +52,8 @@ _log = logging.getLogger(__name__)
 
 
 class _Closable(Protocol):
-    closed: bool
+    @property
+    def closed(self) -> bool: ...
 
     def close(self) -> None: ...
 
