@@ -22,7 +22,15 @@ Per client and N:
   more connections (descriptors), whatever RPCs do meanwhile;
 * ``threads``: threads of the client process once all N serve (``/proc``:
   C-core's and Python's alike), and ``+threads``: those beyond the count
-  before the channel was made;
+  before the channel was made.  Not counted: the bench's own connection
+  watcher (joined first) and pyxds's lingering workers (``pyxds-xds-watchers_*``,
+  ``pyxds-dns_*``: alive only within 1 s of their last work, so at N=1000
+  counted or not by chance of how long serving took); each round's JSON
+  names them (``lingering``) and every thread counted (``thread_names``:
+  Python's names and ``/proc`` comm names).  Sync pyxds at N=1 and N=1000:
+  C-core's 6 (4 "event_engine", "lifeguard", "grpc_global_tim") and
+  Python's 5 (main, grpc.aio's poller ``_poll_wrapper``, ``pyxds-reaper``,
+  ``pyxds-timer``, ``pyxds-xds-streams``);
 * ``CPU/RPC us``: process CPU per sequential unary RPC (after the above);
 * ``idle %``: process CPU, in % of one core, over ``--idle`` seconds with
   no RPC (every endpoint connected);
@@ -328,6 +336,32 @@ def _thread_names() -> dict[str, int]:
     return names
 
 
+#: pyxds's worker pools (pyxds/_lingering.py) whose threads exit 1 s after
+#: their last work: alive at a count only by chance, so not counted
+LINGERING = ("pyxds-xds-watchers_", "pyxds-dns_")
+
+
+def _steady_threads() -> tuple[int, list[str]]:
+    """Threads of the process but pyxds's lingering workers, and the names
+    of those left out (alive in the same ``/proc`` look)."""
+    tasks = set(os.listdir("/proc/self/task"))
+    lingering = sorted(
+        t.name
+        for t in threading.enumerate()
+        if t.name.startswith(LINGERING) and str(t.native_id) in tasks
+    )
+    return len(tasks) - len(lingering), lingering
+
+
+def _counted_threads() -> dict[str, object]:
+    """Every thread of the process by name: Python's (``threading``, the
+    lingering workers included) and ``/proc``'s comm names."""
+    return {
+        "python": sorted(t.name for t in threading.enumerate()),
+        "comm": dict(sorted(_thread_names().items())),
+    }
+
+
 def _settle_after_close(
     base: dict[str, float], limit: float = 3.0, base_names: dict[str, int] | None = None
 ) -> dict[str, object]:
@@ -363,7 +397,8 @@ class ConnectWatch:
         self.start = time.monotonic()
         self.seconds: float | None = None
         self.stop = False
-        threading.Thread(target=self._run, daemon=True).start()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
 
     def _run(self) -> None:
         while not self.stop and time.monotonic() - self.start < SERVE_LIMIT:
@@ -371,6 +406,13 @@ class ConnectWatch:
                 self.seconds = time.monotonic() - self.start
                 return
             time.sleep(0.02)
+
+    def finish(self) -> float:
+        """Stop watching (its thread gone before threads are counted); the
+        seconds measured, 0.0 when the count was not reached."""
+        self.stop = True
+        self._thread.join(5)
+        return self.seconds or 0.0
 
 
 def _more(seen: set[bytes], ok: int, want: int, target: str) -> bool:
@@ -409,12 +451,17 @@ def client_sync(kind: str, n: int, target: str, rpcs: int, idle: float, channels
         ok += 1
         i += 1
     serve_s = time.monotonic() - start
+    serve_cpu_s = time.process_time() - start_cpu
+    connect_s = connect.finish() if connect is not None else 0.0  # its thread gone
+    threads, lingering = _steady_threads()
     out = {
         "serve_s": serve_s,
-        "serve_cpu_s": time.process_time() - start_cpu,
-        "connect_s": connect.seconds if connect is not None and connect.seconds else 0.0,
+        "serve_cpu_s": serve_cpu_s,
+        "connect_s": connect_s,
         "reached": len(seen),
-        "threads": _threads(),
+        "threads": threads,
+        "lingering": lingering,
+        "thread_names": _counted_threads(),
         "rss": _rss_mib(),
     }
     mc = callables[0]
@@ -429,7 +476,7 @@ def client_sync(kind: str, n: int, target: str, rpcs: int, idle: float, channels
     cpu = time.process_time()
     time.sleep(idle)
     out["idle_pct"] = (time.process_time() - cpu) / idle * 100.0
-    out["idle_threads"] = _threads()
+    out["idle_threads"] = _steady_threads()[0]
     for c in chans:
         c.close()
     out.update(_settle_after_close(base))
@@ -462,12 +509,17 @@ async def client_aio(kind: str, n: int, target: str, rpcs: int, idle: float, cha
         ok += 1
         i += 1
     serve_s = time.monotonic() - start
+    serve_cpu_s = time.process_time() - start_cpu
+    connect_s = connect.finish() if connect is not None else 0.0  # its thread gone
+    threads, lingering = _steady_threads()
     out = {
         "serve_s": serve_s,
-        "serve_cpu_s": time.process_time() - start_cpu,
-        "connect_s": connect.seconds if connect is not None and connect.seconds else 0.0,
+        "serve_cpu_s": serve_cpu_s,
+        "connect_s": connect_s,
         "reached": len(seen),
-        "threads": _threads(),
+        "threads": threads,
+        "lingering": lingering,
+        "thread_names": _counted_threads(),
         "rss": _rss_mib(),
     }
     mc = callables[0]
@@ -482,7 +534,7 @@ async def client_aio(kind: str, n: int, target: str, rpcs: int, idle: float, cha
     cpu = time.process_time()
     await asyncio.sleep(idle)
     out["idle_pct"] = (time.process_time() - cpu) / idle * 100.0
-    out["idle_threads"] = _threads()
+    out["idle_threads"] = _steady_threads()[0]
     for c in chans:
         await c.close()
     await asyncio.sleep(0.1)
@@ -1079,6 +1131,16 @@ def main() -> None:
     for (label, kind), s in summary.items():
         cells = " ".join(f"{fmt.format(s[key]):>12}" for _, key, fmt in COLUMNS)
         print(f"{label:<16} {kind:<16} {cells}")
+    print()
+    print("threads counted once all N serve (last round; /proc comm names, Python's names):")
+    for (label, kind), runs in results.items():
+        r = runs[-1]
+        if "thread_names" in r:
+            names = r["thread_names"]
+            print(
+                f"  {label:<16} {kind:<16} {r['threads']}: {names['comm']} {names['python']}"
+                f"  not counted: {r['lingering']}"
+            )
     print()
     print("ratios pyxds / C-core (same shape, same run):")
     for label, _, _, _ in plan:

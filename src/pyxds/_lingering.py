@@ -33,13 +33,22 @@ Rules:
 of the process, which is why pyxds does not use it for background work.
 The DNS resolver (up to 4 lookups at once) and the xDS client's watcher
 notifications (one serial worker for every client of the process) run here.
+
+The queue is a deque under the pool's lock, and an idle worker waits on a
+condition of that lock: CPython 3.11's ``queue.SimpleQueue.get(timeout=)``
+can block past its timeout, until the next ``put``, when it wakes after its
+deadline to a queue another consumer emptied (its remaining timeout goes
+negative, which the lock reads as "forever"), so a worker waiting there
+for its linger stayed alive with nothing to do (rule 2 broken; seen in
+tests/unit/test_lingering_pool.py under CPU load).
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 
 __all__ = ["LingeringPool"]
@@ -56,8 +65,9 @@ class LingeringPool:
         self._name = name
         self._linger = linger
         self._label = label
-        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._queue: deque[Callable[[], None]] = deque()  # guarded by _lock
         self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)  # idle workers wait here
         self._threads = 0
         self._idle = 0
         self._closed = False
@@ -72,8 +82,10 @@ class LingeringPool:
         with self._lock:
             if self._closed:
                 return
-            self._queue.put(fn)
-            if self._idle >= self._queue.qsize() or self._threads >= self._max:
+            self._queue.append(fn)
+            if self._idle:
+                self._wake.notify()
+            if self._idle >= len(self._queue) or self._threads >= self._max:
                 return
             self._threads += 1
             self._idle += 1
@@ -95,21 +107,11 @@ class LingeringPool:
         with self._lock:
             self._threads -= 1
             self._idle -= 1
-            queued: list[Callable[[], None]] = []
-            while True:
-                try:
-                    queued.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            found = False
-            for index in range(len(queued) - 1, -1, -1):  # the one just put
-                if queued[index] is fn:
-                    del queued[index]
-                    found = True
-                    break
-            for item in queued:  # the others keep their order
-                self._queue.put(item)
-            return found
+            for index in range(len(self._queue) - 1, -1, -1):  # the one just put
+                if self._queue[index] is fn:
+                    del self._queue[index]  # the others keep their order
+                    return True
+            return False
 
     def on_worker(self) -> bool:
         """Whether the calling thread is one of this pool's workers."""
@@ -145,8 +147,7 @@ class LingeringPool:
     def shutdown(self) -> None:
         with self._lock:
             self._closed = True
-            while not self._queue.empty():
-                self._queue.get_nowait()
+            self._queue.clear()
 
     def _run(self, linger: float) -> None:
         me = threading.get_ident()
@@ -158,16 +159,14 @@ class LingeringPool:
 
     def _work(self, linger: float) -> None:
         while True:
-            try:
-                fn = self._queue.get(timeout=linger)
-            except queue.Empty:
-                with self._lock:
-                    if self._queue.empty():  # a submit under the lock would be seen
-                        self._idle -= 1
-                        self._threads -= 1
-                        return
-                continue
             with self._lock:
+                if not self._queue and not self._wait(linger):
+                    # idle for ``linger`` with the queue empty, under the
+                    # lock a submit takes: it sees this worker gone (rule 2)
+                    self._idle -= 1
+                    self._threads -= 1
+                    return
+                fn = self._queue.popleft()
                 self._idle -= 1
             try:
                 fn()
@@ -175,3 +174,15 @@ class LingeringPool:
                 _log.exception("pyxds: %s raised", self._label)
             with self._lock:
                 self._idle += 1
+
+    def _wait(self, linger: float) -> bool:
+        """Under the lock, with the queue empty: wait up to ``linger``
+        seconds for a function; False when none came.  (A wake-up whose
+        function another worker took waits on, for the rest of the linger.)"""
+        deadline = time.monotonic() + linger
+        while not self._queue:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._wake.wait(remaining)
+        return True

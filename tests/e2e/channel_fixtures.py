@@ -282,16 +282,19 @@ def who(channel: Any, timeout: float = 5.0, **kwargs: Any) -> str:
     return channel.unary_unary(f"/{SERVICE}/Who")(b"", timeout=timeout, **kwargs).decode()
 
 
-def connections_to(address: str) -> int:
+def connections_to(address: str, closing: bool = False) -> int:
     """Established TCP connections of this machine to ``address``'s port
-    (each counted once: on its client side)."""
+    (each counted once: on its client side); ``closing``: also those the
+    server closed and the client has not closed yet (CLOSE_WAIT: the client
+    has not read to the end, a GOAWAY before it included)."""
     port = int(address.rpartition(":")[2])
+    states = ("01", "08") if closing else ("01",)
     count = 0
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table, encoding="ascii") as f:
             for line in f.readlines()[1:]:
                 fields = line.split()
-                if fields[3] == "01" and int(fields[2].rpartition(":")[2], 16) == port:
+                if fields[3] in states and int(fields[2].rpartition(":")[2], 16) == port:
                     count += 1
     return count
 

@@ -30,6 +30,11 @@ from pyxds.xds.lrs_state import LRS_CLIENT_FEATURE
 
 PYXDS_NODE = "lrs-diff-pyxds"
 CORE_NODE = "lrs-diff-core"
+#: the report interval the server asks for (seconds), and how long a quiet
+#: client is watched after its all-zero report: one interval and a half, so
+#: a client reporting every interval would send another within it
+INTERVAL = 1.0
+QUIET = 1.5 * INTERVAL
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +44,7 @@ def backends():
 
 @pytest.fixture(scope="module")
 def server(backends):
-    srv = ManagementServer(lrs_interval=1.0).start()
+    srv = ManagementServer(lrs_interval=INTERVAL).start()
     yield srv
     srv.stop()
 
@@ -86,6 +91,34 @@ def localities(server, cluster: str, node_id: str) -> set[tuple[str, str, str]]:
         for r in server.lrs.reports(cluster, node_id)
         for s in r.stats.upstream_locality_stats
     }
+
+
+def _counts_nothing(stats) -> bool:
+    return not stats.total_dropped_requests and not any(
+        s.total_issued_requests
+        or s.total_successful_requests
+        or s.total_error_requests
+        or s.total_requests_in_progress
+        for s in stats.upstream_locality_stats
+    )
+
+
+def _requests(server, node_id: str) -> list[list]:
+    """The node's reports with cluster stats, oldest first, each as the
+    ClusterStats it carried (one request's records share their arrival)."""
+    by_request: dict[tuple[int, float], list] = {}
+    for r in server.lrs.reports(None, node_id):
+        by_request.setdefault((r.stream, r.received_at), []).append(r.stats)
+    return list(by_request.values())
+
+
+def _zero_report_last(server, node_id: str) -> bool:
+    """Exactly one report after the last that counted something, and it
+    counts nothing (gRFC A27 with C-core's rule: an all-zero report is sent
+    once, the next all-zero ones are skipped)."""
+    sent = _requests(server, node_id)
+    counted = [i for i, stats in enumerate(sent) if not all(map(_counts_nothing, stats))]
+    return bool(counted) and len(sent) == counted[-1] + 2
 
 
 @pytest.mark.parametrize("main_drop_ppm", [0, 250_000])
@@ -139,25 +172,19 @@ def test_load_reports_agree_with_c_core(server, backends, main_drop_ppm):
             assert not first[node_id].cluster_stats
         features = [list(first[n].node.client_features) for n in (py_node, core_node)]
         assert features[0] == features[1]
-        # 5. quiet: one all-zero report, then none while nothing is counted
-        before = {n: len(server.lrs.reports(MAIN, n)) for n in (py_node, core_node)}
-        time.sleep(3.5)
-        after = {n: len(server.lrs.reports(MAIN, n)) for n in (py_node, core_node)}
-        quiet = {n: [r.stats for r in server.lrs.reports(MAIN, n)[before[n] :]] for n in after}
-        for n, stats in quiet.items():
-            assert len(stats) <= 1, (n, stats)
-            assert all(
-                not any(
-                    (
-                        s.total_issued_requests,
-                        s.total_successful_requests,
-                        s.total_error_requests,
-                        s.total_requests_in_progress,
-                    )
-                )
-                for c in stats
-                for s in c.upstream_locality_stats
+        # 5. quiet: after the last report that counted something, one
+        #    all-zero report, then none while nothing is counted
+        sent = {}
+        for node_id in (py_node, core_node):
+            assert wait_until(lambda n=node_id: _zero_report_last(server, n), 5), (
+                node_id,
+                _requests(server, node_id)[-2:],
             )
+            sent[node_id] = server.lrs.report_count(node_id)
+        time.sleep(QUIET)
+        for node_id in (py_node, core_node):
+            assert server.lrs.report_count(node_id) == sent[node_id], _requests(server, node_id)
+            assert _zero_report_last(server, node_id)
     finally:
         channel.close()
         core.close()

@@ -15,7 +15,6 @@ again on the new connection after its backend died and came back."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import threading
 import time
 from concurrent import futures
@@ -272,13 +271,19 @@ def test_sync_oob_stream_honours_its_period_and_restarts_after_its_backend_comes
     srv2: grpc.Server | None = None
     try:
         handle = subchannel_of(channel, address)
+        subscribed = time.monotonic()
         on_serializer(
             channel, lambda: handle.watch_orca_oob(period, lambda r: times.append(time.monotonic()))
         )
         assert wait_until(lambda: len(times) >= 4, 10)
+        elapsed = time.monotonic() - subscribed
         assert first.intervals == [period] and first.open == 1
-        gaps = [b - a for a, b in itertools.pairwise(times)]
-        assert min(gaps) >= period * 0.8  # reports at the period asked for
+        # reports at the period asked for: never more than it allows since
+        # the subscription (the backend sends one at once, then one a
+        # period).  Not the gaps between arrivals: a late delivery narrows
+        # the next gap, never adds a report (beside two busy loops one came
+        # 0.13 s late, a 0.18 s gap, while the backend sent 0.30 s apart).
+        assert len(times) <= elapsed / period + 1, (len(times), elapsed)
 
         srv.stop(None).wait(5)  # the backend dies
         held = HeldPort.again(port)  # refusing, until it comes back

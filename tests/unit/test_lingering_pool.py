@@ -7,6 +7,7 @@ wait bounded."""
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 
@@ -105,6 +106,32 @@ def test_no_submit_is_stranded_while_workers_decide_to_exit(workers):
     assert _until(lambda: count[0] == 300)
     assert pool.threads <= workers
     assert _until(lambda: pool.threads == 0)
+
+
+def test_a_worker_woken_for_a_function_shutdown_dropped_still_lingers_out():
+    """Rule 2 with rule 5: an idle worker woken by a submit, held off the
+    GIL past its linger while ``shutdown`` drops the function, finds the
+    queue empty and exits.  On ``queue.SimpleQueue.get(timeout=)`` it woke
+    past its deadline, its remaining timeout went negative ("forever") and
+    it stayed until the next put: a thread left with no work (the cause of
+    test_no_submit_is_stranded_while_workers_decide_to_exit's failures under
+    CPU load, where another worker took the function)."""
+    pool = _pool(linger=0.1)
+    ran: list[str] = []
+    pool.submit(lambda: None)
+    assert pool.flush(WAIT)  # one worker, idle and waiting for work
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(5.0)  # this thread keeps the GIL while it spins
+    try:
+        pool.submit(lambda: ran.append("dropped"))  # wakes the idle worker
+        spin_until = time.monotonic() + 0.3  # past the worker's linger
+        while time.monotonic() < spin_until:
+            pass
+        pool.shutdown()
+    finally:
+        sys.setswitchinterval(interval)
+    assert _until(lambda: pool.threads == 0 and not _names(), 2.0)
+    assert ran == []
 
 
 def test_shutdown_drops_what_is_queued_and_later_submits():
