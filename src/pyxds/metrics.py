@@ -461,8 +461,16 @@ def record(name: str, value: float, labels: Labels) -> None:
 
 
 def observe(name: str, observer: Callable[[], Iterable[Observation]]) -> None:
-    """Register a gauge observer: ``observer()`` yields ``(value, labels)`` at collection."""
-    if INSTRUMENTS[name].kind != "gauge":
+    """Register a gauge observer: ``observer()`` yields ``(value, labels)`` at collection.
+
+    ``name`` must be a gauge of :data:`INSTRUMENTS` (a policy's own is
+    declared there first); anything else raises ValueError naming it."""
+    instrument = INSTRUMENTS.get(name)
+    if instrument is None:
+        raise ValueError(
+            f"observe: unknown metric {name!r} (declare it in pyxds.metrics.INSTRUMENTS first)"
+        )
+    if instrument.kind != "gauge":
         raise ValueError(f"{name} is not a gauge")
     with _lock:
         _observers.setdefault(name, []).append(observer)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 
@@ -41,12 +42,23 @@ def build_parser() -> Parser:
     return parser
 
 
+def _command_parser(parser: Parser, command: str) -> Parser:
+    """The subparser of ``command`` (an alias names its command's parser)."""
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    sub: Parser = commands.choices[command]
+    return sub
+
+
 def main(argv: list[str] | None = None) -> int:
     # pyxds logs warnings (a failed ADS stream, ...) that the commands report
     # themselves in one line; without this Python would print them too.
     logging.getLogger("pyxds").addHandler(logging.NullHandler())
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # argparse reports a subcommand's unknown option as the top parser's
+        # ("see 'pyxds --help'", which does not list it): say whose it is.
+        _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.run(args) or 0
     except CliError as e:
