@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 import threading
 from typing import Any
@@ -240,14 +241,12 @@ def read(path: str | None = None) -> tuple[dict[str, Any], list[bytes]]:
 def _usable(header: dict[str, Any]) -> bool:
     """Whether the bundle holds what the installed modules hold (see the
     module docstring)."""
-    from google.protobuf import runtime_version
     from google.protobuf.internal import api_implementation
 
     if api_implementation.Type() != "upb":
         return False
     major, minor, patch = header["gencode"]
-    runtime = (runtime_version.MAJOR, runtime_version.MINOR, runtime_version.PATCH)
-    if runtime < (major, minor, patch):
+    if runtime_version() < (major, minor, patch):
         return False  # the modules raise VersionError: let them
     dirs: dict[str, str] = {}
     for entry in header["files"]:
@@ -273,6 +272,27 @@ def _usable(header: dict[str, Any]) -> bool:
         except OSError:
             return False
     return True
+
+
+#: the leading ``major.minor.patch`` of a release string
+_RELEASE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+def runtime_version() -> tuple[int, int, int]:
+    """protobuf's runtime version, as ``runtime_version`` holds it
+    (``MAJOR``, ``MINOR``, ``PATCH``): read from the package's
+    ``__version__``, the same release string, without importing that
+    module, whose ``Domain`` enum class was ~0.9 M instructions of a fresh
+    program's first RPC (issue 18, start-up); imported where the string
+    does not start with ``N.N.N``."""
+    import google.protobuf
+
+    release = _RELEASE.match(getattr(google.protobuf, "__version__", ""))
+    if release is not None:
+        return int(release[1]), int(release[2]), int(release[3])
+    from google.protobuf import runtime_version as runtime
+
+    return runtime.MAJOR, runtime.MINOR, runtime.PATCH
 
 
 def _package_dir(package: str) -> str | None:
