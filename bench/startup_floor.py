@@ -64,7 +64,7 @@ import tempfile
 import startup
 import startup_instructions
 from bench_world import world
-from rpc_instructions import control, counted
+from rpc_instructions import callgrind, control, counted
 
 #: a floor program: ``python -c FLOOR kind info.json [--pause]``
 FLOOR = r"""
@@ -536,15 +536,7 @@ def stepped(args: list[str]) -> list[tuple[str, float]]:
     folder = tempfile.mkdtemp(prefix="pyxds-cg-")
     out_file = os.path.join(folder, "cg.out")
     child = subprocess.Popen(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={out_file}",
-            "--dump-instr=no",
-            "--separate-threads=yes",
-            sys.executable,
-            *args,
-        ],
+        [*callgrind(out_file), sys.executable, *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
