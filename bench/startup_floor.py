@@ -446,7 +446,10 @@ for name in [name for name in order if not name.startswith("pyxds.")] + ["bundle
             descriptors._loaded()
             name = "descriptor bundle (files into upb's pool)"
         else:
-            importlib.import_module(name)
+            parent = name.rpartition(".")[0]
+            if parent and parent not in sys.modules:  # its __init__ (and what it loads) too
+                name = f"{name}, with package {parent}"
+            importlib.import_module(name.partition(",")[0])
     step(name)
 channel = pyxds.insecure_channel("xds:///bench", bootstrap=bootstrap)
 channel.unary_unary("/bench.Bench/Ping")(b"x", timeout=120, wait_for_ready=True)
