@@ -106,6 +106,18 @@ def _tail(folder: str) -> str:
         return f.read()[-2000:]
 
 
+def callgrind(out_file: str) -> list[str]:
+    """valgrind's part of a callgrind run's command line, as the benches run
+    it: one file per thread, no costs per instruction."""
+    return [
+        "valgrind",
+        "--tool=callgrind",
+        f"--callgrind-out-file={out_file}",
+        "--dump-instr=no",
+        "--separate-threads=yes",
+    ]
+
+
 def control(args: list[str]) -> None:
     subprocess.run(["callgrind_control", *args], check=True, capture_output=True)
 
@@ -117,16 +129,7 @@ def counted(label: str, args: list[str], env: dict[str, str]) -> tuple[int, int]
     folder = tempfile.mkdtemp(prefix="pyxds-cg-")
     out_file = os.path.join(folder, "cg.out")
     client = subprocess.Popen(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={out_file}",
-            "--dump-instr=no",
-            "--compress-strings=no",
-            "--separate-threads=yes",
-            sys.executable,
-            *args,
-        ],
+        [*callgrind(out_file), "--compress-strings=no", sys.executable, *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=open(os.path.join(folder, "stderr"), "w"),  # noqa: SIM115 - the child's

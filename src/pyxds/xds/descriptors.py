@@ -38,7 +38,9 @@ distribution's copy of a file, differs).  Otherwise, or if the pool
 refuses a file, every stand-in imports its module: slower, the same
 answers.
 
-A message's class is made when a stand-in is first asked for it, not at
+A file's names (its enums' wrappers and values, extensions, services) are
+put together when a stand-in first asks for one of them, not at load; and
+a message's class is made when a stand-in is first asked for it, not at
 load: a plain first RPC reads 24 of the bundle's 451 messages, and making
 a class is most of what loading costs (~80k instructions each: ~29 M of a
 fresh program's first RPC when the 333 classes its named messages reach
@@ -60,6 +62,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 import threading
 from typing import Any
@@ -76,6 +79,10 @@ _namespaces: dict[str, dict[str, Any]] | None = None
 #: in the names of a file: its top-level messages whose classes are not made
 #: yet, by name (see the module docstring; a stand-in never looks a dunder up)
 _UNMADE = "__unmade__"
+#: in the names of a file until a stand-in first asks for one: its file
+#: descriptor, whose enums, extensions, services and messages are not in
+#: the names yet (:func:`_fill`)
+_UNFILLED = "__unfilled__"
 #: proto file name -> generated module name, of the bundle's files (set at
 #: load; what :func:`_name_as_generated` names classes after)
 _modules: dict[str, str] = {}
@@ -110,6 +117,8 @@ def _lookup(name: str, attr: str) -> Any:
     namespace = _loaded().get(name)
     if namespace is None:  # not in the bundle, or the bundle is not usable
         return getattr(importlib.import_module(name), attr)
+    if _UNFILLED in namespace:
+        _fill(namespace)
     if attr not in namespace and attr in namespace.get(_UNMADE, ()):
         _make_unmade(name, attr)
     try:
@@ -130,6 +139,35 @@ def _make_unmade(name: str, attr: str) -> None:
             _make_classes([(name, [desc])], {name: namespace}, nested=False)
         if not unmade:
             namespace.pop(_UNMADE, None)
+
+
+def _fill(namespace: dict[str, Any]) -> None:
+    """The names of a file a stand-in first asks for, as its generated
+    module has them: a first RPC asks for 8 of the bundle's 75 files, whose
+    enum wrappers, extensions and name maps were ~1.3 M instructions at
+    load (issue 18, start-up)."""
+    with _lock:
+        file = namespace.pop(_UNFILLED, None)
+        if file is not None:
+            _add_names(namespace, file)
+            namespace[_UNMADE] = dict(file.message_types_by_name.items())
+
+
+def _add_names(namespace: dict[str, Any], file: Any) -> None:
+    """Into a file's names: its enums (wrapper, descriptor, values),
+    extensions and services, as its generated module holds them."""
+    from google.protobuf.internal import enum_type_wrapper
+
+    for enum_name, enum in file.enum_types_by_name.items():
+        namespace["_" + enum_name.upper()] = enum
+        namespace[enum_name] = enum_type_wrapper.EnumTypeWrapper(enum)
+        for value in enum.values:
+            namespace[value.name] = value.number
+    for ext_name, extension in file.extensions_by_name.items():
+        namespace[ext_name.upper() + "_FIELD_NUMBER"] = extension.number
+        namespace[ext_name] = extension
+    for service_name, service in file.services_by_name.items():
+        namespace["_" + service_name.upper()] = service
 
 
 def _name_as_generated(cls: Any, /, **kwargs: Any) -> None:
@@ -203,14 +241,12 @@ def read(path: str | None = None) -> tuple[dict[str, Any], list[bytes]]:
 def _usable(header: dict[str, Any]) -> bool:
     """Whether the bundle holds what the installed modules hold (see the
     module docstring)."""
-    from google.protobuf import runtime_version
     from google.protobuf.internal import api_implementation
 
     if api_implementation.Type() != "upb":
         return False
     major, minor, patch = header["gencode"]
-    runtime = (runtime_version.MAJOR, runtime_version.MINOR, runtime_version.PATCH)
-    if runtime < (major, minor, patch):
+    if runtime_version() < (major, minor, patch):
         return False  # the modules raise VersionError: let them
     dirs: dict[str, str] = {}
     for entry in header["files"]:
@@ -236,6 +272,27 @@ def _usable(header: dict[str, Any]) -> bool:
         except OSError:
             return False
     return True
+
+
+#: the leading ``major.minor.patch`` of a release string
+_RELEASE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+def runtime_version() -> tuple[int, int, int]:
+    """protobuf's runtime version, as ``runtime_version`` holds it
+    (``MAJOR``, ``MINOR``, ``PATCH``): read from the package's
+    ``__version__``, the same release string, without importing that
+    module, whose ``Domain`` enum class was ~0.9 M instructions of a fresh
+    program's first RPC (issue 18, start-up); imported where the string
+    does not start with ``N.N.N``."""
+    import google.protobuf
+
+    release = _RELEASE.match(getattr(google.protobuf, "__version__", ""))
+    if release is not None:
+        return int(release[1]), int(release[2]), int(release[3])
+    from google.protobuf import runtime_version as runtime
+
+    return runtime.MAJOR, runtime.MINOR, runtime.PATCH
 
 
 def _package_dir(package: str) -> str | None:
@@ -264,8 +321,6 @@ def _load() -> dict[str, dict[str, Any]]:
         return {}
     if not _usable(header):
         return {}
-    from google.protobuf.internal import enum_type_wrapper
-
     # upb's pool (checked above; no type stubs: imported by name)
     pool = importlib.import_module("google._upb._message").default_pool
     try:
@@ -284,20 +339,11 @@ def _load() -> dict[str, dict[str, Any]]:
             namespaces[name] = imported.__dict__
             continue
         namespace: dict[str, Any] = {"DESCRIPTOR": file}
-        for enum_name, enum in file.enum_types_by_name.items():
-            namespace["_" + enum_name.upper()] = enum
-            namespace[enum_name] = enum_type_wrapper.EnumTypeWrapper(enum)
-            for value in enum.values:
-                namespace[value.name] = value.number
-        for ext_name, extension in file.extensions_by_name.items():
-            namespace[ext_name.upper() + "_FIELD_NUMBER"] = extension.number
-            namespace[ext_name] = extension
-        for service_name, service in file.services_by_name.items():
-            namespace["_" + service_name.upper()] = service
         namespaces[name] = namespace
         if lazy:
-            namespace[_UNMADE] = dict(file.message_types_by_name.items())
+            namespace[_UNFILLED] = file
         else:
+            _add_names(namespace, file)
             eager.append((name, list(file.message_types_by_name.values())))
     _make_classes(eager, namespaces)
     return namespaces
