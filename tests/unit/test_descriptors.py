@@ -175,6 +175,40 @@ def test_a_files_enums_and_extensions_come_when_a_stand_in_first_asks_for_a_name
     assert out["got"][:2] == ["HIGH", 1]
 
 
+def test_a_lookup_while_another_thread_fills_the_file_waits_for_every_name() -> None:
+    """The xDS resolver's load-ahead thread and the caller's thread look
+    names up at once: one that comes while another thread puts a file's names
+    together gets the name (waiting for the fill), never an AttributeError
+    from a half-filled file."""
+    out = _python(
+        """
+        import json, threading
+        from pyxds.xds import descriptors
+        base = descriptors.module("envoy.config.core.v3.base_pb2")
+        assert descriptors._loaded(), "bundle not usable"
+        fill = descriptors._add_names
+        seen = {}
+        def other():
+            try:
+                seen["got"] = base.HIGH
+            except Exception as e:
+                seen["got"] = repr(e)
+        def filling(namespace, file):
+            t = threading.Thread(target=other)
+            t.start()
+            t.join(0.5)  # a lookup that does not wait has answered by now
+            seen["waited"] = t.is_alive()
+            fill(namespace, file)
+            seen["thread"] = t
+        descriptors._add_names = filling
+        first = base.DEFAULT
+        seen.pop("thread").join(10)
+        print(json.dumps({"first": first, **seen}))
+        """
+    )
+    assert out == {"first": 0, "got": 1, "waited": True}
+
+
 def test_the_runtime_version_is_protobufs_without_loading_its_version_module() -> None:
     """The bundle's runtime check reads the version ``runtime_version``
     holds, and a program whose first RPC uses the bundle never loads that

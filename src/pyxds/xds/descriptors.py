@@ -147,10 +147,13 @@ def _fill(namespace: dict[str, Any]) -> None:
     enum wrappers, extensions and name maps were ~1.3 M instructions at
     load (issue 18, start-up)."""
     with _lock:
-        file = namespace.pop(_UNFILLED, None)
+        file = namespace.get(_UNFILLED)
         if file is not None:
             _add_names(namespace, file)
             namespace[_UNMADE] = dict(file.message_types_by_name.items())
+            # last: another thread's lookup that no longer sees the mark
+            # finds every name (one that still sees it waits on the lock)
+            del namespace[_UNFILLED]
 
 
 def _add_names(namespace: dict[str, Any], file: Any) -> None:
