@@ -209,6 +209,40 @@ def test_a_lookup_while_another_thread_fills_the_file_waits_for_every_name() -> 
     assert out == {"first": 0, "got": 1, "waited": True}
 
 
+def test_a_lookup_while_another_thread_makes_the_class_waits_for_it() -> None:
+    """As for a file's names: a lookup of a message class another thread is
+    making gets the class, never an AttributeError."""
+    out = _python(
+        """
+        import json, threading
+        from pyxds.xds import descriptors
+        base = descriptors.module("envoy.config.core.v3.base_pb2")
+        assert descriptors._loaded(), "bundle not usable"
+        base.DEFAULT  # the file's names in: what is left is making a class
+        make = descriptors._make_classes
+        seen = {}
+        def other():
+            try:
+                seen["got"] = base.Locality.DESCRIPTOR.full_name
+            except Exception as e:
+                seen["got"] = repr(e)
+        def making(*args, **kwargs):
+            t = threading.Thread(target=other)
+            t.start()
+            t.join(0.5)  # a lookup that does not wait has answered by now
+            seen["waited"] = t.is_alive()
+            make(*args, **kwargs)
+            seen["thread"] = t
+        descriptors._make_classes = making
+        first = base.Locality.DESCRIPTOR.full_name
+        seen.pop("thread").join(10)
+        print(json.dumps({"first": first, **seen}))
+        """
+    )
+    name = "envoy.config.core.v3.Locality"
+    assert out == {"first": name, "got": name, "waited": True}
+
+
 def test_the_runtime_version_is_protobufs_without_loading_its_version_module() -> None:
     """The bundle's runtime check reads the version ``runtime_version``
     holds, and a program whose first RPC uses the bundle never loads that

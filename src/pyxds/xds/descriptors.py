@@ -134,9 +134,12 @@ def _make_unmade(name: str, attr: str) -> None:
     with _lock:
         namespace = (_namespaces or {})[name]
         unmade = namespace.get(_UNMADE, {})
-        desc = unmade.pop(attr, None)
+        desc = unmade.get(attr)
         if desc is not None:
             _make_classes([(name, [desc])], {name: namespace}, nested=False)
+            # after the class is in: a lookup on another thread that finds
+            # it no longer unmade finds it made (else it waits on the lock)
+            del unmade[attr]
         if not unmade:
             namespace.pop(_UNMADE, None)
 
