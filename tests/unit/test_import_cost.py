@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 NOT_AT_IMPORT = (
     "pyxds.xds.client",
@@ -32,12 +33,16 @@ NOT_AT_IMPORT = (
 )
 
 
-def _loaded_after(code: str) -> set[str]:
-    script = f"import json, sys\n{code}\nprint(json.dumps(sorted(sys.modules)))"
+def _printed(script: str) -> Any:
+    """The JSON a fresh interpreter running ``script`` prints last."""
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
-    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _loaded_after(code: str) -> set[str]:
+    return set(_printed(f"import json, sys\n{code}\nprint(json.dumps(sorted(sys.modules)))"))
 
 
 def _families(loaded: set[str], names: tuple[str, ...]) -> list[str]:
@@ -201,10 +206,7 @@ def _lean_checks_after_loading_ahead(api: str) -> dict[str, object]:
         " for name in ('grpc_unary', 'grpc_aio_unary')}"
         " | {'grpc._channel': 'grpc._channel' in sys.modules}))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
-    )
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    return dict(_printed(script))
 
 
 def test_loading_ahead_takes_the_lean_unary_calls_check_of_grpcio() -> None:
@@ -244,10 +246,7 @@ def _ahead_after_loading_the_policies(api: str) -> list[dict[str, object]]:
         "xds_resolver._loading_ahead[0] = False\n"
         "print(json.dumps([first, ahead()]))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
-    )
-    return list(json.loads(out.stdout.strip().splitlines()[-1]))
+    return list(_printed(script))
 
 
 def test_policies_loaded_already_still_leave_the_lean_calls_check_to_the_load_ahead_thread() -> (
