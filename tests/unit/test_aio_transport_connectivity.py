@@ -20,6 +20,7 @@ import grpc
 import pytest
 
 from pyxds.channel import subchannel
+from pyxds.channel.loop_inbox import LoopInbox
 from pyxds.channel.subchannel import AioTransport, subchannel_options
 
 GC = grpc.ChannelConnectivity
@@ -468,3 +469,77 @@ def test_an_open_transports_watch_cancelled_by_its_loops_end_returns_at_once(mon
         assert channel.cancelled_waits == 0 and channel.registered == 1
 
     run_on_a_transport(monkeypatch, scenario)
+
+
+def test_a_transport_made_to_connect_off_the_loop_reaches_it_in_one_hop(monkeypatch):
+    """Made and connected from another thread (an xDS update's subchannel,
+    ``SubchannelCore.connect``) with ``prepare`` (the engine hold) and
+    ``connect=True``: one wake-up of the loop runs ``prepare``, makes the
+    channel and asks it to connect, even when the loop has taken that hop
+    before the thread's connect() follows (the first RPC of ``pyxds.aio``
+    went to the loop in three).  A later connect() is asked for again."""
+    channel = FakeAioChannel()
+    order: list[str] = []
+
+    def made(*_args: Any) -> FakeAioChannel:
+        order.append("channel")
+        return channel
+
+    monkeypatch.setattr(subchannel.grpc_aio_twin, "public_channel", made)
+    monkeypatch.setattr(subchannel, "app_loop_bound", lambda loop: None)
+    reports: list[GC] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        wakeups: list[object] = []
+        plain = loop.call_soon_threadsafe
+
+        def counted(*args: Any) -> Any:
+            wakeups.append(args[0])
+            return plain(*args)
+
+        monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+        inbox = LoopInbox(loop)
+        options: Any = subchannel_options(None)
+        holder: list[AioTransport] = []
+
+        def make() -> None:
+            holder.append(
+                AioTransport(
+                    loop,
+                    "127.0.0.1:1",
+                    None,
+                    options,
+                    None,
+                    reports.append,
+                    inbox,
+                    prepare=lambda: order.append("prepare"),
+                    connect=True,
+                )
+            )
+
+        await asyncio.to_thread(make)
+        (transport,) = holder
+        await _turns()  # the loop takes the hop before the connect() that follows
+        assert order == ["prepare", "channel"]
+        assert channel.connect_requests >= 1, "asked as it was made"
+        asked = channel.connect_requests
+        await asyncio.to_thread(transport.connect)
+        await _turns()
+        hops = [w for w in wakeups if w == inbox.drain]  # (not to_thread's own returns)
+        assert len(hops) == 1, wakeups
+        assert channel.connect_requests == asked
+        try:
+            channel.set(GC.CONNECTING)
+            await _turns()
+            channel.set(GC.IDLE)
+            await _turns()
+            await asyncio.to_thread(transport.connect)  # the policy reconnects
+            await _turns()
+            assert channel.connect_requests > asked, "a later connect() asks again"
+            assert reports[-2:] == [GC.CONNECTING, GC.IDLE]
+        finally:
+            transport.retire()
+            await _turns()
+
+    asyncio.run(main())

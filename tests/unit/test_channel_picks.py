@@ -883,3 +883,62 @@ def test_aio_pick_after_a_lost_attempt_takes_a_newer_picker_at_once(h, monkeypat
     )
     assert transport is h.transports.last("10.0.0.2:80")
     assert stale.calls == 1 and took < WAIT / 2
+
+
+def _aio_queued_then_published(h, publish_from_thread: bool) -> tuple[Any, list[Any], int]:
+    """A queued aio pick, then a ready picker published on the pick's own
+    loop or from another thread: (what the pick returned, the loop's
+    ``call_soon_threadsafe`` callbacks meanwhile, tasks alive while queued)."""
+    import asyncio
+
+    from pyxds.channel.aio import pick as aio_pick
+
+    queue = CountingPicker(PickQueue())
+    h.publish(queue)
+    sub = ready_subchannel(h)
+
+    async def go() -> tuple[Any, list[Any], int]:
+        loop = asyncio.get_running_loop()
+        wakes: list[Any] = []
+        plain = loop.call_soon_threadsafe
+
+        def counted(*args: Any) -> Any:
+            wakes.append(args[0])
+            return plain(*args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        rpc = new_rpc(h.core, "/svc/M", None, WAIT, False, blocking=False)
+        picking = asyncio.ensure_future(aio_pick(rpc))
+        for _ in range(1000):
+            if queue.calls:
+                break
+            await asyncio.sleep(0)
+        assert queue.calls == 1, "queued"
+        tasks = len(asyncio.all_tasks())
+        ready = CountingPicker(PickComplete(sub))
+        if publish_from_thread:
+            thread, _ = run_in_thread(lambda: h.publish(ready))
+        else:
+            h.publish(ready)  # the serializer runs here, on the loop
+        picked = await asyncio.wait_for(picking, WAIT)
+        if publish_from_thread:
+            thread.join(WAIT)
+        return picked, wakes, tasks
+
+    return asyncio.run(go())
+
+
+def test_a_queued_aio_pick_resumes_on_a_publication_from_its_loop_without_a_wakeup_write(h):
+    """A queued ``pyxds.aio`` pick waits on a plain future, no task or
+    ``asyncio.Event`` of its own: a picker published on its own loop (a
+    subchannel's report runs the serializer there) answers it at once,
+    without the self-pipe write of ``call_soon_threadsafe``; one published
+    from another thread wakes the loop once."""
+    transport, wakes, tasks = _aio_queued_then_published(h, publish_from_thread=False)
+    assert isinstance(transport, Transport)
+    assert wakes == []
+    assert tasks == 2, "the test's and the pick's"
+    transport, wakes, tasks = _aio_queued_then_published(h, publish_from_thread=True)
+    assert isinstance(transport, Transport)
+    assert [getattr(w, "__name__", w) for w in wakes] == ["_answer"]
+    assert tasks == 2

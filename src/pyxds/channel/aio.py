@@ -140,10 +140,28 @@ async def _final_status(call: Any, err: grpc.aio.AioRpcError) -> Status:
     return Status(code, details or "")
 
 
+def _answer(waiter: asyncio.Future[bool], published: bool) -> None:
+    """A queued pick's wait ends: a publication (True) or its bound (False)."""
+    if not waiter.done():
+        waiter.set_result(published)
+
+
+def _wake(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[bool]) -> None:
+    """The publication a queued pick waits for, from the publishing thread:
+    on the pick's own loop (its subchannel's report ran the serializer
+    there) answered at once, from any other thread in one hop."""
+    if asyncio._get_running_loop() is loop:
+        _answer(waiter, True)
+    elif not loop.is_closed():
+        loop.call_soon_threadsafe(_answer, waiter, True)
+
+
 async def pick(rpc: Rpc, first: Any = None) -> Transport | Status:
     """The RPC's next pick (``first``: a step it answered already): a queued
     pick awaits the channel's next publication, bounded by the deadline (a
-    wake-up set thread-safely by the publishing thread), a wait is slept."""
+    future answered by the publishing thread, or by a timer of the loop:
+    no task and no ``asyncio.Event`` of its own, so the publication resumes
+    the RPC's task in the loop iteration that hears it), a wait is slept."""
     core = rpc.core
     loop = asyncio.get_running_loop()
     step: Transport | Status | float | None = first
@@ -155,26 +173,26 @@ async def pick(rpc: Rpc, first: Any = None) -> Transport | Status:
                 remaining = rpc.remaining()
                 if remaining is not None and remaining <= 0:
                     return rpc.finish(DEADLINE_EXCEEDED)
-                event = asyncio.Event()
-
-                def wake(event: asyncio.Event = event) -> None:
-                    if not loop.is_closed():
-                        loop.call_soon_threadsafe(event.set)
-
+                waiter: asyncio.Future[bool] = loop.create_future()
+                wake = partial(_wake, loop, waiter)
                 if not core.add_waiter(generation, wake):
                     continue
+                bound = rpc.queue_wait()
+                timer = None if bound is None else loop.call_later(bound, _answer, waiter, False)
                 try:
-                    await asyncio.wait_for(event.wait(), rpc.queue_wait())
-                except TimeoutError:
+                    published = await waiter
+                except asyncio.CancelledError:
+                    core.remove_waiter(wake)
+                    raise
+                finally:
+                    if timer is not None:
+                        timer.cancel()
+                if not published:
                     core.remove_waiter(wake)
                     remaining = rpc.remaining()
                     if remaining is not None and remaining <= 0:
                         return rpc.finish(DEADLINE_EXCEEDED)
                     rpc.stale_wait_over()  # no newer picker within the grace: pick again
-                    continue
-                except asyncio.CancelledError:
-                    core.remove_waiter(wake)
-                    raise
                 continue
         if isinstance(step, float):
             await asyncio.sleep(step)

@@ -90,8 +90,8 @@ class LoopSide:
         inbox = self.inbox
         if inbox is None or inbox.loop is not loop:
             inbox = self.inbox = LoopInbox(loop)
-        if not self.engine.held:
-            inbox.run(self.engine.take)  # before the transport's channel
+        # made to connect at once (SubchannelCore.connect): the engine
+        # taken, the channel made and asked to connect in one hop
         return AioTransport(
             loop,
             address,
@@ -101,6 +101,8 @@ class LoopSide:
             on_state,
             inbox,
             self.closing,
+            prepare=None if self.engine.held else self.engine.take,
+            connect=True,
         )
 
     def close(self, core: ChannelCore) -> None:

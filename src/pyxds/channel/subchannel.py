@@ -595,7 +595,17 @@ class AioTransport(Transport):
     """A ``grpc.aio.Channel`` to one address, bound to one event loop.
     Created and watched on that loop (``wait_for_state_change``); calls from
     other threads are posted to it through ``inbox`` (one wake-up of the
-    loop per batch: the channel's transports share one)."""
+    loop per batch: the channel's transports share one).
+
+    ``prepare`` runs on the loop just before its channel is made (the
+    channel's hold on grpcio's asyncio engine, :mod:`pyxds.channel.aio_engine`)
+    and ``connect=True`` asks for the connection as the channel is made: a
+    transport made and connected from another thread (an xDS update's
+    subchannel, :meth:`SubchannelCore.connect`) then goes to the loop in
+    one hop, not three.  Each hop wakes the loop, whose thread then takes
+    the GIL from the poster for that callable alone (measured on the first
+    ``xds:///`` RPC of ``pyxds.aio``: the engine, the channel and the
+    connection each in a hop of its own)."""
 
     runs_on_event_loop = True
 
@@ -607,6 +617,8 @@ class AioTransport(Transport):
         "_channel",
         "_watcher",
         "_want_connect",
+        "_made_to_connect",
+        "_prepare",
         "_asked",
         "_by_authority",
         "_closed_calls",
@@ -624,6 +636,8 @@ class AioTransport(Transport):
         on_state: Callable[[grpc.ChannelConnectivity], None],
         inbox: LoopInbox | None = None,
         closing: ClosingTasks | None = None,
+        prepare: Callable[[], None] | None = None,
+        connect: bool = False,
     ) -> None:
         super().__init__()
         self._loop = loop
@@ -632,7 +646,11 @@ class AioTransport(Transport):
         self._on_state = on_state
         self._channel: Any = None
         self._watcher: asyncio.Task[None] | None = None
-        self._want_connect = False
+        self._want_connect = connect
+        #: made with ``connect=True`` and not connect()ed since: the
+        #: connect() that follows the making asks for nothing more
+        self._made_to_connect = connect
+        self._prepare = prepare
         #: a connection was asked for and the watch has not seen the channel
         #: out of IDLE since (read and written on the loop only)
         self._asked = False
@@ -654,6 +672,8 @@ class AioTransport(Transport):
     def _create(self) -> None:
         if self.closed:
             return
+        if self._prepare is not None:
+            self._prepare()
         target, credentials, options, compression = self._args
         self._channel = grpc_aio_twin.public_channel(target, credentials, options, compression)
         keep_until_freed(self._channel)
@@ -765,6 +785,9 @@ class AioTransport(Transport):
         return self._loop.create_task(coro)
 
     def connect(self) -> None:
+        if self._made_to_connect:  # the call that follows its making: _create asks
+            self._made_to_connect = False
+            return
         self._want_connect = True
         if self._channel is None:
             # not made yet: _create, queued on the loop, connects it (it
