@@ -75,8 +75,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import grpc
-
 from pyxds._values import dataclass
 from pyxds.lb import registry
 from pyxds.lb.api import (
@@ -102,7 +100,7 @@ from pyxds.lb.outlier_detection import OutlierDetectionSubchannel
 from pyxds.lb.registry import PolicySelection
 from pyxds.lb.subchannel_wrapper import SubchannelWrapper
 from pyxds.lb.unwatch import Watched
-from pyxds.resolver.xds_config import XDS_CONFIG_ATTRIBUTE, ClusterConfig
+from pyxds.resolver.xds_config import cluster_entry
 
 __all__ = [
     "NAME",
@@ -549,22 +547,9 @@ class XdsOverrideHostPolicy(OneChildPolicy):
         if self._shut_down:
             return None
         config: OverrideHostConfig = update.config
-        xds_config = update.attributes.get(XDS_CONFIG_ATTRIBUTE)
-        if xds_config is None:
-            return self._fail(
-                Status(
-                    grpc.StatusCode.INTERNAL,
-                    "xDS config not passed to xds_override_host LB policy",
-                )
-            )
-        entry = xds_config.clusters.get(config.cluster_name)
-        if not isinstance(entry, ClusterConfig):
-            return self._fail(
-                Status(
-                    grpc.StatusCode.INTERNAL,
-                    f"xDS config has no entry for cluster {config.cluster_name}",
-                )
-            )
+        entry = cluster_entry(update.attributes, config.cluster_name, "xds_override_host")
+        if isinstance(entry, Status):
+            return self._fail(entry)
         cluster = entry.cluster
         self._config = config
         self._statuses = frozenset(getattr(cluster, "override_host_statuses", DEFAULT_STATUSES))
