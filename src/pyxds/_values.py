@@ -695,7 +695,8 @@ def _value_class(
     else:
         namespace.update(methods)
         out = type(cls)(cls.__name__, cls.__bases__, namespace)
-    abc.update_abstractmethods(out)
+    if "__abstractmethods__" in out.__dict__:  # what update_abstractmethods
+        abc.update_abstractmethods(out)  # tests first (via a raised AttributeError)
     if not documented:
         try:
             signature = str(inspect.signature(out)).replace(" -> None", "")
