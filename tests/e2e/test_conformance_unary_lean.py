@@ -118,7 +118,7 @@ def lean_off(monkeypatch):
     grpcio's own)."""
 
     def off():
-        monkeypatch.setattr(grpc_unary, "_AVAILABLE", False)
+        monkeypatch.setattr(grpc_unary.available, "answer", False)
 
     return off
 

@@ -348,8 +348,11 @@ def twin_kind(request, monkeypatch):
     was not checked against: the twin is made the public way)."""
     if request.param == "grpc.aio twin":
         monkeypatch.setattr(grpc_aio_twin, "VERIFIED", {"0" * 64: "not this one"})
-        monkeypatch.setattr(grpc_aio_twin, "_AVAILABLE", None)
-    return request.param
+        grpc_aio_twin.available.reset()
+        yield request.param
+        grpc_aio_twin.available.reset()  # checked again with the real fingerprints
+    else:
+        yield request.param
 
 
 def _reports_over(streams, want: int) -> tuple[list[float], list[float]]:

@@ -429,6 +429,9 @@ def test_cluster_type_change_eds_to_aggregate_and_back_rebuilds_the_tree():
         }
     )
     policy.update(cds_update(config, as_aggregate))
+    # the child's policy name changed: its handler switches gracefully, the
+    # old tree picking until the new one is ready
+    assert set(picked_addresses(helper, 10)) == {"10.0.0.1:80"}
     connect_all(helper)
     assert describe(policy)[1][0] == "priority"
     assert set(picked_addresses(helper, 10)) == {"10.0.0.2:80"}

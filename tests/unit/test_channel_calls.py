@@ -9,7 +9,7 @@ import pytest
 from test_channel_picks import PickCompletePicker, Selector, ready_subchannel
 from test_channel_support import FnMethod, Harness, new_rpc
 
-from pyxds.channel.calls import FutureCall
+from pyxds.channel.calls import FutureCall, StreamingCall
 from pyxds.channel.rpc import STALE_PICKER_GRACE
 from pyxds.lb.api import Endpoint, PickComplete, Picker, QueuePicker, Status
 from pyxds.resolver.api import CallConfig
@@ -100,6 +100,24 @@ def test_future_returns_at_once_and_starts_its_call_when_a_picker_arrives(h):
     assert call.result(1) == b"resp" and call.done()
     assert picker.done == [Status(grpc.StatusCode.OK)]
     assert h.committed == [1]
+
+
+def test_a_call_waiting_for_its_pick_names_its_kind_then_reads_as_the_call_it_became(h):
+    h.publish(QueuePicker())
+    call, started = start_future(h)
+    stream = StreamingCall(
+        new_rpc(h.core, "/svc/S", None, 5.0, False), FnMethod(None), None, None, None
+    )
+    assert (str(call), str(stream)) == (
+        "<pyxds FutureCall (pick pending)>",
+        "<pyxds StreamingCall (pick pending)>",
+    )
+    stream.cancel()  # ended by the channel: grpcio's text
+    assert str(stream).startswith("<_MultiThreadedRendezvous of RPC that terminated with:")
+    assert "StatusCode.CANCELLED" in str(stream)
+    h.publish(Tracking(ready_subchannel(h)))
+    assert str(call) == str(started[0][0])  # the subchannel call's
+    started[0][0].finish()
 
 
 def test_future_queued_past_its_deadline_fails_with_deadline_exceeded(h):

@@ -21,8 +21,12 @@ needs_checked_grpcio = pytest.mark.skipif(
 
 
 @pytest.fixture
-def fresh(monkeypatch):
-    monkeypatch.setattr(grpc_aio_unary, "_AVAILABLE", None)
+def fresh():
+    """The check taken again in the test, and again after it (a test's
+    answer is not kept)."""
+    grpc_aio_unary.available.reset()
+    yield
+    grpc_aio_unary.available.reset()
 
 
 @needs_checked_grpcio

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib
 import sys
 import threading
 
@@ -25,8 +26,12 @@ needs_checked_grpcio = pytest.mark.skipif(
 
 
 @pytest.fixture
-def fresh(monkeypatch):
-    monkeypatch.setattr(grpc_unary, "_AVAILABLE", None)
+def fresh():
+    """The check taken again in the test, and again after it (a test's
+    answer is not kept)."""
+    grpc_unary.available.reset()
+    yield
+    grpc_unary.available.reset()
 
 
 @needs_checked_grpcio
@@ -48,10 +53,21 @@ def test_the_fingerprint_is_the_same_sha256_without_a_built_in_implementation(mo
     assert len(built_in) == 64
 
 
-def test_a_second_caller_during_the_check_waits_for_its_answer(fresh, monkeypatch):
+@pytest.fixture(params=["grpc_unary", "grpc_aio_unary", "grpc_aio_twin"])
+def fresh_checker(request):
+    """Each module whose lean path checks grpcio once, its check taken
+    again in the test and after it."""
+    module = importlib.import_module(f"pyxds.channel.{request.param}")
+    module.available.reset()
+    yield module
+    module.available.reset()
+
+
+def test_a_second_caller_during_the_check_waits_for_its_answer(fresh_checker, monkeypatch):
     """The xDS resolver takes the check ahead on its load-ahead thread, and
-    the first unary call may ask meanwhile: it waits for that answer instead
-    of taking the digest of grpcio's sources a second time."""
+    the first call may ask meanwhile: it waits for that answer instead of
+    taking the digest of grpcio's sources a second time."""
+    module = fresh_checker
     taken: list[str] = []
     entered, go, arrived = threading.Event(), threading.Event(), threading.Event()
 
@@ -59,12 +75,12 @@ def test_a_second_caller_during_the_check_waits_for_its_answer(fresh, monkeypatc
         taken.append(threading.current_thread().name)
         entered.set()
         assert go.wait(10)
-        return next(iter(grpc_unary.VERIFIED))
+        return next(iter(module.VERIFIED))
 
-    lock = grpc_unary._CHECKING
+    lock = module.available._lock
 
     class Arrivals:
-        """The module's lock, noting when the second caller reaches it."""
+        """The check's lock, noting when the second caller reaches it."""
 
         def __enter__(self) -> None:
             if threading.current_thread().name == "second":
@@ -74,13 +90,13 @@ def test_a_second_caller_during_the_check_waits_for_its_answer(fresh, monkeypatc
         def __exit__(self, *exc: object) -> None:
             lock.release()
 
-    monkeypatch.setattr(grpc_unary, "fingerprint", held_fingerprint)
-    monkeypatch.setattr(grpc_unary, "_bind", lambda: None)
-    monkeypatch.setattr(grpc_unary, "_CHECKING", Arrivals())
+    monkeypatch.setattr(module, "fingerprint", held_fingerprint)
+    monkeypatch.setattr(module, "_bind", lambda: None)
+    monkeypatch.setattr(module.available, "_lock", Arrivals())
     answers: dict[str, bool] = {}
 
     def ask() -> None:
-        answers[threading.current_thread().name] = grpc_unary.available()
+        answers[threading.current_thread().name] = module.available()
 
     threads = [threading.Thread(target=ask, name=name) for name in ("first", "second")]
     threads[0].start()
@@ -92,6 +108,18 @@ def test_a_second_caller_during_the_check_waits_for_its_answer(fresh, monkeypatc
         thread.join(10)
     assert answers == {"first": True, "second": True}
     assert taken == ["first"]
+
+
+def test_a_reset_check_is_taken_again(fresh_checker, monkeypatch):
+    module = fresh_checker
+    monkeypatch.setattr(module, "VERIFIED", {"0" * 64: "not this one"})
+    assert module.available() is False
+    assert module.available.answer is False
+    module.available.reset()
+    assert module.available.answer is None
+    monkeypatch.setattr(module, "VERIFIED", {module.fingerprint(): "this one"})
+    monkeypatch.setattr(module, "_bind", lambda: None)
+    assert module.available() is True
 
 
 def test_a_grpcio_with_other_sources_keeps_its_own_multicallables(fresh, monkeypatch):

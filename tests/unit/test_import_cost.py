@@ -201,7 +201,7 @@ def _lean_checks_after_loading_ahead(api: str) -> dict[str, object]:
         "xds_resolver._load_ahead()\n"
         "def checked(name):\n"
         "    module = sys.modules.get(name)\n"
-        "    return None if module is None else module._AVAILABLE\n"
+        "    return None if module is None else module.available.answer\n"
         "print(json.dumps({name: checked('pyxds.channel.' + name)"
         " for name in ('grpc_unary', 'grpc_aio_unary')}"
         " | {'grpc._channel': 'grpc._channel' in sys.modules}))\n"

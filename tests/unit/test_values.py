@@ -729,3 +729,56 @@ def test_fields_are_collected_as_the_standard_decorator_collects_them():
                 assert _made_here(ours.__repr__)  # the fast path was taken
                 assert _collected(ours) == _collected(std), (bases, slots, params)
                 assert ours.shared == 3 and ours.also_shared == "s" and ours.object_shared == 4
+
+
+def _left_on(original: type, copy: type) -> dict:
+    """What a decorator left on the class its slotted copy replaced: the
+    data it collected, the class-level defaults, the docstring, and which
+    of these are the very objects the copy has."""
+    namespace = original.__dict__
+    data = ("__dataclass_fields__", "__dataclass_params__", "__match_args__", "__doc__")
+    return {
+        "collected": {k: v for k, v in _collected(original).items() if k != "slots"},
+        "doc": original.__doc__,
+        "defaults": {n: namespace.get(n, "absent") for n in original.__annotations__},
+        "shared": sorted(
+            n for n in data if n in namespace and copy.__dict__.get(n) is namespace[n]
+        ),
+    }
+
+
+def test_the_class_a_slotted_copy_replaces_is_left_as_the_standard_decorator_leaves_it():
+    """Python 3.11's decorator decorates the class, then copies it with
+    slots: the class it was given (which a method's ``__class__`` cell
+    still names) keeps the fields, params, match args, docstring and
+    ``field()`` defaults, so ``dataclasses.fields`` answers for it."""
+
+    def body():
+        return {
+            "__annotations__": {
+                "a": "int",
+                "b": "str",
+                "items": "list",
+                "fixed": "int",
+                "shared": "ClassVar[int]",
+            },
+            "b": "x",
+            "items": dataclasses.field(default_factory=list),
+            "fixed": dataclasses.field(default=3, compare=False),
+            "shared": 1,
+        }
+
+    for documented in (False, True):
+        for params in ({"frozen": True}, {"frozen": True, "order": True}, {}):
+            left = []
+            for decorator in (dataclasses.dataclass, _values.dataclass):
+                cls = types.new_class("Body", (), exec_body=lambda ns: ns.update(body()))
+                cls.__module__ = __name__
+                if documented:
+                    cls.__doc__ = "A body."
+                made = decorator(slots=True, **params)(cls)
+                assert made is not cls
+                left.append(_left_on(cls, made))
+                assert [f.name for f in dataclasses.fields(cls)] == ["a", "b", "items", "fixed"]
+            assert _made_here(made.__repr__)  # the fast path was taken
+            assert left[1] == left[0], (documented, params)

@@ -135,8 +135,10 @@ def test_override_host_wrapper_forwards_reports_until_shut_down() -> None:
     unwatch_a = wrapper.watch_state(log.watcher("a"))
     wrapper.watch_state(log.watcher("b"))
     real.set_state(READY)
+    assert wrapper.state is READY  # watched once: each report is the entry's state too
     unwatch_a()
     real.set_state(TF)
+    assert wrapper.state is TF
     wrapper.shutdown()  # the child lets go: no watcher left
     real.set_state(ConnectivityState.IDLE)
     idle = ConnectivityState.IDLE

@@ -11,6 +11,7 @@ import pytest
 from test_cds_support import (
     READY,
     TF,
+    aggregate_entry,
     attributes,
     build,
     connect_all,
@@ -34,6 +35,7 @@ from pyxds.lb import (
 )
 from pyxds.lb.call_counters import cluster_counters
 from pyxds.lb.hierarchy import PATH_KEY
+from pyxds.resolver.xds_config import cluster_entry
 from pyxds.testing import FakeHelper
 
 OK = Status(grpc.StatusCode.OK)
@@ -209,6 +211,26 @@ def test_missing_xds_config_entry_fails_with_the_cluster_name():
     assert status is not None and "nowhere" in status.details
     assert helper.state is TF
     assert "xDS config has no entry for cluster nowhere" in helper.last.status.details
+
+
+def test_the_cluster_entry_is_read_as_xds_cluster_impl_and_xds_override_host_need_it():
+    """Both fail INTERNAL without the XdsConfig (naming themselves) or
+    without the cluster's entry (xds_cluster_impl: a leaf's)."""
+    leaf = eds_entry(eds_cluster("leaf"), [locality(loc("a"), ["10.0.0.1:80"])])
+    failed = Status(grpc.StatusCode.UNAVAILABLE, "CDS resource gone does not exist")
+    config = attributes(
+        xds_config({"leaf": leaf, "agg": aggregate_entry("agg", ["leaf"]), "gone": failed})
+    )
+    assert cluster_entry(config, "leaf", "p", leaf=True) is leaf
+    assert cluster_entry(config, "agg", "p").cluster.name == "agg"
+    internal = grpc.StatusCode.INTERNAL
+    assert cluster_entry({}, "leaf", "xds_override_host") == Status(
+        internal, "xDS config not passed to xds_override_host LB policy"
+    )
+    for name, leaf_only in (("agg", True), ("gone", False), ("nowhere", False)):
+        assert cluster_entry(config, name, "p", leaf=leaf_only) == Status(
+            internal, f"xDS config has no entry for cluster {name}"
+        )
 
 
 def test_config_errors_name_the_field():

@@ -279,6 +279,19 @@ class DeferredCall(grpc.RpcError, grpc_generic.CallFuture[_Response]):
 
     _unary_response = False
 
+    def __str__(self) -> str:
+        """As grpcio's ``_MultiThreadedRendezvous`` once ended (the
+        channel's status first: it may reword the attempt's, as
+        ``unary_status``'s "Channel closed!" over the subchannel call's
+        "Stream removed (...)"), the subchannel call's while it runs, else
+        ``<pyxds FutureCall (pick pending)>`` (or ``StreamingCall``)."""
+        if self._error is not None:
+            return _ended_text("_MultiThreadedRendezvous", self._error._status)
+        inner = self._inner
+        if inner is not None:
+            return str(inner)
+        return f"<pyxds {self.__class__.__name__} (pick pending)>"
+
     def __init__(
         self,
         rpc: Rpc,
@@ -734,33 +747,11 @@ class StreamingCall(DeferredCall[_Response], grpc_generic.CallIterator[_Response
 
     next = __next__
 
-    def __str__(self) -> str:
-        # the channel's status first: it may reword the attempt's
-        # (unary_status: "Channel closed!" over the subchannel call's
-        # "Stream removed (...)", as grpcio words a unary call's)
-        if self._error is not None:
-            return _ended_text("_MultiThreadedRendezvous", self._error._status)
-        inner = self._inner
-        if inner is not None:
-            return str(inner)
-        return "<pyxds StreamingCall (pick pending)>"
-
 
 class FutureCall(DeferredCall[_Response]):
     """``multicallable.future()``: resolves to the response."""
 
     _unary_response = True
-
-    def __str__(self) -> str:
-        # the channel's status first: it may reword the attempt's
-        # (unary_status: "Channel closed!" over the subchannel call's
-        # "Stream removed (...)", as grpcio words a unary call's)
-        if self._error is not None:
-            return _ended_text("_MultiThreadedRendezvous", self._error._status)
-        inner = self._inner
-        if inner is not None:
-            return str(inner)
-        return "<pyxds FutureCall (pick pending)>"
 
 
 def blocking_unary(

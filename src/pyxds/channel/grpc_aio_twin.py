@@ -67,14 +67,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 import itertools
-import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import grpc
 import grpc.aio
 
-from pyxds.channel.grpc_unary import checked, source_fingerprint
+from pyxds.channel.grpc_unary import GrpcioCheck, checked, source_fingerprint
 from pyxds.xds.stepped import Stepped
 
 __all__ = [
@@ -91,8 +90,6 @@ __all__ = [
     "twin",
 ]
 
-_log = logging.getLogger(__name__)
-
 #: fingerprints (:func:`fingerprint`) of the grpcio sources checked
 VERIFIED = {
     "3f20ffc20504c3b4973087a0d505ac756e6bb0fdc51fcc1dfa214802aec51273": "grpcio 1.85.3",
@@ -104,7 +101,6 @@ ENABLED = True
 KEY = "pyxds.connection"
 _LOCAL_POOL = "grpc.use_local_subchannel_pool"
 
-_AVAILABLE: bool | None = None
 _ids = itertools.count(1)
 _sync: Any = None
 _aio: Any = None
@@ -173,16 +169,12 @@ _CYGRPC_NAMES = (
 )
 
 
-def available() -> bool:
-    """Whether a twin can share its sync channel's connection here (this
-    grpcio was checked; the fingerprint is taken with the first twin, not at
-    start-up)."""
-    global _AVAILABLE
-    if _AVAILABLE is None:
-        _AVAILABLE = checked(fingerprint, VERIFIED, _bind)
-        if not _AVAILABLE:
-            _log.debug("pyxds: grpcio %s: OOB streams on a side connection", grpc.__version__)
-    return _AVAILABLE
+#: whether a twin can share its sync channel's connection here (this
+#: grpcio was checked; the fingerprint is taken with the first twin, not at
+#: start-up)
+available = GrpcioCheck(
+    lambda: checked(fingerprint, VERIFIED, _bind), __name__, "OOB streams on a side connection"
+)
 
 
 def transport_options(options: Sequence[tuple[str, Any]]) -> tuple[tuple[str, Any], ...]:

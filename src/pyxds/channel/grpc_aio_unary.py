@@ -93,8 +93,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import logging
-import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine, Generator, Sequence
@@ -103,11 +101,9 @@ from typing import Any
 
 import grpc
 
-from pyxds.channel.grpc_unary import checked, source_fingerprint
+from pyxds.channel.grpc_unary import GrpcioCheck, checked, source_fingerprint
 
 __all__ = ["VERIFIED", "LeanAioUnaryUnary", "available", "fingerprint", "lean"]
-
-_log = logging.getLogger(__name__)
 
 #: fingerprints (:func:`fingerprint`) of the grpcio sources checked
 VERIFIED = {
@@ -116,9 +112,6 @@ VERIFIED = {
 #: whether grpc.aio unary calls go the lean way (tests compare both ways)
 ENABLED = True
 
-_AVAILABLE: bool | None = None
-#: held while :func:`available` checks (a second caller waits for its answer)
-_CHECKING = threading.Lock()
 _LeanCall: Any = None
 #: asyncio's own create_future (a loop whose class keeps it makes plain Futures)
 _BASE_CREATE_FUTURE = asyncio.BaseEventLoop.create_future
@@ -180,16 +173,10 @@ def fingerprint() -> str:
     return source_fingerprint(_mirrored())
 
 
-def available() -> bool:
-    """Whether this grpcio is one the lean call was checked against."""
-    global _AVAILABLE
-    if _AVAILABLE is None:
-        with _CHECKING:  # one check: the xDS resolver takes it ahead on its own thread
-            if _AVAILABLE is None:
-                _AVAILABLE = checked(fingerprint, VERIFIED, _bind)
-                if not _AVAILABLE:
-                    _log.debug("pyxds: grpcio %s: plain grpc.aio unary calls", grpc.__version__)
-    return _AVAILABLE
+#: whether this grpcio is one the lean call was checked against
+available = GrpcioCheck(
+    lambda: checked(fingerprint, VERIFIED, _bind), __name__, "plain grpc.aio unary calls"
+)
 
 
 def lean(mc: Any) -> Any:

@@ -65,16 +65,11 @@ import grpc
 
 __all__ = ["VERIFIED", "LeanUnaryUnary", "available", "fingerprint", "lean", "source_fingerprint"]
 
-_log = logging.getLogger(__name__)
-
 #: fingerprints (:func:`fingerprint`) of the grpcio sources checked
 VERIFIED = {
     "383d65d5257174a427b5480bbeb2b3208e1508091914fc510138734106e71ae6": "grpcio 1.85.3",
 }
 
-_AVAILABLE: bool | None = None
-#: held while :func:`available` checks (a second caller waits for its answer)
-_CHECKING = threading.Lock()
 #: the line number of a ``co_lines()`` entry
 _LINE = itemgetter(2)
 
@@ -175,17 +170,49 @@ def checked(
     return ok
 
 
-def available() -> bool:
-    """Whether this grpcio is one :class:`LeanUnaryUnary` was checked against
-    (its private names are bound into this module then)."""
-    global _AVAILABLE
-    if _AVAILABLE is None:
-        with _CHECKING:  # one check: the xDS resolver takes it ahead on its own thread
-            if _AVAILABLE is None:
-                _AVAILABLE = checked(fingerprint, VERIFIED, _bind)
-                if not _AVAILABLE:
-                    _log.debug("pyxds: grpcio %s: plain unary multicallables", grpc.__version__)
-    return _AVAILABLE
+class GrpcioCheck:
+    """Whether this grpcio is one a lean path was checked against, found
+    once per process: call it for the answer.  The first caller runs
+    ``check`` (:func:`checked`, a digest of grpcio's sources); a second
+    caller meanwhile waits for that answer instead of taking the digest
+    again (the xDS resolver takes it ahead on its load-ahead thread, and
+    the first call may ask meanwhile).  A no is logged at debug under
+    ``owner``'s logger, ``fallback`` saying what is used instead."""
+
+    __slots__ = ("answer", "_check", "_owner", "_fallback", "_lock")
+
+    def __init__(self, check: Callable[[], bool], owner: str, fallback: str) -> None:
+        #: None until checked
+        self.answer: bool | None = None
+        self._check = check
+        self._owner = owner
+        self._fallback = fallback
+        self._lock = threading.Lock()
+
+    def __call__(self) -> bool:
+        answer = self.answer
+        if answer is None:
+            with self._lock:
+                answer = self.answer
+                if answer is None:
+                    answer = self.answer = self._check()
+                    if not answer:
+                        logging.getLogger(self._owner).debug(
+                            "pyxds: grpcio %s: %s", grpc.__version__, self._fallback
+                        )
+        return answer
+
+    def reset(self) -> None:
+        """Forget the answer: the next caller checks again (tests)."""
+        with self._lock:
+            self.answer = None
+
+
+#: whether this grpcio is one :class:`LeanUnaryUnary` was checked against
+#: (its private names are bound into this module then)
+available = GrpcioCheck(
+    lambda: checked(fingerprint, VERIFIED, _bind), __name__, "plain unary multicallables"
+)
 
 
 def lean(mc: Any) -> Any:

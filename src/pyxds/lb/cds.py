@@ -404,16 +404,11 @@ class CdsPolicy(LoadBalancer):
         handler switches gracefully; between EDS and LOGICAL_DNS (both
         outlier_detection over xds_cluster_impl) the old tree is shut down
         here."""
-        if leaf_to_leaf and self._child is not None:
-            self._child.shutdown()
-            self._child = None
-        self._applied = None
-        self._names = None
-        self._endpoint_cache = {}
-        self._config_cache = {}
+        self._reset(shut_child=leaf_to_leaf)
 
-    def _reset(self) -> None:
-        if self._child is not None:
+    def _reset(self, shut_child: bool = True) -> None:
+        """Forget what was applied; with ``shut_child``, shut its child down."""
+        if shut_child and self._child is not None:
             self._child.shutdown()
             self._child = None
         self._applied = None

@@ -378,7 +378,7 @@ class OutlierDetectionSubchannel(Watched, SubchannelWrapper):
     def watch_connectivity(self, watcher: Any) -> None:
         """C-core's connectivity watch (A61), beside :meth:`watch_state`,
         which is the health signal an ejection changes: ``watcher``'s
-        ``connectivity_changed(state, status)`` gets the real subchannel's
+        ``connectivity_changed(state, status, False)`` gets the real subchannel's
         current state now and every report after, whether the endpoint is
         ejected or not.  One watcher (the xds_override_host wrapper above
         this one); None detaches it.  When the watcher also watches the
@@ -390,7 +390,7 @@ class OutlierDetectionSubchannel(Watched, SubchannelWrapper):
             return
         if self._unwatch is None:
             self._unwatch = self.real.watch_state(self)
-        watcher.connectivity_changed(self._state, self._status)
+        watcher.connectivity_changed(self._state, self._status, False)
 
     def shutdown(self) -> None:
         self._policy._untrack(self)
@@ -414,7 +414,7 @@ class OutlierDetectionSubchannel(Watched, SubchannelWrapper):
             if self._watchers is watcher and not self.ejected:
                 watcher.connectivity_changed(state, status, True)
                 return
-            watcher.connectivity_changed(state, status)
+            watcher.connectivity_changed(state, status, False)
         if not self.ejected:
             self._notify(state, status)
 

@@ -90,7 +90,7 @@ from collections.abc import Callable, Mapping
 from itertools import compress
 from operator import is_not, not_
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -122,12 +122,7 @@ from pyxds.lb.outlier_detection import OutlierDetectionSubchannel
 from pyxds.lb.registry import PolicySelection
 from pyxds.lb.subchannel_wrapper import SubchannelWrapper
 from pyxds.metrics import locality_label
-from pyxds.resolver.xds_config import (
-    XDS_CLIENT_ATTRIBUTE,
-    XDS_CONFIG_ATTRIBUTE,
-    ClusterConfig,
-    EndpointConfig,
-)
+from pyxds.resolver.xds_config import XDS_CLIENT_ATTRIBUTE, EndpointConfig, cluster_entry
 from pyxds.security.tls_config import ADDRESS_NAME_ATTRIBUTE, SECURITY_ATTRIBUTE
 
 _log = logging.getLogger(__name__)
@@ -507,25 +502,13 @@ class XdsClusterImplPolicy(OneChildPolicy):
         if self._shut_down:
             return None
         config: XdsClusterImplConfig = update.config
-        xds_config = update.attributes.get(XDS_CONFIG_ATTRIBUTE)
-        if xds_config is None:
-            return self._fail(
-                Status(
-                    grpc.StatusCode.INTERNAL, "xDS config not passed to xds_cluster_impl LB policy"
-                )
-            )
-        entry = xds_config.clusters.get(config.cluster_name)
-        if not isinstance(entry, ClusterConfig) or not isinstance(entry.children, EndpointConfig):
-            return self._fail(
-                Status(
-                    grpc.StatusCode.INTERNAL,
-                    f"xDS config has no entry for cluster {config.cluster_name}",
-                )
-            )
+        entry = cluster_entry(update.attributes, config.cluster_name, "xds_cluster_impl", leaf=True)
+        if isinstance(entry, Status):
+            return self._fail(entry)
         cluster = entry.cluster
         eds_service_name = cluster.eds_service_name if cluster.kind == "EDS" else None
         counters = cluster_counters(config.cluster_name, eds_service_name)
-        load = entry.children.endpoints
+        load = cast(EndpointConfig, entry.children).endpoints  # (a leaf: cluster_entry)
         drops = tuple(
             (d.category, float(d.parts_per_million), drop_result(d.category))
             for d in (load.drop_overloads if load is not None else ())

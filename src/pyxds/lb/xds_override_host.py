@@ -75,8 +75,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import grpc
-
 from pyxds._values import dataclass
 from pyxds.lb import registry
 from pyxds.lb.api import (
@@ -102,7 +100,7 @@ from pyxds.lb.outlier_detection import OutlierDetectionSubchannel
 from pyxds.lb.registry import PolicySelection
 from pyxds.lb.subchannel_wrapper import SubchannelWrapper
 from pyxds.lb.unwatch import Watched
-from pyxds.resolver.xds_config import XDS_CONFIG_ATTRIBUTE, ClusterConfig
+from pyxds.resolver.xds_config import cluster_entry
 
 __all__ = [
     "NAME",
@@ -255,42 +253,37 @@ class OverrideHostSubchannel(Watched, SubchannelWrapper):
             self._policy._released(self)
 
     # -- the policy's side ---------------------------------------------------
-    def __call__(self, state: ConnectivityState, status: Status) -> None:
-        """The real subchannel's report (the wrapper is its watcher: no
-        bound method per endpoint, issue 18); over outlier_detection, its
-        health report (:meth:`connectivity_changed` has the connectivity)."""
+    def __call__(
+        self, state: ConnectivityState, status: Status, healthy: bool | None = None
+    ) -> None:
+        """A report, one call each (the wrapper is the real subchannel's
+        watcher: no bound method per endpoint, issue 18).  ``healthy`` None:
+        the real subchannel's report, both the entry's ``state`` and what
+        the child hears; over outlier_detection, its health report alone.
+        False or True (:meth:`connectivity_changed`): outlier_detection's
+        connectivity report (ejected or not), the entry's state for session
+        picks; True: the endpoint is not ejected, so this is the health
+        report too."""
         if self._closed:
             return
-        changed = False
-        if self._health is not None:
-            self._health = state
-            self._health_status = status
-        else:
+        health = self._health
+        if healthy is not None or health is None:  # the connectivity
             changed = state is not self.state
             self.state = state
             self._status = status
+            if health is None:  # watched once: the child hears it first
+                self._notify(state, status)
+            if changed and self.owned:
+                self._policy._owned_state_changed(self)
+            if not healthy or self._closed:
+                return
+        self._health = state
+        self._health_status = status
         self._notify(state, status)
-        if changed and self.owned:
-            self._policy._owned_state_changed(self)
 
-    def connectivity_changed(
-        self, state: ConnectivityState, status: Status, healthy: bool = False
-    ) -> None:
-        """The outlier_detection wrapper's connectivity report (ejected or
-        not): the entry's state, for session picks.  ``healthy``: the
-        endpoint is not ejected, so this is the health report too (one call
-        for both, as :meth:`__call__` after this)."""
-        if self._closed:
-            return
-        changed = state is not self.state
-        self.state = state
-        self._status = status
-        if changed and self.owned:
-            self._policy._owned_state_changed(self)
-        if healthy and not self._closed:
-            self._health = state
-            self._health_status = status
-            self._notify(state, status)
+    #: outlier_detection's connectivity watch (``watch_connectivity``) calls
+    #: this with ``healthy`` False or True
+    connectivity_changed = __call__
 
     def close(self) -> None:
         """Close the real subchannel (the policy no longer needs it)."""
@@ -554,22 +547,9 @@ class XdsOverrideHostPolicy(OneChildPolicy):
         if self._shut_down:
             return None
         config: OverrideHostConfig = update.config
-        xds_config = update.attributes.get(XDS_CONFIG_ATTRIBUTE)
-        if xds_config is None:
-            return self._fail(
-                Status(
-                    grpc.StatusCode.INTERNAL,
-                    "xDS config not passed to xds_override_host LB policy",
-                )
-            )
-        entry = xds_config.clusters.get(config.cluster_name)
-        if not isinstance(entry, ClusterConfig):
-            return self._fail(
-                Status(
-                    grpc.StatusCode.INTERNAL,
-                    f"xDS config has no entry for cluster {config.cluster_name}",
-                )
-            )
+        entry = cluster_entry(update.attributes, config.cluster_name, "xds_override_host")
+        if isinstance(entry, Status):
+            return self._fail(entry)
         cluster = entry.cluster
         self._config = config
         self._statuses = frozenset(getattr(cluster, "override_host_statuses", DEFAULT_STATUSES))

@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import field
 from types import MappingProxyType
-from typing import Union
+from typing import Any, Union
+
+import grpc
 
 from pyxds._values import dataclass
 from pyxds.status import Status
@@ -79,3 +81,22 @@ class XdsConfig:
 
     def __hash__(self) -> int:
         return hash((self.listener.name, self.route_config.name, tuple(self.clusters)))
+
+
+def cluster_entry(
+    attributes: Mapping[str, Any], cluster: str, policy: str, leaf: bool = False
+) -> ClusterConfig | Status:
+    """The entry of ``cluster`` in the XdsConfig the cds policy passes down
+    its tree (``attributes[XDS_CONFIG_ATTRIBUTE]``, A74), as
+    xds_cluster_impl and xds_override_host read it; else the INTERNAL
+    status they fail with: no XdsConfig passed to ``policy``, or no entry
+    for the cluster (with ``leaf``, none with endpoints)."""
+    xds_config = attributes.get(XDS_CONFIG_ATTRIBUTE)
+    if xds_config is None:
+        return Status(grpc.StatusCode.INTERNAL, f"xDS config not passed to {policy} LB policy")
+    entry = xds_config.clusters.get(cluster)
+    if not isinstance(entry, ClusterConfig) or (
+        leaf and not isinstance(entry.children, EndpointConfig)
+    ):
+        return Status(grpc.StatusCode.INTERNAL, f"xDS config has no entry for cluster {cluster}")
+    return entry
