@@ -135,7 +135,8 @@ def _lean_checked(name: str) -> bool:
     module = sys.modules.get(name)
     if module is None or not getattr(module, "ENABLED", True):
         return module is not None
-    return getattr(module, "_AVAILABLE", None) is not None
+    check = getattr(module, "available", None)
+    return getattr(check, "answer", None) is not None
 
 
 def _load_ahead() -> None:
