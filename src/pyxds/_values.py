@@ -625,7 +625,10 @@ def _collect(
             value.kw_only is True or name not in annotations
         ):
             return None  # a keyword-only field; or the standard decorator's TypeError
-    found: list[tuple[str, Any, Any, bool]] = []
+    field_type, classvar_type, settings = _made_parts(slots, params)
+    fields: dict[str, dataclasses.Field[Any]] = {}
+    real: list[dataclasses.Field[Any]] = []  # not ClassVars
+    found: list[tuple[str, Any, dataclasses.Field[Any], bool]] = []  # field() defaults
     seen_default = False  # a parameter with a default before this one
     init = params["init"]
     for name, annotation in annotations.items():
@@ -659,7 +662,8 @@ def _collect(
                 or (type(named) is _ALIAS and getattr(named, "__origin__", None) is typing.ClassVar)
             )
         default = getattr(cls, name, _MISSING)
-        if isinstance(default, dataclasses.Field):
+        given = isinstance(default, dataclasses.Field)
+        if given:
             if default.kw_only is not _MISSING or (
                 classvar and default.default_factory is not _MISSING
             ):
@@ -683,34 +687,38 @@ def _collect(
                 # class with its own __init__), whose text differs between
                 # Python versions (3.13 names the default argument too)
                 return None
-        found.append((name, annotation, default, classvar))
-    field_type, classvar_type, settings = _made_parts(slots, params)
-    namespace = dict(own) if slots else None
-    fields: dict[str, dataclasses.Field[Any]] = {}
-    real: list[dataclasses.Field[Any]] = []  # not ClassVars
-    plain = True  # every field a parameter without a factory, compared, hashed and shown
-    for name, annotation, default, classvar in found:
-        if isinstance(default, dataclasses.Field):
+        if given:  # set up once every field is checked
             f = default
-            if f.default is not _MISSING:
-                _put(cls, namespace, name, f.default)
-            else:
-                delattr(cls, name)  # (a Field in a base's namespace: the decorator's error)
-                if namespace is not None:
-                    namespace.pop(name, None)
-            plain = plain and (
-                f.init and f.repr and f.compare and f.hash is None and f.default_factory is _MISSING
-            )
-        else:  # ``field(default=default)``
+            found.append((name, annotation, f, classvar))
+        else:  # ``field(default=default)``, set up as the decorator sets it up
             f = _Field(default, _MISSING, True, True, None, True, _NO_METADATA, _MISSING)
-        f.name, f.type = name, annotation
+            f.name, f.type = name, annotation
+            if classvar:
+                f._field_type = classvar_type  # type: ignore[attr-defined]
+            else:
+                f._field_type = field_type  # type: ignore[attr-defined]
+                f.kw_only = False
         fields[name] = f
+        if not classvar:
+            real.append(f)
+    namespace = dict(own) if slots else None
+    plain = True  # every field a parameter without a factory, compared, hashed and shown
+    for name, annotation, f, classvar in found:  # the field() defaults
+        if f.default is not _MISSING:
+            _put(cls, namespace, name, f.default)
+        else:
+            delattr(cls, name)  # (a Field in a base's namespace: the decorator's error)
+            if namespace is not None:
+                namespace.pop(name, None)
+        f.name, f.type = name, annotation
         if classvar:
             f._field_type = classvar_type  # type: ignore[attr-defined]  # as the decorator does
         else:
             f._field_type = field_type  # type: ignore[attr-defined]  # as above
             f.kw_only = False
-            real.append(f)
+            plain = plain and (
+                f.init and f.repr and f.compare and f.hash is None and f.default_factory is _MISSING
+            )
     layout = _Collected(tuple(real), plain)
     _put(cls, namespace, "__dataclass_params__", settings)
     _put(cls, namespace, "__dataclass_fields__", fields)
