@@ -41,7 +41,7 @@ Rules:
   (names, compared, hashed, shown, parameters: ``_Collected``) are made
   once, and are all the names when every field is a plain parameter, the
   common case (a frozen slotted class was ~510k instructions, ~3,200
-  bytecodes run here, now ~430k and ~2,300: issue 18, start-up).  The
+  bytecodes run here, now ~415k and ~2,150: issue 18, start-up).  The
   methods are then added here, with the answers of the generated ones:
 
   - ``__repr__``: ``QualName(a=..., b=...)`` over the ``repr`` fields,
@@ -73,7 +73,8 @@ Rules:
     factory, whether ``__post_init__`` runs, frozen or not) and shared by
     every class of that shape: the template's code object gets the class's
     parameter and attribute names (``CodeType.replace``), its field names
-    (frozen) and defaults or factories come from closure cells.  Per
+    (frozen; each name's cell shared by every ``__init__``, which only reads
+    it) and defaults or factories come from closure cells.  Per
     construction it does what the generated one does, minus the
     ``object.__setattr__`` attribute lookup per field when frozen.
   - the templates of every shape pyxds's own classes use ship as source in
