@@ -34,8 +34,15 @@ Rules:
   ``Field._field_type`` sentinels and the ``__dataclass_params__`` object
   are copied from a class the standard decorator made once per ``slots``
   with nothing to compile (the params' type and arguments differ between
-  Python versions).  The methods are then added here, with the answers of
-  the generated ones:
+  Python versions; a class's own params object is then made by calling
+  that type with the arguments read once per settings).  One pass over the
+  fields checks them (``InitVar``, ``KW_ONLY``, keyword-only ``field()``:
+  the standard decorator) and one makes them; the lists the methods read
+  (names, compared, hashed, shown, parameters: ``_Collected``) are made
+  once, and are all the names when every field is a plain parameter, the
+  common case (a frozen slotted class was ~510k instructions, ~3,200
+  bytecodes run here, now ~415k and ~2,150: issue 18, start-up).  The
+  methods are then added here, with the answers of the generated ones:
 
   - ``__repr__``: ``QualName(a=..., b=...)`` over the ``repr`` fields,
     ``...`` where it recurses into itself;
@@ -66,7 +73,8 @@ Rules:
     factory, whether ``__post_init__`` runs, frozen or not) and shared by
     every class of that shape: the template's code object gets the class's
     parameter and attribute names (``CodeType.replace``), its field names
-    (frozen) and defaults or factories come from closure cells.  Per
+    (frozen; each name's cell shared by every ``__init__``, which only reads
+    it) and defaults or factories come from closure cells.  Per
     construction it does what the generated one does, minus the
     ``object.__setattr__`` attribute lookup per field when frozen.
   - the templates of every shape pyxds's own classes use ship as source in
@@ -101,6 +109,7 @@ from __future__ import annotations
 import abc
 import copy
 import dataclasses
+import functools
 import inspect
 import re
 import sys
@@ -145,7 +154,7 @@ def _values_of(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
 def _value_methods(
     methods: dict[str, Any],
     cls: type,
-    fields: tuple[dataclasses.Field[Any], ...],
+    layout: _Collected,
     frozen: bool,
     eq: bool,
     order: bool,
@@ -154,9 +163,7 @@ def _value_methods(
     ``__hash__`` (from the fields when frozen, else ``None``; the class's own
     is kept, as the standard decorator keeps it); with ``order``, the four
     comparisons."""
-    compared = tuple([f.name for f in fields if f.compare])
-    hashed = tuple([f.name for f in fields if (f.compare if f.hash is None else f.hash)])
-    shown = tuple([f.name for f in fields if f.repr])
+    compared, hashed, shown = layout.compared, layout.hashed, layout.shown
     body = "(" + ", ".join([f"{name}={{!r}}" for name in shown]) + ")"
     values_shown = _values_of(shown)
     running: set[tuple[int, int]] = set()
@@ -366,44 +373,77 @@ def _init_source(shape: str, post_init: bool, frozen: bool, name: str = "_make_"
     )
 
 
-def _make_init(
-    cls: type, fields: tuple[dataclasses.Field[Any], ...], slots: bool, frozen: bool
-) -> Any:
-    shape = "".join([_kind(f, slots) for f in fields])
+#: the cells every ``__init__`` closes over: ``object.__setattr__`` and the
+#: ``<factory>`` default
+_INIT_CELLS = {"_set_": types.CellType(_SET), "_factory_": types.CellType(_FACTORY)}
+#: field name -> a cell holding it (``n<i>`` of a frozen class's
+#: ``__init__``), shared by every ``__init__`` naming it, which only reads
+#: it (~4 cells a class fewer to make and collect: issue 18, start-up); at
+#: most ``_NAME_CELLS_MAX`` names
+_NAME_CELLS: dict[str, types.CellType] = {}
+_NAME_CELLS_MAX = 2048
+
+
+def _name_cell(name: str) -> types.CellType:
+    """A cell holding the field name ``name`` (shared, see ``_NAME_CELLS``)."""
+    cell = _NAME_CELLS.get(name)
+    if cell is None:
+        cell = types.CellType(name)
+        if len(_NAME_CELLS) < _NAME_CELLS_MAX:
+            _NAME_CELLS[name] = cell
+    return cell
+
+
+def _make_init(cls: type, layout: _Collected, slots: bool, frozen: bool) -> Any:
+    fields, names, params = layout.fields, layout.names, layout.params
+    plain = layout.plain
+    shape = _PARAM * len(fields) if plain else "".join([_kind(f, slots) for f in fields])
     template = _template(shape, hasattr(cls, "__post_init__"), frozen)
-    names = [f.name for f in fields]
     self_name = "__dataclass_self__" if "self" in names else "self"
-    params = [f for f in fields if f.init]
-    attributes = dict(zip(_placeholders("n", len(names)), names, strict=False))
+    placeholders = _placeholders("n", len(names))
+    qualname = f"{cls.__qualname__}.__init__"
+    cells = dict(_INIT_CELLS)
+    if frozen:  # the field names, cells ``n<i>``
+        cells.update(zip(placeholders, map(_name_cell, names), strict=False))
+        code_names = template.co_names
+    else:  # the field names, attributes ``self.n<i>``
+        attributes = dict(zip(placeholders, names, strict=False))
+        code_names = tuple(map(attributes.get, template.co_names, template.co_names))
     code = template.replace(
-        co_varnames=(self_name, *[f.name for f in params]),
-        co_names=tuple(map(attributes.get, template.co_names, template.co_names)),
-        co_qualname=f"{cls.__qualname__}.__init__",
+        co_varnames=(self_name, *(names if plain else [f.name for f in params])),
+        co_names=code_names,
+        co_qualname=qualname,
     )
-    cell_values: dict[str, Any] = {"_set_": _SET, "_factory_": _FACTORY, **attributes}
-    cell_values.update(
-        zip(
-            _placeholders("v", len(fields)),
-            [f.default if f.default_factory is _MISSING else f.default_factory for f in fields],
-            strict=False,
+    if not plain:  # the cells ``v<i>``: defaults or factories of fields not plain parameters
+        cells.update(
+            zip(
+                _placeholders("v", len(fields)),
+                [
+                    types.CellType(
+                        f.default if f.default_factory is _MISSING else f.default_factory
+                    )
+                    for f in fields
+                ],
+                strict=False,
+            )
         )
-    )
     module = sys.modules.get(cls.__module__)
+    defaults = [
+        _FACTORY if f.default is _MISSING else f.default
+        for f in params
+        if f.default is not _MISSING or f.default_factory is not _MISSING
+    ]
     init = types.FunctionType(
         code,
         module.__dict__ if module is not None else {},
         "__init__",
-        tuple(
-            _FACTORY if f.default is dataclasses.MISSING else f.default
-            for f in params
-            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-        )
-        or None,
-        tuple(types.CellType(cell_values[name]) for name in code.co_freevars),
+        tuple(defaults) if defaults else None,
+        tuple(map(cells.__getitem__, code.co_freevars)),
     )
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__annotations__ = {f.name: f.type for f in params}
-    init.__annotations__["return"] = None
+    init.__qualname__ = qualname
+    annotations = {f.name: f.type for f in params}
+    annotations["return"] = None
+    init.__annotations__ = annotations
     return init
 
 
@@ -420,6 +460,49 @@ _LEADING_MAX = 1024
 #: ``typing.ClassVar[X]``'s type
 _ALIAS = type(typing.ClassVar[int])
 _MISSING: Any = dataclasses.MISSING
+
+
+_MEMBER = types.MemberDescriptorType
+_Field = dataclasses.Field
+#: ``Field``'s metadata argument that ``field()`` passes by default (the
+#: empty mapping)
+_NO_METADATA: Any = None
+
+
+class _Collected:
+    """A value class's fields (not its ``ClassVar``s) as its methods read
+    them, each list made once (issue 18, start-up): the names, those
+    compared, hashed and shown, the ``__init__`` parameters and, with
+    ``slots``, the namespace of the slotted copy.  ``plain``: every field a
+    parameter without a factory, compared, hashed (``hash=None``) and
+    shown, so that every list is ``names``."""
+
+    __slots__ = (
+        "fields",
+        "names",
+        "compared",
+        "hashed",
+        "shown",
+        "params",
+        "match_args",
+        "plain",
+        "namespace",
+    )
+
+    def __init__(self, fields: tuple[dataclasses.Field[Any], ...], plain: bool) -> None:
+        self.fields = fields
+        self.plain = plain
+        self.namespace: dict[str, Any] | None = None
+        names = self.names = tuple([f.name for f in fields])
+        if plain:
+            self.compared = self.hashed = self.shown = self.match_args = names
+            self.params = fields
+            return
+        self.compared = tuple([f.name for f in fields if f.compare])
+        self.hashed = tuple([f.name for f in fields if (f.compare if f.hash is None else f.hash)])
+        self.shown = tuple([f.name for f in fields if f.repr])
+        self.params = tuple([f for f in fields if f.init])
+        self.match_args = tuple([f.name for f in self.params])
 
 
 #: per ``slots``: a class the standard decorator made (with nothing to
@@ -440,6 +523,45 @@ def _made(slots: bool) -> Any:
             type("_Made", (), body)
         )
     return made
+
+
+#: (slots, the settings given) -> a maker of a new ``__dataclass_params__``
+_SETTINGS: dict[tuple[bool, tuple[bool, ...]], Callable[[], Any]] = {}
+
+
+def _made_parts(slots: bool, params: dict[str, bool]) -> tuple[Any, Any, Any]:
+    """The ``Field._field_type`` of a field and of a ``ClassVar``, and a new
+    ``__dataclass_params__`` saying ``params`` (one per class, as the
+    standard decorator's)."""
+    made = _made(slots)
+    fields = made.__dataclass_fields__
+    key = (slots, tuple(params.values()))
+    make = _SETTINGS.get(key)
+    if make is None:
+        make = _SETTINGS[key] = _params_maker(made.__dataclass_params__, params)
+    return fields["a"]._field_type, fields["b"]._field_type, make()
+
+
+def _params_maker(made: Any, params: dict[str, bool]) -> Callable[[], Any]:
+    """What makes a ``__dataclass_params__`` like ``made``'s with ``params``
+    set: its type called with its slots as keyword arguments (its
+    ``__init__``'s parameters in Python 3.11-3.13; ~5x fewer steps than
+    copying the slots one by one: issue 18, start-up) where that gives the
+    same object, else a copy (:func:`_copy_params`)."""
+    settings = _copy_params(made)
+    for setting, value in params.items():
+        setattr(settings, setting, value)
+    kind: type = type(settings)
+    names = kind.__dict__.get("__slots__")
+    if isinstance(names, tuple) and not hasattr(settings, "__dict__"):
+        arguments = {name: getattr(settings, name) for name in names}
+        try:
+            again = kind(**arguments)
+        except TypeError:
+            again = None
+        if again is not None and all(getattr(again, n) == v for n, v in arguments.items()):
+            return functools.partial(kind, **arguments)
+    return functools.partial(_copy_params, settings)
 
 
 def _copy_params(params: Any) -> Any:
@@ -476,7 +598,7 @@ def _named(annotation: str, module: types.ModuleType) -> tuple[Any, Any]:
 
 def _collect(
     cls: type, slots: bool, params: dict[str, bool], annotations: dict[str, Any]
-) -> tuple[tuple[dataclasses.Field[Any], ...], dict[str, Any] | None] | None:
+) -> _Collected | None:
     """The fields of ``cls`` (``annotations``) collected as the standard
     decorator collects them (see the module docstring), and what it puts on
     the class: ``__dataclass_fields__``, ``__dataclass_params__``
@@ -484,9 +606,11 @@ def _collect(
     for the namespace); with ``slots``, on ``cls`` too (:func:`_put`) and in
     the namespace returned, of the class re-created with ``__slots__`` once
     its methods are in too.  None (``cls`` untouched) where the standard
-    decorator has to decide."""
+    decorator has to decide: an ``InitVar``, the ``KW_ONLY`` marker, a
+    keyword-only field, or one of its errors."""
     module = sys.modules.get(cls.__module__)
-    if module is None or (slots and "__slots__" in cls.__dict__):
+    own = cls.__dict__
+    if module is None or (slots and "__slots__" in own):
         return None
     inherited: set[str] = set()  # the bases' slots, as the standard decorator reads them
     for base in cls.__mro__[1:-1] if slots else ():
@@ -497,41 +621,66 @@ def _collect(
             if hasattr(base_slots, "__next__"):
                 return None  # the standard decorator's TypeError
             inherited.update(base_slots)
-    found: list[tuple[str, Any, Any, bool]] = []
+    for name, value in own.items():
+        if isinstance(value, dataclasses.Field) and (
+            value.kw_only is True or name not in annotations
+        ):
+            return None  # a keyword-only field; or the standard decorator's TypeError
+    field_type, classvar_type, settings = _made_parts(slots, params)
+    fields: dict[str, dataclasses.Field[Any]] = {}
+    real: list[dataclasses.Field[Any]] = []  # not ClassVars
+    found: list[tuple[str, Any, dataclasses.Field[Any], bool]] = []  # field() defaults
     seen_default = False  # a parameter with a default before this one
+    init = params["init"]
     for name, annotation in annotations.items():
-        via = None
-        named = annotation
         if isinstance(annotation, str):
+            if _NOT_OURS[0] in annotation or _NOT_OURS[1] in annotation:
+                return None
             named, via = _named(annotation, module)
-        if (via is None or via is dataclasses) and (
+        elif (
+            annotation is dataclasses.KW_ONLY
+            or annotation is dataclasses.InitVar
+            or isinstance(annotation, dataclasses.InitVar)
+        ):
+            return None
+        else:
+            named, via = annotation, None
+        if named is None or (
+            named.__class__ is type
+            and named is not dataclasses.KW_ONLY
+            and named is not dataclasses.InitVar
+        ):
+            classvar = False  # a name not bound (yet), or a class: no marker
+        elif via is not typing and (
             named is dataclasses.KW_ONLY
             or named is dataclasses.InitVar
             or type(named) is dataclasses.InitVar
         ):
             return None
-        classvar = (via is None or via is typing) and (
-            named is typing.ClassVar
-            or (type(named) is _ALIAS and getattr(named, "__origin__", None) is typing.ClassVar)
-        )
+        else:
+            classvar = via is not dataclasses and (
+                named is typing.ClassVar
+                or (type(named) is _ALIAS and getattr(named, "__origin__", None) is typing.ClassVar)
+            )
         default = getattr(cls, name, _MISSING)
-        parameter = not classvar
-        if isinstance(default, dataclasses.Field):
+        given = isinstance(default, dataclasses.Field)
+        if given:
             if default.kw_only is not _MISSING or (
                 classvar and default.default_factory is not _MISSING
             ):
                 return None
             value = default.default
-            parameter = parameter and default.init
+            parameter = default.init and not classvar
             defaulted = value is not _MISSING or default.default_factory is not _MISSING
         else:
-            if isinstance(default, types.MemberDescriptorType):
+            if default.__class__ is _MEMBER:
                 default = _MISSING
             value = default
+            parameter = not classvar
             defaulted = value is not _MISSING
         if not classvar and value.__class__.__hash__ is None:
             return None  # a mutable default: the standard decorator's ValueError
-        if parameter and params["init"]:
+        if parameter and init:
             if defaulted:
                 seen_default = True
             elif seen_default:
@@ -539,51 +688,55 @@ def _collect(
                 # class with its own __init__), whose text differs between
                 # Python versions (3.13 names the default argument too)
                 return None
-        found.append((name, annotation, default, classvar))
-    for name, value in cls.__dict__.items():
-        if isinstance(value, dataclasses.Field) and name not in annotations:
-            return None  # the standard decorator's TypeError
-    made = _made(slots)
-    field_type = made.__dataclass_fields__["a"]._field_type
-    classvar_type = made.__dataclass_fields__["b"]._field_type
-    namespace = dict(cls.__dict__) if slots else None
-    fields: dict[str, dataclasses.Field[Any]] = {}
-    for name, annotation, default, classvar in found:
-        f = (
-            default
-            if isinstance(default, dataclasses.Field)
-            else dataclasses.field(default=default)
-        )
+        if given:  # set up once every field is checked
+            f = default
+            found.append((name, annotation, f, classvar))
+        else:  # ``field(default=default)``, set up as the decorator sets it up
+            f = _Field(default, _MISSING, True, True, None, True, _NO_METADATA, _MISSING)
+            f.name, f.type = name, annotation
+            if classvar:
+                f._field_type = classvar_type  # type: ignore[attr-defined]
+            else:
+                f._field_type = field_type  # type: ignore[attr-defined]
+                f.kw_only = False
+        fields[name] = f
+        if not classvar:
+            real.append(f)
+    namespace = dict(own) if slots else None
+    plain = True  # every field a parameter without a factory, compared, hashed and shown
+    for name, annotation, f, classvar in found:  # the field() defaults
+        if f.default is not _MISSING:
+            _put(cls, namespace, name, f.default)
+        else:
+            delattr(cls, name)  # (a Field in a base's namespace: the decorator's error)
+            if namespace is not None:
+                namespace.pop(name, None)
         f.name, f.type = name, annotation
         if classvar:
-            f._field_type = classvar_type  # type: ignore[union-attr]  # as the decorator does
+            f._field_type = classvar_type  # type: ignore[attr-defined]  # as the decorator does
         else:
-            f._field_type = field_type  # type: ignore[union-attr]  # as above
+            f._field_type = field_type  # type: ignore[attr-defined]  # as above
             f.kw_only = False
-        fields[name] = f
-        if isinstance(default, dataclasses.Field):
-            if f.default is not _MISSING:
-                _put(cls, namespace, name, f.default)
-            else:
-                delattr(cls, name)  # (a Field in a base's namespace: the decorator's error)
-                if namespace is not None:
-                    namespace.pop(name, None)
-    settings = _copy_params(made.__dataclass_params__)
-    for setting, value in params.items():
-        setattr(settings, setting, value)
+            plain = plain and (
+                f.init and f.repr and f.compare and f.hash is None and f.default_factory is _MISSING
+            )
+    layout = _Collected(tuple(real), plain)
     _put(cls, namespace, "__dataclass_params__", settings)
     _put(cls, namespace, "__dataclass_fields__", fields)
-    names = tuple([name for name, f in fields.items() if f._field_type is field_type])  # type: ignore[attr-defined]
-    if "__match_args__" not in cls.__dict__:
-        _put(cls, namespace, "__match_args__", tuple([n for n in names if fields[n].init]))
+    names = layout.names
+    if "__match_args__" not in own:
+        _put(cls, namespace, "__match_args__", layout.match_args)
     if namespace is not None:
-        namespace["__slots__"] = tuple([name for name in names if name not in inherited])
+        namespace["__slots__"] = (
+            tuple([name for name in names if name not in inherited]) if inherited else names
+        )
         for name in names:
             namespace.pop(name, None)
         namespace.pop("__dict__", None)
         namespace.pop("__weakref__", None)
         namespace["__qualname__"] = cls.__qualname__
-    return tuple([fields[name] for name in names]), namespace
+    layout.namespace = namespace
+    return layout
 
 
 def _put(cls: type, namespace: dict[str, Any] | None, name: str, value: Any) -> None:
@@ -639,19 +792,7 @@ def _ours(cls: type, params: dict[str, Any]) -> dict[str, Any] | None:
     for base in cls.__mro__[1:]:
         if hasattr(base, "__dataclass_fields__"):
             return None
-    annotations = _annotations(cls)  # once: _collect reads them too
-    for annotation in annotations.values():
-        if isinstance(annotation, str):
-            if _NOT_OURS[0] in annotation or _NOT_OURS[1] in annotation:
-                return None
-        elif annotation in (dataclasses.KW_ONLY, dataclasses.InitVar) or isinstance(
-            annotation, dataclasses.InitVar
-        ):
-            return None
-    for value in namespace.values():
-        if isinstance(value, dataclasses.Field) and value.kw_only is True:
-            return None
-    return annotations
+    return _annotations(cls)  # (each annotation and field() checked by _collect)
 
 
 def _value_class(
@@ -673,13 +814,13 @@ def _value_class(
     collected = _collect(cls, slots, settings, annotations)
     if collected is None:
         return None
-    fields, namespace = collected
+    namespace = collected.namespace
     methods: dict[str, Any] = {}
     if init and "__init__" not in cls.__dict__:  # the standard decorator keeps the class's own
-        methods["__init__"] = _make_init(cls, fields, slots, frozen)
-    _value_methods(methods, cls, fields, frozen, eq, order)
+        methods["__init__"] = _make_init(cls, collected, slots, frozen)
+    _value_methods(methods, cls, collected, frozen, eq, order)
     if frozen:
-        _frozen_methods(methods, cls, tuple(f.name for f in fields))
+        _frozen_methods(methods, cls, collected.names)
     if slots and frozen:
         if "__getstate__" not in cls.__dict__:
             methods["__getstate__"] = _GETSTATE

@@ -584,6 +584,24 @@ def test_copy_replace_works_on_a_value_class_as_on_a_standard_one():
             assert copy.replace(std(1, 2), a=5) == std(5, 2)
 
 
+def test_each_value_class_has_its_own_params_object_as_with_the_standard_decorator():
+    """``__dataclass_params__`` is made per class (from the settings'
+    arguments, not copied from a shared one): the standard type with every
+    setting the standard decorator's, and changing one class's leaves the
+    next class's alone."""
+    for params in ({"frozen": True, "slots": True}, {"order": True}, {"frozen": True}):
+        std, first = _pair(lambda: {"__annotations__": {"a": "int"}}, **params)
+        _, second = _pair(lambda: {"__annotations__": {"a": "int"}}, **params)
+        mine, theirs = first.__dataclass_params__, std.__dataclass_params__
+        assert type(mine) is type(theirs)
+        assert repr(mine) == repr(theirs)
+        assert second.__dataclass_params__ is not mine
+        mine.frozen = not mine.frozen
+        assert second.__dataclass_params__.frozen == theirs.frozen
+        _, third = _pair(lambda: {"__annotations__": {"a": "int"}}, **params)
+        assert repr(third.__dataclass_params__) == repr(theirs)
+
+
 def test_order_compares_as_the_standard_dataclass():
     rng = random.Random(5)
 
