@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from pyxds.cli.errors import USAGE, CliError
+from pyxds.cli.errors import USAGE, CliError, seconds
 
 HELP = "connect to an xDS target as a client would and print the resolved config"
 DESCRIPTION = (
@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=20.0,
         metavar="SECONDS",
         help="how long to wait for the xDS resources (default: 20)",
@@ -71,6 +71,8 @@ def _bootstrap(args: argparse.Namespace) -> tuple[Any, Any]:
     from pyxds.xds.bootstrap import BootstrapError, load_bootstrap
 
     source: Any = args.bootstrap
+    if source == "":
+        raise CliError("--bootstrap '': expected the path of a bootstrap JSON file", USAGE)
     if source is None and not (
         os.environ.get("GRPC_XDS_BOOTSTRAP") or os.environ.get("GRPC_XDS_BOOTSTRAP_CONFIG")
     ):
@@ -83,6 +85,19 @@ def _bootstrap(args: argparse.Namespace) -> tuple[Any, Any]:
         return source, load_bootstrap(source)
     except BootstrapError as e:
         raise CliError(f"{e} (fix the bootstrap; see docs/bootstrap.md)", USAGE) from None
+
+
+def _check_target(target: str) -> None:
+    """An ``xds:`` target (gRFC A27), or a usage error saying what to write."""
+    if target.startswith("xds:"):
+        return
+    if not target:
+        raise CliError("TARGET '': expected an xDS target, e.g. xds:///greeter", USAGE)
+    if ":" not in target and "/" not in target:
+        raise CliError(
+            f"{target}: not an xDS target (no scheme): did you mean xds:///{target}?", USAGE
+        )
+    raise CliError(f"{target}: inspect shows xDS targets, e.g. xds:///greeter", USAGE)
 
 
 def _server_uri(bootstrap: Any) -> str:
@@ -143,8 +158,7 @@ def run(args: argparse.Namespace) -> int:
         return inspect_server.run(args, source, bootstrap, uri)
     if args.target is None:
         raise CliError("give a TARGET (xds:///SERVICE) or --server ADDRESS", USAGE)
-    if not args.target.startswith("xds:"):
-        raise CliError(f"{args.target}: inspect shows xDS targets, e.g. xds:///greeter", USAGE)
+    _check_target(args.target)
     channel = pyxds.insecure_channel(args.target, bootstrap=source)
     try:
         channel.subscribe(lambda _state: None, try_to_connect=True)
