@@ -158,3 +158,15 @@ def test_inspect_server_of_an_empty_address_names_the_option(bootstrap, capsys):
 def test_inspect_server_with_an_empty_template_names_the_option(bootstrap, capsys):
     argv = ["inspect", "--server", "0.0.0.0:5", "--template", "", "--bootstrap", bootstrap]
     assert "--template '': expected a Listener name template" in usage_error(argv, capsys)
+
+
+@pytest.mark.parametrize("where", ["build_parser", "_check_command"])
+def test_ctrl_c_while_the_command_loads_is_130_without_a_traceback(where, monkeypatch, capsys):
+    from pyxds.cli import main as cli_main
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_main, where, interrupted)
+    assert main(["inspect", "xds:///x"]) == 130
+    assert capsys.readouterr() == ("", "")

@@ -90,6 +90,15 @@ def _check_command(parser: Parser, argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``pyxds ARGV``; the exit status (docs/cli.md).  Ctrl-C at any point,
+    loading the commands too (a second of imports), is 130 without a traceback."""
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(argv: list[str] | None) -> int:
     # pyxds logs warnings (a failed ADS stream, ...) that the commands report
     # themselves in one line; without this Python would print them too.
     logging.getLogger("pyxds").addHandler(logging.NullHandler())
@@ -105,8 +114,6 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as e:
         fail(str(e))
         return e.code
-    except KeyboardInterrupt:
-        return 130
 
 
 if __name__ == "__main__":
