@@ -170,3 +170,9 @@ def test_ctrl_c_while_the_command_loads_is_130_without_a_traceback(where, monkey
     monkeypatch.setattr(cli_main, where, interrupted)
     assert main(["inspect", "xds:///x"]) == 130
     assert capsys.readouterr() == ("", "")
+
+
+def test_inspect_of_an_authority_the_bootstrap_lacks_says_so_at_once(bootstrap, capsys):
+    line = usage_error(["inspect", "xds://other/greeter", "--bootstrap", bootstrap], capsys)
+    assert 'xds://other/greeter: authority "other" not present in bootstrap config' in line
+    assert "authorities" in line

@@ -105,15 +105,15 @@ def _server_uri(bootstrap: Any) -> str:
     return getattr(servers[0], "server_uri", "?") if servers else "?"
 
 
-def _problem(dump: dict[str, Any], uri: str) -> str | None:
-    """A reason to give up now (exit 1), or None."""
+def _problem(dump: dict[str, Any], uri: str) -> CliError | None:
+    """A reason to give up now, or None."""
     from pyxds.cli.inspect_model import resources
 
     manager = (dump.get("resolver") or {}).get("dependency_manager") or {}
     listener = manager.get("listener") or ""
     entry = resources(dump).get(("Listener", listener))
     if entry is not None and entry.get("client_status") == "DOES_NOT_EXIST":
-        return (
+        return CliError(
             f"listener {listener!r} does not exist on the control plane at {uri} "
             "(check the target's service name and the served resources)"
         )
@@ -121,9 +121,16 @@ def _problem(dump: dict[str, Any], uri: str) -> str | None:
         status = str(dump.get("status", ""))
         if "no responses received" in status or "failed to connect" in status:
             cause = status.rsplit("last error: ", 1)[-1].rsplit("status: ", 1)[-1]
-            return (
+            return CliError(
                 f"cannot reach the control plane at {uri} ({cause}); "
                 "is it running? check server_uri in the bootstrap"
+            )
+        if "not present in bootstrap config" in status:  # xds://AUTHORITY/... (A47)
+            cause = status.rsplit("xds resolver: ", 1)[-1]
+            return CliError(
+                f"{dump.get('target')}: {cause} (add it to the bootstrap's authorities, "
+                "or use xds:///SERVICE)",
+                USAGE,
             )
     return None
 
@@ -167,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         while not _settled(dump):
             problem = _problem(dump, uri)
             if problem is not None:
-                raise CliError(problem)
+                raise problem
             if time.monotonic() > deadline:
                 if dump.get("xds_config") is not None:
                     break  # resources arrived; some endpoint is still connecting
