@@ -61,7 +61,8 @@ class PyxdsProcess:
         self.stderr_lines: list[str] = []
         self._stderr_changed = threading.Condition()
         threading.Thread(target=self._read_out, daemon=True).start()
-        threading.Thread(target=self._read_err, daemon=True).start()
+        self._err_reader = threading.Thread(target=self._read_err, daemon=True)
+        self._err_reader.start()
 
     def _read_out(self) -> None:
         assert self.proc.stdout is not None
@@ -102,6 +103,13 @@ class PyxdsProcess:
                 if left <= 0:
                     raise TimeoutError(f"no stderr line matching {pattern!r}: {self.stderr_lines}")
                 self._stderr_changed.wait(left)
+
+    def all_stderr(self, timeout: float = 10.0) -> list[str]:
+        """Every stderr line, once the process has closed stderr (it exited)."""
+        self._err_reader.join(timeout)
+        if self._err_reader.is_alive():
+            raise TimeoutError(f"stderr still open after {timeout}s: {self.stderr_lines}")
+        return self.stderr_lines
 
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)

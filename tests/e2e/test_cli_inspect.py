@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import time
 
 import pytest
@@ -177,6 +178,17 @@ def test_inspect_watch_follows_an_edited_file(serve):
                 break
         else:
             raise AssertionError("inspect --watch never showed the new weight")
+
+
+def test_inspect_interrupted_by_ctrl_c_exits_130_without_a_traceback(serve):
+    _, _, bootstrap = serve(mesh())
+    with PyxdsProcess(
+        "inspect", "xds:///echo-service", "--bootstrap", bootstrap, "--watch"
+    ) as watch:
+        watch.stdout_line()  # it is connected and printing
+        watch.signal(signal.SIGINT)
+        assert watch.proc.wait(10) == 130
+        assert watch.all_stderr() == []  # no traceback, no C-core log line
 
 
 def test_inspect_of_an_unreachable_control_plane_exits_1_with_one_line(tmp_path, ports):

@@ -63,7 +63,24 @@ def test_every_option_of_every_command_has_help_text():
 
 
 def test_unknown_command_is_a_usage_error():
-    one_line_error(run_pyxds("frobnicate"), 2, "invalid choice: 'frobnicate'", "pyxds --help")
+    one_line_error(run_pyxds("frobnicate"), 2, "unknown command 'frobnicate'", "pyxds --help")
+
+
+def test_python_dash_m_pyxds_is_the_pyxds_command():
+    def python_m_pyxds(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "pyxds", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=cli_env(),
+            stdin=subprocess.DEVNULL,
+        )
+
+    from pyxds import __version__
+
+    assert python_m_pyxds("--version").stdout == f"pyxds {__version__}\n"
+    one_line_error(python_m_pyxds("--bogus"), 2, "unknown option --bogus", "pyxds --help")
 
 
 def test_unknown_flag_is_a_usage_error():

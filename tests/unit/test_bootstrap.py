@@ -435,3 +435,10 @@ def test_authority_empty_template_uses_default_with_encoded_authority():
     assert listener_resource_name(b, "a b", "svc") == (
         "xdstp://a%20b/envoy.config.listener.v3.Listener/svc"
     )
+
+
+def test_a_bootstrap_file_that_is_not_utf8_is_a_bootstrap_error_naming_the_byte(tmp_path):
+    f = tmp_path / "bootstrap.json"
+    f.write_bytes(b'{"xds_servers": []}\xff')
+    with pytest.raises(BootstrapError, match=r"bootstrap\.json: not UTF-8 JSON: byte 19"):
+        load_bootstrap(str(f))

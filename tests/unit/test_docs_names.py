@@ -293,7 +293,8 @@ def command_lines() -> list[tuple[str, list[str]]]:
                 continue
             if fenced is not None and fenced != "python":
                 command = line.strip()
-                if command.startswith("pyxds ") and not command.startswith("pyxds serve:"):
+                output = re.match(r"pyxds( \w+)?: ", command)  # what a command prints
+                if command.startswith("pyxds ") and not output:
                     found.append((f"{rel}:{n}", _argv(command[len("pyxds ") :])))
             elif fenced is None:
                 found += [(f"{rel}:{n}", _argv(m)) for m in inline.findall(line)]
@@ -335,3 +336,5 @@ def test_python_dash_m_pyxds_cli_the_docs_show_runs_the_command():
     ]
     assert where == "cli.md"
     assert importlib.util.find_spec("pyxds.cli.__main__") is not None
+    assert "`python -m pyxds ...`" in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert importlib.util.find_spec("pyxds.__main__") is not None

@@ -8,6 +8,7 @@ No traceback reaches the user.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import NoReturn
 
@@ -38,3 +39,15 @@ class Parser(argparse.ArgumentParser):
             flush=True,
         )
         raise SystemExit(USAGE)
+
+
+def seconds(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds > 0 (``nan``, ``inf``, 0
+    and negatives are usage errors naming the option)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number of seconds > 0")
+    return value

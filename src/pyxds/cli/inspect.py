@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from pyxds.cli.errors import USAGE, CliError
+from pyxds.cli.errors import USAGE, CliError, seconds
 
 HELP = "connect to an xDS target as a client would and print the resolved config"
 DESCRIPTION = (
@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=20.0,
         metavar="SECONDS",
         help="how long to wait for the xDS resources (default: 20)",
@@ -71,6 +71,8 @@ def _bootstrap(args: argparse.Namespace) -> tuple[Any, Any]:
     from pyxds.xds.bootstrap import BootstrapError, load_bootstrap
 
     source: Any = args.bootstrap
+    if source == "":
+        raise CliError("--bootstrap '': expected the path of a bootstrap JSON file", USAGE)
     if source is None and not (
         os.environ.get("GRPC_XDS_BOOTSTRAP") or os.environ.get("GRPC_XDS_BOOTSTRAP_CONFIG")
     ):
@@ -85,20 +87,33 @@ def _bootstrap(args: argparse.Namespace) -> tuple[Any, Any]:
         raise CliError(f"{e} (fix the bootstrap; see docs/bootstrap.md)", USAGE) from None
 
 
+def _check_target(target: str) -> None:
+    """An ``xds:`` target (gRFC A27), or a usage error saying what to write."""
+    if target.startswith("xds:"):
+        return
+    if not target:
+        raise CliError("TARGET '': expected an xDS target, e.g. xds:///greeter", USAGE)
+    if ":" not in target and "/" not in target:
+        raise CliError(
+            f"{target}: not an xDS target (no scheme): did you mean xds:///{target}?", USAGE
+        )
+    raise CliError(f"{target}: inspect shows xDS targets, e.g. xds:///greeter", USAGE)
+
+
 def _server_uri(bootstrap: Any) -> str:
     servers = getattr(bootstrap, "xds_servers", ()) or ()
     return getattr(servers[0], "server_uri", "?") if servers else "?"
 
 
-def _problem(dump: dict[str, Any], uri: str) -> str | None:
-    """A reason to give up now (exit 1), or None."""
+def _problem(dump: dict[str, Any], uri: str) -> CliError | None:
+    """A reason to give up now, or None."""
     from pyxds.cli.inspect_model import resources
 
     manager = (dump.get("resolver") or {}).get("dependency_manager") or {}
     listener = manager.get("listener") or ""
     entry = resources(dump).get(("Listener", listener))
     if entry is not None and entry.get("client_status") == "DOES_NOT_EXIST":
-        return (
+        return CliError(
             f"listener {listener!r} does not exist on the control plane at {uri} "
             "(check the target's service name and the served resources)"
         )
@@ -106,9 +121,16 @@ def _problem(dump: dict[str, Any], uri: str) -> str | None:
         status = str(dump.get("status", ""))
         if "no responses received" in status or "failed to connect" in status:
             cause = status.rsplit("last error: ", 1)[-1].rsplit("status: ", 1)[-1]
-            return (
+            return CliError(
                 f"cannot reach the control plane at {uri} ({cause}); "
                 "is it running? check server_uri in the bootstrap"
+            )
+        if "not present in bootstrap config" in status:  # xds://AUTHORITY/... (A47)
+            cause = status.rsplit("xds resolver: ", 1)[-1]
+            return CliError(
+                f"{dump.get('target')}: {cause} (add it to the bootstrap's authorities, "
+                "or use xds:///SERVICE)",
+                USAGE,
             )
     return None
 
@@ -143,8 +165,7 @@ def run(args: argparse.Namespace) -> int:
         return inspect_server.run(args, source, bootstrap, uri)
     if args.target is None:
         raise CliError("give a TARGET (xds:///SERVICE) or --server ADDRESS", USAGE)
-    if not args.target.startswith("xds:"):
-        raise CliError(f"{args.target}: inspect shows xDS targets, e.g. xds:///greeter", USAGE)
+    _check_target(args.target)
     channel = pyxds.insecure_channel(args.target, bootstrap=source)
     try:
         channel.subscribe(lambda _state: None, try_to_connect=True)
@@ -153,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         while not _settled(dump):
             problem = _problem(dump, uri)
             if problem is not None:
-                raise CliError(problem)
+                raise problem
             if time.monotonic() > deadline:
                 if dump.get("xds_config") is not None:
                     break  # resources arrived; some endpoint is still connecting

@@ -122,9 +122,10 @@ def build(entry: dict[str, Any] | None, outcome: Any, address: str, name: str) -
 
 
 def render(model: dict[str, Any], out: Any) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.tree import Tree
+
+    from pyxds.cli.inspect_view import print_whole
 
     served = model["verdict"].startswith("served")
     tree = Tree(
@@ -173,7 +174,7 @@ def render(model: dict[str, Any], out: Any) -> None:
                 v.add(f"{escape(route['match'])} -> {escape(route['action'])}{extra}")
     for warning in model.get("config_errors", []):
         tree.add(f"[yellow]{escape(warning)}[/]")
-    Console(file=out, highlight=False, soft_wrap=False).print(tree)
+    print_whole(tree, out)
 
 
 def run(args: argparse.Namespace, source: Any, bootstrap: Any, uri: str) -> int:
@@ -182,6 +183,16 @@ def run(args: argparse.Namespace, source: Any, bootstrap: Any, uri: str) -> int:
     from pyxds.serving.ports import resolve_listening_address
     from pyxds.xds.client import XdsClient
 
+    try:
+        ips, port = resolve_listening_address(args.server)
+    except ValueError as err:
+        raise CliError(f"--server: {err}, e.g. 0.0.0.0:50051", USAGE) from None
+    if args.template == "":
+        raise CliError(
+            "--template '': expected a Listener name template, "
+            "e.g. 'grpc/server?xds.resource.listening_address=%s'",
+            USAGE,
+        )
     template = args.template or getattr(bootstrap, "server_listener_resource_name_template", None)
     if not template:
         raise CliError(
@@ -189,10 +200,6 @@ def run(args: argparse.Namespace, source: Any, bootstrap: Any, uri: str) -> int:
             "(an xDS-enabled server needs it to name its Listener); pass --template",
             USAGE,
         )
-    try:
-        ips, port = resolve_listening_address(args.server)
-    except ValueError as err:
-        raise CliError(str(err), USAGE) from None
     address = f"[{ips[0]}]:{port}" if ips[0].version == 6 else f"{ips[0]}:{port}"
     name = listener_resource_name(template, address)
     outcomes: list[Any] = []

@@ -6,11 +6,13 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.tree import Tree
 
 from pyxds.cli.inspect_model import build
 
 _STATUS_STYLE = {"ACKED": "green", "NACKED": "red", "DOES_NOT_EXIST": "red", "REQUESTED": "yellow"}
+_UNBOUNDED = 1 << 20  # columns: wider than any line inspect prints
 _STATE_STYLE = {"READY": "green", "TRANSIENT_FAILURE": "red", "CONNECTING": "yellow"}
 
 
@@ -102,5 +104,16 @@ def tree_of(model: dict[str, Any]) -> Tree:
     return tree
 
 
+def print_whole(tree: Tree, out: TextIO) -> None:
+    """Print ``tree`` with every line whole: rich would wrap a line longer than
+    the terminal (80 columns off a terminal) mid-message, e.g. a channel status
+    ``... TRANSIENT_FAILURE from`` / ``XdsClusterManagerLb``; the console is made
+    as wide as the longest line instead (a terminal folds it, a file keeps it)."""
+    console = Console(file=out, highlight=False, soft_wrap=False)
+    widest = Measurement.get(console, console.options.update(width=_UNBOUNDED), tree).maximum
+    console.width = max(console.width, widest)
+    console.print(tree)
+
+
 def render(dump: dict[str, Any], out: TextIO) -> None:
-    Console(file=out, highlight=False, soft_wrap=False).print(tree_of(build(dump)))
+    print_whole(tree_of(build(dump)), out)

@@ -16,14 +16,14 @@ for clients.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 
-from pyxds.cli.errors import USAGE, CliError
+from pyxds.cli.errors import USAGE, CliError, seconds
 
 HELP = "serve xDS resources from YAML/JSON files, reloading them on change"
 DESCRIPTION = (
@@ -84,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--lrs-interval",
-        type=float,
+        type=seconds,
         default=10.0,
         metavar="SECONDS",
         help="load reporting (LRS) interval asked of clients (default: 10)",
@@ -109,20 +109,45 @@ def _node_files(specs: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def _check_port_free(host: str, port: int) -> None:
-    """Fail in one line on a taken port (before grpc would log its own error, or,
-    with SO_REUSEPORT, share the port with another server)."""
-    if port == 0:
+def _check_listen_address(host: str, port: int) -> None:
+    """Fail in one line on a host that is not an address of this machine (exit 2)
+    or a taken port (exit 1), before grpc would log its own error or, with
+    SO_REUSEPORT, share the port with another server."""
+    from pyxds.server.server import bind_error
+
+    if not host.strip("[]"):
+        raise CliError("--host '': expected an address, e.g. 127.0.0.1 or 0.0.0.0", USAGE)
+    err = bind_error(host, port)
+    if err is None:
         return
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((host, port))
-        except OSError as e:
-            raise CliError(
-                f"cannot listen on {host}:{port}: {e.strerror} "
-                "(port taken? pick another with --port, or --port 0 for a free one)"
-            ) from None
+    if err.errno in (errno.EADDRINUSE, errno.EACCES):
+        why = "port taken?" if err.errno == errno.EADDRINUSE else "a port below 1024 needs root;"
+        raise CliError(
+            f"cannot listen on {host}:{port}: {err.strerror} "
+            f"({why} pick another with --port, or --port 0 for a free one)"
+        )
+    raise CliError(
+        f"--host {host}: cannot listen there: {err.strerror or err} "
+        "(give an address of this machine, e.g. 127.0.0.1 or 0.0.0.0)",
+        USAGE,
+    )
+
+
+def _check_file(path: str) -> None:
+    """A resource file the command can read, or a usage error naming why not."""
+    if not path:
+        raise CliError("an empty FILE name (give the path of a YAML/JSON resource file)", USAGE)
+    if os.path.isdir(path):
+        raise CliError(f"{path}: is a directory (give a YAML/JSON resource file)", USAGE)
+    if not os.path.exists(path):
+        raise CliError(f"{path}: no such file (check the path)", USAGE)
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        raise CliError(
+            f"{path}: cannot read: {e.strerror or e} (check its permissions)", USAGE
+        ) from None
 
 
 def _log(message: str) -> None:
@@ -139,13 +164,10 @@ def run(args: argparse.Namespace) -> int:
     if not files and not node_files:
         raise CliError("no resource file given: pyxds serve FILE... (see docs/serve.md)", USAGE)
     for path in files + [p for paths in node_files.values() for p in paths]:
-        if not os.path.isfile(path):
-            raise CliError(f"{path}: no such file (check the path)", USAGE)
+        _check_file(path)
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port {args.port}: expected 0..65535", USAGE)
-    _check_port_free(args.host, args.port)
-    if args.lrs_interval <= 0:
-        raise CliError(f"--lrs-interval {args.lrs_interval}: expected seconds > 0", USAGE)
+    _check_listen_address(args.host, args.port)
     server = ManagementServer(args.host, args.port, lrs_interval=args.lrs_interval)
     if args.print_load_reports:
         server.lrs.on_report = lambda record: print(json.dumps(record.to_json()), flush=True)

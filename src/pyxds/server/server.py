@@ -59,6 +59,25 @@ class PortInUseError(RuntimeError):
     """The server's address cannot be bound (most often: the port is taken)."""
 
 
+def bind_error(host: str, port: int) -> OSError | None:
+    """The error listening on ``host:port`` would meet, or None: a
+    :class:`socket.gaierror` when ``host`` does not resolve, else the error of
+    binding one of its addresses (port 0 binds a free port: that checks the
+    host is an address of this machine)."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        return err
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as err:
+                return err
+    return None
+
+
 def _unbindable(host: str, port: int) -> str | None:
     """Why ``host:port`` cannot be listened on, or None.  Checked before
     grpcio tries, so a taken port is one clear error rather than C-core's
@@ -66,18 +85,10 @@ def _unbindable(host: str, port: int) -> str | None:
     caught from grpcio)."""
     if port == 0:
         return None
-    try:
-        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
-    except OSError as err:
+    err = bind_error(host, port)
+    if isinstance(err, socket.gaierror):
         return f"cannot resolve {host}: {err.strerror or err}"
-    for family, kind, proto, _, sockaddr in infos:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(sockaddr)
-            except OSError as err:
-                return err.strerror or str(err)
-    return None
+    return None if err is None else err.strerror or str(err)
 
 
 class _Close:

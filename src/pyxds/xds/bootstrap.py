@@ -262,6 +262,8 @@ def _load_file(path: str, origin: str) -> Bootstrap:
             text = f.read()
     except OSError as err:
         raise BootstrapError(f"{origin}: cannot read file: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise BootstrapError(f"{origin}: not UTF-8 JSON: byte {err.start}: {err.reason}") from None
     return _load_text(text, origin)
 
 
