@@ -1,31 +1,65 @@
 """The first ``xds:///`` RPC seen from outside: when each client's bytes
 reach the control plane and the backend, C-core and pyxds side by side.
 
-The world is ``startup.py``'s (one backend answering ``/bench.Bench/Ping``,
-the control plane ``pyxds.server`` serving listener ``bench``), run in a
-process of its own (``--serve``), with a TCP relay in front of the control
-plane and one in front of the backend: the bootstrap names the control
-plane's relay, EDS names the backend's.  Each relay stamps every chunk it
-passes (``time.monotonic``) and reads the HTTP/2 frames in it: the
-connection accepted, the client's preface, the ADS stream's HEADERS, each
-DiscoveryRequest (initial request or ACK, by its ``response_nonce``) and
+The world is ``startup.py``'s (``e2e.py``'s backend answering
+``/bench.Bench/Ping``, the control plane ``pyxds.server`` serving listener
+``bench`` -> route -> cluster ``c`` -> that backend), run in a process of its
+own (``--serve``), with a TCP relay in front of the control plane and one in
+front of the backend: the bootstrap names the control plane's relay, EDS
+names the backend's.  Each relay stamps every chunk it passes
+(``time.monotonic``, after forwarding it) and reads the HTTP/2 frames in it:
+the connection accepted, the client's preface, the ADS stream's HEADERS,
+each DiscoveryRequest (first request or ACK, by its ``response_nonce``) and
 DiscoveryResponse (by type) as it crosses the wire, the RPC's HEADERS at the
-backend and its reply.  A relay costs both kinds of client the same hop
-(a thread wake-up, tens of microseconds).
+backend and its reply.  A relay costs both kinds of client the same hop (a
+thread wake-up, tens of microseconds).  At each event the relay also reads
+the client process's CPU clock (every thread, ended ones too), so each gap
+shows how much of it the client spent computing: a gap far longer than its
+CPU is a wait (the network, the other side, or a serial step).
 
 The clients are fresh programs, ``startup.py``'s first-RPC child with
-stamps: the library imported before the clock (as ``startup.py``'s
-plain rows), then ``channel`` (before ``insecure_channel``), ``made``
-(after it), ``sent`` (the RPC called) and ``reply``.  ``time.monotonic`` is
-CLOCK_MONOTONIC, one clock for every process of the machine (``main``
-checks it: a child's reading falls between two of the parent's).  Every
-time is printed in ms after the client's ``channel`` stamp, medians over
-``--rounds`` (kinds rotated every round).
+stamps: the library imported before the clock (as ``startup.py``'s plain
+rows), then ``channel`` (before ``insecure_channel``), ``made`` (after it),
+``sent`` (the RPC called) and ``reply``, each with ``time.process_time``.
+``time.monotonic`` is CLOCK_MONOTONIC, one clock for every process of the
+machine (``main`` checks it: a child's reading falls between two of the
+parent's).  Printed per step: the median time in ms after the client's
+``channel`` stamp, and the median of each run's gap from the step above,
+wall (client CPU); then the whole RPC's wall, CPU and time off CPU.
 
 ``--before DIR`` adds the pyxds kinds again with pyxds from ``DIR/src``
-(e.g. ``git archive main | tar -x -C DIR``).
+(e.g. ``git archive main | tar -x -C DIR``); ``--server DIR`` runs the
+control plane from ``DIR/src``; ``--json FILE`` keeps every run.
 
-Usage: python bench/first_rpc_timeline.py [--rounds 11] [--before DIR]
+Measured (issue 18, stop 40, grpcio 1.85, 21 rounds at load ~1.7, medians,
+ms, wall (client CPU)):
+
+* the whole first RPC: C-core 15.6 (8.5), pyxds 35.1 (30.5); C-core aio
+  13.3 (6.4), pyxds aio 32.6 (28.1).  pyxds's extra over C-core, +19.5 ms
+  of wall, is all its own CPU (+21.9): no step waits on anything C-core
+  does not wait on; pyxds is off CPU ~4.5 ms in all, C-core ~7.
+* channel() to the control plane's accept: C-core 2.8 (2.7), pyxds 17.6
+  (17.0): loading the xDS client, resources and protos (startup_floor.py).
+* the stream's HEADERS to its first request: C-core 0 (one write), pyxds
+  0.8-1.4 sync, 0.8-3.3 aio (grpc.aio writes a stream's first message only
+  once its HEADERS are sent, a completion through its poller; the stream
+  loop shares the GIL with the thread loading the LB policies ahead).
+* the control plane (pyxds.server): the first response 0.6-1.0 after a
+  C-core client's first request (HEADERS and request in one write: the
+  stream's start is in it; ~0.15-0.3 less since the stream reads its first
+  request itself), 0.3-0.5 after pyxds's (HEADERS came earlier); every
+  later response 0.1-0.4.
+* each response to its ACK and the next request: C-core 0.1-0.3, pyxds
+  0.4-0.6 of CPU, the first (LDS) 1.3-4 (its first decode, beside the
+  policies loading ahead).
+* EDS response to the backend's accept: C-core 0.5, pyxds 1.5-2 (CPU: the
+  LB tree and the subchannel's grpcio channel); the backend's handshake to
+  the RPC's HEADERS: C-core 0.3-0.4, pyxds 0.7-0.9 (0.5 CPU).
+* tried: a 0.5 ms switch interval while the policies load ahead (a woken
+  ADS thread gets the GIL sooner): no gain (35.1 -> 37.8 sync, 32.6 -> 34.0
+  aio, within the spread).
+
+Usage: python bench/first_rpc_timeline.py [--rounds 11] [--before DIR] [--server DIR]
 """
 
 from __future__ import annotations
@@ -56,13 +90,7 @@ TYPES = {
 _CLIENT = r"""
 import json, sys, time
 kind, target, bootstrap = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-import grpc
-if kind.startswith("pyxds"):
-    import pyxds
-    if kind.endswith("aio"):
-        pyxds.aio.insecure_channel
-    else:
-        pyxds.insecure_channel
+__LIBRARY__
 if kind.endswith("aio"):
     import asyncio, grpc.aio
 stamps = {}
@@ -101,7 +129,7 @@ else:
     stamps["reply"] = now()
     channel.close()
 print(json.dumps(stamps))
-""".replace("METHOD", repr(METHOD))
+""".replace("METHOD", repr(METHOD)).replace("__LIBRARY__\n", startup.LIBRARY)
 
 
 # -- the world (``--serve``) ---------------------------------------------------
