@@ -74,6 +74,20 @@ IMPORTS = {
     "import grpc.aio": "import grpc.aio",
 }
 
+#: a first-RPC child's imports before its clock (``kind``: ``core``,
+#: ``pyxds``, ``plain``, ``-aio`` at the end for asyncio): grpc, and pyxds
+#: with the API the program uses (first_rpc_timeline.py's child too)
+LIBRARY = r"""
+import grpc
+if kind.startswith("pyxds"):
+    import pyxds
+    # the API the program uses, loaded before the clock starts
+    if kind.endswith("aio"):
+        pyxds.aio.insecure_channel
+    else:
+        pyxds.insecure_channel
+"""
+
 _FIRST_RPC = r"""
 import json, sys, time
 kind, target, bootstrap = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -86,15 +100,7 @@ def pause(step):
         print(step, flush=True)
         sys.stdin.readline()
 
-
-import grpc
-if kind.startswith("pyxds"):
-    import pyxds
-    # the API the program uses, loaded before the clock starts
-    if kind.endswith("aio"):
-        pyxds.aio.insecure_channel
-    else:
-        pyxds.insecure_channel
+__LIBRARY__
 if "+modules" in kind:  # what an xds: target loads on first use, loaded too
     import pyxds.resolver.xds_resolver, pyxds.xds.client, pyxds.security.providers
     import pyxds.xds.bootstrap, pyxds.lb.registry
@@ -131,7 +137,7 @@ else:
     start = time.perf_counter()
     channel.close()
     print(took, time.perf_counter() - start, cpu)
-""".replace("METHOD", repr(METHOD))
+""".replace("METHOD", repr(METHOD)).replace("__LIBRARY__\n", LIBRARY)
 
 
 #: the children's bytecode cache (None: ``--compile``, none at all)

@@ -357,6 +357,10 @@ class RawAdsClient:
             raise EOFError(f"ADS stream ended: {self.closed}")
         return response
 
+    def finish(self) -> None:
+        """End the request stream (a half-close): no request after this."""
+        self._requests.put(None)
+
     def close(self) -> None:
         self._requests.put(None)
         self._call.cancel()

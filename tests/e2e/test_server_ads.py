@@ -8,6 +8,8 @@ next response being that answer proves no response came in between.
 
 from __future__ import annotations
 
+import threading
+
 import grpc
 import pytest
 from backends import RawAdsClient, resource_names_of
@@ -22,6 +24,7 @@ from pyxds.server import (
     Snapshot,
 )
 from pyxds.server import builders as b
+from pyxds.server import server as server_module
 
 
 def make_snapshot(version: str | None = None, cluster_lb: str = "ROUND_ROBIN") -> Snapshot:
@@ -608,3 +611,43 @@ def test_a_stream_past_max_workers_is_refused_not_left_unanswered():
         finally:
             for stream in streams:
                 stream.close()
+
+
+def test_first_response_does_not_wait_for_the_reader_thread(server, monkeypatch):
+    # The stream answers its first request itself: the thread that reads the
+    # later ones starts after that answer (a client sending its HEADERS and
+    # first request together had that thread's start in its first response's
+    # time).  Held here until the first response has come: the old server
+    # started it before reading anything, so no response came.
+    release = threading.Event()
+    started = threading.Event()
+
+    class HeldReader(threading.Thread):
+        def start(self) -> None:
+            if self.name == "pyxds-ads-reader":
+                started.set()
+                assert release.wait(10)
+            super().start()
+
+    monkeypatch.setattr(server_module.threading, "Thread", HeldReader)
+    with RawAdsClient(server.address) as client:
+        try:
+            client.send(LISTENER, ["l1"])
+            response = client.recv(timeout=2)
+            assert resource_names_of(response) == ["l1"]
+        finally:
+            release.set()
+        assert started.wait(5)
+        client.ack(response, ["l1"])
+        assert_next_is_answer_to_probe(client)
+        assert server.acks(type_url=LISTENER)
+
+
+def test_stream_finished_by_its_client_before_any_request_ends_ok(server):
+    # the stream's own read of its first request sees the end: the RPC ends
+    # OK, as a stream finished later does
+    with RawAdsClient(server.address) as client:
+        client.finish()
+        with pytest.raises(EOFError):
+            client.recv()
+        assert client.closed is True

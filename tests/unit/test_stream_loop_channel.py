@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 import grpc
 
@@ -290,3 +291,37 @@ def test_a_watched_channel_keeps_no_task_on_the_loop():
     assert channels[-1].changed is not None  # the wait is pending
     side.close(wait=True)
     assert channels[-1].changed is not None and lost == []
+
+
+def test_a_post_from_the_loop_thread_runs_in_order_without_a_wake_up(monkeypatch):
+    # on the loop's own thread a post is queued behind what was posted
+    # before, in order, without call_soon_threadsafe (a write to the loop's
+    # wake-up socket, and a loop pass to read it); from another thread it
+    # wakes the loop as before
+    log: list[str] = []
+    side = _made(log)
+    loop = side.loop
+    woken: list[str] = []
+    real = loop.call_soon_threadsafe
+
+    def counting(callback: Callable[..., object], *args: object) -> object:
+        woken.append(threading.current_thread().name)
+        return real(callback, *args)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
+    done = threading.Event()
+
+    def on_loop() -> None:
+        woken.clear()  # the post that brought us here
+        stream_loop.post(loop, lambda: log.append("first"))
+        stream_loop.post(loop, lambda: log.append("second"))
+        stream_loop.post(loop, done.set)
+        log.append("poster returned")
+
+    assert stream_loop.post(loop, on_loop)
+    assert done.wait(5)
+    assert log == ["poster returned", "first", "second"]
+    assert woken == []
+    assert stream_loop.post(loop, lambda: None)
+    assert woken == [threading.current_thread().name]
+    side.close(wait=True)
