@@ -107,8 +107,10 @@ def test_a_changed_grpcio_function_turns_the_lean_path_off(fresh_checker, monkey
     module = fresh_checker
     name, old, new = EDITS[module.__name__.rsplit(".", 1)[1]]
     real = next(fn for fn in module._mirrored() if fn.__qualname__ == name)
+    checked = module.fingerprint()
     changed = _mirrored_with(module, name, _copy_in(tmp_path, real, edit=(old, new)))
     monkeypatch.setattr(module, "_mirrored", lambda: changed)
+    assert module.fingerprint() != checked
     assert module.fingerprint() not in module.VERIFIED
     assert module.sources() not in module.VERIFIED
     assert module.available() is False
@@ -126,7 +128,9 @@ def test_a_grpcio_function_moved_in_its_file_keeps_the_code_fingerprint(
     name = EDITS[module.__name__.rsplit(".", 1)[1]][0]
     real = next(fn for fn in module._mirrored() if fn.__qualname__ == name)
     moved = _mirrored_with(module, name, _copy_in(tmp_path, real, lead="\n" * 40))
+    checked = module.fingerprint()
     monkeypatch.setattr(module, "_mirrored", lambda: moved)
+    assert module.fingerprint() == checked
     assert moved[[fn.__qualname__ for fn in moved].index(name)].__code__.co_firstlineno > 40
     assert module.fingerprint() in module.VERIFIED
 
