@@ -61,6 +61,7 @@ NOT_LOADED = (
     "pyxds.lb.weighted_round_robin",
     "pyxds.lb.least_request",
     "pyxds.lb.rls",
+    "pyxds.xds.resources.cluster_specifier",  # no RouteConfiguration declares a plugin
     "re2",
     "xxhash",
     "google.protobuf.json_format",
@@ -83,9 +84,10 @@ NOT_LOADED_BY = {
     ),
 }
 NOT_ASKED_FOR = ("pyxds.channel.dump", "pyxds.xds.csds", "pyxds.channel.aio_interceptors")
-#: the lean calls' grpcio fingerprint takes CPython's built-in SHA-256, not
-#: hashlib's (OpenSSL's digest list)
-NOT_LOADED_BY_FINGERPRINT = ("hashlib", "_hashlib")
+#: the lean calls' grpcio fingerprint takes CPython's built-in SHA-512
+#: (loaded by random), not hashlib's (OpenSSL's digest list) nor another
+#: built-in one (3.11's ``_sha256``: ~0.8 M instructions to load)
+NOT_LOADED_BY_FINGERPRINT = ("hashlib", "_hashlib", "_sha256")
 #: plain targets and resource names are split and quoted without
 #: urllib.parse, which imports ipaddress (pyxds._uri)
 NOT_LOADED_BY_PLAIN_NAMES = ("urllib.parse", "ipaddress")

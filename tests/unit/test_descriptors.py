@@ -495,3 +495,15 @@ print(json.dumps({"made": made(), "kept": len(seen),
     assert out["kept"] == len(made)  # the program's own hook saw each class
     assert all(module.endswith("_pb2") for module, _ in made.values())
     assert out["eds"] == "envoy.config.cluster.v3.cluster_pb2"
+
+
+def test_a_module_size_is_the_size_stat_gives(tmp_path: pathlib.Path) -> None:
+    """The bundle check reads each module's size from the end of the open
+    file (cheaper than ``os.stat``): the same number, and -1 (no size a
+    module has) for a file that is not there."""
+    module = tmp_path / "m_pb2.py"
+    module.write_bytes(b"x = 1\n" * 1000)
+    assert descriptors._size(str(module)) == os.stat(module).st_size == 6000
+    module.write_bytes(b"")
+    assert descriptors._size(str(module)) == 0
+    assert descriptors._size(str(tmp_path / "absent_pb2.py")) == -1

@@ -8,6 +8,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib
+import inspect
+import os
+import pathlib
+import subprocess
 import sys
 import threading
 
@@ -23,6 +27,7 @@ CHECKED_GRPCIO = f"grpcio {grpc.__version__}" in grpc_unary.VERIFIED.values()
 needs_checked_grpcio = pytest.mark.skipif(
     not CHECKED_GRPCIO, reason=f"grpcio {grpc.__version__} is not a checked one"
 )
+SRC = str(pathlib.Path(grpc_unary.__file__).parents[2])  # src/, for a child program
 
 
 @pytest.fixture
@@ -40,17 +45,138 @@ def test_this_grpcio_is_a_checked_one(fresh):
     assert grpc_unary.available()
 
 
-def test_the_fingerprint_is_the_same_sha256_without_a_built_in_implementation(monkeypatch):
-    """CPython's built-in SHA-256 (loaded instead of hashlib, at start-up)
-    and hashlib's give the same fingerprint."""
+@pytest.mark.parametrize(
+    ("algorithm", "fingerprint"),
+    [("sha256", "source_fingerprint"), ("sha512", "code_fingerprint")],
+)
+def test_the_fingerprint_is_the_same_without_a_built_in_implementation(
+    monkeypatch, algorithm, fingerprint
+):
+    """CPython's built-in SHA-256 and SHA-512 (loaded instead of hashlib, at
+    start-up) and hashlib's give the same fingerprint."""
     functions = grpc_unary._mirrored()
-    assert type(grpc_unary._sha256()).__module__ in ("_sha2", "_sha256")
-    built_in = grpc_unary.source_fingerprint(functions)
-    for name in ("_sha2", "_sha256"):
+    take = getattr(grpc_unary, fingerprint)
+    assert type(grpc_unary._digest(algorithm)).__module__ in ("_sha2", f"_{algorithm}")
+    built_in = take(functions)
+    for name in ("_sha2", f"_{algorithm}"):
         monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
-    assert type(grpc_unary._sha256()) is type(hashlib.sha256())
-    assert grpc_unary.source_fingerprint(functions) == built_in
+    assert type(grpc_unary._digest(algorithm)) is type(getattr(hashlib, algorithm)())
+    assert take(functions) == built_in
     assert len(built_in) == 64
+
+
+#: per module: a module-level grpcio function it mirrors, and an edit to its
+#: source that changes what it does
+EDITS = {
+    "grpc_unary": ("serialize", "Exception serializing message!", "Exception serializing!"),
+    "grpc_aio_unary": ("serialize", "Exception serializing message!", "Exception serializing!"),
+    "grpc_aio_twin": ("_augment_channel_arguments", "tuple(base_options)", "list(base_options)"),
+}
+
+
+def _copy_in(tmp_path, fn, lead: str = "", edit: tuple[str, str] | None = None):
+    """``fn`` defined again from its module's source, in a file of its own
+    under ``tmp_path`` (``lead`` lines before it, ``edit`` made to it):
+    grpcio's function as another grpcio release would have it.  The whole
+    module: how a call compiles depends on its imports (CPython 3.11
+    calls an imported module's function without ``LOAD_METHOD``)."""
+    module = inspect.getmodule(fn)
+    source = inspect.getsource(module)
+    if edit is not None:
+        assert source.count(edit[0]) == 1
+        source = source.replace(*edit)
+    path = tmp_path / f"copy_of_{fn.__name__}.py"
+    path.write_text(lead + source)
+    namespace = {"__name__": "copy_of_grpcio", "__package__": module.__package__}
+    exec(compile(path.read_text(), str(path), "exec", dont_inherit=True), namespace)
+    return namespace[fn.__name__]
+
+
+def _mirrored_with(module, name: str, replacement) -> list:
+    functions = module._mirrored()
+    (index,) = [i for i, fn in enumerate(functions) if fn.__qualname__ == name]
+    functions[index] = replacement
+    return functions
+
+
+@needs_checked_grpcio
+def test_a_changed_grpcio_function_turns_the_lean_path_off(fresh_checker, monkeypatch, tmp_path):
+    """Another grpcio whose mirrored function does something else (here: one
+    constant or one name changed in its source) matches neither
+    fingerprint: the lean path is off, grpcio's own objects are used."""
+    module = fresh_checker
+    name, old, new = EDITS[module.__name__.rsplit(".", 1)[1]]
+    real = next(fn for fn in module._mirrored() if fn.__qualname__ == name)
+    checked = module.fingerprint()
+    changed = _mirrored_with(module, name, _copy_in(tmp_path, real, edit=(old, new)))
+    monkeypatch.setattr(module, "_mirrored", lambda: changed)
+    assert module.fingerprint() != checked
+    assert module.fingerprint() not in module.VERIFIED
+    assert module.sources() not in module.VERIFIED
+    assert module.available() is False
+
+
+@needs_checked_grpcio
+def test_a_grpcio_function_moved_in_its_file_keeps_the_code_fingerprint(
+    fresh_checker, monkeypatch, tmp_path
+):
+    """The code fingerprint is of what the functions run, not where they
+    are: the same function further down another file (grpcio's edits
+    elsewhere in it) has the same fingerprint, and the source text is not
+    read."""
+    module = fresh_checker
+    name = EDITS[module.__name__.rsplit(".", 1)[1]][0]
+    real = next(fn for fn in module._mirrored() if fn.__qualname__ == name)
+    moved = _mirrored_with(module, name, _copy_in(tmp_path, real, lead="\n" * 40))
+    checked = module.fingerprint()
+    monkeypatch.setattr(module, "_mirrored", lambda: moved)
+    assert module.fingerprint() == checked
+    assert moved[[fn.__qualname__ for fn in moved].index(name)].__code__.co_firstlineno > 40
+    assert module.fingerprint() in module.VERIFIED
+
+    def unread() -> str:
+        raise AssertionError("the source text was read")
+
+    monkeypatch.setattr(module, "sources", unread)
+    assert module.available() is True
+
+
+@needs_checked_grpcio
+def test_a_python_without_a_recorded_code_fingerprint_checks_the_source_text(
+    fresh_checker, monkeypatch
+):
+    """On a CPython whose bytecode was not recorded (another minor version)
+    the source text's fingerprint decides, as before code fingerprints."""
+    module = fresh_checker
+    monkeypatch.setattr(module, "fingerprint", lambda: "0" * 64)
+    monkeypatch.setattr(module, "_bind", lambda: None)
+    assert module.sources() in module.VERIFIED
+    assert module.available() is True
+
+
+_PROBE = """
+import sys
+from pyxds.channel.grpc_unary import code_fingerprint
+SENTINEL = object()
+def probe(x, marker=SENTINEL, *, kinds=frozenset({"alpha", "beta", "gamma", "delta"})):
+    return x in {"one", "two", "three", "four", 5.5, b"six"} and marker is not None
+print(code_fingerprint([probe]))
+"""
+
+
+def test_the_code_fingerprint_is_the_same_in_every_process():
+    """Set constants and defaults (iterated in an order that moves with the
+    string hash seed) and sentinel defaults (their repr has an address) are
+    written the same way in each process."""
+    digests = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": SRC}
+        run = subprocess.run(
+            [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert run.returncode == 0, run.stderr
+        digests.add(run.stdout.strip())
+    assert len(digests) == 1
 
 
 @pytest.fixture(params=["grpc_unary", "grpc_aio_unary", "grpc_aio_twin"])

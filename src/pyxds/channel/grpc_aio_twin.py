@@ -73,7 +73,7 @@ from typing import Any, Protocol
 import grpc
 import grpc.aio
 
-from pyxds.channel.grpc_unary import GrpcioCheck, checked, source_fingerprint
+from pyxds.channel.grpc_unary import GrpcioCheck, checked, code_fingerprint, source_fingerprint
 from pyxds.xds.stepped import Stepped
 
 __all__ = [
@@ -85,13 +85,21 @@ __all__ = [
     "UnaryStreamReader",
     "available",
     "fingerprint",
+    "sources",
     "public_channel",
     "transport_options",
     "twin",
 ]
 
-#: fingerprints (:func:`fingerprint`) of the grpcio sources checked
+#: fingerprints of the grpcio functions checked: of their code
+#: (:func:`fingerprint`, one per CPython minor version), and of their source
+#: text (:func:`sources`, any Python)
 VERIFIED = {
+    # their code (:func:`fingerprint`) on CPython 3.11, 3.12, 3.13
+    "6890f6108b749de6df6a37ba66ee75c44b2b9e83b69793bfcd522949375eb497": "grpcio 1.85.3",
+    "e3caae8025c1796bb4601b1addd43ae6e276421c97cb19056eb346a361c08dd8": "grpcio 1.85.3",
+    "f5fa1770ac52a351068bf008c6dbb1e2a09f6a29db143bee25589677afafcd4b": "grpcio 1.85.3",
+    # their source text (:func:`sources`), any Python
     "3f20ffc20504c3b4973087a0d505ac756e6bb0fdc51fcc1dfa214802aec51273": "grpcio 1.85.3",
 }
 #: whether sync transports are keyed so that their twin may share their
@@ -141,7 +149,12 @@ def _mirrored() -> list[Any]:
 
 
 def fingerprint() -> str:
-    """SHA-256 of the source lines of the mirrored grpcio functions."""
+    """SHA-256 of the mirrored grpcio functions' code (``code_fingerprint``)."""
+    return code_fingerprint(_mirrored())
+
+
+def sources() -> str:
+    """SHA-256 of the mirrored grpcio functions' source lines."""
     return source_fingerprint(_mirrored())
 
 
@@ -173,7 +186,9 @@ _CYGRPC_NAMES = (
 #: grpcio was checked; the fingerprint is taken with the first twin, not at
 #: start-up)
 available = GrpcioCheck(
-    lambda: checked(fingerprint, VERIFIED, _bind), __name__, "OOB streams on a side connection"
+    lambda: checked((fingerprint, sources), VERIFIED, _bind),
+    __name__,
+    "OOB streams on a side connection",
 )
 
 

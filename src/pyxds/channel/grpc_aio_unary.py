@@ -101,12 +101,19 @@ from typing import Any
 
 import grpc
 
-from pyxds.channel.grpc_unary import GrpcioCheck, checked, source_fingerprint
+from pyxds.channel.grpc_unary import GrpcioCheck, checked, code_fingerprint, source_fingerprint
 
-__all__ = ["VERIFIED", "LeanAioUnaryUnary", "available", "fingerprint", "lean"]
+__all__ = ["VERIFIED", "LeanAioUnaryUnary", "available", "fingerprint", "lean", "sources"]
 
-#: fingerprints (:func:`fingerprint`) of the grpcio sources checked
+#: fingerprints of the grpcio functions checked: of their code
+#: (:func:`fingerprint`, one per CPython minor version), and of their source
+#: text (:func:`sources`, any Python)
 VERIFIED = {
+    # their code (:func:`fingerprint`) on CPython 3.11, 3.12, 3.13
+    "e351d45179539f9f895987de12306970fdd0cd2c6a0954630bbc0e6ccc1e98e6": "grpcio 1.85.3",
+    "eab228cadaf4b0ee6102f65b3e2cc14298d5c7f419d7e72dbe4ecbfbfe6bae6f": "grpcio 1.85.3",
+    "78cffa164d7ad3a43b451b1feb8a9634435befe838a21c5b974247bac61f7082": "grpcio 1.85.3",
+    # their source text (:func:`sources`), any Python
     "ed08d65ce1d36767600cdb77029d4489c1ac44603b3891dbe0141fbb37fafde5": "grpcio 1.85.3",
 }
 #: whether grpc.aio unary calls go the lean way (tests compare both ways)
@@ -169,13 +176,18 @@ def _mirrored() -> list[Any]:
 
 
 def fingerprint() -> str:
-    """SHA-256 of the source lines of the mirrored grpcio functions."""
+    """SHA-256 of the mirrored grpcio functions' code (``code_fingerprint``)."""
+    return code_fingerprint(_mirrored())
+
+
+def sources() -> str:
+    """SHA-256 of the mirrored grpcio functions' source lines."""
     return source_fingerprint(_mirrored())
 
 
 #: whether this grpcio is one the lean call was checked against
 available = GrpcioCheck(
-    lambda: checked(fingerprint, VERIFIED, _bind), __name__, "plain grpc.aio unary calls"
+    lambda: checked((fingerprint, sources), VERIFIED, _bind), __name__, "plain grpc.aio unary calls"
 )
 
 

@@ -44,29 +44,46 @@ itself): call credentials, compression, and any call while grpcio's
 observability plugin is registered (grpcio records each call's latency
 then); ``future()``.
 
-Enabled only on a grpcio whose functions it mirrors are, line for line,
-the ones it was checked against (:data:`VERIFIED`, a fingerprint of
-their source text: a grpcio that changed any of them gets its plain
-multicallables), and checked by differential tests against grpcio's own
-channel for every outcome (tests/e2e/test_conformance_unary_lean.py).
+Enabled only on a grpcio whose functions it mirrors are the ones it was
+checked against (:data:`VERIFIED`: a fingerprint of their compiled code,
+else of their source text; a grpcio that changed any of them gets its
+plain multicallables), and checked by differential tests against grpcio's
+own channel for every outcome (tests/e2e/test_conformance_unary_lean.py).
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import grpc
 
-__all__ = ["VERIFIED", "LeanUnaryUnary", "available", "fingerprint", "lean", "source_fingerprint"]
+__all__ = [
+    "VERIFIED",
+    "LeanUnaryUnary",
+    "available",
+    "code_fingerprint",
+    "fingerprint",
+    "lean",
+    "source_fingerprint",
+    "sources",
+]
 
-#: fingerprints (:func:`fingerprint`) of the grpcio sources checked
+#: fingerprints of the grpcio functions checked: of their code
+#: (:func:`fingerprint`, one per CPython minor version), and of their source
+#: text (:func:`sources`, any Python)
 VERIFIED = {
+    # their code (:func:`fingerprint`) on CPython 3.11, 3.12, 3.13
+    "43fdc664cbb4df0e738c5c7f568206258c3a3588eaff1a6121cc93969689e389": "grpcio 1.85.3",
+    "7634af59b8205acb0946c42c9dec683eba83754c280362827c835d0526ae9290": "grpcio 1.85.3",
+    "372ea3ae29fe28a4dfc898e79f0889d8bd9d15b979849183c2712be3260c7c10": "grpcio 1.85.3",
+    # their source text (:func:`sources`), any Python
     "383d65d5257174a427b5480bbeb2b3208e1508091914fc510138734106e71ae6": "grpcio 1.85.3",
 }
 
@@ -107,7 +124,12 @@ def _mirrored() -> list[Any]:
 
 
 def fingerprint() -> str:
-    """SHA-256 of the source lines of the mirrored grpcio functions."""
+    """SHA-256 of the mirrored grpcio functions' code (:func:`code_fingerprint`)."""
+    return code_fingerprint(_mirrored())
+
+
+def sources() -> str:
+    """SHA-256 of the mirrored grpcio functions' source lines."""
     return source_fingerprint(_mirrored())
 
 
@@ -117,21 +139,23 @@ class _Digest(Protocol):
     def hexdigest(self) -> str: ...
 
 
-def _sha256() -> _Digest:
-    """A SHA-256 hash object: CPython's built-in implementation when it has
-    one (``_sha2``, 3.12+; ``_sha256``, 3.11), else hashlib's.  The digest is
-    the same; loading ``hashlib`` (OpenSSL's digest list, blake2) cost
-    ~1.2 ms more on a fresh program's first RPC, which is the only place a
-    fingerprint is taken (issue 18, start-up)."""
-    for name in ("_sha2", "_sha256"):
+def _digest(algorithm: str) -> _Digest:
+    """A hash object (``"sha256"``, ``"sha512"``): CPython's built-in
+    implementation when it has one (``_sha2``, 3.12+; ``_sha256``,
+    ``_sha512``, 3.11), else hashlib's.  The digest is the same; loading
+    ``hashlib`` (OpenSSL's digest list, blake2) cost ~1.2 ms more on a fresh
+    program's first RPC, which is the only place a fingerprint is taken
+    (issue 18, start-up).  ``random`` (loaded with grpcio) has loaded the
+    SHA-512 one already: loading ``_sha256`` was ~0.8 M instructions more."""
+    for name in ("_sha2", f"_{algorithm}") if sys.version_info >= (3, 12) else (f"_{algorithm}",):
         try:
-            digest: _Digest = importlib.import_module(name).sha256()
+            digest: _Digest = getattr(importlib.import_module(name), algorithm)()
         except (ImportError, AttributeError):
             continue
         return digest
     import hashlib
 
-    return hashlib.sha256()
+    return cast(_Digest, getattr(hashlib, algorithm)())
 
 
 def source_fingerprint(functions: list[Any]) -> str:
@@ -141,7 +165,7 @@ def source_fingerprint(functions: list[Any]) -> str:
     digest as over decoded text for a file with ``\n`` line ends (grpcio's),
     at ~4 M instructions, was ~5 M on a fresh program's first RPC (issue 18,
     start-up)."""
-    digest = _sha256()
+    digest = _digest("sha256")
     files: dict[str, list[bytes]] = {}
     for fn in functions:
         code = fn.__code__
@@ -154,15 +178,82 @@ def source_fingerprint(functions: list[Any]) -> str:
     return digest.hexdigest()
 
 
+def _canonical(value: Any) -> Any:
+    """``value`` (a code constant or a default) as plain values whose
+    ``repr`` is the same in every process: a code object by its parts
+    (:func:`_code_parts`), a frozenset sorted, another object (a sentinel)
+    by its type's name."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is tuple:
+        return tuple(map(_canonical, value))
+    if kind is _CODE:
+        return _code_parts(value)
+    if kind is frozenset:
+        return ("frozenset", sorted(map(repr, map(_canonical, value))))
+    return ("object", kind.__module__, kind.__qualname__)
+
+
+def _code_parts(code: Any, doc: str | None = None) -> tuple[bytes, bytes, str]:
+    """What a code object runs, without where it is (file, line numbers):
+    its bytecode, its exception table, and a text of its names (identifiers:
+    joined by spaces), argument counts, flags and constants (nested code in
+    turn; ``doc``, its function's docstring, left out: it was two thirds of
+    the text and runs nothing).  Joined rather than one ``repr`` of it all:
+    ~0.7 M instructions less for grpcio's mirrored functions."""
+    consts = code.co_consts
+    if doc is not None and consts and consts[0] is doc:
+        consts = consts[1:]
+    text = "\0".join(
+        (
+            " ".join(code.co_names),
+            " ".join(code.co_varnames),
+            " ".join(code.co_freevars),
+            " ".join(code.co_cellvars),
+            f"{code.co_argcount} {code.co_posonlyargcount} {code.co_kwonlyargcount}",
+            str(code.co_flags),
+            repr(tuple(map(_canonical, consts))),
+        )
+    )
+    return code.co_code, code.co_exceptiontable, text
+
+
+_CODE = type(_canonical.__code__)
+#: constants whose repr is the same in every process
+_PLAIN = frozenset({str, bytes, int, float, complex, bool, type(None), type(...)})
+
+
+def code_fingerprint(functions: list[Any]) -> str:
+    """SHA-512 (its first 256 bits, in hex) of what ``functions`` (Python
+    functions) run: each one's code (:func:`_code_parts`) and defaults.  It
+    changes with any change to what they do, not with their place in their
+    file; it is one CPython minor version's (bytecode); it reads no file:
+    ~0.5 M instructions where :func:`source_fingerprint` took ~4 M on a
+    fresh program's first RPC (issue 18, start-up)."""
+    digest = _digest("sha512")
+    for fn in functions:
+        code, table, rest = _code_parts(fn.__code__, fn.__doc__)
+        digest.update(code)
+        digest.update(table)
+        kwdefaults = tuple((fn.__kwdefaults__ or {}).items())
+        text = f"{len(code)} {len(table)}\0{rest}\0{_canonical(fn.__defaults__)!r}"
+        digest.update(f"{text}\0{_canonical(kwdefaults)!r}\1".encode())
+    return digest.hexdigest()[:64]
+
+
 def checked(
-    fingerprint: Callable[[], str], verified: Mapping[str, str], bind: Callable[[], None]
+    fingerprints: Sequence[Callable[[], str]],
+    verified: Mapping[str, str],
+    bind: Callable[[], None],
 ) -> bool:
-    """Whether the grpcio sources a lean call mirrors are ones it was
-    checked against (``fingerprint()`` in ``verified``); ``bind`` then binds
-    the private names it uses.  Any error (another layout of grpcio) is a
-    no: the caller uses grpcio's own multicallables."""
+    """Whether the grpcio functions a lean call mirrors are ones it was
+    checked against (one of ``fingerprints``, taken in turn, in
+    ``verified``: the cheap one first); ``bind`` then binds the private
+    names it uses.  Any error (another layout of grpcio) is a no: the
+    caller uses grpcio's own multicallables."""
     try:
-        ok = fingerprint() in verified
+        ok = any(fingerprint() in verified for fingerprint in fingerprints)
         if ok:
             bind()
     except Exception:
@@ -211,7 +302,7 @@ class GrpcioCheck:
 #: whether this grpcio is one :class:`LeanUnaryUnary` was checked against
 #: (its private names are bound into this module then)
 available = GrpcioCheck(
-    lambda: checked(fingerprint, VERIFIED, _bind), __name__, "plain unary multicallables"
+    lambda: checked((fingerprint, sources), VERIFIED, _bind), __name__, "plain unary multicallables"
 )
 
 

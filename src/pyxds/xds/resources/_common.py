@@ -8,6 +8,7 @@ any error is rejected (NACKed) with all of them joined by ``"; "``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -68,6 +69,23 @@ FILTER_VALIDATORS: dict[str, FilterValidator] = {
     STATEFUL_SESSION_TYPE: _stateful_session("validate_top_level"),
     STATEFUL_SESSION_PER_ROUTE_TYPE: _stateful_session("validate_override"),
 }
+#: the one cluster specifier plugin gRPC implements (A28, RLS), and the
+#: variable that turns it off (:func:`rls_enabled`).  Here, not in
+#: ``cluster_specifier``: every RDS parse asks, and that module loads only
+#: with a RouteConfiguration that declares a plugin (issue 18, start-up)
+RLS_PLUGIN_TYPE = "grpc.lookup.v1.RouteLookupClusterSpecifier"
+RLS_ENV = "GRPC_EXPERIMENTAL_XDS_RLS_LB"
+_TRUE = frozenset({"true", "yes", "1"})
+
+
+def rls_enabled() -> bool:
+    """C-core's ``XdsRlsEnabled()``: unset is on; a value must parse as true."""
+    value = os.environ.get(RLS_ENV)
+    if value is None:
+        return True
+    return value.strip().lower() in _TRUE
+
+
 RBAC_FILTER_TYPE = "envoy.extensions.filters.http.rbac.v3.RBAC"
 RBAC_PER_ROUTE_TYPE = "envoy.extensions.filters.http.rbac.v3.RBACPerRoute"
 # Filter config types xDS-enabled servers accept in ``http_filters`` (A36,

@@ -32,13 +32,15 @@ boolean); when off, plugins are not parsed and routes naming one are ignored.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from pyxds.xds.resources._common import (
+    RLS_ENV,
+    RLS_PLUGIN_TYPE,
     TYPED_STRUCT_TYPES,
     Errors,
     any_type,
+    rls_enabled,
     typed_struct_inner_type,
 )
 from pyxds.xds.resources.types import ClusterSpecifierPlugin
@@ -51,18 +53,6 @@ __all__ = [
     "parse_cluster_specifier_plugins",
     "rls_lb_config",
 ]
-
-RLS_PLUGIN_TYPE = "grpc.lookup.v1.RouteLookupClusterSpecifier"
-RLS_ENV = "GRPC_EXPERIMENTAL_XDS_RLS_LB"
-_TRUE = frozenset({"true", "yes", "1"})
-
-
-def rls_enabled() -> bool:
-    """C-core's ``XdsRlsEnabled()``: unset is on; a value must parse as true."""
-    value = os.environ.get(RLS_ENV)
-    if value is None:
-        return True
-    return value.strip().lower() in _TRUE
 
 
 class ParsedPlugins:

@@ -59,15 +59,12 @@ from typing import TYPE_CHECKING, Any
 
 from pyxds.xds import descriptors
 from pyxds.xds.resources._common import (
+    RLS_PLUGIN_TYPE,
     Errors,
     check_filter_overrides,
     duration,
     filter_overrides,
     re2_compile,
-)
-from pyxds.xds.resources.cluster_specifier import (
-    RLS_PLUGIN_TYPE,
-    parse_cluster_specifier_plugins,
     rls_enabled,
 )
 from pyxds.xds.resources.types import UINT32_MAX as UINT32_MAX_
@@ -152,6 +149,9 @@ def parse_route_configuration(
     pre = f"{path}." if path else ""
     rls = rls_enabled()
     if rls and rc.cluster_specifier_plugins:
+        # loaded with the first RouteConfiguration that declares a plugin
+        from pyxds.xds.resources.cluster_specifier import parse_cluster_specifier_plugins
+
         parsed = parse_cluster_specifier_plugins(rc, errs, pre)
         declared: set[str] | None = parsed.declared
         ignored_plugins = parsed.optional_unsupported
