@@ -93,7 +93,7 @@ __all__ = [
 
 #: fingerprints of the grpcio functions checked: of their code
 #: (:func:`fingerprint`, one per CPython minor version), and of their source
-#: text (:func:`sources`, any Python)
+#: text (:func:`sources`, any Python); written by scripts/fingerprint_grpcio.py
 VERIFIED = {
     # their code (:func:`fingerprint`) on CPython 3.11, 3.12, 3.13
     "6890f6108b749de6df6a37ba66ee75c44b2b9e83b69793bfcd522949375eb497": "grpcio 1.85.3",
@@ -149,7 +149,7 @@ def _mirrored() -> list[Any]:
 
 
 def fingerprint() -> str:
-    """SHA-256 of the mirrored grpcio functions' code (``code_fingerprint``)."""
+    """The digest of the mirrored grpcio functions' code (``code_fingerprint``)."""
     return code_fingerprint(_mirrored())
 
 

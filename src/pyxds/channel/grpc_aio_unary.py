@@ -107,7 +107,7 @@ __all__ = ["VERIFIED", "LeanAioUnaryUnary", "available", "fingerprint", "lean", 
 
 #: fingerprints of the grpcio functions checked: of their code
 #: (:func:`fingerprint`, one per CPython minor version), and of their source
-#: text (:func:`sources`, any Python)
+#: text (:func:`sources`, any Python); written by scripts/fingerprint_grpcio.py
 VERIFIED = {
     # their code (:func:`fingerprint`) on CPython 3.11, 3.12, 3.13
     "e351d45179539f9f895987de12306970fdd0cd2c6a0954630bbc0e6ccc1e98e6": "grpcio 1.85.3",
@@ -176,7 +176,7 @@ def _mirrored() -> list[Any]:
 
 
 def fingerprint() -> str:
-    """SHA-256 of the mirrored grpcio functions' code (``code_fingerprint``)."""
+    """The digest of the mirrored grpcio functions' code (``code_fingerprint``)."""
     return code_fingerprint(_mirrored())
 
 

@@ -77,7 +77,7 @@ __all__ = [
 
 #: fingerprints of the grpcio functions checked: of their code
 #: (:func:`fingerprint`, one per CPython minor version), and of their source
-#: text (:func:`sources`, any Python)
+#: text (:func:`sources`, any Python); written by scripts/fingerprint_grpcio.py
 VERIFIED = {
     # their code (:func:`fingerprint`) on CPython 3.11, 3.12, 3.13
     "43fdc664cbb4df0e738c5c7f568206258c3a3588eaff1a6121cc93969689e389": "grpcio 1.85.3",
@@ -124,7 +124,7 @@ def _mirrored() -> list[Any]:
 
 
 def fingerprint() -> str:
-    """SHA-256 of the mirrored grpcio functions' code (:func:`code_fingerprint`)."""
+    """The digest of the mirrored grpcio functions' code (:func:`code_fingerprint`)."""
     return code_fingerprint(_mirrored())
 
 
