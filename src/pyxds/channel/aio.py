@@ -39,6 +39,7 @@ from pyxds.channel.grpc_calls import (
     stream_status,
     unary_status,
 )
+from pyxds.channel.metadata_check import Refused, grpc_aio_error
 from pyxds.channel.request_buffer import (
     PULL,
     RETIRED,
@@ -199,6 +200,22 @@ async def pick(rpc: Rpc, first: Any = None) -> Transport | Status:
             step = None
             continue
         return step
+
+
+class AioRpc(Rpc):
+    """An RPC of a pyxds.aio channel.  Metadata grpcio would refuse
+    (pyxds/channel/metadata_check.py) is refused as grpc.aio refuses it:
+    what grpc.aio raises itself before any C-core call (a pair that does
+    not unpack) it is left to raise; what it raises from the C-core call's
+    first batch, on the awaited call (a value of the wrong type), comes
+    from the attempt's start, where iterating :class:`Refused` raises it
+    before a C-core call is made (grpc.aio's own would never be released,
+    keeping the channel's connection after ``close()``)."""
+
+    def _refuse(self, metadata: Any, held: tuple[Any, ...]) -> None:
+        error = grpc_aio_error(metadata, held)
+        if error is not None:
+            self.send_metadata = Refused(error)
 
 
 class AsyncRequestReplay(Replay):
@@ -1021,7 +1038,7 @@ class _AioMultiCallable(Generic[_Request, _Response, _Call]):
                 request = writes.requests()
             replay = AsyncRequestReplay(request, core.retry_buffer_size)
             request, buffer = replay, replay.buffer
-        rpc = Rpc(core, self._method.method, metadata, timeout, wait_for_ready, buffer)
+        rpc = AioRpc(core, self._method.method, metadata, timeout, wait_for_ready, buffer)
         call = self._call_class(rpc, self._method, request, credentials, compression)
         if writes is not None:
             call._writes = writes
@@ -1048,7 +1065,7 @@ class _OneRequest(_AioMultiCallable[_Request, _Response, _Call]):
             raise grpc.aio.UsageError("Channel is closed.")
         if self._channel._loop is None:
             self._channel._bind_loop()
-        rpc = Rpc(core, self._method.method, metadata, timeout, wait_for_ready)
+        rpc = AioRpc(core, self._method.method, metadata, timeout, wait_for_ready)
         return self._call_class(rpc, self._method, request, credentials, compression)
 
 
