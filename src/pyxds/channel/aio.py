@@ -361,7 +361,9 @@ class _AioCall(Generic[_Response]):
     # what changes (fewer stores per call, and no list until a done callback)
     _task: asyncio.Task[Any] | None = None
     _inner: Any = None  # the running attempt's grpc.aio call
-    _error: grpc.aio.AioRpcError | None = None
+    #: what awaiting the failed call raises (a grpc.aio.AioRpcError, or the
+    #: exception grpc.aio raises for metadata it refuses: AioRpc)
+    _error: BaseException | None = None
     # whether the running attempt's inner call (or the call's error) is
     # there, and the Events made only when something waits (most calls are
     # awaited for their response: no Event per call)
@@ -455,7 +457,12 @@ class _AioCall(Generic[_Response]):
                 return None  # the grpcio channel closed under us: not sent
             # the call's own arguments: raised to the application, as
             # grpc.aio raises it (from the call, or from awaiting it)
-            self._finish(Status(grpc.StatusCode.INTERNAL, f"failed to start call: {err}"))
+            status = Status(grpc.StatusCode.INTERNAL, f"failed to start call: {err}")
+            if rpc.send_metadata.__class__ is Refused:  # grpc.aio's is from the awaited call
+                self._fail(status)
+                self._error = err
+                return status
+            self._finish(status)
             raise
         self._inner = inner
         self._is_started = True
@@ -712,7 +719,7 @@ class _AioCall(Generic[_Response]):
         if reader is not None:
             text: str = await reader()
             return text
-        if self._error is not None:
+        if isinstance(self._error, grpc.aio.AioRpcError):
             return self._error.debug_error_string() or ""
         return ""
 
