@@ -157,24 +157,26 @@ def test_refused_metadata_raises_what_grpcio_raises_and_no_connection_outlives_c
     assert wait_until(lambda: connections_to(address) == 0, 5)
 
 
-async def _aio_outcomes(channel: Any, unary: bool) -> list[tuple[str, str]]:
+async def _aio_outcomes(channel: Any, unary: bool) -> list[tuple[str, str, str]]:
+    """(where, type, text) of each refused metadata's raise: from making
+    the call, or from awaiting it."""
     out = []
-    for metadata in REFUSED.values():
-
-        async def run(md: Any = metadata) -> Any:
-            if unary:
-                return await channel.unary_unary(f"/{SERVICE}/Echo")(b"", timeout=5, metadata=md)
-            return await channel.stream_unary(f"/{SERVICE}/Stream")(
-                iter([b""]), timeout=5, metadata=md
-            )
-
+    for md in REFUSED.values():
+        where = "at call"
         try:
-            await run()
-            out.append(("ok", ""))
+            if unary:
+                call = channel.unary_unary(f"/{SERVICE}/Echo")(b"", timeout=5, metadata=md)
+            else:
+                call = channel.stream_unary(f"/{SERVICE}/Stream")(
+                    iter([b""]), timeout=5, metadata=md
+                )
+            where = "awaited"
+            await call
+            out.append((where, "ok", ""))
         except grpc.RpcError as err:
-            out.append(("RpcError", str(err.code())))
+            out.append((where, "RpcError", str(err.code())))
         except Exception as err:
-            out.append((type(err).__name__, str(err)))
+            out.append((where, type(err).__name__, str(err)))
     return out
 
 

@@ -629,12 +629,14 @@ class Rpc:
         application's metadata and ``grpc-timeout`` when there is a deadline
         (5 characters, as C-core writes a deadline of seconds)."""
         size = _PATH_HEADER + len(self.path)
-        for key, value in self.metadata:
+        for pair in self.metadata:
             try:
+                key, value = pair
                 size += len(key) + len(value) + _HEADER_OVERHEAD
-            except TypeError:
-                # not text: the call fails when its attempt starts (grpc.aio
-                # refuses it there, at the first use of the call), not here
+            except (TypeError, ValueError):
+                # not a pair of text: the call fails when its attempt starts
+                # (grpc.aio refuses it there, at the first use of the call),
+                # not here
                 pass
         if self.deadline is not None:
             size += _GRPC_TIMEOUT_BYTES
