@@ -28,7 +28,7 @@ from ports import EXCLUSIVE
 
 import pyxds._api as pyxds
 import pyxds.aio as pyxds_aio
-from pyxds.channel.metadata_check import grpcio_error
+from pyxds.channel.metadata_check import grpcio_error, well_formed
 
 SERVICE = "pyxds.test.Md"
 
@@ -125,6 +125,14 @@ def test_grpcio_error_is_what_grpcio_raises_converting_the_metadata(nowhere, kin
         assert error is None and got[0] == "RpcError"
     else:
         assert error is not None and (type(error).__name__, str(error)) == got
+
+
+def test_the_good_path_check_vouches_only_for_metadata_grpcio_converts():
+    vouched = {kind for kind, md in {**REFUSED, **CONVERTED}.items() if well_formed(tuple(md))}
+    assert vouched == {"bytes-on-text-key", "upper-case-key", "ok"}  # C-core refuses upper case
+    ok = CONVERTED["ok"]
+    assert well_formed(ok) and well_formed(ok)  # the second: the one vouched for last
+    assert not well_formed(REFUSED["str-on-bin-key"])
 
 
 SYNC_VERBS: dict[str, Callable[[Any, Any], Any]] = {

