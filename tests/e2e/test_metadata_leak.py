@@ -165,21 +165,31 @@ def test_refused_metadata_raises_what_grpcio_raises_and_no_connection_outlives_c
     assert wait_until(lambda: connections_to(address) == 0, 5)
 
 
-async def _aio_outcomes(channel: Any, unary: bool) -> list[tuple[str, str, str]]:
+AIO_KINDS: dict[str, Callable[[Any, Any], Any]] = {
+    "unary_unary": lambda ch, md: ch.unary_unary(f"/{SERVICE}/Echo")(b"", timeout=5, metadata=md),
+    "unary_stream": lambda ch, md: ch.unary_stream(f"/{SERVICE}/Echo")(b"", timeout=5, metadata=md),
+    "stream_unary": lambda ch, md: ch.stream_unary(f"/{SERVICE}/Stream")(
+        iter([b""]), timeout=5, metadata=md
+    ),
+    "stream_stream": lambda ch, md: ch.stream_stream(f"/{SERVICE}/Stream")(
+        iter([b""]), timeout=5, metadata=md
+    ),
+}
+
+
+async def _aio_outcomes(channel: Any, kind: str) -> list[tuple[str, str, str]]:
     """(where, type, text) of each refused metadata's raise: from making
-    the call, or from awaiting it."""
+    the call, or from awaiting (reading) it."""
     out = []
     for md in REFUSED.values():
         where = "at call"
         try:
-            if unary:
-                call = channel.unary_unary(f"/{SERVICE}/Echo")(b"", timeout=5, metadata=md)
-            else:
-                call = channel.stream_unary(f"/{SERVICE}/Stream")(
-                    iter([b""]), timeout=5, metadata=md
-                )
+            call = AIO_KINDS[kind](channel, md)
             where = "awaited"
-            await call
+            if kind.endswith("_unary"):
+                await call
+            else:
+                _ = [response async for response in call]
             out.append((where, "ok", ""))
         except grpc.RpcError as err:
             out.append((where, "RpcError", str(err.code())))
@@ -188,17 +198,17 @@ async def _aio_outcomes(channel: Any, unary: bool) -> list[tuple[str, str, str]]
     return out
 
 
-@pytest.mark.parametrize("unary", [True, False], ids=["unary_unary", "stream_unary"])
+@pytest.mark.parametrize("kind", list(AIO_KINDS))
 def test_refused_metadata_raises_what_grpc_aio_raises_and_no_connection_outlives_close(
-    address, nowhere, unary
+    address, nowhere, kind
 ):
     async def main() -> tuple[list[Any], list[Any]]:
         async with grpc.aio.insecure_channel(nowhere) as reference:
-            want = await _aio_outcomes(reference, unary)
+            want = await _aio_outcomes(reference, kind)
         channel = pyxds_aio.insecure_channel(f"static:///{address}")
         try:
             assert await channel.unary_unary(f"/{SERVICE}/Echo")(b"up", timeout=5) == b"up"
-            got = await _aio_outcomes(channel, unary)
+            got = await _aio_outcomes(channel, kind)
             assert await channel.unary_unary(f"/{SERVICE}/Echo")(b"ok", timeout=5) == b"ok"
         finally:
             await channel.close()

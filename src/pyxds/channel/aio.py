@@ -205,12 +205,12 @@ async def pick(rpc: Rpc, first: Any = None) -> Transport | Status:
 class AioRpc(Rpc):
     """An RPC of a pyxds.aio channel.  Metadata grpcio would refuse
     (pyxds/channel/metadata_check.py) is refused as grpc.aio refuses it:
-    what grpc.aio raises itself before any C-core call (a pair that does
-    not unpack) it is left to raise; what it raises from the C-core call's
-    first batch, on the awaited call (a value of the wrong type), comes
-    from the attempt's start, where iterating :class:`Refused` raises it
-    before a C-core call is made (grpc.aio's own would never be released,
-    keeping the channel's connection after ``close()``)."""
+    what grpc.aio raises from making the call (a pair that does not unpack)
+    raises from making it; what it raises from the C-core call's first
+    batch, on the awaited call (a value of the wrong type), comes from the
+    attempt's start, where iterating :class:`Refused` raises it before a
+    C-core call is made (grpc.aio's own would never be released, keeping
+    the channel's connection after ``close()``)."""
 
     def _refuse(self, metadata: Any, held: tuple[Any, ...]) -> None:
         error = grpc_aio_error(metadata, held)

@@ -83,15 +83,12 @@ def grpcio_error(metadata: tuple[Any, ...]) -> Exception | None:
 
 def grpc_aio_error(raw: Any, metadata: tuple[Any, ...]) -> Exception | None:
     """:func:`grpcio_error` for a ``grpc.aio`` call given ``raw`` (the
-    application's metadata; ``metadata``: its tuple): grpc.aio makes a
-    sequence a ``grpc.aio.Metadata`` first (pairs unpacked in Python, each
-    key's values together), and what fails there it raises itself, before
-    any C-core call (None here)."""
+    application's metadata; ``metadata``: its tuple).  grpc.aio first makes
+    a sequence a ``grpc.aio.Metadata`` (pairs unpacked in Python, each key's
+    values together), when the call is made: what fails there raises here,
+    as grpc.aio raises it from making the call, before any C-core call."""
     if isinstance(raw, Sequence):
-        try:
-            metadata = tuple(importlib.import_module("grpc.aio").Metadata.from_tuple(metadata))
-        except Exception:
-            return None
+        metadata = tuple(importlib.import_module("grpc.aio").Metadata.from_tuple(metadata))
     return grpcio_error(metadata)
 
 
