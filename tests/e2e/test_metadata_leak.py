@@ -78,6 +78,10 @@ def _echo(request: bytes, context: grpc.ServicerContext) -> bytes:
     return request
 
 
+def _keys(request: bytes, context: grpc.ServicerContext) -> bytes:
+    return repr([(k, v) for k, v in context.invocation_metadata() if k.startswith("k")]).encode()
+
+
 def _echo_stream(requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
     return b"".join(requests)
 
@@ -88,6 +92,7 @@ def address() -> Iterator[str]:
     handlers = {
         "Echo": grpc.unary_unary_rpc_method_handler(_echo),
         "Stream": grpc.stream_unary_rpc_method_handler(_echo_stream),
+        "Keys": grpc.unary_unary_rpc_method_handler(_keys),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     port = server.add_insecure_port("127.0.0.1:0")
@@ -217,3 +222,17 @@ def test_refused_metadata_raises_what_grpc_aio_raises_and_no_connection_outlives
     want, got = asyncio.run(asyncio.wait_for(main(), 30))
     assert got == want
     assert wait_until(lambda: connections_to(address) == 0, 5)
+
+
+def test_metadata_given_as_an_iterator_is_sent_as_grpcio_sends_it(address):
+    def pairs() -> Iterator[tuple[str, str]]:
+        yield from (("k1", "a"), ("k2", "b"))
+
+    got = {}
+    for name, channel in {
+        "grpcio": grpc.insecure_channel(address),
+        "pyxds": pyxds.insecure_channel(f"static:///{address}"),
+    }.items():
+        with channel:
+            got[name] = channel.unary_unary(f"/{SERVICE}/Keys")(b"", 5, pairs())
+    assert got["pyxds"] == got["grpcio"] == repr([("k1", "a"), ("k2", "b")]).encode()

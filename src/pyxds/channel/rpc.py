@@ -230,7 +230,9 @@ class Rpc:
         if metadata is not None:
             self.send_metadata = metadata
             if metadata:
-                self.metadata = held = tuple(metadata)
+                # the pairs as grpcio takes them (its augment_metadata's
+                # tuple), sent too: an iterator is read once
+                self.metadata = self.send_metadata = held = tuple(metadata)
                 if not well_formed(held):
                     self._refuse(metadata, held)
         if wait_for_ready is not None:
