@@ -16,7 +16,9 @@ is instructions per iteration on the calling thread:
   override_host over round_robin does, that includes the child's rotation);
 * ``rpc cycle``: ``Rpc(...)``, its pick, its transport's count and its end,
   everything of an RPC but the grpcio call;
-* ``unary RPC``: a whole blocking unary RPC;
+* ``unary RPC``: a whole blocking unary RPC; ``, 2 metadata pairs``: with
+  two pairs of metadata, a new tuple each call; ``, same 2 pairs``: the
+  same tuple each call;
 * ``plain grpcio call``: a plain ``grpc`` channel's blocking call to the
   same backend (what issue 18 compares with).
 
@@ -129,6 +131,13 @@ with world() as info:
         measure(type(picker).__name__ + ".pick", picker_step(picker))
     measure("rpc cycle", cycle)
     measure("unary RPC", lambda: call(b"x", timeout=60))
+    ids = iter(range(10**9))
+    measure(
+        "unary RPC, 2 metadata pairs",
+        lambda: call(b"x", timeout=60, metadata=(("a-key", "v"), ("x-id", "%d" % next(ids)))),
+    )
+    pairs = (("a-key", "v"), ("x-id", "7"))
+    measure("unary RPC, same 2 pairs", lambda: call(b"x", timeout=60, metadata=pairs))
     import grpc
     plain = grpc.insecure_channel(info["address"])
     plain_call = plain.unary_unary(METHOD)

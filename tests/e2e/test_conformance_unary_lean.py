@@ -104,9 +104,10 @@ def address():
     yield f"127.0.0.1:{port}"
     server.stop(None).wait(5)
     # A call whose metadata grpcio rejects (a value not str: TypeError) keeps
-    # its channel's connection open after close(), with grpcio's own channel
-    # too (grpcio 1.85.3): the malformed-argument tests leave some here, and
-    # the server's GOAWAY reaches them now.  Wait (bounded) until their
+    # grpcio's own channel's connection open after close() (grpcio 1.85.3,
+    # docs/traps.md; pyxds refuses it before any grpcio call): the
+    # malformed-argument tests' grpcio leg leaves some here, and the
+    # server's GOAWAY reaches them now.  Wait (bounded) until their
     # clients have read it and closed, so C-core's INFO "Got goaway" lines
     # land in this teardown's captured output, not between two tests.
     wait_until(lambda: connections_to(f"127.0.0.1:{port}", closing=True) == 0, 5)

@@ -149,7 +149,7 @@ def test_a_picks_headers_go_with_its_attempt_replacing_the_rpcs_own(h):
     # the next attempt's pick decides again: none from this picker
     h.publish(CountingPicker(PickComplete(sub)))
     assert isinstance(rpc.pick(), Transport)
-    assert rpc.attempt_metadata() == [("k", "v"), ("x-rls", "old")]
+    assert rpc.attempt_metadata() == (("k", "v"), ("x-rls", "old"))
 
 
 def test_queued_rpc_waits_without_busy_looping_and_completes_on_next_picker(h):

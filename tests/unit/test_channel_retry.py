@@ -66,7 +66,7 @@ def test_each_attempt_is_a_fresh_pick_reported_once_with_previous_attempts(h):
     assert done == [UNAVAILABLE, UNAVAILABLE, grpc.StatusCode.OK]
     sent = [kwargs["metadata"] for _, _, kwargs in transport.calls]
     assert sent == [
-        [("k", "v")],
+        (("k", "v"),),  # the pairs as the RPC read them (an iterator is read once)
         (("k", "v"), ("grpc-previous-rpc-attempts", "1")),
         (("k", "v"), ("grpc-previous-rpc-attempts", "2")),
     ]

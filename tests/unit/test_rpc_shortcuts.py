@@ -156,7 +156,7 @@ def test_an_rpc_without_options_reads_its_class_defaults(h):
     )
     assert rpc.metrics is None and rpc.remaining() is None
     told = new_rpc(h.core, "/svc/M", [("k", "v")], 5.0, False)
-    assert told.metadata == (("k", "v"),) and told.send_metadata == [("k", "v")]
+    assert told.metadata == told.send_metadata == (("k", "v"),)
     assert told.deadline is not None and 0 < told.remaining() <= 5.0
     assert told.wait_for_ready is False and told._wfr_explicit
     empty = new_rpc(h.core, "/svc/M", (), None, True)

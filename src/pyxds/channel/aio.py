@@ -39,6 +39,7 @@ from pyxds.channel.grpc_calls import (
     stream_status,
     unary_status,
 )
+from pyxds.channel.metadata_check import Refused, grpc_aio_error
 from pyxds.channel.request_buffer import (
     PULL,
     RETIRED,
@@ -201,6 +202,22 @@ async def pick(rpc: Rpc, first: Any = None) -> Transport | Status:
         return step
 
 
+class AioRpc(Rpc):
+    """An RPC of a pyxds.aio channel.  Metadata grpcio would refuse
+    (pyxds/channel/metadata_check.py) is refused as grpc.aio refuses it:
+    what grpc.aio raises from making the call (a pair that does not unpack)
+    raises from making it; what it raises from the C-core call's first
+    batch, on the awaited call (a value of the wrong type), comes from the
+    attempt's start, where iterating :class:`Refused` raises it before a
+    C-core call is made (grpc.aio's own would never be released, keeping
+    the channel's connection after ``close()``)."""
+
+    def _refuse(self, metadata: Any, held: tuple[Any, ...]) -> None:
+        error = grpc_aio_error(metadata, held)
+        if error is not None:
+            self.send_metadata = Refused(error)
+
+
 class AsyncRequestReplay(Replay):
     """The asyncio face of a client-streaming aio RPC's
     :class:`~pyxds.channel.request_buffer.RequestBuffer` (its rules; the requests
@@ -344,7 +361,9 @@ class _AioCall(Generic[_Response]):
     # what changes (fewer stores per call, and no list until a done callback)
     _task: asyncio.Task[Any] | None = None
     _inner: Any = None  # the running attempt's grpc.aio call
-    _error: grpc.aio.AioRpcError | None = None
+    #: what awaiting the failed call raises (a grpc.aio.AioRpcError, or the
+    #: exception grpc.aio raises for metadata it refuses: AioRpc)
+    _error: BaseException | None = None
     # whether the running attempt's inner call (or the call's error) is
     # there, and the Events made only when something waits (most calls are
     # awaited for their response: no Event per call)
@@ -438,7 +457,12 @@ class _AioCall(Generic[_Response]):
                 return None  # the grpcio channel closed under us: not sent
             # the call's own arguments: raised to the application, as
             # grpc.aio raises it (from the call, or from awaiting it)
-            self._finish(Status(grpc.StatusCode.INTERNAL, f"failed to start call: {err}"))
+            status = Status(grpc.StatusCode.INTERNAL, f"failed to start call: {err}")
+            if rpc.send_metadata.__class__ is Refused:  # grpc.aio's is from the awaited call
+                self._fail(status)
+                self._error = err
+                return status
+            self._finish(status)
             raise
         self._inner = inner
         self._is_started = True
@@ -695,7 +719,7 @@ class _AioCall(Generic[_Response]):
         if reader is not None:
             text: str = await reader()
             return text
-        if self._error is not None:
+        if isinstance(self._error, grpc.aio.AioRpcError):
             return self._error.debug_error_string() or ""
         return ""
 
@@ -1021,7 +1045,7 @@ class _AioMultiCallable(Generic[_Request, _Response, _Call]):
                 request = writes.requests()
             replay = AsyncRequestReplay(request, core.retry_buffer_size)
             request, buffer = replay, replay.buffer
-        rpc = Rpc(core, self._method.method, metadata, timeout, wait_for_ready, buffer)
+        rpc = AioRpc(core, self._method.method, metadata, timeout, wait_for_ready, buffer)
         call = self._call_class(rpc, self._method, request, credentials, compression)
         if writes is not None:
             call._writes = writes
@@ -1048,7 +1072,7 @@ class _OneRequest(_AioMultiCallable[_Request, _Response, _Call]):
             raise grpc.aio.UsageError("Channel is closed.")
         if self._channel._loop is None:
             self._channel._bind_loop()
-        rpc = Rpc(core, self._method.method, metadata, timeout, wait_for_ready)
+        rpc = AioRpc(core, self._method.method, metadata, timeout, wait_for_ready)
         return self._call_class(rpc, self._method, request, credentials, compression)
 
 

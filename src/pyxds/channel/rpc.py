@@ -85,6 +85,7 @@ import grpc
 from pyxds import metrics as _metrics
 from pyxds.channel.call_metrics import CallMetrics
 from pyxds.channel.grpc_calls import trailing_metadata_of
+from pyxds.channel.metadata_check import grpcio_error, well_formed
 from pyxds.channel.request_buffer import size_of
 from pyxds.channel.retry import PREVIOUS_ATTEMPTS_KEY, RetryState, goaway_refused, not_sent
 from pyxds.channel.subchannel import SubchannelCore, Transport, core_of
@@ -222,13 +223,18 @@ class Rpc:
         self.core = core
         self.path = path
         # what an RPC without metadata, timeout or wait_for_ready leaves as
-        # the class has it (the attributes above __init__)
-        if metadata is not None:
-            if metadata:
-                self.metadata = tuple(metadata)
-            self.send_metadata = metadata
+        # the class has it (the attributes above __init__); a timeout that
+        # is not a number raises before malformed metadata, as in grpcio
         if timeout is not None:
             self.deadline = time.monotonic() + timeout
+        if metadata is not None:
+            self.send_metadata = metadata
+            if metadata:
+                # the pairs as grpcio takes them (its augment_metadata's
+                # tuple), sent too: an iterator is read once
+                self.metadata = self.send_metadata = held = tuple(metadata)
+                if not well_formed(held):
+                    self._refuse(metadata, held)
         if wait_for_ready is not None:
             self.wait_for_ready = bool(wait_for_ready)
             self._wfr_explicit = True
@@ -241,6 +247,16 @@ class Rpc:
         core.count_started()
         if core.idle:
             core.exit_idle_for_rpc()
+
+    def _refuse(self, metadata: Any, held: tuple[Any, ...]) -> None:
+        """Metadata :func:`well_formed` did not vouch for: what grpcio would
+        raise converting it (after making its C-core call, which it then
+        never releases: the channel's connection would outlive ``close()``,
+        pyxds/channel/metadata_check.py) is raised here, before any call,
+        as grpcio raises it from the call itself."""
+        error = grpcio_error(held)
+        if error is not None:
+            raise error
 
     def remaining(self) -> float | None:
         """Seconds to the deadline (None: no deadline)."""
@@ -615,12 +631,14 @@ class Rpc:
         application's metadata and ``grpc-timeout`` when there is a deadline
         (5 characters, as C-core writes a deadline of seconds)."""
         size = _PATH_HEADER + len(self.path)
-        for key, value in self.metadata:
+        for pair in self.metadata:
             try:
+                key, value = pair
                 size += len(key) + len(value) + _HEADER_OVERHEAD
-            except TypeError:
-                # not text: the call fails when its attempt starts (grpc.aio
-                # refuses it there, at the first use of the call), not here
+            except (TypeError, ValueError):
+                # not a pair of text: the call fails when its attempt starts
+                # (grpc.aio refuses it there, at the first use of the call),
+                # not here
                 pass
         if self.deadline is not None:
             size += _GRPC_TIMEOUT_BYTES
