@@ -6,8 +6,10 @@ endpoints, ``--refusing`` endpoints that refuse every connection (addresses
 attempt fails at once with ECONNREFUSED, the way a dead pod's address does)
 and ``--flapping`` endpoints whose listener stops and starts again every
 ``--flap`` seconds.  The backends and the control plane (``pyxds.server``)
-run in one process; each client in its own process, one at a time, in
-alternating order per round:
+run in one process; each client in its own process, one at a time, the
+order rotated each round (with three clients and three rounds, each runs
+first, second and third once: reversing the order left the middle one in
+the middle every round, after another client's close):
 
   core    grpc.insecure_channel("xds:///refuse")     (C-core, sync)
   pyxds   pyxds.insecure_channel("xds:///refuse")
@@ -301,7 +303,8 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {}
     try:
         for rnd in range(args.rounds):
-            for kind in kinds if rnd % 2 == 0 else list(reversed(kinds)):
+            shift = rnd % len(kinds)
+            for kind in kinds[shift:] + kinds[:shift]:
                 cmd, env = _client_cmd(kind, args)
                 env["GRPC_XDS_BOOTSTRAP_CONFIG"] = json.dumps(bootstrap)
                 r = run_json(cmd, env, kind)
